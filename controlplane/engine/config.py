@@ -1,0 +1,67 @@
+"""Explicit, validated configuration of the engine core (one dataclass per component)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class PreemptionMode(str, Enum):
+    SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
+    RECOMPUTE = "recompute"  # drop the victim's KV blocks, recompute its tokens later
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    """Paged KV cache.
+
+    block_size: tokens per block.
+    num_device_blocks: KV blocks on the accelerator (on a CPU host: in the runner's main tensors).
+    num_host_blocks: KV blocks in host RAM for swapped-out requests (0 disables swapping).
+    enable_prefix_caching: reuse full blocks whose token-hash chain matches an earlier request.
+    """
+
+    block_size: int = 16
+    num_device_blocks: int = 2048
+    num_host_blocks: int = 2048
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two >= 1, got {self.block_size}")
+        if self.num_device_blocks < 1:
+            raise ValueError(f"num_device_blocks must be >= 1, got {self.num_device_blocks}")
+        if self.num_host_blocks < 0:
+            raise ValueError(f"num_host_blocks must be >= 0, got {self.num_host_blocks}")
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Continuous batching.
+
+    max_num_batched_tokens: token budget of one step (decode tokens + prefill chunks).
+    max_num_seqs: cap on running sequences in one step.
+    max_model_len: longest prompt + output accepted.
+    enable_chunked_prefill: split long prompts across steps to fit the token budget.
+    preemption_mode: what to do with a victim under KV pressure.
+    """
+
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+    max_model_len: int = 8192
+    enable_chunked_prefill: bool = True
+    preemption_mode: PreemptionMode = PreemptionMode.SWAP
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                "max_num_batched_tokens must be >= max_model_len when chunked prefill is off "
+                f"({self.max_num_batched_tokens} < {self.max_model_len})"
+            )
+        self.preemption_mode = PreemptionMode(self.preemption_mode)
