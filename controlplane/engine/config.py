@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from enum import Enum
+from dataclasses import dataclass, field
+from enum import StrEnum
 
 
-class PreemptionMode(str, Enum):
+class PreemptionMode(StrEnum):
     SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
     RECOMPUTE = "recompute"  # drop the victim's KV blocks, recompute its tokens later
 
@@ -65,3 +65,33 @@ class SchedulerConfig:
                 f"({self.max_num_batched_tokens} < {self.max_model_len})"
             )
         self.preemption_mode = PreemptionMode(self.preemption_mode)
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """One node's engine: which model, on which backend, with which core settings.
+
+    model: a GGUF file or a Hugging Face directory; None = the embedded default (SmolLM2-135M-Instruct).
+    backend: "torch" (more later: "jax", "sim").
+    dtype: "float32" or "bfloat16" (weights and KV cache).
+    device: "cpu", "cuda", "cuda:N".
+    """
+
+    model: str | None = None
+    backend: str = "torch"
+    dtype: str = "float32"
+    device: str = "cpu"
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+
+
+BACKENDS = frozenset({"torch"})
+DTYPES = frozenset({"float32", "bfloat16"})

@@ -1,0 +1,98 @@
+"""A checkpoint's Jinja chat template, rendered the way Hugging Face's `apply_chat_template` renders it."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.ext import Extension, loopcontrols
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+class ChatTemplate:
+    """A compiled chat template.
+
+    The environment mirrors transformers': sandboxed and immutable, trim_blocks/lstrip_blocks, `loopcontrols`,
+    a `tojson` filter that keeps non-ASCII text, the globals `raise_exception` and `strftime_now`, and the
+    `{% generation %}` block tag (rendered as its body). Template or message errors raise ValueError.
+    """
+
+    def __init__(self, source: str) -> None:
+        if not isinstance(source, str) or not source:
+            raise ValueError("a chat template must be a non-empty string")
+        self.source = source
+        try:
+            self._template = _environment().from_string(source)
+        except jinja2.TemplateSyntaxError as error:
+            raise ValueError(f"the chat template does not parse: {error}") from error
+
+    def render(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        add_generation_prompt: bool = True,
+        special_tokens: dict[str, str | None] | None = None,
+    ) -> str:
+        """Render `messages`; `special_tokens` supplies template variables such as bos_token and eos_token."""
+        validate_messages(messages)
+        variables: dict[str, Any] = dict(special_tokens or {})
+        try:
+            return self._template.render(
+                **variables, messages=messages, add_generation_prompt=add_generation_prompt
+            )
+        except jinja2.TemplateError as error:
+            raise ValueError(f"the chat template rejected the messages: {error}") from error
+
+
+def validate_messages(messages: Any) -> None:
+    """Raise ValueError unless `messages` is a non-empty list of dicts with string "role" and "content"."""
+    if not isinstance(messages, list):
+        raise ValueError(f"messages must be a list of dicts, got {type(messages).__name__}")
+    if not messages:
+        raise ValueError("messages is empty; a chat needs at least one message")
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise ValueError(f"messages[{index}] must be a dict, got {type(message).__name__}")
+        for key in ("role", "content"):
+            if key not in message:
+                raise ValueError(f"messages[{index}] has no {key!r}")
+            if not isinstance(message[key], str):
+                raise ValueError(f"messages[{index}][{key!r}] must be a str, got {type(message[key]).__name__}")
+        if not message["role"]:
+            raise ValueError(f"messages[{index}]['role'] is empty")
+
+
+class _GenerationBlock(Extension):
+    """`{% generation %}...{% endgeneration %}` (marks assistant text for training masks): renders the body."""
+
+    tags = frozenset({"generation"})
+
+    def parse(self, parser: jinja2.parser.Parser) -> nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return nodes.Scope(body, lineno=lineno)
+
+
+def _raise_exception(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
+
+def _tojson(value: Any, ensure_ascii: bool = False, indent: int | None = None, separators=None, sort_keys=False):
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def _strftime_now(format_string: str) -> str:
+    return datetime.now().strftime(format_string)
+
+
+def _environment() -> ImmutableSandboxedEnvironment:
+    environment = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationBlock, loopcontrols]
+    )
+    environment.filters["tojson"] = _tojson
+    environment.globals["raise_exception"] = _raise_exception
+    environment.globals["strftime_now"] = _strftime_now
+    return environment

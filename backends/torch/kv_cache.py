@@ -1,0 +1,79 @@
+"""Paged KV memory of both tiers: device blocks and host-RAM blocks.
+
+One stacked tensor per tier, so a block move is a single index copy across all layers::
+
+    device_kv  [num_layers, 2, num_device_blocks, block_size, Hkv, D]   (axis 1: 0 = K, 1 = V)
+    host_kv    [num_layers, 2, num_host_blocks,   block_size, Hkv, D]   (pinned when CUDA is present)
+
+``layer(i)`` returns the (K, V) views ``[num_blocks, block_size, Hkv, D]`` of layer i, the layout
+of KVCacheSpec. The block manager owns which ids are free; this class only moves bytes.
+Tensors start zeroed: padded gathers read block 0, and masked-out NaN garbage would still poison
+``softmax @ V``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PagedKVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        num_device_blocks: int,
+        num_host_blocks: int,
+        block_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        self.block_size = block_size
+        self.device = device
+        shape = (num_layers, 2, num_device_blocks, block_size, num_kv_heads, head_dim)
+        self.device_kv = torch.zeros(shape, dtype=dtype, device=device)
+        pin = torch.cuda.is_available() and device.type == "cuda"
+        host_shape = (num_layers, 2, num_host_blocks, block_size, num_kv_heads, head_dim)
+        self.host_kv = torch.zeros(host_shape, dtype=dtype, device="cpu", pin_memory=pin)
+        self._layers = [(self.device_kv[i, 0], self.device_kv[i, 1]) for i in range(num_layers)]
+
+    @property
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self._layers
+
+    @property
+    def num_device_blocks(self) -> int:
+        return self.device_kv.shape[2]
+
+    @property
+    def num_host_blocks(self) -> int:
+        return self.host_kv.shape[2]
+
+    def _ids(self, ids: list[int], device: torch.device) -> torch.Tensor:
+        return torch.tensor(ids, dtype=torch.int64, device=device)
+
+    def swap_out(self, pairs: list[tuple[int, int]]) -> None:
+        """(device block, host block) pairs: device -> host."""
+        if not pairs:
+            return
+        src, dst = zip(*pairs)
+        blocks = self.device_kv.index_select(2, self._ids(src, self.device))
+        self.host_kv.index_copy_(2, self._ids(dst, torch.device("cpu")), blocks.to("cpu"))
+
+    def swap_in(self, pairs: list[tuple[int, int]]) -> None:
+        """(host block, device block) pairs: host -> device."""
+        if not pairs:
+            return
+        src, dst = zip(*pairs)
+        blocks = self.host_kv.index_select(2, self._ids(src, torch.device("cpu")))
+        if self.device.type == "cuda":
+            blocks = blocks.pin_memory().to(self.device, non_blocking=True)
+        self.device_kv.index_copy_(2, self._ids(dst, self.device), blocks)
+
+    def copy(self, pairs: list[tuple[int, int]]) -> None:
+        """(device block, device block) pairs: all sources are read before any destination is written."""
+        if not pairs:
+            return
+        src, dst = zip(*pairs)
+        blocks = self.device_kv.index_select(2, self._ids(src, self.device))
+        self.device_kv.index_copy_(2, self._ids(dst, self.device), blocks)

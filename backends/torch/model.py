@@ -1,0 +1,190 @@
+"""A Llama-family decoder over a flat token batch with a paged KV cache.
+
+The model sees one step's tokens flattened into rows (no batch dimension, no padding)::
+
+    input_ids  [T]        tokens of every scheduled request, back to back
+    positions  [T]        absolute position of each token in its sequence
+    hidden     [T, E]     E = hidden_size
+
+Attention is delegated to an ``AttentionBackend`` (attention.py) that writes the new K/V into the
+paged cache and attends over each row's own sequence. The output head runs only on
+``logits_indices`` (the rows that will be sampled): it is the single largest weight read of a
+decode step.
+
+Weights are stored fused for fewer, larger matmuls (weights.py maps the HF names onto them)::
+
+    qkv_proj.weight      [(H + 2*Hkv) * D, E]   rows: q heads | k heads | v heads
+    gate_up_proj.weight  [2 * I, E]             rows: gate | up
+
+q/k rows use Hugging Face's half-split RoPE layout (``rotate_half``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from backends.torch.attention import AttentionBackend, AttentionMetadata
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    return DTYPES[dtype]
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
+    """Inverse frequencies [D/2] in fp32, bit-identical to transformers' rope init functions."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    if not scaling:
+        return inv_freq
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type == "default":
+        return inv_freq
+    if rope_type == "linear":
+        return inv_freq / float(scaling["factor"])
+    if rope_type == "llama3":
+        factor = float(scaling["factor"])
+        low_freq_factor = float(scaling["low_freq_factor"])
+        high_freq_factor = float(scaling["high_freq_factor"])
+        old_context_len = float(scaling["original_max_position_embeddings"])
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        # long wavelengths are divided by factor, short ones kept, the band between interpolated
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+        is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+        return torch.where(is_medium, smoothed, inv_freq_llama)
+    raise ValueError(f"unsupported rope_scaling type {rope_type!r}")
+
+
+def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None, max_positions: int) -> torch.Tensor:
+    """cos/sin tables [2, max_positions, D] in fp32; row p holds the angles of position p (half-split)."""
+    inv_freq = rope_inv_freq(head_dim, theta, scaling)
+    freqs = torch.arange(max_positions, dtype=torch.float32)[:, None] * inv_freq[None, :]  # [P, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1)  # [P, D]
+    return torch.stack((emb.cos(), emb.sin()))
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x [T, n_heads, D]; cos/sin [T, 1, D]. Half-split (``rotate_half``) convention."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # statistics in fp32 whatever the weight dtype (as transformers does)
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: Any, layer_idx: int, dtype: torch.dtype, device: torch.device) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        e, d = config.hidden_size, config.head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = d
+        self.q_size = self.num_heads * d
+        self.kv_size = self.num_kv_heads * d
+        inter = config.intermediate_size
+
+        def weight(rows: int, cols: int) -> nn.Parameter:
+            return nn.Parameter(torch.empty(rows, cols, dtype=dtype, device=device), requires_grad=False)
+
+        self.input_layernorm = RMSNorm(e, config.rms_norm_eps, dtype, device)
+        self.post_attention_layernorm = RMSNorm(e, config.rms_norm_eps, dtype, device)
+        self.qkv_proj = weight(self.q_size + 2 * self.kv_size, e)
+        self.o_proj = weight(e, self.q_size)
+        self.gate_up_proj = weight(2 * inter, e)
+        self.down_proj = weight(e, inter)
+        self.intermediate_size = inter
+
+    def forward(
+        self,
+        hidden: torch.Tensor,  # [T, E]
+        cos: torch.Tensor,  # [T, 1, D]
+        sin: torch.Tensor,  # [T, 1, D]
+        kv_cache: tuple[torch.Tensor, torch.Tensor],
+        attn: AttentionBackend,
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        t = hidden.shape[0]
+        x = self.input_layernorm(hidden)
+        qkv = F.linear(x, self.qkv_proj)  # [T, (H + 2Hkv) * D]
+        qk = qkv[:, : self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
+        qk = apply_rope(qk, cos, sin)  # q and k rotated in one pass
+        q = qk[:, : self.num_heads]  # [T, H, D]
+        k = qk[:, self.num_heads :]  # [T, Hkv, D]
+        v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
+        o = attn.forward(q, k, v, kv_cache[0], kv_cache[1], meta)  # [T, H * D]
+        hidden = hidden + F.linear(o, self.o_proj)
+
+        x = self.post_attention_layernorm(hidden)
+        gate_up = F.linear(x, self.gate_up_proj)  # [T, 2I]
+        act = F.silu(gate_up[:, : self.intermediate_size]) * gate_up[:, self.intermediate_size :]
+        return hidden + F.linear(act, self.down_proj)
+
+
+class LlamaModel(nn.Module):
+    """Decoder + output head. Parameters are allocated uninitialised; weights.py fills them."""
+
+    def __init__(self, config: Any, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu") -> None:
+        super().__init__()
+        self.config = config
+        self.dtype = resolve_dtype(dtype)
+        device = torch.device(device)
+        self.num_layers = config.num_hidden_layers
+        self.embed_tokens = nn.Parameter(
+            torch.empty(config.vocab_size, config.hidden_size, dtype=self.dtype, device=device), requires_grad=False
+        )
+        self.layers = nn.ModuleList(DecoderLayer(config, i, self.dtype, device) for i in range(self.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.dtype, device)
+        if config.tie_word_embeddings:
+            self.lm_head = self.embed_tokens
+        else:
+            self.lm_head = nn.Parameter(
+                torch.empty(config.vocab_size, config.hidden_size, dtype=self.dtype, device=device),
+                requires_grad=False,
+            )
+        tables = rope_tables(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings)
+        # kept in the compute dtype: transformers casts cos/sin to the activations' dtype too
+        self.register_buffer("rope", tables.to(device=device, dtype=self.dtype), persistent=False)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64
+        positions: torch.Tensor,  # [T] int64
+        kv_caches: list[tuple[torch.Tensor, torch.Tensor]],
+        attn: AttentionBackend,
+        meta: AttentionMetadata,
+        logits_indices: torch.Tensor | None = None,  # [S] int64 rows to project; None = all
+    ) -> torch.Tensor:
+        """Returns fp32 logits [S, V] for the selected rows."""
+        hidden = F.embedding(input_ids, self.embed_tokens)  # [T, E]
+        cos_sin = self.rope[:, positions].unsqueeze(2)  # [2, T, 1, D]
+        cos, sin = cos_sin[0], cos_sin[1]
+        for layer, kv in zip(self.layers, kv_caches):
+            hidden = layer(hidden, cos, sin, kv, attn, meta)
+        if logits_indices is not None:
+            hidden = hidden.index_select(0, logits_indices)
+        return F.linear(self.norm(hidden), self.lm_head).float()  # [S, V]

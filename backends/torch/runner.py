@@ -1,0 +1,217 @@
+"""TorchModelRunner: the ModelRunner protocol on PyTorch (CPU, or one CUDA device).
+
+One step (``execute``)::
+
+    block moves (swap_out, swap_in, copy)           kv_cache.py, in batch.py's order
+    flatten requests -> rows  [decodes | chunks]     input_ids, positions, slot_mapping   (host, numpy)
+    model forward over all rows                      K/V written into the paged cache per layer
+    output head on the sampled rows only             logits [S, V]
+    sample -> one .tolist()                          sampler.py
+
+A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids``; its last
+``len(spec_token_ids) + 1`` rows are sampled and the drafts accepted while they equal the sampled
+token (exact for deterministic drafts, greedy or not), followed by the first differing (or bonus)
+token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from backends.torch.attention import AttentionBackend, select_attention_backend
+from backends.torch.kv_cache import PagedKVCache
+from backends.torch.model import LlamaModel, resolve_dtype
+from backends.torch.sampler import Sampler
+from backends.torch.weights import build_model
+from controlplane.engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from controlplane.engine.model_runner import KVCacheSpec
+
+
+@dataclass(slots=True)
+class _SampleSlot:
+    """Where one sampling request's rows sit among the logits rows."""
+
+    request: ScheduledRequest
+    first_row: int  # index into the logits rows
+    num_rows: int  # len(spec_token_ids) + 1
+
+
+class TorchModelRunner:
+    """Runs scheduler steps for one Llama-family model.
+
+    source: a Checkpoint (weights streamed from ``iter_tensors``), a ModelConfig (weights from
+        ``state_dict`` in HF names, or random from ``seed``), or an already built LlamaModel
+        (shared, e.g. between runners in tests).
+    dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
+    attention_backend: force a backend by name; None = chosen by device at initialize_kv_cache.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        dtype: str | torch.dtype = "float32",
+        device: str | torch.device = "cpu",
+        *,
+        state_dict: dict[str, Any] | None = None,
+        seed: int = 0,
+        attention_backend: str | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.device = torch.device(device)
+        self.dtype = resolve_dtype(dtype)
+        if isinstance(source, LlamaModel):
+            if source.dtype != self.dtype:
+                raise ValueError(f"model dtype {source.dtype} != requested {self.dtype}")
+            self.model = source
+        else:
+            self.model = build_model(
+                source, self.dtype, self.device, state_dict=state_dict, seed=seed, progress=progress
+            )
+        self.config = self.model.config
+        self.sampler = Sampler(self.device, seed)
+        self._attention_backend_name = attention_backend
+        self.kv_cache: PagedKVCache | None = None
+        self.attn: AttentionBackend | None = None
+        self.block_size = 0
+
+    # ---- ModelRunner protocol -------------------------------------------------------------
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_position_embeddings
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        c = self.config
+        elem = torch.empty((), dtype=self.dtype).element_size()
+        return c.num_hidden_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * elem
+
+    def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
+        c = self.config
+        self.block_size = spec.block_size
+        self.kv_cache = PagedKVCache(
+            c.num_hidden_layers,
+            c.num_key_value_heads,
+            c.head_dim,
+            spec.num_device_blocks,
+            spec.num_host_blocks,
+            spec.block_size,
+            self.dtype,
+            self.device,
+        )
+        self.attn = select_attention_backend(
+            self.device,
+            c.num_attention_heads,
+            c.num_key_value_heads,
+            c.head_dim,
+            spec.block_size,
+            self._attention_backend_name,
+        )
+
+    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        t0 = time.perf_counter()
+        self._apply_block_moves(batch)
+        out = RunnerOutput()
+        if batch.requests:
+            with torch.inference_mode():
+                logits, slots = self._forward(batch.requests)
+                if slots:
+                    self._sample(logits, slots, out)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        out.step_time_s = time.perf_counter() - t0
+        return out
+
+    # ---- extras ----------------------------------------------------------------------------
+
+    def compute_logits(self, batch: SchedulerOutput) -> dict[str, torch.Tensor]:
+        """Like execute without sampling: fp32 logits [len(spec_token_ids) + 1, V] per sampling request."""
+        self._apply_block_moves(batch)
+        with torch.inference_mode():
+            logits, slots = self._forward(batch.requests)
+        return {s.request.req_id: logits[s.first_row : s.first_row + s.num_rows].clone() for s in slots}
+
+    # ---- step internals --------------------------------------------------------------------
+
+    def _apply_block_moves(self, batch: SchedulerOutput) -> None:
+        if self.kv_cache is None:
+            raise RuntimeError("initialize_kv_cache() must be called before execute()")
+        self.kv_cache.swap_out(batch.blocks_to_swap_out)
+        self.kv_cache.swap_in(batch.blocks_to_swap_in)
+        self.kv_cache.copy(batch.blocks_to_copy)
+        self.sampler.drop(batch.finished_req_ids)
+
+    def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[_SampleSlot]]:
+        bs = self.block_size
+        decodes = [r for r in requests if r.is_decode]
+        chunks = [r for r in requests if not r.is_decode]
+
+        ids_parts: list[np.ndarray] = []
+        pos_parts: list[np.ndarray] = []
+        slot_parts: list[np.ndarray] = []
+        logits_rows: list[int] = []
+        slots: list[_SampleSlot] = []
+
+        if decodes:
+            pos = np.fromiter((r.start_pos for r in decodes), dtype=np.int64, count=len(decodes))
+            blk = np.fromiter((r.block_ids[r.start_pos // bs] for r in decodes), dtype=np.int64, count=len(decodes))
+            ids_parts.append(np.fromiter((r.token_ids[0] for r in decodes), dtype=np.int64, count=len(decodes)))
+            pos_parts.append(pos)
+            slot_parts.append(blk * bs + pos % bs)
+            for i, r in enumerate(decodes):
+                if r.sample:
+                    slots.append(_SampleSlot(r, len(logits_rows), 1))
+                    logits_rows.append(i)
+
+        chunk_specs: list[tuple[int, int, list[int]]] = []
+        row = len(decodes)
+        for r in chunks:
+            toks = r.token_ids + r.spec_token_ids if r.spec_token_ids else r.token_ids
+            n = len(toks)
+            pos = np.arange(r.start_pos, r.start_pos + n, dtype=np.int64)
+            bids = np.asarray(r.block_ids, dtype=np.int64)
+            ids_parts.append(np.asarray(toks, dtype=np.int64))
+            pos_parts.append(pos)
+            slot_parts.append(bids[pos // bs] * bs + pos % bs)
+            chunk_specs.append((r.start_pos, n, r.block_ids))
+            if r.sample:
+                k = len(r.spec_token_ids)
+                slots.append(_SampleSlot(r, len(logits_rows), k + 1))
+                first = row + len(r.token_ids) - 1
+                logits_rows.extend(range(first, first + k + 1))
+            row += n
+
+        positions = np.concatenate(pos_parts)
+        if positions.max() >= self.max_model_len:
+            raise ValueError(f"position {positions.max()} exceeds max_model_len {self.max_model_len}")
+        slot_mapping = np.concatenate(slot_parts)
+        meta = self.attn.build_metadata(
+            [r.start_pos + 1 for r in decodes], [r.block_ids for r in decodes], chunk_specs, slot_mapping
+        )
+        dev = self.device
+        input_ids = torch.from_numpy(np.concatenate(ids_parts)).to(dev, non_blocking=True)
+        positions_t = torch.from_numpy(positions).to(dev, non_blocking=True)
+        logits_idx = torch.tensor(logits_rows, dtype=torch.int64, device=dev)
+        logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx)
+        return logits, slots
+
+    def _sample(self, logits: torch.Tensor, slots: list[_SampleSlot], out: RunnerOutput) -> None:
+        req_ids = [s.request.req_id for s in slots for _ in range(s.num_rows)]
+        params = [s.request.sampling_params for s in slots for _ in range(s.num_rows)]
+        result = self.sampler.sample(logits, req_ids, params)
+        for s in slots:
+            r = s.request
+            rows = range(s.first_row, s.first_row + s.num_rows)
+            accepted: list[int] = []
+            for j, row in enumerate(rows):
+                accepted.append(result.token_ids[row])
+                if j < len(r.spec_token_ids) and result.token_ids[row] != r.spec_token_ids[j]:
+                    break
+            out.sampled_token_ids[r.req_id] = accepted
+            if r.sampling_params.logprobs is not None:
+                lps: list[TokenLogprob] = [result.logprobs[s.first_row + j] for j in range(len(accepted))]
+                out.logprobs[r.req_id] = lps

@@ -1,0 +1,61 @@
+"""Prefix hash chains over full KV blocks.
+
+Block i of a sequence is named by a chain that covers every token before it::
+
+    h0 = H(ROOT, tokens[0:B],   lora)        B = block_size
+    h1 = H(h0,   tokens[B:2B],  lora)
+    h2 = H(h1,   tokens[2B:3B], lora)        ... only FULL blocks get a hash
+
+So two requests share ``h_i`` exactly when their first ``(i + 1) * B`` tokens (and adapter) agree, which
+is when block i's KV is the same. H is SHA-256 truncated to 64 bits: stable across processes and hosts,
+so a router or another node can compute the same names. A ``BlockHash`` also carries the block's token
+ids; equality compares them too, so a 64-bit collision in the chain value alone cannot alias two blocks
+whose own tokens differ.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from array import array
+from collections.abc import Sequence
+from typing import NamedTuple
+
+_ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(b"silicon-zoo/prefix-root/v1").digest()[:8], "little")
+_NO_LORA = -1
+
+
+class BlockHash(NamedTuple):
+    hash_value: int  # 64-bit chain value, covers every token up to the end of this block
+    token_ids: tuple[int, ...]  # this block's tokens (len == block_size)
+    lora_id: int | None
+
+
+def hash_block_tokens(parent: BlockHash | None, token_ids: Sequence[int], lora_id: int | None = None) -> BlockHash:
+    """Hash of one full block chained onto its parent's (None for the first block)."""
+    parent_value = _ROOT_HASH_VALUE if parent is None else parent.hash_value
+    header = struct.pack("<Qq", parent_value, _NO_LORA if lora_id is None else lora_id)
+    digest = hashlib.sha256(header + array("q", token_ids).tobytes()).digest()
+    return BlockHash(int.from_bytes(digest[:8], "little"), tuple(token_ids), lora_id)
+
+
+def extend_block_hashes(
+    block_hashes: list[BlockHash],
+    token_ids: Sequence[int],
+    block_size: int,
+    lora_id: int | None,
+    num_blocks: int,
+) -> list[BlockHash]:
+    """Grow ``block_hashes`` (the chain of ``token_ids``' first blocks) in place to ``num_blocks``
+    entries, or to the number of full blocks in ``token_ids`` if that is smaller. Returns it."""
+    num_blocks = min(num_blocks, len(token_ids) // block_size)
+    while len(block_hashes) < num_blocks:
+        i = len(block_hashes)
+        parent = block_hashes[-1] if block_hashes else None
+        block_hashes.append(hash_block_tokens(parent, token_ids[i * block_size : (i + 1) * block_size], lora_id))
+    return block_hashes
+
+
+def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | None = None) -> list[BlockHash]:
+    """The chain of every full block of ``token_ids``."""
+    return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)

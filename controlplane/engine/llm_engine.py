@@ -1,0 +1,259 @@
+"""The engine loop of one node: scheduler + model runner + detokenizer.
+
+Synchronous and sans-IO: it never sleeps nor touches a socket, and it reads time only through the
+injected clock. An agent (or the CLI) owns the loop that calls ``step()``; the runner behind the
+``ModelRunner`` protocol is the only part that computes.
+
+One request's life::
+
+    add_request ─► Scheduler.waiting ─► schedule() ─► runner.execute() ─► update_from_output()
+                         ▲   (preempted: swapped to host RAM, resumed first)       │
+                         └──────────────────────────────────── detokenize, stop strings ─► RequestOutput
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controlplane.engine.batch import TokenLogprob
+from controlplane.engine.clock import Clock, MonotonicClock
+from controlplane.engine.config import CacheConfig, SchedulerConfig
+from controlplane.engine.detokenizer import IncrementalDetokenizer
+from controlplane.engine.model_runner import KVCacheSpec, ModelRunner
+from controlplane.engine.request import FinishReason, Request
+from controlplane.engine.sampling_params import SamplingParams
+from controlplane.engine.scheduler import Scheduler
+from controlplane.engine.scheduler_stats import SchedulerStats
+
+
+class EngineTokenizer(Protocol):
+    eos_token_id: int | None
+    vocab_size: int
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+
+
+class PromptError(ValueError):
+    """A prompt the engine cannot serve (empty, too long, token ids out of the vocabulary)."""
+
+
+@dataclass(slots=True)
+class RequestMetrics:
+    """Time stamps (seconds, engine clock) of one request, and the latencies derived from them."""
+
+    arrival_time_s: float
+    first_scheduled_time_s: float | None = None
+    first_token_time_s: float | None = None
+    last_token_time_s: float | None = None
+    finished_time_s: float | None = None
+    num_output_tokens: int = 0
+
+    @property
+    def queue_time_s(self) -> float | None:
+        return None if self.first_scheduled_time_s is None else self.first_scheduled_time_s - self.arrival_time_s
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_time_s is None else self.first_token_time_s - self.arrival_time_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.num_output_tokens < 2 or self.first_token_time_s is None or self.last_token_time_s is None:
+            return None
+        return (self.last_token_time_s - self.first_token_time_s) / (self.num_output_tokens - 1)
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finished_time_s is None else self.finished_time_s - self.arrival_time_s
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """What one step produced for one request (deltas) plus its running totals."""
+
+    req_id: str
+    new_text: str
+    text: str
+    new_token_ids: list[int]
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finished: bool
+    finish_reason: FinishReason | None = None
+    stop_reason: int | str | None = None
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)
+    metrics: RequestMetrics | None = None
+
+
+@dataclass(slots=True)
+class _Tracked:
+    request: Request
+    detokenizer: IncrementalDetokenizer
+    metrics: RequestMetrics
+
+
+class LLMEngine:
+    """Serves many concurrent requests on one model runner with continuous batching."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        tokenizer: EngineTokenizer,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        clock: Clock | None = None,
+    ) -> None:
+        if scheduler_config.max_model_len > runner.max_model_len:
+            raise ValueError(
+                f"max_model_len {scheduler_config.max_model_len} exceeds the model's {runner.max_model_len}"
+            )
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.scheduler_config = scheduler_config
+        self.cache_config = cache_config
+        self.clock = clock or MonotonicClock()
+        self.scheduler = Scheduler(scheduler_config, cache_config, self.clock)
+        runner.initialize_kv_cache(
+            KVCacheSpec(
+                num_device_blocks=cache_config.num_device_blocks,
+                num_host_blocks=cache_config.num_host_blocks,
+                block_size=cache_config.block_size,
+            )
+        )
+        self._tracked: dict[str, _Tracked] = {}
+        self._ids = itertools.count()
+        self.num_steps = 0
+        self.busy_time_s = 0.0  # summed runner step time
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Render the checkpoint's chat template and tokenize it (special tokens included)."""
+        return self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        req_id: str | None = None,
+        arrival_time_s: float | None = None,
+    ) -> str:
+        """Queue a prompt (text or token ids). Raises PromptError / ValueError and queues nothing on bad input."""
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        self._check_prompt(token_ids)
+        req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
+        if req_id in self._tracked:
+            raise ValueError(f"request id {req_id!r} is already in use")
+        now = self.clock.now() if arrival_time_s is None else arrival_time_s
+        request = Request(req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id)
+        self.scheduler.add_request(request)
+        self._tracked[req_id] = _Tracked(
+            request, IncrementalDetokenizer(self.tokenizer, params.stop), RequestMetrics(now)
+        )
+        return req_id
+
+    def _check_prompt(self, token_ids: list[int]) -> None:
+        if not token_ids:
+            raise PromptError("prompt is empty")
+        vocab = self.tokenizer.vocab_size
+        bad = [t for t in token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        if bad:
+            raise PromptError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
+        limit = self.scheduler_config.max_model_len
+        if len(token_ids) >= limit:
+            raise PromptError(f"prompt has {len(token_ids)} tokens; the context holds {limit} (prompt + output)")
+
+    def abort(self, req_ids: Iterable[str]) -> None:
+        ids = [r for r in req_ids if r in self._tracked]
+        self.scheduler.finish_requests(ids, FinishReason.ABORT)
+        for r in ids:
+            del self._tracked[r]
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self._tracked)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """One scheduler iteration: schedule, execute, update; returns the requests that progressed."""
+        scheduler_output = self.scheduler.schedule()
+        if scheduler_output.is_empty and not scheduler_output.finished_req_ids:
+            return []
+        runner_output = self.runner.execute(scheduler_output)
+        self.num_steps += 1
+        self.busy_time_s += runner_output.step_time_s
+        updates = self.scheduler.update_from_output(scheduler_output, runner_output)
+        now = self.clock.now()
+        for scheduled in scheduler_output.requests:
+            tracked = self._tracked.get(scheduled.req_id)
+            if tracked is not None and tracked.metrics.first_scheduled_time_s is None:
+                tracked.metrics.first_scheduled_time_s = tracked.request.first_scheduled_time_s or now
+        outputs = []
+        for update in updates:
+            tracked = self._tracked.get(update.req_id)
+            if tracked is None:
+                continue
+            outputs.append(self._process_update(tracked, update, now))
+        return outputs
+
+    def _process_update(self, tracked: _Tracked, update, now: float) -> RequestOutput:
+        metrics = tracked.metrics
+        new_ids = list(update.new_token_ids)
+        if new_ids:
+            metrics.first_token_time_s = metrics.first_token_time_s or now
+            metrics.last_token_time_s = now
+            metrics.num_output_tokens += len(new_ids)
+        finished, reason, stop_reason = update.finished, update.finish_reason, update.stop_reason
+        # a stop token ends the request but is not part of the text
+        text_ids = new_ids[:-1] if reason is FinishReason.STOP and isinstance(stop_reason, int) else new_ids
+        detok = tracked.detokenizer
+        detok.add_tokens(text_ids)
+        if detok.stop_string is not None and not finished:
+            self.scheduler.finish_requests([update.req_id], FinishReason.STOP, detok.stop_string)
+            finished, reason, stop_reason = True, FinishReason.STOP, detok.stop_string
+        if finished:
+            metrics.finished_time_s = now
+            del self._tracked[update.req_id]
+        request = tracked.request
+        return RequestOutput(
+            req_id=update.req_id,
+            new_text=detok.take_delta(finished),
+            text=detok.text,
+            new_token_ids=new_ids,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_output_tokens=request.num_output_tokens,
+            finished=finished,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            new_logprobs=list(update.new_logprobs),
+            metrics=metrics,
+        )
+
+    def run_until_done(self) -> dict[str, RequestOutput]:
+        """Step until every queued request finished; returns each request's final output."""
+        final: dict[str, RequestOutput] = {}
+        while self.has_unfinished_requests():
+            for out in self.step():
+                if out.finished:
+                    final[out.req_id] = out
+        return final
+
+    def generate(self, prompts: Sequence[str | Sequence[int]], params: SamplingParams) -> list[RequestOutput]:
+        """Batch convenience: queue all prompts, run to completion, return outputs in prompt order."""
+        ids = [self.add_request(p, params) for p in prompts]
+        final = self.run_until_done()
+        return [final[i] for i in ids]
+
+    def make_stats(self) -> SchedulerStats:
+        return self.scheduler.make_stats()

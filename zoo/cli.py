@@ -1,0 +1,140 @@
+"""The `zoo` command line: one subcommand per user-facing job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from controlplane.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
+
+
+def _add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--backend", default="torch", choices=["torch"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")
+    p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        model=args.model,
+        backend=args.backend,
+        dtype=args.dtype,
+        device=args.device,
+        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        cache=CacheConfig(
+            block_size=args.block_size,
+            num_device_blocks=args.num_device_blocks,
+            num_host_blocks=args.num_host_blocks,
+        ),
+    )
+
+
+def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
+    return SamplingParams(
+        temperature=args.temperature,
+        top_p=args.top_p,
+        top_k=args.top_k,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+        stop=tuple(args.stop or ()),
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from zoo.engine_builder import build_engine
+
+    params = _sampling_from_args(args)
+    engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
+    prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    engine.add_request(prompt, params)
+    final = None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            sys.stdout.write(out.new_text)
+            sys.stdout.flush()
+            if out.finished:
+                final = out
+    sys.stdout.write("\n")
+    if final is not None and not args.quiet:
+        m = final.metrics
+        tpot = f"{m.tpot_s * 1e3:.1f} ms" if m.tpot_s is not None else "n/a"
+        print(
+            f"[{final.num_prompt_tokens} prompt + {final.num_output_tokens} output tokens, "
+            f"finish={final.finish_reason.value if final.finish_reason else None}, "
+            f"TTFT {m.ttft_s * 1e3:.0f} ms, TPOT {tpot}]",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from zoo.demo import run_demo
+
+    return run_demo(args)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    if args.target == "engine":
+        from bench.engine import run_engine_bench
+
+        report = run_engine_bench(args)
+        if args.json:
+            print(json.dumps(report, indent=2))
+        return 0
+    raise AssertionError(args.target)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="zoo", description="Silicon Zoo: LLM serving on mismatched GPUs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="stream a completion from the model")
+    g.add_argument("prompt")
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--max-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.7)
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=None)
+    g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
+    _add_engine_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    d = sub.add_parser("demo", help="a chat answer, then a continuous-batching run with a latency table")
+    _add_engine_args(d)
+    d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
+    b.add_argument("target", choices=["engine"])
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
+    _add_engine_args(b)
+    b.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except SamplingParamsError as e:
+        parser.error(f"invalid sampling parameter {e}")
+    except (FileNotFoundError, ValueError) as e:
+        print(f"zoo: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
