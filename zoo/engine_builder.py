@@ -15,9 +15,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     if config.backend == "torch":
         from backends.torch import TorchModelRunner
 
-        runner = TorchModelRunner.from_checkpoint(
-            checkpoint, dtype=config.dtype, device=config.device, progress=progress
-        )
+        runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)

@@ -40,9 +40,7 @@ class ChatTemplate:
         validate_messages(messages)
         variables: dict[str, Any] = dict(special_tokens or {})
         try:
-            return self._template.render(
-                **variables, messages=messages, add_generation_prompt=add_generation_prompt
-            )
+            return self._template.render(**variables, messages=messages, add_generation_prompt=add_generation_prompt)
         except jinja2.TemplateError as error:
             raise ValueError(f"the chat template rejected the messages: {error}") from error
 

@@ -69,7 +69,10 @@ class GGUFTensors:
 
 def open_gguf(path: Path) -> tuple[ModelConfig, Tokenizer, GGUFTensors]:
     """Config, tokenizer and lazy tensors of a llama GGUF file."""
-    reader = gguf.GGUFReader(path)
+    try:
+        reader = gguf.GGUFReader(path)
+    except ValueError as error:
+        raise ValueError(f"{path} is not a readable GGUF file: {error}") from error
     config = config_from_gguf(reader, name=_model_name(path, reader))
     return config, Tokenizer.from_gguf(reader), GGUFTensors(reader, config)
 
@@ -163,7 +166,9 @@ def llama3_rope_factors(
     wavelen = 2 * math.pi / inv_freq
     smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
     medium = 1.0 / ((1.0 - smooth) / factor + smooth)
-    return np.where(wavelen < original / high_freq_factor, 1.0, np.where(wavelen > original / low_freq_factor, factor, medium))
+    return np.where(
+        wavelen < original / high_freq_factor, 1.0, np.where(wavelen > original / low_freq_factor, factor, medium)
+    )
 
 
 def llama3_scaling_from_rope_freqs(
@@ -180,18 +185,18 @@ def llama3_scaling_from_rope_freqs(
         return None
     factor = float(factors.max())
     contexts = [int(original_context)] if original_context else [2**k for k in range(11, 18)]
-    for original in contexts:
-        for low in (1.0, 0.5, 2.0):
-            for high in (4.0, 2.0, 8.0):
-                candidate = llama3_rope_factors(head_dim, rope_theta, factor, low, high, original)
-                if np.allclose(candidate, factors, rtol=1e-5, atol=1e-6):
-                    return {
-                        "rope_type": "llama3",
-                        "factor": factor,
-                        "low_freq_factor": low,
-                        "high_freq_factor": high,
-                        "original_max_position_embeddings": original,
-                    }
+    # (original, low, high) and (k*original, k*low, k*high) give the same RoPE; low=1 (Llama 3.x's) comes first.
+    for low, high in ((1.0, 4.0), (1.0, 2.0), (1.0, 8.0), (0.5, 4.0), (2.0, 4.0), (2.0, 8.0)):
+        for original in contexts:
+            candidate = llama3_rope_factors(head_dim, rope_theta, factor, low, high, original)
+            if np.allclose(candidate, factors, rtol=1e-5, atol=1e-6):
+                return {
+                    "rope_type": "llama3",
+                    "factor": factor,
+                    "low_freq_factor": low,
+                    "high_freq_factor": high,
+                    "original_max_position_embeddings": original,
+                }
     raise ValueError("rope_freqs.weight does not match any llama3 rope scaling; this RoPE variant is unsupported")
 
 

@@ -27,7 +27,7 @@ class SafetensorsTensors:
         self._files: dict[str, SafetensorsFile] = {}
         for shard_path in shard_paths:
             shard = SafetensorsFile(shard_path)
-            for name in shard.keys():
+            for name in shard.tensor_names():
                 if name in self._shapes:
                     self._files[name] = shard
         missing = [name for name in self._shapes if name not in self._files]

@@ -18,7 +18,9 @@ def default_model_path() -> Path:
     """
     spec = importlib.util.find_spec(DEFAULT_MODEL_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"the default model package {DEFAULT_MODEL_PACKAGE!r} is not installed; {_INSTALL_HINT}")
+        raise FileNotFoundError(
+            f"the default model package {DEFAULT_MODEL_PACKAGE!r} is not installed; {_INSTALL_HINT}"
+        )
     for location in spec.submodule_search_locations:
         candidate = Path(location) / DEFAULT_MODEL_FILENAME
         if candidate.is_file():

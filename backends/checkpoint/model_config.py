@@ -76,7 +76,9 @@ class ModelConfig:
             if value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < self.vocab_size:
-                raise ValueError(f"{id_field} must be None or an int in [0, vocab_size={self.vocab_size}), got {value!r}")
+                raise ValueError(
+                    f"{id_field} must be None or an int in [0, vocab_size={self.vocab_size}), got {value!r}"
+                )
         object.__setattr__(self, "rope_scaling", _validated_rope_scaling(self.rope_scaling))
 
     @property

@@ -42,7 +42,7 @@ class SafetensorsFile:
         self._data_offset = 8 + header_size
         self._mmap: np.memmap | None = None
 
-    def keys(self) -> list[str]:
+    def tensor_names(self) -> list[str]:
         return list(self._entries)
 
     def shape(self, name: str) -> tuple[int, ...]:

@@ -94,8 +94,15 @@ class Tokenizer:
         )
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        """Token ids of `text`. add_special_tokens adds what the checkpoint's post-processor adds (e.g. BOS)."""
-        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        """Token ids of `text`. add_special_tokens adds what the checkpoint's post-processor adds (e.g. BOS).
+
+        Raises ValueError for a str that is not valid Unicode (a lone surrogate, which JSON can carry)."""
+        try:
+            return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        except TypeError as error:
+            if isinstance(text, str):
+                raise ValueError(f"text is not valid Unicode (lone surrogate?): {error}") from error
+            raise
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -131,9 +138,7 @@ class Tokenizer:
         """
         model = _gguf_field(reader, "tokenizer.ggml.model")
         if model != "gpt2":
-            raise ValueError(
-                f"unsupported GGUF tokenizer model {model!r}; only byte-level BPE ('gpt2') is supported"
-            )
+            raise ValueError(f"unsupported GGUF tokenizer model {model!r}; only byte-level BPE ('gpt2') is supported")
         tokens: list[str] = _gguf_field(reader, "tokenizer.ggml.tokens")
         merges: list[str] = _gguf_field(reader, "tokenizer.ggml.merges")
         if tokens is None or merges is None:
@@ -171,7 +176,9 @@ class Tokenizer:
         eos_token_id = _gguf_field(reader, "tokenizer.ggml.eos_token_id")
         add_bos = bool(_gguf_field(reader, "tokenizer.ggml.add_bos_token"))
         add_eos = bool(_gguf_field(reader, "tokenizer.ggml.add_eos_token"))
-        post_processor = _bos_eos_post_processor(backend, bos_token_id if add_bos else None, eos_token_id if add_eos else None)
+        post_processor = _bos_eos_post_processor(
+            backend, bos_token_id if add_bos else None, eos_token_id if add_eos else None
+        )
         if post_processor is not None:
             backend.post_processor = post_processor
         return cls(

@@ -1,0 +1,48 @@
+"""`zoo generate` end to end: a real process, the real model, text streamed to stdout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.workload import REPO_ROOT
+
+
+def _zoo(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "zoo", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s
+    )
+
+
+@pytest.mark.slow
+def test_generate_chat_answers_paris():
+    r = _zoo("generate", "--chat", "What is the capital of France?", "--max-tokens", "24", "--temperature", "0")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert "finish=stop" in r.stderr  # the model ended its answer with <|im_end|>, not the token limit
+
+
+@pytest.mark.slow
+def test_generate_stop_string_cuts_the_stream():
+    r = _zoo(
+        "generate", "--chat", "What is the capital of France?", "--max-tokens", "24", "--temperature", "0",
+        "--stop", "Paris",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "Paris" not in r.stdout
+    assert "capital of France is" in r.stdout
+
+
+def test_invalid_sampling_parameter_is_a_clear_usage_error():
+    r = _zoo("generate", "hello", "--temperature", "-1")
+    assert r.returncode == 2
+    assert "temperature" in r.stderr
+
+
+def test_missing_model_file_is_a_clear_error():
+    r = _zoo("generate", "hello", "--model", "/nonexistent/model.gguf", "--quiet")
+    assert r.returncode == 2
+    assert "/nonexistent/model.gguf" in r.stderr
+    assert "Traceback" not in r.stderr
