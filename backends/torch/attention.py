@@ -68,6 +68,7 @@ class AttentionBackend:
     """Writes new K/V into the paged cache and attends. Subclasses own their metadata format."""
 
     name = "base"
+    min_compute_capability: tuple[int, int] | None = None  # CUDA (major, minor); None = any device
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, device: torch.device):
         self.num_heads = num_heads
@@ -143,8 +144,9 @@ class GatherSDPABackend(AttentionBackend):
         b = meta.num_decodes
         if b:
             ctx = meta.decode_block_table.shape[1] * self.block_size
-            kd = k_cache[meta.decode_block_table].view(b, ctx, hkv, d).transpose(1, 2)  # [B, Hkv, L, D]
-            vd = v_cache[meta.decode_block_table].view(b, ctx, hkv, d).transpose(1, 2)
+            flat_table = meta.decode_block_table.view(-1)  # index_select: ~4x faster than k_cache[table]
+            kd = k_cache.index_select(0, flat_table).view(b, ctx, hkv, d).transpose(1, 2)  # [B, Hkv, L, D]
+            vd = v_cache.index_select(0, flat_table).view(b, ctx, hkv, d).transpose(1, 2)
             qd = q[:b].unsqueeze(2)  # [B, H, 1, D]
             o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, enable_gqa=True)
             outs.append(o.reshape(b, self.num_heads * d))
@@ -156,8 +158,8 @@ class GatherSDPABackend(AttentionBackend):
                 o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True, enable_gqa=True)
             else:
                 ctx = c.start_pos + c.num_rows
-                kc = k_cache[c.block_table].view(-1, hkv, d)[:ctx].transpose(0, 1)  # [Hkv, ctx, D]
-                vc = v_cache[c.block_table].view(-1, hkv, d)[:ctx].transpose(0, 1)
+                kc = k_cache.index_select(0, c.block_table).view(-1, hkv, d)[:ctx].transpose(0, 1)  # [Hkv, ctx, D]
+                vc = v_cache.index_select(0, c.block_table).view(-1, hkv, d)[:ctx].transpose(0, 1)
                 o = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=c.mask, enable_gqa=True)
             outs.append(o.transpose(0, 1).reshape(c.num_rows, self.num_heads * d))
         if len(outs) == 1:
@@ -167,7 +169,8 @@ class GatherSDPABackend(AttentionBackend):
         return out
 
 
-# name -> backend class; select_attention_backend picks one at start-up
+# Registered backends, most preferred first. A paged GPU kernel registers here with its
+# ``min_compute_capability``; ``gather_sdpa`` (no minimum) is the fallback everywhere.
 ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = {GatherSDPABackend.name: GatherSDPABackend}
 
 
@@ -181,16 +184,15 @@ def select_attention_backend(
 ) -> AttentionBackend:
     """Choose the attention implementation once, by device kind and compute capability.
 
-    CPU (and any CUDA device without a registered paged kernel) -> ``gather_sdpa``. A paged GPU
-    kernel registers itself in ATTENTION_BACKENDS and is returned here when ``device`` is CUDA and
-    ``torch.cuda.get_device_capability(device)`` meets its minimum.
+    ``name`` forces a registered backend. Otherwise CPU gets ``gather_sdpa``; a CUDA device gets the
+    first registered backend whose ``min_compute_capability`` it meets, else ``gather_sdpa``.
     """
     if name is None:
         name = GatherSDPABackend.name
         if device.type == "cuda":
-            major, _minor = torch.cuda.get_device_capability(device)
+            capability = torch.cuda.get_device_capability(device)
             for candidate, cls in ATTENTION_BACKENDS.items():
-                if getattr(cls, "min_compute_capability", None) and major >= cls.min_compute_capability:
+                if cls.min_compute_capability is not None and capability >= cls.min_compute_capability:
                     name = candidate
                     break
     if name not in ATTENTION_BACKENDS:

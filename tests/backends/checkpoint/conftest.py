@@ -183,14 +183,18 @@ class TinyModels:
 
 
 def llama_cpp_permute(weights: np.ndarray, n_head: int, n_head_kv: int | None) -> np.ndarray:
-    """Verbatim from llama.cpp's convert_hf_to_gguf.py (LlamaModel.permute)."""
+    """What llama.cpp's converter does to q/k rows, written as explicit row indices (an oracle independent
+    of the reshape in llama_layout): per head, HF's half-split rows [x0..x_{d/2-1} | y0..y_{d/2-1}] become
+    interleaved pairs [x0, y0, x1, y1, ...]."""
     if n_head_kv is not None and n_head != n_head_kv:
         n_head = n_head_kv
-    return (
-        weights.reshape(n_head, 2, weights.shape[0] // n_head // 2, *weights.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weights.shape)
-    )
+    head_dim = weights.shape[0] // n_head
+    half = head_dim // 2
+    order = []
+    for h in range(n_head):
+        for i in range(half):
+            order += [h * head_dim + i, h * head_dim + half + i]
+    return weights[np.array(order)]
 
 
 def _all_gguf_names(config: ModelConfig) -> list[str]:
