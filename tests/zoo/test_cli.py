@@ -27,8 +27,15 @@ def test_generate_chat_answers_paris():
 @pytest.mark.slow
 def test_generate_stop_string_cuts_the_stream():
     r = _zoo(
-        "generate", "--chat", "What is the capital of France?", "--max-tokens", "24", "--temperature", "0",
-        "--stop", "Paris",
+        "generate",
+        "--chat",
+        "What is the capital of France?",
+        "--max-tokens",
+        "24",
+        "--temperature",
+        "0",
+        "--stop",
+        "Paris",
     )
     assert r.returncode == 0, r.stderr
     assert "Paris" not in r.stdout
