@@ -131,6 +131,8 @@ class TorchModelRunner:
     def compute_logits(self, batch: SchedulerOutput) -> dict[str, torch.Tensor]:
         """Like execute without sampling: fp32 logits [len(spec_token_ids) + 1, V] per sampling request."""
         self._apply_block_moves(batch)
+        if not batch.requests:
+            return {}
         with torch.inference_mode():
             logits, slots = self._forward(batch.requests)
         return {s.request.req_id: logits[s.first_row : s.first_row + s.num_rows].clone() for s in slots}
@@ -147,6 +149,8 @@ class TorchModelRunner:
 
     def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[_SampleSlot]]:
         bs = self.block_size
+        if any(r.lora_id is not None for r in requests):
+            raise NotImplementedError("LoRA adapters are not supported by the torch runner yet")
         decodes = [r for r in requests if r.is_decode]
         chunks = [r for r in requests if not r.is_decode]
 
