@@ -3,24 +3,18 @@ a toy block allocator and step builders, and (slow) the transformers reference f
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import torch
 
-from backends.checkpoint import ModelConfig, default_model_path
+from backends.checkpoint import ModelConfig
 from backends.torch import TorchModelRunner, build_model, random_state_dict
 from controlplane.engine.batch import ScheduledRequest, SchedulerOutput
 from controlplane.engine.model_runner import KVCacheSpec
 from controlplane.engine.sampling_params import SamplingParams
-
-REPO = Path(__file__).resolve().parents[3]
-CACHE_DIR = REPO / ".cache"
 
 
 def tiny_config(**overrides: Any) -> ModelConfig:
@@ -167,64 +161,3 @@ def make_runner(model: Any, num_device_blocks: int = 64, num_host_blocks: int = 
     runner = TorchModelRunner(model, model.dtype)
     runner.initialize_kv_cache(KVCacheSpec(num_device_blocks, num_host_blocks, block_size))
     return runner
-
-
-# ---- the real model and its transformers reference (slow tests) -----------------------------
-
-
-def smollm2_gguf_path() -> Path:
-    path = Path(default_model_path())
-    if not path.exists():
-        pytest.skip(f"the default model is not installed ({path})")
-    return path
-
-
-def _load_hf_reference(gguf: Path):
-    """transformers' LlamaForCausalLM for the GGUF; the dequantized state dict is cached as safetensors."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from safetensors.torch import load_file, save_file
-    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
-
-    st = gguf.stat()
-    key = f"hf-{gguf.stem}-{st.st_size}-{int(st.st_mtime)}"
-    weights_path, config_path = CACHE_DIR / f"{key}.safetensors", CACHE_DIR / f"{key}.config.json"
-    if weights_path.exists() and config_path.exists():
-        config = LlamaConfig.from_dict(json.loads(config_path.read_text()))
-        with torch.device("meta"):
-            model = LlamaForCausalLM(config)
-        sd = load_file(str(weights_path))
-        if config.tie_word_embeddings:
-            sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
-        model.load_state_dict(sd, assign=True, strict=False)
-        model.tie_weights()
-        # non-persistent buffers (rotary inv_freq) are still on meta: rebuild that module on CPU
-        rotary_cls = type(model.model.rotary_emb)
-        model.model.rotary_emb = rotary_cls(config=config)
-        return model.float().eval()
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32)
-    model.eval()
-    sd = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items() if "rotary_emb" not in k}
-    if model.config.tie_word_embeddings:
-        sd.pop("lm_head.weight", None)
-    CACHE_DIR.mkdir(exist_ok=True)
-    save_file(sd, str(weights_path))
-    config_path.write_text(model.config.to_json_string())
-    return model
-
-
-@pytest.fixture(scope="session")
-def hf_reference():
-    return _load_hf_reference(smollm2_gguf_path())
-
-
-@pytest.fixture(scope="session")
-def smollm2_checkpoint():
-    from backends.checkpoint import load_checkpoint
-
-    return load_checkpoint(smollm2_gguf_path())
-
-
-@pytest.fixture(scope="session")
-def smollm2_model(smollm2_checkpoint):
-    """Our fp32 LlamaModel of SmolLM2, built once from the checkpoint (shared by runners)."""
-    return build_model(smollm2_checkpoint, "float32", progress=False)
