@@ -1,0 +1,51 @@
+"""What the HTTP gateway and the ZeroMQ client endpoint need from the control plane."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+
+
+class FrontendError(Exception):
+    """A request refused or failed; ``code`` maps to an HTTP status and an OpenAI error type."""
+
+    def __init__(self, code: ErrorCode, message: str, retry_after_s: float | None = None, param: str | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+        self.param = param
+
+
+class Frontend(Protocol):
+    """The control plane, as its front doors see it."""
+
+    @property
+    def model_names(self) -> list[str]:
+        """Models some live node serves (the first is the default)."""
+        ...
+
+    def generate(
+        self,
+        request_id: str,
+        *,
+        model: str | None,
+        prompt: str | None = None,
+        messages: list[ChatMessage] | None = None,
+        prompt_token_ids: list[int] | None = None,
+        sampling: Sampling,
+        traffic_class: str = "default",
+    ) -> AsyncIterator[TokenChunk]:
+        """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
+
+        Raises FrontendError before the first chunk for a refused request (bad parameter, unknown
+        model, prompt too long, overloaded, no node) and mid-stream when the serving node fails.
+        Closing the iterator early cancels the request on its node.
+        """
+        ...
+
+    def health(self) -> dict:
+        """{"status": "ok" | "degraded", "nodes": N, ...}"""
+        ...

@@ -1,0 +1,69 @@
+"""What a routing policy sees and answers. Sans-IO: policies are pure functions of a snapshot and a
+request (plus their own state), so the control plane and the fleet simulator run them unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One live node as the router sees it: static facts from its hello, load from its last report,
+    and the control plane's own fresher in-flight counts (requests routed but not yet reported)."""
+
+    node_id: str
+    gpu_type: str
+    cell: str
+    model: str
+    power_score: float
+    memory_bandwidth_gbps: float
+    peak_tflops: float
+    max_model_len: int
+    block_size: int
+    num_device_blocks: int
+    # from the last LoadReport
+    num_free_device_blocks: int
+    kv_usage: float
+    num_running: int
+    num_waiting: int
+    num_swapped: int
+    queued_prefill_tokens: int
+    decode_batch_size: int
+    prefill_tok_per_s: float  # 0 = not measured yet
+    decode_step_ms: float  # 0 = not measured yet
+    # the control plane's own counts
+    num_inflight: int  # routed here, not finished
+    inflight_prefill_tokens: int  # prompt tokens routed here that the last report cannot know about yet
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    now_s: float
+    nodes: tuple[NodeView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    request_id: str
+    model: str
+    num_prompt_tokens: int
+    max_tokens: int
+    block_hashes: tuple[int, ...]  # hash chain of the prompt's full blocks (prefix-cache keys)
+    traffic_class: str = "default"
+
+
+class Policy(Protocol):
+    """A routing policy, chosen by name at start-up (see controlplane/router/registry of policies)."""
+
+    name: str
+
+    def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
+        """The node to serve ``request``, or None when no node in the snapshot can."""
+        ...
+
+    def on_routed(self, request: RouteRequest, node_id: str) -> None:
+        """Called after the control plane sent ``request`` to ``node_id`` (policies with memory)."""
+        ...
+
+    def on_node_removed(self, node_id: str) -> None: ...

@@ -1,0 +1,88 @@
+"""Encode and decode wire messages (see transport/messages.py for the frame layout).
+
+``decode`` never raises anything but ``WireError``: a peer's garbage becomes an error code that
+the caller counts and, where a reply is possible, answers with an ``ErrorReply``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+
+from transport.messages import (
+    MAX_PAYLOAD_BYTES,
+    MAX_TENSOR_BYTES,
+    MESSAGE_TYPES,
+    PROTOCOL_VERSION,
+    TYPE_OF,
+    Envelope,
+    ErrorCode,
+    MsgType,
+)
+
+Frame = bytes | bytearray | memoryview
+
+
+class WireError(Exception):
+    """A message that cannot be accepted. ``request_id`` is filled when it could be read."""
+
+    def __init__(self, code: ErrorCode, message: str, request_id: str = "") -> None:
+        super().__init__(f"{code.value}: {message}")
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+
+class _Header(msgspec.Struct):
+    """Read first, so a wrong version is told apart from a malformed body."""
+
+    v: int = -1
+    request_id: str = ""
+
+
+_encoder = msgspec.msgpack.Encoder()
+_header_decoder = msgspec.msgpack.Decoder(_Header)
+_decoders = {t: msgspec.msgpack.Decoder(cls) for t, cls in MESSAGE_TYPES.items()}
+
+
+def encode(msg: Envelope, tensor_frames: Sequence[Frame] = ()) -> list[Frame]:
+    """[type byte, payload, *tensor frames]; tensor frames are passed through without a copy."""
+    try:
+        msg_type = TYPE_OF[type(msg)]
+    except KeyError:
+        raise TypeError(f"{type(msg).__name__} is not a wire message") from None
+    return [bytes((msg_type,)), _encoder.encode(msg), *tensor_frames]
+
+
+def decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
+    """Parse [type, payload, *tensors] into (message, tensor frames). Raises WireError."""
+    if len(frames) < 2:
+        raise WireError(ErrorCode.MALFORMED, f"expected at least 2 frames (type, payload), got {len(frames)}")
+    type_frame, payload = frames[0], frames[1]
+    if len(type_frame) != 1:
+        raise WireError(ErrorCode.MALFORMED, f"type frame must be 1 byte, got {len(type_frame)}")
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise WireError(ErrorCode.OVERSIZED, f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    tensor_frames = list(frames[2:])
+    if sum(len(f) for f in tensor_frames) > MAX_TENSOR_BYTES:
+        raise WireError(ErrorCode.OVERSIZED, f"tensor frames exceed {MAX_TENSOR_BYTES} bytes")
+    try:
+        header = _header_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise WireError(ErrorCode.MALFORMED, f"undecodable payload: {e}") from None
+    if header.v != PROTOCOL_VERSION:
+        raise WireError(
+            ErrorCode.WRONG_VERSION,
+            f"protocol version {header.v}, this peer speaks {PROTOCOL_VERSION}",
+            header.request_id,
+        )
+    try:
+        msg_type = MsgType(type_frame[0])
+    except ValueError:
+        raise WireError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {type_frame[0]}", header.request_id) from None
+    try:
+        msg = _decoders[msg_type].decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {e}", header.request_id) from None
+    return msg, tensor_frames

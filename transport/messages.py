@@ -1,0 +1,246 @@
+"""Every message that crosses a socket in Silicon Zoo: msgspec structs, one module, one version.
+
+Frames of one ZeroMQ message (after any ROUTER identity frames)::
+
+    [ type: 1 byte ][ payload: msgpack of the struct ][ tensor frame 0 ][ tensor frame 1 ] ...
+
+The payload of every struct starts with the envelope fields ``v`` (protocol version),
+``request_id`` and ``sent_ns`` (``time.monotonic_ns()`` of the sender at send time: CLOCK_MONOTONIC
+is one clock for every process of a host, so same-host hop latency is ``recv_ns - sent_ns``).
+Tensors never go inside the payload: a ``TensorRef`` names the extra frame that carries the raw bytes.
+
+Who sends what (socket roles are in transport/sockets.py)::
+
+    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk/ErrorReply/NodeLeave──► control plane (ROUTER)
+    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping──────────────────────  control plane
+    client ──ClientGenerate/CancelRequest/Ping──► control plane (ROUTER) ──TokenChunk/ErrorReply/Pong──► client
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+MAX_PAYLOAD_BYTES = 8 * 1024 * 1024  # a payload larger than this is rejected unread
+MAX_TENSOR_BYTES = 512 * 1024 * 1024
+
+
+class MsgType(enum.IntEnum):
+    """The one-byte type frame."""
+
+    NODE_HELLO = 1
+    WELCOME = 2
+    HEARTBEAT = 3
+    LOAD_REPORT = 4
+    NODE_LEAVE = 5
+    GENERATE = 10
+    TOKENS = 11
+    CANCEL = 12
+    ERROR = 13
+    CLIENT_GENERATE = 14
+    PING = 20
+    PONG = 21
+    KV_BLOCKS = 30
+
+
+class Envelope(msgspec.Struct, kw_only=True):
+    """Fields every message carries."""
+
+    v: int = PROTOCOL_VERSION
+    request_id: str = ""
+    sent_ns: int = 0
+
+
+class TensorRef(msgspec.Struct, frozen=True):
+    """A tensor carried zero-copy in extra frame ``frame_index`` (0 = first frame after the payload)."""
+
+    dtype: str  # numpy dtype name, e.g. "float32", "bfloat16" travels as "uint16" + a note in the owner message
+    shape: tuple[int, ...]
+    frame_index: int
+
+
+class ErrorCode(enum.StrEnum):
+    MALFORMED = "malformed"  # frames or payload could not be decoded
+    OVERSIZED = "oversized"
+    UNKNOWN_TYPE = "unknown_type"
+    WRONG_VERSION = "wrong_version"
+    INVALID_REQUEST = "invalid_request"  # well-formed, but a field is wrong (e.g. bad sampling parameter)
+    PROMPT_TOO_LONG = "prompt_too_long"
+    UNKNOWN_MODEL = "unknown_model"
+    OVERLOADED = "overloaded"  # admission control refused; retry_after_s says when to retry
+    NO_NODE = "no_node"  # no live node can serve the request
+    NODE_FAILED = "node_failed"  # the serving node died or left mid-request
+    CANCELLED = "cancelled"
+    INTERNAL = "internal"
+
+
+# --------------------------------------------------------------------------- node life cycle
+
+
+class HardwareInfo(msgspec.Struct, frozen=True):
+    """What a node's device can do. Figures are datasheet values on a GPU, measured on a CPU."""
+
+    device_name: str  # "NVIDIA H100 80GB HBM3", "cpu: AMD EPYC (2 threads)"
+    gpu_type: str  # short class name used for cells and labels: "H100", "A100-40GB", "L4", "cpu"
+    compute_capability: str | None  # "9.0"; None on a CPU
+    memory_gib: float
+    memory_bandwidth_gbps: float  # GB/s
+    peak_tflops: float  # dense bf16 (fp32 on a CPU)
+    source: str  # "gpu-table", "measured", "profile:<name>"
+
+
+class KVInfo(msgspec.Struct, frozen=True):
+    num_device_blocks: int
+    num_host_blocks: int
+    block_size: int
+    bytes_per_block: int
+
+
+class NodeHello(Envelope, kw_only=True):
+    """Agent → control plane on connect (and again after a restart): who I am, what I can do."""
+
+    node_id: str
+    model: str  # served model name, e.g. "SmolLM2-135M-Instruct"
+    backend: str  # "torch" | "jax" | "sim"
+    hardware: HardwareInfo
+    kv: KVInfo
+    max_model_len: int
+    power_score: float  # relative serving power (see controlplane/hardware.py); higher is stronger
+    cell: str = "default"
+    pid: int = 0
+
+
+class Welcome(Envelope, kw_only=True):
+    node_id: str
+    heartbeat_interval_s: float
+    report_interval_s: float
+
+
+class Heartbeat(Envelope, kw_only=True):
+    node_id: str
+
+
+class LoadReport(Envelope, kw_only=True):
+    """Agent → control plane, several times a second: the node's load and its measured speed."""
+
+    node_id: str
+    num_running: int
+    num_waiting: int
+    num_swapped: int
+    kv_usage: float  # 0..1 of device blocks in use
+    num_free_device_blocks: int
+    queued_prefill_tokens: int  # prompt tokens admitted or waiting whose KV is not computed yet
+    decode_batch_size: int  # requests in the decode phase
+    recent_step_ms: list[float]  # step times since the last report
+    prefill_tok_per_s: float  # measured, recent (0 until measured)
+    decode_step_ms: float  # measured mean time of a decode step at the current batch (0 until measured)
+    num_preemptions_total: int
+    num_requests_finished_total: int
+    prefix_cache_hit_rate: float  # 0..1 of looked-up prompt tokens found cached
+
+
+class NodeLeave(Envelope, kw_only=True):
+    node_id: str
+    reason: str
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class Sampling(msgspec.Struct, frozen=True, kw_only=True):
+    """SamplingParams on the wire (validated into SamplingParams by the receiver)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    max_tokens: int = 16
+    stop: list[str] = []
+    stop_token_ids: list[int] = []
+    ignore_eos: bool = False
+    logprobs: int | None = None
+
+
+class ChatMessage(msgspec.Struct, frozen=True):
+    role: str
+    content: str
+
+
+class ClientGenerate(Envelope, kw_only=True):
+    """Client → control plane: exactly one of ``prompt``, ``messages``, ``prompt_token_ids``."""
+
+    model: str | None = None  # None = the fleet's default model
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    prompt_token_ids: list[int] | None = None
+    sampling: Sampling = Sampling()
+    traffic_class: str = "default"  # picks the cell
+
+
+class GenerateRequest(Envelope, kw_only=True):
+    """Control plane → agent: tokenized, validated, routed."""
+
+    prompt_token_ids: list[int]
+    sampling: Sampling
+    arrival_ns: int  # when the control plane received it (queue wait starts here)
+    routed_ns: int  # when the router decided
+
+
+class TokenChunk(Envelope, kw_only=True):
+    """Agent → control plane → client: tokens and text since the last chunk of this request."""
+
+    token_ids: list[int]
+    text: str
+    finished: bool = False
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+    stop_reason: int | str | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    node_id: str = ""
+    logprobs: list[tuple[int, float, list[tuple[int, float]]]] | None = None  # (token, logprob, top)
+
+
+class CancelRequest(Envelope, kw_only=True):
+    pass
+
+
+class ErrorReply(Envelope, kw_only=True):
+    code: ErrorCode
+    message: str
+    retry_after_s: float | None = None
+
+
+class Ping(Envelope, kw_only=True):
+    payload: bytes = b""
+
+
+class Pong(Envelope, kw_only=True):
+    payload: bytes = b""
+    ping_sent_ns: int = 0
+
+
+class KVBlocks(Envelope, kw_only=True):
+    """KV blocks moving between nodes (the remote tier); one tensor frame per layer's K and V."""
+
+    block_hashes: list[int]
+    tensors: list[TensorRef]
+
+
+MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
+    MsgType.NODE_HELLO: NodeHello,
+    MsgType.WELCOME: Welcome,
+    MsgType.HEARTBEAT: Heartbeat,
+    MsgType.LOAD_REPORT: LoadReport,
+    MsgType.NODE_LEAVE: NodeLeave,
+    MsgType.GENERATE: GenerateRequest,
+    MsgType.TOKENS: TokenChunk,
+    MsgType.CANCEL: CancelRequest,
+    MsgType.ERROR: ErrorReply,
+    MsgType.CLIENT_GENERATE: ClientGenerate,
+    MsgType.PING: Ping,
+    MsgType.PONG: Pong,
+    MsgType.KV_BLOCKS: KVBlocks,
+}
+TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}
