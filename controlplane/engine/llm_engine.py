@@ -14,6 +14,7 @@ One request's life::
 from __future__ import annotations
 
 import itertools
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -27,6 +28,8 @@ from controlplane.engine.request import FinishReason, Request
 from controlplane.engine.sampling_params import SamplingParams
 from controlplane.engine.scheduler import Scheduler
 from controlplane.engine.scheduler_stats import SchedulerStats
+
+STEP_RECORDS_KEPT = 4096
 
 
 class EngineTokenizer(Protocol):
@@ -92,6 +95,17 @@ class RequestOutput:
     metrics: RequestMetrics | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One executed step, for rate estimates (prefill tok/s, decode step time) and load reports."""
+
+    end_time_s: float
+    step_time_s: float  # as measured (or predicted) by the runner
+    num_prefill_tokens: int  # tokens of chunks that did not sample (or sampled after > 1 token)
+    num_decode_requests: int  # requests that computed exactly one known token and sampled
+    num_batched_tokens: int
+
+
 @dataclass(slots=True)
 class _Tracked:
     request: Request
@@ -131,6 +145,7 @@ class LLMEngine:
         self._ids = itertools.count()
         self.num_steps = 0
         self.busy_time_s = 0.0  # summed runner step time
+        self._step_records: deque[StepRecord] = deque(maxlen=STEP_RECORDS_KEPT)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -195,6 +210,7 @@ class LLMEngine:
         self.busy_time_s += runner_output.step_time_s
         updates = self.scheduler.update_from_output(scheduler_output, runner_output)
         now = self.clock.now()
+        self._record_step(scheduler_output, runner_output.step_time_s, now)
         for scheduled in scheduler_output.requests:
             tracked = self._tracked.get(scheduled.req_id)
             if tracked is not None and tracked.metrics.first_scheduled_time_s is None:
@@ -206,6 +222,17 @@ class LLMEngine:
                 continue
             outputs.append(self._process_update(tracked, update, now))
         return outputs
+
+    def _record_step(self, batch, step_time_s: float, now: float) -> None:
+        num_decode = sum(1 for r in batch.requests if r.is_decode)
+        num_prefill = sum(len(r.token_ids) for r in batch.requests if not r.is_decode)
+        self._step_records.append(StepRecord(now, step_time_s, num_prefill, num_decode, batch.num_batched_tokens))
+
+    def take_step_records(self) -> list[StepRecord]:
+        """Steps executed since the last call (at most STEP_RECORDS_KEPT, oldest dropped)."""
+        records = list(self._step_records)
+        self._step_records.clear()
+        return records
 
     def _process_update(self, tracked: _Tracked, update, now: float) -> RequestOutput:
         metrics = tracked.metrics

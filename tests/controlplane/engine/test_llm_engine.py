@@ -164,3 +164,12 @@ def test_chat_prompt_uses_the_template():
     engine, _, _ = _engine(b"!")
     ids = engine.encode_chat([{"role": "user", "content": "yo"}])
     assert bytes(ids) == b"<user>yo<assistant>"
+
+
+def test_step_records_split_prefill_and_decode_work():
+    engine, _, _ = _engine(b"abcdef")
+    engine.generate(["hello"], SamplingParams(temperature=0, max_tokens=3))
+    records = engine.take_step_records()
+    assert [(r.num_prefill_tokens, r.num_decode_requests) for r in records] == [(5, 0), (0, 1), (0, 1)]
+    assert all(r.step_time_s == pytest.approx(0.01) for r in records)
+    assert engine.take_step_records() == []

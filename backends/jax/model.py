@@ -1,0 +1,339 @@
+"""A Llama-family decoder in JAX over a paged KV cache: weights as a Flax pytree, two jitted programs.
+
+The model is pure functions over ``LlamaParams`` (a ``flax.struct`` pytree). Per-layer weights are
+stacked on a leading layer axis and the decoder runs as one ``lax.scan``, so XLA compiles one layer
+body instead of ``num_layers`` copies (compile time is what bounds the bucket set). The KV array is
+part of the scan carry and updated by scatters, and the programs donate it, so XLA updates it in
+place instead of copying the cache every step.
+
+Weights keep the Hugging Face / torch layout ``[out, in]``, fused like the torch backend::
+
+    layers.qkv      [L, (H + 2*Hkv) * D, E]   rows: q heads | k heads | v heads
+    layers.gate_up  [L, 2 * I, E]             rows: gate | up
+    layers.o        [L, E, H * D]
+    layers.down     [L, E, I]
+    rope            [2, max_positions, D]     cos | sin, half-split (``rotate_half``) layout
+
+The two programs (shapes padded to buckets.py's buckets)::
+
+    decode_step(params, kv, token_ids [B], positions [B], slots [B], DecodeMeta)       -> logits [B, V], kv
+    chunk_step(params, kv, token_ids [T], positions [T], slots [T], ChunkMeta, rows [S]) -> logits [S, V], kv
+
+Logits are fp32 whatever the weight dtype.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+from jax import lax
+
+from backends.checkpoint.llama_layout import llama_tensor_shapes
+from backends.jax.attention import ChunkMeta, DecodeMeta, chunk_attention, decode_attention, write_kv
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+_PRECISION = lax.Precision.HIGHEST  # fp32 matmuls stay fp32 on GPUs too (parity with torch)
+
+
+def resolve_dtype(dtype: Any) -> np.dtype:
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+        return np.dtype(DTYPES[dtype])
+    return np.dtype(dtype)
+
+
+class Dims(NamedTuple):
+    """The static (hashable) part of the model: what the traced programs branch on."""
+
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+
+    @classmethod
+    def from_config(cls, config: Any) -> Dims:
+        return cls(
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+            config.intermediate_size,
+            float(config.rms_norm_eps),
+        )
+
+
+@struct.dataclass
+class LayerParams:
+    """Every leaf is stacked on a leading layer axis [L, ...]."""
+
+    input_norm: jax.Array  # [L, E]
+    qkv: jax.Array  # [L, (H + 2Hkv) * D, E]
+    o: jax.Array  # [L, E, H * D]
+    post_norm: jax.Array  # [L, E]
+    gate_up: jax.Array  # [L, 2I, E]
+    down: jax.Array  # [L, E, I]
+
+
+@struct.dataclass
+class LlamaParams:
+    embed: jax.Array  # [V, E]
+    layers: LayerParams
+    norm: jax.Array  # [E]
+    lm_head: jax.Array  # [V, E]; the embedding itself when tied
+    rope: jax.Array  # [2, P, D] in the compute dtype (as transformers casts cos/sin)
+
+
+# ---- rotary tables (numpy, matching backends/torch/model.py) --------------------------------------
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> np.ndarray:
+    """Inverse frequencies [D/2] fp32, computed as transformers' rope init functions do."""
+    exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponent)).astype(np.float32)
+    if not scaling:
+        return inv_freq
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type == "default":
+        return inv_freq
+    if rope_type == "linear":
+        return (inv_freq / np.float32(scaling["factor"])).astype(np.float32)
+    if rope_type == "llama3":
+        factor = float(scaling["factor"])
+        low_freq_factor = float(scaling["low_freq_factor"])
+        high_freq_factor = float(scaling["high_freq_factor"])
+        old_context_len = float(scaling["original_max_position_embeddings"])
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        # long wavelengths are divided by factor, short ones kept, the band between interpolated
+        inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+        is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+        return np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)
+    raise ValueError(f"unsupported rope_scaling type {rope_type!r}")
+
+
+def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None, max_positions: int) -> np.ndarray:
+    """cos/sin [2, max_positions, D] fp32; row p holds the angles of position p (half-split)."""
+    inv_freq = rope_inv_freq(head_dim, theta, scaling)
+    freqs = np.arange(max_positions, dtype=np.float32)[:, None] * inv_freq[None, :]  # [P, D/2]
+    emb = np.concatenate((freqs, freqs), axis=-1)  # [P, D]
+    return np.stack((np.cos(emb), np.sin(emb))).astype(np.float32)
+
+
+# ---- weights --------------------------------------------------------------------------------------
+
+_LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
+
+
+def _slot(buffers: dict[str, np.ndarray], dims: Dims, name: str) -> np.ndarray:
+    """The (slice of the) numpy buffer that HF tensor ``name`` fills."""
+    globals_ = {"model.embed_tokens.weight": "embed", "model.norm.weight": "norm", "lm_head.weight": "lm_head"}
+    if name in globals_:
+        return buffers[globals_[name]]
+    m = _LAYER.fullmatch(name)
+    if m is None:
+        raise KeyError(name)
+    i = int(m.group(1))
+    q = dims.num_heads * dims.head_dim
+    kv = dims.num_kv_heads * dims.head_dim
+    inter = dims.intermediate_size
+    slots = {
+        "self_attn.q_proj.weight": lambda: buffers["qkv"][i, :q],
+        "self_attn.k_proj.weight": lambda: buffers["qkv"][i, q : q + kv],
+        "self_attn.v_proj.weight": lambda: buffers["qkv"][i, q + kv :],
+        "self_attn.o_proj.weight": lambda: buffers["o"][i],
+        "mlp.gate_proj.weight": lambda: buffers["gate_up"][i, :inter],
+        "mlp.up_proj.weight": lambda: buffers["gate_up"][i, inter:],
+        "mlp.down_proj.weight": lambda: buffers["down"][i],
+        "input_layernorm.weight": lambda: buffers["input_norm"][i],
+        "post_attention_layernorm.weight": lambda: buffers["post_norm"][i],
+    }
+    if m.group(2) not in slots:
+        raise KeyError(name)
+    return slots[m.group(2)]()
+
+
+def random_tensors(config: Any, seed: int = 0, std: float = 0.02) -> dict[str, np.ndarray]:
+    """HF-named fp32 random weights (norm weights near 1) for tests without a checkpoint."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in llama_tensor_shapes(config).items():
+        if len(shape) == 1:
+            out[name] = (1.0 + 0.1 * rng.standard_normal(shape)).astype(np.float32)
+        else:
+            out[name] = (std * rng.standard_normal(shape)).astype(np.float32)
+    return out
+
+
+def load_params(config: Any, tensors: Iterable[tuple[str, Any]], dtype: Any, device: jax.Device) -> LlamaParams:
+    """Fill stacked numpy buffers from HF-named tensors (numpy, or anything ``np.asarray`` reads),
+    then place them on ``device``. Raises if a tensor is missing, unknown or misshapen.
+
+    ``lm_head.weight`` is ignored for a tied model; rotary ``inv_freq`` buffers are ignored.
+    """
+    dt = resolve_dtype(dtype)
+    dims = Dims.from_config(config)
+    n, e, v = config.num_hidden_layers, config.hidden_size, config.vocab_size
+    q_rows = (dims.num_heads + 2 * dims.num_kv_heads) * dims.head_dim
+    shapes = {
+        "embed": (v, e),
+        "norm": (e,),
+        "input_norm": (n, e),
+        "qkv": (n, q_rows, e),
+        "o": (n, e, dims.num_heads * dims.head_dim),
+        "post_norm": (n, e),
+        "gate_up": (n, 2 * dims.intermediate_size, e),
+        "down": (n, e, dims.intermediate_size),
+    }
+    if not config.tie_word_embeddings:
+        shapes["lm_head"] = (v, e)
+    buffers = {key: np.empty(shape, dtype=dt) for key, shape in shapes.items()}
+    missing = set(llama_tensor_shapes(config))
+    for name, value in tensors:
+        if name.endswith("rotary_emb.inv_freq") or (name == "lm_head.weight" and config.tie_word_embeddings):
+            continue
+        dst = _slot(buffers, dims, name)
+        src = np.asarray(value)
+        if src.shape != dst.shape:
+            raise ValueError(f"{name}: shape {src.shape} != expected {dst.shape}")
+        dst[...] = src
+        missing.discard(name)
+    if missing:
+        raise ValueError(f"checkpoint lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
+
+    def put(key: str) -> jax.Array:
+        return jax.device_put(buffers.pop(key), device)
+
+    embed = put("embed")
+    rope = rope_tables(dims.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings)
+    return LlamaParams(
+        embed=embed,
+        layers=LayerParams(
+            input_norm=put("input_norm"),
+            qkv=put("qkv"),
+            o=put("o"),
+            post_norm=put("post_norm"),
+            gate_up=put("gate_up"),
+            down=put("down"),
+        ),
+        norm=put("norm"),
+        lm_head=embed if config.tie_word_embeddings else put("lm_head"),
+        rope=jax.device_put(rope.astype(dt), device),
+    )
+
+
+# ---- the forward pass -----------------------------------------------------------------------------
+
+
+def _linear(x: jax.Array, w: jax.Array) -> jax.Array:
+    """x [T, in] @ w[out, in].T -> [T, out]."""
+    return lax.dot_general(x, w, (((1,), (1,)), ((), ())), precision=_PRECISION)
+
+
+def rms_norm(x: jax.Array, w: jax.Array, eps: float) -> jax.Array:
+    # statistics in fp32 whatever the weight dtype (as transformers does)
+    x32 = x.astype(jnp.float32)
+    x32 = x32 * lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
+    return w * x32.astype(x.dtype)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+    """x [T, n_heads, D]; cos/sin [T, 1, D]. Half-split (``rotate_half``) convention."""
+    half = x.shape[-1] // 2
+    rotated = jnp.concatenate((-x[..., half:], x[..., :half]), axis=-1)
+    return x * cos + rotated * sin
+
+
+Attend = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (q [T, H, D], kv, layer) -> [T, H * D]
+
+
+def _decoder(
+    params: LlamaParams,
+    kv: jax.Array,
+    token_ids: jax.Array,  # [T] int32
+    positions: jax.Array,  # [T] int32
+    slots: jax.Array,  # [T] int32 flat cache slots; out of range = do not write
+    attend: Attend,
+    dims: Dims,
+) -> tuple[jax.Array, jax.Array]:
+    """Hidden states [T, E] after the last layer (before the final norm), and the updated KV."""
+    t = token_ids.shape[0]
+    h, hkv, d, inter = dims.num_heads, dims.num_kv_heads, dims.head_dim, dims.intermediate_size
+    hidden = params.embed[token_ids]  # [T, E]
+    cos = params.rope[0, positions][:, None, :]  # [T, 1, D]
+    sin = params.rope[1, positions][:, None, :]
+
+    def layer_body(carry, xs):
+        hidden, kv = carry
+        lp, layer = xs
+        x = rms_norm(hidden, lp.input_norm, dims.rms_norm_eps)
+        qkv = _linear(x, lp.qkv)  # [T, (H + 2Hkv) * D]
+        qk = apply_rope(qkv[:, : (h + hkv) * d].reshape(t, h + hkv, d), cos, sin)  # q and k in one pass
+        q, k = qk[:, :h], qk[:, h:]  # [T, H, D], [T, Hkv, D]
+        v = qkv[:, (h + hkv) * d :].reshape(t, hkv, d)
+        kv = write_kv(kv, layer, slots, k, v)
+        hidden = hidden + _linear(attend(q, kv, layer), lp.o)
+        x = rms_norm(hidden, lp.post_norm, dims.rms_norm_eps)
+        gate_up = _linear(x, lp.gate_up)  # [T, 2I]
+        act = jax.nn.silu(gate_up[:, :inter]) * gate_up[:, inter:]
+        return (hidden + _linear(act, lp.down), kv), None
+
+    num_layers = params.layers.qkv.shape[0]
+    (hidden, kv), _ = lax.scan(layer_body, (hidden, kv), (params.layers, jnp.arange(num_layers)))
+    return hidden, kv
+
+
+def _head(params: LlamaParams, hidden: jax.Array, dims: Dims) -> jax.Array:
+    return _linear(rms_norm(hidden, params.norm, dims.rms_norm_eps), params.lm_head).astype(jnp.float32)
+
+
+@partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv",))
+def decode_step(
+    params: LlamaParams,
+    kv: jax.Array,
+    token_ids: jax.Array,  # [B]
+    positions: jax.Array,  # [B]
+    slots: jax.Array,  # [B]
+    meta: DecodeMeta,
+    *,
+    dims: Dims,
+) -> tuple[jax.Array, jax.Array]:
+    """One token per request on top of its cached context -> (fp32 logits [B, V], kv)."""
+
+    def attend(q, kv, layer):
+        return decode_attention(q, kv, layer, meta)
+
+    hidden, kv = _decoder(params, kv, token_ids, positions, slots, attend, dims)
+    return _head(params, hidden, dims), kv
+
+
+@partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv",))
+def chunk_step(
+    params: LlamaParams,
+    kv: jax.Array,
+    token_ids: jax.Array,  # [T]
+    positions: jax.Array,  # [T]
+    slots: jax.Array,  # [T]
+    meta: ChunkMeta,
+    logits_rows: jax.Array,  # [S] rows to project (the sampled ones)
+    *,
+    dims: Dims,
+) -> tuple[jax.Array, jax.Array]:
+    """Prefill / speculative chunks of several requests -> (fp32 logits [S, V], kv)."""
+
+    def attend(q, kv, layer):
+        return chunk_attention(q, kv, layer, meta)
+
+    hidden, kv = _decoder(params, kv, token_ids, positions, slots, attend, dims)
+    return _head(params, hidden[logits_rows], dims), kv
