@@ -101,8 +101,8 @@ class StepRecord:
 
     end_time_s: float
     step_time_s: float  # as measured (or predicted) by the runner
-    num_prefill_tokens: int  # tokens of chunks that did not sample (or sampled after > 1 token)
-    num_decode_requests: int  # requests that computed exactly one known token and sampled
+    num_prefill_tokens: int  # tokens of requests still computing their prompt (or recomputing after preemption)
+    num_decode_requests: int  # requests that computed one token after having generated at least one
     num_batched_tokens: int
 
 
@@ -224,8 +224,9 @@ class LLMEngine:
         return outputs
 
     def _record_step(self, batch, step_time_s: float, now: float) -> None:
-        num_decode = sum(1 for r in batch.requests if r.is_decode)
-        num_prefill = sum(len(r.token_ids) for r in batch.requests if not r.is_decode)
+        decode = [r.num_output_tokens > 0 and len(r.token_ids) == 1 for r in batch.requests]
+        num_decode = sum(decode)
+        num_prefill = sum(len(r.token_ids) for r, d in zip(batch.requests, decode) if not d)
         self._step_records.append(StepRecord(now, step_time_s, num_prefill, num_decode, batch.num_batched_tokens))
 
     def take_step_records(self) -> list[StepRecord]:
