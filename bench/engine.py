@@ -7,6 +7,7 @@ concurrent run arrive at t=0 (offline batch); TTFT therefore includes queueing b
 Definitions:
 - batch 1: prefill tok/s = prompt tokens / TTFT; decode tok/s = (output tokens - 1) / (e2e - TTFT).
 - concurrent: output tok/s = all output tokens / wall time of the run (prefills included);
+  decode-phase tok/s = tokens sampled in steps that held only decodes / the runner time of those steps;
   HF's static batch counts only the tokens each request asked for (padding and tokens generated after a
   request's own length are waste).
 - roofline: batch-1 decode must read every weight once per token: measured read bandwidth / weight bytes.
@@ -123,6 +124,7 @@ def _concurrent(engine, lengths: list[tuple[int, int]], seed_base: int) -> dict:
     from controlplane.engine.sampling_params import SamplingParams
 
     vocab = engine.tokenizer.vocab_size
+    engine.take_step_records()
     t0 = time.perf_counter()
     ids = [
         engine.add_request(
@@ -137,7 +139,14 @@ def _concurrent(engine, lengths: list[tuple[int, int]], seed_base: int) -> dict:
     tpot = [final[r].metrics.tpot_s * 1e3 for r in ids if final[r].metrics.tpot_s is not None]
     n_out = sum(final[r].num_output_tokens for r in ids)
     n_in = sum(final[r].num_prompt_tokens for r in ids)
+    records = engine.take_step_records()
+    decode_only = [r for r in records if r.num_prefill_tokens == 0]
+    decode_s = sum(r.step_time_s for r in decode_only)
     return {
+        "decode_phase_tok_per_s": sum(r.num_decode_requests for r in decode_only) / decode_s if decode_s else 0.0,
+        "decode_phase_mean_batch": (
+            sum(r.num_decode_requests for r in decode_only) / len(decode_only) if decode_only else 0.0
+        ),
         "requests": len(ids),
         "prompt_tokens": n_in,
         "output_tokens": n_out,
@@ -283,6 +292,9 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
         "concurrent16_vs_hf_static16": zoo["concurrent16"]["output_tok_per_s"] / hf["static16"]["output_tok_per_s"],
         "concurrent32_vs_hf_static16": zoo["concurrent32"]["output_tok_per_s"] / hf["static16"]["output_tok_per_s"],
         "concurrent32_vs_own_batch1": zoo["concurrent32"]["output_tok_per_s"] / zoo["batch1"]["decode_tok_per_s"],
+        "concurrent32_decode_phase_vs_own_batch1": (
+            zoo["concurrent32"]["decode_phase_tok_per_s"] / zoo["batch1"]["decode_tok_per_s"]
+        ),
         "swap_vs_recompute_speedup": zoo["swap_vs_recompute"]["speedup"],
     }
     report = {

@@ -1,0 +1,74 @@
+"""zoo.toml parsing for `zoo up`."""
+
+from __future__ import annotations
+
+import pytest
+
+from zoo.up_config import UpConfig, load_up_config
+
+
+def test_no_file_gives_two_default_agents():
+    cfg = load_up_config(None)
+    assert [a.node_id for a in cfg.agents] == ["torch-0", "torch-1"]
+    assert cfg.control == "tcp://127.0.0.1:5555"
+    assert cfg.base_url == "http://127.0.0.1:8000"
+
+
+def test_file_sections_become_flags(tmp_path):
+    p = tmp_path / "zoo.toml"
+    p.write_text(
+        """
+[controlplane]
+listen = "tcp://127.0.0.1:6000"
+http = "127.0.0.1:9000"
+policy = "least_requests"
+max_queue_global = 64
+
+[[agents]]
+node_id = "a"
+backend = "torch"
+num_device_blocks = 256
+gpu_profile = "L4"
+
+[[agents]]
+node_id = "b"
+"""
+    )
+    cfg = load_up_config(p)
+    assert cfg.controlplane_argv() == [
+        "controlplane", "--listen", "tcp://127.0.0.1:6000", "--http", "127.0.0.1:9000",
+        "--policy", "least_requests", "--max-queue-global", "64",
+    ]  # fmt: skip
+    assert cfg.agents[0].argv(cfg.control) == [
+        "agent", "--control", "tcp://127.0.0.1:6000", "--node-id", "a", "--backend", "torch",
+        "--num-device-blocks", "256", "--gpu-profile", "L4",
+    ]  # fmt: skip
+    assert cfg.agents[1].backend == "torch"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[controlplane\n", "invalid TOML"),
+        ("[agents]\nx = 1\n[[oops]]\n", "unknown sections"),
+        ("[[agents]]\nbackend = 'torch'\n", "needs a node_id"),
+        ("[[agents]]\nnode_id = 'a'\n[[agents]]\nnode_id = 'a'\n", "unique"),
+        ("[controlplane]\nlisten = 'ipc:///x'\n", "tcp://"),
+        ("[agents]\nnode_id = 'a'\n", "array of tables"),
+    ],
+)
+def test_bad_config_is_a_clear_error(tmp_path, text, match):
+    p = tmp_path / "zoo.toml"
+    p.write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_up_config(p)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.toml"):
+        load_up_config(tmp_path / "nope.toml")
+
+
+def test_http_must_be_host_port():
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        UpConfig(http="8000")

@@ -1,0 +1,180 @@
+"""`zoo up`: a local zoo — the control plane and its agents as supervised child processes.
+
+LocalZoo.start()  ─► control plane process ─► agent processes ─► wait until /health counts them all
+LocalZoo.supervise() restarts an agent that died (bounded restarts, backoff)
+LocalZoo.stop()   ─► SIGTERM agents, then the control plane; SIGKILL what is left after a grace period
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from zoo.up_config import UpConfig
+
+STOP_GRACE_S = 10.0
+MAX_RESTARTS = 5
+
+
+class ZooStartError(RuntimeError):
+    """A child died or the fleet did not become ready in time; the message carries its log tail."""
+
+
+@dataclass(slots=True)
+class _Child:
+    name: str
+    argv: list[str]
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    num_restarts: int = 0
+    restart_at_s: float = 0.0
+
+
+class LocalZoo:
+    def __init__(self, config: UpConfig, log_dir: Path, python: str = sys.executable) -> None:
+        self.config = config
+        self.log_dir = log_dir
+        self._python = python
+        self._controlplane = _Child("controlplane", config.controlplane_argv(), log_dir / "controlplane.log")
+        self._agents = [
+            _Child(a.node_id, a.argv(config.control), log_dir / f"agent-{a.node_id}.log") for a in config.agents
+        ]
+
+    def __enter__(self) -> LocalZoo:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # -- life cycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._spawn(self._controlplane)
+            for agent in self._agents:
+                self._spawn(agent)
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _spawn(self, child: _Child) -> None:
+        log = child.log_path.open("ab")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        child.proc = subprocess.Popen(
+            [self._python, "-m", "zoo", *child.argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+        )
+        log.close()
+
+    def health(self) -> dict | None:
+        try:
+            with urllib.request.urlopen(f"{self.config.base_url}/health", timeout=2) as r:
+                return json.loads(r.read())
+        except urllib.error.HTTPError as e:  # 503 while degraded still carries the JSON body
+            with contextlib.suppress(ValueError):
+                return json.loads(e.read())
+            return None
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self) -> dict:
+        """Block until every agent has joined; raise ZooStartError with the log tail of a child that died."""
+        deadline = time.monotonic() + self.config.ready_timeout_s
+        while time.monotonic() < deadline:
+            for child in (self._controlplane, *self._agents):
+                if child.proc is not None and child.proc.poll() is not None:
+                    raise ZooStartError(f"{child.name} exited with {child.proc.returncode}:\n{self.log_tail(child)}")
+            h = self.health()
+            if h is not None and h.get("nodes", 0) >= len(self._agents):
+                return h
+            time.sleep(0.2)
+        raise ZooStartError(f"the zoo was not ready after {self.config.ready_timeout_s:.0f} s; logs in {self.log_dir}")
+
+    def supervise(self) -> list[str]:
+        """Restart agents that died (bounded, with backoff); return the names restarted now."""
+        restarted = []
+        now = time.monotonic()
+        if self._controlplane.proc is not None and self._controlplane.proc.poll() is not None:
+            raise ZooStartError(f"the control plane exited:\n{self.log_tail(self._controlplane)}")
+        for child in self._agents:
+            if child.proc is None or child.proc.poll() is None:
+                continue
+            if child.num_restarts >= MAX_RESTARTS:
+                continue
+            if child.restart_at_s == 0.0:
+                child.restart_at_s = now + min(2.0**child.num_restarts, 30.0)
+            elif now >= child.restart_at_s:
+                child.num_restarts += 1
+                child.restart_at_s = 0.0
+                self._spawn(child)
+                restarted.append(child.name)
+        return restarted
+
+    def stop(self) -> None:
+        """Agents first (they send NodeLeave), then the control plane."""
+        for group in (self._agents, [self._controlplane]):
+            live = [c.proc for c in group if c.proc is not None and c.proc.poll() is None]
+            for p in live:
+                with contextlib.suppress(ProcessLookupError):
+                    p.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_GRACE_S
+            for p in live:
+                try:
+                    p.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+    def log_tail(self, child: _Child, num_lines: int = 20) -> str:
+        try:
+            return "\n".join(child.log_path.read_text(errors="replace").splitlines()[-num_lines:])
+        except OSError:
+            return "(no log)"
+
+    def describe(self) -> str:
+        cfg = self.config
+        lines = [
+            f"OpenAI API   {cfg.base_url}/v1",
+            f"metrics      {cfg.base_url}/metrics",
+            f"control      {cfg.control}",
+            f"agents       {', '.join(f'{a.node_id} ({a.backend})' for a in cfg.agents)}",
+            f"logs         {self.log_dir}",
+        ]
+        return "\n".join(lines)
+
+
+def run_up(config: UpConfig, log_dir: Path) -> int:
+    """`zoo up`: start, print the endpoints, supervise until Ctrl-C / SIGTERM, stop cleanly."""
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    zoo = LocalZoo(config, log_dir)
+    print(f"starting a local zoo: control plane + {len(config.agents)} agents ...", flush=True)
+    try:
+        zoo.start()
+        print("ready.\n" + zoo.describe(), flush=True)
+        while True:
+            for name in zoo.supervise():
+                print(f"restarted agent {name}", flush=True)
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        print("\nshutting down ...", flush=True)
+        return 0
+    except ZooStartError as e:
+        print(f"zoo: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        zoo.stop()

@@ -1,0 +1,106 @@
+"""`zoo up` configuration: a control plane and its local agents, from zoo.toml and flags."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_CONTROL = "tcp://127.0.0.1:5555"
+DEFAULT_HTTP = "127.0.0.1:8000"
+
+
+@dataclass(slots=True)
+class AgentSpec:
+    """One agent process. ``options`` become `zoo agent` flags (``num_device_blocks`` → ``--num-device-blocks``)."""
+
+    node_id: str
+    backend: str = "torch"
+    options: dict[str, str | int | float | bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.node_id:
+            raise ValueError("agents: every agent needs a non-empty node_id")
+
+    def argv(self, control: str) -> list[str]:
+        args = ["agent", "--control", control, "--node-id", self.node_id, "--backend", self.backend]
+        return args + _flags(self.options)
+
+
+@dataclass(slots=True)
+class UpConfig:
+    control: str = DEFAULT_CONTROL
+    http: str = DEFAULT_HTTP
+    policy: str = "hardware_aware"
+    controlplane_options: dict[str, str | int | float | bool] = field(default_factory=dict)
+    agents: list[AgentSpec] = field(default_factory=list)
+    ready_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if not self.control.startswith("tcp://"):
+            raise ValueError(f"control must be a tcp:// endpoint, got {self.control!r}")
+        host, _, port = self.http.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"http must be HOST:PORT, got {self.http!r}")
+        ids = [a.node_id for a in self.agents]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"agents: node ids must be unique, got {ids}")
+        if self.ready_timeout_s <= 0:
+            raise ValueError("ready_timeout_s must be > 0")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.http}"
+
+    def controlplane_argv(self) -> list[str]:
+        args = ["controlplane", "--listen", self.control, "--http", self.http, "--policy", self.policy]
+        return args + _flags(self.controlplane_options)
+
+
+def default_agents() -> list[AgentSpec]:
+    """Two CPU agents serving the embedded default model."""
+    return [AgentSpec("torch-0", "torch"), AgentSpec("torch-1", "torch")]
+
+
+def load_up_config(path: Path | None) -> UpConfig:
+    """Read zoo.toml (sections [controlplane] and [[agents]]); no file → the defaults."""
+    if path is None:
+        return UpConfig(agents=default_agents())
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from None
+    cp = dict(data.get("controlplane", {}))
+    unknown = set(data) - {"controlplane", "agents"}
+    if unknown:
+        raise ValueError(f"{path}: unknown sections {sorted(unknown)} (expected [controlplane], [[agents]])")
+    raw_agents = data.get("agents", [])
+    if not isinstance(raw_agents, list) or not all(isinstance(a, dict) for a in raw_agents):
+        raise ValueError(f"{path}: agents must be an array of tables ([[agents]])")
+    agents = []
+    for i, raw in enumerate(raw_agents):
+        raw = dict(raw)
+        if "node_id" not in raw:
+            raise ValueError(f"{path}: agents[{i}] needs a node_id")
+        agents.append(AgentSpec(str(raw.pop("node_id")), str(raw.pop("backend", "torch")), raw))
+    return UpConfig(
+        control=str(cp.pop("listen", DEFAULT_CONTROL)),
+        http=str(cp.pop("http", DEFAULT_HTTP)),
+        policy=str(cp.pop("policy", "hardware_aware")),
+        ready_timeout_s=float(cp.pop("ready_timeout_s", 180.0)),
+        controlplane_options=cp,
+        agents=agents or default_agents(),
+    )
+
+
+def _flags(options: dict[str, str | int | float | bool]) -> list[str]:
+    out: list[str] = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not False and value is not None:
+            out += [flag, str(value)]
+    return out
