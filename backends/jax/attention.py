@@ -27,7 +27,7 @@ Two layouts of a step's rows, each its own jitted program (model.py):
 
 G = H / Hkv query heads share a KV head (query head h reads KV head h // G). Masked scores are a
 large finite negative, so a fully padded row yields finite garbage instead of NaN; padded rows are
-never sampled, and their K/V writes go to an out-of-range slot that the scatter drops.
+never sampled, and their K/V writes go to the cache's scratch block (kv_cache.py).
 """
 
 from __future__ import annotations
@@ -61,11 +61,12 @@ class ChunkMeta:
 
 
 def write_kv(kv: jax.Array, layer: jax.Array, slots: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
-    """Scatter k, v [T, Hkv, D] into layer ``layer`` at flat slots [T]; out-of-range slots are dropped."""
+    """Scatter k, v [T, Hkv, D] into layer ``layer`` at flat slots [T] (all in range: padded rows
+    point at the scratch block; see kv_cache.py for why nothing is dropped)."""
     num_layers, _, num_blocks, block_size, hkv, d = kv.shape
     flat = kv.reshape(num_layers, 2, num_blocks * block_size, hkv, d)
-    flat = flat.at[layer, 0, slots].set(k.astype(kv.dtype), mode="drop")
-    flat = flat.at[layer, 1, slots].set(v.astype(kv.dtype), mode="drop")
+    flat = flat.at[layer, 0, slots].set(k.astype(kv.dtype), mode="promise_in_bounds")
+    flat = flat.at[layer, 1, slots].set(v.astype(kv.dtype), mode="promise_in_bounds")
     return flat.reshape(kv.shape)
 
 

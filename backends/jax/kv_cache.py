@@ -3,8 +3,12 @@
 The same layout as the torch backend, one stacked array per tier, so a block move is one gather
 and one scatter across all layers::
 
-    device_kv  [num_layers, 2, num_device_blocks, block_size, Hkv, D]   jax.Array  (axis 1: 0 = K, 1 = V)
-    host_kv    [num_layers, 2, num_host_blocks,   block_size, Hkv, D]   np.ndarray in host RAM
+    device_kv  [num_layers, 2, num_device_blocks + 1, block_size, Hkv, D]   jax.Array  (axis 1: 0 = K, 1 = V)
+    host_kv    [num_layers, 2, num_host_blocks,       block_size, Hkv, D]   np.ndarray in host RAM
+
+The extra last device block is scratch: padded rows and padded block moves write there, so every
+scatter index is in range. (An out-of-range index dropped by ``mode="drop"`` makes XLA lower a
+one-row scatter to a select over the whole array, i.e. a copy of the cache per layer.)
 
 The jitted step programs take ``device_kv`` donated and hand back the updated array, which the
 runner stores here again (``device_kv`` is replaced, never written in place from Python). The
@@ -12,8 +16,8 @@ block manager owns which ids are free; this class only moves bytes. Arrays start
 gathers read block 0, and masked-out NaN garbage would still poison ``softmax @ V``.
 
 Block moves pad their id lists to a power of two (padded sources read block 0, padded
-destinations are out of range and dropped by the scatter), so moving n blocks compiles at most one
-program per power of two.
+destinations are the scratch block), so moving n blocks compiles at most one program per power of
+two.
 """
 
 from __future__ import annotations
@@ -34,12 +38,12 @@ def _gather_blocks(kv: jax.Array, ids: jax.Array) -> jax.Array:
 
 @partial(jax.jit, donate_argnums=0)
 def _scatter_blocks(kv: jax.Array, ids: jax.Array, blocks: jax.Array) -> jax.Array:
-    return kv.at[:, :, ids].set(blocks, mode="drop")
+    return kv.at[:, :, ids].set(blocks, mode="promise_in_bounds")
 
 
 @partial(jax.jit, donate_argnums=0)
 def _copy_blocks(kv: jax.Array, src: jax.Array, dst: jax.Array) -> jax.Array:
-    return kv.at[:, :, dst].set(kv[:, :, src], mode="drop")  # every source read before any write
+    return kv.at[:, :, dst].set(kv[:, :, src], mode="promise_in_bounds")  # every source read before any write
 
 
 def _padded(ids: tuple[int, ...], fill: int) -> np.ndarray:
@@ -62,23 +66,32 @@ class PagedKVCache:
     ) -> None:
         self.block_size = block_size
         self.device = device
-        shape = (num_layers, 2, num_device_blocks, block_size, num_kv_heads, head_dim)
-        self.device_kv: jax.Array = jax.device_put(jnp.zeros(shape, dtype=dtype), device)
+        shape = (num_layers, 2, num_device_blocks + 1, block_size, num_kv_heads, head_dim)
+        self.device_kv: jax.Array = jnp.zeros(shape, dtype=dtype, device=device)
         host_shape = (num_layers, 2, num_host_blocks, block_size, num_kv_heads, head_dim)
         self.host_kv = np.zeros(host_shape, dtype=dtype)
 
     @property
     def num_device_blocks(self) -> int:
-        return self.device_kv.shape[2]
+        return self.device_kv.shape[2] - 1
 
     @property
     def num_host_blocks(self) -> int:
         return self.host_kv.shape[2]
 
     @property
-    def num_slots(self) -> int:
-        """Flat device slots; a slot id >= this is out of range (the step programs drop its write)."""
-        return self.num_device_blocks * self.block_size
+    def scratch_block(self) -> int:
+        return self.num_device_blocks
+
+    @property
+    def scratch_slot(self) -> int:
+        """A flat slot of the scratch block: where padded rows write their K/V."""
+        return self.scratch_block * self.block_size
+
+    def layer(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """(K, V) of layer i, [num_device_blocks, block_size, Hkv, D] each, copied to host (tests)."""
+        kv = np.asarray(self.device_kv[i, :, : self.num_device_blocks])
+        return kv[0], kv[1]
 
     def swap_out(self, pairs: list[tuple[int, int]]) -> None:
         """(device block, host block) pairs: device -> host."""
@@ -95,11 +108,11 @@ class PagedKVCache:
         src, dst = zip(*pairs)
         src_ids = _padded(src, 0)
         blocks = jax.device_put(self.host_kv[:, :, src_ids], self.device)
-        self.device_kv = _scatter_blocks(self.device_kv, _padded(dst, self.num_device_blocks), blocks)
+        self.device_kv = _scatter_blocks(self.device_kv, _padded(dst, self.scratch_block), blocks)
 
     def copy(self, pairs: list[tuple[int, int]]) -> None:
         """(device block, device block) pairs: all sources are read before any destination is written."""
         if not pairs:
             return
         src, dst = zip(*pairs)
-        self.device_kv = _copy_blocks(self.device_kv, _padded(src, 0), _padded(dst, self.num_device_blocks))
+        self.device_kv = _copy_blocks(self.device_kv, _padded(src, 0), _padded(dst, self.scratch_block))

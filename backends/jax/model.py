@@ -263,7 +263,7 @@ def _decoder(
     kv: jax.Array,
     token_ids: jax.Array,  # [T] int32
     positions: jax.Array,  # [T] int32
-    slots: jax.Array,  # [T] int32 flat cache slots; out of range = do not write
+    slots: jax.Array,  # [T] int32 flat cache slots (padded rows: the scratch block)
     attend: Attend,
     dims: Dims,
 ) -> tuple[jax.Array, jax.Array]:

@@ -65,7 +65,7 @@ def test_bad_config_is_a_clear_error(tmp_path, text, match):
 
 
 def test_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="nope.toml"):
+    with pytest.raises(FileNotFoundError, match=r"nope\.toml"):
         load_up_config(tmp_path / "nope.toml")
 
 
