@@ -1,0 +1,269 @@
+"""The OpenAI-compatible HTTP gateway: a Starlette app in front of a Frontend (the control plane).
+
+    POST /v1/completions          stream=false → one JSON object; stream=true → SSE, then [DONE]
+    POST /v1/chat/completions     (same)
+    GET  /v1/models               the frontend's model_names as OpenAI's list
+    GET  /v1/models/{model}       one of them, or 404 model_not_found
+    GET  /health                  frontend.health(): 200 when status is "ok", else 503
+    GET  /metrics                 the metrics_app given to create_app, if any
+
+A generation request: read the body (capped) → parse it (any bad input: 400) → frontend.generate →
+wait for the first chunk, so a refusal still gets its own status (404, 429 + Retry-After, 503 …) →
+reply. After the first SSE event a failure is sent as an error event. A client that disconnects at
+any point closes the frontend's iterator, which cancels the request upstream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import anyio
+import msgspec
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from controlplane.frontend import Frontend, FrontendError
+from controlplane.gateway.errors import error_response, http_error_response
+from controlplane.gateway.openai_schema import GenerateArgs, Reply, parse_chat, parse_completion
+from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
+from transport.messages import ErrorCode, TokenChunk
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    default_completion_max_tokens: int = 16  # OpenAI's default for /v1/completions
+    default_chat_max_tokens: int = 512  # OpenAI's is "up to the context"; the engine needs a number
+    max_body_bytes: int = 8 * 1024 * 1024  # a larger request body is refused with 413
+    owned_by: str = "silicon-zoo"
+
+    def __post_init__(self) -> None:
+        for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+def create_app(
+    frontend: Frontend, *, metrics_app: ASGIApp | None = None, config: GatewayConfig | None = None
+) -> Starlette:
+    """The gateway's ASGI app; serve it with e.g. ``uvicorn.Server(uvicorn.Config(app, ...))``."""
+    gateway = Gateway(frontend, config or GatewayConfig())
+    routes = [
+        Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
+        Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
+        Route("/v1/models", gateway.handle_models, methods=["GET"]),
+        Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
+        Route("/health", gateway.handle_health, methods=["GET"]),
+    ]
+    if metrics_app is not None:
+        routes.append(Route("/metrics", _ExactPathApp(metrics_app)))
+    return Starlette(routes=routes, exception_handlers={HTTPException: _handle_http_exception})
+
+
+class Gateway:
+    """The route handlers; holds no per-request state."""
+
+    def __init__(self, frontend: Frontend, config: GatewayConfig) -> None:
+        self.frontend = frontend
+        self.config = config
+        self.created_s = int(time.time())
+
+    async def handle_completions(self, request: Request) -> Response:
+        return await self._handle_generate(request, chat=False)
+
+    async def handle_chat_completions(self, request: Request) -> Response:
+        return await self._handle_generate(request, chat=True)
+
+    async def handle_models(self, request: Request) -> Response:
+        data = [self._model_object(name) for name in self.frontend.model_names]
+        return _json({"object": "list", "data": data})
+
+    async def handle_model(self, request: Request) -> Response:
+        name = request.path_params["model"]
+        if name not in self.frontend.model_names:
+            return error_response(_unknown_model(name))
+        return _json(self._model_object(name))
+
+    async def handle_health(self, request: Request) -> Response:
+        try:
+            health = self.frontend.health()
+        except Exception:
+            log.exception("gateway: frontend.health() failed")
+            health = {"status": "error"}
+        return _json(health, status=200 if health.get("status") == "ok" else 503)
+
+    def _model_object(self, name: str) -> dict:
+        return {"id": name, "object": "model", "created": self.created_s, "owned_by": self.config.owned_by}
+
+    async def _handle_generate(self, request: Request, *, chat: bool) -> Response:
+        try:
+            body = await self._read_body(request)
+            if chat:
+                args = parse_chat(body, default_max_tokens=self.config.default_chat_max_tokens)
+            else:
+                args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
+            return await self._generate(request, args, chat=chat)
+        except FrontendError as err:
+            return error_response(err)
+        except (_ClientGone, ClientDisconnect):
+            return Response(status_code=499)  # nobody is left to read it
+        except Exception:
+            log.exception("gateway: unexpected error serving %s", request.url.path)
+            return error_response(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
+
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.config.max_body_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _too_large(limit)
+        body = bytearray()
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise _too_large(limit)
+        return bytes(body)
+
+    async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool) -> Response:
+        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        model_names = self.frontend.model_names
+        model = args.model or (model_names[0] if model_names else "")
+        reply = Reply(
+            chat=chat, request_id=request_id, model=model, created=int(time.time()), include_usage=args.include_usage
+        )
+        headers = {"x-request-id": request_id}
+        chunks = self.frontend.generate(
+            request_id,
+            model=args.model,
+            prompt=args.prompt,
+            messages=args.messages,
+            prompt_token_ids=args.prompt_token_ids,
+            sampling=args.sampling,
+        )
+        handed_over = False
+        try:
+            if not args.stream:
+                await _until_disconnect(request, _collect(chunks, reply))
+                return _json(reply.full_object(), headers=headers)
+            first = await _until_disconnect(request, _next_chunk(chunks))
+            handed_over = True
+            return EventStreamResponse(_events(chunks, first, reply), on_close=lambda: _close(chunks), headers=headers)
+        finally:
+            if not handed_over:
+                await _close(chunks)
+
+
+async def _events(chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: Reply) -> AsyncGenerator[bytes, None]:
+    try:
+        for obj in reply.first_objects():
+            yield data_event(obj)
+        chunk = first
+        while True:
+            for obj in reply.chunk_objects(chunk):
+                yield data_event(obj)
+            if chunk.finished:
+                break
+            chunk = await _next_chunk(chunks)
+        if reply.include_usage:
+            yield data_event(reply.usage_object())
+    except FrontendError as err:
+        yield error_event(err)
+    except Exception:
+        log.exception("gateway: unexpected error while streaming %s", reply.base["id"])
+        yield error_event(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
+    yield DONE_EVENT
+
+
+async def _collect(chunks: AsyncIterator[TokenChunk], reply: Reply) -> None:
+    while True:
+        chunk = await _next_chunk(chunks)
+        reply.add(chunk)
+        if chunk.finished:
+            return
+
+
+async def _next_chunk(chunks: AsyncIterator[TokenChunk]) -> TokenChunk:
+    try:
+        return await anext(chunks)
+    except StopAsyncIteration:
+        raise FrontendError(ErrorCode.NODE_FAILED, "The generation stream ended before the request finished") from None
+
+
+async def _close(chunks: AsyncIterator[TokenChunk]) -> None:
+    """Close the frontend's iterator (cancelling the request upstream unless it finished); shielded."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is None:
+        return
+    with anyio.CancelScope(shield=True):
+        try:
+            await aclose()
+        except Exception:
+            log.exception("gateway: closing a generation stream failed")
+
+
+class _ClientGone(Exception):
+    """The client disconnected before its reply was ready."""
+
+
+async def _until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
+    """Await ``awaitable``; if the client disconnects first, cancel it and raise _ClientGone.
+
+    Only after the body has been read: from then on ``receive()`` returns nothing but the disconnect.
+    """
+    finished, result, error = False, None, None
+    async with anyio.create_task_group() as tg:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(watch)
+        try:
+            result = await awaitable
+            finished = True
+        except Exception as exc:  # raised outside the task group, so it is not wrapped in a group
+            error = exc
+        tg.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    if not finished:
+        raise _ClientGone
+    return result
+
+
+class _ExactPathApp:
+    """An ASGI app for Route, which serves it at exactly its path (Mount would redirect /metrics → /metrics/)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+async def _handle_http_exception(request: Request, exc: HTTPException) -> Response:
+    return http_error_response(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
+
+
+def _json(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(msgspec.json.encode(obj), status_code=status, headers=headers, media_type="application/json")
+
+
+def _unknown_model(name: str) -> FrontendError:
+    return FrontendError(ErrorCode.UNKNOWN_MODEL, f"The model '{name}' does not exist", param="model")
+
+
+def _too_large(limit: int) -> FrontendError:
+    return FrontendError(ErrorCode.OVERSIZED, f"The request body is larger than {limit} bytes")

@@ -1,0 +1,365 @@
+"""The OpenAI request bodies the gateway accepts, decoded strictly into what Frontend.generate takes.
+
+Types are strict (``"2"`` is not an int, ``true`` is not a number), unknown fields are ignored as
+OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendError whose ``param``
+names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
+Fields that would change the output and that the engine cannot honour (n > 1, penalties, logit
+bias, tools, echo, JSON mode) are refused rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import msgspec
+
+from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
+from controlplane.frontend import FrontendError
+from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+
+MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
+CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    include_usage: bool | None = None
+
+
+class ContentPart(msgspec.Struct, kw_only=True):
+    type: str
+    text: str | None = None
+
+
+class ChatMessageIn(msgspec.Struct, kw_only=True):
+    role: str
+    content: str | list[ContentPart] | None = None
+
+
+class ResponseFormat(msgspec.Struct, kw_only=True):
+    type: str
+
+
+class _CommonRequest(msgspec.Struct, kw_only=True):
+    """Fields /v1/completions and /v1/chat/completions share."""
+
+    model: str | None = None  # None: the fleet's default model
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # extension (as in vLLM)
+    stop: str | list[str] | None = None
+    stop_token_ids: list[int] | None = None  # extension
+    ignore_eos: bool | None = None  # extension
+    seed: int | None = None
+    n: int | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None  # accepted and ignored
+
+
+class CompletionRequest(_CommonRequest, kw_only=True):
+    # a string, a list of one string, a list of token ids, or a list of one list of token ids
+    prompt: str | list[str | int | list[int]]
+    logprobs: int | None = None
+    echo: bool | None = None
+    best_of: int | None = None
+    suffix: str | None = None
+
+
+class ChatCompletionRequest(_CommonRequest, kw_only=True):
+    messages: list[ChatMessageIn]
+    max_completion_tokens: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[dict] | None = None
+    response_format: ResponseFormat | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GenerateArgs:
+    """One parsed request: exactly one of prompt / messages / prompt_token_ids is set."""
+
+    model: str | None
+    sampling: Sampling
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    prompt_token_ids: list[int] | None = None
+    stream: bool = False
+    include_usage: bool = False
+
+
+_COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
+_CHAT_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
+_AT_PATH = re.compile(r" - at `\$\.?([^`]*)`")
+_MISSING_FIELD = re.compile(r"missing required field `([^`]+)`")
+
+
+def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
+    req = _decode(_COMPLETION_DECODER, body)
+    if req.echo:
+        raise _invalid("echo", "echo=true is not supported")
+    if req.best_of not in (None, 1):
+        raise _invalid("best_of", f"only best_of=1 is supported, got {req.best_of}")
+    if req.suffix:
+        raise _invalid("suffix", "suffix is not supported")
+    if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
+        raise _invalid("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {req.logprobs}")
+    prompt, prompt_token_ids = _prompt_of(req.prompt)
+    max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
+    sampling = _sampling_of(req, max_tokens=max_tokens, max_tokens_param="max_tokens", logprobs=req.logprobs)
+    return GenerateArgs(
+        model=req.model,
+        sampling=sampling,
+        prompt=prompt,
+        prompt_token_ids=prompt_token_ids,
+        stream=bool(req.stream),
+        include_usage=_include_usage(req),
+    )
+
+
+def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
+    req = _decode(_CHAT_DECODER, body)
+    if not req.messages:
+        raise _invalid("messages", "must be a non-empty list of messages")
+    if req.tools:
+        raise _invalid("tools", "tool calling is not supported")
+    if req.response_format is not None and req.response_format.type != "text":
+        raise _invalid("response_format", f"only type 'text' is supported, got {req.response_format.type!r}")
+    if req.top_logprobs is not None and not req.logprobs:
+        raise _invalid("top_logprobs", "requires logprobs=true")
+    messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
+    if req.max_completion_tokens is not None:
+        max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
+    else:
+        max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
+        max_tokens_param = "max_tokens"
+    logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    sampling = _sampling_of(req, max_tokens=max_tokens, max_tokens_param=max_tokens_param, logprobs=logprobs)
+    return GenerateArgs(
+        model=req.model,
+        sampling=sampling,
+        messages=messages,
+        stream=bool(req.stream),
+        include_usage=_include_usage(req),
+    )
+
+
+def _decode(decoder: msgspec.json.Decoder, body: bytes):
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        at = _AT_PATH.search(message)
+        missing = _MISSING_FIELD.search(message)
+        path = at.group(1) if at else ""
+        if missing:
+            path = f"{path}.{missing.group(1)}" if path else missing.group(1)
+        if message.startswith("Expected `object`") and not at:
+            message = "The request body must be a JSON object"
+        raise FrontendError(ErrorCode.INVALID_REQUEST, f"Invalid request: {message}", param=path or None) from None
+    except msgspec.DecodeError as exc:
+        raise FrontendError(ErrorCode.MALFORMED, f"We could not parse the JSON body of your request ({exc})") from None
+
+
+def _invalid(param: str, message: str) -> FrontendError:
+    return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
+
+
+def _include_usage(req: _CommonRequest) -> bool:
+    return bool(req.stream and req.stream_options is not None and req.stream_options.include_usage)
+
+
+def _prompt_of(prompt: str | list[str | int | list[int]]) -> tuple[str | None, list[int] | None]:
+    """(prompt text, None) or (None, prompt token ids)."""
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        if not prompt:
+            raise _invalid("prompt", "must not be empty")
+        return prompt, None
+    if not prompt:
+        raise _invalid("prompt", "must not be empty")
+    if not all(isinstance(t, int) for t in prompt):
+        raise _invalid("prompt", "a list prompt must be one string or token ids; batched prompts are not supported")
+    if any(t < 0 for t in prompt):
+        raise _invalid("prompt", "token ids must be >= 0")
+    return None, list(prompt)
+
+
+def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
+    role = CHAT_ROLES.get(message.role)
+    if role is None:
+        raise _invalid(f"messages[{index}].role", f"must be one of {sorted(CHAT_ROLES)}, got {message.role!r}")
+    content = message.content
+    if content is None:
+        return ChatMessage(role=role, content="")
+    if isinstance(content, str):
+        return ChatMessage(role=role, content=content)
+    texts = []
+    for part in content:
+        if part.type != "text" or part.text is None:
+            raise _invalid(f"messages[{index}].content", f"only text content parts are supported, got {part.type!r}")
+        texts.append(part.text)
+    return ChatMessage(role=role, content="\n".join(texts))
+
+
+def _sampling_of(req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None) -> Sampling:
+    if req.n not in (None, 1):
+        raise _invalid("n", f"only n=1 is supported, got {req.n}")
+    for name in ("presence_penalty", "frequency_penalty"):
+        if getattr(req, name):
+            raise _invalid(name, "penalties are not supported (only 0)")
+    if req.logit_bias:
+        raise _invalid("logit_bias", "logit_bias is not supported")
+    try:
+        params = SamplingParams(
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=req.top_k or 0,
+            seed=req.seed,
+            max_tokens=max_tokens,
+            stop=req.stop or (),
+            stop_token_ids=req.stop_token_ids or (),
+            ignore_eos=bool(req.ignore_eos),
+            logprobs=logprobs,
+        )
+    except SamplingParamsError as exc:
+        param = {"max_tokens": max_tokens_param}.get(exc.field, exc.field)
+        if param == "logprobs" and isinstance(req, ChatCompletionRequest):
+            param = "top_logprobs"
+        detail = str(exc).removeprefix(f"{exc.field}: ")
+        raise _invalid(param, detail) from None
+    return Sampling(
+        temperature=params.temperature,
+        top_p=params.top_p,
+        top_k=params.top_k,
+        seed=params.seed,
+        max_tokens=params.max_tokens,
+        stop=list(params.stop),
+        stop_token_ids=list(params.stop_token_ids),
+        ignore_eos=params.ignore_eos,
+        logprobs=params.logprobs,
+    )
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class Reply:
+    """The OpenAI objects of one request (chat or text completion), built from its TokenChunks.
+
+    Stream:      chunk_objects(c) for every chunk [+ usage_object()]        then [DONE]
+    Non-stream:  add(c) for every chunk, then full_object()
+    Chat streams open with one role delta (first_objects()). Log-probabilities name tokens as
+    ``"token_id:<id>"`` (the gateway holds no tokenizer); a completion's ``text_offset`` is the
+    offset of the chunk that carried the token.
+    """
+
+    def __init__(self, *, chat: bool, request_id: str, model: str, created: int, include_usage: bool) -> None:
+        self.chat = chat
+        self.base = {
+            "id": request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
+        self.include_usage = include_usage
+        self.text_parts: list[str] = []
+        self.num_text_chars = 0
+        self.num_prompt_tokens = 0
+        self.num_output_tokens = 0  # as the node counted them; 0 until reported
+        self.num_token_ids = 0  # token ids seen, the fallback count
+        self.logprobs: list[tuple[int, float, list[tuple[int, float]]]] = []
+        self.logprob_offsets: list[int] = []
+        self.finish_reason: str | None = None
+
+    def add(self, chunk: TokenChunk) -> None:
+        """Account for one TokenChunk; raises FrontendError when the node aborted the request."""
+        self.num_prompt_tokens = max(self.num_prompt_tokens, chunk.num_prompt_tokens)
+        self.num_output_tokens = max(self.num_output_tokens, chunk.num_output_tokens)
+        self.num_token_ids += len(chunk.token_ids)
+        if chunk.logprobs:
+            self.logprobs.extend(chunk.logprobs)
+            self.logprob_offsets.extend([self.num_text_chars] * len(chunk.logprobs))
+        self.text_parts.append(chunk.text)
+        self.num_text_chars += len(chunk.text)
+        if chunk.finished:
+            reason = chunk.finish_reason or "stop"
+            if reason == "abort":
+                raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
+            self.finish_reason = reason
+
+    def usage(self) -> dict:
+        num_completion = self.num_output_tokens or self.num_token_ids
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "completion_tokens": num_completion,
+            "total_tokens": self.num_prompt_tokens + num_completion,
+        }
+
+    def first_objects(self) -> list[dict]:
+        return [self._chunk_object({"role": "assistant", "content": ""}, None, None)] if self.chat else []
+
+    def chunk_objects(self, chunk: TokenChunk) -> list[dict]:
+        num_logprobs = len(self.logprobs)
+        self.add(chunk)
+        objects = []
+        if chunk.text or chunk.logprobs:
+            logprobs = self._logprobs_object(num_logprobs) if chunk.logprobs else None
+            objects.append(self._chunk_object({"content": chunk.text}, chunk.text, logprobs))
+        if self.finish_reason is not None:
+            objects.append(self._chunk_object({}, "", None, self.finish_reason))
+        return objects
+
+    def usage_object(self) -> dict:
+        return {**self.base, "choices": [], "usage": self.usage()}
+
+    def full_object(self) -> dict:
+        text = "".join(self.text_parts)
+        logprobs = self._logprobs_object(0) if self.logprobs else None
+        if self.chat:
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+        else:
+            choice = {"text": text, "index": 0}
+        choice.update(logprobs=logprobs, finish_reason=self.finish_reason)
+        obj = "chat.completion" if self.chat else "text_completion"
+        return {**self.base, "object": obj, "choices": [choice], "usage": self.usage()}
+
+    def _chunk_object(self, delta: dict, text: str | None, logprobs: dict | None, finish: str | None = None) -> dict:
+        if self.chat:
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        else:
+            choice = {"text": text or "", "index": 0, "logprobs": logprobs, "finish_reason": finish}
+        obj = {**self.base, "choices": [choice]}
+        if self.include_usage:
+            obj["usage"] = None
+        return obj
+
+    def _logprobs_object(self, start: int) -> dict:
+        entries, offsets = self.logprobs[start:], self.logprob_offsets[start:]
+        if self.chat:
+            return {
+                "content": [
+                    {
+                        "token": _token_name(token),
+                        "logprob": logprob,
+                        "bytes": None,
+                        "top_logprobs": [{"token": _token_name(t), "logprob": lp, "bytes": None} for t, lp in top],
+                    }
+                    for token, logprob, top in entries
+                ]
+            }
+        return {
+            "tokens": [_token_name(token) for token, _, _ in entries],
+            "token_logprobs": [logprob for _, logprob, _ in entries],
+            "top_logprobs": [{_token_name(t): lp for t, lp in top} for _, _, top in entries],
+            "text_offset": offsets,
+        }
+
+
+def _token_name(token_id: int) -> str:
+    return f"token_id:{token_id}"

@@ -1,0 +1,158 @@
+"""A scripted fake Frontend, an httpx client on the ASGI app, and the app served by uvicorn on loopback.
+
+Under ``--import-mode=importlib`` a test module cannot import this file, so helpers are fixtures
+(``script`` returns the chunk factory, ``make_frontend`` the FakeFrontend class).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway import create_app
+from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+
+MODEL = "smol"  # the FakeFrontend's default (and only) model
+
+
+def _script(*texts: str, finish_reason: str = "stop", num_prompt_tokens: int = 5) -> list[TokenChunk]:
+    """One chunk of one token per text; the last one finishes the request."""
+    return [
+        TokenChunk(
+            token_ids=[100 + i],
+            text=text,
+            finished=i == len(texts) - 1,
+            finish_reason=finish_reason if i == len(texts) - 1 else None,
+            num_prompt_tokens=num_prompt_tokens,
+            num_output_tokens=i + 1,
+        )
+        for i, text in enumerate(texts)
+    ]
+
+
+@dataclass
+class FakeFrontend:
+    """Streams ``chunks`` for every request, after the configured failures have had their say.
+
+    fail_before: raised before the first chunk.   fail_after: NODE_FAILED raised after that many chunks.
+    hang_after: after that many chunks, wait until cancelled.   ``cancelled`` is set when a request's
+    iterator is closed or cancelled before its last chunk was taken.
+    """
+
+    model_names: list[str] = field(default_factory=lambda: [MODEL])
+    max_prompt_chars: int = 1000  # the fake's "context length": a longer prompt is refused as too long
+    chunks: list[TokenChunk] = field(default_factory=lambda: _script("Hello", ",", " world"))
+    fail_before: FrontendError | None = None
+    fail_after: int | None = None
+    hang_after: int | None = None
+    health_status: str = "ok"
+    calls: list[dict] = field(default_factory=list)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    num_streaming: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
+
+    def generate(
+        self,
+        request_id: str,
+        *,
+        model: str | None,
+        prompt: str | None = None,
+        messages: list[ChatMessage] | None = None,
+        prompt_token_ids: list[int] | None = None,
+        sampling: Sampling,
+        traffic_class: str = "default",
+    ) -> AsyncIterator[TokenChunk]:
+        call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages)
+        call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
+        self.calls.append(call)
+        return self._stream(model, prompt, messages)
+
+    async def _stream(
+        self, model: str | None, prompt: str | None, messages: list[ChatMessage] | None
+    ) -> AsyncIterator[TokenChunk]:
+        done = False
+        try:
+            if model is not None and model not in self.model_names:
+                raise FrontendError(ErrorCode.UNKNOWN_MODEL, f"no node serves {model!r}", param="model")
+            num_chars = len(prompt or "") + sum(len(m.content) for m in messages or [])
+            if num_chars > self.max_prompt_chars:
+                raise FrontendError(ErrorCode.PROMPT_TOO_LONG, "prompt is longer than the context")
+            if self.fail_before is not None:
+                raise self.fail_before
+            for i, chunk in enumerate(self.chunks):
+                if i == self.fail_after:
+                    raise FrontendError(ErrorCode.NODE_FAILED, "node n0 died")
+                if i == self.hang_after:
+                    self.num_streaming.release()
+                    await anyio.sleep_forever()
+                yield chunk
+            done = True
+        finally:
+            if not done:
+                self.cancelled.set()
+
+    def health(self) -> dict:
+        return {"status": self.health_status, "nodes": 1 if self.health_status == "ok" else 0}
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def script():
+    return _script
+
+
+@pytest.fixture
+def make_frontend() -> type[FakeFrontend]:
+    return FakeFrontend
+
+
+@pytest.fixture
+def frontend() -> FakeFrontend:
+    return FakeFrontend()
+
+
+@pytest.fixture
+async def client(frontend: FakeFrontend) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(frontend))
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as c:
+        yield c
+
+
+class _Server(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.ready = threading.Event()
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        self.ready.set()
+
+
+@pytest.fixture
+def served(frontend: FakeFrontend) -> Iterator[str]:
+    """The gateway on a free loopback port, served by uvicorn in a thread; yields its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(frontend), http="h11", loop="asyncio", lifespan="off", log_level="warning")
+    server = _Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    assert server.ready.wait(timeout=30), "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

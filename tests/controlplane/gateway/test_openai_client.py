@@ -1,0 +1,134 @@
+"""The official ``openai`` client, unmodified, against the gateway served by uvicorn on loopback; disconnects."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import httpx
+import openai
+import pytest
+
+from controlplane.frontend import FrontendError
+from transport.messages import ErrorCode
+
+MODEL = "smol"  # the FakeFrontend's default model
+MESSAGES = [{"role": "user", "content": "Hi"}]
+WAIT_S = 30  # upper bound on waiting for an event; never reached when the code is right
+
+
+@pytest.fixture
+def client(served: str) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=f"{served}/v1", api_key="x", max_retries=0, timeout=WAIT_S) as c:
+        yield c
+
+
+def test_chat(client, frontend):
+    completion = client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=0.2, seed=3, stop=["\n"])
+    assert completion.id.startswith("chatcmpl-")
+    assert completion.model == MODEL
+    (choice,) = completion.choices
+    assert choice.message.role == "assistant"
+    assert choice.message.content == "Hello, world"
+    assert choice.finish_reason == "stop"
+    assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (5, 3)
+    assert completion.usage.total_tokens == 8
+    sampling = frontend.calls[0]["sampling"]
+    assert (sampling.temperature, sampling.seed, sampling.stop) == (0.2, 3, ["\n"])
+
+
+def test_chat_streaming(client):
+    stream = client.chat.completions.create(
+        model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Hello, world"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].choices == []
+    assert chunks[-1].usage.total_tokens == 8
+
+
+def test_completions(client, frontend, script):
+    frontend.chunks = script("upon", " a", " time", finish_reason="length")
+    completion = client.completions.create(model=MODEL, prompt="Once", max_tokens=3)
+    assert completion.id.startswith("cmpl-")
+    assert completion.choices[0].text == "upon a time"
+    assert completion.choices[0].finish_reason == "length"
+    assert completion.usage.completion_tokens == 3
+    streamed = "".join(c.choices[0].text for c in client.completions.create(model=MODEL, prompt="Once", stream=True))
+    assert streamed == "upon a time"
+
+
+def test_models(client, frontend):
+    frontend.model_names = [MODEL, "other"]
+    assert [m.id for m in client.models.list()] == [MODEL, "other"]
+
+
+def test_errors_surface_as_the_right_exceptions(client, frontend):
+    frontend.fail_before = FrontendError(ErrorCode.OVERLOADED, "queue full", retry_after_s=4)
+    with pytest.raises(openai.RateLimitError) as overloaded:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert overloaded.value.response.headers["retry-after"] == "4"
+    assert overloaded.value.code == "rate_limit_exceeded"
+    frontend.fail_before = None
+
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="gpt-9", messages=MESSAGES)
+    assert unknown.value.code == "model_not_found"
+
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=-1)
+    assert bad.value.param == "temperature"
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model=MODEL, prompt="x", n=2)
+    assert bad.value.param == "n"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.completions.create(model=MODEL, prompt="x" * (frontend.max_prompt_chars + 1))
+    assert too_long.value.code == "context_length_exceeded"
+
+    frontend.fail_before = FrontendError(ErrorCode.NO_NODE, "no live node")
+    with pytest.raises(openai.InternalServerError) as no_node:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES)
+    assert no_node.value.status_code == 503
+    frontend.fail_before = None
+
+    assert client.chat.completions.create(model=MODEL, messages=MESSAGES).choices[0].message.content
+
+
+def test_node_failure_mid_stream_raises_api_error(client, frontend):
+    frontend.fail_after = 2
+    stream = client.chat.completions.create(model=MODEL, messages=MESSAGES, stream=True)
+    with pytest.raises(openai.APIError, match="node n0 died"):
+        for _ in stream:
+            pass
+
+
+def test_client_disconnect_mid_stream_cancels_upstream(served, frontend):
+    frontend.hang_after = 1
+    body = {"model": MODEL, "messages": MESSAGES, "stream": True}
+    with httpx.Client(base_url=served, timeout=WAIT_S) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                if line.startswith("data: ") and json.loads(line[6:])["choices"][0]["delta"].get("content"):
+                    break  # the first token arrived; the frontend now waits for the next one
+        assert frontend.num_streaming.acquire(timeout=WAIT_S)
+    assert frontend.cancelled.wait(timeout=WAIT_S)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_client_disconnect_before_first_chunk_cancels_upstream(served, frontend, stream):
+    frontend.hang_after = 0
+    body = json.dumps({"model": MODEL, "prompt": "Once", "stream": stream}).encode()
+    url = urlsplit(served)
+    with socket.create_connection((url.hostname, url.port), timeout=WAIT_S) as sock:
+        head = f"POST /v1/completions HTTP/1.1\r\nHost: {url.netloc}\r\nContent-Type: application/json\r\n"
+        sock.sendall(head.encode() + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert frontend.num_streaming.acquire(timeout=WAIT_S)  # the request reached the frontend and waits
+    assert frontend.cancelled.wait(timeout=WAIT_S)
+    frontend.hang_after, frontend.cancelled = None, type(frontend.cancelled)()
+    with httpx.Client(base_url=served, timeout=WAIT_S) as http:
+        assert http.post("/v1/completions", json={"model": MODEL, "prompt": "Once"}).status_code == 200

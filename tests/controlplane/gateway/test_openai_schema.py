@@ -1,0 +1,79 @@
+"""Request bodies → GenerateArgs, without HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway.openai_schema import Reply, parse_chat, parse_completion
+from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+
+
+def chat(**fields) -> bytes:
+    return json.dumps({"messages": [{"role": "user", "content": "Hi"}], **fields}).encode()
+
+
+def test_defaults():
+    args = parse_chat(chat(), default_max_tokens=77)
+    assert args.model is None
+    assert args.messages == [ChatMessage("user", "Hi")]
+    assert args.sampling == Sampling(max_tokens=77)
+    assert (args.stream, args.include_usage) == (False, False)
+
+
+def test_nulls_mean_not_given():
+    body = chat(model=None, temperature=None, top_p=None, n=None, stop=None, seed=None, max_tokens=None, stream=None)
+    assert parse_chat(body, default_max_tokens=5).sampling == Sampling(max_tokens=5)
+
+
+def test_sampling_fields_reach_the_frontend():
+    body = chat(
+        temperature=0, top_p=0.9, top_k=4, seed=11, max_tokens=8, stop="END", stop_token_ids=[2], ignore_eos=True, n=1
+    )
+    assert parse_chat(body, default_max_tokens=5).sampling == Sampling(
+        temperature=0.0, top_p=0.9, top_k=4, seed=11, max_tokens=8, stop=["END"], stop_token_ids=[2], ignore_eos=True
+    )
+
+
+def test_include_usage_only_when_streaming():
+    options = {"include_usage": True}
+    assert parse_chat(chat(stream=True, stream_options=options), default_max_tokens=5).include_usage
+    assert not parse_chat(chat(stream=False, stream_options=options), default_max_tokens=5).include_usage
+
+
+def test_completion_token_ids_and_null_content():
+    args = parse_completion(b'{"prompt": [[1, 2]], "max_tokens": 3}', default_max_tokens=16)
+    assert (args.prompt, args.prompt_token_ids, args.sampling.max_tokens) == (None, [1, 2], 3)
+    body = json.dumps({"messages": [{"role": "assistant", "content": None}, {"role": "user", "content": "x"}]})
+    assert parse_chat(body.encode(), default_max_tokens=5).messages[0] == ChatMessage("assistant", "")
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param"),
+    [
+        (b"{", ErrorCode.MALFORMED, None),
+        (b"null", ErrorCode.INVALID_REQUEST, None),
+        (chat(temperature=True), ErrorCode.INVALID_REQUEST, "temperature"),
+        (chat(messages=[{"role": "user", "content": [{"type": "text"}]}]), ErrorCode.INVALID_REQUEST, None),
+        (chat(logprobs=True, top_logprobs=21), ErrorCode.INVALID_REQUEST, "top_logprobs"),
+        (chat(response_format={"type": "json_object"}), ErrorCode.INVALID_REQUEST, "response_format"),
+        (chat(frequency_penalty=1), ErrorCode.INVALID_REQUEST, "frequency_penalty"),
+        (chat(logit_bias={"1": 5}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+    ],
+)
+def test_refusals(body, code, param):
+    with pytest.raises(FrontendError) as refused:
+        parse_chat(body, default_max_tokens=5)
+    assert refused.value.code == code
+    if param is not None:
+        assert refused.value.param == param
+
+
+def test_reply_counts_tokens_when_the_node_does_not():
+    reply = Reply(chat=False, request_id="cmpl-1", model="m", created=0, include_usage=False)
+    reply.add(TokenChunk(token_ids=[1, 2], text="ab"))
+    reply.add(TokenChunk(token_ids=[3], text="c", finished=True, finish_reason="length", num_prompt_tokens=4))
+    assert reply.usage() == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    assert reply.full_object()["choices"][0] == {"text": "abc", "index": 0, "logprobs": None, "finish_reason": "length"}
