@@ -15,7 +15,7 @@ runner stores here again (``device_kv`` is replaced, never written in place from
 block manager owns which ids are free; this class only moves bytes. Arrays start zeroed: padded
 gathers read block 0, and masked-out NaN garbage would still poison ``softmax @ V``.
 
-Block moves pad their id lists to a power of two (padded sources read block 0, padded
+Block moves pad their id lists to a power of two >= 2 (padded sources read block 0, padded
 destinations are the scratch block), so moving n blocks compiles at most one program per power of
 two.
 """
@@ -47,7 +47,7 @@ def _copy_blocks(kv: jax.Array, src: jax.Array, dst: jax.Array) -> jax.Array:
 
 
 def _padded(ids: tuple[int, ...], fill: int) -> np.ndarray:
-    out = np.full(next_pow2(len(ids)), fill, dtype=np.int32)
+    out = np.full(max(2, next_pow2(len(ids))), fill, dtype=np.int32)  # >= 2: see buckets.batch_buckets
     out[: len(ids)] = ids
     return out
 

@@ -1,0 +1,312 @@
+"""JaxModelRunner: the ModelRunner protocol on JAX (CPU here; one GPU with the ``jax[cuda12]`` extra).
+
+One step (``execute``), the same contract as the torch runner::
+
+    block moves (swap_out, swap_in, copy)             kv_cache.py, in batch.py's order
+    decodes  -> padded [B bucket] rows + block tables  decode_step   (one program per (B, M) bucket)
+    chunks   -> padded [T bucket] rows + key blocks    chunk_step    (one program per (T, KB, S) bucket)
+    sample   -> one host read of the ids               sampler.py
+
+Host-side work per step is numpy only (padding, block tables, slots); every device computation is a
+jitted program whose input shapes come from buckets.py, so steady-state decode never recompiles.
+``num_compilations`` counts the XLA compiles this runner caused (tests assert it stays flat after
+``warmup``). A step with both decodes and chunks runs both programs (the weights are read twice);
+pure decode steps, the steady state, run one.
+
+A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids``; its last
+``len(spec_token_ids) + 1`` rows are sampled and the drafts accepted while they equal the sampled
+token, followed by the first differing (or bonus) token.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from backends.jax.attention import ChunkMeta, DecodeMeta
+from backends.jax.buckets import BucketPolicy, CompileCounter
+from backends.jax.kv_cache import PagedKVCache
+from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
+from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
+from controlplane.engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from controlplane.engine.model_runner import KVCacheSpec
+
+
+def resolve_device(device: str | jax.Device) -> jax.Device:
+    """ "cpu", "cuda" / "gpu", "cuda:N" / "gpu:N", or a jax.Device."""
+    if isinstance(device, jax.Device):
+        return device
+    kind, _, index = str(device).partition(":")
+    if kind not in ("cpu", "cuda", "gpu"):
+        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    devices = jax.devices("cpu" if kind == "cpu" else "gpu")
+    return devices[int(index or 0)]
+
+
+@dataclass(slots=True)
+class _SampleSlot:
+    """Where one sampling request's rows sit among a program's logits rows."""
+
+    request: ScheduledRequest
+    first_row: int
+    num_rows: int  # len(spec_token_ids) + 1
+
+
+@dataclass(slots=True)
+class _ProgramOutput:
+    logits: jax.Array  # [R, V] fp32, R a bucket
+    slots: list[_SampleSlot]
+
+
+class JaxModelRunner:
+    """Runs scheduler steps for one Llama-family model on one JAX device.
+
+    source: a Checkpoint (weights streamed from ``iter_tensors``) or a ModelConfig (weights from
+        ``state_dict`` in HF names — numpy arrays or anything ``np.asarray`` reads — or random
+        from ``seed``).
+    dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
+    buckets: the static shapes of the jitted programs (buckets.py).
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        dtype: str = "float32",
+        device: str | jax.Device = "cpu",
+        *,
+        state_dict: dict[str, Any] | None = None,
+        seed: int = 0,
+        buckets: BucketPolicy | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.device = resolve_device(device)
+        self.dtype = resolve_dtype(dtype)
+        if hasattr(source, "iter_tensors"):
+            self.config = source.config
+            tensors = source.iter_tensors(progress=progress)
+        else:
+            self.config = source
+            tensors = (random_tensors(source, seed) if state_dict is None else state_dict).items()
+        self.params: LlamaParams = load_params(self.config, tensors, self.dtype, self.device)
+        self.dims = Dims.from_config(self.config)
+        self.buckets = buckets or BucketPolicy()
+        self.sampler = Sampler(seed)
+        self.compiles = CompileCounter()
+        self.kv_cache: PagedKVCache | None = None
+        self.block_size = 0
+
+    @property
+    def num_compilations(self) -> int:
+        """XLA compiles caused by this runner so far (kv allocation, warm-up and steps)."""
+        return self.compiles.num_compilations
+
+    @property
+    def compile_time_s(self) -> float:
+        return self.compiles.compile_time_s
+
+    # ---- ModelRunner protocol -------------------------------------------------------------
+
+    @property
+    def max_model_len(self) -> int:
+        return self.config.max_position_embeddings
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        c = self.config
+        return c.num_hidden_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * self.dtype.itemsize
+
+    def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
+        c = self.config
+        self.block_size = spec.block_size
+        with self.compiles.track():
+            self.kv_cache = PagedKVCache(
+                c.num_hidden_layers,
+                c.num_key_value_heads,
+                c.head_dim,
+                spec.num_device_blocks,
+                spec.num_host_blocks,
+                spec.block_size,
+                self.dtype,
+                self.device,
+            )
+
+    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        t0 = time.perf_counter()
+        out = RunnerOutput()
+        with self.compiles.track():
+            self._apply_block_moves(batch)
+            for program in self._forward(batch.requests):
+                if program.slots:
+                    self._sample(program, out)
+            self.kv_cache.device_kv.block_until_ready()
+        out.step_time_s = time.perf_counter() - t0
+        return out
+
+    # ---- extras ----------------------------------------------------------------------------
+
+    def compute_logits(self, batch: SchedulerOutput) -> dict[str, np.ndarray]:
+        """Like execute without sampling: fp32 logits [len(spec_token_ids) + 1, V] per sampling request."""
+        with self.compiles.track():
+            self._apply_block_moves(batch)
+            result = {}
+            for program in self._forward(batch.requests):
+                logits = np.asarray(program.logits)
+                for s in program.slots:
+                    result[s.request.req_id] = logits[s.first_row : s.first_row + s.num_rows].copy()
+        return result
+
+    def warmup(self, max_num_seqs: int, max_context_tokens: int, *, random_sampling: bool = False) -> int:
+        """Compile the decode program (and greedy sampler) for every batch bucket up to
+        ``max_num_seqs`` and every context-block bucket up to ``max_context_tokens``, by running
+        them on fully padded inputs (only the scratch block is written). Returns the number of compiles it caused.
+
+        ``random_sampling`` also compiles the temperature / top-k / top-p sampler (C = 256).
+        """
+        if self.kv_cache is None:
+            raise RuntimeError("initialize_kv_cache() must be called before warmup()")
+        before = self.num_compilations
+        pol, bs = self.buckets, self.block_size
+        batch_sizes = sorted({pol.batch_size(n) for n in range(1, max_num_seqs + 1)})
+        max_blocks = pol.context_blocks(-(-max_context_tokens // bs))
+        context_sizes = sorted({pol.context_blocks(n) for n in range(1, max_blocks + 1)})
+        with self.compiles.track():
+            for b in batch_sizes:
+                zeros = np.zeros(b, dtype=np.int32)
+                slots = np.full(b, self.kv_cache.scratch_slot, dtype=np.int32)
+                for m in context_sizes:
+                    meta = DecodeMeta(np.zeros((b, m), dtype=np.int32), zeros)
+                    logits, self.kv_cache.device_kv = decode_step(
+                        self.params, self.kv_cache.device_kv, zeros, zeros, slots, meta, dims=self.dims
+                    )
+                    _argmax(logits).block_until_ready()
+                if random_sampling:
+                    f32 = np.zeros(b, dtype=np.float32)
+                    c = min(NUM_CANDIDATES, logits.shape[-1])
+                    _sample_random(logits, f32, zeros, f32 + 1, f32, num_candidates=c)[0].block_until_ready()
+        return self.num_compilations - before
+
+    # ---- step internals --------------------------------------------------------------------
+
+    def _apply_block_moves(self, batch: SchedulerOutput) -> None:
+        if self.kv_cache is None:
+            raise RuntimeError("initialize_kv_cache() must be called before execute()")
+        self.kv_cache.swap_out(batch.blocks_to_swap_out)
+        self.kv_cache.swap_in(batch.blocks_to_swap_in)
+        self.kv_cache.copy(batch.blocks_to_copy)
+        self.sampler.drop(batch.finished_req_ids)
+
+    def _forward(self, requests: list[ScheduledRequest]) -> list[_ProgramOutput]:
+        if any(r.lora_id is not None for r in requests):
+            raise NotImplementedError("LoRA adapters are not supported by the JAX runner yet")
+        for r in requests:
+            if r.start_pos + r.num_scheduled_tokens > self.max_model_len:
+                raise ValueError(
+                    f"position {r.start_pos + r.num_scheduled_tokens - 1} exceeds max_model_len {self.max_model_len}"
+                )
+        decodes = [r for r in requests if r.is_decode]
+        chunks = [r for r in requests if not r.is_decode]
+        outputs = []
+        if decodes:
+            outputs.append(self._run_decodes(decodes))
+        if chunks:
+            outputs.append(self._run_chunks(chunks))
+        return outputs
+
+    def _run_decodes(self, decodes: list[ScheduledRequest]) -> _ProgramOutput:
+        bs, scratch = self.block_size, self.kv_cache.scratch_slot
+        n = len(decodes)
+        b = self.buckets.batch_size(n)
+        seq_lens = np.zeros(b, dtype=np.int32)
+        seq_lens[:n] = [r.start_pos + 1 for r in decodes]
+        num_blocks = -(-seq_lens[:n] // bs)  # [n]
+        table = np.zeros((b, self.buckets.context_blocks(int(num_blocks.max()))), dtype=np.int32)
+        for i, (r, nb) in enumerate(zip(decodes, num_blocks.tolist())):
+            table[i, :nb] = r.block_ids[:nb]
+        token_ids = np.zeros(b, dtype=np.int32)
+        token_ids[:n] = [r.token_ids[0] for r in decodes]
+        positions = np.zeros(b, dtype=np.int32)
+        positions[:n] = seq_lens[:n] - 1
+        slots = np.full(b, scratch, dtype=np.int32)  # padded rows write the scratch block
+        slots[:n] = table[np.arange(n), positions[:n] // bs] * bs + positions[:n] % bs
+        logits, self.kv_cache.device_kv = decode_step(
+            self.params,
+            self.kv_cache.device_kv,
+            token_ids,
+            positions,
+            slots,
+            DecodeMeta(table, seq_lens),
+            dims=self.dims,
+        )
+        sample_slots = [_SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample]
+        return _ProgramOutput(logits, sample_slots)
+
+    def _run_chunks(self, chunks: list[ScheduledRequest]) -> _ProgramOutput:
+        bs, scratch = self.block_size, self.kv_cache.scratch_slot
+        num_rows = sum(r.num_scheduled_tokens for r in chunks)
+        t = self.buckets.num_tokens(num_rows)
+        token_ids = np.zeros(t, dtype=np.int32)
+        positions = np.zeros(t, dtype=np.int32)
+        row_seg = np.full(t, -1, dtype=np.int32)
+        slots = np.full(t, scratch, dtype=np.int32)
+        key_ids: list[np.ndarray] = []
+        key_seg: list[np.ndarray] = []
+        key_pos: list[np.ndarray] = []
+        logits_rows: list[int] = []
+        sample_slots: list[_SampleSlot] = []
+        row = 0
+        for seg, r in enumerate(chunks):
+            toks = r.token_ids + r.spec_token_ids if r.spec_token_ids else r.token_ids
+            n = len(toks)
+            pos = np.arange(r.start_pos, r.start_pos + n, dtype=np.int32)
+            nb = -(-(r.start_pos + n) // bs)
+            bids = np.asarray(r.block_ids[:nb], dtype=np.int32)
+            token_ids[row : row + n] = toks
+            positions[row : row + n] = pos
+            row_seg[row : row + n] = seg
+            slots[row : row + n] = bids[pos // bs] * bs + pos % bs
+            key_ids.append(bids)
+            key_seg.append(np.full(nb, seg, dtype=np.int32))
+            key_pos.append(np.arange(nb, dtype=np.int32) * bs)
+            if r.sample:
+                k = len(r.spec_token_ids)
+                sample_slots.append(_SampleSlot(r, len(logits_rows), k + 1))
+                first = row + len(r.token_ids) - 1
+                logits_rows.extend(range(first, first + k + 1))
+            row += n
+        num_keys = sum(len(ids) for ids in key_ids)
+        kb = self.buckets.key_blocks(num_keys)
+        kb_ids = np.zeros(kb, dtype=np.int32)
+        kb_seg = np.full(kb, -2, dtype=np.int32)  # padded key blocks match no row
+        kb_pos = np.zeros(kb, dtype=np.int32)
+        kb_ids[:num_keys] = np.concatenate(key_ids)
+        kb_seg[:num_keys] = np.concatenate(key_seg)
+        kb_pos[:num_keys] = np.concatenate(key_pos)
+        rows = np.zeros(self.buckets.sample_rows(max(1, len(logits_rows))), dtype=np.int32)
+        rows[: len(logits_rows)] = logits_rows
+        meta = ChunkMeta(row_seg, positions, kb_ids, kb_seg, kb_pos)
+        logits, self.kv_cache.device_kv = chunk_step(
+            self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, dims=self.dims
+        )
+        return _ProgramOutput(logits, sample_slots)
+
+    def _sample(self, program: _ProgramOutput, out: RunnerOutput) -> None:
+        rows = [s.first_row + j for s in program.slots for j in range(s.num_rows)]
+        req_ids = [s.request.req_id for s in program.slots for _ in range(s.num_rows)]
+        params = [s.request.sampling_params for s in program.slots for _ in range(s.num_rows)]
+        result = self.sampler.sample(program.logits, rows, req_ids, params)
+        i = 0
+        for s in program.slots:
+            r = s.request
+            accepted: list[int] = []
+            for j in range(s.num_rows):
+                accepted.append(result.token_ids[i + j])
+                if j < len(r.spec_token_ids) and result.token_ids[i + j] != r.spec_token_ids[j]:
+                    break
+            out.sampled_token_ids[r.req_id] = accepted
+            if r.sampling_params.logprobs is not None:
+                lps: list[TokenLogprob] = [result.logprobs[i + j] for j in range(len(accepted))]
+                out.logprobs[r.req_id] = lps
+            i += s.num_rows

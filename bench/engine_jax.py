@@ -1,0 +1,148 @@
+"""The JAX runner inside an LLMEngine on the real model (fp32), for `zoo bench engine` to put beside torch.
+
+Run it in its own (spawned) process: JAX sizes its thread pools and the XLA compile cache per process.
+
+Phases:
+1. warm-up: compile the decode programs for every batch bucket up to 32 and the context buckets the
+   workload reaches (``JaxModelRunner.warmup``), then run the measured workloads once on other
+   prompts of the same lengths, which compiles the chunk (prefill) programs and samplers they use.
+2. measured: the same workloads on fresh prompts (the prefix cache cannot shorten them). Every
+   XLA compile in this phase is a steady-state recompile; the report's count must be 0.
+
+Definitions (as bench/engine.py):
+- batch 1: prefill tok/s = prompt tokens / TTFT; decode tok/s = 1 / TPOT.
+- batch 32 (all arrive at t=0): prefill tok/s = all prompt tokens / time until the last request's first
+  token; decode tok/s = output tokens generated after that point / the time they took (aggregate);
+  output tok/s = all output tokens / wall time of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+
+from bench.workload import synthetic_prompt_ids
+
+BATCH1_PROMPT = 128
+BATCH32_PROMPT = 64
+NUM_CONCURRENT = 32
+
+
+def _build_engine(model_path: str | None):
+    from backends.checkpoint import load_checkpoint
+    from backends.jax import JaxModelRunner
+    from controlplane.engine.config import CacheConfig, SchedulerConfig
+    from controlplane.engine.llm_engine import LLMEngine
+
+    checkpoint = load_checkpoint(model_path)
+    t0 = time.perf_counter()
+    runner = JaxModelRunner(checkpoint, "float32", "cpu", progress=False)
+    load_s = time.perf_counter() - t0
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=512, max_num_seqs=64, max_model_len=min(8192, runner.max_model_len)
+    )
+    engine = LLMEngine(runner, checkpoint.tokenizer, scheduler, CacheConfig(num_device_blocks=2048, num_host_blocks=0))
+    return engine, runner, load_s
+
+
+def _batch1(engine, n_out: int, seed: int) -> dict:
+    from controlplane.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
+    prompt = synthetic_prompt_ids(BATCH1_PROMPT, engine.tokenizer.vocab_size, seed=seed)
+    (res,) = engine.generate([prompt], params)
+    m = res.metrics
+    return {
+        "prompt_tokens": BATCH1_PROMPT,
+        "output_tokens": res.num_output_tokens,
+        "ttft_ms": m.ttft_s * 1e3,
+        "prefill_tok_per_s": BATCH1_PROMPT / m.ttft_s,
+        "tpot_ms": m.tpot_s * 1e3,
+        "decode_tok_per_s": 1.0 / m.tpot_s,
+    }
+
+
+def _concurrent(engine, n_out: int, seed_base: int) -> dict:
+    from controlplane.engine.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
+    vocab = engine.tokenizer.vocab_size
+    t0 = engine.clock.now()
+    ids = [
+        engine.add_request(synthetic_prompt_ids(BATCH32_PROMPT, vocab, seed=seed_base + i), params, arrival_time_s=t0)
+        for i in range(NUM_CONCURRENT)
+    ]
+    final = engine.run_until_done()
+    metrics = [final[r].metrics for r in ids]
+    all_started = max(m.first_token_time_s for m in metrics)
+    end = max(m.finished_time_s for m in metrics)
+    n_out_total = sum(final[r].num_output_tokens for r in ids)
+    # tokens after ``all_started``: each request's tokens at evenly spaced times between its first and last
+    after = 0.0
+    for m in metrics:
+        if m.num_output_tokens > 1 and m.last_token_time_s > all_started:
+            span = m.last_token_time_s - m.first_token_time_s
+            frac = (m.last_token_time_s - all_started) / span if span > 0 else 0.0
+            after += (m.num_output_tokens - 1) * min(1.0, frac)
+    return {
+        "requests": NUM_CONCURRENT,
+        "prompt_tokens_each": BATCH32_PROMPT,
+        "output_tokens": n_out_total,
+        "wall_s": end - t0,
+        "prefill_tok_per_s": NUM_CONCURRENT * BATCH32_PROMPT / (all_started - t0),
+        "decode_tok_per_s": after / (end - all_started) if end > all_started else float("nan"),
+        "output_tok_per_s": n_out_total / (end - t0),
+    }
+
+
+def run_jax_bench(model_path: str | None, quick: bool) -> dict:
+    """Build the JAX runner on the real model (fp32, CPU) in an LLMEngine and measure it; see the module doc."""
+    import jax
+
+    n_out = 16 if quick else 64
+    engine, runner, load_s = _build_engine(model_path)
+
+    t0 = time.perf_counter()
+    max_context = max(BATCH1_PROMPT, BATCH32_PROMPT) + n_out
+    warmup_decode_compiles = runner.warmup(max_num_seqs=NUM_CONCURRENT, max_context_tokens=max_context)
+    _batch1(engine, n_out, seed=7)
+    _concurrent(engine, n_out, seed_base=5000)
+    warmup_s = time.perf_counter() - t0
+    compiles_before = runner.num_compilations
+
+    batch1 = _batch1(engine, n_out, seed=123)
+    batch32 = _concurrent(engine, n_out, seed_base=1000)
+
+    return {
+        "backend": "jax",
+        "jax_version": jax.__version__,
+        "device": str(runner.device),
+        "dtype": "float32",
+        "weights_load_s": load_s,
+        "warmup": {
+            "wall_s": warmup_s,
+            "compilations": compiles_before,
+            "decode_compilations": warmup_decode_compiles,
+            "compile_s": runner.compile_time_s,
+            "buckets": {
+                "batch": list(runner.buckets.batch_buckets),
+                "tokens": list(runner.buckets.token_buckets),
+                "min_context_blocks": runner.buckets.min_context_blocks,
+            },
+        },
+        "batch1": batch1,
+        "concurrent32": batch32,
+        "steady_state_recompiles": runner.num_compilations - compiles_before,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+    }
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps(run_jax_bench(args.model, args.quick), indent=2))
