@@ -21,6 +21,7 @@ import resource
 import sys
 import time
 
+from bench.engine_jax import uniform_concurrent
 from bench.stats import percentile
 from bench.workload import LengthScale, sample_lengths, synthetic_prompt_ids
 
@@ -223,6 +224,7 @@ def _zoo_part(model_path: str | None, dtype: str, lengths: list[tuple[int, int]]
     out = {"batch1": _zoo_batch1(engine, n_out)}
     out["concurrent16"] = _concurrent(engine, lengths[:16], seed_base=0)
     out["concurrent32"] = _concurrent(engine, lengths, seed_base=1000)
+    out["uniform32"] = uniform_concurrent(engine, 16 if quick else BATCH1_OUTPUT, seed_base=1000)
     out["swap_vs_recompute"] = _swap_vs_recompute(engine)
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
@@ -232,6 +234,12 @@ def _zoo_bf16_part(model_path: str | None, quick: bool) -> dict:
     _setup_torch()
     engine = _build(model_path, "bfloat16", num_device_blocks=64, num_host_blocks=0)
     return {"batch1": _zoo_batch1(engine, 16 if quick else 32), "peak_rss_mb": _peak_rss_mb()}
+
+
+def _jax_part(model_path: str | None, quick: bool) -> dict:
+    from bench.engine_jax import run_jax_bench
+
+    return run_jax_bench(model_path, quick)
 
 
 def _bandwidth_part() -> dict:
@@ -283,6 +291,8 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
     zoo = _in_process(_zoo_part, args.model, "float32", lengths, quick)
     say("this engine, bf16 batch 1 ...")
     zoo["bf16"] = _in_process(_zoo_bf16_part, args.model, quick)
+    say("this engine on the JAX runner (batch 1 and 32, compile time, recompiles) ...")
+    zoo["jax"] = _in_process(_jax_part, args.model, quick)
 
     weight_bytes = weights["num_params"] * 4
     roofline_tok_s = bw["read_gbps"] * 1e9 / weight_bytes
@@ -296,6 +306,10 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
             zoo["concurrent32"]["decode_phase_tok_per_s"] / zoo["batch1"]["decode_tok_per_s"]
         ),
         "swap_vs_recompute_speedup": zoo["swap_vs_recompute"]["speedup"],
+        "jax_vs_torch_batch1_decode": zoo["jax"]["batch1"]["decode_tok_per_s"] / zoo["batch1"]["decode_tok_per_s"],
+        "jax_vs_torch_uniform32_decode": (
+            zoo["jax"]["concurrent32"]["decode_tok_per_s"] / zoo["uniform32"]["decode_tok_per_s"]
+        ),
     }
     report = {
         "machine": {"threads": NUM_THREADS, "read_bandwidth_gbps": bw["read_gbps"]},
@@ -346,9 +360,24 @@ def _print_report(r: dict) -> None:
         ["HF static batch 16", "", hf["static16"]["output_tok_per_s"], "", "", hf["peak_rss_mb"]],
         conc(zoo["concurrent16"]),
         conc(zoo["concurrent32"]),
+        ["torch 32 x uniform", zoo["uniform32"]["prefill_tok_per_s"], zoo["uniform32"]["decode_tok_per_s"], "", "", ""],
+        b1("JAX b=1 fp32", zoo["jax"]["batch1"], zoo["jax"]["peak_rss_mb"]),
+        [
+            "JAX 32 x uniform",
+            zoo["jax"]["concurrent32"]["prefill_tok_per_s"],
+            zoo["jax"]["concurrent32"]["decode_tok_per_s"],
+            "",
+            "",
+            zoo["jax"]["peak_rss_mb"],
+        ],
     ]
     headers = ["config", "prefill tok/s", "output tok/s", "TTFT ms p50/p99", "TPOT ms p50/p99", "peak RSS MB"]
     print(format_table(headers, rows))
+    jw = zoo["jax"]["warmup"]
+    print(
+        f"JAX: warm-up {jw['wall_s']:.1f} s with {jw['compilations']} compiles ({jw['compile_s']:.1f} s compiling); "
+        f"steady-state recompiles {zoo['jax']['steady_state_recompiles']}"
+    )
     print("\nratios:")
     for k, v in ra.items():
         print(f"  {k}: {v:.2f}x")

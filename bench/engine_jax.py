@@ -63,7 +63,7 @@ def _batch1(engine, n_out: int, seed: int) -> dict:
     }
 
 
-def _concurrent(engine, n_out: int, seed_base: int) -> dict:
+def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
     from controlplane.engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
@@ -107,12 +107,12 @@ def run_jax_bench(model_path: str | None, quick: bool) -> dict:
     max_context = max(BATCH1_PROMPT, BATCH32_PROMPT) + n_out
     warmup_decode_compiles = runner.warmup(max_num_seqs=NUM_CONCURRENT, max_context_tokens=max_context)
     _batch1(engine, n_out, seed=7)
-    _concurrent(engine, n_out, seed_base=5000)
+    uniform_concurrent(engine, n_out, seed_base=5000)
     warmup_s = time.perf_counter() - t0
     compiles_before = runner.num_compilations
 
     batch1 = _batch1(engine, n_out, seed=123)
-    batch32 = _concurrent(engine, n_out, seed_base=1000)
+    batch32 = uniform_concurrent(engine, n_out, seed_base=1000)
 
     return {
         "backend": "jax",

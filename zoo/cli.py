@@ -12,7 +12,7 @@ from controlplane.engine.sampling_params import SamplingParams, SamplingParamsEr
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--backend", default="torch", choices=["torch"])
+    p.add_argument("--backend", default="torch", choices=["torch", "jax"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")

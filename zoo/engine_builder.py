@@ -16,6 +16,10 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         from backends.torch import TorchModelRunner
 
         runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+    elif config.backend == "jax":
+        from backends.jax import JaxModelRunner
+
+        runner = JaxModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)

@@ -72,7 +72,7 @@ class EngineConfig:
     """One node's engine: which model, on which backend, with which core settings.
 
     model: a GGUF file or a Hugging Face directory; None = the embedded default (SmolLM2-135M-Instruct).
-    backend: "torch" (more later: "jax", "sim").
+    backend: "torch" or "jax" (same checkpoint, same paged KV layout, interchangeable per node).
     dtype: "float32" or "bfloat16" (weights and KV cache).
     device: "cpu", "cuda", "cuda:N".
     """
@@ -93,5 +93,5 @@ class EngineConfig:
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 
 
-BACKENDS = frozenset({"torch"})
+BACKENDS = frozenset({"torch", "jax"})
 DTYPES = frozenset({"float32", "bfloat16"})

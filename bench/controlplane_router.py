@@ -1,0 +1,208 @@
+"""Router decision time per policy: p50/p99 of ``Policy.choose()`` with N registered nodes.
+
+Set-up per node count N: a ClusterRegistry on a ManualClock with N nodes of mixed GPUs (H200 … T4, one
+model), each with a varied initial load report (running, waiting, queued prefill, decode batch, measured
+rates on 3 of 4 nodes). Then ``num_decisions`` requests, each one:
+
+    ~N/400 random nodes send a new load report      (5 reports/s per node at 2,000 requests/s)
+    snapshot = registry.snapshot(model)             timed apart (``snapshot_us``), not part of choose()
+    node = policy.choose(request, snapshot)         TIMED
+    policy.on_routed / registry.on_routed            in-flight bookkeeping, as the control plane does
+    older requests get their first token / finish    (in-flight kept near 8 per node)
+
+Requests: prompt and output lengths from the Azure 2023 conversation trace (unscaled, clamped to
+[16, 8000] / [1, 2000]; uniform random when the trace is absent); prompts share one of 64 "system
+prompt" prefixes of 4-64 blocks, followed by unique blocks. The first 100 decisions (tables built from
+scratch) are warm-up and not counted. Garbage collection stays on, with the set-up's objects frozen
+(``gc.freeze()``, as a long-running control plane would after start-up) so a full collection does not
+walk the registry. Target: p99 <= 50 µs at 1,024 nodes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import random
+import sys
+import time
+from collections import deque
+
+from bench.stats import format_table, percentile
+from controlplane.engine.clock import ManualClock
+from controlplane.hardware import gpu_profile, power_score
+from controlplane.registry import ClusterRegistry
+from controlplane.router.policies import POLICIES, make_policy
+from controlplane.router.policy import RouteRequest
+from controlplane.router.router_config import RouterConfig
+from transport.messages import KVInfo, LoadReport, NodeHello
+
+TARGET_P99_US = 50.0
+MODEL = "bench-model"
+BLOCK_SIZE = 16
+NUM_DEVICE_BLOCKS = 8192
+NUM_WARMUP = 100
+GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4")
+
+
+def _lengths(num: int, seed: int) -> list[tuple[int, int]]:
+    try:
+        from bench.workload import LengthScale, sample_lengths
+
+        scale = LengthScale(prompt_div=1, output_div=1, min_prompt=16, max_prompt=8000, min_output=1, max_output=2000)
+        return sample_lengths(num, scale, seed)
+    except FileNotFoundError:
+        rng = random.Random(seed)
+        return [(rng.randrange(16, 4000), rng.randrange(1, 500)) for _ in range(num)]
+
+
+def _report(rng: random.Random, node_id: str) -> LoadReport:
+    running = rng.randrange(0, 64)
+    measured = rng.random() < 0.75
+    free = rng.randrange(0, NUM_DEVICE_BLOCKS)
+    return LoadReport(
+        node_id=node_id,
+        num_running=running,
+        num_waiting=rng.randrange(0, 16),
+        num_swapped=1 if rng.random() < 0.05 else 0,
+        kv_usage=1 - free / NUM_DEVICE_BLOCKS,
+        num_free_device_blocks=free,
+        queued_prefill_tokens=rng.randrange(0, 20_000),
+        decode_batch_size=running,
+        recent_step_ms=[],
+        prefill_tok_per_s=rng.uniform(2_000, 60_000) if measured else 0.0,
+        decode_step_ms=rng.uniform(8, 80) if measured else 0.0,
+        num_preemptions_total=0,
+        num_requests_finished_total=0,
+        prefix_cache_hit_rate=0.0,
+    )
+
+
+def _build_registry(num_nodes: int, rng: random.Random) -> tuple[ClusterRegistry, list[str]]:
+    registry = ClusterRegistry(ManualClock(), heartbeat_timeout_s=3.0)
+    node_ids = [f"node-{i:04d}" for i in range(num_nodes)]
+    for i, node_id in enumerate(node_ids):
+        hw = gpu_profile(GPUS[i % len(GPUS)])
+        registry.join(
+            NodeHello(
+                node_id=node_id,
+                model=MODEL,
+                backend="sim",
+                hardware=hw,
+                kv=KVInfo(NUM_DEVICE_BLOCKS, 0, BLOCK_SIZE, 0),
+                max_model_len=rng.choice([4096, 8192, 32768]),
+                power_score=power_score(hw),
+            )
+        )
+        registry.report(_report(rng, node_id))
+    return registry, node_ids
+
+
+def _requests(num: int, seed: int) -> list[RouteRequest]:
+    rng = random.Random(seed)
+    prefixes = [tuple(rng.getrandbits(63) for _ in range(rng.randrange(4, 65))) for _ in range(64)]
+    out = []
+    for i, (num_prompt_tokens, max_tokens) in enumerate(_lengths(num, seed)):
+        num_blocks = num_prompt_tokens // BLOCK_SIZE
+        prefix = rng.choice(prefixes)[:num_blocks]
+        chain = prefix + tuple(rng.getrandbits(63) for _ in range(num_blocks - len(prefix)))
+        out.append(RouteRequest(f"req-{i}", MODEL, num_prompt_tokens, max_tokens, chain))
+    return out
+
+
+def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) -> dict:
+    rng = random.Random(seed)
+    registry, node_ids = _build_registry(num_nodes, rng)
+    policy = make_policy(policy_name, RouterConfig(policy=policy_name, default_model_params_b=8.0))
+    requests = _requests(num_decisions + NUM_WARMUP, seed)
+    reports_per_decision = num_nodes / 400.0
+    inflight: deque[tuple[str, str]] = deque()
+    prefilling: deque[tuple[str, str]] = deque()
+    max_inflight = 8 * num_nodes
+    choose_ns: list[int] = []
+    snapshot_ns: list[int] = []
+    num_none = 0
+    perf = time.perf_counter_ns
+    report_debt = 0.0
+    gc.collect()
+    gc.freeze()
+    for k, request in enumerate(requests):
+        report_debt += reports_per_decision
+        while report_debt >= 1.0:
+            registry.report(_report(rng, rng.choice(node_ids)))
+            report_debt -= 1.0
+        t0 = perf()
+        snapshot = registry.snapshot(MODEL)
+        t1 = perf()
+        node_id = policy.choose(request, snapshot)
+        t2 = perf()
+        if k >= NUM_WARMUP:
+            snapshot_ns.append(t1 - t0)
+            choose_ns.append(t2 - t1)
+        if node_id is None:
+            num_none += 1
+            continue
+        policy.on_routed(request, node_id)
+        registry.on_routed(node_id, request.request_id, request.num_prompt_tokens)
+        inflight.append((node_id, request.request_id))
+        prefilling.append((node_id, request.request_id))
+        while len(prefilling) > num_nodes:
+            registry.on_first_token(*prefilling.popleft())
+        while len(inflight) > max_inflight:
+            registry.on_finished(*inflight.popleft())
+    gc.unfreeze()
+    return {
+        "p50_us": percentile(choose_ns, 50) / 1e3,
+        "p99_us": percentile(choose_ns, 99) / 1e3,
+        "max_us": max(choose_ns) / 1e3,
+        "snapshot_p50_us": percentile(snapshot_ns, 50) / 1e3,
+        "snapshot_p99_us": percentile(snapshot_ns, 99) / 1e3,
+        "num_unrouted": num_none,
+    }
+
+
+def bench_router_decisions(
+    node_counts: tuple[int, ...] = (8, 64, 512, 1024),
+    num_decisions: int = 2000,
+    policies: tuple[str, ...] | None = None,
+    seed: int = 0,
+) -> dict:
+    """{"policies": {name: {str(N): {p50_us, p99_us, max_us, snapshot_p50_us, snapshot_p99_us,
+    num_unrouted}}}, "target_p99_us": 50.0, "meets_target": {name: bool at the largest N}, ...}."""
+    names = tuple(sorted(POLICIES)) if policies is None else policies
+    results: dict[str, dict[str, dict]] = {}
+    for name in names:
+        results[name] = {str(n): _bench_one(name, n, num_decisions, seed) for n in node_counts}
+    largest = str(max(node_counts))
+    return {
+        "policies": results,
+        "node_counts": list(node_counts),
+        "num_decisions": num_decisions,
+        "num_warmup_decisions": NUM_WARMUP,
+        "target_p99_us": TARGET_P99_US,
+        "meets_target": {name: results[name][largest]["p99_us"] <= TARGET_P99_US for name in names},
+        "python": sys.version.split()[0],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--decisions", type=int, default=2000)
+    parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512, 1024])
+    args = parser.parse_args(argv)
+    result = bench_router_decisions(tuple(args.nodes), args.decisions)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    rows = []
+    for name, by_n in result["policies"].items():
+        for n, r in by_n.items():
+            rows.append([name, n, r["p50_us"], r["p99_us"], r["max_us"], r["snapshot_p99_us"]])
+    print(format_table(["policy", "nodes", "choose p50 µs", "p99 µs", "max µs", "snapshot p99 µs"], rows))
+    print(f"target: p99 <= {TARGET_P99_US:g} µs at {max(args.nodes)} nodes: {result['meets_target']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

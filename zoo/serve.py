@@ -1,0 +1,285 @@
+"""`zoo controlplane` and `zoo agent`: the fleet's two long-running processes.
+
+    zoo controlplane --listen tcp://127.0.0.1:5555 --client-listen tcp://127.0.0.1:5556 \\
+                     --http 127.0.0.1:8000 --policy hardware_aware --model PATH
+    zoo agent --control tcp://HOST:5555 --backend torch --model PATH --node-id ID \\
+              [--gpu-profile NAME] [--cell NAME] [engine flags]
+
+The CLI wires ``add_controlplane_args``/``run_controlplane`` and ``add_agent_args``/``run_agent``. Both
+run until SIGINT/SIGTERM and shut down cleanly (an agent sends NodeLeave). The control plane serves the
+HTTP gateway with uvicorn in its own task group.
+
+A hidden ``--fake-runner`` agent option swaps the model for ``TrivialRunner`` and a byte-level tokenizer
+(tests and ``bench/controlplane_hop.py``); the control plane's matching option is ``--fake-tokenizer``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+import anyio
+
+from controlplane.engine.batch import RunnerOutput, SchedulerOutput
+from controlplane.engine.model_runner import KVCacheSpec
+from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
+
+log = logging.getLogger(__name__)
+
+DEFAULT_HTTP = "127.0.0.1:8000"
+FAKE_MODEL_NAME = "fake-bytes"
+
+
+# --------------------------------------------------------------------------- a trivial backend (tests, benchmarks)
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens (id = byte + 3; 0 pad, 1 bos, 2 eos). Loads in no time; no chat template beyond
+    ``role: content`` lines."""
+
+    vocab_size = 259
+    eos_token_id = 2
+    bos_token_id = 1
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [b + 3 for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return bytes(i - 3 for i in ids if i >= 3).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return text + ("assistant: " if add_generation_prompt else "")
+
+
+class TrivialRunner:
+    """Samples ``token_id`` ("z" by default) for every request that samples, optionally after a fixed step
+    time (its stand-in for compute, spent in the engine thread). Never samples EOS: requests run to
+    ``max_tokens``."""
+
+    def __init__(self, token_id: int = ord("z") + 3, step_s: float = 0.0, max_model_len: int = 4096) -> None:
+        self.token_id = token_id
+        self.step_s = step_s
+        self._max_model_len = max_model_len
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        return 64 * block_size
+
+    def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
+        pass
+
+    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        start = time.perf_counter()
+        if self.step_s > 0:
+            time.sleep(self.step_s)
+        sampled = {r.req_id: [self.token_id] for r in batch.requests if r.sample}
+        return RunnerOutput(sampled_token_ids=sampled, step_time_s=time.perf_counter() - start)
+
+
+def build_trivial_engine(step_s: float = 0.0, num_device_blocks: int = 4096, max_num_seqs: int = 256):
+    from controlplane.engine.config import CacheConfig, SchedulerConfig
+    from controlplane.engine.llm_engine import LLMEngine
+
+    runner = TrivialRunner(step_s=step_s)
+    return LLMEngine(
+        runner,
+        ByteTokenizer(),
+        SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=max_num_seqs, max_model_len=runner.max_model_len),
+        CacheConfig(block_size=16, num_device_blocks=num_device_blocks, num_host_blocks=0),
+    )
+
+
+def cpu_test_hardware(gpu_type: str = "cpu"):
+    """A fixed HardwareInfo for fake agents (no measurement)."""
+    from transport.messages import HardwareInfo
+
+    return HardwareInfo(
+        device_name="fake cpu",
+        gpu_type=gpu_type,
+        compute_capability=None,
+        memory_gib=8.0,
+        memory_bandwidth_gbps=20.0,
+        peak_tflops=0.5,
+        source="fake",
+    )
+
+
+# --------------------------------------------------------------------------- zoo controlplane
+
+
+def add_controlplane_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", default=DEFAULT_AGENT_ENDPOINT, help="ROUTER endpoint agents connect to")
+    p.add_argument(
+        "--client-listen",
+        default=DEFAULT_CLIENT_ENDPOINT,
+        help="ROUTER endpoint ZeroMQ clients connect to ('none': off)",
+    )
+    p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
+    p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
+    p.add_argument("--model", default=None, help="checkpoint whose tokenizer the control plane uses (default: SmolLM2)")
+    p.add_argument("--heartbeat-interval-s", type=float, default=1.0)
+    p.add_argument("--heartbeat-timeout-s", type=float, default=5.0)
+    p.add_argument("--report-interval-s", type=float, default=0.25)
+    p.add_argument("--max-queue-per-node", type=int, default=256)
+    p.add_argument("--max-queue-global", type=int, default=4096)
+    p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
+
+
+def controlplane_from_args(args: argparse.Namespace):
+    from controlplane.admission import AdmissionConfig
+    from controlplane.agent import served_model_name
+    from controlplane.router.router_config import RouterConfig
+    from controlplane.server import ControlPlane, ControlPlaneConfig
+
+    if args.fake_tokenizer:
+        tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
+    else:
+        from backends.checkpoint import load_checkpoint
+
+        tokenizer, model_name = load_checkpoint(args.model).tokenizer, served_model_name(args.model)
+    config = ControlPlaneConfig(
+        agent_endpoint=args.listen,
+        client_endpoint=None if args.client_listen == "none" else args.client_listen,
+        model_name=model_name,
+        router=RouterConfig(policy=args.policy),
+        admission=AdmissionConfig(max_queue_per_node=args.max_queue_per_node, max_queue_global=args.max_queue_global),
+        heartbeat_interval_s=args.heartbeat_interval_s,
+        heartbeat_timeout_s=args.heartbeat_timeout_s,
+        report_interval_s=args.report_interval_s,
+    )
+    return ControlPlane(config, tokenizer)
+
+
+def run_controlplane(args: argparse.Namespace) -> int:
+    _configure_logging()
+    cp = controlplane_from_args(args)
+    return anyio.run(_serve_controlplane, cp, None if args.http == "none" else args.http)
+
+
+async def _serve_controlplane(cp, http: str | None) -> int:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        await tg.start(cp.run)
+        print(f"control plane: agents {cp.agent_endpoint}, clients {cp.client_endpoint}", flush=True)
+        if http is not None:
+            host, _, port = http.rpartition(":")
+            await tg.start(_serve_http, cp, host, int(port))
+            print(f"OpenAI API: http://{http}/v1  health: http://{http}/health", flush=True)
+    return 0
+
+
+async def _serve_http(cp, host: str, port: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+    import uvicorn
+
+    from controlplane.gateway.app import create_app
+
+    class _Server(uvicorn.Server):
+        def install_signal_handlers(self) -> None:  # signals are the task group's (uvicorn < 0.29)
+            pass
+
+        def capture_signals(self):  # uvicorn >= 0.29
+            import contextlib
+
+            return contextlib.nullcontext()
+
+    server = _Server(uvicorn.Config(create_app(cp), host=host, port=port, log_level="warning", lifespan="off"))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server.serve)
+        with anyio.fail_after(30):
+            while not server.started:
+                await anyio.sleep(0.05)
+        task_status.started()
+    # serve() returned: uvicorn stopped on its own (e.g. the port was taken)
+    raise RuntimeError(f"the HTTP server on {host}:{port} stopped")
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("%s: shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
+
+
+# --------------------------------------------------------------------------- zoo agent
+
+
+def add_agent_args(p: argparse.ArgumentParser) -> None:
+    from zoo.cli import _add_engine_args
+
+    p.add_argument("--control", default=DEFAULT_AGENT_ENDPOINT, help="the control plane's agent endpoint")
+    p.add_argument("--node-id", default=None, help="unique node id (default: HOSTNAME-PID)")
+    p.add_argument("--gpu-profile", default=None, help="describe the device as this GPU table entry")
+    p.add_argument("--cell", default="default", help="the cell (group of nodes) this node belongs to")
+    p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
+    p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
+    _add_engine_args(p)
+    p.add_argument("--fake-runner", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
+
+
+def agent_from_args(args: argparse.Namespace):
+    from controlplane.agent import AgentConfig, NodeAgent, default_node_id
+
+    node_id = args.node_id or default_node_id()
+    hardware = None
+    if args.fake_runner:
+        engine = build_trivial_engine(step_s=args.fake_step_ms / 1e3)
+        model_name = args.model_name or FAKE_MODEL_NAME
+        if args.gpu_profile is None:
+            hardware = cpu_test_hardware(args.fake_gpu_type)
+    else:
+        from zoo.cli import engine_config_from_args
+
+        engine = engine_config_from_args(args)
+        if args.max_model_len is not None:
+            engine.scheduler.max_model_len = args.max_model_len
+        model_name = args.model_name
+    config = AgentConfig(
+        node_id=node_id, model_name=model_name, backend=args.backend, cell=args.cell, gpu_profile=args.gpu_profile
+    )
+    return NodeAgent(args.control, engine, config, hardware=hardware)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    _configure_logging()
+    agent = agent_from_args(args)
+    return anyio.run(_serve_agent, agent)
+
+
+async def _serve_agent(agent) -> int:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        await tg.start(agent.run)
+        print(
+            f"agent {agent.config.node_id}: serving {agent.model_name}, control plane {agent.control_endpoint}",
+            flush=True,
+        )
+    return 0
+
+
+def _configure_logging() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m zoo.serve controlplane|agent ...`` (the same flags as ``zoo controlplane|agent``)."""
+    parser = argparse.ArgumentParser(prog="python -m zoo.serve")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_controlplane_args(sub.add_parser("controlplane"))
+    add_agent_args(sub.add_parser("agent"))
+    args = parser.parse_args(argv)
+    return run_controlplane(args) if args.command == "controlplane" else run_agent(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
