@@ -53,3 +53,13 @@ def test_missing_model_file_is_a_clear_error():
     assert r.returncode == 2
     assert "/nonexistent/model.gguf" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_generate_on_the_jax_backend():
+    r = _zoo(
+        "generate", "--chat", "What is the capital of France?", "--max-tokens", "12", "--temperature", "0",
+        "--backend", "jax",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
