@@ -1,0 +1,114 @@
+"""Admission control: refuse a request at once, with a reason and a retry hint, when queues are full.
+
+Never drops silently: ``check`` either admits (None) or returns a ``Refusal`` that the caller turns into an
+``ErrorReply(code=OVERLOADED, retry_after_s=...)`` / HTTP 429 with Retry-After.
+
+A node's queue is the requests waiting there to start::
+
+    queued(node) = max(num_waiting + num_swapped, num_inflight - num_running)
+
+(the report's count, or, if higher, what the control plane routed there beyond the report's running
+batch). The global queue is the sum over the snapshot's nodes; both are kept incrementally per snapshot
+(router/policies/node_table.py), so a check costs a few microseconds even with 1,024 nodes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from controlplane.router.policies.node_table import NodeTable, max_prompt_tokens
+from controlplane.router.policy import ClusterSnapshot, NodeView
+from transport.messages import ErrorCode
+
+_COL_QUEUED = 2
+
+
+@dataclass(slots=True)
+class AdmissionConfig:
+    """max_queue_per_node: requests waiting on one node before that node refuses more.
+    max_queue_global: requests waiting over every node of the snapshot before the cluster refuses more.
+    retry_after_s: what a refused client is told to wait before retrying."""
+
+    max_queue_per_node: int = 256
+    max_queue_global: int = 4096
+    retry_after_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_queue_per_node < 0:
+            raise ValueError(f"max_queue_per_node must be >= 0, got {self.max_queue_per_node}")
+        if self.max_queue_global < 0:
+            raise ValueError(f"max_queue_global must be >= 0, got {self.max_queue_global}")
+        if self.retry_after_s <= 0:
+            raise ValueError(f"retry_after_s must be > 0, got {self.retry_after_s}")
+
+
+class RefusalReason(enum.StrEnum):
+    NODE_QUEUE_FULL = "node_queue_full"
+    GLOBAL_QUEUE_FULL = "global_queue_full"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: RefusalReason
+    message: str
+    retry_after_s: float
+    node_id: str | None = None
+    code: ErrorCode = ErrorCode.OVERLOADED
+
+
+def queued_requests(node: NodeView) -> int:
+    """Requests waiting to start on ``node`` (see the module docstring)."""
+    return max(node.num_waiting + node.num_swapped, node.num_inflight - node.num_running)
+
+
+def _derive(node: NodeView) -> tuple[float, float, float]:
+    return (max_prompt_tokens(node), 0.0, queued_requests(node))
+
+
+class AdmissionControl:
+    def __init__(self, config: AdmissionConfig | None = None) -> None:
+        self.config = AdmissionConfig() if config is None else config
+        self._table = NodeTable(_derive, 3)
+        self.num_admitted_total = 0
+        self.num_refused_total: dict[RefusalReason, int] = {reason: 0 for reason in RefusalReason}
+
+    def check(self, snapshot: ClusterSnapshot, node_id: str | None = None) -> Refusal | None:
+        """None: admit. Checks the global queue of ``snapshot`` and, if given, ``node_id``'s own queue
+        (the node the router chose; a node not in the snapshot is not checked). Pass the same scope every
+        time, normally the whole cluster (``registry.snapshot()``): the totals are kept per snapshot
+        lineage, and a snapshot of other nodes rebuilds them (O(N))."""
+        config = self.config
+        table = self._table
+        table.sync(snapshot.nodes)
+        total = int(table.columns[_COL_QUEUED].sum()) if len(table) else 0
+        if total >= config.max_queue_global:
+            return self._refuse(
+                RefusalReason.GLOBAL_QUEUE_FULL,
+                f"the cluster is overloaded: {total} requests queued over {len(table)} nodes "
+                f"(limit {config.max_queue_global}); retry after {config.retry_after_s:g} s",
+                None,
+            )
+        if node_id is not None:
+            i = table.index_of.get(node_id)
+            if i is not None:
+                queued = int(table.values.item(_COL_QUEUED, i))
+                if queued >= config.max_queue_per_node:
+                    return self._refuse(
+                        RefusalReason.NODE_QUEUE_FULL,
+                        f"node {node_id!r} is overloaded: {queued} requests queued there "
+                        f"(limit {config.max_queue_per_node}); retry after {config.retry_after_s:g} s",
+                        node_id,
+                    )
+        self.num_admitted_total += 1
+        return None
+
+    def make_stats(self) -> dict[str, int]:
+        stats = {"num_admitted_total": self.num_admitted_total}
+        for reason, count in self.num_refused_total.items():
+            stats[f"num_refused_{reason.value}_total"] = count
+        return stats
+
+    def _refuse(self, reason: RefusalReason, message: str, node_id: str | None) -> Refusal:
+        self.num_refused_total[reason] += 1
+        return Refusal(reason, message, self.config.retry_after_s, node_id)

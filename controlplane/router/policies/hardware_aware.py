@@ -1,0 +1,214 @@
+"""hardware_aware: the node with the lowest predicted cost for this request wins.
+
+Predictions (all public, so tests and the dashboard can show them; times in seconds)::
+
+    rate      = node.prefill_tok_per_s                         measured, or before measuring:
+              = prefill_mfu * peak_tflops * 1e12 / (2 * params)     prefill is compute-bound, 2 FLOP/param/token
+    step(b)   = decode step time with b sequences:
+                unmeasured: max(weights_bytes / (bandwidth * decode_bw_eff),      roofline: decode reads
+                                b * 2 * params / (peak * prefill_mfu))           every weight once per step
+                measured m at batch B: floor + (m - floor) / B * b, floor = min(weight read time, m)
+                (the (b+1)/b scaling of the measured step, applied to the part above the weight-read floor,
+                which does not grow with the batch)
+    TTFT      = (queued_prefill_tokens + inflight_prefill_tokens + max(prompt - cached, 1)) / rate
+                + step(decode_batch_size) if a decode batch is running (the current step must end first)
+    TPOT      = step(max(decode_batch_size, num_inflight) + 1)
+    headroom  = num_free_device_blocks * block_size - queued_prefill_tokens - inflight_prefill_tokens
+                (-inf while the node has swapped requests: it is already out of KV room)
+    cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
+                + kv_full_penalty_s  if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
+
+``cost`` is a predicted end-to-end latency (for tpot_weight = 1). ``cached`` is what the router's prefix
+index says the node holds of this prompt (0 when hardware_aware_use_prefix is off). Nodes that can never
+take the prompt are skipped; a node short of KV room is only penalised (it would queue or preempt), so it
+still serves when every node is full.
+
+Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, TPOT, headroom) live in a
+NodeTable; a decision is ~6 vectorised operations plus a scalar re-score of the few prefix-holding nodes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from controlplane.router.policies.node_table import NodeTables
+from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.prefix_index import PrefixIndex
+from controlplane.router.router_config import RouterConfig
+
+_COL_INV_RATE = 2  # s per prompt token
+_COL_BASE_S = 3  # queue + current decode step wait
+_COL_TPOT_S = 4
+_COL_HEADROOM = 5  # KV tokens free for new work
+_NUM_COLUMNS = 6
+_MIN_FIGURE = 1e-9  # guards a node that reports 0 bandwidth or compute
+
+
+def estimate_prefill_tok_per_s(peak_tflops: float, model_params_b: float, mfu: float) -> float:
+    """Prefill throughput of a compute-bound step: 2 FLOPs per parameter per token at ``mfu`` of peak."""
+    return mfu * max(peak_tflops, _MIN_FIGURE) * 1e12 / (2.0 * model_params_b * 1e9)
+
+
+def estimate_decode_step_s(
+    num_seqs: int,
+    memory_bandwidth_gbps: float,
+    peak_tflops: float,
+    model_params_b: float,
+    bytes_per_param: float,
+    bandwidth_efficiency: float,
+    mfu: float,
+) -> float:
+    """Roofline time of one decode step of ``num_seqs`` sequences: read every weight once, or compute
+    2 FLOPs per parameter per sequence, whichever takes longer (KV reads ignored)."""
+    params = model_params_b * 1e9
+    read_s = params * bytes_per_param / (max(memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * bandwidth_efficiency)
+    compute_s = num_seqs * 2.0 * params / (max(peak_tflops, _MIN_FIGURE) * 1e12 * mfu)
+    return max(read_s, compute_s)
+
+
+def prefill_rate_tok_per_s(node: NodeView, config: RouterConfig) -> float:
+    if node.prefill_tok_per_s > 0:
+        return node.prefill_tok_per_s
+    return estimate_prefill_tok_per_s(node.peak_tflops, config.params_b_for(node.model), config.prefill_mfu)
+
+
+def decode_step_s(node: NodeView, num_seqs: int, config: RouterConfig) -> float:
+    """Predicted decode step time of ``node`` with ``num_seqs`` sequences (see the module docstring)."""
+    params_b = config.params_b_for(node.model)
+    bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
+    eff, mfu = config.decode_bandwidth_efficiency, config.prefill_mfu
+    if node.decode_step_ms <= 0:
+        return estimate_decode_step_s(num_seqs, bw, peak, params_b, bpp, eff, mfu)
+    measured_s = node.decode_step_ms / 1000.0
+    floor_s = min(estimate_decode_step_s(1, bw, peak, params_b, bpp, eff, mfu), measured_s)
+    return floor_s + (measured_s - floor_s) / max(node.decode_batch_size, 1) * num_seqs
+
+
+def predict_ttft_s(node: NodeView, num_prompt_tokens: int, config: RouterConfig, num_cached_tokens: int = 0) -> float:
+    """Time until the first token of a new request on ``node``: the prefill queued ahead, this prompt's
+    uncached tokens, and the decode step in progress."""
+    queued = node.queued_prefill_tokens + node.inflight_prefill_tokens
+    own = max(num_prompt_tokens - num_cached_tokens, 1)
+    wait_s = decode_step_s(node, node.decode_batch_size, config) if node.decode_batch_size > 0 else 0.0
+    return (queued + own) / prefill_rate_tok_per_s(node, config) + wait_s
+
+
+def predict_tpot_s(node: NodeView, config: RouterConfig) -> float:
+    """Time per output token of a new request on ``node``: a decode step with it added to the batch."""
+    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config)
+
+
+def kv_headroom_tokens(node: NodeView) -> float:
+    """KV tokens free for new work on ``node``; -inf while it has swapped requests."""
+    if node.num_swapped > 0:
+        return -math.inf
+    free = node.num_free_device_blocks * node.block_size
+    return float(free - node.queued_prefill_tokens - node.inflight_prefill_tokens)
+
+
+def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, num_cached_tokens: int = 0) -> float:
+    """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring."""
+    num_prompt_tokens = request.num_prompt_tokens
+    cost = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
+    cost += config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * predict_tpot_s(node, config)
+    need = num_prompt_tokens + min(request.max_tokens, config.kv_reserve_output_tokens) - num_cached_tokens
+    if need > kv_headroom_tokens(node):
+        cost += config.kv_full_penalty_s
+    return cost
+
+
+class HardwareAwarePolicy:
+    name = "hardware_aware"
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self._tables = NodeTables(self._derive, _NUM_COLUMNS)
+        self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
+        self._cost = np.empty(0)
+        self._tmp = np.empty(0)
+        self._short = np.empty(0, dtype=bool)
+
+    def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
+        table = self._tables.get(request.model, request.traffic_class)
+        table.sync(snapshot.nodes)
+        n = len(table)
+        if n == 0:
+            return None
+        if len(self._cost) != n:
+            self._cost, self._tmp, self._short = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+        config = self.config
+        values, columns = table.values, table.columns
+        num_prompt_tokens = request.num_prompt_tokens
+        cost = np.multiply(columns[_COL_INV_RATE], max(num_prompt_tokens, 1), out=self._cost)
+        cost += columns[_COL_BASE_S]
+        output_weight = config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens)
+        if output_weight:
+            cost += np.multiply(columns[_COL_TPOT_S], output_weight, out=self._tmp)
+        need = num_prompt_tokens + min(request.max_tokens, config.kv_reserve_output_tokens)
+        short = np.less(columns[_COL_HEADROOM], need, out=self._short)
+        np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
+        cannot = table.fits_mask(num_prompt_tokens)
+        if cannot is not None:
+            np.copyto(cost, math.inf, where=cannot)
+        if self._index is not None and request.block_hashes:
+            # vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
+            # predict_cost_s): fewer own prefill tokens, and KV room needed only for the uncached part
+            index_of, nodes = table.index_of, table.nodes
+            own = max(num_prompt_tokens, 1)
+            penalty = config.kv_full_penalty_s
+            for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
+                i = index_of.get(node_id)
+                if i is None or cost[i] == math.inf:
+                    continue
+                cached = min(num_blocks * nodes[i].block_size, num_prompt_tokens)
+                saved_s = (own - max(num_prompt_tokens - cached, 1)) * values.item(_COL_INV_RATE, i)
+                if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
+                    saved_s += penalty
+                cost[i] -= saved_s
+        i = int(cost.argmin())
+        return None if cost[i] == math.inf else table.node_ids[i]
+
+    def on_routed(self, request: RouteRequest, node_id: str) -> None:
+        if self._index is not None:
+            self._index.insert(node_id, request.block_hashes)
+
+    def on_node_removed(self, node_id: str) -> None:
+        if self._index is not None:
+            self._index.remove_node(node_id)
+
+    def _derive(self, node: NodeView) -> tuple[float, ...]:
+        """The table row of ``node``: the same formulas as the public predict_* functions, inlined
+        (tests check the policy's choice against predict_cost_s)."""
+        config = self.config
+        params = config.params_b_for(node.model) * 1e9
+        peak_flops = max(node.peak_tflops, _MIN_FIGURE) * 1e12
+        rate = node.prefill_tok_per_s
+        if rate <= 0:
+            rate = config.prefill_mfu * peak_flops / (2.0 * params)
+        inv_rate = 1.0 / rate
+        read_s = params * config.bytes_per_param
+        read_s /= max(node.memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
+        batch = node.decode_batch_size
+        tpot_batch = max(batch, node.num_inflight) + 1
+        if node.decode_step_ms <= 0:
+            per_seq_compute_s = 2.0 * params / (peak_flops * config.prefill_mfu)
+            wait_s = max(read_s, batch * per_seq_compute_s) if batch > 0 else 0.0
+            tpot_s = max(read_s, tpot_batch * per_seq_compute_s)
+        else:
+            measured_s = node.decode_step_ms / 1000.0
+            floor_s = min(max(read_s, 2.0 * params / (peak_flops * config.prefill_mfu)), measured_s)
+            per_seq_s = (measured_s - floor_s) / max(batch, 1)
+            wait_s = floor_s + per_seq_s * batch if batch > 0 else 0.0
+            tpot_s = floor_s + per_seq_s * tpot_batch
+        queued = node.queued_prefill_tokens + node.inflight_prefill_tokens
+        reported = node.num_running + node.num_waiting
+        return (
+            min(node.max_model_len - 1, node.num_device_blocks * node.block_size),  # max_prompt_tokens
+            node.num_inflight if node.num_inflight > reported else reported,  # outstanding_requests
+            inv_rate,
+            queued * inv_rate + wait_s,
+            tpot_s,
+            kv_headroom_tokens(node),
+        )

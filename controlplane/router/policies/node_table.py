@@ -1,0 +1,163 @@
+"""Per-node terms of the latest snapshot, kept as numpy columns and refreshed incrementally.
+
+Why: a policy must answer in <= 50 µs with 1,024 nodes, and a CPython loop that reads a few fields of
+every NodeView costs ~0.2 µs per node. Between two decisions only a few views change (the node the last
+request went to, the few that reported), and the registry hands out the *same* NodeView object for a node
+that did not change. So a table remembers the last ``snapshot.nodes``, finds the changed positions with
+C-speed tuple comparisons over 64-node chunks, re-derives only those rows, and the policy scores every node
+with a handful of vectorised numpy operations::
+
+    values: float64 [num_columns, num_nodes]     values[:, i] = derive(nodes[i]); columns[c] = values[c]
+      column 0  COL_MAX_PROMPT  longest prompt the node can take (static: max_model_len, KV blocks)
+      column 1  COL_LOAD        requests outstanding there: max(num_inflight, num_running + num_waiting)
+      column 2… policy's own terms
+    rank:   float64 [num_nodes]   position of nodes[i].node_id in sorted node-id order (tie breaks)
+
+A snapshot whose length or node order differs (join, leave) rebuilds the table (O(N) Python, rare);
+otherwise only the changed rows are re-derived, however many.
+Correctness never depends on object identity: a new-but-equal view is simply re-derived. Speed does: the
+registry's views compare by identity, so a tuple comparison never calls the dataclass' field-by-field
+``__eq__`` (~2 µs per changed node with plain NodeViews).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from controlplane.router.policy import NodeView
+
+COL_MAX_PROMPT = 0
+COL_LOAD = 1
+_CHUNK = 64  # tuple slices compared at once; a mismatching chunk is compared in sub-chunks,
+_SUB_CHUNK = 8  # and a mismatching sub-chunk scanned by identity
+
+
+def max_prompt_tokens(node: NodeView) -> int:
+    """Longest prompt ``node`` can ever take: one output token must fit under max_model_len, and the
+    prompt's blocks must fit in the node's device KV blocks (the engine scheduler's own checks)."""
+    return min(node.max_model_len - 1, node.num_device_blocks * node.block_size)
+
+
+def outstanding_requests(node: NodeView) -> int:
+    """Requests on ``node``: the control plane's in-flight count (fresher for what it routed), or the
+    node's last report if that says more (requests routed by someone else, or before a restart)."""
+    reported = node.num_running + node.num_waiting
+    return node.num_inflight if node.num_inflight > reported else reported
+
+
+def changed_indices(old: Sequence[NodeView], new: Sequence[NodeView]) -> list[int]:
+    """Positions where ``new`` holds a different object than ``old`` (same length required)."""
+    changed: list[int] = []
+    n = len(new)
+    for lo in range(0, n, _CHUNK):
+        hi = lo + _CHUNK
+        if old[lo:hi] == new[lo:hi]:  # C-speed: an identical object compares equal without __eq__
+            continue
+        for sub_lo in range(lo, min(hi, n), _SUB_CHUNK):
+            sub_hi = sub_lo + _SUB_CHUNK
+            if old[sub_lo:sub_hi] != new[sub_lo:sub_hi]:
+                for i in range(sub_lo, min(sub_hi, n)):
+                    if old[i] is not new[i]:
+                        changed.append(i)
+    return changed
+
+
+class NodeTable:
+    def __init__(self, derive: Callable[[NodeView], Sequence[float]], num_columns: int) -> None:
+        if num_columns < 2:
+            raise ValueError(f"num_columns must be >= 2 (max prompt, load), got {num_columns}")
+        self._derive = derive
+        self.num_columns = num_columns
+        self.nodes: tuple[NodeView, ...] = ()
+        self.node_ids: list[str] = []
+        self.index_of: dict[str, int] = {}
+        self.values = np.zeros((num_columns, 0))
+        self.columns: list[np.ndarray] = list(self.values)  # contiguous rows of values, one per column
+        self.rank = np.zeros(0)
+        self.min_max_prompt = math.inf  # <= every node's COL_MAX_PROMPT (may be stale-low, never high)
+        self.num_rebuilds = 0
+        self._key = np.zeros(0)
+        self._mask = np.zeros(0, dtype=bool)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def sync(self, nodes: tuple[NodeView, ...]) -> None:
+        """Make the table describe ``nodes``."""
+        old = self.nodes
+        if nodes is old:
+            return
+        n = len(nodes)
+        if n != len(old):
+            self._rebuild(nodes)
+            return
+        changed = changed_indices(old, nodes)
+        node_ids = self.node_ids
+        for i in changed:
+            if nodes[i].node_id != node_ids[i]:
+                self._rebuild(nodes)
+                return
+        values = self.values
+        derive = self._derive
+        for i in changed:
+            row = derive(nodes[i])
+            values[:, i] = row
+            if row[COL_MAX_PROMPT] < self.min_max_prompt:
+                self.min_max_prompt = row[COL_MAX_PROMPT]
+        self.nodes = nodes
+
+    def fits_mask(self, num_prompt_tokens: int) -> np.ndarray | None:
+        """Boolean [n]: the node cannot take the prompt; None when every node can (the common case)."""
+        if num_prompt_tokens <= self.min_max_prompt:
+            return None
+        return np.less(self.columns[COL_MAX_PROMPT], num_prompt_tokens, out=self._mask)
+
+    def least_loaded(self, num_prompt_tokens: int) -> int:
+        """Index of the node with the fewest outstanding requests among those that can take the prompt
+        (ties: smallest node id), or -1 when none can."""
+        n = len(self.nodes)
+        if n == 0:
+            return -1
+        key = np.multiply(self.columns[COL_LOAD], n, out=self._key)
+        key += self.rank
+        cannot = self.fits_mask(num_prompt_tokens)
+        if cannot is not None:
+            np.copyto(key, math.inf, where=cannot)
+        i = int(key.argmin())
+        return -1 if key[i] == math.inf else i
+
+    def _rebuild(self, nodes: tuple[NodeView, ...]) -> None:
+        n = len(nodes)
+        derive = self._derive
+        rows = np.array([derive(v) for v in nodes], dtype=np.float64).reshape(n, self.num_columns)
+        self.values = np.ascontiguousarray(rows.T)
+        self.columns = list(self.values)
+        self.node_ids = [v.node_id for v in nodes]
+        self.index_of = {node_id: i for i, node_id in enumerate(self.node_ids)}
+        rank = np.empty(n)
+        rank[sorted(range(n), key=self.node_ids.__getitem__)] = np.arange(n)
+        self.rank = rank
+        self.min_max_prompt = float(self.columns[COL_MAX_PROMPT].min()) if n else math.inf
+        self._key = np.empty(n)
+        self._mask = np.empty(n, dtype=bool)
+        self.nodes = nodes
+        self.num_rebuilds += 1
+
+
+class NodeTables:
+    """One NodeTable per (model, traffic class): the control plane hands a policy a different snapshot for
+    each, and a single table would rebuild from scratch every time the requests' model or class changed."""
+
+    def __init__(self, derive: Callable[[NodeView], Sequence[float]], num_columns: int) -> None:
+        self._derive = derive
+        self._num_columns = num_columns
+        self._tables: dict[tuple[str, str], NodeTable] = {}
+
+    def get(self, model: str, traffic_class: str) -> NodeTable:
+        table = self._tables.get((model, traffic_class))
+        if table is None:
+            table = self._tables[(model, traffic_class)] = NodeTable(self._derive, self._num_columns)
+        return table

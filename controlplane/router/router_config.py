@@ -1,0 +1,89 @@
+"""RouterConfig: which policy routes, and the knobs of the policies that have any."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class RouterConfig:
+    """Routing.
+
+    policy: the policy's name (see ``controlplane/router/policies/__init__.py``: ``POLICIES``).
+    cells_by_traffic_class: a request's traffic class → the cell whose nodes may serve it; a class not
+        listed may go to any cell.
+
+    hardware_aware (formulas in ``policies/hardware_aware.py``):
+    default_model_params_b / model_params_b: model size in billions of parameters (per served model name,
+        default for unlisted ones). Used only for the estimates of nodes that have not measured themselves
+        yet, and every node of one decision serves the same model, so it needs to be roughly right only.
+    bytes_per_param: weight bytes read per parameter by a decode step (2 = bf16).
+    prefill_mfu: achieved fraction of peak compute in a prefill step (the Vidur calibration: linear layers
+        reach 0.56-0.78 of peak bf16 on A100/H100 and the other layers add 5-40% on top, hence 0.5).
+    decode_bandwidth_efficiency: achieved fraction of peak memory bandwidth in a decode step (0.7-0.9 measured).
+    tpot_weight: weight of the predicted decode time against the predicted TTFT in the cost.
+    tpot_horizon_tokens: output tokens counted in the cost (min with the request's max_tokens).
+    kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
+    kv_full_penalty_s: added to the cost of a node without that KV room (it would queue or preempt).
+    hardware_aware_use_prefix: subtract prompt blocks the prefix index says are cached on a node.
+
+    prefix_aware:
+    prefix_load_penalty_blocks: score = matched prefix blocks - this * requests outstanding on the node.
+    prefix_balance_abs_threshold / prefix_balance_rel_threshold: the best-scoring node is overloaded, and the
+        least loaded node wins instead, when its load exceeds the least load by more than ``abs`` requests
+        AND is more than ``rel`` times it (both, like SGLang's cache-aware router).
+    prefix_max_blocks_per_node: LRU bound of the prefix index per node (block hashes remembered).
+    prefix_max_candidates: prefix-holding nodes examined per decision (bounds the decision time).
+    """
+
+    policy: str = "hardware_aware"
+    cells_by_traffic_class: dict[str, str] = field(default_factory=dict)
+    # hardware_aware
+    default_model_params_b: float = 1.0
+    model_params_b: dict[str, float] = field(default_factory=dict)
+    bytes_per_param: float = 2.0
+    prefill_mfu: float = 0.5
+    decode_bandwidth_efficiency: float = 0.75
+    tpot_weight: float = 1.0
+    tpot_horizon_tokens: int = 256
+    kv_reserve_output_tokens: int = 64
+    kv_full_penalty_s: float = 30.0
+    hardware_aware_use_prefix: bool = True
+    # prefix_aware
+    prefix_load_penalty_blocks: float = 1.0
+    prefix_balance_abs_threshold: int = 8
+    prefix_balance_rel_threshold: float = 1.5
+    prefix_max_blocks_per_node: int = 65536
+    prefix_max_candidates: int = 8
+
+    def __post_init__(self) -> None:
+        if not self.policy:
+            raise ValueError("policy must be a policy name")
+        for name in ("default_model_params_b", "bytes_per_param"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for model, params_b in self.model_params_b.items():
+            if params_b <= 0:
+                raise ValueError(f"model_params_b[{model!r}] must be > 0, got {params_b}")
+        for name in ("prefill_mfu", "decode_bandwidth_efficiency"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"{name} must be in (0, 1], got {value}")
+        for name in ("tpot_weight", "kv_full_penalty_s", "prefix_load_penalty_blocks"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("tpot_horizon_tokens", "kv_reserve_output_tokens", "prefix_balance_abs_threshold"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.prefix_balance_rel_threshold < 1:
+            raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")
+        for name in ("prefix_max_blocks_per_node", "prefix_max_candidates"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def params_b_for(self, model: str) -> float:
+        return self.model_params_b.get(model, self.default_model_params_b)
+
+    def cell_for(self, traffic_class: str) -> str | None:
+        """The cell that serves ``traffic_class``, or None for any cell."""
+        return self.cells_by_traffic_class.get(traffic_class)
