@@ -1,0 +1,136 @@
+"""A fleet on loopback: the control plane in the test's event loop, agents as real child processes.
+
+Under ``--import-mode=importlib`` test modules cannot import this file, so helpers are fixtures.
+Every child process is terminated (then killed) in a finally, whatever the test did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class AgentProcess:
+    """``python -m zoo.serve agent --fake-runner ...`` (or the real model with fake=False)."""
+
+    def __init__(self, control: str, node_id: str, *extra: str, fake: bool = True) -> None:
+        argv = [sys.executable, "-m", "zoo.serve", "agent", "--control", control, "--node-id", node_id]
+        if fake:
+            argv.append("--fake-runner")
+        self.node_id = node_id
+        # a file, not a pipe: a chatty child never blocks; closed with the object
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*argv, *extra], cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+
+    def kill(self) -> None:
+        """SIGKILL: no NodeLeave, the control plane must notice the silence."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def terminate(self, timeout_s: float = 10.0) -> int:
+        """SIGTERM: a clean shutdown (NodeLeave); the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise
+
+    def output(self) -> str:
+        self._log.seek(0)
+        return self._log.read()
+
+
+@pytest.fixture
+def spawn_agent() -> Iterator:
+    """``spawn_agent(control, node_id, *flags, fake=True) -> AgentProcess``; all are stopped at teardown."""
+    started: list[AgentProcess] = []
+
+    def spawn(control: str, node_id: str, *extra: str, fake: bool = True) -> AgentProcess:
+        agent = AgentProcess(control, node_id, *extra, fake=fake)
+        started.append(agent)
+        return agent
+
+    try:
+        yield spawn
+    finally:
+        for agent in started:
+            with contextlib.suppress(Exception):
+                agent.terminate(timeout_s=5)
+            with contextlib.suppress(Exception):
+                agent.kill()
+
+
+@pytest.fixture
+def controlplane():
+    """``async with controlplane(policy=..., **config) as cp``: a ControlPlane on free loopback ports
+    (byte tokenizer unless ``tokenizer`` is given), stopped on exit."""
+    import anyio
+
+    from controlplane.admission import AdmissionConfig
+    from controlplane.router.router_config import RouterConfig
+    from controlplane.server import ControlPlane, ControlPlaneConfig
+    from zoo.serve import FAKE_MODEL_NAME, ByteTokenizer
+
+    @contextlib.asynccontextmanager
+    async def start(
+        policy: str = "round_robin",
+        tokenizer=None,
+        agent_endpoint: str = "tcp://127.0.0.1:0",
+        admission: AdmissionConfig | None = None,
+        **config,
+    ) -> AsyncIterator[ControlPlane]:
+        config.setdefault("heartbeat_interval_s", 0.2)
+        config.setdefault("heartbeat_timeout_s", 1.0)
+        config.setdefault("report_interval_s", 0.05)
+        config.setdefault("model_name", FAKE_MODEL_NAME if tokenizer is None else None)
+        cp = ControlPlane(
+            ControlPlaneConfig(
+                agent_endpoint=agent_endpoint,
+                client_endpoint="tcp://127.0.0.1:0",
+                router=RouterConfig(policy=policy),
+                admission=admission,
+                **config,
+            ),
+            tokenizer or ByteTokenizer(),
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(cp.run)
+            try:
+                yield cp
+            finally:
+                tg.cancel_scope.cancel()
+
+    return start
+
+
+@pytest.fixture
+def client():
+    """``async with client(cp) as c``: an AsyncZooClient on the control plane's client endpoint."""
+    from zoo.client import AsyncZooClient
+
+    def make(cp, timeout_s: float = 20.0) -> AsyncZooClient:
+        return AsyncZooClient(cp.client_endpoint, timeout_s=timeout_s)
+
+    return make

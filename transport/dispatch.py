@@ -1,0 +1,92 @@
+"""``{type: handler}`` dispatch of received messages, with rejection counting and error replies.
+
+    Received ─► decode ─┬─ WireError ──────────► count[code], reply ErrorReply(code)   (where possible)
+                        ├─ no handler for type ─► count[UNKNOWN_TYPE], reply ErrorReply
+                        └─ handler(Incoming) ──┬─ ok
+                                               └─ raises ─► log, count[INTERNAL], reply ErrorReply(INTERNAL)
+
+Handlers are synchronous: they update core state and queue messages in mailboxes; they never wait.
+Nothing a peer sends can end the loop that calls ``dispatch``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from transport.codec import Frame, WireError, decode
+from transport.messages import Envelope, ErrorCode, ErrorReply
+from transport.sockets import Received
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Incoming:
+    """A decoded message and where it came from."""
+
+    peer: bytes | None  # ROUTER identity; None on a DEALER
+    msg: Any  # an Envelope subclass, the one the handler is registered for
+    tensor_frames: list[Frame]
+    recv_ns: int
+
+
+Handler = Callable[[Incoming], None]
+Reply = Callable[[bytes | None, ErrorReply], None]
+
+
+class Dispatcher:
+    """Routes each decoded message to the handler registered for its struct type.
+
+    ``reply`` sends an ErrorReply back to the peer (None: no reply is possible on this socket).
+    ``rejected`` counts refused messages by ErrorCode (malformed, oversized, unknown type, wrong
+    version, internal); ``received`` counts accepted ones by struct name. Plain dicts: an exporter in
+    observe/ publishes them.
+    """
+
+    def __init__(self, handlers: Mapping[type[Envelope], Handler], reply: Reply | None = None, name: str = "") -> None:
+        self._handlers = dict(handlers)
+        self._reply = reply
+        self.name = name
+        self.rejected: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
+        self.received: dict[str, int] = {cls.__name__: 0 for cls in self._handlers}
+
+    def dispatch(self, received: Received) -> None:
+        try:
+            msg, tensor_frames = decode(received.frames)
+        except WireError as e:
+            self._reject(received.peer, e.code, e.message, e.request_id)
+            return
+        handler = self._handlers.get(type(msg))
+        if handler is None:
+            self._reject(
+                received.peer,
+                ErrorCode.UNKNOWN_TYPE,
+                f"{type(msg).__name__} is not accepted on this socket",
+                msg.request_id,
+            )
+            return
+        self.received[type(msg).__name__] += 1
+        try:
+            handler(Incoming(received.peer, msg, tensor_frames, received.recv_ns))
+        except Exception:
+            log.exception("%s: handler for %s failed", self.name, type(msg).__name__)
+            self._reject(
+                received.peer, ErrorCode.INTERNAL, f"internal error handling {type(msg).__name__}", msg.request_id
+            )
+
+    def _reject(self, peer: bytes | None, code: ErrorCode, message: str, request_id: str) -> None:
+        self.rejected[code] += 1
+        log.debug("%s: rejected a message from %r: %s: %s", self.name, peer, code.value, message)
+        if self._reply is None:
+            return
+        try:
+            self._reply(peer, ErrorReply(request_id=request_id, code=code, message=message))
+        except Exception:  # the reply path failing (full outbox) must not end the loop either
+            log.exception("%s: could not send an ErrorReply", self.name)
+
+    @property
+    def num_rejected(self) -> int:
+        return sum(self.rejected.values())
