@@ -92,6 +92,30 @@ def cmd_bench(args: argparse.Namespace) -> int:
     raise AssertionError(args.target)
 
 
+def cmd_controlplane(args: argparse.Namespace) -> int:
+    from zoo.serve import run_controlplane
+
+    return run_controlplane(args)
+
+
+def cmd_agent(args: argparse.Namespace) -> int:
+    from zoo.serve import run_agent
+
+    return run_agent(args)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    import time
+    from pathlib import Path
+
+    from zoo.up import run_up
+    from zoo.up_config import load_up_config
+
+    config = load_up_config(Path(args.config) if args.config else None)
+    log_dir = Path(args.log_dir) if args.log_dir else Path(".cache") / "zoo-up" / time.strftime("%Y%m%d-%H%M%S")
+    return run_up(config, log_dir)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="Silicon Zoo: LLM serving on mismatched GPUs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,6 +136,21 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="a chat answer, then a continuous-batching run with a latency table")
     _add_engine_args(d)
     d.set_defaults(func=cmd_demo)
+
+    from zoo.serve import add_agent_args, add_controlplane_args
+
+    c = sub.add_parser("controlplane", help="run the control plane (router, registry, OpenAI gateway)")
+    add_controlplane_args(c)
+    c.set_defaults(func=cmd_controlplane)
+
+    a = sub.add_parser("agent", help="run a node agent that serves a model and joins a control plane")
+    add_agent_args(a)
+    a.set_defaults(func=cmd_agent)
+
+    u = sub.add_parser("up", help="a local zoo: the control plane and its agents as child processes")
+    u.add_argument("--config", default=None, help="zoo.toml ([controlplane], [[agents]]); default: two torch agents")
+    u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
+    u.set_defaults(func=cmd_up)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
     b.add_argument("target", choices=["engine"])

@@ -58,8 +58,8 @@ class UpConfig:
 
 
 def default_agents() -> list[AgentSpec]:
-    """Two CPU agents serving the embedded default model."""
-    return [AgentSpec("torch-0", "torch"), AgentSpec("torch-1", "torch")]
+    """Two CPU agents serving the embedded default model: one on each backend."""
+    return [AgentSpec("torch-0", "torch"), AgentSpec("jax-0", "jax")]
 
 
 def load_up_config(path: Path | None) -> UpConfig:

@@ -7,9 +7,9 @@ import pytest
 from zoo.up_config import UpConfig, load_up_config
 
 
-def test_no_file_gives_two_default_agents():
+def test_no_file_gives_a_torch_and_a_jax_agent():
     cfg = load_up_config(None)
-    assert [a.node_id for a in cfg.agents] == ["torch-0", "torch-1"]
+    assert [(a.node_id, a.backend) for a in cfg.agents] == [("torch-0", "torch"), ("jax-0", "jax")]
     assert cfg.control == "tcp://127.0.0.1:5555"
     assert cfg.base_url == "http://127.0.0.1:8000"
 
