@@ -86,10 +86,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.engine import run_engine_bench
 
         report = run_engine_bench(args)
-        if args.json:
-            print(json.dumps(report, indent=2))
-        return 0
-    raise AssertionError(args.target)
+    elif args.target == "controlplane":
+        from bench.controlplane import run_controlplane_bench
+
+        report = run_controlplane_bench(args)
+    else:
+        raise AssertionError(args.target)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 0
 
 
 def cmd_controlplane(args: argparse.Namespace) -> int:
@@ -153,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.set_defaults(func=cmd_up)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine"])
+    b.add_argument("target", choices=["engine", "controlplane"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     _add_engine_args(b)
