@@ -138,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_args(g)
     g.set_defaults(func=cmd_generate)
 
-    d = sub.add_parser("demo", help="a chat answer, then a continuous-batching run with a latency table")
-    _add_engine_args(d)
+    d = sub.add_parser("demo", help="a local zoo: a chat answer over the OpenAI API, a short load, a latency table")
+    d.add_argument("--config", default=None, help="zoo.toml for the local zoo (default: a torch and a JAX agent)")
     d.set_defaults(func=cmd_demo)
 
     from zoo.serve import add_agent_args, add_controlplane_args

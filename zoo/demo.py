@@ -1,72 +1,122 @@
-"""`make demo` until the control plane exists: a chat answer from the real model, then a small
-continuous-batching run with a latency table."""
+"""`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
+a chat question through the OpenAI endpoint, a short load through the ZeroMQ client library, and a
+per-node latency table as the client saw it. Everything is shut down at the end."""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import anyio
 
 from bench.stats import format_table, percentile
 from bench.workload import LengthScale, sample_lengths, synthetic_prompt_ids
-from controlplane.engine.sampling_params import SamplingParams
+from zoo.up import LocalZoo, ZooStartError
+from zoo.up_config import load_up_config
 
 QUESTION = "What is the capital of France?"
-NUM_BATCH_REQUESTS = 8
+NUM_LOAD_REQUESTS = 24
+LOAD_CONCURRENCY = 8
+LOAD_BUDGET_S = 60.0
+CLIENT_ENDPOINT = "tcp://127.0.0.1:5556"
+VOCAB_SIZE = 49152
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from zoo.cli import engine_config_from_args
-    from zoo.engine_builder import build_engine
-
-    engine = build_engine(engine_config_from_args(args))
-    print(f"\n== 1. chat: {QUESTION}")
-    engine.add_request(
-        engine.encode_chat([{"role": "user", "content": QUESTION}]), SamplingParams(temperature=0, max_tokens=24)
-    )
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            sys.stdout.write(out.new_text)
-            sys.stdout.flush()
-    print()
-
-    scale = LengthScale(max_prompt=256, max_output=24)
-    lengths = sample_lengths(NUM_BATCH_REQUESTS, scale, seed=1)
-    print(
-        f"\n== 2. continuous batching: {NUM_BATCH_REQUESTS} concurrent requests, lengths from the Azure "
-        f"conversation trace ({scale.describe()})"
-    )
-    vocab = engine.tokenizer.vocab_size
-    t0 = engine.clock.now()
-    ids = [
-        engine.add_request(
-            synthetic_prompt_ids(p, vocab, seed=i), SamplingParams(temperature=0, max_tokens=o, ignore_eos=True)
-        )
-        for i, (p, o) in enumerate(lengths)
-    ]
-    final = engine.run_until_done()
-    wall_s = engine.clock.now() - t0
-    rows = []
-    for rid in ids:
-        m = final[rid].metrics
-        rows.append(
-            [
-                rid,
-                final[rid].num_prompt_tokens,
-                final[rid].num_output_tokens,
-                m.ttft_s * 1e3,
-                (m.tpot_s or float("nan")) * 1e3,
-                m.e2e_s * 1e3,
-            ]
-        )
-    print(format_table(["request", "prompt", "output", "TTFT ms", "TPOT ms", "e2e ms"], rows))
-    ttfts = [r[3] for r in rows]
-    tpots = [r[4] for r in rows]
-    num_out = sum(r[2] for r in rows)
-    stats = engine.make_stats()
-    print(
-        f"TTFT p50 {percentile(ttfts, 50):.0f} ms, p99 {percentile(ttfts, 99):.0f} ms; "
-        f"TPOT p50 {percentile(tpots, 50):.1f} ms, p99 {percentile(tpots, 99):.1f} ms; "
-        f"{num_out} output tokens in {wall_s:.1f} s = {num_out / wall_s:.1f} tok/s aggregate over "
-        f"{engine.num_steps} steps; preemptions {stats.num_preemptions_total}"
-    )
+    config = load_up_config(Path(args.config) if getattr(args, "config", None) else None)
+    log_dir = Path(".cache") / "zoo-demo" / time.strftime("%Y%m%d-%H%M%S")
+    print(f"== starting a local zoo: control plane + {', '.join(a.node_id for a in config.agents)} (logs: {log_dir})")
+    try:
+        with LocalZoo(config, log_dir) as zoo:
+            print(zoo.describe())
+            _chat(config.base_url)
+            _load()
+            print("\n== shutting down")
+    except ZooStartError as e:
+        print(f"zoo demo: {e}")
+        return 1
     return 0
+
+
+def _chat(base_url: str) -> None:
+    print(f"\n== 1. chat through the OpenAI endpoint: {QUESTION}")
+    body = {
+        "model": "SmolLM2-135M-Instruct",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    req = urllib.request.Request(
+        f"{base_url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(req, timeout=120) as r:
+        reply = json.loads(r.read())
+    print(reply["choices"][0]["message"]["content"])
+    print(f"[usage: {reply['usage']}]")
+
+
+def _load() -> None:
+    scale = LengthScale(prompt_div=8, output_div=8, max_prompt=192, max_output=24)
+    lengths = sample_lengths(NUM_LOAD_REQUESTS, scale, seed=2)
+    print(
+        f"\n== 2. load through the ZeroMQ client library: {NUM_LOAD_REQUESTS} requests, {LOAD_CONCURRENCY} at a time, "
+        f"lengths from the Azure conversation trace ({scale.describe()}), at most {LOAD_BUDGET_S:.0f} s"
+    )
+    records = anyio.run(_drive, lengths)
+    by_node: dict[str, list[dict]] = {}
+    for r in records:
+        by_node.setdefault(r["node"], []).append(r)
+    rows = []
+    for node, rs in sorted(by_node.items()):
+        ttft = [r["ttft_ms"] for r in rs]
+        tpot = [r["tpot_ms"] for r in rs if r["tpot_ms"] is not None]
+        rows.append(
+            [node, len(rs), percentile(ttft, 50), percentile(ttft, 99), percentile(tpot, 50), percentile(tpot, 99)]
+        )
+    print(format_table(["node", "requests", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms", "TPOT p99 ms"], rows))
+    failed = NUM_LOAD_REQUESTS - len(records)
+    if failed:
+        print(f"{failed} requests did not finish within the budget or failed")
+
+
+async def _drive(lengths: list[tuple[int, int]]) -> list[dict]:
+    from zoo.client import AsyncZooClient, ZooError
+
+    records: list[dict] = []
+    limiter = anyio.Semaphore(LOAD_CONCURRENCY)
+
+    async def one(i: int, prompt_len: int, max_tokens: int) -> None:
+        async with limiter:
+            t0 = time.monotonic()
+            first = last = None
+            n = 0
+            node = "?"
+            try:
+                stream = await client.generate(
+                    prompt_token_ids=synthetic_prompt_ids(prompt_len, VOCAB_SIZE, seed=i),
+                    max_tokens=max_tokens, temperature=0, ignore_eos=True, stream=True,
+                )  # fmt: skip
+                async with stream:
+                    async for chunk in stream:
+                        now = time.monotonic()
+                        if chunk.token_ids:
+                            first = first or now
+                            last = now
+                            n += len(chunk.token_ids)
+                        node = chunk.node_id or node
+            except ZooError as e:
+                print(f"request {i}: {e}")
+                return
+            if first is not None:
+                tpot = (last - first) / (n - 1) * 1e3 if n > 1 else None
+                records.append({"node": node, "ttft_ms": (first - t0) * 1e3, "tpot_ms": tpot})
+
+    async with AsyncZooClient(CLIENT_ENDPOINT, timeout_s=LOAD_BUDGET_S) as client:
+        with anyio.move_on_after(LOAD_BUDGET_S):
+            async with anyio.create_task_group() as tg:
+                for i, (p, o) in enumerate(lengths):
+                    tg.start_soon(one, i, p, o)
+    return records
