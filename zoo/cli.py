@@ -15,6 +15,7 @@ def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="torch", choices=["torch", "jax"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--device", default="cpu")
+    p.add_argument("--num-threads", type=int, default=None, help="CPU threads for the backend (default: all)")
     p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")
     p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
     p.add_argument("--block-size", type=int, default=16)
@@ -28,6 +29,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         backend=args.backend,
         dtype=args.dtype,
         device=args.device,
+        num_threads=args.num_threads,
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
         cache=CacheConfig(
             block_size=args.block_size,

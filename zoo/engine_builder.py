@@ -13,10 +13,17 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
 
     checkpoint = load_checkpoint(config.model)
     if config.backend == "torch":
+        import torch
+
         from backends.torch import TorchModelRunner
+
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
 
         runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
     elif config.backend == "jax":
+        if config.num_threads is not None:
+            _limit_xla_cpu_threads(config.num_threads)
         from backends.jax import JaxModelRunner
 
         runner = JaxModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
@@ -24,3 +31,16 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
     return LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+
+
+def _limit_xla_cpu_threads(num_threads: int) -> None:
+    """XLA reads its CPU thread settings from XLA_FLAGS when jax first starts a backend."""
+    import os
+    import sys
+
+    if "jax" in sys.modules:
+        return  # too late to change; the process's first backend already chose
+    flags = os.environ.get("XLA_FLAGS", "")
+    if num_threads == 1:
+        flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    os.environ["XLA_FLAGS"] = flags.strip()

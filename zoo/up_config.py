@@ -22,9 +22,12 @@ class AgentSpec:
         if not self.node_id:
             raise ValueError("agents: every agent needs a non-empty node_id")
 
-    def argv(self, control: str) -> list[str]:
+    def argv(self, control: str, default_num_threads: int | None = None) -> list[str]:
         args = ["agent", "--control", control, "--node-id", self.node_id, "--backend", self.backend]
-        return args + _flags(self.options)
+        options = dict(self.options)
+        if default_num_threads is not None:
+            options.setdefault("num_threads", default_num_threads)
+        return args + _flags(options)
 
 
 @dataclass(slots=True)

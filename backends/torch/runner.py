@@ -49,6 +49,7 @@ class TorchModelRunner:
         (shared, e.g. between runners in tests).
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
     attention_backend: force a backend by name; None = chosen by device at initialize_kv_cache.
+    num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class TorchModelRunner:
         seed: int = 0,
         attention_backend: str | None = None,
         progress: bool = True,
+        num_threads: int | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -74,6 +76,8 @@ class TorchModelRunner:
             )
         self.config = self.model.config
         self.sampler = Sampler(self.device, seed)
+        # intra-op threads are a per-OS-thread setting (OpenMP): applied on the thread that executes
+        self.num_threads = num_threads
         self._attention_backend_name = attention_backend
         self.kv_cache: PagedKVCache | None = None
         self.attn: AttentionBackend | None = None
@@ -114,6 +118,8 @@ class TorchModelRunner:
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         t0 = time.perf_counter()
+        if self.num_threads is not None and torch.get_num_threads() != self.num_threads:
+            torch.set_num_threads(self.num_threads)
         self._apply_block_moves(batch)
         out = RunnerOutput()
         if batch.requests:

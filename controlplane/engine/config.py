@@ -75,12 +75,15 @@ class EngineConfig:
     backend: "torch" or "jax" (same checkpoint, same paged KV layout, interchangeable per node).
     dtype: "float32" or "bfloat16" (weights and KV cache).
     device: "cpu", "cuda", "cuda:N".
+    num_threads: CPU threads for the backend's kernels; None = the framework's default. Set it when
+        several agents share one host, so their thread pools do not oversubscribe the cores.
     """
 
     model: str | None = None
     backend: str = "torch"
     dtype: str = "float32"
     device: str = "cpu"
+    num_threads: int | None = None
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
 
@@ -89,6 +92,8 @@ class EngineConfig:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
 

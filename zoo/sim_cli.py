@@ -1,0 +1,171 @@
+"""``zoo sim``: replay a trace on a simulated fleet under each routing policy and compare them.
+
+    zoo sim --fleet zoo --trace conv --load 0.8 --policy all [--json] [--plot out.png] [--sweep]
+
+The trace is compressed or stretched so that its request rate is ``--load`` x the fleet's capacity for
+the trace's mean request (sim/workload.py: scale_to_load; the report states the factor), then its first
+``--duration`` virtual seconds are replayed through the fleet simulator (sim/des.py) once per policy.
+``--sweep`` repeats that over ``--sweep-loads`` and prints, per policy, the load at which fewer than 99%
+of requests meet the SLO.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from controlplane.router.policies import POLICIES
+from controlplane.router.policies.anchors import ANCHOR_POLICIES, register_anchor_policies
+from sim.des import FleetSimulator, SimResult
+from sim.fleet import Fleet, load_fleet
+from sim.report import Slo, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
+
+OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
+
+
+def all_policies() -> list[str]:
+    register_anchor_policies()
+    return [*OURS, *ANCHOR_POLICIES, *(p for p in POLICIES if p not in OURS and p not in ANCHOR_POLICIES)]
+
+
+def add_sim_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fleet",
+        default="zoo",
+        help="fleet TOML file or a bundled fleet name (zoo, zoo_cells, small, big64, llama70b)",
+    )
+    parser.add_argument(
+        "--trace",
+        default="conv",
+        help=f"{', '.join(TRACE_FILES)}, several joined by '+' (each keeps its traffic class), poisson, gamma, "
+        "or a trace file",
+    )  # fmt: skip
+    parser.add_argument("--load", type=float, default=0.8, help="offered load as a fraction of fleet capacity")
+    parser.add_argument("--policy", default="all", help="'all' or comma-separated policy names")
+    parser.add_argument("--duration", type=float, default=300.0, help="virtual seconds of (scaled) arrivals")
+    parser.add_argument("--max-requests", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s")
+    parser.add_argument("--slo-tpot", type=float, default=0.1, help="SLO on time per output token, s")
+    parser.add_argument("--report-interval", type=float, default=0.25, help="agents' load report period, s")
+    parser.add_argument("--drain-limit", type=float, default=600.0, help="virtual s after the last arrival")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument("--plot", default=None, help="write latency CDFs per policy to this PNG (matplotlib)")
+    parser.add_argument("--sweep", action="store_true", help="sweep the offered load")
+    parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
+
+
+def build_workload(args: argparse.Namespace, fleet: Fleet) -> Workload:
+    names = args.trace.split("+")
+    if names == ["poisson"] or names == ["gamma"]:
+        base = synthetic(20000, 10.0, arrival=names[0], seed=args.seed)
+    else:
+        base = merge([load_trace(n) for n in names]) if len(names) > 1 else load_trace(names[0])
+    return base
+
+
+def scaled(base: Workload, fleet: Fleet, load: float, args: argparse.Namespace) -> tuple[Workload, float]:
+    """The first ``--duration`` s of ``base`` scaled to ``load`` x capacity; the window itself is then rescaled so
+    that *its* rate is exactly that (a trace's rate varies along it)."""
+    capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
+    workload = scale_to_load(base, load, capacity).window(args.duration, args.max_requests)
+    if len(workload.requests) > 1:
+        workload = scale_to_load(workload, load, capacity)
+    return workload, capacity
+
+
+def run_policies(
+    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, log=None
+) -> list[SimResult]:
+    results = []
+    for name in policies:
+        sim = FleetSimulator(
+            fleet,
+            workload,
+            name,
+            seed=args.seed,
+            report_interval_s=args.report_interval,
+            drain_limit_s=args.drain_limit,
+        )
+        result = sim.run()
+        if log is not None:
+            log(f"  {name}: {len(result.records)} requests, {result.end_s:.0f} virtual s in {result.wall_s:.1f} s")
+        results.append(result)
+    return results
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    try:
+        fleet = load_fleet(args.fleet)
+        policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
+        unknown = [p for p in policies if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
+        base = build_workload(args, fleet)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"zoo sim: {e}", file=sys.stderr)
+        return 2
+    slo = Slo(args.slo_ttft, args.slo_tpot)
+
+    def log(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    if args.sweep:
+        loads = [float(x) for x in args.sweep_loads.split(",")]
+        points: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
+        for load in loads:
+            workload, capacity = scaled(base, fleet, load, args)
+            log(f"load {load:.2f}: {len(workload.requests)} requests, time scale x{workload.time_scale:.2f}")
+            for result in run_policies(fleet, workload, policies, args, log):
+                points[result.policy].append((load, summarize(result, slo).goodput))
+        breaking = slo_breaking_load(points)
+        if args.json:
+            import json
+
+            print(json.dumps({"points": points, "slo_breaking_load": breaking}, indent=2))
+        else:
+            print(f"{fleet.describe()}; trace {base.name}; SLO TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s:g} s")
+            print(f"{'policy':24s} " + " ".join(f"{load:>6.2f}" for load in loads) + "   breaks at (goodput < 99%)")
+            for p in policies:
+                row = " ".join(f"{g:>6.1%}" for _, g in points[p])
+                b = breaking[p]
+                print(f"{p:24s} {row}   {'>' + str(loads[-1]) if b is None else f'{b:.2f}'}")
+        return 0
+
+    workload, capacity = scaled(base, fleet, args.load, args)
+    info = {
+        "fleet": fleet.describe(),
+        "trace": base.name,
+        "offered_load": args.load,
+        "fleet_capacity_req_per_s": capacity,
+        "offered_req_per_s": workload.rate_req_per_s,
+        "time_scale": workload.time_scale,
+        "num_requests": len(workload.requests),
+        "duration_s": workload.duration_s,
+        "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+    }
+    log(
+        f"{info['fleet']}\ntrace {base.name} x{workload.time_scale:.2f} (its arrivals compressed by that factor): "
+        f"{len(workload.requests)} requests in {workload.duration_s:.0f} s = {workload.rate_req_per_s:.1f} req/s "
+        f"= {args.load:.0%} of the fleet's capacity {capacity:.1f} req/s"
+    )
+    results = run_policies(fleet, workload, policies, args, log)
+    reports = [summarize(r, slo) for r in results]
+    if args.json:
+        print(dumps(reports, info))
+    else:
+        print(format_table(reports, slo))
+    if args.plot:
+        plot_cdfs(results, args.plot, f"{fleet.name}, {base.name} at {args.load:.0%} load")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="zoo sim", description=__doc__.splitlines()[0])
+    add_sim_args(parser)
+    return run_sim(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
