@@ -34,6 +34,7 @@ from controlplane.actors.runtime import Actor, MailboxFull
 from controlplane.engine.config import EngineConfig
 from controlplane.engine.llm_engine import LLMEngine, RequestOutput
 from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
+from controlplane.engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
 from transport.dispatch import Dispatcher, Incoming
 from transport.messages import (
     CancelRequest,
@@ -46,6 +47,7 @@ from transport.messages import (
     LoadReport,
     NodeHello,
     NodeLeave,
+    NodeTelemetry,
     Ping,
     Pong,
     Sampling,
@@ -153,6 +155,38 @@ class _Stop:
     pass
 
 
+@dataclass(slots=True)
+class FinishedRequest:
+    """One request the engine finished (engine clock, seconds; None: the request never got that far)."""
+
+    queue_time_s: float | None
+    ttft_s: float | None
+    e2e_s: float | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finish_reason: str | None
+
+
+@dataclass(slots=True)
+class EngineObservation:
+    """What one engine step (or report tick) showed, for the agent's exporter (``observe=True`` only).
+
+    Rides in the engine outbox ahead of the step's TokenChunks, so a client that saw a request finish
+    can scrape metrics that already include it.
+
+    stats: the scheduler's snapshot after the step.
+    inter_token_s: one entry per output token after a request's first (gap since its previous token).
+    finished: requests that ended in this step.
+    swaps: ("out" | "in", num_blocks, step_time_s) per swap the step carried; the runner does not time its
+        swaps separately, so step_time_s (the whole step) bounds the swap's latency from above.
+    """
+
+    stats: SchedulerStats
+    inter_token_s: list[float]
+    finished: list[FinishedRequest]
+    swaps: list[tuple[str, int, float]]
+
+
 class EngineLoop:
     """The engine's busy loop, run in a worker thread. Touches only the engine and the two queues.
 
@@ -161,8 +195,9 @@ class EngineLoop:
         exception instance when the engine failed (the loop has ended).
     """
 
-    def __init__(self, engine: LLMEngine, node_id: str, report_interval_s: float) -> None:
+    def __init__(self, engine: LLMEngine, node_id: str, report_interval_s: float, observe: bool = False) -> None:
         self.engine = engine
+        self.observe = observe  # also put EngineObservations in the outbox
         self.node_id = node_id
         self.report_interval_s = report_interval_s
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -174,6 +209,7 @@ class EngineLoop:
         self._num_finished_total = 0
         self._prefill_tok_per_s = 0.0
         self._decode_step_ms = 0.0
+        self._last_token_s: dict[str, float] = {}  # in-flight request → engine time of its latest token
 
     def run(self) -> None:
         try:
@@ -202,9 +238,15 @@ class EngineLoop:
                     return
                 self._apply(cmd, out)
             if self.engine.has_unfinished_requests():
-                for o in self.engine.step():
+                busy_s = self.engine.busy_time_s
+                outputs = self.engine.step()
+                if self.observe:
+                    out.append(self._observation(outputs, self.engine.busy_time_s - busy_s))
+                for o in outputs:
                     out.append(self._chunk(o))
             if time.monotonic() >= next_report_s:
+                if self.observe:
+                    out.append(EngineObservation(self.engine.make_stats(), [], [], []))
                 out.append(self._load_report())
                 next_report_s = time.monotonic() + self.report_interval_s
             if out:
@@ -230,6 +272,7 @@ class EngineLoop:
             self.report_interval_s = cmd.interval_s
 
     def _forget(self, request_id: str) -> None:
+        self._last_token_s.pop(request_id, None)
         self._prompt_lens.pop(request_id, None)
         self._decoding.discard(request_id)
         self.num_inflight -= 1
@@ -253,6 +296,39 @@ class EngineLoop:
             node_id=self.node_id,
             logprobs=[(lp.token_id, lp.logprob, list(lp.top)) for lp in o.new_logprobs] if o.new_logprobs else None,
         )
+
+    def _observation(self, outputs: list[RequestOutput], step_time_s: float) -> EngineObservation:
+        now_s = self.engine.clock.now()
+        inter_token_s: list[float] = []
+        finished: list[FinishedRequest] = []
+        for o in outputs:
+            if o.new_token_ids:
+                previous_s = self._last_token_s.get(o.req_id)
+                if previous_s is not None:
+                    inter_token_s += [(now_s - previous_s) / len(o.new_token_ids)] * len(o.new_token_ids)
+                elif len(o.new_token_ids) > 1:
+                    inter_token_s += [0.0] * (len(o.new_token_ids) - 1)
+                self._last_token_s[o.req_id] = now_s
+            if o.finished:
+                self._last_token_s.pop(o.req_id, None)
+                m = o.metrics
+                finished.append(
+                    FinishedRequest(
+                        queue_time_s=m.queue_time_s if m else None,
+                        ttft_s=m.ttft_s if m else None,
+                        e2e_s=m.e2e_s if m else None,
+                        num_prompt_tokens=o.num_prompt_tokens,
+                        num_output_tokens=o.num_output_tokens,
+                        finish_reason=o.finish_reason.value if o.finish_reason is not None else None,
+                    )
+                )
+        events: list[SchedulerEvent] = self.engine.scheduler.take_events()
+        swaps = [
+            ("out" if e.kind is SchedulerEventKind.SWAPPED_OUT else "in", int(e.details["num_blocks"]), step_time_s)
+            for e in events
+            if e.kind in (SchedulerEventKind.SWAPPED_OUT, SchedulerEventKind.SWAPPED_IN)
+        ]
+        return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps)
 
     def _load_report(self) -> LoadReport:
         records = self.engine.take_step_records()
@@ -305,6 +381,8 @@ class NodeAgent(Actor):
     engine: an LLMEngine already built (tests give one with a fake runner), or an EngineConfig to build
         in a worker thread at start-up (the checkpoint path names the served model).
     hardware: what NodeHello says about the device; None: ``describe_hardware`` (profile / CUDA / measured).
+    exporter: an observe/ exporter (``describe_node(hello, rejected)``, ``observe(EngineObservation)``,
+        ``observe_hop(seconds)``, ``url``) fed from the event loop; None: no metrics beyond LoadReports.
     """
 
     def __init__(
@@ -315,9 +393,13 @@ class NodeAgent(Actor):
         *,
         hardware: HardwareInfo | None = None,
         context: zmq.asyncio.Context | None = None,
+        exporter=None,
     ) -> None:
         super().__init__()
         self.control_endpoint = control_endpoint
+        self.exporter = exporter
+        self._hops_ns: list[int] = []  # router → node hops since the last NodeTelemetry
+        self._telemetry_welcome = 0  # num_welcomes when the last NodeTelemetry was sent
         self.config = config
         self._engine_or_config = engine
         self.hardware = hardware
@@ -365,7 +447,10 @@ class NodeAgent(Actor):
             self._ctx = zmq.asyncio.Context()
         sock = connect_dealer(self._ctx, self.control_endpoint, routing_id=self.config.node_id.encode())
         self._link = Link(Channel(sock), self._on_receive, name=f"agent {self.config.node_id}")
-        self._loop = EngineLoop(self.engine, self.config.node_id, self.config.report_interval_s)
+        observe = self.exporter is not None
+        self._loop = EngineLoop(self.engine, self.config.node_id, self.config.report_interval_s, observe=observe)
+        if observe:
+            self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
         return self
 
     def loops(self):
@@ -402,8 +487,15 @@ class NodeAgent(Actor):
                 if batch is None:
                     return
                 for msg in batch:
-                    if isinstance(msg, LoadReport) and not self.welcomed.is_set():
-                        continue  # not a member (yet): the report would be answered "unknown node"
+                    if isinstance(msg, EngineObservation):
+                        self.exporter.observe(msg)
+                        continue
+                    if isinstance(msg, LoadReport):
+                        if not self.welcomed.is_set():
+                            continue  # not a member (yet): the report would be answered "unknown node"
+                        telemetry = self._telemetry()
+                        if telemetry is not None:
+                            await self._link.send(telemetry)
                     await self._link.send(msg)
                 try:
                     batch = outbox.get_nowait()
@@ -448,6 +540,15 @@ class NodeAgent(Actor):
             pid=os.getpid(),
         )
 
+    def _telemetry(self) -> NodeTelemetry | None:
+        """Hops since the last one; also once after every Welcome (a new control plane learns the metrics URL)."""
+        if not self._hops_ns and self._telemetry_welcome == self.num_welcomes:
+            return None
+        hops, self._hops_ns = self._hops_ns, []
+        self._telemetry_welcome = self.num_welcomes
+        url = self.exporter.url if self.exporter is not None else ""
+        return NodeTelemetry(node_id=self.config.node_id, router_to_node_hop_ns=hops, metrics_url=url)
+
     def _abort_all(self) -> None:
         """Drop every request in flight (their control plane is gone or has failed them)."""
         self._loop.inbox.put(_AbortAll())
@@ -474,6 +575,10 @@ class NodeAgent(Actor):
 
     def handle_generate(self, incoming: Incoming) -> None:
         msg: GenerateRequest = incoming.msg
+        hop_ns = incoming.recv_ns - msg.sent_ns
+        self._hops_ns.append(hop_ns)
+        if self.exporter is not None:
+            self.exporter.observe_hop(hop_ns / 1e9)
         if self._loop.num_inflight + 1 > self.config.max_inflight_requests:
             self._send(
                 ErrorReply(

@@ -55,6 +55,7 @@ from transport.messages import (
     LoadReport,
     NodeHello,
     NodeLeave,
+    NodeTelemetry,
     Ping,
     Pong,
     Sampling,
@@ -87,6 +88,7 @@ class ControlPlaneConfig:
     heartbeat_timeout_s: a node silent this long is dead; its requests fail with NODE_FAILED.
     chunk_timeout_s: an in-process ``generate`` waiting this long for its next chunk gives up.
     max_latency_samples: TTFT/TPOT samples kept per node for the latency table.
+    max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
     """
 
     agent_endpoint: str = DEFAULT_AGENT_ENDPOINT
@@ -99,6 +101,7 @@ class ControlPlaneConfig:
     heartbeat_timeout_s: float = 5.0
     chunk_timeout_s: float = 300.0
     max_latency_samples: int = 10_000
+    max_pending_events: int = 100_000
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):
@@ -167,6 +170,23 @@ class NodeLatency:
         }
 
 
+class LatencyKind:
+    """What a LatencySample measured (all on time.monotonic_ns, one clock per host)."""
+
+    ROUTER_QUEUE_WAIT = "router_queue_wait"  # GenerateRequest.routed_ns - arrival_ns
+    ROUTER_TO_NODE_HOP = "router_to_node_hop"  # agent recv_ns - GenerateRequest.sent_ns (NodeTelemetry)
+    NODE_TO_ROUTER_RETURN = "node_to_router_return"  # control plane recv_ns - TokenChunk.sent_ns, per chunk
+
+
+@dataclass(slots=True, frozen=True)
+class LatencySample:
+    """An event for the exporters (``ControlPlane.take_events``)."""
+
+    kind: str  # a LatencyKind value
+    node_id: str
+    value_s: float
+
+
 def _percentile_ms(samples, q: float) -> float | None:
     if not samples:
         return None
@@ -217,6 +237,10 @@ class ControlPlane(Actor):
         self.latency: dict[str, NodeLatency] = {}
         self.counters: dict[str, int] = {"routed": 0, "completed": 0, "failed": 0, "cancelled": 0, "refused": 0}
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
+        self.decisions: dict[str, int] = {}  # node id → requests the policy routed there
+        self.preemptions: dict[str, int] = {}  # node id → num_preemptions_total of its last LoadReport
+        self.metrics_urls: dict[str, str] = {}  # node id → its agent's /metrics (from NodeTelemetry)
+        self._events: deque[LatencySample] = deque(maxlen=config.max_pending_events)
         self._changed = anyio.Event()
         self.agent_dispatcher = Dispatcher(
             {
@@ -224,6 +248,7 @@ class ControlPlane(Actor):
                 Heartbeat: self.handle_heartbeat,
                 LoadReport: self.handle_load_report,
                 NodeLeave: self.handle_node_leave,
+                NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: self.handle_token_chunk,
                 ErrorReply: self.handle_agent_error,
                 Pong: lambda incoming: None,
@@ -322,6 +347,9 @@ class ControlPlane(Actor):
                 "num_swapped": view.num_swapped if view else 0,
                 "kv_usage": view.kv_usage if view else 0.0,
                 "num_inflight": view.num_inflight if view else 0,
+                "num_preemptions_total": self.preemptions.get(node_id, 0),
+                "requests_routed": self.decisions.get(node_id, 0),
+                "metrics_url": self.metrics_urls.get(node_id, ""),
                 **self.latency.get(node_id, NodeLatency()).summary(),
             }
         return {
@@ -334,6 +362,12 @@ class ControlPlane(Actor):
                 "clients": {c.value: n for c, n in self.client_dispatcher.rejected.items() if n},
             },
         }
+
+    def take_events(self) -> list[LatencySample]:
+        """Latency samples since the last call (for observe/; at most ``max_pending_events``, oldest dropped)."""
+        events = list(self._events)
+        self._events.clear()
+        return events
 
     # -- Frontend ---------------------------------------------------------------------------------
 
@@ -479,6 +513,8 @@ class ControlPlane(Actor):
         self.registry.on_routed(node_id, rid, num_prompt_tokens)
         self.policy.on_routed(route, node_id)
         self.counters["routed"] += 1
+        self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
+        self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, (routed_ns - arrival_ns) / 1e9))
         return None
 
     def _tokenize(self, msg: ClientGenerate) -> list[int]:
@@ -606,6 +642,7 @@ class ControlPlane(Actor):
         msg: LoadReport = incoming.msg
         if self._node_of(incoming, msg.node_id):
             self.registry.report(msg)
+            self.preemptions[msg.node_id] = msg.num_preemptions_total
 
     def handle_node_leave(self, incoming: Incoming) -> None:
         msg: NodeLeave = incoming.msg
@@ -616,6 +653,13 @@ class ControlPlane(Actor):
             log.info("node %s left: %s", msg.node_id, msg.reason)
             self._lost(lost)
 
+    def handle_node_telemetry(self, incoming: Incoming) -> None:
+        msg: NodeTelemetry = incoming.msg
+        if self._node_of(incoming, msg.node_id):
+            self.metrics_urls[msg.node_id] = msg.metrics_url
+            kind = LatencyKind.ROUTER_TO_NODE_HOP
+            self._events.extend(LatencySample(kind, msg.node_id, hop_ns / 1e9) for hop_ns in msg.router_to_node_hop_ns)
+
     def handle_token_chunk(self, incoming: Incoming) -> None:
         chunk: TokenChunk = incoming.msg
         node_id = incoming.peer.decode()
@@ -625,6 +669,7 @@ class ControlPlane(Actor):
                 self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), incoming.peer)
             return
         now_ns = incoming.recv_ns
+        self._events.append(LatencySample(LatencyKind.NODE_TO_ROUTER_RETURN, node_id, (now_ns - chunk.sent_ns) / 1e9))
         if chunk.token_ids:
             if not inflight.first_token_ns:
                 inflight.first_token_ns = now_ns

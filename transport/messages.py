@@ -43,6 +43,8 @@ class MsgType(enum.IntEnum):
     PING = 20
     PONG = 21
     KV_BLOCKS = 30
+    FLEET_STATS = 40
+    NODE_TELEMETRY = 41
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -244,3 +246,87 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.KV_BLOCKS: KVBlocks,
 }
 TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}
+
+
+# --------------------------------------------------------------------------- observability (observe/, tui/)
+#
+#   control plane ──PUB (default tcp://127.0.0.1:5557)──FleetStats every stats interval──► SUB dashboards (zoo top)
+#   agent ──NodeTelemetry (with its LoadReports)──► control plane  (the application-level router → node hop)
+#
+# Latencies are seconds; "app" figures come from the application's own time.monotonic_ns stamps, "ebpf"
+# figures from the kernel probes of observe/ebpf (zoo probe) when they are attached.
+
+
+class LatencyFigure(msgspec.Struct, frozen=True, kw_only=True):
+    """One latency distribution: ``name`` measured by ``source`` on ``node_id`` ("" = the whole fleet).
+
+    name: "router_queue_wait" | "router_to_node_hop" | "node_to_router_return" (| eBPF extras such as
+        "engine_runq_delay", "engine_offcpu").
+    p50_s / p99_s: over the most recent samples (a sliding window); None when there are none.
+    interval_p50_s: over the samples since the previous FleetStats only (what a sparkline plots).
+    """
+
+    name: str
+    source: str  # "app" | "ebpf"
+    node_id: str = ""
+    count_total: int = 0
+    p50_s: float | None = None
+    p99_s: float | None = None
+    interval_count: int = 0
+    interval_p50_s: float | None = None
+
+
+class NodeStats(msgspec.Struct, kw_only=True):
+    """One row of the fleet table. ``state``: "up" (in the registry) or "dead" (left, expired)."""
+
+    node_id: str
+    state: str
+    gpu_type: str = ""
+    cell: str = ""
+    model: str = ""
+    power_score: float = 0.0
+    num_running: int = 0
+    num_waiting: int = 0
+    num_swapped: int = 0
+    kv_usage: float = 0.0  # 0..1
+    num_inflight: int = 0
+    ttft_p50_s: float | None = None  # as the control plane saw it: routing and both hops included
+    ttft_p99_s: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p99_s: float | None = None
+    num_served_total: int = 0
+    num_failed_total: int = 0
+    num_routed_total: int = 0
+    num_preemptions_total: int = 0
+    metrics_url: str = ""  # the agent's /metrics ("" when it exports none)
+
+
+class FleetStats(Envelope, kw_only=True):
+    """Control plane → dashboards (PUB/SUB): the whole fleet, every stats interval. Counters are totals
+    since the control plane started (``started_ns``); a dashboard derives rates from successive snapshots."""
+
+    seq: int  # 0, 1, 2 … per control-plane process
+    started_ns: int  # the publisher's start (time.monotonic_ns): a new value means a restarted control plane
+    policy: str
+    nodes: list[NodeStats] = []
+    latencies: list[LatencyFigure] = []
+    num_requests_total: dict[str, int] = {}  # routed, completed, failed, cancelled, refused
+    num_inflight: int = 0
+    rejected_requests_total: dict[str, int] = {}  # by reason (ErrorCode value)
+    malformed_messages_total: dict[str, int] = {}  # by kind (ErrorCode value; agent and client sockets)
+    num_preemptions_total: int = 0  # summed over the live nodes' LoadReports
+    ebpf_status: str = ""  # "" no probe feeds this control plane; else what the probe says ("attached", …)
+
+
+class NodeTelemetry(Envelope, kw_only=True):
+    """Agent → control plane, with its LoadReports: what only the agent can measure."""
+
+    node_id: str
+    router_to_node_hop_ns: list[int] = []  # GenerateRequests received since the last one: recv_ns - sent_ns
+    metrics_url: str = ""
+
+
+MESSAGE_TYPES[MsgType.FLEET_STATS] = FleetStats
+MESSAGE_TYPES[MsgType.NODE_TELEMETRY] = NodeTelemetry
+TYPE_OF[FleetStats] = MsgType.FLEET_STATS
+TYPE_OF[NodeTelemetry] = MsgType.NODE_TELEMETRY

@@ -1,9 +1,14 @@
 """`zoo controlplane` and `zoo agent`: the fleet's two long-running processes.
 
     zoo controlplane --listen tcp://127.0.0.1:5555 --client-listen tcp://127.0.0.1:5556 \\
-                     --http 127.0.0.1:8000 --policy hardware_aware --model PATH
+                     --http 127.0.0.1:8000 --policy hardware_aware --model PATH \\
+                     [--stats-listen tcp://127.0.0.1:5557] [--stats-interval-s 0.5]
     zoo agent --control tcp://HOST:5555 --backend torch --model PATH --node-id ID \\
-              [--gpu-profile NAME] [--cell NAME] [engine flags]
+              [--gpu-profile NAME] [--cell NAME] [--metrics-port PORT] [engine flags]
+
+Metrics: the control plane serves /metrics on its HTTP port and publishes FleetStats on --stats-listen
+(``zoo top`` subscribes); an agent serves its own /metrics on --metrics-port (off unless given; 0 picks a
+free port, which the agent prints and reports to the control plane).
 
 The CLI wires ``add_controlplane_args``/``run_controlplane`` and ``add_agent_args``/``run_agent``. Both
 run until SIGINT/SIGTERM and shut down cleanly (an agent sends NodeLeave). The control plane serves the
@@ -26,6 +31,7 @@ import anyio
 
 from controlplane.engine.batch import RunnerOutput, SchedulerOutput
 from controlplane.engine.model_runner import KVCacheSpec
+from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 
 log = logging.getLogger(__name__)
@@ -130,6 +136,10 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--report-interval-s", type=float, default=0.25)
     p.add_argument("--max-queue-per-node", type=int, default=256)
     p.add_argument("--max-queue-global", type=int, default=4096)
+    p.add_argument(
+        "--stats-listen", default=DEFAULT_STATS_ENDPOINT, help="PUB endpoint of the fleet stats stream ('none': off)"
+    )
+    p.add_argument("--stats-interval-s", type=float, default=0.5, help="seconds between FleetStats")
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
 
 
@@ -161,22 +171,32 @@ def controlplane_from_args(args: argparse.Namespace):
 def run_controlplane(args: argparse.Namespace) -> int:
     _configure_logging()
     cp = controlplane_from_args(args)
-    return anyio.run(_serve_controlplane, cp, None if args.http == "none" else args.http)
+    http = None if args.http == "none" else args.http
+    stats = None if args.stats_listen == "none" else args.stats_listen
+    return anyio.run(_serve_controlplane, cp, http, stats, args.stats_interval_s)
 
 
-async def _serve_controlplane(cp, http: str | None) -> int:
+async def _serve_controlplane(cp, http: str | None, stats_listen: str | None = None, stats_interval_s=0.5) -> int:
+    from observe.controlplane_exporter import ControlPlaneExporter
+    from observe.stats_stream import FleetObserver, StatsPublisher
+
+    exporter = ControlPlaneExporter(cp.stats)
+    observer = FleetObserver(cp, exporter)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         await tg.start(cp.run)
         print(f"control plane: agents {cp.agent_endpoint}, clients {cp.client_endpoint}", flush=True)
+        if stats_listen is not None:
+            endpoint = await tg.start(StatsPublisher(observer, stats_listen, stats_interval_s).run)
+            print(f"fleet stats: {endpoint} (zoo top --control {endpoint})", flush=True)
         if http is not None:
             host, _, port = http.rpartition(":")
-            await tg.start(_serve_http, cp, host, int(port))
-            print(f"OpenAI API: http://{http}/v1  health: http://{http}/health", flush=True)
+            await tg.start(_serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
+            print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
     return 0
 
 
-async def _serve_http(cp, host: str, port: int, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
+async def _serve_http(cp, host: str, port: int, metrics_app=None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
     import uvicorn
 
     from controlplane.gateway.app import create_app
@@ -190,7 +210,8 @@ async def _serve_http(cp, host: str, port: int, *, task_status=anyio.TASK_STATUS
 
             return contextlib.nullcontext()
 
-    server = _Server(uvicorn.Config(create_app(cp), host=host, port=port, log_level="warning", lifespan="off"))
+    app = create_app(cp, metrics_app=metrics_app)
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
     async with anyio.create_task_group() as tg:
         tg.start_soon(server.serve)
         with anyio.fail_after(30):
@@ -222,6 +243,10 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
     p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
     _add_engine_args(p)
+    p.add_argument(
+        "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"
+    )
+    p.add_argument("--metrics-host", default="127.0.0.1", help="the address --metrics-port binds")
     p.add_argument("--fake-runner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
@@ -247,13 +272,24 @@ def agent_from_args(args: argparse.Namespace):
     config = AgentConfig(
         node_id=node_id, model_name=model_name, backend=args.backend, cell=args.cell, gpu_profile=args.gpu_profile
     )
-    return NodeAgent(args.control, engine, config, hardware=hardware)
+    exporter = None
+    if args.metrics_port is not None:
+        from observe.agent_exporter import AgentExporter
+
+        exporter = AgentExporter()
+    return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter)
 
 
 def run_agent(args: argparse.Namespace) -> int:
     _configure_logging()
     agent = agent_from_args(args)
-    return anyio.run(_serve_agent, agent)
+    if agent.exporter is not None:
+        print(f"metrics: {agent.exporter.serve(args.metrics_host, args.metrics_port)}", flush=True)
+    try:
+        return anyio.run(_serve_agent, agent)
+    finally:
+        if agent.exporter is not None:
+            agent.exporter.close()
 
 
 async def _serve_agent(agent) -> int:

@@ -1,0 +1,129 @@
+"""An agent's /metrics: its engine in vLLM's names, plus the router → node hop and KV swapping.
+
+Fed by the NodeAgent from its event loop (never from the engine thread)::
+
+    engine thread ─► EngineObservation (stats snapshot, inter-token gaps, finished requests, swaps) ─┐
+    handle_generate ─► observe_hop(recv_ns - GenerateRequest.sent_ns) ─────────────────────────────┤
+                                                                                                    ▼
+                                        AgentExporter: histograms observed, latest snapshot kept ─► scrape
+
+Gauges and ``*_total`` counters come from the latest SchedulerStats at scrape time; histograms from events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from controlplane.agent import EngineObservation
+from controlplane.engine.scheduler_stats import SchedulerStats
+from observe import metrics_names as m
+from observe.exporter import PrometheusExporter, SnapshotCollector
+from transport.messages import NodeHello
+
+
+class AgentExporter(PrometheusExporter):
+    """One per agent process; ``describe_node`` before the first observation (NodeAgent.setup does it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._vllm_labels: dict[str, str] = {}
+        self._zoo_labels: dict[str, str] = {}
+        self._bytes_per_block = 0
+        self._stats: SchedulerStats | None = None
+        self._rejected: Mapping = {}
+        reg = self.registry
+        self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (engine arrival → first token).",
+                              m.VLLM_LABELS, registry=reg, buckets=m.TTFT_BUCKETS_S)  # fmt: skip
+        self.itl = Histogram(m.INTER_TOKEN_LATENCY, "Time between successive output tokens of a request.",
+                             m.VLLM_LABELS, registry=reg, buckets=m.ITL_BUCKETS_S)  # fmt: skip
+        self.e2e = Histogram(m.E2E_REQUEST_LATENCY, "Engine arrival → finish of a request.",
+                             m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
+        self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Time a request waited in the engine before its first step.",
+                               m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
+        self.success = Counter(m.REQUEST_SUCCESS, "Finished requests by finish reason.",
+                               (*m.VLLM_LABELS, "finished_reason"), registry=reg)  # fmt: skip
+        self.hop = Histogram(m.ROUTER_TO_NODE_HOP, "Router → node hop: agent receipt - GenerateRequest.sent_ns.",
+                             m.ZOO_NODE_LABELS, registry=reg, buckets=m.HOP_BUCKETS_S)  # fmt: skip
+        self.swap_latency = Histogram(m.SWAP_LATENCY, "KV swap latency by direction (upper bound: its whole step).",
+                                      (*m.ZOO_NODE_LABELS, "direction"), registry=reg,
+                                      buckets=m.SWAP_BUCKETS_S)  # fmt: skip
+        reg.register(SnapshotCollector(self._collect_snapshot))
+
+    def describe_node(self, hello: NodeHello, rejected: Mapping | None = None) -> None:
+        """Labels from the node's hello; ``rejected``: its dispatcher's live ErrorCode → count dict."""
+        where = {"node": hello.node_id, "gpu_type": hello.hardware.gpu_type, "cell": hello.cell}
+        self._vllm_labels = {"model_name": hello.model, **where}
+        self._zoo_labels = {"model": hello.model, **where}
+        self._bytes_per_block = hello.kv.bytes_per_block
+        self._rejected = rejected if rejected is not None else {}
+
+    # -- events (event loop) ------------------------------------------------------------------------
+
+    def observe_hop(self, seconds: float) -> None:
+        self.hop.labels(**self._zoo_labels).observe(max(seconds, 0.0))
+
+    def observe(self, obs: EngineObservation) -> None:
+        labels = self._vllm_labels
+        if obs.inter_token_s:
+            itl = self.itl.labels(**labels)
+            for gap_s in obs.inter_token_s:
+                itl.observe(gap_s)
+        for r in obs.finished:
+            if r.ttft_s is not None:
+                self.ttft.labels(**labels).observe(r.ttft_s)
+            if r.e2e_s is not None:
+                self.e2e.labels(**labels).observe(r.e2e_s)
+            if r.queue_time_s is not None:
+                self.queue.labels(**labels).observe(r.queue_time_s)
+            self.success.labels(**labels, finished_reason=r.finish_reason or "unknown").inc()
+        for direction, _num_blocks, step_time_s in obs.swaps:
+            self.swap_latency.labels(**self._zoo_labels, direction=direction).observe(step_time_s)
+        self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
+
+    # -- scrape (HTTP thread) -----------------------------------------------------------------------
+
+    def _collect_snapshot(self) -> Iterable[Metric]:
+        stats, vllm, zoo = self._stats, self._vllm_labels, self._zoo_labels
+        if stats is None or not vllm:
+            return
+        names, values = list(vllm), list(vllm.values())
+
+        def gauge(name: str, doc: str, value: float) -> Metric:
+            g = GaugeMetricFamily(name, doc, labels=names)
+            g.add_metric(values, value)
+            return g
+
+        def counter(name: str, doc: str, value: float) -> Metric:
+            c = CounterMetricFamily(name, doc, labels=names)
+            c.add_metric(values, value)
+            return c
+
+        yield gauge(m.NUM_REQUESTS_RUNNING, "Requests in the running batch.", stats.num_running)
+        yield gauge(m.NUM_REQUESTS_WAITING, "Requests waiting to be scheduled.", stats.num_waiting)
+        yield gauge(m.NUM_REQUESTS_SWAPPED, "Requests preempted to host RAM.", stats.num_swapped)
+        yield gauge(m.KV_CACHE_USAGE_PERC, "KV-cache usage: fraction of device blocks in use (1 = 100%).",
+                    stats.kv_usage)  # fmt: skip
+        yield counter(m.NUM_PREEMPTIONS, "Preemptions (swap or recompute).", stats.num_preemptions_total)
+        yield counter(m.PROMPT_TOKENS, "Prompt tokens of admitted requests.", stats.num_prompt_tokens_total)
+        yield counter(m.GENERATION_TOKENS, "Generated tokens.", stats.num_generation_tokens_total)
+        yield counter(m.PREFIX_CACHE_QUERIES, "Prompt tokens looked up in the prefix cache.",
+                      stats.prefix_cache_queries_total)  # fmt: skip
+        yield counter(m.PREFIX_CACHE_HITS, "Prompt tokens found in the prefix cache.", stats.prefix_cache_hits_total)
+        zoo_names = [*zoo, "direction"]
+        blocks = CounterMetricFamily(m.SWAPPED_BLOCKS, "KV blocks swapped, by direction.", labels=zoo_names)
+        swapped_bytes = CounterMetricFamily(m.SWAPPED_BYTES, "KV bytes swapped, by direction.", labels=zoo_names)
+        for direction, n in (("out", stats.num_swapped_out_blocks_total), ("in", stats.num_swapped_in_blocks_total)):
+            blocks.add_metric([*zoo.values(), direction], n)
+            swapped_bytes.add_metric([*zoo.values(), direction], n * self._bytes_per_block)
+        yield blocks
+        yield swapped_bytes
+        malformed = CounterMetricFamily(m.MALFORMED_MESSAGES, "Messages refused unread, by kind and socket.",
+                                        labels=["kind", "socket"])  # fmt: skip
+        for code, n in dict(self._rejected).items():
+            if n:
+                malformed.add_metric([str(getattr(code, "value", code)), "control"], n)
+        yield malformed

@@ -1,0 +1,71 @@
+"""The control plane's /metrics: router queue wait, node → router return hop, routing decisions,
+refusals and malformed messages.
+
+    ControlPlane.take_events() ─► FleetObserver.poll() ─► observe(kind, node labels, seconds)   histograms
+    ControlPlane.stats()  ─────────────────────────────► scrape-time counters and gauges      (snapshot)
+
+Served on the control plane's HTTP port: ``create_app(cp, metrics_app=exporter.asgi_app(observer.poll))``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from observe import metrics_names as m
+from observe.exporter import PrometheusExporter, SnapshotCollector
+
+# LatencySample.kind (controlplane/server.py LatencyKind) → the histogram it feeds here; router → node hops
+# are exported by the agent that measured them (one exporter per metric: sums never double count)
+_HISTOGRAMS = {
+    "router_queue_wait": (m.ROUTER_QUEUE_WAIT, "Router queue wait: routed_ns - arrival_ns."),
+    "node_to_router_return": (m.NODE_TO_ROUTER_RETURN, "Node → router return hop: receipt - TokenChunk.sent_ns."),
+}
+
+
+class ControlPlaneExporter(PrometheusExporter):
+    """``stats_fn``: ControlPlane.stats (a plain dict snapshot), called at every scrape."""
+
+    def __init__(self, stats_fn: Callable[[], dict]) -> None:
+        super().__init__()
+        self._stats_fn = stats_fn
+        self._histograms = {
+            kind: Histogram(name, doc, m.ZOO_NODE_LABELS, registry=self.registry, buckets=m.HOP_BUCKETS_S)
+            for kind, (name, doc) in _HISTOGRAMS.items()
+        }
+        self.registry.register(SnapshotCollector(self._collect_snapshot))
+
+    def observe(self, kind: str, node_labels: dict[str, str], seconds: float) -> None:
+        """``node_labels``: model, node, gpu_type, cell. Kinds this exporter does not export are ignored."""
+        histogram = self._histograms.get(kind)
+        if histogram is not None:
+            histogram.labels(**node_labels).observe(max(seconds, 0.0))
+
+    def _collect_snapshot(self) -> Iterable[Metric]:
+        stats = self._stats_fn()
+        policy = stats["policy"]
+        decisions = CounterMetricFamily(m.ROUTER_DECISIONS, "Requests routed, by policy and node.",
+                                        labels=["policy", "node"])  # fmt: skip
+        up = GaugeMetricFamily(m.NODE_UP, "1: the node is live; 0: it left or missed its heartbeats.",
+                               labels=list(m.ZOO_NODE_LABELS))  # fmt: skip
+        for node_id, node in stats["nodes"].items():
+            if node.get("requests_routed"):
+                decisions.add_metric([policy, node_id], node["requests_routed"])
+            labels = [node.get("model") or "", node_id, node.get("gpu_type") or "", node.get("cell") or ""]
+            up.add_metric(labels, 1.0 if node["alive"] else 0.0)
+        yield decisions
+        yield up
+        rejected = CounterMetricFamily(m.REJECTED_REQUESTS, "Requests refused before reaching a node, by reason.",
+                                       labels=["reason"])  # fmt: skip
+        for reason, n in sorted(stats["refused"].items()):
+            rejected.add_metric([reason], n)
+        yield rejected
+        malformed = CounterMetricFamily(m.MALFORMED_MESSAGES, "Messages refused unread, by kind and socket.",
+                                        labels=["kind", "socket"])  # fmt: skip
+        for socket_name, by_kind in sorted(stats["rejected_messages"].items()):
+            for kind, n in sorted(by_kind.items()):
+                malformed.add_metric([kind, socket_name], n)
+        yield malformed

@@ -1,0 +1,65 @@
+"""Every Prometheus metric Silicon Zoo exports: names, labels, buckets. One table, read by the exporters,
+the Grafana dashboard (observe/grafana/silicon_zoo.json) and the tests.
+
+Where a metric means what vLLM's does it has vLLM's name and vLLM's label for the model, ``model_name``,
+so scrapers written for vLLM (llm-d's endpoint picker, vLLM's Grafana boards) work unchanged; ours are
+under ``zoo:`` and label the model ``model``. Every per-node metric also carries ``node``, ``gpu_type``
+and ``cell``. Who exports what::
+
+    agent /metrics           vllm:* (its engine), zoo:router_to_node_hop_seconds (measured on arrival),
+                             zoo:swapped_*, zoo:swap_latency_seconds, zoo:malformed_messages_total{socket="control"}
+    control plane /metrics   zoo:router_queue_wait_seconds, zoo:node_to_router_return_seconds,
+                             zoo:router_decisions_total, zoo:rejected_requests_total,
+                             zoo:malformed_messages_total{socket="agents"|"clients"}, zoo:node_up
+
+A metric is exported by one process only, so summing over a scrape job never counts a sample twice.
+Prometheus names may contain colons (they are meant for recording rules, and vLLM uses them anyway).
+"""
+
+from __future__ import annotations
+
+# labels ----------------------------------------------------------------------------------------------
+VLLM_LABELS = ("model_name", "node", "gpu_type", "cell")
+ZOO_NODE_LABELS = ("model", "node", "gpu_type", "cell")
+
+# agent: vLLM-compatible --------------------------------------------------------------------------------
+NUM_REQUESTS_RUNNING = "vllm:num_requests_running"
+NUM_REQUESTS_WAITING = "vllm:num_requests_waiting"
+NUM_REQUESTS_SWAPPED = "vllm:num_requests_swapped"  # vLLM v0's name (v1 dropped swapping)
+KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"  # a fraction 0..1, as in vLLM (1 = 100 %)
+NUM_PREEMPTIONS = "vllm:num_preemptions"  # counter: exposed as vllm:num_preemptions_total
+PROMPT_TOKENS = "vllm:prompt_tokens"  # counter (_total)
+GENERATION_TOKENS = "vllm:generation_tokens"  # counter (_total)
+PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"  # counter (_total), in tokens
+PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"  # counter (_total), in tokens
+REQUEST_SUCCESS = "vllm:request_success"  # counter (_total) by finished_reason
+TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
+REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
+
+# agent: ours -----------------------------------------------------------------------------------------------
+ROUTER_TO_NODE_HOP = "zoo:router_to_node_hop_seconds"  # agent recv - GenerateRequest.sent_ns
+SWAPPED_BLOCKS = "zoo:swapped_blocks"  # counter (_total) by direction "out" | "in"
+SWAPPED_BYTES = "zoo:swapped_bytes"  # counter (_total) by direction
+SWAP_LATENCY = "zoo:swap_latency_seconds"  # by direction; upper bound: the step that carried the swap
+
+# control plane -------------------------------------------------------------------------------------------
+ROUTER_QUEUE_WAIT = "zoo:router_queue_wait_seconds"  # routed_ns - arrival_ns
+NODE_TO_ROUTER_RETURN = "zoo:node_to_router_return_seconds"  # cp recv - TokenChunk.sent_ns, per chunk
+ROUTER_DECISIONS = "zoo:router_decisions"  # counter (_total) {policy, node}
+REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
+MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
+NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen
+
+# buckets (seconds) ---------------------------------------------------------------------------------------
+# vLLM's own buckets for its histograms, so dashboards built for vLLM read ours the same way
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)  # fmt: skip
+ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0)  # fmt: skip
+REQUEST_LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+                             120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+# hops and router waits are micro- to milliseconds: powers of two from 16 µs to ~1 s
+HOP_BUCKETS_S = tuple(16e-6 * 2**i for i in range(17))
+SWAP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

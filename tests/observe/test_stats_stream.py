@@ -1,0 +1,81 @@
+"""The control plane's FleetStats stream over a real PUB/SUB pair, and eBPF figures from probe snapshots."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from observe.latency_window import EbpfFigures, LatencyWindows
+from observe.stats_stream import StatsPublisher, subscribe
+from transport.messages import FleetStats
+from zoo.client import AsyncZooClient
+
+pytestmark = pytest.mark.anyio
+
+
+async def _first(stream, predicate, timeout_s: float = 20.0) -> FleetStats:
+    with anyio.fail_after(timeout_s):
+        async for stats in stream:
+            if predicate(stats):
+                return stats
+    raise AssertionError("the stream ended")
+
+
+async def test_the_stream_delivers_fleet_stats_with_nodes_and_app_latencies(observed_controlplane, spawn_agent):
+    async with observed_controlplane() as (cp, _exporter, observer), anyio.create_task_group() as tg:
+        endpoint = await tg.start(StatsPublisher(observer, "tcp://127.0.0.1:0", interval_s=0.05).run)
+        stream = subscribe(endpoint)
+        try:
+            spawn_agent(cp.agent_endpoint, "a", "--fake-gpu-type", "L4", "--cell", "west")
+            await cp.wait_until(lambda: "a" in cp.registry, 30)
+            async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as c:
+                await c.generate("hello", max_tokens=3)
+            stats = await _first(
+                stream, lambda s: any(f.name == "router_to_node_hop" and f.node_id == "a" for f in s.latencies)
+            )
+        finally:
+            await stream.aclose()
+            tg.cancel_scope.cancel()
+    [node] = stats.nodes
+    assert (node.node_id, node.state, node.gpu_type, node.cell, node.model) == ("a", "up", "L4", "west", "fake-bytes")
+    assert node.num_served_total == node.num_routed_total == 1 and node.ttft_p50_s is not None
+    assert stats.num_requests_total["completed"] == 1 and stats.policy == "round_robin"
+    figures = {(f.name, f.source, f.node_id): f for f in stats.latencies}
+    assert figures[("router_queue_wait", "app", "a")].count_total == 1
+    assert figures[("node_to_router_return", "app", "")].count_total == 3  # one chunk per token
+    assert figures[("router_to_node_hop", "app", "a")].p50_s > 0
+    assert stats.ebpf_status == ""  # no probe
+
+
+def test_latency_windows_report_the_interval_since_the_last_snapshot():
+    w = LatencyWindows()
+    for v in (0.001, 0.002, 0.003):
+        w.add("router_queue_wait", "a", v)
+    first = {(f.name, f.node_id): f for f in w.figures()}
+    assert first[("router_queue_wait", "a")].interval_p50_s == 0.002
+    assert first[("router_queue_wait", "")].count_total == 3
+    again = {(f.name, f.node_id): f for f in w.figures()}
+    assert again[("router_queue_wait", "a")].interval_count == 0
+    assert again[("router_queue_wait", "a")].interval_p50_s is None
+    assert again[("router_queue_wait", "a")].p50_s == 0.002  # the window keeps the samples
+
+
+def _hist(*buckets: tuple[int, int, int]) -> dict:
+    return {"count": sum(b[2] for b in buckets), "buckets": [list(b) for b in buckets]}
+
+
+def test_ebpf_figures_from_cumulative_probe_snapshots():
+    ebpf = EbpfFigures()
+    snap1 = {"status": "attached", "hops": {"router->agent": {"a": _hist((100_000, 112_500, 4))}}}
+    snap2 = {
+        "status": "attached",
+        "hops": {"router->agent": {"a": _hist((100_000, 112_500, 4), (200_000, 225_000, 2))}},
+    }
+    ebpf.update(snap1)
+    figures = {(f.name, f.node_id): f for f in ebpf.update(snap2)}
+    hop = figures[("router_to_node_hop", "a")]
+    assert (hop.source, hop.count_total, hop.interval_count) == ("ebpf", 6, 2)
+    assert 200e-6 <= hop.interval_p50_s <= 225e-6  # only the new samples
+    assert 100e-6 <= hop.p50_s <= 112.5e-6
+    assert ebpf.status == "attached"
+    assert ebpf.update(None) == [] and ebpf.status == ""

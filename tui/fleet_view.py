@@ -1,0 +1,190 @@
+"""What ``zoo top`` shows, without Textual: the latest FleetStats, rates from successive snapshots,
+sparkline histories, sorting and filtering. The app only renders this (and tests drive it directly).
+
+Rates divide counter deltas by the publisher's own clock (``FleetStats.sent_ns``), so a slow dashboard
+never distorts them; a new ``started_ns`` (the control plane restarted) drops the baseline.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from transport.messages import FleetStats, LatencyFigure, NodeStats
+
+HISTORY_LEN = 120  # sparkline points kept per series
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    key: str
+    title: str
+    sort_key: Callable[[NodeStats], object]
+    cell: Callable[[NodeStats], str]
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def _none_last(value: float | None) -> tuple[bool, float]:
+    return (value is None, value or 0.0)
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("node", "Node", lambda n: n.node_id, lambda n: n.node_id),
+    Column("gpu", "GPU", lambda n: n.gpu_type, lambda n: n.gpu_type),
+    Column("cell", "Cell", lambda n: n.cell, lambda n: n.cell),
+    Column("power", "Power", lambda n: -n.power_score, lambda n: f"{n.power_score:.2f}"),
+    Column("running", "Run", lambda n: -n.num_running, lambda n: str(n.num_running)),
+    Column("waiting", "Wait", lambda n: -n.num_waiting, lambda n: str(n.num_waiting)),
+    Column("kv", "KV %", lambda n: -n.kv_usage, lambda n: f"{100 * n.kv_usage:.0f}"),
+    Column("swapped", "Swapped", lambda n: -n.num_swapped, lambda n: str(n.num_swapped)),
+    Column("ttft_p50", "TTFT p50 ms", lambda n: _none_last(n.ttft_p50_s), lambda n: _ms(n.ttft_p50_s)),
+    Column("ttft_p99", "TTFT p99 ms", lambda n: _none_last(n.ttft_p99_s), lambda n: _ms(n.ttft_p99_s)),
+    Column("tpot_p50", "TPOT p50 ms", lambda n: _none_last(n.tpot_p50_s), lambda n: _ms(n.tpot_p50_s)),
+    Column("tpot_p99", "TPOT p99 ms", lambda n: _none_last(n.tpot_p99_s), lambda n: _ms(n.tpot_p99_s)),
+    Column("state", "State", lambda n: n.state, lambda n: n.state),
+)
+
+# the latency series the dashboard plots: (figure name, title)
+SERIES = (
+    ("router_queue_wait", "queue wait"),
+    ("router_to_node_hop", "router→node hop"),
+    ("node_to_router_return", "node→router return"),
+)
+EBPF_SERIES = ("router_to_node_hop", "node_to_router_return")  # what the probes can see: messages between processes
+SOURCES = ("app", "ebpf")
+SOURCE_TITLES = {"app": "app", "ebpf": "eBPF"}
+
+
+@dataclass(frozen=True, slots=True)
+class Rates:
+    requests_per_s: float = 0.0
+    preemptions_per_s: float = 0.0
+    rejected_per_s: float = 0.0
+
+
+class FleetView:
+    def __init__(self, history_len: int = HISTORY_LEN) -> None:
+        self.stats: FleetStats | None = None
+        self.rates = Rates()
+        self.sort_index = 0
+        self.sort_reverse = False
+        self.cell_filter: str | None = None
+        self.gpu_filter: str | None = None
+        self.num_snapshots = 0
+        self.num_restarts = 0  # control-plane restarts seen (a new started_ns)
+        self._history: dict[tuple[str, str, str], deque[float]] = {}
+        self._history_len = history_len
+
+    # -- input --------------------------------------------------------------------------------------
+
+    def update(self, stats: FleetStats) -> None:
+        previous = self.stats
+        if previous is not None and previous.started_ns != stats.started_ns:
+            self.num_restarts += 1
+            previous = None
+        if previous is not None and stats.sent_ns > previous.sent_ns:
+            dt_s = (stats.sent_ns - previous.sent_ns) / 1e9
+
+            def rate(now: int, before: int) -> float:
+                return max(now - before, 0) / dt_s
+
+            routed, routed_before = (s.num_requests_total.get("routed", 0) for s in (stats, previous))
+            rejected, rejected_before = (sum(s.rejected_requests_total.values()) for s in (stats, previous))
+            self.rates = Rates(
+                requests_per_s=rate(routed, routed_before),
+                preemptions_per_s=rate(stats.num_preemptions_total, previous.num_preemptions_total),
+                rejected_per_s=rate(rejected, rejected_before),
+            )
+        elif previous is None:
+            self.rates = Rates()
+        for f in stats.latencies:
+            key = (f.name, f.source, f.node_id)
+            history = self._history.get(key)
+            if history is None:
+                history = self._history[key] = deque(maxlen=self._history_len)
+            history.append(1e3 * (f.interval_p50_s or 0.0))
+        self.stats = stats
+        self.num_snapshots += 1
+
+    # -- sorting and filtering ------------------------------------------------------------------------
+
+    @property
+    def sort_column(self) -> Column:
+        return COLUMNS[self.sort_index]
+
+    def cycle_sort(self) -> None:
+        self.sort_index = (self.sort_index + 1) % len(COLUMNS)
+
+    def reverse_sort(self) -> None:
+        self.sort_reverse = not self.sort_reverse
+
+    def cells(self) -> list[str]:
+        return sorted({n.cell for n in self.stats.nodes}) if self.stats else []
+
+    def gpu_types(self) -> list[str]:
+        """The GPU types present in the cell filtered on (all cells when none)."""
+        if self.stats is None:
+            return []
+        return sorted({n.gpu_type for n in self.stats.nodes if self.cell_filter in (None, n.cell)})
+
+    def cycle_cell_filter(self) -> None:
+        self.cell_filter = _next_of(self.cells(), self.cell_filter)
+
+    def cycle_gpu_filter(self) -> None:
+        self.gpu_filter = _next_of(self.gpu_types(), self.gpu_filter)
+
+    def clear_filters(self) -> None:
+        self.cell_filter = self.gpu_filter = None
+
+    def rows(self) -> list[NodeStats]:
+        if self.stats is None:
+            return []
+        nodes = [
+            n
+            for n in self.stats.nodes
+            if (self.cell_filter is None or n.cell == self.cell_filter)
+            and (self.gpu_filter is None or n.gpu_type == self.gpu_filter)
+        ]
+        key = self.sort_column.sort_key
+        return sorted(nodes, key=lambda n: (key(n), n.node_id), reverse=self.sort_reverse)
+
+    def node(self, node_id: str) -> NodeStats | None:
+        if self.stats is None:
+            return None
+        return next((n for n in self.stats.nodes if n.node_id == node_id), None)
+
+    # -- latency figures ----------------------------------------------------------------------------
+
+    def figure(self, name: str, source: str, node_id: str = "") -> LatencyFigure | None:
+        if self.stats is None:
+            return None
+        return next((f for f in self.stats.latencies if (f.name, f.source, f.node_id) == (name, source, node_id)), None)
+
+    def history(self, name: str, source: str, node_id: str = "") -> list[float]:
+        """Interval p50s in ms, oldest first (0.0 for an interval without samples)."""
+        return list(self._history.get((name, source, node_id), ()))
+
+    def figures_of(self, node_id: str) -> list[LatencyFigure]:
+        if self.stats is None:
+            return []
+        return sorted((f for f in self.stats.latencies if f.node_id == node_id), key=lambda f: (f.name, f.source))
+
+
+def _next_of(values: list[str], current: str | None) -> str | None:
+    """None → values[0] → values[1] → … → None."""
+    if not values:
+        return None
+    if current not in values:
+        return values[0]
+    i = values.index(current) + 1
+    return values[i] if i < len(values) else None
+
+
+def describe_figure(f: LatencyFigure | None) -> str:
+    if f is None:
+        return "no data"
+    return f"p50 {_ms(f.p50_s)} ms · p99 {_ms(f.p99_s)} ms · n={f.count_total}"

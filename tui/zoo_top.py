@@ -1,0 +1,188 @@
+"""``zoo top``: the live fleet dashboard, fed by the control plane's FleetStats stream (observe/stats_stream).
+
+    ┌ status: control plane endpoint · policy · nodes · eBPF status   (or "waiting for control plane") ┐
+    │ rates: requests/s · preemptions/s · rejected/s · in flight                                        │
+    │ node table (s: sort, r: reverse, c: cell filter, g: GPU filter, x: clear, enter: detail)          │
+    │ queue wait / router→node hop / node→router return: [app] sparkline │ [eBPF] sparkline              │
+    └────────────────────────────────────────────────────────────────────────────────────────────────────┘
+
+Every latency figure names its source: "app" (the processes' own time.monotonic_ns stamps) or "eBPF"
+(``zoo probe``'s kernel histograms, when attached). The SUB socket reconnects by itself; with no
+snapshot for ``stale_after_s`` the status line says the dashboard is waiting for the control plane,
+and the table keeps the last snapshot until a new one (possibly from a restarted control plane) arrives.
+"""
+
+from __future__ import annotations
+
+import time
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Footer, Header, Sparkline, Static
+
+from transport.messages import FleetStats
+from tui.fleet_view import COLUMNS, EBPF_SERIES, SERIES, SOURCE_TITLES, SOURCES, FleetView, describe_figure
+from tui.node_detail import NodeDetailScreen
+
+
+class ZooTopApp(App[None]):
+    CSS_PATH = "zoo_top.tcss"
+    TITLE = "zoo top"
+    BINDINGS = [  # noqa: RUF012 (Textual's class attribute)
+        Binding("s", "cycle_sort", "sort"),
+        Binding("r", "reverse_sort", "reverse"),
+        Binding("c", "cycle_cell", "cell"),
+        Binding("g", "cycle_gpu", "GPU type"),
+        Binding("x", "clear_filters", "clear filters"),
+        Binding("q", "quit", "quit"),
+    ]
+
+    def __init__(self, endpoint: str | None, *, stale_after_s: float = 3.0) -> None:
+        """endpoint: the stats stream to subscribe to; None: nothing (tests feed ``apply_stats``)."""
+        super().__init__()
+        self.endpoint = endpoint
+        self.stale_after_s = stale_after_s
+        self.view = FleetView()
+        self.waiting = True  # no snapshot yet, or none for stale_after_s
+        self._last_snapshot_s: float | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="status", classes="waiting", markup=False)
+        yield Static(id="rates", markup=False)
+        yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
+        with Vertical(id="latency"):
+            for name, title in SERIES:
+                with Horizontal(classes="series"):
+                    for source in SOURCES:
+                        with Vertical(classes="series-source", id=f"box-{name}-{source}"):
+                            yield Static(f"{title} [{SOURCE_TITLES[source]}]", classes="series-title", markup=False)
+                            yield Sparkline([], id=f"spark-{name}-{source}")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#nodes", DataTable)
+        for column in COLUMNS:
+            table.add_column(column.title, key=column.key)
+        self._render_status()
+        self.set_interval(min(0.25, self.stale_after_s / 2), self._check_stale)
+        if self.endpoint is not None:
+            self._listen()
+
+    @work(exclusive=True, group="stats-stream")
+    async def _listen(self) -> None:
+        from observe.stats_stream import subscribe
+
+        async for stats in subscribe(self.endpoint):
+            self.apply_stats(stats)
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    def apply_stats(self, stats: FleetStats) -> None:
+        self.view.update(stats)
+        self._last_snapshot_s = time.monotonic()
+        self.waiting = False
+        self._render()
+
+    def _check_stale(self) -> None:
+        stale = self._last_snapshot_s is None or time.monotonic() - self._last_snapshot_s > self.stale_after_s
+        if stale != self.waiting:
+            self.waiting = stale
+            self._render_status()
+
+    # -- rendering ------------------------------------------------------------------------------------
+
+    def _render(self) -> None:
+        self._render_status()
+        self._render_table()
+        self._render_latency()
+        if isinstance(self.screen, NodeDetailScreen):
+            self.screen.refresh_view()
+
+    def _render_status(self) -> None:
+        status = self.query_one("#status", Static)
+        where = self.endpoint or "(no stream)"
+        stats = self.view.stats
+        if self.waiting:
+            status.add_class("waiting")
+            shown = " · showing the last snapshot" if stats is not None else ""
+            status.update(f"waiting for control plane at {where}{shown}")
+        else:
+            status.remove_class("waiting")
+            live = sum(n.state == "up" for n in stats.nodes)
+            ebpf = f"eBPF: {stats.ebpf_status}" if stats.ebpf_status else "eBPF: not attached (app-level figures only)"
+            nodes = f"{live}/{len(stats.nodes)} nodes up"
+            status.update(f"control plane {where} · policy {stats.policy} · {nodes} · {ebpf}")
+        filters = [f"cell={self.view.cell_filter}"] if self.view.cell_filter else []
+        filters += [f"gpu={self.view.gpu_filter}"] if self.view.gpu_filter else []
+        order = "↓" if not self.view.sort_reverse else "↑"
+        self.sub_title = f"sort {self.view.sort_column.title} {order}" + (f" · {' '.join(filters)}" if filters else "")
+        if stats is not None:
+            r = self.view.rates
+            self.query_one("#rates", Static).update(
+                f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
+                f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
+                f"completed {stats.num_requests_total.get('completed', 0)}"
+            )
+
+    def _render_table(self) -> None:
+        table = self.query_one("#nodes", DataTable)
+        selected = self.selected_node_id()
+        table.clear()
+        for node in self.view.rows():
+            table.add_row(*(column.cell(node) for column in COLUMNS), key=node.node_id)
+        if selected is not None:
+            keys = [n.node_id for n in self.view.rows()]
+            if selected in keys:
+                table.move_cursor(row=keys.index(selected), animate=False)
+
+    def _render_latency(self) -> None:
+        for name, title in SERIES:
+            for source in SOURCES:
+                figure = self.view.figure(name, source)
+                box = self.query_one(f"#box-{name}-{source}", Vertical)
+                box.set_class(figure is None, "absent")
+                attached = self.view.stats is not None and bool(self.view.stats.ebpf_status)
+                if source == "ebpf" and name not in EBPF_SERIES:
+                    label = "n/a (a wait inside one process)"
+                elif source == "ebpf" and not attached:
+                    label = "not attached"
+                else:
+                    label = describe_figure(figure)
+                box.query_one(".series-title", Static).update(f"{title} [{SOURCE_TITLES[source]}] {label}")
+                self.query_one(f"#spark-{name}-{source}", Sparkline).data = self.view.history(name, source)
+
+    def selected_node_id(self) -> str | None:
+        table = self.query_one("#nodes", DataTable)
+        if table.row_count == 0:
+            return None
+        row_key, _ = table.coordinate_to_cell_key(table.cursor_coordinate)
+        return row_key.value
+
+    # -- input ------------------------------------------------------------------------------------------
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        if event.data_table.id == "nodes" and event.row_key.value is not None:
+            self.push_screen(NodeDetailScreen(self.view, event.row_key.value))
+
+    def action_cycle_sort(self) -> None:
+        self.view.cycle_sort()
+        self._render()
+
+    def action_reverse_sort(self) -> None:
+        self.view.reverse_sort()
+        self._render()
+
+    def action_cycle_cell(self) -> None:
+        self.view.cycle_cell_filter()
+        self._render()
+
+    def action_cycle_gpu(self) -> None:
+        self.view.cycle_gpu_filter()
+        self._render()
+
+    def action_clear_filters(self) -> None:
+        self.view.clear_filters()
+        self._render()
