@@ -159,6 +159,12 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
     u.set_defaults(func=cmd_up)
 
+    from tui.cli import add_top_args, run_top
+
+    t = sub.add_parser("top", help="the live fleet dashboard (Textual), fed by the control plane's stats stream")
+    add_top_args(t)
+    t.set_defaults(func=run_top)
+
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
     b.add_argument("target", choices=["engine", "controlplane"])
     b.add_argument("--json", action="store_true", help="print one JSON object")

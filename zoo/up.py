@@ -152,6 +152,7 @@ class LocalZoo:
             f"OpenAI API   {cfg.base_url}/v1",
             f"metrics      {cfg.base_url}/metrics",
             f"control      {cfg.control}",
+            "dashboard    zoo top",
             f"agents       {', '.join(f'{a.node_id} ({a.backend})' for a in cfg.agents)}",
             f"logs         {self.log_dir}",
         ]

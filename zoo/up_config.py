@@ -27,6 +27,7 @@ class AgentSpec:
         options = dict(self.options)
         if default_num_threads is not None:
             options.setdefault("num_threads", default_num_threads)
+        options.setdefault("metrics_port", 0)  # each agent's own /metrics on a free port (reported upstream)
         return args + _flags(options)
 
 

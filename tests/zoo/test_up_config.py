@@ -41,7 +41,7 @@ node_id = "b"
     ]  # fmt: skip
     assert cfg.agents[0].argv(cfg.control) == [
         "agent", "--control", "tcp://127.0.0.1:6000", "--node-id", "a", "--backend", "torch",
-        "--num-device-blocks", "256", "--gpu-profile", "L4",
+        "--num-device-blocks", "256", "--gpu-profile", "L4", "--metrics-port", "0",
     ]  # fmt: skip
     assert cfg.agents[1].backend == "torch"
 
