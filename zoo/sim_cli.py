@@ -96,6 +96,7 @@ def run_policies(
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    register_anchor_policies()
     try:
         fleet = load_fleet(args.fleet)
         policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]

@@ -1,0 +1,68 @@
+"""A simulated node's engine for the real-time path (an agent serving ``sim:*`` models).
+
+    engine = build_sim_engine("sim:llama-3-8b", "l4", tp=1, scheduler_config=..., realtime=True)
+
+The runner sleeps each step's predicted time; KV blocks follow from the GPU memory (the cache config's
+``num_device_blocks`` is replaced by it unless ``keep_cache_blocks``). ``SimTokenizer`` stands in for a
+real tokenizer: one id per whitespace-separated word (a stable hash into the vocabulary), and every
+generated id decodes to the same placeholder word, so no client mistakes the output for text.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import replace
+
+from backends.sim.cost_model import NodeHardware
+from backends.sim.model_shapes import sim_model
+from backends.sim.runner import SimModelRunner
+from controlplane.engine.clock import Clock
+from controlplane.engine.config import CacheConfig, SchedulerConfig
+from controlplane.engine.llm_engine import LLMEngine
+
+PLACEHOLDER = " sim"
+_FIRST_WORD_ID = 10
+
+
+class SimTokenizer:
+    def __init__(self, vocab_size: int, eos_token_id: int | None) -> None:
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        span = self.vocab_size - _FIRST_WORD_ID
+        return [_FIRST_WORD_ID + zlib.crc32(word.encode()) % span for word in text.split()]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return PLACEHOLDER * sum(1 for i in ids if not (skip_special_tokens and i == self.eos_token_id))
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+        return text + ("\nassistant:" if add_generation_prompt else "")
+
+
+def build_sim_engine(
+    model: str,
+    gpu_profile: str,
+    tp: int = 1,
+    *,
+    scheduler_config: SchedulerConfig | None = None,
+    cache_config: CacheConfig | None = None,
+    realtime: bool = True,
+    clock: Clock | None = None,
+    gpu_memory_utilization: float = 0.9,
+    keep_cache_blocks: bool = False,
+) -> LLMEngine:
+    config = sim_model(model)
+    runner = SimModelRunner(config, NodeHardware(gpu_profile, tp), realtime=realtime)
+    scheduler_config = scheduler_config or SchedulerConfig()
+    scheduler_config.max_model_len = min(scheduler_config.max_model_len, runner.max_model_len)
+    cache_config = cache_config or CacheConfig()
+    if not keep_cache_blocks:
+        num_blocks = runner.num_device_blocks(cache_config.block_size, gpu_memory_utilization)
+        if num_blocks < 1:
+            raise ValueError(f"{config.name} does not fit on {tp} x {gpu_profile}")
+        cache_config = replace(cache_config, num_device_blocks=num_blocks)
+    tokenizer = SimTokenizer(config.vocab_size, config.eos_token_id)
+    return LLMEngine(runner, tokenizer, scheduler_config, cache_config, clock=clock)

@@ -1,0 +1,100 @@
+"""SimModelRunner: a ModelRunner that does no math. It predicts each step's time on a simulated GPU.
+
+It reads only what a real runner's step costs depend on — tokens per request, where each chunk starts
+(context read by attention), how many rows sample, KV blocks moved — and returns one dummy token per
+sampling request (never the model's EOS, so requests end on max_tokens / the context limit) with
+``step_time_s`` = the prediction. In virtual time (the fleet simulator) the caller advances its clock by
+that time; in real time (``realtime=True``, an agent serving a simulated model) ``execute`` also sleeps it,
+measured from the start of the call, so the runner's own Python time is not counted twice.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from backends.checkpoint.model_config import ModelConfig
+from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
+from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token
+from controlplane.engine.batch import RunnerOutput, SchedulerOutput
+from controlplane.engine.model_runner import KVCacheSpec
+
+
+class SimModelRunner:
+    """Implements ``controlplane.engine.model_runner.ModelRunner`` for a simulated model on simulated GPUs."""
+
+    def __init__(
+        self,
+        model: ModelConfig,
+        hardware: NodeHardware,
+        *,
+        block_size: int = 16,
+        realtime: bool = False,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.perf_counter,
+        cost_model: StepCostModel | None = None,
+    ) -> None:
+        if not model.name.startswith(SIM_PREFIX):
+            raise ValueError(f"a simulated model's name must start with {SIM_PREFIX!r}, got {model.name!r}")
+        self.model = model
+        self.hardware = hardware
+        self.cost = cost_model or StepCostModel(model, hardware, block_size=block_size)
+        self.realtime = realtime
+        self._sleep = sleep
+        self._monotonic = monotonic
+        eos = model.eos_token_id
+        # the dummy token: a fixed id that is neither EOS nor BOS
+        self.dummy_token_id = next(t for t in range(3, model.vocab_size) if t not in (eos, model.bos_token_id))
+        self.kv_spec: KVCacheSpec | None = None
+        self.num_steps = 0
+        self.busy_time_s = 0.0  # summed predicted step time
+
+    @property
+    def max_model_len(self) -> int:
+        return self.model.max_position_embeddings
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        return kv_bytes_per_token(self.model, BYTES_PER_VALUE) * block_size
+
+    def num_device_blocks(self, block_size: int, gpu_memory_utilization: float = 0.9) -> int:
+        """Device KV blocks this node's GPUs hold after the weights (see cost_model.num_kv_blocks)."""
+        return num_kv_blocks(self.model, self.hardware, block_size, gpu_memory_utilization)
+
+    def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
+        if spec.block_size != self.cost.block_size:
+            self.cost = StepCostModel(self.model, self.hardware, self.cost.efficiency, spec.block_size)
+        self.kv_spec = spec
+
+    def predict_step_s(self, batch: SchedulerOutput) -> float:
+        num_tokens = num_sampled = kv_read = 0
+        attn_units = 0.0
+        for r in batch.requests:
+            q = len(r.token_ids) + len(r.spec_token_ids)
+            start = r.start_pos
+            num_tokens += q
+            kv_read += start
+            attn_units += q * (start + (q + 1) * 0.5)
+            if r.sample:
+                num_sampled += 1
+        return self.cost.step_time_s(
+            num_tokens,
+            len(batch.requests),
+            num_sampled,
+            attn_units,
+            kv_read,
+            swap_blocks=len(batch.blocks_to_swap_out) + len(batch.blocks_to_swap_in),
+            copy_blocks=len(batch.blocks_to_copy),
+        )
+
+    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        start_s = self._monotonic() if self.realtime else 0.0
+        step_s = self.predict_step_s(batch)
+        token = self.dummy_token_id
+        sampled = {r.req_id: [token] for r in batch.requests if r.sample}
+        self.num_steps += 1
+        self.busy_time_s += step_s
+        if self.realtime:
+            left_s = step_s - (self._monotonic() - start_s)
+            if left_s > 0:
+                self._sleep(left_s)
+        return RunnerOutput(sampled_token_ids=sampled, step_time_s=step_s)

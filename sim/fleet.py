@@ -1,0 +1,176 @@
+"""Fleets of simulated GPU nodes, described in TOML.
+
+A fleet serves one model. Its nodes are grouped in **cells**: a cell is a pool of nodes that serves some
+traffic classes (requests carry a class; a class no cell lists may go to any node). A pool is ``count``
+nodes of one GPU profile (controlplane/hardware.py), each ``tp`` GPUs wide::
+
+    name = "zoo"
+    model = "sim:llama-3-8b"             # backends/sim/model_shapes.py
+    [scheduler]                          # optional: SchedulerConfig / CacheConfig fields of every node
+    max_num_batched_tokens = 2048
+    [[cells]]
+    name = "interactive"
+    traffic_classes = ["conv"]           # empty or absent: this cell takes no class exclusively
+    [[cells.pools]]
+    gpu = "h100-sxm"
+    count = 4
+    tp = 1
+
+Node ids are ``<cell>/<profile>-<i>`` (i counted per cell and profile), in file order.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends.checkpoint.model_config import ModelConfig
+from backends.sim.cost_model import NodeHardware, StepCostModel, num_kv_blocks, saturation_throughput_req_per_s
+from backends.sim.model_shapes import kv_bytes_per_token, sim_model
+from controlplane.engine.config import CacheConfig, PreemptionMode, SchedulerConfig
+
+FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    node_id: str
+    cell: str
+    hardware: NodeHardware
+
+
+@dataclass(slots=True)
+class EngineSettings:
+    """Per-node engine settings (vLLM-like defaults). KV blocks follow from GPU memory (cost_model)."""
+
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
+    max_model_len: int = 8192
+    enable_chunked_prefill: bool = True
+    preemption_mode: str = "swap"
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    gpu_memory_utilization: float = 0.9
+    swap_space_gib: float = 4.0  # host RAM per GPU for swapped KV
+
+    def scheduler_config(self, model: ModelConfig) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_seqs=self.max_num_seqs,
+            max_model_len=min(self.max_model_len, model.max_position_embeddings),
+            enable_chunked_prefill=self.enable_chunked_prefill,
+            preemption_mode=PreemptionMode(self.preemption_mode),
+        )
+
+    def cache_config(self, model: ModelConfig, hardware: NodeHardware) -> CacheConfig:
+        num_device = num_kv_blocks(model, hardware, self.block_size, self.gpu_memory_utilization)
+        if num_device < 1:
+            raise ValueError(f"{model.name} does not fit on {hardware.tp} x {hardware.profile} (no KV room)")
+        block_bytes = kv_bytes_per_token(model) * self.block_size
+        num_host = int(self.swap_space_gib * 2**30 * hardware.tp // block_bytes)
+        return CacheConfig(
+            block_size=self.block_size,
+            num_device_blocks=num_device,
+            num_host_blocks=num_host,
+            enable_prefix_caching=self.enable_prefix_caching,
+        )
+
+
+@dataclass(slots=True)
+class Fleet:
+    name: str
+    model: ModelConfig
+    nodes: list[NodeSpec]
+    engine: EngineSettings = field(default_factory=EngineSettings)
+    cells_by_traffic_class: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.nodes:
+            raise ValueError(f"fleet {self.name!r} has no nodes")
+        ids = [n.node_id for n in self.nodes]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"fleet {self.name!r}: duplicate node ids")
+        for node in self.nodes:  # fail now, not in the middle of a run
+            self.engine.cache_config(self.model, node.hardware)
+
+    @property
+    def gpu_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.hardware.profile] = counts.get(n.hardware.profile, 0) + n.hardware.tp
+        return counts
+
+    def node_capacity_req_per_s(self, node: NodeSpec, mean_prompt_tokens: float, mean_output_tokens: float) -> float:
+        """Requests/s ``node`` sustains for mean-sized requests (cost_model.saturation_throughput_req_per_s)."""
+        engine = self.engine
+        cost = StepCostModel(self.model, node.hardware, block_size=engine.block_size)
+        num_kv_tokens = engine.cache_config(self.model, node.hardware).num_device_blocks * engine.block_size
+        return saturation_throughput_req_per_s(
+            cost,
+            mean_prompt_tokens,
+            mean_output_tokens,
+            num_kv_tokens,
+            engine.max_num_seqs,
+            engine.max_num_batched_tokens,
+        )
+
+    def capacity_req_per_s(self, mean_prompt_tokens: float, mean_output_tokens: float) -> float:
+        """The fleet's capacity for mean-sized requests: the sum over its nodes."""
+        return sum(self.node_capacity_req_per_s(n, mean_prompt_tokens, mean_output_tokens) for n in self.nodes)
+
+    def describe(self) -> str:
+        parts = []
+        for (cell, profile, tp), count in self._pools().items():
+            parts.append(f"{count}x{profile}" + (f"(tp{tp})" if tp > 1 else "") + (f"@{cell}" if cell else ""))
+        return f"{self.name}: {', '.join(parts)} serving {self.model.name}"
+
+    def _pools(self) -> dict[tuple[str, str, int], int]:
+        pools: dict[tuple[str, str, int], int] = {}
+        single_cell = len({n.cell for n in self.nodes}) == 1
+        for n in self.nodes:
+            key = ("" if single_cell else n.cell, n.hardware.profile, n.hardware.tp)
+            pools[key] = pools.get(key, 0) + 1
+        return pools
+
+
+def parse_fleet(data: dict, name: str = "fleet") -> Fleet:
+    model = sim_model(data.get("model", "sim:llama-3-8b"))
+    engine = EngineSettings(**data.get("scheduler", {}))
+    cells = data.get("cells")
+    if not cells:
+        raise ValueError(f"fleet {name!r}: at least one [[cells]] with [[cells.pools]] is required")
+    nodes: list[NodeSpec] = []
+    by_class: dict[str, str] = {}
+    for cell in cells:
+        cell_name = cell.get("name", "default")
+        for traffic_class in cell.get("traffic_classes", []):
+            if traffic_class in by_class:
+                raise ValueError(
+                    f"traffic class {traffic_class!r} is listed by cells {by_class[traffic_class]!r} and {cell_name!r}"
+                )
+            by_class[traffic_class] = cell_name
+        counters: dict[str, int] = {}
+        for pool in cell.get("pools", []):
+            hardware = NodeHardware(pool["gpu"], int(pool.get("tp", 1)))
+            count = int(pool.get("count", 1))
+            if count < 1:
+                raise ValueError(f"cell {cell_name!r}: pool count must be >= 1, got {count}")
+            for _ in range(count):
+                i = counters.get(hardware.profile, 0)
+                counters[hardware.profile] = i + 1
+                nodes.append(NodeSpec(f"{cell_name}/{hardware.profile}-{i:02d}", cell_name, hardware))
+    return Fleet(data.get("name", name), model, nodes, engine, by_class)
+
+
+def load_fleet(path_or_name: str | Path) -> Fleet:
+    """A fleet TOML file, or the name of one in sim/fleets (``zoo``, ``small`` ...)."""
+    path = Path(path_or_name)
+    if not path.is_file():
+        candidate = FLEETS_DIR / f"{path_or_name}.toml"
+        if not candidate.exists():
+            known = ", ".join(sorted(p.stem for p in FLEETS_DIR.glob("*.toml")))
+            raise FileNotFoundError(f"fleet {str(path_or_name)!r} not found (bundled fleets: {known})")
+        path = candidate
+    with path.open("rb") as f:
+        return parse_fleet(tomllib.load(f), path.stem)

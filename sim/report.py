@@ -1,0 +1,190 @@
+"""What a simulated run says, per policy: latency percentiles, goodput against an SLO, preemption, use.
+
+    TTFT   first token time - arrival (at the router)          TPOT  (finish - first token) / (outputs - 1)
+    E2E    finish - arrival                                    P99/P50 of TTFT: the tail ratio
+    goodput  share of *offered* requests with TTFT <= slo_ttft_s and TPOT <= slo_tpot_s (a request that was
+             not routed or did not finish before the drain limit fails the SLO and counts as +inf latency)
+    utilisation per GPU profile: predicted busy time / (nodes of that profile x simulated time)
+
+Percentiles are empirical (``inverted_cdf``), so an unfinished request makes a high percentile +inf
+instead of interpolating it away.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from sim.des import SimResult
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    ttft_s: float = 1.0
+    tpot_s: float = 0.1
+
+
+@dataclass(slots=True)
+class PolicyReport:
+    policy: str
+    num_requests: int
+    num_unserved: int  # not routed, or unfinished at the drain limit
+    ttft_s: dict[int, float]
+    tpot_s: dict[int, float]
+    e2e_s: dict[int, float]
+    ttft_p99_over_p50: float
+    goodput: float
+    num_preemptions: int
+    num_swapped_out_blocks: int
+    num_swapped_in_blocks: int
+    num_recomputed_tokens: int
+    prefix_cache_hit_rate: float
+    utilisation: dict[str, float]
+    requests_by_gpu: dict[str, int]
+    simulated_s: float
+    wall_s: float
+    speedup: float
+    extra: dict = field(default_factory=dict)
+
+
+def _percentiles(values: np.ndarray) -> dict[int, float]:
+    if len(values) == 0:
+        return {p: math.nan for p in PERCENTILES}
+    return {p: float(np.percentile(values, p, method="inverted_cdf")) for p in PERCENTILES}
+
+
+def summarize(result: SimResult, slo: Slo | None = None) -> PolicyReport:
+    slo = slo or Slo()
+    records = result.records
+    ttft = np.array([r.ttft_s for r in records])
+    tpot = np.array([r.tpot_s for r in records])
+    e2e = np.array([r.e2e_s for r in records])
+    ok = (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s)
+    ttft_pct = _percentiles(ttft)
+    busy: dict[str, float] = {}
+    count: dict[str, int] = {}
+    requests_by_gpu: dict[str, int] = {}
+    for n in result.nodes:
+        busy[n.profile] = busy.get(n.profile, 0.0) + n.busy_s
+        count[n.profile] = count.get(n.profile, 0) + 1
+        requests_by_gpu[n.profile] = requests_by_gpu.get(n.profile, 0) + n.num_requests
+    end_s = max(result.end_s, 1e-9)
+    queries = sum(n.num_requests for n in result.nodes)
+    hit_rate = (
+        sum(n.prefix_cache_hit_rate * n.num_requests for n in result.nodes) / queries if queries else 0.0
+    )  # request-weighted mean of the nodes' token hit rates
+    return PolicyReport(
+        policy=result.policy,
+        num_requests=len(records),
+        num_unserved=int(np.sum(~np.isfinite(e2e))),
+        ttft_s=ttft_pct,
+        tpot_s=_percentiles(tpot),
+        e2e_s=_percentiles(e2e),
+        ttft_p99_over_p50=ttft_pct[99] / ttft_pct[50] if ttft_pct[50] > 0 else math.inf,
+        goodput=float(ok.mean()) if len(records) else math.nan,
+        num_preemptions=sum(n.num_preemptions for n in result.nodes),
+        num_swapped_out_blocks=sum(n.num_swapped_out_blocks for n in result.nodes),
+        num_swapped_in_blocks=sum(n.num_swapped_in_blocks for n in result.nodes),
+        num_recomputed_tokens=sum(n.num_recomputed_tokens for n in result.nodes),
+        prefix_cache_hit_rate=hit_rate,
+        utilisation={p: busy[p] / (count[p] * end_s) for p in busy},
+        requests_by_gpu=requests_by_gpu,
+        simulated_s=result.end_s,
+        wall_s=result.wall_s,
+        speedup=result.speedup,
+    )
+
+
+def _ms(x: float) -> str:
+    if not math.isfinite(x):
+        return "inf"
+    return f"{1e3 * x:.0f}" if x >= 0.1 else f"{1e3 * x:.1f}"
+
+
+def format_table(reports: list[PolicyReport], slo: Slo | None = None) -> str:
+    """One row per policy (times in ms), then utilisation and request share per GPU profile."""
+    slo = slo or Slo()
+    head = (
+        f"{'policy':24s} {'TTFT p50':>8s} {'p90':>7s} {'p99':>8s} {'p99/p50':>7s} | {'TPOT p50':>8s} {'p90':>6s} "
+        f"{'p99':>6s} | {'E2E p50':>7s} {'p90':>7s} {'p99':>8s} | {'goodput':>7s} {'preempt':>7s} {'swap o/i':>11s} "
+        f"{'unserved':>8s}"
+    )
+    lines = [f"latencies in ms; goodput = share of requests with TTFT <= {slo.ttft_s:g} s and TPOT <= "
+             f"{1e3 * slo.tpot_s:g} ms", head, "-" * len(head)]  # fmt: skip
+    for r in reports:
+        ratio = f"{r.ttft_p99_over_p50:.1f}" if math.isfinite(r.ttft_p99_over_p50) else "inf"
+        lines.append(
+            f"{r.policy:24s} {_ms(r.ttft_s[50]):>8s} {_ms(r.ttft_s[90]):>7s} {_ms(r.ttft_s[99]):>8s} {ratio:>7s} | "
+            f"{_ms(r.tpot_s[50]):>8s} {_ms(r.tpot_s[90]):>6s} {_ms(r.tpot_s[99]):>6s} | {_ms(r.e2e_s[50]):>7s} "
+            f"{_ms(r.e2e_s[90]):>7s} {_ms(r.e2e_s[99]):>8s} | {r.goodput:>7.1%} {r.num_preemptions:>7d} "
+            f"{f'{r.num_swapped_out_blocks}/{r.num_swapped_in_blocks}':>11s} {r.num_unserved:>8d}"
+        )
+    profiles = sorted({p for r in reports for p in r.utilisation})
+    lines.append("")
+    lines.append(f"{'utilisation / requests':24s} " + " ".join(f"{p:>18s}" for p in profiles) + "   sim speed")
+    for r in reports:
+        cells = [f"{r.utilisation.get(p, 0):>7.0%} / {r.requests_by_gpu.get(p, 0):>7d}" for p in profiles]
+        lines.append(f"{r.policy:24s} " + " ".join(f"{c:>18s}" for c in cells) + f"   {r.speedup:>6.1f}x")
+    return "\n".join(lines)
+
+
+def to_jsonable(reports: list[PolicyReport], info: dict) -> dict:
+    def clean(x):
+        if isinstance(x, float) and not math.isfinite(x):
+            return None if math.isnan(x) else ("inf" if x > 0 else "-inf")
+        if isinstance(x, dict):
+            return {str(k): clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    return clean({"info": info, "policies": [asdict(r) for r in reports]})
+
+
+def dumps(reports: list[PolicyReport], info: dict) -> str:
+    return json.dumps(to_jsonable(reports, info), indent=2)
+
+
+def slo_breaking_load(points: dict[str, list[tuple[float, float]]], target: float = 0.99) -> dict[str, float | None]:
+    """Per policy, from (offered load, goodput) points: the lowest load at which goodput falls below
+    ``target`` (None: it never does over the loads tried)."""
+    out: dict[str, float | None] = {}
+    for policy, pts in points.items():
+        failing = [load for load, goodput in sorted(pts) if not goodput >= target]
+        out[policy] = failing[0] if failing else None
+    return out
+
+
+def plot_cdfs(results: list[SimResult], path: str, title: str = "") -> None:
+    """Latency CDFs (TTFT, TPOT, E2E) per policy into a PNG. Needs matplotlib (optional dependency)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise RuntimeError("--plot needs matplotlib: pip install matplotlib") from e
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    for ax, (label, attr) in zip(axes, (("TTFT (s)", "ttft_s"), ("TPOT (s)", "tpot_s"), ("E2E (s)", "e2e_s"))):
+        for result in results:
+            values = np.sort([getattr(r, attr) for r in result.records])
+            finite = values[np.isfinite(values)]
+            if len(finite) == 0:
+                continue
+            y = np.arange(1, len(finite) + 1) / len(values)
+            ax.plot(finite, y, label=result.policy)
+        ax.set_xscale("log")
+        ax.set_xlabel(label)
+        ax.set_ylabel("share of requests")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

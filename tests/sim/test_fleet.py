@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+import pytest
+
+from sim.fleet import load_fleet, parse_fleet
+
+
+def test_bundled_fleets_load():
+    zoo = load_fleet("zoo")
+    assert zoo.gpu_counts == {"h100-sxm": 4, "a100-40gb": 8, "l4": 8, "t4": 4}
+    assert len(zoo.nodes) == 22
+    cells = load_fleet("zoo_cells")
+    assert cells.cells_by_traffic_class == {"conv": "chat", "code": "code"}
+    assert {n.cell for n in cells.nodes} == {"chat", "code"}
+    assert len(load_fleet("big64").nodes) == 64
+
+
+def test_node_ids_and_kv_follow_the_pools(small_fleet):
+    fleet = small_fleet()
+    assert [n.node_id for n in fleet.nodes] == ["c/h100-sxm-00", "c/l4-00", "c/l4-01"]
+    h100 = fleet.engine.cache_config(fleet.model, fleet.nodes[0].hardware)
+    l4 = fleet.engine.cache_config(fleet.model, fleet.nodes[1].hardware)
+    assert h100.num_device_blocks > 5 * l4.num_device_blocks > 0
+
+
+def test_rejects_fleets_that_cannot_serve():
+    with pytest.raises(ValueError, match="does not fit"):
+        parse_fleet({"cells": [{"name": "x", "pools": [{"gpu": "t4"}]}]})
+    with pytest.raises(ValueError, match="listed by cells"):
+        parse_fleet(
+            {
+                "cells": [
+                    {"name": "a", "traffic_classes": ["k"], "pools": [{"gpu": "l4"}]},
+                    {"name": "b", "traffic_classes": ["k"], "pools": [{"gpu": "l4"}]},
+                ]
+            }
+        )
+    with pytest.raises(FileNotFoundError, match="bundled"):
+        load_fleet("no-such-fleet")
