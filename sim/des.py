@@ -41,7 +41,6 @@ from controlplane.hardware import GPU_TABLE, power_score
 from controlplane.registry import ClusterRegistry
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.policies import make_policy
-from controlplane.router.policies.anchors import register_anchor_policies
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
 from sim.fleet import Fleet, NodeSpec
@@ -306,7 +305,6 @@ class FleetSimulator:
     ) -> None:
         if report_interval_s <= 0:
             raise ValueError(f"report_interval_s must be > 0, got {report_interval_s}")
-        register_anchor_policies()
         self.fleet = fleet
         self.workload = workload
         self.policy_name = policy

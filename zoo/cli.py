@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     u.set_defaults(func=cmd_up)
 
     from tui.cli import add_top_args, run_top
+    from zoo.sim_cli import add_sim_args, run_sim
+
+    s = sub.add_parser("sim", help="the fleet simulator: simulated GPUs, real traces, routing policies compared")
+    add_sim_args(s)
+    s.set_defaults(func=run_sim)
 
     t = sub.add_parser("top", help="the live fleet dashboard (Textual), fed by the control plane's stats stream")
     add_top_args(t)

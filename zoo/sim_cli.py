@@ -15,7 +15,7 @@ import argparse
 import sys
 
 from controlplane.router.policies import POLICIES
-from controlplane.router.policies.anchors import ANCHOR_POLICIES, register_anchor_policies
+from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from sim.des import FleetSimulator, SimResult
 from sim.fleet import Fleet, load_fleet
 from sim.report import Slo, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
@@ -25,7 +25,6 @@ OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
 
 
 def all_policies() -> list[str]:
-    register_anchor_policies()
     return [*OURS, *ANCHOR_POLICIES, *(p for p in POLICIES if p not in OURS and p not in ANCHOR_POLICIES)]
 
 
@@ -96,7 +95,6 @@ def run_policies(
 
 
 def run_sim(args: argparse.Namespace) -> int:
-    register_anchor_policies()
     try:
         fleet = load_fleet(args.fleet)
         policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]

@@ -19,6 +19,12 @@ POLICIES: dict[str, Callable[[RouterConfig], Policy]] = {
 }
 
 
+# the anchors' routers, re-implemented from their published descriptions (issue 4), under their own names
+from controlplane.router.policies.anchors import ANCHOR_POLICIES  # noqa: E402
+
+POLICIES.update(ANCHOR_POLICIES)
+
+
 def make_policy(name: str, config: RouterConfig | None = None) -> Policy:
     """A fresh policy called ``name``; ValueError naming the valid ones for an unknown name."""
     factory = POLICIES.get(name)

@@ -6,7 +6,7 @@ so the fleet simulator and the real control plane can run them against ours.
     sglang_cache_aware       SGLang router: approximate radix tree + balance thresholds
     dynamo_kv                Dynamo KV router: overlap-weighted prefill blocks + active decode blocks
 
-``register_anchor_policies()`` adds them to ``controlplane.router.policies.POLICIES`` (idempotent), so
+``controlplane.router.policies`` adds them to its ``POLICIES`` table, so
 ``make_policy(name)`` knows them.
 """
 
@@ -29,18 +29,10 @@ ANCHOR_POLICIES: dict[str, Callable[[RouterConfig], Policy]] = {
 }
 
 
-def register_anchor_policies() -> None:
-    from controlplane.router.policies import POLICIES
-
-    for name, factory in ANCHOR_POLICIES.items():
-        POLICIES.setdefault(name, factory)
-
-
 __all__ = [
     "ANCHOR_POLICIES",
     "DynamoKvPolicy",
     "LlmdPolicy",
     "SglangCacheAwarePolicy",
     "VllmLeastOutstandingPolicy",
-    "register_anchor_policies",
 ]

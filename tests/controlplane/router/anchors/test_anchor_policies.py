@@ -5,21 +5,18 @@ from __future__ import annotations
 import pytest
 
 from controlplane.router.policies import make_policy
-from controlplane.router.policies.anchors import ANCHOR_POLICIES, register_anchor_policies
+from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from controlplane.router.policies.anchors.dynamo import DynamoKvPolicy
 from controlplane.router.policies.anchors.llm_d import LlmdPolicy
 from controlplane.router.policies.anchors.sglang import SglangCacheAwarePolicy, SglangConfig
 
 
-def test_anchors_register_by_name():
-    register_anchor_policies()
-    register_anchor_policies()  # idempotent
+def test_anchors_are_known_by_name():
     for name in ANCHOR_POLICIES:
         assert make_policy(name).name == name
 
 
 def test_vllm_least_outstanding_is_least_requests(make_node_view, make_snapshot, make_route_request):
-    register_anchor_policies()
     snap = make_snapshot(
         make_node_view("c", num_inflight=1), make_node_view("b", num_inflight=1), make_node_view("a", num_inflight=3)
     )
