@@ -62,6 +62,18 @@ def power_score(hw: HardwareInfo) -> float:
     return math.sqrt(bandwidth * compute)
 
 
+def describe_hardware(engine_device: str, profile: str | None) -> HardwareInfo:
+    """``profile`` (--gpu-profile) wins; else the CUDA table for a CUDA device; else measured on this CPU."""
+    if profile is not None:
+        return gpu_profile(profile)
+    if engine_device.startswith("cuda"):
+        index = int(engine_device.split(":")[1]) if ":" in engine_device else 0
+        return describe_cuda_device(index)
+    import torch
+
+    return measure_cpu(torch.get_num_threads())
+
+
 def gpu_profile(name: str) -> HardwareInfo:
     """The table's figures for ``--gpu-profile name`` (case-insensitive); ValueError listing valid names."""
     spec = GPU_TABLE.get(name.strip().lower())

@@ -23,31 +23,27 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import zmq.asyncio
-from anyio.streams.memory import MemoryObjectSendStream
 
 from controlplane.actors.link import Link, Outgoing
 from controlplane.actors.runtime import Actor, MailboxFull
-from controlplane.agent import sampling_params_from_wire
+from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.engine.clock import Clock, MonotonicClock
 from controlplane.engine.llm_engine import EngineTokenizer
-from controlplane.engine.sampling_params import SamplingParamsError
-from controlplane.frontend import FrontendError
-from controlplane.router.block_hashes import prompt_block_hashes
+from controlplane.fleet_stats import FleetStats
+from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
+from controlplane.request_intake import place_request
+from controlplane.request_table import Inflight, RequestTable, ZmqConsumer, local_stream
 from controlplane.router.policies import make_policy
-from controlplane.router.policy import ClusterSnapshot, RouteRequest
-from controlplane.router.router_config import RouterConfig
 from transport.dispatch import Dispatcher, Incoming
 from transport.messages import (
     CancelRequest,
     ChatMessage,
     ClientGenerate,
+    Envelope,
     ErrorCode,
     ErrorReply,
     GenerateRequest,
@@ -62,139 +58,11 @@ from transport.messages import (
     TokenChunk,
     Welcome,
 )
-from transport.sockets import (
-    AGENT_MAX_MSG_BYTES,
-    CLIENT_MAX_MSG_BYTES,
-    DEFAULT_AGENT_ENDPOINT,
-    DEFAULT_CLIENT_ENDPOINT,
-    Channel,
-    Received,
-    bind_router,
-)
+from transport.sockets import AGENT_MAX_MSG_BYTES, CLIENT_MAX_MSG_BYTES, Channel, Received, bind_router
+
+__all__ = ["ControlPlane", "ControlPlaneConfig", "LatencyKind", "LatencySample", "NodeLatency"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class ControlPlaneConfig:
-    """The control plane.
-
-    agent_endpoint / client_endpoint: ROUTER bind addresses (``tcp://127.0.0.1:0``: a free port);
-        client_endpoint None: no ZeroMQ client socket (HTTP only).
-    model_name: the model the tokenizer belongs to (None: whatever the first node serves).
-    router: the routing policy by name and its knobs.
-    admission: queue limits (None: AdmissionConfig's defaults).
-    heartbeat_interval_s / report_interval_s: what each Welcome tells the agents.
-    heartbeat_timeout_s: a node silent this long is dead; its requests fail with NODE_FAILED.
-    chunk_timeout_s: an in-process ``generate`` waiting this long for its next chunk gives up.
-    max_latency_samples: TTFT/TPOT samples kept per node for the latency table.
-    max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
-    """
-
-    agent_endpoint: str = DEFAULT_AGENT_ENDPOINT
-    client_endpoint: str | None = DEFAULT_CLIENT_ENDPOINT
-    model_name: str | None = None
-    router: RouterConfig = field(default_factory=RouterConfig)
-    admission: Any = None
-    heartbeat_interval_s: float = 1.0
-    report_interval_s: float = 0.25
-    heartbeat_timeout_s: float = 5.0
-    chunk_timeout_s: float = 300.0
-    max_latency_samples: int = 10_000
-    max_pending_events: int = 100_000
-
-    def __post_init__(self) -> None:
-        for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
-            raise ValueError("heartbeat_timeout_s must exceed heartbeat_interval_s")
-
-
-# --------------------------------------------------------------------------- requests and latency
-
-
-class _ZmqConsumer:
-    __slots__ = ("link", "peer")
-
-    def __init__(self, link: Link, peer: bytes) -> None:
-        self.link = link
-        self.peer = peer
-
-    def deliver(self, msg: TokenChunk | ErrorReply) -> None:
-        self.link.send_nowait(msg, self.peer)  # MailboxFull → the caller cancels the request
-
-
-class _LocalConsumer:
-    __slots__ = ("stream",)
-
-    def __init__(self, stream: MemoryObjectSendStream) -> None:
-        self.stream = stream
-
-    def deliver(self, msg: TokenChunk | ErrorReply) -> None:
-        try:
-            self.stream.send_nowait(msg)
-        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            raise MailboxFull("consumer gone or behind") from None
-
-
-@dataclass(slots=True)
-class _Inflight:
-    request_id: str
-    node_id: str
-    consumer: _ZmqConsumer | _LocalConsumer
-    arrival_ns: int
-    num_prompt_tokens: int
-    first_token_ns: int = 0
-    last_token_ns: int = 0
-    num_output_tokens: int = 0
-
-
-@dataclass(slots=True)
-class NodeLatency:
-    """One node's served requests as the control plane saw them (TTFT includes routing and both hops)."""
-
-    ttft_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
-    tpot_s: deque = field(default_factory=lambda: deque(maxlen=10_000))
-    num_served: int = 0
-    num_failed: int = 0
-
-    def summary(self) -> dict[str, float | int | None]:
-        return {
-            "ttft_ms_p50": _percentile_ms(self.ttft_s, 50),
-            "ttft_ms_p99": _percentile_ms(self.ttft_s, 99),
-            "tpot_ms_p50": _percentile_ms(self.tpot_s, 50),
-            "tpot_ms_p99": _percentile_ms(self.tpot_s, 99),
-            "requests_served": self.num_served,
-            "requests_failed": self.num_failed,
-        }
-
-
-class LatencyKind:
-    """What a LatencySample measured (all on time.monotonic_ns, one clock per host)."""
-
-    ROUTER_QUEUE_WAIT = "router_queue_wait"  # GenerateRequest.routed_ns - arrival_ns
-    ROUTER_TO_NODE_HOP = "router_to_node_hop"  # agent recv_ns - GenerateRequest.sent_ns (NodeTelemetry)
-    NODE_TO_ROUTER_RETURN = "node_to_router_return"  # control plane recv_ns - TokenChunk.sent_ns, per chunk
-
-
-@dataclass(slots=True, frozen=True)
-class LatencySample:
-    """An event for the exporters (``ControlPlane.take_events``)."""
-
-    kind: str  # a LatencyKind value
-    node_id: str
-    value_s: float
-
-
-def _percentile_ms(samples, q: float) -> float | None:
-    if not samples:
-        return None
-    ordered = sorted(samples)
-    return 1e3 * ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
-
-
-# --------------------------------------------------------------------------- the actor
 
 
 class ControlPlane(Actor):
@@ -232,15 +100,11 @@ class ControlPlane(Actor):
         self.client_endpoint = config.client_endpoint
         self._agents: Link | None = None
         self._clients: Link | None = None
-        self.hellos: dict[str, NodeHello] = {}  # every node ever seen (live ones are in the registry)
-        self._requests: dict[str, _Inflight] = {}
-        self.latency: dict[str, NodeLatency] = {}
-        self.counters: dict[str, int] = {"routed": 0, "completed": 0, "failed": 0, "cancelled": 0, "refused": 0}
+        self.requests = RequestTable(self.registry, self._send_to_node)
+        self.counters = self.requests.counters  # the same dict: routed and refused are counted here
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
-        self.decisions: dict[str, int] = {}  # node id → requests the policy routed there
-        self.preemptions: dict[str, int] = {}  # node id → num_preemptions_total of its last LoadReport
-        self.metrics_urls: dict[str, str] = {}  # node id → its agent's /metrics (from NodeTelemetry)
-        self._events: deque[LatencySample] = deque(maxlen=config.max_pending_events)
+        self.fleet = FleetStats(config.max_pending_events)
+        self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self._changed = anyio.Event()
         self.agent_dispatcher = Dispatcher(
             {
@@ -289,8 +153,7 @@ class ControlPlane(Actor):
         return loops
 
     async def cleanup(self) -> None:
-        for request_id in list(self._requests):
-            self._fail(request_id, ErrorCode.NODE_FAILED, "the control plane is shutting down")
+        self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
         for link in (self._agents, self._clients):
             if link is not None:
                 link.close()
@@ -308,7 +171,7 @@ class ControlPlane(Actor):
     def _lost(self, lost) -> None:
         """A node the registry removed (LostNode): fail what was in flight there."""
         for request_id in lost.request_ids:
-            self._fail(request_id, ErrorCode.NODE_FAILED, lost.error_message)
+            self.requests.fail(request_id, ErrorCode.NODE_FAILED, lost.error_message)
         self.policy.on_node_removed(lost.node_id)
 
     # -- observation ------------------------------------------------------------------------------
@@ -331,31 +194,10 @@ class ControlPlane(Actor):
 
     def stats(self) -> dict:
         """A plain snapshot for the latency table, the dashboard and the exporters."""
-        views = {v.node_id: v for v in self.registry.snapshot().nodes}
-        nodes = {}
-        for node_id in sorted(set(self.latency) | set(views)):
-            hello = self.hellos.get(node_id)
-            view = views.get(node_id)
-            nodes[node_id] = {
-                "alive": view is not None,
-                "gpu_type": hello.hardware.gpu_type if hello else None,
-                "cell": hello.cell if hello else None,
-                "model": hello.model if hello else None,
-                "power_score": hello.power_score if hello else None,
-                "num_running": view.num_running if view else 0,
-                "num_waiting": view.num_waiting if view else 0,
-                "num_swapped": view.num_swapped if view else 0,
-                "kv_usage": view.kv_usage if view else 0.0,
-                "num_inflight": view.num_inflight if view else 0,
-                "num_preemptions_total": self.preemptions.get(node_id, 0),
-                "requests_routed": self.decisions.get(node_id, 0),
-                "metrics_url": self.metrics_urls.get(node_id, ""),
-                **self.latency.get(node_id, NodeLatency()).summary(),
-            }
         return {
             "policy": self.policy.name,
-            "nodes": nodes,
-            "requests": {**self.counters, "inflight": len(self._requests)},
+            "nodes": self.fleet.nodes(self.registry.snapshot().nodes, self.requests.latency),
+            "requests": {**self.counters, "inflight": len(self.requests)},
             "refused": {code.value: n for code, n in self.refused.items() if n},
             "rejected_messages": {
                 "agents": {c.value: n for c, n in self.agent_dispatcher.rejected.items() if n},
@@ -365,9 +207,7 @@ class ControlPlane(Actor):
 
     def take_events(self) -> list[LatencySample]:
         """Latency samples since the last call (for observe/; at most ``max_pending_events``, oldest dropped)."""
-        events = list(self._events)
-        self._events.clear()
-        return events
+        return self.fleet.take_events()
 
     # -- Frontend ---------------------------------------------------------------------------------
 
@@ -386,11 +226,11 @@ class ControlPlane(Actor):
             "status": "ok" if num_nodes else "degraded",
             "nodes": num_nodes,
             "models": self.model_names,
-            "inflight": len(self._requests),
+            "inflight": len(self.requests),
             "policy": self.policy.name,
         }
 
-    async def generate(
+    def generate(
         self,
         request_id: str,
         *,
@@ -401,8 +241,6 @@ class ControlPlane(Actor):
         sampling: Sampling,
         traffic_class: str = "default",
     ) -> AsyncIterator[TokenChunk]:
-        # room for every chunk the request can produce: the node's chunks never wait on this consumer
-        send, receive = anyio.create_memory_object_stream[TokenChunk | ErrorReply](max(1, sampling.max_tokens) + 2)
         msg = ClientGenerate(
             request_id=request_id,
             model=model,
@@ -412,30 +250,7 @@ class ControlPlane(Actor):
             sampling=sampling,
             traffic_class=traffic_class,
         )
-        error = self.submit(msg, _LocalConsumer(send), time.monotonic_ns())
-        if error is not None:
-            send.close()
-            receive.close()
-            raise FrontendError(error.code, error.message, error.retry_after_s, _param_of(error))
-        finished = False
-        try:
-            with receive:
-                while True:
-                    try:
-                        with anyio.fail_after(self.config.chunk_timeout_s):
-                            item = await receive.receive()
-                    except TimeoutError:
-                        raise FrontendError(ErrorCode.INTERNAL, "timed out waiting for the node") from None
-                    if isinstance(item, ErrorReply):
-                        finished = True
-                        raise FrontendError(item.code, item.message, item.retry_after_s)
-                    finished = item.finished
-                    yield item
-                    if finished:
-                        return
-        finally:
-            if not finished:
-                self.cancel(request_id)
+        return local_stream(msg, self.submit, self.cancel, self.config.chunk_timeout_s)
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 
@@ -448,122 +263,46 @@ class ControlPlane(Actor):
         return error
 
     def _route(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
-        rid = msg.request_id
-
-        def refuse(code: ErrorCode, message: str, retry_after_s: float | None = None) -> ErrorReply:
-            return ErrorReply(request_id=rid, code=code, message=message, retry_after_s=retry_after_s)
-
-        if not rid:
-            return refuse(ErrorCode.INVALID_REQUEST, "request_id must not be empty")
-        if rid in self._requests:
-            return refuse(ErrorCode.INVALID_REQUEST, f"request id {rid!r} is already in flight")
-        model_names = self.model_names
-        if not model_names:
-            return refuse(ErrorCode.NO_NODE, "no node is serving", retry_after_s=1.0)
-        model = msg.model or model_names[0]
-        if model not in model_names:
-            return refuse(ErrorCode.UNKNOWN_MODEL, f"the model {model!r} is not served (served: {model_names})")
-        try:
-            params = sampling_params_from_wire(msg.sampling)
-        except SamplingParamsError as e:
-            return refuse(ErrorCode.INVALID_REQUEST, f"invalid sampling parameter {e}")
-        try:
-            token_ids = self._tokenize(msg)
-        except ValueError as e:
-            return refuse(ErrorCode.INVALID_REQUEST, str(e))
-        cell = self.config.router.cell_for(msg.traffic_class)
-        snapshot: ClusterSnapshot = self.registry.snapshot(model=model, cell=cell)
-        if not snapshot.nodes:
-            return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
-        num_prompt_tokens = len(token_ids)
-        longest = max(v.max_model_len for v in snapshot.nodes)
-        if num_prompt_tokens >= longest:
-            return refuse(
-                ErrorCode.PROMPT_TOO_LONG,
-                f"the prompt has {num_prompt_tokens} tokens; the longest context served is {longest} tokens "
-                "(prompt + output)",
-            )
-        route = RouteRequest(
-            request_id=rid,
-            model=model,
-            num_prompt_tokens=num_prompt_tokens,
-            max_tokens=params.max_tokens,
-            block_hashes=prompt_block_hashes(token_ids, snapshot.nodes[0].block_size),
-            traffic_class=msg.traffic_class,
+        placed = place_request(
+            msg,
+            model_names=self.model_names,
+            inflight=self.requests,
+            tokenizer=self.tokenizer,
+            registry=self.registry,
+            policy=self.policy,
+            admission=self.admission,
+            router=self.config.router,
         )
-        node_id = self.policy.choose(route, snapshot)
-        if node_id is None:
-            return refuse(ErrorCode.NO_NODE, "no node can take this request now", retry_after_s=1.0)
-        refusal = self.admission.check(snapshot, node_id)
-        if refusal is not None:
-            return refuse(ErrorCode.OVERLOADED, _refusal_message(refusal), _refusal_retry_after(refusal))
+        if isinstance(placed, ErrorReply):
+            return placed
+        rid, node_id, num_prompt_tokens = msg.request_id, placed.node_id, placed.route.num_prompt_tokens
         routed_ns = time.monotonic_ns()
         request = GenerateRequest(
             request_id=rid,
-            prompt_token_ids=token_ids,
+            prompt_token_ids=placed.token_ids,
             sampling=msg.sampling,
             arrival_ns=arrival_ns,
             routed_ns=routed_ns,
         )
         try:
-            self._agents.send_nowait(request, node_id.encode())
+            self._send_to_node(request, node_id)
         except MailboxFull:
-            return refuse(ErrorCode.OVERLOADED, "the control plane's agent outbox is full", retry_after_s=1.0)
-        self._requests[rid] = _Inflight(rid, node_id, consumer, arrival_ns, num_prompt_tokens)
-        self.registry.on_routed(node_id, rid, num_prompt_tokens)
-        self.policy.on_routed(route, node_id)
-        self.counters["routed"] += 1
-        self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
-        self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, (routed_ns - arrival_ns) / 1e9))
-        return None
-
-    def _tokenize(self, msg: ClientGenerate) -> list[int]:
-        given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
-        if sum(given) != 1:
-            raise ValueError("exactly one of prompt, messages, prompt_token_ids must be given")
-        if msg.prompt_token_ids is not None:
-            token_ids = msg.prompt_token_ids
-            vocab = self.tokenizer.vocab_size
-            bad = [t for t in token_ids if not 0 <= t < vocab]
-            if bad:
-                raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
-        elif msg.messages is not None:
-            if not msg.messages:
-                raise ValueError("messages must not be empty")
-            rendered = self.tokenizer.apply_chat_template(
-                [{"role": m.role, "content": m.content} for m in msg.messages]
+            return ErrorReply(
+                request_id=rid,
+                code=ErrorCode.OVERLOADED,
+                message="the control plane's agent outbox is full",
+                retry_after_s=1.0,
             )
-            token_ids = self.tokenizer.encode(rendered)
-        else:
-            token_ids = self.tokenizer.encode(msg.prompt)
-        if not token_ids:
-            raise ValueError("the prompt is empty")
-        return token_ids
+        self.requests.add(Inflight(rid, node_id, consumer, arrival_ns, num_prompt_tokens))
+        self.registry.on_routed(node_id, rid, num_prompt_tokens)
+        self.policy.on_routed(placed.route, node_id)
+        self.counters["routed"] += 1
+        self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9)
+        return None
 
     def cancel(self, request_id: str) -> bool:
         """Forget a request and tell its node to stop; False when it was not in flight."""
-        inflight = self._requests.pop(request_id, None)
-        if inflight is None:
-            return False
-        self.registry.on_finished(inflight.node_id, request_id)
-        self.counters["cancelled"] += 1
-        try:
-            self._agents.send_nowait(CancelRequest(request_id=request_id), inflight.node_id.encode())
-        except MailboxFull:
-            log.warning("could not send a CancelRequest for %s: agent outbox full", request_id)
-        return True
-
-    def _fail(self, request_id: str, code: ErrorCode, message: str) -> None:
-        inflight = self._requests.pop(request_id, None)
-        if inflight is None:
-            return
-        self.registry.on_finished(inflight.node_id, request_id)
-        self.counters["failed"] += 1
-        self.latency.setdefault(inflight.node_id, NodeLatency()).num_failed += 1
-        try:
-            inflight.consumer.deliver(ErrorReply(request_id=request_id, code=code, message=message))
-        except MailboxFull:
-            log.debug("the consumer of %s is gone", request_id)
+        return self.requests.cancel(request_id)
 
     # -- agent socket ------------------------------------------------------------------------------
 
@@ -575,9 +314,12 @@ class ControlPlane(Actor):
     def _reply_agent(self, peer: bytes | None, reply: ErrorReply) -> None:
         self._agents.send_nowait(reply, peer)
 
+    def _send_to_node(self, msg: Envelope, node_id: str) -> None:
+        self._agents.send_nowait(msg, node_id.encode())
+
     def _on_agent_undeliverable(self, item: Outgoing, why: str) -> None:
         if isinstance(item.msg, GenerateRequest):
-            self._fail(item.msg.request_id, ErrorCode.NODE_FAILED, f"could not reach the node: {why}")
+            self.requests.fail(item.msg.request_id, ErrorCode.NODE_FAILED, f"could not reach the node: {why}")
 
     def _node_of(self, incoming: Incoming, node_id: str) -> bool:
         """The message names the node its routing id says; unknown nodes are told to say hello."""
@@ -618,8 +360,8 @@ class ControlPlane(Actor):
         if lost is not None:
             log.info("node %s joined again (restarted or lost contact)", hello.node_id)
             self._lost(lost)
-        self.hellos[hello.node_id] = hello
-        self.latency.setdefault(hello.node_id, NodeLatency())
+        self.fleet.on_hello(hello)
+        self.requests.latency.setdefault(hello.node_id, NodeLatency())
         log.info(
             "node %s joined: %s, %s, power %.2f", hello.node_id, hello.model, hello.hardware.gpu_type, hello.power_score
         )
@@ -642,7 +384,7 @@ class ControlPlane(Actor):
         msg: LoadReport = incoming.msg
         if self._node_of(incoming, msg.node_id):
             self.registry.report(msg)
-            self.preemptions[msg.node_id] = msg.num_preemptions_total
+            self.fleet.on_load_report(msg)
 
     def handle_node_leave(self, incoming: Incoming) -> None:
         msg: NodeLeave = incoming.msg
@@ -656,53 +398,26 @@ class ControlPlane(Actor):
     def handle_node_telemetry(self, incoming: Incoming) -> None:
         msg: NodeTelemetry = incoming.msg
         if self._node_of(incoming, msg.node_id):
-            self.metrics_urls[msg.node_id] = msg.metrics_url
-            kind = LatencyKind.ROUTER_TO_NODE_HOP
-            self._events.extend(LatencySample(kind, msg.node_id, hop_ns / 1e9) for hop_ns in msg.router_to_node_hop_ns)
+            self.fleet.on_telemetry(msg)
 
     def handle_token_chunk(self, incoming: Incoming) -> None:
         chunk: TokenChunk = incoming.msg
         node_id = incoming.peer.decode()
-        inflight = self._requests.get(chunk.request_id)
+        inflight = self.requests.get(chunk.request_id)
         if inflight is None or inflight.node_id != node_id:
             if not chunk.finished:  # cancelled or failed here already: make sure the node stops too
                 self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), incoming.peer)
             return
-        now_ns = incoming.recv_ns
-        self._events.append(LatencySample(LatencyKind.NODE_TO_ROUTER_RETURN, node_id, (now_ns - chunk.sent_ns) / 1e9))
-        if chunk.token_ids:
-            if not inflight.first_token_ns:
-                inflight.first_token_ns = now_ns
-                self.registry.on_first_token(node_id, chunk.request_id)
-            inflight.last_token_ns = now_ns
-            inflight.num_output_tokens += len(chunk.token_ids)
-        chunk.node_id = node_id
-        if chunk.finished:
-            del self._requests[chunk.request_id]
-            self.registry.on_finished(node_id, chunk.request_id)
-            self.counters["completed"] += 1
-            self._record(inflight)
-        try:
-            inflight.consumer.deliver(chunk)
-        except MailboxFull:
-            if not chunk.finished:
-                self.cancel(chunk.request_id)
-
-    def _record(self, r: _Inflight) -> None:
-        latency = self.latency.setdefault(r.node_id, NodeLatency())
-        latency.num_served += 1
-        if r.first_token_ns:
-            latency.ttft_s.append((r.first_token_ns - r.arrival_ns) / 1e9)
-        if r.num_output_tokens >= 2:
-            latency.tpot_s.append((r.last_token_ns - r.first_token_ns) / 1e9 / (r.num_output_tokens - 1))
+        self.fleet.on_chunk_return(node_id, (incoming.recv_ns - chunk.sent_ns) / 1e9)
+        self.requests.relay(inflight, chunk, incoming.recv_ns)
 
     def handle_agent_error(self, incoming: Incoming) -> None:
         msg: ErrorReply = incoming.msg
-        inflight = self._requests.get(msg.request_id)
+        inflight = self.requests.get(msg.request_id)
         if inflight is None or inflight.node_id.encode() != incoming.peer:
             log.info("node %r reports %s: %s", incoming.peer, msg.code, msg.message)
             return
-        self._fail(msg.request_id, msg.code, msg.message)
+        self.requests.fail(msg.request_id, msg.code, msg.message)
 
     # -- client socket -----------------------------------------------------------------------------
 
@@ -721,12 +436,12 @@ class ControlPlane(Actor):
 
     def handle_client_generate(self, incoming: Incoming) -> None:
         msg: ClientGenerate = incoming.msg
-        error = self.submit(msg, _ZmqConsumer(self._clients, incoming.peer), incoming.recv_ns)
+        error = self.submit(msg, ZmqConsumer(self._clients, incoming.peer), incoming.recv_ns)
         if error is not None:
             self._clients.send_nowait(error, incoming.peer)
 
     def handle_client_cancel(self, incoming: Incoming) -> None:
-        inflight = self._requests.get(incoming.msg.request_id)
+        inflight = self.requests.get(incoming.msg.request_id)
         if inflight is not None and getattr(inflight.consumer, "peer", None) == incoming.peer:
             self.cancel(inflight.request_id)
 
@@ -735,19 +450,3 @@ class ControlPlane(Actor):
         self._clients.send_nowait(
             Pong(request_id=msg.request_id, payload=msg.payload, ping_sent_ns=msg.sent_ns), incoming.peer
         )
-
-
-def _param_of(error: ErrorReply) -> str | None:
-    if error.code is ErrorCode.INVALID_REQUEST and error.message.startswith("invalid sampling parameter "):
-        return error.message.removeprefix("invalid sampling parameter ").split(":", 1)[0]
-    if error.code is ErrorCode.UNKNOWN_MODEL:
-        return "model"
-    return None
-
-
-def _refusal_message(refusal) -> str:
-    return str(getattr(refusal, "message", refusal))
-
-
-def _refusal_retry_after(refusal) -> float | None:
-    return getattr(refusal, "retry_after_s", 1.0)

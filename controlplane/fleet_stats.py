@@ -1,0 +1,85 @@
+"""What the control plane has seen of each node, for the latency table, the dashboard and the exporters.
+
+    NodeHello ─► hellos            routed ─► decisions + ROUTER_QUEUE_WAIT sample
+    LoadReport ─► preemptions      NodeTelemetry ─► metrics_urls + ROUTER_TO_NODE_HOP samples
+    TokenChunk ─► NODE_TO_ROUTER_RETURN sample
+                                   ─► nodes(views, latency): one plain dict per node   (ControlPlane.stats)
+                                   ─► take_events(): LatencySamples since the last call (observe/)
+
+Records outlive the node (a node that left still has its row, ``alive`` False). Sans-IO.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+
+from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
+from controlplane.router.policy import NodeView
+from transport.messages import LoadReport, NodeHello, NodeTelemetry
+
+
+class FleetStats:
+    """max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
+
+    hellos: every node ever seen (live ones are in the registry).
+    decisions: node id → requests the policy routed there.
+    preemptions: node id → num_preemptions_total of its last LoadReport.
+    metrics_urls: node id → its agent's /metrics (from NodeTelemetry).
+    """
+
+    def __init__(self, max_pending_events: int) -> None:
+        self.hellos: dict[str, NodeHello] = {}
+        self.decisions: dict[str, int] = {}
+        self.preemptions: dict[str, int] = {}
+        self.metrics_urls: dict[str, str] = {}
+        self._events: deque[LatencySample] = deque(maxlen=max_pending_events)
+
+    def on_hello(self, hello: NodeHello) -> None:
+        self.hellos[hello.node_id] = hello
+
+    def on_routed(self, node_id: str, queue_wait_s: float) -> None:
+        self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
+        self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, queue_wait_s))
+
+    def on_load_report(self, msg: LoadReport) -> None:
+        self.preemptions[msg.node_id] = msg.num_preemptions_total
+
+    def on_telemetry(self, msg: NodeTelemetry) -> None:
+        self.metrics_urls[msg.node_id] = msg.metrics_url
+        kind = LatencyKind.ROUTER_TO_NODE_HOP
+        self._events.extend(LatencySample(kind, msg.node_id, hop_ns / 1e9) for hop_ns in msg.router_to_node_hop_ns)
+
+    def on_chunk_return(self, node_id: str, hop_s: float) -> None:
+        self._events.append(LatencySample(LatencyKind.NODE_TO_ROUTER_RETURN, node_id, hop_s))
+
+    def take_events(self) -> list[LatencySample]:
+        """Latency samples since the last call (at most ``max_pending_events``, oldest dropped)."""
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    def nodes(self, views: Iterable[NodeView], latency: Mapping[str, NodeLatency]) -> dict[str, dict]:
+        """Node id → its row, for every live node (``views``) and every node with latency records."""
+        views = {v.node_id: v for v in views}
+        nodes = {}
+        for node_id in sorted(set(latency) | set(views)):
+            hello = self.hellos.get(node_id)
+            view = views.get(node_id)
+            nodes[node_id] = {
+                "alive": view is not None,
+                "gpu_type": hello.hardware.gpu_type if hello else None,
+                "cell": hello.cell if hello else None,
+                "model": hello.model if hello else None,
+                "power_score": hello.power_score if hello else None,
+                "num_running": view.num_running if view else 0,
+                "num_waiting": view.num_waiting if view else 0,
+                "num_swapped": view.num_swapped if view else 0,
+                "kv_usage": view.kv_usage if view else 0.0,
+                "num_inflight": view.num_inflight if view else 0,
+                "num_preemptions_total": self.preemptions.get(node_id, 0),
+                "requests_routed": self.decisions.get(node_id, 0),
+                "metrics_url": self.metrics_urls.get(node_id, ""),
+                **latency.get(node_id, NodeLatency()).summary(),
+            }
+        return nodes

@@ -1,0 +1,190 @@
+"""The requests in flight at the control plane: which node serves each, who consumes its chunks, its timings.
+
+    routed ──► add(Inflight) ──► relay(chunk) … relay(chunk, finished) ──► completed, latency recorded
+                    ├─ cancel(): client cancelled, iterator closed, consumer gone ──► CancelRequest to the node
+                    └─ fail():   node lost, node error, undeliverable ──► ErrorReply to the consumer
+
+A consumer is where a request's TokenChunks and its ErrorReply go: a ZeroMQ client (ZmqConsumer: the
+client Link's outbox) or an in-process ``generate`` iterator (LocalConsumer: a memory stream). ``deliver``
+never blocks; it raises MailboxFull when the consumer is gone or behind, and the request is cancelled.
+
+Every request leaves the table exactly once (completed, cancelled or failed), and each exit tells the
+registry ``on_finished`` so its in-flight accounting stays exact. No I/O of its own: CancelRequests go out
+through the ``send_to_node`` callable the actor gives it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import anyio
+from anyio.streams.memory import MemoryObjectSendStream
+
+from controlplane.actors.link import Link
+from controlplane.actors.runtime import MailboxFull
+from controlplane.frontend import FrontendError
+from controlplane.node_latency import NodeLatency
+from controlplane.request_intake import refused_param
+from transport.messages import CancelRequest, ClientGenerate, Envelope, ErrorCode, ErrorReply, TokenChunk
+
+log = logging.getLogger(__name__)
+
+
+class ZmqConsumer:
+    __slots__ = ("link", "peer")
+
+    def __init__(self, link: Link, peer: bytes) -> None:
+        self.link = link
+        self.peer = peer
+
+    def deliver(self, msg: TokenChunk | ErrorReply) -> None:
+        self.link.send_nowait(msg, self.peer)  # MailboxFull → the caller cancels the request
+
+
+class LocalConsumer:
+    __slots__ = ("stream",)
+
+    def __init__(self, stream: MemoryObjectSendStream) -> None:
+        self.stream = stream
+
+    def deliver(self, msg: TokenChunk | ErrorReply) -> None:
+        try:
+            self.stream.send_nowait(msg)
+        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            raise MailboxFull("consumer gone or behind") from None
+
+
+async def local_stream(
+    msg: ClientGenerate,
+    submit: Callable[[ClientGenerate, LocalConsumer, int], ErrorReply | None],
+    cancel: Callable[[str], bool],
+    chunk_timeout_s: float,
+) -> AsyncIterator[TokenChunk]:
+    """An in-process request (``ControlPlane.generate``): submit it with a LocalConsumer, then yield its chunks
+    until the finished one. FrontendError when it is refused, fails, or no chunk comes within
+    ``chunk_timeout_s``; leaving early (closed, timed out, cancelled) cancels it on its node."""
+    # room for every chunk the request can produce: the node's chunks never wait on this consumer
+    send, receive = anyio.create_memory_object_stream[TokenChunk | ErrorReply](max(1, msg.sampling.max_tokens) + 2)
+    error = submit(msg, LocalConsumer(send), time.monotonic_ns())
+    if error is not None:
+        send.close()
+        receive.close()
+        raise FrontendError(error.code, error.message, error.retry_after_s, refused_param(error))
+    finished = False
+    try:
+        with receive:
+            while True:
+                try:
+                    with anyio.fail_after(chunk_timeout_s):
+                        item = await receive.receive()
+                except TimeoutError:
+                    raise FrontendError(ErrorCode.INTERNAL, "timed out waiting for the node") from None
+                if isinstance(item, ErrorReply):
+                    finished = True
+                    raise FrontendError(item.code, item.message, item.retry_after_s)
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+    finally:
+        if not finished:
+            cancel(msg.request_id)
+
+
+@dataclass(slots=True)
+class Inflight:
+    request_id: str
+    node_id: str
+    consumer: ZmqConsumer | LocalConsumer
+    arrival_ns: int
+    num_prompt_tokens: int
+    first_token_ns: int = 0
+    last_token_ns: int = 0
+    num_output_tokens: int = 0
+
+
+class RequestTable:
+    """Requests in flight by id, with the control plane's request counters and per-node latency records.
+
+    registry: the ClusterRegistry (told ``on_first_token`` / ``on_finished``).
+    send_to_node(msg, node_id): queue a message to a node; raises MailboxFull when the outbox is full.
+    counters: routed / completed / failed / cancelled / refused; this table counts completed, failed and
+        cancelled, the caller routed and refused (it decides those).
+    latency: node id → NodeLatency of the requests that ended there.
+    """
+
+    def __init__(self, registry, send_to_node: Callable[[Envelope, str], None]) -> None:
+        self.registry = registry
+        self._send_to_node = send_to_node
+        self._requests: dict[str, Inflight] = {}
+        self.counters: dict[str, int] = {"routed": 0, "completed": 0, "failed": 0, "cancelled": 0, "refused": 0}
+        self.latency: dict[str, NodeLatency] = {}
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __contains__(self, request_id: object) -> bool:
+        return request_id in self._requests
+
+    def get(self, request_id: str) -> Inflight | None:
+        return self._requests.get(request_id)
+
+    def add(self, inflight: Inflight) -> None:
+        self._requests[inflight.request_id] = inflight
+
+    def relay(self, inflight: Inflight, chunk: TokenChunk, recv_ns: int) -> None:
+        """A chunk from the node serving ``inflight``, received at ``recv_ns``: update the request's token
+        timings, retire it when the chunk is its last, and pass the chunk on to its consumer."""
+        node_id = inflight.node_id
+        if chunk.token_ids:
+            if not inflight.first_token_ns:
+                inflight.first_token_ns = recv_ns
+                self.registry.on_first_token(node_id, chunk.request_id)
+            inflight.last_token_ns = recv_ns
+            inflight.num_output_tokens += len(chunk.token_ids)
+        chunk.node_id = node_id
+        if chunk.finished:
+            del self._requests[chunk.request_id]
+            self.registry.on_finished(node_id, chunk.request_id)
+            self.counters["completed"] += 1
+            self.latency.setdefault(node_id, NodeLatency()).record_served(
+                inflight.arrival_ns, inflight.first_token_ns, inflight.last_token_ns, inflight.num_output_tokens
+            )
+        try:
+            inflight.consumer.deliver(chunk)
+        except MailboxFull:
+            if not chunk.finished:
+                self.cancel(chunk.request_id)
+
+    def cancel(self, request_id: str) -> bool:
+        """Forget a request and tell its node to stop; False when it was not in flight."""
+        inflight = self._requests.pop(request_id, None)
+        if inflight is None:
+            return False
+        self.registry.on_finished(inflight.node_id, request_id)
+        self.counters["cancelled"] += 1
+        try:
+            self._send_to_node(CancelRequest(request_id=request_id), inflight.node_id)
+        except MailboxFull:
+            log.warning("could not send a CancelRequest for %s: agent outbox full", request_id)
+        return True
+
+    def fail(self, request_id: str, code: ErrorCode, message: str) -> None:
+        """Forget a request and tell its consumer why (no-op when it is not in flight)."""
+        inflight = self._requests.pop(request_id, None)
+        if inflight is None:
+            return
+        self.registry.on_finished(inflight.node_id, request_id)
+        self.counters["failed"] += 1
+        self.latency.setdefault(inflight.node_id, NodeLatency()).num_failed += 1
+        try:
+            inflight.consumer.deliver(ErrorReply(request_id=request_id, code=code, message=message))
+        except MailboxFull:
+            log.debug("the consumer of %s is gone", request_id)
+
+    def fail_all(self, code: ErrorCode, message: str) -> None:
+        for request_id in list(self._requests):
+            self.fail(request_id, code, message)
