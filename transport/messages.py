@@ -19,6 +19,7 @@ Who sends what (socket roles are in transport/sockets.py)::
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import msgspec
 
@@ -45,6 +46,7 @@ class MsgType(enum.IntEnum):
     KV_BLOCKS = 30
     FLEET_STATS = 40
     NODE_TELEMETRY = 41
+    PROBE_SNAPSHOT = 42
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -230,22 +232,6 @@ class KVBlocks(Envelope, kw_only=True):
     tensors: list[TensorRef]
 
 
-MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
-    MsgType.NODE_HELLO: NodeHello,
-    MsgType.WELCOME: Welcome,
-    MsgType.HEARTBEAT: Heartbeat,
-    MsgType.LOAD_REPORT: LoadReport,
-    MsgType.NODE_LEAVE: NodeLeave,
-    MsgType.GENERATE: GenerateRequest,
-    MsgType.TOKENS: TokenChunk,
-    MsgType.CANCEL: CancelRequest,
-    MsgType.ERROR: ErrorReply,
-    MsgType.CLIENT_GENERATE: ClientGenerate,
-    MsgType.PING: Ping,
-    MsgType.PONG: Pong,
-    MsgType.KV_BLOCKS: KVBlocks,
-}
-TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}
 
 
 # --------------------------------------------------------------------------- observability (observe/, tui/)
@@ -318,6 +304,13 @@ class FleetStats(Envelope, kw_only=True):
     ebpf_status: str = ""  # "" no probe feeds this control plane; else what the probe says ("attached", …)
 
 
+class ProbeSnapshot(Envelope, kw_only=True):
+    """`zoo probe` (root, another process) → control plane (client socket): the latest eBPF snapshot,
+    ``observe.ebpf.ZooProbe.read()`` as is (cumulative histograms; see observe/latency_window.py)."""
+
+    snapshot: dict[str, Any]
+
+
 class NodeTelemetry(Envelope, kw_only=True):
     """Agent → control plane, with its LoadReports: what only the agent can measure."""
 
@@ -326,7 +319,22 @@ class NodeTelemetry(Envelope, kw_only=True):
     metrics_url: str = ""
 
 
-MESSAGE_TYPES[MsgType.FLEET_STATS] = FleetStats
-MESSAGE_TYPES[MsgType.NODE_TELEMETRY] = NodeTelemetry
-TYPE_OF[FleetStats] = MsgType.FLEET_STATS
-TYPE_OF[NodeTelemetry] = MsgType.NODE_TELEMETRY
+MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
+    MsgType.NODE_HELLO: NodeHello,
+    MsgType.WELCOME: Welcome,
+    MsgType.HEARTBEAT: Heartbeat,
+    MsgType.LOAD_REPORT: LoadReport,
+    MsgType.NODE_LEAVE: NodeLeave,
+    MsgType.GENERATE: GenerateRequest,
+    MsgType.TOKENS: TokenChunk,
+    MsgType.CANCEL: CancelRequest,
+    MsgType.ERROR: ErrorReply,
+    MsgType.CLIENT_GENERATE: ClientGenerate,
+    MsgType.PING: Ping,
+    MsgType.PONG: Pong,
+    MsgType.KV_BLOCKS: KVBlocks,
+    MsgType.FLEET_STATS: FleetStats,
+    MsgType.NODE_TELEMETRY: NodeTelemetry,
+    MsgType.PROBE_SNAPSHOT: ProbeSnapshot,
+}
+TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}

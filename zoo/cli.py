@@ -88,6 +88,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.engine import run_engine_bench
 
         report = run_engine_bench(args)
+    elif args.target == "observe":
+        from bench.observe import run_observe_bench
+
+        report = run_observe_bench(args)
     elif args.target == "controlplane":
         from bench.controlplane import run_controlplane_bench
 
@@ -159,8 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
     u.set_defaults(func=cmd_up)
 
+    from observe.ebpf import add_probe_args, run_probe
     from tui.cli import add_top_args, run_top
     from zoo.sim_cli import add_sim_args, run_sim
+
+    pr = sub.add_parser("probe", help="eBPF (root): hop latency and engine CPU histograms of the local zoo")
+    add_probe_args(pr)
+    pr.set_defaults(func=run_probe)
 
     s = sub.add_parser("sim", help="the fleet simulator: simulated GPUs, real traces, routing policies compared")
     add_sim_args(s)
@@ -171,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=run_top)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     _add_engine_args(b)

@@ -5,6 +5,12 @@
                      [--stats-listen tcp://127.0.0.1:5557] [--stats-interval-s 0.5]
     zoo agent --control tcp://HOST:5555 --backend torch --model PATH --node-id ID \\
               [--gpu-profile NAME] [--cell NAME] [--metrics-port PORT] [engine flags]
+    zoo agent --control tcp://HOST:5555 --backend sim --model sim:llama-3-8b --gpu-profile l4 [--tp 2] ...
+
+A simulated agent (``--backend sim``) is a real agent — real sockets, engine thread, scheduler and KV
+manager — whose runner sleeps each step's predicted time on ``--tp`` x ``--gpu-profile`` GPUs; its hello
+says backend "sim" and that hardware (datasheet x tp); it serves a ``sim:*`` model, whose tokenizer the
+control plane gets with ``zoo controlplane --model sim:NAME``. Several in one process: zoo/sim_agents.py.
 
 Metrics: the control plane serves /metrics on its HTTP port and publishes FleetStats on --stats-listen
 (``zoo top`` subscribes); an agent serves its own /metrics on --metrics-port (off unless given; 0 picks a
@@ -30,6 +36,7 @@ from collections.abc import Sequence
 import anyio
 
 from controlplane.engine.batch import RunnerOutput, SchedulerOutput
+from controlplane.engine.config import BACKENDS, SIM_PREFIX
 from controlplane.engine.model_runner import KVCacheSpec
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
@@ -151,6 +158,12 @@ def controlplane_from_args(args: argparse.Namespace):
 
     if args.fake_tokenizer:
         tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
+    elif args.model is not None and args.model.startswith(SIM_PREFIX):
+        from backends.sim.engine import SimTokenizer
+        from backends.sim.model_shapes import sim_model
+
+        shape = sim_model(args.model)
+        tokenizer, model_name = SimTokenizer(shape.vocab_size, shape.eos_token_id), shape.name
     else:
         from backends.checkpoint import load_checkpoint
 
@@ -181,7 +194,7 @@ async def _serve_controlplane(cp, http: str | None, stats_listen: str | None = N
     from observe.stats_stream import FleetObserver, StatsPublisher
 
     exporter = ControlPlaneExporter(cp.stats)
-    observer = FleetObserver(cp, exporter)
+    observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
         await tg.start(cp.run)
@@ -243,6 +256,10 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
     p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
     _add_engine_args(p)
+    for action in p._actions:  # the shared engine flags offer torch/jax; an agent may also simulate
+        if action.dest == "backend":
+            action.choices = sorted(BACKENDS)
+    p.add_argument("--tp", type=int, default=1, help="GPUs of --gpu-profile per simulated node (--backend sim)")
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"
     )
@@ -257,7 +274,10 @@ def agent_from_args(args: argparse.Namespace):
 
     node_id = args.node_id or default_node_id()
     hardware = None
-    if args.fake_runner:
+    if args.backend == "sim" and not args.fake_runner:
+        engine, hardware = sim_engine_config_from_args(args)
+        model_name = args.model_name
+    elif args.fake_runner:
         engine = build_trivial_engine(step_s=args.fake_step_ms / 1e3)
         model_name = args.model_name or FAKE_MODEL_NAME
         if args.gpu_profile is None:
@@ -278,6 +298,27 @@ def agent_from_args(args: argparse.Namespace):
 
         exporter = AgentExporter()
     return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter)
+
+
+def sim_engine_config_from_args(args: argparse.Namespace):
+    """``--backend sim``: the EngineConfig and what the hello says about the simulated hardware (x tp)."""
+    from backends.sim.cost_model import NodeHardware
+    from controlplane.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from sim.des import node_hardware_info
+
+    if args.gpu_profile is None:
+        raise ValueError("--backend sim needs --gpu-profile (the simulated GPU, e.g. l4, a100-80gb, h100-sxm)")
+    config = EngineConfig(
+        model=args.model,
+        backend="sim",
+        gpu_profile=args.gpu_profile,
+        tp=args.tp,
+        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        cache=CacheConfig(block_size=args.block_size, num_host_blocks=args.num_host_blocks),
+    )
+    if args.max_model_len is not None:
+        config.scheduler.max_model_len = args.max_model_len
+    return config, node_hardware_info(NodeHardware(args.gpu_profile, args.tp))
 
 
 def run_agent(args: argparse.Namespace) -> int:

@@ -255,6 +255,11 @@ def add_probe_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--agent-pid", action="append", default=[], metavar="NODE=PID", help="agent pid by node id (repeatable)"
     )
+    p.add_argument(
+        "--control",
+        default="tcp://127.0.0.1:5556",
+        help="push each snapshot to this control plane's client endpoint, for `zoo top` ('none': print only)",
+    )
     p.add_argument("--interval-s", type=float, default=2.0, help="seconds between printed snapshots")
     p.add_argument("--duration-s", type=float, default=0.0, help="stop after this many seconds (0 = until Ctrl-C)")
     p.add_argument("--json", action="store_true", help="one JSON snapshot per line instead of tables")
@@ -309,6 +314,7 @@ def run_probe(args: argparse.Namespace) -> int:
     if controlplane is None and not agents:
         print("zoo probe: no zoo processes found (start one with `zoo up`, or pass --*-pid)", file=sys.stderr)
         return 2
+    pusher = SnapshotPusher(args.control) if args.control != "none" else None
     with ZooProbe(sched=not args.no_sched, hop_mode=args.hop_mode) as probe:
         probe.attach(controlplane=controlplane, agents=agents)
         print(
@@ -323,6 +329,42 @@ def run_probe(args: argparse.Namespace) -> int:
                 )
                 snap = probe.read()
                 print(json.dumps(snap) if args.json else format_snapshot(snap) + "\n", flush=True)
+                if pusher is not None:
+                    pusher.push(snap)
         except KeyboardInterrupt:
             pass
+        finally:
+            if pusher is not None:
+                pusher.close()
     return 0
+
+
+class SnapshotPusher:
+    """Sends snapshots to the control plane (a DEALER on its client ROUTER) as ProbeSnapshot messages.
+    Never blocks the probe: with the control plane away, snapshots are dropped, not queued."""
+
+    def __init__(self, endpoint: str) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.DEALER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SNDHWM, 2)
+        self._sock.connect(endpoint)
+        self.num_dropped = 0
+
+    def push(self, snapshot: dict) -> None:
+        from transport.codec import encode
+        from transport.messages import ProbeSnapshot
+
+        try:
+            self._sock.send_multipart(
+                encode(ProbeSnapshot(sent_ns=time.monotonic_ns(), snapshot=snapshot)), flags=self._zmq.NOBLOCK
+            )
+        except self._zmq.Again:
+            self.num_dropped += 1
+
+    def close(self) -> None:
+        self._sock.close()
+        self._ctx.term()

@@ -80,7 +80,7 @@ def observed_controlplane():
             ByteTokenizer(),
         )
         exporter = ControlPlaneExporter(cp.stats)
-        observer = FleetObserver(cp, exporter)
+        observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
         async with anyio.create_task_group() as tg:
             await tg.start(cp.run)
             try:

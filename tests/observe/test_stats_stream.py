@@ -66,10 +66,12 @@ def _hist(*buckets: tuple[int, int, int]) -> dict:
 
 def test_ebpf_figures_from_cumulative_probe_snapshots():
     ebpf = EbpfFigures()
-    snap1 = {"status": "attached", "hops": {"router->agent": {"a": _hist((100_000, 112_500, 4))}}}
+    # the shape ZooProbe.read() returns (observe/ebpf/probe.py)
+    snap1 = {"hop_mode": "wire", "hops_by_node": {"a": {"router->agent": _hist((100_000, 112_500, 4))}}}
     snap2 = {
-        "status": "attached",
-        "hops": {"router->agent": {"a": _hist((100_000, 112_500, 4), (200_000, 225_000, 2))}},
+        "hop_mode": "wire",
+        "hops_by_node": {"a": {"router->agent": _hist((100_000, 112_500, 4), (200_000, 225_000, 2))}},
+        "sched": {"a": {"loop_offcpu": _hist((1_000, 2_000, 3)), "loop_switches": 3}},
     }
     ebpf.update(snap1)
     figures = {(f.name, f.node_id): f for f in ebpf.update(snap2)}
@@ -77,5 +79,34 @@ def test_ebpf_figures_from_cumulative_probe_snapshots():
     assert (hop.source, hop.count_total, hop.interval_count) == ("ebpf", 6, 2)
     assert 200e-6 <= hop.interval_p50_s <= 225e-6  # only the new samples
     assert 100e-6 <= hop.p50_s <= 112.5e-6
-    assert ebpf.status == "attached"
+    assert figures[("engine_offcpu", "a")].count_total == 3
+    assert ebpf.status == "attached (wire)"
     assert ebpf.update(None) == [] and ebpf.status == ""
+
+
+async def test_a_probe_snapshot_pushed_to_the_control_plane_reaches_the_stream(observed_controlplane):
+    from observe.ebpf.probe import SnapshotPusher
+
+    snapshot = {
+        "hop_mode": "wire",
+        "hops_by_node": {
+            "a": {"router->agent": _hist((20_000, 22_500, 5)), "agent->router": _hist((30_000, 33_750, 5))}
+        },
+        "sched": {},
+    }
+    async with observed_controlplane() as (cp, _exporter, observer), anyio.create_task_group() as tg:
+        endpoint = await tg.start(StatsPublisher(observer, "tcp://127.0.0.1:0", interval_s=0.05).run)
+        stream = subscribe(endpoint)
+        pusher = SnapshotPusher(cp.client_endpoint)  # what `zoo probe` does with each snapshot
+        try:
+            pusher.push(snapshot)
+            await cp.wait_until(lambda: cp.latest_probe_snapshot() is not None, 20)
+            stats = await _first(stream, lambda s: any(f.source == "ebpf" for f in s.latencies))
+        finally:
+            pusher.close()
+            await stream.aclose()
+            tg.cancel_scope.cancel()
+    figures = {(f.name, f.source, f.node_id): f for f in stats.latencies}
+    assert figures[("router_to_node_hop", "ebpf", "a")].count_total == 5
+    assert 20e-6 <= figures[("node_to_router_return", "ebpf", "a")].p50_s <= 33.75e-6 * 1.2
+    assert stats.ebpf_status == "attached (wire)"
