@@ -8,7 +8,24 @@ from controlplane.engine.llm_engine import LLMEngine
 
 
 def build_engine(config: EngineConfig, clock: Clock | None = None, progress: bool = True) -> LLMEngine:
-    """Load the checkpoint, build the backend's runner, and wire them into an engine."""
+    """Load the checkpoint, build the backend's runner, and wire them into an engine.
+
+    Backend "sim" loads nothing: a ``sim:*`` model shape, a runner that sleeps each step's predicted time
+    on ``config.tp`` x ``config.gpu_profile`` (paced: zoo/sim_agents.py PacedRunner), KV blocks from that
+    GPU memory, and ``SimTokenizer`` (every generated token decodes to a placeholder, so no client mistakes
+    a simulated answer for text).
+    """
+    if config.backend == "sim":
+        from zoo.sim_agents import build_realtime_sim_engine
+
+        return build_realtime_sim_engine(
+            config.model,
+            config.gpu_profile,
+            config.tp,
+            scheduler_config=config.scheduler,
+            cache_config=config.cache,
+            clock=clock,
+        )
     from backends.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(config.model)

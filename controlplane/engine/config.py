@@ -72,11 +72,15 @@ class EngineConfig:
     """One node's engine: which model, on which backend, with which core settings.
 
     model: a GGUF file or a Hugging Face directory; None = the embedded default (SmolLM2-135M-Instruct).
-    backend: "torch" or "jax" (same checkpoint, same paged KV layout, interchangeable per node).
+        With backend "sim": a simulated model's name (``sim:llama-3-8b``, backends/sim/model_shapes.py).
+    backend: "torch" or "jax" (same checkpoint, same paged KV layout, interchangeable per node), or
+        "sim": no checkpoint, a runner that sleeps each step's predicted time on ``tp`` x ``gpu_profile``.
     dtype: "float32" or "bfloat16" (weights and KV cache).
     device: "cpu", "cuda", "cuda:N".
     num_threads: CPU threads for the backend's kernels; None = the framework's default. Set it when
         several agents share one host, so their thread pools do not oversubscribe the cores.
+    gpu_profile / tp: the simulated node (backend "sim" only; a controlplane/hardware.py profile name and
+        a power-of-two GPU count). Its KV blocks follow from the GPU memory, not ``cache.num_device_blocks``.
     """
 
     model: str | None = None
@@ -84,6 +88,8 @@ class EngineConfig:
     dtype: str = "float32"
     device: str = "cpu"
     num_threads: int | None = None
+    gpu_profile: str | None = None
+    tp: int = 1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
 
@@ -96,7 +102,17 @@ class EngineConfig:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.tp < 1 or self.tp & (self.tp - 1):
+            raise ValueError(f"tp must be a power of two >= 1, got {self.tp}")
+        if self.backend == "sim":
+            if self.gpu_profile is None:
+                raise ValueError("backend 'sim' needs a gpu_profile (the simulated GPU)")
+            if not (self.model or "").startswith(SIM_PREFIX):
+                raise ValueError(f"backend 'sim' serves simulated models named {SIM_PREFIX}..., got {self.model!r}")
+        elif self.tp != 1:
+            raise ValueError(f"tp > 1 is only simulated (backend 'sim'), got tp={self.tp} on {self.backend!r}")
 
 
-BACKENDS = frozenset({"torch", "jax"})
+BACKENDS = frozenset({"torch", "jax", "sim"})
+SIM_PREFIX = "sim:"  # the name of every simulated model starts so (backends/sim/model_shapes.py)
 DTYPES = frozenset({"float32", "bfloat16"})

@@ -1,0 +1,357 @@
+"""A fleet in real time, and its virtual-time twin: the check that the simulator tells the truth.
+
+    real time     ControlPlane actor (real ROUTER sockets, registry, policy, admission)
+                    ▲ ZeroMQ            ▲ ZeroMQ
+                  AsyncZooClient      NodeAgents (zoo/sim_agents.py; in this process, each with its own engine
+                  replays the trace    thread, or all in one child process ``python -m zoo.sim_agents``)
+                  at its arrival       whose SimModelRunner sleeps each step's predicted time
+                  times; TTFT/TPOT
+                  measured here
+    virtual time  sim/des.py FleetSimulator: the same fleet, trace, seed (→ the same prompt token ids), policy
+                  and report interval, on a virtual clock
+
+    rt, virtual, twin = run_twin(fleet, workload, "round_robin")
+    print(twin.format())
+
+    python -m sim.realtime --fleet examples/twin_fleet.toml --trace conv --load 0.6 --max-requests 40 \\
+                           --policy round_robin [--agents-in-process] [--json]
+
+Both sides produce a ``SimResult`` (sim/des.py), so sim/report.py summarizes either. The client measures
+TTFT from the moment it sends a request (its actual, not its scheduled, arrival) to the first chunk that
+carries a token, and TPOT as (last token - first token) / (output tokens - 1), the DES's definitions.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import numpy as np
+
+from backends.sim.engine import SimTokenizer
+from controlplane.admission import AdmissionConfig
+from controlplane.server import ControlPlane, ControlPlaneConfig
+from sim.des import FleetSimulator, NodeResult, RequestRecord, SimResult, default_router_config
+from sim.fleet import FLEETS_DIR, Fleet, load_fleet
+from sim.workload import PromptFactory, Workload
+from zoo.client import AsyncZooClient
+from zoo.sim_agents import serve_sim_agents
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+TWIN_PERCENTILES = (50, 99)
+
+
+# --------------------------------------------------------------------------- the real-time run
+
+
+async def run_realtime_async(
+    fleet: Fleet,
+    workload: Workload,
+    policy: str,
+    *,
+    seed: int = 0,
+    report_interval_s: float = 0.25,
+    agents_in_process: bool = True,
+    fleet_path: str | None = None,
+    timeout_s: float = 300.0,
+) -> SimResult:
+    """Replay ``workload`` through a real control plane and simulated agents; records timed at the client.
+
+    agents_in_process False: the agents run in one child process (``python -m zoo.sim_agents --fleet
+    fleet_path``), so they do not share this process's GIL with the control plane and the client.
+    """
+    model = fleet.model
+    cp = ControlPlane(
+        ControlPlaneConfig(
+            agent_endpoint="tcp://127.0.0.1:0",
+            client_endpoint="tcp://127.0.0.1:0",
+            model_name=model.name,
+            router=default_router_config(fleet, policy),
+            admission=AdmissionConfig(max_queue_per_node=1 << 20, max_queue_global=1 << 20),  # the DES admits all
+            report_interval_s=report_interval_s,
+            heartbeat_interval_s=1.0,
+            heartbeat_timeout_s=30.0,  # a loaded host must not expire a busy node mid-run
+        ),
+        SimTokenizer(model.vocab_size, model.eos_token_id),
+    )
+    child: subprocess.Popen | None = None
+    log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (closed in the finally)
+    agents = []
+    wall_start = time.perf_counter()
+    try:
+        with anyio.fail_after(timeout_s):
+            async with anyio.create_task_group() as tg:
+                await tg.start(cp.run)
+                if agents_in_process:
+                    agents = await tg.start(serve_sim_agents, fleet, cp.agent_endpoint)
+                else:
+                    if fleet_path is None:
+                        raise ValueError("agents in a child process need fleet_path (a TOML file or bundled name)")
+                    child = subprocess.Popen(
+                        [sys.executable, "-m", "zoo.sim_agents", "--fleet", fleet_path, "--control", cp.agent_endpoint],
+                        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
+                        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    )  # fmt: skip
+                await _wait_joined(cp, len(fleet.nodes), child, log)
+                records = await _replay(cp.client_endpoint, fleet, workload, seed)
+                tg.cancel_scope.cancel()
+    finally:
+        if child is not None:
+            _stop_child(child)
+        log.close()
+    wall_s = time.perf_counter() - wall_start
+    end_s = max((r.finish_s or r.arrival_s for r in records), default=0.0)
+    return SimResult(
+        policy=policy,
+        workload=workload.name,
+        time_scale=workload.time_scale,
+        records=records,
+        nodes=_node_results(fleet, records, agents),
+        end_s=end_s,
+        arrivals_end_s=records[-1].arrival_s if records else 0.0,
+        wall_s=wall_s,
+        num_events=0,
+        drained=all(r.finish_s is not None for r in records),
+        info={"mode": "realtime", "agents_in_process": agents_in_process},
+    )
+
+
+def run_realtime(fleet: Fleet, workload: Workload, policy: str, **kwargs) -> SimResult:
+    return anyio.run(lambda: run_realtime_async(fleet, workload, policy, **kwargs))
+
+
+async def _wait_joined(cp: ControlPlane, num_nodes: int, child, log) -> None:
+    with anyio.fail_after(60):
+        while len(cp.registry) < num_nodes:
+            if child is not None and child.poll() is not None:
+                log.seek(0)
+                raise RuntimeError(f"the sim agents exited with {child.returncode}:\n{log.read()[-3000:]}")
+            await anyio.sleep(0.05)
+
+
+def _stop_child(child: subprocess.Popen) -> None:
+    if child.poll() is None:
+        child.terminate()
+    try:
+        child.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait(timeout=10)
+
+
+async def _replay(endpoint: str, fleet: Fleet, workload: Workload, seed: int) -> list[RequestRecord]:
+    """Send each request at its arrival time (relative to the start) and time its tokens."""
+    prompts = PromptFactory(fleet.model.vocab_size, seed)
+    max_model_len = fleet.engine.scheduler_config(fleet.model).max_model_len
+    records: list[RequestRecord] = []
+    async with AsyncZooClient(endpoint, timeout_s=120.0) as client, anyio.create_task_group() as tg:
+        t0 = anyio.current_time()
+        for index, trace_request in enumerate(workload.requests):
+            token_ids = prompts.prompt_token_ids(trace_request, index)
+            max_tokens = min(trace_request.max_tokens, max_model_len - len(token_ids))
+            await anyio.sleep(max(0.0, t0 + trace_request.arrival_s - anyio.current_time()))
+            record = RequestRecord(
+                f"r{index}",
+                trace_request.traffic_class,
+                anyio.current_time() - t0,
+                trace_request.num_prompt_tokens,
+                trace_request.max_tokens,
+            )
+            records.append(record)
+            if max_tokens >= 1:
+                tg.start_soon(_one_request, client, record, token_ids, max_tokens, t0)
+    return records
+
+
+async def _one_request(client: AsyncZooClient, record: RequestRecord, token_ids, max_tokens: int, t0: float) -> None:
+    stream = await client.generate(
+        prompt_token_ids=token_ids,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        traffic_class=record.traffic_class,
+        request_id=record.req_id,
+        stream=True,
+    )
+    async with stream:
+        async for chunk in stream:
+            now_s = anyio.current_time() - t0
+            if chunk.token_ids:
+                if record.first_token_s is None:
+                    record.first_token_s = now_s
+                record.num_output_tokens += len(chunk.token_ids)
+            record.node_id = chunk.node_id or record.node_id
+            if chunk.finished:
+                record.finish_s = now_s
+
+
+def _node_results(fleet: Fleet, records: list[RequestRecord], agents) -> list[NodeResult]:
+    by_id = {a.config.node_id: a for a in agents}
+    out = []
+    for spec in fleet.nodes:
+        agent = by_id.get(spec.node_id)
+        num_requests = sum(1 for r in records if r.node_id == spec.node_id)
+        if agent is None or agent.engine is None:
+            out.append(NodeResult(spec.node_id, spec.cell, spec.hardware.profile, spec.hardware.tp,
+                                  0, 0.0, 0, 0, 0, 0, 0.0, num_requests))  # fmt: skip
+            continue
+        stats = agent.engine.make_stats()
+        runner = agent.engine.runner
+        out.append(
+            NodeResult(
+                spec.node_id, spec.cell, spec.hardware.profile, spec.hardware.tp, runner.num_steps,
+                runner.busy_time_s, stats.num_preemptions_total, stats.num_swapped_out_blocks_total,
+                stats.num_swapped_in_blocks_total, stats.num_recomputed_tokens_total, stats.prefix_cache_hit_rate,
+                num_requests,
+            )
+        )  # fmt: skip
+    return out
+
+
+# --------------------------------------------------------------------------- the twin comparison
+
+
+@dataclass(slots=True)
+class TwinComparison:
+    """Percentiles of the real-time and the virtual-time run; ``rel_diff`` = realtime / virtual - 1."""
+
+    rows: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # "ttft_p50" → (rt, virtual, diff)
+    num_requests: int = 0
+    num_unfinished: int = 0  # real-time requests that never finished
+    same_node_share: float = math.nan  # requests both runs sent to the same node
+
+    def worst(self) -> tuple[str, float]:
+        name = max(self.rows, key=lambda k: abs(self.rows[k][2]))
+        return name, self.rows[name][2]
+
+    def within(self, tolerance: float) -> bool:
+        return self.num_unfinished == 0 and all(abs(d) <= tolerance for _, _, d in self.rows.values())
+
+    def format(self) -> str:
+        lines = [f"{'metric':10s} {'real-time':>10s} {'virtual':>10s} {'diff':>7s}   (ms)"]
+        for name, (rt, virtual, diff) in self.rows.items():
+            lines.append(f"{name:10s} {1e3 * rt:10.1f} {1e3 * virtual:10.1f} {diff:+7.1%}")
+        lines.append(
+            f"{self.num_requests} requests, {self.num_unfinished} unfinished in real time, "
+            f"{self.same_node_share:.0%} routed to the same node by both"
+        )
+        return "\n".join(lines)
+
+
+def compare(realtime: SimResult, virtual: SimResult) -> TwinComparison:
+    """TTFT and TPOT p50/p99 of both runs (empirical percentiles, as sim/report.py computes them)."""
+    twin = TwinComparison(num_requests=len(virtual.records))
+    twin.num_unfinished = sum(1 for r in realtime.records if r.finish_s is None)
+    for metric in ("ttft", "tpot"):
+        rt = np.array([getattr(r, f"{metric}_s") for r in realtime.records])
+        vt = np.array([getattr(r, f"{metric}_s") for r in virtual.records])
+        for p in TWIN_PERCENTILES:
+            a = float(np.percentile(rt, p, method="inverted_cdf"))
+            b = float(np.percentile(vt, p, method="inverted_cdf"))
+            twin.rows[f"{metric}_p{p}"] = (a, b, a / b - 1 if b > 0 else math.inf)
+    nodes_rt = {r.req_id: r.node_id for r in realtime.records}
+    same = [nodes_rt.get(r.req_id) == r.node_id for r in virtual.records]
+    twin.same_node_share = sum(same) / len(same) if same else math.nan
+    return twin
+
+
+def run_twin(
+    fleet: Fleet,
+    workload: Workload,
+    policy: str,
+    *,
+    seed: int = 0,
+    report_interval_s: float = 0.25,
+    **realtime_kwargs,
+) -> tuple[SimResult, SimResult, TwinComparison]:
+    """The same fleet, trace, seed, policy and report interval in real time and in virtual time."""
+    virtual = FleetSimulator(fleet, workload, policy, seed=seed, report_interval_s=report_interval_s).run()
+    realtime = run_realtime(fleet, workload, policy, seed=seed, report_interval_s=report_interval_s, **realtime_kwargs)
+    return realtime, virtual, compare(realtime, virtual)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def run_realtime_sim(args) -> int:
+    """``zoo sim --realtime`` (the namespace of zoo/sim_cli.py ``add_sim_args`` plus ``add_realtime_args``):
+    the trace slice through a real control plane and simulated agents, then the same slice in virtual time,
+    and the twin comparison per policy. Refuses ``--sweep`` (a sweep in real time is hours)."""
+    import json
+
+    from sim.report import Slo, dumps, format_table, summarize
+    from zoo.sim_cli import all_policies, build_workload, scaled
+
+    if args.sweep:
+        print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
+        return 2
+    fleet = load_fleet(args.fleet)
+    policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
+    workload, _ = scaled(build_workload(args, fleet), fleet, args.load, args)
+    fleet_path = args.fleet if Path(args.fleet).is_file() else str(FLEETS_DIR / f"{args.fleet}.toml")
+    print(
+        f"{fleet.describe()}: {len(workload.requests)} requests over {workload.duration_s:.1f} s in real time "
+        f"(agents {'in this process' if args.agents_in_process else 'in one child process'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    slo = Slo(args.slo_ttft, args.slo_tpot)
+    reports, twins = [], {}
+    for policy in policies:
+        realtime, _virtual, twin = run_twin(
+            fleet,
+            workload,
+            policy,
+            seed=args.seed,
+            report_interval_s=args.report_interval,
+            agents_in_process=args.agents_in_process,
+            fleet_path=fleet_path,
+            timeout_s=args.realtime_timeout,
+        )
+        reports.append(summarize(realtime, slo))
+        twins[policy] = twin
+        if not args.json:
+            print(f"\n{policy}: real time vs virtual time\n{twin.format()}")
+    if args.json:
+        twin_json = {p: {**{k: list(v) for k, v in t.rows.items()}, "same_node_share": t.same_node_share,
+                         "num_unfinished": t.num_unfinished} for p, t in twins.items()}  # fmt: skip
+        print(json.dumps({"realtime": json.loads(dumps(reports, {"mode": "realtime"})), "twin": twin_json}, indent=2))
+    else:
+        print("\nreal-time run:\n" + format_table(reports, slo))
+    return 0
+
+
+def add_realtime_args(parser) -> None:
+    """The flags ``zoo sim --realtime`` adds to zoo/sim_cli.py ``add_sim_args``."""
+    parser.add_argument("--realtime", action="store_true", help="run the slice in real time and compare")
+    parser.add_argument(
+        "--agents-in-process",
+        action="store_true",
+        help="simulated agents in this process (default: one child process, python -m zoo.sim_agents)",
+    )
+    parser.add_argument("--realtime-timeout", type=float, default=600.0, help="wall seconds before giving up")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sim.realtime --fleet examples/twin_fleet.toml --trace conv --load 0.6 --policy round_robin``."""
+    import argparse
+
+    from zoo.sim_cli import add_sim_args
+
+    parser = argparse.ArgumentParser(prog="python -m sim.realtime", description=__doc__.splitlines()[0])
+    add_sim_args(parser)
+    add_realtime_args(parser)
+    parser.set_defaults(
+        fleet=str(REPO_ROOT / "examples" / "twin_fleet.toml"), policy="round_robin", duration=30.0, max_requests=40
+    )
+    return run_realtime_sim(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""A small real-time fleet and its virtual-time twin agree (issue 4, "Two ways to run a fleet").
+
+Real time: a real ControlPlane (this process), three simulated agents in one child process
+(``python -m zoo.sim_agents``, real ZeroMQ, one engine thread each, runners sleeping the predicted step
+time), and an AsyncZooClient replaying the trace's arrivals and timing tokens. Virtual time: sim/des.py
+on the same fleet (examples/twin_fleet.toml: L40S + A10 + L4, Llama-3-8B, steps of ~25-70 ms), the same
+40 requests (the Azure conversation trace's first, or a synthetic stand-in without the traces), the same
+seed and the same policy (round_robin: routing that does not depend on timing, so any disagreement is in
+the timing model — hops, step pacing, scheduling — and not a different placement).
+
+Tolerances, measured on 2 shared, heavily loaded cores (load average 5-8): TPOT p50/p99 agreed within
+0-1.5% and TTFT p50/p99 within 1.5-3% once the runner was paced (zoo/sim_agents.py PacedRunner). TPOT is
+held to the issue's 10%. TTFT gets 15%: each TTFT of ~50-900 ms includes two loopback round trips
+(client → control plane → agent and back) that the DES does not model and that a loaded host stretches
+to several ms, and a p99 of 40 samples is one request's TTFT.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sim.fleet import load_fleet
+from sim.realtime import REPO_ROOT, run_twin
+from sim.workload import Workload, default_traces_dir, load_trace, scale_to_load, synthetic
+
+FLEET_PATH = REPO_ROOT / "examples" / "twin_fleet.toml"
+NUM_REQUESTS = 40
+LOAD = 0.6  # of the fleet's capacity: queues form on the slow node, nothing runs away
+TTFT_TOLERANCE = 0.15
+TPOT_TOLERANCE = 0.10
+
+
+def _workload(fleet) -> Workload:
+    if (default_traces_dir() / "azure_conv_2023.csv").exists():
+        base = load_trace("conv").window(None, NUM_REQUESTS)
+    else:  # conv-like lengths
+        base = synthetic(NUM_REQUESTS, 1.0, prompt_median=1000, output_median=150, max_output_tokens=400)
+    capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
+    return scale_to_load(base, LOAD, capacity)
+
+
+def test_realtime_fleet_agrees_with_its_virtual_twin():
+    fleet = load_fleet(FLEET_PATH)
+    workload = _workload(fleet)
+    start = time.perf_counter()
+    realtime, _virtual, twin = run_twin(
+        fleet, workload, "round_robin", agents_in_process=False, fleet_path=str(FLEET_PATH), timeout_s=240
+    )
+    report = f"\n{twin.format()}\n(real-time run {time.perf_counter() - start:.0f} s wall)"
+    print(report)
+    assert twin.num_unfinished == 0, f"requests unfinished in real time{report}"
+    assert twin.same_node_share == 1.0, f"round_robin placed requests differently{report}"
+    for name, (rt, vt, diff) in twin.rows.items():
+        tolerance = TTFT_TOLERANCE if name.startswith("ttft") else TPOT_TOLERANCE
+        assert abs(diff) <= tolerance, (
+            f"{name}: real time {1e3 * rt:.1f} ms vs virtual {1e3 * vt:.1f} ms ({diff:+.1%}, tolerance "
+            f"{tolerance:.0%}){report}"
+        )
+    assert sum(n.num_requests for n in realtime.nodes) == NUM_REQUESTS
+
+
+@pytest.mark.parametrize("policy", ["round_robin"])
+def test_twin_comparison_of_a_run_with_itself_is_zero(policy):
+    from sim.des import FleetSimulator
+    from sim.realtime import compare
+
+    fleet = load_fleet(FLEET_PATH)
+    result = FleetSimulator(fleet, _workload(fleet), policy).run()
+    twin = compare(result, result)
+    assert twin.within(0.0) and twin.same_node_share == 1.0
+    assert set(twin.rows) == {"ttft_p50", "ttft_p99", "tpot_p50", "tpot_p99"}
