@@ -6,13 +6,13 @@ import argparse
 import json
 import sys
 
-from controlplane.engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from controlplane.engine.config import BACKENDS, CacheConfig, EngineConfig, SchedulerConfig
 from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--backend", default="torch", choices=["torch", "jax"])
+    p.add_argument("--backend", default="torch", choices=sorted(BACKENDS), help="sim: a simulated GPU (--gpu-profile)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--device", default="cpu")
     p.add_argument("--num-threads", type=int, default=None, help="CPU threads for the backend (default: all)")

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 import anyio
 
 from controlplane.engine.batch import RunnerOutput, SchedulerOutput
-from controlplane.engine.config import BACKENDS, SIM_PREFIX
+from controlplane.engine.config import SIM_PREFIX
 from controlplane.engine.model_runner import KVCacheSpec
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
@@ -256,9 +256,6 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
     p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
     _add_engine_args(p)
-    for action in p._actions:  # the shared engine flags offer torch/jax; an agent may also simulate
-        if action.dest == "backend":
-            action.choices = sorted(BACKENDS)
     p.add_argument("--tp", type=int, default=1, help="GPUs of --gpu-profile per simulated node (--backend sim)")
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"

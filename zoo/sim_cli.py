@@ -53,6 +53,9 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", default=None, help="write latency CDFs per policy to this PNG (matplotlib)")
     parser.add_argument("--sweep", action="store_true", help="sweep the offered load")
     parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
+    from sim.realtime import add_realtime_args
+
+    add_realtime_args(parser)
 
 
 def build_workload(args: argparse.Namespace, fleet: Fleet) -> Workload:
@@ -95,6 +98,10 @@ def run_policies(
 
 
 def run_sim(args: argparse.Namespace) -> int:
+    if getattr(args, "realtime", False):
+        from sim.realtime import run_realtime_sim
+
+        return run_realtime_sim(args)
     try:
         fleet = load_fleet(args.fleet)
         policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
