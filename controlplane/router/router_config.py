@@ -21,9 +21,18 @@ class RouterConfig:
     prefill_mfu: achieved fraction of peak compute in a prefill step (the Vidur calibration: linear layers
         reach 0.56-0.78 of peak bf16 on A100/H100 and the other layers add 5-40% on top, hence 0.5).
     decode_bandwidth_efficiency: achieved fraction of peak memory bandwidth in a decode step (0.7-0.9 measured).
-    tpot_weight: weight of the predicted decode time against the predicted TTFT in the cost.
+    tpot_weight: weight of the predicted decode time against the predicted TTFT in the cost (low: a slower
+        node that meets the SLO takes work before a faster one queues it; at 1 the zoo's L4s stayed idle).
     tpot_horizon_tokens: output tokens counted in the cost (min with the request's max_tokens).
+    slo_ttft_s / slo_tpot_s: the latency targets a node is predicted to meet or miss (the goodput SLO).
+    slo_ttft_miss_penalty_s / slo_tpot_miss_penalty_s: added to the cost of a node predicted to miss that
+        target. The TPOT one is off by default: on a prefill-bound fleet (zoo, Azure code trace at 80% load)
+        it herds the work onto the one GPU type whose mixed prefill+decode steps stay under the target, whose
+        queues then miss the TTFT target instead (goodput 17% with it at 10 s, 22% without).
+    prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
+        many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
+    kv_reserve_running_tokens: KV tokens set aside per request already on a node, for its outputs to come.
     kv_full_penalty_s: added to the cost of a node without that KV room (it would queue or preempt).
     hardware_aware_use_prefix: subtract prompt blocks the prefix index says are cached on a node.
 
@@ -44,9 +53,15 @@ class RouterConfig:
     bytes_per_param: float = 2.0
     prefill_mfu: float = 0.5
     decode_bandwidth_efficiency: float = 0.75
-    tpot_weight: float = 1.0
+    tpot_weight: float = 0.1
     tpot_horizon_tokens: int = 256
-    kv_reserve_output_tokens: int = 64
+    slo_ttft_s: float = 1.0
+    slo_tpot_s: float = 0.1
+    slo_ttft_miss_penalty_s: float = 10.0
+    slo_tpot_miss_penalty_s: float = 0.0
+    prefill_chunk_tokens: int = 2048
+    kv_reserve_output_tokens: int = 1024
+    kv_reserve_running_tokens: int = 128
     kv_full_penalty_s: float = 30.0
     hardware_aware_use_prefix: bool = True
     # prefix_aware
@@ -69,12 +84,26 @@ class RouterConfig:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
-        for name in ("tpot_weight", "kv_full_penalty_s", "prefix_load_penalty_blocks"):
+        for name in (
+            "tpot_weight",
+            "slo_ttft_miss_penalty_s",
+            "slo_tpot_miss_penalty_s",
+            "kv_full_penalty_s",
+            "prefix_load_penalty_blocks",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("tpot_horizon_tokens", "kv_reserve_output_tokens", "prefix_balance_abs_threshold"):
+        for name in (
+            "tpot_horizon_tokens",
+            "kv_reserve_output_tokens",
+            "kv_reserve_running_tokens",
+            "prefix_balance_abs_threshold",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("slo_ttft_s", "slo_tpot_s", "prefill_chunk_tokens"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.prefix_balance_rel_threshold < 1:
             raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")
         for name in ("prefix_max_blocks_per_node", "prefix_max_candidates"):

@@ -1,4 +1,4 @@
-"""hardware_aware: the node with the lowest predicted cost for this request wins.
+"""hardware_aware: send each request where it is predicted to meet the SLO, fastest first.
 
 Predictions (all public, so tests and the dashboard can show them; times in seconds)::
 
@@ -10,21 +10,31 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
                 measured m at batch B: floor + (m - floor) / B * b, floor = min(weight read time, m)
                 (the (b+1)/b scaling of the measured step, applied to the part above the weight-read floor,
                 which does not grow with the batch)
-    TTFT      = (queued_prefill_tokens + inflight_prefill_tokens + max(prompt - cached, 1)) / rate
+    backlog   = queued_prefill_tokens + inflight_prefill_tokens          prompt tokens not yet prefilled
+    TTFT      = (backlog + max(prompt - cached, 1)) / rate
                 + step(decode_batch_size) if a decode batch is running (the current step must end first)
     TPOT      = step(max(decode_batch_size, num_inflight) + 1)
-    headroom  = num_free_device_blocks * block_size - queued_prefill_tokens - inflight_prefill_tokens
+                + min(backlog / rate / n, prefill_chunk_tokens / rate),   n = max(max_tokens - 1, 1)
+                (chunked prefill: while a node has prompts to prefill, every decode step also carries a
+                chunk of up to prefill_chunk_tokens; a node's backlog is how hard it is being fed, so it is
+                taken as the prefill that will share this request's n decode steps, at most a chunk each)
+    headroom  = num_free_device_blocks * block_size - backlog
+                - kv_reserve_running_tokens * outstanding requests     (the growth of those already there)
                 (-inf while the node has swapped requests: it is already out of KV room)
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
-                + kv_full_penalty_s  if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
+                + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s
+                + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
+                + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
 
-``cost`` is a predicted end-to-end latency (for tpot_weight = 1). ``cached`` is what the router's prefix
-index says the node holds of this prompt (0 when hardware_aware_use_prefix is off). Nodes that can never
-take the prompt are skipped; a node short of KV room is only penalised (it would queue or preempt), so it
-still serves when every node is full.
+Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
+soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
+would. ``cached`` is what the router's prefix index says the node holds of this prompt (0 when
+hardware_aware_use_prefix is off). Nodes that can never take the prompt are skipped; a node short of KV
+room is only penalised (it would queue or preempt), so it still serves when every node is full.
 
-Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, TPOT, headroom) live in a
-NodeTable; a decision is ~6 vectorised operations plus a scalar re-score of the few prefix-holding nodes.
+Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, the decode step, the backlog's
+prefill time, a chunk's time, headroom) live in a NodeTable; a decision is ~15 vectorised operations plus
+a scalar re-score of the few prefix-holding nodes.
 """
 
 from __future__ import annotations
@@ -33,16 +43,18 @@ import math
 
 import numpy as np
 
-from controlplane.router.policies.node_table import NodeTables
+from controlplane.router.policies.node_table import NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
 
 _COL_INV_RATE = 2  # s per prompt token
 _COL_BASE_S = 3  # queue + current decode step wait
-_COL_TPOT_S = 4
-_COL_HEADROOM = 5  # KV tokens free for new work
-_NUM_COLUMNS = 6
+_COL_STEP_S = 4  # decode step with this request added
+_COL_BACKLOG_S = 5  # backlog / rate
+_COL_CHUNK_S = 6  # prefill_chunk_tokens / rate
+_COL_HEADROOM = 7  # KV tokens free for new work
+_NUM_COLUMNS = 8
 _MIN_FIGURE = 1e-9  # guards a node that reports 0 bandwidth or compute
 
 
@@ -75,7 +87,7 @@ def prefill_rate_tok_per_s(node: NodeView, config: RouterConfig) -> float:
 
 
 def decode_step_s(node: NodeView, num_seqs: int, config: RouterConfig) -> float:
-    """Predicted decode step time of ``node`` with ``num_seqs`` sequences (see the module docstring)."""
+    """Predicted pure decode step time of ``node`` with ``num_seqs`` sequences (see the module docstring)."""
     params_b = config.params_b_for(node.model)
     bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
     eff, mfu = config.decode_bandwidth_efficiency, config.prefill_mfu
@@ -86,35 +98,50 @@ def decode_step_s(node: NodeView, num_seqs: int, config: RouterConfig) -> float:
     return floor_s + (measured_s - floor_s) / max(node.decode_batch_size, 1) * num_seqs
 
 
+def backlog_tokens(node: NodeView) -> int:
+    """Prompt tokens on ``node`` not prefilled yet: its last report's queue plus what was routed since."""
+    return node.queued_prefill_tokens + node.inflight_prefill_tokens
+
+
 def predict_ttft_s(node: NodeView, num_prompt_tokens: int, config: RouterConfig, num_cached_tokens: int = 0) -> float:
     """Time until the first token of a new request on ``node``: the prefill queued ahead, this prompt's
     uncached tokens, and the decode step in progress."""
-    queued = node.queued_prefill_tokens + node.inflight_prefill_tokens
     own = max(num_prompt_tokens - num_cached_tokens, 1)
     wait_s = decode_step_s(node, node.decode_batch_size, config) if node.decode_batch_size > 0 else 0.0
-    return (queued + own) / prefill_rate_tok_per_s(node, config) + wait_s
+    return (backlog_tokens(node) + own) / prefill_rate_tok_per_s(node, config) + wait_s
 
 
-def predict_tpot_s(node: NodeView, config: RouterConfig) -> float:
-    """Time per output token of a new request on ``node``: a decode step with it added to the batch."""
-    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config)
+def predict_tpot_s(node: NodeView, config: RouterConfig, max_tokens: int = 1) -> float:
+    """Time per output token of a new request of ``max_tokens`` outputs on ``node``: a decode step with it
+    added to the batch, plus the node's prefill backlog spread over its decode steps (a chunk per step at
+    most)."""
+    inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
+    num_steps = max(max_tokens - 1, 1)
+    mixed_s = min(backlog_tokens(node) * inv_rate / num_steps, config.prefill_chunk_tokens * inv_rate)
+    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
 
 
-def kv_headroom_tokens(node: NodeView) -> float:
-    """KV tokens free for new work on ``node``; -inf while it has swapped requests."""
+def kv_headroom_tokens(node: NodeView, config: RouterConfig) -> float:
+    """KV tokens free for new work on ``node`` once its queued prompts and the expected growth of the
+    requests already there are set aside; -inf while it has swapped requests."""
     if node.num_swapped > 0:
         return -math.inf
-    free = node.num_free_device_blocks * node.block_size
-    return float(free - node.queued_prefill_tokens - node.inflight_prefill_tokens)
+    free = node.num_free_device_blocks * node.block_size - backlog_tokens(node)
+    return float(free - config.kv_reserve_running_tokens * outstanding_requests(node))
 
 
 def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, num_cached_tokens: int = 0) -> float:
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring."""
     num_prompt_tokens = request.num_prompt_tokens
-    cost = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
-    cost += config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * predict_tpot_s(node, config)
+    ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
+    tpot_s = predict_tpot_s(node, config, request.max_tokens)
+    cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_s
+    if ttft_s > config.slo_ttft_s:
+        cost += config.slo_ttft_miss_penalty_s
+    if tpot_s > config.slo_tpot_s:
+        cost += config.slo_tpot_miss_penalty_s
     need = num_prompt_tokens + min(request.max_tokens, config.kv_reserve_output_tokens) - num_cached_tokens
-    if need > kv_headroom_tokens(node):
+    if need > kv_headroom_tokens(node, config):
         cost += config.kv_full_penalty_s
     return cost
 
@@ -127,8 +154,9 @@ class HardwareAwarePolicy:
         self._tables = NodeTables(self._derive, _NUM_COLUMNS)
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self._cost = np.empty(0)
-        self._tmp = np.empty(0)
+        self._tpot = np.empty(0)
         self._short = np.empty(0, dtype=bool)
+        self._miss = np.empty(0, dtype=bool)
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
         table = self._tables.get(request.model, request.traffic_class)
@@ -137,16 +165,29 @@ class HardwareAwarePolicy:
         if n == 0:
             return None
         if len(self._cost) != n:
-            self._cost, self._tmp, self._short = np.empty(n), np.empty(n), np.empty(n, dtype=bool)
+            self._cost, self._tpot = np.empty(n), np.empty(n)
+            self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
         config = self.config
         values, columns = table.values, table.columns
-        num_prompt_tokens = request.num_prompt_tokens
+        num_prompt_tokens, max_tokens = request.num_prompt_tokens, request.max_tokens
+        miss = self._miss
+        # cost = TTFT (+ its SLO penalty)
         cost = np.multiply(columns[_COL_INV_RATE], max(num_prompt_tokens, 1), out=self._cost)
         cost += columns[_COL_BASE_S]
-        output_weight = config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens)
-        if output_weight:
-            cost += np.multiply(columns[_COL_TPOT_S], output_weight, out=self._tmp)
-        need = num_prompt_tokens + min(request.max_tokens, config.kv_reserve_output_tokens)
+        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, config.slo_ttft_s, out=miss))
+        # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
+        output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
+        if output_weight or config.slo_tpot_miss_penalty_s:
+            tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), out=self._tpot)
+            np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
+            tpot += columns[_COL_STEP_S]
+            if config.slo_tpot_miss_penalty_s:
+                penalty = config.slo_tpot_miss_penalty_s
+                np.add(cost, penalty, out=cost, where=np.greater(tpot, config.slo_tpot_s, out=miss))
+            if output_weight:
+                tpot *= output_weight
+                cost += tpot
+        need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
         short = np.less(columns[_COL_HEADROOM], need, out=self._short)
         np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
         cannot = table.fits_mask(num_prompt_tokens)
@@ -154,18 +195,23 @@ class HardwareAwarePolicy:
             np.copyto(cost, math.inf, where=cannot)
         if self._index is not None and request.block_hashes:
             # vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
-            # predict_cost_s): fewer own prefill tokens, and KV room needed only for the uncached part
+            # predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed
+            # only for the uncached part
             index_of, nodes = table.index_of, table.nodes
             own = max(num_prompt_tokens, 1)
-            penalty = config.kv_full_penalty_s
+            slo_ttft_s = config.slo_ttft_s
             for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
                 i = index_of.get(node_id)
                 if i is None or cost[i] == math.inf:
                     continue
                 cached = min(num_blocks * nodes[i].block_size, num_prompt_tokens)
-                saved_s = (own - max(num_prompt_tokens - cached, 1)) * values.item(_COL_INV_RATE, i)
+                inv_rate, base_s = values.item(_COL_INV_RATE, i), values.item(_COL_BASE_S, i)
+                cached_own = max(num_prompt_tokens - cached, 1)
+                saved_s = (own - cached_own) * inv_rate
+                if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
+                    saved_s += config.slo_ttft_miss_penalty_s
                 if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
-                    saved_s += penalty
+                    saved_s += config.kv_full_penalty_s
                 cost[i] -= saved_s
         i = int(cost.argmin())
         return None if cost[i] == math.inf else table.node_ids[i]
@@ -195,20 +241,21 @@ class HardwareAwarePolicy:
         if node.decode_step_ms <= 0:
             per_seq_compute_s = 2.0 * params / (peak_flops * config.prefill_mfu)
             wait_s = max(read_s, batch * per_seq_compute_s) if batch > 0 else 0.0
-            tpot_s = max(read_s, tpot_batch * per_seq_compute_s)
+            step_s = max(read_s, tpot_batch * per_seq_compute_s)
         else:
             measured_s = node.decode_step_ms / 1000.0
             floor_s = min(max(read_s, 2.0 * params / (peak_flops * config.prefill_mfu)), measured_s)
             per_seq_s = (measured_s - floor_s) / max(batch, 1)
             wait_s = floor_s + per_seq_s * batch if batch > 0 else 0.0
-            tpot_s = floor_s + per_seq_s * tpot_batch
-        queued = node.queued_prefill_tokens + node.inflight_prefill_tokens
-        reported = node.num_running + node.num_waiting
+            step_s = floor_s + per_seq_s * tpot_batch
+        backlog_s = backlog_tokens(node) * inv_rate
         return (
             min(node.max_model_len - 1, node.num_device_blocks * node.block_size),  # max_prompt_tokens
-            node.num_inflight if node.num_inflight > reported else reported,  # outstanding_requests
+            outstanding_requests(node),
             inv_rate,
-            queued * inv_rate + wait_s,
-            tpot_s,
-            kv_headroom_tokens(node),
+            backlog_s + wait_s,
+            step_s,
+            backlog_s,
+            config.prefill_chunk_tokens * inv_rate,
+            kv_headroom_tokens(node, config),
         )

@@ -49,16 +49,76 @@ def test_predict_tpot_scales_the_measured_step_above_the_weight_read_floor(make_
     assert decode_step_s(node, 4, CONFIG) == pytest.approx(0.020)
 
 
-def test_kv_headroom(make_node_view):
-    node = make_node_view(num_free_device_blocks=10, block_size=16, queued_prefill_tokens=30, inflight_prefill_tokens=2)
-    assert kv_headroom_tokens(node) == 160 - 32
-    assert kv_headroom_tokens(replace(node, num_swapped=1)) == -math.inf
+def test_predict_tpot_spreads_the_prefill_backlog_over_the_decode_steps(make_node_view):
+    # 12,000 prompt tokens/s (an A100-40GB's measured rate): a 2048-token chunk takes ~171 ms
+    idle = make_node_view(prefill_tok_per_s=12_000.0, decode_batch_size=4, decode_step_ms=20.0)
+    step_s = predict_tpot_s(idle, CONFIG, max_tokens=100)
+    assert step_s == pytest.approx(decode_step_s(idle, 5, CONFIG))
+    fed = replace(idle, queued_prefill_tokens=4000, inflight_prefill_tokens=2000)  # 0.5 s of prefill
+    assert predict_tpot_s(fed, CONFIG, max_tokens=101) == pytest.approx(step_s + 0.5 / 100)
+    # a short answer: at most one chunk rides on each of its decode steps
+    assert predict_tpot_s(fed, CONFIG, max_tokens=2) == pytest.approx(step_s + 2048 / 12_000.0)
+
+
+def test_kv_headroom_sets_aside_the_growth_of_running_requests(make_node_view):
+    config = replace(CONFIG, kv_reserve_running_tokens=100)
+    node = make_node_view(
+        num_free_device_blocks=100, block_size=16, queued_prefill_tokens=30, inflight_prefill_tokens=2
+    )
+    assert kv_headroom_tokens(node, config) == 1600 - 32
+    assert kv_headroom_tokens(replace(node, num_running=3, num_waiting=1), config) == 1600 - 32 - 4 * 100
+    assert kv_headroom_tokens(replace(node, num_inflight=6, num_running=3), config) == 1600 - 32 - 6 * 100
+    assert kv_headroom_tokens(replace(node, num_swapped=1), config) == -math.inf
+
+
+def test_a_node_whose_running_requests_will_fill_its_kv_loses(make_node_view, make_snapshot, make_route_request):
+    policy = make_policy("hardware_aware", CONFIG)
+    # room for the prompt and its answer today, not once its 40 running requests grow by 128 tokens each
+    h100 = make_node_view("h100", "h100-sxm", num_free_device_blocks=200, num_running=40, num_inflight=40)
+    a100 = make_node_view("a100", "a100-80gb", num_running=40, num_inflight=40)
+    request = make_route_request(num_prompt_tokens=1000, max_tokens=300)
+    assert kv_headroom_tokens(h100, CONFIG) < 1300 <= 200 * 16
+    assert policy.choose(request, make_snapshot(h100, a100)) == "a100"
+    assert policy.choose(request, make_snapshot(replace(h100, num_running=0, num_inflight=0), a100)) == "h100"
+
+
+def test_a_slower_node_that_meets_the_ttft_target_beats_a_faster_one_that_misses_it(
+    make_node_view, make_snapshot, make_route_request
+):
+    policy = make_policy("hardware_aware", CONFIG)
+    # H100: 1.2 s of queued prefill; L4: idle, 0.4 s for this prompt alone (and a slower decode)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=40_000.0, queued_prefill_tokens=48_000)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0)
+    request = make_route_request(num_prompt_tokens=1600, max_tokens=200)
+    assert predict_ttft_s(h100, 1600, CONFIG) > CONFIG.slo_ttft_s >= predict_ttft_s(l4, 1600, CONFIG)
+    assert policy.choose(request, make_snapshot(h100, l4)) == "l4"
+
+
+def test_queued_prefill_that_breaks_the_tpot_target_loses_to_a_slower_idle_node(
+    make_node_view, make_snapshot, make_route_request
+):
+    config = replace(CONFIG, slo_tpot_miss_penalty_s=10.0, tpot_weight=0.0)
+    policy = make_policy("hardware_aware", config)
+    # A100: 0.25 s of prefill queued; on a 4-token answer its decode steps each carry ~83 ms of it on top
+    # of a ~45 ms step: over 100 ms. The idle L4 is slower to the first token but meets both targets.
+    a100 = make_node_view(
+        "a100", "a100-40gb", prefill_tok_per_s=12_000.0, queued_prefill_tokens=3000, decode_batch_size=8,
+        decode_step_ms=40.0,
+    )  # fmt: skip
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=2_000.0, decode_step_ms=30.0, decode_batch_size=1)
+    request = make_route_request(num_prompt_tokens=800, max_tokens=4)
+    assert predict_ttft_s(a100, 800, config) < predict_ttft_s(l4, 800, config) <= config.slo_ttft_s
+    assert predict_tpot_s(a100, config, 4) > config.slo_tpot_s >= predict_tpot_s(l4, config, 4)
+    assert predict_tpot_s(replace(a100, queued_prefill_tokens=0), config, 4) <= config.slo_tpot_s
+    assert policy.choose(request, make_snapshot(a100, l4)) == "l4"
+    # without the queue the A100 meets the targets and is quicker to the first token
+    assert policy.choose(request, make_snapshot(replace(a100, queued_prefill_tokens=0), l4)) == "a100"
 
 
 def test_idle_l4_beats_an_a100_with_a_long_prefill_queue(make_node_view, make_snapshot, make_route_request):
     policy = make_policy("hardware_aware", CONFIG)
     a100 = make_node_view("a100", "a100-80gb", prefill_tok_per_s=20_000.0, queued_prefill_tokens=200_000)
-    l4 = make_node_view("l4", "l4")
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0)
     request = make_route_request(num_prompt_tokens=500, max_tokens=16)
     assert predict_cost_s(l4, request, CONFIG) < predict_cost_s(a100, request, CONFIG)
     assert policy.choose(request, make_snapshot(a100, l4)) == "l4"
@@ -103,8 +163,12 @@ def test_prefix_cached_tokens_lower_the_predicted_ttft(make_node_view, make_snap
     assert policy.choose(request, make_snapshot(slow, fast)) == "fast"
 
 
+@pytest.mark.parametrize("tpot_penalty_s", [0.0, 10.0])
 @pytest.mark.parametrize("seed", range(5))
-def test_vectorised_choice_matches_the_scalar_predictions(seed, make_node_view, make_snapshot, make_route_request):
+def test_vectorised_choice_matches_the_scalar_predictions(
+    seed, tpot_penalty_s, make_node_view, make_snapshot, make_route_request
+):
+    config = replace(CONFIG, slo_tpot_miss_penalty_s=tpot_penalty_s)
     rng = random.Random(seed)
     gpus = ["h200", "h100-sxm", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4"]
     nodes = [
@@ -119,16 +183,17 @@ def test_vectorised_choice_matches_the_scalar_predictions(seed, make_node_view, 
             decode_batch_size=rng.randrange(0, 32),
             prefill_tok_per_s=rng.choice([0.0, rng.uniform(1e3, 5e4)]),
             decode_step_ms=rng.choice([0.0, rng.uniform(5, 60)]),
+            num_waiting=rng.randrange(0, 8),
             num_inflight=rng.randrange(0, 40),
             inflight_prefill_tokens=rng.randrange(0, 5000),
         )
         for i in range(40)
     ]
-    policy = make_policy("hardware_aware", CONFIG)
+    policy = make_policy("hardware_aware", config)
     for _ in range(20):
         request = make_route_request(num_prompt_tokens=rng.randrange(1, 6000), max_tokens=rng.randrange(1, 1000))
         costs = {
-            v.node_id: predict_cost_s(v, request, CONFIG)
+            v.node_id: predict_cost_s(v, request, config)
             for v in nodes
             if request.num_prompt_tokens <= min(v.max_model_len - 1, v.num_device_blocks * v.block_size)
         }
