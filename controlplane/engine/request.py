@@ -115,7 +115,11 @@ class Request:
         return self.status.is_finished()
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
-        ids = [token_ids] if isinstance(token_ids, int) else list(token_ids)
+        if isinstance(token_ids, int):
+            self.output_token_ids.append(token_ids)
+            self._all_token_ids.append(token_ids)
+            return
+        ids = list(token_ids)
         self.output_token_ids.extend(ids)
         self._all_token_ids.extend(ids)
 

@@ -35,6 +35,13 @@ from controlplane.engine.scheduler_stats import SchedulerCounters, SchedulerEven
 
 MAX_PENDING_EVENTS = 100_000  # oldest events are dropped when nobody drains them
 
+# Enum member lookups (``RequestStatus.RUNNING``) cost a descriptor call each; the per-step paths use these.
+_RUNNING = RequestStatus.RUNNING
+_FINISHED_STOPPED = RequestStatus.FINISHED_STOPPED
+_FINISHED_LENGTH = RequestStatus.FINISHED_LENGTH
+_STOP = FinishReason.STOP
+_LENGTH = FinishReason.LENGTH
+
 
 @dataclass(slots=True)
 class RequestUpdate:
@@ -145,30 +152,36 @@ class Scheduler:
         return output
 
     def _schedule_running(self, output: SchedulerOutput, budget: int) -> tuple[int, bool]:
-        manager = self.kv_cache_manager
+        try_allocate_slots = self.kv_cache_manager.try_allocate_slots
+        chunked = self.scheduler_config.enable_chunked_prefill
+        running = self._running
+        scheduled = output.requests
         preempted = False
         i = 0
-        # victims are taken from the tail, so self._running[:i] (already scheduled) is never touched
-        while i < len(self._running) and budget > 0:
-            request = self._running[i]
-            num_new_tokens = self._num_new_tokens(request, budget)
+        # victims are taken from the tail, so running[:i] (already scheduled) is never touched
+        while i < len(running) and budget > 0:
+            request = running[i]
+            num_new_tokens = request.num_tokens - request.num_computed_tokens  # as _num_new_tokens
+            if num_new_tokens > budget:
+                num_new_tokens = budget if chunked else 0
             if num_new_tokens == 0:  # chunked prefill off and the rest does not fit this step
                 i += 1
                 continue
-            num_spec_tokens = self._num_spec_tokens(request, num_new_tokens, budget)
-            while not manager.can_allocate(request, num_new_tokens + num_spec_tokens):
+            num_spec_tokens = self._num_spec_tokens(request, num_new_tokens, budget) if request.spec_token_ids else 0
+            while (copies := try_allocate_slots(request, num_new_tokens + num_spec_tokens)) is None:
                 if num_spec_tokens:
                     num_spec_tokens = 0
                     continue
-                victim = self._running[-1]
+                victim = running[-1]
                 self._preempt(victim, output)
                 preempted = True
                 if victim is request:
                     break
-            if request.status is not RequestStatus.RUNNING:
+            if copies is None:
                 break  # it was the last one standing and preempted itself
-            output.blocks_to_copy.extend(manager.allocate_slots(request, num_new_tokens + num_spec_tokens))
-            output.requests.append(self._make_scheduled(request, num_new_tokens, num_spec_tokens))
+            if copies:
+                output.blocks_to_copy.extend(copies)
+            scheduled.append(self._make_scheduled(request, num_new_tokens, num_spec_tokens))
             budget -= num_new_tokens + num_spec_tokens
             i += 1
         return budget, preempted
@@ -240,15 +253,16 @@ class Scheduler:
     def _make_scheduled(self, request: Request, num_new_tokens: int, num_spec_tokens: int) -> ScheduledRequest:
         start = request.num_computed_tokens
         end = start + num_new_tokens
+        all_token_ids = request.all_token_ids
         return ScheduledRequest(
             req_id=request.req_id,
-            token_ids=request.all_token_ids[start:end],
+            token_ids=all_token_ids[start:end],
             start_pos=start,
             block_ids=self.kv_cache_manager.get_block_ids(request.req_id),
-            sample=end == request.num_tokens,
+            sample=end == len(all_token_ids),
             sampling_params=request.sampling_params,
-            num_output_tokens=request.num_output_tokens,
-            spec_token_ids=request.spec_token_ids[:num_spec_tokens],
+            num_output_tokens=len(request.output_token_ids),
+            spec_token_ids=request.spec_token_ids[:num_spec_tokens] if num_spec_tokens else [],
             lora_id=request.lora_id,
         )
 
@@ -283,72 +297,90 @@ class Scheduler:
         (a rejected draft's KV slot is overwritten later). Requests finished or aborted since the step
         was scheduled are skipped.
         """
+        requests = self._requests
+        sampled_token_ids = runner_output.sampled_token_ids
         live = []
         for scheduled in scheduler_output.requests:
-            request = self._requests.get(scheduled.req_id)
-            if request is None or request.status is not RequestStatus.RUNNING:
+            request = requests.get(scheduled.req_id)
+            if request is None or request.status is not _RUNNING:
                 continue
             if request.num_computed_tokens != scheduled.start_pos:
                 raise ValueError(f"request {scheduled.req_id!r}: output of a stale step (updated twice?)")
-            if scheduled.sample and not runner_output.sampled_token_ids.get(scheduled.req_id):
+            if scheduled.sample and not sampled_token_ids.get(scheduled.req_id):
                 raise ValueError(f"request {scheduled.req_id!r}: the runner sampled no token")
             live.append((scheduled, request))
 
+        cache_computed_blocks = self.kv_cache_manager.cache_computed_blocks
         updates = []
+        num_generation_tokens = 0
         for scheduled, request in live:
             if not scheduled.sample:
                 request.num_computed_tokens += len(scheduled.token_ids)
-                self.kv_cache_manager.cache_computed_blocks(request)
+                cache_computed_blocks(request)
                 continue
             update = self._append_sampled(request, scheduled, runner_output)
+            num_generation_tokens += len(update.new_token_ids)
             updates.append(update)
+        self._counters.num_generation_tokens_total += num_generation_tokens
         return updates
 
     def _append_sampled(
         self, request: Request, scheduled: ScheduledRequest, runner_output: RunnerOutput
     ) -> RequestUpdate:
-        sampled = runner_output.sampled_token_ids[request.req_id]
-        num_accepted = min(len(sampled) - 1, len(scheduled.spec_token_ids))
+        req_id = request.req_id
+        sampled = runner_output.sampled_token_ids[req_id]
+        num_spec_tokens = len(scheduled.spec_token_ids)
+        num_accepted = min(len(sampled) - 1, num_spec_tokens) if num_spec_tokens else 0
         request.num_computed_tokens += len(scheduled.token_ids) + num_accepted
-        request.spec_token_ids = []
-        new_token_ids = []
-        for token_id in sampled[: num_accepted + 1]:
+        if request.spec_token_ids:
+            request.spec_token_ids = []
+        if num_accepted == 0:  # the common case: one token, no drafts
+            token_id = sampled[0]
             request.append_output_token_ids(token_id)
-            new_token_ids.append(token_id)
-            if self._check_stop(request, token_id):
-                break
+            new_token_ids = [token_id]
+            finished = self._check_stop(request, token_id)
+        else:
+            new_token_ids = []
+            finished = False
+            for token_id in sampled[: num_accepted + 1]:
+                request.append_output_token_ids(token_id)
+                new_token_ids.append(token_id)
+                if self._check_stop(request, token_id):
+                    finished = True
+                    break
         if request.first_token_time_s is None:
             request.first_token_time_s = self._clock.now()
-        self._counters.num_generation_tokens_total += len(new_token_ids)
         self.kv_cache_manager.cache_computed_blocks(request)  # before a finish frees them
-        if request.is_finished:
+        if finished:
             self._running.remove(request)
             self._release_finished(request)
+        logprobs = runner_output.logprobs.get(req_id)
         return RequestUpdate(
-            req_id=request.req_id,
-            new_token_ids=new_token_ids,
-            new_logprobs=list(runner_output.logprobs.get(request.req_id, ())[: len(new_token_ids)]),
-            finished=request.is_finished,
-            finish_reason=request.finish_reason,
-            stop_reason=request.stop_reason,
+            req_id,
+            new_token_ids,
+            list(logprobs[: len(new_token_ids)]) if logprobs else [],
+            finished,
+            request.finish_reason,
+            request.stop_reason,
         )
 
     def _check_stop(self, request: Request, token_id: int) -> bool:
         """Finish the request if ``token_id`` (just appended) ends it. A stop token wins over a length limit."""
         params = request.sampling_params
         if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
-            request.status = RequestStatus.FINISHED_STOPPED
-            request.finish_reason = FinishReason.STOP
+            request.status = _FINISHED_STOPPED
+            request.finish_reason = _STOP
             request.stop_reason = token_id
             return True
+        num_tokens = request.num_tokens
         if (
             request.num_output_tokens >= params.max_tokens
-            or request.num_tokens >= self.scheduler_config.max_model_len
+            or num_tokens >= self.scheduler_config.max_model_len
             # the next step would compute all num_tokens positions: more than the device holds
-            or request.num_tokens > self._max_device_tokens
+            or num_tokens > self._max_device_tokens
         ):
-            request.status = RequestStatus.FINISHED_LENGTH
-            request.finish_reason = FinishReason.LENGTH
+            request.status = _FINISHED_LENGTH
+            request.finish_reason = _LENGTH
             return True
         return False
 

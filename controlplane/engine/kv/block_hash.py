@@ -15,6 +15,7 @@ whose own tokens differ.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
 from array import array
@@ -23,6 +24,7 @@ from typing import NamedTuple
 
 _ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(b"silicon-zoo/prefix-root/v1").digest()[:8], "little")
 _NO_LORA = -1
+_HEADER = struct.Struct("<Qq")  # parent chain value, lora id (-1: none)
 
 
 class BlockHash(NamedTuple):
@@ -31,12 +33,20 @@ class BlockHash(NamedTuple):
     lora_id: int | None
 
 
+_new_block_hash = functools.partial(tuple.__new__, BlockHash)  # BlockHash(...) without its Python __new__
+
+
+def _chain_value(parent_value: int, lora: int, token_ids: Sequence[int]) -> int:
+    digest = hashlib.sha256(_HEADER.pack(parent_value, lora))
+    digest.update(array("q", token_ids))
+    return int.from_bytes(digest.digest()[:8], "little")
+
+
 def hash_block_tokens(parent: BlockHash | None, token_ids: Sequence[int], lora_id: int | None = None) -> BlockHash:
     """Hash of one full block chained onto its parent's (None for the first block)."""
     parent_value = _ROOT_HASH_VALUE if parent is None else parent.hash_value
-    header = struct.pack("<Qq", parent_value, _NO_LORA if lora_id is None else lora_id)
-    digest = hashlib.sha256(header + array("q", token_ids).tobytes()).digest()
-    return BlockHash(int.from_bytes(digest[:8], "little"), tuple(token_ids), lora_id)
+    lora = _NO_LORA if lora_id is None else lora_id
+    return _new_block_hash((_chain_value(parent_value, lora, token_ids), tuple(token_ids), lora_id))
 
 
 def extend_block_hashes(
@@ -49,10 +59,16 @@ def extend_block_hashes(
     """Grow ``block_hashes`` (the chain of ``token_ids``' first blocks) in place to ``num_blocks``
     entries, or to the number of full blocks in ``token_ids`` if that is smaller. Returns it."""
     num_blocks = min(num_blocks, len(token_ids) // block_size)
-    while len(block_hashes) < num_blocks:
-        i = len(block_hashes)
-        parent = block_hashes[-1] if block_hashes else None
-        block_hashes.append(hash_block_tokens(parent, token_ids[i * block_size : (i + 1) * block_size], lora_id))
+    i = len(block_hashes)
+    if i >= num_blocks:
+        return block_hashes
+    parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
+    lora = _NO_LORA if lora_id is None else lora_id
+    append = block_hashes.append
+    for start in range(i * block_size, num_blocks * block_size, block_size):
+        block_token_ids = tuple(token_ids[start : start + block_size])
+        parent_value = _chain_value(parent_value, lora, block_token_ids)
+        append(_new_block_hash((parent_value, block_token_ids, lora_id)))
     return block_hashes
 
 

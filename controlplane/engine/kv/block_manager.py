@@ -48,6 +48,9 @@ class PrefixHit:
 
 NO_PREFIX_HIT = PrefixHit()
 
+_DEVICE = Tier.DEVICE  # enum member lookups and hashes are slow; the hot paths use these and plain attributes
+_HOST = Tier.HOST
+
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -63,12 +66,17 @@ class KVCacheManager:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        # a REMOTE pool slots in here; tables and moves are keyed by tier throughout
-        self._pools: dict[Tier, BlockPool] = {
-            Tier.DEVICE: BlockPool(Tier.DEVICE, num_device_blocks, enable_caching=enable_prefix_caching),
-            Tier.HOST: BlockPool(Tier.HOST, num_host_blocks),
+        # A REMOTE pool slots in here; the generic paths (free, moves, lookups by tier) go through these
+        # two tier-keyed dicts, the per-step paths through the attributes naming the same objects.
+        self._device = BlockPool(Tier.DEVICE, num_device_blocks, enable_caching=enable_prefix_caching)
+        self._host = BlockPool(Tier.HOST, num_host_blocks)
+        self._device_tables: dict[str, list[int]] = {}
+        self._host_tables: dict[str, list[int]] = {}
+        self._pools: dict[Tier, BlockPool] = {Tier.DEVICE: self._device, Tier.HOST: self._host}
+        self._block_tables: dict[Tier, dict[str, list[int]]] = {
+            Tier.DEVICE: self._device_tables,
+            Tier.HOST: self._host_tables,
         }
-        self._block_tables: dict[Tier, dict[str, list[int]]] = {tier: {} for tier in self._pools}
         self._block_hashes: dict[str, list[BlockHash]] = {}  # full-block hash chain of each request
         self._num_cached_blocks: dict[str, int] = {}  # leading device blocks already registered
         self._pinned_block_ids: list[int] = []  # copy-on-write sources: one reference each until begin_step
@@ -93,31 +101,32 @@ class KVCacheManager:
 
     @property
     def num_device_blocks(self) -> int:
-        return self._pools[Tier.DEVICE].num_blocks
+        return self._device.num_blocks
 
     @property
     def num_host_blocks(self) -> int:
-        return self._pools[Tier.HOST].num_blocks
+        return self._host.num_blocks
 
     @property
     def num_free_device_blocks(self) -> int:
-        return self._pools[Tier.DEVICE].num_free_blocks
+        return self._device.num_free_blocks
 
     @property
     def num_free_host_blocks(self) -> int:
-        return self._pools[Tier.HOST].num_free_blocks
+        return self._host.num_free_blocks
 
     @property
     def device_usage(self) -> float:
         """Fraction of device blocks in use, 0..1 (evictable cached blocks count as free)."""
-        return self._pools[Tier.DEVICE].usage
+        return self._device.usage
 
     def num_blocks_for_tokens(self, num_tokens: int) -> int:
         return cdiv(num_tokens, self.block_size)
 
     def get_block_ids(self, req_id: str, tier: Tier = Tier.DEVICE) -> list[int]:
         """A copy of the request's block table in ``tier`` (empty when it holds none there)."""
-        return list(self._block_tables[tier].get(req_id, ()))
+        table = (self._device_tables if tier is _DEVICE else self._block_tables[tier]).get(req_id)
+        return [] if table is None else table.copy()
 
     def tier_of(self, req_id: str) -> Tier | None:
         """The tier holding the request's blocks, or None when it holds none."""
@@ -139,8 +148,9 @@ class KVCacheManager:
     def begin_step(self) -> None:
         """Called before scheduling a step: the previous step's copy-on-write sources have been
         read by the runner (it applies steps in order), so their pins are dropped."""
-        self._pools[Tier.DEVICE].free(self._pinned_block_ids)
-        self._pinned_block_ids.clear()
+        if self._pinned_block_ids:
+            self._device.free(self._pinned_block_ids)
+            self._pinned_block_ids.clear()
 
     # -- prefix cache ----------------------------------------------------------------------------
 
@@ -151,16 +161,19 @@ class KVCacheManager:
         from): the hit covers at most ``(num_tokens - 1) // block_size`` blocks. Takes no reference;
         pass the hit to ``allocate_slots`` in the same step.
         """
-        device = self._pools[Tier.DEVICE]
-        if not self.enable_prefix_caching or request.req_id in self._block_tables[Tier.DEVICE]:
+        if not self.enable_prefix_caching or request.req_id in self._device_tables:
             return NO_PREFIX_HIT
         max_blocks = (request.num_tokens - 1) // self.block_size
+        chain = self._hashes(request, max_blocks)
+        get_cached_block = self._device.get_cached_block
         block_ids = []
-        for block_hash in self._hashes(request, max_blocks):
-            block_id = device.get_cached_block(block_hash)
+        for i in range(min(max_blocks, len(chain))):
+            block_id = get_cached_block(chain[i])
             if block_id is None:
                 break
             block_ids.append(block_id)
+        if not block_ids:
+            return NO_PREFIX_HIT
         return PrefixHit(tuple(block_ids), len(block_ids) * self.block_size)
 
     def cache_computed_blocks(self, request: Request) -> None:
@@ -168,30 +181,38 @@ class KVCacheManager:
         in the prefix cache. Call after the runner has computed a step; idempotent."""
         if not self.enable_prefix_caching:
             return
-        table = self._block_tables[Tier.DEVICE].get(request.req_id)
+        req_id = request.req_id
+        table = self._device_tables.get(req_id)
         if not table:
             return
-        num_full = min(request.num_computed_tokens // self.block_size, len(table))
-        start = self._num_cached_blocks.get(request.req_id, 0)
+        num_full = request.num_computed_tokens // self.block_size
+        if num_full > len(table):
+            num_full = len(table)
+        start = self._num_cached_blocks.get(req_id, 0)
         if num_full <= start:
             return
-        device = self._pools[Tier.DEVICE]
-        hashes = self._hashes(request, num_full)
+        cache_block = self._device.cache_block
+        chain = self._hashes(request, num_full)
         for i in range(start, num_full):
-            device.cache_block(table[i], hashes[i])
-        self._num_cached_blocks[request.req_id] = num_full
+            cache_block(table[i], chain[i])
+        self._num_cached_blocks[req_id] = num_full
 
     def _hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
-        chain = self._block_hashes.setdefault(request.req_id, [])
-        extend_block_hashes(chain, request.all_token_ids, self.block_size, request.lora_id, num_blocks)
-        return chain[:num_blocks]
+        """The request's hash chain, grown to cover its first ``num_blocks`` full blocks (it may hold
+        more entries; callers index only below ``num_blocks`` and the number of full blocks)."""
+        chain = self._block_hashes.get(request.req_id)
+        if chain is None:
+            chain = self._block_hashes[request.req_id] = []
+        if len(chain) < num_blocks:
+            extend_block_hashes(chain, request.all_token_ids, self.block_size, request.lora_id, num_blocks)
+        return chain
 
     # -- device slots ----------------------------------------------------------------------------
 
     def can_allocate(self, request: Request, num_new_tokens: int, prefix_hit: PrefixHit = NO_PREFIX_HIT) -> bool:
         """Whether device blocks can hold ``num_new_tokens`` more tokens after the computed ones
         (and after ``prefix_hit``'s tokens, for a request that holds no device blocks yet)."""
-        return self._num_blocks_needed(request, num_new_tokens, prefix_hit)[0] <= self.num_free_device_blocks
+        return self._num_blocks_needed(request, num_new_tokens, prefix_hit)[0] <= self._device.num_free_blocks
 
     def allocate_slots(
         self, request: Request, num_new_tokens: int, prefix_hit: PrefixHit = NO_PREFIX_HIT
@@ -204,13 +225,42 @@ class KVCacheManager:
         The caller advances ``num_computed_tokens`` (by ``prefix_hit.num_tokens`` now, by the computed
         tokens once the step is done).
         """
-        num_needed, num_new_blocks, cow_indices = self._num_blocks_needed(request, num_new_tokens, prefix_hit)
-        device = self._pools[Tier.DEVICE]
-        if num_needed > device.num_free_blocks:
+        copies = self.try_allocate_slots(request, num_new_tokens, prefix_hit)
+        if copies is None:
+            num_needed = self._num_blocks_needed(request, num_new_tokens, prefix_hit)[0]
             raise NoFreeBlocksError(
-                f"{request.req_id}: needs {num_needed} device blocks, {device.num_free_blocks} free"
+                f"{request.req_id}: needs {num_needed} device blocks, {self._device.num_free_blocks} free"
             )
-        table = self._block_tables[Tier.DEVICE].setdefault(request.req_id, [])
+        return copies
+
+    def try_allocate_slots(
+        self, request: Request, num_new_tokens: int, prefix_hit: PrefixHit = NO_PREFIX_HIT
+    ) -> list[tuple[int, int]] | None:
+        """``allocate_slots`` when ``can_allocate`` holds, else None and nothing changes: both verbs in
+        one pass (the scheduler's per-request, per-step call)."""
+        if not prefix_hit.block_ids:
+            table = self._device_tables.get(request.req_id)
+            if table:
+                # decode fast path: every new token lands in one existing block that no one else holds
+                block_size = self.block_size
+                start = request.num_computed_tokens
+                first = start // block_size
+                last = (start + num_new_tokens - 1) // block_size
+                if first == last < len(table) and self._device.ref_count(table[first]) < 2:
+                    return []
+        num_needed, num_new_blocks, cow_indices = self._num_blocks_needed(request, num_new_tokens, prefix_hit)
+        if num_needed > self._device.num_free_blocks:
+            return None
+        return self._allocate(request, prefix_hit, num_new_blocks, cow_indices)
+
+    def _allocate(
+        self, request: Request, prefix_hit: PrefixHit, num_new_blocks: int, cow_indices: tuple[int, ...] | list[int]
+    ) -> list[tuple[int, int]]:
+        """The changes ``allocate_slots`` makes once ``_num_blocks_needed`` said they fit."""
+        table = self._device_tables.get(request.req_id)
+        if table is None:
+            table = self._device_tables[request.req_id] = []
+        device = self._device
         if prefix_hit.block_ids:
             device.touch(prefix_hit.block_ids)
             table.extend(prefix_hit.block_ids)
@@ -222,31 +272,38 @@ class KVCacheManager:
             table[i] = private
             self._pinned_block_ids.append(shared)  # this table's reference becomes the pin
             copies.append((shared, private))
-        table.extend(device.allocate(num_new_blocks))
+        if num_new_blocks:
+            table.extend(device.allocate(num_new_blocks))
         return copies
 
     def _num_blocks_needed(
         self, request: Request, num_new_tokens: int, prefix_hit: PrefixHit
-    ) -> tuple[int, int, list[int]]:
+    ) -> tuple[int, int, tuple[int, ...] | list[int]]:
         """(free blocks consumed, fresh blocks appended, table indices to copy-on-write)."""
-        if request.req_id in self._block_tables[Tier.HOST]:
-            raise ValueError(f"{request.req_id}: blocks are swapped out; swap_in first")
-        device = self._pools[Tier.DEVICE]
-        table = self._block_tables[Tier.DEVICE].get(request.req_id, [])
-        if prefix_hit.block_ids and table:
-            raise ValueError(f"{request.req_id}: a prefix hit applies only to a request without device blocks")
+        req_id = request.req_id
+        hit_block_ids = prefix_hit.block_ids
+        table = self._device_tables.get(req_id)
+        if table is None:
+            if req_id in self._host_tables:
+                raise ValueError(f"{req_id}: blocks are swapped out; swap_in first")
+            table = []
+        elif hit_block_ids and table:
+            raise ValueError(f"{req_id}: a prefix hit applies only to a request without device blocks")
+        block_size = self.block_size
         start = request.num_computed_tokens + prefix_hit.num_tokens
-        end = start + num_new_tokens
-        num_blocks_end = cdiv(end, self.block_size)
-        num_new_blocks = max(0, num_blocks_end - len(table) - len(prefix_hit.block_ids))
+        num_blocks_end = -(-(start + num_new_tokens) // block_size)
+        num_new_blocks = max(0, num_blocks_end - len(table) - len(hit_block_ids))
         # blocks written this step: positions [start, end) -> table indices [start // B, cdiv(end, B))
-        cow_indices = [
-            i
-            for i in range(start // self.block_size, min(len(table), num_blocks_end))
-            if device.ref_count(table[i]) > 1
-        ]
-        num_revived = sum(1 for b in prefix_hit.block_ids if device.ref_count(b) == 0)  # evictable -> in use
-        return num_new_blocks + len(cow_indices) + num_revived, num_new_blocks, cow_indices
+        cow_indices: tuple[int, ...] | list[int] = ()
+        first, stop = start // block_size, min(len(table), num_blocks_end)
+        if first < stop:
+            ref_count = self._device.ref_count
+            cow_indices = [i for i in range(first, stop) if ref_count(table[i]) > 1]
+        num_needed = num_new_blocks + len(cow_indices)
+        if hit_block_ids:
+            ref_count = self._device.ref_count
+            num_needed += sum(1 for b in hit_block_ids if ref_count(b) == 0)  # evictable -> in use
+        return num_needed, num_new_blocks, cow_indices
 
     # -- release and sharing ---------------------------------------------------------------------
 
