@@ -1,8 +1,8 @@
 """Paged attention over block tables.
 
-The KV cache of one layer is two tensors (kv_cache.py)::
+The KV cache of one layer is one tensor (kv_cache.py), K and V stacked on its first axis::
 
-    k_cache, v_cache  [num_blocks, block_size, Hkv, D]
+    kv_cache  [2, num_blocks, block_size, Hkv, D]     kv_cache[0] = K, kv_cache[1] = V
 
     flat slot s = block_id * block_size + offset   (token at position p of a request lives in
     block block_ids[p // block_size], offset p % block_size)
@@ -19,6 +19,15 @@ gathers each sequence's blocks into a contiguous view and calls ``scaled_dot_pro
 (CPU, and a correct-but-slow fallback on CUDA). A paged GPU kernel (flash-attn ``block_table``,
 flashinfer) plugs in as another ``AttentionBackend`` subclass registered in
 ``select_attention_backend``.
+
+Decodes are attended in groups of consecutive rows. Every row of a group is padded to the group's
+longest context, so the gather copies ``rows * max_blocks`` blocks per layer; splitting rows sorted
+by context length (the runner sorts them, longest first) into a few groups bounds that padding::
+
+    rows (seq_len desc)   | d0 d1 d2 | d3 d4 d5 d6 | d7 |
+    groups                | 17 blks  | 9 blocks    | 2  |     one gather + one SDPA call each
+
+A group of one row needs no mask: its gather is sliced to its exact length.
 """
 
 from __future__ import annotations
@@ -48,20 +57,60 @@ class PrefillChunk:
 
 
 @dataclass(slots=True)
+class DecodeGroup:
+    """Consecutive decode rows attended with one gather and one SDPA call.
+
+    block_table: [num_rows * max_blocks] int64, row-major, padded with block 0.
+    context_len: keys each row attends over after the gather: max_blocks * block_size, or the exact
+        seq_len when num_rows == 1.
+    mask: [num_rows, 1, 1, context_len] bool (True = attend), None when every row's seq_len equals
+        context_len.
+    """
+
+    row_start: int
+    num_rows: int
+    block_table: torch.Tensor
+    context_len: int
+    mask: torch.Tensor | None
+
+
+@dataclass(slots=True)
 class AttentionMetadata:
     """Per-step attention inputs, shared by every layer.
 
     slot_mapping: [T] int64 flat cache slot of each row's new K/V.
     num_decodes: leading rows that are single-token decodes.
-    decode_block_table: [B, max_blocks] int64 (padded with block 0), None when B == 0.
-    decode_mask: [B, 1, 1, max_blocks * block_size] bool, True for positions < seq_len.
+    decode_groups: partition of the decode rows [0, num_decodes) into consecutive groups.
     """
 
     slot_mapping: torch.Tensor
     num_decodes: int = 0
-    decode_block_table: torch.Tensor | None = None
-    decode_mask: torch.Tensor | None = None
+    decode_groups: list[DecodeGroup] = field(default_factory=list)
     chunks: list[PrefillChunk] = field(default_factory=list)
+
+
+# A new decode group costs one more gather + SDPA call per layer (~tens of us each on CPU); split
+# only where it saves more padded blocks than this (padded row-blocks; one is block_size tokens).
+GROUP_SPLIT_MIN_SAVED_BLOCKS = 16
+
+
+def split_decode_groups(num_blocks: list[int], min_saved_blocks: int = GROUP_SPLIT_MIN_SAVED_BLOCKS) -> list[int]:
+    """Start rows of decode groups for rows needing ``num_blocks`` blocks each (best sorted desc).
+
+    Greedy, one pass: a row opens a new group when padding it and every later row to the current
+    group's width would waste more than ``min_saved_blocks`` blocks beyond padding them to its own.
+    """
+    starts = [0]
+    width = num_blocks[0] if num_blocks else 0
+    n = len(num_blocks)
+    for i in range(1, n):
+        nb = num_blocks[i]
+        if (width - nb) * (n - i) > min_saved_blocks:
+            starts.append(i)
+            width = nb
+        else:
+            width = max(width, nb)
+    return starts
 
 
 class AttentionBackend:
@@ -92,8 +141,7 @@ class AttentionBackend:
         q: torch.Tensor,  # [T, H, D]
         k: torch.Tensor,  # [T, Hkv, D]
         v: torch.Tensor,  # [T, Hkv, D]
-        k_cache: torch.Tensor,  # [N, bs, Hkv, D]
-        v_cache: torch.Tensor,
+        kv_cache: torch.Tensor,  # [2, N, bs, Hkv, D]
         meta: AttentionMetadata,
     ) -> torch.Tensor:  # [T, H * D]
         raise NotImplementedError
@@ -109,17 +157,28 @@ class GatherSDPABackend(AttentionBackend):
         dev = self.device
         meta = AttentionMetadata(slot_mapping=torch.from_numpy(slot_mapping).to(dev, non_blocking=True))
         num_decodes = len(decode_seq_lens)
-        if num_decodes:
-            seq_lens = np.asarray(decode_seq_lens, dtype=np.int64)
-            max_blocks = int(-(-seq_lens.max() // bs))
-            table = np.zeros((num_decodes, max_blocks), dtype=np.int64)
-            for i, (n, ids) in enumerate(zip(seq_lens, decode_block_ids)):
-                nb = -(-int(n) // bs)
-                table[i, :nb] = ids[:nb]
-            mask = np.arange(max_blocks * bs)[None, :] < seq_lens[:, None]  # [B, L]
-            meta.num_decodes = num_decodes
-            meta.decode_block_table = torch.from_numpy(table).to(dev, non_blocking=True)
-            meta.decode_mask = torch.from_numpy(mask[:, None, None, :]).to(dev, non_blocking=True)
+        meta.num_decodes = num_decodes
+        num_blocks = [-(-n // bs) for n in decode_seq_lens]
+        starts = split_decode_groups(num_blocks) if num_decodes else []
+        for start, end in zip(starts, [*starts[1:], num_decodes]):
+            rows = end - start
+            if rows == 1:
+                n = decode_seq_lens[start]
+                table = torch.tensor(decode_block_ids[start][: num_blocks[start]], dtype=torch.int64, device=dev)
+                meta.decode_groups.append(DecodeGroup(start, 1, table, n, None))
+                continue
+            width = max(num_blocks[start:end])
+            table_np = np.zeros((rows, width), dtype=np.int64)
+            for i in range(rows):
+                nb = num_blocks[start + i]
+                table_np[i, :nb] = decode_block_ids[start + i][:nb]
+            seq_lens = np.asarray(decode_seq_lens[start:end], dtype=np.int64)
+            mask = None
+            if (seq_lens != width * bs).any():
+                m = np.arange(width * bs)[None, :] < seq_lens[:, None]  # [rows, L]
+                mask = torch.from_numpy(m[:, None, None, :]).to(dev, non_blocking=True)
+            table = torch.from_numpy(table_np.reshape(-1)).to(dev, non_blocking=True)
+            meta.decode_groups.append(DecodeGroup(start, rows, table, width * bs, mask))
         row = num_decodes
         for start_pos, num_rows, block_ids in chunk_specs:
             ctx = start_pos + num_rows
@@ -134,22 +193,27 @@ class GatherSDPABackend(AttentionBackend):
             row += num_rows
         return meta
 
-    def forward(self, q, k, v, k_cache, v_cache, meta):
+    def _gather(self, kv_cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+        """K and V of the listed blocks in one copy: [2, len(block_table) * bs, Hkv, D]."""
+        n = kv_cache.shape[1]
+        flat = kv_cache.view(2, n, -1).index_select(1, block_table)  # [2, nb, bs * Hkv * D]
+        return flat.view(2, -1, self.num_kv_heads, self.head_dim)
+
+    def forward(self, q, k, v, kv_cache, meta):
         t = q.shape[0]
-        hkv, d = self.num_kv_heads, self.head_dim
-        k_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
-        v_cache.view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        kv_cache[0].view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
+        kv_cache[1].view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
 
         outs: list[torch.Tensor] = []
-        b = meta.num_decodes
-        if b:
-            ctx = meta.decode_block_table.shape[1] * self.block_size
-            flat_table = meta.decode_block_table.view(-1)  # index_select: ~4x faster than k_cache[table]
-            kd = k_cache.index_select(0, flat_table).view(b, ctx, hkv, d).transpose(1, 2)  # [B, Hkv, L, D]
-            vd = v_cache.index_select(0, flat_table).view(b, ctx, hkv, d).transpose(1, 2)
-            qd = q[:b].unsqueeze(2)  # [B, H, 1, D]
-            o = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=meta.decode_mask, enable_gqa=True)
-            outs.append(o.reshape(b, self.num_heads * d))
+        for g in meta.decode_groups:
+            b, ctx = g.num_rows, g.context_len
+            kv = self._gather(kv_cache, g.block_table)  # [2, b * L_pad, Hkv, D]
+            kv = kv.view(2, b, -1, hkv, d)[:, :, :ctx].transpose(2, 3)  # [2, b, Hkv, ctx, D]
+            # GQA folded into the query axis: the H // Hkv heads sharing a KV head are its query rows
+            qd = q[g.row_start : g.row_start + b].reshape(b, hkv, h // hkv, d)  # [b, Hkv, g, D]
+            o = F.scaled_dot_product_attention(qd, kv[0], kv[1], attn_mask=g.mask)  # [b, Hkv, g, D]
+            outs.append(o.reshape(b, h * d))
         for c in meta.chunks:
             qc = q[c.row_start : c.row_start + c.num_rows].transpose(0, 1)  # [H, n, D]
             if c.mask is None:
@@ -158,10 +222,9 @@ class GatherSDPABackend(AttentionBackend):
                 o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True, enable_gqa=True)
             else:
                 ctx = c.start_pos + c.num_rows
-                kc = k_cache.index_select(0, c.block_table).view(-1, hkv, d)[:ctx].transpose(0, 1)  # [Hkv, ctx, D]
-                vc = v_cache.index_select(0, c.block_table).view(-1, hkv, d)[:ctx].transpose(0, 1)
-                o = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=c.mask, enable_gqa=True)
-            outs.append(o.transpose(0, 1).reshape(c.num_rows, self.num_heads * d))
+                kv = self._gather(kv_cache, c.block_table)[:, :ctx].transpose(1, 2)  # [2, Hkv, ctx, D]
+                o = F.scaled_dot_product_attention(qc, kv[0], kv[1], attn_mask=c.mask, enable_gqa=True)
+            outs.append(o.transpose(0, 1).reshape(c.num_rows, h * d))
         if len(outs) == 1:
             return outs[0]
         out = torch.cat(outs, dim=0)

@@ -5,8 +5,9 @@ One stacked tensor per tier, so a block move is a single index copy across all l
     device_kv  [num_layers, 2, num_device_blocks, block_size, Hkv, D]   (axis 1: 0 = K, 1 = V)
     host_kv    [num_layers, 2, num_host_blocks,   block_size, Hkv, D]   (pinned when CUDA is present)
 
-``layer(i)`` returns the (K, V) views ``[num_blocks, block_size, Hkv, D]`` of layer i, the layout
-of KVCacheSpec. The block manager owns which ids are free; this class only moves bytes.
+``layers[i]`` is layer i's ``[2, num_blocks, block_size, Hkv, D]`` view (``layers[i][0]`` = K,
+``[1]`` = V, each in the layout of KVCacheSpec), so one index_select gathers both K and V.
+The block manager owns which ids are free; this class only moves bytes.
 Tensors start zeroed: padded gathers read block 0, and masked-out NaN garbage would still poison
 ``softmax @ V``.
 """
@@ -35,10 +36,10 @@ class PagedKVCache:
         pin = torch.cuda.is_available() and device.type == "cuda"
         host_shape = (num_layers, 2, num_host_blocks, block_size, num_kv_heads, head_dim)
         self.host_kv = torch.zeros(host_shape, dtype=dtype, device="cpu", pin_memory=pin)
-        self._layers = [(self.device_kv[i, 0], self.device_kv[i, 1]) for i in range(num_layers)]
+        self._layers = [self.device_kv[i] for i in range(num_layers)]
 
     @property
-    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def layers(self) -> list[torch.Tensor]:
         return self._layers
 
     @property

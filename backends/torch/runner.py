@@ -157,7 +157,8 @@ class TorchModelRunner:
         bs = self.block_size
         if any(r.lora_id is not None for r in requests):
             raise NotImplementedError("LoRA adapters are not supported by the torch runner yet")
-        decodes = [r for r in requests if r.is_decode]
+        # longest context first: the attention backend groups neighbouring decodes by padded width
+        decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
         chunks = [r for r in requests if not r.is_decode]
 
         ids_parts: list[np.ndarray] = []
