@@ -232,8 +232,6 @@ class KVBlocks(Envelope, kw_only=True):
     tensors: list[TensorRef]
 
 
-
-
 # --------------------------------------------------------------------------- observability (observe/, tui/)
 #
 #   control plane ──PUB (default tcp://127.0.0.1:5557)──FleetStats every stats interval──► SUB dashboards (zoo top)
