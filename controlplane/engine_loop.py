@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from controlplane.engine.llm_engine import LLMEngine, RequestOutput
 from controlplane.engine.sampling_params import SamplingParams
 from controlplane.engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
+from controlplane.engine.step_rates import StepRates
 from transport.messages import ErrorCode, ErrorReply, LoadReport, TokenChunk
 
 log = logging.getLogger(__name__)
@@ -106,8 +107,7 @@ class EngineLoop:
         self._prompt_lens: dict[str, int] = {}  # in-flight request → prompt tokens, until its first token
         self._decoding: set[str] = set()
         self._num_finished_total = 0
-        self._prefill_tok_per_s = 0.0
-        self._decode_step_ms = 0.0
+        self._rates = StepRates(MAX_RECENT_STEPS)
         self._last_token_s: dict[str, float] = {}  # in-flight request → engine time of its latest token
 
     # -- commands (any thread; applied by the loop in order, before its next step) ------------------
@@ -253,28 +253,42 @@ class EngineLoop:
         return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps)
 
     def _load_report(self) -> LoadReport:
-        records = self.engine.take_step_records()
-        prefill = [r for r in records if r.num_prefill_tokens > 0]
-        prefill_time_s = sum(r.step_time_s for r in prefill)
-        if prefill_time_s > 0:
-            self._prefill_tok_per_s = sum(r.num_prefill_tokens for r in prefill) / prefill_time_s
-        decode = [r for r in records if r.num_prefill_tokens == 0 and r.num_decode_requests > 0]
-        if decode:
-            self._decode_step_ms = 1e3 * sum(r.step_time_s for r in decode) / len(decode)
-        stats = self.engine.make_stats()
-        return LoadReport(
-            node_id=self.node_id,
-            num_running=stats.num_running,
-            num_waiting=stats.num_waiting,
-            num_swapped=stats.num_swapped,
-            kv_usage=stats.kv_usage,
-            num_free_device_blocks=stats.num_free_device_blocks,
+        for r in self.engine.take_step_records():
+            self._rates.observe(r.step_time_s, r.num_prefill_tokens, r.num_decode_requests)
+        return build_load_report(
+            self.node_id,
+            self.engine.make_stats(),
+            self._rates,
             queued_prefill_tokens=sum(self._prompt_lens.values()),
             decode_batch_size=len(self._decoding),
-            recent_step_ms=[1e3 * r.step_time_s for r in records[-MAX_RECENT_STEPS:]],
-            prefill_tok_per_s=self._prefill_tok_per_s,
-            decode_step_ms=self._decode_step_ms,
-            num_preemptions_total=stats.num_preemptions_total,
             num_requests_finished_total=self._num_finished_total,
-            prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
         )
+
+
+def build_load_report(
+    node_id: str,
+    stats: SchedulerStats,
+    rates: StepRates,
+    *,
+    queued_prefill_tokens: int,
+    decode_batch_size: int,
+    num_requests_finished_total: int,
+) -> LoadReport:
+    """A LoadReport closing ``rates``' window (the agent's, and the fleet simulator's for its nodes)."""
+    recent = rates.close_window()
+    return LoadReport(
+        node_id=node_id,
+        num_running=stats.num_running,
+        num_waiting=stats.num_waiting,
+        num_swapped=stats.num_swapped,
+        kv_usage=stats.kv_usage,
+        num_free_device_blocks=stats.num_free_device_blocks,
+        queued_prefill_tokens=queued_prefill_tokens,
+        decode_batch_size=decode_batch_size,
+        recent_step_ms=recent,
+        prefill_tok_per_s=rates.prefill_tok_per_s,
+        decode_step_ms=rates.decode_step_ms,
+        num_preemptions_total=stats.num_preemptions_total,
+        num_requests_finished_total=num_requests_finished_total,
+        prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
+    )

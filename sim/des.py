@@ -37,6 +37,8 @@ from controlplane.engine.model_runner import KVCacheSpec
 from controlplane.engine.request import Request
 from controlplane.engine.sampling_params import SamplingParams
 from controlplane.engine.scheduler import Scheduler
+from controlplane.engine.step_rates import StepRates, classify_batch
+from controlplane.engine_loop import build_load_report
 from controlplane.hardware import GPU_TABLE, power_score
 from controlplane.registry import ClusterRegistry
 from controlplane.router.block_hashes import prompt_block_hashes
@@ -188,13 +190,7 @@ class SimNode:
         self.decoding: set[str] = set()
         self.num_finished_total = 0
         self.num_requests = 0
-        self._prefill_tokens = 0  # since the last report, steps with prefill tokens
-        self._prefill_time_s = 0.0
-        self._decode_steps = 0  # since the last report, pure decode steps
-        self._decode_time_s = 0.0
-        self._recent_step_ms: list[float] = []
-        self.prefill_tok_per_s = 0.0
-        self.decode_step_ms = 0.0
+        self.rates = StepRates()
 
     def add_request(self, req_id: str, token_ids: list[int], max_tokens: int, now_s: float) -> None:
         params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
@@ -218,49 +214,18 @@ class SimNode:
         self.in_flight = None
         self.busy = False
         updates = self.scheduler.update_from_output(out, runner_out)
-        # LLMEngine._record_step: a decode row is one token after at least one output token
-        num_prefill = num_decode = 0
-        for r in out.requests:
-            if r.num_output_tokens > 0 and len(r.token_ids) == 1:
-                num_decode += 1
-            else:
-                num_prefill += len(r.token_ids)
-        step_s = runner_out.step_time_s
-        if num_prefill:
-            self._prefill_tokens += num_prefill
-            self._prefill_time_s += step_s
-        elif num_decode:
-            self._decode_steps += 1
-            self._decode_time_s += step_s
-        if len(self._recent_step_ms) < 64:
-            self._recent_step_ms.append(1e3 * step_s)
+        self.rates.observe(runner_out.step_time_s, *classify_batch(out))
         return updates
 
     def load_report(self) -> LoadReport:
-        """As ``EngineLoop._load_report`` builds it (rates from the steps since the last report)."""
-        if self._prefill_time_s > 0:
-            self.prefill_tok_per_s = self._prefill_tokens / self._prefill_time_s
-        if self._decode_steps:
-            self.decode_step_ms = 1e3 * self._decode_time_s / self._decode_steps
-        self._prefill_tokens = self._decode_steps = 0
-        self._prefill_time_s = self._decode_time_s = 0.0
-        recent, self._recent_step_ms = self._recent_step_ms, []
-        stats = self.scheduler.make_stats()
-        return LoadReport(
-            node_id=self.node_id,
-            num_running=stats.num_running,
-            num_waiting=stats.num_waiting,
-            num_swapped=stats.num_swapped,
-            kv_usage=stats.kv_usage,
-            num_free_device_blocks=stats.num_free_device_blocks,
+        """Built as the agent's engine loop builds it (rates from the steps since the last report)."""
+        return build_load_report(
+            self.node_id,
+            self.scheduler.make_stats(),
+            self.rates,
             queued_prefill_tokens=sum(self.prompt_lens.values()),
             decode_batch_size=len(self.decoding),
-            recent_step_ms=recent,
-            prefill_tok_per_s=self.prefill_tok_per_s,
-            decode_step_ms=self.decode_step_ms,
-            num_preemptions_total=stats.num_preemptions_total,
             num_requests_finished_total=self.num_finished_total,
-            prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
         )
 
     def result(self) -> NodeResult:

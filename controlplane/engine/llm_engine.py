@@ -28,6 +28,7 @@ from controlplane.engine.request import FinishReason, Request
 from controlplane.engine.sampling_params import SamplingParams
 from controlplane.engine.scheduler import Scheduler
 from controlplane.engine.scheduler_stats import SchedulerStats
+from controlplane.engine.step_rates import classify_batch
 
 STEP_RECORDS_KEPT = 4096
 
@@ -224,9 +225,7 @@ class LLMEngine:
         return outputs
 
     def _record_step(self, batch, step_time_s: float, now: float) -> None:
-        decode = [r.num_output_tokens > 0 and len(r.token_ids) == 1 for r in batch.requests]
-        num_decode = sum(decode)
-        num_prefill = sum(len(r.token_ids) for r, d in zip(batch.requests, decode) if not d)
+        num_prefill, num_decode = classify_batch(batch)
         self._step_records.append(StepRecord(now, step_time_s, num_prefill, num_decode, batch.num_batched_tokens))
 
     def take_step_records(self) -> list[StepRecord]:
