@@ -36,3 +36,15 @@ def hf_reference(smollm2_gguf_path):
     from bench.hf_reference import load_hf_reference
 
     return load_hf_reference(smollm2_gguf_path)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """(config, HF-named fp32 torch state dict, torch LlamaModel) of a 2-layer random Llama, shared by
+    the torch and JAX backend tests."""
+    from backends.runner_driver import tiny_config
+    from backends.torch import build_model, random_state_dict
+
+    config = tiny_config()
+    sd = random_state_dict(config, seed=1, std=0.2)
+    return config, sd, build_model(config, "float32", state_dict=sd)

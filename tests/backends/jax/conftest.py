@@ -54,16 +54,6 @@ def kit() -> SimpleNamespace:
 
 
 @pytest.fixture(scope="session")
-def tiny():
-    """(config, HF-named fp32 torch state dict, torch LlamaModel) of a 2-layer random Llama."""
-    from backends.torch import build_model, random_state_dict
-
-    config = tiny_config()
-    sd = random_state_dict(config, seed=1, std=0.2)
-    return config, sd, build_model(config, "float32", state_dict=sd)
-
-
-@pytest.fixture(scope="session")
 def smollm2_jax(smollm2_checkpoint) -> JaxModelRunner:
     """The JAX runner of the real model, fp32, built once; each LLMEngine re-initializes its KV cache."""
     return JaxModelRunner(smollm2_checkpoint, "float32", progress=False)

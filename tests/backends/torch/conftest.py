@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from backends.runner_driver import GREEDY, BlockAllocator, Seq, make_step, tiny_config
-from backends.torch import TorchModelRunner, build_model, random_state_dict
+from backends.torch import TorchModelRunner
 from controlplane.engine.model_runner import KVCacheSpec
 
 # ---- dense reference: no paging, no fusion, explicit softmax ---------------------------------
@@ -65,14 +65,6 @@ def kit() -> SimpleNamespace:
         make_step=make_step,
         tiny_config=tiny_config,
     )
-
-
-@pytest.fixture(scope="session")
-def tiny():
-    """(config, HF-named fp32 state dict, shared LlamaModel) of a 2-layer random Llama."""
-    config = tiny_config()
-    sd = random_state_dict(config, seed=1, std=0.2)
-    return config, sd, build_model(config, "float32", state_dict=sd)
 
 
 def make_runner(model: Any, num_device_blocks: int = 64, num_host_blocks: int = 16, block_size: int = 4):
