@@ -32,9 +32,10 @@ from controlplane.actors.link import Link
 from controlplane.actors.runtime import Actor, MailboxFull
 from controlplane.engine.config import EngineConfig
 from controlplane.engine.llm_engine import LLMEngine
-from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
+from controlplane.engine.sampling_params import SamplingParamsError
 from controlplane.engine_loop import MAX_RECENT_STEPS, EngineLoop, EngineObservation, FinishedRequest
 from controlplane.hardware import describe_hardware, power_score
+from controlplane.sampling_wire import sampling_params_from_wire
 from transport.dispatch import Dispatcher, Incoming
 from transport.messages import (
     CancelRequest,
@@ -50,7 +51,6 @@ from transport.messages import (
     NodeTelemetry,
     Ping,
     Pong,
-    Sampling,
     Welcome,
 )
 from transport.sockets import Channel, Received, connect_dealer
@@ -120,21 +120,6 @@ class AgentConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_inflight_requests < 1:
             raise ValueError(f"max_inflight_requests must be >= 1, got {self.max_inflight_requests}")
-
-
-def sampling_params_from_wire(s: Sampling) -> SamplingParams:
-    """Raises SamplingParamsError naming the bad field."""
-    return SamplingParams(
-        temperature=s.temperature,
-        top_p=s.top_p,
-        top_k=s.top_k,
-        seed=s.seed,
-        max_tokens=s.max_tokens,
-        stop=tuple(s.stop),
-        stop_token_ids=tuple(s.stop_token_ids),
-        ignore_eos=s.ignore_eos,
-        logprobs=s.logprobs,
-    )
 
 
 class NodeAgent(Actor):

@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass
 
-from controlplane.agent import sampling_params_from_wire
 from controlplane.engine.llm_engine import EngineTokenizer
 from controlplane.engine.sampling_params import SamplingParamsError
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
+from controlplane.sampling_wire import sampling_params_from_wire
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 _INVALID_SAMPLING = "invalid sampling parameter "

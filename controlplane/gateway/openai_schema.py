@@ -16,6 +16,7 @@ import msgspec
 
 from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
 from controlplane.frontend import FrontendError
+from controlplane.sampling_wire import sampling_to_wire
 from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
@@ -233,17 +234,7 @@ def _sampling_of(req: _CommonRequest, *, max_tokens: int, max_tokens_param: str,
             param = "top_logprobs"
         detail = str(exc).removeprefix(f"{exc.field}: ")
         raise _invalid(param, detail) from None
-    return Sampling(
-        temperature=params.temperature,
-        top_p=params.top_p,
-        top_k=params.top_k,
-        seed=params.seed,
-        max_tokens=params.max_tokens,
-        stop=list(params.stop),
-        stop_token_ids=list(params.stop_token_ids),
-        ignore_eos=params.ignore_eos,
-        logprobs=params.logprobs,
-    )
+    return sampling_to_wire(params)
 
 
 # --------------------------------------------------------------------------- responses
