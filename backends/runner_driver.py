@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from backends.checkpoint import ModelConfig
-from controlplane.engine.batch import ScheduledRequest, SchedulerOutput
-from controlplane.engine.sampling_params import SamplingParams
+from engine.batch import ScheduledRequest, SchedulerOutput
+from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
 

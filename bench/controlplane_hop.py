@@ -102,8 +102,8 @@ async def _our_echo_main(endpoint: str) -> None:
     import anyio
     import zmq.asyncio
 
-    from controlplane.actors.link import Link
     from transport.dispatch import Dispatcher
+    from transport.link import Link
     from transport.messages import Ping, Pong
     from transport.sockets import Channel, connect_dealer
 
@@ -141,8 +141,8 @@ async def _our_hops_main(message_bytes: int, num_messages: int) -> tuple[list[in
     import anyio
     import zmq.asyncio
 
-    from controlplane.actors.link import Link
     from transport.dispatch import Dispatcher
+    from transport.link import Link
     from transport.messages import Ping, Pong
     from transport.sockets import Channel, bind_router
 
@@ -214,7 +214,7 @@ def bench_hop_latency(message_bytes: int = 256, num_messages: int = 2000) -> dic
 async def _load(endpoint: str, seconds: float, concurrency: int) -> dict:
     import anyio
 
-    from zoo.client import AsyncZooClient, ZooError
+    from client import AsyncZooClient, ZooError
 
     completed = errors = 0
     deadline = time.monotonic() + seconds
@@ -245,10 +245,10 @@ def bench_routed_throughput(seconds: float = 5.0, concurrency: int = 128, num_ag
 async def _throughput_main(seconds: float, concurrency: int, num_agents: int) -> dict:
     import anyio
 
+    from backends.fake import FAKE_MODEL_NAME, ByteTokenizer
     from controlplane.admission import AdmissionConfig
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
-    from zoo.serve import FAKE_MODEL_NAME, ByteTokenizer
 
     cp = ControlPlane(
         ControlPlaneConfig(agent_endpoint="tcp://127.0.0.1:0", client_endpoint="tcp://127.0.0.1:0",

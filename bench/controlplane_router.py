@@ -30,13 +30,13 @@ import sys
 import time
 from collections import deque
 
+from backends.gpu_table import gpu_profile, power_score
 from bench.stats import format_table, percentile
-from controlplane.engine.clock import ManualClock
-from controlplane.hardware import gpu_profile, power_score
 from controlplane.registry import ClusterRegistry
 from controlplane.router.policies import POLICIES, make_policy
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
+from engine.clock import ManualClock
 from transport.messages import KVInfo, LoadReport, NodeHello
 
 TARGET_P99_US = 50.0

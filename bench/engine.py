@@ -109,8 +109,8 @@ def _hf_part(model_path: str | None, dtype: str, lengths: list[tuple[int, int]],
 
 
 def _build(model_path: str | None, dtype: str, num_device_blocks: int, num_host_blocks: int, max_num_seqs: int = 64):
-    from controlplane.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-    from zoo.engine_builder import build_engine
+    from backends.builder import build_engine
+    from engine.config import CacheConfig, EngineConfig, SchedulerConfig
 
     cfg = EngineConfig(
         model=model_path,
@@ -122,7 +122,7 @@ def _build(model_path: str | None, dtype: str, num_device_blocks: int, num_host_
 
 
 def _concurrent(engine, lengths: list[tuple[int, int]], seed_base: int) -> dict:
-    from controlplane.engine.sampling_params import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     vocab = engine.tokenizer.vocab_size
     engine.take_step_records()
@@ -162,7 +162,7 @@ def _concurrent(engine, lengths: list[tuple[int, int]], seed_base: int) -> dict:
 
 
 def _zoo_batch1(engine, n_out: int) -> dict:
-    from controlplane.engine.sampling_params import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     vocab = engine.tokenizer.vocab_size
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
@@ -182,8 +182,8 @@ def _zoo_batch1(engine, n_out: int) -> dict:
 
 def _swap_vs_recompute(engine) -> dict:
     """Time a 2,000-token context: prefill it (the recompute path) vs swap its blocks out and back in."""
-    from controlplane.engine.batch import ScheduledRequest, SchedulerOutput
-    from controlplane.engine.sampling_params import SamplingParams
+    from engine.batch import ScheduledRequest, SchedulerOutput
+    from engine.sampling_params import SamplingParams
 
     runner, bs = engine.runner, engine.cache_config.block_size
     n_blocks = -(-SWAP_CONTEXT_TOKENS // bs)

@@ -32,8 +32,8 @@ NUM_CONCURRENT = 32
 def _build_engine(model_path: str | None):
     from backends.checkpoint import load_checkpoint
     from backends.jax import JaxModelRunner
-    from controlplane.engine.config import CacheConfig, SchedulerConfig
-    from controlplane.engine.llm_engine import LLMEngine
+    from engine.config import CacheConfig, SchedulerConfig
+    from engine.llm_engine import LLMEngine
 
     checkpoint = load_checkpoint(model_path)
     t0 = time.perf_counter()
@@ -47,7 +47,7 @@ def _build_engine(model_path: str | None):
 
 
 def _batch1(engine, n_out: int, seed: int) -> dict:
-    from controlplane.engine.sampling_params import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
     prompt = synthetic_prompt_ids(BATCH1_PROMPT, engine.tokenizer.vocab_size, seed=seed)
@@ -64,7 +64,7 @@ def _batch1(engine, n_out: int, seed: int) -> dict:
 
 
 def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
-    from controlplane.engine.sampling_params import SamplingParams
+    from engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
     vocab = engine.tokenizer.vocab_size

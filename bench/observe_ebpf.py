@@ -31,9 +31,10 @@ import time
 import zmq
 
 from bench.stats import format_table, percentile
+from engine.sampling_params import SamplingParams
 from observe.ebpf.probe import ZooProbe
 from transport.codec import decode, encode
-from transport.messages import CancelRequest, GenerateRequest, Sampling, TokenChunk
+from transport.messages import CancelRequest, GenerateRequest, TokenChunk
 
 TARGET_RATIO = 0.95
 NODE_ID = "bench-agent"
@@ -84,7 +85,11 @@ def _block(sock: zmq.Socket, num: int, prefix: str) -> tuple[float, list[int], l
     t0 = time.perf_counter()
     for i in range(num):
         msg = GenerateRequest(
-            request_id=f"{prefix}-{i:07d}", prompt_token_ids=prompt, sampling=Sampling(), arrival_ns=0, routed_ns=0
+            request_id=f"{prefix}-{i:07d}",
+            prompt_token_ids=prompt,
+            sampling=SamplingParams(),
+            arrival_ns=0,
+            routed_ns=0,
         )
         msg.sent_ns = time.monotonic_ns()
         sock.send_multipart([ident, *encode(msg)])

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+from engine.sampling_params import SamplingParams
+from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
 
 class FrontendError(Exception):
@@ -35,7 +36,7 @@ class Frontend(Protocol):
         prompt: str | None = None,
         messages: list[ChatMessage] | None = None,
         prompt_token_ids: list[int] | None = None,
-        sampling: Sampling,
+        sampling: SamplingParams,
         traffic_class: str = "default",
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.

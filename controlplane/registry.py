@@ -35,8 +35,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from controlplane.engine.clock import Clock
 from controlplane.router.policy import ClusterSnapshot, NodeView
+from engine.clock import Clock
 from transport.messages import LoadReport, NodeHello
 
 

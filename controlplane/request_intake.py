@@ -1,12 +1,15 @@
 """Request intake: a client's ClientGenerate → its tokens and the node to serve it, or a refusal.
 
-    ClientGenerate ─► request id ─► model ─► sampling ─► tokens (chat template for ``messages``)
+    ClientGenerate ─► request id ─► model ─► tokens (chat template for ``messages``, engine/prompt.py checks)
                    ─► live nodes of its cell ─► fits the longest context? ─► policy.choose ─► admission.check
                    ─► Placement(node_id, route, token_ids)
 
+The sampling parameters arrive validated (``SamplingParams`` validates itself when built or decoded).
 Any step may refuse with an ErrorReply (INVALID_REQUEST, UNKNOWN_MODEL, NO_NODE, PROMPT_TOO_LONG,
-OVERLOADED); the first refusal wins. Synchronous and without I/O: the actor sends the GenerateRequest
-and records a placement (``policy.on_routed``, ``registry.on_routed``) only once it is sent.
+OVERLOADED) whose ``param`` names the request field at fault, if any; the first refusal wins.
+Synchronous and without I/O: the control-plane actor and the fleet simulator (sim/des.py) both place
+requests here, then send the request and record the placement (``policy.on_routed``,
+``registry.on_routed``) once it is sent.
 """
 
 from __future__ import annotations
@@ -14,15 +17,12 @@ from __future__ import annotations
 from collections.abc import Container
 from dataclasses import dataclass
 
-from controlplane.engine.llm_engine import EngineTokenizer
-from controlplane.engine.sampling_params import SamplingParamsError
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
-from controlplane.sampling_wire import sampling_params_from_wire
+from engine.llm_engine import EngineTokenizer
+from engine.prompt import PromptError, PromptTooLongError, check_prompt_length, check_token_ids
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
-
-_INVALID_SAMPLING = "invalid sampling parameter "
 
 
 @dataclass(slots=True, frozen=True)
@@ -49,8 +49,10 @@ def place_request(
     ``inflight``: request ids in flight (a reused one is refused)."""
     rid = msg.request_id
 
-    def refuse(code: ErrorCode, message: str, retry_after_s: float | None = None) -> ErrorReply:
-        return ErrorReply(request_id=rid, code=code, message=message, retry_after_s=retry_after_s)
+    def refuse(
+        code: ErrorCode, message: str, retry_after_s: float | None = None, param: str | None = None
+    ) -> ErrorReply:
+        return ErrorReply(request_id=rid, code=code, message=message, retry_after_s=retry_after_s, param=param)
 
     if not rid:
         return refuse(ErrorCode.INVALID_REQUEST, "request_id must not be empty")
@@ -60,32 +62,26 @@ def place_request(
         return refuse(ErrorCode.NO_NODE, "no node is serving", retry_after_s=1.0)
     model = msg.model or model_names[0]
     if model not in model_names:
-        return refuse(ErrorCode.UNKNOWN_MODEL, f"the model {model!r} is not served (served: {model_names})")
-    try:
-        params = sampling_params_from_wire(msg.sampling)
-    except SamplingParamsError as e:
-        return refuse(ErrorCode.INVALID_REQUEST, f"{_INVALID_SAMPLING}{e}")
+        served = f"the model {model!r} is not served (served: {model_names})"
+        return refuse(ErrorCode.UNKNOWN_MODEL, served, param="model")
     try:
         token_ids = tokenize(tokenizer, msg)
-    except ValueError as e:
-        return refuse(ErrorCode.INVALID_REQUEST, str(e))
+    except PromptError as e:
+        return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
     cell = router.cell_for(msg.traffic_class)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
     if not snapshot.nodes:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     num_prompt_tokens = len(token_ids)
-    longest = max(v.max_model_len for v in snapshot.nodes)
-    if num_prompt_tokens >= longest:
-        return refuse(
-            ErrorCode.PROMPT_TOO_LONG,
-            f"the prompt has {num_prompt_tokens} tokens; the longest context served is {longest} tokens "
-            "(prompt + output)",
-        )
+    try:
+        check_prompt_length(num_prompt_tokens, max(v.max_model_len for v in snapshot.nodes))
+    except PromptTooLongError as e:
+        return refuse(ErrorCode.PROMPT_TOO_LONG, f"{e} on the longest context served", param=e.param)
     route = RouteRequest(
         request_id=rid,
         model=model,
         num_prompt_tokens=num_prompt_tokens,
-        max_tokens=params.max_tokens,
+        max_tokens=msg.sampling.max_tokens,
         block_hashes=prompt_block_hashes(token_ids, snapshot.nodes[0].block_size),
         traffic_class=msg.traffic_class,
     )
@@ -101,33 +97,22 @@ def place_request(
 
 
 def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
-    """The prompt's token ids from exactly one of prompt / messages / prompt_token_ids; ValueError saying
-    what is wrong (none or several given, ids out of the vocabulary, empty)."""
+    """The prompt's token ids from exactly one of prompt / messages / prompt_token_ids; PromptError saying
+    what is wrong (none or several given, ids out of the vocabulary, empty) and naming the field."""
     given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
     if sum(given) != 1:
-        raise ValueError("exactly one of prompt, messages, prompt_token_ids must be given")
+        raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
     if msg.prompt_token_ids is not None:
-        token_ids = msg.prompt_token_ids
-        vocab = tokenizer.vocab_size
-        bad = [t for t in token_ids if not 0 <= t < vocab]
-        if bad:
-            raise ValueError(f"prompt token ids out of range [0, {vocab}): {bad[:5]}")
+        token_ids, param = msg.prompt_token_ids, "prompt_token_ids"
     elif msg.messages is not None:
         if not msg.messages:
-            raise ValueError("messages must not be empty")
+            raise PromptError("messages must not be empty", "messages")
         rendered = tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in msg.messages])
-        token_ids = tokenizer.encode(rendered)
+        token_ids, param = tokenizer.encode(rendered), "messages"
     else:
-        token_ids = tokenizer.encode(msg.prompt)
-    if not token_ids:
-        raise ValueError("the prompt is empty")
+        token_ids, param = tokenizer.encode(msg.prompt), "prompt"
+    try:
+        check_token_ids(token_ids, tokenizer.vocab_size)
+    except PromptError as e:
+        raise PromptError(str(e), param) from None
     return token_ids
-
-
-def refused_param(error: ErrorReply) -> str | None:
-    """The request field a refusal is about (for an OpenAI error's ``param``), None when it names none."""
-    if error.code is ErrorCode.INVALID_REQUEST and error.message.startswith(_INVALID_SAMPLING):
-        return error.message.removeprefix(_INVALID_SAMPLING).split(":", 1)[0]
-    if error.code is ErrorCode.UNKNOWN_MODEL:
-        return "model"
-    return None

@@ -23,11 +23,10 @@ from dataclasses import dataclass
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
 
-from controlplane.actors.link import Link
-from controlplane.actors.runtime import MailboxFull
 from controlplane.frontend import FrontendError
 from controlplane.node_latency import NodeLatency
-from controlplane.request_intake import refused_param
+from transport.actor import MailboxFull
+from transport.link import Link
 from transport.messages import CancelRequest, ClientGenerate, Envelope, ErrorCode, ErrorReply, TokenChunk
 
 log = logging.getLogger(__name__)
@@ -72,7 +71,7 @@ async def local_stream(
     if error is not None:
         send.close()
         receive.close()
-        raise FrontendError(error.code, error.message, error.retry_after_s, refused_param(error))
+        raise FrontendError(error.code, error.message, error.retry_after_s, error.param)
     finished = False
     try:
         with receive:

@@ -28,17 +28,18 @@ from collections.abc import AsyncIterator
 import anyio
 import zmq.asyncio
 
-from controlplane.actors.link import Link, Outgoing
-from controlplane.actors.runtime import Actor, MailboxFull
 from controlplane.control_plane_config import ControlPlaneConfig
-from controlplane.engine.clock import Clock, MonotonicClock
-from controlplane.engine.llm_engine import EngineTokenizer
 from controlplane.fleet_stats import FleetStats
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_intake import place_request
 from controlplane.request_table import Inflight, RequestTable, ZmqConsumer, local_stream
 from controlplane.router.policies import make_policy
+from engine.clock import Clock, MonotonicClock
+from engine.llm_engine import EngineTokenizer
+from engine.sampling_params import SamplingParams
+from transport.actor import Actor, MailboxFull
 from transport.dispatch import Dispatcher, Incoming
+from transport.link import Link, Outgoing
 from transport.messages import (
     CancelRequest,
     ChatMessage,
@@ -55,7 +56,6 @@ from transport.messages import (
     Ping,
     Pong,
     ProbeSnapshot,
-    Sampling,
     TokenChunk,
     Welcome,
 )
@@ -132,6 +132,7 @@ class ControlPlane(Actor):
             },
             reply=self._reply_client,
             name="control plane (clients)",
+            on_invalid=self._refuse_invalid,
         )
 
     # -- life cycle -------------------------------------------------------------------------------
@@ -242,7 +243,7 @@ class ControlPlane(Actor):
         prompt: str | None = None,
         messages: list[ChatMessage] | None = None,
         prompt_token_ids: list[int] | None = None,
-        sampling: Sampling,
+        sampling: SamplingParams,
         traffic_class: str = "default",
     ) -> AsyncIterator[TokenChunk]:
         msg = ClientGenerate(
@@ -262,9 +263,12 @@ class ControlPlane(Actor):
         """Validate, route and send one request; an ErrorReply when it is refused."""
         error = self._route(msg, consumer, arrival_ns)
         if error is not None:
-            self.counters["refused"] += 1
-            self.refused[error.code] += 1
+            self._count_refusal(error)
         return error
+
+    def _count_refusal(self, error: ErrorReply) -> None:
+        self.counters["refused"] += 1
+        self.refused[error.code] += 1
 
     def _route(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
         placed = place_request(
@@ -431,6 +435,11 @@ class ControlPlane(Actor):
         self._notify()
 
     def _reply_client(self, peer: bytes | None, reply: ErrorReply) -> None:
+        self._clients.send_nowait(reply, peer)
+
+    def _refuse_invalid(self, peer: bytes | None, reply: ErrorReply) -> None:
+        """A request whose decoding found an invalid field (a sampling parameter): refused like any other."""
+        self._count_refusal(reply)
         self._clients.send_nowait(reply, peer)
 
     def _on_client_undeliverable(self, item: Outgoing, why: str) -> None:

@@ -18,8 +18,8 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from controlplane.agent import EngineObservation
-from controlplane.engine.scheduler_stats import SchedulerStats
+from agent.node_core import EngineObservation
+from engine.scheduler_stats import SchedulerStats
 from observe import metrics_names as m
 from observe.exporter import PrometheusExporter, SnapshotCollector
 from transport.messages import NodeHello

@@ -22,8 +22,8 @@ import anyio
 import zmq
 import zmq.asyncio
 
-from controlplane.actors.runtime import Actor
 from observe.latency_window import EbpfFigures, LatencyWindows
+from transport.actor import Actor
 from transport.codec import WireError, decode
 from transport.messages import FleetStats, NodeStats
 from transport.sockets import RECONNECT_IVL_MAX_MS, RECONNECT_IVL_MS, Channel

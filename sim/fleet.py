@@ -2,7 +2,7 @@
 
 A fleet serves one model. Its nodes are grouped in **cells**: a cell is a pool of nodes that serves some
 traffic classes (requests carry a class; a class no cell lists may go to any node). A pool is ``count``
-nodes of one GPU profile (controlplane/hardware.py), each ``tp`` GPUs wide::
+nodes of one GPU profile (backends/gpu_table.py), each ``tp`` GPUs wide::
 
     name = "zoo"
     model = "sim:llama-3-8b"             # backends/sim/model_shapes.py
@@ -27,8 +27,12 @@ from pathlib import Path
 
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import NodeHardware, StepCostModel, num_kv_blocks, saturation_throughput_req_per_s
+from backends.sim.engine import build_sim_engine
 from backends.sim.model_shapes import kv_bytes_per_token, sim_model
-from controlplane.engine.config import CacheConfig, PreemptionMode, SchedulerConfig
+from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S
+from engine.clock import Clock
+from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
+from engine.llm_engine import LLMEngine
 
 FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
 
@@ -118,6 +122,30 @@ class Fleet:
     def capacity_req_per_s(self, mean_prompt_tokens: float, mean_output_tokens: float) -> float:
         """The fleet's capacity for mean-sized requests: the sum over its nodes."""
         return sum(self.node_capacity_req_per_s(n, mean_prompt_tokens, mean_output_tokens) for n in self.nodes)
+
+    def node_engine(
+        self,
+        node: NodeSpec,
+        *,
+        clock: Clock | None = None,
+        realtime: bool = False,
+        max_catch_up_s: float = DEFAULT_MAX_CATCH_UP_S,
+    ) -> LLMEngine:
+        """The engine of ``node`` with this fleet's settings: paced in real time (a simulated agent) or
+        predicting step times on ``clock`` without text (the fleet simulator)."""
+        hardware = node.hardware
+        return build_sim_engine(
+            self.model.name,
+            hardware.profile,
+            hardware.tp,
+            scheduler_config=self.engine.scheduler_config(self.model),
+            cache_config=self.engine.cache_config(self.model, hardware),
+            keep_cache_blocks=True,
+            realtime=realtime,
+            max_catch_up_s=max_catch_up_s,
+            clock=clock,
+            detokenize=realtime,
+        )
 
     def describe(self) -> str:
         parts = []

@@ -2,8 +2,8 @@
 
     real time     ControlPlane actor (real ROUTER sockets, registry, policy, admission)
                     ▲ ZeroMQ            ▲ ZeroMQ
-                  AsyncZooClient      NodeAgents (zoo/sim_agents.py; in this process, each with its own engine
-                  replays the trace    thread, or all in one child process ``python -m zoo.sim_agents``)
+                  AsyncZooClient      NodeAgents (sim/sim_agents.py; in this process, each with its own engine
+                  replays the trace    thread, or all in one child process ``python -m sim.sim_agents``)
                   at its arrival       whose SimModelRunner sleeps each step's predicted time
                   times; TTFT/TPOT
                   measured here
@@ -36,13 +36,13 @@ import anyio
 import numpy as np
 
 from backends.sim.engine import SimTokenizer
+from client import AsyncZooClient
 from controlplane.admission import AdmissionConfig
 from controlplane.server import ControlPlane, ControlPlaneConfig
 from sim.des import FleetSimulator, NodeResult, RequestRecord, SimResult, default_router_config
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
+from sim.sim_agents import serve_sim_agents
 from sim.workload import PromptFactory, Workload
-from zoo.client import AsyncZooClient
-from zoo.sim_agents import serve_sim_agents
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TWIN_PERCENTILES = (50, 99)
@@ -64,7 +64,7 @@ async def run_realtime_async(
 ) -> SimResult:
     """Replay ``workload`` through a real control plane and simulated agents; records timed at the client.
 
-    agents_in_process False: the agents run in one child process (``python -m zoo.sim_agents --fleet
+    agents_in_process False: the agents run in one child process (``python -m sim.sim_agents --fleet
     fleet_path``), so they do not share this process's GIL with the control plane and the client.
     """
     model = fleet.model
@@ -95,7 +95,7 @@ async def run_realtime_async(
                     if fleet_path is None:
                         raise ValueError("agents in a child process need fleet_path (a TOML file or bundled name)")
                     child = subprocess.Popen(
-                        [sys.executable, "-m", "zoo.sim_agents", "--fleet", fleet_path, "--control", cp.agent_endpoint],
+                        [sys.executable, "-m", "sim.sim_agents", "--fleet", fleet_path, "--control", cp.agent_endpoint],
                         cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, text=True,
                         env={**os.environ, "PYTHONUNBUFFERED": "1"},
                     )  # fmt: skip
@@ -280,13 +280,13 @@ def run_twin(
 
 
 def run_realtime_sim(args) -> int:
-    """``zoo sim --realtime`` (the namespace of zoo/sim_cli.py ``add_sim_args`` plus ``add_realtime_args``):
+    """``zoo sim --realtime`` (the namespace of sim/cli.py ``add_sim_args`` plus ``add_realtime_args``):
     the trace slice through a real control plane and simulated agents, then the same slice in virtual time,
     and the twin comparison per policy. Refuses ``--sweep`` (a sweep in real time is hours)."""
     import json
 
+    from sim.cli import all_policies, build_workload, scaled
     from sim.report import Slo, dumps, format_table, summarize
-    from zoo.sim_cli import all_policies, build_workload, scaled
 
     if args.sweep:
         print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
@@ -328,12 +328,12 @@ def run_realtime_sim(args) -> int:
 
 
 def add_realtime_args(parser) -> None:
-    """The flags ``zoo sim --realtime`` adds to zoo/sim_cli.py ``add_sim_args``."""
+    """The flags ``zoo sim --realtime`` adds to sim/cli.py ``add_sim_args``."""
     parser.add_argument("--realtime", action="store_true", help="run the slice in real time and compare")
     parser.add_argument(
         "--agents-in-process",
         action="store_true",
-        help="simulated agents in this process (default: one child process, python -m zoo.sim_agents)",
+        help="simulated agents in this process (default: one child process, python -m sim.sim_agents)",
     )
     parser.add_argument("--realtime-timeout", type=float, default=600.0, help="wall seconds before giving up")
 
@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m sim.realtime --fleet examples/twin_fleet.toml --trace conv --load 0.6 --policy round_robin``."""
     import argparse
 
-    from zoo.sim_cli import add_sim_args
+    from sim.cli import add_sim_args
 
     parser = argparse.ArgumentParser(prog="python -m sim.realtime", description=__doc__.splitlines()[0])
     add_sim_args(parser)

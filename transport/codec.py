@@ -1,7 +1,8 @@
 """Encode and decode wire messages (see transport/messages.py for the frame layout).
 
 ``decode`` never raises anything but ``WireError``: a peer's garbage becomes an error code that
-the caller counts and, where a reply is possible, answers with an ``ErrorReply``.
+the caller counts and, where a reply is possible, answers with an ``ErrorReply``. Decoding validates:
+a well-formed message with an invalid sampling parameter is INVALID_REQUEST and names the field.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 
 import msgspec
 
+from engine.sampling_params import SamplingParamsError
 from transport.messages import (
     MAX_PAYLOAD_BYTES,
     MAX_TENSOR_BYTES,
@@ -27,11 +29,12 @@ Frame = bytes | bytearray | memoryview
 class WireError(Exception):
     """A message that cannot be accepted. ``request_id`` is filled when it could be read."""
 
-    def __init__(self, code: ErrorCode, message: str, request_id: str = "") -> None:
+    def __init__(self, code: ErrorCode, message: str, request_id: str = "", param: str | None = None) -> None:
         super().__init__(f"{code.value}: {message}")
         self.code = code
         self.message = message
         self.request_id = request_id
+        self.param = param
 
 
 class _Header(msgspec.Struct):
@@ -83,6 +86,11 @@ def decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
         raise WireError(ErrorCode.UNKNOWN_TYPE, f"unknown message type {type_frame[0]}", header.request_id) from None
     try:
         msg = _decoders[msg_type].decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+    except msgspec.ValidationError as e:
+        cause = e.__cause__
+        if isinstance(cause, SamplingParamsError):  # well-formed, but a sampling parameter is out of range
+            raise WireError(ErrorCode.INVALID_REQUEST, str(cause), header.request_id, cause.field) from None
+        raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {e}", header.request_id) from None
+    except msgspec.DecodeError as e:
         raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {e}", header.request_id) from None
     return msg, tensor_frames

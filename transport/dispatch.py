@@ -1,6 +1,8 @@
 """``{type: handler}`` dispatch of received messages, with rejection counting and error replies.
 
     Received ─► decode ─┬─ WireError ──────────► count[code], reply ErrorReply(code)   (where possible)
+                        ├─ INVALID_REQUEST ────► on_invalid(peer, ErrorReply) when given (a refused request,
+                        │                        not a malformed message); else as any WireError
                         ├─ no handler for type ─► count[UNKNOWN_TYPE], reply ErrorReply
                         └─ handler(Incoming) ──┬─ ok
                                                └─ raises ─► log, count[INTERNAL], reply ErrorReply(INTERNAL)
@@ -34,21 +36,30 @@ class Incoming:
 
 
 Handler = Callable[[Incoming], None]
-Reply = Callable[[bytes | None, ErrorReply], None]
+ReplyFn = Callable[[bytes | None, ErrorReply], None]
 
 
 class Dispatcher:
     """Routes each decoded message to the handler registered for its struct type.
 
     ``reply`` sends an ErrorReply back to the peer (None: no reply is possible on this socket).
+    ``on_invalid`` takes a well-formed message with an invalid field (a sampling parameter out of range)
+    instead of ``reply``, so the owner can count it as a refused request.
     ``rejected`` counts refused messages by ErrorCode (malformed, oversized, unknown type, wrong
     version, internal); ``received`` counts accepted ones by struct name. Plain dicts: an exporter in
     observe/ publishes them.
     """
 
-    def __init__(self, handlers: Mapping[type[Envelope], Handler], reply: Reply | None = None, name: str = "") -> None:
+    def __init__(
+        self,
+        handlers: Mapping[type[Envelope], Handler],
+        reply: ReplyFn | None = None,
+        name: str = "",
+        on_invalid: ReplyFn | None = None,
+    ) -> None:
         self._handlers = dict(handlers)
         self._reply = reply
+        self._on_invalid = on_invalid
         self.name = name
         self.rejected: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
         self.received: dict[str, int] = {cls.__name__: 0 for cls in self._handlers}
@@ -57,7 +68,11 @@ class Dispatcher:
         try:
             msg, tensor_frames = decode(received.frames)
         except WireError as e:
-            self._reject(received.peer, e.code, e.message, e.request_id)
+            if e.code is ErrorCode.INVALID_REQUEST and self._on_invalid is not None:
+                error = ErrorReply(request_id=e.request_id, code=e.code, message=e.message, param=e.param)
+                self._on_invalid(received.peer, error)
+            else:
+                self._reject(received.peer, e.code, e.message, e.request_id, e.param)
             return
         handler = self._handlers.get(type(msg))
         if handler is None:
@@ -77,13 +92,15 @@ class Dispatcher:
                 received.peer, ErrorCode.INTERNAL, f"internal error handling {type(msg).__name__}", msg.request_id
             )
 
-    def _reject(self, peer: bytes | None, code: ErrorCode, message: str, request_id: str) -> None:
+    def _reject(
+        self, peer: bytes | None, code: ErrorCode, message: str, request_id: str, param: str | None = None
+    ) -> None:
         self.rejected[code] += 1
         log.debug("%s: rejected a message from %r: %s: %s", self.name, peer, code.value, message)
         if self._reply is None:
             return
         try:
-            self._reply(peer, ErrorReply(request_id=request_id, code=code, message=message))
+            self._reply(peer, ErrorReply(request_id=request_id, code=code, message=message, param=param))
         except Exception:  # the reply path failing (full outbox) must not end the loop either
             log.exception("%s: could not send an ErrorReply", self.name)
 

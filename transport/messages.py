@@ -23,6 +23,8 @@ from typing import Any
 
 import msgspec
 
+from engine.sampling_params import SamplingParams
+
 PROTOCOL_VERSION = 1
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024  # a payload larger than this is rejected unread
 MAX_TENSOR_BYTES = 512 * 1024 * 1024
@@ -111,7 +113,7 @@ class NodeHello(Envelope, kw_only=True):
     hardware: HardwareInfo
     kv: KVInfo
     max_model_len: int
-    power_score: float  # relative serving power (see controlplane/hardware.py); higher is stronger
+    power_score: float  # relative serving power (see backends/gpu_table.py); higher is stronger
     cell: str = "default"
     pid: int = 0
 
@@ -153,20 +155,6 @@ class NodeLeave(Envelope, kw_only=True):
 # --------------------------------------------------------------------------- requests
 
 
-class Sampling(msgspec.Struct, frozen=True, kw_only=True):
-    """SamplingParams on the wire (validated into SamplingParams by the receiver)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    max_tokens: int = 16
-    stop: list[str] = []
-    stop_token_ids: list[int] = []
-    ignore_eos: bool = False
-    logprobs: int | None = None
-
-
 class ChatMessage(msgspec.Struct, frozen=True):
     role: str
     content: str
@@ -179,7 +167,7 @@ class ClientGenerate(Envelope, kw_only=True):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     prompt_token_ids: list[int] | None = None
-    sampling: Sampling = Sampling()
+    sampling: SamplingParams = SamplingParams()  # validated when decoded (engine/sampling_params.py)
     traffic_class: str = "default"  # picks the cell
 
 
@@ -187,7 +175,7 @@ class GenerateRequest(Envelope, kw_only=True):
     """Control plane → agent: tokenized, validated, routed."""
 
     prompt_token_ids: list[int]
-    sampling: Sampling
+    sampling: SamplingParams
     arrival_ns: int  # when the control plane received it (queue wait starts here)
     routed_ns: int  # when the router decided
 
@@ -214,6 +202,7 @@ class ErrorReply(Envelope, kw_only=True):
     code: ErrorCode
     message: str
     retry_after_s: float | None = None
+    param: str | None = None  # the request field the error is about (an OpenAI error's ``param``)
 
 
 class Ping(Envelope, kw_only=True):

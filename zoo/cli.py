@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
-from controlplane.engine.config import BACKENDS, CacheConfig, EngineConfig, SchedulerConfig
-from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
+from engine.config import BACKENDS, CacheConfig, EngineConfig, SchedulerConfig
+from engine.sampling_params import SamplingParams, SamplingParamsError
 
 
 def _add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -51,7 +51,7 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from zoo.engine_builder import build_engine
+    from backends.builder import build_engine
 
     params = _sampling_from_args(args)
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
@@ -164,8 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     u.set_defaults(func=cmd_up)
 
     from observe.ebpf import add_probe_args, run_probe
+    from sim.cli import add_sim_args, run_sim
     from tui.cli import add_top_args, run_top
-    from zoo.sim_cli import add_sim_args, run_sim
 
     pr = sub.add_parser("probe", help="eBPF (root): hop latency and engine CPU histograms of the local zoo")
     add_probe_args(pr)

@@ -83,7 +83,7 @@ def _load() -> None:
 
 
 async def _drive(lengths: list[tuple[int, int]]) -> list[dict]:
-    from zoo.client import AsyncZooClient, ZooError
+    from client import AsyncZooClient, ZooError
 
     records: list[dict] = []
     limiter = anyio.Semaphore(LOAD_CONCURRENCY)

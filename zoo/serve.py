@@ -10,7 +10,7 @@
 A simulated agent (``--backend sim``) is a real agent — real sockets, engine thread, scheduler and KV
 manager — whose runner sleeps each step's predicted time on ``--tp`` x ``--gpu-profile`` GPUs; its hello
 says backend "sim" and that hardware (datasheet x tp); it serves a ``sim:*`` model, whose tokenizer the
-control plane gets with ``zoo controlplane --model sim:NAME``. Several in one process: zoo/sim_agents.py.
+control plane gets with ``zoo controlplane --model sim:NAME``. Several in one process: sim/sim_agents.py.
 
 Metrics: the control plane serves /metrics on its HTTP port and publishes FleetStats on --stats-listen
 (``zoo top`` subscribes); an agent serves its own /metrics on --metrics-port (off unless given; 0 picks a
@@ -28,101 +28,20 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
-import time
 from collections.abc import Sequence
 
 import anyio
 
-from controlplane.engine.batch import RunnerOutput, SchedulerOutput
-from controlplane.engine.config import SIM_PREFIX
-from controlplane.engine.model_runner import KVCacheSpec
+from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
+from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
+from transport.process import configure_logging, stop_on_signal
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 
 log = logging.getLogger(__name__)
 
 DEFAULT_HTTP = "127.0.0.1:8000"
-FAKE_MODEL_NAME = "fake-bytes"
-
-
-# --------------------------------------------------------------------------- a trivial backend (tests, benchmarks)
-
-
-class ByteTokenizer:
-    """UTF-8 bytes as tokens (id = byte + 3; 0 pad, 1 bos, 2 eos). Loads in no time; no chat template beyond
-    ``role: content`` lines."""
-
-    vocab_size = 259
-    eos_token_id = 2
-    bos_token_id = 1
-
-    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
-        return [b + 3 for b in text.encode("utf-8")]
-
-    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return bytes(i - 3 for i in ids if i >= 3).decode("utf-8", errors="replace")
-
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
-        return text + ("assistant: " if add_generation_prompt else "")
-
-
-class TrivialRunner:
-    """Samples ``token_id`` ("z" by default) for every request that samples, optionally after a fixed step
-    time (its stand-in for compute, spent in the engine thread). Never samples EOS: requests run to
-    ``max_tokens``."""
-
-    def __init__(self, token_id: int = ord("z") + 3, step_s: float = 0.0, max_model_len: int = 4096) -> None:
-        self.token_id = token_id
-        self.step_s = step_s
-        self._max_model_len = max_model_len
-
-    @property
-    def max_model_len(self) -> int:
-        return self._max_model_len
-
-    def kv_bytes_per_block(self, block_size: int) -> int:
-        return 64 * block_size
-
-    def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
-        pass
-
-    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
-        start = time.perf_counter()
-        if self.step_s > 0:
-            time.sleep(self.step_s)
-        sampled = {r.req_id: [self.token_id] for r in batch.requests if r.sample}
-        return RunnerOutput(sampled_token_ids=sampled, step_time_s=time.perf_counter() - start)
-
-
-def build_trivial_engine(step_s: float = 0.0, num_device_blocks: int = 4096, max_num_seqs: int = 256):
-    from controlplane.engine.config import CacheConfig, SchedulerConfig
-    from controlplane.engine.llm_engine import LLMEngine
-
-    runner = TrivialRunner(step_s=step_s)
-    return LLMEngine(
-        runner,
-        ByteTokenizer(),
-        SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=max_num_seqs, max_model_len=runner.max_model_len),
-        CacheConfig(block_size=16, num_device_blocks=num_device_blocks, num_host_blocks=0),
-    )
-
-
-def cpu_test_hardware(gpu_type: str = "cpu"):
-    """A fixed HardwareInfo for fake agents (no measurement)."""
-    from transport.messages import HardwareInfo
-
-    return HardwareInfo(
-        device_name="fake cpu",
-        gpu_type=gpu_type,
-        compute_capability=None,
-        memory_gib=8.0,
-        memory_bandwidth_gbps=20.0,
-        peak_tflops=0.5,
-        source="fake",
-    )
 
 
 # --------------------------------------------------------------------------- zoo controlplane
@@ -151,8 +70,8 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
 
 
 def controlplane_from_args(args: argparse.Namespace):
+    from agent.node_agent import served_model_name
     from controlplane.admission import AdmissionConfig
-    from controlplane.agent import served_model_name
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
 
@@ -182,7 +101,7 @@ def controlplane_from_args(args: argparse.Namespace):
 
 
 def run_controlplane(args: argparse.Namespace) -> int:
-    _configure_logging()
+    configure_logging()
     cp = controlplane_from_args(args)
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
@@ -196,7 +115,7 @@ async def _serve_controlplane(cp, http: str | None, stats_listen: str | None = N
     exporter = ControlPlaneExporter(cp.stats)
     observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        tg.start_soon(stop_on_signal, tg.cancel_scope)
         await tg.start(cp.run)
         print(f"control plane: agents {cp.agent_endpoint}, clients {cp.client_endpoint}", flush=True)
         if stats_listen is not None:
@@ -235,14 +154,6 @@ async def _serve_http(cp, host: str, port: int, metrics_app=None, *, task_status
     raise RuntimeError(f"the HTTP server on {host}:{port} stopped")
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("%s: shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
-
-
 # --------------------------------------------------------------------------- zoo agent
 
 
@@ -267,7 +178,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
 
 
 def agent_from_args(args: argparse.Namespace):
-    from controlplane.agent import AgentConfig, NodeAgent, default_node_id
+    from agent.node_agent import AgentConfig, NodeAgent, default_node_id
 
     node_id = args.node_id or default_node_id()
     hardware = None
@@ -299,9 +210,8 @@ def agent_from_args(args: argparse.Namespace):
 
 def sim_engine_config_from_args(args: argparse.Namespace):
     """``--backend sim``: the EngineConfig and what the hello says about the simulated hardware (x tp)."""
-    from backends.sim.cost_model import NodeHardware
-    from controlplane.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-    from sim.des import node_hardware_info
+    from backends.sim.cost_model import NodeHardware, node_hardware_info
+    from engine.config import CacheConfig, EngineConfig, SchedulerConfig
 
     if args.gpu_profile is None:
         raise ValueError("--backend sim needs --gpu-profile (the simulated GPU, e.g. l4, a100-80gb, h100-sxm)")
@@ -319,7 +229,7 @@ def sim_engine_config_from_args(args: argparse.Namespace):
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    _configure_logging()
+    configure_logging()
     agent = agent_from_args(args)
     if agent.exporter is not None:
         print(f"metrics: {agent.exporter.serve(args.metrics_host, args.metrics_port)}", flush=True)
@@ -332,17 +242,13 @@ def run_agent(args: argparse.Namespace) -> int:
 
 async def _serve_agent(agent) -> int:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        tg.start_soon(stop_on_signal, tg.cancel_scope)
         await tg.start(agent.run)
         print(
             f"agent {agent.config.node_id}: serving {agent.model_name}, control plane {agent.control_endpoint}",
             flush=True,
         )
     return 0
-
-
-def _configure_logging() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

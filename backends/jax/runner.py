@@ -32,8 +32,8 @@ from backends.jax.buckets import BucketPolicy, CompileCounter
 from backends.jax.kv_cache import PagedKVCache
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
 from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
-from controlplane.engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
-from controlplane.engine.model_runner import KVCacheSpec
+from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from engine.model_runner import KVCacheSpec
 
 
 def resolve_device(device: str | jax.Device) -> jax.Device:

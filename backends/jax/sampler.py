@@ -33,8 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from backends.jax.buckets import next_pow2
-from controlplane.engine.batch import TokenLogprob
-from controlplane.engine.sampling_params import MAX_LOGPROBS, SamplingParams
+from engine.batch import TokenLogprob
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 
 NUM_CANDIDATES = 256
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from backends.checkpoint.model_config import ModelConfig
+from backends.gpu_table import GPU_TABLE
 from backends.sim.cost_model import (
     BYTES_PER_VALUE,
     FITTED_EFFICIENCY,
@@ -30,7 +31,6 @@ from backends.sim.cost_model import (
     linear_shapes,
 )
 from backends.sim.model_shapes import sim_model
-from controlplane.hardware import GPU_TABLE
 
 CSV_GPU = {"a100": "a100-80gb", "h100": "h100-sxm"}
 LINEAR_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")

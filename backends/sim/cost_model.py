@@ -32,8 +32,9 @@ import math
 from dataclasses import dataclass, replace
 
 from backends.checkpoint.model_config import ModelConfig
+from backends.gpu_table import GPU_TABLE, GpuSpec
 from backends.sim.model_shapes import kv_bytes_per_token, weight_bytes
-from controlplane.hardware import GPU_TABLE, GpuSpec
+from transport.messages import HardwareInfo
 
 BYTES_PER_VALUE = 2  # bf16 weights, activations and KV (fp16 on T4)
 
@@ -196,6 +197,22 @@ class NodeHardware:
     @property
     def gpu(self) -> GpuSpec:
         return GPU_TABLE[self.profile]
+
+
+def node_hardware_info(hardware: NodeHardware) -> HardwareInfo:
+    """What a simulated node says in its hello: the datasheet of one GPU times the TP degree (a TP node is
+    one serving unit with tp x the bandwidth, compute and memory)."""
+    spec = hardware.gpu
+    tp = hardware.tp
+    return HardwareInfo(
+        device_name=f"{tp} x {spec.gpu_type} (simulated)" if tp > 1 else f"{spec.gpu_type} (simulated)",
+        gpu_type=spec.gpu_type,
+        compute_capability=spec.compute_capability,
+        memory_gib=spec.memory_gib * tp,
+        memory_bandwidth_gbps=spec.memory_bandwidth_gbps * tp,
+        peak_tflops=spec.peak_tflops * tp,
+        source=f"profile:{spec.profile}",
+    )
 
 
 def num_kv_blocks(

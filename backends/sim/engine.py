@@ -1,9 +1,10 @@
-"""A simulated node's engine for the real-time path (an agent serving ``sim:*`` models).
+"""A simulated node's engine (an agent serving ``sim:*`` models, or a test on a manual clock).
 
     engine = build_sim_engine("sim:llama-3-8b", "l4", tp=1, scheduler_config=..., realtime=True)
 
-The runner sleeps each step's predicted time; KV blocks follow from the GPU memory (the cache config's
-``num_device_blocks`` is replaced by it unless ``keep_cache_blocks``). ``SimTokenizer`` stands in for a
+In real time the runner keeps the simulated GPU's pace (paced_runner.py); otherwise it only predicts each
+step's time. KV blocks follow from the GPU memory (the cache config's ``num_device_blocks`` is replaced by
+it unless ``keep_cache_blocks``). ``SimTokenizer`` stands in for a
 real tokenizer: one id per whitespace-separated word (a stable hash into the vocabulary), and every
 generated id decodes to the same placeholder word, so no client mistakes the output for text.
 """
@@ -16,10 +17,11 @@ from dataclasses import replace
 
 from backends.sim.cost_model import NodeHardware
 from backends.sim.model_shapes import sim_model
+from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S, PacedRunner
 from backends.sim.runner import SimModelRunner
-from controlplane.engine.clock import Clock
-from controlplane.engine.config import CacheConfig, SchedulerConfig
-from controlplane.engine.llm_engine import LLMEngine
+from engine.clock import Clock
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
 
 PLACEHOLDER = " sim"
 _FIRST_WORD_ID = 10
@@ -53,16 +55,19 @@ def build_sim_engine(
     clock: Clock | None = None,
     gpu_memory_utilization: float = 0.9,
     keep_cache_blocks: bool = False,
+    max_catch_up_s: float = DEFAULT_MAX_CATCH_UP_S,
+    detokenize: bool = True,
 ) -> LLMEngine:
     config = sim_model(model)
-    runner = SimModelRunner(config, NodeHardware(gpu_profile, tp), realtime=realtime)
+    cache_config = cache_config or CacheConfig()
+    runner = SimModelRunner(config, NodeHardware(gpu_profile, tp), block_size=cache_config.block_size)
     scheduler_config = scheduler_config or SchedulerConfig()
     scheduler_config.max_model_len = min(scheduler_config.max_model_len, runner.max_model_len)
-    cache_config = cache_config or CacheConfig()
     if not keep_cache_blocks:
         num_blocks = runner.num_device_blocks(cache_config.block_size, gpu_memory_utilization)
         if num_blocks < 1:
             raise ValueError(f"{config.name} does not fit on {tp} x {gpu_profile}")
         cache_config = replace(cache_config, num_device_blocks=num_blocks)
     tokenizer = SimTokenizer(config.vocab_size, config.eos_token_id)
-    return LLMEngine(runner, tokenizer, scheduler_config, cache_config, clock=clock)
+    paced = PacedRunner(runner, max_catch_up_s) if realtime else runner
+    return LLMEngine(paced, tokenizer, scheduler_config, cache_config, clock=clock, detokenize=detokenize)

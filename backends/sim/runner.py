@@ -16,12 +16,12 @@ from collections.abc import Callable
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
 from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token
-from controlplane.engine.batch import RunnerOutput, SchedulerOutput
-from controlplane.engine.model_runner import KVCacheSpec
+from engine.batch import RunnerOutput, SchedulerOutput
+from engine.model_runner import KVCacheSpec
 
 
 class SimModelRunner:
-    """Implements ``controlplane.engine.model_runner.ModelRunner`` for a simulated model on simulated GPUs."""
+    """Implements ``engine.model_runner.ModelRunner`` for a simulated model on simulated GPUs."""
 
     def __init__(
         self,
@@ -87,6 +87,8 @@ class SimModelRunner:
         )
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        if batch.is_empty:  # only finished requests to forget: no kernel runs, no time passes
+            return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
         start_s = self._monotonic() if self.realtime else 0.0
         step_s = self.predict_step_s(batch)
         token = self.dummy_token_id

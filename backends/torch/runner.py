@@ -28,8 +28,8 @@ from backends.torch.kv_cache import PagedKVCache
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
-from controlplane.engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
-from controlplane.engine.model_runner import KVCacheSpec
+from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from engine.model_runner import KVCacheSpec
 
 
 @dataclass(slots=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from controlplane.engine.batch import TokenLogprob
-from controlplane.engine.sampling_params import SamplingParams
+from engine.batch import TokenLogprob
+from engine.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)

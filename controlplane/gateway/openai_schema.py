@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import msgspec
 
-from controlplane.engine.sampling_params import SamplingParams, SamplingParamsError
 from controlplane.frontend import FrontendError
-from controlplane.sampling_wire import sampling_to_wire
-from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+from engine.sampling_params import SamplingParams, SamplingParamsError
+from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
@@ -85,7 +84,7 @@ class GenerateArgs:
     """One parsed request: exactly one of prompt / messages / prompt_token_ids is set."""
 
     model: str | None
-    sampling: Sampling
+    sampling: SamplingParams
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     prompt_token_ids: list[int] | None = None
@@ -208,7 +207,9 @@ def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
     return ChatMessage(role=role, content="\n".join(texts))
 
 
-def _sampling_of(req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None) -> Sampling:
+def _sampling_of(
+    req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None
+) -> SamplingParams:
     if req.n not in (None, 1):
         raise _invalid("n", f"only n=1 is supported, got {req.n}")
     for name in ("presence_penalty", "frequency_penalty"):
@@ -217,7 +218,7 @@ def _sampling_of(req: _CommonRequest, *, max_tokens: int, max_tokens_param: str,
     if req.logit_bias:
         raise _invalid("logit_bias", "logit_bias is not supported")
     try:
-        params = SamplingParams(
+        return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             top_k=req.top_k or 0,
@@ -234,7 +235,6 @@ def _sampling_of(req: _CommonRequest, *, max_tokens: int, max_tokens_param: str,
             param = "top_logprobs"
         detail = str(exc).removeprefix(f"{exc.field}: ")
         raise _invalid(param, detail) from None
-    return sampling_to_wire(params)
 
 
 # --------------------------------------------------------------------------- responses

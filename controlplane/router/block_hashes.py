@@ -1,7 +1,7 @@
 """The router's view of a prompt's prefix-cache keys.
 
 A node's KV manager names each full block of a sequence by the hash chain of
-``controlplane/engine/kv/block_hash.py``; the router computes the *same* chain from the prompt's token ids
+``engine/kv/block_hash.py``; the router computes the *same* chain from the prompt's token ids
 (same function, same block size, same adapter), so "node X holds block h" in the router's prefix index
 means the block X's prefix cache would look up. Only full blocks get a name, so a prompt of
 ``num_prompt_tokens`` tokens has ``num_prompt_tokens // block_size`` of them.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlplane.engine.kv.block_hash import hash_full_blocks
+from engine.kv.block_hash import hash_full_blocks
 
 
 def prompt_block_hashes(token_ids: Sequence[int], block_size: int, lora_id: int | None = None) -> tuple[int, ...]:

@@ -15,7 +15,7 @@ Threads are known by tid (the tracepoints name the woken / switched-in task by t
 current task's tgid is traced) or created (sched_wakeup_new with a traced parent).
 
 The "loop thread" is the engine loop of an agent (or the event loop of the control plane): by explicit tid,
-else the thread whose name is ``ENGINE_THREAD_NAME`` (``set_thread_name`` in the engine thread sets it),
+else the thread whose name is ``ENGINE_THREAD_NAME`` (agent/engine_thread.py names its thread so),
 else the process's main thread.
 """
 
@@ -27,10 +27,8 @@ import enum
 import os
 from dataclasses import dataclass
 
+from agent.engine_thread import ENGINE_THREAD_NAME
 from observe.ebpf.histogram import HIST_C, Histogram
-
-ENGINE_THREAD_NAME = "zoo-engine"
-_PR_SET_NAME = 15
 
 
 class SchedHist(enum.IntEnum):
@@ -150,12 +148,6 @@ TRACEPOINT_PROBE(sched, sched_switch) {
 }
 """
 )
-
-
-def set_thread_name(name: str = ENGINE_THREAD_NAME) -> None:
-    """Name the calling OS thread (≤ 15 bytes, shown in /proc/<pid>/task/<tid>/comm); Linux only, best effort."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
 
 
 def thread_ids(pid: int) -> list[int]:

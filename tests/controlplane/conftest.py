@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from controlplane.hardware import gpu_profile, power_score
+from backends.gpu_table import gpu_profile, power_score
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from transport.messages import KVInfo, LoadReport, NodeHello
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.engine.clock import ManualClock
 from controlplane.registry import ClusterRegistry, LossReason
+from engine.clock import ManualClock
 
 
 @pytest.fixture

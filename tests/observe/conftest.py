@@ -58,11 +58,11 @@ def observed_controlplane():
     loopback ports (byte tokenizer) with a ControlPlaneExporter and a FleetObserver."""
     import anyio
 
+    from backends.fake import FAKE_MODEL_NAME, ByteTokenizer
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
     from observe.controlplane_exporter import ControlPlaneExporter
     from observe.stats_stream import FleetObserver
-    from zoo.serve import FAKE_MODEL_NAME, ByteTokenizer
 
     @contextlib.asynccontextmanager
     async def start(policy: str = "round_robin", **config) -> AsyncIterator:

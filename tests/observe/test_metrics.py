@@ -10,10 +10,10 @@ import zmq
 import zmq.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
+from client import AsyncZooClient, ZooUnknownModelError
 from controlplane.gateway.app import create_app
 from transport.codec import decode
 from transport.messages import ErrorReply, MsgType
-from zoo.client import AsyncZooClient, ZooUnknownModelError
 
 pytestmark = pytest.mark.anyio
 

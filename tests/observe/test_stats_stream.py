@@ -5,10 +5,10 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from client import AsyncZooClient
 from observe.latency_window import EbpfFigures, LatencyWindows
 from observe.stats_stream import StatsPublisher, subscribe
 from transport.messages import FleetStats
-from zoo.client import AsyncZooClient
 
 pytestmark = pytest.mark.anyio
 

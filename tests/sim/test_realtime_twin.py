@@ -1,7 +1,7 @@
 """A small real-time fleet and its virtual-time twin agree (issue 4, "Two ways to run a fleet").
 
 Real time: a real ControlPlane (this process), three simulated agents in one child process
-(``python -m zoo.sim_agents``, real ZeroMQ, one engine thread each, runners sleeping the predicted step
+(``python -m sim.sim_agents``, real ZeroMQ, one engine thread each, runners sleeping the predicted step
 time), and an AsyncZooClient replaying the trace's arrivals and timing tokens. Virtual time: sim/des.py
 on the same fleet (examples/twin_fleet.toml: L40S + A10 + L4, Llama-3-8B, steps of ~25-70 ms), the same
 40 requests (the Azure conversation trace's first, or a synthetic stand-in without the traces), the same
@@ -9,7 +9,7 @@ seed and the same policy (round_robin: routing that does not depend on timing, s
 the timing model — hops, step pacing, scheduling — and not a different placement).
 
 Tolerances, measured on 2 shared, heavily loaded cores (load average 5-8): TPOT p50/p99 agreed within
-0-1.5% and TTFT p50/p99 within 1.5-3% once the runner was paced (zoo/sim_agents.py PacedRunner). TPOT is
+0-1.5% and TTFT p50/p99 within 1.5-3% once the runner was paced (sim/sim_agents.py PacedRunner). TPOT is
 held to the issue's 10%. TTFT gets 15%: each TTFT of ~50-900 ms includes two loopback round trips
 (client → control plane → agent and back) that the DES does not model and that a loaded host stretches
 to several ms. The TTFT p99 of 40 samples is one request's TTFT, so one host hiccup (another process

@@ -12,13 +12,14 @@ import anyio
 import pytest
 
 from backends.sim.cost_model import NodeHardware
+from backends.sim.engine import build_sim_engine
 from backends.sim.model_shapes import sim_model
+from backends.sim.paced_runner import PacedRunner
 from backends.sim.runner import SimModelRunner
-from controlplane.engine.batch import ScheduledRequest, SchedulerOutput
-from controlplane.engine.config import CacheConfig, EngineConfig, SchedulerConfig
-from controlplane.engine.sampling_params import SamplingParams
+from engine.batch import ScheduledRequest, SchedulerOutput
+from engine.config import CacheConfig, EngineConfig, SchedulerConfig
+from engine.sampling_params import SamplingParams
 from sim.realtime import REPO_ROOT
-from zoo.sim_agents import PacedRunner, build_realtime_sim_engine
 from zoo.up_config import load_up_config
 
 
@@ -88,11 +89,11 @@ def test_sim_backend_config_is_validated():
 
 
 def test_build_engine_sim_loads_no_checkpoint_and_sizes_kv_from_the_gpus():
-    from zoo.engine_builder import build_engine
+    from backends.builder import build_engine
 
     config = EngineConfig(model="sim:llama-3-8b", backend="sim", gpu_profile="l4", tp=2)
     engine = build_engine(config)
-    one_gpu = build_realtime_sim_engine(
+    one_gpu = build_sim_engine(
         "sim:llama-3-8b", "l4", 1, scheduler_config=SchedulerConfig(), cache_config=CacheConfig()
     )
     assert isinstance(engine.runner, PacedRunner)
@@ -111,9 +112,9 @@ def test_example_zoo_toml_starts_sim_agents():
 async def test_zoo_agent_backend_sim_joins_and_serves_placeholder_text():
     """`zoo agent --backend sim`: a real agent process; its hello says backend "sim" and 2 x L4."""
     from backends.sim.engine import SimTokenizer
+    from client import AsyncZooClient
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
-    from zoo.client import AsyncZooClient
 
     shape = sim_model("sim:llama-3-8b")
     cp = ControlPlane(

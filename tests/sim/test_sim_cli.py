@@ -3,7 +3,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from zoo.sim_cli import add_sim_args, all_policies, run_sim
+from sim.cli import add_sim_args, all_policies, run_sim
 
 
 def test_policy_list_has_ours_and_the_anchors():

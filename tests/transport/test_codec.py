@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from engine.sampling_params import SamplingParams
 from transport.codec import WireError, decode, encode
 from transport.messages import (
     MAX_PAYLOAD_BYTES,
@@ -13,7 +14,6 @@ from transport.messages import (
     GenerateRequest,
     KVBlocks,
     MsgType,
-    Sampling,
     TensorRef,
     TokenChunk,
 )
@@ -22,7 +22,7 @@ _packer = msgspec.msgpack.Encoder()
 
 
 def test_round_trip_keeps_every_field_and_the_type_byte():
-    msg = GenerateRequest(request_id="r1", sent_ns=5, prompt_token_ids=[1, 2], sampling=Sampling(max_tokens=3),
+    msg = GenerateRequest(request_id="r1", sent_ns=5, prompt_token_ids=[1, 2], sampling=SamplingParams(max_tokens=3),
                           arrival_ns=1, routed_ns=2)  # fmt: skip
     frames = encode(msg)
     assert frames[0] == bytes((MsgType.GENERATE,))

@@ -10,7 +10,7 @@ import pytest
 
 from backends.jax import BucketPolicy, JaxModelRunner
 from backends.runner_driver import GREEDY, BlockAllocator, Seq, make_step, tiny_config
-from controlplane.engine.model_runner import KVCacheSpec
+from engine.model_runner import KVCacheSpec
 
 
 def make_jax_runner(

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from backends.torch import TorchModelRunner
-from controlplane.engine.config import CacheConfig, SchedulerConfig
-from controlplane.engine.llm_engine import LLMEngine
-from controlplane.engine.model_runner import KVCacheSpec
-from controlplane.engine.sampling_params import SamplingParams
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
+from engine.model_runner import KVCacheSpec
+from engine.sampling_params import SamplingParams
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. Then the dog",

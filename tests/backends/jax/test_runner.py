@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from controlplane.engine.model_runner import ModelRunner
-from controlplane.engine.sampling_params import SamplingParams
+from engine.model_runner import ModelRunner
+from engine.sampling_params import SamplingParams
 
 ATOL = 1e-3  # the bound; fp32 runs agree to ~1e-5
 

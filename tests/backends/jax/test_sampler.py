@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from backends.jax import Sampler
-from controlplane.engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams
 
 SEEDED = SamplingParams(temperature=1.0, seed=1234, max_tokens=64)
 

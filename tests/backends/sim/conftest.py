@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from backends.sim.calibration import default_calibration_dir
-from controlplane.engine.batch import ScheduledRequest, SchedulerOutput
-from controlplane.engine.sampling_params import SamplingParams
+from engine.batch import ScheduledRequest, SchedulerOutput
+from engine.sampling_params import SamplingParams
 
 
 def _scheduled(req_id: str, num_tokens: int, start_pos: int = 0, sample: bool = True) -> ScheduledRequest:

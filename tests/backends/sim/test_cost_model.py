@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from backends.gpu_table import GPU_TABLE
 from backends.sim.cost_model import NodeHardware, StepCostModel, num_kv_blocks, saturation_throughput_req_per_s
 from backends.sim.model_shapes import num_params, sim_model, weight_bytes
-from controlplane.hardware import GPU_TABLE
 
 
 def test_model_shapes_have_their_published_sizes():

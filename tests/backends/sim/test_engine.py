@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 from backends.sim.engine import PLACEHOLDER, SimTokenizer, build_sim_engine
-from controlplane.engine.clock import ManualClock
-from controlplane.engine.sampling_params import SamplingParams
+from engine.clock import ManualClock
+from engine.sampling_params import SamplingParams
 
 
 def test_sim_engine_serves_placeholder_text_with_predicted_step_times():

@@ -5,12 +5,12 @@ import pytest
 from backends.sim.cost_model import NodeHardware
 from backends.sim.model_shapes import sim_model
 from backends.sim.runner import SimModelRunner
-from controlplane.engine.clock import ManualClock
-from controlplane.engine.config import CacheConfig, SchedulerConfig
-from controlplane.engine.model_runner import KVCacheSpec, ModelRunner
-from controlplane.engine.request import FinishReason, Request
-from controlplane.engine.sampling_params import SamplingParams
-from controlplane.engine.scheduler import Scheduler
+from engine.clock import ManualClock
+from engine.config import CacheConfig, SchedulerConfig
+from engine.model_runner import KVCacheSpec, ModelRunner
+from engine.request import FinishReason, Request
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
 
 
 def _runner(**kwargs) -> SimModelRunner:

@@ -11,7 +11,7 @@ import torch
 
 from backends.runner_driver import GREEDY, BlockAllocator, Seq, make_step, tiny_config
 from backends.torch import TorchModelRunner
-from controlplane.engine.model_runner import KVCacheSpec
+from engine.model_runner import KVCacheSpec
 
 # ---- dense reference: no paging, no fusion, explicit softmax ---------------------------------
 

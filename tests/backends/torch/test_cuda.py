@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from backends.torch import TorchModelRunner
-from controlplane.engine.model_runner import KVCacheSpec
+from engine.model_runner import KVCacheSpec
 
 pytestmark = [
     pytest.mark.cuda,

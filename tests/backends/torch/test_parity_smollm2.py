@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from controlplane.engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from backends.torch import TorchModelRunner, random_state_dict
-from controlplane.engine.model_runner import KVCacheSpec, ModelRunner
+from engine.model_runner import KVCacheSpec, ModelRunner
 
 ATOL = 1e-4
 

@@ -7,7 +7,7 @@ import math
 import torch
 
 from backends.torch.sampler import Sampler, apply_top_k_top_p
-from controlplane.engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams
 
 V = 50
 

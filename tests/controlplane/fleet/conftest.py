@@ -88,10 +88,10 @@ def controlplane():
     (byte tokenizer unless ``tokenizer`` is given), stopped on exit."""
     import anyio
 
+    from backends.fake import FAKE_MODEL_NAME, ByteTokenizer
     from controlplane.admission import AdmissionConfig
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
-    from zoo.serve import FAKE_MODEL_NAME, ByteTokenizer
 
     @contextlib.asynccontextmanager
     async def start(
@@ -128,7 +128,7 @@ def controlplane():
 @pytest.fixture
 def client():
     """``async with client(cp) as c``: an AsyncZooClient on the control plane's client endpoint."""
-    from zoo.client import AsyncZooClient
+    from client import AsyncZooClient
 
     def make(cp, timeout_s: float = 20.0) -> AsyncZooClient:
         return AsyncZooClient(cp.client_endpoint, timeout_s=timeout_s)

@@ -7,6 +7,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from engine.sampling_params import SamplingParams
 from transport.codec import decode, encode
 from transport.messages import (
     MAX_PAYLOAD_BYTES,
@@ -18,7 +19,6 @@ from transport.messages import (
     KVInfo,
     MsgType,
     NodeHello,
-    Sampling,
     TokenChunk,
 )
 
@@ -83,7 +83,7 @@ async def test_bad_client_frames_get_an_error_reply_and_the_server_keeps_serving
             assert (reply.code, reply.request_id) == (code, request_id)
             assert cp.client_dispatcher.rejected[code] == 1
             # the same socket, right after: a good request is served
-            good = ClientGenerate(request_id="good", prompt="ok", sampling=Sampling(max_tokens=1))
+            good = ClientGenerate(request_id="good", prompt="ok", sampling=SamplingParams(max_tokens=1))
             await sock.send_multipart(encode(good))
             import anyio
 
@@ -124,13 +124,13 @@ async def test_bad_agent_frames_are_rejected_and_an_unknown_node_is_told_to_join
 
 
 async def test_refusals_carry_their_codes(controlplane, spawn_agent, client):
-    from controlplane.admission import AdmissionConfig
-    from zoo.client import (
+    from client import (
         ZooInvalidRequestError,
         ZooOverloadedError,
         ZooPromptTooLongError,
         ZooUnknownModelError,
     )
+    from controlplane.admission import AdmissionConfig
 
     async with controlplane(admission=AdmissionConfig(max_queue_per_node=0, retry_after_s=2.5)) as cp:
         spawn_agent(cp.agent_endpoint, "a")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from client import ZooNodeFailedError
 from transport.messages import ErrorCode
-from zoo.client import ZooNodeFailedError
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,8 @@ import uvicorn
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway import create_app
-from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+from engine.sampling_params import SamplingParams
+from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
 MODEL = "smol"  # the FakeFrontend's default (and only) model
 
@@ -66,7 +67,7 @@ class FakeFrontend:
         prompt: str | None = None,
         messages: list[ChatMessage] | None = None,
         prompt_token_ids: list[int] | None = None,
-        sampling: Sampling,
+        sampling: SamplingParams,
         traffic_class: str = "default",
     ) -> AsyncIterator[TokenChunk]:
         call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages)

@@ -8,7 +8,8 @@ import pytest
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.openai_schema import Reply, parse_chat, parse_completion
-from transport.messages import ChatMessage, ErrorCode, Sampling, TokenChunk
+from engine.sampling_params import SamplingParams
+from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
 
 def chat(**fields) -> bytes:
@@ -19,20 +20,20 @@ def test_defaults():
     args = parse_chat(chat(), default_max_tokens=77)
     assert args.model is None
     assert args.messages == [ChatMessage("user", "Hi")]
-    assert args.sampling == Sampling(max_tokens=77)
+    assert args.sampling == SamplingParams(max_tokens=77)
     assert (args.stream, args.include_usage) == (False, False)
 
 
 def test_nulls_mean_not_given():
     body = chat(model=None, temperature=None, top_p=None, n=None, stop=None, seed=None, max_tokens=None, stream=None)
-    assert parse_chat(body, default_max_tokens=5).sampling == Sampling(max_tokens=5)
+    assert parse_chat(body, default_max_tokens=5).sampling == SamplingParams(max_tokens=5)
 
 
 def test_sampling_fields_reach_the_frontend():
     body = chat(
         temperature=0, top_p=0.9, top_k=4, seed=11, max_tokens=8, stop="END", stop_token_ids=[2], ignore_eos=True, n=1
     )
-    assert parse_chat(body, default_max_tokens=5).sampling == Sampling(
+    assert parse_chat(body, default_max_tokens=5).sampling == SamplingParams(
         temperature=0.0, top_p=0.9, top_k=4, seed=11, max_tokens=8, stop=["END"], stop_token_ids=[2], ignore_eos=True
     )
 

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from controlplane.engine.kv.block_hash import hash_full_blocks
 from controlplane.router.block_hashes import prompt_block_hashes
+from engine.kv.block_hash import hash_full_blocks
 
 
 def test_same_chain_as_the_engine_kv_manager():

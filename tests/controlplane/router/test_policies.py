@@ -77,8 +77,8 @@ def test_incremental_tables_agree_with_a_fresh_policy(name, make_node_view, make
 @pytest.mark.parametrize("name", ["least_requests", "hardware_aware", "prefix_aware"])
 def test_fresh_inflight_counts_spread_a_burst(name, make_hello, make_route_request):
     """Between two load reports, the registry's own in-flight counts keep a burst from piling onto one node."""
-    from controlplane.engine.clock import ManualClock
     from controlplane.registry import ClusterRegistry
+    from engine.clock import ManualClock
 
     registry = ClusterRegistry(ManualClock())
     for node_id in ("a", "b", "c"):

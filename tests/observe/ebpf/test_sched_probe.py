@@ -9,7 +9,7 @@ NUM_SLEEPS = 100
 
 LOOP = r"""
 import sys, threading, time
-from observe.ebpf.sched_probe import set_thread_name
+from agent.engine_thread import set_thread_name
 
 n = int(sys.argv[1])
 ready, go, tid = threading.Event(), threading.Event(), []

@@ -11,10 +11,11 @@ import uuid
 import pytest
 import zmq
 
+from engine.sampling_params import SamplingParams
 from observe.ebpf.probe import ZooProbe, format_snapshot
 from observe.ebpf.zmq_hops import RID_MAX, message_key
 from transport.codec import decode, encode
-from transport.messages import GenerateRequest, Sampling
+from transport.messages import GenerateRequest
 
 NUM_MESSAGES = 200
 WAIT_MS = 20_000
@@ -74,7 +75,11 @@ def test_every_message_counted_and_timed(ebpf_ready, spawn, hop_mode):
             agent.send("go")
             for rid in request_ids:
                 msg = GenerateRequest(
-                    request_id=rid, prompt_token_ids=list(range(32)), sampling=Sampling(), arrival_ns=0, routed_ns=0
+                    request_id=rid,
+                    prompt_token_ids=list(range(32)),
+                    sampling=SamplingParams(),
+                    arrival_ns=0,
+                    routed_ns=0,
                 )
                 msg.sent_ns = time.monotonic_ns()
                 router.send_multipart([b"node-a", *encode(msg)])

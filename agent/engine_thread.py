@@ -1,0 +1,159 @@
+"""EngineThread: the agent's worker thread that drives its NodeCore. No sockets, no event loop.
+
+    agent (event loop) ──► inbox: add / abort / abort_all / set_report_interval / stop
+                                     │
+                           engine thread: apply commands ─► core.step() ─► TokenChunks
+                                     │   every report_interval_s: LoadReport (+ EngineObservation)
+    agent pump ◄── outbox: [TokenChunk | ErrorReply | LoadReport | EngineObservation, ...] per pass
+                           (an exception instance when the engine failed: the thread has ended)
+
+Both queues are thread-safe ``queue.SimpleQueue``s; the thread owns the NodeCore (nothing else touches
+it). ``num_inflight`` is written only here and read by the event loop for admission (an int: atomic).
+The fleet simulator drives the same NodeCore on a virtual clock (sim/des.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from agent.node_core import NodeCore
+from engine.sampling_params import SamplingParams
+from transport.messages import ErrorCode, ErrorReply
+
+log = logging.getLogger(__name__)
+
+ENGINE_THREAD_NAME = "zoo-engine"  # how `zoo probe` (observe/ebpf/sched_probe.py) finds the thread
+_PR_SET_NAME = 15
+
+
+@dataclass(slots=True)
+class _Add:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+@dataclass(slots=True)
+class _Abort:
+    request_ids: list[str]
+
+
+class _AbortAll:
+    pass
+
+
+@dataclass(slots=True)
+class _SetReportInterval:
+    interval_s: float
+
+
+class _Stop:
+    pass
+
+
+def set_thread_name(name: str = ENGINE_THREAD_NAME) -> None:
+    """Name the calling OS thread (≤ 15 bytes, shown in /proc/<pid>/task/<tid>/comm); Linux only, best effort."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0)
+
+
+class EngineThread:
+    """Runs ``core`` in a worker thread (``run``). Touches only the core and the two queues.
+
+    inbox: _Add / _Abort / _AbortAll / _SetReportInterval / _Stop (put there by the command methods).
+    outbox: lists of wire messages (TokenChunk / ErrorReply / LoadReport, and EngineObservations when
+        the core observes) to send, in order; an exception instance when the engine failed.
+    """
+
+    def __init__(self, core: NodeCore, report_interval_s: float) -> None:
+        self.core = core
+        self.report_interval_s = report_interval_s
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.done = threading.Event()
+
+    @property
+    def num_inflight(self) -> int:
+        """Requests accepted and not finished (read by the event loop for admission)."""
+        return self.core.num_inflight
+
+    # -- commands (any thread; applied by the thread in order, before its next step) ------------------
+
+    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        self.inbox.put(_Add(request_id, prompt_token_ids, params))
+
+    def abort(self, request_ids: list[str]) -> None:
+        self.inbox.put(_Abort(request_ids))
+
+    def abort_all(self) -> None:
+        self.inbox.put(_AbortAll())
+
+    def set_report_interval(self, interval_s: float) -> None:
+        self.inbox.put(_SetReportInterval(interval_s))
+
+    def stop(self) -> None:
+        """The thread returns at its next pass (``done`` is set then)."""
+        self.inbox.put(_Stop())
+
+    # -- the engine thread -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        set_thread_name()
+        try:
+            self._run()
+        except BaseException as e:
+            log.exception("engine thread failed")
+            self.outbox.put(e)
+        finally:
+            self.done.set()
+
+    def _run(self) -> None:
+        core = self.core
+        next_report_s = time.monotonic()
+        while True:
+            idle = not core.has_work()
+            timeout_s = max(0.0, next_report_s - time.monotonic()) if idle else 0.0
+            commands = []
+            try:
+                commands.append(self.inbox.get(timeout=timeout_s) if idle else self.inbox.get_nowait())
+                while True:
+                    commands.append(self.inbox.get_nowait())
+            except queue.Empty:
+                pass
+            out: list = []
+            for cmd in commands:
+                if isinstance(cmd, _Stop):
+                    return
+                self._apply(cmd, out)
+            if core.has_work():
+                busy_s = core.engine.busy_time_s
+                outputs = core.step()
+                if core.observe:
+                    out.append(core.observation(outputs, core.engine.busy_time_s - busy_s))
+                out.extend(core.token_chunk(o) for o in outputs)
+            if time.monotonic() >= next_report_s:
+                if core.observe:
+                    out.append(core.stats_observation())
+                out.append(core.load_report())
+                next_report_s = time.monotonic() + self.report_interval_s
+            if out:
+                self.outbox.put(out)
+
+    def _apply(self, cmd, out: list) -> None:
+        if isinstance(cmd, _Add):
+            try:
+                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params)
+            except ValueError as e:  # PromptError, duplicate id
+                out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
+        elif isinstance(cmd, _Abort):
+            self.core.abort(cmd.request_ids)
+        elif isinstance(cmd, _AbortAll):
+            self.core.abort_all()
+        elif isinstance(cmd, _SetReportInterval):
+            self.report_interval_s = cmd.interval_s

@@ -1,0 +1,329 @@
+"""NodeAgent: one GPU host's daemon. It joins the control plane, runs the engine loop, streams tokens.
+
+    control plane ROUTER ◄──► DEALER (routing id = node id), owned by the agent's Link
+          │ Welcome/GenerateRequest/CancelRequest/Heartbeat echo
+          ▼
+    handlers ──► engine inbox (queue.SimpleQueue) ──► engine thread: add / abort / step / load report
+                                                             │
+    pump task ◄── engine outbox (queue.SimpleQueue) ◄────────┘  TokenChunks, ErrorReplies, LoadReports
+          └──► Link outbox ──► control plane
+
+The engine thread owns the LLMEngine (nothing else touches it) and touches only the two thread-safe
+queues; it never sees a socket. Session (hello → Welcome → heartbeats): a hello unanswered within
+``hello_timeout_s`` is sent again; a control plane silent for ``control_timeout_s`` (or one that answers
+"unknown node") gets a fresh hello, and the requests in flight are aborted first: the control plane
+that routed them has failed them already (or is a new process that never knew them).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import zmq.asyncio
+
+from agent.engine_thread import EngineThread
+from agent.hardware_probe import describe_hardware
+from agent.node_core import EngineObservation, NodeCore
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+from transport.actor import Actor, MailboxFull
+from transport.dispatch import Dispatcher, Incoming
+from transport.link import Link
+from transport.messages import (
+    CancelRequest,
+    ErrorCode,
+    ErrorReply,
+    GenerateRequest,
+    HardwareInfo,
+    Heartbeat,
+    LoadReport,
+    NodeHello,
+    NodeLeave,
+    NodeTelemetry,
+    Ping,
+    Pong,
+    Welcome,
+)
+from transport.sockets import Channel, Received, connect_dealer
+
+__all__ = ["AgentConfig", "NodeAgent", "default_node_id", "served_model_name"]
+
+log = logging.getLogger(__name__)
+
+
+def served_model_name(model_path: str | os.PathLike | None) -> str:
+    """The name a checkpoint is served under: its file or directory name without quantization suffixes
+    (``SmolLM2-135M-Instruct.Q4_1.gguf`` → ``SmolLM2-135M-Instruct``); None is the embedded default."""
+    if model_path is None:
+        from backends.checkpoint.locate import DEFAULT_MODEL_FILENAME
+
+        model_path = DEFAULT_MODEL_FILENAME
+    name = Path(model_path).name
+    return name.split(".")[0] if name.endswith(".gguf") else name
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    """One agent.
+
+    node_id: unique in the fleet; also the DEALER's routing id (≤ 255 bytes).
+    model_name: served model name (None: derived from the engine's checkpoint path).
+    gpu_profile: describe the hardware from this profile of backends/gpu_table.py instead of probing.
+    hello_timeout_s: a NodeHello without a Welcome within this is sent again.
+    control_timeout_s: no message from the control plane for this long → re-hello (it restarted or is gone).
+    heartbeat_interval_s / report_interval_s: used until the Welcome says otherwise.
+    max_inflight_requests: requests accepted but not finished; past it a GenerateRequest is refused (OVERLOADED).
+    leave_timeout_s: how long a clean shutdown waits for the NodeLeave to be sent.
+    """
+
+    node_id: str
+    model_name: str | None = None
+    backend: str = "torch"
+    cell: str = "default"
+    gpu_profile: str | None = None
+    hello_timeout_s: float = 2.0
+    control_timeout_s: float = 6.0
+    heartbeat_interval_s: float = 1.0
+    report_interval_s: float = 0.25
+    max_inflight_requests: int = 4096
+    leave_timeout_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.node_id or len(self.node_id.encode()) > 255:
+            raise ValueError(f"node_id must be 1..255 bytes, got {self.node_id!r}")
+        for name in ("hello_timeout_s", "control_timeout_s", "heartbeat_interval_s", "report_interval_s"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.max_inflight_requests < 1:
+            raise ValueError(f"max_inflight_requests must be >= 1, got {self.max_inflight_requests}")
+
+
+class NodeAgent(Actor):
+    """Start with ``await tg.start(agent.run)`` (reports the agent once its socket is connecting).
+
+    engine: an LLMEngine already built (tests give one with a fake runner), or an EngineConfig to build
+        in a worker thread at start-up (the checkpoint path names the served model).
+    hardware: what NodeHello says about the device; None: ``describe_hardware`` (profile / CUDA / measured).
+    exporter: an observe/ exporter (``describe_node(hello, rejected)``, ``observe(EngineObservation)``,
+        ``observe_hop(seconds)``, ``url``) fed from the event loop; None: no metrics beyond LoadReports.
+    """
+
+    def __init__(
+        self,
+        control_endpoint: str,
+        engine: LLMEngine | EngineConfig,
+        config: AgentConfig,
+        *,
+        hardware: HardwareInfo | None = None,
+        context: zmq.asyncio.Context | None = None,
+        exporter=None,
+    ) -> None:
+        super().__init__()
+        self.control_endpoint = control_endpoint
+        self.exporter = exporter
+        self._hops_ns: list[int] = []  # router → node hops since the last NodeTelemetry
+        self._telemetry_welcome = 0  # num_welcomes when the last NodeTelemetry was sent
+        self.config = config
+        self._engine_or_config = engine
+        self.hardware = hardware
+        self._ctx = context
+        self._own_ctx = context is None
+        self.engine: LLMEngine | None = engine if isinstance(engine, LLMEngine) else None
+        self.model_name = config.model_name or (
+            served_model_name(engine.model) if isinstance(engine, EngineConfig) else "model"
+        )
+        self.welcomed = anyio.Event()  # set at every Welcome; replaced when a re-hello starts
+        self.num_welcomes = 0
+        self.heartbeat_interval_s = config.heartbeat_interval_s
+        self._last_control_s = time.monotonic()
+        self._rehello = anyio.Event()
+        self._link: Link | None = None
+        self._thread: EngineThread | None = None
+        self._dispatcher = Dispatcher(
+            {
+                Welcome: self.handle_welcome,
+                GenerateRequest: self.handle_generate,
+                CancelRequest: self.handle_cancel,
+                Heartbeat: self.handle_heartbeat,
+                Ping: self.handle_ping,
+                ErrorReply: self.handle_error_reply,
+            },
+            reply=lambda _peer, reply: self._send(reply),
+            name=f"agent {config.node_id}",
+        )
+
+    @property
+    def rejected(self) -> dict:
+        return self._dispatcher.rejected
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    async def setup(self) -> NodeAgent:
+        if self.engine is None:
+            from backends.builder import build_engine
+
+            self.engine = await anyio.to_thread.run_sync(lambda: build_engine(self._engine_or_config, progress=False))
+        if self.hardware is None:
+            device = self._engine_or_config.device if isinstance(self._engine_or_config, EngineConfig) else "cpu"
+            self.hardware = await anyio.to_thread.run_sync(describe_hardware, device, self.config.gpu_profile)
+        if self._ctx is None:
+            self._ctx = zmq.asyncio.Context()
+        sock = connect_dealer(self._ctx, self.control_endpoint, routing_id=self.config.node_id.encode())
+        self._link = Link(Channel(sock), self._on_receive, name=f"agent {self.config.node_id}")
+        observe = self.exporter is not None
+        core = NodeCore(self.engine, self.config.node_id, observe=observe)
+        self._thread = EngineThread(core, self.config.report_interval_s)
+        if observe:
+            self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
+        return self
+
+    def loops(self):
+        return (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+
+    async def cleanup(self) -> None:
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread.outbox.put(None)  # releases the pump's abandoned worker thread
+        if self._link is not None:
+            try:  # best effort: tell the control plane now rather than at heartbeat expiry
+                self._link.channel.send(NodeLeave(node_id=self.config.node_id, reason="shutdown"))
+            except Exception:
+                log.debug("agent %s: NodeLeave not sent", self.config.node_id, exc_info=True)
+            # the one close that lingers: long enough for the NodeLeave to leave
+            self._link.close(linger_ms=int(1e3 * self.config.leave_timeout_s))
+        if self._thread is not None:
+            await anyio.to_thread.run_sync(self._thread.done.wait, self.config.leave_timeout_s)
+        if self._own_ctx and self._ctx is not None:
+            self._ctx.term()
+
+    async def _engine_thread(self) -> None:
+        await anyio.to_thread.run_sync(self._thread.run, abandon_on_cancel=True)
+        raise RuntimeError(f"agent {self.config.node_id}: the engine loop ended")
+
+    async def _pump(self) -> None:
+        """Engine outbox → Link outbox (a worker thread waits on the queue so the event loop never blocks)."""
+        outbox = self._thread.outbox
+        while True:
+            batch = await anyio.to_thread.run_sync(outbox.get, abandon_on_cancel=True)
+            while True:
+                if isinstance(batch, BaseException):
+                    raise RuntimeError(f"agent {self.config.node_id}: the engine failed") from batch
+                if batch is None:
+                    return
+                for msg in batch:
+                    if isinstance(msg, EngineObservation):
+                        self.exporter.observe(msg)
+                        continue
+                    if isinstance(msg, LoadReport):
+                        if not self.welcomed.is_set():
+                            continue  # not a member (yet): the report would be answered "unknown node"
+                        telemetry = self._telemetry()
+                        if telemetry is not None:
+                            await self._link.send(telemetry)
+                    await self._link.send(msg)
+                try:
+                    batch = outbox.get_nowait()
+                except queue.Empty:
+                    break
+
+    async def _session(self) -> None:
+        """hello until Welcome; then heartbeats; back to hello when the control plane is lost."""
+        while True:
+            self._rehello = anyio.Event()
+            self.welcomed = anyio.Event()
+            self._abort_all()
+            while not self.welcomed.is_set():
+                self._send(self._hello())
+                with anyio.move_on_after(self.config.hello_timeout_s):
+                    await self.welcomed.wait()
+            while not self._rehello.is_set():
+                if time.monotonic() - self._last_control_s > self.config.control_timeout_s:
+                    log.warning("agent %s: control plane silent; joining again", self.config.node_id)
+                    break
+                self._send(Heartbeat(node_id=self.config.node_id))
+                with anyio.move_on_after(self.heartbeat_interval_s):
+                    await self._rehello.wait()
+
+    def _hello(self) -> NodeHello:
+        return self._thread.core.hello(
+            model=self.model_name,
+            backend=self.config.backend,
+            hardware=self.hardware,
+            cell=self.config.cell,
+            pid=os.getpid(),
+        )
+
+    def _telemetry(self) -> NodeTelemetry | None:
+        """Hops since the last one; also once after every Welcome (a new control plane learns the metrics URL)."""
+        if not self._hops_ns and self._telemetry_welcome == self.num_welcomes:
+            return None
+        hops, self._hops_ns = self._hops_ns, []
+        self._telemetry_welcome = self.num_welcomes
+        url = self.exporter.url if self.exporter is not None else ""
+        return NodeTelemetry(node_id=self.config.node_id, router_to_node_hop_ns=hops, metrics_url=url)
+
+    def _abort_all(self) -> None:
+        """Drop every request in flight (their control plane is gone or has failed them)."""
+        self._thread.abort_all()
+
+    # -- receiving ----------------------------------------------------------------------------------
+
+    def _on_receive(self, batch: list[Received]) -> None:
+        self._last_control_s = time.monotonic()
+        for received in batch:
+            self._dispatcher.dispatch(received)
+
+    def _send(self, msg) -> None:
+        try:
+            self._link.send_nowait(msg)
+        except MailboxFull:
+            log.warning("agent %s: outbox full, dropped %s", self.config.node_id, type(msg).__name__)
+
+    def handle_welcome(self, incoming: Incoming) -> None:
+        msg: Welcome = incoming.msg
+        self.heartbeat_interval_s = msg.heartbeat_interval_s
+        self._thread.set_report_interval(msg.report_interval_s)
+        self.num_welcomes += 1
+        self.welcomed.set()
+
+    def handle_generate(self, incoming: Incoming) -> None:
+        msg: GenerateRequest = incoming.msg
+        hop_ns = incoming.recv_ns - msg.sent_ns
+        self._hops_ns.append(hop_ns)
+        if self.exporter is not None:
+            self.exporter.observe_hop(hop_ns / 1e9)
+        if self._thread.num_inflight + 1 > self.config.max_inflight_requests:
+            self._send(
+                ErrorReply(
+                    request_id=msg.request_id, code=ErrorCode.OVERLOADED, message="node queue full", retry_after_s=1.0
+                )
+            )
+            return
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling)  # validated when decoded
+
+    def handle_cancel(self, incoming: Incoming) -> None:
+        self._thread.abort([incoming.msg.request_id])
+
+    def handle_heartbeat(self, incoming: Incoming) -> None:
+        """The control plane's echo: it is alive (``_last_control_s`` was refreshed on receipt)."""
+
+    def handle_ping(self, incoming: Incoming) -> None:
+        msg: Ping = incoming.msg
+        self._send(Pong(request_id=msg.request_id, payload=msg.payload, ping_sent_ns=msg.sent_ns))
+
+    def handle_error_reply(self, incoming: Incoming) -> None:
+        msg: ErrorReply = incoming.msg
+        if not msg.request_id and self.welcomed.is_set():  # about the node itself: the control plane forgot us
+            log.info("agent %s: control plane says %s: %s; joining again", self.config.node_id, msg.code, msg.message)
+            self._rehello.set()

@@ -1,0 +1,230 @@
+"""NodeCore: one node's serving state, sans-IO — the engine plus what the control plane hears about it.
+
+    add / abort / abort_all ─► LLMEngine ─► start_step() ─► (the step runs) ─► finish_step() ─► outputs
+                                              bookkeeping: prompts until their first token, decoding
+                                              requests, finished count, step rates
+    load_report()   the LoadReport the router reads (rates from the steps since the last report)
+    token_chunk(o)  the TokenChunk a step's output becomes on the wire
+    observation()   what the agent's exporter records per step (``observe=True`` only)
+
+The one node step loop of Silicon Zoo. Two drivers own a NodeCore and call it from one thread:
+
+    agent/engine_thread.py   the agent's engine thread: commands from a queue, wall-clock report ticks,
+                             ``step()`` back to back, chunks and reports to the outbox
+    sim/des.py               the fleet simulator: ``start_step()`` at a node's kick, ``finish_step()`` when
+                             the predicted step time has passed on the virtual clock; reports on its ticks
+
+No sockets, no threads, no sleeping; time comes only from the engine's injected clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from backends.gpu_table import power_score
+from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
+from engine.sampling_params import SamplingParams
+from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
+from engine.step_rates import StepRates
+from transport.messages import HardwareInfo, KVInfo, LoadReport, NodeHello, TokenChunk
+
+MAX_RECENT_STEPS = 64  # step times carried by one LoadReport
+
+
+@dataclass(slots=True)
+class FinishedRequest:
+    """One request the engine finished (engine clock, seconds; None: the request never got that far)."""
+
+    queue_time_s: float | None
+    ttft_s: float | None
+    e2e_s: float | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finish_reason: str | None
+
+
+@dataclass(slots=True)
+class EngineObservation:
+    """What one engine step (or report tick) showed, for the agent's exporter (``observe=True`` only).
+
+    Rides in the engine outbox ahead of the step's TokenChunks, so a client that saw a request finish
+    can scrape metrics that already include it.
+
+    stats: the scheduler's snapshot after the step.
+    inter_token_s: one entry per output token after a request's first (gap since its previous token).
+    finished: requests that ended in this step.
+    swaps: ("out" | "in", num_blocks, step_time_s) per swap the step carried; the runner does not time its
+        swaps separately, so step_time_s (the whole step) bounds the swap's latency from above.
+    """
+
+    stats: SchedulerStats
+    inter_token_s: list[float]
+    finished: list[FinishedRequest]
+    swaps: list[tuple[str, int, float]]
+
+
+class NodeCore:
+    """One node: an LLMEngine and the agent's bookkeeping of its requests. Owned by one thread."""
+
+    def __init__(self, engine: LLMEngine, node_id: str, *, observe: bool = False) -> None:
+        self.engine = engine
+        self.node_id = node_id
+        self.observe = observe  # keep per-token times for observation()
+        self.num_inflight = 0  # requests added and not finished or aborted
+        self.num_finished_total = 0
+        self._prompt_lens: dict[str, int] = {}  # in-flight request → prompt tokens, until its first token
+        self._decoding: set[str] = set()
+        self._rates = StepRates(MAX_RECENT_STEPS)
+        self._last_token_s: dict[str, float] = {}  # in-flight request → engine time of its latest token
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """Queue a request at the clock's now. Raises ValueError (a PromptError, a duplicate id) and
+        queues nothing when this node cannot serve it."""
+        self.engine.add_request(prompt_token_ids, params, req_id=request_id)
+        self.num_inflight += 1
+        self._prompt_lens[request_id] = len(prompt_token_ids)
+
+    def abort(self, request_ids: Iterable[str]) -> None:
+        """Stop requests in flight here; unknown ids are ignored."""
+        ids = [r for r in request_ids if r in self._prompt_lens or r in self._decoding]
+        self.engine.abort(ids)
+        for r in ids:
+            self._forget(r)
+
+    def abort_all(self) -> None:
+        self.abort([*self._prompt_lens, *self._decoding])
+
+    def has_work(self) -> bool:
+        return self.engine.has_unfinished_requests()
+
+    # -- steps ------------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        pending = self.start_step()
+        return [] if pending is None else self.finish_step(pending)
+
+    def start_step(self) -> PendingStep | None:
+        """Schedule and execute a step (``LLMEngine.start_step``); None when there is nothing to run."""
+        return self.engine.start_step()
+
+    def finish_step(self, pending: PendingStep) -> list[RequestOutput]:
+        """Apply the step and update the bookkeeping; the outputs of the requests that progressed."""
+        outputs = self.engine.finish_step(pending)
+        for o in outputs:
+            if o.new_token_ids and o.req_id in self._prompt_lens:
+                del self._prompt_lens[o.req_id]
+                self._decoding.add(o.req_id)
+            if o.finished:  # its last token time stays for observation(), which drops it
+                self._prompt_lens.pop(o.req_id, None)
+                self._decoding.discard(o.req_id)
+                self.num_inflight -= 1
+                self.num_finished_total += 1
+        return outputs
+
+    def _forget(self, request_id: str) -> None:
+        self._last_token_s.pop(request_id, None)
+        self._prompt_lens.pop(request_id, None)
+        self._decoding.discard(request_id)
+        self.num_inflight -= 1
+
+    # -- what leaves the node -----------------------------------------------------------------------
+
+    def hello(self, *, model: str, backend: str, hardware: HardwareInfo, cell: str, pid: int = 0) -> NodeHello:
+        """What the node says when it joins: who it is, its hardware and power, its KV geometry."""
+        engine = self.engine
+        cache = engine.cache_config
+        return NodeHello(
+            node_id=self.node_id,
+            model=model,
+            backend=backend,
+            hardware=hardware,
+            kv=KVInfo(
+                num_device_blocks=cache.num_device_blocks,
+                num_host_blocks=cache.num_host_blocks,
+                block_size=cache.block_size,
+                bytes_per_block=engine.runner.kv_bytes_per_block(cache.block_size),
+            ),
+            max_model_len=engine.scheduler_config.max_model_len,
+            power_score=power_score(hardware),
+            cell=cell,
+            pid=pid,
+        )
+
+    def token_chunk(self, o: RequestOutput) -> TokenChunk:
+        return TokenChunk(
+            request_id=o.req_id,
+            token_ids=o.new_token_ids,
+            text=o.new_text,
+            finished=o.finished,
+            finish_reason=o.finish_reason.value if o.finish_reason is not None else None,
+            stop_reason=o.stop_reason,
+            num_prompt_tokens=o.num_prompt_tokens,
+            num_output_tokens=o.num_output_tokens,
+            node_id=self.node_id,
+            logprobs=[(lp.token_id, lp.logprob, list(lp.top)) for lp in o.new_logprobs] if o.new_logprobs else None,
+        )
+
+    def load_report(self) -> LoadReport:
+        """The node's load now and its speed over the steps since the last report (closes that window)."""
+        for r in self.engine.take_step_records():
+            self._rates.observe(r.step_time_s, r.num_prefill_tokens, r.num_decode_requests)
+        stats = self.engine.make_stats()
+        rates = self._rates
+        return LoadReport(
+            node_id=self.node_id,
+            num_running=stats.num_running,
+            num_waiting=stats.num_waiting,
+            num_swapped=stats.num_swapped,
+            kv_usage=stats.kv_usage,
+            num_free_device_blocks=stats.num_free_device_blocks,
+            queued_prefill_tokens=sum(self._prompt_lens.values()),
+            decode_batch_size=len(self._decoding),
+            recent_step_ms=rates.close_window(),
+            prefill_tok_per_s=rates.prefill_tok_per_s,
+            decode_step_ms=rates.decode_step_ms,
+            num_preemptions_total=stats.num_preemptions_total,
+            num_requests_finished_total=self.num_finished_total,
+            prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
+        )
+
+    def observation(self, outputs: Sequence[RequestOutput], step_time_s: float) -> EngineObservation:
+        """What a step showed (after ``finish_step``): inter-token gaps, finished requests, swaps."""
+        now_s = self.engine.clock.now()
+        inter_token_s: list[float] = []
+        finished: list[FinishedRequest] = []
+        for o in outputs:
+            if o.new_token_ids:
+                previous_s = self._last_token_s.get(o.req_id)
+                if previous_s is not None:
+                    inter_token_s += [(now_s - previous_s) / len(o.new_token_ids)] * len(o.new_token_ids)
+                elif len(o.new_token_ids) > 1:
+                    inter_token_s += [0.0] * (len(o.new_token_ids) - 1)
+                if not o.finished:
+                    self._last_token_s[o.req_id] = now_s
+            if o.finished:
+                self._last_token_s.pop(o.req_id, None)
+                m = o.metrics
+                finished.append(
+                    FinishedRequest(
+                        queue_time_s=m.queue_time_s if m else None,
+                        ttft_s=m.ttft_s if m else None,
+                        e2e_s=m.e2e_s if m else None,
+                        num_prompt_tokens=o.num_prompt_tokens,
+                        num_output_tokens=o.num_output_tokens,
+                        finish_reason=o.finish_reason.value if o.finish_reason is not None else None,
+                    )
+                )
+        events: list[SchedulerEvent] = self.engine.scheduler.take_events()
+        swaps = [
+            ("out" if e.kind is SchedulerEventKind.SWAPPED_OUT else "in", int(e.details["num_blocks"]), step_time_s)
+            for e in events
+            if e.kind in (SchedulerEventKind.SWAPPED_OUT, SchedulerEventKind.SWAPPED_IN)
+        ]
+        return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps)
+
+    def stats_observation(self) -> EngineObservation:
+        """A report tick's observation: the scheduler's snapshot, nothing else."""
+        return EngineObservation(self.engine.make_stats(), [], [], [])

@@ -1,0 +1,63 @@
+"""Builds an LLMEngine from an EngineConfig: the one place that picks a backend by name."""
+
+from __future__ import annotations
+
+from engine.clock import Clock
+from engine.config import EngineConfig
+from engine.llm_engine import LLMEngine
+
+
+def build_engine(config: EngineConfig, clock: Clock | None = None, progress: bool = True) -> LLMEngine:
+    """Load the checkpoint, build the backend's runner, and wire them into an engine.
+
+    Backend "sim" loads nothing: a ``sim:*`` model shape, a runner that sleeps each step's predicted time
+    on ``config.tp`` x ``config.gpu_profile`` (paced: backends/sim/paced_runner.py), KV blocks from that
+    GPU memory, and ``SimTokenizer`` (every generated token decodes to a placeholder, so no client mistakes
+    a simulated answer for text).
+    """
+    if config.backend == "sim":
+        from backends.sim.engine import build_sim_engine
+
+        return build_sim_engine(
+            config.model,
+            config.gpu_profile,
+            config.tp,
+            scheduler_config=config.scheduler,
+            cache_config=config.cache,
+            clock=clock,
+        )
+    from backends.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint(config.model)
+    if config.backend == "torch":
+        import torch
+
+        from backends.torch import TorchModelRunner
+
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
+
+        runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+    elif config.backend == "jax":
+        if config.num_threads is not None:
+            _limit_xla_cpu_threads(config.num_threads)
+        from backends.jax import JaxModelRunner
+
+        runner = JaxModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+    else:  # EngineConfig validated the name
+        raise AssertionError(config.backend)
+    config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
+    return LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+
+
+def _limit_xla_cpu_threads(num_threads: int) -> None:
+    """XLA reads its CPU thread settings from XLA_FLAGS when jax first starts a backend."""
+    import os
+    import sys
+
+    if "jax" in sys.modules:
+        return  # too late to change; the process's first backend already chose
+    flags = os.environ.get("XLA_FLAGS", "")
+    if num_threads == 1:
+        flags += " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+    os.environ["XLA_FLAGS"] = flags.strip()

@@ -1,0 +1,26 @@
+"""A byte-level tokenizer: UTF-8 bytes as tokens. The fake backend's tokenizer (tests, benchmarks)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+FAKE_MODEL_NAME = "fake-bytes"  # the name a fake-runner agent serves under
+
+
+class ByteTokenizer:
+    """UTF-8 bytes as tokens (id = byte + 3; 0 pad, 1 bos, 2 eos). Loads in no time; no chat template beyond
+    ``role: content`` lines."""
+
+    vocab_size = 259
+    eos_token_id = 2
+    bos_token_id = 1
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [b + 3 for b in text.encode("utf-8")]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return bytes(i - 3 for i in ids if i >= 3).decode("utf-8", errors="replace")
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+        return text + ("assistant: " if add_generation_prompt else "")

@@ -1,0 +1,68 @@
+"""TrivialRunner: a ModelRunner that computes nothing, and the engine and hardware of a fake agent.
+
+Control-plane tests and benchmarks (``zoo agent --fake-runner``, bench/controlplane_hop.py) use it to
+measure everything but the model: every request that samples gets the same token, after an optional
+fixed step time spent in the engine thread.
+"""
+
+from __future__ import annotations
+
+import time
+
+from backends.fake.byte_tokenizer import ByteTokenizer
+from engine.batch import RunnerOutput, SchedulerOutput
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
+from engine.model_runner import KVCacheSpec
+from transport.messages import HardwareInfo
+
+
+class TrivialRunner:
+    """Samples ``token_id`` ("z" by default) for every request that samples, optionally after a fixed step
+    time (its stand-in for compute, spent in the engine thread). Never samples EOS: requests run to
+    ``max_tokens``."""
+
+    def __init__(self, token_id: int = ord("z") + 3, step_s: float = 0.0, max_model_len: int = 4096) -> None:
+        self.token_id = token_id
+        self.step_s = step_s
+        self._max_model_len = max_model_len
+
+    @property
+    def max_model_len(self) -> int:
+        return self._max_model_len
+
+    def kv_bytes_per_block(self, block_size: int) -> int:
+        return 64 * block_size
+
+    def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
+        pass
+
+    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        start = time.perf_counter()
+        if self.step_s > 0:
+            time.sleep(self.step_s)
+        sampled = {r.req_id: [self.token_id] for r in batch.requests if r.sample}
+        return RunnerOutput(sampled_token_ids=sampled, step_time_s=time.perf_counter() - start)
+
+
+def build_trivial_engine(step_s: float = 0.0, num_device_blocks: int = 4096, max_num_seqs: int = 256) -> LLMEngine:
+    runner = TrivialRunner(step_s=step_s)
+    return LLMEngine(
+        runner,
+        ByteTokenizer(),
+        SchedulerConfig(max_num_batched_tokens=8192, max_num_seqs=max_num_seqs, max_model_len=runner.max_model_len),
+        CacheConfig(block_size=16, num_device_blocks=num_device_blocks, num_host_blocks=0),
+    )
+
+
+def cpu_test_hardware(gpu_type: str = "cpu") -> HardwareInfo:
+    """A fixed HardwareInfo for fake agents (no measurement)."""
+    return HardwareInfo(
+        device_name="fake cpu",
+        gpu_type=gpu_type,
+        compute_capability=None,
+        memory_gib=8.0,
+        memory_bandwidth_gbps=20.0,
+        peak_tflops=0.5,
+        source="fake",
+    )

@@ -1,0 +1,472 @@
+"""The ZeroMQ client library: talk to a Silicon Zoo control plane from an application.
+
+    async with AsyncZooClient("tcp://127.0.0.1:5556") as zoo:
+        done = await zoo.generate(prompt="Once upon a time", max_tokens=32)          # Completion
+        async with await zoo.generate(messages=[...], stream=True) as stream:        # GenerationStream
+            async for chunk in stream:
+                print(chunk.text, end="")
+
+    with ZooClient("tcp://127.0.0.1:5556") as zoo:                                    # the same, blocking
+        for chunk in zoo.generate(prompt="Hi", stream=True):
+            ...
+
+One DEALER socket per client, owned by the client's Link (a reader and a writer task in the client's task
+group); chunks are demultiplexed by request id into one bounded stream per request. A refused request
+raises at ``generate`` (ZooOverloadedError carries ``retry_after_s``); a failure mid-stream raises from
+the iteration (ZooNodeFailedError). Leaving a stream early, ``cancel()``, or a timeout sends a
+CancelRequest, so the node stops generating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import zmq.asyncio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from engine.sampling_params import SamplingParams
+from transport.actor import MailboxFull
+from transport.dispatch import Dispatcher, Incoming
+from transport.link import Link
+from transport.messages import (
+    CancelRequest,
+    ChatMessage,
+    ClientGenerate,
+    ErrorCode,
+    ErrorReply,
+    Ping,
+    Pong,
+    TokenChunk,
+)
+from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connect_dealer
+
+# --------------------------------------------------------------------------- errors
+
+
+class ZooError(Exception):
+    """A request refused or failed by the fleet; ``code`` is the wire ErrorCode."""
+
+    code: ErrorCode = ErrorCode.INTERNAL
+
+    def __init__(
+        self, message: str, *, code: ErrorCode | None = None, request_id: str = "", retry_after_s: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.request_id = request_id
+        self.retry_after_s = retry_after_s
+
+
+class ZooInvalidRequestError(ZooError):
+    code = ErrorCode.INVALID_REQUEST
+
+
+class ZooPromptTooLongError(ZooInvalidRequestError):
+    code = ErrorCode.PROMPT_TOO_LONG
+
+
+class ZooUnknownModelError(ZooInvalidRequestError):
+    code = ErrorCode.UNKNOWN_MODEL
+
+
+class ZooOverloadedError(ZooError):
+    """Admission control refused the request; retry after ``retry_after_s``."""
+
+    code = ErrorCode.OVERLOADED
+
+
+class ZooNoNodeError(ZooError):
+    code = ErrorCode.NO_NODE
+
+
+class ZooNodeFailedError(ZooError):
+    """The node serving the request died, restarted or left; the request was not completed."""
+
+    code = ErrorCode.NODE_FAILED
+
+
+class ZooCancelledError(ZooError):
+    code = ErrorCode.CANCELLED
+
+
+class ZooTimeoutError(ZooError, TimeoutError):
+    """No message for the request within the client's timeout (the request was cancelled)."""
+
+
+class ZooProtocolError(ZooError):
+    """The control plane rejected our message as malformed / unknown / wrong version / oversized."""
+
+
+_ERRORS: dict[ErrorCode, type[ZooError]] = {
+    ErrorCode.INVALID_REQUEST: ZooInvalidRequestError,
+    ErrorCode.PROMPT_TOO_LONG: ZooPromptTooLongError,
+    ErrorCode.UNKNOWN_MODEL: ZooUnknownModelError,
+    ErrorCode.OVERLOADED: ZooOverloadedError,
+    ErrorCode.NO_NODE: ZooNoNodeError,
+    ErrorCode.NODE_FAILED: ZooNodeFailedError,
+    ErrorCode.CANCELLED: ZooCancelledError,
+    ErrorCode.MALFORMED: ZooProtocolError,
+    ErrorCode.OVERSIZED: ZooProtocolError,
+    ErrorCode.UNKNOWN_TYPE: ZooProtocolError,
+    ErrorCode.WRONG_VERSION: ZooProtocolError,
+}
+
+
+def error_from_reply(reply: ErrorReply) -> ZooError:
+    cls = _ERRORS.get(reply.code, ZooError)
+    return cls(reply.message, code=reply.code, request_id=reply.request_id, retry_after_s=reply.retry_after_s)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(slots=True)
+class Completion:
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None
+    num_prompt_tokens: int
+    num_output_tokens: int
+    node_id: str
+    chunks: int = 0
+    logprobs: list[Any] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- async client
+
+
+class GenerationStream:
+    """The chunks of one request, as they arrive. Iterate; ``aclose()``/``cancel()`` stops the request."""
+
+    def __init__(
+        self, client: AsyncZooClient, request_id: str, receive: MemoryObjectReceiveStream, first: TokenChunk | None
+    ) -> None:
+        self.client = client
+        self.request_id = request_id
+        self._receive = receive
+        self._first = first
+        self.finished = first is not None and first.finished
+
+    def __aiter__(self) -> GenerationStream:
+        return self
+
+    async def __anext__(self) -> TokenChunk:
+        if self._first is not None:
+            chunk, self._first = self._first, None
+            return chunk
+        if self.finished:
+            await self.aclose()
+            raise StopAsyncIteration
+        chunk = await self.client._next(self.request_id, self._receive)
+        self.finished = chunk.finished
+        return chunk
+
+    async def cancel(self) -> None:
+        """Ask the control plane to stop the request (no-op once it finished)."""
+        if not self.finished:
+            self.finished = True
+            self.client._cancel(self.request_id)
+        self.client._forget(self.request_id)
+        self._receive.close()
+
+    aclose = cancel
+
+    async def __aenter__(self) -> GenerationStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.cancel()
+
+    async def collect(self) -> Completion:
+        """Read the stream to its end into one Completion."""
+        text, token_ids, logprobs, n = [], [], [], 0
+        last: TokenChunk | None = None
+        async for chunk in self:
+            text.append(chunk.text)
+            token_ids += chunk.token_ids
+            logprobs += chunk.logprobs or []
+            n += 1
+            last = chunk
+        assert last is not None
+        return Completion(
+            self.request_id,
+            "".join(text),
+            token_ids,
+            last.finish_reason,
+            last.num_prompt_tokens,
+            last.num_output_tokens,
+            last.node_id,
+            n,
+            logprobs,
+        )
+
+
+class AsyncZooClient:
+    """Use as ``async with AsyncZooClient(endpoint) as client``: the context owns the socket and its tasks.
+
+    timeout_s: the longest wait for the first chunk and between chunks (ZooTimeoutError; the request is
+        cancelled). model: the default model (None: the fleet's default).
+    """
+
+    def __init__(
+        self,
+        endpoint: str = DEFAULT_CLIENT_ENDPOINT,
+        *,
+        timeout_s: float = 60.0,
+        model: str | None = None,
+        context: zmq.asyncio.Context | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.timeout_s = timeout_s
+        self.model = model
+        self._ctx = context
+        self._own_ctx = context is None
+        self._link: Link | None = None
+        self._streams: dict[str, MemoryObjectSendStream] = {}
+        self._stack: contextlib.AsyncExitStack | None = None
+        handlers = {TokenChunk: self._on_message, ErrorReply: self._on_message, Pong: self._on_message}
+        self._dispatcher = Dispatcher(handlers, name="zoo client")
+
+    async def __aenter__(self) -> AsyncZooClient:
+        if self._ctx is None:
+            self._ctx = zmq.asyncio.Context()
+        self._link = Link(Channel(connect_dealer(self._ctx, self.endpoint)), self._on_batch, name="zoo client")
+        async with contextlib.AsyncExitStack() as stack:
+            stack.callback(self._close)
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(tg.cancel_scope.cancel)  # runs first on exit: the loops never end on their own
+            tg.start_soon(self._link.read_loop)
+            tg.start_soon(self._link.write_loop)
+            self._stack = stack.pop_all()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        stack, self._stack = self._stack, None
+        return await stack.__aexit__(*exc_info) if stack is not None else None
+
+    def _close(self) -> None:
+        for send in self._streams.values():
+            send.close()
+        self._streams.clear()
+        self._link.close()
+        if self._own_ctx:
+            self._ctx.term()
+
+    # -- the API ----------------------------------------------------------------------------------
+
+    async def generate(
+        self,
+        prompt: str | None = None,
+        *,
+        messages: list[dict[str, str]] | list[ChatMessage] | None = None,
+        prompt_token_ids: list[int] | None = None,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+        stop: list[str] | str | None = None,
+        stop_token_ids: list[int] | None = None,
+        ignore_eos: bool = False,
+        logprobs: int | None = None,
+        model: str | None = None,
+        traffic_class: str = "default",
+        request_id: str | None = None,
+        stream: bool = False,
+    ) -> Completion | GenerationStream:
+        """Send one request. stream=False: the whole Completion; stream=True: a GenerationStream
+        (refusals raise here, before it is returned). Raises ZooError subclasses."""
+        request_id = request_id or uuid.uuid4().hex
+        if isinstance(stop, str):
+            stop = [stop]
+        msg = ClientGenerate(
+            request_id=request_id,
+            model=model or self.model,
+            prompt=prompt,
+            messages=[m if isinstance(m, ChatMessage) else ChatMessage(m["role"], m["content"]) for m in messages]
+            if messages is not None
+            else None,
+            prompt_token_ids=prompt_token_ids,
+            # validated by the control plane when it decodes the request (one validation, at the edge)
+            sampling=SamplingParams.unchecked(
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                seed=seed,
+                max_tokens=max_tokens,
+                stop=tuple(stop or ()),
+                stop_token_ids=tuple(stop_token_ids or ()),
+                ignore_eos=ignore_eos,
+                logprobs=logprobs,
+            ),
+            traffic_class=traffic_class,
+        )
+        # every chunk of the request fits: the reader never waits on a slow consumer
+        bound = max_tokens + 2 if isinstance(max_tokens, int) and 0 < max_tokens < 1 << 20 else 2
+        receive = self._open(request_id, bound)
+        try:
+            await self._send(msg)
+            first = await self._next(request_id, receive)
+        except BaseException:
+            self._forget(request_id)
+            receive.close()
+            raise
+        result = GenerationStream(self, request_id, receive, first)
+        return result if stream else await result.collect()
+
+    async def ping(self) -> float:
+        """Round trip to the control plane, in seconds."""
+        request_id = uuid.uuid4().hex
+        receive = self._open(request_id, 1)
+        start_ns = time.monotonic_ns()
+        try:
+            await self._send(Ping(request_id=request_id))
+            with anyio.fail_after(self.timeout_s):
+                await receive.receive()
+        except TimeoutError:
+            raise ZooTimeoutError(f"no Pong within {self.timeout_s} s", request_id=request_id) from None
+        finally:
+            self._forget(request_id)
+            receive.close()
+        return (time.monotonic_ns() - start_ns) / 1e9
+
+    async def cancel(self, request_id: str) -> None:
+        self._cancel(request_id)
+        self._forget(request_id)
+
+    # -- plumbing ------------------------------------------------------------------------------------
+
+    def _open(self, request_id: str, bound: int) -> MemoryObjectReceiveStream:
+        if self._link is None:
+            raise RuntimeError("use the client as `async with AsyncZooClient(...) as client`")
+        if request_id in self._streams:
+            raise ValueError(f"request id {request_id!r} is in use")
+        send, receive = anyio.create_memory_object_stream[Any](bound)
+        self._streams[request_id] = send
+        return receive
+
+    def _forget(self, request_id: str) -> None:
+        send = self._streams.pop(request_id, None)
+        if send is not None:
+            send.close()
+
+    async def _send(self, msg) -> None:
+        with anyio.fail_after(self.timeout_s):
+            await self._link.send(msg)
+
+    def _cancel(self, request_id: str) -> None:
+        if self._link is not None:
+            with contextlib.suppress(MailboxFull):
+                self._link.send_nowait(CancelRequest(request_id=request_id))
+
+    async def _next(self, request_id: str, receive: MemoryObjectReceiveStream) -> TokenChunk:
+        try:
+            with anyio.fail_after(self.timeout_s):
+                item = await receive.receive()
+        except TimeoutError:
+            self._cancel(request_id)
+            self._forget(request_id)
+            raise ZooTimeoutError(f"no answer within {self.timeout_s} s", request_id=request_id) from None
+        except anyio.EndOfStream:
+            raise ZooError("the client was closed", request_id=request_id) from None
+        if isinstance(item, ErrorReply):
+            self._forget(request_id)
+            raise error_from_reply(item)
+        if item.finished:
+            self._forget(request_id)
+        return item
+
+    def _on_batch(self, batch: list[Received]) -> None:
+        for received in batch:
+            self._dispatcher.dispatch(received)
+
+    def _on_message(self, incoming: Incoming) -> None:
+        send = self._streams.get(incoming.msg.request_id)
+        if send is None:
+            return  # cancelled or timed out here already
+        try:
+            send.send_nowait(incoming.msg)
+        except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            self._forget(incoming.msg.request_id)
+
+    @property
+    def rejected(self) -> dict[ErrorCode, int]:
+        return self._dispatcher.rejected
+
+
+# --------------------------------------------------------------------------- blocking client
+
+
+class ZooClient:
+    """The blocking twin of AsyncZooClient: an event loop in a helper thread (anyio's blocking portal)."""
+
+    def __init__(
+        self, endpoint: str = DEFAULT_CLIENT_ENDPOINT, *, timeout_s: float = 60.0, model: str | None = None
+    ) -> None:
+        self._stack = contextlib.ExitStack()
+        try:
+            self._portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
+            self._client: AsyncZooClient = self._stack.enter_context(
+                self._portal.wrap_async_context_manager(AsyncZooClient(endpoint, timeout_s=timeout_s, model=model))
+            )
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def generate(
+        self, prompt: str | None = None, *, stream: bool = False, **kwargs
+    ) -> Completion | Iterator[TokenChunk]:
+        """As AsyncZooClient.generate; stream=True returns an iterator whose ``close()`` cancels."""
+        if not stream:
+            return self._portal.call(lambda: self._client.generate(prompt, stream=False, **kwargs))
+        s: GenerationStream = self._portal.call(lambda: self._client.generate(prompt, stream=True, **kwargs))
+        return self._iterate(s)
+
+    def _iterate(self, s: GenerationStream) -> Iterator[TokenChunk]:
+        try:
+            while True:
+                try:
+                    yield self._portal.call(s.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._portal.call(s.cancel)
+
+    def ping(self) -> float:
+        return self._portal.call(self._client.ping)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> ZooClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+__all__ = [
+    "AsyncZooClient",
+    "Completion",
+    "GenerationStream",
+    "ZooCancelledError",
+    "ZooClient",
+    "ZooError",
+    "ZooInvalidRequestError",
+    "ZooNoNodeError",
+    "ZooNodeFailedError",
+    "ZooOverloadedError",
+    "ZooPromptTooLongError",
+    "ZooProtocolError",
+    "ZooTimeoutError",
+    "ZooUnknownModelError",
+]

@@ -1,1 +1,0 @@
-"""The actor runtime the control plane and the node agent are built on."""

@@ -1,0 +1,107 @@
+"""What the scheduler hands a model runner for one step, and what the runner hands back.
+
+Sans-IO plain data: no torch, no numpy. The same structures drive the torch runner, the JAX
+runner and the simulated GPU runner.
+
+Life of one step::
+
+    scheduler.schedule() ──► SchedulerOutput ──► runner.execute() ──► RunnerOutput
+                                                                        │
+    scheduler.update_from_output(SchedulerOutput, RunnerOutput) ◄───────┘
+
+The runner applies, in this order, before the forward pass:
+    1. ``blocks_to_swap_out``  device block -> host block   (frees device blocks)
+    2. ``blocks_to_swap_in``   host block   -> device block  (may reuse blocks freed in 1.)
+    3. ``blocks_to_copy``      device block -> device block  (copy-on-write of a shared block)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class ScheduledRequest:
+    """One request's share of a step.
+
+    Counter model: a request has ``num_tokens`` known tokens (prompt + generated) of which
+    ``start_pos`` (= num_computed_tokens before this step) already have KV in the cache. This step
+    computes ``token_ids`` at positions ``[start_pos, start_pos + len(token_ids))`` — a prefill
+    chunk, a whole prompt, or one decode token; there is no separate prefill phase.
+
+    block_ids: the request's device block table (logical block i -> physical block id), long
+        enough to hold ``start_pos + len(token_ids) + len(spec_token_ids)`` tokens. Token at
+        position p lives in block ``block_ids[p // block_size]``, slot ``p % block_size``.
+    sample: True when this chunk reaches the request's last known token, so a next token must be
+        sampled from the last position's logits. False for a non-final prefill chunk.
+    spec_token_ids: draft tokens placed after ``token_ids`` for verification (speculative
+        decoding); the runner returns up to ``len(spec_token_ids) + 1`` sampled tokens.
+    num_output_tokens: tokens generated so far (seeded samplers and penalties may use it).
+    lora_id: adapter to apply; None for the base model.
+    """
+
+    req_id: str
+    token_ids: list[int]
+    start_pos: int
+    block_ids: list[int]
+    sample: bool
+    sampling_params: SamplingParams
+    num_output_tokens: int = 0
+    spec_token_ids: list[int] = field(default_factory=list)
+    lora_id: int | None = None
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return len(self.token_ids) + len(self.spec_token_ids)
+
+    @property
+    def is_decode(self) -> bool:
+        """One new token on top of a cached context (the batched decode fast path)."""
+        return len(self.token_ids) == 1 and not self.spec_token_ids and self.start_pos > 0
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    """Everything one step does. Block pairs are (source, destination) physical block ids."""
+
+    step_id: int
+    requests: list[ScheduledRequest] = field(default_factory=list)
+    blocks_to_swap_out: list[tuple[int, int]] = field(default_factory=list)  # (device, host)
+    blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
+    blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (device, device)
+    finished_req_ids: list[str] = field(default_factory=list)  # runner may drop their state
+
+    @property
+    def num_batched_tokens(self) -> int:
+        return sum(r.num_scheduled_tokens for r in self.requests)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.requests or self.blocks_to_swap_out or self.blocks_to_swap_in or self.blocks_to_copy)
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """Log-probability of a sampled token and, optionally, the top alternatives."""
+
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class RunnerOutput:
+    """Result of one step.
+
+    sampled_token_ids: for each request scheduled with ``sample=True``, the sampled tokens
+        (one for a plain step; for a verification step the accepted drafts plus one bonus token).
+    logprobs: per request, one entry per sampled token, when its params asked for logprobs.
+    step_time_s: wall time of the step as measured by the runner (a simulated runner reports
+        its predicted time).
+    """
+
+    sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
+    logprobs: dict[str, list[TokenLogprob]] = field(default_factory=dict)
+    step_time_s: float = 0.0

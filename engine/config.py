@@ -1,0 +1,118 @@
+"""Explicit, validated configuration of the engine core (one dataclass per component)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class PreemptionMode(StrEnum):
+    SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
+    RECOMPUTE = "recompute"  # drop the victim's KV blocks, recompute its tokens later
+
+
+@dataclass(slots=True)
+class CacheConfig:
+    """Paged KV cache.
+
+    block_size: tokens per block.
+    num_device_blocks: KV blocks on the accelerator (on a CPU host: in the runner's main tensors).
+    num_host_blocks: KV blocks in host RAM for swapped-out requests (0 disables swapping).
+    enable_prefix_caching: reuse full blocks whose token-hash chain matches an earlier request.
+    """
+
+    block_size: int = 16
+    num_device_blocks: int = 2048
+    num_host_blocks: int = 2048
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two >= 1, got {self.block_size}")
+        if self.num_device_blocks < 1:
+            raise ValueError(f"num_device_blocks must be >= 1, got {self.num_device_blocks}")
+        if self.num_host_blocks < 0:
+            raise ValueError(f"num_host_blocks must be >= 0, got {self.num_host_blocks}")
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    """Continuous batching.
+
+    max_num_batched_tokens: token budget of one step (decode tokens + prefill chunks).
+    max_num_seqs: cap on running sequences in one step.
+    max_model_len: longest prompt + output accepted.
+    enable_chunked_prefill: split long prompts across steps to fit the token budget.
+    preemption_mode: what to do with a victim under KV pressure.
+    """
+
+    max_num_batched_tokens: int = 512
+    max_num_seqs: int = 64
+    max_model_len: int = 8192
+    enable_chunked_prefill: bool = True
+    preemption_mode: PreemptionMode = PreemptionMode.SWAP
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < 1:
+            raise ValueError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_model_len < 1:
+            raise ValueError(f"max_model_len must be >= 1, got {self.max_model_len}")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                "max_num_batched_tokens must be >= max_model_len when chunked prefill is off "
+                f"({self.max_num_batched_tokens} < {self.max_model_len})"
+            )
+        self.preemption_mode = PreemptionMode(self.preemption_mode)
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """One node's engine: which model, on which backend, with which core settings.
+
+    model: a GGUF file or a Hugging Face directory; None = the embedded default (SmolLM2-135M-Instruct).
+        With backend "sim": a simulated model's name (``sim:llama-3-8b``, backends/sim/model_shapes.py).
+    backend: "torch" or "jax" (same checkpoint, same paged KV layout, interchangeable per node), or
+        "sim": no checkpoint, a runner that sleeps each step's predicted time on ``tp`` x ``gpu_profile``.
+    dtype: "float32" or "bfloat16" (weights and KV cache).
+    device: "cpu", "cuda", "cuda:N".
+    num_threads: CPU threads for the backend's kernels; None = the framework's default. Set it when
+        several agents share one host, so their thread pools do not oversubscribe the cores.
+    gpu_profile / tp: the simulated node (backend "sim" only; a backends/gpu_table.py profile name and
+        a power-of-two GPU count). Its KV blocks follow from the GPU memory, not ``cache.num_device_blocks``.
+    """
+
+    model: str | None = None
+    backend: str = "torch"
+    dtype: str = "float32"
+    device: str = "cpu"
+    num_threads: int | None = None
+    gpu_profile: str | None = None
+    tp: int = 1
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
+        if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.tp < 1 or self.tp & (self.tp - 1):
+            raise ValueError(f"tp must be a power of two >= 1, got {self.tp}")
+        if self.backend == "sim":
+            if self.gpu_profile is None:
+                raise ValueError("backend 'sim' needs a gpu_profile (the simulated GPU)")
+            if not (self.model or "").startswith(SIM_PREFIX):
+                raise ValueError(f"backend 'sim' serves simulated models named {SIM_PREFIX}..., got {self.model!r}")
+        elif self.tp != 1:
+            raise ValueError(f"tp > 1 is only simulated (backend 'sim'), got tp={self.tp} on {self.backend!r}")
+
+
+BACKENDS = frozenset({"torch", "jax", "sim"})
+SIM_PREFIX = "sim:"  # the name of every simulated model starts so (backends/sim/model_shapes.py)
+DTYPES = frozenset({"float32", "bfloat16"})

@@ -1,0 +1,309 @@
+"""LLMEngine: one node's scheduler + model runner + detokenizer, advanced one step at a time.
+
+Synchronous and sans-IO: it never sleeps nor touches a socket, and it reads time only through the
+injected clock. Whoever owns it calls ``step()`` (the CLI), or its two halves ``start_step()`` /
+``finish_step()`` (the node core, agent/node_core.py, which the agent's engine thread and the fleet
+simulator both drive: the simulator lets virtual time pass between the halves). The runner behind the
+``ModelRunner`` protocol is the only part that computes.
+
+One request's life::
+
+    add_request ─► Scheduler.waiting ─► schedule() ─► runner.execute() ─► update_from_output()
+                         ▲   (preempted: swapped to host RAM, resumed first)       │
+                         └──────────────────────────────────── detokenize, stop strings ─► RequestOutput
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from engine.batch import RunnerOutput, SchedulerOutput, TokenLogprob
+from engine.clock import Clock, MonotonicClock
+from engine.config import CacheConfig, SchedulerConfig
+from engine.detokenizer import IncrementalDetokenizer
+from engine.model_runner import KVCacheSpec, ModelRunner
+from engine.prompt import check_token_ids
+from engine.request import FinishReason, Request
+from engine.sampling_params import SamplingParams
+from engine.scheduler import Scheduler
+from engine.scheduler_stats import SchedulerStats
+from engine.step_rates import classify_batch
+
+STEP_RECORDS_KEPT = 4096
+
+
+class EngineTokenizer(Protocol):
+    eos_token_id: int | None
+    vocab_size: int
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+
+
+@dataclass(slots=True)
+class RequestMetrics:
+    """Time stamps (seconds, engine clock) of one request, and the latencies derived from them."""
+
+    arrival_time_s: float
+    first_scheduled_time_s: float | None = None
+    first_token_time_s: float | None = None
+    last_token_time_s: float | None = None
+    finished_time_s: float | None = None
+    num_output_tokens: int = 0
+    num_cached_prompt_tokens: int = 0  # set when the request finishes
+    num_preemptions: int = 0  # set when the request finishes
+
+    @property
+    def queue_time_s(self) -> float | None:
+        return None if self.first_scheduled_time_s is None else self.first_scheduled_time_s - self.arrival_time_s
+
+    @property
+    def ttft_s(self) -> float | None:
+        return None if self.first_token_time_s is None else self.first_token_time_s - self.arrival_time_s
+
+    @property
+    def tpot_s(self) -> float | None:
+        """Mean time per output token after the first."""
+        if self.num_output_tokens < 2 or self.first_token_time_s is None or self.last_token_time_s is None:
+            return None
+        return (self.last_token_time_s - self.first_token_time_s) / (self.num_output_tokens - 1)
+
+    @property
+    def e2e_s(self) -> float | None:
+        return None if self.finished_time_s is None else self.finished_time_s - self.arrival_time_s
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """What one step produced for one request (deltas) plus its running totals."""
+
+    req_id: str
+    new_text: str
+    text: str
+    new_token_ids: list[int]
+    num_prompt_tokens: int
+    num_output_tokens: int
+    finished: bool
+    finish_reason: FinishReason | None = None
+    stop_reason: int | str | None = None
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)
+    metrics: RequestMetrics | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One executed step, for rate estimates (prefill tok/s, decode step time) and load reports."""
+
+    end_time_s: float
+    step_time_s: float  # as measured (or predicted) by the runner
+    num_prefill_tokens: int  # tokens of requests still computing their prompt (or recomputing after preemption)
+    num_decode_requests: int  # requests that computed one token after having generated at least one
+    num_batched_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class PendingStep:
+    """A step scheduled and executed, not yet applied: ``finish_step`` applies it (at ``step_time_s`` later
+    on a virtual clock)."""
+
+    batch: SchedulerOutput
+    output: RunnerOutput
+
+    @property
+    def step_time_s(self) -> float:
+        return self.output.step_time_s
+
+
+@dataclass(slots=True)
+class _Tracked:
+    request: Request
+    detokenizer: IncrementalDetokenizer
+    metrics: RequestMetrics
+
+
+class LLMEngine:
+    """Serves many concurrent requests on one model runner with continuous batching."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        tokenizer: EngineTokenizer,
+        scheduler_config: SchedulerConfig,
+        cache_config: CacheConfig,
+        clock: Clock | None = None,
+        *,
+        detokenize: bool = True,
+    ) -> None:
+        """detokenize: False leaves ``RequestOutput.text`` empty and ignores stop strings (the fleet
+        simulator, whose tokens are placeholders)."""
+        if scheduler_config.max_model_len > runner.max_model_len:
+            raise ValueError(
+                f"max_model_len {scheduler_config.max_model_len} exceeds the model's {runner.max_model_len}"
+            )
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.scheduler_config = scheduler_config
+        self.cache_config = cache_config
+        self.clock = clock or MonotonicClock()
+        self.detokenize = detokenize
+        self.scheduler = Scheduler(scheduler_config, cache_config, self.clock)
+        runner.initialize_kv_cache(
+            KVCacheSpec(
+                num_device_blocks=cache_config.num_device_blocks,
+                num_host_blocks=cache_config.num_host_blocks,
+                block_size=cache_config.block_size,
+            )
+        )
+        self._tracked: dict[str, _Tracked] = {}
+        self._ids = itertools.count()
+        self.num_steps = 0
+        self.busy_time_s = 0.0  # summed runner step time
+        self._step_records: deque[StepRecord] = deque(maxlen=STEP_RECORDS_KEPT)
+
+    # -- requests -------------------------------------------------------------------------------
+
+    def encode_chat(self, messages: list[dict[str, str]]) -> list[int]:
+        """Render the checkpoint's chat template and tokenize it (special tokens included)."""
+        return self.tokenizer.encode(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    def add_request(
+        self,
+        prompt: str | Sequence[int],
+        params: SamplingParams,
+        req_id: str | None = None,
+        arrival_time_s: float | None = None,
+    ) -> str:
+        """Queue a prompt (text or token ids). Raises PromptError / ValueError and queues nothing on bad input."""
+        token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        check_token_ids(token_ids, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
+        req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
+        if req_id in self._tracked:
+            raise ValueError(f"request id {req_id!r} is already in use")
+        now = self.clock.now() if arrival_time_s is None else arrival_time_s
+        request = Request(req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id)
+        self.scheduler.add_request(request)
+        stop = params.stop if self.detokenize else ()
+        self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), RequestMetrics(now))
+        return req_id
+
+    def abort(self, req_ids: Iterable[str]) -> None:
+        ids = [r for r in req_ids if r in self._tracked]
+        self.scheduler.finish_requests(ids, FinishReason.ABORT)
+        for r in ids:
+            del self._tracked[r]
+
+    def has_unfinished_requests(self) -> bool:
+        return self.scheduler.has_unfinished_requests()
+
+    @property
+    def num_unfinished_requests(self) -> int:
+        return len(self._tracked)
+
+    # -- the loop -------------------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        """One scheduler iteration: schedule, execute, update; returns the requests that progressed."""
+        pending = self.start_step()
+        return [] if pending is None else self.finish_step(pending)
+
+    def start_step(self) -> PendingStep | None:
+        """Schedule and execute a step; None when there was nothing to run nor to tell the runner.
+
+        An empty batch that only names finished requests still goes to the runner (it drops their state).
+        """
+        batch = self.scheduler.schedule()
+        if batch.is_empty and not batch.finished_req_ids:
+            return None
+        return PendingStep(batch, self.runner.execute(batch))
+
+    def finish_step(self, pending: PendingStep) -> list[RequestOutput]:
+        """Apply an executed step at the clock's now: sampled tokens, finishes, text; the requests that progressed."""
+        batch, runner_output = pending.batch, pending.output
+        self.num_steps += 1
+        self.busy_time_s += runner_output.step_time_s
+        updates = self.scheduler.update_from_output(batch, runner_output)
+        now = self.clock.now()
+        if not batch.is_empty:
+            self._record_step(batch, runner_output.step_time_s, now)
+        for scheduled in batch.requests:
+            tracked = self._tracked.get(scheduled.req_id)
+            if tracked is not None and tracked.metrics.first_scheduled_time_s is None:
+                tracked.metrics.first_scheduled_time_s = tracked.request.first_scheduled_time_s or now
+        outputs = []
+        for update in updates:
+            tracked = self._tracked.get(update.req_id)
+            if tracked is None:
+                continue
+            outputs.append(self._process_update(tracked, update, now))
+        return outputs
+
+    def _record_step(self, batch, step_time_s: float, now: float) -> None:
+        num_prefill, num_decode = classify_batch(batch)
+        self._step_records.append(StepRecord(now, step_time_s, num_prefill, num_decode, batch.num_batched_tokens))
+
+    def take_step_records(self) -> list[StepRecord]:
+        """Steps executed since the last call (at most STEP_RECORDS_KEPT, oldest dropped)."""
+        records = list(self._step_records)
+        self._step_records.clear()
+        return records
+
+    def _process_update(self, tracked: _Tracked, update, now: float) -> RequestOutput:
+        metrics = tracked.metrics
+        new_ids = list(update.new_token_ids)
+        if new_ids:
+            metrics.first_token_time_s = metrics.first_token_time_s or now
+            metrics.last_token_time_s = now
+            metrics.num_output_tokens += len(new_ids)
+        finished, reason, stop_reason = update.finished, update.finish_reason, update.stop_reason
+        # a stop token ends the request but is not part of the text
+        text_ids = new_ids[:-1] if reason is FinishReason.STOP and isinstance(stop_reason, int) else new_ids
+        detok = tracked.detokenizer
+        if self.detokenize:
+            detok.add_tokens(text_ids)
+        if detok.stop_string is not None and not finished:
+            self.scheduler.finish_requests([update.req_id], FinishReason.STOP, detok.stop_string)
+            finished, reason, stop_reason = True, FinishReason.STOP, detok.stop_string
+        request = tracked.request
+        if finished:
+            metrics.finished_time_s = now
+            metrics.num_cached_prompt_tokens = request.num_cached_prompt_tokens
+            metrics.num_preemptions = request.num_preemptions
+            del self._tracked[update.req_id]
+        return RequestOutput(
+            req_id=update.req_id,
+            new_text=detok.take_delta(finished),
+            text=detok.text,
+            new_token_ids=new_ids,
+            num_prompt_tokens=request.num_prompt_tokens,
+            num_output_tokens=request.num_output_tokens,
+            finished=finished,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            new_logprobs=list(update.new_logprobs),
+            metrics=metrics,
+        )
+
+    def run_until_done(self) -> dict[str, RequestOutput]:
+        """Step until every queued request finished; returns each request's final output."""
+        final: dict[str, RequestOutput] = {}
+        while self.has_unfinished_requests():
+            for out in self.step():
+                if out.finished:
+                    final[out.req_id] = out
+        return final
+
+    def generate(self, prompts: Sequence[str | Sequence[int]], params: SamplingParams) -> list[RequestOutput]:
+        """Batch convenience: queue all prompts, run to completion, return outputs in prompt order."""
+        ids = [self.add_request(p, params) for p in prompts]
+        final = self.run_until_done()
+        return [final[i] for i in ids]
+
+    def make_stats(self) -> SchedulerStats:
+        return self.scheduler.make_stats()

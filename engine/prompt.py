@@ -1,0 +1,50 @@
+"""The one prompt validator: a prompt's token ids against a vocabulary and a context length.
+
+    check_prompt(ids, vocab_size, max_model_len)     the edge (control-plane intake, ``zoo generate``)
+      ├─ check_token_ids(ids, vocab_size)             every id a token of the model; at least one
+      └─ check_prompt_length(num_tokens, max_len)     room for the prompt and one output token
+
+Where it runs: the control plane validates a client's prompt once, against the longest context its
+cell serves; a node then checks only what is its own (its context length in the scheduler, its
+vocabulary in ``LLMEngine.add_request`` for prompts given as ids, its KV capacity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class PromptError(ValueError):
+    """A prompt that cannot be served; ``param`` names the request field it came from."""
+
+    def __init__(self, message: str, param: str | None = "prompt") -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class PromptTooLongError(PromptError):
+    """The prompt leaves no room for one output token in the context."""
+
+
+def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
+    if not token_ids:
+        raise PromptError("the prompt is empty")
+    if not all(type(t) is int for t in token_ids) or min(token_ids) < 0 or max(token_ids) >= vocab_size:
+        bad = [t for t in token_ids if type(t) is not int or not 0 <= t < vocab_size]
+        raise PromptError(f"prompt token ids out of range [0, {vocab_size}): {bad[:5]}")
+
+
+def check_prompt_length(num_prompt_tokens: int, max_model_len: int) -> None:
+    if num_prompt_tokens == 0:
+        raise PromptError("the prompt is empty")
+    if num_prompt_tokens >= max_model_len:
+        raise PromptTooLongError(
+            f"the prompt has {num_prompt_tokens} tokens; the context holds {max_model_len} "
+            "(max_model_len: prompt + at least one output token)"
+        )
+
+
+def check_prompt(token_ids: Sequence[int], vocab_size: int, max_model_len: int) -> None:
+    """Raises PromptError (PromptTooLongError for the length) naming what is wrong."""
+    check_token_ids(token_ids, vocab_size)
+    check_prompt_length(len(token_ids), max_model_len)

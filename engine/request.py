@@ -1,0 +1,130 @@
+"""One generation request and its counter model.
+
+Counter model (the same for prefill, decode, chunked prefill and recompute)::
+
+    all_token_ids:  [ p0 p1 ... p(P-1) | o0 o1 ... o(O-1) ]      num_tokens = P + O
+                    [<-- num_computed_tokens -->|                 KV is in the cache
+                                                 ^ next step computes from here
+
+Invariant while the request is alive: ``0 <= num_computed_tokens < num_tokens``. The last known token
+never has KV yet (it was just sampled, or it is the last prompt token), so each step that reaches it
+samples the next token. Sans-IO: no torch, no numpy; the scheduler alone mutates a request.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+
+from engine.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, holds no KV blocks (new, or preempted by recompute)
+    RUNNING = "running"  # holds device KV blocks
+    SWAPPED = "swapped"  # preempted; its KV blocks are in host RAM
+    FINISHED_STOPPED = "finished_stopped"  # EOS, a stop token or a stop string
+    FINISHED_LENGTH = "finished_length"  # max_tokens, max_model_len or the KV capacity reached
+    FINISHED_ABORTED = "finished_aborted"
+
+    def is_finished(self) -> bool:
+        """Works both as ``status.is_finished()`` and ``RequestStatus.is_finished(status)``."""
+        return self in _FINISHED
+
+
+_FINISHED = frozenset({RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH, RequestStatus.FINISHED_ABORTED})
+
+
+class FinishReason(enum.StrEnum):
+    STOP = "stop"
+    LENGTH = "length"
+    ABORT = "abort"
+
+    @property
+    def status(self) -> RequestStatus:
+        return _STATUS_OF_REASON[self]
+
+
+_STATUS_OF_REASON = {
+    FinishReason.STOP: RequestStatus.FINISHED_STOPPED,
+    FinishReason.LENGTH: RequestStatus.FINISHED_LENGTH,
+    FinishReason.ABORT: RequestStatus.FINISHED_ABORTED,
+}
+
+
+class Request:
+    """A prompt, its generated tokens, and where it stands in the scheduler.
+
+    num_computed_tokens: tokens at positions [0, num_computed_tokens) whose KV is in the cache.
+    spec_token_ids: draft tokens a proposer placed after the known tokens for the next step; the
+        scheduler schedules them after ``token_ids`` and clears them once the step is done.
+    num_cached_prompt_tokens: prompt tokens served by the prefix cache on first admission.
+    stop_reason: the stop token id or the stop string that ended the request.
+    """
+
+    def __init__(
+        self,
+        req_id: str,
+        prompt_token_ids: list[int],
+        sampling_params: SamplingParams,
+        arrival_time_s: float,
+        eos_token_id: int | None = None,
+        lora_id: int | None = None,
+    ) -> None:
+        self.req_id = req_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.output_token_ids: list[int] = []
+        self.sampling_params = sampling_params
+        self.arrival_time_s = arrival_time_s
+        self.eos_token_id = eos_token_id
+        self.lora_id = lora_id
+
+        self.status = RequestStatus.WAITING
+        self.finish_reason: FinishReason | None = None
+        self.stop_reason: int | str | None = None
+
+        self.num_computed_tokens = 0
+        self.spec_token_ids: list[int] = []
+        self.num_preemptions = 0
+        self.num_cached_prompt_tokens = 0
+        self.first_scheduled_time_s: float | None = None
+        self.first_token_time_s: float | None = None
+
+        # prompt + output, kept in step with output_token_ids (slicing it is O(chunk))
+        self._all_token_ids = list(self.prompt_token_ids)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self._all_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        """Prompt followed by output. Read-only view: mutate through ``append_output_token_ids``."""
+        return self._all_token_ids
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished()
+
+    def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
+        if isinstance(token_ids, int):
+            self.output_token_ids.append(token_ids)
+            self._all_token_ids.append(token_ids)
+            return
+        ids = list(token_ids)
+        self.output_token_ids.extend(ids)
+        self._all_token_ids.extend(ids)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.req_id!r}, status={self.status.name}, num_tokens={self.num_tokens}, "
+            f"num_computed_tokens={self.num_computed_tokens}, num_output_tokens={self.num_output_tokens})"
+        )

@@ -1,0 +1,423 @@
+"""Iteration-level continuous batching over the paged KV cache. Sans-IO: time comes from the clock.
+
+One step, in priority order, under a token budget (``max_num_batched_tokens``) and a cap on admitted
+requests (``max_num_seqs``)::
+
+    1. running   oldest first; each gets num_tokens - num_computed_tokens tokens (one decode token,
+                 or the rest of its prompt, cut to the budget when chunked prefill is on), plus its
+                 speculative drafts if they fit. No block for it -> preempt the most recently
+                 arrived running request (possibly itself): swap it to host RAM, or, when host RAM
+                 is short or preemption_mode is RECOMPUTE, drop its KV and requeue it at the front.
+    2. swapped   oldest first, swapped back in — unless this step preempted anyone.
+    3. waiting   FCFS, with a prefix-cache lookup — only when nobody is left swapped out and this
+                 step preempted no one. The head of the queue blocks the rest (no overtaking).
+
+Counter model: ``num_computed_tokens`` advances in ``update_from_output`` (once the runner has written
+the KV), never in ``schedule``; a prefix hit is the exception, applied at admission. So between
+``schedule`` and ``update_from_output`` a request's counters still describe the state *before* the step,
+and exactly one ``update_from_output`` must follow each ``schedule`` that scheduled requests.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from engine.clock import Clock
+from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
+from engine.kv import KVCacheManager
+from engine.prompt import check_prompt_length
+from engine.request import FinishReason, Request, RequestStatus
+from engine.scheduler_stats import SchedulerCounters, SchedulerEvent, SchedulerEventKind, SchedulerStats
+
+MAX_PENDING_EVENTS = 100_000  # oldest events are dropped when nobody drains them
+
+# Enum member lookups (``RequestStatus.RUNNING``) cost a descriptor call each; the per-step paths use these.
+_RUNNING = RequestStatus.RUNNING
+_FINISHED_STOPPED = RequestStatus.FINISHED_STOPPED
+_FINISHED_LENGTH = RequestStatus.FINISHED_LENGTH
+_STOP = FinishReason.STOP
+_LENGTH = FinishReason.LENGTH
+
+
+@dataclass(slots=True)
+class RequestUpdate:
+    """What one step did to one request: tokens appended (possibly several for a verification step)
+    and whether it finished. Emitted only for requests that got tokens or finished."""
+
+    req_id: str
+    new_token_ids: list[int]
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: FinishReason | None = None
+    stop_reason: int | str | None = None
+
+
+class Scheduler:
+    def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig, clock: Clock) -> None:
+        self.scheduler_config = scheduler_config
+        self.cache_config = cache_config
+        self._clock = clock
+        self.kv_cache_manager = KVCacheManager.from_config(cache_config)
+        # the most tokens the device cache can hold for one request
+        self._max_device_tokens = cache_config.num_device_blocks * cache_config.block_size
+
+        self._requests: dict[str, Request] = {}  # unfinished, plus finished until the next schedule()
+        self._waiting: deque[Request] = deque()
+        self._running: list[Request] = []  # sorted by priority: oldest first, the preemption victim last
+        self._swapped: list[Request] = []  # sorted by priority: resumed oldest first
+        self._admission_order: dict[str, int] = {}  # breaks ties between equal arrival times
+        self._next_admission_order = itertools.count()
+        self._finished_req_ids: list[str] = []  # reported in the next SchedulerOutput
+        self._next_step_id = 0
+        self._counters = SchedulerCounters()
+        self._events: deque[SchedulerEvent] = deque(maxlen=MAX_PENDING_EVENTS)
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def add_request(self, request: Request) -> None:
+        """Queue a new request (status WAITING). Raises ValueError, queuing nothing, when it can never run."""
+        num_prompt_tokens = request.num_prompt_tokens
+        check_prompt_length(num_prompt_tokens, self.scheduler_config.max_model_len)
+        if request.req_id in self._requests:
+            raise ValueError(f"request id {request.req_id!r} is already in use")
+        num_blocks = self.kv_cache_manager.num_blocks_for_tokens(num_prompt_tokens)
+        if num_blocks > self.cache_config.num_device_blocks:
+            raise ValueError(
+                f"request {request.req_id!r}: prompt needs {num_blocks} KV blocks, the device holds "
+                f"{self.cache_config.num_device_blocks}"
+            )
+        if request.status is not RequestStatus.WAITING or request.num_computed_tokens or request.output_token_ids:
+            raise ValueError(f"request {request.req_id!r}: must be a fresh request")
+        self._requests[request.req_id] = request
+        self._admission_order[request.req_id] = next(self._next_admission_order)
+        self._waiting.append(request)
+        self._emit(SchedulerEventKind.QUEUED, request, num_prompt_tokens=num_prompt_tokens)
+
+    def finish_requests(
+        self, req_ids: Iterable[str], reason: FinishReason, stop_reason: int | str | None = None
+    ) -> None:
+        """Finish requests from outside (abort, a stop string); frees their blocks in every tier.
+        Unknown or already finished ids are ignored."""
+        reason = FinishReason(reason)
+        for req_id in req_ids:
+            request = self._requests.get(req_id)
+            if request is None or request.is_finished:
+                continue
+            if request.status is RequestStatus.RUNNING:
+                self._running.remove(request)
+            elif request.status is RequestStatus.SWAPPED:
+                self._swapped.remove(request)
+            else:
+                self._waiting.remove(request)
+            request.status = reason.status
+            request.finish_reason = reason
+            request.stop_reason = stop_reason
+            self._release_finished(request)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self._running or self._waiting or self._swapped)
+
+    def get_request(self, req_id: str) -> Request | None:
+        """Unfinished requests, and finished ones until the next ``schedule()``."""
+        return self._requests.get(req_id)
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def schedule(self) -> SchedulerOutput:
+        for req_id in self._finished_req_ids:
+            self._requests.pop(req_id, None)
+            self._admission_order.pop(req_id, None)
+        output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._finished_req_ids)
+        self._next_step_id += 1
+        self._finished_req_ids = []
+        self.kv_cache_manager.begin_step()
+
+        budget = self.scheduler_config.max_num_batched_tokens
+        budget, preempted = self._schedule_running(output, budget)
+        if not preempted:
+            budget = self._schedule_swapped(output, budget)
+            if not self._swapped:
+                self._schedule_waiting(output, budget)
+        return output
+
+    def _schedule_running(self, output: SchedulerOutput, budget: int) -> tuple[int, bool]:
+        try_allocate_slots = self.kv_cache_manager.try_allocate_slots
+        chunked = self.scheduler_config.enable_chunked_prefill
+        running = self._running
+        scheduled = output.requests
+        preempted = False
+        i = 0
+        # victims are taken from the tail, so running[:i] (already scheduled) is never touched
+        while i < len(running) and budget > 0:
+            request = running[i]
+            num_new_tokens = request.num_tokens - request.num_computed_tokens  # as _num_new_tokens
+            if num_new_tokens > budget:
+                num_new_tokens = budget if chunked else 0
+            if num_new_tokens == 0:  # chunked prefill off and the rest does not fit this step
+                i += 1
+                continue
+            num_spec_tokens = self._num_spec_tokens(request, num_new_tokens, budget) if request.spec_token_ids else 0
+            while (copies := try_allocate_slots(request, num_new_tokens + num_spec_tokens)) is None:
+                if num_spec_tokens:
+                    num_spec_tokens = 0
+                    continue
+                victim = running[-1]
+                self._preempt(victim, output)
+                preempted = True
+                if victim is request:
+                    break
+            if copies is None:
+                break  # it was the last one standing and preempted itself
+            if copies:
+                output.blocks_to_copy.extend(copies)
+            scheduled.append(self._make_scheduled(request, num_new_tokens, num_spec_tokens))
+            budget -= num_new_tokens + num_spec_tokens
+            i += 1
+        return budget, preempted
+
+    def _schedule_swapped(self, output: SchedulerOutput, budget: int) -> int:
+        manager = self.kv_cache_manager
+        while self._swapped and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
+            request = self._swapped[0]
+            num_new_tokens = self._num_new_tokens(request, budget)
+            if num_new_tokens == 0 or not manager.can_swap_in(request, num_new_tokens):
+                break
+            del self._swapped[0]
+            pairs = manager.swap_in(request)
+            output.blocks_to_swap_in.extend(pairs)
+            output.blocks_to_copy.extend(manager.allocate_slots(request, num_new_tokens))
+            request.status = RequestStatus.RUNNING
+            self._insort(self._running, request)
+            self._counters.num_swapped_in_blocks_total += len(pairs)
+            self._emit(SchedulerEventKind.SWAPPED_IN, request, num_blocks=len(pairs))
+            output.requests.append(self._make_scheduled(request, num_new_tokens, 0))
+            budget -= num_new_tokens
+        return budget
+
+    def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
+        manager = self.kv_cache_manager
+        while self._waiting and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
+            request = self._waiting[0]
+            prefix_hit = manager.get_computed_blocks(request)
+            num_new_tokens = self._num_new_tokens(request, budget, num_computed_tokens=prefix_hit.num_tokens)
+            if num_new_tokens == 0 or not manager.can_allocate(request, num_new_tokens, prefix_hit):
+                break
+            self._waiting.popleft()
+            output.blocks_to_copy.extend(manager.allocate_slots(request, num_new_tokens, prefix_hit))
+            request.num_computed_tokens = prefix_hit.num_tokens
+            request.status = RequestStatus.RUNNING
+            self._insort(self._running, request)
+            self._counters.prefix_cache_queries_total += request.num_tokens
+            self._counters.prefix_cache_hits_total += prefix_hit.num_tokens
+            if request.first_scheduled_time_s is None:
+                request.first_scheduled_time_s = self._clock.now()
+                request.num_cached_prompt_tokens = prefix_hit.num_tokens
+                self._counters.num_prompt_tokens_total += request.num_prompt_tokens
+                self._emit(
+                    SchedulerEventKind.SCHEDULED,
+                    request,
+                    queue_time_s=request.first_scheduled_time_s - request.arrival_time_s,
+                    num_cached_tokens=prefix_hit.num_tokens,
+                )
+            output.requests.append(self._make_scheduled(request, num_new_tokens, 0))
+            budget -= num_new_tokens
+
+    def _num_new_tokens(self, request: Request, budget: int, num_computed_tokens: int | None = None) -> int:
+        """Known tokens to compute this step: all that are left, or a chunk that fits ``budget``
+        (0 when chunked prefill is off and they do not fit)."""
+        computed = request.num_computed_tokens if num_computed_tokens is None else num_computed_tokens
+        num_left = request.num_tokens - computed
+        if num_left <= budget:
+            return num_left
+        return budget if self.scheduler_config.enable_chunked_prefill else 0
+
+    def _num_spec_tokens(self, request: Request, num_new_tokens: int, budget: int) -> int:
+        """Drafts to verify after the known tokens: only when the chunk reaches the last known token,
+        within the budget, and never past max_model_len or the device capacity."""
+        if not request.spec_token_ids or request.num_computed_tokens + num_new_tokens != request.num_tokens:
+            return 0
+        room = min(self.scheduler_config.max_model_len, self._max_device_tokens) - request.num_tokens
+        return max(0, min(len(request.spec_token_ids), budget - num_new_tokens, room))
+
+    def _make_scheduled(self, request: Request, num_new_tokens: int, num_spec_tokens: int) -> ScheduledRequest:
+        start = request.num_computed_tokens
+        end = start + num_new_tokens
+        all_token_ids = request.all_token_ids
+        return ScheduledRequest(
+            req_id=request.req_id,
+            token_ids=all_token_ids[start:end],
+            start_pos=start,
+            block_ids=self.kv_cache_manager.get_block_ids(request.req_id),
+            sample=end == len(all_token_ids),
+            sampling_params=request.sampling_params,
+            num_output_tokens=len(request.output_token_ids),
+            spec_token_ids=request.spec_token_ids[:num_spec_tokens] if num_spec_tokens else [],
+            lora_id=request.lora_id,
+        )
+
+    def _preempt(self, victim: Request, output: SchedulerOutput) -> None:
+        manager = self.kv_cache_manager
+        self._running.remove(victim)
+        victim.num_preemptions += 1
+        self._counters.num_preemptions_total += 1
+        if self.scheduler_config.preemption_mode is PreemptionMode.SWAP and manager.can_swap_out(victim):
+            pairs = manager.swap_out(victim)
+            output.blocks_to_swap_out.extend(pairs)
+            victim.status = RequestStatus.SWAPPED
+            self._insort(self._swapped, victim)
+            self._counters.num_swapped_out_blocks_total += len(pairs)
+            self._emit(SchedulerEventKind.PREEMPTED, victim, mode=PreemptionMode.SWAP.value)
+            self._emit(SchedulerEventKind.SWAPPED_OUT, victim, num_blocks=len(pairs))
+            return
+        manager.free(victim)
+        self._counters.num_recomputed_tokens_total += victim.num_computed_tokens
+        victim.num_computed_tokens = 0
+        victim.status = RequestStatus.WAITING
+        self._waiting.appendleft(victim)
+        self._emit(SchedulerEventKind.PREEMPTED, victim, mode=PreemptionMode.RECOMPUTE.value)
+
+    # -- after the runner ------------------------------------------------------------------------
+
+    def update_from_output(self, scheduler_output: SchedulerOutput, runner_output: RunnerOutput) -> list[RequestUpdate]:
+        """Commit a step: advance counters, append sampled tokens, finish and free requests.
+
+        For a request scheduled with ``sample=True`` the runner returns 1 + (accepted drafts) tokens;
+        ``num_computed_tokens`` advances by the scheduled known tokens plus the accepted drafts only
+        (a rejected draft's KV slot is overwritten later). Requests finished or aborted since the step
+        was scheduled are skipped.
+        """
+        requests = self._requests
+        sampled_token_ids = runner_output.sampled_token_ids
+        live = []
+        for scheduled in scheduler_output.requests:
+            request = requests.get(scheduled.req_id)
+            if request is None or request.status is not _RUNNING:
+                continue
+            if request.num_computed_tokens != scheduled.start_pos:
+                raise ValueError(f"request {scheduled.req_id!r}: output of a stale step (updated twice?)")
+            if scheduled.sample and not sampled_token_ids.get(scheduled.req_id):
+                raise ValueError(f"request {scheduled.req_id!r}: the runner sampled no token")
+            live.append((scheduled, request))
+
+        cache_computed_blocks = self.kv_cache_manager.cache_computed_blocks
+        updates = []
+        num_generation_tokens = 0
+        for scheduled, request in live:
+            if not scheduled.sample:
+                request.num_computed_tokens += len(scheduled.token_ids)
+                cache_computed_blocks(request)
+                continue
+            update = self._append_sampled(request, scheduled, runner_output)
+            num_generation_tokens += len(update.new_token_ids)
+            updates.append(update)
+        self._counters.num_generation_tokens_total += num_generation_tokens
+        return updates
+
+    def _append_sampled(
+        self, request: Request, scheduled: ScheduledRequest, runner_output: RunnerOutput
+    ) -> RequestUpdate:
+        req_id = request.req_id
+        sampled = runner_output.sampled_token_ids[req_id]
+        num_spec_tokens = len(scheduled.spec_token_ids)
+        num_accepted = min(len(sampled) - 1, num_spec_tokens) if num_spec_tokens else 0
+        request.num_computed_tokens += len(scheduled.token_ids) + num_accepted
+        if request.spec_token_ids:
+            request.spec_token_ids = []
+        if num_accepted == 0:  # the common case: one token, no drafts
+            token_id = sampled[0]
+            request.append_output_token_ids(token_id)
+            new_token_ids = [token_id]
+            finished = self._check_stop(request, token_id)
+        else:
+            new_token_ids = []
+            finished = False
+            for token_id in sampled[: num_accepted + 1]:
+                request.append_output_token_ids(token_id)
+                new_token_ids.append(token_id)
+                if self._check_stop(request, token_id):
+                    finished = True
+                    break
+        if request.first_token_time_s is None:
+            request.first_token_time_s = self._clock.now()
+        self.kv_cache_manager.cache_computed_blocks(request)  # before a finish frees them
+        if finished:
+            self._running.remove(request)
+            self._release_finished(request)
+        logprobs = runner_output.logprobs.get(req_id)
+        return RequestUpdate(
+            req_id,
+            new_token_ids,
+            list(logprobs[: len(new_token_ids)]) if logprobs else [],
+            finished,
+            request.finish_reason,
+            request.stop_reason,
+        )
+
+    def _check_stop(self, request: Request, token_id: int) -> bool:
+        """Finish the request if ``token_id`` (just appended) ends it. A stop token wins over a length limit."""
+        params = request.sampling_params
+        if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
+            request.status = _FINISHED_STOPPED
+            request.finish_reason = _STOP
+            request.stop_reason = token_id
+            return True
+        num_tokens = request.num_tokens
+        if (
+            request.num_output_tokens >= params.max_tokens
+            or num_tokens >= self.scheduler_config.max_model_len
+            # the next step would compute all num_tokens positions: more than the device holds
+            or num_tokens > self._max_device_tokens
+        ):
+            request.status = _FINISHED_LENGTH
+            request.finish_reason = _LENGTH
+            return True
+        return False
+
+    def _release_finished(self, request: Request) -> None:
+        """Free a finished request's blocks (not yet removed from any queue) and report it next step."""
+        self.kv_cache_manager.free(request)
+        self._finished_req_ids.append(request.req_id)
+        reason = request.finish_reason.value if request.finish_reason else None
+        self._emit(SchedulerEventKind.FINISHED, request, reason=reason, num_output_tokens=request.num_output_tokens)
+
+    # -- observability ---------------------------------------------------------------------------
+
+    def make_stats(self) -> SchedulerStats:
+        manager = self.kv_cache_manager
+        c = self._counters
+        return SchedulerStats(
+            num_running=len(self._running),
+            num_waiting=len(self._waiting),
+            num_swapped=len(self._swapped),
+            kv_usage=manager.device_usage,
+            num_free_device_blocks=manager.num_free_device_blocks,
+            num_free_host_blocks=manager.num_free_host_blocks,
+            num_preemptions_total=c.num_preemptions_total,
+            num_swapped_out_blocks_total=c.num_swapped_out_blocks_total,
+            num_swapped_in_blocks_total=c.num_swapped_in_blocks_total,
+            num_recomputed_tokens_total=c.num_recomputed_tokens_total,
+            prefix_cache_queries_total=c.prefix_cache_queries_total,
+            prefix_cache_hits_total=c.prefix_cache_hits_total,
+            num_prompt_tokens_total=c.num_prompt_tokens_total,
+            num_generation_tokens_total=c.num_generation_tokens_total,
+        )
+
+    def take_events(self) -> list[SchedulerEvent]:
+        events = list(self._events)
+        self._events.clear()
+        return events
+
+    def _emit(self, kind: SchedulerEventKind, request: Request, **details: object) -> None:
+        self._events.append(SchedulerEvent(kind, request.req_id, self._clock.now(), details))
+
+    def _insort(self, queue: list[Request], request: Request) -> None:
+        bisect.insort(queue, request, key=self._priority)
+
+    def _priority(self, request: Request) -> tuple[float, int]:
+        """Lower sorts first: earlier arrival, then earlier add_request."""
+        return request.arrival_time_s, self._admission_order[request.req_id]

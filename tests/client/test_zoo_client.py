@@ -1,0 +1,107 @@
+"""The client library against an in-process control plane and agent (trivial engine), over tcp loopback."""
+
+from __future__ import annotations
+
+import contextlib
+
+import anyio
+import anyio.from_thread
+import pytest
+
+from agent.node_agent import AgentConfig, NodeAgent
+from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
+from client import AsyncZooClient, ZooClient, ZooError, ZooNoNodeError, ZooOverloadedError, ZooTimeoutError
+from controlplane.router.router_config import RouterConfig
+from controlplane.server import ControlPlane, ControlPlaneConfig
+from transport.messages import ErrorCode
+
+
+@contextlib.asynccontextmanager
+async def _fleet(step_s: float = 0.0, num_agents: int = 1):
+    cp = ControlPlane(
+        ControlPlaneConfig(
+            agent_endpoint="tcp://127.0.0.1:0",
+            client_endpoint="tcp://127.0.0.1:0",
+            model_name=FAKE_MODEL_NAME,
+            router=RouterConfig(policy="round_robin"),
+            heartbeat_interval_s=0.2,
+            heartbeat_timeout_s=1.0,
+        ),
+        ByteTokenizer(),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(cp.run)
+        for i in range(num_agents):
+            config = AgentConfig(node_id=f"n{i}", model_name=FAKE_MODEL_NAME)
+            agent = NodeAgent(
+                cp.agent_endpoint, build_trivial_engine(step_s=step_s), config, hardware=cpu_test_hardware()
+            )
+            await tg.start(agent.run)
+        await cp.wait_until(lambda: len(cp.registry) == num_agents, 10)
+        yield cp
+        tg.cancel_scope.cancel()
+
+
+@pytest.fixture
+def portal_fleet():
+    """A fleet running in a helper thread's event loop, for the blocking client."""
+    with anyio.from_thread.start_blocking_portal() as portal, portal.wrap_async_context_manager(_fleet()) as cp:
+        yield cp
+
+
+def test_blocking_client_full_and_streamed(portal_fleet):
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        assert zoo.ping() > 0
+        done = zoo.generate("hello", max_tokens=4)
+        assert (done.text, done.finish_reason, done.num_prompt_tokens, done.node_id) == ("zzzz", "length", 5, "n0")
+        chunks = list(zoo.generate(messages=[{"role": "user", "content": "hi"}], max_tokens=3, stream=True))
+        assert [c.num_output_tokens for c in chunks] == [1, 2, 3] and chunks[-1].finished
+        with pytest.raises(ZooError) as e:
+            zoo.generate("x", top_k=-1)
+        assert e.value.code is ErrorCode.INVALID_REQUEST and "top_k" in e.value.message
+
+
+def test_blocking_stream_closed_early_cancels(portal_fleet):
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        stream = zoo.generate(prompt_token_ids=[5, 6], max_tokens=100_000, stream=True)
+        next(stream)
+        stream.close()
+        assert zoo.generate("after", max_tokens=1).text == "z"
+    assert portal_fleet.stats()["requests"]["cancelled"] == 1
+
+
+@pytest.mark.anyio
+async def test_async_client_errors_and_explicit_cancel():
+    async with _fleet(step_s=0.01) as cp, AsyncZooClient(cp.client_endpoint, timeout_s=10) as zoo:
+        stream = await zoo.generate("x", max_tokens=100_000, stream=True)
+        await stream.__anext__()
+        await stream.cancel()
+        await cp.wait_until(lambda: cp.stats()["requests"]["cancelled"] == 1, 10)
+        with pytest.raises(ZooError) as e:
+            await zoo.generate(prompt_token_ids=[10**9])
+        assert e.value.code is ErrorCode.INVALID_REQUEST
+        cp.admission.config.max_queue_per_node = 0
+        with pytest.raises(ZooOverloadedError) as e:
+            await zoo.generate("x")
+        assert e.value.retry_after_s == cp.admission.config.retry_after_s
+
+
+@pytest.mark.anyio
+async def test_timeouts_and_an_empty_fleet():
+    async with _fleet(step_s=0.05) as cp, AsyncZooClient(cp.client_endpoint, timeout_s=0.01) as zoo:
+        with pytest.raises(ZooTimeoutError):  # 10 ms per chunk is shorter than one 50 ms step
+            await zoo.generate("slow", max_tokens=100)
+        await cp.wait_until(lambda: cp.stats()["requests"]["inflight"] == 0, 10)  # the timeout cancelled it
+    cp_none = ControlPlane(ControlPlaneConfig(agent_endpoint="tcp://127.0.0.1:0", client_endpoint="tcp://127.0.0.1:0"),
+                           ByteTokenizer())  # fmt: skip
+    async with anyio.create_task_group() as tg:
+        await tg.start(cp_none.run)
+        async with AsyncZooClient(cp_none.client_endpoint, timeout_s=10) as zoo:
+            with pytest.raises(ZooNoNodeError):
+                await zoo.generate("anyone?")
+        tg.cancel_scope.cancel()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from engine.kv import extend_block_hashes, hash_block_tokens, hash_full_blocks
+
+
+def test_only_full_blocks_are_hashed():
+    assert len(hash_full_blocks(list(range(11)), 4)) == 2
+    assert hash_full_blocks([1, 2, 3], 4) == []
+
+
+def test_chain_depends_on_every_earlier_token():
+    a = hash_full_blocks([1, 2, 3, 4, 5, 6, 7, 8], 4)
+    b = hash_full_blocks([9, 2, 3, 4, 5, 6, 7, 8], 4)
+    assert a[0] != b[0]
+    assert a[1].token_ids == b[1].token_ids and a[1] != b[1]
+
+
+def test_same_prefix_same_chain_and_lora_separates():
+    a = hash_full_blocks([1, 2, 3, 4, 5, 6, 7, 8, 9], 4)
+    b = hash_full_blocks([1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0], 4)
+    assert a == b[:2]
+    assert hash_full_blocks([1, 2, 3, 4], 4, lora_id=1) != hash_full_blocks([1, 2, 3, 4], 4)
+
+
+def test_hash_is_stable_across_processes_and_hosts():
+    # SHA-256 based, not Python's per-process salted hash(): routers on other hosts compute the same names
+    first = hash_block_tokens(None, [1, 2, 3, 4])
+    assert first.hash_value == 6432690096285770582
+    assert hash_block_tokens(first, [5, 6, 7, 8], lora_id=3).hash_value == 18366671934221209715
+
+
+def test_extend_grows_in_place_and_caps_at_full_blocks():
+    tokens = list(range(10))
+    chain = extend_block_hashes([], tokens, 4, None, 1)
+    assert len(chain) == 1
+    extend_block_hashes(chain, tokens, 4, None, 5)
+    assert chain == hash_full_blocks(tokens, 4)
