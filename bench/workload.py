@@ -1,25 +1,18 @@
 """Request lengths drawn from the real traces in ../shared/traces, scaled down to fit a CPU.
 
-Each trace row gives (arrival s, prompt tokens, output tokens). A CPU cannot serve Azure's
+Each trace row gives (arrival s, prompt tokens, output tokens) (read by sim/workload.py). A CPU cannot serve Azure's
 1,155-token mean prompts at useful rates, so lengths are divided by a stated scale and clamped.
 """
 
 from __future__ import annotations
 
-import csv
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.workload import load_trace
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_DIR = REPO_ROOT.parent / "shared"
-
-
-@dataclass(frozen=True, slots=True)
-class TraceRequest:
-    arrival_s: float
-    num_prompt_tokens: int
-    num_output_tokens: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,32 +33,16 @@ class LengthScale:
         )
 
 
-def trace_path(name: str) -> Path:
-    path = SHARED_DIR / "traces" / name
-    if not path.exists():
-        raise FileNotFoundError(f"trace {name} not found at {path} (../shared/traces beside the repository)")
-    return path
-
-
-def read_azure_trace(name: str = "azure_conv_2023.csv") -> list[TraceRequest]:
-    with trace_path(name).open() as f:
-        return [
-            TraceRequest(float(r["arrived_at"]), int(r["num_prefill_tokens"]), int(r["num_decode_tokens"]))
-            for r in csv.DictReader(f)
-        ]
-
-
-def sample_lengths(
-    n: int, scale: LengthScale, seed: int = 0, name: str = "azure_conv_2023.csv"
-) -> list[tuple[int, int]]:
-    """n (prompt, output) length pairs sampled from the trace with a fixed seed, scaled and clamped."""
-    rows = read_azure_trace(name)
+def sample_lengths(n: int, scale: LengthScale, seed: int = 0, trace: str = "conv") -> list[tuple[int, int]]:
+    """n (prompt, output) length pairs sampled from the trace (sim/workload.py ``load_trace``) with a fixed
+    seed, scaled and clamped."""
+    rows = load_trace(trace).requests
     rng = random.Random(seed)
     picked = rng.sample(rows, n) if n <= len(rows) else [rng.choice(rows) for _ in range(n)]
     out = []
     for r in picked:
         p = min(max(round(r.num_prompt_tokens / scale.prompt_div), scale.min_prompt), scale.max_prompt)
-        o = min(max(round(r.num_output_tokens / scale.output_div), scale.min_output), scale.max_output)
+        o = min(max(round(r.max_tokens / scale.output_div), scale.min_output), scale.max_output)
         out.append((p, o))
     return out
 

@@ -29,7 +29,7 @@ import anyio
 import zmq.asyncio
 
 from controlplane.control_plane_config import ControlPlaneConfig
-from controlplane.fleet_stats import FleetStats
+from controlplane.fleet_ledger import FleetLedger
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_intake import place_request
 from controlplane.request_table import Inflight, RequestTable, ZmqConsumer, local_stream
@@ -105,7 +105,7 @@ class ControlPlane(Actor):
         self.requests = RequestTable(self.registry, self._send_to_node)
         self.counters = self.requests.counters  # the same dict: routed and refused are counted here
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
-        self.fleet = FleetStats(config.max_pending_events)
+        self.fleet = FleetLedger(config.max_pending_events)
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self._changed = anyio.Event()
         self._probe_snapshot: tuple[dict, float] | None = None

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from controlplane.admission import AdmissionConfig
 from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from sim.des import FleetSimulator, SimResult
-from sim.fleet import Fleet, load_fleet
+from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import Slo, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
@@ -48,13 +50,24 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s")
     parser.add_argument("--slo-tpot", type=float, default=0.1, help="SLO on time per output token, s")
     parser.add_argument("--report-interval", type=float, default=0.25, help="agents' load report period, s")
+    admission = AdmissionConfig()
+    parser.add_argument(
+        "--max-queue-per-node",
+        type=int,
+        default=admission.max_queue_per_node,
+        help="admission control, as zoo controlplane: requests waiting on a node before it refuses more (429)",
+    )
+    parser.add_argument(
+        "--max-queue-global",
+        type=int,
+        default=admission.max_queue_global,
+        help="admission control: requests waiting in the whole fleet before it refuses more (429)",
+    )
     parser.add_argument("--drain-limit", type=float, default=600.0, help="virtual s after the last arrival")
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.add_argument("--plot", default=None, help="write latency CDFs per policy to this PNG (matplotlib)")
     parser.add_argument("--sweep", action="store_true", help="sweep the offered load")
     parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
-    from sim.realtime import add_realtime_args
-
     add_realtime_args(parser)
 
 
@@ -86,6 +99,7 @@ def run_policies(
             fleet,
             workload,
             name,
+            admission=admission_config(args),
             seed=args.seed,
             report_interval_s=args.report_interval,
             drain_limit_s=args.drain_limit,
@@ -99,8 +113,6 @@ def run_policies(
 
 def run_sim(args: argparse.Namespace) -> int:
     if getattr(args, "realtime", False):
-        from sim.realtime import run_realtime_sim
-
         return run_realtime_sim(args)
     try:
         fleet = load_fleet(args.fleet)
@@ -165,6 +177,70 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.plot:
         plot_cdfs(results, args.plot, f"{fleet.name}, {base.name} at {args.load:.0%} load")
     return 0
+
+
+def run_realtime_sim(args: argparse.Namespace) -> int:
+    """``zoo sim --realtime``: the trace slice through a real control plane and simulated agents
+    (sim/realtime.py), then the same slice in virtual time, and the twin comparison per policy. Refuses
+    ``--sweep`` (a sweep in real time is hours)."""
+    import json
+
+    from sim.realtime import run_twin
+
+    if args.sweep:
+        print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
+        return 2
+    fleet = load_fleet(args.fleet)
+    policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
+    workload, _ = scaled(build_workload(args, fleet), fleet, args.load, args)
+    fleet_path = args.fleet if Path(args.fleet).is_file() else str(FLEETS_DIR / f"{args.fleet}.toml")
+    print(
+        f"{fleet.describe()}: {len(workload.requests)} requests over {workload.duration_s:.1f} s in real time "
+        f"(agents {'in this process' if args.agents_in_process else 'in one child process'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    slo = Slo(args.slo_ttft, args.slo_tpot)
+    reports, twins = [], {}
+    for policy in policies:
+        realtime, _virtual, twin = run_twin(
+            fleet,
+            workload,
+            policy,
+            seed=args.seed,
+            report_interval_s=args.report_interval,
+            admission=admission_config(args),
+            agents_in_process=args.agents_in_process,
+            fleet_path=fleet_path,
+            timeout_s=args.realtime_timeout,
+        )
+        reports.append(summarize(realtime, slo))
+        twins[policy] = twin
+        if not args.json:
+            print(f"\n{policy}: real time vs virtual time\n{twin.format()}")
+    if args.json:
+        twin_json = {p: {**{k: list(v) for k, v in t.rows.items()}, "same_node_share": t.same_node_share,
+                         "num_unfinished": t.num_unfinished} for p, t in twins.items()}  # fmt: skip
+        print(json.dumps({"realtime": json.loads(dumps(reports, {"mode": "realtime"})), "twin": twin_json}, indent=2))
+    else:
+        print("\nreal-time run:\n" + format_table(reports, slo))
+    return 0
+
+
+def add_realtime_args(parser: argparse.ArgumentParser) -> None:
+    """The flags ``zoo sim --realtime`` adds."""
+    parser.add_argument("--realtime", action="store_true", help="run the slice in real time and compare")
+    parser.add_argument(
+        "--agents-in-process",
+        action="store_true",
+        help="simulated agents in this process (default: one child process, python -m sim.sim_agents)",
+    )
+    parser.add_argument("--realtime-timeout", type=float, default=600.0, help="wall seconds before giving up")
+
+
+def admission_config(args: argparse.Namespace) -> AdmissionConfig:
+    """The control plane's admission limits, as ``zoo controlplane`` takes them."""
+    return AdmissionConfig(max_queue_per_node=args.max_queue_per_node, max_queue_global=args.max_queue_global)
 
 
 def main(argv: list[str] | None = None) -> int:

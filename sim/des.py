@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from agent.node_core import NodeCore
 from backends.sim.cost_model import node_hardware_info
 from backends.sim.engine import SimTokenizer
-from backends.sim.model_shapes import num_params
 from controlplane.admission import AdmissionConfig, AdmissionControl
 from controlplane.registry import ClusterRegistry
 from controlplane.request_intake import place_request
@@ -189,7 +188,7 @@ def default_router_config(fleet: Fleet, policy: str) -> RouterConfig:
     return RouterConfig(
         policy=policy,
         cells_by_traffic_class=dict(fleet.cells_by_traffic_class),
-        model_params_b={fleet.model.name: num_params(fleet.model) / 1e9},
+        model_params_b={fleet.model.name: fleet.model.num_params / 1e9},
     )
 
 

@@ -13,8 +13,8 @@
     rt, virtual, twin = run_twin(fleet, workload, "round_robin")
     print(twin.format())
 
-    python -m sim.realtime --fleet examples/twin_fleet.toml --trace conv --load 0.6 --max-requests 40 \\
-                           --policy round_robin [--agents-in-process] [--json]
+    zoo sim --realtime --fleet examples/twin_fleet.toml --trace conv --load 0.6 --max-requests 40 \\
+                       --policy round_robin [--agents-in-process] [--json]      (sim/cli.py)
 
 Both sides produce a ``SimResult`` (sim/des.py), so sim/report.py summarizes either. The client measures
 TTFT from the moment it sends a request (its actual, not its scheduled, arrival) to the first chunk that
@@ -40,7 +40,7 @@ from client import AsyncZooClient
 from controlplane.admission import AdmissionConfig
 from controlplane.server import ControlPlane, ControlPlaneConfig
 from sim.des import FleetSimulator, NodeResult, RequestRecord, SimResult, default_router_config
-from sim.fleet import FLEETS_DIR, Fleet, load_fleet
+from sim.fleet import Fleet
 from sim.sim_agents import serve_sim_agents
 from sim.workload import PromptFactory, Workload
 
@@ -61,6 +61,7 @@ async def run_realtime_async(
     agents_in_process: bool = True,
     fleet_path: str | None = None,
     timeout_s: float = 300.0,
+    admission: AdmissionConfig | None = None,
 ) -> SimResult:
     """Replay ``workload`` through a real control plane and simulated agents; records timed at the client.
 
@@ -74,7 +75,7 @@ async def run_realtime_async(
             client_endpoint="tcp://127.0.0.1:0",
             model_name=model.name,
             router=default_router_config(fleet, policy),
-            admission=AdmissionConfig(max_queue_per_node=1 << 20, max_queue_global=1 << 20),  # the DES admits all
+            admission=admission or AdmissionConfig(),  # the DES's default too
             report_interval_s=report_interval_s,
             heartbeat_interval_s=1.0,
             heartbeat_timeout_s=30.0,  # a loaded host must not expire a busy node mid-run
@@ -268,90 +269,16 @@ def run_twin(
     *,
     seed: int = 0,
     report_interval_s: float = 0.25,
+    admission: AdmissionConfig | None = None,
     **realtime_kwargs,
 ) -> tuple[SimResult, SimResult, TwinComparison]:
-    """The same fleet, trace, seed, policy and report interval in real time and in virtual time."""
-    virtual = FleetSimulator(fleet, workload, policy, seed=seed, report_interval_s=report_interval_s).run()
-    realtime = run_realtime(fleet, workload, policy, seed=seed, report_interval_s=report_interval_s, **realtime_kwargs)
+    """The same fleet, trace, seed, policy, admission limits and report interval in real time and in virtual
+    time."""
+    admission = admission or AdmissionConfig()
+    virtual = FleetSimulator(
+        fleet, workload, policy, admission=admission, seed=seed, report_interval_s=report_interval_s
+    ).run()
+    realtime = run_realtime(
+        fleet, workload, policy, seed=seed, report_interval_s=report_interval_s, admission=admission, **realtime_kwargs
+    )
     return realtime, virtual, compare(realtime, virtual)
-
-
-# --------------------------------------------------------------------------- command line
-
-
-def run_realtime_sim(args) -> int:
-    """``zoo sim --realtime`` (the namespace of sim/cli.py ``add_sim_args`` plus ``add_realtime_args``):
-    the trace slice through a real control plane and simulated agents, then the same slice in virtual time,
-    and the twin comparison per policy. Refuses ``--sweep`` (a sweep in real time is hours)."""
-    import json
-
-    from sim.cli import all_policies, build_workload, scaled
-    from sim.report import Slo, dumps, format_table, summarize
-
-    if args.sweep:
-        print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
-        return 2
-    fleet = load_fleet(args.fleet)
-    policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
-    workload, _ = scaled(build_workload(args, fleet), fleet, args.load, args)
-    fleet_path = args.fleet if Path(args.fleet).is_file() else str(FLEETS_DIR / f"{args.fleet}.toml")
-    print(
-        f"{fleet.describe()}: {len(workload.requests)} requests over {workload.duration_s:.1f} s in real time "
-        f"(agents {'in this process' if args.agents_in_process else 'in one child process'})",
-        file=sys.stderr,
-        flush=True,
-    )
-    slo = Slo(args.slo_ttft, args.slo_tpot)
-    reports, twins = [], {}
-    for policy in policies:
-        realtime, _virtual, twin = run_twin(
-            fleet,
-            workload,
-            policy,
-            seed=args.seed,
-            report_interval_s=args.report_interval,
-            agents_in_process=args.agents_in_process,
-            fleet_path=fleet_path,
-            timeout_s=args.realtime_timeout,
-        )
-        reports.append(summarize(realtime, slo))
-        twins[policy] = twin
-        if not args.json:
-            print(f"\n{policy}: real time vs virtual time\n{twin.format()}")
-    if args.json:
-        twin_json = {p: {**{k: list(v) for k, v in t.rows.items()}, "same_node_share": t.same_node_share,
-                         "num_unfinished": t.num_unfinished} for p, t in twins.items()}  # fmt: skip
-        print(json.dumps({"realtime": json.loads(dumps(reports, {"mode": "realtime"})), "twin": twin_json}, indent=2))
-    else:
-        print("\nreal-time run:\n" + format_table(reports, slo))
-    return 0
-
-
-def add_realtime_args(parser) -> None:
-    """The flags ``zoo sim --realtime`` adds to sim/cli.py ``add_sim_args``."""
-    parser.add_argument("--realtime", action="store_true", help="run the slice in real time and compare")
-    parser.add_argument(
-        "--agents-in-process",
-        action="store_true",
-        help="simulated agents in this process (default: one child process, python -m sim.sim_agents)",
-    )
-    parser.add_argument("--realtime-timeout", type=float, default=600.0, help="wall seconds before giving up")
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m sim.realtime --fleet examples/twin_fleet.toml --trace conv --load 0.6 --policy round_robin``."""
-    import argparse
-
-    from sim.cli import add_sim_args
-
-    parser = argparse.ArgumentParser(prog="python -m sim.realtime", description=__doc__.splitlines()[0])
-    add_sim_args(parser)
-    add_realtime_args(parser)
-    parser.set_defaults(
-        fleet=str(REPO_ROOT / "examples" / "twin_fleet.toml"), policy="round_robin", duration=30.0, max_requests=40
-    )
-    return run_realtime_sim(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

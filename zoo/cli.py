@@ -6,37 +6,8 @@ import argparse
 import json
 import sys
 
-from engine.config import BACKENDS, CacheConfig, EngineConfig, SchedulerConfig
 from engine.sampling_params import SamplingParams, SamplingParamsError
-
-
-def _add_engine_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2-135M-Instruct)")
-    p.add_argument("--backend", default="torch", choices=sorted(BACKENDS), help="sim: a simulated GPU (--gpu-profile)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--num-threads", type=int, default=None, help="CPU threads for the backend (default: all)")
-    p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")
-    p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
-    p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
-
-
-def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    return EngineConfig(
-        model=args.model,
-        backend=args.backend,
-        dtype=args.dtype,
-        device=args.device,
-        num_threads=args.num_threads,
-        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
-        cache=CacheConfig(
-            block_size=args.block_size,
-            num_device_blocks=args.num_device_blocks,
-            num_host_blocks=args.num_host_blocks,
-        ),
-    )
+from zoo.engine_args import add_engine_args, engine_config_from_args
 
 
 def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
@@ -141,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
-    _add_engine_args(g)
+    add_engine_args(g)
     g.set_defaults(func=cmd_generate)
 
     d = sub.add_parser("demo", help="a local zoo: a chat answer over the OpenAI API, a short load, a latency table")
@@ -183,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("target", choices=["engine", "controlplane", "observe"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
-    _add_engine_args(b)
+    add_engine_args(b)
     b.set_defaults(func=cmd_bench)
     return parser
 

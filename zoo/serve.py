@@ -38,6 +38,7 @@ from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.process import configure_logging, stop_on_signal
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
+from zoo.engine_args import add_engine_args, engine_config_from_args
 
 log = logging.getLogger(__name__)
 
@@ -158,15 +159,13 @@ async def _serve_http(cp, host: str, port: int, metrics_app=None, *, task_status
 
 
 def add_agent_args(p: argparse.ArgumentParser) -> None:
-    from zoo.cli import _add_engine_args
-
     p.add_argument("--control", default=DEFAULT_AGENT_ENDPOINT, help="the control plane's agent endpoint")
     p.add_argument("--node-id", default=None, help="unique node id (default: HOSTNAME-PID)")
     p.add_argument("--gpu-profile", default=None, help="describe the device as this GPU table entry")
     p.add_argument("--cell", default="default", help="the cell (group of nodes) this node belongs to")
     p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
     p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
-    _add_engine_args(p)
+    add_engine_args(p)
     p.add_argument("--tp", type=int, default=1, help="GPUs of --gpu-profile per simulated node (--backend sim)")
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"
@@ -191,8 +190,6 @@ def agent_from_args(args: argparse.Namespace):
         if args.gpu_profile is None:
             hardware = cpu_test_hardware(args.fake_gpu_type)
     else:
-        from zoo.cli import engine_config_from_args
-
         engine = engine_config_from_args(args)
         if args.max_model_len is not None:
             engine.scheduler.max_model_len = args.max_model_len

@@ -83,10 +83,13 @@ class ModelConfig:
 
     @property
     def num_params(self) -> int:
-        """Parameter count from the tensor shapes; a tied embedding/output head is counted once."""
-        from backends.checkpoint.llama_layout import llama_tensor_shapes
-
-        return sum(math.prod(shape) for shape in llama_tensor_shapes(self).values())
+        """Parameters of the Llama layout (backends/checkpoint/llama_layout.py): embeddings (+ an untied head),
+        per layer QKV, O, gate+up, down and two norms, and the final norm; no biases."""
+        h, inter, hd = self.hidden_size, self.intermediate_size, self.head_dim
+        q, kv = self.num_attention_heads * hd, self.num_key_value_heads * hd
+        per_layer = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h
+        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return embeddings + self.num_hidden_layers * per_layer + h
 
     @property
     def num_queries_per_kv(self) -> int:

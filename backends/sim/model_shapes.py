@@ -81,17 +81,8 @@ def sim_model(name: str) -> ModelConfig:
     return config
 
 
-def num_params(config: ModelConfig) -> int:
-    """Parameters: embeddings (+ an untied head) + per layer QKV, O, gate+up, down and two norms + final norm."""
-    h, inter, hd = config.hidden_size, config.intermediate_size, config.head_dim
-    q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
-    per_layer = h * (q + 2 * kv) + q * h + 3 * h * inter + 2 * h
-    embeddings = config.vocab_size * h * (1 if config.tie_word_embeddings else 2)
-    return embeddings + config.num_hidden_layers * per_layer + h
-
-
 def weight_bytes(config: ModelConfig, bytes_per_param: float = 2.0) -> float:
-    return num_params(config) * bytes_per_param
+    return config.num_params * bytes_per_param
 
 
 def kv_bytes_per_token(config: ModelConfig, bytes_per_value: int = 2) -> int:

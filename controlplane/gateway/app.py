@@ -33,7 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from controlplane.frontend import Frontend, FrontendError
 from controlplane.gateway.errors import error_response, http_error_response
-from controlplane.gateway.openai_schema import GenerateArgs, Reply, parse_chat, parse_completion
+from controlplane.gateway.openai_schema import GenerateArgs, OpenAIReply, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from transport.messages import ErrorCode, TokenChunk
 
@@ -139,7 +139,7 @@ class Gateway:
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         model_names = self.frontend.model_names
         model = args.model or (model_names[0] if model_names else "")
-        reply = Reply(
+        reply = OpenAIReply(
             chat=chat, request_id=request_id, model=model, created=int(time.time()), include_usage=args.include_usage
         )
         headers = {"x-request-id": request_id}
@@ -164,7 +164,9 @@ class Gateway:
                 await _close(chunks)
 
 
-async def _events(chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: Reply) -> AsyncGenerator[bytes, None]:
+async def _events(
+    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: OpenAIReply
+) -> AsyncGenerator[bytes, None]:
     try:
         for obj in reply.first_objects():
             yield data_event(obj)
@@ -185,7 +187,7 @@ async def _events(chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: R
     yield DONE_EVENT
 
 
-async def _collect(chunks: AsyncIterator[TokenChunk], reply: Reply) -> None:
+async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply) -> None:
     while True:
         chunk = await _next_chunk(chunks)
         reply.add(chunk)

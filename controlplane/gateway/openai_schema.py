@@ -240,7 +240,7 @@ def _sampling_of(
 # --------------------------------------------------------------------------- responses
 
 
-class Reply:
+class OpenAIReply:
     """The OpenAI objects of one request (chat or text completion), built from its TokenChunks.
 
     Stream:      chunk_objects(c) for every chunk [+ usage_object()]        then [DONE]

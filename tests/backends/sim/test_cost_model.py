@@ -4,13 +4,13 @@ import pytest
 
 from backends.gpu_table import GPU_TABLE
 from backends.sim.cost_model import NodeHardware, StepCostModel, num_kv_blocks, saturation_throughput_req_per_s
-from backends.sim.model_shapes import num_params, sim_model, weight_bytes
+from backends.sim.model_shapes import sim_model, weight_bytes
 
 
 def test_model_shapes_have_their_published_sizes():
-    assert num_params(sim_model("llama-3-8b")) / 1e9 == pytest.approx(8.03, abs=0.01)
-    assert num_params(sim_model("sim:llama-3-70b")) / 1e9 == pytest.approx(70.55, abs=0.05)
-    assert num_params(sim_model("smollm2-135m")) / 1e6 == pytest.approx(134.5, abs=0.5)
+    assert sim_model("llama-3-8b").num_params / 1e9 == pytest.approx(8.03, abs=0.01)
+    assert sim_model("sim:llama-3-70b").num_params / 1e9 == pytest.approx(70.55, abs=0.05)
+    assert sim_model("smollm2-135m").num_params / 1e6 == pytest.approx(134.5, abs=0.5)
     with pytest.raises(ValueError, match="valid"):
         sim_model("gpt-5")
 
@@ -27,7 +27,7 @@ def test_single_decode_step_is_bound_by_reading_the_weights():
 def test_large_prefill_is_compute_bound_and_faster_on_faster_gpus():
     model = sim_model("llama-3-8b")
     h100, l4 = (StepCostModel(model, NodeHardware(p)) for p in ("h100-sxm", "l4"))
-    flops = 2 * num_params(model) * 2048
+    flops = 2 * model.num_params * 2048
     assert h100.prefill_time_s(2048, 2048) > flops / (989e12)
     assert l4.prefill_time_s(2048, 2048) / h100.prefill_time_s(2048, 2048) == pytest.approx(989 / 121, rel=0.25)
 

@@ -60,7 +60,7 @@ async def test_chat_completion(client, frontend):
     assert call["prompt"] is None
     assert call["sampling"].temperature == 0
     assert call["sampling"].seed == 7
-    assert call["sampling"].stop == ["x"]
+    assert call["sampling"].stop == ("x",)  # SamplingParams, the one struct from the edge to the sampler
 
 
 async def test_chat_streaming_with_usage(client):
@@ -99,7 +99,7 @@ async def test_completion(client, frontend, script):
     assert body["choices"] == [{"text": "ab", "index": 0, "logprobs": None, "finish_reason": "length"}]
     assert body["usage"]["completion_tokens"] == 2
     sampling = frontend.calls[0]["sampling"]
-    assert (sampling.max_tokens, sampling.top_p, sampling.stop) == (2, 0.5, ["\n"])
+    assert (sampling.max_tokens, sampling.top_p, sampling.stop) == (2, 0.5, ("\n",))
     assert frontend.calls[0]["prompt"] == "Once upon a time"
 
 

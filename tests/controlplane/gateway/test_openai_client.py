@@ -36,7 +36,7 @@ def test_chat(client, frontend):
     assert (completion.usage.prompt_tokens, completion.usage.completion_tokens) == (5, 3)
     assert completion.usage.total_tokens == 8
     sampling = frontend.calls[0]["sampling"]
-    assert (sampling.temperature, sampling.seed, sampling.stop) == (0.2, 3, ["\n"])
+    assert (sampling.temperature, sampling.seed, sampling.stop) == (0.2, 3, ("\n",))
 
 
 def test_chat_streaming(client):

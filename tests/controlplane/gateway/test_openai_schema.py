@@ -7,7 +7,7 @@ import json
 import pytest
 
 from controlplane.frontend import FrontendError
-from controlplane.gateway.openai_schema import Reply, parse_chat, parse_completion
+from controlplane.gateway.openai_schema import OpenAIReply, parse_chat, parse_completion
 from engine.sampling_params import SamplingParams
 from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
@@ -73,7 +73,7 @@ def test_refusals(body, code, param):
 
 
 def test_reply_counts_tokens_when_the_node_does_not():
-    reply = Reply(chat=False, request_id="cmpl-1", model="m", created=0, include_usage=False)
+    reply = OpenAIReply(chat=False, request_id="cmpl-1", model="m", created=0, include_usage=False)
     reply.add(TokenChunk(token_ids=[1, 2], text="ab"))
     reply.add(TokenChunk(token_ids=[3], text="c", finished=True, finish_reason="length", num_prompt_tokens=4))
     assert reply.usage() == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}

@@ -19,7 +19,7 @@ from controlplane.router.policy import NodeView
 from transport.messages import LoadReport, NodeHello, NodeTelemetry
 
 
-class FleetStats:
+class FleetLedger:
     """max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
 
     hellos: every node ever seen (live ones are in the registry).

@@ -1,0 +1,55 @@
+"""The house rules (docs/ARCHITECTURE.md), checked: rooms in layers with no import circles, a sans-IO
+engine and fleet core, files of one concept (< 600 lines), and an architecture document that names every
+room."""
+
+from __future__ import annotations
+
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MAX_LINES = 600
+
+
+def _contracts() -> dict:
+    with (REPO_ROOT / "pyproject.toml").open("rb") as f:
+        return tomllib.load(f)["tool"]["importlinter"]
+
+
+def test_import_contracts_hold(monkeypatch):
+    """import-linter's contracts from pyproject.toml: layers, forbidden imports, acyclic packages."""
+    from importlinter.cli import lint_imports
+
+    monkeypatch.chdir(REPO_ROOT)
+    assert lint_imports(config_filename=str(REPO_ROOT / "pyproject.toml"), no_cache=True, no_logo=True) == 0
+
+
+def test_every_room_is_in_a_layer():
+    """A new top-level package must be placed in the layer order (else nothing checks its imports)."""
+    config = _contracts()
+    layered = {room.strip() for layer in config["contracts"][0]["layers"] for room in layer.split("|")}
+    packages = {p.parent.name for p in REPO_ROOT.glob("*/__init__.py") if p.parent.name != "tests"}
+    assert packages == layered == set(config["root_packages"])
+
+
+def test_no_python_file_is_over_the_limit():
+    tracked = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True
+    ).stdout.split()
+    too_long = {
+        f: n
+        for f in tracked
+        if (REPO_ROOT / f).exists() and (n := len((REPO_ROOT / f).read_text().splitlines())) > MAX_LINES
+    }
+    assert not too_long, f"split these by concept (> {MAX_LINES} lines): {too_long}"
+
+
+@pytest.mark.parametrize(
+    "room", sorted({room.strip() for layer in _contracts()["contracts"][0]["layers"] for room in layer.split("|")})
+)
+def test_the_architecture_document_describes_every_room(room):
+    text = (REPO_ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    assert f"`{room}/`" in text

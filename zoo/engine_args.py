@@ -1,0 +1,36 @@
+"""The engine flags every command that builds an engine takes (``zoo generate``, ``zoo agent``, ``zoo bench``)."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.config import BACKENDS, CacheConfig, EngineConfig, SchedulerConfig
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2-135M-Instruct)")
+    p.add_argument("--backend", default="torch", choices=sorted(BACKENDS), help="sim: a simulated GPU (--gpu-profile)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--num-threads", type=int, default=None, help="CPU threads for the backend (default: all)")
+    p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")
+    p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        model=args.model,
+        backend=args.backend,
+        dtype=args.dtype,
+        device=args.device,
+        num_threads=args.num_threads,
+        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        cache=CacheConfig(
+            block_size=args.block_size,
+            num_device_blocks=args.num_device_blocks,
+            num_host_blocks=args.num_host_blocks,
+        ),
+    )
