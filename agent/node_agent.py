@@ -1,4 +1,4 @@
-"""NodeAgent: one GPU host's daemon. It joins the control plane, runs the engine loop, streams tokens.
+"""NodeAgent: one GPU host's daemon. It joins the control plane, runs the engine thread, streams tokens.
 
     control plane ROUTER ◄──► DEALER (routing id = node id), owned by the agent's Link
           │ Welcome/GenerateRequest/CancelRequest/Heartbeat echo
@@ -209,7 +209,7 @@ class NodeAgent(Actor):
 
     async def _engine_thread(self) -> None:
         await anyio.to_thread.run_sync(self._thread.run, abandon_on_cancel=True)
-        raise RuntimeError(f"agent {self.config.node_id}: the engine loop ended")
+        raise RuntimeError(f"agent {self.config.node_id}: the engine thread ended")
 
     async def _pump(self) -> None:
         """Engine outbox → Link outbox (a worker thread waits on the queue so the event loop never blocks)."""

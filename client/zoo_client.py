@@ -452,21 +452,3 @@ class ZooClient:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-__all__ = [
-    "AsyncZooClient",
-    "Completion",
-    "GenerationStream",
-    "ZooCancelledError",
-    "ZooClient",
-    "ZooError",
-    "ZooInvalidRequestError",
-    "ZooNoNodeError",
-    "ZooNodeFailedError",
-    "ZooOverloadedError",
-    "ZooPromptTooLongError",
-    "ZooProtocolError",
-    "ZooTimeoutError",
-    "ZooUnknownModelError",
-]

@@ -1,7 +1,7 @@
 """A node's measured speed, from the steps it ran: what its load reports tell the router.
 
-Sans-IO. The agent's engine loop feeds it from ``LLMEngine.take_step_records()``; the fleet simulator
-feeds it from each simulated step — so both report exactly the same figures.
+Sans-IO. The node core (agent/node_core.py) feeds it from ``LLMEngine.take_step_records()``, on an agent
+and in the fleet simulator alike — so both report exactly the same figures.
 """
 
 from __future__ import annotations

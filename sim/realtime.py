@@ -36,7 +36,7 @@ import anyio
 import numpy as np
 
 from backends.sim.engine import SimTokenizer
-from client import AsyncZooClient
+from client import AsyncZooClient, ZooError
 from controlplane.admission import AdmissionConfig
 from controlplane.server import ControlPlane, ControlPlaneConfig
 from sim.des import FleetSimulator, NodeResult, RequestRecord, SimResult, default_router_config
@@ -172,14 +172,18 @@ async def _replay(endpoint: str, fleet: Fleet, workload: Workload, seed: int) ->
 
 
 async def _one_request(client: AsyncZooClient, record: RequestRecord, token_ids, max_tokens: int, t0: float) -> None:
-    stream = await client.generate(
-        prompt_token_ids=token_ids,
-        max_tokens=max_tokens,
-        temperature=0.0,
-        traffic_class=record.traffic_class,
-        request_id=record.req_id,
-        stream=True,
-    )
+    try:
+        stream = await client.generate(
+            prompt_token_ids=token_ids,
+            max_tokens=max_tokens,
+            temperature=0.0,
+            traffic_class=record.traffic_class,
+            request_id=record.req_id,
+            stream=True,
+        )
+    except ZooError as e:  # refused (429 from admission control, no node ...): recorded as the DES records it
+        record.refusal = e.code.value
+        return
     async with stream:
         async for chunk in stream:
             now_s = anyio.current_time() - t0

@@ -3,7 +3,9 @@
     TTFT   first token time - arrival (at the router)          TPOT  (finish - first token) / (outputs - 1)
     E2E    finish - arrival                                    P99/P50 of TTFT: the tail ratio
     goodput  share of *offered* requests with TTFT <= slo_ttft_s and TPOT <= slo_tpot_s (a request that was
-             not routed or did not finish before the drain limit fails the SLO and counts as +inf latency)
+             refused or did not finish before the drain limit fails the SLO and counts as +inf latency)
+    refused  requests the control plane's intake refused, by reason (overloaded = a 429 from admission
+             control, no_node, prompt_too_long)
     utilisation per GPU profile: predicted busy time / (nodes of that profile x simulated time)
 
 Percentiles are empirical (``inverted_cdf``), so an unfinished request makes a high percentile +inf
@@ -33,7 +35,7 @@ class Slo:
 class PolicyReport:
     policy: str
     num_requests: int
-    num_unserved: int  # not routed, or unfinished at the drain limit
+    num_unserved: int  # refused, or unfinished at the drain limit
     ttft_s: dict[int, float]
     tpot_s: dict[int, float]
     e2e_s: dict[int, float]
@@ -49,6 +51,7 @@ class PolicyReport:
     simulated_s: float
     wall_s: float
     speedup: float
+    refused: dict[str, int] = field(default_factory=dict)  # by ErrorCode value
     extra: dict = field(default_factory=dict)
 
 
@@ -97,7 +100,16 @@ def summarize(result: SimResult, slo: Slo | None = None) -> PolicyReport:
         simulated_s=result.end_s,
         wall_s=result.wall_s,
         speedup=result.speedup,
+        refused=_count_refusals(records),
     )
+
+
+def _count_refusals(records) -> dict[str, int]:
+    refused: dict[str, int] = {}
+    for r in records:
+        if r.refusal is not None:
+            refused[r.refusal] = refused.get(r.refusal, 0) + 1
+    return refused
 
 
 def _ms(x: float) -> str:
@@ -112,7 +124,7 @@ def format_table(reports: list[PolicyReport], slo: Slo | None = None) -> str:
     head = (
         f"{'policy':24s} {'TTFT p50':>8s} {'p90':>7s} {'p99':>8s} {'p99/p50':>7s} | {'TPOT p50':>8s} {'p90':>6s} "
         f"{'p99':>6s} | {'E2E p50':>7s} {'p90':>7s} {'p99':>8s} | {'goodput':>7s} {'preempt':>7s} {'swap o/i':>11s} "
-        f"{'unserved':>8s}"
+        f"{'unserved':>8s} {'429s':>6s}"
     )
     lines = [f"latencies in ms; goodput = share of requests with TTFT <= {slo.ttft_s:g} s and TPOT <= "
              f"{1e3 * slo.tpot_s:g} ms", head, "-" * len(head)]  # fmt: skip
@@ -122,7 +134,8 @@ def format_table(reports: list[PolicyReport], slo: Slo | None = None) -> str:
             f"{r.policy:24s} {_ms(r.ttft_s[50]):>8s} {_ms(r.ttft_s[90]):>7s} {_ms(r.ttft_s[99]):>8s} {ratio:>7s} | "
             f"{_ms(r.tpot_s[50]):>8s} {_ms(r.tpot_s[90]):>6s} {_ms(r.tpot_s[99]):>6s} | {_ms(r.e2e_s[50]):>7s} "
             f"{_ms(r.e2e_s[90]):>7s} {_ms(r.e2e_s[99]):>8s} | {r.goodput:>7.1%} {r.num_preemptions:>7d} "
-            f"{f'{r.num_swapped_out_blocks}/{r.num_swapped_in_blocks}':>11s} {r.num_unserved:>8d}"
+            f"{f'{r.num_swapped_out_blocks}/{r.num_swapped_in_blocks}':>11s} {r.num_unserved:>8d} "
+            f"{r.refused.get('overloaded', 0):>6d}"
         )
     profiles = sorted({p for r in reports for p in r.utilisation})
     lines.append("")

@@ -10,7 +10,7 @@ SimModelRunner sleeps each step's predicted time. The control plane must tokeniz
 
 Pacing: backends/sim/paced_runner.py.
 
-The agents share one ZeroMQ context; each holds two worker threads for its life (engine loop, outbox
+The agents share one ZeroMQ context; each holds two worker threads for its life (engine thread, outbox
 pump), so the process's thread limiter is raised to fit them.
 """
 
@@ -32,7 +32,7 @@ from sim.fleet import Fleet, NodeSpec, load_fleet
 from transport.process import configure_logging, stop_on_signal
 from transport.sockets import DEFAULT_AGENT_ENDPOINT
 
-THREADS_PER_AGENT = 2  # the engine loop and the outbox pump, each parked in a worker thread
+THREADS_PER_AGENT = 2  # the engine thread and the outbox pump, each parked in a worker thread
 
 
 def sim_agent(

@@ -53,3 +53,21 @@ def test_no_python_file_is_over_the_limit():
 def test_the_architecture_document_describes_every_room(room):
     text = (REPO_ROOT / "docs" / "ARCHITECTURE.md").read_text()
     assert f"`{room}/`" in text
+
+
+@pytest.mark.parametrize(
+    ("importer", "imported", "why"),
+    [
+        ("agent.engine_thread", "agent.node_core", "the agent's engine thread drives the node core"),
+        ("sim.des", "agent.node_core", "the simulator drives the same node core"),
+        ("sim.des", "controlplane.request_intake", "the simulator places requests through the control plane's intake"),
+        ("sim.des", "controlplane.admission", "the simulator admits as the control plane does (429s included)"),
+        ("controlplane.server", "controlplane.request_intake", "the control plane places requests there"),
+        ("transport.messages", "engine.sampling_params", "the wire carries the validated SamplingParams itself"),
+    ],
+)
+def test_one_path_per_request(importer, imported, why):
+    import grimp
+
+    graph = grimp.build_graph(importer.split(".")[0], imported.split(".")[0])
+    assert graph.direct_import_exists(importer=importer, imported=imported), why

@@ -44,7 +44,7 @@ def _byte_level_pre_tokenizer(pre: str) -> tuple[pre_tokenizers.PreTokenizer, bo
     )
 
 
-def _bytes_to_unicode() -> dict[int, str]:
+def bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table that byte-level BPE vocabularies are spelled in."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     table = {byte: chr(byte) for byte in printable}
@@ -148,7 +148,7 @@ class Tokenizer:
 
         # Regular tokens are spelled in the byte alphabet; one that is not (a llama.cpp export quirk) is
         # respelled from its UTF-8 bytes. Added tokens keep their text, which is what they match in the input.
-        alphabet = _bytes_to_unicode()
+        alphabet = bytes_to_unicode()
         alphabet_chars = set(alphabet.values())
         added_types = (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_USER_DEFINED)
         vocab: dict[str, int] = {}

@@ -14,7 +14,7 @@ Threads are known by tid (the tracepoints name the woken / switched-in task by t
 ``tids`` from /proc/<pid>/task; a thread that appears later is added when it is first switched out (the
 current task's tgid is traced) or created (sched_wakeup_new with a traced parent).
 
-The "loop thread" is the engine loop of an agent (or the event loop of the control plane): by explicit tid,
+The "loop thread" is the engine thread of an agent (or the event loop of the control plane): by explicit tid,
 else the thread whose name is ``ENGINE_THREAD_NAME`` (agent/engine_thread.py names its thread so),
 else the process's main thread.
 """

@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType
 from backends.checkpoint import Checkpoint, ModelConfig, Tokenizer, load_checkpoint
 from backends.checkpoint.llama_layout import hf_name_from_gguf, llama_tensor_shapes
 from backends.checkpoint.locate import default_model_path
+from backends.checkpoint.tokenizer import bytes_to_unicode
 
 
 @pytest.fixture(scope="session")
@@ -54,13 +55,7 @@ TINY_CHAT_TEMPLATE = (
 
 
 def _byte_alphabet() -> list[str]:
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {byte: chr(byte) for byte in printable}
-    extra = 0
-    for byte in range(256):
-        if byte not in table:
-            table[byte] = chr(256 + extra)
-            extra += 1
+    table = bytes_to_unicode()
     return [table[byte] for byte in range(256)]
 
 
