@@ -89,7 +89,7 @@ class NodeCore:
 
     def abort(self, request_ids: Iterable[str]) -> None:
         """Stop requests in flight here; unknown ids are ignored."""
-        ids = [r for r in request_ids if r in self._prompt_lens or r in self._decoding]
+        ids = [r for r in dict.fromkeys(request_ids) if r in self._prompt_lens or r in self._decoding]
         self.engine.abort(ids)
         for r in ids:
             self._forget(r)

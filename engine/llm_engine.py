@@ -194,7 +194,7 @@ class LLMEngine:
         return req_id
 
     def abort(self, req_ids: Iterable[str]) -> None:
-        ids = [r for r in req_ids if r in self._tracked]
+        ids = [r for r in dict.fromkeys(req_ids) if r in self._tracked]  # each id once
         self.scheduler.finish_requests(ids, FinishReason.ABORT)
         for r in ids:
             del self._tracked[r]
