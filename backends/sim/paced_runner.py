@@ -22,8 +22,9 @@ DEFAULT_MAX_CATCH_UP_S = 0.01  # host time between back-to-back steps that pacin
 
 
 class PacedRunner:
-    """Wraps a SimModelRunner that only predicts (``realtime=False``) and sleeps to keep its pace in real
-    time (see the module docstring). Everything but ``execute`` is the wrapped runner's."""
+    """Wraps a SimModelRunner (which only predicts) and sleeps to keep its pace in real time (see the module
+    docstring); ``max_catch_up_s=0`` sleeps each step's predicted time from the start of its call.
+    Everything but ``execute`` is the wrapped runner's."""
 
     def __init__(
         self,
@@ -33,8 +34,6 @@ class PacedRunner:
         sleep: Callable[[float], None] = time.sleep,
         monotonic: Callable[[], float] = time.perf_counter,
     ) -> None:
-        if runner.realtime:
-            raise ValueError("PacedRunner does the sleeping: wrap a runner built with realtime=False")
         self.runner = runner
         self.max_catch_up_s = max_catch_up_s
         self._sleep = sleep

@@ -4,14 +4,11 @@ It reads only what a real runner's step costs depend on — tokens per request, 
 (context read by attention), how many rows sample, KV blocks moved — and returns one dummy token per
 sampling request (never the model's EOS, so requests end on max_tokens / the context limit) with
 ``step_time_s`` = the prediction. In virtual time (the fleet simulator) the caller advances its clock by
-that time; in real time (``realtime=True``, an agent serving a simulated model) ``execute`` also sleeps it,
-measured from the start of the call, so the runner's own Python time is not counted twice.
+that time; in real time (an agent serving a simulated model) a ``PacedRunner`` (paced_runner.py) wrapped
+around it sleeps to keep that pace. An empty batch (only finished requests to forget) takes no time.
 """
 
 from __future__ import annotations
-
-import time
-from collections.abc import Callable
 
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
@@ -29,9 +26,6 @@ class SimModelRunner:
         hardware: NodeHardware,
         *,
         block_size: int = 16,
-        realtime: bool = False,
-        sleep: Callable[[float], None] = time.sleep,
-        monotonic: Callable[[], float] = time.perf_counter,
         cost_model: StepCostModel | None = None,
     ) -> None:
         if not model.name.startswith(SIM_PREFIX):
@@ -39,9 +33,6 @@ class SimModelRunner:
         self.model = model
         self.hardware = hardware
         self.cost = cost_model or StepCostModel(model, hardware, block_size=block_size)
-        self.realtime = realtime
-        self._sleep = sleep
-        self._monotonic = monotonic
         eos = model.eos_token_id
         # the dummy token: a fixed id that is neither EOS nor BOS
         self.dummy_token_id = next(t for t in range(3, model.vocab_size) if t not in (eos, model.bos_token_id))
@@ -89,14 +80,9 @@ class SimModelRunner:
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         if batch.is_empty:  # only finished requests to forget: no kernel runs, no time passes
             return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
-        start_s = self._monotonic() if self.realtime else 0.0
         step_s = self.predict_step_s(batch)
         token = self.dummy_token_id
         sampled = {r.req_id: [token] for r in batch.requests if r.sample}
         self.num_steps += 1
         self.busy_time_s += step_s
-        if self.realtime:
-            left_s = step_s - (self._monotonic() - start_s)
-            if left_s > 0:
-                self._sleep(left_s)
         return RunnerOutput(sampled_token_ids=sampled, step_time_s=step_s)

@@ -69,10 +69,13 @@ def test_paced_runner_starts_afresh_after_an_idle_gap():
     assert paced.num_paced_steps == 0
 
 
-def test_paced_runner_refuses_a_runner_that_sleeps_itself():
-    runner = SimModelRunner(sim_model("sim:llama-3-8b"), NodeHardware("l4"), realtime=True)
-    with pytest.raises(ValueError, match="realtime=False"):
-        PacedRunner(runner)
+def test_paced_runner_without_catch_up_sleeps_what_is_left_of_each_prediction():
+    paced, t, step_s = _paced(max_catch_up_s=0.0)
+    paced.execute(_decode_batch())
+    t.now_s += 0.004  # host time between steps is not absorbed
+    start_s = t.now_s
+    paced.execute(_decode_batch())
+    assert t.now_s == pytest.approx(start_s + step_s) and t.slept == [pytest.approx(step_s)] * 2
 
 
 def test_sim_backend_config_is_validated():

@@ -44,14 +44,6 @@ def test_samples_a_non_eos_token_for_sampling_rows_and_reports_the_prediction(ma
     assert runner.predict_step_s(moved) > runner.predict_step_s(make_batch(make_scheduled("b", 1, start_pos=50)))
 
 
-def test_realtime_mode_sleeps_what_is_left_of_the_prediction(make_batch, make_scheduled):
-    slept = []
-    ticks = iter([10.0, 10.001])
-    runner = _runner(realtime=True, sleep=slept.append, monotonic=lambda: next(ticks))
-    out = runner.execute(make_batch(make_scheduled("a", 8)))
-    assert slept == [pytest.approx(out.step_time_s - 0.001)]
-
-
 def test_drives_the_real_scheduler_until_max_tokens():
     runner = _runner()
     cache = CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=16)
