@@ -1,7 +1,7 @@
 """Paged KV memory of both tiers: device blocks (a jax array) and host-RAM blocks (numpy).
 
-The same layout as the torch backend, one stacked array per tier, so a block move is one gather
-and one scatter across all layers::
+The same layout as the torch backend (``KVLayout``, backends/kv_layout.py), one stacked array per
+tier, so a block move is one gather and one scatter across all layers::
 
     device_kv  [num_layers, 2, num_device_blocks + 1, block_size, Hkv, D]   jax.Array  (axis 1: 0 = K, 1 = V)
     host_kv    [num_layers, 2, num_host_blocks,       block_size, Hkv, D]   np.ndarray in host RAM
@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from backends.jax.buckets import next_pow2
+from backends.kv_layout import KVLayout
 
 
 @jax.jit
@@ -53,23 +54,12 @@ def _padded(ids: tuple[int, ...], fill: int) -> np.ndarray:
 
 
 class PagedKVCache:
-    def __init__(
-        self,
-        num_layers: int,
-        num_kv_heads: int,
-        head_dim: int,
-        num_device_blocks: int,
-        num_host_blocks: int,
-        block_size: int,
-        dtype: np.dtype,
-        device: jax.Device,
-    ) -> None:
-        self.block_size = block_size
+    def __init__(self, layout: KVLayout, dtype: np.dtype, device: jax.Device) -> None:
+        self.block_size = layout.block_size
         self.device = device
-        shape = (num_layers, 2, num_device_blocks + 1, block_size, num_kv_heads, head_dim)
+        shape = layout.tier_shape(layout.num_device_blocks + 1)  # + the scratch block
         self.device_kv: jax.Array = jnp.zeros(shape, dtype=dtype, device=device)
-        host_shape = (num_layers, 2, num_host_blocks, block_size, num_kv_heads, head_dim)
-        self.host_kv = np.zeros(host_shape, dtype=dtype)
+        self.host_kv = np.zeros(layout.tier_shape(layout.num_host_blocks), dtype=dtype)
 
     @property
     def num_device_blocks(self) -> int:

@@ -24,7 +24,6 @@ Logits are fp32 whatever the weight dtype.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -38,6 +37,7 @@ from jax import lax
 
 from backends.checkpoint.llama_layout import llama_tensor_shapes
 from backends.jax.attention import ChunkMeta, DecodeMeta, chunk_attention, decode_attention, write_kv
+from backends.rope_scaling import llama3_inv_freq, rope_type
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _PRECISION = lax.Precision.HIGHEST  # fp32 matmuls stay fp32 on GPUs too (parity with torch)
@@ -99,28 +99,12 @@ def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -
     """Inverse frequencies [D/2] fp32, computed as transformers' rope init functions do."""
     exponent = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponent)).astype(np.float32)
-    if not scaling:
-        return inv_freq
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    if rope_type == "default":
-        return inv_freq
-    if rope_type == "linear":
+    kind = rope_type(scaling)
+    if kind == "linear":
         return (inv_freq / np.float32(scaling["factor"])).astype(np.float32)
-    if rope_type == "llama3":
-        factor = float(scaling["factor"])
-        low_freq_factor = float(scaling["low_freq_factor"])
-        high_freq_factor = float(scaling["high_freq_factor"])
-        old_context_len = float(scaling["original_max_position_embeddings"])
-        low_freq_wavelen = old_context_len / low_freq_factor
-        high_freq_wavelen = old_context_len / high_freq_factor
-        wavelen = 2 * math.pi / inv_freq
-        # long wavelengths are divided by factor, short ones kept, the band between interpolated
-        inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-        smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
-        is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
-        return np.where(is_medium, smoothed, inv_freq_llama).astype(np.float32)
-    raise ValueError(f"unsupported rope_scaling type {rope_type!r}")
+    if kind == "llama3":
+        return llama3_inv_freq(inv_freq, scaling, np).astype(np.float32)
+    return inv_freq
 
 
 def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None, max_positions: int) -> np.ndarray:

@@ -13,9 +13,8 @@ jitted program whose input shapes come from buckets.py, so steady-state decode n
 ``warmup``). A step with both decodes and chunks runs both programs (the weights are read twice);
 pure decode steps, the steady state, run one.
 
-A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids``; its last
-``len(spec_token_ids) + 1`` rows are sampled and the drafts accepted while they equal the sampled
-token, followed by the first differing (or bonus) token.
+A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids`` and its drafts
+verified as backends/sample_slots.py describes.
 """
 
 from __future__ import annotations
@@ -32,7 +31,9 @@ from backends.jax.buckets import BucketPolicy, CompileCounter
 from backends.jax.kv_cache import PagedKVCache
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
 from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
-from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
+from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
+from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.model_runner import KVCacheSpec
 
 
@@ -48,18 +49,9 @@ def resolve_device(device: str | jax.Device) -> jax.Device:
 
 
 @dataclass(slots=True)
-class _SampleSlot:
-    """Where one sampling request's rows sit among a program's logits rows."""
-
-    request: ScheduledRequest
-    first_row: int
-    num_rows: int  # len(spec_token_ids) + 1
-
-
-@dataclass(slots=True)
 class _ProgramOutput:
     logits: jax.Array  # [R, V] fp32, R a bucket
-    slots: list[_SampleSlot]
+    slots: list[SampleSlot]
 
 
 class JaxModelRunner:
@@ -115,23 +107,12 @@ class JaxModelRunner:
         return self.config.max_position_embeddings
 
     def kv_bytes_per_block(self, block_size: int) -> int:
-        c = self.config
-        return c.num_hidden_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * self.dtype.itemsize
+        return kv_bytes_per_block(self.config, block_size, self.dtype.itemsize)
 
     def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
-        c = self.config
         self.block_size = spec.block_size
         with self.compiles.track():
-            self.kv_cache = PagedKVCache(
-                c.num_hidden_layers,
-                c.num_key_value_heads,
-                c.head_dim,
-                spec.num_device_blocks,
-                spec.num_host_blocks,
-                spec.block_size,
-                self.dtype,
-                self.device,
-            )
+            self.kv_cache = PagedKVCache(KVLayout.from_spec(self.config, spec), self.dtype, self.device)
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         t0 = time.perf_counter()
@@ -191,11 +172,7 @@ class JaxModelRunner:
     # ---- step internals --------------------------------------------------------------------
 
     def _apply_block_moves(self, batch: SchedulerOutput) -> None:
-        if self.kv_cache is None:
-            raise RuntimeError("initialize_kv_cache() must be called before execute()")
-        self.kv_cache.swap_out(batch.blocks_to_swap_out)
-        self.kv_cache.swap_in(batch.blocks_to_swap_in)
-        self.kv_cache.copy(batch.blocks_to_copy)
+        apply_block_moves(self.kv_cache, batch)
         self.sampler.drop(batch.finished_req_ids)
 
     def _forward(self, requests: list[ScheduledRequest]) -> list[_ProgramOutput]:
@@ -240,7 +217,8 @@ class JaxModelRunner:
             DecodeMeta(table, seq_lens),
             dims=self.dims,
         )
-        sample_slots = [_SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample]
+        # decode logits are [B, V], one per row: a slot's first_row is its own row
+        sample_slots = [SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample]
         return _ProgramOutput(logits, sample_slots)
 
     def _run_chunks(self, chunks: list[ScheduledRequest]) -> _ProgramOutput:
@@ -254,11 +232,10 @@ class JaxModelRunner:
         key_ids: list[np.ndarray] = []
         key_seg: list[np.ndarray] = []
         key_pos: list[np.ndarray] = []
-        logits_rows: list[int] = []
-        sample_slots: list[_SampleSlot] = []
+        sample_rows = SampleRows()
         row = 0
         for seg, r in enumerate(chunks):
-            toks = r.token_ids + r.spec_token_ids if r.spec_token_ids else r.token_ids
+            toks = chunk_token_ids(r)
             n = len(toks)
             pos = np.arange(r.start_pos, r.start_pos + n, dtype=np.int32)
             nb = -(-(r.start_pos + n) // bs)
@@ -266,15 +243,11 @@ class JaxModelRunner:
             token_ids[row : row + n] = toks
             positions[row : row + n] = pos
             row_seg[row : row + n] = seg
-            slots[row : row + n] = bids[pos // bs] * bs + pos % bs
+            slots[row : row + n] = flat_slots(bids, pos, bs)
             key_ids.append(bids)
             key_seg.append(np.full(nb, seg, dtype=np.int32))
             key_pos.append(np.arange(nb, dtype=np.int32) * bs)
-            if r.sample:
-                k = len(r.spec_token_ids)
-                sample_slots.append(_SampleSlot(r, len(logits_rows), k + 1))
-                first = row + len(r.token_ids) - 1
-                logits_rows.extend(range(first, first + k + 1))
+            sample_rows.add(r, row)
             row += n
         num_keys = sum(len(ids) for ids in key_ids)
         kb = self.buckets.key_blocks(num_keys)
@@ -284,29 +257,16 @@ class JaxModelRunner:
         kb_ids[:num_keys] = np.concatenate(key_ids)
         kb_seg[:num_keys] = np.concatenate(key_seg)
         kb_pos[:num_keys] = np.concatenate(key_pos)
+        logits_rows = sample_rows.logits_rows
         rows = np.zeros(self.buckets.sample_rows(max(1, len(logits_rows))), dtype=np.int32)
         rows[: len(logits_rows)] = logits_rows
         meta = ChunkMeta(row_seg, positions, kb_ids, kb_seg, kb_pos)
         logits, self.kv_cache.device_kv = chunk_step(
             self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, dims=self.dims
         )
-        return _ProgramOutput(logits, sample_slots)
+        return _ProgramOutput(logits, sample_rows.slots)
 
     def _sample(self, program: _ProgramOutput, out: RunnerOutput) -> None:
         rows = [s.first_row + j for s in program.slots for j in range(s.num_rows)]
-        req_ids = [s.request.req_id for s in program.slots for _ in range(s.num_rows)]
-        params = [s.request.sampling_params for s in program.slots for _ in range(s.num_rows)]
-        result = self.sampler.sample(program.logits, rows, req_ids, params)
-        i = 0
-        for s in program.slots:
-            r = s.request
-            accepted: list[int] = []
-            for j in range(s.num_rows):
-                accepted.append(result.token_ids[i + j])
-                if j < len(r.spec_token_ids) and result.token_ids[i + j] != r.spec_token_ids[j]:
-                    break
-            out.sampled_token_ids[r.req_id] = accepted
-            if r.sampling_params.logprobs is not None:
-                lps: list[TokenLogprob] = [result.logprobs[i + j] for j in range(len(accepted))]
-                out.logprobs[r.req_id] = lps
-            i += s.num_rows
+        req_ids, params = per_row(program.slots)
+        accept_sampled(program.slots, self.sampler.sample(program.logits, rows, req_ids, params), out)

@@ -25,7 +25,6 @@ temperature / top-k / top-p), like vLLM's default and the torch sampler.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
 
 import jax
@@ -33,16 +32,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from backends.jax.buckets import next_pow2
+from backends.sample_slots import SamplerOutput
 from engine.batch import TokenLogprob
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 
 NUM_CANDIDATES = 256
-
-
-@dataclass(slots=True)
-class SamplerOutput:
-    token_ids: list[int]  # [S]
-    logprobs: list[TokenLogprob | None]  # [S]; None where the row's params did not ask
 
 
 @jax.jit

@@ -1,6 +1,7 @@
 """Paged KV memory of both tiers: device blocks and host-RAM blocks.
 
-One stacked tensor per tier, so a block move is a single index copy across all layers::
+One stacked tensor per tier (shapes from ``KVLayout``, backends/kv_layout.py), so a block move is a
+single index copy across all layers::
 
     device_kv  [num_layers, 2, num_device_blocks, block_size, Hkv, D]   (axis 1: 0 = K, 1 = V)
     host_kv    [num_layers, 2, num_host_blocks,   block_size, Hkv, D]   (pinned when CUDA is present)
@@ -16,27 +17,18 @@ from __future__ import annotations
 
 import torch
 
+from backends.kv_layout import KVLayout
+
 
 class PagedKVCache:
-    def __init__(
-        self,
-        num_layers: int,
-        num_kv_heads: int,
-        head_dim: int,
-        num_device_blocks: int,
-        num_host_blocks: int,
-        block_size: int,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> None:
-        self.block_size = block_size
+    def __init__(self, layout: KVLayout, dtype: torch.dtype, device: torch.device) -> None:
+        self.block_size = layout.block_size
         self.device = device
-        shape = (num_layers, 2, num_device_blocks, block_size, num_kv_heads, head_dim)
-        self.device_kv = torch.zeros(shape, dtype=dtype, device=device)
+        self.device_kv = torch.zeros(layout.tier_shape(layout.num_device_blocks), dtype=dtype, device=device)
         pin = torch.cuda.is_available() and device.type == "cuda"
-        host_shape = (num_layers, 2, num_host_blocks, block_size, num_kv_heads, head_dim)
+        host_shape = layout.tier_shape(layout.num_host_blocks)
         self.host_kv = torch.zeros(host_shape, dtype=dtype, device="cpu", pin_memory=pin)
-        self._layers = [self.device_kv[i] for i in range(num_layers)]
+        self._layers = [self.device_kv[i] for i in range(layout.num_layers)]
 
     @property
     def layers(self) -> list[torch.Tensor]:

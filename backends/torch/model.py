@@ -29,13 +29,13 @@ q/k rows use Hugging Face's half-split RoPE layout (``rotate_half``).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from backends.rope_scaling import llama3_inv_freq, rope_type
 from backends.torch.attention import AttentionBackend, AttentionMetadata
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -52,28 +52,12 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict[str, Any] | None) -> torch.Tensor:
     """Inverse frequencies [D/2] in fp32, bit-identical to transformers' rope init functions."""
     inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    if not scaling:
-        return inv_freq
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    if rope_type == "default":
-        return inv_freq
-    if rope_type == "linear":
+    kind = rope_type(scaling)
+    if kind == "linear":
         return inv_freq / float(scaling["factor"])
-    if rope_type == "llama3":
-        factor = float(scaling["factor"])
-        low_freq_factor = float(scaling["low_freq_factor"])
-        high_freq_factor = float(scaling["high_freq_factor"])
-        old_context_len = float(scaling["original_max_position_embeddings"])
-        low_freq_wavelen = old_context_len / low_freq_factor
-        high_freq_wavelen = old_context_len / high_freq_factor
-        wavelen = 2 * math.pi / inv_freq
-        # long wavelengths are divided by factor, short ones kept, the band between interpolated
-        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-        smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
-        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
-        is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
-        return torch.where(is_medium, smoothed, inv_freq_llama)
-    raise ValueError(f"unsupported rope_scaling type {rope_type!r}")
+    if kind == "llama3":
+        return llama3_inv_freq(inv_freq, scaling, torch)
+    return inv_freq
 
 
 def rope_tables(head_dim: int, theta: float, scaling: dict[str, Any] | None, max_positions: int) -> torch.Tensor:

@@ -8,37 +8,27 @@ One step (``execute``)::
     output head on the sampled rows only             logits [S, V]
     sample -> one .tolist()                          sampler.py
 
-A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids``; its last
-``len(spec_token_ids) + 1`` rows are sampled and the drafts accepted while they equal the sampled
-token (exact for deterministic drafts, greedy or not), followed by the first differing (or bonus)
-token.
+A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids`` and its drafts
+verified as backends/sample_slots.py describes.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
+from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.attention import AttentionBackend, select_attention_backend
 from backends.torch.kv_cache import PagedKVCache
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
-from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
+from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.model_runner import KVCacheSpec
-
-
-@dataclass(slots=True)
-class _SampleSlot:
-    """Where one sampling request's rows sit among the logits rows."""
-
-    request: ScheduledRequest
-    first_row: int  # index into the logits rows
-    num_rows: int  # len(spec_token_ids) + 1
 
 
 class TorchModelRunner:
@@ -90,23 +80,13 @@ class TorchModelRunner:
         return self.config.max_position_embeddings
 
     def kv_bytes_per_block(self, block_size: int) -> int:
-        c = self.config
         elem = torch.empty((), dtype=self.dtype).element_size()
-        return c.num_hidden_layers * 2 * block_size * c.num_key_value_heads * c.head_dim * elem
+        return kv_bytes_per_block(self.config, block_size, elem)
 
     def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
         c = self.config
         self.block_size = spec.block_size
-        self.kv_cache = PagedKVCache(
-            c.num_hidden_layers,
-            c.num_key_value_heads,
-            c.head_dim,
-            spec.num_device_blocks,
-            spec.num_host_blocks,
-            spec.block_size,
-            self.dtype,
-            self.device,
-        )
+        self.kv_cache = PagedKVCache(KVLayout.from_spec(c, spec), self.dtype, self.device)
         self.attn = select_attention_backend(
             self.device,
             c.num_attention_heads,
@@ -146,14 +126,10 @@ class TorchModelRunner:
     # ---- step internals --------------------------------------------------------------------
 
     def _apply_block_moves(self, batch: SchedulerOutput) -> None:
-        if self.kv_cache is None:
-            raise RuntimeError("initialize_kv_cache() must be called before execute()")
-        self.kv_cache.swap_out(batch.blocks_to_swap_out)
-        self.kv_cache.swap_in(batch.blocks_to_swap_in)
-        self.kv_cache.copy(batch.blocks_to_copy)
+        apply_block_moves(self.kv_cache, batch)
         self.sampler.drop(batch.finished_req_ids)
 
-    def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[_SampleSlot]]:
+    def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
         bs = self.block_size
         if any(r.lora_id is not None for r in requests):
             raise NotImplementedError("LoRA adapters are not supported by the torch runner yet")
@@ -164,8 +140,7 @@ class TorchModelRunner:
         ids_parts: list[np.ndarray] = []
         pos_parts: list[np.ndarray] = []
         slot_parts: list[np.ndarray] = []
-        logits_rows: list[int] = []
-        slots: list[_SampleSlot] = []
+        sample_rows = SampleRows()
 
         if decodes:
             pos = np.fromiter((r.start_pos for r in decodes), dtype=np.int64, count=len(decodes))
@@ -174,26 +149,19 @@ class TorchModelRunner:
             pos_parts.append(pos)
             slot_parts.append(blk * bs + pos % bs)
             for i, r in enumerate(decodes):
-                if r.sample:
-                    slots.append(_SampleSlot(r, len(logits_rows), 1))
-                    logits_rows.append(i)
+                sample_rows.add(r, i)
 
         chunk_specs: list[tuple[int, int, list[int]]] = []
         row = len(decodes)
         for r in chunks:
-            toks = r.token_ids + r.spec_token_ids if r.spec_token_ids else r.token_ids
+            toks = chunk_token_ids(r)
             n = len(toks)
             pos = np.arange(r.start_pos, r.start_pos + n, dtype=np.int64)
-            bids = np.asarray(r.block_ids, dtype=np.int64)
             ids_parts.append(np.asarray(toks, dtype=np.int64))
             pos_parts.append(pos)
-            slot_parts.append(bids[pos // bs] * bs + pos % bs)
+            slot_parts.append(flat_slots(np.asarray(r.block_ids, dtype=np.int64), pos, bs))
             chunk_specs.append((r.start_pos, n, r.block_ids))
-            if r.sample:
-                k = len(r.spec_token_ids)
-                slots.append(_SampleSlot(r, len(logits_rows), k + 1))
-                first = row + len(r.token_ids) - 1
-                logits_rows.extend(range(first, first + k + 1))
+            sample_rows.add(r, row)
             row += n
 
         positions = np.concatenate(pos_parts)
@@ -206,23 +174,10 @@ class TorchModelRunner:
         dev = self.device
         input_ids = torch.from_numpy(np.concatenate(ids_parts)).to(dev, non_blocking=True)
         positions_t = torch.from_numpy(positions).to(dev, non_blocking=True)
-        logits_idx = torch.tensor(logits_rows, dtype=torch.int64, device=dev)
+        logits_idx = torch.tensor(sample_rows.logits_rows, dtype=torch.int64, device=dev)
         logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx)
-        return logits, slots
+        return logits, sample_rows.slots
 
-    def _sample(self, logits: torch.Tensor, slots: list[_SampleSlot], out: RunnerOutput) -> None:
-        req_ids = [s.request.req_id for s in slots for _ in range(s.num_rows)]
-        params = [s.request.sampling_params for s in slots for _ in range(s.num_rows)]
-        result = self.sampler.sample(logits, req_ids, params)
-        for s in slots:
-            r = s.request
-            rows = range(s.first_row, s.first_row + s.num_rows)
-            accepted: list[int] = []
-            for j, row in enumerate(rows):
-                accepted.append(result.token_ids[row])
-                if j < len(r.spec_token_ids) and result.token_ids[row] != r.spec_token_ids[j]:
-                    break
-            out.sampled_token_ids[r.req_id] = accepted
-            if r.sampling_params.logprobs is not None:
-                lps: list[TokenLogprob] = [result.logprobs[s.first_row + j] for j in range(len(accepted))]
-                out.logprobs[r.req_id] = lps
+    def _sample(self, logits: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:
+        req_ids, params = per_row(slots)
+        accept_sampled(slots, self.sampler.sample(logits, req_ids, params), out)

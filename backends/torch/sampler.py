@@ -15,18 +15,11 @@ temperature / top-k / top-p), like vLLM's default.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
+from backends.sample_slots import SamplerOutput
 from engine.batch import TokenLogprob
 from engine.sampling_params import SamplingParams
-
-
-@dataclass(slots=True)
-class SamplerOutput:
-    token_ids: list[int]  # [S]
-    logprobs: list[TokenLogprob | None]  # [S]; None where the row's params did not ask
 
 
 def _mask_sorted(sorted_logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
