@@ -8,7 +8,7 @@
     pump task ◄── engine outbox (queue.SimpleQueue) ◄────────┘  TokenChunks, ErrorReplies, LoadReports
           └──► Link outbox ──► control plane
 
-The engine thread owns the LLMEngine (nothing else touches it) and touches only the two thread-safe
+The engine thread owns the NodeCore and its LLMEngine (nothing else touches them) and touches only the two thread-safe
 queues; it never sees a socket. Session (hello → Welcome → heartbeats): a hello unanswered within
 ``hello_timeout_s`` is sent again; a control plane silent for ``control_timeout_s`` (or one that answers
 "unknown node") gets a fresh hello, and the requests in flight are aborted first: the control plane
