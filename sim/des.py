@@ -14,7 +14,8 @@ no sleeping: time jumps from event to event::
       kick        idle node with work: core.start_step() (schedule + predicted step_s) → step_done at +step_s
       step_done   core.finish_step(); first tokens → registry.on_first_token, finishes →
                   registry.on_finished; a load report if one fell due during the step; next step at once
-      report      every report_interval_s per node (phase-shifted): core.load_report() → registry.report;
+      report      every report_interval_s per node (phase-shifted; a policy's own ``metrics_refresh_s`` when it
+                  declares one: the freshness of its deployment): core.load_report() → registry.report;
                   a busy node reports at the end of its step, as the agent's engine thread does
 
 The control plane's network and the agent's queues take no time here (they are tens of microseconds
@@ -241,7 +242,8 @@ class FleetSimulator:
 
         heap: list[tuple[float, int, int, int]] = []
         seq = 0
-        interval = self.report_interval_s
+        # an anchor sees load as fresh as its own deployment does (llm-d scrapes every 50 ms)
+        interval = getattr(policy, "metrics_refresh_s", None) or self.report_interval_s
         for i in range(len(nodes)):
             heapq.heappush(heap, (interval * (i + 1) / len(nodes), seq, _REPORT, i))
             seq += 1
@@ -279,6 +281,7 @@ class FleetSimulator:
                             if rec.first_token_s is None:
                                 rec.first_token_s = now
                                 registry.on_first_token(node.node_id, o.req_id)
+                                policy.on_first_token(o.req_id, node.node_id)
                             rec.num_output_tokens += len(o.new_token_ids)
                         if o.finished:
                             rec.finish_s = now
@@ -286,6 +289,7 @@ class FleetSimulator:
                             rec.num_preemptions = o.metrics.num_preemptions
                             del records[o.req_id]
                             registry.on_finished(node.node_id, o.req_id)
+                            policy.on_finished(o.req_id, node.node_id)
                     if node.report_due:
                         node.report_due = False
                         registry.report(node.core.load_report())

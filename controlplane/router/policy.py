@@ -54,7 +54,9 @@ class RouteRequest:
 
 
 class Policy(Protocol):
-    """A routing policy, chosen by name at start-up (see controlplane/router/registry of policies)."""
+    """A routing policy, chosen by name at start-up (controlplane/router/policies/__init__.py). The control
+    plane and the fleet simulator call ``on_routed``, ``on_first_token`` and ``on_finished`` for every
+    request, in that order, so a policy can keep its own fresh books between load reports."""
 
     name: str
 
@@ -64,6 +66,14 @@ class Policy(Protocol):
 
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         """Called after the control plane sent ``request`` to ``node_id`` (policies with memory)."""
+        ...
+
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        """The request's first token came back: its prefill is done (router-side load books)."""
+        ...
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        """The request finished, failed or was cancelled."""
         ...
 
     def on_node_removed(self, node_id: str) -> None: ...

@@ -11,7 +11,9 @@ def test_policy_list_has_ours_and_the_anchors():
     for name in (
         "hardware_aware",
         "prefix_aware",
-        "vllm_least_outstanding",
+        "vllm_ps_roundrobin",
+        "vllm_ps_prefixaware",
+        "envoy_wlr",
         "llm_d",
         "sglang_cache_aware",
         "dynamo_kv",

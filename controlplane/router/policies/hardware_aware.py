@@ -220,6 +220,12 @@ class HardwareAwarePolicy:
         if self._index is not None:
             self._index.insert(node_id, request.block_hashes)
 
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        pass
+
     def on_node_removed(self, node_id: str) -> None:
         if self._index is not None:
             self._index.remove_node(node_id)

@@ -30,5 +30,11 @@ class LeastRequestsPolicy:
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         pass
 
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        pass
+
     def on_node_removed(self, node_id: str) -> None:
         pass

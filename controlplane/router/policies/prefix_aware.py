@@ -76,5 +76,11 @@ class PrefixAwarePolicy:
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         self.index.insert(node_id, request.block_hashes)
 
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        pass
+
     def on_node_removed(self, node_id: str) -> None:
         self.index.remove_node(node_id)

@@ -11,6 +11,9 @@ Scorers (each in [0, 1], per endpoint that can take the prompt), as published:
 
 The block size is the node's KV block size (llm-d's default indexer hashes 64-token blocks; the rule is
 the same). Like llm-d, it only sees what metrics say: requests routed since the last scrape are invisible.
+Its scrape runs every 50 ms (``metrics_refresh_s``: the endpoint picker's default ``--refresh-metrics-interval``,
+kubernetes-sigs/gateway-api-inference-extension, ``DefaultRefreshMetricsInterval``); the fleet simulator
+gives it load reports at that period.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class LlmdConfig:
 
 class LlmdPolicy:
     name = "llm_d"
+    metrics_refresh_s = 0.05  # how fresh the load it sees is, in its own deployment
 
     def __init__(self, config: LlmdConfig | None = None) -> None:
         self.config = config or LlmdConfig()
@@ -78,6 +82,12 @@ class LlmdPolicy:
         if self._num_inserted > self.config.lru_blocks_per_server:  # amortised LRU bound
             self._num_inserted = 0
             self.tree.evict_to(self.config.lru_blocks_per_server)
+
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        pass
 
     def on_node_removed(self, node_id: str) -> None:
         self.tree.remove_worker(node_id)

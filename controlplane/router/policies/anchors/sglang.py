@@ -75,6 +75,12 @@ class SglangCacheAwarePolicy:
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         self.tree.insert(node_id, request.block_hashes)
 
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        pass
+
     def on_node_removed(self, node_id: str) -> None:
         self.tree.remove_worker(node_id)
 

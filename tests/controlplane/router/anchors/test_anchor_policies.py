@@ -16,14 +16,6 @@ def test_anchors_are_known_by_name():
         assert make_policy(name).name == name
 
 
-def test_vllm_least_outstanding_is_least_requests(make_node_view, make_snapshot, make_route_request):
-    snap = make_snapshot(
-        make_node_view("c", num_inflight=1), make_node_view("b", num_inflight=1), make_node_view("a", num_inflight=3)
-    )
-    assert make_policy("vllm_least_outstanding").choose(make_route_request(), snap) == "b"
-    assert make_policy("least_requests").choose(make_route_request(), snap) == "b"
-
-
 # -- llm-d: 2 x queue + 2 x KV-cache + 3 x prefix, max wins --------------------------------------------------
 
 
@@ -98,34 +90,116 @@ def test_sglang_evicts_its_trees_periodically(make_node_view, make_snapshot, mak
     assert policy.tree.size("a") == 1
 
 
-# -- Dynamo: overlap_weight * prefill blocks + decode blocks, lowest wins --------------------------------------
+# -- Dynamo: overlap_weight * (active prefill + new tokens) / block + active blocks, lowest wins ----------------
 
 
-def test_dynamo_cost_is_prefill_blocks_after_overlap_plus_active_blocks(
+def test_dynamo_prices_new_tokens_after_overlap_and_its_own_active_books(
     make_node_view, make_snapshot, make_route_request
 ):
     policy = DynamoKvPolicy()
-    policy.on_routed(make_route_request(block_hashes=(1, 2, 3, 4, 5, 6)), "warm")
-    request = make_route_request(num_prompt_tokens=160, block_hashes=tuple(range(1, 11)))  # 10 blocks
-    snap = make_snapshot(
-        # warm: prefill 10 - 6 = 4, decode 30 + 10 = 40 -> 44
-        make_node_view("warm", num_device_blocks=100, num_free_device_blocks=70),
-        # cold: prefill 10, decode 20 + 2 (32 unreported prompt tokens) + 10 = 32 -> 42
-        make_node_view("cold", num_device_blocks=100, num_free_device_blocks=80, inflight_prefill_tokens=32),
-    )
-    assert policy.costs(request, snap) == {"warm": 44, "cold": 42}
-    assert policy.choose(request, snap) == "cold"
-    busier_cold = make_snapshot(
-        make_node_view("warm", num_device_blocks=100, num_free_device_blocks=70),
-        make_node_view("cold", num_device_blocks=100, num_free_device_blocks=75, inflight_prefill_tokens=32),
-    )
-    assert policy.choose(request, busier_cold) == "warm"  # 44 < 47
+    nodes = make_snapshot(make_node_view("warm"), make_node_view("cold"))
+    first = make_route_request(request_id="r1", num_prompt_tokens=96, block_hashes=(1, 2, 3, 4, 5, 6))
+    assert policy.costs(first, nodes) == {"warm": 6 + 6, "cold": 6 + 6}
+    policy.on_routed(first, "warm")  # warm: 96 active prefill tokens, 6 active blocks
+    request = make_route_request(request_id="r2", num_prompt_tokens=160, block_hashes=tuple(range(1, 11)))
+    # warm: overlap 6 -> 64 new tokens; prefill (96 + 64) / 16 = 10; blocks 6 + 10 - 6 shared = 10 -> 20
+    # cold: prefill 160 / 16 = 10; blocks 0 + 10 = 10 -> 20
+    assert policy.costs(request, nodes) == {"warm": 20, "cold": 20}
+    policy.on_first_token("r1", "warm")  # r1's prefill is done: warm's prefill load drops
+    assert policy.costs(request, nodes) == {"warm": 4 + 10, "cold": 20}
+    assert policy.choose(request, nodes) == "warm"
+    policy.on_finished("r1", "warm")  # its blocks leave the books too
+    assert policy.costs(request, nodes) == {"warm": 4 + 10, "cold": 20}  # the prefix stays cached (TTL)
+
+
+def test_dynamo_sees_what_it_routed_before_any_load_report(make_node_view, make_snapshot, make_route_request):
+    """No herding: the books grow with every routing decision, whatever the (stale) reports say."""
+    policy = DynamoKvPolicy()
+    nodes = make_snapshot(*(make_node_view(n) for n in "abc"))
+    chosen = []
+    for i in range(9):
+        request = make_route_request(request_id=f"r{i}", num_prompt_tokens=64, block_hashes=(100 + 4 * i,))
+        node_id = policy.choose(request, nodes)
+        policy.on_routed(request, node_id)
+        chosen.append(node_id)
+    assert sorted(chosen.count(n) for n in "abc") == [3, 3, 3]
 
 
 def test_dynamo_forgets_routed_prefixes_after_the_ttl(make_node_view, make_snapshot, make_route_request):
     policy = DynamoKvPolicy()
-    policy.costs(make_route_request(), make_snapshot(make_node_view("a"), now_s=0.0))
-    policy.on_routed(make_route_request(block_hashes=(1, 2)), "a")
-    request = make_route_request(num_prompt_tokens=32, block_hashes=(1, 2))
+    routed = make_route_request(request_id="r1", num_prompt_tokens=32, block_hashes=(1, 2))
+    policy.costs(routed, make_snapshot(make_node_view("a"), now_s=0.0))
+    policy.on_routed(routed, "a")
+    policy.on_finished("r1", "a")
+    request = make_route_request(request_id="r2", num_prompt_tokens=32, block_hashes=(1, 2))
     assert policy.costs(request, make_snapshot(make_node_view("a"), now_s=100.0))["a"] == 0 + 2
     assert policy.costs(request, make_snapshot(make_node_view("a"), now_s=200.0))["a"] == 2 + 2
+
+
+def test_dynamo_temperature_samples_cheaper_workers_more_often(make_node_view, make_snapshot, make_route_request):
+    from controlplane.router.policies.anchors.dynamo import DynamoConfig
+
+    policy = DynamoKvPolicy(DynamoConfig(router_temperature=0.5, seed=3))
+    nodes = make_snapshot(make_node_view("busy"), make_node_view("idle"))
+    policy.on_routed(make_route_request(request_id="load", num_prompt_tokens=320, block_hashes=()), "busy")
+    picks = [policy.choose(make_route_request(request_id="q", num_prompt_tokens=16), nodes) for _ in range(400)]
+    assert 0 < picks.count("busy") < picks.count("idle")
+
+
+# -- vLLM production stack: roundrobin, session (lowest QPS without a key), prefixaware ------------------------
+
+
+def test_production_stack_round_robin_goes_by_sorted_id(make_node_view, make_snapshot, make_route_request):
+    policy = make_policy("vllm_ps_roundrobin")
+    nodes = make_snapshot(make_node_view("c"), make_node_view("a"), make_node_view("b"))
+    assert [policy.choose(make_route_request(), nodes) for _ in range(4)] == ["a", "b", "c", "a"]
+
+
+def test_production_stack_session_fallback_is_the_lowest_qps(make_node_view, make_snapshot, make_route_request):
+    policy = make_policy("vllm_ps_session")
+    nodes = make_snapshot(make_node_view("a"), make_node_view("b"), now_s=10.0)
+    first = policy.choose(make_route_request(), nodes)
+    policy.on_routed(make_route_request(), first)
+    second = policy.choose(make_route_request(), nodes)  # the one with no request yet
+    assert {first, second} == {"a", "b"}
+    policy.on_routed(make_route_request(), second)
+    policy.on_routed(make_route_request(), second)
+    assert policy.choose(make_route_request(), nodes) == first
+    later = make_snapshot(make_node_view("a"), make_node_view("b"), now_s=200.0)  # the window forgot them
+    assert policy.choose(make_route_request(), later) == "a"
+
+
+def test_production_stack_prefixaware_follows_the_longest_prefix_and_ignores_load(
+    make_node_view, make_snapshot, make_route_request
+):
+    policy = make_policy("vllm_ps_prefixaware")
+    nodes = make_snapshot(make_node_view("a"), make_node_view("b", num_inflight=500), make_node_view("c"))
+    policy.on_routed(make_route_request(block_hashes=(1, 2, 3)), "b")
+    policy.on_routed(make_route_request(block_hashes=(1, 9)), "c")
+    assert policy.choose(make_route_request(block_hashes=(1, 2, 3, 4)), nodes) == "b"
+    assert policy.choose(make_route_request(block_hashes=(1, 9, 9)), nodes) == "c"
+    assert {policy.choose(make_route_request(block_hashes=(7,)), nodes) for _ in range(60)} == {"a", "b", "c"}
+
+
+# -- Envoy weighted least request: EDF over power_score / (active + 1) ----------------------------------------
+
+
+def test_envoy_wlr_shares_by_weight_over_active_requests(make_node_view, make_snapshot, make_route_request):
+    policy = make_policy("envoy_wlr")
+    strong = make_node_view("h100", gpu="h100-sxm")
+    weak = make_node_view("l4", gpu="l4")
+    picks = [policy.choose(make_route_request(), make_snapshot(strong, weak)) for _ in range(100)]
+    ratio = strong.power_score / weak.power_score
+    assert picks.count("h100") / picks.count("l4") == pytest.approx(ratio, rel=0.15)
+    # the strong node's active requests lower its weight: with 9 in flight it weighs ~ratio / 10
+    loaded = make_node_view("h100", gpu="h100-sxm", num_inflight=9)
+    fresh = make_policy("envoy_wlr")
+    picks = [fresh.choose(make_route_request(), make_snapshot(loaded, weak)) for _ in range(100)]
+    assert picks.count("l4") > picks.count("h100")
+
+
+def test_envoy_wlr_is_p2c_on_equal_weights(make_node_view, make_snapshot, make_route_request):
+    policy = make_policy("envoy_wlr")
+    nodes = make_snapshot(make_node_view("a", num_inflight=5), make_node_view("b", num_inflight=0))
+    picks = [policy.choose(make_route_request(), nodes) for _ in range(200)]
+    assert picks.count("b") > picks.count("a") > 0  # two random choices: the idle one wins whenever drawn
