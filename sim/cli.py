@@ -3,8 +3,11 @@
     zoo sim --fleet zoo --trace conv --load 0.8 --policy all [--json] [--plot out.png] [--sweep]
 
 The trace is compressed or stretched so that its request rate is ``--load`` x the fleet's capacity for
-the trace's mean request (sim/workload.py: scale_to_load; the report states the factor), then its first
-``--duration`` virtual seconds are replayed through the fleet simulator (sim/des.py) once per policy.
+the trace's mean request (sim/workload.py: scale_to_load; the report states the factor), then replayed
+whole (or its first ``--duration`` virtual seconds) through the fleet simulator (sim/des.py) once per
+policy. ``--seeds N`` replays it N times per policy, seeds ``--seed`` .. ``--seed + N - 1`` (prompt tokens,
+the policies' random choices, and a seeded jitter of each arrival by up to one mean inter-arrival gap) and
+reports the means with 95% intervals.
 ``--sweep`` repeats that over ``--sweep-loads`` and prints, per policy, the load at which fewer than 99%
 of requests meet the SLO.
 """
@@ -20,7 +23,7 @@ from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from sim.des import FleetSimulator, SimResult
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
-from sim.report import Slo, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.report import Slo, aggregate, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
 OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
@@ -44,9 +47,18 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a fraction of fleet capacity")
     parser.add_argument("--policy", default="all", help="'all' or comma-separated policy names")
-    parser.add_argument("--duration", type=float, default=300.0, help="virtual seconds of (scaled) arrivals")
+    parser.add_argument(
+        "--duration", type=float, default=None, help="virtual seconds of (scaled) arrivals (default: the whole trace)"
+    )
     parser.add_argument("--max-requests", type=int, default=None)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the first seed (prompt tokens, policies' random choices)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="runs per policy, seeds --seed, --seed+1, ...; with more than one, each run replays the trace with "
+        "its arrivals jittered (seeded) and the report gives means and 95%% intervals",
+    )
     parser.add_argument("--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s")
     parser.add_argument("--slo-tpot", type=float, default=0.1, help="SLO on time per output token, s")
     parser.add_argument("--report-interval", type=float, default=0.25, help="agents' load report period, s")
@@ -91,7 +103,7 @@ def scaled(base: Workload, fleet: Fleet, load: float, args: argparse.Namespace) 
 
 
 def run_policies(
-    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, log=None
+    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, log=None, seed: int | None = None
 ) -> list[SimResult]:
     results = []
     for name in policies:
@@ -100,7 +112,7 @@ def run_policies(
             workload,
             name,
             admission=admission_config(args),
-            seed=args.seed,
+            seed=args.seed if seed is None else seed,
             report_interval_s=args.report_interval,
             drain_limit_s=args.drain_limit,
         )
@@ -168,8 +180,20 @@ def run_sim(args: argparse.Namespace) -> int:
         f"{len(workload.requests)} requests in {workload.duration_s:.0f} s = {workload.rate_req_per_s:.1f} req/s "
         f"= {args.load:.0%} of the fleet's capacity {capacity:.1f} req/s"
     )
-    results = run_policies(fleet, workload, policies, args, log)
-    reports = [summarize(r, slo) for r in results]
+    if args.seeds < 1:
+        print(f"zoo sim: --seeds must be >= 1, got {args.seeds}", file=sys.stderr)
+        return 2
+    if args.seeds == 1:
+        results = run_policies(fleet, workload, policies, args, log)
+        reports = [summarize(r, slo) for r in results]
+    else:
+        runs = []
+        for seed in range(args.seed, args.seed + args.seeds):
+            log(f"seed {seed}")
+            results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed)
+            runs.append([summarize(r, slo) for r in results])
+        reports = aggregate(runs)
+        info["seeds"] = list(range(args.seed, args.seed + args.seeds))
     if args.json:
         print(dumps(reports, info))
     else:

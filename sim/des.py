@@ -184,10 +184,11 @@ class SimNode:
         )
 
 
-def default_router_config(fleet: Fleet, policy: str) -> RouterConfig:
+def default_router_config(fleet: Fleet, policy: str, seed: int = 0) -> RouterConfig:
     """The router settings an operator of this fleet would write: the policy, the cells, the model's size."""
     return RouterConfig(
         policy=policy,
+        seed=seed,
         cells_by_traffic_class=dict(fleet.cells_by_traffic_class),
         model_params_b={fleet.model.name: fleet.model.num_params / 1e9},
     )
@@ -216,7 +217,7 @@ class FleetSimulator:
         self.fleet = fleet
         self.workload = workload
         self.policy_name = policy
-        self.router_config = router_config or default_router_config(fleet, policy)
+        self.router_config = router_config or default_router_config(fleet, policy, seed)
         self.admission = admission or AdmissionConfig()
         self.seed = seed
         self.report_interval_s = report_interval_s

@@ -52,6 +52,8 @@ class PolicyReport:
     wall_s: float
     speedup: float
     refused: dict[str, int] = field(default_factory=dict)  # by ErrorCode value
+    seeds: int = 1  # runs averaged into this report (``aggregate``)
+    ci95: dict = field(default_factory=dict)  # half-widths of 95% intervals of the means, when seeds > 1
     extra: dict = field(default_factory=dict)
 
 
@@ -112,6 +114,70 @@ def _count_refusals(records) -> dict[str, int]:
     return refused
 
 
+# Student's t, 97.5% quantile, by degrees of freedom 1..30 (a 95% two-sided interval); 1.96 beyond
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+    2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def _mean_ci(values: list[float]) -> tuple[float, float | None]:
+    """(mean, half-width of its 95% interval); an infinite value makes both infinite; one value: no interval."""
+    if any(not math.isfinite(v) for v in values):
+        return (math.inf if any(v == math.inf for v in values) else math.nan), math.inf
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, None
+    t = _T975[len(values) - 2] if len(values) - 1 <= len(_T975) else 1.96
+    return mean, float(t * np.std(values, ddof=1) / math.sqrt(len(values)))
+
+
+def _mean_count(values) -> int:
+    return round(float(np.mean(list(values))))
+
+
+def _aggregate_one(reports: tuple[PolicyReport, ...]) -> PolicyReport:
+    first = reports[0]
+    ci: dict = {}
+    percentiles: dict[str, dict[int, float]] = {}
+    for name in ("ttft_s", "tpot_s", "e2e_s"):
+        pairs = {p: _mean_ci([getattr(r, name)[p] for r in reports]) for p in PERCENTILES}
+        percentiles[name] = {p: mean for p, (mean, _) in pairs.items()}
+        ci[name] = {p: half for p, (_, half) in pairs.items()}
+    goodput, ci["goodput"] = _mean_ci([r.goodput for r in reports])
+    ratio, ci["ttft_p99_over_p50"] = _mean_ci([r.ttft_p99_over_p50 for r in reports])
+    return PolicyReport(
+        policy=first.policy,
+        num_requests=first.num_requests,
+        num_unserved=_mean_count(r.num_unserved for r in reports),
+        ttft_s=percentiles["ttft_s"],
+        tpot_s=percentiles["tpot_s"],
+        e2e_s=percentiles["e2e_s"],
+        ttft_p99_over_p50=ratio,
+        goodput=goodput,
+        num_preemptions=_mean_count(r.num_preemptions for r in reports),
+        num_swapped_out_blocks=_mean_count(r.num_swapped_out_blocks for r in reports),
+        num_swapped_in_blocks=_mean_count(r.num_swapped_in_blocks for r in reports),
+        num_recomputed_tokens=_mean_count(r.num_recomputed_tokens for r in reports),
+        prefix_cache_hit_rate=float(np.mean([r.prefix_cache_hit_rate for r in reports])),
+        utilisation={p: float(np.mean([r.utilisation.get(p, 0.0) for r in reports])) for p in first.utilisation},
+        requests_by_gpu={p: _mean_count(r.requests_by_gpu.get(p, 0) for r in reports) for p in first.requests_by_gpu},
+        simulated_s=float(np.mean([r.simulated_s for r in reports])),
+        wall_s=sum(r.wall_s for r in reports),
+        speedup=float(np.mean([r.speedup for r in reports])),
+        refused={k: _mean_count(r.refused.get(k, 0) for r in reports) for k in {k for r in reports for k in r.refused}},
+        seeds=len(reports),
+        ci95=ci,
+    )
+
+
+def aggregate(runs: list[list[PolicyReport]]) -> list[PolicyReport]:
+    """One report per policy over several seeds (each inner list: one seed's reports, in the same policy
+    order): latency percentiles, goodput and the tail ratio are means over the seeds with the half-width of
+    their 95% interval (Student's t) in ``ci95``; utilisation is a mean; counts are means, rounded."""
+    return [_aggregate_one(reports) for reports in zip(*runs, strict=True)]
+
+
 def _ms(x: float) -> str:
     if not math.isfinite(x):
         return "inf"
@@ -137,6 +203,16 @@ def format_table(reports: list[PolicyReport], slo: Slo | None = None) -> str:
             f"{f'{r.num_swapped_out_blocks}/{r.num_swapped_in_blocks}':>11s} {r.num_unserved:>8d} "
             f"{r.refused.get('overloaded', 0):>6d}"
         )
+    if any(r.seeds > 1 for r in reports):
+        lines.append("")
+        lines.append(f"means over {reports[0].seeds} seeds; 95% intervals (+-):")
+        for r in reports:
+            ttft99, tpot99, good = r.ci95["ttft_s"][99], r.ci95["tpot_s"][99], r.ci95["goodput"]
+            lines.append(
+                f"{r.policy:24s} TTFT p99 +-{_ms(ttft99) if ttft99 is not None else '-':>7s} ms   "
+                f"TPOT p99 +-{_ms(tpot99) if tpot99 is not None else '-':>6s} ms   "
+                f"goodput +-{good if good is not None else math.nan:>6.1%}"
+            )
     profiles = sorted({p for r in reports for p in r.utilisation})
     lines.append("")
     lines.append(f"{'utilisation / requests':24s} " + " ".join(f"{p:>18s}" for p in profiles) + "   sim speed")

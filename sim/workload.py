@@ -84,6 +84,19 @@ class Workload:
             kept = kept[:max_requests]
         return replace(self, requests=tuple(replace(r, arrival_s=r.arrival_s - t0) for r in kept))
 
+    def jittered(self, seed: int) -> Workload:
+        """The same requests with each arrival moved by a uniform draw in [0, one mean inter-arrival gap),
+        seeded: a replica of the trace for ``zoo sim --seeds`` (same lengths, same rate, other interleaving)."""
+        if len(self.requests) < 2:
+            return self
+        gap_s = self.duration_s / (len(self.requests) - 1)
+        shifts = np.random.default_rng((seed, 3)).uniform(0.0, gap_s, len(self.requests))
+        moved = sorted(
+            (replace(r, arrival_s=r.arrival_s + float(d)) for r, d in zip(self.requests, shifts, strict=True)),
+            key=lambda r: r.arrival_s,
+        )
+        return replace(self, requests=tuple(moved))
+
 
 def load_trace(name: str, traces_dir: Path | None = None, traffic_class: str | None = None) -> Workload:
     """``conv``, ``code`` or ``mooncake`` from ``traces_dir`` (or a path to such a file). Requests carry

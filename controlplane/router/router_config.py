@@ -10,6 +10,7 @@ class RouterConfig:
     """Routing.
 
     policy: the policy's name (see ``controlplane/router/policies/__init__.py``: ``POLICIES``).
+    seed: seeds every random choice a policy makes (ties, sampling, P2C draws), so a run is reproducible.
     cells_by_traffic_class: a request's traffic class → the cell whose nodes may serve it; a class not
         listed may go to any cell.
 
@@ -46,6 +47,7 @@ class RouterConfig:
     """
 
     policy: str = "hardware_aware"
+    seed: int = 0
     cells_by_traffic_class: dict[str, str] = field(default_factory=dict)
     # hardware_aware
     default_model_params_b: float = 1.0

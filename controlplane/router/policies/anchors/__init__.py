@@ -20,10 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from controlplane.router.policies.anchors.dynamo import DynamoKvPolicy, make_dynamo
-from controlplane.router.policies.anchors.envoy_wlr import EnvoyWlrPolicy
+from controlplane.router.policies.anchors.envoy_wlr import EnvoyWlrConfig, EnvoyWlrPolicy
 from controlplane.router.policies.anchors.llm_d import LlmdPolicy, make_llm_d
 from controlplane.router.policies.anchors.sglang import SglangCacheAwarePolicy, make_sglang
 from controlplane.router.policies.anchors.vllm_production_stack import (
+    VllmPsPrefixAwareConfig,
     VllmPsPrefixAwarePolicy,
     VllmPsRoundRobinPolicy,
     VllmPsSessionPolicy,
@@ -34,11 +35,11 @@ from controlplane.router.router_config import RouterConfig
 ANCHOR_POLICIES: dict[str, Callable[[RouterConfig], Policy]] = {
     "vllm_ps_roundrobin": lambda config: VllmPsRoundRobinPolicy(),
     "vllm_ps_session": lambda config: VllmPsSessionPolicy(),
-    "vllm_ps_prefixaware": lambda config: VllmPsPrefixAwarePolicy(),
+    "vllm_ps_prefixaware": lambda config: VllmPsPrefixAwarePolicy(VllmPsPrefixAwareConfig(seed=config.seed)),
     "llm_d": make_llm_d,
     "sglang_cache_aware": make_sglang,
     "dynamo_kv": make_dynamo,
-    "envoy_wlr": lambda config: EnvoyWlrPolicy(),
+    "envoy_wlr": lambda config: EnvoyWlrPolicy(EnvoyWlrConfig(seed=config.seed)),
 }
 
 

@@ -163,4 +163,4 @@ class DynamoKvPolicy:
 
 
 def make_dynamo(config: RouterConfig) -> DynamoKvPolicy:
-    return DynamoKvPolicy()
+    return DynamoKvPolicy(DynamoConfig(seed=config.seed))

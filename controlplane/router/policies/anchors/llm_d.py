@@ -94,4 +94,4 @@ class LlmdPolicy:
 
 
 def make_llm_d(config: RouterConfig) -> LlmdPolicy:
-    return LlmdPolicy(LlmdConfig(lru_blocks_per_server=config.prefix_max_blocks_per_node))
+    return LlmdPolicy(LlmdConfig(lru_blocks_per_server=config.prefix_max_blocks_per_node, seed=config.seed))
