@@ -46,6 +46,13 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         "or a trace file",
     )  # fmt: skip
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a fraction of fleet capacity")
+    parser.add_argument(
+        "--split",
+        default="all",
+        choices=("all", "tune", "eval"),
+        help="the part of each trace to replay: tune = its first fifth (where the router's knobs may be tuned), "
+        "eval = the rest (default: all)",
+    )
     parser.add_argument("--policy", default="all", help="'all' or comma-separated policy names")
     parser.add_argument(
         "--duration", type=float, default=None, help="virtual seconds of (scaled) arrivals (default: the whole trace)"
@@ -88,7 +95,9 @@ def build_workload(args: argparse.Namespace, fleet: Fleet) -> Workload:
     if names == ["poisson"] or names == ["gamma"]:
         base = synthetic(20000, 10.0, arrival=names[0], seed=args.seed)
     else:
-        base = merge([load_trace(n) for n in names]) if len(names) > 1 else load_trace(names[0])
+        split = getattr(args, "split", "all")
+        parts = [load_trace(n).split(split) for n in names]
+        base = merge(parts) if len(parts) > 1 else parts[0]
     return base
 
 

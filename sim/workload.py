@@ -33,6 +33,9 @@ TRACE_FILES = {
     "mooncake": "mooncake_synthetic.jsonl",
 }
 _MIN_TOKEN_ID = 10  # keep clear of the usual special ids
+# The tuning split: hardware_aware's knobs (controlplane/router/router_config.py) may be tuned on the first
+# fifth of each trace only; reports use the rest (``zoo sim --split eval``) or the whole trace
+TUNE_SHARE = 0.2
 
 
 def default_traces_dir() -> Path:
@@ -83,6 +86,22 @@ class Workload:
         if max_requests is not None:
             kept = kept[:max_requests]
         return replace(self, requests=tuple(replace(r, arrival_s=r.arrival_s - t0) for r in kept))
+
+    def split(self, part: str, tune_share: float = TUNE_SHARE) -> Workload:
+        """``tune``: the first ``tune_share`` of the requests (by arrival), the split the router's knobs may be
+        tuned on; ``eval``: the rest, arrivals shifted to start at 0, where results are reported; ``all``."""
+        if part == "all":
+            return self
+        if part not in ("tune", "eval"):
+            raise ValueError(f"split must be 'tune', 'eval' or 'all', got {part!r}")
+        cut = int(len(self.requests) * tune_share)
+        kept = self.requests[:cut] if part == "tune" else self.requests[cut:]
+        if not kept:
+            return replace(self, requests=())
+        t0 = kept[0].arrival_s
+        return replace(
+            self, name=f"{self.name}[{part}]", requests=tuple(replace(r, arrival_s=r.arrival_s - t0) for r in kept)
+        )
 
     def jittered(self, seed: int) -> Workload:
         """The same requests with each arrival moved by a uniform draw in [0, one mean inter-arrival gap),

@@ -58,3 +58,12 @@ def test_zoo_sim_seeds_json_keeps_its_keys_and_adds_intervals(traces_dir, capsys
     assert policy["policy"] == "hardware_aware" and set(policy["ttft_s"]) == {"50", "90", "99"}
     assert {"goodput", "ttft_p99_over_p50", "ci95", "seeds"} <= set(policy) and policy["seeds"] == 2
     assert set(policy["ci95"]["ttft_s"]) == {"50", "90", "99"} and out["info"]["seeds"] == [0, 1]
+
+
+def test_tune_and_eval_splits_partition_a_trace(tiny_workload):
+    base = tiny_workload(num=100, gap_s=0.1)
+    tune, rest = base.split("tune"), base.split("eval")
+    assert len(tune.requests) == 20 and len(rest.requests) == 80 and base.split("all") is base
+    assert tune.requests[0].arrival_s == 0.0 and rest.requests[0].arrival_s == 0.0
+    with pytest.raises(ValueError, match="split"):
+        base.split("test")
