@@ -12,7 +12,16 @@ The engine thread owns the NodeCore and its LLMEngine (nothing else touches them
 queues; it never sees a socket. Session (hello → Welcome → heartbeats): a hello unanswered within
 ``hello_timeout_s`` is sent again; a control plane silent for ``control_timeout_s`` (or one that answers
 "unknown node") gets a fresh hello, and the requests in flight are aborted first: the control plane
-that routed them has failed them already (or is a new process that never knew them).
+that routed them has resumed or failed them already (or is a new process that never knew them).
+
+Drain (``drain()``: `zoo agent` calls it at SIGTERM)::
+
+    NodeDrain ──► control plane: no new requests here ──► requests finish (a LoadReport shows the engine
+    empty) ──► outbox flushed ──► drain() returns; the caller stops the agent: NodeLeave, and whatever is
+    still here at ``drain_timeout_s`` resumes on other nodes (the control plane's failover)
+
+A NodeDrain from the control plane (`zoo drain NODE`) marks the agent draining without stopping it; a
+draining agent says so again after every Welcome (a restarted control plane learns it).
 """
 
 from __future__ import annotations
@@ -34,7 +43,8 @@ from agent.node_core import EngineObservation, NodeCore
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from transport.actor import Actor, MailboxFull
-from transport.dispatch import Dispatcher, Incoming
+from transport.curve import CurveClient
+from transport.dispatch import Dispatcher, Incoming, clip
 from transport.link import Link
 from transport.messages import (
     CancelRequest,
@@ -44,6 +54,7 @@ from transport.messages import (
     HardwareInfo,
     Heartbeat,
     LoadReport,
+    NodeDrain,
     NodeHello,
     NodeLeave,
     NodeTelemetry,
@@ -85,6 +96,12 @@ class AgentConfig:
     heartbeat_interval_s / report_interval_s: used until the Welcome says otherwise.
     max_inflight_requests: requests accepted but not finished; past it a GenerateRequest is refused (OVERLOADED).
     leave_timeout_s: how long a clean shutdown waits for the NodeLeave to be sent.
+    drain_timeout_s: how long ``drain()`` (SIGTERM) lets the node's requests finish before it leaves (what
+        is left resumes on other nodes); 0: leave at once.
+    profile_at_start: run one synthetic request before joining (``NodeCore.profile``) so the hello carries
+        the node's measured prefill rate and decode step, and the router prices it by measurement.
+    curve: CURVE to a control plane that allow-lists agents (``load_curve_client(dir, "agents", node_id)``:
+        the key named after this node id); None: no CURVE.
     """
 
     node_id: str
@@ -98,6 +115,9 @@ class AgentConfig:
     report_interval_s: float = 0.25
     max_inflight_requests: int = 4096
     leave_timeout_s: float = 1.0
+    drain_timeout_s: float = 30.0
+    profile_at_start: bool = True
+    curve: CurveClient | None = None
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -107,6 +127,8 @@ class AgentConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.max_inflight_requests < 1:
             raise ValueError(f"max_inflight_requests must be >= 1, got {self.max_inflight_requests}")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
 
 
 class NodeAgent(Actor):
@@ -148,6 +170,8 @@ class NodeAgent(Actor):
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self._last_control_s = time.monotonic()
         self._rehello = anyio.Event()
+        self.draining = False  # no new requests are routed here (SIGTERM, or `zoo drain`)
+        self._drained = anyio.Event()  # draining, and a LoadReport showed the engine empty
         self._link: Link | None = None
         self._thread: EngineThread | None = None
         self._dispatcher = Dispatcher(
@@ -158,6 +182,7 @@ class NodeAgent(Actor):
                 Heartbeat: self.handle_heartbeat,
                 Ping: self.handle_ping,
                 ErrorReply: self.handle_error_reply,
+                NodeDrain: self.handle_node_drain,
             },
             reply=lambda _peer, reply: self._send(reply),
             name=f"agent {config.node_id}",
@@ -179,10 +204,15 @@ class NodeAgent(Actor):
             self.hardware = await anyio.to_thread.run_sync(describe_hardware, device, self.config.gpu_profile)
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
-        sock = connect_dealer(self._ctx, self.control_endpoint, routing_id=self.config.node_id.encode())
+        sock = connect_dealer(
+            self._ctx, self.control_endpoint, routing_id=self.config.node_id.encode(), curve=self.config.curve
+        )
         self._link = Link(Channel(sock), self._on_receive, name=f"agent {self.config.node_id}")
         observe = self.exporter is not None
         core = NodeCore(self.engine, self.config.node_id, observe=observe)
+        if self.config.profile_at_start and not self.engine.has_unfinished_requests():
+            rates = await anyio.to_thread.run_sync(core.profile)
+            log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
         self._thread = EngineThread(core, self.config.report_interval_s)
         if observe:
             self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
@@ -226,6 +256,8 @@ class NodeAgent(Actor):
                         self.exporter.observe(msg)
                         continue
                     if isinstance(msg, LoadReport):
+                        if self.draining and msg.num_running + msg.num_waiting + msg.num_swapped == 0:
+                            self._drained.set()  # every chunk before this report is in the link's outbox
                         if not self.welcomed.is_set():
                             continue  # not a member (yet): the report would be answered "unknown node"
                         telemetry = self._telemetry()
@@ -254,6 +286,26 @@ class NodeAgent(Actor):
                 self._send(Heartbeat(node_id=self.config.node_id))
                 with anyio.move_on_after(self.heartbeat_interval_s):
                     await self._rehello.wait()
+
+    async def drain(self, reason: str = "draining") -> bool:
+        """Stop taking requests and let those here finish: NodeDrain to the control plane, then wait until a
+        LoadReport shows the engine empty and the outbox is flushed (True), or ``drain_timeout_s`` passes,
+        or the control plane falls silent (False). The caller then stops the agent (NodeLeave): requests
+        still here resume on other nodes."""
+        if self._link is None:
+            return False  # not started
+        self.draining = True
+        self._send(NodeDrain(node_id=self.config.node_id, reason=reason))
+        with anyio.move_on_after(self.config.drain_timeout_s):
+            while not self._drained.is_set():
+                if time.monotonic() - self._last_control_s > self.config.control_timeout_s:
+                    return False  # nobody is waiting for these requests any more
+                with anyio.move_on_after(self.heartbeat_interval_s):
+                    await self._drained.wait()
+            while len(self._link.outbox):  # the writer sends each batch without awaiting: empty = sent
+                await anyio.sleep(0.005)
+            return True
+        return False
 
     def _hello(self) -> NodeHello:
         return self._thread.core.hello(
@@ -296,6 +348,14 @@ class NodeAgent(Actor):
         self._thread.set_report_interval(msg.report_interval_s)
         self.num_welcomes += 1
         self.welcomed.set()
+        if self.draining:  # a control plane that (re)admitted us must not route here
+            self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))
+
+    def handle_node_drain(self, incoming: Incoming) -> None:
+        """The control plane drains this node (`zoo drain`): it routes nothing new here; the agent keeps running."""
+        if not self.draining:
+            log.info("agent %s: drained by the control plane (%s)", self.config.node_id, clip(incoming.msg.reason))
+        self.draining = True
 
     def handle_generate(self, incoming: Incoming) -> None:
         msg: GenerateRequest = incoming.msg

@@ -72,6 +72,7 @@ class NodeCore:
         self.node_id = node_id
         self.observe = observe  # keep per-token times for observation()
         self.num_inflight = 0  # requests added and not finished or aborted
+        self.num_received_total = 0  # add() calls, accepted or not (the router's in-order ack)
         self.num_finished_total = 0
         self._prompt_lens: dict[str, int] = {}  # in-flight request → prompt tokens, until its first token
         self._decoding: set[str] = set()
@@ -83,6 +84,7 @@ class NodeCore:
     def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
         """Queue a request at the clock's now. Raises ValueError (a PromptError, a duplicate id) and
         queues nothing when this node cannot serve it."""
+        self.num_received_total += 1
         self.engine.add_request(prompt_token_ids, params, req_id=request_id)
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)
@@ -99,6 +101,35 @@ class NodeCore:
 
     def has_work(self) -> bool:
         return self.engine.has_unfinished_requests()
+
+    def profile(self, num_prompt_tokens: int = 256, num_output_tokens: int = 8) -> tuple[float, float]:
+        """Measure this node before it serves: one synthetic request (a ``num_prompt_tokens`` prefill, then
+        decode steps at batch 1) run to its end; returns (prefill tok/s, decode step ms) and starts the load
+        reports' rates from them, so a new node is priced by measurement, not by a datasheet estimate.
+        Call it before the first ``add``; it leaves no request, no bookkeeping and no step record behind."""
+        if self.num_inflight or self.has_work():
+            raise RuntimeError("profile() runs on an idle node, before it serves")
+        engine = self.engine
+        vocab = engine.tokenizer.vocab_size
+        limit = min(
+            engine.scheduler_config.max_model_len - num_output_tokens - 1,
+            engine.cache_config.num_device_blocks * engine.cache_config.block_size - num_output_tokens,
+        )
+        num_prompt_tokens = max(1, min(num_prompt_tokens, limit))
+        prompt = [10 + i % max(vocab - 10, 1) for i in range(num_prompt_tokens)]
+        engine.take_step_records()
+        engine.add_request(
+            prompt, SamplingParams(temperature=0.0, max_tokens=num_output_tokens, ignore_eos=True), req_id="zoo-profile"
+        )
+        while engine.has_unfinished_requests():
+            engine.step()
+        rates = StepRates(MAX_RECENT_STEPS)
+        for r in engine.take_step_records():
+            rates.observe(r.step_time_s, r.num_prefill_tokens, r.num_decode_requests)
+        rates.close_window()
+        self._rates = rates
+        engine.scheduler.reset_counters()
+        return rates.prefill_tok_per_s, rates.decode_step_ms
 
     # -- steps ------------------------------------------------------------------------------------
 
@@ -151,6 +182,8 @@ class NodeCore:
             power_score=power_score(hardware),
             cell=cell,
             pid=pid,
+            prefill_tok_per_s=self._rates.prefill_tok_per_s,
+            decode_step_ms=self._rates.decode_step_ms,
         )
 
     def token_chunk(self, o: RequestOutput) -> TokenChunk:
@@ -188,6 +221,7 @@ class NodeCore:
             num_preemptions_total=stats.num_preemptions_total,
             num_requests_finished_total=self.num_finished_total,
             prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
+            num_requests_received_total=self.num_received_total,
         )
 
     def observation(self, outputs: Sequence[RequestOutput], step_time_s: float) -> EngineObservation:

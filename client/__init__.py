@@ -1,11 +1,9 @@
-"""The ZeroMQ client library: talk to a Silicon Zoo control plane from an application (see zoo_client.py)."""
+"""The ZeroMQ client library: talk to a Silicon Zoo control plane from an application (see zoo_client.py;
+its typed errors are in errors.py)."""
 
-from client.zoo_client import (
-    AsyncZooClient,
-    Completion,
-    GenerationStream,
+from client.errors import (
     ZooCancelledError,
-    ZooClient,
+    ZooConnectionLostError,
     ZooError,
     ZooInvalidRequestError,
     ZooNodeFailedError,
@@ -17,6 +15,7 @@ from client.zoo_client import (
     ZooUnknownModelError,
     error_from_reply,
 )
+from client.zoo_client import AsyncZooClient, Completion, GenerationStream, ZooClient
 
 __all__ = [
     "AsyncZooClient",
@@ -24,6 +23,7 @@ __all__ = [
     "GenerationStream",
     "ZooCancelledError",
     "ZooClient",
+    "ZooConnectionLostError",
     "ZooError",
     "ZooInvalidRequestError",
     "ZooNoNodeError",

@@ -14,7 +14,14 @@ One DEALER socket per client, owned by the client's Link (a reader and a writer 
 group); chunks are demultiplexed by request id into one bounded stream per request. A refused request
 raises at ``generate`` (ZooOverloadedError carries ``retry_after_s``); a failure mid-stream raises from
 the iteration (ZooNodeFailedError). Leaving a stream early, ``cancel()``, or a timeout sends a
-CancelRequest, so the node stops generating.
+CancelRequest, so the node stops generating. A request whose node fails mid-stream is resumed on another
+node by the control plane: the stream simply continues.
+
+The control plane itself may restart or vanish. While requests are in flight a watchdog pings it every
+``ping_interval_s`` with their ids; the Pong names those it does not know (it restarted). Such a request
+is sent again when it had produced no token yet (at most MAX_RESUBMITS times), else its stream raises
+ZooConnectionLostError; a control plane silent for ``connection_timeout_s`` fails them all the same way.
+So no stream waits for ``timeout_s`` on a control plane that is gone.
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ import anyio
 import zmq.asyncio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
 from engine.sampling_params import SamplingParams
 from transport.actor import MailboxFull
+from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
 from transport.link import Link
 from transport.messages import (
@@ -40,90 +49,12 @@ from transport.messages import (
     ClientGenerate,
     ErrorCode,
     ErrorReply,
+    NodeDrain,
     Ping,
     Pong,
     TokenChunk,
 )
 from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connect_dealer
-
-# --------------------------------------------------------------------------- errors
-
-
-class ZooError(Exception):
-    """A request refused or failed by the fleet; ``code`` is the wire ErrorCode."""
-
-    code: ErrorCode = ErrorCode.INTERNAL
-
-    def __init__(
-        self, message: str, *, code: ErrorCode | None = None, request_id: str = "", retry_after_s: float | None = None
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
-        self.request_id = request_id
-        self.retry_after_s = retry_after_s
-
-
-class ZooInvalidRequestError(ZooError):
-    code = ErrorCode.INVALID_REQUEST
-
-
-class ZooPromptTooLongError(ZooInvalidRequestError):
-    code = ErrorCode.PROMPT_TOO_LONG
-
-
-class ZooUnknownModelError(ZooInvalidRequestError):
-    code = ErrorCode.UNKNOWN_MODEL
-
-
-class ZooOverloadedError(ZooError):
-    """Admission control refused the request; retry after ``retry_after_s``."""
-
-    code = ErrorCode.OVERLOADED
-
-
-class ZooNoNodeError(ZooError):
-    code = ErrorCode.NO_NODE
-
-
-class ZooNodeFailedError(ZooError):
-    """The node serving the request died, restarted or left; the request was not completed."""
-
-    code = ErrorCode.NODE_FAILED
-
-
-class ZooCancelledError(ZooError):
-    code = ErrorCode.CANCELLED
-
-
-class ZooTimeoutError(ZooError, TimeoutError):
-    """No message for the request within the client's timeout (the request was cancelled)."""
-
-
-class ZooProtocolError(ZooError):
-    """The control plane rejected our message as malformed / unknown / wrong version / oversized."""
-
-
-_ERRORS: dict[ErrorCode, type[ZooError]] = {
-    ErrorCode.INVALID_REQUEST: ZooInvalidRequestError,
-    ErrorCode.PROMPT_TOO_LONG: ZooPromptTooLongError,
-    ErrorCode.UNKNOWN_MODEL: ZooUnknownModelError,
-    ErrorCode.OVERLOADED: ZooOverloadedError,
-    ErrorCode.NO_NODE: ZooNoNodeError,
-    ErrorCode.NODE_FAILED: ZooNodeFailedError,
-    ErrorCode.CANCELLED: ZooCancelledError,
-    ErrorCode.MALFORMED: ZooProtocolError,
-    ErrorCode.OVERSIZED: ZooProtocolError,
-    ErrorCode.UNKNOWN_TYPE: ZooProtocolError,
-    ErrorCode.WRONG_VERSION: ZooProtocolError,
-}
-
-
-def error_from_reply(reply: ErrorReply) -> ZooError:
-    cls = _ERRORS.get(reply.code, ZooError)
-    return cls(reply.message, code=reply.code, request_id=reply.request_id, retry_after_s=reply.retry_after_s)
-
 
 # --------------------------------------------------------------------------- results
 
@@ -142,6 +73,20 @@ class Completion:
 
 
 # --------------------------------------------------------------------------- async client
+
+MAX_RESUBMITS = 3  # a request that produced no token is sent again to a restarted control plane at most this often
+WATCH_PING = "zoo-watch-"  # request ids of the watchdog's pings
+
+
+@dataclass(slots=True)
+class _Sent:
+    """A ClientGenerate in flight: what to send again, and what came back (counted by the reader).
+    num_ping: watchdog pings sent before it was (last) sent; only later pings' Pongs speak about it."""
+
+    msg: ClientGenerate
+    num_ping: int
+    num_tokens: int = 0
+    num_resubmits: int = 0
 
 
 class GenerationStream:
@@ -215,6 +160,11 @@ class AsyncZooClient:
 
     timeout_s: the longest wait for the first chunk and between chunks (ZooTimeoutError; the request is
         cancelled). model: the default model (None: the fleet's default).
+    ping_interval_s / connection_timeout_s: while requests are in flight, ping the control plane this often;
+        silent for connection_timeout_s → their streams raise ZooConnectionLostError.
+    curve: CURVE to a control plane started with keys (``load_curve_client(dir, "clients", name)``); a
+        control plane that allow-lists clients never completes the handshake of an unlisted key, so its
+        requests time out.
     """
 
     def __init__(
@@ -224,8 +174,21 @@ class AsyncZooClient:
         timeout_s: float = 60.0,
         model: str | None = None,
         context: zmq.asyncio.Context | None = None,
+        curve: CurveClient | None = None,
+        ping_interval_s: float = 0.5,
+        connection_timeout_s: float = 5.0,
     ) -> None:
+        if not 0 < ping_interval_s < connection_timeout_s:
+            raise ValueError("need 0 < ping_interval_s < connection_timeout_s")
+        self.ping_interval_s = ping_interval_s
+        self.connection_timeout_s = connection_timeout_s
+        self._sent: dict[str, _Sent] = {}  # ClientGenerates in flight (the reader's view)
+        self._num_pings = 0
+        self._num_unanswered = 0  # watchdog pings sent since the control plane was last heard from
+        self._last_recv_s = time.monotonic()
+        self.control_plane_started_ns = 0  # from the latest Pong: a new value means it restarted
         self.endpoint = endpoint
+        self.curve = curve
         self.timeout_s = timeout_s
         self.model = model
         self._ctx = context
@@ -233,19 +196,22 @@ class AsyncZooClient:
         self._link: Link | None = None
         self._streams: dict[str, MemoryObjectSendStream] = {}
         self._stack: contextlib.AsyncExitStack | None = None
-        handlers = {TokenChunk: self._on_message, ErrorReply: self._on_message, Pong: self._on_message}
+        handlers = {TokenChunk: self._on_message, ErrorReply: self._on_message, Pong: self._on_pong}
+        handlers[NodeDrain] = self._on_message  # the answer to drain()
         self._dispatcher = Dispatcher(handlers, name="zoo client")
 
     async def __aenter__(self) -> AsyncZooClient:
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
-        self._link = Link(Channel(connect_dealer(self._ctx, self.endpoint)), self._on_batch, name="zoo client")
+        sock = connect_dealer(self._ctx, self.endpoint, curve=self.curve)
+        self._link = Link(Channel(sock), self._on_batch, name="zoo client")
         async with contextlib.AsyncExitStack() as stack:
             stack.callback(self._close)
             tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(tg.cancel_scope.cancel)  # runs first on exit: the loops never end on their own
             tg.start_soon(self._link.read_loop)
             tg.start_soon(self._link.write_loop)
+            tg.start_soon(self._watch)
             self._stack = stack.pop_all()
         return self
 
@@ -315,6 +281,7 @@ class AsyncZooClient:
         receive = self._open(request_id, bound)
         try:
             await self._send(msg)
+            self._sent[request_id] = _Sent(msg, self._num_pings)  # pings queued from now on come after it
             first = await self._next(request_id, receive)
         except BaseException:
             self._forget(request_id)
@@ -343,6 +310,25 @@ class AsyncZooClient:
         self._cancel(request_id)
         self._forget(request_id)
 
+    async def drain(self, node_id: str) -> int:
+        """Drain ``node_id`` (`zoo drain`): the control plane routes nothing new to it, its requests finish there
+        (or resume elsewhere when it leaves); the node keeps running. Returns its requests in flight then.
+        ZooInvalidRequestError: no such node."""
+        request_id = uuid.uuid4().hex
+        receive = self._open(request_id, 1)
+        try:
+            await self._send(NodeDrain(request_id=request_id, node_id=node_id, reason="zoo drain"))
+            with anyio.fail_after(self.timeout_s):
+                answer = await receive.receive()
+        except TimeoutError:
+            raise ZooTimeoutError(f"no answer within {self.timeout_s} s", request_id=request_id) from None
+        finally:
+            self._forget(request_id)
+            receive.close()
+        if isinstance(answer, ErrorReply):
+            raise error_from_reply(answer)
+        return answer.num_inflight
+
     # -- plumbing ------------------------------------------------------------------------------------
 
     def _open(self, request_id: str, bound: int) -> MemoryObjectReceiveStream:
@@ -355,6 +341,7 @@ class AsyncZooClient:
         return receive
 
     def _forget(self, request_id: str) -> None:
+        self._sent.pop(request_id, None)
         send = self._streams.pop(request_id, None)
         if send is not None:
             send.close()
@@ -378,6 +365,9 @@ class AsyncZooClient:
             raise ZooTimeoutError(f"no answer within {self.timeout_s} s", request_id=request_id) from None
         except anyio.EndOfStream:
             raise ZooError("the client was closed", request_id=request_id) from None
+        if isinstance(item, ZooError):
+            self._forget(request_id)
+            raise item
         if isinstance(item, ErrorReply):
             self._forget(request_id)
             raise error_from_reply(item)
@@ -386,17 +376,83 @@ class AsyncZooClient:
         return item
 
     def _on_batch(self, batch: list[Received]) -> None:
+        self._last_recv_s = time.monotonic()
+        self._num_unanswered = 0
         for received in batch:
             self._dispatcher.dispatch(received)
 
     def _on_message(self, incoming: Incoming) -> None:
-        send = self._streams.get(incoming.msg.request_id)
+        msg = incoming.msg
+        sent = self._sent.get(msg.request_id)
+        if sent is not None:
+            if isinstance(msg, ErrorReply) or msg.finished:
+                del self._sent[msg.request_id]
+            else:
+                sent.num_tokens += len(msg.token_ids)
+        self._deliver(msg.request_id, msg)
+
+    def _deliver(self, request_id: str, item: TokenChunk | ErrorReply | Pong | ZooError) -> None:
+        send = self._streams.get(request_id)
         if send is None:
             return  # cancelled or timed out here already
         try:
-            send.send_nowait(incoming.msg)
+            send.send_nowait(item)
         except (anyio.WouldBlock, anyio.BrokenResourceError, anyio.ClosedResourceError):
-            self._forget(incoming.msg.request_id)
+            self._forget(request_id)
+
+    # -- the watchdog: is the control plane still the one that knows our requests? -------------------
+
+    async def _watch(self) -> None:
+        while True:
+            await anyio.sleep(self.ping_interval_s)
+            request_ids = [rid for rid in self._sent if rid in self._streams]
+            now_s = time.monotonic()
+            if not request_ids:
+                self._last_recv_s, self._num_unanswered = now_s, 0  # nothing in flight: nothing to miss
+                continue
+            # silent that long, and over that many pings (a stalled event loop here sends none: no false alarm)
+            silent_s = now_s - self._last_recv_s
+            if silent_s > self.connection_timeout_s and self._num_unanswered * self.ping_interval_s >= silent_s / 2:
+                self._lose(request_ids, f"the control plane at {self.endpoint} has not answered for {silent_s:.1f} s")
+                self._num_unanswered = 0
+                continue
+            self._num_pings += 1
+            self._num_unanswered += 1
+            ping = Ping(request_id=f"{WATCH_PING}{self._num_pings}", request_ids=request_ids)
+            with contextlib.suppress(MailboxFull):
+                self._link.send_nowait(ping)
+
+    def _on_pong(self, incoming: Incoming) -> None:
+        pong: Pong = incoming.msg
+        if pong.started_ns:
+            self.control_plane_started_ns = pong.started_ns
+        if not pong.request_id.startswith(WATCH_PING):
+            self._deliver(pong.request_id, pong)  # a user's ping()
+            return
+        num_ping = int(pong.request_id.removeprefix(WATCH_PING)) if pong.request_id[len(WATCH_PING) :].isdigit() else 0
+        # only requests sent before that ping was: one sent after it may not have reached the control plane
+        unknown = [r for r in pong.unknown_request_ids if r in self._sent and self._sent[r].num_ping < num_ping]
+        for request_id in list(unknown):
+            again = self._sent[request_id]
+            if again.num_tokens or again.num_resubmits >= MAX_RESUBMITS:
+                continue  # its tokens are gone with the old control plane
+            try:
+                self._link.send_nowait(again.msg)
+            except MailboxFull:
+                continue
+            again.num_resubmits += 1
+            again.num_ping = self._num_pings
+            unknown.remove(request_id)
+        if unknown:
+            self._lose(unknown, f"the control plane at {self.endpoint} no longer knows the request (it restarted)")
+
+    def _lose(self, request_ids: list[str], why: str) -> None:
+        for request_id in request_ids:
+            sent = self._sent.pop(request_id, None)
+            if sent is None:
+                continue
+            tokens = f" after {sent.num_tokens} tokens" if sent.num_tokens else ""
+            self._deliver(request_id, ZooConnectionLostError(f"{why}{tokens}", request_id=request_id))
 
     @property
     def rejected(self) -> dict[ErrorCode, int]:
@@ -410,14 +466,20 @@ class ZooClient:
     """The blocking twin of AsyncZooClient: an event loop in a helper thread (anyio's blocking portal)."""
 
     def __init__(
-        self, endpoint: str = DEFAULT_CLIENT_ENDPOINT, *, timeout_s: float = 60.0, model: str | None = None
+        self,
+        endpoint: str = DEFAULT_CLIENT_ENDPOINT,
+        *,
+        timeout_s: float = 60.0,
+        model: str | None = None,
+        curve: CurveClient | None = None,
+        **watchdog: float,
     ) -> None:
+        """``watchdog``: ``ping_interval_s`` / ``connection_timeout_s``, as AsyncZooClient's."""
         self._stack = contextlib.ExitStack()
         try:
             self._portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())
-            self._client: AsyncZooClient = self._stack.enter_context(
-                self._portal.wrap_async_context_manager(AsyncZooClient(endpoint, timeout_s=timeout_s, model=model))
-            )
+            client = AsyncZooClient(endpoint, timeout_s=timeout_s, model=model, curve=curve, **watchdog)
+            self._client: AsyncZooClient = self._stack.enter_context(self._portal.wrap_async_context_manager(client))
         except BaseException:
             self._stack.close()
             raise
@@ -443,6 +505,9 @@ class ZooClient:
 
     def ping(self) -> float:
         return self._portal.call(self._client.ping)
+
+    def drain(self, node_id: str) -> int:
+        return self._portal.call(self._client.drain, node_id)
 
     def close(self) -> None:
         self._stack.close()

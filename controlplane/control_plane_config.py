@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.router.router_config import RouterConfig
+from transport.curve import ControlPlaneCurve
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 
 
@@ -19,10 +20,17 @@ class ControlPlaneConfig:
     router: the routing policy by name and its knobs.
     admission: queue limits (None: AdmissionConfig's defaults).
     heartbeat_interval_s / report_interval_s: what each Welcome tells the agents.
-    heartbeat_timeout_s: a node silent this long is dead; its requests fail with NODE_FAILED.
+    heartbeat_timeout_s: a node silent this long is dead; its requests resume on other nodes (or fail with
+        NODE_FAILED when none can take them). The expiry pass runs every ``expiry_interval_s``
+        (timeout / 4), so a dead node is detected within ``dead_node_detection_s`` (timeout + that period)
+        of its last message: 0.8 + 0.2 = 1.0 s by default, i.e. 5 heartbeat periods.
+    max_resumes: how many times one request may resume on another node (lost node, failed send, node
+        refused it) before it fails.
     chunk_timeout_s: an in-process ``generate`` waiting this long for its next chunk gives up.
     max_latency_samples: TTFT/TPOT samples kept per node for the latency table.
     max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
+    curve: CURVE on both ROUTERs, agents (and clients, unless it admits any) allow-listed by public key
+        (transport/curve.py; ``load_controlplane_curve(dir)``); None: no CURVE, as on loopback.
     """
 
     agent_endpoint: str = DEFAULT_AGENT_ENDPOINT
@@ -30,12 +38,14 @@ class ControlPlaneConfig:
     model_name: str | None = None
     router: RouterConfig = field(default_factory=RouterConfig)
     admission: Any = None
-    heartbeat_interval_s: float = 1.0
+    heartbeat_interval_s: float = 0.2
     report_interval_s: float = 0.25
-    heartbeat_timeout_s: float = 5.0
+    heartbeat_timeout_s: float = 0.8
+    max_resumes: int = 3
     chunk_timeout_s: float = 300.0
     max_latency_samples: int = 10_000
     max_pending_events: int = 100_000
+    curve: ControlPlaneCurve | None = None
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):
@@ -43,3 +53,15 @@ class ControlPlaneConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
             raise ValueError("heartbeat_timeout_s must exceed heartbeat_interval_s")
+        if self.max_resumes < 0:
+            raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes}")
+
+    @property
+    def expiry_interval_s(self) -> float:
+        """How often the control plane reaps silent nodes."""
+        return self.heartbeat_timeout_s / 4
+
+    @property
+    def dead_node_detection_s(self) -> float:
+        """The longest a dead node stays routable after its last message (registry clock)."""
+        return self.heartbeat_timeout_s + self.expiry_interval_s

@@ -12,8 +12,13 @@ Life of a node::
                      ├─ leave() ──► removed, LostNode(LEFT)
                      └─ join(hello) again (agent restarted) ──► fresh state, LostNode(RESTARTED)
 
+    routing state of a live node (NodeState; only UP nodes are in snapshots, so policies never see the rest):
+        UP ──suspect(): a send to it failed──► SUSPECT ──heartbeat()/report(): it is alive──► UP
+        UP | SUSPECT ──drain(): it drains (SIGTERM, `zoo drain`)──► DRAINING (until it leaves or joins again)
+
 Nodes are only reaped by ``expire()``: the caller runs it on a timer (e.g. every heartbeat_timeout_s / 4),
-so a dead node can appear in snapshots for at most that long past its timeout.
+so a dead node can appear in snapshots for at most that long past its timeout: a node that died is
+detected within heartbeat_timeout_s + that period of its last message.
 
 In-flight accounting (fresher than the reports, which arrive a few times a second)::
 
@@ -33,6 +38,7 @@ model, by cell, by (model, cell) — each in node-id order, so ``snapshot()`` is
 from __future__ import annotations
 
 import enum
+from collections import deque
 from dataclasses import dataclass
 
 from controlplane.router.policy import ClusterSnapshot, NodeView
@@ -46,6 +52,14 @@ class LossReason(enum.StrEnum):
     RESTARTED = "restarted"
 
 
+class NodeState(enum.StrEnum):
+    """A live node's routing state (FleetStats shows it as the node's ``state``)."""
+
+    UP = "up"  # routed to
+    SUSPECT = "suspect"  # a send to it failed: not routed to until it is heard from again
+    DRAINING = "draining"  # not routed to; its requests finish there (or resume elsewhere when it leaves)
+
+
 @dataclass(frozen=True, slots=True)
 class LostNode:
     """A node that went away, and the requests that were in flight there (to be failed by the caller)."""
@@ -54,6 +68,7 @@ class LostNode:
     reason: LossReason
     request_ids: tuple[str, ...]
     detail: str = ""
+    silent_s: float = 0.0  # registry clock: from the node's last message to its removal
 
     @property
     def error_message(self) -> str:
@@ -79,6 +94,10 @@ class RegistryStats:
     num_expired_total: int
     num_failed_requests_total: int  # in flight on a node that was lost
     num_unknown_node_messages_total: int  # heartbeats/reports from a node not (or no longer) registered
+    num_suspect: int = 0
+    num_draining: int = 0
+    num_suspected_total: int = 0  # UP → SUSPECT transitions (failed sends)
+    num_drains_total: int = 0
 
 
 class _LiveView(NodeView):
@@ -96,15 +115,33 @@ def _same_values(a: NodeView, b: NodeView | None) -> bool:
 
 
 class _Node:
-    __slots__ = ("hello", "inflight", "last_seen_s", "report", "unreported_prefill", "view")
+    __slots__ = (
+        "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state",
+        "unreported_prefill", "view",
+    )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
         self.hello = hello
+        self.state = NodeState.UP
         self.report: LoadReport | None = None
         self.last_seen_s = now_s
         self.inflight: dict[str, int] = {}  # request id → prompt tokens
-        self.unreported_prefill: dict[str, int] = {}  # routed since the last report, no first token yet
+        self.unreported_prefill: dict[str, int] = {}  # routed, not in a report yet, no first token yet
+        self.num_routed_total = 0
+        self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
+
+    def take_reported(self, report: LoadReport) -> None:
+        """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
+        node was sent (one link, in order); the rest are still on their way to it (no herding)."""
+        received = report.num_requests_received_total
+        if received < 0:
+            self.unreported_prefill.clear()
+            self.routed_order.clear()
+            return
+        order, unreported = self.routed_order, self.unreported_prefill
+        while order and order[0][0] < received:
+            unreported.pop(order.popleft()[1], None)
 
 
 _ALL = (None, None)
@@ -126,6 +163,8 @@ class ClusterRegistry:
         self._num_expired_total = 0
         self._num_failed_requests_total = 0
         self._num_unknown_total = 0
+        self._num_suspected_total = 0
+        self._num_drains_total = 0
 
     # -- membership ----------------------------------------------------------------------------------
 
@@ -158,17 +197,20 @@ class ClusterRegistry:
         lost = []
         for node_id in dead:
             silent_s = self.clock.now() - self._nodes[node_id].last_seen_s
-            lost.append(self._remove(node_id, LossReason.HEARTBEAT_TIMEOUT, f"silent for {silent_s:.1f} s"))
+            lost.append(self._remove(node_id, LossReason.HEARTBEAT_TIMEOUT, f"silent for {silent_s:.1f} s", silent_s))
         self._num_expired_total += len(dead)
         return lost
 
     def heartbeat(self, node_id: str) -> bool:
-        """Any message from ``node_id`` proves it alive. False: unknown node (it should join again)."""
+        """Any message from ``node_id`` proves it alive (a SUSPECT node is UP again). False: unknown node
+        (it should join again)."""
         node = self._nodes.get(node_id)
         if node is None:
             self._num_unknown_total += 1
             return False
         node.last_seen_s = self.clock.now()
+        if node.state is NodeState.SUSPECT:
+            self._restore(node)
         return True
 
     def report(self, report: LoadReport) -> bool:
@@ -179,9 +221,39 @@ class ClusterRegistry:
             return False
         node.last_seen_s = self.clock.now()
         node.report = report
-        node.unreported_prefill.clear()
+        node.take_reported(report)
         self._refresh(node)
+        if node.state is NodeState.SUSPECT:
+            self._restore(node)
         return True
+
+    # -- routing state -------------------------------------------------------------------------------
+
+    def suspect(self, node_id: str) -> bool:
+        """A send to ``node_id`` failed: route nothing more there until it is heard from (``heartbeat``,
+        ``report``). False when it is unknown or not UP (a draining node stays draining)."""
+        node = self._nodes.get(node_id)
+        if node is None or node.state is not NodeState.UP:
+            return False
+        node.state = NodeState.SUSPECT
+        self._num_suspected_total += 1
+        self._ungroup(node_id, node.hello)
+        return True
+
+    def drain(self, node_id: str) -> bool:
+        """Route nothing new to ``node_id`` until it leaves (or joins again); False when it is unknown."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return False
+        if node.state is not NodeState.DRAINING:
+            node.state = NodeState.DRAINING
+            self._num_drains_total += 1
+            self._ungroup(node_id, node.hello)
+        return True
+
+    def state(self, node_id: str) -> NodeState | None:
+        node = self._nodes.get(node_id)
+        return None if node is None else node.state
 
     # -- in-flight accounting ------------------------------------------------------------------------
 
@@ -194,6 +266,8 @@ class ClusterRegistry:
             raise ValueError(f"request {request_id!r} is already in flight on {self._node_of_request[request_id]!r}")
         node.inflight[request_id] = num_prompt_tokens
         node.unreported_prefill[request_id] = num_prompt_tokens
+        node.routed_order.append((node.num_routed_total, request_id))
+        node.num_routed_total += 1
         self._node_of_request[request_id] = node_id
         self._refresh(node)
 
@@ -215,9 +289,13 @@ class ClusterRegistry:
     # -- queries -------------------------------------------------------------------------------------
 
     def snapshot(self, model: str | None = None, cell: str | None = None) -> ClusterSnapshot:
-        """The registered nodes serving ``model`` in ``cell`` (None: any), in node-id order."""
+        """The UP nodes serving ``model`` in ``cell`` (None: any), in node-id order: what may be routed to."""
         group = self._groups.get((model, cell))
         return ClusterSnapshot(self.clock.now(), () if group is None else tuple(group.values()))
+
+    def views(self) -> tuple[NodeView, ...]:
+        """Every registered node's view, whatever its state, in node-id order (for stats; O(N log N))."""
+        return tuple(self._nodes[node_id].view for node_id in sorted(self._nodes))
 
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._nodes
@@ -253,22 +331,37 @@ class ClusterRegistry:
             num_expired_total=self._num_expired_total,
             num_failed_requests_total=self._num_failed_requests_total,
             num_unknown_node_messages_total=self._num_unknown_total,
+            num_suspect=sum(node.state is NodeState.SUSPECT for node in self._nodes.values()),
+            num_draining=sum(node.state is NodeState.DRAINING for node in self._nodes.values()),
+            num_suspected_total=self._num_suspected_total,
+            num_drains_total=self._num_drains_total,
         )
 
     # -- internals -----------------------------------------------------------------------------------
 
-    def _remove(self, node_id: str, reason: LossReason, detail: str) -> LostNode:
+    def _remove(self, node_id: str, reason: LossReason, detail: str, silent_s: float = 0.0) -> LostNode:
         node = self._nodes.pop(node_id)
         for request_id in node.inflight:
             self._node_of_request.pop(request_id, None)
         self._num_failed_requests_total += len(node.inflight)
-        for key in _group_keys(node.hello):
+        self._ungroup(node_id, node.hello)
+        return LostNode(node_id, reason, tuple(node.inflight), detail, silent_s)
+
+    def _ungroup(self, node_id: str, hello: NodeHello) -> None:
+        """Take the node out of every snapshot group (it stays registered, or is being removed)."""
+        for key in _group_keys(hello):
             group = self._groups.get(key)
             if group is not None:
                 group.pop(node_id, None)
                 if not group and key != _ALL:
                     del self._groups[key]
-        return LostNode(node_id, reason, tuple(node.inflight), detail)
+
+    def _restore(self, node: _Node) -> None:
+        """SUSPECT → UP: back in its snapshot groups, in node-id order."""
+        node.state = NodeState.UP
+        self._refresh(node)
+        self._group(node)
+        self._sort_groups(node.hello)
 
     def _refresh(self, node: _Node) -> None:
         """Rebuild ``node``'s view and put it in its groups (same position: dicts keep key order)."""
@@ -292,21 +385,27 @@ class ClusterRegistry:
             num_swapped=0 if report is None else report.num_swapped,
             queued_prefill_tokens=0 if report is None else report.queued_prefill_tokens,
             decode_batch_size=0 if report is None else report.decode_batch_size,
-            prefill_tok_per_s=0.0 if report is None else report.prefill_tok_per_s,
-            decode_step_ms=0.0 if report is None else report.decode_step_ms,
+            # measured by the node: in its reports, else at its start-up (hello); 0 = never measured
+            prefill_tok_per_s=(report.prefill_tok_per_s if report is not None else 0.0) or hello.prefill_tok_per_s,
+            decode_step_ms=(report.decode_step_ms if report is not None else 0.0) or hello.decode_step_ms,
             num_inflight=len(node.inflight),
             inflight_prefill_tokens=sum(node.unreported_prefill.values()),
         )
         if _same_values(view, node.view):
             return  # keep the old object: policies treat an unchanged object as an unchanged node
         node.view = view
+        if node.state is NodeState.UP:
+            self._group(node)
+
+    def _group(self, node: _Node) -> None:
+        """Put the node's view in its groups (same position if there already: dicts keep key order)."""
         groups = self._groups
-        node_id = hello.node_id
-        for key in _group_keys(hello):
+        node_id = node.hello.node_id
+        for key in _group_keys(node.hello):
             group = groups.get(key)
             if group is None:
                 group = groups[key] = {}
-            group[node_id] = view
+            group[node_id] = node.view
 
     def _sort_groups(self, hello: NodeHello) -> None:
         for key in _group_keys(hello):

@@ -3,6 +3,7 @@
     ClientGenerate ─► request id ─► model ─► tokens (chat template for ``messages``, engine/prompt.py checks)
                    ─► live nodes of its cell ─► fits the longest context? ─► policy.choose ─► admission.check
                    ─► Placement(node_id, route, token_ids)
+                      (the chosen node's queue full: the policy's next-best node without it, MAX_CHOICES at most)
 
 The sampling parameters arrive validated (``SamplingParams`` validates itself when built or decoded).
 Any step may refuse with an ErrorReply (INVALID_REQUEST, UNKNOWN_MODEL, NO_NODE, PROMPT_TOO_LONG,
@@ -10,12 +11,18 @@ OVERLOADED) whose ``param`` names the request field at fault, if any; the first 
 Synchronous and without I/O: the control-plane actor and the fleet simulator (sim/des.py) both place
 requests here, then send the request and record the placement (``policy.on_routed``,
 ``registry.on_routed``) once it is sent.
+
+A request whose node was lost mid-stream is placed again the same way (``resumed_request``: the same id,
+its prompt extended by the tokens already streamed, ``max_tokens`` reduced by their number); the node
+it was on is no longer in the registry's snapshot, so it cannot be chosen again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Container
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
+
+import msgspec
 
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
@@ -23,6 +30,8 @@ from controlplane.router.router_config import RouterConfig
 from engine.llm_engine import EngineTokenizer
 from engine.prompt import PromptError, PromptTooLongError, check_prompt_length, check_token_ids
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
+
+MAX_CHOICES = 4  # nodes tried per request when admission refuses the chosen node's queue (bounded decision)
 
 
 @dataclass(slots=True, frozen=True)
@@ -44,9 +53,11 @@ def place_request(
     policy,
     admission,
     router: RouterConfig,
+    exclude: Container[str] = (),
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
-    ``inflight``: request ids in flight (a reused one is refused)."""
+    ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
+    not choose (a resumed request's last node, when it is still registered)."""
     rid = msg.request_id
 
     def refuse(
@@ -70,6 +81,9 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
     cell = router.cell_for(msg.traffic_class)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
+    admission_snapshot = snapshot
+    if exclude:
+        snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
     if not snapshot.nodes:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     num_prompt_tokens = len(token_ids)
@@ -85,15 +99,42 @@ def place_request(
         block_hashes=prompt_block_hashes(token_ids, snapshot.nodes[0].block_size),
         traffic_class=msg.traffic_class,
     )
-    node_id = policy.choose(route, snapshot)
-    if node_id is None:
-        return refuse(ErrorCode.NO_NODE, "no node can take this request now", retry_after_s=1.0)
-    refusal = admission.check(snapshot, node_id)
-    if refusal is not None:
-        return refuse(
-            ErrorCode.OVERLOADED, str(getattr(refusal, "message", refusal)), getattr(refusal, "retry_after_s", 1.0)
-        )
-    return Placement(node_id, route, token_ids)
+    for _ in range(MAX_CHOICES):
+        node_id = policy.choose(route, snapshot)
+        if node_id is None:
+            return refuse(ErrorCode.NO_NODE, "no node can take this request now", retry_after_s=1.0)
+        refusal = admission.check(admission_snapshot, node_id)
+        if refusal is None:
+            return Placement(node_id, route, token_ids)
+        if getattr(refusal, "node_id", None) != node_id:  # the whole cluster is full: no other node helps
+            break
+        # that node's queue is full: the policy's next-best node, without it
+        snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id != node_id))
+        if not snapshot.nodes:
+            break
+    return refuse(
+        ErrorCode.OVERLOADED, str(getattr(refusal, "message", refusal)), getattr(refusal, "retry_after_s", 1.0)
+    )
+
+
+def resumed_request(
+    msg: ClientGenerate, model: str, prompt_token_ids: Sequence[int], output_token_ids: Sequence[int]
+) -> ClientGenerate:
+    """What to place when ``msg`` (served as ``model``, tokenized to ``prompt_token_ids``) resumes on another
+    node after ``output_token_ids`` were streamed to its client: the prompt extended by them (re-prefilled
+    there; a prefix cache holding the prompt helps), ``max_tokens`` reduced by their number (at least one
+    must remain), the same id, model, traffic class and other sampling parameters. Greedy decoding then
+    continues exactly as it would have on the lost node."""
+    remaining = msg.sampling.max_tokens - len(output_token_ids)
+    if remaining < 1:
+        raise ValueError(f"request {msg.request_id!r} has no token left to generate")
+    return ClientGenerate(
+        request_id=msg.request_id,
+        model=model,
+        prompt_token_ids=[*prompt_token_ids, *output_token_ids],
+        sampling=msgspec.structs.replace(msg.sampling, max_tokens=remaining),
+        traffic_class=msg.traffic_class,
+    )
 
 
 def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:

@@ -2,14 +2,17 @@
 
     routed ──► add(Inflight) ──► relay(chunk) … relay(chunk, finished) ──► completed, latency recorded
                     ├─ cancel(): client cancelled, iterator closed, consumer gone ──► CancelRequest to the node
-                    └─ fail():   node lost, node error, undeliverable ──► ErrorReply to the consumer
+                    ├─ detach() … attach(other node): its node was lost / unreachable / refused it, and it
+                    │     resumes elsewhere (controlplane/request_path.py); the consumer sees one stream
+                    └─ fail():   node lost and nowhere to resume, node error ──► ErrorReply to the consumer
 
 A consumer is where a request's TokenChunks and its ErrorReply go: a ZeroMQ client (ZmqConsumer: the
 client Link's outbox) or an in-process ``generate`` iterator (LocalConsumer: a memory stream). ``deliver``
 never blocks; it raises MailboxFull when the consumer is gone or behind, and the request is cancelled.
 
-Every request leaves the table exactly once (completed, cancelled or failed), and each exit tells the
-registry ``on_finished`` so its in-flight accounting stays exact. No I/O of its own: CancelRequests go out
+Every request leaves the table exactly once (completed, cancelled or failed). The registry and the policy
+hear ``on_first_token`` and ``on_finished`` once per node a request was on (a detach finishes it on the
+node it leaves), so their in-flight accounting stays exact. No I/O of its own: CancelRequests go out
 through the ``send_to_node`` callable the actor gives it.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 from anyio.streams.memory import MemoryObjectSendStream
@@ -61,10 +64,12 @@ async def local_stream(
     submit: Callable[[ClientGenerate, LocalConsumer, int], ErrorReply | None],
     cancel: Callable[[str], bool],
     chunk_timeout_s: float,
+    open_streams: set[str] | None = None,
 ) -> AsyncIterator[TokenChunk]:
     """An in-process request (``ControlPlane.generate``): submit it with a LocalConsumer, then yield its chunks
     until the finished one. FrontendError when it is refused, fails, or no chunk comes within
-    ``chunk_timeout_s``; leaving early (closed, timed out, cancelled) cancels it on its node."""
+    ``chunk_timeout_s``; leaving early (closed, timed out, cancelled) cancels it on its node.
+    ``open_streams``: holds the request id while the stream is open (a shutdown waits for it to empty)."""
     # room for every chunk the request can produce: the node's chunks never wait on this consumer
     send, receive = anyio.create_memory_object_stream[TokenChunk | ErrorReply](max(1, msg.sampling.max_tokens) + 2)
     error = submit(msg, LocalConsumer(send), time.monotonic_ns())
@@ -73,6 +78,8 @@ async def local_stream(
         receive.close()
         raise FrontendError(error.code, error.message, error.retry_after_s, error.param)
     finished = False
+    if open_streams is not None:
+        open_streams.add(msg.request_id)
     try:
         with receive:
             while True:
@@ -89,12 +96,26 @@ async def local_stream(
                 if finished:
                     return
     finally:
+        if open_streams is not None:
+            open_streams.discard(msg.request_id)
         if not finished:
             cancel(msg.request_id)
 
 
 @dataclass(slots=True)
 class Inflight:
+    """One request in flight. Counts are its client's: across resumes ``num_output_tokens`` keeps counting
+    and ``num_prompt_tokens`` stays the original prompt's.
+
+    node_id: the node serving it now (the last one while detached).
+    msg / model / prompt_token_ids: what a resume needs (the request as received, the model it is served
+        as, its prompt's tokens); output_token_ids: the tokens relayed to the consumer so far.
+    num_resumes: how many times it moved to another node; output_offset: output tokens produced before
+        the current node took it (that node counts its own from 0).
+    attached: the registry and the policy count it on ``node_id`` (False between detach and attach).
+    prefilled: the current node has sent its first token.
+    """
+
     request_id: str
     node_id: str
     consumer: ZmqConsumer | LocalConsumer
@@ -103,6 +124,14 @@ class Inflight:
     first_token_ns: int = 0
     last_token_ns: int = 0
     num_output_tokens: int = 0
+    msg: ClientGenerate | None = None
+    model: str = ""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    output_token_ids: list[int] = field(default_factory=list)
+    num_resumes: int = 0
+    output_offset: int = 0
+    attached: bool = True
+    prefilled: bool = False
 
 
 class RequestTable:
@@ -110,16 +139,26 @@ class RequestTable:
 
     registry: the ClusterRegistry (told ``on_first_token`` / ``on_finished``).
     send_to_node(msg, node_id): queue a message to a node; raises MailboxFull when the outbox is full.
-    counters: routed / completed / failed / cancelled / refused; this table counts completed, failed and
-        cancelled, the caller routed and refused (it decides those).
+    policy: the routing policy, told ``on_first_token`` / ``on_finished`` too (None: no policy to tell).
+    counters: routed / resumed / completed / failed / cancelled / refused; this table counts completed,
+        failed and cancelled, the caller routed, resumed and refused (it decides those).
     latency: node id → NodeLatency of the requests that ended there.
     """
 
-    def __init__(self, registry, send_to_node: Callable[[Envelope, str], None]) -> None:
+    def __init__(self, registry, send_to_node: Callable[[Envelope, str], None], policy=None) -> None:
         self.registry = registry
         self._send_to_node = send_to_node
+        self._policy_first_token = getattr(policy, "on_first_token", None)
+        self._policy_finished = getattr(policy, "on_finished", None)
         self._requests: dict[str, Inflight] = {}
-        self.counters: dict[str, int] = {"routed": 0, "completed": 0, "failed": 0, "cancelled": 0, "refused": 0}
+        self.counters: dict[str, int] = {
+            "routed": 0,
+            "resumed": 0,
+            "completed": 0,
+            "failed": 0,
+            "cancelled": 0,
+            "refused": 0,
+        }
         self.latency: dict[str, NodeLatency] = {}
 
     def __len__(self) -> int:
@@ -134,20 +173,53 @@ class RequestTable:
     def add(self, inflight: Inflight) -> None:
         self._requests[inflight.request_id] = inflight
 
+    def detach(self, request_id: str) -> Inflight | None:
+        """Take a request off its node (lost, unreachable, or it refused the request) so that it can resume
+        on another; it stays in the table. None when it is not in flight."""
+        inflight = self._requests.get(request_id)
+        if inflight is not None:
+            self._finished_on_node(inflight)
+        return inflight
+
+    def attach(self, inflight: Inflight, node_id: str) -> None:
+        """A detached request was sent to ``node_id``; its chunks come from there now (counted from 0 there)."""
+        inflight.node_id = node_id
+        inflight.num_resumes += 1
+        inflight.output_offset = inflight.num_output_tokens
+        inflight.attached = True
+        inflight.prefilled = False
+
+    def _finished_on_node(self, inflight: Inflight) -> None:
+        if inflight.attached:
+            inflight.attached = False
+            self.registry.on_finished(inflight.node_id, inflight.request_id)
+            if self._policy_finished is not None:
+                self._policy_finished(inflight.request_id, inflight.node_id)
+
     def relay(self, inflight: Inflight, chunk: TokenChunk, recv_ns: int) -> None:
         """A chunk from the node serving ``inflight``, received at ``recv_ns``: update the request's token
-        timings, retire it when the chunk is its last, and pass the chunk on to its consumer."""
+        timings, retire it when the chunk is its last, and pass the chunk on to its consumer (with the
+        client's counts when the request resumed: the node counts its own prompt and output)."""
         node_id = inflight.node_id
         if chunk.token_ids:
             if not inflight.first_token_ns:
                 inflight.first_token_ns = recv_ns
+            if not inflight.prefilled:
+                inflight.prefilled = True
                 self.registry.on_first_token(node_id, chunk.request_id)
+                if self._policy_first_token is not None:
+                    self._policy_first_token(chunk.request_id, node_id)
             inflight.last_token_ns = recv_ns
             inflight.num_output_tokens += len(chunk.token_ids)
+            if inflight.msg is not None:
+                inflight.output_token_ids += chunk.token_ids
+        if inflight.num_resumes:
+            chunk.num_prompt_tokens = inflight.num_prompt_tokens
+            chunk.num_output_tokens += inflight.output_offset
         chunk.node_id = node_id
         if chunk.finished:
             del self._requests[chunk.request_id]
-            self.registry.on_finished(node_id, chunk.request_id)
+            self._finished_on_node(inflight)
             self.counters["completed"] += 1
             self.latency.setdefault(node_id, NodeLatency()).record_served(
                 inflight.arrival_ns, inflight.first_token_ns, inflight.last_token_ns, inflight.num_output_tokens
@@ -163,12 +235,14 @@ class RequestTable:
         inflight = self._requests.pop(request_id, None)
         if inflight is None:
             return False
-        self.registry.on_finished(inflight.node_id, request_id)
+        attached = inflight.attached
+        self._finished_on_node(inflight)
         self.counters["cancelled"] += 1
-        try:
-            self._send_to_node(CancelRequest(request_id=request_id), inflight.node_id)
-        except MailboxFull:
-            log.warning("could not send a CancelRequest for %s: agent outbox full", request_id)
+        if attached:
+            try:
+                self._send_to_node(CancelRequest(request_id=request_id), inflight.node_id)
+            except MailboxFull:
+                log.warning("could not send a CancelRequest for %s: agent outbox full", request_id)
         return True
 
     def fail(self, request_id: str, code: ErrorCode, message: str) -> None:
@@ -176,7 +250,7 @@ class RequestTable:
         inflight = self._requests.pop(request_id, None)
         if inflight is None:
             return
-        self.registry.on_finished(inflight.node_id, request_id)
+        self._finished_on_node(inflight)
         self.counters["failed"] += 1
         self.latency.setdefault(inflight.node_id, NodeLatency()).num_failed += 1
         try:

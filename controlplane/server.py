@@ -4,7 +4,7 @@
     clients DEALER ──► ROUTER client_endpoint (default tcp://127.0.0.1:5556) ──► client Link ─┤ handlers (sync):
     HTTP gateway (same process) ──► Frontend.generate() ──────────────────────────────────────┤ registry, policy,
                                                                                               │ admission, requests
-    expiry loop (every heartbeat_timeout_s / 4) ──► registry.expire() ─► NODE_FAILED ────────┘
+    expiry loop (every heartbeat_timeout_s / 4) ──► registry.expire() ─► resume elsewhere ────┘
 
 Agents and clients get separate ROUTER sockets: a client cannot speak the agent protocol (its NodeHello
 is rejected as UNKNOWN_TYPE), each side has its own high-water marks, and agents' routing ids are
@@ -15,8 +15,14 @@ check the prompt against the context of the live nodes, snapshot the registry, l
 ask admission control, send a GenerateRequest to the node; every TokenChunk the node streams back goes
 to the request's consumer (a ZeroMQ client identity, or an in-process ``generate`` iterator), until a
 chunk with ``finished``. A client's CancelRequest, a closed iterator or a client that vanished sends a
-CancelRequest to the node; a node that leaves, restarts or misses its heartbeats fails its requests
-with NODE_FAILED.
+CancelRequest to the node. A node that leaves, restarts or misses its heartbeats, or that a send cannot
+reach (it becomes suspect), has its requests resumed on other nodes from the tokens already streamed
+(controlplane/request_path.py); one with nowhere to go fails with NODE_FAILED. A draining node (NodeDrain:
+its agent got SIGTERM, or `zoo drain` asked for it) gets no new requests; those it has finish there, or
+resume elsewhere when it leaves.
+
+A client's Ping lists its requests in flight and the Pong names those this process does not know (and
+when it started), so a client of a control plane that restarted learns it at its next ping.
 """
 
 from __future__ import annotations
@@ -31,14 +37,16 @@ import zmq.asyncio
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
-from controlplane.request_intake import place_request
-from controlplane.request_table import Inflight, RequestTable, ZmqConsumer, local_stream
+from controlplane.request_path import RequestPath
+from controlplane.request_table import ZmqConsumer, local_stream
 from controlplane.router.policies import make_policy
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
 from engine.sampling_params import SamplingParams
 from transport.actor import Actor, MailboxFull
-from transport.dispatch import Dispatcher, Incoming
+from transport.codec import WHY_UNENCODABLE
+from transport.curve import ZapHandler
+from transport.dispatch import Dispatcher, Incoming, clip
 from transport.link import Link, Outgoing
 from transport.messages import (
     CancelRequest,
@@ -50,6 +58,7 @@ from transport.messages import (
     GenerateRequest,
     Heartbeat,
     LoadReport,
+    NodeDrain,
     NodeHello,
     NodeLeave,
     NodeTelemetry,
@@ -101,12 +110,26 @@ class ControlPlane(Actor):
         self.agent_endpoint = config.agent_endpoint
         self.client_endpoint = config.client_endpoint
         self._agents: Link | None = None
+        self.zap: ZapHandler | None = None  # with config.curve: admits agents and clients by public key
         self._clients: Link | None = None
-        self.requests = RequestTable(self.registry, self._send_to_node)
-        self.counters = self.requests.counters  # the same dict: routed and refused are counted here
-        self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
+        self.started_ns = time.monotonic_ns()  # told to clients in every Pong: a new value = a restart
+        self.local_streams: set[str] = set()  # in-process (HTTP) requests whose stream is open
         self.fleet = FleetLedger(config.max_pending_events)
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
+        self.path = RequestPath(
+            registry=self.registry,
+            policy=self.policy,
+            admission=self.admission,
+            tokenizer=tokenizer,
+            router=config.router,
+            fleet=self.fleet,
+            send_to_node=self._send_to_node,
+            model_names=lambda: self.model_names,
+            max_resumes=config.max_resumes,
+        )
+        self.requests = self.path.table
+        self.counters = self.path.counters  # the same dicts: requests by outcome, refusals by code
+        self.refused = self.path.refused
         self._changed = anyio.Event()
         self._probe_snapshot: tuple[dict, float] | None = None
         self.agent_dispatcher = Dispatcher(
@@ -115,6 +138,7 @@ class ControlPlane(Actor):
                 Heartbeat: self.handle_heartbeat,
                 LoadReport: self.handle_load_report,
                 NodeLeave: self.handle_node_leave,
+                NodeDrain: self.handle_node_drain,
                 NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: self.handle_token_chunk,
                 ErrorReply: self.handle_agent_error,
@@ -128,6 +152,7 @@ class ControlPlane(Actor):
                 ClientGenerate: self.handle_client_generate,
                 CancelRequest: self.handle_client_cancel,
                 Ping: self.handle_client_ping,
+                NodeDrain: self.handle_client_drain,
                 ProbeSnapshot: self.handle_probe_snapshot,
             },
             reply=self._reply_client,
@@ -140,13 +165,24 @@ class ControlPlane(Actor):
     async def setup(self) -> ControlPlane:
         if self._ctx is None:
             self._ctx = zmq.asyncio.Context()
+        curve = self.config.curve  # CURVE: the ZAP handler is bound before the sockets (transport/curve.py)
+        self.zap = ZapHandler(self._ctx, curve.zap_policy()) if curve is not None else None
         sock, self.agent_endpoint = bind_router(
-            self._ctx, self.config.agent_endpoint, handover=True, max_msg_bytes=AGENT_MAX_MSG_BYTES
+            self._ctx,
+            self.config.agent_endpoint,
+            handover=True,
+            max_msg_bytes=AGENT_MAX_MSG_BYTES,
+            curve=curve.agent_server if curve is not None else None,
         )
-        self._agents = Link(Channel(sock), self._on_agent_batch, self._on_agent_undeliverable, name="cp agents")
+        channel = Channel(sock, peers_bound_to_keys=curve is not None)  # with CURVE: node id = key name
+        self._agents = Link(channel, self._on_agent_batch, self._on_agent_undeliverable, name="cp agents")
         if self.config.client_endpoint is not None:
             sock, self.client_endpoint = bind_router(
-                self._ctx, self.config.client_endpoint, handover=False, max_msg_bytes=CLIENT_MAX_MSG_BYTES
+                self._ctx,
+                self.config.client_endpoint,
+                handover=False,
+                max_msg_bytes=CLIENT_MAX_MSG_BYTES,
+                curve=curve.client_server if curve is not None else None,
             )
             self._clients = Link(Channel(sock), self._on_client_batch, self._on_client_undeliverable, name="cp clients")
         return self
@@ -155,29 +191,44 @@ class ControlPlane(Actor):
         loops = [self._agents.read_loop, self._agents.write_loop, self._expiry_loop]
         if self._clients is not None:
             loops += [self._clients.read_loop, self._clients.write_loop]
+        if self.zap is not None:
+            loops.append(self.zap.serve)
         return loops
 
     async def cleanup(self) -> None:
-        self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
+        self.shut_down_requests()
         for link in (self._agents, self._clients):
             if link is not None:
                 link.close()
+        if self.zap is not None:
+            self.zap.close()
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
 
+    def shut_down_requests(self) -> None:
+        """Fail every request in flight (the control plane stops: nothing can continue them) and flush the
+        ErrorReplies to ZeroMQ clients at once, so none waits for its timeout. HTTP streams get theirs as an
+        SSE error event from the gateway while it still runs."""
+        self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
+        if self._clients is not None:
+            for item in self._clients.outbox.drain(len(self._clients.outbox)):
+                try:
+                    self._clients.channel.send(item.msg, item.peer, item.tensor_frames)
+                except Exception:  # a client gone, a full pipe: it learns from its pings instead
+                    log.debug("control plane: a last message to a client was not sent", exc_info=True)
+
     async def _expiry_loop(self) -> None:
         while True:
-            await anyio.sleep(self.config.heartbeat_timeout_s / 4)
+            await anyio.sleep(self.config.expiry_interval_s)
             for lost in self.registry.expire():
-                log.warning("node %s missed its heartbeats: marked dead", lost.node_id)
+                log.warning("node %s missed its heartbeats (silent %.2f s): marked dead", lost.node_id, lost.silent_s)
                 self._lost(lost)
             self._notify()
 
     def _lost(self, lost) -> None:
-        """A node the registry removed (LostNode): fail what was in flight there."""
-        for request_id in lost.request_ids:
-            self.requests.fail(request_id, ErrorCode.NODE_FAILED, lost.error_message)
+        """A node the registry removed (LostNode): what was in flight there resumes elsewhere, or fails."""
         self.policy.on_node_removed(lost.node_id)
+        self.path.on_node_lost(lost)
 
     # -- observation ------------------------------------------------------------------------------
 
@@ -199,9 +250,12 @@ class ControlPlane(Actor):
 
     def stats(self) -> dict:
         """A plain snapshot for the latency table, the dashboard and the exporters."""
+        nodes = self.fleet.nodes(self.registry.views(), self.requests.latency)
+        for node_id, row in nodes.items():  # "up" | "suspect" | "draining" | "dead"
+            row["state"] = str(self.registry.state(node_id) or "dead")
         return {
             "policy": self.policy.name,
-            "nodes": self.fleet.nodes(self.registry.snapshot().nodes, self.requests.latency),
+            "nodes": nodes,
             "requests": {**self.counters, "inflight": len(self.requests)},
             "refused": {code.value: n for code, n in self.refused.items() if n},
             "rejected_messages": {
@@ -255,62 +309,17 @@ class ControlPlane(Actor):
             sampling=sampling,
             traffic_class=traffic_class,
         )
-        return local_stream(msg, self.submit, self.cancel, self.config.chunk_timeout_s)
+        return local_stream(msg, self.submit, self.cancel, self.config.chunk_timeout_s, self.local_streams)
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
-        """Validate, route and send one request; an ErrorReply when it is refused."""
-        error = self._route(msg, consumer, arrival_ns)
-        if error is not None:
-            self._count_refusal(error)
-        return error
-
-    def _count_refusal(self, error: ErrorReply) -> None:
-        self.counters["refused"] += 1
-        self.refused[error.code] += 1
-
-    def _route(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
-        placed = place_request(
-            msg,
-            model_names=self.model_names,
-            inflight=self.requests,
-            tokenizer=self.tokenizer,
-            registry=self.registry,
-            policy=self.policy,
-            admission=self.admission,
-            router=self.config.router,
-        )
-        if isinstance(placed, ErrorReply):
-            return placed
-        rid, node_id, num_prompt_tokens = msg.request_id, placed.node_id, placed.route.num_prompt_tokens
-        routed_ns = time.monotonic_ns()
-        request = GenerateRequest(
-            request_id=rid,
-            prompt_token_ids=placed.token_ids,
-            sampling=msg.sampling,
-            arrival_ns=arrival_ns,
-            routed_ns=routed_ns,
-        )
-        try:
-            self._send_to_node(request, node_id)
-        except MailboxFull:
-            return ErrorReply(
-                request_id=rid,
-                code=ErrorCode.OVERLOADED,
-                message="the control plane's agent outbox is full",
-                retry_after_s=1.0,
-            )
-        self.requests.add(Inflight(rid, node_id, consumer, arrival_ns, num_prompt_tokens))
-        self.registry.on_routed(node_id, rid, num_prompt_tokens)
-        self.policy.on_routed(placed.route, node_id)
-        self.counters["routed"] += 1
-        self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9)
-        return None
+        """Validate, route and send one request; an ErrorReply when it is refused (request_path.py)."""
+        return self.path.submit(msg, consumer, arrival_ns)
 
     def cancel(self, request_id: str) -> bool:
         """Forget a request and tell its node to stop; False when it was not in flight."""
-        return self.requests.cancel(request_id)
+        return self.path.cancel(request_id)
 
     # -- agent socket ------------------------------------------------------------------------------
 
@@ -326,8 +335,14 @@ class ControlPlane(Actor):
         self._agents.send_nowait(msg, node_id.encode())
 
     def _on_agent_undeliverable(self, item: Outgoing, why: str) -> None:
+        """A send to a node failed: it is suspect, and a GenerateRequest that did not reach it goes elsewhere."""
+        if item.peer is None:
+            return
+        node_id = item.peer.decode(errors="replace")
         if isinstance(item.msg, GenerateRequest):
-            self.requests.fail(item.msg.request_id, ErrorCode.NODE_FAILED, f"could not reach the node: {why}")
+            self.path.on_undeliverable(item.msg, node_id, why)
+        elif not why.startswith(WHY_UNENCODABLE) and self.registry.suspect(node_id):  # the node's fault only
+            log.warning("node %s is suspect: a send to it failed (%s)", node_id, why)
 
     def _node_of(self, incoming: Incoming, node_id: str) -> bool:
         """The message names the node its routing id says; unknown nodes are told to say hello."""
@@ -400,8 +415,27 @@ class ControlPlane(Actor):
             return
         lost = self.registry.leave(msg.node_id, msg.reason)
         if lost is not None:
-            log.info("node %s left: %s", msg.node_id, msg.reason)
+            log.info("node %s left: %s", msg.node_id, clip(msg.reason))
             self._lost(lost)
+
+    def handle_node_drain(self, incoming: Incoming) -> None:
+        """The agent drains (SIGTERM): nothing new goes there; it leaves once its requests are done."""
+        msg: NodeDrain = incoming.msg
+        if self._node_of(incoming, msg.node_id) and self.registry.drain(msg.node_id):
+            num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
+            log.info("node %s drains (%s), %d requests there", msg.node_id, clip(msg.reason), num_inflight)
+
+    def drain(self, node_id: str, reason: str = "") -> bool:
+        """Route nothing new to ``node_id`` and tell its agent; its requests finish there (or resume elsewhere
+        when it leaves). False: no such node."""
+        if not self.registry.drain(node_id):
+            return False
+        log.info("node %s drains (%s)", node_id, clip(reason))
+        try:
+            self._send_to_node(NodeDrain(node_id=node_id, reason=reason), node_id)
+        except MailboxFull:
+            log.warning("node %s: could not tell it to drain (agent outbox full)", node_id)
+        return True
 
     def handle_node_telemetry(self, incoming: Incoming) -> None:
         msg: NodeTelemetry = incoming.msg
@@ -411,21 +445,16 @@ class ControlPlane(Actor):
     def handle_token_chunk(self, incoming: Incoming) -> None:
         chunk: TokenChunk = incoming.msg
         node_id = incoming.peer.decode()
-        inflight = self.requests.get(chunk.request_id)
-        if inflight is None or inflight.node_id != node_id:
-            if not chunk.finished:  # cancelled or failed here already: make sure the node stops too
+        if not self.path.relay(node_id, chunk, incoming.recv_ns):
+            if not chunk.finished:  # cancelled, failed or resumed elsewhere already: make sure the node stops
                 self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), incoming.peer)
             return
         self.fleet.on_chunk_return(node_id, (incoming.recv_ns - chunk.sent_ns) / 1e9)
-        self.requests.relay(inflight, chunk, incoming.recv_ns)
 
     def handle_agent_error(self, incoming: Incoming) -> None:
         msg: ErrorReply = incoming.msg
-        inflight = self.requests.get(msg.request_id)
-        if inflight is None or inflight.node_id.encode() != incoming.peer:
-            log.info("node %r reports %s: %s", incoming.peer, msg.code, msg.message)
-            return
-        self.requests.fail(msg.request_id, msg.code, msg.message)
+        if not self.path.on_node_error(incoming.peer.decode(errors="replace"), msg):  # OVERLOADED: resumes
+            log.info("node %r reports %s: %s", incoming.peer, msg.code, clip(msg.message))
 
     # -- client socket -----------------------------------------------------------------------------
 
@@ -439,7 +468,7 @@ class ControlPlane(Actor):
 
     def _refuse_invalid(self, peer: bytes | None, reply: ErrorReply) -> None:
         """A request whose decoding found an invalid field (a sampling parameter): refused like any other."""
-        self._count_refusal(reply)
+        self.path.count_refusal(reply)
         self._clients.send_nowait(reply, peer)
 
     def _on_client_undeliverable(self, item: Outgoing, why: str) -> None:
@@ -470,7 +499,31 @@ class ControlPlane(Actor):
         return snapshot if self.clock.now() - received_s <= PROBE_STALE_S else None
 
     def handle_client_ping(self, incoming: Incoming) -> None:
+        """Pong, naming the client's requests (of ``msg.request_ids``) that are not in flight here."""
         msg: Ping = incoming.msg
-        self._clients.send_nowait(
-            Pong(request_id=msg.request_id, payload=msg.payload, ping_sent_ns=msg.sent_ns), incoming.peer
+        unknown = []
+        for request_id in msg.request_ids:
+            inflight = self.requests.get(request_id)
+            if inflight is None or getattr(inflight.consumer, "peer", None) != incoming.peer:
+                unknown.append(request_id)
+        pong = Pong(
+            request_id=msg.request_id,
+            payload=msg.payload,
+            ping_sent_ns=msg.sent_ns,
+            unknown_request_ids=unknown,
+            started_ns=self.started_ns,
         )
+        self._clients.send_nowait(pong, incoming.peer)
+
+    def handle_client_drain(self, incoming: Incoming) -> None:
+        """`zoo drain NODE`: answered with a NodeDrain (its requests in flight then), or an unknown-node error."""
+        msg: NodeDrain = incoming.msg
+        if not self.drain(msg.node_id, msg.reason or "zoo drain"):
+            error = f"unknown node {msg.node_id!r}"
+            code = ErrorCode.INVALID_REQUEST
+            reply = ErrorReply(request_id=msg.request_id, code=code, message=error, param="node_id")
+            self._clients.send_nowait(reply, incoming.peer)
+            return
+        num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
+        reply = NodeDrain(request_id=msg.request_id, node_id=msg.node_id, reason=msg.reason, num_inflight=num_inflight)
+        self._clients.send_nowait(reply, incoming.peer)

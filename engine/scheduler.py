@@ -407,6 +407,11 @@ class Scheduler:
             num_generation_tokens_total=c.num_generation_tokens_total,
         )
 
+    def reset_counters(self) -> None:
+        """Start the totals and the event stream afresh (after a node's start-up profile, which is no traffic)."""
+        self._counters = SchedulerCounters()
+        self._events.clear()
+
     def take_events(self) -> list[SchedulerEvent]:
         events = list(self._events)
         self._events.clear()

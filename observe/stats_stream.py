@@ -102,7 +102,7 @@ class FleetObserver:
             num_inflight=inflight,
             rejected_requests_total=dict(stats["refused"]),
             malformed_messages_total=malformed,
-            num_preemptions_total=sum(n.num_preemptions_total for n in nodes if n.state == "up"),
+            num_preemptions_total=sum(n.num_preemptions_total for n in nodes if n.state != "dead"),
             ebpf_status=self.ebpf.status,
         )
 
@@ -114,7 +114,7 @@ def _seconds(ms: float | None) -> float | None:
 def _node_stats(node_id: str, n: dict) -> NodeStats:
     return NodeStats(
         node_id=node_id,
-        state="up" if n["alive"] else "dead",
+        state=n.get("state") or ("up" if n["alive"] else "dead"),  # up | suspect | draining | dead
         gpu_type=n["gpu_type"] or "",
         cell=n["cell"] or "",
         model=n["model"] or "",

@@ -137,6 +137,9 @@ class SimNode:
         self.spec = spec
         self.node_id = spec.node_id
         self.core = NodeCore(fleet.node_engine(spec, clock=clock), spec.node_id)
+        self.core.profile()  # as an agent does at start-up: measured (here: predicted) rates in its hello
+        runner = self.core.engine.runner
+        self._profile_steps, self._profile_busy_s = runner.num_steps, runner.busy_time_s  # not the trace's work
         self.hello = self.core.hello(
             model=fleet.model.name, backend="sim", hardware=node_hardware_info(spec.hardware), cell=spec.cell
         )
@@ -173,8 +176,8 @@ class SimNode:
             self.spec.cell,
             hw.profile,
             hw.tp,
-            engine.runner.num_steps,
-            engine.runner.busy_time_s,
+            engine.runner.num_steps - self._profile_steps,
+            engine.runner.busy_time_s - self._profile_busy_s,
             stats.num_preemptions_total,
             stats.num_swapped_out_blocks_total,
             stats.num_swapped_in_blocks_total,

@@ -48,3 +48,58 @@ def tiny():
     config = tiny_config()
     sd = random_state_dict(config, seed=1, std=0.2)
     return config, sd, build_model(config, "float32", state_dict=sd)
+
+
+class FakeRouterPeer:
+    """A bare ROUTER socket on a free loopback port, playing the control plane for one agent or client under
+    test: ``expect(type)`` reads until a message of that type arrives (every message read is kept in
+    ``seen``); ``send(msg, peer)`` answers the last peer heard unless told another."""
+
+    def __init__(self) -> None:
+        import zmq
+        import zmq.asyncio
+
+        self.ctx = zmq.asyncio.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.bind("tcp://127.0.0.1:0")
+        self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self.peer = b""
+        self.seen: list = []
+
+    async def recv(self):
+        from transport.codec import decode
+
+        self.peer, *frames = await self.sock.recv_multipart()
+        msg, _ = decode(frames)
+        self.seen.append(msg)
+        return msg
+
+    async def expect(self, cls, timeout_s: float = 10.0, where=lambda m: True):
+        """(peer, the next message of type ``cls`` that ``where`` accepts)."""
+        import anyio
+
+        with anyio.fail_after(timeout_s):
+            while True:
+                msg = await self.recv()
+                if isinstance(msg, cls) and where(msg):
+                    return self.peer, msg
+
+    async def send(self, msg, peer: bytes | None = None) -> None:
+        from transport.codec import encode
+
+        await self.sock.send_multipart([self.peer if peer is None else peer, *encode(msg)])
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+        self.ctx.term()
+
+
+@pytest.fixture
+def router_peer():
+    """A FakeRouterPeer, closed after the test."""
+    peer = FakeRouterPeer()
+    try:
+        yield peer
+    finally:
+        peer.close()

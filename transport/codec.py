@@ -2,7 +2,13 @@
 
 ``decode`` never raises anything but ``WireError``: a peer's garbage becomes an error code that
 the caller counts and, where a reply is possible, answers with an ``ErrorReply``. Decoding validates:
-a well-formed message with an invalid sampling parameter is INVALID_REQUEST and names the field.
+a well-formed message with an invalid sampling parameter is INVALID_REQUEST and names the field;
+anything else that goes wrong while decoding (msgpack nested deeper than the interpreter's recursion
+limit raises RecursionError, for one) is MALFORMED.
+
+``encode`` raises ``EncodeError`` (a TypeError) for a message that cannot be put on the wire: not a wire
+struct, a value of no wire type, an integer outside msgpack's [-2**63, 2**64). A sender catches it per
+message (transport/link.py), so one such message never ends a loop.
 """
 
 from __future__ import annotations
@@ -37,6 +43,16 @@ class WireError(Exception):
         self.param = param
 
 
+class EncodeError(TypeError):
+    """A message that cannot be encoded (the cause is chained)."""
+
+
+MAX_ERROR_DETAIL_CHARS = 200  # a decoder's message quoted in a WireError is cut to this
+# how a sender reports a message that raised EncodeError (transport/link.py's on_undeliverable ``why`` starts
+# with it): the message's fault, not the peer's, so the peer must not be suspected for it
+WHY_UNENCODABLE = "could not be encoded"
+
+
 class _Header(msgspec.Struct):
     """Read first, so a wrong version is told apart from a malformed body."""
 
@@ -50,16 +66,31 @@ _decoders = {t: msgspec.msgpack.Decoder(cls) for t, cls in MESSAGE_TYPES.items()
 
 
 def encode(msg: Envelope, tensor_frames: Sequence[Frame] = ()) -> list[Frame]:
-    """[type byte, payload, *tensor frames]; tensor frames are passed through without a copy."""
+    """[type byte, payload, *tensor frames]; tensor frames are passed through without a copy.
+
+    Raises EncodeError."""
     try:
         msg_type = TYPE_OF[type(msg)]
     except KeyError:
-        raise TypeError(f"{type(msg).__name__} is not a wire message") from None
-    return [bytes((msg_type,)), _encoder.encode(msg), *tensor_frames]
+        raise EncodeError(f"{type(msg).__name__} is not a wire message") from None
+    try:
+        payload = _encoder.encode(msg)
+    except Exception as e:  # OverflowError (an int out of msgpack's range), TypeError (no wire type), ...
+        raise EncodeError(f"cannot encode {type(msg).__name__}: {_detail(e)}") from e
+    return [bytes((msg_type,)), payload, *tensor_frames]
 
 
 def decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
-    """Parse [type, payload, *tensors] into (message, tensor frames). Raises WireError."""
+    """Parse [type, payload, *tensors] into (message, tensor frames). Raises WireError, and nothing else."""
+    try:
+        return _decode(frames)
+    except WireError:
+        raise
+    except Exception as e:  # RecursionError from deep nesting, MemoryError, a decoder bug: the peer's problem
+        raise WireError(ErrorCode.MALFORMED, f"undecodable message: {_detail(e)}") from None
+
+
+def _decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
     if len(frames) < 2:
         raise WireError(ErrorCode.MALFORMED, f"expected at least 2 frames (type, payload), got {len(frames)}")
     type_frame, payload = frames[0], frames[1]
@@ -72,8 +103,8 @@ def decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
         raise WireError(ErrorCode.OVERSIZED, f"tensor frames exceed {MAX_TENSOR_BYTES} bytes")
     try:
         header = _header_decoder.decode(payload)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise WireError(ErrorCode.MALFORMED, f"undecodable payload: {e}") from None
+    except Exception as e:
+        raise WireError(ErrorCode.MALFORMED, f"undecodable payload: {_detail(e)}") from None
     if header.v != PROTOCOL_VERSION:
         raise WireError(
             ErrorCode.WRONG_VERSION,
@@ -90,7 +121,15 @@ def decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
         cause = e.__cause__
         if isinstance(cause, SamplingParamsError):  # well-formed, but a sampling parameter is out of range
             raise WireError(ErrorCode.INVALID_REQUEST, str(cause), header.request_id, cause.field) from None
-        raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {e}", header.request_id) from None
-    except msgspec.DecodeError as e:
-        raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {e}", header.request_id) from None
+        raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {_detail(e)}", header.request_id) from None
+    except Exception as e:
+        raise WireError(ErrorCode.MALFORMED, f"bad {msg_type.name} payload: {_detail(e)}", header.request_id) from None
     return msg, tensor_frames
+
+
+def _detail(error: BaseException) -> str:
+    """What went wrong, cut to MAX_ERROR_DETAIL_CHARS (it may quote the peer's bytes)."""
+    text = str(error)
+    if not isinstance(error, (msgspec.DecodeError, msgspec.ValidationError)):
+        text = f"{type(error).__name__}: {text}"
+    return text if len(text) <= MAX_ERROR_DETAIL_CHARS else text[: MAX_ERROR_DETAIL_CHARS - 3] + "..."

@@ -8,12 +8,15 @@
                                                └─ raises ─► log, count[INTERNAL], reply ErrorReply(INTERNAL)
 
 Handlers are synchronous: they update core state and queue messages in mailboxes; they never wait.
-Nothing a peer sends can end the loop that calls ``dispatch``.
+Nothing a peer sends can end the loop that calls ``dispatch``: ``dispatch`` itself never raises
+(an exception of ``on_invalid`` or of the reply path is logged and counted as INTERNAL too).
+Text a peer chose (messages, ids, exception texts that quote them) is logged through ``clip``, never whole.
 """
 
 from __future__ import annotations
 
 import logging
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +26,24 @@ from transport.messages import Envelope, ErrorCode, ErrorReply
 from transport.sockets import Received
 
 log = logging.getLogger(__name__)
+
+MAX_LOGGED_CHARS = 200  # peer-provided text in a log line is cut to this
+
+
+def clip(text: object, limit: int = MAX_LOGGED_CHARS) -> str:
+    """``str(text)`` cut to ``limit`` characters, control characters escaped (a peer's text in a log line:
+    never a 4 MB log, never a forged line)."""
+    text = text if isinstance(text, str) else str(text)
+    shown = text[:limit]
+    if not shown.isprintable():
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
+    return shown if len(text) <= limit else f"{shown}... ({len(text)} chars)"
+
+
+def clipped_traceback(error: BaseException, limit: int = MAX_LOGGED_CHARS) -> str:
+    """The traceback of ``error`` with every line (frames, and messages that may quote a peer) clipped."""
+    lines = "".join(traceback.format_exception(error)).splitlines()
+    return "\n".join(clip(line, limit) for line in lines)
 
 
 @dataclass(slots=True)
@@ -63,8 +84,16 @@ class Dispatcher:
         self.name = name
         self.rejected: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
         self.received: dict[str, int] = {cls.__name__: 0 for cls in self._handlers}
+        self.num_replies_dropped = 0  # ErrorReplies the reply path refused (a full outbox)
 
     def dispatch(self, received: Received) -> None:
+        try:
+            self._dispatch(received)
+        except Exception as e:  # a bug of ours (on_invalid, counting): still not the end of the read loop
+            log.error("%s: dispatching a message failed:\n%s", self.name, clipped_traceback(e))
+            self.rejected[ErrorCode.INTERNAL] += 1
+
+    def _dispatch(self, received: Received) -> None:
         try:
             msg, tensor_frames = decode(received.frames)
         except WireError as e:
@@ -86,8 +115,8 @@ class Dispatcher:
         self.received[type(msg).__name__] += 1
         try:
             handler(Incoming(received.peer, msg, tensor_frames, received.recv_ns))
-        except Exception:
-            log.exception("%s: handler for %s failed", self.name, type(msg).__name__)
+        except Exception as e:
+            log.error("%s: handler for %s failed:\n%s", self.name, type(msg).__name__, clipped_traceback(e))
             self._reject(
                 received.peer, ErrorCode.INTERNAL, f"internal error handling {type(msg).__name__}", msg.request_id
             )
@@ -96,13 +125,14 @@ class Dispatcher:
         self, peer: bytes | None, code: ErrorCode, message: str, request_id: str, param: str | None = None
     ) -> None:
         self.rejected[code] += 1
-        log.debug("%s: rejected a message from %r: %s: %s", self.name, peer, code.value, message)
+        log.debug("%s: rejected a message from %r: %s: %s", self.name, peer, code.value, clip(message))
         if self._reply is None:
             return
         try:
             self._reply(peer, ErrorReply(request_id=request_id, code=code, message=message, param=param))
-        except Exception:  # the reply path failing (full outbox) must not end the loop either
-            log.exception("%s: could not send an ErrorReply", self.name)
+        except Exception as e:  # the reply path failing (full outbox) must not end the loop either
+            self.num_replies_dropped += 1
+            log.debug("%s: could not send an ErrorReply: %s", self.name, clip(repr(e)))
 
     @property
     def num_rejected(self) -> int:

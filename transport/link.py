@@ -2,10 +2,16 @@
 
     peer ──► socket ──► read_loop ──► on_receive(Received)     (synchronous: dispatch, update state)
     any task ──► outbox (bounded) ──► write_loop ──► socket ──► peer
-                                          └─ unreachable / pipe full ──► on_undeliverable(Outgoing, why)
+                                          └─ unreachable / pipe full / cannot be encoded / send failed
+                                             ──► on_undeliverable(Outgoing, why)
 
 The Link's two loops are the only code that touches the socket; other tasks reach it through
 ``send_nowait`` (raises MailboxFull: backpressure the caller must answer, e.g. with OVERLOADED).
+
+Neither loop ends because of one message: a message that fails to encode (EncodeError: an integer out
+of msgpack's range) or to send is counted (``num_undeliverable``, ``num_send_errors``), logged (clipped)
+and reported to the owner; an exception of ``on_receive`` is counted (``num_receive_errors``) and logged.
+Only cancellation (and closing the outbox) ends them.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from dataclasses import dataclass
 import zmq
 
 from transport.actor import Mailbox
-from transport.codec import Frame
+from transport.codec import WHY_UNENCODABLE, EncodeError, Frame
+from transport.dispatch import clip, clipped_traceback
 from transport.messages import Envelope
 from transport.sockets import Channel, PeerUnreachable, Received
 
@@ -25,6 +32,11 @@ log = logging.getLogger(__name__)
 
 OUTBOX_SIZE = 65_536
 SEND_BATCH = 256
+# ``why`` an Outgoing was not sent, as on_undeliverable hears it (an encode failure is not the peer's fault)
+WHY_UNREACHABLE = "peer not connected"
+WHY_PIPE_FULL = "peer's pipe is full (high-water mark)"
+WHY_SEND_FAILED = "send failed"  # followed by ": <error>"
+# and WHY_UNENCODABLE (transport/codec.py), followed by ": <what>"
 
 
 @dataclass(slots=True)
@@ -48,7 +60,9 @@ class Link:
         self._on_receive = on_receive
         self._on_undeliverable = on_undeliverable
         self.outbox: Mailbox[Outgoing] = Mailbox(outbox_size)
-        self.num_undeliverable = 0
+        self.num_undeliverable = 0  # every message not sent, whatever the reason
+        self.num_send_errors = 0  # of which: could not be encoded, or the socket raised something unexpected
+        self.num_receive_errors = 0  # batches whose on_receive raised
 
     def send_nowait(self, msg: Envelope, peer: bytes | None = None, tensor_frames: Sequence[Frame] = ()) -> None:
         """Queue ``msg`` for the writer (raises MailboxFull)."""
@@ -60,18 +74,41 @@ class Link:
 
     async def read_loop(self) -> None:
         while True:
-            self._on_receive(await self.channel.recv_batch())
+            batch = await self.channel.recv_batch()
+            try:
+                self._on_receive(batch)
+            except Exception as e:  # the owner's bug: count it, keep reading
+                self.num_receive_errors += 1
+                log.error("%s: on_receive failed on a batch of %d:\n%s", self.name, len(batch), clipped_traceback(e))
 
     async def write_loop(self) -> None:
         while True:
             first = await self.outbox.get()
             for item in (first, *self.outbox.drain(SEND_BATCH - 1)):
-                try:
-                    self.channel.send(item.msg, item.peer, item.tensor_frames)
-                except PeerUnreachable:
-                    self._undeliverable(item, "peer not connected")
-                except zmq.Again:
-                    self._undeliverable(item, "peer's pipe is full (high-water mark)")
+                self._send(item)
+
+    def _send(self, item: Outgoing) -> None:
+        try:
+            self.channel.send(item.msg, item.peer, item.tensor_frames)
+        except PeerUnreachable:
+            self._undeliverable(item, WHY_UNREACHABLE)
+        except zmq.Again:
+            self._undeliverable(item, WHY_PIPE_FULL)
+        except EncodeError as e:
+            self.num_send_errors += 1
+            log.warning("%s: could not encode %s for %r: %s", self.name, type(item.msg).__name__, item.peer, clip(e))
+            self._undeliverable(item, f"{WHY_UNENCODABLE}: {clip(e)}")
+        except zmq.ZMQError as e:
+            if e.errno in (zmq.ENOTSOCK, zmq.ETERM):  # the socket is closed: the link is over, not this message
+                raise
+            self._send_failed(item, e)
+        except Exception as e:  # a send that failed otherwise: this message only
+            self._send_failed(item, e)
+
+    def _send_failed(self, item: Outgoing, e: Exception) -> None:
+        self.num_send_errors += 1
+        log.warning("%s: could not send %s to %r: %s", self.name, type(item.msg).__name__, item.peer, clip(repr(e)))
+        self._undeliverable(item, f"{WHY_SEND_FAILED}: {clip(repr(e))}")
 
     def _undeliverable(self, item: Outgoing, why: str) -> None:
         self.num_undeliverable += 1
@@ -79,8 +116,8 @@ class Link:
         if self._on_undeliverable is not None:
             try:
                 self._on_undeliverable(item, why)
-            except Exception:
-                log.exception("%s: on_undeliverable failed", self.name)
+            except Exception as e:
+                log.error("%s: on_undeliverable failed:\n%s", self.name, clipped_traceback(e))
 
     def close(self, linger_ms: int = 0) -> None:
         self.outbox.close()

@@ -11,9 +11,10 @@ Tensors never go inside the payload: a ``TensorRef`` names the extra frame that 
 
 Who sends what (socket roles are in transport/sockets.py)::
 
-    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk/ErrorReply/NodeLeave──► control plane (ROUTER)
-    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping──────────────────────  control plane
-    client ──ClientGenerate/CancelRequest/Ping──► control plane (ROUTER) ──TokenChunk/ErrorReply/Pong──► client
+    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk/ErrorReply/NodeDrain/NodeLeave──► control plane (ROUTER)
+    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain─────────────────────  control plane
+    client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
+    client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class MsgType(enum.IntEnum):
     HEARTBEAT = 3
     LOAD_REPORT = 4
     NODE_LEAVE = 5
+    NODE_DRAIN = 6
     GENERATE = 10
     TOKENS = 11
     CANCEL = 12
@@ -116,6 +118,9 @@ class NodeHello(Envelope, kw_only=True):
     power_score: float  # relative serving power (see backends/gpu_table.py); higher is stronger
     cell: str = "default"
     pid: int = 0
+    # measured at start-up (agent/node_core.py ``profile``), so a new node is priced by measurement; 0: not measured
+    prefill_tok_per_s: float = 0.0
+    decode_step_ms: float = 0.0
 
 
 class Welcome(Envelope, kw_only=True):
@@ -145,11 +150,29 @@ class LoadReport(Envelope, kw_only=True):
     num_preemptions_total: int
     num_requests_finished_total: int
     prefix_cache_hit_rate: float  # 0..1 of looked-up prompt tokens found cached
+    # GenerateRequests the node has taken in (accepted or refused): the router counts the ones routed after
+    # them as not yet in this report; -1: not reported (every routed request is taken as reported)
+    num_requests_received_total: int = -1
 
 
 class NodeLeave(Envelope, kw_only=True):
     node_id: str
     reason: str
+
+
+class NodeDrain(Envelope, kw_only=True):
+    """Drain a node: the control plane routes nothing new to it; its requests finish there, and those
+    still there when it leaves resume on other nodes.
+
+    agent → control plane: the agent drains (SIGTERM) and leaves once it is empty (or at its drain timeout).
+    client → control plane (`zoo drain NODE`): drain that node; the answer is a NodeDrain naming it, with
+        ``num_inflight`` its requests then, or an ErrorReply for an unknown node.
+    control plane → agent: you are drained (the agent announces it again when it joins a new control plane).
+    """
+
+    node_id: str
+    reason: str = ""
+    num_inflight: int = 0
 
 
 # --------------------------------------------------------------------------- requests
@@ -172,7 +195,9 @@ class ClientGenerate(Envelope, kw_only=True):
 
 
 class GenerateRequest(Envelope, kw_only=True):
-    """Control plane → agent: tokenized, validated, routed."""
+    """Control plane → agent: tokenized, validated, routed. A request resumed after its node was lost
+    comes again with the same id, its prompt extended by the tokens already streamed and ``max_tokens``
+    reduced by their number."""
 
     prompt_token_ids: list[int]
     sampling: SamplingParams
@@ -206,12 +231,20 @@ class ErrorReply(Envelope, kw_only=True):
 
 
 class Ping(Envelope, kw_only=True):
+    """``request_ids``: a client's requests in flight; the Pong lists those the control plane does not know
+    (it restarted, or lost them), so the client learns at once rather than at its timeout."""
+
     payload: bytes = b""
+    request_ids: list[str] = []
 
 
 class Pong(Envelope, kw_only=True):
+    """``started_ns``: when the answering control plane started (a new value: it restarted)."""
+
     payload: bytes = b""
     ping_sent_ns: int = 0
+    unknown_request_ids: list[str] = []
+    started_ns: int = 0
 
 
 class KVBlocks(Envelope, kw_only=True):
@@ -250,7 +283,9 @@ class LatencyFigure(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class NodeStats(msgspec.Struct, kw_only=True):
-    """One row of the fleet table. ``state``: "up" (in the registry) or "dead" (left, expired)."""
+    """One row of the fleet table. ``state``: "up" (in the registry and routed to), "suspect" (a send to it
+    failed: not routed to until it is heard from again), "draining" (not routed to; its requests finish)
+    or "dead" (left, expired)."""
 
     node_id: str
     state: str
@@ -312,6 +347,7 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.HEARTBEAT: Heartbeat,
     MsgType.LOAD_REPORT: LoadReport,
     MsgType.NODE_LEAVE: NodeLeave,
+    MsgType.NODE_DRAIN: NodeDrain,
     MsgType.GENERATE: GenerateRequest,
     MsgType.TOKENS: TokenChunk,
     MsgType.CANCEL: CancelRequest,

@@ -67,6 +67,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.controlplane import run_controlplane_bench
 
         report = run_controlplane_bench(args)
+    elif args.target == "fuzz":
+        from bench.fuzz import run_fuzz_bench
+
+        report = run_fuzz_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -84,6 +88,22 @@ def cmd_agent(args: argparse.Namespace) -> int:
     from zoo.serve import run_agent
 
     return run_agent(args)
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    """`zoo drain NODE`: no new requests go to NODE; its requests finish there (or resume elsewhere if it
+    leaves); the node keeps running."""
+    from client import ZooClient, ZooError
+    from zoo.keys import client_curve_from_args
+
+    try:
+        with ZooClient(args.control, timeout_s=args.timeout_s, curve=client_curve_from_args(args)) as zoo:
+            num_inflight = zoo.drain(args.node_id)
+    except ZooError as e:
+        print(f"zoo drain: {e.message}", file=sys.stderr)
+        return 1
+    print(f"node {args.node_id} is draining: {num_inflight} requests in flight there finish, nothing new is routed")
+    return 0
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -134,6 +154,22 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
     u.set_defaults(func=cmd_up)
 
+    from transport.sockets import DEFAULT_CLIENT_ENDPOINT
+    from zoo.keys import add_client_auth_args
+
+    dr = sub.add_parser("drain", help="drain a node: nothing new is routed to it, its requests finish there")
+    dr.add_argument("node_id", help="the node to drain")
+    dr.add_argument("--control", default=DEFAULT_CLIENT_ENDPOINT, help="the control plane's client endpoint")
+    dr.add_argument("--timeout-s", type=float, default=10.0, help="how long to wait for the control plane")
+    add_client_auth_args(dr)  # --curve-dir, --curve-client: a control plane started with --curve-dir
+    dr.set_defaults(func=cmd_drain)
+
+    from zoo.keys import add_keys_args, run_keys
+
+    k = sub.add_parser("keys", help="CURVE key pairs (control plane, agents, clients) and HTTP API keys")
+    add_keys_args(k)
+    k.set_defaults(func=run_keys)
+
     from observe.ebpf import add_probe_args, run_probe
     from sim.cli import add_sim_args, run_sim
     from tui.cli import add_top_args, run_top
@@ -151,9 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=run_top)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
+    b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")
+    b.add_argument("--http", type=int, default=20_000, help="fuzz: HTTP requests to send to the gateway")
+    b.add_argument("--seed", type=int, default=0, help="fuzz: the seed of the cases (the same seed, the same cases)")
     add_engine_args(b)
     b.set_defaults(func=cmd_bench)
     return parser

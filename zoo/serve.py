@@ -17,8 +17,11 @@ Metrics: the control plane serves /metrics on its HTTP port and publishes FleetS
 free port, which the agent prints and reports to the control plane).
 
 The CLI wires ``add_controlplane_args``/``run_controlplane`` and ``add_agent_args``/``run_agent``. Both
-run until SIGINT/SIGTERM and shut down cleanly (an agent sends NodeLeave). The control plane serves the
-HTTP gateway with uvicorn in its own task group.
+run until SIGINT/SIGTERM and shut down cleanly. An agent at SIGTERM drains first (NodeDrain: no new
+requests; its requests finish, at most ``--drain-timeout-s``), then sends NodeLeave (what is left resumes
+on other nodes); at SIGINT or a second signal it leaves at once. The control plane at a signal fails its
+requests in flight first, so HTTP streams end with an SSE error event and ZeroMQ clients get an ErrorReply.
+The control plane serves the HTTP gateway with uvicorn in its own task group.
 
 A hidden ``--fake-runner`` agent option swaps the model for ``TrivialRunner`` and a byte-level tokenizer
 (tests and ``bench/controlplane_hop.py``); the control plane's matching option is ``--fake-tokenizer``.
@@ -27,18 +30,29 @@ A hidden ``--fake-runner`` agent option swaps the model for ``TrivialRunner`` an
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 
 import anyio
 
 from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
+from controlplane.control_plane_config import ControlPlaneConfig
 from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
-from transport.process import configure_logging, stop_on_signal
+from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 from zoo.engine_args import add_engine_args, engine_config_from_args
+from zoo.keys import (
+    add_agent_auth_args,
+    add_controlplane_auth_args,
+    agent_node_id_and_curve,
+    api_keys_from_args,
+    controlplane_curve_from_args,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +60,10 @@ DEFAULT_HTTP = "127.0.0.1:8000"
 
 
 # --------------------------------------------------------------------------- zoo controlplane
+
+
+def _controlplane_default(name: str):
+    return next(f.default for f in dataclasses.fields(ControlPlaneConfig) if f.name == name)
 
 
 def add_controlplane_args(p: argparse.ArgumentParser) -> None:
@@ -58,8 +76,24 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument("--model", default=None, help="checkpoint whose tokenizer the control plane uses (default: SmolLM2)")
-    p.add_argument("--heartbeat-interval-s", type=float, default=1.0)
-    p.add_argument("--heartbeat-timeout-s", type=float, default=5.0)
+    p.add_argument(
+        "--heartbeat-interval-s",
+        type=float,
+        default=_controlplane_default("heartbeat_interval_s"),
+        help="how often agents send heartbeats (told in each Welcome)",
+    )
+    p.add_argument(
+        "--heartbeat-timeout-s",
+        type=float,
+        default=_controlplane_default("heartbeat_timeout_s"),
+        help="a node silent this long is dead (detected within timeout x 1.25); its requests resume elsewhere",
+    )
+    p.add_argument(
+        "--max-resumes",
+        type=int,
+        default=_controlplane_default("max_resumes"),
+        help="how many times a request may resume on another node after its node failed",
+    )
     p.add_argument("--report-interval-s", type=float, default=0.25)
     p.add_argument("--max-queue-per-node", type=int, default=256)
     p.add_argument("--max-queue-global", type=int, default=4096)
@@ -68,6 +102,7 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stats-interval-s", type=float, default=0.5, help="seconds between FleetStats")
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
+    add_controlplane_auth_args(p)  # --curve-dir, --curve-clients, --api-keys, --protect-health, --open-metrics
 
 
 def controlplane_from_args(args: argparse.Namespace):
@@ -96,7 +131,9 @@ def controlplane_from_args(args: argparse.Namespace):
         admission=AdmissionConfig(max_queue_per_node=args.max_queue_per_node, max_queue_global=args.max_queue_global),
         heartbeat_interval_s=args.heartbeat_interval_s,
         heartbeat_timeout_s=args.heartbeat_timeout_s,
+        max_resumes=args.max_resumes,
         report_interval_s=args.report_interval_s,
+        curve=controlplane_curve_from_args(args),
     )
     return ControlPlane(config, tokenizer)
 
@@ -106,17 +143,19 @@ def run_controlplane(args: argparse.Namespace) -> int:
     cp = controlplane_from_args(args)
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
-    return anyio.run(_serve_controlplane, cp, http, stats, args.stats_interval_s)
+    return anyio.run(_serve_controlplane, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
 
 
-async def _serve_controlplane(cp, http: str | None, stats_listen: str | None = None, stats_interval_s=0.5) -> int:
+async def _serve_controlplane(
+    cp, http: str | None, stats_listen: str | None = None, stats_interval_s=0.5, api_keys=None
+) -> int:
     from observe.controlplane_exporter import ControlPlaneExporter
     from observe.stats_stream import FleetObserver, StatsPublisher
 
     exporter = ControlPlaneExporter(cp.stats)
     observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signal, tg.cancel_scope)
+        tg.start_soon(_stop_controlplane_on_signal, cp, tg.cancel_scope)
         await tg.start(cp.run)
         print(f"control plane: agents {cp.agent_endpoint}, clients {cp.client_endpoint}", flush=True)
         if stats_listen is not None:
@@ -124,35 +163,31 @@ async def _serve_controlplane(cp, http: str | None, stats_listen: str | None = N
             print(f"fleet stats: {endpoint} (zoo top --control {endpoint})", flush=True)
         if http is not None:
             host, _, port = http.rpartition(":")
-            await tg.start(_serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
+            serve_http = functools.partial(_serve_http, api_keys=api_keys)
+            await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
             print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
     return 0
 
 
-async def _serve_http(cp, host: str, port: int, metrics_app=None, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-    import uvicorn
+async def _serve_http(
+    cp,
+    host: str,
+    port: int,
+    metrics_app=None,
+    gateway_config=None,
+    *,
+    api_keys=None,
+    task_status=anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """The OpenAI gateway on HOST:PORT (header and body read deadlines, JSON errors: gateway/http_server.py);
+    reports the uvicorn server once it listens; raises RuntimeError if uvicorn stops on its own.
+    api_keys: an ApiKeyConfig (gateway/api_keys.py), or None for an open gateway."""
+    from controlplane.gateway.app import GatewayConfig, create_app
+    from controlplane.gateway.http_server import serve_gateway
 
-    from controlplane.gateway.app import create_app
-
-    class _Server(uvicorn.Server):
-        def install_signal_handlers(self) -> None:  # signals are the task group's (uvicorn < 0.29)
-            pass
-
-        def capture_signals(self):  # uvicorn >= 0.29
-            import contextlib
-
-            return contextlib.nullcontext()
-
-    app = create_app(cp, metrics_app=metrics_app)
-    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server.serve)
-        with anyio.fail_after(30):
-            while not server.started:
-                await anyio.sleep(0.05)
-        task_status.started()
-    # serve() returned: uvicorn stopped on its own (e.g. the port was taken)
-    raise RuntimeError(f"the HTTP server on {host}:{port} stopped")
+    config = gateway_config or GatewayConfig()
+    app = create_app(cp, metrics_app=metrics_app, config=config, api_keys=api_keys)
+    await serve_gateway(app, host, port, config, task_status=task_status)
 
 
 # --------------------------------------------------------------------------- zoo agent
@@ -171,15 +206,22 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"
     )
     p.add_argument("--metrics-host", default="127.0.0.1", help="the address --metrics-port binds")
+    p.add_argument(
+        "--drain-timeout-s",
+        type=float,
+        default=30.0,
+        help="at SIGTERM, how long the node's requests may finish before it leaves (the rest resume elsewhere)",
+    )
     p.add_argument("--fake-runner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
+    add_agent_auth_args(p)  # --curve-dir
 
 
 def agent_from_args(args: argparse.Namespace):
     from agent.node_agent import AgentConfig, NodeAgent, default_node_id
 
-    node_id = args.node_id or default_node_id()
+    node_id, curve = agent_node_id_and_curve(args, default_node_id())
     hardware = None
     if args.backend == "sim" and not args.fake_runner:
         engine, hardware = sim_engine_config_from_args(args)
@@ -195,7 +237,14 @@ def agent_from_args(args: argparse.Namespace):
             engine.scheduler.max_model_len = args.max_model_len
         model_name = args.model_name
     config = AgentConfig(
-        node_id=node_id, model_name=model_name, backend=args.backend, cell=args.cell, gpu_profile=args.gpu_profile
+        node_id=node_id,
+        model_name=model_name,
+        backend=args.backend,
+        cell=args.cell,
+        gpu_profile=args.gpu_profile,
+        curve=curve,
+        drain_timeout_s=args.drain_timeout_s,
+        profile_at_start=not args.fake_runner,  # a runner that computes nothing has nothing to measure
     )
     exporter = None
     if args.metrics_port is not None:
@@ -239,13 +288,52 @@ def run_agent(args: argparse.Namespace) -> int:
 
 async def _serve_agent(agent) -> int:
     async with anyio.create_task_group() as tg:
-        tg.start_soon(stop_on_signal, tg.cancel_scope)
+        tg.start_soon(_stop_agent_on_signal, agent, tg.cancel_scope)
         await tg.start(agent.run)
         print(
             f"agent {agent.config.node_id}: serving {agent.model_name}, control plane {agent.control_endpoint}",
             flush=True,
         )
     return 0
+
+
+async def _stop_agent_on_signal(agent, scope: anyio.CancelScope) -> None:
+    """SIGTERM: drain first (no new requests; those here finish, at most --drain-timeout-s), then stop
+    (NodeLeave: what is left resumes on other nodes). SIGINT, or a second signal: stop at once."""
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                if signum == signal.SIGTERM and not agent.draining:
+                    log.info("SIGTERM: draining (at most %.0f s), then leaving", agent.config.drain_timeout_s)
+                    tg.start_soon(_drain_then_stop, agent, scope)
+                    continue
+                log.info("%s: leaving now", signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+
+async def _drain_then_stop(agent, scope: anyio.CancelScope) -> None:
+    drained = await agent.drain("SIGTERM")
+    log.info("agent %s: %s; leaving", agent.config.node_id, "drained" if drained else "drain ended early")
+    scope.cancel()
+
+
+SHUTDOWN_FLUSH_S = 1.0  # at most this long for the gateway to write its streams' last (error) events
+
+
+async def _stop_controlplane_on_signal(cp, scope: anyio.CancelScope) -> None:
+    """At SIGINT/SIGTERM, fail the requests in flight while the gateway still runs — HTTP streams end with an
+    SSE error event, ZeroMQ clients get an ErrorReply — then stop everything."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            log.info("%s: shutting down", signal.Signals(signum).name)
+            cp.shut_down_requests()
+            with anyio.move_on_after(SHUTDOWN_FLUSH_S):
+                while cp.local_streams:  # an in-process (HTTP) stream closes once its error is raised
+                    await anyio.sleep(0.01)
+                await anyio.sleep(0.1)  # and the gateway writes that error event on its next turns
+            scope.cancel()
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,12 +2,20 @@
 
 LocalZoo.start()  ─► control plane process ─► agent processes ─► wait until /health counts them all
 LocalZoo.supervise() restarts an agent that died (bounded restarts, backoff)
-LocalZoo.stop()   ─► SIGTERM agents, then the control plane; SIGKILL what is left after a grace period
+LocalZoo.stop()   ─► SIGINT agents (they leave at once: no point draining, the whole zoo stops), then
+                     SIGTERM the control plane; SIGKILL what is left after a grace period
+
+The children live in their own sessions (a terminal's Ctrl-C reaches only the supervisor, which stops them
+in order), so they must not outlive it: each asks the kernel for a signal when its parent dies
+(``prctl(PR_SET_PDEATHSIG)``, Linux; best effort elsewhere) — a ``zoo up`` killed with SIGKILL takes its
+children with it. ``run_up`` stops the zoo at SIGINT, SIGTERM or SIGHUP, and catches SIGINT explicitly:
+started in the background from a script, a process inherits SIGINT ignored.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -23,6 +31,8 @@ from zoo.up_config import UpConfig
 
 STOP_GRACE_S = 10.0
 MAX_RESTARTS = 5
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # what stops `zoo up`
+_PR_SET_PDEATHSIG = 1
 
 
 class ZooStartError(RuntimeError):
@@ -31,12 +41,33 @@ class ZooStartError(RuntimeError):
 
 @dataclass(slots=True)
 class _Child:
+    """stop_signal: how the supervisor stops it, and what the kernel sends it if the supervisor dies."""
+
     name: str
     argv: list[str]
     log_path: Path
+    stop_signal: signal.Signals = signal.SIGTERM
     proc: subprocess.Popen | None = None
     num_restarts: int = 0
     restart_at_s: float = 0.0
+
+
+def _die_with_parent(death_signal: int):
+    """A ``preexec_fn``: the child gets ``death_signal`` when the process that forked it dies. It also
+    takes SIGINT back to its default (a supervisor started in the background has it ignored, and the
+    ignoring would be inherited). Linux; elsewhere only the SIGINT part."""
+    parent_pid = os.getpid()
+    prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None) if sys.platform.startswith("linux") else None
+
+    def setup() -> None:  # runs in the child between fork and exec: no imports, no threads
+        with contextlib.suppress(ValueError):  # ValueError: forked from another thread than the main one
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, death_signal, 0, 0, 0)
+            if os.getppid() != parent_pid:  # the supervisor died before the prctl
+                os.kill(os.getpid(), death_signal)
+
+    return setup
 
 
 class LocalZoo:
@@ -46,7 +77,8 @@ class LocalZoo:
         self._python = python
         self._controlplane = _Child("controlplane", config.controlplane_argv(), log_dir / "controlplane.log")
         self._agents = [
-            _Child(a.node_id, a.argv(config.control), log_dir / f"agent-{a.node_id}.log") for a in config.agents
+            _Child(a.node_id, a.argv(config.control), log_dir / f"agent-{a.node_id}.log", signal.SIGINT)
+            for a in config.agents
         ]
 
     def __enter__(self) -> LocalZoo:
@@ -78,6 +110,7 @@ class LocalZoo:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,  # Ctrl-C reaches the supervisor only; it stops children in order
+            preexec_fn=_die_with_parent(child.stop_signal),  # ... and they die with it
         )
         log.close()
 
@@ -128,10 +161,11 @@ class LocalZoo:
     def stop(self) -> None:
         """Agents first (they send NodeLeave), then the control plane."""
         for group in (self._agents, [self._controlplane]):
-            live = [c.proc for c in group if c.proc is not None and c.proc.poll() is None]
-            for p in live:
+            live = [c for c in group if c.proc is not None and c.proc.poll() is None]
+            for c in live:
                 with contextlib.suppress(ProcessLookupError):
-                    p.send_signal(signal.SIGTERM)
+                    c.proc.send_signal(c.stop_signal)
+            live = [c.proc for c in live]
             deadline = time.monotonic() + STOP_GRACE_S
             for p in live:
                 try:
@@ -159,9 +193,14 @@ class LocalZoo:
         return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run_up(config: UpConfig, log_dir: Path) -> int:
-    """`zoo up`: start, print the endpoints, supervise until Ctrl-C / SIGTERM, stop cleanly."""
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    """`zoo up`: start, print the endpoints, supervise until SIGINT (Ctrl-C) / SIGTERM / SIGHUP, stop cleanly."""
+    for signum in STOP_SIGNALS:  # SIGINT too: started in the background from a script, it is ignored
+        signal.signal(signum, _interrupt)
     zoo = LocalZoo(config, log_dir)
     print(f"starting a local zoo: control plane + {len(config.agents)} agents ...", flush=True)
     try:
@@ -178,4 +217,6 @@ def run_up(config: UpConfig, log_dir: Path) -> int:
         print(f"zoo: error: {e}", file=sys.stderr)
         return 1
     finally:
+        for signum in STOP_SIGNALS:  # a second signal must not interrupt the stopping (SIGKILL still works)
+            signal.signal(signum, signal.SIG_IGN)
         zoo.stop()

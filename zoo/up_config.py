@@ -89,13 +89,17 @@ def load_up_config(path: Path | None) -> UpConfig:
         if "node_id" not in raw:
             raise ValueError(f"{path}: agents[{i}] needs a node_id")
         agents.append(AgentSpec(str(raw.pop("node_id")), str(raw.pop("backend", "torch")), raw))
+    agents = agents or default_agents()
+    if "curve_dir" in cp:  # a CURVE control plane: its agents use the same key directory unless told
+        for agent in agents:
+            agent.options.setdefault("curve_dir", cp["curve_dir"])
     return UpConfig(
         control=str(cp.pop("listen", DEFAULT_CONTROL)),
         http=str(cp.pop("http", DEFAULT_HTTP)),
         policy=str(cp.pop("policy", "hardware_aware")),
         ready_timeout_s=float(cp.pop("ready_timeout_s", 180.0)),
         controlplane_options=cp,
-        agents=agents or default_agents(),
+        agents=agents,
     )
 
 

@@ -6,16 +6,22 @@
     GET  /v1/models/{model}       one of them, or 404 model_not_found
     GET  /health                  frontend.health(): 200 when status is "ok", else 503
     GET  /metrics                 the metrics_app given to create_app, if any
+    (every GET route answers HEAD too)
 
 A generation request: read the body (capped) → parse it (any bad input: 400) → frontend.generate →
 wait for the first chunk, so a refusal still gets its own status (404, 429 + Retry-After, 503 …) →
 reply. After the first SSE event a failure is sent as an error event. A client that disconnects at
 any point closes the frontend's iterator, which cancels the request upstream.
+
+Every error reply has OpenAI's JSON error body: the gateway's refusals, the router's 404/405, a body
+not read within ``request_read_timeout_s`` (408, and the connection is closed), an unexpected exception
+(500). Serving it with ``http_server.serve_gateway`` adds the same for the HTTP server's own errors.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
@@ -32,14 +38,17 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from controlplane.frontend import Frontend, FrontendError
+from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.openai_schema import GenerateArgs, OpenAIReply, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
+from transport.dispatch import clip
 from transport.messages import ErrorCode, TokenChunk
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +57,29 @@ class GatewayConfig:
     default_chat_max_tokens: int = 512  # OpenAI's is "up to the context"; the engine needs a number
     max_body_bytes: int = 8 * 1024 * 1024  # a larger request body is refused with 413
     owned_by: str = "silicon-zoo"
+    # a request's headers, and then its body, must arrive within this (else 408 and the connection closes)
+    request_read_timeout_s: float = 30.0
+    keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed after this (uvicorn's)
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
+            if not 0 < getattr(self, name) < math.inf:
+                raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")
 
 
 def create_app(
-    frontend: Frontend, *, metrics_app: ASGIApp | None = None, config: GatewayConfig | None = None
+    frontend: Frontend,
+    *,
+    metrics_app: ASGIApp | None = None,
+    config: GatewayConfig | None = None,
+    api_keys: ApiKeyConfig | None = None,
 ) -> Starlette:
-    """The gateway's ASGI app; serve it with e.g. ``uvicorn.Server(uvicorn.Config(app, ...))``."""
+    """The gateway's ASGI app; serve it with e.g. ``uvicorn.Server(uvicorn.Config(app, ...))``.
+
+    api_keys: require ``Authorization: Bearer`` with one of these keys (gateway/api_keys.py); None: open."""
     gateway = Gateway(frontend, config or GatewayConfig())
     routes = [
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
@@ -68,8 +89,12 @@ def create_app(
         Route("/health", gateway.handle_health, methods=["GET"]),
     ]
     if metrics_app is not None:
-        routes.append(Route("/metrics", _ExactPathApp(metrics_app)))
-    return Starlette(routes=routes, exception_handlers={HTTPException: _handle_http_exception})
+        routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
+    handlers = {HTTPException: _handle_http_exception, Exception: _handle_unexpected}
+    app = Starlette(routes=routes, exception_handlers=handlers)
+    if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
+        app.add_middleware(ApiKeyMiddleware, config=api_keys)
+    return app
 
 
 class Gateway:
@@ -117,10 +142,13 @@ class Gateway:
             return await self._generate(request, args, chat=chat)
         except FrontendError as err:
             return error_response(err)
+        except _ReadTimeout as timeout:
+            message = f"The request body was not received within {timeout.timeout_s:g} s"
+            return http_error_response(408, message, code="request_timeout", headers={"connection": "close"})
         except (_ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody is left to read it
         except Exception:
-            log.exception("gateway: unexpected error serving %s", request.url.path)
+            log.exception("gateway: unexpected error serving %s", clip(request.url.path, MAX_ECHOED_PATH_CHARS))
             return error_response(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
 
     async def _read_body(self, request: Request) -> bytes:
@@ -129,10 +157,14 @@ class Gateway:
         if declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
         body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise _too_large(limit)
+        timeout_s = self.config.request_read_timeout_s
+        with anyio.move_on_after(timeout_s) as deadline:
+            async for part in request.stream():
+                body += part
+                if len(body) > limit:
+                    raise _too_large(limit)
+        if deadline.cancelled_caught:
+            raise _ReadTimeout(timeout_s)
         return bytes(body)
 
     async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool) -> Response:
@@ -218,6 +250,14 @@ class _ClientGone(Exception):
     """The client disconnected before its reply was ready."""
 
 
+class _ReadTimeout(Exception):
+    """The request body did not arrive within the deadline (a slow or stalled client)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(timeout_s)
+        self.timeout_s = timeout_s
+
+
 async def _until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
     """Await ``awaitable``; if the client disconnects first, cancel it and raise _ClientGone.
 
@@ -256,7 +296,13 @@ class _ExactPathApp:
 
 
 async def _handle_http_exception(request: Request, exc: HTTPException) -> Response:
-    return http_error_response(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}")
+    path = clip(request.url.path, MAX_ECHOED_PATH_CHARS)
+    return http_error_response(exc.status_code, f"{exc.detail}: {request.method} {path}", headers=exc.headers)
+
+
+async def _handle_unexpected(request: Request, exc: Exception) -> Response:
+    """An exception no handler caught (Starlette logs it and re-raises after this reply)."""
+    return http_error_response(500, "Internal server error", code="internal_error")
 
 
 def _json(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:

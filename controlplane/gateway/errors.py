@@ -69,7 +69,15 @@ def error_response(err: FrontendError) -> Response:
     )
 
 
-def http_error_response(status: int, message: str) -> Response:
-    """A routing-level error (unknown path, wrong method) in the same shape."""
-    body = {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": None}}
-    return Response(msgspec.json.encode(body), status_code=status, media_type="application/json")
+def http_error_body(message: str, *, code: str | None = None, type_: str = "invalid_request_error") -> dict:
+    """OpenAI's error body for an error that is the HTTP server's own (routing, timeouts, bad HTTP)."""
+    return {"error": {"message": message, "type": type_, "param": None, "code": code}}
+
+
+def http_error_response(
+    status: int, message: str, *, code: str | None = None, headers: dict[str, str] | None = None
+) -> Response:
+    """A routing-level error (unknown path, wrong method, timeout, server error) in the same shape."""
+    type_ = "server_error" if status >= 500 else "invalid_request_error"
+    body = http_error_body(message, code=code, type_=type_)
+    return Response(msgspec.json.encode(body), status_code=status, headers=headers, media_type="application/json")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import msgspec
 
 from controlplane.frontend import FrontendError
-from engine.sampling_params import SamplingParams, SamplingParamsError
+from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
 from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
@@ -103,11 +103,11 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
     if req.echo:
         raise _invalid("echo", "echo=true is not supported")
     if req.best_of not in (None, 1):
-        raise _invalid("best_of", f"only best_of=1 is supported, got {req.best_of}")
+        raise _invalid("best_of", f"only best_of=1 is supported, got {show_value(req.best_of)}")
     if req.suffix:
         raise _invalid("suffix", "suffix is not supported")
     if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
-        raise _invalid("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {req.logprobs}")
+        raise _invalid("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
     prompt, prompt_token_ids = _prompt_of(req.prompt)
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
     sampling = _sampling_of(req, max_tokens=max_tokens, max_tokens_param="max_tokens", logprobs=req.logprobs)
@@ -128,7 +128,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
     if req.tools:
         raise _invalid("tools", "tool calling is not supported")
     if req.response_format is not None and req.response_format.type != "text":
-        raise _invalid("response_format", f"only type 'text' is supported, got {req.response_format.type!r}")
+        raise _invalid("response_format", f"only type 'text' is supported, got {show_value(req.response_format.type)}")
     if req.top_logprobs is not None and not req.logprobs:
         raise _invalid("top_logprobs", "requires logprobs=true")
     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
@@ -163,6 +163,11 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes):
         raise FrontendError(ErrorCode.INVALID_REQUEST, f"Invalid request: {message}", param=path or None) from None
     except msgspec.DecodeError as exc:
         raise FrontendError(ErrorCode.MALFORMED, f"We could not parse the JSON body of your request ({exc})") from None
+    except RecursionError:
+        raise FrontendError(ErrorCode.MALFORMED, "The JSON body of your request is nested too deeply") from None
+    except Exception as exc:  # whatever else decoding a client's bytes raises is the bytes' fault
+        message = f"We could not parse the JSON body of your request ({type(exc).__name__})"
+        raise FrontendError(ErrorCode.MALFORMED, message) from None
 
 
 def _invalid(param: str, message: str) -> FrontendError:
@@ -185,15 +190,17 @@ def _prompt_of(prompt: str | list[str | int | list[int]]) -> tuple[str | None, l
         raise _invalid("prompt", "must not be empty")
     if not all(isinstance(t, int) for t in prompt):
         raise _invalid("prompt", "a list prompt must be one string or token ids; batched prompts are not supported")
-    if any(t < 0 for t in prompt):
-        raise _invalid("prompt", "token ids must be >= 0")
+    if min(prompt) < 0 or max(prompt) > MAX_TOKEN_ID:
+        raise _invalid("prompt", "token ids must be in [0, 2**31-1]")
     return None, list(prompt)
 
 
 def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
     role = CHAT_ROLES.get(message.role)
     if role is None:
-        raise _invalid(f"messages[{index}].role", f"must be one of {sorted(CHAT_ROLES)}, got {message.role!r}")
+        raise _invalid(
+            f"messages[{index}].role", f"must be one of {sorted(CHAT_ROLES)}, got {show_value(message.role)}"
+        )
     content = message.content
     if content is None:
         return ChatMessage(role=role, content="")
@@ -202,7 +209,8 @@ def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
     texts = []
     for part in content:
         if part.type != "text" or part.text is None:
-            raise _invalid(f"messages[{index}].content", f"only text content parts are supported, got {part.type!r}")
+            message = f"only text content parts are supported, got {show_value(part.type)}"
+            raise _invalid(f"messages[{index}].content", message)
         texts.append(part.text)
     return ChatMessage(role=role, content="\n".join(texts))
 
@@ -211,7 +219,7 @@ def _sampling_of(
     req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None
 ) -> SamplingParams:
     if req.n not in (None, 1):
-        raise _invalid("n", f"only n=1 is supported, got {req.n}")
+        raise _invalid("n", f"only n=1 is supported, got {show_value(req.n)}")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(req, name):
             raise _invalid(name, "penalties are not supported (only 0)")

@@ -348,3 +348,23 @@ def test_stats_observation_is_the_snapshot_alone():
     obs = core.stats_observation()
     assert obs.stats == core.engine.make_stats() and obs.stats.num_running == 1
     assert (obs.inter_token_s, obs.finished, obs.swaps) == ([], [], [])
+
+
+def test_profile_measures_the_node_before_it_serves_and_leaves_nothing_behind():
+    from backends.sim.engine import build_sim_engine
+
+    engine = build_sim_engine("sim:llama-3-8b", "l4", realtime=False, clock=ManualClock())
+    core = NodeCore(engine, "n")
+    prefill_tok_per_s, decode_step_ms = core.profile()
+    assert prefill_tok_per_s > 0 and decode_step_ms > 0
+    assert not core.has_work() and core.num_inflight == 0 and core.num_finished_total == 0
+    assert core.engine.make_stats().num_prompt_tokens_total == 0  # the profile is no traffic
+    hello = core.hello(model="m", backend="sim", hardware=cpu_test_hardware(), cell="c")
+    assert (hello.prefill_tok_per_s, hello.decode_step_ms) == (prefill_tok_per_s, decode_step_ms)
+    report = core.load_report()
+    assert (report.prefill_tok_per_s, report.decode_step_ms) == (prefill_tok_per_s, decode_step_ms)
+    assert report.recent_step_ms == [] and report.num_requests_received_total == 0
+    core.add("a", list(range(10, 20)), SamplingParams(max_tokens=2))
+    assert core.load_report().num_requests_received_total == 1
+    with pytest.raises(RuntimeError, match="idle"):
+        core.profile()

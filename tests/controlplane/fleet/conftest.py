@@ -62,6 +62,58 @@ class AgentProcess:
         return self._log.read()
 
 
+def free_port() -> int:
+    """A loopback TCP port free right now (bind-and-release: fine for tests on one host)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ControlPlaneProcess(AgentProcess):
+    """``python -m zoo.serve controlplane --fake-tokenizer`` on fixed loopback ports (so that a restart can
+    take them again); ``agent_endpoint`` / ``client_endpoint`` / ``stats_endpoint`` / ``http``."""
+
+    def __init__(self, ports: dict[str, int], *extra: str) -> None:
+        self.agent_endpoint = f"tcp://127.0.0.1:{ports['agents']}"
+        self.client_endpoint = f"tcp://127.0.0.1:{ports['clients']}"
+        self.stats_endpoint = f"tcp://127.0.0.1:{ports['stats']}"
+        self.http = f"127.0.0.1:{ports['http']}"
+        argv = [
+            sys.executable, "-m", "zoo.serve", "controlplane", "--fake-tokenizer", "--policy", "round_robin",
+            "--listen", self.agent_endpoint, "--client-listen", self.client_endpoint, "--http", self.http,
+            "--stats-listen", self.stats_endpoint, "--stats-interval-s", "0.05", *extra,
+        ]  # fmt: skip
+        self.node_id = "controlplane"
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv, cwd=REPO_ROOT, stdout=self._log, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+
+
+@pytest.fixture
+def spawn_controlplane() -> Iterator:
+    """``spawn_controlplane(ports=None, *flags) -> ControlPlaneProcess`` (``ports``: reuse a killed one's);
+    all are stopped at teardown."""
+    started: list[ControlPlaneProcess] = []
+
+    def spawn(ports: dict[str, int] | None = None, *extra: str) -> ControlPlaneProcess:
+        ports = ports or {name: free_port() for name in ("agents", "clients", "stats", "http")}
+        cp = ControlPlaneProcess(ports, *extra)
+        cp.ports = ports
+        started.append(cp)
+        return cp
+
+    try:
+        yield spawn
+    finally:
+        for cp in started:
+            with contextlib.suppress(Exception):
+                cp.kill()
+
+
 @pytest.fixture
 def spawn_agent() -> Iterator:
     """``spawn_agent(control, node_id, *flags, fake=True) -> AgentProcess``; all are stopped at teardown."""
@@ -105,10 +157,10 @@ def controlplane():
         config.setdefault("heartbeat_timeout_s", 1.0)
         config.setdefault("report_interval_s", 0.05)
         config.setdefault("model_name", FAKE_MODEL_NAME if tokenizer is None else None)
+        config.setdefault("client_endpoint", "tcp://127.0.0.1:0")
         cp = ControlPlane(
             ControlPlaneConfig(
                 agent_endpoint=agent_endpoint,
-                client_endpoint="tcp://127.0.0.1:0",
                 router=RouterConfig(policy=policy),
                 admission=admission,
                 **config,

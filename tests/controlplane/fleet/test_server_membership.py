@@ -15,7 +15,7 @@ SLOW = ("--fake-step-ms", "20")  # 20 ms per step: a long request stays in fligh
 
 async def test_clean_leave_removes_the_node_at_once_and_fails_its_requests(controlplane, spawn_agent, client):
     async with controlplane(heartbeat_timeout_s=60.0) as cp:  # expiry cannot be what removes it
-        agent = spawn_agent(cp.agent_endpoint, "a", *SLOW)
+        agent = spawn_agent(cp.agent_endpoint, "a", *SLOW, "--drain-timeout-s", "0")  # SIGTERM: no draining
         await cp.wait_until(lambda: "a" in cp.registry, JOIN_TIMEOUT_S)
         async with client(cp) as c:
             stream = await c.generate("long", max_tokens=100_000, stream=True)

@@ -1,0 +1,354 @@
+"""Fuzz cases for `zoo bench fuzz`: random and mutated wire messages and HTTP requests, from one seeded RNG.
+
+    WireCases(rng, port).next()  ─► (kind, frames)       port "clients" | "agents"
+        valid base message (random fields, drawn from the struct's msgspec type) ─┬─ as is ("valid")
+                                                                                   ├─ a field set to a nasty value
+                                                                                   └─ its bytes mutated: flip,
+        insert, delete, truncate, splice, nest (2,000+ deep), big int, huge length header, type byte,
+        version, frames (missing, extra, empty)
+    HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
+        valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
+                                    │  20k-item lists, 100 KB strings, wrong types)
+                                    ├─ truncated, random bytes, invalid UTF-8, not an object
+                                    └─ random path / method; raw bytes that are barely HTTP
+
+Sans-IO and deterministic: the same seed gives the same cases. Valid requests ask for a handful of tokens,
+so the fleet's real work stays small next to the rejections.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import msgspec.inspect as mi
+
+from engine.sampling_params import SamplingParams
+from transport.codec import encode
+from transport.messages import (
+    MESSAGE_TYPES,
+    PROTOCOL_VERSION,
+    CancelRequest,
+    ChatMessage,
+    ClientGenerate,
+    Envelope,
+    MsgType,
+    Ping,
+)
+
+MAX_INT = 2**64 - 1
+MIN_INT = -(2**63)
+NASTY_WIRE_VALUES: list[Callable[[random.Random], object]] = [
+    lambda r: MAX_INT,
+    lambda r: MIN_INT,
+    lambda r: 2**31,
+    lambda r: -1,
+    lambda r: 0,
+    lambda r: float("nan"),
+    lambda r: float("inf"),
+    lambda r: -0.0,
+    lambda r: None,
+    lambda r: True,
+    lambda r: "",
+    lambda r: "x" * r.choice([1_000, 100_000]),
+    lambda r: "\u0000\uffff",
+    lambda r: b"\x00" * 10,
+    lambda r: [MAX_INT] * r.randint(1, 1_000),
+    lambda r: list(range(r.randint(0, 20_000))),
+    lambda r: ["s"] * r.randint(0, 5_000),
+    lambda r: {"k": [1, {"x": None}]},
+    lambda r: [[[[[]]]]],
+]
+_pack = msgspec.msgpack.Encoder().encode
+
+
+def random_value(t: mi.Type, rng: random.Random, depth: int = 0) -> object:
+    """A value of msgspec type ``t`` (what the struct accepts; SamplingParams within or past its bounds)."""
+    if isinstance(t, mi.StructType):
+        if t.cls is SamplingParams:
+            return random_sampling(rng)
+        return t.cls(**{f.name: random_value(f.type, rng, depth + 1) for f in t.fields})
+    if isinstance(t, mi.IntType):
+        return rng.choice([0, 1, rng.randint(0, 300), rng.randint(MIN_INT, MAX_INT), MAX_INT, -1])
+    if isinstance(t, mi.FloatType):
+        return rng.choice([0.0, rng.random(), rng.uniform(-1e9, 1e9), float("inf"), float("nan")])
+    if isinstance(t, mi.StrType):
+        return rng.choice(["", "a", "fuzz-" + str(rng.randint(0, 99)), "é" * rng.randint(0, 50)])
+    if isinstance(t, mi.BytesType):
+        return rng.randbytes(rng.randint(0, 32))
+    if isinstance(t, mi.BoolType):
+        return rng.random() < 0.5
+    if isinstance(t, mi.NoneType):
+        return None
+    if isinstance(t, mi.EnumType):
+        return rng.choice(list(t.cls))
+    if isinstance(t, mi.AnyType):
+        return rng.choice([None, 1, "x", [1, 2], {"a": {"b": [None]}}])
+    if isinstance(t, (mi.ListType, mi.VarTupleType)):
+        items = [random_value(t.item_type, rng, depth + 1) for _ in range(rng.randint(0, 3 if depth < 3 else 0))]
+        return tuple(items) if isinstance(t, mi.VarTupleType) else items
+    if isinstance(t, mi.TupleType):
+        return tuple(random_value(x, rng, depth + 1) for x in t.item_types)
+    if isinstance(t, mi.DictType):
+        n = rng.randint(0, 2 if depth < 3 else 0)
+        return {random_value(t.key_type, rng, depth + 1): random_value(t.value_type, rng, depth + 1) for _ in range(n)}
+    if isinstance(t, mi.UnionType):
+        return random_value(rng.choice(t.types), rng, depth + 1)
+    raise NotImplementedError(f"no random value for {t!r}")
+
+
+def random_sampling(rng: random.Random) -> SamplingParams:
+    """Mostly small and valid; sometimes a field past its bound (not validated: the receiver decides)."""
+    fields = {"max_tokens": rng.randint(1, 4), "temperature": rng.choice([0.0, 0.7, 1.0])}
+    if rng.random() < 0.3:
+        name = rng.choice(["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs"])
+        fields[name] = rng.choice(
+            [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300))]
+        )
+    return SamplingParams.unchecked(**fields)
+
+
+# --------------------------------------------------------------------------- wire
+
+CLIENT_TYPES = [MsgType.CLIENT_GENERATE, MsgType.CANCEL, MsgType.PING, MsgType.PROBE_SNAPSHOT]
+AGENT_TYPES = [
+    MsgType.NODE_HELLO, MsgType.HEARTBEAT, MsgType.LOAD_REPORT, MsgType.NODE_LEAVE, MsgType.TOKENS, MsgType.ERROR,
+    MsgType.PONG, MsgType.NODE_TELEMETRY,
+]  # fmt: skip
+WIRE_MUTATIONS = [
+    "valid", "field", "flip", "insert", "delete", "truncate", "splice", "nest", "big int", "huge length",
+    "type byte", "version", "frames", "random bytes",
+]  # fmt: skip
+
+
+class WireCases:
+    """Cases for one ROUTER port. ``node_ids`` a hello may not claim (the fuzzer never impersonates a node:
+    that is authentication's job, tested elsewhere)."""
+
+    def __init__(self, rng: random.Random, port: str, forbidden_node_ids: frozenset[str] = frozenset()) -> None:
+        self.rng = rng
+        self.port = port
+        self.forbidden_node_ids = forbidden_node_ids
+        own = CLIENT_TYPES if port == "clients" else AGENT_TYPES
+        other = AGENT_TYPES if port == "clients" else CLIENT_TYPES
+        self.types = own * 4 + other + [MsgType.WELCOME, MsgType.GENERATE, MsgType.KV_BLOCKS, MsgType.FLEET_STATS]
+        self._infos = {t: mi.type_info(MESSAGE_TYPES[t]) for t in MsgType}
+        self._counter = 0
+
+    def base(self) -> tuple[MsgType, Envelope]:
+        self._counter += 1
+        msg_type = self.rng.choice(self.types)
+        if msg_type is MsgType.CLIENT_GENERATE and self.rng.random() < 0.5:
+            msg = self._client_generate()
+        else:
+            msg = random_value(self._infos[msg_type], self.rng)
+        msg.v = PROTOCOL_VERSION
+        if not msg.request_id:
+            msg.request_id = f"fz-{self.port}-{self._counter}"
+        node_id = getattr(msg, "node_id", None)
+        if node_id in self.forbidden_node_ids:
+            msg.node_id = f"not-{node_id}"
+        return msg_type, msg
+
+    def _client_generate(self) -> ClientGenerate:
+        r = self.rng
+        kind = r.choice(["prompt", "messages", "ids"])
+        return ClientGenerate(
+            request_id=f"fz-gen-{self._counter}",
+            prompt="hello" if kind == "prompt" else None,
+            messages=[ChatMessage("user", "hi")] if kind == "messages" else None,
+            prompt_token_ids=[r.randint(0, 258) for _ in range(r.randint(1, 8))] if kind == "ids" else None,
+            sampling=random_sampling(r),
+        )
+
+    def next(self) -> tuple[str, list[bytes]]:
+        """(mutation kind, frames)."""
+        r = self.rng
+        kind = r.choice(WIRE_MUTATIONS)
+        msg_type, msg = self.base()
+        if kind == "field":
+            return kind, [bytes((msg_type,)), self._nasty_field(msg)]
+        try:
+            frames = [bytes(f) for f in encode(msg)]
+        except TypeError:  # EncodeError: a value msgpack cannot carry; send it as a nasty field instead
+            return "field", [bytes((msg_type,)), self._nasty_field(msg)]
+        if kind == "valid":
+            return kind, frames
+        payload = bytearray(frames[1])
+        at = r.randint(0, len(payload))
+        if kind == "flip" and payload:
+            for _ in range(r.randint(1, 4)):
+                payload[r.randrange(len(payload))] ^= r.randint(1, 255)
+        elif kind == "insert":
+            payload[at:at] = r.randbytes(r.randint(1, 16))
+        elif kind == "delete":
+            del payload[at : at + r.randint(1, 16)]
+        elif kind == "truncate":
+            del payload[at:]
+        elif kind == "splice":
+            other = bytes(encode(self.base()[1])[1]) if r.random() < 0.9 else b""
+            payload = payload[:at] + other[r.randint(0, len(other)) :]
+        elif kind == "nest":
+            depth = r.choice([1_000, 2_000, 5_000, 50_000])
+            payload[at:at] = (b"\x91" if r.random() < 0.5 else b"\x81\xa1k") * depth + b"\xc0"
+        elif kind == "big int":
+            payload[at:at] = r.choice([b"\xcf" + b"\xff" * 8, b"\xd3\x80" + b"\x00" * 7, b"\xcb\x7f\xf0" + b"\x00" * 6])
+        elif kind == "huge length":  # a header that claims far more than the payload holds
+            payload[at:at] = r.choice([b"\xdb\xff\xff\xff\xff", b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff"])
+        elif kind == "version":
+            body = msgspec.to_builtins(msg)
+            body["v"] = r.choice([0, 2, -1, MAX_INT, "1", None])
+            payload = bytearray(_pack(body))
+        elif kind == "type byte":
+            frames[0] = bytes((r.randint(0, 255),)) if r.random() < 0.9 else b""
+        elif kind == "frames":
+            choice = r.randint(0, 3)
+            if choice == 0:
+                return kind, frames[:1]
+            if choice == 1:
+                return kind, []
+            if choice == 2:
+                return kind, [frames[0], bytes(payload), *(r.randbytes(r.randint(0, 64)) for _ in range(3))]
+            return kind, [b"", b""]
+        elif kind == "random bytes":
+            payload = bytearray(r.randbytes(r.randint(0, 256)))
+        return kind, [frames[0], bytes(payload), *frames[2:]]
+
+    def _nasty_field(self, msg: Envelope) -> bytes:
+        """The message as a msgpack map with one field (or one sampling field) set to a nasty value."""
+        r = self.rng
+        body = msgspec.to_builtins(msg, builtin_types=(bytes,))
+        target = body
+        if "sampling" in body and isinstance(body["sampling"], dict) and r.random() < 0.5:
+            target = body["sampling"]
+        keys = list(target) or ["x"]
+        target[r.choice([*keys, "unknown_field"])] = r.choice(NASTY_WIRE_VALUES)(r)
+        try:
+            return _pack(body)
+        except (OverflowError, TypeError, ValueError):
+            return _pack({"v": PROTOCOL_VERSION, "request_id": "fz-nasty"})
+
+
+def valid_client_request(request_id: str) -> list[bytes]:
+    """A request that must be served (the liveness check)."""
+    msg = ClientGenerate(request_id=request_id, prompt="ping", sampling=SamplingParams(max_tokens=2))
+    return [bytes(f) for f in encode(msg)]
+
+
+def cancel_frames(request_id: str) -> list[bytes]:
+    return [bytes(f) for f in encode(CancelRequest(request_id=request_id))]
+
+
+def ping_frames(request_id: str) -> list[bytes]:
+    return [bytes(f) for f in encode(Ping(request_id=request_id))]
+
+
+# --------------------------------------------------------------------------- HTTP
+
+
+@dataclass(slots=True)
+class HttpCase:
+    kind: str
+    method: str = "POST"
+    path: str = "/v1/chat/completions"
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=lambda: {"content-type": "application/json"})
+    raw: bytes | None = None  # sent as is on a TCP connection instead of through the HTTP client
+
+
+NASTY_JSON: list[Callable[[random.Random], str]] = [
+    lambda r: str(2**64),
+    lambda r: str(2**64 - 1),
+    lambda r: str(2**31),
+    lambda r: "1" + "0" * 300,
+    lambda r: "-" + str(2**63 + 1),
+    lambda r: "1e400",
+    lambda r: "-1",
+    lambda r: "NaN",
+    lambda r: "null",
+    lambda r: "true",
+    lambda r: '"x"',
+    lambda r: '"' + "x" * r.choice([1_025, 100_000]) + '"',
+    lambda r: "[" * (d := r.choice([2_000, 10_000, 100_000])) + "]" * d,
+    lambda r: '{"a":' * (d := r.choice([2_000, 10_000])) + "1" + "}" * d,
+    lambda r: json.dumps(["s"] * r.choice([17, 200, 20_000])),
+    lambda r: json.dumps([2**64] * r.randint(1, 50)),
+    lambda r: json.dumps(list(range(r.choice([257, 20_000])))),
+    lambda r: "{}",
+    lambda r: "[]",
+]
+HTTP_FIELDS = [
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
+    "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools",
+    "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field",
+]  # fmt: skip
+HTTP_MUTATIONS = ["valid", "field", "field", "field", "truncate", "random bytes", "bad utf-8", "not an object",
+                  "path", "method", "raw"]  # fmt: skip
+RAW_REQUESTS = [
+    b"GET /health HTTP/1.1\r\nHost: fuzz\r\n\r\n",
+    b"POST /v1/completions HTTP/1.1\r\nHost: fuzz\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n"
+    b'{"prompt":"hi"}\n',
+]
+
+
+class HttpCases:
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+
+    def valid_body(self, chat: bool) -> dict:
+        r = self.rng
+        body: dict = {"max_tokens": r.randint(1, 4), "temperature": r.choice([0, 0.7])}
+        if chat:
+            body["messages"] = [{"role": "user", "content": "hi"}]
+        else:
+            body["prompt"] = r.choice(["hi", [104, 105]])
+        if r.random() < 0.2:
+            body["stream"] = True
+        return body
+
+    def next(self) -> HttpCase:
+        r = self.rng
+        kind = r.choice(HTTP_MUTATIONS)
+        chat = r.random() < 0.5
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        text = json.dumps(self.valid_body(chat))
+        if kind == "field":
+            name = r.choice(HTTP_FIELDS)
+            text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
+        elif kind == "truncate":
+            text = text[: r.randint(0, len(text) - 1)]
+        elif kind == "random bytes":
+            return HttpCase(kind, path=path, body=r.randbytes(r.randint(0, 512)))
+        elif kind == "bad utf-8":
+            return HttpCase(kind, path=path, body=text.encode()[:-2] + b'\xff\xfe"}')
+        elif kind == "not an object":
+            text = r.choice(["[]", "1", '"x"', "null", "[" + text + "]"])
+        elif kind == "path":
+            method = r.choice(["GET", "HEAD"])
+            path = r.choice(["/health", "/metrics", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000), "/nope",
+                             "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc"])  # fmt: skip
+            return HttpCase(kind, method=method, path=path, headers={})
+        elif kind == "method":
+            return HttpCase(kind, method=r.choice(["GET", "PUT", "DELETE", "OPTIONS", "PATCH"]), path=path,
+                            body=text.encode())  # fmt: skip
+        elif kind == "raw":
+            raw = bytearray(r.choice(RAW_REQUESTS))
+            for _ in range(r.randint(1, 3)):
+                at = r.randrange(len(raw) or 1)
+                choice = r.randint(0, 3)
+                if choice == 0 and raw:
+                    raw[at] = r.randint(0, 255)
+                elif choice == 1:
+                    raw[at:at] = r.randbytes(r.randint(1, 32))
+                elif choice == 2:
+                    raw[at:at] = b"X-Long: " + b"a" * 20_000 + b"\r\n"
+                else:
+                    del raw[at:]
+            return HttpCase(kind, raw=bytes(raw))
+        if r.random() < 0.05:
+            headers = {"content-type": r.choice(["text/plain", "application/x-www-form-urlencoded", "", "json"])}
+            return HttpCase(kind, path=path, body=text.encode(), headers=headers)
+        return HttpCase(kind, path=path, body=text.encode())

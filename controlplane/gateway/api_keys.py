@@ -1,0 +1,137 @@
+"""HTTP API keys: ``Authorization: Bearer <key>`` checked in front of the gateway (an ASGI middleware).
+
+    request ─► ApiKeyMiddleware ─┬─ open path (/health; /metrics when configured open) ─────────► the app
+                                 ├─ no bearer token ─► 401 {"error": {..., "code": null}}
+                                 ├─ unknown key ─────► 401 {"error": {..., "code": "invalid_api_key"}}
+                                 └─ a configured key ─────────────────────────────────────────────► the app
+
+The 401 bodies are OpenAI's (same status, ``type``, ``param`` and ``code``; the openai SDK raises
+AuthenticationError), except that a wrong key is never echoed back, not even masked. Keys are compared as
+SHA-256 digests (a set lookup on digests leaks nothing usable about a key through timing). Keys come from
+a file (one per line; blank lines and ``#`` comments are skipped) or the ``zoo controlplane`` command line's
+environment (zoo/keys.py reads ``ZOO_API_KEYS``); no keys configured: no middleware, the API is open.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import msgspec
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+MISSING_KEY_MESSAGE = (
+    "You didn't provide an API key. You need to provide your API key in an Authorization header using "
+    "Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+)
+INVALID_KEY_MESSAGE = "Incorrect API key provided."
+MAX_KEY_CHARS = 1024
+
+
+class ApiKeyError(ValueError):
+    """An unusable key or key file."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyConfig:
+    """keys: the accepted bearer tokens (never shown in ``repr``).
+    protect_health: /health needs a key too (default: open, for load balancers' probes).
+    protect_metrics: /metrics needs a key (default; Prometheus sends one with ``authorization.credentials``).
+    """
+
+    keys: frozenset[str] = field(repr=False)
+    protect_health: bool = False
+    protect_metrics: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ApiKeyError("an ApiKeyConfig needs at least one key (no keys: do not install the middleware)")
+        for key in self.keys:
+            if not key or len(key) > MAX_KEY_CHARS or not key.isascii() or not key.isprintable() or " " in key:
+                raise ApiKeyError(f"an API key must be 1..{MAX_KEY_CHARS} printable ASCII characters without spaces")
+
+    @property
+    def open_paths(self) -> frozenset[str]:
+        return frozenset(
+            path
+            for path, protected in (("/health", self.protect_health), ("/metrics", self.protect_metrics))
+            if not protected
+        )
+
+
+def parse_api_keys(text: str) -> list[str]:
+    """Keys from a file's text or a comma/whitespace-separated list: ``#`` starts a comment."""
+    keys: list[str] = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0]
+        keys += [key for key in line.replace(",", " ").split() if key]
+    return keys
+
+
+def load_api_keys(path: str | os.PathLike) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_api_keys(f.read())
+    except (OSError, UnicodeDecodeError) as e:
+        raise ApiKeyError(f"cannot read the API key file {path}: {e}") from None
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
+
+
+def _unauthorized(message: str, code: str | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    body = msgspec.json.encode(
+        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+    )
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", b'Bearer realm="silicon-zoo"'),
+    ]
+    return body, headers
+
+
+class ApiKeyMiddleware:
+    """Pure ASGI (no response buffering: SSE streams pass straight through). Counts refusals by kind."""
+
+    def __init__(self, app: ASGIApp, config: ApiKeyConfig) -> None:
+        self.app = app
+        self.config = config
+        self._digests = frozenset(_digest(key.encode()) for key in config.keys)
+        self._open_paths = config.open_paths
+        self.refused: dict[str, int] = {"missing_api_key": 0, "invalid_api_key": 0}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self._open_paths:
+            await self.app(scope, receive, send)  # lifespan events carry no request
+            return
+        token = bearer_token(scope["headers"])
+        if token is not None and _digest(token) in self._digests:
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":  # (the gateway has none; refuse before any route sees one)
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        if token is None:
+            self.refused["missing_api_key"] += 1
+            body, headers = _unauthorized(MISSING_KEY_MESSAGE, None)
+        else:
+            self.refused["invalid_api_key"] += 1
+            body, headers = _unauthorized(INVALID_KEY_MESSAGE, "invalid_api_key")
+        await send({"type": "http.response.start", "status": 401, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
+    """The token of the first ``Authorization: Bearer TOKEN`` header (scheme case-insensitive), or None."""
+    for name, value in headers:
+        if name.lower() == b"authorization":
+            scheme, _, token = value.strip().partition(b" ")
+            token = token.strip()
+            if scheme.lower() == b"bearer" and token:
+                return token
+            return None
+    return None

@@ -1,0 +1,233 @@
+"""RequestPath: a request's way through the fleet — placed, sent, relayed, resumed elsewhere, or failed.
+
+    submit(ClientGenerate) ─► place_request (tokens, policy, admission) ─► GenerateRequest ─► node
+         └─ refused ─► ErrorReply (counted by code)
+    relay(chunk from its node) ─► its consumer (counts continue across resumes)
+    its node was lost (LostNode: heartbeats, left, restarted) ─┐
+    the send to its node failed (undeliverable: node suspect) ─┼─► resume: detach from that node, place again
+    its node refused it (OVERLOADED: a refusal at send time) ──┘   without it — prompt + the tokens already
+                                                                   relayed, max_tokens - their number, the
+                                                                   same request id ─► another node
+                                                                   └─ nowhere to go / max_resumes reached
+                                                                      ─► fail(NODE_FAILED, why)
+
+The client sees one stream: chunks keep the request id, ``num_output_tokens`` keeps counting and
+``num_prompt_tokens`` stays the original prompt's (request_table.py). Greedy output is token-identical to
+an uninterrupted run (the resumed node re-prefills exactly the tokens the lost one had). A seeded sampled
+request resumes with its seed, but its generator starts afresh: its continuation is reproducible, not the
+one the lost node would have drawn. Text: a stop string that spans the resume point is not detected, and
+text a node held back (the tail that may still begin a stop string) is not re-sent.
+
+Synchronous and without I/O: messages leave through ``send_to_node`` (raises MailboxFull).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from controlplane.fleet_ledger import FleetLedger
+from controlplane.registry import LostNode
+from controlplane.request_intake import Placement, place_request, resumed_request
+from controlplane.request_table import Inflight, RequestTable
+from controlplane.router.router_config import RouterConfig
+from engine.llm_engine import EngineTokenizer
+from transport.actor import MailboxFull
+from transport.codec import WHY_UNENCODABLE
+from transport.messages import ClientGenerate, Envelope, ErrorCode, ErrorReply, GenerateRequest, TokenChunk
+
+log = logging.getLogger(__name__)
+
+
+class RequestPath:
+    """Places, resumes and fails requests; owns the RequestTable (``table``) and the request counters.
+
+    registry / policy / admission / tokenizer / router: what ``place_request`` needs.
+    fleet: the FleetLedger (routing decisions and queue-wait samples).
+    send_to_node(msg, node_id): queue a message to a node (MailboxFull when the outbox is full).
+    model_names(): the served models, the default first.
+    max_resumes: the most times one request moves to another node before it fails.
+    """
+
+    def __init__(
+        self,
+        *,
+        registry,
+        policy,
+        admission,
+        tokenizer: EngineTokenizer,
+        router: RouterConfig,
+        fleet: FleetLedger,
+        send_to_node: Callable[[Envelope, str], None],
+        model_names: Callable[[], list[str]],
+        max_resumes: int,
+    ) -> None:
+        self.registry = registry
+        self.policy = policy
+        self.admission = admission
+        self.tokenizer = tokenizer
+        self.router = router
+        self.fleet = fleet
+        self._send_to_node = send_to_node
+        self._model_names = model_names
+        self.max_resumes = max_resumes
+        self.table = RequestTable(registry, send_to_node, policy)
+        self.counters = self.table.counters
+        self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
+
+    # -- new requests -------------------------------------------------------------------------------
+
+    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
+        """Validate, route and send one request; an ErrorReply (counted) when it is refused."""
+        placed = self._place(msg, inflight=self.table)
+        if isinstance(placed, Placement):
+            routed_ns = time.monotonic_ns()
+            placed = self._send(placed, msg, arrival_ns, routed_ns)
+        if isinstance(placed, ErrorReply):
+            self.count_refusal(placed)
+            return placed
+        rid, node_id = msg.request_id, placed.node_id
+        inflight = Inflight(
+            rid,
+            node_id,
+            consumer,
+            arrival_ns,
+            placed.route.num_prompt_tokens,
+            msg=msg,
+            model=placed.route.model,
+            prompt_token_ids=placed.token_ids,
+        )
+        self.table.add(inflight)
+        self._record(placed, rid)
+        self.counters["routed"] += 1
+        self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9)
+        return None
+
+    def count_refusal(self, error: ErrorReply) -> None:
+        self.counters["refused"] += 1
+        self.refused[error.code] += 1
+
+    def cancel(self, request_id: str) -> bool:
+        """Forget a request and tell its node to stop; False when it was not in flight."""
+        return self.table.cancel(request_id)
+
+    def relay(self, node_id: str, chunk: TokenChunk, recv_ns: int) -> bool:
+        """A chunk from ``node_id``; False when no request in flight is served there under its id (cancelled,
+        failed or resumed elsewhere already: the caller tells the node to stop)."""
+        inflight = self.table.get(chunk.request_id)
+        if inflight is None or inflight.node_id != node_id or not inflight.attached:
+            return False
+        self.table.relay(inflight, chunk, recv_ns)
+        return True
+
+    # -- failover ----------------------------------------------------------------------------------
+
+    def on_node_lost(self, lost: LostNode) -> None:
+        """The registry removed a node: each request in flight there resumes elsewhere, or fails."""
+        for request_id in lost.request_ids:
+            self.resume(request_id, lost.error_message)
+
+    def on_undeliverable(self, msg: GenerateRequest, node_id: str, why: str) -> None:
+        """A GenerateRequest never reached ``node_id``: the node is suspect (no routing there until it is
+        heard from again) and the request goes to another node."""
+        inflight = self.table.get(msg.request_id)
+        if inflight is not None and inflight.node_id == node_id and why.startswith(WHY_UNENCODABLE):
+            self.table.fail(msg.request_id, ErrorCode.INTERNAL, f"the request {why}")  # the message's fault:
+            return  # no suspicion, no resume
+        if self.registry.suspect(node_id):
+            log.warning("node %s is suspect: a send to it failed (%s)", node_id, why)
+        if inflight is None or inflight.node_id != node_id or not inflight.attached or inflight.prefilled:
+            return  # not (or no longer) on its way there: tokens came from that node, it was resumed...
+        self.resume(msg.request_id, f"could not reach node {node_id!r} ({why})")
+
+    def on_node_error(self, node_id: str, reply: ErrorReply) -> bool:
+        """An ErrorReply from ``node_id`` about one of its requests: a refusal at send time (OVERLOADED: the
+        node's queue is full) resumes on another node, any other error fails the request. False when the
+        request is not in flight there."""
+        inflight = self.table.get(reply.request_id)
+        if inflight is None or inflight.node_id != node_id or not inflight.attached:
+            return False
+        if reply.code is ErrorCode.OVERLOADED and not inflight.prefilled:
+            self.resume(reply.request_id, f"node {node_id!r} refused it: {reply.message}", code=reply.code)
+        else:
+            self.table.fail(reply.request_id, reply.code, reply.message)
+        return True
+
+    def resume(self, request_id: str, why: str, code: ErrorCode = ErrorCode.NODE_FAILED) -> bool:
+        """Move a request off its node to another one; when none can take it, fail it with ``code`` and
+        ``why``. False when it failed (or was not in flight)."""
+        inflight = self.table.detach(request_id)
+        if inflight is None:
+            return False
+        refusal = self._resume(inflight)
+        if refusal is None:
+            return True
+        self.table.fail(request_id, code, f"{why}; it could not resume elsewhere: {refusal}")
+        return False
+
+    def _resume(self, inflight: Inflight) -> str | None:
+        """Place and send a detached request again; None when it is on its way, else why it cannot be."""
+        if inflight.msg is None:
+            return "it was not resumable"
+        if inflight.num_resumes >= self.max_resumes:
+            return f"it resumed {inflight.num_resumes} times already (max_resumes)"
+        if inflight.num_output_tokens >= inflight.msg.sampling.max_tokens:
+            return "it had produced all its tokens"
+        msg = resumed_request(inflight.msg, inflight.model, inflight.prompt_token_ids, inflight.output_token_ids)
+        placed = self._place(msg, inflight=(), exclude=(inflight.node_id,))
+        if isinstance(placed, Placement):
+            placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns())
+        if isinstance(placed, ErrorReply):
+            return placed.message
+        lost_node_id = inflight.node_id
+        self.table.attach(inflight, placed.node_id)
+        self._record(placed, inflight.request_id)
+        self.counters["resumed"] += 1
+        self.fleet.decisions[placed.node_id] = self.fleet.decisions.get(placed.node_id, 0) + 1
+        log.info(
+            "request %s resumes on %s after %d tokens (was on %s)",
+            inflight.request_id,
+            placed.node_id,
+            inflight.num_output_tokens,
+            lost_node_id,
+        )
+        return None
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _place(self, msg: ClientGenerate, *, inflight, exclude=()) -> Placement | ErrorReply:
+        return place_request(
+            msg,
+            model_names=self._model_names(),
+            inflight=inflight,
+            tokenizer=self.tokenizer,
+            registry=self.registry,
+            policy=self.policy,
+            admission=self.admission,
+            router=self.router,
+            exclude=exclude,
+        )
+
+    def _send(self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int) -> Placement | ErrorReply:
+        request = GenerateRequest(
+            request_id=msg.request_id,
+            prompt_token_ids=placed.token_ids,
+            sampling=msg.sampling,
+            arrival_ns=arrival_ns,
+            routed_ns=routed_ns,
+        )
+        try:
+            self._send_to_node(request, placed.node_id)
+        except MailboxFull:
+            return ErrorReply(
+                request_id=msg.request_id,
+                code=ErrorCode.OVERLOADED,
+                message="the control plane's agent outbox is full",
+                retry_after_s=1.0,
+            )
+        return placed
+
+    def _record(self, placed: Placement, request_id: str) -> None:
+        self.registry.on_routed(placed.node_id, request_id, placed.route.num_prompt_tokens)
+        self.policy.on_routed(placed.route, placed.node_id)

@@ -1,0 +1,96 @@
+"""Property tests of the HTTP schema (hypothesis): whatever the body, ``parse_chat`` and ``parse_completion``
+return GenerateArgs or raise a FrontendError that answers 4xx, never anything else."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway.errors import ERROR_KINDS
+from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+HUGE_INTS = st.sampled_from([2**31, 2**63, 2**64, 2**64 - 1, -(2**63) - 1, 10**300, -1, 0])
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | HUGE_INTS
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=30,
+)
+
+CHAT = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+COMPLETION = {"model": "smol", "prompt": "hi", "max_tokens": 4}
+FIELDS = [
+    "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
+    "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "presence_penalty", "frequency_penalty",
+    "logit_bias", "logprobs", "top_logprobs", "tools", "response_format", "echo", "best_of", "suffix", "user",
+]  # fmt: skip
+
+
+def _check(parse, body: bytes) -> None:
+    try:
+        args = parse(body, default_max_tokens=16)
+    except FrontendError as err:
+        assert 400 <= ERROR_KINDS[err.code].status < 500, err
+        assert len(err.message) < 1_000
+    else:
+        assert isinstance(args, GenerateArgs)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@st.composite
+def mutated_bodies(draw, base: dict) -> bytes:
+    """A valid body with some fields replaced by random JSON, huge ints, long lists or deep nesting."""
+    body = dict(base)
+    for field in draw(st.lists(st.sampled_from(FIELDS), min_size=1, max_size=4)):
+        body[field] = draw(
+            json_values
+            | HUGE_INTS
+            | st.lists(HUGE_INTS, min_size=1, max_size=3)
+            | st.builds(lambda n: ["s"] * n, st.integers(0, 2_000))
+            | st.just("__NESTED__")
+        )
+    text = json.dumps(body)
+    depth = draw(st.integers(1, 5_000))
+    text = text.replace('"__NESTED__"', _nested(depth))
+    if draw(st.booleans()):
+        text = text[: draw(st.integers(0, len(text)))]  # truncated
+    return text.encode()
+
+
+@FUZZ
+@given(body=mutated_bodies(CHAT))
+def test_mutated_chat_bodies_are_args_or_4xx(body):
+    _check(parse_chat, body)
+
+
+@FUZZ
+@given(body=mutated_bodies(COMPLETION))
+def test_mutated_completion_bodies_are_args_or_4xx(body):
+    _check(parse_completion, body)
+
+
+@FUZZ
+@given(value=json_values)
+def test_any_json_is_args_or_4xx(value):
+    body = json.dumps(value).encode()
+    _check(parse_chat, body)
+    _check(parse_completion, body)
+
+
+@FUZZ
+@given(body=st.binary(max_size=200))
+def test_any_bytes_are_args_or_4xx(body):
+    _check(parse_chat, body)
+    _check(parse_completion, body)

@@ -1,0 +1,66 @@
+"""Request intake: admission refusing the chosen node's queue falls through to the policy's next-best node."""
+
+from __future__ import annotations
+
+from backends.sim.engine import SimTokenizer
+from controlplane.admission import AdmissionConfig, AdmissionControl
+from controlplane.registry import ClusterRegistry
+from controlplane.request_intake import MAX_CHOICES, place_request
+from controlplane.router.router_config import RouterConfig
+from engine.clock import ManualClock
+from engine.sampling_params import SamplingParams
+from transport.messages import ClientGenerate, ErrorCode, ErrorReply
+
+
+class _PrefersAlphabetically:
+    """Chooses the first node by id among those it is offered; counts its calls."""
+
+    name = "alphabetical"
+
+    def __init__(self) -> None:
+        self.num_calls = 0
+
+    def choose(self, request, snapshot):
+        self.num_calls += 1
+        ids = sorted(n.node_id for n in snapshot.nodes)
+        return ids[0] if ids else None
+
+
+def _place(registry, admission, policy):
+    msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11, 12], sampling=SamplingParams(max_tokens=2))
+    return place_request(
+        msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry,
+        policy=policy, admission=admission, router=RouterConfig(),
+    )  # fmt: skip
+
+
+def test_a_full_node_queue_sends_the_request_to_the_next_best_node(make_hello, make_report):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    for node_id in "abc":
+        registry.join(make_hello(node_id))
+    registry.report(make_report("a", num_waiting=5))  # a's queue is full (limit 2)
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=2, max_queue_global=100))
+    assert _place(registry, admission, _PrefersAlphabetically()).node_id == "b"
+
+
+def test_a_refusal_everywhere_is_a_429_after_a_bounded_number_of_choices(make_hello, make_report):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    for i in range(MAX_CHOICES + 2):
+        registry.join(make_hello(f"n{i}"))
+        registry.report(make_report(f"n{i}", num_waiting=5))
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=2, max_queue_global=1000))
+    policy = _PrefersAlphabetically()
+    refused = _place(registry, admission, policy)
+    assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.OVERLOADED
+    assert policy.num_calls == MAX_CHOICES
+
+
+def test_a_full_cluster_is_refused_without_trying_other_nodes(make_hello, make_report):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a"))
+    registry.join(make_hello("b"))
+    registry.report(make_report("a", num_waiting=5))
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=100, max_queue_global=5))
+    policy = _PrefersAlphabetically()
+    refused = _place(registry, admission, policy)
+    assert isinstance(refused, ErrorReply) and "cluster" in refused.message and policy.num_calls == 1
