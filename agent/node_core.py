@@ -102,27 +102,32 @@ class NodeCore:
     def has_work(self) -> bool:
         return self.engine.has_unfinished_requests()
 
-    def profile(self, num_prompt_tokens: int = 256, num_output_tokens: int = 8) -> tuple[float, float]:
-        """Measure this node before it serves: one synthetic request (a ``num_prompt_tokens`` prefill, then
-        decode steps at batch 1) run to its end; returns (prefill tok/s, decode step ms) and starts the load
-        reports' rates from them, so a new node is priced by measurement, not by a datasheet estimate.
-        Call it before the first ``add``; it leaves no request, no bookkeeping and no step record behind."""
+    def profile(
+        self, num_prompt_tokens: int = 256, num_output_tokens: int = 8, num_warmups: int = 1
+    ) -> tuple[float, float]:
+        """Measure this node before it serves: a synthetic request (a ``num_prompt_tokens`` prefill, then
+        decode steps at batch 1) run to its end, after ``num_warmups`` unmeasured runs of the same (one-time
+        costs: compiling, allocating); returns (prefill tok/s, decode step ms) and starts the load reports'
+        rates from them, so a new node is priced by measurement, not by a datasheet estimate. Call it
+        before the first ``add``; it leaves no request, no counter and no step record behind."""
         if self.num_inflight or self.has_work():
             raise RuntimeError("profile() runs on an idle node, before it serves")
         engine = self.engine
         vocab = engine.tokenizer.vocab_size
+        cache = engine.cache_config
         limit = min(
             engine.scheduler_config.max_model_len - num_output_tokens - 1,
-            engine.cache_config.num_device_blocks * engine.cache_config.block_size - num_output_tokens,
+            cache.num_device_blocks * cache.block_size - num_output_tokens,
         )
         num_prompt_tokens = max(1, min(num_prompt_tokens, limit))
-        prompt = [10 + i % max(vocab - 10, 1) for i in range(num_prompt_tokens)]
-        engine.take_step_records()
-        engine.add_request(
-            prompt, SamplingParams(temperature=0.0, max_tokens=num_output_tokens, ignore_eos=True), req_id="zoo-profile"
-        )
-        while engine.has_unfinished_requests():
-            engine.step()
+        params = SamplingParams(temperature=0.0, max_tokens=num_output_tokens, ignore_eos=True)
+        for run in range(num_warmups + 1):
+            # a different prompt each run: the prefix cache must not turn the measured prefill into a hit
+            prompt = [10 + (i + 7919 * run) % max(vocab - 10, 1) for i in range(num_prompt_tokens)]
+            engine.take_step_records()
+            engine.add_request(prompt, params, req_id=f"zoo-profile-{run}")
+            while engine.has_unfinished_requests():
+                engine.step()
         rates = StepRates(MAX_RECENT_STEPS)
         for r in engine.take_step_records():
             rates.observe(r.step_time_s, r.num_prefill_tokens, r.num_decode_requests)
