@@ -56,6 +56,9 @@ class _Worker:
         return len(self.block_refs) + self.partial_blocks
 
 
+_IDLE = _Worker()  # a worker with nothing active (never mutated)
+
+
 @dataclass(frozen=True, slots=True)
 class _Active:
     node_id: str
@@ -88,10 +91,11 @@ class DynamoKvPolicy:
             block_size = self._block_sizes[node.node_id] = node.block_size
             overlap = min(matched.get(node.node_id, 0), len(request.block_hashes))
             new_tokens = max(0, request.num_prompt_tokens - overlap * block_size)
-            worker = self._workers.get(node.node_id) or _Worker()
+            worker = self._workers.get(node.node_id, _IDLE)
             prefill_blocks = (worker.prefill_tokens + new_tokens) / block_size
             request_blocks = -(-request.num_prompt_tokens // block_size)
-            already = sum(1 for h in request.block_hashes if h in worker.block_refs)
+            # blocks of this prompt active there: only where it was routed before (the tree's match)
+            already = sum(1 for h in request.block_hashes[:overlap] if h in worker.block_refs) if overlap else 0
             decode_blocks = worker.active_blocks + request_blocks - already
             out[node.node_id] = weight * prefill_blocks + decode_blocks
         return out
