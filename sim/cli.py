@@ -29,6 +29,10 @@ from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load
 OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
 
 
+REALTIME_DURATION_S = 30.0  # zoo sim --realtime without --duration / --max-requests: a slice, not the trace
+REALTIME_MAX_REQUESTS = 40
+
+
 def all_policies() -> list[str]:
     return [*OURS, *ANCHOR_POLICIES, *(p for p in POLICIES if p not in OURS and p not in ANCHOR_POLICIES)]
 
@@ -223,6 +227,8 @@ def run_realtime_sim(args: argparse.Namespace) -> int:
     if args.sweep:
         print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
         return 2
+    if args.duration is None and args.max_requests is None:  # a whole trace in real time would take hours
+        args.duration, args.max_requests = REALTIME_DURATION_S, REALTIME_MAX_REQUESTS
     fleet = load_fleet(args.fleet)
     policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
     workload, _ = scaled(build_workload(args, fleet), fleet, args.load, args)
