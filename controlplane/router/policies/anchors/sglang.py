@@ -12,9 +12,12 @@ As published (sgl-router ``cache_aware``)::
     then the prompt is inserted into the chosen worker's tree; every eviction_interval_s each tree is cut
     back to max_tree_blocks (least recently used leaves first)
 
-Defaults are sgl-router's: cache_threshold 0.5, balance_abs_threshold 32, balance_rel_threshold 1.0001,
-eviction every 60 s. The tree is over KV blocks (router block hashes) instead of characters; ties go to the
-first worker in snapshot (node id) order, as sgl-router's scans of its worker list do.
+Defaults are the current router's (github.com/sgl-project/sglang, sgl-model-gateway, its ``CliArgs``
+defaults as of 2026, which replaced sgl-router's older 0.5 / 32 / 1.0001 / 60 s): cache_threshold 0.3,
+balance_abs_threshold 64, balance_rel_threshold 1.5, eviction every 120 s, max_tree_size 67,108,864
+characters (here ~1M blocks: ~4 characters a token, 16 tokens a block). The tree is over KV blocks (router
+block hashes) instead of characters; ties go to the first worker in snapshot (node id) order, as the
+router's scans of its worker list do.
 """
 
 from __future__ import annotations
@@ -29,11 +32,11 @@ from controlplane.router.router_config import RouterConfig
 
 @dataclass(frozen=True, slots=True)
 class SglangConfig:
-    cache_threshold: float = 0.5
-    balance_abs_threshold: int = 32
-    balance_rel_threshold: float = 1.0001
-    eviction_interval_s: float = 60.0
-    max_tree_blocks: int = 65536
+    cache_threshold: float = 0.3
+    balance_abs_threshold: int = 64
+    balance_rel_threshold: float = 1.5
+    eviction_interval_s: float = 120.0
+    max_tree_blocks: int = 67_108_864 // (4 * 16)
 
 
 class SglangCacheAwarePolicy:
@@ -93,4 +96,4 @@ class SglangCacheAwarePolicy:
 
 
 def make_sglang(config: RouterConfig) -> SglangCacheAwarePolicy:
-    return SglangCacheAwarePolicy(SglangConfig(max_tree_blocks=config.prefix_max_blocks_per_node))
+    return SglangCacheAwarePolicy()

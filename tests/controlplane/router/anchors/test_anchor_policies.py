@@ -67,8 +67,14 @@ def test_sglang_imbalance_routes_to_the_least_loaded(make_node_view, make_snapsh
     assert policy.choose(request, snap) == "busy" and policy.last_decision == "cache_hit"
 
 
+def test_sglang_uses_the_current_router_defaults():
+    config = SglangConfig()
+    assert (config.cache_threshold, config.balance_abs_threshold, config.balance_rel_threshold) == (0.3, 64, 1.5)
+    assert config.eviction_interval_s == 120.0
+
+
 def test_sglang_low_match_goes_to_the_smallest_tree(make_node_view, make_snapshot, make_route_request):
-    policy = SglangCacheAwarePolicy()  # cache_threshold 0.5
+    policy = SglangCacheAwarePolicy(SglangConfig(cache_threshold=0.5))
     policy.on_routed(make_route_request(block_hashes=(1, 2, 3, 4, 5, 6)), "a")
     policy.on_routed(make_route_request(block_hashes=(7, 8)), "b")
     snap = make_snapshot(make_node_view("a"), make_node_view("b"), make_node_view("c"))
