@@ -77,3 +77,20 @@ class Policy(Protocol):
         ...
 
     def on_node_removed(self, node_id: str) -> None: ...
+
+
+class PolicyHooks:
+    """The feedback hooks of ``Policy``, doing nothing: a policy inherits them and overrides the ones its own
+    books need."""
+
+    def on_routed(self, request: RouteRequest, node_id: str) -> None:
+        pass
+
+    def on_first_token(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_finished(self, request_id: str, node_id: str) -> None:
+        pass
+
+    def on_node_removed(self, node_id: str) -> None:
+        pass

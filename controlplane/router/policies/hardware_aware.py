@@ -44,7 +44,7 @@ import math
 import numpy as np
 
 from controlplane.router.policies.node_table import NodeTables, outstanding_requests
-from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
 
@@ -146,7 +146,7 @@ def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, 
     return cost
 
 
-class HardwareAwarePolicy:
+class HardwareAwarePolicy(PolicyHooks):
     name = "hardware_aware"
 
     def __init__(self, config: RouterConfig) -> None:
@@ -219,12 +219,6 @@ class HardwareAwarePolicy:
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         if self._index is not None:
             self._index.insert(node_id, request.block_hashes)
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
 
     def on_node_removed(self, node_id: str) -> None:
         if self._index is not None:

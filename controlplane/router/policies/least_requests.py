@@ -8,14 +8,14 @@ Nodes that cannot take the prompt (max_model_len, total KV blocks) are skipped.
 from __future__ import annotations
 
 from controlplane.router.policies.node_table import NodeTables, max_prompt_tokens, outstanding_requests
-from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 
 
 def _derive(node: NodeView) -> tuple[float, float]:
     return (max_prompt_tokens(node), outstanding_requests(node))
 
 
-class LeastRequestsPolicy:
+class LeastRequestsPolicy(PolicyHooks):
     name = "least_requests"
 
     def __init__(self) -> None:
@@ -26,15 +26,3 @@ class LeastRequestsPolicy:
         table.sync(snapshot.nodes)
         i = table.least_loaded(request.num_prompt_tokens)
         return None if i < 0 else table.node_ids[i]
-
-    def on_routed(self, request: RouteRequest, node_id: str) -> None:
-        pass
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_node_removed(self, node_id: str) -> None:
-        pass

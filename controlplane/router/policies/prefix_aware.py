@@ -22,7 +22,7 @@ from controlplane.router.policies.node_table import (
     max_prompt_tokens,
     outstanding_requests,
 )
-from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
 
@@ -31,7 +31,7 @@ def _derive(node: NodeView) -> tuple[float, float]:
     return (max_prompt_tokens(node), outstanding_requests(node))
 
 
-class PrefixAwarePolicy:
+class PrefixAwarePolicy(PolicyHooks):
     name = "prefix_aware"
 
     def __init__(self, config: RouterConfig) -> None:
@@ -75,12 +75,6 @@ class PrefixAwarePolicy:
 
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         self.index.insert(node_id, request.block_hashes)
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
 
     def on_node_removed(self, node_id: str) -> None:
         self.index.remove_node(node_id)

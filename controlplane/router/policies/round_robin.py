@@ -7,10 +7,10 @@ last chosen node is remembered and checked (the registry keeps snapshot order st
 from __future__ import annotations
 
 from controlplane.router.policies.node_table import max_prompt_tokens
-from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
 
 
-class RoundRobinPolicy:
+class RoundRobinPolicy(PolicyHooks):
     name = "round_robin"
 
     def __init__(self) -> None:
@@ -34,18 +34,6 @@ class RoundRobinPolicy:
                 self._last_position = i
                 return node.node_id
         return None
-
-    def on_routed(self, request: RouteRequest, node_id: str) -> None:
-        pass
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_node_removed(self, node_id: str) -> None:
-        pass
 
     def _find(self, snapshot: ClusterSnapshot) -> int:
         """Position to continue after: the last chosen node's, or, if it is gone, the one before the node

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from controlplane.router.policies.anchors.routed_prefix_tree import RoutedPrefixTree
 from controlplane.router.policies.node_table import max_prompt_tokens
-from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
 
@@ -67,7 +67,7 @@ class _Active:
     partial: bool
 
 
-class DynamoKvPolicy:
+class DynamoKvPolicy(PolicyHooks):
     name = "dynamo_kv"
 
     def __init__(self, config: DynamoConfig | None = None) -> None:

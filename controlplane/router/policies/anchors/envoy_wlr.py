@@ -23,7 +23,7 @@ import random
 from dataclasses import dataclass
 
 from controlplane.router.policies.node_table import max_prompt_tokens
-from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +39,7 @@ class EnvoyWlrConfig:
             raise ValueError(f"active_request_bias must be >= 0, got {self.active_request_bias}")
 
 
-class EnvoyWlrPolicy:
+class EnvoyWlrPolicy(PolicyHooks):
     name = "envoy_wlr"
 
     def __init__(self, config: EnvoyWlrConfig | None = None) -> None:
@@ -82,15 +82,6 @@ class EnvoyWlrPolicy:
     def _push(self, node: NodeView, deadline: float) -> None:
         heapq.heappush(self._edf, (deadline, self._order, node.node_id))
         self._order += 1
-
-    def on_routed(self, request: RouteRequest, node_id: str) -> None:
-        pass
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
 
     def on_node_removed(self, node_id: str) -> None:
         self._members = frozenset()  # rebuilt at the next pick

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from controlplane.router.policies.anchors.routed_prefix_tree import RoutedPrefixTree
 from controlplane.router.policies.node_table import max_prompt_tokens
-from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
 
@@ -36,7 +36,7 @@ class LlmdConfig:
     seed: int = 0
 
 
-class LlmdPolicy:
+class LlmdPolicy(PolicyHooks):
     name = "llm_d"
     metrics_refresh_s = 0.05  # how fresh the load it sees is, in its own deployment
 
@@ -82,12 +82,6 @@ class LlmdPolicy:
         if self._num_inserted > self.config.lru_blocks_per_server:  # amortised LRU bound
             self._num_inserted = 0
             self.tree.evict_to(self.config.lru_blocks_per_server)
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
 
     def on_node_removed(self, node_id: str) -> None:
         self.tree.remove_worker(node_id)

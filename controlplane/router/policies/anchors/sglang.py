@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from controlplane.router.policies.anchors.routed_prefix_tree import RoutedPrefixTree
 from controlplane.router.policies.node_table import max_prompt_tokens
-from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
 
@@ -39,7 +39,7 @@ class SglangConfig:
     max_tree_blocks: int = 67_108_864 // (4 * 16)
 
 
-class SglangCacheAwarePolicy:
+class SglangCacheAwarePolicy(PolicyHooks):
     name = "sglang_cache_aware"
 
     def __init__(self, config: SglangConfig | None = None) -> None:
@@ -77,12 +77,6 @@ class SglangCacheAwarePolicy:
 
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         self.tree.insert(node_id, request.block_hashes)
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
 
     def on_node_removed(self, node_id: str) -> None:
         self.tree.remove_worker(node_id)

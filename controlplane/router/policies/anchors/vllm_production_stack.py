@@ -26,28 +26,14 @@ from collections import deque
 from dataclasses import dataclass
 
 from controlplane.router.policies.node_table import max_prompt_tokens
-from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 
 
 def _eligible(request: RouteRequest, snapshot: ClusterSnapshot) -> list[NodeView]:
     return [n for n in snapshot.nodes if request.num_prompt_tokens <= max_prompt_tokens(n)]
 
 
-class _NoFeedback:
-    def on_routed(self, request: RouteRequest, node_id: str) -> None:
-        pass
-
-    def on_first_token(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_finished(self, request_id: str, node_id: str) -> None:
-        pass
-
-    def on_node_removed(self, node_id: str) -> None:
-        pass
-
-
-class VllmPsRoundRobinPolicy(_NoFeedback):
+class VllmPsRoundRobinPolicy(PolicyHooks):
     name = "vllm_ps_roundrobin"
 
     def __init__(self) -> None:
@@ -67,7 +53,7 @@ class VllmPsSessionConfig:
     qps_window_s: float = 60.0
 
 
-class VllmPsSessionPolicy(_NoFeedback):
+class VllmPsSessionPolicy(PolicyHooks):
     """Session affinity with the lowest-QPS fallback (the traces have no session key)."""
 
     name = "vllm_ps_session"
@@ -111,7 +97,7 @@ class VllmPsPrefixAwareConfig:
     seed: int = 0
 
 
-class VllmPsPrefixAwarePolicy(_NoFeedback):
+class VllmPsPrefixAwarePolicy(PolicyHooks):
     """Longest-prefix match over a trie of what each endpoint was sent; a random pick among the best."""
 
     name = "vllm_ps_prefixaware"
