@@ -43,8 +43,9 @@ from agent.node_core import EngineObservation, NodeCore
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from transport.actor import Actor, MailboxFull
+from transport.codec import clip
 from transport.curve import CurveClient
-from transport.dispatch import Dispatcher, Incoming, clip
+from transport.dispatch import Dispatcher, Incoming
 from transport.link import Link
 from transport.messages import (
     CancelRequest,

@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from transport.process import stop_processes
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -314,13 +316,7 @@ async def _throughput_main(seconds: float, concurrency: int, num_agents: int, cu
             completed = cp.counters["completed"] - start_completed
             tg.cancel_scope.cancel()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.terminate()
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_processes(procs)
     cpu_s = (end_cpu.ru_utime - start_cpu.ru_utime) + (end_cpu.ru_stime - start_cpu.ru_stime)
     load = json.loads(output.strip().splitlines()[-1]) if output.strip() else {}
     return {

@@ -39,6 +39,7 @@ import zmq.asyncio
 from bench.fuzz_cases import HttpCase, HttpCases, WireCases, valid_client_request
 from transport.codec import WireError, decode
 from transport.messages import ErrorReply, MsgType, TokenChunk
+from transport.process import stop_processes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NODE_ID = "fuzz-node"
@@ -134,15 +135,7 @@ class Fleet:
         return self.cp_log.stat().st_size
 
     def stop(self) -> None:
-        for p in reversed(self.procs):
-            if p.poll() is None:
-                p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=15)
+        stop_processes(reversed(self.procs), timeout_s=15)
 
 
 async def _wait_ready(fleet: Fleet, http: httpx.AsyncClient) -> None:

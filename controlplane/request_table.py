@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from controlplane.frontend import FrontendError
 from controlplane.node_latency import NodeLatency
+from controlplane.router.policy import Policy, PolicyHooks
 from transport.actor import MailboxFull
 from transport.link import Link
 from transport.messages import CancelRequest, ClientGenerate, Envelope, ErrorCode, ErrorReply, TokenChunk
@@ -145,11 +146,10 @@ class RequestTable:
     latency: node id → NodeLatency of the requests that ended there.
     """
 
-    def __init__(self, registry, send_to_node: Callable[[Envelope, str], None], policy=None) -> None:
+    def __init__(self, registry, send_to_node: Callable[[Envelope, str], None], policy: Policy | None = None) -> None:
         self.registry = registry
         self._send_to_node = send_to_node
-        self._policy_first_token = getattr(policy, "on_first_token", None)
-        self._policy_finished = getattr(policy, "on_finished", None)
+        self.policy = policy if policy is not None else PolicyHooks()
         self._requests: dict[str, Inflight] = {}
         self.counters: dict[str, int] = {
             "routed": 0,
@@ -193,8 +193,7 @@ class RequestTable:
         if inflight.attached:
             inflight.attached = False
             self.registry.on_finished(inflight.node_id, inflight.request_id)
-            if self._policy_finished is not None:
-                self._policy_finished(inflight.request_id, inflight.node_id)
+            self.policy.on_finished(inflight.request_id, inflight.node_id)
 
     def relay(self, inflight: Inflight, chunk: TokenChunk, recv_ns: int) -> None:
         """A chunk from the node serving ``inflight``, received at ``recv_ns``: update the request's token
@@ -207,8 +206,7 @@ class RequestTable:
             if not inflight.prefilled:
                 inflight.prefilled = True
                 self.registry.on_first_token(node_id, chunk.request_id)
-                if self._policy_first_token is not None:
-                    self._policy_first_token(chunk.request_id, node_id)
+                self.policy.on_first_token(chunk.request_id, node_id)
             inflight.last_token_ns = recv_ns
             inflight.num_output_tokens += len(chunk.token_ids)
             if inflight.msg is not None:

@@ -44,9 +44,9 @@ from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
 from engine.sampling_params import SamplingParams
 from transport.actor import Actor, MailboxFull
-from transport.codec import WHY_UNENCODABLE
+from transport.codec import WHY_UNENCODABLE, clip
 from transport.curve import ZapHandler
-from transport.dispatch import Dispatcher, Incoming, clip
+from transport.dispatch import Dispatcher, Incoming
 from transport.link import Link, Outgoing
 from transport.messages import (
     CancelRequest,
@@ -211,11 +211,7 @@ class ControlPlane(Actor):
         SSE error event from the gateway while it still runs."""
         self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
         if self._clients is not None:
-            for item in self._clients.outbox.drain(len(self._clients.outbox)):
-                try:
-                    self._clients.channel.send(item.msg, item.peer, item.tensor_frames)
-                except Exception:  # a client gone, a full pipe: it learns from its pings instead
-                    log.debug("control plane: a last message to a client was not sent", exc_info=True)
+            self._clients.flush_now()  # a client that misses it learns from its pings instead
 
     async def _expiry_loop(self) -> None:
         while True:

@@ -43,6 +43,7 @@ from sim.des import FleetSimulator, NodeResult, RequestRecord, SimResult, defaul
 from sim.fleet import Fleet
 from sim.sim_agents import serve_sim_agents
 from sim.workload import PromptFactory, Workload
+from transport.process import stop_processes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TWIN_PERCENTILES = (50, 99)
@@ -105,7 +106,7 @@ async def run_realtime_async(
                 tg.cancel_scope.cancel()
     finally:
         if child is not None:
-            _stop_child(child)
+            stop_processes([child])
         log.close()
     wall_s = time.perf_counter() - wall_start
     end_s = max((r.finish_s or r.arrival_s for r in records), default=0.0)
@@ -135,16 +136,6 @@ async def _wait_joined(cp: ControlPlane, num_nodes: int, child, log) -> None:
                 log.seek(0)
                 raise RuntimeError(f"the sim agents exited with {child.returncode}:\n{log.read()[-3000:]}")
             await anyio.sleep(0.05)
-
-
-def _stop_child(child: subprocess.Popen) -> None:
-    if child.poll() is None:
-        child.terminate()
-    try:
-        child.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait(timeout=10)
 
 
 async def _replay(endpoint: str, fleet: Fleet, workload: Workload, seed: int) -> list[RequestRecord]:

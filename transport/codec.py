@@ -13,6 +13,7 @@ message (transport/link.py), so one such message never ends a loop.
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Sequence
 
 import msgspec
@@ -47,7 +48,6 @@ class EncodeError(TypeError):
     """A message that cannot be encoded (the cause is chained)."""
 
 
-MAX_ERROR_DETAIL_CHARS = 200  # a decoder's message quoted in a WireError is cut to this
 # how a sender reports a message that raised EncodeError (transport/link.py's on_undeliverable ``why`` starts
 # with it): the message's fault, not the peer's, so the peer must not be suspected for it
 WHY_UNENCODABLE = "could not be encoded"
@@ -127,9 +127,28 @@ def _decode(frames: Sequence[Frame]) -> tuple[Envelope, list[Frame]]:
     return msg, tensor_frames
 
 
+MAX_LOGGED_CHARS = 200  # peer-provided text in a log line is cut to this
+
+
+def clip(text: object, limit: int = MAX_LOGGED_CHARS) -> str:
+    """``str(text)`` cut to ``limit`` characters, control characters escaped (a peer's text in a log line:
+    never a 4 MB log, never a forged line)."""
+    text = text if isinstance(text, str) else str(text)
+    shown = text[:limit]
+    if not shown.isprintable():
+        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
+    return shown if len(text) <= limit else f"{shown}... ({len(text)} chars)"
+
+
+def clipped_traceback(error: BaseException, limit: int = MAX_LOGGED_CHARS) -> str:
+    """The traceback of ``error`` with every line (frames, and messages that may quote a peer) clipped."""
+    lines = "".join(traceback.format_exception(error)).splitlines()
+    return "\n".join(clip(line, limit) for line in lines)
+
+
 def _detail(error: BaseException) -> str:
-    """What went wrong, cut to MAX_ERROR_DETAIL_CHARS (it may quote the peer's bytes)."""
+    """What went wrong, clipped (it may quote the peer's bytes)."""
     text = str(error)
     if not isinstance(error, (msgspec.DecodeError, msgspec.ValidationError)):
         text = f"{type(error).__name__}: {text}"
-    return text if len(text) <= MAX_ERROR_DETAIL_CHARS else text[: MAX_ERROR_DETAIL_CHARS - 3] + "..."
+    return clip(text)

@@ -16,34 +16,15 @@ Text a peer chose (messages, ids, exception texts that quote them) is logged thr
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from transport.codec import Frame, WireError, decode
+from transport.codec import Frame, WireError, clip, clipped_traceback, decode
 from transport.messages import Envelope, ErrorCode, ErrorReply
 from transport.sockets import Received
 
 log = logging.getLogger(__name__)
-
-MAX_LOGGED_CHARS = 200  # peer-provided text in a log line is cut to this
-
-
-def clip(text: object, limit: int = MAX_LOGGED_CHARS) -> str:
-    """``str(text)`` cut to ``limit`` characters, control characters escaped (a peer's text in a log line:
-    never a 4 MB log, never a forged line)."""
-    text = text if isinstance(text, str) else str(text)
-    shown = text[:limit]
-    if not shown.isprintable():
-        shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in shown)
-    return shown if len(text) <= limit else f"{shown}... ({len(text)} chars)"
-
-
-def clipped_traceback(error: BaseException, limit: int = MAX_LOGGED_CHARS) -> str:
-    """The traceback of ``error`` with every line (frames, and messages that may quote a peer) clipped."""
-    lines = "".join(traceback.format_exception(error)).splitlines()
-    return "\n".join(clip(line, limit) for line in lines)
 
 
 @dataclass(slots=True)

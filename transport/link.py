@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import zmq
 
 from transport.actor import Mailbox
-from transport.codec import WHY_UNENCODABLE, EncodeError, Frame
-from transport.dispatch import clip, clipped_traceback
+from transport.codec import WHY_UNENCODABLE, EncodeError, Frame, clip, clipped_traceback
 from transport.messages import Envelope
 from transport.sockets import Channel, PeerUnreachable, Received
 
@@ -118,6 +117,12 @@ class Link:
                 self._on_undeliverable(item, why)
             except Exception as e:
                 log.error("%s: on_undeliverable failed:\n%s", self.name, clipped_traceback(e))
+
+    def flush_now(self) -> None:
+        """Send everything queued, synchronously, outside the write loop (a shutdown: the loop may be gone);
+        what cannot be sent is reported undeliverable as usual."""
+        for item in self.outbox.drain(len(self.outbox)):
+            self._send(item)
 
     def close(self, linger_ms: int = 0) -> None:
         self.outbox.close()

@@ -1,10 +1,13 @@
-"""What every long-running actor process does the same way: log to stderr, stop cleanly on a signal."""
+"""What every long-running actor process does the same way: log to stderr, stop cleanly on a signal; and
+how a parent stops the actor processes it started."""
 
 from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import sys
+from collections.abc import Iterable
 
 import anyio
 
@@ -22,3 +25,18 @@ async def stop_on_signal(scope: anyio.CancelScope) -> None:
             log.info("%s: shutting down", signal.Signals(signum).name)
             scope.cancel()
             return
+
+
+def stop_processes(procs: Iterable[subprocess.Popen], timeout_s: float = 10.0) -> None:
+    """SIGTERM every process still running (a clean shutdown: agents send NodeLeave), then wait for each;
+    SIGKILL one that outlives ``timeout_s``."""
+    procs = list(procs)
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=timeout_s)

@@ -42,7 +42,7 @@ from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.openai_schema import GenerateArgs, OpenAIReply, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
-from transport.dispatch import clip
+from transport.codec import clip
 from transport.messages import ErrorCode, TokenChunk
 
 log = logging.getLogger(__name__)

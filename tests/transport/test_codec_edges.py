@@ -10,8 +10,8 @@ import pytest
 
 from engine.sampling_params import SamplingParams
 from transport import codec
-from transport.codec import EncodeError, WireError, decode, encode
-from transport.dispatch import MAX_LOGGED_CHARS, Dispatcher, clip
+from transport.codec import MAX_LOGGED_CHARS, EncodeError, WireError, clip, decode, encode
+from transport.dispatch import Dispatcher
 from transport.messages import (
     ClientGenerate,
     ErrorCode,

@@ -14,6 +14,7 @@ import pytest
 from backends.fake import FAKE_MODEL_NAME
 from bench.workload import REPO_ROOT
 from transport.curve import CurveKeyError, CurveKeyPair, load_controlplane_curve, load_curve_client
+from transport.process import stop_processes
 from zoo.cli import build_parser, main
 from zoo.keys import agent_node_id_and_curve, api_keys_from_args, controlplane_curve_from_args
 
@@ -149,13 +150,7 @@ def test_secured_controlplane_and_agent_processes(tmp_path):
             done = client.generate(prompt_token_ids=[5, 6, 7], max_tokens=2)
         assert done.node_id == "gpu-0" and done.num_output_tokens == 2
     finally:
-        for proc in procs:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(procs)
         if procs and procs[0].stdout is not None:
             procs[0].stdout.close()
 
