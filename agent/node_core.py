@@ -95,6 +95,7 @@ class NodeCore:
         self.engine.abort(ids)
         for r in ids:
             self._forget(r)
+            self._last_token_s.pop(r, None)
 
     def abort_all(self) -> None:
         self.abort([*self._prompt_lens, *self._decoding])
@@ -154,14 +155,12 @@ class NodeCore:
                 del self._prompt_lens[o.req_id]
                 self._decoding.add(o.req_id)
             if o.finished:  # its last token time stays for observation(), which drops it
-                self._prompt_lens.pop(o.req_id, None)
-                self._decoding.discard(o.req_id)
-                self.num_inflight -= 1
+                self._forget(o.req_id)
                 self.num_finished_total += 1
         return outputs
 
     def _forget(self, request_id: str) -> None:
-        self._last_token_s.pop(request_id, None)
+        """The request is no longer in flight here (finished or aborted)."""
         self._prompt_lens.pop(request_id, None)
         self._decoding.discard(request_id)
         self.num_inflight -= 1

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 import anyio
 
 from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
+from controlplane.admission import AdmissionConfig
 from controlplane.control_plane_config import ControlPlaneConfig
 from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
@@ -95,8 +96,9 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="how many times a request may resume on another node after its node failed",
     )
     p.add_argument("--report-interval-s", type=float, default=0.25)
-    p.add_argument("--max-queue-per-node", type=int, default=256)
-    p.add_argument("--max-queue-global", type=int, default=4096)
+    admission = AdmissionConfig()
+    p.add_argument("--max-queue-per-node", type=int, default=admission.max_queue_per_node)
+    p.add_argument("--max-queue-global", type=int, default=admission.max_queue_global)
     p.add_argument(
         "--stats-listen", default=DEFAULT_STATS_ENDPOINT, help="PUB endpoint of the fleet stats stream ('none': off)"
     )
@@ -107,7 +109,6 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
 
 def controlplane_from_args(args: argparse.Namespace):
     from agent.node_agent import served_model_name
-    from controlplane.admission import AdmissionConfig
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
 

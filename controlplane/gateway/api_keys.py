@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from controlplane.gateway.errors import http_error_body
+
 MISSING_KEY_MESSAGE = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header using "
     "Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
@@ -83,9 +85,7 @@ def _digest(key: bytes) -> bytes:
 
 
 def _unauthorized(message: str, code: str | None) -> tuple[bytes, list[tuple[bytes, bytes]]]:
-    body = msgspec.json.encode(
-        {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
-    )
+    body = msgspec.json.encode(http_error_body(message, code=code))
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
