@@ -31,12 +31,10 @@ from transport.codec import encode
 from transport.messages import (
     MESSAGE_TYPES,
     PROTOCOL_VERSION,
-    CancelRequest,
     ChatMessage,
     ClientGenerate,
     Envelope,
     MsgType,
-    Ping,
 )
 
 MAX_INT = 2**64 - 1
@@ -236,14 +234,6 @@ def valid_client_request(request_id: str) -> list[bytes]:
     """A request that must be served (the liveness check)."""
     msg = ClientGenerate(request_id=request_id, prompt="ping", sampling=SamplingParams(max_tokens=2))
     return [bytes(f) for f in encode(msg)]
-
-
-def cancel_frames(request_id: str) -> list[bytes]:
-    return [bytes(f) for f in encode(CancelRequest(request_id=request_id))]
-
-
-def ping_frames(request_id: str) -> list[bytes]:
-    return [bytes(f) for f in encode(Ping(request_id=request_id))]
 
 
 # --------------------------------------------------------------------------- HTTP

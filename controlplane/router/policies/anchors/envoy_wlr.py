@@ -47,7 +47,6 @@ class EnvoyWlrPolicy(PolicyHooks):
         self._rng = random.Random(self.config.seed)
         self._edf: list[tuple[float, int, str]] = []  # (deadline, insertion order, node id)
         self._members: frozenset[str] = frozenset()
-        self._time = 0.0  # the EDF schedule's current time (deadline of the last pick)
         self._order = 0
 
     def weight(self, node: NodeView) -> float:
@@ -74,7 +73,6 @@ class EnvoyWlrPolicy(PolicyHooks):
             for node_id in sorted(by_id):
                 self._push(by_id[node_id], 1.0 / self.weight(by_id[node_id]))
         deadline, _, node_id = heapq.heappop(self._edf)
-        self._time = deadline
         node = by_id[node_id]
         self._push(node, deadline + 1.0 / self.weight(node))
         return node_id
