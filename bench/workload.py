@@ -1,4 +1,4 @@
-"""Request lengths drawn from the real traces in ../shared/traces, scaled down to fit a CPU.
+"""Request lengths drawn from the real traces (sim/traces/, package data), scaled down to fit a CPU.
 
 Each trace row gives (arrival s, prompt tokens, output tokens) (read by sim/workload.py). A CPU cannot serve Azure's
 1,155-token mean prompts at useful rates, so lengths are divided by a stated scale and clamped.

@@ -1,6 +1,6 @@
 """Workloads for the fleet simulator: trace replay and synthetic arrivals, scaled to a fleet.
 
-Traces (``<repo>/../shared/traces``, see its README):
+Traces (package data in ``sim/traces/``, gzipped, with their sources and licences in its README.md):
     conv / code   Azure LLM inference 2023 (arrived_at s, num_prefill_tokens, num_decode_tokens)
     mooncake      Mooncake synthetic (timestamp ms, input_length, output_length, hash_ids of 512-token blocks)
 Synthetic:
@@ -18,6 +18,7 @@ Scaling: ``scale_to_load`` compresses (or stretches) arrival times so that the o
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import math
 from collections import OrderedDict
@@ -38,9 +39,24 @@ _MIN_TOKEN_ID = 10  # keep clear of the usual special ids
 TUNE_SHARE = 0.2
 
 
+TRACE_SUFFIXES = (".csv", ".jsonl", ".csv.gz", ".jsonl.gz")
+
+
 def default_traces_dir() -> Path:
-    """``shared/traces`` beside the repository (the repository's parent folder's ``shared``)."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    """The traces shipped inside the package (``sim/traces/``, package data: an installed wheel has them)."""
+    return Path(__file__).resolve().parent / "traces"
+
+
+def trace_path(name: str, traces_dir: Path | None = None) -> Path:
+    """Where trace ``name`` (``conv``, ``code``, ``mooncake``, a file name, or a path ending in one of
+    ``TRACE_SUFFIXES``) is: the file itself, else its gzipped copy (``.gz``). FileNotFoundError if neither."""
+    traces_dir = default_traces_dir() if traces_dir is None else traces_dir
+    is_path = name.endswith(TRACE_SUFFIXES)
+    path = Path(name) if is_path else traces_dir / TRACE_FILES.get(name, name)
+    for candidate in (path, path.with_name(path.name + ".gz")):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"trace {name!r} not found at {path}[.gz] (known: {', '.join(TRACE_FILES)})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,14 +136,12 @@ class Workload:
 def load_trace(name: str, traces_dir: Path | None = None, traffic_class: str | None = None) -> Workload:
     """``conv``, ``code`` or ``mooncake`` from ``traces_dir`` (or a path to such a file). Requests carry
     ``traffic_class`` (default: the trace's name)."""
-    traces_dir = default_traces_dir() if traces_dir is None else traces_dir
-    path = Path(name) if Path(name).suffix in (".csv", ".jsonl") else traces_dir / TRACE_FILES.get(name, name)
-    if not path.exists():
-        raise FileNotFoundError(f"trace {name!r} not found at {path} (known: {', '.join(TRACE_FILES)})")
-    label = traffic_class or (name if name in TRACE_FILES else path.stem)
+    path = trace_path(name, traces_dir)
+    stem = path.name.removesuffix(".gz").rsplit(".", 1)[0]
+    label = traffic_class or (name if name in TRACE_FILES else stem)
     reqs: list[TraceRequest] = []
-    if path.suffix == ".csv":
-        with path.open() as f:
+    if path.name.removesuffix(".gz").endswith(".csv"):
+        with _open_text(path) as f:
             for row in csv.DictReader(f):
                 reqs.append(
                     TraceRequest(
@@ -138,7 +152,7 @@ def load_trace(name: str, traces_dir: Path | None = None, traffic_class: str | N
                     )
                 )
     else:
-        with path.open() as f:
+        with _open_text(path) as f:
             for line in f:
                 if not line.strip():
                     continue
@@ -154,6 +168,13 @@ def load_trace(name: str, traces_dir: Path | None = None, traffic_class: str | N
                 )
     reqs.sort(key=lambda r: r.arrival_s)
     return Workload(label, tuple(reqs)).window()
+
+
+def _open_text(path: Path):
+    """A trace file for reading as text, gunzipped on the fly when its name ends in ``.gz``."""
+    if path.name.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8", newline="")
+    return path.open(encoding="utf-8", newline="")
 
 
 def merge(workloads: list[Workload], name: str | None = None) -> Workload:

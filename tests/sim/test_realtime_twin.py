@@ -4,7 +4,7 @@ Real time: a real ControlPlane (this process), three simulated agents in one chi
 (``python -m sim.sim_agents``, real ZeroMQ, one engine thread each, runners sleeping the predicted step
 time), and an AsyncZooClient replaying the trace's arrivals and timing tokens. Virtual time: sim/des.py
 on the same fleet (examples/twin_fleet.toml: L40S + A10 + L4, Llama-3-8B, steps of ~25-70 ms), the same
-40 requests (the Azure conversation trace's first, or a synthetic stand-in without the traces), the same
+40 requests (the Azure conversation trace's first, from the package data), the same
 seed and the same policy (round_robin: routing that does not depend on timing, so any disagreement is in
 the timing model — hops, step pacing, scheduling — and not a different placement).
 
@@ -26,7 +26,7 @@ import pytest
 
 from sim.fleet import load_fleet
 from sim.realtime import REPO_ROOT, run_twin
-from sim.workload import Workload, default_traces_dir, load_trace, scale_to_load, synthetic
+from sim.workload import Workload, load_trace, scale_to_load
 
 FLEET_PATH = REPO_ROOT / "examples" / "twin_fleet.toml"
 NUM_REQUESTS = 40
@@ -37,10 +37,7 @@ TPOT_TOLERANCE = 0.10
 
 
 def _workload(fleet) -> Workload:
-    if (default_traces_dir() / "azure_conv_2023.csv").exists():
-        base = load_trace("conv").window(None, NUM_REQUESTS)
-    else:  # conv-like lengths
-        base = synthetic(NUM_REQUESTS, 1.0, prompt_median=1000, output_median=150, max_output_tokens=400)
+    base = load_trace("conv").window(None, NUM_REQUESTS)  # package data (sim/traces/)
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
     return scale_to_load(base, LOAD, capacity)
 
