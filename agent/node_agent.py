@@ -326,6 +326,21 @@ class NodeAgent(Actor):
         url = self.exporter.url if self.exporter is not None else ""
         return NodeTelemetry(node_id=self.config.node_id, router_to_node_hop_ns=hops, metrics_url=url)
 
+    def health(self) -> dict:
+        """Readiness, for the agent's ``/health`` (observe/agent_http.py; any thread: reads attributes only).
+        "ok" once a control plane has welcomed this node and it takes requests; "starting" before (model
+        loading, joining), "draining" after SIGTERM / `zoo drain`, "disconnected" when the control plane
+        has been silent for ``control_timeout_s`` (the agent is joining again)."""
+        if self.draining:
+            status = "draining"
+        elif not self.welcomed.is_set():
+            status = "starting" if self.num_welcomes == 0 else "disconnected"
+        elif time.monotonic() - self._last_control_s > self.config.control_timeout_s:
+            status = "disconnected"
+        else:
+            status = "ok"
+        return {"status": status, "node_id": self.config.node_id, "model": self.model_name}
+
     def _abort_all(self) -> None:
         """Drop every request in flight (their control plane is gone or has failed them)."""
         self._thread.abort_all()

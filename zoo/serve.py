@@ -14,7 +14,9 @@ control plane gets with ``zoo controlplane --model sim:NAME``. Several in one pr
 
 Metrics: the control plane serves /metrics on its HTTP port and publishes FleetStats on --stats-listen
 (``zoo top`` subscribes); an agent serves its own /metrics on --metrics-port (off unless given; 0 picks a
-free port, which the agent prints and reports to the control plane).
+free port, which the agent prints and reports to the control plane, as ``--metrics-advertise``:PORT), and
+/health there (200 once it has joined a control plane: a readiness probe). The control plane lists every
+agent's /metrics for Prometheus at /metrics/targets (``http_sd_configs``).
 
 The CLI wires ``add_controlplane_args``/``run_controlplane`` and ``add_agent_args``/``run_agent``. Both
 run until SIGINT/SIGTERM and shut down cleanly. An agent at SIGTERM drains first (NodeDrain: no new
@@ -167,6 +169,7 @@ async def _serve_controlplane(
             serve_http = functools.partial(_serve_http, api_keys=api_keys)
             await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
             print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
+            print(f"Prometheus HTTP service discovery of the agents: http://{http}/metrics/targets", flush=True)
     return 0
 
 
@@ -185,9 +188,11 @@ async def _serve_http(
     api_keys: an ApiKeyConfig (gateway/api_keys.py), or None for an open gateway."""
     from controlplane.gateway.app import GatewayConfig, create_app
     from controlplane.gateway.http_server import serve_gateway
+    from observe.prometheus_sd import http_sd_app
 
     config = gateway_config or GatewayConfig()
-    app = create_app(cp, metrics_app=metrics_app, config=config, api_keys=api_keys)
+    sd_app = http_sd_app(cp.stats) if metrics_app is not None else None
+    app = create_app(cp, metrics_app=metrics_app, config=config, api_keys=api_keys, sd_app=sd_app)
     await serve_gateway(app, host, port, config, task_status=task_status)
 
 
@@ -207,6 +212,12 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"
     )
     p.add_argument("--metrics-host", default="127.0.0.1", help="the address --metrics-port binds")
+    p.add_argument(
+        "--metrics-advertise",
+        default=None,
+        help="the host in the /metrics URL reported to the control plane (its Prometheus service discovery); "
+        "default: --metrics-host, or this machine's name when that is a wildcard (0.0.0.0)",
+    )
     p.add_argument(
         "--drain-timeout-s",
         type=float,
@@ -278,13 +289,17 @@ def sim_engine_config_from_args(args: argparse.Namespace):
 def run_agent(args: argparse.Namespace) -> int:
     configure_logging()
     agent = agent_from_args(args)
-    if agent.exporter is not None:
-        print(f"metrics: {agent.exporter.serve(args.metrics_host, args.metrics_port)}", flush=True)
+    http = None
+    if agent.exporter is not None:  # /metrics and the readiness /health on --metrics-port
+        from observe.agent_http import AgentHttpServer
+
+        http = AgentHttpServer(agent.exporter, agent.health)
+        print(f"metrics: {http.serve(args.metrics_host, args.metrics_port, args.metrics_advertise)}", flush=True)
     try:
         return anyio.run(_serve_agent, agent)
     finally:
-        if agent.exporter is not None:
-            agent.exporter.close()
+        if http is not None:
+            http.close()
 
 
 async def _serve_agent(agent) -> int:

@@ -180,7 +180,8 @@ class LocalZoo:
         except OSError:
             return "(no log)"
 
-    def describe(self) -> str:
+    def describe(self, metrics_urls: dict[str, str] | None = None) -> str:
+        """The banner; ``metrics_urls`` (node id → its /metrics, from ``agent_metrics_urls``) adds a line each."""
         cfg = self.config
         lines = [
             f"OpenAI API   {cfg.base_url}/v1",
@@ -190,7 +191,31 @@ class LocalZoo:
             f"agents       {', '.join(f'{a.node_id} ({a.backend})' for a in cfg.agents)}",
             f"logs         {self.log_dir}",
         ]
+        if metrics_urls is not None:
+            lines.append(f"prometheus   {cfg.base_url}/metrics/targets (http_sd_configs: every agent's /metrics)")
+            lines += [f"  {a.node_id:<10} {metrics_urls.get(a.node_id, '(not reported)')}" for a in cfg.agents]
         return "\n".join(lines)
+
+    def agent_metrics_urls(self, timeout_s: float = 5.0) -> dict[str, str]:
+        """Node id → its agent's /metrics URL, from the control plane's service discovery document; waits
+        (at most ``timeout_s``) until every agent has reported one (an agent reports it just after joining).
+        Empty when the document cannot be read (e.g. API keys protect it)."""
+        deadline = time.monotonic() + timeout_s
+        urls: dict[str, str] = {}
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.config.base_url}/metrics/targets", timeout=2) as r:
+                    groups = json.loads(r.read())
+                urls = {
+                    g["labels"]["__meta_zoo_node"]: f"{g['labels']['__scheme__']}://{g['targets'][0]}"
+                    f"{g['labels']['__metrics_path__']}"
+                    for g in groups
+                }
+            except (OSError, ValueError, KeyError, IndexError, TypeError):
+                return urls
+            if len(urls) >= len(self._agents) or time.monotonic() >= deadline:
+                return urls
+            time.sleep(0.1)
 
 
 def _interrupt(signum: int, frame) -> None:
@@ -205,7 +230,7 @@ def run_up(config: UpConfig, log_dir: Path) -> int:
     print(f"starting a local zoo: control plane + {len(config.agents)} agents ...", flush=True)
     try:
         zoo.start()
-        print("ready.\n" + zoo.describe(), flush=True)
+        print("ready.\n" + zoo.describe(zoo.agent_metrics_urls()), flush=True)
         while True:
             for name in zoo.supervise():
                 print(f"restarted agent {name}", flush=True)

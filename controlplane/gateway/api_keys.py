@@ -58,7 +58,11 @@ class ApiKeyConfig:
     def open_paths(self) -> frozenset[str]:
         return frozenset(
             path
-            for path, protected in (("/health", self.protect_health), ("/metrics", self.protect_metrics))
+            for path, protected in (
+                ("/health", self.protect_health),
+                ("/metrics", self.protect_metrics),
+                ("/metrics/targets", self.protect_metrics),  # Prometheus service discovery: as /metrics
+            )
             if not protected
         )
 

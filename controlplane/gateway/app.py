@@ -6,6 +6,7 @@
     GET  /v1/models/{model}       one of them, or 404 model_not_found
     GET  /health                  frontend.health(): 200 when status is "ok", else 503
     GET  /metrics                 the metrics_app given to create_app, if any
+    GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too)
 
 A generation request: read the body (capped) → parse it (any bad input: 400) → frontend.generate →
@@ -76,10 +77,12 @@ def create_app(
     metrics_app: ASGIApp | None = None,
     config: GatewayConfig | None = None,
     api_keys: ApiKeyConfig | None = None,
+    sd_app: ASGIApp | None = None,
 ) -> Starlette:
     """The gateway's ASGI app; serve it with e.g. ``uvicorn.Server(uvicorn.Config(app, ...))``.
 
-    api_keys: require ``Authorization: Bearer`` with one of these keys (gateway/api_keys.py); None: open."""
+    api_keys: require ``Authorization: Bearer`` with one of these keys (gateway/api_keys.py); None: open.
+    sd_app: served at /metrics/targets (Prometheus HTTP service discovery, observe/prometheus_sd.py), if given."""
     gateway = Gateway(frontend, config or GatewayConfig())
     routes = [
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
@@ -90,6 +93,8 @@ def create_app(
     ]
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
+    if sd_app is not None:
+        routes.append(Route("/metrics/targets", _ExactPathApp(sd_app), methods=["GET"]))
     handlers = {HTTPException: _handle_http_exception, Exception: _handle_unexpected}
     app = Starlette(routes=routes, exception_handlers=handlers)
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
