@@ -196,10 +196,10 @@ class LocalZoo:
             lines += [f"  {a.node_id:<10} {metrics_urls.get(a.node_id, '(not reported)')}" for a in cfg.agents]
         return "\n".join(lines)
 
-    def agent_metrics_urls(self, timeout_s: float = 5.0) -> dict[str, str]:
+    def agent_metrics_urls(self, timeout_s: float = 5.0) -> dict[str, str] | None:
         """Node id → its agent's /metrics URL, from the control plane's service discovery document; waits
         (at most ``timeout_s``) until every agent has reported one (an agent reports it just after joining).
-        Empty when the document cannot be read (e.g. API keys protect it)."""
+        None when the document cannot be read (e.g. API keys protect it): the banner then lists none."""
         deadline = time.monotonic() + timeout_s
         urls: dict[str, str] = {}
         while True:
@@ -212,7 +212,7 @@ class LocalZoo:
                     for g in groups
                 }
             except (OSError, ValueError, KeyError, IndexError, TypeError):
-                return urls
+                return urls or None
             if len(urls) >= len(self._agents) or time.monotonic() >= deadline:
                 return urls
             time.sleep(0.1)
