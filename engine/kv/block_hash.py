@@ -65,10 +65,16 @@ def extend_block_hashes(
     parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
     append = block_hashes.append
-    for start in range(i * block_size, num_blocks * block_size, block_size):
-        block_token_ids = tuple(token_ids[start : start + block_size])
-        parent_value = _chain_value(parent_value, lora, block_token_ids)
-        append(_new_block_hash((parent_value, block_token_ids, lora_id)))
+    # one int64 buffer for every block to hash, sliced per block (no array per block); same bytes as _chain_value
+    start, end = i * block_size, num_blocks * block_size
+    span = token_ids[start:end]
+    data = memoryview(array("q", span)).cast("B")  # 8 bytes per token
+    pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
+    for offset in range(0, end - start, block_size):
+        digest = sha256(pack(parent_value, lora))
+        digest.update(data[offset * 8 : (offset + block_size) * 8])
+        parent_value = from_bytes(digest.digest()[:8], "little")
+        append(_new_block_hash((parent_value, tuple(span[offset : offset + block_size]), lora_id)))
     return block_hashes
 
 

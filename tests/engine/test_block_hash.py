@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from engine.kv import extend_block_hashes, hash_block_tokens, hash_full_blocks
 
 
@@ -35,3 +38,21 @@ def test_extend_grows_in_place_and_caps_at_full_blocks():
     assert len(chain) == 1
     extend_block_hashes(chain, tokens, 4, None, 5)
     assert chain == hash_full_blocks(tokens, 4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    tokens=st.lists(st.integers(0, 2**40), max_size=120),
+    block_size=st.sampled_from([1, 4, 16]),
+    have=st.integers(0, 10),
+    want=st.integers(0, 40),
+    lora_id=st.none() | st.integers(0, 5),
+)
+def test_extend_equals_block_by_block_chaining(tokens, block_size, have, want, lora_id):
+    """The bulk hashing in extend_block_hashes names every block exactly as hash_block_tokens chained one by one."""
+    chain, parent = [], None
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        parent = hash_block_tokens(parent, tokens[start : start + block_size], lora_id)
+        chain.append(parent)
+    prefix = chain[: min(have, len(chain))]
+    assert extend_block_hashes(list(prefix), tokens, block_size, lora_id, want) == chain[: max(len(prefix), want)]
