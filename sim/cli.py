@@ -41,7 +41,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fleet",
         default="zoo",
-        help="fleet TOML file or a bundled fleet name (zoo, zoo_cells, small, big64, llama70b)",
+        help="fleet TOML file or a bundled fleet name (zoo, zoo_long, zoo_cells, small, big64, llama70b)",
     )
     parser.add_argument(
         "--trace",

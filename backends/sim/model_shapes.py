@@ -52,6 +52,11 @@ SIM_MODELS: dict[str, ModelConfig] = {
             "llama-3-8b", vocab=128256, hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8,
             max_len=8192, rope_theta=500000.0, bos=128000, eos=128001,
         ),
+        # Llama-3.1-8B: Llama-3-8B's shape with a 128k context (its llama3 RoPE scaling changes no cost)
+        _llama(
+            "llama-3.1-8b", vocab=128256, hidden=4096, intermediate=14336, layers=32, heads=32, kv_heads=8,
+            max_len=131072, rope_theta=500000.0, bos=128000, eos=128001,
+        ),
         _llama(
             "llama-3-70b", vocab=128256, hidden=8192, intermediate=28672, layers=80, heads=64, kv_heads=8,
             max_len=8192, rope_theta=500000.0, bos=128000, eos=128001,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 
+from backends.sim.cost_model import num_kv_blocks
 from sim.fleet import load_fleet, parse_fleet
 
 
@@ -37,3 +38,12 @@ def test_rejects_fleets_that_cannot_serve():
         )
     with pytest.raises(FileNotFoundError, match="bundled"):
         load_fleet("no-such-fleet")
+
+
+def test_zoo_long_serves_a_128k_model_and_only_big_kv_nodes_take_the_longest_prompts():
+    fleet = load_fleet("zoo_long")
+    assert fleet.model.name == "sim:llama-3.1-8b" and fleet.model.max_position_embeddings == 131072
+    kv_tokens = {n.hardware.profile: num_kv_blocks(fleet.model, n.hardware, 16) * 16 for n in fleet.nodes}
+    assert set(kv_tokens) == {"h100-sxm", "a100-40gb", "l4", "t4"}
+    # Mooncake's p99 prompt (66k tokens) fits an H100's KV cache but not an L4's
+    assert kv_tokens["l4"] < 66_000 < kv_tokens["h100-sxm"]
