@@ -248,7 +248,7 @@ async def _events(
     chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: OpenAIReply
 ) -> AsyncGenerator[bytes, None]:
     try:
-        for obj in reply.first_objects():
+        for obj in reply.first_objects(first):
             yield data_event(obj)
         chunk = first
         while True:

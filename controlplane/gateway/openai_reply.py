@@ -114,7 +114,11 @@ class OpenAIReply:
             "prompt_tokens_details": {"cached_tokens": min(self.num_cached_tokens, self.num_prompt_tokens)},
         }
 
-    def first_objects(self) -> list[dict]:
+    def first_objects(self, first: TokenChunk | None = None) -> list[dict]:
+        """A chat stream's opening role deltas (their usage, if continuous, has the prompt of ``first``)."""
+        if first is not None:
+            self.num_prompt_tokens = max(self.num_prompt_tokens, first.num_prompt_tokens)
+            self.num_cached_tokens = max(self.num_cached_tokens, first.num_cached_tokens)
         if not self.chat:
             return []
         return [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]

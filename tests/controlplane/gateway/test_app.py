@@ -17,7 +17,8 @@ pytestmark = pytest.mark.anyio
 MODEL = "smol"  # the FakeFrontend's default model
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
 COMPLETION = {"model": MODEL, "prompt": "Once upon a time"}
-USAGE_5_3 = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8, "prompt_tokens_details": {"cached_tokens": 0}}
+USAGE_5_3 = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+USAGE_5_3["prompt_tokens_details"] = {"cached_tokens": 0}
 
 
 def sse_payloads(text: str) -> list[dict | str]:
@@ -140,7 +141,10 @@ async def test_logprobs(client, frontend):
         "token": "A",
         "logprob": -0.5,
         "bytes": [65],
-        "top_logprobs": [{"token": "A", "logprob": -0.5, "bytes": [65]}, {"token": "B", "logprob": -1.5, "bytes": [66]}],
+        "top_logprobs": [
+            {"token": "A", "logprob": -0.5, "bytes": [65]},
+            {"token": "B", "logprob": -1.5, "bytes": [66]},
+        ],
     }
     assert second == {"token": "B", "logprob": -9999.0, "bytes": [66], "top_logprobs": []}  # -inf is not JSON
     r = await client.post("/v1/completions", json={**COMPLETION, "logprobs": 2})
