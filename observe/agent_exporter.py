@@ -42,7 +42,7 @@ class AgentExporter(PrometheusExporter):
                              m.VLLM_LABELS, registry=reg, buckets=m.ITL_BUCKETS_S)  # fmt: skip
         self.e2e = Histogram(m.E2E_REQUEST_LATENCY, "Arrival at the gateway → finish of a request.",
                              m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Time a request waited in the engine before its first step.",
+        self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Arrival at the gateway → the request's first engine step.",
                                m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
         self.success = Counter(m.REQUEST_SUCCESS, "Finished requests by finish reason.",
                                (*m.VLLM_LABELS, "finished_reason"), registry=reg)  # fmt: skip
