@@ -5,6 +5,7 @@ processes. Cached prompt tokens, continuous usage, logprobs with text and bytes,
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
 
@@ -46,8 +47,6 @@ def fleet(spawn_controlplane, spawn_agent, free_metrics_port):
 
 @pytest.fixture
 def free_metrics_port():
-    import socket
-
     def pick() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
