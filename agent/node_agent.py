@@ -40,6 +40,7 @@ import zmq.asyncio
 from agent.engine_thread import EngineThread
 from agent.hardware_probe import describe_hardware
 from agent.node_core import EngineObservation, NodeCore
+from agent.request_age import request_age_s
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from transport.actor import Actor, MailboxFull
@@ -386,7 +387,8 @@ class NodeAgent(Actor):
                 )
             )
             return
-        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling)  # validated when decoded
+        age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s)  # validated when decoded
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])

@@ -81,11 +81,13 @@ class NodeCore:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Queue a request at the clock's now. Raises ValueError (a PromptError, a duplicate id) and
-        queues nothing when this node cannot serve it."""
+    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, age_s: float = 0.0) -> None:
+        """Queue a request that arrived ``age_s`` ago (at the gateway: its TTFT, E2E and queue time count from
+        there). Raises ValueError (a PromptError, a duplicate id) and queues nothing when this node cannot
+        serve it."""
         self.num_received_total += 1
-        self.engine.add_request(prompt_token_ids, params, req_id=request_id)
+        arrival_time_s = self.engine.clock.now() - max(age_s, 0.0)
+        self.engine.add_request(prompt_token_ids, params, req_id=request_id, arrival_time_s=arrival_time_s)
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)
 
@@ -202,6 +204,7 @@ class NodeCore:
             num_output_tokens=o.num_output_tokens,
             node_id=self.node_id,
             logprobs=[(lp.token_id, lp.logprob, list(lp.top)) for lp in o.new_logprobs] if o.new_logprobs else None,
+            num_cached_tokens=o.num_cached_tokens,
         )
 
     def load_report(self) -> LoadReport:

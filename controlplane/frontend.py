@@ -38,15 +38,33 @@ class Frontend(Protocol):
         prompt_token_ids: list[int] | None = None,
         sampling: SamplingParams,
         traffic_class: str = "default",
+        arrival_ns: int | None = None,
+        num_choices: int = 1,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
 
         Raises FrontendError before the first chunk for a refused request (bad parameter, unknown
         model, prompt too long, overloaded, no node) and mid-stream when the serving node fails.
         Closing the iterator early cancels the request on its node.
+
+        arrival_ns: when the request arrived (``time.monotonic_ns()``; None: now); the node's TTFT and
+            E2E count from there. num_choices > 1: that many engine requests, ids
+            ``choice_request_ids(request_id, num_choices)``, chunks interleaved until all have finished.
         """
         ...
 
     def health(self) -> dict:
         """{"status": "ok" | "degraded", "nodes": N, ...}"""
         ...
+
+
+def choice_request_ids(request_id: str, num_choices: int) -> list[str]:
+    """The engine request id of each choice of a request (OpenAI's ``n``): the request's own id when n = 1."""
+    if num_choices == 1:
+        return [request_id]
+    return [f"{request_id}-{i}" for i in range(num_choices)]
+
+
+def choice_seed(seed: int | None, index: int) -> int | None:
+    """Choice ``index``'s seed: a seeded request's choices differ from each other and are each reproducible."""
+    return None if seed is None else (seed + index) % (1 << 63)

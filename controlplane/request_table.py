@@ -61,46 +61,61 @@ class LocalConsumer:
 
 
 async def local_stream(
-    msg: ClientGenerate,
+    msg: ClientGenerate | list[ClientGenerate],
     submit: Callable[[ClientGenerate, LocalConsumer, int], ErrorReply | None],
     cancel: Callable[[str], bool],
     chunk_timeout_s: float,
     open_streams: set[str] | None = None,
+    arrival_ns: int | None = None,
 ) -> AsyncIterator[TokenChunk]:
     """An in-process request (``ControlPlane.generate``): submit it with a LocalConsumer, then yield its chunks
     until the finished one. FrontendError when it is refused, fails, or no chunk comes within
     ``chunk_timeout_s``; leaving early (closed, timed out, cancelled) cancels it on its node.
-    ``open_streams``: holds the request id while the stream is open (a shutdown waits for it to empty)."""
-    # room for every chunk the request can produce: the node's chunks never wait on this consumer
-    send, receive = anyio.create_memory_object_stream[TokenChunk | ErrorReply](max(1, msg.sampling.max_tokens) + 2)
-    error = submit(msg, LocalConsumer(send), time.monotonic_ns())
-    if error is not None:
-        send.close()
-        receive.close()
-        raise FrontendError(error.code, error.message, error.retry_after_s, error.param)
-    finished = False
+    ``open_streams``: holds the request id while the stream is open (a shutdown waits for it to empty).
+    ``arrival_ns``: when it arrived (``time.monotonic_ns()`` at the gateway; None: now).
+
+    A list of messages is one request of several choices (OpenAI's ``n``): each is its own engine request with
+    its own id, all deliver to one stream, chunks come interleaved (``chunk.request_id`` tells them apart) until
+    every one has finished; any refusal or failure fails them all (the others are cancelled)."""
+    msgs = msg if isinstance(msg, list) else [msg]
+    arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns
+    # room for every chunk the requests can produce: the node's chunks never wait on this consumer
+    capacity = sum(max(1, m.sampling.max_tokens) + 2 for m in msgs)
+    send, receive = anyio.create_memory_object_stream[TokenChunk | ErrorReply](capacity)
+    consumer = LocalConsumer(send)
+    unfinished: list[str] = []
+    for m in msgs:
+        error = submit(m, consumer, arrival_ns)
+        if error is not None:
+            for request_id in unfinished:
+                cancel(request_id)
+            send.close()
+            receive.close()
+            raise FrontendError(error.code, error.message, error.retry_after_s, error.param)
+        unfinished.append(m.request_id)
     if open_streams is not None:
-        open_streams.add(msg.request_id)
+        open_streams.update(unfinished)
     try:
         with receive:
-            while True:
+            while unfinished:
                 try:
                     with anyio.fail_after(chunk_timeout_s):
                         item = await receive.receive()
                 except TimeoutError:
                     raise FrontendError(ErrorCode.INTERNAL, "timed out waiting for the node") from None
                 if isinstance(item, ErrorReply):
-                    finished = True
+                    if item.request_id in unfinished:
+                        unfinished.remove(item.request_id)
                     raise FrontendError(item.code, item.message, item.retry_after_s)
-                finished = item.finished
+                if item.finished and item.request_id in unfinished:
+                    unfinished.remove(item.request_id)
                 yield item
-                if finished:
-                    return
     finally:
-        if open_streams is not None:
-            open_streams.discard(msg.request_id)
-        if not finished:
-            cancel(msg.request_id)
+        for m in msgs:
+            if open_streams is not None:
+                open_streams.discard(m.request_id)
+        for request_id in unfinished:
+            cancel(request_id)
 
 
 @dataclass(slots=True)

@@ -32,10 +32,12 @@ import time
 from collections.abc import AsyncIterator
 
 import anyio
+import msgspec
 import zmq.asyncio
 
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
+from controlplane.frontend import choice_request_ids, choice_seed
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
@@ -295,17 +297,23 @@ class ControlPlane(Actor):
         prompt_token_ids: list[int] | None = None,
         sampling: SamplingParams,
         traffic_class: str = "default",
+        arrival_ns: int | None = None,
+        num_choices: int = 1,
     ) -> AsyncIterator[TokenChunk]:
-        msg = ClientGenerate(
-            request_id=request_id,
-            model=model,
-            prompt=prompt,
-            messages=messages,
-            prompt_token_ids=prompt_token_ids,
-            sampling=sampling,
-            traffic_class=traffic_class,
-        )
-        return local_stream(msg, self.submit, self.cancel, self.config.chunk_timeout_s, self.local_streams)
+        msgs = [
+            ClientGenerate(
+                request_id=choice_id,
+                model=model,
+                prompt=prompt,
+                messages=messages,
+                prompt_token_ids=prompt_token_ids,
+                sampling=msgspec.structs.replace(sampling, seed=choice_seed(sampling.seed, i)) if i else sampling,
+                traffic_class=traffic_class,
+            )
+            for i, choice_id in enumerate(choice_request_ids(request_id, num_choices))
+        ]
+        timeout_s = self.config.chunk_timeout_s
+        return local_stream(msgs, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns=arrival_ns)
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 
@@ -523,3 +531,18 @@ class ControlPlane(Actor):
         num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
         reply = NodeDrain(request_id=msg.request_id, node_id=msg.node_id, reason=msg.reason, num_inflight=num_inflight)
         self._clients.send_nowait(reply, incoming.peer)
+
+    # -- what the gateway asks besides generate (OpenAI details: /v1/models at start, /tokenize) ------
+
+    async def wait_for_models(self, timeout_s: float) -> list[str]:
+        """The served models once some node has joined (at most ``timeout_s``; then whatever there is)."""
+        with anyio.move_on_after(timeout_s):
+            while not self.model_names:
+                await self._changed.wait()
+        return self.model_names
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The longest context a live node serves (None: no node yet)."""
+        lengths = [view.max_model_len for view in self.registry.snapshot().nodes]
+        return max(lengths) if lengths else None

@@ -95,6 +95,7 @@ class RequestOutput:
     stop_reason: int | str | None = None
     new_logprobs: list[TokenLogprob] = field(default_factory=list)
     metrics: RequestMetrics | None = None
+    num_cached_tokens: int = 0  # prompt tokens the prefix cache served at its first admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +289,7 @@ class LLMEngine:
             stop_reason=stop_reason,
             new_logprobs=list(update.new_logprobs),
             metrics=metrics,
+            num_cached_tokens=request.num_cached_prompt_tokens,
         )
 
     def run_until_done(self) -> dict[str, RequestOutput]:

@@ -36,13 +36,13 @@ class AgentExporter(PrometheusExporter):
         self._stats: SchedulerStats | None = None
         self._rejected: Mapping = {}
         reg = self.registry
-        self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (engine arrival → first token).",
+        self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
                               m.VLLM_LABELS, registry=reg, buckets=m.TTFT_BUCKETS_S)  # fmt: skip
         self.itl = Histogram(m.INTER_TOKEN_LATENCY, "Time between successive output tokens of a request.",
                              m.VLLM_LABELS, registry=reg, buckets=m.ITL_BUCKETS_S)  # fmt: skip
-        self.e2e = Histogram(m.E2E_REQUEST_LATENCY, "Engine arrival → finish of a request.",
+        self.e2e = Histogram(m.E2E_REQUEST_LATENCY, "Arrival at the gateway → finish of a request.",
                              m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Time a request waited in the engine before its first step.",
+        self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Arrival at the gateway → the request's first engine step.",
                                m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
         self.success = Counter(m.REQUEST_SUCCESS, "Finished requests by finish reason.",
                                (*m.VLLM_LABELS, "finished_reason"), registry=reg)  # fmt: skip

@@ -4,7 +4,7 @@ to serve ``/metrics``.
     core (plain snapshots / events) ──► exporter.observe*(…) / snapshot callables ──► CollectorRegistry
                                                                                          │
     control plane: create_app(metrics_app=exporter.asgi_app(...)) ── GET /metrics ◄──────┤
-    agent:         exporter.serve(host, port)  (prometheus_client's HTTP server thread) ◄┘
+    agent:         exporter.serve(host, port)  (an HTTP server thread: observe/metrics_http.py) ◄┘
 
 Histograms are prometheus_client objects fed with events (thread-safe). Gauges and counters whose
 truth is a snapshot (the scheduler's totals, the dispatcher's rejection counts) are produced at scrape
@@ -20,9 +20,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, make_asgi_app
-from prometheus_client.exposition import generate_latest, start_http_server
+from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+
+from observe.metrics_http import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ class PrometheusExporter:
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
         """Serve /metrics on ``host:port`` (0: a free port) in a daemon thread; returns the URL."""
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self._server, self._thread = serve_metrics(self.registry, host, port)  # HEAD and OPTIONS too
         bound_port = self._server.server_address[1]
         self.url = f"http://{host}:{bound_port}/metrics"
         return self.url

@@ -217,6 +217,7 @@ class TokenChunk(Envelope, kw_only=True):
     num_output_tokens: int = 0
     node_id: str = ""
     logprobs: list[tuple[int, float, list[tuple[int, float]]]] | None = None  # (token, logprob, top)
+    num_cached_tokens: int = 0  # prompt tokens this node's prefix cache served (known from the first chunk on)
 
 
 class CancelRequest(Envelope, kw_only=True):

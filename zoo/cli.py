@@ -186,6 +186,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_top_args(t)
     t.set_defaults(func=run_top)
 
+    from zoo.export_tokenizer import add_export_tokenizer_args, run_export_tokenizer
+
+    et = sub.add_parser("export-tokenizer", help="write the model's tokenizer as a Hugging Face folder (offline use)")
+    add_export_tokenizer_args(et)
+    et.set_defaults(func=run_export_tokenizer)
+
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
     b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz"])
     b.add_argument("--json", action="store_true", help="print one JSON object")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,6 +57,11 @@ def bytes_to_unicode() -> dict[int, str]:
     return table
 
 
+@functools.cache
+def _unicode_to_bytes() -> dict[str, int]:
+    return {char: byte for byte, char in bytes_to_unicode().items()}
+
+
 class Tokenizer:
     """Encodes and decodes text and renders chat prompts.
 
@@ -84,6 +90,7 @@ class Tokenizer:
         self.special_token_ids: frozenset[int] = frozenset(
             token_id for token_id, token in backend_tokenizer.get_added_tokens_decoder().items() if token.special
         )
+        self._added_token_ids = frozenset(backend_tokenizer.get_added_tokens_decoder())
         self.chat_template = chat_template
         self._compiled_template = ChatTemplate(chat_template) if chat_template else None
 
@@ -112,6 +119,20 @@ class Tokenizer:
 
     def id_to_token(self, token_id: int) -> str | None:
         return self.backend_tokenizer.id_to_token(token_id)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes token ``token_id`` stands for: a byte-level BPE token's own bytes (maybe part of a UTF-8
+        character), an added token's text as UTF-8; for other vocabularies, its decoded text as UTF-8."""
+        token = self.backend_tokenizer.id_to_token(token_id)
+        if token is None:
+            raise ValueError(f"token id {token_id} is outside the vocabulary (size {self.vocab_size})")
+        if token_id not in self._added_token_ids and isinstance(self.backend_tokenizer.decoder, decoders.ByteLevel):
+            byte_of = _unicode_to_bytes()
+            if all(char in byte_of for char in token):
+                return bytes(byte_of[char] for char in token)
+        if token_id in self._added_token_ids:
+            return token.encode("utf-8")
+        return self.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
     def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """The prompt text for `messages` (each {"role": str, "content": str}); encode it without special tokens."""

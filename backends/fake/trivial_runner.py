@@ -7,10 +7,11 @@ fixed step time spent in the engine thread.
 
 from __future__ import annotations
 
+import math
 import time
 
 from backends.fake.byte_tokenizer import ByteTokenizer
-from engine.batch import RunnerOutput, SchedulerOutput
+from engine.batch import RunnerOutput, SchedulerOutput, TokenLogprob
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
 from engine.model_runner import KVCacheSpec
@@ -20,7 +21,7 @@ from transport.messages import HardwareInfo
 class TrivialRunner:
     """Samples ``token_id`` ("z" by default) for every request that samples, optionally after a fixed step
     time (its stand-in for compute, spent in the engine thread). Never samples EOS: requests run to
-    ``max_tokens``."""
+    ``max_tokens``. Asked for logprobs, reports those of its point-mass distribution."""
 
     def __init__(self, token_id: int = ord("z") + 3, step_s: float = 0.0, max_model_len: int = 4096) -> None:
         self.token_id = token_id
@@ -42,7 +43,17 @@ class TrivialRunner:
         if self.step_s > 0:
             time.sleep(self.step_s)
         sampled = {r.req_id: [self.token_id] for r in batch.requests if r.sample}
-        return RunnerOutput(sampled_token_ids=sampled, step_time_s=time.perf_counter() - start)
+        logprobs = {
+            r.req_id: [self._logprob(r.sampling_params.logprobs)]
+            for r in batch.requests
+            if r.sample and r.sampling_params.logprobs is not None
+        }
+        return RunnerOutput(sampled_token_ids=sampled, logprobs=logprobs, step_time_s=time.perf_counter() - start)
+
+    def _logprob(self, num_top: int) -> TokenLogprob:
+        """Its distribution is all on ``token_id`` (logprob 0); the other top entries are the next ids, at -inf."""
+        top = [(self.token_id, 0.0)] + [(self.token_id + 1 + i, -math.inf) for i in range(num_top - 1)]
+        return TokenLogprob(token_id=self.token_id, logprob=0.0, top=top[:num_top])
 
 
 def build_trivial_engine(step_s: float = 0.0, num_device_blocks: int = 4096, max_num_seqs: int = 256) -> LLMEngine:

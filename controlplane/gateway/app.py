@@ -2,12 +2,18 @@
 
     POST /v1/completions          stream=false → one JSON object; stream=true → SSE, then [DONE]
     POST /v1/chat/completions     (same)
-    GET  /v1/models               the frontend's model_names as OpenAI's list
+    GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
+                                  waits for one, at most ``models_wait_s``)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
+    POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
     GET  /health                  frontend.health(): 200 when status is "ok", else 503
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
-    (every GET route answers HEAD too)
+    (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py)
+
+Clocks start when a generation request arrives here (``arrival_ns``, before its body is read): the node's
+TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
+``n`` choices are n engine requests (Frontend.generate ``num_choices``), merged into one reply.
 
 A generation request: read the body (capped) → parse it (any bad input: 400) → frontend.generate →
 wait for the first chunk, so a refusal still gets its own status (404, 429 + Retry-After, 503 …) →
@@ -38,11 +44,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from controlplane.frontend import Frontend, FrontendError
+from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import error_response, http_error_response
-from controlplane.gateway.openai_schema import GenerateArgs, OpenAIReply, parse_chat, parse_completion
+from controlplane.gateway.http_methods import OptionsMiddleware
+from controlplane.gateway.openai_reply import OpenAIReply
+from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
+from controlplane.gateway.token_text import TokenText
+from controlplane.gateway.tokenize_routes import TokenizeRoutes
 from transport.codec import clip
 from transport.messages import ErrorCode, TokenChunk
 
@@ -61,11 +71,14 @@ class GatewayConfig:
     # a request's headers, and then its body, must arrive within this (else 408 and the connection closes)
     request_read_timeout_s: float = 30.0
     keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed after this (uvicorn's)
+    models_wait_s: float = 30.0  # GET /v1/models before any node has joined waits this long for one
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.models_wait_s < math.inf:
+            raise ValueError(f"GatewayConfig.models_wait_s must be >= 0 and finite, got {self.models_wait_s}")
         for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")
@@ -89,6 +102,8 @@ def create_app(
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
         Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
+        Route("/tokenize", gateway.handle_tokenize, methods=["POST"]),
+        Route("/detokenize", gateway.handle_detokenize, methods=["POST"]),
         Route("/health", gateway.handle_health, methods=["GET"]),
     ]
     if metrics_app is not None:
@@ -99,6 +114,7 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers=handlers)
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
+    app.add_middleware(OptionsMiddleware, routes=routes)  # outermost: a preflight carries no key
     return app
 
 
@@ -109,6 +125,8 @@ class Gateway:
         self.frontend = frontend
         self.config = config
         self.created_s = int(time.time())
+        self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
+        self.tokenize_routes = TokenizeRoutes(frontend)
 
     async def handle_completions(self, request: Request) -> Response:
         return await self._handle_generate(request, chat=False)
@@ -117,8 +135,28 @@ class Gateway:
         return await self._handle_generate(request, chat=True)
 
     async def handle_models(self, request: Request) -> Response:
-        data = [self._model_object(name) for name in self.frontend.model_names]
+        names = self.frontend.model_names
+        wait_for_models = getattr(self.frontend, "wait_for_models", None)
+        if not names and wait_for_models is not None:
+            names = await _until_disconnect(request, wait_for_models(self.config.models_wait_s))
+        data = [self._model_object(name) for name in names]
         return _json({"object": "list", "data": data})
+
+    async def handle_tokenize(self, request: Request) -> Response:
+        return await self._handle_body(request, self.tokenize_routes.tokenize)
+
+    async def handle_detokenize(self, request: Request) -> Response:
+        return await self._handle_body(request, self.tokenize_routes.detokenize)
+
+    async def _handle_body(self, request: Request, reply) -> Response:
+        try:
+            return reply(await self._read_body(request))
+        except FrontendError as err:
+            return error_response(err)
+        except _ReadTimeout as timeout:
+            return _read_timeout_response(timeout)
+        except ClientDisconnect:
+            return Response(status_code=499)
 
     async def handle_model(self, request: Request) -> Response:
         name = request.path_params["model"]
@@ -138,18 +176,18 @@ class Gateway:
         return {"id": name, "object": "model", "created": self.created_s, "owned_by": self.config.owned_by}
 
     async def _handle_generate(self, request: Request, *, chat: bool) -> Response:
+        arrival_ns = time.monotonic_ns()  # the request's clocks start here (its headers are in)
         try:
             body = await self._read_body(request)
             if chat:
                 args = parse_chat(body, default_max_tokens=self.config.default_chat_max_tokens)
             else:
                 args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
-            return await self._generate(request, args, chat=chat)
+            return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
         except FrontendError as err:
             return error_response(err)
         except _ReadTimeout as timeout:
-            message = f"The request body was not received within {timeout.timeout_s:g} s"
-            return http_error_response(408, message, code="request_timeout", headers={"connection": "close"})
+            return _read_timeout_response(timeout)
         except (_ClientGone, ClientDisconnect):
             return Response(status_code=499)  # nobody is left to read it
         except Exception:
@@ -172,14 +210,22 @@ class Gateway:
             raise _ReadTimeout(timeout_s)
         return bytes(body)
 
-    async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool) -> Response:
+    async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         model_names = self.frontend.model_names
         model = args.model or (model_names[0] if model_names else "")
         reply = OpenAIReply(
-            chat=chat, request_id=request_id, model=model, created=int(time.time()), include_usage=args.include_usage
+            chat=chat,
+            request_id=request_id,
+            model=model,
+            created=int(time.time()),
+            include_usage=args.include_usage,
+            continuous_usage=args.continuous_usage,
+            choice_ids=choice_request_ids(request_id, args.n),
+            token_text=self.token_text,
         )
         headers = {"x-request-id": request_id}
+        more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
         chunks = self.frontend.generate(
             request_id,
             model=args.model,
@@ -187,6 +233,8 @@ class Gateway:
             messages=args.messages,
             prompt_token_ids=args.prompt_token_ids,
             sampling=args.sampling,
+            arrival_ns=arrival_ns,
+            **more,
         )
         handed_over = False
         try:
@@ -205,13 +253,13 @@ async def _events(
     chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: OpenAIReply
 ) -> AsyncGenerator[bytes, None]:
     try:
-        for obj in reply.first_objects():
+        for obj in reply.first_objects(first):
             yield data_event(obj)
         chunk = first
         while True:
             for obj in reply.chunk_objects(chunk):
                 yield data_event(obj)
-            if chunk.finished:
+            if reply.finished:
                 break
             chunk = await _next_chunk(chunks)
         if reply.include_usage:
@@ -226,9 +274,8 @@ async def _events(
 
 async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply) -> None:
     while True:
-        chunk = await _next_chunk(chunks)
-        reply.add(chunk)
-        if chunk.finished:
+        reply.add(await _next_chunk(chunks))
+        if reply.finished:
             return
 
 
@@ -308,6 +355,11 @@ async def _handle_http_exception(request: Request, exc: HTTPException) -> Respon
 async def _handle_unexpected(request: Request, exc: Exception) -> Response:
     """An exception no handler caught (Starlette logs it and re-raises after this reply)."""
     return http_error_response(500, "Internal server error", code="internal_error")
+
+
+def _read_timeout_response(timeout: _ReadTimeout) -> Response:
+    message = f"The request body was not received within {timeout.timeout_s:g} s"
+    return http_error_response(408, message, code="request_timeout", headers={"connection": "close"})
 
 
 def _json(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:

@@ -3,8 +3,9 @@
 Types are strict (``"2"`` is not an int, ``true`` is not a number), unknown fields are ignored as
 OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendError whose ``param``
 names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
-Fields that would change the output and that the engine cannot honour (n > 1, penalties, logit
-bias, tools, echo, JSON mode) are refused rather than silently ignored.
+Fields that would change the output and that the engine cannot honour (penalties, logit bias, tools,
+echo, JSON mode, best_of) are refused rather than silently ignored. ``n`` choices (at most MAX_CHOICES)
+become n engine requests. The replies are built in gateway/openai_reply.py.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ import msgspec
 
 from controlplane.frontend import FrontendError
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
-from transport.messages import ChatMessage, ErrorCode, TokenChunk
+from transport.messages import ChatMessage, ErrorCode
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
+MAX_CHOICES = 16  # the most choices (``n``) one request may ask for
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
     include_usage: bool | None = None
+    continuous_usage_stats: bool | None = None  # vLLM's: usage in every chunk (with include_usage)
 
 
 class ContentPart(msgspec.Struct, kw_only=True):
@@ -90,6 +93,8 @@ class GenerateArgs:
     prompt_token_ids: list[int] | None = None
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False
+    n: int = 1
 
 
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
@@ -118,6 +123,8 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         prompt_token_ids=prompt_token_ids,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
+        continuous_usage=_continuous_usage(req),
+        n=req.n or 1,
     )
 
 
@@ -145,6 +152,8 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         messages=messages,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
+        continuous_usage=_continuous_usage(req),
+        n=req.n or 1,
     )
 
 
@@ -176,6 +185,10 @@ def _invalid(param: str, message: str) -> FrontendError:
 
 def _include_usage(req: _CommonRequest) -> bool:
     return bool(req.stream and req.stream_options is not None and req.stream_options.include_usage)
+
+
+def _continuous_usage(req: _CommonRequest) -> bool:
+    return _include_usage(req) and bool(req.stream_options.continuous_usage_stats)
 
 
 def _prompt_of(prompt: str | list[str | int | list[int]]) -> tuple[str | None, list[int] | None]:
@@ -218,8 +231,8 @@ def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
 def _sampling_of(
     req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None
 ) -> SamplingParams:
-    if req.n not in (None, 1):
-        raise _invalid("n", f"only n=1 is supported, got {show_value(req.n)}")
+    if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
+        raise _invalid("n", f"must be in [1, {MAX_CHOICES}], got {show_value(req.n)}")
     for name in ("presence_penalty", "frequency_penalty"):
         if getattr(req, name):
             raise _invalid(name, "penalties are not supported (only 0)")
@@ -243,122 +256,3 @@ def _sampling_of(
             param = "top_logprobs"
         detail = str(exc).removeprefix(f"{exc.field}: ")
         raise _invalid(param, detail) from None
-
-
-# --------------------------------------------------------------------------- responses
-
-
-class OpenAIReply:
-    """The OpenAI objects of one request (chat or text completion), built from its TokenChunks.
-
-    Stream:      chunk_objects(c) for every chunk [+ usage_object()]        then [DONE]
-    Non-stream:  add(c) for every chunk, then full_object()
-    Chat streams open with one role delta (first_objects()). Log-probabilities name tokens as
-    ``"token_id:<id>"`` (the gateway holds no tokenizer); a completion's ``text_offset`` is the
-    offset of the chunk that carried the token.
-    """
-
-    def __init__(self, *, chat: bool, request_id: str, model: str, created: int, include_usage: bool) -> None:
-        self.chat = chat
-        self.base = {
-            "id": request_id,
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": created,
-            "model": model,
-        }
-        self.include_usage = include_usage
-        self.text_parts: list[str] = []
-        self.num_text_chars = 0
-        self.num_prompt_tokens = 0
-        self.num_output_tokens = 0  # as the node counted them; 0 until reported
-        self.num_token_ids = 0  # token ids seen, the fallback count
-        self.logprobs: list[tuple[int, float, list[tuple[int, float]]]] = []
-        self.logprob_offsets: list[int] = []
-        self.finish_reason: str | None = None
-
-    def add(self, chunk: TokenChunk) -> None:
-        """Account for one TokenChunk; raises FrontendError when the node aborted the request."""
-        self.num_prompt_tokens = max(self.num_prompt_tokens, chunk.num_prompt_tokens)
-        self.num_output_tokens = max(self.num_output_tokens, chunk.num_output_tokens)
-        self.num_token_ids += len(chunk.token_ids)
-        if chunk.logprobs:
-            self.logprobs.extend(chunk.logprobs)
-            self.logprob_offsets.extend([self.num_text_chars] * len(chunk.logprobs))
-        self.text_parts.append(chunk.text)
-        self.num_text_chars += len(chunk.text)
-        if chunk.finished:
-            reason = chunk.finish_reason or "stop"
-            if reason == "abort":
-                raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
-            self.finish_reason = reason
-
-    def usage(self) -> dict:
-        num_completion = self.num_output_tokens or self.num_token_ids
-        return {
-            "prompt_tokens": self.num_prompt_tokens,
-            "completion_tokens": num_completion,
-            "total_tokens": self.num_prompt_tokens + num_completion,
-        }
-
-    def first_objects(self) -> list[dict]:
-        return [self._chunk_object({"role": "assistant", "content": ""}, None, None)] if self.chat else []
-
-    def chunk_objects(self, chunk: TokenChunk) -> list[dict]:
-        num_logprobs = len(self.logprobs)
-        self.add(chunk)
-        objects = []
-        if chunk.text or chunk.logprobs:
-            logprobs = self._logprobs_object(num_logprobs) if chunk.logprobs else None
-            objects.append(self._chunk_object({"content": chunk.text}, chunk.text, logprobs))
-        if self.finish_reason is not None:
-            objects.append(self._chunk_object({}, "", None, self.finish_reason))
-        return objects
-
-    def usage_object(self) -> dict:
-        return {**self.base, "choices": [], "usage": self.usage()}
-
-    def full_object(self) -> dict:
-        text = "".join(self.text_parts)
-        logprobs = self._logprobs_object(0) if self.logprobs else None
-        if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
-        else:
-            choice = {"text": text, "index": 0}
-        choice.update(logprobs=logprobs, finish_reason=self.finish_reason)
-        obj = "chat.completion" if self.chat else "text_completion"
-        return {**self.base, "object": obj, "choices": [choice], "usage": self.usage()}
-
-    def _chunk_object(self, delta: dict, text: str | None, logprobs: dict | None, finish: str | None = None) -> dict:
-        if self.chat:
-            choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
-        else:
-            choice = {"text": text or "", "index": 0, "logprobs": logprobs, "finish_reason": finish}
-        obj = {**self.base, "choices": [choice]}
-        if self.include_usage:
-            obj["usage"] = None
-        return obj
-
-    def _logprobs_object(self, start: int) -> dict:
-        entries, offsets = self.logprobs[start:], self.logprob_offsets[start:]
-        if self.chat:
-            return {
-                "content": [
-                    {
-                        "token": _token_name(token),
-                        "logprob": logprob,
-                        "bytes": None,
-                        "top_logprobs": [{"token": _token_name(t), "logprob": lp, "bytes": None} for t, lp in top],
-                    }
-                    for token, logprob, top in entries
-                ]
-            }
-        return {
-            "tokens": [_token_name(token) for token, _, _ in entries],
-            "token_logprobs": [logprob for _, logprob, _ in entries],
-            "top_logprobs": [{_token_name(t): lp for t, lp in top} for _, _, top in entries],
-            "text_offset": offsets,
-        }
-
-
-def _token_name(token_id: int) -> str:
-    return f"token_id:{token_id}"

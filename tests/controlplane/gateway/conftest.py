@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 
 import anyio
 import httpx
+import msgspec
 import pytest
 import uvicorn
 
-from controlplane.frontend import FrontendError
+from backends.fake import ByteTokenizer
+from controlplane.frontend import FrontendError, choice_request_ids
 from controlplane.gateway import create_app
 from engine.sampling_params import SamplingParams
 from transport.messages import ChatMessage, ErrorCode, TokenChunk
@@ -49,6 +51,8 @@ class FakeFrontend:
     """
 
     model_names: list[str] = field(default_factory=lambda: [MODEL])
+    tokenizer: ByteTokenizer | None = field(default_factory=ByteTokenizer)
+    max_model_len: int = 1000
     max_prompt_chars: int = 1000  # the fake's "context length": a longer prompt is refused as too long
     chunks: list[TokenChunk] = field(default_factory=lambda: _script("Hello", ",", " world"))
     fail_before: FrontendError | None = None
@@ -69,15 +73,19 @@ class FakeFrontend:
         prompt_token_ids: list[int] | None = None,
         sampling: SamplingParams,
         traffic_class: str = "default",
+        arrival_ns: int | None = None,
+        num_choices: int = 1,
     ) -> AsyncIterator[TokenChunk]:
         call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages)
         call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
+        call.update(arrival_ns=arrival_ns, num_choices=num_choices)
         self.calls.append(call)
-        return self._stream(model, prompt, messages)
+        return self._stream(model, prompt, messages, choice_request_ids(request_id, num_choices))
 
     async def _stream(
-        self, model: str | None, prompt: str | None, messages: list[ChatMessage] | None
+        self, model: str | None, prompt: str | None, messages: list[ChatMessage] | None, choice_ids: list[str]
     ) -> AsyncIterator[TokenChunk]:
+        """Every choice gets the script's chunks (under its request id), the choices interleaved."""
         done = False
         try:
             if model is not None and model not in self.model_names:
@@ -93,7 +101,8 @@ class FakeFrontend:
                 if i == self.hang_after:
                     self.num_streaming.release()
                     await anyio.sleep_forever()
-                yield chunk
+                for choice_id in choice_ids:
+                    yield msgspec.structs.replace(chunk, request_id=choice_id)
             done = True
         finally:
             if not done:

@@ -17,6 +17,8 @@ pytestmark = pytest.mark.anyio
 MODEL = "smol"  # the FakeFrontend's default model
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}]}
 COMPLETION = {"model": MODEL, "prompt": "Once upon a time"}
+USAGE_5_3 = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+USAGE_5_3["prompt_tokens_details"] = {"cached_tokens": 0}
 
 
 def sse_payloads(text: str) -> list[dict | str]:
@@ -53,7 +55,7 @@ async def test_chat_completion(client, frontend):
             "finish_reason": "stop",
         }
     ]
-    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert body["usage"] == {**USAGE_5_3}
     (call,) = frontend.calls
     assert call["request_id"] == body["id"]
     assert call["messages"] == [ChatMessage("user", "Hi")]
@@ -77,7 +79,7 @@ async def test_chat_streaming_with_usage(client):
     assert "".join(d.get("content", "") for d in deltas) == "Hello, world"
     assert [c["choices"][0]["finish_reason"] for c in chunks][-1] == "stop"
     assert usage["choices"] == []
-    assert usage["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    assert usage["usage"] == {**USAGE_5_3}
 
 
 async def test_streaming_without_usage_has_no_usage_chunk(client):
@@ -127,25 +129,31 @@ async def test_chat_content_parts_and_max_completion_tokens(client, frontend):
 
 
 async def test_logprobs(client, frontend):
+    a, b = ord("A") + 3, ord("B") + 3  # the fake frontend's ByteTokenizer: byte + 3
     frontend.chunks = [
-        TokenChunk(token_ids=[7], text="A", finished=True, finish_reason="stop", logprobs=[(7, -0.5, [(7, -0.5)])])
+        TokenChunk(token_ids=[a], text="A", logprobs=[(a, -0.5, [(a, -0.5), (b, -1.5)])]),
+        TokenChunk(token_ids=[b], text="B", finished=True, finish_reason="stop", logprobs=[(b, -float("inf"), [])]),
     ]
-    r = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True, "top_logprobs": 1})
-    assert frontend.calls[0]["sampling"].logprobs == 1
-    (entry,) = r.json()["choices"][0]["logprobs"]["content"]
-    assert entry == {
-        "token": "token_id:7",
+    r = await client.post("/v1/chat/completions", json={**CHAT, "logprobs": True, "top_logprobs": 2})
+    assert frontend.calls[0]["sampling"].logprobs == 2
+    first, second = r.json()["choices"][0]["logprobs"]["content"]
+    assert first == {
+        "token": "A",
         "logprob": -0.5,
-        "bytes": None,
-        "top_logprobs": [{"token": "token_id:7", "logprob": -0.5, "bytes": None}],
+        "bytes": [65],
+        "top_logprobs": [
+            {"token": "A", "logprob": -0.5, "bytes": [65]},
+            {"token": "B", "logprob": -1.5, "bytes": [66]},
+        ],
     }
-    r = await client.post("/v1/completions", json={**COMPLETION, "logprobs": 1})
+    assert second == {"token": "B", "logprob": -9999.0, "bytes": [66], "top_logprobs": []}  # -inf is not JSON
+    r = await client.post("/v1/completions", json={**COMPLETION, "logprobs": 2})
     logprobs = r.json()["choices"][0]["logprobs"]
     assert logprobs == {
-        "tokens": ["token_id:7"],
-        "token_logprobs": [-0.5],
-        "top_logprobs": [{"token_id:7": -0.5}],
-        "text_offset": [0],
+        "tokens": ["A", "B"],
+        "token_logprobs": [-0.5, -9999.0],
+        "top_logprobs": [{"A": -0.5, "B": -1.5}, {}],
+        "text_offset": [0, 1],
     }
 
 
@@ -165,7 +173,7 @@ BAD_REQUESTS = [
         {**CHAT, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
         "messages[0].content",
     ),
-    ("/v1/chat/completions", {**CHAT, "n": 2}, "n"),
+    ("/v1/chat/completions", {**CHAT, "n": 17}, "n"),
     ("/v1/chat/completions", {**CHAT, "n": "1"}, "n"),
     ("/v1/chat/completions", {**CHAT, "temperature": -1}, "temperature"),
     ("/v1/chat/completions", {**CHAT, "temperature": "hot"}, "temperature"),
@@ -189,7 +197,7 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
     ("/v1/completions", {"prompt": [1, -2]}, "prompt"),
     ("/v1/completions", {"prompt": {"text": "x"}}, "prompt"),
-    ("/v1/completions", {**COMPLETION, "n": 3}, "n"),
+    ("/v1/completions", {**COMPLETION, "n": 0}, "n"),
     ("/v1/completions", {**COMPLETION, "logprobs": 6}, "logprobs"),
     ("/v1/completions", {**COMPLETION, "echo": True}, "echo"),
     ("/v1/completions", {**COMPLETION, "best_of": 2}, "best_of"),

@@ -83,7 +83,7 @@ def test_errors_surface_as_the_right_exceptions(client, frontend):
         client.chat.completions.create(model=MODEL, messages=MESSAGES, temperature=-1)
     assert bad.value.param == "temperature"
     with pytest.raises(openai.BadRequestError) as bad:
-        client.completions.create(model=MODEL, prompt="x", n=2)
+        client.completions.create(model=MODEL, prompt="x", n=17)
     assert bad.value.param == "n"
     with pytest.raises(openai.BadRequestError) as too_long:
         client.completions.create(model=MODEL, prompt="x" * (frontend.max_prompt_chars + 1))

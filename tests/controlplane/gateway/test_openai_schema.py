@@ -7,7 +7,8 @@ import json
 import pytest
 
 from controlplane.frontend import FrontendError
-from controlplane.gateway.openai_schema import OpenAIReply, parse_chat, parse_completion
+from controlplane.gateway.openai_reply import OpenAIReply
+from controlplane.gateway.openai_schema import parse_chat, parse_completion
 from engine.sampling_params import SamplingParams
 from transport.messages import ChatMessage, ErrorCode, TokenChunk
 
@@ -76,5 +77,7 @@ def test_reply_counts_tokens_when_the_node_does_not():
     reply = OpenAIReply(chat=False, request_id="cmpl-1", model="m", created=0, include_usage=False)
     reply.add(TokenChunk(token_ids=[1, 2], text="ab"))
     reply.add(TokenChunk(token_ids=[3], text="c", finished=True, finish_reason="length", num_prompt_tokens=4))
-    assert reply.usage() == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    usage = {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
+    usage["prompt_tokens_details"] = {"cached_tokens": 0}
+    assert reply.usage() == usage
     assert reply.full_object()["choices"][0] == {"text": "abc", "index": 0, "logprobs": None, "finish_reason": "length"}

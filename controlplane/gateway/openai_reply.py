@@ -1,0 +1,185 @@
+"""The OpenAI reply objects of one request (chat or text completion, one or several choices), built from
+its TokenChunks.
+
+    Stream:      first_objects(), chunk_objects(c) for every chunk [+ usage_object()], then [DONE]
+    Non-stream:  add(c) for every chunk, then full_object()
+
+A request of ``n`` choices is ``n`` engine requests (controlplane/frontend.py ``choice_request_ids``); a chunk's
+``request_id`` names its choice, and the reply is done when every choice has finished. Chat streams open with
+one role delta per choice. Usage counts the prompt once and the completion tokens of every choice, with
+``prompt_tokens_details.cached_tokens`` (the prompt tokens the serving node's prefix cache held).
+``continuous_usage`` (vLLM's ``stream_options.continuous_usage_stats``) puts the running usage in every
+streamed chunk. Log-probabilities name tokens by their text and bytes (gateway/token_text.py); a
+completion's ``text_offset`` is each token's offset in its choice's text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway.token_text import TokenText, clamp_logprob
+from transport.messages import ErrorCode, TokenChunk
+
+Logprob = tuple[int, float, list[tuple[int, float]]]  # (token id, logprob, [(top token id, logprob)])
+
+
+@dataclass(slots=True)
+class _Choice:
+    index: int
+    text_parts: list[str] = field(default_factory=list)
+    num_text_chars: int = 0
+    num_output_tokens: int = 0  # as the node counted them; 0 until reported
+    num_token_ids: int = 0  # token ids seen, the fallback count
+    logprobs: list[Logprob] = field(default_factory=list)
+    logprob_offsets: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return self.num_output_tokens or self.num_token_ids
+
+
+class OpenAIReply:
+    """choice_ids: each choice's engine request id, in choice order (one choice: chunks of any id are its)."""
+
+    def __init__(
+        self,
+        *,
+        chat: bool,
+        request_id: str,
+        model: str,
+        created: int,
+        include_usage: bool,
+        continuous_usage: bool = False,
+        choice_ids: list[str] | None = None,
+        token_text: TokenText | None = None,
+    ) -> None:
+        self.chat = chat
+        self.base = {
+            "id": request_id,
+            "object": "chat.completion.chunk" if chat else "text_completion",
+            "created": created,
+            "model": model,
+        }
+        self.include_usage = include_usage
+        self.continuous_usage = continuous_usage and include_usage
+        ids = choice_ids or [request_id]
+        self.choices = [_Choice(i) for i in range(len(ids))]
+        self._by_id = dict(zip(ids, self.choices, strict=True))
+        self.token_text = token_text or TokenText(None)
+        self.num_prompt_tokens = 0
+        self.num_cached_tokens = 0
+
+    @property
+    def finished(self) -> bool:
+        return all(c.finish_reason is not None for c in self.choices)
+
+    def _choice(self, chunk: TokenChunk) -> _Choice:
+        if len(self.choices) == 1:
+            return self.choices[0]
+        choice = self._by_id.get(chunk.request_id)
+        if choice is None:
+            raise FrontendError(ErrorCode.INTERNAL, f"a chunk of an unknown choice ({chunk.request_id!r})")
+        return choice
+
+    def add(self, chunk: TokenChunk) -> _Choice:
+        """Account for one TokenChunk (its choice's); raises FrontendError when the node aborted the request."""
+        choice = self._choice(chunk)
+        self.num_prompt_tokens = max(self.num_prompt_tokens, chunk.num_prompt_tokens)
+        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
+        choice.num_output_tokens = max(choice.num_output_tokens, chunk.num_output_tokens)
+        choice.num_token_ids += len(chunk.token_ids)
+        if chunk.logprobs:
+            offset = choice.num_text_chars
+            for token_id, *_ in chunk.logprobs:
+                choice.logprob_offsets.append(offset)
+                offset += len(self.token_text.lookup(token_id)[0])
+            choice.logprobs.extend(chunk.logprobs)
+        choice.text_parts.append(chunk.text)
+        choice.num_text_chars += len(chunk.text)
+        if chunk.finished:
+            reason = chunk.finish_reason or "stop"
+            if reason == "abort":
+                raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
+            choice.finish_reason = reason
+        return choice
+
+    def usage(self) -> dict:
+        num_completion = sum(c.num_completion_tokens for c in self.choices)
+        return {
+            "prompt_tokens": self.num_prompt_tokens,
+            "completion_tokens": num_completion,
+            "total_tokens": self.num_prompt_tokens + num_completion,
+            "prompt_tokens_details": {"cached_tokens": min(self.num_cached_tokens, self.num_prompt_tokens)},
+        }
+
+    def first_objects(self, first: TokenChunk | None = None) -> list[dict]:
+        """A chat stream's opening role deltas (their usage, if continuous, has the prompt of ``first``)."""
+        if first is not None:
+            self.num_prompt_tokens = max(self.num_prompt_tokens, first.num_prompt_tokens)
+            self.num_cached_tokens = max(self.num_cached_tokens, first.num_cached_tokens)
+        if not self.chat:
+            return []
+        return [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
+
+    def chunk_objects(self, chunk: TokenChunk) -> list[dict]:
+        choice = self._choice(chunk)
+        num_logprobs = len(choice.logprobs)
+        was_finished = choice.finish_reason is not None
+        self.add(chunk)
+        objects = []
+        if chunk.text or chunk.logprobs:
+            logprobs = self._logprobs_object(choice, num_logprobs) if chunk.logprobs else None
+            objects.append(self._chunk_object(choice, {"content": chunk.text}, chunk.text, logprobs))
+        if choice.finish_reason is not None and not was_finished:
+            objects.append(self._chunk_object(choice, {}, "", None, choice.finish_reason))
+        return objects
+
+    def usage_object(self) -> dict:
+        return {**self.base, "choices": [], "usage": self.usage()}
+
+    def full_object(self) -> dict:
+        choices = []
+        for c in self.choices:
+            text = "".join(c.text_parts)
+            logprobs = self._logprobs_object(c, 0) if c.logprobs else None
+            if self.chat:
+                choice = {"index": c.index, "message": {"role": "assistant", "content": text}}
+            else:
+                choice = {"text": text, "index": c.index}
+            choice.update(logprobs=logprobs, finish_reason=c.finish_reason)
+            choices.append(choice)
+        obj = "chat.completion" if self.chat else "text_completion"
+        return {**self.base, "object": obj, "choices": choices, "usage": self.usage()}
+
+    def _chunk_object(
+        self, c: _Choice, delta: dict, text: str | None, logprobs: dict | None, finish: str | None = None
+    ) -> dict:
+        if self.chat:
+            choice = {"index": c.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
+        else:
+            choice = {"text": text or "", "index": c.index, "logprobs": logprobs, "finish_reason": finish}
+        obj = {**self.base, "choices": [choice]}
+        if self.continuous_usage:
+            obj["usage"] = self.usage()
+        elif self.include_usage:
+            obj["usage"] = None
+        return obj
+
+    def _logprobs_object(self, c: _Choice, start: int) -> dict:
+        entries, offsets = c.logprobs[start:], c.logprob_offsets[start:]
+        lookup = self.token_text.lookup
+        if self.chat:
+            content = []
+            for token, logprob, top in entries:
+                text, raw = lookup(token)
+                tops = [{"token": lookup(t)[0], "logprob": clamp_logprob(lp), "bytes": lookup(t)[1]} for t, lp in top]
+                content.append({"token": text, "logprob": clamp_logprob(logprob), "bytes": raw, "top_logprobs": tops})
+            return {"content": content}
+        return {
+            "tokens": [lookup(token)[0] for token, _, _ in entries],
+            "token_logprobs": [clamp_logprob(logprob) for _, logprob, _ in entries],
+            "top_logprobs": [{lookup(t)[0]: clamp_logprob(lp) for t, lp in top} for _, _, top in entries],
+            "text_offset": offsets,
+        }

@@ -1,0 +1,119 @@
+"""``POST /tokenize`` and ``POST /detokenize`` as vLLM serves them, with the control plane's own tokenizer.
+
+    POST /tokenize    {"model"?, "prompt": str, "add_special_tokens"?: true, "return_token_strs"?: false}
+                   or {"model"?, "messages": [...], "add_generation_prompt"?: true, "add_special_tokens"?: false,
+                       "return_token_strs"?: false}
+                   →  {"count": N, "max_model_len": L, "tokens": [ids], "token_strs": [str] | null}
+    POST /detokenize  {"model"?, "tokens": [ids]}  →  {"prompt": str}
+
+``messages`` go through the model's chat template exactly as a chat completion's do (request_intake.py), so
+``count`` is the ``usage.prompt_tokens`` that chat completion reports. ``max_model_len`` is the longest
+context a live node serves (0 before any node joined). Bad input answers 400 in OpenAI's error shape; an
+unknown model 404 (checked once some node serves a model); a frontend without a tokenizer 501.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from starlette.responses import Response
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway.errors import error_response, http_error_response
+from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, _decode
+from controlplane.gateway.token_text import TokenText
+from engine.sampling_params import show_value
+from transport.messages import ErrorCode
+
+
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessageIn] | None = None
+    add_special_tokens: bool | None = None  # default: True for a prompt, False for messages (vLLM's)
+    add_generation_prompt: bool = True
+    return_token_strs: bool | None = False
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    tokens: list[int]
+    model: str | None = None
+
+
+_TOKENIZE = msgspec.json.Decoder(TokenizeRequest)
+_DETOKENIZE = msgspec.json.Decoder(DetokenizeRequest)
+
+
+class TokenizeRoutes:
+    """The two handlers over a frontend that has a ``tokenizer`` (and, optionally, ``max_model_len``)."""
+
+    def __init__(self, frontend: Any) -> None:
+        self.frontend = frontend
+
+    @property
+    def tokenizer(self) -> Any | None:
+        return getattr(self.frontend, "tokenizer", None)
+
+    def tokenize(self, body: bytes) -> Response:
+        """The reply to a /tokenize request body (read by the gateway: capped, with a deadline)."""
+        if self.tokenizer is None:
+            return _no_tokenizer()
+        try:
+            req = _decode(_TOKENIZE, body)
+            tokenizer = self._tokenizer_for(req.model)
+            if (req.prompt is None) == (req.messages is None):
+                raise _invalid("prompt", "exactly one of prompt and messages must be given")
+            try:
+                if req.messages is not None:
+                    if not req.messages:
+                        raise _invalid("messages", "must be a non-empty list of messages")
+                    messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
+                    text = tokenizer.apply_chat_template(
+                        [{"role": m.role, "content": m.content} for m in messages],
+                        add_generation_prompt=req.add_generation_prompt,
+                    )
+                    tokens = tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
+                else:
+                    add_special = True if req.add_special_tokens is None else req.add_special_tokens
+                    tokens = tokenizer.encode(req.prompt, add_special_tokens=add_special)
+            except ValueError as exc:  # a lone surrogate, a checkpoint without a chat template
+                raise _invalid("messages" if req.messages is not None else "prompt", str(exc)) from None
+            token_strs = TokenText(tokenizer).texts(tokens) if req.return_token_strs else None
+            max_model_len = getattr(self.frontend, "max_model_len", None) or 0
+            body = {"count": len(tokens), "max_model_len": max_model_len, "tokens": tokens, "token_strs": token_strs}
+            return _json(body)
+        except FrontendError as err:
+            return error_response(err)
+
+    def detokenize(self, body: bytes) -> Response:
+        if self.tokenizer is None:
+            return _no_tokenizer()
+        try:
+            req = _decode(_DETOKENIZE, body)
+            tokenizer = self._tokenizer_for(req.model)
+            vocab_size = tokenizer.vocab_size
+            bad = next((t for t in req.tokens if not 0 <= t < vocab_size), None)
+            if bad is not None:
+                raise _invalid("tokens", f"token ids must be in [0, {vocab_size}), got {show_value(bad)}")
+            return _json({"prompt": tokenizer.decode(req.tokens, skip_special_tokens=False)})
+        except FrontendError as err:
+            return error_response(err)
+
+    def _tokenizer_for(self, model: str | None) -> Any:
+        names = self.frontend.model_names
+        if model is not None and names and model not in names:
+            raise FrontendError(ErrorCode.UNKNOWN_MODEL, f"The model '{model}' does not exist", param="model")
+        return self.tokenizer
+
+
+def _no_tokenizer() -> Response:
+    return http_error_response(501, "This gateway has no tokenizer", code="not_implemented")
+
+
+def _invalid(param: str, message: str) -> FrontendError:
+    return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
+
+
+def _json(obj: dict) -> Response:
+    return Response(msgspec.json.encode(obj), media_type="application/json")
