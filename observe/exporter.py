@@ -4,7 +4,7 @@ to serve ``/metrics``.
     core (plain snapshots / events) ──► exporter.observe*(…) / snapshot callables ──► CollectorRegistry
                                                                                          │
     control plane: create_app(metrics_app=exporter.asgi_app(...)) ── GET /metrics ◄──────┤
-    agent:         exporter.serve(host, port)  (an HTTP server thread: observe/metrics_http.py) ◄┘
+    agent:         AgentHttpServer(exporter, health).serve(host, port)  (observe/agent_http.py) ◄┘
 
 Histograms are prometheus_client objects fed with events (thread-safe). Gauges and counters whose
 truth is a snapshot (the scheduler's totals, the dispatcher's rejection counts) are produced at scrape
@@ -15,16 +15,12 @@ never drift from the core's own count.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from prometheus_client import CollectorRegistry, make_asgi_app
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
-
-from observe.metrics_http import serve_metrics
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +46,7 @@ class PrometheusExporter:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.url = ""  # where /metrics is served, once known
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self.url = ""  # where /metrics is served, once known (set by observe/agent_http.py)
 
     def render(self) -> bytes:
         """The text exposition, as a scrape would see it."""
@@ -70,19 +64,3 @@ class PrometheusExporter:
             await app(scope, receive, send)
 
         return scrape
-
-    def serve(self, host: str = "127.0.0.1", port: int = 0) -> str:
-        """Serve /metrics on ``host:port`` (0: a free port) in a daemon thread; returns the URL."""
-        self._server, self._thread = serve_metrics(self.registry, host, port)  # HEAD and OPTIONS too
-        bound_port = self._server.server_address[1]
-        self.url = f"http://{host}:{bound_port}/metrics"
-        return self.url
-
-    def close(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None

@@ -1,4 +1,4 @@
-"""An agent's /metrics server (observe/metrics_http.py): HEAD has the GET's headers and no body on the wire,
+"""An agent's /metrics server (observe/agent_http.py) on the wire: HEAD has the GET's headers and no body on the wire,
 OPTIONS is 204 with Allow, other methods 405 with Allow; GET still serves the exposition."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import Counter
 
+from observe.agent_http import AgentHttpServer
 from observe.exporter import PrometheusExporter
 
 
@@ -16,11 +17,12 @@ from observe.exporter import PrometheusExporter
 def served() -> Iterator[tuple[str, int]]:
     exporter = PrometheusExporter()
     Counter("zoo_test_things", "Things.", registry=exporter.registry).inc(3)
-    url = exporter.serve("127.0.0.1", 0)
+    server = AgentHttpServer(exporter, lambda: {"status": "ok"})
+    url = server.serve("127.0.0.1", 0)
     try:
         yield "127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0])
     finally:
-        exporter.close()
+        server.close()
 
 
 def _raw(address: tuple[str, int], method: str, path: str = "/metrics") -> tuple[str, dict[str, str], bytes]:
