@@ -139,3 +139,25 @@ def tp_generate(
         return drive_greedy(leader, prompts, num_new, block_size=block_size)
     finally:
         leader.close()
+
+
+def run_sequence(group: TPGroup, calls: list[tuple[Callable[..., Any], tuple]]) -> list[Any]:
+    """Several ``fn(group, *args)`` one after the other on the same group (one process start for all)."""
+    return [fn(group, *args) for fn, args in calls]
+
+
+def allreduce_variants(group: TPGroup, numel: int, domain_size: int, seed: int = 0) -> dict[str, Any]:
+    """Every all-reduce of this module on the same per-rank input (``randn`` seeded by seed + rank):
+    {"input", "library" (dist.all_reduce), "ring", "hierarchical_none|bf16|int8"}; for checking that they
+    agree (tests, and a bench's sanity check)."""
+    import torch
+    import torch.distributed as dist
+
+    from backends.torch.allreduce import COMPRESSIONS, hierarchical_all_reduce, ring_all_reduce
+
+    x = torch.randn(numel, generator=torch.Generator().manual_seed(seed + group.rank))
+    out = {"input": x.clone(), "library": x.clone(), "ring": ring_all_reduce(group.p2p, x.clone())}
+    dist.all_reduce(out["library"])
+    for c in COMPRESSIONS:
+        out[f"hierarchical_{c}"] = hierarchical_all_reduce(group.p2p, x.clone(), domain_size, c)
+    return out
