@@ -20,6 +20,7 @@ torch.distributed error (a TP group lives and dies together, as in vLLM and SGLa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from backends.torch.tp_group import TPGroup
@@ -35,6 +36,8 @@ class TPLeaderRunner:
             raise ValueError(f"the leader runs on rank 0, not {group.rank}")
         self.runner = runner
         self.group = group
+        self.processes: list = []  # the followers' processes, when this process started them (tp_serve.py)
+        self.on_close: list[Callable[[], None]] = []  # run after the followers were told to stop
         self._closed = False
 
     @property
@@ -62,9 +65,15 @@ class TPLeaderRunner:
         return self.runner.compute_logits(batch)
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        """Tell the followers to stop (idempotent), then run ``on_close``."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
             self.group.broadcast_object(("stop", None))
+        finally:
+            for fn in self.on_close:
+                fn()
 
 
 def follow(runner: Any, group: TPGroup) -> int:
