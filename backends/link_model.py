@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-COMPRESSION_BYTES = {"none": 4.0, "bf16": 2.0, "int8": 1.0 + 4.0 / 256}  # per fp32 element on the slow link
+COMPRESSION_BYTES = {"none": 0.0, "bf16": 2.0, "int8": 1.0 + 4.0 / 256}  # per element on the slow link (0: as is)
 INT8_BLOCK = 256  # elements per int8 scale (backends/torch/allreduce.py)
 
 
@@ -63,9 +63,11 @@ class LinkModel:
         step = max(self.seconds(r, (r + 1) % world, chunk) for r in range(world))
         return 2 * (world - 1) * step
 
-    def hierarchical_all_reduce_s(self, world: int, nbytes: float, compression: str = "none") -> float:
+    def hierarchical_all_reduce_s(
+        self, world: int, nbytes: float, compression: str = "none", elem_bytes: int = 4
+    ) -> float:
         """Members -> leader (fast), leaders exchange compressed partials (slow, all pairs at once),
-        leader -> members (fast)."""
+        leader -> members (fast). nbytes: the tensor's size, of ``elem_bytes``-wide elements."""
         if world <= 1:
             return 0.0
         k = min(self.domain_size, world)
@@ -75,5 +77,6 @@ class LinkModel:
         intra = self.seconds(0, 1, nbytes) if k > 1 else 0.0
         inter = 0.0
         if leaders > 1:
-            inter = self.seconds(0, k, nbytes / 4.0 * COMPRESSION_BYTES[compression])
+            per_elem = COMPRESSION_BYTES[compression] or elem_bytes
+            inter = self.seconds(0, k, nbytes / elem_bytes * min(per_elem, elem_bytes))
         return 2 * intra + inter
