@@ -121,8 +121,9 @@ def tp_generate(
     dtype: str = "float32",
     block_size: int = 4,
 ) -> Any:
-    """One rank of a greedy TP generation. source: a ModelConfig (weights from ``state_dict``) or a
-    checkpoint path (every rank loads it and keeps its shard)."""
+    """One rank of a greedy TP generation. source: a ModelConfig (weights from ``state_dict``: HF-named
+    tensors, or the path of a ``torch.save``d dict, memory-mapped) or a checkpoint path (every rank loads
+    it and keeps its shard)."""
     from backends.runner_driver import drive_greedy
     from backends.torch.runner import TorchModelRunner
     from backends.torch.tp_runner import TPLeaderRunner, follow
@@ -131,6 +132,10 @@ def tp_generate(
         from backends.checkpoint import load_checkpoint
 
         source = load_checkpoint(source)
+    if isinstance(state_dict, str):
+        import torch
+
+        state_dict = torch.load(state_dict, mmap=True, weights_only=True)
     runner = TorchModelRunner(source, dtype, state_dict=state_dict, progress=False, tp=group)
     if group.rank != 0:
         return follow(runner, group)

@@ -148,3 +148,11 @@ def build_model(
         tensors = shard_tensors(config, tensors, tp.rank, tp.size)
     load_weights(model, tensors)
     return model.eval()
+
+
+def hf_state_dict(model: LlamaModel) -> dict[str, torch.Tensor]:
+    """The model's weights under their HF names (views into the fused tensors; the inverse of load_weights).
+    For an unsharded model: every rank of a TP group can shard it again."""
+    if getattr(model, "tp", None) is not None:
+        raise ValueError("hf_state_dict needs the whole model, not a TP shard")
+    return {name: _target(model, name) for name in sorted(expected_tensor_names(model.config))}

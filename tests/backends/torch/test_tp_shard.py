@@ -76,3 +76,13 @@ def test_link_model_prices_the_two_algorithms():
     assert link.ring_all_reduce_s(1, s) == link.hierarchical_all_reduce_s(1, s) == 0.0
     with pytest.raises(ValueError, match="slow_gbps"):
         LinkModel(domain_size=2, fast_gbps=1.0, slow_gbps=0.0)
+
+
+def test_hf_state_dict_inverts_load_weights(tiny):
+    from backends.torch.weights import hf_state_dict
+
+    config, sd, model = tiny
+    out = hf_state_dict(model)
+    assert set(out) == set(sd)
+    for name, value in sd.items():
+        assert torch.equal(out[name], value), name
