@@ -9,9 +9,9 @@ import torch
 from backends.runner_driver import drive_greedy, tiny_config
 from backends.torch import TorchModelRunner, random_state_dict
 from backends.torch.allreduce import compression_tolerance
-from backends.torch.weights import hf_state_dict
 from backends.torch.tp_group import TPConfig
 from backends.torch.tp_launch import allreduce_variants, run_ranks, run_sequence, tp_generate
+from backends.torch.weights import hf_state_dict
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [3] * 9]
 

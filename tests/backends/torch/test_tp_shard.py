@@ -81,7 +81,7 @@ def test_link_model_prices_the_two_algorithms():
 def test_hf_state_dict_inverts_load_weights(tiny):
     from backends.torch.weights import hf_state_dict
 
-    config, sd, model = tiny
+    _, sd, model = tiny
     out = hf_state_dict(model)
     assert set(out) == set(sd)
     for name, value in sd.items():
