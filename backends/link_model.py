@@ -10,7 +10,8 @@ A transfer of ``nbytes`` from rank a to rank b takes the alpha-beta time of its 
 Links are point-to-point and full duplex: transfers on distinct (src, dst) pairs do not share bandwidth
 (each GPU has its own NVLink ports and NIC, as on H100/H200 nodes). The model also prices the two
 all-reduce algorithms analytically (``ring_all_reduce_s``, ``hierarchical_all_reduce_s``), step by step in
-the same order as the real implementations, so the simulator and the emulation agree.
+the same order as the real implementations, so the simulator and the emulation agree. (``sharded_all_reduce_s``
+too: the reduce-scatter / per-rank exchange / all-gather variant.)
 """
 
 from __future__ import annotations
@@ -79,4 +80,20 @@ class LinkModel:
         if leaders > 1:
             per_elem = COMPRESSION_BYTES[compression] or elem_bytes
             inter = self.seconds(0, k, nbytes / elem_bytes * min(per_elem, elem_bytes))
+        return 2 * intra + inter
+
+    def sharded_all_reduce_s(self, world: int, nbytes: float, compression: str = "none", elem_bytes: int = 4) -> float:
+        """Ring reduce-scatter in each domain (k - 1 fast steps of nbytes/k), each rank's shard exchanged
+        with its peers in the other domains (slow, compressed, all at once), ring all-gather in the domain."""
+        if world <= 1:
+            return 0.0
+        k = min(self.domain_size, world)
+        if world % k:
+            raise ValueError(f"world {world} is not a multiple of domain_size {k}")
+        shard = nbytes / k
+        intra = (k - 1) * self.seconds(0, 1, shard) if k > 1 else 0.0
+        inter = 0.0
+        if world > k:
+            per_elem = COMPRESSION_BYTES[compression] or elem_bytes
+            inter = self.seconds(0, k, shard / elem_bytes * min(per_elem, elem_bytes))
         return 2 * intra + inter

@@ -9,7 +9,8 @@ Three parts:
 - all-reduce on emulated links: 4 ranks in 2 fast domains of 2, links paced by a LinkModel with a 4:1
   bandwidth split (``LINK``: a software rate limiter on every transfer, backends/torch/allreduce.py
   ``PacedP2P``; no kernel shaping). Flat = ring over the same paced links; hierarchical = leader-based, the
-  slow link uncompressed / bf16 / int8. Two message sizes: a decode step's activations (32 rows x 576
+  slow link uncompressed / bf16 / int8; sharded = reduce-scatter in the domain, each rank's half over its
+  own slow link, all-gather (uncompressed / bf16). Two message sizes: a decode step's activations (32 rows x 576
   fp32) and a prefill chunk's (512 rows x 576 fp32). Each figure is the mean of ``REPEATS`` calls on
   rank 0, next to the LinkModel's analytic prediction.
 """
@@ -53,7 +54,7 @@ def step_model_config(quick: bool) -> Any:
 def _allreduce_worker(group: Any, sizes: dict[str, int], repeats: int) -> dict:
     import torch
 
-    from backends.torch.allreduce import hierarchical_all_reduce, ring_all_reduce
+    from backends.torch.allreduce import hierarchical_all_reduce, ring_all_reduce, sharded_all_reduce
 
     p2p = group.p2p
     algos = {
@@ -61,6 +62,8 @@ def _allreduce_worker(group: Any, sizes: dict[str, int], repeats: int) -> dict:
         "hierarchical_none": lambda x: hierarchical_all_reduce(p2p, x, LINK.domain_size, "none"),
         "hierarchical_bf16": lambda x: hierarchical_all_reduce(p2p, x, LINK.domain_size, "bf16"),
         "hierarchical_int8": lambda x: hierarchical_all_reduce(p2p, x, LINK.domain_size, "int8"),
+        "sharded_none": lambda x: sharded_all_reduce(p2p, x, LINK.domain_size, "none"),
+        "sharded_bf16": lambda x: sharded_all_reduce(p2p, x, LINK.domain_size, "bf16"),
     }
     out: dict = {}
     gen = torch.Generator().manual_seed(group.rank)
@@ -92,6 +95,8 @@ def _allreduce_part(quick: bool) -> dict:
         model = {"flat_ring": LINK.ring_all_reduce_s(4, nbytes)}
         for c in ("none", "bf16", "int8"):
             model[f"hierarchical_{c}"] = LINK.hierarchical_all_reduce_s(4, nbytes, c)
+        for c in ("none", "bf16"):
+            model[f"sharded_{c}"] = LINK.sharded_all_reduce_s(4, nbytes, c)
         report["sizes"][size_name] = {
             "bytes": nbytes,
             "measured_ms": {k: v * 1e3 for k, v in row.items()},
@@ -187,6 +192,8 @@ def run_tp_bench(args: argparse.Namespace) -> dict:
             "hierarchical_int8_vs_flat_prefill": prefill["hierarchical_int8"],
             "hierarchical_bf16_vs_flat_prefill": prefill["hierarchical_bf16"],
             "hierarchical_none_vs_flat_prefill": prefill["hierarchical_none"],
+            "sharded_none_vs_flat_prefill": prefill["sharded_none"],
+            "sharded_bf16_vs_flat_prefill": prefill["sharded_bf16"],
             "hierarchical_int8_vs_flat_decode": decode["hierarchical_int8"],
             "hierarchical_none_vs_flat_decode": decode["hierarchical_none"],
         },

@@ -83,8 +83,8 @@ class EngineConfig:
         a power-of-two GPU count). Its KV blocks follow from the GPU memory, not ``cache.num_device_blocks``.
         With backend "torch", ``tp`` > 1 splits the model over that many local processes (tensor parallelism,
         backends/torch/tp_serve.py; the model's KV heads must divide by it).
-    tp_allreduce / tp_domain_size / tp_compression: the TP all-reduce ("flat" | "hierarchical"), ranks per fast
-        domain (0 = all), and the slow link's compression ("none" | "bf16" | "int8"; hierarchical only).
+    tp_allreduce / tp_domain_size / tp_compression: the TP all-reduce ("flat" | "hierarchical" | "sharded"),
+        ranks per fast domain (0 = all), and the slow link's compression ("none" | "bf16" | "int8"; not flat).
     """
 
     model: str | None = None

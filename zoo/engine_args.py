@@ -19,11 +19,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
     p.add_argument(
-        "--tp-allreduce", default="flat", choices=["flat", "hierarchical"], help="the all-reduce of --tp > 1 (torch)"
+        "--tp-allreduce",
+        default="flat",
+        choices=["flat", "hierarchical", "sharded"],
+        help="the all-reduce of --tp > 1 (torch)",
     )
-    p.add_argument("--tp-domain-size", type=int, default=0, help="hierarchical: ranks per fast domain (0: all)")
+    p.add_argument("--tp-domain-size", type=int, default=0, help="ranks per fast domain (0: all)")
     p.add_argument(
-        "--tp-compression", default="none", choices=["none", "bf16", "int8"], help="hierarchical: slow-link format"
+        "--tp-compression", default="none", choices=["none", "bf16", "int8"], help="slow-link format (not flat)"
     )
 
 

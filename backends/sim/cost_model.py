@@ -21,7 +21,8 @@ heads and of the MLP width; norms and residual adds are replicated)::
              torch all-reduce emulation paces its links with): ranks in ``tp_nodes`` fast domains (NVLink,
              INTERCONNECT_GBPS) joined by the network (NETWORK_GBPS per GPU); "flat" = ring, 2 (tp - 1) steps
              of bytes / tp, each as slow as its slowest hop (one node: link_latency + 2 (tp - 1) / tp bytes /
-             link); "hierarchical" = reduce in the node, (compressed) leader exchange, broadcast back
+             link); "hierarchical" = reduce in the node, (compressed) leader exchange, broadcast back;
+             "sharded" = reduce-scatter in the node, each GPU's shard over its own NIC, all-gather
 
 Per step, on top of num_layers x layer: the embedding gather, the LM head for the sampled rows only, KV
 block moves (swap over the host link, copies in device memory) and a fixed + per-sequence CPU overhead.
@@ -189,7 +190,7 @@ def op_times_s(model: ModelConfig, tp: int, num_tokens: int, gpu: GpuSpec, eff: 
 # per-message latency: assumptions, for TP groups spread over several nodes.
 NETWORK_GBPS = 50.0
 NETWORK_LATENCY_S = 5e-6
-ALLREDUCE_KINDS = ("flat", "hierarchical")
+ALLREDUCE_KINDS = ("flat", "hierarchical", "sharded")
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +317,8 @@ class StepCostModel:
             return 0.0
         if hw.allreduce == "hierarchical":
             return self.link.hierarchical_all_reduce_s(hw.tp, num_bytes, hw.compression, BYTES_PER_VALUE)
+        if hw.allreduce == "sharded":
+            return self.link.sharded_all_reduce_s(hw.tp, num_bytes, hw.compression, BYTES_PER_VALUE)
         return self.link.ring_all_reduce_s(hw.tp, num_bytes)
 
     def attention_s(self, attn_flop_units: float, kv_read_tokens: int, num_tokens: int) -> float:

@@ -7,15 +7,23 @@ on gloo, and on emulated links (``PacedP2P``: gloo paced by a LinkModel).
     step s of reduce-scatter: rank r sends chunk (r - s) mod N to r+1, adds chunk (r - s - 1) mod N from r-1
     step s of all-gather:     rank r sends chunk (r + 1 - s) mod N to r+1, takes chunk (r - s) mod N from r-1
 
-``hierarchical_all_reduce``: the two-level scheme of Horovod's ``HOROVOD_HIERARCHICAL_ALLREDUCE``
-(horovod/common/ops/adasum_gpu_operations / nccl_operations.cc, v0.28: NCCL reduce in the node, MPI
-all-reduce between nodes, NCCL broadcast back), written here leader-based::
+``hierarchical_all_reduce``: leader-based two-level, as the issue describes it (and as Horovod's
+``NCCLHierarchicalAllreduce``, horovod/common/ops/nccl_operations.cc v0.28, treats the elements left over
+after its reduce-scatter: ncclReduce to a root, MPI all-reduce between roots, ncclBcast)::
 
     1. reduce in the fast domain:     members send x to the domain's leader, which sums in rank order
     2. leaders over the slow link:    every leader sends its (compressed) partial to every other leader and
                                       sums all partials, decompressed, in leader order (fp32), so every
                                       leader ends with the same bits
     3. broadcast in the fast domain:  the leader sends the sum back to its members
+
+``sharded_all_reduce``: Horovod's main hierarchical path (ncclReduceScatter in the node, MPI all-reduce of
+each rank's shard between nodes, ncclAllGather), written over the same exchanges::
+
+    1. ring reduce-scatter in the domain:   local rank j ends owning the domain sum of chunk (j + 1) mod k
+    2. peers over the slow link:            ranks with the same j in every domain exchange that chunk
+                                            (compressed) and sum it in domain order: 1/k of the bytes per rank
+    3. ring all-gather in the domain
 
 Compression on the slow link only (step 2): "none"; "bf16" (relative error <= 2^-8 per partial); "int8"
 (symmetric, one fp32 scale per ``INT8_BLOCK`` elements: absolute error <= absmax(block) / 254 per partial).
@@ -103,21 +111,74 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _ring_reduce_scatter(p2p: P2P, chunks: list[torch.Tensor], members: list[int], j: int) -> None:
+    """Ring over ``members`` (this rank is members[j]); afterwards chunk (j + 1) mod k holds their sum."""
+    k = len(members)
+    buf = torch.empty_like(chunks[0])
+    nxt, prv = members[(j + 1) % k], members[(j - 1) % k]
+    for s in range(k - 1):
+        send, recv = chunks[(j - s) % k], chunks[(j - s - 1) % k]
+        p2p.exchange([(nxt, send)], [(prv, buf[: recv.numel()])])
+        recv.add_(buf[: recv.numel()])
+
+
+def _ring_all_gather(p2p: P2P, chunks: list[torch.Tensor], members: list[int], j: int) -> None:
+    """Ring over ``members``: members[j] starts owning chunk (j + 1) mod k; afterwards all own all."""
+    k = len(members)
+    nxt, prv = members[(j + 1) % k], members[(j - 1) % k]
+    for s in range(k - 1):
+        send, recv = chunks[(j + 1 - s) % k], chunks[(j - s) % k]
+        p2p.exchange([(nxt, send)], [(prv, recv)])
+
+
 def ring_all_reduce(p2p: P2P, x: torch.Tensor) -> torch.Tensor:
     """Sum ``x`` over all ranks, in place (x must be contiguous); returns x."""
     n, r = p2p.size, p2p.rank
     if n == 1:
         return x
     chunks = list(x.view(-1).tensor_split(n))
-    buf = torch.empty_like(chunks[0])
-    nxt, prv = (r + 1) % n, (r - 1) % n
-    for s in range(n - 1):
-        send, recv = chunks[(r - s) % n], chunks[(r - s - 1) % n]
-        p2p.exchange([(nxt, send)], [(prv, buf[: recv.numel()])])
-        recv.add_(buf[: recv.numel()])
-    for s in range(n - 1):
-        send, recv = chunks[(r + 1 - s) % n], chunks[(r - s) % n]
-        p2p.exchange([(nxt, send)], [(prv, recv)])
+    members = list(range(n))
+    _ring_reduce_scatter(p2p, chunks, members, r)
+    _ring_all_gather(p2p, chunks, members, r)
+    return x
+
+
+def _exchange_sum(p2p: P2P, flat: torch.Tensor, peers: list[int], compression: str) -> None:
+    """All-reduce ``flat`` among ``peers`` (this rank included) by one direct exchange of compressed copies;
+    every peer sums the decompressed copies in peer order (fp32), so all end with the same bits."""
+    r = p2p.rank
+    mine = compress(flat, compression)
+    theirs = {q: empty_compressed(flat.numel(), flat.dtype, flat.device, compression) for q in peers if q != r}
+    sends = [(q, t) for q in theirs for t in mine.tensors()]
+    recvs = [(q, t) for q, c in theirs.items() for t in c.tensors()]
+    p2p.exchange(sends, recvs)
+    total = torch.zeros(flat.numel(), dtype=torch.float32, device=flat.device)
+    for q in peers:
+        total += decompress(mine if q == r else theirs[q], flat.numel())
+    flat.copy_(total)
+
+
+def _check(p2p: P2P, domain_size: int, compression: str) -> None:
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
+    if domain_size < 1 or p2p.size % domain_size:
+        raise ValueError(f"world size {p2p.size} is not a multiple of domain size {domain_size}")
+
+
+def sharded_all_reduce(p2p: P2P, x: torch.Tensor, domain_size: int, compression: str = "none") -> torch.Tensor:
+    """Sum ``x`` over all ranks, in place: reduce-scatter in each fast domain, each rank's shard all-reduced
+    with its peers of the other domains over the slow link (compressed), all-gather; returns x."""
+    _check(p2p, domain_size, compression)
+    n, r, k = p2p.size, p2p.rank, domain_size
+    if n == 1:
+        return x
+    chunks = list(x.view(-1).tensor_split(k))
+    base, j = r - r % k, r % k
+    members = list(range(base, base + k))
+    _ring_reduce_scatter(p2p, chunks, members, j)
+    if n > k:
+        _exchange_sum(p2p, chunks[(j + 1) % k], list(range(j, n, k)), compression)
+    _ring_all_gather(p2p, chunks, members, j)
     return x
 
 
@@ -165,9 +226,13 @@ def decompress(c: Compressed, numel: int) -> torch.Tensor:
     return (c.payload.view(-1, INT8_BLOCK).float() * c.scales[:, None]).view(-1)[:numel]
 
 
-def compression_tolerance(partials: list[torch.Tensor], kind: str) -> torch.Tensor:
-    """Elementwise bound on |hierarchical - exact| when the slow link carries ``partials`` (the leaders'
-    domain sums, flat): the compression's error only (add fp32 rounding on top)."""
+def compression_tolerance(partials: list[torch.Tensor], kind: str, shards: int = 1) -> torch.Tensor:
+    """Elementwise bound on |result - exact| when the slow link carries ``partials`` (the domains' sums,
+    flat): the compression's error only (add fp32 rounding on top). ``shards``: the partials cross in that
+    many pieces, each compressed on its own (``sharded_all_reduce`` with that domain size)."""
+    if shards > 1:
+        pieces = [p.tensor_split(shards) for p in partials]
+        return torch.cat([compression_tolerance(list(ps), kind) for ps in zip(*pieces)])
     if kind == "none":
         return torch.zeros_like(partials[0], dtype=torch.float32)
     if kind == "bf16":
@@ -181,11 +246,8 @@ def compression_tolerance(partials: list[torch.Tensor], kind: str) -> torch.Tens
 
 def hierarchical_all_reduce(p2p: P2P, x: torch.Tensor, domain_size: int, compression: str = "none") -> torch.Tensor:
     """Sum ``x`` over all ranks, in place, by fast domains of ``domain_size`` consecutive ranks; returns x."""
+    _check(p2p, domain_size, compression)
     n, r = p2p.size, p2p.rank
-    if compression not in COMPRESSIONS:
-        raise ValueError(f"compression must be one of {COMPRESSIONS}, got {compression!r}")
-    if domain_size < 1 or n % domain_size:
-        raise ValueError(f"world size {n} is not a multiple of domain size {domain_size}")
     if n == 1:
         return x
     flat = x.view(-1)
@@ -201,17 +263,8 @@ def hierarchical_all_reduce(p2p: P2P, x: torch.Tensor, domain_size: int, compres
     for b in bufs:
         flat.add_(b)
     # 2. leaders exchange their partials over the slow link
-    leaders = list(range(0, n, domain_size))
-    if len(leaders) > 1:
-        mine = compress(flat, compression)
-        theirs = {q: empty_compressed(flat.numel(), flat.dtype, flat.device, compression) for q in leaders if q != r}
-        sends = [(q, t) for q in theirs for t in mine.tensors()]
-        recvs = [(q, t) for q, c in theirs.items() for t in c.tensors()]
-        p2p.exchange(sends, recvs)
-        total = torch.zeros(flat.numel(), dtype=torch.float32, device=flat.device)
-        for q in leaders:  # the same order on every leader: the same bits
-            total += decompress(mine if q == r else theirs[q], flat.numel())
-        flat.copy_(total)
+    if n > domain_size:
+        _exchange_sum(p2p, flat, list(range(0, n, domain_size)), compression)
     # 3. broadcast back in the domain
     p2p.exchange([(m, flat) for m in members], [])
     return x

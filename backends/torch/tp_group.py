@@ -8,8 +8,9 @@ Two process groups, as vLLM keeps them (``vllm/distributed/parallel_state.py``, 
     cpu group      always gloo                   pickled commands from rank 0 (tp_runner.py)
 
 The all-reduce is selectable: "flat" is the library's own (``dist.all_reduce``: NCCL's ring/tree, gloo's
-ring); "hierarchical" is allreduce.py's two-level scheme with ``domain_size`` ranks per fast domain and
-the slow link optionally compressed (bf16 / int8). ``link`` (a LinkModel) paces every transfer of the
+ring); "hierarchical" (leader-based) and "sharded" (reduce-scatter / per-rank exchange / all-gather) are
+allreduce.py's two-level schemes with ``domain_size`` ranks per fast domain and the slow link optionally
+compressed (bf16 / int8). ``link`` (a LinkModel) paces every transfer of the
 hierarchical path, for emulated topologies only.
 """
 
@@ -23,16 +24,16 @@ import torch
 import torch.distributed as dist
 
 from backends.link_model import LinkModel
-from backends.torch.allreduce import COMPRESSIONS, PacedP2P, TorchP2P, hierarchical_all_reduce
+from backends.torch.allreduce import COMPRESSIONS, PacedP2P, TorchP2P, hierarchical_all_reduce, sharded_all_reduce
 
-ALLREDUCE_KINDS = ("flat", "hierarchical")
+ALLREDUCE_KINDS = ("flat", "hierarchical", "sharded")
 
 
 @dataclass(frozen=True, slots=True)
 class TPConfig:
-    """size: ranks (1 = no TP). allreduce: "flat" | "hierarchical". domain_size: ranks per fast domain
-    (hierarchical; 0 = all ranks of one host, i.e. ``size``). compression: the slow link's "none" | "bf16" |
-    "int8" (hierarchical only)."""
+    """size: ranks (1 = no TP). allreduce: "flat" | "hierarchical" | "sharded". domain_size: ranks per fast
+    domain (two-level kinds; 0 = all ranks of one host, i.e. ``size``). compression: the slow link's "none" |
+    "bf16" | "int8" (two-level kinds only)."""
 
     size: int = 1
     allreduce: str = "flat"
@@ -46,8 +47,8 @@ class TPConfig:
             raise ValueError(f"allreduce must be one of {ALLREDUCE_KINDS}, got {self.allreduce!r}")
         if self.compression not in COMPRESSIONS:
             raise ValueError(f"compression must be one of {COMPRESSIONS}, got {self.compression!r}")
-        if self.compression != "none" and self.allreduce != "hierarchical":
-            raise ValueError("compression applies to the hierarchical all-reduce's slow link only")
+        if self.compression != "none" and self.allreduce == "flat":
+            raise ValueError("compression applies to the slow link of a hierarchical or sharded all-reduce only")
         if self.domain_size < 0 or (self.domain_size and self.size % self.domain_size):
             raise ValueError(f"domain_size {self.domain_size} must divide tp size {self.size}")
 
@@ -77,6 +78,8 @@ class TPGroup:
         if self.config.allreduce == "flat":
             dist.all_reduce(x, group=self.device_group)
             return x
+        if self.config.allreduce == "sharded":
+            return sharded_all_reduce(self.p2p, x, self.config.fast_domain, self.config.compression)
         return hierarchical_all_reduce(self.p2p, x, self.config.fast_domain, self.config.compression)
 
     def broadcast_object(self, obj: Any = None) -> Any:

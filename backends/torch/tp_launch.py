@@ -13,6 +13,7 @@ backends/runner_driver.py: rank 0 returns the generated ids and step times, foll
 from __future__ import annotations
 
 import multiprocessing as mp
+import pickle
 import queue
 import tempfile
 import time
@@ -43,7 +44,9 @@ def _rank_main(
     torch.set_num_threads(num_threads)
     try:
         group = init_tp(rank, config, init_method, device=device, link=link)
-        results.put((rank, True, fn(group, *args)))
+        # pickled here, by value: the queue's own pickler would share tensors by file descriptor, which the
+        # parent can only fetch while this process lives (a "connection reset" once it has exited)
+        results.put((rank, True, pickle.dumps(fn(group, *args))))
     except BaseException:
         results.put((rank, False, traceback.format_exc()))
     finally:
@@ -108,7 +111,7 @@ def _collect(results: Any, procs: list, size: int, timeout_s: float) -> list[Any
             continue
         if not ok:
             raise RuntimeError(f"TP rank {rank} failed:\n{value}")
-        out[rank] = value
+        out[rank] = pickle.loads(value)
     return [out[r] for r in range(size)]
 
 
@@ -152,17 +155,17 @@ def run_sequence(group: TPGroup, calls: list[tuple[Callable[..., Any], tuple]]) 
 
 
 def allreduce_variants(group: TPGroup, numel: int, domain_size: int, seed: int = 0) -> dict[str, Any]:
-    """Every all-reduce of this module on the same per-rank input (``randn`` seeded by seed + rank):
-    {"input", "library" (dist.all_reduce), "ring", "hierarchical_none|bf16|int8"}; for checking that they
-    agree (tests, and a bench's sanity check)."""
+    """Every all-reduce on the same per-rank input (``randn`` seeded by seed + rank): {"input", "library"
+    (dist.all_reduce), "ring", "hierarchical_*", "sharded_*" (* = none|bf16|int8)}, to check they agree."""
     import torch
     import torch.distributed as dist
 
-    from backends.torch.allreduce import COMPRESSIONS, hierarchical_all_reduce, ring_all_reduce
+    from backends.torch.allreduce import COMPRESSIONS, hierarchical_all_reduce, ring_all_reduce, sharded_all_reduce
 
     x = torch.randn(numel, generator=torch.Generator().manual_seed(seed + group.rank))
     out = {"input": x.clone(), "library": x.clone(), "ring": ring_all_reduce(group.p2p, x.clone())}
     dist.all_reduce(out["library"])
     for c in COMPRESSIONS:
         out[f"hierarchical_{c}"] = hierarchical_all_reduce(group.p2p, x.clone(), domain_size, c)
+        out[f"sharded_{c}"] = sharded_all_reduce(group.p2p, x.clone(), domain_size, c)
     return out

@@ -8,7 +8,7 @@ import torch
 
 from backends.runner_driver import drive_greedy, tiny_config
 from backends.torch import TorchModelRunner, random_state_dict
-from backends.torch.allreduce import compression_tolerance
+from backends.torch.allreduce import COMPRESSIONS, compression_tolerance
 from backends.torch.tp_group import TPConfig
 from backends.torch.tp_launch import allreduce_variants, run_ranks, run_sequence, tp_generate
 from backends.torch.weights import hf_state_dict
@@ -31,7 +31,8 @@ def test_tp2_flat_is_token_identical_to_tp1(tiny):
 
 def test_tp4_hierarchical_is_token_identical_and_allreduces_agree():
     """4 ranks in 2 fast domains of 2: generation over the hierarchical all-reduce, then every all-reduce
-    variant on the same inputs against the exact (float64) sum."""
+    variant (flat, leader-based, sharded; uncompressed, bf16, int8) on the same inputs against the exact
+    (float64) sum."""
     config = tiny_config(num_attention_heads=8, num_key_value_heads=4)
     sd = random_state_dict(config, seed=2, std=0.2)
     ref = _reference(config, sd, PROMPTS, 8)
@@ -45,18 +46,22 @@ def test_tp4_hierarchical_is_token_identical_and_allreduces_agree():
     inputs = [v["input"] for v in variants]
     exact = sum(x.double() for x in inputs)
     partials = [inputs[0] + inputs[1], inputs[2] + inputs[3]]  # what the two leaders send
-    for name in ("library", "ring", "hierarchical_none", "hierarchical_bf16", "hierarchical_int8"):
+    names = ["library", "ring"] + [f"{kind}_{c}" for kind in ("hierarchical", "sharded") for c in COMPRESSIONS]
+    for name in names:
         outs = [v[name] for v in variants]
         for o in outs[1:]:
             assert torch.equal(o, outs[0]), f"{name}: ranks disagree"
         tol = 1e-5
-        if name.startswith("hierarchical_"):
-            tol = tol + compression_tolerance(partials, name.removeprefix("hierarchical_")).double()
+        if "_" in name:
+            kind, compression = name.split("_")
+            shards = 2 if kind == "sharded" else 1  # each rank of a domain sends its half
+            tol = tol + compression_tolerance(partials, compression, shards).double()
         err = (outs[0].double() - exact).abs()
         assert bool((err <= tol).all()), f"{name}: max error {err.max():.3g}"
     # compression really happened: int8 is not exact, and its error is within, not far under, its bound
     int8_err = (variants[0]["hierarchical_int8"].double() - exact).abs().max()
     assert 1e-4 < int8_err <= compression_tolerance(partials, "int8").max()
+    assert not torch.equal(variants[0]["sharded_int8"], variants[0]["sharded_none"])
 
 
 @pytest.mark.slow

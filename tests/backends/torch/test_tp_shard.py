@@ -54,7 +54,8 @@ def test_tp_config_validation():
     assert TPConfig(size=4, allreduce="hierarchical").fast_domain == 4
     with pytest.raises(ValueError, match="allreduce must be one of"):
         TPConfig(size=2, allreduce="tree")
-    with pytest.raises(ValueError, match="slow link only"):
+    assert TPConfig(size=4, allreduce="sharded", domain_size=2, compression="bf16").fast_domain == 2
+    with pytest.raises(ValueError, match="compression applies"):
         TPConfig(size=2, compression="bf16")
     with pytest.raises(ValueError, match="must divide"):
         TPConfig(size=4, allreduce="hierarchical", domain_size=3)
@@ -74,6 +75,9 @@ def test_link_model_prices_the_two_algorithms():
     assert link.hierarchical_all_reduce_s(4, s, "bf16") == pytest.approx(0.5 * s / 1e9 + 0.5 * s / 1e9)
     assert link.ring_all_reduce_s(4, s) / link.hierarchical_all_reduce_s(4, s, "int8") > 1.9
     assert link.ring_all_reduce_s(1, s) == link.hierarchical_all_reduce_s(1, s) == 0.0
+    # sharded: half the tensor per rank, reduce-scatter + all-gather in the domain, each half over its own link
+    assert link.sharded_all_reduce_s(4, s, "none") == pytest.approx(2 * 0.5 * s / 4e9 + 0.5 * s / 1e9)
+    assert link.ring_all_reduce_s(4, s) / link.sharded_all_reduce_s(4, s) == pytest.approx(2.0)
     with pytest.raises(ValueError, match="slow_gbps"):
         LinkModel(domain_size=2, fast_gbps=1.0, slow_gbps=0.0)
 
