@@ -40,6 +40,16 @@ class TPLeaderRunner:
         self.on_close: list[Callable[[], None]] = []  # run after the followers were told to stop
         self._closed = False
 
+    def __getattr__(self, name: str) -> Any:
+        """Rank 0's runner's data (e.g. what it reports about its kernels); a method that is not forwarded
+        here would run on rank 0 only, so it is refused."""
+        if name.startswith("__") or name in ("runner", "group"):
+            raise AttributeError(name)
+        value = getattr(self.runner, name)
+        if callable(value):
+            raise AttributeError(f"TPLeaderRunner does not forward {name}() to its followers")
+        return value
+
     @property
     def max_model_len(self) -> int:
         return self.runner.max_model_len

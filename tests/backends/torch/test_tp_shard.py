@@ -90,3 +90,17 @@ def test_hf_state_dict_inverts_load_weights(tiny):
     assert set(out) == set(sd)
     for name, value in sd.items():
         assert torch.equal(out[name], value), name
+
+
+def test_leader_runner_forwards_data_but_not_methods():
+    from types import SimpleNamespace
+
+    from backends.torch.tp_runner import TPLeaderRunner
+
+    inner = SimpleNamespace(block_size=16, execute=lambda batch: None, warm_up=lambda: None)
+    leader = TPLeaderRunner(inner, SimpleNamespace(rank=0))
+    assert leader.block_size == 16
+    with pytest.raises(AttributeError, match="does not forward warm_up"):
+        leader.warm_up()
+    with pytest.raises(ValueError, match="rank 0"):
+        TPLeaderRunner(inner, SimpleNamespace(rank=1))
