@@ -33,6 +33,7 @@ Compression on the slow link only (step 2): "none"; "bf16" (relative error <= 2^
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -82,14 +83,22 @@ class PacedP2P:
     delivered it. This is a software rate limiter on every link (fast and slow alike), not a kernel shaper.
     """
 
-    def __init__(self, inner: P2P, link: LinkModel) -> None:
+    def __init__(
+        self,
+        inner: P2P,
+        link: LinkModel,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.inner = inner
         self.link = link
         self.rank = inner.rank
         self.size = inner.size
+        self._clock = clock
+        self._sleep = sleep
 
     def exchange(self, sends: list[tuple[int, torch.Tensor]], recvs: list[tuple[int, torch.Tensor]]) -> None:
-        t0 = time.perf_counter()
+        t0 = self._clock()
         self.inner.exchange(sends, recvs)
         out: dict[int, int] = {}
         into: dict[int, int] = {}
@@ -102,9 +111,9 @@ class PacedP2P:
             + [self.link.seconds(p, self.rank, b) for p, b in into.items()]
             + [0.0]
         )
-        left = t0 + cost - time.perf_counter()
+        left = t0 + cost - self._clock()
         if left > 0:
-            time.sleep(left)
+            self._sleep(left)
 
 
 def _nbytes(t: torch.Tensor) -> int:

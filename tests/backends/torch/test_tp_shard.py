@@ -104,3 +104,25 @@ def test_leader_runner_forwards_data_but_not_methods():
         leader.warm_up()
     with pytest.raises(ValueError, match="rank 0"):
         TPLeaderRunner(inner, SimpleNamespace(rank=1))
+
+
+def test_paced_links_hold_each_exchange_for_its_slowest_link():
+    """PacedP2P's pacing without processes or wall-clock: a frozen clock, the sleeps recorded."""
+    from types import SimpleNamespace
+
+    from backends.torch.allreduce import PacedP2P, compress
+
+    link = LinkModel(domain_size=2, fast_gbps=4.0, slow_gbps=1.0, fast_latency_us=1.0, slow_latency_us=10.0)
+    moved = []
+    inner = SimpleNamespace(rank=0, size=4, exchange=lambda sends, recvs: moved.append((sends, recvs)))
+    slept: list[float] = []
+    paced = PacedP2P(inner, link, clock=lambda: 0.0, sleep=slept.append)
+    x = torch.zeros(1000)  # 4000 bytes
+    paced.exchange([(1, x)], [(1, x)])  # same domain both ways
+    assert slept[-1] == pytest.approx(1e-6 + 4000 / 4e9)
+    paced.exchange([(1, x), (2, x)], [])  # the slow link sets the pace
+    assert slept[-1] == pytest.approx(10e-6 + 4000 / 1e9)
+    c = compress(x, "int8")  # payload and scales to one peer: one message of their summed bytes
+    paced.exchange([(2, t) for t in c.tensors()], [])
+    assert slept[-1] == pytest.approx(10e-6 + (1024 + 4 * 4) / 1e9)
+    assert len(moved) == 3  # the bytes really went through the inner exchange
