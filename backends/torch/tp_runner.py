@@ -14,18 +14,23 @@ The batch (a SchedulerOutput: token ids, positions, block tables, block moves) i
 gloo cpu group; the activations' all-reduces go over the device group. Every rank applies the same
 block moves to its slice of the KV cache, so block ids mean the same blocks everywhere. All ranks reach
 the same reduced hidden state, so a follower's sampling would agree with the leader's; only rank 0's is
-used. A follower that raises sends nothing back: the leader's next collective fails with the
-torch.distributed error (a TP group lives and dies together, as in vLLM and SGLang).
+used. A batch the runner refuses before computing (a position past the context, say) is refused by every
+rank alike: rank 0 raises to the engine, the followers log it and wait for the next command. A rank that
+dies leaves the others' next collective to fail with the torch.distributed error after its timeout (a TP
+group lives and dies together, as in vLLM and SGLang).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from backends.torch.tp_group import TPGroup
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.model_runner import KVCacheSpec
+
+log = logging.getLogger(__name__)
 
 
 class TPLeaderRunner:
@@ -95,12 +100,17 @@ def follow(runner: Any, group: TPGroup) -> int:
         command, arg = group.broadcast_object(None)
         if command == "stop":
             return steps
-        if command == "init":
-            runner.initialize_kv_cache(arg)
-        elif command == "step":
-            runner.execute(arg)
-            steps += 1
-        elif command == "logits":
-            runner.compute_logits(arg)
-        else:
-            raise ValueError(f"unknown TP command {command!r}")
+        try:
+            if command == "init":
+                runner.initialize_kv_cache(arg)
+            elif command == "step":
+                steps += 1
+                runner.execute(arg)
+            elif command == "logits":
+                runner.compute_logits(arg)
+            else:
+                raise ValueError(f"unknown TP command {command!r}")
+        except Exception:
+            # a batch the runner refuses (checked before any collective) is refused on rank 0 alike, which
+            # reports it; the group stays in step, so this rank carries on with the next command
+            log.exception("TP rank %d: %s failed", group.rank, command)

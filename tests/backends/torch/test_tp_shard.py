@@ -126,3 +126,22 @@ def test_paced_links_hold_each_exchange_for_its_slowest_link():
     paced.exchange([(2, t) for t in c.tensors()], [])
     assert slept[-1] == pytest.approx(10e-6 + (1024 + 4 * 4) / 1e9)
     assert len(moved) == 3  # the bytes really went through the inner exchange
+
+
+def test_a_follower_survives_a_refused_batch_and_stops_on_command():
+    from types import SimpleNamespace
+
+    from backends.torch.tp_runner import follow
+
+    commands = iter([("init", "spec"), ("step", "bad"), ("step", "good"), ("bogus", None), ("stop", None)])
+    group = SimpleNamespace(rank=1, broadcast_object=lambda obj: next(commands))
+    ran = []
+
+    def execute(batch):
+        if batch == "bad":
+            raise ValueError("position 300 exceeds max_model_len 256")
+        ran.append(batch)
+
+    runner = SimpleNamespace(initialize_kv_cache=ran.append, execute=execute)
+    assert follow(runner, group) == 2
+    assert ran == ["spec", "good"]
