@@ -60,16 +60,19 @@ class TPConfig:
 class TPGroup:
     """Built in each rank after ``dist.init_process_group`` (see ``init_tp``)."""
 
-    def __init__(self, config: TPConfig, link: LinkModel | None = None) -> None:
+    def __init__(self, config: TPConfig, link: LinkModel | None = None, device: str = "cpu") -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialized (call init_tp)")
         self.config = config
+        self.device = device  # this rank's device
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         if self.size != config.size:
             raise ValueError(f"world size {self.size} != tp size {config.size}")
         self.device_group = dist.group.WORLD
         self.cpu_group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+        if dist.get_backend() == "nccl":  # create the communicator with every rank, before any partial batch
+            dist.all_reduce(torch.zeros(1, device=device), group=self.device_group)  # of point-to-point ops
         p2p = TorchP2P()
         self.p2p = PacedP2P(p2p, link) if link is not None else p2p
 
@@ -111,7 +114,7 @@ def init_tp(
     dist.init_process_group(
         backend, init_method=init_method, rank=rank, world_size=config.size, timeout=timedelta(seconds=timeout_s)
     )
-    return TPGroup(config, link)
+    return TPGroup(config, link, device)
 
 
 def close_tp() -> None:

@@ -139,7 +139,7 @@ def tp_generate(
         import torch
 
         state_dict = torch.load(state_dict, mmap=True, weights_only=True)
-    runner = TorchModelRunner(source, dtype, state_dict=state_dict, progress=False, tp=group)
+    runner = TorchModelRunner(source, dtype, group.device, state_dict=state_dict, progress=False, tp=group)
     if group.rank != 0:
         return follow(runner, group)
     leader = TPLeaderRunner(runner, group)
