@@ -4,8 +4,9 @@ channel the leader drives the followers with.
 Two process groups, as vLLM keeps them (``vllm/distributed/parallel_state.py``, ``GroupCoordinator``'s
 ``device_group`` / ``cpu_group``)::
 
-    device group   NCCL on CUDA, gloo on CPU     the activations' all-reduce (the model's hot path)
-    cpu group      always gloo                   pickled commands from rank 0 (tp_runner.py)
+    device group   NCCL on CUDA, gloo on CPU     the activations' all-reduce (the model's hot path); times out
+    cpu group      always gloo, no timeout       pickled commands from rank 0 (tp_runner.py): a follower waits
+                                                 there for as long as the engine has nothing to do
 
 The all-reduce is selectable: "flat" is the library's own (``dist.all_reduce``: NCCL's ring/tree, gloo's
 ring); "hierarchical" (leader-based) and "sharded" (reduce-scatter / per-rank exchange / all-gather) are
@@ -26,6 +27,7 @@ import torch.distributed as dist
 from backends.link_model import LinkModel
 from backends.torch.allreduce import COMPRESSIONS, PacedP2P, TorchP2P, hierarchical_all_reduce, sharded_all_reduce
 
+COMMAND_WAIT = timedelta(days=3650)  # "forever" for a follower waiting for a command (an idle engine)
 ALLREDUCE_KINDS = ("flat", "hierarchical", "sharded")
 
 
@@ -70,7 +72,8 @@ class TPGroup:
         if self.size != config.size:
             raise ValueError(f"world size {self.size} != tp size {config.size}")
         self.device_group = dist.group.WORLD
-        self.cpu_group = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+        # the followers wait on this group for rank 0's next command as long as the engine is idle: no timeout
+        self.cpu_group = dist.new_group(backend="gloo", timeout=COMMAND_WAIT)
         if dist.get_backend() == "nccl":  # create the communicator with every rank, before any partial batch
             dist.all_reduce(torch.zeros(1, device=device), group=self.device_group)  # of point-to-point ops
         p2p = TorchP2P()

@@ -35,6 +35,7 @@ def _rank_main(
     link: LinkModel | None,
     num_threads: int,
     device: str,
+    collective_timeout_s: float,
     results: Any,
 ) -> None:
     import torch
@@ -43,7 +44,7 @@ def _rank_main(
 
     torch.set_num_threads(num_threads)
     try:
-        group = init_tp(rank, config, init_method, device=device, link=link)
+        group = init_tp(rank, config, init_method, device=device, link=link, timeout_s=collective_timeout_s)
         # pickled here, by value: the queue's own pickler would share tensors by file descriptor, which the
         # parent can only fetch while this process lives (a "connection reset" once it has exited)
         results.put((rank, True, pickle.dumps(fn(group, *args))))
@@ -62,9 +63,11 @@ def run_ranks(
     num_threads: int = 1,
     device: str = "cpu",
     timeout_s: float = 300.0,
+    collective_timeout_s: float = 120.0,
 ) -> list[Any]:
     """``fn(group, *args)`` on every rank of a fresh local group; the results by rank. ``fn`` and ``args``
-    must pickle (a module-level function)."""
+    must pickle (a module-level function). timeout_s: for the whole run; collective_timeout_s: for one
+    all-reduce (init_tp)."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="zoo-tp-") as tmp:
@@ -72,7 +75,18 @@ def run_ranks(
         procs = [
             ctx.Process(
                 target=_rank_main,
-                args=(r, config, init_method, fn, args, link, num_threads, _rank_device(device, r), results),
+                args=(
+                    r,
+                    config,
+                    init_method,
+                    fn,
+                    args,
+                    link,
+                    num_threads,
+                    _rank_device(device, r),
+                    collective_timeout_s,
+                    results,
+                ),
                 daemon=True,
             )
             for r in range(config.size)
@@ -123,10 +137,11 @@ def tp_generate(
     state_dict: dict | None = None,
     dtype: str = "float32",
     block_size: int = 4,
+    pause_s: float = 0.0,
 ) -> Any:
     """One rank of a greedy TP generation. source: a ModelConfig (weights from ``state_dict``: HF-named
     tensors, or the path of a ``torch.save``d dict, memory-mapped) or a checkpoint path (every rank loads
-    it and keeps its shard)."""
+    it and keeps its shard). pause_s: rank 0 idles this long before it starts (the followers wait)."""
     from backends.runner_driver import drive_greedy
     from backends.torch.runner import TorchModelRunner
     from backends.torch.tp_runner import TPLeaderRunner, follow
@@ -143,6 +158,7 @@ def tp_generate(
     if group.rank != 0:
         return follow(runner, group)
     leader = TPLeaderRunner(runner, group)
+    time.sleep(pause_s)
     try:
         return drive_greedy(leader, prompts, num_new, block_size=block_size)
     finally:

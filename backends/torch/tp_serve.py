@@ -6,7 +6,7 @@ not multiprocessing: the parent may be any entry point), joins the group itself 
 rendezvous in a private temp directory, builds its shard, and returns a ``TPLeaderRunner`` for LLMEngine.
 Each follower loads the same checkpoint, keeps its shard and runs rank 0's commands until "stop".
 ``TPLeaderRunner.close`` (also registered at exit) stops the followers; ``stop_processes`` ends any that
-outlive it. On CUDA, rank r uses ``cuda:r``.
+outlive it; a follower whose parent died exits by itself. On CUDA, rank r uses ``cuda:r``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,18 @@ def start_tp_runner(
     return leader
 
 
+def _exit_with_parent(period_s: float = 1.0) -> None:
+    """A follower waits for commands without a timeout; if rank 0's process dies, nothing would tell it."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(period_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tp-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="one follower rank of a tensor-parallel engine (started by rank 0)")
     p.add_argument("--rank", type=int, required=True)
@@ -115,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     from backends.checkpoint import load_checkpoint
     from backends.torch.runner import TorchModelRunner
 
+    _exit_with_parent()
     if args.num_threads is not None:
         torch.set_num_threads(args.num_threads)
     tp = TPConfig(size=args.tp, allreduce=args.allreduce, domain_size=args.domain_size, compression=args.compression)

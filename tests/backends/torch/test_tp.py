@@ -21,9 +21,11 @@ def _reference(config, sd, prompts, num_new):
 
 
 def test_tp2_flat_is_token_identical_to_tp1(tiny):
+    """Rank 0 first idles longer than a collective may wait: an idle engine must not end its followers."""
     config, sd, _ = tiny
     ref = _reference(config, sd, PROMPTS, 12)
-    rank0, follower_steps = run_ranks(tp_generate, TPConfig(size=2), (config, PROMPTS, 12, sd))
+    args = (config, PROMPTS, 12, sd, "float32", 4, 6.0)
+    rank0, follower_steps = run_ranks(tp_generate, TPConfig(size=2), args, collective_timeout_s=4.0)
     ids, times = rank0
     assert ids == ref
     assert len(times) == 12 and follower_steps == 12  # the follower ran every step the leader ran
