@@ -37,7 +37,14 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
 
-        runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+        if config.tp > 1:  # rank 0 here, ranks 1..tp-1 in child processes (backends/torch/tp_serve.py)
+            from backends.torch.tp_group import TPConfig
+            from backends.torch.tp_serve import start_tp_runner
+
+            tp = TPConfig(config.tp, config.tp_allreduce, config.tp_domain_size, config.tp_compression)
+            runner = start_tp_runner(checkpoint, tp, config.dtype, config.device, config.num_threads, progress)
+        else:
+            runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
     elif config.backend == "jax":
         if config.num_threads is not None:
             _limit_xla_cpu_threads(config.num_threads)

@@ -13,6 +13,7 @@ import numpy as np
 
 from backends.checkpoint import ModelConfig
 from engine.batch import ScheduledRequest, SchedulerOutput
+from engine.model_runner import KVCacheSpec
 from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
@@ -88,3 +89,23 @@ class Seq:
 
 def make_step(step_id: int, requests: list[ScheduledRequest], **moves: Any) -> SchedulerOutput:
     return SchedulerOutput(step_id=step_id, requests=requests, **moves)
+
+
+def drive_greedy(
+    runner: Any, prompts: list[list[int]], num_new: int, block_size: int = 4, num_blocks: int = 256
+) -> tuple[list[list[int]], list[float]]:
+    """Prefill every prompt in one step, then decode ``num_new - 1`` steps of the whole batch, greedily.
+
+    Returns (the generated ids per prompt, each step's ``step_time_s``). The runner's KV cache is
+    initialised here (``num_blocks`` device blocks of ``block_size``)."""
+    runner.initialize_kv_cache(KVCacheSpec(num_device_blocks=num_blocks, num_host_blocks=0, block_size=block_size))
+    alloc = BlockAllocator(num_blocks)
+    seqs = [Seq(f"r{i}", list(p), GREEDY) for i, p in enumerate(prompts)]
+    times: list[float] = []
+    for step in range(num_new):
+        scheduled = [s.schedule(alloc, block_size) for s in seqs]
+        out = runner.execute(make_step(step, scheduled))
+        times.append(out.step_time_s)
+        for s, sched in zip(seqs, scheduled):
+            s.advance(sched, out.sampled_token_ids.get(s.req_id))
+    return [s.token_ids[len(p) :] for s, p in zip(seqs, prompts)], times

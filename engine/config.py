@@ -81,6 +81,10 @@ class EngineConfig:
         several agents share one host, so their thread pools do not oversubscribe the cores.
     gpu_profile / tp: the simulated node (backend "sim" only; a backends/gpu_table.py profile name and
         a power-of-two GPU count). Its KV blocks follow from the GPU memory, not ``cache.num_device_blocks``.
+        With backend "torch", ``tp`` > 1 splits the model over that many local processes (tensor parallelism,
+        backends/torch/tp_serve.py; the model's KV heads must divide by it).
+    tp_allreduce / tp_domain_size / tp_compression: the TP all-reduce ("flat" | "hierarchical" | "sharded"),
+        ranks per fast domain (0 = all), and the slow link's compression ("none" | "bf16" | "int8"; not flat).
     """
 
     model: str | None = None
@@ -90,6 +94,9 @@ class EngineConfig:
     num_threads: int | None = None
     gpu_profile: str | None = None
     tp: int = 1
+    tp_allreduce: str = "flat"
+    tp_domain_size: int = 0
+    tp_compression: str = "none"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
 
@@ -102,15 +109,15 @@ class EngineConfig:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if self.tp < 1 or self.tp & (self.tp - 1):
-            raise ValueError(f"tp must be a power of two >= 1, got {self.tp}")
+        if self.tp < 1 or (self.backend == "sim" and self.tp & (self.tp - 1)):
+            raise ValueError(f"tp must be >= 1 (a power of two on backend 'sim'), got {self.tp}")
         if self.backend == "sim":
             if self.gpu_profile is None:
                 raise ValueError("backend 'sim' needs a gpu_profile (the simulated GPU)")
             if not (self.model or "").startswith(SIM_PREFIX):
                 raise ValueError(f"backend 'sim' serves simulated models named {SIM_PREFIX}..., got {self.model!r}")
-        elif self.tp != 1:
-            raise ValueError(f"tp > 1 is only simulated (backend 'sim'), got tp={self.tp} on {self.backend!r}")
+        elif self.tp != 1 and self.backend != "torch":
+            raise ValueError(f"tp > 1 runs on backend 'torch' (or 'sim'), got tp={self.tp} on {self.backend!r}")
 
 
 BACKENDS = frozenset({"torch", "jax", "sim"})

@@ -15,6 +15,8 @@ nodes of one GPU profile (backends/gpu_table.py), each ``tp`` GPUs wide::
     gpu = "h100-sxm"
     count = 4
     tp = 1
+    # tp_nodes = 2                       # optional: the TP group spans hosts (backends/sim/cost_model.py)
+    # allreduce = "hierarchical"         # "flat" | "hierarchical"; compression = "none" | "bf16" | "int8"
 
 Node ids are ``<cell>/<profile>-<i>`` (i counted per cell and profile), in file order.
 """
@@ -145,6 +147,7 @@ class Fleet:
             max_catch_up_s=max_catch_up_s,
             clock=clock,
             detokenize=realtime,
+            hardware=hardware,
         )
 
     def describe(self) -> str:
@@ -180,7 +183,13 @@ def parse_fleet(data: dict, name: str = "fleet") -> Fleet:
             by_class[traffic_class] = cell_name
         counters: dict[str, int] = {}
         for pool in cell.get("pools", []):
-            hardware = NodeHardware(pool["gpu"], int(pool.get("tp", 1)))
+            hardware = NodeHardware(
+                pool["gpu"],
+                int(pool.get("tp", 1)),
+                tp_nodes=int(pool.get("tp_nodes", 1)),
+                allreduce=str(pool.get("allreduce", "flat")),
+                compression=str(pool.get("compression", "none")),
+            )
             count = int(pool.get("count", 1))
             if count < 1:
                 raise ValueError(f"cell {cell_name!r}: pool count must be >= 1, got {count}")

@@ -18,6 +18,16 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument(
+        "--tp-allreduce",
+        default="flat",
+        choices=["flat", "hierarchical", "sharded"],
+        help="the all-reduce of --tp > 1 (torch)",
+    )
+    p.add_argument("--tp-domain-size", type=int, default=0, help="ranks per fast domain (0: all)")
+    p.add_argument(
+        "--tp-compression", default="none", choices=["none", "bf16", "int8"], help="slow-link format (not flat)"
+    )
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -27,6 +37,10 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         dtype=args.dtype,
         device=args.device,
         num_threads=args.num_threads,
+        tp=getattr(args, "tp", 1),  # `zoo agent --tp N`
+        tp_allreduce=args.tp_allreduce,
+        tp_domain_size=args.tp_domain_size,
+        tp_compression=args.tp_compression,
         scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
         cache=CacheConfig(
             block_size=args.block_size,

@@ -17,7 +17,12 @@ heads and of the MLP width; norms and residual adds are replicated)::
              (6 I / tp B/token), 2 residual adds (6 h B/token)
     attention  FLOPs 4 q_len (start + (q_len + 1) / 2) nh/tp hd per request (causal), bytes = the K/V of
              every context position read once + the new K/V written; against attention_* efficiencies
-    all-reduce (tp > 1): 2 per layer of T h 2 bytes, ring: 2 (tp - 1) / tp * bytes / link + latency
+    all-reduce (tp > 1): 2 per layer of T h 2 bytes, priced by backends/link_model.py (the LinkModel the
+             torch all-reduce emulation paces its links with): ranks in ``tp_nodes`` fast domains (NVLink,
+             INTERCONNECT_GBPS) joined by the network (NETWORK_GBPS per GPU); "flat" = ring, 2 (tp - 1) steps
+             of bytes / tp, each as slow as its slowest hop (one node: link_latency + 2 (tp - 1) / tp bytes /
+             link); "hierarchical" = reduce in the node, (compressed) leader exchange, broadcast back;
+             "sharded" = reduce-scatter in the node, each GPU's shard over its own NIC, all-gather
 
 Per step, on top of num_layers x layer: the embedding gather, the LM head for the sampled rows only, KV
 block moves (swap over the host link, copies in device memory) and a fixed + per-sequence CPU overhead.
@@ -33,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from backends.checkpoint.model_config import ModelConfig
 from backends.gpu_table import GPU_TABLE, GpuSpec
+from backends.link_model import COMPRESSION_BYTES, LinkModel
 from backends.sim.model_shapes import kv_bytes_per_token, weight_bytes
 from transport.messages import HardwareInfo
 
@@ -180,12 +186,27 @@ def op_times_s(model: ModelConfig, tp: int, num_tokens: int, gpu: GpuSpec, eff: 
     return times
 
 
+# The network between nodes, per GPU (one 400 Gb/s InfiniBand NDR NIC per GPU, as on DGX H100), and its
+# per-message latency: assumptions, for TP groups spread over several nodes.
+NETWORK_GBPS = 50.0
+NETWORK_LATENCY_S = 5e-6
+ALLREDUCE_KINDS = ("flat", "hierarchical", "sharded")
+
+
 @dataclass(frozen=True, slots=True)
 class NodeHardware:
-    """A node: ``tp`` GPUs of one profile serving one model with tensor parallelism."""
+    """A node: ``tp`` GPUs of one profile serving one model with tensor parallelism.
+
+    tp_nodes: hosts the TP group spans (tp / tp_nodes GPUs on NVLink in each, the network between them).
+    allreduce / compression: how the TP all-reduce crosses hosts ("flat" ring | "hierarchical"; the
+    hierarchical slow link's "none" | "bf16" | "int8"), as backends/torch/allreduce.py runs them.
+    """
 
     profile: str
     tp: int = 1
+    tp_nodes: int = 1
+    allreduce: str = "flat"
+    compression: str = "none"
 
     def __post_init__(self) -> None:
         if self.profile.lower() not in GPU_TABLE:
@@ -193,6 +214,12 @@ class NodeHardware:
         object.__setattr__(self, "profile", self.profile.lower())
         if self.tp < 1 or self.tp & (self.tp - 1):
             raise ValueError(f"tp must be a power of two >= 1, got {self.tp}")
+        if self.tp_nodes < 1 or self.tp % self.tp_nodes:
+            raise ValueError(f"tp_nodes must divide tp={self.tp}, got {self.tp_nodes}")
+        if self.allreduce not in ALLREDUCE_KINDS:
+            raise ValueError(f"allreduce must be one of {ALLREDUCE_KINDS}, got {self.allreduce!r}")
+        if self.compression not in COMPRESSION_BYTES:
+            raise ValueError(f"compression must be one of {sorted(COMPRESSION_BYTES)}, got {self.compression!r}")
 
     @property
     def gpu(self) -> GpuSpec:
@@ -263,6 +290,7 @@ class StepCostModel:
         self._kv_bytes_per_token_layer = 2.0 * kv_heads_per_rank * model.head_dim * BYTES_PER_VALUE
         link_gbps, host_gbps = INTERCONNECT_GBPS[hardware.profile]
         self._link_bw = link_gbps * 1e9 * eff.link_efficiency
+        self.link = tp_link_model(hardware, eff)
         self._host_bw = host_gbps * 1e9 * eff.link_efficiency
         self._block_bytes_per_rank = kv_bytes_per_token(model, BYTES_PER_VALUE) * block_size / tp
         self._layer_cache: dict[int, float] = {}
@@ -284,10 +312,14 @@ class StepCostModel:
         return t
 
     def all_reduce_s(self, num_bytes: float) -> float:
-        tp = self.hardware.tp
-        if tp == 1:
+        hw = self.hardware
+        if hw.tp == 1:
             return 0.0
-        return self.efficiency.link_latency_s + 2.0 * (tp - 1) / tp * num_bytes / self._link_bw
+        if hw.allreduce == "hierarchical":
+            return self.link.hierarchical_all_reduce_s(hw.tp, num_bytes, hw.compression, BYTES_PER_VALUE)
+        if hw.allreduce == "sharded":
+            return self.link.sharded_all_reduce_s(hw.tp, num_bytes, hw.compression, BYTES_PER_VALUE)
+        return self.link.ring_all_reduce_s(hw.tp, num_bytes)
 
     def attention_s(self, attn_flop_units: float, kv_read_tokens: int, num_tokens: int) -> float:
         """One layer's attention: causal QK^T and PV FLOPs against the K/V of the contexts read once."""
@@ -360,3 +392,19 @@ def saturation_throughput_req_per_s(
     # decode steps also carry prefill chunks in a mixed batch; the marginal decode cost per token:
     decode_s_per_token = cost.decode_step_s(batch, mean_prompt_tokens + output / 2) / batch
     return 1.0 / (prefill_s + (output - 1) * decode_s_per_token) if math.isfinite(prefill_s) else 0.0
+
+
+def tp_link_model(hardware: NodeHardware, eff: Efficiency) -> LinkModel:
+    """The links of a node's TP group: NVLink (INTERCONNECT_GBPS, x link_efficiency) inside each of the
+    ``tp_nodes`` hosts, the network between them. ``link_latency_s`` is the whole ring's fixed cost on one
+    host, so each of its 2 (tp - 1) steps carries an equal share."""
+    link_gbps, _ = INTERCONNECT_GBPS[hardware.profile]
+    per_node = hardware.tp // hardware.tp_nodes
+    steps = 2 * max(1, hardware.tp - 1)
+    return LinkModel(
+        domain_size=per_node,
+        fast_gbps=link_gbps * eff.link_efficiency,
+        slow_gbps=NETWORK_GBPS * eff.link_efficiency,
+        fast_latency_us=eff.link_latency_s / steps * 1e6,
+        slow_latency_us=NETWORK_LATENCY_S * 1e6,
+    )

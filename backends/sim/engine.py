@@ -57,10 +57,13 @@ def build_sim_engine(
     keep_cache_blocks: bool = False,
     max_catch_up_s: float = DEFAULT_MAX_CATCH_UP_S,
     detokenize: bool = True,
+    hardware: NodeHardware | None = None,
 ) -> LLMEngine:
+    """``hardware``, when given, is the node (TP across hosts, all-reduce kind) instead of gpu_profile x tp."""
     config = sim_model(model)
     cache_config = cache_config or CacheConfig()
-    runner = SimModelRunner(config, NodeHardware(gpu_profile, tp), block_size=cache_config.block_size)
+    hardware = hardware or NodeHardware(gpu_profile, tp)
+    runner = SimModelRunner(config, hardware, block_size=cache_config.block_size)
     scheduler_config = scheduler_config or SchedulerConfig()
     scheduler_config.max_model_len = min(scheduler_config.max_model_len, runner.max_model_len)
     if not keep_cache_blocks:

@@ -25,6 +25,10 @@ kept as properties (``qkv_proj``, ``o_proj``, ...) for loading and inspection::
     embed_t         [E, V]                 the embedding table, also the tied output head
 
 q/k rows use Hugging Face's half-split RoPE layout (``rotate_half``).
+
+Tensor parallelism (``tp``, a ``TPGroup`` from tp_group.py, or None): the layers are built from the rank's
+local config (tp_shard.py: its heads, KV heads and MLP columns) and the two row-parallel products
+(``o_proj``, ``down_proj``) are all-reduced before the residual add.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from torch import nn
 
 from backends.rope_scaling import llama3_inv_freq, rope_type
 from backends.torch.attention import AttentionBackend, AttentionMetadata
+from backends.torch.tp_shard import shard_config
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -91,9 +96,10 @@ class RMSNorm(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: Any, layer_idx: int, dtype: torch.dtype, device: torch.device) -> None:
+    def __init__(self, config: Any, layer_idx: int, dtype: torch.dtype, device: torch.device, tp: Any = None) -> None:
         super().__init__()
         self.layer_idx = layer_idx
+        self.tp = tp
         e, d = config.hidden_size, config.head_dim
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
@@ -148,19 +154,30 @@ class DecoderLayer(nn.Module):
         k = qk[:, self.num_heads :]  # [T, Hkv, D]
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         o = attn.forward(q, k, v, kv_cache, meta)  # [T, H * D]
-        hidden = torch.addmm(hidden, o, self.o_proj_t)  # hidden + o @ W_o
+        hidden = self._row_parallel_add(hidden, o, self.o_proj_t)  # hidden + o @ W_o
 
         x = self.post_attention_layernorm(hidden)
         gate_up = torch.mm(x, self.gate_up_proj_t)  # [T, 2I]
         act = F.silu(gate_up[:, : self.intermediate_size]) * gate_up[:, self.intermediate_size :]
-        return torch.addmm(hidden, act, self.down_proj_t)
+        return self._row_parallel_add(hidden, act, self.down_proj_t)
+
+    def _row_parallel_add(self, hidden: torch.Tensor, x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
+        """hidden + x @ w_t; under TP, x @ w_t is this rank's partial sum and is all-reduced first."""
+        if self.tp is None:
+            return torch.addmm(hidden, x, w_t)
+        return hidden + self.tp.all_reduce(torch.mm(x, w_t))
 
 
 class LlamaModel(nn.Module):
     """Decoder + output head. Parameters are allocated uninitialised; weights.py fills them."""
 
-    def __init__(self, config: Any, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self, config: Any, dtype: str | torch.dtype = "float32", device: str | torch.device = "cpu", tp: Any = None
+    ) -> None:
         super().__init__()
+        if tp is not None:
+            config = shard_config(config, tp.size)  # this rank's heads, KV heads and MLP columns
+        self.tp = tp
         self.config = config
         self.dtype = resolve_dtype(dtype)
         device = torch.device(device)
@@ -168,7 +185,7 @@ class LlamaModel(nn.Module):
         self.embed_t = nn.Parameter(
             torch.empty(config.hidden_size, config.vocab_size, dtype=self.dtype, device=device), requires_grad=False
         )
-        self.layers = nn.ModuleList(DecoderLayer(config, i, self.dtype, device) for i in range(self.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(config, i, self.dtype, device, tp) for i in range(self.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, self.dtype, device)
         if config.tie_word_embeddings:
             self.lm_head_t = self.embed_t

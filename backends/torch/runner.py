@@ -40,6 +40,8 @@ class TorchModelRunner:
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
     attention_backend: force a backend by name; None = chosen by device at initialize_kv_cache.
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
+    tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
+        columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
     """
 
     def __init__(
@@ -53,6 +55,7 @@ class TorchModelRunner:
         attention_backend: str | None = None,
         progress: bool = True,
         num_threads: int | None = None,
+        tp: Any = None,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -62,7 +65,7 @@ class TorchModelRunner:
             self.model = source
         else:
             self.model = build_model(
-                source, self.dtype, self.device, state_dict=state_dict, seed=seed, progress=progress
+                source, self.dtype, self.device, state_dict=state_dict, seed=seed, progress=progress, tp=tp
             )
         self.config = self.model.config
         self.sampler = Sampler(self.device, seed)

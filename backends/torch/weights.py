@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from backends.torch.model import LlamaModel
+from backends.torch.tp_shard import shard_tensors
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
@@ -127,17 +128,31 @@ def build_model(
     state_dict: dict[str, Any] | None = None,
     seed: int = 0,
     progress: bool = True,
+    tp: Any = None,
 ) -> LlamaModel:
     """A LlamaModel from a Checkpoint (streams ``iter_tensors``) or from a ModelConfig.
 
     With a ModelConfig the weights come from ``state_dict`` (HF names) or, if None, are random.
+    With ``tp`` (a TPGroup) the model holds rank ``tp.rank``'s shard (tp_shard.py) of the same weights.
     """
     if hasattr(source, "iter_tensors"):
-        model = LlamaModel(source.config, dtype, device)
-        load_weights(model, source.iter_tensors(progress=progress))
+        config = source.config
+        tensors = source.iter_tensors(progress=progress)
     else:
-        model = LlamaModel(source, dtype, device)
+        config = source
         if state_dict is None:
             state_dict = random_state_dict(source, seed)
-        load_weights(model, state_dict.items())
+        tensors = state_dict.items()
+    model = LlamaModel(config, dtype, device, tp=tp)
+    if tp is not None:
+        tensors = shard_tensors(config, tensors, tp.rank, tp.size)
+    load_weights(model, tensors)
     return model.eval()
+
+
+def hf_state_dict(model: LlamaModel) -> dict[str, torch.Tensor]:
+    """The model's weights under their HF names (views into the fused tensors; the inverse of load_weights).
+    For an unsharded model: every rank of a TP group can shard it again."""
+    if getattr(model, "tp", None) is not None:
+        raise ValueError("hf_state_dict needs the whole model, not a TP shard")
+    return {name: _target(model, name) for name in sorted(expected_tensor_names(model.config))}

@@ -47,3 +47,19 @@ def test_zoo_long_serves_a_128k_model_and_only_big_kv_nodes_take_the_longest_pro
     assert set(kv_tokens) == {"h100-sxm", "a100-40gb", "l4", "t4"}
     # Mooncake's p99 prompt (66k tokens) fits an H100's KV cache but not an L4's
     assert kv_tokens["l4"] < 66_000 < kv_tokens["h100-sxm"]
+
+
+def test_a_pool_can_span_hosts_with_a_hierarchical_all_reduce():
+    def fleet(**pool):
+        return parse_fleet(
+            {"model": "sim:llama-3-70b", "cells": [{"name": "c", "pools": [{"gpu": "h100-sxm", "tp": 8, **pool}]}]}
+        )
+
+    one_host = fleet().nodes[0]
+    two_hosts = fleet(tp_nodes=2, allreduce="hierarchical", compression="int8").nodes[0]
+    assert (two_hosts.hardware.tp_nodes, two_hosts.hardware.allreduce) == (2, "hierarchical")
+    engine = fleet(tp_nodes=2).node_engine(fleet(tp_nodes=2).nodes[0])
+    assert engine.runner.hardware.tp_nodes == 2  # the node's engine prices the network hop
+    with pytest.raises(ValueError, match="tp_nodes must divide"):
+        fleet(tp_nodes=3)
+    assert one_host.hardware.tp_nodes == 1

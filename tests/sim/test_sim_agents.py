@@ -87,8 +87,9 @@ def test_sim_backend_config_is_validated():
         EngineConfig(model="/models/llama.gguf", backend="sim", gpu_profile="l4")
     with pytest.raises(ValueError, match="power of two"):
         EngineConfig(model="sim:llama-3-8b", backend="sim", gpu_profile="l4", tp=3)
-    with pytest.raises(ValueError, match="only simulated"):
-        EngineConfig(backend="torch", tp=2)
+    with pytest.raises(ValueError, match="runs on backend 'torch'"):
+        EngineConfig(backend="jax", tp=2)
+    assert EngineConfig(backend="torch", tp=3).tp == 3  # tensor parallel over 3 processes
 
 
 def test_build_engine_sim_loads_no_checkpoint_and_sizes_kv_from_the_gpus():

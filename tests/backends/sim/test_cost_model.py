@@ -64,3 +64,28 @@ def test_saturation_throughput_orders_the_gpus():
             StepCostModel(model, hw), 1000, 200, num_kv_blocks(model, hw, 16) * 16, 256, 2048
         )
     assert rates["h100-sxm"] > rates["a100-40gb"] > rates["l4"] > 0
+
+
+def test_tp_all_reduce_uses_the_link_model_across_nodes():
+    from backends.sim.cost_model import INTERCONNECT_GBPS
+
+    model = sim_model("llama-3-70b")
+    one = StepCostModel(model, NodeHardware("h100-sxm", 8))
+    eff = one.efficiency
+    nbytes = 4096 * model.hidden_size * 2
+    # one host: the ring over NVLink, its fixed cost once (as before the link model)
+    nvlink = INTERCONNECT_GBPS["h100-sxm"][0] * 1e9 * eff.link_efficiency
+    assert one.all_reduce_s(nbytes) == pytest.approx(eff.link_latency_s + 2 * 7 / 8 * nbytes / nvlink)
+    # two hosts: the flat ring is as slow as the network hop; hierarchical int8 crosses it with ~half the bytes
+    flat, hier, hier_int8 = (
+        StepCostModel(model, NodeHardware("h100-sxm", 8, tp_nodes=2, allreduce=a, compression=c)).all_reduce_s(nbytes)
+        for a, c in (("flat", "none"), ("hierarchical", "none"), ("hierarchical", "int8"))
+    )
+    assert flat > 3 * one.all_reduce_s(nbytes)
+    assert flat / hier_int8 > 1.5 and hier_int8 < hier
+    cross = StepCostModel(model, NodeHardware("h100-sxm", 8, tp_nodes=2))
+    assert cross.decode_step_s(8, 1000) > one.decode_step_s(8, 1000)
+    with pytest.raises(ValueError, match="tp_nodes must divide"):
+        NodeHardware("h100-sxm", 8, tp_nodes=3)
+    with pytest.raises(ValueError, match="allreduce must be one of"):
+        NodeHardware("h100-sxm", 8, allreduce="tree")
