@@ -37,6 +37,7 @@ class _Add:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -85,8 +86,8 @@ class EngineThread:
 
     # -- commands (any thread; applied by the thread in order, before its next step) ------------------
 
-    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        self.inbox.put(_Add(request_id, prompt_token_ids, params))
+    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, priority: int = 0) -> None:
+        self.inbox.put(_Add(request_id, prompt_token_ids, params, priority))
 
     def abort(self, request_ids: list[str]) -> None:
         self.inbox.put(_Abort(request_ids))
@@ -148,7 +149,7 @@ class EngineThread:
     def _apply(self, cmd, out: list) -> None:
         if isinstance(cmd, _Add):
             try:
-                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params)
+                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.priority)
             except ValueError as e:  # PromptError, duplicate id
                 out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
         elif isinstance(cmd, _Abort):

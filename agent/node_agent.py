@@ -371,7 +371,7 @@ class NodeAgent(Actor):
                 )
             )
             return
-        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling)  # validated when decoded
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, msg.priority)  # validated when decoded
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])

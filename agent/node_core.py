@@ -81,11 +81,11 @@ class NodeCore:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """Queue a request at the clock's now. Raises ValueError (a PromptError, a duplicate id) and
-        queues nothing when this node cannot serve it."""
+    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, priority: int = 0) -> None:
+        """Queue a request at the clock's now (``priority``: its traffic class's rank, engine/scheduler.py).
+        Raises ValueError (a PromptError, a duplicate id) and queues nothing when this node cannot serve it."""
         self.num_received_total += 1
-        self.engine.add_request(prompt_token_ids, params, req_id=request_id)
+        self.engine.add_request(prompt_token_ids, params, req_id=request_id, priority=priority)
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)
 

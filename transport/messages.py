@@ -203,6 +203,7 @@ class GenerateRequest(Envelope, kw_only=True):
     sampling: SamplingParams
     arrival_ns: int  # when the control plane received it (queue wait starts here)
     routed_ns: int  # when the router decided
+    priority: int = 0  # its traffic class's rank: higher runs first, swapping lower ones out (engine/scheduler.py)
 
 
 class TokenChunk(Envelope, kw_only=True):
