@@ -73,12 +73,16 @@ class AdmissionControl:
         self.num_admitted_total = 0
         self.num_refused_total: dict[RefusalReason, int] = {reason: 0 for reason in RefusalReason}
 
-    def check(self, snapshot: ClusterSnapshot, node_id: str | None = None) -> Refusal | None:
+    def check(
+        self, snapshot: ClusterSnapshot, node_id: str | None = None, max_queue_per_node: int | None = None
+    ) -> Refusal | None:
         """None: admit. Checks the global queue of ``snapshot`` and, if given, ``node_id``'s own queue
-        (the node the router chose; a node not in the snapshot is not checked). Pass the same scope every
+        (the node the router chose; a node not in the snapshot is not checked) against ``max_queue_per_node``
+        (a traffic class's limit, controlplane/cells.py; None: the config's). Pass the same scope every
         time, normally the whole cluster (``registry.snapshot()``): the totals are kept per snapshot
         lineage, and a snapshot of other nodes rebuilds them (O(N))."""
         config = self.config
+        node_limit = config.max_queue_per_node if max_queue_per_node is None else max_queue_per_node
         table = self._table
         table.sync(snapshot.nodes)
         total = int(table.columns[_COL_QUEUED].sum()) if len(table) else 0
@@ -93,11 +97,11 @@ class AdmissionControl:
             i = table.index_of.get(node_id)
             if i is not None:
                 queued = int(table.values.item(_COL_QUEUED, i))
-                if queued >= config.max_queue_per_node:
+                if queued >= node_limit:
                     return self._refuse(
                         RefusalReason.NODE_QUEUE_FULL,
                         f"node {node_id!r} is overloaded: {queued} requests queued there "
-                        f"(limit {config.max_queue_per_node}); retry after {config.retry_after_s:g} s",
+                        f"(limit {node_limit}); retry after {config.retry_after_s:g} s",
                         node_id,
                     )
         self.num_admitted_total += 1

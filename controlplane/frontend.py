@@ -38,6 +38,7 @@ class Frontend(Protocol):
         prompt_token_ids: list[int] | None = None,
         sampling: SamplingParams,
         traffic_class: str = "default",
+        tenant: str = "",
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
 

@@ -27,11 +27,13 @@ when it started), so a client of a control plane that restarted learns it at its
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
 
 import anyio
+import msgspec
 import zmq.asyncio
 
 from controlplane.control_plane_config import ControlPlaneConfig
@@ -40,6 +42,7 @@ from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
 from controlplane.router.policies import make_policy
+from controlplane.tenants import TenantLimiter
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
 from engine.sampling_params import SamplingParams
@@ -126,6 +129,7 @@ class ControlPlane(Actor):
             send_to_node=self._send_to_node,
             model_names=lambda: self.model_names,
             max_resumes=config.max_resumes,
+            tenants=TenantLimiter(config.tenants, now_s=self.clock.now()),
         )
         self.requests = self.path.table
         self.counters = self.path.counters  # the same dicts: requests by outcome, refusals by code
@@ -258,6 +262,8 @@ class ControlPlane(Actor):
                 "agents": {c.value: n for c, n in self.agent_dispatcher.rejected.items() if n},
                 "clients": {c.value: n for c, n in self.client_dispatcher.rejected.items() if n},
             },
+            "classes": self.path.classes.summary(),
+            "tenants": {name: dataclasses.asdict(usage) for name, usage in self.path.tenants.usage().items()},
         }
 
     def take_events(self) -> list[LatencySample]:
@@ -295,6 +301,7 @@ class ControlPlane(Actor):
         prompt_token_ids: list[int] | None = None,
         sampling: SamplingParams,
         traffic_class: str = "default",
+        tenant: str = "",
     ) -> AsyncIterator[TokenChunk]:
         msg = ClientGenerate(
             request_id=request_id,
@@ -304,6 +311,7 @@ class ControlPlane(Actor):
             prompt_token_ids=prompt_token_ids,
             sampling=sampling,
             traffic_class=traffic_class,
+            tenant=tenant,
         )
         return local_stream(msg, self.submit, self.cancel, self.config.chunk_timeout_s, self.local_streams)
 
@@ -371,6 +379,9 @@ class ControlPlane(Actor):
                 hello.model,
                 self.config.model_name,
             )
+        cell = self.config.router.cells.cell_of_node(hello.cell, hello.hardware.gpu_type)  # by label or GPU type
+        if cell != hello.cell:
+            hello = msgspec.structs.replace(hello, cell=cell)
         try:
             lost = self.registry.join(hello)
         except ValueError as e:

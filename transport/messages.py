@@ -192,6 +192,7 @@ class ClientGenerate(Envelope, kw_only=True):
     prompt_token_ids: list[int] | None = None
     sampling: SamplingParams = SamplingParams()  # validated when decoded (engine/sampling_params.py)
     traffic_class: str = "default"  # picks the cell
+    tenant: str = ""  # who it is for (controlplane/tenants.py: its class, rate limits, usage); "" = default
 
 
 class GenerateRequest(Envelope, kw_only=True):

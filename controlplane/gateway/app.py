@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
+CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
+MAX_CLASS_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,9 @@ class Gateway:
             chat=chat, request_id=request_id, model=model, created=int(time.time()), include_usage=args.include_usage
         )
         headers = {"x-request-id": request_id}
+        # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
+        traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
+        tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key
         chunks = self.frontend.generate(
             request_id,
             model=args.model,
@@ -182,6 +187,8 @@ class Gateway:
             messages=args.messages,
             prompt_token_ids=args.prompt_token_ids,
             sampling=args.sampling,
+            traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
+            **({"tenant": tenant} if tenant else {}),
         )
         handed_over = False
         try:

@@ -59,6 +59,7 @@ class _CommonRequest(msgspec.Struct, kw_only=True):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted and ignored
+    traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -90,6 +91,7 @@ class GenerateArgs:
     prompt_token_ids: list[int] | None = None
     stream: bool = False
     include_usage: bool = False
+    traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
 
 
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
@@ -118,6 +120,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         prompt_token_ids=prompt_token_ids,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
+        traffic_class=req.traffic_class,
     )
 
 
@@ -145,6 +148,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         messages=messages,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
+        traffic_class=req.traffic_class,
     )
 
 

@@ -129,7 +129,11 @@ def test_priority_never_changes_an_output_and_victims_rank_lowest(
             assert all(victim.priority <= r.priority for r in scheduled if r is not victim)
 
     result = run(
-        scheduler, kv_runner_cls.for_scheduler(scheduler), before_step=arrive, check=check, more_coming=lambda: bool(pending)
+        scheduler,
+        kv_runner_cls.for_scheduler(scheduler),
+        before_step=arrive,
+        check=check,
+        more_coming=lambda: bool(pending),
     )
     assert result.outputs == expected
     assert set(result.finish_reasons.values()) == {FinishReason.LENGTH}
