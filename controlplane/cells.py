@@ -215,3 +215,17 @@ def parse_cells(data: dict[str, Any], source: str = "config") -> CellsConfig:
         return msgspec.convert(part, CellsConfig)
     except msgspec.ValidationError as e:
         raise ValueError(f"{source}: {e}") from None
+
+
+def load_cells(path) -> CellsConfig:
+    """The cells and classes of a TOML file: a zoo.toml, or a simulated fleet's (sim/fleets/*.toml)."""
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ValueError(f"cannot read the cells file {path}: {e}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from None
+    return parse_cells(data, str(path))
