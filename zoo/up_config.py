@@ -13,6 +13,7 @@ from pathlib import Path
 from controlplane.cells import parse_cells
 
 CELL_SECTIONS = {"cells", "traffic_classes", "default_class"}  # controlplane/cells.py; zoo sim reads them too
+SIM_FLEET_KEYS = {"name", "model", "scheduler"}  # `zoo sim --fleet zoo.toml` reads these (sim/fleet.py)
 DEFAULT_CONTROL = "tcp://127.0.0.1:5555"
 DEFAULT_HTTP = "127.0.0.1:8000"
 
@@ -84,7 +85,7 @@ def load_up_config(path: Path | None) -> UpConfig:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
     cp = dict(data.get("controlplane", {}))
-    unknown = set(data) - {"controlplane", "agents", *CELL_SECTIONS}
+    unknown = set(data) - {"controlplane", "agents", *CELL_SECTIONS, *SIM_FLEET_KEYS}
     if unknown:
         raise ValueError(
             f"{path}: unknown sections {sorted(unknown)} (expected [controlplane], [[agents]], [[cells]], "
