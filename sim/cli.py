@@ -47,7 +47,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         "--trace",
         default="conv",
         help=f"{', '.join(TRACE_FILES)}, several joined by '+' (each keeps its traffic class), poisson, gamma, "
-        "or a trace file",
+        "or a trace file; NAME@CLASS gives a trace's requests that traffic class (e.g. conv@vip+code@batch)",
     )  # fmt: skip
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a fraction of fleet capacity")
     parser.add_argument(
@@ -100,7 +100,7 @@ def build_workload(args: argparse.Namespace, fleet: Fleet) -> Workload:
         base = synthetic(20000, 10.0, arrival=names[0], seed=args.seed)
     else:
         split = getattr(args, "split", "all")
-        parts = [load_trace(n).split(split) for n in names]
+        parts = [load_trace(n, traffic_class=c or None).split(split) for n, _, c in (x.partition("@") for x in names)]
         base = merge(parts) if len(parts) > 1 else parts[0]
     return base
 
