@@ -186,6 +186,7 @@ class RequestPath:
         if inflight.num_output_tokens >= inflight.msg.sampling.max_tokens:
             return "it had produced all its tokens"
         msg = resumed_request(inflight.msg, inflight.model, inflight.prompt_token_ids, inflight.output_token_ids)
+        msg.traffic_class = inflight.traffic_class  # the class it was admitted as (its tenant's, if it has one)
         placed = self._place(msg, inflight=(), exclude=(inflight.node_id,))
         if isinstance(placed, Placement):
             placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns())

@@ -485,6 +485,8 @@ class ControlPlane(Actor):
 
     def handle_client_generate(self, incoming: Incoming) -> None:
         msg: ClientGenerate = incoming.msg
+        if msg.tenant:  # a tenant is the gateway's to name (from an API key): a ZeroMQ client cannot claim one
+            msg.tenant = ""
         error = self.submit(msg, ZmqConsumer(self._clients, incoming.peer), incoming.recv_ns)
         if error is not None:
             self._clients.send_nowait(error, incoming.peer)

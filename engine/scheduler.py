@@ -169,10 +169,10 @@ class Scheduler:
             return
         head = waiting[0]
         manager = self.kv_cache_manager
-        prefix_hit = manager.get_computed_blocks(head)
-        num_new_tokens = self._num_new_tokens(head, budget, num_computed_tokens=prefix_hit.num_tokens)
         max_num_seqs = self.scheduler_config.max_num_seqs
         while running and running[-1].priority < head.priority:
+            prefix_hit = manager.get_computed_blocks(head)  # again after each swap-out: it may free cached blocks
+            num_new_tokens = self._num_new_tokens(head, budget, num_computed_tokens=prefix_hit.num_tokens)
             if len(running) < max_num_seqs and manager.can_allocate(head, num_new_tokens, prefix_hit):
                 return
             self._preempt(running[-1], output)
