@@ -5,14 +5,20 @@ per tenant."""
 
 from __future__ import annotations
 
+import anyio
 import httpx
 import pytest
+import zmq
+import zmq.asyncio
 from prometheus_client.parser import text_string_to_metric_families
 
 from controlplane.cells import parse_cells
 from controlplane.gateway.api_keys import ApiKeyConfig, parse_api_keys
 from controlplane.gateway.app import create_app
 from controlplane.tenants import parse_key_tenants
+from engine.sampling_params import SamplingParams
+from transport.codec import decode, encode
+from transport.messages import ClientGenerate, ErrorReply, TokenChunk
 
 pytestmark = pytest.mark.anyio
 
@@ -25,6 +31,28 @@ CELLS = {
     "traffic_classes": [{"name": "vip", "cell": "vip", "priority": 2}, {"name": "batch", "cell": "bulk"}],
 }
 MAX_TOKENS = 3
+
+
+async def _zmq_generate(endpoint: str, tenant: str) -> str:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        msg = ClientGenerate(
+            request_id="zmq-1", prompt="hi", sampling=SamplingParams(max_tokens=1), traffic_class="batch", tenant=tenant
+        )
+        await sock.send_multipart(encode(msg))
+        with anyio.fail_after(20):
+            while True:
+                reply, _ = decode(await sock.recv_multipart())
+                if isinstance(reply, ErrorReply):
+                    return reply.code.value
+                if isinstance(reply, TokenChunk) and reply.finished:
+                    return "finished"
+    finally:
+        sock.close(linger=0)
+        ctx.term()
 
 
 def _samples(text: str) -> dict[tuple[str, frozenset], float]:
@@ -66,9 +94,12 @@ async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_
             unknown = await complete("zk-gold", "platinum")
             assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "traffic_class"
             metrics = _samples((await http.get("/metrics", headers={"authorization": "Bearer zk-gold"})).text)
+        # a ZeroMQ client naming the crawler is not the crawler (which is out of requests): not refused
+        assert await _zmq_generate(cp.client_endpoint, tenant="crawler") == "finished"
+        assert cp.stats()["tenants"]["crawler"]["num_refused"] == 1
 
     classes = cp.stats()["classes"]
-    assert classes["batch"]["cells"] == {"bulk": 2} and classes["batch"]["requests_refused"] == 1
+    assert classes["batch"]["cells"] == {"bulk": 3} and classes["batch"]["requests_refused"] == 1
     assert classes["vip"]["cells"] == {"vip": 1}
 
     def metric(name: str, **labels: str) -> float:
