@@ -35,6 +35,8 @@ swaps a lower one out, engine/scheduler.py), its SLOs are what the router aims f
     cell = "bulk"
     priority = 0
     max_queue_per_node = 8                  # refused (429) beyond this many queued on its node
+    slo_ttft_s = 30.0
+    shed_past_slo = true                    # refused (429) where the node's prefill backlog exceeds 30 s
 
 A request naming no class (``"default"``) gets ``default_class`` (or the class named "default", or the
 first listed). With ``[[traffic_classes]]`` configured, an unknown class is refused (400, param
@@ -86,7 +88,8 @@ class TrafficClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """name: the class's name. cell: its home cell (None: any node). spill_to: cells whose idle nodes it may
     borrow. priority: higher runs first inside an engine. slo_ttft_s / slo_tpot_s: its latency targets for the
     router (None: the router's). max_queue_per_node: admission's per-node queue limit for it (None: the
-    control plane's)."""
+    control plane's). shed_past_slo: admission refuses it (429) on a node whose prefill backlog alone already
+    exceeds slo_ttft_s (it would miss its SLO, and delay the others), trying the policy's next-best node."""
 
     name: str
     cell: str | None = None
@@ -95,10 +98,13 @@ class TrafficClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     slo_ttft_s: float | None = None
     slo_tpot_s: float | None = None
     max_queue_per_node: int | None = None
+    shed_past_slo: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a traffic class needs a non-empty name")
+        if self.shed_past_slo and self.slo_ttft_s is None:
+            raise ValueError(f"traffic class {self.name!r}: shed_past_slo needs slo_ttft_s")
         for name in ("slo_ttft_s", "slo_tpot_s"):
             value = getattr(self, name)
             if value is not None and not value > 0:

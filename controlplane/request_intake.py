@@ -130,8 +130,10 @@ def place_request(
         slo_tpot_s=None if traffic_class is None else traffic_class.slo_tpot_s,
     )
     priority = 0 if traffic_class is None else traffic_class.priority
-    max_queue = None if traffic_class is None else traffic_class.max_queue_per_node
-    placed = _choose(route, snapshot, admission_snapshot, policy, admission, max_queue) if snapshot.nodes else None
+    limits = (None, None)  # the class's per-node queue limit, and its SLO when it sheds past it
+    if traffic_class is not None:
+        limits = (traffic_class.max_queue_per_node, traffic_class.slo_ttft_s if traffic_class.shed_past_slo else None)
+    placed = _choose(route, snapshot, admission_snapshot, policy, admission, limits) if snapshot.nodes else None
     if spill_to and (not isinstance(placed, str) or _has_queue(snapshot, placed)):
         for spill_cell in spill_to:  # borrow an idle node: nothing queued there, so nobody waits behind it
             idle = tuple(v for v in spill_views if v.cell == spill_cell and queued_requests(v) == 0)
@@ -150,7 +152,7 @@ def place_request(
 
 
 def _choose(
-    route: RouteRequest, snapshot: ClusterSnapshot, admission_snapshot: ClusterSnapshot, policy, admission, max_queue
+    route: RouteRequest, snapshot: ClusterSnapshot, admission_snapshot: ClusterSnapshot, policy, admission, limits
 ) -> str | ErrorReply:
     """The policy's node that admission admits (the next-best one when its queue is full, MAX_CHOICES at
     most), or the refusal."""
@@ -159,7 +161,7 @@ def _choose(
         node_id = policy.choose(route, snapshot)
         if node_id is None:
             return ErrorReply(code=ErrorCode.NO_NODE, message="no node can take this request now", retry_after_s=1.0)
-        refusal = admission.check(admission_snapshot, node_id, max_queue)
+        refusal = admission.check(admission_snapshot, node_id, *limits)
         if refusal is None:
             return node_id
         if getattr(refusal, "node_id", None) != node_id:  # the whole cluster is full: no other node helps

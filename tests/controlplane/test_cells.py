@@ -178,3 +178,26 @@ def test_an_unknown_class_is_a_400_naming_the_field(make_hello, make_report):
 
 def load_cells_str() -> CellsConfig:
     return parse_cells(tomllib.loads(TWO_CELLS))
+
+
+def test_a_class_that_sheds_past_its_slo_skips_nodes_whose_backlog_would_miss_it(make_hello, make_report):
+    doc = tomllib.loads(TWO_CELLS)
+    doc["traffic_classes"][1].update(slo_ttft_s=2.0, shed_past_slo=True, max_queue_per_node=100)
+    cells = parse_cells(doc)
+    registry = _fleet(make_hello, make_report, {})
+    # b0: 30,000 prompt tokens queued at 10,000 tok/s = 3 s of prefill ahead; b1: 1 s
+    registry.report(make_report("b0", queued_prefill_tokens=30_000, prefill_tok_per_s=10_000.0))
+    registry.report(make_report("b1", queued_prefill_tokens=10_000, prefill_tok_per_s=10_000.0))
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=100, max_queue_global=1000))
+    placed = _place(registry, "batch", cells, admission)
+    assert isinstance(placed, Placement) and placed.node_id == "b1"  # b0 would miss the 2 s SLO: next best
+    registry.report(make_report("b1", queued_prefill_tokens=25_000, prefill_tok_per_s=10_000.0))
+    refused = _place(registry, "batch", cells, admission)
+    assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.OVERLOADED and "SLO" in refused.message
+    assert admission.make_stats()["num_refused_slo_unreachable_total"] == 3
+    assert isinstance(_place(registry, "vip", cells, admission), Placement)  # vip does not shed
+
+
+def test_shedding_needs_an_slo():
+    with pytest.raises(ValueError, match="shed_past_slo needs slo_ttft_s"):
+        TrafficClass("batch", cell="bulk", shed_past_slo=True)
