@@ -23,7 +23,7 @@ from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from sim.des import FleetSimulator, SimResult
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
-from sim.report import Slo, aggregate, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
 OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
@@ -211,6 +211,8 @@ def run_sim(args: argparse.Namespace) -> int:
         print(dumps(reports, info))
     else:
         print(format_table(reports, slo))
+        if classes := format_classes(reports):
+            print(classes)
     if args.plot:
         plot_cdfs(results, args.plot, f"{fleet.name}, {base.name} at {args.load:.0%} load")
     return 0
