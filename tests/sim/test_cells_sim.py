@@ -8,6 +8,7 @@ from pathlib import Path
 from controlplane.admission import AdmissionConfig
 from sim.des import FleetSimulator
 from sim.fleet import load_fleet
+from sim.report import format_classes, summarize
 from sim.workload import merge, synthetic
 
 CELLS_FILE = Path(__file__).resolve().parents[2] / "examples" / "cells.toml"
@@ -29,3 +30,7 @@ def test_vip_is_never_refused_while_batch_floods_its_cell():
     assert by_class["vip"] and all(r.refusal is None and r.finish_s is not None for r in by_class["vip"])
     assert any(r.refusal == "overloaded" for r in by_class["batch"])
     assert {r.node_id for r in by_class["batch"] if r.node_id} <= {n.node_id for n in bulk}
+    classes = summarize(result).extra["classes"]  # the report's per-class lines
+    assert classes["vip"]["refused"] == 0 and classes["vip"]["requests"] == len(by_class["vip"])
+    assert classes["batch"]["refused"] == sum(r.refusal is not None for r in by_class["batch"]) > 0
+    assert "vip" in format_classes([summarize(result)])
