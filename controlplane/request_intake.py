@@ -19,6 +19,7 @@ it was on is no longer in the registry's snapshot, so it cannot be chosen again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
@@ -137,7 +138,10 @@ def place_request(
     if spill_to and (not isinstance(placed, str) or _has_queue(snapshot, placed)):
         for spill_cell in spill_to:  # borrow an idle node: nothing queued there, so nobody waits behind it
             idle = tuple(v for v in spill_views if v.cell == spill_cell and queued_requests(v) == 0)
-            node_id = policy.choose(route, ClusterSnapshot(snapshot.now_s, idle)) if idle else None
+            # its own key in the policy's per-class tables: the idle subset would otherwise replace the home
+            # cell's table at every spill (an O(N) rebuild each way)
+            spill_route = dataclasses.replace(route, traffic_class=f"{route.traffic_class}>{spill_cell}")
+            node_id = policy.choose(spill_route, ClusterSnapshot(snapshot.now_s, idle)) if idle else None
             if node_id is not None:
                 if tenants is not None:
                     tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
