@@ -119,8 +119,9 @@ class _Tenant:
 
 
 class TenantLimiter:
-    """The tenants' classes, limits and usage. A tenant it does not know (a request naming none, a ZeroMQ
-    client) has no class of its own and no limits, and its usage is counted under its name."""
+    """The tenants' classes, limits and usage. A request naming no tenant (a ZeroMQ client, an open gateway)
+    is the "default" tenant's; a tenant it does not know has no class of its own and no limits, and its usage
+    is counted under its name."""
 
     def __init__(self, tenants: Iterable[TenantSpec] = (), now_s: float = 0.0) -> None:
         self._tenants: dict[str, _Tenant] = {}
@@ -131,18 +132,20 @@ class TenantLimiter:
         self._now_s = now_s
 
     def _get(self, tenant: str) -> _Tenant:
+        tenant = tenant or DEFAULT_TENANT
         state = self._tenants.get(tenant)
         if state is None:
-            state = self._tenants[tenant] = _Tenant(TenantSpec(tenant or DEFAULT_TENANT), self._now_s)
+            state = self._tenants[tenant] = _Tenant(TenantSpec(tenant), self._now_s)
         return state
 
     def class_of(self, tenant: str, asked: str) -> str:
         """The class a request of ``tenant`` asking for ``asked`` gets: the tenant's own, else ``asked``."""
-        state = self._tenants.get(tenant)
+        state = self._tenants.get(tenant or DEFAULT_TENANT)
         return asked if state is None or state.spec.traffic_class is None else state.spec.traffic_class
 
     def check(self, tenant: str, num_prompt_tokens: int, now_s: float) -> tuple[str, float] | None:
         """None: within its limits. Else (why, retry_after_s) — counted as a refusal; takes nothing."""
+        tenant = tenant or DEFAULT_TENANT
         state = self._tenants.get(tenant)
         if state is None:
             return None

@@ -66,3 +66,11 @@ def test_a_tenant_class_overrides_what_the_request_asks():
     assert limiter.class_of("crawler", "vip") == "batch"
     assert limiter.class_of("free", "vip") == "vip"
     assert limiter.class_of("", "standard") == "standard"
+
+
+def test_a_request_naming_no_tenant_is_the_default_tenants():
+    limiter = TenantLimiter([TenantSpec("default", requests_per_min=1)])
+    assert limiter.check("", 1, 0.0) is None
+    limiter.on_admitted("", 1, 0.0)
+    assert limiter.check("", 1, 0.0) is not None
+    assert set(limiter.usage()) == {"default"}
