@@ -39,6 +39,7 @@ class _Add:
     params: SamplingParams
     age_s: float = 0.0  # how old the request was when queued here (since its arrival at the gateway)
     queued_s: float = 0.0  # time.monotonic() when queued here
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -87,10 +88,18 @@ class EngineThread:
 
     # -- commands (any thread; applied by the thread in order, before its next step) ------------------
 
-    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, age_s: float = 0.0) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        age_s: float = 0.0,
+        *,
+        priority: int = 0,
+    ) -> None:
         """Queue a request that arrived ``age_s`` ago; the time it then waits in the inbox (the current step)
         is added when the thread applies it, so the engine's clocks start at the request's arrival."""
-        self.inbox.put(_Add(request_id, prompt_token_ids, params, age_s, time.monotonic()))
+        self.inbox.put(_Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority))
 
     def abort(self, request_ids: list[str]) -> None:
         self.inbox.put(_Abort(request_ids))
@@ -153,7 +162,7 @@ class EngineThread:
         if isinstance(cmd, _Add):
             try:
                 age_s = cmd.age_s + (time.monotonic() - cmd.queued_s if cmd.queued_s else 0.0)
-                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params, age_s)
+                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params, age_s, priority=cmd.priority)
             except ValueError as e:  # PromptError, duplicate id
                 out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
         elif isinstance(cmd, _Abort):

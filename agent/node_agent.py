@@ -388,7 +388,8 @@ class NodeAgent(Actor):
             )
             return
         age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
-        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s)  # validated when decoded
+        # validated when decoded
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s, priority=msg.priority)
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])

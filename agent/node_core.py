@@ -81,13 +81,23 @@ class NodeCore:
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, age_s: float = 0.0) -> None:
+    def add(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        age_s: float = 0.0,
+        *,
+        priority: int = 0,
+    ) -> None:
         """Queue a request that arrived ``age_s`` ago (at the gateway: its TTFT, E2E and queue time count from
-        there). Raises ValueError (a PromptError, a duplicate id) and queues nothing when this node cannot
-        serve it."""
+        there); ``priority``: its traffic class's rank (engine/scheduler.py). Raises ValueError (a PromptError, a
+        duplicate id) and queues nothing when this node cannot serve it."""
         self.num_received_total += 1
         arrival_time_s = self.engine.clock.now() - max(age_s, 0.0)
-        self.engine.add_request(prompt_token_ids, params, req_id=request_id, arrival_time_s=arrival_time_s)
+        self.engine.add_request(
+            prompt_token_ids, params, req_id=request_id, arrival_time_s=arrival_time_s, priority=priority
+        )
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)
 

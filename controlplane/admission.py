@@ -21,6 +21,7 @@ from controlplane.router.policies.node_table import NodeTable, max_prompt_tokens
 from controlplane.router.policy import ClusterSnapshot, NodeView
 from transport.messages import ErrorCode
 
+_COL_BACKLOG_S = 1
 _COL_QUEUED = 2
 
 
@@ -46,6 +47,7 @@ class AdmissionConfig:
 class RefusalReason(enum.StrEnum):
     NODE_QUEUE_FULL = "node_queue_full"
     GLOBAL_QUEUE_FULL = "global_queue_full"
+    SLO_UNREACHABLE = "slo_unreachable"  # the node's prefill backlog alone exceeds the class's TTFT SLO
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +64,15 @@ def queued_requests(node: NodeView) -> int:
     return max(node.num_waiting + node.num_swapped, node.num_inflight - node.num_running)
 
 
+def prefill_backlog_s(node: NodeView) -> float:
+    """Seconds of prompt tokens ahead of a new request on ``node`` (queued + routed there and not yet
+    reported) at its measured prefill rate; 0 before it has measured one."""
+    rate = node.prefill_tok_per_s
+    return (node.queued_prefill_tokens + node.inflight_prefill_tokens) / rate if rate > 0 else 0.0
+
+
 def _derive(node: NodeView) -> tuple[float, float, float]:
-    return (max_prompt_tokens(node), 0.0, queued_requests(node))
+    return (max_prompt_tokens(node), prefill_backlog_s(node), queued_requests(node))
 
 
 class AdmissionControl:
@@ -73,12 +82,21 @@ class AdmissionControl:
         self.num_admitted_total = 0
         self.num_refused_total: dict[RefusalReason, int] = {reason: 0 for reason in RefusalReason}
 
-    def check(self, snapshot: ClusterSnapshot, node_id: str | None = None) -> Refusal | None:
+    def check(
+        self,
+        snapshot: ClusterSnapshot,
+        node_id: str | None = None,
+        max_queue_per_node: int | None = None,
+        max_backlog_s: float | None = None,
+    ) -> Refusal | None:
         """None: admit. Checks the global queue of ``snapshot`` and, if given, ``node_id``'s own queue
-        (the node the router chose; a node not in the snapshot is not checked). Pass the same scope every
+        (the node the router chose; a node not in the snapshot is not checked) against ``max_queue_per_node``
+        (a traffic class's limit, controlplane/cells.py; None: the config's) and, if given, its prefill
+        backlog against ``max_backlog_s`` (a class that sheds past its TTFT SLO). Pass the same scope every
         time, normally the whole cluster (``registry.snapshot()``): the totals are kept per snapshot
         lineage, and a snapshot of other nodes rebuilds them (O(N))."""
         config = self.config
+        node_limit = config.max_queue_per_node if max_queue_per_node is None else max_queue_per_node
         table = self._table
         table.sync(snapshot.nodes)
         total = int(table.columns[_COL_QUEUED].sum()) if len(table) else 0
@@ -93,11 +111,19 @@ class AdmissionControl:
             i = table.index_of.get(node_id)
             if i is not None:
                 queued = int(table.values.item(_COL_QUEUED, i))
-                if queued >= config.max_queue_per_node:
+                if queued >= node_limit:
                     return self._refuse(
                         RefusalReason.NODE_QUEUE_FULL,
                         f"node {node_id!r} is overloaded: {queued} requests queued there "
-                        f"(limit {config.max_queue_per_node}); retry after {config.retry_after_s:g} s",
+                        f"(limit {node_limit}); retry after {config.retry_after_s:g} s",
+                        node_id,
+                    )
+                backlog_s = table.values.item(_COL_BACKLOG_S, i)
+                if max_backlog_s is not None and backlog_s > max_backlog_s:
+                    return self._refuse(
+                        RefusalReason.SLO_UNREACHABLE,
+                        f"node {node_id!r} has {backlog_s:.2f} s of prefill queued, past this class's TTFT SLO "
+                        f"({max_backlog_s:g} s); retry after {config.retry_after_s:g} s",
                         node_id,
                     )
         self.num_admitted_total += 1

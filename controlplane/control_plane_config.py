@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.router.router_config import RouterConfig
+from controlplane.tenants import TenantSpec
 from transport.curve import ControlPlaneCurve
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 
@@ -29,6 +30,7 @@ class ControlPlaneConfig:
     chunk_timeout_s: an in-process ``generate`` waiting this long for its next chunk gives up.
     max_latency_samples: TTFT/TPOT samples kept per node for the latency table.
     max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
+    tenants: the tenants' classes and rate limits (controlplane/tenants.py; their keys: the gateway's key file).
     curve: CURVE on both ROUTERs, agents (and clients, unless it admits any) allow-listed by public key
         (transport/curve.py; ``load_controlplane_curve(dir)``); None: no CURVE, as on loopback.
     """
@@ -46,6 +48,7 @@ class ControlPlaneConfig:
     max_latency_samples: int = 10_000
     max_pending_events: int = 100_000
     curve: ControlPlaneCurve | None = None
+    tenants: list[TenantSpec] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):

@@ -40,8 +40,11 @@ class Frontend(Protocol):
         traffic_class: str = "default",
         arrival_ns: int | None = None,
         num_choices: int = 1,
+        tenant: str = "",
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
+        ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
+        key) its rate limits and usage books, and perhaps its class (controlplane/tenants.py).
 
         Raises FrontendError before the first chunk for a refused request (bad parameter, unknown
         model, prompt too long, overloaded, no node) and mid-stream when the serving node fails.

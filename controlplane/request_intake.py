@@ -19,14 +19,18 @@ it was on is no longer in the registry's snapshot, so it cannot be chosen again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Container, Sequence
 from dataclasses import dataclass
 
 import msgspec
 
+from controlplane.admission import queued_requests
+from controlplane.cells import DEFAULT_CLASS
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
+from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
 from engine.prompt import PromptError, PromptTooLongError, check_prompt_length, check_token_ids
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
@@ -36,11 +40,15 @@ MAX_CHOICES = 4  # nodes tried per request when admission refuses the chosen nod
 
 @dataclass(slots=True, frozen=True)
 class Placement:
-    """An admitted request: the node the policy chose, what the policy was asked, the prompt's tokens."""
+    """An admitted request: the node the policy chose, what the policy was asked, the prompt's tokens, and
+    what its traffic class gives it (its priority inside the engine, the cell it was placed in)."""
 
     node_id: str
     route: RouteRequest
     token_ids: list[int]
+    priority: int = 0
+    cell: str | None = None
+    spilled: bool = False  # placed on an idle node of a cell its class may borrow, not its home cell
 
 
 def place_request(
@@ -54,10 +62,17 @@ def place_request(
     admission,
     router: RouterConfig,
     exclude: Container[str] = (),
+    tenants: TenantLimiter | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
-    not choose (a resumed request's last node, when it is still registered)."""
+    not choose (a resumed request's last node, when it is still registered); ``tenants``: the tenants'
+    classes and rate limits (None: not checked, as for a resumed request, which was admitted already).
+
+    The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
+    engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
+    queue it (the chosen node has a queue) or refuses it, an idle node (nothing queued) of a cell its class
+    may spill into takes it instead, if there is one."""
     rid = msg.request_id
 
     def refuse(
@@ -75,46 +90,99 @@ def place_request(
     if model not in model_names:
         served = f"the model {model!r} is not served (served: {model_names})"
         return refuse(ErrorCode.UNKNOWN_MODEL, served, param="model")
+    asked = msg.traffic_class if tenants is None else tenants.class_of(msg.tenant, msg.traffic_class)
+    try:
+        traffic_class = router.cells.resolve(asked)
+    except ValueError as e:
+        return refuse(ErrorCode.INVALID_REQUEST, str(e), param="traffic_class")
     try:
         token_ids = tokenize(tokenizer, msg)
     except PromptError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
-    cell = router.cell_for(msg.traffic_class)
+    cell = traffic_class.cell if traffic_class is not None else router.cell_for(asked)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
     admission_snapshot = snapshot
     if exclude:
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
-    if not snapshot.nodes:
+    spill_to = traffic_class.spill_to if traffic_class is not None else []
+    if not snapshot.nodes and not spill_to:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     num_prompt_tokens = len(token_ids)
+    spill_views = [
+        view for c in spill_to for view in registry.snapshot(model=model, cell=c).nodes if view.node_id not in exclude
+    ]
     try:
-        check_prompt_length(num_prompt_tokens, max(v.max_model_len for v in snapshot.nodes))
+        check_prompt_length(num_prompt_tokens, max(v.max_model_len for v in (*snapshot.nodes, *spill_views)))
     except PromptTooLongError as e:
         return refuse(ErrorCode.PROMPT_TOO_LONG, f"{e} on the longest context served", param=e.param)
+    if tenants is not None:
+        over = tenants.check(msg.tenant, num_prompt_tokens, snapshot.now_s)
+        if over is not None:
+            return refuse(ErrorCode.OVERLOADED, over[0], retry_after_s=over[1])
+    nodes = snapshot.nodes or spill_views
     route = RouteRequest(
         request_id=rid,
         model=model,
         num_prompt_tokens=num_prompt_tokens,
         max_tokens=msg.sampling.max_tokens,
-        block_hashes=prompt_block_hashes(token_ids, snapshot.nodes[0].block_size),
-        traffic_class=msg.traffic_class,
+        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size),
+        traffic_class=traffic_class.name if traffic_class is not None else asked if cell is not None else DEFAULT_CLASS,
+        slo_ttft_s=None if traffic_class is None else traffic_class.slo_ttft_s,
+        slo_tpot_s=None if traffic_class is None else traffic_class.slo_tpot_s,
     )
+    priority = 0 if traffic_class is None else traffic_class.priority
+    limits = (None, None)  # the class's per-node queue limit, and its SLO when it sheds past it
+    if traffic_class is not None:
+        limits = (traffic_class.max_queue_per_node, traffic_class.slo_ttft_s if traffic_class.shed_past_slo else None)
+    placed = _choose(route, snapshot, admission_snapshot, policy, admission, limits) if snapshot.nodes else None
+    if spill_to and (not isinstance(placed, str) or _has_queue(snapshot, placed)):
+        for spill_cell in spill_to:  # borrow an idle node: nothing queued there, so nobody waits behind it
+            idle = tuple(v for v in spill_views if v.cell == spill_cell and queued_requests(v) == 0)
+            # its own key in the policy's per-class tables: the idle subset would otherwise replace the home
+            # cell's table at every spill (an O(N) rebuild each way)
+            spill_route = dataclasses.replace(route, traffic_class=f"{route.traffic_class}>{spill_cell}")
+            node_id = policy.choose(spill_route, ClusterSnapshot(snapshot.now_s, idle)) if idle else None
+            if node_id is not None:
+                if tenants is not None:
+                    tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
+                return Placement(node_id, route, token_ids, priority, spill_cell, spilled=True)
+    if isinstance(placed, str):
+        if tenants is not None:
+            tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
+        return Placement(placed, route, token_ids, priority, cell)
+    if placed is None:
+        return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
+    return msgspec.structs.replace(placed, request_id=rid)
+
+
+def _choose(
+    route: RouteRequest, snapshot: ClusterSnapshot, admission_snapshot: ClusterSnapshot, policy, admission, limits
+) -> str | ErrorReply:
+    """The policy's node that admission admits (the next-best one when its queue is full, MAX_CHOICES at
+    most), or the refusal."""
+    refusal = None
     for _ in range(MAX_CHOICES):
         node_id = policy.choose(route, snapshot)
         if node_id is None:
-            return refuse(ErrorCode.NO_NODE, "no node can take this request now", retry_after_s=1.0)
-        refusal = admission.check(admission_snapshot, node_id)
+            return ErrorReply(code=ErrorCode.NO_NODE, message="no node can take this request now", retry_after_s=1.0)
+        refusal = admission.check(admission_snapshot, node_id, *limits)
         if refusal is None:
-            return Placement(node_id, route, token_ids)
+            return node_id
         if getattr(refusal, "node_id", None) != node_id:  # the whole cluster is full: no other node helps
             break
         # that node's queue is full: the policy's next-best node, without it
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id != node_id))
         if not snapshot.nodes:
             break
-    return refuse(
-        ErrorCode.OVERLOADED, str(getattr(refusal, "message", refusal)), getattr(refusal, "retry_after_s", 1.0)
+    return ErrorReply(
+        code=ErrorCode.OVERLOADED,
+        message=str(getattr(refusal, "message", refusal)),
+        retry_after_s=getattr(refusal, "retry_after_s", 1.0),
     )
+
+
+def _has_queue(snapshot: ClusterSnapshot, node_id: str) -> bool:
+    return any(v.node_id == node_id and queued_requests(v) > 0 for v in snapshot.nodes)
 
 
 def resumed_request(
@@ -134,6 +202,7 @@ def resumed_request(
         prompt_token_ids=[*prompt_token_ids, *output_token_ids],
         sampling=msgspec.structs.replace(msg.sampling, max_tokens=remaining),
         traffic_class=msg.traffic_class,
+        tenant=msg.tenant,
     )
 
 

@@ -27,11 +27,14 @@ import logging
 import time
 from collections.abc import Callable
 
+from controlplane.cells import DEFAULT_CLASS
+from controlplane.class_ledger import ClassLedger
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
 from controlplane.request_table import Inflight, RequestTable
 from controlplane.router.router_config import RouterConfig
+from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
 from transport.actor import MailboxFull
 from transport.codec import WHY_UNENCODABLE
@@ -48,6 +51,8 @@ class RequestPath:
     send_to_node(msg, node_id): queue a message to a node (MailboxFull when the outbox is full).
     model_names(): the served models, the default first.
     max_resumes: the most times one request moves to another node before it fails.
+    tenants: the tenants' classes, rate limits and usage (controlplane/tenants.py; None: a limiter that knows
+        no tenant: no limits, usage still counted). classes: per traffic class books (class_ledger.py).
     """
 
     def __init__(
@@ -62,6 +67,7 @@ class RequestPath:
         send_to_node: Callable[[Envelope, str], None],
         model_names: Callable[[], list[str]],
         max_resumes: int,
+        tenants: TenantLimiter | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
@@ -72,7 +78,9 @@ class RequestPath:
         self._send_to_node = send_to_node
         self._model_names = model_names
         self.max_resumes = max_resumes
-        self.table = RequestTable(registry, send_to_node, policy)
+        self.tenants = tenants if tenants is not None else TenantLimiter()
+        self.classes = ClassLedger()
+        self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
 
@@ -80,12 +88,13 @@ class RequestPath:
 
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused."""
-        placed = self._place(msg, inflight=self.table)
+        placed = self._place(msg, inflight=self.table, tenants=self.tenants)
         if isinstance(placed, Placement):
             routed_ns = time.monotonic_ns()
             placed = self._send(placed, msg, arrival_ns, routed_ns)
         if isinstance(placed, ErrorReply):
             self.count_refusal(placed)
+            self.classes.on_refused(self._class_name(msg))
             return placed
         rid, node_id = msg.request_id, placed.node_id
         inflight = Inflight(
@@ -97,8 +106,10 @@ class RequestPath:
             msg=msg,
             model=placed.route.model,
             prompt_token_ids=placed.token_ids,
+            traffic_class=placed.route.traffic_class,
         )
         self.table.add(inflight)
+        self.classes.on_routed(placed.route.traffic_class, placed.cell, placed.spilled)
         self._record(placed, rid)
         self.counters["routed"] += 1
         self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9)
@@ -175,6 +186,7 @@ class RequestPath:
         if inflight.num_output_tokens >= inflight.msg.sampling.max_tokens:
             return "it had produced all its tokens"
         msg = resumed_request(inflight.msg, inflight.model, inflight.prompt_token_ids, inflight.output_token_ids)
+        msg.traffic_class = inflight.traffic_class  # the class it was admitted as (its tenant's, if it has one)
         placed = self._place(msg, inflight=(), exclude=(inflight.node_id,))
         if isinstance(placed, Placement):
             placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns())
@@ -196,7 +208,25 @@ class RequestPath:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _place(self, msg: ClientGenerate, *, inflight, exclude=()) -> Placement | ErrorReply:
+    def _on_done(self, inflight: Inflight, outcome: str) -> None:
+        """A request left the table: its class's books, and its tenant's output tokens (charged to its
+        tokens/min bucket; what a failed request streamed counts too)."""
+        self.classes.on_done(inflight.traffic_class, inflight, outcome)
+        if inflight.msg is not None:
+            self.tenants.on_finished(inflight.msg.tenant, inflight.num_output_tokens, self.registry.clock.now())
+
+    def _class_name(self, msg: ClientGenerate) -> str:
+        """The class a request is counted under: its resolved class, or what it asked for if that is unknown."""
+        asked = self.tenants.class_of(msg.tenant, msg.traffic_class)
+        try:
+            resolved = self.router.cells.resolve(asked)
+        except ValueError:
+            return "unknown"  # a name no config knows: not a label of its own (bounded metrics)
+        if resolved is not None:
+            return resolved.name
+        return asked if self.router.cell_for(asked) is not None else DEFAULT_CLASS
+
+    def _place(self, msg: ClientGenerate, *, inflight, exclude=(), tenants=None) -> Placement | ErrorReply:
         return place_request(
             msg,
             model_names=self._model_names(),
@@ -207,6 +237,7 @@ class RequestPath:
             admission=self.admission,
             router=self.router,
             exclude=exclude,
+            tenants=tenants,
         )
 
     def _send(self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int) -> Placement | ErrorReply:
@@ -216,6 +247,7 @@ class RequestPath:
             sampling=msg.sampling,
             arrival_ns=arrival_ns,
             routed_ns=routed_ns,
+            priority=placed.priority,
         )
         try:
             self._send_to_node(request, placed.node_id)

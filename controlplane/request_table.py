@@ -148,6 +148,7 @@ class Inflight:
     output_offset: int = 0
     attached: bool = True
     prefilled: bool = False
+    traffic_class: str = "default"  # the class it was placed as (controlplane/cells.py)
 
 
 class RequestTable:
@@ -159,9 +160,18 @@ class RequestTable:
     counters: routed / resumed / completed / failed / cancelled / refused; this table counts completed,
         failed and cancelled, the caller routed, resumed and refused (it decides those).
     latency: node id → NodeLatency of the requests that ended there.
+    on_done(inflight, outcome): called once per request as it leaves the table ("completed", "cancelled",
+        "failed"), for per-class and per-tenant books (request_path.py).
     """
 
-    def __init__(self, registry, send_to_node: Callable[[Envelope, str], None], policy: Policy | None = None) -> None:
+    def __init__(
+        self,
+        registry,
+        send_to_node: Callable[[Envelope, str], None],
+        policy: Policy | None = None,
+        on_done: Callable[[Inflight, str], None] | None = None,
+    ) -> None:
+        self.on_done = on_done
         self.registry = registry
         self._send_to_node = send_to_node
         self.policy = policy if policy is not None else PolicyHooks()
@@ -237,6 +247,8 @@ class RequestTable:
             self.latency.setdefault(node_id, NodeLatency()).record_served(
                 inflight.arrival_ns, inflight.first_token_ns, inflight.last_token_ns, inflight.num_output_tokens
             )
+            if self.on_done is not None:
+                self.on_done(inflight, "completed")
         try:
             inflight.consumer.deliver(chunk)
         except MailboxFull:
@@ -251,6 +263,8 @@ class RequestTable:
         attached = inflight.attached
         self._finished_on_node(inflight)
         self.counters["cancelled"] += 1
+        if self.on_done is not None:
+            self.on_done(inflight, "cancelled")
         if attached:
             try:
                 self._send_to_node(CancelRequest(request_id=request_id), inflight.node_id)
@@ -266,6 +280,8 @@ class RequestTable:
         self._finished_on_node(inflight)
         self.counters["failed"] += 1
         self.latency.setdefault(inflight.node_id, NodeLatency()).num_failed += 1
+        if self.on_done is not None:
+            self.on_done(inflight, "failed")
         try:
             inflight.consumer.deliver(ErrorReply(request_id=request_id, code=code, message=message))
         except MailboxFull:

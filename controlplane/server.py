@@ -27,6 +27,7 @@ when it started), so a client of a control plane that restarted learns it at its
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -42,6 +43,7 @@ from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
 from controlplane.router.policies import make_policy
+from controlplane.tenants import TenantLimiter
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
 from engine.sampling_params import SamplingParams
@@ -128,6 +130,7 @@ class ControlPlane(Actor):
             send_to_node=self._send_to_node,
             model_names=lambda: self.model_names,
             max_resumes=config.max_resumes,
+            tenants=TenantLimiter(config.tenants, now_s=self.clock.now()),
         )
         self.requests = self.path.table
         self.counters = self.path.counters  # the same dicts: requests by outcome, refusals by code
@@ -260,6 +263,8 @@ class ControlPlane(Actor):
                 "agents": {c.value: n for c, n in self.agent_dispatcher.rejected.items() if n},
                 "clients": {c.value: n for c, n in self.client_dispatcher.rejected.items() if n},
             },
+            "classes": self.path.classes.summary(),
+            "tenants": {name: dataclasses.asdict(usage) for name, usage in self.path.tenants.usage().items()},
         }
 
     def take_events(self) -> list[LatencySample]:
@@ -299,6 +304,7 @@ class ControlPlane(Actor):
         traffic_class: str = "default",
         arrival_ns: int | None = None,
         num_choices: int = 1,
+        tenant: str = "",
     ) -> AsyncIterator[TokenChunk]:
         msgs = [
             ClientGenerate(
@@ -309,6 +315,7 @@ class ControlPlane(Actor):
                 prompt_token_ids=prompt_token_ids,
                 sampling=msgspec.structs.replace(sampling, seed=choice_seed(sampling.seed, i)) if i else sampling,
                 traffic_class=traffic_class,
+                tenant=tenant,
             )
             for i, choice_id in enumerate(choice_request_ids(request_id, num_choices))
         ]
@@ -379,6 +386,9 @@ class ControlPlane(Actor):
                 hello.model,
                 self.config.model_name,
             )
+        cell = self.config.router.cells.cell_of_node(hello.cell, hello.hardware.gpu_type)  # by label or GPU type
+        if cell != hello.cell:
+            hello = msgspec.structs.replace(hello, cell=cell)
         try:
             lost = self.registry.join(hello)
         except ValueError as e:
@@ -482,6 +492,8 @@ class ControlPlane(Actor):
 
     def handle_client_generate(self, incoming: Incoming) -> None:
         msg: ClientGenerate = incoming.msg
+        if msg.tenant:  # a tenant is the gateway's to name (from an API key): a ZeroMQ client cannot claim one
+            msg.tenant = ""
         error = self.submit(msg, ZmqConsumer(self._clients, incoming.peer), incoming.recv_ns)
         if error is not None:
             self._clients.send_nowait(error, incoming.peer)

@@ -180,15 +180,17 @@ class LLMEngine:
         params: SamplingParams,
         req_id: str | None = None,
         arrival_time_s: float | None = None,
+        priority: int = 0,
     ) -> str:
-        """Queue a prompt (text or token ids). Raises PromptError / ValueError and queues nothing on bad input."""
+        """Queue a prompt (text or token ids); ``priority``: higher runs first and may swap lower ones out
+        (engine/scheduler.py). Raises PromptError / ValueError and queues nothing on bad input."""
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         check_token_ids(token_ids, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:
             raise ValueError(f"request id {req_id!r} is already in use")
         now = self.clock.now() if arrival_time_s is None else arrival_time_s
-        request = Request(req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id)
+        request = Request(req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id, priority=priority)
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
         self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), RequestMetrics(now))

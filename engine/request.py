@@ -60,6 +60,8 @@ class Request:
         scheduler schedules them after ``token_ids`` and clears them once the step is done.
     num_cached_prompt_tokens: prompt tokens served by the prefix cache on first admission.
     stop_reason: the stop token id or the stop string that ended the request.
+    priority: its traffic class's rank (higher runs first; engine/scheduler.py swaps a lower-priority running
+        request out to admit a higher-priority waiting one).
     """
 
     def __init__(
@@ -70,6 +72,7 @@ class Request:
         arrival_time_s: float,
         eos_token_id: int | None = None,
         lora_id: int | None = None,
+        priority: int = 0,
     ) -> None:
         self.req_id = req_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -78,6 +81,7 @@ class Request:
         self.arrival_time_s = arrival_time_s
         self.eos_token_id = eos_token_id
         self.lora_id = lora_id
+        self.priority = priority  # higher first; a lower-priority running request is swapped out for it
 
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None

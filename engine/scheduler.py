@@ -12,6 +12,17 @@ requests (``max_num_seqs``)::
     3. waiting   FCFS, with a prefix-cache lookup — only when nobody is left swapped out and this
                  step preempted no one. The head of the queue blocks the rest (no overtaking).
 
+Priorities (``Request.priority``, higher first: a traffic class's rank, e.g. vip 2 > standard 1 > batch 0).
+With equal priorities everything above holds unchanged. Otherwise "oldest first" reads "highest priority,
+then oldest": the running and swapped lists sort by (-priority, arrival), so the preemption victim is the
+lowest-priority, most recently arrived request; the waiting queue is FCFS within a priority; a waiting
+request outranking every swapped one is admitted before they are swapped back in. And before anything is
+scheduled, a waiting head that does not fit (no KV room for its first chunk, or ``max_num_seqs`` reached)
+swaps out running requests of lower priority, lowest first, until it fits (0. below) — swapped, never
+killed: they resume when room comes back (recompute only when host RAM is full, as for any preemption)::
+
+    0. priority  waiting head outranks running[-1] and does not fit -> preempt running[-1], repeat
+
 Counter model: ``num_computed_tokens`` advances in ``update_from_output`` (once the runner has written
 the KV), never in ``schedule``; a prefix hit is the exception, applied at admission. So between
 ``schedule`` and ``update_from_output`` a request's counters still describe the state *before* the step,
@@ -95,7 +106,7 @@ class Scheduler:
             raise ValueError(f"request {request.req_id!r}: must be a fresh request")
         self._requests[request.req_id] = request
         self._admission_order[request.req_id] = next(self._next_admission_order)
-        self._waiting.append(request)
+        self._queue_waiting(request, front=False)
         self._emit(SchedulerEventKind.QUEUED, request, num_prompt_tokens=num_prompt_tokens)
 
     def finish_requests(
@@ -138,12 +149,33 @@ class Scheduler:
         self.kv_cache_manager.begin_step()
 
         budget = self.scheduler_config.max_num_batched_tokens
+        self._preempt_for_priority(output, budget)
         budget, preempted = self._schedule_running(output, budget)
         if not preempted:
             budget = self._schedule_swapped(output, budget)
-            if not self._swapped:
+            if not self._swapped or self._outranked_by_waiting(self._swapped[0]):
                 self._schedule_waiting(output, budget)
         return output
+
+    def _outranked_by_waiting(self, request: Request) -> bool:
+        return bool(self._waiting) and self._waiting[0].priority > request.priority
+
+    def _preempt_for_priority(self, output: SchedulerOutput, budget: int) -> None:
+        """Swap out lower-priority running requests, lowest first, while the waiting head outranks them and
+        does not fit (module docstring, 0.). Runs before anything is scheduled this step, so no scheduled
+        request is ever taken back; does not count as this step's KV-pressure preemption."""
+        running, waiting = self._running, self._waiting
+        if not waiting or not running or running[-1].priority >= waiting[0].priority:
+            return
+        head = waiting[0]
+        manager = self.kv_cache_manager
+        max_num_seqs = self.scheduler_config.max_num_seqs
+        while running and running[-1].priority < head.priority:
+            prefix_hit = manager.get_computed_blocks(head)  # again after each swap-out: it may free cached blocks
+            num_new_tokens = self._num_new_tokens(head, budget, num_computed_tokens=prefix_hit.num_tokens)
+            if len(running) < max_num_seqs and manager.can_allocate(head, num_new_tokens, prefix_hit):
+                return
+            self._preempt(running[-1], output)
 
     def _schedule_running(self, output: SchedulerOutput, budget: int) -> tuple[int, bool]:
         try_allocate_slots = self.kv_cache_manager.try_allocate_slots
@@ -184,6 +216,8 @@ class Scheduler:
         manager = self.kv_cache_manager
         while self._swapped and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
             request = self._swapped[0]
+            if self._outranked_by_waiting(request):
+                break  # a higher-priority waiting request takes the room first
             num_new_tokens = self._num_new_tokens(request, budget)
             if num_new_tokens == 0 or not manager.can_swap_in(request, num_new_tokens):
                 break
@@ -203,6 +237,8 @@ class Scheduler:
         manager = self.kv_cache_manager
         while self._waiting and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
             request = self._waiting[0]
+            if self._swapped and self._swapped[0].priority >= request.priority:
+                break  # swapped requests of its priority or higher resume first
             prefix_hit = manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, budget, num_computed_tokens=prefix_hit.num_tokens)
             if num_new_tokens == 0 or not manager.can_allocate(request, num_new_tokens, prefix_hit):
@@ -278,7 +314,7 @@ class Scheduler:
         self._counters.num_recomputed_tokens_total += victim.num_computed_tokens
         victim.num_computed_tokens = 0
         victim.status = RequestStatus.WAITING
-        self._waiting.appendleft(victim)
+        self._queue_waiting(victim, front=True)
         self._emit(SchedulerEventKind.PREEMPTED, victim, mode=PreemptionMode.RECOMPUTE.value)
 
     # -- after the runner ------------------------------------------------------------------------
@@ -423,6 +459,20 @@ class Scheduler:
     def _insort(self, queue: list[Request], request: Request) -> None:
         bisect.insort(queue, request, key=self._priority)
 
-    def _priority(self, request: Request) -> tuple[float, int]:
-        """Lower sorts first: earlier arrival, then earlier add_request."""
-        return request.arrival_time_s, self._admission_order[request.req_id]
+    def _priority(self, request: Request) -> tuple[int, float, int]:
+        """Lower sorts first: higher priority, then earlier arrival, then earlier add_request."""
+        return -request.priority, request.arrival_time_s, self._admission_order[request.req_id]
+
+    def _queue_waiting(self, request: Request, *, front: bool) -> None:
+        """FCFS within a priority: at the back (a new request) or the front (a preempted one) of its
+        priority's group. With one priority everywhere: append / appendleft."""
+        waiting, priority = self._waiting, request.priority
+        if front:
+            i = 0
+            while i < len(waiting) and waiting[i].priority > priority:
+                i += 1
+        else:
+            i = len(waiting)
+            while i > 0 and waiting[i - 1].priority < priority:
+                i -= 1
+        waiting.insert(i, request)

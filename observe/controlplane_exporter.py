@@ -69,3 +69,47 @@ class ControlPlaneExporter(PrometheusExporter):
             for kind, n in sorted(by_kind.items()):
                 malformed.add_metric([kind, socket_name], n)
         yield malformed
+        yield from _class_and_tenant_metrics(stats)
+
+
+_CLASS_OUTCOMES = {
+    "routed": "requests_routed",
+    "spilled": "requests_spilled",
+    "refused": "requests_refused",
+    "served": "requests_served",
+    "failed": "requests_failed",
+    "cancelled": "requests_cancelled",
+}
+
+
+def _class_and_tenant_metrics(stats: dict) -> Iterable[Metric]:
+    """Per traffic class: P50/P99 TTFT and TPOT (gauges with a ``quantile`` label, of the recent requests),
+    request outcomes; per tenant: requests and tokens (controlplane/class_ledger.py, controlplane/tenants.py)."""
+    classes = stats.get("classes", {})
+    ttft = GaugeMetricFamily(m.CLASS_TTFT, "TTFT by traffic class (control plane: arrival → first token).",
+                             labels=["class", "quantile"])  # fmt: skip
+    tpot = GaugeMetricFamily(m.CLASS_TPOT, "Time per output token by traffic class.", labels=["class", "quantile"])
+    outcomes = CounterMetricFamily(
+        m.CLASS_REQUESTS, "Requests by traffic class and outcome.", labels=["class", "outcome"]
+    )
+    for name, row in classes.items():
+        for quantile, key in (("0.5", "p50"), ("0.99", "p99")):
+            if row.get(f"ttft_ms_{key}") is not None:
+                ttft.add_metric([name, quantile], row[f"ttft_ms_{key}"] / 1e3)
+            if row.get(f"tpot_ms_{key}") is not None:
+                tpot.add_metric([name, quantile], row[f"tpot_ms_{key}"] / 1e3)
+        for outcome, key in _CLASS_OUTCOMES.items():
+            outcomes.add_metric([name, outcome], row.get(key, 0))
+    yield ttft
+    yield tpot
+    yield outcomes
+    requests = CounterMetricFamily(m.TENANT_REQUESTS, "Requests by tenant: admitted, or refused by its rate limits.",
+                                   labels=["tenant", "outcome"])  # fmt: skip
+    tokens = CounterMetricFamily(m.TENANT_TOKENS, "Tokens used by tenant.", labels=["tenant", "kind"])
+    for tenant, usage in stats.get("tenants", {}).items():
+        requests.add_metric([tenant, "admitted"], usage["num_requests"])
+        requests.add_metric([tenant, "rate_limited"], usage["num_refused"])
+        tokens.add_metric([tenant, "prompt"], usage["num_prompt_tokens"])
+        tokens.add_metric([tenant, "completion"], usage["num_completion_tokens"])
+    yield requests
+    yield tokens

@@ -51,6 +51,12 @@ ROUTER_DECISIONS = "zoo:router_decisions"  # counter (_total) {policy, node}
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen
+# per traffic class and tenant (controlplane/cells.py, controlplane/tenants.py)
+CLASS_TTFT = "zoo:class_time_to_first_token_seconds"  # gauge {class, quantile="0.5"|"0.99"}, recent requests
+CLASS_TPOT = "zoo:class_time_per_output_token_seconds"  # gauge {class, quantile}
+CLASS_REQUESTS = "zoo:class_requests"  # counter (_total) {class, outcome}: routed, spilled, refused, served, ...
+TENANT_REQUESTS = "zoo:tenant_requests"  # counter (_total) {tenant, outcome}: admitted, rate_limited
+TENANT_TOKENS = "zoo:tenant_tokens"  # counter (_total) {tenant, kind}: prompt, completion
 
 # buckets (seconds) ---------------------------------------------------------------------------------------
 # vLLM's own buckets for its histograms, so dashboards built for vLLM read ours the same way

@@ -23,7 +23,7 @@ from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from sim.des import FleetSimulator, SimResult
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
-from sim.report import Slo, aggregate, dumps, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
 OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
@@ -47,7 +47,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         "--trace",
         default="conv",
         help=f"{', '.join(TRACE_FILES)}, several joined by '+' (each keeps its traffic class), poisson, gamma, "
-        "or a trace file",
+        "or a trace file; NAME@CLASS gives a trace's requests that traffic class (e.g. conv@vip+code@batch)",
     )  # fmt: skip
     parser.add_argument("--load", type=float, default=0.8, help="offered load as a fraction of fleet capacity")
     parser.add_argument(
@@ -100,7 +100,7 @@ def build_workload(args: argparse.Namespace, fleet: Fleet) -> Workload:
         base = synthetic(20000, 10.0, arrival=names[0], seed=args.seed)
     else:
         split = getattr(args, "split", "all")
-        parts = [load_trace(n).split(split) for n in names]
+        parts = [load_trace(n, traffic_class=c or None).split(split) for n, _, c in (x.partition("@") for x in names)]
         base = merge(parts) if len(parts) > 1 else parts[0]
     return base
 
@@ -211,6 +211,8 @@ def run_sim(args: argparse.Namespace) -> int:
         print(dumps(reports, info))
     else:
         print(format_table(reports, slo))
+        if classes := format_classes(reports):
+            print(classes)
     if args.plot:
         plot_cdfs(results, args.plot, f"{fleet.name}, {base.name} at {args.load:.0%} load")
     return 0

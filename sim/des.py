@@ -193,6 +193,7 @@ def default_router_config(fleet: Fleet, policy: str, seed: int = 0) -> RouterCon
         policy=policy,
         seed=seed,
         cells_by_traffic_class=dict(fleet.cells_by_traffic_class),
+        cells=fleet.cells,
         model_params_b={fleet.model.name: fleet.model.num_params / 1e9},
     )
 
@@ -347,7 +348,7 @@ class FleetSimulator:
             rec.node_id = node_id
             registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens)
             policy.on_routed(placed.route, node_id)
-            node.core.add(req_id, placed.token_ids, msg.sampling)
+            node.core.add(req_id, placed.token_ids, msg.sampling, priority=placed.priority)
             node.num_requests += 1
             records[req_id] = rec
             if not node.busy and not node.kicked:

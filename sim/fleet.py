@@ -18,7 +18,9 @@ nodes of one GPU profile (backends/gpu_table.py), each ``tp`` GPUs wide::
     # tp_nodes = 2                       # optional: the TP group spans hosts (backends/sim/cost_model.py)
     # allreduce = "hierarchical"         # "flat" | "hierarchical"; compression = "none" | "bf16" | "int8"
 
-Node ids are ``<cell>/<profile>-<i>`` (i counted per cell and profile), in file order.
+Node ids are ``<cell>/<profile>-<i>`` (i counted per cell and profile), in file order. A
+``[[traffic_classes]]`` section (home cell, spill rules, priority, SLOs: controlplane/cells.py) is read
+as the control plane reads it.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from backends.sim.cost_model import NodeHardware, StepCostModel, num_kv_blocks, 
 from backends.sim.engine import build_sim_engine
 from backends.sim.model_shapes import kv_bytes_per_token, sim_model
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S
+from controlplane.cells import CellsConfig, parse_cells
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.llm_engine import LLMEngine
@@ -90,6 +93,7 @@ class Fleet:
     nodes: list[NodeSpec]
     engine: EngineSettings = field(default_factory=EngineSettings)
     cells_by_traffic_class: dict[str, str] = field(default_factory=dict)
+    cells: CellsConfig = field(default_factory=CellsConfig)  # cells, classes, spill rules, priorities, SLOs
 
     def __post_init__(self) -> None:
         if not self.nodes:
@@ -166,38 +170,26 @@ class Fleet:
 
 
 def parse_fleet(data: dict, name: str = "fleet") -> Fleet:
+    """A fleet from a parsed TOML document: its cells and traffic classes are controlplane/cells.py's (the
+    control plane reads the same sections with ``zoo controlplane --cells FILE``); other top-level keys
+    (``[controlplane]``, ``[[agents]]`` of a zoo.toml) are not the simulator's and are ignored."""
     model = sim_model(data.get("model", "sim:llama-3-8b"))
     engine = EngineSettings(**data.get("scheduler", {}))
-    cells = data.get("cells")
-    if not cells:
+    cells = parse_cells(data, f"fleet {name!r}")
+    if not any(cell.pools for cell in cells.cells):
         raise ValueError(f"fleet {name!r}: at least one [[cells]] with [[cells.pools]] is required")
     nodes: list[NodeSpec] = []
-    by_class: dict[str, str] = {}
-    for cell in cells:
-        cell_name = cell.get("name", "default")
-        for traffic_class in cell.get("traffic_classes", []):
-            if traffic_class in by_class:
-                raise ValueError(
-                    f"traffic class {traffic_class!r} is listed by cells {by_class[traffic_class]!r} and {cell_name!r}"
-                )
-            by_class[traffic_class] = cell_name
+    for cell in cells.cells:
         counters: dict[str, int] = {}
-        for pool in cell.get("pools", []):
+        for pool in cell.pools:
             hardware = NodeHardware(
-                pool["gpu"],
-                int(pool.get("tp", 1)),
-                tp_nodes=int(pool.get("tp_nodes", 1)),
-                allreduce=str(pool.get("allreduce", "flat")),
-                compression=str(pool.get("compression", "none")),
+                pool.gpu, pool.tp, tp_nodes=pool.tp_nodes, allreduce=pool.allreduce, compression=pool.compression
             )
-            count = int(pool.get("count", 1))
-            if count < 1:
-                raise ValueError(f"cell {cell_name!r}: pool count must be >= 1, got {count}")
-            for _ in range(count):
+            for _ in range(pool.count):
                 i = counters.get(hardware.profile, 0)
                 counters[hardware.profile] = i + 1
-                nodes.append(NodeSpec(f"{cell_name}/{hardware.profile}-{i:02d}", cell_name, hardware))
-    return Fleet(data.get("name", name), model, nodes, engine, by_class)
+                nodes.append(NodeSpec(f"{cell.name}/{hardware.profile}-{i:02d}", cell.name, hardware))
+    return Fleet(data.get("name", name), model, nodes, engine, cells.cells_by_traffic_class(), cells)
 
 
 def load_fleet(path_or_name: str | Path) -> Fleet:

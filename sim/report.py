@@ -103,7 +103,39 @@ def summarize(result: SimResult, slo: Slo | None = None) -> PolicyReport:
         wall_s=result.wall_s,
         speedup=result.speedup,
         refused=_count_refusals(records),
+        extra={"classes": by_class(records, slo)} if len({r.traffic_class for r in records}) > 1 else {},
     )
+
+
+def by_class(records, slo: Slo) -> dict[str, dict]:
+    """Per traffic class (controlplane/cells.py): requests, refusals, TTFT P50/P99 in ms, goodput — what
+    the control plane's ``zoo:class_*`` metrics show for a real fleet."""
+    out = {}
+    for name in sorted({r.traffic_class for r in records}):
+        mine = [r for r in records if r.traffic_class == name]
+        ttft = _percentiles(np.array([r.ttft_s for r in mine]))
+        ok = [r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tpot_s for r in mine]
+        out[name] = {
+            "requests": len(mine),
+            "refused": sum(r.refusal is not None for r in mine),
+            "ttft_ms_p50": 1e3 * ttft[50],
+            "ttft_ms_p99": 1e3 * ttft[99],
+            "goodput": sum(ok) / len(mine),
+        }
+    return out
+
+
+def format_classes(reports: list[PolicyReport]) -> str:
+    """One line per policy and traffic class, when a run had several classes (else empty)."""
+    lines = []
+    for report in reports:
+        for name, row in report.extra.get("classes", {}).items():
+            lines.append(
+                f"{report.policy:24s} {name:12s} {row['requests']:6d} requests  {row['refused']:5d} refused  "
+                f"TTFT p50 {_ms(row['ttft_ms_p50'] / 1e3):>7s}  p99 {_ms(row['ttft_ms_p99'] / 1e3):>7s} ms  "
+                f"goodput {row['goodput']:.1%}"
+            )
+    return "\n".join(["by traffic class:", *lines]) if lines else ""
 
 
 def _count_refusals(records) -> dict[str, int]:

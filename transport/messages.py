@@ -192,6 +192,7 @@ class ClientGenerate(Envelope, kw_only=True):
     prompt_token_ids: list[int] | None = None
     sampling: SamplingParams = SamplingParams()  # validated when decoded (engine/sampling_params.py)
     traffic_class: str = "default"  # picks the cell
+    tenant: str = ""  # who it is for (controlplane/tenants.py: its class, rate limits, usage); "" = default
 
 
 class GenerateRequest(Envelope, kw_only=True):
@@ -203,6 +204,7 @@ class GenerateRequest(Envelope, kw_only=True):
     sampling: SamplingParams
     arrival_ns: int  # when the control plane received it (queue wait starts here)
     routed_ns: int  # when the router decided
+    priority: int = 0  # its traffic class's rank: higher runs first, swapping lower ones out (engine/scheduler.py)
 
 
 class TokenChunk(Envelope, kw_only=True):

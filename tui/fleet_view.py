@@ -66,6 +66,22 @@ class Rates:
     rejected_per_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class CellSummary:
+    cell: str
+    num_up: int
+    num_nodes: int
+    num_running: int
+    num_waiting: int
+    worst_ttft_p99_s: float | None
+
+    def describe(self) -> str:
+        return (
+            f"{self.cell or '-'}: {self.num_up}/{self.num_nodes} up, run {self.num_running}, wait {self.num_waiting}, "
+            f"TTFT p99 {_ms(self.worst_ttft_p99_s)} ms"
+        )
+
+
 class FleetView:
     def __init__(self, history_len: int = HISTORY_LEN) -> None:
         self.stats: FleetStats | None = None
@@ -149,8 +165,28 @@ class FleetView:
             if (self.cell_filter is None or n.cell == self.cell_filter)
             and (self.gpu_filter is None or n.gpu_type == self.gpu_filter)
         ]
-        key = self.sort_column.sort_key
-        return sorted(nodes, key=lambda n: (key(n), n.node_id), reverse=self.sort_reverse)
+        key = self.sort_column.sort_key  # grouped by cell, then the sort column within each cell
+        return sorted(nodes, key=lambda n: (n.cell, key(n), n.node_id), reverse=self.sort_reverse)
+
+    def cell_summaries(self) -> list[CellSummary]:
+        """One line per cell, in cell order: its live nodes, what runs and waits there, its worst TTFT P99."""
+        if self.stats is None:
+            return []
+        summaries = []
+        for cell in self.cells():
+            nodes = [n for n in self.stats.nodes if n.cell == cell]
+            p99s = [n.ttft_p99_s for n in nodes if n.ttft_p99_s is not None]
+            summaries.append(
+                CellSummary(
+                    cell,
+                    num_up=sum(n.state == "up" for n in nodes),
+                    num_nodes=len(nodes),
+                    num_running=sum(n.num_running for n in nodes),
+                    num_waiting=sum(n.num_waiting for n in nodes),
+                    worst_ttft_p99_s=max(p99s) if p99s else None,
+                )
+            )
+        return summaries
 
     def node(self, node_id: str) -> NodeStats | None:
         if self.stats is None:

@@ -124,7 +124,8 @@ class ZooTopApp(App[None]):
             self.query_one("#rates", Static).update(
                 f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
                 f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
-                f"completed {stats.num_requests_total.get('completed', 0)}"
+                f"completed {stats.num_requests_total.get('completed', 0)}\n"
+                + "   ".join(s.describe() for s in self.view.cell_summaries())  # the fleet by cell
             )
 
     def _render_table(self) -> None:

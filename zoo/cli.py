@@ -75,6 +75,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.tp import run_tp_bench
 
         report = run_tp_bench(args)
+    elif args.target == "cells":
+        from bench.cells import run_cells_bench
+
+        report = run_cells_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -197,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     et.set_defaults(func=run_export_tokenizer)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")

@@ -160,4 +160,29 @@ def api_keys_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os
         raise ValueError(f"--api-keys {args.api_keys}: the file holds no key")
     if not keys:
         return None
-    return ApiKeyConfig(frozenset(keys), protect_health=args.protect_health, protect_metrics=not args.open_metrics)
+    tenant_of = _key_tenants(args.api_keys)[0] if args.api_keys is not None else {}
+    return ApiKeyConfig(
+        frozenset(keys),
+        protect_health=args.protect_health,
+        protect_metrics=not args.open_metrics,
+        tenant_of=tenant_of,
+    )
+
+
+def tenants_from_args(args: argparse.Namespace) -> list:
+    """The tenants the ``--api-keys`` file describes (``KEY tenant=NAME class=C rpm=N tpm=N``,
+    controlplane/tenants.py); none without a file."""
+    return _key_tenants(args.api_keys)[1] if getattr(args, "api_keys", None) is not None else []
+
+
+def _key_tenants(path) -> tuple[dict[str, str], list]:
+    from controlplane.tenants import parse_key_tenants
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read the API key file {path}: {e}") from None
+    try:
+        return parse_key_tenants(text)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

@@ -55,6 +55,7 @@ from zoo.keys import (
     agent_node_id_and_curve,
     api_keys_from_args,
     controlplane_curve_from_args,
+    tenants_from_args,
 )
 
 log = logging.getLogger(__name__)
@@ -106,11 +107,15 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stats-interval-s", type=float, default=0.5, help="seconds between FleetStats")
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--cells", default=None, metavar="FILE", help="cells and traffic classes from this TOML (zoo.toml, a sim fleet)"
+    )
     add_controlplane_auth_args(p)  # --curve-dir, --curve-clients, --api-keys, --protect-health, --open-metrics
 
 
 def controlplane_from_args(args: argparse.Namespace):
     from agent.node_agent import served_model_name
+    from controlplane.cells import CellsConfig, load_cells
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
 
@@ -130,13 +135,14 @@ def controlplane_from_args(args: argparse.Namespace):
         agent_endpoint=args.listen,
         client_endpoint=None if args.client_listen == "none" else args.client_listen,
         model_name=model_name,
-        router=RouterConfig(policy=args.policy),
+        router=RouterConfig(policy=args.policy, cells=load_cells(args.cells) if args.cells else CellsConfig()),
         admission=AdmissionConfig(max_queue_per_node=args.max_queue_per_node, max_queue_global=args.max_queue_global),
         heartbeat_interval_s=args.heartbeat_interval_s,
         heartbeat_timeout_s=args.heartbeat_timeout_s,
         max_resumes=args.max_resumes,
         report_interval_s=args.report_interval_s,
         curve=controlplane_curve_from_args(args),
+        tenants=tenants_from_args(args),
     )
     return ControlPlane(config, tokenizer)
 

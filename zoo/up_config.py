@@ -1,4 +1,8 @@
-"""`zoo up` configuration: a control plane and its local agents, from zoo.toml and flags."""
+"""`zoo up` configuration: a control plane and its local agents, from zoo.toml and flags.
+
+zoo.toml may also describe cells and traffic classes (``[[cells]]``, ``[[traffic_classes]]``:
+controlplane/cells.py); the control plane then reads them from the same file (``--cells zoo.toml``).
+Agents join a cell by ``cell = "NAME"`` (their ``--cell``) or by their GPU type."""
 
 from __future__ import annotations
 
@@ -6,6 +10,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controlplane.cells import parse_cells
+
+CELL_SECTIONS = {"cells", "traffic_classes", "default_class"}  # controlplane/cells.py; zoo sim reads them too
+SIM_FLEET_KEYS = {"name", "model", "scheduler"}  # `zoo sim --fleet zoo.toml` reads these (sim/fleet.py)
 DEFAULT_CONTROL = "tcp://127.0.0.1:5555"
 DEFAULT_HTTP = "127.0.0.1:8000"
 
@@ -77,9 +85,15 @@ def load_up_config(path: Path | None) -> UpConfig:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
     cp = dict(data.get("controlplane", {}))
-    unknown = set(data) - {"controlplane", "agents"}
+    unknown = set(data) - {"controlplane", "agents", *CELL_SECTIONS, *SIM_FLEET_KEYS}
     if unknown:
-        raise ValueError(f"{path}: unknown sections {sorted(unknown)} (expected [controlplane], [[agents]])")
+        raise ValueError(
+            f"{path}: unknown sections {sorted(unknown)} (expected [controlplane], [[agents]], [[cells]], "
+            "[[traffic_classes]])"
+        )
+    if CELL_SECTIONS & set(data):  # cells and classes: checked now, read by the control plane from this file
+        parse_cells(data, str(path))
+        cp.setdefault("cells", str(path))
     raw_agents = data.get("agents", [])
     if not isinstance(raw_agents, list) or not all(isinstance(a, dict) for a in raw_agents):
         raise ValueError(f"{path}: agents must be an array of tables ([[agents]])")

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from controlplane.gateway.errors import http_error_body
+from controlplane.tenants import KEY_ATTRIBUTES
 
 MISSING_KEY_MESSAGE = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header using "
@@ -41,11 +42,14 @@ class ApiKeyConfig:
     """keys: the accepted bearer tokens (never shown in ``repr``).
     protect_health: /health needs a key too (default: open, for load balancers' probes).
     protect_metrics: /metrics needs a key (default; Prometheus sends one with ``authorization.credentials``).
+    tenant_of: key → its tenant's name (controlplane/tenants.py: ``KEY tenant=NAME ...`` in the key file); a
+        request with that key is that tenant's (``request.state.zoo_tenant``); other keys: no tenant.
     """
 
     keys: frozenset[str] = field(repr=False)
     protect_health: bool = False
     protect_metrics: bool = True
+    tenant_of: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if not self.keys:
@@ -68,12 +72,18 @@ class ApiKeyConfig:
 
 
 def parse_api_keys(text: str) -> list[str]:
-    """Keys from a file's text or a comma/whitespace-separated list: ``#`` starts a comment."""
+    """Keys from a file's text or a comma/whitespace-separated list: ``#`` starts a comment; a key's
+    tenant attributes (``tenant=``, ``class=``, ``rpm=``, ``tpm=``: controlplane/tenants.py) are skipped."""
     keys: list[str] = []
     for line in text.splitlines():
         line = line.split("#", 1)[0]
-        keys += [key for key in line.replace(",", " ").split() if key]
+        keys += [key for key in line.replace(",", " ").split() if key and not _is_attribute(key)]
     return keys
+
+
+def _is_attribute(word: str) -> bool:
+    name, eq, _ = word.partition("=")
+    return bool(eq) and name in KEY_ATTRIBUTES
 
 
 def load_api_keys(path: str | os.PathLike) -> list[str]:
@@ -106,6 +116,7 @@ class ApiKeyMiddleware:
         self.config = config
         self._digests = frozenset(_digest(key.encode()) for key in config.keys)
         self._open_paths = config.open_paths
+        self._tenant_of = {_digest(key.encode()): tenant for key, tenant in config.tenant_of.items()}
         self.refused: dict[str, int] = {"missing_api_key": 0, "invalid_api_key": 0}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -113,7 +124,11 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)  # lifespan events carry no request
             return
         token = bearer_token(scope["headers"])
-        if token is not None and _digest(token) in self._digests:
+        digest = _digest(token) if token is not None else b""
+        if token is not None and digest in self._digests:
+            tenant = self._tenant_of.get(digest)
+            if tenant is not None:
+                scope.setdefault("state", {})["zoo_tenant"] = tenant
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":  # (the gateway has none; refuse before any route sees one)

@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
+CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
+MAX_CLASS_CHARS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +228,9 @@ class Gateway:
         )
         headers = {"x-request-id": request_id}
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
+        # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
+        traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
+        tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key
         chunks = self.frontend.generate(
             request_id,
             model=args.model,
@@ -235,6 +240,8 @@ class Gateway:
             sampling=args.sampling,
             arrival_ns=arrival_ns,
             **more,
+            traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
+            **({"tenant": tenant} if tenant else {}),
         )
         handed_over = False
         try:

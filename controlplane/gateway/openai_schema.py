@@ -62,6 +62,7 @@ class _CommonRequest(msgspec.Struct, kw_only=True):
     frequency_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None  # accepted and ignored
+    traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -95,6 +96,7 @@ class GenerateArgs:
     include_usage: bool = False
     continuous_usage: bool = False
     n: int = 1
+    traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
 
 
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
@@ -125,6 +127,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
+        traffic_class=req.traffic_class,
     )
 
 
@@ -154,6 +157,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
+        traffic_class=req.traffic_class,
     )
 
 

@@ -51,6 +51,8 @@ class RouteRequest:
     max_tokens: int
     block_hashes: tuple[int, ...]  # hash chain of the prompt's full blocks (prefix-cache keys)
     traffic_class: str = "default"
+    slo_ttft_s: float | None = None  # its class's targets (controlplane/cells.py); None: the router's
+    slo_tpot_s: float | None = None
 
 
 class Policy(Protocol):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from controlplane.cells import CellsConfig
+
 
 @dataclass(slots=True)
 class RouterConfig:
@@ -13,6 +15,8 @@ class RouterConfig:
     seed: seeds every random choice a policy makes (ties, sampling, P2C draws), so a run is reproducible.
     cells_by_traffic_class: a request's traffic class → the cell whose nodes may serve it; a class not
         listed may go to any cell.
+    cells: the cells and traffic classes (controlplane/cells.py): home cells, spill rules, priorities,
+        per-class SLOs and queue limits; a class it knows takes its home cell from it.
 
     hardware_aware (formulas in ``policies/hardware_aware.py``):
     default_model_params_b / model_params_b: model size in billions of parameters (per served model name,
@@ -49,6 +53,7 @@ class RouterConfig:
     policy: str = "hardware_aware"
     seed: int = 0
     cells_by_traffic_class: dict[str, str] = field(default_factory=dict)
+    cells: CellsConfig = field(default_factory=CellsConfig)
     # hardware_aware
     default_model_params_b: float = 1.0
     model_params_b: dict[str, float] = field(default_factory=dict)
@@ -117,4 +122,4 @@ class RouterConfig:
 
     def cell_for(self, traffic_class: str) -> str | None:
         """The cell that serves ``traffic_class``, or None for any cell."""
-        return self.cells_by_traffic_class.get(traffic_class)
+        return self.cells.home_cell(traffic_class) or self.cells_by_traffic_class.get(traffic_class)

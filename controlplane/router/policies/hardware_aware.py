@@ -174,7 +174,8 @@ class HardwareAwarePolicy(PolicyHooks):
         # cost = TTFT (+ its SLO penalty)
         cost = np.multiply(columns[_COL_INV_RATE], max(num_prompt_tokens, 1), out=self._cost)
         cost += columns[_COL_BASE_S]
-        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, config.slo_ttft_s, out=miss))
+        slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
+        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, slo_ttft_s, out=miss))
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
         output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
         if output_weight or config.slo_tpot_miss_penalty_s:
@@ -183,7 +184,8 @@ class HardwareAwarePolicy(PolicyHooks):
             tpot += columns[_COL_STEP_S]
             if config.slo_tpot_miss_penalty_s:
                 penalty = config.slo_tpot_miss_penalty_s
-                np.add(cost, penalty, out=cost, where=np.greater(tpot, config.slo_tpot_s, out=miss))
+                slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+                np.add(cost, penalty, out=cost, where=np.greater(tpot, slo_tpot_s, out=miss))
             if output_weight:
                 tpot *= output_weight
                 cost += tpot

@@ -1,0 +1,45 @@
+"""A GenerateRequest's priority (its traffic class's rank, set by the control plane's intake) reaches the
+engine's scheduler through the agent and its engine thread."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from agent.node_agent import AgentConfig, NodeAgent
+from backends.fake import build_trivial_engine, cpu_test_hardware
+from engine.sampling_params import SamplingParams
+from transport.messages import CancelRequest, GenerateRequest, NodeHello, TokenChunk, Welcome
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_the_priority_of_a_generate_request_reaches_the_scheduler(router_peer):
+    cp = router_peer
+    async with anyio.create_task_group() as tg:
+        agent = NodeAgent(
+            cp.endpoint,
+            build_trivial_engine(step_s=0.01),
+            AgentConfig(node_id="n1", model_name="fake-bytes", hello_timeout_s=0.3),
+            hardware=cpu_test_hardware(),
+        )
+        await tg.start(agent.run)
+        peer, _ = await cp.expect(NodeHello)
+        await cp.send(peer=peer, msg=Welcome(node_id="n1", heartbeat_interval_s=0.05, report_interval_s=0.05))
+        for request_id, priority in (("vip", 2), ("plain", 0)):
+            sampling = SamplingParams(max_tokens=10_000)
+            msg = GenerateRequest(
+                request_id=request_id,
+                prompt_token_ids=[5],
+                sampling=sampling,
+                arrival_ns=0,
+                routed_ns=0,
+                priority=priority,
+            )
+            await cp.send(peer=peer, msg=msg)
+            await cp.expect(TokenChunk, where=lambda c, rid=request_id: c.request_id == rid)
+        scheduler = agent.engine.scheduler
+        assert scheduler.get_request("vip").priority == 2 and scheduler.get_request("plain").priority == 0
+        for request_id in ("vip", "plain"):
+            await cp.send(peer=peer, msg=CancelRequest(request_id=request_id))
+        tg.cancel_scope.cancel()

@@ -1,0 +1,113 @@
+"""Tenants and classes end to end over HTTP: a real control plane with two cells, two fake-runner agent
+processes, the gateway with a key file that maps keys to tenants. A tenant's class beats the request's
+``x-zoo-class``; past its requests/min it gets OpenAI's 429 with Retry-After; /metrics counts per class and
+per tenant."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+import zmq
+import zmq.asyncio
+from prometheus_client.parser import text_string_to_metric_families
+
+from controlplane.cells import parse_cells
+from controlplane.gateway.api_keys import ApiKeyConfig, parse_api_keys
+from controlplane.gateway.app import create_app
+from controlplane.tenants import parse_key_tenants
+from engine.sampling_params import SamplingParams
+from transport.codec import decode, encode
+from transport.messages import ClientGenerate, ErrorReply, TokenChunk
+
+pytestmark = pytest.mark.anyio
+
+KEY_FILE = """
+zk-crawl tenant=crawler class=batch rpm=2
+zk-gold tenant=gold
+"""
+CELLS = {
+    "cells": [{"name": "vip"}, {"name": "bulk", "gpu_types": ["L4"]}],
+    "traffic_classes": [{"name": "vip", "cell": "vip", "priority": 2}, {"name": "batch", "cell": "bulk"}],
+}
+MAX_TOKENS = 3
+
+
+async def _zmq_generate(endpoint: str, tenant: str) -> str:
+    ctx = zmq.asyncio.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        msg = ClientGenerate(
+            request_id="zmq-1", prompt="hi", sampling=SamplingParams(max_tokens=1), traffic_class="batch", tenant=tenant
+        )
+        await sock.send_multipart(encode(msg))
+        with anyio.fail_after(20):
+            while True:
+                reply, _ = decode(await sock.recv_multipart())
+                if isinstance(reply, ErrorReply):
+                    return reply.code.value
+                if isinstance(reply, TokenChunk) and reply.finished:
+                    return "finished"
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value for f in text_string_to_metric_families(text) for s in f.samples
+    }
+
+
+async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_agent):
+    tenant_of, tenants = parse_key_tenants(KEY_FILE)
+    api_keys = ApiKeyConfig(frozenset(parse_api_keys(KEY_FILE)), tenant_of=tenant_of)
+    async with observed_controlplane(tenants=tenants) as (cp, exporter, observer):
+        cp.config.router.cells = parse_cells(CELLS)  # before any node joins: cells by label and GPU type
+        spawn_agent(cp.agent_endpoint, "bulk-0", "--fake-gpu-type", "L4")
+        spawn_agent(cp.agent_endpoint, "vip-0", "--cell", "vip")
+        await cp.wait_until(lambda: "bulk-0" in cp.registry and "vip-0" in cp.registry, 30)
+        assert {v.node_id: v.cell for v in cp.registry.snapshot().nodes} == {"bulk-0": "bulk", "vip-0": "vip"}
+
+        app = create_app(cp, metrics_app=exporter.asgi_app(observer.poll), api_keys=api_keys)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cp") as http:
+
+            async def complete(key: str, traffic_class: str | None = None) -> httpx.Response:
+                headers = {"authorization": f"Bearer {key}"}
+                if traffic_class is not None:
+                    headers["x-zoo-class"] = traffic_class
+                body = {"prompt": "hello", "max_tokens": MAX_TOKENS, "temperature": 0}
+                return await http.post("/v1/completions", json=body, headers=headers)
+
+            for _ in range(2):  # the crawler asks for vip and gets its own class, batch, in the bulk cell
+                assert (await complete("zk-crawl", "vip")).status_code == 200
+            limited = await complete("zk-crawl")
+            assert limited.status_code == 429
+            assert int(limited.headers["retry-after"]) >= 1
+            error = limited.json()["error"]
+            assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
+            assert "crawler" in error["message"] and "2 requests/min" in error["message"]
+
+            assert (await complete("zk-gold", "vip")).status_code == 200  # no class of its own: asks for vip
+            unknown = await complete("zk-gold", "platinum")
+            assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "traffic_class"
+            metrics = _samples((await http.get("/metrics", headers={"authorization": "Bearer zk-gold"})).text)
+        # a ZeroMQ client naming the crawler is not the crawler (which is out of requests): not refused
+        assert await _zmq_generate(cp.client_endpoint, tenant="crawler") == "finished"
+        assert cp.stats()["tenants"]["crawler"]["num_refused"] == 1
+
+    classes = cp.stats()["classes"]
+    assert classes["batch"]["cells"] == {"bulk": 3} and classes["batch"]["requests_refused"] == 1
+    assert classes["vip"]["cells"] == {"vip": 1}
+
+    def metric(name: str, **labels: str) -> float:
+        return metrics[(name, frozenset(labels.items()))]
+
+    assert metric("zoo:tenant_requests_total", tenant="crawler", outcome="admitted") == 2
+    assert metric("zoo:tenant_requests_total", tenant="crawler", outcome="rate_limited") == 1
+    assert metric("zoo:tenant_tokens_total", tenant="crawler", kind="completion") == 2 * MAX_TOKENS
+    assert metric("zoo:tenant_tokens_total", tenant="gold", kind="prompt") == len(b"hello")
+    assert metric("zoo:class_requests_total", **{"class": "vip", "outcome": "served"}) == 1
+    assert metric("zoo:class_time_to_first_token_seconds", **{"class": "batch", "quantile": "0.99"}) > 0

@@ -1,0 +1,22 @@
+"""`zoo top` groups the fleet by cell: rows cell by cell (the sort column within each), and one summary
+line per cell."""
+
+from __future__ import annotations
+
+import pytest
+
+from tui.fleet_view import COLUMNS, FleetView
+
+
+def test_rows_are_grouped_by_cell_and_each_cell_is_summarised(make_stats):
+    view = FleetView()
+    view.update(make_stats(1, dead=("t4-0",)))
+    view.sort_index = next(i for i, c in enumerate(COLUMNS) if c.key == "power")
+    view.sort_reverse = True  # weakest first, still one cell after the other
+    cells = [n.cell for n in view.rows()]
+    assert cells == sorted(cells, reverse=True)
+    east, west = view.cell_summaries()
+    assert (east.cell, east.num_up, east.num_nodes, east.num_running, east.num_waiting) == ("east", 2, 2, 19, 9)
+    assert east.worst_ttft_p99_s == pytest.approx(0.030 * 3.5)
+    assert (west.num_up, west.num_nodes) == (1, 2)
+    assert east.describe().startswith("east: 2/2 up, run 19, wait 9, TTFT p99 105")
