@@ -150,10 +150,16 @@ class KVDataPlane:
         """Malformed messages on the data socket, by ErrorCode (the receiver's refusals are ``receiver.refused``)."""
         return self._dispatcher.rejected
 
+    def bind(self) -> str:
+        """Bind the ROUTER now (before ``run``: the endpoint goes into the agent's hello); the bound endpoint."""
+        if self._router is None:
+            ctx = self._ctx or zmq.asyncio.Context.instance()
+            max_msg = self.config.chunk_bytes + 2 * MAX_PAYLOAD_BYTES
+            self._router, self.endpoint = bind_router(ctx, self.config.endpoint, handover=True, max_msg_bytes=max_msg)
+        return self.endpoint
+
     async def run(self, *, task_status=anyio.TASK_STATUS_IGNORED) -> None:
-        ctx = self._ctx or zmq.asyncio.Context.instance()
-        max_msg = self.config.chunk_bytes + 2 * MAX_PAYLOAD_BYTES
-        self._router, self.endpoint = bind_router(ctx, self.config.endpoint, handover=True, max_msg_bytes=max_msg)
+        self.bind()
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
@@ -161,6 +167,7 @@ class KVDataPlane:
                 task_status.started(self.endpoint)
         finally:
             self._router.close(linger=0)
+            self._router = None
             self._tg = None
 
     # -- sending ------------------------------------------------------------------------------------
@@ -261,7 +268,7 @@ class KVDataPlane:
             if not ack.ok:
                 log.warning("kv data %s: refused transfer %s: %s", self.node_id, clip(chunk.transfer_id), ack.message)
         if done is not None:
-            self._record("in", done.sender.decode(errors="replace"), len(done.data), done.seconds)
+            self._record("in", done.sender.decode(errors="replace"), done.nbytes, done.seconds)
             self._on_received(done)
 
     def _reply(self, peer: bytes | None, reply: ErrorReply) -> None:
@@ -290,3 +297,29 @@ class KVDataPlane:
 def throughput_gbps(nbytes: int, seconds: float) -> float:
     """GB/s (1e9 bytes) of ``nbytes`` in ``seconds`` (inf for 0 s)."""
     return nbytes / seconds / 1e9 if seconds > 0 else math.inf
+
+
+def dtype_name(dtype: object) -> str:
+    """A torch / numpy / JAX dtype's name as the wire says it ("bfloat16", "float32")."""
+    if type(dtype).__module__.startswith("torch"):
+        return str(dtype).removeprefix("torch.")
+    return getattr(dtype, "name", None) or getattr(dtype, "__name__", None) or str(dtype)
+
+
+def accept_spec_for(engine, max_concurrent: int = 8) -> KVAcceptSpec | None:
+    """What an engine's KV cache holds (its runner's model config, block size and dtype); None for a runner
+    without a model config (a fake runner: such a node takes no KV)."""
+    runner = engine.runner
+    config = getattr(runner, "config", None)
+    if config is None or not hasattr(config, "num_key_value_heads"):
+        return None
+    cache = engine.cache_config
+    return KVAcceptSpec(
+        num_layers=config.num_hidden_layers,
+        block_size=cache.block_size,
+        num_kv_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        dtypes=(dtype_name(getattr(runner, "dtype", "float32")),),
+        max_blocks=cache.num_device_blocks,
+        max_concurrent=max_concurrent,
+    )

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import msgspec
 import zmq.asyncio
 
 from agent.engine_thread import EngineThread
 from agent.hardware_probe import describe_hardware
+from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, accept_spec_for
 from agent.node_core import EngineObservation, NodeCore
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -46,6 +48,7 @@ from transport.actor import Actor, MailboxFull
 from transport.codec import clip
 from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
+from transport.kv_transfer import ReceivedKV
 from transport.link import Link
 from transport.messages import (
     CancelRequest,
@@ -119,6 +122,9 @@ class AgentConfig:
     drain_timeout_s: float = 30.0
     profile_at_start: bool = True
     curve: CurveClient | None = None
+    # the KV data socket (agent/kv_data_plane.py): where its ROUTER binds ("tcp://127.0.0.1:0": a free port);
+    # None: this agent has no data plane (it neither sends nor takes KV)
+    data_endpoint: str | None = None
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -175,6 +181,9 @@ class NodeAgent(Actor):
         self._drained = anyio.Event()  # draining, and a LoadReport showed the engine empty
         self._link: Link | None = None
         self._thread: EngineThread | None = None
+        self.data_plane: KVDataPlane | None = None
+        self.peers: dict[str, str] = {}  # peer node id → its data endpoint (from the latest Welcome)
+        self.received_kv: dict[str, ReceivedKV] = {}  # request id → KV a peer sent for it, not yet taken
         self._dispatcher = Dispatcher(
             {
                 Welcome: self.handle_welcome,
@@ -215,12 +224,17 @@ class NodeAgent(Actor):
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
         self._thread = EngineThread(core, self.config.report_interval_s)
+        if self.config.data_endpoint is not None:
+            self._setup_data_plane()
         if observe:
             self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
+            if self.data_plane is not None:
+                self.exporter.describe_kv_plane(self.data_plane.receiver.refused)
         return self
 
     def loops(self):
-        return (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+        loops = (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+        return loops if self.data_plane is None else (*loops, self.data_plane.run)
 
     async def cleanup(self) -> None:
         if self._thread is not None:
@@ -309,13 +323,16 @@ class NodeAgent(Actor):
         return False
 
     def _hello(self) -> NodeHello:
-        return self._thread.core.hello(
+        hello = self._thread.core.hello(
             model=self.model_name,
             backend=self.config.backend,
             hardware=self.hardware,
             cell=self.config.cell,
             pid=os.getpid(),
         )
+        if self.data_plane is not None:
+            hello = msgspec.structs.replace(hello, data_endpoint=self.data_plane.endpoint)
+        return hello
 
     def _telemetry(self) -> NodeTelemetry | None:
         """Hops since the last one; also once after every Welcome (a new control plane learns the metrics URL)."""
@@ -348,6 +365,7 @@ class NodeAgent(Actor):
         self.heartbeat_interval_s = msg.heartbeat_interval_s
         self._thread.set_report_interval(msg.report_interval_s)
         self.num_welcomes += 1
+        self.peers = dict(msg.peers)
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))
@@ -388,3 +406,29 @@ class NodeAgent(Actor):
         if not msg.request_id and self.welcomed.is_set():  # about the node itself: the control plane forgot us
             log.info("agent %s: control plane says %s: %s; joining again", self.config.node_id, msg.code, msg.message)
             self._rehello.set()
+
+    # -- the KV data plane ------------------------------------------------------------------------------
+
+    MAX_HELD_KV = 64  # received transfers held for their requests; the oldest is dropped past it
+
+    def _setup_data_plane(self) -> None:
+        spec = accept_spec_for(self.engine)
+        if spec is None:
+            log.warning("agent %s: this engine's runner has no KV geometry; no data plane", self.config.node_id)
+            return
+        observe = self.exporter.observe_kv_transfer if self.exporter is not None else None
+        self.data_plane = KVDataPlane(
+            self.config.node_id,
+            spec,
+            self._on_received_kv,
+            DataPlaneConfig(endpoint=self.config.data_endpoint),
+            context=self._ctx,
+            on_transfer=observe,
+        )
+        self.data_plane.bind()
+        log.info("agent %s: KV data plane at %s", self.config.node_id, self.data_plane.endpoint)
+
+    def _on_received_kv(self, kv: ReceivedKV) -> None:
+        self.received_kv[kv.request_id] = kv
+        while len(self.received_kv) > self.MAX_HELD_KV:
+            del self.received_kv[next(iter(self.received_kv))]

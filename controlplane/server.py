@@ -389,6 +389,7 @@ class ControlPlane(Actor):
                 node_id=hello.node_id,
                 heartbeat_interval_s=self.config.heartbeat_interval_s,
                 report_interval_s=self.config.report_interval_s,
+                peers=self._data_peers(hello),
             ),
             incoming.peer,
         )
@@ -523,3 +524,14 @@ class ControlPlane(Actor):
         num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
         reply = NodeDrain(request_id=msg.request_id, node_id=msg.node_id, reason=msg.reason, num_inflight=num_inflight)
         self._clients.send_nowait(reply, incoming.peer)
+
+    def _data_peers(self, hello: NodeHello) -> dict[str, str]:
+        """The data endpoints a joining node is told (Welcome.peers): live nodes of its model that have one."""
+        peers = {}
+        for node_id in (v.node_id for v in self.registry.views()):
+            if node_id == hello.node_id or self.registry.state(node_id) is None:
+                continue
+            other = self.registry.hello(node_id)
+            if other.model == hello.model and other.data_endpoint:
+                peers[node_id] = other.data_endpoint
+        return peers

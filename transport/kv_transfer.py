@@ -27,8 +27,8 @@ import xxhash
 from transport.messages import KVAck, KVChunk, KVWireLayout, TensorRef
 
 DTYPE_ITEMSIZE = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "uint8": 1}
-DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
-DEFAULT_MAX_INFLIGHT_BYTES = 32 * 1024 * 1024
+DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
 MAX_REMEMBERED_REFUSALS = 1024  # refused transfer ids kept so their later chunks are dropped quietly
 
 
@@ -186,21 +186,41 @@ class KVAcceptSpec:
 
 @dataclass(slots=True)
 class ReceivedKV:
-    """A complete transfer: ``data`` holds the array ``layout`` describes (C order)."""
+    """A complete transfer: ``chunks`` in order are the bytes of the array ``layout`` describes (C order),
+    kept as they arrived (views of the socket's buffers: no copy until the owner writes them where they go)."""
 
     transfer_id: str
     request_id: str
     sender: bytes  # the sending DEALER's routing id (its node id)
     block_ids: list[int]
     layout: KVWireLayout
-    data: bytearray
+    chunks: list[bytes | memoryview]
     seconds: float  # first chunk's arrival → last chunk's (the owner's clock)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(c) for c in self.chunks)
+
+    def to_bytes(self) -> bytes:
+        """The whole array's bytes, joined (one copy)."""
+        return b"".join(self.chunks)
+
+    def copy_into(self, out: memoryview) -> None:
+        """Write the array's bytes into ``out`` (a writable buffer of ``nbytes`` bytes, e.g. a pinned staging
+        tensor's memory)."""
+        out = out.cast("B") if out.format != "B" or out.ndim != 1 else out
+        if len(out) != self.nbytes:
+            raise ValueError(f"out has {len(out)} bytes, the transfer {self.nbytes}")
+        offset = 0
+        for c in self.chunks:
+            out[offset : offset + len(c)] = c
+            offset += len(c)
 
 
 @dataclass(slots=True)
 class _Assembly:
     first: KVChunk
-    data: bytearray
+    chunks: list[bytes | memoryview | None]
     block_ids: list[int]
     started_s: float
     last_s: float
@@ -241,13 +261,12 @@ class KVReceiver:
         if problem is not None:
             return self._refuse(key, chunk, *problem), None
         if assembly is None:
-            assembly = _Assembly(chunk, bytearray(layout_nbytes(chunk.layout)), list(chunk.block_ids), now_s, now_s)
+            assembly = _Assembly(chunk, [None] * chunk.num_chunks, list(chunk.block_ids), now_s, now_s)
             assembly.missing = set(range(chunk.num_chunks))
             self._assemblies[key] = assembly
         if chunk.chunk_index == 0:
             assembly.block_ids = list(chunk.block_ids)
-        start = chunk.chunk_index * chunk.chunk_bytes
-        assembly.data[start : start + len(frame)] = frame
+        assembly.chunks[chunk.chunk_index] = frame
         assembly.missing.discard(chunk.chunk_index)
         assembly.last_s = now_s
         ack = KVAck(request_id=chunk.request_id, transfer_id=chunk.transfer_id, chunk_index=chunk.chunk_index, ok=True)
@@ -257,7 +276,7 @@ class KVReceiver:
         if len(assembly.block_ids) != chunk.layout.num_blocks:
             return self._refuse(key, chunk, KVRefusal.MALFORMED, "block ids do not match the layout's blocks"), None
         self.num_received += 1
-        self.num_received_bytes += len(assembly.data)
+        self.num_received_bytes += layout_nbytes(chunk.layout)
         first = assembly.first
         done = ReceivedKV(
             first.transfer_id,
@@ -265,7 +284,7 @@ class KVReceiver:
             sender,
             assembly.block_ids,
             first.layout,
-            assembly.data,
+            assembly.chunks,
             now_s - assembly.started_s,
         )
         return ack, done

@@ -130,6 +130,7 @@ class Welcome(Envelope, kw_only=True):
     node_id: str
     heartbeat_interval_s: float
     report_interval_s: float
+    peers: dict[str, str] = {}  # node id → data endpoint of the live peers serving the same model that have one
 
 
 class Heartbeat(Envelope, kw_only=True):

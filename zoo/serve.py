@@ -217,6 +217,11 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
     add_agent_auth_args(p)  # --curve-dir
+    p.add_argument(
+        "--data-endpoint",
+        default=None,
+        help="bind the KV data socket (KV to/from peer agents) here, e.g. tcp://127.0.0.1:0; default: none",
+    )
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -246,6 +251,7 @@ def agent_from_args(args: argparse.Namespace):
         curve=curve,
         drain_timeout_s=args.drain_timeout_s,
         profile_at_start=not args.fake_runner,  # a runner that computes nothing has nothing to measure
+        data_endpoint=args.data_endpoint,
     )
     exporter = None
     if args.metrics_port is not None:

@@ -61,7 +61,7 @@ def test_transfer_arrives_bit_identical_in_chunks_within_the_window():
         s.on_ack(ack)
     done, _ = run(s, r)
     assert s.done and s.num_chunks == 16
-    assert done is not None and bytes(done.data) == data
+    assert done is not None and done.to_bytes() == data
     assert done.block_ids == [10, 11, 12] and done.request_id == "req-1" and done.layout == lay
     assert r.num_received == 1 and r.num_assembling == 0 and sum(r.refused.values()) == 0
 
@@ -162,7 +162,7 @@ def test_same_transfer_id_from_two_senders_does_not_mix():
     (ha, fa), (hb, fb) = sa.next_chunks()[0], sb.next_chunks()[0]
     _, got_a = r.on_chunk(b"A", ha, fa, 0.0)
     _, got_b = r.on_chunk(b"B", hb, fb, 0.0)
-    assert bytes(got_a.data) == a and bytes(got_b.data) == b and got_b.sender == b"B"
+    assert got_a.to_bytes() == a and got_b.to_bytes() == b and got_b.sender == b"B"
 
 
 def test_a_refusal_ack_fails_the_sender():
