@@ -38,9 +38,9 @@ import anyio
 import msgspec
 import zmq.asyncio
 
-from agent.engine_thread import EngineThread
+from agent.engine_thread import EngineThread, ExportedForMigration
 from agent.hardware_probe import describe_hardware
-from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, accept_spec_for
+from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
 from agent.node_core import EngineObservation, NodeCore
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -58,6 +58,8 @@ from transport.messages import (
     HardwareInfo,
     Heartbeat,
     LoadReport,
+    MigrateRequest,
+    MigrationDone,
     NodeDrain,
     NodeHello,
     NodeLeave,
@@ -184,6 +186,7 @@ class NodeAgent(Actor):
         self.data_plane: KVDataPlane | None = None
         self.peers: dict[str, str] = {}  # peer node id → its data endpoint (from the latest Welcome)
         self.received_kv: dict[str, ReceivedKV] = {}  # request id → KV a peer sent for it, not yet taken
+        self._send_migrations, self._migrations = anyio.create_memory_object_stream[ExportedForMigration](256)
         self._dispatcher = Dispatcher(
             {
                 Welcome: self.handle_welcome,
@@ -193,6 +196,7 @@ class NodeAgent(Actor):
                 Ping: self.handle_ping,
                 ErrorReply: self.handle_error_reply,
                 NodeDrain: self.handle_node_drain,
+                MigrateRequest: self.handle_migrate,
             },
             reply=lambda _peer, reply: self._send(reply),
             name=f"agent {config.node_id}",
@@ -234,7 +238,7 @@ class NodeAgent(Actor):
 
     def loops(self):
         loops = (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
-        return loops if self.data_plane is None else (*loops, self.data_plane.run)
+        return loops if self.data_plane is None else (*loops, self.data_plane.run, self._migration_loop)
 
     async def cleanup(self) -> None:
         if self._thread is not None:
@@ -269,6 +273,9 @@ class NodeAgent(Actor):
                 for msg in batch:
                     if isinstance(msg, EngineObservation):
                         self.exporter.observe(msg)
+                        continue
+                    if isinstance(msg, ExportedForMigration):
+                        await self._send_migrations.send(msg)
                         continue
                     if isinstance(msg, LoadReport):
                         if self.draining and msg.num_running + msg.num_waiting + msg.num_swapped == 0:
@@ -389,6 +396,10 @@ class NodeAgent(Actor):
                 )
             )
             return
+        kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
+        if kv is not None:
+            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv)
+            return
         self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling)  # validated when decoded
 
     def handle_cancel(self, incoming: Incoming) -> None:
@@ -432,3 +443,44 @@ class NodeAgent(Actor):
         self.received_kv[kv.request_id] = kv
         while len(self.received_kv) > self.MAX_HELD_KV:
             del self.received_kv[next(iter(self.received_kv))]
+
+    # -- live migration (the source's side; the target's is handle_generate with received_kv) -----------
+
+    def handle_migrate(self, incoming: Incoming) -> None:
+        """Move a request to a peer: the engine thread takes it off (with its KV), ``_migration_loop`` ships the KV
+        and answers MigrationDone. Without a data plane the request stays here (``left=False``)."""
+        msg: MigrateRequest = incoming.msg
+        if self.data_plane is None:
+            self._send(self._migration_done(msg, ok=False, left=False, message="this node has no KV data plane"))
+            return
+        self._thread.export(msg)
+
+    async def _migration_loop(self) -> None:
+        async for item in self._migrations:
+            msg, exported = item.migrate, item.exported
+            if exported is None:
+                self._send(self._migration_done(msg, ok=False, left=False, message="request not running here"))
+                continue
+            done = self._migration_done(msg, ok=True, num_tokens=len(exported.state.token_ids))
+            if exported.kv is not None:
+                s = exported.state
+                try:
+                    done.transfer_s = await self.data_plane.send(
+                        msg.target_data_endpoint, s.req_id, s.block_ids, exported.layout, exported.kv_bytes()
+                    )
+                    done.kv_bytes = exported.kv.numel() * exported.kv.element_size()
+                except KVTransferError as e:
+                    done.ok, done.message = False, clip(str(e))
+                    log.warning("agent %s: migrating %s failed: %s", self.config.node_id, s.req_id, done.message)
+            self._send(done)
+
+    def _migration_done(self, msg: MigrateRequest, *, ok: bool, left: bool = True, **fields) -> MigrationDone:
+        return MigrationDone(
+            request_id=msg.request_id,
+            node_id=self.config.node_id,
+            target_node_id=msg.target_node_id,
+            ok=ok,
+            reason=msg.reason,
+            left=left,
+            **fields,
+        )

@@ -58,6 +58,8 @@ from transport.messages import (
     GenerateRequest,
     Heartbeat,
     LoadReport,
+    MigrateRequest,
+    MigrationDone,
     NodeDrain,
     NodeHello,
     NodeLeave,
@@ -132,6 +134,7 @@ class ControlPlane(Actor):
         self.refused = self.path.refused
         self._changed = anyio.Event()
         self._probe_snapshot: tuple[dict, float] | None = None
+        self.migrations: dict[str, int] = {}  # "reason:ok|failed|refused" → count (MigrationDone)
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -143,6 +146,7 @@ class ControlPlane(Actor):
                 TokenChunk: self.handle_token_chunk,
                 ErrorReply: self.handle_agent_error,
                 Pong: lambda incoming: None,
+                MigrationDone: self.handle_migration_done,
             },
             reply=self._reply_agent,
             name="control plane (agents)",
@@ -432,6 +436,7 @@ class ControlPlane(Actor):
             self._send_to_node(NodeDrain(node_id=node_id, reason=reason), node_id)
         except MailboxFull:
             log.warning("node %s: could not tell it to drain (agent outbox full)", node_id)
+        self.migrate_off(node_id, "drain")
         return True
 
     def handle_node_telemetry(self, incoming: Incoming) -> None:
@@ -535,3 +540,49 @@ class ControlPlane(Actor):
             if other.model == hello.model and other.data_endpoint:
                 peers[node_id] = other.data_endpoint
         return peers
+
+    # -- live migration (agent/kv_migration.py; RequestPath.migrated) ---------------------------------
+
+    def migrate_off(self, node_id: str, reason: str) -> int:
+        """Ask ``node_id`` to move each of its requests, KV and all, to the live peer of its model with a data
+        plane and the fewest requests; how many were asked. Nothing when the node or no peer has a data plane
+        (its requests then finish there, or resume elsewhere when it leaves)."""
+        if node_id not in self.registry or not self.registry.hello(node_id).data_endpoint:
+            return 0
+        peers = self._data_peers(self.registry.hello(node_id))
+        load = {p: len(self.registry.inflight_request_ids(p)) for p in peers if str(self.registry.state(p)) == "up"}
+        num_asked = 0
+        for request_id in self.registry.inflight_request_ids(node_id):
+            if not load:
+                break
+            target = min(load, key=lambda p: (load[p], p))
+            load[target] += 1
+            msg = MigrateRequest(
+                request_id=request_id, target_node_id=target, target_data_endpoint=peers[target], reason=reason
+            )
+            try:
+                self._send_to_node(msg, node_id)
+            except MailboxFull:
+                break
+            num_asked += 1
+        if num_asked:
+            log.info("node %s: %d requests asked to migrate (%s)", node_id, num_asked, reason)
+        return num_asked
+
+    def handle_migration_done(self, incoming: Incoming) -> None:
+        msg: MigrationDone = incoming.msg
+        if not self._node_of(incoming, msg.node_id):
+            return
+        outcome = "ok" if msg.ok else ("failed" if msg.left else "refused")
+        key = f"{msg.reason or 'unknown'}:{outcome}"
+        self.migrations[key] = self.migrations.get(key, 0) + 1
+        if not msg.left:
+            log.info("request %s stays on %s: %s", msg.request_id, msg.node_id, clip(msg.message))
+            return
+        why = f"migrating from {msg.node_id!r} to {msg.target_node_id!r} failed: {clip(msg.message)}"
+        if msg.ok:
+            log.info(
+                "request %s migrated %s -> %s: %d tokens, %d KV bytes in %.1f ms",
+                msg.request_id, msg.node_id, msg.target_node_id, msg.num_tokens, msg.kv_bytes, 1e3 * msg.transfer_s,
+            )  # fmt: skip
+        self.path.migrated(msg.node_id, msg.request_id, msg.target_node_id, msg.ok, why)

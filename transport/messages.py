@@ -53,6 +53,8 @@ class MsgType(enum.IntEnum):
     PROBE_SNAPSHOT = 42
     KV_CHUNK = 31
     KV_ACK = 32
+    MIGRATE = 33
+    MIGRATION_DONE = 34
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -410,6 +412,33 @@ class KVAck(Envelope, kw_only=True):
     message: str = ""
 
 
+class MigrateRequest(Envelope, kw_only=True):
+    """Control plane → the request's node: move it (``request_id``), KV and all, to ``target_node_id`` whose data
+    endpoint is ``target_data_endpoint``; answered with a MigrationDone."""
+
+    target_node_id: str
+    target_data_endpoint: str
+    reason: str = "rebalance"  # "drain" | "rebalance" | "split"
+
+
+class MigrationDone(Envelope, kw_only=True):
+    """Source agent → control plane: the request left this node (every chunk it produced here was sent before
+    this). ``ok``: its KV reached the target (resume it there: it finds the KV in its prefix cache); else the
+    request resumes elsewhere by re-prefill. ``num_tokens``: prompt + output at the move; ``kv_bytes`` moved."""
+
+    node_id: str
+    target_node_id: str
+    ok: bool
+    reason: str = ""
+    message: str = ""
+    num_tokens: int = 0
+    kv_bytes: int = 0
+    transfer_s: float = 0.0
+    left: bool = True  # False: the request never left the source (not migratable there): nothing to resume
+
+
 MESSAGE_TYPES[MsgType.KV_CHUNK] = KVChunk
 MESSAGE_TYPES[MsgType.KV_ACK] = KVAck
+MESSAGE_TYPES[MsgType.MIGRATE] = MigrateRequest
+MESSAGE_TYPES[MsgType.MIGRATION_DONE] = MigrationDone
 TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}

@@ -222,6 +222,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="bind the KV data socket (KV to/from peer agents) here, e.g. tcp://127.0.0.1:0; default: none",
     )
+    p.add_argument("--no-profile", action="store_true", help="skip the start-up measurement run (faster start)")
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -250,7 +251,7 @@ def agent_from_args(args: argparse.Namespace):
         gpu_profile=args.gpu_profile,
         curve=curve,
         drain_timeout_s=args.drain_timeout_s,
-        profile_at_start=not args.fake_runner,  # a runner that computes nothing has nothing to measure
+        profile_at_start=not (args.fake_runner or args.no_profile),  # a fake runner has nothing to measure
         data_endpoint=args.data_endpoint,
     )
     exporter = None
