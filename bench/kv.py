@@ -4,6 +4,7 @@ transfer: agent → agent throughput of the KV data plane (agent/kv_data_plane.p
     checksummed, acknowledged) from this process to a receiver process on loopback (bench/kv_peer.py),
     and the same bytes in the same chunks through a bare pyzmq DEALER → ROUTER with one reply at the
     end. Rounds alternate (bare, plane, bare, ...); medians are reported, ``ratio_vs_bare`` = plane / bare.
+migration: a running request moved between two engines vs recomputed (bench/kv_migration.py).
 
 The KV geometry is SmolLM2-135M's (30 layers, 3 KV heads, head dim 64, bf16, 16-token blocks:
 368,640 bytes a block), ``context_tokens`` tokens of it per transfer.
@@ -100,10 +101,18 @@ def run_kv_bench(args: argparse.Namespace) -> dict:
         ),
         "link": "loopback TCP (tcp://127.0.0.1), sender and receiver in two processes",
     }
+    from bench.kv_migration import bench_migration
+
+    report["migration"] = bench_migration(500 if quick else 2_000)
     if not getattr(args, "json", False):
         t = report["transfer"]
         print(
             f"transfer {t['bytes'] / 1e6:.0f} MB: agent {t['agent_bytes_per_s'] / 1e9:.2f} GB/s, "
             f"bare pyzmq {t['bare_pyzmq_bytes_per_s'] / 1e9:.2f} GB/s, ratio {t['ratio_vs_bare']:.2f}"
+        )
+        g = report["migration"]
+        print(
+            f"migration of {g['context_tokens']} tokens: pause {g['pause_ms']:.0f} ms, recompute "
+            f"{g['recompute_ms']:.0f} ms, speedup {g['speedup']:.1f}x, identical {g['identical']}"
         )
     return report
