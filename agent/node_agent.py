@@ -127,6 +127,7 @@ class AgentConfig:
     # the KV data socket (agent/kv_data_plane.py): where its ROUTER binds ("tcp://127.0.0.1:0": a free port);
     # None: this agent has no data plane (it neither sends nor takes KV)
     data_endpoint: str | None = None
+    kv_transfer_timeout_s: float = 10.0  # a KV transfer whose acks stop this long fails (re-prefill instead)
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -432,7 +433,7 @@ class NodeAgent(Actor):
             self.config.node_id,
             spec,
             self._on_received_kv,
-            DataPlaneConfig(endpoint=self.config.data_endpoint),
+            DataPlaneConfig(endpoint=self.config.data_endpoint, transfer_timeout_s=self.config.kv_transfer_timeout_s),
             context=self._ctx,
             on_transfer=observe,
         )

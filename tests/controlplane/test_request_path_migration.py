@@ -93,3 +93,17 @@ def test_a_request_not_on_that_node_is_left_alone(make_hello):
     num_sent = len(sent)
     assert not path.migrated(other, "r", source, ok=True, why="") and not path.migrated(source, "x", other, True, "")
     assert len(sent) == num_sent
+
+
+def test_a_failed_transfer_with_nowhere_else_to_go_returns_to_the_source(make_hello):
+    path, registry, sent, consumer, source = _path(make_hello, node_ids=("a", "b"))
+    target = "b" if source == "a" else "a"
+    registry.drain(source)  # `zoo drain`: the source is routed nothing new
+    registry.leave(target, "died mid-transfer")
+    assert path.migrated(source, "r", target, ok=False, why="timeout")
+    resumed, node_id = _generates(sent)[-1]
+    assert node_id == source and resumed.prompt_token_ids == [*PROMPT_IDS, 10, 11]
+    last = TokenChunk(request_id="r", token_ids=[12, 13, 14], text="cde", num_prompt_tokens=4, num_output_tokens=3,
+                      finished=True, finish_reason="length")  # fmt: skip
+    assert path.relay(source, last, recv_ns=3)
+    assert [c.num_output_tokens for c in consumer.items] == [2, 5] and path.counters["failed"] == 0

@@ -47,3 +47,34 @@ async def test_drain_migrates_a_running_request_and_its_tokens_are_identical(
         requests = cp.stats()["requests"]
         assert requests["failed"] == 0 and requests["migrated"] == 1
         assert cp.registry.inflight_request_ids(source) == []  # the drained node is empty
+
+
+async def test_a_target_that_dies_before_the_kv_arrives_loses_nothing(
+    controlplane, spawn_agent, client, smollm2_checkpoint
+):
+    """The target is killed, then the source drained before the control plane notices: the source's transfer
+    gets no acks and fails at its timeout; the request resumes by re-prefill (here on the source: the only
+    node left) and the client's stream completes with the same greedy tokens."""
+    tok = smollm2_checkpoint.tokenizer
+    text = "Photosynthesis is the process by which green plants, algae and some bacteria turn light into chemical "
+    prompt = tok.encode(text + "energy. It takes place in the chloroplasts, which hold the pigment chlorophyll, and")
+    assert len(prompt) > 32  # two full blocks of 16: there is KV to ship
+    greedy = dict(prompt_token_ids=prompt, max_tokens=NUM_TOKENS, temperature=0.0, ignore_eos=True)
+    async with controlplane("round_robin", tokenizer=tok, heartbeat_timeout_s=3.0) as cp:
+        agents = {n: spawn_agent(cp.agent_endpoint, n, *DATA, "--kv-transfer-timeout-s", "2", fake=False)
+                  for n in ("a", "b")}  # fmt: skip
+        await cp.wait_until(lambda: len(cp.registry) == 2, JOIN_TIMEOUT_S)
+        async with client(cp, timeout_s=90) as c:
+            reference = await c.generate(**greedy)
+            stream = await c.generate(**greedy, stream=True)
+            first = await stream.__anext__()
+            source = first.node_id
+            target = "b" if source == "a" else "a"
+            agents[target].kill()
+            assert await c.drain(source) == 1
+            with anyio.fail_after(90):
+                chunks = [first, *[chunk async for chunk in stream]]
+        assert [t for ch in chunks for t in ch.token_ids] == reference.token_ids
+        assert chunks[-1].node_id == source and chunks[-1].num_output_tokens == NUM_TOKENS
+        assert cp.migrations == {"drain:failed": 1}
+        assert cp.stats()["requests"]["failed"] == 0
