@@ -262,6 +262,7 @@ class ControlPlane(Actor):
                 "agents": {c.value: n for c, n in self.agent_dispatcher.rejected.items() if n},
                 "clients": {c.value: n for c, n in self.client_dispatcher.rejected.items() if n},
             },
+            "migrations": dict(self.migrations),  # "reason:outcome" → count
         }
 
     def take_events(self) -> list[LatencySample]:
