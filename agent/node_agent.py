@@ -469,7 +469,7 @@ class NodeAgent(Actor):
                     done.transfer_s = await self.data_plane.send(
                         msg.target_data_endpoint, s.req_id, s.block_ids, exported.layout, exported.kv_bytes()
                     )
-                    done.kv_bytes = exported.kv.numel() * exported.kv.element_size()
+                    done.kv_bytes = exported.kv_nbytes
                 except KVTransferError as e:
                     done.ok, done.message = False, clip(str(e))
                     log.warning("agent %s: migrating %s failed: %s", self.config.node_id, s.req_id, done.message)

@@ -100,3 +100,32 @@ def test_importing_into_a_cache_that_already_holds_the_prefix_writes_nothing(smo
     (kv,) = anyio.run(_ship, exported, accept_spec_for(source))
     # the source itself cached these blocks while computing them: importing them again writes nothing
     assert import_migrated_kv(source, exported.state.token_ids, kv) == 0
+
+
+def test_torch_to_jax_migration_continues_token_identical(smollm2_model, smollm2_checkpoint):
+    """Both backends share the block layout: the torch source's KV goes into the JAX target's cache."""
+    pytest.importorskip("jax")
+    from backends.jax.runner import JaxModelRunner
+
+    tok = smollm2_checkpoint.tokenizer
+    reference = _engine(smollm2_model, tok)
+    reference.add_request(PROMPT, _greedy(NUM_TOKENS), req_id="r")
+    expected = _drive(reference, "r")
+
+    source = _engine(smollm2_model, tok)
+    target = LLMEngine(
+        JaxModelRunner(smollm2_checkpoint, "float32", progress=False),
+        tok,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
+        CacheConfig(block_size=4, num_device_blocks=64, num_host_blocks=16),
+    )
+    source.add_request(PROMPT, _greedy(NUM_TOKENS), req_id="r")
+    before = _drive(source, "r", until=NUM_BEFORE)
+    exported = export_for_migration(source, "r")
+    (kv,) = anyio.run(_ship, exported, accept_spec_for(target))  # the JAX target's spec accepts it
+    state = exported.state
+    assert import_migrated_kv(target, state.token_ids, kv) == len(state.block_ids)
+    target.add_request(state.token_ids, _greedy(NUM_TOKENS - NUM_BEFORE), req_id="r")
+    after = _drive(target, "r")
+    assert before + after == expected
+    assert target.make_stats().prefix_cache_hits_total == len(state.block_ids) * 4
