@@ -36,6 +36,7 @@ import zmq.asyncio
 
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
+from controlplane.migrations import Migrations
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
@@ -58,7 +59,6 @@ from transport.messages import (
     GenerateRequest,
     Heartbeat,
     LoadReport,
-    MigrateRequest,
     MigrationDone,
     NodeDrain,
     NodeHello,
@@ -134,7 +134,8 @@ class ControlPlane(Actor):
         self.refused = self.path.refused
         self._changed = anyio.Event()
         self._probe_snapshot: tuple[dict, float] | None = None
-        self.migrations: dict[str, int] = {}  # "reason:ok|failed|refused" → count (MigrationDone)
+        self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
+        self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -394,7 +395,7 @@ class ControlPlane(Actor):
                 node_id=hello.node_id,
                 heartbeat_interval_s=self.config.heartbeat_interval_s,
                 report_interval_s=self.config.report_interval_s,
-                peers=self._data_peers(hello),
+                peers=self.kv_moves.data_peers(hello),
             ),
             incoming.peer,
         )
@@ -410,6 +411,7 @@ class ControlPlane(Actor):
         if self._node_of(incoming, msg.node_id):
             self.registry.report(msg)
             self.fleet.on_load_report(msg)
+            self.kv_moves.rebalance()
 
     def handle_node_leave(self, incoming: Incoming) -> None:
         msg: NodeLeave = incoming.msg
@@ -437,7 +439,7 @@ class ControlPlane(Actor):
             self._send_to_node(NodeDrain(node_id=node_id, reason=reason), node_id)
         except MailboxFull:
             log.warning("node %s: could not tell it to drain (agent outbox full)", node_id)
-        self.migrate_off(node_id, "drain")
+        self.kv_moves.migrate_off(node_id, "drain")
         return True
 
     def handle_node_telemetry(self, incoming: Incoming) -> None:
@@ -531,59 +533,8 @@ class ControlPlane(Actor):
         reply = NodeDrain(request_id=msg.request_id, node_id=msg.node_id, reason=msg.reason, num_inflight=num_inflight)
         self._clients.send_nowait(reply, incoming.peer)
 
-    def _data_peers(self, hello: NodeHello) -> dict[str, str]:
-        """The data endpoints a joining node is told (Welcome.peers): live nodes of its model that have one."""
-        peers = {}
-        for node_id in (v.node_id for v in self.registry.views()):
-            if node_id == hello.node_id or self.registry.state(node_id) is None:
-                continue
-            other = self.registry.hello(node_id)
-            if other.model == hello.model and other.data_endpoint:
-                peers[node_id] = other.data_endpoint
-        return peers
-
-    # -- live migration (agent/kv_migration.py; RequestPath.migrated) ---------------------------------
-
-    def migrate_off(self, node_id: str, reason: str) -> int:
-        """Ask ``node_id`` to move each of its requests, KV and all, to the live peer of its model with a data
-        plane and the fewest requests; how many were asked. Nothing when the node or no peer has a data plane
-        (its requests then finish there, or resume elsewhere when it leaves)."""
-        if node_id not in self.registry or not self.registry.hello(node_id).data_endpoint:
-            return 0
-        peers = self._data_peers(self.registry.hello(node_id))
-        load = {p: len(self.registry.inflight_request_ids(p)) for p in peers if str(self.registry.state(p)) == "up"}
-        num_asked = 0
-        for request_id in self.registry.inflight_request_ids(node_id):
-            if not load:
-                break
-            target = min(load, key=lambda p: (load[p], p))
-            load[target] += 1
-            msg = MigrateRequest(
-                request_id=request_id, target_node_id=target, target_data_endpoint=peers[target], reason=reason
-            )
-            try:
-                self._send_to_node(msg, node_id)
-            except MailboxFull:
-                break
-            num_asked += 1
-        if num_asked:
-            log.info("node %s: %d requests asked to migrate (%s)", node_id, num_asked, reason)
-        return num_asked
-
     def handle_migration_done(self, incoming: Incoming) -> None:
+        """A source agent let a request go (controlplane/migrations.py)."""
         msg: MigrationDone = incoming.msg
-        if not self._node_of(incoming, msg.node_id):
-            return
-        outcome = "ok" if msg.ok else ("failed" if msg.left else "refused")
-        key = f"{msg.reason or 'unknown'}:{outcome}"
-        self.migrations[key] = self.migrations.get(key, 0) + 1
-        if not msg.left:
-            log.info("request %s stays on %s: %s", msg.request_id, msg.node_id, clip(msg.message))
-            return
-        why = f"migrating from {msg.node_id!r} to {msg.target_node_id!r} failed: {clip(msg.message)}"
-        if msg.ok:
-            log.info(
-                "request %s migrated %s -> %s: %d tokens, %d KV bytes in %.1f ms",
-                msg.request_id, msg.node_id, msg.target_node_id, msg.num_tokens, msg.kv_bytes, 1e3 * msg.transfer_s,
-            )  # fmt: skip
-        self.path.migrated(msg.node_id, msg.request_id, msg.target_node_id, msg.ok, why)
+        if self._node_of(incoming, msg.node_id):
+            self.kv_moves.on_done(msg)
