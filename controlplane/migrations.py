@@ -40,12 +40,14 @@ class Migrations:
         self._send_to_node = send_to_node
         self.rebalancer = Rebalancer(rebalance or RebalanceConfig(), self.has_data_plane)
         self.counts: dict[str, int] = {}
+        self.seen_data_plane = False  # a node with a data endpoint has joined (else rebalance() returns at once)
 
     def has_data_plane(self, node_id: str) -> bool:
         return node_id in self.registry and bool(self.registry.hello(node_id).data_endpoint)
 
     def data_peers(self, hello: NodeHello) -> dict[str, str]:
         """The data endpoints a node is told (Welcome.peers): live nodes of its model that have one."""
+        self.seen_data_plane |= bool(hello.data_endpoint)
         peers = {}
         for node_id in (v.node_id for v in self.registry.views()):
             if node_id == hello.node_id or self.registry.state(node_id) is None:
@@ -77,8 +79,9 @@ class Migrations:
         return num_asked
 
     def rebalance(self) -> None:
-        """A node out of KV while a peer idles: move a request. A fleet without data planes costs one scan of
-        the live nodes."""
+        """A node out of KV while a peer idles: move a request. Free for a fleet without data planes."""
+        if not self.seen_data_plane:
+            return
         nodes = self.registry.snapshot().nodes
         if not any(self.has_data_plane(v.node_id) for v in nodes):
             return
