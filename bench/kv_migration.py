@@ -79,6 +79,11 @@ def bench_migration(context_tokens: int) -> dict:
     for i, engine in enumerate((target, cold)):  # one-time costs (first forward passes) out of the timings
         engine.add_request([50 + i] * 40, SamplingParams(temperature=0, max_tokens=2), req_id="warmup")
         _until(engine, "warmup", None)
+    # the target's first step after a move is a short prefill over a cached prefix: warm that kind of step too
+    warm = [60 + (i * 31) % 5000 for i in range(64)]
+    for n, req_id in ((64, "warm-prefix"), (69, "warm-tail")):  # the second hits the first's 4 cached blocks
+        target.add_request([*warm, *[61] * (n - 64)], SamplingParams(temperature=0, max_tokens=2), req_id=req_id)
+        _until(target, req_id, None)
 
     source.add_request(prompt, params, req_id="ref")
     reference = _until(source, "ref", None)
