@@ -173,11 +173,17 @@ class KVDataPlane:
     # -- sending ------------------------------------------------------------------------------------
 
     async def send(
-        self, peer_endpoint: str, request_id: str, block_ids: list[int], layout: KVWireLayout, data: memoryview
+        self,
+        peer_endpoint: str,
+        request_id: str,
+        block_ids: list[int],
+        layout: KVWireLayout,
+        data: memoryview,
+        peer_name: str | None = None,
     ) -> float:
         """Move ``data`` (``layout``'s array, C-contiguous) to the peer's data endpoint; returns the seconds it
         took. Raises KVTransferError (refused, or no ack within ``transfer_timeout_s``). ``data`` must stay
-        unchanged until this returns."""
+        unchanged until this returns. ``peer_name``: the peer's node id for the stats (default: the endpoint)."""
         if self._tg is None:
             raise RuntimeError("the data plane is not running")
         sender = KVSender(
@@ -199,7 +205,7 @@ class KVDataPlane:
         if job.error is not None:
             self.stats.failed[job.error.code] = self.stats.failed.get(job.error.code, 0) + 1
             raise job.error
-        self._record("out", peer_endpoint, sender.nbytes, job.seconds)
+        self._record("out", peer_name or peer_endpoint, sender.nbytes, job.seconds)
         return job.seconds
 
     async def _peer_loop(self, peer: _PeerTask) -> None:

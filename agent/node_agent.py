@@ -467,7 +467,12 @@ class NodeAgent(Actor):
                 s = exported.state
                 try:
                     done.transfer_s = await self.data_plane.send(
-                        msg.target_data_endpoint, s.req_id, s.block_ids, exported.layout, exported.kv_bytes()
+                        msg.target_data_endpoint,
+                        s.req_id,
+                        s.block_ids,
+                        exported.layout,
+                        exported.kv_bytes(),
+                        peer_name=msg.target_node_id,
                     )
                     done.kv_bytes = exported.kv_nbytes
                 except KVTransferError as e:

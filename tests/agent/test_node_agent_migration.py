@@ -80,6 +80,7 @@ async def test_migrate_ships_the_kv_to_the_peer_and_reports_done(router_peer):
     assert kv.request_id == "r" and kv.nbytes == done.kv_bytes > 0
     assert kv.layout.num_blocks == len(kv.block_ids) >= 7 and kv.layout.num_layers == 2 and kv.sender == b"n1"
     assert agent._thread.num_inflight == 0  # the request left the node
+    assert agent.data_plane.stats.bytes_total == {("out", "n2"): done.kv_bytes}  # the metric's peer: the node id
 
 
 async def test_a_silent_peer_fails_the_migration_and_the_request_has_left(router_peer):
