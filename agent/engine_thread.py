@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from agent.node_core import NodeCore
 from engine.sampling_params import SamplingParams
-from transport.messages import ErrorCode, ErrorReply
+from transport.kv_transfer import ReceivedKV
+from transport.messages import ErrorCode, ErrorReply, MigrateRequest
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,26 @@ class _SetReportInterval:
 
 class _Stop:
     pass
+
+
+@dataclass(slots=True)
+class _Export:
+    migrate: MigrateRequest
+
+
+@dataclass(slots=True)
+class _AddWithKV:
+    add: _Add
+    kv: ReceivedKV
+
+
+@dataclass(slots=True)
+class ExportedForMigration:
+    """Outbox item: a request taken off this engine for ``migrate`` (exported None: it was not here), queued
+    after every chunk it produced here."""
+
+    migrate: MigrateRequest
+    exported: object | None  # agent/kv_migration.py ExportedRequest
 
 
 def set_thread_name(name: str = ENGINE_THREAD_NAME) -> None:
@@ -106,6 +127,16 @@ class EngineThread:
 
     def abort_all(self) -> None:
         self.inbox.put(_AbortAll())
+
+    def export(self, migrate: MigrateRequest) -> None:
+        """Take ``migrate.request_id`` off the engine with its KV (an ExportedForMigration in the outbox)."""
+        self.inbox.put(_Export(migrate))
+
+    def add_with_kv(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, kv: ReceivedKV, *, priority: int = 0
+    ) -> None:
+        """``add``, after putting ``kv`` (a peer's transfer of the prompt's first blocks) into the prefix cache."""
+        self.inbox.put(_AddWithKV(_Add(request_id, prompt_token_ids, params, priority=priority), kv))
 
     def set_report_interval(self, interval_s: float) -> None:
         self.inbox.put(_SetReportInterval(interval_s))
@@ -171,3 +202,18 @@ class EngineThread:
             self.core.abort_all()
         elif isinstance(cmd, _SetReportInterval):
             self.report_interval_s = cmd.interval_s
+        elif isinstance(cmd, _Export):
+            from agent.kv_migration import export_for_migration
+
+            exported = export_for_migration(self.core.engine, cmd.migrate.request_id)
+            self.core.abort([cmd.migrate.request_id])  # the core's bookkeeping (the engine has let it go)
+            out.append(ExportedForMigration(cmd.migrate, exported))
+        elif isinstance(cmd, _AddWithKV):
+            from agent.kv_migration import import_migrated_kv
+
+            try:
+                num_blocks = import_migrated_kv(self.core.engine, cmd.add.prompt_token_ids, cmd.kv)
+                log.info("request %s: %d KV blocks taken from a peer", cmd.add.request_id, num_blocks)
+            except Exception:  # a transfer we cannot place: the request recomputes its prompt
+                log.exception("request %s: the peer's KV could not be imported", cmd.add.request_id)
+            self._apply(cmd.add, out)

@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
+import msgspec
 import zmq.asyncio
 
-from agent.engine_thread import EngineThread
+from agent.engine_thread import EngineThread, ExportedForMigration
 from agent.hardware_probe import describe_hardware
+from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
 from engine.config import EngineConfig
@@ -47,6 +49,7 @@ from transport.actor import Actor, MailboxFull
 from transport.codec import clip
 from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
+from transport.kv_transfer import ReceivedKV
 from transport.link import Link
 from transport.messages import (
     CancelRequest,
@@ -56,6 +59,8 @@ from transport.messages import (
     HardwareInfo,
     Heartbeat,
     LoadReport,
+    MigrateRequest,
+    MigrationDone,
     NodeDrain,
     NodeHello,
     NodeLeave,
@@ -120,6 +125,10 @@ class AgentConfig:
     drain_timeout_s: float = 30.0
     profile_at_start: bool = True
     curve: CurveClient | None = None
+    # the KV data socket (agent/kv_data_plane.py): where its ROUTER binds ("tcp://127.0.0.1:0": a free port);
+    # None: this agent has no data plane (it neither sends nor takes KV)
+    data_endpoint: str | None = None
+    kv_transfer_timeout_s: float = 10.0  # a KV transfer whose acks stop this long fails (re-prefill instead)
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -176,6 +185,10 @@ class NodeAgent(Actor):
         self._drained = anyio.Event()  # draining, and a LoadReport showed the engine empty
         self._link: Link | None = None
         self._thread: EngineThread | None = None
+        self.data_plane: KVDataPlane | None = None
+        self.peers: dict[str, str] = {}  # peer node id → its data endpoint (from the latest Welcome)
+        self.received_kv: dict[str, ReceivedKV] = {}  # request id → KV a peer sent for it, not yet taken
+        self._send_migrations, self._migrations = anyio.create_memory_object_stream[ExportedForMigration](256)
         self._dispatcher = Dispatcher(
             {
                 Welcome: self.handle_welcome,
@@ -185,6 +198,7 @@ class NodeAgent(Actor):
                 Ping: self.handle_ping,
                 ErrorReply: self.handle_error_reply,
                 NodeDrain: self.handle_node_drain,
+                MigrateRequest: self.handle_migrate,
             },
             reply=lambda _peer, reply: self._send(reply),
             name=f"agent {config.node_id}",
@@ -216,12 +230,17 @@ class NodeAgent(Actor):
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
         self._thread = EngineThread(core, self.config.report_interval_s)
+        if self.config.data_endpoint is not None:
+            self._setup_data_plane()
         if observe:
             self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
+            if self.data_plane is not None:
+                self.exporter.describe_kv_plane(self.data_plane.receiver.refused)
         return self
 
     def loops(self):
-        return (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+        loops = (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+        return loops if self.data_plane is None else (*loops, self.data_plane.run, self._migration_loop)
 
     async def cleanup(self) -> None:
         if self._thread is not None:
@@ -256,6 +275,9 @@ class NodeAgent(Actor):
                 for msg in batch:
                     if isinstance(msg, EngineObservation):
                         self.exporter.observe(msg)
+                        continue
+                    if isinstance(msg, ExportedForMigration):
+                        await self._send_migrations.send(msg)
                         continue
                     if isinstance(msg, LoadReport):
                         if self.draining and msg.num_running + msg.num_waiting + msg.num_swapped == 0:
@@ -310,13 +332,16 @@ class NodeAgent(Actor):
         return False
 
     def _hello(self) -> NodeHello:
-        return self._thread.core.hello(
+        hello = self._thread.core.hello(
             model=self.model_name,
             backend=self.config.backend,
             hardware=self.hardware,
             cell=self.config.cell,
             pid=os.getpid(),
         )
+        if self.data_plane is not None:
+            hello = msgspec.structs.replace(hello, data_endpoint=self.data_plane.endpoint)
+        return hello
 
     def _telemetry(self) -> NodeTelemetry | None:
         """Hops since the last one; also once after every Welcome (a new control plane learns the metrics URL)."""
@@ -364,6 +389,7 @@ class NodeAgent(Actor):
         self.heartbeat_interval_s = msg.heartbeat_interval_s
         self._thread.set_report_interval(msg.report_interval_s)
         self.num_welcomes += 1
+        self.peers = dict(msg.peers)
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))
@@ -387,6 +413,10 @@ class NodeAgent(Actor):
                 )
             )
             return
+        kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
+        if kv is not None:
+            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv, priority=msg.priority)
+            return
         age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
         # validated when decoded
         self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s, priority=msg.priority)
@@ -406,3 +436,75 @@ class NodeAgent(Actor):
         if not msg.request_id and self.welcomed.is_set():  # about the node itself: the control plane forgot us
             log.info("agent %s: control plane says %s: %s; joining again", self.config.node_id, msg.code, msg.message)
             self._rehello.set()
+
+    # -- the KV data plane ------------------------------------------------------------------------------
+
+    MAX_HELD_KV = 64  # received transfers held for their requests; the oldest is dropped past it
+
+    def _setup_data_plane(self) -> None:
+        spec = accept_spec_for(self.engine)
+        if spec is None:
+            log.warning("agent %s: this engine's runner has no KV geometry; no data plane", self.config.node_id)
+            return
+        observe = self.exporter.observe_kv_transfer if self.exporter is not None else None
+        self.data_plane = KVDataPlane(
+            self.config.node_id,
+            spec,
+            self._on_received_kv,
+            DataPlaneConfig(endpoint=self.config.data_endpoint, transfer_timeout_s=self.config.kv_transfer_timeout_s),
+            context=self._ctx,
+            on_transfer=observe,
+        )
+        self.data_plane.bind()
+        log.info("agent %s: KV data plane at %s", self.config.node_id, self.data_plane.endpoint)
+
+    def _on_received_kv(self, kv: ReceivedKV) -> None:
+        self.received_kv[kv.request_id] = kv
+        while len(self.received_kv) > self.MAX_HELD_KV:
+            del self.received_kv[next(iter(self.received_kv))]
+
+    # -- live migration (the source's side; the target's is handle_generate with received_kv) -----------
+
+    def handle_migrate(self, incoming: Incoming) -> None:
+        """Move a request to a peer: the engine thread takes it off (with its KV), ``_migration_loop`` ships the KV
+        and answers MigrationDone. Without a data plane the request stays here (``left=False``)."""
+        msg: MigrateRequest = incoming.msg
+        if self.data_plane is None:
+            self._send(self._migration_done(msg, ok=False, left=False, message="this node has no KV data plane"))
+            return
+        self._thread.export(msg)
+
+    async def _migration_loop(self) -> None:
+        async for item in self._migrations:
+            msg, exported = item.migrate, item.exported
+            if exported is None:
+                self._send(self._migration_done(msg, ok=False, left=False, message="request not running here"))
+                continue
+            done = self._migration_done(msg, ok=True, num_tokens=len(exported.state.token_ids))
+            if exported.kv is not None:
+                s = exported.state
+                try:
+                    done.transfer_s = await self.data_plane.send(
+                        msg.target_data_endpoint,
+                        s.req_id,
+                        s.block_ids,
+                        exported.layout,
+                        exported.kv_bytes(),
+                        peer_name=msg.target_node_id,
+                    )
+                    done.kv_bytes = exported.kv_nbytes
+                except KVTransferError as e:
+                    done.ok, done.message = False, clip(str(e))
+                    log.warning("agent %s: migrating %s failed: %s", self.config.node_id, s.req_id, done.message)
+            self._send(done)
+
+    def _migration_done(self, msg: MigrateRequest, *, ok: bool, left: bool = True, **fields) -> MigrationDone:
+        return MigrationDone(
+            request_id=msg.request_id,
+            node_id=self.config.node_id,
+            target_node_id=msg.target_node_id,
+            ok=ok,
+            reason=msg.reason,
+            left=left,
+            **fields,
+        )

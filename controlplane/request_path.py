@@ -177,8 +177,9 @@ class RequestPath:
         self.table.fail(request_id, code, f"{why}; it could not resume elsewhere: {refusal}")
         return False
 
-    def _resume(self, inflight: Inflight) -> str | None:
-        """Place and send a detached request again; None when it is on its way, else why it cannot be."""
+    def _resume(self, inflight: Inflight, only: str | None = None, also_exclude: tuple[str, ...] = ()) -> str | None:
+        """Place and send a detached request again (``only``: on that node, a migration's target); None when it
+        is on its way, else why it cannot be."""
         if inflight.msg is None:
             return "it was not resumable"
         if inflight.num_resumes >= self.max_resumes:
@@ -187,7 +188,10 @@ class RequestPath:
             return "it had produced all its tokens"
         msg = resumed_request(inflight.msg, inflight.model, inflight.prompt_token_ids, inflight.output_token_ids)
         msg.traffic_class = inflight.traffic_class  # the class it was admitted as (its tenant's, if it has one)
-        placed = self._place(msg, inflight=(), exclude=(inflight.node_id,))
+        exclude = (inflight.node_id, *also_exclude)
+        if only is not None:
+            exclude = {v.node_id for v in self.registry.views()} - {only}
+        placed = self._place(msg, inflight=(), exclude=exclude)
         if isinstance(placed, Placement):
             placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns())
         if isinstance(placed, ErrorReply):
@@ -263,3 +267,48 @@ class RequestPath:
     def _record(self, placed: Placement, request_id: str) -> None:
         self.registry.on_routed(placed.node_id, request_id, placed.route.num_prompt_tokens)
         self.policy.on_routed(placed.route, placed.node_id)
+
+    # -- live migration ----------------------------------------------------------------------------
+
+    def migrated(self, node_id: str, request_id: str, target_node_id: str, ok: bool, why: str) -> bool:
+        """``node_id`` let ``request_id`` go (a MigrationDone; every chunk it produced there was relayed before
+        it). ``ok``: its KV is on ``target_node_id``: resume it there (the target's prefix cache holds the KV,
+        so it recomputes only the last partial block); else, or when the target cannot take it, resume it
+        anywhere else by re-prefill. False when it was not in flight there (it finished, was cancelled)."""
+        inflight = self.table.get(request_id)
+        if inflight is None or inflight.node_id != node_id or not inflight.attached:
+            return False
+        self.table.detach(request_id)
+        if ok and self._resume(inflight, only=target_node_id) is None:
+            self.counters["migrated"] = self.counters.get("migrated", 0) + 1
+            return True
+        refusal = self._resume(inflight, also_exclude=(target_node_id,))  # the target failed: not there either
+        if refusal is None or self._return_to(inflight, node_id):
+            return True
+        self.table.fail(request_id, ErrorCode.NODE_FAILED, f"{why}; it could not resume elsewhere: {refusal}")
+        return False
+
+    def _return_to(self, inflight: Inflight, node_id: str) -> bool:
+        """Resume a detached request on ``node_id`` itself, bypassing the policy (a migration's source that is
+        draining, when no other node can take the request: it finishes there). False when it cannot."""
+        if node_id not in self.registry or inflight.msg is None:
+            return False
+        if inflight.num_output_tokens >= inflight.msg.sampling.max_tokens:
+            return False
+        msg = resumed_request(inflight.msg, inflight.model, inflight.prompt_token_ids, inflight.output_token_ids)
+        request = GenerateRequest(
+            request_id=inflight.request_id,
+            prompt_token_ids=msg.prompt_token_ids,
+            sampling=msg.sampling,
+            arrival_ns=inflight.arrival_ns,
+            routed_ns=time.monotonic_ns(),
+        )
+        try:
+            self._send_to_node(request, node_id)
+        except MailboxFull:
+            return False
+        self.table.attach(inflight, node_id)
+        self.registry.on_routed(node_id, inflight.request_id, len(msg.prompt_token_ids))
+        self.counters["resumed"] += 1
+        log.info("request %s resumes on %s, the node it was migrating from", inflight.request_id, node_id)
+        return True

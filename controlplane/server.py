@@ -39,6 +39,7 @@ import zmq.asyncio
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import choice_request_ids, choice_seed
+from controlplane.migrations import Migrations
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
@@ -62,6 +63,7 @@ from transport.messages import (
     GenerateRequest,
     Heartbeat,
     LoadReport,
+    MigrationDone,
     NodeDrain,
     NodeHello,
     NodeLeave,
@@ -137,6 +139,8 @@ class ControlPlane(Actor):
         self.refused = self.path.refused
         self._changed = anyio.Event()
         self._probe_snapshot: tuple[dict, float] | None = None
+        self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
+        self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -148,6 +152,7 @@ class ControlPlane(Actor):
                 TokenChunk: self.handle_token_chunk,
                 ErrorReply: self.handle_agent_error,
                 Pong: lambda incoming: None,
+                MigrationDone: self.handle_migration_done,
             },
             reply=self._reply_agent,
             name="control plane (agents)",
@@ -265,6 +270,7 @@ class ControlPlane(Actor):
             },
             "classes": self.path.classes.summary(),
             "tenants": {name: dataclasses.asdict(usage) for name, usage in self.path.tenants.usage().items()},
+            "migrations": dict(self.migrations),  # "reason:outcome" → count
         }
 
     def take_events(self) -> list[LatencySample]:
@@ -407,6 +413,7 @@ class ControlPlane(Actor):
                 node_id=hello.node_id,
                 heartbeat_interval_s=self.config.heartbeat_interval_s,
                 report_interval_s=self.config.report_interval_s,
+                peers=self.kv_moves.data_peers(hello),
             ),
             incoming.peer,
         )
@@ -422,6 +429,7 @@ class ControlPlane(Actor):
         if self._node_of(incoming, msg.node_id):
             self.registry.report(msg)
             self.fleet.on_load_report(msg)
+            self.kv_moves.rebalance()
 
     def handle_node_leave(self, incoming: Incoming) -> None:
         msg: NodeLeave = incoming.msg
@@ -449,6 +457,7 @@ class ControlPlane(Actor):
             self._send_to_node(NodeDrain(node_id=node_id, reason=reason), node_id)
         except MailboxFull:
             log.warning("node %s: could not tell it to drain (agent outbox full)", node_id)
+        self.kv_moves.migrate_off(node_id, "drain")
         return True
 
     def handle_node_telemetry(self, incoming: Incoming) -> None:
@@ -543,6 +552,12 @@ class ControlPlane(Actor):
         num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
         reply = NodeDrain(request_id=msg.request_id, node_id=msg.node_id, reason=msg.reason, num_inflight=num_inflight)
         self._clients.send_nowait(reply, incoming.peer)
+
+    def handle_migration_done(self, incoming: Incoming) -> None:
+        """A source agent let a request go (controlplane/migrations.py)."""
+        msg: MigrationDone = incoming.msg
+        if self._node_of(incoming, msg.node_id):
+            self.kv_moves.on_done(msg)
 
     # -- what the gateway asks besides generate (OpenAI details: /v1/models at start, /tokenize) ------
 

@@ -27,7 +27,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.prompt import check_token_ids
-from engine.request import FinishReason, Request
+from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
@@ -122,6 +122,21 @@ class PendingStep:
         return self.output.step_time_s
 
 
+@dataclass(frozen=True, slots=True)
+class MigratedRequest:
+    """A request leaving this node for another (``LLMEngine.export_request``).
+
+    token_ids: prompt + output so far; the receiver resumes with them as its prompt (the last token's KV is
+        never computed yet, so it is always recomputed there).
+    block_ids: this node's device blocks holding the KV of token_ids' first ``len(block_ids)`` full blocks.
+    """
+
+    req_id: str
+    token_ids: list[int]
+    num_output_tokens: int
+    block_ids: list[int]
+
+
 @dataclass(slots=True)
 class _Tracked:
     request: Request
@@ -204,6 +219,24 @@ class LLMEngine:
 
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests()
+
+    def export_request(self, req_id: str) -> MigratedRequest | None:
+        """What another node needs to continue a request here (None for an unknown one): its tokens, what is
+        left of its budget, and the device blocks of its computed full blocks (empty unless it is RUNNING on
+        the device). The caller reads those blocks' KV (the runner) before the next step, then aborts it here."""
+        tracked = self._tracked.get(req_id)
+        if tracked is None:
+            return None
+        request = tracked.request
+        on_device = request.status is RequestStatus.RUNNING
+        kv = self.scheduler.kv_cache_manager
+        block_ids = kv.computed_full_block_ids(request) if on_device else []
+        return MigratedRequest(req_id, list(request.all_token_ids), request.num_output_tokens, block_ids)
+
+    def import_prefix(self, token_ids: list[int], num_blocks: int) -> list[int]:
+        """KVCacheManager.import_prefix_blocks on this engine's cache: the device block each transferred block
+        must be written to (-1: skip). Write them (the runner) before the next step."""
+        return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks)
 
     @property
     def num_unfinished_requests(self) -> int:

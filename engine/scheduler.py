@@ -94,7 +94,8 @@ class Scheduler:
         """Queue a new request (status WAITING). Raises ValueError, queuing nothing, when it can never run."""
         num_prompt_tokens = request.num_prompt_tokens
         check_prompt_length(num_prompt_tokens, self.scheduler_config.max_model_len)
-        if request.req_id in self._requests:
+        existing = self._requests.get(request.req_id)
+        if existing is not None and not existing.is_finished:  # a finished one not yet reported may be reused
             raise ValueError(f"request id {request.req_id!r} is already in use")
         num_blocks = self.kv_cache_manager.num_blocks_for_tokens(num_prompt_tokens)
         if num_blocks > self.cache_config.num_device_blocks:
@@ -141,6 +142,9 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         for req_id in self._finished_req_ids:
+            request = self._requests.get(req_id)
+            if request is not None and not request.is_finished:
+                continue  # the id was reused (a request migrated away and back): the new one stays
             self._requests.pop(req_id, None)
             self._admission_order.pop(req_id, None)
         output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._finished_req_ids)

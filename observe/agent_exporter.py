@@ -51,6 +51,13 @@ class AgentExporter(PrometheusExporter):
         self.swap_latency = Histogram(m.SWAP_LATENCY, "KV swap latency by direction (upper bound: its whole step).",
                                       (*m.ZOO_NODE_LABELS, "direction"), registry=reg,
                                       buckets=m.SWAP_BUCKETS_S)  # fmt: skip
+        self.kv_transfer_bytes = Counter(m.KV_TRANSFER_BYTES, "KV bytes moved to/from peer agents.",
+                                         (*m.ZOO_NODE_LABELS, "direction", "peer"), registry=reg)  # fmt: skip
+        self.kv_transfer_seconds = Histogram(m.KV_TRANSFER_SECONDS, "Completed KV transfers' durations.",
+                                             (*m.ZOO_NODE_LABELS, "direction"), registry=reg,
+                                             buckets=m.KV_TRANSFER_BUCKETS_S)  # fmt: skip
+        self._kv_refused: Mapping = {}
+        reg.register(SnapshotCollector(self._collect_kv_refused))
         reg.register(SnapshotCollector(self._collect_snapshot))
 
     def describe_node(self, hello: NodeHello, rejected: Mapping | None = None) -> None:
@@ -127,3 +134,23 @@ class AgentExporter(PrometheusExporter):
             if n:
                 malformed.add_metric([str(getattr(code, "value", code)), "control"], n)
         yield malformed
+
+    # -- the KV data plane (event loop; agent/kv_data_plane.py's on_transfer hook) --------------------------
+
+    def describe_kv_plane(self, refused: Mapping) -> None:
+        """``refused``: the plane's receiver's live KVRefusal → count dict."""
+        self._kv_refused = refused
+
+    def observe_kv_transfer(self, direction: str, peer: str, nbytes: int, seconds: float) -> None:
+        self.kv_transfer_bytes.labels(**self._zoo_labels, direction=direction, peer=peer).inc(nbytes)
+        self.kv_transfer_seconds.labels(**self._zoo_labels, direction=direction).observe(max(seconds, 0.0))
+
+    def _collect_kv_refused(self) -> Iterable[Metric]:
+        if not self._zoo_labels:
+            return
+        zoo = self._zoo_labels
+        refused = CounterMetricFamily(m.KV_TRANSFER_REFUSED, "KV transfers this node refused, by reason.",
+                                      labels=[*zoo, "reason"])  # fmt: skip
+        for reason, n in dict(self._kv_refused).items():
+            refused.add_metric([*zoo.values(), str(getattr(reason, "value", reason))], n)
+        yield refused

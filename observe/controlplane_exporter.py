@@ -69,6 +69,12 @@ class ControlPlaneExporter(PrometheusExporter):
             for kind, n in sorted(by_kind.items()):
                 malformed.add_metric([kind, socket_name], n)
         yield malformed
+        migrations = CounterMetricFamily(m.MIGRATIONS, "Live migrations of running requests, by reason and outcome.",
+                                         labels=["reason", "outcome"])  # fmt: skip
+        for key, n in sorted(stats.get("migrations", {}).items()):
+            reason, _, outcome = key.partition(":")
+            migrations.add_metric([reason, outcome], n)
+        yield migrations
         yield from _class_and_tenant_metrics(stats)
 
 

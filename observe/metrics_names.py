@@ -69,3 +69,11 @@ REQUEST_LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
 # hops and router waits are micro- to milliseconds: powers of two from 16 µs to ~1 s
 HOP_BUCKETS_S = tuple(16e-6 * 2**i for i in range(17))
 SWAP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+# agent: the KV data plane (agent/kv_data_plane.py) ------------------------------------------------------
+KV_TRANSFER_BYTES = "zoo:kv_transfer_bytes"  # counter (_total) {direction "out" | "in", peer}
+KV_TRANSFER_SECONDS = "zoo:kv_transfer_seconds"  # per completed transfer, by direction
+KV_TRANSFER_REFUSED = "zoo:kv_transfer_refused"  # counter (_total) {reason}: transfers this receiver refused
+KV_TRANSFER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# control plane: live migrations (MigrationDone) -------------------------------------------------------------
+MIGRATIONS = "zoo:migrations"  # counter (_total) {reason "drain" | "rebalance", outcome "ok" | "failed" | "refused"}

@@ -51,6 +51,10 @@ class MsgType(enum.IntEnum):
     FLEET_STATS = 40
     NODE_TELEMETRY = 41
     PROBE_SNAPSHOT = 42
+    KV_CHUNK = 31
+    KV_ACK = 32
+    MIGRATE = 33
+    MIGRATION_DONE = 34
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -121,12 +125,14 @@ class NodeHello(Envelope, kw_only=True):
     # measured at start-up (agent/node_core.py ``profile``), so a new node is priced by measurement; 0: not measured
     prefill_tok_per_s: float = 0.0
     decode_step_ms: float = 0.0
+    data_endpoint: str = ""  # the agent's KV data socket (agent/kv_data_plane.py); "": it has none
 
 
 class Welcome(Envelope, kw_only=True):
     node_id: str
     heartbeat_interval_s: float
     report_interval_s: float
+    peers: dict[str, str] = {}  # node id → data endpoint of the live peers serving the same model that have one
 
 
 class Heartbeat(Envelope, kw_only=True):
@@ -363,4 +369,79 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.NODE_TELEMETRY: NodeTelemetry,
     MsgType.PROBE_SNAPSHOT: ProbeSnapshot,
 }
+
+
+# --------------------------------------------------------------------------- the peer data plane (KV between agents)
+#
+#   agent A DEALER (routing id = A's node id) ──KVChunk + 1 tensor frame──► agent B ROUTER (B's data endpoint)
+#   agent A DEALER ◄──KVAck per chunk (ok, or refused with a code)──────────  agent B ROUTER
+#
+# The protocol (chunking, window, checks) is transport/kv_transfer.py; the sockets' owner agent/kv_data_plane.py.
+
+
+class KVWireLayout(msgspec.Struct, frozen=True, kw_only=True):
+    """The shape of a transfer's KV: ``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]``
+    (backends/kv_layout.py), C-contiguous, in ``dtype`` (a torch dtype name: "bfloat16", "float16", "float32")."""
+
+    num_layers: int
+    num_blocks: int
+    block_size: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: str
+
+
+class KVChunk(Envelope, kw_only=True):
+    """One chunk of a KV transfer: bytes [chunk_index * chunk_bytes, +len) of the transfer's contiguous array,
+    in tensor frame 0. ``request_id`` (envelope) is the request the KV belongs to."""
+
+    transfer_id: str
+    block_ids: list[int]  # the sender's block ids, in the order of the array's block axis
+    layout: KVWireLayout
+    chunk_index: int
+    num_chunks: int
+    chunk_bytes: int  # every chunk but the last carries exactly this many bytes
+    checksum: int  # xxh3_64 of this chunk's bytes
+    tensor: TensorRef  # dtype "uint8", shape (len,), frame_index 0
+
+
+class KVAck(Envelope, kw_only=True):
+    """Receiver → sender, per chunk: taken (``ok``), or the transfer refused (``code`` says why)."""
+
+    transfer_id: str
+    chunk_index: int
+    ok: bool
+    code: str = ""  # transport/kv_transfer.py KVRefusal value when refused
+    message: str = ""
+
+
+class MigrateRequest(Envelope, kw_only=True):
+    """Control plane → the request's node: move it (``request_id``), KV and all, to ``target_node_id`` whose data
+    endpoint is ``target_data_endpoint``; answered with a MigrationDone."""
+
+    target_node_id: str
+    target_data_endpoint: str
+    reason: str = "rebalance"  # "drain" | "rebalance" | "split"
+
+
+class MigrationDone(Envelope, kw_only=True):
+    """Source agent → control plane: the request left this node (every chunk it produced here was sent before
+    this). ``ok``: its KV reached the target (resume it there: it finds the KV in its prefix cache); else the
+    request resumes elsewhere by re-prefill. ``num_tokens``: prompt + output at the move; ``kv_bytes`` moved."""
+
+    node_id: str
+    target_node_id: str
+    ok: bool
+    reason: str = ""
+    message: str = ""
+    num_tokens: int = 0
+    kv_bytes: int = 0
+    transfer_s: float = 0.0
+    left: bool = True  # False: the request never left the source (not migratable there): nothing to resume
+
+
+MESSAGE_TYPES[MsgType.KV_CHUNK] = KVChunk
+MESSAGE_TYPES[MsgType.KV_ACK] = KVAck
+MESSAGE_TYPES[MsgType.MIGRATE] = MigrateRequest
+MESSAGE_TYPES[MsgType.MIGRATION_DONE] = MigrationDone
 TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}

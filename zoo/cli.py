@@ -79,6 +79,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.cells import run_cells_bench
 
         report = run_cells_bench(args)
+    elif args.target == "kv":
+        from bench.kv import run_kv_bench
+
+        report = run_kv_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -201,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     et.set_defaults(func=run_export_tokenizer)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")

@@ -234,6 +234,13 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
     add_agent_auth_args(p)  # --curve-dir
+    p.add_argument(
+        "--data-endpoint",
+        default=None,
+        help="bind the KV data socket (KV to/from peer agents) here, e.g. tcp://127.0.0.1:0; default: none",
+    )
+    p.add_argument("--no-profile", action="store_true", help="skip the start-up measurement run (faster start)")
+    p.add_argument("--kv-transfer-timeout-s", type=float, default=10.0, help="a KV transfer without acks fails after")
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -262,7 +269,9 @@ def agent_from_args(args: argparse.Namespace):
         gpu_profile=args.gpu_profile,
         curve=curve,
         drain_timeout_s=args.drain_timeout_s,
-        profile_at_start=not args.fake_runner,  # a runner that computes nothing has nothing to measure
+        profile_at_start=not (args.fake_runner or args.no_profile),  # a fake runner has nothing to measure
+        data_endpoint=args.data_endpoint,
+        kv_transfer_timeout_s=args.kv_transfer_timeout_s,
     )
     exporter = None
     if args.metrics_port is not None:

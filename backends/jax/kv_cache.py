@@ -106,3 +106,18 @@ class PagedKVCache:
             return
         src, dst = zip(*pairs)
         self.device_kv = _copy_blocks(self.device_kv, _padded(src, 0), _padded(dst, self.scratch_block))
+
+    def read_blocks(self, block_ids: list[int]) -> np.ndarray:
+        """The device blocks' KV gathered into one C-contiguous host array ``[L, 2, n, block_size, Hkv, D]``
+        (what a peer transfer sends)."""
+        blocks = np.asarray(_gather_blocks(self.device_kv, _padded(tuple(block_ids), 0)))
+        return np.ascontiguousarray(blocks[:, :, : len(block_ids)])
+
+    def write_blocks(self, block_ids: list[int], blocks: np.ndarray) -> None:
+        """Scatter host ``blocks`` ``[L, 2, n, block_size, Hkv, D]`` into device blocks ``block_ids``."""
+        if blocks.shape[2] != len(block_ids) or blocks.shape[:2] != self.device_kv.shape[:2]:
+            raise ValueError(f"blocks {tuple(blocks.shape)} do not fit {len(block_ids)} blocks of this cache")
+        ids = _padded(tuple(block_ids), self.scratch_block)
+        padded = np.zeros((*blocks.shape[:2], len(ids), *blocks.shape[3:]), dtype=self.device_kv.dtype)
+        padded[:, :, : len(block_ids)] = blocks
+        self.device_kv = _scatter_blocks(self.device_kv, ids, jax.device_put(padded, self.device))

@@ -70,3 +70,15 @@ class PagedKVCache:
         src, dst = zip(*pairs)
         blocks = self.device_kv.index_select(2, self._ids(src, self.device))
         self.device_kv.index_copy_(2, self._ids(dst, self.device), blocks)
+
+    def read_blocks(self, block_ids: list[int]) -> torch.Tensor:
+        """The device blocks' KV gathered into one C-contiguous CPU tensor ``[L, 2, n, block_size, Hkv, D]``
+        (what a peer transfer sends)."""
+        blocks = self.device_kv.index_select(2, self._ids(block_ids, self.device))
+        return blocks.to("cpu").contiguous()
+
+    def write_blocks(self, block_ids: list[int], blocks: torch.Tensor) -> None:
+        """Scatter ``blocks`` ``[L, 2, n, block_size, Hkv, D]`` (any device) into device blocks ``block_ids``."""
+        if blocks.shape[2] != len(block_ids) or blocks.shape[:2] != self.device_kv.shape[:2]:
+            raise ValueError(f"blocks {tuple(blocks.shape)} do not fit {len(block_ids)} blocks of this cache")
+        self.device_kv.index_copy_(2, self._ids(block_ids, self.device), blocks.to(self.device, self.device_kv.dtype))

@@ -197,6 +197,38 @@ class KVCacheManager:
             cache_block(table[i], chain[i])
         self._num_cached_blocks[req_id] = num_full
 
+    def computed_full_block_ids(self, request: Request) -> list[int]:
+        """The device blocks of the request's full blocks whose KV is computed (what a migration ships; the
+        partial last block is recomputed by the receiver)."""
+        table = self._device_tables.get(request.req_id, [])
+        return table[: min(len(table), request.num_computed_tokens // self.block_size)]
+
+    def import_prefix_blocks(self, token_ids: list[int], num_blocks: int, lora_id: int | None = None) -> list[int]:
+        """Take KV computed elsewhere (a migration, a peer's transfer) for the first ``num_blocks`` full blocks of
+        ``token_ids`` into the device prefix cache, so a request with these tokens hits it like any cached prefix.
+
+        Returns one entry per block: the device block id the caller must write that block's KV into before the
+        next step, or -1 where the block is cached here already (skip it). Takes as many leading blocks as fit
+        in the free blocks; the rest are -1 too and not cached (the request computes them). The new blocks
+        end evictable (ref count 0, registered), the most recently used, so the next admission finds them."""
+        if not self.enable_prefix_caching:
+            return [-1] * num_blocks
+        chain = extend_block_hashes([], token_ids, self.block_size, lora_id, num_blocks)
+        out = [-1] * num_blocks
+        new: list[int] = []
+        get_cached_block = self._device.get_cached_block
+        for i, block_hash in enumerate(chain):
+            if get_cached_block(block_hash) is not None:
+                continue
+            if not self._device.can_allocate(1):
+                break
+            (block_id,) = self._device.allocate(1)
+            if self._device.cache_block(block_id, block_hash):
+                out[i] = block_id
+            new.append(block_id)
+        self._device.free(reversed(new))  # evictable now; the prefix's head is evicted last
+        return out
+
     def _hashes(self, request: Request, num_blocks: int) -> list[BlockHash]:
         """The request's hash chain, grown to cover its first ``num_blocks`` full blocks (it may hold
         more entries; callers index only below ``num_blocks`` and the number of full blocks)."""

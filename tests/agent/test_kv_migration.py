@@ -1,0 +1,131 @@
+"""A running request moved between two engines on the real model (torch → torch, fp32): its KV over real
+sockets through the KV data plane, then greedy decoding continues on the target token-identical to an
+unmigrated run, and the target recomputes only the partial last block."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+import zmq.asyncio
+
+from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, accept_spec_for
+from agent.kv_migration import export_for_migration, import_migrated_kv
+from backends.torch import TorchModelRunner
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
+from engine.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.slow
+
+PROMPT = "The history of the printing press begins in 1440, when Johannes Gutenberg"
+NUM_TOKENS = 10
+NUM_BEFORE = 4  # tokens generated on the source before the move
+
+
+def _engine(model, tokenizer) -> LLMEngine:
+    return LLMEngine(
+        TorchModelRunner(model, progress=False),
+        tokenizer,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
+        CacheConfig(block_size=4, num_device_blocks=64, num_host_blocks=16),
+    )
+
+
+def _greedy(n: int) -> SamplingParams:
+    return SamplingParams(temperature=0, max_tokens=n, ignore_eos=True)
+
+
+def _drive(engine: LLMEngine, req_id: str, until: int | None = None) -> list[int]:
+    tokens: list[int] = []
+    while engine.has_unfinished_requests() and (until is None or len(tokens) < until):
+        for out in engine.step():
+            if out.req_id == req_id:
+                tokens += out.new_token_ids
+    return tokens
+
+
+async def _ship(exported, spec) -> list:
+    """Source plane → target plane over loopback TCP; the target's received transfers."""
+    received: list = []
+    ctx = zmq.asyncio.Context()
+    try:
+        async with anyio.create_task_group() as tg:
+            cfg = DataPlaneConfig(chunk_bytes=64 * 1024, max_inflight_bytes=256 * 1024)
+            a = KVDataPlane("source", spec, lambda kv: None, cfg, context=ctx)
+            b = KVDataPlane("target", spec, received.append, cfg, context=ctx)
+            await tg.start(a.run)
+            await tg.start(b.run)
+            s = exported.state
+            await a.send(b.endpoint, s.req_id, s.block_ids, exported.layout, exported.kv_bytes())
+            tg.cancel_scope.cancel()
+    finally:
+        ctx.destroy(linger=0)
+    return received
+
+
+def test_a_migrated_request_continues_token_identical(smollm2_model, smollm2_checkpoint):
+    tok = smollm2_checkpoint.tokenizer
+    reference = _engine(smollm2_model, tok)
+    reference.add_request(PROMPT, _greedy(NUM_TOKENS), req_id="r")
+    expected = _drive(reference, "r")
+
+    source, target = _engine(smollm2_model, tok), _engine(smollm2_model, tok)
+    source.add_request(PROMPT, _greedy(NUM_TOKENS), req_id="r")
+    before = _drive(source, "r", until=NUM_BEFORE)
+    assert before == expected[:NUM_BEFORE]
+    exported = export_for_migration(source, "r")
+    assert not source.has_unfinished_requests()  # taken off the source
+    state = exported.state
+    assert state.token_ids[-NUM_BEFORE:] == before and state.num_output_tokens == NUM_BEFORE
+    assert len(state.block_ids) == (len(state.token_ids) - 1) // 4 and exported.layout.dtype == "float32"
+
+    (kv,) = anyio.run(_ship, exported, accept_spec_for(source))
+    assert kv.to_bytes() == bytes(exported.kv_bytes())  # bit-identical over the wire
+    num_written = import_migrated_kv(target, state.token_ids, kv)
+    assert num_written == len(state.block_ids)
+    target.add_request(state.token_ids, _greedy(NUM_TOKENS - NUM_BEFORE), req_id="r")
+    after = _drive(target, "r")
+    assert before + after == expected
+    # the moved blocks were prefix hits: the target computed only the tail
+    stats = target.make_stats()
+    assert stats.prefix_cache_hits_total == len(state.block_ids) * 4
+
+
+def test_importing_into_a_cache_that_already_holds_the_prefix_writes_nothing(smollm2_model, smollm2_checkpoint):
+    tok = smollm2_checkpoint.tokenizer
+    source = _engine(smollm2_model, tok)
+    source.add_request(PROMPT, _greedy(3), req_id="r")
+    _drive(source, "r", until=2)
+    exported = export_for_migration(source, "r")
+    (kv,) = anyio.run(_ship, exported, accept_spec_for(source))
+    # the source itself cached these blocks while computing them: importing them again writes nothing
+    assert import_migrated_kv(source, exported.state.token_ids, kv) == 0
+
+
+def test_torch_to_jax_migration_continues_token_identical(smollm2_model, smollm2_checkpoint):
+    """Both backends share the block layout: the torch source's KV goes into the JAX target's cache."""
+    pytest.importorskip("jax")
+    from backends.jax.runner import JaxModelRunner
+
+    tok = smollm2_checkpoint.tokenizer
+    reference = _engine(smollm2_model, tok)
+    reference.add_request(PROMPT, _greedy(NUM_TOKENS), req_id="r")
+    expected = _drive(reference, "r")
+
+    source = _engine(smollm2_model, tok)
+    target = LLMEngine(
+        JaxModelRunner(smollm2_checkpoint, "float32", progress=False),
+        tok,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
+        CacheConfig(block_size=4, num_device_blocks=64, num_host_blocks=16),
+    )
+    source.add_request(PROMPT, _greedy(NUM_TOKENS), req_id="r")
+    before = _drive(source, "r", until=NUM_BEFORE)
+    exported = export_for_migration(source, "r")
+    (kv,) = anyio.run(_ship, exported, accept_spec_for(target))  # the JAX target's spec accepts it
+    state = exported.state
+    assert import_migrated_kv(target, state.token_ids, kv) == len(state.block_ids)
+    target.add_request(state.token_ids, _greedy(NUM_TOKENS - NUM_BEFORE), req_id="r")
+    after = _drive(target, "r")
+    assert before + after == expected
+    assert target.make_stats().prefix_cache_hits_total == len(state.block_ids) * 4
