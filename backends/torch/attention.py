@@ -14,11 +14,11 @@ One step's rows are ordered decodes first, then the other chunks (prefill / spec
 
 A backend is picked once at runner construction by ``select_attention_backend`` (device kind and
 compute capability) and then called for every layer of every step with the same metadata object,
-built once per step by ``backend.build_metadata``. Only ``GatherSDPABackend`` exists today: it
-gathers each sequence's blocks into a contiguous view and calls ``scaled_dot_product_attention``
-(CPU, and a correct-but-slow fallback on CUDA). A paged GPU kernel (flash-attn ``block_table``,
-flashinfer) plugs in as another ``AttentionBackend`` subclass registered in
-``select_attention_backend``.
+built once per step by ``backend.build_metadata``. ``GatherSDPABackend`` (here) gathers each
+sequence's blocks into a contiguous view and calls ``scaled_dot_product_attention`` (CPU, and a
+correct-but-slow fallback on CUDA); the Triton paged kernel's backends ``triton_paged`` and
+``flash_sdpa`` are in triton_attention.py. Which one a device gets is backends/kernel_dispatch.py's
+table.
 
 Decodes are attended in groups of consecutive rows. Every row of a group is padded to the group's
 longest context, so the gather copies ``rows * max_blocks`` blocks per layer; splitting rows sorted
@@ -32,11 +32,15 @@ A group of one row needs no mask: its gather is sliced to its exact length.
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from backends.kernel_dispatch import ATTENTION_KERNELS, KernelPlan, choose_kernels
 
 
 @dataclass(slots=True)
@@ -117,7 +121,7 @@ class AttentionBackend:
     """Writes new K/V into the paged cache and attends. Subclasses own their metadata format."""
 
     name = "base"
-    min_compute_capability: tuple[int, int] | None = None  # CUDA (major, minor); None = any device
+    static_metadata = False  # True: metadata is fixed-shape tensors, so decode steps can be graph-captured
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, device: torch.device):
         self.num_heads = num_heads
@@ -232,9 +236,39 @@ class GatherSDPABackend(AttentionBackend):
         return out
 
 
-# Registered backends, most preferred first. A paged GPU kernel registers here with its
-# ``min_compute_capability``; ``gather_sdpa`` (no minimum) is the fallback everywhere.
+# Registered backends by name. The Triton ones (backends/torch/triton_attention.py) are imported only
+# when chosen, so a host without triton runs ``gather_sdpa``.
 ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = {GatherSDPABackend.name: GatherSDPABackend}
+
+
+def attention_backend_class(name: str) -> type[AttentionBackend]:
+    """The backend class registered as ``name`` (backends/kernel_dispatch.py's ATTENTION_KERNELS)."""
+    if name in ("triton_paged", "flash_sdpa") and name not in ATTENTION_BACKENDS:
+        from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend
+
+        ATTENTION_BACKENDS[TritonPagedBackend.name] = TritonPagedBackend
+        ATTENTION_BACKENDS[FlashSDPABackend.name] = FlashSDPABackend
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; have {sorted(ATTENTION_KERNELS)}")
+    return ATTENTION_BACKENDS[name]
+
+
+def kernel_plan(
+    device: torch.device, name: str | None = None, kv_dtype: str = "auto", cuda_graphs: bool = True
+) -> KernelPlan:
+    """backends/kernel_dispatch.py's table applied to this process's ``device``."""
+    if name is not None and name not in ATTENTION_KERNELS:
+        raise ValueError(f"unknown attention backend {name!r}; have {sorted(ATTENTION_KERNELS)}")
+    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+    return choose_kernels(
+        device.type,
+        capability,
+        attention=name,
+        kv_dtype=kv_dtype,
+        cuda_graphs=cuda_graphs,
+        triton_available=importlib.util.find_spec("triton") is not None,
+        triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",
+    )
 
 
 def select_attention_backend(
@@ -247,17 +281,7 @@ def select_attention_backend(
 ) -> AttentionBackend:
     """Choose the attention implementation once, by device kind and compute capability.
 
-    ``name`` forces a registered backend. Otherwise CPU gets ``gather_sdpa``; a CUDA device gets the
-    first registered backend whose ``min_compute_capability`` it meets, else ``gather_sdpa``.
+    ``name`` forces a backend; otherwise the dispatch table (backends/kernel_dispatch.py) decides.
     """
-    if name is None:
-        name = GatherSDPABackend.name
-        if device.type == "cuda":
-            capability = torch.cuda.get_device_capability(device)
-            for candidate, cls in ATTENTION_BACKENDS.items():
-                if cls.min_compute_capability is not None and capability >= cls.min_compute_capability:
-                    name = candidate
-                    break
-    if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; have {sorted(ATTENTION_BACKENDS)}")
-    return ATTENTION_BACKENDS[name](num_heads, num_kv_heads, head_dim, block_size, device)
+    plan = kernel_plan(device, name)
+    return attention_backend_class(plan.attention)(num_heads, num_kv_heads, head_dim, block_size, device)
