@@ -37,7 +37,15 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
 
-        runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+        runner = TorchModelRunner(
+            checkpoint,
+            dtype=config.dtype,
+            device=config.device,
+            progress=progress,
+            attention_backend=config.attention_backend,
+            kv_dtype=config.kv_dtype,
+            cuda_graphs=config.cuda_graphs,
+        )
     elif config.backend == "jax":
         if config.num_threads is not None:
             _limit_xla_cpu_threads(config.num_threads)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ATTENTION_KERNELS = ("gather_sdpa", "triton_paged", "flash_sdpa")
-KV_DTYPES = ("auto", "fp8_e4m3")  # auto = the model's dtype
+from engine.config import ATTENTION_KERNELS, KV_DTYPES
+
+__all__ = ["ATTENTION_KERNELS", "KV_DTYPES", "KernelPlan", "choose_kernels"]
 FP8_MIN_CAPABILITY = (8, 9)
 TRITON_MIN_CAPABILITY = (7, 5)
 

@@ -93,6 +93,17 @@ class AttentionMetadata:
     chunks: list[PrefillChunk] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class PagedMetadata:
+    """Per-row metadata of the Triton paged kernel (triton_attention.py); fixed shape per batch, so a
+    decode step's can live in a CUDA graph's static buffers (cuda_graphs.py)."""
+
+    slot_mapping: torch.Tensor  # [T] int64; -1 = a padded row (nothing stored)
+    block_tables: torch.Tensor  # [T, W] int32
+    ctx_lens: torch.Tensor  # [T] int32; 0 = a padded row, or one SDPA serves
+    sdpa_chunks: list[tuple[int, int]] = field(default_factory=list)  # (row_start, num_rows), flash_sdpa only
+
+
 # A new decode group costs one more gather + SDPA call per layer (~tens of us each on CPU); split
 # only where it saves more padded blocks than this (padded row-blocks; one is block_size tokens).
 GROUP_SPLIT_MIN_SAVED_BLOCKS = 16

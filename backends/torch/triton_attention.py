@@ -15,22 +15,12 @@ kernel; their ``ctx_lens`` are 0 in the kernel's launch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from backends.torch.attention import AttentionBackend
+from backends.torch.attention import AttentionBackend, PagedMetadata
 from backends.torch.triton_kernels import paged_attention, store_kv
-
-
-@dataclass(slots=True)
-class PagedMetadata:
-    slot_mapping: torch.Tensor  # [T] int64
-    block_tables: torch.Tensor  # [T, W] int32
-    ctx_lens: torch.Tensor  # [T] int32
-    sdpa_chunks: list[tuple[int, int]] = field(default_factory=list)  # (row_start, num_rows), flash_sdpa only
 
 
 def paged_rows(

@@ -17,9 +17,11 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
-from backends.torch.attention import GatherSDPABackend, select_attention_backend  # noqa: E402
-from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend, paged_rows  # noqa: E402
-from backends.torch.triton_kernels import paged_attention, store_kv  # noqa: E402
+from backends.torch import TorchModelRunner
+from backends.torch.attention import GatherSDPABackend, select_attention_backend
+from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend, paged_rows
+from backends.torch.triton_kernels import paged_attention, store_kv
+from engine.model_runner import KVCacheSpec
 
 H, HKV, D, BS, NUM_BLOCKS = 6, 2, 8, 4, 48
 CPU = torch.device("cpu")
@@ -115,3 +117,30 @@ def test_select_by_name_builds_the_triton_backends_on_cpu_under_the_interpreter(
     assert isinstance(select_attention_backend(CPU, H, HKV, D, BS, name="triton_paged"), TritonPagedBackend)
     assert isinstance(select_attention_backend(CPU, H, HKV, D, BS, name="flash_sdpa"), FlashSDPABackend)
     assert isinstance(select_attention_backend(CPU, H, HKV, D, BS), GatherSDPABackend)  # the table's CPU choice
+
+
+@pytest.mark.parametrize("name", ["triton_paged", "flash_sdpa"])
+def test_runner_on_the_triton_kernel_matches_gather(tiny, kit, name):
+    """The tiny model over chunked prefills (history rows), then decodes: same logits, same tokens."""
+    _config, _sd, model = tiny
+
+    def run(runner):
+        runner.initialize_kv_cache(KVCacheSpec(32, 8, 4))
+        alloc = kit.BlockAllocator(32, seed=4)
+        seqs = [kit.Seq("a", [5, 6, 7, 8, 9, 10, 11], kit.GREEDY), kit.Seq("b", [40, 41], kit.GREEDY)]
+        logits = []
+        for step in range(4):
+            sched = [s.schedule(alloc, 4, max_tokens=4) for s in seqs]
+            out = runner.compute_logits(kit.make_step(step, sched))
+            logits.append(out)
+            for s, r in zip(seqs, sched):
+                s.advance(r, [int(out[s.req_id][0].argmax())] if r.sample else None)
+        return logits, [s.token_ids for s in seqs]
+
+    got, got_tokens = run(TorchModelRunner(model, model.dtype, attention_backend=name))
+    want, want_tokens = run(TorchModelRunner(model, model.dtype))
+    assert got_tokens == want_tokens
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for k in g:
+            torch.testing.assert_close(g[k], w[k], atol=1e-5, rtol=1e-5)
