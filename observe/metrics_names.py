@@ -63,3 +63,6 @@ REQUEST_LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0,
 # hops and router waits are micro- to milliseconds: powers of two from 16 µs to ~1 s
 HOP_BUCKETS_S = tuple(16e-6 * 2**i for i in range(17))
 SWAP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+# the agent's decode steps vs their memory-bandwidth roofline (engine/decode_roofline.py), 0..1, per node
+DECODE_ROOFLINE_FRACTION = "zoo:decode_roofline_fraction"

@@ -113,6 +113,16 @@ class TorchModelRunner:
             self._capture_graphs()
 
     @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights a decode step reads: all of them, less an untied embedding table (its rows
+        are looked up, not streamed). For the decode roofline (engine/decode_roofline.py)."""
+        m = self.model
+        total = sum(p.numel() * p.element_size() for p in m.parameters())  # a tied head counted once
+        if m.lm_head_t is not m.embed_t:
+            total -= m.embed_t.numel() * m.embed_t.element_size()
+        return total
+
+    @property
     def kernels(self) -> str:
         """The kernels this runner chose, in one line (the node's hello, ``zoo top``'s detail view)."""
         line = self.kernel_plan.summary()
