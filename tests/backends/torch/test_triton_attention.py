@@ -18,7 +18,8 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton")
 
 from backends.torch import TorchModelRunner
-from backends.torch.attention import GatherSDPABackend, select_attention_backend
+from backends.torch.attention import GatherSDPABackend
+from backends.torch.attention_dispatch import select_attention_backend
 from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend, paged_rows
 from backends.torch.triton_kernels import paged_attention, store_kv
 from engine.model_runner import KVCacheSpec
