@@ -25,6 +25,7 @@ from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.attention import AttentionBackend
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
+from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
 from backends.torch.model import LlamaModel, resolve_dtype
@@ -51,6 +52,8 @@ class TorchModelRunner:
     kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (SM89 / SM90+).
     cuda_graphs: capture decode steps per batch bucket on CUDA (when the kernel allows); False = eager.
     max_graph_batch: the largest decode batch captured (larger decode batches run eagerly).
+    pack_cpu_weights: on a CPU in fp32, run the matmuls on oneDNN-packed weights (cpu_packed.py; the
+        model is packed in place, so runners sharing it share the packing).
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
     """
 
@@ -68,6 +71,7 @@ class TorchModelRunner:
         kv_dtype: str = "auto",
         cuda_graphs: bool = True,
         max_graph_batch: int = 64,
+        pack_cpu_weights: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -87,6 +91,7 @@ class TorchModelRunner:
                 source, self.dtype, self.device, state_dict=state_dict, seed=seed, progress=progress
             )
         self.config = self.model.config
+        self.packed_weights = pack_cpu_weights and pack_weights(self.model)
         self.sampler = Sampler(self.device, seed)
         # intra-op threads are a per-OS-thread setting (OpenMP): applied on the thread that executes
         self.num_threads = num_threads
@@ -127,6 +132,8 @@ class TorchModelRunner:
     def kernels(self) -> str:
         """The kernels this runner chose, in one line (the node's hello, ``zoo top``'s detail view)."""
         line = self.kernel_plan.summary()
+        if self.packed_weights:
+            line += " matmul=onednn-packed"
         if self.graphs is not None:
             line += f" captured {list(self.graphs.batch_sizes)} in {self.graph_capture_s:.1f}s"
         elif self.kernel_plan.cuda_graphs:
