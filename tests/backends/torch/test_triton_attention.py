@@ -145,3 +145,35 @@ def test_runner_on_the_triton_kernel_matches_gather(tiny, kit, name):
         assert g.keys() == w.keys()
         for k in g:
             torch.testing.assert_close(g[k], w[k], atol=1e-5, rtol=1e-5)
+
+
+def test_fp8_cache_stores_rounded_values_and_attends_over_them():
+    """An FP8 (e4m3) cache: the store kernel writes 8-bit values, and attention over it equals attention
+    over the same values held in fp32 (the kernel upcasts on load). The new K/V are e4m3-representable:
+    the interpreter's own fp8 rounding drops the carry into the exponent (0.1227 -> 0.0625), which the
+    GPU's conversion instruction does not, so rounding itself is not what this checks."""
+    kv_cache, tables, _, slots, q, k, v = _step(4, [9, 14], [])
+    k, v = k.to(torch.float8_e4m3fn).float(), v.to(torch.float8_e4m3fn).float()
+    fp8 = kv_cache.to(torch.float8_e4m3fn)
+    store_kv(k, v, fp8, torch.from_numpy(slots))
+    flat = fp8.float().view(2, -1, HKV, D)
+    assert torch.equal(flat[0][slots], k) and torch.equal(flat[1][slots], v)
+    table_np, ctx_np = paged_rows([9, 14], tables, [], BS)
+    t, c = torch.from_numpy(table_np), torch.from_numpy(ctx_np)
+    got = paged_attention(q, fp8, t, c, D**-0.5)
+    want = paged_attention(q, fp8.float(), t, c, D**-0.5)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
+def test_fp8_cache_block_moves_copy_bytes():
+    from backends.kv_layout import KVLayout
+    from backends.torch.kv_cache import PagedKVCache
+
+    cache = PagedKVCache(KVLayout(2, HKV, D, 8, 4, BS), torch.float8_e4m3fn, CPU)
+    cache.device_kv.copy_(torch.randn(cache.device_kv.shape).to(torch.float8_e4m3fn))
+    before = cache.device_kv.view(torch.uint8).clone()
+    cache.swap_out([(3, 1)])
+    cache.copy([(3, 5)])
+    cache.swap_in([(1, 6)])
+    moved = cache.device_kv.view(torch.uint8)
+    assert torch.equal(moved[:, :, 5], before[:, :, 3]) and torch.equal(moved[:, :, 6], before[:, :, 3])
