@@ -75,6 +75,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.gpu_check import run_gpu_check
 
         report = run_gpu_check(args)
+    elif args.target == "step":
+        from bench.decode_step import run_decode_step_bench
+
+        report = run_decode_step_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -191,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=run_top)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "gpu"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "gpu", "step"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")
