@@ -18,6 +18,7 @@ clock, so on a busy machine shares are the figure to read, not milliseconds)::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -94,6 +95,7 @@ def run_decode_step_bench(args: argparse.Namespace) -> dict[str, Any]:
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
     checkpoint = load_checkpoint(args.model)
     report: dict[str, Any] = {"model": checkpoint.config.name, "threads": num_threads, "steps": steps}
+    report["load_average_1m"] = os.getloadavg()[0]  # other processes on the machine (2+ cores busy skews threads)
     for batch in (1, 32):
         say(f"decode step, batch {batch}: plain vs packed weights ...")
         plain, packed = _runner(checkpoint, False, batch, 64), _runner(checkpoint, True, batch, 64)
