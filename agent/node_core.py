@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from backends.gpu_table import power_score
+from engine.decode_roofline import DecodeRoofline
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
@@ -62,12 +63,17 @@ class EngineObservation:
     inter_token_s: list[float]
     finished: list[FinishedRequest]
     swaps: list[tuple[str, int, float]]
+    decode_roofline_fraction: float = 0.0  # engine/decode_roofline.py; 0: not measured
 
 
 class NodeCore:
     """One node: an LLMEngine and the agent's bookkeeping of its requests. Owned by one thread."""
 
-    def __init__(self, engine: LLMEngine, node_id: str, *, observe: bool = False) -> None:
+    def __init__(
+        self, engine: LLMEngine, node_id: str, *, observe: bool = False, memory_bandwidth_gbps: float = 0.0
+    ) -> None:
+        """memory_bandwidth_gbps: the device's (HardwareInfo); with a runner that says its ``weight_bytes``,
+        decode steps are measured against their bandwidth roofline (0: not measured)."""
         self.engine = engine
         self.node_id = node_id
         self.observe = observe  # keep per-token times for observation()
@@ -78,6 +84,7 @@ class NodeCore:
         self._decoding: set[str] = set()
         self._rates = StepRates(MAX_RECENT_STEPS)
         self._last_token_s: dict[str, float] = {}  # in-flight request → engine time of its latest token
+        self.roofline = _roofline(engine, memory_bandwidth_gbps)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -162,6 +169,8 @@ class NodeCore:
     def finish_step(self, pending: PendingStep) -> list[RequestOutput]:
         """Apply the step and update the bookkeeping; the outputs of the requests that progressed."""
         outputs = self.engine.finish_step(pending)
+        if self.roofline is not None:
+            self.roofline.observe(pending.batch, pending.step_time_s)
         for o in outputs:
             if o.new_token_ids and o.req_id in self._prompt_lens:
                 del self._prompt_lens[o.req_id]
@@ -200,6 +209,7 @@ class NodeCore:
             pid=pid,
             prefill_tok_per_s=self._rates.prefill_tok_per_s,
             decode_step_ms=self._rates.decode_step_ms,
+            kernels=getattr(engine.runner, "kernels", ""),
         )
 
     def token_chunk(self, o: RequestOutput) -> TokenChunk:
@@ -239,6 +249,7 @@ class NodeCore:
             num_requests_finished_total=self.num_finished_total,
             prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
             num_requests_received_total=self.num_received_total,
+            decode_roofline_fraction=self.roofline.close_window() if self.roofline is not None else 0.0,
         )
 
     def observation(self, outputs: Sequence[RequestOutput], step_time_s: float) -> EngineObservation:
@@ -274,8 +285,21 @@ class NodeCore:
             for e in events
             if e.kind in (SchedulerEventKind.SWAPPED_OUT, SchedulerEventKind.SWAPPED_IN)
         ]
-        return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps)
+        return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps, self._roofline_fraction())
 
     def stats_observation(self) -> EngineObservation:
         """A report tick's observation: the scheduler's snapshot, nothing else."""
-        return EngineObservation(self.engine.make_stats(), [], [], [])
+        return EngineObservation(self.engine.make_stats(), [], [], [], self._roofline_fraction())
+
+    def _roofline_fraction(self) -> float:
+        return self.roofline.fraction if self.roofline is not None else 0.0
+
+
+def _roofline(engine: LLMEngine, memory_bandwidth_gbps: float) -> DecodeRoofline | None:
+    """The node's decode roofline, when both the device's bandwidth and the runner's weight bytes are known."""
+    weight_bytes = getattr(engine.runner, "weight_bytes", 0)
+    if memory_bandwidth_gbps <= 0 or weight_bytes <= 0:
+        return None
+    block_size = engine.cache_config.block_size
+    kv_bytes_per_token = engine.runner.kv_bytes_per_block(block_size) / block_size
+    return DecodeRoofline(weight_bytes, kv_bytes_per_token, memory_bandwidth_gbps)

@@ -44,7 +44,15 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             tp = TPConfig(config.tp, config.tp_allreduce, config.tp_domain_size, config.tp_compression)
             runner = start_tp_runner(checkpoint, tp, config.dtype, config.device, config.num_threads, progress)
         else:
-            runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+            runner = TorchModelRunner(
+                checkpoint,
+                dtype=config.dtype,
+                device=config.device,
+                progress=progress,
+                attention_backend=config.attention_backend,
+                kv_dtype=config.kv_dtype,
+                cuda_graphs=config.cuda_graphs,
+            )
     elif config.backend == "jax":
         if config.num_threads is not None:
             _limit_xla_cpu_threads(config.num_threads)

@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from transport.messages import HardwareInfo
+if TYPE_CHECKING:  # imported where built: the table itself loads without msgspec (bench/gpu_check.py)
+    from transport.messages import HardwareInfo
 
 REFERENCE_BANDWIDTH_GBPS = 2039.0  # A100-80GB SXM
 REFERENCE_TFLOPS = 312.0
@@ -91,6 +93,8 @@ def match_gpu_name(device_name: str, memory_gib: float | None = None) -> GpuSpec
 
 
 def gpu_info(spec: GpuSpec, source: str, gpu_type: str, memory_gib: float, device_name: str = "") -> HardwareInfo:
+    from transport.messages import HardwareInfo
+
     return HardwareInfo(
         device_name=device_name or f"{spec.gpu_type} (profile)",
         gpu_type=gpu_type,

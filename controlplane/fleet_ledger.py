@@ -33,6 +33,7 @@ class FleetLedger:
         self.decisions: dict[str, int] = {}
         self.preemptions: dict[str, int] = {}
         self.metrics_urls: dict[str, str] = {}
+        self.roofline: dict[str, float] = {}  # node id → decode_roofline_fraction of its last LoadReport
         self._events: deque[LatencySample] = deque(maxlen=max_pending_events)
 
     def on_hello(self, hello: NodeHello) -> None:
@@ -44,6 +45,7 @@ class FleetLedger:
 
     def on_load_report(self, msg: LoadReport) -> None:
         self.preemptions[msg.node_id] = msg.num_preemptions_total
+        self.roofline[msg.node_id] = msg.decode_roofline_fraction
 
     def on_telemetry(self, msg: NodeTelemetry) -> None:
         self.metrics_urls[msg.node_id] = msg.metrics_url
@@ -80,6 +82,8 @@ class FleetLedger:
                 "num_preemptions_total": self.preemptions.get(node_id, 0),
                 "requests_routed": self.decisions.get(node_id, 0),
                 "metrics_url": self.metrics_urls.get(node_id, ""),
+                "kernels": hello.kernels if hello else "",
+                "decode_roofline_fraction": self.roofline.get(node_id, 0.0),
                 **latency.get(node_id, NodeLatency()).summary(),
             }
         return nodes

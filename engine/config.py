@@ -85,6 +85,10 @@ class EngineConfig:
         backends/torch/tp_serve.py; the model's KV heads must divide by it).
     tp_allreduce / tp_domain_size / tp_compression: the TP all-reduce ("flat" | "hierarchical" | "sharded"),
         ranks per fast domain (0 = all), and the slow link's compression ("none" | "bf16" | "int8"; not flat).
+    attention_backend: force an attention kernel (ATTENTION_KERNELS; torch backend); None = the dispatch
+        table's choice for the device (backends/kernel_dispatch.py).
+    kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (an FP8 KV cache; SM89 / SM90+, torch backend).
+    cuda_graphs: capture decode steps as CUDA graphs per batch bucket (torch on CUDA); False = eager.
     """
 
     model: str | None = None
@@ -99,10 +103,19 @@ class EngineConfig:
     tp_compression: str = "none"
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    attention_backend: str | None = None
+    kv_dtype: str = "auto"
+    cuda_graphs: bool = True
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {self.backend!r}")
+        if self.attention_backend is not None and self.attention_backend not in ATTENTION_KERNELS:
+            raise ValueError(
+                f"attention_backend must be one of {list(ATTENTION_KERNELS)}, got {self.attention_backend!r}"
+            )
+        if self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, got {self.kv_dtype!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.num_threads is not None and self.num_threads < 1:
@@ -123,3 +136,5 @@ class EngineConfig:
 BACKENDS = frozenset({"torch", "jax", "sim"})
 SIM_PREFIX = "sim:"  # the name of every simulated model starts so (backends/sim/model_shapes.py)
 DTYPES = frozenset({"float32", "bfloat16"})
+ATTENTION_KERNELS = ("gather_sdpa", "triton_paged", "flash_sdpa")  # backends/kernel_dispatch.py's table
+KV_DTYPES = ("auto", "fp8_e4m3")  # auto = the model's dtype

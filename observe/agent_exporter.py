@@ -34,6 +34,7 @@ class AgentExporter(PrometheusExporter):
         self._zoo_labels: dict[str, str] = {}
         self._bytes_per_block = 0
         self._stats: SchedulerStats | None = None
+        self._roofline = 0.0
         self._rejected: Mapping = {}
         reg = self.registry
         self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
@@ -89,6 +90,7 @@ class AgentExporter(PrometheusExporter):
             self.success.labels(**labels, finished_reason=r.finish_reason or "unknown").inc()
         for direction, _num_blocks, step_time_s in obs.swaps:
             self.swap_latency.labels(**self._zoo_labels, direction=direction).observe(step_time_s)
+        self._roofline = obs.decode_roofline_fraction
         self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
 
     # -- scrape (HTTP thread) -----------------------------------------------------------------------
@@ -120,6 +122,11 @@ class AgentExporter(PrometheusExporter):
         yield counter(m.PREFIX_CACHE_QUERIES, "Prompt tokens looked up in the prefix cache.",
                       stats.prefix_cache_queries_total)  # fmt: skip
         yield counter(m.PREFIX_CACHE_HITS, "Prompt tokens found in the prefix cache.", stats.prefix_cache_hits_total)
+        roofline = GaugeMetricFamily(m.DECODE_ROOFLINE_FRACTION,
+                                     "Decode steps' share of the memory-bandwidth roofline (0..1; 0 = not measured).",
+                                     labels=list(zoo))  # fmt: skip
+        roofline.add_metric(list(zoo.values()), self._roofline)
+        yield roofline
         zoo_names = [*zoo, "direction"]
         blocks = CounterMetricFamily(m.SWAPPED_BLOCKS, "KV blocks swapped, by direction.", labels=zoo_names)
         swapped_bytes = CounterMetricFamily(m.SWAPPED_BYTES, "KV bytes swapped, by direction.", labels=zoo_names)

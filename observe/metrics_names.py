@@ -77,3 +77,5 @@ KV_TRANSFER_REFUSED = "zoo:kv_transfer_refused"  # counter (_total) {reason}: tr
 KV_TRANSFER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # control plane: live migrations (MigrationDone) -------------------------------------------------------------
 MIGRATIONS = "zoo:migrations"  # counter (_total) {reason "drain" | "rebalance", outcome "ok" | "failed" | "refused"}
+# the agent's decode steps vs their memory-bandwidth roofline (engine/decode_roofline.py), 0..1, per node
+DECODE_ROOFLINE_FRACTION = "zoo:decode_roofline_fraction"

@@ -133,6 +133,8 @@ def _node_stats(node_id: str, n: dict) -> NodeStats:
         num_routed_total=n.get("requests_routed", 0),
         num_preemptions_total=n.get("num_preemptions_total", 0),
         metrics_url=n.get("metrics_url", ""),
+        kernels=n.get("kernels", ""),
+        decode_roofline_fraction=n.get("decode_roofline_fraction", 0.0),
     )
 
 

@@ -126,6 +126,7 @@ class NodeHello(Envelope, kw_only=True):
     prefill_tok_per_s: float = 0.0
     decode_step_ms: float = 0.0
     data_endpoint: str = ""  # the agent's KV data socket (agent/kv_data_plane.py); "": it has none
+    kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
 
 
 class Welcome(Envelope, kw_only=True):
@@ -159,6 +160,8 @@ class LoadReport(Envelope, kw_only=True):
     # GenerateRequests the node has taken in (accepted or refused): the router counts the ones routed after
     # them as not yet in this report; -1: not reported (every routed request is taken as reported)
     num_requests_received_total: int = -1
+    # decode steps' share of the memory-bandwidth roofline (engine/decode_roofline.py); 0: not measured
+    decode_roofline_fraction: float = 0.0
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -316,6 +319,8 @@ class NodeStats(msgspec.Struct, kw_only=True):
     num_routed_total: int = 0
     num_preemptions_total: int = 0
     metrics_url: str = ""  # the agent's /metrics ("" when it exports none)
+    kernels: str = ""  # from the node's hello
+    decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
 
 
 class FleetStats(Envelope, kw_only=True):

@@ -28,6 +28,11 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.1f}"
 
 
+def _percent(fraction: float) -> str:
+    """A decode roofline fraction as a percentage; "-" when the node has not measured one."""
+    return f"{100 * fraction:.0f}" if fraction > 0 else "-"
+
+
 def _none_last(value: float | None) -> tuple[bool, float]:
     return (value is None, value or 0.0)
 
@@ -46,6 +51,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("tpot_p50", "TPOT p50 ms", lambda n: _none_last(n.tpot_p50_s), lambda n: _ms(n.tpot_p50_s)),
     Column("tpot_p99", "TPOT p99 ms", lambda n: _none_last(n.tpot_p99_s), lambda n: _ms(n.tpot_p99_s)),
     Column("state", "State", lambda n: n.state, lambda n: n.state),
+    Column("roofline", "Roof %", lambda n: -n.decode_roofline_fraction, lambda n: _percent(n.decode_roofline_fraction)),
 )
 
 # the latency series the dashboard plots: (figure name, title)

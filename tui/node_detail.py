@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Sparkline, Static
 
-from tui.fleet_view import SERIES, SOURCE_TITLES, FleetView, _ms
+from tui.fleet_view import SERIES, SOURCE_TITLES, FleetView, _ms, _percent
 
 
 class NodeDetailScreen(ModalScreen[None]):
@@ -47,7 +47,9 @@ class NodeDetailScreen(ModalScreen[None]):
             f"preemptions {node.num_preemptions_total}\n"
             f"TTFT p50/p99 {_ms(node.ttft_p50_s)}/{_ms(node.ttft_p99_s)} ms   "
             f"TPOT p50/p99 {_ms(node.tpot_p50_s)}/{_ms(node.tpot_p99_s)} ms   (app, as the router saw them)\n"
-            f"metrics {node.metrics_url or 'not exported'}"
+            f"metrics {node.metrics_url or 'not exported'}\n"
+            f"kernels {node.kernels or 'not reported'}   "
+            f"decode roofline {_percent(node.decode_roofline_fraction)}%"
         )
         table = self.query_one("#detail-figures", DataTable)
         table.clear()

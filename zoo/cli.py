@@ -83,6 +83,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.kv import run_kv_bench
 
         report = run_kv_bench(args)
+    elif args.target == "gpu":
+        from bench.gpu_check import run_gpu_check
+
+        report = run_gpu_check(args)
+    elif args.target == "step":
+        from bench.decode_step import run_decode_step_bench
+
+        report = run_decode_step_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -205,13 +213,15 @@ def build_parser() -> argparse.ArgumentParser:
     et.set_defaults(func=run_export_tokenizer)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv", "gpu", "step"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")
     b.add_argument("--http", type=int, default=20_000, help="fuzz: HTTP requests to send to the gateway")
     b.add_argument("--seed", type=int, default=0, help="fuzz: the seed of the cases (the same seed, the same cases)")
     add_engine_args(b)
+    b.add_argument("--steps", type=int, default=64, help="gpu: measured decode steps per figure")
+    b.add_argument("--bandwidth-gbps", type=float, default=None, help="gpu: memory bandwidth (default: datasheet)")
     b.set_defaults(func=cmd_bench)
     return parser
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from engine.config import BACKENDS, CacheConfig, EngineConfig, SchedulerConfig
+from engine.config import ATTENTION_KERNELS, BACKENDS, KV_DTYPES, CacheConfig, EngineConfig, SchedulerConfig
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -28,6 +28,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--tp-compression", default="none", choices=["none", "bf16", "int8"], help="slow-link format (not flat)"
     )
+    p.add_argument(
+        "--attention-backend",
+        default=None,
+        choices=list(ATTENTION_KERNELS),
+        help="force an attention kernel (default: the dispatch table's choice for the device)",
+    )
+    p.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES), help="fp8_e4m3: FP8 KV cache (SM89/SM90+)")
+    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", help="run decode steps eagerly")
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -47,4 +55,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             num_device_blocks=args.num_device_blocks,
             num_host_blocks=args.num_host_blocks,
         ),
+        attention_backend=args.attention_backend,
+        kv_dtype=args.kv_dtype,
+        cuda_graphs=args.cuda_graphs,
     )

@@ -12,13 +12,13 @@ One step's rows are ordered decodes first, then the other chunks (prefill / spec
     rows  | d0 d1 ... d(B-1) | chunk 0 tokens | chunk 1 tokens | ...
           '-- num_decodes --'
 
-A backend is picked once at runner construction by ``select_attention_backend`` (device kind and
-compute capability) and then called for every layer of every step with the same metadata object,
-built once per step by ``backend.build_metadata``. Only ``GatherSDPABackend`` exists today: it
-gathers each sequence's blocks into a contiguous view and calls ``scaled_dot_product_attention``
-(CPU, and a correct-but-slow fallback on CUDA). A paged GPU kernel (flash-attn ``block_table``,
-flashinfer) plugs in as another ``AttentionBackend`` subclass registered in
-``select_attention_backend``.
+A backend is picked once at runner construction (attention_dispatch.py: by device kind and compute
+capability) and then called for every layer of every step with the same metadata object,
+built once per step by ``backend.build_metadata``. ``GatherSDPABackend`` (here) gathers each
+sequence's blocks into a contiguous view and calls ``scaled_dot_product_attention`` (CPU, and a
+correct-but-slow fallback on CUDA); the Triton paged kernel's backends ``triton_paged`` and
+``flash_sdpa`` are in triton_attention.py. Which one a device gets is backends/kernel_dispatch.py's
+table, applied by attention_dispatch.py.
 
 Decodes are attended in groups of consecutive rows. Every row of a group is padded to the group's
 longest context, so the gather copies ``rows * max_blocks`` blocks per layer; splitting rows sorted
@@ -89,6 +89,17 @@ class AttentionMetadata:
     chunks: list[PrefillChunk] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class PagedMetadata:
+    """Per-row metadata of the Triton paged kernel (triton_attention.py); fixed shape per batch, so a
+    decode step's can live in a CUDA graph's static buffers (cuda_graphs.py)."""
+
+    slot_mapping: torch.Tensor  # [T] int64; -1 = a padded row (nothing stored)
+    block_tables: torch.Tensor  # [T, W] int32
+    ctx_lens: torch.Tensor  # [T] int32; 0 = a padded row, or one SDPA serves
+    sdpa_chunks: list[tuple[int, int]] = field(default_factory=list)  # (row_start, num_rows), flash_sdpa only
+
+
 # A new decode group costs one more gather + SDPA call per layer (~tens of us each on CPU); split
 # only where it saves more padded blocks than this (padded row-blocks; one is block_size tokens).
 GROUP_SPLIT_MIN_SAVED_BLOCKS = 16
@@ -117,7 +128,7 @@ class AttentionBackend:
     """Writes new K/V into the paged cache and attends. Subclasses own their metadata format."""
 
     name = "base"
-    min_compute_capability: tuple[int, int] | None = None  # CUDA (major, minor); None = any device
+    static_metadata = False  # True: metadata is fixed-shape tensors, so decode steps can be graph-captured
 
     def __init__(self, num_heads: int, num_kv_heads: int, head_dim: int, block_size: int, device: torch.device):
         self.num_heads = num_heads
@@ -230,34 +241,3 @@ class GatherSDPABackend(AttentionBackend):
         out = torch.cat(outs, dim=0)
         assert out.shape[0] == t
         return out
-
-
-# Registered backends, most preferred first. A paged GPU kernel registers here with its
-# ``min_compute_capability``; ``gather_sdpa`` (no minimum) is the fallback everywhere.
-ATTENTION_BACKENDS: dict[str, type[AttentionBackend]] = {GatherSDPABackend.name: GatherSDPABackend}
-
-
-def select_attention_backend(
-    device: torch.device,
-    num_heads: int,
-    num_kv_heads: int,
-    head_dim: int,
-    block_size: int,
-    name: str | None = None,
-) -> AttentionBackend:
-    """Choose the attention implementation once, by device kind and compute capability.
-
-    ``name`` forces a registered backend. Otherwise CPU gets ``gather_sdpa``; a CUDA device gets the
-    first registered backend whose ``min_compute_capability`` it meets, else ``gather_sdpa``.
-    """
-    if name is None:
-        name = GatherSDPABackend.name
-        if device.type == "cuda":
-            capability = torch.cuda.get_device_capability(device)
-            for candidate, cls in ATTENTION_BACKENDS.items():
-                if cls.min_compute_capability is not None and capability >= cls.min_compute_capability:
-                    name = candidate
-                    break
-    if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; have {sorted(ATTENTION_BACKENDS)}")
-    return ATTENTION_BACKENDS[name](num_heads, num_kv_heads, head_dim, block_size, device)

@@ -14,6 +14,7 @@ verified as backends/sample_slots.py describes.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -22,13 +23,22 @@ import torch
 
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
-from backends.torch.attention import AttentionBackend, select_attention_backend
+from backends.torch.attention import AttentionBackend
+from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
+from backends.torch.cpu_packed import pack_weights
+from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.buckets import BucketPolicy
 from engine.model_runner import KVCacheSpec
+
+logger = logging.getLogger(__name__)
+
+# decode batch sizes captured as CUDA graphs (engine/buckets.py); batch 1 included: it gains most
+GRAPH_BUCKETS = BucketPolicy(batch_buckets=(1, 2, 4, 8, 16, 32, 64))
 
 
 class TorchModelRunner:
@@ -38,7 +48,12 @@ class TorchModelRunner:
         ``state_dict`` in HF names, or random from ``seed``), or an already built LlamaModel
         (shared, e.g. between runners in tests).
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
-    attention_backend: force a backend by name; None = chosen by device at initialize_kv_cache.
+    attention_backend: force a kernel by name (backends/kernel_dispatch.py); None = the dispatch table's.
+    kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (SM89 / SM90+).
+    cuda_graphs: capture decode steps per batch bucket on CUDA (when the kernel allows); False = eager.
+    max_graph_batch: the largest decode batch captured (larger decode batches run eagerly).
+    pack_cpu_weights: on a CPU in fp32, run the matmuls on oneDNN-packed weights (cpu_packed.py; the
+        model is packed in place, so runners sharing it share the packing).
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
         columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
@@ -56,9 +71,20 @@ class TorchModelRunner:
         progress: bool = True,
         num_threads: int | None = None,
         tp: Any = None,
+        kv_dtype: str = "auto",
+        cuda_graphs: bool = True,
+        max_graph_batch: int = 64,
+        pack_cpu_weights: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
+        # the dispatch table, once: which kernels this device runs (logged, and in the node's hello)
+        self.kernel_plan = kernel_plan(self.device, attention_backend, kv_dtype, cuda_graphs)
+        self.kv_dtype = torch.float8_e4m3fn if self.kernel_plan.kv_dtype == "fp8_e4m3" else self.dtype
+        self.max_graph_batch = max_graph_batch
+        self.graphs: DecodeGraphs | None = None
+        self.graph_capture_s = 0.0
+        logger.info("kernels: %s: %s", self.kernel_plan.summary(), self.kernel_plan.reason)
         if isinstance(source, LlamaModel):
             if source.dtype != self.dtype:
                 raise ValueError(f"model dtype {source.dtype} != requested {self.dtype}")
@@ -68,10 +94,10 @@ class TorchModelRunner:
                 source, self.dtype, self.device, state_dict=state_dict, seed=seed, progress=progress, tp=tp
             )
         self.config = self.model.config
+        self.packed_weights = pack_cpu_weights and pack_weights(self.model)
         self.sampler = Sampler(self.device, seed)
         # intra-op threads are a per-OS-thread setting (OpenMP): applied on the thread that executes
         self.num_threads = num_threads
-        self._attention_backend_name = attention_backend
         self.kv_cache: PagedKVCache | None = None
         self.attn: AttentionBackend | None = None
         self.block_size = 0
@@ -83,21 +109,39 @@ class TorchModelRunner:
         return self.config.max_position_embeddings
 
     def kv_bytes_per_block(self, block_size: int) -> int:
-        elem = torch.empty((), dtype=self.dtype).element_size()
+        elem = torch.empty((), dtype=self.kv_dtype).element_size()
         return kv_bytes_per_block(self.config, block_size, elem)
 
     def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
         c = self.config
         self.block_size = spec.block_size
-        self.kv_cache = PagedKVCache(KVLayout.from_spec(c, spec), self.dtype, self.device)
-        self.attn = select_attention_backend(
-            self.device,
-            c.num_attention_heads,
-            c.num_key_value_heads,
-            c.head_dim,
-            spec.block_size,
-            self._attention_backend_name,
-        )
+        self.kv_cache = PagedKVCache(KVLayout.from_spec(c, spec), self.kv_dtype, self.device)
+        backend = attention_backend_class(self.kernel_plan.attention)
+        self.attn = backend(c.num_attention_heads, c.num_key_value_heads, c.head_dim, spec.block_size, self.device)
+        if self.kernel_plan.cuda_graphs:
+            self._capture_graphs()
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights a decode step reads: all of them, less an untied embedding table (its rows
+        are looked up, not streamed). For the decode roofline (engine/decode_roofline.py)."""
+        m = self.model
+        total = sum(p.numel() * p.element_size() for p in m.parameters())  # a tied head counted once
+        if m.lm_head_t is not m.embed_t:
+            total -= m.embed_t.numel() * m.embed_t.element_size()
+        return total
+
+    @property
+    def kernels(self) -> str:
+        """The kernels this runner chose, in one line (the node's hello, ``zoo top``'s detail view)."""
+        line = self.kernel_plan.summary()
+        if self.packed_weights:
+            line += " matmul=onednn-packed"
+        if self.graphs is not None:
+            line += f" captured {list(self.graphs.batch_sizes)} in {self.graph_capture_s:.1f}s"
+        elif self.kernel_plan.cuda_graphs:
+            line += " capture failed: eager"
+        return line
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         t0 = time.perf_counter()
@@ -126,6 +170,19 @@ class TorchModelRunner:
             logits, slots = self._forward(batch.requests)
         return {s.request.req_id: logits[s.first_row : s.first_row + s.num_rows].clone() for s in slots}
 
+    def _capture_graphs(self) -> None:
+        """Capture decode graphs per batch bucket; on any failure, log it and stay eager."""
+        sizes = GRAPH_BUCKETS.batch_sizes_up_to(self.max_graph_batch)
+        try:
+            graphs = DecodeGraphs(
+                self.model, self.kv_cache.layers, self.attn, sizes, self.max_model_len, self.block_size
+            )
+            self.graph_capture_s = graphs.capture()
+            self.graphs = graphs
+        except Exception:  # a capture that fails leaves a working eager runner
+            logger.exception("CUDA graph capture failed; decode runs eagerly")
+            self.graphs = None
+
     # ---- step internals --------------------------------------------------------------------
 
     def _apply_block_moves(self, batch: SchedulerOutput) -> None:
@@ -139,6 +196,8 @@ class TorchModelRunner:
         # longest context first: the attention backend groups neighbouring decodes by padded width
         decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
         chunks = [r for r in requests if not r.is_decode]
+        if self.graphs is not None and not chunks and self.graphs.bucket(len(decodes)) is not None:
+            return self._forward_graph(decodes)
 
         ids_parts: list[np.ndarray] = []
         pos_parts: list[np.ndarray] = []
@@ -179,6 +238,21 @@ class TorchModelRunner:
         positions_t = torch.from_numpy(positions).to(dev, non_blocking=True)
         logits_idx = torch.tensor(sample_rows.logits_rows, dtype=torch.int64, device=dev)
         logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx)
+        return logits, sample_rows.slots
+
+    def _forward_graph(self, decodes: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
+        """A step of plain decodes (sorted) replayed from its bucket's CUDA graph."""
+        bs = self.block_size
+        n = len(decodes)
+        pos = np.fromiter((r.start_pos for r in decodes), dtype=np.int64, count=n)
+        if pos.max() >= self.max_model_len:
+            raise ValueError(f"position {pos.max()} exceeds max_model_len {self.max_model_len}")
+        blk = np.fromiter((r.block_ids[r.start_pos // bs] for r in decodes), dtype=np.int64, count=n)
+        ids = np.fromiter((r.token_ids[0] for r in decodes), dtype=np.int64, count=n)
+        sample_rows = SampleRows()
+        for i, r in enumerate(decodes):
+            sample_rows.add(r, i)
+        logits = self.graphs.run(ids, pos, blk * bs + pos % bs, (pos + 1).tolist(), [r.block_ids for r in decodes])
         return logits, sample_rows.slots
 
     def _sample(self, logits: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:

@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from backends.torch.attention import GatherSDPABackend, select_attention_backend, split_decode_groups
+from backends.torch.attention import GatherSDPABackend, split_decode_groups
+from backends.torch.attention_dispatch import select_attention_backend
 
 
 def test_cpu_selects_gather_sdpa_and_rejects_unknown_names():
