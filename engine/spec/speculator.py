@@ -1,0 +1,127 @@
+"""Speculator: puts a proposer's drafts on running requests before each step and learns from the verdict.
+
+Driven by ``LLMEngine`` (engine/llm_engine.py)::
+
+    start_step:   speculator.propose(scheduler.running_requests())   drafts -> request.spec_token_ids
+                  scheduler.schedule()  ->  runner.execute()         target verifies, returns 1 + accepted
+    finish_step:  speculator.observe(batch, runner_output)           acceptance -> k per request, counters
+                  speculator.drop(batch.finished_req_ids)            the proposer forgets finished requests
+
+Only requests in decode (every known token but the last computed) get drafts, never more than their
+``max_tokens`` leaves room for, and none at all in a step whose batch is larger than
+``SpecDecodeConfig.max_batch_size``. Sans-IO; the counters follow vLLM's spec-decode metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from engine.batch import RunnerOutput, SchedulerOutput
+from engine.request import Request
+from engine.spec.draft_length import DraftLengthController
+from engine.spec.proposer import DraftRequest, Proposer
+from engine.spec.spec_config import SpecDecodeConfig
+
+
+@dataclass(slots=True)
+class SpecDecodeStats:
+    """Totals since start (vLLM: vllm:spec_decode_num_drafts / _num_draft_tokens / _num_accepted_tokens /
+    _num_accepted_tokens_per_pos)."""
+
+    num_drafts_total: int = 0  # verification steps of one request with >= 1 draft
+    num_draft_tokens_total: int = 0
+    num_accepted_tokens_total: int = 0
+    num_accepted_tokens_per_pos: list[int] = field(default_factory=list)  # [k_max]: accepted at draft index i
+    num_steps_spec_off_total: int = 0  # steps where the batch was too large to speculate
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens_total / self.num_draft_tokens_total if self.num_draft_tokens_total else 0.0
+
+    @property
+    def mean_accepted_tokens(self) -> float:
+        """Tokens a verification step yields on average: 1 (the target's own) + accepted drafts."""
+        return 1.0 + self.num_accepted_tokens_total / self.num_drafts_total if self.num_drafts_total else 0.0
+
+    def copy(self) -> SpecDecodeStats:
+        return SpecDecodeStats(
+            self.num_drafts_total,
+            self.num_draft_tokens_total,
+            self.num_accepted_tokens_total,
+            list(self.num_accepted_tokens_per_pos),
+            self.num_steps_spec_off_total,
+        )
+
+
+class Speculator:
+    def __init__(self, proposer: Proposer, config: SpecDecodeConfig) -> None:
+        self.proposer = proposer
+        self.config = config
+        self.controller = DraftLengthController(
+            config.num_spec_tokens,
+            config.draft_cost + config.verify_cost_per_token,
+            config.initial_acceptance,
+            adaptive=config.adaptive,
+        )
+        self._stats = SpecDecodeStats(num_accepted_tokens_per_pos=[0] * config.num_spec_tokens)
+
+    def propose(self, running: list[Request]) -> None:
+        """Set (or clear) the drafts of every running request for the step about to be scheduled."""
+        for request in running:
+            if request.spec_token_ids:
+                request.spec_token_ids = []
+                request.spec_draft_probs = None
+        max_batch_size = self.config.max_batch_size
+        if max_batch_size and len(running) > max_batch_size:
+            self._stats.num_steps_spec_off_total += 1
+            return
+        wants: list[DraftRequest] = []
+        for request in running:
+            if request.num_computed_tokens != request.num_tokens - 1:
+                continue  # still prefilling: drafts only follow a fully computed context
+            room = request.sampling_params.max_tokens - request.num_output_tokens - 1
+            k = min(self.controller.num_spec_tokens(request.req_id), room)
+            if k > 0:
+                wants.append(DraftRequest(request.req_id, request.all_token_ids, k, request.sampling_params))
+        if not wants:
+            return
+        drafts = self.proposer.propose(wants)
+        by_id = {r.req_id: r for r in running}
+        for want in wants:
+            draft = drafts.get(want.req_id)
+            if draft is None or not draft.token_ids:
+                continue
+            request = by_id[want.req_id]
+            request.spec_token_ids = list(draft.token_ids[: want.num_spec_tokens])
+            request.spec_draft_probs = draft.probs
+
+    def observe(self, batch: SchedulerOutput, output: RunnerOutput) -> None:
+        """Count each verification's accepted drafts and feed the per-request k controller."""
+        stats = self._stats
+        per_pos = stats.num_accepted_tokens_per_pos
+        for scheduled in batch.requests:
+            num_proposed = len(scheduled.spec_token_ids)
+            if not num_proposed:
+                continue
+            sampled = output.sampled_token_ids.get(scheduled.req_id)
+            if not sampled:
+                continue
+            num_accepted = min(len(sampled) - 1, num_proposed)
+            stats.num_drafts_total += 1
+            stats.num_draft_tokens_total += num_proposed
+            stats.num_accepted_tokens_total += num_accepted
+            for i in range(num_accepted):
+                per_pos[i] += 1
+            self.controller.observe(scheduled.req_id, num_proposed, num_accepted)
+
+    def drop(self, req_ids: Iterable[str]) -> None:
+        ids = list(req_ids)
+        if not ids:
+            return
+        self.proposer.drop(ids)
+        for req_id in ids:
+            self.controller.drop(req_id)
+
+    def make_stats(self) -> SpecDecodeStats:
+        return self._stats.copy()
