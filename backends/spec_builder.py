@@ -27,7 +27,7 @@ def attach_speculator(engine: LLMEngine, spec: SpecDecodeConfig, target_model: s
         proposer = build_draft_proposer(engine, spec, target_model)
     else:  # SpecDecodeConfig validated the name
         raise AssertionError(spec.method)
-    speculator = Speculator(proposer, spec)
+    speculator = Speculator(proposer, spec, engine.clock)
     engine.speculator = speculator
     return speculator
 

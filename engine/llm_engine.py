@@ -201,6 +201,8 @@ class LLMEngine:
     def abort(self, req_ids: Iterable[str]) -> None:
         ids = [r for r in dict.fromkeys(req_ids) if r in self._tracked]  # each id once
         self.scheduler.finish_requests(ids, FinishReason.ABORT)
+        if self.speculator is not None:
+            self.speculator.drop(ids)
         for r in ids:
             del self._tracked[r]
 
@@ -238,7 +240,8 @@ class LLMEngine:
         updates = self.scheduler.update_from_output(batch, runner_output)
         if self.speculator is not None:
             self.speculator.observe(batch, runner_output)
-            self.speculator.drop(batch.finished_req_ids)
+            # finished this step, or since the last (aborts, stop strings): the proposer forgets them
+            self.speculator.drop([u.req_id for u in updates if u.finished] + batch.finished_req_ids)
         now = self.clock.now()
         if not batch.is_empty:
             self._record_step(batch, runner_output.step_time_s, now)

@@ -10,6 +10,14 @@ Driven by ``LLMEngine`` (engine/llm_engine.py)::
 Only requests in decode (every known token but the last computed) get drafts, never more than their
 ``max_tokens`` leaves room for, and none at all in a step whose batch is larger than
 ``SpecDecodeConfig.max_batch_size``. Sans-IO; the counters follow vLLM's spec-decode metrics.
+
+Costs are measured, not assumed (the config's values are only the prior). With t_B the EWMA step time
+of plain decode steps of B requests (the runner's step_time_s), a verification step of B requests with
+n drafts in all (k = n / B each) that took t gives the verifier's cost per drafted position
+``(t - t_B) / (k * t_B)``; the proposer's time (engine clock) per drafted position, over t_B, gives the
+draft cost. Their sum prices k in
+engine/spec/draft_length.py, so a busy or compute-bound verifier (the per-token cost rises with the
+batch) turns speculation down by itself, before ``max_batch_size`` turns it off.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from engine.batch import RunnerOutput, SchedulerOutput
+from engine.clock import Clock, MonotonicClock
 from engine.request import Request
 from engine.spec.draft_length import DraftLengthController
 from engine.spec.proposer import DraftRequest, Proposer
@@ -54,10 +63,22 @@ class SpecDecodeStats:
         )
 
 
+COST_EWMA_WEIGHT = 0.2  # weight of the newest measurement in the cost estimates
+
+
+def _ewma(old: float | None, new: float) -> float:
+    return new if old is None else (1 - COST_EWMA_WEIGHT) * old + COST_EWMA_WEIGHT * new
+
+
 class Speculator:
-    def __init__(self, proposer: Proposer, config: SpecDecodeConfig) -> None:
+    def __init__(self, proposer: Proposer, config: SpecDecodeConfig, clock: Clock | None = None) -> None:
         self.proposer = proposer
         self.config = config
+        self.clock = clock or MonotonicClock()
+        self.draft_cost = config.draft_cost  # per draft token, in target decode steps (measured)
+        self.verify_cost = config.verify_cost_per_token  # per verified draft token, likewise
+        self._decode_step_s: dict[int, float] = {}  # batch size -> EWMA plain decode step time
+        self._last_draft_s_per_pos: float | None = None  # the last propose() time per drafted position
         self.controller = DraftLengthController(
             config.num_spec_tokens,
             config.draft_cost + config.verify_cost_per_token,
@@ -86,7 +107,9 @@ class Speculator:
                 wants.append(DraftRequest(request.req_id, request.all_token_ids, k, request.sampling_params))
         if not wants:
             return
+        t0 = self.clock.now()
         drafts = self.proposer.propose(wants)
+        self._last_draft_s_per_pos = (self.clock.now() - t0) / max(w.num_spec_tokens for w in wants)
         by_id = {r.req_id: r for r in running}
         for want in wants:
             draft = drafts.get(want.req_id)
@@ -98,6 +121,7 @@ class Speculator:
 
     def observe(self, batch: SchedulerOutput, output: RunnerOutput) -> None:
         """Count each verification's accepted drafts and feed the per-request k controller."""
+        self._measure_costs(batch, output)
         stats = self._stats
         per_pos = stats.num_accepted_tokens_per_pos
         for scheduled in batch.requests:
@@ -114,6 +138,29 @@ class Speculator:
             for i in range(num_accepted):
                 per_pos[i] += 1
             self.controller.observe(scheduled.req_id, num_proposed, num_accepted)
+
+    def _measure_costs(self, batch: SchedulerOutput, output: RunnerOutput) -> None:
+        requests = batch.requests
+        if not requests or output.step_time_s <= 0:
+            return
+        num_drafts = 0
+        for r in requests:
+            if len(r.token_ids) != 1 or r.start_pos == 0:
+                return  # a prefill chunk in the step: its time says nothing about decoding
+            num_drafts += len(r.spec_token_ids)
+        size = len(requests)
+        if not num_drafts:
+            self._decode_step_s[size] = _ewma(self._decode_step_s.get(size), output.step_time_s)
+            return
+        decode_s = self._decode_step_s.get(size)
+        if decode_s is None:
+            return
+        mean_k = num_drafts / size
+        self.verify_cost = _ewma(self.verify_cost, max(0.0, output.step_time_s - decode_s) / (mean_k * decode_s))
+        if self._last_draft_s_per_pos is not None:
+            self.draft_cost = _ewma(self.draft_cost, self._last_draft_s_per_pos / decode_s)
+            self._last_draft_s_per_pos = None
+        self.controller.cost_per_token = self.draft_cost + self.verify_cost
 
     def drop(self, req_ids: Iterable[str]) -> None:
         ids = list(req_ids)
