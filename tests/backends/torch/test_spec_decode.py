@@ -21,6 +21,16 @@ from engine.spec import SpecDecodeConfig, Speculator
 from engine.spec.ngram_proposer import NgramProposer
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: these steps are small, and on a shared host OpenMP barriers between two
+    threads cost more than the work (20x here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 class _IdTokenizer:
     """Token ids in, token ids out (the tiny model has no tokenizer)."""
 
