@@ -26,6 +26,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     params = _sampling_from_args(args)
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
+    if args.speculative:
+        from backends.spec_builder import attach_speculator
+        from zoo.spec_args import spec_config_from_args
+
+        attach_speculator(engine, spec_config_from_args(args), args.model)
     prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     engine.add_request(prompt, params)
     final = None
@@ -45,6 +50,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"TTFT {m.ttft_s * 1e3:.0f} ms, TPOT {tpot}]",
             file=sys.stderr,
         )
+        spec = engine.make_spec_stats()
+        if spec is not None:
+            print(
+                f"[speculative {args.speculative}: {spec.num_accepted_tokens_total}/{spec.num_draft_tokens_total} "
+                f"drafts accepted ({spec.acceptance_rate:.0%}), {spec.mean_accepted_tokens:.2f} tokens per step]",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -71,6 +83,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.fuzz import run_fuzz_bench
 
         report = run_fuzz_bench(args)
+    elif args.target == "spec":
+        from bench.spec import run_spec_bench
+
+        report = run_spec_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -133,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
     add_engine_args(g)
+    from zoo.spec_args import add_spec_args
+
+    add_spec_args(g)
     g.set_defaults(func=cmd_generate)
 
     d = sub.add_parser("demo", help="a local zoo: a chat answer over the OpenAI API, a short load, a latency table")
@@ -187,13 +206,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=run_top)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "spec"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")
     b.add_argument("--http", type=int, default=20_000, help="fuzz: HTTP requests to send to the gateway")
     b.add_argument("--seed", type=int, default=0, help="fuzz: the seed of the cases (the same seed, the same cases)")
     add_engine_args(b)
+    add_spec_args(b, with_method=False)  # spec: the draft model's settings
+    b.add_argument("--proposers", default="ngram,model", help="spec: comma-separated proposers to measure")
+    b.add_argument("--batch-sizes", default="1", help="spec: comma-separated batch sizes (the crossover)")
     b.set_defaults(func=cmd_bench)
     return parser
 
