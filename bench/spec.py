@@ -2,7 +2,7 @@
 
 For each proposer (``--proposers``: ngram, model, model-bf16) and batch size (``--batch-sizes``), plain and
 speculative runs alternate (``repeats`` pairs) on one target engine, so both see the same machine load;
-each reports its median. Greedy, ``ignore_eos``: every run generates exactly ``max_tokens`` tokens.
+each reports its median. Greedy: plain and speculative runs generate the same tokens (``identical``).
 
     decode tok/s     = sum over requests of (output tokens - 1) / (last finish - first token)  [prefill excluded]
     speedup          = spec decode tok/s / plain decode tok/s  (medians)
@@ -11,7 +11,7 @@ each reports its median. Greedy, ``ignore_eos``: every run generates exactly ``m
     mean_accepted_tokens = tokens per verification step (1 + accepted drafts per step)
     identical        = every speculative run's token ids == the plain run's
 
-Prompts: n-gram on a repetitive task (the model copies a passage and its list: prompt lookup's use case);
+Prompts: n-gram on an editing task (the model re-prints a file it was given: prompt lookup's use case);
 the draft model on an open-ended story. ``verify_cost`` / ``draft_cost`` are the speculator's measured
 costs per drafted position in target decode steps (engine/spec/speculator.py).
 """
@@ -22,11 +22,25 @@ import argparse
 import statistics
 import time
 
-REPETITIVE_PROMPT = (
-    "Copy the following list exactly, one item per line, then copy it again:\n"
-    "- apples, 3 kg, $4.50\n- bananas, 2 kg, $1.20\n- cherries, 1 kg, $7.80\n- dates, 500 g, $3.10\n"
-    "- figs, 250 g, $2.40\n- grapes, 1 kg, $3.90\n- lemons, 6 pieces, $2.00\n- mangoes, 2 pieces, $3.00"
-)
+_CODE = """def fibonacci(n):
+    if n <= 1:
+        return n
+    return fibonacci(n - 1) + fibonacci(n - 2)
+
+def factorial(n):
+    if n == 0:
+        return 1
+    return n * factorial(n - 1)
+
+def is_prime(n):
+    if n < 2:
+        return False
+    for i in range(2, n):
+        if n % i == 0:
+            return False
+    return True
+"""
+REPETITIVE_PROMPT = "Add a docstring to each function and print the whole file:\n\n" + _CODE
 OPEN_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
 
@@ -77,7 +91,7 @@ def run_spec_bench(args: argparse.Namespace) -> dict:
     engine = build_engine(engine_config_from_args(args), progress=False)
     max_tokens = 32 if args.quick else 96
     repeats = 1 if args.quick else 3
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     batch_sizes = [int(b) for b in str(args.batch_sizes).split(",") if b]
     report: dict = {
         "model": engine.runner.config.name if hasattr(engine.runner, "config") else None,

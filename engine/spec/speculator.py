@@ -17,7 +17,9 @@ n drafts in all (k = n / B each) that took t gives the verifier's cost per draft
 ``(t - t_B) / (k * t_B)``; the proposer's time (engine clock) per drafted position, over t_B, gives the
 draft cost. Their sum prices k in
 engine/spec/draft_length.py, so a busy or compute-bound verifier (the per-token cost rises with the
-batch) turns speculation down by itself, before ``max_batch_size`` turns it off.
+batch) turns speculation down by itself, before ``max_batch_size`` turns it off. To have t_B, an
+adaptive speculator leaves a step of B decoding requests plain when it has no t_B yet, and one in
+RECALIBRATE_STEPS afterwards (the machine's load changes).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class SpecDecodeStats:
 
 
 COST_EWMA_WEIGHT = 0.2  # weight of the newest measurement in the cost estimates
+RECALIBRATE_STEPS = 64  # an adaptive speculator's steps between two plain (measuring) decode steps
 
 
 def _ewma(old: float | None, new: float) -> float:
@@ -79,6 +82,7 @@ class Speculator:
         self.verify_cost = config.verify_cost_per_token  # per verified draft token, likewise
         self._decode_step_s: dict[int, float] = {}  # batch size -> EWMA plain decode step time
         self._last_draft_s_per_pos: float | None = None  # the last propose() time per drafted position
+        self._steps_since_plain: dict[int, int] = {}  # batch size -> speculative steps since a plain one
         self.controller = DraftLengthController(
             config.num_spec_tokens,
             config.draft_cost + config.verify_cost_per_token,
@@ -97,10 +101,16 @@ class Speculator:
         if max_batch_size and len(running) > max_batch_size:
             self._stats.num_steps_spec_off_total += 1
             return
+        decoding = [r for r in running if r.num_computed_tokens == r.num_tokens - 1]
+        if self.config.adaptive and decoding and len(decoding) == len(running):
+            size = len(running)
+            since = self._steps_since_plain.get(size)
+            if since is None or since >= RECALIBRATE_STEPS:
+                self._steps_since_plain[size] = 0
+                return  # a plain step: measures t_B
+            self._steps_since_plain[size] = since + 1
         wants: list[DraftRequest] = []
-        for request in running:
-            if request.num_computed_tokens != request.num_tokens - 1:
-                continue  # still prefilling: drafts only follow a fully computed context
+        for request in decoding:  # still prefilling: drafts only follow a fully computed context
             room = request.sampling_params.max_tokens - request.num_output_tokens - 1
             k = min(self.controller.num_spec_tokens(request.req_id), room)
             if k > 0:
