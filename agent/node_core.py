@@ -26,6 +26,7 @@ from backends.gpu_table import power_score
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
+from engine.spec.speculator import SpecDecodeStats
 from engine.step_rates import StepRates
 from transport.messages import HardwareInfo, KVInfo, LoadReport, NodeHello, TokenChunk
 
@@ -62,6 +63,7 @@ class EngineObservation:
     inter_token_s: list[float]
     finished: list[FinishedRequest]
     swaps: list[tuple[str, int, float]]
+    spec: SpecDecodeStats | None = None  # speculative decoding totals, when the engine speculates
 
 
 class NodeCore:
@@ -261,8 +263,10 @@ class NodeCore:
             for e in events
             if e.kind in (SchedulerEventKind.SWAPPED_OUT, SchedulerEventKind.SWAPPED_IN)
         ]
-        return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps)
+        return EngineObservation(
+            self.engine.make_stats(), inter_token_s, finished, swaps, self.engine.make_spec_stats()
+        )
 
     def stats_observation(self) -> EngineObservation:
         """A report tick's observation: the scheduler's snapshot, nothing else."""
-        return EngineObservation(self.engine.make_stats(), [], [], [])
+        return EngineObservation(self.engine.make_stats(), [], [], [], self.engine.make_spec_stats())

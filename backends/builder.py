@@ -47,7 +47,12 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
-    return LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    engine = LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    if config.speculative is not None:
+        from backends.spec_builder import attach_speculator
+
+        attach_speculator(engine, config.speculative, config.model)
+    return engine
 
 
 def _limit_xla_cpu_threads(num_threads: int) -> None:

@@ -65,16 +65,21 @@ def _run(engine, prompt_ids: list[int], batch_size: int, params) -> tuple[float,
 def _proposer(engine, name: str, args: argparse.Namespace):
     """(proposer, SpecDecodeConfig) for a proposer name."""
     from backends.spec_builder import build_draft_proposer
+    from engine.spec import SpecDecodeConfig
     from engine.spec.ngram_proposer import NgramProposer
-    from zoo.spec_args import spec_config_from_args
 
-    method = "ngram" if name == "ngram" else "model"
-    config = spec_config_from_args(args, method)
-    config.max_batch_size = 0  # the bench measures the crossover: speculation stays on at every batch size
-    if name == "model-bf16":
-        config.draft_dtype = "bfloat16"
-    elif name not in ("ngram", "model"):
+    if name not in ("ngram", "model", "model-bf16"):
         raise ValueError(f"unknown proposer {name!r} (ngram, model, model-bf16)")
+    method = "ngram" if name == "ngram" else "model"
+    config = SpecDecodeConfig(
+        method=method,
+        num_spec_tokens=args.num_spec_tokens,
+        adaptive=not args.no_adaptive_k,
+        max_batch_size=0,  # the bench measures the crossover: speculation stays on at every batch size
+        draft_model=args.draft_model,
+        draft_dtype="bfloat16" if name == "model-bf16" else args.draft_dtype,
+        draft_num_threads=args.draft_num_threads,
+    )
     if method == "ngram":
         return NgramProposer(config.ngram_min, config.ngram_max), config
     return build_draft_proposer(engine, config, args.model), config
@@ -84,11 +89,19 @@ def run_spec_bench(args: argparse.Namespace) -> dict:
     import torch
 
     from backends.builder import build_engine
+    from engine.config import CacheConfig, EngineConfig, SchedulerConfig
     from engine.sampling_params import SamplingParams
     from engine.spec import Speculator
-    from zoo.engine_args import engine_config_from_args
 
-    engine = build_engine(engine_config_from_args(args), progress=False)
+    config = EngineConfig(
+        model=args.model,
+        dtype=args.dtype,
+        device=args.device,
+        num_threads=args.num_threads,
+        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        cache=CacheConfig(block_size=args.block_size, num_device_blocks=args.num_device_blocks, num_host_blocks=0),
+    )
+    engine = build_engine(config, progress=False)
     max_tokens = 32 if args.quick else 96
     repeats = 1 if args.quick else 3
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from engine.spec.spec_config import SpecDecodeConfig
+
 
 class PreemptionMode(StrEnum):
     SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
@@ -81,6 +83,7 @@ class EngineConfig:
         several agents share one host, so their thread pools do not oversubscribe the cores.
     gpu_profile / tp: the simulated node (backend "sim" only; a backends/gpu_table.py profile name and
         a power-of-two GPU count). Its KV blocks follow from the GPU memory, not ``cache.num_device_blocks``.
+    speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 
     model: str | None = None
@@ -92,6 +95,7 @@ class EngineConfig:
     tp: int = 1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    speculative: SpecDecodeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 
 from agent.node_core import EngineObservation
 from engine.scheduler_stats import SchedulerStats
+from engine.spec.speculator import SpecDecodeStats
 from observe import metrics_names as m
 from observe.exporter import PrometheusExporter, SnapshotCollector
 from transport.messages import NodeHello
@@ -34,6 +35,7 @@ class AgentExporter(PrometheusExporter):
         self._zoo_labels: dict[str, str] = {}
         self._bytes_per_block = 0
         self._stats: SchedulerStats | None = None
+        self._spec: SpecDecodeStats | None = None
         self._rejected: Mapping = {}
         reg = self.registry
         self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (engine arrival → first token).",
@@ -83,6 +85,7 @@ class AgentExporter(PrometheusExporter):
         for direction, _num_blocks, step_time_s in obs.swaps:
             self.swap_latency.labels(**self._zoo_labels, direction=direction).observe(step_time_s)
         self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
+        self._spec = obs.spec
 
     # -- scrape (HTTP thread) -----------------------------------------------------------------------
 
@@ -127,3 +130,23 @@ class AgentExporter(PrometheusExporter):
             if n:
                 malformed.add_metric([str(getattr(code, "value", code)), "control"], n)
         yield malformed
+        yield from self._spec_metrics(names, values)
+
+    def _spec_metrics(self, names: list[str], values: list[str]) -> Iterable[Metric]:
+        spec = self._spec
+        if spec is None:
+            return
+        for name, doc, value in (
+            (m.SPEC_DECODE_NUM_DRAFTS, "Verification steps of one request with drafts.", spec.num_drafts_total),
+            (m.SPEC_DECODE_NUM_DRAFT_TOKENS, "Draft tokens proposed.", spec.num_draft_tokens_total),
+            (m.SPEC_DECODE_NUM_ACCEPTED_TOKENS, "Draft tokens accepted.", spec.num_accepted_tokens_total),
+        ):
+            c = CounterMetricFamily(name, doc, labels=names)
+            c.add_metric(values, value)
+            yield c
+        per_pos = CounterMetricFamily(
+            m.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS, "Draft tokens accepted, by draft position.", [*names, "position"]
+        )
+        for position, n in enumerate(spec.num_accepted_tokens_per_pos):
+            per_pos.add_metric([*values, str(position)], n)
+        yield per_pos

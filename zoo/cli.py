@@ -26,11 +26,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     params = _sampling_from_args(args)
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
-    if args.speculative:
-        from backends.spec_builder import attach_speculator
-        from zoo.spec_args import spec_config_from_args
-
-        attach_speculator(engine, spec_config_from_args(args), args.model)
     prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     engine.add_request(prompt, params)
     final = None
