@@ -145,7 +145,9 @@ class AgentExporter(PrometheusExporter):
             c.add_metric(values, value)
             yield c
         per_pos = CounterMetricFamily(
-            m.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS, "Draft tokens accepted, by draft position.", [*names, "position"]
+            m.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
+            "Draft tokens accepted, by draft position.",
+            labels=[*names, "position"],
         )
         for position, n in enumerate(spec.num_accepted_tokens_per_pos):
             per_pos.add_metric([*values, str(position)], n)
