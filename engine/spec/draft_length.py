@@ -58,6 +58,7 @@ class DraftLengthController:
         self.initial_acceptance = initial_acceptance
         self.adaptive = adaptive
         self._states: dict[str, _State] = {}
+        self._batch_steps_at_zero = 0
 
     def num_spec_tokens(self, req_id: str) -> int:
         if not self.adaptive:
@@ -70,6 +71,30 @@ class DraftLengthController:
         state.steps_at_zero += 1
         if state.steps_at_zero >= PROBE_INTERVAL:
             state.steps_at_zero = 0
+            return 1
+        return 0
+
+    def num_spec_tokens_for_batch(self, req_ids: list[str]) -> int:
+        """One k for a step's requests: the argmax of the tokens all of them yield per unit of step cost.
+
+        A batched verification step costs what its longest draft costs (a draft model's k sequential
+        steps), so each request picking its own k would make the others pay for the longest; the batch's
+        k maximises ``sum_i E(alpha_i, k) / (1 + c*k)``, each alpha_i still measured per request.
+        """
+        if not self.adaptive:
+            return self.k_max
+        alphas = [self._state(r).alpha for r in req_ids]
+        best_k, best_rate = 0, float(len(alphas))
+        for k in range(1, self.k_max + 1):
+            rate = sum(expected_tokens(a, k) for a in alphas) / (1.0 + self.cost_per_token * k)
+            if rate > best_rate * (1.0 + 1e-9):
+                best_k, best_rate = k, rate
+        if best_k:
+            self._batch_steps_at_zero = 0
+            return best_k
+        self._batch_steps_at_zero += 1
+        if self._batch_steps_at_zero >= PROBE_INTERVAL:
+            self._batch_steps_at_zero = 0
             return 1
         return 0
 

@@ -7,15 +7,16 @@ Driven by ``LLMEngine`` (engine/llm_engine.py)::
     finish_step:  speculator.observe(batch, runner_output)           acceptance -> k per request, counters
                   speculator.drop(batch.finished_req_ids)            the proposer forgets finished requests
 
-Only requests in decode (every known token but the last computed) get drafts, never more than their
-``max_tokens`` leaves room for, and none at all in a step whose batch is larger than
-``SpecDecodeConfig.max_batch_size``. Sans-IO; the counters follow vLLM's spec-decode metrics.
+Only requests in decode (every known token but the last computed) get drafts: one k for the step from
+their measured acceptance rates (engine/spec/draft_length.py), never more than ``max_tokens`` leaves
+room for, and none at all in a step whose batch is larger than ``SpecDecodeConfig.max_batch_size``.
+Sans-IO; the counters follow vLLM's spec-decode metrics.
 
 Costs are measured, not assumed (the config's values are only the prior). With t_B the EWMA step time
 of plain decode steps of B requests (the runner's step_time_s), a verification step of B requests with
-n drafts in all (k = n / B each) that took t gives the verifier's cost per drafted position
-``(t - t_B) / (k * t_B)``; the proposer's time (engine clock) per drafted position, over t_B, gives the
-draft cost. Their sum prices k in
+at most k drafts each that took t gives the verifier's cost per drafted position ``(t - t_B) / (k * t_B)``
+(it includes a draft model's time when the runner's step does, as a simulated one's does); the
+proposer's time (engine clock) per drafted position, over t_B, gives the draft cost. Their sum prices k in
 engine/spec/draft_length.py, so a busy or compute-bound verifier (the per-token cost rises with the
 batch) turns speculation down by itself, before ``max_batch_size`` turns it off. To have t_B, an
 adaptive speculator leaves a step of B decoding requests plain when it has no t_B yet, and one in
@@ -109,10 +110,13 @@ class Speculator:
                 self._steps_since_plain[size] = 0
                 return  # a plain step: measures t_B
             self._steps_since_plain[size] = since + 1
+        if not decoding:
+            return
+        k_batch = self.controller.num_spec_tokens_for_batch([r.req_id for r in decoding])
         wants: list[DraftRequest] = []
         for request in decoding:  # still prefilling: drafts only follow a fully computed context
             room = request.sampling_params.max_tokens - request.num_output_tokens - 1
-            k = min(self.controller.num_spec_tokens(request.req_id), room)
+            k = min(k_batch, room)
             if k > 0:
                 wants.append(DraftRequest(request.req_id, request.all_token_ids, k, request.sampling_params))
         if not wants:
@@ -153,20 +157,20 @@ class Speculator:
         requests = batch.requests
         if not requests or output.step_time_s <= 0:
             return
-        num_drafts = 0
+        max_k = 0
         for r in requests:
             if len(r.token_ids) != 1 or r.start_pos == 0:
                 return  # a prefill chunk in the step: its time says nothing about decoding
-            num_drafts += len(r.spec_token_ids)
+            max_k = max(max_k, len(r.spec_token_ids))
         size = len(requests)
-        if not num_drafts:
+        if not max_k:
             self._decode_step_s[size] = _ewma(self._decode_step_s.get(size), output.step_time_s)
             return
         decode_s = self._decode_step_s.get(size)
         if decode_s is None:
             return
-        mean_k = num_drafts / size
-        self.verify_cost = _ewma(self.verify_cost, max(0.0, output.step_time_s - decode_s) / (mean_k * decode_s))
+        # per drafted position: the draft's k sequential steps and the verifier's extra rows both grow with k
+        self.verify_cost = _ewma(self.verify_cost, max(0.0, output.step_time_s - decode_s) / (max_k * decode_s))
         if self._last_draft_s_per_pos is not None:
             self.draft_cost = _ewma(self.draft_cost, self._last_draft_s_per_pos / decode_s)
             self._last_draft_s_per_pos = None

@@ -45,3 +45,15 @@ def test_requests_are_independent_and_non_adaptive_is_fixed():
     assert c.num_spec_tokens("good") > 0 and c.num_spec_tokens("bad") == 0
     fixed = DraftLengthController(k_max=3, cost_per_token=5.0, initial_acceptance=0.1, adaptive=False)
     assert fixed.num_spec_tokens("x") == 3
+
+
+def test_one_k_for_the_batch_weighs_every_request():
+    c = DraftLengthController(k_max=5, cost_per_token=0.3, initial_acceptance=0.5)
+    for _ in range(10):
+        c.observe("good", 5, 5)
+        c.observe("bad", 5, 0)
+    k_good = c.num_spec_tokens_for_batch(["good"])
+    k_mixed = c.num_spec_tokens_for_batch(["good", "bad", "bad", "bad"])
+    assert k_good > k_mixed >= 0
+    ks = [c.num_spec_tokens_for_batch(["bad"]) for _ in range(PROBE_INTERVAL)]
+    assert ks.count(1) == 1 and ks.count(0) == PROBE_INTERVAL - 1
