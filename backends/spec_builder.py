@@ -1,6 +1,7 @@
 """Pairs an engine with a draft proposer from a SpecDecodeConfig: the one place a proposer is chosen by name.
 
 ngram   engine/spec/ngram_proposer.py, no model
+remote  transport/remote_drafter.py: a draft agent (agent/draft_server.py, ``zoo draft-server``)
 model   backends/torch/draft_proposer.py: the draft checkpoint (``draft_model``; default the target's
         own) in ``draft_dtype`` with ``draft_num_threads``. Same checkpoint and dtype as a torch
         target: the draft shares the target's weights (its own KV cache). Vocabularies must match.
@@ -25,6 +26,15 @@ def attach_speculator(engine: LLMEngine, spec: SpecDecodeConfig, target_model: s
         proposer: Any = NgramProposer(spec.ngram_min, spec.ngram_max)
     elif spec.method == "model":
         proposer = build_draft_proposer(engine, spec, target_model)
+    elif spec.method == "remote":
+        from transport.remote_drafter import RemoteProposer
+
+        proposer = RemoteProposer(spec.draft_endpoint, spec.draft_timeout_s)
+        try:
+            proposer.pair(engine.tokenizer.vocab_size)  # the vocabulary is checked at pairing
+        except BaseException:
+            proposer.close()
+            raise
     else:  # SpecDecodeConfig validated the name
         raise AssertionError(spec.method)
     speculator = Speculator(proposer, spec, engine.clock)

@@ -168,6 +168,12 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
     u.set_defaults(func=cmd_up)
 
+    from zoo.draft_server_cmd import add_draft_server_args, run_draft_server
+
+    ds = sub.add_parser("draft-server", help="a draft agent: a draft model that proposes for verifiers elsewhere")
+    add_draft_server_args(ds)
+    ds.set_defaults(func=run_draft_server)
+
     from transport.sockets import DEFAULT_CLIENT_ENDPOINT
     from zoo.keys import add_client_auth_args
 

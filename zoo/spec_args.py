@@ -10,8 +10,13 @@ from engine.spec import SpecDecodeConfig
 def add_spec_args(p: argparse.ArgumentParser, with_method: bool = True) -> None:
     if with_method:
         p.add_argument(
-            "--speculative", default=None, choices=["ngram", "model"], help="propose drafts, verify them in one step"
+            "--speculative",
+            default=None,
+            choices=["ngram", "model", "remote"],
+            help="propose drafts, verify them in one step",
         )
+    p.add_argument("--draft-endpoint", default=None, help="remote: the draft agent (zoo draft-server) address")
+    p.add_argument("--draft-timeout-s", type=float, default=0.5, help="remote: no drafts past this wait")
     p.add_argument("--draft-model", default=None, help="draft checkpoint (GGUF or HF dir); default: the target's own")
     p.add_argument("--draft-dtype", default="float32", choices=["float32", "bfloat16"], help="the draft's dtype")
     p.add_argument("--draft-num-threads", type=int, default=None, help="CPU threads of the draft model")
@@ -34,4 +39,6 @@ def spec_config_from_args(args: argparse.Namespace, method: str | None = None) -
         draft_model=args.draft_model,
         draft_dtype=args.draft_dtype,
         draft_num_threads=args.draft_num_threads,
+        draft_endpoint=args.draft_endpoint,
+        draft_timeout_s=args.draft_timeout_s,
     )

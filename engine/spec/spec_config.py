@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SPEC_METHODS = frozenset({"ngram", "model"})
+SPEC_METHODS = frozenset({"ngram", "model", "remote"})
 
 
 @dataclass(slots=True)
 class SpecDecodeConfig:
     """How a node speculates.
 
-    method: "ngram" (prompt lookup) or "model" (a draft model in this process).
+    method: "ngram" (prompt lookup), "model" (a draft model in this process) or "remote" (a draft agent
+        on another node, ``zoo draft-server``, at ``draft_endpoint``; no drafts past ``draft_timeout_s``).
     num_spec_tokens: the most drafts per request per step (k).
     adaptive: choose each request's k from its measured acceptance rate (engine/spec/draft_length.py);
         False always asks for ``num_spec_tokens``.
@@ -37,6 +38,8 @@ class SpecDecodeConfig:
     draft_model: str | None = None
     draft_dtype: str = "float32"
     draft_num_threads: int | None = None
+    draft_endpoint: str | None = None
+    draft_timeout_s: float = 0.5
 
     def __post_init__(self) -> None:
         if self.method not in SPEC_METHODS:
@@ -53,5 +56,9 @@ class SpecDecodeConfig:
             raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min}, {self.ngram_max}")
         if self.draft_dtype not in ("float32", "bfloat16"):
             raise ValueError(f"draft_dtype must be 'float32' or 'bfloat16', got {self.draft_dtype!r}")
+        if self.method == "remote" and not self.draft_endpoint:
+            raise ValueError("speculative method 'remote' needs draft_endpoint (the draft agent's address)")
+        if not self.draft_timeout_s > 0:
+            raise ValueError(f"draft_timeout_s must be > 0, got {self.draft_timeout_s}")
         if self.draft_num_threads is not None and self.draft_num_threads < 1:
             raise ValueError(f"draft_num_threads must be >= 1, got {self.draft_num_threads}")
