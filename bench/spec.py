@@ -62,15 +62,37 @@ def _run(engine, prompt_ids: list[int], batch_size: int, params) -> tuple[float,
     return _decode_tok_per_s([final[i] for i in ids]), [got[i] for i in ids]
 
 
+def _start_draft_server(args: argparse.Namespace):
+    """A ``zoo draft-server`` child process on a free loopback port: (process, endpoint)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    endpoint = f"tcp://127.0.0.1:{port}"
+    cmd = [sys.executable, "-m", "zoo", "draft-server", "--bind", endpoint, "--dtype", args.draft_dtype]
+    if args.draft_model:
+        cmd += ["--model", args.draft_model]
+    if args.draft_num_threads or args.num_threads:
+        cmd += ["--num-threads", str(args.draft_num_threads or args.num_threads)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("draft server:"):
+            return proc, endpoint
+    raise RuntimeError(f"zoo draft-server exited ({proc.wait()}) before serving")
+
+
 def _proposer(engine, name: str, args: argparse.Namespace):
     """(proposer, SpecDecodeConfig) for a proposer name."""
     from backends.spec_builder import build_draft_proposer
     from engine.spec import SpecDecodeConfig
     from engine.spec.ngram_proposer import NgramProposer
 
-    if name not in ("ngram", "model", "model-bf16"):
-        raise ValueError(f"unknown proposer {name!r} (ngram, model, model-bf16)")
-    method = "ngram" if name == "ngram" else "model"
+    if name not in ("ngram", "model", "model-bf16", "remote"):
+        raise ValueError(f"unknown proposer {name!r} (ngram, model, model-bf16, remote)")
+    method = name if name in ("ngram", "remote") else "model"
     config = SpecDecodeConfig(
         method=method,
         num_spec_tokens=args.num_spec_tokens,
@@ -82,6 +104,12 @@ def _proposer(engine, name: str, args: argparse.Namespace):
     )
     if method == "ngram":
         return NgramProposer(config.ngram_min, config.ngram_max), config
+    if method == "remote":
+        from transport.remote_drafter import RemoteProposer
+
+        proposer = RemoteProposer(args.draft_endpoint, timeout_s=args.draft_timeout_s)
+        proposer.pair(engine.tokenizer.vocab_size)
+        return proposer, config
     return build_draft_proposer(engine, config, args.model), config
 
 
@@ -91,7 +119,6 @@ def run_spec_bench(args: argparse.Namespace) -> dict:
     from backends.builder import build_engine
     from engine.config import CacheConfig, EngineConfig, SchedulerConfig
     from engine.sampling_params import SamplingParams
-    from engine.spec import Speculator
 
     config = EngineConfig(
         model=args.model,
@@ -117,50 +144,69 @@ def run_spec_bench(args: argparse.Namespace) -> dict:
         "proposers": {},
     }
     for name in [p for p in str(args.proposers).split(",") if p]:
-        proposer, config = _proposer(engine, name, args)
-        prompt = REPETITIVE_PROMPT if name == "ngram" else OPEN_PROMPT
-        prompt_ids = engine.encode_chat([{"role": "user", "content": prompt}])
-        rows = []
-        for batch_size in batch_sizes:
-            plain, spec, identical = [], [], True
-            accepted = drafted = drafts = 0
-            verify_cost = draft_cost = 0.0
-            for _ in range(repeats):
-                engine.speculator = None
-                tok_s, plain_ids = _run(engine, prompt_ids, batch_size, params)
-                plain.append(tok_s)
-                speculator = Speculator(proposer, config, engine.clock)
-                engine.speculator = speculator
-                tok_s, spec_ids = _run(engine, prompt_ids, batch_size, params)
-                spec.append(tok_s)
-                identical = identical and spec_ids == plain_ids
-                stats = speculator.make_stats()
-                accepted += stats.num_accepted_tokens_total
-                drafted += stats.num_draft_tokens_total
-                drafts += stats.num_drafts_total
-                verify_cost, draft_cost = speculator.verify_cost, speculator.draft_cost
-            engine.speculator = None
-            base, fast = statistics.median(plain), statistics.median(spec)
-            rows.append(
-                {
-                    "batch_size": batch_size,
-                    "baseline_tok_per_s": round(base, 2),
-                    "spec_tok_per_s": round(fast, 2),
-                    "speedup": round(fast / base, 3),
-                    "acceptance_rate": round(accepted / drafted, 3) if drafted else 0.0,
-                    "mean_accepted_tokens": round(1 + accepted / drafts, 3) if drafts else 0.0,
-                    "identical": identical,
-                    "num_draft_tokens_total": drafted,
-                    "num_accepted_tokens_total": accepted,
-                    "verify_cost": round(verify_cost, 3),
-                    "draft_cost": round(draft_cost, 3),
-                    "baseline_runs_tok_per_s": [round(x, 2) for x in plain],
-                    "spec_runs_tok_per_s": [round(x, 2) for x in spec],
-                }
-            )
-        entry = dict(rows[0])
-        entry["by_batch_size"] = rows
+        server = None
+        if name == "remote" and not args.draft_endpoint:  # a draft agent process of our own, over loopback
+            server, args.draft_endpoint = _start_draft_server(args)
+        try:
+            entry = _measure(engine, name, args, params, batch_sizes, repeats)
+        finally:
+            if server is not None:
+                from transport.process import stop_processes
+
+                stop_processes([server])
+                args.draft_endpoint = None
         report["proposers"][name] = entry
-        del proposer
     report["time_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return report
+
+
+def _measure(engine, name: str, args: argparse.Namespace, params, batch_sizes: list[int], repeats: int) -> dict:
+    from engine.spec import Speculator
+
+    proposer, config = _proposer(engine, name, args)
+    prompt = REPETITIVE_PROMPT if name == "ngram" else OPEN_PROMPT
+    prompt_ids = engine.encode_chat([{"role": "user", "content": prompt}])
+    rows = []
+    for batch_size in batch_sizes:
+        plain, spec, identical = [], [], True
+        accepted = drafted = drafts = 0
+        verify_cost = draft_cost = 0.0
+        for _ in range(repeats):
+            engine.speculator = None
+            tok_s, plain_ids = _run(engine, prompt_ids, batch_size, params)
+            plain.append(tok_s)
+            speculator = Speculator(proposer, config, engine.clock)
+            engine.speculator = speculator
+            tok_s, spec_ids = _run(engine, prompt_ids, batch_size, params)
+            spec.append(tok_s)
+            identical = identical and spec_ids == plain_ids
+            stats = speculator.make_stats()
+            accepted += stats.num_accepted_tokens_total
+            drafted += stats.num_draft_tokens_total
+            drafts += stats.num_drafts_total
+            verify_cost, draft_cost = speculator.verify_cost, speculator.draft_cost
+        engine.speculator = None
+        base, fast = statistics.median(plain), statistics.median(spec)
+        rows.append(
+            {
+                "batch_size": batch_size,
+                "baseline_tok_per_s": round(base, 2),
+                "spec_tok_per_s": round(fast, 2),
+                "speedup": round(fast / base, 3),
+                "acceptance_rate": round(accepted / drafted, 3) if drafted else 0.0,
+                "mean_accepted_tokens": round(1 + accepted / drafts, 3) if drafts else 0.0,
+                "identical": identical,
+                "num_draft_tokens_total": drafted,
+                "num_accepted_tokens_total": accepted,
+                "verify_cost": round(verify_cost, 3),
+                "draft_cost": round(draft_cost, 3),
+                "baseline_runs_tok_per_s": [round(x, 2) for x in plain],
+                "spec_runs_tok_per_s": [round(x, 2) for x in spec],
+            }
+        )
+    entry = dict(rows[0])
+    entry["by_batch_size"] = rows
+    if hasattr(proposer, "close"):
+        entry["num_timeouts"] = proposer.num_timeouts
+        proposer.close()
+    return entry
