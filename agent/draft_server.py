@@ -43,13 +43,26 @@ class DraftServer:
         task_status.started(bound)
         try:
             while True:
-                peer, *frames = await sock.recv_multipart()
-                reply = await self._handle(frames)
-                await sock.send_multipart([peer, *encode(reply)])
+                latest = await self._latest_rounds(sock)
+                for peer, frames in latest.items():
+                    reply = await self._handle(frames)
+                    await sock.send_multipart([peer, *encode(reply)])
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close(linger=0)
                 ctx.term()
+
+    async def _latest_rounds(self, sock: zmq.asyncio.Socket) -> dict[bytes, list[bytes]]:
+        """The newest message of each peer among those waiting: a verifier that gave up on a round has
+        already sent the next, so older ones are skipped unanswered (it drops late replies anyway)."""
+        peer, *frames = await sock.recv_multipart()
+        latest = {peer: frames}
+        while True:
+            try:
+                peer, *frames = await sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return latest
+            latest[peer] = frames
 
     async def _handle(self, frames: list[bytes]) -> DraftReply | ErrorReply:
         try:

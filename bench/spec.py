@@ -101,6 +101,8 @@ def _proposer(engine, name: str, args: argparse.Namespace):
         draft_model=args.draft_model,
         draft_dtype="bfloat16" if name == "model-bf16" else args.draft_dtype,
         draft_num_threads=args.draft_num_threads,
+        draft_endpoint=args.draft_endpoint,
+        draft_timeout_s=args.draft_timeout_s,
     )
     if method == "ngram":
         return NgramProposer(config.ngram_min, config.ngram_max), config

@@ -124,6 +124,8 @@ class Speculator:
         t0 = self.clock.now()
         drafts = self.proposer.propose(wants)
         self._last_draft_s_per_pos = (self.clock.now() - t0) / max(w.num_spec_tokens for w in wants)
+        if not any(d.token_ids for d in drafts.values()):
+            self._price_empty_round(len(running))
         by_id = {r.req_id: r for r in running}
         for want in wants:
             draft = drafts.get(want.req_id)
@@ -175,6 +177,15 @@ class Speculator:
             self.draft_cost = _ewma(self.draft_cost, self._last_draft_s_per_pos / decode_s)
             self._last_draft_s_per_pos = None
         self.controller.cost_per_token = self.draft_cost + self.verify_cost
+
+    def _price_empty_round(self, batch_size: int) -> None:
+        """A round that brought no drafts (no n-gram match, a drafter past its deadline) still cost its
+        time: it counts as draft cost, so a slow drafter turns k down instead of stalling every step."""
+        decode_s = self._decode_step_s.get(batch_size)
+        if decode_s and self._last_draft_s_per_pos is not None:
+            self.draft_cost = _ewma(self.draft_cost, self._last_draft_s_per_pos / decode_s)
+            self.controller.cost_per_token = self.draft_cost + self.verify_cost
+        self._last_draft_s_per_pos = None
 
     def drop(self, req_ids: Iterable[str]) -> None:
         ids = list(req_ids)
