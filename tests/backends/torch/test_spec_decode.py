@@ -198,7 +198,13 @@ def _real_engine(model, checkpoint, speculator_for=None):
 
 
 def test_greedy_output_is_token_identical_on_the_real_model(smollm2_model, smollm2_checkpoint):
-    """Plain decoding vs the n-gram proposer vs the draft-model proposer (the same weights, its own KV)."""
+    """Plain decoding vs the n-gram proposer vs the draft-model proposer (the same weights, its own KV) vs
+    the same draft model behind a draft agent on loopback (remote)."""
+    from anyio.from_thread import start_blocking_portal
+
+    from agent.draft_server import DraftServer
+    from transport.remote_drafter import RemoteProposer
+
     tok = smollm2_checkpoint.tokenizer
     prompts = [
         "one two three four five one two three four five one two three",
@@ -207,18 +213,26 @@ def test_greedy_output_is_token_identical_on_the_real_model(smollm2_model, smoll
     params = SamplingParams(temperature=0.0, max_tokens=12)
     spec = SpecDecodeConfig(num_spec_tokens=3, adaptive=False, max_batch_size=0)
 
-    def ngram(engine):
-        return Speculator(NgramProposer(1, 3), spec)
-
-    def draft(engine):
-        return Speculator(DraftModelProposer(TorchModelRunner(smollm2_model), tok.vocab_size, num_blocks=64), spec)
+    def draft_model() -> DraftModelProposer:
+        runner = TorchModelRunner(smollm2_model)
+        return DraftModelProposer(runner, tok.vocab_size, num_blocks=64, sample_drafts=False)
 
     baseline = _generate_ids(_real_engine(smollm2_model, smollm2_checkpoint), prompts, params)
     assert all(len(ids) == 12 for ids in baseline)
-    for make in (ngram, draft):
-        engine = _real_engine(smollm2_model, smollm2_checkpoint, make)
-        assert _generate_ids(engine, prompts, params) == baseline, make.__name__
-        stats = engine.make_spec_stats()
-        assert stats.num_accepted_tokens_total > 0, make.__name__
-        if make is draft:  # the same weights propose exactly what the target picks
-            assert stats.acceptance_rate > 0.9
+    with start_blocking_portal() as portal:
+        server = DraftServer(draft_model(), tok.vocab_size)
+        future, endpoint = portal.start_task(server.run)
+        remote = RemoteProposer(endpoint, timeout_s=30.0)
+        try:
+            assert remote.pair(tok.vocab_size) == tok.vocab_size
+            for name, proposer in (("ngram", NgramProposer(1, 3)), ("model", draft_model()), ("remote", remote)):
+                engine = _real_engine(smollm2_model, smollm2_checkpoint, lambda e, p=proposer: Speculator(p, spec))
+                assert _generate_ids(engine, prompts, params) == baseline, name
+                stats = engine.make_spec_stats()
+                assert stats.num_accepted_tokens_total > 0, name
+                if name != "ngram":  # the same weights propose exactly what the target picks
+                    assert stats.acceptance_rate > 0.9, name
+            assert remote.num_timeouts == 0
+        finally:
+            remote.close()
+            future.cancel()  # the draft agent stops
