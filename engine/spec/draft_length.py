@@ -9,7 +9,9 @@ argmax over 0..k_max (k = 0: plain decode). alpha is a per-token Bernoulli rate 
 counts: a verification that accepted a of k drafts was a trials with a successes when all were
 accepted, a + 1 trials when draft a was rejected (drafts after the first rejection were never tried);
 both counts decay by DECAY per verification and start from a prior worth PRIOR_TRIALS trials. A
-request at k = 0 probes with k = 1 every PROBE_INTERVAL steps, so a rate that recovers is noticed.
+request at k = 0 probes with k = 1 after PROBE_INTERVAL steps, so a rate that recovers is noticed; each
+probe that does not turn speculation back on doubles the wait (up to MAX_PROBE_INTERVAL), so an expensive
+drafter costs little while it is off.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 DECAY = 0.8  # weight of the counts so far at each new verification
 PRIOR_TRIALS = 2.0
 PROBE_INTERVAL = 8
+MAX_PROBE_INTERVAL = 128
 
 
 def expected_tokens(alpha: float, k: int) -> float:
@@ -59,6 +62,7 @@ class DraftLengthController:
         self.adaptive = adaptive
         self._states: dict[str, _State] = {}
         self._batch_steps_at_zero = 0
+        self._batch_probe_interval = PROBE_INTERVAL
 
     def num_spec_tokens(self, req_id: str) -> int:
         if not self.adaptive:
@@ -91,10 +95,12 @@ class DraftLengthController:
                 best_k, best_rate = k, rate
         if best_k:
             self._batch_steps_at_zero = 0
+            self._batch_probe_interval = PROBE_INTERVAL
             return best_k
         self._batch_steps_at_zero += 1
-        if self._batch_steps_at_zero >= PROBE_INTERVAL:
+        if self._batch_steps_at_zero >= self._batch_probe_interval:
             self._batch_steps_at_zero = 0
+            self._batch_probe_interval = min(2 * self._batch_probe_interval, MAX_PROBE_INTERVAL)
             return 1
         return 0
 

@@ -57,3 +57,12 @@ def test_one_k_for_the_batch_weighs_every_request():
     assert k_good > k_mixed >= 0
     ks = [c.num_spec_tokens_for_batch(["bad"]) for _ in range(PROBE_INTERVAL)]
     assert ks.count(1) == 1 and ks.count(0) == PROBE_INTERVAL - 1
+
+
+def test_probes_back_off_while_speculation_stays_off():
+    c = DraftLengthController(k_max=4, cost_per_token=5.0, initial_acceptance=0.5)  # never worth it
+    ks = [c.num_spec_tokens_for_batch(["r"]) for _ in range(PROBE_INTERVAL * 7)]
+    probes = [i for i, k in enumerate(ks) if k]
+    assert (
+        len(probes) == 3 and probes[1] - probes[0] == 2 * PROBE_INTERVAL and probes[2] - probes[1] == 4 * PROBE_INTERVAL
+    )
