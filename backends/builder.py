@@ -18,7 +18,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     if config.backend == "sim":
         from backends.sim.engine import build_sim_engine
 
-        return build_sim_engine(
+        engine = build_sim_engine(
             config.model,
             config.gpu_profile,
             config.tp,
@@ -26,6 +26,11 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             cache_config=config.cache,
             clock=clock,
         )
+        if config.speculative is not None:
+            from backends.sim.spec_model import attach_sim_speculator
+
+            attach_sim_speculator(engine, config.speculative, config.gpu_profile)
+        return engine
     from backends.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(config.model)

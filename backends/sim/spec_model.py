@@ -18,8 +18,10 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from backends.sim.cost_model import StepCostModel
+from engine.spec import SpecDecodeConfig, Speculator
 from engine.spec.proposer import Draft, DraftRequest
 
 DEFAULT_ALPHA = 0.7
@@ -53,6 +55,32 @@ class SimSpecModel:
             num_requests, num_requests, num_requests, attn_units, num_requests * context_tokens
         )
         return num_drafts * one
+
+
+def attach_sim_speculator(engine: Any, spec: SpecDecodeConfig, gpu_profile: str) -> Speculator:
+    """Speculation on a simulated node: method "model" drafts with ``spec.draft_model`` (a ``sim:*``
+    shape) on one ``gpu_profile`` GPU before each verification; "ngram" drafts for free. Either way the
+    drafts' fate is drawn with DEFAULT_ALPHA."""
+    from backends.sim.cost_model import NodeHardware
+    from backends.sim.model_shapes import sim_model
+
+    runner = getattr(engine.runner, "runner", engine.runner)  # under a PacedRunner
+    draft_cost = None
+    if spec.method == "model":
+        if not spec.draft_model:
+            raise ValueError("a simulated node drafting with a model needs draft_model (e.g. sim:llama-3.2-1b)")
+        draft = sim_model(spec.draft_model)
+        if draft.vocab_size != runner.model.vocab_size:
+            raise ValueError(
+                f"draft model's vocabulary has {draft.vocab_size} tokens, the target's {runner.model.vocab_size}"
+            )
+        draft_cost = StepCostModel(draft, NodeHardware(gpu_profile, 1), block_size=runner.cost.block_size)
+    elif spec.method != "ngram":
+        raise ValueError(f"a simulated node cannot speculate with {spec.method!r} (ngram or model)")
+    runner.spec = SimSpecModel(DEFAULT_ALPHA, draft_cost)
+    speculator = Speculator(SimDraftProposer(runner.dummy_token_id), spec, engine.clock)
+    engine.speculator = speculator
+    return speculator
 
 
 class SimDraftProposer:

@@ -69,3 +69,16 @@ def test_speculation_lowers_tpot_at_batch_1_and_adaptive_k_beats_a_fixed_k_when_
     assert fixed_64 > plain_64  # k = 5 drafts every step cost a busy verifier more than they save
     assert adaptive_64 < fixed_64
     assert speculator_64.verify_cost > speculator_1.verify_cost  # verification costs more in a big batch
+
+
+def test_a_simulated_node_speculates_from_its_engine_config():
+    from backends.builder import build_engine
+    from engine.config import EngineConfig
+
+    spec = SpecDecodeConfig(method="model", draft_model="sim:llama-3.2-1b", num_spec_tokens=3)
+    config = EngineConfig(backend="sim", model="sim:llama-3-8b", gpu_profile="h100-sxm", speculative=spec)
+    engine = build_engine(config, clock=ManualClock())
+    assert engine.speculator is not None and engine.runner.spec.draft_cost is not None
+    bad = SpecDecodeConfig(method="model", draft_model="sim:llama-2-7b")  # another tokenizer
+    with pytest.raises(ValueError, match="vocabulary has 32000 tokens, the target's 128256"):
+        build_engine(EngineConfig(backend="sim", model="sim:llama-3-8b", gpu_profile="h100-sxm", speculative=bad))
