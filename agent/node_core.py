@@ -27,6 +27,7 @@ from engine.decode_roofline import DecodeRoofline
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
+from engine.spec.speculator import SpecDecodeStats
 from engine.step_rates import StepRates
 from transport.messages import HardwareInfo, KVInfo, LoadReport, NodeHello, TokenChunk
 
@@ -64,6 +65,7 @@ class EngineObservation:
     finished: list[FinishedRequest]
     swaps: list[tuple[str, int, float]]
     decode_roofline_fraction: float = 0.0  # engine/decode_roofline.py; 0: not measured
+    spec: SpecDecodeStats | None = None  # speculative decoding totals, when the engine speculates
 
 
 class NodeCore:
@@ -285,11 +287,20 @@ class NodeCore:
             for e in events
             if e.kind in (SchedulerEventKind.SWAPPED_OUT, SchedulerEventKind.SWAPPED_IN)
         ]
-        return EngineObservation(self.engine.make_stats(), inter_token_s, finished, swaps, self._roofline_fraction())
+        return EngineObservation(
+            self.engine.make_stats(),
+            inter_token_s,
+            finished,
+            swaps,
+            self._roofline_fraction(),
+            self.engine.make_spec_stats(),
+        )
 
     def stats_observation(self) -> EngineObservation:
         """A report tick's observation: the scheduler's snapshot, nothing else."""
-        return EngineObservation(self.engine.make_stats(), [], [], [], self._roofline_fraction())
+        return EngineObservation(
+            self.engine.make_stats(), [], [], [], self._roofline_fraction(), self.engine.make_spec_stats()
+        )
 
     def _roofline_fraction(self) -> float:
         return self.roofline.fraction if self.roofline is not None else 0.0

@@ -18,7 +18,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     if config.backend == "sim":
         from backends.sim.engine import build_sim_engine
 
-        return build_sim_engine(
+        engine = build_sim_engine(
             config.model,
             config.gpu_profile,
             config.tp,
@@ -26,6 +26,11 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             cache_config=config.cache,
             clock=clock,
         )
+        if config.speculative is not None:
+            from backends.sim.spec_model import attach_sim_speculator
+
+            attach_sim_speculator(engine, config.speculative, config.gpu_profile)
+        return engine
     from backends.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint(config.model)
@@ -62,7 +67,12 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
-    return LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    engine = LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    if config.speculative is not None:
+        from backends.spec_builder import attach_speculator
+
+        attach_speculator(engine, config.speculative, config.model)
+    return engine
 
 
 def _limit_xla_cpu_threads(num_threads: int) -> None:

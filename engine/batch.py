@@ -38,6 +38,9 @@ class ScheduledRequest:
         sampled from the last position's logits. False for a non-final prefill chunk.
     spec_token_ids: draft tokens placed after ``token_ids`` for verification (speculative
         decoding); the runner returns up to ``len(spec_token_ids) + 1`` sampled tokens.
+    spec_draft_probs: None for deterministic drafts (accepted while they equal the target's sample), or
+        the proposal distribution [>= len(spec_token_ids), V] they were sampled from (an opaque backend
+        array; the runner verifies them by rejection sampling, engine/spec/proposer.py).
     num_output_tokens: tokens generated so far (seeded samplers and penalties may use it).
     lora_id: adapter to apply; None for the base model.
     """
@@ -51,6 +54,7 @@ class ScheduledRequest:
     num_output_tokens: int = 0
     spec_token_ids: list[int] = field(default_factory=list)
     lora_id: int | None = None
+    spec_draft_probs: object | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:

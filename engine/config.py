@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from engine.spec.spec_config import SpecDecodeConfig
+
 
 class PreemptionMode(StrEnum):
     SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
@@ -89,6 +91,7 @@ class EngineConfig:
         table's choice for the device (backends/kernel_dispatch.py).
     kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (an FP8 KV cache; SM89 / SM90+, torch backend).
     cuda_graphs: capture decode steps as CUDA graphs per batch bucket (torch on CUDA); False = eager.
+    speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 
     model: str | None = None
@@ -106,6 +109,7 @@ class EngineConfig:
     attention_backend: str | None = None
     kv_dtype: str = "auto"
     cuda_graphs: bool = True
+    speculative: SpecDecodeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:

@@ -31,6 +31,7 @@ from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
+from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
 
 STEP_RECORDS_KEPT = 4096
@@ -156,9 +157,12 @@ class LLMEngine:
         clock: Clock | None = None,
         *,
         detokenize: bool = True,
+        speculator: Speculator | None = None,
     ) -> None:
         """detokenize: False leaves ``RequestOutput.text`` empty and ignores stop strings (the fleet
-        simulator, whose tokens are placeholders)."""
+        simulator, whose tokens are placeholders).
+        speculator: drafts proposed before each step and verified by the runner (engine/spec/); None
+        decodes plainly."""
         if scheduler_config.max_model_len > runner.max_model_len:
             raise ValueError(
                 f"max_model_len {scheduler_config.max_model_len} exceeds the model's {runner.max_model_len}"
@@ -169,6 +173,7 @@ class LLMEngine:
         self.cache_config = cache_config
         self.clock = clock or MonotonicClock()
         self.detokenize = detokenize
+        self.speculator = speculator
         self.scheduler = Scheduler(scheduler_config, cache_config, self.clock)
         runner.initialize_kv_cache(
             KVCacheSpec(
@@ -214,6 +219,8 @@ class LLMEngine:
     def abort(self, req_ids: Iterable[str]) -> None:
         ids = [r for r in dict.fromkeys(req_ids) if r in self._tracked]  # each id once
         self.scheduler.finish_requests(ids, FinishReason.ABORT)
+        if self.speculator is not None:
+            self.speculator.drop(ids)
         for r in ids:
             del self._tracked[r]
 
@@ -254,6 +261,8 @@ class LLMEngine:
 
         An empty batch that only names finished requests still goes to the runner (it drops their state).
         """
+        if self.speculator is not None:
+            self.speculator.propose(self.scheduler.running_requests())
         batch = self.scheduler.schedule()
         if batch.is_empty and not batch.finished_req_ids:
             return None
@@ -265,6 +274,10 @@ class LLMEngine:
         self.num_steps += 1
         self.busy_time_s += runner_output.step_time_s
         updates = self.scheduler.update_from_output(batch, runner_output)
+        if self.speculator is not None:
+            self.speculator.observe(batch, runner_output)
+            # finished this step, or since the last (aborts, stop strings): the proposer forgets them
+            self.speculator.drop([u.req_id for u in updates if u.finished] + batch.finished_req_ids)
         now = self.clock.now()
         if not batch.is_empty:
             self._record_step(batch, runner_output.step_time_s, now)
@@ -344,3 +357,7 @@ class LLMEngine:
 
     def make_stats(self) -> SchedulerStats:
         return self.scheduler.make_stats()
+
+    def make_spec_stats(self) -> SpecDecodeStats | None:
+        """Speculative decoding totals, or None when this engine does not speculate."""
+        return None if self.speculator is None else self.speculator.make_stats()

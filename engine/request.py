@@ -58,6 +58,8 @@ class Request:
     num_computed_tokens: tokens at positions [0, num_computed_tokens) whose KV is in the cache.
     spec_token_ids: draft tokens a proposer placed after the known tokens for the next step; the
         scheduler schedules them after ``token_ids`` and clears them once the step is done.
+    spec_draft_probs: the proposal distribution of sampled drafts (opaque backend array [k, V]), or
+        None for deterministic drafts (engine/spec/proposer.py).
     num_cached_prompt_tokens: prompt tokens served by the prefix cache on first admission.
     stop_reason: the stop token id or the stop string that ended the request.
     priority: its traffic class's rank (higher runs first; engine/scheduler.py swaps a lower-priority running
@@ -89,6 +91,7 @@ class Request:
 
         self.num_computed_tokens = 0
         self.spec_token_ids: list[int] = []
+        self.spec_draft_probs: object | None = None
         self.num_preemptions = 0
         self.num_cached_prompt_tokens = 0
         self.first_scheduled_time_s: float | None = None

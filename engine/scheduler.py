@@ -134,6 +134,10 @@ class Scheduler:
     def has_unfinished_requests(self) -> bool:
         return bool(self._running or self._waiting or self._swapped)
 
+    def running_requests(self) -> list[Request]:
+        """The running requests, oldest first (a copy; the speculator sets their drafts)."""
+        return list(self._running)
+
     def get_request(self, req_id: str) -> Request | None:
         """Unfinished requests, and finished ones until the next ``schedule()``."""
         return self._requests.get(req_id)
@@ -298,6 +302,7 @@ class Scheduler:
             num_output_tokens=len(request.output_token_ids),
             spec_token_ids=request.spec_token_ids[:num_spec_tokens] if num_spec_tokens else [],
             lora_id=request.lora_id,
+            spec_draft_probs=request.spec_draft_probs if num_spec_tokens else None,
         )
 
     def _preempt(self, victim: Request, output: SchedulerOutput) -> None:
@@ -368,6 +373,9 @@ class Scheduler:
         request.num_computed_tokens += len(scheduled.token_ids) + num_accepted
         if request.spec_token_ids:
             request.spec_token_ids = []
+            request.spec_draft_probs = None
+        if num_spec_tokens:
+            self.kv_cache_manager.rollback_slots(request)  # the rejected drafts' slots
         if num_accepted == 0:  # the common case: one token, no drafts
             token_id = sampled[0]
             request.append_output_token_ids(token_id)

@@ -20,6 +20,7 @@ from prometheus_client.metrics_core import Metric
 
 from agent.node_core import EngineObservation
 from engine.scheduler_stats import SchedulerStats
+from engine.spec.speculator import SpecDecodeStats
 from observe import metrics_names as m
 from observe.exporter import PrometheusExporter, SnapshotCollector
 from transport.messages import NodeHello
@@ -35,6 +36,7 @@ class AgentExporter(PrometheusExporter):
         self._bytes_per_block = 0
         self._stats: SchedulerStats | None = None
         self._roofline = 0.0
+        self._spec: SpecDecodeStats | None = None
         self._rejected: Mapping = {}
         reg = self.registry
         self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
@@ -92,6 +94,7 @@ class AgentExporter(PrometheusExporter):
             self.swap_latency.labels(**self._zoo_labels, direction=direction).observe(step_time_s)
         self._roofline = obs.decode_roofline_fraction
         self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
+        self._spec = obs.spec
 
     # -- scrape (HTTP thread) -----------------------------------------------------------------------
 
@@ -141,6 +144,28 @@ class AgentExporter(PrometheusExporter):
             if n:
                 malformed.add_metric([str(getattr(code, "value", code)), "control"], n)
         yield malformed
+        yield from self._spec_metrics(names, values)
+
+    def _spec_metrics(self, names: list[str], values: list[str]) -> Iterable[Metric]:
+        spec = self._spec
+        if spec is None:
+            return
+        for name, doc, value in (
+            (m.SPEC_DECODE_NUM_DRAFTS, "Verification steps of one request with drafts.", spec.num_drafts_total),
+            (m.SPEC_DECODE_NUM_DRAFT_TOKENS, "Draft tokens proposed.", spec.num_draft_tokens_total),
+            (m.SPEC_DECODE_NUM_ACCEPTED_TOKENS, "Draft tokens accepted.", spec.num_accepted_tokens_total),
+        ):
+            c = CounterMetricFamily(name, doc, labels=names)
+            c.add_metric(values, value)
+            yield c
+        per_pos = CounterMetricFamily(
+            m.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
+            "Draft tokens accepted, by draft position.",
+            labels=[*names, "position"],
+        )
+        for position, n in enumerate(spec.num_accepted_tokens_per_pos):
+            per_pos.add_metric([*values, str(position)], n)
+        yield per_pos
 
     # -- the KV data plane (event loop; agent/kv_data_plane.py's on_transfer hook) --------------------------
 

@@ -38,6 +38,12 @@ INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
 E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
 REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
 
+# agent: speculative decoding, vLLM's names (counters, _total) ---------------------------------------------
+SPEC_DECODE_NUM_DRAFTS = "vllm:spec_decode_num_drafts"  # verification steps of one request with drafts
+SPEC_DECODE_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+SPEC_DECODE_NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
+SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"  # {position}
+
 # agent: ours -----------------------------------------------------------------------------------------------
 ROUTER_TO_NODE_HOP = "zoo:router_to_node_hop_seconds"  # agent recv - GenerateRequest.sent_ns
 SWAPPED_BLOCKS = "zoo:swapped_blocks"  # counter (_total) by direction "out" | "in"

@@ -55,6 +55,8 @@ class MsgType(enum.IntEnum):
     KV_ACK = 32
     MIGRATE = 33
     MIGRATION_DONE = 34
+    DRAFT_PROPOSE = 50
+    DRAFT_REPLY = 51
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -355,6 +357,33 @@ class NodeTelemetry(Envelope, kw_only=True):
     metrics_url: str = ""
 
 
+# --------------------------------------------------------------------------- remote drafting
+
+
+class DraftItem(msgspec.Struct, frozen=True):
+    """One request that wants drafts: all its known tokens, and at most ``num_spec_tokens`` drafts."""
+
+    req_id: str
+    token_ids: list[int]
+    num_spec_tokens: int
+
+
+class DraftPropose(Envelope, kw_only=True):
+    """Verifier -> draft agent. ``request_id`` numbers the round (a late reply is recognised and
+    dropped); ``drop_req_ids`` are finished requests the drafter forgets; no items = a pairing check."""
+
+    items: list[DraftItem] = []
+    drop_req_ids: list[str] = []
+    vocab_size: int = 0  # the verifier's; the drafter refuses a pair whose vocabulary differs
+
+
+class DraftReply(Envelope, kw_only=True):
+    """Draft agent -> verifier: greedy drafts per req_id (deterministic, so verification is exact)."""
+
+    drafts: dict[str, list[int]] = {}
+    vocab_size: int = 0  # the drafter's
+
+
 MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.NODE_HELLO: NodeHello,
     MsgType.WELCOME: Welcome,
@@ -373,6 +402,8 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.FLEET_STATS: FleetStats,
     MsgType.NODE_TELEMETRY: NodeTelemetry,
     MsgType.PROBE_SNAPSHOT: ProbeSnapshot,
+    MsgType.DRAFT_PROPOSE: DraftPropose,
+    MsgType.DRAFT_REPLY: DraftReply,
 }
 
 

@@ -45,6 +45,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"TTFT {m.ttft_s * 1e3:.0f} ms, TPOT {tpot}]",
             file=sys.stderr,
         )
+        spec = engine.make_spec_stats()
+        if spec is not None:
+            print(
+                f"[speculative {args.speculative}: {spec.num_accepted_tokens_total}/{spec.num_draft_tokens_total} "
+                f"drafts accepted ({spec.acceptance_rate:.0%}), {spec.mean_accepted_tokens:.2f} tokens per step]",
+                file=sys.stderr,
+            )
     return 0
 
 
@@ -91,6 +98,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.decode_step import run_decode_step_bench
 
         report = run_decode_step_bench(args)
+    elif args.target == "spec":
+        from bench.spec import run_spec_bench
+
+        report = run_spec_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -153,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
     add_engine_args(g)
+    from zoo.spec_args import add_spec_args
+
+    add_spec_args(g)
     g.set_defaults(func=cmd_generate)
 
     d = sub.add_parser("demo", help="a local zoo: a chat answer over the OpenAI API, a short load, a latency table")
@@ -173,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--config", default=None, help="zoo.toml ([controlplane], [[agents]]); default: two torch agents")
     u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
     u.set_defaults(func=cmd_up)
+
+    from zoo.draft_server_cmd import add_draft_server_args, run_draft_server
+
+    ds = sub.add_parser("draft-server", help="a draft agent: a draft model that proposes for verifiers elsewhere")
+    add_draft_server_args(ds)
+    ds.set_defaults(func=run_draft_server)
 
     from transport.sockets import DEFAULT_CLIENT_ENDPOINT
     from zoo.keys import add_client_auth_args
@@ -213,7 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     et.set_defaults(func=run_export_tokenizer)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv", "gpu", "step"])
+    b.add_argument(
+        "target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv", "gpu", "step", "spec"]
+    )
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")
@@ -222,6 +244,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_args(b)
     b.add_argument("--steps", type=int, default=64, help="gpu: measured decode steps per figure")
     b.add_argument("--bandwidth-gbps", type=float, default=None, help="gpu: memory bandwidth (default: datasheet)")
+    add_spec_args(b, with_method=False)  # spec: the draft model's settings
+    b.add_argument("--proposers", default="ngram,model", help="spec: comma-separated proposers to measure")
+    b.add_argument("--batch-sizes", default="1", help="spec: comma-separated batch sizes (the crossover)")
     b.set_defaults(func=cmd_bench)
     return parser
 

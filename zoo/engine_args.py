@@ -39,7 +39,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """With ``--speculative`` (zoo generate, zoo agent: zoo/spec_args.py) the engine speculates."""
+    speculative = None
+    if getattr(args, "speculative", None):
+        from zoo.spec_args import spec_config_from_args
+
+        speculative = spec_config_from_args(args)
     return EngineConfig(
+        speculative=speculative,
         model=args.model,
         backend=args.backend,
         dtype=args.dtype,

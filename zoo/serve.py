@@ -213,6 +213,9 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
     p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
     add_engine_args(p)
+    from zoo.spec_args import add_spec_args
+
+    add_spec_args(p)  # --speculative ngram|model, --draft-model, --num-spec-tokens ...
     p.add_argument("--tp", type=int, default=1, help="GPUs per node: simulated (--backend sim), or TP ranks (torch)")
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"

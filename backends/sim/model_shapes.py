@@ -65,6 +65,10 @@ SIM_MODELS: dict[str, ModelConfig] = {
             "smollm2-135m", vocab=49152, hidden=576, intermediate=1536, layers=30, heads=9, kv_heads=3,
             max_len=8192, rope_theta=100000.0, bos=1, eos=2, tied=True,
         ),
+        _llama(  # Llama 3.2 1B: the usual draft for a Llama 3 8B target (same tokenizer)
+            "llama-3.2-1b", vocab=128256, hidden=2048, intermediate=8192, layers=16, heads=32, kv_heads=8,
+            max_len=8192, rope_theta=500000.0, bos=128000, eos=128001, tied=True,
+        ),
         _llama(
             "llama-2-7b", vocab=32000, hidden=4096, intermediate=11008, layers=32, heads=32, kv_heads=32,
             max_len=4096, rope_theta=10000.0, bos=1, eos=2,

@@ -13,6 +13,7 @@ from __future__ import annotations
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
 from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token
+from backends.sim.spec_model import SimSpecModel
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.model_runner import KVCacheSpec
 
@@ -27,7 +28,10 @@ class SimModelRunner:
         *,
         block_size: int = 16,
         cost_model: StepCostModel | None = None,
+        spec: SimSpecModel | None = None,
     ) -> None:
+        """spec: how drafts fare (acceptance rate, draft cost) when the engine speculates; None = every
+        draft is rejected and drafting costs nothing."""
         if not model.name.startswith(SIM_PREFIX):
             raise ValueError(f"a simulated model's name must start with {SIM_PREFIX!r}, got {model.name!r}")
         self.model = model
@@ -37,6 +41,7 @@ class SimModelRunner:
         # the dummy token: a fixed id that is neither EOS nor BOS
         self.dummy_token_id = next(t for t in range(3, model.vocab_size) if t not in (eos, model.bos_token_id))
         self.kv_spec: KVCacheSpec | None = None
+        self.spec = spec
         self.num_steps = 0
         self.busy_time_s = 0.0  # summed predicted step time
 
@@ -59,6 +64,7 @@ class SimModelRunner:
     def predict_step_s(self, batch: SchedulerOutput) -> float:
         num_tokens = num_sampled = kv_read = 0
         attn_units = 0.0
+        num_drafting = max_drafts = 0
         for r in batch.requests:
             q = len(r.token_ids) + len(r.spec_token_ids)
             start = r.start_pos
@@ -66,8 +72,15 @@ class SimModelRunner:
             kv_read += start
             attn_units += q * (start + (q + 1) * 0.5)
             if r.sample:
-                num_sampled += 1
-        return self.cost.step_time_s(
+                num_sampled += 1 + len(r.spec_token_ids)  # a verification projects every draft's row too
+            if r.spec_token_ids:
+                num_drafting += 1
+                max_drafts = max(max_drafts, len(r.spec_token_ids))
+        draft_s = 0.0
+        if num_drafting and self.spec is not None:
+            mean_context = kv_read // max(len(batch.requests), 1)
+            draft_s = self.spec.draft_time_s(num_drafting, max_drafts, mean_context)
+        return draft_s + self.cost.step_time_s(
             num_tokens,
             len(batch.requests),
             num_sampled,
@@ -82,7 +95,12 @@ class SimModelRunner:
             return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
         step_s = self.predict_step_s(batch)
         token = self.dummy_token_id
-        sampled = {r.req_id: [token] for r in batch.requests if r.sample}
+        spec = self.spec
+        sampled = {
+            r.req_id: [token] * (1 + (spec.num_accepted(len(r.spec_token_ids)) if spec and r.spec_token_ids else 0))
+            for r in batch.requests
+            if r.sample
+        }
         self.num_steps += 1
         self.busy_time_s += step_s
         return RunnerOutput(sampled_token_ids=sampled, step_time_s=step_s)

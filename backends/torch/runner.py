@@ -9,7 +9,8 @@ One step (``execute``)::
     sample -> one .tolist()                          sampler.py
 
 A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids`` and its drafts
-verified as backends/sample_slots.py describes.
+verified as backends/sample_slots.py describes; sampled drafts that carry their proposal distribution
+(``spec_draft_probs``) are verified by rejection sampling instead (rejection_sampler.py).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
 from backends.torch.model import LlamaModel, resolve_dtype
+from backends.torch.rejection_sampler import rejection_sample
 from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
-from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.buckets import BucketPolicy
 from engine.model_runner import KVCacheSpec
 
@@ -256,5 +258,46 @@ class TorchModelRunner:
         return logits, sample_rows.slots
 
     def _sample(self, logits: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:
-        req_ids, params = per_row(slots)
-        accept_sampled(slots, self.sampler.sample(logits, req_ids, params), out)
+        plain = [s for s in slots if not _has_draft_probs(s)]
+        if len(plain) < len(slots):
+            for s in slots:
+                if _has_draft_probs(s):
+                    self._verify_by_rejection(logits[s.first_row : s.first_row + s.num_rows], s.request, out)
+            if not plain:
+                return
+            rows = torch.tensor([s.first_row + j for s in plain for j in range(s.num_rows)], device=logits.device)
+            logits = logits.index_select(0, rows)
+            plain = _renumbered(plain)
+        req_ids, params = per_row(plain)
+        accept_sampled(plain, self.sampler.sample(logits, req_ids, params), out)
+
+    def _verify_by_rejection(self, logits: torch.Tensor, r: ScheduledRequest, out: RunnerOutput) -> None:
+        """logits [k + 1, V] of a request whose drafts were sampled from ``spec_draft_probs``."""
+        params = r.sampling_params
+        k = len(r.spec_token_ids)
+        probs = self.sampler.target_probs(logits, params)
+        u = self.sampler.uniforms(2 * k + 1, r.req_id, params)
+        emitted = rejection_sample(probs, r.spec_token_ids, r.spec_draft_probs, u)
+        out.sampled_token_ids[r.req_id] = emitted
+        if params.logprobs is not None:
+            lp = logits[: len(emitted)].log_softmax(dim=-1)  # the model's own distribution, as sample() reports
+            chosen = lp.gather(1, torch.tensor(emitted, device=lp.device)[:, None])[:, 0].tolist()
+            top_lp, top_ids = lp.topk(max(params.logprobs, 1), dim=-1)
+            top = [
+                list(zip(i[: params.logprobs], v[: params.logprobs])) for i, v in zip(top_ids.tolist(), top_lp.tolist())
+            ]
+            out.logprobs[r.req_id] = [TokenLogprob(t, c, tp) for t, c, tp in zip(emitted, chosen, top)]
+
+
+def _has_draft_probs(slot: SampleSlot) -> bool:
+    r = slot.request
+    return r.spec_draft_probs is not None and bool(r.spec_token_ids) and not r.sampling_params.greedy
+
+
+def _renumbered(slots: list[SampleSlot]) -> list[SampleSlot]:
+    """The same slots over a logits tensor holding only their rows, consecutively."""
+    renumbered, row = [], 0
+    for s in slots:
+        renumbered.append(SampleSlot(s.request, row, s.num_rows))
+        row += s.num_rows
+    return renumbered

@@ -86,6 +86,21 @@ class Sampler:
             self._generators[req_id] = g
         return g
 
+    def target_probs(self, logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+        """The distribution one non-greedy request samples from: softmax of logits [S, V] after
+        temperature, top-k and top-p (the same processing as ``sample``)."""
+        x = logits / params.temperature
+        if params.top_k > 0 or params.top_p < 1.0:
+            n = x.shape[0]
+            x = apply_top_k_top_p(x, [params.top_k] * n, [params.top_p] * n)
+        return x.softmax(dim=-1)
+
+    def uniforms(self, num: int, req_id: str, params: SamplingParams) -> torch.Tensor:
+        """``num`` uniform draws in [0, 1) for one request: from its own generator when seeded."""
+        if params.seed is not None:
+            return torch.rand(num, generator=self._generator(req_id, params.seed), device=self.device)
+        return torch.rand(num, generator=self._rng, device=self.device)
+
     def sample(self, logits: torch.Tensor, req_ids: list[str], params: list[SamplingParams]) -> SamplerOutput:
         """logits [S, V] fp32; req_ids/params: one per row."""
         num_rows, vocab = logits.shape

@@ -337,6 +337,21 @@ class KVCacheManager:
             num_needed += sum(1 for b in hit_block_ids if ref_count(b) == 0)  # evictable -> in use
         return num_needed, num_new_blocks, cow_indices
 
+    def rollback_slots(self, request: Request) -> None:
+        """Release the device blocks past the request's computed tokens: after a verification step, the
+        blocks that only held rejected drafts' KV. Afterwards the table is exactly
+        ``cdiv(num_computed_tokens, block_size)`` long. Rejected slots inside a kept block are simply
+        overwritten later; no block past the computed tokens is ever in the prefix cache (only full
+        computed blocks are registered), so nothing cached is lost."""
+        table = self._device_tables.get(request.req_id)
+        if not table:
+            return
+        keep = cdiv(request.num_computed_tokens, self.block_size)
+        if len(table) > keep:
+            released = table[keep:]
+            del table[keep:]
+            self._device.free(reversed(released))
+
     # -- release and sharing ---------------------------------------------------------------------
 
     def free(self, request: Request) -> None:

@@ -1,0 +1,44 @@
+"""The speculative-decoding flags (``zoo generate``, ``zoo bench spec``) and the config they make."""
+
+from __future__ import annotations
+
+import argparse
+
+from engine.spec import SpecDecodeConfig
+
+
+def add_spec_args(p: argparse.ArgumentParser, with_method: bool = True) -> None:
+    if with_method:
+        p.add_argument(
+            "--speculative",
+            default=None,
+            choices=["ngram", "model", "remote"],
+            help="propose drafts, verify them in one step",
+        )
+    p.add_argument("--draft-endpoint", default=None, help="remote: the draft agent (zoo draft-server) address")
+    p.add_argument("--draft-timeout-s", type=float, default=0.5, help="remote: no drafts past this wait")
+    p.add_argument("--draft-model", default=None, help="draft checkpoint (GGUF or HF dir); default: the target's own")
+    p.add_argument("--draft-dtype", default="float32", choices=["float32", "bfloat16"], help="the draft's dtype")
+    p.add_argument("--draft-num-threads", type=int, default=None, help="CPU threads of the draft model")
+    p.add_argument("--num-spec-tokens", type=int, default=4, help="the most drafts per request per step (k)")
+    p.add_argument("--no-adaptive-k", action="store_true", help="always ask for --num-spec-tokens drafts")
+    p.add_argument(
+        "--spec-max-batch",
+        type=int,
+        default=8,
+        help="no speculation in steps with more running requests (0: never off)",
+    )
+
+
+def spec_config_from_args(args: argparse.Namespace, method: str | None = None) -> SpecDecodeConfig:
+    return SpecDecodeConfig(
+        method=method or args.speculative,
+        num_spec_tokens=args.num_spec_tokens,
+        adaptive=not args.no_adaptive_k,
+        max_batch_size=args.spec_max_batch,
+        draft_model=args.draft_model,
+        draft_dtype=args.draft_dtype,
+        draft_num_threads=args.draft_num_threads,
+        draft_endpoint=args.draft_endpoint,
+        draft_timeout_s=args.draft_timeout_s,
+    )
