@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from engine.spec.spec_config import SpecDecodeConfig
+if TYPE_CHECKING:  # an annotation only: bench/gpu_check.py imports this module where msgspec is absent
+    from engine.spec.spec_config import SpecDecodeConfig
 
 
 class PreemptionMode(StrEnum):
