@@ -20,7 +20,7 @@ def _scrape(spec: SpecDecodeStats | None) -> str:
     exporter = AgentExporter()
     exporter._vllm_labels = {"model_name": "m", "node": "n", "gpu_type": "cpu", "cell": "c"}  # as describe_node
     exporter._zoo_labels = {"model": "m", "node": "n", "gpu_type": "cpu", "cell": "c"}
-    exporter.observe(EngineObservation(_stats(), [], [], [], spec))
+    exporter.observe(EngineObservation(_stats(), [], [], [], spec=spec))
     return generate_latest(exporter.registry).decode()
 
 
