@@ -44,6 +44,7 @@ class SchedulerConfig:
     max_model_len: longest prompt + output accepted.
     enable_chunked_prefill: split long prompts across steps to fit the token budget.
     preemption_mode: what to do with a victim under KV pressure.
+    max_loras: distinct LoRA adapters the running set may hold (the runner's device slots); 0 = no limit.
     """
 
     max_num_batched_tokens: int = 512
@@ -51,6 +52,7 @@ class SchedulerConfig:
     max_model_len: int = 8192
     enable_chunked_prefill: bool = True
     preemption_mode: PreemptionMode = PreemptionMode.SWAP
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < 1:
@@ -65,6 +67,8 @@ class SchedulerConfig:
                 f"({self.max_num_batched_tokens} < {self.max_model_len})"
             )
         self.preemption_mode = PreemptionMode(self.preemption_mode)
+        if self.max_loras < 0:
+            raise ValueError(f"max_loras must be >= 0, got {self.max_loras}")
 
 
 @dataclass(slots=True)

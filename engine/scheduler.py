@@ -12,6 +12,9 @@ requests (``max_num_seqs``)::
     3. waiting   FCFS, with a prefix-cache lookup — only when nobody is left swapped out and this
                  step preempted no one. The head of the queue blocks the rest (no overtaking).
 
+LoRA: with ``max_loras`` set, a swapped or waiting request whose adapter is not among the running ones
+is not admitted while the running set already holds ``max_loras`` adapters (the runner's device slots).
+
 Counter model: ``num_computed_tokens`` advances in ``update_from_output`` (once the runner has written
 the KV), never in ``schedule``; a prefix hit is the exception, applied at admission. So between
 ``schedule`` and ``update_from_output`` a request's counters still describe the state *before* the step,
@@ -184,6 +187,8 @@ class Scheduler:
         manager = self.kv_cache_manager
         while self._swapped and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
             request = self._swapped[0]
+            if not self._lora_fits(request):
+                break
             num_new_tokens = self._num_new_tokens(request, budget)
             if num_new_tokens == 0 or not manager.can_swap_in(request, num_new_tokens):
                 break
@@ -203,6 +208,8 @@ class Scheduler:
         manager = self.kv_cache_manager
         while self._waiting and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
             request = self._waiting[0]
+            if not self._lora_fits(request):
+                break
             prefix_hit = manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, budget, num_computed_tokens=prefix_hit.num_tokens)
             if num_new_tokens == 0 or not manager.can_allocate(request, num_new_tokens, prefix_hit):
@@ -226,6 +233,22 @@ class Scheduler:
                 )
             output.requests.append(self._make_scheduled(request, num_new_tokens, 0))
             budget -= num_new_tokens
+
+    def _lora_fits(self, request: Request) -> bool:
+        """Running ``request`` keeps the running set within ``max_loras`` distinct adapters."""
+        max_loras = self.scheduler_config.max_loras
+        if request.lora_id is None or not max_loras:
+            return True
+        running = {r.lora_id for r in self._running}
+        running.discard(None)
+        return request.lora_id in running or len(running) < max_loras
+
+    def running_lora_ids(self) -> set[int]:
+        return {r.lora_id for r in self._running if r.lora_id is not None}
+
+    def waiting_lora_ids(self) -> set[int]:
+        """Adapters of requests waiting or swapped out."""
+        return {r.lora_id for r in (*self._waiting, *self._swapped) if r.lora_id is not None}
 
     def _num_new_tokens(self, request: Request, budget: int, num_computed_tokens: int | None = None) -> int:
         """Known tokens to compute this step: all that are left, or a chunk that fits ``budget``

@@ -24,10 +24,13 @@ from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.attention import AttentionBackend, select_attention_backend
 from backends.torch.kv_cache import PagedKVCache
+from backends.torch.lora_batch import LoraBatch
+from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.lora import LoraConfig, LoraRequest, LoraStats
 from engine.model_runner import KVCacheSpec
 
 
@@ -40,6 +43,8 @@ class TorchModelRunner:
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
     attention_backend: force a backend by name; None = chosen by device at initialize_kv_cache.
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
+    lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
+        slots (lora_slots.py); None = base model only.
     """
 
     def __init__(
@@ -53,6 +58,7 @@ class TorchModelRunner:
         attention_backend: str | None = None,
         progress: bool = True,
         num_threads: int | None = None,
+        lora_config: LoraConfig | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -72,6 +78,8 @@ class TorchModelRunner:
         self.kv_cache: PagedKVCache | None = None
         self.attn: AttentionBackend | None = None
         self.block_size = 0
+        self.lora_config = lora_config
+        self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
 
     # ---- ModelRunner protocol -------------------------------------------------------------
 
@@ -112,6 +120,24 @@ class TorchModelRunner:
         out.step_time_s = time.perf_counter() - t0
         return out
 
+    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
+
+    def add_lora(self, lora: LoraRequest) -> None:
+        if self.lora_slots is None:
+            raise ValueError("this runner was built without LoRA support (no lora_config)")
+        self.lora_slots.add(lora)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.lora_slots is not None and self.lora_slots.remove(lora_id)
+
+    def resident_lora_ids(self) -> list[int]:
+        return [] if self.lora_slots is None else self.lora_slots.resident_lora_ids()
+
+    def lora_stats(self) -> LoraStats:
+        if self.lora_slots is None:
+            return LoraStats(0, 0, 0, 0, 0, 0.0)
+        return self.lora_slots.stats()
+
     # ---- extras ----------------------------------------------------------------------------
 
     def compute_logits(self, batch: SchedulerOutput) -> dict[str, torch.Tensor]:
@@ -131,8 +157,6 @@ class TorchModelRunner:
 
     def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
         bs = self.block_size
-        if any(r.lora_id is not None for r in requests):
-            raise NotImplementedError("LoRA adapters are not supported by the torch runner yet")
         # longest context first: the attention backend groups neighbouring decodes by padded width
         decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
         chunks = [r for r in requests if not r.is_decode]
@@ -175,8 +199,26 @@ class TorchModelRunner:
         input_ids = torch.from_numpy(np.concatenate(ids_parts)).to(dev, non_blocking=True)
         positions_t = torch.from_numpy(positions).to(dev, non_blocking=True)
         logits_idx = torch.tensor(sample_rows.logits_rows, dtype=torch.int64, device=dev)
-        logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx)
+        lora = self._lora_batch(decodes, chunks)
+        logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx, lora)
         return logits, sample_rows.slots
+
+    def _lora_batch(self, decodes: list[ScheduledRequest], chunks: list[ScheduledRequest]) -> LoraBatch | None:
+        """Rows -> device slots for this step (rows are [decodes | chunks], each chunk contiguous)."""
+        lora_ids = {r.lora_id for r in decodes} | {r.lora_id for r in chunks}
+        lora_ids.discard(None)
+        if not lora_ids:
+            return None
+        if self.lora_slots is None:
+            raise ValueError("a request names a LoRA adapter but this runner has no lora_config")
+        slot_of = self.lora_slots.activate(lora_ids)
+        decode_slots = [slot_of.get(r.lora_id) for r in decodes]
+        segments, row = [], len(decodes)
+        for r in chunks:
+            if r.lora_id is not None:
+                segments.append((row, r.num_scheduled_tokens, slot_of[r.lora_id]))
+            row += r.num_scheduled_tokens
+        return LoraBatch(self.lora_slots, decode_slots, segments, self.device)
 
     def _sample(self, logits: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:
         req_ids, params = per_row(slots)
