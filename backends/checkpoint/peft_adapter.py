@@ -125,7 +125,9 @@ def load_peft_adapter(path: str | Path, config: ModelConfig, max_rank: int) -> P
     try:
         tensors = SafetensorsFile(weights_file)
         pairs = _pair_tensors(tensors, config)
-        weights = {key: _module_weights(tensors, key, names, adapter_config, config, max_rank) for key, names in pairs.items()}
+        weights = {
+            key: _module_weights(tensors, key, names, adapter_config, config, max_rank) for key, names in pairs.items()
+        }
     except AdapterError:
         raise
     except (ValueError, KeyError, OSError) as error:

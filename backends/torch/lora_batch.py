@@ -3,9 +3,11 @@
 Rows without an adapter are untouched. The rest is computed as Punica does it (Chen et al., "Punica:
 Multi-Tenant LoRA Serving", 2023: BGMV for decode, SGMV for prefill), with plain torch ops::
 
-    decode rows   grouped by slot, padded to the largest group L:
+    decode rows   grouped by slot, padded to the largest group L (rows without an adapter use the
+                  always-zero slot, so every decode row has a group and a result):
                   x [G, L, in] @ A[slots] [G, in, nR] -> [G, L, nR];  each module: @ B[slots] [G, R, out]
-                  then scattered back onto their rows (index_add_ on the module's output columns)
+                  -> [G*L, out], put back in row order by one index_select, added to out[:D, cols]
+                  (no scatter: CPU's index_add_ is a slow scatter_add)
     chunk rows    one contiguous segment per request: x[s:e] @ A[slot] @ B[slot], no gather at all
 
 ``delta = scaling * B (A x)`` is added in place to the base projection's output (scaling is in B).
@@ -22,11 +24,12 @@ from backends.torch.lora_slots import LoraSlots
 
 @dataclass(slots=True)
 class _DecodeGroups:
-    slots: torch.Tensor  # [G] int64 device slots
-    gather_rows: torch.Tensor  # [G * L] int64 rows of x (padding repeats row 0)
-    valid: torch.Tensor  # [N] int64 positions in G * L that hold a real row
-    dest_rows: torch.Tensor  # [N] int64 the row each of them is added to
-    num_groups: int
+    """Decode rows by slot: group g holds rows ``gather_rows[g*L : g*L + n_g]``, padded with row 0."""
+
+    slots: list[int]  # [G] device slots, ascending
+    gather_rows: torch.Tensor  # [G * L] int64 rows of x
+    position_of_row: torch.Tensor  # [D] int64 where decode row i's result is among the G * L
+    num_rows: int  # D
     max_len: int
 
 
@@ -44,43 +47,64 @@ class LoraBatch:
         self.lora = lora_slots
         self.rank = lora_slots.config.max_lora_rank
         self.segments = segments
-        self.decode = _decode_groups(decode_slots, device)
+        self.decode = _decode_groups(decode_slots, lora_slots.zero_slot, device)
+        # the decode groups' weights for every layer, gathered once per step (a view when the slots are
+        # contiguous):  a [layers, G, in, nR], b [layers, G, R, out]
+        self._a: dict[str, torch.Tensor] = {}
+        self._b: dict[str, torch.Tensor] = {}
+        if self.decode is not None:
+            take = _slot_taker(self.decode.slots, device)
+            self._a = {name: take(a) for name, a in lora_slots.a.items()}
+            self._b = {name: take(b) for name, b in lora_slots.b.items()}
 
     def add(self, layer: int, group_index: int, x: torch.Tensor, out: torch.Tensor) -> None:
         """out[rows, cols] += delta of group ``group_index``'s projections for input x [T, in]."""
         group = self.lora.groups[group_index]
-        a_all = self.lora.a[group.name][layer]  # [S, in, nR]
-        b_all = [self.lora.b[module][layer] for module in group.modules]  # each [S, R, out]
         r = self.rank
         d = self.decode
         if d is not None:
-            xg = x.index_select(0, d.gather_rows).view(d.num_groups, d.max_len, x.shape[1])
-            shrunk = torch.bmm(xg, a_all.index_select(0, d.slots))  # [G, L, nR]
-            for j, (b, (begin, end)) in enumerate(zip(b_all, group.out_columns)):
-                y = torch.bmm(shrunk[:, :, j * r : (j + 1) * r], b.index_select(0, d.slots))  # [G, L, out]
-                y = y.view(d.num_groups * d.max_len, end - begin).index_select(0, d.valid)
-                out[:, begin:end].index_add_(0, d.dest_rows, y)
-        for first, num_rows, slot in self.segments:
-            shrunk = torch.mm(x[first : first + num_rows], a_all[slot])  # [n, nR]
-            for j, (b, (begin, end)) in enumerate(zip(b_all, group.out_columns)):
-                out[first : first + num_rows, begin:end].addmm_(shrunk[:, j * r : (j + 1) * r], b[slot])
+            a = self._a[group.name][layer]  # [G, in, nR]
+            xg = x.index_select(0, d.gather_rows).view(a.shape[0], d.max_len, x.shape[1])
+            shrunk = torch.bmm(xg, a)  # [G, L, nR]
+            for j, (module, (begin, end)) in enumerate(zip(group.modules, group.out_columns)):
+                y = torch.bmm(shrunk[:, :, j * r : (j + 1) * r], self._b[module][layer])  # [G, L, out]
+                y = y.view(-1, end - begin).index_select(0, d.position_of_row)  # [D, out]
+                out[: d.num_rows, begin:end].add_(y)
+        if self.segments:
+            a_all = self.lora.a[group.name][layer]  # [S, in, nR]
+            b_all = [self.lora.b[module][layer] for module in group.modules]  # each [S, R, out]
+            for first, num_rows, slot in self.segments:
+                shrunk = torch.mm(x[first : first + num_rows], a_all[slot])  # [n, nR]
+                for j, (b, (begin, end)) in enumerate(zip(b_all, group.out_columns)):
+                    out[first : first + num_rows, begin:end].addmm_(shrunk[:, j * r : (j + 1) * r], b[slot])
 
 
-def _decode_groups(decode_slots: list[int | None], device: torch.device) -> _DecodeGroups | None:
+def _slot_taker(slots: list[int], device: torch.device):
+    """A function [layers, S, ...] -> [layers, G, ...] for these ascending slots (a view when contiguous)."""
+    first, count = slots[0], len(slots)
+    if slots == list(range(first, first + count)):
+        return lambda t: t[:, first : first + count]
+    index = torch.tensor(slots, dtype=torch.int64, device=device)
+    return lambda t: t.index_select(1, index)
+
+
+def _decode_groups(decode_slots: list[int | None], zero_slot: int, device: torch.device) -> _DecodeGroups | None:
+    if all(slot is None for slot in decode_slots):
+        return None
     rows_of: dict[int, list[int]] = {}
     for row, slot in enumerate(decode_slots):
-        if slot is not None:
-            rows_of.setdefault(slot, []).append(row)
-    if not rows_of:
-        return None
+        rows_of.setdefault(zero_slot if slot is None else slot, []).append(row)
+    slots = sorted(rows_of)
     max_len = max(len(rows) for rows in rows_of.values())
-    gather, valid, dest = [], [], []
-    for g, rows in enumerate(rows_of.values()):
+    gather: list[int] = []
+    position_of_row = [0] * len(decode_slots)
+    for g, slot in enumerate(slots):
+        rows = rows_of[slot]
+        for i, row in enumerate(rows):
+            position_of_row[row] = g * max_len + i
         gather.extend(rows + [0] * (max_len - len(rows)))
-        valid.extend(range(g * max_len, g * max_len + len(rows)))
-        dest.extend(rows)
 
     def tensor(values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.int64, device=device)
 
-    return _DecodeGroups(tensor(list(rows_of)), tensor(gather), tensor(valid), tensor(dest), len(rows_of), max_len)
+    return _DecodeGroups(slots, tensor(gather), tensor(position_of_row), len(decode_slots), max_len)

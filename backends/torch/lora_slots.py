@@ -4,7 +4,8 @@ S-LoRA's memory model (Sheng et al., "S-LoRA: Serving Thousands of Concurrent Lo
 every registered adapter lives in host RAM; the ones a step needs are copied into device slots; a slot
 goes to another adapter only when no request of this step uses it. Each slot holds every projection at
 ``max_lora_rank`` (lower ranks and untargeted projections are zero-padded), with ``scaling`` folded into B,
-so one step's low-rank matmuls all have the same shape::
+so one step's low-rank matmuls all have the same shape. One extra slot (``zero_slot``, the last) stays
+zero: rows without an adapter may be computed through it where that saves a scatter::
 
     group "qkv"      a [layers, S, E, 3R]      b_q [layers, S, R, H*D]   b_k, b_v [layers, S, R, Hkv*D]
     group "o"        a [layers, S, H*D, R]     b_o [layers, S, R, E]
@@ -58,14 +59,17 @@ class LoraSlots:
         self.dtype, self.device = dtype, device
         self.groups = lora_groups(model_config)
         layers, slots, rank = model_config.num_hidden_layers, lora_config.max_loras, lora_config.max_lora_rank
+        self.zero_slot = slots  # never loaded: its A and B stay zero
         self.a: dict[str, torch.Tensor] = {}
         self.b: dict[str, torch.Tensor] = {}
         for group in self.groups:
             num_in = module_shape(model_config, group.modules[0])[1]
-            self.a[group.name] = torch.zeros(layers, slots, num_in, len(group.modules) * rank, dtype=dtype, device=device)
+            self.a[group.name] = torch.zeros(
+                layers, slots + 1, num_in, len(group.modules) * rank, dtype=dtype, device=device
+            )
             for module in group.modules:
                 num_out = module_shape(model_config, module)[0]
-                self.b[module] = torch.zeros(layers, slots, rank, num_out, dtype=dtype, device=device)
+                self.b[module] = torch.zeros(layers, slots + 1, rank, num_out, dtype=dtype, device=device)
         self._registered: dict[int, LoraRequest] = {}
         self._host: OrderedDict[int, PeftAdapter] = OrderedDict()  # LRU order, most recent last
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # lora_id -> device slot, LRU order

@@ -27,7 +27,12 @@ PROMPTS = ["The three primary colors are", "def fibonacci(n):\n    ", "My favour
 ADAPTERS = {
     "attn8": (8, 16, ["q_proj", "v_proj"], {}),
     "all16": (16, 32, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], {}),
-    "mlp4": (4, 8, ["o_proj", "gate_proj", "up_proj", "down_proj"], {"use_rslora": True, "alpha_pattern": {"down_proj": 2}}),
+    "mlp4": (
+        4,
+        8,
+        ["o_proj", "gate_proj", "up_proj", "down_proj"],
+        {"use_rslora": True, "alpha_pattern": {"down_proj": 2}},
+    ),
 }
 
 
