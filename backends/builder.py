@@ -37,7 +37,9 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
 
-        runner = TorchModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+        runner = TorchModelRunner(
+            checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora
+        )
     elif config.backend == "jax":
         if config.num_threads is not None:
             _limit_xla_cpu_threads(config.num_threads)
@@ -47,7 +49,10 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
-    return LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    engine = LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    for lora in config.lora_modules:
+        engine.add_lora(lora)  # a bad adapter fails the start-up, naming it
+    return engine
 
 
 def _limit_xla_cpu_threads(num_threads: int) -> None:

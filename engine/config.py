@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from engine.lora import LoraConfig, LoraRequest
+
 
 class PreemptionMode(StrEnum):
     SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
@@ -96,6 +98,8 @@ class EngineConfig:
     tp: int = 1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    lora: LoraConfig | None = None  # serve LoRA adapters (torch backend); None = the base model only
+    lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -115,6 +119,10 @@ class EngineConfig:
                 raise ValueError(f"backend 'sim' serves simulated models named {SIM_PREFIX}..., got {self.model!r}")
         elif self.tp != 1:
             raise ValueError(f"tp > 1 is only simulated (backend 'sim'), got tp={self.tp} on {self.backend!r}")
+        if self.lora_modules and self.lora is None:
+            raise ValueError("lora_modules need LoRA enabled (a LoraConfig)")
+        if self.lora is not None and self.backend != "torch":
+            raise ValueError(f"LoRA adapters are served by the torch backend only, not {self.backend!r}")
 
 
 BACKENDS = frozenset({"torch", "jax", "sim"})

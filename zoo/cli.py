@@ -27,7 +27,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = _sampling_from_args(args)
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
     prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    engine.add_request(prompt, params)
+    engine.add_request(prompt, params, lora_name=getattr(args, "lora", None))
     final = None
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -71,6 +71,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.fuzz import run_fuzz_bench
 
         report = run_fuzz_bench(args)
+    elif args.target == "lora":
+        from bench.lora import run_lora_bench
+
+        report = run_lora_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -132,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
+    g.add_argument("--lora", default=None, metavar="NAME", help="generate with this adapter of --lora-modules")
     add_engine_args(g)
     g.set_defaults(func=cmd_generate)
 
@@ -187,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(func=run_top)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz"])
+    b.add_argument("target", choices=["engine", "controlplane", "observe", "fuzz", "lora"])
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")

@@ -86,7 +86,7 @@ def test_mixed_batch_matches_merged_dense_models(tiny, kit, adapters):
 
 
 def test_eviction_to_host_and_disk_and_reload(tiny, kit, adapters):
-    config, sd, model = tiny
+    config, _, model = tiny
     # one device slot, one adapter in host RAM: the others are read again from their directories
     runner = _runner(model, adapters, max_loras=1, max_cpu_loras=1)
     prompt = [3, 14, 15, 92, 65]

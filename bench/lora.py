@@ -1,0 +1,142 @@
+"""`zoo bench lora`: batched multi-LoRA decode against the base model, same engine, same process, same run.
+
+A batch of 32 requests decodes on the base model and spread over 1, 8 and 32 distinct random rank-16
+adapters (every projection targeted: q/k/v/o/gate/up/down, the heaviest case). The cases are interleaved
+round by round so drift on a shared machine hits them alike; each case's figure is the median over rounds.
+
+Definitions:
+- decode tok/s: tokens sampled in steps that held only the 32 decodes / the runner time of those steps.
+- ratio_vs_base: a case's decode tok/s / the base model's, measured in the same round.
+- adapter load: disk -> host RAM (read, checked: ``add_lora``) per adapter, and host -> device slot
+  (the copy into the slot tensors, timed by the runner) per load.
+- swapping: 32 requests over 32 adapters through 8 device slots (the scheduler admits at most 8 adapters
+  at a time, slots are evicted LRU as requests finish) against the same 32 requests on the base model:
+  output tok/s over the whole run, prefills included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+BATCH = 32
+RANK = 16
+PROMPT_TOKENS = 24
+CASES = (0, 1, 8, 32)  # distinct adapters in the batch; 0 = the base model
+
+
+def run_lora_bench(args: argparse.Namespace) -> dict:
+    import torch
+
+    from backends.checkpoint import default_model_path, load_checkpoint
+    from backends.checkpoint.peft_writer import random_peft_adapter
+    from backends.torch import build_model
+    from engine.lora import LoraConfig, LoraRequest
+
+    if getattr(args, "num_threads", None):
+        torch.set_num_threads(args.num_threads)
+    device = getattr(args, "device", None) or "cpu"
+    quick = bool(getattr(args, "quick", False))
+    rounds, decode_steps = (1, 4) if quick else (3, 8)
+    checkpoint = load_checkpoint(getattr(args, "model", None) or default_model_path())
+    model = build_model(checkpoint, "float32", device, progress=False)
+    report: dict = {
+        "model": checkpoint.config.name,
+        "device": device,
+        "threads": torch.get_num_threads(),
+        "batch": BATCH,
+        "rank": RANK,
+        "target_modules": "q,k,v,o,gate,up,down",
+        "rounds": rounds,
+        "decode_steps_per_round": decode_steps,
+    }
+    with tempfile.TemporaryDirectory(prefix="zoo-lora-bench-") as tmp:
+        paths = [
+            random_peft_adapter(Path(tmp) / f"a{i}", checkpoint.config, rank=RANK, seed=i) for i in range(max(CASES))
+        ]
+        loras = [LoraRequest(f"adapter-{i}", str(p)) for i, p in enumerate(paths)]
+        engine = _engine(model, checkpoint.tokenizer, LoraConfig(max_loras=max(CASES), max_lora_rank=RANK), device)
+        t0 = time.perf_counter()
+        for lora in loras:
+            engine.add_lora(lora)
+        report["adapter_mb"] = round(engine.runner.lora_slots._host[loras[0].lora_id].num_bytes / 2**20, 2)
+        report["adapter_disk_to_host_ms"] = round(1e3 * (time.perf_counter() - t0) / len(loras), 2)
+
+        per_case: dict[int, list[float]] = {n: [] for n in CASES}
+        for round_index in range(rounds):
+            for n in CASES:
+                names = [None] * BATCH if n == 0 else [loras[i % n].name for i in range(BATCH)]
+                per_case[n].append(_decode_tok_s(engine, names, decode_steps, seed=round_index))
+        stats = engine.runner.lora_stats()
+        report["adapter_host_to_device_ms"] = round(1e3 * stats.load_time_s_total / max(stats.num_loads_total, 1), 2)
+        base = per_case[0]
+        report["base_decode_tok_s"] = round(statistics.median(base), 1)
+        report["cases"] = [
+            {
+                "num_adapters": n,
+                "decode_tok_s": round(statistics.median(per_case[n]), 1),
+                "ratio_vs_base": round(statistics.median(c / b for c, b in zip(per_case[n], base)), 3),
+            }
+            for n in CASES[1:]
+        ]
+        if not quick:
+            report["swapping"] = _swapping(model, checkpoint.tokenizer, loras, device)
+    return report
+
+
+def _engine(model, tokenizer, lora_config, device):
+    from backends.torch import TorchModelRunner
+    from engine.config import CacheConfig, SchedulerConfig
+    from engine.llm_engine import LLMEngine
+
+    runner = TorchModelRunner(model, device=device, progress=False, lora_config=lora_config)
+    return LLMEngine(
+        runner,
+        tokenizer,
+        SchedulerConfig(max_num_batched_tokens=1024, max_num_seqs=BATCH, max_model_len=512),
+        CacheConfig(block_size=16, num_device_blocks=BATCH * 8, num_host_blocks=0, enable_prefix_caching=False),
+    )
+
+
+def _decode_tok_s(engine, lora_names: list[str | None], decode_steps: int, seed: int) -> float:
+    """Prefill BATCH prompts, then time ``decode_steps`` steps of pure decode (runner time)."""
+    from bench.workload import synthetic_prompt_ids
+    from engine.sampling_params import SamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=decode_steps + 2, ignore_eos=True)
+    vocab = engine.tokenizer.vocab_size
+    for i, name in enumerate(lora_names):
+        engine.add_request(synthetic_prompt_ids(PROMPT_TOKENS, vocab, seed * 1000 + i), params, lora_name=name)
+    engine.take_step_records()
+    engine.run_until_done()
+    steps = [r for r in engine.take_step_records() if r.num_decode_requests == BATCH and r.num_prefill_tokens == 0]
+    return sum(r.num_decode_requests for r in steps) / sum(r.step_time_s for r in steps)
+
+
+def _swapping(model, tokenizer, loras, device) -> dict:
+    from bench.workload import synthetic_prompt_ids
+    from engine.lora import LoraConfig
+    from engine.sampling_params import SamplingParams
+
+    out = {"num_adapters": len(loras), "device_slots": 8}
+    for label, names in (("base", [None] * BATCH), ("adapters", [lora.name for lora in loras[:BATCH]])):
+        engine = _engine(model, tokenizer, LoraConfig(max_loras=8, max_lora_rank=RANK), device)
+        for lora in loras:
+            engine.add_lora(lora)
+        for i, name in enumerate(names):
+            max_tokens = 4 + 4 * (i % 4)  # staggered finishes free slots for the adapters waiting
+            params = SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True)
+            engine.add_request(synthetic_prompt_ids(PROMPT_TOKENS, tokenizer.vocab_size, i), params, lora_name=name)
+        t0 = time.perf_counter()
+        final = engine.run_until_done()
+        wall_s = time.perf_counter() - t0
+        out[f"{label}_output_tok_s"] = round(sum(o.num_output_tokens for o in final.values()) / wall_s, 1)
+        if label == "adapters":
+            stats = engine.runner.lora_stats()
+            out["slot_loads"] = stats.num_loads_total
+            out["slot_evictions"] = stats.num_evictions_total
+    out["ratio_vs_base"] = round(out["adapters_output_tok_s"] / out["base_output_tok_s"], 3)
+    return out
