@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from agent.node_core import NodeCore
+from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
 from transport.messages import ErrorCode, ErrorReply
 
@@ -37,6 +38,7 @@ class _Add:
     request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
+    lora: LoraRequest | None = None
 
 
 @dataclass(slots=True)
@@ -85,8 +87,10 @@ class EngineThread:
 
     # -- commands (any thread; applied by the thread in order, before its next step) ------------------
 
-    def add(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        self.inbox.put(_Add(request_id, prompt_token_ids, params))
+    def add(
+        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, lora: LoraRequest | None = None
+    ) -> None:
+        self.inbox.put(_Add(request_id, prompt_token_ids, params, lora))
 
     def abort(self, request_ids: list[str]) -> None:
         self.inbox.put(_Abort(request_ids))
@@ -148,8 +152,8 @@ class EngineThread:
     def _apply(self, cmd, out: list) -> None:
         if isinstance(cmd, _Add):
             try:
-                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params)
-            except ValueError as e:  # PromptError, duplicate id
+                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params, cmd.lora)
+            except ValueError as e:  # PromptError, duplicate id, an adapter this node cannot serve
                 out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
         elif isinstance(cmd, _Abort):
             self.core.abort(cmd.request_ids)

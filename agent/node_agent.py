@@ -42,6 +42,7 @@ from agent.hardware_probe import describe_hardware
 from agent.node_core import EngineObservation, NodeCore
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.lora import LoraRequest
 from transport.actor import Actor, MailboxFull
 from transport.codec import clip
 from transport.curve import CurveClient
@@ -371,7 +372,14 @@ class NodeAgent(Actor):
                 )
             )
             return
-        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling)  # validated when decoded
+        lora = None
+        if msg.lora_name is not None:
+            try:
+                lora = LoraRequest(msg.lora_name, msg.lora_path or "")
+            except ValueError as e:
+                self._send(ErrorReply(request_id=msg.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
+                return
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, lora)  # validated when decoded
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import msgspec
 
+from controlplane.lora_table import LoraTable
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.llm_engine import EngineTokenizer
+from engine.lora import LoraRequest
 from engine.prompt import PromptError, PromptTooLongError, check_prompt_length, check_token_ids
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
@@ -41,6 +43,7 @@ class Placement:
     node_id: str
     route: RouteRequest
     token_ids: list[int]
+    lora: LoraRequest | None = None  # the adapter the node applies
 
 
 def place_request(
@@ -54,10 +57,12 @@ def place_request(
     admission,
     router: RouterConfig,
     exclude: Container[str] = (),
+    loras: LoraTable | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
-    not choose (a resumed request's last node, when it is still registered)."""
+    not choose (a resumed request's last node, when it is still registered); ``loras``: the fleet's LoRA
+    adapters (a ``model`` naming one runs on its parent, on nodes that serve adapters)."""
     rid = msg.request_id
 
     def refuse(
@@ -71,7 +76,8 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, f"request id {rid!r} is already in flight")
     if not model_names:
         return refuse(ErrorCode.NO_NODE, "no node is serving", retry_after_s=1.0)
-    model = msg.model or model_names[0]
+    lora_entry = loras.get(msg.model) if loras is not None else None
+    model = (msg.model or model_names[0]) if lora_entry is None else (lora_entry.parent or model_names[0])
     if model not in model_names:
         served = f"the model {model!r} is not served (served: {model_names})"
         return refuse(ErrorCode.UNKNOWN_MODEL, served, param="model")
@@ -81,6 +87,11 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
     cell = router.cell_for(msg.traffic_class)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
+    if lora_entry is not None:
+        snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.max_loras > 0))
+        if not snapshot.nodes:
+            message = f"no live node serves LoRA adapters of {model!r} in cell {cell!r}"
+            return refuse(ErrorCode.NO_NODE, message, retry_after_s=1.0)
     admission_snapshot = snapshot
     if exclude:
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
@@ -91,13 +102,15 @@ def place_request(
         check_prompt_length(num_prompt_tokens, max(v.max_model_len for v in snapshot.nodes))
     except PromptTooLongError as e:
         return refuse(ErrorCode.PROMPT_TOO_LONG, f"{e} on the longest context served", param=e.param)
+    lora_id = None if lora_entry is None else lora_entry.lora.lora_id
     route = RouteRequest(
         request_id=rid,
         model=model,
         num_prompt_tokens=num_prompt_tokens,
         max_tokens=msg.sampling.max_tokens,
-        block_hashes=prompt_block_hashes(token_ids, snapshot.nodes[0].block_size),
+        block_hashes=prompt_block_hashes(token_ids, snapshot.nodes[0].block_size, lora_id),
         traffic_class=msg.traffic_class,
+        lora_name=None if lora_entry is None else lora_entry.lora.name,
     )
     for _ in range(MAX_CHOICES):
         node_id = policy.choose(route, snapshot)
@@ -105,7 +118,7 @@ def place_request(
             return refuse(ErrorCode.NO_NODE, "no node can take this request now", retry_after_s=1.0)
         refusal = admission.check(admission_snapshot, node_id)
         if refusal is None:
-            return Placement(node_id, route, token_ids)
+            return Placement(node_id, route, token_ids, None if lora_entry is None else lora_entry.lora)
         if getattr(refusal, "node_id", None) != node_id:  # the whole cluster is full: no other node helps
             break
         # that node's queue is full: the policy's next-best node, without it

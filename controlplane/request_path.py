@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 from controlplane.fleet_ledger import FleetLedger
+from controlplane.lora_table import LoraTable
 from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
 from controlplane.request_table import Inflight, RequestTable
@@ -48,6 +49,7 @@ class RequestPath:
     send_to_node(msg, node_id): queue a message to a node (MailboxFull when the outbox is full).
     model_names(): the served models, the default first.
     max_resumes: the most times one request moves to another node before it fails.
+    loras: the fleet's LoRA adapters (controlplane/lora_table.py), selectable by ``model``.
     """
 
     def __init__(
@@ -62,6 +64,7 @@ class RequestPath:
         send_to_node: Callable[[Envelope, str], None],
         model_names: Callable[[], list[str]],
         max_resumes: int,
+        loras: LoraTable | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
@@ -72,6 +75,7 @@ class RequestPath:
         self._send_to_node = send_to_node
         self._model_names = model_names
         self.max_resumes = max_resumes
+        self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy)
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
@@ -95,7 +99,7 @@ class RequestPath:
             arrival_ns,
             placed.route.num_prompt_tokens,
             msg=msg,
-            model=placed.route.model,
+            model=placed.route.lora_name or placed.route.model,  # a resumed request runs with the same adapter
             prompt_token_ids=placed.token_ids,
         )
         self.table.add(inflight)
@@ -207,6 +211,7 @@ class RequestPath:
             admission=self.admission,
             router=self.router,
             exclude=exclude,
+            loras=self.loras,
         )
 
     def _send(self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int) -> Placement | ErrorReply:
@@ -216,6 +221,8 @@ class RequestPath:
             sampling=msg.sampling,
             arrival_ns=arrival_ns,
             routed_ns=routed_ns,
+            lora_name=None if placed.lora is None else placed.lora.name,
+            lora_path=None if placed.lora is None else placed.lora.path,
         )
         try:
             self._send_to_node(request, placed.node_id)

@@ -234,8 +234,13 @@ class LLMEngine:
     def list_loras(self) -> list[LoraRequest]:
         return list(self._loras.values())
 
-    def lora_name(self, lora_id: int) -> str | None:
-        return next((n for n, lora in self._loras.items() if lora.lora_id == lora_id), None)
+    def get_lora(self, name: str) -> LoraRequest | None:
+        return self._loras.get(name)
+
+    def lora_names(self, lora_ids: Iterable[int]) -> list[str]:
+        """The names of these adapter ids (unknown ids are skipped), in the given order."""
+        by_id = {lora.lora_id: name for name, lora in self._loras.items()}
+        return [by_id[i] for i in lora_ids if i in by_id]
 
     def abort(self, req_ids: Iterable[str]) -> None:
         ids = [r for r in dict.fromkeys(req_ids) if r in self._tracked]  # each id once

@@ -121,6 +121,7 @@ class NodeHello(Envelope, kw_only=True):
     # measured at start-up (agent/node_core.py ``profile``), so a new node is priced by measurement; 0: not measured
     prefill_tok_per_s: float = 0.0
     decode_step_ms: float = 0.0
+    max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
 
 
 class Welcome(Envelope, kw_only=True):
@@ -153,6 +154,11 @@ class LoadReport(Envelope, kw_only=True):
     # GenerateRequests the node has taken in (accepted or refused): the router counts the ones routed after
     # them as not yet in this report; -1: not reported (every routed request is taken as reported)
     num_requests_received_total: int = -1
+    # LoRA adapters by name: in device slots now (most recently used last), and those of running and of
+    # waiting requests (vLLM's vllm:lora_requests_info)
+    lora_resident: list[str] = []
+    lora_running: list[str] = []
+    lora_waiting: list[str] = []
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -203,6 +209,9 @@ class GenerateRequest(Envelope, kw_only=True):
     sampling: SamplingParams
     arrival_ns: int  # when the control plane received it (queue wait starts here)
     routed_ns: int  # when the router decided
+    # the LoRA adapter to apply (a PEFT directory the node can read; loaded on first use); None: the base model
+    lora_name: str | None = None
+    lora_path: str | None = None
 
 
 class TokenChunk(Envelope, kw_only=True):

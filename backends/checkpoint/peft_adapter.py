@@ -137,6 +137,17 @@ def load_peft_adapter(path: str | Path, config: ModelConfig, max_rank: int) -> P
     return PeftAdapter(path, weights)
 
 
+def check_peft_directory(path: str | Path) -> None:
+    """AdapterError unless ``path`` is a PEFT LoRA directory with a usable config and a weights file (what
+    can be checked without the base model's shapes)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise AdapterError(f"LoRA adapter {str(path)!r} is not a directory")
+    _read_config(path)
+    if not (path / WEIGHTS_FILE).is_file():
+        raise AdapterError(f"LoRA adapter {str(path)!r} has no {WEIGHTS_FILE}")
+
+
 def _read_config(path: Path) -> dict:
     config_file = path / CONFIG_FILE
     if not config_file.is_file():

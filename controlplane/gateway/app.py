@@ -4,6 +4,8 @@
     POST /v1/chat/completions     (same)
     GET  /v1/models               the frontend's model_names as OpenAI's list
     GET  /v1/models/{model}       one of them, or 404 model_not_found
+    (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
+    frontend allows run-time updates: lora_routes.py)
     GET  /health                  frontend.health(): 200 when status is "ok", else 503
     GET  /metrics                 the metrics_app given to create_app, if any
     (every GET route answers HEAD too)
@@ -40,6 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from controlplane.frontend import Frontend, FrontendError
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import error_response, http_error_response
+from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_schema import GenerateArgs, OpenAIReply, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from transport.codec import clip
@@ -88,6 +91,7 @@ def create_app(
         Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
         Route("/health", gateway.handle_health, methods=["GET"]),
     ]
+    routes += lora_routes(frontend)
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     handlers = {HTTPException: _handle_http_exception, Exception: _handle_unexpected}
@@ -113,11 +117,15 @@ class Gateway:
 
     async def handle_models(self, request: Request) -> Response:
         data = [self._model_object(name) for name in self.frontend.model_names]
+        data += lora_model_objects(self.frontend, self.created_s, self.config.owned_by)
         return _json({"object": "list", "data": data})
 
     async def handle_model(self, request: Request) -> Response:
         name = request.path_params["model"]
         if name not in self.frontend.model_names:
+            for lora in lora_model_objects(self.frontend, self.created_s, self.config.owned_by):
+                if lora["id"] == name:
+                    return _json(lora)
             return error_response(_unknown_model(name))
         return _json(self._model_object(name))
 

@@ -35,6 +35,8 @@ class NodeView:
     # the control plane's own counts
     num_inflight: int  # routed here, not finished
     inflight_prefill_tokens: int  # prompt tokens routed here that the last report cannot know about yet
+    max_loras: int = 0  # LoRA device slots (hello); 0 = serves the base model only
+    lora_resident: tuple[str, ...] = ()  # adapters in its device slots (last report)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,7 @@ class RouteRequest:
     max_tokens: int
     block_hashes: tuple[int, ...]  # hash chain of the prompt's full blocks (prefix-cache keys)
     traffic_class: str = "default"
+    lora_name: str | None = None  # the LoRA adapter it runs with (``model`` is then its base model)
 
 
 class Policy(Protocol):
