@@ -258,6 +258,8 @@ class NodeAgent(Actor):
                         self.exporter.observe(msg)
                         continue
                     if isinstance(msg, LoadReport):
+                        if self.exporter is not None and self.engine is not None:
+                            self.exporter.observe_lora(self.engine.scheduler_config.max_loras, msg)
                         if self.draining and msg.num_running + msg.num_waiting + msg.num_swapped == 0:
                             self._drained.set()  # every chunk before this report is in the link's outbox
                         if not self.welcomed.is_set():

@@ -26,6 +26,7 @@ import msgspec
 
 from controlplane.lora_table import LoraTable
 from controlplane.router.block_hashes import prompt_block_hashes
+from controlplane.router.lora_affinity import prefer_resident
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.llm_engine import EngineTokenizer
@@ -95,6 +96,8 @@ def place_request(
     admission_snapshot = snapshot
     if exclude:
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
+    if lora_entry is not None:
+        snapshot = prefer_resident(snapshot, lora_entry.lora.name)  # router/lora_affinity.py
     if not snapshot.nodes:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     num_prompt_tokens = len(token_ids)
