@@ -62,7 +62,7 @@ def run_lora_bench(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         for lora in loras:
             engine.add_lora(lora)
-        report["adapter_mb"] = round(engine.runner.lora_slots._host[loras[0].lora_id].num_bytes / 2**20, 2)
+        report["adapter_mb"] = round(engine.runner.lora_slots.store.host_adapter(loras[0].lora_id).num_bytes / 2**20, 2)
         report["adapter_disk_to_host_ms"] = round(1e3 * (time.perf_counter() - t0) / len(loras), 2)
 
         per_case: dict[int, list[float]] = {n: [] for n in CASES}
