@@ -45,7 +45,9 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             _limit_xla_cpu_threads(config.num_threads)
         from backends.jax import JaxModelRunner
 
-        runner = JaxModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+        runner = JaxModelRunner(
+            checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora
+        )
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)

@@ -98,7 +98,7 @@ class EngineConfig:
     tp: int = 1
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
-    lora: LoraConfig | None = None  # serve LoRA adapters (torch backend); None = the base model only
+    lora: LoraConfig | None = None  # serve LoRA adapters (torch, jax); None = the base model only
     lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start
 
     def __post_init__(self) -> None:
@@ -121,8 +121,8 @@ class EngineConfig:
             raise ValueError(f"tp > 1 is only simulated (backend 'sim'), got tp={self.tp} on {self.backend!r}")
         if self.lora_modules and self.lora is None:
             raise ValueError("lora_modules need LoRA enabled (a LoraConfig)")
-        if self.lora is not None and self.backend != "torch":
-            raise ValueError(f"LoRA adapters are served by the torch backend only, not {self.backend!r}")
+        if self.lora is not None and self.backend == "sim":
+            raise ValueError("LoRA adapters are served by the torch and jax backends, not 'sim'")
 
 
 BACKENDS = frozenset({"torch", "jax", "sim"})

@@ -166,3 +166,33 @@ def test_eviction_and_reload_under_slot_pressure(peft_model, expected, smollm2_m
     assert stats.num_loads_total >= 3
     # mlp4 was evicted; it is read back into the slot and still right
     assert _run(engine, [(tok.encode(PROMPTS[2]), "mlp4")]) == [expected[(2, "mlp4")][1]]
+
+
+def test_jax_logits_match_peft(peft_model, expected, smollm2_checkpoint):
+    """The JAX runner on the same adapters: one chunk program over every case (base + three adapters)."""
+    pytest.importorskip("jax")
+    import numpy as np
+
+    from backends.jax import BucketPolicy, JaxModelRunner
+
+    _, paths = peft_model
+    tok = smollm2_checkpoint.tokenizer
+    runner = JaxModelRunner(
+        smollm2_checkpoint, "float32", progress=False, buckets=BucketPolicy(token_buckets=(64,)),
+        lora_config=LoraConfig(max_loras=4),
+    )  # fmt: skip
+    runner.initialize_kv_cache(KVCacheSpec(num_device_blocks=32, num_host_blocks=0, block_size=16))
+    by_name = {}
+    for name, path in paths.items():
+        runner.add_lora(LoraRequest(name, path))
+        by_name[name] = LoraRequest(name, path).lora_id
+    requests = []
+    for k, (i, lora) in enumerate(expected):
+        blocks = list(range(4 * k, 4 * k + 4))
+        requests.append(
+            ScheduledRequest(f"r{k}", tok.encode(PROMPTS[i]), 0, blocks, True, GREEDY, lora_id=by_name.get(lora))
+        )
+    got = runner.compute_logits(SchedulerOutput(step_id=0, requests=requests))
+    for k, key in enumerate(expected):
+        ref = expected[key][0].numpy()
+        np.testing.assert_allclose(got[f"r{k}"][-1], ref, atol=1e-3, rtol=0, err_msg=str(key))
