@@ -28,7 +28,7 @@ def loras(tiny, tmp_path_factory):
         name: LoraRequest(
             name,
             str(random_peft_adapter(root / name, tiny[0], rank=2 + 2 * i, target_modules=t, seed=10 + i, b_std=0.3)),
-        )  # fmt: skip
+        )
         for i, (name, t) in enumerate(TARGETS.items())
     }
 
