@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -64,12 +65,14 @@ def run_lora_bench(args: argparse.Namespace) -> dict:
             engine.add_lora(lora)
         report["adapter_mb"] = round(engine.runner.lora_slots.store.host_adapter(loras[0].lora_id).num_bytes / 2**20, 2)
         report["adapter_disk_to_host_ms"] = round(1e3 * (time.perf_counter() - t0) / len(loras), 2)
+        print(f"{len(loras)} adapters read in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
 
         per_case: dict[int, list[float]] = {n: [] for n in CASES}
         for round_index in range(rounds):
             for n in CASES:
                 names = [None] * BATCH if n == 0 else [loras[i % n].name for i in range(BATCH)]
                 per_case[n].append(_decode_tok_s(engine, names, decode_steps, seed=round_index))
+                print(f"round {round_index}: {n} adapters: {per_case[n][-1]:.1f} tok/s", file=sys.stderr, flush=True)
         stats = engine.runner.lora_stats()
         report["adapter_host_to_device_ms"] = round(1e3 * stats.load_time_s_total / max(stats.num_loads_total, 1), 2)
         base = per_case[0]
