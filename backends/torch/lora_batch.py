@@ -48,14 +48,9 @@ class LoraBatch:
         self.rank = lora_slots.config.max_lora_rank
         self.segments = segments
         self.decode = _decode_groups(decode_slots, lora_slots.zero_slot, device)
-        # the decode groups' weights for every layer, gathered once per step (a view when the slots are
-        # contiguous):  a [layers, G, in, nR], b [layers, G, R, out]
-        self._a: dict[str, torch.Tensor] = {}
-        self._b: dict[str, torch.Tensor] = {}
-        if self.decode is not None:
-            take = _slot_taker(self.decode.slots, device)
-            self._a = {name: take(a) for name, a in lora_slots.a.items()}
-            self._b = {name: take(b) for name, b in lora_slots.b.items()}
+        # the decode groups' slots of one layer's [S, ...] stack: a view when the slots are contiguous, else a
+        # gather per layer (small enough to stay in cache for the bmm that reads it)
+        self._take = None if self.decode is None else _slot_taker(self.decode.slots, device)
 
     def add(self, layer: int, group_index: int, x: torch.Tensor, out: torch.Tensor) -> None:
         """out[rows, cols] += delta of group ``group_index``'s projections for input x [T, in]."""
@@ -63,11 +58,12 @@ class LoraBatch:
         r = self.rank
         d = self.decode
         if d is not None:
-            a = self._a[group.name][layer]  # [G, in, nR]
+            take = self._take
+            a = take(self.lora.a[group.name][layer])  # [G, in, nR]
             xg = x.index_select(0, d.gather_rows).view(a.shape[0], d.max_len, x.shape[1])
             shrunk = torch.bmm(xg, a)  # [G, L, nR]
             for j, (module, (begin, end)) in enumerate(zip(group.modules, group.out_columns)):
-                y = torch.bmm(shrunk[:, :, j * r : (j + 1) * r], self._b[module][layer])  # [G, L, out]
+                y = torch.bmm(shrunk[:, :, j * r : (j + 1) * r], take(self.lora.b[module][layer]))  # [G, L, out]
                 y = y.view(-1, end - begin).index_select(0, d.position_of_row)  # [D, out]
                 out[: d.num_rows, begin:end].add_(y)
         if self.segments:
@@ -80,12 +76,12 @@ class LoraBatch:
 
 
 def _slot_taker(slots: list[int], device: torch.device):
-    """A function [layers, S, ...] -> [layers, G, ...] for these ascending slots (a view when contiguous)."""
+    """A function [S, ...] -> [G, ...] for these ascending slots (a view when they are contiguous)."""
     first, count = slots[0], len(slots)
     if slots == list(range(first, first + count)):
-        return lambda t: t[:, first : first + count]
+        return lambda t: t[first : first + count]
     index = torch.tensor(slots, dtype=torch.int64, device=device)
-    return lambda t: t.index_select(1, index)
+    return lambda t: t.index_select(0, index)
 
 
 def _decode_groups(decode_slots: list[int | None], zero_slot: int, device: torch.device) -> _DecodeGroups | None:
