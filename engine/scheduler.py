@@ -13,7 +13,9 @@ requests (``max_num_seqs``)::
                  step preempted no one. The head of the queue blocks the rest (no overtaking).
 
 LoRA: with ``max_loras`` set, a swapped or waiting request whose adapter is not among the running ones
-is not admitted while the running set already holds ``max_loras`` adapters (the runner's device slots).
+is not admitted while the running set already holds ``max_loras`` adapters (the runner's device slots);
+such a waiting request is stepped over (it keeps its place), so the requests behind it are not blocked
+(vLLM's scheduler does the same).
 
 Counter model: ``num_computed_tokens`` advances in ``update_from_output`` (once the runner has written
 the KV), never in ``schedule``; a prefix hit is the exception, applied at admission. So between
@@ -206,10 +208,15 @@ class Scheduler:
 
     def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
         manager = self.kv_cache_manager
+        running_loras = self.running_lora_ids() if self.scheduler_config.max_loras else None
+        skipped: list[Request] = []  # waiting for an adapter slot: the requests behind them may go first
         while self._waiting and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
             request = self._waiting[0]
-            if not self._lora_fits(request):
-                break
+            if running_loras is not None and request.lora_id is not None:
+                if request.lora_id not in running_loras and len(running_loras) >= self.scheduler_config.max_loras:
+                    skipped.append(self._waiting.popleft())
+                    continue
+                running_loras.add(request.lora_id)  # if it is not admitted, the loop ends here anyway
             prefix_hit = manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, budget, num_computed_tokens=prefix_hit.num_tokens)
             if num_new_tokens == 0 or not manager.can_allocate(request, num_new_tokens, prefix_hit):
@@ -233,6 +240,7 @@ class Scheduler:
                 )
             output.requests.append(self._make_scheduled(request, num_new_tokens, 0))
             budget -= num_new_tokens
+        self._waiting.extendleft(reversed(skipped))  # back at the front, in their order
 
     def _lora_fits(self, request: Request) -> bool:
         """Running ``request`` keeps the running set within ``max_loras`` distinct adapters."""

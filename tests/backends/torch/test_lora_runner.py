@@ -136,6 +136,7 @@ def test_engine_serves_adapters_by_name_within_its_slots(tiny, adapters):
     # the scheduler admitted only two adapters (two slots); the third waits, the base request runs
     assert engine.scheduler.running_lora_ids() == {adapters["qv"][0].lora_id, adapters["all"][0].lora_id}
     assert engine.scheduler.waiting_lora_ids() == {adapters["mlp"][0].lora_id}
+    assert engine.make_stats().num_running == 3  # the base request behind "mlp" was not blocked by it
     with pytest.raises(ValueError, match="in use by 1 unfinished requests"):
         engine.remove_lora("mlp")
     final = engine.run_until_done()
