@@ -10,6 +10,9 @@ Multi-Tenant LoRA Serving", 2023: BGMV for decode, SGMV for prefill), with plain
                   (no scatter: CPU's index_add_ is a slow scatter_add)
     chunk rows    one contiguous segment per request: x[s:e] @ A[slot] @ B[slot], no gather at all
 
+Decode rows of at most ``MAX_LORA_SEGMENTS`` adapters that sit side by side (the runner orders them so)
+are segments too: a few plain matmuls on views beat gathers and batched matmuls on a CPU.
+
 ``delta = scaling * B (A x)`` is added in place to the base projection's output (scaling is in B).
 """
 
@@ -20,6 +23,8 @@ from dataclasses import dataclass
 import torch
 
 from backends.torch.lora_slots import LoraSlots
+
+MAX_LORA_SEGMENTS = 4  # decode adapters served as contiguous segments rather than padded groups
 
 
 @dataclass(slots=True)
@@ -46,8 +51,11 @@ class LoraBatch:
         """decode_slots: per decode row (rows 0..D-1), its slot or None; segments: (first row, rows, slot)."""
         self.lora = lora_slots
         self.rank = lora_slots.config.max_lora_rank
-        self.segments = segments
-        self.decode = _decode_groups(decode_slots, lora_slots.zero_slot, device)
+        decode_segments = _decode_segments(decode_slots)
+        self.segments = segments if decode_segments is None else decode_segments + segments
+        self.decode = (
+            None if decode_segments is not None else _decode_groups(decode_slots, lora_slots.zero_slot, device)
+        )
         # the decode groups' slots of one layer's [S, ...] stack: a view when the slots are contiguous, else a
         # gather per layer (small enough to stay in cache for the bmm that reads it)
         self._take = None if self.decode is None else _slot_taker(self.decode.slots, device)
@@ -82,6 +90,23 @@ def _slot_taker(slots: list[int], device: torch.device):
         return lambda t: t[first : first + count]
     index = torch.tensor(slots, dtype=torch.int64, device=device)
     return lambda t: t.index_select(0, index)
+
+
+def _decode_segments(decode_slots: list[int | None]) -> list[tuple[int, int, int]] | None:
+    """(first row, rows, slot) per adapter when each adapter's decode rows are one contiguous run and there
+    are at most MAX_LORA_SEGMENTS of them; else None (padded groups). Rows without an adapter are skipped."""
+    runs: list[tuple[int, int, int]] = []
+    for row, slot in enumerate(decode_slots):
+        if slot is None:
+            continue
+        if runs and runs[-1][2] == slot and runs[-1][0] + runs[-1][1] == row:
+            first, num_rows, _ = runs[-1]
+            runs[-1] = (first, num_rows + 1, slot)
+        else:
+            runs.append((row, 1, slot))
+    if len({slot for _, _, slot in runs}) != len(runs) or len(runs) > MAX_LORA_SEGMENTS:
+        return None
+    return runs
 
 
 def _decode_groups(decode_slots: list[int | None], zero_slot: int, device: torch.device) -> _DecodeGroups | None:

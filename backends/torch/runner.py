@@ -24,7 +24,7 @@ from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.attention import AttentionBackend, select_attention_backend
 from backends.torch.kv_cache import PagedKVCache
-from backends.torch.lora_batch import LoraBatch
+from backends.torch.lora_batch import MAX_LORA_SEGMENTS, LoraBatch
 from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.sampler import Sampler
@@ -159,6 +159,12 @@ class TorchModelRunner:
         bs = self.block_size
         # longest context first: the attention backend groups neighbouring decodes by padded width
         decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
+        decode_loras = {r.lora_id for r in decodes}
+        if 1 < len(decode_loras) <= MAX_LORA_SEGMENTS + 1:
+            # few adapters: rows of one adapter side by side, so each is a segment (lora_batch.py); stable,
+            # so each adapter's rows keep their longest-first order
+            rank = {lora_id: i for i, lora_id in enumerate(sorted(decode_loras, key=lambda x: (x is None, x or 0)))}
+            decodes.sort(key=lambda r: rank[r.lora_id])
         chunks = [r for r in requests if not r.is_decode]
 
         ids_parts: list[np.ndarray] = []

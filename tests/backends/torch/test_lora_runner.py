@@ -50,7 +50,14 @@ def _runner(model, adapters, max_loras=3, max_cpu_loras=None):
     return runner
 
 
-def test_mixed_batch_matches_merged_dense_models(tiny, kit, adapters):
+@pytest.mark.parametrize("max_segments", [4, 0], ids=["segments", "padded-groups"])
+def test_mixed_batch_matches_merged_dense_models(tiny, kit, adapters, max_segments, monkeypatch):
+    """Decode rows as per-adapter segments (few adapters), and as padded groups (forced here)."""
+    import backends.torch.lora_batch as lora_batch
+    import backends.torch.runner as torch_runner
+
+    monkeypatch.setattr(lora_batch, "MAX_LORA_SEGMENTS", max_segments)
+    monkeypatch.setattr(torch_runner, "MAX_LORA_SEGMENTS", max_segments)
     config, sd, model = tiny
     runner = _runner(model, adapters)
     alloc = kit.BlockAllocator(64, seed=3)
