@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 
 from agent.node_core import NodeCore
+from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
 from transport.kv_transfer import ReceivedKV
 from transport.messages import ErrorCode, ErrorReply, MigrateRequest
@@ -41,6 +42,7 @@ class _Add:
     age_s: float = 0.0  # how old the request was when queued here (since its arrival at the gateway)
     queued_s: float = 0.0  # time.monotonic() when queued here
     priority: int = 0
+    lora: LoraRequest | None = None
 
 
 @dataclass(slots=True)
@@ -117,10 +119,11 @@ class EngineThread:
         age_s: float = 0.0,
         *,
         priority: int = 0,
+        lora: LoraRequest | None = None,
     ) -> None:
         """Queue a request that arrived ``age_s`` ago; the time it then waits in the inbox (the current step)
         is added when the thread applies it, so the engine's clocks start at the request's arrival."""
-        self.inbox.put(_Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority))
+        self.inbox.put(_Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora))
 
     def abort(self, request_ids: list[str]) -> None:
         self.inbox.put(_Abort(request_ids))
@@ -193,8 +196,10 @@ class EngineThread:
         if isinstance(cmd, _Add):
             try:
                 age_s = cmd.age_s + (time.monotonic() - cmd.queued_s if cmd.queued_s else 0.0)
-                self.core.add(cmd.request_id, cmd.prompt_token_ids, cmd.params, age_s, priority=cmd.priority)
-            except ValueError as e:  # PromptError, duplicate id
+                self.core.add(
+                    cmd.request_id, cmd.prompt_token_ids, cmd.params, age_s, priority=cmd.priority, lora=cmd.lora
+                )
+            except ValueError as e:  # PromptError, duplicate id, an adapter this node cannot serve
                 out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
         elif isinstance(cmd, _Abort):
             self.core.abort(cmd.request_ids)

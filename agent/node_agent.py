@@ -45,6 +45,7 @@ from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
+from engine.lora import LoraRequest
 from transport.actor import Actor, MailboxFull
 from transport.codec import clip
 from transport.curve import CurveClient
@@ -282,6 +283,8 @@ class NodeAgent(Actor):
                         await self._send_migrations.send(msg)
                         continue
                     if isinstance(msg, LoadReport):
+                        if self.exporter is not None and self.engine is not None:
+                            self.exporter.observe_lora(self.engine.scheduler_config.max_loras, msg)
                         if self.draining and msg.num_running + msg.num_waiting + msg.num_swapped == 0:
                             self._drained.set()  # every chunk before this report is in the link's outbox
                         if not self.welcomed.is_set():
@@ -415,13 +418,20 @@ class NodeAgent(Actor):
                 )
             )
             return
+        lora = None
+        if msg.lora_name is not None:
+            try:
+                lora = LoraRequest(msg.lora_name, msg.lora_path or "")
+            except ValueError as e:
+                self._send(ErrorReply(request_id=msg.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
+                return
         kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
-        if kv is not None:
+        if kv is not None and lora is None:
             self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv, priority=msg.priority)
             return
         age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
         # validated when decoded
-        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s, priority=msg.priority)
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s, priority=msg.priority, lora=lora)
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])

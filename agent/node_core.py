@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from backends.gpu_table import power_score
 from engine.decode_roofline import DecodeRoofline
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
+from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
 from engine.spec.speculator import SpecDecodeStats
@@ -98,17 +99,36 @@ class NodeCore:
         age_s: float = 0.0,
         *,
         priority: int = 0,
+        lora: LoraRequest | None = None,
     ) -> None:
         """Queue a request that arrived ``age_s`` ago (at the gateway: its TTFT, E2E and queue time count from
-        there); ``priority``: its traffic class's rank (engine/scheduler.py). Raises ValueError (a PromptError, a
-        duplicate id) and queues nothing when this node cannot serve it."""
+        there); ``priority``: its traffic class's rank (engine/scheduler.py); ``lora``: its LoRA adapter, read on
+        first use. Raises ValueError (a PromptError, a duplicate id, an adapter it cannot serve) and queues
+        nothing when this node cannot serve it."""
         self.num_received_total += 1
+        if lora is not None:
+            self._ensure_lora(lora)
+        lora_name = None if lora is None else lora.name
         arrival_time_s = self.engine.clock.now() - max(age_s, 0.0)
         self.engine.add_request(
-            prompt_token_ids, params, req_id=request_id, arrival_time_s=arrival_time_s, priority=priority
+            prompt_token_ids,
+            params,
+            req_id=request_id,
+            arrival_time_s=arrival_time_s,
+            priority=priority,
+            lora_name=lora_name,
         )
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)
+
+    def _ensure_lora(self, lora: LoraRequest) -> None:
+        """The engine serves ``lora`` under its name (a name now at another path is replaced once unused)."""
+        known = self.engine.get_lora(lora.name)
+        if known is not None and known.lora_id == lora.lora_id:
+            return
+        if known is not None:
+            self.engine.remove_lora(lora.name)  # ValueError while requests still use the old one
+        self.engine.add_lora(lora)
 
     def abort(self, request_ids: Iterable[str]) -> None:
         """Stop requests in flight here; unknown ids are ignored."""
@@ -212,6 +232,7 @@ class NodeCore:
             prefill_tok_per_s=self._rates.prefill_tok_per_s,
             decode_step_ms=self._rates.decode_step_ms,
             kernels=getattr(engine.runner, "kernels", ""),
+            max_loras=engine.scheduler_config.max_loras if getattr(engine.runner, "lora_config", None) else 0,
         )
 
     def token_chunk(self, o: RequestOutput) -> TokenChunk:
@@ -252,7 +273,20 @@ class NodeCore:
             prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
             num_requests_received_total=self.num_received_total,
             decode_roofline_fraction=self.roofline.close_window() if self.roofline is not None else 0.0,
+            **self._lora_report(),
         )
+
+    def _lora_report(self) -> dict[str, list[str]]:
+        """LoadReport's adapter fields (empty when the runner serves none)."""
+        engine = self.engine
+        if getattr(engine.runner, "lora_config", None) is None:
+            return {}
+        scheduler = engine.scheduler
+        return {
+            "lora_resident": engine.lora_names(engine.runner.resident_lora_ids()),
+            "lora_running": sorted(engine.lora_names(scheduler.running_lora_ids())),
+            "lora_waiting": sorted(engine.lora_names(scheduler.waiting_lora_ids())),
+        }
 
     def observation(self, outputs: Sequence[RequestOutput], step_time_s: float) -> EngineObservation:
         """What a step showed (after ``finish_step``): inter-token gaps, finished requests, swaps."""

@@ -57,13 +57,16 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
                 attention_backend=config.attention_backend,
                 kv_dtype=config.kv_dtype,
                 cuda_graphs=config.cuda_graphs,
+                lora_config=config.lora,
             )
     elif config.backend == "jax":
         if config.num_threads is not None:
             _limit_xla_cpu_threads(config.num_threads)
         from backends.jax import JaxModelRunner
 
-        runner = JaxModelRunner(checkpoint, dtype=config.dtype, device=config.device, progress=progress)
+        runner = JaxModelRunner(
+            checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora
+        )
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
@@ -72,6 +75,8 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         from backends.spec_builder import attach_speculator
 
         attach_speculator(engine, config.speculative, config.model)
+    for lora in config.lora_modules:
+        engine.add_lora(lora)  # a bad adapter fails the start-up, naming it
     return engine
 
 

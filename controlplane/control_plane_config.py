@@ -49,6 +49,10 @@ class ControlPlaneConfig:
     max_pending_events: int = 100_000
     curve: ControlPlaneCurve | None = None
     tenants: list[TenantSpec] = field(default_factory=list)
+    # LoRA adapters clients may name as ``model`` (engine/lora.py LoraRequests, loaded at start), and whether
+    # POST /v1/load_lora_adapter and /v1/unload_lora_adapter may change them at run time (they read files)
+    lora_modules: list[Any] = field(default_factory=list)
+    allow_runtime_lora_updating: bool = False
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):

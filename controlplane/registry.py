@@ -390,6 +390,8 @@ class ClusterRegistry:
             decode_step_ms=(report.decode_step_ms if report is not None else 0.0) or hello.decode_step_ms,
             num_inflight=len(node.inflight),
             inflight_prefill_tokens=sum(node.unreported_prefill.values()),
+            max_loras=hello.max_loras,
+            lora_resident=() if report is None else tuple(report.lora_resident),
         )
         if _same_values(view, node.view):
             return  # keep the old object: policies treat an unchanged object as an unchanged node

@@ -27,11 +27,14 @@ import msgspec
 
 from controlplane.admission import queued_requests
 from controlplane.cells import DEFAULT_CLASS
+from controlplane.lora_table import LoraTable
 from controlplane.router.block_hashes import prompt_block_hashes
+from controlplane.router.lora_affinity import prefer_resident
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
+from engine.lora import LoraRequest
 from engine.prompt import PromptError, PromptTooLongError, check_prompt_length, check_token_ids
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
@@ -49,6 +52,7 @@ class Placement:
     priority: int = 0
     cell: str | None = None
     spilled: bool = False  # placed on an idle node of a cell its class may borrow, not its home cell
+    lora: LoraRequest | None = None  # the adapter the node applies
 
 
 def place_request(
@@ -63,11 +67,14 @@ def place_request(
     router: RouterConfig,
     exclude: Container[str] = (),
     tenants: TenantLimiter | None = None,
+    loras: LoraTable | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
     not choose (a resumed request's last node, when it is still registered); ``tenants``: the tenants'
-    classes and rate limits (None: not checked, as for a resumed request, which was admitted already).
+    classes and rate limits (None: not checked, as for a resumed request, which was admitted already);
+    ``loras``: the fleet's LoRA adapters (a ``model`` naming one runs on its parent, on nodes that serve
+    adapters, those holding it preferred).
 
     The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
     engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
@@ -86,7 +93,8 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, f"request id {rid!r} is already in flight")
     if not model_names:
         return refuse(ErrorCode.NO_NODE, "no node is serving", retry_after_s=1.0)
-    model = msg.model or model_names[0]
+    lora_entry = loras.get(msg.model) if loras is not None else None
+    model = (msg.model or model_names[0]) if lora_entry is None else (lora_entry.parent or model_names[0])
     if model not in model_names:
         served = f"the model {model!r} is not served (served: {model_names})"
         return refuse(ErrorCode.UNKNOWN_MODEL, served, param="model")
@@ -101,15 +109,25 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
     cell = traffic_class.cell if traffic_class is not None else router.cell_for(asked)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
+    if lora_entry is not None:
+        snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.max_loras > 0))
+        if not snapshot.nodes:
+            message = f"no live node serves LoRA adapters of {model!r} in cell {cell!r}"
+            return refuse(ErrorCode.NO_NODE, message, retry_after_s=1.0)
     admission_snapshot = snapshot
     if exclude:
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
+    if lora_entry is not None:
+        snapshot = prefer_resident(snapshot, lora_entry.lora.name)  # router/lora_affinity.py
     spill_to = traffic_class.spill_to if traffic_class is not None else []
     if not snapshot.nodes and not spill_to:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     num_prompt_tokens = len(token_ids)
     spill_views = [
-        view for c in spill_to for view in registry.snapshot(model=model, cell=c).nodes if view.node_id not in exclude
+        view
+        for c in spill_to
+        for view in registry.snapshot(model=model, cell=c).nodes
+        if view.node_id not in exclude and (lora_entry is None or view.max_loras > 0)
     ]
     try:
         check_prompt_length(num_prompt_tokens, max(v.max_model_len for v in (*snapshot.nodes, *spill_views)))
@@ -120,17 +138,20 @@ def place_request(
         if over is not None:
             return refuse(ErrorCode.OVERLOADED, over[0], retry_after_s=over[1])
     nodes = snapshot.nodes or spill_views
+    lora_id = None if lora_entry is None else lora_entry.lora.lora_id
     route = RouteRequest(
         request_id=rid,
         model=model,
         num_prompt_tokens=num_prompt_tokens,
         max_tokens=msg.sampling.max_tokens,
-        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size),
+        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size, lora_id),
         traffic_class=traffic_class.name if traffic_class is not None else asked if cell is not None else DEFAULT_CLASS,
         slo_ttft_s=None if traffic_class is None else traffic_class.slo_ttft_s,
         slo_tpot_s=None if traffic_class is None else traffic_class.slo_tpot_s,
+        lora_name=None if lora_entry is None else lora_entry.lora.name,
     )
     priority = 0 if traffic_class is None else traffic_class.priority
+    lora = None if lora_entry is None else lora_entry.lora
     limits = (None, None)  # the class's per-node queue limit, and its SLO when it sheds past it
     if traffic_class is not None:
         limits = (traffic_class.max_queue_per_node, traffic_class.slo_ttft_s if traffic_class.shed_past_slo else None)
@@ -145,11 +166,11 @@ def place_request(
             if node_id is not None:
                 if tenants is not None:
                     tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
-                return Placement(node_id, route, token_ids, priority, spill_cell, spilled=True)
+                return Placement(node_id, route, token_ids, priority, spill_cell, spilled=True, lora=lora)
     if isinstance(placed, str):
         if tenants is not None:
             tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
-        return Placement(placed, route, token_ids, priority, cell)
+        return Placement(placed, route, token_ids, priority, cell, lora=lora)
     if placed is None:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     return msgspec.structs.replace(placed, request_id=rid)

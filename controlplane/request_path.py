@@ -30,6 +30,7 @@ from collections.abc import Callable
 from controlplane.cells import DEFAULT_CLASS
 from controlplane.class_ledger import ClassLedger
 from controlplane.fleet_ledger import FleetLedger
+from controlplane.lora_table import LoraTable
 from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
 from controlplane.request_table import Inflight, RequestTable
@@ -53,6 +54,7 @@ class RequestPath:
     max_resumes: the most times one request moves to another node before it fails.
     tenants: the tenants' classes, rate limits and usage (controlplane/tenants.py; None: a limiter that knows
         no tenant: no limits, usage still counted). classes: per traffic class books (class_ledger.py).
+    loras: the fleet's LoRA adapters (controlplane/lora_table.py), selectable by ``model``.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class RequestPath:
         model_names: Callable[[], list[str]],
         max_resumes: int,
         tenants: TenantLimiter | None = None,
+        loras: LoraTable | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
@@ -80,6 +83,7 @@ class RequestPath:
         self.max_resumes = max_resumes
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
+        self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
@@ -104,7 +108,7 @@ class RequestPath:
             arrival_ns,
             placed.route.num_prompt_tokens,
             msg=msg,
-            model=placed.route.model,
+            model=placed.route.lora_name or placed.route.model,  # a resumed request runs with the same adapter
             prompt_token_ids=placed.token_ids,
             traffic_class=placed.route.traffic_class,
         )
@@ -242,6 +246,7 @@ class RequestPath:
             router=self.router,
             exclude=exclude,
             tenants=tenants,
+            loras=self.loras,
         )
 
     def _send(self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int) -> Placement | ErrorReply:
@@ -252,6 +257,8 @@ class RequestPath:
             arrival_ns=arrival_ns,
             routed_ns=routed_ns,
             priority=placed.priority,
+            lora_name=None if placed.lora is None else placed.lora.name,
+            lora_path=None if placed.lora is None else placed.lora.path,
         )
         try:
             self._send_to_node(request, placed.node_id)

@@ -39,6 +39,7 @@ import zmq.asyncio
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import choice_request_ids, choice_seed
+from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.request_path import RequestPath
@@ -88,6 +89,8 @@ class ControlPlane(Actor):
 
     tokenizer: the served model's (``load_checkpoint(path).tokenizer``); the control plane tokenizes.
     registry / policy / admission: built from the config unless given (tests may inject them).
+    lora_check(path): raises ValueError when a LoRA directory cannot be served (None: no check here; the
+        nodes still check when they read it).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class ControlPlane(Actor):
         registry=None,
         policy=None,
         admission=None,
+        lora_check=None,
     ) -> None:
         super().__init__()
         from controlplane.admission import AdmissionConfig, AdmissionControl
@@ -121,6 +125,9 @@ class ControlPlane(Actor):
         self.started_ns = time.monotonic_ns()  # told to clients in every Pong: a new value = a restart
         self.local_streams: set[str] = set()  # in-process (HTTP) requests whose stream is open
         self.fleet = FleetLedger(config.max_pending_events)
+        self.loras = LoraTable(lora_check)
+        for lora in config.lora_modules:
+            self.loras.add(lora.name, lora.path, config.model_name)
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self.path = RequestPath(
             registry=self.registry,
@@ -133,6 +140,7 @@ class ControlPlane(Actor):
             model_names=lambda: self.model_names,
             max_resumes=config.max_resumes,
             tenants=TenantLimiter(config.tenants, now_s=self.clock.now()),
+            loras=self.loras,
         )
         self.requests = self.path.table
         self.counters = self.path.counters  # the same dicts: requests by outcome, refusals by code
@@ -287,6 +295,23 @@ class ControlPlane(Actor):
             names.remove(default)
             names.insert(0, default)
         return names
+
+    # -- LoRA adapters (controlplane/lora_table.py; the gateway's lora_routes.py) -------------------
+
+    @property
+    def allow_runtime_lora_updating(self) -> bool:
+        return self.config.allow_runtime_lora_updating
+
+    def lora_models(self) -> list[tuple[str, str, str]]:
+        return self.loras.models(self.model_names[0] if self.model_names else (self.config.model_name or ""))
+
+    def load_lora_adapter(self, name: str, path: str) -> None:  # LoraTableError (400): name taken, files refused
+        self.loras.add(name, path, self.config.model_name, self.model_names)
+        log.info("LoRA adapter %s loaded from %s", name, path)
+
+    def unload_lora_adapter(self, name: str) -> None:  # LoraTableError (404): unknown; running requests finish
+        self.loras.remove(name)
+        log.info("LoRA adapter %s unloaded", name)
 
     def health(self) -> dict:
         num_nodes = len(self.registry)

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # an annotation only: bench/gpu_check.py imports this module where msgspec is absent
     from engine.spec.spec_config import SpecDecodeConfig
 
+from engine.lora import LoraConfig, LoraRequest
+
 
 class PreemptionMode(StrEnum):
     SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
@@ -48,6 +50,7 @@ class SchedulerConfig:
     max_model_len: longest prompt + output accepted.
     enable_chunked_prefill: split long prompts across steps to fit the token budget.
     preemption_mode: what to do with a victim under KV pressure.
+    max_loras: distinct LoRA adapters the running set may hold (the runner's device slots); 0 = no limit.
     """
 
     max_num_batched_tokens: int = 512
@@ -55,6 +58,7 @@ class SchedulerConfig:
     max_model_len: int = 8192
     enable_chunked_prefill: bool = True
     preemption_mode: PreemptionMode = PreemptionMode.SWAP
+    max_loras: int = 0
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < 1:
@@ -69,6 +73,8 @@ class SchedulerConfig:
                 f"({self.max_num_batched_tokens} < {self.max_model_len})"
             )
         self.preemption_mode = PreemptionMode(self.preemption_mode)
+        if self.max_loras < 0:
+            raise ValueError(f"max_loras must be >= 0, got {self.max_loras}")
 
 
 @dataclass(slots=True)
@@ -112,6 +118,8 @@ class EngineConfig:
     kv_dtype: str = "auto"
     cuda_graphs: bool = True
     speculative: SpecDecodeConfig | None = None
+    lora: LoraConfig | None = None  # serve LoRA adapters (torch, jax); None = the base model only
+    lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -137,6 +145,12 @@ class EngineConfig:
                 raise ValueError(f"backend 'sim' serves simulated models named {SIM_PREFIX}..., got {self.model!r}")
         elif self.tp != 1 and self.backend != "torch":
             raise ValueError(f"tp > 1 runs on backend 'torch' (or 'sim'), got tp={self.tp} on {self.backend!r}")
+        if self.lora_modules and self.lora is None:
+            raise ValueError("lora_modules need LoRA enabled (a LoraConfig)")
+        if self.lora is not None and self.tp > 1:
+            raise ValueError("LoRA adapters are not served under tensor parallelism (tp > 1) yet")
+        if self.lora is not None and self.backend == "sim":
+            raise ValueError("LoRA adapters are served by the torch and jax backends, not 'sim'")
 
 
 BACKENDS = frozenset({"torch", "jax", "sim"})

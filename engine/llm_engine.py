@@ -25,6 +25,7 @@ from engine.batch import RunnerOutput, SchedulerOutput, TokenLogprob
 from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
+from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.prompt import check_token_ids
 from engine.request import FinishReason, Request, RequestStatus
@@ -174,7 +175,11 @@ class LLMEngine:
         self.clock = clock or MonotonicClock()
         self.detokenize = detokenize
         self.speculator = speculator
+        lora_config = getattr(runner, "lora_config", None)  # a LoraRunner (engine/lora.py) built with LoRA on
+        if lora_config is not None and not scheduler_config.max_loras:
+            scheduler_config.max_loras = lora_config.max_loras
         self.scheduler = Scheduler(scheduler_config, cache_config, self.clock)
+        self._loras: dict[str, LoraRequest] = {}
         runner.initialize_kv_cache(
             KVCacheSpec(
                 num_device_blocks=cache_config.num_device_blocks,
@@ -201,20 +206,66 @@ class LLMEngine:
         req_id: str | None = None,
         arrival_time_s: float | None = None,
         priority: int = 0,
+        lora_name: str | None = None,
     ) -> str:
-        """Queue a prompt (text or token ids); ``priority``: higher runs first and may swap lower ones out
-        (engine/scheduler.py). Raises PromptError / ValueError and queues nothing on bad input."""
+        """Queue a prompt (text or token ids), on the base model or the LoRA adapter ``lora_name`` (added with
+        ``add_lora``); ``priority``: higher runs first and may swap lower ones out (engine/scheduler.py). Raises
+        PromptError / ValueError and queues nothing on bad input."""
+        lora_id = None
+        if lora_name is not None:
+            lora = self._loras.get(lora_name)
+            if lora is None:
+                raise ValueError(f"unknown LoRA adapter {lora_name!r}")
+            lora_id = lora.lora_id
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
         check_token_ids(token_ids, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:
             raise ValueError(f"request id {req_id!r} is already in use")
         now = self.clock.now() if arrival_time_s is None else arrival_time_s
-        request = Request(req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id, priority=priority)
+        request = Request(
+            req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id, lora_id=lora_id, priority=priority
+        )
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
         self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), RequestMetrics(now))
         return req_id
+
+    # -- LoRA adapters (engine/lora.py) -----------------------------------------------------------
+
+    def add_lora(self, lora: LoraRequest) -> None:
+        """Serve adapter ``lora`` under its name. ValueError (nothing changed) when the runner serves no
+        adapters, the name is taken, or the runner refuses the files (backends/checkpoint/peft_adapter.py)."""
+        if getattr(self.runner, "lora_config", None) is None:
+            raise ValueError("this engine's runner serves no LoRA adapters (start it with LoRA enabled)")
+        if lora.name in self._loras:
+            raise ValueError(f"LoRA adapter {lora.name!r} is already loaded")
+        if any(other.lora_id == lora.lora_id for other in self._loras.values()):
+            raise ValueError(f"LoRA adapter id {lora.lora_id} is already in use")
+        self.runner.add_lora(lora)
+        self._loras[lora.name] = lora
+
+    def remove_lora(self, name: str) -> None:
+        """Stop serving adapter ``name``. KeyError if unknown; ValueError while requests still use it."""
+        lora = self._loras.get(name)
+        if lora is None:
+            raise KeyError(f"unknown LoRA adapter {name!r}")
+        in_use = sum(1 for t in self._tracked.values() if t.request.lora_id == lora.lora_id)
+        if in_use:
+            raise ValueError(f"LoRA adapter {name!r} is in use by {in_use} unfinished requests")
+        self.runner.remove_lora(lora.lora_id)
+        del self._loras[name]
+
+    def list_loras(self) -> list[LoraRequest]:
+        return list(self._loras.values())
+
+    def get_lora(self, name: str) -> LoraRequest | None:
+        return self._loras.get(name)
+
+    def lora_names(self, lora_ids: Iterable[int]) -> list[str]:
+        """The names of these adapter ids (unknown ids are skipped), in the given order."""
+        by_id = {lora.lora_id: name for name, lora in self._loras.items()}
+        return [by_id[i] for i in lora_ids if i in by_id]
 
     def abort(self, req_ids: Iterable[str]) -> None:
         ids = [r for r in dict.fromkeys(req_ids) if r in self._tracked]  # each id once

@@ -23,6 +23,11 @@ killed: they resume when room comes back (recompute only when host RAM is full, 
 
     0. priority  waiting head outranks running[-1] and does not fit -> preempt running[-1], repeat
 
+LoRA: with ``max_loras`` set, a swapped or waiting request whose adapter is not among the running ones
+is not admitted while the running set already holds ``max_loras`` adapters (the runner's device slots);
+such a waiting request is stepped over (it keeps its place), so the requests behind it are not blocked
+(vLLM's scheduler does the same).
+
 Counter model: ``num_computed_tokens`` advances in ``update_from_output`` (once the runner has written
 the KV), never in ``schedule``; a prefix hit is the exception, applied at admission. So between
 ``schedule`` and ``update_from_output`` a request's counters still describe the state *before* the step,
@@ -226,6 +231,8 @@ class Scheduler:
             request = self._swapped[0]
             if self._outranked_by_waiting(request):
                 break  # a higher-priority waiting request takes the room first
+            if not self._lora_fits(request):
+                break
             num_new_tokens = self._num_new_tokens(request, budget)
             if num_new_tokens == 0 or not manager.can_swap_in(request, num_new_tokens):
                 break
@@ -243,10 +250,17 @@ class Scheduler:
 
     def _schedule_waiting(self, output: SchedulerOutput, budget: int) -> None:
         manager = self.kv_cache_manager
+        running_loras = self.running_lora_ids() if self.scheduler_config.max_loras else None
+        skipped: list[Request] = []  # waiting for an adapter slot: the requests behind them may go first
         while self._waiting and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
             request = self._waiting[0]
             if self._swapped and self._swapped[0].priority >= request.priority:
                 break  # swapped requests of its priority or higher resume first
+            if running_loras is not None and request.lora_id is not None:
+                if request.lora_id not in running_loras and len(running_loras) >= self.scheduler_config.max_loras:
+                    skipped.append(self._waiting.popleft())
+                    continue
+                running_loras.add(request.lora_id)  # if it is not admitted, the loop ends here anyway
             prefix_hit = manager.get_computed_blocks(request)
             num_new_tokens = self._num_new_tokens(request, budget, num_computed_tokens=prefix_hit.num_tokens)
             if num_new_tokens == 0 or not manager.can_allocate(request, num_new_tokens, prefix_hit):
@@ -270,6 +284,23 @@ class Scheduler:
                 )
             output.requests.append(self._make_scheduled(request, num_new_tokens, 0))
             budget -= num_new_tokens
+        self._waiting.extendleft(reversed(skipped))  # back at the front, in their order
+
+    def _lora_fits(self, request: Request) -> bool:
+        """Running ``request`` keeps the running set within ``max_loras`` distinct adapters."""
+        max_loras = self.scheduler_config.max_loras
+        if request.lora_id is None or not max_loras:
+            return True
+        running = {r.lora_id for r in self._running}
+        running.discard(None)
+        return request.lora_id in running or len(running) < max_loras
+
+    def running_lora_ids(self) -> set[int]:
+        return {r.lora_id for r in self._running if r.lora_id is not None}
+
+    def waiting_lora_ids(self) -> set[int]:
+        """Adapters of requests waiting or swapped out."""
+        return {r.lora_id for r in (*self._waiting, *self._swapped) if r.lora_id is not None}
 
     def _num_new_tokens(self, request: Request, budget: int, num_computed_tokens: int | None = None) -> int:
         """Known tokens to compute this step: all that are left, or a chunk that fits ``budget``

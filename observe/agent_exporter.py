@@ -4,6 +4,7 @@ Fed by the NodeAgent from its event loop (never from the engine thread)::
 
     engine thread ─► EngineObservation (stats snapshot, inter-token gaps, finished requests, swaps) ─┐
     handle_generate ─► observe_hop(recv_ns - GenerateRequest.sent_ns) ─────────────────────────────┤
+    the pump's LoadReports ─► observe_lora (adapters of running / waiting requests) ────────────────┤
                                                                                                     ▼
                                         AgentExporter: histograms observed, latest snapshot kept ─► scrape
 
@@ -12,6 +13,7 @@ Gauges and ``*_total`` counters come from the latest SchedulerStats at scrape ti
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 
 from prometheus_client import Counter, Histogram
@@ -23,7 +25,7 @@ from engine.scheduler_stats import SchedulerStats
 from engine.spec.speculator import SpecDecodeStats
 from observe import metrics_names as m
 from observe.exporter import PrometheusExporter, SnapshotCollector
-from transport.messages import NodeHello
+from transport.messages import LoadReport, NodeHello
 
 
 class AgentExporter(PrometheusExporter):
@@ -38,6 +40,7 @@ class AgentExporter(PrometheusExporter):
         self._roofline = 0.0
         self._spec: SpecDecodeStats | None = None
         self._rejected: Mapping = {}
+        self._lora_info: tuple[tuple[str, str, str], float] | None = None  # (labels, unix time), LoRA nodes only
         reg = self.registry
         self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
                               m.VLLM_LABELS, registry=reg, buckets=m.TTFT_BUCKETS_S)  # fmt: skip
@@ -96,6 +99,14 @@ class AgentExporter(PrometheusExporter):
         self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
         self._spec = obs.spec
 
+    def observe_lora(self, max_loras: int, report: LoadReport) -> None:
+        """vllm:lora_requests_info from a LoadReport (only on a node that serves adapters)."""
+        if not max_loras:
+            return
+        labels = (str(max_loras), ",".join(report.lora_waiting), ",".join(report.lora_running))
+        if self._lora_info is None or self._lora_info[0] != labels:
+            self._lora_info = (labels, time.time())  # vLLM's value: when the adapters last changed
+
     # -- scrape (HTTP thread) -----------------------------------------------------------------------
 
     def _collect_snapshot(self) -> Iterable[Metric]:
@@ -145,6 +156,12 @@ class AgentExporter(PrometheusExporter):
                 malformed.add_metric([str(getattr(code, "value", code)), "control"], n)
         yield malformed
         yield from self._spec_metrics(names, values)
+        lora_info = self._lora_info
+        if lora_info is not None:
+            info = GaugeMetricFamily(m.LORA_REQUESTS_INFO, "Running stats on LoRA requests.",
+                                     labels=[*names, *m.LORA_INFO_LABELS])  # fmt: skip
+            info.add_metric([*values, *lora_info[0]], lora_info[1])
+            yield info
 
     def _spec_metrics(self, names: list[str], values: list[str]) -> Iterable[Metric]:
         spec = self._spec

@@ -37,6 +37,10 @@ TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
 INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
 E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
 REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
+# vLLM's LoRA info gauge: value = when it was last updated (unix seconds); labels max_lora and the adapters
+# of running / waiting requests, comma-separated
+LORA_REQUESTS_INFO = "vllm:lora_requests_info"
+LORA_INFO_LABELS = ("max_lora", "waiting_lora_adapters", "running_lora_adapters")
 
 # agent: speculative decoding, vLLM's names (counters, _total) ---------------------------------------------
 SPEC_DECODE_NUM_DRAFTS = "vllm:spec_decode_num_drafts"  # verification steps of one request with drafts

@@ -129,6 +129,7 @@ class NodeHello(Envelope, kw_only=True):
     decode_step_ms: float = 0.0
     data_endpoint: str = ""  # the agent's KV data socket (agent/kv_data_plane.py); "": it has none
     kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
+    max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
 
 
 class Welcome(Envelope, kw_only=True):
@@ -164,6 +165,11 @@ class LoadReport(Envelope, kw_only=True):
     num_requests_received_total: int = -1
     # decode steps' share of the memory-bandwidth roofline (engine/decode_roofline.py); 0: not measured
     decode_roofline_fraction: float = 0.0
+    # LoRA adapters by name: in device slots now (most recently used last), and those of running and of
+    # waiting requests (vLLM's vllm:lora_requests_info)
+    lora_resident: list[str] = []
+    lora_running: list[str] = []
+    lora_waiting: list[str] = []
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -216,6 +222,9 @@ class GenerateRequest(Envelope, kw_only=True):
     arrival_ns: int  # when the control plane received it (queue wait starts here)
     routed_ns: int  # when the router decided
     priority: int = 0  # its traffic class's rank: higher runs first, swapping lower ones out (engine/scheduler.py)
+    # the LoRA adapter to apply (a PEFT directory the node can read; loaded on first use); None: the base model
+    lora_name: str | None = None
+    lora_path: str | None = None
 
 
 class TokenChunk(Envelope, kw_only=True):

@@ -27,7 +27,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     params = _sampling_from_args(args)
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
     prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
-    engine.add_request(prompt, params)
+    engine.add_request(prompt, params, lora_name=getattr(args, "lora", None))
     final = None
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -102,6 +102,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         from bench.spec import run_spec_bench
 
         report = run_spec_bench(args)
+    elif args.target == "lora":
+        from bench.lora import run_lora_bench
+
+        report = run_lora_bench(args)
     else:
         raise AssertionError(args.target)
     if args.json:
@@ -163,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
+    g.add_argument("--lora", default=None, metavar="NAME", help="generate with this adapter of --lora-modules")
     add_engine_args(g)
     from zoo.spec_args import add_spec_args
 
@@ -234,7 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
     b.add_argument(
-        "target", choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv", "gpu", "step", "spec"]
+        "target",
+        choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv", "gpu", "step", "spec", "lora"],
     )
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from engine.config import ATTENTION_KERNELS, BACKENDS, KV_DTYPES, CacheConfig, EngineConfig, SchedulerConfig
+from engine.lora import LoraConfig, LoraRequest
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -36,6 +37,36 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES), help="fp8_e4m3: FP8 KV cache (SM89/SM90+)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", help="run decode steps eagerly")
+    add_lora_args(p)
+
+
+def add_lora_args(p: argparse.ArgumentParser) -> None:
+    """vLLM's LoRA flags: --enable-lora, --lora-modules name=path ..., --max-loras, --max-lora-rank, --max-cpu-loras."""
+    p.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (implied by --lora-modules)")
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        type=parse_lora_module,
+        default=[],
+        metavar="NAME=PATH",
+        help="PEFT LoRA adapters to serve from the start; a request selects one by its name as `model`",
+    )
+    p.add_argument("--max-loras", type=int, default=8, help="LoRA device slots (distinct adapters per step)")
+    p.add_argument("--max-lora-rank", type=int, default=16, help="largest LoRA rank accepted")
+    p.add_argument("--max-cpu-loras", type=int, default=None, help="adapters kept in host RAM (default: all)")
+
+
+def parse_lora_module(text: str) -> LoraRequest:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--lora-modules takes NAME=PATH, got {text!r}")
+    return LoraRequest(name, path)
+
+
+def lora_config_from_args(args: argparse.Namespace) -> LoraConfig | None:
+    if not (getattr(args, "enable_lora", False) or getattr(args, "lora_modules", None)):
+        return None
+    return LoraConfig(max_loras=args.max_loras, max_lora_rank=args.max_lora_rank, max_cpu_loras=args.max_cpu_loras)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -65,4 +96,6 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         attention_backend=args.attention_backend,
         kv_dtype=args.kv_dtype,
         cuda_graphs=args.cuda_graphs,
+        lora=lora_config_from_args(args),
+        lora_modules=list(getattr(args, "lora_modules", None) or []),
     )

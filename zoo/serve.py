@@ -48,7 +48,7 @@ from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
-from zoo.engine_args import add_engine_args, engine_config_from_args
+from zoo.engine_args import add_engine_args, engine_config_from_args, parse_lora_module
 from zoo.keys import (
     add_agent_auth_args,
     add_controlplane_auth_args,
@@ -110,7 +110,34 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cells", default=None, metavar="FILE", help="cells and traffic classes from this TOML (zoo.toml, a sim fleet)"
     )
+    add_controlplane_lora_args(p)
     add_controlplane_auth_args(p)  # --curve-dir, --curve-clients, --api-keys, --protect-health, --open-metrics
+
+
+def add_controlplane_lora_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        type=parse_lora_module,
+        default=[],
+        metavar="NAME=PATH",
+        help="LoRA adapters clients may select by `model` (served by agents started with --enable-lora)",
+    )
+    p.add_argument(
+        "--allow-runtime-lora-updating",
+        action="store_true",
+        help="enable POST /v1/load_lora_adapter and /v1/unload_lora_adapter (they read the paths given)",
+    )
+    p.add_argument("--max-lora-rank", type=int, default=16, help="largest LoRA rank accepted at load")
+
+
+def lora_check_from_args(args: argparse.Namespace, model_config=None):
+    """The control plane's check of an adapter directory: against the base model when its config is known."""
+    from backends.checkpoint.peft_adapter import check_peft_directory, load_peft_adapter
+
+    if model_config is None:
+        return check_peft_directory
+    return lambda path: load_peft_adapter(path, model_config, args.max_lora_rank)
 
 
 def controlplane_from_args(args: argparse.Namespace):
@@ -119,6 +146,7 @@ def controlplane_from_args(args: argparse.Namespace):
     from controlplane.router.router_config import RouterConfig
     from controlplane.server import ControlPlane, ControlPlaneConfig
 
+    model_config = None
     if args.fake_tokenizer:
         tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
     elif args.model is not None and args.model.startswith(SIM_PREFIX):
@@ -130,7 +158,8 @@ def controlplane_from_args(args: argparse.Namespace):
     else:
         from backends.checkpoint import load_checkpoint
 
-        tokenizer, model_name = load_checkpoint(args.model).tokenizer, served_model_name(args.model)
+        checkpoint = load_checkpoint(args.model)
+        tokenizer, model_name, model_config = checkpoint.tokenizer, served_model_name(args.model), checkpoint.config
     config = ControlPlaneConfig(
         agent_endpoint=args.listen,
         client_endpoint=None if args.client_listen == "none" else args.client_listen,
@@ -143,8 +172,10 @@ def controlplane_from_args(args: argparse.Namespace):
         report_interval_s=args.report_interval_s,
         curve=controlplane_curve_from_args(args),
         tenants=tenants_from_args(args),
+        lora_modules=list(args.lora_modules),
+        allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
-    return ControlPlane(config, tokenizer)
+    return ControlPlane(config, tokenizer, lora_check=lora_check_from_args(args, model_config))
 
 
 def run_controlplane(args: argparse.Namespace) -> int:

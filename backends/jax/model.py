@@ -19,6 +19,9 @@ The two programs (shapes padded to buckets.py's buckets)::
     decode_step(params, kv, token_ids [B], positions [B], slots [B], DecodeMeta)       -> logits [B, V], kv
     chunk_step(params, kv, token_ids [T], positions [T], slots [T], ChunkMeta, rows [S]) -> logits [S, V], kv
 
+Both take an optional ``LoraParams`` (slot stacks + each row's slot): every projection then adds its rows'
+low-rank deltas, gathered per row (Punica's BGMV); without it the programs are the base model's.
+
 Logits are fp32 whatever the weight dtype.
 """
 
@@ -242,6 +245,37 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 Attend = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (q [T, H, D], kv, layer) -> [T, H * D]
 
 
+@struct.dataclass
+class LoraParams:
+    """A step's LoRA: the device slot stacks (backends/lora_store.py layouts, a layer axis first) and the
+    slot of every row (the always-zero slot for rows without an adapter and for padding)."""
+
+    a: dict[str, jax.Array]  # group -> [L, S, in, nR]
+    b: dict[str, jax.Array]  # module -> [L, S, R, out]
+    row_slots: jax.Array  # [T] int32
+
+
+# the groups in the order the layer calls them: (group, its modules)
+LORA_GROUPS = (
+    ("qkv", ("q_proj", "k_proj", "v_proj")),
+    ("o", ("o_proj",)),
+    ("gate_up", ("gate_proj", "up_proj")),
+    ("down", ("down_proj",)),
+)
+
+
+def _lora_delta(x: jax.Array, a: jax.Array, bs: tuple[jax.Array, ...], row_slots: jax.Array) -> jax.Array:
+    """BGMV (Punica): each row times its own slot's A then B. x [T, in]; a [S, in, nR]; bs: [S, R, out_j]
+    -> [T, sum(out_j)] (the group's fused output columns)."""
+    rank = bs[0].shape[1]
+    shrunk = jnp.einsum("ti,tir->tr", x, a[row_slots], precision=_PRECISION)  # [T, nR]
+    outs = [
+        jnp.einsum("tr,tro->to", shrunk[:, j * rank : (j + 1) * rank], b[row_slots], precision=_PRECISION)
+        for j, b in enumerate(bs)
+    ]
+    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=-1)
+
+
 def _decoder(
     params: LlamaParams,
     kv: jax.Array,
@@ -250,6 +284,7 @@ def _decoder(
     slots: jax.Array,  # [T] int32 flat cache slots (padded rows: the scratch block)
     attend: Attend,
     dims: Dims,
+    lora: LoraParams | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """Hidden states [T, E] after the last layer (before the final norm), and the updated KV."""
     t = token_ids.shape[0]
@@ -258,23 +293,31 @@ def _decoder(
     cos = params.rope[0, positions][:, None, :]  # [T, 1, D]
     sin = params.rope[1, positions][:, None, :]
 
+    def delta(lw, index: int, x: jax.Array) -> jax.Array | float:
+        if lw is None:
+            return 0.0
+        group, modules = LORA_GROUPS[index]
+        return _lora_delta(x, lw[0][group], tuple(lw[1][m] for m in modules), lora.row_slots)
+
     def layer_body(carry, xs):
         hidden, kv = carry
-        lp, layer = xs
+        lp, layer, lw = xs
         x = rms_norm(hidden, lp.input_norm, dims.rms_norm_eps)
-        qkv = _linear(x, lp.qkv)  # [T, (H + 2Hkv) * D]
+        qkv = _linear(x, lp.qkv) + delta(lw, 0, x)  # [T, (H + 2Hkv) * D]
         qk = apply_rope(qkv[:, : (h + hkv) * d].reshape(t, h + hkv, d), cos, sin)  # q and k in one pass
         q, k = qk[:, :h], qk[:, h:]  # [T, H, D], [T, Hkv, D]
         v = qkv[:, (h + hkv) * d :].reshape(t, hkv, d)
         kv = write_kv(kv, layer, slots, k, v)
-        hidden = hidden + _linear(attend(q, kv, layer), lp.o)
+        o = attend(q, kv, layer)
+        hidden = hidden + (_linear(o, lp.o) + delta(lw, 1, o))
         x = rms_norm(hidden, lp.post_norm, dims.rms_norm_eps)
-        gate_up = _linear(x, lp.gate_up)  # [T, 2I]
+        gate_up = _linear(x, lp.gate_up) + delta(lw, 2, x)  # [T, 2I]
         act = jax.nn.silu(gate_up[:, :inter]) * gate_up[:, inter:]
-        return (hidden + _linear(act, lp.down), kv), None
+        return (hidden + (_linear(act, lp.down) + delta(lw, 3, act)), kv), None
 
     num_layers = params.layers.qkv.shape[0]
-    (hidden, kv), _ = lax.scan(layer_body, (hidden, kv), (params.layers, jnp.arange(num_layers)))
+    lora_xs = None if lora is None else (lora.a, lora.b)  # scanned along their layer axis
+    (hidden, kv), _ = lax.scan(layer_body, (hidden, kv), (params.layers, jnp.arange(num_layers), lora_xs))
     return hidden, kv
 
 
@@ -290,6 +333,7 @@ def decode_step(
     positions: jax.Array,  # [B]
     slots: jax.Array,  # [B]
     meta: DecodeMeta,
+    lora: LoraParams | None = None,
     *,
     dims: Dims,
 ) -> tuple[jax.Array, jax.Array]:
@@ -298,7 +342,7 @@ def decode_step(
     def attend(q, kv, layer):
         return decode_attention(q, kv, layer, meta)
 
-    hidden, kv = _decoder(params, kv, token_ids, positions, slots, attend, dims)
+    hidden, kv = _decoder(params, kv, token_ids, positions, slots, attend, dims, lora)
     return _head(params, hidden, dims), kv
 
 
@@ -311,6 +355,7 @@ def chunk_step(
     slots: jax.Array,  # [T]
     meta: ChunkMeta,
     logits_rows: jax.Array,  # [S] rows to project (the sampled ones)
+    lora: LoraParams | None = None,
     *,
     dims: Dims,
 ) -> tuple[jax.Array, jax.Array]:
@@ -319,5 +364,5 @@ def chunk_step(
     def attend(q, kv, layer):
         return chunk_attention(q, kv, layer, meta)
 
-    hidden, kv = _decoder(params, kv, token_ids, positions, slots, attend, dims)
+    hidden, kv = _decoder(params, kv, token_ids, positions, slots, attend, dims, lora)
     return _head(params, hidden[logits_rows], dims), kv

@@ -29,11 +29,13 @@ import numpy as np
 from backends.jax.attention import ChunkMeta, DecodeMeta
 from backends.jax.buckets import BucketPolicy, CompileCounter
 from backends.jax.kv_cache import PagedKVCache
+from backends.jax.lora_slots import JaxLoraSlots
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
 from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
+from engine.lora import LoraConfig, LoraRequest, LoraStats
 from engine.model_runner import KVCacheSpec
 
 
@@ -62,6 +64,8 @@ class JaxModelRunner:
         from ``seed``).
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
     buckets: the static shapes of the jitted programs (buckets.py).
+    lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
+        slots (lora_slots.py); None = base model only.
     """
 
     def __init__(
@@ -74,6 +78,7 @@ class JaxModelRunner:
         seed: int = 0,
         buckets: BucketPolicy | None = None,
         progress: bool = True,
+        lora_config: LoraConfig | None = None,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
@@ -90,6 +95,11 @@ class JaxModelRunner:
         self.compiles = CompileCounter()
         self.kv_cache: PagedKVCache | None = None
         self.block_size = 0
+        self.lora_config = lora_config
+        self.lora_slots = None
+        if lora_config is not None:
+            with self.compiles.track():
+                self.lora_slots = JaxLoraSlots(self.config, lora_config, self.dtype, self.device)
 
     @property
     def num_compilations(self) -> int:
@@ -127,6 +137,22 @@ class JaxModelRunner:
         return out
 
     # ---- extras ----------------------------------------------------------------------------
+
+    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
+
+    def add_lora(self, lora: LoraRequest) -> None:
+        if self.lora_slots is None:
+            raise ValueError("this runner was built without LoRA support (no lora_config)")
+        self.lora_slots.add(lora)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.lora_slots is not None and self.lora_slots.remove(lora_id)
+
+    def resident_lora_ids(self) -> list[int]:
+        return [] if self.lora_slots is None else self.lora_slots.resident_lora_ids()
+
+    def lora_stats(self) -> LoraStats:
+        return LoraStats(0, 0, 0, 0, 0, 0.0) if self.lora_slots is None else self.lora_slots.stats()
 
     def compute_logits(self, batch: SchedulerOutput) -> dict[str, np.ndarray]:
         """Like execute without sampling: fp32 logits [len(spec_token_ids) + 1, V] per sampling request."""
@@ -176,8 +202,7 @@ class JaxModelRunner:
         self.sampler.drop(batch.finished_req_ids)
 
     def _forward(self, requests: list[ScheduledRequest]) -> list[_ProgramOutput]:
-        if any(r.lora_id is not None for r in requests):
-            raise NotImplementedError("LoRA adapters are not supported by the JAX runner yet")
+        slot_of = self._activate_loras(requests)
         for r in requests:
             if r.start_pos + r.num_scheduled_tokens > self.max_model_len:
                 raise ValueError(
@@ -187,12 +212,31 @@ class JaxModelRunner:
         chunks = [r for r in requests if not r.is_decode]
         outputs = []
         if decodes:
-            outputs.append(self._run_decodes(decodes))
+            outputs.append(self._run_decodes(decodes, slot_of))
         if chunks:
-            outputs.append(self._run_chunks(chunks))
+            outputs.append(self._run_chunks(chunks, slot_of))
         return outputs
 
-    def _run_decodes(self, decodes: list[ScheduledRequest]) -> _ProgramOutput:
+    def _activate_loras(self, requests: list[ScheduledRequest]) -> dict[int, int]:
+        lora_ids = {r.lora_id for r in requests if r.lora_id is not None}
+        if not lora_ids:
+            return {}
+        if self.lora_slots is None:
+            raise ValueError("a request names a LoRA adapter but this runner has no lora_config")
+        return self.lora_slots.activate(lora_ids)
+
+    def _lora_params(self, rows: list[tuple[ScheduledRequest, int]], num_rows: int, slot_of: dict[int, int]):
+        """LoraParams for a program of ``num_rows`` padded rows; rows: (request, its first row); None if no
+        row of it uses an adapter (the base program)."""
+        if not any(r.lora_id is not None for r, _ in rows):
+            return None
+        row_slots = np.full(num_rows, self.lora_slots.zero_slot, dtype=np.int32)
+        for r, first in rows:
+            if r.lora_id is not None:
+                row_slots[first : first + r.num_scheduled_tokens] = slot_of[r.lora_id]
+        return self.lora_slots.params(row_slots)
+
+    def _run_decodes(self, decodes: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:
         bs, scratch = self.block_size, self.kv_cache.scratch_slot
         n = len(decodes)
         b = self.buckets.batch_size(n)
@@ -215,13 +259,14 @@ class JaxModelRunner:
             positions,
             slots,
             DecodeMeta(table, seq_lens),
+            self._lora_params([(r, i) for i, r in enumerate(decodes)], b, slot_of),
             dims=self.dims,
         )
         # decode logits are [B, V], one per row: a slot's first_row is its own row
         sample_slots = [SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample]
         return _ProgramOutput(logits, sample_slots)
 
-    def _run_chunks(self, chunks: list[ScheduledRequest]) -> _ProgramOutput:
+    def _run_chunks(self, chunks: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:
         bs, scratch = self.block_size, self.kv_cache.scratch_slot
         num_rows = sum(r.num_scheduled_tokens for r in chunks)
         t = self.buckets.num_tokens(num_rows)
@@ -234,6 +279,7 @@ class JaxModelRunner:
         key_pos: list[np.ndarray] = []
         sample_rows = SampleRows()
         row = 0
+        first_rows: list[tuple[ScheduledRequest, int]] = []
         for seg, r in enumerate(chunks):
             toks = chunk_token_ids(r)
             n = len(toks)
@@ -248,6 +294,7 @@ class JaxModelRunner:
             key_seg.append(np.full(nb, seg, dtype=np.int32))
             key_pos.append(np.arange(nb, dtype=np.int32) * bs)
             sample_rows.add(r, row)
+            first_rows.append((r, row))
             row += n
         num_keys = sum(len(ids) for ids in key_ids)
         kb = self.buckets.key_blocks(num_keys)
@@ -261,8 +308,9 @@ class JaxModelRunner:
         rows = np.zeros(self.buckets.sample_rows(max(1, len(logits_rows))), dtype=np.int32)
         rows[: len(logits_rows)] = logits_rows
         meta = ChunkMeta(row_seg, positions, kb_ids, kb_seg, kb_pos)
+        lora = self._lora_params(first_rows, t, slot_of)
         logits, self.kv_cache.device_kv = chunk_step(
-            self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, dims=self.dims
+            self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, lora, dims=self.dims
         )
         return _ProgramOutput(logits, sample_rows.slots)
 

@@ -33,7 +33,7 @@ local config (tp_shard.py: its heads, KV heads and MLP columns) and the two row-
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,12 @@ from torch import nn
 from backends.rope_scaling import llama3_inv_freq, rope_type
 from backends.torch.attention import AttentionBackend, AttentionMetadata
 from backends.torch.tp_shard import shard_config
+
+if TYPE_CHECKING:
+    from backends.torch.lora_batch import LoraBatch
+
+# LoRA groups (lora_slots.lora_groups order): the projections that read the same input
+LORA_QKV, LORA_O, LORA_GATE_UP, LORA_DOWN = 0, 1, 2, 3
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -144,10 +150,13 @@ class DecoderLayer(nn.Module):
         kv_cache: torch.Tensor,  # [2, N, bs, Hkv, D]
         attn: AttentionBackend,
         meta: AttentionMetadata,
+        lora: LoraBatch | None = None,
     ) -> torch.Tensor:
         t = hidden.shape[0]
         x = self.input_layernorm(hidden)
         qkv = torch.mm(x, self.qkv_proj_t)  # [T, (H + 2Hkv) * D]
+        if lora is not None:
+            lora.add(self.layer_idx, LORA_QKV, x, qkv)
         qk = qkv[:, : self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
         qk = apply_rope(qk, cos, sin)  # q and k rotated in one pass
         q = qk[:, : self.num_heads]  # [T, H, D]
@@ -155,11 +164,18 @@ class DecoderLayer(nn.Module):
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
         o = attn.forward(q, k, v, kv_cache, meta)  # [T, H * D]
         hidden = self._row_parallel_add(hidden, o, self.o_proj_t)  # hidden + o @ W_o
+        if lora is not None:
+            lora.add(self.layer_idx, LORA_O, o, hidden)
 
         x = self.post_attention_layernorm(hidden)
         gate_up = torch.mm(x, self.gate_up_proj_t)  # [T, 2I]
+        if lora is not None:
+            lora.add(self.layer_idx, LORA_GATE_UP, x, gate_up)
         act = F.silu(gate_up[:, : self.intermediate_size]) * gate_up[:, self.intermediate_size :]
-        return self._row_parallel_add(hidden, act, self.down_proj_t)
+        hidden = self._row_parallel_add(hidden, act, self.down_proj_t)
+        if lora is not None:
+            lora.add(self.layer_idx, LORA_DOWN, act, hidden)
+        return hidden
 
     def _row_parallel_add(self, hidden: torch.Tensor, x: torch.Tensor, w_t: torch.Tensor) -> torch.Tensor:
         """hidden + x @ w_t; under TP, x @ w_t is this rank's partial sum and is all-reduced first."""
@@ -206,13 +222,14 @@ class LlamaModel(nn.Module):
         attn: AttentionBackend,
         meta: AttentionMetadata,
         logits_indices: torch.Tensor | None = None,  # [S] int64 rows to project; None = all
+        lora: LoraBatch | None = None,  # this step's adapters per row (lora_batch.py); None = base only
     ) -> torch.Tensor:
         """Returns fp32 logits [S, V] for the selected rows."""
         hidden = self.embed_t.index_select(1, input_ids).t().contiguous()  # [T, E]
         cos_sin = self.rope[:, positions].unsqueeze(2)  # [2, T, 1, D]
         cos, sin = cos_sin[0], cos_sin[1]
         for layer, kv in zip(self.layers, kv_caches):
-            hidden = layer(hidden, cos, sin, kv, attn, meta)
+            hidden = layer(hidden, cos, sin, kv, attn, meta, lora)
         if logits_indices is not None:
             hidden = hidden.index_select(0, logits_indices)
         return torch.mm(self.norm(hidden), self.lm_head_t).float()  # [S, V]

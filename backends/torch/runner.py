@@ -29,12 +29,15 @@ from backends.torch.attention_dispatch import attention_backend_class, kernel_pl
 from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
+from backends.torch.lora_batch import MAX_LORA_SEGMENTS, LoraBatch
+from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.rejection_sampler import rejection_sample
 from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.buckets import BucketPolicy
+from engine.lora import LoraConfig, LoraRequest, LoraStats
 from engine.model_runner import KVCacheSpec
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,8 @@ class TorchModelRunner:
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
         columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
+    lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
+        slots (lora_slots.py); None = base model only.
     """
 
     def __init__(
@@ -77,6 +82,7 @@ class TorchModelRunner:
         cuda_graphs: bool = True,
         max_graph_batch: int = 64,
         pack_cpu_weights: bool = True,
+        lora_config: LoraConfig | None = None,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -103,6 +109,8 @@ class TorchModelRunner:
         self.kv_cache: PagedKVCache | None = None
         self.attn: AttentionBackend | None = None
         self.block_size = 0
+        self.lora_config = lora_config
+        self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
 
     # ---- ModelRunner protocol -------------------------------------------------------------
 
@@ -161,6 +169,24 @@ class TorchModelRunner:
         out.step_time_s = time.perf_counter() - t0
         return out
 
+    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
+
+    def add_lora(self, lora: LoraRequest) -> None:
+        if self.lora_slots is None:
+            raise ValueError("this runner was built without LoRA support (no lora_config)")
+        self.lora_slots.add(lora)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.lora_slots is not None and self.lora_slots.remove(lora_id)
+
+    def resident_lora_ids(self) -> list[int]:
+        return [] if self.lora_slots is None else self.lora_slots.resident_lora_ids()
+
+    def lora_stats(self) -> LoraStats:
+        if self.lora_slots is None:
+            return LoraStats(0, 0, 0, 0, 0, 0.0)
+        return self.lora_slots.stats()
+
     # ---- extras ----------------------------------------------------------------------------
 
     def compute_logits(self, batch: SchedulerOutput) -> dict[str, torch.Tensor]:
@@ -193,12 +219,17 @@ class TorchModelRunner:
 
     def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
         bs = self.block_size
-        if any(r.lora_id is not None for r in requests):
-            raise NotImplementedError("LoRA adapters are not supported by the torch runner yet")
         # longest context first: the attention backend groups neighbouring decodes by padded width
         decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
+        decode_loras = {r.lora_id for r in decodes}
+        if 1 < len(decode_loras) <= MAX_LORA_SEGMENTS + 1:
+            # few adapters: rows of one adapter side by side, so each is a segment (lora_batch.py); stable,
+            # so each adapter's rows keep their longest-first order
+            rank = {lora_id: i for i, lora_id in enumerate(sorted(decode_loras, key=lambda x: (x is None, x or 0)))}
+            decodes.sort(key=lambda r: rank[r.lora_id])
         chunks = [r for r in requests if not r.is_decode]
-        if self.graphs is not None and not chunks and self.graphs.bucket(len(decodes)) is not None:
+        graphable = not chunks and decode_loras == {None}  # graphs were captured without adapters
+        if self.graphs is not None and graphable and self.graphs.bucket(len(decodes)) is not None:
             return self._forward_graph(decodes)
 
         ids_parts: list[np.ndarray] = []
@@ -239,7 +270,8 @@ class TorchModelRunner:
         input_ids = torch.from_numpy(np.concatenate(ids_parts)).to(dev, non_blocking=True)
         positions_t = torch.from_numpy(positions).to(dev, non_blocking=True)
         logits_idx = torch.tensor(sample_rows.logits_rows, dtype=torch.int64, device=dev)
-        logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx)
+        lora = self._lora_batch(decodes, chunks)
+        logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx, lora)
         return logits, sample_rows.slots
 
     def _forward_graph(self, decodes: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
@@ -256,6 +288,23 @@ class TorchModelRunner:
             sample_rows.add(r, i)
         logits = self.graphs.run(ids, pos, blk * bs + pos % bs, (pos + 1).tolist(), [r.block_ids for r in decodes])
         return logits, sample_rows.slots
+
+    def _lora_batch(self, decodes: list[ScheduledRequest], chunks: list[ScheduledRequest]) -> LoraBatch | None:
+        """Rows -> device slots for this step (rows are [decodes | chunks], each chunk contiguous)."""
+        lora_ids = {r.lora_id for r in decodes} | {r.lora_id for r in chunks}
+        lora_ids.discard(None)
+        if not lora_ids:
+            return None
+        if self.lora_slots is None:
+            raise ValueError("a request names a LoRA adapter but this runner has no lora_config")
+        slot_of = self.lora_slots.activate(lora_ids)
+        decode_slots = [slot_of.get(r.lora_id) for r in decodes]
+        segments, row = [], len(decodes)
+        for r in chunks:
+            if r.lora_id is not None:
+                segments.append((row, r.num_scheduled_tokens, slot_of[r.lora_id]))
+            row += r.num_scheduled_tokens
+        return LoraBatch(self.lora_slots, decode_slots, segments, self.device)
 
     def _sample(self, logits: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:
         plain = [s for s in slots if not _has_draft_probs(s)]

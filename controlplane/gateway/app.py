@@ -6,6 +6,8 @@
                                   waits for one, at most ``models_wait_s``)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
     POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
+    (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
+    frontend allows run-time updates: lora_routes.py)
     GET  /health                  frontend.health(): 200 when status is "ok", else 503
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
@@ -48,6 +50,7 @@ from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.http_methods import OptionsMiddleware
+from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
@@ -108,6 +111,7 @@ def create_app(
         Route("/detokenize", gateway.handle_detokenize, methods=["POST"]),
         Route("/health", gateway.handle_health, methods=["GET"]),
     ]
+    routes += lora_routes(frontend)
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     if sd_app is not None:
@@ -142,6 +146,7 @@ class Gateway:
         if not names and wait_for_models is not None:
             names = await _until_disconnect(request, wait_for_models(self.config.models_wait_s))
         data = [self._model_object(name) for name in names]
+        data += lora_model_objects(self.frontend, self.created_s, self.config.owned_by)
         return _json({"object": "list", "data": data})
 
     async def handle_tokenize(self, request: Request) -> Response:
@@ -163,6 +168,9 @@ class Gateway:
     async def handle_model(self, request: Request) -> Response:
         name = request.path_params["model"]
         if name not in self.frontend.model_names:
+            for lora in lora_model_objects(self.frontend, self.created_s, self.config.owned_by):
+                if lora["id"] == name:
+                    return _json(lora)
             return error_response(_unknown_model(name))
         return _json(self._model_object(name))
 

@@ -35,6 +35,8 @@ class NodeView:
     # the control plane's own counts
     num_inflight: int  # routed here, not finished
     inflight_prefill_tokens: int  # prompt tokens routed here that the last report cannot know about yet
+    max_loras: int = 0  # LoRA device slots (hello); 0 = serves the base model only
+    lora_resident: tuple[str, ...] = ()  # adapters in its device slots (last report)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,7 @@ class RouteRequest:
     traffic_class: str = "default"
     slo_ttft_s: float | None = None  # its class's targets (controlplane/cells.py); None: the router's
     slo_tpot_s: float | None = None
+    lora_name: str | None = None  # the LoRA adapter it runs with (``model`` is then its base model)
 
 
 class Policy(Protocol):
