@@ -185,8 +185,9 @@ class JaxModelRunner:
                 slots = np.full(b, self.kv_cache.scratch_slot, dtype=np.int32)
                 for m in context_sizes:
                     meta = DecodeMeta(np.zeros((b, m), dtype=np.int32), zeros)
+                    # lora=None passed as the step passes it: jit keys its cache on the arguments given
                     logits, self.kv_cache.device_kv = decode_step(
-                        self.params, self.kv_cache.device_kv, zeros, zeros, slots, meta, dims=self.dims
+                        self.params, self.kv_cache.device_kv, zeros, zeros, slots, meta, None, dims=self.dims
                     )
                     _argmax(logits).block_until_ready()
                 if random_sampling:
