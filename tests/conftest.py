@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton reads TRITON_INTERPRET once, when it is first imported, and any test module may import it first
+    # (transformers and peft can): a CPU-only session runs Triton kernels under the interpreter from the start
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from backends.checkpoint import default_model_path
 
