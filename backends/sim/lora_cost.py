@@ -82,10 +82,11 @@ class SimLoraSlots:
 
     def activate(self, lora_ids: set[int]) -> float:
         """Seconds of loading the step with these adapters pays first (0 when all are resident)."""
+        before = self.store.load_time_s_total
         if lora_ids:
             self.store.activate(lora_ids)
         load_s, self._pending_s = self._pending_s, 0.0
-        self.store.load_time_s_total += load_s
+        self.store.load_time_s_total = before + load_s  # the modelled time, not the store's wall clock
         return load_s
 
     def compute_s(self, num_lora_tokens: int, num_active: int) -> float:
