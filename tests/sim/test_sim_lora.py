@@ -96,6 +96,14 @@ def test_affinity_keeps_an_adapter_on_its_node(affinity, expected_loads):
     assert result.info["lora_loads"] == expected_loads
     used = {r.node_id for r in result.records}
     assert len(used) == (1 if affinity else 3)
+    # the modelled load time: one disk read and one copy on each node that served the adapter
+    expected = 0.0
+    for spec in fleet.nodes:
+        if spec.node_id in used:
+            costs = SimLoraSlots(fleet.model, spec.hardware, fleet.engine.lora)
+            expected += costs.disk_s + costs.h2d_s
+    assert result.info["lora_disk_reads"] == len(used)
+    assert result.info["lora_load_s"] == pytest.approx(expected, rel=1e-12)
 
 
 def test_lora_step_costs_more_than_base():
