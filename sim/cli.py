@@ -174,6 +174,7 @@ def run_sim(args: argparse.Namespace) -> int:
             if args.adapters < 0:
                 raise ValueError(f"--adapters must be >= 0, got {args.adapters}")
             fleet.engine.lora = LoraConfig(args.max_loras, args.max_lora_rank, args.max_cpu_loras)
+            AdapterMix(args.adapters, args.adapter_zipf)  # checks the exponent now, not in the middle of a run
         policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:

@@ -144,3 +144,11 @@ def test_zoo_sim_with_adapters(capsys):
     lora_info = out["info"]["lora"] if "info" in out else out["lora"]
     assert set(lora_info) == {"hardware_aware", "round_robin"}
     assert all(v["lora_loads"] >= 1 and v["affinity"] is False for v in lora_info.values())
+
+
+@pytest.mark.parametrize(
+    "bad", [["--adapters", "-1"], ["--adapters", "5", "--adapter-zipf", "-1"], ["--adapters", "5", "--max-loras", "0"]]
+)
+def test_zoo_sim_refuses_bad_adapter_flags(bad, capsys):
+    assert main(["--fleet", "small", "--trace", "poisson", "--max-requests", "5", "--policy", "round_robin", *bad]) == 2
+    assert "zoo sim:" in capsys.readouterr().err
