@@ -76,13 +76,22 @@ def slot_arrays(adapter: PeftAdapter, config: Any, rank: int) -> dict[str, np.nd
 
 class LoraStore:
     """Registered adapters, the host-RAM LRU and the device-slot LRU. ``activate`` calls
-    ``write_slot(slot, adapter)`` for each adapter it moves into a slot; the caller owns the tensors."""
+    ``write_slot(slot, adapter)`` for each adapter it moves into a slot; the caller owns the tensors.
+    ``read``: reads an adapter into host RAM (default: its PEFT files, ``load_peft_adapter``); the
+    simulated runner passes one that reads nothing and prices the read instead."""
 
-    def __init__(self, model_config: Any, lora_config: LoraConfig, write_slot: Callable[[int, PeftAdapter], None]):
+    def __init__(
+        self,
+        model_config: Any,
+        lora_config: LoraConfig,
+        write_slot: Callable[[int, Any], None],
+        read: Callable[[LoraRequest], Any] | None = None,
+    ):
         self.model_config = model_config
         self.config = lora_config
         self.zero_slot = lora_config.max_loras  # never loaded: its A and B stay zero
         self._write_slot = write_slot
+        self._read = read or self._read_peft
         self._registered: dict[int, LoraRequest] = {}
         self._host: OrderedDict[int, PeftAdapter] = OrderedDict()  # LRU order, most recent last
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # lora_id -> device slot, LRU order
@@ -95,7 +104,7 @@ class LoraStore:
 
     def add(self, lora: LoraRequest) -> PeftAdapter:
         """Read and check the adapter (AdapterError on a bad one, nothing changed); replaces one of the same id."""
-        adapter = load_peft_adapter(lora.path, self.model_config, self.config.max_lora_rank)
+        adapter = self._read(lora)
         self.remove(lora.lora_id)
         self._registered[lora.lora_id] = lora
         self._put_host(lora.lora_id, adapter)
@@ -131,6 +140,9 @@ class LoraStore:
             load_time_s_total=self.load_time_s_total,
         )
 
+    def _read_peft(self, lora: LoraRequest) -> PeftAdapter:
+        return load_peft_adapter(lora.path, self.model_config, self.config.max_lora_rank)
+
     def _put_host(self, lora_id: int, adapter: PeftAdapter) -> None:
         self._host[lora_id] = adapter
         self._host.move_to_end(lora_id)
@@ -141,8 +153,7 @@ class LoraStore:
     def _load_host(self, lora_id: int) -> PeftAdapter:
         adapter = self._host.get(lora_id)
         if adapter is None:
-            lora = self._registered[lora_id]
-            adapter = load_peft_adapter(lora.path, self.model_config, self.config.max_lora_rank)
+            adapter = self._read(self._registered[lora_id])
             self._put_host(lora_id, adapter)
         else:
             self._host.move_to_end(lora_id)

@@ -68,13 +68,14 @@ def place_request(
     exclude: Container[str] = (),
     tenants: TenantLimiter | None = None,
     loras: LoraTable | None = None,
+    lora_affinity: bool = True,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
     not choose (a resumed request's last node, when it is still registered); ``tenants``: the tenants'
     classes and rate limits (None: not checked, as for a resumed request, which was admitted already);
     ``loras``: the fleet's LoRA adapters (a ``model`` naming one runs on its parent, on nodes that serve
-    adapters, those holding it preferred).
+    adapters, those holding it preferred unless ``lora_affinity`` is False: the fleet simulator's ablation).
 
     The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
     engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
@@ -117,7 +118,7 @@ def place_request(
     admission_snapshot = snapshot
     if exclude:
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
-    if lora_entry is not None:
+    if lora_entry is not None and lora_affinity:
         snapshot = prefer_resident(snapshot, lora_entry.lora.name)  # router/lora_affinity.py
     spill_to = traffic_class.spill_to if traffic_class is not None else []
     if not snapshot.nodes and not spill_to:

@@ -8,6 +8,9 @@ whole (or its first ``--duration`` virtual seconds) through the fleet simulator 
 policy. ``--seeds N`` replays it N times per policy, seeds ``--seed`` .. ``--seed + N - 1`` (prompt tokens,
 the policies' random choices, and a seeded jitter of each arrival by up to one mean inter-arrival gap) and
 reports the means with 95% intervals.
+``--adapters N --adapter-zipf S`` gives each request one of N LoRA adapters (Zipf popularity, sim/adapters.py)
+served from ``--max-loras`` simulated slots per node; ``--lora-affinity`` says which policies get the intake's
+preference for nodes holding the adapter (all, ours = our policies only, none).
 ``--sweep`` repeats that over ``--sweep-loads`` and prints, per policy, the load at which fewer than 99%
 of requests meet the SLO.
 """
@@ -21,6 +24,8 @@ from pathlib import Path
 from controlplane.admission import AdmissionConfig
 from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
+from engine.lora import LoraConfig
+from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
@@ -92,6 +97,27 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep", action="store_true", help="sweep the offered load")
     parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
     add_realtime_args(parser)
+    add_lora_args(parser)
+
+
+def add_lora_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--adapters", type=int, default=0, help="LoRA adapters the requests name (0: base model)")
+    parser.add_argument("--adapter-zipf", type=float, default=1.0, help="Zipf exponent of adapter popularity")
+    parser.add_argument("--max-loras", type=int, default=8, help="LoRA device slots per node")
+    parser.add_argument("--max-lora-rank", type=int, default=16, help="rank every adapter is padded to")
+    parser.add_argument("--max-cpu-loras", type=int, default=None, help="adapters in a node's host RAM (LRU)")
+    parser.add_argument(
+        "--lora-affinity", choices=("all", "ours", "none"), default="all", help="policies preferring resident adapters"
+    )
+
+
+def lora_settings(args: argparse.Namespace, policy: str, seed: int) -> dict:
+    """FleetSimulator's adapter arguments for ``policy`` (none without ``--adapters``)."""
+    num = getattr(args, "adapters", 0)
+    if not num:
+        return {}
+    affinity = args.lora_affinity == "all" or (args.lora_affinity == "ours" and policy in OURS)
+    return {"adapters": AdapterMix(num, args.adapter_zipf, seed), "lora_affinity": affinity}
 
 
 def build_workload(args: argparse.Namespace, fleet: Fleet) -> Workload:
@@ -128,10 +154,13 @@ def run_policies(
             seed=args.seed if seed is None else seed,
             report_interval_s=args.report_interval,
             drain_limit_s=args.drain_limit,
+            **lora_settings(args, name, args.seed if seed is None else seed),
         )
         result = sim.run()
         if log is not None:
             log(f"  {name}: {len(result.records)} requests, {result.end_s:.0f} virtual s in {result.wall_s:.1f} s")
+            if result.info.get("lora_loads") is not None:
+                log(f"    LoRA: {result.info}")
         results.append(result)
     return results
 
@@ -141,6 +170,11 @@ def run_sim(args: argparse.Namespace) -> int:
         return run_realtime_sim(args)
     try:
         fleet = load_fleet(args.fleet)
+        if getattr(args, "adapters", 0):
+            if args.adapters < 0:
+                raise ValueError(f"--adapters must be >= 0, got {args.adapters}")
+            fleet.engine.lora = LoraConfig(args.max_loras, args.max_lora_rank, args.max_cpu_loras)
+            AdapterMix(args.adapters, args.adapter_zipf)  # checks the exponent now, not in the middle of a run
         policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
@@ -199,6 +233,10 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
+        if getattr(args, "adapters", 0):
+            info["lora"] = {
+                r.policy: {**r.info, "affinity": lora_settings(args, r.policy, 0)["lora_affinity"]} for r in results
+            }
     else:
         runs = []
         for seed in range(args.seed, args.seed + args.seeds):

@@ -42,6 +42,7 @@ from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
 from engine.llm_engine import PendingStep
 from engine.sampling_params import SamplingParams
+from sim.adapters import AdapterMix
 from sim.fleet import Fleet, NodeSpec
 from sim.workload import PromptFactory, Workload
 from transport.messages import ClientGenerate, ErrorReply
@@ -202,6 +203,9 @@ class FleetSimulator:
     """One run of ``workload`` on ``fleet`` under ``policy``.
 
     admission: the control plane's admission limits (its defaults unless given, as ``zoo controlplane``).
+    adapters: each request names a LoRA adapter of this mix (sim/adapters.py); the fleet's nodes must serve
+    adapters (``fleet.engine.lora``). lora_affinity: False = the intake does not prefer nodes holding the
+    request's adapter (router/lora_affinity.py), to measure what that preference is worth.
     """
 
     def __init__(
@@ -215,6 +219,8 @@ class FleetSimulator:
         seed: int = 0,
         report_interval_s: float = 0.25,
         drain_limit_s: float = 600.0,
+        adapters: AdapterMix | None = None,
+        lora_affinity: bool = True,
     ) -> None:
         if report_interval_s <= 0:
             raise ValueError(f"report_interval_s must be > 0, got {report_interval_s}")
@@ -226,6 +232,10 @@ class FleetSimulator:
         self.seed = seed
         self.report_interval_s = report_interval_s
         self.drain_limit_s = drain_limit_s
+        if adapters is not None and adapters.num_adapters and fleet.engine.lora is None:
+            raise ValueError("a workload with LoRA adapters needs a fleet whose nodes serve them (engine.lora)")
+        self.adapters = adapters
+        self.lora_affinity = lora_affinity
 
     def run(self) -> SimResult:
         wall_start = time.perf_counter()
@@ -243,6 +253,8 @@ class FleetSimulator:
         prompts = PromptFactory(model.vocab_size, self.seed)
         requests = self.workload.requests
         records: dict[str, RequestRecord] = {}  # in flight
+        loras = self.adapters.table() if self.adapters is not None else None
+        adapter_of = self.adapters.assign(len(requests)) if self.adapters is not None else [None] * len(requests)
         all_records: list[RequestRecord] = []
 
         heap: list[tuple[float, int, int, int]] = []
@@ -328,6 +340,7 @@ class FleetSimulator:
                 prompt_token_ids=prompts.prompt_token_ids(trace_request, index),
                 sampling=SamplingParams(temperature=0.0, max_tokens=trace_request.max_tokens),
                 traffic_class=trace_request.traffic_class,
+                model=adapter_of[index],
             )
             placed = place_request(
                 msg,
@@ -338,6 +351,8 @@ class FleetSimulator:
                 policy=policy,
                 admission=admission,
                 router=self.router_config,
+                loras=loras,
+                lora_affinity=self.lora_affinity,
             )
             if isinstance(placed, ErrorReply):
                 rec.refusal = placed.code.value
@@ -348,7 +363,7 @@ class FleetSimulator:
             rec.node_id = node_id
             registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens)
             policy.on_routed(placed.route, node_id)
-            node.core.add(req_id, placed.token_ids, msg.sampling, priority=placed.priority)
+            node.core.add(req_id, placed.token_ids, msg.sampling, priority=placed.priority, lora=placed.lora)
             node.num_requests += 1
             records[req_id] = rec
             if not node.busy and not node.kicked:
@@ -368,4 +383,17 @@ class FleetSimulator:
             wall_s=wall_s,
             num_events=num_events,
             drained=not records,
+            info=lora_info(nodes) if loras is not None else {},
         )
+
+
+def lora_info(nodes: list[SimNode]) -> dict:
+    """The fleet's adapter traffic: loads into device slots, reads from disk, the seconds they took."""
+    runners = [n.core.engine.runner for n in nodes]
+    stats = [r.lora_stats() for r in runners]
+    return {
+        "lora_loads": sum(s.num_loads_total for s in stats),
+        "lora_evictions": sum(s.num_evictions_total for s in stats),
+        "lora_disk_reads": sum(r.lora_slots.num_disk_reads_total for r in runners if r.lora_slots is not None),
+        "lora_load_s": sum(s.load_time_s_total for s in stats),
+    }

@@ -38,6 +38,7 @@ from controlplane.cells import CellsConfig, parse_cells
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.llm_engine import LLMEngine
+from engine.lora import LoraConfig
 
 FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
 
@@ -62,6 +63,7 @@ class EngineSettings:
     enable_prefix_caching: bool = True
     gpu_memory_utilization: float = 0.9
     swap_space_gib: float = 4.0  # host RAM per GPU for swapped KV
+    lora: LoraConfig | None = None  # serve LoRA adapters (simulated slots); None = base model only
 
     def scheduler_config(self, model: ModelConfig) -> SchedulerConfig:
         return SchedulerConfig(
@@ -152,6 +154,7 @@ class Fleet:
             clock=clock,
             detokenize=realtime,
             hardware=hardware,
+            lora_config=self.engine.lora,
         )
 
     def describe(self) -> str:

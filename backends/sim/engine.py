@@ -22,6 +22,7 @@ from backends.sim.runner import SimModelRunner
 from engine.clock import Clock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
+from engine.lora import LoraConfig
 
 PLACEHOLDER = " sim"
 _FIRST_WORD_ID = 10
@@ -58,12 +59,14 @@ def build_sim_engine(
     max_catch_up_s: float = DEFAULT_MAX_CATCH_UP_S,
     detokenize: bool = True,
     hardware: NodeHardware | None = None,
+    lora_config: LoraConfig | None = None,
 ) -> LLMEngine:
-    """``hardware``, when given, is the node (TP across hosts, all-reduce kind) instead of gpu_profile x tp."""
+    """``hardware``, when given, is the node (TP across hosts, all-reduce kind) instead of gpu_profile x tp;
+    ``lora_config``: serve LoRA adapters (simulated slots, backends/sim/lora_cost.py)."""
     config = sim_model(model)
     cache_config = cache_config or CacheConfig()
     hardware = hardware or NodeHardware(gpu_profile, tp)
-    runner = SimModelRunner(config, hardware, block_size=cache_config.block_size)
+    runner = SimModelRunner(config, hardware, block_size=cache_config.block_size, lora_config=lora_config)
     scheduler_config = scheduler_config or SchedulerConfig()
     scheduler_config.max_model_len = min(scheduler_config.max_model_len, runner.max_model_len)
     if not keep_cache_blocks:

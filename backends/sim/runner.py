@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
+from backends.sim.lora_cost import SimLoraSlots
 from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token
 from backends.sim.spec_model import SimSpecModel
 from engine.batch import RunnerOutput, SchedulerOutput
+from engine.lora import LoraConfig, LoraRequest, LoraStats
 from engine.model_runner import KVCacheSpec
 
 
@@ -29,9 +31,11 @@ class SimModelRunner:
         block_size: int = 16,
         cost_model: StepCostModel | None = None,
         spec: SimSpecModel | None = None,
+        lora_config: LoraConfig | None = None,
     ) -> None:
         """spec: how drafts fare (acceptance rate, draft cost) when the engine speculates; None = every
-        draft is rejected and drafting costs nothing."""
+        draft is rejected and drafting costs nothing. lora_config: serve LoRA adapters in that many
+        simulated slots (lora_cost.py prices their loads and matmuls); None = base model only."""
         if not model.name.startswith(SIM_PREFIX):
             raise ValueError(f"a simulated model's name must start with {SIM_PREFIX!r}, got {model.name!r}")
         self.model = model
@@ -44,6 +48,37 @@ class SimModelRunner:
         self.spec = spec
         self.num_steps = 0
         self.busy_time_s = 0.0  # summed predicted step time
+        self.lora_config = lora_config
+        self.lora_slots = None if lora_config is None else SimLoraSlots(model, hardware, lora_config)
+
+    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
+
+    def add_lora(self, lora: LoraRequest) -> None:
+        if self.lora_slots is None:
+            raise ValueError("this runner was built without LoRA support (no lora_config)")
+        self.lora_slots.add(lora)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.lora_slots is not None and self.lora_slots.store.remove(lora_id)
+
+    def resident_lora_ids(self) -> list[int]:
+        return [] if self.lora_slots is None else self.lora_slots.store.resident_lora_ids()
+
+    def lora_stats(self) -> LoraStats:
+        return LoraStats(0, 0, 0, 0, 0, 0.0) if self.lora_slots is None else self.lora_slots.stats()
+
+    def _lora_s(self, batch: SchedulerOutput) -> float:
+        """Loading the step's cold adapters, then their low-rank matmuls (lora_cost.py)."""
+        lora_ids = {r.lora_id for r in batch.requests if r.lora_id is not None}
+        if self.lora_slots is None:
+            if lora_ids:
+                raise ValueError("a request names a LoRA adapter but this runner has no lora_config")
+            return 0.0
+        load_s = self.lora_slots.activate(lora_ids)
+        if not lora_ids:
+            return load_s
+        num_lora_tokens = sum(len(r.token_ids) + len(r.spec_token_ids) for r in batch.requests if r.lora_id is not None)
+        return load_s + self.lora_slots.compute_s(num_lora_tokens, len(lora_ids))
 
     @property
     def max_model_len(self) -> int:
@@ -93,7 +128,7 @@ class SimModelRunner:
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         if batch.is_empty:  # only finished requests to forget: no kernel runs, no time passes
             return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
-        step_s = self.predict_step_s(batch)
+        step_s = self.predict_step_s(batch) + self._lora_s(batch)
         token = self.dummy_token_id
         spec = self.spec
         sampled = {
