@@ -189,3 +189,25 @@ class LoraStore:
         victim = next(i for i in self._slot_of if i not in keep)  # exists: len(keep) <= slots
         self.num_evictions_total += 1
         return self._slot_of.pop(victim)
+
+
+class StoreBackedSlots:
+    """The LoRA runner verbs a backend's device slots answer from their ``LoraStore`` (``self.store``); the
+    backend subclass owns the device tensors the store's loads and evictions fill."""
+
+    store: LoraStore
+
+    def add(self, lora: LoraRequest) -> PeftAdapter:
+        return self.store.add(lora)
+
+    def remove(self, lora_id: int) -> bool:
+        return self.store.remove(lora_id)
+
+    def activate(self, lora_ids: set[int]) -> dict[int, int]:
+        return self.store.activate(lora_ids)
+
+    def resident_lora_ids(self) -> list[int]:
+        return self.store.resident_lora_ids()
+
+    def stats(self) -> LoraStats:
+        return self.store.stats()

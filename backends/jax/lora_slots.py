@@ -18,8 +18,8 @@ import numpy as np
 
 from backends.checkpoint.peft_adapter import PeftAdapter, module_shape
 from backends.jax.model import LoraParams
-from backends.lora_store import LoraStore, lora_groups, slot_arrays
-from engine.lora import LoraConfig, LoraRequest, LoraStats
+from backends.lora_store import LoraStore, StoreBackedSlots, lora_groups, slot_arrays
+from engine.lora import LoraConfig
 
 
 @partial(jax.jit, donate_argnums=(0,))
@@ -27,7 +27,7 @@ def _write(stack: jax.Array, slot: jax.Array, value: jax.Array) -> jax.Array:
     return stack.at[:, slot].set(value.astype(stack.dtype))
 
 
-class JaxLoraSlots:
+class JaxLoraSlots(StoreBackedSlots):
     """Device slots + the store that fills them. ``params(lora_ids, row_slots)`` for one program."""
 
     def __init__(self, model_config: Any, lora_config: LoraConfig, dtype: np.dtype, device: jax.Device) -> None:
@@ -44,21 +44,6 @@ class JaxLoraSlots:
             for module in group.modules:
                 shape = (layers, num_slots, rank, module_shape(model_config, module)[0])
                 self.b[module] = jax.device_put(jnp.zeros(shape, dtype), device)
-
-    def add(self, lora: LoraRequest) -> PeftAdapter:
-        return self.store.add(lora)
-
-    def remove(self, lora_id: int) -> bool:
-        return self.store.remove(lora_id)
-
-    def activate(self, lora_ids: set[int]) -> dict[int, int]:
-        return self.store.activate(lora_ids)
-
-    def resident_lora_ids(self) -> list[int]:
-        return self.store.resident_lora_ids()
-
-    def stats(self) -> LoraStats:
-        return self.store.stats()
 
     def params(self, row_slots: np.ndarray) -> LoraParams:
         """The step's LoraParams; ``row_slots`` [rows] int32 (padding and base rows: ``zero_slot``)."""

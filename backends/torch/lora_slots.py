@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 from backends.checkpoint.peft_adapter import PeftAdapter, module_shape
-from backends.lora_store import LoraStore, lora_groups, slot_arrays
-from engine.lora import LoraConfig, LoraRequest, LoraStats
+from backends.lora_store import LoraStore, StoreBackedSlots, lora_groups, slot_arrays
+from engine.lora import LoraConfig
 
 
-class LoraSlots:
+class LoraSlots(StoreBackedSlots):
     """Device slots + the store that fills them. ``activate(lora_ids)`` -> {lora_id: slot} for one step."""
 
     def __init__(self, model_config: Any, lora_config: LoraConfig, dtype: torch.dtype, device: torch.device) -> None:
@@ -35,21 +35,6 @@ class LoraSlots:
             for module in group.modules:
                 num_out = module_shape(model_config, module)[0]
                 self.b[module] = torch.zeros(layers, num_slots, rank, num_out, dtype=dtype, device=device)
-
-    def add(self, lora: LoraRequest) -> PeftAdapter:
-        return self.store.add(lora)
-
-    def remove(self, lora_id: int) -> bool:
-        return self.store.remove(lora_id)
-
-    def activate(self, lora_ids: set[int]) -> dict[int, int]:
-        return self.store.activate(lora_ids)
-
-    def resident_lora_ids(self) -> list[int]:
-        return self.store.resident_lora_ids()
-
-    def stats(self) -> LoraStats:
-        return self.store.stats()
 
     def _write_slot(self, slot: int, adapter: PeftAdapter) -> None:
         arrays = slot_arrays(adapter, self.model_config, self.config.max_lora_rank)
