@@ -276,13 +276,15 @@ class NodeCore:
             **self._lora_report(),
         )
 
-    def _lora_report(self) -> dict[str, list[str]]:
+    def _lora_report(self) -> dict:
         """LoadReport's adapter fields (empty when the runner serves none)."""
         engine = self.engine
         if getattr(engine.runner, "lora_config", None) is None:
             return {}
         scheduler = engine.scheduler
+        stats = engine.runner.lora_stats()
         return {
+            "lora_load_s": stats.load_time_s_total / stats.num_loads_total if stats.num_loads_total else 0.0,
             "lora_resident": engine.lora_names(engine.runner.resident_lora_ids()),
             "lora_running": sorted(engine.lora_names(scheduler.running_lora_ids())),
             "lora_waiting": sorted(engine.lora_names(scheduler.waiting_lora_ids())),

@@ -392,6 +392,7 @@ class ClusterRegistry:
             inflight_prefill_tokens=sum(node.unreported_prefill.values()),
             max_loras=hello.max_loras,
             lora_resident=() if report is None else tuple(report.lora_resident),
+            lora_load_s=0.0 if report is None else report.lora_load_s,
         )
         if _same_values(view, node.view):
             return  # keep the old object: policies treat an unchanged object as an unchanged node

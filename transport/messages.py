@@ -170,6 +170,7 @@ class LoadReport(Envelope, kw_only=True):
     lora_resident: list[str] = []
     lora_running: list[str] = []
     lora_waiting: list[str] = []
+    lora_load_s: float = 0.0  # measured mean time to bring an adapter into a device slot; 0: none loaded yet
 
 
 class NodeLeave(Envelope, kw_only=True):

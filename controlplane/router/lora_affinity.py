@@ -5,8 +5,9 @@ before the request's first step: tens to hundreds of milliseconds on a CPU node 
 measures it), a few milliseconds over PCIe from host RAM. A node that holds it pays nothing. So, as
 S-LoRA's and vLLM's production routers do in spirit (affinity first, load second), the nodes that hold the
 adapter are offered to the policy alone while one of them has an empty queue; once they all queue work,
-every LoRA-capable node is offered and the policy's own load pricing decides. Sans-IO; the fleet
-simulator runs it unchanged.
+every LoRA-capable node is offered and the policy's own load pricing decides (hardware_aware adds the cold
+load to the TTFT of a node without the adapter: its measured mean load time, from its load reports, or
+RouterConfig.lora_load_estimate_s before it has loaded one). Sans-IO; the fleet simulator runs it unchanged.
 """
 
 from __future__ import annotations

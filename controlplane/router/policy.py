@@ -37,6 +37,7 @@ class NodeView:
     inflight_prefill_tokens: int  # prompt tokens routed here that the last report cannot know about yet
     max_loras: int = 0  # LoRA device slots (hello); 0 = serves the base model only
     lora_resident: tuple[str, ...] = ()  # adapters in its device slots (last report)
+    lora_load_s: float = 0.0  # its measured mean adapter load time (last report); 0: not measured yet
 
 
 @dataclass(frozen=True, slots=True)

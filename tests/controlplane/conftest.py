@@ -51,8 +51,11 @@ def _route_request(
     request_id: str = "r",
     model: str = "m",
     traffic_class: str = "default",
+    lora_name: str | None = None,
 ) -> RouteRequest:
-    return RouteRequest(request_id, model, num_prompt_tokens, max_tokens, block_hashes, traffic_class)
+    return RouteRequest(
+        request_id, model, num_prompt_tokens, max_tokens, block_hashes, traffic_class, lora_name=lora_name
+    )
 
 
 def _hello(

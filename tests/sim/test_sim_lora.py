@@ -152,3 +152,26 @@ def test_zoo_sim_with_adapters(capsys):
 def test_zoo_sim_refuses_bad_adapter_flags(bad, capsys):
     assert main(["--fleet", "small", "--trace", "poisson", "--max-requests", "5", "--policy", "round_robin", *bad]) == 2
     assert "zoo sim:" in capsys.readouterr().err
+
+
+def test_a_node_reports_its_measured_adapter_load_time():
+    """The load report carries the mean (modelled) time of the node's adapter loads: what the router prices a
+    cold load at on that node (controlplane/router/policies/hardware_aware.py, lora_cold_load_s)."""
+    from agent.node_core import NodeCore
+    from backends.sim.engine import build_sim_engine
+    from engine.clock import ManualClock
+    from engine.sampling_params import SamplingParams
+
+    engine = build_sim_engine(
+        "sim:llama-3-8b", "h100-sxm", realtime=False, clock=ManualClock(), lora_config=LoraConfig(max_loras=2)
+    )
+    core = NodeCore(engine, "n0")
+    assert core.load_report().lora_load_s == 0.0  # nothing loaded yet: the router uses its estimate
+    core.add("r1", [5] * 40, SamplingParams(max_tokens=2), lora=lora("a"))
+    while engine.has_unfinished_requests():
+        engine.step()
+    stats = engine.runner.lora_stats()
+    assert stats.num_loads_total == 1
+    report = core.load_report()
+    assert report.lora_load_s == pytest.approx(stats.load_time_s_total) and report.lora_load_s > 0
+    assert report.lora_resident == ["a"]

@@ -13,6 +13,8 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
     backlog   = queued_prefill_tokens + inflight_prefill_tokens          prompt tokens not yet prefilled
     TTFT      = (backlog + max(prompt - cached, 1)) / rate
                 + step(decode_batch_size) if a decode batch is running (the current step must end first)
+                + the adapter's load time if the request names a LoRA adapter the node does not hold
+                  (its measured mean load time, else RouterConfig.lora_load_estimate_s)
     TPOT      = step(max(decode_batch_size, num_inflight) + 1)
                 + min(backlog / rate / n, prefill_chunk_tokens / rate),   n = max(max_tokens - 1, 1)
                 (chunked prefill: while a node has prompts to prefill, every decode step also carries a
@@ -111,6 +113,14 @@ def predict_ttft_s(node: NodeView, num_prompt_tokens: int, config: RouterConfig,
     return (backlog_tokens(node) + own) / prefill_rate_tok_per_s(node, config) + wait_s
 
 
+def lora_cold_load_s(node: NodeView, lora_name: str | None, config: RouterConfig) -> float:
+    """Time ``node`` needs to bring adapter ``lora_name`` into a device slot before the request's first step:
+    0 when it holds it (or the request has none), else its measured mean load time or the estimate."""
+    if lora_name is None or lora_name in node.lora_resident:
+        return 0.0
+    return node.lora_load_s if node.lora_load_s > 0 else config.lora_load_estimate_s
+
+
 def predict_tpot_s(node: NodeView, config: RouterConfig, max_tokens: int = 1) -> float:
     """Time per output token of a new request of ``max_tokens`` outputs on ``node``: a decode step with it
     added to the batch, plus the node's prefill backlog spread over its decode steps (a chunk per step at
@@ -134,6 +144,7 @@ def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, 
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring."""
     num_prompt_tokens = request.num_prompt_tokens
     ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
+    ttft_s += lora_cold_load_s(node, request.lora_name, config)
     tpot_s = predict_tpot_s(node, config, request.max_tokens)
     cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_s
     if ttft_s > config.slo_ttft_s:
@@ -174,6 +185,9 @@ class HardwareAwarePolicy(PolicyHooks):
         # cost = TTFT (+ its SLO penalty)
         cost = np.multiply(columns[_COL_INV_RATE], max(num_prompt_tokens, 1), out=self._cost)
         cost += columns[_COL_BASE_S]
+        if request.lora_name is not None:  # a cold adapter load before the first step (O(N): LoRA requests only)
+            lora_name, nodes = request.lora_name, table.nodes
+            cost += np.fromiter((lora_cold_load_s(v, lora_name, config) for v in nodes), np.float64, len(nodes))
         slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
         np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, slo_ttft_s, out=miss))
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
@@ -208,6 +222,7 @@ class HardwareAwarePolicy(PolicyHooks):
                     continue
                 cached = min(num_blocks * nodes[i].block_size, num_prompt_tokens)
                 inv_rate, base_s = values.item(_COL_INV_RATE, i), values.item(_COL_BASE_S, i)
+                base_s += lora_cold_load_s(nodes[i], request.lora_name, config)
                 cached_own = max(num_prompt_tokens - cached, 1)
                 saved_s = (own - cached_own) * inv_rate
                 if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:

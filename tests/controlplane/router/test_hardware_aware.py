@@ -186,12 +186,18 @@ def test_vectorised_choice_matches_the_scalar_predictions(
             num_waiting=rng.randrange(0, 8),
             num_inflight=rng.randrange(0, 40),
             inflight_prefill_tokens=rng.randrange(0, 5000),
+            lora_resident=tuple(rng.sample(["a", "b", "c"], rng.randrange(0, 3))),
+            lora_load_s=rng.choice([0.0, rng.uniform(0.001, 2.0)]),
         )
         for i in range(40)
     ]
     policy = make_policy("hardware_aware", config)
     for _ in range(20):
-        request = make_route_request(num_prompt_tokens=rng.randrange(1, 6000), max_tokens=rng.randrange(1, 1000))
+        request = make_route_request(
+            num_prompt_tokens=rng.randrange(1, 6000),
+            max_tokens=rng.randrange(1, 1000),
+            lora_name=rng.choice([None, "a", "b", "c", "d"]),
+        )
         costs = {
             v.node_id: predict_cost_s(v, request, config)
             for v in nodes
@@ -201,3 +207,21 @@ def test_vectorised_choice_matches_the_scalar_predictions(
         assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9)
         i = rng.randrange(len(nodes))
         nodes[i] = replace(nodes[i], num_inflight=rng.randrange(0, 40))  # the snapshot changes a little
+
+
+def test_a_cold_adapter_load_is_priced_measured_or_estimated(make_node_view, make_snapshot, make_route_request):
+    """Two equal nodes: the one holding the adapter wins; a measured slow load (or, unmeasured, the estimate)
+    is what the other would add to the TTFT, and a long enough queue on the holder outweighs it."""
+    config = replace(CONFIG, lora_load_estimate_s=0.5)
+    holder = make_node_view("holder", "a100-40gb", prefill_tok_per_s=10_000.0, lora_resident=("a",))
+    cold = make_node_view("cold", "a100-40gb", prefill_tok_per_s=10_000.0, lora_load_s=0.2)
+    policy = make_policy("hardware_aware", config)
+    request = make_route_request(num_prompt_tokens=100, max_tokens=1, lora_name="a")
+    assert policy.choose(request, make_snapshot(holder, cold)) == "holder"
+    assert predict_cost_s(cold, request, config) - predict_cost_s(holder, request, config) == pytest.approx(0.2)
+    unmeasured = replace(cold, lora_load_s=0.0)
+    assert predict_cost_s(unmeasured, request, config) - predict_cost_s(holder, request, config) == pytest.approx(0.5)
+    busy_holder = replace(holder, queued_prefill_tokens=3000)  # 0.3 s of prefill ahead of it > a 0.2 s load
+    assert policy.choose(request, make_snapshot(busy_holder, cold)) == "cold"
+    base = make_route_request(num_prompt_tokens=100, max_tokens=1)  # no adapter: nothing to load anywhere
+    assert predict_cost_s(cold, base, config) == pytest.approx(predict_cost_s(holder, base, config))
