@@ -18,6 +18,7 @@ of requests meet the SLO.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
-from sim.des import FleetSimulator, SimResult
+from sim.des import FleetSimulator, SimResult, default_router_config
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
@@ -75,8 +76,12 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         help="runs per policy, seeds --seed, --seed+1, ...; with more than one, each run replays the trace with "
         "its arrivals jittered (seeded) and the report gives means and 95%% intervals",
     )
-    parser.add_argument("--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s")
-    parser.add_argument("--slo-tpot", type=float, default=0.1, help="SLO on time per output token, s")
+    parser.add_argument(
+        "--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s (goodput; told to the router)"
+    )
+    parser.add_argument(
+        "--slo-tpot", type=float, default=0.1, help="SLO on time per output token, s (goodput; told to the router)"
+    )
     parser.add_argument("--report-interval", type=float, default=0.25, help="agents' load report period, s")
     admission = AdmissionConfig()
     parser.add_argument(
@@ -146,15 +151,21 @@ def run_policies(
 ) -> list[SimResult]:
     results = []
     for name in policies:
+        run_seed = args.seed if seed is None else seed
+        # the operator's SLO, told to every policy (the SLO-aware ones aim for it; the others ignore it)
+        router = dataclasses.replace(
+            default_router_config(fleet, name, run_seed), slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot
+        )
         sim = FleetSimulator(
             fleet,
             workload,
             name,
+            router_config=router,
             admission=admission_config(args),
-            seed=args.seed if seed is None else seed,
+            seed=run_seed,
             report_interval_s=args.report_interval,
             drain_limit_s=args.drain_limit,
-            **lora_settings(args, name, args.seed if seed is None else seed),
+            **lora_settings(args, name, run_seed),
         )
         result = sim.run()
         if log is not None:

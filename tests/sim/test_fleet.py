@@ -63,3 +63,27 @@ def test_a_pool_can_span_hosts_with_a_hierarchical_all_reduce():
     with pytest.raises(ValueError, match="tp_nodes must divide"):
         fleet(tp_nodes=3)
     assert one_host.hardware.tp_nodes == 1
+
+
+def test_zoo_sim_tells_every_policy_the_operators_slo(monkeypatch):
+    import argparse
+
+    import sim.cli as cli
+
+    seen = {}
+
+    class Recorder:
+        def __init__(self, fleet, workload, policy, *, router_config, **kwargs):
+            seen[policy] = (router_config.slo_ttft_s, router_config.slo_tpot_s, router_config.policy)
+
+        def run(self):
+            raise StopIteration
+
+    monkeypatch.setattr(cli, "FleetSimulator", Recorder)
+    parser = argparse.ArgumentParser()
+    cli.add_sim_args(parser)
+    args = parser.parse_args(["--slo-ttft", "2", "--slo-tpot", "0.05"])
+    for policy in ("hardware_aware", "llm_d"):
+        with pytest.raises(StopIteration):
+            cli.run_policies(load_fleet("small"), None, [policy], args)
+    assert seen == {"hardware_aware": (2.0, 0.05, "hardware_aware"), "llm_d": (2.0, 0.05, "llm_d")}
