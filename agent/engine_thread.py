@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from agent.node_core import NodeCore
@@ -103,6 +104,12 @@ class EngineThread:
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.done = threading.Event()
+        # LoRA adapters new to this node are read from disk here, not on the engine thread (which keeps
+        # stepping the others); the request is queued once its adapter is read
+        self._reader: ThreadPoolExecutor | None = None
+        self._reading: set[str] = set()  # request ids waiting for their adapter's read
+        self._cancelled: set[str] = set()  # of those, aborted meanwhile
+        self._reading_lock = threading.Lock()
 
     @property
     def num_inflight(self) -> int:
@@ -121,14 +128,44 @@ class EngineThread:
         priority: int = 0,
         lora: LoraRequest | None = None,
     ) -> None:
-        """Queue a request that arrived ``age_s`` ago; the time it then waits in the inbox (the current step)
+        """Queue a request that arrived ``age_s`` ago; the time it then waits (its adapter's read, the inbox)
         is added when the thread applies it, so the engine's clocks start at the request's arrival."""
-        self.inbox.put(_Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora))
+        cmd = _Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora)
+        store = _lora_store(self.core) if lora is not None else None
+        if store is None or lora.lora_id in store:
+            self.inbox.put(cmd)
+            return
+        with self._reading_lock:
+            self._reading.add(request_id)
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(1, thread_name_prefix="zoo-lora-read")
+        try:
+            self._reader.submit(self._read_then_queue, store, cmd)
+        except RuntimeError:  # the thread has stopped (its reader with it): the engine thread reads, if ever
+            with self._reading_lock:
+                self._reading.discard(request_id)
+            self.inbox.put(cmd)
+
+    def _read_then_queue(self, store, cmd: _Add) -> None:
+        try:
+            store.prefetch(cmd.lora)
+        except Exception as e:  # queued anyway: the engine thread reads it again and refuses it with a reply
+            log.info("LoRA adapter %s could not be read ahead: %s", cmd.lora.name, e)
+        with self._reading_lock:
+            self._reading.discard(cmd.request_id)
+            if cmd.request_id in self._cancelled:
+                self._cancelled.discard(cmd.request_id)
+                return
+        self.inbox.put(cmd)
 
     def abort(self, request_ids: list[str]) -> None:
+        with self._reading_lock:
+            self._cancelled.update(r for r in request_ids if r in self._reading)
         self.inbox.put(_Abort(request_ids))
 
     def abort_all(self) -> None:
+        with self._reading_lock:
+            self._cancelled.update(self._reading)
         self.inbox.put(_AbortAll())
 
     def export(self, migrate: MigrateRequest) -> None:
@@ -158,6 +195,8 @@ class EngineThread:
             log.exception("engine thread failed")
             self.outbox.put(e)
         finally:
+            if self._reader is not None:
+                self._reader.shutdown(wait=False, cancel_futures=True)
             self.done.set()
 
     def _run(self) -> None:
@@ -222,3 +261,8 @@ class EngineThread:
             except Exception:  # a transfer we cannot place: the request recomputes its prompt
                 log.exception("request %s: the peer's KV could not be imported", cmd.add.request_id)
             self._apply(cmd.add, out)
+
+
+def _lora_store(core: NodeCore):
+    """The runner's LoRA store (backends/lora_store.py), or None when it serves no adapters."""
+    return getattr(getattr(core.engine.runner, "lora_slots", None), "store", None)

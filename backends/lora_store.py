@@ -21,6 +21,7 @@ One extra slot (``zero_slot``, the last) is never loaded and stays zero.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -74,6 +75,9 @@ def slot_arrays(adapter: PeftAdapter, config: Any, rank: int) -> dict[str, np.nd
     return out
 
 
+PREFETCHED_KEPT = 8  # adapters read ahead and not yet added, at most
+
+
 class LoraStore:
     """Registered adapters, the host-RAM LRU and the device-slot LRU. ``activate`` calls
     ``write_slot(slot, adapter)`` for each adapter it moves into a slot; the caller owns the tensors.
@@ -96,15 +100,33 @@ class LoraStore:
         self._host: OrderedDict[int, PeftAdapter] = OrderedDict()  # LRU order, most recent last
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # lora_id -> device slot, LRU order
         self._free_slots = list(range(lora_config.max_loras - 1, -1, -1))
+        self._prefetched: OrderedDict[int, Any] = OrderedDict()  # read ahead by another thread (prefetch)
+        self._prefetch_lock = threading.Lock()
         self.num_loads_total = 0
         self.num_evictions_total = 0
         self.load_time_s_total = 0.0
 
     # ---- the host store ----------------------------------------------------------------------
 
+    def prefetch(self, lora: LoraRequest) -> None:
+        """Read ``lora`` now, from any thread, so that ``add`` (on the engine's thread) finds it read: the
+        disk read happens while the engine keeps stepping. Errors propagate (``add`` reads again and refuses
+        it there); an adapter already registered or read ahead is not read again."""
+        with self._prefetch_lock:
+            if lora.lora_id in self._prefetched or lora.lora_id in self._registered:
+                return
+        adapter = self._read(lora)
+        with self._prefetch_lock:
+            self._prefetched[lora.lora_id] = adapter
+            while len(self._prefetched) > PREFETCHED_KEPT:  # read ahead for requests that never came
+                self._prefetched.popitem(last=False)
+
     def add(self, lora: LoraRequest) -> PeftAdapter:
         """Read and check the adapter (AdapterError on a bad one, nothing changed); replaces one of the same id."""
-        adapter = self._read(lora)
+        with self._prefetch_lock:
+            adapter = self._prefetched.pop(lora.lora_id, None)
+        if adapter is None:
+            adapter = self._read(lora)
         self.remove(lora.lora_id)
         self._registered[lora.lora_id] = lora
         self._put_host(lora.lora_id, adapter)
