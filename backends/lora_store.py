@@ -222,14 +222,29 @@ class StoreBackedSlots:
     def add(self, lora: LoraRequest) -> PeftAdapter:
         return self.store.add(lora)
 
-    def remove(self, lora_id: int) -> bool:
-        return self.store.remove(lora_id)
-
     def activate(self, lora_ids: set[int]) -> dict[int, int]:
         return self.store.activate(lora_ids)
 
-    def resident_lora_ids(self) -> list[int]:
-        return self.store.resident_lora_ids()
-
     def stats(self) -> LoraStats:
         return self.store.stats()
+
+
+class LoraRunnerVerbs:
+    """engine/lora.py's ``LoraRunner`` verbs, the same for every runner: ``self.lora_slots`` (None when built
+    without LoRA) holds the adapters, its ``store`` the registry and the slot LRU."""
+
+    lora_slots: Any
+
+    def add_lora(self, lora: LoraRequest) -> None:
+        if self.lora_slots is None:
+            raise ValueError("this runner was built without LoRA support (no lora_config)")
+        self.lora_slots.add(lora)
+
+    def remove_lora(self, lora_id: int) -> bool:
+        return self.lora_slots is not None and self.lora_slots.store.remove(lora_id)
+
+    def resident_lora_ids(self) -> list[int]:
+        return [] if self.lora_slots is None else self.lora_slots.store.resident_lora_ids()
+
+    def lora_stats(self) -> LoraStats:
+        return LoraStats(0, 0, 0, 0, 0, 0.0) if self.lora_slots is None else self.lora_slots.stats()

@@ -33,9 +33,10 @@ from backends.jax.lora_slots import JaxLoraSlots
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
 from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
+from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
-from engine.lora import LoraConfig, LoraRequest, LoraStats
+from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 
@@ -56,7 +57,7 @@ class _ProgramOutput:
     slots: list[SampleSlot]
 
 
-class JaxModelRunner:
+class JaxModelRunner(LoraRunnerVerbs):
     """Runs scheduler steps for one Llama-family model on one JAX device.
 
     source: a Checkpoint (weights streamed from ``iter_tensors``) or a ModelConfig (weights from
@@ -137,22 +138,6 @@ class JaxModelRunner:
         return out
 
     # ---- extras ----------------------------------------------------------------------------
-
-    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
-
-    def add_lora(self, lora: LoraRequest) -> None:
-        if self.lora_slots is None:
-            raise ValueError("this runner was built without LoRA support (no lora_config)")
-        self.lora_slots.add(lora)
-
-    def remove_lora(self, lora_id: int) -> bool:
-        return self.lora_slots is not None and self.lora_slots.remove(lora_id)
-
-    def resident_lora_ids(self) -> list[int]:
-        return [] if self.lora_slots is None else self.lora_slots.resident_lora_ids()
-
-    def lora_stats(self) -> LoraStats:
-        return LoraStats(0, 0, 0, 0, 0, 0.0) if self.lora_slots is None else self.lora_slots.stats()
 
     def compute_logits(self, batch: SchedulerOutput) -> dict[str, np.ndarray]:
         """Like execute without sampling: fp32 logits [len(spec_token_ids) + 1, V] per sampling request."""

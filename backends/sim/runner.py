@@ -11,16 +11,17 @@ around it sleeps to keep that pace. An empty batch (only finished requests to fo
 from __future__ import annotations
 
 from backends.checkpoint.model_config import ModelConfig
+from backends.lora_store import LoraRunnerVerbs
 from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
 from backends.sim.lora_cost import SimLoraSlots
 from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token
 from backends.sim.spec_model import SimSpecModel
 from engine.batch import RunnerOutput, SchedulerOutput
-from engine.lora import LoraConfig, LoraRequest, LoraStats
+from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 
-class SimModelRunner:
+class SimModelRunner(LoraRunnerVerbs):
     """Implements ``engine.model_runner.ModelRunner`` for a simulated model on simulated GPUs."""
 
     def __init__(
@@ -50,22 +51,6 @@ class SimModelRunner:
         self.busy_time_s = 0.0  # summed predicted step time
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else SimLoraSlots(model, hardware, lora_config)
-
-    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
-
-    def add_lora(self, lora: LoraRequest) -> None:
-        if self.lora_slots is None:
-            raise ValueError("this runner was built without LoRA support (no lora_config)")
-        self.lora_slots.add(lora)
-
-    def remove_lora(self, lora_id: int) -> bool:
-        return self.lora_slots is not None and self.lora_slots.store.remove(lora_id)
-
-    def resident_lora_ids(self) -> list[int]:
-        return [] if self.lora_slots is None else self.lora_slots.store.resident_lora_ids()
-
-    def lora_stats(self) -> LoraStats:
-        return LoraStats(0, 0, 0, 0, 0, 0.0) if self.lora_slots is None else self.lora_slots.stats()
 
     def _lora_s(self, batch: SchedulerOutput) -> float:
         """Loading the step's cold adapters, then their low-rank matmuls (lora_cost.py)."""

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
+from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.attention import AttentionBackend
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
@@ -37,7 +38,7 @@ from backends.torch.sampler import Sampler
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.buckets import BucketPolicy
-from engine.lora import LoraConfig, LoraRequest, LoraStats
+from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ logger = logging.getLogger(__name__)
 GRAPH_BUCKETS = BucketPolicy(batch_buckets=(1, 2, 4, 8, 16, 32, 64))
 
 
-class TorchModelRunner:
+class TorchModelRunner(LoraRunnerVerbs):
     """Runs scheduler steps for one Llama-family model.
 
     source: a Checkpoint (weights streamed from ``iter_tensors``), a ModelConfig (weights from
@@ -168,24 +169,6 @@ class TorchModelRunner:
             torch.cuda.synchronize(self.device)
         out.step_time_s = time.perf_counter() - t0
         return out
-
-    # ---- LoRA (engine/lora.py's LoraRunner) -------------------------------------------------
-
-    def add_lora(self, lora: LoraRequest) -> None:
-        if self.lora_slots is None:
-            raise ValueError("this runner was built without LoRA support (no lora_config)")
-        self.lora_slots.add(lora)
-
-    def remove_lora(self, lora_id: int) -> bool:
-        return self.lora_slots is not None and self.lora_slots.remove(lora_id)
-
-    def resident_lora_ids(self) -> list[int]:
-        return [] if self.lora_slots is None else self.lora_slots.resident_lora_ids()
-
-    def lora_stats(self) -> LoraStats:
-        if self.lora_slots is None:
-            return LoraStats(0, 0, 0, 0, 0, 0.0)
-        return self.lora_slots.stats()
 
     # ---- extras ----------------------------------------------------------------------------
 
