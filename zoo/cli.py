@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -61,53 +62,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+# zoo bench TARGET: the module and function that run it (imported only when chosen)
+BENCH_TARGETS = {
+    "engine": ("bench.engine", "run_engine_bench"),
+    "observe": ("bench.observe", "run_observe_bench"),
+    "controlplane": ("bench.controlplane", "run_controlplane_bench"),
+    "fuzz": ("bench.fuzz", "run_fuzz_bench"),
+    "tp": ("bench.tp", "run_tp_bench"),
+    "cells": ("bench.cells", "run_cells_bench"),
+    "kv": ("bench.kv", "run_kv_bench"),
+    "gpu": ("bench.gpu_check", "run_gpu_check"),
+    "step": ("bench.decode_step", "run_decode_step_bench"),
+    "spec": ("bench.spec", "run_spec_bench"),
+    "lora": ("bench.lora", "run_lora_bench"),
+}
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
-    if args.target == "engine":
-        from bench.engine import run_engine_bench
-
-        report = run_engine_bench(args)
-    elif args.target == "observe":
-        from bench.observe import run_observe_bench
-
-        report = run_observe_bench(args)
-    elif args.target == "controlplane":
-        from bench.controlplane import run_controlplane_bench
-
-        report = run_controlplane_bench(args)
-    elif args.target == "fuzz":
-        from bench.fuzz import run_fuzz_bench
-
-        report = run_fuzz_bench(args)
-    elif args.target == "tp":
-        from bench.tp import run_tp_bench
-
-        report = run_tp_bench(args)
-    elif args.target == "cells":
-        from bench.cells import run_cells_bench
-
-        report = run_cells_bench(args)
-    elif args.target == "kv":
-        from bench.kv import run_kv_bench
-
-        report = run_kv_bench(args)
-    elif args.target == "gpu":
-        from bench.gpu_check import run_gpu_check
-
-        report = run_gpu_check(args)
-    elif args.target == "step":
-        from bench.decode_step import run_decode_step_bench
-
-        report = run_decode_step_bench(args)
-    elif args.target == "spec":
-        from bench.spec import run_spec_bench
-
-        report = run_spec_bench(args)
-    elif args.target == "lora":
-        from bench.lora import run_lora_bench
-
-        report = run_lora_bench(args)
-    else:
-        raise AssertionError(args.target)
+    module, function = BENCH_TARGETS[args.target]
+    report = getattr(importlib.import_module(module), function)(args)
     if args.json:
         print(json.dumps(report, indent=2))
     return 0
@@ -238,10 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     et.set_defaults(func=run_export_tokenizer)
 
     b = sub.add_parser("bench", help="benchmarks, side by side with a baseline in the same run")
-    b.add_argument(
-        "target",
-        choices=["engine", "controlplane", "observe", "fuzz", "tp", "cells", "kv", "gpu", "step", "spec", "lora"],
-    )
+    b.add_argument("target", choices=list(BENCH_TARGETS))
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--quick", action="store_true", help="fewer requests and tokens (smoke run)")
     b.add_argument("--wire", type=int, default=200_000, help="fuzz: wire messages to send (client + agent port)")
