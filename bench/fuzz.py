@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,7 @@ import zmq.asyncio
 
 from bench.fuzz_cases import HttpCase, HttpCases, WireCases, valid_client_request
 from transport.codec import WireError, decode
+from transport.local_ports import free_port
 from transport.messages import ErrorReply, MsgType, TokenChunk
 from transport.process import stop_processes
 
@@ -87,20 +87,14 @@ def run_fuzz_bench(args: argparse.Namespace) -> dict:
 # --------------------------------------------------------------------------- the fleet under test
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Fleet:
     """A control plane and one fake agent, as child processes on loopback; their logs in ``log_dir``."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.agent_endpoint = f"tcp://127.0.0.1:{_free_port()}"
-        self.client_endpoint = f"tcp://127.0.0.1:{_free_port()}"
-        self.http_base = f"http://127.0.0.1:{_free_port()}"
+        self.agent_endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.client_endpoint = f"tcp://127.0.0.1:{free_port()}"
+        self.http_base = f"http://127.0.0.1:{free_port()}"
         self.cp_log = log_dir / "controlplane.log"
         self.procs: list[subprocess.Popen] = []
 

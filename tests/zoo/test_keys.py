@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ import pytest
 from backends.fake import FAKE_MODEL_NAME
 from bench.workload import REPO_ROOT
 from transport.curve import CurveKeyError, CurveKeyPair, load_controlplane_curve, load_curve_client
+from transport.local_ports import free_port
 from transport.process import stop_processes
 from zoo.cli import build_parser, main
 from zoo.keys import agent_node_id_and_curve, api_keys_from_args, controlplane_curve_from_args
@@ -79,12 +79,6 @@ def test_curve_flags(tmp_path):
         agent_node_id_and_curve(unknown, "")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _read_until(proc: subprocess.Popen, needle: str) -> list[str]:
     """Lines of ``proc``'s output up to the one containing ``needle`` (readline blocks: no polling)."""
     lines: list[str] = []
@@ -112,7 +106,7 @@ def test_secured_controlplane_and_agent_processes(tmp_path):
     shutil.copy(keys / "agents" / "gpu-0.key_secret", agent_host / "agents")
     api_key = (keys / "api_keys").read_text().split()[0]
 
-    port, agent_port, client_port = _free_port(), _free_port(), _free_port()
+    port, agent_port, client_port = free_port(), free_port(), free_port()
     zoo = [sys.executable, "-m", "zoo.serve"]
     procs = []
     try:

@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import time
 import urllib.error
 import urllib.request
 
+from transport.local_ports import free_port
 from zoo.up import LocalZoo
 from zoo.up_config import AgentSpec, UpConfig
 
 WAIT_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str) -> tuple[int, dict, bytes]:
@@ -49,8 +43,8 @@ def _wait_for(predicate, what: str):
 def test_the_control_plane_lists_every_agents_metrics_for_prometheus(tmp_path):
     fake = {"fake_runner": True}
     config = UpConfig(
-        control=f"tcp://127.0.0.1:{_free_port()}",
-        http=f"127.0.0.1:{_free_port()}",
+        control=f"tcp://127.0.0.1:{free_port()}",
+        http=f"127.0.0.1:{free_port()}",
         policy="round_robin",
         controlplane_options={"fake_tokenizer": True, "client_listen": "none", "stats_listen": "none"},
         agents=[AgentSpec("a", options=dict(fake)), AgentSpec("b", options={**fake, "fake_gpu_type": "l4"})],

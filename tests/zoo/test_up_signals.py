@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import anyio
 import psutil
 import pytest
+
+from transport.local_ports import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -23,19 +24,13 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _zoo_toml(tmp_path: Path) -> Path:
     path = tmp_path / "zoo.toml"
     path.write_text(
         f"""
 [controlplane]
-listen = "tcp://127.0.0.1:{_free_port()}"
-http = "127.0.0.1:{_free_port()}"
+listen = "tcp://127.0.0.1:{free_port()}"
+http = "127.0.0.1:{free_port()}"
 policy = "round_robin"
 fake_tokenizer = true
 client_listen = "none"

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from transport.local_ports import free_port
+
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -60,15 +62,6 @@ class AgentProcess:
     def output(self) -> str:
         self._log.seek(0)
         return self._log.read()
-
-
-def free_port() -> int:
-    """A loopback TCP port free right now (bind-and-release: fine for tests on one host)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class ControlPlaneProcess(AgentProcess):

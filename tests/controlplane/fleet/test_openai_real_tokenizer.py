@@ -8,8 +8,6 @@ here is what happens to tokens after sampling, without loading the weights."""
 
 from __future__ import annotations
 
-import socket
-
 import anyio
 import httpx
 import openai
@@ -26,12 +24,6 @@ from engine.llm_engine import LLMEngine
 pytestmark = pytest.mark.anyio
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _check(base_url: str, model: str) -> None:
@@ -80,9 +72,9 @@ async def test_logprobs_cached_tokens_and_tokenize_with_the_real_tokenizer(contr
         )
         await agents.start(agent.run)
         await cp.wait_until(lambda: len(cp.registry) == 1, 30)
-        port = _free_port()
-        async with anyio.create_task_group() as tg:
-            await tg.start(serve_gateway, create_app(cp), "127.0.0.1", port)
+        async with anyio.create_task_group() as tg:  # port 0: the kernel picks it while binding (no race)
+            server = await tg.start(serve_gateway, create_app(cp), "127.0.0.1", 0)
+            port = server.servers[0].sockets[0].getsockname()[1]
             await anyio.to_thread.run_sync(_check, f"http://127.0.0.1:{port}", cp.model_names[0])
             tg.cancel_scope.cancel()
         agents.cancel_scope.cancel()
