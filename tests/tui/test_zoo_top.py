@@ -15,6 +15,9 @@ from transport.codec import encode
 from tui.node_detail import NodeDetailScreen
 from tui.zoo_top import ZooTopApp
 
+# snapshots are applied by the test itself: the app must never call them stale, however slow the machine
+FED_BY_HAND = 1e9
+
 pytestmark = pytest.mark.anyio
 
 SIZE = (160, 48)
@@ -36,7 +39,7 @@ async def _until(pilot, predicate, timeout_s: float = 10.0) -> None:
 
 
 async def test_table_sorting_and_filtering(make_stats):
-    app = ZooTopApp(None)
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND)
     async with app.run_test(size=SIZE) as pilot:
         app.apply_stats(make_stats(1))
         app.apply_stats(make_stats(2))
@@ -60,7 +63,7 @@ async def test_table_sorting_and_filtering(make_stats):
 
 
 async def test_a_node_that_leaves_shows_dead_then_disappears(make_stats):
-    app = ZooTopApp(None)
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND)
     async with app.run_test(size=SIZE) as pilot:
         app.apply_stats(make_stats(1))
         app.apply_stats(make_stats(2, dead=("l4-0",)))
@@ -74,7 +77,7 @@ async def test_a_node_that_leaves_shows_dead_then_disappears(make_stats):
 
 
 async def test_detail_view_of_a_node_names_its_figures_and_sources(make_stats):
-    app = ZooTopApp(None)
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND)
     async with app.run_test(size=SIZE) as pilot:
         app.apply_stats(make_stats(1))
         await pilot.pause()
@@ -96,7 +99,7 @@ async def test_detail_view_of_a_node_names_its_figures_and_sources(make_stats):
 
 
 async def test_sources_are_labelled_and_an_svg_snapshot_is_saved(make_stats, tmp_path):
-    app = ZooTopApp(None)
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND)
     async with app.run_test(size=SIZE) as pilot:
         app.apply_stats(make_stats(1, ebpf=False))
         await pilot.pause()
