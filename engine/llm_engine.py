@@ -340,7 +340,7 @@ class LLMEngine:
         self.flush_remote_drops()
 
     def flush_remote_drops(self) -> None:
-        """Tell the mover about remote KV no longer needed (aborts, finishes, failed moves) now, not at the next step."""
+        """Tell the mover now (not at the next step) about remote KV no longer needed: aborts, finishes, failures."""
         drops = self.scheduler.kv_cache_manager.remote.take_drops()
         if drops and self.remote_kv is not None:
             self.remote_kv.drop(drops)
