@@ -223,6 +223,8 @@ class EngineThread:
                     return
                 self._apply(cmd, out)
             mover = core.engine.remote_kv
+            if mover is not None and commands:
+                core.engine.flush_remote_drops()  # aborts' remote KV: the holders may forget it now
             if core.has_work():
                 busy_s = core.engine.busy_time_s
                 outputs = core.step()

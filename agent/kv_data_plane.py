@@ -238,7 +238,8 @@ class KVDataPlane:
         try:
             async for job in peer.jobs:
                 if job.sender is None:  # a command: queued on the pipe (dropped with it if the peer is gone)
-                    await sock.send_multipart(encode(job.message))
+                    with anyio.move_on_after(self.config.transfer_timeout_s):
+                        await sock.send_multipart(encode(job.message))
                     job.done.set()
                     continue
                 start = time.perf_counter()

@@ -156,12 +156,10 @@ class RemoteSwapper:
             result.append(f"holder {ask.peer_id} is gone")
         else:
             self._fetches[ask.req_id] = (ask.peer_id, done, result)
+            fetch = KVStoreCommand(request_id=ask.handle, op="fetch", reply_endpoint=self.plane.endpoint)
             try:
-                await self.plane.command(
-                    endpoint,
-                    KVStoreCommand(request_id=ask.handle, op="fetch", reply_endpoint=self.plane.endpoint),
-                )
                 with anyio.move_on_after(self.fetch_timeout_s):
+                    await self.plane.command(endpoint, fetch)
                     await done.wait()
             finally:
                 self._fetches.pop(ask.req_id, None)

@@ -45,8 +45,8 @@ class _Pair:
         self._arrived = anyio.Event()
         self.swappers: dict[str, RemoteSwapper] = {}
         self.planes: dict[str, KVDataPlane] = {}
+        swappers = self.swappers
         for node_id, budget in (("owner", 1 << 20), ("holder", holder_budget)):
-            swappers = self.swappers
             self.planes[node_id] = plane = KVDataPlane(
                 node_id,
                 SPEC,
