@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
 from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
@@ -178,6 +179,10 @@ class EngineThread:
         """``add``, after putting ``kv`` (a peer's transfer of the prompt's first blocks) into the prefix cache."""
         self.inbox.put(_AddWithKV(_Add(request_id, prompt_token_ids, params, priority=priority), kv))
 
+    def report_remote(self, report: RemoteReport) -> None:
+        """How a remote KV move ended (agent/kv_remote_swap.py → the engine's mover, agent/kv_remote_io.py)."""
+        self.inbox.put(report)
+
     def set_report_interval(self, interval_s: float) -> None:
         self.inbox.put(_SetReportInterval(interval_s))
 
@@ -217,12 +222,17 @@ class EngineThread:
                 if isinstance(cmd, _Stop):
                     return
                 self._apply(cmd, out)
+            mover = core.engine.remote_kv
+            if mover is not None and commands:
+                core.engine.flush_remote_drops()  # aborts' remote KV: the holders may forget it now
             if core.has_work():
                 busy_s = core.engine.busy_time_s
                 outputs = core.step()
                 if core.observe:
                     out.append(core.observation(outputs, core.engine.busy_time_s - busy_s))
                 out.extend(core.token_chunk(o) for o in outputs)
+            if mover is not None:  # the remote KV tier's asks (agent/kv_remote_io.py), after the step that made them
+                out.extend(mover.take_asks())
             if time.monotonic() >= next_report_s:
                 if core.observe:
                     out.append(core.stats_observation())
@@ -252,6 +262,8 @@ class EngineThread:
             exported = export_for_migration(self.core.engine, cmd.migrate.request_id)
             self.core.abort([cmd.migrate.request_id])  # the core's bookkeeping (the engine has let it go)
             out.append(ExportedForMigration(cmd.migrate, exported))
+        elif isinstance(cmd, RemoteReport):
+            self.core.engine.remote_kv.apply(cmd)
         elif isinstance(cmd, _AddWithKV):
             from agent.kv_migration import import_migrated_kv
 

@@ -37,7 +37,7 @@ from transport.kv_transfer import (
     KVSender,
     ReceivedKV,
 )
-from transport.messages import MAX_PAYLOAD_BYTES, ErrorReply, KVAck, KVChunk, KVWireLayout
+from transport.messages import MAX_PAYLOAD_BYTES, ErrorReply, KVAck, KVChunk, KVStoreCommand, KVWireLayout
 from transport.sockets import Received, bind_router, connect_dealer
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,8 @@ class TransferStats:
 
 @dataclass(slots=True)
 class _Job:
-    sender: KVSender
+    sender: KVSender | None  # None: a one-way ``message`` (a KVStoreCommand)
+    message: KVStoreCommand | None = None
     done: anyio.Event = field(default_factory=anyio.Event)
     error: KVTransferError | None = None
     seconds: float = 0.0
@@ -118,6 +119,8 @@ class KVDataPlane:
     accept: what this node's cache holds (transfers it cannot hold are refused and counted).
     on_received: called in the router task with every complete incoming transfer (synchronous: queue it).
     on_transfer: (direction, peer, nbytes, seconds) per completed transfer (an exporter's hook), optional.
+    on_command: called in the router task with (sender node id, KVStoreCommand) for each remote-tier command.
+    admit: the receiver's admission hook (``KVReceiver``): refuse a transfer as FULL (a store over budget).
     """
 
     def __init__(
@@ -129,10 +132,13 @@ class KVDataPlane:
         *,
         context: zmq.asyncio.Context | None = None,
         on_transfer: Callable[[str, str, int, float], None] | None = None,
+        on_command: Callable[[str, KVStoreCommand], None] | None = None,
+        admit: Callable[[bytes, KVChunk, int], str | None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config or DataPlaneConfig()
-        self.receiver = KVReceiver(accept)
+        self.receiver = KVReceiver(accept, admit)
+        self._on_command = on_command
         self.stats = TransferStats()
         self.endpoint = ""  # bound endpoint, once running
         self._on_received = on_received
@@ -142,7 +148,11 @@ class KVDataPlane:
         self._tg: anyio.abc.TaskGroup | None = None
         self._ids = itertools.count()
         self._router: zmq.asyncio.Socket | None = None
-        self._dispatcher = Dispatcher({KVChunk: self.handle_chunk}, reply=self._reply, name=f"kv data {node_id}")
+        self._dispatcher = Dispatcher(
+            {KVChunk: self.handle_chunk, KVStoreCommand: self.handle_store_command},
+            reply=self._reply,
+            name=f"kv data {node_id}",
+        )
         self.num_acks_dropped = 0
 
     @property
@@ -180,6 +190,7 @@ class KVDataPlane:
         layout: KVWireLayout,
         data: memoryview,
         peer_name: str | None = None,
+        purpose: str = "",
     ) -> float:
         """Move ``data`` (``layout``'s array, C-contiguous) to the peer's data endpoint; returns the seconds it
         took. Raises KVTransferError (refused, or no ack within ``transfer_timeout_s``). ``data`` must stay
@@ -194,13 +205,10 @@ class KVDataPlane:
             data,
             chunk_bytes=self.config.chunk_bytes,
             max_inflight_bytes=self.config.max_inflight_bytes,
+            purpose=purpose,
         )
-        peer = self._peers.get(peer_endpoint)
-        if peer is None:
-            peer = self._peers[peer_endpoint] = _PeerTask(peer_endpoint)
-            self._tg.start_soon(self._peer_loop, peer)
         job = _Job(sender)
-        await peer.send_jobs.send(job)
+        await self._queue(peer_endpoint, job)
         await job.done.wait()
         if job.error is not None:
             self.stats.failed[job.error.code] = self.stats.failed.get(job.error.code, 0) + 1
@@ -208,11 +216,32 @@ class KVDataPlane:
         self._record("out", peer_name or peer_endpoint, sender.nbytes, job.seconds)
         return job.seconds
 
+    async def command(self, peer_endpoint: str, msg: KVStoreCommand) -> None:
+        """Send a remote-tier command to a peer's data endpoint, in order with this plane's transfers to it
+        (one-way: the answer, if any, comes as a transfer or a command to this plane's ROUTER)."""
+        job = _Job(None, msg)
+        await self._queue(peer_endpoint, job)
+        await job.done.wait()
+
+    async def _queue(self, peer_endpoint: str, job: _Job) -> None:
+        if self._tg is None:
+            raise RuntimeError("the data plane is not running")
+        peer = self._peers.get(peer_endpoint)
+        if peer is None:
+            peer = self._peers[peer_endpoint] = _PeerTask(peer_endpoint)
+            self._tg.start_soon(self._peer_loop, peer)
+        await peer.send_jobs.send(job)
+
     async def _peer_loop(self, peer: _PeerTask) -> None:
         ctx = self._ctx or zmq.asyncio.Context.instance()
         sock = connect_dealer(ctx, peer.endpoint, routing_id=self.node_id.encode())
         try:
             async for job in peer.jobs:
+                if job.sender is None:  # a command: queued on the pipe (dropped with it if the peer is gone)
+                    with anyio.move_on_after(self.config.transfer_timeout_s):
+                        await sock.send_multipart(encode(job.message))
+                    job.done.set()
+                    continue
                 start = time.perf_counter()
                 try:
                     with anyio.fail_after(self.config.transfer_timeout_s):
@@ -276,6 +305,10 @@ class KVDataPlane:
         if done is not None:
             self._record("in", done.sender.decode(errors="replace"), done.nbytes, done.seconds)
             self._on_received(done)
+
+    def handle_store_command(self, incoming: Incoming) -> None:
+        if self._on_command is not None and incoming.peer is not None:
+            self._on_command(incoming.peer.decode(errors="replace"), incoming.msg)
 
     def _reply(self, peer: bytes | None, reply: ErrorReply) -> None:
         self._send_reply(peer, reply)

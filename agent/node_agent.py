@@ -41,6 +41,9 @@ import zmq.asyncio
 from agent.engine_thread import EngineThread, ExportedForMigration
 from agent.hardware_probe import describe_hardware
 from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
+from agent.kv_remote_io import AgentRemoteKV, RemoteDropAsk, RemoteFetchAsk, RemoteOut, remote_capable
+from agent.kv_remote_store import RemoteKVStore
+from agent.kv_remote_swap import RemoteSwapper
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
 from engine.config import EngineConfig
@@ -130,6 +133,10 @@ class AgentConfig:
     # None: this agent has no data plane (it neither sends nor takes KV)
     data_endpoint: str | None = None
     kv_transfer_timeout_s: float = 10.0  # a KV transfer whose acks stop this long fails (re-prefill instead)
+    # the remote KV tier (agent/kv_remote_swap.py): host RAM lent to peers' preempted requests, and how long KV
+    # of an owner the control plane no longer lists is kept (the owner's side: CacheConfig.remote_swap)
+    kv_store_bytes: int = 1 << 30
+    kv_store_owner_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -189,6 +196,7 @@ class NodeAgent(Actor):
         self.data_plane: KVDataPlane | None = None
         self.peers: dict[str, str] = {}  # peer node id → its data endpoint (from the latest Welcome)
         self.received_kv: dict[str, ReceivedKV] = {}  # request id → KV a peer sent for it, not yet taken
+        self.remote_swap: RemoteSwapper | None = None  # the remote KV tier (with the data plane)
         self._send_migrations, self._migrations = anyio.create_memory_object_stream[ExportedForMigration](256)
         self._dispatcher = Dispatcher(
             {
@@ -243,7 +251,9 @@ class NodeAgent(Actor):
 
     def loops(self):
         loops = (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
-        return loops if self.data_plane is None else (*loops, self.data_plane.run, self._migration_loop)
+        if self.data_plane is None:
+            return loops
+        return (*loops, self.data_plane.run, self._migration_loop, self.remote_swap.run)
 
     async def cleanup(self) -> None:
         if self._thread is not None:
@@ -282,7 +292,13 @@ class NodeAgent(Actor):
                     if isinstance(msg, ExportedForMigration):
                         await self._send_migrations.send(msg)
                         continue
+                    if isinstance(msg, RemoteOut | RemoteFetchAsk | RemoteDropAsk):
+                        self.remote_swap.submit(msg)
+                        continue
                     if isinstance(msg, LoadReport):
+                        if self.remote_swap is not None:
+                            msg.kv_store_free_bytes = self.remote_swap.store.free_bytes
+                            msg.kv_remote_moves = dict(self.remote_swap.counts)
                         if self.exporter is not None and self.engine is not None:
                             self.exporter.observe_lora(self.engine.scheduler_config.max_loras, msg)
                         if self.draining and msg.num_running + msg.num_waiting + msg.num_swapped == 0:
@@ -437,7 +453,10 @@ class NodeAgent(Actor):
         self._thread.abort([incoming.msg.request_id])
 
     def handle_heartbeat(self, incoming: Incoming) -> None:
-        """The control plane's echo: it is alive (``_last_control_s`` was refreshed on receipt)."""
+        """The control plane's echo: it is alive (``_last_control_s`` was refreshed on receipt), and who the live
+        data peers are, with their KV stores' room (the remote KV tier)."""
+        if self.remote_swap is not None:
+            self.remote_swap.update_peers(incoming.msg.peers, incoming.msg.peer_kv_free_bytes)
 
     def handle_ping(self, incoming: Incoming) -> None:
         msg: Ping = incoming.msg
@@ -466,11 +485,22 @@ class NodeAgent(Actor):
             DataPlaneConfig(endpoint=self.config.data_endpoint, transfer_timeout_s=self.config.kv_transfer_timeout_s),
             context=self._ctx,
             on_transfer=observe,
+            on_command=lambda sender, cmd: self.remote_swap.handle_command(sender, cmd),
+            admit=lambda sender, chunk, nbytes: self.remote_swap.admit(sender, chunk, nbytes),
         )
+        store = RemoteKVStore(self.config.kv_store_bytes, self.config.kv_store_owner_timeout_s)
+        self.remote_swap = RemoteSwapper(
+            self.config.node_id, self.data_plane, self._thread.report_remote, store, self.config.kv_transfer_timeout_s
+        )
+        if self.engine.cache_config.remote_swap != "off" and remote_capable(self.engine):
+            self.engine.set_remote_kv(AgentRemoteKV(self.engine))  # before the engine thread starts
         self.data_plane.bind()
         log.info("agent %s: KV data plane at %s", self.config.node_id, self.data_plane.endpoint)
 
     def _on_received_kv(self, kv: ReceivedKV) -> None:
+        if kv.purpose:  # the remote KV tier's "store" / "return"
+            self.remote_swap.on_received(kv)
+            return
         self.received_kv[kv.request_id] = kv
         while len(self.received_kv) > self.MAX_HELD_KV:
             del self.received_kv[next(iter(self.received_kv))]

@@ -142,7 +142,8 @@ class NodeCore:
         self.abort([*self._prompt_lens, *self._decoding])
 
     def has_work(self) -> bool:
-        return self.engine.has_unfinished_requests()
+        """Requests to step (not when all that is left waits on remote KV moves: engine/scheduler_remote.py)."""
+        return self.engine.has_unfinished_requests() and not self.engine.scheduler.is_waiting_on_remote()
 
     def profile(
         self, num_prompt_tokens: int = 256, num_output_tokens: int = 8, num_warmups: int = 1

@@ -5,6 +5,7 @@ transfer: agent → agent throughput of the KV data plane (agent/kv_data_plane.p
     and the same bytes in the same chunks through a bare pyzmq DEALER → ROUTER with one reply at the
     end. Rounds alternate (bare, plane, bare, ...); medians are reported, ``ratio_vs_bare`` = plane / bare.
 migration: a running request moved between two engines vs recomputed (bench/kv_migration.py).
+remote_swap: a preempted request's KV to a peer's host RAM and back vs recomputed (bench/kv_remote_swap.py).
 
 The KV geometry is SmolLM2-135M's (30 layers, 3 KV heads, head dim 64, bf16, 16-token blocks:
 368,640 bytes a block), ``context_tokens`` tokens of it per transfer.
@@ -104,6 +105,9 @@ def run_kv_bench(args: argparse.Namespace) -> dict:
     from bench.kv_migration import bench_migration
 
     report["migration"] = bench_migration(500 if quick else 2_000)
+    from bench.kv_remote_swap import bench_remote_swap
+
+    report["remote_swap"] = bench_remote_swap(500 if quick else 2_000)
     if not getattr(args, "json", False):
         t = report["transfer"]
         print(
@@ -114,5 +118,10 @@ def run_kv_bench(args: argparse.Namespace) -> dict:
         print(
             f"migration of {g['context_tokens']} tokens: pause {g['pause_ms']:.0f} ms, recompute "
             f"{g['recompute_ms']:.0f} ms, speedup {g['speedup']:.1f}x, identical {g['identical']}"
+        )
+        r = report["remote_swap"]
+        print(
+            f"remote swap of {r['context_tokens']} tokens: out+in {r['out_in_ms']:.0f} ms, recompute "
+            f"{r['recompute_ms']:.0f} ms, speedup {r['speedup']:.1f}x, identical {r['identical']}"
         )
     return report

@@ -20,7 +20,7 @@ from controlplane.rebalance import RebalanceConfig, Rebalancer
 from controlplane.request_path import RequestPath
 from transport.actor import MailboxFull
 from transport.codec import clip
-from transport.messages import Envelope, MigrateRequest, MigrationDone, NodeHello
+from transport.messages import Envelope, Heartbeat, MigrateRequest, MigrationDone, NodeHello
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,19 @@ class Migrations:
             if other.model == hello.model and other.data_endpoint:
                 peers[node_id] = other.data_endpoint
         return peers
+
+    def heartbeat_echo(self, node_id: str) -> Heartbeat:
+        """The answer to a node's heartbeat: with its live data peers and each one's KV store room (the remote KV
+        tier, agent/kv_remote_swap.py; peers without a report of it are left out), when it has a data plane."""
+        if node_id not in self.registry or not self.has_data_plane(node_id):
+            return Heartbeat(node_id=node_id)
+        peers = self.data_peers(self.registry.hello(node_id))
+        free = {}
+        for peer in peers:
+            report = self.registry.last_report(peer)
+            if report is not None and report.kv_store_free_bytes >= 0:
+                free[peer] = report.kv_store_free_bytes
+        return Heartbeat(node_id=node_id, peers=peers, peer_kv_free_bytes=free)
 
     def migrate_off(self, node_id: str, reason: str) -> int:
         """Ask ``node_id`` to move each of its requests, KV and all, to the live peer of its model with a data

@@ -306,6 +306,11 @@ class ClusterRegistry:
     def hello(self, node_id: str) -> NodeHello:
         return self._nodes[node_id].hello
 
+    def last_report(self, node_id: str) -> LoadReport | None:
+        """The node's latest LoadReport (None: unknown node, or none yet)."""
+        node = self._nodes.get(node_id)
+        return None if node is None else node.report
+
     def model_names(self) -> list[str]:
         """Models some registered node serves, in the order their first node joined."""
         return list(dict.fromkeys(node.hello.model for node in self._nodes.values()))

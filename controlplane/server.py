@@ -447,7 +447,7 @@ class ControlPlane(Actor):
         msg: Heartbeat = incoming.msg
         if self._node_of(incoming, msg.node_id):
             self.registry.heartbeat(msg.node_id)
-            self._agents.send_nowait(Heartbeat(node_id=msg.node_id), incoming.peer)
+            self._agents.send_nowait(self.kv_moves.heartbeat_echo(msg.node_id), incoming.peer)
 
     def handle_load_report(self, incoming: Incoming) -> None:
         msg: LoadReport = incoming.msg

@@ -13,6 +13,12 @@ The runner applies, in this order, before the forward pass:
     1. ``blocks_to_swap_out``  device block -> host block   (frees device blocks)
     2. ``blocks_to_swap_in``   host block   -> device block  (may reuse blocks freed in 1.)
     3. ``blocks_to_copy``      device block -> device block  (copy-on-write of a shared block)
+
+The REMOTE tier's moves (engine/kv/remote_tier.py) are not the runner's: the engine's remote I/O hook
+(engine/remote_kv.py) applies them before the runner sees the step — it reads ``remote_swap_out``'s device
+blocks (freed this step, so nothing may write them first) and writes ``remote_swap_in``'s (the scheduler
+never pairs them with a host swap-out in one step, whose device blocks the runner still has to read), and
+passes ``remote_fetch`` on to the network.
 """
 
 from __future__ import annotations
@@ -66,6 +72,25 @@ class ScheduledRequest:
         return len(self.token_ids) == 1 and not self.spec_token_ids and self.start_pos > 0
 
 
+@dataclass(slots=True, frozen=True)
+class RemoteMove:
+    """A request's KV between the device and the REMOTE tier: ``block_ids`` are device blocks, in the order of
+    its block table (out: read them now; in: write the fetched KV into them now)."""
+
+    req_id: str
+    block_ids: list[int]
+    num_tokens: int = 0  # computed tokens the blocks hold
+
+
+@dataclass(slots=True, frozen=True)
+class RemoteFetch:
+    """Ask peer ``peer_id`` for the KV it holds for ``req_id`` under ``handle`` (answered asynchronously)."""
+
+    req_id: str
+    peer_id: str
+    handle: str
+
+
 @dataclass(slots=True)
 class SchedulerOutput:
     """Everything one step does. Block pairs are (source, destination) physical block ids."""
@@ -76,6 +101,9 @@ class SchedulerOutput:
     blocks_to_swap_in: list[tuple[int, int]] = field(default_factory=list)  # (host, device)
     blocks_to_copy: list[tuple[int, int]] = field(default_factory=list)  # (device, device)
     finished_req_ids: list[str] = field(default_factory=list)  # runner may drop their state
+    remote_swap_out: list[RemoteMove] = field(default_factory=list)  # device -> peer (engine/remote_kv.py)
+    remote_swap_in: list[RemoteMove] = field(default_factory=list)  # fetched KV -> device
+    remote_fetch: list[RemoteFetch] = field(default_factory=list)  # peer -> this node's memory
 
     @property
     def num_batched_tokens(self) -> int:

@@ -25,12 +25,18 @@ class CacheConfig:
     num_device_blocks: KV blocks on the accelerator (on a CPU host: in the runner's main tensors).
     num_host_blocks: KV blocks in host RAM for swapped-out requests (0 disables swapping).
     enable_prefix_caching: reuse full blocks whose token-hash chain matches an earlier request.
+    remote_swap: the REMOTE tier (KV of preempted requests held by a peer, engine/kv/remote_tier.py): "off";
+        "fallback": when host RAM cannot take a victim (instead of recomputing it); "prefer": before host RAM.
+        Used only while the engine has a remote mover (an agent with peers); otherwise it recomputes.
+    max_remote_requests: requests whose KV may be remote at once.
     """
 
     block_size: int = 16
     num_device_blocks: int = 2048
     num_host_blocks: int = 2048
     enable_prefix_caching: bool = True
+    remote_swap: str = "off"
+    max_remote_requests: int = 256
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
@@ -39,6 +45,10 @@ class CacheConfig:
             raise ValueError(f"num_device_blocks must be >= 1, got {self.num_device_blocks}")
         if self.num_host_blocks < 0:
             raise ValueError(f"num_host_blocks must be >= 0, got {self.num_host_blocks}")
+        if self.remote_swap not in REMOTE_SWAP_MODES:
+            raise ValueError(f"remote_swap must be one of {list(REMOTE_SWAP_MODES)}, got {self.remote_swap!r}")
+        if self.max_remote_requests < 1:
+            raise ValueError(f"max_remote_requests must be >= 1, got {self.max_remote_requests}")
 
 
 @dataclass(slots=True)
@@ -158,3 +168,4 @@ SIM_PREFIX = "sim:"  # the name of every simulated model starts so (backends/sim
 DTYPES = frozenset({"float32", "bfloat16"})
 ATTENTION_KERNELS = ("gather_sdpa", "triton_paged", "flash_sdpa")  # backends/kernel_dispatch.py's table
 KV_DTYPES = ("auto", "fp8_e4m3")  # auto = the model's dtype
+REMOTE_SWAP_MODES = ("off", "fallback", "prefer")  # CacheConfig.remote_swap

@@ -28,6 +28,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.prompt import check_token_ids
+from engine.remote_kv import RemoteKV
 from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
@@ -192,6 +193,7 @@ class LLMEngine:
         self.num_steps = 0
         self.busy_time_s = 0.0  # summed runner step time
         self._step_records: deque[StepRecord] = deque(maxlen=STEP_RECORDS_KEPT)
+        self.remote_kv: RemoteKV | None = None  # the REMOTE tier's mover (set_remote_kv)
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -315,9 +317,33 @@ class LLMEngine:
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running_requests())
         batch = self.scheduler.schedule()
+        if self.remote_kv is not None:
+            self._move_remote(batch)
         if batch.is_empty and not batch.finished_req_ids:
             return None
         return PendingStep(batch, self.runner.execute(batch))
+
+    def set_remote_kv(self, mover: RemoteKV | None) -> None:
+        """Install the mover of the REMOTE tier (engine/remote_kv.py); None: victims recompute instead."""
+        self.remote_kv = mover
+        self.scheduler.remote_available = mover is not None
+
+    def _move_remote(self, batch: SchedulerOutput) -> None:
+        """Hand the step's remote moves to the mover, before the runner reads or writes any block."""
+        mover = self.remote_kv
+        if batch.remote_swap_out:
+            mover.swap_out(batch.remote_swap_out)
+        if batch.remote_swap_in:
+            mover.swap_in(batch.remote_swap_in)
+        if batch.remote_fetch:
+            mover.fetch(batch.remote_fetch)
+        self.flush_remote_drops()
+
+    def flush_remote_drops(self) -> None:
+        """Tell the mover now (not at the next step) about remote KV no longer needed: aborts, finishes, failures."""
+        drops = self.scheduler.kv_cache_manager.remote.take_drops()
+        if drops and self.remote_kv is not None:
+            self.remote_kv.drop(drops)
 
     def finish_step(self, pending: PendingStep) -> list[RequestOutput]:
         """Apply an executed step at the clock's now: sampled tokens, finishes, text; the requests that progressed."""

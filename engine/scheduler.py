@@ -48,6 +48,7 @@ from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.kv import KVCacheManager
 from engine.prompt import check_prompt_length
 from engine.request import FinishReason, Request, RequestStatus
+from engine.scheduler_remote import RemoteSwapMixin
 from engine.scheduler_stats import SchedulerCounters, SchedulerEvent, SchedulerEventKind, SchedulerStats
 
 MAX_PENDING_EVENTS = 100_000  # oldest events are dropped when nobody drains them
@@ -73,7 +74,7 @@ class RequestUpdate:
     stop_reason: int | str | None = None
 
 
-class Scheduler:
+class Scheduler(RemoteSwapMixin):
     def __init__(self, scheduler_config: SchedulerConfig, cache_config: CacheConfig, clock: Clock) -> None:
         self.scheduler_config = scheduler_config
         self.cache_config = cache_config
@@ -165,6 +166,8 @@ class Scheduler:
         self._preempt_for_priority(output, budget)
         budget, preempted = self._schedule_running(output, budget)
         if not preempted:
+            if self.kv_cache_manager.remote:
+                self._plan_remote_fetches(output)
             budget = self._schedule_swapped(output, budget)
             if not self._swapped or self._outranked_by_waiting(self._swapped[0]):
                 self._schedule_waiting(output, budget)
@@ -227,23 +230,33 @@ class Scheduler:
 
     def _schedule_swapped(self, output: SchedulerOutput, budget: int) -> int:
         manager = self.kv_cache_manager
-        while self._swapped and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
-            request = self._swapped[0]
+        i = 0  # swapped[:i]: remote requests whose KV is not back yet (engine/scheduler_remote.py), skipped
+        while i < len(self._swapped) and budget > 0 and len(self._running) < self.scheduler_config.max_num_seqs:
+            request = self._swapped[i]
             if self._outranked_by_waiting(request):
                 break  # a higher-priority waiting request takes the room first
+            if manager.remote and self._remote_blocked(request):
+                i += 1
+                continue
             if not self._lora_fits(request):
                 break
             num_new_tokens = self._num_new_tokens(request, budget)
-            if num_new_tokens == 0 or not manager.can_swap_in(request, num_new_tokens):
+            if num_new_tokens == 0:
                 break
-            del self._swapped[0]
-            pairs = manager.swap_in(request)
-            output.blocks_to_swap_in.extend(pairs)
+            if request.req_id in manager.remote:
+                if not self._swap_in_remote(request, num_new_tokens, output):
+                    break
+            elif not manager.can_swap_in(request, num_new_tokens):
+                break
+            else:
+                pairs = manager.swap_in(request)
+                output.blocks_to_swap_in.extend(pairs)
+                self._counters.num_swapped_in_blocks_total += len(pairs)
+                self._emit(SchedulerEventKind.SWAPPED_IN, request, num_blocks=len(pairs))
+            del self._swapped[i]
             output.blocks_to_copy.extend(manager.allocate_slots(request, num_new_tokens))
             request.status = RequestStatus.RUNNING
             self._insort(self._running, request)
-            self._counters.num_swapped_in_blocks_total += len(pairs)
-            self._emit(SchedulerEventKind.SWAPPED_IN, request, num_blocks=len(pairs))
             output.requests.append(self._make_scheduled(request, num_new_tokens, 0))
             budget -= num_new_tokens
         return budget
@@ -341,14 +354,10 @@ class Scheduler:
         self._running.remove(victim)
         victim.num_preemptions += 1
         self._counters.num_preemptions_total += 1
-        if self.scheduler_config.preemption_mode is PreemptionMode.SWAP and manager.can_swap_out(victim):
-            pairs = manager.swap_out(victim)
-            output.blocks_to_swap_out.extend(pairs)
+        if self._swap_out(victim, output):  # host RAM or a peer (engine/scheduler_remote.py)
             victim.status = RequestStatus.SWAPPED
             self._insort(self._swapped, victim)
-            self._counters.num_swapped_out_blocks_total += len(pairs)
             self._emit(SchedulerEventKind.PREEMPTED, victim, mode=PreemptionMode.SWAP.value)
-            self._emit(SchedulerEventKind.SWAPPED_OUT, victim, num_blocks=len(pairs))
             return
         manager.free(victim)
         self._counters.num_recomputed_tokens_total += victim.num_computed_tokens

@@ -42,6 +42,7 @@ class KVRefusal(enum.StrEnum):
     MALFORMED = "malformed"  # sizes, chunk index or count inconsistent with the header or the frame
     CHECKSUM = "checksum"  # a chunk's bytes do not hash to its checksum
     MISMATCH = "mismatch"  # a chunk's header differs from its transfer's first chunk
+    FULL = "full"  # the receiver's store of peers' KV has no room for it (the remote tier)
 
 
 def checksum(data: bytes | bytearray | memoryview) -> int:
@@ -84,6 +85,7 @@ class KVSender:
         *,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
+        purpose: str = "",
     ) -> None:
         data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
         if len(data) != layout_nbytes(layout):
@@ -100,6 +102,7 @@ class KVSender:
         self.nbytes = len(data)
         self.chunk_bytes = chunk_bytes
         self.max_inflight_bytes = max_inflight_bytes
+        self.purpose = purpose  # KVChunk.purpose
         self.num_chunks = num_chunks_of(self.nbytes, chunk_bytes)
         self._next = 0  # next chunk index to send
         self._unacked: dict[int, int] = {}  # chunk index → bytes
@@ -147,6 +150,7 @@ class KVSender:
             chunk_bytes=self.chunk_bytes,
             checksum=checksum(frame),
             tensor=TensorRef("uint8", (len(frame),), 0),
+            purpose=self.purpose,
         )
 
     def on_ack(self, ack: KVAck) -> None:
@@ -196,6 +200,7 @@ class ReceivedKV:
     layout: KVWireLayout
     chunks: list[bytes | memoryview]
     seconds: float  # first chunk's arrival → last chunk's (the owner's clock)
+    purpose: str = ""  # the transfer's KVChunk.purpose
 
     @property
     def nbytes(self) -> int:
@@ -231,8 +236,11 @@ class KVReceiver:
     """Checks and assembles incoming chunks. ``on_chunk`` returns the ack to send and, when the chunk completed
     its transfer, the ReceivedKV (else None)."""
 
-    def __init__(self, spec: KVAcceptSpec) -> None:
+    def __init__(self, spec: KVAcceptSpec, admit=None) -> None:
+        """admit: ``admit(sender, first_chunk, nbytes) -> str | None`` asked once per new transfer that passed the
+        checks: a reason to refuse it as FULL (a store over its budget), or None to take it."""
         self.spec = spec
+        self.admit = admit
         self._assemblies: dict[tuple[bytes, str], _Assembly] = {}
         self._refused_ids: OrderedDict[tuple[bytes, str], None] = OrderedDict()
         self.refused: dict[KVRefusal, int] = dict.fromkeys(KVRefusal, 0)
@@ -258,6 +266,9 @@ class KVReceiver:
         if assembly is None and len(self._assemblies) >= self.spec.max_concurrent:
             self.expire(now_s - self.spec.stale_after_s)
         problem = self._check(chunk, frame, assembly)
+        if problem is None and assembly is None and self.admit is not None:
+            reason = self.admit(sender, chunk, layout_nbytes(chunk.layout))
+            problem = None if reason is None else (KVRefusal.FULL, reason)
         if problem is not None:
             return self._refuse(key, chunk, *problem), None
         if assembly is None:
@@ -286,6 +297,7 @@ class KVReceiver:
             first.layout,
             assembly.chunks,
             now_s - assembly.started_s,
+            first.purpose,
         )
         return ack, done
 

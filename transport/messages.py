@@ -57,6 +57,7 @@ class MsgType(enum.IntEnum):
     MIGRATION_DONE = 34
     DRAFT_PROPOSE = 50
     DRAFT_REPLY = 51
+    KV_STORE = 37  # KVStoreCommand: the remote KV tier (agent/kv_remote_swap.py)
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -141,6 +142,10 @@ class Welcome(Envelope, kw_only=True):
 
 class Heartbeat(Envelope, kw_only=True):
     node_id: str
+    # the control plane's echo only: its live data peers (as Welcome.peers, kept fresh) and the bytes each one's
+    # remote KV store can still take (LoadReport.kv_store_free_bytes; a peer not yet reporting is left out)
+    peers: dict[str, str] = {}
+    peer_kv_free_bytes: dict[str, int] = {}
 
 
 class LoadReport(Envelope, kw_only=True):
@@ -171,6 +176,9 @@ class LoadReport(Envelope, kw_only=True):
     lora_running: list[str] = []
     lora_waiting: list[str] = []
     lora_load_s: float = 0.0  # measured mean time to bring an adapter into a device slot; 0: none loaded yet
+    kv_store_free_bytes: int = -1  # room left in the node's store of peers' KV (the remote tier); -1: it has none
+    # this node's remote-tier moves so far, by outcome: out_ok, out_failed, in_ok, in_failed, peer_lost
+    kv_remote_moves: dict[str, int] = {}
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -449,6 +457,7 @@ class KVChunk(Envelope, kw_only=True):
     chunk_bytes: int  # every chunk but the last carries exactly this many bytes
     checksum: int  # xxh3_64 of this chunk's bytes
     tensor: TensorRef  # dtype "uint8", shape (len,), frame_index 0
+    purpose: str = ""  # "": a migration's KV; "store": hold it for the sender (remote tier); "return": held KV back
 
 
 class KVAck(Envelope, kw_only=True):
@@ -491,3 +500,16 @@ MESSAGE_TYPES[MsgType.KV_ACK] = KVAck
 MESSAGE_TYPES[MsgType.MIGRATE] = MigrateRequest
 MESSAGE_TYPES[MsgType.MIGRATION_DONE] = MigrationDone
 TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}
+
+
+class KVStoreCommand(Envelope, kw_only=True):
+    """The remote KV tier (agent/kv_remote_swap.py), over the data sockets. Owner → holder: "fetch" (send the KV
+    held for ``request_id`` back to ``reply_endpoint`` as a "return" transfer) or "drop" (forget it). Holder →
+    owner: "missing" (nothing held under that id: the owner's request recomputes)."""
+
+    op: str  # "fetch" | "drop" | "missing"
+    reply_endpoint: str = ""
+
+
+MESSAGE_TYPES[MsgType.KV_STORE] = KVStoreCommand
+TYPE_OF[KVStoreCommand] = MsgType.KV_STORE

@@ -275,6 +275,13 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-profile", action="store_true", help="skip the start-up measurement run (faster start)")
     p.add_argument("--kv-transfer-timeout-s", type=float, default=10.0, help="a KV transfer without acks fails after")
+    p.add_argument(
+        "--remote-swap",
+        default="off",
+        choices=["off", "fallback", "prefer"],
+        help="preempted requests' KV to a peer's host RAM (needs --data-endpoint): when host RAM is full, or first",
+    )
+    p.add_argument("--kv-store-mib", type=int, default=1024, help="host RAM (MiB) lent to peers' KV (the remote tier)")
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -294,6 +301,7 @@ def agent_from_args(args: argparse.Namespace):
         engine = engine_config_from_args(args)
         if args.max_model_len is not None:
             engine.scheduler.max_model_len = args.max_model_len
+        engine.cache.remote_swap = args.remote_swap
         model_name = args.model_name
     config = AgentConfig(
         node_id=node_id,
@@ -306,6 +314,7 @@ def agent_from_args(args: argparse.Namespace):
         profile_at_start=not (args.fake_runner or args.no_profile),  # a fake runner has nothing to measure
         data_endpoint=args.data_endpoint,
         kv_transfer_timeout_s=args.kv_transfer_timeout_s,
+        kv_store_bytes=args.kv_store_mib << 20,
     )
     exporter = None
     if args.metrics_port is not None:

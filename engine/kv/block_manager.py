@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from engine.kv.block_hash import BlockHash, extend_block_hashes
 from engine.kv.block_pool import BlockPool, NoFreeBlocksError, Tier
+from engine.kv.remote_tier import RemoteEntry, RemoteState, RemoteTier
 
 if TYPE_CHECKING:
     from engine.config import CacheConfig
@@ -60,7 +61,12 @@ class KVCacheManager:
     """Block tables of every request over a device pool (prefix-cached) and a host-RAM pool."""
 
     def __init__(
-        self, block_size: int, num_device_blocks: int, num_host_blocks: int, enable_prefix_caching: bool = True
+        self,
+        block_size: int,
+        num_device_blocks: int,
+        num_host_blocks: int,
+        enable_prefix_caching: bool = True,
+        max_remote_requests: int = 0,
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
@@ -80,6 +86,7 @@ class KVCacheManager:
         self._block_hashes: dict[str, list[BlockHash]] = {}  # full-block hash chain of each request
         self._num_cached_blocks: dict[str, int] = {}  # leading device blocks already registered
         self._pinned_block_ids: list[int] = []  # copy-on-write sources: one reference each until begin_step
+        self.remote = RemoteTier(max_remote_requests)  # engine/kv/remote_tier.py: entries, no blocks here
 
     @classmethod
     def from_config(cls, cache_config: CacheConfig) -> KVCacheManager:
@@ -88,6 +95,7 @@ class KVCacheManager:
             num_device_blocks=cache_config.num_device_blocks,
             num_host_blocks=cache_config.num_host_blocks,
             enable_prefix_caching=cache_config.enable_prefix_caching,
+            max_remote_requests=cache_config.max_remote_requests if cache_config.remote_swap != "off" else 0,
         )
 
     # -- capacity and lookup ---------------------------------------------------------------------
@@ -133,7 +141,7 @@ class KVCacheManager:
         for tier, tables in self._block_tables.items():
             if req_id in tables:
                 return tier
-        return None
+        return Tier.REMOTE if req_id in self.remote else None
 
     def block_tables(self, tier: Tier) -> dict[str, list[int]]:
         """Copies of every table in ``tier`` (tests, debugging)."""
@@ -316,7 +324,7 @@ class KVCacheManager:
         hit_block_ids = prefix_hit.block_ids
         table = self._device_tables.get(req_id)
         if table is None:
-            if req_id in self._host_tables:
+            if req_id in self._host_tables or req_id in self.remote:
                 raise ValueError(f"{req_id}: blocks are swapped out; swap_in first")
             table = []
         elif hit_block_ids and table:
@@ -361,6 +369,7 @@ class KVCacheManager:
             table = tables.pop(request.req_id, None)
             if table:
                 self._pools[tier].free(reversed(table))
+        self.remote.remove(request.req_id, notify_peer=True)
         self._block_hashes.pop(request.req_id, None)
         self._num_cached_blocks.pop(request.req_id, None)
 
@@ -418,3 +427,47 @@ class KVCacheManager:
         self._block_tables[dst_tier][request.req_id] = dst_block_ids
         self._num_cached_blocks[request.req_id] = 0  # re-registered from the new device blocks
         return list(zip(live, dst_block_ids))
+
+    # -- remote tier (engine/kv/remote_tier.py) ----------------------------------------------------------
+
+    def can_swap_out_remote(self, request: Request) -> bool:
+        """Whether the request's computed device blocks can go to a peer (the tier has room for an entry and
+        there is computed KV to move)."""
+        table = self._device_tables.get(request.req_id)
+        return table is not None and self.remote.can_add() and self._num_live_blocks(request, table) > 0
+
+    def swap_out_remote(self, request: Request) -> list[int]:
+        """Give up the request's device blocks for a REMOTE entry (SENDING). Returns the device block ids whose KV
+        must be read before this step's runner writes anything (the engine's remote I/O hook does)."""
+        if not self.can_swap_out_remote(request):
+            raise NoFreeBlocksError(f"{request.req_id}: cannot swap out to the remote tier")
+        table = self._device_tables.pop(request.req_id)
+        live = table[: self._num_live_blocks(request, table)]
+        self._device.free(reversed(table))
+        self.remote.add(request.req_id, len(live), request.num_computed_tokens)
+        self._num_cached_blocks[request.req_id] = 0
+        return live
+
+    def can_swap_in_remote(self, request: Request, num_new_tokens: int = 0) -> bool:
+        """Whether the request's remote KV is back here (READY) and fits the device with ``num_new_tokens`` more."""
+        entry = self.remote.get(request.req_id)
+        if entry is None or entry.state is not RemoteState.READY:
+            return False
+        num_blocks = max(entry.num_blocks, cdiv(request.num_computed_tokens + num_new_tokens, self.block_size))
+        return self._device.can_allocate(num_blocks)
+
+    def swap_in_remote(self, request: Request) -> tuple[RemoteEntry, list[int]]:
+        """Fresh device blocks for a READY entry's KV (the hook writes it there before this step's runner).
+        Call ``allocate_slots`` afterwards for the tokens of the step."""
+        entry = self.remote.get(request.req_id)
+        if entry is None or not self._device.can_allocate(entry.num_blocks):
+            raise NoFreeBlocksError(f"{request.req_id}: no remote KV ready, or no room for it")
+        entry = self.remote.take(request.req_id)
+        block_ids = self._device.allocate(entry.num_blocks)
+        self._device_tables[request.req_id] = block_ids
+        self._num_cached_blocks[request.req_id] = 0
+        return entry, list(block_ids)
+
+    def drop_remote(self, request: Request) -> RemoteEntry | None:
+        """Forget a request's remote entry (its move failed or its peer died); the request recomputes."""
+        return self.remote.remove(request.req_id, notify_peer=True)
