@@ -82,10 +82,11 @@ async def test_requests_left_at_the_drain_timeout_resume_on_another_node(control
 
 
 async def test_zoo_drain_stops_routing_to_a_running_node(controlplane, spawn_agent, client):
+    long = 2000  # 40 s at 20 ms a step: still running whenever `zoo drain` gets to start, however slow the machine
     async with controlplane("round_robin") as cp:
         a, _ = await _start(cp, spawn_agent)
         async with client(cp) as c:
-            mine, _ = await _streams_on(c, "a", 1, max_tokens=40)
+            ((first, stream),), _ = await _streams_on(c, "a", 1, max_tokens=long)
             cli = [sys.executable, "-m", "zoo", "drain", "a", "--control", cp.client_endpoint]
             result = await anyio.run_process(cli, check=False)
             assert result.returncode == 0, result.stderr.decode()
@@ -94,8 +95,11 @@ async def test_zoo_drain_stops_routing_to_a_running_node(controlplane, spawn_age
             shown = {n.node_id: n.state for n in FleetObserver(cp).fleet_stats(0).nodes}  # what `zoo top` shows
             assert shown == {"a": "draining", "b": "up"}
             assert {(await c.generate("new", max_tokens=2)).node_id for _ in range(3)} == {"b"}
-            (chunks,) = await _finish(mine)
-            assert chunks[-1].node_id == "a" and chunks[-1].num_output_tokens == 40
+            with anyio.fail_after(30):  # the running request keeps streaming from a
+                more = [await stream.__anext__() for _ in range(5)]
+            assert {ch.node_id for ch in (first, *more)} == {"a"} and not more[-1].finished
+            await stream.cancel()
+            await cp.wait_until(lambda: len(cp.requests) == 0, 30)
             assert a.proc.poll() is None  # drained, not stopped
             assert await c.drain("a") == 0  # again: nothing left there
             with pytest.raises(ZooInvalidRequestError, match="unknown node"):
