@@ -44,10 +44,12 @@ from engine.llm_engine import PendingStep
 from engine.sampling_params import SamplingParams
 from sim.adapters import AdapterMix
 from sim.fleet import Fleet, NodeSpec
+from sim.split import SplitConfig, SplitRun
 from sim.workload import PromptFactory, Workload
 from transport.messages import ClientGenerate, ErrorReply
 
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
+_LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
 
 
 class VirtualClock:
@@ -206,6 +208,8 @@ class FleetSimulator:
     adapters: each request names a LoRA adapter of this mix (sim/adapters.py); the fleet's nodes must serve
     adapters (``fleet.engine.lora``). lora_affinity: False = the intake does not prefer nodes holding the
     request's adapter (router/lora_affinity.py), to measure what that preference is worth.
+    split: the prefill/decode split (sim/split.py): its router replaces ``policy``, and each request moves from
+    its prefill node to its decode node after its first token.
     """
 
     def __init__(
@@ -221,6 +225,7 @@ class FleetSimulator:
         drain_limit_s: float = 600.0,
         adapters: AdapterMix | None = None,
         lora_affinity: bool = True,
+        split: SplitConfig | None = None,
     ) -> None:
         if report_interval_s <= 0:
             raise ValueError(f"report_interval_s must be > 0, got {report_interval_s}")
@@ -236,6 +241,7 @@ class FleetSimulator:
             raise ValueError("a workload with LoRA adapters needs a fleet whose nodes serve them (engine.lora)")
         self.adapters = adapters
         self.lora_affinity = lora_affinity
+        self.split = split
 
     def run(self) -> SimResult:
         wall_start = time.perf_counter()
@@ -246,7 +252,8 @@ class FleetSimulator:
         registry = ClusterRegistry(clock, heartbeat_timeout_s=1e18)
         for node in nodes:
             registry.join(node.hello)
-        policy = make_policy(self.policy_name, self.router_config)
+        split = None if self.split is None else SplitRun(self.split, fleet, nodes, registry, self.router_config)
+        policy = make_policy(self.policy_name, self.router_config) if split is None else split.router
         admission = AdmissionControl(self.admission)
         tokenizer = SimTokenizer(model.vocab_size, model.eos_token_id)
         model_names = registry.model_names()
@@ -282,6 +289,14 @@ class FleetSimulator:
                     break
                 clock.now_s = now
                 num_events += 1
+                if kind == _LAND:  # i: the move's slot
+                    i = split.land(i)
+                    node = nodes[i]
+                    if not node.busy and not node.kicked:
+                        node.kicked = True
+                        push(heap, (now, seq, _KICK, i))
+                        seq += 1
+                    continue
                 node = nodes[i]
                 if kind == _REPORT:
                     if node.busy:
@@ -299,6 +314,11 @@ class FleetSimulator:
                                 rec.first_token_s = now
                                 registry.on_first_token(node.node_id, o.req_id)
                                 policy.on_first_token(o.req_id, node.node_id)
+                                if split is not None and not o.finished:
+                                    move = split.hand_off(now, i, o.req_id, rec.max_tokens)
+                                    if move is not None:
+                                        push(heap, (move[0], seq, _LAND, move[1]))
+                                        seq += 1
                             rec.num_output_tokens += len(o.new_token_ids)
                         if o.finished:
                             rec.finish_s = now
@@ -383,7 +403,7 @@ class FleetSimulator:
             wall_s=wall_s,
             num_events=num_events,
             drained=not records,
-            info=lora_info(nodes) if loras is not None else {},
+            info={**(lora_info(nodes) if loras is not None else {}), **({"pd_split": split.info()} if split else {})},
         )
 
 
