@@ -270,7 +270,9 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
-        info.update({"pd_split": r.info["pd_split"] for r in results if "pd_split" in r.info})
+        for r in results:
+            if "pd_split" in r.info:
+                info["pd_split"] = r.info["pd_split"]
         if getattr(args, "adapters", 0):
             info["lora"] = {
                 r.policy: {**r.info, "affinity": lora_settings(args, r.policy, 0)["lora_affinity"]} for r in results

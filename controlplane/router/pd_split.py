@@ -61,7 +61,9 @@ def check_role(role: str) -> str:
     return role
 
 
-def auto_roles(peak_tflops: Mapping[str, float], prefill_min_share: float = DEFAULT_PREFILL_MIN_SHARE) -> dict[str, str]:
+def auto_roles(
+    peak_tflops: Mapping[str, float], prefill_min_share: float = DEFAULT_PREFILL_MIN_SHARE
+) -> dict[str, str]:
     """node id → role by the rule in the module docstring (node id → its peak TFLOPS, TP included)."""
     if not 0.0 < prefill_min_share <= 1.0:
         raise ValueError(f"prefill_min_share must be in (0, 1], got {prefill_min_share}")
