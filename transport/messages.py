@@ -130,6 +130,7 @@ class NodeHello(Envelope, kw_only=True):
     data_endpoint: str = ""  # the agent's KV data socket (agent/kv_data_plane.py); "": it has none
     kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
     max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
+    role: str = "both"  # prefill | decode | both: its part in the prefill/decode split (controlplane/split_handoff.py)
 
 
 class Welcome(Envelope, kw_only=True):

@@ -175,7 +175,16 @@ def controlplane_from_args(args: argparse.Namespace):
         lora_modules=list(args.lora_modules),
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
-    return ControlPlane(config, tokenizer, lora_check=lora_check_from_args(args, model_config))
+    from controlplane.split_handoff import attach_split, make_control_plane_policy
+
+    cp = ControlPlane(
+        config,
+        tokenizer,
+        lora_check=lora_check_from_args(args, model_config),
+        policy=make_control_plane_policy(config.router),
+    )
+    attach_split(cp)  # --policy pd_split: the split's router hears the registry and asks for migrations
+    return cp
 
 
 def run_controlplane(args: argparse.Namespace) -> int:
@@ -275,6 +284,12 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-profile", action="store_true", help="skip the start-up measurement run (faster start)")
     p.add_argument("--kv-transfer-timeout-s", type=float, default=10.0, help="a KV transfer without acks fails after")
+    p.add_argument(
+        "--role",
+        default="both",
+        choices=("prefill", "decode", "both"),
+        help="this node's part in the prefill/decode split (zoo controlplane --policy pd_split; needs --data-endpoint)",
+    )
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -306,6 +321,7 @@ def agent_from_args(args: argparse.Namespace):
         profile_at_start=not (args.fake_runner or args.no_profile),  # a fake runner has nothing to measure
         data_endpoint=args.data_endpoint,
         kv_transfer_timeout_s=args.kv_transfer_timeout_s,
+        role=args.role,
     )
     exporter = None
     if args.metrics_port is not None:

@@ -187,6 +187,8 @@ class PDSplitRouter(PolicyHooks):
         self.last_costs = costs
         if best is None:
             return None
+        if request.max_tokens <= 1:  # its first token is its last: nothing to decode elsewhere
+            best = (best[0], best[0])
         self._plan[request.request_id] = best
         return best[0]
 
