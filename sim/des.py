@@ -291,6 +291,8 @@ class FleetSimulator:
                 num_events += 1
                 if kind == _LAND:  # i: the move's slot
                     i = split.land(i)
+                    if i is None:  # its decode node has no room yet: it lands after one of that node's steps
+                        continue
                     node = nodes[i]
                     if not node.busy and not node.kicked:
                         node.kicked = True
@@ -330,6 +332,8 @@ class FleetSimulator:
                     if node.report_due:
                         node.report_due = False
                         registry.report(node.core.load_report())
+                    if split is not None:
+                        split.after_step(i)
                 else:  # _KICK
                     node.kicked = False
                     if node.busy:

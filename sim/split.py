@@ -12,6 +12,10 @@ So TTFT counts the prefill only, and the transfer delays the second token (it is
     step_done on p, first token ─► hand_off: export, abort on p, registry.on_finished(p)
                                    ─► KVLinkQueue.reserve(p, d, full blocks' bytes) ─► LAND event at its end
     LAND ─► land: import_prefix on d, core.add(prompt + first token, max_tokens - 1), registry.on_routed(d)
+                  only when d has room: nothing waiting or swapped there and free blocks for the context plus
+                  LANDING_RESERVE_TOKENS of output (else the move waits in d's landing queue, retried after each
+                  of d's steps: imported blocks are evictable until their request is admitted, so landing on a
+                  full node would lose them to the next allocation and re-prefill the whole context there)
 
 Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of it)::
 
@@ -43,6 +47,7 @@ from engine.sampling_params import SamplingParams
 from sim.fleet import FLEETS_DIR, Fleet
 
 SPLIT_MODES = ("none", "auto", "config")
+LANDING_RESERVE_TOKENS = 128  # output tokens a decode node must have KV room for, beyond the context, to land
 RACK_BY = ("pool", "cell", "fleet", "none")
 
 
@@ -145,6 +150,8 @@ class SplitRun:
         self.kv_bytes_per_token = kv_bytes_per_token(fleet.model)
         self.router = PDSplitRouter(router_config, self.roles, self.links, self.kv_bytes_per_token, self.queue)
         self._moves: dict[int, _Move] = {}
+        self._landing: dict[int, list[int]] = {}  # node index → slots of moves waiting for room there, in order
+        self.num_waited_landings = 0
         self._next = 0
         self.num_handoffs = 0
         self.num_fallbacks = 0  # landed back on the source (the decode node could not take it)
@@ -177,8 +184,33 @@ class SplitRun:
         self.num_handoffs += 1
         return land_s, slot
 
-    def land(self, slot: int) -> int:
-        """The move's KV has arrived: the decode node continues the request; the index of the node it runs on."""
+    def land(self, slot: int) -> int | None:
+        """The move's KV has arrived: the decode node continues the request; the index of the node it runs on, or
+        None when the decode node has no room yet (the move waits in its landing queue: ``after_step``)."""
+        move = self._moves[slot]
+        queue = self._landing.get(move.target)
+        if queue or not self._has_room(move):
+            self._landing.setdefault(move.target, []).append(slot)
+            self.num_waited_landings += 1
+            return None
+        return self._land(slot)
+
+    def after_step(self, i: int) -> None:
+        """Node ``i`` finished a step: land the moves waiting for it, in order, while it has room."""
+        queue = self._landing.get(i)
+        while queue and self._has_room(self._moves[queue[0]]):
+            self._land(queue.pop(0))
+
+    def _has_room(self, move: _Move) -> bool:
+        engine = self.nodes[move.target].core.engine
+        stats = engine.make_stats()
+        if stats.num_running == 0 and stats.num_waiting == 0:
+            return True  # an idle node takes it whatever it holds (or refuses it: then the source takes it back)
+        block_size = engine.cache_config.block_size
+        need = -(-(len(move.state.token_ids) + LANDING_RESERVE_TOKENS) // block_size)
+        return stats.num_waiting == 0 and stats.num_swapped == 0 and stats.num_free_device_blocks >= need
+
+    def _land(self, slot: int) -> int:
         move = self._moves.pop(slot)
         state = move.state
         params = SamplingParams(temperature=0.0, max_tokens=max(move.max_tokens - state.num_output_tokens, 1))
@@ -202,6 +234,7 @@ class SplitRun:
 
     @property
     def in_flight(self) -> int:
+        """Moves whose KV is on the wire or waiting for room on their decode node."""
         return len(self._moves)
 
     def info(self) -> dict:
@@ -219,6 +252,7 @@ class SplitRun:
             "handoffs": self.num_handoffs,
             "handoffs_by_link": dict(self.by_link),
             "fallbacks": self.num_fallbacks,
+            "landings_waited_for_room": self.num_waited_landings,
             "kv_bytes_total": self.kv_bytes_total,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "mean_transfer_s": self.transfer_s_total / self.num_handoffs if self.num_handoffs else 0.0,
