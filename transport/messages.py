@@ -334,6 +334,7 @@ class NodeStats(msgspec.Struct, kw_only=True):
     metrics_url: str = ""  # the agent's /metrics ("" when it exports none)
     kernels: str = ""  # from the node's hello
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
+    role: str = "both"  # from its hello: prefill | decode | both (the prefill/decode split)
 
 
 class FleetStats(Envelope, kw_only=True):
