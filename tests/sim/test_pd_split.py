@@ -99,3 +99,22 @@ def test_zoo_sim_pd_split_flag_adds_a_split_run(capsys):
     out = json.loads(capsys.readouterr().out)
     assert [p["policy"] for p in out["policies"]] == ["hardware_aware", "pd_split"]
     assert out["info"]["pd_split"]["roles_by_gpu"] == {"h100-sxm": "prefill", "l4": "decode"}
+
+
+def test_hand_offs_wait_for_room_on_a_full_decode_node_instead_of_losing_their_kv(tiny_workload):
+    from sim.fleet import parse_fleet
+
+    fleet = parse_fleet(
+        {
+            "name": "t",
+            "scheduler": {"max_num_batched_tokens": 512, "max_num_seqs": 32, "gpu_memory_utilization": 0.75},
+            "cells": [{"name": "c", "pools": [{"gpu": "h100-sxm"}, {"gpu": "l4"}]}],
+        }
+    )  # the L4 keeps ~2 GB for KV: ~16k tokens, ten of these contexts
+    result = _run(fleet, tiny_workload(num=30, gap_s=0.01, prompt=1500, output=60), SplitConfig())
+    info = result.info["pd_split"]
+    assert result.drained and all(r.num_output_tokens == 60 for r in result.records)
+    assert info["handoffs"] == 30 and info["landings_waited_for_room"] > 0
+    l4 = next(n for n in result.nodes if n.profile == "l4")
+    assert l4.num_requests == 30 and l4.num_recomputed_tokens == 0
+    assert l4.prefix_cache_hit_rate > 0.95  # every landed context was served from its imported blocks
