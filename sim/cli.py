@@ -232,7 +232,7 @@ def run_sim(args: argparse.Namespace) -> int:
             workload, capacity = scaled(base, fleet, load, args)
             log(f"load {load:.2f}: {len(workload.requests)} requests, time scale x{workload.time_scale:.2f}")
             for result in run_policies(fleet, workload, policies, args, log):
-                points[result.policy].append((load, summarize(result, slo).goodput))
+                points.setdefault(result.policy, []).append((load, summarize(result, slo).goodput))
         breaking = slo_breaking_load(points)
         if args.json:
             import json
@@ -241,7 +241,7 @@ def run_sim(args: argparse.Namespace) -> int:
         else:
             print(f"{fleet.describe()}; trace {base.name}; SLO TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s:g} s")
             print(f"{'policy':24s} " + " ".join(f"{load:>6.2f}" for load in loads) + "   breaks at (goodput < 99%)")
-            for p in policies:
+            for p in points:  # the policies, then pd_split with --pd-split
                 row = " ".join(f"{g:>6.1%}" for _, g in points[p])
                 b = breaking[p]
                 print(f"{p:24s} {row}   {'>' + str(loads[-1]) if b is None else f'{b:.2f}'}")
