@@ -395,6 +395,8 @@ def pd_split_config(args: argparse.Namespace):
     mode = getattr(args, "pd_split", "none")
     if mode == "none":
         return None
+    if getattr(args, "adapters", 0):
+        raise ValueError("--pd-split does not carry LoRA adapters across the hand-off; drop --adapters")
     from sim.split import load_split_config
 
     return load_split_config(args.fleet, mode, rack=args.kv_rack, prefill_min_share=args.prefill_min_share)

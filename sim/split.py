@@ -17,6 +17,9 @@ So TTFT counts the prefill only, and the transfer delays the second token (it is
                   of d's steps: imported blocks are evictable until their request is admitted, so landing on a
                   full node would lose them to the next allocation and re-prefill the whole context there)
 
+Not carried across the hand-off (yet): a request's traffic-class priority (it decodes at priority 0) and LoRA
+adapter (``zoo sim`` refuses --pd-split with --adapters).
+
 Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of it)::
 
     [kv_links]

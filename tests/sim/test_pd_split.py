@@ -118,3 +118,10 @@ def test_hand_offs_wait_for_room_on_a_full_decode_node_instead_of_losing_their_k
     l4 = next(n for n in result.nodes if n.profile == "l4")
     assert l4.num_requests == 30 and l4.num_recomputed_tokens == 0
     assert l4.prefix_cache_hit_rate > 0.95  # every landed context was served from its imported blocks
+
+
+def test_zoo_sim_refuses_pd_split_with_adapters(capsys):
+    from sim.cli import main
+
+    assert main(["--fleet", "small", "--trace", "poisson", "--pd-split", "auto", "--adapters", "4"]) == 2
+    assert "LoRA" in capsys.readouterr().err
