@@ -17,6 +17,8 @@ no sleeping: time jumps from event to event::
       report      every report_interval_s per node (phase-shifted; a policy's own ``metrics_refresh_s`` when it
                   declares one: the freshness of its deployment): core.load_report() → registry.report;
                   a busy node reports at the end of its step, as the agent's engine thread does
+      land        (--pd-split only, sim/split.py) a request's KV reached its decode node after its first token on
+                  the prefill node: it continues there (or waits for room, landing after that node's next steps)
 
 The control plane's network and the agent's queues take no time here (they are tens of microseconds
 against steps of milliseconds).
