@@ -95,6 +95,9 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
+AGENT_ROLES = ("prefill", "decode", "both")  # the prefill/decode split's roles (controlplane/router/pd_split.py)
+
+
 @dataclass(slots=True)
 class AgentConfig:
     """One agent.
@@ -137,6 +140,7 @@ class AgentConfig:
     # of an owner the control plane no longer lists is kept (the owner's side: CacheConfig.remote_swap)
     kv_store_bytes: int = 1 << 30
     kv_store_owner_timeout_s: float = 30.0
+    role: str = "both"  # prefill | decode | both: told in the hello (the prefill/decode split, zoo agent --role)
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -148,6 +152,8 @@ class AgentConfig:
             raise ValueError(f"max_inflight_requests must be >= 1, got {self.max_inflight_requests}")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
+        if self.role not in AGENT_ROLES:
+            raise ValueError(f"role must be one of {', '.join(AGENT_ROLES)}, got {self.role!r}")
 
 
 class NodeAgent(Actor):
@@ -362,6 +368,8 @@ class NodeAgent(Actor):
         )
         if self.data_plane is not None:
             hello = msgspec.structs.replace(hello, data_endpoint=self.data_plane.endpoint)
+        if self.config.role != "both":
+            hello = msgspec.structs.replace(hello, role=self.config.role)
         return hello
 
     def _telemetry(self) -> NodeTelemetry | None:

@@ -84,6 +84,7 @@ class FleetLedger:
                 "metrics_url": self.metrics_urls.get(node_id, ""),
                 "kernels": hello.kernels if hello else "",
                 "decode_roofline_fraction": self.roofline.get(node_id, 0.0),
+                "role": hello.role if hello else "both",
                 **latency.get(node_id, NodeLatency()).summary(),
             }
         return nodes

@@ -105,6 +105,13 @@ class Migrations:
                 return
             log.info("rebalance: request %s %s -> %s (out of KV there)", move.request_id, move.source, move.target)
 
+    def hand_off(self, request_id: str, source: str, target: str) -> bool:
+        """The prefill/decode split (controlplane/split_handoff.py): ask ``source`` to move ``request_id`` to
+        ``target`` after its first token (reason "split"). False when either has no data plane or the ask failed."""
+        if not (self.has_data_plane(source) and self.has_data_plane(target)):
+            return False
+        return self._ask(request_id, source, target, self.registry.hello(target).data_endpoint, "split")
+
     def on_done(self, msg: MigrationDone) -> None:
         """A source's MigrationDone (the caller checked it came from ``msg.node_id``)."""
         outcome = "ok" if msg.ok else ("failed" if msg.left else "refused")

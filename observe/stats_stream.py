@@ -135,6 +135,7 @@ def _node_stats(node_id: str, n: dict) -> NodeStats:
         metrics_url=n.get("metrics_url", ""),
         kernels=n.get("kernels", ""),
         decode_roofline_fraction=n.get("decode_roofline_fraction", 0.0),
+        role=n.get("role", "both"),
     )
 
 

@@ -11,6 +11,8 @@ reports the means with 95% intervals.
 ``--adapters N --adapter-zipf S`` gives each request one of N LoRA adapters (Zipf popularity, sim/adapters.py)
 served from ``--max-loras`` simulated slots per node; ``--lora-affinity`` says which policies get the intake's
 preference for nodes holding the adapter (all, ours = our policies only, none).
+``--pd-split auto|config`` adds a run of the prefill/decode split (sim/split.py) after the policies, as policy
+``pd_split``; ``--kv-rack`` and ``--prefill-min-share`` override the fleet TOML's ``[kv_links]``/``[pd_split]``.
 ``--sweep`` repeats that over ``--sweep-loads`` and prints, per policy, the load at which fewer than 99%
 of requests meet the SLO.
 """
@@ -103,6 +105,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
     add_realtime_args(parser)
     add_lora_args(parser)
+    add_pd_split_args(parser)
 
 
 def add_lora_args(parser: argparse.ArgumentParser) -> None:
@@ -173,6 +176,28 @@ def run_policies(
             if result.info.get("lora_loads") is not None:
                 log(f"    LoRA: {result.info}")
         results.append(result)
+    split = pd_split_config(args)
+    if split is not None:
+        run_seed = args.seed if seed is None else seed
+        router = dataclasses.replace(
+            default_router_config(fleet, "hardware_aware", run_seed), slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot
+        )
+        sim = FleetSimulator(
+            fleet,
+            workload,
+            "pd_split",
+            router_config=router,
+            admission=admission_config(args),
+            seed=run_seed,
+            report_interval_s=args.report_interval,
+            drain_limit_s=args.drain_limit,
+            split=split,
+        )
+        result = sim.run()
+        if log is not None:
+            log(f"  pd_split: {len(result.records)} requests, {result.end_s:.0f} virtual s in {result.wall_s:.1f} s")
+            log(f"    split: {result.info.get('pd_split')}")
+        results.append(result)
     return results
 
 
@@ -191,6 +216,7 @@ def run_sim(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
         base = build_workload(args, fleet)
+        pd_split_config(args)  # a bad [kv_links]/[pd_split] section fails now
     except (ValueError, FileNotFoundError) as e:
         print(f"zoo sim: {e}", file=sys.stderr)
         return 2
@@ -206,7 +232,7 @@ def run_sim(args: argparse.Namespace) -> int:
             workload, capacity = scaled(base, fleet, load, args)
             log(f"load {load:.2f}: {len(workload.requests)} requests, time scale x{workload.time_scale:.2f}")
             for result in run_policies(fleet, workload, policies, args, log):
-                points[result.policy].append((load, summarize(result, slo).goodput))
+                points.setdefault(result.policy, []).append((load, summarize(result, slo).goodput))
         breaking = slo_breaking_load(points)
         if args.json:
             import json
@@ -215,7 +241,7 @@ def run_sim(args: argparse.Namespace) -> int:
         else:
             print(f"{fleet.describe()}; trace {base.name}; SLO TTFT <= {slo.ttft_s:g} s, TPOT <= {slo.tpot_s:g} s")
             print(f"{'policy':24s} " + " ".join(f"{load:>6.2f}" for load in loads) + "   breaks at (goodput < 99%)")
-            for p in policies:
+            for p in points:  # the policies, then pd_split with --pd-split
                 row = " ".join(f"{g:>6.1%}" for _, g in points[p])
                 b = breaking[p]
                 print(f"{p:24s} {row}   {'>' + str(loads[-1]) if b is None else f'{b:.2f}'}")
@@ -244,6 +270,9 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
+        for r in results:
+            if "pd_split" in r.info:
+                info["pd_split"] = r.info["pd_split"]
         if getattr(args, "adapters", 0):
             info["lora"] = {
                 r.policy: {**r.info, "affinity": lora_settings(args, r.policy, 0)["lora_affinity"]} for r in results
@@ -341,3 +370,33 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def add_pd_split_args(parser: argparse.ArgumentParser) -> None:
+    """The prefill/decode split's flags (sim/split.py)."""
+    parser.add_argument(
+        "--pd-split",
+        default="none",
+        choices=("none", "auto", "config"),
+        help="also run the prefill/decode split (policy pd_split): auto = big-compute GPUs prefill, lean ones decode "
+        "(controlplane/router/pd_split.py); config = the fleet TOML's [pd_split.roles]",
+    )
+    parser.add_argument(
+        "--kv-rack",
+        default=None,
+        choices=("pool", "cell", "fleet", "none"),
+        help="nodes sharing a rack (InfiniBand between them; Ethernet otherwise); default: the fleet TOML's or pool",
+    )
+    parser.add_argument("--prefill-min-share", type=float, default=None, help="the auto rule's compute share")
+
+
+def pd_split_config(args: argparse.Namespace):
+    """The split's SplitConfig from the flags and the fleet TOML; None without ``--pd-split``."""
+    mode = getattr(args, "pd_split", "none")
+    if mode == "none":
+        return None
+    if getattr(args, "adapters", 0):
+        raise ValueError("--pd-split does not carry LoRA adapters across the hand-off; drop --adapters")
+    from sim.split import load_split_config
+
+    return load_split_config(args.fleet, mode, rack=args.kv_rack, prefill_min_share=args.prefill_min_share)

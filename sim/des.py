@@ -17,6 +17,8 @@ no sleeping: time jumps from event to event::
       report      every report_interval_s per node (phase-shifted; a policy's own ``metrics_refresh_s`` when it
                   declares one: the freshness of its deployment): core.load_report() → registry.report;
                   a busy node reports at the end of its step, as the agent's engine thread does
+      land        (--pd-split only, sim/split.py) a request's KV reached its decode node after its first token on
+                  the prefill node: it continues there (or waits for room, landing after that node's next steps)
 
 The control plane's network and the agent's queues take no time here (they are tens of microseconds
 against steps of milliseconds).
@@ -44,10 +46,12 @@ from engine.llm_engine import PendingStep
 from engine.sampling_params import SamplingParams
 from sim.adapters import AdapterMix
 from sim.fleet import Fleet, NodeSpec
+from sim.split import SplitConfig, SplitRun
 from sim.workload import PromptFactory, Workload
 from transport.messages import ClientGenerate, ErrorReply
 
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
+_LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
 
 
 class VirtualClock:
@@ -206,6 +210,8 @@ class FleetSimulator:
     adapters: each request names a LoRA adapter of this mix (sim/adapters.py); the fleet's nodes must serve
     adapters (``fleet.engine.lora``). lora_affinity: False = the intake does not prefer nodes holding the
     request's adapter (router/lora_affinity.py), to measure what that preference is worth.
+    split: the prefill/decode split (sim/split.py): its router replaces ``policy``, and each request moves from
+    its prefill node to its decode node after its first token.
     """
 
     def __init__(
@@ -221,6 +227,7 @@ class FleetSimulator:
         drain_limit_s: float = 600.0,
         adapters: AdapterMix | None = None,
         lora_affinity: bool = True,
+        split: SplitConfig | None = None,
     ) -> None:
         if report_interval_s <= 0:
             raise ValueError(f"report_interval_s must be > 0, got {report_interval_s}")
@@ -236,6 +243,7 @@ class FleetSimulator:
             raise ValueError("a workload with LoRA adapters needs a fleet whose nodes serve them (engine.lora)")
         self.adapters = adapters
         self.lora_affinity = lora_affinity
+        self.split = split
 
     def run(self) -> SimResult:
         wall_start = time.perf_counter()
@@ -246,7 +254,8 @@ class FleetSimulator:
         registry = ClusterRegistry(clock, heartbeat_timeout_s=1e18)
         for node in nodes:
             registry.join(node.hello)
-        policy = make_policy(self.policy_name, self.router_config)
+        split = None if self.split is None else SplitRun(self.split, fleet, nodes, registry, self.router_config)
+        policy = make_policy(self.policy_name, self.router_config) if split is None else split.router
         admission = AdmissionControl(self.admission)
         tokenizer = SimTokenizer(model.vocab_size, model.eos_token_id)
         model_names = registry.model_names()
@@ -282,6 +291,16 @@ class FleetSimulator:
                     break
                 clock.now_s = now
                 num_events += 1
+                if kind == _LAND:  # i: the move's slot
+                    i = split.land(i)
+                    if i is None:  # its decode node has no room yet: it lands after one of that node's steps
+                        continue
+                    node = nodes[i]
+                    if not node.busy and not node.kicked:
+                        node.kicked = True
+                        push(heap, (now, seq, _KICK, i))
+                        seq += 1
+                    continue
                 node = nodes[i]
                 if kind == _REPORT:
                     if node.busy:
@@ -299,6 +318,11 @@ class FleetSimulator:
                                 rec.first_token_s = now
                                 registry.on_first_token(node.node_id, o.req_id)
                                 policy.on_first_token(o.req_id, node.node_id)
+                                if split is not None and not o.finished:
+                                    move = split.hand_off(now, i, o.req_id, rec.max_tokens)
+                                    if move is not None:
+                                        push(heap, (move[0], seq, _LAND, move[1]))
+                                        seq += 1
                             rec.num_output_tokens += len(o.new_token_ids)
                         if o.finished:
                             rec.finish_s = now
@@ -310,6 +334,8 @@ class FleetSimulator:
                     if node.report_due:
                         node.report_due = False
                         registry.report(node.core.load_report())
+                    if split is not None:
+                        split.after_step(i)
                 else:  # _KICK
                     node.kicked = False
                     if node.busy:
@@ -383,7 +409,7 @@ class FleetSimulator:
             wall_s=wall_s,
             num_events=num_events,
             drained=not records,
-            info=lora_info(nodes) if loras is not None else {},
+            info={**(lora_info(nodes) if loras is not None else {}), **({"pd_split": split.info()} if split else {})},
         )
 
 

@@ -131,6 +131,7 @@ class NodeHello(Envelope, kw_only=True):
     data_endpoint: str = ""  # the agent's KV data socket (agent/kv_data_plane.py); "": it has none
     kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
     max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
+    role: str = "both"  # prefill | decode | both: its part in the prefill/decode split (controlplane/split_handoff.py)
 
 
 class Welcome(Envelope, kw_only=True):
@@ -341,6 +342,7 @@ class NodeStats(msgspec.Struct, kw_only=True):
     metrics_url: str = ""  # the agent's /metrics ("" when it exports none)
     kernels: str = ""  # from the node's hello
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
+    role: str = "both"  # from its hello: prefill | decode | both (the prefill/decode split)
 
 
 class FleetStats(Envelope, kw_only=True):

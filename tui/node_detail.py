@@ -49,7 +49,8 @@ class NodeDetailScreen(ModalScreen[None]):
             f"TPOT p50/p99 {_ms(node.tpot_p50_s)}/{_ms(node.tpot_p99_s)} ms   (app, as the router saw them)\n"
             f"metrics {node.metrics_url or 'not exported'}\n"
             f"kernels {node.kernels or 'not reported'}   "
-            f"decode roofline {_percent(node.decode_roofline_fraction)}%"
+            f"decode roofline {_percent(node.decode_roofline_fraction)}%   "
+            f"role {node.role}"
         )
         table = self.query_one("#detail-figures", DataTable)
         table.clear()

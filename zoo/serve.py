@@ -175,7 +175,16 @@ def controlplane_from_args(args: argparse.Namespace):
         lora_modules=list(args.lora_modules),
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
-    return ControlPlane(config, tokenizer, lora_check=lora_check_from_args(args, model_config))
+    from controlplane.split_handoff import attach_split, make_control_plane_policy
+
+    cp = ControlPlane(
+        config,
+        tokenizer,
+        lora_check=lora_check_from_args(args, model_config),
+        policy=make_control_plane_policy(config.router),
+    )
+    attach_split(cp)  # --policy pd_split: the split's router hears the registry and asks for migrations
+    return cp
 
 
 def run_controlplane(args: argparse.Namespace) -> int:
@@ -282,6 +291,12 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         help="preempted requests' KV to a peer's host RAM (needs --data-endpoint): when host RAM is full, or first",
     )
     p.add_argument("--kv-store-mib", type=int, default=1024, help="host RAM (MiB) lent to peers' KV (the remote tier)")
+    p.add_argument(
+        "--role",
+        default="both",
+        choices=("prefill", "decode", "both"),
+        help="this node's part in the prefill/decode split (zoo controlplane --policy pd_split; needs --data-endpoint)",
+    )
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -315,6 +330,7 @@ def agent_from_args(args: argparse.Namespace):
         data_endpoint=args.data_endpoint,
         kv_transfer_timeout_s=args.kv_transfer_timeout_s,
         kv_store_bytes=args.kv_store_mib << 20,
+        role=args.role,
     )
     exporter = None
     if args.metrics_port is not None:

@@ -52,6 +52,13 @@ class SimModelRunner(LoraRunnerVerbs):
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else SimLoraSlots(model, hardware, lora_config)
 
+    @property
+    def config(self):
+        """The simulated model's ModelConfig, named as the real runners name theirs: an agent reads its KV geometry
+        from it to open a KV data plane (agent/kv_data_plane.accept_spec_for); having no KV tensors to read,
+        a simulated node's migrations ship no bytes and the target re-prefills."""
+        return self.model
+
     def _lora_s(self, batch: SchedulerOutput) -> float:
         """Loading the step's cold adapters, then their low-rank matmuls (lora_cost.py)."""
         lora_ids = {r.lora_id for r in batch.requests if r.lora_id is not None}
