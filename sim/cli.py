@@ -30,6 +30,7 @@ from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.spec_pair_nodes import add_spec_pair_args, apply_spec_pairs, format_spec_pairs, spec_pairs_info
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
 OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
@@ -103,6 +104,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
     add_realtime_args(parser)
     add_lora_args(parser)
+    add_spec_pair_args(parser)
 
 
 def add_lora_args(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +193,7 @@ def run_sim(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
         base = build_workload(args, fleet)
+        fleet = apply_spec_pairs(args, fleet, base.mean_prompt_tokens + base.mean_output_tokens / 2)
     except (ValueError, FileNotFoundError) as e:
         print(f"zoo sim: {e}", file=sys.stderr)
         return 2
@@ -244,6 +247,9 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
+        if getattr(args, "spec_pairs", "none") != "none":  # the pairs' counters of the last policy's run
+            info["spec_pairs"] = spec_pairs_info(fleet)
+            log(format_spec_pairs(info["spec_pairs"]))
         if getattr(args, "adapters", 0):
             info["lora"] = {
                 r.policy: {**r.info, "affinity": lora_settings(args, r.policy, 0)["lora_affinity"]} for r in results
