@@ -19,7 +19,8 @@
   draft's weights and a draft-KV reserve.
 
 Assumption stated: the draft's own KV for the accepted tokens is written by its next round's first step
-(free in the memory-bound decode regime), and a profile run at start-up may speculate (as an agent's does).
+(free in the memory-bound decode regime). A node's start-up profile (NodeCore.profile) runs plain, so the
+router starts from the same measured rates with and without pairs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from sim.fleet import Fleet, NodeSpec
 from sim.spec_pairs import SpecPair, SpecPairsConfig, pair_costs, pair_nodes
 
 DRAFT_KV_RESERVE_GIB = 1.0  # the draft's KV on the drafter (a 1B draft's KV is ~1/4 of an 8B's per token)
+PROFILE_PREFIX = "zoo-profile-"  # NodeCore.profile()'s requests: measured plain, so every fleet starts alike
 DRAFT_BUCKET_S = 0.25  # the drafting token bucket's depth, seconds of draft work
 
 
@@ -143,7 +145,8 @@ class PairProposer:
 
     def propose(self, requests: list[DraftRequest]) -> dict[str, Draft]:
         host = self.spec.host
-        if host is None or not host.can_draft():
+        requests = [r for r in requests if not r.req_id.startswith(PROFILE_PREFIX)]
+        if not requests or host is None or not host.can_draft():
             return {}
         known = self._known
         for r in requests:
