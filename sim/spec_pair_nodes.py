@@ -5,18 +5,19 @@
 
 - the **verifier** (strong node) gets the production ``Speculator`` (engine/spec/speculator.py: adaptive
   k from the measured acceptance and costs, off above ``max_batch_size`` = the pair's predicted crossover
-  batch) with a ``PairProposer``, and its simulated runner a ``PairSpecModel``: a verification step's time
-  = hop + k draft decode steps (the draft's shape on the drafter's GPU) + the target's verify step; drafts are accepted i.i.d. with rate alpha. The
-  drafter's catch-up (prefilling a request new to it, or the tokens it missed while speculation was off)
-  is charged to the drafter's GPU but kept off the round's path: it follows the verifier's token stream
-  in the background (an optimistic assumption, so a losing pair loses for its draft steps, not for this).
+  batch) with a ``PairProposer``, and its simulated runner a ``PairSpecModel``: a verification step's
+  time = hop + k draft decode steps (the draft's shape on the drafter's GPU) + the target's verify step;
+  drafts are accepted i.i.d. with rate alpha. The drafter's catch-up (prefilling a request new to it, or
+  the tokens it missed while speculation was off) is charged to the drafter's GPU but kept off the
+  round's path: it follows the verifier's token stream in the background (an optimistic assumption, so a
+  losing pair loses for its draft steps, not for this).
 - the **drafter** (weak node) keeps serving its own requests through a ``DraftHostRunner``: drafts run at
   once (a high-priority stream) and every second of them is taken from its own serving: a draft that
   overlaps its step in flight lengthens its next step by that time, one still running when it starts a
   step delays that step by the rest; drafts while it is idle cost it nothing. It declines a round (the
-  verifier then decodes plainly, as after a drafter's timeout) while it has requests of its own waiting
-  or has used up its drafting share (``max_draft_share``, a token bucket). Its KV room shrinks by the
-  draft's weights and a draft-KV reserve.
+  verifier then decodes plainly, as after a drafter's timeout) while a backlog of its own requests waits
+  (more than MAX_HOST_WAITING) or it has used up its drafting share (``max_draft_share``, a token
+  bucket). Its KV room shrinks by the draft's weights and a draft-KV reserve.
 
 Assumption stated: the draft's own KV for the accepted tokens is written by its next round's first step
 (free in the memory-bound decode regime). A node's start-up profile (NodeCore.profile) runs plain, so the
@@ -33,7 +34,7 @@ from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import BYTES_PER_VALUE, StepCostModel
 from backends.sim.engine import build_sim_engine
 from backends.sim.model_shapes import kv_bytes_per_token, weight_bytes
-from backends.sim.spec_model import SimSpecModel
+from backends.sim.spec_model import DEFAULT_ALPHA, SimSpecModel
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock
 from engine.llm_engine import LLMEngine
@@ -45,6 +46,7 @@ from sim.spec_pairs import SpecPair, SpecPairsConfig, pair_costs, pair_nodes
 DRAFT_KV_RESERVE_GIB = 1.0  # the draft's KV on the drafter (a 1B draft's KV is ~1/4 of an 8B's per token)
 PROFILE_PREFIX = "zoo-profile-"  # NodeCore.profile()'s requests: measured plain, so every fleet starts alike
 DRAFT_BUCKET_S = 0.25  # the drafting token bucket's depth, seconds of draft work
+MAX_HOST_WAITING = 4  # a drafter with more of its own requests waiting than this declines rounds
 
 
 class DraftHostRunner:
@@ -73,12 +75,13 @@ class DraftHostRunner:
             self._bucket_at = now
 
     def can_draft(self) -> bool:
-        """No requests of its own waiting for room, and drafting share left."""
+        """At most MAX_HOST_WAITING requests of its own waiting (a backlog, not the one that just arrived),
+        and drafting share left."""
         now = self.clock.now()
         self._refill(now)
         engine = self.engine
-        backlog = engine is not None and engine.num_unfinished_requests > len(engine.scheduler.running_requests())
-        if backlog or self._bucket_s <= 0.0:
+        waiting = 0 if engine is None else engine.num_unfinished_requests - len(engine.scheduler.running_requests())
+        if waiting > MAX_HOST_WAITING or self._bucket_s <= 0.0:
             self.num_declined += 1
             return False
         return True
@@ -228,7 +231,7 @@ class PairedFleet(Fleet):
             num_spec_tokens=k,
             draft_cost=(cfg.hop_s + k * costs.draft_step_s(1, ctx)) / (k * plain),
             verify_cost_per_token=max(0.0, costs.verify_step_s(1, k, ctx) - plain) / (k * plain),
-            initial_acceptance=min(max(cfg.alpha, 0.01), 0.99),
+            initial_acceptance=DEFAULT_ALPHA,  # the engine's prior; it learns the drawn rate
             max_batch_size=pair.crossover_batch,  # 0 (a pair that never gains, mode "all"): never forced off
         )
         engine.speculator = Speculator(PairProposer(runner.dummy_token_id, spec), config, engine.clock)
