@@ -45,12 +45,18 @@ def run_case(fleet, workload, args, slo: Slo) -> dict:
     result = sim.run()
     rep = summarize(result, slo)
     info = spec_pairs_info(fleet)
+    profile = {n.node_id: n.hardware.profile for n in fleet.nodes}
+    by_gpu: dict[str, list[float]] = {}
+    for r in result.records:
+        if r.node_id is not None and r.num_output_tokens > 1:
+            by_gpu.setdefault(profile[r.node_id], []).append(r.tpot_s)
     return {
         "ttft_p99_ms": 1e3 * rep.ttft_s[99],
         "tpot_p50_ms": 1e3 * rep.tpot_s[50],
         "tpot_p99_ms": 1e3 * rep.tpot_s[99],
         "goodput": rep.goodput,
         "num_unserved": rep.num_unserved,
+        "tpot_p99_ms_by_gpu": {g: 1e3 * sorted(v)[len(v) * 99 // 100] for g, v in sorted(by_gpu.items())},
         "utilisation": rep.utilisation,
         "requests_by_gpu": rep.requests_by_gpu,
         "spec_step_share": info.get("spec_step_share", 0.0),

@@ -11,7 +11,8 @@ and it yields ``E(alpha, k) = (1 - alpha^(k+1)) / (1 - alpha)`` tokens per reque
 Matias, ICML 2023, eq. 1; the i.i.d. acceptance model), against one token per plain step. Both step times
 come from the same per-operator cost model (backends/sim/cost_model.py) with each model's shape on each
 GPU. ``PairCosts.best`` is the ratio at the best k; ``crossover_batch_size`` the largest verifier batch
-at which it still exceeds 1, given to the verifier's speculator as ``max_batch_size`` (above it, the
+at which it still exceeds ``min_gain`` (a margin for what the prediction does not see: mixed prefill steps,
+the variance of acceptance), given to the verifier's speculator as ``max_batch_size`` (above it, the
 engine's own logic turns speculation off: engine/spec/speculator.py).
 
 The pairing rule (``pair_nodes``), sans-IO:
@@ -55,7 +56,8 @@ class SpecPairsConfig:
         prompt + half its mean output when ``zoo sim`` sets it).
     min_step_ratio: a drafter's decode step of the target is at least this x its verifier's.
     max_weak_utilization: a node busier than this (when its utilisation is known) drafts for nobody.
-    min_gain: "auto" keeps pairs whose predicted speed-up at batch 1 is at least this.
+    min_gain: "auto" keeps pairs whose predicted speed-up at batch 1 is at least this; a pair's verifier
+        speculates up to the largest batch predicted to gain more than this (its crossover batch).
     max_draft_share: the most of its GPU time a drafter gives to drafting (a token bucket; past it, and
         whenever it has requests of its own waiting, it declines a round and the verifier decodes plainly).
     """
@@ -139,22 +141,29 @@ class PairCosts:
         return best_k, best_s
 
 
-def crossover_batch_size(costs: PairCosts, context: float, alpha: float, k_max: int, max_batch: int = 512) -> int:
-    """The largest verifier batch at which the pair's best k still beats plain decoding (0: none does).
+def crossover_batch_size(
+    costs: PairCosts, context: float, alpha: float, k_max: int, min_gain: float = 1.0, max_batch: int = 512
+) -> int:
+    """The largest verifier batch at which the pair's best k still gains more than ``min_gain`` (0: none does).
 
     The speed-up falls with the batch (a verify step's extra tokens cost more as the target turns
-    compute-bound, and the draft steps grow too); the first batch size where it no longer exceeds 1,
-    found by doubling then bisecting, minus one."""
-    if costs.best(1, context, alpha, k_max)[0] == 0:
+    compute-bound, and the draft steps grow too); the first batch size where it no longer exceeds
+    ``min_gain``, found by doubling then bisecting, minus one."""
+
+    def gains(batch: int) -> bool:
+        k, speedup = costs.best(batch, context, alpha, k_max)
+        return k > 0 and speedup > min_gain
+
+    if not gains(1):
         return 0
     lo, hi = 1, 2
-    while hi <= max_batch and costs.best(hi, context, alpha, k_max)[0] > 0:
+    while hi <= max_batch and gains(hi):
         lo, hi = hi, hi * 2
     if hi > max_batch:
         return max_batch
-    while hi - lo > 1:  # best(lo) gains, best(hi) does not
+    while hi - lo > 1:  # gains(lo), not gains(hi)
         mid = (lo + hi) // 2
-        if costs.best(mid, context, alpha, k_max)[0] > 0:
+        if gains(mid):
             lo = mid
         else:
             hi = mid
@@ -218,6 +227,6 @@ def pair_nodes(
         if v in taken or d in taken or d in verifiers:
             continue
         taken.update((v, d))
-        crossover = crossover_batch_size(costs, ctx, alpha, config.k_max)
+        crossover = crossover_batch_size(costs, ctx, alpha, config.k_max, config.min_gain)
         pairs.append(SpecPair(v, d, -neg_gain, k, crossover))
     return pairs
