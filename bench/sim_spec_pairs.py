@@ -25,7 +25,7 @@ from sim.des import FleetSimulator, default_router_config
 from sim.fleet import load_fleet
 from sim.report import Slo, summarize
 from sim.spec_pair_nodes import paired_fleet, spec_pairs_info
-from sim.spec_pairs import SpecPairsConfig
+from sim.spec_pairs import SpecPairsConfig, pair_costs
 
 
 def run_case(fleet, workload, args, slo: Slo) -> dict:
@@ -63,6 +63,26 @@ def run_case(fleet, workload, args, slo: Slo) -> dict:
         "pairs": info.get("pairs", []),
         "wall_s": result.wall_s,
     }
+
+
+def predicted_table(fleet, context: float, k_max: int, hop_s: float) -> dict:
+    """The cost model's speed-up of a pair (best k) per (verifier GPU, drafter GPU), alpha and verifier batch:
+    where pairs could win, independently of the trace."""
+    kinds = {}
+    for n in fleet.nodes:
+        kinds.setdefault(f"{n.hardware.profile}" + (f"x{n.hardware.tp}" if n.hardware.tp > 1 else ""), n.hardware)
+    draft = SpecPairsConfig().draft_for(fleet.model)
+    table = {}
+    for v, v_hw in kinds.items():
+        for d, d_hw in kinds.items():
+            if v == d:
+                continue
+            costs = pair_costs(fleet.model, draft, v_hw, d_hw, hop_s)
+            table[f"{v}<-{d}"] = {
+                f"alpha={a:g}": {f"batch={b}": round(costs.best(b, context, a, k_max)[1], 3) for b in (1, 8, 32)}
+                for a in (0.6, 0.7, 0.8, 0.9)
+            }
+    return table
 
 
 def switch_off_load(points: list[tuple[float, float]], off_share: float) -> float | None:
@@ -123,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "draft_model": "sim:llama-3.2-1b",
         "k_max": args.spec_k,
         "hop_s": args.spec_hop,
+        "predicted_speedup_best_k": predicted_table(fleet, context, args.spec_k, args.spec_hop),
         "plans": {m: [p.describe() for p in f.pairs] for m, f in fleets.items() if m != "none"},
         "cases": cases,
         "switch_off_load": {
