@@ -284,6 +284,9 @@ def run_realtime_sim(args: argparse.Namespace) -> int:
     if args.sweep:
         print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
         return 2
+    if getattr(args, "spec_pairs", "none") != "none":
+        print("zoo sim --realtime: --spec-pairs runs in virtual time only", file=sys.stderr)
+        return 2
     if args.duration is None and args.max_requests is None:  # a whole trace in real time would take hours
         args.duration, args.max_requests = REALTIME_DURATION_S, REALTIME_MAX_REQUESTS
     fleet = load_fleet(args.fleet)

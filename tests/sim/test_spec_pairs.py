@@ -228,10 +228,12 @@ def test_zoo_sim_spec_pairs_states_alpha(capsys):
     args = ["--fleet", "small", "--trace", "conv", "--load", "0.3", "--policy", "round_robin", "--max-requests", "20"]
     assert main([*args, "--spec-pairs", "all", "--spec-alpha", "0.6", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    pairs = out["info"]["spec_pairs"] if "info" in out else out["spec_pairs"]
+    pairs = out["info"]["spec_pairs"]
     assert pairs["mode"] == "all" and pairs["alpha"] == 0.6 and pairs["draft_model"] == "sim:llama-3.2-1b"
     assert len(pairs["pairs"]) == 1 and "spec_step_share" in pairs
     assert main([*args, "--spec-pairs", "all", "--spec-alpha", "1.5"]) == 2  # a clear error, no traceback
+    assert "alpha must be in [0, 1]" in capsys.readouterr().err
+    assert main([*args, "--spec-pairs", "auto", "--realtime"]) == 2  # pairs run in virtual time only
 
 
 def test_drafter_kv_room_shrinks_by_the_draft():
