@@ -32,6 +32,7 @@ from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.spec_pair_nodes import add_spec_pair_args, apply_spec_pairs, format_spec_pairs, spec_pairs_info
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
 OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
@@ -106,6 +107,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     add_realtime_args(parser)
     add_lora_args(parser)
     add_pd_split_args(parser)
+    add_spec_pair_args(parser)
 
 
 def add_lora_args(parser: argparse.ArgumentParser) -> None:
@@ -217,6 +219,7 @@ def run_sim(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
         base = build_workload(args, fleet)
         pd_split_config(args)  # a bad [kv_links]/[pd_split] section fails now
+        fleet = apply_spec_pairs(args, fleet, base.mean_prompt_tokens + base.mean_output_tokens / 2)
     except (ValueError, FileNotFoundError) as e:
         print(f"zoo sim: {e}", file=sys.stderr)
         return 2
@@ -273,6 +276,9 @@ def run_sim(args: argparse.Namespace) -> int:
         for r in results:
             if "pd_split" in r.info:
                 info["pd_split"] = r.info["pd_split"]
+        if getattr(args, "spec_pairs", "none") != "none":  # the pairs' counters of the last policy's run
+            info["spec_pairs"] = spec_pairs_info(fleet)
+            log(format_spec_pairs(info["spec_pairs"]))
         if getattr(args, "adapters", 0):
             info["lora"] = {
                 r.policy: {**r.info, "affinity": lora_settings(args, r.policy, 0)["lora_affinity"]} for r in results
@@ -306,6 +312,9 @@ def run_realtime_sim(args: argparse.Namespace) -> int:
 
     if args.sweep:
         print("zoo sim --realtime: --sweep runs in virtual time only", file=sys.stderr)
+        return 2
+    if getattr(args, "spec_pairs", "none") != "none":
+        print("zoo sim --realtime: --spec-pairs runs in virtual time only", file=sys.stderr)
         return 2
     if args.duration is None and args.max_requests is None:  # a whole trace in real time would take hours
         args.duration, args.max_requests = REALTIME_DURATION_S, REALTIME_MAX_REQUESTS

@@ -1,0 +1,348 @@
+"""Pairs at run time in the fleet simulator: the drafter's GPU shared honestly, the verifier's rounds priced.
+
+``PairedFleet`` is a ``Fleet`` whose ``node_engine`` builds each paired node's engine with its pair role
+(sim/des.py needs no change: it builds every node through ``fleet.node_engine``):
+
+- the **verifier** (strong node) gets the production ``Speculator`` (engine/spec/speculator.py: adaptive
+  k from the measured acceptance and costs, off above ``max_batch_size`` = the pair's predicted crossover
+  batch) with a ``PairProposer``, and its simulated runner a ``PairSpecModel``: a verification step's
+  time = hop + k draft decode steps (the draft's shape on the drafter's GPU) + the target's verify step;
+  drafts are accepted i.i.d. with rate alpha. The drafter's catch-up (prefilling a request new to it, or
+  the tokens it missed while speculation was off) is charged to the drafter's GPU but kept off the
+  round's path: it follows the verifier's token stream in the background (an optimistic assumption, so a
+  losing pair loses for its draft steps, not for this).
+- the **drafter** (weak node) keeps serving its own requests through a ``DraftHostRunner``: drafts run at
+  once (a high-priority stream) and every second of them is taken from its own serving: a draft that
+  overlaps its step in flight lengthens its next step by that time, one still running when it starts a
+  step delays that step by the rest; drafts while it is idle cost it nothing. It declines a round (the
+  verifier then decodes plainly, as after a drafter's timeout) while a backlog of its own requests waits
+  (more than MAX_HOST_WAITING) or it has used up its drafting share (``max_draft_share``, a token
+  bucket). Its KV room shrinks by the draft's weights and a draft-KV reserve.
+
+Assumption stated: the draft's own KV for the accepted tokens is written by its next round's first step
+(free in the memory-bound decode regime). A node's start-up profile (NodeCore.profile) runs plain, so the
+router starts from the same measured rates with and without pairs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from backends.checkpoint.model_config import ModelConfig
+from backends.sim.cost_model import BYTES_PER_VALUE, StepCostModel
+from backends.sim.engine import build_sim_engine
+from backends.sim.model_shapes import kv_bytes_per_token, weight_bytes
+from backends.sim.spec_model import DEFAULT_ALPHA, SimSpecModel
+from engine.batch import RunnerOutput, SchedulerOutput
+from engine.clock import Clock
+from engine.llm_engine import LLMEngine
+from engine.spec import SpecDecodeConfig, Speculator
+from engine.spec.proposer import Draft, DraftRequest
+from sim.fleet import Fleet, NodeSpec
+from sim.spec_pairs import SpecPair, SpecPairsConfig, pair_costs, pair_nodes
+
+DRAFT_KV_RESERVE_GIB = 1.0  # the draft's KV on the drafter (a 1B draft's KV is ~1/4 of an 8B's per token)
+PROFILE_PREFIX = "zoo-profile-"  # NodeCore.profile()'s requests: measured plain, so every fleet starts alike
+DRAFT_BUCKET_S = 0.25  # the drafting token bucket's depth, seconds of draft work
+MAX_HOST_WAITING = 4  # a drafter with more of its own requests waiting than this declines rounds
+
+
+class DraftHostRunner:
+    """A weak node's runner that also drafts for its verifier (wraps its SimModelRunner; attributes pass through)."""
+
+    def __init__(self, runner, clock: Clock, max_draft_share: float) -> None:
+        self.runner = runner
+        self.clock = clock
+        self.max_draft_share = max_draft_share
+        self.engine: LLMEngine | None = None  # set once built: its backlog decides whether to draft
+        self._own_until = 0.0  # when its own step in flight ends
+        self._draft_until = 0.0  # when the last draft ends
+        self._debt_s = 0.0  # draft time that interrupted its step in flight, paid by its next step
+        self._bucket_s = DRAFT_BUCKET_S
+        self._bucket_at = 0.0
+        self.draft_s_total = 0.0
+        self.num_rounds = 0
+        self.num_declined = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.runner, name)
+
+    def _refill(self, now: float) -> None:
+        if now > self._bucket_at:
+            self._bucket_s = min(DRAFT_BUCKET_S, self._bucket_s + (now - self._bucket_at) * self.max_draft_share)
+            self._bucket_at = now
+
+    def can_draft(self) -> bool:
+        """At most MAX_HOST_WAITING requests of its own waiting (a backlog, not the one that just arrived),
+        and drafting share left."""
+        now = self.clock.now()
+        self._refill(now)
+        engine = self.engine
+        waiting = 0 if engine is None else engine.num_unfinished_requests - len(engine.scheduler.running_requests())
+        if waiting > MAX_HOST_WAITING or self._bucket_s <= 0.0:
+            self.num_declined += 1
+            return False
+        return True
+
+    def charge(self, draft_s: float) -> None:
+        """A round's draft work (``draft_s`` of this GPU) starts now."""
+        now = self.clock.now()
+        self._refill(now)
+        self._bucket_s -= draft_s
+        if now < self._own_until:
+            self._debt_s += draft_s
+        self._draft_until = max(now, self._draft_until) + draft_s
+        self.draft_s_total += draft_s
+        self.num_rounds += 1
+
+    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
+        out = self.runner.execute(batch)
+        if batch.is_empty:
+            return out
+        now = self.clock.now()
+        extra = self._debt_s + max(0.0, self._draft_until - now)
+        self._debt_s = 0.0
+        self._draft_until = min(self._draft_until, now)
+        step_s = out.step_time_s + extra
+        self._own_until = now + step_s
+        return dataclasses.replace(out, step_time_s=step_s)
+
+
+@dataclass(slots=True)
+class PairSpecModel(SimSpecModel):
+    """The verifier's view of its drafter: draws acceptance (SimSpecModel) and prices a round on the pair."""
+
+    host: Any = None  # the drafter (a DraftHostRunner, or _LazyHost looking it up); None = drafting is free
+    hop_s: float = 0.0
+    pending_prefill: list[int] = field(default_factory=list)  # catch-up tokens per request new to the drafter
+    num_rounds: int = 0
+    catch_up_s_total: float = 0.0  # the drafter's catch-up prefills (its GPU time, off the round's path)
+
+    def draft_time_s(self, num_requests: int, num_drafts: int, context_tokens: int) -> float:
+        if num_drafts <= 0:
+            return 0.0
+        draft_s = SimSpecModel.draft_time_s(self, num_requests, num_drafts, context_tokens)
+        catch_up_s = 0.0
+        if self.pending_prefill and self.draft_cost is not None:
+            q = self.pending_prefill
+            catch_up_s = self.draft_cost.step_time_s(sum(q), len(q), 0, sum(n * (n + 1) / 2 for n in q), 0)
+        self.pending_prefill = []
+        if self.host is not None:
+            self.host.charge(catch_up_s + draft_s)
+        self.num_rounds += 1
+        self.catch_up_s_total += catch_up_s
+        return self.hop_s + draft_s
+
+
+class PairProposer:
+    """Drafts on the paired weak node: dummy tokens (the runner draws their fate), or none when it declines."""
+
+    name = "pair"
+
+    def __init__(self, token_id: int, spec: PairSpecModel) -> None:
+        self.token_id = token_id
+        self.spec = spec
+        self._known: dict[str, int] = {}  # req_id -> tokens whose KV the drafter holds
+
+    def propose(self, requests: list[DraftRequest]) -> dict[str, Draft]:
+        host = self.spec.host
+        requests = [r for r in requests if not r.req_id.startswith(PROFILE_PREFIX)]
+        if not requests or host is None or not host.can_draft():
+            return {}
+        known = self._known
+        for r in requests:
+            n = len(r.token_ids)
+            if n - known.get(r.req_id, 0) > 2 * r.num_spec_tokens + 2:  # new to the drafter, or long out of touch
+                self.spec.pending_prefill.append(n - known.get(r.req_id, 0))
+            known[r.req_id] = n
+        return {r.req_id: Draft([self.token_id] * r.num_spec_tokens) for r in requests}
+
+    def drop(self, req_ids) -> None:
+        for req_id in req_ids:
+            self._known.pop(req_id, None)
+
+
+@dataclass(slots=True)
+class PairedFleet(Fleet):
+    """A fleet whose paired nodes verify or draft (see the module docstring). ``runtime`` holds the last
+    run's pair objects (node id -> verifier engine / drafter runner) for ``spec_pairs_info``."""
+
+    pairs_config: SpecPairsConfig = field(default_factory=SpecPairsConfig)
+    pairs: list[SpecPair] = field(default_factory=list)
+    runtime: dict = field(default_factory=dict)
+
+    def node_engine(self, node: NodeSpec, *, clock: Clock | None = None, realtime: bool = False, **kw) -> LLMEngine:
+        if realtime:
+            raise ValueError("spec pairs run in the virtual-time simulator only")
+        pair = next((p for p in self.pairs if node.node_id in (p.verifier, p.drafter)), None)
+        if pair is None:
+            return Fleet.node_engine(self, node, clock=clock)
+        draft = self.pairs_config.draft_for(self.model)
+        if node.node_id == pair.drafter:
+            return self._drafter_engine(node, draft, clock)
+        engine = Fleet.node_engine(self, node, clock=clock)
+        self._make_verifier(engine, pair, node, draft, clock)
+        return engine
+
+    def _drafter_engine(self, node: NodeSpec, draft: ModelConfig, clock: Clock | None) -> LLMEngine:
+        hardware, settings = node.hardware, self.engine
+        cache = settings.cache_config(self.model, hardware)
+        block_bytes = kv_bytes_per_token(self.model, BYTES_PER_VALUE) * settings.block_size
+        taken = weight_bytes(draft, BYTES_PER_VALUE) + DRAFT_KV_RESERVE_GIB * 2**30
+        num_blocks = cache.num_device_blocks - int(-(-taken // block_bytes))
+        if num_blocks < 1:
+            raise ValueError(f"{node.node_id}: no KV room left for {self.model.name} beside the draft {draft.name}")
+        engine = build_sim_engine(
+            self.model.name,
+            hardware.profile,
+            hardware.tp,
+            scheduler_config=settings.scheduler_config(self.model),
+            cache_config=dataclasses.replace(cache, num_device_blocks=num_blocks),
+            keep_cache_blocks=True,
+            realtime=False,
+            clock=clock,
+            detokenize=False,
+            hardware=hardware,
+            lora_config=settings.lora,
+        )
+        host = DraftHostRunner(engine.runner, clock, self.pairs_config.max_draft_share)
+        host.engine = engine
+        engine.runner = host
+        self.runtime[node.node_id] = host
+        return engine
+
+    def _make_verifier(self, engine: LLMEngine, pair: SpecPair, node: NodeSpec, draft: ModelConfig, clock) -> None:
+        cfg = self.pairs_config
+        drafter_hw = next(n.hardware for n in self.nodes if n.node_id == pair.drafter)
+        costs = pair_costs(self.model, draft, node.hardware, drafter_hw, cfg.hop_s)
+        ctx, k = cfg.context_tokens, cfg.k_max
+        plain = costs.plain_step_s(1, ctx)
+        runner = engine.runner
+        seed = sum(ord(c) for c in node.node_id)  # a fixed seed per verifier: runs repeat exactly
+        spec = PairSpecModel(cfg.alpha, StepCostModel(draft, drafter_hw, block_size=runner.cost.block_size), seed)
+        spec.hop_s = cfg.hop_s
+        spec.host = _LazyHost(self.runtime, pair.drafter)
+        runner.spec = spec
+        config = SpecDecodeConfig(
+            method="model",
+            draft_model=draft.name,
+            num_spec_tokens=k,
+            draft_cost=(cfg.hop_s + k * costs.draft_step_s(1, ctx)) / (k * plain),
+            verify_cost_per_token=max(0.0, costs.verify_step_s(1, k, ctx) - plain) / (k * plain),
+            initial_acceptance=DEFAULT_ALPHA,  # the engine's prior; it learns the drawn rate
+            max_batch_size=pair.crossover_batch,  # 0 (a pair that never gains, mode "all"): never forced off
+        )
+        engine.speculator = Speculator(PairProposer(runner.dummy_token_id, spec), config, engine.clock)
+        self.runtime[node.node_id] = engine
+
+
+class _LazyHost:
+    """The drafter's runner, looked up at each use (the verifier may be built before its drafter)."""
+
+    def __init__(self, runtime: dict, node_id: str) -> None:
+        self._runtime, self._node_id = runtime, node_id
+
+    def can_draft(self) -> bool:
+        host = self._runtime.get(self._node_id)
+        return host is not None and host.can_draft()
+
+    def charge(self, draft_s: float) -> None:
+        host = self._runtime.get(self._node_id)
+        if host is not None:
+            host.charge(draft_s)
+
+
+def paired_fleet(fleet: Fleet, config: SpecPairsConfig, utilization: dict[str, float] | None = None) -> PairedFleet:
+    """``fleet`` with the pairs ``pair_nodes`` forms under ``config`` (none for mode "none")."""
+    pairs = pair_nodes({n.node_id: n.hardware for n in fleet.nodes}, fleet.model, config, utilization)
+    base = {f.name: getattr(fleet, f.name) for f in dataclasses.fields(Fleet)}
+    return PairedFleet(**base, pairs_config=config, pairs=pairs)
+
+
+def spec_pairs_info(fleet: Fleet) -> dict:
+    """What the pairs did in the last run: the plan, alpha, and per pair the speculation counters."""
+    if not isinstance(fleet, PairedFleet):
+        return {"mode": "none"}
+    cfg = fleet.pairs_config
+    out = {
+        "mode": cfg.mode,
+        "alpha": cfg.alpha,
+        "alpha_source": "assumed: Leviathan et al. 2023 Table 3 range 0.6-0.8 (backends/sim/spec_model.py)",
+        "draft_model": fleet.pairs_config.draft_for(fleet.model).name,
+        "k_max": cfg.k_max,
+        "hop_s": cfg.hop_s,
+        "pairs": [],
+    }
+    for pair in fleet.pairs:
+        row = dataclasses.asdict(pair)
+        engine, host = fleet.runtime.get(pair.verifier), fleet.runtime.get(pair.drafter)
+        if engine is not None:
+            stats = engine.make_spec_stats()
+            steps = engine.runner.num_steps
+            row.update(
+                spec_rounds=engine.runner.spec.num_rounds,
+                drafter_catch_up_s=engine.runner.spec.catch_up_s_total,
+                verifier_steps=steps,
+                spec_step_share=engine.runner.spec.num_rounds / steps if steps else 0.0,
+                steps_spec_off=stats.num_steps_spec_off_total,
+                acceptance_rate=stats.acceptance_rate,
+                mean_accepted_tokens=stats.mean_accepted_tokens,
+            )
+        if isinstance(host, DraftHostRunner):
+            row.update(drafter_draft_s=host.draft_s_total, drafter_declined_rounds=host.num_declined)
+        out["pairs"].append(row)
+    rounds = sum(p.get("spec_rounds", 0) for p in out["pairs"])
+    steps = sum(p.get("verifier_steps", 0) for p in out["pairs"])
+    out["spec_step_share"] = rounds / steps if steps else 0.0
+    return out
+
+
+def add_spec_pair_args(parser) -> None:
+    """``zoo sim --spec-pairs auto|all|none`` and the pairs' settings."""
+    d = SpecPairsConfig()
+    parser.add_argument(
+        "--spec-pairs",
+        choices=("none", "auto", "all"),
+        default="none",
+        help="speculative pairs: a weak node drafts for a strong one (auto: the pairs predicted to gain; all: every "
+        "strong node that finds a drafter)",
+    )
+    parser.add_argument("--spec-alpha", type=float, default=d.alpha, help="pairs: per-token draft acceptance rate")
+    parser.add_argument("--spec-k", type=int, default=d.k_max, help="pairs: the most drafts per round")
+    parser.add_argument("--spec-draft", default=None, help="pairs: the draft's shape (default: the target's usual)")
+    parser.add_argument("--spec-hop", type=float, default=d.hop_s, help="pairs: a round's network time, s")
+
+
+def apply_spec_pairs(args, fleet: Fleet, mean_context_tokens: float) -> Fleet:
+    """``fleet`` with the pairs ``--spec-pairs`` asks for (unchanged for "none"); ValueError on bad settings."""
+    mode = getattr(args, "spec_pairs", "none")
+    if mode == "none":
+        return fleet
+    config = SpecPairsConfig(
+        mode=mode,
+        draft_model=args.spec_draft,
+        alpha=args.spec_alpha,
+        k_max=args.spec_k,
+        hop_s=args.spec_hop,
+        context_tokens=mean_context_tokens,
+    )
+    return paired_fleet(fleet, config)
+
+
+def format_spec_pairs(info: dict) -> str:
+    """The pairs' plan and counters (``spec_pairs_info``) as lines for the log."""
+    lines = [
+        f"spec pairs ({info['mode']}): draft {info.get('draft_model')}, alpha {info.get('alpha')} "
+        f"({info.get('alpha_source')}), k <= {info.get('k_max')}; verifier steps that speculated: "
+        f"{info.get('spec_step_share', 0.0):.1%}"
+    ]
+    for p in info.get("pairs", []):
+        lines.append(
+            f"  {p['verifier']} <- {p['drafter']}: predicted x{p['predicted_speedup']:.2f} up to batch "
+            f"{p['crossover_batch']}; {p.get('spec_rounds', 0)} rounds in {p.get('verifier_steps', 0)} steps, "
+            f"acceptance {p.get('acceptance_rate', 0.0):.2f}, drafting {p.get('drafter_draft_s', 0.0):.1f} s, "
+            f"declined {p.get('drafter_declined_rounds', 0)} rounds"
+        )
+    return "\n".join(lines)
