@@ -57,6 +57,7 @@ class MsgType(enum.IntEnum):
     MIGRATION_DONE = 34
     DRAFT_PROPOSE = 50
     DRAFT_REPLY = 51
+    SPEC_PAIR = 52
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -130,6 +131,13 @@ class NodeHello(Envelope, kw_only=True):
     data_endpoint: str = ""  # the agent's KV data socket (agent/kv_data_plane.py); "": it has none
     kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
     max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
+    # speculative pairs (controlplane/spec_pairs.py): the tokenizer this node's model uses (engine/spec/vocab_id.py;
+    # a verifier is paired only with a drafter of the same), the draft models it runs for others (`--can-draft`)
+    # at ``draft_endpoint`` (its DraftServer), and their tokenizer's id; "" / []: says nothing, drafts nothing
+    vocab_id: str = ""
+    draft_models: list[str] = []
+    draft_endpoint: str = ""
+    draft_vocab_id: str = ""
 
 
 class Welcome(Envelope, kw_only=True):
@@ -171,6 +179,10 @@ class LoadReport(Envelope, kw_only=True):
     lora_running: list[str] = []
     lora_waiting: list[str] = []
     lora_load_s: float = 0.0  # measured mean time to bring an adapter into a device slot; 0: none loaded yet
+    # speculative decoding: the drafter node this verifier drafts with now ("" none), and the acceptance rate
+    # measured since it last changed proposer (-1: no draft verified yet)
+    spec_drafter: str = ""
+    spec_acceptance_rate: float = -1.0
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -333,6 +345,12 @@ class NodeStats(msgspec.Struct, kw_only=True):
     metrics_url: str = ""  # the agent's /metrics ("" when it exports none)
     kernels: str = ""  # from the node's hello
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
+    # speculative pairs (controlplane/spec_pairs.py): the drafter this verifier drafts with ("" none), its measured
+    # acceptance (-1: none), and the TPOT the control plane predicts for it without and with its best drafter
+    spec_drafter: str = ""
+    spec_acceptance_rate: float = -1.0
+    spec_tpot_plain_s: float | None = None
+    spec_tpot_paired_s: float | None = None
 
 
 class FleetStats(Envelope, kw_only=True):
@@ -350,6 +368,8 @@ class FleetStats(Envelope, kw_only=True):
     malformed_messages_total: dict[str, int] = {}  # by kind (ErrorCode value; agent and client sockets)
     num_preemptions_total: int = 0  # summed over the live nodes' LoadReports
     ebpf_status: str = ""  # "" no probe feeds this control plane; else what the probe says ("attached", …)
+    migrations_total: dict[str, int] = {}  # live migrations, "reason:outcome" → count (zoo:migrations_total)
+    kv_migrated_bytes_total: int = 0  # KV bytes the migrations that reached their target moved
 
 
 class ProbeSnapshot(Envelope, kw_only=True):
@@ -394,6 +414,18 @@ class DraftReply(Envelope, kw_only=True):
     vocab_size: int = 0  # the drafter's
 
 
+class SpecPair(Envelope, kw_only=True):
+    """Control plane -> verifier agent (controlplane/spec_pairs.py): draft with the DraftServer of
+    ``drafter_node_id`` at ``draft_endpoint`` (up to ``num_spec_tokens`` drafts a step), or, with an empty
+    endpoint, stop (back to the node's own proposer or plain decode). ``reason`` says why, for the logs."""
+
+    node_id: str
+    drafter_node_id: str = ""
+    draft_endpoint: str = ""
+    num_spec_tokens: int = 4
+    reason: str = ""
+
+
 MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.NODE_HELLO: NodeHello,
     MsgType.WELCOME: Welcome,
@@ -414,6 +446,7 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.PROBE_SNAPSHOT: ProbeSnapshot,
     MsgType.DRAFT_PROPOSE: DraftPropose,
     MsgType.DRAFT_REPLY: DraftReply,
+    MsgType.SPEC_PAIR: SpecPair,
 }
 
 
