@@ -10,6 +10,7 @@ A malformed or unexpected message gets an ErrorReply and the loop goes on.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -29,18 +30,52 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 class DraftServer:
-    """proposer: a DraftModelProposer built with ``sample_drafts=False``; vocab_size: its vocabulary."""
+    """proposer: a DraftModelProposer built with ``sample_drafts=False``; vocab_size: its vocabulary.
 
-    def __init__(self, proposer: Any, vocab_size: int, endpoint: str = "tcp://127.0.0.1:0") -> None:
+    A node agent hosting one (``zoo agent --can-draft NAME``) builds it lazily: ``load()`` returns
+    ``(proposer, vocab_size, vocab_id)`` and runs in a worker thread at ``setup()``; ``draft_models`` are the
+    names it advertises in its NodeHello, ``vocab_id`` its tokenizer's (engine/spec/vocab_id.py).
+    ``run`` = ``setup`` (load, bind) then ``serve`` (the loop); an agent calls the two apart.
+    """
+
+    def __init__(
+        self,
+        proposer: Any,
+        vocab_size: int,
+        endpoint: str = "tcp://127.0.0.1:0",
+        *,
+        draft_models: tuple[str, ...] = (),
+        vocab_id: str = "",
+        load: Callable[[], tuple[Any, int, str]] | None = None,
+    ) -> None:
         self.proposer = proposer
         self.vocab_size = vocab_size
         self.endpoint = endpoint
+        self.draft_models = tuple(draft_models)
+        self.vocab_id = vocab_id
+        self._load = load
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
         self.num_rounds = 0
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
-        ctx = zmq.asyncio.Context()
-        sock, bound = bind_router(ctx, self.endpoint, handover=True, max_msg_bytes=AGENT_MAX_MSG_BYTES)
+        bound = await self.setup()
         task_status.started(bound)
+        await self.serve()
+
+    async def setup(self) -> str:
+        """Load the draft model (when lazy) and bind; returns the bound endpoint (also ``self.endpoint``)."""
+        if self.proposer is None and self._load is not None:
+            self.proposer, self.vocab_size, self.vocab_id = await anyio.to_thread.run_sync(self._load)
+        if self._sock is None:
+            self._ctx = zmq.asyncio.Context()
+            self._sock, self.endpoint = bind_router(
+                self._ctx, self.endpoint, handover=True, max_msg_bytes=AGENT_MAX_MSG_BYTES
+            )
+        return self.endpoint
+
+    async def serve(self) -> None:
+        ctx, sock = self._ctx, self._sock
         try:
             while True:
                 latest = await self._latest_rounds(sock)
@@ -51,6 +86,7 @@ class DraftServer:
             with anyio.CancelScope(shield=True):
                 sock.close(linger=0)
                 ctx.term()
+                self._ctx = self._sock = None
 
     async def _latest_rounds(self, sock: zmq.asyncio.Socket) -> dict[bytes, list[bytes]]:
         """The newest message of each peer among those waiting: a verifier that gave up on a round has
@@ -95,3 +131,30 @@ class DraftServer:
                 raise ValueError(f"{item.req_id}: token id outside the vocabulary or num_spec_tokens not in 1..32")
         wants = [DraftRequest(i.req_id, i.token_ids, i.num_spec_tokens, GREEDY) for i in msg.items if i.token_ids]
         return {req_id: d.token_ids for req_id, d in self.proposer.propose(wants).items()}
+
+
+def load_draft_proposer(
+    model: str | None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    num_threads: int | None = None,
+    num_blocks: int = 1024,
+    block_size: int = 16,
+) -> tuple[Any, int, str]:
+    """A draft model from a checkpoint (None: the default model): ``(proposer, vocab_size, vocab_id)``."""
+    from backends.checkpoint import load_checkpoint
+    from backends.torch import TorchModelRunner
+    from backends.torch.draft_proposer import DraftModelProposer
+    from engine.spec.vocab_id import vocab_id
+
+    checkpoint = load_checkpoint(model)
+    runner = TorchModelRunner(checkpoint, dtype=dtype, device=device, num_threads=num_threads, progress=False)
+    proposer = DraftModelProposer(
+        runner,
+        runner.config.vocab_size,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        num_threads=num_threads,
+        sample_drafts=False,
+    )
+    return proposer, checkpoint.tokenizer.vocab_size, vocab_id(checkpoint.tokenizer)

@@ -43,9 +43,11 @@ from agent.hardware_probe import describe_hardware
 from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
+from agent.verifier_pairing import VerifierPairing
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.lora import LoraRequest
+from engine.spec.vocab_id import vocab_id
 from transport.actor import Actor, MailboxFull
 from transport.codec import clip
 from transport.curve import CurveClient
@@ -68,6 +70,7 @@ from transport.messages import (
     NodeTelemetry,
     Ping,
     Pong,
+    SpecPair,
     Welcome,
 )
 from transport.sockets import Channel, Received, connect_dealer
@@ -130,6 +133,7 @@ class AgentConfig:
     # None: this agent has no data plane (it neither sends nor takes KV)
     data_endpoint: str | None = None
     kv_transfer_timeout_s: float = 10.0  # a KV transfer whose acks stop this long fails (re-prefill instead)
+    pair_draft_timeout_s: float = 0.25  # paired with a fleet drafter (SpecPair): no drafts past this wait
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -162,10 +166,13 @@ class NodeAgent(Actor):
         hardware: HardwareInfo | None = None,
         context: zmq.asyncio.Context | None = None,
         exporter=None,
+        drafter=None,
     ) -> None:
         super().__init__()
         self.control_endpoint = control_endpoint
         self.exporter = exporter
+        self.drafter = drafter  # agent/draft_server.py DraftServer this node runs for verifiers elsewhere, or None
+        self.pairing: VerifierPairing | None = None  # this node as a verifier paired with a fleet drafter
         self._hops_ns: list[int] = []  # router → node hops since the last NodeTelemetry
         self._telemetry_welcome = 0  # num_welcomes when the last NodeTelemetry was sent
         self.config = config
@@ -200,6 +207,7 @@ class NodeAgent(Actor):
                 ErrorReply: self.handle_error_reply,
                 NodeDrain: self.handle_node_drain,
                 MigrateRequest: self.handle_migrate,
+                SpecPair: self.handle_spec_pair,
             },
             reply=lambda _peer, reply: self._send(reply),
             name=f"agent {config.node_id}",
@@ -233,6 +241,10 @@ class NodeAgent(Actor):
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
         self._thread = EngineThread(core, self.config.report_interval_s)
+        self.pairing = VerifierPairing(self._thread, self.engine.tokenizer.vocab_size, self.config.pair_draft_timeout_s)
+        self.vocab_id = vocab_id(self.engine.tokenizer)  # engine/spec/vocab_id.py: what drafters must share
+        if self.drafter is not None:
+            log.info("agent %s: drafting for others at %s", self.config.node_id, await self.drafter.setup())
         if self.config.data_endpoint is not None:
             self._setup_data_plane()
         if observe:
@@ -243,6 +255,7 @@ class NodeAgent(Actor):
 
     def loops(self):
         loops = (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+        loops += (self.pairing.run,) if self.drafter is None else (self.pairing.run, self.drafter.serve)
         return loops if self.data_plane is None else (*loops, self.data_plane.run, self._migration_loop)
 
     async def cleanup(self) -> None:
@@ -346,6 +359,10 @@ class NodeAgent(Actor):
         )
         if self.data_plane is not None:
             hello = msgspec.structs.replace(hello, data_endpoint=self.data_plane.endpoint)
+        hello.vocab_id = self.vocab_id
+        if self.drafter is not None:
+            hello.draft_models = list(self.drafter.draft_models)
+            hello.draft_endpoint, hello.draft_vocab_id = self.drafter.endpoint, self.drafter.vocab_id
         return hello
 
     def _telemetry(self) -> NodeTelemetry | None:
@@ -398,6 +415,10 @@ class NodeAgent(Actor):
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))
+
+    def handle_spec_pair(self, incoming: Incoming) -> None:
+        """The control plane pairs this node with a drafter, or unpairs it (agent/verifier_pairing.py)."""
+        self.pairing.handle(incoming.msg)
 
     def handle_node_drain(self, incoming: Incoming) -> None:
         """The control plane drains this node (`zoo drain`): it routes nothing new here; the agent keeps running."""

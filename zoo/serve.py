@@ -275,6 +275,9 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-profile", action="store_true", help="skip the start-up measurement run (faster start)")
     p.add_argument("--kv-transfer-timeout-s", type=float, default=10.0, help="a KV transfer without acks fails after")
+    from zoo.spec_args import add_can_draft_args
+
+    add_can_draft_args(p)  # --can-draft NAME[,NAME], --draft-bind: this node drafts for others (fleet pairs)
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -312,7 +315,10 @@ def agent_from_args(args: argparse.Namespace):
         from observe.agent_exporter import AgentExporter
 
         exporter = AgentExporter()
-    return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter)
+    from zoo.spec_args import drafter_from_args
+
+    drafter = drafter_from_args(args)  # --can-draft: a DraftServer the control plane pairs verifiers with
+    return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter, drafter=drafter)
 
 
 def sim_engine_config_from_args(args: argparse.Namespace):

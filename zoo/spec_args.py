@@ -42,3 +42,38 @@ def spec_config_from_args(args: argparse.Namespace, method: str | None = None) -
         draft_endpoint=args.draft_endpoint,
         draft_timeout_s=args.draft_timeout_s,
     )
+
+
+def add_can_draft_args(p: argparse.ArgumentParser) -> None:
+    """`zoo agent`: the node also drafts for verifiers the control plane pairs it with."""
+    p.add_argument(
+        "--can-draft",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="run a draft server for other nodes and advertise these draft model names (the checkpoint: "
+        "--draft-model, default the served one, in --draft-dtype with --draft-num-threads)",
+    )
+    p.add_argument("--draft-bind", default="tcp://127.0.0.1:0", help="--can-draft: where the draft server binds")
+
+
+def drafter_from_args(args: argparse.Namespace):
+    """The DraftServer ``--can-draft`` asks for (its model loads when the agent starts), or None."""
+    if not getattr(args, "can_draft", None):
+        return None
+    from functools import partial
+
+    from agent.draft_server import DraftServer, load_draft_proposer
+
+    names = tuple(n.strip() for n in args.can_draft.split(",") if n.strip())
+    if not names:
+        raise ValueError("--can-draft needs at least one draft model name")
+    load = partial(
+        load_draft_proposer,
+        args.draft_model or args.model,
+        args.draft_dtype,
+        args.device,
+        args.draft_num_threads,
+        args.num_device_blocks,
+        args.block_size,
+    )
+    return DraftServer(None, 0, args.draft_bind, draft_models=names, load=load)
