@@ -10,6 +10,7 @@ A malformed or unexpected message gets an ErrorReply and the loop goes on.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,7 @@ class DraftServer:
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
         self.num_rounds = 0
+        self.draft_step_ms = 0.0  # measured at setup() (``profile``): time per drafted token; 0: not measured
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
         bound = await self.setup()
@@ -67,6 +69,7 @@ class DraftServer:
         """Load the draft model (when lazy) and bind; returns the bound endpoint (also ``self.endpoint``)."""
         if self.proposer is None and self._load is not None:
             self.proposer, self.vocab_size, self.vocab_id = await anyio.to_thread.run_sync(self._load)
+            self.draft_step_ms = await anyio.to_thread.run_sync(self.profile)
         if self._sock is None:
             self._ctx = zmq.asyncio.Context()
             self._sock, self.endpoint = bind_router(
@@ -123,6 +126,19 @@ class DraftServer:
             return ErrorReply(request_id=msg.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)[:200])
         self.num_rounds += 1
         return DraftReply(request_id=msg.request_id, drafts=drafts, vocab_size=self.vocab_size)
+
+    def profile(self, num_spec_tokens: int = 4) -> float:
+        """Milliseconds per drafted token of one steady-state round (the context grown by one token, then
+        ``num_spec_tokens`` draft steps), on a made-up request: what the control plane's cost model prices a
+        draft step at (controlplane/spec_cost.py)."""
+        context = [(7 * i + 3) % self.vocab_size for i in range(32)]
+        self.proposer.propose([DraftRequest("zoo-profile", context, num_spec_tokens, GREEDY)])  # its prefill
+        context.append(11 % self.vocab_size)
+        start = time.perf_counter()
+        self.proposer.propose([DraftRequest("zoo-profile", context, num_spec_tokens, GREEDY)])
+        elapsed_s = time.perf_counter() - start
+        self.proposer.drop(["zoo-profile"])
+        return 1e3 * elapsed_s / num_spec_tokens
 
     def _propose(self, msg: DraftPropose) -> dict[str, list[int]]:
         self.proposer.drop(msg.drop_req_ids)

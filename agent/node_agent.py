@@ -363,6 +363,7 @@ class NodeAgent(Actor):
         if self.drafter is not None:
             hello.draft_models = list(self.drafter.draft_models)
             hello.draft_endpoint, hello.draft_vocab_id = self.drafter.endpoint, self.drafter.vocab_id
+            hello.draft_step_ms = self.drafter.draft_step_ms
         return hello
 
     def _telemetry(self) -> NodeTelemetry | None:

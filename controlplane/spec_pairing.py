@@ -90,6 +90,7 @@ class SpecPairing:
                     draft_models=tuple(hello.draft_models),
                     draft_endpoint=hello.draft_endpoint,
                     draft_vocab_id=hello.draft_vocab_id,
+                    draft_step_s=hello.draft_step_ms / 1e3,
                     spec_drafter=report.spec_drafter if report is not None else "",
                     spec_acceptance_rate=report.spec_acceptance_rate if report is not None else -1.0,
                 )

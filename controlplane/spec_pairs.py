@@ -30,10 +30,11 @@ from controlplane.spec_cost import PairPrediction, predict_pair_tpot
 class SpecPairConfig:
     """enabled: pair at all. idle_load / busy_load: a drafter is paired at load <= idle_load and unpaired at
     load >= busy_load (hysteresis). max_kv_usage: a drafter fuller than this is busy too. min_gain: pair only if
-    the predicted paired TPOT <= (1 - min_gain) * plain. max_verifier_batch: speculation is off above this batch
-    (SpecDecodeConfig.max_batch_size), so no pair helps. hop_s: the DraftPropose round trip. num_spec_tokens:
-    k_max. verify_cost_per_token / initial_acceptance: the cost model's c and the alpha prior. hold_s: a pair is
-    not broken for a worse prediction within this long of its last change (no flapping)."""
+    the predicted paired TPOT <= (1 - min_gain) * plain (negative: pair even when predicted slower, to measure
+    a pair's acceptance rate; e.g. -1.0 pairs every compatible idle drafter). max_verifier_batch: speculation is
+    off above this batch (SpecDecodeConfig.max_batch_size), so no pair helps. hop_s: the DraftPropose round trip.
+    num_spec_tokens: k_max. verify_cost_per_token / initial_acceptance: the cost model's c and the alpha prior.
+    hold_s: a pair is not broken for a worse prediction within this long of its last change (no flapping)."""
 
     enabled: bool = True
     idle_load: int = 1
@@ -50,8 +51,8 @@ class SpecPairConfig:
     def __post_init__(self) -> None:
         if not 0 <= self.idle_load < self.busy_load:
             raise ValueError(f"need 0 <= idle_load < busy_load, got {self.idle_load}, {self.busy_load}")
-        if not 0.0 <= self.min_gain < 1.0:
-            raise ValueError(f"min_gain must be in [0, 1), got {self.min_gain}")
+        if not -10.0 <= self.min_gain < 1.0:
+            raise ValueError(f"min_gain must be in [-10, 1), got {self.min_gain}")
         if not 1 <= self.num_spec_tokens <= 32:
             raise ValueError(f"num_spec_tokens must be in [1, 32], got {self.num_spec_tokens}")
         if self.hop_s < 0 or self.hold_s < 0 or self.verify_cost_per_token < 0:
@@ -81,6 +82,7 @@ class PairNode:
     draft_models: tuple[str, ...] = ()
     draft_endpoint: str = ""
     draft_vocab_id: str = ""
+    draft_step_s: float = 0.0  # its DraftServer's measured time per drafted token (0: not measured)
     spec_drafter: str = ""
     spec_acceptance_rate: float = -1.0
 
@@ -237,11 +239,11 @@ class SpecPairPolicy:
             return None, f"{v.node_id}'s decode step is not measured yet"
         if v.decode_batch_size > self.config.max_verifier_batch:
             return None, f"{v.node_id}'s batch {v.decode_batch_size} is above {self.config.max_verifier_batch}"
-        draft_step_s = d.decode_step_s
-        if draft_step_s <= 0:
-            if d.power_score <= 0 or v.power_score <= 0:
-                return None, f"{d.node_id}'s decode step is not measured yet"
-            draft_step_s = v.decode_step_s * v.power_score / d.power_score  # a weaker node steps slower
+        draft_step_s = d.draft_step_s
+        if draft_step_s <= 0:  # not measured: the drafter's speed on the verifier's model (pessimistic for a
+            if d.power_score <= 0 or v.power_score <= 0:  # smaller draft model)
+                return None, f"{d.node_id}'s draft step is not measured"
+            draft_step_s = v.decode_step_s * v.power_score / d.power_score
         alpha = self.acceptance.get((v.node_id, d.node_id), self.config.initial_acceptance)
         c = self.config
         return predict_pair_tpot(

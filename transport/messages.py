@@ -138,6 +138,7 @@ class NodeHello(Envelope, kw_only=True):
     draft_models: list[str] = []
     draft_endpoint: str = ""
     draft_vocab_id: str = ""
+    draft_step_ms: float = 0.0  # its DraftServer's measured time per drafted token (0: not measured)
 
 
 class Welcome(Envelope, kw_only=True):

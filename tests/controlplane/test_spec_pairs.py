@@ -19,7 +19,7 @@ def _h100(**kw) -> PairNode:
 
 
 def _l4(node_id: str = "l4", **kw) -> PairNode:
-    base = dict(power_score=2.0, vocab_id=VOCAB, decode_step_s=0.001, draft_models=("smol",))
+    base = dict(power_score=2.0, vocab_id=VOCAB, draft_step_s=0.001, draft_models=("smol",))
     return PairNode(node_id, **{**base, "draft_endpoint": f"tcp://{node_id}:1", "draft_vocab_id": VOCAB, **kw})
 
 
@@ -80,7 +80,7 @@ def test_no_pair_when_it_would_not_help():
     policy = SpecPairPolicy()
     assert policy.decide([_h100(), _l4(power_score=20.0)], 0.0) == []
     assert "stronger" in policy.refusals[("h100", "l4")]
-    slow = _l4(decode_step_s=0.009)  # drafting nearly as slow as verifying: no gain
+    slow = _l4(draft_step_s=0.009)  # drafting nearly as slow as verifying: no gain
     assert policy.decide([_h100(), slow], 0.0) == [] and "less than 10% better" in policy.refusals[("h100", "l4")]
     assert policy.decide([_h100(decode_batch_size=16), _l4()], 0.0) == []  # speculation is off at that batch
     assert policy.decide([_h100(decode_step_s=0.0), _l4()], 0.0) == []  # nothing measured to predict with
@@ -109,7 +109,10 @@ def test_one_drafter_serves_one_verifier_and_a_drafter_is_not_a_verifier():
     assert policy.pairs == {"h100b": policy.pairs["h100b"]}
 
 
-@pytest.mark.parametrize("bad", [dict(idle_load=4, busy_load=4), dict(min_gain=1.0), dict(num_spec_tokens=0)])
+BAD_CONFIGS = [dict(idle_load=4, busy_load=4), dict(min_gain=1.0), dict(min_gain=-11.0), dict(num_spec_tokens=0)]
+
+
+@pytest.mark.parametrize("bad", BAD_CONFIGS)
 def test_config_is_validated(bad):
     with pytest.raises(ValueError):
         SpecPairConfig(**bad)
