@@ -35,6 +35,7 @@ class VerifierPairing:
         self.pair_timeout_s = pair_timeout_s
         self._send, self._orders = anyio.create_memory_object_stream[SpecPair](1)
         self.drafter_node_id = ""  # the drafter handed to the engine thread last
+        self._endpoint = ""
         self.refused: dict[str, str] = {}  # drafter node id -> why the last pairing check failed
 
     def handle(self, msg: SpecPair) -> None:
@@ -54,8 +55,10 @@ class VerifierPairing:
             if self.drafter_node_id:
                 log.info("unpaired from %s: %s", self.drafter_node_id, msg.reason)
                 self.thread.set_drafter(None, None, "")
-                self.drafter_node_id = ""
+                self.drafter_node_id = self._endpoint = ""
             return
+        if (msg.drafter_node_id, msg.draft_endpoint) == (self.drafter_node_id, self._endpoint):
+            return  # already drafting there
         proposer = RemoteProposer(msg.draft_endpoint, self.draft_timeout_s)
         try:
             await anyio.to_thread.run_sync(proposer.pair, self.vocab_size, self.pair_timeout_s)
@@ -72,4 +75,4 @@ class VerifierPairing:
         )
         log.info("drafting with %s at %s: %s", msg.drafter_node_id, msg.draft_endpoint, msg.reason)
         self.thread.set_drafter(proposer, spec, msg.drafter_node_id)
-        self.drafter_node_id = msg.drafter_node_id
+        self.drafter_node_id, self._endpoint = msg.drafter_node_id, msg.draft_endpoint

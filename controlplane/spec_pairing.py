@@ -20,6 +20,8 @@ from transport.messages import LoadReport, NodeHello, SpecPair
 
 log = logging.getLogger(__name__)
 
+RECONCILE_GRACE_S = 5.0  # an agent's reports may lag the last order this long (its pairing check included)
+
 
 class SpecPairing:
     """registry: the ClusterRegistry (``views()``, ``state(node_id)``); hellos: node id → its NodeHello;
@@ -39,10 +41,28 @@ class SpecPairing:
         self.policy = SpecPairPolicy(config or SpecPairConfig())
         self.reports: dict[str, LoadReport] = {}
         self.seen_drafter = False  # a node that can draft has joined (else nothing is ever decided)
+        self._ordered_s: dict[str, float] = {}  # verifier -> when the last SpecPair was sent to it
 
     def on_load_report(self, msg: LoadReport) -> None:
         self.reports[msg.node_id] = msg
         self.update()
+        self._reconcile(msg)
+
+    def _reconcile(self, msg: LoadReport) -> None:
+        """What the verifier reports against what was decided, once no order to it is younger than
+        RECONCILE_GRACE_S: drafting with a node it was not paired with here (this control plane restarted, an
+        order was lost) → told to stop; not drafting with the drafter it was paired with (its pairing check
+        failed: no answer, another vocabulary) → the pair is dropped and refused for that reason."""
+        paired = self.policy.pairs.get(msg.node_id, "")
+        if msg.spec_drafter == paired:
+            return
+        now_s = self.clock.now()
+        if now_s - self._ordered_s.get(msg.node_id, -1e18) < RECONCILE_GRACE_S:
+            return
+        if paired:
+            self.policy.refuse(msg.node_id, paired, f"{msg.node_id} could not pair with {paired} (see its log)")
+        if msg.spec_drafter:
+            self._send(SpecPair(node_id=msg.node_id, reason=f"unpaired: {msg.spec_drafter} is not its drafter here"))
 
     def on_node_lost(self, node_id: str) -> None:
         self.reports.pop(node_id, None)
@@ -63,10 +83,14 @@ class SpecPairing:
                 num_spec_tokens=change.num_spec_tokens or self.policy.config.num_spec_tokens,
                 reason=change.reason,
             )
-            try:
-                self._send_to_node(msg, change.verifier)
-            except MailboxFull:
-                log.warning("node %s: could not tell it about its drafter (agent outbox full)", change.verifier)
+            self._send(msg)
+
+    def _send(self, msg: SpecPair) -> None:
+        self._ordered_s[msg.node_id] = self.clock.now()
+        try:
+            self._send_to_node(msg, msg.node_id)
+        except MailboxFull:
+            log.warning("node %s: could not tell it about its drafter (agent outbox full)", msg.node_id)
 
     def nodes(self) -> list[PairNode]:
         nodes = []

@@ -114,6 +114,7 @@ class SpecPairPolicy:
     refusals: dict[tuple[str, str], str] = field(default_factory=dict)  # (verifier, drafter) -> why not
     acceptance: dict[tuple[str, str], float] = field(default_factory=dict)  # measured alpha per pair
     _changed_s: dict[str, float] = field(default_factory=dict)  # verifier -> time of its last change
+    _refused: set[tuple[str, str]] = field(default_factory=set)  # pairs whose pairing check failed
     num_pairs_total: int = 0
     num_unpairs_total: int = 0
 
@@ -127,12 +128,22 @@ class SpecPairPolicy:
         changes += self._pair_new(by_id, now_s)
         return changes
 
+    def refuse(self, verifier: str, drafter: str, why: str) -> None:
+        """The pair did not take (the verifier's pairing check failed): drop it and keep the reason; the two
+        are not paired again (a node that rejoins is forgotten, and may be)."""
+        if self.pairs.get(verifier) == drafter:
+            del self.pairs[verifier]
+            self.num_unpairs_total += 1
+        self.refusals[(verifier, drafter)] = why
+        self._refused.add((verifier, drafter))
+
     def forget(self, node_id: str) -> None:
         """A node left: its pair as a verifier is gone with it (a drafter's pair breaks at the next decide)."""
         if self.pairs.pop(node_id, None) is not None:
             self.num_unpairs_total += 1
         self.predictions.pop(node_id, None)
         self._changed_s.pop(node_id, None)
+        self._refused = {pair for pair in self._refused if node_id not in pair}
 
     # -- internals ------------------------------------------------------------------------------------
 
@@ -190,7 +201,7 @@ class SpecPairPolicy:
         for v in verifiers:
             best: tuple[PairPrediction, PairNode] | None = None
             for d in drafters:
-                if d.node_id == v.node_id or d.node_id in busy_drafters:
+                if d.node_id == v.node_id or d.node_id in busy_drafters or (v.node_id, d.node_id) in self._refused:
                     continue
                 prediction, refusal = self._predict(v, d)
                 if refusal is not None:
