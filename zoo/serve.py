@@ -112,6 +112,9 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     add_controlplane_lora_args(p)
     add_controlplane_auth_args(p)  # --curve-dir, --curve-clients, --api-keys, --protect-health, --open-metrics
+    from zoo.spec_args import add_spec_pair_args
+
+    add_spec_pair_args(p)  # --no-spec-pairs, --spec-pair-min-gain ...: weak drafting nodes for strong verifiers
 
 
 def add_controlplane_lora_args(p: argparse.ArgumentParser) -> None:
@@ -175,6 +178,9 @@ def controlplane_from_args(args: argparse.Namespace):
         lora_modules=list(args.lora_modules),
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
+    from zoo.spec_args import spec_pair_config_from_args
+
+    config.spec_pairs = spec_pair_config_from_args(args)
     return ControlPlane(config, tokenizer, lora_check=lora_check_from_args(args, model_config))
 
 

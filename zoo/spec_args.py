@@ -77,3 +77,27 @@ def drafter_from_args(args: argparse.Namespace):
         args.block_size,
     )
     return DraftServer(None, 0, args.draft_bind, draft_models=names, load=load)
+
+
+def add_spec_pair_args(p: argparse.ArgumentParser) -> None:
+    """`zoo controlplane`: pairing weak drafting nodes with strong verifiers (controlplane/spec_pairs.py)."""
+    p.add_argument("--no-spec-pairs", action="store_true", help="never pair drafting nodes with verifiers")
+    p.add_argument(
+        "--spec-pair-min-gain",
+        type=float,
+        default=0.1,
+        help="pair only when the predicted TPOT improves by this fraction (negative: pair anyway, to measure)",
+    )
+    p.add_argument("--spec-pair-idle-load", type=int, default=1, help="a drafter with at most this load is idle")
+    p.add_argument("--spec-pair-busy-load", type=int, default=4, help="a drafter with this load is unpaired")
+
+
+def spec_pair_config_from_args(args: argparse.Namespace):
+    from controlplane.spec_pairs import SpecPairConfig
+
+    return SpecPairConfig(
+        enabled=not args.no_spec_pairs,
+        min_gain=args.spec_pair_min_gain,
+        idle_load=args.spec_pair_idle_load,
+        busy_load=args.spec_pair_busy_load,
+    )
