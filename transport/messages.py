@@ -15,6 +15,7 @@ Who sends what (socket roles are in transport/sockets.py)::
     agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain─────────────────────  control plane
     client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
     client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
+    agent ◄──SpecPair (draft with this fleet drafter's DraftServer, or stop)──────────────── control plane
 """
 
 from __future__ import annotations
