@@ -4,7 +4,8 @@ The seed's weak-GPU-drafts-for-a-strong-GPU pattern: this process runs on the we
 CPU process with few threads) and answers each ``DraftPropose`` with greedy drafts from its
 ``DraftModelProposer`` (its own paged KV per request, rolled back to what the verifier accepted). One
 socket, one owner task: the actor reads, the draft model runs in a worker thread, the actor replies.
-A malformed or unexpected message gets an ErrorReply and the loop goes on.
+A malformed or unexpected message gets an ErrorReply and the loop goes on; a reply to a verifier that has gone
+is dropped (counted in ``num_unsent``), never ending the loop.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class DraftServer:
         self._ctx: zmq.asyncio.Context | None = None
         self._sock: zmq.asyncio.Socket | None = None
         self.num_rounds = 0
+        self.num_unsent = 0  # replies to verifiers that had gone
         self.draft_step_ms = 0.0  # measured at setup() (``profile``): time per drafted token; 0: not measured
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
@@ -84,7 +86,11 @@ class DraftServer:
                 latest = await self._latest_rounds(sock)
                 for peer, frames in latest.items():
                     reply = await self._handle(frames)
-                    await sock.send_multipart([peer, *encode(reply)])
+                    try:
+                        await sock.send_multipart([peer, *encode(reply)], flags=zmq.NOBLOCK)
+                    except zmq.ZMQError as e:  # the verifier left (or stopped reading): its reply is moot
+                        self.num_unsent += 1
+                        log.debug("draft reply %s not sent: %s", reply.request_id, e)
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close(linger=0)

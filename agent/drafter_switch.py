@@ -62,6 +62,6 @@ def _close(proposer) -> None:
     close = getattr(proposer, "close", None)
     if close is not None:
         try:
-            close()
+            close(linger_ms=100)  # a RemoteProposer tells its drafter to forget this node's requests
         except Exception:  # a socket already gone: nothing left to release
             log.debug("closing the previous proposer failed", exc_info=True)
