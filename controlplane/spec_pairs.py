@@ -115,6 +115,7 @@ class SpecPairPolicy:
     acceptance: dict[tuple[str, str], float] = field(default_factory=dict)  # measured alpha per pair
     _changed_s: dict[str, float] = field(default_factory=dict)  # verifier -> time of its last change
     _refused: set[tuple[str, str]] = field(default_factory=set)  # pairs whose pairing check failed
+    _no_gain_s: dict[str, float] = field(default_factory=dict)  # verifier -> when a pair was broken for no gain
     num_pairs_total: int = 0
     num_unpairs_total: int = 0
 
@@ -175,6 +176,7 @@ class SpecPairPolicy:
                     why = refusal or (
                         f"predicted TPOT {_ms(prediction.tpot_paired_s)} paired vs {_ms(prediction.tpot_plain_s)} plain"
                     )
+                    self._no_gain_s[verifier] = now_s  # not paired again within hold_s (no flapping)
             if why is not None:
                 del self.pairs[verifier]
                 self.num_unpairs_total += 1
@@ -199,6 +201,8 @@ class SpecPairPolicy:
         )
         changes = []
         for v in verifiers:
+            if now_s - self._no_gain_s.get(v.node_id, -1e18) < self.config.hold_s:
+                continue
             best: tuple[PairPrediction, PairNode] | None = None
             for d in drafters:
                 if d.node_id == v.node_id or d.node_id in busy_drafters or (v.node_id, d.node_id) in self._refused:

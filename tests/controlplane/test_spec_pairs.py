@@ -95,7 +95,12 @@ def test_a_low_measured_acceptance_breaks_the_pair_after_the_hold_time():
     assert policy.acceptance[("h100", "l4")] == 0.05
     (change,) = policy.decide([bad, _l4()], 2.5)
     assert change.drafter == "" and "predicted TPOT" in change.reason
-    assert policy.decide([_h100(), _l4()], 3.0) == []  # the measured alpha is remembered: not paired again
+    policy.acceptance.clear()  # as if the rate recovered at once: still not paired again within hold_s
+    assert policy.decide([_h100(), _l4()], 3.0) == []
+    policy.acceptance[("h100", "l4")] = 0.05
+    assert policy.decide([_h100(), _l4()], 5.0) == []  # the measured alpha is remembered: not paired again
+    policy.acceptance[("h100", "l4")] = 0.9
+    assert [c.drafter for c in policy.decide([_h100(), _l4()], 5.0)] == ["l4"]  # it recovered, past hold_s
 
 
 def test_one_drafter_serves_one_verifier_and_a_drafter_is_not_a_verifier():

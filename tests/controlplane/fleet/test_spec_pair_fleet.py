@@ -1,7 +1,7 @@
 """Speculative pairs with real processes: a verifier agent (the real model, described as an H100) and a drafting
 agent (a fake runner described as an L4, drafting with the real model: ``--can-draft``). On one CPU both step
 at the same speed, so the cost model predicts no gain: the control plane is told to pair anyway
-(``min_gain=-1``, as to measure a pair's acceptance). It pairs them, the verifier drafts remotely with the
+(``min_gain=-10``, as to measure a pair's acceptance). It pairs them, the verifier drafts remotely with the
 greedy tokens unchanged and reports the acceptance; the drafter is killed mid-request: the pair is broken,
 the request completes with the same tokens. (Pairing only when faster: tests/controlplane/test_spec_pairs.py.)"""
 
@@ -28,7 +28,7 @@ async def test_the_control_plane_pairs_a_weak_drafter_and_unpairs_it_when_it_die
     tok = smollm2_checkpoint.tokenizer
     prompt = tok.encode("The history of the printing press begins in 1440, when Johannes Gutenberg")
     greedy = dict(prompt_token_ids=prompt, max_tokens=NUM_TOKENS, temperature=0.0, ignore_eos=True)
-    config = dict(model_name=MODEL, heartbeat_timeout_s=1.5, spec_pairs=SpecPairConfig(hold_s=0.0, min_gain=-1.0))
+    config = dict(model_name=MODEL, heartbeat_timeout_s=1.5, spec_pairs=SpecPairConfig(hold_s=0.0, min_gain=-10.0))
     async with controlplane("round_robin", tokenizer=tok, **config) as cp:
         spawn_agent(cp.agent_endpoint, "big", *VERIFIER, fake=False)
         await cp.wait_until(lambda: "big" in cp.registry, JOIN_TIMEOUT_S)
