@@ -4,12 +4,15 @@ The seed's weak-GPU-drafts-for-a-strong-GPU pattern: this process runs on the we
 CPU process with few threads) and answers each ``DraftPropose`` with greedy drafts from its
 ``DraftModelProposer`` (its own paged KV per request, rolled back to what the verifier accepted). One
 socket, one owner task: the actor reads, the draft model runs in a worker thread, the actor replies.
-A malformed or unexpected message gets an ErrorReply and the loop goes on.
+A malformed or unexpected message gets an ErrorReply and the loop goes on; a reply to a verifier that has gone
+is dropped (counted in ``num_unsent``), never ending the loop.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -29,28 +32,70 @@ GREEDY = SamplingParams(temperature=0.0)
 
 
 class DraftServer:
-    """proposer: a DraftModelProposer built with ``sample_drafts=False``; vocab_size: its vocabulary."""
+    """proposer: a DraftModelProposer built with ``sample_drafts=False``; vocab_size: its vocabulary.
 
-    def __init__(self, proposer: Any, vocab_size: int, endpoint: str = "tcp://127.0.0.1:0") -> None:
+    A node agent hosting one (``zoo agent --can-draft NAME``) builds it lazily: ``load()`` returns
+    ``(proposer, vocab_size, vocab_id)`` and runs in a worker thread at ``setup()``; ``draft_models`` are the
+    names it advertises in its NodeHello, ``vocab_id`` its tokenizer's (engine/spec/vocab_id.py).
+    ``run`` = ``setup`` (load, bind) then ``serve`` (the loop); an agent calls the two apart.
+    """
+
+    def __init__(
+        self,
+        proposer: Any,
+        vocab_size: int,
+        endpoint: str = "tcp://127.0.0.1:0",
+        *,
+        draft_models: tuple[str, ...] = (),
+        vocab_id: str = "",
+        load: Callable[[], tuple[Any, int, str]] | None = None,
+    ) -> None:
         self.proposer = proposer
         self.vocab_size = vocab_size
         self.endpoint = endpoint
+        self.draft_models = tuple(draft_models)
+        self.vocab_id = vocab_id
+        self._load = load
+        self._ctx: zmq.asyncio.Context | None = None
+        self._sock: zmq.asyncio.Socket | None = None
         self.num_rounds = 0
+        self.num_unsent = 0  # replies to verifiers that had gone
+        self.draft_step_ms = 0.0  # measured at setup() (``profile``): time per drafted token; 0: not measured
 
     async def run(self, *, task_status: anyio.abc.TaskStatus = anyio.TASK_STATUS_IGNORED) -> None:
-        ctx = zmq.asyncio.Context()
-        sock, bound = bind_router(ctx, self.endpoint, handover=True, max_msg_bytes=AGENT_MAX_MSG_BYTES)
+        bound = await self.setup()
         task_status.started(bound)
+        await self.serve()
+
+    async def setup(self) -> str:
+        """Load the draft model (when lazy) and bind; returns the bound endpoint (also ``self.endpoint``)."""
+        if self.proposer is None and self._load is not None:
+            self.proposer, self.vocab_size, self.vocab_id = await anyio.to_thread.run_sync(self._load)
+            self.draft_step_ms = await anyio.to_thread.run_sync(self.profile)
+        if self._sock is None:
+            self._ctx = zmq.asyncio.Context()
+            self._sock, self.endpoint = bind_router(
+                self._ctx, self.endpoint, handover=True, max_msg_bytes=AGENT_MAX_MSG_BYTES
+            )
+        return self.endpoint
+
+    async def serve(self) -> None:
+        ctx, sock = self._ctx, self._sock
         try:
             while True:
                 latest = await self._latest_rounds(sock)
                 for peer, frames in latest.items():
                     reply = await self._handle(frames)
-                    await sock.send_multipart([peer, *encode(reply)])
+                    try:
+                        await sock.send_multipart([peer, *encode(reply)], flags=zmq.NOBLOCK)
+                    except zmq.ZMQError as e:  # the verifier left (or stopped reading): its reply is moot
+                        self.num_unsent += 1
+                        log.debug("draft reply %s not sent: %s", reply.request_id, e)
         finally:
             with anyio.CancelScope(shield=True):
                 sock.close(linger=0)
                 ctx.term()
+                self._ctx = self._sock = None
 
     async def _latest_rounds(self, sock: zmq.asyncio.Socket) -> dict[bytes, list[bytes]]:
         """The newest message of each peer among those waiting: a verifier that gave up on a round has
@@ -88,6 +133,19 @@ class DraftServer:
         self.num_rounds += 1
         return DraftReply(request_id=msg.request_id, drafts=drafts, vocab_size=self.vocab_size)
 
+    def profile(self, num_spec_tokens: int = 4) -> float:
+        """Milliseconds per drafted token of one steady-state round (the context grown by one token, then
+        ``num_spec_tokens`` draft steps), on a made-up request: what the control plane's cost model prices a
+        draft step at (controlplane/spec_cost.py)."""
+        context = [(7 * i + 3) % self.vocab_size for i in range(32)]
+        self.proposer.propose([DraftRequest("zoo-profile", context, num_spec_tokens, GREEDY)])  # its prefill
+        context.append(11 % self.vocab_size)
+        start = time.perf_counter()
+        self.proposer.propose([DraftRequest("zoo-profile", context, num_spec_tokens, GREEDY)])
+        elapsed_s = time.perf_counter() - start
+        self.proposer.drop(["zoo-profile"])
+        return 1e3 * elapsed_s / num_spec_tokens
+
     def _propose(self, msg: DraftPropose) -> dict[str, list[int]]:
         self.proposer.drop(msg.drop_req_ids)
         for item in msg.items:
@@ -95,3 +153,30 @@ class DraftServer:
                 raise ValueError(f"{item.req_id}: token id outside the vocabulary or num_spec_tokens not in 1..32")
         wants = [DraftRequest(i.req_id, i.token_ids, i.num_spec_tokens, GREEDY) for i in msg.items if i.token_ids]
         return {req_id: d.token_ids for req_id, d in self.proposer.propose(wants).items()}
+
+
+def load_draft_proposer(
+    model: str | None,
+    dtype: str = "float32",
+    device: str = "cpu",
+    num_threads: int | None = None,
+    num_blocks: int = 1024,
+    block_size: int = 16,
+) -> tuple[Any, int, str]:
+    """A draft model from a checkpoint (None: the default model): ``(proposer, vocab_size, vocab_id)``."""
+    from backends.checkpoint import load_checkpoint
+    from backends.torch import TorchModelRunner
+    from backends.torch.draft_proposer import DraftModelProposer
+    from engine.spec.vocab_id import vocab_id
+
+    checkpoint = load_checkpoint(model)
+    runner = TorchModelRunner(checkpoint, dtype=dtype, device=device, num_threads=num_threads, progress=False)
+    proposer = DraftModelProposer(
+        runner,
+        runner.config.vocab_size,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        num_threads=num_threads,
+        sample_drafts=False,
+    )
+    return proposer, checkpoint.tokenizer.vocab_size, vocab_id(checkpoint.tokenizer)

@@ -23,6 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from agent.drafter_switch import DrafterSwitch
 from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
 from engine.lora import LoraRequest
@@ -77,6 +78,13 @@ class _AddWithKV:
 
 
 @dataclass(slots=True)
+class _SetDrafter:
+    proposer: object | None  # a RemoteProposer, paired and checked; None: back to the node's own speculator
+    spec: object | None  # its SpecDecodeConfig
+    drafter_node_id: str
+
+
+@dataclass(slots=True)
 class ExportedForMigration:
     """Outbox item: a request taken off this engine for ``migrate`` (exported None: it was not here), queued
     after every chunk it produced here."""
@@ -111,6 +119,7 @@ class EngineThread:
         self._reading: set[str] = set()  # request ids waiting for their adapter's read
         self._cancelled: set[str] = set()  # of those, aborted meanwhile
         self._reading_lock = threading.Lock()
+        self._pairing = DrafterSwitch()  # the fleet pair's proposer (agent/drafter_switch.py)
 
     @property
     def num_inflight(self) -> int:
@@ -183,6 +192,12 @@ class EngineThread:
         """How a remote KV move ended (agent/kv_remote_swap.py → the engine's mover, agent/kv_remote_io.py)."""
         self.inbox.put(report)
 
+    def set_drafter(self, proposer, spec, drafter_node_id: str) -> None:
+        """Draft with ``proposer`` (a fleet pair's RemoteProposer, ``spec`` its SpecDecodeConfig) from the next
+        step on, or with None go back to the node's own speculator (or plain decode). The thread owns the
+        proposer from here on (it closes it when replaced)."""
+        self.inbox.put(_SetDrafter(proposer, spec, drafter_node_id))
+
     def set_report_interval(self, interval_s: float) -> None:
         self.inbox.put(_SetReportInterval(interval_s))
 
@@ -236,7 +251,7 @@ class EngineThread:
             if time.monotonic() >= next_report_s:
                 if core.observe:
                     out.append(core.stats_observation())
-                out.append(core.load_report())
+                out.append(self._pairing.report(core.load_report(), core.engine))
                 next_report_s = time.monotonic() + self.report_interval_s
             if out:
                 self.outbox.put(out)
@@ -254,6 +269,8 @@ class EngineThread:
             self.core.abort(cmd.request_ids)
         elif isinstance(cmd, _AbortAll):
             self.core.abort_all()
+        elif isinstance(cmd, _SetDrafter):
+            self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
         elif isinstance(cmd, _SetReportInterval):
             self.report_interval_s = cmd.interval_s
         elif isinstance(cmd, _Export):

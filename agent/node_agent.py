@@ -46,9 +46,11 @@ from agent.kv_remote_store import RemoteKVStore
 from agent.kv_remote_swap import RemoteSwapper
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
+from agent.verifier_pairing import VerifierPairing
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.lora import LoraRequest
+from engine.spec.vocab_id import vocab_id
 from transport.actor import Actor, MailboxFull
 from transport.codec import clip
 from transport.curve import CurveClient
@@ -71,6 +73,7 @@ from transport.messages import (
     NodeTelemetry,
     Ping,
     Pong,
+    SpecPair,
     Welcome,
 )
 from transport.sockets import Channel, Received, connect_dealer
@@ -141,6 +144,7 @@ class AgentConfig:
     kv_store_bytes: int = 1 << 30
     kv_store_owner_timeout_s: float = 30.0
     role: str = "both"  # prefill | decode | both: told in the hello (the prefill/decode split, zoo agent --role)
+    pair_draft_timeout_s: float = 0.25  # paired with a fleet drafter (SpecPair): no drafts past this wait
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -175,10 +179,13 @@ class NodeAgent(Actor):
         hardware: HardwareInfo | None = None,
         context: zmq.asyncio.Context | None = None,
         exporter=None,
+        drafter=None,
     ) -> None:
         super().__init__()
         self.control_endpoint = control_endpoint
         self.exporter = exporter
+        self.drafter = drafter  # agent/draft_server.py DraftServer this node runs for verifiers elsewhere, or None
+        self.pairing: VerifierPairing | None = None  # this node as a verifier paired with a fleet drafter
         self._hops_ns: list[int] = []  # router → node hops since the last NodeTelemetry
         self._telemetry_welcome = 0  # num_welcomes when the last NodeTelemetry was sent
         self.config = config
@@ -214,6 +221,7 @@ class NodeAgent(Actor):
                 ErrorReply: self.handle_error_reply,
                 NodeDrain: self.handle_node_drain,
                 MigrateRequest: self.handle_migrate,
+                SpecPair: self.handle_spec_pair,
             },
             reply=lambda _peer, reply: self._send(reply),
             name=f"agent {config.node_id}",
@@ -247,6 +255,10 @@ class NodeAgent(Actor):
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
         self._thread = EngineThread(core, self.config.report_interval_s)
+        self.pairing = VerifierPairing(self._thread, self.engine.tokenizer.vocab_size, self.config.pair_draft_timeout_s)
+        self.vocab_id = vocab_id(self.engine.tokenizer)  # engine/spec/vocab_id.py: what drafters must share
+        if self.drafter is not None:
+            log.info("agent %s: drafting for others at %s", self.config.node_id, await self.drafter.setup())
         if self.config.data_endpoint is not None:
             self._setup_data_plane()
         if observe:
@@ -257,6 +269,7 @@ class NodeAgent(Actor):
 
     def loops(self):
         loops = (self._link.read_loop, self._link.write_loop, self._engine_thread, self._pump, self._session)
+        loops += (self.pairing.run,) if self.drafter is None else (self.pairing.run, self.drafter.serve)
         if self.data_plane is None:
             return loops
         return (*loops, self.data_plane.run, self._migration_loop, self.remote_swap.run)
@@ -370,6 +383,11 @@ class NodeAgent(Actor):
             hello = msgspec.structs.replace(hello, data_endpoint=self.data_plane.endpoint)
         if self.config.role != "both":
             hello = msgspec.structs.replace(hello, role=self.config.role)
+        hello.vocab_id = self.vocab_id
+        if self.drafter is not None:
+            hello.draft_models = list(self.drafter.draft_models)
+            hello.draft_endpoint, hello.draft_vocab_id = self.drafter.endpoint, self.drafter.vocab_id
+            hello.draft_step_ms = self.drafter.draft_step_ms
         return hello
 
     def _telemetry(self) -> NodeTelemetry | None:
@@ -422,6 +440,10 @@ class NodeAgent(Actor):
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))
+
+    def handle_spec_pair(self, incoming: Incoming) -> None:
+        """The control plane pairs this node with a drafter, or unpairs it (agent/verifier_pairing.py)."""
+        self.pairing.handle(incoming.msg)
 
     def handle_node_drain(self, incoming: Incoming) -> None:
         """The control plane drains this node (`zoo drain`): it routes nothing new here; the agent keeps running."""

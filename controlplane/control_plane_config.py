@@ -53,6 +53,7 @@ class ControlPlaneConfig:
     # POST /v1/load_lora_adapter and /v1/unload_lora_adapter may change them at run time (they read files)
     lora_modules: list[Any] = field(default_factory=list)
     allow_runtime_lora_updating: bool = False
+    spec_pairs: Any = None  # controlplane/spec_pairs.py SpecPairConfig (None: its defaults)
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):

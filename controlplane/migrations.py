@@ -40,6 +40,7 @@ class Migrations:
         self._send_to_node = send_to_node
         self.rebalancer = Rebalancer(rebalance or RebalanceConfig(), self.has_data_plane)
         self.counts: dict[str, int] = {}
+        self.kv_bytes_total = 0  # KV bytes moved by migrations that reached their target (MigrationDone.ok)
         self.seen_data_plane = False  # a node with a data endpoint has joined (else rebalance() returns at once)
 
     def has_data_plane(self, node_id: str) -> bool:
@@ -122,6 +123,7 @@ class Migrations:
             return
         why = f"migrating from {msg.node_id!r} to {msg.target_node_id!r} failed: {clip(msg.message)}"
         if msg.ok:
+            self.kv_bytes_total += msg.kv_bytes
             log.info(
                 "request %s migrated %s -> %s: %d tokens, %d KV bytes in %.1f ms",
                 msg.request_id, msg.node_id, msg.target_node_id, msg.num_tokens, msg.kv_bytes, 1e3 * msg.transfer_s,

@@ -42,9 +42,11 @@ from controlplane.frontend import choice_request_ids, choice_seed
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
+from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
 from controlplane.router.policies import make_policy
+from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
@@ -80,7 +82,6 @@ from transport.sockets import AGENT_MAX_MSG_BYTES, CLIENT_MAX_MSG_BYTES, Channel
 __all__ = ["ControlPlane", "ControlPlaneConfig", "LatencyKind", "LatencySample", "NodeLatency"]
 
 log = logging.getLogger(__name__)
-PROBE_STALE_S = 10.0  # an eBPF snapshot older than this is not shown (the probe stopped)
 
 
 class ControlPlane(Actor):
@@ -146,9 +147,10 @@ class ControlPlane(Actor):
         self.counters = self.path.counters  # the same dicts: requests by outcome, refusals by code
         self.refused = self.path.refused
         self._changed = anyio.Event()
-        self._probe_snapshot: tuple[dict, float] | None = None
+        self.probe = ProbeInbox(self.clock)
         self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
+        self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -243,6 +245,7 @@ class ControlPlane(Actor):
         """A node the registry removed (LostNode): what was in flight there resumes elsewhere, or fails."""
         self.policy.on_node_removed(lost.node_id)
         self.path.on_node_lost(lost)
+        self.spec_pairs.on_node_lost(lost.node_id)
 
     # -- observation ------------------------------------------------------------------------------
 
@@ -279,6 +282,7 @@ class ControlPlane(Actor):
             "classes": self.path.classes.summary(),
             "tenants": {name: dataclasses.asdict(usage) for name, usage in self.path.tenants.usage().items()},
             "migrations": dict(self.migrations),  # "reason:outcome" → count
+            "spec_pairs": self.spec_pairs.summary(),
         }
 
     def take_events(self) -> list[LatencySample]:
@@ -455,6 +459,7 @@ class ControlPlane(Actor):
             self.registry.report(msg)
             self.fleet.on_load_report(msg)
             self.kv_moves.rebalance()
+            self.spec_pairs.on_load_report(msg)
 
     def handle_node_leave(self, incoming: Incoming) -> None:
         msg: NodeLeave = incoming.msg
@@ -537,16 +542,11 @@ class ControlPlane(Actor):
         if inflight is not None and getattr(inflight.consumer, "peer", None) == incoming.peer:
             self.cancel(inflight.request_id)
 
-    def handle_probe_snapshot(self, incoming: Incoming) -> None:
-        """`zoo probe` pushes its eBPF snapshot here; the stats stream shows it beside the app figures."""
-        self._probe_snapshot = (incoming.msg.snapshot, self.clock.now())
+    def handle_probe_snapshot(self, incoming: Incoming) -> None:  # from `zoo probe`: shown beside the app figures
+        self.probe.put(incoming.msg.snapshot)
 
     def latest_probe_snapshot(self) -> dict | None:
-        """The last eBPF snapshot, or None when no probe reported within PROBE_STALE_S."""
-        if self._probe_snapshot is None:
-            return None
-        snapshot, received_s = self._probe_snapshot
-        return snapshot if self.clock.now() - received_s <= PROBE_STALE_S else None
+        return self.probe.latest()  # None when no probe reported within PROBE_STALE_S (controlplane/probe_inbox.py)
 
     def handle_client_ping(self, incoming: Incoming) -> None:
         """Pong, naming the client's requests (of ``msg.request_ids``) that are not in flight here."""

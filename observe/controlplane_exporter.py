@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 
 from observe import metrics_names as m
 from observe.exporter import PrometheusExporter, SnapshotCollector
+from observe.spec_pair_metrics import spec_pair_metrics
 
 # LatencySample.kind (controlplane/server.py LatencyKind) → the histogram it feeds here; router → node hops
 # are exported by the agent that measured them (one exporter per metric: sums never double count)
@@ -76,6 +77,7 @@ class ControlPlaneExporter(PrometheusExporter):
             migrations.add_metric([reason, outcome], n)
         yield migrations
         yield from _class_and_tenant_metrics(stats)
+        yield from spec_pair_metrics(stats)
 
 
 _CLASS_OUTCOMES = {

@@ -89,3 +89,8 @@ KV_TRANSFER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0
 MIGRATIONS = "zoo:migrations"  # counter (_total) {reason "drain" | "rebalance", outcome "ok" | "failed" | "refused"}
 # the agent's decode steps vs their memory-bandwidth roofline (engine/decode_roofline.py), 0..1, per node
 DECODE_ROOFLINE_FRACTION = "zoo:decode_roofline_fraction"
+# control plane: speculative pairs in the fleet (controlplane/spec_pairs.py) -------------------------------------
+SPEC_PAIR_INFO = "zoo:spec_pair_info"  # gauge 1 {verifier, drafter}: pairs the control plane made
+SPEC_PAIR_PREDICTED_TPOT = "zoo:spec_pair_predicted_tpot_seconds"  # gauge {verifier, mode "plain" | "paired"}
+SPEC_PAIR_ACCEPTANCE = "zoo:spec_pair_acceptance_rate"  # gauge {verifier, drafter}: measured since paired
+SPEC_PAIRS = "zoo:spec_pairs"  # counter (_total) {event "paired" | "unpaired"}

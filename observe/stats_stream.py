@@ -85,6 +85,7 @@ class FleetObserver:
         self.poll()
         stats = self.cp.stats()
         nodes = [_node_stats(node_id, n) for node_id, n in stats["nodes"].items()]
+        _add_spec_pairs(nodes, stats.get("spec_pairs"))
         latencies = self.windows.figures() + self.ebpf.update(self._ebpf_snapshot())
         requests = dict(stats["requests"])
         inflight = requests.pop("inflight", 0)
@@ -104,7 +105,22 @@ class FleetObserver:
             malformed_messages_total=malformed,
             num_preemptions_total=sum(n.num_preemptions_total for n in nodes if n.state != "dead"),
             ebpf_status=self.ebpf.status,
+            migrations_total=dict(stats.get("migrations", {})),
+            kv_migrated_bytes_total=getattr(getattr(self.cp, "kv_moves", None), "kv_bytes_total", 0),
         )
+
+
+def _add_spec_pairs(nodes: list[NodeStats], pairs: dict | None) -> None:
+    """Each verifier's drafter (as its agent reports it), measured acceptance and predicted TPOTs."""
+    if not pairs:
+        return
+    for node in nodes:
+        node.spec_drafter = pairs["active"].get(node.node_id, "")
+        node.spec_acceptance_rate = pairs["acceptance"].get(node.node_id, -1.0)
+        prediction = pairs["predictions"].get(node.node_id)
+        if prediction is not None:
+            node.spec_tpot_plain_s = prediction["tpot_plain_s"]
+            node.spec_tpot_paired_s = prediction["tpot_paired_s"]
 
 
 def _seconds(ms: float | None) -> float | None:

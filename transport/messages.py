@@ -15,6 +15,7 @@ Who sends what (socket roles are in transport/sockets.py)::
     agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain─────────────────────  control plane
     client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
     client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
+    agent ◄──SpecPair (draft with this fleet drafter's DraftServer, or stop)──────────────── control plane
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class MsgType(enum.IntEnum):
     DRAFT_PROPOSE = 50
     DRAFT_REPLY = 51
     KV_STORE = 37  # KVStoreCommand: the remote KV tier (agent/kv_remote_swap.py)
+    SPEC_PAIR = 52
 
 
 class Envelope(msgspec.Struct, kw_only=True):
@@ -132,6 +134,14 @@ class NodeHello(Envelope, kw_only=True):
     kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
     max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
     role: str = "both"  # prefill | decode | both: its part in the prefill/decode split (controlplane/split_handoff.py)
+    # speculative pairs (controlplane/spec_pairs.py): the tokenizer this node's model uses (engine/spec/vocab_id.py;
+    # a verifier is paired only with a drafter of the same), the draft models it runs for others (`--can-draft`)
+    # at ``draft_endpoint`` (its DraftServer), and their tokenizer's id; "" / []: says nothing, drafts nothing
+    vocab_id: str = ""
+    draft_models: list[str] = []
+    draft_endpoint: str = ""
+    draft_vocab_id: str = ""
+    draft_step_ms: float = 0.0  # its DraftServer's measured time per drafted token (0: not measured)
 
 
 class Welcome(Envelope, kw_only=True):
@@ -180,6 +190,10 @@ class LoadReport(Envelope, kw_only=True):
     kv_store_free_bytes: int = -1  # room left in the node's store of peers' KV (the remote tier); -1: it has none
     # this node's remote-tier moves so far, by outcome: out_ok, out_failed, in_ok, in_failed, peer_lost
     kv_remote_moves: dict[str, int] = {}
+    # speculative decoding: the drafter node this verifier drafts with now ("" none), and the acceptance rate
+    # measured since it last changed proposer (-1: no draft verified yet)
+    spec_drafter: str = ""
+    spec_acceptance_rate: float = -1.0
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -343,6 +357,12 @@ class NodeStats(msgspec.Struct, kw_only=True):
     kernels: str = ""  # from the node's hello
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
     role: str = "both"  # from its hello: prefill | decode | both (the prefill/decode split)
+    # speculative pairs (controlplane/spec_pairs.py): the drafter this verifier drafts with ("" none), its measured
+    # acceptance (-1: none), and the TPOT the control plane predicts for it without and with its best drafter
+    spec_drafter: str = ""
+    spec_acceptance_rate: float = -1.0
+    spec_tpot_plain_s: float | None = None
+    spec_tpot_paired_s: float | None = None
 
 
 class FleetStats(Envelope, kw_only=True):
@@ -360,6 +380,8 @@ class FleetStats(Envelope, kw_only=True):
     malformed_messages_total: dict[str, int] = {}  # by kind (ErrorCode value; agent and client sockets)
     num_preemptions_total: int = 0  # summed over the live nodes' LoadReports
     ebpf_status: str = ""  # "" no probe feeds this control plane; else what the probe says ("attached", …)
+    migrations_total: dict[str, int] = {}  # live migrations, "reason:outcome" → count (zoo:migrations_total)
+    kv_migrated_bytes_total: int = 0  # KV bytes the migrations that reached their target moved
 
 
 class ProbeSnapshot(Envelope, kw_only=True):
@@ -404,6 +426,18 @@ class DraftReply(Envelope, kw_only=True):
     vocab_size: int = 0  # the drafter's
 
 
+class SpecPair(Envelope, kw_only=True):
+    """Control plane -> verifier agent (controlplane/spec_pairs.py): draft with the DraftServer of
+    ``drafter_node_id`` at ``draft_endpoint`` (up to ``num_spec_tokens`` drafts a step), or, with an empty
+    endpoint, stop (back to the node's own proposer or plain decode). ``reason`` says why, for the logs."""
+
+    node_id: str
+    drafter_node_id: str = ""
+    draft_endpoint: str = ""
+    num_spec_tokens: int = 4
+    reason: str = ""
+
+
 MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.NODE_HELLO: NodeHello,
     MsgType.WELCOME: Welcome,
@@ -424,6 +458,7 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.PROBE_SNAPSHOT: ProbeSnapshot,
     MsgType.DRAFT_PROPOSE: DraftPropose,
     MsgType.DRAFT_REPLY: DraftReply,
+    MsgType.SPEC_PAIR: SpecPair,
 }
 
 

@@ -43,6 +43,7 @@ class RemoteProposer:
         self._sock = connect_dealer(self._ctx, endpoint)
         self._rounds = itertools.count(1)
         self._to_drop: list[str] = []
+        self._live: set[str] = set()  # requests the drafter may hold state for (proposed, not yet dropped)
         self.num_timeouts = 0
         self.num_rounds = 0
 
@@ -58,6 +59,7 @@ class RemoteProposer:
 
     def propose(self, requests: list[DraftRequest]) -> dict[str, Draft]:
         items = [DraftItem(r.req_id, list(r.token_ids), r.num_spec_tokens) for r in requests]
+        self._live.update(r.req_id for r in requests)
         drop, self._to_drop = self._to_drop, []
         self.num_rounds += 1
         reply = self._round(DraftPropose(items=items, drop_req_ids=drop), self.timeout_s)
@@ -73,10 +75,20 @@ class RemoteProposer:
         }
 
     def drop(self, req_ids: Iterable[str]) -> None:
-        self._to_drop.extend(req_ids)
+        ids = list(req_ids)
+        self._live.difference_update(ids)
+        self._to_drop.extend(ids)
 
-    def close(self) -> None:
-        self._sock.close(linger=0)
+    def close(self, linger_ms: int = 0) -> None:
+        """Close the socket. With ``linger_ms`` > 0 (the node stops drafting here, the drafter lives on), the
+        drafter is first told to forget every request it may still hold (its KV), best effort."""
+        forget = sorted(self._live | set(self._to_drop))
+        if linger_ms > 0 and forget:
+            try:
+                self._sock.send_multipart(encode(DraftPropose(drop_req_ids=forget)), flags=zmq.NOBLOCK)
+            except zmq.ZMQError:
+                linger_ms = 0
+        self._sock.close(linger=linger_ms)
         self._ctx.term()
 
     def _round(self, msg: DraftPropose, timeout_s: float) -> DraftReply | ErrorReply | None:

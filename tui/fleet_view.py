@@ -52,6 +52,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("tpot_p99", "TPOT p99 ms", lambda n: _none_last(n.tpot_p99_s), lambda n: _ms(n.tpot_p99_s)),
     Column("state", "State", lambda n: n.state, lambda n: n.state),
     Column("roofline", "Roof %", lambda n: -n.decode_roofline_fraction, lambda n: _percent(n.decode_roofline_fraction)),
+    Column("drafter", "Drafter", lambda n: (not n.spec_drafter, n.spec_drafter), lambda n: describe_pair(n)),
 )
 
 # the latency series the dashboard plots: (figure name, title)
@@ -70,6 +71,8 @@ class Rates:
     requests_per_s: float = 0.0
     preemptions_per_s: float = 0.0
     rejected_per_s: float = 0.0
+    migrations_per_s: float = 0.0
+    kv_migrated_mb_per_s: float = 0.0  # MB (1e6 bytes) of KV moved by live migrations, per second
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,8 @@ class FleetView:
                 requests_per_s=rate(routed, routed_before),
                 preemptions_per_s=rate(stats.num_preemptions_total, previous.num_preemptions_total),
                 rejected_per_s=rate(rejected, rejected_before),
+                migrations_per_s=rate(*(sum(s.migrations_total.values()) for s in (stats, previous))),
+                kv_migrated_mb_per_s=rate(stats.kv_migrated_bytes_total, previous.kv_migrated_bytes_total) / 1e6,
             )
         elif previous is None:
             self.rates = Rates()
@@ -230,3 +235,20 @@ def describe_figure(f: LatencyFigure | None) -> str:
     if f is None:
         return "no data"
     return f"p50 {_ms(f.p50_s)} ms · p99 {_ms(f.p99_s)} ms · n={f.count_total}"
+
+
+def describe_pair(n: NodeStats) -> str:
+    """A verifier's drafter and measured acceptance ("l4-1 78%"), "-" when it drafts with no fleet node."""
+    if not n.spec_drafter:
+        return "-"
+    return n.spec_drafter + (f" {100 * n.spec_acceptance_rate:.0f}%" if n.spec_acceptance_rate >= 0 else "")
+
+
+def describe_migrations(stats: FleetStats, rates: Rates) -> str:
+    """Live migrations and the KV they moved (FleetStats totals, rates from successive snapshots)."""
+    total = sum(stats.migrations_total.values())
+    ok = sum(n for key, n in stats.migrations_total.items() if key.endswith(":ok"))
+    return (
+        f"migrations {total} ({ok} ok, {rates.migrations_per_s:.1f}/s)   "
+        f"KV moved {stats.kv_migrated_bytes_total / 1e6:.1f} MB ({rates.kv_migrated_mb_per_s:.1f} MB/s)"
+    )

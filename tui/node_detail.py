@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Sparkline, Static
 
-from tui.fleet_view import SERIES, SOURCE_TITLES, FleetView, _ms, _percent
+from tui.fleet_view import SERIES, SOURCE_TITLES, FleetView, _ms, _percent, describe_pair
 
 
 class NodeDetailScreen(ModalScreen[None]):
@@ -50,7 +50,8 @@ class NodeDetailScreen(ModalScreen[None]):
             f"metrics {node.metrics_url or 'not exported'}\n"
             f"kernels {node.kernels or 'not reported'}   "
             f"decode roofline {_percent(node.decode_roofline_fraction)}%   "
-            f"role {node.role}"
+            f"role {node.role}\n"
+            f"{describe_spec(node)}"
         )
         table = self.query_one("#detail-figures", DataTable)
         table.clear()
@@ -58,3 +59,11 @@ class NodeDetailScreen(ModalScreen[None]):
             table.add_row(f.name, SOURCE_TITLES.get(f.source, f.source), _ms(f.p50_s), _ms(f.p99_s), str(f.count_total))
         for name, _ in SERIES:
             self.query_one(f"#detail-{name}", Sparkline).data = self.view.history(name, "app", self.node_id)
+
+
+def describe_spec(node) -> str:
+    """The node's speculative pair (controlplane/spec_pairs.py): its drafter and the predicted TPOTs."""
+    line = f"drafter {describe_pair(node)}" if node.spec_drafter else "drafter none"
+    if node.spec_tpot_plain_s is not None and node.spec_tpot_paired_s is not None:
+        line += f"   predicted TPOT plain {_ms(node.spec_tpot_plain_s)} ms, paired {_ms(node.spec_tpot_paired_s)} ms"
+    return line

@@ -23,7 +23,16 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
 from transport.messages import FleetStats
-from tui.fleet_view import COLUMNS, EBPF_SERIES, SERIES, SOURCE_TITLES, SOURCES, FleetView, describe_figure
+from tui.fleet_view import (
+    COLUMNS,
+    EBPF_SERIES,
+    SERIES,
+    SOURCE_TITLES,
+    SOURCES,
+    FleetView,
+    describe_figure,
+    describe_migrations,
+)
 from tui.node_detail import NodeDetailScreen
 
 
@@ -124,7 +133,7 @@ class ZooTopApp(App[None]):
             self.query_one("#rates", Static).update(
                 f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
                 f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
-                f"completed {stats.num_requests_total.get('completed', 0)}\n"
+                f"completed {stats.num_requests_total.get('completed', 0)}   {describe_migrations(stats, r)}\n"
                 + "   ".join(s.describe() for s in self.view.cell_summaries())  # the fleet by cell
             )
 

@@ -112,6 +112,9 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     add_controlplane_lora_args(p)
     add_controlplane_auth_args(p)  # --curve-dir, --curve-clients, --api-keys, --protect-health, --open-metrics
+    from zoo.spec_args import add_spec_pair_args
+
+    add_spec_pair_args(p)  # --no-spec-pairs, --spec-pair-min-gain ...: weak drafting nodes for strong verifiers
 
 
 def add_controlplane_lora_args(p: argparse.ArgumentParser) -> None:
@@ -176,7 +179,9 @@ def controlplane_from_args(args: argparse.Namespace):
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
     )
     from controlplane.split_handoff import attach_split, make_control_plane_policy
+    from zoo.spec_args import spec_pair_config_from_args
 
+    config.spec_pairs = spec_pair_config_from_args(args)
     cp = ControlPlane(
         config,
         tokenizer,
@@ -297,6 +302,9 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         choices=("prefill", "decode", "both"),
         help="this node's part in the prefill/decode split (zoo controlplane --policy pd_split; needs --data-endpoint)",
     )
+    from zoo.spec_args import add_can_draft_args
+
+    add_can_draft_args(p)  # --can-draft NAME[,NAME], --draft-bind: this node drafts for others (fleet pairs)
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -337,7 +345,10 @@ def agent_from_args(args: argparse.Namespace):
         from observe.agent_exporter import AgentExporter
 
         exporter = AgentExporter()
-    return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter)
+    from zoo.spec_args import drafter_from_args
+
+    drafter = drafter_from_args(args)  # --can-draft: a DraftServer the control plane pairs verifiers with
+    return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter, drafter=drafter)
 
 
 def sim_engine_config_from_args(args: argparse.Namespace):

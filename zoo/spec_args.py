@@ -42,3 +42,62 @@ def spec_config_from_args(args: argparse.Namespace, method: str | None = None) -
         draft_endpoint=args.draft_endpoint,
         draft_timeout_s=args.draft_timeout_s,
     )
+
+
+def add_can_draft_args(p: argparse.ArgumentParser) -> None:
+    """`zoo agent`: the node also drafts for verifiers the control plane pairs it with."""
+    p.add_argument(
+        "--can-draft",
+        default=None,
+        metavar="NAME[,NAME]",
+        help="run a draft server for other nodes and advertise these draft model names (the checkpoint: "
+        "--draft-model, default the served one, in --draft-dtype with --draft-num-threads)",
+    )
+    p.add_argument("--draft-bind", default="tcp://127.0.0.1:0", help="--can-draft: where the draft server binds")
+
+
+def drafter_from_args(args: argparse.Namespace):
+    """The DraftServer ``--can-draft`` asks for (its model loads when the agent starts), or None."""
+    if not getattr(args, "can_draft", None):
+        return None
+    from functools import partial
+
+    from agent.draft_server import DraftServer, load_draft_proposer
+
+    names = tuple(n.strip() for n in args.can_draft.split(",") if n.strip())
+    if not names:
+        raise ValueError("--can-draft needs at least one draft model name")
+    load = partial(
+        load_draft_proposer,
+        args.draft_model or args.model,
+        args.draft_dtype,
+        args.device,
+        args.draft_num_threads,
+        args.num_device_blocks,
+        args.block_size,
+    )
+    return DraftServer(None, 0, args.draft_bind, draft_models=names, load=load)
+
+
+def add_spec_pair_args(p: argparse.ArgumentParser) -> None:
+    """`zoo controlplane`: pairing weak drafting nodes with strong verifiers (controlplane/spec_pairs.py)."""
+    p.add_argument("--no-spec-pairs", action="store_true", help="never pair drafting nodes with verifiers")
+    p.add_argument(
+        "--spec-pair-min-gain",
+        type=float,
+        default=0.1,
+        help="pair only when the predicted TPOT improves by this fraction (negative: pair anyway, to measure)",
+    )
+    p.add_argument("--spec-pair-idle-load", type=int, default=1, help="a drafter with at most this load is idle")
+    p.add_argument("--spec-pair-busy-load", type=int, default=4, help="a drafter with this load is unpaired")
+
+
+def spec_pair_config_from_args(args: argparse.Namespace):
+    from controlplane.spec_pairs import SpecPairConfig
+
+    return SpecPairConfig(
+        enabled=not args.no_spec_pairs,
+        min_gain=args.spec_pair_min_gain,
+        idle_load=args.spec_pair_idle_load,
+        busy_load=args.spec_pair_busy_load,
+    )

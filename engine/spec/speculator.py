@@ -197,3 +197,11 @@ class Speculator:
 
     def make_stats(self) -> SpecDecodeStats:
         return self._stats.copy()
+
+    def continue_counts(self, stats: SpecDecodeStats) -> None:
+        """Count on from ``stats`` (another speculator's totals: the node switched proposer, e.g. to a fleet
+        drafter), so the node's spec-decode counters never go back."""
+        carried = stats.copy()
+        per_pos = carried.num_accepted_tokens_per_pos
+        per_pos.extend([0] * (self.config.num_spec_tokens - len(per_pos)))
+        self._stats = carried
