@@ -14,7 +14,9 @@ with a handful of vectorised numpy operations::
     rank:   float64 [num_nodes]   position of nodes[i].node_id in sorted node-id order (tie breaks)
 
 A snapshot whose length or node order differs (join, leave) rebuilds the table (O(N) Python, rare);
-otherwise only the changed rows are re-derived, however many.
+otherwise only the changed rows are re-derived, however many. A registry snapshot says itself which nodes
+changed since the table's last one (``ClusterSnapshot.changes``, router/node_changes.py): then the table
+re-derives just those, without comparing the tuples (O(changes) instead of ~25 µs at 1,024 nodes).
 Correctness never depends on object identity: a new-but-equal view is simply re-derived. Speed does: the
 registry's views compare by identity, so a tuple comparison never calls the dataclass' field-by-field
 ``__eq__`` (~2 µs per changed node with plain NodeViews).
@@ -27,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from controlplane.router.node_changes import ChangeMark
 from controlplane.router.policy import NodeView
 
 COL_MAX_PROMPT = 0
@@ -66,10 +69,21 @@ def changed_indices(old: Sequence[NodeView], new: Sequence[NodeView]) -> list[in
 
 
 class NodeTable:
-    def __init__(self, derive: Callable[[NodeView], Sequence[float]], num_columns: int) -> None:
+    """``tags`` (optional): labels of a node (e.g. the LoRA adapters it holds); ``tagged(label)`` is then the
+    set of positions whose node has that label, kept up to date with the rows."""
+
+    def __init__(
+        self,
+        derive: Callable[[NodeView], Sequence[float]],
+        num_columns: int,
+        tags: Callable[[NodeView], tuple[str, ...]] | None = None,
+    ) -> None:
         if num_columns < 2:
             raise ValueError(f"num_columns must be >= 2 (max prompt, load), got {num_columns}")
         self._derive = derive
+        self._tags = tags
+        self._tags_at: list[tuple[str, ...]] = []  # [n]: tags(nodes[i]) (only with ``tags``)
+        self._tagged: dict[str, set[int]] = {}  # label -> positions
         self.num_columns = num_columns
         self.nodes: tuple[NodeView, ...] = ()
         self.node_ids: list[str] = []
@@ -81,15 +95,19 @@ class NodeTable:
         self.num_rebuilds = 0
         self._key = np.zeros(0)
         self._mask = np.zeros(0, dtype=bool)
+        self._mark: ChangeMark | None = None  # the change-log position ``nodes`` was taken at, if known
 
     def __len__(self) -> int:
         return len(self.nodes)
 
-    def sync(self, nodes: tuple[NodeView, ...]) -> None:
-        """Make the table describe ``nodes``."""
+    def sync(self, nodes: tuple[NodeView, ...], changes: ChangeMark | None = None) -> None:
+        """Make the table describe ``nodes``; ``changes``: the snapshot's change-log mark, if it has one."""
         old = self.nodes
         if nodes is old:
             return
+        if changes is not None and self._sync_logged(nodes, changes):
+            return
+        self._mark = changes
         n = len(nodes)
         if n != len(old):
             self._rebuild(nodes)
@@ -100,14 +118,56 @@ class NodeTable:
             if nodes[i].node_id != node_ids[i]:
                 self._rebuild(nodes)
                 return
-        values = self.values
-        derive = self._derive
+        self._update_rows(nodes, changed)
+        self.nodes = nodes
+
+    def tagged(self, label: str) -> set[int] | tuple[()]:
+        """Positions of the nodes tagged ``label`` (empty without ``tags``)."""
+        return self._tagged.get(label, ())
+
+    def _update_rows(self, nodes: tuple[NodeView, ...], changed: list[int]) -> None:
+        values, derive, tags = self.values, self._derive, self._tags
         for i in changed:
-            row = derive(nodes[i])
+            node = nodes[i]
+            row = derive(node)
             values[:, i] = row
             if row[COL_MAX_PROMPT] < self.min_max_prompt:
                 self.min_max_prompt = row[COL_MAX_PROMPT]
+            if tags is not None:
+                labels = tags(node)
+                if labels != self._tags_at[i]:
+                    self._retag(i, labels)
+
+    def _retag(self, i: int, labels: tuple[str, ...]) -> None:
+        tagged = self._tagged
+        for label in self._tags_at[i]:
+            members = tagged[label]
+            members.discard(i)
+            if not members:
+                del tagged[label]
+        for label in labels:
+            tagged.setdefault(label, set()).add(i)
+        self._tags_at[i] = labels
+
+    def _sync_logged(self, nodes: tuple[NodeView, ...], changes: ChangeMark) -> bool:
+        """Re-derive the rows of the nodes logged since the table's last mark; False (nothing done) when
+        the log cannot tell (not comparable, or a logged node is not where the table has it)."""
+        node_ids = changes.changed_since(self._mark)
+        if node_ids is None or len(nodes) != len(self.nodes):
+            return False
+        old, index_of = self.nodes, self.index_of
+        changed: list[int] = []
+        for node_id in node_ids:  # repeats, and nodes of other groups, are in the log too
+            i = index_of.get(node_id)
+            if i is not None and nodes[i] is not old[i]:
+                if nodes[i].node_id != node_id:
+                    return False
+                if i not in changed:
+                    changed.append(i)
+        self._update_rows(nodes, changed)
         self.nodes = nodes
+        self._mark = changes
+        return True
 
     def fits_mask(self, num_prompt_tokens: int) -> np.ndarray | None:
         """Boolean [n]: the node cannot take the prompt; None when every node can (the common case)."""
@@ -141,6 +201,11 @@ class NodeTable:
         rank[sorted(range(n), key=self.node_ids.__getitem__)] = np.arange(n)
         self.rank = rank
         self.min_max_prompt = float(self.columns[COL_MAX_PROMPT].min()) if n else math.inf
+        self._tagged = {}
+        self._tags_at = [()] * n
+        if self._tags is not None:
+            for i, node in enumerate(nodes):
+                self._retag(i, self._tags(node))
         self._key = np.empty(n)
         self._mask = np.empty(n, dtype=bool)
         self.nodes = nodes
@@ -151,13 +216,19 @@ class NodeTables:
     """One NodeTable per (model, traffic class): the control plane hands a policy a different snapshot for
     each, and a single table would rebuild from scratch every time the requests' model or class changed."""
 
-    def __init__(self, derive: Callable[[NodeView], Sequence[float]], num_columns: int) -> None:
+    def __init__(
+        self,
+        derive: Callable[[NodeView], Sequence[float]],
+        num_columns: int,
+        tags: Callable[[NodeView], tuple[str, ...]] | None = None,
+    ) -> None:
         self._derive = derive
         self._num_columns = num_columns
+        self._tags = tags
         self._tables: dict[tuple[str, str], NodeTable] = {}
 
     def get(self, model: str, traffic_class: str) -> NodeTable:
         table = self._tables.get((model, traffic_class))
         if table is None:
-            table = self._tables[(model, traffic_class)] = NodeTable(self._derive, self._num_columns)
+            table = self._tables[(model, traffic_class)] = NodeTable(self._derive, self._num_columns, self._tags)
         return table
