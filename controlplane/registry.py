@@ -404,7 +404,7 @@ class ClusterRegistry:
         if _same_values(view, node.view):
             return  # keep the old object: policies treat an unchanged object as an unchanged node
         node.view = view
-        self.changes.record(hello.node_id)
+        self.changes.record(view)
         if node.state is NodeState.UP:
             self._group(node)
 

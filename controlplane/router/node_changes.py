@@ -11,6 +11,11 @@ with every snapshot. Without help it finds the changed nodes by comparing the ol
 
     ChangeMark (one per snapshot): (log, group, epoch, seq) when the snapshot was taken
 
+Watchers: ``watch(callback)`` has ``callback(view)`` called with every new view as it is logged (inside the
+registry's update: a report, a routed or finished request), so a policy can derive that node's row then,
+off the decision's path (the control plane handles reports between decisions); the decision then only
+checks that the rows it finds were derived from the views its snapshot holds.
+
 Contract (what a table may rely on): two snapshots with marks of the same log, the same ``group`` and the
 same ``epoch`` hold the same node ids in the same order, and a position whose node id is not logged between
 their ``seq`` holds the very same view object. A snapshot built or filtered by hand carries no mark (None),
@@ -20,7 +25,11 @@ None for a position it has forgotten (the table falls back to the comparison).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from controlplane.router.policy import NodeView
 
 
 class NodeChangeLog:
@@ -31,19 +40,26 @@ class NodeChangeLog:
         self.epoch = 0
         self._ids: list[str] = []
         self._first_seq = 0  # sequence number of _ids[0]
+        self._watchers: list[Callable[[NodeView], None]] = []
 
     @property
     def seq(self) -> int:
         """Entries logged so far: the position the next entry will take."""
         return self._first_seq + len(self._ids)
 
-    def record(self, node_id: str) -> None:
-        """``node_id``'s view was replaced."""
+    def record(self, view: NodeView) -> None:
+        """``view`` replaced its node's view."""
         ids = self._ids
-        ids.append(node_id)
+        ids.append(view.node_id)
         if len(ids) >= 2 * self.capacity:  # amortised O(1): drop the older half at once
             del ids[: self.capacity]
             self._first_seq += self.capacity
+        for watcher in self._watchers:
+            watcher(view)
+
+    def watch(self, callback: Callable[[NodeView], None]) -> None:
+        """Call ``callback(view)`` with every view logged from now on (it must not raise)."""
+        self._watchers.append(callback)
 
     def reorder(self) -> None:
         """A snapshot group gained, lost or reordered nodes: marks taken before are not comparable."""
@@ -70,12 +86,14 @@ class ChangeMark(NamedTuple):
     epoch: int
     seq: int
 
-    def changed_since(self, older: ChangeMark | None) -> list[str] | None:
-        """Node ids whose views may differ between a snapshot marked ``older`` and this one; None when the
-        two are not comparable (no mark, another log, group or epoch, or the log forgot)."""
+    def changed_since(self, older: ChangeMark | None, to_now: bool = False) -> list[str] | None:
+        """Node ids whose views may differ between a snapshot marked ``older`` and this one (``to_now``: and
+        those logged since this one was taken); None when the two are not comparable (no mark, another log,
+        group or epoch, or the log forgot)."""
         if older is None or older.log is not self.log or older.epoch != self.epoch or older.group != self.group:
             return None
-        if older.seq > self.seq:
-            return None
-        ids = self.log.since(older.seq)
-        return None if ids is None else ids[: self.seq - older.seq]
+        log = self.log
+        start, stop = older.seq - log._first_seq, self.seq - log._first_seq
+        if start < 0 or start > stop:
+            return None  # forgotten, or taken out of order
+        return log._ids[start:] if to_now else log._ids[start:stop]

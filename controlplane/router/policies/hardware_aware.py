@@ -35,8 +35,12 @@ hardware_aware_use_prefix is off). Nodes that can never take the prompt are skip
 room is only penalised (it would queue or preempt), so it still serves when every node is full.
 
 Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, the decode step, the backlog's
-prefill time, a chunk's time, headroom) live in a NodeTable; a decision is ~15 vectorised operations plus
-a scalar re-score of the few prefix-holding nodes.
+prefill time, a chunk's time, headroom, an adapter's load time) live in a NodeTable, one row per node,
+derived when the registry logs the node's new view (router/node_changes.py: on a report, a routed, first
+token or finished request) rather than at the decision; a decision checks the rows against its snapshot
+and is ~13 vectorised passes in the scalar formula's order (so the same floats, the same choice as the
+old decision, bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few
+prefix-holding nodes.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ import math
 
 import numpy as np
 
+from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policies.node_table import NodeTable, NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
@@ -166,6 +171,7 @@ class HardwareAwarePolicy(PolicyHooks):
         self._tables = NodeTables(self._derive, _NUM_COLUMNS, _lora_tags)
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}
+        self._watched: set[NodeChangeLog] = set()  # registries' change logs whose new views refresh the tables
         self._cost = np.empty(0)
         self._tpot = np.empty(0)
         self._add = np.empty(0)
@@ -177,8 +183,11 @@ class HardwareAwarePolicy(PolicyHooks):
         the table's columns. Each pass is the operation the scalar formula does, in its order, so the costs
         are the same floats (a penalty ``p`` is added as ``cost + p * mask``: exactly ``cost + p`` or ``cost``).
         """
+        changes = snapshot.changes
+        if changes is not None and changes.log not in self._watched:
+            self._watch(changes.log)
         table = self._tables.get(request.model, request.traffic_class)
-        table.sync(snapshot.nodes, snapshot.changes)
+        table.sync(snapshot.nodes, changes)
         n = len(table)
         if n == 0:
             return None
@@ -263,6 +272,13 @@ class HardwareAwarePolicy(PolicyHooks):
             if headroom < need and need - cached <= headroom:  # short of KV room unless the prefix is cached
                 saved_s += kv_penalty_s
             cost[i] = cost_s - saved_s
+
+    def _watch(self, log: NodeChangeLog) -> None:
+        """Derive a node's rows when the registry logs its new view (a report, a routed or finished
+        request), between decisions; ``choose`` then finds them done (router/node_changes.py)."""
+        self._watched.add(log)
+        tables = self._tables
+        log.watch(lambda view: tables.refresh(view, log))
 
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         if self._index is not None:

@@ -96,6 +96,8 @@ class NodeTable:
         self._key = np.zeros(0)
         self._mask = np.zeros(0, dtype=bool)
         self._mark: ChangeMark | None = None  # the change-log position ``nodes`` was taken at, if known
+        # [n]: the view row i was derived from: nodes[i] after a sync, a newer one after ``refresh``
+        self._derived_from: list[NodeView] = []
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -112,7 +114,7 @@ class NodeTable:
         if n != len(old):
             self._rebuild(nodes)
             return
-        changed = changed_indices(old, nodes)
+        changed = changed_indices(tuple(self._derived_from), nodes)  # rows refreshed ahead differ from ``old``
         node_ids = self.node_ids
         for i in changed:
             if nodes[i].node_id != node_ids[i]:
@@ -125,18 +127,30 @@ class NodeTable:
         """Positions of the nodes tagged ``label`` (empty without ``tags``)."""
         return self._tagged.get(label, ())
 
+    def refresh(self, node: NodeView, row: Sequence[float] | None = None) -> bool:
+        """Derive ``node``'s row now (a newer view of a node in the table; ``row``: derived already), so
+        the next ``sync`` finds it done. False: the node is not in the table."""
+        i = self.index_of.get(node.node_id)
+        if i is None:
+            return False
+        self._set_row(i, node, self._derive(node) if row is None else row)
+        return True
+
     def _update_rows(self, nodes: tuple[NodeView, ...], changed: list[int]) -> None:
-        values, derive, tags = self.values, self._derive, self._tags
+        derive = self._derive
         for i in changed:
             node = nodes[i]
-            row = derive(node)
-            values[:, i] = row
-            if row[COL_MAX_PROMPT] < self.min_max_prompt:
-                self.min_max_prompt = row[COL_MAX_PROMPT]
-            if tags is not None:
-                labels = tags(node)
-                if labels != self._tags_at[i]:
-                    self._retag(i, labels)
+            self._set_row(i, node, derive(node))
+
+    def _set_row(self, i: int, node: NodeView, row: Sequence[float]) -> None:
+        self.values[:, i] = row
+        self._derived_from[i] = node
+        if row[COL_MAX_PROMPT] < self.min_max_prompt:
+            self.min_max_prompt = row[COL_MAX_PROMPT]
+        if self._tags is not None:
+            labels = self._tags(node)
+            if labels != self._tags_at[i]:
+                self._retag(i, labels)
 
     def _retag(self, i: int, labels: tuple[str, ...]) -> None:
         tagged = self._tagged
@@ -150,19 +164,24 @@ class NodeTable:
         self._tags_at[i] = labels
 
     def _sync_logged(self, nodes: tuple[NodeView, ...], changes: ChangeMark) -> bool:
-        """Re-derive the rows of the nodes logged since the table's last mark; False (nothing done) when
-        the log cannot tell (not comparable, or a logged node is not where the table has it)."""
-        node_ids = changes.changed_since(self._mark)
-        if node_ids is None or len(nodes) != len(self.nodes):
+        """Re-derive the rows of the nodes logged since the table's last mark whose row is not derived from
+        the snapshot's view (``refresh`` did most already); False (nothing done) when the log cannot tell
+        (not comparable, or a logged node is not where the table has it). Logged up to now, not just up to
+        the snapshot: a row refreshed after the snapshot was taken is re-derived from the snapshot's view."""
+        if len(nodes) != len(self.nodes):
             return False
-        old, index_of = self.nodes, self.index_of
+        node_ids = changes.changed_since(self._mark, to_now=True)
+        if node_ids is None:
+            return False
+        index_of, derived_from = self.index_of, self._derived_from
         changed: list[int] = []
         for node_id in node_ids:  # repeats, and nodes of other groups, are in the log too
             i = index_of.get(node_id)
-            if i is not None and nodes[i] is not old[i]:
-                if nodes[i].node_id != node_id:
-                    return False
-                if i not in changed:
+            if i is not None:
+                node = nodes[i]
+                if node is not derived_from[i] and i not in changed:
+                    if node.node_id != node_id:
+                        return False
                     changed.append(i)
         self._update_rows(nodes, changed)
         self.nodes = nodes
@@ -196,6 +215,7 @@ class NodeTable:
         self.values = np.ascontiguousarray(rows.T)
         self.columns = list(self.values)
         self.node_ids = [v.node_id for v in nodes]
+        self._derived_from = list(nodes)
         self.index_of = {node_id: i for i, node_id in enumerate(self.node_ids)}
         rank = np.empty(n)
         rank[sorted(range(n), key=self.node_ids.__getitem__)] = np.arange(n)
@@ -226,6 +246,17 @@ class NodeTables:
         self._num_columns = num_columns
         self._tags = tags
         self._tables: dict[tuple[str, str], NodeTable] = {}
+
+    def refresh(self, node: NodeView, log: object) -> None:
+        """A new view of ``node`` logged by the change log ``log``: derive its row (once) into every table
+        synced from that log that holds the node."""
+        row = None
+        for table in self._tables.values():
+            mark = table._mark
+            if mark is not None and mark.log is log and node.node_id in table.index_of:
+                if row is None:
+                    row = self._derive(node)
+                table.refresh(node, row)
 
     def get(self, model: str, traffic_class: str) -> NodeTable:
         table = self._tables.get((model, traffic_class))

@@ -3,7 +3,8 @@
 Hypothesis drives a real ClusterRegistry through random histories (joins with mixed GPUs, load reports,
 routing, first tokens, finishes, suspect/restore, drains, leaves, rejoins) and, at every request, asks both
 policies on the same snapshot: the registry's own (with its change-log mark), a hand-filtered one (no mark,
-the tuple-comparison path), or another cell's. The chosen node ids must be equal, every time; the fast
+the tuple-comparison path), or another cell's, sometimes after a report has already replaced one of its
+views (the fast policy derives rows as views are logged, so it must fall back to the snapshot's). The chosen node ids must be equal, every time; the fast
 policy's choice must also be a least-``predict_cost_s`` node (the scalar formula).
 """
 
@@ -107,6 +108,7 @@ requests = st.tuples(
     st.sampled_from(("default", "default", "gold")),
     st.sampled_from((None, 0.2, 4.0)),  # the class's TTFT SLO
     st.sampled_from(("registry", "registry", "registry", "filtered", "cell")),
+    st.one_of(st.none(), st.none(), reports),  # a report that lands between the snapshot and the decision
 )
 
 events = st.one_of(
@@ -121,7 +123,7 @@ events = st.one_of(
 
 
 def _request(i: int, spec: tuple) -> RouteRequest:
-    num_prompt_tokens, max_tokens, prefix, lora_name, traffic_class, slo_ttft_s, _ = spec
+    num_prompt_tokens, max_tokens, prefix, lora_name, traffic_class, slo_ttft_s, _, _ = spec
     num_blocks = num_prompt_tokens // BLOCK
     chain = (
         ()
@@ -188,7 +190,9 @@ def test_fast_choice_equals_the_old_decision_on_random_registry_histories(config
             getattr(registry, kind)(arg)
         elif kind == "request":
             request = _request(i, arg)
-            snapshot = _snapshot_for(registry, arg[-1], i)
+            snapshot = _snapshot_for(registry, arg[-2], i)
+            if arg[-1] is not None:
+                registry.report(arg[-1])  # the snapshot is now stale: both must decide on it as it is
             chosen = fast.choose(request, snapshot)
             assert chosen == old.choose(request, snapshot), (i, request)
             _check_least_cost(chosen, request, snapshot, config)
@@ -199,21 +203,27 @@ def test_fast_choice_equals_the_old_decision_on_random_registry_histories(config
                 routed.append((chosen, request.request_id))
 
 
-def test_the_change_log_names_what_changed_and_forgets_old_positions():
+def test_the_change_log_names_what_changed_and_forgets_old_positions(make_node_view):
     log = NodeChangeLog(capacity=4)
+    seen = []
+    log.watch(seen.append)
     first = log.mark(("m", None))
     for node_id in ("a", "b", "a"):
-        log.record(node_id)
+        log.record(make_node_view(node_id))
+    assert [v.node_id for v in seen] == ["a", "b", "a"]
     second = log.mark(("m", None))
     assert second.changed_since(first) == ["a", "b", "a"]
     assert second.changed_since(second) == []
+    log.record(make_node_view("c"))
+    assert second.changed_since(first) == ["a", "b", "a"]  # what changed between the two marks
+    assert second.changed_since(first, to_now=True) == ["a", "b", "a", "c"]  # and since
     assert first.changed_since(second) is None  # taken out of order: not comparable
     assert log.mark(("m", "east")).changed_since(first) is None  # another group
     assert second.changed_since(None) is None
     log.reorder()
     assert log.mark(("m", None)).changed_since(second) is None  # membership changed
     for k in range(10):
-        log.record(f"x{k}")
+        log.record(make_node_view(f"x{k}"))
     assert log.mark(("m", None)).changed_since(log.mark(("m", None))) == []
     assert log.since(first.seq) is None  # forgotten: the table compares tuples instead
     with pytest.raises(ValueError):
@@ -236,7 +246,9 @@ def test_registry_snapshots_mark_view_changes_and_membership(make_hello, make_re
     assert registry.snapshot(model="m").changes.changed_since(after.changes) is None
 
 
-def test_a_table_re_derives_only_the_logged_nodes(make_hello, make_report, make_route_request):
+def test_rows_are_derived_when_the_registry_logs_a_view_not_at_the_decision(
+    make_hello, make_report, make_route_request
+):
     registry = ClusterRegistry(ManualClock())
     for k in range(50):
         registry.join(make_hello(f"n{k:02d}", gpu=GPUS[k % len(GPUS)]))
@@ -252,7 +264,16 @@ def test_a_table_re_derives_only_the_logged_nodes(make_hello, make_report, make_
     derived.clear()
     registry.report(make_report("n07", queued_prefill_tokens=5000, lora_resident=["a"]))
     registry.on_routed("n31", "r1", 200)
+    assert derived == ["n07", "n31"]  # as the registry logged the views
     policy.choose(request, registry.snapshot(model="m"))
-    assert sorted(derived) == ["n07", "n31"]
+    assert derived == ["n07", "n31"]  # nothing left to derive at the decision
     table = policy._tables.get("m", "default")
     assert table.tagged("a") == {7} and table.num_rebuilds == 1
+    # a snapshot taken before a change, decided on after it: its own (older) view is used
+    stale = registry.snapshot(model="m")
+    registry.on_routed("n31", "r2", 9000)
+    derived.clear()
+    policy.choose(request, stale)
+    assert derived == ["n31"]
+    assert list(table.values[:, 31]) == list(derive(stale.nodes[31]))
+    assert stale.nodes[31] is not registry.snapshot(model="m").nodes[31]
