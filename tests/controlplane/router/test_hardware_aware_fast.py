@@ -118,7 +118,7 @@ events = st.one_of(
     st.tuples(st.just("request"), requests),
     st.tuples(st.just("request"), requests),
     st.tuples(st.sampled_from(("first_token", "finish")), st.integers(0, 10**6)),
-    st.tuples(st.sampled_from(("leave", "suspect", "heartbeat", "drain")), st.sampled_from(NODE_IDS)),
+    st.tuples(st.sampled_from(("leave", "suspect", "heartbeat", "drain", "blip")), st.sampled_from(NODE_IDS)),
 )
 
 
@@ -188,6 +188,9 @@ def test_fast_choice_equals_the_old_decision_on_random_registry_histories(config
                 policy.on_node_removed(arg)
         elif kind in ("suspect", "heartbeat", "drain"):
             getattr(registry, kind)(arg)
+        elif kind == "blip":  # a failed send, then a heartbeat: same members, but marks no longer comparable
+            registry.suspect(arg)
+            registry.heartbeat(arg)
         elif kind == "request":
             request = _request(i, arg)
             snapshot = _snapshot_for(registry, arg[-2], i)
