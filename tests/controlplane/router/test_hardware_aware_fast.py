@@ -280,3 +280,10 @@ def test_rows_are_derived_when_the_registry_logs_a_view_not_at_the_decision(
     assert derived == ["n31"]
     assert list(table.values[:, 31]) == list(derive(stale.nodes[31]))
     assert stale.nodes[31] is not registry.snapshot(model="m").nodes[31]
+    # the same when the snapshot's mark is not comparable (membership blip): the tuple comparison path
+    registry.suspect("n40")
+    registry.heartbeat("n40")
+    stale = registry.snapshot(model="m")
+    registry.report(make_report("n07", queued_prefill_tokens=100))
+    policy.choose(request, stale)
+    assert list(table.values[:, 7]) == list(derive(stale.nodes[7]))
