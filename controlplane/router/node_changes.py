@@ -26,10 +26,14 @@ None for a position it has forgotten (the table falls back to the comparison).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
-if TYPE_CHECKING:
-    from controlplane.router.policy import NodeView
+
+class NodeView(Protocol):
+    """What the log needs of a view (router/policy.py's NodeView; not imported: policy.py imports this)."""
+
+    @property
+    def node_id(self) -> str: ...
 
 
 class NodeChangeLog:
