@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import sys
 import time
@@ -230,6 +231,9 @@ def bench_router_decisions(
         "target_p99_us": TARGET_P99_US,
         "meets_target": {name: results[name][largest]["p99_us"] <= TARGET_P99_US for name in names},
         "python": sys.version.split()[0],
+        # a shared host's load skews wall-clock (and, less, CPU) percentiles: compare ratios in one run
+        "host_cpus": os.cpu_count(),
+        "host_load_average_1m": os.getloadavg()[0],
     }
 
 

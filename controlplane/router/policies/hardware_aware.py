@@ -240,7 +240,7 @@ class HardwareAwarePolicy(PolicyHooks):
         predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed only
         for the uncached part. (The SLO here is the router's, not the request class's, as it always was.)"""
         config = self.config
-        index_of, nodes, values = table.index_of, table.nodes, table.values
+        index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
         num_prompt_tokens, lora_name = request.num_prompt_tokens, request.lora_name
         own = max(num_prompt_tokens, 1)
         slo_ttft_s, ttft_penalty_s, kv_penalty_s = (
@@ -259,7 +259,8 @@ class HardwareAwarePolicy(PolicyHooks):
             cached = num_blocks * node.block_size
             if cached > num_prompt_tokens:
                 cached = num_prompt_tokens
-            inv_rate, base_s = values.item(_COL_INV_RATE, i), values.item(_COL_BASE_S, i)
+            row = rows[i]
+            inv_rate, base_s = row[_COL_INV_RATE], row[_COL_BASE_S]
             if lora_name is not None:
                 base_s += lora_cold_load_s(node, lora_name, config)
             cached_own = num_prompt_tokens - cached
@@ -268,7 +269,7 @@ class HardwareAwarePolicy(PolicyHooks):
             saved_s = (own - cached_own) * inv_rate
             if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
                 saved_s += ttft_penalty_s
-            headroom = values.item(_COL_HEADROOM, i)
+            headroom = row[_COL_HEADROOM]
             if headroom < need and need - cached <= headroom:  # short of KV room unless the prefix is cached
                 saved_s += kv_penalty_s
             cost[i] = cost_s - saved_s

@@ -98,6 +98,7 @@ class NodeTable:
         self._mark: ChangeMark | None = None  # the change-log position ``nodes`` was taken at, if known
         # [n]: the view row i was derived from: nodes[i] after a sync, a newer one after ``refresh``
         self._derived_from: list[NodeView] = []
+        self.rows: list[Sequence[float]] = []  # [n]: derive()'s row i as it returned it (values[:, i], as floats)
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -145,6 +146,7 @@ class NodeTable:
     def _set_row(self, i: int, node: NodeView, row: Sequence[float]) -> None:
         self.values[:, i] = row
         self._derived_from[i] = node
+        self.rows[i] = row
         if row[COL_MAX_PROMPT] < self.min_max_prompt:
             self.min_max_prompt = row[COL_MAX_PROMPT]
         if self._tags is not None:
@@ -211,7 +213,8 @@ class NodeTable:
     def _rebuild(self, nodes: tuple[NodeView, ...]) -> None:
         n = len(nodes)
         derive = self._derive
-        rows = np.array([derive(v) for v in nodes], dtype=np.float64).reshape(n, self.num_columns)
+        self.rows = [derive(v) for v in nodes]
+        rows = np.array(self.rows, dtype=np.float64).reshape(n, self.num_columns)
         self.values = np.ascontiguousarray(rows.T)
         self.columns = list(self.values)
         self.node_ids = [v.node_id for v in nodes]
