@@ -10,6 +10,10 @@ rates on 3 of 4 nodes). Then ``num_decisions`` requests, each one:
     policy.on_routed / registry.on_routed            in-flight bookkeeping, as the control plane does
     older requests get their first token / finish    (in-flight kept near 8 per node)
 
+The registry's bookkeeping (reports, routed, first token, finished) is CPU-timed too, per decision
+(``registry_update_cpu_us_per_decision``): it includes the work a policy does as the registry logs new
+views (hardware_aware derives those nodes' rows then, router/node_changes.py), which left the decision.
+
 Requests: prompt and output lengths from the Azure 2023 conversation trace (unscaled, clamped to
 [16, 8000] / [1, 2000]; uniform random when the trace is absent); prompts share one of 64 "system
 prompt" prefixes of 4-64 blocks, followed by unique blocks. The first 100 decisions (tables built from
@@ -144,13 +148,21 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
     report_debt = 0.0
     gc.collect()
     gc.freeze()
+    update_cpu_ns = 0  # the registry's bookkeeping (reports, routed, first token, finished), timed decisions
     for k, request in enumerate(requests):
         report_debt += reports_per_decision
+        new_reports = []
         while report_debt >= 1.0:
-            registry.report(_report(rng, rng.choice(node_ids)))
+            new_reports.append(_report(rng, rng.choice(node_ids)))
             report_debt -= 1.0
+        c0 = cpu()
+        for report in new_reports:
+            registry.report(report)
+        if k >= NUM_WARMUP:
+            update_cpu_ns += cpu() - c0
         t0 = perf()
         snapshot = registry.snapshot(MODEL)
+        t_snapshot = perf() - t0
         if baseline is not None and k % 2:  # alternate which of the two runs first
             c3, t3 = cpu(), perf()
             base_id = baseline.choose(request, snapshot)
@@ -163,7 +175,7 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             base_id = baseline.choose(request, snapshot)
             t4, c4 = perf(), cpu()
         if k >= NUM_WARMUP:
-            snapshot_ns.append(t1 - t0)
+            snapshot_ns.append(t_snapshot)
             choose_ns.append(t2 - t1)
             choose_cpu_ns.append(c2 - c1)
             if baseline is not None:
@@ -177,6 +189,7 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             num_none += 1
             continue
         policy.on_routed(request, node_id)
+        c0 = cpu()
         registry.on_routed(node_id, request.request_id, request.num_prompt_tokens)
         inflight.append((node_id, request.request_id))
         prefilling.append((node_id, request.request_id))
@@ -184,12 +197,16 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             registry.on_first_token(*prefilling.popleft())
         while len(inflight) > max_inflight:
             registry.on_finished(*inflight.popleft())
+        if k >= NUM_WARMUP:
+            update_cpu_ns += cpu() - c0
     gc.unfreeze()
     result = _decision_times(choose_ns, choose_cpu_ns)
     result.update(
         snapshot_p50_us=percentile(snapshot_ns, 50) / 1e3,
         snapshot_p99_us=percentile(snapshot_ns, 99) / 1e3,
         num_unrouted=num_none,
+        # includes what a policy does as the registry logs new views (hardware_aware derives their rows then)
+        registry_update_cpu_us_per_decision=update_cpu_ns / max(len(choose_ns), 1) / 1e3,
     )
     if baseline is not None:
         old = result["baseline"] = _decision_times(base_ns, base_cpu_ns)

@@ -4,8 +4,9 @@ Hypothesis drives a real ClusterRegistry through random histories (joins with mi
 routing, first tokens, finishes, suspect/restore, drains, leaves, rejoins) and, at every request, asks both
 policies on the same snapshot: the registry's own (with its change-log mark), a hand-filtered one (no mark,
 the tuple-comparison path), or another cell's, sometimes after a report has already replaced one of its
-views (the fast policy derives rows as views are logged, so it must fall back to the snapshot's). The chosen node ids must be equal, every time; the fast
-policy's choice must also be a least-``predict_cost_s`` node (the scalar formula).
+views (the fast policy derives rows as views are logged, so it must fall back to the snapshot's). The
+chosen node ids must be equal, every time; the fast policy's choice must also be a least-``predict_cost_s``
+node (the scalar formula).
 """
 
 from __future__ import annotations
