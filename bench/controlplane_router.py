@@ -10,6 +10,10 @@ rates on 3 of 4 nodes). Then ``num_decisions`` requests, each one:
     policy.on_routed / registry.on_routed            in-flight bookkeeping, as the control plane does
     older requests get their first token / finish    (in-flight kept near 8 per node)
 
+The registry's bookkeeping (reports, routed, first token, finished) is CPU-timed too, per decision
+(``registry_update_cpu_us_per_decision``): it includes the work a policy does as the registry logs new
+views (hardware_aware derives those nodes' rows then, router/node_changes.py), which left the decision.
+
 Requests: prompt and output lengths from the Azure 2023 conversation trace (unscaled, clamped to
 [16, 8000] / [1, 2000]; uniform random when the trace is absent); prompts share one of 64 "system
 prompt" prefixes of 4-64 blocks, followed by unique blocks. The first 100 decisions (tables built from
@@ -18,6 +22,13 @@ scratch) are warm-up and not counted. Garbage collection stays on, with the set-
 walk the registry. Target: p99 <= 50 µs at 1,024 nodes (wall clock, ``p50_us``/``p99_us``). The
 thread's CPU time per decision (``cpu_p50_us``/``cpu_p99_us``) is reported too: on a shared host it
 excludes the time other processes held the core (compare the two before trusting a wall-clock p99).
+
+Baseline in the same run: a policy with an entry in BASELINES (hardware_aware: its decision before it was
+made fast, bench/hardware_aware_baseline.py) has that baseline timed on the same snapshots, the two called
+in alternating order, and reported under ``baseline`` with the ratios new/old (``ratio_p50``,
+``ratio_p99``, ``ratio_cpu_p50``, ``ratio_cpu_p99``) and ``num_choice_mismatches``: decisions where the
+two chose different nodes (must be 0: the fast path may not change a choice). Requests go where the
+policy under test sends them.
 """
 
 from __future__ import annotations
@@ -25,12 +36,14 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import random
 import sys
 import time
 from collections import deque
 
 from backends.gpu_table import gpu_profile, power_score
+from bench.hardware_aware_baseline import HardwareAwareBaseline
 from bench.stats import format_table, percentile
 from controlplane.registry import ClusterRegistry
 from controlplane.router.policies import POLICIES, make_policy
@@ -44,6 +57,7 @@ MODEL = "bench-model"
 BLOCK_SIZE = 16
 NUM_DEVICE_BLOCKS = 8192
 NUM_WARMUP = 100
+BASELINES = {"hardware_aware": HardwareAwareBaseline}  # policy -> its slow reference, timed beside it
 GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4")
 
 
@@ -115,7 +129,12 @@ def _requests(num: int, seed: int) -> list[RouteRequest]:
 def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) -> dict:
     rng = random.Random(seed)
     registry, node_ids = _build_registry(num_nodes, rng)
-    policy = make_policy(policy_name, RouterConfig(policy=policy_name, default_model_params_b=8.0))
+    config = RouterConfig(policy=policy_name, default_model_params_b=8.0)
+    policy = make_policy(policy_name, config)
+    baseline = BASELINES[policy_name](config) if policy_name in BASELINES else None
+    base_ns: list[int] = []
+    base_cpu_ns: list[int] = []
+    num_mismatches = 0
     requests = _requests(num_decisions + NUM_WARMUP, seed)
     reports_per_decision = num_nodes / 400.0
     inflight: deque[tuple[str, str]] = deque()
@@ -129,24 +148,48 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
     report_debt = 0.0
     gc.collect()
     gc.freeze()
+    update_cpu_ns = 0  # the registry's bookkeeping (reports, routed, first token, finished), timed decisions
     for k, request in enumerate(requests):
         report_debt += reports_per_decision
+        new_reports = []
         while report_debt >= 1.0:
-            registry.report(_report(rng, rng.choice(node_ids)))
+            new_reports.append(_report(rng, rng.choice(node_ids)))
             report_debt -= 1.0
+        c0 = cpu()
+        for report in new_reports:
+            registry.report(report)
+        if k >= NUM_WARMUP:
+            update_cpu_ns += cpu() - c0
         t0 = perf()
         snapshot = registry.snapshot(MODEL)
+        t_snapshot = perf() - t0
+        if baseline is not None and k % 2:  # alternate which of the two runs first
+            c3, t3 = cpu(), perf()
+            base_id = baseline.choose(request, snapshot)
+            t4, c4 = perf(), cpu()
         c1, t1 = cpu(), perf()
         node_id = policy.choose(request, snapshot)
         t2, c2 = perf(), cpu()
+        if baseline is not None and not k % 2:
+            c3, t3 = cpu(), perf()
+            base_id = baseline.choose(request, snapshot)
+            t4, c4 = perf(), cpu()
         if k >= NUM_WARMUP:
-            snapshot_ns.append(t1 - t0)
+            snapshot_ns.append(t_snapshot)
             choose_ns.append(t2 - t1)
             choose_cpu_ns.append(c2 - c1)
+            if baseline is not None:
+                base_ns.append(t4 - t3)
+                base_cpu_ns.append(c4 - c3)
+        if baseline is not None:
+            num_mismatches += base_id != node_id
+            if node_id is not None:
+                baseline.on_routed(request, node_id)
         if node_id is None:
             num_none += 1
             continue
         policy.on_routed(request, node_id)
+        c0 = cpu()
         registry.on_routed(node_id, request.request_id, request.num_prompt_tokens)
         inflight.append((node_id, request.request_id))
         prefilling.append((node_id, request.request_id))
@@ -154,16 +197,32 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             registry.on_first_token(*prefilling.popleft())
         while len(inflight) > max_inflight:
             registry.on_finished(*inflight.popleft())
+        if k >= NUM_WARMUP:
+            update_cpu_ns += cpu() - c0
     gc.unfreeze()
+    result = _decision_times(choose_ns, choose_cpu_ns)
+    result.update(
+        snapshot_p50_us=percentile(snapshot_ns, 50) / 1e3,
+        snapshot_p99_us=percentile(snapshot_ns, 99) / 1e3,
+        num_unrouted=num_none,
+        # includes what a policy does as the registry logs new views (hardware_aware derives their rows then)
+        registry_update_cpu_us_per_decision=update_cpu_ns / max(len(choose_ns), 1) / 1e3,
+    )
+    if baseline is not None:
+        old = result["baseline"] = _decision_times(base_ns, base_cpu_ns)
+        for key in ("p50_us", "p99_us", "cpu_p50_us", "cpu_p99_us"):
+            result[f"ratio_{key[:-3]}"] = result[key] / old[key]
+        result["num_choice_mismatches"] = num_mismatches
+    return result
+
+
+def _decision_times(wall_ns: list[int], cpu_ns: list[int]) -> dict:
     return {
-        "p50_us": percentile(choose_ns, 50) / 1e3,
-        "p99_us": percentile(choose_ns, 99) / 1e3,
-        "max_us": max(choose_ns) / 1e3,
-        "cpu_p50_us": percentile(choose_cpu_ns, 50) / 1e3,
-        "cpu_p99_us": percentile(choose_cpu_ns, 99) / 1e3,
-        "snapshot_p50_us": percentile(snapshot_ns, 50) / 1e3,
-        "snapshot_p99_us": percentile(snapshot_ns, 99) / 1e3,
-        "num_unrouted": num_none,
+        "p50_us": percentile(wall_ns, 50) / 1e3,
+        "p99_us": percentile(wall_ns, 99) / 1e3,
+        "max_us": max(wall_ns) / 1e3,
+        "cpu_p50_us": percentile(cpu_ns, 50) / 1e3,
+        "cpu_p99_us": percentile(cpu_ns, 99) / 1e3,
     }
 
 
@@ -173,8 +232,9 @@ def bench_router_decisions(
     policies: tuple[str, ...] | None = None,
     seed: int = 0,
 ) -> dict:
-    """{"policies": {name: {str(N): {p50_us, p99_us, max_us, snapshot_p50_us, snapshot_p99_us,
-    num_unrouted}}}, "target_p99_us": 50.0, "meets_target": {name: bool at the largest N}, ...}."""
+    """{"policies": {name: {str(N): {p50_us, p99_us, max_us, cpu_p50_us, cpu_p99_us, snapshot_p50_us,
+    snapshot_p99_us, num_unrouted[, baseline, ratio_*, num_choice_mismatches]}}}, "target_p99_us": 50.0,
+    "meets_target": {name: bool at the largest N}, ...}."""
     names = tuple(sorted(POLICIES)) if policies is None else policies
     results: dict[str, dict[str, dict]] = {}
     for name in names:
@@ -188,6 +248,9 @@ def bench_router_decisions(
         "target_p99_us": TARGET_P99_US,
         "meets_target": {name: results[name][largest]["p99_us"] <= TARGET_P99_US for name in names},
         "python": sys.version.split()[0],
+        # a shared host's load skews wall-clock (and, less, CPU) percentiles: compare ratios in one run
+        "host_cpus": os.cpu_count(),
+        "host_load_average_1m": os.getloadavg()[0],
     }
 
 
@@ -196,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--decisions", type=int, default=2000)
     parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512, 1024])
+    parser.add_argument("--policies", nargs="+", default=None, help="policy names (default: all)")
     args = parser.parse_args(argv)
-    result = bench_router_decisions(tuple(args.nodes), args.decisions)
+    result = bench_router_decisions(
+        tuple(args.nodes), args.decisions, None if args.policies is None else tuple(args.policies)
+    )
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -207,7 +273,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 [name, n, r["p50_us"], r["p99_us"], r["max_us"], r["cpu_p50_us"], r["cpu_p99_us"], r["snapshot_p99_us"]]
             )
+            if "baseline" in r:
+                b = r["baseline"]
+                ratios = f"ratio new/old p50 {r['ratio_p50']:.2f} p99 {r['ratio_p99']:.2f}"
+                rows.append([f"  baseline ({ratios})", n, b["p50_us"], b["p99_us"], b["max_us"], b["cpu_p50_us"],
+                             b["cpu_p99_us"], r["num_choice_mismatches"]])  # fmt: skip
     headers = ["policy", "nodes", "choose p50 µs", "p99 µs", "max µs", "cpu p50 µs", "cpu p99 µs", "snapshot p99 µs"]
+    # a baseline row's last column is the number of decisions where it chose another node (must be 0)
     print(format_table(headers, rows))
     print(f"target: p99 <= {TARGET_P99_US:g} µs at {max(args.nodes)} nodes: {result['meets_target']}")
     return 0

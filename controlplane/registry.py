@@ -32,7 +32,9 @@ In-flight accounting (fresher than the reports, which arrive a few times a secon
 Snapshots: one NodeView object per node, rebuilt only when that node changes (policies rely on unchanged
 nodes keeping the same object, see router/policies/node_table.py; these views compare by identity), kept
 in four groups — all nodes, by
-model, by cell, by (model, cell) — each in node-id order, so ``snapshot()`` is one tuple copy.
+model, by cell, by (model, cell) — each in node-id order, so ``snapshot()`` is one tuple copy. Each
+replaced view is logged (``changes``: router/node_changes.py), and a snapshot carries its place in that
+log, so a policy re-derives only the nodes that changed since its last snapshot of the same group.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass
 
+from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policy import ClusterSnapshot, NodeView
 from engine.clock import Clock
 from transport.messages import LoadReport, NodeHello
@@ -157,6 +160,7 @@ class ClusterRegistry:
         self._node_of_request: dict[str, str] = {}
         # (model | None, cell | None) → node id → view, node-id order; (None, None) = every node
         self._groups: dict[tuple[str | None, str | None], dict[str, NodeView]] = {_ALL: {}}
+        self.changes = NodeChangeLog()  # views replaced (ids), and an epoch bumped when a group's members change
         self._num_joins_total = 0
         self._num_rejoins_total = 0
         self._num_leaves_total = 0
@@ -290,8 +294,10 @@ class ClusterRegistry:
 
     def snapshot(self, model: str | None = None, cell: str | None = None) -> ClusterSnapshot:
         """The UP nodes serving ``model`` in ``cell`` (None: any), in node-id order: what may be routed to."""
-        group = self._groups.get((model, cell))
-        return ClusterSnapshot(self.clock.now(), () if group is None else tuple(group.values()))
+        key = (model, cell)
+        group = self._groups.get(key)
+        nodes = () if group is None else tuple(group.values())
+        return ClusterSnapshot(self.clock.now(), nodes, self.changes.mark(key))
 
     def views(self) -> tuple[NodeView, ...]:
         """Every registered node's view, whatever its state, in node-id order (for stats; O(N log N))."""
@@ -354,6 +360,7 @@ class ClusterRegistry:
 
     def _ungroup(self, node_id: str, hello: NodeHello) -> None:
         """Take the node out of every snapshot group (it stays registered, or is being removed)."""
+        self.changes.reorder()
         for key in _group_keys(hello):
             group = self._groups.get(key)
             if group is not None:
@@ -402,6 +409,7 @@ class ClusterRegistry:
         if _same_values(view, node.view):
             return  # keep the old object: policies treat an unchanged object as an unchanged node
         node.view = view
+        self.changes.record(view)
         if node.state is NodeState.UP:
             self._group(node)
 
@@ -413,9 +421,12 @@ class ClusterRegistry:
             group = groups.get(key)
             if group is None:
                 group = groups[key] = {}
+            if node_id not in group:
+                self.changes.reorder()  # a new member (at the end until _sort_groups puts it in order)
             group[node_id] = node.view
 
     def _sort_groups(self, hello: NodeHello) -> None:
+        self.changes.reorder()
         for key in _group_keys(hello):
             self._groups[key] = dict(sorted(self._groups[key].items()))
 

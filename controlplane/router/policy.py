@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from controlplane.router.node_changes import ChangeMark
+
 
 @dataclass(frozen=True, slots=True)
 class NodeView:
@@ -44,6 +46,9 @@ class NodeView:
 class ClusterSnapshot:
     now_s: float
     nodes: tuple[NodeView, ...]
+    # the registry's change log position (router/node_changes.py): which nodes changed since an older
+    # snapshot of the same group; None for a snapshot built or filtered by hand (never copy it onto one)
+    changes: ChangeMark | None = None
 
 
 @dataclass(frozen=True, slots=True)

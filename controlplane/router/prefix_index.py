@@ -41,6 +41,7 @@ class PrefixIndex:
         self.sparse_stride = sparse_stride
         self._holders: dict[int, set[str]] = {}
         self._lru: dict[str, OrderedDict[int, None]] = {}
+        self._sparse_positions: dict[int, list[int]] = {}  # chain length -> its indexed positions (read-only)
 
     def insert(self, node_id: str, block_hashes: Sequence[int]) -> None:
         """Record that ``node_id`` now caches the chain ``block_hashes`` (block 0 first)."""
@@ -120,9 +121,14 @@ class PrefixIndex:
         dense = self.num_dense_blocks
         if num_blocks <= dense:
             return range(num_blocks)
-        stride = self.sparse_stride
-        first_sparse = (dense // stride + 1) * stride - 1  # the first i >= dense with (i + 1) % stride == 0
-        return [*range(dense), *range(first_sparse, num_blocks, stride)]
+        positions = self._sparse_positions.get(num_blocks)
+        if positions is None:
+            stride = self.sparse_stride
+            first_sparse = (dense // stride + 1) * stride - 1  # the first i >= dense with (i + 1) % stride == 0
+            positions = [*range(dense), *range(first_sparse, num_blocks, stride)]
+            if len(self._sparse_positions) < 4096:  # prompt lengths seen; bounded
+                self._sparse_positions[num_blocks] = positions
+        return positions
 
     def _indexed(self, block_hashes: Sequence[int]) -> Sequence[int]:
         if len(block_hashes) <= self.num_dense_blocks:

@@ -35,8 +35,12 @@ hardware_aware_use_prefix is off). Nodes that can never take the prompt are skip
 room is only penalised (it would queue or preempt), so it still serves when every node is full.
 
 Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, the decode step, the backlog's
-prefill time, a chunk's time, headroom) live in a NodeTable; a decision is ~15 vectorised operations plus
-a scalar re-score of the few prefix-holding nodes.
+prefill time, a chunk's time, headroom, an adapter's load time) live in a NodeTable, one row per node,
+derived when the registry logs the node's new view (router/node_changes.py: on a report, a routed, first
+token or finished request) rather than at the decision; a decision checks the rows against its snapshot
+and is ~13 vectorised passes in the scalar formula's order (so the same floats, the same choice as the
+old decision, bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few
+prefix-holding nodes.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ import math
 
 import numpy as np
 
-from controlplane.router.policies.node_table import NodeTables, outstanding_requests
+from controlplane.router.node_changes import NodeChangeLog
+from controlplane.router.policies.node_table import NodeTable, NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
@@ -56,7 +61,8 @@ _COL_STEP_S = 4  # decode step with this request added
 _COL_BACKLOG_S = 5  # backlog / rate
 _COL_CHUNK_S = 6  # prefill_chunk_tokens / rate
 _COL_HEADROOM = 7  # KV tokens free for new work
-_NUM_COLUMNS = 8
+_COL_LORA_LOAD_S = 8  # an adapter's load time there (measured mean, else the estimate)
+_NUM_COLUMNS = 9
 _MIN_FIGURE = 1e-9  # guards a node that reports 0 bandwidth or compute
 
 
@@ -162,76 +168,118 @@ class HardwareAwarePolicy(PolicyHooks):
 
     def __init__(self, config: RouterConfig) -> None:
         self.config = config
-        self._tables = NodeTables(self._derive, _NUM_COLUMNS)
+        self._tables = NodeTables(self._derive, _NUM_COLUMNS, _lora_tags)
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
+        self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}
+        self._watched: set[NodeChangeLog] = set()  # registries' change logs whose new views refresh the tables
         self._cost = np.empty(0)
         self._tpot = np.empty(0)
+        self._add = np.empty(0)
         self._short = np.empty(0, dtype=bool)
         self._miss = np.empty(0, dtype=bool)
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
+        """The node of least ``predict_cost_s`` (first in snapshot order on a tie), in ~12 numpy passes over
+        the table's columns. Each pass is the operation the scalar formula does, in its order, so the costs
+        are the same floats (a penalty ``p`` is added as ``cost + p * mask``: exactly ``cost + p`` or ``cost``).
+        """
+        changes = snapshot.changes
+        if changes is not None and changes.log not in self._watched:
+            self._watch(changes.log)
         table = self._tables.get(request.model, request.traffic_class)
-        table.sync(snapshot.nodes)
+        table.sync(snapshot.nodes, changes)
         n = len(table)
         if n == 0:
             return None
         if len(self._cost) != n:
-            self._cost, self._tpot = np.empty(n), np.empty(n)
+            self._cost, self._tpot, self._add = np.empty(n), np.empty(n), np.empty(n)
             self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
         config = self.config
-        values, columns = table.values, table.columns
-        num_prompt_tokens, max_tokens = request.num_prompt_tokens, request.max_tokens
-        miss = self._miss
+        columns = table.columns
+        num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
+        add = self._add
         # cost = TTFT (+ its SLO penalty)
-        cost = np.multiply(columns[_COL_INV_RATE], max(num_prompt_tokens, 1), out=self._cost)
+        cost = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._cost)  # float: faster
         cost += columns[_COL_BASE_S]
-        if request.lora_name is not None:  # a cold adapter load before the first step (O(N): LoRA requests only)
-            lora_name, nodes = request.lora_name, table.nodes
-            cost += np.fromiter((lora_cold_load_s(v, lora_name, config) for v in nodes), np.float64, len(nodes))
-        slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
-        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, slo_ttft_s, out=miss))
+        if lora_name is not None:  # a cold adapter load, except on the nodes holding the adapter
+            np.copyto(add, columns[_COL_LORA_LOAD_S])
+            for i in table.tagged(lora_name):
+                add[i] = 0.0
+            cost += add
+        if config.slo_ttft_miss_penalty_s:
+            slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
+            np.multiply(np.greater(cost, slo_ttft_s, self._miss), config.slo_ttft_miss_penalty_s, add)
+            cost += add
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
         output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
         if output_weight or config.slo_tpot_miss_penalty_s:
-            tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), out=self._tpot)
+            tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), self._tpot)
             np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
             tpot += columns[_COL_STEP_S]
             if config.slo_tpot_miss_penalty_s:
-                penalty = config.slo_tpot_miss_penalty_s
                 slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
-                np.add(cost, penalty, out=cost, where=np.greater(tpot, slo_tpot_s, out=miss))
+                np.multiply(np.greater(tpot, slo_tpot_s, self._miss), config.slo_tpot_miss_penalty_s, add)
+                cost += add
             if output_weight:
                 tpot *= output_weight
                 cost += tpot
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
-        short = np.less(columns[_COL_HEADROOM], need, out=self._short)
-        np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
+        if config.kv_full_penalty_s:
+            np.multiply(np.less(columns[_COL_HEADROOM], float(need), self._short), config.kv_full_penalty_s, add)
+            cost += add
         cannot = table.fits_mask(num_prompt_tokens)
         if cannot is not None:
             np.copyto(cost, math.inf, where=cannot)
         if self._index is not None and request.block_hashes:
-            # vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
-            # predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed
-            # only for the uncached part
-            index_of, nodes = table.index_of, table.nodes
-            own = max(num_prompt_tokens, 1)
-            slo_ttft_s = config.slo_ttft_s
-            for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
-                i = index_of.get(node_id)
-                if i is None or cost[i] == math.inf:
-                    continue
-                cached = min(num_blocks * nodes[i].block_size, num_prompt_tokens)
-                inv_rate, base_s = values.item(_COL_INV_RATE, i), values.item(_COL_BASE_S, i)
-                base_s += lora_cold_load_s(nodes[i], request.lora_name, config)
-                cached_own = max(num_prompt_tokens - cached, 1)
-                saved_s = (own - cached_own) * inv_rate
-                if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
-                    saved_s += config.slo_ttft_miss_penalty_s
-                if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
-                    saved_s += config.kv_full_penalty_s
-                cost[i] -= saved_s
+            self._credit_cached_prefix(request, table, cost, need)
         i = int(cost.argmin())
-        return None if cost[i] == math.inf else table.node_ids[i]
+        return None if cost.item(i) == math.inf else table.node_ids[i]
+
+    def _credit_cached_prefix(self, request: RouteRequest, table: NodeTable, cost: np.ndarray, need: int) -> None:
+        """The vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
+        predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed only
+        for the uncached part. (The SLO here is the router's, not the request class's, as it always was.)"""
+        config = self.config
+        index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
+        num_prompt_tokens, lora_name = request.num_prompt_tokens, request.lora_name
+        own = max(num_prompt_tokens, 1)
+        slo_ttft_s, ttft_penalty_s, kv_penalty_s = (
+            config.slo_ttft_s,
+            config.slo_ttft_miss_penalty_s,
+            config.kv_full_penalty_s,
+        )
+        for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
+            i = index_of.get(node_id)
+            if i is None:
+                continue
+            cost_s = cost.item(i)
+            if cost_s == math.inf:
+                continue
+            node = nodes[i]
+            cached = num_blocks * node.block_size
+            if cached > num_prompt_tokens:
+                cached = num_prompt_tokens
+            row = rows[i]
+            inv_rate, base_s = row[_COL_INV_RATE], row[_COL_BASE_S]
+            if lora_name is not None:
+                base_s += lora_cold_load_s(node, lora_name, config)
+            cached_own = num_prompt_tokens - cached
+            if cached_own < 1:
+                cached_own = 1
+            saved_s = (own - cached_own) * inv_rate
+            if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
+                saved_s += ttft_penalty_s
+            headroom = row[_COL_HEADROOM]
+            if headroom < need and need - cached <= headroom:  # short of KV room unless the prefix is cached
+                saved_s += kv_penalty_s
+            cost[i] = cost_s - saved_s
+
+    def _watch(self, log: NodeChangeLog) -> None:
+        """Derive a node's rows when the registry logs its new view (a report, a routed or finished
+        request), between decisions; ``choose`` then finds them done (router/node_changes.py)."""
+        self._watched.add(log)
+        tables = self._tables
+        log.watch(lambda view: tables.refresh(view, log))
 
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         if self._index is not None:
@@ -241,38 +289,68 @@ class HardwareAwarePolicy(PolicyHooks):
         if self._index is not None:
             self._index.remove_node(node_id)
 
-    def _derive(self, node: NodeView) -> tuple[float, ...]:
-        """The table row of ``node``: the same formulas as the public predict_* functions, inlined
-        (tests check the policy's choice against predict_cost_s)."""
-        config = self.config
-        params = config.params_b_for(node.model) * 1e9
-        peak_flops = max(node.peak_tflops, _MIN_FIGURE) * 1e12
-        rate = node.prefill_tok_per_s
-        if rate <= 0:
-            rate = config.prefill_mfu * peak_flops / (2.0 * params)
-        inv_rate = 1.0 / rate
-        read_s = params * config.bytes_per_param
-        read_s /= max(node.memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
-        batch = node.decode_batch_size
-        tpot_batch = max(batch, node.num_inflight) + 1
-        if node.decode_step_ms <= 0:
+    def _statics_of(self, node: NodeView) -> tuple[float, float, float, float]:
+        """(estimated 1/rate, weight read time, compute time per sequence, measured-step floor) of a node
+        of this model and hardware: what ``_derive`` needs that no report changes."""
+        key = (node.model, node.peak_tflops, node.memory_bandwidth_gbps)
+        statics = self._statics.get(key)
+        if statics is None:
+            config = self.config
+            params = config.params_b_for(node.model) * 1e9
+            peak_flops = max(node.peak_tflops, _MIN_FIGURE) * 1e12
+            read_s = params * config.bytes_per_param
+            read_s /= max(node.memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
             per_seq_compute_s = 2.0 * params / (peak_flops * config.prefill_mfu)
-            wait_s = max(read_s, batch * per_seq_compute_s) if batch > 0 else 0.0
-            step_s = max(read_s, tpot_batch * per_seq_compute_s)
+            estimated_inv_rate = 1.0 / (config.prefill_mfu * peak_flops / (2.0 * params))
+            floor_s = max(read_s, per_seq_compute_s)
+            statics = self._statics[key] = (estimated_inv_rate, read_s, per_seq_compute_s, floor_s)
+        return statics
+
+    def _derive(self, node: NodeView) -> tuple[float, ...]:
+        """The table row of ``node``: the same formulas as the public predict_* functions, inlined, in the
+        same order of operations (tests check the policy's choice against predict_cost_s, and against the
+        baseline in bench/hardware_aware_baseline.py bit for bit)."""
+        config = self.config
+        estimated_inv_rate, read_s, per_seq_compute_s, floor_s = self._statics_of(node)
+        rate = node.prefill_tok_per_s
+        inv_rate = estimated_inv_rate if rate <= 0 else 1.0 / rate
+        batch, num_inflight = node.decode_batch_size, node.num_inflight
+        tpot_batch = (batch if batch > num_inflight else num_inflight) + 1
+        measured_ms = node.decode_step_ms
+        if measured_ms <= 0:
+            compute_s = batch * per_seq_compute_s
+            wait_s = (read_s if read_s >= compute_s else compute_s) if batch > 0 else 0.0
+            compute_s = tpot_batch * per_seq_compute_s
+            step_s = read_s if read_s >= compute_s else compute_s
         else:
-            measured_s = node.decode_step_ms / 1000.0
-            floor_s = min(max(read_s, 2.0 * params / (peak_flops * config.prefill_mfu)), measured_s)
-            per_seq_s = (measured_s - floor_s) / max(batch, 1)
+            measured_s = measured_ms / 1000.0
+            if measured_s < floor_s:
+                floor_s = measured_s
+            per_seq_s = (measured_s - floor_s) / (batch if batch > 1 else 1)
             wait_s = floor_s + per_seq_s * batch if batch > 0 else 0.0
             step_s = floor_s + per_seq_s * tpot_batch
-        backlog_s = backlog_tokens(node) * inv_rate
+        backlog = node.queued_prefill_tokens + node.inflight_prefill_tokens
+        backlog_s = backlog * inv_rate
+        reported = node.num_running + node.num_waiting
+        outstanding = num_inflight if num_inflight > reported else reported
+        if node.num_swapped > 0:
+            headroom = -math.inf
+        else:
+            headroom = float(node.num_free_device_blocks * node.block_size - backlog
+                             - config.kv_reserve_running_tokens * outstanding)  # fmt: skip
+        lora_load_s = node.lora_load_s
         return (
             min(node.max_model_len - 1, node.num_device_blocks * node.block_size),  # max_prompt_tokens
-            outstanding_requests(node),
+            outstanding,
             inv_rate,
             backlog_s + wait_s,
             step_s,
             backlog_s,
             config.prefill_chunk_tokens * inv_rate,
-            kv_headroom_tokens(node, config),
+            headroom,
+            lora_load_s if lora_load_s > 0 else config.lora_load_estimate_s,
         )
+
+
+def _lora_tags(node: NodeView) -> tuple[str, ...]:
+    return node.lora_resident

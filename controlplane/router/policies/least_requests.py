@@ -23,6 +23,6 @@ class LeastRequestsPolicy(PolicyHooks):
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
         table = self._tables.get(request.model, request.traffic_class)
-        table.sync(snapshot.nodes)
+        table.sync(snapshot.nodes, snapshot.changes)
         i = table.least_loaded(request.num_prompt_tokens)
         return None if i < 0 else table.node_ids[i]

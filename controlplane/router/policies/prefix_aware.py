@@ -41,7 +41,7 @@ class PrefixAwarePolicy(PolicyHooks):
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
         table = self._tables.get(request.model, request.traffic_class)
-        table.sync(snapshot.nodes)
+        table.sync(snapshot.nodes, snapshot.changes)
         num_prompt_tokens = request.num_prompt_tokens
         least = table.least_loaded(num_prompt_tokens)
         if least < 0:

@@ -1,0 +1,155 @@
+"""hardware_aware's decision as it was before it was made fast (commit 2777401), kept as the baseline.
+
+``zoo bench controlplane`` times it beside the current policy on the same snapshots (ratio new/old in one
+run), and tests/controlplane/router/test_hardware_aware_fast.py checks that the current policy chooses
+exactly as it does. The formulas are those of controlplane/router/policies/hardware_aware.py; this copy
+differs only in how it gets there: it finds changed nodes by comparing snapshot tuples (NodeTable's
+fallback path), derives every row from scratch, and adds penalties with masked ufuncs. Not a policy
+anyone routes with (it is not in POLICIES).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from controlplane.router.policies.hardware_aware import kv_headroom_tokens, lora_cold_load_s
+from controlplane.router.policies.node_table import NodeTables, outstanding_requests
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
+from controlplane.router.prefix_index import PrefixIndex
+from controlplane.router.router_config import RouterConfig
+
+_COL_INV_RATE = 2
+_COL_BASE_S = 3
+_COL_STEP_S = 4
+_COL_BACKLOG_S = 5
+_COL_CHUNK_S = 6
+_COL_HEADROOM = 7
+_NUM_COLUMNS = 8
+_MIN_FIGURE = 1e-9
+
+
+def backlog_tokens(node: NodeView) -> int:
+    return node.queued_prefill_tokens + node.inflight_prefill_tokens
+
+
+class HardwareAwareBaseline(PolicyHooks):
+    name = "hardware_aware_baseline"
+
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
+        self._tables = NodeTables(self._derive, _NUM_COLUMNS)
+        self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
+        self._cost = np.empty(0)
+        self._tpot = np.empty(0)
+        self._short = np.empty(0, dtype=bool)
+        self._miss = np.empty(0, dtype=bool)
+
+    def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
+        table = self._tables.get(request.model, request.traffic_class)
+        table.sync(snapshot.nodes)
+        n = len(table)
+        if n == 0:
+            return None
+        if len(self._cost) != n:
+            self._cost, self._tpot = np.empty(n), np.empty(n)
+            self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+        config = self.config
+        values, columns = table.values, table.columns
+        num_prompt_tokens, max_tokens = request.num_prompt_tokens, request.max_tokens
+        miss = self._miss
+        # cost = TTFT (+ its SLO penalty)
+        cost = np.multiply(columns[_COL_INV_RATE], max(num_prompt_tokens, 1), out=self._cost)
+        cost += columns[_COL_BASE_S]
+        if request.lora_name is not None:  # a cold adapter load before the first step (O(N): LoRA requests only)
+            lora_name, nodes = request.lora_name, table.nodes
+            cost += np.fromiter((lora_cold_load_s(v, lora_name, config) for v in nodes), np.float64, len(nodes))
+        slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
+        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, slo_ttft_s, out=miss))
+        # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
+        output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
+        if output_weight or config.slo_tpot_miss_penalty_s:
+            tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), out=self._tpot)
+            np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
+            tpot += columns[_COL_STEP_S]
+            if config.slo_tpot_miss_penalty_s:
+                penalty = config.slo_tpot_miss_penalty_s
+                slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+                np.add(cost, penalty, out=cost, where=np.greater(tpot, slo_tpot_s, out=miss))
+            if output_weight:
+                tpot *= output_weight
+                cost += tpot
+        need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
+        short = np.less(columns[_COL_HEADROOM], need, out=self._short)
+        np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
+        cannot = table.fits_mask(num_prompt_tokens)
+        if cannot is not None:
+            np.copyto(cost, math.inf, where=cannot)
+        if self._index is not None and request.block_hashes:
+            # vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
+            # predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed
+            # only for the uncached part
+            index_of, nodes = table.index_of, table.nodes
+            own = max(num_prompt_tokens, 1)
+            slo_ttft_s = config.slo_ttft_s
+            for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
+                i = index_of.get(node_id)
+                if i is None or cost[i] == math.inf:
+                    continue
+                cached = min(num_blocks * nodes[i].block_size, num_prompt_tokens)
+                inv_rate, base_s = values.item(_COL_INV_RATE, i), values.item(_COL_BASE_S, i)
+                base_s += lora_cold_load_s(nodes[i], request.lora_name, config)
+                cached_own = max(num_prompt_tokens - cached, 1)
+                saved_s = (own - cached_own) * inv_rate
+                if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
+                    saved_s += config.slo_ttft_miss_penalty_s
+                if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
+                    saved_s += config.kv_full_penalty_s
+                cost[i] -= saved_s
+        i = int(cost.argmin())
+        return None if cost[i] == math.inf else table.node_ids[i]
+
+    def on_routed(self, request: RouteRequest, node_id: str) -> None:
+        if self._index is not None:
+            self._index.insert(node_id, request.block_hashes)
+
+    def on_node_removed(self, node_id: str) -> None:
+        if self._index is not None:
+            self._index.remove_node(node_id)
+
+    def _derive(self, node: NodeView) -> tuple[float, ...]:
+        """The table row of ``node``: the same formulas as the public predict_* functions, inlined
+        (tests check the policy's choice against predict_cost_s)."""
+        config = self.config
+        params = config.params_b_for(node.model) * 1e9
+        peak_flops = max(node.peak_tflops, _MIN_FIGURE) * 1e12
+        rate = node.prefill_tok_per_s
+        if rate <= 0:
+            rate = config.prefill_mfu * peak_flops / (2.0 * params)
+        inv_rate = 1.0 / rate
+        read_s = params * config.bytes_per_param
+        read_s /= max(node.memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
+        batch = node.decode_batch_size
+        tpot_batch = max(batch, node.num_inflight) + 1
+        if node.decode_step_ms <= 0:
+            per_seq_compute_s = 2.0 * params / (peak_flops * config.prefill_mfu)
+            wait_s = max(read_s, batch * per_seq_compute_s) if batch > 0 else 0.0
+            step_s = max(read_s, tpot_batch * per_seq_compute_s)
+        else:
+            measured_s = node.decode_step_ms / 1000.0
+            floor_s = min(max(read_s, 2.0 * params / (peak_flops * config.prefill_mfu)), measured_s)
+            per_seq_s = (measured_s - floor_s) / max(batch, 1)
+            wait_s = floor_s + per_seq_s * batch if batch > 0 else 0.0
+            step_s = floor_s + per_seq_s * tpot_batch
+        backlog_s = backlog_tokens(node) * inv_rate
+        return (
+            min(node.max_model_len - 1, node.num_device_blocks * node.block_size),  # max_prompt_tokens
+            outstanding_requests(node),
+            inv_rate,
+            backlog_s + wait_s,
+            step_s,
+            backlog_s,
+            config.prefill_chunk_tokens * inv_rate,
+            kv_headroom_tokens(node, config),
+        )
