@@ -27,6 +27,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
+from engine.multi_step import DecodeSteps
 from engine.prompt import check_token_ids
 from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
@@ -342,6 +343,57 @@ class LLMEngine:
             if tracked is None:
                 continue
             outputs.append(self._process_update(tracked, update, now))
+        return outputs
+
+    # -- several pure decode steps at once (engine/multi_step.py) --------------------------------
+
+    def plan_decode_steps(
+        self, start_s: float, stop_after_s: float, end_by_s: float = float("inf"), max_steps: int = 1024
+    ) -> DecodeSteps | None:
+        """Take the next steps as one run of pure decode steps when they provably are (engine/multi_step.py)
+        and the runner predicts them (a simulated runner: ``decode_token_id``, ``decode_step_times``); None
+        otherwise (then ``start_step`` as usual). The run starts at ``start_s`` on the engine clock, never
+        ends after ``end_by_s`` (None when even its first step would) and stops after the first step ending
+        at or after ``stop_after_s``. Once planned, it stands for the steps that begin now: apply (a prefix
+        of) it with ``finish_decode_steps`` before anything else steps this engine."""
+        runner = self.runner
+        step_times = getattr(runner, "decode_step_times", None)
+        if step_times is None or self.speculator is not None:
+            return None
+        run = self.scheduler.plan_decode_run(runner.decode_token_id, max_steps)
+        if run is None:
+            return None
+        if self.detokenize and any(r.sampling_params.stop for r in run.requests):
+            return None  # stop strings are checked token by token
+        times = step_times(len(run.requests), run.kv_read, start_s, stop_after_s, end_by_s, run.max_steps)
+        num_steps = self.scheduler.kv_step_limit(run, len(times)) if times else 0
+        if num_steps == 0:
+            return None
+        del times[num_steps:]
+        ends = []
+        now = start_s
+        for t in times:
+            now += t
+            ends.append(now)
+        self.scheduler.begin_decode_run()
+        return DecodeSteps(run, times, ends)
+
+    def finish_decode_steps(self, plan: DecodeSteps) -> list[RequestOutput]:
+        """Apply a planned run (``plan.truncate`` it first to stop earlier) at the clock's now, its end; the
+        outputs of its requests, each with all the run's tokens, as ``finish_step`` gives after one step."""
+        updates = self.scheduler.commit_decode_run(plan.run, plan.num_steps)
+        num_seqs = len(plan.run.requests)
+        for step_time_s, end_s in zip(plan.step_times_s, plan.end_times_s):
+            self.num_steps += 1
+            self.busy_time_s += step_time_s
+            self._step_records.append(StepRecord(end_s, step_time_s, 0, num_seqs, num_seqs))
+        self.runner.account_decode_steps(plan.step_times_s)
+        now = self.clock.now()
+        outputs = []
+        for update in updates:
+            tracked = self._tracked.get(update.req_id)
+            if tracked is not None:
+                outputs.append(self._process_update(tracked, update, now))
         return outputs
 
     def _record_step(self, batch, step_time_s: float, now: float) -> None:

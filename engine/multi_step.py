@@ -1,0 +1,200 @@
+"""Multi-step decode: apply several pure decode steps at once where nothing can happen in between.
+
+The fleet simulator's fast path (sim/des.py, through ``LLMEngine.plan_decode_steps``). A run of steps is
+*provably identical in shape* — each schedules exactly the same requests, one token each — when:
+
+    nobody waits or is swapped out         no admission, resume or priority preemption can happen
+    every running request decodes          one known token left, >= 1 generated, no drafts, no adapter
+    all of them fit the token budget       one token each
+    the blocks the run appends fit         in the free device blocks: no KV-pressure preemption, and no
+                                           block written is shared (no copy-on-write)
+    the runner's token is known            it samples a fixed token (the simulated runner's placeholder)
+
+and the run ends at the first step in which a request can finish (its length limits and the stop tokens are
+known in advance). Whoever drives the engine adds the conditions outside it: no arrival, no load report
+within the run (the simulator cuts the run at the step in flight when a request arrives).
+
+``commit_decode_run`` then applies k of the planned steps as k rounds of ``schedule()`` / runner /
+``update_from_output`` would, in the same order: block allocations (step by step, running order), prefix-cache
+registrations after each step, the k tokens of every request, the finishes of the last step (stop check,
+blocks freed, the request reported finished), step ids and token counters. It is O(requests + blocks
+crossed), not O(requests x steps). ``tests/engine/test_multi_step.py`` checks it against plain steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.request import Request
+    from engine.scheduler import RequestUpdate, Scheduler
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """Up to ``max_steps`` pure decode steps of the running set (``plan_decode_run``)."""
+
+    requests: list[Request]  # the running requests, in running order (each step schedules them in this order)
+    token_id: int  # what the runner samples for each of them, every step
+    max_steps: int  # the last step that may run: a request finishes in it, or a caller's cap
+    kv_read: int  # context tokens the first step reads (sum of num_computed_tokens)
+    starts: list[int]  # num_computed_tokens of each request before the run
+    table_lens: list[int]  # device blocks each request holds before the run
+
+
+def plan_decode_run(scheduler: Scheduler, token_id: int, max_steps: int) -> DecodeRun | None:
+    """The pure decode steps the scheduler's state allows from now (None: the next step is no pure decode).
+    Changes nothing; ``kv_step_limit`` bounds the run by the free blocks."""
+    running = scheduler._running
+    if not running or scheduler._waiting or scheduler._swapped or max_steps < 1:
+        return None
+    config = scheduler.scheduler_config
+    if len(running) > config.max_num_batched_tokens:
+        return None
+    manager = scheduler.kv_cache_manager
+    decode_extent = manager.decode_extent
+    max_model_len = config.max_model_len
+    max_device_tokens = scheduler._max_device_tokens
+    limit = max_steps
+    kv_read = 0
+    starts: list[int] = []
+    table_lens: list[int] = []
+    for request in running:
+        num_tokens = request.num_tokens
+        start = request.num_computed_tokens
+        if num_tokens - start != 1 or not request.output_token_ids or request.spec_token_ids:
+            return None
+        if request.lora_id is not None:
+            return None
+        table_len = decode_extent(request)
+        if table_len is None:
+            return None
+        params = request.sampling_params
+        if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
+            limit = 1  # it stops at the first step
+        # the step after which _check_stop ends it by length (output count, context, device capacity)
+        steps_left = min(
+            params.max_tokens - len(request.output_token_ids),
+            max_model_len - num_tokens,
+            max_device_tokens + 1 - num_tokens,
+        )
+        if steps_left < limit:
+            limit = max(steps_left, 1)
+        kv_read += start
+        starts.append(start)
+        table_lens.append(table_len)
+    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
+
+
+def kv_step_limit(scheduler: Scheduler, run: DecodeRun, num_steps: int) -> int:
+    """The most steps (<= num_steps) whose new blocks fit in the free device blocks."""
+    manager = scheduler.kv_cache_manager
+    block_size = manager.block_size
+    free = manager.num_free_device_blocks
+    starts, table_lens = run.starts, run.table_lens
+
+    def blocks_needed(k: int) -> int:
+        total = 0
+        for start, table_len in zip(starts, table_lens):
+            extra = -(-(start + k) // block_size) - table_len
+            if extra > 0:
+                total += extra
+        return total
+
+    if blocks_needed(num_steps) <= free:
+        return num_steps
+    lo, hi = 0, num_steps  # blocks_needed(lo) fits (0 always does), blocks_needed(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if blocks_needed(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def commit_decode_run(scheduler: Scheduler, run: DecodeRun, num_steps: int) -> list[RequestUpdate]:
+    """Apply the first ``num_steps`` steps of ``run`` (module docstring); the updates of the last step, with
+    all ``num_steps`` tokens of each request. The scheduler must be as ``plan_decode_run`` left it."""
+    from engine.scheduler import RequestUpdate
+
+    requests = run.requests
+    running = scheduler._running
+    if not 1 <= num_steps <= run.max_steps or len(running) != len(requests):
+        raise ValueError(f"cannot commit {num_steps} of a {run.max_steps}-step decode run now")
+    for a, b in zip(running, requests):
+        if a is not b:
+            raise ValueError("the running set changed since the decode run was planned")
+    manager = scheduler.kv_cache_manager
+    block_size = manager.block_size
+    caching = manager.enable_prefix_caching
+    k = num_steps
+    token_id = run.token_id
+    tokens = [token_id] * k
+    # (step, phase, index): allocations while scheduling step j (phase 0), registrations after it (phase 1)
+    events: list[tuple[int, int, int]] = []
+    for i, request in enumerate(requests):
+        start, table_len = run.starts[i], run.table_lens[i]
+        # step j writes position start + j - 1; it appends a block when that position opens one past the table
+        first = max(-(-start // block_size), table_len) * block_size
+        for position in range(first, start + k, block_size):
+            events.append((position - start + 1, 0, i))
+        if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
+            first_end = -(-(start + 1) // block_size) * block_size
+            if first_end != start + 1 and k > 1:
+                events.append((1, 1, i))  # as after every step (idempotent): registers nothing the plain step would not
+            for end in range(first_end, start + k, block_size):
+                events.append((end - start, 1, i))
+        request.append_output_token_ids(tokens)
+    events.sort()
+    try_allocate_slots = manager.try_allocate_slots
+    cache_computed_blocks = manager.cache_computed_blocks
+    for step, phase, i in events:
+        request = requests[i]
+        if phase == 0:
+            request.num_computed_tokens = run.starts[i] + step - 1
+            if try_allocate_slots(request, 1) != []:  # a fresh private block: no copy, never None (planned)
+                raise RuntimeError(f"{request.req_id}: the decode run's block allocation did not go as planned")
+        else:
+            request.num_computed_tokens = run.starts[i] + step
+            cache_computed_blocks(request)
+    updates = []
+    check_stop = scheduler._check_stop
+    for i, request in enumerate(requests):  # the last step's update, in running order
+        request.num_computed_tokens = run.starts[i] + k
+        cache_computed_blocks(request)
+        finished = check_stop(request, token_id)
+        if finished:
+            running.remove(request)
+            scheduler._release_finished(request)
+        updates.append(
+            RequestUpdate(request.req_id, tokens.copy(), [], finished, request.finish_reason, request.stop_reason)
+        )
+    scheduler._next_step_id += k
+    scheduler._counters.num_generation_tokens_total += k * len(requests)
+    return updates
+
+
+@dataclass(slots=True)
+class DecodeSteps:
+    """A planned decode run with its predicted step times (``LLMEngine.plan_decode_steps``)."""
+
+    run: DecodeRun
+    step_times_s: list[float]
+    end_times_s: list[float]  # engine clock at the end of each step
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step_times_s)
+
+    @property
+    def end_s(self) -> float:
+        return self.end_times_s[-1]
+
+    def truncate(self, num_steps: int) -> None:
+        """Keep the first ``num_steps`` (>= 1) steps."""
+        if not 1 <= num_steps <= len(self.step_times_s):
+            raise ValueError(f"num_steps must be in 1..{len(self.step_times_s)}, got {num_steps}")
+        del self.step_times_s[num_steps:]
+        del self.end_times_s[num_steps:]
