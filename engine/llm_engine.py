@@ -408,39 +408,43 @@ class LLMEngine:
 
     def _process_update(self, tracked: _Tracked, update, now: float) -> RequestOutput:
         metrics = tracked.metrics
-        new_ids = list(update.new_token_ids)
+        new_ids = update.new_token_ids  # a fresh list per update (scheduler.py, multi_step.py): the output owns it
         if new_ids:
             metrics.first_token_time_s = metrics.first_token_time_s or now
             metrics.last_token_time_s = now
             metrics.num_output_tokens += len(new_ids)
         finished, reason, stop_reason = update.finished, update.finish_reason, update.stop_reason
-        # a stop token ends the request but is not part of the text
-        text_ids = new_ids[:-1] if reason is FinishReason.STOP and isinstance(stop_reason, int) else new_ids
-        detok = tracked.detokenizer
         if self.detokenize:
+            detok = tracked.detokenizer
+            # a stop token ends the request but is not part of the text
+            text_ids = new_ids[:-1] if reason is FinishReason.STOP and isinstance(stop_reason, int) else new_ids
             detok.add_tokens(text_ids)
-        if detok.stop_string is not None and not finished:
-            self.scheduler.finish_requests([update.req_id], FinishReason.STOP, detok.stop_string)
-            finished, reason, stop_reason = True, FinishReason.STOP, detok.stop_string
+            if detok.stop_string is not None and not finished:
+                self.scheduler.finish_requests([update.req_id], FinishReason.STOP, detok.stop_string)
+                finished, reason, stop_reason = True, FinishReason.STOP, detok.stop_string
+            new_text, text = detok.take_delta(finished), detok.text
+        else:
+            new_text = text = ""  # no text, no stop strings (the fleet simulator's placeholder tokens)
         request = tracked.request
+        num_cached = request.num_cached_prompt_tokens
         if finished:
             metrics.finished_time_s = now
-            metrics.num_cached_prompt_tokens = request.num_cached_prompt_tokens
+            metrics.num_cached_prompt_tokens = num_cached
             metrics.num_preemptions = request.num_preemptions
             del self._tracked[update.req_id]
         return RequestOutput(
-            req_id=update.req_id,
-            new_text=detok.take_delta(finished),
-            text=detok.text,
-            new_token_ids=new_ids,
-            num_prompt_tokens=request.num_prompt_tokens,
-            num_output_tokens=request.num_output_tokens,
-            finished=finished,
-            finish_reason=reason,
-            stop_reason=stop_reason,
-            new_logprobs=list(update.new_logprobs),
-            metrics=metrics,
-            num_cached_tokens=request.num_cached_prompt_tokens,
+            update.req_id,
+            new_text,
+            text,
+            new_ids,
+            len(request.prompt_token_ids),
+            len(request.output_token_ids),
+            finished,
+            reason,
+            stop_reason,
+            update.new_logprobs,  # a fresh list per update too
+            metrics,
+            num_cached,
         )
 
     def run_until_done(self) -> dict[str, RequestOutput]:

@@ -24,11 +24,12 @@ crossed), not O(requests x steps). ``tests/engine/test_multi_step.py`` checks it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from engine.request import Request
-    from engine.scheduler import RequestUpdate, Scheduler
+
+# The functions below work on an engine.scheduler.Scheduler (typed Any: the scheduler imports this module).
 
 
 @dataclass(slots=True)
@@ -43,14 +44,15 @@ class DecodeRun:
     table_lens: list[int]  # device blocks each request holds before the run
 
 
-def plan_decode_run(scheduler: Scheduler, token_id: int, max_steps: int) -> DecodeRun | None:
+def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun | None:
     """The pure decode steps the scheduler's state allows from now (None: the next step is no pure decode).
     Changes nothing; ``kv_step_limit`` bounds the run by the free blocks."""
     running = scheduler._running
     if not running or scheduler._waiting or scheduler._swapped or max_steps < 1:
         return None
     config = scheduler.scheduler_config
-    if len(running) > config.max_num_batched_tokens:
+    newest = running[-1]  # the likeliest to be still computing its prompt: a cheap early refusal
+    if len(running) > config.max_num_batched_tokens or newest.num_tokens - newest.num_computed_tokens != 1:
         return None
     manager = scheduler.kv_cache_manager
     decode_extent = manager.decode_extent
@@ -87,7 +89,7 @@ def plan_decode_run(scheduler: Scheduler, token_id: int, max_steps: int) -> Deco
     return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
 
 
-def kv_step_limit(scheduler: Scheduler, run: DecodeRun, num_steps: int) -> int:
+def kv_step_limit(scheduler: Any, run: DecodeRun, num_steps: int) -> int:
     """The most steps (<= num_steps) whose new blocks fit in the free device blocks."""
     manager = scheduler.kv_cache_manager
     block_size = manager.block_size
@@ -114,11 +116,10 @@ def kv_step_limit(scheduler: Scheduler, run: DecodeRun, num_steps: int) -> int:
     return lo
 
 
-def commit_decode_run(scheduler: Scheduler, run: DecodeRun, num_steps: int) -> list[RequestUpdate]:
-    """Apply the first ``num_steps`` steps of ``run`` (module docstring); the updates of the last step, with
-    all ``num_steps`` tokens of each request. The scheduler must be as ``plan_decode_run`` left it."""
-    from engine.scheduler import RequestUpdate
-
+def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tuple[Request, list[int], bool]]:
+    """Apply the first ``num_steps`` steps of ``run`` (module docstring); per request, in running order: the
+    tokens it got (all ``num_steps`` of them) and whether it finished. The scheduler must be as
+    ``plan_decode_run`` left it."""
     requests = run.requests
     running = scheduler._running
     if not 1 <= num_steps <= run.max_steps or len(running) != len(requests):
@@ -168,9 +169,7 @@ def commit_decode_run(scheduler: Scheduler, run: DecodeRun, num_steps: int) -> l
         if finished:
             running.remove(request)
             scheduler._release_finished(request)
-        updates.append(
-            RequestUpdate(request.req_id, tokens.copy(), [], finished, request.finish_reason, request.stop_reason)
-        )
+        updates.append((request, tokens.copy(), finished))
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
     return updates

@@ -191,7 +191,11 @@ class Scheduler:
         return self._begin_schedule()
 
     def commit_decode_run(self, run: DecodeRun, num_steps: int) -> list[RequestUpdate]:
-        return commit_decode_run(self, run, num_steps)
+        """Apply ``num_steps`` of a run begun with ``begin_decode_run``; the updates, each with all its tokens."""
+        return [
+            RequestUpdate(r.req_id, tokens, [], finished, r.finish_reason, r.stop_reason)
+            for r, tokens, finished in commit_decode_run(self, run, num_steps)
+        ]
 
     def _outranked_by_waiting(self, request: Request) -> bool:
         return bool(self._waiting) and self._waiting[0].priority > request.priority

@@ -153,11 +153,14 @@ class SimModelRunner(LoraRunnerVerbs):
         step_s = self.predict_step_s(batch) + self._lora_s(batch)
         token = self.dummy_token_id
         spec = self.spec
-        sampled = {
-            r.req_id: [token] * (1 + (spec.num_accepted(len(r.spec_token_ids)) if spec and r.spec_token_ids else 0))
-            for r in batch.requests
-            if r.sample
-        }
+        if spec is None:
+            sampled = {r.req_id: [token] for r in batch.requests if r.sample}
+        else:
+            sampled = {
+                r.req_id: [token] * (1 + (spec.num_accepted(len(r.spec_token_ids)) if r.spec_token_ids else 0))
+                for r in batch.requests
+                if r.sample
+            }
         self.num_steps += 1
         self.busy_time_s += step_s
         return RunnerOutput(sampled_token_ids=sampled, step_time_s=step_s)
