@@ -206,9 +206,9 @@ class NodeCore:
             return None
         return self.engine.plan_decode_steps(start_s, stop_after_s, end_by_s)
 
-    def finish_decode_steps(self, plan: DecodeSteps) -> list[RequestOutput]:
+    def finish_decode_steps(self, plan: DecodeSteps, *, finished_only: bool = False) -> list[RequestOutput]:
         """Apply a planned run (``LLMEngine.finish_decode_steps``) and update the bookkeeping."""
-        outputs = self.engine.finish_decode_steps(plan)
+        outputs = self.engine.finish_decode_steps(plan, finished_only=finished_only)
         self._note_outputs(outputs)
         return outputs
 

@@ -378,10 +378,12 @@ class LLMEngine:
         self.scheduler.begin_decode_run()
         return DecodeSteps(run, times, ends)
 
-    def finish_decode_steps(self, plan: DecodeSteps) -> list[RequestOutput]:
+    def finish_decode_steps(self, plan: DecodeSteps, *, finished_only: bool = False) -> list[RequestOutput]:
         """Apply a planned run (``plan.truncate`` it first to stop earlier) at the clock's now, its end; the
-        outputs of its requests, each with all the run's tokens, as ``finish_step`` gives after one step."""
-        updates = self.scheduler.commit_decode_run(plan.run, plan.num_steps)
+        outputs of its requests, each with all the run's tokens, as ``finish_step`` gives after one step.
+        finished_only: only the outputs of the requests that finished; every other request of
+        ``plan.run.requests`` got ``plan.num_steps`` tokens (its metrics say so; the fleet simulator's way)."""
+        updates = self.scheduler.commit_decode_run(plan.run, plan.num_steps, finished_only)
         num_seqs = len(plan.run.requests)
         for step_time_s, end_s in zip(plan.step_times_s, plan.end_times_s):
             self.num_steps += 1
@@ -394,6 +396,15 @@ class LLMEngine:
             tracked = self._tracked.get(update.req_id)
             if tracked is not None:
                 outputs.append(self._process_update(tracked, update, now))
+        if finished_only:  # the others' metrics, as _process_update keeps them
+            num_steps = plan.num_steps
+            for request in plan.run.requests:
+                tracked = self._tracked.get(request.req_id)
+                if tracked is not None and not request.is_finished:
+                    metrics = tracked.metrics
+                    metrics.first_token_time_s = metrics.first_token_time_s or now
+                    metrics.last_token_time_s = now
+                    metrics.num_output_tokens += num_steps
         return outputs
 
     def _record_step(self, batch, step_time_s: float, now: float) -> None:

@@ -169,7 +169,7 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
         if finished:
             running.remove(request)
             scheduler._release_finished(request)
-        updates.append((request, tokens.copy(), finished))
+        updates.append((request, tokens, finished))  # one list for all: the caller copies what it keeps
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
     return updates

@@ -190,11 +190,13 @@ class Scheduler:
         """A planned run is taken: its first step begins now (as ``schedule`` would)."""
         return self._begin_schedule()
 
-    def commit_decode_run(self, run: DecodeRun, num_steps: int) -> list[RequestUpdate]:
-        """Apply ``num_steps`` of a run begun with ``begin_decode_run``; the updates, each with all its tokens."""
+    def commit_decode_run(self, run: DecodeRun, num_steps: int, finished_only: bool = False) -> list[RequestUpdate]:
+        """Apply ``num_steps`` of a run begun with ``begin_decode_run``; the updates, each with all its tokens (only
+        those of the requests that finished with ``finished_only``: the others each got ``num_steps`` tokens)."""
         return [
-            RequestUpdate(r.req_id, tokens, [], finished, r.finish_reason, r.stop_reason)
+            RequestUpdate(r.req_id, tokens.copy(), [], finished, r.finish_reason, r.stop_reason)
             for r, tokens, finished in commit_decode_run(self, run, num_steps)
+            if finished or not finished_only
         ]
 
     def _outranked_by_waiting(self, request: Request) -> bool:

@@ -189,12 +189,18 @@ class SimNode:
         self.busy = True
         return pending.step_time_s
 
-    def finish_step(self):
-        """Apply the step in flight at the clock's now; the RequestOutputs of the requests that progressed."""
+    def finish_step(self, records: dict[str, RequestRecord]):
+        """Apply the step in flight at the clock's now; the RequestOutputs of the requests that progressed (of a
+        run: of those that finished; the others' ``records`` count its tokens here)."""
         self.busy = False
         if self.run is not None:
             run, self.run = self.run, None
-            return self.core.finish_decode_steps(run)
+            outputs = self.core.finish_decode_steps(run, finished_only=True)
+            num_steps = run.num_steps
+            for request in run.run.requests:
+                if not request.is_finished:
+                    records[request.req_id].num_output_tokens += num_steps
+            return outputs
         pending, self.pending = self.pending, None
         return self.core.finish_step(pending)
 
@@ -326,7 +332,7 @@ class FleetSimulator:
                     seq += 1
                     continue
                 if kind == _STEP_DONE:
-                    for o in node.finish_step():
+                    for o in node.finish_step(records):
                         rec = records[o.req_id]
                         if o.new_token_ids:
                             if rec.first_token_s is None:

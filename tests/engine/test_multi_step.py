@@ -62,6 +62,7 @@ def _state(engine):
         "steps": (engine.num_steps, engine.busy_time_s, engine.runner.num_steps, engine.runner.busy_time_s),
         "records": engine.take_step_records(),
         "step_id": scheduler._next_step_id,
+        "metrics": {req_id: tracked.metrics for req_id, tracked in engine._tracked.items()},
     }
 
 
@@ -87,17 +88,19 @@ def _twins(prompts, max_tokens, **engine_kwargs):
     return pair
 
 
-def _compare_run(pair, num_steps=None, stop_after_s=float("inf")):
+def _compare_run(pair, num_steps=None, stop_after_s=float("inf"), finished_only=False):
     (fast, fast_clock), (plain, plain_clock) = pair
     plan = fast.plan_decode_steps(fast_clock.now(), stop_after_s)
     assert plan is not None
     if num_steps is not None:
         plan.truncate(num_steps)
     fast_clock.now_s = plan.end_s
-    fast_out = fast.finish_decode_steps(plan)
+    fast_out = fast.finish_decode_steps(plan, finished_only=finished_only)
     plain_out = []
     for _ in range(plan.num_steps):
         plain_out = _plain_step(plain, plain_clock)
+    if finished_only:
+        plain_out = [o for o in plain_out if o.finished]
     assert plain_clock.now() == fast_clock.now()
     # the run's outputs carry all its tokens; the plain last step's carry one each
     assert [(o[0], o[2], o[3], o[4], o[5]) for o in _outputs(fast_out)] == [
@@ -195,3 +198,11 @@ def test_a_younger_request_ahead_on_the_same_tokens_registers_the_shared_block_f
         engine.add_request(list(r0.all_token_ids) + [engine.runner.decode_token_id] * 6, params, req_id="r1")
         _plain_step(engine, clock)
     _compare_run(pair, num_steps=40)
+
+
+def test_finished_only_gives_the_finished_outputs_and_keeps_every_metric():
+    prompts = [[10 + j for j in range(20 + i)] for i in range(4)]
+    pair = _twins(prompts, [30, 12, 50, 12])
+    plan, outputs = _compare_run(pair, finished_only=True)
+    assert [o.req_id for o in outputs] == ["r1", "r3"]
+    _compare_run(pair, num_steps=5, finished_only=True)
