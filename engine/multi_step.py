@@ -162,10 +162,13 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
             cache_computed_blocks(request)
     updates = []
     check_stop = scheduler._check_stop
+    may_finish = k == run.max_steps  # before it, _check_stop is False for everyone (plan_decode_run's limit)
     for i, request in enumerate(requests):  # the last step's update, in running order
-        request.num_computed_tokens = run.starts[i] + k
-        cache_computed_blocks(request)
-        finished = check_stop(request, token_id)
+        end = run.starts[i] + k
+        request.num_computed_tokens = end
+        if caching and (k == 1 or end % block_size == 0):  # else it registers nothing (caught up after step 1)
+            cache_computed_blocks(request)
+        finished = may_finish and check_stop(request, token_id)
         if finished:
             running.remove(request)
             scheduler._release_finished(request)

@@ -181,7 +181,7 @@ def test_a_changed_running_set_refuses_the_commit():
     engine, clock = pair[0]
     plan = engine.plan_decode_steps(clock.now(), float("inf"))
     engine.abort(["r0"])
-    with pytest.raises(ValueError, match="decode run|running set changed"):
+    with pytest.raises(ValueError, match=r"decode run|running set changed"):
         engine.finish_decode_steps(plan)
 
 
@@ -203,6 +203,6 @@ def test_a_younger_request_ahead_on_the_same_tokens_registers_the_shared_block_f
 def test_finished_only_gives_the_finished_outputs_and_keeps_every_metric():
     prompts = [[10 + j for j in range(20 + i)] for i in range(4)]
     pair = _twins(prompts, [30, 12, 50, 12])
-    plan, outputs = _compare_run(pair, finished_only=True)
+    _, outputs = _compare_run(pair, finished_only=True)
     assert [o.req_id for o in outputs] == ["r1", "r3"]
     _compare_run(pair, num_steps=5, finished_only=True)

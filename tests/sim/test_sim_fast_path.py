@@ -12,10 +12,10 @@ from sim.des import FleetSimulator
 def _everything(result):
     return (
         [
-            (r.req_id, r.node_id, r.refusal, r.first_token_s, r.finish_s, r.num_output_tokens)
-            + (r.num_cached_prompt_tokens, r.num_preemptions)
+            (r.req_id, r.node_id, r.refusal, r.first_token_s, r.finish_s, r.num_output_tokens, r.num_preemptions)
             for r in result.records
         ],
+        [r.num_cached_prompt_tokens for r in result.records],
         result.nodes,
         result.end_s,
         result.drained,
