@@ -48,11 +48,13 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     """The pure decode steps the scheduler's state allows from now (None: the next step is no pure decode).
     Changes nothing; ``kv_step_limit`` bounds the run by the free blocks."""
     running = scheduler._running
-    if not running or scheduler._waiting or scheduler._swapped or max_steps < 1:
+    if not running or scheduler._swapped or max_steps < 1:
         return None
     config = scheduler.scheduler_config
     newest = running[-1]  # the likeliest to be still computing its prompt: a cheap early refusal
     if len(running) > config.max_num_batched_tokens or newest.num_tokens - newest.num_computed_tokens != 1:
+        return None
+    if scheduler._waiting and not _waiting_head_stays(scheduler, token_id):
         return None
     manager = scheduler.kv_cache_manager
     decode_extent = manager.decode_extent
@@ -87,6 +89,43 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
         starts.append(start)
         table_lens.append(table_len)
     return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
+
+
+def _waiting_head_stays(scheduler: Any, token_id: int) -> bool:
+    """The waiting head cannot be admitted now and provably not before the run ends, so each of its steps
+    tries and fails exactly as now (``Scheduler._schedule_waiting``; nothing behind the head overtakes it).
+
+    During a run nothing is freed (finishes come at its end) and blocks are only taken, so the free blocks only
+    shrink; the running count and the budget left by the decoders stay. What could still let the head in is its
+    prefix hit: it cannot shrink when every hit block is in use (none evictable), and it grows only if the
+    block after the hit gets registered, and every block a run registers ends with an output (the run's) token.
+    """
+    config = scheduler.scheduler_config
+    running, head = scheduler._running, scheduler._waiting[0]
+    if config.max_loras or running[-1].priority < head.priority:
+        return False  # adapter slots let the queue be overtaken; a higher priority head preempts
+    if len(running) >= config.max_num_seqs:
+        return True
+    budget = config.max_num_batched_tokens - len(running)
+    if budget <= 0:
+        return True
+    manager = scheduler.kv_cache_manager
+    if manager.pinned_block_ids:  # freed by the next step's begin_step: more room than now
+        return False
+    hit = manager.get_computed_blocks(head)  # as the step's own lookup (it only extends the head's hash chain)
+    num_new_tokens = scheduler._num_new_tokens(head, budget, num_computed_tokens=hit.num_tokens)
+    if num_new_tokens == 0:
+        return True
+    if manager.can_allocate(head, num_new_tokens, hit):
+        return False
+    device = manager.pool_ref_count
+    if any(device(b) == 0 for b in hit.block_ids):
+        return False  # an evictable hit block may be evicted by the run, changing what the head needs
+    block_size = manager.block_size
+    num_hit = len(hit.block_ids)
+    # False where the run might register the head's next block
+    last_of_next = (num_hit + 1) * block_size - 1
+    return num_hit >= (head.num_tokens - 1) // block_size or head.all_token_ids[last_of_next] != token_id
 
 
 def kv_step_limit(scheduler: Any, run: DecodeRun, num_steps: int) -> int:

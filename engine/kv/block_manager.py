@@ -337,6 +337,10 @@ class KVCacheManager:
             num_needed += sum(1 for b in hit_block_ids if ref_count(b) == 0)  # evictable -> in use
         return num_needed, num_new_blocks, cow_indices
 
+    def pool_ref_count(self, block_id: int) -> int:
+        """A device block's reference count (0: free or evictable)."""
+        return self._device.ref_count(block_id)
+
     def decode_extent(self, request: Request) -> int | None:
         """The request's device table length when the decode steps ahead can only append fresh blocks to it
         (every block from the one its next token is written into onwards is held by it alone); None when it

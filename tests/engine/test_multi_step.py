@@ -206,3 +206,20 @@ def test_finished_only_gives_the_finished_outputs_and_keeps_every_metric():
     _, outputs = _compare_run(pair, finished_only=True)
     assert [o.req_id for o in outputs] == ["r1", "r3"]
     _compare_run(pair, num_steps=5, finished_only=True)
+
+
+def test_a_waiting_request_the_blocks_cannot_hold_waits_through_the_run():
+    prompts = [[10 + (i + j) % 300 for j in range(30)] for i in range(4)]
+    pair = _twins(prompts, [300] * 4, num_blocks=24)
+    for engine, _ in pair:  # 16 of 24 blocks free: a 300-token prompt needs 19
+        engine.add_request([20 + j % 200 for j in range(300)], SamplingParams(max_tokens=5), req_id="big")
+    _compare_run(pair, num_steps=20)
+    assert pair[0][0].scheduler.get_request("big").num_computed_tokens == 0
+    assert pair[0][0].make_stats().num_waiting == 1
+
+
+def test_no_run_when_the_waiting_request_fits_now():
+    pair = _twins([[10 + j for j in range(30)]], [100])
+    engine, clock = pair[0]
+    engine.add_request([20 + j for j in range(40)], SamplingParams(max_tokens=5), req_id="small")
+    assert engine.plan_decode_steps(clock.now(), float("inf")) is None
