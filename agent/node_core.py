@@ -26,6 +26,7 @@ from backends.gpu_table import power_score
 from engine.decode_roofline import DecodeRoofline
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
 from engine.lora import LoraRequest
+from engine.multi_step import DecodeSteps
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
 from engine.spec.speculator import SpecDecodeStats
@@ -194,6 +195,25 @@ class NodeCore:
         outputs = self.engine.finish_step(pending)
         if self.roofline is not None:
             self.roofline.observe(pending.batch, pending.step_time_s)
+        self._note_outputs(outputs)
+        return outputs
+
+    def plan_decode_steps(
+        self, start_s: float, stop_after_s: float, end_by_s: float = float("inf")
+    ) -> DecodeSteps | None:
+        """Several pure decode steps at once (``LLMEngine.plan_decode_steps``; the fleet simulator's fast path);
+        None where they are not provably so, or where this node measures each step (the decode roofline)."""
+        if self.roofline is not None:
+            return None
+        return self.engine.plan_decode_steps(start_s, stop_after_s, end_by_s)
+
+    def finish_decode_steps(self, plan: DecodeSteps, *, finished_only: bool = False) -> list[RequestOutput]:
+        """Apply a planned run (``LLMEngine.finish_decode_steps``) and update the bookkeeping."""
+        outputs = self.engine.finish_decode_steps(plan, finished_only=finished_only)
+        self._note_outputs(outputs)
+        return outputs
+
+    def _note_outputs(self, outputs: list[RequestOutput]) -> None:
         for o in outputs:
             if o.new_token_ids and o.req_id in self._prompt_lens:
                 del self._prompt_lens[o.req_id]
@@ -201,7 +221,6 @@ class NodeCore:
             if o.finished:  # its last token time stays for observation(), which drops it
                 self._forget(o.req_id)
                 self.num_finished_total += 1
-        return outputs
 
     def _forget(self, request_id: str) -> None:
         """The request is no longer in flight here (finished or aborted)."""

@@ -27,6 +27,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
+from engine.multi_step import DecodeSteps
 from engine.prompt import check_token_ids
 from engine.remote_kv import RemoteKV
 from engine.request import FinishReason, Request, RequestStatus
@@ -370,6 +371,68 @@ class LLMEngine:
             outputs.append(self._process_update(tracked, update, now))
         return outputs
 
+    # -- several pure decode steps at once (engine/multi_step.py) --------------------------------
+
+    def plan_decode_steps(
+        self, start_s: float, stop_after_s: float, end_by_s: float = float("inf"), max_steps: int = 1024
+    ) -> DecodeSteps | None:
+        """Take the next steps as one run of pure decode steps when they provably are (engine/multi_step.py)
+        and the runner predicts them (a simulated runner: ``decode_token_id``, ``decode_step_times``); None
+        otherwise (then ``start_step`` as usual). The run starts at ``start_s`` on the engine clock, never
+        ends after ``end_by_s`` (None when even its first step would) and stops after the first step ending
+        at or after ``stop_after_s``. Once planned, it stands for the steps that begin now: apply (a prefix
+        of) it with ``finish_decode_steps`` before anything else steps this engine."""
+        runner = self.runner
+        step_times = getattr(runner, "decode_step_times", None)
+        if step_times is None or self.speculator is not None:
+            return None
+        run = self.scheduler.plan_decode_run(runner.decode_token_id, max_steps)
+        if run is None:
+            return None
+        if self.detokenize and any(r.sampling_params.stop for r in run.requests):
+            return None  # stop strings are checked token by token
+        times = step_times(len(run.requests), run.kv_read, start_s, stop_after_s, end_by_s, run.max_steps)
+        num_steps = self.scheduler.kv_step_limit(run, len(times)) if times else 0
+        if num_steps == 0:
+            return None
+        del times[num_steps:]
+        ends = []
+        now = start_s
+        for t in times:
+            now += t
+            ends.append(now)
+        self.scheduler.begin_decode_run()
+        return DecodeSteps(run, times, ends)
+
+    def finish_decode_steps(self, plan: DecodeSteps, *, finished_only: bool = False) -> list[RequestOutput]:
+        """Apply a planned run (``plan.truncate`` it first to stop earlier) at the clock's now, its end; the
+        outputs of its requests, each with all the run's tokens, as ``finish_step`` gives after one step.
+        finished_only: only the outputs of the requests that finished; every other request of
+        ``plan.run.requests`` got ``plan.num_steps`` tokens (its metrics say so; the fleet simulator's way)."""
+        updates = self.scheduler.commit_decode_run(plan.run, plan.num_steps, finished_only)
+        num_seqs = len(plan.run.requests)
+        for step_time_s, end_s in zip(plan.step_times_s, plan.end_times_s):
+            self.num_steps += 1
+            self.busy_time_s += step_time_s
+            self._step_records.append(StepRecord(end_s, step_time_s, 0, num_seqs, num_seqs))
+        self.runner.account_decode_steps(plan.step_times_s)
+        now = self.clock.now()
+        outputs = []
+        for update in updates:
+            tracked = self._tracked.get(update.req_id)
+            if tracked is not None:
+                outputs.append(self._process_update(tracked, update, now))
+        if finished_only:  # the others' metrics, as _process_update keeps them
+            num_steps = plan.num_steps
+            for request in plan.run.requests:
+                tracked = self._tracked.get(request.req_id)
+                if tracked is not None and not request.is_finished:
+                    metrics = tracked.metrics
+                    metrics.first_token_time_s = metrics.first_token_time_s or now
+                    metrics.last_token_time_s = now
+                    metrics.num_output_tokens += num_steps
+        return outputs
+
     def _record_step(self, batch, step_time_s: float, now: float) -> None:
         num_prefill, num_decode = classify_batch(batch)
         self._step_records.append(StepRecord(now, step_time_s, num_prefill, num_decode, batch.num_batched_tokens))
@@ -382,39 +445,43 @@ class LLMEngine:
 
     def _process_update(self, tracked: _Tracked, update, now: float) -> RequestOutput:
         metrics = tracked.metrics
-        new_ids = list(update.new_token_ids)
+        new_ids = update.new_token_ids  # a fresh list per update (scheduler.py, multi_step.py): the output owns it
         if new_ids:
             metrics.first_token_time_s = metrics.first_token_time_s or now
             metrics.last_token_time_s = now
             metrics.num_output_tokens += len(new_ids)
         finished, reason, stop_reason = update.finished, update.finish_reason, update.stop_reason
-        # a stop token ends the request but is not part of the text
-        text_ids = new_ids[:-1] if reason is FinishReason.STOP and isinstance(stop_reason, int) else new_ids
-        detok = tracked.detokenizer
         if self.detokenize:
+            detok = tracked.detokenizer
+            # a stop token ends the request but is not part of the text
+            text_ids = new_ids[:-1] if reason is FinishReason.STOP and isinstance(stop_reason, int) else new_ids
             detok.add_tokens(text_ids)
-        if detok.stop_string is not None and not finished:
-            self.scheduler.finish_requests([update.req_id], FinishReason.STOP, detok.stop_string)
-            finished, reason, stop_reason = True, FinishReason.STOP, detok.stop_string
+            if detok.stop_string is not None and not finished:
+                self.scheduler.finish_requests([update.req_id], FinishReason.STOP, detok.stop_string)
+                finished, reason, stop_reason = True, FinishReason.STOP, detok.stop_string
+            new_text, text = detok.take_delta(finished), detok.text
+        else:
+            new_text = text = ""  # no text, no stop strings (the fleet simulator's placeholder tokens)
         request = tracked.request
+        num_cached = request.num_cached_prompt_tokens
         if finished:
             metrics.finished_time_s = now
-            metrics.num_cached_prompt_tokens = request.num_cached_prompt_tokens
+            metrics.num_cached_prompt_tokens = num_cached
             metrics.num_preemptions = request.num_preemptions
             del self._tracked[update.req_id]
         return RequestOutput(
-            req_id=update.req_id,
-            new_text=detok.take_delta(finished),
-            text=detok.text,
-            new_token_ids=new_ids,
-            num_prompt_tokens=request.num_prompt_tokens,
-            num_output_tokens=request.num_output_tokens,
-            finished=finished,
-            finish_reason=reason,
-            stop_reason=stop_reason,
-            new_logprobs=list(update.new_logprobs),
-            metrics=metrics,
-            num_cached_tokens=request.num_cached_prompt_tokens,
+            update.req_id,
+            new_text,
+            text,
+            new_ids,
+            len(request.prompt_token_ids),
+            len(request.output_token_ids),
+            finished,
+            reason,
+            stop_reason,
+            update.new_logprobs,  # a fresh list per update too
+            metrics,
+            num_cached,
         )
 
     def run_until_done(self) -> dict[str, RequestOutput]:

@@ -46,6 +46,7 @@ from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenL
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.kv import KVCacheManager
+from engine.multi_step import DecodeRun, commit_decode_run, kv_step_limit, plan_decode_run
 from engine.prompt import check_prompt_length
 from engine.request import FinishReason, Request, RequestStatus
 from engine.scheduler_remote import RemoteSwapMixin
@@ -151,16 +152,8 @@ class Scheduler(RemoteSwapMixin):
     # -- one step --------------------------------------------------------------------------------
 
     def schedule(self) -> SchedulerOutput:
-        for req_id in self._finished_req_ids:
-            request = self._requests.get(req_id)
-            if request is not None and not request.is_finished:
-                continue  # the id was reused (a request migrated away and back): the new one stays
-            self._requests.pop(req_id, None)
-            self._admission_order.pop(req_id, None)
-        output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._finished_req_ids)
+        output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._begin_schedule())
         self._next_step_id += 1
-        self._finished_req_ids = []
-        self.kv_cache_manager.begin_step()
 
         budget = self.scheduler_config.max_num_batched_tokens
         self._preempt_for_priority(output, budget)
@@ -172,6 +165,42 @@ class Scheduler(RemoteSwapMixin):
             if not self._swapped or self._outranked_by_waiting(self._swapped[0]):
                 self._schedule_waiting(output, budget)
         return output
+
+    def _begin_schedule(self) -> list[str]:
+        """What every step does first: forget the requests finished since the last step (returned: the runner may
+        drop their state) and unpin the last step's copy-on-write sources."""
+        finished_req_ids = self._finished_req_ids
+        for req_id in finished_req_ids:
+            request = self._requests.get(req_id)
+            if request is not None and not request.is_finished:
+                continue  # the id was reused (a request migrated away and back): the new one stays
+            self._requests.pop(req_id, None)
+            self._admission_order.pop(req_id, None)
+        self._finished_req_ids = []
+        self.kv_cache_manager.begin_step()
+        return finished_req_ids
+
+    # -- several pure decode steps at once (engine/multi_step.py) ---------------------------------
+
+    def plan_decode_run(self, token_id: int, max_steps: int) -> DecodeRun | None:
+        """The pure decode steps (each request sampling ``token_id``) that may run from now; changes nothing."""
+        return plan_decode_run(self, token_id, max_steps)
+
+    def kv_step_limit(self, run: DecodeRun, num_steps: int) -> int:
+        return kv_step_limit(self, run, num_steps)
+
+    def begin_decode_run(self) -> list[str]:
+        """A planned run is taken: its first step begins now (as ``schedule`` would)."""
+        return self._begin_schedule()
+
+    def commit_decode_run(self, run: DecodeRun, num_steps: int, finished_only: bool = False) -> list[RequestUpdate]:
+        """Apply ``num_steps`` of a run begun with ``begin_decode_run``; the updates, each with all its tokens (only
+        those of the requests that finished with ``finished_only``: the others each got ``num_steps`` tokens)."""
+        return [
+            RequestUpdate(r.req_id, tokens.copy(), [], finished, r.finish_reason, r.stop_reason)
+            for r, tokens, finished in commit_decode_run(self, run, num_steps)
+            if finished or not finished_only
+        ]
 
     def _outranked_by_waiting(self, request: Request) -> bool:
         return bool(self._waiting) and self._waiting[0].priority > request.priority

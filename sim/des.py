@@ -29,6 +29,7 @@ is read except to measure the simulator's own speed.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import time
@@ -43,6 +44,7 @@ from controlplane.request_intake import place_request
 from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
 from engine.llm_engine import PendingStep
+from engine.multi_step import DecodeSteps
 from engine.sampling_params import SamplingParams
 from sim.adapters import AdapterMix
 from sim.fleet import Fleet, NodeSpec
@@ -153,6 +155,31 @@ class SimNode:
         self.report_due = False
         self.pending: PendingStep | None = None  # the step in flight, finished at its STEP_DONE event
         self.num_requests = 0
+        self.run: DecodeSteps | None = None  # pure decode steps in flight as one (engine/multi_step.py)
+        self.next_report_s = math.inf  # when this node's next REPORT event falls
+        self.done_seq = -1  # the push number of its live STEP_DONE event (a cut run leaves a stale one)
+
+    def start(self, now: float, deadline_s: float) -> float | None:
+        """Start the next step at ``now``: several at once when they are provably pure decode steps up to the
+        step in flight at this node's next report (a run, cut at the step in flight when a request arrives:
+        ``cut_run``); the end time of what started, or None when the node is idle."""
+        run = self.core.plan_decode_steps(now, self.next_report_s, deadline_s)
+        if run is not None:
+            self.run = run
+            self.busy = True
+            return run.end_s
+        step_s = self.start_step()
+        return None if step_s is None else now + step_s
+
+    def cut_run(self, now: float) -> float | None:
+        """A request arrived at ``now``: the run ends with the step in flight then (the next step schedules the
+        newcomer, as after a plain step). The run's new end, or None when it ends there anyway."""
+        run = self.run
+        num_steps = bisect.bisect_right(run.end_times_s, now) + 1  # the steps done by now, and the one in flight
+        if num_steps >= run.num_steps:
+            return None
+        run.truncate(num_steps)
+        return run.end_s
 
     def start_step(self) -> float | None:
         """Start a step; its predicted time, or None when the node has nothing to run (it is idle)."""
@@ -166,10 +193,19 @@ class SimNode:
         self.busy = True
         return pending.step_time_s
 
-    def finish_step(self):
-        """Apply the step in flight at the clock's now; the RequestOutputs of the requests that progressed."""
-        pending, self.pending = self.pending, None
+    def finish_step(self, records: dict[str, RequestRecord]):
+        """Apply the step in flight at the clock's now; the RequestOutputs of the requests that progressed (of a
+        run: of those that finished; the others' ``records`` count its tokens here)."""
         self.busy = False
+        if self.run is not None:
+            run, self.run = self.run, None
+            outputs = self.core.finish_decode_steps(run, finished_only=True)
+            num_steps = run.num_steps
+            for request in run.run.requests:
+                if not request.is_finished:
+                    records[request.req_id].num_output_tokens += num_steps
+            return outputs
+        pending, self.pending = self.pending, None
         return self.core.finish_step(pending)
 
     def result(self) -> NodeResult:
@@ -271,7 +307,8 @@ class FleetSimulator:
         # an anchor sees load as fresh as its own deployment does (llm-d scrapes every 50 ms)
         interval = getattr(policy, "metrics_refresh_s", None) or self.report_interval_s
         for i in range(len(nodes)):
-            heapq.heappush(heap, (interval * (i + 1) / len(nodes), seq, _REPORT, i))
+            nodes[i].next_report_s = interval * (i + 1) / len(nodes)
+            heapq.heappush(heap, (nodes[i].next_report_s, seq, _REPORT, i))
             seq += 1
         num_arrivals = len(requests)
         next_arrival = 0
@@ -286,9 +323,11 @@ class FleetSimulator:
             if next_arrival >= num_arrivals and not records:
                 break
             if heap[0][0] <= arrival_s:
-                now, _, kind, i = pop(heap)
+                now, event_seq, kind, i = pop(heap)
                 if now > deadline_s:
                     break
+                if kind == _STEP_DONE and event_seq != nodes[i].done_seq:
+                    continue  # the end of a decode run an arrival cut short: its new end is queued
                 clock.now_s = now
                 num_events += 1
                 if kind == _LAND:  # i: the move's slot
@@ -307,11 +346,12 @@ class FleetSimulator:
                         node.report_due = True
                     else:
                         registry.report(node.core.load_report())
-                    push(heap, (now + interval, seq, _REPORT, i))
+                    node.next_report_s = now + interval
+                    push(heap, (node.next_report_s, seq, _REPORT, i))
                     seq += 1
                     continue
                 if kind == _STEP_DONE:
-                    for o in node.finish_step():
+                    for o in node.finish_step(records):
                         rec = records[o.req_id]
                         if o.new_token_ids:
                             if rec.first_token_s is None:
@@ -340,9 +380,10 @@ class FleetSimulator:
                     node.kicked = False
                     if node.busy:
                         continue
-                step_s = node.start_step()
-                if step_s is not None:
-                    push(heap, (now + step_s, seq, _STEP_DONE, i))
+                end_s = node.start(now, deadline_s)
+                if end_s is not None:
+                    push(heap, (end_s, seq, _STEP_DONE, i))
+                    node.done_seq = seq
                     seq += 1
                 continue
 
@@ -392,6 +433,10 @@ class FleetSimulator:
             node.core.add(req_id, placed.token_ids, msg.sampling, priority=placed.priority, lora=placed.lora)
             node.num_requests += 1
             records[req_id] = rec
+            if node.run is not None and (end_s := node.cut_run(arrival_s)) is not None:
+                push(heap, (end_s, seq, _STEP_DONE, i))
+                node.done_seq = seq
+                seq += 1
             if not node.busy and not node.kicked:
                 node.kicked = True
                 push(heap, (arrival_s, seq, _KICK, i))

@@ -117,17 +117,57 @@ class SimModelRunner(LoraRunnerVerbs):
             copy_blocks=len(batch.blocks_to_copy),
         )
 
+    # -- several pure decode steps at once (engine/multi_step.py, LLMEngine.plan_decode_steps) -----
+
+    @property
+    def decode_token_id(self) -> int:
+        """What every sampling row returns (without speculative decoding)."""
+        return self.dummy_token_id
+
+    def decode_step_times(
+        self, num_seqs: int, kv_read: int, start_s: float, stop_after_s: float, end_by_s: float, max_steps: int
+    ) -> list[float] | None:
+        """The times ``execute`` would predict for consecutive pure decode steps of ``num_seqs`` requests whose
+        contexts sum to ``kv_read`` tokens (each step reads one more per request), bit for bit: steps from
+        ``start_s`` while they end by ``end_by_s``, stopping after the first one ending at or after
+        ``stop_after_s``, at most ``max_steps``. None when this runner cannot tell (drafts, adapters)."""
+        if self.spec is not None or self.lora_slots is not None:
+            return None
+        step_time_s = self.cost.step_time_s
+        times: list[float] = []
+        now = start_s
+        while len(times) < max_steps:
+            # predict_step_s's sums for q = 1: attention units start + 1 per row, summed as floats (exact integers)
+            t = 0.0 + step_time_s(num_seqs, num_seqs, num_seqs, float(kv_read + num_seqs), kv_read)
+            if now + t > end_by_s:
+                break
+            times.append(t)
+            now += t
+            if now >= stop_after_s:
+                break
+            kv_read += num_seqs
+        return times
+
+    def account_decode_steps(self, step_times_s: list[float]) -> None:
+        """Count steps applied through ``decode_step_times`` as ``execute`` counts its own."""
+        for t in step_times_s:
+            self.num_steps += 1
+            self.busy_time_s += t
+
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         if batch.is_empty:  # only finished requests to forget: no kernel runs, no time passes
             return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
         step_s = self.predict_step_s(batch) + self._lora_s(batch)
         token = self.dummy_token_id
         spec = self.spec
-        sampled = {
-            r.req_id: [token] * (1 + (spec.num_accepted(len(r.spec_token_ids)) if spec and r.spec_token_ids else 0))
-            for r in batch.requests
-            if r.sample
-        }
+        if spec is None:
+            sampled = {r.req_id: [token] for r in batch.requests if r.sample}
+        else:
+            sampled = {
+                r.req_id: [token] * (1 + (spec.num_accepted(len(r.spec_token_ids)) if r.spec_token_ids else 0))
+                for r in batch.requests
+                if r.sample
+            }
         self.num_steps += 1
         self.busy_time_s += step_s
         return RunnerOutput(sampled_token_ids=sampled, step_time_s=step_s)

@@ -345,6 +345,23 @@ class KVCacheManager:
             num_needed += sum(1 for b in hit_block_ids if ref_count(b) == 0)  # evictable -> in use
         return num_needed, num_new_blocks, cow_indices
 
+    def pool_ref_count(self, block_id: int) -> int:
+        """A device block's reference count (0: free or evictable)."""
+        return self._device.ref_count(block_id)
+
+    def decode_extent(self, request: Request) -> int | None:
+        """The request's device table length when the decode steps ahead can only append fresh blocks to it
+        (every block from the one its next token is written into onwards is held by it alone); None when it
+        holds no device blocks or would need a copy-on-write (engine/multi_step.py)."""
+        table = self._device_tables.get(request.req_id)
+        if not table or len(table) * self.block_size < request.num_computed_tokens:
+            return None
+        ref_count = self._device.ref_count
+        for i in range(request.num_computed_tokens // self.block_size, len(table)):
+            if ref_count(table[i]) > 1:
+                return None
+        return len(table)
+
     def rollback_slots(self, request: Request) -> None:
         """Release the device blocks past the request's computed tokens: after a verification step, the
         blocks that only held rejected drafts' KV. Afterwards the table is exactly

@@ -1,0 +1,241 @@
+"""Multi-step decode: apply several pure decode steps at once where nothing can happen in between.
+
+The fleet simulator's fast path (sim/des.py, through ``LLMEngine.plan_decode_steps``). A run of steps is
+*provably identical in shape* — each schedules exactly the same requests, one token each — when:
+
+    nobody waits or is swapped out         no admission, resume or priority preemption can happen
+    every running request decodes          one known token left, >= 1 generated, no drafts, no adapter
+    all of them fit the token budget       one token each
+    the blocks the run appends fit         in the free device blocks: no KV-pressure preemption, and no
+                                           block written is shared (no copy-on-write)
+    the runner's token is known            it samples a fixed token (the simulated runner's placeholder)
+
+and the run ends at the first step in which a request can finish (its length limits and the stop tokens are
+known in advance). Whoever drives the engine adds the conditions outside it: no arrival, no load report
+within the run (the simulator cuts the run at the step in flight when a request arrives).
+
+``commit_decode_run`` then applies k of the planned steps as k rounds of ``schedule()`` / runner /
+``update_from_output`` would, in the same order: block allocations (step by step, running order), prefix-cache
+registrations after each step, the k tokens of every request, the finishes of the last step (stop check,
+blocks freed, the request reported finished), step ids and token counters. It is O(requests + blocks
+crossed), not O(requests x steps). ``tests/engine/test_multi_step.py`` checks it against plain steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.request import Request
+
+# The functions below work on an engine.scheduler.Scheduler (typed Any: the scheduler imports this module).
+
+
+@dataclass(slots=True)
+class DecodeRun:
+    """Up to ``max_steps`` pure decode steps of the running set (``plan_decode_run``)."""
+
+    requests: list[Request]  # the running requests, in running order (each step schedules them in this order)
+    token_id: int  # what the runner samples for each of them, every step
+    max_steps: int  # the last step that may run: a request finishes in it, or a caller's cap
+    kv_read: int  # context tokens the first step reads (sum of num_computed_tokens)
+    starts: list[int]  # num_computed_tokens of each request before the run
+    table_lens: list[int]  # device blocks each request holds before the run
+
+
+def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun | None:
+    """The pure decode steps the scheduler's state allows from now (None: the next step is no pure decode).
+    Changes nothing; ``kv_step_limit`` bounds the run by the free blocks."""
+    running = scheduler._running
+    if not running or scheduler._swapped or max_steps < 1:
+        return None
+    config = scheduler.scheduler_config
+    newest = running[-1]  # the likeliest to be still computing its prompt: a cheap early refusal
+    if len(running) > config.max_num_batched_tokens or newest.num_tokens - newest.num_computed_tokens != 1:
+        return None
+    if scheduler._waiting and not _waiting_head_stays(scheduler, token_id):
+        return None
+    manager = scheduler.kv_cache_manager
+    decode_extent = manager.decode_extent
+    max_model_len = config.max_model_len
+    max_device_tokens = scheduler._max_device_tokens
+    limit = max_steps
+    kv_read = 0
+    starts: list[int] = []
+    table_lens: list[int] = []
+    for request in running:
+        num_tokens = request.num_tokens
+        start = request.num_computed_tokens
+        if num_tokens - start != 1 or not request.output_token_ids or request.spec_token_ids:
+            return None
+        if request.lora_id is not None:
+            return None
+        table_len = decode_extent(request)
+        if table_len is None:
+            return None
+        params = request.sampling_params
+        if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
+            limit = 1  # it stops at the first step
+        # the step after which _check_stop ends it by length (output count, context, device capacity)
+        steps_left = min(
+            params.max_tokens - len(request.output_token_ids),
+            max_model_len - num_tokens,
+            max_device_tokens + 1 - num_tokens,
+        )
+        if steps_left < limit:
+            limit = max(steps_left, 1)
+        kv_read += start
+        starts.append(start)
+        table_lens.append(table_len)
+    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
+
+
+def _waiting_head_stays(scheduler: Any, token_id: int) -> bool:
+    """The waiting head cannot be admitted now and provably not before the run ends, so each of its steps
+    tries and fails exactly as now (``Scheduler._schedule_waiting``; nothing behind the head overtakes it).
+
+    During a run nothing is freed (finishes come at its end) and blocks are only taken, so the free blocks only
+    shrink; the running count and the budget left by the decoders stay. What could still let the head in is its
+    prefix hit: it cannot shrink when every hit block is in use (none evictable), and it grows only if the
+    block after the hit gets registered, and every block a run registers ends with an output (the run's) token.
+    """
+    config = scheduler.scheduler_config
+    running, head = scheduler._running, scheduler._waiting[0]
+    if config.max_loras or running[-1].priority < head.priority:
+        return False  # adapter slots let the queue be overtaken; a higher priority head preempts
+    if len(running) >= config.max_num_seqs:
+        return True
+    budget = config.max_num_batched_tokens - len(running)
+    if budget <= 0:
+        return True
+    manager = scheduler.kv_cache_manager
+    if manager.pinned_block_ids:  # freed by the next step's begin_step: more room than now
+        return False
+    hit = manager.get_computed_blocks(head)  # as the step's own lookup (it only extends the head's hash chain)
+    num_new_tokens = scheduler._num_new_tokens(head, budget, num_computed_tokens=hit.num_tokens)
+    if num_new_tokens == 0:
+        return True
+    if manager.can_allocate(head, num_new_tokens, hit):
+        return False
+    device = manager.pool_ref_count
+    if any(device(b) == 0 for b in hit.block_ids):
+        return False  # an evictable hit block may be evicted by the run, changing what the head needs
+    block_size = manager.block_size
+    num_hit = len(hit.block_ids)
+    # False where the run might register the head's next block
+    last_of_next = (num_hit + 1) * block_size - 1
+    return num_hit >= (head.num_tokens - 1) // block_size or head.all_token_ids[last_of_next] != token_id
+
+
+def kv_step_limit(scheduler: Any, run: DecodeRun, num_steps: int) -> int:
+    """The most steps (<= num_steps) whose new blocks fit in the free device blocks."""
+    manager = scheduler.kv_cache_manager
+    block_size = manager.block_size
+    free = manager.num_free_device_blocks
+    starts, table_lens = run.starts, run.table_lens
+
+    def blocks_needed(k: int) -> int:
+        total = 0
+        for start, table_len in zip(starts, table_lens):
+            extra = -(-(start + k) // block_size) - table_len
+            if extra > 0:
+                total += extra
+        return total
+
+    if blocks_needed(num_steps) <= free:
+        return num_steps
+    lo, hi = 0, num_steps  # blocks_needed(lo) fits (0 always does), blocks_needed(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if blocks_needed(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tuple[Request, list[int], bool]]:
+    """Apply the first ``num_steps`` steps of ``run`` (module docstring); per request, in running order: the
+    tokens it got (all ``num_steps`` of them) and whether it finished. The scheduler must be as
+    ``plan_decode_run`` left it."""
+    requests = run.requests
+    running = scheduler._running
+    if not 1 <= num_steps <= run.max_steps or len(running) != len(requests):
+        raise ValueError(f"cannot commit {num_steps} of a {run.max_steps}-step decode run now")
+    for a, b in zip(running, requests):
+        if a is not b:
+            raise ValueError("the running set changed since the decode run was planned")
+    manager = scheduler.kv_cache_manager
+    block_size = manager.block_size
+    caching = manager.enable_prefix_caching
+    k = num_steps
+    token_id = run.token_id
+    tokens = [token_id] * k
+    # (step, phase, index): allocations while scheduling step j (phase 0), registrations after it (phase 1)
+    events: list[tuple[int, int, int]] = []
+    for i, request in enumerate(requests):
+        start, table_len = run.starts[i], run.table_lens[i]
+        # step j writes position start + j - 1; it appends a block when that position opens one past the table
+        first = max(-(-start // block_size), table_len) * block_size
+        for position in range(first, start + k, block_size):
+            events.append((position - start + 1, 0, i))
+        if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
+            first_end = -(-(start + 1) // block_size) * block_size
+            if first_end != start + 1 and k > 1:
+                events.append((1, 1, i))  # as after every step (idempotent): registers nothing the plain step would not
+            for end in range(first_end, start + k, block_size):
+                events.append((end - start, 1, i))
+        request.append_output_token_ids(tokens)
+    events.sort()
+    try_allocate_slots = manager.try_allocate_slots
+    cache_computed_blocks = manager.cache_computed_blocks
+    for step, phase, i in events:
+        request = requests[i]
+        if phase == 0:
+            request.num_computed_tokens = run.starts[i] + step - 1
+            if try_allocate_slots(request, 1) != []:  # a fresh private block: no copy, never None (planned)
+                raise RuntimeError(f"{request.req_id}: the decode run's block allocation did not go as planned")
+        else:
+            request.num_computed_tokens = run.starts[i] + step
+            cache_computed_blocks(request)
+    updates = []
+    check_stop = scheduler._check_stop
+    may_finish = k == run.max_steps  # before it, _check_stop is False for everyone (plan_decode_run's limit)
+    for i, request in enumerate(requests):  # the last step's update, in running order
+        end = run.starts[i] + k
+        request.num_computed_tokens = end
+        if caching and (k == 1 or end % block_size == 0):  # else it registers nothing (caught up after step 1)
+            cache_computed_blocks(request)
+        finished = may_finish and check_stop(request, token_id)
+        if finished:
+            running.remove(request)
+            scheduler._release_finished(request)
+        updates.append((request, tokens, finished))  # one list for all: the caller copies what it keeps
+    scheduler._next_step_id += k
+    scheduler._counters.num_generation_tokens_total += k * len(requests)
+    return updates
+
+
+@dataclass(slots=True)
+class DecodeSteps:
+    """A planned decode run with its predicted step times (``LLMEngine.plan_decode_steps``)."""
+
+    run: DecodeRun
+    step_times_s: list[float]
+    end_times_s: list[float]  # engine clock at the end of each step
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.step_times_s)
+
+    @property
+    def end_s(self) -> float:
+        return self.end_times_s[-1]
+
+    def truncate(self, num_steps: int) -> None:
+        """Keep the first ``num_steps`` (>= 1) steps."""
+        if not 1 <= num_steps <= len(self.step_times_s):
+            raise ValueError(f"num_steps must be in 1..{len(self.step_times_s)}, got {num_steps}")
+        del self.step_times_s[num_steps:]
+        del self.end_times_s[num_steps:]
