@@ -75,6 +75,7 @@ BENCH_TARGETS = {
     "step": ("bench.decode_step", "run_decode_step_bench"),
     "spec": ("bench.spec", "run_spec_bench"),
     "lora": ("bench.lora", "run_lora_bench"),
+    "fastpath": ("bench.fastpath", "run_fastpath_bench"),
 }
 
 
