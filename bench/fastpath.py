@@ -168,6 +168,7 @@ def _measure(model, checkpoint, batch: int, steps: int, say) -> dict[str, Any]:
     fig["fast"]["ops_per_step"] = _ops_per_step(fast)
     fig["fast_vs_baseline_cpu"] = fig["baseline"]["step_cpu_ms"] / fig["fast"]["step_cpu_ms"]
     fig["same_tokens"] = same
+    model.fast_path = True
     say(
         f"  batch {batch}: baseline {fig['baseline']['step_cpu_ms']:.1f} ms, fast {fig['fast']['step_cpu_ms']:.1f} ms "
         f"CPU a step ({fig['fast_vs_baseline_cpu']:.3f}x); matmuls alone {fig['matmul_cpu_ms']:.1f} ms, weights read "
