@@ -48,10 +48,10 @@ class _Region:
         self._alloc(capacity)
 
     def _alloc(self, capacity: int) -> None:
-        pin = self.device.type == "cuda"
-        self.host = torch.zeros(capacity, dtype=self.dtype, pin_memory=pin)
+        self.host = torch.zeros(capacity, dtype=self.dtype, pin_memory=self.device.type == "cuda")
         self.host_np = self.host.numpy()
-        self.dev = self.host if not pin else torch.zeros(capacity, dtype=self.dtype, device=self.device)
+        on_cpu = self.device.type == "cpu"
+        self.dev = self.host if on_cpu else torch.zeros(capacity, dtype=self.dtype, device=self.device)
         self.cursor = 0
         self.uploaded = 0  # host[:uploaded] already copied to dev this step
 
@@ -136,5 +136,6 @@ class StepBuffers:
             return
         for region in self.regions.values():
             region.upload()
-        self._done = torch.cuda.Event()
-        self._done.record()
+        if self.device.type == "cuda":
+            self._done = torch.cuda.Event()
+            self._done.record()

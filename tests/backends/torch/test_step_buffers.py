@@ -4,6 +4,7 @@ when a step needs more, and giving the same metadata and logits, bit for bit, as
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from backends.torch.attention import GatherSDPABackend
@@ -77,3 +78,16 @@ def test_put_keeps_shape_and_dtype():
     buf = StepBuffers("cpu")
     t = buf.put(np.arange(6, dtype=np.int32).reshape(2, 3))
     assert t.dtype == torch.int32 and t.shape == (2, 3) and t.tolist() == [[0, 1, 2], [3, 4, 5]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_pieces_are_uploaded_in_one_copy_per_region_including_outgrown_ones():
+    buf = StepBuffers("cuda", {torch.int64: 4})
+    for step in range(2):
+        buf.reset()
+        a_np, a = buf.take(3)
+        a_np[:] = [1, 2, 3 + step]
+        b_np, b = buf.take(10)  # outgrows the region: ``a`` lives in the retired one
+        b_np[:] = np.arange(10)
+        buf.upload()
+        assert a.device.type == "cuda" and a.tolist() == [1, 2, 3 + step] and b.tolist() == list(range(10))
