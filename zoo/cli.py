@@ -76,6 +76,7 @@ BENCH_TARGETS = {
     "spec": ("bench.spec", "run_spec_bench"),
     "lora": ("bench.lora", "run_lora_bench"),
     "sim-speed": ("bench.sim_speed", "run_sim_speed_bench"),
+    "fastpath": ("bench.fastpath", "run_fastpath_bench"),
 }
 
 

@@ -38,6 +38,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from backends.torch.step_buffers import StepBuffers
+
 
 @dataclass(slots=True)
 class PrefillChunk:
@@ -124,6 +126,25 @@ def split_decode_groups(num_blocks: list[int], min_saved_blocks: int = GROUP_SPL
     return starts
 
 
+_ARANGE = np.arange(0, dtype=np.int64)
+
+
+def arange_view(n: int) -> np.ndarray:
+    """0..n-1 as int64, a view of one array kept between steps (grown in powers of two)."""
+    global _ARANGE
+    if _ARANGE.size < n:
+        _ARANGE = np.arange(1 << max(0, n - 1).bit_length(), dtype=np.int64)
+    return _ARANGE[:n]
+
+
+def as_slot_tensor(slot_mapping: np.ndarray | torch.Tensor, buffers: StepBuffers) -> torch.Tensor:
+    """The step's slot mapping as an int64 tensor on the device: as given when it already is one (the
+    runner's, in its step buffers), else copied into a piece of ``buffers``."""
+    if isinstance(slot_mapping, torch.Tensor):
+        return slot_mapping
+    return buffers.put(np.asarray(slot_mapping, dtype=np.int64))
+
+
 class AttentionBackend:
     """Writes new K/V into the paged cache and attends. Subclasses own their metadata format."""
 
@@ -143,8 +164,11 @@ class AttentionBackend:
         decode_seq_lens: list[int],
         decode_block_ids: list[list[int]],
         chunk_specs: list[tuple[int, int, list[int]]],  # (start_pos, num_rows, block_ids) per chunk
-        slot_mapping: np.ndarray,
+        slot_mapping: np.ndarray | torch.Tensor,  # [T] int64; a tensor: already on the device
+        buffers: StepBuffers | None = None,  # the runner's step buffers (step_buffers.py); None: fresh ones
     ) -> AttentionMetadata:
+        """Builds the step's metadata into pieces of ``buffers`` (uploaded by the caller, who owns them),
+        or, without buffers, into fresh memory uploaded here."""
         raise NotImplementedError
 
     def forward(
@@ -163,10 +187,11 @@ class GatherSDPABackend(AttentionBackend):
 
     name = "gather_sdpa"
 
-    def build_metadata(self, decode_seq_lens, decode_block_ids, chunk_specs, slot_mapping):
+    def build_metadata(self, decode_seq_lens, decode_block_ids, chunk_specs, slot_mapping, buffers=None):
         bs = self.block_size
-        dev = self.device
-        meta = AttentionMetadata(slot_mapping=torch.from_numpy(slot_mapping).to(dev, non_blocking=True))
+        own = buffers is None
+        buf = StepBuffers(self.device) if own else buffers
+        meta = AttentionMetadata(slot_mapping=as_slot_tensor(slot_mapping, buf))
         num_decodes = len(decode_seq_lens)
         meta.num_decodes = num_decodes
         num_blocks = [-(-n // bs) for n in decode_seq_lens]
@@ -174,21 +199,25 @@ class GatherSDPABackend(AttentionBackend):
         for start, end in zip(starts, [*starts[1:], num_decodes]):
             rows = end - start
             if rows == 1:
-                n = decode_seq_lens[start]
-                table = torch.tensor(decode_block_ids[start][: num_blocks[start]], dtype=torch.int64, device=dev)
+                n, nb = decode_seq_lens[start], num_blocks[start]
+                table_np, table = buf.take(nb)
+                table_np[:] = decode_block_ids[start][:nb]
                 meta.decode_groups.append(DecodeGroup(start, 1, table, n, None))
                 continue
             width = max(num_blocks[start:end])
-            table_np = np.zeros((rows, width), dtype=np.int64)
+            table_np, table = buf.take(rows * width)
+            table_np[:] = 0
+            table_rows = table_np.reshape(rows, width)
             for i in range(rows):
                 nb = num_blocks[start + i]
-                table_np[i, :nb] = decode_block_ids[start + i][:nb]
-            seq_lens = np.asarray(decode_seq_lens[start:end], dtype=np.int64)
+                table_rows[i, :nb] = decode_block_ids[start + i][:nb]
             mask = None
-            if (seq_lens != width * bs).any():
-                m = np.arange(width * bs)[None, :] < seq_lens[:, None]  # [rows, L]
-                mask = torch.from_numpy(m[:, None, None, :]).to(dev, non_blocking=True)
-            table = torch.from_numpy(table_np.reshape(-1)).to(dev, non_blocking=True)
+            if any(n != width * bs for n in decode_seq_lens[start:end]):
+                keys = width * bs
+                mask_np, mask = buf.take(rows * keys, torch.bool)
+                seq_lens = np.asarray(decode_seq_lens[start:end], dtype=np.int64)
+                np.less(arange_view(keys)[None, :], seq_lens[:, None], out=mask_np.reshape(rows, keys))
+                mask = mask.view(rows, 1, 1, keys)
             meta.decode_groups.append(DecodeGroup(start, rows, table, width * bs, mask))
         row = num_decodes
         for start_pos, num_rows, block_ids in chunk_specs:
@@ -197,11 +226,19 @@ class GatherSDPABackend(AttentionBackend):
             mask = None
             if start_pos > 0:
                 # row i sits at position start_pos + i and sees keys 0..start_pos + i
-                m = np.arange(ctx)[None, :] <= (start_pos + np.arange(num_rows))[:, None]
-                mask = torch.from_numpy(m).to(dev, non_blocking=True)
-            table = torch.tensor(block_ids[:nb], dtype=torch.int64, device=dev)
+                mask_np, mask = buf.take(num_rows * ctx, torch.bool)
+                np.less_equal(
+                    arange_view(ctx)[None, :],
+                    start_pos + arange_view(num_rows)[:, None],
+                    out=mask_np.reshape(num_rows, ctx),
+                )
+                mask = mask.view(num_rows, ctx)
+            table_np, table = buf.take(nb)
+            table_np[:] = block_ids[:nb]
             meta.chunks.append(PrefillChunk(row, num_rows, start_pos, table, mask))
             row += num_rows
+        if own:
+            buf.upload()
         return meta
 
     def _gather(self, kv_cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:

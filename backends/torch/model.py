@@ -86,15 +86,29 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + rotated * sin
 
 
+def apply_rope_signed(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """``apply_rope`` with the sign of ``rotate_half`` folded into the table (``signed_sin`` = sin with its
+    first half negated): one op and one temporary fewer, the same bits ((-a) * s == a * (-s) exactly, and
+    the products are summed in the same order)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    out = x * cos
+    return out.add_(rotated.mul_(signed_sin))
+
+
 class RMSNorm(nn.Module):
     def __init__(self, size: int, eps: float, dtype: torch.dtype, device: torch.device) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(size, dtype=dtype, device=device), requires_grad=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
         # statistics in fp32 whatever the weight dtype (as transformers does); same op order as HF
         if x.dtype == torch.float32:
+            if in_place:  # the same ops on this call's temporaries: 3 allocations fewer, the same bits
+                # (torch's F.rms_norm gives the same bits on this CPU build but runs more ops: measured slower)
+                inv = x.pow(2).mean(-1, keepdim=True).add_(self.eps).rsqrt_()
+                return (x * inv).mul_(self.weight)
             return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -124,6 +138,7 @@ class DecoderLayer(nn.Module):
         self.gate_up_proj_t = weight_t(e, 2 * inter)
         self.down_proj_t = weight_t(inter, e)
         self.intermediate_size = inter
+        self.fast_path = True  # LlamaModel.fast_path sets it for every layer
 
     # [out, in] views of the stored [in, out] weights (the HF layout; weights.py writes through them)
     @property
@@ -153,12 +168,14 @@ class DecoderLayer(nn.Module):
         lora: LoraBatch | None = None,
     ) -> torch.Tensor:
         t = hidden.shape[0]
-        x = self.input_layernorm(hidden)
+        fast = self.fast_path
+        x = self.input_layernorm(hidden, fast)
         qkv = torch.mm(x, self.qkv_proj_t)  # [T, (H + 2Hkv) * D]
         if lora is not None:
             lora.add(self.layer_idx, LORA_QKV, x, qkv)
         qk = qkv[:, : self.q_size + self.kv_size].view(t, self.num_heads + self.num_kv_heads, self.head_dim)
-        qk = apply_rope(qk, cos, sin)  # q and k rotated in one pass
+        # q and k rotated in one pass (fast: ``sin`` is the signed table, see LlamaModel.forward)
+        qk = apply_rope_signed(qk, cos, sin) if fast else apply_rope(qk, cos, sin)
         q = qk[:, : self.num_heads]  # [T, H, D]
         k = qk[:, self.num_heads :]  # [T, Hkv, D]
         v = qkv[:, self.q_size + self.kv_size :].view(t, self.num_kv_heads, self.head_dim)
@@ -167,11 +184,14 @@ class DecoderLayer(nn.Module):
         if lora is not None:
             lora.add(self.layer_idx, LORA_O, o, hidden)
 
-        x = self.post_attention_layernorm(hidden)
+        x = self.post_attention_layernorm(hidden, fast)
         gate_up = torch.mm(x, self.gate_up_proj_t)  # [T, 2I]
         if lora is not None:
             lora.add(self.layer_idx, LORA_GATE_UP, x, gate_up)
-        act = F.silu(gate_up[:, : self.intermediate_size]) * gate_up[:, self.intermediate_size :]
+        if fast:  # silu(gate) * up into silu's output (the same products)
+            act = F.silu(gate_up[:, : self.intermediate_size]).mul_(gate_up[:, self.intermediate_size :])
+        else:
+            act = F.silu(gate_up[:, : self.intermediate_size]) * gate_up[:, self.intermediate_size :]
         hidden = self._row_parallel_add(hidden, act, self.down_proj_t)
         if lora is not None:
             lora.add(self.layer_idx, LORA_DOWN, act, hidden)
@@ -213,6 +233,24 @@ class LlamaModel(nn.Module):
         tables = rope_tables(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings)
         # kept in the compute dtype: transformers casts cos/sin to the activations' dtype too
         self.register_buffer("rope", tables.to(device=device, dtype=self.dtype), persistent=False)
+        # the fast path's tables: cos | sin with rotate_half's sign folded in (first half negated)
+        signed = tables.clone()
+        signed[1, :, : config.head_dim // 2].neg_()
+        self.register_buffer("rope_signed", signed.to(device=device, dtype=self.dtype), persistent=False)
+        self._fast_path = True
+
+    @property
+    def fast_path(self) -> bool:
+        """The decode fast path (on by default): RoPE on a signed sine table, in-place norm temporaries, the MLP
+        product in place; the same logits bit for bit, fewer ops and allocations per layer. Off = the reference
+        op sequence (kept for A/B measurement: bench/fastpath.py)."""
+        return self._fast_path
+
+    @fast_path.setter
+    def fast_path(self, on: bool) -> None:
+        self._fast_path = bool(on)
+        for layer in self.layers:
+            layer.fast_path = bool(on)
 
     def forward(
         self,
@@ -226,13 +264,14 @@ class LlamaModel(nn.Module):
     ) -> torch.Tensor:
         """Returns fp32 logits [S, V] for the selected rows."""
         hidden = self.embed_t.index_select(1, input_ids).t().contiguous()  # [T, E]
-        cos_sin = self.rope[:, positions].unsqueeze(2)  # [2, T, 1, D]
+        tables = self.rope_signed if self._fast_path else self.rope
+        cos_sin = tables[:, positions].unsqueeze(2)  # [2, T, 1, D]
         cos, sin = cos_sin[0], cos_sin[1]
         for layer, kv in zip(self.layers, kv_caches):
             hidden = layer(hidden, cos, sin, kv, attn, meta, lora)
         if logits_indices is not None:
             hidden = hidden.index_select(0, logits_indices)
-        return torch.mm(self.norm(hidden), self.lm_head_t).float()  # [S, V]
+        return torch.mm(self.norm(hidden, self._fast_path), self.lm_head_t).float()  # [S, V]
 
     @property
     def embed_tokens(self) -> torch.Tensor:

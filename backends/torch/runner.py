@@ -3,7 +3,7 @@
 One step (``execute``)::
 
     block moves (swap_out, swap_in, copy)           kv_cache.py, in batch.py's order
-    flatten requests -> rows  [decodes | chunks]     input_ids, positions, slot_mapping   (host, numpy)
+    flatten requests -> rows  [decodes | chunks]     input_ids, positions, slot_mapping   (step_buffers.py)
     model forward over all rows                      K/V written into the paged cache per layer
     output head on the sampled rows only             logits [S, V]
     sample -> one .tolist()                          sampler.py
@@ -25,7 +25,7 @@ import torch
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
-from backends.torch.attention import AttentionBackend
+from backends.torch.attention import AttentionBackend, arange_view
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
 from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
@@ -35,6 +35,7 @@ from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.rejection_sampler import rejection_sample
 from backends.torch.sampler import Sampler
+from backends.torch.step_buffers import StepBuffers
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.buckets import BucketPolicy
@@ -109,6 +110,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.num_threads = num_threads
         self.kv_cache: PagedKVCache | None = None
         self.attn: AttentionBackend | None = None
+        self.buffers: StepBuffers | None = None  # the step's metadata lives here (step_buffers.py)
         self.block_size = 0
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
@@ -129,6 +131,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.kv_cache = PagedKVCache(KVLayout.from_spec(c, spec), self.kv_dtype, self.device)
         backend = attention_backend_class(self.kernel_plan.attention)
         self.attn = backend(c.num_attention_heads, c.num_key_value_heads, c.head_dim, spec.block_size, self.device)
+        self.buffers = StepBuffers.for_buckets(self.device, spec.block_size, GRAPH_BUCKETS, self.max_graph_batch)
         if self.kernel_plan.cuda_graphs:
             self._capture_graphs()
 
@@ -201,7 +204,6 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.sampler.drop(batch.finished_req_ids)
 
     def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
-        bs = self.block_size
         # longest context first: the attention backend groups neighbouring decodes by padded width
         decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
         decode_loras = {r.lora_id for r in decodes}
@@ -215,46 +217,46 @@ class TorchModelRunner(LoraRunnerVerbs):
         if self.graphs is not None and graphable and self.graphs.bucket(len(decodes)) is not None:
             return self._forward_graph(decodes)
 
-        ids_parts: list[np.ndarray] = []
-        pos_parts: list[np.ndarray] = []
-        slot_parts: list[np.ndarray] = []
+        # rows [decodes | chunks] into this step's pieces of the preallocated buffers (step_buffers.py)
+        buf = self.buffers
+        buf.reset()
+        bs = self.block_size
+        chunk_toks = [chunk_token_ids(r) for r in chunks]
+        nd = len(decodes)
+        num_rows = nd + sum(len(t) for t in chunk_toks)
+        ids, input_ids = buf.take(num_rows)
+        pos, positions = buf.take(num_rows)
+        slots, slot_mapping = buf.take(num_rows)
         sample_rows = SampleRows()
 
         if decodes:
-            pos = np.fromiter((r.start_pos for r in decodes), dtype=np.int64, count=len(decodes))
-            blk = np.fromiter((r.block_ids[r.start_pos // bs] for r in decodes), dtype=np.int64, count=len(decodes))
-            ids_parts.append(np.fromiter((r.token_ids[0] for r in decodes), dtype=np.int64, count=len(decodes)))
-            pos_parts.append(pos)
-            slot_parts.append(blk * bs + pos % bs)
+            ids[:nd] = [r.token_ids[0] for r in decodes]
+            pos[:nd] = [r.start_pos for r in decodes]
+            slots[:nd] = [r.block_ids[r.start_pos // bs] * bs + r.start_pos % bs for r in decodes]
             for i, r in enumerate(decodes):
                 sample_rows.add(r, i)
 
         chunk_specs: list[tuple[int, int, list[int]]] = []
-        row = len(decodes)
-        for r in chunks:
-            toks = chunk_token_ids(r)
+        row = nd
+        for r, toks in zip(chunks, chunk_toks):
             n = len(toks)
-            pos = np.arange(r.start_pos, r.start_pos + n, dtype=np.int64)
-            ids_parts.append(np.asarray(toks, dtype=np.int64))
-            pos_parts.append(pos)
-            slot_parts.append(flat_slots(np.asarray(r.block_ids, dtype=np.int64), pos, bs))
+            ids[row : row + n] = toks
+            np.add(arange_view(n), r.start_pos, out=pos[row : row + n])
+            slots[row : row + n] = flat_slots(np.asarray(r.block_ids, dtype=np.int64), pos[row : row + n], bs)
             chunk_specs.append((r.start_pos, n, r.block_ids))
             sample_rows.add(r, row)
             row += n
 
-        positions = np.concatenate(pos_parts)
-        if positions.max() >= self.max_model_len:
-            raise ValueError(f"position {positions.max()} exceeds max_model_len {self.max_model_len}")
-        slot_mapping = np.concatenate(slot_parts)
+        if pos.max() >= self.max_model_len:
+            raise ValueError(f"position {pos.max()} exceeds max_model_len {self.max_model_len}")
         meta = self.attn.build_metadata(
-            [r.start_pos + 1 for r in decodes], [r.block_ids for r in decodes], chunk_specs, slot_mapping
+            [r.start_pos + 1 for r in decodes], [r.block_ids for r in decodes], chunk_specs, slot_mapping, buf
         )
-        dev = self.device
-        input_ids = torch.from_numpy(np.concatenate(ids_parts)).to(dev, non_blocking=True)
-        positions_t = torch.from_numpy(positions).to(dev, non_blocking=True)
-        logits_idx = torch.tensor(sample_rows.logits_rows, dtype=torch.int64, device=dev)
+        rows_np, logits_idx = buf.take(len(sample_rows.logits_rows))
+        rows_np[:] = sample_rows.logits_rows
+        buf.upload()
         lora = self._lora_batch(decodes, chunks)
-        logits = self.model(input_ids, positions_t, self.kv_cache.layers, self.attn, meta, logits_idx, lora)
+        logits = self.model(input_ids, positions, self.kv_cache.layers, self.attn, meta, logits_idx, lora)
         return logits, sample_rows.slots
 
     def _forward_graph(self, decodes: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:

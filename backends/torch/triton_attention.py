@@ -16,10 +16,10 @@ kernel; their ``ctx_lens`` are 0 in the kernel's launch.
 from __future__ import annotations
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 
-from backends.torch.attention import AttentionBackend, PagedMetadata
+from backends.torch.attention import AttentionBackend, PagedMetadata, as_slot_tensor
+from backends.torch.step_buffers import StepBuffers
 from backends.torch.triton_kernels import paged_attention, store_kv
 
 
@@ -62,7 +62,7 @@ class TritonPagedBackend(AttentionBackend):
     static_metadata = True  # metadata is fixed-shape tensors: decode can run in a CUDA graph
     sdpa_for_fresh_prompts = False
 
-    def build_metadata(self, decode_seq_lens, decode_block_ids, chunk_specs, slot_mapping):
+    def build_metadata(self, decode_seq_lens, decode_block_ids, chunk_specs, slot_mapping, buffers=None):
         tables, ctx = paged_rows(decode_seq_lens, decode_block_ids, chunk_specs, self.block_size)
         sdpa_chunks: list[tuple[int, int]] = []
         if self.sdpa_for_fresh_prompts:
@@ -72,13 +72,17 @@ class TritonPagedBackend(AttentionBackend):
                     sdpa_chunks.append((row, n))
                     ctx[row : row + n] = 0
                 row += n
-        dev = self.device
-        return PagedMetadata(
-            slot_mapping=torch.from_numpy(np.asarray(slot_mapping, dtype=np.int64)).to(dev, non_blocking=True),
-            block_tables=torch.from_numpy(tables).to(dev, non_blocking=True),
-            ctx_lens=torch.from_numpy(ctx).to(dev, non_blocking=True),
+        own = buffers is None
+        buf = StepBuffers(self.device) if own else buffers
+        meta = PagedMetadata(
+            slot_mapping=as_slot_tensor(slot_mapping, buf),
+            block_tables=buf.put(tables),
+            ctx_lens=buf.put(ctx),
             sdpa_chunks=sdpa_chunks,
         )
+        if own:
+            buf.upload()
+        return meta
 
     def forward(self, q, k, v, kv_cache, meta: PagedMetadata):
         t = q.shape[0]
