@@ -47,6 +47,7 @@ from agent.kv_remote_swap import RemoteSwapper
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
 from agent.verifier_pairing import VerifierPairing
+from backends.kv_link_model import check_place_name
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.lora import LoraRequest
@@ -145,6 +146,9 @@ class AgentConfig:
     kv_store_owner_timeout_s: float = 30.0
     role: str = "both"  # prefill | decode | both: told in the hello (the prefill/decode split, zoo agent --role)
     pair_draft_timeout_s: float = 0.25  # paired with a fleet drafter (SpecPair): no drafts past this wait
+    # placement, told in the hello (zoo agent --host-id/--rack; backends/kv_link_model.py): "": not said
+    host_id: str = ""
+    rack: str = ""
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -158,6 +162,9 @@ class AgentConfig:
             raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
         if self.role not in AGENT_ROLES:
             raise ValueError(f"role must be one of {', '.join(AGENT_ROLES)}, got {self.role!r}")
+        for what, name in (("host_id", self.host_id), ("rack", self.rack)):
+            if name:
+                check_place_name(what, name)
 
 
 class NodeAgent(Actor):
@@ -383,6 +390,7 @@ class NodeAgent(Actor):
             hello = msgspec.structs.replace(hello, data_endpoint=self.data_plane.endpoint)
         if self.config.role != "both":
             hello = msgspec.structs.replace(hello, role=self.config.role)
+        hello.host, hello.rack = self.config.host_id, self.config.rack
         hello.vocab_id = self.vocab_id
         if self.drafter is not None:
             hello.draft_models = list(self.drafter.draft_models)

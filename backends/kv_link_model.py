@@ -31,10 +31,22 @@ block is recomputed by the receiver, as a live migration does).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 LINK_KINDS = ("loopback", "nvlink", "infiniband", "ethernet")
+PLACE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,254}")  # a host or rack name (a hostname's characters)
+
+
+def check_place_name(what: str, name: str) -> str:
+    """``name`` if it is a valid host or rack name (``what`` says which, for the error), else ValueError."""
+    if not isinstance(name, str) or PLACE_NAME.fullmatch(name) is None:
+        raise ValueError(
+            f"{what} must be 1..255 characters of letters, digits and . _ : - (starting with a letter or digit), "
+            f"got {name!r}"
+        )
+    return name
 
 
 @dataclass(frozen=True, slots=True)

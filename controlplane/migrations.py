@@ -18,6 +18,8 @@ from collections.abc import Callable
 
 from controlplane.rebalance import RebalanceConfig, Rebalancer
 from controlplane.request_path import RequestPath
+from controlplane.router.placement import PlacedLinks, request_kv_bytes
+from controlplane.router.policy import NodeView
 from transport.actor import MailboxFull
 from transport.codec import clip
 from transport.messages import Envelope, Heartbeat, MigrateRequest, MigrationDone, NodeHello
@@ -38,13 +40,20 @@ class Migrations:
         self.registry = registry
         self.path = path
         self._send_to_node = send_to_node
-        self.rebalancer = Rebalancer(rebalance or RebalanceConfig(), self.has_data_plane)
+        self.placed = PlacedLinks()  # the KV link between two nodes, from their hellos' host/rack
+        self.rebalancer = Rebalancer(rebalance or RebalanceConfig(), self.has_data_plane, self.move_s)
         self.counts: dict[str, int] = {}
         self.kv_bytes_total = 0  # KV bytes moved by migrations that reached their target (MigrationDone.ok)
         self.seen_data_plane = False  # a node with a data endpoint has joined (else rebalance() returns at once)
 
     def has_data_plane(self, node_id: str) -> bool:
         return node_id in self.registry and bool(self.registry.hello(node_id).data_endpoint)
+
+    def move_s(self, source: NodeView, target: str) -> float:
+        """Seconds moving a typical request of ``source`` to ``target`` takes on their link (placements: the
+        registry's nodes, controlplane/router/placement.py)."""
+        nbytes = request_kv_bytes(source, self.registry.hello(source.node_id).kv.bytes_per_block)
+        return self.placed.seconds(self.registry.views(), source.node_id, target, nbytes)
 
     def data_peers(self, hello: NodeHello) -> dict[str, str]:
         """The data endpoints a node is told (Welcome.peers): live nodes of its model that have one."""
@@ -79,11 +88,13 @@ class Migrations:
             return 0
         peers = self.data_peers(self.registry.hello(node_id))
         load = {p: len(self.registry.inflight_request_ids(p)) for p in peers if str(self.registry.state(p)) == "up"}
+        source = next(v for v in self.registry.views() if v.node_id == node_id)
+        move_s = {p: self.move_s(source, p) for p in load}
         num_asked = 0
         for request_id in self.registry.inflight_request_ids(node_id):
             if not load:
                 break
-            target = min(load, key=lambda p: (load[p], p))
+            target = min(load, key=lambda p: (load[p], move_s[p], p))  # ties: the fastest link
             load[target] += 1
             if not self._ask(request_id, node_id, target, peers[target], reason):
                 break

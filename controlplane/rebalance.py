@@ -5,8 +5,9 @@ views at each load report and sends the MigrateRequests it returns; the fleet si
     hot node:  kv_usage >= hot_kv_usage and requests waiting or swapped (it is preempting or queueing for KV)
     cool peer: same model and cell, a data plane, kv_usage <= cool_kv_usage, nothing waiting
     move:      the hot node's most recently routed request (the least progress lost to the pause) to the
-               coolest peer; at most ``max_moves`` per call, and a node is left alone for ``cooldown_s``
-               after it moved one (its next report must show the effect first)
+               coolest peer (ties: the fewest requests, then the fastest link: ``move_s``, the KV link model's
+               price of the move, controlplane/router/placement.py); at most ``max_moves`` per call, and a node
+               is left alone for ``cooldown_s`` after it moved one (its next report must show the effect first)
 """
 
 from __future__ import annotations
@@ -39,11 +40,19 @@ class Move:
 
 
 class Rebalancer:
-    """``has_data_plane(node_id)``: whether a node can send or take KV (its hello named a data endpoint)."""
+    """``has_data_plane(node_id)``: whether a node can send or take KV (its hello named a data endpoint).
+    ``move_s(source view, target id)``: seconds a move of one of source's requests takes on their link (None:
+    every link alike)."""
 
-    def __init__(self, config: RebalanceConfig, has_data_plane: Callable[[str], bool]) -> None:
+    def __init__(
+        self,
+        config: RebalanceConfig,
+        has_data_plane: Callable[[str], bool],
+        move_s: Callable[[NodeView, str], float] | None = None,
+    ) -> None:
         self.config = config
         self._has_data_plane = has_data_plane
+        self._move_s = move_s or (lambda source, target: 0.0)
         self._last_move_s: dict[str, float] = {}
         self.num_moves = 0
 
@@ -77,7 +86,7 @@ class Rebalancer:
             ]
             if not cool:
                 continue
-            target = min(cool, key=lambda p: (p.kv_usage, p.num_inflight, p.node_id))
+            target = min(cool, key=lambda p: (p.kv_usage, p.num_inflight, self._move_s(v, p.node_id), p.node_id))
             moves.append(Move(inflight[v.node_id][-1], v.node_id, target.node_id))
             taken.add(target.node_id)
             self._last_move_s[v.node_id] = now_s

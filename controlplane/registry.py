@@ -43,6 +43,7 @@ import enum
 from collections import deque
 from dataclasses import dataclass
 
+from backends.kv_link_model import check_place_name
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policy import ClusterSnapshot, NodeView
 from engine.clock import Clock
@@ -405,6 +406,8 @@ class ClusterRegistry:
             max_loras=hello.max_loras,
             lora_resident=() if report is None else tuple(report.lora_resident),
             lora_load_s=0.0 if report is None else report.lora_load_s,
+            host=hello.host,
+            rack=hello.rack,
         )
         if _same_values(view, node.view):
             return  # keep the old object: policies treat an unchanged object as an unchanged node
@@ -442,3 +445,6 @@ def _validate_hello(hello: NodeHello) -> None:
         raise ValueError(f"node {hello.node_id!r}: KV needs block_size >= 1 and num_device_blocks >= 1, got {hello.kv}")
     if hello.max_model_len < 1:
         raise ValueError(f"node {hello.node_id!r}: max_model_len must be >= 1, got {hello.max_model_len}")
+    for what, name in (("host", hello.host), ("rack", hello.rack)):
+        if name:  # "": not said
+            check_place_name(f"node {hello.node_id!r}: {what}", name)

@@ -12,14 +12,17 @@ migration (controlplane/migrations.py, agent/kv_migration.py) with reason ``spli
         decodes) ─► d continues the stream from its prefix cache
 
 A request stays where it is (colocated) when p and d are one node, either node has no data plane
-(``zoo agent --data-endpoint``), or p's agent outbox is full. The links between real nodes are taken as
-Ethernet (every node its own host and rack: KVPlacement()) unless a link model is given.
+(``zoo agent --data-endpoint``), or p's agent outbox is full. The link between two real nodes follows
+their hellos' placement (``zoo agent --host-id/--rack``, controlplane/router/placement.py): one host NVLink,
+one rack InfiniBand, else Ethernet (a node that said neither is its own host and rack) — unless a fixed link
+model is given.
 """
 
 from __future__ import annotations
 
 from backends.kv_link_model import KVLinkModel
 from controlplane.router.pd_split import ROLES, PDSplitRouter
+from controlplane.router.placement import PlacedLinks
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
@@ -32,6 +35,7 @@ class SplitHandoffPolicy(PDSplitRouter):
 
     def __init__(self, config: RouterConfig, links: KVLinkModel | None = None) -> None:
         super().__init__(config, self._role_of, links or KVLinkModel(), kv_bytes_per_token=1)
+        self.placed = PlacedLinks() if links is None else None  # None: the given model, fixed
         self.registry = None
         self.migrations = None
         self._moving: dict[str, str] = {}  # request id → the decode node it was asked to move to
@@ -47,6 +51,8 @@ class SplitHandoffPolicy(PDSplitRouter):
         return role if role in ROLES else "both"
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
+        if self.placed is not None:
+            self.links = self.placed.model(snapshot.nodes)
         target = self._moving.pop(request.request_id, None)
         if target is not None:  # a hand-off landing (RequestPath.migrated): a node that decodes, the target first
             nodes = {v.node_id: v for v in snapshot.nodes}

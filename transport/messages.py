@@ -142,6 +142,10 @@ class NodeHello(Envelope, kw_only=True):
     draft_endpoint: str = ""
     draft_vocab_id: str = ""
     draft_step_ms: float = 0.0  # its DraftServer's measured time per drafted token (0: not measured)
+    # placement (zoo agent --host-id/--rack): nodes on one host share NVLink, one rack InfiniBand, else Ethernet
+    # (backends/kv_link_model.py prices KV moves by it); "": not said (its own host / a rack of its own)
+    host: str = ""
+    rack: str = ""
 
 
 class Welcome(Envelope, kw_only=True):
@@ -363,6 +367,8 @@ class NodeStats(msgspec.Struct, kw_only=True):
     spec_acceptance_rate: float = -1.0
     spec_tpot_plain_s: float | None = None
     spec_tpot_paired_s: float | None = None
+    host: str = ""  # from its hello: placement (the KV link to its peers); "": not said
+    rack: str = ""
 
 
 class FleetStats(Envelope, kw_only=True):

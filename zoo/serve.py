@@ -302,6 +302,13 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         choices=("prefill", "decode", "both"),
         help="this node's part in the prefill/decode split (zoo controlplane --policy pd_split; needs --data-endpoint)",
     )
+    p.add_argument(
+        "--host-id",
+        default=None,
+        help="the host this node is on (nodes on one host share NVLink; KV moves are priced by it); "
+        "default: this machine's hostname",
+    )
+    p.add_argument("--rack", default="", help="the rack this node is in (one rack: InfiniBand); default: none")
     from zoo.spec_args import add_can_draft_args
 
     add_can_draft_args(p)  # --can-draft NAME[,NAME], --draft-bind: this node drafts for others (fleet pairs)
@@ -309,6 +316,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
 
 def agent_from_args(args: argparse.Namespace):
     from agent.node_agent import AgentConfig, NodeAgent, default_node_id
+    from zoo.placement_args import default_host_id
 
     node_id, curve = agent_node_id_and_curve(args, default_node_id())
     hardware = None
@@ -339,6 +347,8 @@ def agent_from_args(args: argparse.Namespace):
         kv_transfer_timeout_s=args.kv_transfer_timeout_s,
         kv_store_bytes=args.kv_store_mib << 20,
         role=args.role,
+        host_id=args.host_id if args.host_id is not None else default_host_id(),
+        rack=args.rack,
     )
     exporter = None
     if args.metrics_port is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.cells import parse_cells
+from zoo.placement_args import placement_options
 
 CELL_SECTIONS = {"cells", "traffic_classes", "default_class"}  # controlplane/cells.py; zoo sim reads them too
 SIM_FLEET_KEYS = {"name", "model", "scheduler"}  # `zoo sim --fleet zoo.toml` reads these (sim/fleet.py)
@@ -102,6 +103,7 @@ def load_up_config(path: Path | None) -> UpConfig:
         raw = dict(raw)
         if "node_id" not in raw:
             raise ValueError(f"{path}: agents[{i}] needs a node_id")
+        raw.update(placement_options(raw, f"{path}: agents[{i}]"))  # host → host_id, checked
         agents.append(AgentSpec(str(raw.pop("node_id")), str(raw.pop("backend", "torch")), raw))
     agents = agents or default_agents()
     if "curve_dir" in cp:  # a CURVE control plane: its agents use the same key directory unless told

@@ -40,6 +40,8 @@ class NodeView:
     max_loras: int = 0  # LoRA device slots (hello); 0 = serves the base model only
     lora_resident: tuple[str, ...] = ()  # adapters in its device slots (last report)
     lora_load_s: float = 0.0  # its measured mean adapter load time (last report); 0: not measured yet
+    host: str = ""  # placement (hello): KV links priced by it (backends/kv_link_model.py); "": not said
+    rack: str = ""
 
 
 @dataclass(frozen=True, slots=True)
