@@ -85,6 +85,8 @@ class FleetLedger:
                 "kernels": hello.kernels if hello else "",
                 "decode_roofline_fraction": self.roofline.get(node_id, 0.0),
                 "role": hello.role if hello else "both",
+                "host": hello.host if hello else "",
+                "rack": hello.rack if hello else "",
                 **latency.get(node_id, NodeLatency()).summary(),
             }
         return nodes

@@ -152,6 +152,8 @@ def _node_stats(node_id: str, n: dict) -> NodeStats:
         kernels=n.get("kernels", ""),
         decode_roofline_fraction=n.get("decode_roofline_fraction", 0.0),
         role=n.get("role", "both"),
+        host=n.get("host", ""),
+        rack=n.get("rack", ""),
     )
 
 

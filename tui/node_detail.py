@@ -51,6 +51,7 @@ class NodeDetailScreen(ModalScreen[None]):
             f"kernels {node.kernels or 'not reported'}   "
             f"decode roofline {_percent(node.decode_roofline_fraction)}%   "
             f"role {node.role}\n"
+            f"{describe_placement(node)}\n"
             f"{describe_spec(node)}"
         )
         table = self.query_one("#detail-figures", DataTable)
@@ -67,3 +68,8 @@ def describe_spec(node) -> str:
     if node.spec_tpot_plain_s is not None and node.spec_tpot_paired_s is not None:
         line += f"   predicted TPOT plain {_ms(node.spec_tpot_plain_s)} ms, paired {_ms(node.spec_tpot_paired_s)} ms"
     return line
+
+
+def describe_placement(node) -> str:
+    """Where the node is (its hello's host and rack): the KV link to its peers follows from it."""
+    return f"host {node.host or 'not said'}   rack {node.rack or 'none'}"
