@@ -82,6 +82,12 @@ class SplitHandoffPolicy(PDSplitRouter):
             del self._moving[next(iter(self._moving))]
 
 
+    def on_node_removed(self, node_id: str) -> None:
+        super().on_node_removed(node_id)
+        if self.placed is not None:
+            self.placed.forget(node_id)
+
+
 def make_control_plane_policy(config: RouterConfig):
     """The policy ``zoo controlplane --policy NAME`` runs: the split's, or one of router/policies by name."""
     if config.policy == POLICY_NAME:

@@ -35,19 +35,29 @@ def request_kv_bytes(node: NodeView, bytes_per_block: int) -> int:
 
 
 class PlacedLinks:
-    """The link model of the nodes last given, rebuilt only when their placements changed."""
+    """The link model of the nodes seen: ``model(nodes)`` places (again) the nodes given and keeps those placed
+    before (a snapshot of some of the fleet leaves the others where they were), rebuilding the model only when a
+    placement changed; ``forget`` a node that left."""
 
     def __init__(self, links: Mapping[str, LinkSpec] | None = None) -> None:
         self.links = dict(links or DEFAULT_LINKS)
-        self._places: dict[str, tuple[str, str]] = {}  # node id → (host, rack) of the nodes last given
+        self._places: dict[str, tuple[str, str]] = {}  # node id → (host, rack) as last seen
         self._model = KVLinkModel(KVPlacement(), self.links)
 
     def model(self, nodes: Iterable[NodeView]) -> KVLinkModel:
-        places = {v.node_id: (v.host, v.rack) for v in nodes}
-        if places != self._places:
-            self._places = places
-            self._model = KVLinkModel(_placement(places), self.links)
+        changed = False
+        for v in nodes:
+            place = (v.host, v.rack)
+            if self._places.get(v.node_id) != place:
+                self._places[v.node_id] = place
+                changed = True
+        if changed:
+            self._model = KVLinkModel(_placement(self._places), self.links)
         return self._model
+
+    def forget(self, node_id: str) -> None:
+        if self._places.pop(node_id, None) is not None:
+            self._model = KVLinkModel(_placement(self._places), self.links)
 
     def seconds(self, nodes: Iterable[NodeView], src: str, dst: str, nbytes: float) -> float:
         """Moving ``nbytes`` of KV ``src`` → ``dst`` on an idle link, with the placements of ``nodes``."""

@@ -93,7 +93,7 @@ def test_zoo_toml_host_and_rack_become_agent_flags(tmp_path):
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ('host = 3', r"agents\[0\]: host must be a string"),
+        ("host = 3", r"agents\[0\]: host must be a string"),
         ('host = "two words"', r"agents\[0\]: host must be 1..255 characters"),
         ('rack = ""', r"agents\[0\]: rack must be 1..255 characters"),
         ('host = "a"\nhost_id = "b"', r"agents\[0\]: give host or host_id, not both"),

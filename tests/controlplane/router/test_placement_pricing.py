@@ -48,6 +48,9 @@ def test_link_kinds_follow_the_said_placement(make_node_view):
     assert placed.model(views) is first  # unchanged placements: the same model
     assert placed.model(_placed(views, {"a": ("h9", ""), "b": ("h1", "r1"), "c": ("h2", "r1"),
                                         "d": ("h3", "")})).kind("a", "b") == "ethernet"  # fmt: skip
+    assert placed.model(views[2:]).kind("a", "b") == "ethernet"  # a snapshot of some nodes: the rest stay placed
+    placed.forget("a")
+    assert placed.model(()).placement.host("a") == "a"  # forgotten: its own host again
 
 
 @pytest.mark.parametrize(("places", "decode_node"), [(SAME_HOST, "lean0"), (SWAPPED, "lean1")])
