@@ -81,7 +81,6 @@ class SplitHandoffPolicy(PDSplitRouter):
         while len(self._moving) > MAX_LANDING:  # requests that finished before they could move
             del self._moving[next(iter(self._moving))]
 
-
     def on_node_removed(self, node_id: str) -> None:
         super().on_node_removed(node_id)
         if self.placed is not None:
