@@ -62,6 +62,19 @@ def _cache_dtype(cache) -> str:
     return dtype_name(store.dtype) if store is not None else ""
 
 
+def wire_layout_of(kv) -> KVWireLayout:
+    """The wire layout of blocks read from a KV cache: ``kv`` [layers, 2, blocks, block_size, kv_heads, head_dim]."""
+    num_layers, _, num_blocks, block_size, num_kv_heads, head_dim = kv.shape
+    return KVWireLayout(
+        num_layers=num_layers,
+        num_blocks=num_blocks,
+        block_size=block_size,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        dtype=dtype_name(kv.dtype),
+    )
+
+
 def export_for_migration(engine: LLMEngine, req_id: str) -> ExportedRequest | None:
     """Take ``req_id`` off ``engine`` with its KV; None for a request not here. Call from the engine's thread."""
     state = engine.export_request(req_id)
@@ -71,15 +84,7 @@ def export_for_migration(engine: LLMEngine, req_id: str) -> ExportedRequest | No
     layout, kv = None, None
     if cache is not None and state.block_ids:
         kv = cache.read_blocks(state.block_ids)  # torch tensor (torch cache) or numpy array (JAX cache)
-        num_layers, _, num_blocks, block_size, num_kv_heads, head_dim = kv.shape
-        layout = KVWireLayout(
-            num_layers=num_layers,
-            num_blocks=num_blocks,
-            block_size=block_size,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            dtype=dtype_name(kv.dtype),
-        )
+        layout = wire_layout_of(kv)
     engine.abort([req_id])
     return ExportedRequest(state, layout, kv)
 

@@ -89,8 +89,7 @@ class AgentRemoteKV:
     # -- the engine's hook (engine/remote_kv.py) ----------------------------------------------------
 
     def swap_out(self, moves: list[RemoteMove]) -> None:
-        from agent.kv_data_plane import dtype_name
-        from agent.kv_migration import ExportedRequest
+        from agent.kv_migration import ExportedRequest, wire_layout_of
 
         cache = self.engine.runner.kv_cache
         for move in moves:
@@ -100,15 +99,7 @@ class AgentRemoteKV:
                 log.warning("request %s: KV not readable for the remote tier: %s", move.req_id, e)
                 self.engine.scheduler.remote_failed(move.req_id)
                 continue
-            num_layers, _, num_blocks, block_size, num_kv_heads, head_dim = kv.shape
-            layout = KVWireLayout(
-                num_layers=num_layers,
-                num_blocks=num_blocks,
-                block_size=block_size,
-                num_kv_heads=num_kv_heads,
-                head_dim=head_dim,
-                dtype=dtype_name(kv.dtype),
-            )
+            layout = wire_layout_of(kv)
             state = MigratedRequest(move.req_id, [], 0, list(move.block_ids))
             self._asks.append(RemoteOut(move.req_id, layout, ExportedRequest(state, layout, kv)))
             self.num_out += 1
