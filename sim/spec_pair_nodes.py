@@ -404,6 +404,12 @@ def add_spec_pair_args(parser) -> None:
     parser.add_argument("--spec-k", type=int, default=d.k_max, help="pairs: the most drafts per round")
     parser.add_argument("--spec-draft", default=None, help="pairs: the draft's shape (default: the target's usual)")
     parser.add_argument("--spec-hop", type=float, default=d.hop_s, help="pairs: a round's network time, s")
+    parser.add_argument(
+        "--spec-pair-min-gain",
+        type=float,
+        default=d.policy_min_gain,
+        help="pairs (auto): the control plane's min_gain, as `zoo controlplane --spec-pair-min-gain`",
+    )
 
 
 def apply_spec_pairs(args, fleet: Fleet, mean_context_tokens: float) -> Fleet:
@@ -418,6 +424,7 @@ def apply_spec_pairs(args, fleet: Fleet, mean_context_tokens: float) -> Fleet:
         k_max=args.spec_k,
         hop_s=args.spec_hop,
         context_tokens=mean_context_tokens,
+        policy_min_gain=getattr(args, "spec_pair_min_gain", SpecPairsConfig().policy_min_gain),
     )
     return paired_fleet(fleet, config)
 

@@ -56,6 +56,8 @@ class SpecPairsConfig:
     drafters: the GPU profiles whose nodes run a DraftServer (``zoo agent --can-draft``) and say so in their
         hello; None = the weak GPUs: those whose decode step of the target is at least ``min_step_ratio`` x
         the fleet's fastest (a deployment choice, not a pairing: the control plane's policy pairs them).
+    policy_min_gain: the control plane's ``SpecPairConfig.min_gain`` in mode "auto" (``zoo controlplane
+        --spec-pair-min-gain``): it pairs when the predicted TPOT is at least this much better.
     min_gain: a pair's verifier speculates up to the largest batch predicted to gain more than this (its
         crossover batch, from this module's per-operator costs).
     max_draft_share: the most of its GPU time a drafter gives to drafting (a token bucket; past it, and
@@ -70,6 +72,7 @@ class SpecPairsConfig:
     context_tokens: float = 1024.0
     drafters: tuple[str, ...] | None = None
     min_step_ratio: float = 2.0
+    policy_min_gain: float = SpecPairConfig().min_gain
     min_gain: float = 1.02
     max_draft_share: float = 0.5
 
@@ -96,7 +99,9 @@ class SpecPairsConfig:
     def policy_config(self) -> SpecPairConfig:
         """The control plane's SpecPairConfig for this mode: its defaults with this deployment's hop and k_max
         ("auto"), or forced ("all": any predicted TPOT, any verifier batch)."""
-        config = SpecPairConfig(enabled=self.mode != "none", hop_s=self.hop_s, num_spec_tokens=self.k_max)
+        config = SpecPairConfig(
+            enabled=self.mode != "none", hop_s=self.hop_s, num_spec_tokens=self.k_max, min_gain=self.policy_min_gain
+        )
         if self.mode == "all":
             config.min_gain, config.max_verifier_batch = -10.0, 1 << 30
         return config
