@@ -32,6 +32,7 @@ from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import NodeHardware, StepCostModel
 from backends.sim.model_shapes import sim_model
 from backends.sim.spec_model import DEFAULT_ALPHA
+from controlplane.spec_cost import best_k
 from controlplane.spec_pairs import SpecPairConfig
 from engine.spec.draft_length import expected_tokens
 
@@ -140,13 +141,13 @@ class PairCosts:
         return expected_tokens(alpha, k) * self.plain_step_s(batch, context) / self.round_time_s(batch, k, context)
 
     def best(self, batch: int, context: float, alpha: float, k_max: int, forced: bool = False) -> tuple[int, float]:
-        """(k, speed-up) at the best k in 1..k_max; with ``forced`` False, (0, 1.0) when no k gains."""
-        best_k, best_s = (0, 1.0) if not forced else (1, self.speedup(batch, 1, context, alpha))
-        for k in range(1, k_max + 1):
-            s = self.speedup(batch, k, context, alpha)
-            if s > best_s:
-                best_k, best_s = k, s
-        return best_k, best_s
+        """(k, speed-up) at the best k in 1..k_max (controlplane/spec_cost.py ``best_k`` over this pair's round
+        time); with ``forced`` False, (0, 1.0) when no k gains."""
+        k, per_token_s, _ = best_k(lambda k: self.round_time_s(batch, k, context), alpha, k_max)
+        speedup = self.plain_step_s(batch, context) / per_token_s
+        if not forced and speedup <= 1.0:
+            return 0, 1.0
+        return k, speedup
 
 
 def crossover_batch_size(

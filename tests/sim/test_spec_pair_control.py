@@ -13,7 +13,6 @@ from sim.spec_pair_nodes import paired_fleet, spec_pairs_info
 from sim.spec_pairs import SpecPairsConfig
 from sim.workload import TraceRequest, Workload
 
-
 A100_T4 = [{"gpu": "a100-40gb", "count": 1}, {"gpu": "t4", "count": 1, "tp": 2}]
 
 
