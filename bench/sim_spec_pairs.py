@@ -5,7 +5,8 @@
 
 For each load, one workload (the trace scaled to ``load`` x the plain fleet's capacity, as ``zoo sim``
 does, then its first ``--max-requests`` requests) is replayed once per pair mode (none: no pairs; auto:
-pairs predicted to gain; all: every strong node paired, gain or not: sim/spec_pairs.py) under one policy.
+the control plane's pairing policy, controlplane/spec_pairs.py, deciding on the simulated nodes' hellos and
+LoadReports during the run; all: the same policy forced, every compatible idle drafter) under one policy.
 Reported per case: TTFT P99, TPOT P50/P99, goodput (TTFT <= 1 s and TPOT <= 100 ms), and the share of the
 paired verifiers' steps that speculated; ratios against "none" at the same load. The switch-off load of a
 mode is the lowest swept load from which on fewer than ``--off-share`` of its verifiers' steps speculate.
@@ -60,6 +61,11 @@ def run_case(fleet, workload, args, slo: Slo) -> dict:
         "utilisation": rep.utilisation,
         "requests_by_gpu": rep.requests_by_gpu,
         "spec_step_share": info.get("spec_step_share", 0.0),
+        "num_pairs_total": info.get("num_pairs_total", 0),
+        "num_unpairs_total": info.get("num_unpairs_total", 0),
+        "pairs_at_end": info.get("pairs_at_end", {}),
+        "first_orders": info.get("orders", [])[:4],
+        "refusals": dict(list(info.get("refusals", {}).items())[:3]),
         "pairs": info.get("pairs", []),
         "wall_s": result.wall_s,
     }
@@ -108,7 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     base = build_workload(args, fleet)
     context = base.mean_prompt_tokens + base.mean_output_tokens / 2
     modes = args.modes.split(",")
-    settings = {"alpha": args.spec_alpha, "k_max": args.spec_k, "hop_s": args.spec_hop, "context_tokens": context}
+    settings = {
+        "alpha": args.spec_alpha,
+        "k_max": args.spec_k,
+        "hop_s": args.spec_hop,
+        "context_tokens": context,
+        "policy_min_gain": args.spec_pair_min_gain,
+    }
     fleets = {m: fleet if m == "none" else paired_fleet(fleet, SpecPairsConfig(mode=m, **settings)) for m in modes}
     slo = Slo(args.slo_ttft, args.slo_tpot)
     loads = sorted({float(x) for x in args.loads.split(",")} | {float(x) for x in args.sweep_loads.split(",")})
@@ -144,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         "k_max": args.spec_k,
         "hop_s": args.spec_hop,
         "predicted_speedup_best_k": predicted_table(fleet, context, args.spec_k, args.spec_hop),
-        "plans": {m: [p.describe() for p in f.pairs] for m, f in fleets.items() if m != "none"},
+        "decided_by": "controlplane/spec_pairs.py SpecPairPolicy (via controlplane/spec_pairing.py) on the simulated "
+        "hellos and LoadReports; auto: its defaults (min_gain "
+        f"{args.spec_pair_min_gain}), all: min_gain -10 at any verifier batch",
+        "drafters": {m: f.drafter_ids for m, f in fleets.items() if m != "none"},
         "cases": cases,
         "switch_off_load": {
             m: switch_off_load([(float(ld), c[m]["spec_step_share"]) for ld, c in cases.items()], args.off_share)

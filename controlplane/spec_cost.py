@@ -20,6 +20,7 @@ alpha: the per-token acceptance rate measured on this pair (a prior before it ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.spec.draft_length import expected_tokens
@@ -61,11 +62,20 @@ def predict_pair_tpot(
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if k_max < 1:
         raise ValueError(f"k_max must be >= 1, got {k_max}")
-    best: tuple[float, int, float] | None = None
+    k, tpot, tokens = best_k(
+        lambda k: round_time_s(k, verify_step_s, draft_step_s, hop_s, verify_cost_per_token), alpha, k_max
+    )
+    return PairPrediction(verify_step_s, tpot, k, tokens, alpha)
+
+
+def best_k(round_time_of_k: Callable[[int], float], alpha: float, k_max: int) -> tuple[int, float, float]:
+    """(k, time per token, tokens per round) at the k in 1..k_max whose round yields tokens the fastest, given
+    any round-time model (the linear one above; the simulator's per-operator one: sim/spec_pairs.py); the
+    smallest such k on ties."""
+    best: tuple[int, float, float] | None = None
     for k in range(1, k_max + 1):
         tokens = expected_tokens(alpha, k)
-        tpot = round_time_s(k, verify_step_s, draft_step_s, hop_s, verify_cost_per_token) / tokens
-        if best is None or tpot < best[0] * (1.0 - 1e-9):
-            best = (tpot, k, tokens)
-    tpot, k, tokens = best
-    return PairPrediction(verify_step_s, tpot, k, tokens, alpha)
+        per_token = round_time_of_k(k) / tokens
+        if best is None or per_token < best[1] * (1.0 - 1e-9):
+            best = (k, per_token, tokens)
+    return best

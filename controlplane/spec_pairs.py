@@ -201,11 +201,13 @@ class SpecPairPolicy:
         )
         changes = []
         for v in verifiers:
-            if now_s - self._no_gain_s.get(v.node_id, -1e18) < self.config.hold_s:
-                continue
+            if v.node_id in busy_drafters or now_s - self._no_gain_s.get(v.node_id, -1e18) < self.config.hold_s:
+                continue  # (drafting for a verifier paired earlier in this pass: a node is one or the other)
             best: tuple[PairPrediction, PairNode] | None = None
             for d in drafters:
-                if d.node_id == v.node_id or d.node_id in busy_drafters or (v.node_id, d.node_id) in self._refused:
+                if d.node_id == v.node_id or d.node_id in busy_drafters or d.node_id in self.pairs:
+                    continue
+                if (v.node_id, d.node_id) in self._refused:
                     continue
                 prediction, refusal = self._predict(v, d)
                 if refusal is not None:

@@ -39,7 +39,6 @@ from agent.node_core import NodeCore
 from backends.sim.cost_model import node_hardware_info
 from backends.sim.engine import SimTokenizer
 from controlplane.admission import AdmissionConfig, AdmissionControl
-from controlplane.registry import ClusterRegistry
 from controlplane.request_intake import place_request
 from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
@@ -287,7 +286,7 @@ class FleetSimulator:
         fleet, model = self.fleet, self.fleet.model
         nodes = [SimNode(spec, fleet, clock) for spec in fleet.nodes]
         node_index = {n.node_id: i for i, n in enumerate(nodes)}
-        registry = ClusterRegistry(clock, heartbeat_timeout_s=1e18)
+        registry = fleet.make_registry(clock)  # ClusterRegistry (+ the spec pairing: sim/spec_pair_nodes.py)
         for node in nodes:
             registry.join(node.hello)
         split = None if self.split is None else SplitRun(self.split, fleet, nodes, registry, self.router_config)

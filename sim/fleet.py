@@ -35,6 +35,7 @@ from backends.sim.engine import build_sim_engine
 from backends.sim.model_shapes import kv_bytes_per_token, sim_model
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S
 from controlplane.cells import CellsConfig, parse_cells
+from controlplane.registry import ClusterRegistry
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.llm_engine import LLMEngine
@@ -156,6 +157,10 @@ class Fleet:
             hardware=hardware,
             lora_config=self.engine.lora,
         )
+
+    def make_registry(self, clock: Clock) -> ClusterRegistry:
+        """The control plane's registry for one simulator run (sim/spec_pair_nodes.py adds its pairing)."""
+        return ClusterRegistry(clock, heartbeat_timeout_s=1e18)
 
     def describe(self) -> str:
         parts = []

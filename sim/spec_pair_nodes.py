@@ -1,11 +1,14 @@
 """Pairs at run time in the fleet simulator: the drafter's GPU shared honestly, the verifier's rounds priced.
 
-``PairedFleet`` is a ``Fleet`` whose ``node_engine`` builds each paired node's engine with its pair role
-(sim/des.py needs no change: it builds every node through ``fleet.node_engine``):
+``PairedFleet`` is a ``Fleet`` whose nodes of ``drafter_ids`` run a DraftServer beside their serving and whose
+registry (``make_registry``, sim/spec_pair_control.py) runs the control plane's own pairing policy on the
+nodes' hellos and LoadReports; a SpecPair order is carried out by ``carry_out`` (sim/des.py builds every node
+through ``fleet.node_engine`` and its registry through ``fleet.make_registry``):
 
-- the **verifier** (strong node) gets the production ``Speculator`` (engine/spec/speculator.py: adaptive
-  k from the measured acceptance and costs, off above ``max_batch_size`` = the pair's predicted crossover
-  batch) with a ``PairProposer``, and its simulated runner a ``PairSpecModel``: a verification step's
+- the **verifier** (the node the policy chose) gets the production ``Speculator`` (engine/spec/speculator.py:
+  adaptive k from the measured acceptance and costs, up to the order's k, off above ``max_batch_size`` = the
+  pair's crossover batch by this simulator's costs) with a ``PairProposer``, and its simulated runner a
+  ``PairSpecModel``: a verification step's
   time = hop + k draft decode steps (the draft's shape on the drafter's GPU) + the target's verify step;
   drafts are accepted i.i.d. with rate alpha. The drafter's catch-up (prefilling a request new to it, or
   the tokens it missed while speculation was off) is charged to the drafter's GPU but kept off the
@@ -21,7 +24,7 @@
 
 Assumption stated: the draft's own KV for the accepted tokens is written by its next round's first step
 (free in the memory-bound decode regime). A node's start-up profile (NodeCore.profile) runs plain, so the
-router starts from the same measured rates with and without pairs.
+router starts from the same measured rates with and without pairs; every node starts unpaired.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
+from agent.drafter_switch import DrafterSwitch
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import BYTES_PER_VALUE, StepCostModel
 from backends.sim.engine import build_sim_engine
@@ -38,10 +44,12 @@ from backends.sim.spec_model import DEFAULT_ALPHA, SimSpecModel
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock
 from engine.llm_engine import LLMEngine
-from engine.spec import SpecDecodeConfig, Speculator
+from engine.spec import SpecDecodeConfig
 from engine.spec.proposer import Draft, DraftRequest
 from sim.fleet import Fleet, NodeSpec
-from sim.spec_pairs import SpecPair, SpecPairsConfig, pair_costs, pair_nodes
+from sim.spec_pair_control import PairingRegistry, sim_vocab_id
+from sim.spec_pairs import SpecPairsConfig, crossover_batch_size, pair_costs
+from transport.messages import NodeHello, SpecPair
 
 DRAFT_KV_RESERVE_GIB = 1.0  # the draft's KV on the drafter (a 1B draft's KV is ~1/4 of an 8B's per token)
 PROFILE_PREFIX = "zoo-profile-"  # NodeCore.profile()'s requests: measured plain, so every fleet starts alike
@@ -166,25 +174,107 @@ class PairProposer:
 
 @dataclass(slots=True)
 class PairedFleet(Fleet):
-    """A fleet whose paired nodes verify or draft (see the module docstring). ``runtime`` holds the last
-    run's pair objects (node id -> verifier engine / drafter runner) for ``spec_pairs_info``."""
+    """A fleet whose pairs the control plane's policy makes during a run (see the module docstring).
+
+    The nodes of ``drafter_ids`` run a DraftServer (a DraftHostRunner, their KV room shrunk by the draft);
+    every node may be told to verify. The last run's objects: ``engines`` (node id -> engine), ``hosts``
+    (drafter id -> DraftHostRunner), ``spec_models`` / ``speculators`` (verifier id -> each pairing's
+    PairSpecModel / the speculators whose counts add up), ``control`` (the PairingRegistry)."""
 
     pairs_config: SpecPairsConfig = field(default_factory=SpecPairsConfig)
-    pairs: list[SpecPair] = field(default_factory=list)
-    runtime: dict = field(default_factory=dict)
+    engines: dict = field(default_factory=dict)
+    hosts: dict = field(default_factory=dict)
+    spec_models: dict = field(default_factory=dict)
+    speculators: dict = field(default_factory=dict)
+    control: PairingRegistry | None = None
+
+    @property
+    def drafter_ids(self) -> list[str]:
+        """The nodes that run a DraftServer: of ``pairs_config.drafters``' GPUs, or the weak ones."""
+        cfg = self.pairs_config
+        if cfg.drafters is not None:
+            return [n.node_id for n in self.nodes if n.hardware.profile in cfg.drafters]
+        ctx = cfg.context_tokens
+        step = {n.node_id: StepCostModel(self.model, n.hardware).decode_step_s(1, ctx) for n in self.nodes}
+        fastest = min(step.values())
+        return [n for n, s in step.items() if s >= cfg.min_step_ratio * fastest]
 
     def node_engine(self, node: NodeSpec, *, clock: Clock | None = None, realtime: bool = False, **kw) -> LLMEngine:
         if realtime:
             raise ValueError("spec pairs run in the virtual-time simulator only")
-        pair = next((p for p in self.pairs if node.node_id in (p.verifier, p.drafter)), None)
-        if pair is None:
-            return Fleet.node_engine(self, node, clock=clock)
-        draft = self.pairs_config.draft_for(self.model)
-        if node.node_id == pair.drafter:
-            return self._drafter_engine(node, draft, clock)
-        engine = Fleet.node_engine(self, node, clock=clock)
-        self._make_verifier(engine, pair, node, draft, clock)
+        if node.node_id in self.drafter_ids:
+            engine = self._drafter_engine(node, self.pairs_config.draft_for(self.model), clock)
+        else:
+            engine = Fleet.node_engine(self, node, clock=clock)
+        self.engines[node.node_id] = engine
+        self.spec_models[node.node_id], self.speculators[node.node_id] = [], []
         return engine
+
+    def make_registry(self, clock: Clock) -> PairingRegistry:
+        self.control = PairingRegistry(clock, self)
+        return self.control
+
+    def pair_hello(self, hello: NodeHello) -> NodeHello:
+        """``hello`` as a pairing agent sends it: its tokenizer, and its DraftServer if it runs one."""
+        draft = self.pairs_config.draft_for(self.model)
+        fields = {"vocab_id": sim_vocab_id(self.model)}
+        if hello.node_id in self.hosts:
+            hw = next(n.hardware for n in self.nodes if n.node_id == hello.node_id)
+            step_s = StepCostModel(draft, hw).decode_step_s(1, self.pairs_config.context_tokens)
+            fields.update(
+                draft_models=[draft.name],
+                draft_endpoint=f"sim://{hello.node_id}/draft",
+                draft_vocab_id=sim_vocab_id(draft),
+                draft_step_ms=step_s * 1e3,
+            )
+        return msgspec.structs.replace(hello, **fields)
+
+    def carry_out(self, node_id: str, order: SpecPair, switch: DrafterSwitch) -> None:
+        """The verifier's agent acts on ``order`` between two of its steps: drafts with the drafter named, or
+        (no endpoint) decodes plainly again; through the agent's own DrafterSwitch."""
+        engine = self.engines[node_id]
+        runner = engine.runner.runner if isinstance(engine.runner, DraftHostRunner) else engine.runner
+        old = engine.speculator
+        if not order.draft_endpoint:
+            switch.switch(engine, None, None, "")
+            runner.spec = None
+            return
+        spec, config = self._pairing(node_id, order, runner)
+        runner.spec = spec
+        switch.switch(engine, PairProposer(runner.dummy_token_id, spec), config, order.drafter_node_id)
+        chain = self.speculators[node_id]
+        if old is not None and chain and chain[-1] is old:
+            chain[-1] = engine.speculator  # it carries on the old one's counts
+        else:
+            chain.append(engine.speculator)
+
+    def _pairing(self, node_id: str, order: SpecPair, runner) -> tuple[PairSpecModel, SpecDecodeConfig]:
+        """The pair's round model (this module's costs) and the verifier's speculator settings."""
+        cfg = self.pairs_config
+        draft = cfg.draft_for(self.model)
+        verifier_hw = next(n.hardware for n in self.nodes if n.node_id == node_id)
+        drafter_hw = next(n.hardware for n in self.nodes if n.node_id == order.drafter_node_id)
+        costs = pair_costs(self.model, draft, verifier_hw, drafter_hw, cfg.hop_s)
+        ctx, k = cfg.context_tokens, max(1, order.num_spec_tokens)
+        plain = costs.plain_step_s(1, ctx)
+        models = self.spec_models[node_id]
+        seed = sum(ord(c) for c in node_id) + 7919 * len(models)  # fixed per verifier and pairing: runs repeat
+        spec = PairSpecModel(cfg.alpha, StepCostModel(draft, drafter_hw, block_size=runner.cost.block_size), seed)
+        spec.hop_s = cfg.hop_s
+        spec.host = _LazyHost(self.hosts, order.drafter_node_id)
+        models.append(spec)
+        config = SpecDecodeConfig(
+            method="model",
+            draft_model=draft.name,
+            num_spec_tokens=k,  # the policy's k, as the agent takes it (agent/verifier_pairing.py)
+            draft_cost=(cfg.hop_s + k * costs.draft_step_s(1, ctx)) / (k * plain),
+            verify_cost_per_token=max(0.0, costs.verify_step_s(1, k, ctx) - plain) / (k * plain),
+            initial_acceptance=DEFAULT_ALPHA,  # the engine's prior; it learns the drawn rate
+            # the engine turns speculation off above the cost model's crossover batch (0: it never gains, as
+            # in mode "all": never forced off, the adaptive k turns it down)
+            max_batch_size=crossover_batch_size(costs, ctx, cfg.alpha, k, cfg.min_gain),
+        )
+        return spec, config
 
     def _drafter_engine(self, node: NodeSpec, draft: ModelConfig, clock: Clock | None) -> LLMEngine:
         hardware, settings = node.hardware, self.engine
@@ -210,91 +300,92 @@ class PairedFleet(Fleet):
         host = DraftHostRunner(engine.runner, clock, self.pairs_config.max_draft_share)
         host.engine = engine
         engine.runner = host
-        self.runtime[node.node_id] = host
+        self.hosts[node.node_id] = host
         return engine
-
-    def _make_verifier(self, engine: LLMEngine, pair: SpecPair, node: NodeSpec, draft: ModelConfig, clock) -> None:
-        cfg = self.pairs_config
-        drafter_hw = next(n.hardware for n in self.nodes if n.node_id == pair.drafter)
-        costs = pair_costs(self.model, draft, node.hardware, drafter_hw, cfg.hop_s)
-        ctx, k = cfg.context_tokens, cfg.k_max
-        plain = costs.plain_step_s(1, ctx)
-        runner = engine.runner
-        seed = sum(ord(c) for c in node.node_id)  # a fixed seed per verifier: runs repeat exactly
-        spec = PairSpecModel(cfg.alpha, StepCostModel(draft, drafter_hw, block_size=runner.cost.block_size), seed)
-        spec.hop_s = cfg.hop_s
-        spec.host = _LazyHost(self.runtime, pair.drafter)
-        runner.spec = spec
-        config = SpecDecodeConfig(
-            method="model",
-            draft_model=draft.name,
-            num_spec_tokens=k,
-            draft_cost=(cfg.hop_s + k * costs.draft_step_s(1, ctx)) / (k * plain),
-            verify_cost_per_token=max(0.0, costs.verify_step_s(1, k, ctx) - plain) / (k * plain),
-            initial_acceptance=DEFAULT_ALPHA,  # the engine's prior; it learns the drawn rate
-            max_batch_size=pair.crossover_batch,  # 0 (a pair that never gains, mode "all"): never forced off
-        )
-        engine.speculator = Speculator(PairProposer(runner.dummy_token_id, spec), config, engine.clock)
-        self.runtime[node.node_id] = engine
 
 
 class _LazyHost:
-    """The drafter's runner, looked up at each use (the verifier may be built before its drafter)."""
+    """The drafter's runner, looked up at each use."""
 
-    def __init__(self, runtime: dict, node_id: str) -> None:
-        self._runtime, self._node_id = runtime, node_id
+    def __init__(self, hosts: dict, node_id: str) -> None:
+        self._hosts, self._node_id = hosts, node_id
 
     def can_draft(self) -> bool:
-        host = self._runtime.get(self._node_id)
+        host = self._hosts.get(self._node_id)
         return host is not None and host.can_draft()
 
     def charge(self, draft_s: float) -> None:
-        host = self._runtime.get(self._node_id)
+        host = self._hosts.get(self._node_id)
         if host is not None:
             host.charge(draft_s)
 
 
-def paired_fleet(fleet: Fleet, config: SpecPairsConfig, utilization: dict[str, float] | None = None) -> PairedFleet:
-    """``fleet`` with the pairs ``pair_nodes`` forms under ``config`` (none for mode "none")."""
-    pairs = pair_nodes({n.node_id: n.hardware for n in fleet.nodes}, fleet.model, config, utilization)
+def paired_fleet(fleet: Fleet, config: SpecPairsConfig) -> Fleet:
+    """``fleet`` with its drafters' DraftServers and the control plane's pairing (unchanged for mode "none")."""
+    if config.mode == "none":
+        return fleet
+    config.draft_for(fleet.model)  # a bad draft name fails now
     base = {f.name: getattr(fleet, f.name) for f in dataclasses.fields(Fleet)}
-    return PairedFleet(**base, pairs_config=config, pairs=pairs)
+    return PairedFleet(**base, pairs_config=config)
 
 
 def spec_pairs_info(fleet: Fleet) -> dict:
-    """What the pairs did in the last run: the plan, alpha, and per pair the speculation counters."""
+    """What the pairing did in the last run: the policy's pairs and orders, and per verifier ever paired the
+    speculation counters, per drafter its drafting."""
     if not isinstance(fleet, PairedFleet):
         return {"mode": "none"}
     cfg = fleet.pairs_config
+    control = fleet.control
+    summary = control.pairing.summary() if control is not None else {}
+    history = control.history if control is not None else []
     out = {
         "mode": cfg.mode,
+        "decided_by": "controlplane/spec_pairs.py SpecPairPolicy on the simulated hellos and LoadReports",
         "alpha": cfg.alpha,
         "alpha_source": "assumed: Leviathan et al. 2023 Table 3 range 0.6-0.8 (backends/sim/spec_model.py)",
-        "draft_model": fleet.pairs_config.draft_for(fleet.model).name,
+        "draft_model": cfg.draft_for(fleet.model).name,
+        "drafters": fleet.drafter_ids,
         "k_max": cfg.k_max,
         "hop_s": cfg.hop_s,
+        "pairs_at_end": summary.get("pairs", {}),
+        "num_pairs_total": summary.get("num_pairs_total", 0),
+        "num_unpairs_total": summary.get("num_unpairs_total", 0),
+        "predictions": summary.get("predictions", {}),
+        "refusals": dict(list(summary.get("refusals", {}).items())[:10]),
+        "orders": [{"t_s": round(t, 3), "verifier": v, "drafter": d, "reason": r} for t, v, d, r in history[:20]],
+        "num_orders": len(history),
         "pairs": [],
     }
-    for pair in fleet.pairs:
-        row = dataclasses.asdict(pair)
-        engine, host = fleet.runtime.get(pair.verifier), fleet.runtime.get(pair.drafter)
-        if engine is not None:
-            stats = engine.make_spec_stats()
-            steps = engine.runner.num_steps
-            row.update(
-                spec_rounds=engine.runner.spec.num_rounds,
-                drafter_catch_up_s=engine.runner.spec.catch_up_s_total,
-                verifier_steps=steps,
-                spec_step_share=engine.runner.spec.num_rounds / steps if steps else 0.0,
-                steps_spec_off=stats.num_steps_spec_off_total,
-                acceptance_rate=stats.acceptance_rate,
-                mean_accepted_tokens=stats.mean_accepted_tokens,
-            )
-        if isinstance(host, DraftHostRunner):
-            row.update(drafter_draft_s=host.draft_s_total, drafter_declined_rounds=host.num_declined)
+    ever = {}
+    for _, v, d, _ in history:
+        if d:
+            ever.setdefault(v, set()).add(d)
+    for verifier, drafters in sorted(ever.items()):
+        engine, models = fleet.engines[verifier], fleet.spec_models[verifier]
+        stats = [s.make_stats() for s in fleet.speculators[verifier]]
+        drafted = sum(s.num_draft_tokens_total for s in stats)
+        accepted = sum(s.num_accepted_tokens_total for s in stats)
+        drafts = sum(s.num_drafts_total for s in stats)
+        rounds, steps = sum(m.num_rounds for m in models), engine.runner.num_steps
+        row = {
+            "verifier": verifier,
+            "drafters": sorted(drafters),
+            "spec_rounds": rounds,
+            "drafter_catch_up_s": sum(m.catch_up_s_total for m in models),
+            "verifier_steps": steps,
+            "spec_step_share": rounds / steps if steps else 0.0,
+            "steps_spec_off": sum(s.num_steps_spec_off_total for s in stats),
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "mean_accepted_tokens": 1.0 + accepted / drafts if drafts else 1.0,
+        }
+        hosts = [fleet.hosts[d] for d in sorted(drafters)]
+        row.update(
+            drafter_draft_s=sum(h.draft_s_total for h in hosts),
+            drafter_declined_rounds=sum(h.num_declined for h in hosts),
+        )
         out["pairs"].append(row)
-    rounds = sum(p.get("spec_rounds", 0) for p in out["pairs"])
-    steps = sum(p.get("verifier_steps", 0) for p in out["pairs"])
+    rounds = sum(p["spec_rounds"] for p in out["pairs"])
+    steps = sum(p["verifier_steps"] for p in out["pairs"])
     out["spec_step_share"] = rounds / steps if steps else 0.0
     return out
 
@@ -306,17 +397,23 @@ def add_spec_pair_args(parser) -> None:
         "--spec-pairs",
         choices=("none", "auto", "all"),
         default="none",
-        help="speculative pairs: a weak node drafts for a strong one (auto: the pairs predicted to gain; all: every "
-        "strong node that finds a drafter)",
+        help="speculative pairs: weak nodes run a draft model for strong ones, paired during the run by the control "
+        "plane's policy on the nodes' load reports (auto: its defaults; all: forced, every compatible idle drafter)",
     )
     parser.add_argument("--spec-alpha", type=float, default=d.alpha, help="pairs: per-token draft acceptance rate")
     parser.add_argument("--spec-k", type=int, default=d.k_max, help="pairs: the most drafts per round")
     parser.add_argument("--spec-draft", default=None, help="pairs: the draft's shape (default: the target's usual)")
     parser.add_argument("--spec-hop", type=float, default=d.hop_s, help="pairs: a round's network time, s")
+    parser.add_argument(
+        "--spec-pair-min-gain",
+        type=float,
+        default=d.policy_min_gain,
+        help="pairs (auto): the control plane's min_gain, as `zoo controlplane --spec-pair-min-gain`",
+    )
 
 
 def apply_spec_pairs(args, fleet: Fleet, mean_context_tokens: float) -> Fleet:
-    """``fleet`` with the pairs ``--spec-pairs`` asks for (unchanged for "none"); ValueError on bad settings."""
+    """``fleet`` with the pairing ``--spec-pairs`` asks for (unchanged for "none"); ValueError on bad settings."""
     mode = getattr(args, "spec_pairs", "none")
     if mode == "none":
         return fleet
@@ -327,22 +424,31 @@ def apply_spec_pairs(args, fleet: Fleet, mean_context_tokens: float) -> Fleet:
         k_max=args.spec_k,
         hop_s=args.spec_hop,
         context_tokens=mean_context_tokens,
+        policy_min_gain=getattr(args, "spec_pair_min_gain", SpecPairsConfig().policy_min_gain),
     )
     return paired_fleet(fleet, config)
 
 
 def format_spec_pairs(info: dict) -> str:
-    """The pairs' plan and counters (``spec_pairs_info``) as lines for the log."""
+    """The pairing's orders and counters (``spec_pairs_info``) as lines for the log."""
     lines = [
-        f"spec pairs ({info['mode']}): draft {info.get('draft_model')}, alpha {info.get('alpha')} "
-        f"({info.get('alpha_source')}), k <= {info.get('k_max')}; verifier steps that speculated: "
-        f"{info.get('spec_step_share', 0.0):.1%}"
+        f"spec pairs ({info['mode']}, decided by the control plane's policy): draft {info.get('draft_model')} on "
+        f"{len(info.get('drafters', []))} nodes, alpha {info.get('alpha')} ({info.get('alpha_source')}), "
+        f"k <= {info.get('k_max')}; {info.get('num_pairs_total', 0)} pairings, {info.get('num_unpairs_total', 0)} "
+        f"unpairings; verifier steps that speculated: {info.get('spec_step_share', 0.0):.1%}"
     ]
     for p in info.get("pairs", []):
         lines.append(
-            f"  {p['verifier']} <- {p['drafter']}: predicted x{p['predicted_speedup']:.2f} up to batch "
-            f"{p['crossover_batch']}; {p.get('spec_rounds', 0)} rounds in {p.get('verifier_steps', 0)} steps, "
-            f"acceptance {p.get('acceptance_rate', 0.0):.2f}, drafting {p.get('drafter_draft_s', 0.0):.1f} s, "
-            f"declined {p.get('drafter_declined_rounds', 0)} rounds"
+            f"  {p['verifier']} <- {','.join(p['drafters'])}: {p['spec_rounds']} rounds in {p['verifier_steps']} "
+            f"steps, acceptance {p['acceptance_rate']:.2f}, drafting {p['drafter_draft_s']:.1f} s, declined "
+            f"{p['drafter_declined_rounds']} rounds"
         )
+    for (v, d), why in list(_split_refusals(info.get("refusals", {})))[:3]:
+        lines.append(f"  refused {v} <- {d}: {why}")
     return "\n".join(lines)
+
+
+def _split_refusals(refusals: dict):
+    for key, why in refusals.items():
+        v, _, d = key.partition("<-")
+        yield (v, d), why

@@ -1,4 +1,4 @@
-"""Heterogeneous speculative pairs: which weak node drafts for which strong node, and what a pair is worth.
+"""Heterogeneous speculative pairs in the simulator: what a round of a weak drafter + strong verifier costs.
 
 A pair is a strong node (H100, A100) that verifies and a weak node (L4, T4) that runs a small draft model
 of the same vocabulary (Llama-3.2-1B for a Llama-3(.1)-8B target) beside its own serving. One round of a
@@ -15,14 +15,10 @@ at which it still exceeds ``min_gain`` (a margin for what the prediction does no
 the variance of acceptance), given to the verifier's speculator as ``max_batch_size`` (above it, the
 engine's own logic turns speculation off: engine/spec/speculator.py).
 
-The pairing rule (``pair_nodes``), sans-IO:
-  1. a node may draft for another when the target's decode step on it is at least ``min_step_ratio`` x
-     the other's (it is the weaker of the two) and it is under-used: its utilisation (when known, e.g.
-     measured in a previous window) at most ``max_weak_utilization``;
-  2. every candidate (verifier, drafter) is priced by ``PairCosts.best`` at batch 1; greedily, best
-     first, each node joins at most one pair; a node that could verify with some drafter never drafts;
-  3. mode "auto" keeps only pairs predicted to gain at least ``min_gain``; mode "all" pairs every strong
-     node it can, gain or not (to measure what a losing pair costs and that the engine turns it off).
+Who pairs with whom is not decided here: the simulator runs the control plane's own policy
+(controlplane/spec_pairs.py, through controlplane/spec_pairing.py) on the simulated nodes' hellos and
+LoadReports (sim/spec_pair_control.py). This module is the *cost* side: what a round of a pair takes on
+the simulated GPUs, and the verifier's crossover batch (its speculator's ``max_batch_size``).
 
 alpha: ``backends/sim/spec_model.py``'s DEFAULT_ALPHA = 0.7 unless told (the middle of Leviathan et al.'s
 Table 3, 0.6-0.8 for drafts 10-100x smaller than their targets; assumed for a 1B draft of an 8B target).
@@ -36,6 +32,8 @@ from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import NodeHardware, StepCostModel
 from backends.sim.model_shapes import sim_model
 from backends.sim.spec_model import DEFAULT_ALPHA
+from controlplane.spec_cost import best_k
+from controlplane.spec_pairs import SpecPairConfig
 from engine.spec.draft_length import expected_tokens
 
 PAIR_MODES = ("none", "auto", "all")
@@ -46,7 +44,9 @@ DEFAULT_DRAFTS = {"sim:llama-3-8b": "sim:llama-3.2-1b", "sim:llama-3.1-8b": "sim
 class SpecPairsConfig:
     """How pairs are formed and run.
 
-    mode: "none" (no pairs), "auto" (pairs predicted to gain), "all" (every strong node that finds a drafter).
+    mode: "none" (no pairs), "auto" (the control plane's policy with its defaults: pairs predicted to gain),
+        "all" (the same policy forced: every compatible idle drafter pairs, gain or not, at any verifier
+        batch; an experiment, to measure what a losing pair costs and that the engine turns it off).
     draft_model: the draft's shape (a ``sim:*`` name sharing the target's vocabulary); None = the target's
         usual draft (DEFAULT_DRAFTS).
     alpha: per-token acceptance rate of the draft (drawn i.i.d. by the verifier's simulated runner).
@@ -54,10 +54,13 @@ class SpecPairsConfig:
     hop_s: one round's network time (the verifier's accepted tokens to the drafter and the drafts back).
     context_tokens: the mean context of a decoding request, for the predictions (the workload's mean
         prompt + half its mean output when ``zoo sim`` sets it).
-    min_step_ratio: a drafter's decode step of the target is at least this x its verifier's.
-    max_weak_utilization: a node busier than this (when its utilisation is known) drafts for nobody.
-    min_gain: "auto" keeps pairs whose predicted speed-up at batch 1 is at least this; a pair's verifier
-        speculates up to the largest batch predicted to gain more than this (its crossover batch).
+    drafters: the GPU profiles whose nodes run a DraftServer (``zoo agent --can-draft``) and say so in their
+        hello; None = the weak GPUs: those whose decode step of the target is at least ``min_step_ratio`` x
+        the fleet's fastest (a deployment choice, not a pairing: the control plane's policy pairs them).
+    policy_min_gain: the control plane's ``SpecPairConfig.min_gain`` in mode "auto" (``zoo controlplane
+        --spec-pair-min-gain``): it pairs when the predicted TPOT is at least this much better.
+    min_gain: a pair's verifier speculates up to the largest batch predicted to gain more than this (its
+        crossover batch, from this module's per-operator costs).
     max_draft_share: the most of its GPU time a drafter gives to drafting (a token bucket; past it, and
         whenever it has requests of its own waiting, it declines a round and the verifier decodes plainly).
     """
@@ -68,8 +71,9 @@ class SpecPairsConfig:
     k_max: int = 4
     hop_s: float = 0.0005
     context_tokens: float = 1024.0
+    drafters: tuple[str, ...] | None = None
     min_step_ratio: float = 2.0
-    max_weak_utilization: float = 0.5
+    policy_min_gain: float = SpecPairConfig().min_gain
     min_gain: float = 1.02
     max_draft_share: float = 0.5
 
@@ -86,17 +90,22 @@ class SpecPairsConfig:
             raise ValueError(f"max_draft_share must be in (0, 1], got {self.max_draft_share}")
 
     def draft_for(self, target: ModelConfig) -> ModelConfig:
-        """The draft's shape; ValueError when none is known or its vocabulary differs from the target's."""
+        """The draft's shape; ValueError when none is known. (Another vocabulary is not refused here: the
+        drafters advertise its tokenizer and the control plane's policy refuses the pair, with its reason.)"""
         name = self.draft_model or DEFAULT_DRAFTS.get(target.name)
         if name is None:
             raise ValueError(f"no draft model known for {target.name}; name one (e.g. sim:llama-3.2-1b)")
-        draft = sim_model(name)
-        if draft.vocab_size != target.vocab_size:
-            raise ValueError(
-                f"draft {draft.name} has a {draft.vocab_size}-token vocabulary, the target {target.name} "
-                f"{target.vocab_size}: they cannot pair"
-            )
-        return draft
+        return sim_model(name)
+
+    def policy_config(self) -> SpecPairConfig:
+        """The control plane's SpecPairConfig for this mode: its defaults with this deployment's hop and k_max
+        ("auto"), or forced ("all": any predicted TPOT, any verifier batch)."""
+        config = SpecPairConfig(
+            enabled=self.mode != "none", hop_s=self.hop_s, num_spec_tokens=self.k_max, min_gain=self.policy_min_gain
+        )
+        if self.mode == "all":
+            config.min_gain, config.max_verifier_batch = -10.0, 1 << 30
+        return config
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +141,13 @@ class PairCosts:
         return expected_tokens(alpha, k) * self.plain_step_s(batch, context) / self.round_time_s(batch, k, context)
 
     def best(self, batch: int, context: float, alpha: float, k_max: int, forced: bool = False) -> tuple[int, float]:
-        """(k, speed-up) at the best k in 1..k_max; with ``forced`` False, (0, 1.0) when no k gains."""
-        best_k, best_s = (0, 1.0) if not forced else (1, self.speedup(batch, 1, context, alpha))
-        for k in range(1, k_max + 1):
-            s = self.speedup(batch, k, context, alpha)
-            if s > best_s:
-                best_k, best_s = k, s
-        return best_k, best_s
+        """(k, speed-up) at the best k in 1..k_max (controlplane/spec_cost.py ``best_k`` over this pair's round
+        time); with ``forced`` False, (0, 1.0) when no k gains."""
+        k, per_token_s, _ = best_k(lambda k: self.round_time_s(batch, k, context), alpha, k_max)
+        speedup = self.plain_step_s(batch, context) / per_token_s
+        if not forced and speedup <= 1.0:
+            return 0, 1.0
+        return k, speedup
 
 
 def crossover_batch_size(
@@ -170,63 +179,5 @@ def crossover_batch_size(
     return lo
 
 
-@dataclass(frozen=True, slots=True)
-class SpecPair:
-    verifier: str  # node id of the strong node
-    drafter: str  # node id of the weak node
-    predicted_speedup: float  # at batch 1, the best k (forced k >= 1 in mode "all")
-    predicted_k: int
-    crossover_batch: int  # 0: speculation never gains; the verifier's max_batch_size then stays "never off"
-
-    def describe(self) -> str:
-        return (
-            f"{self.verifier} <- {self.drafter}: predicted x{self.predicted_speedup:.2f} at batch 1 "
-            f"(k={self.predicted_k}), gains up to batch {self.crossover_batch}"
-        )
-
-
 def pair_costs(target: ModelConfig, draft: ModelConfig, verifier: NodeHardware, drafter: NodeHardware, hop_s: float):
     return PairCosts(StepCostModel(target, verifier), StepCostModel(draft, drafter), hop_s)
-
-
-def pair_nodes(
-    nodes: dict[str, NodeHardware],
-    target: ModelConfig,
-    config: SpecPairsConfig,
-    utilization: dict[str, float] | None = None,
-) -> list[SpecPair]:
-    """The pairs of ``nodes`` (node id -> hardware) under ``config`` (see the module docstring); [] for "none".
-
-    utilization: each node's busy share when measured; unknown nodes count as under-used. Deterministic:
-    ties go to the less used drafter, then node order."""
-    if config.mode == "none":
-        return []
-    draft = config.draft_for(target)
-    util = utilization or {}
-    ctx, alpha = config.context_tokens, config.alpha
-    plain = {n: StepCostModel(target, hw).decode_step_s(1, ctx) for n, hw in nodes.items()}
-    order = {n: i for i, n in enumerate(nodes)}
-    forced = config.mode == "all"
-    candidates = []
-    for v, v_hw in nodes.items():
-        for d, d_hw in nodes.items():
-            if d == v or plain[d] < config.min_step_ratio * plain[v]:
-                continue
-            if util.get(d, 0.0) > config.max_weak_utilization:
-                continue
-            costs = pair_costs(target, draft, v_hw, d_hw, config.hop_s)
-            k, gain = costs.best(1, ctx, alpha, config.k_max, forced=forced)
-            if not forced and gain < config.min_gain:
-                continue
-            candidates.append((-gain, util.get(d, 0.0), order[v], order[d], v, d, k, costs))
-    candidates.sort(key=lambda c: c[:4])
-    verifiers = {c[4] for c in candidates}  # a node that can verify (a middle GPU) is kept for that
-    taken: set[str] = set()
-    pairs = []
-    for neg_gain, _, _, _, v, d, k, costs in candidates:
-        if v in taken or d in taken or d in verifiers:
-            continue
-        taken.update((v, d))
-        crossover = crossover_batch_size(costs, ctx, alpha, config.k_max, config.min_gain)
-        pairs.append(SpecPair(v, d, -neg_gain, k, crossover))
-    return pairs

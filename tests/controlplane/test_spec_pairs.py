@@ -114,6 +114,15 @@ def test_one_drafter_serves_one_verifier_and_a_drafter_is_not_a_verifier():
     assert policy.pairs == {"h100b": policy.pairs["h100b"]}
 
 
+def test_two_idle_drafters_that_could_verify_do_not_pair_with_each_other_both_ways():
+    # found by `zoo sim --spec-pairs auto` (sim/spec_pair_control.py): two idle T4s that both draft and may verify
+    policy = SpecPairPolicy()
+    t4a, t4b = (_l4(n, decode_step_s=0.030, num_running=1) for n in ("t4a", "t4b"))
+    (change,) = policy.decide([t4a, t4b], 0.0)
+    assert len(policy.pairs) == 1 and change.verifier not in policy.pairs.values()
+    assert policy.decide([t4a, t4b], 1.0) == []
+
+
 BAD_CONFIGS = [dict(idle_load=4, busy_load=4), dict(min_gain=1.0), dict(min_gain=-11.0), dict(num_spec_tokens=0)]
 
 

@@ -1,5 +1,6 @@
-"""Heterogeneous speculative pairs in the fleet simulator: the pairing rule, a round's time, the drafter's
-GPU share, acceptance accounting, alpha = 0 never beating plain decoding, determinism, ``zoo sim --spec-pairs``.
+"""Heterogeneous speculative pairs in the fleet simulator: a round's time, the drafter's GPU share, acceptance
+accounting, alpha = 0 never beating plain decoding, determinism, ``zoo sim --spec-pairs``. Who pairs with whom is
+the control plane's policy's choice: tests/sim/test_spec_pair_control.py.
 
 Virtual time only (a ManualClock or the simulator's clock): exact and fast.
 """
@@ -19,8 +20,8 @@ from engine.sampling_params import SamplingParams
 from engine.spec import SpecDecodeConfig, Speculator
 from sim.des import FleetSimulator
 from sim.fleet import parse_fleet
-from sim.spec_pair_nodes import DraftHostRunner, PairedFleet, PairProposer, PairSpecModel, paired_fleet
-from sim.spec_pairs import SpecPairsConfig, crossover_batch_size, pair_costs, pair_nodes
+from sim.spec_pair_nodes import DraftHostRunner, PairedFleet, PairProposer, PairSpecModel, paired_fleet, spec_pairs_info
+from sim.spec_pairs import SpecPairsConfig, crossover_batch_size, pair_costs
 
 TARGET, DRAFT = sim_model("sim:llama-3-8b"), sim_model("sim:llama-3.2-1b")
 
@@ -56,30 +57,20 @@ def test_round_time_is_hop_plus_k_draft_steps_plus_one_verify_step():
     assert b >= 1 and costs.best(b, ctx, 0.7, 4)[0] > 0 and costs.best(b + 1, ctx, 0.7, 4)[0] == 0
 
 
-def test_pairing_rule_on_the_zoo_fleet():
-    nodes = {
-        "h100": NodeHardware("h100-sxm"),
-        "a100": NodeHardware("a100-40gb"),
-        "l4-0": NodeHardware("l4"),
-        "l4-1": NodeHardware("l4"),
-        "t4": NodeHardware("t4", 2),
-    }
-    assert pair_nodes(nodes, TARGET, SpecPairsConfig(mode="none")) == []
-    auto = pair_nodes(nodes, TARGET, SpecPairsConfig(mode="auto"))
-    # a 1B draft on an L4 (12 ms a step) never pays for an H100 (7 ms an 8B step); on a TP-2 T4 it pays for an A100
-    assert [(p.verifier, p.drafter) for p in auto] == [("a100", "t4")]
-    assert auto[0].predicted_speedup > 1.02 and auto[0].crossover_batch > 1
-    forced = pair_nodes(nodes, TARGET, SpecPairsConfig(mode="all"))
-    assert {(p.verifier, p.drafter) for p in forced} == {("a100", "t4"), ("h100", "l4-0")}
-    h100 = next(p for p in forced if p.verifier == "h100")
-    assert h100.predicted_speedup < 1.0 and h100.crossover_batch == 0
-    # a busy weak node drafts for nobody
-    busy = pair_nodes(nodes, TARGET, SpecPairsConfig(mode="auto"), utilization={"t4": 0.9})
-    assert busy == []
-    with pytest.raises(ValueError, match="vocabulary"):
-        pair_nodes(nodes, TARGET, SpecPairsConfig(mode="auto", draft_model="sim:smollm2-135m"))
+def test_drafters_are_the_weak_gpus_unless_named():
+    fleet = _fleet(
+        [{"gpu": "h100-sxm", "count": 1}, {"gpu": "a100-40gb", "count": 1}, {"gpu": "l4", "count": 2},
+         {"gpu": "t4", "count": 1, "tp": 2}]
+    )  # fmt: skip
+    assert paired_fleet(fleet, SpecPairsConfig(mode="none")) is fleet
+    auto = paired_fleet(fleet, SpecPairsConfig(mode="auto"))
+    assert auto.drafter_ids == ["c/l4-00", "c/l4-01", "c/t4-00"]  # an 8B step >= 2x the H100's
+    named = paired_fleet(fleet, SpecPairsConfig(mode="auto", drafters=("a100-40gb",)))
+    assert named.drafter_ids == ["c/a100-40gb-00"]
     with pytest.raises(ValueError, match="mode"):
         SpecPairsConfig(mode="sometimes")
+    with pytest.raises(ValueError, match="no draft model known"):
+        SpecPairsConfig(mode="auto").draft_for(sim_model("sim:smollm2-135m"))
 
 
 def _host(clock: ManualClock, share: float = 1.0) -> DraftHostRunner:
@@ -190,7 +181,7 @@ def test_alpha_zero_never_beats_plain_and_runs_repeat(tiny_workload):
     workload = tiny_workload(num=40, gap_s=0.03, prompt=300, output=40)
     plain = _run(fleet, workload)
     paired = paired_fleet(fleet, SpecPairsConfig(mode="all", alpha=0.0, context_tokens=320))
-    assert isinstance(paired, PairedFleet) and len(paired.pairs) == 1
+    assert isinstance(paired, PairedFleet) and paired.drafter_ids == ["c/l4-00"]
     spec = _run(paired, workload)
     by_id = {r.req_id: r for r in plain.records}
     assert all(r.node_id == by_id[r.req_id].node_id for r in spec.records)  # round robin: the same placement
@@ -200,9 +191,9 @@ def test_alpha_zero_never_beats_plain_and_runs_repeat(tiny_workload):
         without = sorted(getattr(r, metric) for r in plain.records)
         assert sum(with_pairs) >= sum(without)  # the mean
         assert with_pairs[len(with_pairs) * 99 // 100] >= without[len(without) * 99 // 100]  # the P99
-    engine = paired.runtime[paired.pairs[0].verifier]
-    assert engine.make_spec_stats().num_draft_tokens_total > 0  # it did try (probes), and none was accepted
-    assert engine.make_spec_stats().num_accepted_tokens_total == 0
+    (pair,) = spec_pairs_info(paired)["pairs"]  # forced: the idle L4 drafted for the H100 until it got busy
+    assert pair["verifier"] == "c/h100-sxm-00" and pair["drafters"] == ["c/l4-00"]
+    assert pair["spec_rounds"] > 0 and pair["acceptance_rate"] == 0.0  # it did try, and none was accepted
     again = _run(paired, workload)  # determinism: the same records, event for event
     assert [(r.req_id, r.node_id, r.first_token_s, r.finish_s) for r in again.records] == [
         (r.req_id, r.node_id, r.first_token_s, r.finish_s) for r in spec.records
@@ -213,9 +204,10 @@ def test_a_gaining_pair_lowers_tpot_at_low_load(tiny_workload):
     fleet = _fleet([{"gpu": "a100-40gb", "count": 1}, {"gpu": "t4", "count": 1, "tp": 2}])
     workload = tiny_workload(num=12, gap_s=0.5, prompt=200, output=60)
     plain = _run(fleet, workload)
-    paired = paired_fleet(fleet, SpecPairsConfig(mode="auto", alpha=0.9, context_tokens=230))
-    assert [(p.verifier, p.drafter) for p in paired.pairs] == [("c/a100-40gb-00", "c/t4-00")]
+    # the control plane's policy with a 5% margin pairs them (its prior alpha 0.7 predicts ~7% better)
+    paired = paired_fleet(fleet, SpecPairsConfig(mode="auto", alpha=0.9, context_tokens=230, policy_min_gain=0.05))
     spec = _run(paired, workload)
+    assert paired.control.pairing.policy.pairs == {"c/a100-40gb-00": "c/t4-00"}
     on_a100 = [r for r in spec.records if r.node_id == "c/a100-40gb-00"]
     plain_by_id = {r.req_id: r for r in plain.records}
     assert on_a100
@@ -230,7 +222,11 @@ def test_zoo_sim_spec_pairs_states_alpha(capsys):
     out = json.loads(capsys.readouterr().out)
     pairs = out["info"]["spec_pairs"]
     assert pairs["mode"] == "all" and pairs["alpha"] == 0.6 and pairs["draft_model"] == "sim:llama-3.2-1b"
-    assert len(pairs["pairs"]) == 1 and "spec_step_share" in pairs
+    assert pairs["decided_by"].startswith("controlplane/spec_pairs.py") and pairs["drafters"] == [
+        "small/l4-00",
+        "small/l4-01",
+    ]
+    assert pairs["num_pairs_total"] >= 1 and pairs["orders"][0]["reason"].startswith("paired: predicted TPOT")
     assert main([*args, "--spec-pairs", "all", "--spec-alpha", "1.5"]) == 2  # a clear error, no traceback
     assert "alpha must be in [0, 1]" in capsys.readouterr().err
     assert main([*args, "--spec-pairs", "auto", "--realtime"]) == 2  # pairs run in virtual time only
