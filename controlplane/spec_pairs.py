@@ -8,8 +8,8 @@ turns them into SpecPair messages)::
     1. keep or break each pair:  drafter gone / draining            -> unpair now
                                  drafter busy (load >= busy_load)   -> unpair now (it serves its own requests)
                                  predicted TPOT no longer better    -> unpair (after hold_s since the last change)
-    2. make new pairs:           verifiers strongest first; drafters idle (load <= idle_load), not stronger
-                                 than the verifier, same tokenizer; the drafter with the lowest predicted
+    2. make new pairs:           verifiers (not idle drafters) strongest first; drafters idle (load <= idle_load),
+                                 not stronger than the verifier, same tokenizer; the drafter with the lowest predicted
                                  TPOT (controlplane/spec_cost.py), kept only if it beats plain decode by
                                  min_gain; one verifier per drafter, one drafter per verifier
 
@@ -196,7 +196,14 @@ class SpecPairPolicy:
         if not drafters:
             return []
         verifiers = sorted(
-            (v for v in by_id.values() if v.routable and v.node_id not in paired and v.node_id not in busy_drafters),
+            (
+                v
+                for v in by_id.values()
+                if v.routable
+                and (v.load > 0 or not v.can_draft)
+                and v.node_id not in paired
+                and v.node_id not in busy_drafters
+            ),  # an idle node that can draft is a drafter, not a verifier (idle L4s never pair with each other)
             key=lambda v: (-v.power_score, -v.load, v.node_id),
         )
         changes = []

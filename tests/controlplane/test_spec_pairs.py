@@ -130,3 +130,14 @@ BAD_CONFIGS = [dict(idle_load=4, busy_load=4), dict(min_gain=1.0), dict(min_gain
 def test_config_is_validated(bad):
     with pytest.raises(ValueError):
         SpecPairConfig(**bad)
+
+
+def test_an_idle_drafter_is_never_a_verifier_so_idle_weak_nodes_do_not_pair_with_each_other():
+    policy = SpecPairPolicy()
+    idle_l4s = [_l4("l4a"), _l4("l4b")]  # both could draft and, being equal, verify each other
+    assert policy.decide(idle_l4s, 0.0) == [] and policy.pairs == {}
+    (change,) = policy.decide([*idle_l4s, _h100(num_running=0)], 1.0)  # a node that cannot draft verifies
+    assert change.verifier == "h100" and change.drafter in ("l4a", "l4b")
+    busy = SpecPairPolicy()
+    (change,) = busy.decide([_l4("l4a", num_running=1, decode_step_s=0.02), _l4("l4b")], 0.0)  # with work: it may
+    assert (change.verifier, change.drafter) == ("l4a", "l4b")
