@@ -186,7 +186,7 @@ class HardwareAwarePolicy(PolicyHooks):
         changes = snapshot.changes
         if changes is not None and changes.log not in self._watched:
             self._watch(changes.log)
-        table = self._tables.get(request.model, request.traffic_class)
+        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
         table.sync(snapshot.nodes, changes)
         n = len(table)
         if n == 0:
