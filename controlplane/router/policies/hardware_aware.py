@@ -40,7 +40,11 @@ derived when the registry logs the node's new view (router/node_changes.py: on a
 token or finished request) rather than at the decision; a decision checks the rows against its snapshot
 and is ~13 vectorised passes in the scalar formula's order (so the same floats, the same choice as the
 old decision, bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few
-prefix-holding nodes.
+prefix-holding nodes that could still win (a holder whose cost less the most it could save is above the
+least cost is skipped). Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes
+keeps its own, incremental). Tried and measured slower here (numpy 2.4, 1,024 nodes): stacking columns
+into 2-D blocks so one call does two or three passes (a (k, 1) broadcast operand costs more than k 1-D
+calls), and adding penalties with ``where=`` masks instead of ``mask * penalty``.
 """
 
 from __future__ import annotations
