@@ -13,7 +13,8 @@ with a handful of vectorised numpy operations::
       column 2… policy's own terms
     rank:   float64 [num_nodes]   position of nodes[i].node_id in sorted node-id order (tie breaks)
 
-A snapshot whose length or node order differs (join, leave) rebuilds the table (O(N) Python, rare);
+A snapshot whose length or node order differs (join, leave, a subset) rebuilds the table: O(N) lookups,
+re-deriving only the rows of views it has not derived yet (a subset of its nodes re-derives none);
 otherwise only the changed rows are re-derived, however many. A registry snapshot says itself which nodes
 changed since the table's last one (``ClusterSnapshot.changes``, router/node_changes.py): then the table
 re-derives just those, without comparing the tuples (O(changes) instead of ~25 µs at 1,024 nodes).
