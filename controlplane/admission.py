@@ -78,7 +78,7 @@ def _derive(node: NodeView) -> tuple[float, float, float]:
 class AdmissionControl:
     def __init__(self, config: AdmissionConfig | None = None) -> None:
         self.config = AdmissionConfig() if config is None else config
-        self._table = NodeTable(_derive, 3)
+        self._tables: dict[object, NodeTable] = {}  # snapshot change-mark group (None: unmarked) -> its table
         self.num_admitted_total = 0
         self.num_refused_total: dict[RefusalReason, int] = {reason: 0 for reason in RefusalReason}
 
@@ -92,13 +92,17 @@ class AdmissionControl:
         """None: admit. Checks the global queue of ``snapshot`` and, if given, ``node_id``'s own queue
         (the node the router chose; a node not in the snapshot is not checked) against ``max_queue_per_node``
         (a traffic class's limit, controlplane/cells.py; None: the config's) and, if given, its prefill
-        backlog against ``max_backlog_s`` (a class that sheds past its TTFT SLO). Pass the same scope every
-        time, normally the whole cluster (``registry.snapshot()``): the totals are kept per snapshot
-        lineage, and a snapshot of other nodes rebuilds them (O(N))."""
+        backlog against ``max_backlog_s`` (a class that sheds past its TTFT SLO). The totals are kept per
+        snapshot group (a registry snapshot's change mark: only the nodes logged since are re-derived);
+        an unmarked snapshot of other nodes than the last unmarked one rebuilds them (O(N))."""
         config = self.config
         node_limit = config.max_queue_per_node if max_queue_per_node is None else max_queue_per_node
-        table = self._table
-        table.sync(snapshot.nodes)
+        changes = snapshot.changes
+        group = None if changes is None else changes.group
+        table = self._tables.get(group)
+        if table is None:
+            table = self._tables[group] = NodeTable(_derive, 3)
+        table.sync(snapshot.nodes, changes)
         total = int(table.columns[_COL_QUEUED].sum()) if len(table) else 0
         if total >= config.max_queue_global:
             return self._refuse(

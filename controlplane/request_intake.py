@@ -111,7 +111,11 @@ def place_request(
     cell = traffic_class.cell if traffic_class is not None else router.cell_for(asked)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
     if lora_entry is not None:
-        snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.max_loras > 0))
+        lora_nodes = tuple(v for v in snapshot.nodes if v.max_loras > 0)
+        # a filter on a hello fact: the registry's change mark still holds for the subgroup, so the policy's and
+        # admission's tables stay incremental (router/node_changes.py); a plain subset would rebuild them
+        lora_changes = None if snapshot.changes is None else snapshot.changes.subgroup("max_loras>0")
+        snapshot = ClusterSnapshot(snapshot.now_s, lora_nodes, lora_changes)
         if not snapshot.nodes:
             message = f"no live node serves LoRA adapters of {model!r} in cell {cell!r}"
             return refuse(ErrorCode.NO_NODE, message, retry_after_s=1.0)

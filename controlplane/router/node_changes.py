@@ -90,6 +90,13 @@ class ChangeMark(NamedTuple):
     epoch: int
     seq: int
 
+    def subgroup(self, tag: object) -> ChangeMark:
+        """The mark of a snapshot holding the nodes of this one that pass a filter ``tag`` names, in the same
+        order. Valid only for a filter on a node's hello facts (e.g. ``max_loras > 0``): those change only when
+        the node re-joins, which bumps the epoch, so within an epoch the filter keeps the same members and the
+        contract above holds for the subgroup. Never for a filter on load (a report could change who passes)."""
+        return ChangeMark(self.log, (self.group, tag), self.epoch, self.seq)
+
     def changed_since(self, older: ChangeMark | None, to_now: bool = False) -> list[str] | None:
         """Node ids whose views may differ between a snapshot marked ``older`` and this one (``to_now``: and
         those logged since this one was taken); None when the two are not comparable (no mark, another log,

@@ -95,7 +95,9 @@ class PrefixIndex:
         level = lo
         while True:
             block = positions[level]
-            for node_id in islice(holders[block_hashes[block]], max_candidates):
+            # .get: held blocks need not be a contiguous prefix (a chain inserted under another chain's
+            # tail, or evicted unevenly), so a level below the deepest held one may be held by nobody
+            for node_id in islice(holders.get(block_hashes[block], ()), max_candidates):
                 if node_id not in matched:
                     matched[node_id] = block + 1
                     if len(matched) >= max_candidates:

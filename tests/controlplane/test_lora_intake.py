@@ -107,3 +107,23 @@ def test_routing_prefers_the_node_holding_the_adapter(make_hello, make_report):
     # a resumed request excluded from its node still finds another
     registry.report(make_report("c", lora_resident=["sql"]))
     assert _place(registry, loras, "sql", policy, exclude=("c",)).node_id == "a"
+
+
+def test_lora_requests_keep_the_registry_change_mark_so_tables_stay_incremental(make_hello, make_report):
+    registry = ClusterRegistry(ManualClock())
+    for k in range(12):
+        registry.join(make_hello(f"n{k:02d}", max_loras=2 if k % 3 else 0))
+    loras = LoraTable(lambda path: None)
+    loras.add("sql", "/adapters/sql", "m")
+
+    class _Recording(_FirstById):
+        def choose(self, request, snapshot):
+            self.changes = snapshot.changes
+            return super().choose(request, snapshot)
+
+    policy = _Recording()
+    assert isinstance(_place(registry, loras, "sql", policy), Placement)
+    full = registry.snapshot(model="m").changes
+    # the subgroup of LoRA-capable nodes, marked where the registry stands: a table can follow it incrementally
+    assert policy.changes == full.subgroup("max_loras>0") and policy.changes.group != full.group
+    assert policy.offered == [f"n{k:02d}" for k in range(12) if k % 3]

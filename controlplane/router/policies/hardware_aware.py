@@ -40,7 +40,11 @@ derived when the registry logs the node's new view (router/node_changes.py: on a
 token or finished request) rather than at the decision; a decision checks the rows against its snapshot
 and is ~13 vectorised passes in the scalar formula's order (so the same floats, the same choice as the
 old decision, bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few
-prefix-holding nodes.
+prefix-holding nodes that could still win (a holder whose cost less the most it could save is above the
+least cost is skipped). Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes
+keeps its own, incremental). Tried and measured slower here (numpy 2.4, 1,024 nodes): stacking columns
+into 2-D blocks so one call does two or three passes (a (k, 1) broadcast operand costs more than k 1-D
+calls), and adding penalties with ``where=`` masks instead of ``mask * penalty``.
 """
 
 from __future__ import annotations
@@ -186,7 +190,7 @@ class HardwareAwarePolicy(PolicyHooks):
         changes = snapshot.changes
         if changes is not None and changes.log not in self._watched:
             self._watch(changes.log)
-        table = self._tables.get(request.model, request.traffic_class)
+        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
         table.sync(snapshot.nodes, changes)
         n = len(table)
         if n == 0:
@@ -230,15 +234,28 @@ class HardwareAwarePolicy(PolicyHooks):
         cannot = table.fits_mask(num_prompt_tokens)
         if cannot is not None:
             np.copyto(cost, math.inf, where=cannot)
-        if self._index is not None and request.block_hashes:
-            self._credit_cached_prefix(request, table, cost, need)
         i = int(cost.argmin())
-        return None if cost.item(i) == math.inf else table.node_ids[i]
+        best = cost.item(i)
+        if best == math.inf:
+            return None  # no node can take it (a prefix credit never makes an impossible node possible)
+        if self._index is not None and request.block_hashes:
+            i = self._credit_cached_prefix(request, table, cost, need, i, best)
+        return table.node_ids[i]
 
-    def _credit_cached_prefix(self, request: RouteRequest, table: NodeTable, cost: np.ndarray, need: int) -> None:
+    def _credit_cached_prefix(
+        self, request: RouteRequest, table: NodeTable, cost: np.ndarray, need: int, best_i: int, best: float
+    ) -> int:
         """The vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
         predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed only
-        for the uncached part. (The SLO here is the router's, not the request class's, as it always was.)"""
+        for the uncached part. (The SLO here is the router's, not the request class's, as it always was.)
+
+        Returns the position of least corrected cost, first on a tie, as ``argmin`` of the corrected costs
+        would: ``best_i`` is the first least uncorrected cost (``best`` its value), and a correction only
+        lowers a cost, so the winner is ``best_i`` or a corrected holder; nothing is written back. A holder
+        whose cost minus the most it could save (its whole prompt's prefill, both penalties) is still above
+        ``best`` cannot win and is not re-scored: computed in floats, that bound is <= the corrected cost
+        (rounding is monotonic and every term of the saving is <= its term in the bound), so the skip is exact.
+        """
         config = self.config
         index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
         num_prompt_tokens, lora_name = request.num_prompt_tokens, request.lora_name
@@ -253,14 +270,15 @@ class HardwareAwarePolicy(PolicyHooks):
             if i is None:
                 continue
             cost_s = cost.item(i)
-            if cost_s == math.inf:
+            row = rows[i]
+            inv_rate = row[_COL_INV_RATE]
+            if cost_s - (own * inv_rate + ttft_penalty_s + kv_penalty_s) > best:  # also skips an impossible node
                 continue
             node = nodes[i]
             cached = num_blocks * node.block_size
             if cached > num_prompt_tokens:
                 cached = num_prompt_tokens
-            row = rows[i]
-            inv_rate, base_s = row[_COL_INV_RATE], row[_COL_BASE_S]
+            base_s = row[_COL_BASE_S]
             if lora_name is not None:
                 base_s += lora_cold_load_s(node, lora_name, config)
             cached_own = num_prompt_tokens - cached
@@ -272,7 +290,10 @@ class HardwareAwarePolicy(PolicyHooks):
             headroom = row[_COL_HEADROOM]
             if headroom < need and need - cached <= headroom:  # short of KV room unless the prefix is cached
                 saved_s += kv_penalty_s
-            cost[i] = cost_s - saved_s
+            cost_s -= saved_s
+            if cost_s < best or (cost_s == best and i < best_i):
+                best, best_i = cost_s, i
+        return best_i
 
     def _watch(self, log: NodeChangeLog) -> None:
         """Derive a node's rows when the registry logs its new view (a report, a routed or finished

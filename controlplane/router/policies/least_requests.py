@@ -22,7 +22,8 @@ class LeastRequestsPolicy(PolicyHooks):
         self._tables = NodeTables(_derive, 2)
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
-        table = self._tables.get(request.model, request.traffic_class)
-        table.sync(snapshot.nodes, snapshot.changes)
+        changes = snapshot.changes
+        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
+        table.sync(snapshot.nodes, changes)
         i = table.least_loaded(request.num_prompt_tokens)
         return None if i < 0 else table.node_ids[i]

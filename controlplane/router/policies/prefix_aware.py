@@ -40,8 +40,9 @@ class PrefixAwarePolicy(PolicyHooks):
         self._tables = NodeTables(_derive, 2)
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
-        table = self._tables.get(request.model, request.traffic_class)
-        table.sync(snapshot.nodes, snapshot.changes)
+        changes = snapshot.changes
+        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
+        table.sync(snapshot.nodes, changes)
         num_prompt_tokens = request.num_prompt_tokens
         least = table.least_loaded(num_prompt_tokens)
         if least < 0:

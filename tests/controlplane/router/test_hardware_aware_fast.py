@@ -108,7 +108,7 @@ requests = st.tuples(
     st.sampled_from((None, None, None, "a", "b", "d")),
     st.sampled_from(("default", "default", "gold")),
     st.sampled_from((None, 0.2, 4.0)),  # the class's TTFT SLO
-    st.sampled_from(("registry", "registry", "registry", "filtered", "cell")),
+    st.sampled_from(("registry", "registry", "registry", "filtered", "cell", "lora")),
     st.one_of(st.none(), st.none(), reports),  # a report that lands between the snapshot and the decision
 )
 
@@ -140,8 +140,11 @@ def _snapshot_for(registry: ClusterRegistry, how: str, i: int) -> ClusterSnapsho
     if how == "cell":
         return registry.snapshot(model="m", cell="west")
     snapshot = registry.snapshot(model="m")
-    if how == "filtered":  # as request_intake does for LoRA requests and refusals: a tuple of its own, no mark
+    if how == "filtered":  # as request_intake does for refusals: a tuple of its own, no mark
         return ClusterSnapshot(snapshot.now_s, tuple(v for k, v in enumerate(snapshot.nodes) if (k + i) % 3))
+    if how == "lora":  # as request_intake does for LoRA requests: a subgroup on a hello fact, with its mark
+        lora_nodes = tuple(v for v in snapshot.nodes if v.max_loras > 0)
+        return ClusterSnapshot(snapshot.now_s, lora_nodes, snapshot.changes.subgroup("max_loras>0"))
     return snapshot
 
 
@@ -271,7 +274,7 @@ def test_rows_are_derived_when_the_registry_logs_a_view_not_at_the_decision(
     assert derived == ["n07", "n31"]  # as the registry logged the views
     policy.choose(request, registry.snapshot(model="m"))
     assert derived == ["n07", "n31"]  # nothing left to derive at the decision
-    table = policy._tables.get("m", "default")
+    table = policy._tables.get("m", "default", registry.snapshot(model="m").changes.group)
     assert table.tagged("a") == {7} and table.num_rebuilds == 1
     # a snapshot taken before a change, decided on after it: its own (older) view is used
     stale = registry.snapshot(model="m")

@@ -43,3 +43,12 @@ def test_long_chains_are_indexed_sparsely_beyond_the_dense_head():
     assert index.match(chain) == {"a": 96}  # rounded down to an indexed position
     assert index.match((*chain[:40], 7, 8)) == {"a": 32}
     assert index.match(chain[:20]) == {"a": 20}
+
+
+def test_match_survives_held_blocks_that_are_not_a_contiguous_prefix():
+    # block 0 held by a, blocks 2 and 3 by b (another chain's blocks), block 1 by nobody: the binary search
+    # lands on block 3, and halving the level visits block 1, which no node holds (used to raise KeyError)
+    index = PrefixIndex()
+    index.insert("a", (1,))
+    index.insert("b", (3, 4))
+    assert index.match((1, 2, 3, 4)) == {"b": 4, "a": 1}
