@@ -130,6 +130,9 @@ class AgentConfig:
     # None: this agent has no data plane (it neither sends nor takes KV)
     data_endpoint: str | None = None
     kv_transfer_timeout_s: float = 10.0  # a KV transfer whose acks stop this long fails (re-prefill instead)
+    # `zoo agent --max-num-batched-tokens auto`: after the start-up profile, size the step token budget to this TPOT
+    # SLO (NodeCore.size_step_budget: Sarathi-Serve's rule, at most the budget the engine was built with); None: keep it
+    step_budget_tpot_slo_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -232,6 +235,11 @@ class NodeAgent(Actor):
         if self.config.profile_at_start and not self.engine.has_unfinished_requests():
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
+        if self.config.step_budget_tpot_slo_s is not None and core.profile_prompt_tokens:
+            budget = core.size_step_budget(self.config.step_budget_tpot_slo_s)
+            log.info("agent %s: step token budget %s", self.config.node_id, budget.describe())
+        elif self.config.step_budget_tpot_slo_s is not None:
+            log.warning("agent %s: no start-up profile; step token budget kept", self.config.node_id)
         self._thread = EngineThread(core, self.config.report_interval_s)
         if self.config.data_endpoint is not None:
             self._setup_data_plane()

@@ -103,6 +103,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sweep-loads", default="0.4,0.5,0.6,0.7,0.8,0.9,1.0,1.1")
     add_realtime_args(parser)
     add_lora_args(parser)
+    add_step_budget_args(parser)
 
 
 def add_lora_args(parser: argparse.ArgumentParser) -> None:
@@ -191,6 +192,7 @@ def run_sim(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
         base = build_workload(args, fleet)
+        apply_step_budget_args(args, fleet)
     except (ValueError, FileNotFoundError) as e:
         print(f"zoo sim: {e}", file=sys.stderr)
         return 2
@@ -232,7 +234,9 @@ def run_sim(args: argparse.Namespace) -> int:
         "num_requests": len(workload.requests),
         "duration_s": workload.duration_s,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+        "step_budget": {"mode": fleet.engine.step_budget or fleet.engine.fixed_budget_tokens},
     }
+    log(f"step budget: {fleet.engine.describe_step_budget()}")
     log(
         f"{info['fleet']}\ntrace {base.name} x{workload.time_scale:.2f} (its arrivals compressed by that factor): "
         f"{len(workload.requests)} requests in {workload.duration_s:.0f} s = {workload.rate_req_per_s:.1f} req/s "
@@ -256,9 +260,11 @@ def run_sim(args: argparse.Namespace) -> int:
             runs.append([summarize(r, slo) for r in results])
         reports = aggregate(runs)
         info["seeds"] = list(range(args.seed, args.seed + args.seeds))
+    info["step_budget"]["tokens_by_gpu"] = step_budgets_by_gpu(results[0])
     if args.json:
         print(dumps(reports, info))
     else:
+        print(f"step budget: {fleet.engine.describe_step_budget()}: {info['step_budget']['tokens_by_gpu']}")
         print(format_table(reports, slo))
         if classes := format_classes(reports):
             print(classes)
@@ -341,3 +347,41 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def add_step_budget_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--step-budget",
+        default=None,
+        help="each node's step token budget: 'sarathi' (sized per node from its start-up profile and --slo-tpot, "
+        "engine/step_budget.py) or a number of tokens for every node (default: the fleet file's step_budget)",
+    )
+
+
+def apply_step_budget_args(args: argparse.Namespace, fleet: Fleet) -> None:
+    """``--step-budget`` and ``--slo-tpot`` into the fleet's engine settings (ValueError on a bad value)."""
+    choice = getattr(args, "step_budget", None)
+    if choice is not None:
+        fleet.engine.step_budget = choice if choice == "sarathi" else _positive_int(choice)
+        fleet.engine.__post_init__()
+    fleet.engine.tpot_slo_s = args.slo_tpot
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--step-budget takes 'sarathi' or a number of tokens, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"--step-budget must be >= 1, got {value}")
+    return value
+
+
+def step_budgets_by_gpu(result: SimResult) -> dict[str, list[int]]:
+    """The distinct step budgets the run's nodes had, per GPU profile."""
+    budgets: dict[str, list[int]] = {}
+    for node in result.nodes:
+        seen = budgets.setdefault(node.profile, [])
+        if node.step_budget_tokens not in seen:
+            seen.append(node.step_budget_tokens)
+    return budgets

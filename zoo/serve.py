@@ -48,7 +48,7 @@ from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
-from zoo.engine_args import add_engine_args, engine_config_from_args, parse_lora_module
+from zoo.engine_args import AUTO, add_engine_args, batched_tokens, engine_config_from_args, parse_lora_module
 from zoo.keys import (
     add_agent_auth_args,
     add_controlplane_auth_args,
@@ -275,6 +275,9 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--no-profile", action="store_true", help="skip the start-up measurement run (faster start)")
     p.add_argument("--kv-transfer-timeout-s", type=float, default=10.0, help="a KV transfer without acks fails after")
+    p.add_argument(
+        "--tpot-slo", type=float, default=0.1, help="TPOT SLO, s, that --max-num-batched-tokens auto sizes the step to"
+    )
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -306,6 +309,7 @@ def agent_from_args(args: argparse.Namespace):
         profile_at_start=not (args.fake_runner or args.no_profile),  # a fake runner has nothing to measure
         data_endpoint=args.data_endpoint,
         kv_transfer_timeout_s=args.kv_transfer_timeout_s,
+        step_budget_tpot_slo_s=auto_step_budget_slo(args),
     )
     exporter = None
     if args.metrics_port is not None:
@@ -313,6 +317,17 @@ def agent_from_args(args: argparse.Namespace):
 
         exporter = AgentExporter()
     return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter)
+
+
+def auto_step_budget_slo(args: argparse.Namespace) -> float | None:
+    """``--max-num-batched-tokens auto``: the TPOT SLO the agent sizes its step budget to (None: a fixed budget)."""
+    if args.max_num_batched_tokens != AUTO:
+        return None
+    if args.fake_runner or args.no_profile:
+        raise ValueError("--max-num-batched-tokens auto needs the start-up profile (not --no-profile / a fake runner)")
+    if not args.tpot_slo > 0:
+        raise ValueError(f"--tpot-slo must be > 0, got {args.tpot_slo}")
+    return args.tpot_slo
 
 
 def sim_engine_config_from_args(args: argparse.Namespace):
@@ -327,7 +342,7 @@ def sim_engine_config_from_args(args: argparse.Namespace):
         backend="sim",
         gpu_profile=args.gpu_profile,
         tp=args.tp,
-        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
         cache=CacheConfig(block_size=args.block_size, num_host_blocks=args.num_host_blocks),
     )
     if args.max_model_len is not None:
@@ -337,7 +352,11 @@ def sim_engine_config_from_args(args: argparse.Namespace):
 
 def run_agent(args: argparse.Namespace) -> int:
     configure_logging()
-    agent = agent_from_args(args)
+    try:
+        agent = agent_from_args(args)
+    except ValueError as e:
+        print(f"zoo agent: {e}", file=sys.stderr)
+        return 2
     http = None
     if agent.exporter is not None:  # /metrics and the readiness /health on --metrics-port
         from observe.agent_http import AgentHttpServer
