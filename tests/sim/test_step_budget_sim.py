@@ -80,3 +80,13 @@ def test_zoo_sim_prints_the_step_budget_in_its_json(capsys):
     }
     assert run_sim(parser.parse_args([*argv, "--step-budget", "lots"])) == 2
     assert "--step-budget" in capsys.readouterr().err
+
+
+def test_the_realtime_twins_agents_size_their_budget_as_the_simulator_does():
+    from sim.sim_agents import sim_agent
+
+    fleet = _fleet("sarathi")
+    fleet.engine.tpot_slo_s = 0.05
+    assert sim_agent(fleet, fleet.nodes[0], "tcp://127.0.0.1:1").config.step_budget_tpot_slo_s == 0.05
+    fixed = _fleet(512)
+    assert sim_agent(fixed, fixed.nodes[0], "tcp://127.0.0.1:1").config.step_budget_tpot_slo_s is None
