@@ -149,6 +149,9 @@ class AgentConfig:
     # placement, told in the hello (zoo agent --host-id/--rack; backends/kv_link_model.py): "": not said
     host_id: str = ""
     rack: str = ""
+    # `zoo agent --max-num-batched-tokens auto`: after the start-up profile, size the step token budget to this TPOT
+    # SLO (NodeCore.size_step_budget: Sarathi-Serve's rule, at most the budget the engine was built with); None: keep it
+    step_budget_tpot_slo_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:
@@ -261,6 +264,11 @@ class NodeAgent(Actor):
         if self.config.profile_at_start and not self.engine.has_unfinished_requests():
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
+        if self.config.step_budget_tpot_slo_s is not None and core.profile_prompt_tokens:
+            budget = core.size_step_budget(self.config.step_budget_tpot_slo_s)
+            log.info("agent %s: step token budget %s", self.config.node_id, budget.describe())
+        elif self.config.step_budget_tpot_slo_s is not None:
+            log.warning("agent %s: no start-up profile; step token budget kept", self.config.node_id)
         self._thread = EngineThread(core, self.config.report_interval_s)
         self.pairing = VerifierPairing(self._thread, self.engine.tokenizer.vocab_size, self.config.pair_draft_timeout_s)
         self.vocab_id = vocab_id(self.engine.tokenizer)  # engine/spec/vocab_id.py: what drafters must share

@@ -30,6 +30,7 @@ from engine.multi_step import DecodeSteps
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
 from engine.spec.speculator import SpecDecodeStats
+from engine.step_budget import DEFAULT_FLOOR_TOKENS, StepBudget, budget_from_profile
 from engine.step_rates import StepRates
 from transport.messages import HardwareInfo, KVInfo, LoadReport, NodeHello, TokenChunk
 
@@ -89,6 +90,7 @@ class NodeCore:
         self._rates = StepRates(MAX_RECENT_STEPS)
         self._last_token_s: dict[str, float] = {}  # in-flight request → engine time of its latest token
         self.roofline = _roofline(engine, memory_bandwidth_gbps)
+        self.profile_prompt_tokens = 0  # the prompt profile() measured (0: not profiled)
 
     # -- requests ---------------------------------------------------------------------------------
 
@@ -177,8 +179,31 @@ class NodeCore:
             rates.observe(r.step_time_s, r.num_prefill_tokens, r.num_decode_requests)
         rates.close_window()
         self._rates = rates
+        self.profile_prompt_tokens = num_prompt_tokens
         engine.scheduler.reset_counters()
         return rates.prefill_tok_per_s, rates.decode_step_ms
+
+    def size_step_budget(self, tpot_slo_s: float, **limits: int | float) -> StepBudget:
+        """Set this node's step token budget (``max_num_batched_tokens``) from its start-up profile and the TPOT
+        SLO, Sarathi-Serve's rule (engine/step_budget.py); ``limits``: its headroom / floor_tokens /
+        ceiling_tokens (the ceiling defaults to the budget the engine was built with, never exceeded: runners
+        size buffers from it). Call after ``profile()``, before the first ``add``."""
+        if self.profile_prompt_tokens == 0 or self._rates.prefill_tok_per_s <= 0:
+            raise RuntimeError("size_step_budget() needs a start-up profile (profile() first)")
+        config = self.engine.scheduler_config
+        if not config.enable_chunked_prefill:
+            raise ValueError("a step budget below the context needs chunked prefill (enable_chunked_prefill)")
+        limits.setdefault("ceiling_tokens", config.max_num_batched_tokens)
+        limits["floor_tokens"] = min(int(limits.get("floor_tokens", DEFAULT_FLOOR_TOKENS)), limits["ceiling_tokens"])
+        budget = budget_from_profile(
+            self._rates.prefill_tok_per_s,
+            self._rates.decode_step_ms,
+            self.profile_prompt_tokens,
+            tpot_slo_s,
+            **limits,
+        )
+        config.max_num_batched_tokens = budget.tokens
+        return budget
 
     # -- steps ------------------------------------------------------------------------------------
 

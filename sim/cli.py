@@ -108,6 +108,7 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     add_lora_args(parser)
     add_pd_split_args(parser)
     add_spec_pair_args(parser)
+    add_step_budget_args(parser)
 
 
 def add_lora_args(parser: argparse.ArgumentParser) -> None:
@@ -219,6 +220,7 @@ def run_sim(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
         base = build_workload(args, fleet)
         pd_split_config(args)  # a bad [kv_links]/[pd_split] section fails now
+        apply_step_budget_args(args, fleet)
         fleet = apply_spec_pairs(args, fleet, base.mean_prompt_tokens + base.mean_output_tokens / 2)
     except (ValueError, FileNotFoundError) as e:
         print(f"zoo sim: {e}", file=sys.stderr)
@@ -261,7 +263,9 @@ def run_sim(args: argparse.Namespace) -> int:
         "num_requests": len(workload.requests),
         "duration_s": workload.duration_s,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+        "step_budget": {"mode": fleet.engine.step_budget or fleet.engine.fixed_budget_tokens},
     }
+    log(f"step budget: {fleet.engine.describe_step_budget()}")
     log(
         f"{info['fleet']}\ntrace {base.name} x{workload.time_scale:.2f} (its arrivals compressed by that factor): "
         f"{len(workload.requests)} requests in {workload.duration_s:.0f} s = {workload.rate_req_per_s:.1f} req/s "
@@ -291,9 +295,11 @@ def run_sim(args: argparse.Namespace) -> int:
             runs.append([summarize(r, slo) for r in results])
         reports = aggregate(runs)
         info["seeds"] = list(range(args.seed, args.seed + args.seeds))
+    info["step_budget"]["tokens_by_gpu"] = step_budgets_by_gpu(results[0])
     if args.json:
         print(dumps(reports, info))
     else:
+        print(f"step budget: {fleet.engine.describe_step_budget()}: {info['step_budget']['tokens_by_gpu']}")
         print(format_table(reports, slo))
         if classes := format_classes(reports):
             print(classes)
@@ -409,3 +415,41 @@ def pd_split_config(args: argparse.Namespace):
     from sim.split import load_split_config
 
     return load_split_config(args.fleet, mode, rack=args.kv_rack, prefill_min_share=args.prefill_min_share)
+
+
+def add_step_budget_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--step-budget",
+        default=None,
+        help="each node's step token budget: 'sarathi' (sized per node from its start-up profile and --slo-tpot, "
+        "engine/step_budget.py) or a number of tokens for every node (default: the fleet file's step_budget)",
+    )
+
+
+def apply_step_budget_args(args: argparse.Namespace, fleet: Fleet) -> None:
+    """``--step-budget`` and ``--slo-tpot`` into the fleet's engine settings (ValueError on a bad value)."""
+    choice = getattr(args, "step_budget", None)
+    if choice is not None:
+        fleet.engine.step_budget = choice if choice == "sarathi" else _positive_int(choice)
+        fleet.engine.__post_init__()
+    fleet.engine.tpot_slo_s = args.slo_tpot
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"--step-budget takes 'sarathi' or a number of tokens, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"--step-budget must be >= 1, got {value}")
+    return value
+
+
+def step_budgets_by_gpu(result: SimResult) -> dict[str, list[int]]:
+    """The distinct step budgets the run's nodes had, per GPU profile."""
+    budgets: dict[str, list[int]] = {}
+    for node in result.nodes:
+        seen = budgets.setdefault(node.profile, [])
+        if node.step_budget_tokens not in seen:
+            seen.append(node.step_budget_tokens)
+    return budgets

@@ -114,6 +114,7 @@ class NodeResult:
     num_recomputed_tokens: int
     prefix_cache_hit_rate: float
     num_requests: int
+    step_budget_tokens: int = 0  # the node's max_num_batched_tokens (fleet step_budget)
 
 
 @dataclass(slots=True)
@@ -144,6 +145,7 @@ class SimNode:
         self.node_id = spec.node_id
         self.core = NodeCore(fleet.node_engine(spec, clock=clock), spec.node_id)
         self.core.profile()  # as an agent does at start-up: measured (here: predicted) rates in its hello
+        self.step_budget_tokens = fleet.engine.size_step_budget(self.core)  # per node under step_budget = "sarathi"
         runner = self.core.engine.runner
         self._profile_steps, self._profile_busy_s = runner.num_steps, runner.busy_time_s  # not the trace's work
         self.hello = self.core.hello(
@@ -224,6 +226,7 @@ class SimNode:
             stats.num_recomputed_tokens_total,
             stats.prefix_cache_hit_rate,
             self.num_requests,
+            self.step_budget_tokens,
         )
 
 

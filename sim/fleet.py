@@ -8,6 +8,7 @@ nodes of one GPU profile (backends/gpu_table.py), each ``tp`` GPUs wide::
     model = "sim:llama-3-8b"             # backends/sim/model_shapes.py
     [scheduler]                          # optional: SchedulerConfig / CacheConfig fields of every node
     max_num_batched_tokens = 2048
+    step_budget = "sarathi"              # optional: "sarathi" (per node, from its profile and the TPOT SLO) | <int>
     [[cells]]
     name = "interactive"
     traffic_classes = ["conv"]           # empty or absent: this cell takes no class exclusively
@@ -29,6 +30,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agent.node_core import NodeCore
 from backends.checkpoint.model_config import ModelConfig
 from backends.sim.cost_model import NodeHardware, StepCostModel, num_kv_blocks, saturation_throughput_req_per_s
 from backends.sim.engine import build_sim_engine
@@ -42,6 +44,7 @@ from engine.llm_engine import LLMEngine
 from engine.lora import LoraConfig
 
 FLEETS_DIR = Path(__file__).resolve().parent / "fleets"
+STEP_BUDGET_SARATHI = "sarathi"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +68,39 @@ class EngineSettings:
     gpu_memory_utilization: float = 0.9
     swap_space_gib: float = 4.0  # host RAM per GPU for swapped KV
     lora: LoraConfig | None = None  # serve LoRA adapters (simulated slots); None = base model only
+    # each node's step token budget: an int = that budget on every node; "sarathi" = sized per node from its
+    # start-up profile and tpot_slo_s (engine/step_budget.py), at most max_num_batched_tokens; None = the
+    # fleet-wide max_num_batched_tokens. Fleet capacity (the load scaling) uses max_num_batched_tokens either way.
+    step_budget: str | int | None = None
+    tpot_slo_s: float = 0.1  # the operator's TPOT SLO that "sarathi" sizes against (zoo sim --slo-tpot)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.step_budget, bool) or not (
+            self.step_budget is None
+            or self.step_budget == STEP_BUDGET_SARATHI
+            or (isinstance(self.step_budget, int) and self.step_budget >= 1)
+        ):
+            raise ValueError(f"step_budget must be {STEP_BUDGET_SARATHI!r} or a positive int, got {self.step_budget!r}")
+
+    @property
+    def fixed_budget_tokens(self) -> int:
+        """The budget every node is built with (``sarathi`` then lowers it per node)."""
+        return self.step_budget if isinstance(self.step_budget, int) else self.max_num_batched_tokens
+
+    def describe_step_budget(self) -> str:
+        if self.step_budget == STEP_BUDGET_SARATHI:
+            return f"sarathi (per node, TPOT SLO {1e3 * self.tpot_slo_s:g} ms, at most {self.max_num_batched_tokens})"
+        return f"{self.fixed_budget_tokens} tokens on every node"
+
+    def size_step_budget(self, core: NodeCore) -> int:
+        """After ``core.profile()``: the node's budget, sized by its profile under ``sarathi``."""
+        if self.step_budget == STEP_BUDGET_SARATHI:
+            return core.size_step_budget(self.tpot_slo_s).tokens
+        return core.engine.scheduler_config.max_num_batched_tokens
 
     def scheduler_config(self, model: ModelConfig) -> SchedulerConfig:
         return SchedulerConfig(
-            max_num_batched_tokens=self.max_num_batched_tokens,
+            max_num_batched_tokens=self.fixed_budget_tokens,
             max_num_seqs=self.max_num_seqs,
             max_model_len=min(self.max_model_len, model.max_position_embeddings),
             enable_chunked_prefill=self.enable_chunked_prefill,

@@ -28,7 +28,7 @@ import zmq.asyncio
 from agent.node_agent import AgentConfig, NodeAgent
 from backends.sim.cost_model import node_hardware_info
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S
-from sim.fleet import Fleet, NodeSpec, load_fleet
+from sim.fleet import STEP_BUDGET_SARATHI, Fleet, NodeSpec, load_fleet
 from transport.process import configure_logging, stop_on_signal
 from transport.sockets import DEFAULT_AGENT_ENDPOINT
 
@@ -46,6 +46,8 @@ def sim_agent(
 ) -> NodeAgent:
     """A real agent serving fleet node ``spec``; its hello says backend "sim" and the node's hardware (x tp)."""
     config = AgentConfig(node_id=node_prefix + spec.node_id, model_name=fleet.model.name, backend="sim", cell=spec.cell)
+    if fleet.engine.step_budget == STEP_BUDGET_SARATHI:  # sized from its start-up profile, as the simulator's nodes
+        config.step_budget_tpot_slo_s = fleet.engine.tpot_slo_s
     return NodeAgent(
         control_endpoint,
         fleet.node_engine(spec, realtime=True, max_catch_up_s=max_catch_up_s),

@@ -18,7 +18,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--max-num-batched-tokens", type=int, default=512)
+    p.add_argument(
+        "--max-num-batched-tokens",
+        type=parse_batched_tokens,
+        default=512,
+        help="step token budget, or 'auto' (zoo agent: sized from its start-up profile and --tpot-slo, "
+        f"Sarathi-Serve's rule, engine/step_budget.py; elsewhere: {AUTO_BUILD_TOKENS})",
+    )
     p.add_argument(
         "--tp-allreduce",
         default="flat",
@@ -56,6 +62,28 @@ def add_lora_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cpu-loras", type=int, default=None, help="adapters kept in host RAM (default: all)")
 
 
+AUTO = "auto"
+AUTO_BUILD_TOKENS = 2048  # `auto`: the engine is built with this budget (the ceiling), the agent lowers it
+
+
+def parse_batched_tokens(text: str) -> int | str:
+    if text == AUTO:
+        return AUTO
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def batched_tokens(args: argparse.Namespace) -> int:
+    """The budget an engine is built with: ``auto`` builds with its ceiling (the agent sizes it after profiling)."""
+    value = args.max_num_batched_tokens
+    return AUTO_BUILD_TOKENS if value == AUTO else value
+
+
 def parse_lora_module(text: str) -> LoraRequest:
     name, sep, path = text.partition("=")
     if not sep or not name or not path:
@@ -87,7 +115,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         tp_allreduce=args.tp_allreduce,
         tp_domain_size=args.tp_domain_size,
         tp_compression=args.tp_compression,
-        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
         cache=CacheConfig(
             block_size=args.block_size,
             num_device_blocks=args.num_device_blocks,

@@ -48,7 +48,7 @@ from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
-from zoo.engine_args import add_engine_args, engine_config_from_args, parse_lora_module
+from zoo.engine_args import AUTO, add_engine_args, batched_tokens, engine_config_from_args, parse_lora_module
 from zoo.keys import (
     add_agent_auth_args,
     add_controlplane_auth_args,
@@ -312,6 +312,9 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     from zoo.spec_args import add_can_draft_args
 
     add_can_draft_args(p)  # --can-draft NAME[,NAME], --draft-bind: this node drafts for others (fleet pairs)
+    p.add_argument(
+        "--tpot-slo", type=float, default=0.1, help="TPOT SLO, s, that --max-num-batched-tokens auto sizes the step to"
+    )
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -349,6 +352,7 @@ def agent_from_args(args: argparse.Namespace):
         role=args.role,
         host_id=args.host_id if args.host_id is not None else default_host_id(),
         rack=args.rack,
+        step_budget_tpot_slo_s=auto_step_budget_slo(args),
     )
     exporter = None
     if args.metrics_port is not None:
@@ -359,6 +363,17 @@ def agent_from_args(args: argparse.Namespace):
 
     drafter = drafter_from_args(args)  # --can-draft: a DraftServer the control plane pairs verifiers with
     return NodeAgent(args.control, engine, config, hardware=hardware, exporter=exporter, drafter=drafter)
+
+
+def auto_step_budget_slo(args: argparse.Namespace) -> float | None:
+    """``--max-num-batched-tokens auto``: the TPOT SLO the agent sizes its step budget to (None: a fixed budget)."""
+    if args.max_num_batched_tokens != AUTO:
+        return None
+    if args.fake_runner or args.no_profile:
+        raise ValueError("--max-num-batched-tokens auto needs the start-up profile (not --no-profile / a fake runner)")
+    if not args.tpot_slo > 0:
+        raise ValueError(f"--tpot-slo must be > 0, got {args.tpot_slo}")
+    return args.tpot_slo
 
 
 def sim_engine_config_from_args(args: argparse.Namespace):
@@ -373,7 +388,7 @@ def sim_engine_config_from_args(args: argparse.Namespace):
         backend="sim",
         gpu_profile=args.gpu_profile,
         tp=args.tp,
-        scheduler=SchedulerConfig(max_num_batched_tokens=args.max_num_batched_tokens, max_num_seqs=args.max_num_seqs),
+        scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
         cache=CacheConfig(block_size=args.block_size, num_host_blocks=args.num_host_blocks),
     )
     if args.max_model_len is not None:
@@ -383,7 +398,11 @@ def sim_engine_config_from_args(args: argparse.Namespace):
 
 def run_agent(args: argparse.Namespace) -> int:
     configure_logging()
-    agent = agent_from_args(args)
+    try:
+        agent = agent_from_args(args)
+    except ValueError as e:
+        print(f"zoo agent: {e}", file=sys.stderr)
+        return 2
     http = None
     if agent.exporter is not None:  # /metrics and the readiness /health on --metrics-port
         from observe.agent_http import AgentHttpServer
