@@ -70,3 +70,26 @@ async def test_without_a_decode_node_the_prefill_node_serves_whole_requests(spaw
             reply = await c.generate(prompt_token_ids=list(range(10, 40)), max_tokens=5)
         assert len(reply.token_ids) == 5
         assert cp.migrations == {}
+
+
+# placement: `zoo agent --host-id/--rack` reach the control plane in the hellos, and the split sends a request's KV
+# to the decode node on the faster link (the same host: NVLink) though the two decode nodes are alike and the far
+# one comes first in node order
+async def test_the_split_hands_off_to_the_decode_node_on_the_same_host(spawn_agent, client):
+    async with _split_controlplane() as cp:
+        common = (*DATA, "--gpu-profile")
+        spawn_agent(cp.agent_endpoint, "p", *common, "h100-sxm", "--role", "prefill", "--host-id", "box1",
+                    "--rack", "r1", fake=False)  # fmt: skip
+        spawn_agent(cp.agent_endpoint, "d0-far", *common, "l4", "--role", "decode", "--host-id", "box2",
+                    "--rack", "r2", fake=False)  # fmt: skip
+        spawn_agent(cp.agent_endpoint, "d1-near", *common, "l4", "--role", "decode", "--host-id", "box1",
+                    "--rack", "r1", fake=False)  # fmt: skip
+        await cp.wait_until(lambda: len(cp.registry) == 3, 60)
+        assert (cp.registry.hello("d0-far").host, cp.registry.hello("d0-far").rack) == ("box2", "r2")
+        async with client(cp, timeout_s=30) as c:
+            stream = await c.generate(prompt_token_ids=list(range(10, 60)), max_tokens=20, stream=True)
+            with anyio.fail_after(30):
+                chunks = [chunk async for chunk in stream]
+        assert chunks[0].node_id == "p" and chunks[-1].node_id == "d1-near"
+        assert cp.policy.links.kind("p", "d1-near") == "nvlink" and cp.policy.links.kind("p", "d0-far") == "ethernet"
+        assert cp.migrations == {"split:ok": 1}
