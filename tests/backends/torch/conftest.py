@@ -64,6 +64,7 @@ def kit() -> SimpleNamespace:
         make_runner=make_runner,
         make_step=make_step,
         tiny_config=tiny_config,
+        chunked_greedy_logits=chunked_greedy_logits,
     )
 
 
@@ -71,3 +72,19 @@ def make_runner(model: Any, num_device_blocks: int = 64, num_host_blocks: int = 
     runner = TorchModelRunner(model, model.dtype)
     runner.initialize_kv_cache(KVCacheSpec(num_device_blocks, num_host_blocks, block_size))
     return runner
+
+
+def chunked_greedy_logits(runner, num_steps: int, num_host_blocks: int = 0, seed: int = 0):
+    """Two requests (7 and 2 prompt tokens) in 4-token chunks, then greedy decodes, for ``num_steps`` steps on a
+    fresh 32-block cache: (each step's logits per request, each request's tokens)."""
+    runner.initialize_kv_cache(KVCacheSpec(32, num_host_blocks, 4))
+    alloc = BlockAllocator(32, seed=seed)
+    seqs = [Seq("a", [5, 6, 7, 8, 9, 10, 11], GREEDY), Seq("b", [40, 41], GREEDY)]
+    logits = []
+    for step in range(num_steps):
+        sched = [s.schedule(alloc, 4, max_tokens=4) for s in seqs]
+        out = runner.compute_logits(make_step(step, sched))
+        logits.append(out)
+        for s, r in zip(seqs, sched):
+            s.advance(r, [int(out[s.req_id][0].argmax())] if r.sample else None)
+    return logits, [s.token_ids for s in seqs]

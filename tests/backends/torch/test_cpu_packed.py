@@ -8,7 +8,6 @@ import torch
 from backends.torch import TorchModelRunner
 from backends.torch.cpu_packed import PackedWeight, pack_weights, packing_available
 from backends.torch.weights import build_model
-from engine.model_runner import KVCacheSpec
 
 pytestmark = pytest.mark.skipif(not packing_available(), reason="this torch has no oneDNN linear ops")
 
@@ -36,18 +35,7 @@ def test_packed_model_gives_the_plain_models_logits_and_tokens(tiny, kit):
     torch.testing.assert_close(packed.layers[1].gate_up_proj, plain.layers[1].gate_up_proj, atol=0, rtol=0)
 
     def run(model):
-        runner = TorchModelRunner(model, torch.float32, pack_cpu_weights=False)
-        runner.initialize_kv_cache(KVCacheSpec(32, 0, 4))
-        alloc = kit.BlockAllocator(32, seed=2)
-        seqs = [kit.Seq("a", [5, 6, 7, 8, 9, 10, 11], kit.GREEDY), kit.Seq("b", [40, 41], kit.GREEDY)]
-        logits = []
-        for step in range(5):
-            sched = [s.schedule(alloc, 4, max_tokens=4) for s in seqs]
-            out = runner.compute_logits(kit.make_step(step, sched))
-            logits.append(out)
-            for s, r in zip(seqs, sched):
-                s.advance(r, [int(out[s.req_id][0].argmax())] if r.sample else None)
-        return logits, [s.token_ids for s in seqs]
+        return kit.chunked_greedy_logits(TorchModelRunner(model, torch.float32, pack_cpu_weights=False), 5, seed=2)
 
     got, got_tokens = run(packed)
     want, want_tokens = run(plain)

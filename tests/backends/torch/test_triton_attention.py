@@ -22,7 +22,6 @@ from backends.torch.attention import GatherSDPABackend
 from backends.torch.attention_dispatch import select_attention_backend
 from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend, paged_rows
 from backends.torch.triton_kernels import paged_attention, store_kv
-from engine.model_runner import KVCacheSpec
 
 H, HKV, D, BS, NUM_BLOCKS = 6, 2, 8, 4, 48
 CPU = torch.device("cpu")
@@ -126,17 +125,7 @@ def test_runner_on_the_triton_kernel_matches_gather(tiny, kit, name):
     _config, _sd, model = tiny
 
     def run(runner):
-        runner.initialize_kv_cache(KVCacheSpec(32, 8, 4))
-        alloc = kit.BlockAllocator(32, seed=4)
-        seqs = [kit.Seq("a", [5, 6, 7, 8, 9, 10, 11], kit.GREEDY), kit.Seq("b", [40, 41], kit.GREEDY)]
-        logits = []
-        for step in range(4):
-            sched = [s.schedule(alloc, 4, max_tokens=4) for s in seqs]
-            out = runner.compute_logits(kit.make_step(step, sched))
-            logits.append(out)
-            for s, r in zip(seqs, sched):
-                s.advance(r, [int(out[s.req_id][0].argmax())] if r.sample else None)
-        return logits, [s.token_ids for s in seqs]
+        return kit.chunked_greedy_logits(runner, 4, num_host_blocks=8, seed=4)
 
     got, got_tokens = run(TorchModelRunner(model, model.dtype, attention_backend=name))
     want, want_tokens = run(TorchModelRunner(model, model.dtype))
