@@ -1,6 +1,6 @@
 """SpecPairing: the control plane's shell around SpecPairPolicy (controlplane/spec_pairs.py).
 
-    LoadReport ─► on_load_report ─┐
+    LoadReport ─► on_load_report ─┐  (at most every DECIDE_INTERVAL_S)
     node lost  ─► on_node_lost   ─┴─► PairNodes (registry views + hellos + last reports) ─► policy.decide
                                                   ─► SpecPair(drafter, endpoint | "") ─► the verifier's agent
 
@@ -21,6 +21,9 @@ from transport.messages import LoadReport, NodeHello, SpecPair
 log = logging.getLogger(__name__)
 
 RECONCILE_GRACE_S = 5.0  # an agent's reports may lag the last order this long (its pairing check included)
+# a decision looks at every node: made at most this often on load reports (each node reports several times a second,
+# so deciding on every report would cost O(nodes) per report); a node lost is decided at once
+DECIDE_INTERVAL_S = 0.2
 
 
 class SpecPairing:
@@ -42,10 +45,12 @@ class SpecPairing:
         self.reports: dict[str, LoadReport] = {}
         self.seen_drafter = False  # a node that can draft has joined (else nothing is ever decided)
         self._ordered_s: dict[str, float] = {}  # verifier -> when the last SpecPair was sent to it
+        self._decided_s = float("-inf")  # when policy.decide last ran
 
     def on_load_report(self, msg: LoadReport) -> None:
         self.reports[msg.node_id] = msg
-        self.update()
+        if self.clock.now() - self._decided_s >= DECIDE_INTERVAL_S:
+            self.update()
         self._reconcile(msg)
 
     def _reconcile(self, msg: LoadReport) -> None:
@@ -74,7 +79,8 @@ class SpecPairing:
             self.seen_drafter = any(h.draft_endpoint for h in self.hellos.values())
             if not self.seen_drafter:
                 return
-        for change in self.policy.decide(self.nodes(), self.clock.now()):
+        self._decided_s = self.clock.now()
+        for change in self.policy.decide(self.nodes(), self._decided_s):
             log.info("speculative pair %s <- %s: %s", change.verifier, change.drafter or "(none)", change.reason)
             msg = SpecPair(
                 node_id=change.verifier,

@@ -5,7 +5,8 @@ with a reason, and a verifier drafting with a node it was not paired with here i
 from __future__ import annotations
 
 from controlplane.registry import ClusterRegistry
-from controlplane.spec_pairing import RECONCILE_GRACE_S, SpecPairing
+from controlplane.spec_pairing import DECIDE_INTERVAL_S, RECONCILE_GRACE_S, SpecPairing
+from controlplane.spec_pairs import SpecPairPolicy
 from engine.clock import ManualClock
 
 VOCAB = "49152:abc"
@@ -70,3 +71,20 @@ def test_a_stray_drafter_is_told_to_stop(make_hello, make_report):
     assert node_id == "big" and order.draft_endpoint == "" and "elsewhere is not its drafter" in order.reason
     _report(registry, pairing, make_report, "big", spec_drafter="elsewhere")
     assert len(sent) == 1  # once per grace period
+
+
+def test_decisions_on_load_reports_are_rate_limited(make_hello, make_report, monkeypatch):
+    clock, registry, pairing, _ = _fleet(make_hello)
+    calls = []
+    decide = SpecPairPolicy.decide
+    monkeypatch.setattr(
+        SpecPairPolicy, "decide", lambda self, nodes, now_s: calls.append(now_s) or decide(self, nodes, now_s)
+    )
+    for _ in range(10):  # a burst of reports: one decision over every node, not ten
+        _report(registry, pairing, make_report, "small")
+    assert len(calls) == 1
+    clock.advance(DECIDE_INTERVAL_S)
+    _report(registry, pairing, make_report, "big")
+    assert len(calls) == 2
+    pairing.on_node_lost(registry.leave("small", "killed").node_id)  # a lost node is decided at once
+    assert len(calls) == 3
