@@ -54,6 +54,7 @@ import math
 import numpy as np
 
 from controlplane.router.node_changes import NodeChangeLog
+from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
 from controlplane.router.policies.node_table import NodeTable, NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
@@ -170,7 +171,9 @@ def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, 
 class HardwareAwarePolicy(PolicyHooks):
     name = "hardware_aware"
 
-    def __init__(self, config: RouterConfig) -> None:
+    def __init__(self, config: RouterConfig, use_kernel: bool = True) -> None:
+        """``use_kernel``: decide with the compiled kernel (cost_kernel.py) when numba is there; False, or no
+        numba: the numpy passes of ``choose``. ``kernel_name`` says which ("numba" or "numpy")."""
         self.config = config
         self._tables = NodeTables(self._derive, _NUM_COLUMNS, _lora_tags)
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
@@ -181,6 +184,24 @@ class HardwareAwarePolicy(PolicyHooks):
         self._add = np.empty(0)
         self._short = np.empty(0, dtype=bool)
         self._miss = np.empty(0, dtype=bool)
+        kernel = compiled_kernel() if use_kernel else None
+        self.kernel_name = "numpy" if kernel is None else "numba"
+        if kernel is not None:
+            self._kernel = CostKernel(config, kernel)
+            self.choose = self._choose_compiled  # the decision's implementation, chosen once
+
+    def _choose_compiled(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
+        """``choose`` in one call of the compiled kernel (cost_kernel.py), prefix credit included: the same
+        costs, bit for bit, hence the same node."""
+        changes = snapshot.changes
+        if changes is not None and changes.log not in self._watched:
+            self._watch(changes.log)
+        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
+        table.sync(snapshot.nodes, changes)
+        if not table.nodes:
+            return None
+        i = self._kernel.least_cost(request, table, self._index)
+        return None if i < 0 else table.node_ids[i]
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
         """The node of least ``predict_cost_s`` (first in snapshot order on a tie), in ~12 numpy passes over

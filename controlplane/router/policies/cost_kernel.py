@@ -1,0 +1,250 @@
+"""hardware_aware's decision as one compiled loop over a NodeTable's rows (numba), prefix credit included.
+
+The numpy path (``HardwareAwarePolicy.choose``) makes ~13 passes over the table's columns, each a numpy
+call with ~1 µs of fixed cost, and re-scores the prefix holders in Python (~1 µs each). This kernel does the
+same arithmetic in one loop per row, in the same order of floating-point operations, so every cost is the
+same float and the choice the same node (tests/controlplane/router/test_cost_kernel.py checks both, bit for
+bit, on random tables). Compiled without fastmath: no reassociation, no fused multiply-add.
+
+What it reads, ``values`` float64 [num_columns, n] (NodeTable.values, C order; the row layout of
+``HardwareAwarePolicy._derive``, checked by the tests)::
+
+    row 0 COL_MAX_PROMPT   2 COL_INV_RATE   3 COL_BASE_S   4 COL_STEP_S   5 COL_BACKLOG_S
+        6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S
+
+Per node i, in this order (a bracket: only when that knob is non-zero, as the numpy path skips the pass)::
+
+    c  = inv_rate * own + base_s                              own = max(prompt, 1)
+    c += lora_load_s                          a LoRA request, and the node does not hold the adapter
+    c += ttft_penalty      if c > slo_ttft    [ttft_penalty]            (the request class's SLO)
+    t  = min(backlog_s * (1 / steps), chunk_s) + step_s                 [output_weight or tpot_penalty]
+    c += tpot_penalty      if t > slo_tpot    [tpot_penalty]
+    c += t * output_weight                    [output_weight]
+    c += kv_penalty        if headroom < need [kv_penalty]
+    c  = inf               if max_prompt < prompt
+    cost[i] = c;  winner = first least c (numpy's argmin: the first NaN if there is one); none if inf
+
+then the prefix credit of the candidates the prefix index matched, exactly as
+``HardwareAwarePolicy._credit_cached_prefix`` does it (the same skip bound, the same corrections, the
+winner the least corrected cost, smallest position on a tie).
+
+Selection: numba is imported on the first ``CostKernel`` (importing it costs ~0.3 s, so a process that
+never builds a hardware_aware policy does not pay it); if it is missing or fails to import or compile,
+``compiled_kernel()`` returns None, says why in the log, and the policy keeps its numpy path. The machine
+code is cached on disk (``cache=True``: next to this file in __pycache__, else numba's user cache
+directory); where no cache directory is writable it is compiled uncached, once per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from controlplane.router.policies.node_table import NodeTable
+from controlplane.router.policy import RouteRequest
+from controlplane.router.prefix_index import PrefixIndex
+from controlplane.router.router_config import RouterConfig
+
+log = logging.getLogger(__name__)
+
+# HardwareAwarePolicy._derive's row layout (hardware_aware.py's _COL_*; tests check they agree)
+COL_MAX_PROMPT = 0
+COL_INV_RATE = 2
+COL_BASE_S = 3
+COL_STEP_S = 4
+COL_BACKLOG_S = 5
+COL_CHUNK_S = 6
+COL_HEADROOM = 7
+COL_LORA_LOAD_S = 8
+NUM_COLUMNS = 9
+NUM_PARAMS = 12  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 12 arguments)
+
+
+def least_cost_index(
+    values: np.ndarray,  # float64 [NUM_COLUMNS, n]
+    cost: np.ndarray,  # float64 [>= n], out: each node's cost before the prefix credit
+    is_tagged: np.ndarray,  # bool [>= n], all False; used as scratch and left all False
+    tagged: np.ndarray,  # int64 [k]: positions of the nodes holding the request's adapter
+    cand: np.ndarray,  # int64 [>= num_cand]: positions of the prefix index's candidates
+    cand_cached: np.ndarray,  # int64 [>= num_cand]: prompt tokens the index says each one holds
+    num_cand: int,
+    params: tuple[float, ...],  # see CostKernel.least_cost
+) -> int:
+    """Position of the node of least cost (see the module docstring), or -1 when no node can take the
+    prompt. Plain Python that numba compiles; ``least_cost_index(...)`` itself runs it uncompiled."""
+    (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
+     num_prompt_tokens, has_lora, router_slo_ttft_s) = params  # fmt: skip
+    n = values.shape[1]
+    max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
+    step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
+    headroom, lora_load = values[COL_HEADROOM], values[COL_LORA_LOAD_S]
+    lora = has_lora != 0.0
+    for k in range(tagged.shape[0]):
+        is_tagged[tagged[k]] = True
+    # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
+    # (c + 0.0 is c), so the loop has no data-dependent branch and compiles to SIMD; the costs are the same.
+    for i in range(n):
+        c = inv_rate[i] * own + base[i]
+        c += lora_load[i] if lora and not is_tagged[i] else 0.0
+        c += ttft_penalty_s if c > slo_ttft_s else 0.0
+        t = backlog[i] * inv_steps
+        chunk_s = chunk[i]
+        t = chunk_s if chunk_s < t or chunk_s != chunk_s else t  # np.minimum: a NaN on either side wins
+        t += step[i]
+        c += tpot_penalty_s if t > slo_tpot_s else 0.0
+        c += t * output_weight if output_weight != 0.0 else 0.0  # t * 0 would be NaN for an infinite t
+        c += kv_penalty_s if headroom[i] < need else 0.0
+        cost[i] = math.inf if max_prompt[i] < num_prompt_tokens else c
+    best = math.inf
+    best_i = 0
+    for i in range(n):  # np.argmin: the first least cost, or the first NaN
+        c = cost[i]
+        if not c >= best:
+            best = c
+            best_i = i
+            if c != c:
+                break
+    if best != best or best == math.inf:
+        num_cand = 0  # no credit beats a NaN; none makes an impossible node possible
+        if best == math.inf:
+            best_i = -1  # no node can take the prompt
+    # the prefix credit: HardwareAwarePolicy._credit_cached_prefix, the same operations in the same order
+    for k in range(num_cand):
+        i = cand[k]
+        cost_s = cost[i]
+        rate_inv = inv_rate[i]
+        if cost_s - (own * rate_inv + ttft_penalty_s + kv_penalty_s) > best:
+            continue  # cannot win (an impossible node neither)
+        cached = float(cand_cached[k])
+        if cached > num_prompt_tokens:
+            cached = num_prompt_tokens
+        base_s = base[i]
+        if lora and not is_tagged[i]:
+            base_s += lora_load[i]
+        cached_own = num_prompt_tokens - cached
+        if cached_own < 1.0:
+            cached_own = 1.0
+        saved_s = (own - cached_own) * rate_inv
+        if own * rate_inv + base_s > router_slo_ttft_s and cached_own * rate_inv + base_s <= router_slo_ttft_s:
+            saved_s += ttft_penalty_s
+        room = headroom[i]
+        if room < need and need - cached <= room:  # short of KV room unless the prefix is cached
+            saved_s += kv_penalty_s
+        cost_s -= saved_s
+        if cost_s < best or (cost_s == best and i < best_i):
+            best = cost_s
+            best_i = i
+    for k in range(tagged.shape[0]):
+        is_tagged[tagged[k]] = False
+    return best_i
+
+
+_SIGNATURE = (
+    "int64(float64[:, ::1], float64[::1], boolean[::1], int64[::1], int64[::1], int64[::1], int64, "
+    f"UniTuple(float64, {NUM_PARAMS}))"
+)
+_compiled: list[Callable | None] = []  # [the compiled kernel or None], filled once per process
+
+
+def compiled_kernel() -> Callable | None:
+    """``least_cost_index`` compiled by numba (once per process, from the disk cache when it is there), or
+    None when numba cannot be imported or compile it (logged; the caller keeps its numpy path)."""
+    if _compiled:
+        return _compiled[0]
+    kernel = None
+    try:
+        import numba
+    except Exception as e:  # an ImportError, or numba refusing this numpy
+        log.warning("hardware_aware decision: numpy path (numba not importable: %s)", e)
+    else:
+        kernel = _compile(numba)
+    _compiled.append(kernel)
+    return kernel
+
+
+def _compile(numba) -> Callable | None:
+    try:
+        try:
+            kernel = numba.njit(_SIGNATURE, cache=True)(least_cost_index)
+            where = "cached on disk"
+        except RuntimeError as e:  # "cannot cache function ...: no locator available" (nowhere writable)
+            log.info("hardware_aware kernel: no writable cache directory (%s); compiling uncached", e)
+            kernel = numba.njit(_SIGNATURE, cache=False)(least_cost_index)
+            where = "uncached"
+    except Exception as e:  # a numba that cannot compile it must not stop the router
+        log.warning("hardware_aware decision: numpy path (numba %s failed to compile: %s)", numba.__version__, e)
+        return None
+    log.info("hardware_aware decision: numba %s kernel (%s)", numba.__version__, where)
+    return kernel
+
+
+class CostKernel:
+    """One policy's buffers around the compiled kernel. ``least_cost(request, table, index)``: the position
+    in ``table`` of the node hardware_aware sends ``request`` to, or -1 when no node can take it;
+    ``cost`` then holds every node's cost before the prefix credit (as the numpy path's cost array)."""
+
+    def __init__(self, config: RouterConfig, kernel: Callable) -> None:
+        self.config = config
+        self._kernel = kernel
+        self.cost = np.empty(0)
+        self._is_tagged = np.zeros(0, dtype=bool)
+        self._no_positions = np.zeros(0, dtype=np.int64)
+        self._cand = np.zeros(config.prefix_max_candidates, dtype=np.int64)
+        self._cand_cached = np.zeros(config.prefix_max_candidates, dtype=np.int64)
+        self._warm_up()
+
+    def least_cost(self, request: RouteRequest, table: NodeTable, index: PrefixIndex | None) -> int:
+        n = len(table.nodes)
+        if len(self.cost) != n:
+            self.cost, self._is_tagged = np.empty(n), np.zeros(n, dtype=bool)
+        config = self.config
+        num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
+        tagged = self._no_positions
+        if lora_name is not None:
+            positions = table.tagged(lora_name)
+            if positions:
+                tagged = np.fromiter(positions, np.int64, len(positions))
+        num_cand = 0
+        if index is not None and request.block_hashes:
+            matched = index.match(request.block_hashes, config.prefix_max_candidates)
+            if len(matched) > len(self._cand):
+                self._cand, self._cand_cached = np.zeros(len(matched), np.int64), np.zeros(len(matched), np.int64)
+            index_of, nodes, cand, cand_cached = table.index_of, table.nodes, self._cand, self._cand_cached
+            for node_id, num_blocks in matched.items():
+                i = index_of.get(node_id)
+                if i is not None:
+                    cand[num_cand] = i
+                    cand_cached[num_cand] = num_blocks * nodes[i].block_size
+                    num_cand += 1
+        slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
+        slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+        params = (
+            float(max(num_prompt_tokens, 1)),  # own
+            float(slo_ttft_s),
+            float(config.slo_ttft_miss_penalty_s),
+            1.0 / max(max_tokens - 1, 1),  # inv_steps
+            float(slo_tpot_s),
+            float(config.slo_tpot_miss_penalty_s),
+            float(config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)),  # output_weight
+            float(num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)),  # need
+            float(config.kv_full_penalty_s),
+            float(num_prompt_tokens),
+            0.0 if lora_name is None else 1.0,  # has_lora
+            float(config.slo_ttft_s),  # the prefix credit's SLO: the router's, as it always was
+        )
+        return self._kernel(
+            table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params
+        )
+
+    def _warm_up(self) -> None:
+        """One call on a one-node table, so the first decision runs machine code already loaded."""
+        values = np.zeros((NUM_COLUMNS, 1))
+        values[COL_MAX_PROMPT, 0] = 1.0
+        one = np.zeros(1, dtype=np.int64)
+        params = (1.0,) * NUM_PARAMS
+        chosen = self._kernel(values, np.empty(1), np.zeros(1, dtype=bool), one, one, one, 1, params)
+        if chosen != 0:
+            raise RuntimeError(f"hardware_aware kernel: warm-up chose {chosen} of one node")

@@ -1,0 +1,285 @@
+"""The compiled hardware_aware decision (cost_kernel.py) against the numpy path and the scalar formula.
+
+Hypothesis builds random node tables (nodes repeated to force exact ties, prompts some nodes cannot take,
+KV-short and swapped nodes, LoRA adapters held by some, prefix holders, every penalty on or off) and asks
+three implementations on the same snapshot: the numpy passes (``use_kernel=False``), the numba kernel, and
+the kernel's Python source run uncompiled (so the logic is tested where numba is missing). Choices must be
+equal and the per-node costs equal bit for bit; the choice must also be a least ``predict_cost_s`` node.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from backends.gpu_table import gpu_profile, power_score
+from controlplane.router.policies import cost_kernel, hardware_aware
+from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, least_cost_index
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s
+from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.router_config import RouterConfig
+
+GPUS = ("h200", "a100-40gb", "l40s", "l4", "t4")
+BLOCK = 16
+NUMBA = compiled_kernel()
+needs_numba = pytest.mark.skipif(NUMBA is None, reason="numba not importable: the numpy path decides")
+
+CONFIGS = (
+    RouterConfig(default_model_params_b=8.0),
+    RouterConfig(default_model_params_b=1.0, slo_tpot_miss_penalty_s=10.0, kv_reserve_output_tokens=64),
+    RouterConfig(slo_ttft_miss_penalty_s=0.0, kv_full_penalty_s=0.0, tpot_weight=0.0),
+    RouterConfig(hardware_aware_use_prefix=False, slo_ttft_s=0.05, lora_load_estimate_s=0.3),
+    RouterConfig(tpot_weight=1.0, tpot_horizon_tokens=8, prefix_max_candidates=2, kv_reserve_running_tokens=0),
+    RouterConfig(slo_ttft_s=0.2, slo_tpot_s=0.02, slo_tpot_miss_penalty_s=3.0, kv_full_penalty_s=0.0),
+)
+
+profiles = st.fixed_dictionaries(
+    {
+        "gpu": st.sampled_from(GPUS),
+        "max_model_len": st.sampled_from((256, 2048, 8192)),
+        "num_device_blocks": st.integers(8, 4096),
+        "num_free_device_blocks": st.integers(0, 4096),
+        "num_running": st.integers(0, 64),
+        "num_waiting": st.integers(0, 16),
+        "num_swapped": st.sampled_from((0, 0, 0, 1)),
+        "queued_prefill_tokens": st.integers(0, 30_000),
+        "decode_batch_size": st.integers(0, 64),
+        "prefill_tok_per_s": st.sampled_from((0.0, 900.0, 12_000.0, 60_000.0)),
+        "decode_step_ms": st.sampled_from((0.0, 5.0, 25.0, 90.0)),
+        "num_inflight": st.integers(0, 20),
+        "inflight_prefill_tokens": st.sampled_from((0, 0, 500, 8000)),
+        "lora_resident": st.lists(st.sampled_from(("a", "b", "c")), max_size=2, unique=True).map(tuple),
+        "lora_load_s": st.sampled_from((0.0, 0.0, 0.02, 1.5)),
+    }
+)
+
+PREFIXES = (tuple(range(10, 14)), tuple(range(20, 100)), tuple(range(1000, 1300)))  # 4, 80, 300 blocks
+requests = st.tuples(
+    st.integers(1, 9000),  # prompt tokens (some longer than a node can take)
+    st.integers(1, 3000),  # max tokens
+    st.sampled_from((None, *range(len(PREFIXES)))),
+    st.sampled_from((None, None, "a", "b", "d")),
+    st.sampled_from((None, 0.2, 4.0)),  # the class's TTFT SLO
+    st.sampled_from((None, 0.01, 0.5)),  # the class's TPOT SLO
+)
+
+
+def _view(node_id: str, profile: dict) -> NodeView:
+    hw = gpu_profile(profile["gpu"])
+    fields = {k: v for k, v in profile.items() if k != "gpu"}
+    return NodeView(
+        node_id=node_id,
+        gpu_type=hw.gpu_type,
+        cell="default",
+        model="m",
+        power_score=power_score(hw),
+        memory_bandwidth_gbps=hw.memory_bandwidth_gbps,
+        peak_tflops=hw.peak_tflops,
+        block_size=BLOCK,
+        kv_usage=0.0,
+        max_loras=2,
+        **fields,
+    )
+
+
+def _request(k: int, spec: tuple) -> RouteRequest:
+    num_prompt_tokens, max_tokens, prefix, lora_name, slo_ttft_s, slo_tpot_s = spec
+    num_blocks = num_prompt_tokens // BLOCK
+    tail = tuple(10**6 * (k + 1) + b for b in range(num_blocks))
+    chain = () if prefix is None else (PREFIXES[prefix] + tail)[:num_blocks]
+    return RouteRequest(
+        f"r{k}", "m", num_prompt_tokens, max_tokens, chain, slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s,
+        lora_name=lora_name,
+    )  # fmt: skip
+
+
+def _bits(a: np.ndarray) -> bytes:
+    return np.ascontiguousarray(a, dtype=np.float64).tobytes()
+
+
+def _least_predicted_cost(chosen, request, snapshot, config, policy) -> None:
+    """``chosen`` is a node of least predict_cost_s, with the cached tokens the policy's prefix index
+    credits (those are the policy's own memory: the same match the decision used)."""
+    num_prompt_tokens = request.num_prompt_tokens
+    fits = [v for v in snapshot.nodes if num_prompt_tokens <= min(v.max_model_len - 1, v.num_device_blocks * BLOCK)]
+    if not fits:
+        assert chosen is None
+        return
+    matched = {}
+    if policy._index is not None and request.block_hashes:
+        if request.slo_ttft_s is not None:
+            return  # the credit re-checks the router's TTFT SLO, not the class's (as it always has)
+        matched = policy._index.match(request.block_hashes, config.prefix_max_candidates)
+    scalar_config = replace(
+        config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s, slo_tpot_s=request.slo_tpot_s or config.slo_tpot_s
+    )
+    costs = {
+        v.node_id: predict_cost_s(
+            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens)
+        )
+        for v in fits
+    }
+    assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(CONFIGS),
+    st.lists(profiles, min_size=1, max_size=6),
+    st.lists(st.integers(0, 5), min_size=1, max_size=14),
+    st.lists(st.tuples(requests, st.integers(0, 13)), max_size=6),
+    requests,
+)
+def test_kernel_numpy_and_python_choose_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    # nodes drawn from a small pool of load profiles: repeats have equal costs (ties: the first wins)
+    nodes = tuple(_view(f"n{k:02d}", pool[p % len(pool)]) for k, p in enumerate(picks))
+    snapshot = ClusterSnapshot(0.0, nodes)
+    numpy_path = HardwareAwarePolicy(config, use_kernel=False)
+    python_path = HardwareAwarePolicy(config, use_kernel=False)
+    python_path._kernel = CostKernel(config, least_cost_index)  # the kernel's source, run by CPython
+    python_path.choose = python_path._choose_compiled
+    policies = [numpy_path, python_path]
+    if NUMBA is not None:
+        numba_path = HardwareAwarePolicy(config)
+        assert numba_path.kernel_name == "numba"
+        policies.append(numba_path)
+    assert numpy_path.kernel_name == "numpy"
+    for k, (past, at) in enumerate(history):  # earlier prompts the prefix index remembers
+        for policy in policies:
+            policy.on_routed(_request(100 + k, past), nodes[at % len(nodes)].node_id)
+    request = _request(0, spec)
+    chosen = [policy.choose(request, snapshot) for policy in policies]
+    assert chosen[1:] == chosen[:-1], (request, chosen)
+    n = len(nodes)
+    reference = _bits(numpy_path._cost[:n])
+    for policy in policies[1:]:
+        assert _bits(policy._kernel.cost) == reference
+        assert not policy._kernel._is_tagged.any()  # the scratch is left clean
+    _least_predicted_cost(chosen[0], request, snapshot, config, numpy_path)
+
+
+def _values(n: int) -> np.ndarray:
+    values = np.zeros((cost_kernel.NUM_COLUMNS, n))
+    values[cost_kernel.COL_MAX_PROMPT] = 1000.0
+    values[cost_kernel.COL_INV_RATE] = 1e-4
+    values[cost_kernel.COL_HEADROOM] = 1e6
+    values[cost_kernel.COL_LORA_LOAD_S] = 0.5
+    return values
+
+
+def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
+    """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s (see CostKernel)."""
+    n = values.shape[1]
+    cost = np.empty(n)
+    slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
+    params = (float(num_prompt_tokens), slo_ttft_s, knobs.get("ttft_penalty_s", 0.0), 1.0, 1.0, 0.0, 0.0,
+              float(knobs.get("need", num_prompt_tokens)), knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens),
+              1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s))  # fmt: skip
+    i = kernel(
+        np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),
+        np.array(cand or (0,), dtype=np.int64), np.array(cached or (0,), dtype=np.int64), len(cand), params,
+    )  # fmt: skip
+    return i, cost
+
+
+KERNELS = [pytest.param(least_cost_index, id="python"), pytest.param(NUMBA, id="numba", marks=needs_numba)]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_tables_ties_nan_impossible_and_lora(kernel):
+    values = _values(4)
+    values[cost_kernel.COL_BASE_S] = [0.3, 0.1, 0.1, 0.2]
+    assert _run(kernel, values)[0] == 1  # tie between 1 and 2: the first
+    values[cost_kernel.COL_MAX_PROMPT, 1] = 50.0
+    assert _run(kernel, values)[0] == 2  # 1 cannot take a 100-token prompt
+    i, cost = _run(kernel, values)
+    assert cost[1] == np.inf and np.argmin(cost) == i
+    values[cost_kernel.COL_BASE_S, 3] = np.nan
+    i, cost = _run(kernel, values)
+    assert i == 3 == np.argmin(cost)  # numpy's argmin picks the first NaN; so does the kernel
+    values[cost_kernel.COL_MAX_PROMPT] = 10.0
+    assert _run(kernel, values)[0] == -1  # nobody can take it
+    values = _values(3)
+    values[cost_kernel.COL_BASE_S] = [0.2, 0.1, 0.3]
+    assert _run(kernel, values, lora=True)[0] == 1  # every node loads the adapter: 1 still wins
+    assert _run(kernel, values, lora=True, tagged=(2,))[0] == 2  # 2 holds it: 0.3 < 0.1 + 0.5
+    i, cost = _run(kernel, values, lora=True, tagged=(0, 2))
+    assert i == 0 and list(cost) == [0.2 + 1e-4 * 100, 0.1 + 1e-4 * 100 + 0.5, 0.3 + 1e-4 * 100]
+    # prefix credit: node 1 (slow prefill) beats node 0 only if enough of the prompt is cached there
+    values = _values(2)
+    values[cost_kernel.COL_BASE_S] = [0.2, 0.1]
+    values[cost_kernel.COL_INV_RATE, 1] = 2e-3  # costs: 0.21 and 0.3
+    assert _run(kernel, values, cand=(1,), cached=(16,))[0] == 0  # saves 0.032 s: 0.268
+    i, cost = _run(kernel, values, cand=(1,), cached=(96,))  # saves 0.192 s: 0.108
+    assert i == 1 and cost[1] == 2e-3 * 100 + 0.1  # ``cost``: before the credit
+    assert _run(kernel, values, cand=(1,), cached=(9600,))[0] == 1  # capped at the prompt, one token left
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_boundaries_kv_room_credit_ties_and_the_credits_slo(kernel):
+    values = _values(2)
+    values[cost_kernel.COL_BASE_S] = [0.2, 0.1]
+    values[cost_kernel.COL_HEADROOM] = [1e6, 150.0]
+    assert _run(kernel, values, need=150, kv_penalty_s=5.0)[0] == 1  # room == need: not short
+    assert _run(kernel, values, need=151, kv_penalty_s=5.0)[0] == 0
+    # the prefix makes node 1 fit: it needs only need - cached of KV room
+    assert _run(kernel, values, need=151, kv_penalty_s=5.0, cand=(1,), cached=(1,))[0] == 1  # 150 <= 150
+    # equal corrected costs: the smaller position wins, whatever order the index named them in
+    values = _values(3)
+    values[cost_kernel.COL_BASE_S] = [0.1, 0.1, 0.15]
+    values[cost_kernel.COL_INV_RATE, :2] = 2e-3  # 0.3, 0.3, 0.16
+    for cand in ((0, 1), (1, 0)):
+        assert _run(kernel, values, cand=cand, cached=(96, 96))[0] == 0, cand  # 0.108 each
+    # the credit lifts a TTFT penalty against the router's SLO (its rule), not the request class's
+    values = _values(2)
+    values[cost_kernel.COL_BASE_S] = [0.2, 0.1]
+    values[cost_kernel.COL_INV_RATE, 1] = 2e-3  # 0.21 and 0.3 (+ 1 s over a 0.25 s SLO); cached: 0.108
+    knobs = dict(cand=(1,), cached=(96,), ttft_penalty_s=1.0)
+    assert _run(kernel, values, slo_ttft_s=0.25, router_slo_ttft_s=0.25, **knobs)[0] == 1
+    assert _run(kernel, values, slo_ttft_s=0.25, router_slo_ttft_s=0.5, **knobs)[0] == 0  # no penalty to lift
+
+
+def test_the_kernel_reads_the_policy_row_layout():
+    for name in ("MAX_PROMPT",):
+        assert getattr(cost_kernel, f"COL_{name}") == 0
+    for name in ("INV_RATE", "BASE_S", "STEP_S", "BACKLOG_S", "CHUNK_S", "HEADROOM", "LORA_LOAD_S"):
+        assert getattr(cost_kernel, f"COL_{name}") == getattr(hardware_aware, f"_COL_{name}"), name
+    assert cost_kernel.NUM_COLUMNS == hardware_aware._NUM_COLUMNS
+
+
+def test_without_numba_the_policy_decides_on_the_numpy_path(monkeypatch, caplog):
+    monkeypatch.setattr(cost_kernel, "_compiled", [])
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba -> ImportError
+    with caplog.at_level(logging.WARNING, logger=cost_kernel.__name__):
+        policy = HardwareAwarePolicy(RouterConfig())
+    assert policy.kernel_name == "numpy" and "choose" not in vars(policy)
+    assert "numpy path" in caplog.text
+    view = _view("n0", {"gpu": "l4", "max_model_len": 2048, "num_device_blocks": 64, "num_free_device_blocks": 64,
+                        "num_running": 0, "num_waiting": 0, "num_swapped": 0, "queued_prefill_tokens": 0,
+                        "decode_batch_size": 0, "prefill_tok_per_s": 0.0, "decode_step_ms": 0.0, "num_inflight": 0,
+                        "inflight_prefill_tokens": 0, "lora_resident": (), "lora_load_s": 0.0})  # fmt: skip
+    assert policy.choose(RouteRequest("r", "m", 10, 4, ()), ClusterSnapshot(0.0, (view,))) == "n0"
+
+
+@needs_numba
+def test_no_writable_cache_directory_compiles_uncached(monkeypatch, caplog):
+    """A read-only install and no writable user cache: numba finds no cache locator and refuses
+    ``cache=True`` at decoration; the kernel is compiled uncached instead of failing the router."""
+    import numba
+    from numba.core import config as numba_config
+
+    monkeypatch.setattr(numba_config, "CACHE_LOCATOR_CLASSES", "IPythonCacheLocator")  # none applies to a file
+    with pytest.raises(RuntimeError, match="no locator available"):
+        numba.njit(cache=True)(least_cost_index)
+    with caplog.at_level(logging.INFO, logger=cost_kernel.__name__):
+        kernel = cost_kernel._compile(numba)
+    assert kernel is not None and "uncached" in caplog.text
+    values = _values(2)
+    values[cost_kernel.COL_BASE_S] = [0.2, 0.1]
+    assert _run(kernel, values)[0] == 1
