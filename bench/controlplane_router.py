@@ -29,6 +29,10 @@ in alternating order, and reported under ``baseline`` with the ratios new/old (`
 ``ratio_p99``, ``ratio_cpu_p50``, ``ratio_cpu_p99``) and ``num_choice_mismatches``: decisions where the
 two chose different nodes (must be 0: the fast path may not change a choice). Requests go where the
 policy under test sends them.
+
+hardware_aware also reports ``kernel`` (the implementation that decided: "numba", the compiled loop of
+controlplane/router/policies/cost_kernel.py, or "numpy") and times its numpy path on the same snapshots
+(``numpy_path``: its times, ``numpy_path_ratio_*`` kernel/numpy, ``numpy_path_num_choice_mismatches``).
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from bench.hardware_aware_baseline import HardwareAwareBaseline
 from bench.stats import format_table, percentile
 from controlplane.registry import ClusterRegistry
 from controlplane.router.policies import POLICIES, make_policy
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
@@ -58,6 +63,8 @@ BLOCK_SIZE = 16
 NUM_DEVICE_BLOCKS = 8192
 NUM_WARMUP = 100
 BASELINES = {"hardware_aware": HardwareAwareBaseline}  # policy -> its slow reference, timed beside it
+# policy -> the same policy on its numpy path (no compiled kernel), timed beside it too
+NUMPY_PATHS = {"hardware_aware": lambda config: HardwareAwarePolicy(config, use_kernel=False)}
 GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4")
 
 
@@ -132,6 +139,10 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
     config = RouterConfig(policy=policy_name, default_model_params_b=8.0)
     policy = make_policy(policy_name, config)
     baseline = BASELINES[policy_name](config) if policy_name in BASELINES else None
+    numpy_path = NUMPY_PATHS[policy_name](config) if policy_name in NUMPY_PATHS else None
+    numpy_ns: list[int] = []
+    numpy_cpu_ns: list[int] = []
+    num_numpy_mismatches = 0
     base_ns: list[int] = []
     base_cpu_ns: list[int] = []
     num_mismatches = 0
@@ -163,6 +174,10 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
         t0 = perf()
         snapshot = registry.snapshot(MODEL)
         t_snapshot = perf() - t0
+        if numpy_path is not None and k % 2:
+            c5, t5 = cpu(), perf()
+            numpy_id = numpy_path.choose(request, snapshot)
+            t6, c6 = perf(), cpu()
         if baseline is not None and k % 2:  # alternate which of the two runs first
             c3, t3 = cpu(), perf()
             base_id = baseline.choose(request, snapshot)
@@ -174,6 +189,10 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             c3, t3 = cpu(), perf()
             base_id = baseline.choose(request, snapshot)
             t4, c4 = perf(), cpu()
+        if numpy_path is not None and not k % 2:
+            c5, t5 = cpu(), perf()
+            numpy_id = numpy_path.choose(request, snapshot)
+            t6, c6 = perf(), cpu()
         if k >= NUM_WARMUP:
             snapshot_ns.append(t_snapshot)
             choose_ns.append(t2 - t1)
@@ -181,6 +200,13 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             if baseline is not None:
                 base_ns.append(t4 - t3)
                 base_cpu_ns.append(c4 - c3)
+            if numpy_path is not None:
+                numpy_ns.append(t6 - t5)
+                numpy_cpu_ns.append(c6 - c5)
+        if numpy_path is not None:
+            num_numpy_mismatches += numpy_id != node_id
+            if node_id is not None:
+                numpy_path.on_routed(request, node_id)
         if baseline is not None:
             num_mismatches += base_id != node_id
             if node_id is not None:
@@ -213,6 +239,12 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
         for key in ("p50_us", "p99_us", "cpu_p50_us", "cpu_p99_us"):
             result[f"ratio_{key[:-3]}"] = result[key] / old[key]
         result["num_choice_mismatches"] = num_mismatches
+    if numpy_path is not None:
+        result["kernel"] = policy.kernel_name
+        numpy_times = result["numpy_path"] = _decision_times(numpy_ns, numpy_cpu_ns)
+        for key in ("p50_us", "p99_us", "cpu_p50_us", "cpu_p99_us"):
+            result[f"numpy_path_ratio_{key[:-3]}"] = result[key] / numpy_times[key]
+        result["numpy_path_num_choice_mismatches"] = num_numpy_mismatches
     return result
 
 
@@ -278,6 +310,11 @@ def main(argv: list[str] | None = None) -> int:
                 ratios = f"ratio new/old p50 {r['ratio_p50']:.2f} p99 {r['ratio_p99']:.2f}"
                 rows.append([f"  baseline ({ratios})", n, b["p50_us"], b["p99_us"], b["max_us"], b["cpu_p50_us"],
                              b["cpu_p99_us"], r["num_choice_mismatches"]])  # fmt: skip
+            if "numpy_path" in r:
+                b = r["numpy_path"]
+                ratios = f"{r['kernel']}/numpy p50 {r['numpy_path_ratio_p50']:.2f} p99 {r['numpy_path_ratio_p99']:.2f}"
+                rows.append([f"  numpy path ({ratios})", n, b["p50_us"], b["p99_us"], b["max_us"], b["cpu_p50_us"],
+                             b["cpu_p99_us"], r["numpy_path_num_choice_mismatches"]])  # fmt: skip
     headers = ["policy", "nodes", "choose p50 µs", "p99 µs", "max µs", "cpu p50 µs", "cpu p99 µs", "snapshot p99 µs"]
     # a baseline row's last column is the number of decisions where it chose another node (must be 0)
     print(format_table(headers, rows))

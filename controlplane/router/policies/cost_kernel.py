@@ -192,8 +192,8 @@ class CostKernel:
         self.cost = np.empty(0)
         self._is_tagged = np.zeros(0, dtype=bool)
         self._no_positions = np.zeros(0, dtype=np.int64)
-        self._cand = np.zeros(config.prefix_max_candidates, dtype=np.int64)
-        self._cand_cached = np.zeros(config.prefix_max_candidates, dtype=np.int64)
+        self._cand = self._cand_cached = self._cand_view = self._cand_cached_view = None
+        self._candidate_room(config.prefix_max_candidates)
         self._warm_up()
 
     def least_cost(self, request: RouteRequest, table: NodeTable, index: PrefixIndex | None) -> int:
@@ -211,8 +211,9 @@ class CostKernel:
         if index is not None and request.block_hashes:
             matched = index.match(request.block_hashes, config.prefix_max_candidates)
             if len(matched) > len(self._cand):
-                self._cand, self._cand_cached = np.zeros(len(matched), np.int64), np.zeros(len(matched), np.int64)
-            index_of, nodes, cand, cand_cached = table.index_of, table.nodes, self._cand, self._cand_cached
+                self._candidate_room(len(matched))
+            index_of, nodes = table.index_of, table.nodes
+            cand, cand_cached = self._cand_view, self._cand_cached_view  # memoryviews: 2x faster to set
             for node_id, num_blocks in matched.items():
                 i = index_of.get(node_id)
                 if i is not None:
@@ -238,6 +239,10 @@ class CostKernel:
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params
         )
+
+    def _candidate_room(self, num: int) -> None:
+        self._cand, self._cand_cached = np.zeros(num, dtype=np.int64), np.zeros(num, dtype=np.int64)
+        self._cand_view, self._cand_cached_view = memoryview(self._cand), memoryview(self._cand_cached)
 
     def _warm_up(self) -> None:
         """One call on a one-node table, so the first decision runs machine code already loaded."""
