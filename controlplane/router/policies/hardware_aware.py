@@ -38,13 +38,16 @@ Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, the d
 prefill time, a chunk's time, headroom, an adapter's load time) live in a NodeTable, one row per node,
 derived when the registry logs the node's new view (router/node_changes.py: on a report, a routed, first
 token or finished request) rather than at the decision; a decision checks the rows against its snapshot
-and is ~13 vectorised passes in the scalar formula's order (so the same floats, the same choice as the
-old decision, bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few
-prefix-holding nodes that could still win (a holder whose cost less the most it could save is above the
-least cost is skipped). Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes
-keeps its own, incremental). Tried and measured slower here (numpy 2.4, 1,024 nodes): stacking columns
-into 2-D blocks so one call does two or three passes (a (k, 1) broadcast operand costs more than k 1-D
-calls), and adding penalties with ``where=`` masks instead of ``mask * penalty``.
+and then costs every node in one compiled loop (cost_kernel.py, numba: the same operations in the same
+order as the numpy path below, so the same floats and the same choice, checked by tests), the prefix
+holders' credit included (a holder whose cost less the most it could save is above the least cost is
+skipped). Without numba the decision is ``choose``'s ~13 vectorised numpy passes in the scalar formula's
+order (the same choice as the old decision, bench/hardware_aware_baseline.py, checked by tests), plus a
+scalar re-score of the few prefix holders that could still win. Tables are kept per snapshot group (a
+subgroup such as the LoRA-capable nodes keeps its own, incremental). Tried and measured slower on the
+numpy path (numpy 2.4, 1,024 nodes): stacking columns into 2-D blocks so one call does two or three passes
+(a (k, 1) broadcast operand costs more than k 1-D calls), and adding penalties with ``where=`` masks
+instead of ``mask * penalty``.
 """
 
 from __future__ import annotations
