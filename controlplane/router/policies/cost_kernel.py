@@ -184,7 +184,8 @@ def _compile(numba) -> Callable | None:
 class CostKernel:
     """One policy's buffers around the compiled kernel. ``least_cost(request, table, index)``: the position
     in ``table`` of the node hardware_aware sends ``request`` to, or -1 when no node can take it;
-    ``cost`` then holds every node's cost before the prefix credit (as the numpy path's cost array)."""
+    ``cost[:n]`` then holds every node's cost before the prefix credit (as the numpy path's cost array).
+    The buffers only grow: tables of different sizes (a group and its LoRA subgroup) share them."""
 
     def __init__(self, config: RouterConfig, kernel: Callable) -> None:
         self.config = config
@@ -198,7 +199,7 @@ class CostKernel:
 
     def least_cost(self, request: RouteRequest, table: NodeTable, index: PrefixIndex | None) -> int:
         n = len(table.nodes)
-        if len(self.cost) != n:
+        if len(self.cost) < n:
             self.cost, self._is_tagged = np.empty(n), np.zeros(n, dtype=bool)
         config = self.config
         num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
