@@ -143,3 +143,19 @@ def test_bad_hello_and_timeout_are_rejected(clock, make_hello):
         registry.join(make_hello(""))
     with pytest.raises(ValueError, match="max_model_len"):
         registry.join(make_hello("a", max_model_len=0))
+
+
+def test_a_view_replaced_after_a_leave_lands_at_its_nodes_new_position(registry, make_hello, make_report):
+    for node_id in ("d", "b", "a", "c"):
+        registry.join(make_hello(node_id))
+    before = registry.snapshot().nodes
+    registry.leave("b")
+    registry.report(make_report("d", num_running=5))  # d moved from position 3 to 2
+    registry.on_routed("c", "r1", 10)
+    nodes = registry.snapshot(model="m").nodes
+    assert [v.node_id for v in nodes] == ["a", "c", "d"]
+    assert nodes[0] is before[0]  # unchanged views keep their object
+    assert nodes[1].num_inflight == 1 and nodes[2].num_running == 5
+    registry.join(make_hello("b"))  # back, in node-id order
+    assert [v.node_id for v in registry.snapshot().nodes] == ["a", "b", "c", "d"]
+    assert registry.snapshot().nodes[3].num_running == 5
