@@ -33,6 +33,12 @@ policy under test sends them.
 hardware_aware also reports ``kernel`` (the implementation that decided: "numba", the compiled loop of
 controlplane/router/policies/cost_kernel.py, or "numpy") and times its numpy path on the same snapshots
 (``numpy_path``: its times, ``numpy_path_ratio_*`` kernel/numpy, ``numpy_path_num_choice_mismatches``).
+
+On a shared host a decision that the scheduler preempts (an involuntary context switch of the thread, Linux
+``getrusage(RUSAGE_THREAD)``, read just outside the timed call) comes back to cold caches: its wall and CPU
+times are those of the host, not of the policy. ``num_preempted_decisions`` counts them, and
+``unpreempted`` holds the percentiles of the others (a switch between the reading and the clock read counts
+as a preemption too, so the split errs towards leaving decisions out); the headline figures keep them all.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ import gc
 import json
 import os
 import random
+import resource
 import sys
 import time
 from collections import deque
@@ -66,6 +73,12 @@ BASELINES = {"hardware_aware": HardwareAwareBaseline}  # policy -> its slow refe
 # policy -> the same policy on its numpy path (no compiled kernel), timed beside it too
 NUMPY_PATHS = {"hardware_aware": lambda config: HardwareAwarePolicy(config, use_kernel=False)}
 GPUS = ("h200", "h100-sxm", "h100-pcie", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4")
+
+
+def _involuntary_switches() -> int:
+    """The calling thread's involuntary context switches so far (0 where the OS does not say)."""
+    who = getattr(resource, "RUSAGE_THREAD", None)
+    return 0 if who is None else resource.getrusage(who).ru_nivcsw
 
 
 def _lengths(num: int, seed: int) -> list[tuple[int, int]]:
@@ -154,6 +167,7 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
     choose_ns: list[int] = []
     choose_cpu_ns: list[int] = []
     snapshot_ns: list[int] = []
+    preempted: list[bool] = []
     num_none = 0
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
     report_debt = 0.0
@@ -182,9 +196,11 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             c3, t3 = cpu(), perf()
             base_id = baseline.choose(request, snapshot)
             t4, c4 = perf(), cpu()
+        switches = _involuntary_switches()
         c1, t1 = cpu(), perf()
         node_id = policy.choose(request, snapshot)
         t2, c2 = perf(), cpu()
+        switched = _involuntary_switches() != switches
         if baseline is not None and not k % 2:
             c3, t3 = cpu(), perf()
             base_id = baseline.choose(request, snapshot)
@@ -197,6 +213,7 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
             snapshot_ns.append(t_snapshot)
             choose_ns.append(t2 - t1)
             choose_cpu_ns.append(c2 - c1)
+            preempted.append(switched)
             if baseline is not None:
                 base_ns.append(t4 - t3)
                 base_cpu_ns.append(c4 - c3)
@@ -233,7 +250,11 @@ def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) 
         num_unrouted=num_none,
         # includes what a policy does as the registry logs new views (hardware_aware derives their rows then)
         registry_update_cpu_us_per_decision=update_cpu_ns / max(len(choose_ns), 1) / 1e3,
+        num_preempted_decisions=sum(preempted),
     )
+    kept = [k for k, was in enumerate(preempted) if not was]
+    if kept:
+        result["unpreempted"] = _decision_times([choose_ns[k] for k in kept], [choose_cpu_ns[k] for k in kept])
     if baseline is not None:
         old = result["baseline"] = _decision_times(base_ns, base_cpu_ns)
         for key in ("p50_us", "p99_us", "cpu_p50_us", "cpu_p99_us"):
