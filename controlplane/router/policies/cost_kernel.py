@@ -171,6 +171,8 @@ def _compile(numba) -> Callable | None:
             kernel = numba.njit(_SIGNATURE, cache=True)(least_cost_index)
             where = "cached on disk"
         except RuntimeError as e:  # "cannot cache function ...: no locator available" (nowhere writable)
+            if "no locator available" not in str(e):
+                raise
             log.info("hardware_aware kernel: no writable cache directory (%s); compiling uncached", e)
             kernel = numba.njit(_SIGNATURE, cache=False)(least_cost_index)
             where = "uncached"
