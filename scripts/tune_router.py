@@ -91,12 +91,12 @@ def main() -> None:
     args = parser.parse_args()
     grid = json.loads(args.grid)
     settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
-    anchors = best_anchors(args.anchors.split(","))
     with multiprocessing.Pool(args.jobs) as pool:
         rows = []
         for row in pool.imap(_run_setting, settings):
             print(json.dumps(row), flush=True)
             rows.append(row)
+    anchors = best_anchors(args.anchors.split(","))  # read at the end: they may be run beside the grid
     chosen = choose(rows, anchors)
     print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "anchors": anchors,
                       "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
