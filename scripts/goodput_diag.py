@@ -29,7 +29,7 @@ def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict,
     report = summarize(result, slo)
     profile_of = {n.node_id: n.profile for n in result.nodes}
     rows: dict[str, dict] = {}
-    for gpu in sorted(set(profile_of.values())) + ["refused"]:
+    for gpu in [*sorted(set(profile_of.values())), "refused"]:
         recs = [r for r in result.records if (profile_of.get(r.node_id) if r.node_id else "refused") == gpu]
         if not recs:
             continue

@@ -57,7 +57,8 @@ def best_anchors(paths: list[str]) -> dict[str, dict]:
     """Per case: the best fair anchor's goodput and P99 TTFT (each the best over the anchors) on the tune split."""
     out = {}
     for case, path in zip(CASES, paths):
-        rows = [p for p in json.load(open(path))["policies"] if p["policy"] != "hardware_aware"]
+        with open(path) as f:
+            rows = [p for p in json.load(f)["policies"] if p["policy"] != "hardware_aware"]
         out[case] = {
             "goodput": max(p["goodput"] for p in rows),
             "goodput_by": max(rows, key=lambda p: p["goodput"])["policy"],

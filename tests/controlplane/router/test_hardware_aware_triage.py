@@ -88,7 +88,9 @@ CREDIT_CASES = {
     ),
     # B decodes 4 requests: 1 s of chunks over 4 steps push them over 0.2 s (+3 s), 0.53 s do not
     "harm_lifted": (
-        RouterConfig(tpot_weight=0.0, kv_full_penalty_s=0.0, slo_ttft_s=2.0, slo_tpot_s=0.2, slo_tpot_harm_penalty_s=3.0),
+        RouterConfig(
+            tpot_weight=0.0, kv_full_penalty_s=0.0, slo_ttft_s=2.0, slo_tpot_s=0.2, slo_tpot_harm_penalty_s=3.0
+        ),
         dict(queued_prefill_tokens=512),
         dict(decode_batch_size=4),
         5,
@@ -106,7 +108,11 @@ def test_a_cached_prefix_lifts_the_triage_and_harm_penalties(case, make_node_vie
     for policy in (fast := HardwareAwarePolicy(config), old := HardwareAwareBaseline(config)):
         policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
     assert fast.choose(request, snapshot) == old.choose(request, snapshot) == "b"
-    assert predict_cost_s(b, request, config, 480) < predict_cost_s(a, request, config) < predict_cost_s(b, request, config)
+    assert (
+        predict_cost_s(b, request, config, 480)
+        < predict_cost_s(a, request, config)
+        < predict_cost_s(b, request, config)
+    )
     unshared = RouteRequest("r2", "m", len(PROMPT) * 16, max_tokens, tuple(range(5000, 5064)))  # nothing cached
     assert fast.choose(unshared, snapshot) == old.choose(unshared, snapshot) == "a"
 
