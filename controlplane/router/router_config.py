@@ -77,8 +77,8 @@ class RouterConfig:
     slo_tpot_s: float = 0.1
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 0.0
-    slo_triage_penalty_s: float = 0.0
-    slo_tpot_harm_penalty_s: float = 0.0
+    slo_triage_penalty_s: float = 5.0
+    slo_tpot_harm_penalty_s: float = 3.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
