@@ -55,8 +55,9 @@ prefill time, a chunk's time, headroom, an adapter's load time) live in a NodeTa
 derived when the registry logs the node's new view (router/node_changes.py: on a report, a routed, first
 token or finished request) rather than at the decision; a decision checks the rows against its snapshot
 and is ~13 vectorised passes in the scalar formula's order (so the same floats, the same choice as the
-old decision, bench/hardware_aware_baseline.py, checked by tests; SLO triage adds 4 passes and decode
-protection 10: p50 38 -> 55 us at 1,024 nodes on a loaded host, 2026-12-01-sim-eval-goodput.json), plus a scalar re-score of the few
+old decision, bench/hardware_aware_baseline.py, checked by tests; SLO triage adds 4 passes and
+decode protection 10: p50 38 -> 55 us at 1,024 nodes on a loaded host, see
+bench/results/2026-12-01-sim-eval-goodput.json), plus a scalar re-score of the few
 prefix-holding nodes that could still win (a holder whose cost less the most it could save is above the
 least cost is skipped). Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes
 keeps its own, incremental). Tried and measured slower here (numpy 2.4, 1,024 nodes): stacking columns
