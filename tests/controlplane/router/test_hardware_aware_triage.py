@@ -19,7 +19,13 @@ from controlplane.router.policies.hardware_aware import (
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
-BASE = RouterConfig(default_model_params_b=1.0, hardware_aware_use_prefix=False, tpot_weight=0.0)
+BASE = RouterConfig(  # each test turns on the one mechanism it checks
+    default_model_params_b=1.0,
+    hardware_aware_use_prefix=False,
+    tpot_weight=0.0,
+    slo_triage_penalty_s=0.0,
+    slo_tpot_harm_penalty_s=0.0,
+)
 
 
 def _decide(config: RouterConfig, request: RouteRequest, *nodes) -> str:
@@ -78,18 +84,29 @@ def test_a_prompt_that_would_push_the_running_decodes_over_the_tpot_target_goes_
 SHARED = tuple(range(100, 130))  # 30 blocks of 16 tokens: 480 tokens cached on the holder "b"
 PROMPT = SHARED + tuple(range(900, 934))  # 64 blocks: 1024 prompt tokens, 1 s at 1024 tok/s
 CREDIT_CASES = {
-    # A already late (waits 2.5 s > 2 s); B waits 1.25 s: 2.25 s misses there (+10 s, + 5 s triage) unless
-    # its 480 cached tokens count (1.78 s)
+    # A meets the SLO (waits 0.91 s: 1.91 s); B waits 1.25 s (within the SLO for others): 2.25 s misses there
+    # (+10 s, +5 s triage) unless its 480 cached tokens count (1.78 s): both penalties must be lifted
     "triage_lifted": (
-        RouterConfig(tpot_weight=0.0, kv_full_penalty_s=0.0, slo_ttft_s=2.0, slo_triage_penalty_s=5.0),
-        dict(queued_prefill_tokens=2560),
+        RouterConfig(
+            tpot_weight=0.0,
+            kv_full_penalty_s=0.0,
+            slo_ttft_s=2.0,
+            slo_triage_penalty_s=5.0,
+            slo_tpot_harm_penalty_s=0.0,
+        ),
+        dict(queued_prefill_tokens=928),
         dict(queued_prefill_tokens=1280),
         1,
     ),
     # B decodes 4 requests: 1 s of chunks over 4 steps push them over 0.2 s (+3 s), 0.53 s do not
     "harm_lifted": (
         RouterConfig(
-            tpot_weight=0.0, kv_full_penalty_s=0.0, slo_ttft_s=2.0, slo_tpot_s=0.2, slo_tpot_harm_penalty_s=3.0
+            tpot_weight=0.0,
+            kv_full_penalty_s=0.0,
+            slo_ttft_s=2.0,
+            slo_tpot_s=0.2,
+            slo_tpot_harm_penalty_s=3.0,
+            slo_triage_penalty_s=0.0,
         ),
         dict(queued_prefill_tokens=512),
         dict(decode_batch_size=4),
