@@ -26,7 +26,8 @@ _COL_STEP_S = 4
 _COL_BACKLOG_S = 5
 _COL_CHUNK_S = 6
 _COL_HEADROOM = 7
-_NUM_COLUMNS = 8
+_COL_DECODERS = 8
+_NUM_COLUMNS = 9
 _MIN_FIGURE = 1e-9
 
 
@@ -66,7 +67,11 @@ class HardwareAwareBaseline(PolicyHooks):
             lora_name, nodes = request.lora_name, table.nodes
             cost += np.fromiter((lora_cold_load_s(v, lora_name, config) for v in nodes), np.float64, len(nodes))
         slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
-        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=np.greater(cost, slo_ttft_s, out=miss))
+        np.greater(cost, slo_ttft_s, out=miss)
+        np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=miss)
+        # SLO triage (added after commit 2777401): a miss on a node whose queue still meets the SLO
+        triage = miss & (columns[_COL_BASE_S] <= slo_ttft_s)
+        np.add(cost, config.slo_triage_penalty_s, out=cost, where=triage)
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
         output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
         if output_weight or config.slo_tpot_miss_penalty_s:
@@ -80,6 +85,14 @@ class HardwareAwareBaseline(PolicyHooks):
             if output_weight:
                 tpot *= output_weight
                 cost += tpot
+        # decode protection (added after commit 2777401): this prompt's chunks push the running decodes over the SLO
+        slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+        harm_s = (columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1)) + columns[_COL_BACKLOG_S]) * (
+            1.0 / max(max_tokens - 1, 1)
+        )
+        harm_s = np.minimum(harm_s, columns[_COL_CHUNK_S]) + columns[_COL_STEP_S]
+        harm = (harm_s > slo_tpot_s) & (columns[_COL_DECODERS] > 0)
+        np.add(cost, config.slo_tpot_harm_penalty_s, out=cost, where=harm)
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
         short = np.less(columns[_COL_HEADROOM], need, out=self._short)
         np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
@@ -104,6 +117,14 @@ class HardwareAwareBaseline(PolicyHooks):
                 saved_s = (own - cached_own) * inv_rate
                 if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
                     saved_s += config.slo_ttft_miss_penalty_s
+                    if values.item(_COL_BASE_S, i) <= slo_ttft_s:
+                        saved_s += config.slo_triage_penalty_s
+                if harm.item(i):
+                    step_s, chunk_s = values.item(_COL_STEP_S, i), values.item(_COL_CHUNK_S, i)
+                    backlog_s = values.item(_COL_BACKLOG_S, i)
+                    cached_harm_s = min((inv_rate * cached_own + backlog_s) * (1.0 / max(max_tokens - 1, 1)), chunk_s)
+                    if cached_harm_s + step_s <= slo_tpot_s:
+                        saved_s += config.slo_tpot_harm_penalty_s
                 if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
                     saved_s += config.kv_full_penalty_s
                 cost[i] -= saved_s
@@ -152,4 +173,5 @@ class HardwareAwareBaseline(PolicyHooks):
             backlog_s,
             config.prefill_chunk_tokens * inv_rate,
             kv_headroom_tokens(node, config),
+            float(batch),
         )

@@ -1,8 +1,18 @@
 """Tune hardware_aware's knobs on the declared tuning split (the first fifth of each trace) only.
 
-Grid over tpot_weight x slo_tpot_miss_penalty_s; conv and code on the zoo fleet, mooncake on zoo_long, 80% load,
-seed 0. Selection rule (fixed before any run): lowest geometric mean of P99 TTFT over the three traces among the
-settings whose goodput is within 1 point of the default's on every trace. Prints one JSON object.
+Cases: conv 80%, code 80% and code 60% on the zoo fleet, mooncake 80% on zoo_long; seed 0; the default SLO
+(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values): by default the SLO triage and decode
+protection penalties (router_config.py).
+
+Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
+its result are in bench/results/2026-12-01-router-tune.json):
+1. A setting is admissible when, on every case, its P99 TTFT is at most the best fair anchor's P99 / 1.5 (the
+   anchors' figures on the same split and seed, from ``zoo sim --split tune --json`` files given by --anchors).
+2. Among admissible settings (all settings if none is), the one with the largest smallest goodput margin over
+   the cases (hardware_aware's goodput - the best fair anchor's goodput on that case) wins; settings within
+   0.005 of the largest are tied, and the tie goes to the lowest worst-case P99/P50 TTFT, then to the
+   earliest in the grid (the grid lists smaller penalties first).
+Prints one JSON object per setting, then the choice.
 """
 
 from __future__ import annotations
@@ -11,52 +21,86 @@ import argparse
 import dataclasses
 import itertools
 import json
-import math
+import multiprocessing
 
 from sim.des import FleetSimulator, default_router_config
 from sim.fleet import load_fleet
 from sim.report import Slo, summarize
 from sim.workload import load_trace, scale_to_load
 
-CASES = (("conv", "zoo"), ("code", "zoo"), ("mooncake", "zoo_long"))
+CASES = {"conv80": ("conv", "zoo", 0.8), "code80": ("code", "zoo", 0.8), "code60": ("code", "zoo", 0.6),
+         "mooncake80": ("mooncake", "zoo_long", 0.8)}  # fmt: skip
+DEFAULT_GRID = {"slo_triage_penalty_s": [0.0, 3.0, 5.0, 10.0], "slo_tpot_harm_penalty_s": [0.0, 3.0]}
+TIE = 0.005
 
 
-def run(trace: str, fleet_name: str, knobs: dict) -> dict:
+def run(case: str, knobs: dict) -> dict:
+    trace, fleet_name, load = CASES[case]
     fleet = load_fleet(fleet_name)
     base = load_trace(trace).split("tune")
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
-    workload = scale_to_load(base, 0.8, capacity)
+    workload = scale_to_load(base, load, capacity)
     config = dataclasses.replace(default_router_config(fleet, "hardware_aware", 0), **knobs)
     result = FleetSimulator(fleet, workload, "hardware_aware", router_config=config, seed=0).run()
     r = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
-    return {"p50": r.ttft_s[50], "p99": r.ttft_s[99], "goodput": r.goodput, "util": r.utilisation}
+    return {
+        "p50": r.ttft_s[50],
+        "p99": r.ttft_s[99],
+        "p99_over_p50": r.ttft_p99_over_p50,
+        "goodput": r.goodput,
+        "tpot_p50": r.tpot_s[50],
+        "util": r.utilisation,
+    }
+
+
+def best_anchors(paths: list[str]) -> dict[str, dict]:
+    """Per case: the best fair anchor's goodput and P99 TTFT (each the best over the anchors) on the tune split."""
+    out = {}
+    for case, path in zip(CASES, paths):
+        with open(path) as f:
+            rows = [p for p in json.load(f)["policies"] if p["policy"] != "hardware_aware"]
+        out[case] = {
+            "goodput": max(p["goodput"] for p in rows),
+            "goodput_by": max(rows, key=lambda p: p["goodput"])["policy"],
+            "p99": min(p["ttft_s"]["99"] for p in rows),
+            "p99_by": min(rows, key=lambda p: p["ttft_s"]["99"])["policy"],
+        }
+    return out
+
+
+def choose(rows: list[dict], anchors: dict[str, dict]) -> dict:
+    for row in rows:
+        t = row["cases"]
+        row["admissible"] = all(t[c]["p99"] <= anchors[c]["p99"] / 1.5 for c in t)
+        row["min_goodput_margin"] = min(t[c]["goodput"] - anchors[c]["goodput"] for c in t)
+        row["worst_p99_over_p50"] = max(t[c]["p99_over_p50"] for c in t)
+    pool = [r for r in rows if r["admissible"]] or rows
+    top = max(r["min_goodput_margin"] for r in pool)
+    tied = [r for r in pool if r["min_goodput_margin"] >= top - TIE]
+    return min(tied, key=lambda r: (r["worst_p99_over_p50"], rows.index(r)))
+
+
+def _run_setting(knobs: dict) -> dict:
+    return {"knobs": knobs, "cases": {case: run(case, knobs) for case in CASES}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--tpot-weights", default="0.1,0.03,0")
-    parser.add_argument("--tpot-penalties", default="0,10")
+    parser.add_argument("--grid", default=json.dumps(DEFAULT_GRID), help="JSON: knob -> list of values")
+    parser.add_argument("--anchors", required=True, help="comma-separated zoo sim --json files, one per case")
+    parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
-    grid = list(
-        itertools.product(
-            [float(x) for x in args.tpot_weights.split(",")], [float(x) for x in args.tpot_penalties.split(",")]
-        )
-    )
-    out = []
-    for w, pen in grid:
-        knobs = {"tpot_weight": w, "slo_tpot_miss_penalty_s": pen}
-        row = {"knobs": knobs, "traces": {t: run(t, f, knobs) for t, f in CASES}}
-        row["p99_geomean"] = math.exp(sum(math.log(v["p99"]) for v in row["traces"].values()) / len(CASES))
-        print(json.dumps(row), flush=True)
-        out.append(row)
-    default = out[0]
-    ok = [
-        r
-        for r in out
-        if all(r["traces"][t]["goodput"] >= default["traces"][t]["goodput"] - 0.01 for t in default["traces"])
-    ]
-    best = min(ok, key=lambda r: r["p99_geomean"])
-    print(json.dumps({"chosen": best["knobs"], "grid": out}))
+    grid = json.loads(args.grid)
+    settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    with multiprocessing.Pool(args.jobs) as pool:
+        rows = []
+        for row in pool.imap(_run_setting, settings):
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    anchors = best_anchors(args.anchors.split(","))  # read at the end: they may be run beside the grid
+    chosen = choose(rows, anchors)
+    print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "anchors": anchors,
+                      "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
 
 
 if __name__ == "__main__":

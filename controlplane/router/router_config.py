@@ -34,6 +34,13 @@ class RouterConfig:
         target. The TPOT one is off by default: on a prefill-bound fleet (zoo, Azure code trace at 80% load)
         it herds the work onto the one GPU type whose mixed prefill+decode steps stay under the target, whose
         queues then miss the TTFT target instead (goodput 17% with it at 10 s, 22% without).
+    slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
+        node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
+        a node that is already late instead of taking the slack of those still serving within the SLO.
+    slo_tpot_harm_penalty_s: decode protection: added to the cost of a node whose running decodes this prompt's
+        prefill chunks (with the node's backlog) would push over the TPOT target.
+        Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
+        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -70,6 +77,8 @@ class RouterConfig:
     slo_tpot_s: float = 0.1
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 0.0
+    slo_triage_penalty_s: float = 5.0
+    slo_tpot_harm_penalty_s: float = 3.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -100,6 +109,8 @@ class RouterConfig:
             "tpot_weight",
             "slo_ttft_miss_penalty_s",
             "slo_tpot_miss_penalty_s",
+            "slo_triage_penalty_s",
+            "slo_tpot_harm_penalty_s",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",

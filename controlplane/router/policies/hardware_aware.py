@@ -23,10 +23,26 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
     headroom  = num_free_device_blocks * block_size - backlog
                 - kv_reserve_running_tokens * outstanding requests     (the growth of those already there)
                 (-inf while the node has swapped requests: it is already out of KV room)
+    wait      = backlog / rate + step(decode_batch_size) if a decode batch is running   (TTFT less the prompt)
+    own_s     = max(prompt - cached, 1) / rate                        this prompt's prefill time there
+    harm_tpot = step(max(decode_batch_size, num_inflight) + 1) + min((backlog_s + own_s) / n, chunk_s)
+                the TPOT of the requests decoding there once this prompt's chunks share their steps
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
                 + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s
+                + slo_triage_penalty_s      if TTFT > slo_ttft_s and wait <= slo_ttft_s        (SLO triage)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
+                + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
+
+SLO triage: a request that misses the TTFT target on a node whose queue is still within it (``wait`` <=
+target: the node meets the target for the short prompts to come) pays the triage penalty there, so a request
+that would miss everywhere goes to a node that is already late (the least wait among those) instead of
+taking the slack of the nodes that still serve within the SLO; a node where it meets the target never pays
+it. Decode protection: a prompt whose prefill chunks would push the node's running decodes over the TPOT
+target pays the harm penalty there (n, the decode steps they have left, is taken as this request's). Both
+were measured on the declared tuning split (scripts/tune_router.py): on the Azure code trace at 80% load
+69% of the requests were predicted to miss the TTFT target everywhere and, placed by least TTFT, filled the
+queues of the nodes that still met it.
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
@@ -41,8 +57,8 @@ token or finished request) rather than at the decision; a decision checks the ro
 and then costs every node in one compiled loop (cost_kernel.py, numba: the same operations in the same
 order as the numpy path below, so the same floats and the same choice, checked by tests), the prefix
 holders' credit included (a holder whose cost less the most it could save is above the least cost is
-skipped). Without numba the decision is ``choose``'s ~13 vectorised numpy passes in the scalar formula's
-order (the same choice as the old decision, bench/hardware_aware_baseline.py, checked by tests), plus a
+skipped). Without numba the decision is ``choose``'s ~13 vectorised numpy passes (SLO triage adds 4 and
+decode protection 10) in the scalar formula's order (the same choice as the old decision, bench/hardware_aware_baseline.py, checked by tests), plus a
 scalar re-score of the few prefix holders that could still win. Tables are kept per snapshot group (a
 subgroup such as the LoRA-capable nodes keeps its own, incremental). Tried and measured slower on the
 numpy path (numpy 2.4, 1,024 nodes): stacking columns into 2-D blocks so one call does two or three passes
@@ -70,7 +86,8 @@ _COL_BACKLOG_S = 5  # backlog / rate
 _COL_CHUNK_S = 6  # prefill_chunk_tokens / rate
 _COL_HEADROOM = 7  # KV tokens free for new work
 _COL_LORA_LOAD_S = 8  # an adapter's load time there (measured mean, else the estimate)
-_NUM_COLUMNS = 9
+_COL_DECODERS = 9  # requests decoding there (last report)
+_NUM_COLUMNS = 10
 _MIN_FIGURE = 1e-9  # guards a node that reports 0 bandwidth or compute
 
 
@@ -154,6 +171,26 @@ def kv_headroom_tokens(node: NodeView, config: RouterConfig) -> float:
     return float(free - config.kv_reserve_running_tokens * outstanding_requests(node))
 
 
+def predict_wait_s(node: NodeView, config: RouterConfig) -> float:
+    """What any new request waits on ``node`` before its own prefill: the queued prefill and the decode step
+    in progress (TTFT less the prompt's own time; SLO triage compares it with the TTFT target)."""
+    wait_s = decode_step_s(node, node.decode_batch_size, config) if node.decode_batch_size > 0 else 0.0
+    return backlog_tokens(node) * (1.0 / prefill_rate_tok_per_s(node, config)) + wait_s
+
+
+def predict_decoders_tpot_s(
+    node: NodeView, num_prompt_tokens: int, config: RouterConfig, max_tokens: int = 1, num_cached_tokens: int = 0
+) -> float:
+    """TPOT of the requests decoding on ``node`` once this prompt (and the backlog) is prefilled in chunks that
+    share their decode steps: the node's backlog plus this prompt spread over ``max_tokens - 1`` steps, a chunk
+    per step at most (decode protection; see the module docstring)."""
+    inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
+    own_s = max(num_prompt_tokens - num_cached_tokens, 1) * inv_rate
+    mixed_s = min((own_s + backlog_tokens(node) * inv_rate) * (1.0 / max(max_tokens - 1, 1)),
+                  config.prefill_chunk_tokens * inv_rate)  # fmt: skip
+    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
+
+
 def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, num_cached_tokens: int = 0) -> float:
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring."""
     num_prompt_tokens = request.num_prompt_tokens
@@ -163,8 +200,14 @@ def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, 
     cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_s
     if ttft_s > config.slo_ttft_s:
         cost += config.slo_ttft_miss_penalty_s
+        if predict_wait_s(node, config) <= config.slo_ttft_s:
+            cost += config.slo_triage_penalty_s
     if tpot_s > config.slo_tpot_s:
         cost += config.slo_tpot_miss_penalty_s
+    if node.decode_batch_size > 0:
+        harm_tpot_s = predict_decoders_tpot_s(node, num_prompt_tokens, config, request.max_tokens, num_cached_tokens)
+        if harm_tpot_s > config.slo_tpot_s:
+            cost += config.slo_tpot_harm_penalty_s
     need = num_prompt_tokens + min(request.max_tokens, config.kv_reserve_output_tokens) - num_cached_tokens
     if need > kv_headroom_tokens(node, config):
         cost += config.kv_full_penalty_s
@@ -234,10 +277,16 @@ class HardwareAwarePolicy(PolicyHooks):
             for i in table.tagged(lora_name):
                 add[i] = 0.0
             cost += add
-        if config.slo_ttft_miss_penalty_s:
+        if config.slo_ttft_miss_penalty_s or config.slo_triage_penalty_s:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
-            np.multiply(np.greater(cost, slo_ttft_s, self._miss), config.slo_ttft_miss_penalty_s, add)
-            cost += add
+            miss = np.greater(cost, slo_ttft_s, self._miss)
+            if config.slo_ttft_miss_penalty_s:
+                np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
+                cost += add
+            if config.slo_triage_penalty_s:  # SLO triage: a miss on a node whose queue still meets the SLO
+                np.logical_and(miss, np.less_equal(columns[_COL_BASE_S], slo_ttft_s, self._short), miss)
+                np.multiply(miss, config.slo_triage_penalty_s, add)
+                cost += add
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
         output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
         if output_weight or config.slo_tpot_miss_penalty_s:
@@ -251,6 +300,17 @@ class HardwareAwarePolicy(PolicyHooks):
             if output_weight:
                 tpot *= output_weight
                 cost += tpot
+        if config.slo_tpot_harm_penalty_s:  # decode protection: this prompt's chunks push the decodes over the SLO
+            slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+            harm = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
+            harm += columns[_COL_BACKLOG_S]
+            harm *= 1.0 / max(max_tokens - 1, 1)
+            np.minimum(harm, columns[_COL_CHUNK_S], out=harm)
+            harm += columns[_COL_STEP_S]
+            miss = np.greater(harm, slo_tpot_s, self._miss)
+            np.logical_and(miss, np.greater(columns[_COL_DECODERS], 0.0, self._short), miss)
+            np.multiply(miss, config.slo_tpot_harm_penalty_s, add)
+            cost += add
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
         if config.kv_full_penalty_s:
             np.multiply(np.less(columns[_COL_HEADROOM], float(need), self._short), config.kv_full_penalty_s, add)
@@ -289,6 +349,10 @@ class HardwareAwarePolicy(PolicyHooks):
             config.slo_ttft_miss_penalty_s,
             config.kv_full_penalty_s,
         )
+        triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
+        most_penalties_s = ttft_penalty_s + triage_penalty_s + harm_penalty_s + kv_penalty_s
+        slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+        inv_steps = 1.0 / max(request.max_tokens - 1, 1)
         for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
             i = index_of.get(node_id)
             if i is None:
@@ -296,7 +360,7 @@ class HardwareAwarePolicy(PolicyHooks):
             cost_s = cost.item(i)
             row = rows[i]
             inv_rate = row[_COL_INV_RATE]
-            if cost_s - (own * inv_rate + ttft_penalty_s + kv_penalty_s) > best:  # also skips an impossible node
+            if cost_s - (own * inv_rate + most_penalties_s) > best:  # also skips an impossible node
                 continue
             node = nodes[i]
             cached = num_blocks * node.block_size
@@ -311,6 +375,14 @@ class HardwareAwarePolicy(PolicyHooks):
             saved_s = (own - cached_own) * inv_rate
             if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
                 saved_s += ttft_penalty_s
+                if row[_COL_BASE_S] <= slo_ttft_s:  # the triage penalty is lifted with it
+                    saved_s += triage_penalty_s
+            if harm_penalty_s and row[_COL_DECODERS] > 0:  # fewer prompt tokens to share the decodes' steps
+                chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
+                harm_s = min((inv_rate * own + backlog_s) * inv_steps, chunk_s) + step_s
+                cached_harm_s = min((inv_rate * cached_own + backlog_s) * inv_steps, chunk_s) + step_s
+                if harm_s > slo_tpot_s and cached_harm_s <= slo_tpot_s:
+                    saved_s += harm_penalty_s
             headroom = row[_COL_HEADROOM]
             if headroom < need and need - cached <= headroom:  # short of KV room unless the prefix is cached
                 saved_s += kv_penalty_s
@@ -394,6 +466,7 @@ class HardwareAwarePolicy(PolicyHooks):
             config.prefill_chunk_tokens * inv_rate,
             headroom,
             lora_load_s if lora_load_s > 0 else config.lora_load_estimate_s,
+            float(batch),
         )
 
 

@@ -38,6 +38,8 @@ CONFIGS = (
     RouterConfig(slo_ttft_miss_penalty_s=0.0, kv_full_penalty_s=0.0, tpot_weight=0.0),
     RouterConfig(hardware_aware_use_prefix=False, slo_ttft_s=0.05, lora_load_estimate_s=0.3),
     RouterConfig(tpot_weight=1.0, tpot_horizon_tokens=8, prefix_max_candidates=2, kv_reserve_running_tokens=0),
+    RouterConfig(default_model_params_b=8.0, slo_triage_penalty_s=5.0, slo_tpot_harm_penalty_s=3.0, slo_tpot_s=0.02),
+    RouterConfig(slo_ttft_miss_penalty_s=0.0, slo_triage_penalty_s=2.0, slo_ttft_s=0.05, slo_tpot_harm_penalty_s=0.5),
 )
 
 hellos = st.builds(
@@ -263,7 +265,7 @@ def test_rows_are_derived_when_the_registry_logs_a_view_not_at_the_decision(
     derived: list[str] = []
     derive = policy._derive
     policy._tables = type(policy._tables)(
-        lambda v: derived.append(v.node_id) or derive(v), 9, lambda v: v.lora_resident
+        lambda v: derived.append(v.node_id) or derive(v), policy._tables._num_columns, lambda v: v.lora_resident
     )
     request = make_route_request(num_prompt_tokens=500)
     policy.choose(request, registry.snapshot(model="m"))

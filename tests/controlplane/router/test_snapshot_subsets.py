@@ -34,7 +34,9 @@ def test_lora_and_plain_requests_alternating_derive_only_the_changed_nodes(make_
     policy = HardwareAwarePolicy(RouterConfig(hardware_aware_use_prefix=False))
     derived: list[str] = []
     derive = policy._derive
-    policy._tables = type(policy._tables)(lambda v: derived.append(v.node_id) or derive(v), 9, lambda v: ())
+    policy._tables = type(policy._tables)(
+        lambda v: derived.append(v.node_id) or derive(v), policy._tables._num_columns, lambda v: ()
+    )
     admission = AdmissionControl()
     plain, lora = make_route_request(num_prompt_tokens=300), make_route_request(num_prompt_tokens=300, lora_name="a")
     for request, snapshot in ((plain, registry.snapshot(model="m")), (lora, _lora_snapshot(registry))):
@@ -60,7 +62,9 @@ def test_a_rebuilt_table_reuses_the_rows_of_views_it_derived_already(make_hello,
     registry = _registry(make_hello, 30)
     derived: list[str] = []
     policy = HardwareAwarePolicy(RouterConfig())
-    table = NodeTable(lambda v: derived.append(v.node_id) or policy._derive(v), 9, lambda v: v.lora_resident)
+    table = NodeTable(
+        lambda v: derived.append(v.node_id) or policy._derive(v), policy._tables._num_columns, lambda v: v.lora_resident
+    )
     registry.report(make_report("n05", lora_resident=["x"]))
     full = registry.snapshot(model="m").nodes
     table.sync(full)

@@ -1,0 +1,82 @@
+"""Diagnose hardware_aware's goodput on the declared tuning split: per GPU type, the share of requests that meet
+the TTFT and TPOT SLOs, and their prompt/output sizes (what the router sent where, and what missed).
+
+    PYTHONPATH=. python scripts/goodput_diag.py --trace code --load 0.8 --policy hardware_aware,least_requests
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import numpy as np
+
+from sim.des import FleetSimulator, default_router_config
+from sim.fleet import load_fleet
+from sim.report import Slo, summarize
+from sim.workload import load_trace, scale_to_load
+
+
+def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict, slo: Slo) -> dict:
+    fleet = load_fleet(fleet_name)
+    base = load_trace(trace).split("tune")
+    capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
+    workload = scale_to_load(base, load, capacity)
+    config = default_router_config(fleet, policy, 0)
+    config = dataclasses.replace(config, slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s, **knobs)
+    result = FleetSimulator(fleet, workload, policy, router_config=config, seed=0).run()
+    report = summarize(result, slo)
+    profile_of = {n.node_id: n.profile for n in result.nodes}
+    rows: dict[str, dict] = {}
+    for gpu in [*sorted(set(profile_of.values())), "refused"]:
+        recs = [r for r in result.records if (profile_of.get(r.node_id) if r.node_id else "refused") == gpu]
+        if not recs:
+            continue
+        ttft = np.array([r.ttft_s for r in recs])
+        tpot = np.array([r.tpot_s for r in recs])
+        prompt = np.array([r.num_prompt_tokens for r in recs])
+        out = np.array([r.max_tokens for r in recs])
+        ok_t, ok_p = ttft <= slo.ttft_s, tpot <= slo.tpot_s
+        rows[gpu] = {
+            "n": len(recs),
+            "ttft_ok": round(float(ok_t.mean()), 3),
+            "tpot_ok": round(float(ok_p.mean()), 3),
+            "both_ok": round(float((ok_t & ok_p).mean()), 3),
+            "ttft_p50": round(float(np.median(ttft)), 3),
+            "tpot_p50": round(float(np.median(tpot)), 4),
+            "prompt_p50": int(np.median(prompt)),
+            "prompt_mean": int(prompt.mean()),
+            "out_p50": int(np.median(out)),
+            "util": round(report.utilisation.get(gpu, 0.0), 2),
+        }
+    return {
+        "policy": policy,
+        "knobs": knobs,
+        "goodput": round(report.goodput, 4),
+        "ttft": {k: round(v, 3) for k, v in report.ttft_s.items()},
+        "tpot_p50": round(report.tpot_s[50], 4),
+        "p99_over_p50": round(report.ttft_p99_over_p50, 2),
+        "by_gpu": rows,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trace", default="code")
+    parser.add_argument("--fleet", default="zoo")
+    parser.add_argument("--load", type=float, default=0.8)
+    parser.add_argument("--policy", default="hardware_aware")
+    parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
+    parser.add_argument("--slo-ttft", type=float, default=1.0)
+    parser.add_argument("--slo-tpot", type=float, default=0.1)
+    args = parser.parse_args()
+    for policy in args.policy.split(","):
+        out = diagnose(
+            args.trace, args.fleet, args.load, policy, json.loads(args.knobs), Slo(args.slo_ttft, args.slo_tpot)
+        )
+        print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""hardware_aware's SLO triage and decode protection on hand-made states: each decision checked against the
+scalar formula (predict_cost_s), the old decision (bench/hardware_aware_baseline.py) and the expected node,
+with the mechanism on and off (off: the node it moves the request away from wins)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from bench.hardware_aware_baseline import HardwareAwareBaseline
+from controlplane.router.policies.hardware_aware import (
+    HardwareAwarePolicy,
+    predict_cost_s,
+    predict_decoders_tpot_s,
+    predict_ttft_s,
+    predict_wait_s,
+)
+from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.router_config import RouterConfig
+
+BASE = RouterConfig(  # each test turns on the one mechanism it checks
+    default_model_params_b=1.0,
+    hardware_aware_use_prefix=False,
+    tpot_weight=0.0,
+    slo_triage_penalty_s=0.0,
+    slo_tpot_harm_penalty_s=0.0,
+)
+
+
+def _decide(config: RouterConfig, request: RouteRequest, *nodes) -> str:
+    """The fast policy's choice, checked equal to the old decision's and to the least scalar cost."""
+    snapshot = ClusterSnapshot(0.0, tuple(nodes))
+    chosen = HardwareAwarePolicy(config).choose(request, snapshot)
+    assert chosen == HardwareAwareBaseline(config).choose(request, snapshot)
+    costs = {v.node_id: predict_cost_s(v, request, config) for v in nodes}
+    assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9)
+    return chosen
+
+
+def test_a_request_that_misses_everywhere_goes_to_the_least_late_node_not_to_one_within_the_slo(
+    make_node_view, make_route_request
+):
+    config = replace(BASE, slo_triage_penalty_s=5.0)
+    # H100s measured at 10k tok/s: "fresh" waits 0.8 s (still meets the 1 s target for prompts under 2k
+    # tokens), "late" waits 2 s, "later" 3 s
+    fresh = make_node_view("fresh", "h100-sxm", prefill_tok_per_s=10_000.0, queued_prefill_tokens=8_000)
+    late = make_node_view("late", "h100-sxm", prefill_tok_per_s=10_000.0, queued_prefill_tokens=20_000)
+    later = make_node_view("later", "h100-sxm", prefill_tok_per_s=10_000.0, queued_prefill_tokens=30_000)
+    assert predict_wait_s(fresh, config) <= config.slo_ttft_s < predict_wait_s(late, config)
+    hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)  # 0.4 s of prefill: misses on all
+    assert all(predict_ttft_s(v, 4_000, config) > config.slo_ttft_s for v in (fresh, late, later))
+    assert _decide(config, hopeless, later, fresh, late) == "late"
+    assert _decide(replace(config, slo_triage_penalty_s=0.0), hopeless, later, fresh, late) == "fresh"
+    # a request the fresh node still serves within the SLO goes there: triage only moves the hopeless
+    short = make_route_request(num_prompt_tokens=1_000, max_tokens=16)
+    assert predict_ttft_s(fresh, 1_000, config) <= config.slo_ttft_s
+    assert _decide(config, short, later, fresh, late) == "fresh"
+    # with every node still within the SLO for others, the hopeless request takes the least TTFT as before
+    slow = make_node_view("slow", "l4", prefill_tok_per_s=4_000.0)
+    assert _decide(config, make_route_request(num_prompt_tokens=7_000), fresh, slow) == "fresh"
+
+
+def test_a_prompt_that_would_push_the_running_decodes_over_the_tpot_target_goes_where_none_decode(
+    make_node_view, make_route_request
+):
+    config = replace(BASE, slo_tpot_harm_penalty_s=3.0)
+    # two L4s at 4k tok/s; "busy" decodes 4 requests (60 ms steps), "quiet" decodes none but has 1k tokens queued
+    busy = make_node_view("busy", "l4", prefill_tok_per_s=4_000.0, decode_batch_size=4, decode_step_ms=60.0)
+    quiet = make_node_view("quiet", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=1_000)
+    long = make_route_request(num_prompt_tokens=2_000, max_tokens=13)  # 0.5 s of chunks over 12 steps
+    assert predict_ttft_s(busy, 2_000, config) < predict_ttft_s(quiet, 2_000, config) <= config.slo_ttft_s
+    assert predict_decoders_tpot_s(busy, 2_000, config, 13) > config.slo_tpot_s
+    assert _decide(config, long, busy, quiet) == "quiet"
+    assert _decide(replace(config, slo_tpot_harm_penalty_s=0.0), long, busy, quiet) == "busy"
+    # a short prompt leaves the decodes within the target: the quicker node wins again
+    short = make_route_request(num_prompt_tokens=200, max_tokens=13)
+    assert predict_decoders_tpot_s(busy, 200, config, 13) <= config.slo_tpot_s
+    assert _decide(config, short, busy, quiet) == "busy"
+    # no decodes on the node: nothing to protect, however long the prompt
+    assert _decide(config, long, replace(busy, decode_batch_size=0, decode_step_ms=0.0), quiet) == "busy"
+
+
+SHARED = tuple(range(100, 130))  # 30 blocks of 16 tokens: 480 tokens cached on the holder "b"
+PROMPT = SHARED + tuple(range(900, 934))  # 64 blocks: 1024 prompt tokens, 1 s at 1024 tok/s
+CREDIT_CASES = {
+    # A meets the SLO (waits 0.91 s: 1.91 s); B waits 1.25 s (within the SLO for others): 2.25 s misses there
+    # (+10 s, +5 s triage) unless its 480 cached tokens count (1.78 s): both penalties must be lifted
+    "triage_lifted": (
+        RouterConfig(
+            tpot_weight=0.0,
+            kv_full_penalty_s=0.0,
+            slo_ttft_s=2.0,
+            slo_triage_penalty_s=5.0,
+            slo_tpot_harm_penalty_s=0.0,
+        ),
+        dict(queued_prefill_tokens=928),
+        dict(queued_prefill_tokens=1280),
+        1,
+    ),
+    # B decodes 4 requests: 1 s of chunks over 4 steps push them over 0.2 s (+3 s), 0.53 s do not
+    "harm_lifted": (
+        RouterConfig(
+            tpot_weight=0.0,
+            kv_full_penalty_s=0.0,
+            slo_ttft_s=2.0,
+            slo_tpot_s=0.2,
+            slo_tpot_harm_penalty_s=3.0,
+            slo_triage_penalty_s=0.0,
+        ),
+        dict(queued_prefill_tokens=512),
+        dict(decode_batch_size=4),
+        5,
+    ),
+}  # name: (config, A's fields, B's fields, max_tokens)
+
+
+@pytest.mark.parametrize("case", sorted(CREDIT_CASES))
+def test_a_cached_prefix_lifts_the_triage_and_harm_penalties(case, make_node_view):
+    config, a_fields, b_fields, max_tokens = CREDIT_CASES[case]
+    a = make_node_view("a", prefill_tok_per_s=1024.0, **a_fields)
+    b = make_node_view("b", prefill_tok_per_s=1024.0, **b_fields)
+    snapshot = ClusterSnapshot(0.0, (a, b))
+    request = RouteRequest("r", "m", len(PROMPT) * 16, max_tokens, PROMPT)
+    for policy in (fast := HardwareAwarePolicy(config), old := HardwareAwareBaseline(config)):
+        policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
+    assert fast.choose(request, snapshot) == old.choose(request, snapshot) == "b"
+    assert (
+        predict_cost_s(b, request, config, 480)
+        < predict_cost_s(a, request, config)
+        < predict_cost_s(b, request, config)
+    )
+    unshared = RouteRequest("r2", "m", len(PROMPT) * 16, max_tokens, tuple(range(5000, 5064)))  # nothing cached
+    assert fast.choose(unshared, snapshot) == old.choose(unshared, snapshot) == "a"
+
+
+@pytest.mark.parametrize("name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s"])
+def test_negative_penalties_are_refused(name):
+    with pytest.raises(ValueError, match=name):
+        RouterConfig(**{name: -1.0})
