@@ -1,7 +1,8 @@
 """The compiled hardware_aware decision (cost_kernel.py) against the numpy path and the scalar formula.
 
 Hypothesis builds random node tables (nodes repeated to force exact ties, prompts some nodes cannot take,
-KV-short and swapped nodes, LoRA adapters held by some, prefix holders, every penalty on or off) and asks
+KV-short and swapped nodes, LoRA adapters held by some, prefix holders, every penalty on or off, SLO triage
+and decode protection included, with the class's SLOs or the router's) and asks
 three implementations on the same snapshot: the numpy passes (``use_kernel=False``), the numba kernel, and
 the kernel's Python source run uncompiled (so the logic is tested where numba is missing). Choices must be
 equal and the per-node costs equal bit for bit; the choice must also be a least ``predict_cost_s`` node.
@@ -37,6 +38,12 @@ CONFIGS = (
     RouterConfig(hardware_aware_use_prefix=False, slo_ttft_s=0.05, lora_load_estimate_s=0.3),
     RouterConfig(tpot_weight=1.0, tpot_horizon_tokens=8, prefix_max_candidates=2, kv_reserve_running_tokens=0),
     RouterConfig(slo_ttft_s=0.2, slo_tpot_s=0.02, slo_tpot_miss_penalty_s=3.0, kv_full_penalty_s=0.0),
+    RouterConfig(slo_triage_penalty_s=0.0, slo_tpot_harm_penalty_s=0.0),  # both goodput terms off
+    RouterConfig(  # SLO triage and decode protection alone, often acting (tight SLOs)
+        slo_ttft_s=0.5, slo_tpot_s=0.03, slo_ttft_miss_penalty_s=0.0, slo_triage_penalty_s=7.0,
+        slo_tpot_harm_penalty_s=4.0, tpot_weight=0.0, kv_full_penalty_s=0.0,
+    ),  # fmt: skip
+    RouterConfig(slo_ttft_s=2.0, slo_tpot_s=0.05, slo_triage_penalty_s=1.5, slo_tpot_harm_penalty_s=0.25),
 )
 
 profiles = st.fixed_dictionaries(
@@ -174,13 +181,17 @@ def _values(n: int) -> np.ndarray:
 
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
-    """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s (see CostKernel)."""
+    """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
+    triage_penalty_s, harm_penalty_s (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
-    params = (float(num_prompt_tokens), slo_ttft_s, knobs.get("ttft_penalty_s", 0.0), 1.0, 1.0, 0.0, 0.0,
-              float(knobs.get("need", num_prompt_tokens)), knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens),
-              1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s))  # fmt: skip
+    params = (float(num_prompt_tokens), slo_ttft_s, knobs.get("ttft_penalty_s", 0.0), knobs.get("inv_steps", 1.0),
+              knobs.get("slo_tpot_s", 1.0), 0.0, 0.0, float(knobs.get("need", num_prompt_tokens)),
+              knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens), 1.0 if lora else 0.0,
+              knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
+              knobs.get("harm_penalty_s", 0.0))  # fmt: skip
+    assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),
         np.array(cand or (0,), dtype=np.int64), np.array(cached or (0,), dtype=np.int64), len(cand), params,
@@ -245,10 +256,85 @@ def test_hand_made_boundaries_kv_room_credit_ties_and_the_credits_slo(kernel):
     assert _run(kernel, values, slo_ttft_s=0.25, router_slo_ttft_s=0.5, **knobs)[0] == 0  # no penalty to lift
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_slo_triage_against_the_class_slo(kernel):
+    values = _values(3)
+    values[cost_kernel.COL_INV_RATE] = 1e-3  # 100 prompt tokens: 0.1 s
+    values[cost_kernel.COL_BASE_S] = [0.05, 0.2, 0.3]  # all miss 0.12 s; only node 0's queue is within it
+    knobs = dict(slo_ttft_s=0.12, router_slo_ttft_s=10.0, ttft_penalty_s=1.0)  # triage: the class's SLO
+    i, cost = _run(kernel, values, triage_penalty_s=5.0, **knobs)
+    assert i == 1 and list(cost) == [1e-3 * 100 + base + 1.0 + 5.0 * (base <= 0.12) for base in (0.05, 0.2, 0.3)]
+    assert _run(kernel, values, triage_penalty_s=0.0, **knobs)[0] == 0
+    values[cost_kernel.COL_BASE_S, 0] = 0.12  # wait == SLO: still within it, pays
+    assert _run(kernel, values, triage_penalty_s=5.0, **knobs)[0] == 1
+    values[cost_kernel.COL_BASE_S, 0] = 0.0  # 0.1 s: meets the SLO, no penalty at all
+    i, cost = _run(kernel, values, triage_penalty_s=5.0, **knobs)
+    assert i == 0 and cost[0] == 1e-3 * 100 + 0.0
+    # the triage penalty alone (no TTFT miss penalty) acts too
+    values[cost_kernel.COL_BASE_S, 0] = 0.05
+    assert _run(kernel, values, triage_penalty_s=5.0, slo_ttft_s=0.12)[0] == 1
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_decode_protection(kernel):
+    values = _values(2)
+    values[cost_kernel.COL_INV_RATE] = 1e-3  # 100 prompt tokens: 0.1 s of chunks over 4 steps: 0.025 s each
+    values[cost_kernel.COL_BASE_S] = [0.0, 0.05]
+    values[cost_kernel.COL_STEP_S] = 0.01
+    values[cost_kernel.COL_CHUNK_S] = 1.0
+    values[cost_kernel.COL_DECODERS] = [4.0, 0.0]  # node 0 decodes: its TPOT would be 0.035 s > 0.03 s
+    knobs = dict(inv_steps=0.25, slo_tpot_s=0.03)
+    i, cost = _run(kernel, values, harm_penalty_s=3.0, **knobs)
+    assert i == 1 and list(cost) == [1e-3 * 100 + 0.0 + 3.0, 1e-3 * 100 + 0.05]
+    assert _run(kernel, values, harm_penalty_s=0.0, **knobs)[0] == 0
+    harm_s = (1e-3 * 100 + 0.0) * 0.25 + 0.01  # the decodes' TPOT there, in the kernel's order: 0.035 s
+    assert _run(kernel, values, harm_penalty_s=3.0, **{**knobs, "slo_tpot_s": harm_s})[0] == 0  # == SLO: within
+    values[cost_kernel.COL_BACKLOG_S, 0] = 0.04  # the backlog shares the steps too: 0.035 s + 0.01 s
+    assert _run(kernel, values, harm_penalty_s=3.0, **{**knobs, "slo_tpot_s": 0.04})[0] == 1
+    values[cost_kernel.COL_CHUNK_S, 0] = 0.015  # a chunk per step at most: 0.025 s, within 0.03 s
+    assert _run(kernel, values, harm_penalty_s=3.0, **knobs)[0] == 0
+    values[cost_kernel.COL_CHUNK_S, 0] = 1.0
+    values[cost_kernel.COL_DECODERS, 0] = 0.0  # nothing decoding: nothing to protect
+    assert _run(kernel, values, harm_penalty_s=3.0, **knobs)[0] == 0
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_prefix_credit_lifts_triage_and_harm_and_the_skip_bound_counts_them(kernel):
+    # triage: node 1 (queue 0.1 s, within 0.15 s) misses with 0.2 s (+1 s, +5 s triage); with 96 of its 100
+    # tokens cached, 0.104 s: both lifted, it beats node 0's 0.13 s. The skip bound must count the triage
+    # penalty (without it: 6.2 - 1.1 > 0.13, skipped); the lift needs the router's SLO, not the class's.
+    values = _values(2)
+    values[cost_kernel.COL_INV_RATE] = 1e-3
+    values[cost_kernel.COL_BASE_S] = [0.03, 0.1]
+    knobs = dict(cand=(1,), cached=(96,), slo_ttft_s=0.15, ttft_penalty_s=1.0, triage_penalty_s=5.0)
+    i, cost = _run(kernel, values, router_slo_ttft_s=0.15, **knobs)
+    assert i == 1 and cost[1] == 1e-3 * 100 + 0.1 + 1.0 + 5.0  # ``cost``: before the credit
+    assert _run(kernel, values, router_slo_ttft_s=0.1, **knobs)[0] == 0  # 0.104 s still misses the router's
+    assert _run(kernel, values, router_slo_ttft_s=0.15, **{**knobs, "cached": (16,)})[0] == 0  # 0.184 s: misses
+    # as on the numpy path, the lift checks the queue against the router's SLO too, even where the class's
+    # (0.09 s, below node 1's 0.1 s queue) never charged the triage penalty: 1.2 - (0.096 + 1 + 5) < 0.05
+    values[cost_kernel.COL_INV_RATE, 0] = 5e-4
+    values[cost_kernel.COL_BASE_S, 0] = 0.0  # node 0: 0.05 s, meets 0.09 s
+    i, cost = _run(kernel, values, router_slo_ttft_s=0.15, **{**knobs, "slo_ttft_s": 0.09})
+    assert i == 1 and cost[1] == 1e-3 * 100 + 0.1 + 1.0
+    # harm: node 1 decodes; 100 prompt tokens push its decodes to 0.035 s (+3 s), 4 uncached ones to 0.011 s
+    values = _values(2)
+    values[cost_kernel.COL_INV_RATE] = 1e-3
+    values[cost_kernel.COL_BASE_S] = [0.05, 0.0]
+    values[cost_kernel.COL_STEP_S] = 0.01
+    values[cost_kernel.COL_CHUNK_S] = 1.0
+    values[cost_kernel.COL_DECODERS] = [0.0, 4.0]
+    knobs = dict(cand=(1,), cached=(96,), inv_steps=0.25, slo_tpot_s=0.03, slo_ttft_s=10.0, harm_penalty_s=3.0)
+    i, cost = _run(kernel, values, **knobs)
+    assert i == 1 and cost[1] == 1e-3 * 100 + 0.0 + 3.0
+    assert _run(kernel, values, **{**knobs, "cand": ()})[0] == 0  # no holder: the penalty stands
+    assert _run(kernel, values, **{**knobs, "cached": (16,)})[0] == 0  # 84 tokens: 0.031 s, still over
+
+
 def test_the_kernel_reads_the_policy_row_layout():
     for name in ("MAX_PROMPT",):
         assert getattr(cost_kernel, f"COL_{name}") == 0
-    for name in ("INV_RATE", "BASE_S", "STEP_S", "BACKLOG_S", "CHUNK_S", "HEADROOM", "LORA_LOAD_S"):
+    for name in ("INV_RATE", "BASE_S", "STEP_S", "BACKLOG_S", "CHUNK_S", "HEADROOM", "LORA_LOAD_S", "DECODERS"):
         assert getattr(cost_kernel, f"COL_{name}") == getattr(hardware_aware, f"_COL_{name}"), name
     assert cost_kernel.NUM_COLUMNS == hardware_aware._NUM_COLUMNS
 

@@ -1,6 +1,8 @@
 """hardware_aware's SLO triage and decode protection on hand-made states: each decision checked against the
 scalar formula (predict_cost_s), the old decision (bench/hardware_aware_baseline.py) and the expected node,
-with the mechanism on and off (off: the node it moves the request away from wins)."""
+with the mechanism on and off (off: the node it moves the request away from wins). Every test runs on both
+implementations of the decision: the numpy passes and the compiled kernel (cost_kernel.py; its Python source,
+uncompiled, where numba is missing)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from bench.hardware_aware_baseline import HardwareAwareBaseline
+from controlplane.router.policies.cost_kernel import CostKernel, least_cost_index
 from controlplane.router.policies.hardware_aware import (
     HardwareAwarePolicy,
     predict_cost_s,
@@ -26,6 +29,23 @@ BASE = RouterConfig(  # each test turns on the one mechanism it checks
     slo_triage_penalty_s=0.0,
     slo_tpot_harm_penalty_s=0.0,
 )
+
+
+@pytest.fixture(params=["numpy", "kernel"], autouse=True)
+def implementation(request, monkeypatch):
+    """Every HardwareAwarePolicy these tests build decides on the numpy path, or on the kernel."""
+    kernel = request.param == "kernel"
+    real_init = HardwareAwarePolicy.__init__
+
+    def init(self, config, use_kernel=True):
+        real_init(self, config, use_kernel=kernel)
+        if kernel and self.kernel_name == "numpy":  # no numba: the kernel's source, run by CPython
+            self._kernel = CostKernel(config, least_cost_index)
+            self.choose = self._choose_compiled
+        assert ("_kernel" in vars(self)) == kernel
+
+    monkeypatch.setattr(HardwareAwarePolicy, "__init__", init)
+    return request.param
 
 
 def _decide(config: RouterConfig, request: RouteRequest, *nodes) -> str:
