@@ -1,6 +1,7 @@
 """hardware_aware's decision as one compiled loop over a NodeTable's rows (numba), prefix credit included.
 
-The numpy path (``HardwareAwarePolicy.choose``) makes ~13 passes over the table's columns, each a numpy
+The numpy path (``HardwareAwarePolicy.choose``) makes ~13 passes over the table's columns (~27 with SLO triage
+and decode protection on, their default), each a numpy
 call with ~1 µs of fixed cost, and re-scores the prefix holders in Python (~1 µs each). This kernel does the
 same arithmetic in one loop per row, in the same order of floating-point operations, so every cost is the
 same float and the choice the same node (tests/controlplane/router/test_cost_kernel.py checks both, bit for
@@ -10,23 +11,34 @@ What it reads, ``values`` float64 [num_columns, n] (NodeTable.values, C order; t
 ``HardwareAwarePolicy._derive``, checked by the tests)::
 
     row 0 COL_MAX_PROMPT   2 COL_INV_RATE   3 COL_BASE_S   4 COL_STEP_S   5 COL_BACKLOG_S
-        6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S
+        6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S   9 COL_DECODERS
 
-Per node i, in this order (a bracket: only when that knob is non-zero, as the numpy path skips the pass)::
+Per node i, in this order (a bracket: only when that knob is non-zero, as the numpy path skips the pass;
+slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
 
     c  = inv_rate * own + base_s                              own = max(prompt, 1)
     c += lora_load_s                          a LoRA request, and the node does not hold the adapter
-    c += ttft_penalty      if c > slo_ttft    [ttft_penalty]            (the request class's SLO)
+    miss = c > slo_ttft                                                 [ttft_penalty or triage_penalty]
+    c += ttft_penalty      if miss            [ttft_penalty]
+    c += triage_penalty    if miss and base_s <= slo_ttft   [triage_penalty]      (SLO triage)
     t  = min(backlog_s * (1 / steps), chunk_s) + step_s                 [output_weight or tpot_penalty]
     c += tpot_penalty      if t > slo_tpot    [tpot_penalty]
     c += t * output_weight                    [output_weight]
+    h  = min((inv_rate * own + backlog_s) * (1 / steps), chunk_s) + step_s                [harm_penalty]
+    c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
     cost[i] = c;  winner = first least c (numpy's argmin: the first NaN if there is one); none if inf
 
-then the prefix credit of the candidates the prefix index matched, exactly as
-``HardwareAwarePolicy._credit_cached_prefix`` does it (the same skip bound, the same corrections, the
-winner the least corrected cost, smallest position on a tie).
+(min as np.minimum: a NaN on either side wins.) Then the prefix credit of the candidates the prefix index
+matched, exactly as ``HardwareAwarePolicy._credit_cached_prefix`` does it: a holder is skipped when its cost
+less (own * inv_rate + most_penalties_s) is above the least cost, most_penalties_s = ttft_penalty +
+triage_penalty + harm_penalty + kv_penalty (summed in that order); else its saving is the cached tokens'
+prefill, the TTFT penalty when the cached prompt meets the router's TTFT SLO (not the class's, as it always
+was) where the whole one did not, with it the triage penalty when base_s <= the router's SLO, the harm penalty
+when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
+where h was not (there min is Python's min(a, b): b only when b < a, as the numpy path's scalar re-score), and
+the KV penalty when the uncached part fits; the winner is the least corrected cost, smallest position on a tie.
 
 Selection: numba is imported on the first ``CostKernel`` (importing it costs ~0.3 s, so a process that
 never builds a hardware_aware policy does not pay it); if it is missing or fails to import or compile,

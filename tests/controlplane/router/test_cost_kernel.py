@@ -31,6 +31,15 @@ BLOCK = 16
 NUMBA = compiled_kernel()
 needs_numba = pytest.mark.skipif(NUMBA is None, reason="numba not importable: the numpy path decides")
 
+GOODPUT_ONLY = RouterConfig(  # SLO triage and decode protection alone, often acting (tight SLOs)
+    slo_ttft_s=0.5,
+    slo_tpot_s=0.03,
+    slo_ttft_miss_penalty_s=0.0,
+    slo_triage_penalty_s=7.0,
+    slo_tpot_harm_penalty_s=4.0,
+    tpot_weight=0.0,
+    kv_full_penalty_s=0.0,
+)
 CONFIGS = (
     RouterConfig(default_model_params_b=8.0),
     RouterConfig(default_model_params_b=1.0, slo_tpot_miss_penalty_s=10.0, kv_reserve_output_tokens=64),
@@ -39,10 +48,7 @@ CONFIGS = (
     RouterConfig(tpot_weight=1.0, tpot_horizon_tokens=8, prefix_max_candidates=2, kv_reserve_running_tokens=0),
     RouterConfig(slo_ttft_s=0.2, slo_tpot_s=0.02, slo_tpot_miss_penalty_s=3.0, kv_full_penalty_s=0.0),
     RouterConfig(slo_triage_penalty_s=0.0, slo_tpot_harm_penalty_s=0.0),  # both goodput terms off
-    RouterConfig(  # SLO triage and decode protection alone, often acting (tight SLOs)
-        slo_ttft_s=0.5, slo_tpot_s=0.03, slo_ttft_miss_penalty_s=0.0, slo_triage_penalty_s=7.0,
-        slo_tpot_harm_penalty_s=4.0, tpot_weight=0.0, kv_full_penalty_s=0.0,
-    ),  # fmt: skip
+    GOODPUT_ONLY,
     RouterConfig(slo_ttft_s=2.0, slo_tpot_s=0.05, slo_triage_penalty_s=1.5, slo_tpot_harm_penalty_s=0.25),
 )
 
@@ -392,3 +398,36 @@ def test_one_policy_on_tables_of_different_sizes_in_turn(pool, specs):
         if chosen is not None:
             numpy_path.on_routed(request, chosen)
             kernel_path.on_routed(request, chosen)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from((0.3, 1.0, 3.0)),  # the TTFT SLO
+    st.sampled_from((0.02, 0.05, 0.1)),  # the TPOT SLO
+    st.lists(profiles, min_size=2, max_size=4),
+    st.integers(0, 3),  # the holder
+    st.integers(0, 80),  # prompt blocks past the shared prefix
+    st.sampled_from((2, 5, 17, 200)),  # max tokens
+    st.sampled_from((None, 0.2)),  # the class's TTFT SLO
+)
+def test_prefix_holders_whose_credit_lifts_triage_and_harm(slo_ttft_s, slo_tpot_s, pool, at, extra, max_tokens, slo):
+    """Random tables where one node holds most of the prompt and both goodput penalties act: the credit's
+    lifts (and its skip bound) decide often here, and the kernel must decide as the numpy path."""
+    config = RouterConfig(slo_ttft_s=slo_ttft_s, slo_tpot_s=slo_tpot_s, slo_tpot_miss_penalty_s=1.0)
+    nodes = tuple(_view(f"n{k}", profile) for k, profile in enumerate(pool))
+    snapshot = ClusterSnapshot(0.0, nodes)
+    numpy_path = HardwareAwarePolicy(config, use_kernel=False)
+    python_path = HardwareAwarePolicy(config, use_kernel=False)
+    python_path._kernel = CostKernel(config, least_cost_index)
+    python_path.choose = python_path._choose_compiled
+    policies = [numpy_path, python_path] + ([HardwareAwarePolicy(config)] if NUMBA is not None else [])
+    shared = PREFIXES[1]  # 80 blocks: 1280 tokens
+    for policy in policies:
+        policy.on_routed(RouteRequest("earlier", "m", len(shared) * BLOCK, 1, shared), nodes[at % len(nodes)].node_id)
+    chain = shared + tuple(range(5000, 5000 + extra))
+    request = RouteRequest("r", "m", len(chain) * BLOCK, max_tokens, chain, slo_ttft_s=slo)
+    chosen = [policy.choose(request, snapshot) for policy in policies]
+    assert chosen[1:] == chosen[:-1], (request, chosen)
+    n = len(nodes)
+    for policy in policies[1:]:
+        assert _bits(policy._kernel.cost[:n]) == _bits(numpy_path._cost[:n])
