@@ -58,12 +58,12 @@ and then costs every node in one compiled loop (cost_kernel.py, numba: the same 
 order as the numpy path below, so the same floats and the same choice, checked by tests), the prefix
 holders' credit included (a holder whose cost less the most it could save is above the least cost is
 skipped). Without numba the decision is ``choose``'s ~13 vectorised numpy passes (SLO triage adds 4 and
-decode protection 10) in the scalar formula's order (the same choice as the old decision, bench/hardware_aware_baseline.py, checked by tests), plus a
-scalar re-score of the few prefix holders that could still win. Tables are kept per snapshot group (a
-subgroup such as the LoRA-capable nodes keeps its own, incremental). Tried and measured slower on the
-numpy path (numpy 2.4, 1,024 nodes): stacking columns into 2-D blocks so one call does two or three passes
-(a (k, 1) broadcast operand costs more than k 1-D calls), and adding penalties with ``where=`` masks
-instead of ``mask * penalty``.
+decode protection 10) in the scalar formula's order (the same choice as the old decision,
+bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few prefix holders that
+could still win. Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes keeps its
+own, incremental). Tried and measured slower on the numpy path (numpy 2.4, 1,024 nodes): stacking columns
+into 2-D blocks so one call does two or three passes (a (k, 1) broadcast operand costs more than k 1-D
+calls), and adding penalties with ``where=`` masks instead of ``mask * penalty``.
 """
 
 from __future__ import annotations
