@@ -51,6 +51,10 @@ from sim.split import SplitConfig, SplitRun
 from sim.workload import PromptFactory, Workload
 from transport.messages import ClientGenerate, ErrorReply
 
+# the fast paths: several pure decode steps as one event (engine/multi_step.py; off: NodeCore.plan_decode_steps
+# patched, bench/sim_speed.py) and a step's decode rows in bulk (engine/mixed_step.py); neither changes a result
+MIXED_STEPS = True
+
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
 _LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
 
@@ -145,6 +149,8 @@ class SimNode:
         self.node_id = spec.node_id
         self.core = NodeCore(fleet.node_engine(spec, clock=clock), spec.node_id)
         self.core.profile()  # as an agent does at start-up: measured (here: predicted) rates in its hello
+        # a step's decode rows in bulk (engine/mixed_step.py) where each step is not measured (the roofline)
+        self.core.engine.bulk_decode_rows = MIXED_STEPS and self.core.roofline is None
         self.step_budget_tokens = fleet.engine.size_step_budget(self.core)  # per node under step_budget = "sarathi"
         runner = self.core.engine.runner
         self._profile_steps, self._profile_busy_s = runner.num_steps, runner.busy_time_s  # not the trace's work
@@ -187,7 +193,7 @@ class SimNode:
         pending = self.core.start_step()
         if pending is None:
             return None
-        if pending.batch.is_empty:  # only finished requests to forget: takes no time, runs nothing
+        if pending.decode is None and pending.batch.is_empty:  # only finished requests to forget: takes no time
             self.core.finish_step(pending)
             return None
         self.pending = pending
@@ -207,7 +213,12 @@ class SimNode:
                     records[request.req_id].num_output_tokens += num_steps
             return outputs
         pending, self.pending = self.pending, None
-        return self.core.finish_step(pending)
+        outputs = self.core.finish_step(pending)
+        if pending.decode is not None:  # a mixed step: its decode rows that did not finish got one token each
+            for request in pending.decode.requests:
+                if not request.is_finished:
+                    records[request.req_id].num_output_tokens += 1
+        return outputs
 
     def result(self) -> NodeResult:
         engine = self.core.engine
