@@ -38,6 +38,7 @@ from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
 
 STEP_RECORDS_KEPT = 4096
+_RUNNING = RequestStatus.RUNNING
 
 
 class EngineTokenizer(Protocol):
@@ -424,7 +425,7 @@ class LLMEngine:
                 outputs.append(self._process_update(tracked, update, now))
         for request in decode.requests:
             tracked = tracked_of(request.req_id)
-            if tracked is not None and not request.is_finished:
+            if tracked is not None and request.status is _RUNNING:  # did not finish
                 metrics = tracked.metrics
                 metrics.first_token_time_s = metrics.first_token_time_s or now
                 metrics.last_token_time_s = now
@@ -490,7 +491,7 @@ class LLMEngine:
             num_steps = plan.num_steps
             for request in plan.run.requests:
                 tracked = self._tracked.get(request.req_id)
-                if tracked is not None and not request.is_finished:
+                if tracked is not None and request.status is _RUNNING:  # did not finish
                     metrics = tracked.metrics
                     metrics.first_token_time_s = metrics.first_token_time_s or now
                     metrics.last_token_time_s = now

@@ -107,7 +107,13 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
     rows); the requests that finished, in running order."""
     token_id = run.token_id
     running = scheduler._running
-    cache_computed_blocks = scheduler.kv_cache_manager.cache_computed_blocks
+    manager = scheduler.kv_cache_manager
+    cache_computed_blocks = manager.cache_computed_blocks
+    # a row registers a block when it fills one, or when its registrations lag (never, after a step: every
+    # step registers its rows' computed blocks) — the cases where cache_computed_blocks would do anything
+    caching = manager.enable_prefix_caching
+    block_size = manager.block_size
+    num_cached = manager._num_cached_blocks
     check_stop = scheduler._check_stop
     finished = []
     num_live = 0
@@ -115,15 +121,16 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
         if request.status is not _RUNNING:
             continue  # aborted since the step was scheduled: skipped, as update_from_output skips it
         num_live += 1
-        request.num_computed_tokens = start + 1
+        end = start + 1
+        request.num_computed_tokens = end
         request.output_token_ids.append(token_id)
         request._all_token_ids.append(token_id)
-        if check_stop(request, token_id):
-            cache_computed_blocks(request)  # before the finish frees them
+        stops = check_stop(request, token_id)
+        if caching and (end % block_size == 0 or num_cached.get(request.req_id, 0) < start // block_size):
+            cache_computed_blocks(request)  # before a finish frees them
+        if stops:
             running.remove(request)
             scheduler._release_finished(request)
             finished.append(request)
-        else:
-            cache_computed_blocks(request)
     scheduler._counters.num_generation_tokens_total += num_live
     return finished

@@ -174,19 +174,25 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
     tokens = [token_id] * k
     # (step, phase, index): allocations while scheduling step j (phase 0), registrations after it (phase 1)
     events: list[tuple[int, int, int]] = []
+    append_event = events.append
+    num_cached = manager._num_cached_blocks
+    lagging: set[int] = set()  # rows whose registrations are behind their computed blocks (none, after a step)
     for i, request in enumerate(requests):
         start, table_len = run.starts[i], run.table_lens[i]
         # step j writes position start + j - 1; it appends a block when that position opens one past the table
         first = max(-(-start // block_size), table_len) * block_size
         for position in range(first, start + k, block_size):
-            events.append((position - start + 1, 0, i))
+            append_event((position - start + 1, 0, i))
         if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
             first_end = -(-(start + 1) // block_size) * block_size
-            if first_end != start + 1 and k > 1:
-                events.append((1, 1, i))  # as after every step (idempotent): registers nothing the plain step would not
+            if num_cached.get(request.req_id, 0) < start // block_size:
+                lagging.add(i)  # the plain step's registration after step 1 would catch it up
+                if first_end != start + 1 and k > 1:
+                    append_event((1, 1, i))
             for end in range(first_end, start + k, block_size):
-                events.append((end - start, 1, i))
-        request.append_output_token_ids(tokens)
+                append_event((end - start, 1, i))
+        request.output_token_ids.extend(tokens)  # append_output_token_ids, inlined
+        request._all_token_ids.extend(tokens)
     events.sort()
     try_allocate_slots = manager.try_allocate_slots
     cache_computed_blocks = manager.cache_computed_blocks
@@ -205,7 +211,7 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
     for i, request in enumerate(requests):  # the last step's update, in running order
         end = run.starts[i] + k
         request.num_computed_tokens = end
-        if caching and (k == 1 or end % block_size == 0):  # else it registers nothing (caught up after step 1)
+        if caching and (end % block_size == 0 or (k == 1 and i in lagging)):  # else it registers nothing
             cache_computed_blocks(request)
         finished = may_finish and check_stop(request, token_id)
         if finished:

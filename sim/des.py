@@ -44,6 +44,7 @@ from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
 from engine.llm_engine import PendingStep
 from engine.multi_step import DecodeSteps
+from engine.request import RequestStatus
 from engine.sampling_params import SamplingParams
 from sim.adapters import AdapterMix
 from sim.fleet import Fleet, NodeSpec
@@ -56,6 +57,7 @@ from transport.messages import ClientGenerate, ErrorReply
 MIXED_STEPS = True
 
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
+_RUNNING = RequestStatus.RUNNING
 _LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
 
 
@@ -209,14 +211,14 @@ class SimNode:
             outputs = self.core.finish_decode_steps(run, finished_only=True)
             num_steps = run.num_steps
             for request in run.run.requests:
-                if not request.is_finished:
+                if request.status is _RUNNING:  # did not finish
                     records[request.req_id].num_output_tokens += num_steps
             return outputs
         pending, self.pending = self.pending, None
         outputs = self.core.finish_step(pending)
         if pending.decode is not None:  # a mixed step: its decode rows that did not finish got one token each
             for request in pending.decode.requests:
-                if not request.is_finished:
+                if request.status is _RUNNING:  # did not finish
                     records[request.req_id].num_output_tokens += 1
         return outputs
 

@@ -62,6 +62,11 @@ def extend_block_hashes(
     i = len(block_hashes)
     if i >= num_blocks:
         return block_hashes
+    if i == 0 and _recent_chains:  # the same tokens' chain, made moments ago (a router and a node in one process)
+        chain = _recent_chains.get((tuple(token_ids), block_size, lora_id))
+        if chain is not None:
+            block_hashes.extend(chain[:num_blocks])
+            return block_hashes
     parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
     append = block_hashes.append
@@ -78,6 +83,20 @@ def extend_block_hashes(
     return block_hashes
 
 
+# The chains hash_full_blocks made last, by (tokens, block size, adapter): where a router and the nodes share a
+# process (the fleet simulator), a node's first lookup of a prompt reuses the router's chain instead of hashing
+# it again. A memo of a pure function: it changes no value; bounded, oldest dropped first.
+_recent_chains: dict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = {}
+RECENT_CHAINS_KEPT = 256
+
+
 def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | None = None) -> list[BlockHash]:
     """The chain of every full block of ``token_ids``."""
-    return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+    key = (tuple(token_ids), block_size, lora_id)
+    chain = _recent_chains.get(key)
+    if chain is None:
+        chain = extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+        _recent_chains[key] = chain
+        if len(_recent_chains) > RECENT_CHAINS_KEPT:
+            del _recent_chains[next(iter(_recent_chains))]
+    return list(chain)
