@@ -73,12 +73,12 @@ def extend_block_hashes(
     # one int64 buffer for every block to hash, sliced per block (no array per block); same bytes as _chain_value
     start, end = i * block_size, num_blocks * block_size
     span = token_ids[start:end]
-    data = memoryview(array("q", span)).cast("B")  # 8 bytes per token
+    data = array("q", span).tobytes()  # 8 bytes per token
     pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
+    num_bytes = 8 * block_size
     for offset in range(0, end - start, block_size):
-        digest = sha256(pack(parent_value, lora))
-        digest.update(data[offset * 8 : (offset + block_size) * 8])
-        parent_value = from_bytes(digest.digest()[:8], "little")
+        first = 8 * offset
+        parent_value = from_bytes(sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()[:8], "little")
         append(_new_block_hash((parent_value, tuple(span[offset : offset + block_size]), lora_id)))
     return block_hashes
 
