@@ -58,36 +58,47 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
         return None
     manager = scheduler.kv_cache_manager
     decode_extent = manager.decode_extent
+    block_size = manager.block_size
+    tables = manager._device_tables
+    ref_counts = manager._device._ref_counts
     max_model_len = config.max_model_len
     max_device_tokens = scheduler._max_device_tokens
     limit = max_steps
     kv_read = 0
     starts: list[int] = []
     table_lens: list[int] = []
+    append_start, append_table_len = starts.append, table_lens.append
     for request in running:
-        num_tokens = request.num_tokens
+        num_tokens = len(request._all_token_ids)
         start = request.num_computed_tokens
-        if num_tokens - start != 1 or not request.output_token_ids or request.spec_token_ids:
+        output = request.output_token_ids
+        if num_tokens - start != 1 or not output or request.spec_token_ids or request.lora_id is not None:
             return None
-        if request.lora_id is not None:
+        # manager.decode_extent, inlined for its common case: the block written next is the table's last
+        table = tables.get(request.req_id)
+        if not table:
             return None
-        table_len = decode_extent(request)
-        if table_len is None:
+        table_len = len(table)
+        first = start // block_size
+        if first == table_len - 1:
+            if ref_counts[table[first]] > 1:
+                return None
+        elif (first != table_len or start != first * block_size) and decode_extent(request) is None:
             return None
         params = request.sampling_params
         if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
             limit = 1  # it stops at the first step
         # the step after which _check_stop ends it by length (output count, context, device capacity)
-        steps_left = min(
-            params.max_tokens - len(request.output_token_ids),
-            max_model_len - num_tokens,
-            max_device_tokens + 1 - num_tokens,
-        )
+        steps_left = params.max_tokens - len(output)
+        if max_model_len - num_tokens < steps_left:
+            steps_left = max_model_len - num_tokens
+        if max_device_tokens + 1 - num_tokens < steps_left:
+            steps_left = max_device_tokens + 1 - num_tokens
         if steps_left < limit:
-            limit = max(steps_left, 1)
+            limit = steps_left if steps_left > 1 else 1
         kv_read += start
-        starts.append(start)
-        table_lens.append(table_len)
+        append_start(start)
+        append_table_len(table_len)
     return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
 
 
