@@ -131,15 +131,12 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
         params = request.sampling_params
         num_tokens = len(request._all_token_ids)
         stops = (
-            (
-                (token_id == request.eos_token_id and not params.ignore_eos)
-                or token_id in params.stop_token_ids
-                or len(request.output_token_ids) >= params.max_tokens
-                or num_tokens >= max_model_len
-                or num_tokens > max_device_tokens
-            )
-            and check_stop(request, token_id)
-        )
+            (token_id == request.eos_token_id and not params.ignore_eos)
+            or token_id in params.stop_token_ids
+            or len(request.output_token_ids) >= params.max_tokens
+            or num_tokens >= max_model_len
+            or num_tokens > max_device_tokens
+        ) and check_stop(request, token_id)
         if caching and (end % block_size == 0 or num_cached.get(request.req_id, 0) < start // block_size):
             cache_computed_blocks(request)  # before a finish frees them
         if stops:

@@ -78,7 +78,8 @@ def extend_block_hashes(
     num_bytes = 8 * block_size
     for offset in range(0, end - start, block_size):
         first = 8 * offset
-        parent_value = from_bytes(sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()[:8], "little")
+        digest = sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()
+        parent_value = from_bytes(digest[:8], "little")
         append(_new_block_hash((parent_value, tuple(span[offset : offset + block_size]), lora_id)))
     return block_hashes
 
