@@ -188,20 +188,25 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
     append_event = events.append
     num_cached = manager._num_cached_blocks
     lagging: set[int] = set()  # rows whose registrations are behind their computed blocks (none, after a step)
-    for i, request in enumerate(requests):
-        start, table_len = run.starts[i], run.table_lens[i]
+    for i, (request, start, table_len) in enumerate(zip(requests, run.starts, run.table_lens)):
+        stop = start + k
         # step j writes position start + j - 1; it appends a block when that position opens one past the table
-        first = max(-(-start // block_size), table_len) * block_size
-        for position in range(first, start + k, block_size):
-            append_event((position - start + 1, 0, i))
+        first = -(-start // block_size)
+        if first < table_len:
+            first = table_len
+        first *= block_size
+        if first < stop:
+            for position in range(first, stop, block_size):
+                append_event((position - start + 1, 0, i))
         if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
             first_end = -(-(start + 1) // block_size) * block_size
             if num_cached.get(request.req_id, 0) < start // block_size:
                 lagging.add(i)  # the plain step's registration after step 1 would catch it up
                 if first_end != start + 1 and k > 1:
                     append_event((1, 1, i))
-            for end in range(first_end, start + k, block_size):
-                append_event((end - start, 1, i))
+            if first_end < stop:
+                for end in range(first_end, stop, block_size):
+                    append_event((end - start, 1, i))
         request.output_token_ids.extend(tokens)  # append_output_token_ids, inlined
         request._all_token_ids.extend(tokens)
     events.sort()
@@ -217,18 +222,31 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
             request.num_computed_tokens = run.starts[i] + step
             cache_computed_blocks(request)
     updates = []
+    append_update = updates.append
     check_stop = scheduler._check_stop
     may_finish = k == run.max_steps  # before it, _check_stop is False for everyone (plan_decode_run's limit)
-    for i, request in enumerate(requests):  # the last step's update, in running order
-        end = run.starts[i] + k
+    max_model_len = scheduler.scheduler_config.max_model_len
+    max_device_tokens = scheduler._max_device_tokens
+    for i, (request, start) in enumerate(zip(requests, run.starts)):  # the last step's update, in running order
+        end = start + k
         request.num_computed_tokens = end
         if caching and (end % block_size == 0 or (k == 1 and i in lagging)):  # else it registers nothing
             cache_computed_blocks(request)
-        finished = may_finish and check_stop(request, token_id)
-        if finished:
-            running.remove(request)
-            scheduler._release_finished(request)
-        updates.append((request, tokens, finished))  # one list for all: the caller copies what it keeps
+        finished = False
+        if may_finish:  # _check_stop's conditions read inline; it is called (and ends the request) where one holds
+            params = request.sampling_params
+            num_tokens = len(request._all_token_ids)
+            finished = (
+                (token_id == request.eos_token_id and not params.ignore_eos)
+                or token_id in params.stop_token_ids
+                or len(request.output_token_ids) >= params.max_tokens
+                or num_tokens >= max_model_len
+                or num_tokens > max_device_tokens
+            ) and check_stop(request, token_id)
+            if finished:
+                running.remove(request)
+                scheduler._release_finished(request)
+        append_update((request, tokens, finished))  # one list for all: the caller copies what it keeps
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
     return updates
