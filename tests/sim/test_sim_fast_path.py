@@ -57,3 +57,27 @@ def test_mixed_steps_alone_change_no_result(monkeypatch, small_fleet, tiny_workl
     monkeypatch.setattr(sim.des, "MIXED_STEPS", False)
     plain = FleetSimulator(fleet, workload, "hardware_aware", seed=3).run()
     assert _everything(mixed) == _everything(plain)
+
+
+def test_mixed_steps_on_a_drafting_node_pay_its_draft_debt(monkeypatch, tiny_workload):
+    """A drafter's runner (DraftHostRunner) adds the draft work to its own steps' time: to its mixed steps too."""
+    from sim.fleet import parse_fleet
+    from sim.spec_pair_nodes import paired_fleet
+    from sim.spec_pairs import SpecPairsConfig
+
+    pools = [{"gpu": "h100-sxm", "count": 1}, {"gpu": "l4", "count": 1}]
+    fleet = parse_fleet(
+        {
+            "name": "p",
+            "model": "sim:llama-3-8b",
+            "scheduler": {"max_num_batched_tokens": 512, "max_num_seqs": 32},
+            "cells": [{"name": "c", "pools": pools}],
+        }
+    )
+    paired = paired_fleet(fleet, SpecPairsConfig(mode="all", alpha=0.6, context_tokens=220))
+    workload = tiny_workload(num=60, gap_s=0.05, prompt=200, output=80)  # a few mixed steps carry draft debt
+    monkeypatch.setattr(NodeCore, "plan_decode_steps", lambda self, *args, **kw: None)
+    mixed = FleetSimulator(paired, workload, "round_robin", seed=0).run()
+    monkeypatch.setattr(sim.des, "MIXED_STEPS", False)
+    plain = FleetSimulator(paired, workload, "round_robin", seed=0).run()
+    assert _everything(mixed) == _everything(plain)
