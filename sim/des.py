@@ -42,6 +42,7 @@ from controlplane.admission import AdmissionConfig, AdmissionControl
 from controlplane.request_intake import place_request
 from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
+from engine.kv.block_hash import keep_recent_chains
 from engine.llm_engine import PendingStep
 from engine.multi_step import DecodeSteps
 from engine.request import RequestStatus
@@ -55,6 +56,7 @@ from transport.messages import ClientGenerate, ErrorReply
 # the fast paths: several pure decode steps as one event (engine/multi_step.py; off: NodeCore.plan_decode_steps
 # patched, bench/sim_speed.py) and a step's decode rows in bulk (engine/mixed_step.py); neither changes a result
 MIXED_STEPS = True
+RECENT_CHAIN_BLOCKS = 1 << 18  # the router's prompt hash chains kept for the nodes' first lookups (~100 MB at most)
 
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
 _RUNNING = RequestStatus.RUNNING
@@ -297,6 +299,13 @@ class FleetSimulator:
         self.split = split
 
     def run(self) -> SimResult:
+        keep_recent_chains(RECENT_CHAIN_BLOCKS)  # the router's prompt chains, reused by the nodes (one process)
+        try:
+            return self._run()
+        finally:
+            keep_recent_chains(0)
+
+    def _run(self) -> SimResult:
         wall_start = time.perf_counter()
         clock = VirtualClock()
         fleet, model = self.fleet, self.fleet.model

@@ -84,20 +84,35 @@ def extend_block_hashes(
     return block_hashes
 
 
-# The chains hash_full_blocks made last, by (tokens, block size, adapter): where a router and the nodes share a
-# process (the fleet simulator), a node's first lookup of a prompt reuses the router's chain instead of hashing
-# it again. A memo of a pure function: it changes no value; bounded, oldest dropped first.
+# The chains hash_full_blocks made last, by (tokens, block size, adapter), where the owner of the process turns
+# it on (``keep_recent_chains``): where a router and the nodes share a process (the fleet simulator), a node's
+# first lookup of a prompt reuses the router's chain instead of hashing it again (a queued request looks its
+# prompt up when it reaches the head of its node's queue: under overload, thousands of prompts later). A memo of
+# a pure function: it changes no value; bounded by the blocks it holds (~400 bytes each), oldest dropped first.
 _recent_chains: dict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = {}
-RECENT_CHAINS_KEPT = 256
+_recent_chain_blocks_kept = 0  # off
+_recent_chain_blocks = 0
+
+
+def keep_recent_chains(max_blocks: int) -> None:
+    """Keep the chains ``hash_full_blocks`` makes, up to ``max_blocks`` blocks in all (0: none, and forget them)."""
+    global _recent_chain_blocks_kept, _recent_chain_blocks
+    _recent_chain_blocks_kept = max(0, max_blocks)
+    _recent_chains.clear()
+    _recent_chain_blocks = 0
 
 
 def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | None = None) -> list[BlockHash]:
     """The chain of every full block of ``token_ids``."""
+    global _recent_chain_blocks
+    if not _recent_chain_blocks_kept:
+        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
     key = (tuple(token_ids), block_size, lora_id)
     chain = _recent_chains.get(key)
     if chain is None:
         chain = extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
         _recent_chains[key] = chain
-        if len(_recent_chains) > RECENT_CHAINS_KEPT:
-            del _recent_chains[next(iter(_recent_chains))]
+        _recent_chain_blocks += len(chain)
+        while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:
+            _recent_chain_blocks -= len(_recent_chains.pop(next(iter(_recent_chains))))
     return list(chain)
