@@ -11,7 +11,9 @@ no sleeping: time jumps from event to event::
     events (heap, by virtual time, then by push order)
       arrival     place_request (intake → policy.choose → admission.check) → registry.on_routed →
                   policy.on_routed → node.core.add; an idle node is kicked; a refusal is recorded
-      kick        idle node with work: core.start_step() (schedule + predicted step_s) → step_done at +step_s
+      kick        idle node with work: core.start_step() (schedule + predicted step_s) → step_done at +step_s;
+                  pure decode steps up to the next report / first finish as one run (engine/multi_step.py), and a
+                  step's leading decode rows in bulk (engine/mixed_step.py): neither changes a result
       step_done   core.finish_step(); first tokens → registry.on_first_token, finishes →
                   registry.on_finished; a load report if one fell due during the step; next step at once
       report      every report_interval_s per node (phase-shifted; a policy's own ``metrics_refresh_s`` when it
