@@ -32,6 +32,7 @@ is read except to measure the simulator's own speed.
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import math
 import time
@@ -58,6 +59,7 @@ from transport.messages import ClientGenerate, ErrorReply
 # the fast paths: several pure decode steps as one event (engine/multi_step.py; off: NodeCore.plan_decode_steps
 # patched, bench/sim_speed.py) and a step's decode rows in bulk (engine/mixed_step.py); neither changes a result
 MIXED_STEPS = True
+GC_THRESHOLDS = (50_000, 50, 1000)  # gc.set_threshold during a run (see FleetSimulator.run)
 RECENT_CHAIN_BLOCKS = 1 << 18  # the router's prompt hash chains kept for the nodes' first lookups (~100 MB at most)
 
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
@@ -302,9 +304,15 @@ class FleetSimulator:
 
     def run(self) -> SimResult:
         keep_recent_chains(RECENT_CHAIN_BLOCKS)  # the router's prompt chains, reused by the nodes (one process)
+        # the run allocates millions of short-lived objects (rows, outputs, block hashes) beside a large live heap
+        # (prompts, records): the cyclic collector's default thresholds traverse that heap again and again (~15% of
+        # the run's CPU); it frees nothing the run needs freed (its objects die by reference count)
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)
         try:
             return self._run()
         finally:
+            gc.set_threshold(*thresholds)
             keep_recent_chains(0)
 
     def _run(self) -> SimResult:
