@@ -59,7 +59,6 @@ from transport.messages import ClientGenerate, ErrorReply
 # the fast paths: several pure decode steps as one event (engine/multi_step.py; off: NodeCore.plan_decode_steps
 # patched, bench/sim_speed.py) and a step's decode rows in bulk (engine/mixed_step.py); neither changes a result
 MIXED_STEPS = True
-GC_THRESHOLDS = (50_000, 50, 1000)  # gc.set_threshold during a run (see FleetSimulator.run)
 RECENT_CHAIN_BLOCKS = 1 << 18  # the router's prompt hash chains kept for the nodes' first lookups (~100 MB at most)
 
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
@@ -304,16 +303,18 @@ class FleetSimulator:
 
     def run(self) -> SimResult:
         keep_recent_chains(RECENT_CHAIN_BLOCKS)  # the router's prompt chains, reused by the nodes (one process)
-        # the run allocates millions of short-lived objects (rows, outputs, block hashes) beside a large live heap
-        # (prompts, records): the cyclic collector's default thresholds traverse that heap again and again (~15% of
-        # the run's CPU); it frees nothing the run needs freed (its objects die by reference count)
-        thresholds = gc.get_threshold()
-        gc.set_threshold(*GC_THRESHOLDS)
+        # the run allocates millions of objects (rows, outputs, block hashes) beside a large live heap (prompts,
+        # records, hash chains): the cyclic collector traverses that heap again and again (~15% of the run's CPU at
+        # its default thresholds) and finds next to nothing (~100 objects in cycles on a conv window: the run's
+        # objects die by reference count), so it is off during the run and catches up once after it
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             return self._run()
         finally:
-            gc.set_threshold(*thresholds)
             keep_recent_chains(0)
+            if collecting:
+                gc.enable()
 
     def _run(self) -> SimResult:
         wall_start = time.perf_counter()
