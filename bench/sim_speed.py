@@ -1,22 +1,25 @@
-"""`zoo bench sim-speed`: the fleet simulator's speed with its multi-step decode fast path, side by side with
-the same run stepping every decode step one by one (the fast path off), same fleet, trace, seed, process.
+"""`zoo bench sim-speed`: the fleet simulator's speed with its fast paths — several pure decode steps as one event
+(engine/multi_step.py) and a step's decode rows in bulk (engine/mixed_step.py) — side by side with the same run
+stepping every step the plain way (both off), same fleet, trace, seed, process; on the conv and code traces:
 
-    zoo sim --fleet zoo --trace conv --load 0.8 --policy hardware_aware --duration 60 --seed 0   (the run)
+    zoo sim --fleet zoo --trace {conv,code} --load 0.8 --policy hardware_aware --duration 60 --seed 0   (the runs)
 
 Reports per side: virtual seconds simulated, wall and CPU seconds, virtual/wall ("x real time"), virtual/CPU
-(the figure that survives a shared machine), and whether the two full ``--json`` reports are identical apart from
-the timing fields (they must be: the fast path changes no result). Sides alternate (plain, fast, plain, ...);
-medians are reported.
+(the figure that survives a shared machine), the load average around the runs, and whether the two full
+``--json`` reports are identical apart from the timing fields (they must be: the fast paths change no result).
+Sides alternate (plain, fast, plain, ...); medians are reported. The top-level figures are conv's.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import statistics
 import time
 from contextlib import contextmanager
 
+import sim.des
 from agent.node_core import NodeCore
 from sim.cli import add_sim_args, admission_config, build_workload, scaled
 from sim.des import FleetSimulator, default_router_config
@@ -26,21 +29,26 @@ from sim.report import summarize
 TIMING_KEYS = ("wall_s", "speedup")
 
 
+TRACES = ("conv", "code")
+
+
 @contextmanager
 def _fast_path_off():
-    plan = NodeCore.plan_decode_steps
+    plan, mixed = NodeCore.plan_decode_steps, sim.des.MIXED_STEPS
     NodeCore.plan_decode_steps = lambda self, *args, **kwargs: None
+    sim.des.MIXED_STEPS = False
     try:
         yield
     finally:
         NodeCore.plan_decode_steps = plan
+        sim.des.MIXED_STEPS = mixed
 
 
-def _args(duration_s: float) -> argparse.Namespace:
+def _args(duration_s: float, trace: str = "conv") -> argparse.Namespace:
     """``zoo sim``'s own arguments (its defaults: admission limits, report interval, drain limit) for the run."""
     parser = argparse.ArgumentParser()
     add_sim_args(parser)
-    argv = ["--fleet", "zoo", "--trace", "conv", "--load", "0.8", "--policy", "hardware_aware"]
+    argv = ["--fleet", "zoo", "--trace", trace, "--load", "0.8", "--policy", "hardware_aware"]
     return parser.parse_args([*argv, "--duration", str(duration_s), "--seed", "0"])
 
 
@@ -78,14 +86,13 @@ def _one(fleet, workload, args, fast: bool) -> tuple[dict, dict]:
     return report, timing
 
 
-def run_sim_speed_bench(args: argparse.Namespace) -> dict:
-    quick = getattr(args, "quick", False)
-    sim_args = _args(10.0 if quick else 60.0)
+def _trace_bench(trace: str, duration_s: float, rounds: int) -> dict:
+    sim_args = _args(duration_s, trace)
     fleet = load_fleet(sim_args.fleet)
     workload, _ = scaled(build_workload(sim_args, fleet), fleet, sim_args.load, sim_args)
-    rounds = 1 if quick else 2
     sides: dict[str, list[dict]] = {"plain": [], "fast": []}
     reports: dict[str, dict] = {}
+    load_before = os.getloadavg()[0]
     for _ in range(rounds):
         for name in ("plain", "fast"):
             report, timing = _one(fleet, workload, sim_args, fast=name == "fast")
@@ -93,7 +100,7 @@ def run_sim_speed_bench(args: argparse.Namespace) -> dict:
             reports.setdefault(name, report)
     medians = {name: {k: statistics.median(t[k] for t in runs) for k in runs[0]} for name, runs in sides.items()}
     return {
-        "run": f"zoo sim --fleet zoo --trace conv --load 0.8 --policy hardware_aware --duration {sim_args.duration:g}",
+        "run": f"zoo sim --fleet zoo --trace {trace} --load 0.8 --policy hardware_aware --duration {duration_s:g}",
         "num_requests": len(workload.requests),
         "rounds": rounds,
         "plain": medians["plain"],
@@ -101,4 +108,12 @@ def run_sim_speed_bench(args: argparse.Namespace) -> dict:
         "speedup_wall": medians["plain"]["wall_s"] / medians["fast"]["wall_s"],
         "speedup_cpu": medians["plain"]["cpu_s"] / medians["fast"]["cpu_s"],
         "reports_identical": reports["plain"] == reports["fast"],
+        "load_average_1min": [load_before, os.getloadavg()[0]],  # before, after: a shared machine's share of it
     }
+
+
+def run_sim_speed_bench(args: argparse.Namespace) -> dict:
+    quick = getattr(args, "quick", False)
+    duration_s, rounds = (10.0, 1) if quick else (60.0, 2)
+    by_trace = {trace: _trace_bench(trace, duration_s, rounds) for trace in TRACES}
+    return {**by_trace["conv"], "traces": by_trace}

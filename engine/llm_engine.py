@@ -27,7 +27,7 @@ from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
-from engine.multi_step import DecodeSteps
+from engine.multi_step import DecodeRun, DecodeSteps
 from engine.prompt import check_token_ids
 from engine.remote_kv import RemoteKV
 from engine.request import FinishReason, Request, RequestStatus
@@ -38,6 +38,7 @@ from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
 
 STEP_RECORDS_KEPT = 4096
+_RUNNING = RequestStatus.RUNNING
 
 
 class EngineTokenizer(Protocol):
@@ -120,6 +121,7 @@ class PendingStep:
 
     batch: SchedulerOutput
     output: RunnerOutput
+    decode: DecodeRun | None = None  # the step's leading decode rows, taken in bulk (engine/mixed_step.py)
 
     @property
     def step_time_s(self) -> float:
@@ -195,6 +197,9 @@ class LLMEngine:
         self.busy_time_s = 0.0  # summed runner step time
         self._step_records: deque[StepRecord] = deque(maxlen=STEP_RECORDS_KEPT)
         self.remote_kv: RemoteKV | None = None  # the REMOTE tier's mover (set_remote_kv)
+        # the fleet simulator's mixed steps (engine/mixed_step.py, ``_start_mixed_step``): off unless its owner
+        # sets it, since ``finish_step`` then gives no output for a decode row that did not finish
+        self.bulk_decode_rows = False
 
     # -- requests -------------------------------------------------------------------------------
 
@@ -315,6 +320,8 @@ class LLMEngine:
 
         An empty batch that only names finished requests still goes to the runner (it drops their state).
         """
+        if self.bulk_decode_rows and (pending := self._start_mixed_step()) is not None:
+            return pending
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running_requests())
         batch = self.scheduler.schedule()
@@ -348,6 +355,8 @@ class LLMEngine:
 
     def finish_step(self, pending: PendingStep) -> list[RequestOutput]:
         """Apply an executed step at the clock's now: sampled tokens, finishes, text; the requests that progressed."""
+        if pending.decode is not None:
+            return self._finish_mixed_step(pending)
         batch, runner_output = pending.batch, pending.output
         self.num_steps += 1
         self.busy_time_s += runner_output.step_time_s
@@ -369,6 +378,62 @@ class LLMEngine:
             if tracked is None:
                 continue
             outputs.append(self._process_update(tracked, update, now))
+        return outputs
+
+    # -- a step's decode rows in bulk (engine/mixed_step.py) -------------------------------------
+
+    def _start_mixed_step(self) -> PendingStep | None:
+        """``start_step`` with the leading pure decode rows scheduled in bulk, where the runner prices such rows
+        (a simulated runner: ``execute_with_decode_rows``) and nothing reads them one by one (no speculator, no
+        text); None: schedule the plain way."""
+        runner = self.runner
+        execute = getattr(runner, "execute_with_decode_rows", None)
+        if execute is None or self.speculator is not None or self.detokenize:
+            return None
+        decode = self.scheduler.plan_decode_rows(runner.decode_token_id)
+        if decode is None:
+            return None
+        batch = self.scheduler.schedule(decode)
+        if self.remote_kv is not None:
+            self._move_remote(batch)
+        return PendingStep(batch, execute(batch, len(decode.requests), decode.kv_read), decode)
+
+    def _finish_mixed_step(self, pending: PendingStep) -> list[RequestOutput]:
+        """``finish_step`` of a mixed step: the outputs of its scheduled rows and of the decode rows that
+        finished; each other decode row got one token (its metrics say so; the fleet simulator's way)."""
+        batch, runner_output, decode = pending.batch, pending.output, pending.decode
+        step_time_s = runner_output.step_time_s
+        self.num_steps += 1
+        self.busy_time_s += step_time_s
+        finished = self.scheduler.commit_decode_rows(decode)  # first: their rows come first in the step
+        updates = self.scheduler.update_from_output(batch, runner_output)
+        now = self.clock.now()
+        num_rows = len(decode.requests)
+        num_prefill, num_decode = classify_batch(batch)
+        self._step_records.append(
+            StepRecord(now, step_time_s, num_prefill, num_decode + num_rows, batch.num_batched_tokens + num_rows)
+        )
+        tracked_of = self._tracked.get
+        for scheduled in batch.requests:
+            tracked = tracked_of(scheduled.req_id)
+            if tracked is not None and tracked.metrics.first_scheduled_time_s is None:
+                tracked.metrics.first_scheduled_time_s = tracked.request.first_scheduled_time_s or now
+        outputs = []
+        for update in finished:
+            tracked = tracked_of(update.req_id)
+            if tracked is not None:
+                outputs.append(self._process_update(tracked, update, now))
+        for request in decode.requests:
+            tracked = tracked_of(request.req_id)
+            if tracked is not None and request.status is _RUNNING:  # did not finish
+                metrics = tracked.metrics
+                metrics.first_token_time_s = metrics.first_token_time_s or now
+                metrics.last_token_time_s = now
+                metrics.num_output_tokens += 1
+        for update in updates:
+            tracked = tracked_of(update.req_id)
+            if tracked is not None:
+                outputs.append(self._process_update(tracked, update, now))
         return outputs
 
     # -- several pure decode steps at once (engine/multi_step.py) --------------------------------
@@ -426,7 +491,7 @@ class LLMEngine:
             num_steps = plan.num_steps
             for request in plan.run.requests:
                 tracked = self._tracked.get(request.req_id)
-                if tracked is not None and not request.is_finished:
+                if tracked is not None and request.status is _RUNNING:  # did not finish
                     metrics = tracked.metrics
                     metrics.first_token_time_s = metrics.first_token_time_s or now
                     metrics.last_token_time_s = now

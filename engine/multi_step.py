@@ -58,36 +58,47 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
         return None
     manager = scheduler.kv_cache_manager
     decode_extent = manager.decode_extent
+    block_size = manager.block_size
+    tables = manager._device_tables
+    ref_counts = manager._device._ref_counts
     max_model_len = config.max_model_len
     max_device_tokens = scheduler._max_device_tokens
     limit = max_steps
     kv_read = 0
     starts: list[int] = []
     table_lens: list[int] = []
+    append_start, append_table_len = starts.append, table_lens.append
     for request in running:
-        num_tokens = request.num_tokens
+        num_tokens = len(request._all_token_ids)
         start = request.num_computed_tokens
-        if num_tokens - start != 1 or not request.output_token_ids or request.spec_token_ids:
+        output = request.output_token_ids
+        if num_tokens - start != 1 or not output or request.spec_token_ids or request.lora_id is not None:
             return None
-        if request.lora_id is not None:
+        # manager.decode_extent, inlined for its common case: the block written next is the table's last
+        table = tables.get(request.req_id)
+        if not table:
             return None
-        table_len = decode_extent(request)
-        if table_len is None:
+        table_len = len(table)
+        first = start // block_size
+        if first == table_len - 1:
+            if ref_counts[table[first]] > 1:
+                return None
+        elif (first != table_len or start != first * block_size) and decode_extent(request) is None:
             return None
         params = request.sampling_params
         if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
             limit = 1  # it stops at the first step
         # the step after which _check_stop ends it by length (output count, context, device capacity)
-        steps_left = min(
-            params.max_tokens - len(request.output_token_ids),
-            max_model_len - num_tokens,
-            max_device_tokens + 1 - num_tokens,
-        )
+        steps_left = params.max_tokens - len(output)
+        if max_model_len - num_tokens < steps_left:
+            steps_left = max_model_len - num_tokens
+        if max_device_tokens + 1 - num_tokens < steps_left:
+            steps_left = max_device_tokens + 1 - num_tokens
         if steps_left < limit:
-            limit = max(steps_left, 1)
+            limit = steps_left if steps_left > 1 else 1
         kv_read += start
-        starts.append(start)
-        table_lens.append(table_len)
+        append_start(start)
+        append_table_len(table_len)
     return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
 
 
@@ -174,19 +185,30 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
     tokens = [token_id] * k
     # (step, phase, index): allocations while scheduling step j (phase 0), registrations after it (phase 1)
     events: list[tuple[int, int, int]] = []
-    for i, request in enumerate(requests):
-        start, table_len = run.starts[i], run.table_lens[i]
+    append_event = events.append
+    num_cached = manager._num_cached_blocks
+    lagging: set[int] = set()  # rows whose registrations are behind their computed blocks (none, after a step)
+    for i, (request, start, table_len) in enumerate(zip(requests, run.starts, run.table_lens)):
+        stop = start + k
         # step j writes position start + j - 1; it appends a block when that position opens one past the table
-        first = max(-(-start // block_size), table_len) * block_size
-        for position in range(first, start + k, block_size):
-            events.append((position - start + 1, 0, i))
+        first = -(-start // block_size)
+        if first < table_len:
+            first = table_len
+        first *= block_size
+        if first < stop:
+            for position in range(first, stop, block_size):
+                append_event((position - start + 1, 0, i))
         if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
             first_end = -(-(start + 1) // block_size) * block_size
-            if first_end != start + 1 and k > 1:
-                events.append((1, 1, i))  # as after every step (idempotent): registers nothing the plain step would not
-            for end in range(first_end, start + k, block_size):
-                events.append((end - start, 1, i))
-        request.append_output_token_ids(tokens)
+            if num_cached.get(request.req_id, 0) < start // block_size:
+                lagging.add(i)  # the plain step's registration after step 1 would catch it up
+                if first_end != start + 1 and k > 1:
+                    append_event((1, 1, i))
+            if first_end < stop:
+                for end in range(first_end, stop, block_size):
+                    append_event((end - start, 1, i))
+        request.output_token_ids.extend(tokens)  # append_output_token_ids, inlined
+        request._all_token_ids.extend(tokens)
     events.sort()
     try_allocate_slots = manager.try_allocate_slots
     cache_computed_blocks = manager.cache_computed_blocks
@@ -200,18 +222,31 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
             request.num_computed_tokens = run.starts[i] + step
             cache_computed_blocks(request)
     updates = []
+    append_update = updates.append
     check_stop = scheduler._check_stop
     may_finish = k == run.max_steps  # before it, _check_stop is False for everyone (plan_decode_run's limit)
-    for i, request in enumerate(requests):  # the last step's update, in running order
-        end = run.starts[i] + k
+    max_model_len = scheduler.scheduler_config.max_model_len
+    max_device_tokens = scheduler._max_device_tokens
+    for i, (request, start) in enumerate(zip(requests, run.starts)):  # the last step's update, in running order
+        end = start + k
         request.num_computed_tokens = end
-        if caching and (k == 1 or end % block_size == 0):  # else it registers nothing (caught up after step 1)
+        if caching and (end % block_size == 0 or (k == 1 and i in lagging)):  # else it registers nothing
             cache_computed_blocks(request)
-        finished = may_finish and check_stop(request, token_id)
-        if finished:
-            running.remove(request)
-            scheduler._release_finished(request)
-        updates.append((request, tokens, finished))  # one list for all: the caller copies what it keeps
+        finished = False
+        if may_finish:  # _check_stop's conditions read inline; it is called (and ends the request) where one holds
+            params = request.sampling_params
+            num_tokens = len(request._all_token_ids)
+            finished = (
+                (token_id == request.eos_token_id and not params.ignore_eos)
+                or token_id in params.stop_token_ids
+                or len(request.output_token_ids) >= params.max_tokens
+                or num_tokens >= max_model_len
+                or num_tokens > max_device_tokens
+            ) and check_stop(request, token_id)
+            if finished:
+                running.remove(request)
+                scheduler._release_finished(request)
+        append_update((request, tokens, finished))  # one list for all: the caller copies what it keeps
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
     return updates

@@ -29,7 +29,8 @@ class PromptTooLongError(PromptError):
 def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
     if not token_ids:
         raise PromptError("the prompt is empty")
-    if set(map(type, token_ids)) != {int} or min(token_ids) < 0 or max(token_ids) >= vocab_size:  # C-speed
+    # C-speed: every element exactly an int (not a bool, not a numpy integer), then the range
+    if list(map(type, token_ids)).count(int) != len(token_ids) or min(token_ids) < 0 or max(token_ids) >= vocab_size:
         bad = [t for t in token_ids if type(t) is not int or not 0 <= t < vocab_size]
         raise PromptError(f"prompt token ids out of range [0, {vocab_size}): {bad[:5]}")
 

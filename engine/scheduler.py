@@ -46,6 +46,7 @@ from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenL
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.kv import KVCacheManager
+from engine.mixed_step import allocate_decode_rows, commit_decode_rows, plan_decode_rows
 from engine.multi_step import DecodeRun, commit_decode_run, kv_step_limit, plan_decode_run
 from engine.prompt import check_prompt_length
 from engine.request import FinishReason, Request, RequestStatus
@@ -151,13 +152,20 @@ class Scheduler(RemoteSwapMixin):
 
     # -- one step --------------------------------------------------------------------------------
 
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, decode: DecodeRun | None = None) -> SchedulerOutput:
+        """decode: the step's leading pure decode rows, planned by ``plan_decode_rows`` just before: they are
+        scheduled in bulk and left out of the output (engine/mixed_step.py); the rest is scheduled as usual."""
         output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._begin_schedule())
         self._next_step_id += 1
 
         budget = self.scheduler_config.max_num_batched_tokens
         self._preempt_for_priority(output, budget)
-        budget, preempted = self._schedule_running(output, budget)
+        first = 0
+        if decode is not None:
+            allocate_decode_rows(self, decode)
+            first = len(decode.requests)
+            budget -= first
+        budget, preempted = self._schedule_running(output, budget, first)
         if not preempted:
             if self.kv_cache_manager.remote:
                 self._plan_remote_fetches(output)
@@ -202,6 +210,19 @@ class Scheduler(RemoteSwapMixin):
             if finished or not finished_only
         ]
 
+    def plan_decode_rows(self, token_id: int) -> DecodeRun | None:
+        """The next step's leading pure decode rows (engine/mixed_step.py); changes nothing."""
+        return plan_decode_rows(self, token_id)
+
+    def commit_decode_rows(self, run: DecodeRun) -> list[RequestUpdate]:
+        """Apply a mixed step's decode rows (before ``update_from_output``); the updates of those that finished
+        (each of the others got ``run.token_id``)."""
+        token_id = run.token_id
+        return [
+            RequestUpdate(r.req_id, [token_id], [], True, r.finish_reason, r.stop_reason)
+            for r in commit_decode_rows(self, run)
+        ]
+
     def _outranked_by_waiting(self, request: Request) -> bool:
         return bool(self._waiting) and self._waiting[0].priority > request.priority
 
@@ -222,13 +243,14 @@ class Scheduler(RemoteSwapMixin):
                 return
             self._preempt(running[-1], output)
 
-    def _schedule_running(self, output: SchedulerOutput, budget: int) -> tuple[int, bool]:
+    def _schedule_running(self, output: SchedulerOutput, budget: int, first: int = 0) -> tuple[int, bool]:
+        """first: running[:first] are scheduled already (decode rows in bulk, engine/mixed_step.py)."""
         try_allocate_slots = self.kv_cache_manager.try_allocate_slots
         chunked = self.scheduler_config.enable_chunked_prefill
         running = self._running
         scheduled = output.requests
         preempted = False
-        i = 0
+        i = first
         # victims are taken from the tail, so running[:i] (already scheduled) is never touched
         while i < len(running) and budget > 0:
             request = running[i]

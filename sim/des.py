@@ -11,7 +11,9 @@ no sleeping: time jumps from event to event::
     events (heap, by virtual time, then by push order)
       arrival     place_request (intake → policy.choose → admission.check) → registry.on_routed →
                   policy.on_routed → node.core.add; an idle node is kicked; a refusal is recorded
-      kick        idle node with work: core.start_step() (schedule + predicted step_s) → step_done at +step_s
+      kick        idle node with work: core.start_step() (schedule + predicted step_s) → step_done at +step_s;
+                  pure decode steps up to the next report / first finish as one run (engine/multi_step.py), and a
+                  step's leading decode rows in bulk (engine/mixed_step.py): neither changes a result
       step_done   core.finish_step(); first tokens → registry.on_first_token, finishes →
                   registry.on_finished; a load report if one fell due during the step; next step at once
       report      every report_interval_s per node (phase-shifted; a policy's own ``metrics_refresh_s`` when it
@@ -30,6 +32,7 @@ is read except to measure the simulator's own speed.
 from __future__ import annotations
 
 import bisect
+import gc
 import heapq
 import math
 import time
@@ -42,8 +45,10 @@ from controlplane.admission import AdmissionConfig, AdmissionControl
 from controlplane.request_intake import place_request
 from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
+from engine.kv.block_hash import keep_recent_chains
 from engine.llm_engine import PendingStep
 from engine.multi_step import DecodeSteps
+from engine.request import RequestStatus
 from engine.sampling_params import SamplingParams
 from sim.adapters import AdapterMix
 from sim.fleet import Fleet, NodeSpec
@@ -51,7 +56,13 @@ from sim.split import SplitConfig, SplitRun
 from sim.workload import PromptFactory, Workload
 from transport.messages import ClientGenerate, ErrorReply
 
+# the fast paths: several pure decode steps as one event (engine/multi_step.py; off: NodeCore.plan_decode_steps
+# patched, bench/sim_speed.py) and a step's decode rows in bulk (engine/mixed_step.py); neither changes a result
+MIXED_STEPS = True
+RECENT_CHAIN_BLOCKS = 1 << 18  # the router's prompt hash chains kept for the nodes' first lookups (~100 MB at most)
+
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
+_RUNNING = RequestStatus.RUNNING
 _LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
 
 
@@ -145,6 +156,8 @@ class SimNode:
         self.node_id = spec.node_id
         self.core = NodeCore(fleet.node_engine(spec, clock=clock), spec.node_id)
         self.core.profile()  # as an agent does at start-up: measured (here: predicted) rates in its hello
+        # a step's decode rows in bulk (engine/mixed_step.py) where each step is not measured (the roofline)
+        self.core.engine.bulk_decode_rows = MIXED_STEPS and self.core.roofline is None
         self.step_budget_tokens = fleet.engine.size_step_budget(self.core)  # per node under step_budget = "sarathi"
         runner = self.core.engine.runner
         self._profile_steps, self._profile_busy_s = runner.num_steps, runner.busy_time_s  # not the trace's work
@@ -187,7 +200,7 @@ class SimNode:
         pending = self.core.start_step()
         if pending is None:
             return None
-        if pending.batch.is_empty:  # only finished requests to forget: takes no time, runs nothing
+        if pending.decode is None and pending.batch.is_empty:  # only finished requests to forget: takes no time
             self.core.finish_step(pending)
             return None
         self.pending = pending
@@ -203,11 +216,16 @@ class SimNode:
             outputs = self.core.finish_decode_steps(run, finished_only=True)
             num_steps = run.num_steps
             for request in run.run.requests:
-                if not request.is_finished:
+                if request.status is _RUNNING:  # did not finish
                     records[request.req_id].num_output_tokens += num_steps
             return outputs
         pending, self.pending = self.pending, None
-        return self.core.finish_step(pending)
+        outputs = self.core.finish_step(pending)
+        if pending.decode is not None:  # a mixed step: its decode rows that did not finish got one token each
+            for request in pending.decode.requests:
+                if request.status is _RUNNING:  # did not finish
+                    records[request.req_id].num_output_tokens += 1
+        return outputs
 
     def result(self) -> NodeResult:
         engine = self.core.engine
@@ -284,6 +302,21 @@ class FleetSimulator:
         self.split = split
 
     def run(self) -> SimResult:
+        keep_recent_chains(RECENT_CHAIN_BLOCKS)  # the router's prompt chains, reused by the nodes (one process)
+        # the run allocates millions of objects (rows, outputs, block hashes) beside a large live heap (prompts,
+        # records, hash chains): the cyclic collector traverses that heap again and again (~15% of the run's CPU at
+        # its default thresholds) and finds next to nothing (~100 objects in cycles on a conv window: the run's
+        # objects die by reference count), so it is off during the run and catches up once after it
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            keep_recent_chains(0)
+            if collecting:
+                gc.enable()
+
+    def _run(self) -> SimResult:
         wall_start = time.perf_counter()
         clock = VirtualClock()
         fleet, model = self.fleet, self.fleet.model

@@ -109,6 +109,14 @@ class DraftHostRunner:
         out = self.runner.execute(batch)
         if batch.is_empty:
             return out
+        return self._with_draft_debt(out)
+
+    def execute_with_decode_rows(self, batch: SchedulerOutput, num_rows: int, kv_read: int) -> RunnerOutput:
+        """A mixed step (engine/mixed_step.py): priced by the wrapped runner, its draft debt paid as ``execute``'s."""
+        return self._with_draft_debt(self.runner.execute_with_decode_rows(batch, num_rows, kv_read))
+
+    def _with_draft_debt(self, out: RunnerOutput) -> RunnerOutput:
+        """The step's time with the draft work that interrupted the last one (or runs still) added."""
         now = self.clock.now()
         extra = self._debt_s + max(0.0, self._draft_until - now)
         self._debt_s = 0.0

@@ -88,9 +88,13 @@ class SimModelRunner(LoraRunnerVerbs):
             self.cost = StepCostModel(self.model, self.hardware, self.cost.efficiency, spec.block_size)
         self.kv_spec = spec
 
-    def predict_step_s(self, batch: SchedulerOutput) -> float:
-        num_tokens = num_sampled = kv_read = 0
-        attn_units = 0.0
+    def predict_step_s(self, batch: SchedulerOutput, num_decode_rows: int = 0, decode_kv_read: int = 0) -> float:
+        """num_decode_rows, decode_kv_read: rows of one known token each, sampled, with contexts summing to that,
+        counted in besides ``batch.requests`` (a mixed step's decode rows: ``execute_with_decode_rows``)."""
+        num_tokens = num_sampled = num_decode_rows
+        kv_read = decode_kv_read
+        # each such row adds start + 1 attention units: integers, summed exactly in any order
+        attn_units = float(decode_kv_read + num_decode_rows)
         num_drafting = max_drafts = 0
         for r in batch.requests:
             q = len(r.token_ids) + len(r.spec_token_ids)
@@ -104,12 +108,13 @@ class SimModelRunner(LoraRunnerVerbs):
                 num_drafting += 1
                 max_drafts = max(max_drafts, len(r.spec_token_ids))
         draft_s = 0.0
+        num_seqs = len(batch.requests) + num_decode_rows
         if num_drafting and self.spec is not None:
-            mean_context = kv_read // max(len(batch.requests), 1)
+            mean_context = kv_read // max(num_seqs, 1)
             draft_s = self.spec.draft_time_s(num_drafting, max_drafts, mean_context)
         return draft_s + self.cost.step_time_s(
             num_tokens,
-            len(batch.requests),
+            num_seqs,
             num_sampled,
             attn_units,
             kv_read,
@@ -154,10 +159,16 @@ class SimModelRunner(LoraRunnerVerbs):
             self.num_steps += 1
             self.busy_time_s += t
 
-    def execute(self, batch: SchedulerOutput) -> RunnerOutput:
-        if batch.is_empty:  # only finished requests to forget: no kernel runs, no time passes
+    def execute_with_decode_rows(self, batch: SchedulerOutput, num_rows: int, kv_read: int) -> RunnerOutput:
+        """``execute`` of a step that also carries ``num_rows`` decode rows not listed in ``batch`` (no adapter, no
+        drafts; contexts summing to ``kv_read``): each samples ``decode_token_id`` (not in the output: the engine
+        applies them, engine/mixed_step.py), and the step's time counts them as ``execute`` would."""
+        return self.execute(batch, num_rows, kv_read)
+
+    def execute(self, batch: SchedulerOutput, num_decode_rows: int = 0, decode_kv_read: int = 0) -> RunnerOutput:
+        if batch.is_empty and not num_decode_rows:  # only finished requests to forget: no kernel runs, no time
             return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
-        step_s = self.predict_step_s(batch) + self._lora_s(batch)
+        step_s = self.predict_step_s(batch, num_decode_rows, decode_kv_read) + self._lora_s(batch)
         token = self.dummy_token_id
         spec = self.spec
         if spec is None:

@@ -62,22 +62,57 @@ def extend_block_hashes(
     i = len(block_hashes)
     if i >= num_blocks:
         return block_hashes
+    if i == 0 and _recent_chains:  # the same tokens' chain, made moments ago (a router and a node in one process)
+        chain = _recent_chains.get((tuple(token_ids), block_size, lora_id))
+        if chain is not None:
+            block_hashes.extend(chain[:num_blocks])
+            return block_hashes
     parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
     append = block_hashes.append
     # one int64 buffer for every block to hash, sliced per block (no array per block); same bytes as _chain_value
     start, end = i * block_size, num_blocks * block_size
     span = token_ids[start:end]
-    data = memoryview(array("q", span)).cast("B")  # 8 bytes per token
+    data = array("q", span).tobytes()  # 8 bytes per token
     pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
+    num_bytes = 8 * block_size
     for offset in range(0, end - start, block_size):
-        digest = sha256(pack(parent_value, lora))
-        digest.update(data[offset * 8 : (offset + block_size) * 8])
-        parent_value = from_bytes(digest.digest()[:8], "little")
+        first = 8 * offset
+        digest = sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()
+        parent_value = from_bytes(digest[:8], "little")
         append(_new_block_hash((parent_value, tuple(span[offset : offset + block_size]), lora_id)))
     return block_hashes
 
 
+# The chains hash_full_blocks made last, by (tokens, block size, adapter), where the owner of the process turns
+# it on (``keep_recent_chains``): where a router and the nodes share a process (the fleet simulator), a node's
+# first lookup of a prompt reuses the router's chain instead of hashing it again (a queued request looks its
+# prompt up when it reaches the head of its node's queue: under overload, thousands of prompts later). A memo of
+# a pure function: it changes no value; bounded by the blocks it holds (~400 bytes each), oldest dropped first.
+_recent_chains: dict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = {}
+_recent_chain_blocks_kept = 0  # off
+_recent_chain_blocks = 0
+
+
+def keep_recent_chains(max_blocks: int) -> None:
+    """Keep the chains ``hash_full_blocks`` makes, up to ``max_blocks`` blocks in all (0: none, and forget them)."""
+    global _recent_chain_blocks_kept, _recent_chain_blocks
+    _recent_chain_blocks_kept = max(0, max_blocks)
+    _recent_chains.clear()
+    _recent_chain_blocks = 0
+
+
 def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | None = None) -> list[BlockHash]:
     """The chain of every full block of ``token_ids``."""
-    return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+    global _recent_chain_blocks
+    if not _recent_chain_blocks_kept:
+        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+    key = (tuple(token_ids), block_size, lora_id)
+    chain = _recent_chains.get(key)
+    if chain is None:
+        chain = extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+        _recent_chains[key] = chain
+        _recent_chain_blocks += len(chain)
+        while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:
+            _recent_chain_blocks -= len(_recent_chains.pop(next(iter(_recent_chains))))
+    return list(chain)

@@ -1,0 +1,147 @@
+"""Mixed steps: the pure decode rows of a step applied in bulk, the other rows through the scheduler.
+
+The fleet simulator's second fast path (after engine/multi_step.py's decode runs): a step that admits a new
+request, or carries a prompt chunk, cannot be part of a decode run, yet most of its rows are still running
+requests that decode one token each. Scheduled the plain way every such row costs a ``ScheduledRequest`` (its
+block table copied, its token sliced), a runner row, a ``RequestUpdate`` and a ``RequestOutput``. Here the
+leading rows of the running set that are *pure decode rows*::
+
+    one known token left, >= 1 generated, no drafts, no adapter       (1 token each, sampled)
+    every block from the one it writes onwards is its own            (no copy-on-write)
+    the blocks they open this step fit in the free device blocks     (no KV-pressure preemption among them)
+
+are taken as a one-step ``DecodeRun`` (its ``requests``, ``starts``, ``table_lens``, ``kv_read``): the scheduler
+allocates their new blocks in running order and charges their tokens to the budget (``allocate_decode_rows``),
+then schedules everything after them — the rest of the running set, swapped and waiting requests — with its own
+code (``Scheduler.schedule(decode=...)``); the runner prices the step with those rows counted in
+(``execute_with_decode_rows``: the same sums its per-row loop makes); and ``commit_decode_rows`` applies them
+after the step exactly as ``update_from_output`` would, before the scheduled rows, in running order: token,
+counters, prefix-cache registration, stop check, finish.
+
+The rows it leaves to the scheduler are the ones the plain step schedules after these (it walks the running
+set in order, and a preemption victim is always taken from the tail, never before the row being scheduled),
+so the step is the same step. Conditions it checks besides the rows': nobody swapped out, no pinned
+copy-on-write source, no priority preemption pending. ``tests/engine/test_mixed_step.py`` checks it against
+plain steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from engine.multi_step import DecodeRun
+from engine.request import RequestStatus
+
+_RUNNING = RequestStatus.RUNNING
+
+# The functions below work on an engine.scheduler.Scheduler (typed Any: the scheduler imports this module).
+
+
+def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
+    """The leading pure decode rows of the next step as a one-step run (None: there are none, or the step has
+    to be planned the plain way). Changes nothing."""
+    running = scheduler._running
+    if not running or scheduler._swapped:
+        return None
+    waiting = scheduler._waiting
+    if waiting and running[-1].priority < waiting[0].priority:
+        return None  # the step may begin by swapping running requests out for the waiting head
+    manager = scheduler.kv_cache_manager
+    if manager._pinned_block_ids:
+        return None
+    budget = scheduler.scheduler_config.max_num_batched_tokens
+    block_size = manager.block_size
+    tables = manager._device_tables
+    ref_counts = manager._device._ref_counts
+    requests: list[Any] = []
+    starts: list[int] = []
+    table_lens: list[int] = []
+    kv_read = 0
+    num_new_blocks = 0
+    for request in running:
+        start = request.num_computed_tokens
+        if (
+            len(request._all_token_ids) - start != 1
+            or not request.output_token_ids
+            or request.spec_token_ids
+            or request.lora_id is not None
+        ):
+            break
+        table = tables.get(request.req_id)
+        if not table:
+            break
+        table_len = len(table)
+        first = start // block_size
+        if first < table_len:
+            if ref_counts[table[first]] > 1:
+                break  # its next token lands in a shared block: a copy-on-write
+            # blocks after ``first`` are never written this step: only the written one matters
+        elif first == table_len:
+            num_new_blocks += 1
+        else:
+            break
+        requests.append(request)
+        starts.append(start)
+        table_lens.append(table_len)
+        kv_read += start
+        if len(requests) == budget:
+            break
+    if not requests or num_new_blocks > manager.num_free_device_blocks:
+        return None
+    return DecodeRun(requests, token_id, 1, kv_read, starts, table_lens)
+
+
+def allocate_decode_rows(scheduler: Any, run: DecodeRun) -> None:
+    """Schedule the rows (``Scheduler.schedule(decode=run)``): a fresh block for each that opens one, in
+    running order, as ``_schedule_running``'s ``try_allocate_slots`` would."""
+    manager = scheduler.kv_cache_manager
+    block_size = manager.block_size
+    try_allocate_slots = manager.try_allocate_slots
+    for request, start, table_len in zip(run.requests, run.starts, run.table_lens):
+        if start == table_len * block_size and try_allocate_slots(request, 1) != []:
+            raise RuntimeError(f"{request.req_id}: the decode row's block allocation did not go as planned")
+
+
+def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
+    """Apply the rows after their step, as ``update_from_output`` applies them (before the step's scheduled
+    rows); the requests that finished, in running order."""
+    token_id = run.token_id
+    running = scheduler._running
+    manager = scheduler.kv_cache_manager
+    cache_computed_blocks = manager.cache_computed_blocks
+    # a row registers a block when it fills one, or when its registrations lag (never, after a step: every
+    # step registers its rows' computed blocks) — the cases where cache_computed_blocks would do anything
+    caching = manager.enable_prefix_caching
+    block_size = manager.block_size
+    num_cached = manager._num_cached_blocks
+    check_stop = scheduler._check_stop
+    max_model_len = scheduler.scheduler_config.max_model_len
+    max_device_tokens = scheduler._max_device_tokens
+    finished = []
+    num_live = 0
+    for request, start in zip(run.requests, run.starts):
+        if request.status is not _RUNNING:
+            continue  # aborted since the step was scheduled: skipped, as update_from_output skips it
+        num_live += 1
+        end = start + 1
+        request.num_computed_tokens = end
+        request.output_token_ids.append(token_id)
+        request._all_token_ids.append(token_id)
+        # _check_stop's conditions, read inline; it is called (and ends the request) only where one holds
+        params = request.sampling_params
+        num_tokens = len(request._all_token_ids)
+        stops = (
+            (token_id == request.eos_token_id and not params.ignore_eos)
+            or token_id in params.stop_token_ids
+            or len(request.output_token_ids) >= params.max_tokens
+            or num_tokens >= max_model_len
+            or num_tokens > max_device_tokens
+        ) and check_stop(request, token_id)
+        if caching and (end % block_size == 0 or num_cached.get(request.req_id, 0) < start // block_size):
+            cache_computed_blocks(request)  # before a finish frees them
+        if stops:
+            running.remove(request)
+            scheduler._release_finished(request)
+            finished.append(request)
+    scheduler._counters.num_generation_tokens_total += num_live
+    return finished

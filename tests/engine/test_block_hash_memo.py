@@ -1,0 +1,45 @@
+"""The recent-chains memo of engine/kv/block_hash.py: off by default; on, a node's first lookup of a prompt the
+router hashed gets the same chain without hashing it again; bounded by the blocks it holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.kv import block_hash
+from engine.kv.block_hash import extend_block_hashes, hash_full_blocks, keep_recent_chains
+
+
+@pytest.fixture(autouse=True)
+def _memo_off_afterwards():
+    yield
+    keep_recent_chains(0)
+
+
+def _tokens(seed: int, n: int) -> list[int]:
+    return [(seed * 7919 + 31 * j) % 32000 for j in range(n)]
+
+
+def test_off_by_default_it_keeps_nothing():
+    hash_full_blocks(_tokens(1, 64), 16)
+    assert not block_hash._recent_chains
+
+
+def test_on_a_first_lookup_reuses_the_chain_and_gets_the_same_values(monkeypatch):
+    keep_recent_chains(1000)
+    tokens = _tokens(2, 70)
+    router = hash_full_blocks(tokens, 16)
+    fresh = extend_block_hashes([], list(tokens), 16, None, 3)  # a node asks for fewer blocks
+    hashed = []
+    monkeypatch.setattr(block_hash.hashlib, "sha256", lambda *a: hashed.append(a) or pytest.fail("hashed again"))
+    reused = extend_block_hashes([], list(tokens), 16, None, 3)
+    assert reused == fresh == router[:3] and not hashed
+    with pytest.raises(pytest.fail.Exception):
+        extend_block_hashes([], list(tokens), 16, 5, 3)  # another adapter: another chain, hashed
+
+
+def test_bounded_by_blocks_oldest_dropped_first():
+    keep_recent_chains(10)
+    for seed in range(4):
+        hash_full_blocks(_tokens(seed, 64), 16)  # 4 blocks each
+    assert len(block_hash._recent_chains) == 2 and block_hash._recent_chain_blocks == 8
+    assert (tuple(_tokens(3, 64)), 16, None) in block_hash._recent_chains

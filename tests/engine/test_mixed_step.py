@@ -1,0 +1,103 @@
+"""Mixed steps (engine/mixed_step.py): a step whose leading pure decode rows are taken in bulk leaves the engine
+exactly as the plain step does — tokens, counters, block tables, free lists, prefix cache, step records, metrics,
+step times, finishes — whatever the rest of the step does (admissions, prompt chunks, preemption, prefix hits)."""
+
+from __future__ import annotations
+
+from engine.sampling_params import SamplingParams
+from tests.engine.test_multi_step import _engine, _state
+
+PARAMS = SamplingParams(max_tokens=200, ignore_eos=True)
+
+
+def _pair(**engine_kwargs):
+    """Twin engines: the first takes decode rows in bulk, the second steps plainly."""
+    pair = [_engine(**engine_kwargs) for _ in range(2)]
+    pair[0][0].bulk_decode_rows = True
+    return pair
+
+
+def _add(pair, req_id, prompt, params=PARAMS):
+    for engine, _ in pair:
+        engine.add_request(prompt, params, req_id=req_id)
+
+
+def _step(pair) -> bool:
+    """One step on both; asserts the same state and the same outputs (the bulk one gives none for a decode row
+    that did not finish: its tokens are counted in the state); whether the bulk engine took a mixed step."""
+    (fast, fast_clock), (plain, plain_clock) = pair
+    fast_pending, plain_pending = fast.start_step(), plain.start_step()
+    if plain_pending is None:  # nothing left to run
+        assert fast_pending is None
+        return False
+    assert fast_pending.step_time_s == plain_pending.step_time_s  # priced bit for bit
+    fast_clock.now_s += fast_pending.step_time_s
+    plain_clock.now_s += plain_pending.step_time_s
+    fast_out, plain_out = fast.finish_step(fast_pending), plain.finish_step(plain_pending)
+    rows = {r.req_id for r in fast_pending.decode.requests} if fast_pending.decode is not None else set()
+    expected = [o for o in plain_out if o.finished or o.req_id not in rows]
+    key = [(o.req_id, o.new_token_ids, o.num_output_tokens, o.finished, o.finish_reason) for o in fast_out]
+    assert key == [(o.req_id, o.new_token_ids, o.num_output_tokens, o.finished, o.finish_reason) for o in expected]
+    assert _state(fast) == _state(plain)
+    return fast_pending.decode is not None
+
+
+def _prompt(i: int, n: int) -> list[int]:
+    return [10 + (i * 7 + j) % 500 for j in range(n)]
+
+
+def test_admissions_between_decode_rows_match_plain_steps():
+    pair = _pair()
+    for i, n in enumerate([5, 16, 31, 40]):
+        _add(pair, f"r{i}", _prompt(i, n))
+    mixed = 0
+    for step in range(60):
+        if step % 7 == 3:  # a newcomer now and then: its prompt rides with the others' decode rows
+            _add(pair, f"n{step}", _prompt(step, 20 + step))
+        mixed += _step(pair)
+    assert mixed > 30
+
+
+def test_finishes_in_the_decode_rows_match_plain_steps():
+    pair = _pair()
+    for i, n in enumerate([3, 9, 14, 20, 2]):
+        _add(pair, f"r{i}", _prompt(i, 17 + i), SamplingParams(max_tokens=n, ignore_eos=True))
+    for step in range(25):
+        if step in (2, 5):
+            _add(pair, f"n{step}", _prompt(step, 30), SamplingParams(max_tokens=4, ignore_eos=True))
+        _step(pair)
+    assert not pair[0][0].has_unfinished_requests()
+
+
+def test_chunked_prompts_behind_decode_rows_match_plain_steps():
+    pair = _pair(max_num_batched_tokens=24)  # a 100-token prompt goes in chunks next to the decode rows
+    for i in range(3):
+        _add(pair, f"r{i}", _prompt(i, 10))
+    for step in range(40):
+        if step % 10 == 4:
+            _add(pair, f"long{step}", _prompt(step, 100))
+        _step(pair)
+
+
+def test_preemption_and_prefix_hits_behind_decode_rows_match_plain_steps():
+    pair = _pair(num_blocks=24)
+    shared = _prompt(0, 48)
+    for i in range(4):
+        _add(pair, f"r{i}", shared + _prompt(i + 1, 5))  # the first three blocks shared through the prefix cache
+    for step in range(120):
+        if step % 9 == 0:
+            _add(pair, f"n{step}", shared + _prompt(step, 30))
+        _step(pair)
+    assert pair[0][0].make_stats().num_preemptions_total > 0
+    assert pair[0][0].make_stats().prefix_cache_hits_total > 0
+
+
+def test_no_bulk_rows_without_a_runner_that_prices_them_or_with_text():
+    engine, clock = _engine(detokenize=True)
+    engine.bulk_decode_rows = True
+    engine.add_request(_prompt(0, 20), PARAMS, req_id="a")
+    for _ in range(3):
+        pending = engine.start_step()
+        assert pending.decode is None  # text is read token by token
+        clock.now_s += pending.step_time_s
+        engine.finish_step(pending)
