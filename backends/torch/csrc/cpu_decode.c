@@ -13,8 +13,8 @@
  * Per layer, for B decode rows (every row its own sequence over the paged KV cache):
  *   xn = rmsnorm(h)                          each thread, redundantly (E floats a row)
  *   qkv[:, cols_t] = xn @ Wqkv[:, cols_t]    column split                                   | barrier
- *   per (row, kv head) unit: RoPE on k and its q heads, k/v into the cache at the row's slot,
- *   softmax(q k^T / sqrt(D)) v over the row's blocks (no gather copy)                      | barrier
+ *   per (row, query head) unit: RoPE on q and k, the new k/v into the cache at the row's slot (the
+ *   group's first head), softmax(q k^T / sqrt(D)) v over the row's blocks (no gather copy)  | barrier
  *   h[:, cols_t] += attn @ Wo[:, cols_t]                                                    | barrier
  *   xn = rmsnorm(h); act[:, cols_t] = silu(xn @ Wg[:, cols_t]) * (xn @ Wu[:, cols_t])       | barrier
  *   h[:, cols_t] += act @ Wd[:, cols_t]                                                     | barrier
@@ -52,9 +52,9 @@ typedef struct {
 /* floats of scratch a step of B rows over contexts of at most max_ctx tokens needs with nt threads */
 long zoo_scratch_floats(const zoo_model *m, int B, int nt, int max_ctx) {
   const long E = m->hidden, D = m->head_dim, H = m->num_heads, Hkv = m->num_kv_heads;
-  const long qkv = (H + 2 * Hkv) * D, g = H / Hkv;
+  const long qkv = (H + 2 * Hkv) * D;
   long shared = B * (E + qkv + H * D + m->inter);
-  long per_thread = B * E + 2 * ACC_FLOATS + g * D + g * (long)max_ctx;
+  long per_thread = B * E + 2 * ACC_FLOATS + 2 * D + (long)max_ctx;
   return shared + nt * (per_thread + 16) + 64;
 }
 
@@ -146,41 +146,34 @@ static void rope(const float *restrict x, const float *restrict cs, const float 
   for (int j = h; j < D; j++) out[j] = x[j] * cs[j] + x[j - h] * sn[j];
 }
 
-/* one row's attention for one KV head and its g query heads (q already rotated) over seq_len tokens */
+/* one row's attention for one query head: q, the new token's k and v (q and k rotated) and the cache holding
+ * its seq_len - 1 earlier tokens (K, V point at this KV head's first element; table: the row's blocks) */
 static void attend(const zoo_model *m, const float *K, const float *V, const long *table, int seq_len,
-                   const float *q, int g, float *out, float *scores) {
-  const int D = m->head_dim, bs = m->block_size;
+                   const float *restrict q, const float *restrict k_new, const float *restrict v_new,
+                   float *restrict out, float *restrict scores) {
+  const int D = m->head_dim, bs = m->block_size, past = seq_len - 1;
   const long tok_stride = (long)m->num_kv_heads * D;
   const float scale = 1.0f / sqrtf((float)D);
-  for (int t = 0; t < seq_len; t++) {
-    const float *k = K + (table[t / bs] * bs + t % bs) * tok_stride;
-    for (int r = 0; r < g; r++) {
-      const float *qr = q + r * D;
-      float s = 0.0f;
+  float mx = -INFINITY, sum = 0.0f;
+  for (int t = 0; t <= past; t++) {
+    const float *k = t < past ? K + (table[t / bs] * bs + t % bs) * tok_stride : k_new;
+    float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-      for (int d = 0; d < D; d++) s += qr[d] * k[d];
-      scores[(long)r * seq_len + t] = s * scale;
-    }
+    for (int d = 0; d < D; d++) s += q[d] * k[d];
+    scores[t] = s * scale;
+    mx = scores[t] > mx ? scores[t] : mx;
   }
-  for (int r = 0; r < g; r++) {
-    float *sr = scores + (long)r * seq_len, mx = -INFINITY, sum = 0.0f;
-    for (int t = 0; t < seq_len; t++) mx = sr[t] > mx ? sr[t] : mx;
-    for (int t = 0; t < seq_len; t++) {
-      sr[t] = expf(sr[t] - mx);
-      sum += sr[t];
-    }
-    const float inv = 1.0f / sum;
-    for (int t = 0; t < seq_len; t++) sr[t] *= inv;
-    memset(out + r * D, 0, D * sizeof(float));
+  for (int t = 0; t <= past; t++) {
+    scores[t] = expf(scores[t] - mx);
+    sum += scores[t];
   }
-  for (int t = 0; t < seq_len; t++) {
-    const float *v = V + (table[t / bs] * bs + t % bs) * tok_stride;
-    for (int r = 0; r < g; r++) {
-      const float p = scores[(long)r * seq_len + t];
-      float *o = out + r * D;
+  const float inv = 1.0f / sum;
+  memset(out, 0, D * sizeof(float));
+  for (int t = 0; t <= past; t++) {
+    const float *v = t < past ? V + (table[t / bs] * bs + t % bs) * tok_stride : v_new;
+    const float p = scores[t] * inv;
 #pragma omp simd
-      for (int d = 0; d < D; d++) o[d] += p * v[d];
-    }
+    for (int d = 0; d < D; d++) out[d] += p * v[d];
   }
 }
 
@@ -203,13 +196,13 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
   if (zoo_scratch_floats(m, B, nt, max_ctx) > scratch_floats) return -3;
   float *hidden = scratch, *qkv = hidden + (long)B * E, *attn = qkv + (long)B * QKV, *act = attn + (long)B * H * D;
   float *thread_base = act + (long)B * I;
-  const long per_thread = (long)B * E + 2 * ACC_FLOATS + (long)g * D + (long)g * max_ctx + 16;
+  const long per_thread = (long)B * E + 2 * ACC_FLOATS + 2L * D + max_ctx + 16;
 
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     float *mine = thread_base + (((long)t * per_thread + 15) & ~15L);
-    float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *scores = qrot + (long)g * D;
+    float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + D, *scores = krot + D;
     int c0, c1;
 
     /* embedding rows: hidden[b, e] = embed_t[e, token] */
@@ -224,17 +217,20 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
       gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
 #pragma omp barrier
       float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
-      for (int u = t; u < B * Hkv; u += T) {
-        const int b = u / Hkv, kh = u % Hkv;
+      for (int u = t; u < B * H; u += T) { /* one unit per (row, query head) */
+        const int b = u / H, h = u % H, kh = h / g;
         const float *cs = m->rope + pos[b] * D, *sn = m->rope + ((long)m->max_positions + pos[b]) * D;
-        const float *row = qkv + (long)b * QKV;
-        const long slot = tables[(long)b * W + pos[b] / m->block_size] * m->block_size + pos[b] % m->block_size;
-        const long at = slot * Hkv * D + (long)kh * D;
-        rope(row + (H + kh) * D, cs, sn, K + at, D);
-        memcpy(Vc + at, row + (H + Hkv + kh) * D, D * sizeof(float));
-        for (int r = 0; r < g; r++) rope(row + (kh * g + r) * D, cs, sn, qrot + r * D, D);
-        attend(m, K + (long)kh * D, Vc + (long)kh * D, tables + (long)b * W, (int)pos[b] + 1, qrot, g,
-               attn + (long)b * H * D + (long)kh * g * D, scores);
+        const float *row = qkv + (long)b * QKV, *v_new = row + (H + Hkv + kh) * D;
+        const long *table = tables + (long)b * W;
+        rope(row + h * D, cs, sn, qrot, D);
+        rope(row + (H + kh) * D, cs, sn, krot, D);
+        if (h % g == 0) { /* the group's first head stores the new K/V; the others take them from krot/v_new */
+          const long slot = table[pos[b] / m->block_size] * m->block_size + pos[b] % m->block_size;
+          memcpy(K + slot * Hkv * D + (long)kh * D, krot, D * sizeof(float));
+          memcpy(Vc + slot * Hkv * D + (long)kh * D, v_new, D * sizeof(float));
+        }
+        attend(m, K + (long)kh * D, Vc + (long)kh * D, table, (int)pos[b] + 1, qrot, krot, v_new,
+               attn + (long)b * H * D + (long)h * D, scores);
       }
 #pragma omp barrier
       cols_of(E, T, t, &c0, &c1);
