@@ -146,34 +146,65 @@ static void rope(const float *restrict x, const float *restrict cs, const float 
   for (int j = h; j < D; j++) out[j] = x[j] * cs[j] + x[j - h] * sn[j];
 }
 
+/* e^x for x <= 0 (softmax after subtracting the max), vectorizable: x = n ln2 + r, |r| <= ln2 / 2, e^r by its
+ * degree-6 Taylor polynomial (relative error < 2e-7, about one float ulp), 2^n through the exponent bits.
+ * Cody & Waite's range reduction as in Cephes expf (S. Moshier), here written from the textbook form. */
+static inline float exp_nonpos(float x) {
+  x = x < -87.0f ? -87.0f : x;
+  const float n = __builtin_roundf(x * 1.44269504088896341f);
+  const float r = (x - n * 0.693359375f) + n * 2.12194440e-4f; /* ln2 = 0.693359375 - 2.12194440e-4 */
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  union { float f; int i; } two_n = {.i = ((int)n + 127) << 23};
+  return p * two_n.f;
+}
+
 /* one row's attention for one query head: q, the new token's k and v (q and k rotated) and the cache holding
- * its seq_len - 1 earlier tokens (K, V point at this KV head's first element; table: the row's blocks) */
+ * its past = seq_len - 1 earlier tokens (K, V point at this KV head's first element; table: the row's blocks),
+ * walked block by block */
 static void attend(const zoo_model *m, const float *K, const float *V, const long *table, int seq_len,
                    const float *restrict q, const float *restrict k_new, const float *restrict v_new,
                    float *restrict out, float *restrict scores) {
   const int D = m->head_dim, bs = m->block_size, past = seq_len - 1;
-  const long tok_stride = (long)m->num_kv_heads * D;
+  const long tok = (long)m->num_kv_heads * D, blk = bs * tok;
   const float scale = 1.0f / sqrtf((float)D);
-  float mx = -INFINITY, sum = 0.0f;
-  for (int t = 0; t <= past; t++) {
-    const float *k = t < past ? K + (table[t / bs] * bs + t % bs) * tok_stride : k_new;
-    float s = 0.0f;
+  for (int t0 = 0, j = 0; t0 < past; t0 += bs, j++) {
+    const float *kb = K + table[j] * blk;
+    const int n = past - t0 < bs ? past - t0 : bs;
+    for (int o = 0; o < n; o++) {
+      const float *k = kb + o * tok;
+      float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-    for (int d = 0; d < D; d++) s += q[d] * k[d];
-    scores[t] = s * scale;
-    mx = scores[t] > mx ? scores[t] : mx;
+      for (int d = 0; d < D; d++) s += q[d] * k[d];
+      scores[t0 + o] = s * scale;
+    }
   }
-  for (int t = 0; t <= past; t++) {
-    scores[t] = expf(scores[t] - mx);
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (int d = 0; d < D; d++) s += q[d] * k_new[d];
+  scores[past] = s * scale;
+  float mx = -INFINITY, sum = 0.0f;
+  for (int t = 0; t < seq_len; t++) mx = scores[t] > mx ? scores[t] : mx;
+#pragma omp simd reduction(+ : sum)
+  for (int t = 0; t < seq_len; t++) {
+    scores[t] = exp_nonpos(scores[t] - mx);
     sum += scores[t];
   }
   const float inv = 1.0f / sum;
-  memset(out, 0, D * sizeof(float));
-  for (int t = 0; t <= past; t++) {
-    const float *v = t < past ? V + (table[t / bs] * bs + t % bs) * tok_stride : v_new;
-    const float p = scores[t] * inv;
+  for (int d = 0; d < D; d++) out[d] = scores[past] * inv * v_new[d];
+  for (int t0 = 0, j = 0; t0 < past; t0 += bs, j++) {
+    const float *vb = V + table[j] * blk;
+    const int n = past - t0 < bs ? past - t0 : bs;
+    for (int o = 0; o < n; o++) {
+      const float *v = vb + o * tok, p = scores[t0 + o] * inv;
 #pragma omp simd
-    for (int d = 0; d < D; d++) out[d] += p * v[d];
+      for (int d = 0; d < D; d++) out[d] += p * v[d];
+    }
   }
 }
 
