@@ -38,6 +38,7 @@ from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.rejection_sampler import rejection_sample
 from backends.torch.sampler import Sampler
 from backends.torch.step_buffers import StepBuffers
+from backends.torch.thread_choice import ThreadChooser
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.buckets import BucketPolicy
@@ -66,6 +67,8 @@ class TorchModelRunner(LoraRunnerVerbs):
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
     cpu_decode_kernel: on a CPU in fp32, run steps of at most 4 plain decode rows with the C decode kernel
         (cpu_decode.py: one call a step, weights read once at memory speed); False, or no C compiler = torch ops.
+    adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
+        measured wall time favours (thread_choice.py; the same bits at any count); False = all of them.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
         columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
@@ -90,6 +93,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         pack_cpu_weights: bool = True,
         lora_config: LoraConfig | None = None,
         cpu_decode_kernel: bool = True,
+        adaptive_threads: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -118,6 +122,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.buffers: StepBuffers | None = None  # the step's metadata lives here (step_buffers.py)
         self.use_cpu_decode = cpu_decode_kernel
         self.cpu_decoder: CpuDecoder | None = None  # bound to the KV cache in initialize_kv_cache
+        self.thread_choice = ThreadChooser() if adaptive_threads else None
         self.block_size = 0
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
@@ -311,7 +316,12 @@ class TorchModelRunner(LoraRunnerVerbs):
             table_np[i * width : i * width + nb] = r.block_ids[:nb]
             sample_rows.add(r, i)
         threads = torch.get_num_threads()
+        if self.thread_choice is not None:
+            threads = self.thread_choice.pick(n, threads)
+        t0 = time.perf_counter()
         logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads)
+        if self.thread_choice is not None:
+            self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return logits, sample_rows.slots
 
     def _lora_batch(self, decodes: list[ScheduledRequest], chunks: list[ScheduledRequest]) -> LoraBatch | None:

@@ -20,7 +20,8 @@ BLOCK = 4
 
 
 def _runner(model, kernel: bool) -> TorchModelRunner:
-    runner = TorchModelRunner(model, torch.float32, cpu_decode_kernel=kernel)
+    # all intra-op threads, not the adaptive choice: the thread count under test is the one set
+    runner = TorchModelRunner(model, torch.float32, cpu_decode_kernel=kernel, adaptive_threads=False)
     runner.initialize_kv_cache(KVCacheSpec(64, 0, BLOCK))
     return runner
 
