@@ -26,6 +26,8 @@
  */
 #include <math.h>
 #include <omp.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
 
 typedef struct {
@@ -208,6 +210,34 @@ static void attend(const zoo_model *m, const float *K, const float *V, const lon
   }
 }
 
+/* The step's barrier: sense-reversing on one atomic counter; a waiting thread spins briefly, then yields its
+ * core. libgomp's own barrier spins up to ~300k pauses before it sleeps: on a machine shared with other
+ * processes a descheduled peer made every one of a step's ~120 barriers burn milliseconds (measured: a 2-thread
+ * step took 15x a 1-thread one at load 8; thread_choice.py then also picks 1 thread). */
+typedef struct {
+  atomic_int arrived;
+  atomic_int sense;
+} step_barrier;
+
+#define SPINS_BEFORE_YIELD 4000
+
+static void barrier_wait(step_barrier *bar, int nt, int *my_sense) {
+  if (nt == 1) return;
+  const int s = !*my_sense;
+  *my_sense = s;
+  if (atomic_fetch_add_explicit(&bar->arrived, 1, memory_order_acq_rel) == nt - 1) {
+    atomic_store_explicit(&bar->arrived, 0, memory_order_relaxed);
+    atomic_store_explicit(&bar->sense, s, memory_order_release);
+    return;
+  }
+  for (int spins = 0; atomic_load_explicit(&bar->sense, memory_order_acquire) != s;) {
+    if (++spins < SPINS_BEFORE_YIELD)
+      __builtin_ia32_pause();
+    else
+      sched_yield();
+  }
+}
+
 /* B decode rows: token ids, positions (the new token's), block tables [B, W] (row-major, width W: the new
  * token's K/V goes to slot table[pos / bs] * bs + pos % bs) and the step's logits [B, V]; every row attends
  * over its positions 0..pos[b]. nt threads. Returns 0, or < 0 (nothing computed) for bad input. */
@@ -229,9 +259,13 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
   float *thread_base = act + (long)B * I;
   const long per_thread = (long)B * E + 2 * ACC_FLOATS + 2L * D + max_ctx + 16;
 
+  step_barrier bar;
+  atomic_init(&bar.arrived, 0);
+  atomic_init(&bar.sense, 0);
 #pragma omp parallel num_threads(nt)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    int sense = 0;
     float *mine = thread_base + (((long)t * per_thread + 15) & ~15L);
     float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + D, *scores = krot + D;
     int c0, c1;
@@ -240,13 +274,13 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
     cols_of(E, T, t, &c0, &c1);
     for (int b = 0; b < B; b++)
       for (int e = c0; e < c1; e++) hidden[(long)b * E + e] = m->embed_t[(long)e * V + tokens[b]];
-#pragma omp barrier
+    barrier_wait(&bar, T, &sense);
 
     for (int l = 0; l < m->num_layers; l++) {
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
       cols_of(QKV, T, t, &c0, &c1);
       gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
-#pragma omp barrier
+      barrier_wait(&bar, T, &sense);
       float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
       for (int u = t; u < B * H; u += T) { /* one unit per (row, query head) */
         const int b = u / H, h = u % H, kh = h / g;
@@ -263,17 +297,17 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
         attend(m, K + (long)kh * D, Vc + (long)kh * D, table, (int)pos[b] + 1, qrot, krot, v_new,
                attn + (long)b * H * D + (long)h * D, scores);
       }
-#pragma omp barrier
+      barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
       gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
-#pragma omp barrier
+      barrier_wait(&bar, T, &sense);
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_post[l], xn + (long)b * E, E, m->eps);
       cols_of(I, T, t, &c0, &c1);
       gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc);
-#pragma omp barrier
+      barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
       gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
-#pragma omp barrier
+      barrier_wait(&bar, T, &sense);
     }
     for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_final, xn + (long)b * E, E, m->eps);
     cols_of(V, T, t, &c0, &c1);
