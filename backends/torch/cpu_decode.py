@@ -139,12 +139,30 @@ def load_library() -> ctypes.CDLL | None:
     lib.zoo_scratch_floats.restype = ctypes.c_long
     lib.zoo_decode_step.argtypes = [_P, ctypes.c_int, _P, _P, _P, ctypes.c_int, _P, _P, ctypes.c_long, ctypes.c_int]
     lib.zoo_decode_step.restype = ctypes.c_int
+    lib.zoo_gemv.argtypes = [_P, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int]
+    lib.zoo_gemv.restype = None
     _LIB = lib
     return lib
 
 
 def _ptrs(tensors: list[torch.Tensor]) -> ctypes.Array:
     return (_P * len(tensors))(*(t.data_ptr() for t in tensors))
+
+
+def gemv(lib: ctypes.CDLL, x: torch.Tensor, w_t: torch.Tensor, num_threads: int, out: torch.Tensor | None = None):
+    """The kernel's matrix-vector product alone: ``out + x @ w_t`` (or ``x @ w_t`` without ``out``), x [B, K]
+    and w_t [K, N] contiguous fp32 CPU tensors; returns out (a new [B, N] tensor without one)."""
+    b, k = x.shape
+    n = w_t.shape[1]
+    for t in (x, w_t, *(() if out is None else (out,))):
+        if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
+            raise ValueError("gemv needs contiguous fp32 CPU tensors")
+    if w_t.shape[0] != k or (out is not None and out.shape != (b, n)):
+        raise ValueError(f"shapes {tuple(x.shape)} @ {tuple(w_t.shape)} -> {None if out is None else tuple(out.shape)}")
+    add = out is not None
+    y = out if add else torch.empty(b, n)
+    lib.zoo_gemv(w_t.data_ptr(), k, n, x.data_ptr(), b, y.data_ptr(), int(add), num_threads)
+    return y
 
 
 def supports(model: Any, kv_dtype: torch.dtype, tp: Any = None) -> bool:

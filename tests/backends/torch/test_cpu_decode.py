@@ -10,7 +10,7 @@ import torch
 
 from backends.runner_driver import tiny_config
 from backends.torch import TorchModelRunner
-from backends.torch.cpu_decode import MAX_ROWS, build_library, load_library
+from backends.torch.cpu_decode import MAX_ROWS, build_library, gemv, load_library
 from backends.torch.weights import build_model, random_state_dict
 from engine.model_runner import KVCacheSpec
 
@@ -122,3 +122,16 @@ def test_build_is_cached(tmp_path, monkeypatch):
     assert first is not None and first.parent == tmp_path
     mtime = first.stat().st_mtime_ns
     assert build_library() == first and first.stat().st_mtime_ns == mtime
+
+
+def test_gemv_alone():
+    lib = load_library()
+    g = torch.Generator().manual_seed(1)
+    w_t = torch.randn(37, 300, generator=g)
+    for rows in (1, 3):
+        x = torch.randn(rows, 37, generator=g)
+        h = torch.randn(rows, 300, generator=g)
+        torch.testing.assert_close(gemv(lib, x, w_t, 2), x @ w_t, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(gemv(lib, x, w_t, 1, out=h.clone()), h + x @ w_t, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="shapes"):
+        gemv(lib, torch.randn(1, 36), w_t, 1)
