@@ -133,7 +133,7 @@ def _kernel_matmul_replay(model, rows: int):
     layer = model.layers[0]
     o_in = torch.randn(rows, layer.o_proj_t.shape[0])
     act = torch.randn(rows, layer.down_proj_t.shape[0])
-    mats = [(plain(m.qkv_proj_t), plain(m.o_proj_t), plain(m.gate_up_proj_t), plain(m.down_proj_t)) for m in model.layers]
+    mats = [tuple(plain(getattr(m, name)) for name in _MATRICES) for m in model.layers]
     head = plain(model.lm_head_t)
 
     def run() -> float:
@@ -308,6 +308,7 @@ def run_fastpath_bench(args: argparse.Namespace) -> dict[str, Any]:
     report["gemv"] = _gemv_shapes(model, 3 if quick else 7)
     for threads, shapes in report["gemv"].items():
         for shape, routes in shapes.items():
-            say(f"  {threads} {shape}: " + ", ".join(f"{r} {v['ms']:.2f} ms {v['gbps']:.0f} GB/s" for r, v in routes.items()))
+            line = ", ".join(f"{r} {v['ms']:.2f} ms {v['gbps']:.0f} GB/s" for r, v in routes.items())
+            say(f"  {threads} {shape}: {line}")
     model.fast_path = True
     return report

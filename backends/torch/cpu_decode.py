@@ -44,7 +44,7 @@ _ERRORS = {-1: "a token id or position out of range", -2: "a block table too sho
 
 
 class _Model(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012 (ctypes reads this class attribute)
+    _fields_ = [
         ("num_layers", ctypes.c_int),
         ("hidden", ctypes.c_int),
         ("inter", ctypes.c_int),
@@ -193,7 +193,8 @@ class CpuDecoder:
         norms_in = [layer.input_layernorm.weight for layer in layers]
         norms_post = [layer.post_attention_layernorm.weight for layer in layers]
         kv = list(kv_layers)
-        every = [*sum(weights.values(), []), *norms_in, *norms_post, *kv, model.rope_signed, model.norm.weight]
+        every = [w for ws in weights.values() for w in ws]
+        every += [*norms_in, *norms_post, *kv, model.rope_signed, model.norm.weight]
         every += [plain(model.embed_t), plain(model.lm_head_t)]
         for t in every:
             if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":

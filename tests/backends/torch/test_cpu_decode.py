@@ -109,7 +109,7 @@ def test_runner_falls_back_where_the_kernel_does_not_serve(tiny, kit):
     bf16.initialize_kv_cache(KVCacheSpec(16, 0, BLOCK))
     assert bf16.cpu_decoder is None
     # more rows than the kernel serves: the torch path, the same tokens as the kernel's rows would give
-    got, runner = _decode_logits(kit, model, True, MAX_ROWS + 1, steps=2)
+    got, _ = _decode_logits(kit, model, True, MAX_ROWS + 1, steps=2)
     want, _ = _decode_logits(kit, model, False, MAX_ROWS + 1, steps=2)
     for g, w in zip(got, want):
         for k in g:

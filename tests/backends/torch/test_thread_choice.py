@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from backends.torch.thread_choice import ThreadChooser, candidate_threads
@@ -29,7 +31,7 @@ def test_runs_on_the_faster_count_and_keeps_trying_the_other():
     assert chooser.best("b1") == 2
     assert picks[:4] == [1, 1, 2, 2]  # each measured twice first
     retries = [i for i, t in enumerate(picks) if t == 1][2:]
-    assert len(retries) >= 9 and {b - a for a, b in zip(retries, retries[1:])} == {8}  # close: every 8th step
+    assert len(retries) >= 9 and {b - a for a, b in itertools.pairwise(retries)} == {8}  # close: every 8th step
 
 
 def test_follows_a_change_of_machine_load():
@@ -61,5 +63,5 @@ def test_retries_of_a_much_slower_count_back_off():
     chooser = ThreadChooser(explore_every=4, warmup=1, max_backoff=8)
     picks = _run(chooser, lambda t: 1.0 if t == 2 else 0.03, 200)
     retries = [i for i, t in enumerate(picks) if t == 2][1:]  # after the warm-up sample
-    gaps = [b - a for a, b in zip(retries, retries[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(retries)]
     assert gaps[:3] == [8, 16, 32] and set(gaps[3:]) == {32}  # doubling, up to 4 * 8 steps
