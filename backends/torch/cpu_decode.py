@@ -38,6 +38,7 @@ SOURCE = Path(__file__).with_name("csrc") / "cpu_decode.c"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 # decode rows per step served by the kernel; more rows and the matmuls become compute-bound (oneDNN's)
 MAX_ROWS = 4
+MAX_KERNEL_ROWS = 64  # what one call accepts at all (csrc: MAX_B)
 
 _P = ctypes.c_void_p
 _ERRORS = {-1: "a token id or position out of range", -2: "a block table too short or a block id out of range"}
@@ -157,7 +158,7 @@ def gemv(lib: ctypes.CDLL, x: torch.Tensor, w_t: torch.Tensor, num_threads: int,
     for t in (x, w_t, *(() if out is None else (out,))):
         if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
             raise ValueError("gemv needs contiguous fp32 CPU tensors")
-    if w_t.shape[0] != k or (out is not None and out.shape != (b, n)):
+    if not 1 <= b <= MAX_KERNEL_ROWS or w_t.shape[0] != k or (out is not None and out.shape != (b, n)):
         raise ValueError(f"shapes {tuple(x.shape)} @ {tuple(w_t.shape)} -> {None if out is None else tuple(out.shape)}")
     add = out is not None
     y = out if add else torch.empty(b, n)
@@ -236,6 +237,8 @@ class CpuDecoder:
         """tokens, positions [B] int64, tables [B, W] int64 (contiguous, CPU), max_pos = positions.max():
         fp32 logits [B, V] (a new tensor)."""
         b, w = tables.shape
+        if not 1 <= b <= MAX_KERNEL_ROWS:
+            raise ValueError(f"1 to {MAX_KERNEL_ROWS} rows a call, got {b}")
         if tokens.shape != (b,) or positions.shape != (b,) or not tables.is_contiguous():
             raise ValueError("tokens and positions must be [B], tables a contiguous [B, W]")
         if tokens.dtype != torch.int64 or positions.dtype != torch.int64 or tables.dtype != torch.int64:

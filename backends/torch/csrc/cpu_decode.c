@@ -49,6 +49,7 @@ typedef struct {
 } zoo_model;
 
 #define ACC_FLOATS 4096 /* a thread's accumulators: 16 KiB, in L1 */
+#define MAX_B 64         /* rows a call serves (column blocks of ACC_FLOATS / (2 MAX_B) = 32 floats) */
 #define ALIGN 16        /* column ranges start on 64-byte boundaries */
 
 /* floats of scratch a step of B rows over contexts of at most max_ctx tokens needs with nt threads */
@@ -259,7 +260,7 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
       if (tables[b * W + j] < 0 || tables[b * W + j] >= m->num_blocks) return -2;
     if (pos[b] + 1 > max_ctx) max_ctx = (int)pos[b] + 1;
   }
-  if (B < 1 || nt < 1) return -1;
+  if (B < 1 || B > MAX_B || nt < 1) return -1;
   if (zoo_scratch_floats(m, B, nt, max_ctx) > scratch_floats) return -3;
   float *hidden = scratch, *qkv = hidden + (long)B * E, *attn = qkv + (long)B * QKV, *act = attn + (long)B * H * D;
   float *thread_base = act + (long)B * I;
@@ -325,6 +326,7 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
 /* y[B, N] = (add ? y : 0) + x[B, K] @ W[K, N] alone, columns split over nt threads: the step's matrix-vector
  * product, for benchmarks (bench/fastpath.py) and tests */
 void zoo_gemv(const float *W, int K, int N, const float *x, int B, float *y, int add, int nt) {
+  if (B < 1 || B > MAX_B || nt < 1) return;
 #pragma omp parallel num_threads(nt)
   {
     float acc[ACC_FLOATS] __attribute__((aligned(64)));

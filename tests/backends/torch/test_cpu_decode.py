@@ -135,3 +135,5 @@ def test_gemv_alone():
         torch.testing.assert_close(gemv(lib, x, w_t, 1, out=h.clone()), h + x @ w_t, atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="shapes"):
         gemv(lib, torch.randn(1, 36), w_t, 1)
+    with pytest.raises(ValueError, match="shapes"):
+        gemv(lib, torch.randn(65, 37), w_t, 1)  # more rows than a call serves
