@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import os
 import resource
 import sys
 import time
@@ -227,6 +228,11 @@ def _zoo_part(model_path: str | None, dtype: str, lengths: list[tuple[int, int]]
     out["uniform32"] = uniform_concurrent(engine, 16 if quick else BATCH1_OUTPUT, seed_base=1000)
     out["swap_vs_recompute"] = _swap_vs_recompute(engine)
     out["peak_rss_mb"] = _peak_rss_mb()
+    runner = engine.runner
+    out["kernels"] = getattr(runner, "kernels", "")
+    # the C decode kernel's steps: moving-average wall ms per thread count, per batch size (thread_choice.py)
+    choice = getattr(runner, "thread_choice", None)
+    out["cpu_decode_threads_ms"] = choice.summary() if choice is not None else {}
     return out
 
 
@@ -281,6 +287,7 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
     if quick:
         lengths = lengths[:8] * 4
     say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+    load_start = os.getloadavg()[0]  # other processes on the machine (they slow every figure)
     say(f"workload: {len(lengths)} requests, lengths from azure_conv_2023.csv scaled: {scale.describe()}")
     say("measuring memory bandwidth ...")
     bw = _in_process(_bandwidth_part)
@@ -312,7 +319,12 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
         ),
     }
     report = {
-        "machine": {"threads": NUM_THREADS, "read_bandwidth_gbps": bw["read_gbps"]},
+        "machine": {
+            "threads": NUM_THREADS,
+            "read_bandwidth_gbps": bw["read_gbps"],
+            "load_average_1m_start": load_start,
+            "load_average_1m_end": os.getloadavg()[0],
+        },
         "model": weights,
         "workload": {
             "trace": "azure_conv_2023.csv",

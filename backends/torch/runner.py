@@ -27,6 +27,8 @@ from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.attention import AttentionBackend, arange_view
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
+from backends.torch.cpu_decode import MAX_ROWS as CPU_DECODE_MAX_ROWS
+from backends.torch.cpu_decode import CpuDecoder, load_library, supports
 from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
@@ -36,6 +38,7 @@ from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.rejection_sampler import rejection_sample
 from backends.torch.sampler import Sampler
 from backends.torch.step_buffers import StepBuffers
+from backends.torch.thread_choice import ThreadChooser
 from backends.torch.weights import build_model
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.buckets import BucketPolicy
@@ -62,6 +65,10 @@ class TorchModelRunner(LoraRunnerVerbs):
     pack_cpu_weights: on a CPU in fp32, run the matmuls on oneDNN-packed weights (cpu_packed.py; the
         model is packed in place, so runners sharing it share the packing).
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
+    cpu_decode_kernel: on a CPU in fp32, run steps of at most 4 plain decode rows with the C decode kernel
+        (cpu_decode.py: one call a step, weights read once at memory speed); False, or no C compiler = torch ops.
+    adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
+        measured wall time favours (thread_choice.py; the same bits at any count); False = all of them.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
         columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
@@ -85,6 +92,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         max_graph_batch: int = 64,
         pack_cpu_weights: bool = True,
         lora_config: LoraConfig | None = None,
+        cpu_decode_kernel: bool = True,
+        adaptive_threads: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -111,6 +120,9 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.kv_cache: PagedKVCache | None = None
         self.attn: AttentionBackend | None = None
         self.buffers: StepBuffers | None = None  # the step's metadata lives here (step_buffers.py)
+        self.use_cpu_decode = cpu_decode_kernel
+        self.cpu_decoder: CpuDecoder | None = None  # bound to the KV cache in initialize_kv_cache
+        self.thread_choice = ThreadChooser() if adaptive_threads else None
         self.block_size = 0
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
@@ -132,6 +144,11 @@ class TorchModelRunner(LoraRunnerVerbs):
         backend = attention_backend_class(self.kernel_plan.attention)
         self.attn = backend(c.num_attention_heads, c.num_key_value_heads, c.head_dim, spec.block_size, self.device)
         self.buffers = StepBuffers.for_buckets(self.device, spec.block_size, GRAPH_BUCKETS, self.max_graph_batch)
+        self.cpu_decoder = None
+        if self.use_cpu_decode and supports(self.model, self.kv_dtype, self.model.tp):
+            lib = load_library()
+            if lib is not None:
+                self.cpu_decoder = CpuDecoder(lib, self.model, self.kv_cache.layers, spec.block_size)
         if self.kernel_plan.cuda_graphs:
             self._capture_graphs()
 
@@ -151,6 +168,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         line = self.kernel_plan.summary()
         if self.packed_weights:
             line += " matmul=onednn-packed"
+        if self.cpu_decoder is not None:
+            line += f" decode<={CPU_DECODE_MAX_ROWS}=cpu-kernel"
         if self.graphs is not None:
             line += f" captured {list(self.graphs.batch_sizes)} in {self.graph_capture_s:.1f}s"
         elif self.kernel_plan.cuda_graphs:
@@ -216,6 +235,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         graphable = not chunks and decode_loras == {None}  # graphs were captured without adapters
         if self.graphs is not None and graphable and self.graphs.bucket(len(decodes)) is not None:
             return self._forward_graph(decodes)
+        if self.cpu_decoder is not None and graphable and len(decodes) <= CPU_DECODE_MAX_ROWS:
+            return self._forward_cpu_kernel(decodes)
 
         # rows [decodes | chunks] into this step's pieces of the preallocated buffers (step_buffers.py)
         buf = self.buffers
@@ -272,6 +293,35 @@ class TorchModelRunner(LoraRunnerVerbs):
         for i, r in enumerate(decodes):
             sample_rows.add(r, i)
         logits = self.graphs.run(ids, pos, blk * bs + pos % bs, (pos + 1).tolist(), [r.block_ids for r in decodes])
+        return logits, sample_rows.slots
+
+    def _forward_cpu_kernel(self, decodes: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
+        """A step of a few plain decodes in one call of the C kernel (cpu_decode.py)."""
+        buf = self.buffers
+        buf.reset()
+        bs = self.block_size
+        n = len(decodes)
+        max_pos = max(r.start_pos for r in decodes)
+        if max_pos >= self.max_model_len:
+            raise ValueError(f"position {max_pos} exceeds max_model_len {self.max_model_len}")
+        width = max_pos // bs + 1
+        ids, input_ids = buf.take(n)
+        pos, positions = buf.take(n)
+        table_np, tables = buf.take(n * width)
+        sample_rows = SampleRows()
+        for i, r in enumerate(decodes):
+            ids[i] = r.token_ids[0]
+            pos[i] = r.start_pos
+            nb = r.start_pos // bs + 1
+            table_np[i * width : i * width + nb] = r.block_ids[:nb]
+            sample_rows.add(r, i)
+        threads = torch.get_num_threads()
+        if self.thread_choice is not None:
+            threads = self.thread_choice.pick(n, threads)
+        t0 = time.perf_counter()
+        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads)
+        if self.thread_choice is not None:
+            self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return logits, sample_rows.slots
 
     def _lora_batch(self, decodes: list[ScheduledRequest], chunks: list[ScheduledRequest]) -> LoraBatch | None:

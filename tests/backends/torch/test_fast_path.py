@@ -24,7 +24,9 @@ def test_signed_rope_is_bit_identical():
 def test_fast_path_logits_equal_reference_bit_for_bit(kit, dtype):
     config = kit.tiny_config()
     model = TorchModelRunner(config, dtype, seed=3, progress=False).model
-    fast, ref = kit.make_runner(model), kit.make_runner(model)
+    fast, ref = (TorchModelRunner(model, dtype, cpu_decode_kernel=False) for _ in range(2))  # torch ops only
+    for r in (fast, ref):
+        r.initialize_kv_cache(KVCacheSpec(64, 16, 4))
     alloc_f, alloc_r = kit.BlockAllocator(64, seed=1), kit.BlockAllocator(64, seed=1)
     prompts = {"a": list(range(3, 14)), "b": [7, 7, 21, 5]}
     seqs_f = [kit.Seq(k, list(v), kit.GREEDY) for k, v in prompts.items()]
@@ -50,7 +52,7 @@ def test_smollm2_greedy_tokens_identical_with_and_without_fast_path(smollm2_mode
     model = smollm2_model
     runners, seqs, allocs = [], [], []
     for _ in range(2):
-        r = TorchModelRunner(model, model.dtype)
+        r = TorchModelRunner(model, model.dtype, cpu_decode_kernel=False)  # the torch ops, not the C kernel
         r.initialize_kv_cache(KVCacheSpec(32, 0, 16))
         runners.append(r)
         seqs.append(kit.Seq("x", [1, 4093, 314, 253, 3117, 28, 1359, 2380, 30], kit.GREEDY))
