@@ -3,14 +3,15 @@
 One step (``execute``), the same contract as the torch runner::
 
     block moves (swap_out, swap_in, copy)             kv_cache.py, in batch.py's order
-    decodes  -> padded [B bucket] rows + block tables  decode_step   (one program per (B, M) bucket)
-    chunks   -> padded [T bucket] rows + key blocks    chunk_step    (one program per (T, KB, S) bucket)
+    decodes  -> padded [B bucket] rows + block tables  decode_step   (layer program per (B, M) bucket)
+    chunks   -> padded [T bucket] rows + key blocks    chunk_step    (layer program per (T, KB) bucket)
     sample   -> one host read of the ids               sampler.py
 
 Host-side work per step is numpy only (padding, block tables, slots); every device computation is a
-jitted program whose input shapes come from buckets.py, so steady-state decode never recompiles.
+jitted program whose input shapes come from buckets.py, so steady-state decode never recompiles. A
+step is the embed program, one layer program called once per layer, and the head (model.py says why).
 ``num_compilations`` counts the XLA compiles this runner caused (tests assert it stays flat after
-``warmup``). A step with both decodes and chunks runs both programs (the weights are read twice);
+``warmup``). A step with both decodes and chunks runs both steps (the weights are read twice);
 pure decode steps, the steady state, run one.
 
 A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids`` and its drafts
