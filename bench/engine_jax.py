@@ -14,11 +14,15 @@ Definitions (as bench/engine.py):
 - batch 32 (all arrive at t=0): prefill tok/s = all prompt tokens / time until the last request's first
   token; decode tok/s = output tokens generated after that point / the time they took (aggregate);
   output tok/s = all output tokens / wall time of the run.
+- both: ``cpu_s`` = this process's CPU seconds (all threads) over the run, ``loadavg_1m`` = the machine's
+  1-minute load average when it started: on a shared 2-core machine wall-clock rates depend on the
+  other processes, CPU seconds much less.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import time
 
@@ -27,6 +31,11 @@ from bench.workload import synthetic_prompt_ids
 BATCH1_PROMPT = 128
 BATCH32_PROMPT = 64
 NUM_CONCURRENT = 32
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _build_engine(model_path: str | None):
@@ -51,7 +60,9 @@ def _batch1(engine, n_out: int, seed: int) -> dict:
 
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
     prompt = synthetic_prompt_ids(BATCH1_PROMPT, engine.tokenizer.vocab_size, seed=seed)
+    load, cpu0 = os.getloadavg()[0], _cpu_s()
     (res,) = engine.generate([prompt], params)
+    cpu_s = _cpu_s() - cpu0
     m = res.metrics
     return {
         "prompt_tokens": BATCH1_PROMPT,
@@ -60,6 +71,8 @@ def _batch1(engine, n_out: int, seed: int) -> dict:
         "prefill_tok_per_s": BATCH1_PROMPT / m.ttft_s,
         "tpot_ms": m.tpot_s * 1e3,
         "decode_tok_per_s": 1.0 / m.tpot_s,
+        "cpu_s": cpu_s,
+        "loadavg_1m": load,
     }
 
 
@@ -68,12 +81,14 @@ def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
 
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
     vocab = engine.tokenizer.vocab_size
+    load, cpu0 = os.getloadavg()[0], _cpu_s()
     t0 = engine.clock.now()
     ids = [
         engine.add_request(synthetic_prompt_ids(BATCH32_PROMPT, vocab, seed=seed_base + i), params, arrival_time_s=t0)
         for i in range(NUM_CONCURRENT)
     ]
     final = engine.run_until_done()
+    cpu_s = _cpu_s() - cpu0
     metrics = [final[r].metrics for r in ids]
     all_started = max(m.first_token_time_s for m in metrics)
     end = max(m.finished_time_s for m in metrics)
@@ -93,6 +108,8 @@ def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
         "prefill_tok_per_s": NUM_CONCURRENT * BATCH32_PROMPT / (all_started - t0),
         "decode_tok_per_s": after / (end - all_started) if end > all_started else float("nan"),
         "output_tok_per_s": n_out_total / (end - t0),
+        "cpu_s": cpu_s,
+        "loadavg_1m": load,
     }
 
 

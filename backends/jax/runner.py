@@ -3,14 +3,15 @@
 One step (``execute``), the same contract as the torch runner::
 
     block moves (swap_out, swap_in, copy)             kv_cache.py, in batch.py's order
-    decodes  -> padded [B bucket] rows + block tables  decode_step   (one program per (B, M) bucket)
-    chunks   -> padded [T bucket] rows + key blocks    chunk_step    (one program per (T, KB, S) bucket)
+    decodes  -> padded [B bucket] rows + block tables  decode_step   (layer program per (B, M) bucket)
+    chunks   -> padded [T bucket] rows + key blocks    chunk_step    (layer program per (T, KB) bucket)
     sample   -> one host read of the ids               sampler.py
 
 Host-side work per step is numpy only (padding, block tables, slots); every device computation is a
-jitted program whose input shapes come from buckets.py, so steady-state decode never recompiles.
+jitted program whose input shapes come from buckets.py, so steady-state decode never recompiles. A
+step is the embed program, one layer program called once per layer, and the head (model.py says why).
 ``num_compilations`` counts the XLA compiles this runner caused (tests assert it stays flat after
-``warmup``). A step with both decodes and chunks runs both programs (the weights are read twice);
+``warmup``). A step with both decodes and chunks runs both steps (the weights are read twice);
 pure decode steps, the steady state, run one.
 
 A request with ``spec_token_ids`` is run as a chunk of ``token_ids + spec_token_ids`` and its drafts
@@ -51,6 +52,15 @@ def resolve_device(device: str | jax.Device) -> jax.Device:
     return devices[int(index or 0)]
 
 
+# engine/buckets.py's defaults with finer steps, since a bucket costs a compile of the embed, layer and
+# head programs only (~1 s in all on SmolLM2, not a whole model):
+# - chunk programs: a token bucket per power of two from 16, so a prompt pads to < 2x its length (a
+#   128-token prompt ran as 256 rows with (16, 64, 256, 512));
+# - decode programs: block tables from 4 blocks, not 16: gathering the padded K/V blocks cost as much as
+#   the weight matmuls at batch 32 (~4 ms CPU a layer for 256-token tables); chunk key lists likewise.
+DEFAULT_BUCKETS = BucketPolicy(token_buckets=(16, 32, 64, 128, 256, 512), min_context_blocks=4, min_key_blocks=4)
+
+
 @dataclass(slots=True)
 class _ProgramOutput:
     logits: jax.Array  # [R, V] fp32, R a bucket
@@ -64,7 +74,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         ``state_dict`` in HF names — numpy arrays or anything ``np.asarray`` reads — or random
         from ``seed``).
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
-    buckets: the static shapes of the jitted programs (buckets.py).
+    buckets: the static shapes of the jitted programs (buckets.py); default ``DEFAULT_BUCKETS``.
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
         slots (lora_slots.py); None = base model only.
     """
@@ -91,7 +101,7 @@ class JaxModelRunner(LoraRunnerVerbs):
             tensors = (random_tensors(source, seed) if state_dict is None else state_dict).items()
         self.params: LlamaParams = load_params(self.config, tensors, self.dtype, self.device)
         self.dims = Dims.from_config(self.config)
-        self.buckets = buckets or BucketPolicy()
+        self.buckets = buckets or DEFAULT_BUCKETS
         self.sampler = Sampler(seed)
         self.compiles = CompileCounter()
         self.kv_cache: PagedKVCache | None = None

@@ -44,6 +44,14 @@ def _argmax(logits: jax.Array) -> jax.Array:
     return jnp.argmax(logits, axis=-1)
 
 
+def _greedy(logits: jax.Array) -> jax.Array | np.ndarray:
+    """Row argmax. On a CPU device numpy's (the logits are read in place) is ~20x cheaper than XLA's
+    variadic-reduce argmax (0.3 vs 7 ms CPU for [32, 49152] fp32); both pick the first maximum."""
+    if all(d.platform == "cpu" for d in logits.devices()):
+        return np.asarray(logits).argmax(axis=-1).astype(np.int32)
+    return _argmax(logits)
+
+
 def _inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
     """Index of the first CDF entry > u * total, per row (torch.searchsorted(..., right=True))."""
     cdf = jnp.cumsum(probs, axis=-1)
@@ -124,7 +132,7 @@ class Sampler:
         """logits [R, V] fp32 (a padded bucket); rows: the S logits rows to sample; req_ids/params: one per row."""
         num_padded, vocab = logits.shape
         if all(p.greedy for p in params):
-            ids_dev = _argmax(logits)
+            ids_dev = _greedy(logits)
         else:
             temperature = np.zeros(num_padded, dtype=np.float32)  # 0: greedy (and the padded rows)
             top_k = np.zeros(num_padded, dtype=np.int32)
