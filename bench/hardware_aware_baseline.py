@@ -105,7 +105,7 @@ class HardwareAwareBaseline(PolicyHooks):
             # only for the uncached part
             index_of, nodes = table.index_of, table.nodes
             own = max(num_prompt_tokens, 1)
-            slo_ttft_s = config.slo_ttft_s
+            slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # as charged
             for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
                 i = index_of.get(node_id)
                 if i is None or cost[i] == math.inf:

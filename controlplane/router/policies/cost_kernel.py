@@ -34,8 +34,9 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
 matched, exactly as ``HardwareAwarePolicy._credit_cached_prefix`` does it: a holder is skipped when its cost
 less (own * inv_rate + most_penalties_s) is above the least cost, most_penalties_s = ttft_penalty +
 triage_penalty + harm_penalty + kv_penalty (summed in that order); else its saving is the cached tokens'
-prefill, the TTFT penalty when the cached prompt meets the router's TTFT SLO (not the class's, as it always
-was) where the whole one did not, with it the triage penalty when base_s <= the router's SLO, the harm penalty
+prefill, the TTFT penalty when the cached prompt meets the TTFT SLO it was charged at (the class's, else the
+router's; ``router_slo_ttft_s`` in ``params``) where the whole one did not, with it the triage penalty when
+base_s <= that SLO, the harm penalty
 when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
 where h was not (there min is Python's min(a, b): b only when b < a, as the numpy path's scalar re-score), and
 the KV penalty when the uncached part fits; the winner is the least corrected cost, smallest position on a tie.
@@ -272,7 +273,7 @@ class CostKernel:
             float(config.kv_full_penalty_s),
             float(num_prompt_tokens),
             0.0 if lora_name is None else 1.0,  # has_lora
-            float(config.slo_ttft_s),  # the prefix credit's SLO: the router's, as it always was
+            float(slo_ttft_s),  # the prefix credit's SLO: the class's, the one its penalties were charged at
             float(config.slo_triage_penalty_s),
             float(config.slo_tpot_harm_penalty_s),
         )

@@ -331,7 +331,8 @@ class HardwareAwarePolicy(PolicyHooks):
     ) -> int:
         """The vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
         predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed only
-        for the uncached part. (The SLO here is the router's, not the request class's, as it always was.)
+        for the uncached part. (The TTFT SLO here is the one the penalties were charged at: the request class's,
+        else the router's.)
 
         Returns the position of least corrected cost, first on a tie, as ``argmin`` of the corrected costs
         would: ``best_i`` is the first least uncorrected cost (``best`` its value), and a correction only
@@ -345,7 +346,7 @@ class HardwareAwarePolicy(PolicyHooks):
         num_prompt_tokens, lora_name = request.num_prompt_tokens, request.lora_name
         own = max(num_prompt_tokens, 1)
         slo_ttft_s, ttft_penalty_s, kv_penalty_s = (
-            config.slo_ttft_s,
+            config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s,  # the class's, as charged
             config.slo_ttft_miss_penalty_s,
             config.kv_full_penalty_s,
         )

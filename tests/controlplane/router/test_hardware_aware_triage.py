@@ -158,3 +158,23 @@ def test_a_cached_prefix_lifts_the_triage_and_harm_penalties(case, make_node_vie
 def test_negative_penalties_are_refused(name):
     with pytest.raises(ValueError, match=name):
         RouterConfig(**{name: -1.0})
+
+
+def test_the_prefix_credit_lifts_only_a_penalty_charged_at_the_request_class_slo(make_node_view):
+    """A class with a looser TTFT target than the router's is never charged the miss penalty, so a prefix
+    holder's credit must not subtract it (it used to be lifted against the router's target: the holder won
+    with a cost 10 s too low)."""
+    config = replace(BASE, hardware_aware_use_prefix=True, slo_ttft_s=0.9, slo_ttft_miss_penalty_s=10.0,
+                     kv_full_penalty_s=0.0)  # fmt: skip
+    b = make_node_view("b", prefill_tok_per_s=1024.0, queued_prefill_tokens=256)  # 1.25 s, 0.78 s cached
+    for a_queued, slo_ttft_s, expected in (
+        (0, 2.0, "a"),  # "a" 0.5 s beats the holder's 0.78 s: nothing charged, nothing lifted
+        (716, 0.8, "b"),  # "a" 0.85 s misses 0.8 (+10 s); the holder's cached 0.78 s meets it: lifted
+    ):
+        a = make_node_view("a", prefill_tok_per_s=2048.0, queued_prefill_tokens=a_queued)
+        snapshot = ClusterSnapshot(0.0, (a, b))
+        request = RouteRequest("r", "m", len(PROMPT) * 16, 1, PROMPT, slo_ttft_s=slo_ttft_s)
+        fast, old = HardwareAwarePolicy(config), HardwareAwareBaseline(config)
+        for policy in (fast, old):
+            policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
+        assert fast.choose(request, snapshot) == old.choose(request, snapshot) == expected
