@@ -115,8 +115,6 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
     block_size = manager.block_size
     num_cached = manager._num_cached_blocks
     check_stop = scheduler._check_stop
-    max_model_len = scheduler.scheduler_config.max_model_len
-    max_device_tokens = scheduler._max_device_tokens
     finished = []
     num_live = 0
     for request, start in zip(run.requests, run.starts):
@@ -127,16 +125,7 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
         request.num_computed_tokens = end
         request.output_token_ids.append(token_id)
         request._all_token_ids.append(token_id)
-        # _check_stop's conditions, read inline; it is called (and ends the request) only where one holds
-        params = request.sampling_params
-        num_tokens = len(request._all_token_ids)
-        stops = (
-            (token_id == request.eos_token_id and not params.ignore_eos)
-            or token_id in params.stop_token_ids
-            or len(request.output_token_ids) >= params.max_tokens
-            or num_tokens >= max_model_len
-            or num_tokens > max_device_tokens
-        ) and check_stop(request, token_id)
+        stops = check_stop(request, token_id)
         if caching and (end % block_size == 0 or num_cached.get(request.req_id, 0) < start // block_size):
             cache_computed_blocks(request)  # before a finish frees them
         if stops:

@@ -225,24 +225,14 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
     append_update = updates.append
     check_stop = scheduler._check_stop
     may_finish = k == run.max_steps  # before it, _check_stop is False for everyone (plan_decode_run's limit)
-    max_model_len = scheduler.scheduler_config.max_model_len
-    max_device_tokens = scheduler._max_device_tokens
     for i, (request, start) in enumerate(zip(requests, run.starts)):  # the last step's update, in running order
         end = start + k
         request.num_computed_tokens = end
         if caching and (end % block_size == 0 or (k == 1 and i in lagging)):  # else it registers nothing
             cache_computed_blocks(request)
         finished = False
-        if may_finish:  # _check_stop's conditions read inline; it is called (and ends the request) where one holds
-            params = request.sampling_params
-            num_tokens = len(request._all_token_ids)
-            finished = (
-                (token_id == request.eos_token_id and not params.ignore_eos)
-                or token_id in params.stop_token_ids
-                or len(request.output_token_ids) >= params.max_tokens
-                or num_tokens >= max_model_len
-                or num_tokens > max_device_tokens
-            ) and check_stop(request, token_id)
+        if may_finish:
+            finished = check_stop(request, token_id)
             if finished:
                 running.remove(request)
                 scheduler._release_finished(request)
