@@ -58,6 +58,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
                 kv_dtype=config.kv_dtype,
                 cuda_graphs=config.cuda_graphs,
                 lora_config=config.lora,
+                cpu_decode_kernel=config.cpu_decode_kernel,
             )
     elif config.backend == "jax":
         if config.num_threads is not None:

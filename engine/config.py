@@ -109,6 +109,8 @@ class EngineConfig:
         table's choice for the device (backends/kernel_dispatch.py).
     kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (an FP8 KV cache; SM89 / SM90+, torch backend).
     cuda_graphs: capture decode steps as CUDA graphs per batch bucket (torch on CUDA); False = eager.
+    cpu_decode_kernel: torch on a CPU in fp32: steps of at most 4 plain decode rows in the C decode kernel
+        (backends/torch/cpu_decode.py); False = torch ops.
     speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 
@@ -127,6 +129,7 @@ class EngineConfig:
     attention_backend: str | None = None
     kv_dtype: str = "auto"
     cuda_graphs: bool = True
+    cpu_decode_kernel: bool = True
     speculative: SpecDecodeConfig | None = None
     lora: LoraConfig | None = None  # serve LoRA adapters (torch, jax); None = the base model only
     lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start

@@ -43,6 +43,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES), help="fp8_e4m3: FP8 KV cache (SM89/SM90+)")
     p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", help="run decode steps eagerly")
+    p.add_argument(
+        "--no-cpu-decode-kernel",
+        dest="cpu_decode_kernel",
+        action="store_false",
+        help="CPU fp32: decode small batches with torch ops, not the C decode kernel",
+    )
     add_lora_args(p)
 
 
@@ -124,6 +130,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         attention_backend=args.attention_backend,
         kv_dtype=args.kv_dtype,
         cuda_graphs=args.cuda_graphs,
+        cpu_decode_kernel=args.cpu_decode_kernel,
         lora=lora_config_from_args(args),
         lora_modules=list(getattr(args, "lora_modules", None) or []),
     )

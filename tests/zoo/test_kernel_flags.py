@@ -26,6 +26,11 @@ def test_flags_force_a_kernel_fp8_kv_and_eager_decode():
     assert (config.attention_backend, config.kv_dtype, config.cuda_graphs) == ("triton_paged", "fp8_e4m3", False)
 
 
+def test_the_cpu_decode_kernel_is_on_by_default_and_a_flag_turns_it_off():
+    assert _parse().cpu_decode_kernel is True
+    assert _parse("--no-cpu-decode-kernel").cpu_decode_kernel is False
+
+
 def test_unknown_names_are_refused():
     with pytest.raises(SystemExit):
         _parse("--attention-backend", "flashinfer")
