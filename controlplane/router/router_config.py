@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from controlplane.cells import CellsConfig
@@ -96,7 +97,7 @@ class RouterConfig:
         if not self.policy:
             raise ValueError("policy must be a policy name")
         for name in ("default_model_params_b", "bytes_per_param"):
-            if getattr(self, name) <= 0:
+            if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         for model, params_b in self.model_params_b.items():
             if params_b <= 0:
@@ -115,8 +116,8 @@ class RouterConfig:
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",
         ):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+            if not 0 <= getattr(self, name) < math.inf:  # NaN and inf refused too: a cost term must be a number
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)}")
         for name in (
             "tpot_horizon_tokens",
             "kv_reserve_output_tokens",
@@ -126,7 +127,7 @@ class RouterConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("slo_ttft_s", "slo_tpot_s", "prefill_chunk_tokens"):
-            if getattr(self, name) <= 0:
+            if not getattr(self, name) > 0:  # NaN refused too
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.prefix_balance_rel_threshold < 1:
             raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")

@@ -160,6 +160,20 @@ def test_negative_penalties_are_refused(name):
         RouterConfig(**{name: -1.0})
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [(n, v) for n in ("slo_triage_penalty_s", "tpot_weight", "kv_full_penalty_s") for v in (NAN, INF)]
+    + [("slo_ttft_s", NAN)],  # an infinite target is one nobody misses: allowed
+)
+def test_non_finite_knobs_are_refused(name, value):
+    """A NaN or infinite cost term would make every cost NaN or inf (no node, or an arbitrary one): refused."""
+    with pytest.raises(ValueError, match=name):
+        RouterConfig(**{name: value})
+
+
 def test_the_prefix_credit_lifts_only_a_penalty_charged_at_the_request_class_slo(make_node_view):
     """A class with a looser TTFT target than the router's is never charged the miss penalty, so a prefix
     holder's credit must not subtract it (it used to be lifted against the router's target: the holder won
