@@ -71,6 +71,10 @@ class HardwareAwareBaseline(PolicyHooks):
         np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=miss)
         # SLO triage (added after commit 2777401): a miss on a node whose queue still meets the SLO
         triage = miss & (columns[_COL_BASE_S] <= slo_ttft_s)
+        own_s = columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1))
+        spare = config.slo_triage_spares_capable and config.slo_triage_penalty_s and own_s.max() > slo_ttft_s
+        if spare:  # (added later) some node could not serve the prompt in time even empty: charge those that could
+            triage = miss & (own_s <= slo_ttft_s)
         np.add(cost, config.slo_triage_penalty_s, out=cost, where=triage)
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
         output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
@@ -83,8 +87,10 @@ class HardwareAwareBaseline(PolicyHooks):
                 slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
                 np.add(cost, penalty, out=cost, where=np.greater(tpot, slo_tpot_s, out=miss))
             if output_weight:
-                tpot *= output_weight
-                cost += tpot
+                if config.tpot_excess_only:  # (added later) only the TPOT above the target counts
+                    slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+                    tpot = np.maximum(tpot - slo_tpot_s, 0.0)
+                cost += tpot * output_weight
         # decode protection (added after commit 2777401): this prompt's chunks push the running decodes over the SLO
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         harm_s = (columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1)) + columns[_COL_BACKLOG_S]) * (
@@ -117,7 +123,7 @@ class HardwareAwareBaseline(PolicyHooks):
                 saved_s = (own - cached_own) * inv_rate
                 if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
                     saved_s += config.slo_ttft_miss_penalty_s
-                    if values.item(_COL_BASE_S, i) <= slo_ttft_s:
+                    if (own_s.item(i) if spare else values.item(_COL_BASE_S, i)) <= slo_ttft_s:
                         saved_s += config.slo_triage_penalty_s
                 if harm.item(i):
                     step_s, chunk_s = values.item(_COL_STEP_S, i), values.item(_COL_CHUNK_S, i)

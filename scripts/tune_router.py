@@ -1,8 +1,12 @@
 """Tune hardware_aware's knobs on the declared tuning split (the first fifth of each trace) only.
 
 Cases: conv 80%, code 80% and code 60% on the zoo fleet, mooncake 80% on zoo_long; seed 0; the default SLO
-(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values): by default the SLO triage and decode
-protection penalties (router_config.py).
+(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values; every combination): by default the third
+grid, SLO triage sparing the capable nodes x the TPOT term counting only the excess over the SLO x tpot_weight
+(router_config.py), at the chosen penalties (triage 5 s, decode protection 3 s); the second grid, those two
+penalties, chose them (bench/results/2026-12-01-sim-eval-goodput.json). The rule below is the one the
+second grid ran under, unchanged for the third (written before it ran; its result:
+bench/results/2026-12-01-sim-tune-3.json). A switch that does not win by this rule stays off.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -30,7 +34,9 @@ from sim.workload import load_trace, scale_to_load
 
 CASES = {"conv80": ("conv", "zoo", 0.8), "code80": ("code", "zoo", 0.8), "code60": ("code", "zoo", 0.6),
          "mooncake80": ("mooncake", "zoo_long", 0.8)}  # fmt: skip
-DEFAULT_GRID = {"slo_triage_penalty_s": [0.0, 3.0, 5.0, 10.0], "slo_tpot_harm_penalty_s": [0.0, 3.0]}
+GRID_2 = {"slo_triage_penalty_s": [0.0, 3.0, 5.0, 10.0], "slo_tpot_harm_penalty_s": [0.0, 3.0]}
+DEFAULT_GRID = {"slo_triage_spares_capable": [False, True], "tpot_excess_only": [False, True],
+                "tpot_weight": [0.1, 0.3]}  # fmt: skip
 TIE = 0.005
 
 

@@ -42,6 +42,15 @@ class RouterConfig:
         prefill chunks (with the node's backlog) would push over the TPOT target.
         Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
         defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
+    slo_triage_spares_capable: SLO triage spares the nodes that could serve a prompt of this size within the
+        TTFT target: when some node could not even empty (its prefill of the prompt alone takes longer than
+        the target), triage charges every node that could (late or not) and none of those that could not, so
+        a request that misses everywhere goes to a node that would have missed it anyway, not to a late one of
+        the few that serve long prompts in time; when every node could, the rule above (charge the nodes whose
+        queue still meets the target). Off: the rule above always.
+    tpot_excess_only: the TPOT term of the cost counts only the predicted TPOT above the request's TPOT target
+        (tpot_weight * min(max_tokens, tpot_horizon_tokens) * max(TPOT - slo_tpot_s, 0)), so decode speed
+        beyond the SLO buys nothing and slower nodes that meet it take work.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -80,6 +89,8 @@ class RouterConfig:
     slo_tpot_miss_penalty_s: float = 0.0
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
+    slo_triage_spares_capable: bool = False
+    tpot_excess_only: bool = False
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128

@@ -21,9 +21,12 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     miss = c > slo_ttft                                                 [ttft_penalty or triage_penalty]
     c += ttft_penalty      if miss            [ttft_penalty]
     c += triage_penalty    if miss and base_s <= slo_ttft   [triage_penalty]      (SLO triage)
+                           (spare_capable and max(inv_rate) * own > slo_ttft: if miss and inv_rate * own
+                            <= slo_ttft instead; max as np.max: a NaN wins)
     t  = min(backlog_s * (1 / steps), chunk_s) + step_s                 [output_weight or tpot_penalty]
     c += tpot_penalty      if t > slo_tpot    [tpot_penalty]
     c += t * output_weight                    [output_weight]
+                           (excess_only: max(t - slo_tpot, 0) * output_weight; max as np.maximum)
     h  = min((inv_rate * own + backlog_s) * (1 / steps), chunk_s) + step_s                [harm_penalty]
     c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
     c += kv_penalty        if headroom < need [kv_penalty]
@@ -74,7 +77,7 @@ COL_HEADROOM = 7
 COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 NUM_COLUMNS = 10
-NUM_PARAMS = 14  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 14 arguments)
+NUM_PARAMS = 16  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 16 arguments)
 
 
 def least_cost_index(
@@ -90,7 +93,8 @@ def least_cost_index(
     """Position of the node of least cost (see the module docstring), or -1 when no node can take the
     prompt. Plain Python that numba compiles; ``least_cost_index(...)`` itself runs it uncompiled."""
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
-     num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s) = params  # fmt: skip
+     num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_capable,
+     excess_only) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -98,21 +102,35 @@ def least_cost_index(
     lora = has_lora != 0.0
     for k in range(tagged.shape[0]):
         is_tagged[tagged[k]] = True
+    spare = False  # SLO triage spares the capable nodes: some node could not serve the prompt in time even empty
+    if spare_capable != 0.0 and triage_penalty_s != 0.0:
+        slowest = -math.inf
+        for i in range(n):  # np.max: the first NaN wins
+            r = inv_rate[i]
+            if r > slowest or r != r:
+                slowest = r
+                if r != r:
+                    break
+        spare = slowest * own > slo_ttft_s
+    excess = excess_only != 0.0
     # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
     # (c + 0.0 is c), so the loop has no data-dependent branch and compiles to SIMD; the costs are the same.
     for i in range(n):
-        c = inv_rate[i] * own + base[i]
+        own_s = inv_rate[i] * own
+        c = own_s + base[i]
         c += lora_load[i] if lora and not is_tagged[i] else 0.0
         miss = c > slo_ttft_s
         c += ttft_penalty_s if miss else 0.0
-        c += triage_penalty_s if miss and base[i] <= slo_ttft_s else 0.0  # SLO triage
+        c += triage_penalty_s if miss and (own_s if spare else base[i]) <= slo_ttft_s else 0.0  # SLO triage
         t = backlog[i] * inv_steps
         chunk_s = chunk[i]
         t = chunk_s if chunk_s < t or chunk_s != chunk_s else t  # np.minimum: a NaN on either side wins
         step_s = step[i]
         t += step_s
         c += tpot_penalty_s if t > slo_tpot_s else 0.0
-        c += t * output_weight if output_weight != 0.0 else 0.0  # t * 0 would be NaN for an infinite t
+        x = t - slo_tpot_s  # tpot_excess_only: np.maximum(t - slo, 0.0) (a NaN wins)
+        x = x if x > 0.0 or x != x else 0.0
+        c += (x if excess else t) * output_weight if output_weight != 0.0 else 0.0  # t * 0: NaN for t = inf
         h = (inv_rate[i] * own + backlog[i]) * inv_steps  # decode protection: the running decodes' TPOT
         h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
         h += step_s
@@ -152,7 +170,7 @@ def least_cost_index(
         saved_s = (own - cached_own) * rate_inv
         if own * rate_inv + base_s > router_slo_ttft_s and cached_own * rate_inv + base_s <= router_slo_ttft_s:
             saved_s += ttft_penalty_s
-            if base[i] <= router_slo_ttft_s:  # the triage penalty is lifted with it
+            if (own * rate_inv if spare else base[i]) <= router_slo_ttft_s:  # the triage penalty, if charged
                 saved_s += triage_penalty_s
         if harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
             chunk_s, backlog_s, step_s = chunk[i], backlog[i], step[i]
@@ -276,6 +294,8 @@ class CostKernel:
             float(slo_ttft_s),  # the prefix credit's SLO: the class's, the one its penalties were charged at
             float(config.slo_triage_penalty_s),
             float(config.slo_tpot_harm_penalty_s),
+            1.0 if config.slo_triage_spares_capable else 0.0,  # spare_capable
+            1.0 if config.tpot_excess_only else 0.0,  # excess_only
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

@@ -28,8 +28,11 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
     harm_tpot = step(max(decode_batch_size, num_inflight) + 1) + min((backlog_s + own_s) / n, chunk_s)
                 the TPOT of the requests decoding there once this prompt's chunks share their steps
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
+                  (tpot_excess_only: * max(TPOT - slo_tpot_s, 0) instead of * TPOT)
                 + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s
                 + slo_triage_penalty_s      if TTFT > slo_ttft_s and wait <= slo_ttft_s        (SLO triage)
+                  (slo_triage_spares_capable, and some node's own_s > slo_ttft_s: if TTFT > slo_ttft_s
+                   and own_s <= slo_ttft_s instead)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -191,16 +194,38 @@ def predict_decoders_tpot_s(
     return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
 
 
-def predict_cost_s(node: NodeView, request: RouteRequest, config: RouterConfig, num_cached_tokens: int = 0) -> float:
-    """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring."""
+def triage_spares_capable(nodes, num_prompt_tokens: int, config: RouterConfig, slo_ttft_s: float) -> bool:
+    """Whether SLO triage spares the capable nodes for this prompt (RouterConfig.slo_triage_spares_capable):
+    the knob is on and some node of ``nodes`` could not prefill the whole prompt within ``slo_ttft_s`` even
+    empty."""
+    if not config.slo_triage_spares_capable:
+        return False
+    own = max(num_prompt_tokens, 1)
+    return any(own * (1.0 / prefill_rate_tok_per_s(v, config)) > slo_ttft_s for v in nodes)
+
+
+def predict_cost_s(
+    node: NodeView,
+    request: RouteRequest,
+    config: RouterConfig,
+    num_cached_tokens: int = 0,
+    spare_capable: bool = False,
+) -> float:
+    """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring.
+    ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision."""
     num_prompt_tokens = request.num_prompt_tokens
     ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
     ttft_s += lora_cold_load_s(node, request.lora_name, config)
     tpot_s = predict_tpot_s(node, config, request.max_tokens)
-    cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_s
+    tpot_term_s = max(tpot_s - config.slo_tpot_s, 0.0) if config.tpot_excess_only else tpot_s
+    cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_term_s
     if ttft_s > config.slo_ttft_s:
         cost += config.slo_ttft_miss_penalty_s
-        if predict_wait_s(node, config) <= config.slo_ttft_s:
+        if spare_capable:  # charge the nodes that could serve a prompt of this size in time (whole prompt)
+            charged = max(num_prompt_tokens, 1) / prefill_rate_tok_per_s(node, config) <= config.slo_ttft_s
+        else:
+            charged = predict_wait_s(node, config) <= config.slo_ttft_s
+        if charged:
             cost += config.slo_triage_penalty_s
     if tpot_s > config.slo_tpot_s:
         cost += config.slo_tpot_miss_penalty_s
@@ -284,7 +309,13 @@ class HardwareAwarePolicy(PolicyHooks):
                 np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
                 cost += add
             if config.slo_triage_penalty_s:  # SLO triage: a miss on a node whose queue still meets the SLO
-                np.logical_and(miss, np.less_equal(columns[_COL_BASE_S], slo_ttft_s, self._short), miss)
+                own = float(max(num_prompt_tokens, 1))
+                if config.slo_triage_spares_capable and float(columns[_COL_INV_RATE].max()) * own > slo_ttft_s:
+                    # some node could not serve the prompt in time even empty: charge those that could
+                    own_s = np.multiply(columns[_COL_INV_RATE], own, self._tpot)
+                    np.logical_and(miss, np.less_equal(own_s, slo_ttft_s, self._short), miss)
+                else:
+                    np.logical_and(miss, np.less_equal(columns[_COL_BASE_S], slo_ttft_s, self._short), miss)
                 np.multiply(miss, config.slo_triage_penalty_s, add)
                 cost += add
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
@@ -298,6 +329,9 @@ class HardwareAwarePolicy(PolicyHooks):
                 np.multiply(np.greater(tpot, slo_tpot_s, self._miss), config.slo_tpot_miss_penalty_s, add)
                 cost += add
             if output_weight:
+                if config.tpot_excess_only:  # only the TPOT above the target counts
+                    tpot -= config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+                    np.maximum(tpot, 0.0, out=tpot)
                 tpot *= output_weight
                 cost += tpot
         if config.slo_tpot_harm_penalty_s:  # decode protection: this prompt's chunks push the decodes over the SLO
@@ -354,6 +388,8 @@ class HardwareAwarePolicy(PolicyHooks):
         most_penalties_s = ttft_penalty_s + triage_penalty_s + harm_penalty_s + kv_penalty_s
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
+        spare = bool(triage_penalty_s) and config.slo_triage_spares_capable  # the triage rule ``choose`` charged
+        spare = spare and float(table.columns[_COL_INV_RATE].max()) * float(own) > slo_ttft_s
         for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
             i = index_of.get(node_id)
             if i is None:
@@ -376,7 +412,7 @@ class HardwareAwarePolicy(PolicyHooks):
             saved_s = (own - cached_own) * inv_rate
             if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
                 saved_s += ttft_penalty_s
-                if row[_COL_BASE_S] <= slo_ttft_s:  # the triage penalty is lifted with it
+                if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
             if harm_penalty_s and row[_COL_DECODERS] > 0:  # fewer prompt tokens to share the decodes' steps
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from backends.gpu_table import gpu_profile, power_score
 from controlplane.router.policies import cost_kernel, hardware_aware
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, least_cost_index
-from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s, triage_spares_capable
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
@@ -50,6 +50,8 @@ CONFIGS = (
     RouterConfig(slo_triage_penalty_s=0.0, slo_tpot_harm_penalty_s=0.0),  # both goodput terms off
     GOODPUT_ONLY,
     RouterConfig(slo_ttft_s=2.0, slo_tpot_s=0.05, slo_triage_penalty_s=1.5, slo_tpot_harm_penalty_s=0.25),
+    RouterConfig(slo_ttft_s=0.3, slo_triage_spares_capable=True, tpot_excess_only=True, tpot_weight=0.5),
+    replace(GOODPUT_ONLY, slo_triage_spares_capable=True),
 )
 
 profiles = st.fixed_dictionaries(
@@ -132,9 +134,10 @@ def _least_predicted_cost(chosen, request, snapshot, config, policy) -> None:
     scalar_config = replace(
         config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s, slo_tpot_s=request.slo_tpot_s or config.slo_tpot_s
     )
+    spare = triage_spares_capable(snapshot.nodes, num_prompt_tokens, scalar_config, scalar_config.slo_ttft_s)
     costs = {
         v.node_id: predict_cost_s(
-            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens)
+            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens), spare
         )
         for v in fits
     }
@@ -188,15 +191,16 @@ def _values(n: int) -> np.ndarray:
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
-    triage_penalty_s, harm_penalty_s (see CostKernel)."""
+    triage_penalty_s, harm_penalty_s, spare_capable, excess_only (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
     params = (float(num_prompt_tokens), slo_ttft_s, knobs.get("ttft_penalty_s", 0.0), knobs.get("inv_steps", 1.0),
-              knobs.get("slo_tpot_s", 1.0), 0.0, 0.0, float(knobs.get("need", num_prompt_tokens)),
-              knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens), 1.0 if lora else 0.0,
-              knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
-              knobs.get("harm_penalty_s", 0.0))  # fmt: skip
+              knobs.get("slo_tpot_s", 1.0), 0.0, knobs.get("output_weight", 0.0),
+              float(knobs.get("need", num_prompt_tokens)), knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens),
+              1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
+              knobs.get("harm_penalty_s", 0.0), knobs.get("spare_capable", 0.0),
+              knobs.get("excess_only", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),
@@ -279,6 +283,46 @@ def test_hand_made_slo_triage_against_the_class_slo(kernel):
     # the triage penalty alone (no TTFT miss penalty) acts too
     values[cost_kernel.COL_BASE_S, 0] = 0.05
     assert _run(kernel, values, triage_penalty_s=5.0, slo_ttft_s=0.12)[0] == 1
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_slo_triage_sparing_the_capable_nodes(kernel):
+    values = _values(3)
+    values[cost_kernel.COL_INV_RATE] = [1e-3, 1e-3, 5e-3]  # 100 prompt tokens: 0.1 s, 0.1 s, 0.5 s
+    values[cost_kernel.COL_BASE_S] = [0.05, 0.3, 0.0]  # all miss 0.12 s; node 1 late, node 2 too slow even empty
+    knobs = dict(slo_ttft_s=0.12, ttft_penalty_s=1.0, triage_penalty_s=5.0)
+    assert _run(kernel, values, **knobs)[0] == 1  # the rule by wait: the late capable node
+    i, cost = _run(kernel, values, spare_capable=1.0, **knobs)  # by capability: the node that never meets it
+    assert i == 2 and list(cost) == [0.1 + 0.05 + 1.0 + 5.0, 0.1 + 0.3 + 1.0 + 5.0, 0.5 + 0.0 + 1.0]
+    values[cost_kernel.COL_INV_RATE, 2] = 1.1e-3  # 0.11 s: every node could, the rule by wait again
+    values[cost_kernel.COL_BASE_S, 2] = 0.05
+    assert _run(kernel, values, spare_capable=1.0, **knobs)[0] == 1
+    values[cost_kernel.COL_INV_RATE, 2] = np.nan  # np.max: a NaN slowest node is no evidence of one too slow
+    cost = _run(kernel, values, spare_capable=1.0, **knobs)[1]
+    assert cost[0] == 0.1 + 0.05 + 1.0 + 5.0 and cost[1] == 0.1 + 0.3 + 1.0  # the rule by wait
+    # a cached prefix lifts the triage penalty only where it was charged: node 0 with 90 cached tokens
+    values[cost_kernel.COL_INV_RATE, 2], values[cost_kernel.COL_BASE_S, 2] = 5e-3, 0.0
+    credit = dict(cand=(0,), cached=(90,), router_slo_ttft_s=0.12)
+    i, cost = _run(kernel, values, spare_capable=1.0, **credit, **knobs)
+    assert i == 0  # 0.01 + 0.05 s meets the SLO: both penalties lifted (6 s), below node 2's 1.5 s
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_tpot_excess_only(kernel):
+    values = _values(2)
+    values[cost_kernel.COL_BASE_S] = [0.0, 0.2]  # node 1 reaches the first token 0.2 s later
+    values[cost_kernel.COL_STEP_S] = [0.08, 0.01]  # ...but decodes 8x faster; both within 0.1 s
+    values[cost_kernel.COL_CHUNK_S] = 1.0
+    knobs = dict(slo_tpot_s=0.1, output_weight=25.6)
+    i, cost = _run(kernel, values, **knobs)  # the whole TPOT priced: 2.05 s vs 0.46 s
+    assert i == 1 and list(cost) == [0.01 + 0.08 * 25.6, 0.01 + 0.2 + 0.01 * 25.6]
+    i, cost = _run(kernel, values, excess_only=1.0, **knobs)  # speed beyond the SLO buys nothing
+    assert i == 0 and list(cost) == [0.01, 0.01 + 0.2]
+    values[cost_kernel.COL_STEP_S, 0] = 0.11  # over the SLO by 0.01 s: 0.256 s more, node 1 wins again
+    i, cost = _run(kernel, values, excess_only=1.0, **knobs)
+    assert i == 1 and cost[0] == 0.01 + (0.11 - 0.1) * 25.6
+    values[cost_kernel.COL_STEP_S, 0] = np.inf  # an infinite TPOT: an infinite cost, not NaN
+    assert _run(kernel, values, excess_only=1.0, **knobs)[1][0] == np.inf
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
