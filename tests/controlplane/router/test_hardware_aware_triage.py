@@ -16,8 +16,10 @@ from controlplane.router.policies.hardware_aware import (
     HardwareAwarePolicy,
     predict_cost_s,
     predict_decoders_tpot_s,
+    predict_tpot_s,
     predict_ttft_s,
     predict_wait_s,
+    triage_spares_capable,
 )
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
@@ -53,7 +55,8 @@ def _decide(config: RouterConfig, request: RouteRequest, *nodes) -> str:
     snapshot = ClusterSnapshot(0.0, tuple(nodes))
     chosen = HardwareAwarePolicy(config).choose(request, snapshot)
     assert chosen == HardwareAwareBaseline(config).choose(request, snapshot)
-    costs = {v.node_id: predict_cost_s(v, request, config) for v in nodes}
+    spare = triage_spares_capable(nodes, request.num_prompt_tokens, config, config.slo_ttft_s)
+    costs = {v.node_id: predict_cost_s(v, request, config, 0, spare) for v in nodes}
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9)
     return chosen
 
@@ -79,6 +82,50 @@ def test_a_request_that_misses_everywhere_goes_to_the_least_late_node_not_to_one
     # with every node still within the SLO for others, the hopeless request takes the least TTFT as before
     slow = make_node_view("slow", "l4", prefill_tok_per_s=4_000.0)
     assert _decide(config, make_route_request(num_prompt_tokens=7_000), fresh, slow) == "fresh"
+
+
+def test_triage_sparing_the_capable_sends_a_long_hopeless_prompt_to_a_node_that_could_never_meet_it(
+    make_node_view, make_route_request
+):
+    """The Mooncake case: only the H100s prefill a 12k-token prompt within the 1 s target; one is late, one
+    still within it for others. By wait, the hopeless prompt goes to the late H100 (which then stays late for
+    the long prompts only it can serve); sparing the capable nodes, to the idle L4, which never could."""
+    config = replace(BASE, slo_triage_penalty_s=5.0, slo_triage_spares_capable=True)
+    room = dict(max_model_len=32_768)
+    fresh = make_node_view("fresh", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=24_000, **room)
+    late = make_node_view("late", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000, **room)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, **room)
+    hopeless = make_route_request(num_prompt_tokens=12_000, max_tokens=16)  # 0.4 s on an H100, 3 s on the L4
+    assert all(predict_ttft_s(v, 12_000, config) > config.slo_ttft_s for v in (fresh, late, l4))
+    assert predict_wait_s(fresh, config) <= config.slo_ttft_s < predict_wait_s(late, config)
+    assert triage_spares_capable((fresh, late, l4), 12_000, config, config.slo_ttft_s)
+    assert _decide(config, hopeless, fresh, late, l4) == "l4"
+    assert _decide(replace(config, slo_triage_spares_capable=False), hopeless, fresh, late, l4) == "late"
+    # every node could serve it in time when empty (no L4): the rule by wait, the late H100
+    assert not triage_spares_capable((fresh, late), 12_000, config, config.slo_ttft_s)
+    assert _decide(config, hopeless, fresh, late) == "late"
+    # a prompt that meets the SLO somewhere goes where it is quickest, sparing or not (the L4: 0.75 s)
+    short = make_route_request(num_prompt_tokens=3_000, max_tokens=16)
+    off = replace(config, slo_triage_spares_capable=False)
+    assert _decide(config, short, fresh, late, l4) == _decide(off, short, fresh, late, l4) == "l4"
+
+
+def test_tpot_excess_only_prices_no_decode_speed_beyond_the_tpot_target(make_node_view, make_route_request):
+    """An H100 decodes 4x faster than an L4, both within the 100 ms TPOT target: priced whole, the TPOT term
+    (0.1 x 256 tokens x TPOT) keeps the request on the H100 though the idle L4 gives it its first token sooner;
+    counting only the excess over the target, the L4 takes it, until its TPOT goes over the target."""
+    config = replace(BASE, tpot_weight=0.1, tpot_excess_only=True)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=9_000,
+                          decode_step_ms=10.0)  # fmt: skip
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, decode_step_ms=40.0)
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=256)
+    assert predict_ttft_s(l4, 1_000, config) < predict_ttft_s(h100, 1_000, config)
+    assert predict_tpot_s(h100, config, 256) < predict_tpot_s(l4, config, 256) <= config.slo_tpot_s
+    assert _decide(config, request, h100, l4) == "l4"
+    assert _decide(replace(config, tpot_excess_only=False), request, h100, l4) == "h100"
+    slow = replace(l4, decode_step_ms=120.0)  # over the target by 20 ms: +0.51 s
+    assert predict_tpot_s(slow, config, 256) > config.slo_tpot_s
+    assert _decide(config, request, h100, slow) == "h100"
 
 
 def test_a_prompt_that_would_push_the_running_decodes_over_the_tpot_target_goes_where_none_decode(
