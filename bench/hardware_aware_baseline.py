@@ -72,8 +72,8 @@ class HardwareAwareBaseline(PolicyHooks):
         # SLO triage (added after commit 2777401): a miss on a node whose queue still meets the SLO
         triage = miss & (columns[_COL_BASE_S] <= slo_ttft_s)
         own_s = columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1))
-        spare = config.slo_triage_spares_capable and config.slo_triage_penalty_s and own_s.max() > slo_ttft_s
-        if spare:  # (added later) some node could not serve the prompt in time even empty: charge those that could
+        spare = config.slo_triage_penalty_s and (own_s <= slo_ttft_s).sum() < config.slo_triage_spare_capable_below * n
+        if spare:  # (added later) few nodes could serve the prompt in time even empty: charge those, spare the rest
             triage = miss & (own_s <= slo_ttft_s)
         np.add(cost, config.slo_triage_penalty_s, out=cost, where=triage)
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)

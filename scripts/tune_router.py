@@ -1,11 +1,13 @@
 """Tune hardware_aware's knobs on the declared tuning split (the first fifth of each trace) only.
 
 Cases: conv 80%, code 80% and code 60% on the zoo fleet, mooncake 80% on zoo_long; seed 0; the default SLO
-(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values; every combination): by default the third
-grid, SLO triage sparing the capable nodes x the TPOT term counting only the excess over the SLO x tpot_weight
-(router_config.py), at the chosen penalties (triage 5 s, decode protection 3 s); the second grid, those two
-penalties, chose them (bench/results/2026-12-01-sim-eval-goodput.json). The rule below is the one the
-second grid ran under, unchanged for the third (written before it ran; its result:
+(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values; every combination): by default the fourth
+grid, SLO triage sparing the capable nodes when fewer than a fraction of the nodes could serve the prompt in
+time (slo_triage_spare_capable_below) x the TPOT term counting only the excess over the SLO (router_config.py),
+at the chosen penalties (triage 5 s, decode protection 3 s). The second grid (GRID_2, those two penalties)
+chose them (bench/results/2026-12-01-sim-eval-goodput.json); the third (GRID_3: sparing whenever some node
+could not, i.e. the fraction 1) kept the defaults. The rule below is the one the second grid ran under,
+unchanged for the third and fourth (written before they ran; their results:
 bench/results/2026-12-01-sim-tune-3.json). A switch that does not win by this rule stays off.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
@@ -35,8 +37,9 @@ from sim.workload import load_trace, scale_to_load
 CASES = {"conv80": ("conv", "zoo", 0.8), "code80": ("code", "zoo", 0.8), "code60": ("code", "zoo", 0.6),
          "mooncake80": ("mooncake", "zoo_long", 0.8)}  # fmt: skip
 GRID_2 = {"slo_triage_penalty_s": [0.0, 3.0, 5.0, 10.0], "slo_tpot_harm_penalty_s": [0.0, 3.0]}
-DEFAULT_GRID = {"slo_triage_spares_capable": [False, True], "tpot_excess_only": [False, True],
-                "tpot_weight": [0.1, 0.3]}  # fmt: skip
+GRID_3 = {"slo_triage_spare_capable_below": [0.0, 1.0], "tpot_excess_only": [False, True],
+          "tpot_weight": [0.1, 0.3]}  # fmt: skip
+DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 
 

@@ -42,12 +42,13 @@ class RouterConfig:
         prefill chunks (with the node's backlog) would push over the TPOT target.
         Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
         defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
-    slo_triage_spares_capable: SLO triage spares the nodes that could serve a prompt of this size within the
-        TTFT target: when some node could not even empty (its prefill of the prompt alone takes longer than
-        the target), triage charges every node that could (late or not) and none of those that could not, so
-        a request that misses everywhere goes to a node that would have missed it anyway, not to a late one of
-        the few that serve long prompts in time; when every node could, the rule above (charge the nodes whose
-        queue still meets the target). Off: the rule above always.
+    slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
+        the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
+        node's prefill of the whole prompt alone within the target), triage charges every node that could
+        (late or not) and none of those that could not, so a request that misses everywhere goes to a node
+        that would have missed it anyway, not to a late one of the few that serve long prompts in time;
+        otherwise the rule above (charge the nodes whose queue still meets the target). 0: the rule above
+        always; 1: whenever some node could not.
     tpot_excess_only: the TPOT term of the cost counts only the predicted TPOT above the request's TPOT target
         (tpot_weight * min(max_tokens, tpot_horizon_tokens) * max(TPOT - slo_tpot_s, 0)), so decode speed
         beyond the SLO buys nothing and slower nodes that meet it take work.
@@ -89,7 +90,7 @@ class RouterConfig:
     slo_tpot_miss_penalty_s: float = 0.0
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
-    slo_triage_spares_capable: bool = False
+    slo_triage_spare_capable_below: float = 0.0
     tpot_excess_only: bool = False
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
@@ -140,6 +141,10 @@ class RouterConfig:
         for name in ("slo_ttft_s", "slo_tpot_s", "prefill_chunk_tokens"):
             if not getattr(self, name) > 0:  # NaN refused too
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0 <= self.slo_triage_spare_capable_below <= 1:  # NaN refused too
+            raise ValueError(
+                f"slo_triage_spare_capable_below must be in [0, 1], got {self.slo_triage_spare_capable_below}"
+            )
         if self.prefix_balance_rel_threshold < 1:
             raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")
         for name in ("prefix_max_blocks_per_node", "prefix_max_candidates"):

@@ -21,8 +21,8 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     miss = c > slo_ttft                                                 [ttft_penalty or triage_penalty]
     c += ttft_penalty      if miss            [ttft_penalty]
     c += triage_penalty    if miss and base_s <= slo_ttft   [triage_penalty]      (SLO triage)
-                           (spare_capable and max(inv_rate) * own > slo_ttft: if miss and inv_rate * own
-                            <= slo_ttft instead; max as np.max: a NaN wins)
+                           (when fewer than spare_below * n nodes have inv_rate * own <= slo_ttft:
+                            if miss and inv_rate * own <= slo_ttft instead)
     t  = min(backlog_s * (1 / steps), chunk_s) + step_s                 [output_weight or tpot_penalty]
     c += tpot_penalty      if t > slo_tpot    [tpot_penalty]
     c += t * output_weight                    [output_weight]
@@ -93,7 +93,7 @@ def least_cost_index(
     """Position of the node of least cost (see the module docstring), or -1 when no node can take the
     prompt. Plain Python that numba compiles; ``least_cost_index(...)`` itself runs it uncompiled."""
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
-     num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_capable,
+     num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
@@ -102,16 +102,13 @@ def least_cost_index(
     lora = has_lora != 0.0
     for k in range(tagged.shape[0]):
         is_tagged[tagged[k]] = True
-    spare = False  # SLO triage spares the capable nodes: some node could not serve the prompt in time even empty
-    if spare_capable != 0.0 and triage_penalty_s != 0.0:
-        slowest = -math.inf
-        for i in range(n):  # np.max: the first NaN wins
-            r = inv_rate[i]
-            if r > slowest or r != r:
-                slowest = r
-                if r != r:
-                    break
-        spare = slowest * own > slo_ttft_s
+    spare = False  # SLO triage spares the capable nodes when few could serve the prompt in time even empty
+    if spare_below != 0.0 and triage_penalty_s != 0.0:
+        capable = 0
+        for i in range(n):
+            if inv_rate[i] * own <= slo_ttft_s:
+                capable += 1
+        spare = capable < spare_below * n
     excess = excess_only != 0.0
     # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
     # (c + 0.0 is c), so the loop has no data-dependent branch and compiles to SIMD; the costs are the same.
@@ -294,7 +291,7 @@ class CostKernel:
             float(slo_ttft_s),  # the prefix credit's SLO: the class's, the one its penalties were charged at
             float(config.slo_triage_penalty_s),
             float(config.slo_tpot_harm_penalty_s),
-            1.0 if config.slo_triage_spares_capable else 0.0,  # spare_capable
+            float(config.slo_triage_spare_capable_below),  # spare_below
             1.0 if config.tpot_excess_only else 0.0,  # excess_only
         )
         return self._kernel(

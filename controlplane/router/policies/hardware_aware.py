@@ -31,8 +31,8 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
                   (tpot_excess_only: * max(TPOT - slo_tpot_s, 0) instead of * TPOT)
                 + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s
                 + slo_triage_penalty_s      if TTFT > slo_ttft_s and wait <= slo_ttft_s        (SLO triage)
-                  (slo_triage_spares_capable, and some node's own_s > slo_ttft_s: if TTFT > slo_ttft_s
-                   and own_s <= slo_ttft_s instead)
+                  (when fewer than slo_triage_spare_capable_below * (number of nodes) nodes have
+                   own_s <= slo_ttft_s with nothing cached: if TTFT > slo_ttft_s and that holds instead)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -195,13 +195,12 @@ def predict_decoders_tpot_s(
 
 
 def triage_spares_capable(nodes, num_prompt_tokens: int, config: RouterConfig, slo_ttft_s: float) -> bool:
-    """Whether SLO triage spares the capable nodes for this prompt (RouterConfig.slo_triage_spares_capable):
-    the knob is on and some node of ``nodes`` could not prefill the whole prompt within ``slo_ttft_s`` even
-    empty."""
-    if not config.slo_triage_spares_capable:
-        return False
+    """Whether SLO triage spares the capable nodes for this prompt: fewer than
+    RouterConfig.slo_triage_spare_capable_below of ``nodes`` could prefill the whole prompt within
+    ``slo_ttft_s`` even empty."""
     own = max(num_prompt_tokens, 1)
-    return any(own * (1.0 / prefill_rate_tok_per_s(v, config)) > slo_ttft_s for v in nodes)
+    capable = sum(own * (1.0 / prefill_rate_tok_per_s(v, config)) <= slo_ttft_s for v in nodes)
+    return capable < config.slo_triage_spare_capable_below * len(nodes)
 
 
 def predict_cost_s(
@@ -212,7 +211,7 @@ def predict_cost_s(
     spare_capable: bool = False,
 ) -> float:
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring.
-    ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision."""
+    ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision (SLO triage by capability)."""
     num_prompt_tokens = request.num_prompt_tokens
     ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
     ttft_s += lora_cold_load_s(node, request.lora_name, config)
@@ -309,11 +308,12 @@ class HardwareAwarePolicy(PolicyHooks):
                 np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
                 cost += add
             if config.slo_triage_penalty_s:  # SLO triage: a miss on a node whose queue still meets the SLO
-                own = float(max(num_prompt_tokens, 1))
-                if config.slo_triage_spares_capable and float(columns[_COL_INV_RATE].max()) * own > slo_ttft_s:
-                    # some node could not serve the prompt in time even empty: charge those that could
-                    own_s = np.multiply(columns[_COL_INV_RATE], own, self._tpot)
-                    np.logical_and(miss, np.less_equal(own_s, slo_ttft_s, self._short), miss)
+                capable = None
+                if config.slo_triage_spare_capable_below:  # the nodes that could serve it in time empty
+                    own_s = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
+                    capable = np.less_equal(own_s, slo_ttft_s, self._short)
+                if capable is not None and np.count_nonzero(capable) < config.slo_triage_spare_capable_below * n:
+                    np.logical_and(miss, capable, miss)  # they are scarce: charge them, spare the others
                 else:
                     np.logical_and(miss, np.less_equal(columns[_COL_BASE_S], slo_ttft_s, self._short), miss)
                 np.multiply(miss, config.slo_triage_penalty_s, add)
@@ -388,8 +388,10 @@ class HardwareAwarePolicy(PolicyHooks):
         most_penalties_s = ttft_penalty_s + triage_penalty_s + harm_penalty_s + kv_penalty_s
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
-        spare = bool(triage_penalty_s) and config.slo_triage_spares_capable  # the triage rule ``choose`` charged
-        spare = spare and float(table.columns[_COL_INV_RATE].max()) * float(own) > slo_ttft_s
+        spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
+        if triage_penalty_s and config.slo_triage_spare_capable_below:
+            capable = np.count_nonzero(np.multiply(table.columns[_COL_INV_RATE], float(own)) <= slo_ttft_s)
+            spare = capable < config.slo_triage_spare_capable_below * len(table)
         for node_id, num_blocks in self._index.match(request.block_hashes, config.prefix_max_candidates).items():
             i = index_of.get(node_id)
             if i is None:

@@ -50,8 +50,8 @@ CONFIGS = (
     RouterConfig(slo_triage_penalty_s=0.0, slo_tpot_harm_penalty_s=0.0),  # both goodput terms off
     GOODPUT_ONLY,
     RouterConfig(slo_ttft_s=2.0, slo_tpot_s=0.05, slo_triage_penalty_s=1.5, slo_tpot_harm_penalty_s=0.25),
-    RouterConfig(slo_ttft_s=0.3, slo_triage_spares_capable=True, tpot_excess_only=True, tpot_weight=0.5),
-    replace(GOODPUT_ONLY, slo_triage_spares_capable=True),
+    RouterConfig(slo_ttft_s=0.3, slo_triage_spare_capable_below=1.0, tpot_excess_only=True, tpot_weight=0.5),
+    replace(GOODPUT_ONLY, slo_triage_spare_capable_below=0.5),
 )
 
 profiles = st.fixed_dictionaries(
@@ -191,7 +191,7 @@ def _values(n: int) -> np.ndarray:
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
-    triage_penalty_s, harm_penalty_s, spare_capable, excess_only (see CostKernel)."""
+    triage_penalty_s, harm_penalty_s, spare_below, excess_only (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -199,7 +199,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               knobs.get("slo_tpot_s", 1.0), 0.0, knobs.get("output_weight", 0.0),
               float(knobs.get("need", num_prompt_tokens)), knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens),
               1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
-              knobs.get("harm_penalty_s", 0.0), knobs.get("spare_capable", 0.0),
+              knobs.get("harm_penalty_s", 0.0), knobs.get("spare_below", 0.0),
               knobs.get("excess_only", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
@@ -292,18 +292,19 @@ def test_hand_made_slo_triage_sparing_the_capable_nodes(kernel):
     values[cost_kernel.COL_BASE_S] = [0.05, 0.3, 0.0]  # all miss 0.12 s; node 1 late, node 2 too slow even empty
     knobs = dict(slo_ttft_s=0.12, ttft_penalty_s=1.0, triage_penalty_s=5.0)
     assert _run(kernel, values, **knobs)[0] == 1  # the rule by wait: the late capable node
-    i, cost = _run(kernel, values, spare_capable=1.0, **knobs)  # by capability: the node that never meets it
+    i, cost = _run(kernel, values, spare_below=1.0, **knobs)  # by capability: the node that never meets it
     assert i == 2 and list(cost) == [0.1 + 0.05 + 1.0 + 5.0, 0.1 + 0.3 + 1.0 + 5.0, 0.5 + 0.0 + 1.0]
     values[cost_kernel.COL_INV_RATE, 2] = 1.1e-3  # 0.11 s: every node could, the rule by wait again
     values[cost_kernel.COL_BASE_S, 2] = 0.05
-    assert _run(kernel, values, spare_capable=1.0, **knobs)[0] == 1
-    values[cost_kernel.COL_INV_RATE, 2] = np.nan  # np.max: a NaN slowest node is no evidence of one too slow
-    cost = _run(kernel, values, spare_capable=1.0, **knobs)[1]
-    assert cost[0] == 0.1 + 0.05 + 1.0 + 5.0 and cost[1] == 0.1 + 0.3 + 1.0  # the rule by wait
+    assert _run(kernel, values, spare_below=1.0, **knobs)[0] == 1
+    assert _run(kernel, values, spare_below=0.7, **knobs)[0] == 1  # 2 of 3 could: not fewer than 0.7 x 3
+    values[cost_kernel.COL_INV_RATE, 2] = np.nan  # a NaN rate is no node that could: both others charged
+    cost = _run(kernel, values, spare_below=1.0, **knobs)[1]
+    assert cost[0] == 0.1 + 0.05 + 1.0 + 5.0 and cost[1] == 0.1 + 0.3 + 1.0 + 5.0
     # a cached prefix lifts the triage penalty only where it was charged: node 0 with 90 cached tokens
     values[cost_kernel.COL_INV_RATE, 2], values[cost_kernel.COL_BASE_S, 2] = 5e-3, 0.0
     credit = dict(cand=(0,), cached=(90,), router_slo_ttft_s=0.12)
-    i, cost = _run(kernel, values, spare_capable=1.0, **credit, **knobs)
+    i, cost = _run(kernel, values, spare_below=1.0, **credit, **knobs)
     assert i == 0  # 0.01 + 0.05 s meets the SLO: both penalties lifted (6 s), below node 2's 1.5 s
 
 

@@ -90,24 +90,28 @@ def test_triage_sparing_the_capable_sends_a_long_hopeless_prompt_to_a_node_that_
     """The Mooncake case: only the H100s prefill a 12k-token prompt within the 1 s target; one is late, one
     still within it for others. By wait, the hopeless prompt goes to the late H100 (which then stays late for
     the long prompts only it can serve); sparing the capable nodes, to the idle L4, which never could."""
-    config = replace(BASE, slo_triage_penalty_s=5.0, slo_triage_spares_capable=True)
+    config = replace(BASE, slo_triage_penalty_s=5.0, slo_triage_spare_capable_below=0.5)
     room = dict(max_model_len=32_768)
     fresh = make_node_view("fresh", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=24_000, **room)
     late = make_node_view("late", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000, **room)
     l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, **room)
-    hopeless = make_route_request(num_prompt_tokens=12_000, max_tokens=16)  # 0.4 s on an H100, 3 s on the L4
+    l4s = (l4, replace(l4, node_id="l4b", queued_prefill_tokens=4_000), replace(l4, node_id="l4c", num_inflight=1))
+    hopeless = make_route_request(num_prompt_tokens=12_000, max_tokens=16)  # 0.4 s on an H100, 3 s on an L4
     assert all(predict_ttft_s(v, 12_000, config) > config.slo_ttft_s for v in (fresh, late, l4))
     assert predict_wait_s(fresh, config) <= config.slo_ttft_s < predict_wait_s(late, config)
-    assert triage_spares_capable((fresh, late, l4), 12_000, config, config.slo_ttft_s)
-    assert _decide(config, hopeless, fresh, late, l4) == "l4"
-    assert _decide(replace(config, slo_triage_spares_capable=False), hopeless, fresh, late, l4) == "late"
+    assert triage_spares_capable((fresh, late, *l4s), 12_000, config, config.slo_ttft_s)  # 2 of 5 < 0.5
+    assert _decide(config, hopeless, fresh, late, *l4s) == "l4"
+    assert _decide(replace(config, slo_triage_spare_capable_below=0.0), hopeless, fresh, late, *l4s) == "late"
+    # 2 of 3 nodes could: not scarce under 0.5 (the rule by wait), scarce under 1
+    assert _decide(config, hopeless, fresh, late, l4) == "late"
+    assert _decide(replace(config, slo_triage_spare_capable_below=1.0), hopeless, fresh, late, l4) == "l4"
     # every node could serve it in time when empty (no L4): the rule by wait, the late H100
     assert not triage_spares_capable((fresh, late), 12_000, config, config.slo_ttft_s)
     assert _decide(config, hopeless, fresh, late) == "late"
     # a prompt that meets the SLO somewhere goes where it is quickest, sparing or not (the L4: 0.75 s)
     short = make_route_request(num_prompt_tokens=3_000, max_tokens=16)
-    off = replace(config, slo_triage_spares_capable=False)
-    assert _decide(config, short, fresh, late, l4) == _decide(off, short, fresh, late, l4) == "l4"
+    off = replace(config, slo_triage_spare_capable_below=0.0)
+    assert _decide(config, short, fresh, late, *l4s) == _decide(off, short, fresh, late, *l4s) == "l4"
 
 
 def test_tpot_excess_only_prices_no_decode_speed_beyond_the_tpot_target(make_node_view, make_route_request):
