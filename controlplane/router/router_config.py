@@ -52,6 +52,8 @@ class RouterConfig:
     tpot_excess_only: the TPOT term of the cost counts only the predicted TPOT above the request's TPOT target
         (tpot_weight * min(max_tokens, tpot_horizon_tokens) * max(TPOT - slo_tpot_s, 0)), so decode speed
         beyond the SLO buys nothing and slower nodes that meet it take work.
+        Both chosen on the declared tuning split by scripts/tune_router.py's rule, unchanged (its fourth grid:
+        bench/results/2026-12-01-sim-tune-3.json); off, they give the decisions of the earlier defaults.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -90,8 +92,8 @@ class RouterConfig:
     slo_tpot_miss_penalty_s: float = 0.0
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
-    slo_triage_spare_capable_below: float = 0.0
-    tpot_excess_only: bool = False
+    slo_triage_spare_capable_below: float = 0.5
+    tpot_excess_only: bool = True
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128

@@ -15,6 +15,7 @@ from controlplane.router.policies.hardware_aware import (
     predict_cost_s,
     predict_tpot_s,
     predict_ttft_s,
+    triage_spares_capable,
 )
 from controlplane.router.router_config import RouterConfig
 
@@ -142,8 +143,13 @@ def test_a_node_without_kv_room_is_skipped(make_node_view, make_snapshot, make_r
     swapping = make_node_view("h200", "h200", num_swapped=2)
     a100 = make_node_view("a100", "a100-80gb")
     assert policy.choose(request, make_snapshot(full, swapping, a100)) == "a100"
-    # everyone is full: the least bad one still serves (it will queue)
-    assert policy.choose(request, make_snapshot(full, swapping)) == "h200"
+    # everyone is full: the least bad one still serves (it will queue): both reach the first token as soon
+    # (same peak compute) and decode within the TPOT target, so the first listed wins; with the whole TPOT
+    # priced (tpot_excess_only off), the H200's faster decode
+    assert policy.choose(request, make_snapshot(full, swapping)) == "h100"
+    assert policy.choose(request, make_snapshot(swapping, full)) == "h200"
+    whole_tpot = make_policy("hardware_aware", replace(CONFIG, tpot_excess_only=False))
+    assert whole_tpot.choose(request, make_snapshot(full, swapping)) == "h200"
     # can never fit: skipped outright
     assert policy.choose(make_route_request(num_prompt_tokens=9000), make_snapshot(full, swapping)) is None
     assert policy.choose(request, make_snapshot()) is None
@@ -198,8 +204,9 @@ def test_vectorised_choice_matches_the_scalar_predictions(
             max_tokens=rng.randrange(1, 1000),
             lora_name=rng.choice([None, "a", "b", "c", "d"]),
         )
+        spare = triage_spares_capable(nodes, request.num_prompt_tokens, config, config.slo_ttft_s)
         costs = {
-            v.node_id: predict_cost_s(v, request, config)
+            v.node_id: predict_cost_s(v, request, config, 0, spare)
             for v in nodes
             if request.num_prompt_tokens <= min(v.max_model_len - 1, v.num_device_blocks * v.block_size)
         }

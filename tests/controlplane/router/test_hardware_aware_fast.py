@@ -21,7 +21,7 @@ from backends.gpu_table import gpu_profile, power_score
 from bench.hardware_aware_baseline import HardwareAwareBaseline
 from controlplane.registry import ClusterRegistry
 from controlplane.router.node_changes import NodeChangeLog
-from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s, triage_spares_capable
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
@@ -159,10 +159,9 @@ def _check_least_cost(chosen: str | None, request: RouteRequest, snapshot: Clust
     if not fits:
         assert chosen is None
         return
-    costs = {
-        v.node_id: predict_cost_s(v, request, replace(config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s))
-        for v in fits
-    }
+    scalar_config = replace(config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s)
+    spare = triage_spares_capable(snapshot.nodes, request.num_prompt_tokens, scalar_config, scalar_config.slo_ttft_s)
+    costs = {v.node_id: predict_cost_s(v, request, scalar_config, 0, spare) for v in fits}
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9, abs=1e-12)
 
 
