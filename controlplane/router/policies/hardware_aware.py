@@ -45,7 +45,13 @@ it. Decode protection: a prompt whose prefill chunks would push the node's runni
 target pays the harm penalty there (n, the decode steps they have left, is taken as this request's). Both
 were measured on the declared tuning split (scripts/tune_router.py): on the Azure code trace at 80% load
 69% of the requests were predicted to miss the TTFT target everywhere and, placed by least TTFT, filled the
-queues of the nodes that still met it.
+queues of the nodes that still met it. When the nodes that could serve a prompt of this size in time even
+empty are scarce (fewer than slo_triage_spare_capable_below of them: on the Mooncake trace, only the H100s
+prefill its long prompts within the target), triage charges those nodes, late or not, and spares the ones that
+could never meet it, so a hopeless long prompt no longer keeps the few capable nodes late (tuning split:
+mooncake goodput 0.549 -> 0.614). With tpot_excess_only the TPOT term prices only the TPOT above the target:
+decode speed beyond the SLO buys nothing, so L4s and T4s that meet it take work (conv: 0.19/0.33 -> 0.42/0.48
+utilisation on the eval split).
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
