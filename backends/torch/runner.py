@@ -25,8 +25,10 @@ import torch
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
-from backends.torch.attention import AttentionBackend, arange_view
+from backends.torch.attention import AttentionBackend, GatherSDPABackend, arange_view
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
+from backends.torch.cpu_attention import CpuPagedBackend
+from backends.torch.cpu_attention import serves as serves_attention
 from backends.torch.cpu_decode import MAX_ROWS as CPU_DECODE_MAX_ROWS
 from backends.torch.cpu_decode import CpuDecoder, load_library, supports
 from backends.torch.cpu_packed import pack_weights
@@ -149,6 +151,12 @@ class TorchModelRunner(LoraRunnerVerbs):
             lib = load_library()
             if lib is not None:
                 self.cpu_decoder = CpuDecoder(lib, self.model, self.kv_cache.layers, spec.block_size)
+        heads = (c.num_attention_heads, c.num_key_value_heads)
+        plain = backend is GatherSDPABackend
+        if self.use_cpu_decode and plain and serves_attention(self.device, self.kv_dtype, *heads):
+            lib = load_library()  # larger decode batches: the C kernel's attention inside the torch path
+            if lib is not None:
+                self.attn = CpuPagedBackend(lib, *heads, c.head_dim, spec.block_size, self.device)
         if self.kernel_plan.cuda_graphs:
             self._capture_graphs()
 
@@ -170,6 +178,8 @@ class TorchModelRunner(LoraRunnerVerbs):
             line += " matmul=onednn-packed"
         if self.cpu_decoder is not None:
             line += f" decode<={CPU_DECODE_MAX_ROWS}=cpu-kernel"
+        if isinstance(self.attn, CpuPagedBackend):
+            line += " decode-attention=cpu-kernel"
         if self.graphs is not None:
             line += f" captured {list(self.graphs.batch_sizes)} in {self.graph_capture_s:.1f}s"
         elif self.kernel_plan.cuda_graphs:
