@@ -36,8 +36,11 @@ logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_decode.c"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
-# decode rows per step served by the kernel; more rows and the matmuls become compute-bound (oneDNN's)
-MAX_ROWS = 4
+# decode rows per step served by the kernel (from 5 rows on, csrc's GEMM_MIN_ROWS, its products are register-
+# blocked GEMMs and its attention runs per (row, KV head)); larger steps take the torch path
+MAX_ROWS = 64
+# steps of more rows return the final norm's output and the output head runs on oneDNN's packed weight
+HEAD_ROWS = 4
 MAX_KERNEL_ROWS = 64  # what one call accepts at all (csrc: MAX_B)
 
 _P = ctypes.c_void_p
@@ -139,6 +142,7 @@ def load_library() -> ctypes.CDLL | None:
     lib.zoo_scratch_floats.argtypes = [_P, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.zoo_scratch_floats.restype = ctypes.c_long
     lib.zoo_decode_step.argtypes = [_P, ctypes.c_int, _P, _P, _P, ctypes.c_int, _P, _P, ctypes.c_long, ctypes.c_int]
+    lib.zoo_decode_step.argtypes += [ctypes.c_int]  # head
     lib.zoo_decode_step.restype = ctypes.c_int
     lib.zoo_gemv.argtypes = [_P, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int]
     lib.zoo_gemv.restype = None
@@ -185,6 +189,7 @@ class CpuDecoder:
         c = model.config
         self.lib = lib
         self.vocab = c.vocab_size
+        self.hidden = c.hidden_size
         plain = lambda t: t.as_subclass(torch.Tensor)  # noqa: E731 (packed weights: their [in, out] data)
         layers = model.layers
         weights = {
@@ -232,10 +237,17 @@ class CpuDecoder:
         self._scratch = torch.empty(0)
 
     def step(
-        self, tokens: torch.Tensor, positions: torch.Tensor, tables: torch.Tensor, max_pos: int, num_threads: int
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        tables: torch.Tensor,
+        max_pos: int,
+        num_threads: int,
+        head: bool = True,
     ) -> torch.Tensor:
         """tokens, positions [B] int64, tables [B, W] int64 (contiguous, CPU), max_pos = positions.max():
-        fp32 logits [B, V] (a new tensor)."""
+        fp32 logits [B, V] (a new tensor); head=False: the final RMSNorm's output [B, E] instead, for the caller
+        to apply the output head."""
         b, w = tables.shape
         if not 1 <= b <= MAX_KERNEL_ROWS:
             raise ValueError(f"1 to {MAX_KERNEL_ROWS} rows a call, got {b}")
@@ -246,7 +258,7 @@ class CpuDecoder:
         need = self.lib.zoo_scratch_floats(self._ref, b, num_threads, max_pos + 1)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
-        logits = torch.empty(b, self.vocab)
+        logits = torch.empty(b, self.vocab if head else self.hidden)
         rc = self.lib.zoo_decode_step(
             self._ref,
             b,
@@ -258,6 +270,7 @@ class CpuDecoder:
             self._scratch.data_ptr(),
             self._scratch.numel(),
             num_threads,
+            int(head),
         )
         if rc != 0:
             raise ValueError(f"CPU decode kernel: {_ERRORS.get(rc, f'error {rc}')}")

@@ -29,6 +29,7 @@ from backends.torch.attention import AttentionBackend, GatherSDPABackend, arange
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
 from backends.torch.cpu_attention import CpuPagedBackend
 from backends.torch.cpu_attention import serves as serves_attention
+from backends.torch.cpu_decode import HEAD_ROWS as CPU_DECODE_HEAD_ROWS
 from backends.torch.cpu_decode import MAX_ROWS as CPU_DECODE_MAX_ROWS
 from backends.torch.cpu_decode import CpuDecoder, load_library, supports
 from backends.torch.cpu_packed import pack_weights
@@ -329,7 +330,11 @@ class TorchModelRunner(LoraRunnerVerbs):
         if self.thread_choice is not None:
             threads = self.thread_choice.pick(n, threads)
         t0 = time.perf_counter()
-        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads)
+        # many rows: the output head through torch (oneDNN's packed weight streams it faster than the kernel)
+        head = n <= CPU_DECODE_HEAD_ROWS
+        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads, head)
+        if not head:
+            logits = torch.mm(logits, self.model.lm_head_t)
         if self.thread_choice is not None:
             self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return logits, sample_rows.slots

@@ -57,7 +57,7 @@ long zoo_scratch_floats(const zoo_model *m, int B, int nt, int max_ctx) {
   const long E = m->hidden, D = m->head_dim, H = m->num_heads, Hkv = m->num_kv_heads;
   const long qkv = (H + 2 * Hkv) * D;
   long shared = B * (E + qkv + H * D + m->inter);
-  long per_thread = B * E + 2 * ACC_FLOATS + 2 * D + (long)max_ctx;
+  long per_thread = B * E + 2 * ACC_FLOATS + (H + 1) * D + (H / Hkv) * (long)max_ctx;
   return shared + nt * (per_thread + 16) + 64;
 }
 
@@ -106,8 +106,18 @@ static void gemv_acc(const float *restrict W, long ldw, const float *restrict x,
 }
 
 /* y[b, c0:c1] = (add ? y[b, c0:c1] : 0) + x[b] @ W[:, c0:c1], in column blocks that fit the accumulators */
+static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
+                      int c1, int add);
+static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
+                         float *tmp);
+#define GEMM_MIN_ROWS 5
+
 static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
                       int c1, int add, float *acc) {
+  if (B >= GEMM_MIN_ROWS) {
+    gemm_cols(W, N, x, ldx, B, K, y, ldy, c0, c1, add);
+    return;
+  }
   const int blk = (ACC_FLOATS / B) & ~(ALIGN - 1);
   for (int c = c0; c < c1; c += blk) {
     const int n = c1 - c < blk ? c1 - c : blk;
@@ -125,6 +135,10 @@ static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, in
 /* act[b, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]); gate_up is [K, 2I] */
 static void gate_up_cols(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
                          float *acc) {
+  if (B >= GEMM_MIN_ROWS) {
+    gate_up_gemm(W, I, x, ldx, B, K, act, c0, c1, acc);
+    return;
+  }
   const int blk = (ACC_FLOATS / (2 * B)) & ~(ALIGN - 1);
   float *up = acc + (long)B * blk;
   for (int c = c0; c < c1; c += blk) {
@@ -227,134 +241,6 @@ static void attend(const zoo_model *m, const float *K, const float *V, const lon
   }
 }
 
-/* The step's barrier: sense-reversing on one atomic counter; a waiting thread spins briefly, then yields its
- * core. libgomp's own barrier spins up to ~300k pauses before it sleeps: on a machine shared with other
- * processes a descheduled peer made every one of a step's ~120 barriers burn milliseconds (measured: a 2-thread
- * step took 15x a 1-thread one at load 8; thread_choice.py then also picks 1 thread). */
-typedef struct {
-  atomic_int arrived;
-  atomic_int sense;
-} step_barrier;
-
-#define SPINS_BEFORE_YIELD 4000
-
-static void barrier_wait(step_barrier *bar, int nt, int *my_sense) {
-  if (nt == 1) return;
-  const int s = !*my_sense;
-  *my_sense = s;
-  if (atomic_fetch_add_explicit(&bar->arrived, 1, memory_order_acq_rel) == nt - 1) {
-    atomic_store_explicit(&bar->arrived, 0, memory_order_relaxed);
-    atomic_store_explicit(&bar->sense, s, memory_order_release);
-    return;
-  }
-  for (int spins = 0; atomic_load_explicit(&bar->sense, memory_order_acquire) != s;) {
-    if (++spins < SPINS_BEFORE_YIELD)
-      __builtin_ia32_pause();
-    else
-      sched_yield();
-  }
-}
-
-/* B decode rows: token ids, positions (the new token's), block tables [B, W] (row-major, width W: the new
- * token's K/V goes to slot table[pos / bs] * bs + pos % bs) and the step's logits [B, V]; every row attends
- * over its positions 0..pos[b]. nt threads. Returns 0, or < 0 (nothing computed) for bad input. */
-int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *pos, const long *tables, int W,
-                    float *logits, float *scratch, long scratch_floats, int nt) {
-  const int E = m->hidden, I = m->inter, H = m->num_heads, Hkv = m->num_kv_heads, D = m->head_dim;
-  const int g = H / Hkv, QKV = (H + 2 * Hkv) * D, V = m->vocab;
-  int max_ctx = 0;
-  for (int b = 0; b < B; b++) {
-    if (pos[b] < 0 || pos[b] >= m->max_positions || tokens[b] < 0 || tokens[b] >= V) return -1;
-    if (pos[b] / m->block_size >= W) return -2;
-    for (long j = 0; j <= pos[b] / m->block_size; j++)
-      if (tables[b * W + j] < 0 || tables[b * W + j] >= m->num_blocks) return -2;
-    if (pos[b] + 1 > max_ctx) max_ctx = (int)pos[b] + 1;
-  }
-  if (B < 1 || B > MAX_B || nt < 1) return -1;
-  if (zoo_scratch_floats(m, B, nt, max_ctx) > scratch_floats) return -3;
-  float *hidden = scratch, *qkv = hidden + (long)B * E, *attn = qkv + (long)B * QKV, *act = attn + (long)B * H * D;
-  float *thread_base = act + (long)B * I;
-  const long per_thread = (long)B * E + 2 * ACC_FLOATS + 2L * D + max_ctx + 16;
-
-  step_barrier bar;
-  atomic_init(&bar.arrived, 0);
-  atomic_init(&bar.sense, 0);
-#pragma omp parallel num_threads(nt)
-  {
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    int sense = 0;
-    float *mine = thread_base + (((long)t * per_thread + 15) & ~15L);
-    float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + D, *scores = krot + D;
-    int c0, c1;
-
-    /* embedding rows: hidden[b, e] = embed_t[e, token] */
-    cols_of(E, T, t, &c0, &c1);
-    for (int b = 0; b < B; b++)
-      for (int e = c0; e < c1; e++) hidden[(long)b * E + e] = m->embed_t[(long)e * V + tokens[b]];
-    barrier_wait(&bar, T, &sense);
-
-    for (int l = 0; l < m->num_layers; l++) {
-      for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
-      cols_of(QKV, T, t, &c0, &c1);
-      gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
-      barrier_wait(&bar, T, &sense);
-      float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
-      for (int u = t; u < B * H; u += T) { /* one unit per (row, query head) */
-        const int b = u / H, h = u % H, kh = h / g;
-        const float *cs = m->rope + pos[b] * D, *sn = m->rope + ((long)m->max_positions + pos[b]) * D;
-        const float *row = qkv + (long)b * QKV, *v_new = row + (H + Hkv + kh) * D;
-        const long *table = tables + (long)b * W;
-        rope(row + h * D, cs, sn, qrot, D);
-        rope(row + (H + kh) * D, cs, sn, krot, D);
-        if (h % g == 0) { /* the group's first head stores the new K/V; the others take them from krot/v_new */
-          const long slot = table[pos[b] / m->block_size] * m->block_size + pos[b] % m->block_size;
-          memcpy(K + slot * Hkv * D + (long)kh * D, krot, D * sizeof(float));
-          memcpy(Vc + slot * Hkv * D + (long)kh * D, v_new, D * sizeof(float));
-        }
-        attend(m, K + (long)kh * D, Vc + (long)kh * D, table, (int)pos[b] + 1, qrot, krot, v_new,
-               attn + (long)b * H * D + (long)h * D, scores);
-      }
-      barrier_wait(&bar, T, &sense);
-      cols_of(E, T, t, &c0, &c1);
-      gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
-      barrier_wait(&bar, T, &sense);
-      for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_post[l], xn + (long)b * E, E, m->eps);
-      cols_of(I, T, t, &c0, &c1);
-      gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc);
-      barrier_wait(&bar, T, &sense);
-      cols_of(E, T, t, &c0, &c1);
-      gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
-      barrier_wait(&bar, T, &sense);
-    }
-    for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_final, xn + (long)b * E, E, m->eps);
-    cols_of(V, T, t, &c0, &c1);
-    gemv_cols(m->head_t, V, xn, E, B, E, logits, V, c0, c1, 0, acc);
-  }
-  return 0;
-}
-
-/* y[B, N] = (add ? y : 0) + x[B, K] @ W[K, N] alone, columns split over nt threads: the step's matrix-vector
- * product, for benchmarks (bench/fastpath.py) and tests */
-void zoo_gemv(const float *W, int K, int N, const float *x, int B, float *y, int add, int nt) {
-  if (B < 1 || B > MAX_B || nt < 1) return;
-#pragma omp parallel num_threads(nt)
-  {
-    float acc[ACC_FLOATS] __attribute__((aligned(64)));
-    int c0, c1;
-    cols_of(N, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
-    gemv_cols(W, N, x, K, B, K, y, N, c0, c1, add, acc);
-  }
-}
-
-/* ---- decode attention alone, for the torch path's larger batches (cpu_attention.py) ----------------------
- * B decode rows, each attending over positions 0..seq_lens[b]-1 of its own blocks (tables[b, :]) in one
- * layer's cache [2, num_blocks, block_size, Hkv, D] (the new token's K/V already stored). One unit of work is
- * a (row, KV head): its g = H / Hkv query heads read each cached K and V row once, in place (no gather copy,
- * no padding to the batch's longest context). Two passes per unit: scores = q k^T / sqrt(D) into the thread's
- * scratch, softmax, then out = p v. A unit runs on one thread start to end, so the bits do not depend on the
- * thread count. Replaces GatherSDPABackend's gather + SDPA for decode rows: profiled at ~30% of a batch-32
- * SmolLM2 step (2.6 ms an SDPA call, 1.5 ms a gather). */
-
 /* one (row, KV head) unit: its g query heads (qb: g * D floats) over the row's n cached tokens (K, V: this KV
  * head's first element of the layer's K and V; tok: floats between tokens) into ob (g * D floats); sc: g * n
  * floats. Inlined with D a constant where it is one (64, 128): the head's accumulators stay in registers. */
@@ -405,6 +291,279 @@ static inline __attribute__((always_inline)) void attend_unit(const float *restr
     memcpy(ob + (long)h * D, acc, D * sizeof(float));
   }
 }
+
+/* ---- more rows: a register-blocked matrix product ----------------------------------------------------------
+ * From GEMM_MIN_ROWS rows on, the weights are reused across rows enough that the product is compute-bound: the
+ * broadcast-and-accumulate loop above is load-bound there (one L1 load per FMA). Here a block of RB rows x 32
+ * columns keeps its 2 RB accumulator vectors in registers for the whole K loop (16 of AVX-512's 32 at RB = 8),
+ * each k loads two weight vectors and RB broadcasts of x: the classic outer-product micro-kernel (Goto & van
+ * de Geijn, "Anatomy of high-performance matrix multiplication", ACM TOMS 2008), over the stored [in, out]
+ * weights as they are (no packing). Each output sums k = 0..K-1 in order in one accumulator, then adds y: the
+ * bits do not depend on how columns are split over threads. */
+#if defined(__AVX512F__)
+#define RB 8
+#else
+#define RB 4
+#endif
+typedef float v16 __attribute__((vector_size(64)));
+typedef float v16u __attribute__((vector_size(64), aligned(4)));
+
+/* y[0:rb, 0:nv*16] (=, or += with add) x[0:rb, 0:K] @ W[0:K, 0:nv*16]; nv = 1 or 2 vectors of columns.
+ * pf: the next block's columns (prefetched while this block streams its panel), or NULL */
+static inline __attribute__((always_inline)) void micro(const float *restrict W, long ldw, const float *restrict x,
+                                                        long ldx, int K, const int rb, const int nv,
+                                                        float *restrict y, long ldy, int add, const float *pf) {
+  v16 acc[RB][2];
+#pragma GCC unroll 8
+  for (int r = 0; r < rb; r++) acc[r][0] = acc[r][1] = (v16){0};
+  for (int k = 0; k < K; k++) {
+    const float *w = W + (long)k * ldw;
+    if (pf) {
+      __builtin_prefetch(pf + (long)k * ldw);
+      __builtin_prefetch(pf + (long)k * ldw + 16);
+    }
+    const v16 w0 = *(const v16u *)w;
+    const v16 w1 = nv == 2 ? *(const v16u *)(w + 16) : (v16){0};
+#pragma GCC unroll 8
+    for (int r = 0; r < rb; r++) {
+      const float a = x[(long)r * ldx + k];
+      acc[r][0] += a * w0;
+      if (nv == 2) acc[r][1] += a * w1;
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < rb; r++) {
+    for (int v = 0; v < nv; v++) {
+      v16u *out = (v16u *)(y + (long)r * ldy + 16 * v);
+      *out = add ? *out + acc[r][v] : acc[r][v];
+    }
+  }
+}
+
+/* y[0:B, 0:n] (=, or += with add) x[0:B, 0:K] @ W[0:K, 0:n], n <= 32 columns: rows in blocks of RB */
+static void gemm_block(const float *W, long ldw, const float *x, long ldx, int B, int K, float *y, long ldy, int n,
+                       int add, const float *pf) {
+  if (n == 32 || n == 16) {
+    const int nv = n / 16;
+    int r = 0;
+    for (; r + RB <= B; r += RB) {
+      const float *xr = x + (long)r * ldx;
+      float *yr = y + (long)r * ldy;
+      if (nv == 2)
+        micro(W, ldw, xr, ldx, K, RB, 2, yr, ldy, add, pf);
+      else
+        micro(W, ldw, xr, ldx, K, RB, 1, yr, ldy, add, pf);
+    }
+    for (; r < B; r++) { /* leftover rows one at a time */
+      if (nv == 2)
+        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 2, y + (long)r * ldy, ldy, add, 0);
+      else
+        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 1, y + (long)r * ldy, ldy, add, 0);
+    }
+    return;
+  }
+  for (int b = 0; b < B; b++) /* a last few columns */
+    for (int j = 0; j < n; j++) {
+      float s = 0.0f;
+      for (int k = 0; k < K; k++) s += x[(long)b * ldx + k] * W[(long)k * ldw + j];
+      y[(long)b * ldy + j] = add ? y[(long)b * ldy + j] + s : s;
+    }
+}
+
+/* 1 / (1 + e^-x) from e^-|x| (never overflows), vectorizable: expf is a libm call per element, ~20% of a
+ * batch-32 step's CPU time when it computed silu here */
+static inline float sigmoid(float x) {
+  const float e = exp_nonpos_rint(x < 0.0f ? x : -x);
+  const float r = 1.0f / (1.0f + e);
+  return x < 0.0f ? e * r : r;
+}
+
+static inline int block_width(int left) { return left >= 32 ? 32 : left >= 16 ? 16 : left; }
+
+/* y[:, c0:c1] (=, or += with add) x @ W[:, c0:c1] in 32-column blocks */
+static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
+                      int c1, int add) {
+  for (int c = c0; c < c1;) {
+    const int n = block_width(c1 - c);
+    const float *pf = c + n < c1 ? W + c + n : 0;
+    gemm_block(W + c, N, x, ldx, B, K, y + c, ldy, n, add, pf);
+    c += n;
+  }
+}
+
+/* act[:, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]) in 32-column blocks; tmp: 2 * B * 32 floats */
+static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
+                         float *tmp) {
+  float *up = tmp + (long)B * 32;
+  for (int c = c0; c < c1;) {
+    const int n = block_width(c1 - c);
+    gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c);
+    gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0);
+    for (int b = 0; b < B; b++) {
+      const float *g = tmp + (long)b * 32, *u = up + (long)b * 32;
+      float *out = act + (long)b * I + c;
+#pragma omp simd
+      for (int j = 0; j < n; j++) out[j] = g[j] * sigmoid(g[j]) * u[j];
+    }
+    c += n;
+  }
+}
+
+/* The step's barrier: sense-reversing on one atomic counter; a waiting thread spins briefly, then yields its
+ * core. libgomp's own barrier spins up to ~300k pauses before it sleeps: on a machine shared with other
+ * processes a descheduled peer made every one of a step's ~120 barriers burn milliseconds (measured: a 2-thread
+ * step took 15x a 1-thread one at load 8; thread_choice.py then also picks 1 thread). */
+typedef struct {
+  atomic_int arrived;
+  atomic_int sense;
+} step_barrier;
+
+#define SPINS_BEFORE_YIELD 4000
+
+static void barrier_wait(step_barrier *bar, int nt, int *my_sense) {
+  if (nt == 1) return;
+  const int s = !*my_sense;
+  *my_sense = s;
+  if (atomic_fetch_add_explicit(&bar->arrived, 1, memory_order_acq_rel) == nt - 1) {
+    atomic_store_explicit(&bar->arrived, 0, memory_order_relaxed);
+    atomic_store_explicit(&bar->sense, s, memory_order_release);
+    return;
+  }
+  for (int spins = 0; atomic_load_explicit(&bar->sense, memory_order_acquire) != s;) {
+    if (++spins < SPINS_BEFORE_YIELD)
+      __builtin_ia32_pause();
+    else
+      sched_yield();
+  }
+}
+
+/* B decode rows: token ids, positions (the new token's), block tables [B, W] (row-major, width W: the new
+ * token's K/V goes to slot table[pos / bs] * bs + pos % bs) and the step's logits [B, V]; every row attends
+ * over its positions 0..pos[b]. head = 0: the final RMSNorm's output [B, E] in place of the logits (the caller
+ * runs the output head: oneDNN's packed product streams its 113 MB faster for many rows). nt threads.
+ * Returns 0, or < 0 (nothing computed) for bad input. */
+int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *pos, const long *tables, int W,
+                    float *logits, float *scratch, long scratch_floats, int nt, int head) {
+  const int E = m->hidden, I = m->inter, H = m->num_heads, Hkv = m->num_kv_heads, D = m->head_dim;
+  const int g = H / Hkv, QKV = (H + 2 * Hkv) * D, V = m->vocab;
+  int max_ctx = 0;
+  for (int b = 0; b < B; b++) {
+    if (pos[b] < 0 || pos[b] >= m->max_positions || tokens[b] < 0 || tokens[b] >= V) return -1;
+    if (pos[b] / m->block_size >= W) return -2;
+    for (long j = 0; j <= pos[b] / m->block_size; j++)
+      if (tables[b * W + j] < 0 || tables[b * W + j] >= m->num_blocks) return -2;
+    if (pos[b] + 1 > max_ctx) max_ctx = (int)pos[b] + 1;
+  }
+  if (B < 1 || B > MAX_B || nt < 1) return -1;
+  if (zoo_scratch_floats(m, B, nt, max_ctx) > scratch_floats) return -3;
+  float *hidden = scratch, *qkv = hidden + (long)B * E, *attn = qkv + (long)B * QKV, *act = attn + (long)B * H * D;
+  float *thread_base = act + (long)B * I;
+  const long per_thread = (long)B * E + 2 * ACC_FLOATS + (H + 1L) * D + (long)g * max_ctx + 16;
+
+  step_barrier bar;
+  atomic_init(&bar.arrived, 0);
+  atomic_init(&bar.sense, 0);
+#pragma omp parallel num_threads(nt)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    int sense = 0;
+    float *mine = thread_base + (((long)t * per_thread + 15) & ~15L);
+    float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + (long)H * D;
+    float *scores = krot + D;
+    int c0, c1;
+
+    /* embedding rows: hidden[b, e] = embed_t[e, token] */
+    cols_of(E, T, t, &c0, &c1);
+    for (int b = 0; b < B; b++)
+      for (int e = c0; e < c1; e++) hidden[(long)b * E + e] = m->embed_t[(long)e * V + tokens[b]];
+    barrier_wait(&bar, T, &sense);
+
+    for (int l = 0; l < m->num_layers; l++) {
+      for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
+      cols_of(QKV, T, t, &c0, &c1);
+      gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
+      barrier_wait(&bar, T, &sense);
+      float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
+      if (B >= GEMM_MIN_ROWS) { /* one unit per (row, KV head): its g query heads read each K/V row once */
+        const long tok = (long)Hkv * D;
+        const float scale = 1.0f / sqrtf((float)D);
+        for (int u = t; u < B * Hkv; u += T) {
+          const int b = u / Hkv, kh = u % Hkv;
+          const float *cs = m->rope + pos[b] * D, *sn = m->rope + ((long)m->max_positions + pos[b]) * D;
+          const float *row = qkv + (long)b * QKV;
+          const long *table = tables + (long)b * W;
+          const long slot = table[pos[b] / m->block_size] * m->block_size + pos[b] % m->block_size;
+          rope(row + (H + kh) * D, cs, sn, krot, D);
+          memcpy(K + slot * tok + (long)kh * D, krot, D * sizeof(float));
+          memcpy(Vc + slot * tok + (long)kh * D, row + (H + Hkv + kh) * D, D * sizeof(float));
+          for (int h = 0; h < g; h++) rope(row + (kh * g + h) * D, cs, sn, qrot + h * D, D);
+          float *ob = attn + (long)b * H * D + (long)kh * g * D;
+          const int n = (int)pos[b] + 1;
+          if (D == 64)
+            attend_unit(qrot, K + kh * D, Vc + kh * D, table, n, m->block_size, tok, g, 64, scale, scores, ob);
+          else
+            attend_unit(qrot, K + kh * D, Vc + kh * D, table, n, m->block_size, tok, g, D, scale, scores, ob);
+        }
+      } else
+      for (int u = t; u < B * H; u += T) { /* one unit per (row, query head) */
+        const int b = u / H, h = u % H, kh = h / g;
+        const float *cs = m->rope + pos[b] * D, *sn = m->rope + ((long)m->max_positions + pos[b]) * D;
+        const float *row = qkv + (long)b * QKV, *v_new = row + (H + Hkv + kh) * D;
+        const long *table = tables + (long)b * W;
+        rope(row + h * D, cs, sn, qrot, D);
+        rope(row + (H + kh) * D, cs, sn, krot, D);
+        if (h % g == 0) { /* the group's first head stores the new K/V; the others take them from krot/v_new */
+          const long slot = table[pos[b] / m->block_size] * m->block_size + pos[b] % m->block_size;
+          memcpy(K + slot * Hkv * D + (long)kh * D, krot, D * sizeof(float));
+          memcpy(Vc + slot * Hkv * D + (long)kh * D, v_new, D * sizeof(float));
+        }
+        attend(m, K + (long)kh * D, Vc + (long)kh * D, table, (int)pos[b] + 1, qrot, krot, v_new,
+               attn + (long)b * H * D + (long)h * D, scores);
+      }
+      barrier_wait(&bar, T, &sense);
+      cols_of(E, T, t, &c0, &c1);
+      gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
+      barrier_wait(&bar, T, &sense);
+      for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_post[l], xn + (long)b * E, E, m->eps);
+      cols_of(I, T, t, &c0, &c1);
+      gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc);
+      barrier_wait(&bar, T, &sense);
+      cols_of(E, T, t, &c0, &c1);
+      gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
+      barrier_wait(&bar, T, &sense);
+    }
+    for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_final, xn + (long)b * E, E, m->eps);
+    if (head) {
+      cols_of(V, T, t, &c0, &c1);
+      gemv_cols(m->head_t, V, xn, E, B, E, logits, V, c0, c1, 0, acc);
+    } else if (t == 0) {
+      memcpy(logits, xn, (size_t)B * E * sizeof(float));
+    }
+  }
+  return 0;
+}
+
+/* y[B, N] = (add ? y : 0) + x[B, K] @ W[K, N] alone, columns split over nt threads: the step's matrix-vector
+ * product, for benchmarks (bench/fastpath.py) and tests */
+void zoo_gemv(const float *W, int K, int N, const float *x, int B, float *y, int add, int nt) {
+  if (B < 1 || B > MAX_B || nt < 1) return;
+#pragma omp parallel num_threads(nt)
+  {
+    float acc[ACC_FLOATS] __attribute__((aligned(64)));
+    int c0, c1;
+    cols_of(N, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
+    gemv_cols(W, N, x, K, B, K, y, N, c0, c1, add, acc);
+  }
+}
+
+/* ---- decode attention alone, for the torch path's larger batches (cpu_attention.py) ----------------------
+ * B decode rows, each attending over positions 0..seq_lens[b]-1 of its own blocks (tables[b, :]) in one
+ * layer's cache [2, num_blocks, block_size, Hkv, D] (the new token's K/V already stored). One unit of work is
+ * a (row, KV head): its g = H / Hkv query heads read each cached K and V row once, in place (no gather copy,
+ * no padding to the batch's longest context). Two passes per unit: scores = q k^T / sqrt(D) into the thread's
+ * scratch, softmax, then out = p v. A unit runs on one thread start to end, so the bits do not depend on the
+ * thread count. Replaces GatherSDPABackend's gather + SDPA for decode rows: profiled at ~30% of a batch-32
+ * SmolLM2 step (2.6 ms an SDPA call, 1.5 ms a gather). */
 
 long zoo_attn_scratch_floats(int H, int Hkv, int nt, int max_ctx) {
   return (long)nt * ((long)(H / Hkv) * max_ctx + 16) + 16;
