@@ -68,8 +68,9 @@ class TorchModelRunner(LoraRunnerVerbs):
     pack_cpu_weights: on a CPU in fp32, run the matmuls on oneDNN-packed weights (cpu_packed.py; the
         model is packed in place, so runners sharing it share the packing).
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
-    cpu_decode_kernel: on a CPU in fp32, run steps of at most 4 plain decode rows with the C decode kernel
-        (cpu_decode.py: one call a step, weights read once at memory speed); False, or no C compiler = torch ops.
+    cpu_decode_kernel: on a CPU in fp32, run steps of at most 64 plain decode rows with the C decode kernel
+        (cpu_decode.py: one call a step), and the decode rows of other steps with its attention
+        (cpu_attention.py); False, or no C compiler = torch ops and the gather attention.
     adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
         measured wall time favours (thread_choice.py; the same bits at any count); False = all of them.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
