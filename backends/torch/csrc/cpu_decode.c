@@ -20,6 +20,11 @@
  *   h[:, cols_t] += act @ Wd[:, cols_t]                                                     | barrier
  * then logits[:, cols_t] = rmsnorm(h) @ head[:, cols_t].
  *
+ * From GEMM_MIN_ROWS (5) rows on, the same step with compute-bound parts: the products are register-blocked
+ * GEMMs (gemm_cols: 8 rows x 32 columns of accumulators), attention runs per (row, KV head) unit (RoPE, the KV
+ * store and the g query heads over the cached rows, read once), and with head = 0 the caller applies the
+ * output head to the returned rmsnorm(h). Up to 4 rows the code above runs unchanged (the same bits).
+ *
  * The operation order of RMSNorm and RoPE is torch's (model.py): x * rsqrt(mean(x^2) + eps) * w and
  * x * cos + rotate(x) * signed_sin. Matmuls and attention sum in another order than MKL / SDPA: logits
  * differ from the torch path by float rounding (~1e-5), tests/backends/torch/test_cpu_decode.py bounds it.
