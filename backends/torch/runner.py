@@ -334,8 +334,16 @@ class TorchModelRunner(LoraRunnerVerbs):
         # many rows: the output head through torch (oneDNN's packed weight streams it faster than the kernel)
         head = n <= CPU_DECODE_HEAD_ROWS
         logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads, head)
-        if not head:
-            logits = torch.mm(logits, self.model.lm_head_t)
+        if not head:  # on the kernel's thread count: on a loaded machine 1 thread, so no peer stalls it
+            all_threads = torch.get_num_threads()
+            if threads == all_threads:
+                logits = torch.mm(logits, self.model.lm_head_t)
+            else:
+                torch.set_num_threads(threads)
+                try:
+                    logits = torch.mm(logits, self.model.lm_head_t)
+                finally:
+                    torch.set_num_threads(all_threads)
         if self.thread_choice is not None:
             self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return logits, sample_rows.slots
