@@ -67,6 +67,8 @@ class DecodeGroup:
         seq_len when num_rows == 1.
     mask: [num_rows, 1, 1, context_len] bool (True = attend), None when every row's seq_len equals
         context_len.
+    seq_lens: [num_rows] int64 keys of each row, for backends that attend over the blocks in place
+        (cpu_attention.py: no padding, no mask); None here.
     """
 
     row_start: int
@@ -74,6 +76,7 @@ class DecodeGroup:
     block_table: torch.Tensor
     context_len: int
     mask: torch.Tensor | None
+    seq_lens: torch.Tensor | None = None
 
 
 @dataclass(slots=True)
@@ -194,8 +197,36 @@ class GatherSDPABackend(AttentionBackend):
         meta = AttentionMetadata(slot_mapping=as_slot_tensor(slot_mapping, buf))
         num_decodes = len(decode_seq_lens)
         meta.num_decodes = num_decodes
+        if num_decodes:
+            self._decode_metadata(meta, decode_seq_lens, decode_block_ids, buf)
+        row = num_decodes
+        for start_pos, num_rows, block_ids in chunk_specs:
+            ctx = start_pos + num_rows
+            nb = -(-ctx // bs)
+            mask = None
+            if start_pos > 0:
+                # row i sits at position start_pos + i and sees keys 0..start_pos + i
+                mask_np, mask = buf.take(num_rows * ctx, torch.bool)
+                np.less_equal(
+                    arange_view(ctx)[None, :],
+                    start_pos + arange_view(num_rows)[:, None],
+                    out=mask_np.reshape(num_rows, ctx),
+                )
+                mask = mask.view(num_rows, ctx)
+            table_np, table = buf.take(nb)
+            table_np[:] = block_ids[:nb]
+            meta.chunks.append(PrefillChunk(row, num_rows, start_pos, table, mask))
+            row += num_rows
+        if own:
+            buf.upload()
+        return meta
+
+    def _decode_metadata(self, meta, decode_seq_lens, decode_block_ids, buf: StepBuffers) -> None:
+        """The decode rows' part of ``meta``: groups of rows, each a padded block table (and a mask)."""
+        bs = self.block_size
+        num_decodes = len(decode_seq_lens)
         num_blocks = [-(-n // bs) for n in decode_seq_lens]
-        starts = split_decode_groups(num_blocks) if num_decodes else []
+        starts = split_decode_groups(num_blocks)
         for start, end in zip(starts, [*starts[1:], num_decodes]):
             rows = end - start
             if rows == 1:
@@ -219,27 +250,6 @@ class GatherSDPABackend(AttentionBackend):
                 np.less(arange_view(keys)[None, :], seq_lens[:, None], out=mask_np.reshape(rows, keys))
                 mask = mask.view(rows, 1, 1, keys)
             meta.decode_groups.append(DecodeGroup(start, rows, table, width * bs, mask))
-        row = num_decodes
-        for start_pos, num_rows, block_ids in chunk_specs:
-            ctx = start_pos + num_rows
-            nb = -(-ctx // bs)
-            mask = None
-            if start_pos > 0:
-                # row i sits at position start_pos + i and sees keys 0..start_pos + i
-                mask_np, mask = buf.take(num_rows * ctx, torch.bool)
-                np.less_equal(
-                    arange_view(ctx)[None, :],
-                    start_pos + arange_view(num_rows)[:, None],
-                    out=mask_np.reshape(num_rows, ctx),
-                )
-                mask = mask.view(num_rows, ctx)
-            table_np, table = buf.take(nb)
-            table_np[:] = block_ids[:nb]
-            meta.chunks.append(PrefillChunk(row, num_rows, start_pos, table, mask))
-            row += num_rows
-        if own:
-            buf.upload()
-        return meta
 
     def _gather(self, kv_cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
         """K and V of the listed blocks in one copy: [2, len(block_table) * bs, Hkv, D]."""
@@ -247,12 +257,9 @@ class GatherSDPABackend(AttentionBackend):
         flat = kv_cache.view(2, n, -1).index_select(1, block_table)  # [2, nb, bs * Hkv * D]
         return flat.view(2, -1, self.num_kv_heads, self.head_dim)
 
-    def forward(self, q, k, v, kv_cache, meta):
-        t = q.shape[0]
+    def _attend_decodes(self, q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+        """The decode rows' attention output [num_decodes, H * D] (their K/V already in the cache)."""
         h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        kv_cache[0].view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
-        kv_cache[1].view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
-
         outs: list[torch.Tensor] = []
         for g in meta.decode_groups:
             b, ctx = g.num_rows, g.context_len
@@ -262,6 +269,17 @@ class GatherSDPABackend(AttentionBackend):
             qd = q[g.row_start : g.row_start + b].reshape(b, hkv, h // hkv, d)  # [b, Hkv, g, D]
             o = F.scaled_dot_product_attention(qd, kv[0], kv[1], attn_mask=g.mask)  # [b, Hkv, g, D]
             outs.append(o.reshape(b, h * d))
+        return outs[0] if len(outs) == 1 else torch.cat(outs, dim=0)
+
+    def forward(self, q, k, v, kv_cache, meta):
+        t = q.shape[0]
+        h, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        kv_cache[0].view(-1, hkv, d).index_copy_(0, meta.slot_mapping, k)
+        kv_cache[1].view(-1, hkv, d).index_copy_(0, meta.slot_mapping, v)
+
+        outs: list[torch.Tensor] = []
+        if meta.num_decodes:
+            outs.append(self._attend_decodes(q, kv_cache, meta))
         for c in meta.chunks:
             qc = q[c.row_start : c.row_start + c.num_rows].transpose(0, 1)  # [H, n, D]
             if c.mask is None:

@@ -12,9 +12,13 @@ directory keyed by the source, the flags, the compiler and the CPU (``ZOO_KERNEL
 returns None and the runner keeps the torch path (logged once). ``ZOO_CPU_DECODE=0`` turns the kernel off.
 
 Serves: a CPU LlamaModel in fp32 with an fp32 KV cache, no tensor parallelism, steps of plain decodes without
-LoRA adapters and at most ``MAX_ROWS`` rows (larger batches are matrix-matrix products: oneDNN's packed
-weights serve them better, cpu_packed.py). The model's logits differ from the torch path's by float rounding
-(the sums run in another order); greedy tokens match transformers (tests/backends/torch/test_cpu_decode.py).
+LoRA adapters and at most ``MAX_ROWS`` rows. From 5 rows on (csrc's ``GEMM_MIN_ROWS``) the products are
+compute-bound: a register-blocked GEMM (8 rows x 32 columns of accumulators) over the same stored layout,
+attention per (row, KV head), and the output head left to the caller (oneDNN's packed weight, cpu_packed.py,
+streams the 113 MB head faster). Profiled on a batch-32 SmolLM2 step (1 thread, CPU time): the torch path
+~150 ms (matmuls ~75%, gather + SDPA ~20%), this kernel ~98 ms + ~21 ms for the head. The model's logits
+differ from the torch path's by float rounding (the sums run in another order); greedy tokens match
+transformers and the torch path (tests/backends/torch/test_cpu_decode.py).
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_decode.c"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
-# decode rows per step served by the kernel; more rows and the matmuls become compute-bound (oneDNN's)
-MAX_ROWS = 4
+# decode rows per step served by the kernel (from 5 rows on, csrc's GEMM_MIN_ROWS, its products are register-
+# blocked GEMMs and its attention runs per (row, KV head)); larger steps take the torch path
+MAX_ROWS = 64
+# steps of more rows return the final norm's output and the output head runs on oneDNN's packed weight
+HEAD_ROWS = 4
 MAX_KERNEL_ROWS = 64  # what one call accepts at all (csrc: MAX_B)
 
 _P = ctypes.c_void_p
@@ -139,6 +146,7 @@ def load_library() -> ctypes.CDLL | None:
     lib.zoo_scratch_floats.argtypes = [_P, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.zoo_scratch_floats.restype = ctypes.c_long
     lib.zoo_decode_step.argtypes = [_P, ctypes.c_int, _P, _P, _P, ctypes.c_int, _P, _P, ctypes.c_long, ctypes.c_int]
+    lib.zoo_decode_step.argtypes += [ctypes.c_int]  # head
     lib.zoo_decode_step.restype = ctypes.c_int
     lib.zoo_gemv.argtypes = [_P, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int]
     lib.zoo_gemv.restype = None
@@ -185,6 +193,7 @@ class CpuDecoder:
         c = model.config
         self.lib = lib
         self.vocab = c.vocab_size
+        self.hidden = c.hidden_size
         plain = lambda t: t.as_subclass(torch.Tensor)  # noqa: E731 (packed weights: their [in, out] data)
         layers = model.layers
         weights = {
@@ -232,10 +241,17 @@ class CpuDecoder:
         self._scratch = torch.empty(0)
 
     def step(
-        self, tokens: torch.Tensor, positions: torch.Tensor, tables: torch.Tensor, max_pos: int, num_threads: int
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        tables: torch.Tensor,
+        max_pos: int,
+        num_threads: int,
+        head: bool = True,
     ) -> torch.Tensor:
         """tokens, positions [B] int64, tables [B, W] int64 (contiguous, CPU), max_pos = positions.max():
-        fp32 logits [B, V] (a new tensor)."""
+        fp32 logits [B, V] (a new tensor); head=False: the final RMSNorm's output [B, E] instead, for the caller
+        to apply the output head."""
         b, w = tables.shape
         if not 1 <= b <= MAX_KERNEL_ROWS:
             raise ValueError(f"1 to {MAX_KERNEL_ROWS} rows a call, got {b}")
@@ -246,7 +262,7 @@ class CpuDecoder:
         need = self.lib.zoo_scratch_floats(self._ref, b, num_threads, max_pos + 1)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
-        logits = torch.empty(b, self.vocab)
+        logits = torch.empty(b, self.vocab if head else self.hidden)
         rc = self.lib.zoo_decode_step(
             self._ref,
             b,
@@ -258,6 +274,7 @@ class CpuDecoder:
             self._scratch.data_ptr(),
             self._scratch.numel(),
             num_threads,
+            int(head),
         )
         if rc != 0:
             raise ValueError(f"CPU decode kernel: {_ERRORS.get(rc, f'error {rc}')}")

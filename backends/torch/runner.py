@@ -25,8 +25,11 @@ import torch
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
-from backends.torch.attention import AttentionBackend, arange_view
+from backends.torch.attention import AttentionBackend, GatherSDPABackend, arange_view
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
+from backends.torch.cpu_attention import CpuPagedBackend
+from backends.torch.cpu_attention import serves as serves_attention
+from backends.torch.cpu_decode import HEAD_ROWS as CPU_DECODE_HEAD_ROWS
 from backends.torch.cpu_decode import MAX_ROWS as CPU_DECODE_MAX_ROWS
 from backends.torch.cpu_decode import CpuDecoder, load_library, supports
 from backends.torch.cpu_packed import pack_weights
@@ -65,8 +68,9 @@ class TorchModelRunner(LoraRunnerVerbs):
     pack_cpu_weights: on a CPU in fp32, run the matmuls on oneDNN-packed weights (cpu_packed.py; the
         model is packed in place, so runners sharing it share the packing).
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
-    cpu_decode_kernel: on a CPU in fp32, run steps of at most 4 plain decode rows with the C decode kernel
-        (cpu_decode.py: one call a step, weights read once at memory speed); False, or no C compiler = torch ops.
+    cpu_decode_kernel: on a CPU in fp32, run steps of at most 64 plain decode rows with the C decode kernel
+        (cpu_decode.py: one call a step), and the decode rows of other steps with its attention
+        (cpu_attention.py); False, or no C compiler = torch ops and the gather attention.
     adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
         measured wall time favours (thread_choice.py; the same bits at any count); False = all of them.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
@@ -149,6 +153,12 @@ class TorchModelRunner(LoraRunnerVerbs):
             lib = load_library()
             if lib is not None:
                 self.cpu_decoder = CpuDecoder(lib, self.model, self.kv_cache.layers, spec.block_size)
+        heads = (c.num_attention_heads, c.num_key_value_heads)
+        plain = backend is GatherSDPABackend
+        if self.use_cpu_decode and plain and serves_attention(self.device, self.kv_dtype, *heads):
+            lib = load_library()  # larger decode batches: the C kernel's attention inside the torch path
+            if lib is not None:
+                self.attn = CpuPagedBackend(lib, *heads, c.head_dim, spec.block_size, self.device)
         if self.kernel_plan.cuda_graphs:
             self._capture_graphs()
 
@@ -170,6 +180,8 @@ class TorchModelRunner(LoraRunnerVerbs):
             line += " matmul=onednn-packed"
         if self.cpu_decoder is not None:
             line += f" decode<={CPU_DECODE_MAX_ROWS}=cpu-kernel"
+        if isinstance(self.attn, CpuPagedBackend):
+            line += " decode-attention=cpu-kernel"
         if self.graphs is not None:
             line += f" captured {list(self.graphs.batch_sizes)} in {self.graph_capture_s:.1f}s"
         elif self.kernel_plan.cuda_graphs:
@@ -319,7 +331,19 @@ class TorchModelRunner(LoraRunnerVerbs):
         if self.thread_choice is not None:
             threads = self.thread_choice.pick(n, threads)
         t0 = time.perf_counter()
-        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads)
+        # many rows: the output head through torch (oneDNN's packed weight streams it faster than the kernel)
+        head = n <= CPU_DECODE_HEAD_ROWS
+        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads, head)
+        if not head:  # on the kernel's thread count: on a loaded machine 1 thread, so no peer stalls it
+            all_threads = torch.get_num_threads()
+            if threads == all_threads:
+                logits = torch.mm(logits, self.model.lm_head_t)
+            else:
+                torch.set_num_threads(threads)
+                try:
+                    logits = torch.mm(logits, self.model.lm_head_t)
+                finally:
+                    torch.set_num_threads(all_threads)
         if self.thread_choice is not None:
             self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return logits, sample_rows.slots

@@ -10,6 +10,8 @@ import torch
 
 from backends.runner_driver import tiny_config
 from backends.torch import TorchModelRunner
+from backends.torch.attention import GatherSDPABackend
+from backends.torch.cpu_attention import CpuPagedBackend
 from backends.torch.cpu_decode import MAX_ROWS, build_library, gemv, load_library
 from backends.torch.weights import build_model, random_state_dict
 from engine.model_runner import KVCacheSpec
@@ -19,19 +21,21 @@ pytestmark = pytest.mark.skipif(load_library() is None, reason="no C compiler: t
 BLOCK = 4
 
 
-def _runner(model, kernel: bool) -> TorchModelRunner:
+def _runner(model, kernel: bool, blocks: int = 64) -> TorchModelRunner:
     # all intra-op threads, not the adaptive choice: the thread count under test is the one set
     runner = TorchModelRunner(model, torch.float32, cpu_decode_kernel=kernel, adaptive_threads=False)
-    runner.initialize_kv_cache(KVCacheSpec(64, 0, BLOCK))
+    runner.initialize_kv_cache(KVCacheSpec(blocks, 0, BLOCK))
     return runner
 
 
 def _decode_logits(kit, model, kernel: bool, num_rows: int, steps: int = 6, threads: int = 1):
-    """Prefill ``num_rows`` requests of different lengths (chunks: torch path), then ``steps`` decode steps of
-    all rows together; the logits of every decode step."""
-    runner = _runner(model, kernel)
-    alloc = kit.BlockAllocator(64, seed=num_rows)
-    seqs = [kit.Seq(f"r{i}", [(7 * i + j) % 90 + 3 for j in range(5 + 6 * i)], kit.GREEDY) for i in range(num_rows)]
+    """Prefill ``num_rows`` requests of different lengths (5 to 51 tokens: chunks, the torch path), then ``steps``
+    decode steps of all rows together; the logits of every decode step."""
+    blocks = max(64, 16 * num_rows)
+    runner = _runner(model, kernel, blocks)
+    alloc = kit.BlockAllocator(blocks, seed=num_rows)
+    lengths = [5 + (6 * i) % 47 for i in range(num_rows)]
+    seqs = [kit.Seq(f"r{i}", [(7 * i + j) % 90 + 3 for j in range(n)], kit.GREEDY) for i, n in enumerate(lengths)]
     for i, s in enumerate(seqs):  # prefill one request a step
         r = s.schedule(alloc, BLOCK)
         out = runner.compute_logits(kit.make_step(i, [r]))
@@ -52,8 +56,11 @@ def _decode_logits(kit, model, kernel: bool, num_rows: int, steps: int = 6, thre
     return steps_logits, runner
 
 
-@pytest.mark.parametrize("num_rows", [1, 2, MAX_ROWS])
+@pytest.mark.parametrize("num_rows", [1, 2, 4, 5, 8, 16, 32])
 def test_kernel_matches_torch_path(tiny, kit, num_rows):
+    """Up to 4 rows the kernel's products are GEMVs; from 5 on register-blocked GEMMs over blocks of rows and
+    32 columns (the tiny model's 48, 80 and 97 columns also take the 16-column and single-column tails), with
+    attention per (row, KV head) and the output head through torch."""
     _config, _sd, model = tiny
     got, runner = _decode_logits(kit, model, True, num_rows)
     want, plain = _decode_logits(kit, model, False, num_rows)
@@ -76,11 +83,12 @@ def test_untied_head_and_block_crossing(kit):
             torch.testing.assert_close(g[k], w[k], atol=2e-5, rtol=1e-5)
 
 
-def test_same_bits_at_one_and_two_threads(tiny, kit):
+@pytest.mark.parametrize("num_rows", [3, 32])
+def test_same_bits_at_one_and_two_threads(tiny, kit, num_rows):
     """Threads split columns and heads, never a sum: the thread count does not change a bit."""
     _config, _sd, model = tiny
-    one, _ = _decode_logits(kit, model, True, 3, threads=1)
-    two, _ = _decode_logits(kit, model, True, 3, threads=2)
+    one, _ = _decode_logits(kit, model, True, num_rows, steps=2, threads=1)
+    two, _ = _decode_logits(kit, model, True, num_rows, steps=2, threads=2)
     for a, b in zip(one, two):
         for k in a:
             assert torch.equal(a[k], b[k])
@@ -108,12 +116,15 @@ def test_runner_falls_back_where_the_kernel_does_not_serve(tiny, kit):
     bf16 = TorchModelRunner(config, "bfloat16", state_dict=sd)
     bf16.initialize_kv_cache(KVCacheSpec(16, 0, BLOCK))
     assert bf16.cpu_decoder is None
-    # more rows than the kernel serves: the torch path, the same tokens as the kernel's rows would give
-    got, _ = _decode_logits(kit, model, True, MAX_ROWS + 1, steps=2)
-    want, _ = _decode_logits(kit, model, False, MAX_ROWS + 1, steps=2)
+    # more rows than the kernel serves: the torch path (its decode attention in C, cpu_attention.py; the gather
+    # backend without the kernel), the same logits within fp32 rounding
+    got, runner = _decode_logits(kit, model, True, MAX_ROWS + 1, steps=2)
+    want, plain = _decode_logits(kit, model, False, MAX_ROWS + 1, steps=2)
+    assert isinstance(runner.attn, CpuPagedBackend) and "decode-attention=cpu-kernel" in runner.kernels
+    assert type(plain.attn) is GatherSDPABackend and "cpu-kernel" not in plain.kernels
     for g, w in zip(got, want):
         for k in g:
-            assert torch.equal(g[k], w[k])
+            torch.testing.assert_close(g[k], w[k], atol=2e-5, rtol=1e-5)
 
 
 def test_build_is_cached(tmp_path, monkeypatch):
@@ -137,3 +148,44 @@ def test_gemv_alone():
         gemv(lib, torch.randn(1, 36), w_t, 1)
     with pytest.raises(ValueError, match="shapes"):
         gemv(lib, torch.randn(65, 37), w_t, 1)  # more rows than a call serves
+
+
+def test_real_model_batch_of_32_same_greedy_tokens(smollm2_model, kit):
+    """SmolLM2-135M (head_dim 64: the kernel's specialised attention), 32 rows of different prompts and lengths:
+    the kernel's steps give the torch path's greedy tokens, and logits within fp32 rounding."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)  # correctness only: one thread is fastest on a shared test machine
+    try:
+        tokens, logits = _real_model_decodes(smollm2_model, kit)
+    finally:
+        torch.set_num_threads(old)
+    assert tokens[True] == tokens[False]
+    for g, w in zip(logits[True], logits[False]):
+        for k in g:
+            torch.testing.assert_close(g[k], w[k], atol=2e-4, rtol=1e-4)
+
+
+def _real_model_decodes(model, kit):
+    """With and without the kernel: each row's tokens and the logits of 2 decode steps of all 32 rows."""
+    tokens, logits = {}, {}
+    for kernel in (True, False):
+        runner = TorchModelRunner(model, torch.float32, cpu_decode_kernel=kernel, adaptive_threads=False)
+        runner.initialize_kv_cache(KVCacheSpec(256, 0, 16))
+        alloc = kit.BlockAllocator(256, seed=3)
+        seqs = [
+            kit.Seq(f"r{i}", [(37 * i + 11 * j) % 4000 + 100 for j in range(4 + i % 13)], kit.GREEDY) for i in range(32)
+        ]
+        for i, s in enumerate(seqs):
+            r = s.schedule(alloc, 16)
+            out = runner.compute_logits(kit.make_step(i, [r]))
+            s.advance(r, [int(out[s.req_id][-1].argmax())])
+        step_logits = []
+        for step in range(2):
+            sched = [s.schedule(alloc, 16) for s in seqs]
+            out = runner.compute_logits(kit.make_step(100 + step, sched))
+            step_logits.append(out)
+            for s, r in zip(seqs, sched):
+                s.advance(r, [int(out[s.req_id][0].argmax())])
+        tokens[kernel] = [list(s.token_ids) for s in seqs]
+        logits[kernel] = step_logits
+    return tokens, logits
