@@ -158,23 +158,25 @@ def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
     )
 
 
-@partial(jax.jit, static_argnames=("dims", "num_threads"), donate_argnames=("kv",))
-def kernel_decode_step(params, kparams: KernelParams, kv, token_ids, positions, tables, *, dims, num_threads: int):
+@partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv",))
+def kernel_decode_step(params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims):
     """One decode token for each of B rows (B <= MAX_ROWS, all real) -> (fp32 logits [B, V], kv).
     token_ids, positions [B] int32; tables [B, W] int32 block tables (the new token's slot is
-    tables[b, pos // bs] * bs + pos % bs); ``kv`` is donated and updated in place."""
+    tables[b, pos // bs] * bs + pos % bs); num_threads: int32 scalar (a traced operand: any count runs the same
+    program); ``kv`` is donated and updated in place."""
     b = token_ids.shape[0]
     vocab = kparams.embed_t.shape[1]
     layers = [w for lp in params.layers for w in (lp.input_norm, lp.qkv, lp.o, lp.post_norm, lp.gate_up, lp.down)]
     call = jax.ffi.ffi_call(
         TARGET,
         (jax.ShapeDtypeStruct((b, vocab), jnp.float32), jax.ShapeDtypeStruct(kv.shape, kv.dtype)),
-        input_output_aliases={3: 1},
+        input_output_aliases={4: 1},
     )
     return call(
         token_ids,
         positions,
         tables,
+        jnp.asarray(num_threads, dtype=jnp.int32),
         kv,
         kparams.rope_signed,
         kparams.embed_t,
@@ -183,6 +185,5 @@ def kernel_decode_step(params, kparams: KernelParams, kv, token_ids, positions, 
         *layers,
         num_heads=np.int32(dims.num_heads),
         num_kv_heads=np.int32(dims.num_kv_heads),
-        num_threads=np.int32(num_threads),
         eps=np.float32(dims.rms_norm_eps),
     )

@@ -38,6 +38,7 @@ from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_rando
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
+from backends.torch.thread_choice import ThreadChooser  # pure Python: imports no torch
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
@@ -82,7 +83,9 @@ class JaxModelRunner(LoraRunnerVerbs):
     cpu_decode_kernel: on a CPU device in fp32, run decode steps of at most ``cpu_kernel.MAX_ROWS`` rows
         without LoRA as one XLA FFI call of the C decode kernel (cpu_kernel.py); False, no compiler, or
         ``ZOO_CPU_DECODE=0`` = the pure-XLA layer programs. ``decode_path`` says which is in use.
-    cpu_decode_threads: the kernel's OpenMP threads; None = ``cpu_kernel.default_num_threads()``.
+    cpu_decode_threads: the kernel's OpenMP threads at most; None = ``cpu_kernel.default_num_threads()``.
+    adaptive_threads: run each kernel step on the thread count (1, 2, 4 ... up to that) its measured wall
+        time favours (backends/torch/thread_choice.py, as the torch runner; the same bits at any count).
     """
 
     def __init__(
@@ -98,6 +101,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         lora_config: LoraConfig | None = None,
         cpu_decode_kernel: bool = True,
         cpu_decode_threads: int | None = None,
+        adaptive_threads: bool = True,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
@@ -121,6 +125,7 @@ class JaxModelRunner(LoraRunnerVerbs):
                 self.lora_slots = JaxLoraSlots(self.config, lora_config, self.dtype, self.device)
         self.kernel_params: cpu_kernel.KernelParams | None = None
         self.kernel_threads = cpu_decode_threads or cpu_kernel.default_num_threads()
+        self.thread_choice = ThreadChooser() if adaptive_threads else None
         if cpu_decode_kernel and cpu_kernel.supports(self.config, self.dtype, self.device) and cpu_kernel.load():
             self.kernel_params = cpu_kernel.kernel_params(self.params)
 
@@ -224,8 +229,8 @@ class JaxModelRunner(LoraRunnerVerbs):
                     zeros,
                     zeros,
                     table,
+                    np.int32(self.kernel_threads),
                     dims=self.dims,
-                    num_threads=self.kernel_threads,
                 )
                 _argmax(logits).block_until_ready()
 
@@ -312,6 +317,10 @@ class JaxModelRunner(LoraRunnerVerbs):
             table[i, :nb] = r.block_ids[:nb]
         token_ids = np.array([r.token_ids[0] for r in decodes], dtype=np.int32)
         positions = np.array([r.start_pos for r in decodes], dtype=np.int32)
+        threads = self.kernel_threads
+        if self.thread_choice is not None:
+            threads = self.thread_choice.pick(n, threads)
+        t0 = time.perf_counter()
         logits, self.kv_cache.device_kv = cpu_kernel.kernel_decode_step(
             self.params,
             self.kernel_params,
@@ -319,9 +328,12 @@ class JaxModelRunner(LoraRunnerVerbs):
             token_ids,
             positions,
             table,
+            np.int32(threads),
             dims=self.dims,
-            num_threads=self.kernel_threads,
         )
+        if self.thread_choice is not None:
+            logits.block_until_ready()  # the sampler waits for it next anyway
+            self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return _ProgramOutput(logits, [SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample])
 
     def _run_chunks(self, chunks: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:

@@ -4,13 +4,15 @@
 //
 // Operands (all row-major, fp32 unless said):
 //   tokens [B] s32, positions [B] s32, tables [B, W] s32       the step's rows (every row a real request)
+//   threads [] s32                                              OpenMP threads for this call (an operand, not
+//                                                               an attribute: changing it compiles nothing)
 //   kv [L, 2, NB, bs, Hkv, D]                                   the JAX runner's stacked cache, aliased to
 //                                                               result 1 (written in place)
 //   rope_signed [2, P, D] (sin's first half negated), embed_t [E, V], head_t [E, V], norm [E]
 //   then per layer: input_norm [E], qkv [E, (H + 2 Hkv) D], o [H D, E], post_norm [E], gate_up [E, 2 I],
 //   down [I, E]  (the [in, out] layout both runners keep)
 // Results: logits [B, V], kv (the same buffer as operand kv).
-// Attributes: num_heads, num_kv_heads, num_threads (s32), eps (f32).
+// Attributes: num_heads, num_kv_heads (s32), eps (f32).
 //
 // The zoo_model struct below mirrors cpu_decode.c's; tests/backends/jax/test_cpu_kernel.py checks the
 // logits against the pure-XLA program, so a drift of the two layouts fails there.
@@ -53,10 +55,12 @@ constexpr int kPerLayer = 6;
 ffi::Error Invalid(const std::string &what) { return ffi::Error(ffi::ErrorCode::kInvalidArgument, what); }
 
 ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positions, ffi::Buffer<ffi::S32> tables,
-                      ffi::Buffer<ffi::F32> kv, ffi::Buffer<ffi::F32> rope, ffi::Buffer<ffi::F32> embed_t,
+                      ffi::Buffer<ffi::S32> threads, ffi::Buffer<ffi::F32> kv, ffi::Buffer<ffi::F32> rope, ffi::Buffer<ffi::F32> embed_t,
                       ffi::Buffer<ffi::F32> head_t, ffi::Buffer<ffi::F32> norm, ffi::RemainingArgs layers,
                       ffi::ResultBuffer<ffi::F32> logits, ffi::ResultBuffer<ffi::F32> kv_out, int32_t num_heads,
-                      int32_t num_kv_heads, int32_t num_threads, float eps) {
+                      int32_t num_kv_heads, float eps) {
+  if (threads.element_count() != 1 || threads.typed_data()[0] < 1) return Invalid("threads must be one int >= 1");
+  const int num_threads = threads.typed_data()[0];
   const auto kv_dims = kv.dimensions();
   const auto et = embed_t.dimensions();
   const auto rd = rope.dimensions();
@@ -141,6 +145,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooJaxDecodeStep, DecodeStep,
                                   .Arg<ffi::Buffer<ffi::S32>>()  // tokens
                                   .Arg<ffi::Buffer<ffi::S32>>()  // positions
                                   .Arg<ffi::Buffer<ffi::S32>>()  // tables
+                                  .Arg<ffi::Buffer<ffi::S32>>()  // threads
                                   .Arg<ffi::Buffer<ffi::F32>>()  // kv
                                   .Arg<ffi::Buffer<ffi::F32>>()  // rope_signed
                                   .Arg<ffi::Buffer<ffi::F32>>()  // embed_t
@@ -151,5 +156,4 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooJaxDecodeStep, DecodeStep,
                                   .Ret<ffi::Buffer<ffi::F32>>()  // kv (aliased)
                                   .Attr<int32_t>("num_heads")
                                   .Attr<int32_t>("num_kv_heads")
-                                  .Attr<int32_t>("num_threads")
                                   .Attr<float>("eps"));

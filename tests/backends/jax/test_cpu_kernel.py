@@ -107,7 +107,7 @@ def test_bad_block_table_is_an_error_not_a_crash(tiny, kit):
             one,
             one,
             tables,
+            np.int32(1),
             dims=runner.dims,
-            num_threads=1,
         )
         jax.block_until_ready(logits)
