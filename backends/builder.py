@@ -66,8 +66,9 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         from backends.jax import JaxModelRunner
 
         runner = JaxModelRunner(
-            checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora
-        )
+            checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora,
+            cpu_decode_kernel=config.cpu_decode_kernel, cpu_decode_threads=config.num_threads,
+        )  # fmt: skip
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)

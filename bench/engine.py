@@ -248,6 +248,13 @@ def _jax_part(model_path: str | None, quick: bool) -> dict:
     return run_jax_bench(model_path, quick)
 
 
+def _jax_xla_part(model_path: str | None, quick: bool) -> dict:
+    """The JAX runner with its pure-XLA decode programs only (no FFI kernel), beside the default."""
+    from bench.engine_jax import run_jax_bench
+
+    return run_jax_bench(model_path, quick, cpu_decode_kernel=False)
+
+
 def _bandwidth_part() -> dict:
     """Read bandwidth: sum a 1 GiB fp32 tensor (2 threads); best of 5."""
     torch = _setup_torch()
@@ -300,6 +307,8 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
     zoo["bf16"] = _in_process(_zoo_bf16_part, args.model, quick)
     say("this engine on the JAX runner (batch 1 and 32, compile time, recompiles) ...")
     zoo["jax"] = _in_process(_jax_part, args.model, quick)
+    say("this engine on the JAX runner, pure-XLA decode (no FFI kernel) ...")
+    zoo["jax_xla"] = _in_process(_jax_xla_part, args.model, quick)
 
     weight_bytes = weights["num_params"] * 4
     roofline_tok_s = bw["read_gbps"] * 1e9 / weight_bytes
@@ -316,6 +325,12 @@ def run_engine_bench(args: argparse.Namespace) -> dict:
         "jax_vs_torch_batch1_decode": zoo["jax"]["batch1"]["decode_tok_per_s"] / zoo["batch1"]["decode_tok_per_s"],
         "jax_vs_torch_uniform32_decode": (
             zoo["jax"]["concurrent32"]["decode_tok_per_s"] / zoo["uniform32"]["decode_tok_per_s"]
+        ),
+        "jax_xla_vs_torch_batch1_decode": (
+            zoo["jax_xla"]["batch1"]["decode_tok_per_s"] / zoo["batch1"]["decode_tok_per_s"]
+        ),
+        "jax_xla_vs_torch_uniform32_decode": (
+            zoo["jax_xla"]["concurrent32"]["decode_tok_per_s"] / zoo["uniform32"]["decode_tok_per_s"]
         ),
     }
     report = {

@@ -38,7 +38,7 @@ def _cpu_s() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def _build_engine(model_path: str | None):
+def _build_engine(model_path: str | None, cpu_decode_kernel: bool = True):
     from backends.checkpoint import load_checkpoint
     from backends.jax import JaxModelRunner
     from engine.config import CacheConfig, SchedulerConfig
@@ -46,7 +46,7 @@ def _build_engine(model_path: str | None):
 
     checkpoint = load_checkpoint(model_path)
     t0 = time.perf_counter()
-    runner = JaxModelRunner(checkpoint, "float32", "cpu", progress=False)
+    runner = JaxModelRunner(checkpoint, "float32", "cpu", progress=False, cpu_decode_kernel=cpu_decode_kernel)
     load_s = time.perf_counter() - t0
     scheduler = SchedulerConfig(
         max_num_batched_tokens=512, max_num_seqs=64, max_model_len=min(8192, runner.max_model_len)
@@ -113,12 +113,13 @@ def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
     }
 
 
-def run_jax_bench(model_path: str | None, quick: bool) -> dict:
-    """Build the JAX runner on the real model (fp32, CPU) in an LLMEngine and measure it; see the module doc."""
+def run_jax_bench(model_path: str | None, quick: bool, cpu_decode_kernel: bool = True) -> dict:
+    """Build the JAX runner on the real model (fp32, CPU) in an LLMEngine and measure it; see the module doc.
+    ``cpu_decode_kernel=False``: the pure-XLA decode programs only (no FFI kernel)."""
     import jax
 
     n_out = 16 if quick else 64
-    engine, runner, load_s = _build_engine(model_path)
+    engine, runner, load_s = _build_engine(model_path, cpu_decode_kernel)
 
     t0 = time.perf_counter()
     max_context = max(BATCH1_PROMPT, BATCH32_PROMPT) + n_out
@@ -136,6 +137,7 @@ def run_jax_bench(model_path: str | None, quick: bool) -> dict:
         "jax_version": jax.__version__,
         "device": str(runner.device),
         "dtype": "float32",
+        "decode_path": runner.decode_path,
         "weights_load_s": load_s,
         "warmup": {
             "wall_s": warmup_s,
@@ -161,5 +163,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-cpu-decode-kernel", action="store_true", help="pure-XLA decode programs only")
     args = parser.parse_args()
-    print(json.dumps(run_jax_bench(args.model, args.quick), indent=2))
+    print(json.dumps(run_jax_bench(args.model, args.quick, not args.no_cpu_decode_kernel), indent=2))

@@ -110,7 +110,8 @@ class EngineConfig:
     kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (an FP8 KV cache; SM89 / SM90+, torch backend).
     cuda_graphs: capture decode steps as CUDA graphs per batch bucket (torch on CUDA); False = eager.
     cpu_decode_kernel: torch on a CPU in fp32: steps of at most 4 plain decode rows in the C decode kernel
-        (backends/torch/cpu_decode.py); False = torch ops.
+        (backends/torch/cpu_decode.py); False = torch ops. jax on a CPU in fp32: the same kernel as an XLA FFI
+        custom call (backends/jax/cpu_kernel.py); False = the pure-XLA programs.
     speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 

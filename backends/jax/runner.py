@@ -4,6 +4,7 @@ One step (``execute``), the same contract as the torch runner::
 
     block moves (swap_out, swap_in, copy)             kv_cache.py, in batch.py's order
     decodes  -> padded [B bucket] rows + block tables  decode_step   (layer program per (B, M) bucket)
+             or, <= 4 plain rows on a CPU in fp32:     kernel_decode_step (cpu_kernel.py: one C call, FFI)
     chunks   -> padded [T bucket] rows + key blocks    chunk_step    (layer program per (T, KB) bucket)
     sample   -> one host read of the ids               sampler.py
 
@@ -27,6 +28,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from backends.jax import cpu_kernel
 from backends.jax.attention import ChunkMeta, DecodeMeta
 from backends.jax.buckets import BucketPolicy, CompileCounter
 from backends.jax.kv_cache import PagedKVCache
@@ -36,6 +38,7 @@ from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_rando
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
+from backends.torch.thread_choice import ThreadChooser  # pure Python: imports no torch
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
@@ -77,6 +80,12 @@ class JaxModelRunner(LoraRunnerVerbs):
     buckets: the static shapes of the jitted programs (buckets.py); default ``DEFAULT_BUCKETS``.
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
         slots (lora_slots.py); None = base model only.
+    cpu_decode_kernel: on a CPU device in fp32, run decode steps of at most ``cpu_kernel.MAX_ROWS`` rows
+        without LoRA as one XLA FFI call of the C decode kernel (cpu_kernel.py); False, no compiler, or
+        ``ZOO_CPU_DECODE=0`` = the pure-XLA layer programs. ``decode_path`` says which is in use.
+    cpu_decode_threads: the kernel's OpenMP threads at most; None = ``cpu_kernel.default_num_threads()``.
+    adaptive_threads: run each kernel step on the thread count (1, 2, 4 ... up to that) its measured wall
+        time favours (backends/torch/thread_choice.py, as the torch runner; the same bits at any count).
     """
 
     def __init__(
@@ -90,6 +99,9 @@ class JaxModelRunner(LoraRunnerVerbs):
         buckets: BucketPolicy | None = None,
         progress: bool = True,
         lora_config: LoraConfig | None = None,
+        cpu_decode_kernel: bool = True,
+        cpu_decode_threads: int | None = None,
+        adaptive_threads: bool = True,
     ) -> None:
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
@@ -111,6 +123,16 @@ class JaxModelRunner(LoraRunnerVerbs):
         if lora_config is not None:
             with self.compiles.track():
                 self.lora_slots = JaxLoraSlots(self.config, lora_config, self.dtype, self.device)
+        self.kernel_params: cpu_kernel.KernelParams | None = None
+        self.kernel_threads = cpu_decode_threads or cpu_kernel.default_num_threads()
+        self.thread_choice = ThreadChooser() if adaptive_threads else None
+        if cpu_decode_kernel and cpu_kernel.supports(self.config, self.dtype, self.device) and cpu_kernel.load():
+            self.kernel_params = cpu_kernel.kernel_params(self.params)
+
+    @property
+    def decode_path(self) -> str:
+        """How decode steps run: "xla", or "cpu-kernel<=N+xla" (the FFI kernel for <= N rows)."""
+        return "xla" if self.kernel_params is None else f"cpu-kernel<={cpu_kernel.MAX_ROWS}+xla"
 
     @property
     def num_compilations(self) -> int:
@@ -185,11 +207,32 @@ class JaxModelRunner(LoraRunnerVerbs):
                         self.params, self.kv_cache.device_kv, zeros, zeros, slots, meta, None, dims=self.dims
                     )
                     _argmax(logits).block_until_ready()
+                if self.kernel_params is not None and b <= cpu_kernel.MAX_ROWS:
+                    self._warm_kernel(b, context_sizes)
                 if random_sampling:
                     f32 = np.zeros(b, dtype=np.float32)
                     c = min(NUM_CANDIDATES, logits.shape[-1])
                     _sample_random(logits, f32, zeros, f32 + 1, f32, num_candidates=c)[0].block_until_ready()
         return self.num_compilations - before
+
+    def _warm_kernel(self, max_rows: int, context_sizes: list[int]) -> None:
+        """Compile the kernel program for 1..max_rows rows and each table width (rows at position 0 of the
+        scratch block, which is all they write)."""
+        for n in range(1, max_rows + 1):
+            zeros = np.zeros(n, dtype=np.int32)
+            for m in context_sizes:
+                table = np.full((n, m), self.kv_cache.scratch_block, dtype=np.int32)
+                logits, self.kv_cache.device_kv = cpu_kernel.kernel_decode_step(
+                    self.params,
+                    self.kernel_params,
+                    self.kv_cache.device_kv,
+                    zeros,
+                    zeros,
+                    table,
+                    np.int32(self.kernel_threads),
+                    dims=self.dims,
+                )
+                _argmax(logits).block_until_ready()
 
     # ---- step internals --------------------------------------------------------------------
 
@@ -233,8 +276,10 @@ class JaxModelRunner(LoraRunnerVerbs):
         return self.lora_slots.params(row_slots)
 
     def _run_decodes(self, decodes: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:
-        bs, scratch = self.block_size, self.kv_cache.scratch_slot
         n = len(decodes)
+        if self.kernel_params is not None and n <= cpu_kernel.MAX_ROWS and all(r.lora_id is None for r in decodes):
+            return self._run_kernel_decodes(decodes)
+        bs, scratch = self.block_size, self.kv_cache.scratch_slot
         b = self.buckets.batch_size(n)
         seq_lens = np.zeros(b, dtype=np.int32)
         seq_lens[:n] = [r.start_pos + 1 for r in decodes]
@@ -261,6 +306,35 @@ class JaxModelRunner(LoraRunnerVerbs):
         # decode logits are [B, V], one per row: a slot's first_row is its own row
         sample_slots = [SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample]
         return _ProgramOutput(logits, sample_slots)
+
+    def _run_kernel_decodes(self, decodes: list[ScheduledRequest]) -> _ProgramOutput:
+        """A few plain decodes in one call of the C kernel (cpu_kernel.py): exactly one row per request (a
+        padded row would write its K/V), block tables padded to the context bucket."""
+        n, bs = len(decodes), self.block_size
+        num_blocks = [r.start_pos // bs + 1 for r in decodes]
+        table = np.zeros((n, self.buckets.context_blocks(max(num_blocks))), dtype=np.int32)
+        for i, (r, nb) in enumerate(zip(decodes, num_blocks)):
+            table[i, :nb] = r.block_ids[:nb]
+        token_ids = np.array([r.token_ids[0] for r in decodes], dtype=np.int32)
+        positions = np.array([r.start_pos for r in decodes], dtype=np.int32)
+        threads = self.kernel_threads
+        if self.thread_choice is not None:
+            threads = self.thread_choice.pick(n, threads)
+        t0 = time.perf_counter()
+        logits, self.kv_cache.device_kv = cpu_kernel.kernel_decode_step(
+            self.params,
+            self.kernel_params,
+            self.kv_cache.device_kv,
+            token_ids,
+            positions,
+            table,
+            np.int32(threads),
+            dims=self.dims,
+        )
+        if self.thread_choice is not None:
+            logits.block_until_ready()  # the sampler waits for it next anyway
+            self.thread_choice.record(n, threads, time.perf_counter() - t0)
+        return _ProgramOutput(logits, [SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample])
 
     def _run_chunks(self, chunks: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:
         bs, scratch = self.block_size, self.kv_cache.scratch_slot

@@ -20,8 +20,9 @@ def make_jax_runner(
     num_host_blocks: int = 16,
     block_size: int = 4,
     buckets: BucketPolicy | None = None,
+    **kw: Any,
 ) -> JaxModelRunner:
-    runner = JaxModelRunner(config, "float32", state_dict=state_dict, buckets=buckets)
+    runner = JaxModelRunner(config, "float32", state_dict=state_dict, buckets=buckets, **kw)
     runner.initialize_kv_cache(KVCacheSpec(num_device_blocks, num_host_blocks, block_size))
     return runner
 

@@ -1,0 +1,189 @@
+"""The C decode kernel inside a JAX program: an XLA FFI custom call (``jax.ffi``) for CPU decode steps of a
+few rows, the route JAX serving takes on accelerators (a hand-written kernel called from the jitted program).
+
+Why: a batch-1 decode step reads every weight once. XLA's CPU dots (YNNPACK in jax 0.10) read this model's
+narrow [in, out] matrices at ~9-15 GB/s, and a step is ~40 small programs/ops per layer: the pure-XLA step
+stays at ~half the torch runner's speed, whose decode of <= 4 rows is one call of
+backends/torch/csrc/cpu_decode.c. Here the same C source (read, not changed) is compiled with a small FFI
+handler (csrc/decode_ffi.cc) into one library; the jitted step passes the runner's own weight arrays (the
+[in, out] layout the kernel reads), the KV cache (aliased to the result, so it is updated in place and
+donated as in the XLA path) and the step's rows, and gets the logits back.
+
+Built on first use with the system compilers (gcc for the C, g++ for the handler against
+``jax.ffi.include_dir()``) into a cache directory keyed by both sources, the flags, the compilers, jaxlib's
+version and the CPU (``ZOO_KERNEL_CACHE``, default ``~/.cache/zoo/kernels``). No compiler, a failed build or
+``ZOO_CPU_DECODE=0``: ``load()`` returns False and the runner keeps the pure-XLA program (logged once).
+
+Serves: fp32 weights and KV on the CPU device, no LoRA rows, at most ``MAX_ROWS`` rows a step (every row a
+real request: no padded rows, which would write their K/V). Logits differ from the XLA program's by float
+rounding (sums in another order); tests/backends/jax/test_cpu_kernel.py bounds it and checks greedy tokens.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path(__file__).resolve().parents[1]
+C_SOURCE = ROOT / "torch" / "csrc" / "cpu_decode.c"  # shared with the torch runner, read-only here
+FFI_SOURCE = Path(__file__).with_name("csrc") / "decode_ffi.cc"
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=gnu11")
+CXXFLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-w")
+TARGET = "zoo_jax_cpu_decode_step"
+# rows a step served by the kernel (as the torch runner): more rows are matrix-matrix products
+MAX_ROWS = 4
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ZOO_KERNEL_CACHE") or Path.home() / ".cache" / "zoo" / "kernels")
+
+
+def _cpu_flags() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _tool(env: str, *names: str) -> str | None:
+    return os.environ.get(env) or next((p for p in map(shutil.which, names) if p), None)
+
+
+def build_library() -> Path | None:
+    """The compiled FFI library's path (built now if not cached); None where it cannot be built."""
+    cc, cxx = _tool("CC", "gcc", "cc"), _tool("CXX", "g++", "c++")
+    if cc is None or cxx is None or platform.system() != "Linux" or not hasattr(jax, "ffi"):
+        return None
+    try:
+        include = jax.ffi.include_dir()
+        versions = "".join(
+            subprocess.run([t, "--version"], capture_output=True, text=True, timeout=30).stdout for t in (cc, cxx)
+        )
+        parts = (C_SOURCE.read_text(), FFI_SOURCE.read_text(), " ".join(CFLAGS + CXXFLAGS), versions, _cpu_flags())
+        key = hashlib.sha256(b"\0".join(x.encode() for x in (*parts, jax.lib.__version__))).hexdigest()[:16]
+        target = _cache_dir() / f"zoo_jax_decode-{key}.so"
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            obj, lib = Path(tmp) / "cpu_decode.o", Path(tmp) / "lib.so"
+            steps = (
+                [cc, *CFLAGS, "-c", str(C_SOURCE), "-o", str(obj)],
+                [cxx, *CXXFLAGS, f"-I{include}", str(FFI_SOURCE), str(obj), "-o", str(lib), "-lm"],
+            )
+            for cmd in steps:
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+                if done.returncode != 0:
+                    logger.warning("JAX CPU decode kernel: %s failed: %s", cmd[0], done.stderr.strip()[-2000:])
+                    return None
+            os.replace(lib, target)  # atomic: a concurrent build of the same key writes the same bytes
+        return target
+    except (OSError, subprocess.SubprocessError) as e:
+        logger.warning("JAX CPU decode kernel: build failed: %s", e)
+        return None
+
+
+@functools.cache
+def load() -> bool:
+    """Build, load and register the custom call once per process; False where it is unavailable or off."""
+    if os.environ.get("ZOO_CPU_DECODE", "1") == "0":
+        return False
+    path = build_library()
+    if path is None:
+        logger.warning("JAX CPU decode kernel unavailable (no C/C++ compiler or jax.ffi): decode runs on XLA")
+        return False
+    lib = ctypes.CDLL(str(path))
+    jax.ffi.register_ffi_target(TARGET, jax.ffi.pycapsule(lib.ZooJaxDecodeStep), platform="cpu")
+    return True
+
+
+def default_num_threads() -> int:
+    """The kernel's OpenMP threads: the cores this process may run on (``ZOO_CPU_DECODE_THREADS`` overrides)."""
+    if os.environ.get("ZOO_CPU_DECODE_THREADS"):
+        return max(1, int(os.environ["ZOO_CPU_DECODE_THREADS"]))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@struct.dataclass
+class KernelParams:
+    """What the kernel reads beside the runner's layer weights: the embedding and head as [E, V] (one array
+    when tied) and the rotary table with sin's first half negated ([2, P, D])."""
+
+    embed_t: jax.Array
+    head_t: jax.Array
+    rope_signed: jax.Array
+
+
+def kernel_params(params) -> KernelParams:
+    """From a runner's LlamaParams (fp32): the transposed copies the kernel reads (one more [E, V] array,
+    two when the head is untied)."""
+    embed_t = jnp.asarray(np.ascontiguousarray(np.asarray(params.embed).T))
+    tied = params.lm_head is params.embed
+    head_t = embed_t if tied else jnp.asarray(np.ascontiguousarray(np.asarray(params.lm_head).T))
+    rope = np.array(params.rope, dtype=np.float32)
+    half = rope.shape[-1] // 2
+    rope[1, :, :half] *= -1.0
+    device = params.embed.devices().pop()
+    return jax.device_put(KernelParams(embed_t, head_t, jnp.asarray(rope)), device)
+
+
+def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
+    """Whether the kernel can serve this model (before building anything)."""
+    return (
+        device.platform == "cpu"
+        and np.dtype(dtype) == np.float32
+        and config.num_attention_heads % config.num_key_value_heads == 0
+    )
+
+
+@partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv",))
+def kernel_decode_step(params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims):
+    """One decode token for each of B rows (B <= MAX_ROWS, all real) -> (fp32 logits [B, V], kv).
+    token_ids, positions [B] int32; tables [B, W] int32 block tables (the new token's slot is
+    tables[b, pos // bs] * bs + pos % bs); num_threads: int32 scalar (a traced operand: any count runs the same
+    program); ``kv`` is donated and updated in place."""
+    b = token_ids.shape[0]
+    vocab = kparams.embed_t.shape[1]
+    layers = [w for lp in params.layers for w in (lp.input_norm, lp.qkv, lp.o, lp.post_norm, lp.gate_up, lp.down)]
+    call = jax.ffi.ffi_call(
+        TARGET,
+        (jax.ShapeDtypeStruct((b, vocab), jnp.float32), jax.ShapeDtypeStruct(kv.shape, kv.dtype)),
+        input_output_aliases={4: 1},
+    )
+    return call(
+        token_ids,
+        positions,
+        tables,
+        jnp.asarray(num_threads, dtype=jnp.int32),
+        kv,
+        kparams.rope_signed,
+        kparams.embed_t,
+        kparams.head_t,
+        params.norm,
+        *layers,
+        num_heads=np.int32(dims.num_heads),
+        num_kv_heads=np.int32(dims.num_kv_heads),
+        eps=np.float32(dims.rms_norm_eps),
+    )
