@@ -45,7 +45,7 @@ typedef struct {
 
 long zoo_scratch_floats(const zoo_model *m, int B, int nt, int max_ctx);
 int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *pos, const long *tables, int W,
-                    float *logits, float *scratch, long scratch_floats, int nt);
+                    float *logits, float *scratch, long scratch_floats, int nt, int head);
 }
 
 namespace {
@@ -131,7 +131,7 @@ ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positi
   const long need = zoo_scratch_floats(&m, B, num_threads, max_pos + 1);
   if (static_cast<long>(scratch.size()) < need) scratch.resize(need);
   const int rc = zoo_decode_step(&m, B, tok.data(), pos.data(), tab.data(), W, logits->typed_data(), scratch.data(),
-                                 static_cast<long>(scratch.size()), num_threads);
+                                 static_cast<long>(scratch.size()), num_threads, /*head=*/1);
   if (rc == -1) return Invalid("a token id or position out of range, or a bad row count");
   if (rc == -2) return Invalid("a block table too short or a block id out of range");
   if (rc != 0) return Invalid("decode kernel failed: " + std::to_string(rc));
