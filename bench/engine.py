@@ -115,7 +115,7 @@ def _build(model_path: str | None, dtype: str, num_device_blocks: int, num_host_
     from engine.stall_free import DEFAULT_STALL_FACTOR
 
     # as `zoo agent` builds its engine by default: a 512-token budget, stall-free batching at the default factor
-    stall = DEFAULT_STALL_FACTOR
+    stall = DEFAULT_STALL_FACTOR or None
     scheduler = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=max_num_seqs, stall_factor=stall)
     cfg = EngineConfig(
         model=model_path,
