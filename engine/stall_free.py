@@ -16,15 +16,16 @@ the step's own decode batch instead of an absolute SLO. The rule, declared befor
     P <= (k - 1) * (a + b*D) / c             whenever D >= 1, i.e. t(D, P) <= k * t(D, 0)
     budget = min(max_num_batched_tokens, D + max(P_cap, MIN_PREFILL_TOKENS))
 
-k = ``SchedulerConfig.stall_factor``; the declared k is 2 (``--stall-factor 2``: a decoding request's token takes at
-most twice its decode-only time). Off by default (DEFAULT_STALL_FACTOR = 0, in the ``zoo`` CLIs and in ``zoo bench
-engine``'s engine alike): on the shared 2-core CPU it cost throughput (bench/results/2026-12-01-engine-tpot.json: in
-one process, alternating, the engine with k = 2 was 1.4-2.2x slower and its TTFT ~2-4x longer, far more than this
-linear model predicts, which hints that decode rows cost more in a mixed step than in a pure decode step on the torch
-CPU runner). With k = 2 the cap is at least a/c, so a capped chunk
-still spends at least half its step on prefill work: the fixed cost per step never dominates. Steps without decode
-rows, and an engine whose fit is not calibrated yet (``StepTimeFit.calibrated``), keep the plain budget. Applies
-only with chunked prefill (without it a capped budget could hold a long prompt back for as long as anyone decodes).
+k = ``SchedulerConfig.stall_factor``: DEFAULT_STALL_FACTOR = 2 wherever the ``zoo`` CLIs build an engine and in
+``zoo bench engine``'s engine (a decoding request's token takes at most twice its decode-only time; ``--stall-factor
+0``: off). Measured on the shared 2-core CPU (bench/results/2026-12-01-engine-tpot.json, quiet pairs vs main): TPOT
+p99/p50 1.3-1.7 (main 2.7-3.0), 32 concurrent 2.4-3.4x HF static-16 (main 2.8-3.0x); in one process, alternating, k
+= 2 gave ~0.8x the output tok/s of the plain budget and ~2x its TTFT p99 — more than this linear model predicts
+(7%): decode rows seem to cost more in a mixed step than in a pure decode step on the torch CPU runner. With k = 2
+the cap is at least a/c, so a capped chunk still spends at least half its step on prefill work: the fixed cost per
+step never dominates. Steps without decode rows, and an engine whose fit is not calibrated yet
+(``StepTimeFit.calibrated``), keep the plain budget. Applies only with chunked prefill (without it a capped budget
+could hold a long prompt back for as long as anyone decodes).
 
 Differences from Sarathi-Serve (deliberate): no TPOT SLO is needed (the bound is relative, so TPOT stays even on a
 node of any speed), and the cap follows the decode batch step by step: a near-idle node's few decodes keep a small
@@ -38,7 +39,7 @@ from collections.abc import Iterable
 from engine.request import Request
 from engine.step_time_fit import StepTimeFit
 
-DEFAULT_STALL_FACTOR = 0.0  # off (module docstring); the declared rule is k = 2
+DEFAULT_STALL_FACTOR = 2.0
 MIN_PREFILL_TOKENS = 16  # a step with decode rows still moves prompts by at least a block
 
 

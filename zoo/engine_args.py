@@ -56,7 +56,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         type=parse_stall_factor,
         default=DEFAULT_STALL_FACTOR,
         help="stall-free batching: a step's prefill chunk keeps its decode rows within this factor of their "
-        f"decode-only step time (engine/stall_free.py, e.g. 2; default {DEFAULT_STALL_FACTOR:g}; 0: the budget only)",
+        f"decode-only step time (engine/stall_free.py; default {DEFAULT_STALL_FACTOR:g}; 0: the token budget only)",
     )
 
 

@@ -17,9 +17,9 @@ def _parse(*argv: str):
     return engine_config_from_args(p.parse_args(list(argv))).scheduler
 
 
-def test_stall_free_batching_is_off_by_default_and_a_flag_turns_it_on():
-    assert DEFAULT_STALL_FACTOR == 0 and _parse().stall_factor is None
-    assert _parse("--stall-factor", "2").stall_factor == 2.0
+def test_stall_free_batching_is_on_by_default_and_0_turns_it_off():
+    assert _parse().stall_factor == DEFAULT_STALL_FACTOR == 2.0
+    assert _parse("--stall-factor", "3").stall_factor == 3.0
     assert _parse("--stall-factor", "0").stall_factor is None
 
 
