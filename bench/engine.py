@@ -112,11 +112,15 @@ def _hf_part(model_path: str | None, dtype: str, lengths: list[tuple[int, int]],
 def _build(model_path: str | None, dtype: str, num_device_blocks: int, num_host_blocks: int, max_num_seqs: int = 64):
     from backends.builder import build_engine
     from engine.config import CacheConfig, EngineConfig, SchedulerConfig
+    from engine.stall_free import DEFAULT_STALL_FACTOR
 
+    # as `zoo agent` builds its engine by default: a 512-token budget, stall-free batching at the default factor
+    stall = DEFAULT_STALL_FACTOR or None
+    scheduler = SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=max_num_seqs, stall_factor=stall)
     cfg = EngineConfig(
         model=model_path,
         dtype=dtype,
-        scheduler=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=max_num_seqs),
+        scheduler=scheduler,
         cache=CacheConfig(num_device_blocks=num_device_blocks, num_host_blocks=num_host_blocks),
     )
     return build_engine(cfg, progress=False)

@@ -61,6 +61,8 @@ class SchedulerConfig:
     enable_chunked_prefill: split long prompts across steps to fit the token budget.
     preemption_mode: what to do with a victim under KV pressure.
     max_loras: distinct LoRA adapters the running set may hold (the runner's device slots); 0 = no limit.
+    stall_factor: stall-free batching (engine/stall_free.py): a step with decode rows carries at most the prefill
+        tokens that keep its predicted time within stall_factor x their decode-only step; None = the budget only.
     """
 
     max_num_batched_tokens: int = 512
@@ -69,6 +71,7 @@ class SchedulerConfig:
     enable_chunked_prefill: bool = True
     preemption_mode: PreemptionMode = PreemptionMode.SWAP
     max_loras: int = 0
+    stall_factor: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < 1:
@@ -85,6 +88,8 @@ class SchedulerConfig:
         self.preemption_mode = PreemptionMode(self.preemption_mode)
         if self.max_loras < 0:
             raise ValueError(f"max_loras must be >= 0, got {self.max_loras}")
+        if self.stall_factor is not None and not self.stall_factor > 1:
+            raise ValueError(f"stall_factor must be > 1 (or None), got {self.stall_factor}")
 
 
 @dataclass(slots=True)

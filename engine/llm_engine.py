@@ -501,6 +501,8 @@ class LLMEngine:
     def _record_step(self, batch, step_time_s: float, now: float) -> None:
         num_prefill, num_decode = classify_batch(batch)
         self._step_records.append(StepRecord(now, step_time_s, num_prefill, num_decode, batch.num_batched_tokens))
+        if self.scheduler.stall_free is not None:  # the plain path's steps calibrate stall-free batching
+            self.scheduler.stall_free.fit.observe(num_prefill, num_decode, step_time_s)
 
     def take_step_records(self) -> list[StepRecord]:
         """Steps executed since the last call (at most STEP_RECORDS_KEPT, oldest dropped)."""

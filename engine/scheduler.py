@@ -52,6 +52,7 @@ from engine.prompt import check_prompt_length
 from engine.request import FinishReason, Request, RequestStatus
 from engine.scheduler_remote import RemoteSwapMixin
 from engine.scheduler_stats import SchedulerCounters, SchedulerEvent, SchedulerEventKind, SchedulerStats
+from engine.stall_free import StallFreeBudget
 
 MAX_PENDING_EVENTS = 100_000  # oldest events are dropped when nobody drains them
 
@@ -95,6 +96,8 @@ class Scheduler(RemoteSwapMixin):
         self._next_step_id = 0
         self._counters = SchedulerCounters()
         self._events: deque[SchedulerEvent] = deque(maxlen=MAX_PENDING_EVENTS)
+        factor = scheduler_config.stall_factor  # stall-free batching: LLMEngine feeds its step-time fit
+        self.stall_free = StallFreeBudget(factor) if factor and scheduler_config.enable_chunked_prefill else None
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -159,6 +162,8 @@ class Scheduler(RemoteSwapMixin):
         self._next_step_id += 1
 
         budget = self.scheduler_config.max_num_batched_tokens
+        if self.stall_free is not None:
+            budget = self.stall_free.step_budget(self._running, budget)
         self._preempt_for_priority(output, budget)
         first = 0
         if decode is not None:

@@ -6,6 +6,7 @@ import argparse
 
 from engine.config import ATTENTION_KERNELS, BACKENDS, KV_DTYPES, CacheConfig, EngineConfig, SchedulerConfig
 from engine.lora import LoraConfig, LoraRequest
+from engine.stall_free import DEFAULT_STALL_FACTOR
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -50,6 +51,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         help="CPU fp32: decode small batches with torch ops, not the C decode kernel",
     )
     add_lora_args(p)
+    p.add_argument(
+        "--stall-factor",
+        type=parse_stall_factor,
+        default=DEFAULT_STALL_FACTOR,
+        help="stall-free batching: a step's prefill chunk keeps its decode rows within this factor of their "
+        f"decode-only step time (engine/stall_free.py; default {DEFAULT_STALL_FACTOR:g}; 0: the token budget only)",
+    )
 
 
 def add_lora_args(p: argparse.ArgumentParser) -> None:
@@ -121,7 +129,11 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         tp_allreduce=args.tp_allreduce,
         tp_domain_size=args.tp_domain_size,
         tp_compression=args.tp_compression,
-        scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
+        scheduler=SchedulerConfig(
+            max_num_batched_tokens=batched_tokens(args),
+            max_num_seqs=args.max_num_seqs,
+            stall_factor=getattr(args, "stall_factor", DEFAULT_STALL_FACTOR) or None,
+        ),
         cache=CacheConfig(
             block_size=args.block_size,
             num_device_blocks=args.num_device_blocks,
@@ -134,3 +146,14 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         lora=lora_config_from_args(args),
         lora_modules=list(getattr(args, "lora_modules", None) or []),
     )
+
+
+def parse_stall_factor(text: str) -> float:
+    """``--stall-factor``: a number > 1, or 0 (off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--stall-factor must be a number, got {text!r}") from None
+    if value != 0 and not value > 1:  # NaN fails both
+        raise argparse.ArgumentTypeError(f"--stall-factor must be > 1 (or 0: off), got {text!r}")
+    return value
