@@ -19,7 +19,15 @@ class ByteTokenizer:
         return [b + 3 for b in text.encode("utf-8")]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return bytes(i - 3 for i in ids if i >= 3).decode("utf-8", errors="replace")
+        """Ids past the vocabulary (a model whose embedding has more rows than the tokenizer has tokens, as
+        padded vocabularies do) decode to U+FFFD instead of raising in the agent's detokenizer."""
+        out = bytearray()
+        for i in ids:
+            if 3 <= i < self.vocab_size:
+                out.append(i - 3)
+            elif i >= self.vocab_size:
+                out += "\ufffd".encode()
+        return out.decode("utf-8", errors="replace")
 
     def token_bytes(self, token_id: int) -> bytes:
         """The bytes token ``token_id`` stands for (none for pad, bos and eos)."""
