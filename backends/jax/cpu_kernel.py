@@ -38,6 +38,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from backends.kernel_cache import cpu_flags, kernel_cache_dir
+
 logger = logging.getLogger(__name__)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,20 +50,6 @@ CXXFLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-w")
 TARGET = "zoo_jax_cpu_decode_step"
 # rows a step served by the kernel (as the torch runner): more rows are matrix-matrix products
 MAX_ROWS = 4
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ZOO_KERNEL_CACHE") or Path.home() / ".cache" / "zoo" / "kernels")
-
-
-def _cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _tool(env: str, *names: str) -> str | None:
@@ -78,9 +66,9 @@ def build_library() -> Path | None:
         versions = "".join(
             subprocess.run([t, "--version"], capture_output=True, text=True, timeout=30).stdout for t in (cc, cxx)
         )
-        parts = (C_SOURCE.read_text(), FFI_SOURCE.read_text(), " ".join(CFLAGS + CXXFLAGS), versions, _cpu_flags())
+        parts = (C_SOURCE.read_text(), FFI_SOURCE.read_text(), " ".join(CFLAGS + CXXFLAGS), versions, cpu_flags())
         key = hashlib.sha256(b"\0".join(x.encode() for x in (*parts, jax.lib.__version__))).hexdigest()[:16]
-        target = _cache_dir() / f"zoo_jax_decode-{key}.so"
+        target = kernel_cache_dir() / f"zoo_jax_decode-{key}.so"
         if target.exists():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)

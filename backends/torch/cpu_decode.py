@@ -36,6 +36,8 @@ from typing import Any
 
 import torch
 
+from backends.kernel_cache import cpu_flags, kernel_cache_dir
+
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_decode.c"
@@ -79,21 +81,6 @@ class _Model(ctypes.Structure):
     ]
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("ZOO_KERNEL_CACHE") or Path.home() / ".cache" / "zoo" / "kernels")
-
-
-def _cpu_flags() -> str:
-    """The CPU's feature flags (``-march=native`` builds for them), part of the cache key."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return line
-    except OSError:
-        pass
-    return platform.processor()
-
-
 def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
@@ -106,9 +93,9 @@ def build_library(source: Path = SOURCE) -> Path | None:
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
         key = hashlib.sha256(
-            b"\0".join(x.encode() for x in (source.read_text(), " ".join(CFLAGS), version, _cpu_flags()))
+            b"\0".join(x.encode() for x in (source.read_text(), " ".join(CFLAGS), version, cpu_flags()))
         ).hexdigest()[:16]
-        target = _cache_dir() / f"{source.stem}-{key}.so"
+        target = kernel_cache_dir() / f"{source.stem}-{key}.so"
         if target.exists():
             return target
         target.parent.mkdir(parents=True, exist_ok=True)
