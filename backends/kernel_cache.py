@@ -1,0 +1,25 @@
+"""Where the CPU kernels built at run time (backends/torch/csrc, backends/jax/csrc) are cached, and the CPU part
+of their cache key: the torch and JAX loaders share both, so one ``ZOO_KERNEL_CACHE`` governs every build and a
+build for one CPU is never loaded on another (``-march=native``)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from pathlib import Path
+
+
+def kernel_cache_dir() -> Path:
+    """``$ZOO_KERNEL_CACHE``, else ``~/.cache/zoo/kernels``."""
+    return Path(os.environ.get("ZOO_KERNEL_CACHE") or Path.home() / ".cache" / "zoo" / "kernels")
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags (``-march=native`` builds for them), part of the cache key."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return line
+    except OSError:
+        pass
+    return platform.processor()
