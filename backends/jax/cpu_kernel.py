@@ -50,6 +50,9 @@ CXXFLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-w")
 TARGET = "zoo_jax_cpu_decode_step"
 # rows a step served by the kernel (as the torch runner): more rows are matrix-matrix products
 MAX_ROWS = 4
+# more rows, up to this, run padded to their batch bucket (rows at position 0 of the scratch block): the kernel's
+# blocked GEMMs serve them (torch's runner sends the same steps to it)
+MAX_PADDED_ROWS = 64
 
 
 def _tool(env: str, *names: str) -> str | None:
@@ -146,21 +149,29 @@ def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
     )
 
 
-@partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv",))
-def kernel_decode_step(params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims):
-    """One decode token for each of B rows (B <= MAX_ROWS, all real) -> (fp32 logits [B, V], kv).
+@partial(jax.jit, static_argnames=("dims", "head"), donate_argnames=("kv",))
+def kernel_decode_step(
+    params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims, head=True
+):
+    """One decode token for each of B rows (B <= MAX_PADDED_ROWS; padding rows at position 0 of the scratch block)
+    -> (fp32 logits [B, V], kv).
     token_ids, positions [B] int32; tables [B, W] int32 block tables (the new token's slot is
     tables[b, pos // bs] * bs + pos % bs); num_threads: int32 scalar (a traced operand: any count runs the same
-    program); ``kv`` is donated and updated in place."""
+    program); ``kv`` is donated and updated in place. head=False: the kernel returns the final RMSNorm's output
+    and XLA's dot applies the output head (a matrix-matrix product for many rows; the kernel's own head is a
+    matrix-vector loop, faster for a few rows)."""
     b = token_ids.shape[0]
     vocab = kparams.embed_t.shape[1]
     layers = [w for lp in params.layers for w in (lp.input_norm, lp.qkv, lp.o, lp.post_norm, lp.gate_up, lp.down)]
     call = jax.ffi.ffi_call(
         TARGET,
-        (jax.ShapeDtypeStruct((b, vocab), jnp.float32), jax.ShapeDtypeStruct(kv.shape, kv.dtype)),
+        (
+            jax.ShapeDtypeStruct((b, vocab if head else kparams.embed_t.shape[0]), jnp.float32),
+            jax.ShapeDtypeStruct(kv.shape, kv.dtype),
+        ),
         input_output_aliases={4: 1},
     )
-    return call(
+    out, kv = call(
         token_ids,
         positions,
         tables,
@@ -174,4 +185,6 @@ def kernel_decode_step(params, kparams: KernelParams, kv, token_ids, positions, 
         num_heads=np.int32(dims.num_heads),
         num_kv_heads=np.int32(dims.num_kv_heads),
         eps=np.float32(dims.rms_norm_eps),
+        head=np.int32(head),
     )
+    return (out if head else jnp.dot(out, kparams.head_t)), kv

@@ -132,7 +132,7 @@ class JaxModelRunner(LoraRunnerVerbs):
     @property
     def decode_path(self) -> str:
         """How decode steps run: "xla", or "cpu-kernel<=N+xla" (the FFI kernel for <= N rows)."""
-        return "xla" if self.kernel_params is None else f"cpu-kernel<={cpu_kernel.MAX_ROWS}+xla"
+        return "xla" if self.kernel_params is None else f"cpu-kernel<={cpu_kernel.MAX_PADDED_ROWS}+xla"
 
     @property
     def num_compilations(self) -> int:
@@ -208,17 +208,19 @@ class JaxModelRunner(LoraRunnerVerbs):
                     )
                     _argmax(logits).block_until_ready()
                 if self.kernel_params is not None and b <= cpu_kernel.MAX_ROWS:
-                    self._warm_kernel(b, context_sizes)
+                    self._warm_kernel(range(1, b + 1), context_sizes)
+                elif self.kernel_params is not None and b <= cpu_kernel.MAX_PADDED_ROWS:
+                    self._warm_kernel([b], context_sizes)
                 if random_sampling:
                     f32 = np.zeros(b, dtype=np.float32)
                     c = min(NUM_CANDIDATES, logits.shape[-1])
                     _sample_random(logits, f32, zeros, f32 + 1, f32, num_candidates=c)[0].block_until_ready()
         return self.num_compilations - before
 
-    def _warm_kernel(self, max_rows: int, context_sizes: list[int]) -> None:
-        """Compile the kernel program for 1..max_rows rows and each table width (rows at position 0 of the
-        scratch block, which is all they write)."""
-        for n in range(1, max_rows + 1):
+    def _warm_kernel(self, row_counts, context_sizes: list[int]) -> None:
+        """Compile the kernel program for each row count and table width (rows at position 0 of the scratch
+        block, which is all they write)."""
+        for n in row_counts:
             zeros = np.zeros(n, dtype=np.int32)
             for m in context_sizes:
                 table = np.full((n, m), self.kv_cache.scratch_block, dtype=np.int32)
@@ -231,6 +233,7 @@ class JaxModelRunner(LoraRunnerVerbs):
                     table,
                     np.int32(self.kernel_threads),
                     dims=self.dims,
+                    head=n <= cpu_kernel.MAX_ROWS,
                 )
                 _argmax(logits).block_until_ready()
 
@@ -277,7 +280,8 @@ class JaxModelRunner(LoraRunnerVerbs):
 
     def _run_decodes(self, decodes: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:
         n = len(decodes)
-        if self.kernel_params is not None and n <= cpu_kernel.MAX_ROWS and all(r.lora_id is None for r in decodes):
+        plain = all(r.lora_id is None for r in decodes)
+        if self.kernel_params is not None and n <= cpu_kernel.MAX_PADDED_ROWS and plain:
             return self._run_kernel_decodes(decodes)
         bs, scratch = self.block_size, self.kv_cache.scratch_slot
         b = self.buckets.batch_size(n)
@@ -308,18 +312,22 @@ class JaxModelRunner(LoraRunnerVerbs):
         return _ProgramOutput(logits, sample_slots)
 
     def _run_kernel_decodes(self, decodes: list[ScheduledRequest]) -> _ProgramOutput:
-        """A few plain decodes in one call of the C kernel (cpu_kernel.py): exactly one row per request (a
-        padded row would write its K/V), block tables padded to the context bucket."""
+        """Plain decodes in one call of the C kernel (cpu_kernel.py): up to MAX_ROWS exactly one row per request;
+        more rows padded to their batch bucket with rows at position 0 of the scratch block (all they write);
+        block tables padded to the context bucket."""
         n, bs = len(decodes), self.block_size
+        rows = n if n <= cpu_kernel.MAX_ROWS else self.buckets.batch_size(n)
         num_blocks = [r.start_pos // bs + 1 for r in decodes]
-        table = np.zeros((n, self.buckets.context_blocks(max(num_blocks))), dtype=np.int32)
+        table = np.full((rows, self.buckets.context_blocks(max(num_blocks))), self.kv_cache.scratch_block, np.int32)
         for i, (r, nb) in enumerate(zip(decodes, num_blocks)):
             table[i, :nb] = r.block_ids[:nb]
-        token_ids = np.array([r.token_ids[0] for r in decodes], dtype=np.int32)
-        positions = np.array([r.start_pos for r in decodes], dtype=np.int32)
+        token_ids = np.zeros(rows, dtype=np.int32)
+        positions = np.zeros(rows, dtype=np.int32)
+        token_ids[:n] = [r.token_ids[0] for r in decodes]
+        positions[:n] = [r.start_pos for r in decodes]
         threads = self.kernel_threads
         if self.thread_choice is not None:
-            threads = self.thread_choice.pick(n, threads)
+            threads = self.thread_choice.pick(rows, threads)
         t0 = time.perf_counter()
         logits, self.kv_cache.device_kv = cpu_kernel.kernel_decode_step(
             self.params,
@@ -330,10 +338,11 @@ class JaxModelRunner(LoraRunnerVerbs):
             table,
             np.int32(threads),
             dims=self.dims,
+            head=rows <= cpu_kernel.MAX_ROWS,
         )
         if self.thread_choice is not None:
             logits.block_until_ready()  # the sampler waits for it next anyway
-            self.thread_choice.record(n, threads, time.perf_counter() - t0)
+            self.thread_choice.record(rows, threads, time.perf_counter() - t0)
         return _ProgramOutput(logits, [SampleSlot(r, i, 1) for i, r in enumerate(decodes) if r.sample])
 
     def _run_chunks(self, chunks: list[ScheduledRequest], slot_of: dict[int, int]) -> _ProgramOutput:

@@ -11,7 +11,8 @@
 //   rope_signed [2, P, D] (sin's first half negated), embed_t [E, V], head_t [E, V], norm [E]
 //   then per layer: input_norm [E], qkv [E, (H + 2 Hkv) D], o [H D, E], post_norm [E], gate_up [E, 2 I],
 //   down [I, E]  (the [in, out] layout both runners keep)
-// Results: logits [B, V], kv (the same buffer as operand kv).
+// Results: logits [B, V] (attribute head = 1; head = 0: the final RMSNorm's output [B, E]), kv (the same
+// buffer as operand kv).
 // Attributes: num_heads, num_kv_heads (s32), eps (f32).
 //
 // The zoo_model struct below mirrors cpu_decode.c's; tests/backends/jax/test_cpu_kernel.py checks the
@@ -58,7 +59,7 @@ ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positi
                       ffi::Buffer<ffi::S32> threads, ffi::Buffer<ffi::F32> kv, ffi::Buffer<ffi::F32> rope, ffi::Buffer<ffi::F32> embed_t,
                       ffi::Buffer<ffi::F32> head_t, ffi::Buffer<ffi::F32> norm, ffi::RemainingArgs layers,
                       ffi::ResultBuffer<ffi::F32> logits, ffi::ResultBuffer<ffi::F32> kv_out, int32_t num_heads,
-                      int32_t num_kv_heads, float eps) {
+                      int32_t num_kv_heads, float eps, int32_t head) {
   if (threads.element_count() != 1 || threads.typed_data()[0] < 1) return Invalid("threads must be one int >= 1");
   const int num_threads = threads.typed_data()[0];
   const auto kv_dims = kv.dimensions();
@@ -118,6 +119,9 @@ ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positi
   m.rope = rope.typed_data();
   if (kv_dims[4] != num_kv_heads || num_kv_heads <= 0 || num_heads % num_kv_heads != 0)
     return Invalid("num_kv_heads does not fit the cache or num_heads");
+  // head = 1: logits [B, V]; head = 0: the final norm's output [B, E] (the caller applies the output head)
+  if (logits->element_count() != static_cast<size_t>(B) * (head ? m.vocab : E))
+    return Invalid("result 0 must be [B, V] (head = 1) or [B, E] (head = 0)");
 
   std::vector<long> tok(B), pos(B), tab(static_cast<size_t>(B) * W);
   int max_pos = 0;
@@ -131,7 +135,7 @@ ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positi
   const long need = zoo_scratch_floats(&m, B, num_threads, max_pos + 1);
   if (static_cast<long>(scratch.size()) < need) scratch.resize(need);
   const int rc = zoo_decode_step(&m, B, tok.data(), pos.data(), tab.data(), W, logits->typed_data(), scratch.data(),
-                                 static_cast<long>(scratch.size()), num_threads, /*head=*/1);
+                                 static_cast<long>(scratch.size()), num_threads, head ? 1 : 0);
   if (rc == -1) return Invalid("a token id or position out of range, or a bad row count");
   if (rc == -2) return Invalid("a block table too short or a block id out of range");
   if (rc != 0) return Invalid("decode kernel failed: " + std::to_string(rc));
@@ -156,4 +160,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(ZooJaxDecodeStep, DecodeStep,
                                   .Ret<ffi::Buffer<ffi::F32>>()  // kv (aliased)
                                   .Attr<int32_t>("num_heads")
                                   .Attr<int32_t>("num_kv_heads")
-                                  .Attr<float>("eps"));
+                                  .Attr<float>("eps")
+                                  .Attr<int32_t>("head"));

@@ -28,7 +28,7 @@ def _run(runner, kit, prompts, steps, block_seed=4):
     return logits, [s.token_ids for s in seqs]
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4])
+@pytest.mark.parametrize("rows", [1, 3, 4, 6, 9])  # 6 and 9: padded to batch buckets 8 and 16
 def test_kernel_decodes_match_xla_and_torch(tiny, kit, rows):
     """rows decode rows a step over scrambled block tables; the kernel runner's logits equal the pure-XLA
     runner's and the torch runner's within float rounding, and greedy tokens are identical."""
@@ -36,7 +36,7 @@ def test_kernel_decodes_match_xla_and_torch(tiny, kit, rows):
     kernel = kit.make_jax_runner(config, sd, buckets=kit.TINY_BUCKETS)
     xla = kit.make_jax_runner(config, sd, buckets=kit.TINY_BUCKETS, cpu_decode_kernel=False)
     torch_runner = kit.make_torch_runner(model)
-    assert kernel.decode_path == f"cpu-kernel<={cpu_kernel.MAX_ROWS}+xla" and xla.decode_path == "xla"
+    assert kernel.decode_path == f"cpu-kernel<={cpu_kernel.MAX_PADDED_ROWS}+xla" and xla.decode_path == "xla"
     prompts = [[3 + i, 14, 15, 92 - i, 65, 35, 8][: 3 + 2 * i] for i in range(rows)]
     runs = [_run(r, kit, prompts, steps=14) for r in (kernel, xla, torch_runner)]
     (k_logits, k_tokens), (x_logits, x_tokens), (t_logits, t_tokens) = runs
@@ -52,7 +52,8 @@ def test_kernel_decodes_match_xla_and_torch(tiny, kit, rows):
 
 
 def test_which_steps_take_the_kernel(tiny, kit, monkeypatch):
-    """<= MAX_ROWS plain decodes: the kernel; more rows: the XLA layer programs (LoRA rows too: test_lora.py)."""
+    """<= MAX_ROWS plain decodes: the kernel, one row each; up to MAX_PADDED_ROWS: the kernel, padded to the batch
+    bucket; LoRA rows: the XLA layer programs (test_lora.py)."""
     config, sd, _model = tiny
     runner = kit.make_jax_runner(config, sd, buckets=kit.TINY_BUCKETS)
     calls = []
@@ -60,7 +61,8 @@ def test_which_steps_take_the_kernel(tiny, kit, monkeypatch):
     monkeypatch.setattr(cpu_kernel, "kernel_decode_step", lambda *a, **k: calls.append(a[3].shape[0]) or real(*a, **k))
     n = cpu_kernel.MAX_ROWS + 1
     _run(runner, kit, [[5 + i, 6, 7] for i in range(n)], steps=3)
-    assert calls == []  # 5 rows: XLA
+    assert calls == [8, 8]  # 5 rows: padded to the batch bucket of 8
+    calls.clear()
     _run(runner, kit, [[5 + i, 6, 7] for i in range(2)], steps=3)
     assert calls == [2, 2]  # the prefill step is a chunk; both decode steps took the kernel
 
