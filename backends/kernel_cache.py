@@ -1,6 +1,7 @@
-"""Where the CPU kernels built at run time (backends/torch/csrc, backends/jax/csrc) are cached, and the CPU part
-of their cache key: the torch and JAX loaders share both, so one ``ZOO_KERNEL_CACHE`` governs every build and a
-build for one CPU is never loaded on another (``-march=native``)."""
+"""Where the CPU kernels built at run time (backends/torch/csrc, backends/jax/csrc) are cached, the CPU part of
+their cache key, and the switch that turns them off (``ZOO_CPU_DECODE=0``): the torch and JAX loaders share all
+three, so one ``ZOO_KERNEL_CACHE`` governs every build, a build for one CPU is never loaded on another
+(``-march=native``), and one variable turns both kernels off."""
 
 from __future__ import annotations
 
@@ -23,3 +24,8 @@ def cpu_flags() -> str:
     except OSError:
         pass
     return platform.processor()
+
+
+def kernels_switched_off() -> bool:
+    """``ZOO_CPU_DECODE=0``: neither runner builds or loads a CPU kernel (the torch ops / pure XLA run instead)."""
+    return os.environ.get("ZOO_CPU_DECODE", "1") == "0"

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from backends.kernel_cache import cpu_flags, kernel_cache_dir
+from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off
 
 logger = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def build_library() -> Path | None:
 @functools.cache
 def load() -> bool:
     """Build, load and register the custom call once per process; False where it is unavailable or off."""
-    if os.environ.get("ZOO_CPU_DECODE", "1") == "0":
+    if kernels_switched_off():
         return False
     path = build_library()
     if path is None:

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from backends.kernel_cache import cpu_flags, kernel_cache_dir
+from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def load_library() -> ctypes.CDLL | None:
     if _LIB_TRIED:
         return _LIB
     _LIB_TRIED = True
-    if os.environ.get("ZOO_CPU_DECODE", "1") == "0":
+    if kernels_switched_off():
         return None
     path = build_library()
     if path is None:
@@ -132,8 +132,9 @@ def load_library() -> ctypes.CDLL | None:
     lib = ctypes.CDLL(str(path))
     lib.zoo_scratch_floats.argtypes = [_P, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.zoo_scratch_floats.restype = ctypes.c_long
-    lib.zoo_decode_step.argtypes = [_P, ctypes.c_int, _P, _P, _P, ctypes.c_int, _P, _P, ctypes.c_long, ctypes.c_int]
-    lib.zoo_decode_step.argtypes += [ctypes.c_int]  # head
+    # model, rows, tokens, positions, tables, table width, logits, scratch, scratch floats, threads, head
+    i32 = ctypes.c_int
+    lib.zoo_decode_step.argtypes = [_P, i32, _P, _P, _P, i32, _P, _P, ctypes.c_long, i32, i32]
     lib.zoo_decode_step.restype = ctypes.c_int
     lib.zoo_gemv.argtypes = [_P, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int]
     lib.zoo_gemv.restype = None
