@@ -36,22 +36,20 @@ CASES: dict[str, list[str]] = {
 TIMING_KEYS = frozenset({"wall_s", "speedup"})
 
 
+def _run_in(root: Path, argv: list[str], what: str) -> str:
+    """``python argv`` with ``root`` first on the import path (that checkout's simulator): its stdout."""
+    env = {**os.environ, "PYTHONPATH": str(root.resolve())}
+    proc = subprocess.run([sys.executable, *argv], cwd=root, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"{what}: zoo sim failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
 def run(root: Path, out: Path, names: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(root.resolve())}
     for name in names:
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [sys.executable, "-m", "zoo", "sim", *CASES[name], *BASE],
-            cwd=root,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise SystemExit(f"{name}: zoo sim failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-        (out / f"{name}.json").write_text(proc.stdout)
+        (out / f"{name}.json").write_text(_run_in(root, ["-m", "zoo", "sim", *CASES[name], *BASE], name))
         usage = os.times()
         wall_s = time.perf_counter() - t0
         print(f"{name}: {wall_s:.0f} s wall, CPU of the runs so far {usage.children_user:.0f} s", flush=True)
@@ -85,19 +83,8 @@ def speed(roots: list[Path], rounds: int, sim_args: list[str]) -> dict:
     runs: dict[str, list[dict]] = {str(r): [] for r in roots}
     for _ in range(rounds):
         for root in roots:
-            env = {**os.environ, "PYTHONPATH": str(root.resolve())}
             load_before = os.getloadavg()[0]
-            proc = subprocess.run(
-                [sys.executable, "-c", _SPEED_CHILD, *sim_args],
-                cwd=root,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if proc.returncode != 0:
-                raise SystemExit(f"{root}: zoo sim failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-            row = json.loads(proc.stdout.strip().splitlines()[-1])
+            row = json.loads(_run_in(root, ["-c", _SPEED_CHILD, *sim_args], str(root)).strip().splitlines()[-1])
             row["x_real_time_per_cpu_s"] = row["virtual_s"] / row["cpu_s"]
             row["x_real_time_wall"] = row["virtual_s"] / row["wall_s"]
             row["load_avg_1m"] = [load_before, os.getloadavg()[0]]
