@@ -157,7 +157,7 @@ def test_models_wait_for_the_first_node(spawn_controlplane, spawn_agent):
 
 
 ROUTES = ["/v1/models", f"/v1/models/{FAKE_MODEL_NAME}", "/v1/completions", "/v1/chat/completions", "/tokenize",
-          "/detokenize", "/health", "/metrics"]  # fmt: skip
+          "/detokenize", "/health", "/metrics", "/metrics/targets"]  # fmt: skip
 
 
 def test_head_and_options_everywhere(fleet):
@@ -194,15 +194,24 @@ def test_server_ttft_agrees_with_the_clients(fleet, client):
     """Per request: the server's TTFT (the agent histogram's sum grows by it) against the client's, on loopback.
 
     A long request keeps the engine stepping, so each measured request arrives mid-step and waits for that
-    step in the agent: a server clock that started in the engine would miss that wait (about STEP_MS / 2)."""
-    _, metrics_url = fleet
+    step in the agent: a server clock that started in the engine would miss that wait (about STEP_MS / 2).
+
+    The server's window lies inside the client's on any machine (asserted as is). The 20 ms target is asserted
+    with an allowance for this machine's state at the time: the median of an idle loopback round trip to the
+    gateway (GET /health), measured beside each request — about 1 ms on a quiet machine, more on a loaded one,
+    so the check does not pass or fail on how busy the CPUs are. Whether the clock starts at the gateway's
+    arrival at all is checked without wall-clock bounds in tests/agent/test_request_age.py."""
+    base_url, metrics_url = fleet
     background = client.completions.create(model=FAKE_MODEL_NAME, prompt="busy", max_tokens=100_000, stream=True)
     next(iter(background))  # the engine now steps back to back
-    differences_s = []
+    differences_s, round_trips_s = [], []
     with httpx.Client(timeout=30) as http:
         client.completions.create(model=FAKE_MODEL_NAME, prompt="warm", max_tokens=1)  # connections open
         for i in range(9):
             before_sum, before_count = _ttft_histogram(http, metrics_url)
+            start = time.perf_counter()
+            http.get(f"{base_url}/health")
+            round_trips_s.append(time.perf_counter() - start)
             time.sleep(STEP_MS / 1e3 * (i % 3) / 3)  # arrive at different points of the step
             start = time.perf_counter()
             stream = client.completions.create(model=FAKE_MODEL_NAME, prompt=f"measured {i}", max_tokens=1, stream=True)
@@ -217,4 +226,6 @@ def test_server_ttft_agrees_with_the_clients(fleet, client):
     # the server's clock starts after the client's and its first token leaves before the client reads it
     assert min(differences_s) > -0.002, differences_s
     print("\nTTFT client - server (ms):", [round(d * 1e3, 1) for d in differences_s])
-    assert statistics.median(differences_s) < 0.020, differences_s
+    print("loopback GET /health round trip (ms):", [round(d * 1e3, 1) for d in round_trips_s])
+    allowance_s = statistics.median(round_trips_s)
+    assert statistics.median(differences_s) < 0.020 + allowance_s, (differences_s, round_trips_s)
