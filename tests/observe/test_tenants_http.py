@@ -1,7 +1,7 @@
 """Tenants and classes end to end over HTTP: a real control plane with two cells, two fake-runner agent
 processes, the gateway with a key file that maps keys to tenants. A tenant's class beats the request's
-``x-zoo-class``; past its requests/min it gets OpenAI's 429 with Retry-After; /metrics counts per class and
-per tenant."""
+``x-zoo-class``; past its requests/min or its tokens/min it gets OpenAI's 429 with Retry-After; /metrics
+counts per class (P50 and P99 with a ``class`` label) and per tenant."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ pytestmark = pytest.mark.anyio
 KEY_FILE = """
 zk-crawl tenant=crawler class=batch rpm=2
 zk-gold tenant=gold
+zk-tok tenant=tokens tpm=12
 """
 CELLS = {
     "cells": [{"name": "vip"}, {"name": "bulk", "gpu_types": ["L4"]}],
@@ -74,11 +75,11 @@ async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_
         app = create_app(cp, metrics_app=exporter.asgi_app(observer.poll), api_keys=api_keys)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cp") as http:
 
-            async def complete(key: str, traffic_class: str | None = None) -> httpx.Response:
+            async def complete(key: str, traffic_class: str | None = None, prompt: str = "hello") -> httpx.Response:
                 headers = {"authorization": f"Bearer {key}"}
                 if traffic_class is not None:
                     headers["x-zoo-class"] = traffic_class
-                body = {"prompt": "hello", "max_tokens": MAX_TOKENS, "temperature": 0}
+                body = {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
                 return await http.post("/v1/completions", json=body, headers=headers)
 
             for _ in range(2):  # the crawler asks for vip and gets its own class, batch, in the bulk cell
@@ -90,6 +91,14 @@ async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_
             assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
             assert "crawler" in error["message"] and "2 requests/min" in error["message"]
 
+            # 12 tokens/min (0.2 a second): 5 prompt tokens (+ 3 output, charged at the end) leave at most 7, and
+            # 12 prompt tokens need a full bucket: > 25 s away whatever the machine's speed
+            assert (await complete("zk-tok")).status_code == 200
+            over_tokens = await complete("zk-tok", prompt="hello, zoo!!")
+            assert over_tokens.status_code == 429 and int(over_tokens.headers["retry-after"]) >= 25
+            error = over_tokens.json()["error"]
+            assert error["code"] == "rate_limit_exceeded" and "12 tokens/min" in error["message"]
+
             assert (await complete("zk-gold", "vip")).status_code == 200  # no class of its own: asks for vip
             unknown = await complete("zk-gold", "platinum")
             assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "traffic_class"
@@ -100,7 +109,7 @@ async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_
 
     classes = cp.stats()["classes"]
     assert classes["batch"]["cells"] == {"bulk": 3} and classes["batch"]["requests_refused"] == 1
-    assert classes["vip"]["cells"] == {"vip": 1}
+    assert classes["vip"]["cells"] == {"vip": 2}
 
     def metric(name: str, **labels: str) -> float:
         return metrics[(name, frozenset(labels.items()))]
@@ -109,5 +118,10 @@ async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_
     assert metric("zoo:tenant_requests_total", tenant="crawler", outcome="rate_limited") == 1
     assert metric("zoo:tenant_tokens_total", tenant="crawler", kind="completion") == 2 * MAX_TOKENS
     assert metric("zoo:tenant_tokens_total", tenant="gold", kind="prompt") == len(b"hello")
-    assert metric("zoo:class_requests_total", **{"class": "vip", "outcome": "served"}) == 1
-    assert metric("zoo:class_time_to_first_token_seconds", **{"class": "batch", "quantile": "0.99"}) > 0
+    assert metric("zoo:tenant_requests_total", tenant="tokens", outcome="admitted") == 1
+    assert metric("zoo:tenant_requests_total", tenant="tokens", outcome="rate_limited") == 1
+    assert metric("zoo:class_requests_total", **{"class": "vip", "outcome": "served"}) == 2
+    for name in ("zoo:class_time_to_first_token_seconds", "zoo:class_time_per_output_token_seconds"):
+        for traffic_class in ("vip", "batch"):
+            p50 = metric(name, **{"class": traffic_class, "quantile": "0.5"})
+            assert 0 < p50 <= metric(name, **{"class": traffic_class, "quantile": "0.99"})
