@@ -10,6 +10,8 @@ Both runs go through a real ControlPlane (in this process) and real agents in a 
 refused (429), client-side TTFT P50/P99; and the ratios one pool / cells for the VIP class. What must hold
 (tests/bench/test_cells_bench.py checks it): with cells the VIP class is never refused and all its
 requests complete, while batch is refused (or queued); the figures themselves are not asserted.
+Without ``--json`` it prints the table (``format_cells_table``: per run and class, against the class's TTFT
+SLO at P99); the report carries the machine's load average (a shared machine slows the real processes).
 """
 
 from __future__ import annotations
@@ -210,9 +212,50 @@ async def run_cells_bench_async(config: CellsBenchConfig) -> dict:
         },
         "vip_refused": {"cells": vip_cells.get("refused"), "one_pool": vip_pool.get("refused")},
         "wall_s": time.perf_counter() - started,
+        "load_average_1m_5m_15m": list(os.getloadavg()),  # the machine may be shared: read figures with it
     }
 
 
 def run_cells_bench(args: argparse.Namespace) -> dict:
     config = CellsBenchConfig(duration_s=3.0 if getattr(args, "quick", False) else 8.0)
-    return anyio.run(run_cells_bench_async, config)
+    report = anyio.run(run_cells_bench_async, config)
+    if not getattr(args, "json", False):
+        print(format_cells_table(report))
+    return report
+
+
+def format_cells_table(report: dict) -> str:
+    """The benchmark table: per run (cells / one pool) and class, requests sent, completed and refused (429),
+    client-side TTFT P50/P99 and whether the class's TTFT SLO held at P99; then the VIP ratios."""
+    from bench.stats import format_table
+
+    classes = load_cells(FLEET_FILE).classes()  # the file the bench runs on: the classes' SLOs
+    slo_ms = {name: tc.slo_ttft_s * 1e3 for name, tc in classes.items() if tc.slo_ttft_s is not None}
+    loads = report.get("load_x_home_capacity", {})
+    rows = []
+    for run in ("cells", "one_pool"):
+        for name, row in sorted(report[run]["classes"].items()):
+            p99 = row["ttft_ms_p99"]
+            held = "n/a" if name not in slo_ms or p99 is None else ("yes" if p99 <= slo_ms[name] else "NO")
+            rows.append([run.replace("_", " "), name, f"{loads.get(name, float('nan')):g}x", row["sent"],
+                         row["completed"], row["refused"], _ms(row["ttft_ms_p50"]), _ms(p99),
+                         _ms(slo_ms.get(name)), held])  # fmt: skip
+    headers = ["run", "class", "load", "sent", "done", "429", "TTFT p50 ms", "TTFT p99 ms", "SLO ms", "SLO held"]
+    ratios = report.get("ratios_one_pool_over_cells", {})
+    p50, p99 = (_x(ratios.get(f"vip_ttft_{q}")) for q in ("p50", "p99"))
+    lines = [
+        f"zoo bench cells: {report['fleet']}, {report['duration_s']:g} s open loop per run",
+        format_table(headers, rows),
+        f"VIP TTFT one pool / cells: p50 {p50}x, p99 {p99}x",
+    ]
+    if "load_average_1m_5m_15m" in report:
+        lines.append("load average (1/5/15 min): " + " / ".join(f"{v:.1f}" for v in report["load_average_1m_5m_15m"]))
+    return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def _x(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"

@@ -6,10 +6,12 @@ batch is refused (429) — or at least queued — and nothing fails otherwise.""
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import anyio
 
-from bench.cells import BATCH_LOAD, CellsBenchConfig, arrivals, class_rates, run_once
+from bench.cells import BATCH_LOAD, CellsBenchConfig, arrivals, class_rates, format_cells_table, run_once
 from controlplane.cells import load_cells
 from sim.fleet import load_fleet
 
@@ -34,3 +36,16 @@ def test_vip_is_never_refused_while_batch_is_pushed_to_three_times_its_capacity(
     assert server["vip"]["cells"].keys() <= {"vip", "bulk"}  # vip at home (or on an idle bulk node)
     assert set(server["batch"]["cells"]) == {"bulk"}  # batch never borrows the vip cell
     assert server["batch"]["requests_refused"] == batch["refused"]
+
+
+def test_the_table_shows_each_run_and_class_against_its_slo():
+    """`zoo bench cells` (without --json) prints the table, here from the saved result of 2026-12-01."""
+    saved = Path(__file__).resolve().parents[2] / "bench" / "results" / "2026-12-01-cells.json"
+    report = json.loads(saved.read_text())
+    lines = format_cells_table(report).splitlines()
+    by_run_class = {(" ".join(w[:-9]), w[-9]): w[-8:] for w in (line.split() for line in lines[3:7])}
+    # load, sent, done, 429, TTFT p50, TTFT p99, SLO, held
+    assert by_run_class[("cells", "vip")] == ["0.4x", "16", "16", "0", "103", "162", "1000", "yes"]
+    assert by_run_class[("one pool", "vip")][-1] == "NO" and by_run_class[("one pool", "vip")][3] == "3"
+    assert by_run_class[("cells", "batch")][:4] == ["3x", "114", "63", "51"]
+    assert lines[-1] == "VIP TTFT one pool / cells: p50 5.84x, p99 7.86x"
