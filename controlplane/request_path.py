@@ -303,12 +303,16 @@ class RequestPath:
         if inflight.num_output_tokens >= inflight.msg.sampling.max_tokens:
             return False
         msg = resumed_request(inflight.msg, inflight.model, inflight.prompt_token_ids, inflight.output_token_ids)
+        lora_entry = self.loras.get(inflight.model) if self.loras is not None else None  # it keeps its adapter
         request = GenerateRequest(
             request_id=inflight.request_id,
             prompt_token_ids=msg.prompt_token_ids,
             sampling=msg.sampling,
             arrival_ns=inflight.arrival_ns,
             routed_ns=time.monotonic_ns(),
+            priority=self._priority_of(inflight.traffic_class),  # and its class's rank in the engine
+            lora_name=None if lora_entry is None else lora_entry.lora.name,
+            lora_path=None if lora_entry is None else lora_entry.lora.path,
         )
         try:
             self._send_to_node(request, node_id)
@@ -319,3 +323,11 @@ class RequestPath:
         self.counters["resumed"] += 1
         log.info("request %s resumes on %s, the node it was migrating from", inflight.request_id, node_id)
         return True
+
+    def _priority_of(self, traffic_class: str) -> int:
+        """The engine priority of a request admitted as ``traffic_class`` (0: a class no longer configured)."""
+        try:
+            resolved = self.router.cells.resolve(traffic_class)
+        except ValueError:
+            return 0
+        return 0 if resolved is None else resolved.priority

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from backends.fake import ByteTokenizer
 from controlplane.admission import AdmissionConfig, AdmissionControl
+from controlplane.cells import CellsConfig, parse_cells
 from controlplane.fleet_ledger import FleetLedger
+from controlplane.lora_table import LoraTable
 from controlplane.registry import ClusterRegistry
 from controlplane.request_path import RequestPath
 from controlplane.router.policies import make_policy
@@ -25,24 +27,26 @@ class _Consumer:
         self.items.append(msg)
 
 
-def _path(make_hello, node_ids=("a", "b", "c")):
+def _path(make_hello, node_ids=("a", "b", "c"), *, cells=None, loras=None, traffic_class="default", model=None):
     registry = ClusterRegistry(ManualClock(), heartbeat_timeout_s=0.8)
     for node_id in node_ids:
-        registry.join(make_hello(node_id))
+        registry.join(make_hello(node_id, max_loras=2 if loras is not None else 0))
     sent: list[tuple[object, str]] = []
     path = RequestPath(
         registry=registry,
         policy=make_policy("round_robin"),
         admission=AdmissionControl(AdmissionConfig()),
         tokenizer=ByteTokenizer(),
-        router=RouterConfig(policy="round_robin"),
+        router=RouterConfig(policy="round_robin", cells=cells if cells is not None else CellsConfig()),
         fleet=FleetLedger(1000),
         send_to_node=lambda msg, node_id: sent.append((msg, node_id)),
         model_names=registry.model_names,
         max_resumes=3,
+        loras=loras,
     )
     consumer = _Consumer()
-    msg = ClientGenerate(request_id="r", prompt="hi", sampling=SamplingParams(temperature=0.0, max_tokens=5))
+    sampling = SamplingParams(temperature=0.0, max_tokens=5)
+    msg = ClientGenerate(request_id="r", prompt="hi", sampling=sampling, traffic_class=traffic_class, model=model)
     assert path.submit(msg, consumer, arrival_ns=1) is None
     source = sent[-1][1]
     chunk = TokenChunk(request_id="r", token_ids=[10, 11], text="ab", num_prompt_tokens=2, num_output_tokens=2)
@@ -107,3 +111,24 @@ def test_a_failed_transfer_with_nowhere_else_to_go_returns_to_the_source(make_he
                       finished=True, finish_reason="length")  # fmt: skip
     assert path.relay(source, last, recv_ns=3)
     assert [c.num_output_tokens for c in consumer.items] == [2, 5] and path.counters["failed"] == 0
+
+
+def test_a_request_returned_to_its_source_keeps_its_class_priority_and_its_adapter(make_hello):
+    """The return path builds its GenerateRequest itself (no placement): it must still carry the class's
+    engine priority (a VIP request must not come back as batch, swappable by anyone) and the LoRA adapter."""
+    classes = [{"name": "vip", "cell": "default", "priority": 2}, {"name": "batch"}]
+    cells = parse_cells({"cells": [{"name": "default"}], "traffic_classes": classes})
+    loras = LoraTable()
+    lora = loras.add("sql", "/adapters/sql", "m").lora
+    path, registry, sent, _, source = _path(
+        make_hello, ("a", "b"), cells=cells, loras=loras, traffic_class="vip", model="sql"
+    )
+    (first, _), *_ = _generates(sent)
+    assert (first.priority, first.lora_name) == (2, "sql")
+    target = "b" if source == "a" else "a"
+    registry.drain(source)
+    registry.leave(target, "died mid-transfer")
+    assert path.migrated(source, "r", target, ok=False, why="timeout")
+    returned, node_id = _generates(sent)[-1]
+    assert node_id == source and returned.prompt_token_ids == [*PROMPT_IDS, 10, 11]
+    assert (returned.priority, returned.lora_name, returned.lora_path) == (2, lora.name, lora.path)
