@@ -155,13 +155,12 @@ class CellsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             for cell in ([tc.cell] if tc.cell is not None else []) + tc.spill_to:
                 if cell not in known:
                     raise ValueError(f"traffic class {tc.name!r}: unknown cell {cell!r} (cells: {sorted(known)})")
-        spills = {(self.home_cell(tc.name), to) for tc in self.traffic_classes for to in tc.spill_to}
-        for home, to in spills:
-            if home is not None and (to, home) in spills:
-                raise ValueError(
-                    f"cells {home!r} and {to!r} spill into each other: a class may borrow another cell's idle "
-                    "capacity, never the reverse"
-                )
+        cycle = _spill_cycle({(self.home_cell(tc.name), to) for tc in self.traffic_classes for to in tc.spill_to})
+        if cycle:
+            raise ValueError(
+                f"cells {' -> '.join(repr(c) for c in cycle)} spill into each other: a class may borrow another "
+                "cell's idle capacity, never the reverse"
+            )
         if self.default_class is not None and self.default_class not in explicit:
             raise ValueError(f"default_class {self.default_class!r} is not a configured traffic class")
 
@@ -240,3 +239,31 @@ def load_cells(path) -> CellsConfig:
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path}: invalid TOML: {e}") from None
     return parse_cells(data, str(path))
+
+
+def _spill_cycle(edges: set[tuple[str | None, str]]) -> list[str]:
+    """A loop in the cell-to-cell spill graph (home cell -> a cell its classes borrow from), as the cells along
+    it back to the first (A -> B -> A, or A -> B -> C -> A); empty when there is none. Homeless classes add no
+    edge."""
+    graph: dict[str, list[str]] = {}
+    for home, to in sorted((h, t) for h, t in edges if h is not None):
+        graph.setdefault(home, []).append(to)
+    done: set[str] = set()
+    for start in sorted(graph):
+        path: list[str] = []
+        stack: list[tuple[str, int]] = [(start, 0)]
+        while stack:
+            node, i = stack.pop()
+            if i == 0:
+                if node in path:
+                    return [*path[path.index(node) :], node]
+                if node in done:
+                    continue
+                path.append(node)
+            nexts = graph.get(node, [])
+            if i < len(nexts):
+                stack.append((node, i + 1))
+                stack.append((nexts[i], 0))
+            else:
+                done.add(path.pop())
+    return []

@@ -86,6 +86,17 @@ def test_the_control_plane_zoo_up_and_the_simulator_read_the_same_cells(tmp_path
             },
             "never the reverse",
         ),
+        (  # a longer loop borrows back just the same: a -> b -> c -> a
+            {
+                "cells": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
+                "traffic_classes": [
+                    {"name": "x", "cell": "a", "spill_to": ["b"]},
+                    {"name": "y", "cell": "b", "spill_to": ["c"]},
+                    {"name": "z", "cell": "c", "spill_to": ["a"]},
+                ],
+            },
+            "'a' -> 'b' -> 'c' -> 'a' spill into each other",
+        ),
         ({"cells": [{"name": "a"}], "traffic_classes": [{"name": "x", "cell": "z"}]}, "unknown cell 'z'"),
         ({"cells": [{"name": "a", "gpu_types": ["L4"]}, {"name": "b", "gpu_types": ["l4"]}]}, "GPU type"),
         ({"cells": [{"name": "a", "pools": [{"gpu": "l4", "count": 0}]}]}, "count must be >= 1"),
@@ -201,3 +212,16 @@ def test_a_class_that_sheds_past_its_slo_skips_nodes_whose_backlog_would_miss_it
 def test_shedding_needs_an_slo():
     with pytest.raises(ValueError, match="shed_past_slo needs slo_ttft_s"):
         TrafficClass("batch", cell="bulk", shed_past_slo=True)
+
+
+def test_a_spill_chain_without_a_loop_is_allowed():
+    doc = {
+        "cells": [{"name": "a"}, {"name": "b"}, {"name": "c"}],
+        "traffic_classes": [
+            {"name": "x", "cell": "a", "spill_to": ["b", "c"]},
+            {"name": "y", "cell": "b", "spill_to": ["c"]},
+            {"name": "w"},  # homeless: adds no edge
+        ],
+    }
+    cells = parse_cells(doc, "zoo.toml")
+    assert cells.resolve("y").spill_to == ["c"]
