@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from agent.node_agent import AgentConfig, NodeAgent
-from backends.checkpoint.peft_adapter import load_peft_adapter
+from backends.checkpoint.peft_adapter import check_peft_directory, load_peft_adapter
 from backends.checkpoint.peft_writer import random_peft_adapter
 from backends.fake import ByteTokenizer, cpu_test_hardware
+from backends.runner_driver import tiny_config
 from backends.torch import TorchModelRunner
 from client import AsyncZooClient
 from controlplane.gateway import create_app
@@ -61,8 +62,9 @@ def _expected(model, adapters) -> dict[str | None, tuple[list[int], str]]:
 
 
 @contextlib.asynccontextmanager
-async def _fleet(tiny, adapters, nodes=(("base", False), ("lora", True)), engines=None):
-    """A control plane and ``nodes`` (node id, serves adapters); their engines go into ``engines`` if given."""
+async def _fleet(tiny, adapters, nodes=(("base", False), ("lora", True)), engines=None, lora_check=None):
+    """A control plane and ``nodes`` (node id, serves adapters); their engines go into ``engines`` if given;
+    ``lora_check``: the control plane's check of an adapter's files (default: against the tiny model)."""
     config, _, model = tiny
     cp = ControlPlane(
         ControlPlaneConfig(
@@ -77,7 +79,7 @@ async def _fleet(tiny, adapters, nodes=(("base", False), ("lora", True)), engine
             allow_runtime_lora_updating=True,
         ),
         ByteTokenizer(),
-        lora_check=lambda path: load_peft_adapter(path, config, 8),
+        lora_check=lora_check or (lambda path: load_peft_adapter(path, config, 8)),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(cp.run)
@@ -198,3 +200,22 @@ async def test_prefix_cache_never_mixes_adapters_end_to_end(tiny, adapters):
         assert tokens == expected["qv"] and hits > hits_base  # its own blocks are
         tokens, hits_again = await generate(None)
         assert tokens == expected[None] and hits_again > hits  # and the base request's for the base model
+
+
+async def test_an_adapter_the_node_refuses_fails_its_own_requests_only(tiny, adapters, tmp_path):
+    """A control plane that cannot check shapes (it knows no base model's config: only the directory) accepts
+    an adapter made for another base model; the node refuses it with a 400 naming the mismatch, and keeps
+    serving the base model and the other adapters."""
+    other = random_peft_adapter(tmp_path / "other", tiny_config(hidden_size=64), rank=4, target_modules=("q_proj",))
+    expected = _expected(tiny[2], adapters)
+    async with _fleet(tiny, adapters, nodes=(("lora", True),), lora_check=check_peft_directory) as cp:
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(cp)), base_url="http://zoo")
+        r = await http.post("/v1/load_lora_adapter", json={"lora_name": "other", "lora_path": str(other)})
+        assert r.status_code == 200, r.text
+        body = {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
+        _assert_error(await http.post("/v1/completions", json={**body, "model": "other"}), 400,
+                      "do not fit the base projection")  # fmt: skip
+        for model, name in (("qv", "qv"), (MODEL, None)):
+            r = await http.post("/v1/completions", json={**body, "model": model})
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == expected[name][1], r.text
+        await http.aclose()
