@@ -1,5 +1,5 @@
 """Multi-LoRA on the real model against transformers + peft: random adapters made with peft in the test
-(several ranks and target sets, rsLoRA and an alpha_pattern), saved in PEFT's format, read back by our
+(several ranks and target sets, rsLoRA, an alpha_pattern and a rank_pattern), saved in PEFT's format, read back by our
 loader, served batched together with the base model: logits within 1e-3 and greedy tokens identical, on the
 torch and the JAX runner."""
 
@@ -27,7 +27,12 @@ PROMPTS = ["The three primary colors are", "def fibonacci(n):\n    ", "My favour
 # name -> (rank, alpha, target modules, extra LoraConfig fields)
 ADAPTERS = {
     "attn8": (8, 16, ["q_proj", "v_proj"], {}),
-    "all16": (16, 32, ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"], {}),
+    "all16": (
+        16,
+        32,
+        ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        {"rank_pattern": {"down_proj": 4}},  # peft: rank 4 there, scaling alpha / 4
+    ),
     "mlp4": (
         4,
         8,
