@@ -130,7 +130,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.block_size = 0
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
-        self.lora_kernel = choose_lora_kernel(self.device)  # "triton" on CUDA (triton_lora.py), else "torch"
+        # "triton" on CUDA (triton_lora.py), else "torch"
+        self.lora_kernel = "torch" if lora_config is None else choose_lora_kernel(self.device)
 
     # ---- ModelRunner protocol -------------------------------------------------------------
 
