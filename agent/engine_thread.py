@@ -113,8 +113,8 @@ class EngineThread:
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.outbox: queue.SimpleQueue = queue.SimpleQueue()
         self.done = threading.Event()
-        # LoRA adapters new to this node are read from disk here, not on the engine thread (which keeps
-        # stepping the others); the request is queued once its adapter is read
+        # LoRA adapters new to this node (or dropped from its host RAM) are read from disk here, not on the
+        # engine thread (which keeps stepping the others); the request is queued once its adapter is read
         self._reader: ThreadPoolExecutor | None = None
         self._reading: set[str] = set()  # request ids waiting for their adapter's read
         self._cancelled: set[str] = set()  # of those, aborted meanwhile
@@ -142,7 +142,7 @@ class EngineThread:
         is added when the thread applies it, so the engine's clocks start at the request's arrival."""
         cmd = _Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora)
         store = _lora_store(self.core) if lora is not None else None
-        if store is None or lora.lora_id in store:
+        if store is None or not store.needs_read(lora.lora_id):  # new to this node, or dropped from host RAM
             self.inbox.put(cmd)
             return
         with self._reading_lock:

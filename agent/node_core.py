@@ -128,6 +128,9 @@ class NodeCore:
         """The engine serves ``lora`` under its name (a name now at another path is replaced once unused)."""
         known = self.engine.get_lora(lora.name)
         if known is not None and known.lora_id == lora.lora_id:
+            store = getattr(getattr(self.engine.runner, "lora_slots", None), "store", None)
+            if store is not None:  # dropped from host RAM: read now (or take the read-ahead), not in a step;
+                store.ensure_host(lora.lora_id)  # its files gone: AdapterError refuses this request only
             return
         if known is not None:
             self.engine.remove_lora(lora.name)  # ValueError while requests still use the old one

@@ -25,11 +25,14 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             scheduler_config=config.scheduler,
             cache_config=config.cache,
             clock=clock,
+            lora_config=config.lora,
         )
         if config.speculative is not None:
             from backends.sim.spec_model import attach_sim_speculator
 
             attach_sim_speculator(engine, config.speculative, config.gpu_profile)
+        for lora in config.lora_modules:
+            engine.add_lora(lora)  # simulated: nothing is read (backends/sim/lora_cost.py)
         return engine
     from backends.checkpoint import load_checkpoint
 

@@ -109,17 +109,27 @@ class LoraStore:
     # ---- the host store ----------------------------------------------------------------------
 
     def prefetch(self, lora: LoraRequest) -> None:
-        """Read ``lora`` now, from any thread, so that ``add`` (on the engine's thread) finds it read: the
-        disk read happens while the engine keeps stepping. Errors propagate (``add`` reads again and refuses
-        it there); an adapter already registered or read ahead is not read again."""
+        """Read ``lora`` now, from any thread, so that ``add`` or a step's load (on the engine's thread) finds
+        it read: the disk read happens while the engine keeps stepping. Errors propagate (the engine thread
+        reads again and refuses the request there); an adapter in host RAM or read ahead is not read again."""
         with self._prefetch_lock:
-            if lora.lora_id in self._prefetched or lora.lora_id in self._registered:
+            if not self.needs_read(lora.lora_id):
                 return
         adapter = self._read(lora)
         with self._prefetch_lock:
             self._prefetched[lora.lora_id] = adapter
             while len(self._prefetched) > PREFETCHED_KEPT:  # read ahead for requests that never came
                 self._prefetched.popitem(last=False)
+
+    def needs_read(self, lora_id: int) -> bool:
+        """True when using the adapter would read its files: not in host RAM (never added, or dropped by the
+        host LRU, ``max_cpu_loras``) and not read ahead. Any thread."""
+        return lora_id not in self._host and lora_id not in self._prefetched
+
+    def ensure_host(self, lora_id: int) -> None:
+        """Bring a registered adapter into host RAM now (read ahead, else from its directory), so a step does
+        not read it; AdapterError (its files are gone or changed) leaves the store as it was."""
+        self._load_host(lora_id)
 
     def add(self, lora: LoraRequest) -> PeftAdapter:
         """Read and check the adapter (AdapterError on a bad one, nothing changed); replaces one of the same id."""
@@ -175,7 +185,10 @@ class LoraStore:
     def _load_host(self, lora_id: int) -> PeftAdapter:
         adapter = self._host.get(lora_id)
         if adapter is None:
-            adapter = self._read(self._registered[lora_id])
+            with self._prefetch_lock:
+                adapter = self._prefetched.pop(lora_id, None)
+            if adapter is None:
+                adapter = self._read(self._registered[lora_id])
             self._put_host(lora_id, adapter)
         else:
             self._host.move_to_end(lora_id)

@@ -18,6 +18,7 @@ What it measures (all in one run, ratios against the baseline of the same run):
     logits_vs_cpu    the device path (the dispatch table's kernels) vs the CPU fp32 gather path on the same
                      weights: prefill, a chunk after a cached prefix, decodes; max |diff|, argmax agreement
     triton_vs_sdpa   the Triton paged kernel vs gather + SDPA on one mixed step (fp32, and bf16 on CUDA)
+    triton_lora      the Triton LoRA shrink/expand (triton_lora.py) vs torch matmuls (fp32, and bf16 on CUDA)
     decode           tok/s at batch 1 and 32 (context 512), eager vs CUDA graphs, graph capture time, and
                      the fraction of the HBM roofline each reaches (weights + KV bytes per step / bandwidth)
 
@@ -211,6 +212,34 @@ def check_triton_vs_sdpa(device: torch.device, dtypes: list[torch.dtype], seed: 
     return out
 
 
+def check_triton_lora(device: torch.device, dtypes: list[torch.dtype], seed: int = 0) -> dict[str, Any]:
+    """The Triton LoRA shrink + expand (backends/torch/triton_lora.py) vs torch matmuls: 24 rows over 4 slots
+    and rows without an adapter (untouched), SmolLM2's qkv shapes on CUDA (rank 16, 3 projections)."""
+    from backends.torch.triton_lora import lora_expand, lora_shrink
+
+    num_in, rank, num_out, rows = (576, 16, 576, 24) if device.type == "cuda" else (40, 4, 24, 6)
+    out: dict[str, Any] = {}
+    for dtype in dtypes:
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(rows, num_in, generator=g)
+        a = torch.randn(5, num_in, 3 * rank, generator=g) / num_in**0.5
+        b = torch.randn(5, rank, num_out, generator=g) / rank**0.5
+        slots = [(i % 5) - 1 for i in range(rows)]  # -1: no adapter
+        base = torch.randn(rows, 2 * num_out, generator=g)
+        y = lora_shrink(x.to(device, dtype), a.to(device, dtype), torch.tensor(slots, dtype=torch.int32, device=device))
+        got = base.to(device, dtype)
+        lora_expand(y, b.to(device, dtype), torch.tensor(slots, dtype=torch.int32, device=device), got, rank, num_out)
+        ref = base.to(dtype).float()
+        xs, as_, bs = (t.to(dtype).float() for t in (x, a, b))
+        for t, s in enumerate(slots):
+            if s >= 0:
+                ref[t, num_out:] += (xs[t] @ as_[s])[rank : 2 * rank] @ bs[s]
+        err = float((got.float().cpu() - ref).abs().max())
+        tol = 1e-4 if dtype == torch.float32 else 5e-2
+        out[str(dtype).removeprefix("torch.")] = {"max_abs_err": err, "tolerance": tol, "ok": err <= tol}
+    return out
+
+
 # ---- decode throughput ---------------------------------------------------------------------------------
 
 
@@ -339,6 +368,8 @@ def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
         say("Triton paged kernel vs gather + SDPA ...")
         dtypes = [torch.float32] + ([torch.bfloat16] if device.type == "cuda" else [])
         report["triton_vs_sdpa"] = check_triton_vs_sdpa(device, dtypes)
+        say("Triton LoRA shrink/expand vs torch ...")
+        report["triton_lora"] = check_triton_lora(device, dtypes)
     shapes = [SHAPES["tiny"]] if quick else [SHAPES["smollm2-135m"], SHAPES["llama-3-8b"]]
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     context = 64 if quick else 512
@@ -359,6 +390,7 @@ def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     checks = [report["logits_vs_cpu"]["ok"], *(c["ok"] for c in report.get("triton_vs_sdpa", {}).values())]
+    checks += [c["ok"] for c in report.get("triton_lora", {}).values()]
     report["ok"] = all(checks)
     report["elapsed_s"] = time.perf_counter() - t0
     return report

@@ -41,6 +41,7 @@ class AgentExporter(PrometheusExporter):
         self._spec: SpecDecodeStats | None = None
         self._rejected: Mapping = {}
         self._lora_info: tuple[tuple[str, str, str], float] | None = None  # (labels, unix time), LoRA nodes only
+        self._lora_loaded = 0  # adapters in device slots (last LoadReport)
         reg = self.registry
         self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
                               m.VLLM_LABELS, registry=reg, buckets=m.TTFT_BUCKETS_S)  # fmt: skip
@@ -103,6 +104,7 @@ class AgentExporter(PrometheusExporter):
         """vllm:lora_requests_info from a LoadReport (only on a node that serves adapters)."""
         if not max_loras:
             return
+        self._lora_loaded = len(report.lora_resident)
         labels = (str(max_loras), ",".join(report.lora_waiting), ",".join(report.lora_running))
         if self._lora_info is None or self._lora_info[0] != labels:
             self._lora_info = (labels, time.time())  # vLLM's value: when the adapters last changed
@@ -162,6 +164,7 @@ class AgentExporter(PrometheusExporter):
                                      labels=[*names, *m.LORA_INFO_LABELS])  # fmt: skip
             info.add_metric([*values, *lora_info[0]], lora_info[1])
             yield info
+            yield gauge(m.LORA_ADAPTERS_LOADED, "LoRA adapters in device slots.", self._lora_loaded)
 
     def _spec_metrics(self, names: list[str], values: list[str]) -> Iterable[Metric]:
         spec = self._spec

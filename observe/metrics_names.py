@@ -53,6 +53,7 @@ ROUTER_TO_NODE_HOP = "zoo:router_to_node_hop_seconds"  # agent recv - GenerateRe
 SWAPPED_BLOCKS = "zoo:swapped_blocks"  # counter (_total) by direction "out" | "in"
 SWAPPED_BYTES = "zoo:swapped_bytes"  # counter (_total) by direction
 SWAP_LATENCY = "zoo:swap_latency_seconds"  # by direction; upper bound: the step that carried the swap
+LORA_ADAPTERS_LOADED = "zoo:lora_adapters_loaded"  # gauge: adapters in device slots (LoRA nodes only)
 
 # control plane -------------------------------------------------------------------------------------------
 ROUTER_QUEUE_WAIT = "zoo:router_queue_wait_seconds"  # routed_ns - arrival_ns

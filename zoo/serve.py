@@ -391,6 +391,10 @@ def sim_engine_config_from_args(args: argparse.Namespace):
         scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
         cache=CacheConfig(block_size=args.block_size, num_host_blocks=args.num_host_blocks),
     )
+    from zoo.engine_args import lora_config_from_args
+
+    config.lora = lora_config_from_args(args)  # --enable-lora / --lora-modules: simulated adapter slots
+    config.lora_modules = list(getattr(args, "lora_modules", None) or [])
     if args.max_model_len is not None:
         config.scheduler.max_model_len = args.max_model_len
     return config, node_hardware_info(NodeHardware(args.gpu_profile, args.tp))

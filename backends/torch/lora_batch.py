@@ -13,11 +13,18 @@ Multi-Tenant LoRA Serving", 2023: BGMV for decode, SGMV for prefill), with plain
 Decode rows of at most ``MAX_LORA_SEGMENTS`` adapters that sit side by side (the runner orders them so)
 are segments too: a few plain matmuls on views beat gathers and batched matmuls on a CPU.
 
+On CUDA (``kernel="triton"``, ``choose_lora_kernel``) every row instead names its slot in one int32 vector and
+two Triton kernels per group serve all rows at once, whatever their adapters (triton_lora.py: Punica's
+BGMV shrink and expand); ``ZOO_LORA_KERNEL=torch`` keeps the torch ops there, ``=triton`` forces the kernels
+(on CPU tensors only under ``TRITON_INTERPRET=1``, as the tests run them).
+
 ``delta = scaling * B (A x)`` is added in place to the base projection's output (scaling is in B).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +32,17 @@ import torch
 from backends.torch.lora_slots import LoraSlots
 
 MAX_LORA_SEGMENTS = 4  # decode adapters served as contiguous segments rather than padded groups
+LORA_KERNELS = ("torch", "triton")
+
+
+def choose_lora_kernel(device: torch.device) -> str:
+    """``ZOO_LORA_KERNEL`` (torch | triton) if set, else "triton" on CUDA where triton is installed, else "torch"."""
+    forced = os.environ.get("ZOO_LORA_KERNEL", "")
+    if forced:
+        if forced not in LORA_KERNELS:
+            raise ValueError(f"ZOO_LORA_KERNEL must be one of {LORA_KERNELS}, got {forced!r}")
+        return forced
+    return "triton" if device.type == "cuda" and importlib.util.find_spec("triton") is not None else "torch"
 
 
 @dataclass(slots=True)
@@ -47,10 +65,26 @@ class LoraBatch:
         decode_slots: list[int | None],
         segments: list[tuple[int, int, int]],
         device: torch.device,
+        kernel: str = "torch",
     ) -> None:
-        """decode_slots: per decode row (rows 0..D-1), its slot or None; segments: (first row, rows, slot)."""
+        """decode_slots: per decode row (rows 0..D-1), its slot or None; segments: (first row, rows, slot);
+        kernel: "torch" (ops below) or "triton" (triton_lora.py, every row by its slot)."""
         self.lora = lora_slots
         self.rank = lora_slots.config.max_lora_rank
+        self.row_slots: torch.Tensor | None = None
+        if kernel == "triton":
+            from backends.torch import triton_lora
+
+            self._triton = triton_lora
+            num_rows = max([len(decode_slots), *(first + n for first, n, _ in segments)])
+            slots = [-1 if s is None else s for s in decode_slots] + [-1] * (num_rows - len(decode_slots))
+            for first, n, slot in segments:
+                slots[first : first + n] = [slot] * n
+            self.row_slots = torch.tensor(slots, dtype=torch.int32, device=device)
+            self.segments, self.decode, self._take = [], None, None
+            return
+        if kernel != "torch":
+            raise ValueError(f"LoRA kernel must be one of {LORA_KERNELS}, got {kernel!r}")
         decode_segments = _decode_segments(decode_slots)
         self.segments = segments if decode_segments is None else decode_segments + segments
         self.decode = (
@@ -64,6 +98,12 @@ class LoraBatch:
         """out[rows, cols] += delta of group ``group_index``'s projections for input x [T, in]."""
         group = self.lora.groups[group_index]
         r = self.rank
+        if self.row_slots is not None:  # Triton: every row by its slot, two launches per projection group
+            rows = self.row_slots.shape[0]
+            y = self._triton.lora_shrink(x[:rows], self.lora.a[group.name][layer], self.row_slots)
+            for j, (module, (begin, _)) in enumerate(zip(group.modules, group.out_columns)):
+                self._triton.lora_expand(y, self.lora.b[module][layer], self.row_slots, out, j * r, begin)
+            return
         d = self.decode
         if d is not None:
             take = self._take

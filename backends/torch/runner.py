@@ -35,7 +35,7 @@ from backends.torch.cpu_decode import CpuDecoder, load_library, supports
 from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
-from backends.torch.lora_batch import MAX_LORA_SEGMENTS, LoraBatch
+from backends.torch.lora_batch import MAX_LORA_SEGMENTS, LoraBatch, choose_lora_kernel
 from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.rejection_sampler import rejection_sample
@@ -130,6 +130,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.block_size = 0
         self.lora_config = lora_config
         self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
+        # "triton" on CUDA (triton_lora.py), else "torch"
+        self.lora_kernel = "torch" if lora_config is None else choose_lora_kernel(self.device)
 
     # ---- ModelRunner protocol -------------------------------------------------------------
 
@@ -363,7 +365,7 @@ class TorchModelRunner(LoraRunnerVerbs):
             if r.lora_id is not None:
                 segments.append((row, r.num_scheduled_tokens, slot_of[r.lora_id]))
             row += r.num_scheduled_tokens
-        return LoraBatch(self.lora_slots, decode_slots, segments, self.device)
+        return LoraBatch(self.lora_slots, decode_slots, segments, self.device, kernel=self.lora_kernel)
 
     def _sample(self, logits: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:
         plain = [s for s in slots if not _has_draft_probs(s)]

@@ -7,6 +7,10 @@ Both exist only when the frontend allows run-time updates (vLLM: ``VLLM_ALLOW_RU
 here ``--allow-runtime-lora-updating``), since loading reads files named by the caller; otherwise they
 are unknown paths (404). ``/v1/models`` lists each adapter beside the base models, with ``parent`` (its
 base model) and ``root`` (its path), as vLLM does.
+
+A load reads and checks the adapter's files (the whole weights file when the base model's shapes are
+known), so it runs in a worker thread: the event loop keeps routing meanwhile. Loads and unloads are
+serialized by one lock, so two loads of one name cannot both pass the "already loaded" check.
 """
 
 from __future__ import annotations
@@ -72,13 +76,15 @@ def lora_model_objects(frontend: object, created_s: int, owned_by: str) -> list[
 class _LoraHandlers:
     def __init__(self, frontend: LoraFrontend) -> None:
         self.frontend = frontend
+        self._lock = anyio.Lock()  # one load or unload at a time (loads run in a worker thread)
 
     async def load(self, request: Request) -> Response:
         body = await _read(request, _LoadBody)
         if isinstance(body, Response):
             return body
         try:
-            self.frontend.load_lora_adapter(body.lora_name, body.lora_path)
+            async with self._lock:  # reading the files off the event loop
+                await anyio.to_thread.run_sync(self.frontend.load_lora_adapter, body.lora_name, body.lora_path)
         except ValueError as error:  # LoraTableError
             return http_error_response(getattr(error, "status", 400), str(error))
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
@@ -88,7 +94,8 @@ class _LoraHandlers:
         if isinstance(body, Response):
             return body
         try:
-            self.frontend.unload_lora_adapter(body.lora_name)
+            async with self._lock:
+                self.frontend.unload_lora_adapter(body.lora_name)
         except ValueError as error:
             return http_error_response(getattr(error, "status", 400), str(error))
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")

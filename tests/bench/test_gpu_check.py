@@ -46,6 +46,7 @@ def test_cpu_half_runs_without_the_projects_other_dependencies():
     assert logits["kernel"] == "triton_paged" and logits["argmax_agree_steps"] == "6/6"
     assert logits["max_abs_diff"] < 1e-4
     assert report["triton_vs_sdpa"]["float32"]["ok"] is True
+    assert report["triton_lora"]["float32"]["ok"] is True
     decode = {d["batch"]: d for d in report["decode"]}
     assert set(decode) == {1, 32}
     for d in decode.values():

@@ -1,5 +1,6 @@
 """vllm:lora_requests_info on an agent's /metrics: vLLM's labels, the adapters of running and waiting
-requests from the node's LoadReports, nothing on a node that serves no adapters."""
+requests from the node's LoadReports; zoo:lora_adapters_loaded, those in device slots; nothing on a node that
+serves no adapters."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from prometheus_client import generate_latest
 
 from backends.fake import cpu_test_hardware
 from observe.agent_exporter import AgentExporter
-from observe.metrics_names import LORA_REQUESTS_INFO
+from observe.metrics_names import LORA_ADAPTERS_LOADED, LORA_REQUESTS_INFO
 from transport.messages import KVInfo, LoadReport, NodeHello
 
 HELLO = NodeHello(
@@ -43,10 +44,12 @@ def test_lora_requests_info_has_vllms_labels():
     for label in ('max_lora="4"', 'running_lora_adapters="chat,sql"', 'waiting_lora_adapters="poetry"', 'node="n0"'):
         assert label in lines[0]
     assert float(lines[0].rsplit(" ", 1)[1]) > 1e9  # vLLM's value: a unix time
+    loaded = [line for line in _scrape(exporter).splitlines() if line.startswith(LORA_ADAPTERS_LOADED + "{")]
+    assert len(loaded) == 1 and 'node="n0"' in loaded[0] and loaded[0].endswith(" 1.0")  # adapters in slots
 
 
 def test_no_lora_info_without_adapters():
     exporter = AgentExporter()
     exporter.describe_node(HELLO)
     exporter.observe_lora(0, _report())
-    assert LORA_REQUESTS_INFO not in _scrape(exporter)
+    assert LORA_REQUESTS_INFO not in _scrape(exporter) and LORA_ADAPTERS_LOADED not in _scrape(exporter)

@@ -36,3 +36,24 @@ def test_controlplane_lora_flags():
     assert args.lora_modules == [LoraRequest("sql", "/a/sql")]
     assert args.allow_runtime_lora_updating and args.max_lora_rank == 64
     assert not build_parser().parse_args(["controlplane"]).allow_runtime_lora_updating
+
+
+def test_the_built_engine_serves_the_lora_modules_sim_backend_too():
+    """`zoo agent --backend sim` with --lora-modules: the adapters reach the runner's (simulated) slots and the
+    engine (loaded at start), as on torch and JAX."""
+    from backends.builder import build_engine
+    from zoo.serve import sim_engine_config_from_args
+
+    args = build_parser().parse_args(
+        ["agent", "--backend", "sim", "--gpu-profile", "h100-sxm", "--model", "sim:llama-3-8b",
+         "--lora-modules", "sql=/a/sql", "--max-loras", "3"]
+    )  # fmt: skip
+    config, _ = sim_engine_config_from_args(args)
+    engine = build_engine(config, progress=False)
+    assert engine.runner.lora_config.max_loras == 3 and engine.scheduler_config.max_loras == 3
+    assert [lora.name for lora in engine.list_loras()] == ["sql"]
+    plain = build_parser().parse_args(
+        ["agent", "--backend", "sim", "--gpu-profile", "h100-sxm", "--model", "sim:llama-3-8b"]
+    )
+    plain, _ = sim_engine_config_from_args(plain)
+    assert build_engine(plain, progress=False).runner.lora_config is None

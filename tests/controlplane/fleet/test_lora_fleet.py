@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from agent.node_agent import AgentConfig, NodeAgent
-from backends.checkpoint.peft_adapter import load_peft_adapter
+from backends.checkpoint.peft_adapter import check_peft_directory, load_peft_adapter
 from backends.checkpoint.peft_writer import random_peft_adapter
 from backends.fake import ByteTokenizer, cpu_test_hardware
+from backends.runner_driver import tiny_config
 from backends.torch import TorchModelRunner
 from client import AsyncZooClient
 from controlplane.gateway import create_app
@@ -61,7 +62,9 @@ def _expected(model, adapters) -> dict[str | None, tuple[list[int], str]]:
 
 
 @contextlib.asynccontextmanager
-async def _fleet(tiny, adapters):
+async def _fleet(tiny, adapters, nodes=(("base", False), ("lora", True)), engines=None, lora_check=None):
+    """A control plane and ``nodes`` (node id, serves adapters); their engines go into ``engines`` if given;
+    ``lora_check``: the control plane's check of an adapter's files (default: against the tiny model)."""
     config, _, model = tiny
     cp = ControlPlane(
         ControlPlaneConfig(
@@ -76,19 +79,22 @@ async def _fleet(tiny, adapters):
             allow_runtime_lora_updating=True,
         ),
         ByteTokenizer(),
-        lora_check=lambda path: load_peft_adapter(path, config, 8),
+        lora_check=lora_check or (lambda path: load_peft_adapter(path, config, 8)),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(cp.run)
-        for node_id, lora in (("base", False), ("lora", True)):
+        for node_id, lora in nodes:
+            engine = _engine(model, lora)
+            if engines is not None:
+                engines[node_id] = engine
             agent = NodeAgent(
                 cp.agent_endpoint,
-                _engine(model, lora),
+                engine,
                 AgentConfig(node_id=node_id, model_name=MODEL, report_interval_s=0.05, profile_at_start=False),
                 hardware=cpu_test_hardware(),
             )
             await tg.start(agent.run)
-        await cp.wait_until(lambda: len(cp.registry) == 2, 10)
+        await cp.wait_until(lambda: len(cp.registry) == len(nodes), 10)
         yield cp
         tg.cancel_scope.cancel()
 
@@ -158,3 +164,58 @@ async def test_runtime_updates_are_off_unless_enabled(tiny, adapters):
     r = await http.post("/v1/load_lora_adapter", json={"lora_name": "qv", "lora_path": adapters["qv"]})
     _assert_error(r, 404, "Not Found")
     await http.aclose()
+
+
+async def test_prefix_cache_never_mixes_adapters_end_to_end(tiny, adapters):
+    """The same prompt as the base model, then under an adapter, through the ZeroMQ client, the control plane
+    and one node: the adapter's request reuses none of the base request's cached blocks and gets the tokens it
+    gets alone; the same adapter again reuses its own blocks."""
+    prompt = list(range(20, 44))  # six full blocks of 4
+    expected = {}
+    for name in (None, "qv"):
+        engine = _engine(tiny[2], lora=True)
+        engine.add_lora(LoraRequest("qv", adapters["qv"]))
+        params = SamplingParams(temperature=0, max_tokens=MAX_TOKENS, ignore_eos=True)
+        engine.add_request(prompt, params, lora_name=name)
+        expected[name] = [t for _ in range(MAX_TOKENS) for out in engine.step() for t in out.new_token_ids]
+        assert not engine.has_unfinished_requests() and len(expected[name]) == MAX_TOKENS
+    assert expected[None] != expected["qv"]
+    engines = {}
+    async with (
+        _fleet(tiny, adapters, nodes=(("lora", True),), engines=engines) as cp,
+        AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo,
+    ):
+        engine = engines["lora"]
+
+        async def generate(model):
+            done = await zoo.generate(prompt_token_ids=prompt, model=model, max_tokens=MAX_TOKENS, temperature=0,
+                                      ignore_eos=True)  # fmt: skip
+            return done.token_ids, engine.make_stats().prefix_cache_hits_total
+
+        tokens, hits_base = await generate(None)
+        assert tokens == expected[None]
+        tokens, hits = await generate("qv")
+        assert tokens == expected["qv"] and hits == hits_base  # no block of the base request was taken
+        tokens, hits = await generate("qv")
+        assert tokens == expected["qv"] and hits > hits_base  # its own blocks are
+        tokens, hits_again = await generate(None)
+        assert tokens == expected[None] and hits_again > hits  # and the base request's for the base model
+
+
+async def test_an_adapter_the_node_refuses_fails_its_own_requests_only(tiny, adapters, tmp_path):
+    """A control plane that cannot check shapes (it knows no base model's config: only the directory) accepts
+    an adapter made for another base model; the node refuses it with a 400 naming the mismatch, and keeps
+    serving the base model and the other adapters."""
+    other = random_peft_adapter(tmp_path / "other", tiny_config(hidden_size=64), rank=4, target_modules=("q_proj",))
+    expected = _expected(tiny[2], adapters)
+    async with _fleet(tiny, adapters, nodes=(("lora", True),), lora_check=check_peft_directory) as cp:
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(cp)), base_url="http://zoo")
+        r = await http.post("/v1/load_lora_adapter", json={"lora_name": "other", "lora_path": str(other)})
+        assert r.status_code == 200, r.text
+        body = {"prompt": PROMPT, "max_tokens": MAX_TOKENS, "temperature": 0, "ignore_eos": True}
+        _assert_error(await http.post("/v1/completions", json={**body, "model": "other"}), 400,
+                      "do not fit the base projection")  # fmt: skip
+        for model, name in (("qv", "qv"), (MODEL, None)):
+            r = await http.post("/v1/completions", json={**body, "model": model})
+            assert r.status_code == 200 and r.json()["choices"][0]["text"] == expected[name][1], r.text
+        await http.aclose()
