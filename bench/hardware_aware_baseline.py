@@ -69,6 +69,9 @@ class HardwareAwareBaseline(PolicyHooks):
         slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
         np.greater(cost, slo_ttft_s, out=miss)
         np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=miss)
+        if config.slo_pack_weight:  # (added later) bin packing: the slack of the nodes that meet the TTFT SLO
+            slack = (slo_ttft_s - columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1))) * config.slo_pack_weight
+            cost += np.where(miss, 0.0, np.minimum(slack, config.slo_ttft_miss_penalty_s))
         # SLO triage (added after commit 2777401): a miss on a node whose queue still meets the SLO
         triage = miss & (columns[_COL_BASE_S] <= slo_ttft_s)
         own_s = columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1))
@@ -125,6 +128,9 @@ class HardwareAwareBaseline(PolicyHooks):
                     saved_s += config.slo_ttft_miss_penalty_s
                     if (own_s.item(i) if spare else values.item(_COL_BASE_S, i)) <= slo_ttft_s:
                         saved_s += config.slo_triage_penalty_s
+                    slack_s = slo_ttft_s - own * inv_rate  # bin packing charges a node that meets the SLO now
+                    if config.slo_pack_weight and slack_s > 0.0:
+                        saved_s -= min(slack_s * config.slo_pack_weight, config.slo_ttft_miss_penalty_s)
                 if harm.item(i):
                     step_s, chunk_s = values.item(_COL_STEP_S, i), values.item(_COL_CHUNK_S, i)
                     backlog_s = values.item(_COL_BACKLOG_S, i)

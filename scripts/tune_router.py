@@ -9,6 +9,9 @@ chose them (bench/results/2026-12-01-sim-eval-goodput.json); the third (GRID_3: 
 could not, i.e. the fraction 1) kept the defaults. The rule below is the one the second grid ran under,
 unchanged for the third and fourth (written before they ran; their results:
 bench/results/2026-12-01-sim-tune-3.json). A switch that does not win by this rule stays off.
+The fifth grid (GRID_5, declared and committed before it ran, the rule unchanged): bin packing among the nodes
+that meet the TTFT target (slo_pack_weight 0 = off, 1, 2; router_config.py) at the fourth grid's choice;
+result: bench/results/2026-12-02-sim-tune-5.json.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -39,6 +42,7 @@ CASES = {"conv80": ("conv", "zoo", 0.8), "code80": ("code", "zoo", 0.8), "code60
 GRID_2 = {"slo_triage_penalty_s": [0.0, 3.0, 5.0, 10.0], "slo_tpot_harm_penalty_s": [0.0, 3.0]}
 GRID_3 = {"slo_triage_spare_capable_below": [0.0, 1.0], "tpot_excess_only": [False, True],
           "tpot_weight": [0.1, 0.3]}  # fmt: skip
+GRID_5 = {"slo_pack_weight": [0.0, 1.0, 2.0]}
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 

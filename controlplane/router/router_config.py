@@ -54,6 +54,13 @@ class RouterConfig:
         beyond the SLO buys nothing and slower nodes that meet it take work.
         Both chosen on the declared tuning split by scripts/tune_router.py's rule, unchanged (its fourth grid:
         bench/results/2026-12-01-sim-tune-3.json); off, they give the decisions of the earlier defaults.
+    slo_pack_weight: bin packing among the nodes predicted to meet the TTFT target: such a node's cost gains
+        slo_pack_weight * max(slo_ttft_s - prompt / rate, 0), the slack its prefill speed leaves under the
+        target for a prompt of this size (the whole prompt, cached or not), so the spare capability of the fast
+        nodes is kept for the prompts only they serve in time; at most slo_ttft_miss_penalty_s (meeting the
+        target never costs more than missing it). 1: among the nodes that meet the target, their
+        prefill speed no longer counts (the least wait wins); 2: the slowest node that still meets it wins at
+        equal wait. 0 (off): the quickest node that meets it wins.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -94,6 +101,7 @@ class RouterConfig:
     slo_tpot_harm_penalty_s: float = 3.0
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
+    slo_pack_weight: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -126,6 +134,7 @@ class RouterConfig:
             "slo_tpot_miss_penalty_s",
             "slo_triage_penalty_s",
             "slo_tpot_harm_penalty_s",
+            "slo_pack_weight",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",

@@ -33,6 +33,9 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
                 + slo_triage_penalty_s      if TTFT > slo_ttft_s and wait <= slo_ttft_s        (SLO triage)
                   (when fewer than slo_triage_spare_capable_below * (number of nodes) nodes have
                    own_s <= slo_ttft_s with nothing cached: if TTFT > slo_ttft_s and that holds instead)
+                + min(slo_pack_weight * max(slo_ttft_s - whole_s, 0), slo_ttft_miss_penalty_s)
+                                            if TTFT <= slo_ttft_s                               (bin packing)
+                  whole_s = max(prompt, 1) / rate: the whole prompt's prefill there, cached or not
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -51,7 +54,10 @@ prefill its long prompts within the target), triage charges those nodes, late or
 could never meet it, so a hopeless long prompt no longer keeps the few capable nodes late (tuning split:
 mooncake goodput 0.549 -> 0.614). With tpot_excess_only the TPOT term prices only the TPOT above the target:
 decode speed beyond the SLO buys nothing, so L4s and T4s that meet it take work (conv: 0.19/0.33 -> 0.42/0.48
-utilisation on the eval split).
+utilisation on the eval split). Bin packing (slo_pack_weight, off by default) prices the slack a node's
+prefill speed leaves under the TTFT target for a prompt of this size, on the nodes that meet the target, so
+a short prompt that meets it on an L4 does not take an H100 whose speed the long prompts need (the Mooncake
+trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts).
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
@@ -232,6 +238,9 @@ def predict_cost_s(
             charged = predict_wait_s(node, config) <= config.slo_ttft_s
         if charged:
             cost += config.slo_triage_penalty_s
+    elif config.slo_pack_weight:  # bin packing: the spare capability of a node that meets the TTFT target
+        whole_s = max(num_prompt_tokens, 1) / prefill_rate_tok_per_s(node, config)
+        cost += min(config.slo_pack_weight * max(config.slo_ttft_s - whole_s, 0.0), config.slo_ttft_miss_penalty_s)
     if tpot_s > config.slo_tpot_s:
         cost += config.slo_tpot_miss_penalty_s
     if node.decode_batch_size > 0:
@@ -307,11 +316,18 @@ class HardwareAwarePolicy(PolicyHooks):
             for i in table.tagged(lora_name):
                 add[i] = 0.0
             cost += add
-        if config.slo_ttft_miss_penalty_s or config.slo_triage_penalty_s:
+        if config.slo_ttft_miss_penalty_s or config.slo_triage_penalty_s or config.slo_pack_weight:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
             miss = np.greater(cost, slo_ttft_s, self._miss)
             if config.slo_ttft_miss_penalty_s:
                 np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
+                cost += add
+            if config.slo_pack_weight:  # bin packing: the slack of the nodes that meet the target
+                np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), add)
+                np.subtract(slo_ttft_s, add, add)
+                add *= config.slo_pack_weight
+                np.minimum(add, config.slo_ttft_miss_penalty_s, out=add)
+                np.copyto(add, 0.0, where=miss)
                 cost += add
             if config.slo_triage_penalty_s:  # SLO triage: a miss on a node whose queue still meets the SLO
                 capable = None
@@ -380,6 +396,8 @@ class HardwareAwarePolicy(PolicyHooks):
         whose cost minus the most it could save (its whole prompt's prefill, both penalties) is still above
         ``best`` cannot win and is not re-scored: computed in floats, that bound is <= the corrected cost
         (rounding is monotonic and every term of the saving is <= its term in the bound), so the skip is exact.
+        Bin packing's charge on a holder that meets the TTFT target only thanks to its cache is subtracted from
+        the saving; it is at most the miss penalty lifted with it, so a saving stays >= 0 (a cost never rises).
         """
         config = self.config
         index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
@@ -391,6 +409,7 @@ class HardwareAwarePolicy(PolicyHooks):
             config.kv_full_penalty_s,
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
+        pack_weight = config.slo_pack_weight
         most_penalties_s = ttft_penalty_s + triage_penalty_s + harm_penalty_s + kv_penalty_s
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
@@ -422,6 +441,10 @@ class HardwareAwarePolicy(PolicyHooks):
                 saved_s += ttft_penalty_s
                 if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
+                slack_s = slo_ttft_s - own * inv_rate  # it meets the target now: bin packing charges its slack
+                if pack_weight and slack_s > 0.0:
+                    pack_s = slack_s * pack_weight
+                    saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
             if harm_penalty_s and row[_COL_DECODERS] > 0:  # fewer prompt tokens to share the decodes' steps
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
                 harm_s = min((inv_rate * own + backlog_s) * inv_steps, chunk_s) + step_s

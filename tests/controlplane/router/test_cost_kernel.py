@@ -1,8 +1,8 @@
 """The compiled hardware_aware decision (cost_kernel.py) against the numpy path and the scalar formula.
 
 Hypothesis builds random node tables (nodes repeated to force exact ties, prompts some nodes cannot take,
-KV-short and swapped nodes, LoRA adapters held by some, prefix holders, every penalty on or off, SLO triage
-and decode protection included, with the class's SLOs or the router's) and asks
+KV-short and swapped nodes, LoRA adapters held by some, prefix holders, every penalty on or off, SLO triage,
+decode protection and bin packing included, with the class's SLOs or the router's) and asks
 three implementations on the same snapshot: the numpy passes (``use_kernel=False``), the numba kernel, and
 the kernel's Python source run uncompiled (so the logic is tested where numba is missing). Choices must be
 equal and the per-node costs equal bit for bit; the choice must also be a least ``predict_cost_s`` node.
@@ -52,6 +52,9 @@ CONFIGS = (
     RouterConfig(slo_ttft_s=2.0, slo_tpot_s=0.05, slo_triage_penalty_s=1.5, slo_tpot_harm_penalty_s=0.25),
     RouterConfig(slo_ttft_s=0.3, slo_triage_spare_capable_below=1.0, tpot_excess_only=True, tpot_weight=0.5),
     replace(GOODPUT_ONLY, slo_triage_spare_capable_below=0.5),
+    RouterConfig(slo_pack_weight=2.0),  # bin packing at the router's defaults
+    RouterConfig(slo_ttft_s=0.5, slo_pack_weight=1.0, slo_ttft_miss_penalty_s=0.3, tpot_weight=0.0),  # capped
+    replace(GOODPUT_ONLY, slo_ttft_miss_penalty_s=10.0, slo_pack_weight=1.5, slo_triage_spare_capable_below=0.5),
 )
 
 profiles = st.fixed_dictionaries(
@@ -191,7 +194,7 @@ def _values(n: int) -> np.ndarray:
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
-    triage_penalty_s, harm_penalty_s, spare_below, excess_only (see CostKernel)."""
+    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -200,7 +203,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               float(knobs.get("need", num_prompt_tokens)), knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens),
               1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
               knobs.get("harm_penalty_s", 0.0), knobs.get("spare_below", 0.0),
-              knobs.get("excess_only", 0.0))  # fmt: skip
+              knobs.get("excess_only", 0.0), knobs.get("pack_weight", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),

@@ -40,6 +40,7 @@ CONFIGS = (
     RouterConfig(tpot_weight=1.0, tpot_horizon_tokens=8, prefix_max_candidates=2, kv_reserve_running_tokens=0),
     RouterConfig(default_model_params_b=8.0, slo_triage_penalty_s=5.0, slo_tpot_harm_penalty_s=3.0, slo_tpot_s=0.02),
     RouterConfig(slo_ttft_miss_penalty_s=0.0, slo_triage_penalty_s=2.0, slo_ttft_s=0.05, slo_tpot_harm_penalty_s=0.5),
+    RouterConfig(default_model_params_b=8.0, slo_pack_weight=2.0, slo_ttft_s=0.5),  # bin packing
 )
 
 hellos = st.builds(

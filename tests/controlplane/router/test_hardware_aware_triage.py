@@ -1,4 +1,4 @@
-"""hardware_aware's SLO triage and decode protection on hand-made states: each decision checked against the
+"""hardware_aware's SLO triage, decode protection and bin packing on hand-made states: each decision checked against the
 scalar formula (predict_cost_s), the old decision (bench/hardware_aware_baseline.py) and the expected node,
 with the mechanism on and off (off: the node it moves the request away from wins). Every test runs on both
 implementations of the decision: the numpy passes and the compiled kernel (cost_kernel.py; its Python source,
@@ -205,7 +205,52 @@ def test_a_cached_prefix_lifts_the_triage_and_harm_penalties(case, make_node_vie
     assert fast.choose(unshared, snapshot) == old.choose(unshared, snapshot) == "a"
 
 
-@pytest.mark.parametrize("name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s"])
+def test_bin_packing_sends_a_short_prompt_to_the_least_capable_node_that_meets_the_ttft_target(
+    make_node_view, make_route_request
+):
+    """Idle H100 (30k tok/s), L4 (4k) and T4 (2k): a 1.5k-token prompt meets the 1 s target on all three and
+    goes to the quickest, the H100, without bin packing; at weight 2 to the T4 (0.75 s), the slowest that meets
+    it; a 6k-token prompt, which only the H100 serves in time, still goes there."""
+    config = replace(BASE, slo_pack_weight=2.0)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0)
+    t4 = make_node_view("t4", "t4", prefill_tok_per_s=2_000.0)
+    short = make_route_request(num_prompt_tokens=1_500, max_tokens=16)
+    assert all(predict_ttft_s(v, 1_500, config) <= config.slo_ttft_s for v in (h100, l4, t4))
+    assert _decide(replace(config, slo_pack_weight=0.0), short, h100, l4, t4) == "h100"
+    assert _decide(config, short, h100, l4, t4) == "t4"
+    assert _decide(config, short, h100, l4) == "l4"
+    long = make_route_request(num_prompt_tokens=6_000, max_tokens=16)  # 0.2 s on the H100, 1.5 s on the L4
+    assert _decide(config, long, h100, l4, t4) == "h100"
+    # weight 1: prefill speed no longer counts among the nodes that meet the target, the wait does: the H100
+    # waiting 0.1 s loses to the idle L4, which it beats without bin packing
+    busy = replace(h100, queued_prefill_tokens=3_000)
+    assert _decide(replace(config, slo_pack_weight=1.0), short, busy, l4) == "l4"
+    assert _decide(replace(config, slo_pack_weight=0.0), short, busy, l4) == "h100"
+    # the charge is at most the miss penalty (0.2 s here): the H100's 0.05 + 0.2 beats the L4's 0.375 + 0.2
+    assert _decide(replace(config, slo_ttft_miss_penalty_s=0.2), short, h100, l4) == "h100"
+
+
+def test_bin_packing_charges_a_prefix_holder_that_meets_the_target_only_thanks_to_its_cache(make_node_view):
+    """Holder "b" (1024 tok/s) waits 1.1 s: the 1024-token prompt misses the 2 s target there (2.1 s) unless its 480
+    cached tokens count (1.63 s), and then it has 1 s of slack: charged 2 s at weight 2 (3.63 s). "a" (600 tok/s,
+    idle) meets it in 1.71 s with 0.29 s of slack (2.29 s). Without bin packing the holder wins (1.63 < 1.71)."""
+    config = replace(BASE, hardware_aware_use_prefix=True, slo_ttft_s=2.0, kv_full_penalty_s=0.0,
+                     slo_pack_weight=2.0)  # fmt: skip
+    a = make_node_view("a", prefill_tok_per_s=600.0)
+    b = make_node_view("b", prefill_tok_per_s=1024.0, queued_prefill_tokens=1126)
+    snapshot = ClusterSnapshot(0.0, (a, b))
+    request = RouteRequest("r", "m", len(PROMPT) * 16, 1, PROMPT)
+    for knobs, expected in ((config, "a"), (replace(config, slo_pack_weight=0.0), "b")):
+        fast, old = HardwareAwarePolicy(knobs), HardwareAwareBaseline(knobs)
+        for policy in (fast, old):
+            policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
+        assert fast.choose(request, snapshot) == old.choose(request, snapshot) == expected
+    assert predict_ttft_s(b, len(PROMPT) * 16, config) > config.slo_ttft_s >= predict_ttft_s(b, 1024, config, 480)
+    assert predict_cost_s(a, request, config) < predict_cost_s(b, request, config, 480)
+
+
+@pytest.mark.parametrize("name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s", "slo_pack_weight"])
 def test_negative_penalties_are_refused(name):
     with pytest.raises(ValueError, match=name):
         RouterConfig(**{name: -1.0})
