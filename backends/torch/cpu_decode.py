@@ -160,7 +160,7 @@ def load_library() -> ctypes.CDLL | None:
     lib.zoo_decode_step.restype = ctypes.c_int
     lib.zoo_decode_step_lora.argtypes = [_P, _P, i32, _P, _P, _P, i32, _P, _P, ctypes.c_long, i32, i32]
     lib.zoo_decode_step_lora.restype = ctypes.c_int
-    lib.zoo_lora_work_floats.argtypes = [i32, i32, i32]
+    lib.zoo_lora_work_floats.argtypes = [_P, i32, i32, i32]
     lib.zoo_lora_work_floats.restype = ctypes.c_long
     lib.zoo_gemv.argtypes = [_P, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int]
     lib.zoo_gemv.restype = None
@@ -304,7 +304,7 @@ class CpuDecoder:
                 raise ValueError("LoRA rows but no LoRA slots bound (bind_lora)")
             if row_slots.shape != (b,) or row_slots.dtype != torch.int32 or not row_slots.is_contiguous():
                 raise ValueError("row_slots must be a contiguous int32 [B]")
-            need = self.lib.zoo_lora_work_floats(b, num_threads, lora.rank)
+            need = self.lib.zoo_lora_work_floats(self._ref, b, num_threads, lora.rank)
             if self._lora_work.numel() < need:
                 self._lora_work = torch.empty(max(need, 2 * self._lora_work.numel()))
             lora.row_slot = row_slots.data_ptr()
