@@ -253,9 +253,9 @@ class TorchModelRunner(LoraRunnerVerbs):
             return self._forward_graph(decodes)
         if self.cpu_decoder is not None and graphable and len(decodes) <= CPU_DECODE_MAX_ROWS:
             return self._forward_cpu_kernel(decodes)
-        if self.cpu_decoder is not None and not chunks and len(decodes) <= CPU_DECODE_MAX_ROWS:
-            if self.lora_slots is not None and self.lora_kernel == "torch":  # LoRA rows in the kernel
-                return self._forward_cpu_kernel(decodes, self._kernel_row_slots(decodes, decode_loras))
+        kernel_lora = self.lora_slots is not None and self.lora_kernel == "torch"  # LoRA rows in the C kernel
+        if self.cpu_decoder is not None and kernel_lora and not chunks and len(decodes) <= CPU_DECODE_MAX_ROWS:
+            return self._forward_cpu_kernel(decodes, self._kernel_row_slots(decodes, decode_loras))
 
         # rows [decodes | chunks] into this step's pieces of the preallocated buffers (step_buffers.py)
         buf = self.buffers

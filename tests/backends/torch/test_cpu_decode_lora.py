@@ -56,7 +56,8 @@ def test_kernel_lora_rows_match_torch_lora_path(tiny, kit, loras, num_rows, thre
     torch_runner = _runner(model, loras, False, blocks)
     assert kernel_runner.cpu_decoder is not None and torch_runner.cpu_decoder is None
     alloc = kit.BlockAllocator(blocks, seed=num_rows)
-    seqs = [kit.Seq(f"r{i}", [(5 * i + j) % 90 + 3 for j in range(3 + (5 * i) % 17)], kit.GREEDY) for i in range(num_rows)]
+    prompts = [[(5 * i + j) % 90 + 3 for j in range(3 + (5 * i) % 17)] for i in range(num_rows)]
+    seqs = [kit.Seq(f"r{i}", p, kit.GREEDY) for i, p in enumerate(prompts)]
     names = {s.req_id: ROW_ADAPTERS[i % 4] for i, s in enumerate(seqs)}
 
     def schedule(s):
@@ -67,7 +68,7 @@ def test_kernel_lora_rows_match_torch_lora_path(tiny, kit, loras, num_rows, thre
 
     for i, s in enumerate(seqs):  # prefill one request a step (chunks: the torch path in both runners)
         r = schedule(s)
-        logits = [runner.compute_logits(kit.make_step(i, [r]))[s.req_id][-1] for runner in (kernel_runner, torch_runner)]
+        logits = [run.compute_logits(kit.make_step(i, [r]))[s.req_id][-1] for run in (kernel_runner, torch_runner)]
         torch.testing.assert_close(logits[0], logits[1], atol=ATOL, rtol=0)
         s.advance(r, [int(logits[1].argmax())])
     assert kernel_runner.cpu_decoder.lora_steps == 0
