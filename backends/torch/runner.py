@@ -255,6 +255,7 @@ class TorchModelRunner(LoraRunnerVerbs):
             return self._forward_cpu_kernel(decodes)
         kernel_lora = self.lora_slots is not None and self.lora_kernel == "torch"  # LoRA rows in the C kernel
         if self.cpu_decoder is not None and kernel_lora and not chunks and len(decodes) <= CPU_DECODE_MAX_ROWS:
+            decodes.sort(key=lambda r: (r.lora_id is None, r.lora_id or 0))  # an adapter's rows side by side
             return self._forward_cpu_kernel(decodes, self._kernel_row_slots(decodes, decode_loras))
 
         # rows [decodes | chunks] into this step's pieces of the preallocated buffers (step_buffers.py)

@@ -143,16 +143,25 @@ long zoo_lora_work_floats(const zoo_model *m, int B, int nt, int rank) {
   return nt * lora_thread_floats(B, rank) + 2L * B * m->inter + 16;
 }
 
+/* rows b..b+n-1 share row b's slot (the runner puts an adapter's rows side by side: its A and B are then read
+ * once for all of them) */
+static inline int same_slot_run(const zoo_lora *L, int b, int B) {
+  int n = 1;
+  while (b + n < B && L->row_slot[b + n] == L->row_slot[b]) n++;
+  return n;
+}
+
 /* t[b] = x[b] @ A_s (group g, in floats of input) for the rows with a slot */
 static void lora_shrink(const zoo_lora *L, int layer, int g, int n_mod, int in, const float *x, long ldx, int B,
                         float *t) {
   const int nR = n_mod * L->rank;
-  for (int b = 0; b < B; b++) {
+  for (int b = 0, n; b < B; b += n) {
     const int s = L->row_slot[b];
+    n = same_slot_run(L, b, B);
     if (s < 0) continue;
     float *tb = t + (long)b * nR;
-    memset(tb, 0, nR * sizeof(float));
-    gemv_acc(L->a[g] + ((long)layer * L->num_slots + s) * in * nR, nR, x + (long)b * ldx, ldx, 1, in, tb, nR, nR);
+    memset(tb, 0, (long)n * nR * sizeof(float));
+    gemv_acc(L->a[g] + ((long)layer * L->num_slots + s) * in * nR, nR, x + (long)b * ldx, ldx, n, in, tb, nR, nR);
   }
 }
 
@@ -161,11 +170,12 @@ static void lora_expand(const lora_ctx *c, int module, int j, int out, int col, 
   const zoo_lora *L = c->L;
   const int R = L->rank;
   if (n <= 0) return;
-  for (int b = 0; b < c->B; b++) {
+  for (int b = 0, rows; b < c->B; b += rows) {
     const int s = L->row_slot[b];
+    rows = same_slot_run(L, b, c->B);
     if (s < 0) continue;
     const float *Bm = L->b[module] + ((long)c->layer * L->num_slots + s) * R * out + col;
-    gemv_acc(Bm, out, c->t + (long)b * c->nR + j * R, c->nR, 1, R, y + (long)b * ldy, ldy, n);
+    gemv_acc(Bm, out, c->t + (long)b * c->nR + j * R, c->nR, rows, R, y + (long)b * ldy, (int)ldy, n);
   }
 }
 
