@@ -11,8 +11,9 @@ directory keyed by the source, the flags, the compiler and the CPU (``ZOO_KERNEL
 ``~/.cache/zoo/kernels``), loaded with ctypes. Where there is no compiler, or the build fails, ``load_library``
 returns None and the runner keeps the torch path (logged once). ``ZOO_CPU_DECODE=0`` turns the kernel off.
 
-Serves: a CPU LlamaModel in fp32 with an fp32 KV cache, no tensor parallelism, steps of plain decodes without
-LoRA adapters and at most ``MAX_ROWS`` rows. From 5 rows on (csrc's ``GEMM_MIN_ROWS``) the products are
+Serves: a CPU LlamaModel in fp32 with an fp32 KV cache, no tensor parallelism, steps of plain decodes of at most
+``MAX_ROWS`` rows, with or without LoRA adapters (``bind_lora``: each row's slot of lora_slots.py, the low-rank
+deltas added after each base product inside the kernel). From 5 rows on (csrc's ``GEMM_MIN_ROWS``) the products are
 compute-bound: a register-blocked GEMM (8 rows x 32 columns of accumulators) over the same stored layout,
 attention per (row, KV head), and the output head left to the caller (oneDNN's packed weight, cpu_packed.py,
 streams the 113 MB head faster). Profiled on a batch-32 SmolLM2 step (1 thread, CPU time): the torch path
@@ -50,7 +51,11 @@ HEAD_ROWS = 4
 MAX_KERNEL_ROWS = 64  # what one call accepts at all (csrc: MAX_B)
 
 _P = ctypes.c_void_p
-_ERRORS = {-1: "a token id or position out of range", -2: "a block table too short or a block id out of range"}
+_ERRORS = {
+    -1: "a token id or position out of range",
+    -2: "a block table too short or a block id out of range",
+    -4: "a LoRA slot out of range",
+}
 
 
 class _Model(ctypes.Structure):
@@ -79,6 +84,23 @@ class _Model(ctypes.Structure):
         ("kv_half", ctypes.c_long),
         ("rope", _P),
     ]
+
+
+class _Lora(ctypes.Structure):
+    """csrc's zoo_lora: the LoRA slot tensors (lora_slots.py) read in place, and one step's slot per row."""
+
+    _fields_ = [
+        ("rank", ctypes.c_int),
+        ("num_slots", ctypes.c_int),
+        ("row_slot", _P),
+        ("a", _P * 4),  # groups qkv, o, gate_up, down: [layers, S, in, n R]
+        ("b", _P * 7),  # modules q, k, v, o, gate, up, down: [layers, S, R, out]
+        ("work", _P),
+    ]
+
+
+LORA_GROUPS = ("qkv", "o", "gate_up", "down")
+LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _compiler() -> str | None:
@@ -136,6 +158,10 @@ def load_library() -> ctypes.CDLL | None:
     i32 = ctypes.c_int
     lib.zoo_decode_step.argtypes = [_P, i32, _P, _P, _P, i32, _P, _P, ctypes.c_long, i32, i32]
     lib.zoo_decode_step.restype = ctypes.c_int
+    lib.zoo_decode_step_lora.argtypes = [_P, _P, i32, _P, _P, _P, i32, _P, _P, ctypes.c_long, i32, i32]
+    lib.zoo_decode_step_lora.restype = ctypes.c_int
+    lib.zoo_lora_work_floats.argtypes = [_P, i32, i32, i32]
+    lib.zoo_lora_work_floats.restype = ctypes.c_long
     lib.zoo_gemv.argtypes = [_P, ctypes.c_int, ctypes.c_int, _P, ctypes.c_int, _P, ctypes.c_int, ctypes.c_int]
     lib.zoo_gemv.restype = None
     _LIB = lib
@@ -227,6 +253,25 @@ class CpuDecoder:
         )
         self._ref = ctypes.byref(self.model)
         self._scratch = torch.empty(0)
+        self._lora: _Lora | None = None
+        self._lora_work = torch.empty(0)
+        self.lora_steps = 0  # steps served with LoRA rows (tests check that the kernel ran them)
+
+    def bind_lora(self, lora_slots: Any) -> None:
+        """Read LoRA rows' deltas from these slots (lora_slots.py's LoraSlots; its tensors are written in place
+        on loads, so the pointers stay valid)."""
+        tensors = [lora_slots.a[g] for g in LORA_GROUPS] + [lora_slots.b[m] for m in LORA_MODULES]
+        for t in tensors:
+            if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
+                raise ValueError("the CPU decode kernel needs contiguous fp32 CPU LoRA slots")
+        a, b = tensors[:4], tensors[4:]
+        self._lora_keep = tensors
+        self._lora = _Lora(
+            rank=lora_slots.config.max_lora_rank,
+            num_slots=a[0].shape[1],
+            a=(_P * 4)(*(t.data_ptr() for t in a)),
+            b=(_P * 7)(*(t.data_ptr() for t in b)),
+        )
 
     def step(
         self,
@@ -236,10 +281,11 @@ class CpuDecoder:
         max_pos: int,
         num_threads: int,
         head: bool = True,
+        row_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens, positions [B] int64, tables [B, W] int64 (contiguous, CPU), max_pos = positions.max():
         fp32 logits [B, V] (a new tensor); head=False: the final RMSNorm's output [B, E] instead, for the caller
-        to apply the output head."""
+        to apply the output head. row_slots: int32 [B], each row's LoRA slot or -1 (needs ``bind_lora``)."""
         b, w = tables.shape
         if not 1 <= b <= MAX_KERNEL_ROWS:
             raise ValueError(f"1 to {MAX_KERNEL_ROWS} rows a call, got {b}")
@@ -251,8 +297,23 @@ class CpuDecoder:
         if self._scratch.numel() < need:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
         logits = torch.empty(b, self.vocab if head else self.hidden)
-        rc = self.lib.zoo_decode_step(
+        lora_args: tuple = ()
+        if row_slots is not None:
+            lora = self._lora
+            if lora is None:
+                raise ValueError("LoRA rows but no LoRA slots bound (bind_lora)")
+            if row_slots.shape != (b,) or row_slots.dtype != torch.int32 or not row_slots.is_contiguous():
+                raise ValueError("row_slots must be a contiguous int32 [B]")
+            need = self.lib.zoo_lora_work_floats(self._ref, b, num_threads, lora.rank)
+            if self._lora_work.numel() < need:
+                self._lora_work = torch.empty(max(need, 2 * self._lora_work.numel()))
+            lora.row_slot = row_slots.data_ptr()
+            lora.work = self._lora_work.data_ptr()
+            lora_args = (ctypes.byref(lora),)
+        call = self.lib.zoo_decode_step_lora if lora_args else self.lib.zoo_decode_step
+        rc = call(
             self._ref,
+            *lora_args,
             b,
             tokens.data_ptr(),
             positions.data_ptr(),
@@ -266,4 +327,6 @@ class CpuDecoder:
         )
         if rc != 0:
             raise ValueError(f"CPU decode kernel: {_ERRORS.get(rc, f'error {rc}')}")
+        if lora_args:
+            self.lora_steps += 1
         return logits

@@ -18,6 +18,9 @@ two Triton kernels per group serve all rows at once, whatever their adapters (tr
 BGMV shrink and expand); ``ZOO_LORA_KERNEL=torch`` keeps the torch ops there, ``=triton`` forces the kernels
 (on CPU tensors only under ``TRITON_INTERPRET=1``, as the tests run them).
 
+On a CPU in fp32, decode-only steps of at most 64 rows skip this class: the C decode kernel adds the same deltas
+from the same slot tensors (cpu_decode.py, ``zoo_decode_step_lora``).
+
 ``delta = scaling * B (A x)`` is added in place to the base projection's output (scaling is in B).
 """
 

@@ -68,7 +68,7 @@ class TorchModelRunner(LoraRunnerVerbs):
     pack_cpu_weights: on a CPU in fp32, run the matmuls on oneDNN-packed weights (cpu_packed.py; the
         model is packed in place, so runners sharing it share the packing).
     num_threads: CPU intra-op threads for the thread that calls execute(); None = torch's default.
-    cpu_decode_kernel: on a CPU in fp32, run steps of at most 64 plain decode rows with the C decode kernel
+    cpu_decode_kernel: on a CPU in fp32, run steps of at most 64 decode rows (LoRA rows too) with the C decode kernel
         (cpu_decode.py: one call a step), and the decode rows of other steps with its attention
         (cpu_attention.py); False, or no C compiler = torch ops and the gather attention.
     adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
@@ -155,6 +155,8 @@ class TorchModelRunner(LoraRunnerVerbs):
             lib = load_library()
             if lib is not None:
                 self.cpu_decoder = CpuDecoder(lib, self.model, self.kv_cache.layers, spec.block_size)
+                if self.lora_slots is not None:
+                    self.cpu_decoder.bind_lora(self.lora_slots)  # LoRA decode rows in the kernel too
         heads = (c.num_attention_heads, c.num_key_value_heads)
         plain = backend is GatherSDPABackend
         if self.use_cpu_decode and plain and serves_attention(self.device, self.kv_dtype, *heads):
@@ -251,6 +253,10 @@ class TorchModelRunner(LoraRunnerVerbs):
             return self._forward_graph(decodes)
         if self.cpu_decoder is not None and graphable and len(decodes) <= CPU_DECODE_MAX_ROWS:
             return self._forward_cpu_kernel(decodes)
+        kernel_lora = self.lora_slots is not None and self.lora_kernel == "torch"  # LoRA rows in the C kernel
+        if self.cpu_decoder is not None and kernel_lora and not chunks and len(decodes) <= CPU_DECODE_MAX_ROWS:
+            decodes.sort(key=lambda r: (r.lora_id is None, r.lora_id or 0))  # an adapter's rows side by side
+            return self._forward_cpu_kernel(decodes, self._kernel_row_slots(decodes, decode_loras))
 
         # rows [decodes | chunks] into this step's pieces of the preallocated buffers (step_buffers.py)
         buf = self.buffers
@@ -309,8 +315,11 @@ class TorchModelRunner(LoraRunnerVerbs):
         logits = self.graphs.run(ids, pos, blk * bs + pos % bs, (pos + 1).tolist(), [r.block_ids for r in decodes])
         return logits, sample_rows.slots
 
-    def _forward_cpu_kernel(self, decodes: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
-        """A step of a few plain decodes in one call of the C kernel (cpu_decode.py)."""
+    def _forward_cpu_kernel(
+        self, decodes: list[ScheduledRequest], row_slots: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, list[SampleSlot]]:
+        """A step of a few plain decodes in one call of the C kernel (cpu_decode.py); row_slots: each row's
+        LoRA slot or -1 (``_kernel_row_slots``)."""
         buf = self.buffers
         buf.reset()
         bs = self.block_size
@@ -335,7 +344,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         t0 = time.perf_counter()
         # many rows: the output head through torch (oneDNN's packed weight streams it faster than the kernel)
         head = n <= CPU_DECODE_HEAD_ROWS
-        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads, head)
+        logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads, head, row_slots)
         if not head:  # on the kernel's thread count: on a loaded machine 1 thread, so no peer stalls it
             all_threads = torch.get_num_threads()
             if threads == all_threads:
@@ -349,6 +358,11 @@ class TorchModelRunner(LoraRunnerVerbs):
         if self.thread_choice is not None:
             self.thread_choice.record(n, threads, time.perf_counter() - t0)
         return logits, sample_rows.slots
+
+    def _kernel_row_slots(self, decodes: list[ScheduledRequest], lora_ids: set[int | None]) -> torch.Tensor:
+        """The decode rows' device slots for the C kernel (int32, -1 = base), their adapters made resident."""
+        slot_of = self.lora_slots.activate({i for i in lora_ids if i is not None})
+        return torch.tensor([-1 if r.lora_id is None else slot_of[r.lora_id] for r in decodes], dtype=torch.int32)
 
     def _lora_batch(self, decodes: list[ScheduledRequest], chunks: list[ScheduledRequest]) -> LoraBatch | None:
         """Rows -> device slots for this step (rows are [decodes | chunks], each chunk contiguous)."""

@@ -110,11 +110,103 @@ static void gemv_acc(const float *restrict W, long ldw, const float *restrict x,
   }
 }
 
+/* ---- LoRA rows (zoo_decode_step_lora) ---------------------------------------------------------------------
+ * Per row a device slot of backends/torch/lora_slots.py (or -1: the base model), its tensors read in place:
+ * a[group] [layers, S, in, n R] (the group's A^T side by side), b[module] [layers, S, R, out] with the scaling
+ * folded in (backends/lora_store.py). After a group's base product, each thread computes t = x A_s (n R floats
+ * a row, redundantly: R is small) and adds t_j B_s,j to its own columns of each module's output j: the column
+ * split, so no extra barrier. Groups: 0 qkv (q k v), 1 o, 2 gate_up (gate up), 3 down. The gate and up deltas
+ * go first into a shared [B, 2I] buffer (each thread its columns, B_s streamed row by row), which the blocked
+ * gate/up product adds before silu * mul: expanding inside its 32-column blocks read B_s in 128-byte pieces, at
+ * a third of the bandwidth (measured: 50 ms of a 32-adapter SmolLM2 step). Punica's BGMV (Chen et al., "Punica: Multi-Tenant LoRA Serving", 2023), per row. */
+typedef struct {
+  int rank;                /* R: every slot's rank (zero-padded) */
+  int num_slots;           /* S */
+  const int *row_slot;     /* [B]: the row's slot, or -1 */
+  const float *a[4];       /* per group: qkv, o, gate_up, down */
+  const float *b[7];       /* per module: q, k, v, o, gate, up, down */
+  float *work;             /* zoo_lora_work_floats(m, B, nt, R) floats */
+} zoo_lora;
+
+/* the part of one step's LoRA work a thread does for the current layer and group */
+typedef struct {
+  const zoo_lora *L;
+  int layer, B, nR;
+  const float *t;  /* [B, nR] */
+  const float *gu; /* [B, 2I]: the gate | up deltas of the rows with a slot */
+} lora_ctx;
+
+/* a thread's t at work + lora_thread_floats * t; the shared gate | up deltas after nt of them */
+static long lora_thread_floats(int B, int rank) { return ((long)B * 3 * rank + 16 + 15) & ~15L; }
+
+long zoo_lora_work_floats(const zoo_model *m, int B, int nt, int rank) {
+  return nt * lora_thread_floats(B, rank) + 2L * B * m->inter + 16;
+}
+
+/* rows b..b+n-1 share row b's slot (the runner puts an adapter's rows side by side: its A and B are then read
+ * once for all of them) */
+static inline int same_slot_run(const zoo_lora *L, int b, int B) {
+  int n = 1;
+  while (b + n < B && L->row_slot[b + n] == L->row_slot[b]) n++;
+  return n;
+}
+
+/* t[b] = x[b] @ A_s (group g, in floats of input) for the rows with a slot */
+static void lora_shrink(const zoo_lora *L, int layer, int g, int n_mod, int in, const float *x, long ldx, int B,
+                        float *t) {
+  const int nR = n_mod * L->rank;
+  for (int b = 0, n; b < B; b += n) {
+    const int s = L->row_slot[b];
+    n = same_slot_run(L, b, B);
+    if (s < 0) continue;
+    float *tb = t + (long)b * nR;
+    memset(tb, 0, (long)n * nR * sizeof(float));
+    gemv_acc(L->a[g] + ((long)layer * L->num_slots + s) * in * nR, nR, x + (long)b * ldx, ldx, n, in, tb, nR, nR);
+  }
+}
+
+/* y[b, 0:n] += t[b, j R:(j+1) R] @ B_s,module[:, col:col+n] (module's out columns) for the rows with a slot */
+static void lora_expand(const lora_ctx *c, int module, int j, int out, int col, int n, float *y, long ldy) {
+  const zoo_lora *L = c->L;
+  const int R = L->rank;
+  if (n <= 0) return;
+  for (int b = 0, rows; b < c->B; b += rows) {
+    const int s = L->row_slot[b];
+    rows = same_slot_run(L, b, c->B);
+    if (s < 0) continue;
+    const float *Bm = L->b[module] + ((long)c->layer * L->num_slots + s) * R * out + col;
+    gemv_acc(Bm, out, c->t + (long)b * c->nR + j * R, c->nR, rows, R, y + (long)b * ldy, (int)ldy, n);
+  }
+}
+
+/* g[b, 0:n] += gate delta, u[b, 0:n] += up delta of columns c..c+n, for the rows with a slot */
+static void lora_add_gate_up(const lora_ctx *c, int I, int col, int n, float *g, long ldg, float *u, long ldu) {
+  for (int b = 0; b < c->B; b++) {
+    if (c->L->row_slot[b] < 0) continue;
+    const float *d = c->gu + (long)b * 2 * I + col;
+    float *gb = g + (long)b * ldg, *ub = u + (long)b * ldu;
+#pragma omp simd
+    for (int j = 0; j < n; j++) gb[j] += d[j];
+#pragma omp simd
+    for (int j = 0; j < n; j++) ub[j] += d[I + j];
+  }
+}
+
+/* a group's deltas into y[:, c0:c1] (the fused output: module j at columns [begin[j], begin[j+1])) */
+static void lora_add_cols(const lora_ctx *c, int first_module, int n_mod, const int *begin, float *y, long ldy,
+                          int c0, int c1) {
+  for (int j = 0; j < n_mod; j++) {
+    const int lo = c0 > begin[j] ? c0 : begin[j], hi = c1 < begin[j + 1] ? c1 : begin[j + 1];
+    if (lo < hi)
+      lora_expand(c, first_module + j, j, begin[j + 1] - begin[j], lo - begin[j], hi - lo, y + lo, ldy);
+  }
+}
+
 /* y[b, c0:c1] = (add ? y[b, c0:c1] : 0) + x[b] @ W[:, c0:c1], in column blocks that fit the accumulators */
 static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
                       int c1, int add);
 static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *tmp);
+                         float *tmp, const lora_ctx *lc);
 #define GEMM_MIN_ROWS 5
 
 static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
@@ -139,9 +231,9 @@ static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, in
 
 /* act[b, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]); gate_up is [K, 2I] */
 static void gate_up_cols(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *acc) {
+                         float *acc, const lora_ctx *lc) {
   if (B >= GEMM_MIN_ROWS) {
-    gate_up_gemm(W, I, x, ldx, B, K, act, c0, c1, acc);
+    gate_up_gemm(W, I, x, ldx, B, K, act, c0, c1, acc, lc);
     return;
   }
   const int blk = (ACC_FLOATS / (2 * B)) & ~(ALIGN - 1);
@@ -151,6 +243,7 @@ static void gate_up_cols(const float *W, int I, const float *x, long ldx, int B,
     memset(acc, 0, 2 * (long)B * blk * sizeof(float));
     gemv_acc(W + c, 2L * I, x, ldx, B, K, acc, blk, n);
     gemv_acc(W + I + c, 2L * I, x, ldx, B, K, up, blk, n);
+    if (lc) lora_add_gate_up(lc, I, c, n, acc, blk, up, blk);
     for (int b = 0; b < B; b++) {
       float *g = acc + (long)b * blk, *u = up + (long)b * blk, *out = act + (long)b * I + c;
       for (int j = 0; j < n; j++) out[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
@@ -398,12 +491,13 @@ static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, in
 
 /* act[:, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]) in 32-column blocks; tmp: 2 * B * 32 floats */
 static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *tmp) {
+                         float *tmp, const lora_ctx *lc) {
   float *up = tmp + (long)B * 32;
   for (int c = c0; c < c1;) {
     const int n = block_width(c1 - c);
     gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c);
     gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0);
+    if (lc) lora_add_gate_up(lc, I, c, n, tmp, 32, up, 32);
     for (int b = 0; b < B; b++) {
       const float *g = tmp + (long)b * 32, *u = up + (long)b * 32;
       float *out = act + (long)b * I + c;
@@ -447,8 +541,9 @@ static void barrier_wait(step_barrier *bar, int nt, int *my_sense) {
  * over its positions 0..pos[b]. head = 0: the final RMSNorm's output [B, E] in place of the logits (the caller
  * runs the output head: oneDNN's packed product streams its 113 MB faster for many rows). nt threads.
  * Returns 0, or < 0 (nothing computed) for bad input. */
-int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *pos, const long *tables, int W,
-                    float *logits, float *scratch, long scratch_floats, int nt, int head) {
+static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const long *tokens, const long *pos,
+                       const long *tables, int W, float *logits, float *scratch, long scratch_floats, int nt,
+                       int head) {
   const int E = m->hidden, I = m->inter, H = m->num_heads, Hkv = m->num_kv_heads, D = m->head_dim;
   const int g = H / Hkv, QKV = (H + 2 * Hkv) * D, V = m->vocab;
   int max_ctx = 0;
@@ -461,6 +556,12 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
   }
   if (B < 1 || B > MAX_B || nt < 1) return -1;
   if (zoo_scratch_floats(m, B, nt, max_ctx) > scratch_floats) return -3;
+  if (lora) {
+    if (lora->rank < 1 || lora->num_slots < 1) return -4;
+    for (int b = 0; b < B; b++)
+      if (lora->row_slot[b] < -1 || lora->row_slot[b] >= lora->num_slots) return -4;
+  }
+  const int qkv_cols[4] = {0, H * D, (H + Hkv) * D, QKV}, e_cols[2] = {0, E};
   float *hidden = scratch, *qkv = hidden + (long)B * E, *attn = qkv + (long)B * QKV, *act = attn + (long)B * H * D;
   float *thread_base = act + (long)B * I;
   const long per_thread = (long)B * E + 2 * ACC_FLOATS + (H + 1L) * D + (long)g * max_ctx + 16;
@@ -476,6 +577,9 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
     float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + (long)H * D;
     float *scores = krot + D;
     int c0, c1;
+    float *lt = lora ? lora->work + t * lora_thread_floats(B, lora->rank) : 0;
+    float *gu = lora ? lora->work + T * lora_thread_floats(B, lora->rank) : 0;
+    lora_ctx lc = {lora, 0, B, 0, lt, gu};
 
     /* embedding rows: hidden[b, e] = embed_t[e, token] */
     cols_of(E, T, t, &c0, &c1);
@@ -487,6 +591,11 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
       cols_of(QKV, T, t, &c0, &c1);
       gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
+      if (lora) {
+        lc.layer = l, lc.nR = 3 * lora->rank;
+        lora_shrink(lora, l, 0, 3, E, xn, E, B, lt);
+        lora_add_cols(&lc, 0, 3, qkv_cols, qkv, QKV, c0, c1);
+      }
       barrier_wait(&bar, T, &sense);
       float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
       if (B >= GEMM_MIN_ROWS) { /* one unit per (row, KV head): its g query heads read each K/V row once */
@@ -528,13 +637,34 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
       gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
+      if (lora) {
+        lc.nR = lora->rank;
+        lora_shrink(lora, l, 1, 1, H * D, attn, (long)H * D, B, lt);
+        lora_add_cols(&lc, 3, 1, e_cols, hidden, E, c0, c1);
+      }
       barrier_wait(&bar, T, &sense);
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_post[l], xn + (long)b * E, E, m->eps);
       cols_of(I, T, t, &c0, &c1);
-      gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc);
+      if (lora) { /* this thread's columns of the gate and up deltas, before the product that adds them */
+        lc.nR = 2 * lora->rank;
+        lora_shrink(lora, l, 2, 2, E, xn, E, B, lt);
+        for (int b = 0; b < B; b++)
+          if (lora->row_slot[b] >= 0) {
+            memset(gu + (long)b * 2 * I + c0, 0, (c1 - c0) * sizeof(float));
+            memset(gu + (long)b * 2 * I + I + c0, 0, (c1 - c0) * sizeof(float));
+          }
+        lora_expand(&lc, 4, 0, I, c0, c1 - c0, gu + c0, 2L * I);
+        lora_expand(&lc, 5, 1, I, c0, c1 - c0, gu + I + c0, 2L * I);
+      }
+      gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc, lora ? &lc : 0);
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
       gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
+      if (lora) {
+        lc.nR = lora->rank;
+        lora_shrink(lora, l, 3, 1, I, act, I, B, lt);
+        lora_add_cols(&lc, 6, 1, e_cols, hidden, E, c0, c1);
+      }
       barrier_wait(&bar, T, &sense);
     }
     for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_final, xn + (long)b * E, E, m->eps);
@@ -546,6 +676,19 @@ int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *p
     }
   }
   return 0;
+}
+
+int zoo_decode_step(const zoo_model *m, int B, const long *tokens, const long *pos, const long *tables, int W,
+                    float *logits, float *scratch, long scratch_floats, int nt, int head) {
+  return decode_step(m, 0, B, tokens, pos, tables, W, logits, scratch, scratch_floats, nt, head);
+}
+
+/* zoo_decode_step with LoRA rows (lora->row_slot[b] >= 0), their deltas added after each base product;
+ * -4: a slot out of range. lora->work: zoo_lora_work_floats(B, nt, lora->rank) floats. */
+int zoo_decode_step_lora(const zoo_model *m, const zoo_lora *lora, int B, const long *tokens, const long *pos,
+                         const long *tables, int W, float *logits, float *scratch, long scratch_floats, int nt,
+                         int head) {
+  return decode_step(m, lora, B, tokens, pos, tables, W, logits, scratch, scratch_floats, nt, head);
 }
 
 /* y[B, N] = (add ? y : 0) + x[B, K] @ W[K, N] alone, columns split over nt threads: the step's matrix-vector
