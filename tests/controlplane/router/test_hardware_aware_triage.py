@@ -274,6 +274,27 @@ def test_bin_packing_charges_a_prefix_holder_that_meets_the_target_only_thanks_t
     assert predict_cost_s(a, request, config) < predict_cost_s(b, request, config, 480)
 
 
+@pytest.mark.parametrize(("gated", "expected"), [(False, "b"), (True, "a")])
+def test_the_prefix_credit_charges_a_holder_that_misses_tpot_the_gated_packing_charge(make_node_view, gated, expected):
+    """Holder "b" as above (TTFT 1.63 s with its 480 cached tokens, 1 s of slack) decodes one output with 1.1 s of
+    backlog ahead: TPOT 1.1 s, over the 0.1 s target. Ungated it pays 2 x 1 s (3.63 s) and beats the idle
+    10240 tok/s "a" (0.1 s + 2 x 1.9 s = 3.9 s); gated (slo_pack_needs_tpot) the credit charges it 2 x 2 s
+    (5.63 s), as ``choose`` charges a TPOT misser, and "a" wins, on every path."""
+    config = replace(BASE, hardware_aware_use_prefix=True, slo_ttft_s=2.0, kv_full_penalty_s=0.0,
+                     slo_pack_weight=2.0, slo_pack_needs_tpot=gated)  # fmt: skip
+    a = make_node_view("a", prefill_tok_per_s=10_240.0)
+    b = make_node_view("b", prefill_tok_per_s=1024.0, queued_prefill_tokens=1126)
+    snapshot = ClusterSnapshot(0.0, (a, b))
+    request = RouteRequest("r", "m", len(PROMPT) * 16, 1, PROMPT)
+    assert predict_tpot_s(b, config, 1) > config.slo_tpot_s >= predict_tpot_s(a, config, 1)
+    fast, old = HardwareAwarePolicy(config), HardwareAwareBaseline(config)
+    for policy in (fast, old):
+        policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
+    assert fast.choose(request, snapshot) == old.choose(request, snapshot) == expected
+    costs = {v.node_id: predict_cost_s(v, request, config, 480 if v is b else 0) for v in (a, b)}
+    assert min(costs, key=costs.get) == expected
+
+
 @pytest.mark.parametrize("name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s", "slo_pack_weight"])
 def test_negative_penalties_are_refused(name):
     with pytest.raises(ValueError, match=name):
