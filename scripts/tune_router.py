@@ -14,7 +14,7 @@ that meet the TTFT target (slo_pack_weight 0 = off, 1, 2; router_config.py) at t
 result: bench/results/2026-12-02-sim-tune-5.json.
 The sixth grid (GRID_6, declared and committed before it ran, the rule unchanged): bin packing only onto the
 nodes predicted to meet both targets (slo_pack_needs_tpot True; slo_pack_weight 0 = off, the default row, 1, 2);
-result: bench/results/2026-12-02-sim-tune-6.json.
+result: bench/results/2026-12-02-sim-tune-6.json (kept off).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):

@@ -69,6 +69,8 @@ class RouterConfig:
         preferred by the packing term wherever that charge is under the cap. (Charging such a node nothing,
         as at weight 0, would prefer it to the nodes that meet both; the cap alone, 10 s, would be a TPOT miss
         penalty, which herds on a prefill-bound fleet: see slo_tpot_miss_penalty_s.) Off: packing ignores TPOT.
+        Kept off by the tuning rule (bench/results/2026-12-02-sim-tune-6.json): the TPOT predicted at the
+        decision under-reads what the packed L4s/T4s then decode at (1.2x/2x on conv), so the gate rarely acts.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
