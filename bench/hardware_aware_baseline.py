@@ -69,8 +69,14 @@ class HardwareAwareBaseline(PolicyHooks):
         slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
         np.greater(cost, slo_ttft_s, out=miss)
         np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=miss)
+        # (added later) the predicted TPOT: bin packing's gate (slo_pack_needs_tpot) and the TPOT term below
+        tpot_s = np.minimum(columns[_COL_BACKLOG_S] * (1.0 / max(max_tokens - 1, 1)), columns[_COL_CHUNK_S])
+        tpot_s += columns[_COL_STEP_S]
+        slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+        tpot_miss = (tpot_s > slo_tpot_s) if config.slo_pack_needs_tpot else np.zeros(n, dtype=bool)
         if config.slo_pack_weight:  # (added later) bin packing: the slack of the nodes that meet the TTFT SLO
-            slack = (slo_ttft_s - columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1))) * config.slo_pack_weight
+            slack = slo_ttft_s - columns[_COL_INV_RATE] * float(max(num_prompt_tokens, 1))
+            slack = np.where(tpot_miss, slo_ttft_s, slack) * config.slo_pack_weight  # all of it: misses TPOT
             cost += np.where(miss, 0.0, np.minimum(slack, config.slo_ttft_miss_penalty_s))
         # SLO triage (added after commit 2777401): a miss on a node whose queue still meets the SLO
         triage = miss & (columns[_COL_BASE_S] <= slo_ttft_s)
@@ -129,6 +135,8 @@ class HardwareAwareBaseline(PolicyHooks):
                     if (own_s.item(i) if spare else values.item(_COL_BASE_S, i)) <= slo_ttft_s:
                         saved_s += config.slo_triage_penalty_s
                     slack_s = slo_ttft_s - own * inv_rate  # bin packing charges a node that meets the SLO now
+                    if tpot_miss.item(i):
+                        slack_s = slo_ttft_s
                     if config.slo_pack_weight and slack_s > 0.0:
                         saved_s -= min(slack_s * config.slo_pack_weight, config.slo_ttft_miss_penalty_s)
                 if harm.item(i):

@@ -12,6 +12,9 @@ bench/results/2026-12-01-sim-tune-3.json). A switch that does not win by this ru
 The fifth grid (GRID_5, declared and committed before it ran, the rule unchanged): bin packing among the nodes
 that meet the TTFT target (slo_pack_weight 0 = off, 1, 2; router_config.py) at the fourth grid's choice;
 result: bench/results/2026-12-02-sim-tune-5.json.
+The sixth grid (GRID_6, declared and committed before it ran, the rule unchanged): bin packing only onto the
+nodes predicted to meet both targets (slo_pack_needs_tpot True; slo_pack_weight 0 = off, the default row, 1, 2);
+result: bench/results/2026-12-02-sim-tune-6.json (kept off).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -43,6 +46,7 @@ GRID_2 = {"slo_triage_penalty_s": [0.0, 3.0, 5.0, 10.0], "slo_tpot_harm_penalty_
 GRID_3 = {"slo_triage_spare_capable_below": [0.0, 1.0], "tpot_excess_only": [False, True],
           "tpot_weight": [0.1, 0.3]}  # fmt: skip
 GRID_5 = {"slo_pack_weight": [0.0, 1.0, 2.0]}
+GRID_6 = {"slo_pack_weight": [0.0, 1.0, 2.0], "slo_pack_needs_tpot": [True]}
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 

@@ -61,6 +61,16 @@ class RouterConfig:
         target never costs more than missing it). 1: among the nodes that meet the target, their
         prefill speed no longer counts (the least wait wins); 2: the slowest node that still meets it wins at
         equal wait. 0 (off): the quickest node that meets it wins.
+    slo_pack_needs_tpot: bin packing packs only onto the nodes predicted to meet both targets: a node that meets
+        the TTFT target but whose predicted TPOT (the TPOT term's: this request's decode step on the node's
+        running batch plus the backlog's chunks) is above slo_tpot_s is charged as if it prefilled in no time,
+        min(slo_pack_weight * slo_ttft_s, slo_ttft_miss_penalty_s), the most bin packing charges any node, so
+        packing never moves a request onto it (vs slo_pack_weight 0) and a node that meets both is strictly
+        preferred by the packing term wherever that charge is under the cap. (Charging such a node nothing,
+        as at weight 0, would prefer it to the nodes that meet both; the cap alone, 10 s, would be a TPOT miss
+        penalty, which herds on a prefill-bound fleet: see slo_tpot_miss_penalty_s.) Off: packing ignores TPOT.
+        Kept off by the tuning rule (bench/results/2026-12-02-sim-tune-6.json): the TPOT predicted at the
+        decision under-reads what the packed L4s/T4s then decode at (1.2x/2x on conv), so the gate rarely acts.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -102,6 +112,7 @@ class RouterConfig:
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0
+    slo_pack_needs_tpot: bool = False
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128

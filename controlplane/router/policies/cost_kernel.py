@@ -22,6 +22,7 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     c += ttft_penalty      if miss            [ttft_penalty]
     c += min((slo_ttft - inv_rate * own) * pack_weight, ttft_penalty)   if not miss   [pack_weight]
                                                                   (bin packing; min as np.minimum)
+         (pack_needs_tpot and t > slo_tpot, t below: min(slo_ttft * pack_weight, ttft_penalty) instead)
     c += triage_penalty    if miss and base_s <= slo_ttft   [triage_penalty]      (SLO triage)
                            (when fewer than spare_below * n nodes have inv_rate * own <= slo_ttft:
                             if miss and inv_rate * own <= slo_ttft instead)
@@ -42,7 +43,7 @@ triage_penalty + harm_penalty + kv_penalty (summed in that order); else its savi
 prefill, the TTFT penalty when the cached prompt meets the TTFT SLO it was charged at (the class's, else the
 router's; ``router_slo_ttft_s`` in ``params``) where the whole one did not, with it the triage penalty when
 base_s <= that SLO, less bin packing's charge min(slack * pack_weight, ttft_penalty) when slack = that SLO -
-own * inv_rate is > 0 (pack_weight non-zero), the harm penalty
+own * inv_rate (that SLO when pack_needs_tpot and t > slo_tpot) is > 0 (pack_weight non-zero), the harm penalty
 when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
 where h was not (there min is Python's min(a, b): b only when b < a, as the numpy path's scalar re-score), and
 the KV penalty when the uncached part fits; the winner is the least corrected cost, smallest position on a tie.
@@ -80,7 +81,7 @@ COL_HEADROOM = 7
 COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 NUM_COLUMNS = 10
-NUM_PARAMS = 17  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 17 arguments)
+NUM_PARAMS = 18  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 18 arguments)
 
 
 def least_cost_index(
@@ -97,7 +98,7 @@ def least_cost_index(
     prompt. Plain Python that numba compiles; ``least_cost_index(...)`` itself runs it uncompiled."""
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
-     excess_only, pack_weight) = params  # fmt: skip
+     excess_only, pack_weight, pack_needs_tpot) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -113,6 +114,7 @@ def least_cost_index(
                 capable += 1
         spare = capable < spare_below * n
     excess = excess_only != 0.0
+    gate = pack_needs_tpot != 0.0
     # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
     # (c + 0.0 is c), so the loop has no data-dependent branch and compiles to SIMD; the costs are the same.
     for i in range(n):
@@ -121,15 +123,16 @@ def least_cost_index(
         c += lora_load[i] if lora and not is_tagged[i] else 0.0
         miss = c > slo_ttft_s
         c += ttft_penalty_s if miss else 0.0
-        x = (slo_ttft_s - own_s) * pack_weight  # bin packing: the slack of a node that meets the TTFT target
-        x = ttft_penalty_s if ttft_penalty_s < x else x  # np.minimum(x, penalty): a NaN x wins
-        c += x if pack_weight != 0.0 and not miss else 0.0
-        c += triage_penalty_s if miss and (own_s if spare else base[i]) <= slo_ttft_s else 0.0  # SLO triage
-        t = backlog[i] * inv_steps
+        t = backlog[i] * inv_steps  # the predicted TPOT (bin packing's gate and the TPOT term below)
         chunk_s = chunk[i]
         t = chunk_s if chunk_s < t or chunk_s != chunk_s else t  # np.minimum: a NaN on either side wins
         step_s = step[i]
         t += step_s
+        # bin packing: the slack of a node that meets the TTFT target (pack_needs_tpot: all of it if it misses TPOT)
+        x = (slo_ttft_s if gate and t > slo_tpot_s else slo_ttft_s - own_s) * pack_weight
+        x = ttft_penalty_s if ttft_penalty_s < x else x  # np.minimum(x, penalty): a NaN x wins
+        c += x if pack_weight != 0.0 and not miss else 0.0
+        c += triage_penalty_s if miss and (own_s if spare else base[i]) <= slo_ttft_s else 0.0  # SLO triage
         c += tpot_penalty_s if t > slo_tpot_s else 0.0
         x = t - slo_tpot_s  # tpot_excess_only: np.maximum(t - slo, 0.0) (a NaN wins)
         x = x if x > 0.0 or x != x else 0.0
@@ -176,6 +179,11 @@ def least_cost_index(
             if (own * rate_inv if spare else base[i]) <= router_slo_ttft_s:  # the triage penalty, if charged
                 saved_s += triage_penalty_s
             slack_s = router_slo_ttft_s - own * rate_inv  # it meets the target now: bin packing charges its slack
+            if gate:  # as charged above: all of the slack where the node misses the TPOT target
+                t = backlog[i] * inv_steps
+                t = chunk[i] if chunk[i] < t or chunk[i] != chunk[i] else t
+                if t + step[i] > slo_tpot_s:
+                    slack_s = router_slo_ttft_s
             if pack_weight != 0.0 and slack_s > 0.0:
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
@@ -304,6 +312,7 @@ class CostKernel:
             float(config.slo_triage_spare_capable_below),  # spare_below
             1.0 if config.tpot_excess_only else 0.0,  # excess_only
             float(config.slo_pack_weight),  # pack_weight
+            1.0 if config.slo_pack_needs_tpot else 0.0,  # pack_needs_tpot
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

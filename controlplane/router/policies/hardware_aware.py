@@ -36,6 +36,8 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
                 + min(slo_pack_weight * max(slo_ttft_s - whole_s, 0), slo_ttft_miss_penalty_s)
                                             if TTFT <= slo_ttft_s                               (bin packing)
                   whole_s = max(prompt, 1) / rate: the whole prompt's prefill there, cached or not
+                  (slo_pack_needs_tpot: whole_s = 0 where TPOT > slo_tpot_s: packing only onto nodes that
+                   meet both targets)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -239,8 +241,11 @@ def predict_cost_s(
         if charged:
             cost += config.slo_triage_penalty_s
     elif config.slo_pack_weight:  # bin packing: the spare capability of a node that meets the TTFT target
-        whole_s = max(num_prompt_tokens, 1) / prefill_rate_tok_per_s(node, config)
-        cost += min(config.slo_pack_weight * max(config.slo_ttft_s - whole_s, 0.0), config.slo_ttft_miss_penalty_s)
+        if config.slo_pack_needs_tpot and tpot_s > config.slo_tpot_s:  # it misses TPOT: the most packing charges
+            slack_s = config.slo_ttft_s
+        else:
+            slack_s = max(config.slo_ttft_s - max(num_prompt_tokens, 1) / prefill_rate_tok_per_s(node, config), 0.0)
+        cost += min(config.slo_pack_weight * slack_s, config.slo_ttft_miss_penalty_s)
     if tpot_s > config.slo_tpot_s:
         cost += config.slo_tpot_miss_penalty_s
     if node.decode_batch_size > 0:
@@ -325,6 +330,12 @@ class HardwareAwarePolicy(PolicyHooks):
             if config.slo_pack_weight:  # bin packing: the slack of the nodes that meet the target
                 np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), add)
                 np.subtract(slo_ttft_s, add, add)
+                if config.slo_pack_needs_tpot:  # a node that misses the TPOT target: charged as if no prefill time
+                    tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), self._tpot)
+                    np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
+                    tpot += columns[_COL_STEP_S]
+                    slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+                    np.copyto(add, slo_ttft_s, where=np.greater(tpot, slo_tpot_s, self._short))
                 add *= config.slo_pack_weight
                 np.minimum(add, config.slo_ttft_miss_penalty_s, out=add)
                 np.copyto(add, 0.0, where=miss)
@@ -409,7 +420,7 @@ class HardwareAwarePolicy(PolicyHooks):
             config.kv_full_penalty_s,
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
-        pack_weight = config.slo_pack_weight
+        pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
         most_penalties_s = ttft_penalty_s + triage_penalty_s + harm_penalty_s + kv_penalty_s
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
@@ -442,6 +453,8 @@ class HardwareAwarePolicy(PolicyHooks):
                 if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
                 slack_s = slo_ttft_s - own * inv_rate  # it meets the target now: bin packing charges its slack
+                if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it
+                    slack_s = slo_ttft_s
                 if pack_weight and slack_s > 0.0:
                     pack_s = slack_s * pack_weight
                     saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
@@ -540,3 +553,12 @@ class HardwareAwarePolicy(PolicyHooks):
 
 def _lora_tags(node: NodeView) -> tuple[str, ...]:
     return node.lora_resident
+
+
+def _tpot_s(row, inv_steps: float) -> float:
+    """A table row's predicted TPOT, as ``choose`` computes it: min(backlog_s * inv_steps, chunk_s) + step_s
+    (np.minimum: a NaN on either side wins)."""
+    tpot_s, chunk_s = row[_COL_BACKLOG_S] * inv_steps, row[_COL_CHUNK_S]
+    if chunk_s < tpot_s or chunk_s != chunk_s:
+        tpot_s = chunk_s
+    return tpot_s + row[_COL_STEP_S]

@@ -2,7 +2,7 @@
 
 Hypothesis builds random node tables (nodes repeated to force exact ties, prompts some nodes cannot take,
 KV-short and swapped nodes, LoRA adapters held by some, prefix holders, every penalty on or off, SLO triage,
-decode protection and bin packing included, with the class's SLOs or the router's) and asks
+decode protection and bin packing (gated by TPOT or not) included, with the class's SLOs or the router's) and asks
 three implementations on the same snapshot: the numpy passes (``use_kernel=False``), the numba kernel, and
 the kernel's Python source run uncompiled (so the logic is tested where numba is missing). Choices must be
 equal and the per-node costs equal bit for bit; the choice must also be a least ``predict_cost_s`` node.
@@ -55,6 +55,16 @@ CONFIGS = (
     RouterConfig(slo_pack_weight=2.0),  # bin packing at the router's defaults
     RouterConfig(slo_ttft_s=0.5, slo_pack_weight=1.0, slo_ttft_miss_penalty_s=0.3, tpot_weight=0.0),  # capped
     replace(GOODPUT_ONLY, slo_ttft_miss_penalty_s=10.0, slo_pack_weight=1.5, slo_triage_spare_capable_below=0.5),
+    RouterConfig(slo_pack_weight=2.0, slo_pack_needs_tpot=True),  # packing only onto nodes that meet both targets
+    RouterConfig(
+        slo_ttft_s=0.5,
+        slo_tpot_s=0.03,
+        slo_pack_weight=1.0,
+        slo_pack_needs_tpot=True,
+        slo_ttft_miss_penalty_s=0.3,
+        tpot_weight=0.0,
+    ),
+    replace(GOODPUT_ONLY, slo_ttft_miss_penalty_s=10.0, slo_pack_weight=2.0, slo_pack_needs_tpot=True),
 )
 
 profiles = st.fixed_dictionaries(
@@ -156,6 +166,27 @@ def _least_predicted_cost(chosen, request, snapshot, config, policy) -> None:
     requests,
 )
 def test_kernel_numpy_and_python_choose_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    _check_alike(config, pool, picks, history, spec)
+
+
+GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(GATED),
+    st.lists(profiles, min_size=1, max_size=6),
+    st.lists(st.integers(0, 5), min_size=1, max_size=14),
+    st.lists(st.tuples(requests, st.integers(0, 13)), max_size=6),
+    requests,
+)
+def test_bin_packing_gated_by_tpot_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    """The same check, more often, on the configs whose bin packing needs the TPOT target met
+    (slo_pack_needs_tpot): the gate's TPOT and the prefix credit's re-check of it agree on all three paths."""
+    _check_alike(config, pool, picks, history, spec)
+
+
+def _check_alike(config, pool, picks, history, spec) -> None:
     # nodes drawn from a small pool of load profiles: repeats have equal costs (ties: the first wins)
     nodes = tuple(_view(f"n{k:02d}", pool[p % len(pool)]) for k, p in enumerate(picks))
     snapshot = ClusterSnapshot(0.0, nodes)
@@ -194,7 +225,7 @@ def _values(n: int) -> np.ndarray:
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
-    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight (see CostKernel)."""
+    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -203,7 +234,8 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               float(knobs.get("need", num_prompt_tokens)), knobs.get("kv_penalty_s", 0.0), float(num_prompt_tokens),
               1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
               knobs.get("harm_penalty_s", 0.0), knobs.get("spare_below", 0.0),
-              knobs.get("excess_only", 0.0), knobs.get("pack_weight", 0.0))  # fmt: skip
+              knobs.get("excess_only", 0.0), knobs.get("pack_weight", 0.0),
+              knobs.get("pack_needs_tpot", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),

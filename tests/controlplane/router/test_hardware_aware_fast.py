@@ -41,6 +41,9 @@ CONFIGS = (
     RouterConfig(default_model_params_b=8.0, slo_triage_penalty_s=5.0, slo_tpot_harm_penalty_s=3.0, slo_tpot_s=0.02),
     RouterConfig(slo_ttft_miss_penalty_s=0.0, slo_triage_penalty_s=2.0, slo_ttft_s=0.05, slo_tpot_harm_penalty_s=0.5),
     RouterConfig(default_model_params_b=8.0, slo_pack_weight=2.0, slo_ttft_s=0.5),  # bin packing
+    RouterConfig(
+        default_model_params_b=8.0, slo_pack_weight=2.0, slo_ttft_s=0.5, slo_pack_needs_tpot=True, slo_tpot_s=0.02
+    ),
 )
 
 hellos = st.builds(

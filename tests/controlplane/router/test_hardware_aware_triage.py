@@ -231,6 +231,30 @@ def test_bin_packing_sends_a_short_prompt_to_the_least_capable_node_that_meets_t
     assert _decide(replace(config, slo_ttft_miss_penalty_s=0.2), short, h100, l4) == "h100"
 
 
+def test_bin_packing_gated_by_tpot_packs_only_onto_nodes_that_meet_both_targets(make_node_view, make_route_request):
+    """A 1.5k-token prompt, 16 outputs: the idle H100 (30k tok/s) meets both targets (TTFT 0.05 s); the L4
+    (4k tok/s) decoding 4 sequences at 95 ms a step meets TTFT (0.375 + 0.095 s) but not TPOT (its step with this
+    request added: 0.117 s > 0.1). At weight 2 ungated the L4 wins (0.47 + 2 * 0.625 = 1.72 < 0.05 + 2 * 0.95);
+    gated it is charged as if it prefilled in no time (0.47 + 2 * 1) and the H100 wins; an idle T4 (2k tok/s)
+    that meets both still takes it from the H100 (0.75 + 2 * 0.25): the gate removes only the TPOT misser."""
+    config = replace(BASE, slo_pack_weight=2.0, slo_pack_needs_tpot=True)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, decode_step_ms=95.0, decode_batch_size=4,
+                        num_running=4)  # fmt: skip
+    t4 = make_node_view("t4", "t4", prefill_tok_per_s=2_000.0)
+    short = make_route_request(num_prompt_tokens=1_500, max_tokens=16)
+    assert all(predict_ttft_s(v, 1_500, config) <= config.slo_ttft_s for v in (h100, l4, t4))
+    assert predict_tpot_s(l4, config, 16) > config.slo_tpot_s
+    assert predict_tpot_s(h100, config, 16) <= config.slo_tpot_s and predict_tpot_s(t4, config, 16) <= config.slo_tpot_s
+    assert _decide(replace(config, slo_pack_needs_tpot=False), short, h100, l4) == "l4"
+    assert _decide(config, short, h100, l4) == "h100"
+    assert _decide(replace(config, slo_pack_weight=0.0), short, h100, l4) == "h100"  # off: the quickest
+    assert _decide(config, short, h100, l4, t4) == "t4"
+    # the gated charge is w * slo_ttft_s, capped at the miss penalty like any packing charge
+    gated = predict_cost_s(l4, short, config) - predict_cost_s(l4, short, replace(config, slo_pack_weight=0.0))
+    assert gated == pytest.approx(2.0 * config.slo_ttft_s)
+
+
 def test_bin_packing_charges_a_prefix_holder_that_meets_the_target_only_thanks_to_its_cache(make_node_view):
     """Holder "b" (1024 tok/s) waits 1.1 s: the 1024-token prompt misses the 2 s target there (2.1 s) unless its 480
     cached tokens count (1.63 s), and then it has 1 s of slack: charged 2 s at weight 2 (3.63 s). "a" (600 tok/s,
@@ -248,6 +272,27 @@ def test_bin_packing_charges_a_prefix_holder_that_meets_the_target_only_thanks_t
         assert fast.choose(request, snapshot) == old.choose(request, snapshot) == expected
     assert predict_ttft_s(b, len(PROMPT) * 16, config) > config.slo_ttft_s >= predict_ttft_s(b, 1024, config, 480)
     assert predict_cost_s(a, request, config) < predict_cost_s(b, request, config, 480)
+
+
+@pytest.mark.parametrize(("gated", "expected"), [(False, "b"), (True, "a")])
+def test_the_prefix_credit_charges_a_holder_that_misses_tpot_the_gated_packing_charge(make_node_view, gated, expected):
+    """Holder "b" as above (TTFT 1.63 s with its 480 cached tokens, 1 s of slack) decodes one output with 1.1 s of
+    backlog ahead: TPOT 1.1 s, over the 0.1 s target. Ungated it pays 2 x 1 s (3.63 s) and beats the idle
+    10240 tok/s "a" (0.1 s + 2 x 1.9 s = 3.9 s); gated (slo_pack_needs_tpot) the credit charges it 2 x 2 s
+    (5.63 s), as ``choose`` charges a TPOT misser, and "a" wins, on every path."""
+    config = replace(BASE, hardware_aware_use_prefix=True, slo_ttft_s=2.0, kv_full_penalty_s=0.0,
+                     slo_pack_weight=2.0, slo_pack_needs_tpot=gated)  # fmt: skip
+    a = make_node_view("a", prefill_tok_per_s=10_240.0)
+    b = make_node_view("b", prefill_tok_per_s=1024.0, queued_prefill_tokens=1126)
+    snapshot = ClusterSnapshot(0.0, (a, b))
+    request = RouteRequest("r", "m", len(PROMPT) * 16, 1, PROMPT)
+    assert predict_tpot_s(b, config, 1) > config.slo_tpot_s >= predict_tpot_s(a, config, 1)
+    fast, old = HardwareAwarePolicy(config), HardwareAwareBaseline(config)
+    for policy in (fast, old):
+        policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
+    assert fast.choose(request, snapshot) == old.choose(request, snapshot) == expected
+    costs = {v.node_id: predict_cost_s(v, request, config, 480 if v is b else 0) for v in (a, b)}
+    assert min(costs, key=costs.get) == expected
 
 
 @pytest.mark.parametrize("name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s", "slo_pack_weight"])
