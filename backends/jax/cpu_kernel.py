@@ -53,6 +53,11 @@ MAX_ROWS = 4
 # more rows, up to this, run padded to their batch bucket (rows at position 0 of the scratch block): the kernel's
 # blocked GEMMs serve them (torch's runner sends the same steps to it)
 MAX_PADDED_ROWS = 64
+# where the output head runs (``head`` of kernel_decode_step; the kernel's ``head`` attribute for the last two):
+HEAD_XLA = 0  # an XLA dot over the kernel's final-norm output (kept as a reference path)
+HEAD_KERNEL = 1  # in the kernel, its matrix-vector loop over the [E, V] head: fastest for <= MAX_ROWS rows
+HEAD_PANELS = 2  # in the kernel, its register-blocked GEMM over the head packed in 32-column panels: more rows
+PANEL = 32  # columns of a head panel (cpu_decode.c's micro-kernel width)
 
 
 def _tool(env: str, *names: str) -> str | None:
@@ -120,24 +125,45 @@ def default_num_threads() -> int:
 @struct.dataclass
 class KernelParams:
     """What the kernel reads beside the runner's layer weights: the embedding and head as [E, V] (one array
-    when tied) and the rotary table with sin's first half negated ([2, P, D])."""
+    when tied), the head again in column panels ([ceil(V / 32), E, 32], ``pack_panels``) and the rotary table
+    with sin's first half negated ([2, P, D])."""
 
     embed_t: jax.Array
     head_t: jax.Array
+    head_panels: jax.Array
     rope_signed: jax.Array
+
+
+def pack_panels(head_t: np.ndarray) -> np.ndarray:
+    """[E, V] -> [ceil(V / PANEL), E, PANEL]: panel p holds columns PANEL*p .. PANEL*p + PANEL - 1 row-major (the
+    last zero-padded), so the kernel's GEMM streams each panel contiguously (the blocked layout oneDNN packs the
+    torch runner's head into; an [E, V] column block is E strided 128-byte reads)."""
+    e, v = head_t.shape
+    p = -(-v // PANEL)
+    padded = np.zeros((e, p * PANEL), dtype=np.float32)
+    padded[:, :v] = head_t
+    return np.ascontiguousarray(padded.reshape(e, p, PANEL).transpose(1, 0, 2))
 
 
 def kernel_params(params) -> KernelParams:
     """From a runner's LlamaParams (fp32): the transposed copies the kernel reads (one more [E, V] array,
-    two when the head is untied)."""
-    embed_t = jnp.asarray(np.ascontiguousarray(np.asarray(params.embed).T))
+    two when the head is untied) and the panel-packed head (one more)."""
+    embed_np = np.ascontiguousarray(np.asarray(params.embed).T)
     tied = params.lm_head is params.embed
-    head_t = embed_t if tied else jnp.asarray(np.ascontiguousarray(np.asarray(params.lm_head).T))
+    head_np = embed_np if tied else np.ascontiguousarray(np.asarray(params.lm_head).T)
+    embed_t = jnp.asarray(embed_np)
+    head_t = embed_t if tied else jnp.asarray(head_np)
     rope = np.array(params.rope, dtype=np.float32)
     half = rope.shape[-1] // 2
     rope[1, :, :half] *= -1.0
     device = params.embed.devices().pop()
-    return jax.device_put(KernelParams(embed_t, head_t, jnp.asarray(rope)), device)
+    kp = KernelParams(embed_t, head_t, jnp.asarray(pack_panels(head_np)), jnp.asarray(rope))
+    return jax.device_put(kp, device)
+
+
+def head_for(rows: int) -> int:
+    """Where a step of ``rows`` rows runs the output head: HEAD_KERNEL up to MAX_ROWS, HEAD_PANELS above."""
+    return HEAD_KERNEL if rows <= MAX_ROWS else HEAD_PANELS
 
 
 def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
@@ -151,22 +177,25 @@ def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
 
 @partial(jax.jit, static_argnames=("dims", "head"), donate_argnames=("kv",))
 def kernel_decode_step(
-    params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims, head=True
+    params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims, head=HEAD_KERNEL
 ):
     """One decode token for each of B rows (B <= MAX_PADDED_ROWS; padding rows at position 0 of the scratch block)
     -> (fp32 logits [B, V], kv).
     token_ids, positions [B] int32; tables [B, W] int32 block tables (the new token's slot is
     tables[b, pos // bs] * bs + pos % bs); num_threads: int32 scalar (a traced operand: any count runs the same
-    program); ``kv`` is donated and updated in place. head=False: the kernel returns the final RMSNorm's output
-    and XLA's dot applies the output head (a matrix-matrix product for many rows; the kernel's own head is a
-    matrix-vector loop, faster for a few rows)."""
+    program); ``kv`` is donated and updated in place. head: where the output head runs: HEAD_KERNEL, the kernel's
+    matrix-vector loop (a few rows); HEAD_PANELS, the kernel's blocked GEMM over ``kparams.head_panels`` (many
+    rows: on a 32-row SmolLM2 step ~20 ms CPU, as oneDNN's packed product in the torch runner, where XLA's dot
+    took ~31 ms); HEAD_XLA, the kernel returns the final RMSNorm's output and XLA's dot applies the head."""
+    if head not in (HEAD_XLA, HEAD_KERNEL, HEAD_PANELS):
+        raise ValueError(f"head must be HEAD_XLA, HEAD_KERNEL or HEAD_PANELS, got {head!r}")
     b = token_ids.shape[0]
     vocab = kparams.embed_t.shape[1]
     layers = [w for lp in params.layers for w in (lp.input_norm, lp.qkv, lp.o, lp.post_norm, lp.gate_up, lp.down)]
     call = jax.ffi.ffi_call(
         TARGET,
         (
-            jax.ShapeDtypeStruct((b, vocab if head else kparams.embed_t.shape[0]), jnp.float32),
+            jax.ShapeDtypeStruct((b, vocab if head != HEAD_XLA else kparams.embed_t.shape[0]), jnp.float32),
             jax.ShapeDtypeStruct(kv.shape, kv.dtype),
         ),
         input_output_aliases={4: 1},
@@ -179,7 +208,7 @@ def kernel_decode_step(
         kv,
         kparams.rope_signed,
         kparams.embed_t,
-        kparams.head_t,
+        kparams.head_panels if head == HEAD_PANELS else kparams.head_t,
         params.norm,
         *layers,
         num_heads=np.int32(dims.num_heads),
@@ -187,4 +216,4 @@ def kernel_decode_step(
         eps=np.float32(dims.rms_norm_eps),
         head=np.int32(head),
     )
-    return (out if head else jnp.dot(out, kparams.head_t)), kv
+    return (jnp.dot(out, kparams.head_t) if head == HEAD_XLA else out), kv

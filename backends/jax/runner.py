@@ -233,7 +233,7 @@ class JaxModelRunner(LoraRunnerVerbs):
                     table,
                     np.int32(self.kernel_threads),
                     dims=self.dims,
-                    head=n <= cpu_kernel.MAX_ROWS,
+                    head=cpu_kernel.head_for(n),
                 )
                 _argmax(logits).block_until_ready()
 
@@ -338,7 +338,7 @@ class JaxModelRunner(LoraRunnerVerbs):
             table,
             np.int32(threads),
             dims=self.dims,
-            head=rows <= cpu_kernel.MAX_ROWS,
+            head=cpu_kernel.head_for(rows),
         )
         if self.thread_choice is not None:
             logits.block_until_ready()  # the sampler waits for it next anyway
