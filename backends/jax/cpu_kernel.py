@@ -161,9 +161,12 @@ def kernel_params(params) -> KernelParams:
     return jax.device_put(kp, device)
 
 
-def head_for(rows: int) -> int:
-    """Where a step of ``rows`` rows runs the output head: HEAD_KERNEL up to MAX_ROWS, HEAD_PANELS above."""
-    return HEAD_KERNEL if rows <= MAX_ROWS else HEAD_PANELS
+def head_for(rows: int, xla_head: bool = False) -> int:
+    """Where a step of ``rows`` rows runs the output head: HEAD_KERNEL up to MAX_ROWS, HEAD_PANELS above
+    (``xla_head``: HEAD_XLA above, the path before the panels, kept for A/B runs)."""
+    if rows <= MAX_ROWS:
+        return HEAD_KERNEL
+    return HEAD_XLA if xla_head else HEAD_PANELS
 
 
 def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
