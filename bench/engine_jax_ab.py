@@ -10,7 +10,9 @@ each engine in a rotating order, seconds apart:
 
 - batch 1: a 128-token prompt, ``n_out`` greedy tokens; decode tok/s = 1 / TPOT (as bench/engine.py);
 - uniform 32: 32 prompts of 64 tokens at t=0, ``n_out`` tokens each; aggregate decode tok/s after the last first
-  token (bench/engine_jax.py ``uniform_concurrent``).
+  token (bench/engine_jax.py ``uniform_concurrent``), and ``uniform32_steady``: over the steps that decode all 32
+  requests and nothing else (``steady_decode_tok_per_s``: the first figure also carries the mixed
+  decode + prefill steps, where the JAX runner runs its decode and chunk programs one after the other).
 
 Ratios are per round (JAX variant / torch of the same round), then their median. JAX engines are warmed first
 (decode buckets compiled, both workloads run once), and every round's prompts are new (no prefix-cache hits).
@@ -82,16 +84,22 @@ def run(
             load = os.getloadavg()[0]
             b1 = _batch1(engines[v], n_out, seed=100 + r)
             u = uniform_concurrent(engines[v], n_out, seed_base=10_000 * (r + 1))
-            row[v] = {"batch1_decode_tok_per_s": b1, "uniform32_decode_tok_per_s": u["decode_tok_per_s"], "load": load}
+            row[v] = {
+                "batch1_decode_tok_per_s": b1,
+                "uniform32_decode_tok_per_s": u["decode_tok_per_s"],
+                "uniform32_steady_decode_tok_per_s": u["steady_decode_tok_per_s"],
+                "load": load,
+            }
         for v in variants[1:]:
             row[f"{v}_vs_torch"] = {
                 k: row[v][f"{k}_decode_tok_per_s"] / row["torch"][f"{k}_decode_tok_per_s"]
-                for k in ("batch1", "uniform32")
+                for k in ("batch1", "uniform32", "uniform32_steady")
             }
         per_round.append(row)
     median = {
         f"{v}_vs_torch": {
-            k: statistics.median(r[f"{v}_vs_torch"][k] for r in per_round) for k in ("batch1", "uniform32")
+            k: statistics.median(r[f"{v}_vs_torch"][k] for r in per_round)
+            for k in ("batch1", "uniform32", "uniform32_steady")
         }
         for v in variants[1:]
     }
