@@ -32,6 +32,12 @@ from bench.workload import synthetic_prompt_ids
 
 VARIANTS = ("torch", "jax_kernel", "jax_xla")
 ALL_VARIANTS = (*VARIANTS, "jax_kernel_xla_head")
+RATIOS = {  # ratio name -> the figure of a round it divides (variant / torch)
+    "batch1": "batch1_decode_tok_per_s",
+    "uniform32": "uniform32_decode_tok_per_s",
+    "uniform32_steady": "uniform32_steady_decode_tok_per_s",
+    "uniform32_prefill": "uniform32_prefill_tok_per_s",
+}
 
 
 def _engine(variant: str, model_path: str | None, num_blocks: int):
@@ -88,19 +94,14 @@ def run(
                 "batch1_decode_tok_per_s": b1,
                 "uniform32_decode_tok_per_s": u["decode_tok_per_s"],
                 "uniform32_steady_decode_tok_per_s": u["steady_decode_tok_per_s"],
+                "uniform32_prefill_tok_per_s": u["prefill_tok_per_s"],
                 "load": load,
             }
         for v in variants[1:]:
-            row[f"{v}_vs_torch"] = {
-                k: row[v][f"{k}_decode_tok_per_s"] / row["torch"][f"{k}_decode_tok_per_s"]
-                for k in ("batch1", "uniform32", "uniform32_steady")
-            }
+            row[f"{v}_vs_torch"] = {k: row[v][key] / row["torch"][key] for k, key in RATIOS.items()}
         per_round.append(row)
     median = {
-        f"{v}_vs_torch": {
-            k: statistics.median(r[f"{v}_vs_torch"][k] for r in per_round)
-            for k in ("batch1", "uniform32", "uniform32_steady")
-        }
+        f"{v}_vs_torch": {k: statistics.median(r[f"{v}_vs_torch"][k] for r in per_round) for k in RATIOS}
         for v in variants[1:]
     }
     return {
