@@ -11,9 +11,10 @@ donated as in the XLA path) and the step's rows, and gets the logits back.
 
 The output head of steps of more than MAX_ROWS rows runs in the kernel too, as its register-blocked GEMM over a
 copy of the head packed in 32-column panels (``pack_panels``; the C kernel's ``head = 2``), the counterpart of
-the torch runner's oneDNN-packed head. Profiled on a 32-row SmolLM2 step (1 thread, process CPU, same process):
-kernel without head ~81 ms; head as XLA's dot over [E, V] ~31 ms, as oneDNN's packed product (torch) ~20 ms,
-on the panels ~18 ms; the panel head gives the kernel's own matrix-vector head bit for bit.
+the torch runner's oneDNN-packed head. Profiled on a 32-row SmolLM2 step (1 thread, process CPU, one process,
+bench/results/2026-12-02-engine-jax-ab.json): the kernel without head ~100 ms (as torch's call of it); the head as
+XLA's dot over [E, V] ~31 ms, as oneDNN's packed product (torch) ~21 ms, on the panels ~15 ms. The panel head
+gives the kernel's own matrix-vector head bit for bit.
 
 Built on first use with the system compilers (gcc for the C, g++ for the handler against
 ``jax.ffi.include_dir()``) into a cache directory keyed by both sources, the flags, the compilers, jaxlib's
@@ -195,8 +196,8 @@ def kernel_decode_step(
     tables[b, pos // bs] * bs + pos % bs); num_threads: int32 scalar (a traced operand: any count runs the same
     program); ``kv`` is donated and updated in place. head: where the output head runs: HEAD_KERNEL, the kernel's
     matrix-vector loop (a few rows); HEAD_PANELS, the kernel's blocked GEMM over ``kparams.head_panels`` (many
-    rows: on a 32-row SmolLM2 step ~20 ms CPU, as oneDNN's packed product in the torch runner, where XLA's dot
-    took ~31 ms); HEAD_XLA, the kernel returns the final RMSNorm's output and XLA's dot applies the head."""
+    rows: on a 32-row SmolLM2 step ~15 ms CPU, ~21 ms for oneDNN's packed product in the torch runner, ~31 ms
+    for XLA's dot); HEAD_XLA, the kernel returns the final RMSNorm's output and XLA's dot applies the head."""
     if head not in (HEAD_XLA, HEAD_KERNEL, HEAD_PANELS):
         raise ValueError(f"head must be HEAD_XLA, HEAD_KERNEL or HEAD_PANELS, got {head!r}")
     b = token_ids.shape[0]
