@@ -21,6 +21,7 @@ Definitions (as bench/engine.py):
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -76,12 +77,26 @@ def _batch1(engine, n_out: int, seed: int) -> dict:
     }
 
 
+def steady_decode_tok_per_s(records, num_rows: int) -> float:
+    """Tokens a second over the steps that decode all ``num_rows`` requests and nothing else, each timed from the
+    previous step's end to its own (the whole engine iteration: schedule, execute, update). ``decode_tok_per_s``
+    spreads each request's tokens evenly between its first and last, so it also carries the speed of the steps
+    that mixed decodes with the last prompts' prefill; this one is the pure batch-``num_rows`` decode rate."""
+    spans = [
+        b.end_time_s - a.end_time_s
+        for a, b in itertools.pairwise(records)
+        if b.num_prefill_tokens == 0 and b.num_decode_requests == num_rows
+    ]
+    return len(spans) * num_rows / sum(spans) if spans else float("nan")
+
+
 def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
     from engine.sampling_params import SamplingParams
 
     params = SamplingParams(temperature=0, max_tokens=n_out, ignore_eos=True)
     vocab = engine.tokenizer.vocab_size
     load, cpu0 = os.getloadavg()[0], _cpu_s()
+    engine.take_step_records()  # this run's steps only (steady_decode_tok_per_s)
     t0 = engine.clock.now()
     ids = [
         engine.add_request(synthetic_prompt_ids(BATCH32_PROMPT, vocab, seed=seed_base + i), params, arrival_time_s=t0)
@@ -107,6 +122,7 @@ def uniform_concurrent(engine, n_out: int, seed_base: int) -> dict:
         "wall_s": end - t0,
         "prefill_tok_per_s": NUM_CONCURRENT * BATCH32_PROMPT / (all_started - t0),
         "decode_tok_per_s": after / (end - all_started) if end > all_started else float("nan"),
+        "steady_decode_tok_per_s": steady_decode_tok_per_s(engine.take_step_records(), NUM_CONCURRENT),
         "output_tok_per_s": n_out_total / (end - t0),
         "cpu_s": cpu_s,
         "loadavg_1m": load,

@@ -4,19 +4,27 @@ few rows, the route JAX serving takes on accelerators (a hand-written kernel cal
 Why: a batch-1 decode step reads every weight once. XLA's CPU dots (YNNPACK in jax 0.10) read this model's
 narrow [in, out] matrices at ~9-15 GB/s, and a step is ~40 small programs/ops per layer: the pure-XLA step
 stays at ~half the torch runner's speed, whose decode of <= 4 rows is one call of
-backends/torch/csrc/cpu_decode.c. Here the same C source (read, not changed) is compiled with a small FFI
-handler (csrc/decode_ffi.cc) into one library; the jitted step passes the runner's own weight arrays (the
+backends/torch/csrc/cpu_decode.c. Here the same C source (shared with the torch loader) is compiled with a small
+FFI handler (csrc/decode_ffi.cc) into one library; the jitted step passes the runner's own weight arrays (the
 [in, out] layout the kernel reads), the KV cache (aliased to the result, so it is updated in place and
 donated as in the XLA path) and the step's rows, and gets the logits back.
+
+The output head of steps of more than MAX_ROWS rows runs in the kernel too, as its register-blocked GEMM over a
+copy of the head packed in 32-column panels (``pack_panels``; the C kernel's ``head = 2``), the counterpart of
+the torch runner's oneDNN-packed head. Profiled on a 32-row SmolLM2 step (1 thread, process CPU, one process,
+bench/results/2026-12-02-engine-jax-ab.json): the kernel without head ~100 ms (as torch's call of it); the head as
+XLA's dot over [E, V] ~31 ms, as oneDNN's packed product (torch) ~21 ms, on the panels ~15 ms. The panel head
+gives the kernel's own matrix-vector head bit for bit.
 
 Built on first use with the system compilers (gcc for the C, g++ for the handler against
 ``jax.ffi.include_dir()``) into a cache directory keyed by both sources, the flags, the compilers, jaxlib's
 version and the CPU (``ZOO_KERNEL_CACHE``, default ``~/.cache/zoo/kernels``). No compiler, a failed build or
 ``ZOO_CPU_DECODE=0``: ``load()`` returns False and the runner keeps the pure-XLA program (logged once).
 
-Serves: fp32 weights and KV on the CPU device, no LoRA rows, at most ``MAX_ROWS`` rows a step (every row a
-real request: no padded rows, which would write their K/V). Logits differ from the XLA program's by float
-rounding (sums in another order); tests/backends/jax/test_cpu_kernel.py bounds it and checks greedy tokens.
+Serves: fp32 weights and KV on the CPU device, no LoRA rows, up to ``MAX_ROWS`` rows a step one row a request,
+up to ``MAX_PADDED_ROWS`` padded to the batch bucket (padding rows write only the scratch block). Logits differ
+from the XLA program's by float rounding (sums in another order); tests/backends/jax/test_cpu_kernel.py bounds it
+and checks greedy tokens.
 """
 
 from __future__ import annotations
@@ -53,6 +61,11 @@ MAX_ROWS = 4
 # more rows, up to this, run padded to their batch bucket (rows at position 0 of the scratch block): the kernel's
 # blocked GEMMs serve them (torch's runner sends the same steps to it)
 MAX_PADDED_ROWS = 64
+# where the output head runs (``head`` of kernel_decode_step; the kernel's ``head`` attribute for the last two):
+HEAD_XLA = 0  # an XLA dot over the kernel's final-norm output (kept as a reference path)
+HEAD_KERNEL = 1  # in the kernel, its matrix-vector loop over the [E, V] head: fastest for <= MAX_ROWS rows
+HEAD_PANELS = 2  # in the kernel, its register-blocked GEMM over the head packed in 32-column panels: more rows
+PANEL = 32  # columns of a head panel (cpu_decode.c's micro-kernel width)
 
 
 def _tool(env: str, *names: str) -> str | None:
@@ -120,24 +133,48 @@ def default_num_threads() -> int:
 @struct.dataclass
 class KernelParams:
     """What the kernel reads beside the runner's layer weights: the embedding and head as [E, V] (one array
-    when tied) and the rotary table with sin's first half negated ([2, P, D])."""
+    when tied), the head again in column panels ([ceil(V / 32), E, 32], ``pack_panels``) and the rotary table
+    with sin's first half negated ([2, P, D])."""
 
     embed_t: jax.Array
     head_t: jax.Array
+    head_panels: jax.Array
     rope_signed: jax.Array
+
+
+def pack_panels(head_t: np.ndarray) -> np.ndarray:
+    """[E, V] -> [ceil(V / PANEL), E, PANEL]: panel p holds columns PANEL*p .. PANEL*p + PANEL - 1 row-major (the
+    last zero-padded), so the kernel's GEMM streams each panel contiguously (the blocked layout oneDNN packs the
+    torch runner's head into; an [E, V] column block is E strided 128-byte reads)."""
+    e, v = head_t.shape
+    p = -(-v // PANEL)
+    padded = np.zeros((e, p * PANEL), dtype=np.float32)
+    padded[:, :v] = head_t
+    return np.ascontiguousarray(padded.reshape(e, p, PANEL).transpose(1, 0, 2))
 
 
 def kernel_params(params) -> KernelParams:
     """From a runner's LlamaParams (fp32): the transposed copies the kernel reads (one more [E, V] array,
-    two when the head is untied)."""
-    embed_t = jnp.asarray(np.ascontiguousarray(np.asarray(params.embed).T))
+    two when the head is untied) and the panel-packed head (one more)."""
+    embed_np = np.ascontiguousarray(np.asarray(params.embed).T)
     tied = params.lm_head is params.embed
-    head_t = embed_t if tied else jnp.asarray(np.ascontiguousarray(np.asarray(params.lm_head).T))
+    head_np = embed_np if tied else np.ascontiguousarray(np.asarray(params.lm_head).T)
+    embed_t = jnp.asarray(embed_np)
+    head_t = embed_t if tied else jnp.asarray(head_np)
     rope = np.array(params.rope, dtype=np.float32)
     half = rope.shape[-1] // 2
     rope[1, :, :half] *= -1.0
     device = params.embed.devices().pop()
-    return jax.device_put(KernelParams(embed_t, head_t, jnp.asarray(rope)), device)
+    kp = KernelParams(embed_t, head_t, jnp.asarray(pack_panels(head_np)), jnp.asarray(rope))
+    return jax.device_put(kp, device)
+
+
+def head_for(rows: int, xla_head: bool = False) -> int:
+    """Where a step of ``rows`` rows runs the output head: HEAD_KERNEL up to MAX_ROWS, HEAD_PANELS above
+    (``xla_head``: HEAD_XLA above, the path before the panels, kept for A/B runs)."""
+    if rows <= MAX_ROWS:
+        return HEAD_KERNEL
+    return HEAD_XLA if xla_head else HEAD_PANELS
 
 
 def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
@@ -151,22 +188,25 @@ def supports(config, dtype: np.dtype, device: jax.Device) -> bool:
 
 @partial(jax.jit, static_argnames=("dims", "head"), donate_argnames=("kv",))
 def kernel_decode_step(
-    params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims, head=True
+    params, kparams: KernelParams, kv, token_ids, positions, tables, num_threads, *, dims, head=HEAD_KERNEL
 ):
     """One decode token for each of B rows (B <= MAX_PADDED_ROWS; padding rows at position 0 of the scratch block)
     -> (fp32 logits [B, V], kv).
     token_ids, positions [B] int32; tables [B, W] int32 block tables (the new token's slot is
     tables[b, pos // bs] * bs + pos % bs); num_threads: int32 scalar (a traced operand: any count runs the same
-    program); ``kv`` is donated and updated in place. head=False: the kernel returns the final RMSNorm's output
-    and XLA's dot applies the output head (a matrix-matrix product for many rows; the kernel's own head is a
-    matrix-vector loop, faster for a few rows)."""
+    program); ``kv`` is donated and updated in place. head: where the output head runs: HEAD_KERNEL, the kernel's
+    matrix-vector loop (a few rows); HEAD_PANELS, the kernel's blocked GEMM over ``kparams.head_panels`` (many
+    rows: on a 32-row SmolLM2 step ~15 ms CPU, ~21 ms for oneDNN's packed product in the torch runner, ~31 ms
+    for XLA's dot); HEAD_XLA, the kernel returns the final RMSNorm's output and XLA's dot applies the head."""
+    if head not in (HEAD_XLA, HEAD_KERNEL, HEAD_PANELS):
+        raise ValueError(f"head must be HEAD_XLA, HEAD_KERNEL or HEAD_PANELS, got {head!r}")
     b = token_ids.shape[0]
     vocab = kparams.embed_t.shape[1]
     layers = [w for lp in params.layers for w in (lp.input_norm, lp.qkv, lp.o, lp.post_norm, lp.gate_up, lp.down)]
     call = jax.ffi.ffi_call(
         TARGET,
         (
-            jax.ShapeDtypeStruct((b, vocab if head else kparams.embed_t.shape[0]), jnp.float32),
+            jax.ShapeDtypeStruct((b, vocab if head != HEAD_XLA else kparams.embed_t.shape[0]), jnp.float32),
             jax.ShapeDtypeStruct(kv.shape, kv.dtype),
         ),
         input_output_aliases={4: 1},
@@ -179,7 +219,7 @@ def kernel_decode_step(
         kv,
         kparams.rope_signed,
         kparams.embed_t,
-        kparams.head_t,
+        kparams.head_panels if head == HEAD_PANELS else kparams.head_t,
         params.norm,
         *layers,
         num_heads=np.int32(dims.num_heads),
@@ -187,4 +227,4 @@ def kernel_decode_step(
         eps=np.float32(dims.rms_norm_eps),
         head=np.int32(head),
     )
-    return (out if head else jnp.dot(out, kparams.head_t)), kv
+    return (jnp.dot(out, kparams.head_t) if head == HEAD_XLA else out), kv

@@ -84,6 +84,9 @@ class JaxModelRunner(LoraRunnerVerbs):
         without LoRA as one XLA FFI call of the C decode kernel (cpu_kernel.py); False, no compiler, or
         ``ZOO_CPU_DECODE=0`` = the pure-XLA layer programs. ``decode_path`` says which is in use.
     cpu_decode_threads: the kernel's OpenMP threads at most; None = ``cpu_kernel.default_num_threads()``.
+    cpu_decode_head: where kernel steps of more than ``cpu_kernel.MAX_ROWS`` rows run the output head: "kernel"
+        (its blocked GEMM over the panel-packed head) or "xla" (an XLA dot after the kernel: slower, kept for
+        A/B runs, bench/engine_jax_ab.py). An attribute read each step; set it before ``warmup``.
     adaptive_threads: run each kernel step on the thread count (1, 2, 4 ... up to that) its measured wall
         time favours (backends/torch/thread_choice.py, as the torch runner; the same bits at any count).
     """
@@ -102,7 +105,11 @@ class JaxModelRunner(LoraRunnerVerbs):
         cpu_decode_kernel: bool = True,
         cpu_decode_threads: int | None = None,
         adaptive_threads: bool = True,
+        cpu_decode_head: str = "kernel",
     ) -> None:
+        if cpu_decode_head not in ("kernel", "xla"):
+            raise ValueError(f"cpu_decode_head must be 'kernel' or 'xla', got {cpu_decode_head!r}")
+        self.cpu_decode_head = cpu_decode_head
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
         if hasattr(source, "iter_tensors"):
@@ -233,7 +240,7 @@ class JaxModelRunner(LoraRunnerVerbs):
                     table,
                     np.int32(self.kernel_threads),
                     dims=self.dims,
-                    head=n <= cpu_kernel.MAX_ROWS,
+                    head=cpu_kernel.head_for(n, self.cpu_decode_head == "xla"),
                 )
                 _argmax(logits).block_until_ready()
 
@@ -338,7 +345,7 @@ class JaxModelRunner(LoraRunnerVerbs):
             table,
             np.int32(threads),
             dims=self.dims,
-            head=rows <= cpu_kernel.MAX_ROWS,
+            head=cpu_kernel.head_for(rows, self.cpu_decode_head == "xla"),
         )
         if self.thread_choice is not None:
             logits.block_until_ready()  # the sampler waits for it next anyway

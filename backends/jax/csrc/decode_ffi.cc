@@ -8,12 +8,13 @@
 //                                                               an attribute: changing it compiles nothing)
 //   kv [L, 2, NB, bs, Hkv, D]                                   the JAX runner's stacked cache, aliased to
 //                                                               result 1 (written in place)
-//   rope_signed [2, P, D] (sin's first half negated), embed_t [E, V], head_t [E, V], norm [E]
+//   rope_signed [2, P, D] (sin's first half negated), embed_t [E, V], head_t [E, V] (head = 2: the head
+//   packed in column panels [ceil(V / 32), E, 32], cpu_decode.c's HEAD_PANELS), norm [E]
 //   then per layer: input_norm [E], qkv [E, (H + 2 Hkv) D], o [H D, E], post_norm [E], gate_up [E, 2 I],
 //   down [I, E]  (the [in, out] layout both runners keep)
-// Results: logits [B, V] (attribute head = 1; head = 0: the final RMSNorm's output [B, E]), kv (the same
+// Results: logits [B, V] (attribute head = 1 or 2; head = 0: the final RMSNorm's output [B, E]), kv (the same
 // buffer as operand kv).
-// Attributes: num_heads, num_kv_heads (s32), eps (f32).
+// Attributes: num_heads, num_kv_heads (s32), eps (f32), head (s32: 0 none, 1 over head_t [E, V], 2 over panels).
 //
 // The zoo_model struct below mirrors cpu_decode.c's; tests/backends/jax/test_cpu_kernel.py checks the
 // logits against the pure-XLA program, so a drift of the two layouts fails there.
@@ -119,9 +120,12 @@ ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positi
   m.rope = rope.typed_data();
   if (kv_dims[4] != num_kv_heads || num_kv_heads <= 0 || num_heads % num_kv_heads != 0)
     return Invalid("num_kv_heads does not fit the cache or num_heads");
-  // head = 1: logits [B, V]; head = 0: the final norm's output [B, E] (the caller applies the output head)
+  // head = 1 or 2: logits [B, V]; head = 0: the final norm's output [B, E] (the caller applies the output head)
+  if (head < 0 || head > 2) return Invalid("head must be 0, 1 or 2");
   if (logits->element_count() != static_cast<size_t>(B) * (head ? m.vocab : E))
-    return Invalid("result 0 must be [B, V] (head = 1) or [B, E] (head = 0)");
+    return Invalid("result 0 must be [B, V] (head = 1 or 2) or [B, E] (head = 0)");
+  const size_t head_cols = head == 2 ? (static_cast<size_t>(m.vocab) + 31) / 32 * 32 : static_cast<size_t>(m.vocab);
+  if (head_t.element_count() != head_cols * E) return Invalid("head_t must be [E, V] (head = 0, 1) or [ceil(V/32), E, 32]");
 
   std::vector<long> tok(B), pos(B), tab(static_cast<size_t>(B) * W);
   int max_pos = 0;
@@ -135,7 +139,7 @@ ffi::Error DecodeStep(ffi::Buffer<ffi::S32> tokens, ffi::Buffer<ffi::S32> positi
   const long need = zoo_scratch_floats(&m, B, num_threads, max_pos + 1);
   if (static_cast<long>(scratch.size()) < need) scratch.resize(need);
   const int rc = zoo_decode_step(&m, B, tok.data(), pos.data(), tab.data(), W, logits->typed_data(), scratch.data(),
-                                 static_cast<long>(scratch.size()), num_threads, head ? 1 : 0);
+                                 static_cast<long>(scratch.size()), num_threads, head);
   if (rc == -1) return Invalid("a token id or position out of range, or a bad row count");
   if (rc == -2) return Invalid("a block table too short or a block id out of range");
   if (rc != 0) return Invalid("decode kernel failed: " + std::to_string(rc));

@@ -536,10 +536,17 @@ static void barrier_wait(step_barrier *bar, int nt, int *my_sense) {
   }
 }
 
+/* head = HEAD_PANELS: m->head_t holds the output head in column panels, [ceil(V / 32), E, 32] (panel p = columns
+ * 32p .. 32p + 31 of the [E, V] head, row-major, the last zero-padded): each panel streams contiguously through
+ * gemm_block's micro-kernel, the blocked layout oneDNN's packed weight gives the torch runner. The JAX runner
+ * uses it for its padded steps of more rows (XLA's dot over the [E, V] head cost ~1.6x oneDNN's CPU time). */
+#define HEAD_PANELS 2
+
 /* B decode rows: token ids, positions (the new token's), block tables [B, W] (row-major, width W: the new
  * token's K/V goes to slot table[pos / bs] * bs + pos % bs) and the step's logits [B, V]; every row attends
  * over its positions 0..pos[b]. head = 0: the final RMSNorm's output [B, E] in place of the logits (the caller
- * runs the output head: oneDNN's packed product streams its 113 MB faster for many rows). nt threads.
+ * runs the output head: oneDNN's packed product streams its 113 MB faster for many rows); head = 1: the logits
+ * through m->head_t [E, V]; head = HEAD_PANELS: the logits through the panel-packed head above. nt threads.
  * Returns 0, or < 0 (nothing computed) for bad input. */
 static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const long *tokens, const long *pos,
                        const long *tables, int W, float *logits, float *scratch, long scratch_floats, int nt,
@@ -554,7 +561,7 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       if (tables[b * W + j] < 0 || tables[b * W + j] >= m->num_blocks) return -2;
     if (pos[b] + 1 > max_ctx) max_ctx = (int)pos[b] + 1;
   }
-  if (B < 1 || B > MAX_B || nt < 1) return -1;
+  if (B < 1 || B > MAX_B || nt < 1 || head < 0 || head > HEAD_PANELS) return -1;
   if (zoo_scratch_floats(m, B, nt, max_ctx) > scratch_floats) return -3;
   if (lora) {
     if (lora->rank < 1 || lora->num_slots < 1) return -4;
@@ -668,7 +675,14 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       barrier_wait(&bar, T, &sense);
     }
     for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_final, xn + (long)b * E, E, m->eps);
-    if (head) {
+    if (head == HEAD_PANELS) { /* head_t packed in panels [P, E, 32]: each thread a range of whole panels */
+      const int P = (V + 31) / 32, p0 = (int)((long)P * t / T), p1 = (int)((long)P * (t + 1) / T);
+      for (int p = p0; p < p1; p++) {
+        const float *panel = m->head_t + (long)p * E * 32;
+        const int n = V - 32 * p < 32 ? V - 32 * p : 32;
+        gemm_block(panel, 32, xn, E, B, E, logits + 32L * p, V, n, 0, p + 1 < p1 ? panel + (long)E * 32 : 0);
+      }
+    } else if (head) {
       cols_of(V, T, t, &c0, &c1);
       gemv_cols(m->head_t, V, xn, E, B, E, logits, V, c0, c1, 0, acc);
     } else if (t == 0) {

@@ -113,3 +113,74 @@ def test_bad_block_table_is_an_error_not_a_crash(tiny, kit):
             dims=runner.dims,
         )
         jax.block_until_ready(logits)
+
+
+def test_pack_panels_layout():
+    """Panel p holds columns 32p .. 32p + 31 of the [E, V] head, row-major; the last panel zero-padded."""
+    head_t = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
+    panels = cpu_kernel.pack_panels(head_t)
+    assert panels.shape == (3, 3, cpu_kernel.PANEL) and panels.flags.c_contiguous
+    np.testing.assert_array_equal(panels[1], head_t[:, 32:64])
+    np.testing.assert_array_equal(panels[2, :, :6], head_t[:, 64:])
+    assert not panels[2, :, 6:].any()
+    assert cpu_kernel.head_for(4) == cpu_kernel.HEAD_KERNEL
+    assert cpu_kernel.head_for(5) == cpu_kernel.HEAD_PANELS and cpu_kernel.head_for(5, True) == cpu_kernel.HEAD_XLA
+
+
+@pytest.mark.parametrize("vocab", [97, 112, 128])  # a last panel of 1 column, of 16 (one vector), none
+def test_panel_head_equals_the_kernels_and_xlas_head(kit, vocab):
+    """The blocked GEMM over the panel-packed head gives the kernel's matrix-vector head bit for bit (each logit
+    sums k = 0..E-1 in order in one accumulator), at any thread count, and XLA's dot within float rounding."""
+    from backends.torch import random_state_dict
+
+    config = kit.tiny_config(vocab_size=vocab)
+    runner = kit.make_jax_runner(config, random_state_dict(config, seed=3, std=0.2), buckets=kit.TINY_BUCKETS)
+    rows, width = 9, 4
+    rng = np.random.default_rng(vocab)
+    tokens = rng.integers(0, vocab, rows).astype(np.int32)
+    positions = rng.integers(0, width * runner.block_size, rows).astype(np.int32)
+    tables = (1 + np.arange(rows * width, dtype=np.int32)).reshape(rows, width)  # every row its own blocks
+    out = {}
+    for head in (cpu_kernel.HEAD_XLA, cpu_kernel.HEAD_KERNEL, cpu_kernel.HEAD_PANELS):
+        for threads in (1, 2):
+            logits, _kv = cpu_kernel.kernel_decode_step(
+                runner.params,
+                runner.kernel_params,
+                jax.numpy.array(runner.kv_cache.device_kv),  # a copy: each call starts from the same cache
+                tokens,
+                positions,
+                tables,
+                np.int32(threads),
+                dims=runner.dims,
+                head=head,
+            )
+            out[head, threads] = np.asarray(logits)
+    assert out[cpu_kernel.HEAD_PANELS, 1].shape == (rows, vocab)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(out[cpu_kernel.HEAD_PANELS, threads], out[cpu_kernel.HEAD_KERNEL, 1])
+        np.testing.assert_allclose(out[cpu_kernel.HEAD_PANELS, threads], out[cpu_kernel.HEAD_XLA, 1], atol=1e-5)
+    with pytest.raises(ValueError, match="head"):
+        cpu_kernel.kernel_decode_step(
+            runner.params,
+            runner.kernel_params,
+            runner.kv_cache.device_kv,
+            tokens,
+            positions,
+            tables,
+            np.int32(1),
+            dims=runner.dims,
+            head=3,
+        )
+
+
+def test_cpu_decode_head_flag(tiny, kit):
+    """cpu_decode_head='xla' (the A/B reference) gives the same greedy tokens as the default panel head."""
+    config, sd, _model = tiny
+    panels = kit.make_jax_runner(config, sd, buckets=kit.TINY_BUCKETS)
+    xla = kit.make_jax_runner(config, sd, buckets=kit.TINY_BUCKETS, cpu_decode_head="xla")
+    prompts = [[3 + i, 14, 15, 92 - i][: 2 + i % 3] for i in range(6)]
+    (p_logits, p_tokens), (x_logits, x_tokens) = (_run(r, kit, prompts, steps=6) for r in (panels, xla))
+    assert p_tokens == x_tokens
+    assert max(float(np.abs(a[q] - b[q]).max()) for a, b in zip(p_logits, x_logits) for q in a) <= 1e-5
+    with pytest.raises(ValueError, match="cpu_decode_head"):
+        kit.make_jax_runner(config, sd, cpu_decode_head="onednn")
