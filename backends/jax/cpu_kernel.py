@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off
+from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off, source_text
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def build_library() -> Path | None:
         versions = "".join(
             subprocess.run([t, "--version"], capture_output=True, text=True, timeout=30).stdout for t in (cc, cxx)
         )
-        parts = (C_SOURCE.read_text(), FFI_SOURCE.read_text(), " ".join(CFLAGS + CXXFLAGS), versions, cpu_flags())
+        parts = (source_text(C_SOURCE), FFI_SOURCE.read_text(), " ".join(CFLAGS + CXXFLAGS), versions, cpu_flags())
         key = hashlib.sha256(b"\0".join(x.encode() for x in (*parts, jax.lib.__version__))).hexdigest()[:16]
         target = kernel_cache_dir() / f"zoo_jax_decode-{key}.so"
         if target.exists():

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off
+from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off, source_text
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ def build_library(source: Path = SOURCE) -> Path | None:
     try:
         version = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout
         key = hashlib.sha256(
-            b"\0".join(x.encode() for x in (source.read_text(), " ".join(CFLAGS), version, cpu_flags()))
+            b"\0".join(x.encode() for x in (source_text(source), " ".join(CFLAGS), version, cpu_flags()))
         ).hexdigest()[:16]
         target = kernel_cache_dir() / f"{source.stem}-{key}.so"
         if target.exists():

@@ -1,0 +1,92 @@
+/* Part of cpu_decode.c (included once, in place): the LoRA rows of zoo_decode_step_lora. Not a standalone header. */
+/* ---- LoRA rows (zoo_decode_step_lora) ---------------------------------------------------------------------
+ * Per row a device slot of backends/torch/lora_slots.py (or -1: the base model), its tensors read in place:
+ * a[group] [layers, S, in, n R] (the group's A^T side by side), b[module] [layers, S, R, out] with the scaling
+ * folded in (backends/lora_store.py). After a group's base product, each thread computes t = x A_s (n R floats
+ * a row, redundantly: R is small) and adds t_j B_s,j to its own columns of each module's output j: the column
+ * split, so no extra barrier. Groups: 0 qkv (q k v), 1 o, 2 gate_up (gate up), 3 down. The gate and up deltas
+ * go first into a shared [B, 2I] buffer (each thread its columns, B_s streamed row by row), which the blocked
+ * gate/up product adds before silu * mul: expanding inside its 32-column blocks read B_s in 128-byte pieces, at
+ * a third of the bandwidth (measured: 50 ms of a 32-adapter SmolLM2 step). Punica's BGMV (Chen et al., "Punica: Multi-Tenant LoRA Serving", 2023), per row. */
+typedef struct {
+  int rank;                /* R: every slot's rank (zero-padded) */
+  int num_slots;           /* S */
+  const int *row_slot;     /* [B]: the row's slot, or -1 */
+  const float *a[4];       /* per group: qkv, o, gate_up, down */
+  const float *b[7];       /* per module: q, k, v, o, gate, up, down */
+  float *work;             /* zoo_lora_work_floats(m, B, nt, R) floats */
+} zoo_lora;
+
+/* the part of one step's LoRA work a thread does for the current layer and group */
+typedef struct {
+  const zoo_lora *L;
+  int layer, B, nR;
+  const float *t;  /* [B, nR] */
+  const float *gu; /* [B, 2I]: the gate | up deltas of the rows with a slot */
+} lora_ctx;
+
+/* a thread's t at work + lora_thread_floats * t; the shared gate | up deltas after nt of them */
+static long lora_thread_floats(int B, int rank) { return ((long)B * 3 * rank + 16 + 15) & ~15L; }
+
+long zoo_lora_work_floats(const zoo_model *m, int B, int nt, int rank) {
+  return nt * lora_thread_floats(B, rank) + 2L * B * m->inter + 16;
+}
+
+/* rows b..b+n-1 share row b's slot (the runner puts an adapter's rows side by side: its A and B are then read
+ * once for all of them) */
+static inline int same_slot_run(const zoo_lora *L, int b, int B) {
+  int n = 1;
+  while (b + n < B && L->row_slot[b + n] == L->row_slot[b]) n++;
+  return n;
+}
+
+/* t[b] = x[b] @ A_s (group g, in floats of input) for the rows with a slot */
+static void lora_shrink(const zoo_lora *L, int layer, int g, int n_mod, int in, const float *x, long ldx, int B,
+                        float *t) {
+  const int nR = n_mod * L->rank;
+  for (int b = 0, n; b < B; b += n) {
+    const int s = L->row_slot[b];
+    n = same_slot_run(L, b, B);
+    if (s < 0) continue;
+    float *tb = t + (long)b * nR;
+    memset(tb, 0, (long)n * nR * sizeof(float));
+    gemv_acc(L->a[g] + ((long)layer * L->num_slots + s) * in * nR, nR, x + (long)b * ldx, ldx, n, in, tb, nR, nR);
+  }
+}
+
+/* y[b, 0:n] += t[b, j R:(j+1) R] @ B_s,module[:, col:col+n] (module's out columns) for the rows with a slot */
+static void lora_expand(const lora_ctx *c, int module, int j, int out, int col, int n, float *y, long ldy) {
+  const zoo_lora *L = c->L;
+  const int R = L->rank;
+  if (n <= 0) return;
+  for (int b = 0, rows; b < c->B; b += rows) {
+    const int s = L->row_slot[b];
+    rows = same_slot_run(L, b, c->B);
+    if (s < 0) continue;
+    const float *Bm = L->b[module] + ((long)c->layer * L->num_slots + s) * R * out + col;
+    gemv_acc(Bm, out, c->t + (long)b * c->nR + j * R, c->nR, rows, R, y + (long)b * ldy, (int)ldy, n);
+  }
+}
+
+/* g[b, 0:n] += gate delta, u[b, 0:n] += up delta of columns c..c+n, for the rows with a slot */
+static void lora_add_gate_up(const lora_ctx *c, int I, int col, int n, float *g, long ldg, float *u, long ldu) {
+  for (int b = 0; b < c->B; b++) {
+    if (c->L->row_slot[b] < 0) continue;
+    const float *d = c->gu + (long)b * 2 * I + col;
+    float *gb = g + (long)b * ldg, *ub = u + (long)b * ldu;
+#pragma omp simd
+    for (int j = 0; j < n; j++) gb[j] += d[j];
+#pragma omp simd
+    for (int j = 0; j < n; j++) ub[j] += d[I + j];
+  }
+}
+
+/* a group's deltas into y[:, c0:c1] (the fused output: module j at columns [begin[j], begin[j+1])) */
+static void lora_add_cols(const lora_ctx *c, int first_module, int n_mod, const int *begin, float *y, long ldy,
+                          int c0, int c1) {
+  for (int j = 0; j < n_mod; j++) {
+    const int lo = c0 > begin[j] ? c0 : begin[j], hi = c1 < begin[j + 1] ? c1 : begin[j + 1];
+    if (lo < hi)
+      lora_expand(c, first_module + j, j, begin[j + 1] - begin[j], lo - begin[j], hi - lo, y + lo, ldy);
+  }
+}
