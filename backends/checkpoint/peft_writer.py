@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from backends.checkpoint.peft_adapter import CONFIG_FILE, LORA_MODULES, WEIGHTS_FILE, module_shape
+from engine.lora import LoraRequest
 
 if TYPE_CHECKING:
     from backends.checkpoint.model_config import ModelConfig
@@ -72,3 +73,14 @@ def random_peft_adapter(
                 (out_features, rank), dtype=np.float32
             )
     return save_peft_adapter(path, tensors, rank, 2.0 * rank if alpha is None else alpha, list(target_modules))
+
+
+def random_peft_adapters(
+    root: str | Path, config: ModelConfig, specs: dict[str, tuple[tuple[str, ...], int]], seed: int, b_std: float = 0.3
+) -> dict[str, LoraRequest]:
+    """One random adapter per ``specs`` entry (name -> (target modules, rank)) in ``root/name``, seeded
+    ``seed``, ``seed + 1``, … in order, each as the LoraRequest that serves it under its name."""
+    return {
+        name: LoraRequest(name, str(random_peft_adapter(Path(root) / name, config, rank, targets, seed + i, b_std)))
+        for i, (name, (targets, rank)) in enumerate(specs.items())
+    }

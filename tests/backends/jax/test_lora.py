@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.checkpoint.peft_writer import random_peft_adapter
+from backends.checkpoint.peft_writer import random_peft_adapters
 from backends.jax import JaxModelRunner
 from backends.torch import TorchModelRunner
-from engine.lora import LoraConfig, LoraRequest
+from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 ATOL = 1e-3
@@ -23,14 +23,8 @@ TARGETS = {
 
 @pytest.fixture(scope="module")
 def loras(tiny, tmp_path_factory):
-    root = tmp_path_factory.mktemp("jax_adapters")
-    return {
-        name: LoraRequest(
-            name,
-            str(random_peft_adapter(root / name, tiny[0], rank=2 + 2 * i, target_modules=t, seed=10 + i, b_std=0.3)),
-        )
-        for i, (name, t) in enumerate(TARGETS.items())
-    }
+    specs = {name: (t, 2 + 2 * i) for i, (name, t) in enumerate(TARGETS.items())}
+    return random_peft_adapters(tmp_path_factory.mktemp("jax_adapters"), tiny[0], specs, seed=10)
 
 
 def _pair(tiny, kit, loras, max_loras):

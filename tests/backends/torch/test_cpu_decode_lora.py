@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.checkpoint.peft_writer import random_peft_adapter
+from backends.checkpoint.peft_writer import random_peft_adapters
 from backends.torch import TorchModelRunner
 from backends.torch.cpu_decode import load_library
-from engine.lora import LoraConfig, LoraRequest
+from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 pytestmark = pytest.mark.skipif(load_library() is None, reason="no C compiler: the kernel is not built here")
@@ -29,15 +29,8 @@ ROW_ADAPTERS = ("all", None, "qv", "mlp")  # row i uses ROW_ADAPTERS[i % 4]
 
 @pytest.fixture(scope="module")
 def loras(tiny, tmp_path_factory):
-    config, _, _ = tiny
-    root = tmp_path_factory.mktemp("kernel_adapters")
-    return {
-        name: LoraRequest(
-            name,
-            str(random_peft_adapter(root / name, config, rank=RANKS[name], target_modules=t, seed=10 + i, b_std=0.3)),
-        )
-        for i, (name, t) in enumerate(TARGETS.items())
-    }
+    specs = {name: (t, RANKS[name]) for name, t in TARGETS.items()}
+    return random_peft_adapters(tmp_path_factory.mktemp("kernel_adapters"), tiny[0], specs, seed=10)
 
 
 def _runner(model, loras, kernel: bool, blocks: int) -> TorchModelRunner:

@@ -15,11 +15,11 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"  # before triton is first imported (conftest.py does it too)
 pytest.importorskip("triton")
 
-from backends.checkpoint.peft_writer import random_peft_adapter
+from backends.checkpoint.peft_writer import random_peft_adapters
 from backends.torch import TorchModelRunner, build_model
 from backends.torch.lora_batch import choose_lora_kernel
 from backends.torch.triton_lora import lora_expand, lora_shrink
-from engine.lora import LoraConfig, LoraRequest
+from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -66,14 +66,8 @@ def test_the_kernel_choice(monkeypatch):
 
 @pytest.fixture(scope="module")
 def loras(tiny, tmp_path_factory):
-    root = tmp_path_factory.mktemp("triton_adapters")
-    return {
-        name: LoraRequest(
-            name,
-            str(random_peft_adapter(root / name, tiny[0], rank=2 + 2 * i, target_modules=t, seed=20 + i, b_std=0.3)),
-        )
-        for i, (name, t) in enumerate(TARGETS.items())
-    }
+    specs = {name: (t, 2 + 2 * i) for i, (name, t) in enumerate(TARGETS.items())}
+    return random_peft_adapters(tmp_path_factory.mktemp("triton_adapters"), tiny[0], specs, seed=20)
 
 
 def test_runner_with_triton_kernels_matches_torch_ops(tiny, kit, loras):
