@@ -13,16 +13,13 @@ more than one output token). Prints one JSON object.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 import numpy as np
+from tune_router import simulate_tune_split  # scripts/ beside this file (sys.path[0] when run as a script)
 
 from controlplane.router.policies import hardware_aware as ha
-from sim.des import FleetSimulator, default_router_config
-from sim.fleet import load_fleet
 from sim.report import Slo, summarize
-from sim.workload import load_trace, scale_to_load
 
 
 def _recording(predicted: dict, gate: dict):
@@ -58,12 +55,7 @@ def diagnose(trace: str, fleet_name: str, load: float, knobs: dict) -> dict:
     real_init = ha.HardwareAwarePolicy.__init__
     ha.HardwareAwarePolicy.__init__ = _recording(predicted, gate)
     try:
-        fleet = load_fleet(fleet_name)
-        base = load_trace(trace).split("tune")
-        capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
-        workload = scale_to_load(base, load, capacity)
-        config = dataclasses.replace(default_router_config(fleet, "hardware_aware", 0), **knobs)
-        result = FleetSimulator(fleet, workload, "hardware_aware", router_config=config, seed=0).run()
+        result, config = simulate_tune_split(trace, fleet_name, load, knobs)
     finally:
         ha.HardwareAwarePolicy.__init__ = real_init
     report = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))

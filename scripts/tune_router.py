@@ -51,14 +51,18 @@ DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess
 TIE = 0.005
 
 
-def run(case: str, knobs: dict) -> dict:
-    trace, fleet_name, load = CASES[case]
+def simulate_tune_split(trace: str, fleet_name: str, load: float, knobs: dict):
+    """hardware_aware with ``knobs`` over the tuning split of ``trace`` at ``load``, seed 0: (result, config)."""
     fleet = load_fleet(fleet_name)
     base = load_trace(trace).split("tune")
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
     workload = scale_to_load(base, load, capacity)
     config = dataclasses.replace(default_router_config(fleet, "hardware_aware", 0), **knobs)
-    result = FleetSimulator(fleet, workload, "hardware_aware", router_config=config, seed=0).run()
+    return FleetSimulator(fleet, workload, "hardware_aware", router_config=config, seed=0).run(), config
+
+
+def run(case: str, knobs: dict) -> dict:
+    result, config = simulate_tune_split(*CASES[case], knobs)
     r = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
     return {
         "p50": r.ttft_s[50],
