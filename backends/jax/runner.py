@@ -29,8 +29,9 @@ import jax
 import numpy as np
 
 from backends.jax import cpu_kernel
-from backends.jax.attention import ChunkMeta, DecodeMeta
+from backends.jax.attention import DecodeMeta
 from backends.jax.buckets import BucketPolicy, CompileCounter
+from backends.jax.chunk_meta import build_chunk_meta
 from backends.jax.kv_cache import PagedKVCache
 from backends.jax.lora_slots import JaxLoraSlots
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
@@ -360,9 +361,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         positions = np.zeros(t, dtype=np.int32)
         row_seg = np.full(t, -1, dtype=np.int32)
         slots = np.full(t, scratch, dtype=np.int32)
-        key_ids: list[np.ndarray] = []
-        key_seg: list[np.ndarray] = []
-        key_pos: list[np.ndarray] = []
+        seg_blocks: list[np.ndarray] = []
         sample_rows = SampleRows()
         row = 0
         first_rows: list[tuple[ScheduledRequest, int]] = []
@@ -376,24 +375,14 @@ class JaxModelRunner(LoraRunnerVerbs):
             positions[row : row + n] = pos
             row_seg[row : row + n] = seg
             slots[row : row + n] = flat_slots(bids, pos, bs)
-            key_ids.append(bids)
-            key_seg.append(np.full(nb, seg, dtype=np.int32))
-            key_pos.append(np.arange(nb, dtype=np.int32) * bs)
+            seg_blocks.append(bids)
             sample_rows.add(r, row)
             first_rows.append((r, row))
             row += n
-        num_keys = sum(len(ids) for ids in key_ids)
-        kb = self.buckets.key_blocks(num_keys)
-        kb_ids = np.zeros(kb, dtype=np.int32)
-        kb_seg = np.full(kb, -2, dtype=np.int32)  # padded key blocks match no row
-        kb_pos = np.zeros(kb, dtype=np.int32)
-        kb_ids[:num_keys] = np.concatenate(key_ids)
-        kb_seg[:num_keys] = np.concatenate(key_seg)
-        kb_pos[:num_keys] = np.concatenate(key_pos)
         logits_rows = sample_rows.logits_rows
         rows = np.zeros(self.buckets.sample_rows(max(1, len(logits_rows))), dtype=np.int32)
         rows[: len(logits_rows)] = logits_rows
-        meta = ChunkMeta(row_seg, positions, kb_ids, kb_seg, kb_pos)
+        meta = build_chunk_meta(row_seg, positions, seg_blocks, bs, self.buckets.key_blocks)
         lora = self._lora_params(first_rows, t, slot_of)
         logits, self.kv_cache.device_kv = chunk_step(
             self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, lora, dims=self.dims
