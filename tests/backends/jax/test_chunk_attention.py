@@ -1,6 +1,7 @@
 """The tiled chunk attention (each row tile scores only the KV blocks its chunks can see, chunk_meta.py) against
-the dense masked form it replaced (every row against every gathered key of the step), on random steps: several
-chunks, partial last blocks, prefix-cached starts (start_pos > 0), padded rows, tiles shared by chunks."""
+the dense masked form it replaced (every row against every gathered key of the step; kept in bench/jax_chunk_ab.py
+for the A/B), on random steps: several chunks, partial last blocks, prefix-cached starts (start_pos > 0), padded
+rows, tiles shared by chunks."""
 
 from __future__ import annotations
 
@@ -8,30 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from backends.jax.attention import MASKED, chunk_attention
+from backends.jax.attention import chunk_attention
 from backends.jax.chunk_meta import build_chunk_meta, tile_rows
+from bench.jax_chunk_ab import dense_chunk_attention, dense_meta
 from engine.buckets import next_pow2
 
 H, HKV, D, BS, NUM_BLOCKS, LAYERS = 6, 2, 8, 4, 96, 2
-
-
-def dense_chunk_attention(q, kv, layer, row_seg, row_pos, key_ids, key_seg, key_pos):
-    """The previous form (backends/jax/attention.py before the tiles): one key list for all rows, masked by
-    chunk and position."""
-    t, h, d = q.shape
-    block_size, hkv = kv.shape[3], kv.shape[4]
-    kb = key_ids.shape[0]
-    keys = kv[layer, 0, key_ids].reshape(kb * block_size, hkv, d)
-    values = kv[layer, 1, key_ids].reshape(kb * block_size, hkv, d)
-    kseg = jnp.repeat(key_seg, block_size)
-    kpos = (key_pos[:, None] + jnp.arange(block_size)[None, :]).reshape(-1)
-    mask = (row_seg[:, None] == kseg[None, :]) & (kpos[None, :] <= row_pos[:, None])
-    qg = q.reshape(t, hkv, h // hkv, d)
-    scores = jnp.einsum("tkgd,nkd->kgtn", qg, keys) * d**-0.5
-    probs = jnp.where(mask[None, None], scores, MASKED)
-    probs = jnp.exp(probs - probs.max(-1, keepdims=True))
-    probs = probs / probs.sum(-1, keepdims=True)
-    return jnp.einsum("kgtn,nkd->tkgd", probs, values).reshape(t, h * d)
 
 
 def random_step(rng, num_rows: int):
@@ -62,12 +45,10 @@ def test_tiled_chunk_attention_equals_the_dense_masked_form(num_rows):
         q = jnp.asarray(rng.standard_normal((num_rows, H, D)).astype(np.float32))
         meta = build_chunk_meta(row_seg, row_pos, seg_blocks, BS, lambda n: max(2, next_pow2(n)))
         assert meta.tile_block_ids.shape[0] * tile_rows(num_rows) == num_rows
-        key_ids = np.concatenate(seg_blocks)
-        key_seg = np.concatenate([np.full(len(b), s, np.int32) for s, b in enumerate(seg_blocks)])
-        key_pos = np.concatenate([np.arange(len(b), dtype=np.int32) * BS for b in seg_blocks])
+        dense = dense_meta(row_seg, row_pos, seg_blocks, BS, lambda n: max(2, next_pow2(n)))
         layer = jnp.int32(1)
         got = np.asarray(chunk_attention(q, kv, layer, meta))
-        want = np.asarray(dense_chunk_attention(q, kv, layer, row_seg, row_pos, key_ids, key_seg, key_pos))
+        want = np.asarray(dense_chunk_attention(q, kv, layer, dense))
         real = row_seg >= 0  # padded rows are garbage in both forms (never sampled)
         assert real.sum() > 0
         np.testing.assert_allclose(got[real], want[real], rtol=2e-5, atol=2e-6)
