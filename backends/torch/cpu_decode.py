@@ -99,10 +99,6 @@ class _Lora(ctypes.Structure):
     ]
 
 
-LORA_GROUPS = ("qkv", "o", "gate_up", "down")
-LORA_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 def _compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("gcc") or shutil.which("cc")
 
@@ -260,7 +256,8 @@ class CpuDecoder:
     def bind_lora(self, lora_slots: Any) -> None:
         """Read LoRA rows' deltas from these slots (lora_slots.py's LoraSlots; its tensors are written in place
         on loads, so the pointers stay valid)."""
-        tensors = [lora_slots.a[g] for g in LORA_GROUPS] + [lora_slots.b[m] for m in LORA_MODULES]
+        groups = lora_slots.groups  # lora_store.lora_groups: qkv, o, gate_up, down, as the C struct orders them
+        tensors = [lora_slots.a[g.name] for g in groups] + [lora_slots.b[m] for g in groups for m in g.modules]
         for t in tensors:
             if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
                 raise ValueError("the CPU decode kernel needs contiguous fp32 CPU LoRA slots")
