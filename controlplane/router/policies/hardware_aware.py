@@ -331,9 +331,7 @@ class HardwareAwarePolicy(PolicyHooks):
                 np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), add)
                 np.subtract(slo_ttft_s, add, add)
                 if config.slo_pack_needs_tpot:  # a node that misses the TPOT target: charged as if no prefill time
-                    tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), self._tpot)
-                    np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
-                    tpot += columns[_COL_STEP_S]
+                    tpot = self._predicted_tpot(columns, max_tokens)
                     slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
                     np.copyto(add, slo_ttft_s, where=np.greater(tpot, slo_tpot_s, self._short))
                 add *= config.slo_pack_weight
@@ -354,9 +352,7 @@ class HardwareAwarePolicy(PolicyHooks):
         # TPOT = step + min(backlog_s / decode steps, chunk_s) (+ its SLO penalty)
         output_weight = config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)
         if output_weight or config.slo_tpot_miss_penalty_s:
-            tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), self._tpot)
-            np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
-            tpot += columns[_COL_STEP_S]
+            tpot = self._predicted_tpot(columns, max_tokens)
             if config.slo_tpot_miss_penalty_s:
                 slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
                 np.multiply(np.greater(tpot, slo_tpot_s, self._miss), config.slo_tpot_miss_penalty_s, add)
@@ -452,12 +448,13 @@ class HardwareAwarePolicy(PolicyHooks):
                 saved_s += ttft_penalty_s
                 if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
-                slack_s = slo_ttft_s - own * inv_rate  # it meets the target now: bin packing charges its slack
-                if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it
-                    slack_s = slo_ttft_s
-                if pack_weight and slack_s > 0.0:
-                    pack_s = slack_s * pack_weight
-                    saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
+                if pack_weight:  # it meets the target now: bin packing charges its slack
+                    slack_s = slo_ttft_s - own * inv_rate
+                    if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it
+                        slack_s = slo_ttft_s
+                    if slack_s > 0.0:
+                        pack_s = slack_s * pack_weight
+                        saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
             if harm_penalty_s and row[_COL_DECODERS] > 0:  # fewer prompt tokens to share the decodes' steps
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
                 harm_s = min((inv_rate * own + backlog_s) * inv_steps, chunk_s) + step_s
@@ -549,6 +546,13 @@ class HardwareAwarePolicy(PolicyHooks):
             lora_load_s if lora_load_s > 0 else config.lora_load_estimate_s,
             float(batch),
         )
+
+    def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
+        """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""
+        tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), self._tpot)
+        np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
+        tpot += columns[_COL_STEP_S]
+        return tpot
 
 
 def _lora_tags(node: NodeView) -> tuple[str, ...]:
