@@ -62,6 +62,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
                 cuda_graphs=config.cuda_graphs,
                 lora_config=config.lora,
                 cpu_decode_kernel=config.cpu_decode_kernel,
+                huge_pages=config.huge_pages,
             )
     elif config.backend == "jax":
         if config.num_threads is not None:
@@ -71,6 +72,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         runner = JaxModelRunner(
             checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora,
             cpu_decode_kernel=config.cpu_decode_kernel, cpu_decode_threads=config.num_threads,
+            huge_pages=config.huge_pages,
         )  # fmt: skip
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)

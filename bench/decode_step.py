@@ -33,7 +33,7 @@ GROUPS = {
 }
 
 
-def _runner(checkpoint, pack: bool, num_seqs: int, prompt_len: int):
+def _runner(checkpoint, pack: bool, num_seqs: int, prompt_len: int, **runner_kwargs):
     import torch
 
     from backends.runner_driver import GREEDY, BlockAllocator, Seq, make_step
@@ -44,7 +44,7 @@ def _runner(checkpoint, pack: bool, num_seqs: int, prompt_len: int):
 
     block_size = 16
     model = build_model(checkpoint, torch.float32, torch.device("cpu"), progress=False)
-    runner = TorchModelRunner(model, torch.float32, pack_cpu_weights=pack)
+    runner = TorchModelRunner(model, torch.float32, pack_cpu_weights=pack, **runner_kwargs)
     runner.initialize_kv_cache(KVCacheSpec(1024, 0, block_size))
     alloc = BlockAllocator(1024)
     vocab = checkpoint.config.vocab_size
@@ -63,7 +63,12 @@ def _runner(checkpoint, pack: bool, num_seqs: int, prompt_len: int):
 
     for s in seqs:  # prefills, one request at a time
         step([s])
-    return lambda: step(seqs)
+
+    def decode_step():
+        return step(seqs)
+
+    decode_step.runner = runner  # type: ignore[attr-defined]  (for reports: what the runner chose)
+    return decode_step
 
 
 def _breakdown(step, num_steps: int = 3) -> dict[str, float]:

@@ -117,6 +117,7 @@ class EngineConfig:
     cpu_decode_kernel: torch on a CPU in fp32: steps of at most 4 plain decode rows in the C decode kernel
         (backends/torch/cpu_decode.py); False = torch ops. jax on a CPU in fp32: the same kernel as an XLA FFI
         custom call (backends/jax/cpu_kernel.py); False = the pure-XLA programs.
+    huge_pages: on a CPU, the weights on transparent huge pages (backends/huge_pages.py); False = as loaded.
     speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 
@@ -136,6 +137,7 @@ class EngineConfig:
     kv_dtype: str = "auto"
     cuda_graphs: bool = True
     cpu_decode_kernel: bool = True
+    huge_pages: bool = True
     speculative: SpecDecodeConfig | None = None
     lora: LoraConfig | None = None  # serve LoRA adapters (torch, jax); None = the base model only
     lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start

@@ -77,6 +77,7 @@ BENCH_TARGETS = {
     "lora": ("bench.lora", "run_lora_bench"),
     "sim-speed": ("bench.sim_speed", "run_sim_speed_bench"),
     "fastpath": ("bench.fastpath", "run_fastpath_bench"),
+    "huge-pages": ("bench.huge_pages", "run_huge_pages_bench"),
 }
 
 

@@ -50,6 +50,12 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         action="store_false",
         help="CPU fp32: decode small batches with torch ops, not the C decode kernel",
     )
+    p.add_argument(
+        "--no-huge-pages",
+        dest="huge_pages",
+        action="store_false",
+        help="CPU: keep the weights on the pages they were loaded on (default: moved onto transparent huge pages)",
+    )
     add_lora_args(p)
     p.add_argument(
         "--stall-factor",
@@ -143,6 +149,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         kv_dtype=args.kv_dtype,
         cuda_graphs=args.cuda_graphs,
         cpu_decode_kernel=args.cpu_decode_kernel,
+        huge_pages=getattr(args, "huge_pages", True),
         lora=lora_config_from_args(args),
         lora_modules=list(getattr(args, "lora_modules", None) or []),
     )

@@ -32,6 +32,7 @@ from backends.jax import cpu_kernel
 from backends.jax.attention import DecodeMeta
 from backends.jax.buckets import BucketPolicy, CompileCounter
 from backends.jax.chunk_meta import build_chunk_meta
+from backends.jax.huge_params import collapse_arrays
 from backends.jax.kv_cache import PagedKVCache
 from backends.jax.lora_slots import JaxLoraSlots
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
@@ -90,6 +91,8 @@ class JaxModelRunner(LoraRunnerVerbs):
         A/B runs, bench/engine_jax_ab.py). An attribute read each step; set it before ``warmup``.
     adaptive_threads: run each kernel step on the thread count (1, 2, 4 ... up to that) its measured wall
         time favours (backends/torch/thread_choice.py, as the torch runner; the same bits at any count).
+    huge_pages: on a CPU, rebuild the weights' memory on transparent huge pages (huge_params.py; the decode
+        step streams them); ``huge_pages_result`` says what was granted. False = as XLA placed them.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         cpu_decode_threads: int | None = None,
         adaptive_threads: bool = True,
         cpu_decode_head: str = "kernel",
+        huge_pages: bool = True,
     ) -> None:
         if cpu_decode_head not in ("kernel", "xla"):
             raise ValueError(f"cpu_decode_head must be 'kernel' or 'xla', got {cpu_decode_head!r}")
@@ -136,11 +140,20 @@ class JaxModelRunner(LoraRunnerVerbs):
         self.thread_choice = ThreadChooser() if adaptive_threads else None
         if cpu_decode_kernel and cpu_kernel.supports(self.config, self.dtype, self.device) and cpu_kernel.load():
             self.kernel_params = cpu_kernel.kernel_params(self.params)
+        self.huge_pages_result = None
+        if huge_pages and self.device.platform == "cpu":
+            self.huge_pages_result = collapse_arrays(self.params, self.kernel_params)
 
     @property
     def decode_path(self) -> str:
         """How decode steps run: "xla", or "cpu-kernel<=N+xla" (the FFI kernel for <= N rows)."""
         return "xla" if self.kernel_params is None else f"cpu-kernel<={cpu_kernel.MAX_PADDED_ROWS}+xla"
+
+    @property
+    def kernels(self) -> str:
+        """The decode path and the weights' pages, in one line (the node's hello, ``zoo top``'s detail view)."""
+        pages = "" if self.huge_pages_result is None else " " + self.huge_pages_result.summary()
+        return f"jax decode={self.decode_path}{pages}"
 
     @property
     def num_compilations(self) -> int:

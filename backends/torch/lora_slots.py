@@ -13,6 +13,7 @@ import torch
 
 from backends.checkpoint.peft_adapter import PeftAdapter, module_shape
 from backends.lora_store import LoraStore, StoreBackedSlots, lora_groups, slot_arrays
+from backends.torch import huge_weights
 from engine.lora import LoraConfig
 
 
@@ -31,10 +32,10 @@ class LoraSlots(StoreBackedSlots):
         self.b: dict[str, torch.Tensor] = {}
         for group in self.groups:
             shape = (layers, num_slots, group.num_in(model_config), len(group.modules) * rank)
-            self.a[group.name] = torch.zeros(shape, dtype=dtype, device=device)
+            self.a[group.name] = huge_weights.zeros(shape, dtype, device)  # huge pages on a CPU: streamed
             for module in group.modules:
                 num_out = module_shape(model_config, module)[0]
-                self.b[module] = torch.zeros(layers, num_slots, rank, num_out, dtype=dtype, device=device)
+                self.b[module] = huge_weights.zeros((layers, num_slots, rank, num_out), dtype, device)
 
     def _write_slot(self, slot: int, adapter: PeftAdapter) -> None:
         arrays = slot_arrays(adapter, self.model_config, self.config.max_lora_rank)

@@ -25,6 +25,7 @@ import torch
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
+from backends.torch import huge_weights
 from backends.torch.attention import AttentionBackend, GatherSDPABackend, arange_view
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
 from backends.torch.cpu_attention import CpuPagedBackend
@@ -73,6 +74,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         (cpu_attention.py); False, or no C compiler = torch ops and the gather attention.
     adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
         measured wall time favours (thread_choice.py; the same bits at any count); False = all of them.
+    huge_pages: on a CPU, move the weights onto transparent huge pages (huge_weights.py: the decode step
+        streams them; fewer TLB misses); False, or none to be had (the reason is in ``kernels``) = as loaded.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
         columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
@@ -98,6 +101,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         lora_config: LoraConfig | None = None,
         cpu_decode_kernel: bool = True,
         adaptive_threads: bool = True,
+        huge_pages: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -118,6 +122,9 @@ class TorchModelRunner(LoraRunnerVerbs):
             )
         self.config = self.model.config
         self.packed_weights = pack_cpu_weights and pack_weights(self.model)
+        self.huge_pages = None  # what huge_weights.py got (CPU only); the arena lives on the model
+        if huge_pages and self.device.type == "cpu":
+            self.huge_pages = huge_weights.ensure_on_huge_pages(self.model)
         self.sampler = Sampler(self.device, seed)
         # intra-op threads are a per-OS-thread setting (OpenMP): applied on the thread that executes
         self.num_threads = num_threads
@@ -182,6 +189,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         line = self.kernel_plan.summary()
         if self.packed_weights:
             line += " matmul=onednn-packed"
+        if self.huge_pages is not None:
+            line += " " + self.huge_pages.summary()
         if self.cpu_decoder is not None:
             line += f" decode<={CPU_DECODE_MAX_ROWS}=cpu-kernel"
         if isinstance(self.attn, CpuPagedBackend):

@@ -38,3 +38,8 @@ def test_unknown_names_are_refused():
         EngineConfig(attention_backend="flashinfer")
     with pytest.raises(ValueError, match="kv_dtype"):
         EngineConfig(kv_dtype="int4")
+
+
+def test_huge_pages_are_on_by_default_and_a_flag_turns_them_off():
+    assert _parse().huge_pages is True
+    assert _parse("--no-huge-pages").huge_pages is False

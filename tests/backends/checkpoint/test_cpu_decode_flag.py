@@ -36,3 +36,12 @@ def test_the_flag_turns_the_kernel_off_and_the_tokens_stay(tiny_gguf_path):
     assert on.runner.cpu_decoder is not None and "cpu-kernel" in on.runner.kernels
     assert off.runner.cpu_decoder is None and "cpu-kernel" not in off.runner.kernels
     assert _greedy(on, "hello world") == _greedy(off, "hello world")
+
+
+def test_no_huge_pages_reaches_the_runner(tiny_gguf_path):
+    cache = CacheConfig(block_size=4, num_device_blocks=64, num_host_blocks=16)
+    off = build_engine(EngineConfig(model=str(tiny_gguf_path), cache=cache, huge_pages=False), progress=False)
+    on = build_engine(EngineConfig(model=str(tiny_gguf_path), cache=cache), progress=False)
+    assert off.runner.huge_pages is None and "huge-pages" not in off.runner.kernels
+    assert on.runner.huge_pages is not None and "huge-pages" in on.runner.kernels
+    assert _greedy(on, "hello world") == _greedy(off, "hello world")
