@@ -5,8 +5,9 @@ whose load swings (other jobs), the ratio then mostly measures the load. Here th
 (fp32, CPU) live in one process — torch (its defaults: the C decode kernel for <= 64 rows), JAX with the FFI
 decode kernel (backends/jax/cpu_kernel.py), JAX with the pure-XLA programs only, and optionally
 ``jax_kernel_xla_head`` (the FFI kernel with the output head of > 4-row steps as an XLA dot: the path before the
-kernel's panel-packed head, for before/after runs in one process) — and each round runs the same two workloads on
-each engine in a rotating order, seconds apart:
+kernel's panel-packed head, for before/after runs in one process) and ``torch_onednn_head`` (the torch runner
+with the same steps' head on oneDNN's packed weight, its path before the panel head) — and each round runs the
+same two workloads on each engine in a rotating order, seconds apart:
 
 - batch 1: a 128-token prompt, ``n_out`` greedy tokens; decode tok/s = 1 / TPOT (as bench/engine.py);
 - uniform 32: 32 prompts of 64 tokens at t=0, ``n_out`` tokens each; aggregate decode tok/s after the last first
@@ -31,7 +32,7 @@ from bench.engine_jax import BATCH1_PROMPT, BATCH32_PROMPT, NUM_CONCURRENT, unif
 from bench.workload import synthetic_prompt_ids
 
 VARIANTS = ("torch", "jax_kernel", "jax_xla")
-ALL_VARIANTS = (*VARIANTS, "jax_kernel_xla_head")
+ALL_VARIANTS = (*VARIANTS, "jax_kernel_xla_head", "torch_onednn_head")
 RATIOS = {  # ratio name -> the figure of a round it divides (variant / torch)
     "batch1": "batch1_decode_tok_per_s",
     "uniform32": "uniform32_decode_tok_per_s",
@@ -46,7 +47,7 @@ def _engine(variant: str, model_path: str | None, num_blocks: int):
 
     cfg = EngineConfig(
         model=model_path,
-        backend="torch" if variant == "torch" else "jax",
+        backend="torch" if variant.startswith("torch") else "jax",
         dtype="float32",
         scheduler=SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=64),
         cache=CacheConfig(num_device_blocks=num_blocks, num_host_blocks=0),
@@ -55,6 +56,8 @@ def _engine(variant: str, model_path: str | None, num_blocks: int):
     engine = build_engine(cfg, progress=False)
     if variant == "jax_kernel_xla_head":
         engine.runner.cpu_decode_head = "xla"
+    if variant == "torch_onednn_head":  # the torch runner's > 4-row head on oneDNN (before the panel head)
+        engine.runner.cpu_decode_head = "onednn"
     return engine
 
 
@@ -77,11 +80,11 @@ def run(
     engines = {v: _engine(v, model_path, num_blocks) for v in variants}
     max_context = max(BATCH1_PROMPT, BATCH32_PROMPT) + n_out
     for v, engine in engines.items():
-        if v != "torch":
+        if not v.startswith("torch"):
             engine.runner.warmup(max_num_seqs=NUM_CONCURRENT, max_context_tokens=max_context)
         _batch1(engine, n_out, seed=7)
         uniform_concurrent(engine, n_out, seed_base=5000)
-    compiles = {v: e.runner.num_compilations for v, e in engines.items() if v != "torch"}
+    compiles = {v: e.runner.num_compilations for v, e in engines.items() if not v.startswith("torch")}
     per_round = []
     for r in range(rounds):
         order = variants[r % len(variants) :] + variants[: r % len(variants)]
@@ -110,7 +113,7 @@ def run(
         "jax_steady_state_recompiles": {
             v: e.runner.num_compilations - compiles[v] for v, e in engines.items() if v in compiles
         },
-        "decode_paths": {v: engines[v].runner.decode_path for v in variants[1:]},
+        "decode_paths": {v: getattr(engines[v].runner, "decode_path", "torch") for v in variants[1:]},
         "n_out": n_out,
         "time_utc": time.strftime("%H:%M:%S", time.gmtime()),
     }

@@ -15,9 +15,11 @@ Serves: a CPU LlamaModel in fp32 with an fp32 KV cache, no tensor parallelism, s
 ``MAX_ROWS`` rows, with or without LoRA adapters (``bind_lora``: each row's slot of lora_slots.py, the low-rank
 deltas added after each base product inside the kernel). From 5 rows on (csrc's ``GEMM_MIN_ROWS``) the products are
 compute-bound: a register-blocked GEMM (8 rows x 32 columns of accumulators) over the same stored layout,
-attention per (row, KV head), and the output head left to the caller (oneDNN's packed weight, cpu_packed.py,
-streams the 113 MB head faster). Profiled on a batch-32 SmolLM2 step (1 thread, CPU time): the torch path
-~150 ms (matmuls ~75%, gather + SDPA ~20%), this kernel ~98 ms + ~21 ms for the head. The model's logits
+attention per (row, KV head), and the output head through a copy of the head packed in 32-column panels
+(``HEAD_PANELS``: each panel streams contiguously through the same micro-kernel; the JAX runner's layout, one
+more [E, V] array, on huge pages) or, with ``head=HEAD_NONE``, left to the caller (oneDNN's packed weight,
+cpu_packed.py). Profiled on a batch-32 SmolLM2 step (1 thread, CPU time): the torch path ~150 ms (matmuls ~75%,
+gather + SDPA ~20%), this kernel ~98 ms + ~21 ms for oneDNN's head, ~15 ms for the panel head. The model's logits
 differ from the torch path's by float rounding (the sums run in another order); greedy tokens match
 transformers and the torch path (tests/backends/torch/test_cpu_decode.py).
 """
@@ -38,6 +40,7 @@ from typing import Any
 import torch
 
 from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off, source_text
+from backends.torch import huge_weights
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +49,10 @@ CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 # decode rows per step served by the kernel (from 5 rows on, csrc's GEMM_MIN_ROWS, its products are register-
 # blocked GEMMs and its attention runs per (row, KV head)); larger steps take the torch path
 MAX_ROWS = 64
-# steps of more rows return the final norm's output and the output head runs on oneDNN's packed weight
+# steps of more rows run the output head over the panel-packed head (or, asked, leave it to oneDNN)
 HEAD_ROWS = 4
+HEAD_NONE, HEAD_FULL, HEAD_PANELS = 0, 1, 2  # csrc: the final norm's output / the [E, V] head / its panels
+PANEL = 32  # columns of a head panel (csrc's micro-kernel width)
 MAX_KERNEL_ROWS = 64  # what one call accepts at all (csrc: MAX_B)
 
 _P = ctypes.c_void_p
@@ -195,6 +200,19 @@ def supports(model: Any, kv_dtype: torch.dtype, tp: Any = None) -> bool:
     )
 
 
+def pack_head_panels(head_t: torch.Tensor) -> torch.Tensor:
+    """[E, V] -> [ceil(V / PANEL), E, PANEL]: panel p holds columns PANEL*p .. PANEL*p + PANEL - 1 row-major (the
+    last zero-padded), on huge pages where they can be had (huge_weights.zeros)."""
+    e, v = head_t.shape
+    p = -(-v // PANEL)
+    panels = huge_weights.zeros((p, e, PANEL), torch.float32, head_t.device)
+    full = v // PANEL
+    panels[:full].copy_(head_t[:, : full * PANEL].reshape(e, full, PANEL).permute(1, 0, 2))
+    if full < p:
+        panels[full, :, : v - full * PANEL].copy_(head_t[:, full * PANEL :])
+    return panels
+
+
 class CpuDecoder:
     """One model and its KV cache bound to the kernel. Holds raw pointers into the model's weights and the
     cache: weights written in place stay seen; tensors replaced after binding need a new CpuDecoder."""
@@ -248,6 +266,12 @@ class CpuDecoder:
             rope=model.rope_signed.data_ptr(),
         )
         self._ref = ctypes.byref(self.model)
+        # the head in 32-column panels [ceil(V / 32), E, 32] (the last zero-padded), for steps of many rows
+        self._head_panels = pack_head_panels(plain(model.lm_head_t))
+        self.model_panels = _Model()
+        ctypes.memmove(ctypes.byref(self.model_panels), self._ref, ctypes.sizeof(_Model))
+        self.model_panels.head_t = self._head_panels.data_ptr()
+        self._ref_panels = ctypes.byref(self.model_panels)
         self._scratch = torch.empty(0)
         self._lora: _Lora | None = None
         self._lora_work = torch.empty(0)
@@ -277,12 +301,14 @@ class CpuDecoder:
         tables: torch.Tensor,
         max_pos: int,
         num_threads: int,
-        head: bool = True,
+        head: int = HEAD_FULL,
         row_slots: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """tokens, positions [B] int64, tables [B, W] int64 (contiguous, CPU), max_pos = positions.max():
-        fp32 logits [B, V] (a new tensor); head=False: the final RMSNorm's output [B, E] instead, for the caller
-        to apply the output head. row_slots: int32 [B], each row's LoRA slot or -1 (needs ``bind_lora``)."""
+        fp32 logits [B, V] (a new tensor) through the [E, V] head (HEAD_FULL: a matrix-vector loop, a few rows)
+        or its panels (HEAD_PANELS: a blocked GEMM, many rows); HEAD_NONE (or False): the final RMSNorm's output
+        [B, E] instead, for the caller to apply the output head. row_slots: int32 [B], each row's LoRA slot or -1
+        (needs ``bind_lora``)."""
         b, w = tables.shape
         if not 1 <= b <= MAX_KERNEL_ROWS:
             raise ValueError(f"1 to {MAX_KERNEL_ROWS} rows a call, got {b}")
@@ -293,6 +319,10 @@ class CpuDecoder:
         need = self.lib.zoo_scratch_floats(self._ref, b, num_threads, max_pos + 1)
         if self._scratch.numel() < need:
             self._scratch = torch.empty(max(need, 2 * self._scratch.numel()))
+        head = int(head)
+        if head not in (HEAD_NONE, HEAD_FULL, HEAD_PANELS):
+            raise ValueError(f"head must be HEAD_NONE, HEAD_FULL or HEAD_PANELS, got {head}")
+        ref = self._ref_panels if head == HEAD_PANELS else self._ref
         logits = torch.empty(b, self.vocab if head else self.hidden)
         lora_args: tuple = ()
         if row_slots is not None:
@@ -309,7 +339,7 @@ class CpuDecoder:
             lora_args = (ctypes.byref(lora),)
         call = self.lib.zoo_decode_step_lora if lora_args else self.lib.zoo_decode_step
         rc = call(
-            self._ref,
+            ref,
             *lora_args,
             b,
             tokens.data_ptr(),
@@ -320,7 +350,7 @@ class CpuDecoder:
             self._scratch.data_ptr(),
             self._scratch.numel(),
             num_threads,
-            int(head),
+            head,
         )
         if rc != 0:
             raise ValueError(f"CPU decode kernel: {_ERRORS.get(rc, f'error {rc}')}")

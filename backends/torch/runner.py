@@ -30,9 +30,9 @@ from backends.torch.attention import AttentionBackend, GatherSDPABackend, arange
 from backends.torch.attention_dispatch import attention_backend_class, kernel_plan
 from backends.torch.cpu_attention import CpuPagedBackend
 from backends.torch.cpu_attention import serves as serves_attention
+from backends.torch.cpu_decode import HEAD_FULL, HEAD_NONE, HEAD_PANELS, CpuDecoder, load_library, supports
 from backends.torch.cpu_decode import HEAD_ROWS as CPU_DECODE_HEAD_ROWS
 from backends.torch.cpu_decode import MAX_ROWS as CPU_DECODE_MAX_ROWS
-from backends.torch.cpu_decode import CpuDecoder, load_library, supports
 from backends.torch.cpu_packed import pack_weights
 from backends.torch.cuda_graphs import DecodeGraphs
 from backends.torch.kv_cache import PagedKVCache
@@ -74,6 +74,9 @@ class TorchModelRunner(LoraRunnerVerbs):
         (cpu_attention.py); False, or no C compiler = torch ops and the gather attention.
     adaptive_threads: the kernel's steps run on 1, 2, 4 ... up to the intra-op thread count, whichever their
         measured wall time favours (thread_choice.py; the same bits at any count); False = all of them.
+    cpu_decode_head: where the C kernel's steps of more than 4 rows run the output head: "kernel" (its blocked
+        GEMM over a panel-packed copy of the head, cpu_decode.py) or "onednn" (torch.mm on oneDNN's packed weight,
+        the path before the panels; kept for A/B runs). An attribute read each step.
     huge_pages: on a CPU, move the weights onto transparent huge pages (huge_weights.py: the decode step
         streams them; fewer TLB misses); False, or none to be had (the reason is in ``kernels``) = as loaded.
     tp: a TPGroup (tp_group.py): this runner is one rank of a tensor-parallel model (its heads, MLP
@@ -102,6 +105,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         cpu_decode_kernel: bool = True,
         adaptive_threads: bool = True,
         huge_pages: bool = True,
+        cpu_decode_head: str = "kernel",
     ) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
@@ -132,6 +136,9 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.attn: AttentionBackend | None = None
         self.buffers: StepBuffers | None = None  # the step's metadata lives here (step_buffers.py)
         self.use_cpu_decode = cpu_decode_kernel
+        if cpu_decode_head not in ("kernel", "onednn"):
+            raise ValueError(f"cpu_decode_head must be 'kernel' or 'onednn', got {cpu_decode_head!r}")
+        self.cpu_decode_head = cpu_decode_head
         self.cpu_decoder: CpuDecoder | None = None  # bound to the KV cache in initialize_kv_cache
         self.thread_choice = ThreadChooser() if adaptive_threads else None
         self.block_size = 0
@@ -351,10 +358,13 @@ class TorchModelRunner(LoraRunnerVerbs):
         if self.thread_choice is not None:
             threads = self.thread_choice.pick(n, threads)
         t0 = time.perf_counter()
-        # many rows: the output head through torch (oneDNN's packed weight streams it faster than the kernel)
-        head = n <= CPU_DECODE_HEAD_ROWS
+        # many rows: the output head over its panels in the kernel (cpu_decode_head="kernel"), or through torch
+        # on oneDNN's packed weight ("onednn")
+        head = (
+            HEAD_FULL if n <= CPU_DECODE_HEAD_ROWS else HEAD_PANELS if self.cpu_decode_head == "kernel" else HEAD_NONE
+        )
         logits = self.cpu_decoder.step(input_ids, positions, tables.view(n, width), max_pos, threads, head, row_slots)
-        if not head:  # on the kernel's thread count: on a loaded machine 1 thread, so no peer stalls it
+        if head == HEAD_NONE:  # on the kernel's thread count: on a loaded machine 1 thread, so no peer stalls it
             all_threads = torch.get_num_threads()
             if threads == all_threads:
                 logits = torch.mm(logits, self.model.lm_head_t)
