@@ -215,7 +215,8 @@ def pack_head_panels(head_t: torch.Tensor) -> torch.Tensor:
 
 class CpuDecoder:
     """One model and its KV cache bound to the kernel. Holds raw pointers into the model's weights and the
-    cache: weights written in place stay seen; tensors replaced after binding need a new CpuDecoder."""
+    cache: weights written in place stay seen (except the output head's panel copy, taken here: a head rewritten
+    after binding needs a new CpuDecoder, as tensors replaced after binding do)."""
 
     def __init__(self, lib: ctypes.CDLL, model: Any, kv_layers: list[torch.Tensor], block_size: int) -> None:
         c = model.config
