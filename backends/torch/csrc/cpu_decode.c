@@ -378,8 +378,8 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
     float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + (long)H * D;
     float *scores = krot + D;
     int c0, c1;
-    float *lt = lora ? lora->work + t * lora_thread_floats(B, lora->rank) : 0;
-    float *gu = lora ? lora->work + T * lora_thread_floats(B, lora->rank) : 0;
+    float *lt = lora ? lora->work : 0; /* t and the gate | up deltas: shared (cpu_decode_lora.h) */
+    float *gu = lora ? lora->work + lora_t_floats(B, lora->rank) : 0;
     lora_ctx lc = {lora, 0, B, 0, lt, gu};
 
     /* embedding rows: hidden[b, e] = embed_t[e, token] */
@@ -391,10 +391,11 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
     for (int l = 0; l < m->num_layers; l++) {
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
       cols_of(QKV, T, t, &c0, &c1);
+      if (lora) lora_shrink(lora, l, 0, 3, E, xn, E, B, lt, t, T);
       gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
       if (lora) {
+        barrier_wait(&bar, T, &sense); /* every row's t */
         lc.layer = l, lc.nR = 3 * lora->rank;
-        lora_shrink(lora, l, 0, 3, E, xn, E, B, lt);
         lora_add_cols(&lc, 0, 3, qkv_cols, qkv, QKV, c0, c1);
       }
       barrier_wait(&bar, T, &sense);
@@ -437,10 +438,11 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       }
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
+      if (lora) lora_shrink(lora, l, 1, 1, H * D, attn, (long)H * D, B, lt, t, T);
       gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
       if (lora) {
+        barrier_wait(&bar, T, &sense);
         lc.nR = lora->rank;
-        lora_shrink(lora, l, 1, 1, H * D, attn, (long)H * D, B, lt);
         lora_add_cols(&lc, 3, 1, e_cols, hidden, E, c0, c1);
       }
       barrier_wait(&bar, T, &sense);
@@ -448,7 +450,8 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       cols_of(I, T, t, &c0, &c1);
       if (lora) { /* this thread's columns of the gate and up deltas, before the product that adds them */
         lc.nR = 2 * lora->rank;
-        lora_shrink(lora, l, 2, 2, E, xn, E, B, lt);
+        lora_shrink(lora, l, 2, 2, E, xn, E, B, lt, t, T);
+        barrier_wait(&bar, T, &sense);
         for (int b = 0; b < B; b++)
           if (lora->row_slot[b] >= 0) {
             memset(gu + (long)b * 2 * I + c0, 0, (c1 - c0) * sizeof(float));
@@ -460,10 +463,11 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc, lora ? &lc : 0);
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
+      if (lora) lora_shrink(lora, l, 3, 1, I, act, I, B, lt, t, T);
       gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
       if (lora) {
+        barrier_wait(&bar, T, &sense);
         lc.nR = lora->rank;
-        lora_shrink(lora, l, 3, 1, I, act, I, B, lt);
         lora_add_cols(&lc, 6, 1, e_cols, hidden, E, c0, c1);
       }
       barrier_wait(&bar, T, &sense);
