@@ -20,7 +20,8 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
  * pf: the next block's columns (prefetched while this block streams its panel), or NULL */
 static inline __attribute__((always_inline)) void micro(const float *restrict W, long ldw, const float *restrict x,
                                                         long ldx, int K, const int rb, const int nv,
-                                                        float *restrict y, long ldy, int add, const float *pf) {
+                                                        float *restrict y, long ldy, int add, const float *pf,
+                                                        lora_pf *q) {
   v16 acc[RB][2];
 #pragma GCC unroll 8
   for (int r = 0; r < rb; r++) acc[r][0] = acc[r][1] = (v16){0};
@@ -30,6 +31,7 @@ static inline __attribute__((always_inline)) void micro(const float *restrict W,
       __builtin_prefetch(pf + (long)k * ldw);
       __builtin_prefetch(pf + (long)k * ldw + 16);
     }
+    if (q) lora_pf_step(q); /* a line of the LoRA reads that follow (cpu_decode_lora.h) */
     const v16 w0 = *(const v16u *)w;
     const v16 w1 = nv == 2 ? *(const v16u *)(w + 16) : (v16){0};
 #pragma GCC unroll 8
@@ -48,9 +50,10 @@ static inline __attribute__((always_inline)) void micro(const float *restrict W,
   }
 }
 
-/* y[0:B, 0:n] (=, or += with add) x[0:B, 0:K] @ W[0:K, 0:n], n <= 32 columns: rows in blocks of RB */
+/* y[0:B, 0:n] (=, or += with add) x[0:B, 0:K] @ W[0:K, 0:n], n <= 32 columns: rows in blocks of RB; q: LoRA
+ * prefetches to issue on the way, or NULL */
 static void gemm_block(const float *W, long ldw, const float *x, long ldx, int B, int K, float *y, long ldy, int n,
-                       int add, const float *pf) {
+                       int add, const float *pf, lora_pf *q) {
   if (n == 32 || n == 16) {
     const int nv = n / 16;
     int r = 0;
@@ -58,15 +61,15 @@ static void gemm_block(const float *W, long ldw, const float *x, long ldx, int B
       const float *xr = x + (long)r * ldx;
       float *yr = y + (long)r * ldy;
       if (nv == 2)
-        micro(W, ldw, xr, ldx, K, RB, 2, yr, ldy, add, pf);
+        micro(W, ldw, xr, ldx, K, RB, 2, yr, ldy, add, pf, q);
       else
-        micro(W, ldw, xr, ldx, K, RB, 1, yr, ldy, add, pf);
+        micro(W, ldw, xr, ldx, K, RB, 1, yr, ldy, add, pf, q);
     }
     for (; r < B; r++) { /* leftover rows one at a time */
       if (nv == 2)
-        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 2, y + (long)r * ldy, ldy, add, 0);
+        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 2, y + (long)r * ldy, ldy, add, 0, 0);
       else
-        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 1, y + (long)r * ldy, ldy, add, 0);
+        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 1, y + (long)r * ldy, ldy, add, 0, 0);
     }
     return;
   }
@@ -90,24 +93,23 @@ static inline int block_width(int left) { return left >= 32 ? 32 : left >= 16 ? 
 
 /* y[:, c0:c1] (=, or += with add) x @ W[:, c0:c1] in 32-column blocks */
 static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
-                      int c1, int add) {
+                      int c1, int add, lora_pf *q) {
   for (int c = c0; c < c1;) {
     const int n = block_width(c1 - c);
     const float *pf = c + n < c1 ? W + c + n : 0;
-    gemm_block(W + c, N, x, ldx, B, K, y + c, ldy, n, add, pf);
+    gemm_block(W + c, N, x, ldx, B, K, y + c, ldy, n, add, pf, q);
     c += n;
   }
 }
 
 /* act[:, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]) in 32-column blocks; tmp: 2 * B * 32 floats */
 static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *tmp, const lora_ctx *lc) {
+                         float *tmp) {
   float *up = tmp + (long)B * 32;
   for (int c = c0; c < c1;) {
     const int n = block_width(c1 - c);
-    gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c);
-    gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0);
-    if (lc) lora_add_gate_up(lc, I, c, n, tmp, 32, up, 32);
+    gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c, 0);
+    gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0, 0);
     for (int b = 0; b < B; b++) {
       const float *g = tmp + (long)b * 32, *u = up + (long)b * 32;
       float *out = act + (long)b * I + c;
@@ -115,5 +117,20 @@ static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B,
       for (int j = 0; j < n; j++) out[j] = g[j] * sigmoid(g[j]) * u[j];
     }
     c += n;
+  }
+}
+
+/* act[b, c0:c1] = silu(gu[b, c]) * gu[b, I + c]: the LoRA path's gate_up, its products and deltas first summed in
+ * the shared [B, 2I] buffer; silu as gate_up_gemm (from GEMM_MIN_ROWS rows) or gate_up_cols (fewer) computes it */
+static void silu_mul_cols(const float *gu, int I, int B, float *act, int c0, int c1, int blocked) {
+  for (int b = 0; b < B; b++) {
+    const float *g = gu + (long)b * 2 * I, *u = g + I;
+    float *out = act + (long)b * I;
+    if (blocked) {
+#pragma omp simd
+      for (int j = c0; j < c1; j++) out[j] = g[j] * sigmoid(g[j]) * u[j];
+    } else {
+      for (int j = c0; j < c1; j++) out[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
   }
 }
