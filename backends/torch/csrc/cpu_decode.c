@@ -114,15 +114,15 @@ static void gemv_acc(const float *restrict W, long ldw, const float *restrict x,
 
 /* y[b, c0:c1] = (add ? y[b, c0:c1] : 0) + x[b] @ W[:, c0:c1], in column blocks that fit the accumulators */
 static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
-                      int c1, int add, lora_pf *q);
+                      int c1, int add);
 static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
                          float *tmp);
 #define GEMM_MIN_ROWS 5
 
 static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
-                      int c1, int add, float *acc, lora_pf *q) {
+                      int c1, int add, float *acc) {
   if (B >= GEMM_MIN_ROWS) {
-    gemm_cols(W, N, x, ldx, B, K, y, ldy, c0, c1, add, q);
+    gemm_cols(W, N, x, ldx, B, K, y, ldy, c0, c1, add);
     return;
   }
   const int blk = (ACC_FLOATS / B) & ~(ALIGN - 1);
@@ -380,11 +380,6 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
     float *lt = lora ? lora->work : 0; /* t and the gate | up deltas: shared (cpu_decode_lora.h) */
     float *gu = lora ? lora->work + lora_t_floats(B, lora->rank) : 0;
     lora_ctx lc = {lora, 0, B, 0, lt};
-#ifdef NO_LORA_PF
-    lora_pf pq, *q = 0 && &pq;
-#else
-    lora_pf pq, *q = lora && B >= GEMM_MIN_ROWS ? &pq : 0; /* the group's LoRA reads, prefetched by its product */
-#endif
 #define LORA_GROUP(g, first, n_mod, in, x, ldx, begin, y, ldy, c0, c1)                                          \
   if (lora) { /* this thread's rows of t, a barrier, its columns of the deltas */                              \
     lora_shrink(lora, l, g, n_mod, in, x, ldx, B, lt, t, T);                                                   \
@@ -392,8 +387,6 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
     lc.layer = l, lc.nR = (n_mod) * lora->rank;                                                                \
     lora_add_cols(&lc, first, n_mod, begin, y, ldy, c0, c1);                                                   \
   }
-#define LORA_PF(g, first, n_mod, in, begin) \
-  if (q) lora_pf_init(q, lora, l, g, first, n_mod, in, begin, B, t, T)
 
     /* embedding rows: hidden[b, e] = embed_t[e, token] */
     cols_of(E, T, t, &c0, &c1);
@@ -404,8 +397,7 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
     for (int l = 0; l < m->num_layers; l++) {
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
       cols_of(QKV, T, t, &c0, &c1);
-      LORA_PF(0, 0, 3, E, qkv_cols);
-      gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc, q);
+      gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
       LORA_GROUP(0, 0, 3, E, xn, E, qkv_cols, qkv, QKV, c0, c1);
       barrier_wait(&bar, T, &sense);
       float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
@@ -447,17 +439,15 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       }
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
-      LORA_PF(1, 3, 1, H * D, e_cols);
-      gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc, q);
+      gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
       LORA_GROUP(1, 3, 1, H * D, attn, (long)H * D, e_cols, hidden, E, c0, c1);
       barrier_wait(&bar, T, &sense);
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_post[l], xn + (long)b * E, E, m->eps);
       cols_of(I, T, t, &c0, &c1);
       if (lora) { /* the gate | up products into the shared gu, the deltas added there, then silu(gate) * up */
         const int gu_cols[3] = {0, I, 2 * I};
-        LORA_PF(2, 4, 2, E, gu_cols);
-        gemv_cols(m->gate_up[l], 2 * I, xn, E, B, E, gu, 2L * I, c0, c1, 0, acc, q);
-        gemv_cols(m->gate_up[l], 2 * I, xn, E, B, E, gu, 2L * I, I + c0, I + c1, 0, acc, q);
+        gemv_cols(m->gate_up[l], 2 * I, xn, E, B, E, gu, 2L * I, c0, c1, 0, acc);
+        gemv_cols(m->gate_up[l], 2 * I, xn, E, B, E, gu, 2L * I, I + c0, I + c1, 0, acc);
         LORA_GROUP(2, 4, 2, E, xn, E, gu_cols, gu, 2L * I, c0, c1);
         lora_add_cols(&lc, 4, 2, gu_cols, gu, 2L * I, I + c0, I + c1);
         silu_mul_cols(gu, I, B, act, c0, c1, B >= GEMM_MIN_ROWS);
@@ -466,8 +456,7 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       }
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
-      LORA_PF(3, 6, 1, I, e_cols);
-      gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc, q);
+      gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
       LORA_GROUP(3, 6, 1, I, act, I, e_cols, hidden, E, c0, c1);
       barrier_wait(&bar, T, &sense);
     }
@@ -477,11 +466,11 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       for (int p = p0; p < p1; p++) {
         const float *panel = m->head_t + (long)p * E * 32;
         const int n = V - 32 * p < 32 ? V - 32 * p : 32;
-        gemm_block(panel, 32, xn, E, B, E, logits + 32L * p, V, n, 0, p + 1 < p1 ? panel + (long)E * 32 : 0, 0);
+        gemm_block(panel, 32, xn, E, B, E, logits + 32L * p, V, n, 0, p + 1 < p1 ? panel + (long)E * 32 : 0);
       }
     } else if (head) {
       cols_of(V, T, t, &c0, &c1);
-      gemv_cols(m->head_t, V, xn, E, B, E, logits, V, c0, c1, 0, acc, 0);
+      gemv_cols(m->head_t, V, xn, E, B, E, logits, V, c0, c1, 0, acc);
     } else if (t == 0) {
       memcpy(logits, xn, (size_t)B * E * sizeof(float));
     }
@@ -511,7 +500,7 @@ void zoo_gemv(const float *W, int K, int N, const float *x, int B, float *y, int
     float acc[ACC_FLOATS] __attribute__((aligned(64)));
     int c0, c1;
     cols_of(N, omp_get_num_threads(), omp_get_thread_num(), &c0, &c1);
-    gemv_cols(W, N, x, K, B, K, y, N, c0, c1, add, acc, 0);
+    gemv_cols(W, N, x, K, B, K, y, N, c0, c1, add, acc);
   }
 }
 

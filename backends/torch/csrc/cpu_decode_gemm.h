@@ -20,8 +20,7 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
  * pf: the next block's columns (prefetched while this block streams its panel), or NULL */
 static inline __attribute__((always_inline)) void micro(const float *restrict W, long ldw, const float *restrict x,
                                                         long ldx, int K, const int rb, const int nv,
-                                                        float *restrict y, long ldy, int add, const float *pf,
-                                                        lora_pf *q) {
+                                                        float *restrict y, long ldy, int add, const float *pf) {
   v16 acc[RB][2];
 #pragma GCC unroll 8
   for (int r = 0; r < rb; r++) acc[r][0] = acc[r][1] = (v16){0};
@@ -31,7 +30,6 @@ static inline __attribute__((always_inline)) void micro(const float *restrict W,
       __builtin_prefetch(pf + (long)k * ldw);
       __builtin_prefetch(pf + (long)k * ldw + 16);
     }
-    if (q) lora_pf_step(q); /* a line of the LoRA reads that follow (cpu_decode_lora.h) */
     const v16 w0 = *(const v16u *)w;
     const v16 w1 = nv == 2 ? *(const v16u *)(w + 16) : (v16){0};
 #pragma GCC unroll 8
@@ -50,10 +48,9 @@ static inline __attribute__((always_inline)) void micro(const float *restrict W,
   }
 }
 
-/* y[0:B, 0:n] (=, or += with add) x[0:B, 0:K] @ W[0:K, 0:n], n <= 32 columns: rows in blocks of RB; q: LoRA
- * prefetches to issue on the way, or NULL */
+/* y[0:B, 0:n] (=, or += with add) x[0:B, 0:K] @ W[0:K, 0:n], n <= 32 columns: rows in blocks of RB */
 static void gemm_block(const float *W, long ldw, const float *x, long ldx, int B, int K, float *y, long ldy, int n,
-                       int add, const float *pf, lora_pf *q) {
+                       int add, const float *pf) {
   if (n == 32 || n == 16) {
     const int nv = n / 16;
     int r = 0;
@@ -61,15 +58,15 @@ static void gemm_block(const float *W, long ldw, const float *x, long ldx, int B
       const float *xr = x + (long)r * ldx;
       float *yr = y + (long)r * ldy;
       if (nv == 2)
-        micro(W, ldw, xr, ldx, K, RB, 2, yr, ldy, add, pf, q);
+        micro(W, ldw, xr, ldx, K, RB, 2, yr, ldy, add, pf);
       else
-        micro(W, ldw, xr, ldx, K, RB, 1, yr, ldy, add, pf, q);
+        micro(W, ldw, xr, ldx, K, RB, 1, yr, ldy, add, pf);
     }
     for (; r < B; r++) { /* leftover rows one at a time */
       if (nv == 2)
-        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 2, y + (long)r * ldy, ldy, add, 0, 0);
+        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 2, y + (long)r * ldy, ldy, add, 0);
       else
-        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 1, y + (long)r * ldy, ldy, add, 0, 0);
+        micro(W, ldw, x + (long)r * ldx, ldx, K, 1, 1, y + (long)r * ldy, ldy, add, 0);
     }
     return;
   }
@@ -93,11 +90,11 @@ static inline int block_width(int left) { return left >= 32 ? 32 : left >= 16 ? 
 
 /* y[:, c0:c1] (=, or += with add) x @ W[:, c0:c1] in 32-column blocks */
 static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
-                      int c1, int add, lora_pf *q) {
+                      int c1, int add) {
   for (int c = c0; c < c1;) {
     const int n = block_width(c1 - c);
     const float *pf = c + n < c1 ? W + c + n : 0;
-    gemm_block(W + c, N, x, ldx, B, K, y + c, ldy, n, add, pf, q);
+    gemm_block(W + c, N, x, ldx, B, K, y + c, ldy, n, add, pf);
     c += n;
   }
 }
@@ -108,8 +105,8 @@ static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B,
   float *up = tmp + (long)B * 32;
   for (int c = c0; c < c1;) {
     const int n = block_width(c1 - c);
-    gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c, 0);
-    gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0, 0);
+    gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c);
+    gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0);
     for (int b = 0; b < B; b++) {
       const float *g = tmp + (long)b * 32, *u = up + (long)b * 32;
       float *out = act + (long)b * I + c;

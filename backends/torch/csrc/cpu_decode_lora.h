@@ -2,17 +2,19 @@
 /* ---- LoRA rows (zoo_decode_step_lora) ---------------------------------------------------------------------
  * Per row a device slot of backends/torch/lora_slots.py (or -1: the base model), its tensors read in place:
  * a[group] [layers, S, in, n R] (the group's A^T side by side), b[module] [layers, S, R, out] with the scaling
- * folded in (backends/lora_store.py). Per group, t = x A_s (n R floats a row) is split over the threads by rows
- * (lora_shrink: each thread a share of the rows with a slot, into the shared t, so every A is read once a
- * step), then after a barrier each thread adds t_j B_s,j to its own columns of each module's output j (the
- * column split of the base product). The shrink goes before the group's base product, the barrier after it
- * (qkv, o, down): a thread's base columns hide the other's shrink. Groups: 0 qkv (q k v), 1 o, 2 gate_up (gate
- * up), 3 down. The gate and up deltas go first into a shared [B, 2I] buffer (each thread its columns), which
- * the blocked gate/up product adds before silu * mul: expanding inside its 32-column blocks read B_s in
- * 128-byte pieces, at a third of the bandwidth (measured: 50 ms of a 32-adapter SmolLM2 step). The products of
- * a run of rows are cpu_decode_lora_k.h's. Punica's BGMV (Chen et al., "Punica: Multi-Tenant LoRA Serving",
- * 2023), per row. Before the row split each thread recomputed every row's t (A read by both threads): at 2
- * threads and 32 adapters the 32-adapter step cost more than at 1 thread. */
+ * folded in (backends/lora_store.py). Groups: 0 qkv (q k v), 1 o, 2 gate_up (gate up), 3 down. After a group's
+ * base product (its columns split over the threads), t = x A_s (n R floats a row) is split over the threads by
+ * rows (lora_shrink: each thread a share of the rows with a slot, into the shared t, so each A is read once a
+ * step), then after a barrier each thread adds t_j B_s,j to its own columns of each module's output j. With
+ * LoRA rows the gate and up products go to a shared [B, 2I] buffer, get their deltas there, then silu * mul.
+ * The products of a run of rows are cpu_decode_lora_k.h's. Punica's BGMV (Chen et al., "Punica: Multi-Tenant
+ * LoRA Serving", 2023), per row.
+ * Measured (32 rank-16 adapters on all 7 modules of SmolLM2, 625 MB of A and B a step, 1 thread, CPU time of
+ * the step): the LoRA part took ~50 ms (A at 8 GB/s, B at 16 GB/s) before cpu_decode_lora_k.h and ~25-30 ms
+ * after, a plain read of the same bytes. Before the row split each thread recomputed every row's t (A read by
+ * both threads): the 32-adapter step cost more at 2 threads than at 1. Issuing the LoRA reads as prefetches
+ * from inside the base product (to overlap them with its compute) measured no faster on this machine: a group's
+ * 2-9 MB does not stay in the shared L3 (a 4 MB read after prefetching ran 3x faster, an 8 MB one 1.2x). */
 #include "cpu_decode_lora_k.h"
 
 typedef struct {
@@ -89,69 +91,5 @@ static void lora_add_cols(const lora_ctx *c, int first_module, int n_mod, const 
     const int lo = c0 > begin[j] ? c0 : begin[j], hi = c1 < begin[j + 1] ? c1 : begin[j + 1];
     if (lo < hi)
       lora_expand(c, first_module + j, j, begin[j + 1] - begin[j], lo - begin[j], hi - lo, y + lo, ldy);
-  }
-}
-
-/* ---- a group's LoRA reads as prefetches from inside its base product ---------------------------------------
- * The blocked base product is compute-bound (~5 GB/s of weights at 1 thread) and the LoRA products after it
- * are reads (~20 GB/s, the most one core gets here): issued from the product's inner loop (lora_pf_step, one
- * 64-byte line a k step of micro), prefetches bring a group's A and B blocks into L2 (and from there into the
- * shared L3) while the product computes, so the shrink and expand that follow read them from cache. A thread
- * queues the runs of its share of the shrink rows (lora_shrink's), their A and every module's B whole: L3 is
- * shared, so the expand's other columns find them there too. Measured in a micro-benchmark on this machine: a
- * 4-8 MB read after a compute phase that prefetched it ran at 45-58 GB/s against 15-24 GB/s cold, the compute
- * phase no slower. */
-typedef struct {
-  const char *p, *end; /* the range being prefetched */
-  const zoo_lora *L;   /* NULL: nothing left */
-  int layer, g, n_mod, first_module, in, B, b, part, lo, hi, seen;
-  int out[3];
-} lora_pf;
-
-static void lora_pf_init(lora_pf *q, const zoo_lora *L, int layer, int g, int first_module, int n_mod, int in,
-                         const int *begin, int B, int th, int T) {
-  int N = 0;
-  for (int b = 0; b < B; b++) N += L->row_slot[b] >= 0;
-  *q = (lora_pf){0, 0, L, layer, g, n_mod, first_module, in, B, 0, 0, (int)((long)N * th / T),
-                 (int)((long)N * (th + 1) / T), 0, {0, 0, 0}};
-  for (int j = 0; j < n_mod; j++) q->out[j] = begin[j + 1] - begin[j];
-}
-
-/* the next range: the current run's A block, then its modules' B blocks, then the next run of the share */
-static __attribute__((noinline)) void lora_pf_next(lora_pf *q) {
-  const zoo_lora *L = q->L;
-  const int R = L->rank;
-  while (q->b < q->B && q->seen < q->hi) {
-    const int s = L->row_slot[q->b], n = same_slot_run(L, q->b, q->B);
-    if (s >= 0 && q->seen + n > q->lo && q->part <= q->n_mod) {
-      const long ls = (long)q->layer * L->num_slots + s;
-      const float *base;
-      long floats;
-      if (q->part == 0)
-        floats = (long)q->in * q->n_mod * R, base = L->a[q->g] + ls * floats;
-      else
-        floats = (long)R * q->out[q->part - 1], base = L->b[q->first_module + q->part - 1] + ls * floats;
-      q->part++;
-      q->p = (const char *)base, q->end = (const char *)(base + floats);
-      return;
-    }
-    if (s >= 0) q->seen += n;
-    q->b += n, q->part = 0;
-  }
-  q->L = 0;
-}
-
-#ifndef LORA_PF_HINT
-#define LORA_PF_HINT 2
-#endif
-static inline __attribute__((always_inline)) void lora_pf_step(lora_pf *q) {
-  if (q->p < q->end) {
-    __builtin_prefetch(q->p, 0, LORA_PF_HINT);
-    q->p += 64;
-#if LORA_PF_LINES == 2
-    if (q->p < q->end) __builtin_prefetch(q->p, 0, LORA_PF_HINT), q->p += 64;
-#endif
-  } else if (q->L) {
-    lora_pf_next(q);
   }
 }
