@@ -61,7 +61,7 @@ def _step(model, slots, rows: int, threads: int, row_slots: list[int] | None) ->
 def _merge(model, config, slots, slot: int) -> list[torch.Tensor]:
     """model's weights += the slot's A^T B per projection, in place (the kernel reads them in place); returns
     copies of the weights as they were, for ``_restore``."""
-    saved = [getattr(layer, name).as_subclass(torch.Tensor).clone() for layer in model.layers for name in WEIGHTS.values()]
+    saved = [w.clone() for w in _weights(model)]
     with torch.no_grad():
         for group in lora_groups(config):
             for layer_index, layer in enumerate(model.layers):
@@ -76,10 +76,13 @@ def _merge(model, config, slots, slot: int) -> list[torch.Tensor]:
     return saved
 
 
+def _weights(model) -> list[torch.Tensor]:
+    return [getattr(layer, name).as_subclass(torch.Tensor) for layer in model.layers for name in WEIGHTS.values()]
+
+
 def _restore(model, saved: list[torch.Tensor]) -> None:
-    weights = [getattr(layer, name).as_subclass(torch.Tensor) for layer in model.layers for name in WEIGHTS.values()]
     with torch.no_grad():
-        for w, old in zip(weights, saved, strict=True):
+        for w, old in zip(_weights(model), saved, strict=True):
             w.copy_(old)
 
 
