@@ -475,6 +475,7 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       memcpy(logits, xn, (size_t)B * E * sizeof(float));
     }
   }
+#undef LORA_GROUP
   return 0;
 }
 

@@ -10,11 +10,13 @@
  * The products of a run of rows are cpu_decode_lora_k.h's. Punica's BGMV (Chen et al., "Punica: Multi-Tenant
  * LoRA Serving", 2023), per row.
  * Measured (32 rank-16 adapters on all 7 modules of SmolLM2, 625 MB of A and B a step, 1 thread, CPU time of
- * the step): the LoRA part took ~50 ms (A at 8 GB/s, B at 16 GB/s) before cpu_decode_lora_k.h and ~25-30 ms
- * after, a plain read of the same bytes. Before the row split each thread recomputed every row's t (A read by
- * both threads): the 32-adapter step cost more at 2 threads than at 1. Issuing the LoRA reads as prefetches
- * from inside the base product (to overlap them with its compute) measured no faster on this machine: a group's
- * 2-9 MB does not stay in the shared L3 (a 4 MB read after prefetching ran 3x faster, an 8 MB one 1.2x). */
+ * the step, shared machine): the LoRA part took ~60 ms before cpu_decode_lora_k.h (shrink ~35, expand ~20) and
+ * ~33 ms after (shrink ~22, expand ~11), near a plain read of the same bytes here (~27 ms at 23 GB/s); the
+ * gate | up products through the buffer measured ~5 ms a step faster than the fused gate_up_gemm. Before the
+ * row split each thread recomputed every row's t (A read by both threads): the 32-adapter step cost more at 2
+ * threads than at 1. Issuing the LoRA reads as prefetches from inside the base product (to overlap them with
+ * its compute) measured no faster on this machine: a group's 2-9 MB does not stay in the shared L3 (a 4 MB
+ * read after prefetching ran 3x faster, an 8 MB one 1.2x). */
 #include "cpu_decode_lora_k.h"
 
 typedef struct {

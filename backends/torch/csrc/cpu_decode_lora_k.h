@@ -1,15 +1,16 @@
 /* Part of cpu_decode.c (included once, in place, by cpu_decode_lora.h): the LoRA rows' two products for the rows
  * of one slot run. Not a standalone header.
  *
- * shrink  t[r, 0:nR] = x[r, 0:K] @ A[0:K, 0:nR]    A: the group's A^T, nR = 16..3 R floats a row, K = 576..1536
+ * shrink  t[r, 0:nR] = x[r, 0:K] @ A[0:K, 0:nR]    A: the group's A^T side by side, nR = R .. 3 R floats a row
  * expand  y[r, 0:n] += t[r, 0:R] @ B[0:R, 0:n]     B: one module's B (scaling folded in), row stride ldb
  *
  * Both stream an adapter's weights once per run of rows (a row per adapter at 32 adapters: every weight is used
- * once, the products are reads). Measured on one core over 32 rank-16 adapters of SmolLM2 (all 7 modules, 30
- * layers, 307 MB of A, 319 MB of B): the generic broadcast loop (gemv_acc) shrank at 8 GB/s (38 ms a step): its
- * 16 columns a row of A made every output vector one chain of dependent FMAs through the whole K loop. Here
- * four partial sums (k mod 4) run four chains a vector: 18-19 GB/s (16 ms), near a plain read of the same bytes.
- * The expand keeps gemv_acc's order (y + t_0 b_0 + t_1 b_1 + ... per column, the same bits) in blocks of 64
+ * once, the products are reads). Measured (micro-benchmark, one core of this 2-core EPYC) over 32 rank-16
+ * adapters of SmolLM2 (all 7 modules, 30 layers, 307 MB of A, 319 MB of B): the generic broadcast loop
+ * (gemv_acc) shrank at 8 GB/s (38 ms a step): its 16 columns a row of A made every output vector one chain of
+ * dependent FMAs through the whole K loop. Here four partial sums (k mod 4) run four chains a vector: 18-19 GB/s
+ * (16 ms), near a plain read of the same bytes (~23 GB/s).
+ * The expand keeps gemv_acc's order of sums (y + t_0 b_0 + t_1 b_1 + ... per column) in blocks of 64
  * columns (four accumulators in registers over the R rows of B): 18 GB/s against its 15-16 GB/s (20 -> 17 ms).
  * Each row's result depends only on its inputs and its slot: not on the thread count, the other rows or how
  * the rows are split into runs. */
