@@ -116,7 +116,7 @@ static void gemv_acc(const float *restrict W, long ldw, const float *restrict x,
 static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
                       int c1, int add);
 static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *tmp, const lora_ctx *lc);
+                         float *tmp);
 #define GEMM_MIN_ROWS 5
 
 static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, int K, float *y, long ldy, int c0,
@@ -141,9 +141,9 @@ static void gemv_cols(const float *W, int N, const float *x, long ldx, int B, in
 
 /* act[b, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]); gate_up is [K, 2I] */
 static void gate_up_cols(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *acc, const lora_ctx *lc) {
+                         float *acc) {
   if (B >= GEMM_MIN_ROWS) {
-    gate_up_gemm(W, I, x, ldx, B, K, act, c0, c1, acc, lc);
+    gate_up_gemm(W, I, x, ldx, B, K, act, c0, c1, acc);
     return;
   }
   const int blk = (ACC_FLOATS / (2 * B)) & ~(ALIGN - 1);
@@ -153,7 +153,6 @@ static void gate_up_cols(const float *W, int I, const float *x, long ldx, int B,
     memset(acc, 0, 2 * (long)B * blk * sizeof(float));
     gemv_acc(W + c, 2L * I, x, ldx, B, K, acc, blk, n);
     gemv_acc(W + I + c, 2L * I, x, ldx, B, K, up, blk, n);
-    if (lc) lora_add_gate_up(lc, I, c, n, acc, blk, up, blk);
     for (int b = 0; b < B; b++) {
       float *g = acc + (long)b * blk, *u = up + (long)b * blk, *out = act + (long)b * I + c;
       for (int j = 0; j < n; j++) out[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
@@ -378,9 +377,16 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
     float *xn = mine, *acc = xn + (long)B * E, *qrot = acc + 2 * ACC_FLOATS, *krot = qrot + (long)H * D;
     float *scores = krot + D;
     int c0, c1;
-    float *lt = lora ? lora->work + t * lora_thread_floats(B, lora->rank) : 0;
-    float *gu = lora ? lora->work + T * lora_thread_floats(B, lora->rank) : 0;
-    lora_ctx lc = {lora, 0, B, 0, lt, gu};
+    float *lt = lora ? lora->work : 0; /* t and the gate | up deltas: shared (cpu_decode_lora.h) */
+    float *gu = lora ? lora->work + lora_t_floats(B, lora->rank) : 0;
+    lora_ctx lc = {lora, 0, B, 0, lt};
+#define LORA_GROUP(g, first, n_mod, in, x, ldx, begin, y, ldy, c0, c1)                                          \
+  if (lora) { /* this thread's rows of t, a barrier, its columns of the deltas */                              \
+    lora_shrink(lora, l, g, n_mod, in, x, ldx, B, lt, t, T);                                                   \
+    barrier_wait(&bar, T, &sense);                                                                             \
+    lc.layer = l, lc.nR = (n_mod) * lora->rank;                                                                \
+    lora_add_cols(&lc, first, n_mod, begin, y, ldy, c0, c1);                                                   \
+  }
 
     /* embedding rows: hidden[b, e] = embed_t[e, token] */
     cols_of(E, T, t, &c0, &c1);
@@ -392,11 +398,7 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_in[l], xn + (long)b * E, E, m->eps);
       cols_of(QKV, T, t, &c0, &c1);
       gemv_cols(m->qkv[l], QKV, xn, E, B, E, qkv, QKV, c0, c1, 0, acc);
-      if (lora) {
-        lc.layer = l, lc.nR = 3 * lora->rank;
-        lora_shrink(lora, l, 0, 3, E, xn, E, B, lt);
-        lora_add_cols(&lc, 0, 3, qkv_cols, qkv, QKV, c0, c1);
-      }
+      LORA_GROUP(0, 0, 3, E, xn, E, qkv_cols, qkv, QKV, c0, c1);
       barrier_wait(&bar, T, &sense);
       float *K = m->kv[l], *Vc = m->kv[l] + m->kv_half;
       if (B >= GEMM_MIN_ROWS) { /* one unit per (row, KV head): its g query heads read each K/V row once */
@@ -438,34 +440,24 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
       gemv_cols(m->o[l], E, attn, (long)H * D, B, H * D, hidden, E, c0, c1, 1, acc);
-      if (lora) {
-        lc.nR = lora->rank;
-        lora_shrink(lora, l, 1, 1, H * D, attn, (long)H * D, B, lt);
-        lora_add_cols(&lc, 3, 1, e_cols, hidden, E, c0, c1);
-      }
+      LORA_GROUP(1, 3, 1, H * D, attn, (long)H * D, e_cols, hidden, E, c0, c1);
       barrier_wait(&bar, T, &sense);
       for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_post[l], xn + (long)b * E, E, m->eps);
       cols_of(I, T, t, &c0, &c1);
-      if (lora) { /* this thread's columns of the gate and up deltas, before the product that adds them */
-        lc.nR = 2 * lora->rank;
-        lora_shrink(lora, l, 2, 2, E, xn, E, B, lt);
-        for (int b = 0; b < B; b++)
-          if (lora->row_slot[b] >= 0) {
-            memset(gu + (long)b * 2 * I + c0, 0, (c1 - c0) * sizeof(float));
-            memset(gu + (long)b * 2 * I + I + c0, 0, (c1 - c0) * sizeof(float));
-          }
-        lora_expand(&lc, 4, 0, I, c0, c1 - c0, gu + c0, 2L * I);
-        lora_expand(&lc, 5, 1, I, c0, c1 - c0, gu + I + c0, 2L * I);
+      if (lora) { /* the gate | up products into the shared gu, the deltas added there, then silu(gate) * up */
+        const int gu_cols[3] = {0, I, 2 * I};
+        gemv_cols(m->gate_up[l], 2 * I, xn, E, B, E, gu, 2L * I, c0, c1, 0, acc);
+        gemv_cols(m->gate_up[l], 2 * I, xn, E, B, E, gu, 2L * I, I + c0, I + c1, 0, acc);
+        LORA_GROUP(2, 4, 2, E, xn, E, gu_cols, gu, 2L * I, c0, c1);
+        lora_add_cols(&lc, 4, 2, gu_cols, gu, 2L * I, I + c0, I + c1);
+        silu_mul_cols(gu, I, B, act, c0, c1, B >= GEMM_MIN_ROWS);
+      } else {
+        gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc);
       }
-      gate_up_cols(m->gate_up[l], I, xn, E, B, E, act, c0, c1, acc, lora ? &lc : 0);
       barrier_wait(&bar, T, &sense);
       cols_of(E, T, t, &c0, &c1);
       gemv_cols(m->down[l], E, act, I, B, I, hidden, E, c0, c1, 1, acc);
-      if (lora) {
-        lc.nR = lora->rank;
-        lora_shrink(lora, l, 3, 1, I, act, I, B, lt);
-        lora_add_cols(&lc, 6, 1, e_cols, hidden, E, c0, c1);
-      }
+      LORA_GROUP(3, 6, 1, I, act, I, e_cols, hidden, E, c0, c1);
       barrier_wait(&bar, T, &sense);
     }
     for (int b = 0; b < B; b++) rmsnorm(hidden + (long)b * E, m->norm_final, xn + (long)b * E, E, m->eps);
@@ -483,6 +475,7 @@ static int decode_step(const zoo_model *m, const zoo_lora *lora, int B, const lo
       memcpy(logits, xn, (size_t)B * E * sizeof(float));
     }
   }
+#undef LORA_GROUP
   return 0;
 }
 

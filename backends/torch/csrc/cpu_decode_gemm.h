@@ -101,13 +101,12 @@ static void gemm_cols(const float *W, int N, const float *x, long ldx, int B, in
 
 /* act[:, c0:c1] = silu(x @ Wg[:, c]) * (x @ Wu[:, c]) in 32-column blocks; tmp: 2 * B * 32 floats */
 static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B, int K, float *act, int c0, int c1,
-                         float *tmp, const lora_ctx *lc) {
+                         float *tmp) {
   float *up = tmp + (long)B * 32;
   for (int c = c0; c < c1;) {
     const int n = block_width(c1 - c);
     gemm_block(W + c, 2L * I, x, ldx, B, K, tmp, 32, n, 0, W + I + c);
     gemm_block(W + I + c, 2L * I, x, ldx, B, K, up, 32, n, 0, c + n < c1 ? W + c + n : 0);
-    if (lc) lora_add_gate_up(lc, I, c, n, tmp, 32, up, 32);
     for (int b = 0; b < B; b++) {
       const float *g = tmp + (long)b * 32, *u = up + (long)b * 32;
       float *out = act + (long)b * I + c;
@@ -115,5 +114,20 @@ static void gate_up_gemm(const float *W, int I, const float *x, long ldx, int B,
       for (int j = 0; j < n; j++) out[j] = g[j] * sigmoid(g[j]) * u[j];
     }
     c += n;
+  }
+}
+
+/* act[b, c0:c1] = silu(gu[b, c]) * gu[b, I + c]: the LoRA path's gate_up, its products and deltas first summed in
+ * the shared [B, 2I] buffer; silu as gate_up_gemm (from GEMM_MIN_ROWS rows) or gate_up_cols (fewer) computes it */
+static void silu_mul_cols(const float *gu, int I, int B, float *act, int c0, int c1, int blocked) {
+  for (int b = 0; b < B; b++) {
+    const float *g = gu + (long)b * 2 * I, *u = g + I;
+    float *out = act + (long)b * I;
+    if (blocked) {
+#pragma omp simd
+      for (int j = c0; j < c1; j++) out[j] = g[j] * sigmoid(g[j]) * u[j];
+    } else {
+      for (int j = c0; j < c1; j++) out[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    }
   }
 }

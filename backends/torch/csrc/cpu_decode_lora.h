@@ -2,12 +2,23 @@
 /* ---- LoRA rows (zoo_decode_step_lora) ---------------------------------------------------------------------
  * Per row a device slot of backends/torch/lora_slots.py (or -1: the base model), its tensors read in place:
  * a[group] [layers, S, in, n R] (the group's A^T side by side), b[module] [layers, S, R, out] with the scaling
- * folded in (backends/lora_store.py). After a group's base product, each thread computes t = x A_s (n R floats
- * a row, redundantly: R is small) and adds t_j B_s,j to its own columns of each module's output j: the column
- * split, so no extra barrier. Groups: 0 qkv (q k v), 1 o, 2 gate_up (gate up), 3 down. The gate and up deltas
- * go first into a shared [B, 2I] buffer (each thread its columns, B_s streamed row by row), which the blocked
- * gate/up product adds before silu * mul: expanding inside its 32-column blocks read B_s in 128-byte pieces, at
- * a third of the bandwidth (measured: 50 ms of a 32-adapter SmolLM2 step). Punica's BGMV (Chen et al., "Punica: Multi-Tenant LoRA Serving", 2023), per row. */
+ * folded in (backends/lora_store.py). Groups: 0 qkv (q k v), 1 o, 2 gate_up (gate up), 3 down. After a group's
+ * base product (its columns split over the threads), t = x A_s (n R floats a row) is split over the threads by
+ * rows (lora_shrink: each thread a share of the rows with a slot, into the shared t, so each A is read once a
+ * step), then after a barrier each thread adds t_j B_s,j to its own columns of each module's output j. With
+ * LoRA rows the gate and up products go to a shared [B, 2I] buffer, get their deltas there, then silu * mul.
+ * The products of a run of rows are cpu_decode_lora_k.h's. Punica's BGMV (Chen et al., "Punica: Multi-Tenant
+ * LoRA Serving", 2023), per row.
+ * Measured (32 rank-16 adapters on all 7 modules of SmolLM2, 625 MB of A and B a step, 1 thread, CPU time of
+ * the step, shared machine): the LoRA part took ~60 ms before cpu_decode_lora_k.h (shrink ~35, expand ~20) and
+ * ~33 ms after (shrink ~22, expand ~11), near a plain read of the same bytes here (~27 ms at 23 GB/s); the
+ * gate | up products through the buffer measured ~5 ms a step faster than the fused gate_up_gemm. Before the
+ * row split each thread recomputed every row's t (A read by both threads): the 32-adapter step cost more at 2
+ * threads than at 1. Issuing the LoRA reads as prefetches from inside the base product (to overlap them with
+ * its compute) measured no faster on this machine: a group's 2-9 MB does not stay in the shared L3 (a 4 MB
+ * read after prefetching ran 3x faster, an 8 MB one 1.2x). */
+#include "cpu_decode_lora_k.h"
+
 typedef struct {
   int rank;                /* R: every slot's rank (zero-padded) */
   int num_slots;           /* S */
@@ -21,15 +32,15 @@ typedef struct {
 typedef struct {
   const zoo_lora *L;
   int layer, B, nR;
-  const float *t;  /* [B, nR] */
-  const float *gu; /* [B, 2I]: the gate | up deltas of the rows with a slot */
+  const float *t;  /* [B, nR], shared */
 } lora_ctx;
 
-/* a thread's t at work + lora_thread_floats * t; the shared gate | up deltas after nt of them */
-static long lora_thread_floats(int B, int rank) { return ((long)B * 3 * rank + 16 + 15) & ~15L; }
+/* the shared t [B, 3R] at work, the shared gate | up products [B, 2I] after it */
+static long lora_t_floats(int B, int rank) { return ((long)B * 3 * rank + 16 + 15) & ~15L; }
 
 long zoo_lora_work_floats(const zoo_model *m, int B, int nt, int rank) {
-  return nt * lora_thread_floats(B, rank) + 2L * B * m->inter + 16;
+  (void)nt; /* every part is shared */
+  return lora_t_floats(B, rank) + 2L * B * m->inter + 16;
 }
 
 /* rows b..b+n-1 share row b's slot (the runner puts an adapter's rows side by side: its A and B are then read
@@ -40,17 +51,24 @@ static inline int same_slot_run(const zoo_lora *L, int b, int B) {
   return n;
 }
 
-/* t[b] = x[b] @ A_s (group g, in floats of input) for the rows with a slot */
+/* t[b] = x[b] @ A_s (group g, in floats of input) for thread th's share of the rows with a slot: of the N
+ * such rows (in row order), those numbered N th / T .. N (th + 1) / T; a run cut by the split is shrunk by
+ * both threads, each its own rows (A then read twice, once a step) */
 static void lora_shrink(const zoo_lora *L, int layer, int g, int n_mod, int in, const float *x, long ldx, int B,
-                        float *t) {
+                        float *t, int th, int T) {
   const int nR = n_mod * L->rank;
-  for (int b = 0, n; b < B; b += n) {
+  int N = 0;
+  for (int b = 0; b < B; b++) N += L->row_slot[b] >= 0;
+  const int lo = (int)((long)N * th / T), hi = (int)((long)N * (th + 1) / T);
+  for (int b = 0, n, seen = 0; b < B && seen < hi; b += n) { /* seen: rows with a slot before row b */
     const int s = L->row_slot[b];
     n = same_slot_run(L, b, B);
     if (s < 0) continue;
-    float *tb = t + (long)b * nR;
-    memset(tb, 0, (long)n * nR * sizeof(float));
-    gemv_acc(L->a[g] + ((long)layer * L->num_slots + s) * in * nR, nR, x + (long)b * ldx, ldx, n, in, tb, nR, nR);
+    const int r0 = lo > seen ? lo - seen : 0, r1 = hi - seen < n ? hi - seen : n;
+    if (r0 < r1)
+      shrink_run(L->a[g] + ((long)layer * L->num_slots + s) * in * nR, nR, x + (long)(b + r0) * ldx, ldx, r1 - r0,
+                 in, t + (long)(b + r0) * nR);
+    seen += n;
   }
 }
 
@@ -64,20 +82,7 @@ static void lora_expand(const lora_ctx *c, int module, int j, int out, int col, 
     rows = same_slot_run(L, b, c->B);
     if (s < 0) continue;
     const float *Bm = L->b[module] + ((long)c->layer * L->num_slots + s) * R * out + col;
-    gemv_acc(Bm, out, c->t + (long)b * c->nR + j * R, c->nR, rows, R, y + (long)b * ldy, (int)ldy, n);
-  }
-}
-
-/* g[b, 0:n] += gate delta, u[b, 0:n] += up delta of columns c..c+n, for the rows with a slot */
-static void lora_add_gate_up(const lora_ctx *c, int I, int col, int n, float *g, long ldg, float *u, long ldu) {
-  for (int b = 0; b < c->B; b++) {
-    if (c->L->row_slot[b] < 0) continue;
-    const float *d = c->gu + (long)b * 2 * I + col;
-    float *gb = g + (long)b * ldg, *ub = u + (long)b * ldu;
-#pragma omp simd
-    for (int j = 0; j < n; j++) gb[j] += d[j];
-#pragma omp simd
-    for (int j = 0; j < n; j++) ub[j] += d[I + j];
+    expand_run(Bm, out, c->t + (long)b * c->nR + j * R, c->nR, rows, R, y + (long)b * ldy, ldy, n);
   }
 }
 
