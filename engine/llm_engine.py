@@ -304,6 +304,11 @@ class LLMEngine:
         must be written to (-1: skip). Write them (the runner) before the next step."""
         return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks)
 
+    def num_output_tokens(self, req_id: str) -> int:
+        """The tokens an unfinished request has generated so far (0 for one this engine does not hold)."""
+        tracked = self._tracked.get(req_id)
+        return 0 if tracked is None else tracked.request.num_output_tokens
+
     @property
     def num_unfinished_requests(self) -> int:
         return len(self._tracked)

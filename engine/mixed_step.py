@@ -49,23 +49,24 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
     manager = scheduler.kv_cache_manager
     if manager._pinned_block_ids:
         return None
-    budget = scheduler.scheduler_config.max_num_batched_tokens
+    config = scheduler.scheduler_config
+    budget = config.max_num_batched_tokens
+    max_model_len = config.max_model_len
+    max_device_tokens = scheduler._max_device_tokens
     block_size = manager.block_size
     tables = manager._device_tables
     ref_counts = manager._device._ref_counts
     requests: list[Any] = []
     starts: list[int] = []
     table_lens: list[int] = []
+    opening: list[int] = []  # the rows that open a block this step
+    stop_rows: list[int] = []  # the rows that may finish this step (the others' _check_stop is False)
     kv_read = 0
-    num_new_blocks = 0
     for request in running:
         start = request.num_computed_tokens
-        if (
-            len(request._all_token_ids) - start != 1
-            or not request.output_token_ids
-            or request.spec_token_ids
-            or request.lora_id is not None
-        ):
+        num_tokens = len(request._all_token_ids)
+        output = request.output_token_ids
+        if num_tokens - start != 1 or not output or request.spec_token_ids or request.lora_id is not None:
             break
         table = tables.get(request.req_id)
         if not table:
@@ -77,29 +78,42 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
                 break  # its next token lands in a shared block: a copy-on-write
             # blocks after ``first`` are never written this step: only the written one matters
         elif first == table_len:
-            num_new_blocks += 1
+            opening.append(len(requests))
         else:
             break
+        # _check_stop after its token: a stop token, or a length limit reached (output count, context, device)
+        params = request.sampling_params
+        if (
+            len(output) + 1 >= params.max_tokens
+            or num_tokens + 1 >= max_model_len
+            or num_tokens + 1 > max_device_tokens
+            or (token_id == request.eos_token_id and not params.ignore_eos)
+            or token_id in params.stop_token_ids
+        ):
+            stop_rows.append(len(requests))
         requests.append(request)
         starts.append(start)
         table_lens.append(table_len)
         kv_read += start
         if len(requests) == budget:
             break
-    if not requests or num_new_blocks > manager.num_free_device_blocks:
+    if not requests or len(opening) > manager.num_free_device_blocks:
         return None
-    return DecodeRun(requests, token_id, 1, kv_read, starts, table_lens)
+    return DecodeRun(requests, token_id, 1, kv_read, starts, table_lens, stop_rows, opening)
 
 
 def allocate_decode_rows(scheduler: Any, run: DecodeRun) -> None:
     """Schedule the rows (``Scheduler.schedule(decode=run)``): a fresh block for each that opens one, in
     running order, as ``_schedule_running``'s ``try_allocate_slots`` would."""
-    manager = scheduler.kv_cache_manager
-    block_size = manager.block_size
-    try_allocate_slots = manager.try_allocate_slots
-    for request, start, table_len in zip(run.requests, run.starts, run.table_lens):
-        if start == table_len * block_size and try_allocate_slots(request, 1) != []:
-            raise RuntimeError(f"{request.req_id}: the decode row's block allocation did not go as planned")
+    try_allocate_slots = scheduler.kv_cache_manager.try_allocate_slots
+    requests = run.requests
+    block_size = scheduler.kv_cache_manager.block_size
+    opening = run.opening
+    if opening is None:
+        opening = [i for i, (s, n) in enumerate(zip(run.starts, run.table_lens)) if s == n * block_size]
+    for i in opening:
+        if try_allocate_slots(requests[i], 1) != []:
+            raise RuntimeError(f"{requests[i].req_id}: the decode row's block allocation did not go as planned")
 
 
 def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
@@ -117,7 +131,14 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
     check_stop = scheduler._check_stop
     finished = []
     num_live = 0
-    for request, start in zip(run.requests, run.starts):
+    stop_rows = run.stop_rows if run.stop_rows is not None else range(len(run.requests))
+    next_stop = stop_rows[0] if stop_rows else -1
+    num_stop_rows_seen = 0
+    for i, (request, start) in enumerate(zip(run.requests, run.starts)):
+        may_stop = i == next_stop
+        if may_stop:
+            num_stop_rows_seen += 1
+            next_stop = stop_rows[num_stop_rows_seen] if num_stop_rows_seen < len(stop_rows) else -1
         if request.status is not _RUNNING:
             continue  # aborted since the step was scheduled: skipped, as update_from_output skips it
         num_live += 1
@@ -125,7 +146,7 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
         request.num_computed_tokens = end
         request.output_token_ids.append(token_id)
         request._all_token_ids.append(token_id)
-        stops = check_stop(request, token_id)
+        stops = may_stop and check_stop(request, token_id)  # plan_decode_rows: False for the others
         if caching and (end % block_size == 0 or num_cached.get(request.req_id, 0) < start // block_size):
             cache_computed_blocks(request)  # before a finish frees them
         if stops:

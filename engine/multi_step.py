@@ -24,6 +24,7 @@ crossed), not O(requests x steps). ``tests/engine/test_multi_step.py`` checks it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import is_not
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ class DecodeRun:
     kv_read: int  # context tokens the first step reads (sum of num_computed_tokens)
     starts: list[int]  # num_computed_tokens of each request before the run
     table_lens: list[int]  # device blocks each request holds before the run
+    # the rows (indices, ascending) that may finish in the run's last possible step (``max_steps``): a stop token,
+    # or a length limit reached there; None: any row may (then every row's stop is checked)
+    stop_rows: list[int] | None = None
+    opening: list[int] | None = None  # a one-step run's rows that open a block (engine/mixed_step.py)
 
 
 def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun | None:
@@ -68,7 +73,8 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     starts: list[int] = []
     table_lens: list[int] = []
     append_start, append_table_len = starts.append, table_lens.append
-    for request in running:
+    near: list[tuple[int, int]] = []  # (row, steps it has left) of the rows within the limit when read
+    for index, request in enumerate(running):
         num_tokens = len(request._all_token_ids)
         start = request.num_computed_tokens
         output = request.output_token_ids
@@ -88,18 +94,24 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
         params = request.sampling_params
         if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
             limit = 1  # it stops at the first step
+            near.append((index, 1))
         # the step after which _check_stop ends it by length (output count, context, device capacity)
         steps_left = params.max_tokens - len(output)
         if max_model_len - num_tokens < steps_left:
             steps_left = max_model_len - num_tokens
         if max_device_tokens + 1 - num_tokens < steps_left:
             steps_left = max_device_tokens + 1 - num_tokens
-        if steps_left < limit:
-            limit = steps_left if steps_left > 1 else 1
+        if steps_left <= limit:
+            near.append((index, steps_left))
+            if steps_left < limit:
+                limit = steps_left if steps_left > 1 else 1
         kv_read += start
         append_start(start)
         append_table_len(table_len)
-    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens)
+    # before step ``limit`` nobody stops; in it, at most the rows whose own stop falls there (the limit only fell
+    # while reading, so a row read above it then is above it now)
+    stop_rows = sorted({index for index, steps in near if steps <= limit})
+    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows)
 
 
 def _waiting_head_stays(scheduler: Any, token_id: int) -> bool:
@@ -166,17 +178,19 @@ def kv_step_limit(scheduler: Any, run: DecodeRun, num_steps: int) -> int:
     return lo
 
 
-def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tuple[Request, list[int], bool]]:
+def commit_decode_run(
+    scheduler: Any, run: DecodeRun, num_steps: int, finished_only: bool = False
+) -> list[tuple[Request, list[int], bool]]:
     """Apply the first ``num_steps`` steps of ``run`` (module docstring); per request, in running order: the
-    tokens it got (all ``num_steps`` of them) and whether it finished. The scheduler must be as
-    ``plan_decode_run`` left it."""
+    tokens it got (all ``num_steps`` of them) and whether it finished (finished_only: only the requests that
+    finished; each of the others got the ``num_steps`` tokens). The scheduler must be as ``plan_decode_run``
+    left it."""
     requests = run.requests
     running = scheduler._running
     if not 1 <= num_steps <= run.max_steps or len(running) != len(requests):
         raise ValueError(f"cannot commit {num_steps} of a {run.max_steps}-step decode run now")
-    for a, b in zip(running, requests):
-        if a is not b:
-            raise ValueError("the running set changed since the decode run was planned")
+    if any(map(is_not, running, requests)):
+        raise ValueError("the running set changed since the decode run was planned")
     manager = scheduler.kv_cache_manager
     block_size = manager.block_size
     caching = manager.enable_prefix_caching
@@ -187,26 +201,35 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
     events: list[tuple[int, int, int]] = []
     append_event = events.append
     num_cached = manager._num_cached_blocks
-    lagging: set[int] = set()  # rows whose registrations are behind their computed blocks (none, after a step)
+    at_end: list[int] = []  # rows that fill a block in the last step (registered then)
+    stepped: list[int] = []  # rows whose num_computed_tokens the events below move through the steps
     for i, (request, start, table_len) in enumerate(zip(requests, run.starts, run.table_lens)):
         stop = start + k
+        request.num_computed_tokens = stop  # where the run leaves it (the events below pass through earlier steps)
+        if caching and stop % block_size == 0:
+            at_end.append(i)
         # step j writes position start + j - 1; it appends a block when that position opens one past the table
         first = -(-start // block_size)
         if first < table_len:
             first = table_len
         first *= block_size
+        num_events = len(events)
         if first < stop:
             for position in range(first, stop, block_size):
                 append_event((position - start + 1, 0, i))
         if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
             first_end = -(-(start + 1) // block_size) * block_size
             if num_cached.get(request.req_id, 0) < start // block_size:
-                lagging.add(i)  # the plain step's registration after step 1 would catch it up
-                if first_end != start + 1 and k > 1:
+                # lagging registrations (none, after a step): the plain step's registration after step 1 catches up
+                if k == 1:
+                    at_end.append(i)
+                elif first_end != start + 1:
                     append_event((1, 1, i))
             if first_end < stop:
                 for end in range(first_end, stop, block_size):
                     append_event((end - start, 1, i))
+        if len(events) != num_events:
+            stepped.append(i)
         request.output_token_ids.extend(tokens)  # append_output_token_ids, inlined
         request._all_token_ids.extend(tokens)
     events.sort()
@@ -221,25 +244,31 @@ def commit_decode_run(scheduler: Any, run: DecodeRun, num_steps: int) -> list[tu
         else:
             request.num_computed_tokens = run.starts[i] + step
             cache_computed_blocks(request)
-    updates = []
-    append_update = updates.append
+    starts = run.starts
+    for i in stepped:
+        requests[i].num_computed_tokens = starts[i] + k
+    # the last step's update, in running order, of the rows it changes anything for: those that fill a block then
+    # (or catch up lagging registrations: k == 1), and those that may finish (before step ``max_steps`` nobody
+    # does: plan_decode_run's limit; in it, only its ``stop_rows`` can: _check_stop is False for the others)
+    may_finish = k == run.max_steps
+    stop_rows = (run.stop_rows if run.stop_rows is not None else range(len(requests))) if may_finish else ()
+    registering = set(at_end)
     check_stop = scheduler._check_stop
-    may_finish = k == run.max_steps  # before it, _check_stop is False for everyone (plan_decode_run's limit)
-    for i, (request, start) in enumerate(zip(requests, run.starts)):  # the last step's update, in running order
-        end = start + k
-        request.num_computed_tokens = end
-        if caching and (end % block_size == 0 or (k == 1 and i in lagging)):  # else it registers nothing
+    finished: set[int] = set()
+    for i in sorted(registering.union(stop_rows)):
+        request = requests[i]
+        if i in registering:
             cache_computed_blocks(request)
-        finished = False
-        if may_finish:
-            finished = check_stop(request, token_id)
-            if finished:
-                running.remove(request)
-                scheduler._release_finished(request)
-        append_update((request, tokens, finished))  # one list for all: the caller copies what it keeps
+        if may_finish and check_stop(request, token_id):
+            running.remove(request)
+            scheduler._release_finished(request)
+            finished.add(i)
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
-    return updates
+    if finished_only:
+        return [(requests[i], tokens, True) for i in sorted(finished)]
+    # one token list for all: the caller copies what it keeps
+    return [(request, tokens, i in finished) for i, request in enumerate(requests)]
 
 
 @dataclass(slots=True)

@@ -211,8 +211,7 @@ class Scheduler(RemoteSwapMixin):
         those of the requests that finished with ``finished_only``: the others each got ``num_steps`` tokens)."""
         return [
             RequestUpdate(r.req_id, tokens.copy(), [], finished, r.finish_reason, r.stop_reason)
-            for r, tokens, finished in commit_decode_run(self, run, num_steps)
-            if finished or not finished_only
+            for r, tokens, finished in commit_decode_run(self, run, num_steps, finished_only)
         ]
 
     def plan_decode_rows(self, token_id: int) -> DecodeRun | None:
