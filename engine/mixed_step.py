@@ -27,6 +27,7 @@ plain steps.
 
 from __future__ import annotations
 
+from operator import is_not
 from typing import Any
 
 from engine.multi_step import DecodeRun
@@ -39,7 +40,7 @@ _RUNNING = RequestStatus.RUNNING
 
 def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
     """The leading pure decode rows of the next step as a one-step run (None: there are none, or the step has
-    to be planned the plain way). Changes nothing."""
+    to be planned the plain way). Changes nothing (it takes the rows a cut decode run planned ahead, if any)."""
     running = scheduler._running
     if not running or scheduler._swapped:
         return None
@@ -49,6 +50,15 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
     manager = scheduler.kv_cache_manager
     if manager._pinned_block_ids:
         return None
+    ahead, scheduler._rows_after = scheduler._rows_after, None
+    if (
+        ahead is not None
+        and ahead.step_id == scheduler._next_step_id
+        and ahead.token_id == token_id
+        and not any(map(is_not, running, ahead.requests))
+        and len(ahead.requests) == min(len(running), scheduler.scheduler_config.max_num_batched_tokens)
+    ):  # planned by the decode run that left the scheduler here (multi_step._rows_after); same rows, same result
+        return ahead if len(ahead.opening) <= manager.num_free_device_blocks else None
     config = scheduler.scheduler_config
     budget = config.max_num_batched_tokens
     max_model_len = config.max_model_len

@@ -47,6 +47,8 @@ class DecodeRun:
     # or a length limit reached there; None: any row may (then every row's stop is checked)
     stop_rows: list[int] | None = None
     opening: list[int] | None = None  # a one-step run's rows that open a block (engine/mixed_step.py)
+    near: list[tuple[int, int]] | None = None  # plan_decode_run: (row, steps it has left) of rows near their end
+    step_id: int = -1  # a next step's rows planned ahead (``rows_after``): valid while the scheduler is at this step
 
 
 def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun | None:
@@ -111,7 +113,7 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     # before step ``limit`` nobody stops; in it, at most the rows whose own stop falls there (the limit only fell
     # while reading, so a row read above it then is above it now)
     stop_rows = sorted({index for index, steps in near if steps <= limit})
-    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows)
+    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows, near=near)
 
 
 def _waiting_head_stays(scheduler: Any, token_id: int) -> bool:
@@ -203,11 +205,21 @@ def commit_decode_run(
     num_cached = manager._num_cached_blocks
     at_end: list[int] = []  # rows that fill a block in the last step (registered then)
     stepped: list[int] = []  # rows whose num_computed_tokens the events below move through the steps
+    new_table_lens: list[int] = []  # each row's device blocks after the run
+    opening: list[int] = []  # the rows whose next token opens a block
     for i, (request, start, table_len) in enumerate(zip(requests, run.starts, run.table_lens)):
         stop = start + k
         request.num_computed_tokens = stop  # where the run leaves it (the events below pass through earlier steps)
-        if caching and stop % block_size == 0:
-            at_end.append(i)
+        if stop % block_size == 0:
+            if caching:
+                at_end.append(i)
+            if table_len * block_size <= stop:
+                opening.append(i)
+                new_table_lens.append(stop // block_size)
+            else:
+                new_table_lens.append(table_len)
+        else:
+            new_table_lens.append(max(table_len, stop // block_size + 1))
         # step j writes position start + j - 1; it appends a block when that position opens one past the table
         first = -(-start // block_size)
         if first < table_len:
@@ -265,10 +277,31 @@ def commit_decode_run(
             finished.add(i)
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
+    if not may_finish:  # a cut run (nobody finishes before its last possible step): the next step's decode rows
+        scheduler._rows_after = _rows_after(scheduler, run, k, new_table_lens, opening)
     if finished_only:
         return [(requests[i], tokens, True) for i in sorted(finished)]
     # one token list for all: the caller copies what it keeps
     return [(request, tokens, i in finished) for i, request in enumerate(requests)]
+
+
+def _rows_after(scheduler: Any, run: DecodeRun, k: int, table_lens: list[int], opening: list[int]) -> DecodeRun:
+    """The rows ``mixed_step.plan_decode_rows`` finds after ``k`` steps of ``run`` that finished nobody: every row
+    of the run, in order, is still a pure decode row (its next block is its own: nothing registers a block
+    before it is full, so nothing can share it), up to the token budget; those that stop in the next step are
+    among the run's ``near`` rows (the others have more steps left than ``max_steps`` > k). Made here at the
+    cost of the run's own pass; plan_decode_rows takes it while the scheduler is where the run left it."""
+    budget = scheduler.scheduler_config.max_num_batched_tokens
+    requests = run.requests
+    n = len(requests) if len(requests) <= budget else budget
+    starts = [start + k for start in run.starts[:n]]
+    near = run.near
+    stop_rows = sorted({i for i, steps in near if steps <= k + 1 and i < n}) if near is not None else None
+    if n < len(requests):
+        requests, table_lens, opening = requests[:n], table_lens[:n], [i for i in opening if i < n]
+    return DecodeRun(
+        requests, run.token_id, 1, sum(starts), starts, table_lens, stop_rows, opening, step_id=scheduler._next_step_id
+    )
 
 
 @dataclass(slots=True)

@@ -74,13 +74,14 @@ def extend_block_hashes(
     start, end = i * block_size, num_blocks * block_size
     span = token_ids[start:end]
     data = array("q", span).tobytes()  # 8 bytes per token
+    blocks = tuple(span)  # sliced per block for the BlockHash's tokens
     pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
     num_bytes = 8 * block_size
     for offset in range(0, end - start, block_size):
         first = 8 * offset
         digest = sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()
         parent_value = from_bytes(digest[:8], "little")
-        append(_new_block_hash((parent_value, tuple(span[offset : offset + block_size]), lora_id)))
+        append(_new_block_hash((parent_value, blocks[offset : offset + block_size], lora_id)))
     return block_hashes
 
 

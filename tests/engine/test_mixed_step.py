@@ -4,6 +4,7 @@ step times, finishes — whatever the rest of the step does (admissions, prompt 
 
 from __future__ import annotations
 
+from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from tests.engine.test_multi_step import _engine, _state
 
@@ -101,3 +102,71 @@ def test_no_bulk_rows_without_a_runner_that_prices_them_or_with_text():
         assert pending.decode is None  # text is read token by token
         clock.now_s += pending.step_time_s
         engine.finish_step(pending)
+
+
+def _fields(run):
+    return (
+        [r.req_id for r in run.requests],
+        run.token_id,
+        run.max_steps,
+        run.kv_read,
+        run.starts,
+        run.table_lens,
+        sorted(run.stop_rows),
+        run.opening,
+    )
+
+
+def test_rows_planned_by_a_cut_run_are_the_rows_a_fresh_plan_finds():
+    """A decode run cut short (an arrival: the simulator's common case) plans the next step's decode rows at the
+    cost of its own pass (multi_step._rows_after): the same rows, stops and block openings plan_decode_rows finds,
+    and the mixed step taken with them leaves the engine as plain steps do."""
+    from tests.engine.test_multi_step import _plain_step, _twins
+
+    prompts = [_prompt(i, n) for i, n in enumerate([5, 16, 31, 40, 47, 12])]
+    max_tokens = [200, 7, 200, 9, 8, 200]  # some stop right after the cut, by their output count
+    num_cuts = 0
+    for num_steps in (1, 2, 3, 4, 5, 6):
+        pair = _twins(prompts, max_tokens)
+        (fast, fast_clock), (plain, plain_clock) = pair
+        fast.bulk_decode_rows = True
+        plan = fast.plan_decode_steps(fast_clock.now(), float("inf"))
+        if num_steps >= plan.num_steps:
+            continue
+        num_cuts += 1
+        plan.truncate(num_steps)
+        fast_clock.now_s = plan.end_s
+        fast.finish_decode_steps(plan, finished_only=True)
+        for _ in range(num_steps):
+            _plain_step(plain, plain_clock)
+        scheduler = fast.scheduler
+        ahead = scheduler._rows_after
+        assert ahead is not None
+        scheduler._rows_after = None
+        fresh = scheduler.plan_decode_rows(plan.run.token_id)
+        assert _fields(ahead) == _fields(fresh)
+        scheduler._rows_after = ahead
+        _add(pair, f"new{num_steps}", _prompt(99, 40))  # the arrival: its prompt rides with the rows
+        assert _step(pair)  # a mixed step, on the rows planned ahead
+        assert scheduler._rows_after is None  # taken
+        while _step(pair) or plain.has_unfinished_requests():
+            pass
+        assert _state(fast) == _state(plain)
+    assert num_cuts >= 4
+
+
+def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
+    pair = _pair()
+    for i, n in enumerate([20, 33]):
+        _add(pair, f"r{i}", _prompt(i, n))
+    (fast, clock), _ = pair
+    while (plan := fast.plan_decode_steps(clock.now(), float("inf"))) is None:
+        _step(pair)
+    plan.truncate(2)
+    clock.now_s = plan.end_s
+    fast.finish_decode_steps(plan, finished_only=True)
+    ahead = fast.scheduler._rows_after
+    assert ahead is not None and ahead.step_id == fast.scheduler._next_step_id
+    fast.scheduler.finish_requests(["r0"], FinishReason.ABORT)  # the running set changed
+    fresh = fast.scheduler.plan_decode_rows(plan.run.token_id)
+    assert [r.req_id for r in fresh.requests] == ["r1"]
