@@ -30,7 +30,7 @@ from __future__ import annotations
 from operator import is_not
 from typing import Any
 
-from engine.multi_step import DecodeRun
+from engine.multi_step import DecodeRun, rows_after
 from engine.request import RequestStatus
 
 _RUNNING = RequestStatus.RUNNING
@@ -40,7 +40,8 @@ _RUNNING = RequestStatus.RUNNING
 
 def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
     """The leading pure decode rows of the next step as a one-step run (None: there are none, or the step has
-    to be planned the plain way). Changes nothing (it takes the rows a cut decode run planned ahead, if any)."""
+    to be planned the plain way). Changes nothing (it takes the rows the last decode run or mixed step planned
+    ahead, ``multi_step.rows_after``, and reads the rows after them)."""
     running = scheduler._running
     if not running or scheduler._swapped:
         return None
@@ -50,29 +51,29 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
     manager = scheduler.kv_cache_manager
     if manager._pinned_block_ids:
         return None
+    config = scheduler.scheduler_config
+    budget = config.max_num_batched_tokens
     ahead, scheduler._rows_after = scheduler._rows_after, None
     if (
         ahead is not None
         and ahead.step_id == scheduler._next_step_id
         and ahead.token_id == token_id
+        and len(ahead.requests) <= len(running)
+        and len(ahead.requests) <= budget
         and not any(map(is_not, running, ahead.requests))
-        and len(ahead.requests) == min(len(running), scheduler.scheduler_config.max_num_batched_tokens)
-    ):  # planned by the decode run that left the scheduler here (multi_step._rows_after); same rows, same result
-        return ahead if len(ahead.opening) <= manager.num_free_device_blocks else None
-    config = scheduler.scheduler_config
-    budget = config.max_num_batched_tokens
+    ):  # the leading rows, planned by the step that left the scheduler here
+        requests, starts, table_lens = ahead.requests, ahead.starts, ahead.table_lens
+        opening, stop_rows, lefts, kv_read = ahead.opening, ahead.stop_rows, ahead.lefts, ahead.kv_read
+        rest = running[len(requests) :] if len(requests) < budget else ()
+    else:
+        requests, starts, table_lens, opening, stop_rows, lefts, kv_read = [], [], [], [], [], [], 0
+        rest = running
     max_model_len = config.max_model_len
     max_device_tokens = scheduler._max_device_tokens
     block_size = manager.block_size
     tables = manager._device_tables
     ref_counts = manager._device._ref_counts
-    requests: list[Any] = []
-    starts: list[int] = []
-    table_lens: list[int] = []
-    opening: list[int] = []  # the rows that open a block this step
-    stop_rows: list[int] = []  # the rows that may finish this step (the others' _check_stop is False)
-    kv_read = 0
-    for request in running:
+    for request in rest:
         start = request.num_computed_tokens
         num_tokens = len(request._all_token_ids)
         output = request.output_token_ids
@@ -91,12 +92,16 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
             opening.append(len(requests))
         else:
             break
-        # _check_stop after its token: a stop token, or a length limit reached (output count, context, device)
+        # the step whose token ends it by length (_check_stop: output count, context, device capacity); it may
+        # finish this step by that, or by a stop token (the other rows' _check_stop is False)
         params = request.sampling_params
+        left = params.max_tokens - len(output)
+        if max_model_len - num_tokens < left:
+            left = max_model_len - num_tokens
+        if max_device_tokens + 1 - num_tokens < left:
+            left = max_device_tokens + 1 - num_tokens
         if (
-            len(output) + 1 >= params.max_tokens
-            or num_tokens + 1 >= max_model_len
-            or num_tokens + 1 > max_device_tokens
+            left <= 1
             or (token_id == request.eos_token_id and not params.ignore_eos)
             or token_id in params.stop_token_ids
         ):
@@ -104,12 +109,13 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
         requests.append(request)
         starts.append(start)
         table_lens.append(table_len)
+        lefts.append(left)
         kv_read += start
         if len(requests) == budget:
             break
     if not requests or len(opening) > manager.num_free_device_blocks:
         return None
-    return DecodeRun(requests, token_id, 1, kv_read, starts, table_lens, stop_rows, opening)
+    return DecodeRun(requests, token_id, 1, kv_read, starts, table_lens, stop_rows, opening, lefts=lefts)
 
 
 def allocate_decode_rows(scheduler: Any, run: DecodeRun) -> None:
@@ -144,7 +150,13 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
     stop_rows = run.stop_rows if run.stop_rows is not None else range(len(run.requests))
     next_stop = stop_rows[0] if stop_rows else -1
     num_stop_rows_seen = 0
-    for i, (request, start) in enumerate(zip(run.requests, run.starts)):
+    # the rows that go on, as the next step's leading decode rows (multi_step.rows_after)
+    lefts = run.lefts if run.lefts is not None else [2] * len(run.requests)  # unknown: no plan ahead (below)
+    on_requests: list[Any] = []
+    on_starts: list[int] = []
+    on_table_lens: list[int] = []
+    on_lefts: list[int] = []
+    for i, (request, start, table_len, left) in enumerate(zip(run.requests, run.starts, run.table_lens, lefts)):
         may_stop = i == next_stop
         if may_stop:
             num_stop_rows_seen += 1
@@ -163,5 +175,15 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
             running.remove(request)
             scheduler._release_finished(request)
             finished.append(request)
+        else:
+            on_requests.append(request)
+            on_starts.append(end)
+            on_table_lens.append(table_len + 1 if start == table_len * block_size else table_len)
+            on_lefts.append(left - 1)
     scheduler._counters.num_generation_tokens_total += num_live
+    scheduler._rows_after = (
+        rows_after(scheduler, token_id, on_requests, on_starts, on_table_lens, on_lefts)
+        if run.lefts is not None
+        else None
+    )
     return finished

@@ -47,7 +47,7 @@ class DecodeRun:
     # or a length limit reached there; None: any row may (then every row's stop is checked)
     stop_rows: list[int] | None = None
     opening: list[int] | None = None  # a one-step run's rows that open a block (engine/mixed_step.py)
-    near: list[tuple[int, int]] | None = None  # plan_decode_run: (row, steps it has left) of rows near their end
+    lefts: list[int] | None = None  # per row: the step (1: the first) in which a length limit ends it
     step_id: int = -1  # a next step's rows planned ahead (``rows_after``): valid while the scheduler is at this step
 
 
@@ -74,7 +74,8 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     kv_read = 0
     starts: list[int] = []
     table_lens: list[int] = []
-    append_start, append_table_len = starts.append, table_lens.append
+    lefts: list[int] = []
+    append_start, append_table_len, append_left = starts.append, table_lens.append, lefts.append
     near: list[tuple[int, int]] = []  # (row, steps it has left) of the rows within the limit when read
     for index, request in enumerate(running):
         num_tokens = len(request._all_token_ids)
@@ -110,10 +111,11 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
         kv_read += start
         append_start(start)
         append_table_len(table_len)
+        append_left(steps_left)
     # before step ``limit`` nobody stops; in it, at most the rows whose own stop falls there (the limit only fell
     # while reading, so a row read above it then is above it now)
     stop_rows = sorted({index for index, steps in near if steps <= limit})
-    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows, near=near)
+    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows, lefts=lefts)
 
 
 def _waiting_head_stays(scheduler: Any, token_id: int) -> bool:
@@ -205,21 +207,14 @@ def commit_decode_run(
     num_cached = manager._num_cached_blocks
     at_end: list[int] = []  # rows that fill a block in the last step (registered then)
     stepped: list[int] = []  # rows whose num_computed_tokens the events below move through the steps
-    new_table_lens: list[int] = []  # each row's device blocks after the run
-    opening: list[int] = []  # the rows whose next token opens a block
+    new_table_lens: list[int] = []  # each row's device blocks after the run: they cover its positions < stop
     for i, (request, start, table_len) in enumerate(zip(requests, run.starts, run.table_lens)):
         stop = start + k
         request.num_computed_tokens = stop  # where the run leaves it (the events below pass through earlier steps)
-        if stop % block_size == 0:
-            if caching:
-                at_end.append(i)
-            if table_len * block_size <= stop:
-                opening.append(i)
-                new_table_lens.append(stop // block_size)
-            else:
-                new_table_lens.append(table_len)
-        else:
-            new_table_lens.append(max(table_len, stop // block_size + 1))
+        covering = -(-stop // block_size)
+        new_table_lens.append(covering if covering > table_len else table_len)
+        if caching and stop % block_size == 0:
+            at_end.append(i)
         # step j writes position start + j - 1; it appends a block when that position opens one past the table
         first = -(-start // block_size)
         if first < table_len:
@@ -277,30 +272,60 @@ def commit_decode_run(
             finished.add(i)
     scheduler._next_step_id += k
     scheduler._counters.num_generation_tokens_total += k * len(requests)
-    if not may_finish:  # a cut run (nobody finishes before its last possible step): the next step's decode rows
-        scheduler._rows_after = _rows_after(scheduler, run, k, new_table_lens, opening)
+    starts_after = [start + k for start in starts]
+    lefts_after = None if run.lefts is None else [left - k for left in run.lefts]
+    if finished:
+        keep = [i for i in range(len(requests)) if i not in finished]
+        scheduler._rows_after = rows_after(
+            scheduler,
+            token_id,
+            [requests[i] for i in keep],
+            [starts_after[i] for i in keep],
+            [new_table_lens[i] for i in keep],
+            None if lefts_after is None else [lefts_after[i] for i in keep],
+        )
+    else:
+        scheduler._rows_after = rows_after(scheduler, token_id, list(requests), starts_after, new_table_lens, lefts_after)
     if finished_only:
         return [(requests[i], tokens, True) for i in sorted(finished)]
     # one token list for all: the caller copies what it keeps
     return [(request, tokens, i in finished) for i, request in enumerate(requests)]
 
 
-def _rows_after(scheduler: Any, run: DecodeRun, k: int, table_lens: list[int], opening: list[int]) -> DecodeRun:
-    """The rows ``mixed_step.plan_decode_rows`` finds after ``k`` steps of ``run`` that finished nobody: every row
-    of the run, in order, is still a pure decode row (its next block is its own: nothing registers a block
-    before it is full, so nothing can share it), up to the token budget; those that stop in the next step are
-    among the run's ``near`` rows (the others have more steps left than ``max_steps`` > k). Made here at the
-    cost of the run's own pass; plan_decode_rows takes it while the scheduler is where the run left it."""
+def rows_after(
+    scheduler: Any,
+    token_id: int,
+    requests: list[Request],
+    starts: list[int],
+    table_lens: list[int],
+    lefts: list[int] | None,
+) -> DecodeRun | None:
+    """The leading decode rows of the next step, planned ahead by a decode run or a mixed step just applied (the
+    rows it stepped that go on, in running order; their num_computed_tokens, device blocks and length limits
+    after it): each is still a pure decode row (one token left, the block it writes next its own: nothing
+    registers a block before it is full, so nothing can share it), so ``mixed_step.plan_decode_rows`` takes them
+    as they are, up to the token budget, and reads only the rows after them. Made at the cost of the pass that
+    applied the step; valid while the scheduler is where that step left it (``step_id``). None: no rows, or
+    their length limits are unknown."""
+    if not requests or lefts is None:
+        return None
     budget = scheduler.scheduler_config.max_num_batched_tokens
-    requests = run.requests
-    n = len(requests) if len(requests) <= budget else budget
-    starts = [start + k for start in run.starts[:n]]
-    near = run.near
-    stop_rows = sorted({i for i, steps in near if steps <= k + 1 and i < n}) if near is not None else None
-    if n < len(requests):
-        requests, table_lens, opening = requests[:n], table_lens[:n], [i for i in opening if i < n]
+    if len(requests) > budget:
+        requests, starts, table_lens, lefts = requests[:budget], starts[:budget], table_lens[:budget], lefts[:budget]
+    block_size = scheduler.kv_cache_manager.block_size
+    opening = [i for i, (start, n) in enumerate(zip(starts, table_lens)) if start == n * block_size]
+    stop_rows = [i for i, left in enumerate(lefts) if left <= 1]  # a stop token would have ended it already
     return DecodeRun(
-        requests, run.token_id, 1, sum(starts), starts, table_lens, stop_rows, opening, step_id=scheduler._next_step_id
+        requests,
+        token_id,
+        1,
+        sum(starts),
+        starts,
+        table_lens,
+        stop_rows,
+        opening,
+        lefts=lefts,
+        step_id=scheduler._next_step_id,
     )
 
 

@@ -4,6 +4,8 @@ step times, finishes — whatever the rest of the step does (admissions, prompt 
 
 from __future__ import annotations
 
+import dataclasses
+
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from tests.engine.test_multi_step import _engine, _state
@@ -114,45 +116,64 @@ def _fields(run):
         run.table_lens,
         sorted(run.stop_rows),
         run.opening,
+        run.lefts,
     )
 
 
-def test_rows_planned_by_a_cut_run_are_the_rows_a_fresh_plan_finds():
-    """A decode run cut short (an arrival: the simulator's common case) plans the next step's decode rows at the
-    cost of its own pass (multi_step._rows_after): the same rows, stops and block openings plan_decode_rows finds,
-    and the mixed step taken with them leaves the engine as plain steps do."""
+def _check_rows_ahead(engine) -> bool:
+    """The rows the last decode run or mixed step planned ahead, read on: what a fresh plan finds (then put
+    back, for the next step to take); whether there were any."""
+    scheduler = engine.scheduler
+    ahead = scheduler._rows_after
+    if ahead is None:
+        return False
+    assert ahead.step_id == scheduler._next_step_id
+    lists = ("requests", "starts", "table_lens", "stop_rows", "opening", "lefts")
+    kept = dataclasses.replace(ahead, **{f: list(getattr(ahead, f)) for f in lists})
+    token_id = engine.runner.decode_token_id
+    with_ahead = scheduler.plan_decode_rows(token_id)
+    taken = scheduler._rows_after is None  # else a check before the rows said no (a priority swap, a pin)
+    scheduler._rows_after = None
+    fresh = scheduler.plan_decode_rows(token_id)
+    assert (None if with_ahead is None else _fields(with_ahead)) == (None if fresh is None else _fields(fresh))
+    scheduler._rows_after = kept
+    return taken and with_ahead is not None
+
+
+def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
+    """A decode run (cut short by an arrival, the simulator's common case, or ended by a finish) and a mixed step
+    plan the next step's leading decode rows at the cost of their own pass (multi_step.rows_after): the same rows,
+    stops and block openings plan_decode_rows finds reading every row, and the steps taken with them leave the
+    engine as plain steps do."""
     from tests.engine.test_multi_step import _plain_step, _twins
 
     prompts = [_prompt(i, n) for i, n in enumerate([5, 16, 31, 40, 47, 12])]
-    max_tokens = [200, 7, 200, 9, 8, 200]  # some stop right after the cut, by their output count
-    num_cuts = 0
-    for num_steps in (1, 2, 3, 4, 5, 6):
+    max_tokens = [200, 7, 200, 9, 8, 60]  # some stop right after the cut, by their output count
+    num_cuts = num_checked = 0
+    for num_steps in (1, 2, 3, 4, 5, 6, None):
         pair = _twins(prompts, max_tokens)
         (fast, fast_clock), (plain, plain_clock) = pair
         fast.bulk_decode_rows = True
         plan = fast.plan_decode_steps(fast_clock.now(), float("inf"))
-        if num_steps >= plan.num_steps:
-            continue
-        num_cuts += 1
-        plan.truncate(num_steps)
+        if num_steps is not None:
+            if num_steps >= plan.num_steps:
+                continue
+            num_cuts += 1
+            plan.truncate(num_steps)
         fast_clock.now_s = plan.end_s
         fast.finish_decode_steps(plan, finished_only=True)
-        for _ in range(num_steps):
+        for _ in range(plan.num_steps):
             _plain_step(plain, plain_clock)
-        scheduler = fast.scheduler
-        ahead = scheduler._rows_after
-        assert ahead is not None
-        scheduler._rows_after = None
-        fresh = scheduler.plan_decode_rows(plan.run.token_id)
-        assert _fields(ahead) == _fields(fresh)
-        scheduler._rows_after = ahead
+        assert _check_rows_ahead(fast)
         _add(pair, f"new{num_steps}", _prompt(99, 40))  # the arrival: its prompt rides with the rows
-        assert _step(pair)  # a mixed step, on the rows planned ahead
-        assert scheduler._rows_after is None  # taken
-        while _step(pair) or plain.has_unfinished_requests():
-            pass
+        for step in range(300):
+            num_checked += _check_rows_ahead(fast)
+            if step % 11 == 5:
+                _add(pair, f"more{num_steps}-{step}", _prompt(step, 20 + step % 30))
+            if not _step(pair) and not plain.has_unfinished_requests():
+                break
         assert _state(fast) == _state(plain)
-    assert num_cuts >= 4
+    assert num_cuts >= 4 and num_checked > 100
 
 
 def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
