@@ -236,7 +236,8 @@ class LLMEngine:
         )
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
-        self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), RequestMetrics(now))
+        request.metrics = metrics = RequestMetrics(now)  # read by the bulk paths below without a _tracked lookup
+        self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), metrics)
         return req_id
 
     # -- LoRA adapters (engine/lora.py) -----------------------------------------------------------
@@ -429,9 +430,8 @@ class LLMEngine:
             if tracked is not None:
                 outputs.append(self._process_update(tracked, update, now))
         for request in decode.requests:
-            tracked = tracked_of(request.req_id)
-            if tracked is not None and request.status is _RUNNING:  # did not finish
-                metrics = tracked.metrics
+            if request.status is _RUNNING:  # did not finish (the finished ones' outputs said so)
+                metrics = request.metrics  # the tracked request's (a running request is tracked)
                 metrics.first_token_time_s = metrics.first_token_time_s or now
                 metrics.last_token_time_s = now
                 metrics.num_output_tokens += 1
@@ -495,9 +495,8 @@ class LLMEngine:
         if finished_only:  # the others' metrics, as _process_update keeps them
             num_steps = plan.num_steps
             for request in plan.run.requests:
-                tracked = self._tracked.get(request.req_id)
-                if tracked is not None and request.status is _RUNNING:  # did not finish
-                    metrics = tracked.metrics
+                if request.status is _RUNNING:  # did not finish
+                    metrics = request.metrics  # the tracked request's (a running request is tracked)
                     metrics.first_token_time_s = metrics.first_token_time_s or now
                     metrics.last_token_time_s = now
                     metrics.num_output_tokens += num_steps
