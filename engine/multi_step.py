@@ -71,13 +71,22 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     max_model_len = config.max_model_len
     max_device_tokens = scheduler._max_device_tokens
     limit = max_steps
-    kv_read = 0
-    starts: list[int] = []
-    table_lens: list[int] = []
-    lefts: list[int] = []
+    ahead = _rows_ahead(scheduler, token_id)
+    if ahead is not None:  # the leading rows, as the last step left them (rows_after): read only those after them
+        starts, table_lens, lefts = list(ahead.starts), list(ahead.table_lens), list(ahead.lefts)
+        kv_read = ahead.kv_read
+        if lefts:
+            least = min(lefts)
+            if least < limit:
+                limit = least if least > 1 else 1
+        near = [(index, left) for index, left in enumerate(lefts) if left <= limit]
+        first_index = len(starts)
+        rest = running[first_index:]
+    else:
+        starts, table_lens, lefts, kv_read, near, first_index, rest = [], [], [], 0, [], 0, running
     append_start, append_table_len, append_left = starts.append, table_lens.append, lefts.append
-    near: list[tuple[int, int]] = []  # (row, steps it has left) of the rows within the limit when read
-    for index, request in enumerate(running):
+    # near: (row, steps it has left) of the rows within the limit when read
+    for index, request in enumerate(rest, first_index):
         num_tokens = len(request._all_token_ids)
         start = request.num_computed_tokens
         output = request.output_token_ids
@@ -116,6 +125,25 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     # while reading, so a row read above it then is above it now)
     stop_rows = sorted({index for index, steps in near if steps <= limit})
     return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows, lefts=lefts)
+
+
+def _rows_ahead(scheduler: Any, token_id: int) -> DecodeRun | None:
+    """The rows the last step planned ahead (``rows_after``) where they still lead the running set as that step
+    left them, each writing its table's last block or opening one (else None: read every row). Left in place."""
+    ahead = scheduler._rows_after
+    if (
+        ahead is None
+        or ahead.step_id != scheduler._next_step_id
+        or ahead.token_id != token_id
+        or ahead.lefts is None
+        or len(ahead.requests) > len(scheduler._running)
+        or any(map(is_not, scheduler._running, ahead.requests))
+    ):
+        return None
+    block_size = scheduler.kv_cache_manager.block_size
+    if any(start // block_size < n - 1 for start, n in zip(ahead.starts, ahead.table_lens)):
+        return None  # blocks reserved past the one written: the plain reading checks them (decode_extent)
+    return ahead
 
 
 def _waiting_head_stays(scheduler: Any, token_id: int) -> bool:
@@ -285,7 +313,8 @@ def commit_decode_run(
             None if lefts_after is None else [lefts_after[i] for i in keep],
         )
     else:
-        scheduler._rows_after = rows_after(scheduler, token_id, list(requests), starts_after, new_table_lens, lefts_after)
+        on = list(requests)
+        scheduler._rows_after = rows_after(scheduler, token_id, on, starts_after, new_table_lens, lefts_after)
     if finished_only:
         return [(requests[i], tokens, True) for i in sorted(finished)]
     # one token list for all: the caller copies what it keeps

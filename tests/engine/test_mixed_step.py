@@ -120,24 +120,32 @@ def _fields(run):
     )
 
 
-def _check_rows_ahead(engine) -> bool:
-    """The rows the last decode run or mixed step planned ahead, read on: what a fresh plan finds (then put
-    back, for the next step to take); whether there were any."""
+def _check_rows_ahead(engine) -> tuple[bool, bool]:
+    """The rows the last decode run or mixed step planned ahead, read on by a mixed step's plan and by a decode
+    run's: what fresh plans find (then put back, for the next step to take); whether there were any, and
+    whether a run could be planned on them."""
     scheduler = engine.scheduler
     ahead = scheduler._rows_after
     if ahead is None:
-        return False
+        return False, False
     assert ahead.step_id == scheduler._next_step_id
     lists = ("requests", "starts", "table_lens", "stop_rows", "opening", "lefts")
     kept = dataclasses.replace(ahead, **{f: list(getattr(ahead, f)) for f in lists})
     token_id = engine.runner.decode_token_id
+    # a decode run planned now (plan_decode_run reads only the rows after them, and leaves them in place)
+    runs = [scheduler.plan_decode_run(token_id, 1024)]
+    assert scheduler._rows_after is ahead
+    scheduler._rows_after = None
+    runs.append(scheduler.plan_decode_run(token_id, 1024))
+    assert [None if r is None else _fields(r) for r in runs] == [None if runs[1] is None else _fields(runs[1])] * 2
+    scheduler._rows_after = ahead
     with_ahead = scheduler.plan_decode_rows(token_id)
     taken = scheduler._rows_after is None  # else a check before the rows said no (a priority swap, a pin)
     scheduler._rows_after = None
     fresh = scheduler.plan_decode_rows(token_id)
     assert (None if with_ahead is None else _fields(with_ahead)) == (None if fresh is None else _fields(fresh))
     scheduler._rows_after = kept
-    return taken and with_ahead is not None
+    return taken and with_ahead is not None, runs[0] is not None
 
 
 def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
@@ -149,7 +157,7 @@ def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
 
     prompts = [_prompt(i, n) for i, n in enumerate([5, 16, 31, 40, 47, 12])]
     max_tokens = [200, 7, 200, 9, 8, 60]  # some stop right after the cut, by their output count
-    num_cuts = num_checked = 0
+    num_cuts = num_checked = num_runs_planned = 0
     for num_steps in (1, 2, 3, 4, 5, 6, None):
         pair = _twins(prompts, max_tokens)
         (fast, fast_clock), (plain, plain_clock) = pair
@@ -164,16 +172,18 @@ def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
         fast.finish_decode_steps(plan, finished_only=True)
         for _ in range(plan.num_steps):
             _plain_step(plain, plain_clock)
-        assert _check_rows_ahead(fast)
+        assert _check_rows_ahead(fast)[0]
         _add(pair, f"new{num_steps}", _prompt(99, 40))  # the arrival: its prompt rides with the rows
         for step in range(300):
-            num_checked += _check_rows_ahead(fast)
+            checked, run_planned = _check_rows_ahead(fast)
+            num_checked += checked
+            num_runs_planned += run_planned
             if step % 11 == 5:
                 _add(pair, f"more{num_steps}-{step}", _prompt(step, 20 + step % 30))
             if not _step(pair) and not plain.has_unfinished_requests():
                 break
         assert _state(fast) == _state(plain)
-    assert num_cuts >= 4 and num_checked > 100
+    assert num_cuts >= 4 and num_checked > 100 and num_runs_planned > 10
 
 
 def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
