@@ -64,10 +64,12 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
     ):  # the leading rows, planned by the step that left the scheduler here
         requests, starts, table_lens = ahead.requests, ahead.starts, ahead.table_lens
         opening, stop_rows, lefts, kv_read = ahead.opening, ahead.stop_rows, ahead.lefts, ahead.kv_read
+        lagging = ahead.lagging
         rest = running[len(requests) :] if len(requests) < budget else ()
     else:
-        requests, starts, table_lens, opening, stop_rows, lefts, kv_read = [], [], [], [], [], [], 0
+        requests, starts, table_lens, opening, stop_rows, lefts, lagging, kv_read = [], [], [], [], [], [], [], 0
         rest = running
+    num_cached = manager._num_cached_blocks if manager.enable_prefix_caching else None
     max_model_len = config.max_model_len
     max_device_tokens = scheduler._max_device_tokens
     block_size = manager.block_size
@@ -106,6 +108,8 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
             or token_id in params.stop_token_ids
         ):
             stop_rows.append(len(requests))
+        if num_cached is not None and num_cached.get(request.req_id, 0) < start // block_size:
+            lagging.append(len(requests))  # its registrations lag behind its computed blocks (none, after a step)
         requests.append(request)
         starts.append(start)
         table_lens.append(table_len)
@@ -115,7 +119,9 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
             break
     if not requests or len(opening) > manager.num_free_device_blocks:
         return None
-    return DecodeRun(requests, token_id, 1, kv_read, starts, table_lens, stop_rows, opening, lefts=lefts)
+    return DecodeRun(
+        requests, token_id, 1, kv_read, starts, table_lens, stop_rows, opening, lefts=lefts, lagging=lagging
+    )
 
 
 def allocate_decode_rows(scheduler: Any, run: DecodeRun) -> None:
@@ -148,6 +154,7 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
     finished = []
     num_live = 0
     stop_rows = run.stop_rows if run.stop_rows is not None else range(len(run.requests))
+    lagging = None if run.lagging is None else set(run.lagging)  # else each row is looked up
     next_stop = stop_rows[0] if stop_rows else -1
     num_stop_rows_seen = 0
     # the rows that go on, as the next step's leading decode rows (multi_step.rows_after)
@@ -169,7 +176,10 @@ def commit_decode_rows(scheduler: Any, run: DecodeRun) -> list[Any]:
         request.output_token_ids.append(token_id)
         request._all_token_ids.append(token_id)
         stops = may_stop and check_stop(request, token_id)  # plan_decode_rows: False for the others
-        if caching and (end % block_size == 0 or num_cached.get(request.req_id, 0) < start // block_size):
+        if caching and (
+            end % block_size == 0
+            or (i in lagging if lagging is not None else num_cached.get(request.req_id, 0) < start // block_size)
+        ):
             cache_computed_blocks(request)  # before a finish frees them
         if stops:
             running.remove(request)

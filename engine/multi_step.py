@@ -48,6 +48,9 @@ class DecodeRun:
     stop_rows: list[int] | None = None
     opening: list[int] | None = None  # a one-step run's rows that open a block (engine/mixed_step.py)
     lefts: list[int] | None = None  # per row: the step (1: the first) in which a length limit ends it
+    # the rows whose prefix-cache registrations lag behind their computed blocks (none after a bulk step, which
+    # registers every block it fills); None: not known (each row is looked up)
+    lagging: list[int] | None = None
     step_id: int = -1  # a next step's rows planned ahead (``rows_after``): valid while the scheduler is at this step
 
 
@@ -84,6 +87,8 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
         rest = running[first_index:]
     else:
         starts, table_lens, lefts, kv_read, near, first_index, rest = [], [], [], 0, [], 0, running
+    num_cached = manager._num_cached_blocks if manager.enable_prefix_caching else None
+    lagging: list[int] = []  # among the rows read here (those planned ahead are caught up)
     append_start, append_table_len, append_left = starts.append, table_lens.append, lefts.append
     # near: (row, steps it has left) of the rows within the limit when read
     for index, request in enumerate(rest, first_index):
@@ -117,6 +122,8 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
             near.append((index, steps_left))
             if steps_left < limit:
                 limit = steps_left if steps_left > 1 else 1
+        if num_cached is not None and num_cached.get(request.req_id, 0) < start // block_size:
+            lagging.append(index)
         kv_read += start
         append_start(start)
         append_table_len(table_len)
@@ -124,7 +131,9 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     # before step ``limit`` nobody stops; in it, at most the rows whose own stop falls there (the limit only fell
     # while reading, so a row read above it then is above it now)
     stop_rows = sorted({index for index, steps in near if steps <= limit})
-    return DecodeRun(list(running), token_id, limit, kv_read, starts, table_lens, stop_rows, lefts=lefts)
+    return DecodeRun(
+        list(running), token_id, limit, kv_read, starts, table_lens, stop_rows, lefts=lefts, lagging=lagging
+    )
 
 
 def _rows_ahead(scheduler: Any, token_id: int) -> DecodeRun | None:
@@ -233,6 +242,7 @@ def commit_decode_run(
     events: list[tuple[int, int, int]] = []
     append_event = events.append
     num_cached = manager._num_cached_blocks
+    lagging = run.lagging  # known at plan time (else looked up per row below)
     at_end: list[int] = []  # rows that fill a block in the last step (registered then)
     stepped: list[int] = []  # rows whose num_computed_tokens the events below move through the steps
     new_table_lens: list[int] = []  # each row's device blocks after the run: they cover its positions < stop
@@ -254,7 +264,7 @@ def commit_decode_run(
                 append_event((position - start + 1, 0, i))
         if caching:  # a block fills (and is registered) after step j when start + j is a multiple of block_size
             first_end = -(-(start + 1) // block_size) * block_size
-            if num_cached.get(request.req_id, 0) < start // block_size:
+            if lagging is None and num_cached.get(request.req_id, 0) < start // block_size:
                 # lagging registrations (none, after a step): the plain step's registration after step 1 catches up
                 if k == 1:
                     at_end.append(i)
@@ -267,6 +277,14 @@ def commit_decode_run(
             stepped.append(i)
         request.output_token_ids.extend(tokens)  # append_output_token_ids, inlined
         request._all_token_ids.extend(tokens)
+    if caching and lagging:  # as in the loop above, for the rows planned lagging
+        for i in lagging:
+            start = run.starts[i]
+            if k == 1:
+                at_end.append(i)
+            elif -(-(start + 1) // block_size) * block_size != start + 1:
+                append_event((1, 1, i))
+                stepped.append(i)
     events.sort()
     try_allocate_slots = manager.try_allocate_slots
     cache_computed_blocks = manager.cache_computed_blocks
@@ -354,6 +372,7 @@ def rows_after(
         stop_rows,
         opening,
         lefts=lefts,
+        lagging=[],  # the step that planned them registered every block they filled
         step_id=scheduler._next_step_id,
     )
 

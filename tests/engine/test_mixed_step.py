@@ -117,6 +117,7 @@ def _fields(run):
         sorted(run.stop_rows),
         run.opening,
         run.lefts,
+        run.lagging,
     )
 
 
@@ -129,7 +130,7 @@ def _check_rows_ahead(engine) -> tuple[bool, bool]:
     if ahead is None:
         return False, False
     assert ahead.step_id == scheduler._next_step_id
-    lists = ("requests", "starts", "table_lens", "stop_rows", "opening", "lefts")
+    lists = ("requests", "starts", "table_lens", "stop_rows", "opening", "lefts", "lagging")
     kept = dataclasses.replace(ahead, **{f: list(getattr(ahead, f)) for f in lists})
     token_id = engine.runner.decode_token_id
     # a decode run planned now (plan_decode_run reads only the rows after them, and leaves them in place)
@@ -201,3 +202,37 @@ def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
     fast.scheduler.finish_requests(["r0"], FinishReason.ABORT)  # the running set changed
     fresh = fast.scheduler.plan_decode_rows(plan.run.token_id)
     assert [r.req_id for r in fresh.requests] == ["r1"]
+
+
+def _lag(pair, req_id):
+    """Make ``req_id``'s prefix-cache registrations lag behind its computed blocks on both engines (as if a step
+    had not registered them): the next step registers them, plain or bulk."""
+    for engine, _ in pair:
+        kv = engine.scheduler.kv_cache_manager
+        assert kv._num_cached_blocks.get(req_id, 0) >= 2
+        kv._num_cached_blocks[req_id] = 0
+        engine.scheduler._rows_after = None  # planned before the lag was made
+
+
+def test_lagging_registrations_are_caught_up_as_plain_steps_do():
+    from tests.engine.test_multi_step import _compare_run, _twins
+
+    prompts = [_prompt(i, n) for i, n in enumerate([40, 47, 35])]
+    pair = _twins(prompts, [200] * 3)
+    # (each lagging row fills no block in the step that catches it up: only the catching up registers)
+    (fast, _), (plain, _) = pair
+
+    def registered():
+        return [engine.scheduler.kv_cache_manager._num_cached_blocks for engine in (fast, plain)]
+
+    _lag(pair, "r0")  # at 40 computed tokens
+    _compare_run(pair, num_steps=7)  # a decode run: registered after its first step
+    assert registered() == [{"r0": 2, "r1": 3, "r2": 2}] * 2
+    _lag(pair, "r2")  # at 42
+    _compare_run(pair, num_steps=1)  # a one-step run: registered at its end
+    assert registered() == [{"r0": 3, "r1": 3, "r2": 2}] * 2
+    fast.bulk_decode_rows = True
+    _lag(pair, "r1")  # at 55
+    _add(pair, "new", _prompt(9, 30))
+    assert _step(pair)  # a mixed step: registered with the row's token
+    assert registered()[0]["r1"] == registered()[1]["r1"] == 3
