@@ -19,6 +19,14 @@ within the run (the simulator cuts the run at the step in flight when a request 
 registrations after each step, the k tokens of every request, the finishes of the last step (stop check,
 blocks freed, the request reported finished), step ids and token counters. It is O(requests + blocks
 crossed), not O(requests x steps). ``tests/engine/test_multi_step.py`` checks it against plain steps.
+
+Rows planned ahead (``rows_after``): the rows a decode run or a mixed step (engine/mixed_step.py) applied and
+that go on are the next step's leading pure decode rows, and the pass that applied them knows their computed
+tokens, device blocks and length limits afterwards. It leaves them on the scheduler (``_rows_after``, tagged
+with the step id), and the next plan — a mixed step's or a run's — takes them as they are while they still
+lead the running set unchanged, reading only the rows after them: one pass over the running rows per step
+instead of two. Only the rows that can stop in a step are stop-checked (``stop_rows``), only those that open a
+block allocate (``opening``). ``tests/engine/test_mixed_step.py`` checks them against fresh plans.
 """
 
 from __future__ import annotations
