@@ -236,7 +236,8 @@ class LLMEngine:
         )
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
-        self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), RequestMetrics(now))
+        request.metrics = metrics = RequestMetrics(now)  # read by the bulk paths below without a _tracked lookup
+        self._tracked[req_id] = _Tracked(request, IncrementalDetokenizer(self.tokenizer, stop), metrics)
         return req_id
 
     # -- LoRA adapters (engine/lora.py) -----------------------------------------------------------
@@ -303,6 +304,11 @@ class LLMEngine:
         """KVCacheManager.import_prefix_blocks on this engine's cache: the device block each transferred block
         must be written to (-1: skip). Write them (the runner) before the next step."""
         return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks)
+
+    def num_output_tokens(self, req_id: str) -> int:
+        """The tokens an unfinished request has generated so far (0 for one this engine does not hold)."""
+        tracked = self._tracked.get(req_id)
+        return 0 if tracked is None else tracked.request.num_output_tokens
 
     @property
     def num_unfinished_requests(self) -> int:
@@ -424,9 +430,8 @@ class LLMEngine:
             if tracked is not None:
                 outputs.append(self._process_update(tracked, update, now))
         for request in decode.requests:
-            tracked = tracked_of(request.req_id)
-            if tracked is not None and request.status is _RUNNING:  # did not finish
-                metrics = tracked.metrics
+            if request.status is _RUNNING:  # did not finish (the finished ones' outputs said so)
+                metrics = request.metrics  # the tracked request's (a running request is tracked)
                 metrics.first_token_time_s = metrics.first_token_time_s or now
                 metrics.last_token_time_s = now
                 metrics.num_output_tokens += 1
@@ -490,9 +495,8 @@ class LLMEngine:
         if finished_only:  # the others' metrics, as _process_update keeps them
             num_steps = plan.num_steps
             for request in plan.run.requests:
-                tracked = self._tracked.get(request.req_id)
-                if tracked is not None and request.status is _RUNNING:  # did not finish
-                    metrics = tracked.metrics
+                if request.status is _RUNNING:  # did not finish
+                    metrics = request.metrics  # the tracked request's (a running request is tracked)
                     metrics.first_token_time_s = metrics.first_token_time_s or now
                     metrics.last_token_time_s = now
                     metrics.num_output_tokens += num_steps

@@ -96,6 +96,7 @@ class Request:
         self.num_cached_prompt_tokens = 0
         self.first_scheduled_time_s: float | None = None
         self.first_token_time_s: float | None = None
+        self.metrics: object | None = None  # the owner's per-request metrics (LLMEngine: its RequestMetrics)
 
         # prompt + output, kept in step with output_token_ids (slicing it is O(chunk))
         self._all_token_ids = list(self.prompt_token_ids)

@@ -94,6 +94,7 @@ class Scheduler(RemoteSwapMixin):
         self._next_admission_order = itertools.count()
         self._finished_req_ids: list[str] = []  # reported in the next SchedulerOutput
         self._next_step_id = 0
+        self._rows_after: DecodeRun | None = None  # the next step's decode rows, planned ahead (multi_step.py)
         self._counters = SchedulerCounters()
         self._events: deque[SchedulerEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         factor = scheduler_config.stall_factor  # stall-free batching: LLMEngine feeds its step-time fit
@@ -211,8 +212,7 @@ class Scheduler(RemoteSwapMixin):
         those of the requests that finished with ``finished_only``: the others each got ``num_steps`` tokens)."""
         return [
             RequestUpdate(r.req_id, tokens.copy(), [], finished, r.finish_reason, r.stop_reason)
-            for r, tokens, finished in commit_decode_run(self, run, num_steps)
-            if finished or not finished_only
+            for r, tokens, finished in commit_decode_run(self, run, num_steps, finished_only)
         ]
 
     def plan_decode_rows(self, token_id: int) -> DecodeRun | None:

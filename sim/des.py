@@ -207,21 +207,23 @@ class SimNode:
         self.busy = True
         return pending.step_time_s
 
-    def finish_step(self, records: dict[str, RequestRecord]):
+    def finish_step(self, records: dict[str, RequestRecord], count_tokens: bool):
         """Apply the step in flight at the clock's now; the RequestOutputs of the requests that progressed (of a
-        run: of those that finished; the others' ``records`` count its tokens here)."""
+        run or a mixed step's decode rows: of those that finished). count_tokens: the others' ``records`` count
+        their tokens here (else a record takes its count from the engine at its finish: ``FleetSimulator``)."""
         self.busy = False
         if self.run is not None:
             run, self.run = self.run, None
             outputs = self.core.finish_decode_steps(run, finished_only=True)
-            num_steps = run.num_steps
-            for request in run.run.requests:
-                if request.status is _RUNNING:  # did not finish
-                    records[request.req_id].num_output_tokens += num_steps
+            if count_tokens:
+                num_steps = run.num_steps
+                for request in run.run.requests:
+                    if request.status is _RUNNING:  # did not finish
+                        records[request.req_id].num_output_tokens += num_steps
             return outputs
         pending, self.pending = self.pending, None
         outputs = self.core.finish_step(pending)
-        if pending.decode is not None:  # a mixed step: its decode rows that did not finish got one token each
+        if count_tokens and pending.decode is not None:  # a mixed step: its unfinished decode rows got a token each
             for request in pending.decode.requests:
                 if request.status is _RUNNING:  # did not finish
                     records[request.req_id].num_output_tokens += 1
@@ -352,6 +354,9 @@ class FleetSimulator:
         deadline_s = arrivals_end_s + self.drain_limit_s
         inf = math.inf
         push, pop = heapq.heappush, heapq.heappop
+        # a record's output tokens: counted step by step where a request moves between nodes (--pd-split: each
+        # node's engine counts its own); else the engine's count at its finish (no pass over a run's rows for it)
+        count_tokens = split is not None
 
         while True:
             arrival_s = requests[next_arrival].arrival_s if next_arrival < num_arrivals else inf
@@ -386,7 +391,7 @@ class FleetSimulator:
                     seq += 1
                     continue
                 if kind == _STEP_DONE:
-                    for o in node.finish_step(records):
+                    for o in node.finish_step(records, count_tokens):
                         rec = records[o.req_id]
                         if o.new_token_ids:
                             if rec.first_token_s is None:
@@ -398,8 +403,11 @@ class FleetSimulator:
                                     if move is not None:
                                         push(heap, (move[0], seq, _LAND, move[1]))
                                         seq += 1
-                            rec.num_output_tokens += len(o.new_token_ids)
+                            if count_tokens:
+                                rec.num_output_tokens += len(o.new_token_ids)
                         if o.finished:
+                            if not count_tokens:
+                                rec.num_output_tokens = o.num_output_tokens  # the engine's count: all of them
                             rec.finish_s = now
                             rec.num_cached_prompt_tokens = o.metrics.num_cached_prompt_tokens
                             rec.num_preemptions = o.metrics.num_preemptions
@@ -477,6 +485,9 @@ class FleetSimulator:
                 push(heap, (arrival_s, seq, _KICK, i))
                 seq += 1
 
+        if not count_tokens:  # the unfinished (drain limit): what their engines applied so far
+            for rec in records.values():
+                rec.num_output_tokens = nodes[node_index[rec.node_id]].core.engine.num_output_tokens(rec.req_id)
         wall_s = time.perf_counter() - wall_start
         return SimResult(
             policy=self.policy_name,

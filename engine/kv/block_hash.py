@@ -67,20 +67,38 @@ def extend_block_hashes(
         if chain is not None:
             block_hashes.extend(chain[:num_blocks])
             return block_hashes
+    return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks)
+
+
+def _extend(
+    block_hashes: list[BlockHash],
+    token_ids: Sequence[int],
+    block_size: int,
+    lora_id: int | None,
+    i: int,
+    num_blocks: int,
+) -> list[BlockHash]:
+    """``extend_block_hashes`` from block ``i`` (its length) to ``num_blocks`` (> i, full blocks), computed."""
     parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
+    if num_blocks - i == 1:  # one block (a decoding request's): no shared buffer to slice
+        block = tuple(token_ids[i * block_size : num_blocks * block_size])
+        digest = hashlib.sha256(_HEADER.pack(parent_value, lora) + array("q", block).tobytes()).digest()
+        block_hashes.append(_new_block_hash((int.from_bytes(digest[:8], "little"), block, lora_id)))
+        return block_hashes
     append = block_hashes.append
     # one int64 buffer for every block to hash, sliced per block (no array per block); same bytes as _chain_value
     start, end = i * block_size, num_blocks * block_size
     span = token_ids[start:end]
     data = array("q", span).tobytes()  # 8 bytes per token
+    blocks = tuple(span)  # sliced per block for the BlockHash's tokens
     pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
     num_bytes = 8 * block_size
     for offset in range(0, end - start, block_size):
         first = 8 * offset
         digest = sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()
         parent_value = from_bytes(digest[:8], "little")
-        append(_new_block_hash((parent_value, tuple(span[offset : offset + block_size]), lora_id)))
+        append(_new_block_hash((parent_value, blocks[offset : offset + block_size], lora_id)))
     return block_hashes
 
 
@@ -110,7 +128,8 @@ def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | N
     key = (tuple(token_ids), block_size, lora_id)
     chain = _recent_chains.get(key)
     if chain is None:
-        chain = extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+        num_blocks = len(token_ids) // block_size
+        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks) if num_blocks else []
         _recent_chains[key] = chain
         _recent_chain_blocks += len(chain)
         while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:

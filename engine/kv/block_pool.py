@@ -49,7 +49,10 @@ class BlockPool:
         self._block_hashes: list[BlockHash | None] = [None] * num_blocks
         self._free_block_ids: deque[int] = deque(range(num_blocks))
         self._evictable_block_ids: OrderedDict[int, None] = OrderedDict()
-        self._cached_block_ids: dict[BlockHash, int] = {}
+        # the prefix cache, by chain value (an int hashes at once; a BlockHash would hash its block's tokens at every
+        # lookup): the block it names, whose registered BlockHash (``_block_hashes``) a lookup also compares, so a
+        # 64-bit collision cannot alias two blocks with different tokens (the second is simply not cached)
+        self._cached_block_ids: dict[int, int] = {}
 
     # -- capacity -------------------------------------------------------------------------------
 
@@ -132,19 +135,22 @@ class BlockPool:
             if current != block_hash:
                 raise ValueError(f"{self.tier.value}: block {block_id} already cached under another hash")
             return True
-        if block_hash in self._cached_block_ids:
-            return False
+        if block_hash.hash_value in self._cached_block_ids:
+            return False  # a duplicate (or a chain-value collision: not cached)
         self._block_hashes[block_id] = block_hash
-        self._cached_block_ids[block_hash] = block_id
+        self._cached_block_ids[block_hash.hash_value] = block_id
         return True
 
     def get_cached_block(self, block_hash: BlockHash) -> int | None:
-        return self._cached_block_ids.get(block_hash)
+        block_id = self._cached_block_ids.get(block_hash.hash_value)
+        if block_id is None or self._block_hashes[block_id] != block_hash:
+            return None
+        return block_id
 
     def _uncache(self, block_id: int) -> None:
         block_hash = self._block_hashes[block_id]
         if block_hash is not None:
-            del self._cached_block_ids[block_hash]
+            del self._cached_block_ids[block_hash.hash_value]
             self._block_hashes[block_id] = None
 
     # -- introspection (tests, stats) -----------------------------------------------------------
@@ -163,4 +169,5 @@ class BlockPool:
         return list(self._evictable_block_ids)
 
     def cached_blocks(self) -> dict[BlockHash, int]:
-        return dict(self._cached_block_ids)
+        hashes = self._block_hashes
+        return {hashes[block_id]: block_id for block_id in self._cached_block_ids.values()}

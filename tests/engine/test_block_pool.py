@@ -95,6 +95,24 @@ def test_duplicate_hash_is_not_registered_twice():
     assert pool.get_cached_block(_hash(1)) == a and pool.block_hash(b) is None
 
 
+def test_a_chain_value_collision_never_aliases_blocks_with_other_tokens():
+    """The cache is keyed by the 64-bit chain value; a lookup also compares the block's tokens, so a block whose
+    value collides with a cached one's is neither found as it nor registered over it."""
+    pool = BlockPool(Tier.DEVICE, 4, enable_caching=True)
+    first = _hash(1)
+    impostor = first._replace(token_ids=(9, 9, 9, 9))  # same chain value, other tokens
+    a, b = pool.allocate(2)
+    assert pool.cache_block(a, first)
+    assert pool.get_cached_block(impostor) is None
+    assert not pool.cache_block(b, impostor)  # not cached: the value names ``a``'s tokens
+    assert pool.get_cached_block(first) == a and pool.block_hash(b) is None
+    assert pool.cached_blocks() == {first: a}
+    pool.free([a, b])
+    pool.allocate(4)  # the plain free blocks first, then ``a`` evicted
+    assert pool.get_cached_block(first) is None and pool.num_cached_blocks == 0
+    _check(pool)
+
+
 def test_caching_disabled_registers_nothing():
     pool = BlockPool(Tier.HOST, 1)
     (b,) = pool.allocate(1)

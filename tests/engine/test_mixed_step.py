@@ -4,6 +4,9 @@ step times, finishes — whatever the rest of the step does (admissions, prompt 
 
 from __future__ import annotations
 
+import dataclasses
+
+from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from tests.engine.test_multi_step import _engine, _state
 
@@ -101,3 +104,135 @@ def test_no_bulk_rows_without_a_runner_that_prices_them_or_with_text():
         assert pending.decode is None  # text is read token by token
         clock.now_s += pending.step_time_s
         engine.finish_step(pending)
+
+
+def _fields(run):
+    return (
+        [r.req_id for r in run.requests],
+        run.token_id,
+        run.max_steps,
+        run.kv_read,
+        run.starts,
+        run.table_lens,
+        sorted(run.stop_rows),
+        run.opening,
+        run.lefts,
+        run.lagging,
+    )
+
+
+def _check_rows_ahead(engine) -> tuple[bool, bool]:
+    """The rows the last decode run or mixed step planned ahead, read on by a mixed step's plan and by a decode
+    run's: what fresh plans find (then put back, for the next step to take); whether there were any, and
+    whether a run could be planned on them."""
+    scheduler = engine.scheduler
+    ahead = scheduler._rows_after
+    if ahead is None:
+        return False, False
+    assert ahead.step_id == scheduler._next_step_id
+    lists = ("requests", "starts", "table_lens", "stop_rows", "opening", "lefts", "lagging")
+    kept = dataclasses.replace(ahead, **{f: list(getattr(ahead, f)) for f in lists})
+    token_id = engine.runner.decode_token_id
+    # a decode run planned now (plan_decode_run reads only the rows after them, and leaves them in place)
+    runs = [scheduler.plan_decode_run(token_id, 1024)]
+    assert scheduler._rows_after is ahead
+    scheduler._rows_after = None
+    runs.append(scheduler.plan_decode_run(token_id, 1024))
+    assert [None if r is None else _fields(r) for r in runs] == [None if runs[1] is None else _fields(runs[1])] * 2
+    scheduler._rows_after = ahead
+    with_ahead = scheduler.plan_decode_rows(token_id)
+    taken = scheduler._rows_after is None  # else a check before the rows said no (a priority swap, a pin)
+    scheduler._rows_after = None
+    fresh = scheduler.plan_decode_rows(token_id)
+    assert (None if with_ahead is None else _fields(with_ahead)) == (None if fresh is None else _fields(fresh))
+    scheduler._rows_after = kept
+    return taken and with_ahead is not None, runs[0] is not None
+
+
+def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
+    """A decode run (cut short by an arrival, the simulator's common case, or ended by a finish) and a mixed step
+    plan the next step's leading decode rows at the cost of their own pass (multi_step.rows_after): the same rows,
+    stops and block openings plan_decode_rows finds reading every row, and the steps taken with them leave the
+    engine as plain steps do."""
+    from tests.engine.test_multi_step import _plain_step, _twins
+
+    prompts = [_prompt(i, n) for i, n in enumerate([5, 16, 31, 40, 47, 12])]
+    max_tokens = [200, 7, 200, 9, 8, 60]  # some stop right after the cut, by their output count
+    num_cuts = num_checked = num_runs_planned = 0
+    for num_steps in (1, 2, 3, 4, 5, 6, None):
+        pair = _twins(prompts, max_tokens)
+        (fast, fast_clock), (plain, plain_clock) = pair
+        fast.bulk_decode_rows = True
+        plan = fast.plan_decode_steps(fast_clock.now(), float("inf"))
+        if num_steps is not None:
+            if num_steps >= plan.num_steps:
+                continue
+            num_cuts += 1
+            plan.truncate(num_steps)
+        fast_clock.now_s = plan.end_s
+        fast.finish_decode_steps(plan, finished_only=True)
+        for _ in range(plan.num_steps):
+            _plain_step(plain, plain_clock)
+        assert _check_rows_ahead(fast)[0]
+        _add(pair, f"new{num_steps}", _prompt(99, 40))  # the arrival: its prompt rides with the rows
+        for step in range(300):
+            checked, run_planned = _check_rows_ahead(fast)
+            num_checked += checked
+            num_runs_planned += run_planned
+            if step % 11 == 5:
+                _add(pair, f"more{num_steps}-{step}", _prompt(step, 20 + step % 30))
+            if not _step(pair) and not plain.has_unfinished_requests():
+                break
+        assert _state(fast) == _state(plain)
+    assert num_cuts >= 4 and num_checked > 100 and num_runs_planned > 10
+
+
+def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
+    pair = _pair()
+    for i, n in enumerate([20, 33]):
+        _add(pair, f"r{i}", _prompt(i, n))
+    (fast, clock), _ = pair
+    while (plan := fast.plan_decode_steps(clock.now(), float("inf"))) is None:
+        _step(pair)
+    plan.truncate(2)
+    clock.now_s = plan.end_s
+    fast.finish_decode_steps(plan, finished_only=True)
+    ahead = fast.scheduler._rows_after
+    assert ahead is not None and ahead.step_id == fast.scheduler._next_step_id
+    fast.scheduler.finish_requests(["r0"], FinishReason.ABORT)  # the running set changed
+    fresh = fast.scheduler.plan_decode_rows(plan.run.token_id)
+    assert [r.req_id for r in fresh.requests] == ["r1"]
+
+
+def _lag(pair, req_id):
+    """Make ``req_id``'s prefix-cache registrations lag behind its computed blocks on both engines (as if a step
+    had not registered them): the next step registers them, plain or bulk."""
+    for engine, _ in pair:
+        kv = engine.scheduler.kv_cache_manager
+        assert kv._num_cached_blocks.get(req_id, 0) >= 2
+        kv._num_cached_blocks[req_id] = 0
+        engine.scheduler._rows_after = None  # planned before the lag was made
+
+
+def test_lagging_registrations_are_caught_up_as_plain_steps_do():
+    from tests.engine.test_multi_step import _compare_run, _twins
+
+    prompts = [_prompt(i, n) for i, n in enumerate([40, 47, 35])]
+    pair = _twins(prompts, [200] * 3)
+    # (each lagging row fills no block in the step that catches it up: only the catching up registers)
+    (fast, _), (plain, _) = pair
+
+    def registered():
+        return [engine.scheduler.kv_cache_manager._num_cached_blocks for engine in (fast, plain)]
+
+    _lag(pair, "r0")  # at 40 computed tokens
+    _compare_run(pair, num_steps=7)  # a decode run: registered after its first step
+    assert registered() == [{"r0": 2, "r1": 3, "r2": 2}] * 2
+    _lag(pair, "r2")  # at 42
+    _compare_run(pair, num_steps=1)  # a one-step run: registered at its end
+    assert registered() == [{"r0": 3, "r1": 3, "r2": 2}] * 2
+    fast.bulk_decode_rows = True
+    _lag(pair, "r1")  # at 55
+    _add(pair, "new", _prompt(9, 30))
+    assert _step(pair)  # a mixed step: registered with the row's token
+    assert registered()[0]["r1"] == registered()[1]["r1"] == 3
