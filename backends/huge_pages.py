@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import functools
 import mmap
 import sys
 from dataclasses import dataclass
@@ -65,20 +66,23 @@ def thp_mode() -> str:
     return text[start + 1 : end] if 0 <= start < end else "unavailable"
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
+    """The C library with ``madvise`` typed (once a process), or None off Linux."""
     if not sys.platform.startswith("linux"):
         return None
     name = ctypes.util.find_library("c") or "libc.so.6"
     try:
-        return ctypes.CDLL(name, use_errno=True)
+        libc = ctypes.CDLL(name, use_errno=True)
     except OSError:
         return None
+    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    libc.madvise.restype = ctypes.c_int
+    return libc
 
 
 def _madvise(libc: ctypes.CDLL, start: int, length: int, advice: int) -> int:
     """0 or the errno of madvise(start, length, advice)."""
-    libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-    libc.madvise.restype = ctypes.c_int
     if libc.madvise(start, length, advice) == 0:
         return 0
     return ctypes.get_errno() or errno.EINVAL

@@ -46,6 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from backends.head_panels import pack_panels
 from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off, source_text
 
 logger = logging.getLogger(__name__)
@@ -65,7 +66,6 @@ MAX_PADDED_ROWS = 64
 HEAD_XLA = 0  # an XLA dot over the kernel's final-norm output (kept as a reference path)
 HEAD_KERNEL = 1  # in the kernel, its matrix-vector loop over the [E, V] head: fastest for <= MAX_ROWS rows
 HEAD_PANELS = 2  # in the kernel, its register-blocked GEMM over the head packed in 32-column panels: more rows
-PANEL = 32  # columns of a head panel (cpu_decode.c's micro-kernel width)
 
 
 def _tool(env: str, *names: str) -> str | None:
@@ -140,17 +140,6 @@ class KernelParams:
     head_t: jax.Array
     head_panels: jax.Array
     rope_signed: jax.Array
-
-
-def pack_panels(head_t: np.ndarray) -> np.ndarray:
-    """[E, V] -> [ceil(V / PANEL), E, PANEL]: panel p holds columns PANEL*p .. PANEL*p + PANEL - 1 row-major (the
-    last zero-padded), so the kernel's GEMM streams each panel contiguously (the blocked layout oneDNN packs the
-    torch runner's head into; an [E, V] column block is E strided 128-byte reads)."""
-    e, v = head_t.shape
-    p = -(-v // PANEL)
-    padded = np.zeros((e, p * PANEL), dtype=np.float32)
-    padded[:, :v] = head_t
-    return np.ascontiguousarray(padded.reshape(e, p, PANEL).transpose(1, 0, 2))
 
 
 def kernel_params(params) -> KernelParams:

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from backends.head_panels import pack_panels, panels_shape
 from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off, source_text
 from backends.torch import huge_weights
 
@@ -52,7 +53,6 @@ MAX_ROWS = 64
 # steps of more rows run the output head over the panel-packed head (or, asked, leave it to oneDNN)
 HEAD_ROWS = 4
 HEAD_NONE, HEAD_FULL, HEAD_PANELS = 0, 1, 2  # csrc: the final norm's output / the [E, V] head / its panels
-PANEL = 32  # columns of a head panel (csrc's micro-kernel width)
 MAX_KERNEL_ROWS = 64  # what one call accepts at all (csrc: MAX_B)
 
 _P = ctypes.c_void_p
@@ -201,15 +201,9 @@ def supports(model: Any, kv_dtype: torch.dtype, tp: Any = None) -> bool:
 
 
 def pack_head_panels(head_t: torch.Tensor) -> torch.Tensor:
-    """[E, V] -> [ceil(V / PANEL), E, PANEL]: panel p holds columns PANEL*p .. PANEL*p + PANEL - 1 row-major (the
-    last zero-padded), on huge pages where they can be had (huge_weights.zeros)."""
-    e, v = head_t.shape
-    p = -(-v // PANEL)
-    panels = huge_weights.zeros((p, e, PANEL), torch.float32, head_t.device)
-    full = v // PANEL
-    panels[:full].copy_(head_t[:, : full * PANEL].reshape(e, full, PANEL).permute(1, 0, 2))
-    if full < p:
-        panels[full, :, : v - full * PANEL].copy_(head_t[:, full * PANEL :])
+    """The head's panels (backends/head_panels.py) in a tensor on huge pages where they can be had."""
+    panels = huge_weights.zeros(panels_shape(*head_t.shape), torch.float32, head_t.device)
+    pack_panels(head_t.numpy(), out=panels.numpy())
     return panels
 
 

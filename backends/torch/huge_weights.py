@@ -20,49 +20,33 @@ logger = logging.getLogger(__name__)
 ALIGN = 64  # each tensor's start in the arena: a cache line (the kernel's vector loads)
 
 
-def _distinct(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    seen: set[int] = set()
-    out = []
-    for t in tensors:
-        ptr = t.untyped_storage().data_ptr()
-        if ptr not in seen:
-            seen.add(ptr)
-            out.append(t)
-    return out
-
-
 def move_to_huge_pages(model: torch.nn.Module) -> tuple[HugePageResult, Arena | None]:
     """Copy the model's CPU parameters into an Arena and point them there. Returns what was granted and the
     arena (keep it alive as long as the model). Tensors that share storage with another (a tied head) or are
     views into a larger storage keep sharing: each distinct storage moves whole, its tensors re-pointed into
     the moved copy at their own offsets."""
     params = [p for p in model.parameters() if p.device.type == "cpu"]
-    reason = unavailable_reason()
-    requested = sum(t.untyped_storage().nbytes() for t in _distinct(params))
-    if reason or not params:
-        return HugePageResult(requested, 0, reason or "no CPU parameters"), None
-    storages = _distinct(params)
-    offsets: dict[int, int] = {}
+    offsets: dict[int, int] = {}  # a distinct storage's data pointer -> its byte offset in the arena
+    storages = []
     total = 0
-    for t in storages:
-        offsets[t.untyped_storage().data_ptr()] = total
-        total += (t.untyped_storage().nbytes() + ALIGN - 1) // ALIGN * ALIGN
-    arena = Arena(total)
-    if arena.advised:
-        return HugePageResult(requested, 0, arena.advised), None
-    whole = torch.frombuffer(arena.buffer, dtype=torch.uint8)
-    for t in storages:  # copy each storage's bytes (pages are placed, huge where granted, at this first touch)
+    for t in params:
         src = t.untyped_storage()
+        if src.data_ptr() not in offsets:
+            offsets[src.data_ptr()] = total
+            storages.append(src)
+            total += (src.nbytes() + ALIGN - 1) // ALIGN * ALIGN  # cache-line starts: any dtype's view aligns
+    requested = sum(src.nbytes() for src in storages)
+    reason = unavailable_reason() or ("" if params else "no CPU parameters")
+    arena = None if reason else Arena(total)
+    if arena is None or arena.advised:
+        return HugePageResult(requested, 0, reason or arena.advised), None
+    whole = torch.frombuffer(arena.buffer, dtype=torch.uint8)
+    for src in storages:  # copy each storage's bytes (pages are placed, huge where granted, at this first touch)
         start = offsets[src.data_ptr()]
-        dst = whole[start : start + src.nbytes()]
-        dst.copy_(torch.empty(0, dtype=torch.uint8).set_(src, 0, (src.nbytes(),), (1,)))
+        whole[start : start + src.nbytes()].copy_(torch.empty(0, dtype=torch.uint8).set_(src))
     with torch.no_grad():
         for t in params:
-            base = offsets[t.untyped_storage().data_ptr()]
-            size = t.element_size()
-            region = whole[base:].view(t.dtype) if base % size == 0 else None
-            if region is None:  # storages start on cache lines: never taken, kept as a guard
-                raise RuntimeError("huge-page arena misaligned for its dtype")
+            region = whole[offsets[t.untyped_storage().data_ptr()] :].view(t.dtype)
             t.set_(region.untyped_storage(), region.storage_offset() + t.storage_offset(), t.shape, t.stride())
     return arena.result(), arena
 

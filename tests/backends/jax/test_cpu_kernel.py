@@ -7,6 +7,7 @@ import jax
 import numpy as np
 import pytest
 
+from backends.head_panels import PANEL, pack_panels
 from backends.jax import cpu_kernel
 
 ATOL = 1e-3  # the backends' parity bound; kernel and XLA agree to ~1e-5 here
@@ -118,8 +119,8 @@ def test_bad_block_table_is_an_error_not_a_crash(tiny, kit):
 def test_pack_panels_layout():
     """Panel p holds columns 32p .. 32p + 31 of the [E, V] head, row-major; the last panel zero-padded."""
     head_t = np.arange(3 * 70, dtype=np.float32).reshape(3, 70)
-    panels = cpu_kernel.pack_panels(head_t)
-    assert panels.shape == (3, 3, cpu_kernel.PANEL) and panels.flags.c_contiguous
+    panels = pack_panels(head_t)
+    assert panels.shape == (3, 3, PANEL) and panels.flags.c_contiguous
     np.testing.assert_array_equal(panels[1], head_t[:, 32:64])
     np.testing.assert_array_equal(panels[2, :, :6], head_t[:, 64:])
     assert not panels[2, :, 6:].any()

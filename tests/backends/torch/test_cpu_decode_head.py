@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from backends.head_panels import PANEL
 from backends.runner_driver import tiny_config
 from backends.torch import TorchModelRunner
-from backends.torch.cpu_decode import HEAD_FULL, HEAD_NONE, HEAD_PANELS, PANEL, load_library, pack_head_panels
+from backends.torch.cpu_decode import HEAD_FULL, HEAD_NONE, HEAD_PANELS, load_library, pack_head_panels
 from backends.torch.weights import build_model, random_state_dict
 from engine.model_runner import KVCacheSpec
 

@@ -157,14 +157,17 @@ def _least_predicted_cost(chosen, request, snapshot, config, policy) -> None:
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9, abs=1e-12)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.sampled_from(CONFIGS),
+# a pool of node load profiles, the picks from it, the routing history, the request: both tests draw these
+FLEET_CASES = (
     st.lists(profiles, min_size=1, max_size=6),
     st.lists(st.integers(0, 5), min_size=1, max_size=14),
     st.lists(st.tuples(requests, st.integers(0, 13)), max_size=6),
     requests,
 )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(CONFIGS), *FLEET_CASES)
 def test_kernel_numpy_and_python_choose_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
     _check_alike(config, pool, picks, history, spec)
 
@@ -173,13 +176,7 @@ GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.sampled_from(GATED),
-    st.lists(profiles, min_size=1, max_size=6),
-    st.lists(st.integers(0, 5), min_size=1, max_size=14),
-    st.lists(st.tuples(requests, st.integers(0, 13)), max_size=6),
-    requests,
-)
+@given(st.sampled_from(GATED), *FLEET_CASES)
 def test_bin_packing_gated_by_tpot_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
     """The same check, more often, on the configs whose bin packing needs the TPOT target met
     (slo_pack_needs_tpot): the gate's TPOT and the prefix credit's re-check of it agree on all three paths."""
