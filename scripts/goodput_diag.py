@@ -18,9 +18,9 @@ from sim.report import Slo, summarize
 from sim.workload import load_trace, scale_to_load
 
 
-def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict, slo: Slo) -> dict:
+def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict, slo: Slo, split: str = "tune") -> dict:
     fleet = load_fleet(fleet_name)
-    base = load_trace(trace).split("tune")
+    base = load_trace(trace).split(split)
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
     workload = scale_to_load(base, load, capacity)
     config = default_router_config(fleet, policy, 0)
@@ -70,10 +70,17 @@ def main() -> None:
     parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
     parser.add_argument("--slo-ttft", type=float, default=1.0)
     parser.add_argument("--slo-tpot", type=float, default=0.1)
+    parser.add_argument("--split", default="tune", help="tune (where knobs may be tuned) or eval (diagnosis only)")
     args = parser.parse_args()
     for policy in args.policy.split(","):
         out = diagnose(
-            args.trace, args.fleet, args.load, policy, json.loads(args.knobs), Slo(args.slo_ttft, args.slo_tpot)
+            args.trace,
+            args.fleet,
+            args.load,
+            policy,
+            json.loads(args.knobs),
+            Slo(args.slo_ttft, args.slo_tpot),
+            args.split,
         )
         print(json.dumps(out), flush=True)
 

@@ -34,6 +34,8 @@ TRACE_FILES = {
     "mooncake": "mooncake_synthetic.jsonl",
 }
 _MIN_TOKEN_ID = 10  # keep clear of the usual special ids
+_HEAD_TOKENS = 3  # a request's own tokens begin with its index in this many ids (PromptFactory.own_tokens)
+_POOL_TOKENS = 1 << 16  # the seeded pool the rest of a request's own tokens are read from
 # The tuning split: hardware_aware's knobs (controlplane/router/router_config.py) may be tuned on the first
 # fifth of each trace only; reports use the rest (``zoo sim --split eval``) or the whole trace
 TUNE_SHARE = 0.2
@@ -233,13 +235,24 @@ def scale_to_load(workload: Workload, load: float, capacity_req_per_s: float) ->
 
 
 class PromptFactory:
-    """Deterministic prompt token ids for the requests of a workload (see the module docstring)."""
+    """Deterministic prompt token ids for the requests of a workload (see the module docstring).
+
+    A request's own tokens (after its hash-id blocks) begin with a head of ``_HEAD_TOKENS`` ids that spell its
+    index in base ``vocab_size - _MIN_TOKEN_ID`` (so no two requests' own tokens share a first block: their
+    hash chains part there, whatever follows), then run on through one seeded pool of random ids from an
+    offset drawn from the index, wrapping round: a list slice per request instead of a generator per request.
+    """
 
     def __init__(self, vocab_size: int, seed: int = 0, max_cached_blocks: int = 4096) -> None:
         self.vocab_size = vocab_size
         self.seed = seed
         self._blocks: OrderedDict[int, list[int]] = OrderedDict()
         self._max_cached_blocks = max_cached_blocks
+        self._base = vocab_size - _MIN_TOKEN_ID
+        if self._base < 2:
+            raise ValueError(f"vocab_size must be > {_MIN_TOKEN_ID + 1}, got {vocab_size}")
+        rng = np.random.default_rng((seed, 2))
+        self._pool: list[int] = rng.integers(_MIN_TOKEN_ID, vocab_size, _POOL_TOKENS).tolist()
 
     def block(self, hash_id: int) -> list[int]:
         """The MOONCAKE_BLOCK_TOKENS tokens of prefix block ``hash_id`` (same id → same tokens)."""
@@ -254,6 +267,23 @@ class PromptFactory:
             self._blocks.popitem(last=False)
         return tokens
 
+    def own_tokens(self, index: int, count: int) -> list[int]:
+        """``count`` ids unique to request ``index``: its head (the index spelt out), then the pool from an
+        offset drawn from the index."""
+        base, head = self._base, []
+        for _ in range(_HEAD_TOKENS):
+            index, digit = divmod(index, base)
+            head.append(_MIN_TOKEN_ID + digit)
+        if count <= _HEAD_TOKENS:
+            return head[:count]
+        pool = self._pool
+        offset = ((head[0] * 0x9E3779B1) ^ (head[1] * 0x85EBCA77) ^ head[2]) % _POOL_TOKENS
+        rest = count - _HEAD_TOKENS
+        tokens = head + pool[offset : offset + rest]
+        while len(tokens) < count:  # wrap round the pool
+            tokens += pool[: count - len(tokens)]
+        return tokens
+
     def prompt_token_ids(self, request: TraceRequest, index: int) -> list[int]:
         """``request.num_prompt_tokens`` ids: its hash-id blocks, then tokens unique to request ``index``."""
         n = request.num_prompt_tokens
@@ -263,7 +293,6 @@ class PromptFactory:
                 break
             tokens.extend(self.block(hash_id))
         if len(tokens) < n:
-            rng = np.random.default_rng((self.seed, 2, index))
-            tokens.extend(rng.integers(_MIN_TOKEN_ID, self.vocab_size, n - len(tokens)).tolist())
+            tokens.extend(self.own_tokens(index, n - len(tokens)))
         del tokens[n:]
         return tokens

@@ -27,6 +27,18 @@ def test_equal_hash_ids_give_equal_token_blocks_and_others_are_unique():
     assert plain[0] != plain[1] and min(plain[0]) >= 10
 
 
+def test_own_tokens_never_share_a_first_block_and_wrap_round_the_pool():
+    factory = PromptFactory(vocab_size=1000, seed=3)
+    firsts = {tuple(factory.own_tokens(i, 16)) for i in range(5000)}
+    assert len(firsts) == 5000  # the head spells the index: 5,000 distinct first blocks
+    long = factory.own_tokens(12, 3 * (1 << 16) + 5)  # longer than the pool: wraps round, still in range
+    assert len(long) == 3 * (1 << 16) + 5 and min(long) >= 10 and max(long) < 1000
+    assert factory.own_tokens(12, 2) == long[:2] and PromptFactory(1000, seed=3).own_tokens(12, 700) == long[:700]
+    assert PromptFactory(1000, seed=4).own_tokens(12, 700)[3:] != long[3:700]  # the seed picks the pool
+    with pytest.raises(ValueError):
+        PromptFactory(vocab_size=11)
+
+
 def test_synthetic_arrivals_hit_their_rate_and_burstiness():
     poisson = synthetic(4000, 20.0, seed=1)
     assert poisson.rate_req_per_s == pytest.approx(20.0, rel=0.1)
