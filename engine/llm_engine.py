@@ -38,7 +38,6 @@ from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
 
 STEP_RECORDS_KEPT = 4096
-_RUNNING = RequestStatus.RUNNING
 
 
 class EngineTokenizer(Protocol):
@@ -294,6 +293,7 @@ class LLMEngine:
         tracked = self._tracked.get(req_id)
         if tracked is None:
             return None
+        self.scheduler.sync_request(req_id)
         request = tracked.request
         on_device = request.status is RequestStatus.RUNNING
         kv = self.scheduler.kv_cache_manager
@@ -308,7 +308,10 @@ class LLMEngine:
     def num_output_tokens(self, req_id: str) -> int:
         """The tokens an unfinished request has generated so far (0 for one this engine does not hold)."""
         tracked = self._tracked.get(req_id)
-        return 0 if tracked is None else tracked.request.num_output_tokens
+        if tracked is None:
+            return 0
+        self.scheduler.sync_request(req_id)
+        return tracked.request.num_output_tokens
 
     @property
     def num_unfinished_requests(self) -> int:
@@ -429,12 +432,7 @@ class LLMEngine:
             tracked = tracked_of(update.req_id)
             if tracked is not None:
                 outputs.append(self._process_update(tracked, update, now))
-        for request in decode.requests:
-            if request.status is _RUNNING:  # did not finish (the finished ones' outputs said so)
-                metrics = request.metrics  # the tracked request's (a running request is tracked)
-                metrics.first_token_time_s = metrics.first_token_time_s or now
-                metrics.last_token_time_s = now
-                metrics.num_output_tokens += 1
+        # each other decode row got a token: its fields and metrics say so when next read (engine/decode_cohort.py)
         for update in updates:
             tracked = tracked_of(update.req_id)
             if tracked is not None:
@@ -492,14 +490,7 @@ class LLMEngine:
             tracked = self._tracked.get(update.req_id)
             if tracked is not None:
                 outputs.append(self._process_update(tracked, update, now))
-        if finished_only:  # the others' metrics, as _process_update keeps them
-            num_steps = plan.num_steps
-            for request in plan.run.requests:
-                if request.status is _RUNNING:  # did not finish
-                    metrics = request.metrics  # the tracked request's (a running request is tracked)
-                    metrics.first_token_time_s = metrics.first_token_time_s or now
-                    metrics.last_token_time_s = now
-                    metrics.num_output_tokens += num_steps
+        # finished_only: the others' tokens and metrics are added when next read (engine/decode_cohort.py)
         return outputs
 
     def _record_step(self, batch, step_time_s: float, now: float) -> None:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
+from engine.decode_cohort import DecodeCohort
 from engine.kv import KVCacheManager
 from engine.mixed_step import allocate_decode_rows, commit_decode_rows, plan_decode_rows
 from engine.multi_step import DecodeRun, commit_decode_run, kv_step_limit, plan_decode_run
@@ -94,7 +95,7 @@ class Scheduler(RemoteSwapMixin):
         self._next_admission_order = itertools.count()
         self._finished_req_ids: list[str] = []  # reported in the next SchedulerOutput
         self._next_step_id = 0
-        self._rows_after: DecodeRun | None = None  # the next step's decode rows, planned ahead (multi_step.py)
+        self._cohort: DecodeCohort | None = None  # the leading decode rows, held lazily (engine/decode_cohort.py)
         self._counters = SchedulerCounters()
         self._events: deque[SchedulerEvent] = deque(maxlen=MAX_PENDING_EVENTS)
         factor = scheduler_config.stall_factor  # stall-free batching: LLMEngine feeds its step-time fit
@@ -132,6 +133,7 @@ class Scheduler(RemoteSwapMixin):
             request = self._requests.get(req_id)
             if request is None or request.is_finished:
                 continue
+            self._leave_cohort(req_id)
             if request.status is RequestStatus.RUNNING:
                 self._running.remove(request)
             elif request.status is RequestStatus.SWAPPED:
@@ -148,17 +150,50 @@ class Scheduler(RemoteSwapMixin):
 
     def running_requests(self) -> list[Request]:
         """The running requests, oldest first (a copy; the speculator sets their drafts)."""
+        self.sync_decode_rows()
         return list(self._running)
 
     def get_request(self, req_id: str) -> Request | None:
         """Unfinished requests, and finished ones until the next ``schedule()``."""
+        self.sync_request(req_id)
         return self._requests.get(req_id)
+
+    # -- the decode rows held lazily (engine/decode_cohort.py) -------------------------------------
+
+    def sync_decode_rows(self, drop: bool = False) -> None:
+        """Bring every row the cohort holds up to date (its tokens, computed tokens, metrics); drop: and end the
+        cohort (a plain step changes the rows its own way)."""
+        cohort = self._cohort
+        if cohort is not None:
+            cohort.sync_all()
+            if drop:
+                self._cohort = None
+
+    def sync_request(self, req_id: str) -> None:
+        """Bring one request up to date, if the cohort holds it (its readers outside the scheduler)."""
+        cohort = self._cohort
+        if cohort is not None:
+            row = cohort.rows_by_id.get(req_id)
+            if row is not None:
+                cohort.sync_tokens(row, cohort.step)
+                cohort.sync_metrics(row, cohort.step)
+
+    def _leave_cohort(self, req_id: str) -> None:
+        cohort = self._cohort
+        if cohort is not None:
+            row = cohort.rows_by_id.get(req_id)
+            if row is not None:
+                cohort.sync_tokens(row, cohort.step)
+                cohort.sync_metrics(row, cohort.step)
+                cohort.leave(row)
 
     # -- one step --------------------------------------------------------------------------------
 
     def schedule(self, decode: DecodeRun | None = None) -> SchedulerOutput:
         """decode: the step's leading pure decode rows, planned by ``plan_decode_rows`` just before: they are
         scheduled in bulk and left out of the output (engine/mixed_step.py); the rest is scheduled as usual."""
+        if decode is None and self._cohort is not None:
+            self.sync_decode_rows(drop=True)
         output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._begin_schedule())
         self._next_step_id += 1
 

@@ -4,8 +4,6 @@ step times, finishes — whatever the rest of the step does (admissions, prompt 
 
 from __future__ import annotations
 
-import dataclasses
-
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 from tests.engine.test_multi_step import _engine, _state
@@ -107,53 +105,48 @@ def test_no_bulk_rows_without_a_runner_that_prices_them_or_with_text():
 
 
 def _fields(run):
-    return (
-        [r.req_id for r in run.requests],
-        run.token_id,
-        run.max_steps,
-        run.kv_read,
-        run.starts,
-        run.table_lens,
-        sorted(run.stop_rows),
-        run.opening,
-        run.lefts,
-        run.lagging,
-    )
+    return ([r.req_id for r in run.requests], run.token_id, run.max_steps, run.kv_read, run.first_step)
+
+
+def _rows(cohort):
+    """Each row of the cohort as of its step: what a fresh join gives it (engine/decode_cohort.py)."""
+    if cohort is None:
+        return []
+    stops = {id(row): step for step, _, row in cohort.stops if row.alive}
+    return [
+        (row.request.req_id, row.origin + cohort.step, row.table_len, row.open_step, row.fill_step, stops[id(row)])
+        for row in cohort.rows
+    ]
 
 
 def _check_rows_ahead(engine) -> tuple[bool, bool]:
-    """The rows the last decode run or mixed step planned ahead, read on by a mixed step's plan and by a decode
-    run's: what fresh plans find (then put back, for the next step to take); whether there were any, and
-    whether a run could be planned on them."""
+    """The rows the scheduler holds lazily from the last decode run or mixed step, read on by a mixed step's plan
+    and by a decode run's: the same rows, events and plans as a fresh cohort reading every row finds (which stays
+    in place); whether there were any, and whether a run could be planned on them."""
     scheduler = engine.scheduler
-    ahead = scheduler._rows_after
-    if ahead is None:
+    if scheduler._cohort is None or not len(scheduler._cohort):
         return False, False
-    assert ahead.step_id == scheduler._next_step_id
-    lists = ("requests", "starts", "table_lens", "stop_rows", "opening", "lefts", "lagging")
-    kept = dataclasses.replace(ahead, **{f: list(getattr(ahead, f)) for f in lists})
     token_id = engine.runner.decode_token_id
-    # a decode run planned now (plan_decode_run reads only the rows after them, and leaves them in place)
-    runs = [scheduler.plan_decode_run(token_id, 1024)]
-    assert scheduler._rows_after is ahead
-    scheduler._rows_after = None
-    runs.append(scheduler.plan_decode_run(token_id, 1024))
-    assert [None if r is None else _fields(r) for r in runs] == [None if runs[1] is None else _fields(runs[1])] * 2
-    scheduler._rows_after = ahead
-    with_ahead = scheduler.plan_decode_rows(token_id)
-    taken = scheduler._rows_after is None  # else a check before the rows said no (a priority swap, a pin)
-    scheduler._rows_after = None
-    fresh = scheduler.plan_decode_rows(token_id)
-    assert (None if with_ahead is None else _fields(with_ahead)) == (None if fresh is None else _fields(fresh))
-    scheduler._rows_after = kept
-    return taken and with_ahead is not None, runs[0] is not None
+    found = []
+    for fresh in (False, True):
+        if fresh:
+            scheduler.sync_decode_rows(drop=True)
+        run = scheduler.plan_decode_run(token_id, 1024)
+        rows = scheduler.plan_decode_rows(token_id)
+        cohort = scheduler._cohort
+        catch_up = [] if cohort is None else [r.request.req_id for r in cohort.catch_up]
+        found.append(
+            (None if run is None else _fields(run), None if rows is None else _fields(rows), _rows(cohort), catch_up)
+        )
+    assert found[0] == found[1]
+    return found[0][1] is not None, found[0][0] is not None
 
 
 def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
     """A decode run (cut short by an arrival, the simulator's common case, or ended by a finish) and a mixed step
-    plan the next step's leading decode rows at the cost of their own pass (multi_step.rows_after): the same rows,
-    stops and block openings plan_decode_rows finds reading every row, and the steps taken with them leave the
-    engine as plain steps do."""
+    leave their rows to the next step, held lazily (engine/decode_cohort.py): the same rows, stops and block
+    events a fresh cohort finds reading every row, and the steps taken with them leave the engine as plain steps
+    do."""
     from tests.engine.test_multi_step import _plain_step, _twins
 
     prompts = [_prompt(i, n) for i, n in enumerate([5, 16, 31, 40, 47, 12])]
@@ -176,18 +169,19 @@ def test_rows_planned_ahead_are_the_rows_a_fresh_plan_finds():
         assert _check_rows_ahead(fast)[0]
         _add(pair, f"new{num_steps}", _prompt(99, 40))  # the arrival: its prompt rides with the rows
         for step in range(300):
-            checked, run_planned = _check_rows_ahead(fast)
-            num_checked += checked
-            num_runs_planned += run_planned
+            if step % 3 == 0:  # (between the checks the rows stay lazy over several steps)
+                checked, run_planned = _check_rows_ahead(fast)
+                num_checked += checked
+                num_runs_planned += run_planned
             if step % 11 == 5:
                 _add(pair, f"more{num_steps}-{step}", _prompt(step, 20 + step % 30))
             if not _step(pair) and not plain.has_unfinished_requests():
                 break
         assert _state(fast) == _state(plain)
-    assert num_cuts >= 4 and num_checked > 100 and num_runs_planned > 10
+    assert num_cuts >= 4 and num_checked > 30 and num_runs_planned > 3
 
 
-def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
+def test_an_aborted_row_leaves_the_rows_held_and_keeps_its_tokens():
     pair = _pair()
     for i, n in enumerate([20, 33]):
         _add(pair, f"r{i}", _prompt(i, n))
@@ -195,13 +189,17 @@ def test_rows_planned_ahead_are_dropped_once_the_scheduler_moved_on():
     while (plan := fast.plan_decode_steps(clock.now(), float("inf"))) is None:
         _step(pair)
     plan.truncate(2)
+    before = fast.scheduler.get_request("r0").num_output_tokens
     clock.now_s = plan.end_s
     fast.finish_decode_steps(plan, finished_only=True)
-    ahead = fast.scheduler._rows_after
-    assert ahead is not None and ahead.step_id == fast.scheduler._next_step_id
+    cohort = fast.scheduler._cohort
+    assert [r.req_id for r in cohort.requests] == ["r0", "r1"] and cohort.step == fast.scheduler._next_step_id
     fast.scheduler.finish_requests(["r0"], FinishReason.ABORT)  # the running set changed
+    assert [r.req_id for r in cohort.requests] == ["r1"] and "r0" not in cohort.rows_by_id
     fresh = fast.scheduler.plan_decode_rows(plan.run.token_id)
     assert [r.req_id for r in fresh.requests] == ["r1"]
+    r0 = fast.scheduler.get_request("r0")  # its tokens up to the abort: the run's two steps
+    assert r0.num_output_tokens == before + 2 and r0.is_finished
 
 
 def _lag(pair, req_id):
@@ -211,7 +209,7 @@ def _lag(pair, req_id):
         kv = engine.scheduler.kv_cache_manager
         assert kv._num_cached_blocks.get(req_id, 0) >= 2
         kv._num_cached_blocks[req_id] = 0
-        engine.scheduler._rows_after = None  # planned before the lag was made
+        engine.scheduler.sync_decode_rows(drop=True)  # the rows joined before the lag was made
 
 
 def test_lagging_registrations_are_caught_up_as_plain_steps_do():
