@@ -269,3 +269,25 @@ def current_cohort(scheduler: Any, token_id: int) -> DecodeCohort:
     cohort = DecodeCohort(token_id, scheduler.kv_cache_manager.block_size, step, scheduler._clock.now())
     scheduler._cohort = cohort
     return cohort
+
+
+def sync_cohort(scheduler: Any, drop: bool) -> None:
+    """``Scheduler.sync_decode_rows``: every row of the cohort up to date; drop: and the cohort ended."""
+    cohort = scheduler._cohort
+    if cohort is not None:
+        cohort.sync_all()
+        if drop:
+            scheduler._cohort = None
+
+
+def sync_cohort_row(scheduler: Any, req_id: str, leave: bool = False) -> None:
+    """``Scheduler.sync_request``: the request up to date if the cohort holds it; leave: and out of it (an
+    abort: its blocks are freed by the caller)."""
+    cohort = scheduler._cohort
+    if cohort is not None:
+        row = cohort.rows_by_id.get(req_id)
+        if row is not None:
+            cohort.sync_tokens(row, cohort.step)
+            cohort.sync_metrics(row, cohort.step)
+            if leave:
+                cohort.leave(row)

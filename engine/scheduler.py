@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput, TokenLogprob
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
-from engine.decode_cohort import DecodeCohort
+from engine.decode_cohort import DecodeCohort, sync_cohort, sync_cohort_row
 from engine.kv import KVCacheManager
 from engine.mixed_step import allocate_decode_rows, commit_decode_rows, plan_decode_rows
 from engine.multi_step import DecodeRun, commit_decode_run, kv_step_limit, plan_decode_run
@@ -133,7 +133,7 @@ class Scheduler(RemoteSwapMixin):
             request = self._requests.get(req_id)
             if request is None or request.is_finished:
                 continue
-            self._leave_cohort(req_id)
+            sync_cohort_row(self, req_id, leave=True)
             if request.status is RequestStatus.RUNNING:
                 self._running.remove(request)
             elif request.status is RequestStatus.SWAPPED:
@@ -158,42 +158,21 @@ class Scheduler(RemoteSwapMixin):
         self.sync_request(req_id)
         return self._requests.get(req_id)
 
-    # -- the decode rows held lazily (engine/decode_cohort.py) -------------------------------------
-
     def sync_decode_rows(self, drop: bool = False) -> None:
-        """Bring every row the cohort holds up to date (its tokens, computed tokens, metrics); drop: and end the
-        cohort (a plain step changes the rows its own way)."""
-        cohort = self._cohort
-        if cohort is not None:
-            cohort.sync_all()
-            if drop:
-                self._cohort = None
+        """Bring every row the cohort holds up to date (tokens, computed tokens, metrics); drop: and end it."""
+        sync_cohort(self, drop)
 
     def sync_request(self, req_id: str) -> None:
-        """Bring one request up to date, if the cohort holds it (its readers outside the scheduler)."""
-        cohort = self._cohort
-        if cohort is not None:
-            row = cohort.rows_by_id.get(req_id)
-            if row is not None:
-                cohort.sync_tokens(row, cohort.step)
-                cohort.sync_metrics(row, cohort.step)
-
-    def _leave_cohort(self, req_id: str) -> None:
-        cohort = self._cohort
-        if cohort is not None:
-            row = cohort.rows_by_id.get(req_id)
-            if row is not None:
-                cohort.sync_tokens(row, cohort.step)
-                cohort.sync_metrics(row, cohort.step)
-                cohort.leave(row)
+        """Bring one request up to date, if the cohort holds it (for its readers outside the scheduler)."""
+        sync_cohort_row(self, req_id)
 
     # -- one step --------------------------------------------------------------------------------
 
     def schedule(self, decode: DecodeRun | None = None) -> SchedulerOutput:
         """decode: the step's leading pure decode rows, planned by ``plan_decode_rows`` just before: they are
         scheduled in bulk and left out of the output (engine/mixed_step.py); the rest is scheduled as usual."""
-        if decode is None and self._cohort is not None:
-            self.sync_decode_rows(drop=True)
+        if decode is None:  # a plain step: the rows held lazily (engine/decode_cohort.py) catch up and are let go
+            sync_cohort(self, drop=True)
         output = SchedulerOutput(step_id=self._next_step_id, finished_req_ids=self._begin_schedule())
         self._next_step_id += 1
 
