@@ -19,12 +19,16 @@ import functools
 import hashlib
 import struct
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 _ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(b"silicon-zoo/prefix-root/v1").digest()[:8], "little")
 _NO_LORA = -1
 _HEADER = struct.Struct("<Qq")  # parent chain value, lora id (-1: none)
+_VALUE = struct.Struct("<Q")  # _HEADER's halves
+_LORA = struct.Struct("<q")
 
 
 class BlockHash(NamedTuple):
@@ -86,20 +90,27 @@ def _extend(
         digest = hashlib.sha256(_HEADER.pack(parent_value, lora) + array("q", block).tobytes()).digest()
         block_hashes.append(_new_block_hash((int.from_bytes(digest[:8], "little"), block, lora_id)))
         return block_hashes
-    append = block_hashes.append
-    # one int64 buffer for every block to hash, sliced per block (no array per block); same bytes as _chain_value
-    start, end = i * block_size, num_blocks * block_size
-    span = token_ids[start:end]
-    data = array("q", span).tobytes()  # 8 bytes per token
-    blocks = tuple(span)  # sliced per block for the BlockHash's tokens
-    pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
-    num_bytes = 8 * block_size
-    for offset in range(0, end - start, block_size):
-        first = 8 * offset
-        digest = sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()
-        parent_value = from_bytes(digest[:8], "little")
-        append(_new_block_hash((parent_value, blocks[offset : offset + block_size], lora_id)))
+    span = token_ids[i * block_size : num_blocks * block_size]
+    values = _chain_values(parent_value, lora, array("q", span).tobytes(), 8 * block_size)
+    # each block's tokens as a tuple (zip of one iterator ``block_size`` times), each BlockHash made in C
+    block_hashes.extend(map(_new_block_hash, zip(values, zip(*[iter(span)] * block_size), repeat(lora_id))))
     return block_hashes
+
+
+def _chain_values(parent_value: int, lora: int, data: bytes, num_bytes: int) -> tuple[int, ...]:
+    """The chain values of the blocks of ``data`` (each ``num_bytes`` long: the int64 tokens ``_chain_value``
+    hashes) after ``parent_value``: the same bytes hashed, one buffer sliced per block. A block's header is its
+    parent's 8-byte little-endian value, which is the first 8 bytes of the parent's digest as they are: they
+    chain without an int in between, and the ints are read in one ``unpack`` at the end."""
+    sha256 = hashlib.sha256
+    lora_bytes = _LORA.pack(lora)
+    parent = _VALUE.pack(parent_value)
+    digests = []
+    append = digests.append
+    for first in range(0, len(data), num_bytes):
+        parent = sha256(parent + lora_bytes + data[first : first + num_bytes]).digest()[:8]
+        append(parent)
+    return struct.unpack(f"<{len(digests)}Q", b"".join(digests))
 
 
 # The chains hash_full_blocks made last, by (tokens, block size, adapter), where the owner of the process turns
@@ -107,7 +118,7 @@ def _extend(
 # first lookup of a prompt reuses the router's chain instead of hashing it again (a queued request looks its
 # prompt up when it reaches the head of its node's queue: under overload, thousands of prompts later). A memo of
 # a pure function: it changes no value; bounded by the blocks it holds (~400 bytes each), oldest dropped first.
-_recent_chains: dict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = {}
+_recent_chains: OrderedDict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = OrderedDict()  # oldest first
 _recent_chain_blocks_kept = 0  # off
 _recent_chain_blocks = 0
 
@@ -133,5 +144,5 @@ def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | N
         _recent_chains[key] = chain
         _recent_chain_blocks += len(chain)
         while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:
-            _recent_chain_blocks -= len(_recent_chains.pop(next(iter(_recent_chains))))
+            _recent_chain_blocks -= len(_recent_chains.popitem(last=False)[1])  # O(1), unlike a dict's first key
     return list(chain)

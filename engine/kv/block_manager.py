@@ -199,10 +199,11 @@ class KVCacheManager:
         start = self._num_cached_blocks.get(req_id, 0)
         if num_full <= start:
             return
-        cache_block = self._device.cache_block
         chain = self._hashes(request, num_full)
-        for i in range(start, num_full):
-            cache_block(table[i], chain[i])
+        if num_full - start == 1:  # a decoding request's block that just filled
+            self._device.cache_block(table[start], chain[start])
+        else:
+            self._device.cache_blocks(table[start:num_full], chain[start:num_full])
         self._num_cached_blocks[req_id] = num_full
 
     def computed_full_block_ids(self, request: Request) -> list[int]:

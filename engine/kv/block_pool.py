@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from engine.kv.block_hash import BlockHash
 
@@ -82,19 +82,34 @@ class BlockPool:
 
     def allocate(self, num_blocks: int) -> list[int]:
         """Take ``num_blocks`` blocks, each with ref_count 1. Evicts LRU cached blocks if needed."""
-        if not self.can_allocate(num_blocks):
+        free_ids = self._free_block_ids
+        num_free = len(free_ids)
+        if num_blocks > num_free + len(self._evictable_block_ids):
             raise NoFreeBlocksError(
                 f"{self.tier.value}: need {num_blocks} blocks, {self.num_free_blocks} free of {self.num_blocks}"
             )
-        block_ids = []
-        for _ in range(num_blocks):
-            if self._free_block_ids:
-                block_id = self._free_block_ids.popleft()
-            else:
-                block_id, _ = self._evictable_block_ids.popitem(last=False)
-                self._uncache(block_id)
-            self._ref_counts[block_id] = 1
-            block_ids.append(block_id)
+        ref_counts = self._ref_counts
+        if num_blocks <= num_free:  # plain free blocks only
+            if num_blocks == 1:
+                block_id = free_ids.popleft()
+                ref_counts[block_id] = 1
+                return [block_id]
+            popleft = free_ids.popleft
+            block_ids = [popleft() for _ in range(num_blocks)]
+        else:  # every plain free block, then the least recently freed cached ones, their hashes dropped
+            block_ids = list(free_ids)
+            free_ids.clear()
+            popitem = self._evictable_block_ids.popitem
+            block_hashes, cached = self._block_hashes, self._cached_block_ids
+            for _ in range(num_blocks - num_free):
+                block_id = popitem(last=False)[0]
+                block_hash = block_hashes[block_id]
+                if block_hash is not None:  # always (an evictable block is cached): _uncache inlined
+                    del cached[block_hash.hash_value]
+                    block_hashes[block_id] = None
+                block_ids.append(block_id)
+        for block_id in block_ids:
+            ref_counts[block_id] = 1
         return block_ids
 
     def touch(self, block_ids: Iterable[int]) -> None:
@@ -110,16 +125,20 @@ class BlockPool:
         """Drop one reference from each block, in order. A block reaching zero becomes free, or, when
         it holds a registered hash, the most recently used evictable block (so callers free a table
         tail-first: its last blocks, the least likely to be shared, get evicted first)."""
+        ref_counts, block_hashes = self._ref_counts, self._block_hashes
+        evictable, free_ids = self._evictable_block_ids, self._free_block_ids
         for block_id in block_ids:
-            ref_count = self._ref_counts[block_id]
-            if ref_count <= 0:
-                raise ValueError(f"{self.tier.value}: block {block_id} freed more often than allocated")
-            self._ref_counts[block_id] = ref_count - 1
+            ref_count = ref_counts[block_id]
             if ref_count == 1:
-                if self._block_hashes[block_id] is not None:
-                    self._evictable_block_ids[block_id] = None
+                ref_counts[block_id] = 0
+                if block_hashes[block_id] is not None:
+                    evictable[block_id] = None
                 else:
-                    self._free_block_ids.append(block_id)
+                    free_ids.append(block_id)
+            elif ref_count > 1:
+                ref_counts[block_id] = ref_count - 1
+            else:
+                raise ValueError(f"{self.tier.value}: block {block_id} freed more often than allocated")
 
     # -- prefix cache ---------------------------------------------------------------------------
 
@@ -140,6 +159,22 @@ class BlockPool:
         self._block_hashes[block_id] = block_hash
         self._cached_block_ids[block_hash.hash_value] = block_id
         return True
+
+    def cache_blocks(self, block_ids: Sequence[int], block_hashes: Sequence[BlockHash]) -> None:
+        """``cache_block`` for each pair of ``block_ids`` and ``block_hashes``, in order (the same blocks
+        registered, the same duplicates skipped, the same errors, raised at the same pair)."""
+        if not self.enable_caching:
+            return
+        ref_counts, registered, cached = self._ref_counts, self._block_hashes, self._cached_block_ids
+        for block_id, block_hash in zip(block_ids, block_hashes):
+            current = registered[block_id]
+            if current is None and ref_counts[block_id] > 0:
+                hash_value = block_hash.hash_value
+                if hash_value not in cached:  # else a duplicate (or a chain-value collision): not cached
+                    registered[block_id] = block_hash
+                    cached[hash_value] = block_id
+            else:
+                self.cache_block(block_id, block_hash)  # in use under a hash already, or an error
 
     def get_cached_block(self, block_hash: BlockHash) -> int | None:
         block_id = self._cached_block_ids.get(block_hash.hash_value)
