@@ -23,9 +23,9 @@ lists, or the other way round. A stronger anchor (SGLang's radix tree) is issue 
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import islice, repeat
+from itertools import islice
 
 
 class PrefixIndex:
@@ -51,15 +51,7 @@ class PrefixIndex:
         if lru is None:
             lru = self._lru[node_id] = OrderedDict()
         holders = self._holders
-        newest_first = self._indexed(block_hashes)[: self.max_blocks_per_node][::-1]
-        fresh = dict.fromkeys(newest_first)
-        if len(fresh) == len(newest_first) and lru.keys().isdisjoint(fresh):
-            # the usual case, a chain new to this node: the loop below in C (the same LRU order, the same holders)
-            lru.update(fresh)
-            holder_sets = map(holders.setdefault, newest_first, map(set, repeat((), len(newest_first))))
-            deque(map(set.add, holder_sets, repeat(node_id)), maxlen=0)
-            newest_first = ()
-        for block_hash in newest_first:
+        for block_hash in reversed(self._indexed(block_hashes)[: self.max_blocks_per_node]):
             if block_hash in lru:
                 lru.move_to_end(block_hash)
                 continue

@@ -289,6 +289,14 @@ class KVCacheManager:
                 last = (start + num_new_tokens - 1) // block_size
                 if first == last < len(table) and self._device.ref_count(table[first]) < 2:
                     return []
+                if first >= len(table) and num_new_tokens > 0:
+                    # every new token lands past the table (a decoding request filled its last block): fresh
+                    # blocks only, nothing shared to copy; what _num_blocks_needed and _allocate would do
+                    num_new_blocks = last + 1 - len(table)
+                    if num_new_blocks > self._device.num_free_blocks:
+                        return None
+                    table.extend(self._device.allocate(num_new_blocks))
+                    return []
         num_needed, num_new_blocks, cow_indices = self._num_blocks_needed(request, num_new_tokens, prefix_hit)
         if num_needed > self._device.num_free_blocks:
             return None
