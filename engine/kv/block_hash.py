@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+import sys
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -87,7 +88,11 @@ def _extend(
     lora = _NO_LORA if lora_id is None else lora_id
     if num_blocks - i == 1:  # one block (a decoding request's): no shared buffer to slice
         block = tuple(token_ids[i * block_size : num_blocks * block_size])
-        digest = hashlib.sha256(_HEADER.pack(parent_value, lora) + array("q", block).tobytes()).digest()
+        if _LITTLE_ENDIAN:  # header and int64 tokens in one pack: the bytes _chain_value hashes
+            data = _block_struct(block_size).pack(parent_value, lora, *block)
+        else:
+            data = _HEADER.pack(parent_value, lora) + array("q", block).tobytes()
+        digest = hashlib.sha256(data).digest()
         block_hashes.append(_new_block_hash((int.from_bytes(digest[:8], "little"), block, lora_id)))
         return block_hashes
     span = token_ids[i * block_size : num_blocks * block_size]
@@ -95,6 +100,15 @@ def _extend(
     # each block's tokens as a tuple (zip of one iterator ``block_size`` times), each BlockHash made in C
     block_hashes.extend(map(_new_block_hash, zip(values, zip(*[iter(span)] * block_size), repeat(lora_id))))
     return block_hashes
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"  # array("q") writes native int64s: "<q" here
+
+
+@functools.cache
+def _block_struct(block_size: int) -> struct.Struct:
+    """A block's whole message, header and tokens (little-endian hosts)."""
+    return struct.Struct(f"<Qq{block_size}q")
 
 
 def _chain_values(parent_value: int, lora: int, data: bytes, num_bytes: int) -> tuple[int, ...]:
