@@ -68,11 +68,22 @@ def extend_block_hashes(
     if i >= num_blocks:
         return block_hashes
     if i == 0 and _recent_chains:  # the same tokens' chain, made moments ago (a router and a node in one process)
-        chain = _recent_chains.get((tuple(token_ids), block_size, lora_id))
+        data = _token_bytes(token_ids)
+        chain = None if data is None else _recent_chains.get((data, block_size, lora_id))
         if chain is not None:
             block_hashes.extend(chain[:num_blocks])
             return block_hashes
+        return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks, data)
     return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks)
+
+
+def _token_bytes(token_ids: Sequence[int]) -> bytes | None:
+    """Every token as the int64 ``_chain_value`` hashes (None where one is not an int64): the memo's key, and the
+    bytes the chain hashes (a slice of them)."""
+    try:
+        return array("q", token_ids).tobytes()
+    except (TypeError, OverflowError):
+        return None
 
 
 def _extend(
@@ -82,8 +93,10 @@ def _extend(
     lora_id: int | None,
     i: int,
     num_blocks: int,
+    data: bytes | None = None,
 ) -> list[BlockHash]:
-    """``extend_block_hashes`` from block ``i`` (its length) to ``num_blocks`` (> i, full blocks), computed."""
+    """``extend_block_hashes`` from block ``i`` (its length) to ``num_blocks`` (> i, full blocks), computed
+    (``data``: ``_token_bytes(token_ids)`` where the caller has them)."""
     parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
     if num_blocks - i == 1:  # one block (a decoding request's): no shared buffer to slice
@@ -96,7 +109,9 @@ def _extend(
         block_hashes.append(_new_block_hash((int.from_bytes(digest[:8], "little"), block, lora_id)))
         return block_hashes
     span = token_ids[i * block_size : num_blocks * block_size]
-    values = _chain_values(parent_value, lora, array("q", span).tobytes(), 8 * block_size)
+    num_bytes = 8 * block_size
+    data = array("q", span).tobytes() if data is None else data[i * num_bytes : num_blocks * num_bytes]
+    values = _chain_values(parent_value, lora, data, num_bytes)
     # each block's tokens as a tuple (zip of one iterator ``block_size`` times), each BlockHash made in C
     block_hashes.extend(map(_new_block_hash, zip(values, zip(*[iter(span)] * block_size), repeat(lora_id))))
     return block_hashes
@@ -132,7 +147,8 @@ def _chain_values(parent_value: int, lora: int, data: bytes, num_bytes: int) -> 
 # first lookup of a prompt reuses the router's chain instead of hashing it again (a queued request looks its
 # prompt up when it reaches the head of its node's queue: under overload, thousands of prompts later). A memo of
 # a pure function: it changes no value; bounded by the blocks it holds (~400 bytes each), oldest dropped first.
-_recent_chains: OrderedDict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = OrderedDict()  # oldest first
+# keyed by (the tokens as int64 bytes: _token_bytes, block size, adapter), oldest first
+_recent_chains: OrderedDict[tuple[bytes, int, int | None], list[BlockHash]] = OrderedDict()
 _recent_chain_blocks_kept = 0  # off
 _recent_chain_blocks = 0
 
@@ -150,11 +166,14 @@ def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | N
     global _recent_chain_blocks
     if not _recent_chain_blocks_kept:
         return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
-    key = (tuple(token_ids), block_size, lora_id)
+    data = _token_bytes(token_ids)
+    if data is None:  # not all int64s: hashed as ever (an error where a full block holds one), not kept
+        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+    key = (data, block_size, lora_id)  # bytes: hashed and compared in C, freed without touching a token
     chain = _recent_chains.get(key)
     if chain is None:
         num_blocks = len(token_ids) // block_size
-        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks) if num_blocks else []
+        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks, data) if num_blocks else []
         _recent_chains[key] = chain
         _recent_chain_blocks += len(chain)
         while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:
