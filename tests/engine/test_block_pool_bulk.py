@@ -126,3 +126,28 @@ def test_free_of_an_unused_block_raises():
     pool.free([a])
     with pytest.raises(ValueError, match="freed more often than allocated"):
         pool.free([a])
+
+
+def test_revived_blocks_leave_stale_lru_entries_that_compaction_drops():
+    """Reviving and freeing cached blocks again and again (a shared prefix) grows the LRU deque by stale entries;
+    past twice the pool it is rebuilt, and the order, the evictions and the counts stay the reference's."""
+    pool, ref = BlockPool(Tier.DEVICE, 6, enable_caching=True), _Reference(6)
+    table = pool.allocate(4)
+    assert table == ref.allocate(4)
+    pool.cache_blocks(table, [_hash(b) for b in table])
+    for b in table:
+        ref.cache_block(b, _hash(b))
+    pool.free(reversed(table))
+    ref.free(reversed(table))
+    for k in range(100):
+        shared = table[: 1 + k % 4]
+        pool.touch(shared)
+        ref.touch(shared)
+        pool.free(reversed(shared))
+        ref.free(reversed(shared))
+        assert len(pool._lru) <= 2 * pool.num_blocks + 64 + len(shared)
+        _same(pool, ref)
+    assert pool.num_free_blocks == 6
+    got = pool.allocate(6)
+    assert got == ref.allocate(6)  # two plain free blocks, then the four cached ones in LRU order
+    _same(pool, ref)
