@@ -39,9 +39,12 @@ log, so a policy re-derives only the nodes that changed since its last snapshot 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import operator
 from collections import deque
 from dataclasses import dataclass
+from itertools import repeat
 
 from backends.kv_link_model import check_place_name
 from controlplane.router.node_changes import NodeChangeLog
@@ -107,15 +110,24 @@ class RegistryStats:
 class _LiveView(NodeView):
     """A NodeView that compares by identity: the registry makes one object per node state, and policies
     find changed nodes by comparing snapshot tuples, which calls ``__eq__`` on every changed position
-    (the generated field-by-field one costs ~2 µs). Value comparison: ``_same_values``."""
+    (the generated field-by-field one costs ~2 µs). The registry compares values as tuples (``_Node.view_values``)."""
 
     __slots__ = ()
     __eq__ = object.__eq__
     __hash__ = object.__hash__
 
 
-def _same_values(a: NodeView, b: NodeView | None) -> bool:
-    return b is not None and NodeView.__eq__(a, b) is True
+_VIEW_FIELDS = tuple(field.name for field in dataclasses.fields(NodeView))
+_VIEW_SETTERS = tuple(getattr(NodeView, name).__set__ for name in _VIEW_FIELDS)  # the slots' own setters
+
+
+def _new_live_view(values: tuple) -> _LiveView:
+    """``_LiveView(*values)`` (values: every field, in order) at half the cost: the frozen dataclass's ``__init__``
+    sets each field through ``object.__setattr__``; this sets the slots directly, in one C loop. NodeView has no
+    ``__post_init__`` nor field converters to skip (tests/controlplane/test_registry_views.py checks it)."""
+    view = object.__new__(_LiveView)
+    deque(map(operator.call, _VIEW_SETTERS, repeat(view), values), maxlen=0)
+    return view
 
 
 class _Group:
@@ -158,7 +170,7 @@ def _node_id_of(view: NodeView) -> str:
 class _Node:
     __slots__ = (
         "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state",
-        "unreported_prefill", "view",
+        "unreported_prefill", "view", "view_values",
     )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
@@ -171,6 +183,7 @@ class _Node:
         self.num_routed_total = 0
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
+        self.view_values: tuple = ()  # its view's fields, in order (ClusterRegistry._refresh)
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
@@ -416,39 +429,50 @@ class ClusterRegistry:
     def _refresh(self, node: _Node) -> None:
         """Rebuild ``node``'s view and put it in its groups (at the same position)."""
         hello, report = node.hello, node.report
-        hw, kv = hello.hardware, hello.kv
-        view = _LiveView(
-            node_id=hello.node_id,
-            gpu_type=hw.gpu_type,
-            cell=hello.cell,
-            model=hello.model,
-            power_score=hello.power_score,
-            memory_bandwidth_gbps=hw.memory_bandwidth_gbps,
-            peak_tflops=hw.peak_tflops,
-            max_model_len=hello.max_model_len,
-            block_size=kv.block_size,
-            num_device_blocks=kv.num_device_blocks,
-            num_free_device_blocks=kv.num_device_blocks if report is None else report.num_free_device_blocks,
-            kv_usage=0.0 if report is None else report.kv_usage,
-            num_running=0 if report is None else report.num_running,
-            num_waiting=0 if report is None else report.num_waiting,
-            num_swapped=0 if report is None else report.num_swapped,
-            queued_prefill_tokens=0 if report is None else report.queued_prefill_tokens,
-            decode_batch_size=0 if report is None else report.decode_batch_size,
-            # measured by the node: in its reports, else at its start-up (hello); 0 = never measured
-            prefill_tok_per_s=(report.prefill_tok_per_s if report is not None else 0.0) or hello.prefill_tok_per_s,
-            decode_step_ms=(report.decode_step_ms if report is not None else 0.0) or hello.decode_step_ms,
-            num_inflight=len(node.inflight),
-            inflight_prefill_tokens=sum(node.unreported_prefill.values()),
-            max_loras=hello.max_loras,
-            lora_resident=() if report is None else tuple(report.lora_resident),
-            lora_load_s=0.0 if report is None else report.lora_load_s,
-            host=hello.host,
-            rack=hello.rack,
+        hw = hello.hardware
+        # NodeView's fields in order (_VIEW_FIELDS), compared as a tuple with the current view's before any
+        # object is made: most refreshes change a count or two, some nothing
+        if report is None:
+            load = (hello.kv.num_device_blocks, 0.0, 0, 0, 0, 0, 0, hello.prefill_tok_per_s, hello.decode_step_ms)
+            lora_resident, lora_load_s = (), 0.0
+        else:
+            load = (
+                report.num_free_device_blocks,
+                report.kv_usage,
+                report.num_running,
+                report.num_waiting,
+                report.num_swapped,
+                report.queued_prefill_tokens,
+                report.decode_batch_size,
+                # measured by the node: in its reports, else at its start-up (hello); 0 = never measured
+                report.prefill_tok_per_s or hello.prefill_tok_per_s,
+                report.decode_step_ms or hello.decode_step_ms,
+            )
+            lora_resident, lora_load_s = tuple(report.lora_resident), report.lora_load_s
+        values = (
+            hello.node_id,
+            hw.gpu_type,
+            hello.cell,
+            hello.model,
+            hello.power_score,
+            hw.memory_bandwidth_gbps,
+            hw.peak_tflops,
+            hello.max_model_len,
+            hello.kv.block_size,
+            hello.kv.num_device_blocks,
+            *load,
+            len(node.inflight),
+            sum(node.unreported_prefill.values()),
+            hello.max_loras,
+            lora_resident,
+            lora_load_s,
+            hello.host,
+            hello.rack,
         )
-        if _same_values(view, node.view):
+        if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node
-        node.view = view
+        node.view_values = values
+        node.view = view = _new_live_view(values)
         self.changes.record(view)
         if node.state is NodeState.UP:
             self._group(node)

@@ -10,6 +10,7 @@ means the block X's prefix cache would look up. Only full blocks get a name, so 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 
 from engine.kv.block_hash import hash_full_blocks
 
@@ -18,4 +19,7 @@ def prompt_block_hashes(token_ids: Sequence[int], block_size: int, lora_id: int 
     """The 64-bit chain values of every full block of ``token_ids`` (``RouteRequest.block_hashes``)."""
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
-    return tuple(block.hash_value for block in hash_full_blocks(token_ids, block_size, lora_id))
+    return tuple(map(_hash_value, hash_full_blocks(token_ids, block_size, lora_id)))
+
+
+_hash_value = itemgetter(0)  # BlockHash.hash_value, read in C

@@ -3,7 +3,7 @@
 The router cannot see the nodes' prefix caches; it remembers instead where it sent each prompt's block
 hash chain (``RouteRequest.block_hashes``), and assumes the node still caches it::
 
-    holders:  block hash ─► {node ids}           (who was sent this block)
+    holders:  block hash ─► {node ids}           (who was sent this block; a lone holder's id as a str)
     lru:      node id ─► OrderedDict[block hash]  (per-node LRU, at most max_blocks_per_node entries)
 
 Invariant: ``node in holders[h]`` exactly when ``h in lru[node]``.
@@ -39,7 +39,7 @@ class PrefixIndex:
         self.max_blocks_per_node = max_blocks_per_node
         self.num_dense_blocks = num_dense_blocks
         self.sparse_stride = sparse_stride
-        self._holders: dict[int, set[str]] = {}
+        self._holders: dict[int, str | set[str]] = {}  # one holder: its id (no set per block)
         self._lru: dict[str, OrderedDict[int, None]] = {}
         self._sparse_positions: dict[int, list[int]] = {}  # chain length -> its indexed positions (read-only)
 
@@ -58,7 +58,9 @@ class PrefixIndex:
             lru[block_hash] = None
             nodes = holders.get(block_hash)
             if nodes is None:
-                holders[block_hash] = {node_id}
+                holders[block_hash] = node_id  # its only holder: the id itself, no set (most blocks have one)
+            elif nodes.__class__ is str:
+                holders[block_hash] = {nodes, node_id}  # the set {nodes} would be after .add(node_id)
             else:
                 nodes.add(node_id)
         while len(lru) > self.max_blocks_per_node:
@@ -97,7 +99,8 @@ class PrefixIndex:
             block = positions[level]
             # .get: held blocks need not be a contiguous prefix (a chain inserted under another chain's
             # tail, or evicted unevenly), so a level below the deepest held one may be held by nobody
-            for node_id in islice(holders.get(block_hashes[block], ()), max_candidates):
+            nodes = holders.get(block_hashes[block], ())
+            for node_id in islice((nodes,) if nodes.__class__ is str else nodes, max_candidates):
                 if node_id not in matched:
                     matched[node_id] = block + 1
                     if len(matched) >= max_candidates:
@@ -140,6 +143,10 @@ class PrefixIndex:
     def _drop_holder(self, block_hash: int, node_id: str) -> None:
         nodes = self._holders.get(block_hash)
         if nodes is None:
+            return
+        if nodes.__class__ is str:
+            if nodes == node_id:
+                del self._holders[block_hash]
             return
         nodes.discard(node_id)
         if not nodes:

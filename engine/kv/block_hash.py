@@ -18,13 +18,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+import sys
 from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import repeat
 from typing import NamedTuple
 
 _ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(b"silicon-zoo/prefix-root/v1").digest()[:8], "little")
 _NO_LORA = -1
 _HEADER = struct.Struct("<Qq")  # parent chain value, lora id (-1: none)
+_VALUE = struct.Struct("<Q")  # _HEADER's halves
+_LORA = struct.Struct("<q")
 
 
 class BlockHash(NamedTuple):
@@ -63,11 +68,22 @@ def extend_block_hashes(
     if i >= num_blocks:
         return block_hashes
     if i == 0 and _recent_chains:  # the same tokens' chain, made moments ago (a router and a node in one process)
-        chain = _recent_chains.get((tuple(token_ids), block_size, lora_id))
+        data = _token_bytes(token_ids)
+        chain = None if data is None else _recent_chains.get((data, block_size, lora_id))
         if chain is not None:
             block_hashes.extend(chain[:num_blocks])
             return block_hashes
+        return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks, data)
     return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks)
+
+
+def _token_bytes(token_ids: Sequence[int]) -> bytes | None:
+    """Every token as the int64 ``_chain_value`` hashes (None where one is not an int64): the memo's key, and the
+    bytes the chain hashes (a slice of them)."""
+    try:
+        return array("q", token_ids).tobytes()
+    except (TypeError, OverflowError):
+        return None
 
 
 def _extend(
@@ -77,29 +93,53 @@ def _extend(
     lora_id: int | None,
     i: int,
     num_blocks: int,
+    data: bytes | None = None,
 ) -> list[BlockHash]:
-    """``extend_block_hashes`` from block ``i`` (its length) to ``num_blocks`` (> i, full blocks), computed."""
+    """``extend_block_hashes`` from block ``i`` (its length) to ``num_blocks`` (> i, full blocks), computed
+    (``data``: ``_token_bytes(token_ids)`` where the caller has them)."""
     parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
     if num_blocks - i == 1:  # one block (a decoding request's): no shared buffer to slice
         block = tuple(token_ids[i * block_size : num_blocks * block_size])
-        digest = hashlib.sha256(_HEADER.pack(parent_value, lora) + array("q", block).tobytes()).digest()
+        if _LITTLE_ENDIAN:  # header and int64 tokens in one pack: the bytes _chain_value hashes
+            data = _block_struct(block_size).pack(parent_value, lora, *block)
+        else:
+            data = _HEADER.pack(parent_value, lora) + array("q", block).tobytes()
+        digest = hashlib.sha256(data).digest()
         block_hashes.append(_new_block_hash((int.from_bytes(digest[:8], "little"), block, lora_id)))
         return block_hashes
-    append = block_hashes.append
-    # one int64 buffer for every block to hash, sliced per block (no array per block); same bytes as _chain_value
-    start, end = i * block_size, num_blocks * block_size
-    span = token_ids[start:end]
-    data = array("q", span).tobytes()  # 8 bytes per token
-    blocks = tuple(span)  # sliced per block for the BlockHash's tokens
-    pack, sha256, from_bytes = _HEADER.pack, hashlib.sha256, int.from_bytes
+    span = token_ids[i * block_size : num_blocks * block_size]
     num_bytes = 8 * block_size
-    for offset in range(0, end - start, block_size):
-        first = 8 * offset
-        digest = sha256(pack(parent_value, lora) + data[first : first + num_bytes]).digest()
-        parent_value = from_bytes(digest[:8], "little")
-        append(_new_block_hash((parent_value, blocks[offset : offset + block_size], lora_id)))
+    data = array("q", span).tobytes() if data is None else data[i * num_bytes : num_blocks * num_bytes]
+    values = _chain_values(parent_value, lora, data, num_bytes)
+    # each block's tokens as a tuple (zip of one iterator ``block_size`` times), each BlockHash made in C
+    block_hashes.extend(map(_new_block_hash, zip(values, zip(*[iter(span)] * block_size), repeat(lora_id))))
     return block_hashes
+
+
+_LITTLE_ENDIAN = sys.byteorder == "little"  # array("q") writes native int64s: "<q" here
+
+
+@functools.cache
+def _block_struct(block_size: int) -> struct.Struct:
+    """A block's whole message, header and tokens (little-endian hosts)."""
+    return struct.Struct(f"<Qq{block_size}q")
+
+
+def _chain_values(parent_value: int, lora: int, data: bytes, num_bytes: int) -> tuple[int, ...]:
+    """The chain values of the blocks of ``data`` (each ``num_bytes`` long: the int64 tokens ``_chain_value``
+    hashes) after ``parent_value``: the same bytes hashed, one buffer sliced per block. A block's header is its
+    parent's 8-byte little-endian value, which is the first 8 bytes of the parent's digest as they are: they
+    chain without an int in between, and the ints are read in one ``unpack`` at the end."""
+    sha256 = hashlib.sha256
+    lora_bytes = _LORA.pack(lora)
+    parent = _VALUE.pack(parent_value)
+    digests = []
+    append = digests.append
+    for first in range(0, len(data), num_bytes):
+        parent = sha256(parent + lora_bytes + data[first : first + num_bytes]).digest()[:8]
+        append(parent)
+    return struct.unpack(f"<{len(digests)}Q", b"".join(digests))
 
 
 # The chains hash_full_blocks made last, by (tokens, block size, adapter), where the owner of the process turns
@@ -107,7 +147,8 @@ def _extend(
 # first lookup of a prompt reuses the router's chain instead of hashing it again (a queued request looks its
 # prompt up when it reaches the head of its node's queue: under overload, thousands of prompts later). A memo of
 # a pure function: it changes no value; bounded by the blocks it holds (~400 bytes each), oldest dropped first.
-_recent_chains: dict[tuple[tuple[int, ...], int, int | None], list[BlockHash]] = {}
+# keyed by (the tokens as int64 bytes: _token_bytes, block size, adapter), oldest first
+_recent_chains: OrderedDict[tuple[bytes, int, int | None], list[BlockHash]] = OrderedDict()
 _recent_chain_blocks_kept = 0  # off
 _recent_chain_blocks = 0
 
@@ -125,13 +166,16 @@ def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | N
     global _recent_chain_blocks
     if not _recent_chain_blocks_kept:
         return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
-    key = (tuple(token_ids), block_size, lora_id)
+    data = _token_bytes(token_ids)
+    if data is None:  # not all int64s: hashed as ever (an error where a full block holds one), not kept
+        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+    key = (data, block_size, lora_id)  # bytes: hashed and compared in C, freed without touching a token
     chain = _recent_chains.get(key)
     if chain is None:
         num_blocks = len(token_ids) // block_size
-        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks) if num_blocks else []
+        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks, data) if num_blocks else []
         _recent_chains[key] = chain
         _recent_chain_blocks += len(chain)
         while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:
-            _recent_chain_blocks -= len(_recent_chains.pop(next(iter(_recent_chains))))
+            _recent_chain_blocks -= len(_recent_chains.popitem(last=False)[1])  # O(1), unlike a dict's first key
     return list(chain)

@@ -199,10 +199,11 @@ class KVCacheManager:
         start = self._num_cached_blocks.get(req_id, 0)
         if num_full <= start:
             return
-        cache_block = self._device.cache_block
         chain = self._hashes(request, num_full)
-        for i in range(start, num_full):
-            cache_block(table[i], chain[i])
+        if num_full - start == 1:  # a decoding request's block that just filled
+            self._device.cache_block(table[start], chain[start])
+        else:
+            self._device.cache_blocks(table[start:num_full], chain[start:num_full])
         self._num_cached_blocks[req_id] = num_full
 
     def computed_full_block_ids(self, request: Request) -> list[int]:
@@ -287,6 +288,14 @@ class KVCacheManager:
                 first = start // block_size
                 last = (start + num_new_tokens - 1) // block_size
                 if first == last < len(table) and self._device.ref_count(table[first]) < 2:
+                    return []
+                if first >= len(table) and num_new_tokens > 0:
+                    # every new token lands past the table (a decoding request filled its last block): fresh
+                    # blocks only, nothing shared to copy; what _num_blocks_needed and _allocate would do
+                    num_new_blocks = last + 1 - len(table)
+                    if num_new_blocks > self._device.num_free_blocks:
+                        return None
+                    table.extend(self._device.allocate(num_new_blocks))
                     return []
         num_needed, num_new_blocks, cow_indices = self._num_blocks_needed(request, num_new_tokens, prefix_hit)
         if num_needed > self._device.num_free_blocks:

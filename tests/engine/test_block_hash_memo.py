@@ -3,6 +3,8 @@ router hashed gets the same chain without hashing it again; bounded by the block
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 
 from engine.kv import block_hash
@@ -42,4 +44,17 @@ def test_bounded_by_blocks_oldest_dropped_first():
     for seed in range(4):
         hash_full_blocks(_tokens(seed, 64), 16)  # 4 blocks each
     assert len(block_hash._recent_chains) == 2 and block_hash._recent_chain_blocks == 8
-    assert (tuple(_tokens(3, 64)), 16, None) in block_hash._recent_chains
+    assert (array("q", _tokens(3, 64)).tobytes(), 16, None) in block_hash._recent_chains
+
+
+def test_on_or_off_the_same_chains_and_the_same_errors():
+    tokens = _tokens(4, 70)
+    cases = [tokens, [*tokens[:64], 2**70], [True, *tokens[1:]]]  # an id past int64 in the partial tail; a bool
+    off = [hash_full_blocks(t, 16) for t in cases]
+    with pytest.raises(TypeError):
+        hash_full_blocks([0.5, *tokens[1:]], 16)
+    keep_recent_chains(1000)
+    assert [hash_full_blocks(t, 16) for t in cases] == off
+    assert [extend_block_hashes([], list(t), 16, None, 4) for t in cases] == [chain[:4] for chain in off]
+    with pytest.raises(TypeError):
+        hash_full_blocks([0.5, *tokens[1:]], 16)
