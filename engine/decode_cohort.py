@@ -235,14 +235,17 @@ class DecodeCohort:
                     self.leave(row)
                     finished.append(request)
                 else:  # not at a limit after all (never, by the plan): its next possible stop, anew
-                    heapq.heappush(self.stops, (step + 1 + _steps_left(scheduler, request) - 1, row.rank, row))
+                    heapq.heappush(self.stops, (step + steps_left(scheduler, request, token_id), row.rank, row))
         return finished
 
 
-def _steps_left(scheduler: Any, request: Request) -> int:
-    """The step (1: the next) in which a length limit ends ``request`` (_check_stop's limits), at least 1."""
+def steps_left(scheduler: Any, request: Request, token_id: int) -> int:
+    """The step (1: the next) in which a decode row sampling ``token_id`` ends: the first, where that is a stop
+    token for it, else where a length limit of ``_check_stop`` does (output count, context, device capacity)."""
     params = request.sampling_params
-    num_tokens = request.num_tokens
+    if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
+        return 1
+    num_tokens = len(request._all_token_ids)
     left = params.max_tokens - len(request.output_token_ids)
     left = min(
         left, scheduler.scheduler_config.max_model_len - num_tokens, scheduler._max_device_tokens + 1 - num_tokens

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine.decode_cohort import current_cohort
+from engine.decode_cohort import current_cohort, steps_left
 from engine.multi_step import DecodeRun
 
 # The functions below work on an engine.scheduler.Scheduler (typed Any: the scheduler imports this module).
@@ -57,8 +57,6 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
         return None
     rest = running[len(cohort) :] if len(cohort) < budget else ()
     num_cached = manager._num_cached_blocks if manager.enable_prefix_caching else None
-    max_model_len = config.max_model_len
-    max_device_tokens = scheduler._max_device_tokens
     block_size = manager.block_size
     tables = manager._device_tables
     ref_counts = manager._device._ref_counts
@@ -80,21 +78,9 @@ def plan_decode_rows(scheduler: Any, token_id: int) -> DecodeRun | None:
             # blocks after ``first`` are never written this step: only the written one matters
         elif first != table_len:
             break
-        # the step whose token ends it by length (_check_stop: output count, context, device capacity); it may
-        # finish this step by that, or by a stop token (the other rows' _check_stop is False)
-        params = request.sampling_params
-        if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
-            left = 1
-        else:
-            left = params.max_tokens - len(output)
-            if max_model_len - num_tokens < left:
-                left = max_model_len - num_tokens
-            if max_device_tokens + 1 - num_tokens < left:
-                left = max_device_tokens + 1 - num_tokens
-            if left < 1:
-                left = 1
         # its registrations lag behind its computed blocks (none, after a step): caught up after this step
-        join(request, start, table_len, left, num_cached is not None and num_cached.get(request.req_id, 0) < first)
+        lagging = num_cached is not None and num_cached.get(request.req_id, 0) < first
+        join(request, start, table_len, steps_left(scheduler, request, token_id), lagging)
         if len(cohort) == budget:
             break
     if not len(cohort) or cohort.num_opening(cohort.step) > manager.num_free_device_blocks:

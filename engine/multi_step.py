@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from operator import is_not
 from typing import TYPE_CHECKING, Any
 
-from engine.decode_cohort import DecodeCohort, current_cohort
+from engine.decode_cohort import DecodeCohort, current_cohort, steps_left
 
 if TYPE_CHECKING:
     from engine.request import Request
@@ -68,8 +68,6 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
     block_size = manager.block_size
     tables = manager._device_tables
     ref_counts = manager._device._ref_counts
-    max_model_len = config.max_model_len
-    max_device_tokens = scheduler._max_device_tokens
     cohort = current_cohort(scheduler, token_id)
     num_cached = manager._num_cached_blocks if manager.enable_prefix_caching else None
     joining = []
@@ -90,19 +88,8 @@ def plan_decode_run(scheduler: Any, token_id: int, max_steps: int) -> DecodeRun 
                 return None
         elif (first != table_len or start != first * block_size) and decode_extent(request) is None:
             return None
-        params = request.sampling_params
-        if (token_id == request.eos_token_id and not params.ignore_eos) or token_id in params.stop_token_ids:
-            steps_left = 1  # it stops at the first step
-        else:  # the step after which _check_stop ends it by length (output count, context, device capacity)
-            steps_left = params.max_tokens - len(output)
-            if max_model_len - num_tokens < steps_left:
-                steps_left = max_model_len - num_tokens
-            if max_device_tokens + 1 - num_tokens < steps_left:
-                steps_left = max_device_tokens + 1 - num_tokens
-            if steps_left < 1:
-                steps_left = 1
         lagging = num_cached is not None and num_cached.get(request.req_id, 0) < start // block_size
-        joining.append((request, start, table_len, steps_left, lagging))
+        joining.append((request, start, table_len, steps_left(scheduler, request, token_id), lagging))
     for row in joining:
         cohort.join(*row)
     limit = max_steps
