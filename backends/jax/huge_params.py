@@ -26,6 +26,9 @@ def collapse_arrays(*trees: Any) -> HugePageResult:
         if not isinstance(leaf, jax.Array) or any(d.platform != "cpu" for d in leaf.devices()):
             continue
         try:
+            # written first: XLA fills a buffer asynchronously, and a page not yet touched fails the whole collapse
+            # (EINVAL: the kernel's SCAN_PTE_NON_PRESENT)
+            leaf.block_until_ready()
             ranges.setdefault(leaf.unsafe_buffer_pointer(), leaf.nbytes)
         except (RuntimeError, ValueError):  # a sharded or deleted array: no single buffer
             continue
