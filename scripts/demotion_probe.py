@@ -5,8 +5,9 @@ causes would lift goodput where hardware_aware loses it (code80, mooncake80), be
 
     PYTHONPATH=. python scripts/demotion_probe.py code80 code60 conv80 mooncake80
 
-Wraps HardwareAwarePolicy.choose (records predict_ttft_s of the chosen node) and the simulator's place_request
-(lowers Placement.priority by one for the requests predicted to miss). Prints one JSON line per case.
+Wraps HardwareAwarePolicy.choose (scripts/record_choices.py; records predict_ttft_s of the chosen node) and the
+simulator's place_request (lowers Placement.priority by one for the requests predicted to miss). Prints one JSON
+line per case.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import dataclasses
 import json
 import sys
 
-from tune_router import CASES, simulate_tune_split  # scripts/ beside this file (sys.path[0] when run as a script)
+from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
+from tune_router import CASES, simulate_tune_split
 
 import sim.des as des
 from controlplane import request_intake
@@ -25,21 +27,13 @@ from sim.report import Slo, summarize
 
 def main(cases: list[str]) -> None:
     predicted_miss: dict[str, bool] = {}
-    real_init, real_place = ha.HardwareAwarePolicy.__init__, request_intake.place_request
+    real_place = request_intake.place_request
 
-    def init(self, config, use_kernel=True):
-        real_init(self, config, use_kernel)
-        inner = self.choose
-
-        def choose(request, snapshot):
-            chosen = inner(request, snapshot)
-            for v in snapshot.nodes:
-                if v.node_id == chosen:
-                    miss = ha.predict_ttft_s(v, request.num_prompt_tokens, config) > config.slo_ttft_s
-                    predicted_miss[request.request_id] = miss
-            return chosen
-
-        self.choose = choose
+    def on_choice(request, snapshot, chosen, config):
+        for v in snapshot.nodes:
+            if v.node_id == chosen:
+                miss = ha.predict_ttft_s(v, request.num_prompt_tokens, config) > config.slo_ttft_s
+                predicted_miss[request.request_id] = miss
 
     def place(msg, **kwargs):
         placed = real_place(msg, **kwargs)
@@ -47,16 +41,17 @@ def main(cases: list[str]) -> None:
             placed = dataclasses.replace(placed, priority=placed.priority - 1)
         return placed
 
-    ha.HardwareAwarePolicy.__init__, des.place_request = init, place
+    des.place_request = place
     try:
-        for case in cases:
-            result, config = simulate_tune_split(*CASES[case], {})
-            r = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
-            row = {"case": case, "p50": r.ttft_s[50], "p99": r.ttft_s[99], "goodput": r.goodput}
-            print(json.dumps({**row, "demoted": sum(predicted_miss.values())}), flush=True)
-            predicted_miss.clear()
+        with recording_choices(on_choice):
+            for case in cases:
+                result, config = simulate_tune_split(*CASES[case], {})
+                r = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
+                row = {"case": case, "p50": r.ttft_s[50], "p99": r.ttft_s[99], "goodput": r.goodput}
+                print(json.dumps({**row, "demoted": sum(predicted_miss.values())}), flush=True)
+                predicted_miss.clear()
     finally:
-        ha.HardwareAwarePolicy.__init__, des.place_request = real_init, real_place
+        des.place_request = real_place
 
 
 if __name__ == "__main__":

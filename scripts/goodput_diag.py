@@ -7,25 +7,17 @@ the TTFT and TPOT SLOs, and their prompt/output sizes (what the router sent wher
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 import numpy as np
+from tune_router import simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
 
-from sim.des import FleetSimulator, default_router_config
-from sim.fleet import load_fleet
 from sim.report import Slo, summarize
-from sim.workload import load_trace, scale_to_load
 
 
 def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict, slo: Slo, split: str = "tune") -> dict:
-    fleet = load_fleet(fleet_name)
-    base = load_trace(trace).split(split)
-    capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
-    workload = scale_to_load(base, load, capacity)
-    config = default_router_config(fleet, policy, 0)
-    config = dataclasses.replace(config, slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s, **knobs)
-    result = FleetSimulator(fleet, workload, policy, router_config=config, seed=0).run()
+    knobs = {**knobs, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s}
+    result, _ = simulate_split(trace, fleet_name, load, knobs, split, policy)
     report = summarize(result, slo)
     profile_of = {n.node_id: n.profile for n in result.nodes}
     rows: dict[str, dict] = {}

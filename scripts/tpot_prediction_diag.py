@@ -4,10 +4,10 @@ tuning split (seed 0): how far bin packing's TPOT gate (RouterConfig.slo_pack_ne
     PYTHONPATH=. python scripts/tpot_prediction_diag.py --trace conv --load 0.8 \
         --knobs '{"slo_pack_weight": 2.0, "slo_pack_needs_tpot": true}'
 
-Wraps each HardwareAwarePolicy's ``choose`` to record, per decision, predict_tpot_s and predict_ttft_s of every
-node of the snapshot the router saw (the nodes the gate would charge: TTFT met, TPOT predicted missed) and of
-the chosen node, then joins the chosen node's prediction with the simulator's record of the request (those with
-more than one output token). Prints one JSON object.
+Wraps each HardwareAwarePolicy's ``choose`` (scripts/record_choices.py) to record, per decision, predict_tpot_s
+and predict_ttft_s of every node of the snapshot the router saw (the nodes the gate would charge: TTFT met, TPOT
+predicted missed) and of the chosen node, then joins the chosen node's prediction with the simulator's record of
+the request (those with more than one output token). Prints one JSON object.
 """
 
 from __future__ import annotations
@@ -16,48 +16,35 @@ import argparse
 import json
 
 import numpy as np
-from tune_router import simulate_tune_split  # scripts/ beside this file (sys.path[0] when run as a script)
+from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
+from tune_router import simulate_tune_split
 
 from controlplane.router.policies import hardware_aware as ha
 from sim.report import Slo, summarize
 
 
-def _recording(predicted: dict, gate: dict):
-    real_init = ha.HardwareAwarePolicy.__init__
+def _record(predicted: dict, gate: dict):
+    def on_choice(request, snapshot, chosen, config):
+        gate["decisions"] += 1
+        gated = False
+        for v in snapshot.nodes:
+            ttft_s = ha.predict_ttft_s(v, request.num_prompt_tokens, config)
+            tpot_s = ha.predict_tpot_s(v, config, request.max_tokens)
+            if ttft_s <= config.slo_ttft_s and tpot_s > config.slo_tpot_s:
+                gated = True
+                gate["gated_by_gpu"][v.gpu_type] = gate["gated_by_gpu"].get(v.gpu_type, 0) + 1
+            if v.node_id == chosen:
+                predicted[request.request_id] = (tpot_s, v.decode_batch_size)
+        gate["with_gated_node"] += gated
 
-    def init(self, config, use_kernel=True):
-        real_init(self, config, use_kernel)
-        inner = self.choose
-
-        def choose(request, snapshot):
-            chosen = inner(request, snapshot)
-            gate["decisions"] += 1
-            gated = False
-            for v in snapshot.nodes:
-                ttft_s = ha.predict_ttft_s(v, request.num_prompt_tokens, config)
-                tpot_s = ha.predict_tpot_s(v, config, request.max_tokens)
-                if ttft_s <= config.slo_ttft_s and tpot_s > config.slo_tpot_s:
-                    gated = True
-                    gate["gated_by_gpu"][v.gpu_type] = gate["gated_by_gpu"].get(v.gpu_type, 0) + 1
-                if v.node_id == chosen:
-                    predicted[request.request_id] = (tpot_s, v.decode_batch_size)
-            gate["with_gated_node"] += gated
-            return chosen
-
-        self.choose = choose
-
-    return init
+    return on_choice
 
 
 def diagnose(trace: str, fleet_name: str, load: float, knobs: dict) -> dict:
     predicted: dict[str, tuple[float, int]] = {}
     gate = {"decisions": 0, "with_gated_node": 0, "gated_by_gpu": {}}
-    real_init = ha.HardwareAwarePolicy.__init__
-    ha.HardwareAwarePolicy.__init__ = _recording(predicted, gate)
-    try:
+    with recording_choices(_record(predicted, gate)):
         result, config = simulate_tune_split(trace, fleet_name, load, knobs)
-    finally:
-        ha.HardwareAwarePolicy.__init__ = real_init
     report = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
     profile_of = {n.node_id: n.profile for n in result.nodes}
     by_gpu = {}

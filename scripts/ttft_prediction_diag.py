@@ -9,51 +9,32 @@ request then got, per GPU type: where the router's picture of a node's queue par
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 
 import numpy as np
+from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
+from tune_router import simulate_split
 
 from controlplane.router.policies import hardware_aware as ha
-from sim.des import FleetSimulator, default_router_config
-from sim.fleet import load_fleet
 from sim.report import Slo, summarize
-from sim.workload import load_trace, scale_to_load
 
 
-def _recording(predicted: dict):
-    real_init = ha.HardwareAwarePolicy.__init__
+def _record(predicted: dict):
+    """Per decision: the chosen node's predicted TTFT, and the best any node of the snapshot was predicted."""
 
-    def init(self, config, use_kernel=True):
-        real_init(self, config, use_kernel)
-        inner = self.choose
+    def on_choice(request, snapshot, chosen, config):
+        best = min(ha.predict_ttft_s(v, request.num_prompt_tokens, config) for v in snapshot.nodes)
+        for v in snapshot.nodes:
+            if v.node_id == chosen:
+                predicted[request.request_id] = (ha.predict_ttft_s(v, request.num_prompt_tokens, config), best)
 
-        def choose(request, snapshot):
-            chosen = inner(request, snapshot)
-            best = min(ha.predict_ttft_s(v, request.num_prompt_tokens, config) for v in snapshot.nodes)
-            for v in snapshot.nodes:
-                if v.node_id == chosen:
-                    predicted[request.request_id] = (ha.predict_ttft_s(v, request.num_prompt_tokens, config), best)
-            return chosen
-
-        self.choose = choose
-
-    return init
+    return on_choice
 
 
 def diagnose(trace: str, fleet_name: str, load: float, split: str, knobs: dict) -> dict:
-    fleet = load_fleet(fleet_name)
-    base = load_trace(trace).split(split)
-    capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
-    workload = scale_to_load(base, load, capacity)
-    config = dataclasses.replace(default_router_config(fleet, "hardware_aware", 0), **knobs)
     predicted: dict[str, tuple[float, float]] = {}
-    real_init = ha.HardwareAwarePolicy.__init__
-    ha.HardwareAwarePolicy.__init__ = _recording(predicted)
-    try:
-        result = FleetSimulator(fleet, workload, "hardware_aware", router_config=config, seed=0).run()
-    finally:
-        ha.HardwareAwarePolicy.__init__ = real_init
+    with recording_choices(_record(predicted)):
+        result, config = simulate_split(trace, fleet_name, load, knobs, split)
     report = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
     profile_of = {n.node_id: n.profile for n in result.nodes}
     by_gpu = {}

@@ -53,12 +53,20 @@ TIE = 0.005
 
 def simulate_tune_split(trace: str, fleet_name: str, load: float, knobs: dict):
     """hardware_aware with ``knobs`` over the tuning split of ``trace`` at ``load``, seed 0: (result, config)."""
+    return simulate_split(trace, fleet_name, load, knobs)
+
+
+def simulate_split(
+    trace: str, fleet_name: str, load: float, knobs: dict, split: str = "tune", policy: str = "hardware_aware"
+):
+    """``policy`` with ``knobs`` (RouterConfig fields) over ``split`` of ``trace`` at ``load``, seed 0: (result,
+    config). The eval split is for diagnosis only: knobs are tuned on the tuning split."""
     fleet = load_fleet(fleet_name)
-    base = load_trace(trace).split("tune")
+    base = load_trace(trace).split(split)
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
     workload = scale_to_load(base, load, capacity)
-    config = dataclasses.replace(default_router_config(fleet, "hardware_aware", 0), **knobs)
-    return FleetSimulator(fleet, workload, "hardware_aware", router_config=config, seed=0).run(), config
+    config = dataclasses.replace(default_router_config(fleet, policy, 0), **knobs)
+    return FleetSimulator(fleet, workload, policy, router_config=config, seed=0).run(), config
 
 
 def run(case: str, knobs: dict) -> dict:
