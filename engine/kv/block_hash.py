@@ -67,14 +67,14 @@ def extend_block_hashes(
     i = len(block_hashes)
     if i >= num_blocks:
         return block_hashes
+    data = None
     if i == 0 and _recent_chains:  # the same tokens' chain, made moments ago (a router and a node in one process)
         data = _token_bytes(token_ids)
         chain = None if data is None else _recent_chains.get((data, block_size, lora_id))
         if chain is not None:
             block_hashes.extend(chain[:num_blocks])
             return block_hashes
-        return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks, data)
-    return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks)
+    return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks, data)
 
 
 def _token_bytes(token_ids: Sequence[int]) -> bytes | None:
