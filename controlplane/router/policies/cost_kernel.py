@@ -127,7 +127,7 @@ def least_cost_index(
         c = own_s + base[i]
         c += lora_load[i] if lora and not is_tagged[i] else 0.0
         miss = c > slo_ttft_s
-        lost = lost and miss
+        lost &= miss
         c += ttft_penalty_s if miss else 0.0
         t = backlog[i] * inv_steps  # the predicted TPOT (bin packing's gate and the TPOT term below)
         chunk_s = chunk[i]
