@@ -21,7 +21,7 @@ the default row, 1, 3, 10; router_config.py): on the eval split's code 80% the H
 lost causes (SLO triage sends them to the fastest late node) and met the TTFT target for 18% of their requests,
 where the anchors sacrifice the L4s/T4s and keep the H100s at 86%. The anchors' figures: --anchors-from
 bench/results/2026-12-02-sim-tune-6.json (its best_fair_anchor_on_tune; the simulator is unchanged since);
-result: bench/results/2026-12-02-sim-tune-7.json.
+result: bench/results/2026-12-02-sim-tune-7.json (kept off: w=10 breaks the code80 P99 lead, w=1/3 lower the margin).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
