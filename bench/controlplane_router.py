@@ -30,6 +30,9 @@ in alternating order, and reported under ``baseline`` with the ratios new/old (`
 two chose different nodes (must be 0: the fast path may not change a choice). Requests go where the
 policy under test sends them.
 
+``--knobs`` (JSON): RouterConfig fields set for every policy timed (e.g. a knob that is off by default, to time
+its path: ``{"slo_sacrifice_weight": 10, "slo_ttft_s": 0.01}`` makes every request a lost cause).
+
 hardware_aware also reports ``kernel`` (the implementation that decided: "numba", the compiled loop of
 controlplane/router/policies/cost_kernel.py, or "numpy") and times its numpy path on the same snapshots
 (``numpy_path``: its times, ``numpy_path_ratio_*`` kernel/numpy, ``numpy_path_num_choice_mismatches``).
@@ -146,10 +149,10 @@ def _requests(num: int, seed: int) -> list[RouteRequest]:
     return out
 
 
-def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int) -> dict:
+def _bench_one(policy_name: str, num_nodes: int, num_decisions: int, seed: int, knobs: dict | None = None) -> dict:
     rng = random.Random(seed)
     registry, node_ids = _build_registry(num_nodes, rng)
-    config = RouterConfig(policy=policy_name, default_model_params_b=8.0)
+    config = RouterConfig(policy=policy_name, default_model_params_b=8.0, **(knobs or {}))
     policy = make_policy(policy_name, config)
     baseline = BASELINES[policy_name](config) if policy_name in BASELINES else None
     numpy_path = NUMPY_PATHS[policy_name](config) if policy_name in NUMPY_PATHS else None
@@ -284,6 +287,7 @@ def bench_router_decisions(
     num_decisions: int = 2000,
     policies: tuple[str, ...] | None = None,
     seed: int = 0,
+    knobs: dict | None = None,
 ) -> dict:
     """{"policies": {name: {str(N): {p50_us, p99_us, max_us, cpu_p50_us, cpu_p99_us, snapshot_p50_us,
     snapshot_p99_us, num_unrouted[, baseline, ratio_*, num_choice_mismatches]}}}, "target_p99_us": 50.0,
@@ -291,7 +295,7 @@ def bench_router_decisions(
     names = tuple(sorted(POLICIES)) if policies is None else policies
     results: dict[str, dict[str, dict]] = {}
     for name in names:
-        results[name] = {str(n): _bench_one(name, n, num_decisions, seed) for n in node_counts}
+        results[name] = {str(n): _bench_one(name, n, num_decisions, seed, knobs) for n in node_counts}
     largest = str(max(node_counts))
     return {
         "policies": results,
@@ -313,10 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decisions", type=int, default=2000)
     parser.add_argument("--nodes", type=int, nargs="+", default=[8, 64, 512, 1024])
     parser.add_argument("--policies", nargs="+", default=None, help="policy names (default: all)")
+    parser.add_argument("--knobs", default=None, help="JSON: RouterConfig fields to set (default: its defaults)")
     args = parser.parse_args(argv)
+    knobs = json.loads(args.knobs) if args.knobs else None
     result = bench_router_decisions(
-        tuple(args.nodes), args.decisions, None if args.policies is None else tuple(args.policies)
+        tuple(args.nodes), args.decisions, None if args.policies is None else tuple(args.policies), knobs=knobs
     )
+    result["knobs"] = knobs or {}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -15,6 +15,13 @@ result: bench/results/2026-12-02-sim-tune-5.json.
 The sixth grid (GRID_6, declared and committed before it ran, the rule unchanged): bin packing only onto the
 nodes predicted to meet both targets (slo_pack_needs_tpot True; slo_pack_weight 0 = off, the default row, 1, 2);
 result: bench/results/2026-12-02-sim-tune-6.json (kept off).
+The seventh grid (GRID_7, declared and committed before it ran, the rule unchanged): sacrifice the least capable
+node for a lost cause, a request predicted to miss the TTFT target on every node (slo_sacrifice_weight 0 = off,
+the default row, 1, 3, 10; router_config.py): on the eval split's code 80% the H100s held a standing queue of
+lost causes (SLO triage sends them to the fastest late node) and met the TTFT target for 18% of their requests,
+where the anchors sacrifice the L4s/T4s and keep the H100s at 86%. The anchors' figures: --anchors-from
+bench/results/2026-12-02-sim-tune-6.json (its best_fair_anchor_on_tune; the simulator is unchanged since);
+result: bench/results/2026-12-02-sim-tune-7.json (kept off: w=10 breaks the code80 P99 lead, w=1/3 lower the margin).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -47,6 +54,7 @@ GRID_3 = {"slo_triage_spare_capable_below": [0.0, 1.0], "tpot_excess_only": [Fal
           "tpot_weight": [0.1, 0.3]}  # fmt: skip
 GRID_5 = {"slo_pack_weight": [0.0, 1.0, 2.0]}
 GRID_6 = {"slo_pack_weight": [0.0, 1.0, 2.0], "slo_pack_needs_tpot": [True]}
+GRID_7 = {"slo_sacrifice_weight": [0.0, 1.0, 3.0, 10.0]}
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 
@@ -97,6 +105,17 @@ def best_anchors(paths: list[str]) -> dict[str, dict]:
     return out
 
 
+def anchors_from(path: str) -> dict[str, dict]:
+    """The best fair anchors' tune-split figures recorded by an earlier grid's result file
+    (``best_fair_anchor_on_tune``, as ``best_anchors`` made them), every case of CASES there."""
+    with open(path) as f:
+        recorded = json.load(f)["best_fair_anchor_on_tune"]
+    missing = set(CASES) - set(recorded)
+    if missing:
+        raise SystemExit(f"{path}: no best_fair_anchor_on_tune for {sorted(missing)}")
+    return {case: recorded[case] for case in CASES}
+
+
 def choose(rows: list[dict], anchors: dict[str, dict]) -> dict:
     for row in rows:
         t = row["cases"]
@@ -116,17 +135,22 @@ def _run_setting(knobs: dict) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--grid", default=json.dumps(DEFAULT_GRID), help="JSON: knob -> list of values")
-    parser.add_argument("--anchors", required=True, help="comma-separated zoo sim --json files, one per case")
+    anchor_source = parser.add_mutually_exclusive_group(required=True)
+    anchor_source.add_argument("--anchors", help="comma-separated zoo sim --json files, one per case")
+    anchor_source.add_argument(
+        "--anchors-from", help="an earlier grid's result JSON: its best_fair_anchor_on_tune (same simulator)"
+    )
     parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args()
     grid = json.loads(args.grid)
+    recorded = anchors_from(args.anchors_from) if args.anchors_from else None  # fail early on a bad file
     settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     with multiprocessing.Pool(args.jobs) as pool:
         rows = []
         for row in pool.imap(_run_setting, settings):
             print(json.dumps(row), flush=True)
             rows.append(row)
-    anchors = best_anchors(args.anchors.split(","))  # read at the end: they may be run beside the grid
+    anchors = recorded or best_anchors(args.anchors.split(","))  # files read at the end: may run beside the grid
     chosen = choose(rows, anchors)
     print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "anchors": anchors,
                       "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip

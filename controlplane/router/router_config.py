@@ -71,6 +71,19 @@ class RouterConfig:
         penalty, which herds on a prefill-bound fleet: see slo_tpot_miss_penalty_s.) Off: packing ignores TPOT.
         Kept off by the tuning rule (bench/results/2026-12-02-sim-tune-6.json): the TPOT predicted at the
         decision under-reads what the packed L4s/T4s then decode at (1.2x/2x on conv), so the gate rarely acts.
+    slo_sacrifice_weight: sacrifice the least capable node for a lost cause. A request is a lost cause when it is
+        predicted to miss the TTFT target on every node of the decision (its TTFT with nothing cached, a cold
+        adapter load included, above the target on all of them, the nodes too small to take the prompt
+        included). Then every node's cost gains slo_sacrifice_weight * slo_ttft_s * rate / fastest_rate (its
+        prefill rate over the fastest of the decision's nodes; computed as (1/fastest_rate) / (1/rate) times
+        (weight * slo_ttft_s)), so the lost cause goes to the least capable node rather than to the fastest
+        late one (SLO triage's choice), and the fast nodes' queues stay under the target for the requests that
+        can still meet it (code 80%, eval: the H100s held a standing queue of lost causes and met the TTFT
+        target for 18% of theirs). weight * slo_ttft_s is, roughly, how many seconds more a slow node's
+        predicted TTFT may be than the fastest node's before a lost cause goes to the fast one. A prefix holder
+        that meets the target thanks to its cache is not charged (the scalar formula with its cached tokens).
+        KV room and the other terms are unchanged (a node short of KV room still pays kv_full_penalty_s).
+        0 (off): today's decisions.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -113,6 +126,7 @@ class RouterConfig:
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0
     slo_pack_needs_tpot: bool = False
+    slo_sacrifice_weight: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -146,6 +160,7 @@ class RouterConfig:
             "slo_triage_penalty_s",
             "slo_tpot_harm_penalty_s",
             "slo_pack_weight",
+            "slo_sacrifice_weight",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",

@@ -38,6 +38,9 @@ Predictions (all public, so tests and the dashboard can show them; times in seco
                   whole_s = max(prompt, 1) / rate: the whole prompt's prefill there, cached or not
                   (slo_pack_needs_tpot: whole_s = 0 where TPOT > slo_tpot_s: packing only onto nodes that
                    meet both targets)
+                + slo_sacrifice_weight * slo_ttft_s * rate / fastest_rate   if TTFT > slo_ttft_s and the request
+                  is a lost cause (TTFT, nothing cached, > slo_ttft_s on every node; fastest_rate: the largest
+                  rate among them; the vectorised paths add it last, after the KV term)          (sacrifice)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -59,7 +62,8 @@ decode speed beyond the SLO buys nothing, so L4s and T4s that meet it take work 
 utilisation on the eval split). Bin packing (slo_pack_weight, off by default) prices the slack a node's
 prefill speed leaves under the TTFT target for a prompt of this size, on the nodes that meet the target, so
 a short prompt that meets it on an L4 does not take an H100 whose speed the long prompts need (the Mooncake
-trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts).
+trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts). Sacrifice (off by
+default) sends a lost cause to the least capable node, not to a fast late one (router_config.py).
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
@@ -217,15 +221,29 @@ def triage_spares_capable(nodes, num_prompt_tokens: int, config: RouterConfig, s
     return capable < config.slo_triage_spare_capable_below * len(nodes)
 
 
+def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float) -> float:
+    """For sacrifice (RouterConfig.slo_sacrifice_weight): the fastest prefill rate among ``nodes`` when
+    ``request`` is a lost cause there (its TTFT with nothing cached, adapter load included, > ``slo_ttft_s`` on
+    every one of them), else 0.0 (not one, or the knob is off)."""
+    prompt, lora = request.num_prompt_tokens, request.lora_name
+    if not config.slo_sacrifice_weight or any(
+        predict_ttft_s(v, prompt, config) + lora_cold_load_s(v, lora, config) <= slo_ttft_s for v in nodes
+    ):
+        return 0.0
+    return max((prefill_rate_tok_per_s(v, config) for v in nodes), default=0.0)
+
+
 def predict_cost_s(
     node: NodeView,
     request: RouteRequest,
     config: RouterConfig,
     num_cached_tokens: int = 0,
     spare_capable: bool = False,
+    lost: float = 0.0,
 ) -> float:
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring.
-    ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision (SLO triage by capability)."""
+    ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision (SLO triage by capability).
+    ``lost``: ``lost_cause_fastest_rate`` over the nodes of the decision (0: sacrifice off)."""
     num_prompt_tokens = request.num_prompt_tokens
     ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
     ttft_s += lora_cold_load_s(node, request.lora_name, config)
@@ -240,6 +258,8 @@ def predict_cost_s(
             charged = predict_wait_s(node, config) <= config.slo_ttft_s
         if charged:
             cost += config.slo_triage_penalty_s
+        if lost:  # sacrifice: the more capable the node, the more it costs a lost cause
+            cost += config.slo_sacrifice_weight * config.slo_ttft_s * prefill_rate_tok_per_s(node, config) / lost
     elif config.slo_pack_weight:  # bin packing: the spare capability of a node that meets the TTFT target
         if config.slo_pack_needs_tpot and tpot_s > config.slo_tpot_s:  # it misses TPOT: the most packing charges
             slack_s = config.slo_ttft_s
@@ -321,9 +341,13 @@ class HardwareAwarePolicy(PolicyHooks):
             for i in table.tagged(lora_name):
                 add[i] = 0.0
             cost += add
-        if config.slo_ttft_miss_penalty_s or config.slo_triage_penalty_s or config.slo_pack_weight:
+        sacrifice_s = 0.0  # sacrifice: weight * TTFT SLO when the request is a lost cause (misses on every node)
+        ttft_terms = config.slo_ttft_miss_penalty_s or config.slo_triage_penalty_s or config.slo_pack_weight
+        if ttft_terms or config.slo_sacrifice_weight:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
             miss = np.greater(cost, slo_ttft_s, self._miss)
+            if config.slo_sacrifice_weight and miss.all():
+                sacrifice_s = config.slo_sacrifice_weight * slo_ttft_s
             if config.slo_ttft_miss_penalty_s:
                 np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
                 cost += add
@@ -378,6 +402,10 @@ class HardwareAwarePolicy(PolicyHooks):
         if config.kv_full_penalty_s:
             np.multiply(np.less(columns[_COL_HEADROOM], float(need), self._short), config.kv_full_penalty_s, add)
             cost += add
+        if sacrifice_s:  # a lost cause costs a node the more, the more capable it is (added last, as the kernel)
+            np.divide(columns[_COL_INV_RATE].min(), columns[_COL_INV_RATE], add)
+            add *= sacrifice_s
+            cost += add
         cannot = table.fits_mask(num_prompt_tokens)
         if cannot is not None:
             np.copyto(cost, math.inf, where=cannot)
@@ -386,11 +414,11 @@ class HardwareAwarePolicy(PolicyHooks):
         if best == math.inf:
             return None  # no node can take it (a prefix credit never makes an impossible node possible)
         if self._index is not None and request.block_hashes:
-            i = self._credit_cached_prefix(request, table, cost, need, i, best)
+            i = self._credit_cached_prefix(request, table, cost, need, i, best, sacrifice_s)
         return table.node_ids[i]
 
     def _credit_cached_prefix(
-        self, request: RouteRequest, table: NodeTable, cost: np.ndarray, need: int, best_i: int, best: float
+        self, request: RouteRequest, table: NodeTable, cost: np.ndarray, need: int, best_i: int, best: float, lost_s
     ) -> int:
         """The vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
         predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed only
@@ -405,6 +433,7 @@ class HardwareAwarePolicy(PolicyHooks):
         (rounding is monotonic and every term of the saving is <= its term in the bound), so the skip is exact.
         Bin packing's charge on a holder that meets the TTFT target only thanks to its cache is subtracted from
         the saving; it is at most the miss penalty lifted with it, so a saving stays >= 0 (a cost never rises).
+        Sacrifice's charge (``lost_s``: weight * SLO for a lost cause) goes with the miss penalty, <= lost_s (bound).
         """
         config = self.config
         index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
@@ -417,7 +446,8 @@ class HardwareAwarePolicy(PolicyHooks):
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
-        most_penalties_s = ttft_penalty_s + triage_penalty_s + harm_penalty_s + kv_penalty_s
+        most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
+        fastest_inv_rate = table.columns[_COL_INV_RATE].min() if lost_s else 0.0  # np.float64 as ``choose``'s
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
@@ -448,6 +478,8 @@ class HardwareAwarePolicy(PolicyHooks):
                 saved_s += ttft_penalty_s
                 if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
+                if lost_s:  # no longer a lost cause there: sacrifice's charge, as ``choose`` added it
+                    saved_s += fastest_inv_rate / inv_rate * lost_s
                 if pack_weight:  # it meets the target now: bin packing charges its slack
                     slack_s = slo_ttft_s - own * inv_rate
                     if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it

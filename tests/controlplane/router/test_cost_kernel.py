@@ -22,7 +22,12 @@ from hypothesis import strategies as st
 from backends.gpu_table import gpu_profile, power_score
 from controlplane.router.policies import cost_kernel, hardware_aware
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, least_cost_index
-from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.hardware_aware import (
+    HardwareAwarePolicy,
+    lost_cause_fastest_rate,
+    predict_cost_s,
+    triage_spares_capable,
+)
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
@@ -65,6 +70,10 @@ CONFIGS = (
         tpot_weight=0.0,
     ),
     replace(GOODPUT_ONLY, slo_ttft_miss_penalty_s=10.0, slo_pack_weight=2.0, slo_pack_needs_tpot=True),
+    # sacrifice: a lost cause (tight TTFT SLOs make many) to the least capable node
+    RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=3.0),
+    replace(GOODPUT_ONLY, slo_ttft_miss_penalty_s=10.0, slo_sacrifice_weight=30.0, slo_triage_spare_capable_below=0.5),
+    RouterConfig(slo_ttft_s=0.05, slo_sacrifice_weight=100.0, slo_ttft_miss_penalty_s=0.0, slo_pack_weight=1.0),
 )
 
 profiles = st.fixed_dictionaries(
@@ -148,9 +157,10 @@ def _least_predicted_cost(chosen, request, snapshot, config, policy) -> None:
         config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s, slo_tpot_s=request.slo_tpot_s or config.slo_tpot_s
     )
     spare = triage_spares_capable(snapshot.nodes, num_prompt_tokens, scalar_config, scalar_config.slo_ttft_s)
+    lost = lost_cause_fastest_rate(snapshot.nodes, request, scalar_config, scalar_config.slo_ttft_s)
     costs = {
         v.node_id: predict_cost_s(
-            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens), spare
+            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens), spare, lost
         )
         for v in fits
     }
@@ -173,6 +183,7 @@ def test_kernel_numpy_and_python_choose_alike_with_the_same_cost_bits(config, po
 
 
 GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
+SACRIFICE = tuple(c for c in CONFIGS if c.slo_sacrifice_weight)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -180,6 +191,14 @@ GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
 def test_bin_packing_gated_by_tpot_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
     """The same check, more often, on the configs whose bin packing needs the TPOT target met
     (slo_pack_needs_tpot): the gate's TPOT and the prefix credit's re-check of it agree on all three paths."""
+    _check_alike(config, pool, picks, history, spec)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SACRIFICE), *FLEET_CASES)
+def test_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    """The same check, more often, with sacrifice on (slo_sacrifice_weight): the lost-cause test, the fastest
+    rate, the charge and the prefix credit's lift of it agree on all three paths."""
     _check_alike(config, pool, picks, history, spec)
 
 
@@ -222,7 +241,8 @@ def _values(n: int) -> np.ndarray:
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
-    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot (see CostKernel)."""
+    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s (see
+    CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -232,7 +252,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
               knobs.get("harm_penalty_s", 0.0), knobs.get("spare_below", 0.0),
               knobs.get("excess_only", 0.0), knobs.get("pack_weight", 0.0),
-              knobs.get("pack_needs_tpot", 0.0))  # fmt: skip
+              knobs.get("pack_needs_tpot", 0.0), knobs.get("sacrifice_s", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),

@@ -12,6 +12,7 @@ from controlplane.router.policies.hardware_aware import (
     estimate_decode_step_s,
     estimate_prefill_tok_per_s,
     kv_headroom_tokens,
+    lost_cause_fastest_rate,
     predict_cost_s,
     predict_tpot_s,
     predict_ttft_s,
@@ -169,12 +170,13 @@ def test_prefix_cached_tokens_lower_the_predicted_ttft(make_node_view, make_snap
     assert policy.choose(request, make_snapshot(slow, fast)) == "fast"
 
 
+@pytest.mark.parametrize("sacrifice_weight", [0.0, 10.0])
 @pytest.mark.parametrize("tpot_penalty_s", [0.0, 10.0])
 @pytest.mark.parametrize("seed", range(5))
 def test_vectorised_choice_matches_the_scalar_predictions(
-    seed, tpot_penalty_s, make_node_view, make_snapshot, make_route_request
+    seed, tpot_penalty_s, sacrifice_weight, make_node_view, make_snapshot, make_route_request
 ):
-    config = replace(CONFIG, slo_tpot_miss_penalty_s=tpot_penalty_s)
+    config = replace(CONFIG, slo_tpot_miss_penalty_s=tpot_penalty_s, slo_sacrifice_weight=sacrifice_weight)
     rng = random.Random(seed)
     gpus = ["h200", "h100-sxm", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4"]
     nodes = [
@@ -205,8 +207,9 @@ def test_vectorised_choice_matches_the_scalar_predictions(
             lora_name=rng.choice([None, "a", "b", "c", "d"]),
         )
         spare = triage_spares_capable(nodes, request.num_prompt_tokens, config, config.slo_ttft_s)
+        lost = lost_cause_fastest_rate(nodes, request, config, config.slo_ttft_s)
         costs = {
-            v.node_id: predict_cost_s(v, request, config, 0, spare)
+            v.node_id: predict_cost_s(v, request, config, 0, spare, lost)
             for v in nodes
             if request.num_prompt_tokens <= min(v.max_model_len - 1, v.num_device_blocks * v.block_size)
         }

@@ -21,7 +21,12 @@ from backends.gpu_table import gpu_profile, power_score
 from bench.hardware_aware_baseline import HardwareAwareBaseline
 from controlplane.registry import ClusterRegistry
 from controlplane.router.node_changes import NodeChangeLog
-from controlplane.router.policies.hardware_aware import HardwareAwarePolicy, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.hardware_aware import (
+    HardwareAwarePolicy,
+    lost_cause_fastest_rate,
+    predict_cost_s,
+    triage_spares_capable,
+)
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
@@ -44,6 +49,7 @@ CONFIGS = (
     RouterConfig(
         default_model_params_b=8.0, slo_pack_weight=2.0, slo_ttft_s=0.5, slo_pack_needs_tpot=True, slo_tpot_s=0.02
     ),
+    RouterConfig(default_model_params_b=8.0, slo_ttft_s=0.2, slo_triage_penalty_s=5.0, slo_sacrifice_weight=20.0),
 )
 
 hellos = st.builds(
@@ -165,7 +171,8 @@ def _check_least_cost(chosen: str | None, request: RouteRequest, snapshot: Clust
         return
     scalar_config = replace(config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s)
     spare = triage_spares_capable(snapshot.nodes, request.num_prompt_tokens, scalar_config, scalar_config.slo_ttft_s)
-    costs = {v.node_id: predict_cost_s(v, request, scalar_config, 0, spare) for v in fits}
+    lost = lost_cause_fastest_rate(snapshot.nodes, request, scalar_config, scalar_config.slo_ttft_s)
+    costs = {v.node_id: predict_cost_s(v, request, scalar_config, 0, spare, lost) for v in fits}
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9, abs=1e-12)
 
 

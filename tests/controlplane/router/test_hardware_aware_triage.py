@@ -14,6 +14,7 @@ from bench.hardware_aware_baseline import HardwareAwareBaseline
 from controlplane.router.policies.cost_kernel import CostKernel, least_cost_index
 from controlplane.router.policies.hardware_aware import (
     HardwareAwarePolicy,
+    lost_cause_fastest_rate,
     predict_cost_s,
     predict_decoders_tpot_s,
     predict_tpot_s,
@@ -56,7 +57,8 @@ def _decide(config: RouterConfig, request: RouteRequest, *nodes) -> str:
     chosen = HardwareAwarePolicy(config).choose(request, snapshot)
     assert chosen == HardwareAwareBaseline(config).choose(request, snapshot)
     spare = triage_spares_capable(nodes, request.num_prompt_tokens, config, config.slo_ttft_s)
-    costs = {v.node_id: predict_cost_s(v, request, config, 0, spare) for v in nodes}
+    lost = lost_cause_fastest_rate(nodes, request, config, config.slo_ttft_s)
+    costs = {v.node_id: predict_cost_s(v, request, config, 0, spare, lost) for v in nodes}
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9)
     return chosen
 
@@ -295,7 +297,61 @@ def test_the_prefix_credit_charges_a_holder_that_misses_tpot_the_gated_packing_c
     assert min(costs, key=costs.get) == expected
 
 
-@pytest.mark.parametrize("name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s", "slo_pack_weight"])
+def test_sacrifice_sends_a_lost_cause_to_the_least_capable_node_that_can_hold_it(make_node_view, make_route_request):
+    """The code-trace case: every node is late for a 4k-token prompt. Triage alone sends it to the fastest late
+    node (least TTFT: the H100, which then stays late); sacrifice to the slowest node that can take it (the L4):
+    the T4 is short of KV room (the KV penalty still applies), the other T4 cannot take an 8k prompt at all."""
+    config = replace(BASE, slo_triage_penalty_s=5.0, slo_sacrifice_weight=20.0)
+    off = replace(config, slo_sacrifice_weight=0.0)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)  # 1.5 s late
+    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=10_000.0, queued_prefill_tokens=15_000)  # 1.5 s
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=6_000)  # 1.5 s
+    t4 = make_node_view("t4", "t4", prefill_tok_per_s=2_000.0, queued_prefill_tokens=2_200, num_free_device_blocks=100)
+    small_t4 = make_node_view("small_t4", "t4", prefill_tok_per_s=2_000.0, max_model_len=2048)
+    nodes = (h100, a100, t4, small_t4, l4)
+    hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)  # H100 1.63 s, L4 2.5 s, T4 3.1 s
+    assert all(predict_ttft_s(v, 4_000, config) > config.slo_ttft_s for v in nodes)
+    assert lost_cause_fastest_rate(nodes, hopeless, config, config.slo_ttft_s) == 30_000.0
+    assert lost_cause_fastest_rate(nodes, hopeless, off, config.slo_ttft_s) == 0.0  # off: never a lost cause
+    assert _decide(off, hopeless, *nodes) == "h100"
+    assert _decide(config, hopeless, *nodes) == "l4"
+    assert _decide(replace(config, kv_full_penalty_s=0.0), hopeless, *nodes) == "t4"  # with KV room: the slowest
+    # at a small weight the H100's lead in TTFT outweighs the charge (0.2 s there, 0.03 s on the L4)
+    assert _decide(replace(config, slo_sacrifice_weight=0.2), hopeless, *nodes) == "h100"
+    # one node still meets the target (an A100 within it: 0.9 s): not a lost cause, nothing charged, same choice
+    fresh = make_node_view("fresh", "a100-40gb", prefill_tok_per_s=10_000.0, queued_prefill_tokens=5_000)
+    assert lost_cause_fastest_rate((*nodes, fresh), hopeless, config, config.slo_ttft_s) == 0.0
+    assert _decide(config, hopeless, *nodes, fresh) == _decide(off, hopeless, *nodes, fresh) == "fresh"
+    # the same without it meeting the target for this prompt, only for shorter ones: a lost cause again
+    fresh_late = replace(fresh, queued_prefill_tokens=7_000)  # 1.1 s for this prompt
+    assert _decide(config, hopeless, *nodes, fresh_late) == "l4"
+    assert _decide(off, hopeless, *nodes, fresh_late) == "h100"  # triage charges fresh_late (wait 0.7 s)
+
+
+def test_the_prefix_credit_lifts_sacrifice_from_a_holder_that_meets_the_target_thanks_to_its_cache(make_node_view):
+    """A lost cause uncached (slow "a" 2 s, holder "b" 1.09 s, target 1 s), but "b" meets the target with its 480
+    cached tokens (0.85 s): its charge (20 x 1 s, the fastest) goes with its miss penalty, and the skip bound counts
+    it (without: 31.1 - 10.5 > "a"'s 2 + 10 + 20 x 0.25 = 17, "b" skipped). Nothing cached: "a", the sacrifice."""
+    config = replace(BASE, hardware_aware_use_prefix=True, kv_full_penalty_s=0.0, slo_sacrifice_weight=20.0)
+    a = make_node_view("a", prefill_tok_per_s=512.0)
+    b = make_node_view("b", prefill_tok_per_s=2048.0, queued_prefill_tokens=1200)
+    snapshot = ClusterSnapshot(0.0, (a, b))
+    request = RouteRequest("r", "m", len(PROMPT) * 16, 1, PROMPT)
+    unshared = RouteRequest("r2", "m", len(PROMPT) * 16, 1, tuple(range(5000, 5064)))  # nothing cached
+    lost = lost_cause_fastest_rate((a, b), request, config, config.slo_ttft_s)
+    assert lost == 2048.0 and predict_ttft_s(b, 1024, config, 480) <= config.slo_ttft_s
+    assert predict_cost_s(b, request, config, 480, False, lost) < predict_cost_s(a, request, config, 0, False, lost)
+    for knobs, expected in ((config, "a"), (replace(config, slo_sacrifice_weight=0.0), "b")):
+        fast, old = HardwareAwarePolicy(knobs), HardwareAwareBaseline(knobs)
+        for policy in (fast, old):
+            policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
+        assert fast.choose(request, snapshot) == old.choose(request, snapshot) == "b"
+        assert fast.choose(unshared, snapshot) == old.choose(unshared, snapshot) == expected
+
+
+@pytest.mark.parametrize(
+    "name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s", "slo_pack_weight", "slo_sacrifice_weight"]
+)
 def test_negative_penalties_are_refused(name):
     with pytest.raises(ValueError, match=name):
         RouterConfig(**{name: -1.0})
