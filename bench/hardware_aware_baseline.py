@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from controlplane.router.policies.hardware_aware import kv_headroom_tokens, lora_cold_load_s
+from controlplane.router.policies.node_predictions import kv_headroom_tokens, lora_cold_load_s
 from controlplane.router.policies.node_table import NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex

@@ -21,7 +21,7 @@ from tune_router import CASES, simulate_tune_split
 
 import sim.des as des
 from controlplane import request_intake
-from controlplane.router.policies import hardware_aware as ha
+from controlplane.router.policies import node_predictions
 from sim.report import Slo, summarize
 
 
@@ -32,7 +32,7 @@ def main(cases: list[str]) -> None:
     def on_choice(request, snapshot, chosen, config):
         for v in snapshot.nodes:
             if v.node_id == chosen:
-                miss = ha.predict_ttft_s(v, request.num_prompt_tokens, config) > config.slo_ttft_s
+                miss = node_predictions.predict_ttft_s(v, request.num_prompt_tokens, config) > config.slo_ttft_s
                 predicted_miss[request.request_id] = miss
 
     def place(msg, **kwargs):

@@ -19,7 +19,7 @@ import numpy as np
 from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
 from tune_router import simulate_tune_split
 
-from controlplane.router.policies import hardware_aware as ha
+from controlplane.router.policies import node_predictions
 from sim.report import Slo, summarize
 
 
@@ -28,8 +28,8 @@ def _record(predicted: dict, gate: dict):
         gate["decisions"] += 1
         gated = False
         for v in snapshot.nodes:
-            ttft_s = ha.predict_ttft_s(v, request.num_prompt_tokens, config)
-            tpot_s = ha.predict_tpot_s(v, config, request.max_tokens)
+            ttft_s = node_predictions.predict_ttft_s(v, request.num_prompt_tokens, config)
+            tpot_s = node_predictions.predict_tpot_s(v, config, request.max_tokens)
             if ttft_s <= config.slo_ttft_s and tpot_s > config.slo_tpot_s:
                 gated = True
                 gate["gated_by_gpu"][v.gpu_type] = gate["gated_by_gpu"].get(v.gpu_type, 0) + 1

@@ -15,7 +15,7 @@ import numpy as np
 from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
 from tune_router import simulate_split
 
-from controlplane.router.policies import hardware_aware as ha
+from controlplane.router.policies import node_predictions
 from sim.report import Slo, summarize
 
 
@@ -23,10 +23,13 @@ def _record(predicted: dict):
     """Per decision: the chosen node's predicted TTFT, and the best any node of the snapshot was predicted."""
 
     def on_choice(request, snapshot, chosen, config):
-        best = min(ha.predict_ttft_s(v, request.num_prompt_tokens, config) for v in snapshot.nodes)
+        best = min(node_predictions.predict_ttft_s(v, request.num_prompt_tokens, config) for v in snapshot.nodes)
         for v in snapshot.nodes:
             if v.node_id == chosen:
-                predicted[request.request_id] = (ha.predict_ttft_s(v, request.num_prompt_tokens, config), best)
+                predicted[request.request_id] = (
+                    node_predictions.predict_ttft_s(v, request.num_prompt_tokens, config),
+                    best,
+                )
 
     return on_choice
 

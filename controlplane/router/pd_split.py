@@ -41,7 +41,7 @@ import math
 from collections.abc import Callable, Mapping
 
 from backends.kv_link_model import KVLinkModel, KVLinkQueue, transferred_kv_bytes
-from controlplane.router.policies.hardware_aware import (
+from controlplane.router.policies.node_predictions import (
     backlog_tokens,
     decode_step_s,
     kv_headroom_tokens,

@@ -1,6 +1,7 @@
 """hardware_aware: send each request where it is predicted to meet the SLO, fastest first.
 
-Predictions (all public, so tests and the dashboard can show them; times in seconds)::
+Predictions (node_predictions.py's public functions, so tests and the dashboard can show them; times in
+seconds)::
 
     rate      = node.prefill_tok_per_s                         measured, or before measuring:
               = prefill_mfu * peak_tflops * 1e12 / (2 * params)     prefill is compute-bound, 2 FLOP/param/token
@@ -95,7 +96,17 @@ import numpy as np
 
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
-from controlplane.router.policies.node_table import NodeTable, NodeTables, outstanding_requests
+from controlplane.router.policies.node_predictions import (
+    MIN_FIGURE,
+    kv_headroom_tokens,
+    lora_cold_load_s,
+    predict_decoders_tpot_s,
+    predict_tpot_s,
+    predict_ttft_s,
+    predict_wait_s,
+    prefill_rate_tok_per_s,
+)
+from controlplane.router.policies.node_table import NodeTable, NodeTables
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
@@ -109,107 +120,6 @@ _COL_HEADROOM = 7  # KV tokens free for new work
 _COL_LORA_LOAD_S = 8  # an adapter's load time there (measured mean, else the estimate)
 _COL_DECODERS = 9  # requests decoding there (last report)
 _NUM_COLUMNS = 10
-_MIN_FIGURE = 1e-9  # guards a node that reports 0 bandwidth or compute
-
-
-def estimate_prefill_tok_per_s(peak_tflops: float, model_params_b: float, mfu: float) -> float:
-    """Prefill throughput of a compute-bound step: 2 FLOPs per parameter per token at ``mfu`` of peak."""
-    return mfu * max(peak_tflops, _MIN_FIGURE) * 1e12 / (2.0 * model_params_b * 1e9)
-
-
-def estimate_decode_step_s(
-    num_seqs: int,
-    memory_bandwidth_gbps: float,
-    peak_tflops: float,
-    model_params_b: float,
-    bytes_per_param: float,
-    bandwidth_efficiency: float,
-    mfu: float,
-) -> float:
-    """Roofline time of one decode step of ``num_seqs`` sequences: read every weight once, or compute
-    2 FLOPs per parameter per sequence, whichever takes longer (KV reads ignored)."""
-    params = model_params_b * 1e9
-    read_s = params * bytes_per_param / (max(memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * bandwidth_efficiency)
-    compute_s = num_seqs * 2.0 * params / (max(peak_tflops, _MIN_FIGURE) * 1e12 * mfu)
-    return max(read_s, compute_s)
-
-
-def prefill_rate_tok_per_s(node: NodeView, config: RouterConfig) -> float:
-    if node.prefill_tok_per_s > 0:
-        return node.prefill_tok_per_s
-    return estimate_prefill_tok_per_s(node.peak_tflops, config.params_b_for(node.model), config.prefill_mfu)
-
-
-def decode_step_s(node: NodeView, num_seqs: int, config: RouterConfig) -> float:
-    """Predicted pure decode step time of ``node`` with ``num_seqs`` sequences (see the module docstring)."""
-    params_b = config.params_b_for(node.model)
-    bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
-    eff, mfu = config.decode_bandwidth_efficiency, config.prefill_mfu
-    if node.decode_step_ms <= 0:
-        return estimate_decode_step_s(num_seqs, bw, peak, params_b, bpp, eff, mfu)
-    measured_s = node.decode_step_ms / 1000.0
-    floor_s = min(estimate_decode_step_s(1, bw, peak, params_b, bpp, eff, mfu), measured_s)
-    return floor_s + (measured_s - floor_s) / max(node.decode_batch_size, 1) * num_seqs
-
-
-def backlog_tokens(node: NodeView) -> int:
-    """Prompt tokens on ``node`` not prefilled yet: its last report's queue plus what was routed since."""
-    return node.queued_prefill_tokens + node.inflight_prefill_tokens
-
-
-def predict_ttft_s(node: NodeView, num_prompt_tokens: int, config: RouterConfig, num_cached_tokens: int = 0) -> float:
-    """Time until the first token of a new request on ``node``: the prefill queued ahead, this prompt's
-    uncached tokens, and the decode step in progress."""
-    own = max(num_prompt_tokens - num_cached_tokens, 1)
-    wait_s = decode_step_s(node, node.decode_batch_size, config) if node.decode_batch_size > 0 else 0.0
-    return (backlog_tokens(node) + own) / prefill_rate_tok_per_s(node, config) + wait_s
-
-
-def lora_cold_load_s(node: NodeView, lora_name: str | None, config: RouterConfig) -> float:
-    """Time ``node`` needs to bring adapter ``lora_name`` into a device slot before the request's first step:
-    0 when it holds it (or the request has none), else its measured mean load time or the estimate."""
-    if lora_name is None or lora_name in node.lora_resident:
-        return 0.0
-    return node.lora_load_s if node.lora_load_s > 0 else config.lora_load_estimate_s
-
-
-def predict_tpot_s(node: NodeView, config: RouterConfig, max_tokens: int = 1) -> float:
-    """Time per output token of a new request of ``max_tokens`` outputs on ``node``: a decode step with it
-    added to the batch, plus the node's prefill backlog spread over its decode steps (a chunk per step at
-    most)."""
-    inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
-    num_steps = max(max_tokens - 1, 1)
-    mixed_s = min(backlog_tokens(node) * inv_rate / num_steps, config.prefill_chunk_tokens * inv_rate)
-    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
-
-
-def kv_headroom_tokens(node: NodeView, config: RouterConfig) -> float:
-    """KV tokens free for new work on ``node`` once its queued prompts and the expected growth of the
-    requests already there are set aside; -inf while it has swapped requests."""
-    if node.num_swapped > 0:
-        return -math.inf
-    free = node.num_free_device_blocks * node.block_size - backlog_tokens(node)
-    return float(free - config.kv_reserve_running_tokens * outstanding_requests(node))
-
-
-def predict_wait_s(node: NodeView, config: RouterConfig) -> float:
-    """What any new request waits on ``node`` before its own prefill: the queued prefill and the decode step
-    in progress (TTFT less the prompt's own time; SLO triage compares it with the TTFT target)."""
-    wait_s = decode_step_s(node, node.decode_batch_size, config) if node.decode_batch_size > 0 else 0.0
-    return backlog_tokens(node) * (1.0 / prefill_rate_tok_per_s(node, config)) + wait_s
-
-
-def predict_decoders_tpot_s(
-    node: NodeView, num_prompt_tokens: int, config: RouterConfig, max_tokens: int = 1, num_cached_tokens: int = 0
-) -> float:
-    """TPOT of the requests decoding on ``node`` once this prompt (and the backlog) is prefilled in chunks that
-    share their decode steps: the node's backlog plus this prompt spread over ``max_tokens - 1`` steps, a chunk
-    per step at most (decode protection; see the module docstring)."""
-    inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
-    own_s = max(num_prompt_tokens - num_cached_tokens, 1) * inv_rate
-    mixed_s = min((own_s + backlog_tokens(node) * inv_rate) * (1.0 / max(max_tokens - 1, 1)),
-                  config.prefill_chunk_tokens * inv_rate)  # fmt: skip
-    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
 
 
 def triage_spares_capable(nodes, num_prompt_tokens: int, config: RouterConfig, slo_ttft_s: float) -> bool:
@@ -524,9 +434,9 @@ class HardwareAwarePolicy(PolicyHooks):
         if statics is None:
             config = self.config
             params = config.params_b_for(node.model) * 1e9
-            peak_flops = max(node.peak_tflops, _MIN_FIGURE) * 1e12
+            peak_flops = max(node.peak_tflops, MIN_FIGURE) * 1e12
             read_s = params * config.bytes_per_param
-            read_s /= max(node.memory_bandwidth_gbps, _MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
+            read_s /= max(node.memory_bandwidth_gbps, MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
             per_seq_compute_s = 2.0 * params / (peak_flops * config.prefill_mfu)
             estimated_inv_rate = 1.0 / (config.prefill_mfu * peak_flops / (2.0 * params))
             floor_s = max(read_s, per_seq_compute_s)

@@ -7,16 +7,14 @@ from dataclasses import replace
 import pytest
 
 from controlplane.router.policies import make_policy
-from controlplane.router.policies.hardware_aware import (
+from controlplane.router.policies.hardware_aware import lost_cause_fastest_rate, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.node_predictions import (
     decode_step_s,
     estimate_decode_step_s,
     estimate_prefill_tok_per_s,
     kv_headroom_tokens,
-    lost_cause_fastest_rate,
-    predict_cost_s,
     predict_tpot_s,
     predict_ttft_s,
-    triage_spares_capable,
 )
 from controlplane.router.router_config import RouterConfig
 

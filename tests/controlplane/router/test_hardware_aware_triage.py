@@ -16,11 +16,13 @@ from controlplane.router.policies.hardware_aware import (
     HardwareAwarePolicy,
     lost_cause_fastest_rate,
     predict_cost_s,
+    triage_spares_capable,
+)
+from controlplane.router.policies.node_predictions import (
     predict_decoders_tpot_s,
     predict_tpot_s,
     predict_ttft_s,
     predict_wait_s,
-    triage_spares_capable,
 )
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
