@@ -70,6 +70,8 @@ class HardwareAwareBaseline(PolicyHooks):
         np.greater(cost, slo_ttft_s, out=miss)
         # (added later) sacrifice: a lost cause (it misses the TTFT SLO on every node) costs capable nodes more
         sacrifice_s = config.slo_sacrifice_weight * slo_ttft_s if config.slo_sacrifice_weight and miss.all() else 0.0
+        bound_s = config.slo_sacrifice_max_ttft_s  # (added later) beyond it, a node is charged as the fastest
+        over_bound = (cost > bound_s) if sacrifice_s and bound_s else np.zeros(n, dtype=bool)
         np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=miss)
         # (added later) the predicted TPOT: bin packing's gate (slo_pack_needs_tpot) and the TPOT term below
         tpot_s = np.minimum(columns[_COL_BACKLOG_S] * (1.0 / max(max_tokens - 1, 1)), columns[_COL_CHUNK_S])
@@ -113,9 +115,10 @@ class HardwareAwareBaseline(PolicyHooks):
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
         short = np.less(columns[_COL_HEADROOM], need, out=self._short)
         np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
-        fastest_inv_rate = columns[_COL_INV_RATE].min() if sacrifice_s else 0.0
+        factor = columns[_COL_INV_RATE].min() / columns[_COL_INV_RATE] if sacrifice_s else None
         if sacrifice_s:  # (added later) the node's prefill rate over the fastest one's, times weight * SLO
-            cost += fastest_inv_rate / columns[_COL_INV_RATE] * sacrifice_s
+            factor[over_bound] = 1.0
+            cost += factor * sacrifice_s
         cannot = table.fits_mask(num_prompt_tokens)
         if cannot is not None:
             np.copyto(cost, math.inf, where=cannot)
@@ -140,7 +143,7 @@ class HardwareAwareBaseline(PolicyHooks):
                     if (own_s.item(i) if spare else values.item(_COL_BASE_S, i)) <= slo_ttft_s:
                         saved_s += config.slo_triage_penalty_s
                     if sacrifice_s:  # no longer a lost cause there
-                        saved_s += fastest_inv_rate / inv_rate * sacrifice_s
+                        saved_s += factor.item(i) * sacrifice_s
                     slack_s = slo_ttft_s - own * inv_rate  # bin packing charges a node that meets the SLO now
                     if tpot_miss.item(i):
                         slack_s = slo_ttft_s

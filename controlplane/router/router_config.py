@@ -84,6 +84,15 @@ class RouterConfig:
         that meets the target thanks to its cache is not charged (the scalar formula with its cached tokens).
         KV room and the other terms are unchanged (a node short of KV room still pays kv_full_penalty_s).
         0 (off): today's decisions.
+    slo_sacrifice_max_ttft_s: the most TTFT a sacrificed request may be given (seconds, absolute). With sacrifice
+        on and this non-zero, a lost cause's charge on a node whose predicted TTFT there (the one that made it a
+        lost cause: nothing cached, a cold adapter load included) is above this bound is the fastest node's,
+        weight * slo_ttft_s (factor 1 instead of rate / fastest_rate): only the nodes within the bound are made
+        cheaper by their lower capability, so a lost cause goes to the least capable node that still gives it
+        its first token within the bound, and where no node is within it, every node pays the same charge and
+        the decision is the one sacrifice off makes (SLO triage: the fastest late node). Why: unbounded, weight
+        10 sent lost causes to L4s/T4s that then served them very late (code 80%, tuning split: P99 TTFT 5.65
+        -> 7.00 s, bench/results/2026-12-02-sim-tune-7.json). 0: no bound (slo_sacrifice_weight alone).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -127,6 +136,7 @@ class RouterConfig:
     slo_pack_weight: float = 0.0
     slo_pack_needs_tpot: bool = False
     slo_sacrifice_weight: float = 0.0
+    slo_sacrifice_max_ttft_s: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -161,6 +171,7 @@ class RouterConfig:
             "slo_tpot_harm_penalty_s",
             "slo_pack_weight",
             "slo_sacrifice_weight",
+            "slo_sacrifice_max_ttft_s",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",

@@ -42,6 +42,8 @@ seconds)::
                 + slo_sacrifice_weight * slo_ttft_s * rate / fastest_rate   if TTFT > slo_ttft_s and the request
                   is a lost cause (TTFT, nothing cached, > slo_ttft_s on every node; fastest_rate: the largest
                   rate among them; the vectorised paths add it last, after the KV term)          (sacrifice)
+                  (slo_sacrifice_max_ttft_s non-zero: * 1 instead of * rate / fastest_rate where that TTFT
+                   is above it: the sacrifice only favours a node that serves the lost cause within the bound)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -64,7 +66,8 @@ utilisation on the eval split). Bin packing (slo_pack_weight, off by default) pr
 prefill speed leaves under the TTFT target for a prompt of this size, on the nodes that meet the target, so
 a short prompt that meets it on an L4 does not take an H100 whose speed the long prompts need (the Mooncake
 trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts). Sacrifice (off by
-default) sends a lost cause to the least capable node, not to a fast late one (router_config.py).
+default) sends a lost cause to the least capable node, not to a fast late one, and slo_sacrifice_max_ttft_s
+only to one that still serves it within that bound (router_config.py).
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
@@ -143,6 +146,20 @@ def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, 
     return max((prefill_rate_tok_per_s(v, config) for v in nodes), default=0.0)
 
 
+def sacrifice_charge_s(node: NodeView, request: RouteRequest, config: RouterConfig, fastest_rate: float) -> float:
+    """Sacrifice's charge on ``node`` for a lost cause (``fastest_rate``: ``lost_cause_fastest_rate``, > 0):
+    weight * slo_ttft_s * rate / fastest_rate, or weight * slo_ttft_s (the fastest node's charge) where the
+    request's TTFT there, nothing cached, adapter load included, is above RouterConfig.slo_sacrifice_max_ttft_s
+    (when that bound is non-zero): only the nodes within the bound are made cheaper by their lower capability."""
+    charge_s = config.slo_sacrifice_weight * config.slo_ttft_s
+    bound_s = config.slo_sacrifice_max_ttft_s
+    if bound_s:
+        ttft_s = predict_ttft_s(node, request.num_prompt_tokens, config)
+        if ttft_s + lora_cold_load_s(node, request.lora_name, config) > bound_s:
+            return charge_s
+    return charge_s * prefill_rate_tok_per_s(node, config) / fastest_rate
+
+
 def predict_cost_s(
     node: NodeView,
     request: RouteRequest,
@@ -168,8 +185,8 @@ def predict_cost_s(
             charged = predict_wait_s(node, config) <= config.slo_ttft_s
         if charged:
             cost += config.slo_triage_penalty_s
-        if lost:  # sacrifice: the more capable the node, the more it costs a lost cause
-            cost += config.slo_sacrifice_weight * config.slo_ttft_s * prefill_rate_tok_per_s(node, config) / lost
+        if lost:  # sacrifice: the more capable the node, the more it costs a lost cause (within the bound)
+            cost += sacrifice_charge_s(node, request, config, lost)
     elif config.slo_pack_weight:  # bin packing: the spare capability of a node that meets the TTFT target
         if config.slo_pack_needs_tpot and tpot_s > config.slo_tpot_s:  # it misses TPOT: the most packing charges
             slack_s = config.slo_ttft_s
@@ -204,6 +221,7 @@ class HardwareAwarePolicy(PolicyHooks):
         self._add = np.empty(0)
         self._short = np.empty(0, dtype=bool)
         self._miss = np.empty(0, dtype=bool)
+        self._sacrifice = np.empty(0)  # sacrifice's factor per node: rate / fastest_rate, or 1 beyond the bound
         kernel = compiled_kernel() if use_kernel else None
         self.kernel_name = "numpy" if kernel is None else "numba"
         if kernel is not None:
@@ -239,6 +257,7 @@ class HardwareAwarePolicy(PolicyHooks):
         if len(self._cost) != n:
             self._cost, self._tpot, self._add = np.empty(n), np.empty(n), np.empty(n)
             self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+            self._sacrifice = np.empty(n)
         config = self.config
         columns = table.columns
         num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
@@ -258,6 +277,10 @@ class HardwareAwarePolicy(PolicyHooks):
             miss = np.greater(cost, slo_ttft_s, self._miss)
             if config.slo_sacrifice_weight and miss.all():
                 sacrifice_s = config.slo_sacrifice_weight * slo_ttft_s
+                factor = np.divide(columns[_COL_INV_RATE].min(), columns[_COL_INV_RATE], self._sacrifice)
+                if config.slo_sacrifice_max_ttft_s:  # beyond the bound: charged as the fastest node
+                    over = np.greater(cost, config.slo_sacrifice_max_ttft_s, self._short)
+                    np.copyto(factor, 1.0, where=over)
             if config.slo_ttft_miss_penalty_s:
                 np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
                 cost += add
@@ -313,8 +336,7 @@ class HardwareAwarePolicy(PolicyHooks):
             np.multiply(np.less(columns[_COL_HEADROOM], float(need), self._short), config.kv_full_penalty_s, add)
             cost += add
         if sacrifice_s:  # a lost cause costs a node the more, the more capable it is (added last, as the kernel)
-            np.divide(columns[_COL_INV_RATE].min(), columns[_COL_INV_RATE], add)
-            add *= sacrifice_s
+            np.multiply(self._sacrifice, sacrifice_s, add)
             cost += add
         cannot = table.fits_mask(num_prompt_tokens)
         if cannot is not None:
@@ -343,7 +365,8 @@ class HardwareAwarePolicy(PolicyHooks):
         (rounding is monotonic and every term of the saving is <= its term in the bound), so the skip is exact.
         Bin packing's charge on a holder that meets the TTFT target only thanks to its cache is subtracted from
         the saving; it is at most the miss penalty lifted with it, so a saving stays >= 0 (a cost never rises).
-        Sacrifice's charge (``lost_s``: weight * SLO for a lost cause) goes with the miss penalty, <= lost_s (bound).
+        Sacrifice's charge (``lost_s``: weight * SLO for a lost cause, times the factor ``choose`` left in
+        ``self._sacrifice``, <= 1) goes with the miss penalty, <= lost_s (bound).
         """
         config = self.config
         index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
@@ -357,7 +380,7 @@ class HardwareAwarePolicy(PolicyHooks):
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
         most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
-        fastest_inv_rate = table.columns[_COL_INV_RATE].min() if lost_s else 0.0  # np.float64 as ``choose``'s
+        factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
@@ -389,7 +412,7 @@ class HardwareAwarePolicy(PolicyHooks):
                 if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
                 if lost_s:  # no longer a lost cause there: sacrifice's charge, as ``choose`` added it
-                    saved_s += fastest_inv_rate / inv_rate * lost_s
+                    saved_s += factor.item(i) * lost_s
                 if pack_weight:  # it meets the target now: bin packing charges its slack
                     slack_s = slo_ttft_s - own * inv_rate
                     if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it

@@ -74,6 +74,17 @@ CONFIGS = (
     RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=3.0),
     replace(GOODPUT_ONLY, slo_ttft_miss_penalty_s=10.0, slo_sacrifice_weight=30.0, slo_triage_spare_capable_below=0.5),
     RouterConfig(slo_ttft_s=0.05, slo_sacrifice_weight=100.0, slo_ttft_miss_penalty_s=0.0, slo_pack_weight=1.0),
+    # sacrifice within a bound on the TTFT a sacrificed request may be given (beyond it: the fastest node's charge)
+    RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=3.0, slo_sacrifice_max_ttft_s=0.8),
+    replace(
+        GOODPUT_ONLY,
+        slo_ttft_miss_penalty_s=10.0,
+        slo_sacrifice_weight=30.0,
+        slo_sacrifice_max_ttft_s=1.5,
+        slo_triage_spare_capable_below=0.5,
+    ),
+    RouterConfig(slo_ttft_s=0.05, slo_sacrifice_weight=100.0, slo_sacrifice_max_ttft_s=0.5, slo_pack_weight=1.0),
+    RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=10.0, slo_sacrifice_max_ttft_s=1e-9),  # no node within it
 )
 
 profiles = st.fixed_dictionaries(
@@ -184,6 +195,7 @@ def test_kernel_numpy_and_python_choose_alike_with_the_same_cost_bits(config, po
 
 GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
 SACRIFICE = tuple(c for c in CONFIGS if c.slo_sacrifice_weight)
+BOUNDED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_ttft_s)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -199,6 +211,14 @@ def test_bin_packing_gated_by_tpot_chooses_alike_with_the_same_cost_bits(config,
 def test_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
     """The same check, more often, with sacrifice on (slo_sacrifice_weight): the lost-cause test, the fastest
     rate, the charge and the prefix credit's lift of it agree on all three paths."""
+    _check_alike(config, pool, picks, history, spec)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(BOUNDED), *FLEET_CASES)
+def test_bounded_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    """The same check with sacrifice bounded (slo_sacrifice_max_ttft_s): each node's TTFT against the bound, in
+    the charge and in the prefix credit's lift of it, agrees on all three paths."""
     _check_alike(config, pool, picks, history, spec)
 
 
@@ -241,8 +261,8 @@ def _values(n: int) -> np.ndarray:
 
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
-    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s (see
-    CostKernel)."""
+    triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s,
+    sacrifice_max_ttft_s (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -252,7 +272,8 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               1.0 if lora else 0.0, knobs.get("router_slo_ttft_s", slo_ttft_s), knobs.get("triage_penalty_s", 0.0),
               knobs.get("harm_penalty_s", 0.0), knobs.get("spare_below", 0.0),
               knobs.get("excess_only", 0.0), knobs.get("pack_weight", 0.0),
-              knobs.get("pack_needs_tpot", 0.0), knobs.get("sacrifice_s", 0.0))  # fmt: skip
+              knobs.get("pack_needs_tpot", 0.0), knobs.get("sacrifice_s", 0.0),
+              knobs.get("sacrifice_max_ttft_s", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),

@@ -50,6 +50,13 @@ CONFIGS = (
         default_model_params_b=8.0, slo_pack_weight=2.0, slo_ttft_s=0.5, slo_pack_needs_tpot=True, slo_tpot_s=0.02
     ),
     RouterConfig(default_model_params_b=8.0, slo_ttft_s=0.2, slo_triage_penalty_s=5.0, slo_sacrifice_weight=20.0),
+    RouterConfig(
+        default_model_params_b=8.0,
+        slo_ttft_s=0.2,
+        slo_triage_penalty_s=5.0,
+        slo_sacrifice_weight=20.0,
+        slo_sacrifice_max_ttft_s=0.5,
+    ),
 )
 
 hellos = st.builds(

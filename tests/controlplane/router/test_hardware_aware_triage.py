@@ -330,6 +330,47 @@ def test_sacrifice_sends_a_lost_cause_to_the_least_capable_node_that_can_hold_it
     assert _decide(off, hopeless, *nodes, fresh_late) == "h100"  # triage charges fresh_late (wait 0.7 s)
 
 
+def test_bounded_sacrifice_sends_a_lost_cause_to_the_least_capable_node_within_the_bound(
+    make_node_view, make_route_request
+):
+    """The code-trace case again (a 4k-token prompt late everywhere: H100 1.63 s, A100 1.9 s, L4 2.5 s, T4 3.1 s),
+    sacrifice bounded by slo_sacrifice_max_ttft_s: a node whose TTFT is above the bound pays the fastest's charge,
+    so the lost cause goes to the least capable node within the bound; with none within, to off's choice."""
+    config = replace(BASE, slo_triage_penalty_s=5.0, slo_sacrifice_weight=20.0, kv_full_penalty_s=0.0)
+    off = replace(config, slo_sacrifice_weight=0.0)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)
+    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=10_000.0, queued_prefill_tokens=15_000)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=6_000)
+    t4 = make_node_view("t4", "t4", prefill_tok_per_s=2_000.0, queued_prefill_tokens=2_200)
+    nodes = (h100, a100, t4, l4)
+    hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)
+    assert [round(predict_ttft_s(v, 4_000, config), 3) for v in nodes] == [1.633, 1.9, 3.1, 2.5]
+    assert _decide(config, hopeless, *nodes) == "t4"  # unbounded: the least capable
+    for bound_s, expected in ((3.5, "t4"), (3.0, "l4"), (2.0, "a100"), (1.7, "h100"), (1.5, "h100")):
+        bounded = replace(config, slo_sacrifice_max_ttft_s=bound_s)
+        assert _decide(bounded, hopeless, *nodes) == expected, bound_s
+    # none within the bound: every node pays the fastest's charge (20 x 1 s), the same; off's choice
+    none_within = replace(config, slo_sacrifice_max_ttft_s=1.5)
+    lost = lost_cause_fastest_rate(nodes, hopeless, none_within, none_within.slo_ttft_s)
+    for v in nodes:
+        charged = predict_cost_s(v, hopeless, none_within, 0, False, lost) - predict_cost_s(v, hopeless, off)
+        assert charged == pytest.approx(20.0)
+    assert _decide(off, hopeless, *nodes) == "h100"
+    # off's choice is not always the fastest: with the H100 charged by triage (its queue within the target:
+    # wait 0.9 s, TTFT 1.03 s) off sends the lost cause to the A100 (least late of the uncharged), and so does a
+    # bound no node is within
+    h100_short = replace(h100, queued_prefill_tokens=27_000)
+    assert _decide(off, hopeless, h100_short, a100, t4, l4) == "a100"
+    assert _decide(replace(config, slo_sacrifice_max_ttft_s=1.0), hopeless, h100_short, a100, t4, l4) == "a100"
+    # an adapter to load (0.5 s, held by the T4 only) pushes the L4 beyond a 2.9 s bound: the T4 (3.1 s) too;
+    # within it stay the H100 and A100 (2.13, 2.4 s): the A100
+    adapter = make_route_request(num_prompt_tokens=4_000, max_tokens=16, lora_name="x")
+    lora_config = replace(config, slo_sacrifice_max_ttft_s=2.9, lora_load_estimate_s=0.5)
+    t4_holds = replace(t4, lora_resident=("x",))
+    assert _decide(lora_config, adapter, h100, a100, t4_holds, l4) == "a100"
+    assert _decide(replace(lora_config, slo_sacrifice_max_ttft_s=3.2), adapter, h100, a100, t4_holds, l4) == "t4"
+
+
 def test_the_prefix_credit_lifts_sacrifice_from_a_holder_that_meets_the_target_thanks_to_its_cache(make_node_view):
     """A lost cause uncached (slow "a" 2 s, holder "b" 1.09 s, target 1 s), but "b" meets the target with its 480
     cached tokens (0.85 s): its charge (20 x 1 s, the fastest) goes with its miss penalty, and the skip bound counts
@@ -352,7 +393,14 @@ def test_the_prefix_credit_lifts_sacrifice_from_a_holder_that_meets_the_target_t
 
 
 @pytest.mark.parametrize(
-    "name", ["slo_triage_penalty_s", "slo_tpot_harm_penalty_s", "slo_pack_weight", "slo_sacrifice_weight"]
+    "name",
+    [
+        "slo_triage_penalty_s",
+        "slo_tpot_harm_penalty_s",
+        "slo_pack_weight",
+        "slo_sacrifice_weight",
+        "slo_sacrifice_max_ttft_s",
+    ],
 )
 def test_negative_penalties_are_refused(name):
     with pytest.raises(ValueError, match=name):
