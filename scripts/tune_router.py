@@ -1,7 +1,8 @@
 """Tune hardware_aware's knobs on the declared tuning split (the first fifth of each trace) only.
 
 Cases: conv 80%, code 80% and code 60% on the zoo fleet, mooncake 80% on zoo_long; seed 0; the default SLO
-(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values; every combination): by default the fourth
+(TTFT 1 s, TPOT 100 ms). Grid (``--grid``, JSON knob -> values; every combination; or a JSON list of settings,
+each knob -> value, run as listed): by default the fourth
 grid, SLO triage sparing the capable nodes when fewer than a fraction of the nodes could serve the prompt in
 time (slo_triage_spare_capable_below) x the TPOT term counting only the excess over the SLO (router_config.py),
 at the chosen penalties (triage 5 s, decode protection 3 s). The second grid (GRID_2, those two penalties)
@@ -22,6 +23,18 @@ lost causes (SLO triage sends them to the fastest late node) and met the TTFT ta
 where the anchors sacrifice the L4s/T4s and keep the H100s at 86%. The anchors' figures: --anchors-from
 bench/results/2026-12-02-sim-tune-6.json (its best_fair_anchor_on_tune; the simulator is unchanged since);
 result: bench/results/2026-12-02-sim-tune-7.json (kept off: w=10 breaks the code80 P99 lead, w=1/3 lower the margin).
+The eighth grid (GRID_8, declared and committed before it ran, the rule unchanged): sacrifice bounded by the TTFT
+a sacrificed request may be given (slo_sacrifice_max_ttft_s: beyond it a node pays the fastest node's charge, so a
+lost cause goes to the least capable node that still serves it within the bound). Settings, not a product: off
+(weight 0, the default row) and weight 10, 30 x bound 2, 3 s. Why these: GRID_7's w=10 moved code80's lost causes
+off the H100s (their SLO share .38 -> .997) but the L4/T4s served them late (L4 TTFT P50 2.8 s; code80 P99 7.00 s >
+6.25 s); the TTFT hardware_aware predicts on an L4/T4 reads low at the tail (measured / predicted at P90 1.76 /
+1.62, bench/results/2026-12-02-ttft-prediction-code80.json), so a bound B lets a sacrificed request's TTFT reach
+about 1.7 B: 3 s keeps it near 5 s, under 6.25 s; 2 s near 3.5 s; 4 s (about 7 s) would repeat w=10's tail.
+Weight 10 and 30: within the bound, the charge must still beat SLO triage's 5 s on a fresh node (L4: 0.88 w off the
+H100's charge) and prefer the weakest tier to the A100s (A100 - L4 charge: 0.19 w; w=3 sent lost causes to the
+A100s), by more than the bound leaves between their TTFTs (up to B - 1 s): 10 does on the edge, 30 clearly.
+Anchors: --anchors-from bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-8.json.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -55,6 +68,9 @@ GRID_3 = {"slo_triage_spare_capable_below": [0.0, 1.0], "tpot_excess_only": [Fal
 GRID_5 = {"slo_pack_weight": [0.0, 1.0, 2.0]}
 GRID_6 = {"slo_pack_weight": [0.0, 1.0, 2.0], "slo_pack_needs_tpot": [True]}
 GRID_7 = {"slo_sacrifice_weight": [0.0, 1.0, 3.0, 10.0]}
+GRID_8 = [{"slo_sacrifice_weight": 0.0}] + [
+    {"slo_sacrifice_weight": w, "slo_sacrifice_max_ttft_s": b} for w in (10.0, 30.0) for b in (2.0, 3.0)
+]
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 
@@ -134,7 +150,9 @@ def _run_setting(knobs: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--grid", default=json.dumps(DEFAULT_GRID), help="JSON: knob -> list of values")
+    parser.add_argument(
+        "--grid", default=json.dumps(DEFAULT_GRID), help="JSON: knob -> list of values, or a list of settings"
+    )
     anchor_source = parser.add_mutually_exclusive_group(required=True)
     anchor_source.add_argument("--anchors", help="comma-separated zoo sim --json files, one per case")
     anchor_source.add_argument(
@@ -144,7 +162,10 @@ def main() -> None:
     args = parser.parse_args()
     grid = json.loads(args.grid)
     recorded = anchors_from(args.anchors_from) if args.anchors_from else None  # fail early on a bad file
-    settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    if isinstance(grid, list):  # the settings themselves, in order
+        settings = grid
+    else:
+        settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
     with multiprocessing.Pool(args.jobs) as pool:
         rows = []
         for row in pool.imap(_run_setting, settings):
