@@ -34,7 +34,10 @@ about 1.7 B: 3 s keeps it near 5 s, under 6.25 s; 2 s near 3.5 s; 4 s (about 7 s
 Weight 10 and 30: within the bound, the charge must still beat SLO triage's 5 s on a fresh node (L4: 0.88 w off the
 H100's charge) and prefer the weakest tier to the A100s (A100 - L4 charge: 0.19 w; w=3 sent lost causes to the
 A100s), by more than the bound leaves between their TTFTs (up to B - 1 s): 10 does on the edge, 30 clearly.
-Anchors: --anchors-from bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-8.json.
+Anchors: --anchors-from bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-8.json
+(kept off: every bounded setting is admissible, code80 P99 4.84-5.41 s, but lowers the smallest margin, best
+w=10/b=3 -0.003 vs off +0.038: the shed lost causes land on the A100s and L4s within the bound, whose meetable
+requests then miss).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):

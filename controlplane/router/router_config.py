@@ -92,7 +92,9 @@ class RouterConfig:
         its first token within the bound, and where no node is within it, every node pays the same charge and
         the decision is the one sacrifice off makes (SLO triage: the fastest late node). Why: unbounded, weight
         10 sent lost causes to L4s/T4s that then served them very late (code 80%, tuning split: P99 TTFT 5.65
-        -> 7.00 s, bench/results/2026-12-02-sim-tune-7.json). 0: no bound (slo_sacrifice_weight alone).
+        -> 7.00 s, bench/results/2026-12-02-sim-tune-7.json). 0: no bound (slo_sacrifice_weight alone). Not used
+        by the eighth grid (bench/results/2026-12-02-sim-tune-8.json): bounded, the tail is admissible but the
+        lost causes land on the A100s and L4s within the bound and goodput falls (code80 0.429 -> 0.376 at best).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
