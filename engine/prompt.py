@@ -37,13 +37,15 @@ def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
     # C-speed: msgspec checks every element an int (not a bool, not a numpy integer, not a float) in range in one pass;
     # it lets an int subclass through, which the type count refuses. Anything it refuses (or a sequence it does not
     # take: a range) gets the exact check below, which decides and names the bad ids.
-    try:
-        msgspec.convert(token_ids, _token_list_type(vocab_size))
-    except msgspec.ValidationError:
-        pass
-    else:
-        if list(map(type, token_ids)).count(int) == len(token_ids):
-            return
+    token_list = _token_list_type(vocab_size) if type(vocab_size) is int else None
+    if token_list is not None:
+        try:
+            msgspec.convert(token_ids, token_list)
+        except (ValueError, TypeError):  # msgspec.ValidationError is a ValueError
+            pass
+        else:
+            if list(map(type, token_ids)).count(int) == len(token_ids):
+                return
     if (
         list(map(type, token_ids)).count(int) != len(token_ids)
         or not _none_negative(token_ids)
@@ -65,7 +67,10 @@ def _none_negative(token_ids: Sequence[int]) -> bool:
 
 @functools.cache
 def _token_list_type(vocab_size: int) -> Any:
-    """A list of ints in [0, vocab_size), as msgspec validates it."""
+    """A list of ints in [0, vocab_size), as msgspec validates it; None where msgspec cannot bound it (its bounds
+    are int64s): the exact rule alone then."""
+    if not -(2**63) <= vocab_size < 2**63:
+        return None
     return list[Annotated[int, msgspec.Meta(ge=0, lt=vocab_size)]]
 
 

@@ -4,6 +4,8 @@ rule gives."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -55,3 +57,15 @@ def test_refuses_exactly_what_the_element_by_element_rule_refuses(token_ids):
         with pytest.raises(PromptError) as e:
             check_token_ids(token_ids, VOCAB)
         assert str(e.value) == expected
+
+
+@pytest.mark.parametrize("vocab_size", [0, -1, 2**63, 2**64, 5.0, True])
+def test_any_vocabulary_bound_gets_the_element_rule(vocab_size):
+    """msgspec bounds only int64s: a vocabulary size past them (or not an int) is checked by the element rule."""
+    token_ids = [1, 2, 7]
+    bad = [t for t in token_ids if type(t) is not int or not 0 <= t < vocab_size]
+    if bad:
+        with pytest.raises(PromptError, match=re.escape(str(bad[:5]))):
+            check_token_ids(token_ids, vocab_size)
+    else:
+        check_token_ids(token_ids, vocab_size)
