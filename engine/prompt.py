@@ -11,8 +11,12 @@ vocabulary in ``LLMEngine.add_request`` for prompts given as ids, its KV capacit
 
 from __future__ import annotations
 
+import functools
 from array import array
 from collections.abc import Sequence
+from typing import Annotated, Any
+
+import msgspec
 
 
 class PromptError(ValueError):
@@ -30,7 +34,18 @@ class PromptTooLongError(PromptError):
 def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
     if not token_ids:
         raise PromptError("the prompt is empty")
-    # C-speed: every element exactly an int (not a bool, not a numpy integer), none negative, the largest in range
+    # C-speed: msgspec checks every element an int (not a bool, not a numpy integer, not a float) in range in one pass;
+    # it lets an int subclass through, which the type count refuses. Anything it refuses (or a sequence it does not
+    # take: a range) gets the exact check below, which decides and names the bad ids.
+    token_list = _token_list_type(vocab_size) if type(vocab_size) is int else None
+    if token_list is not None:
+        try:
+            msgspec.convert(token_ids, token_list)
+        except (ValueError, TypeError):  # msgspec.ValidationError is a ValueError
+            pass
+        else:
+            if list(map(type, token_ids)).count(int) == len(token_ids):
+                return
     if (
         list(map(type, token_ids)).count(int) != len(token_ids)
         or not _none_negative(token_ids)
@@ -48,6 +63,15 @@ def _none_negative(token_ids: Sequence[int]) -> bool:
     except OverflowError:
         return False
     return True
+
+
+@functools.cache
+def _token_list_type(vocab_size: int) -> Any:
+    """A list of ints in [0, vocab_size), as msgspec validates it; None where msgspec cannot bound it (its bounds
+    are int64s): the exact rule alone then."""
+    if not -(2**63) <= vocab_size < 2**63:
+        return None
+    return list[Annotated[int, msgspec.Meta(ge=0, lt=vocab_size)]]
 
 
 def check_prompt_length(num_prompt_tokens: int, max_model_len: int) -> None:

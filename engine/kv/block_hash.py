@@ -30,6 +30,8 @@ _NO_LORA = -1
 _HEADER = struct.Struct("<Qq")  # parent chain value, lora id (-1: none)
 _VALUE = struct.Struct("<Q")  # _HEADER's halves
 _LORA = struct.Struct("<q")
+_LITTLE_ENDIAN = sys.byteorder == "little"  # array("q") writes native int64s: "<q" here
+_SIGN_BYTES = slice(7, None, 8) if _LITTLE_ENDIAN else slice(0, None, 8)  # each native int64's most significant byte
 
 
 class BlockHash(NamedTuple):
@@ -81,6 +83,13 @@ def _token_bytes(token_ids: Sequence[int]) -> bytes | None:
     """Every token as the int64 ``_chain_value`` hashes (None where one is not an int64): the memo's key, and the
     bytes the chain hashes (a slice of them)."""
     try:
+        data = array("Q", token_ids).tobytes()  # ~3x faster than "q", which parses each token as a C argument
+    except (TypeError, OverflowError):  # a negative token, or not an integer: "q" decides
+        pass
+    else:
+        if data[_SIGN_BYTES].isascii():  # every token below 2**63: the bytes "q" writes
+            return data
+    try:
         return array("q", token_ids).tobytes()
     except (TypeError, OverflowError):
         return None
@@ -110,14 +119,16 @@ def _extend(
         return block_hashes
     span = token_ids[i * block_size : num_blocks * block_size]
     num_bytes = 8 * block_size
-    data = array("q", span).tobytes() if data is None else data[i * num_bytes : num_blocks * num_bytes]
+    if data is None:
+        data = _token_bytes(span)
+        if data is None:
+            data = array("q", span).tobytes()  # raises: a full block holds a token that is not an int64
+    else:
+        data = data[i * num_bytes : num_blocks * num_bytes]
     values = _chain_values(parent_value, lora, data, num_bytes)
     # each block's tokens as a tuple (zip of one iterator ``block_size`` times), each BlockHash made in C
     block_hashes.extend(map(_new_block_hash, zip(values, zip(*[iter(span)] * block_size), repeat(lora_id))))
     return block_hashes
-
-
-_LITTLE_ENDIAN = sys.byteorder == "little"  # array("q") writes native int64s: "<q" here
 
 
 @functools.cache

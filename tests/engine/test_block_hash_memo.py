@@ -58,3 +58,17 @@ def test_on_or_off_the_same_chains_and_the_same_errors():
     assert [extend_block_hashes([], list(t), 16, None, 4) for t in cases] == [chain[:4] for chain in off]
     with pytest.raises(TypeError):
         hash_full_blocks([0.5, *tokens[1:]], 16)
+
+
+@pytest.mark.parametrize(
+    "tokens",
+    [[0, 1, 2**63 - 1], [5, -1, 7], [2**63], [2**64], [True, 3], [1.0], ["7"], list(range(40))],
+    ids=repr,
+)
+def test_token_bytes_are_the_int64_bytes_or_none(tokens):
+    """_token_bytes' unsigned fast path writes what array("q") does, and gives None where that raises."""
+    try:
+        expected = array("q", tokens).tobytes()
+    except (TypeError, OverflowError):
+        expected = None
+    assert block_hash._token_bytes(tokens) == expected

@@ -4,6 +4,8 @@ rule gives."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,6 +16,10 @@ from engine.prompt import PromptError, check_token_ids
 VOCAB = 1000
 
 
+class _Int(int):
+    """An int subclass: msgspec's pass lets it through, the exact rule refuses it."""
+
+
 def _reference_error(token_ids) -> str | None:
     bad = [t for t in token_ids if type(t) is not int or not 0 <= t < VOCAB]
     return f"prompt token ids out of range [0, {VOCAB}): {bad[:5]}" if bad else None
@@ -21,7 +27,7 @@ def _reference_error(token_ids) -> str | None:
 
 @pytest.mark.parametrize(
     "bad",
-    [True, False, 1.0, np.int64(3), np.int32(3), "7", None, -1, VOCAB, 2**63, 2**64, 2**70, -(2**70)],
+    [True, False, 1.0, np.int64(3), np.int32(3), "7", None, -1, VOCAB, 2**63, 2**64, 2**70, -(2**70), _Int(3)],
     ids=repr,
 )
 def test_one_bad_element_anywhere_is_refused(bad):
@@ -38,6 +44,7 @@ def test_empty_is_refused_and_valid_ids_pass():
         check_token_ids([], VOCAB)
     check_token_ids([0, VOCAB - 1, 17], VOCAB)
     check_token_ids((0,), VOCAB)
+    check_token_ids(range(VOCAB), VOCAB)  # a sequence msgspec does not take: the exact rule passes it
 
 
 @settings(max_examples=150, deadline=None)
@@ -50,3 +57,15 @@ def test_refuses_exactly_what_the_element_by_element_rule_refuses(token_ids):
         with pytest.raises(PromptError) as e:
             check_token_ids(token_ids, VOCAB)
         assert str(e.value) == expected
+
+
+@pytest.mark.parametrize("vocab_size", [0, -1, 2**63, 2**64, 5.0, True])
+def test_any_vocabulary_bound_gets_the_element_rule(vocab_size):
+    """msgspec bounds only int64s: a vocabulary size past them (or not an int) is checked by the element rule."""
+    token_ids = [1, 2, 7]
+    bad = [t for t in token_ids if type(t) is not int or not 0 <= t < vocab_size]
+    if bad:
+        with pytest.raises(PromptError, match=re.escape(str(bad[:5]))):
+            check_token_ids(token_ids, vocab_size)
+    else:
+        check_token_ids(token_ids, vocab_size)
