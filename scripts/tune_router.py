@@ -50,7 +50,9 @@ bounds: with the A100s paying w, the L4/T4 charge is 0.88 w below every faster n
 5 s on a fresh L4 plus up to 3.8 s of TTFT gap, 30 all of it; bound 3 s was GRID_8's best (admissible, -0.003),
 4 s lets the L4/T4s take the lost causes GRID_8's 3 s sent to the A100s (at the risk of w=10's 7 s tail), and no
 bound is GRID_7's w=10 without its A100 share. Anchors: --anchors-from bench/results/2026-12-02-sim-tune-6.json;
-result: bench/results/2026-12-02-sim-tune-9.json.
+result: bench/results/2026-12-02-sim-tune-9.json (kept off: the unbounded w=10 has the best margin yet, +0.045 vs
+off +0.038, but code80 P99 10.4 s > 6.25 s, the T4s holding the lost causes; bounded, all admissible, the margin
+falls to +0.015-0.025: the A100s are spared, but the L4s/T4s' own meetable requests miss).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):

@@ -103,7 +103,9 @@ class RouterConfig:
         A100s (about 0.31 of an H100's prefill rate), the largest pool, whose meetable requests then missed
         (bench/results/2026-12-02-sim-tune-7.json and -8.json); the L4s and TP-2 T4s are about 0.12-0.13 of an
         H100 (121 and 2 x 65 peak TFLOPS against 989 and the A100's 312, prefill being compute-bound), so 0.2
-        separates the two tiers with a factor of 1.5 either side. 0: every node keeps its factor.
+        separates the two tiers with a factor of 1.5 either side. 0: every node keeps its factor. Not used by the
+        ninth grid (bench/results/2026-12-02-sim-tune-9.json): unbounded, the best margin yet but code80 P99
+        10.4 s (inadmissible); bounded, admissible but below off's margin (the L4s'/T4s' meetable requests miss).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
