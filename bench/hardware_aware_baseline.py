@@ -117,6 +117,8 @@ class HardwareAwareBaseline(PolicyHooks):
         np.add(cost, config.kv_full_penalty_s, out=cost, where=short)
         factor = columns[_COL_INV_RATE].min() / columns[_COL_INV_RATE] if sacrifice_s else None
         if sacrifice_s:  # (added later) the node's prefill rate over the fastest one's, times weight * SLO
+            if config.slo_sacrifice_max_rate_ratio:  # (added later) only the slowest tier keeps its factor
+                factor[factor > config.slo_sacrifice_max_rate_ratio] = 1.0
             factor[over_bound] = 1.0
             cost += factor * sacrifice_s
         cannot = table.fits_mask(num_prompt_tokens)

@@ -38,6 +38,21 @@ Anchors: --anchors-from bench/results/2026-12-02-sim-tune-6.json; result: bench/
 (kept off: every bounded setting is admissible, code80 P99 4.84-5.41 s, but lowers the smallest margin, best
 w=10/b=3 -0.003 vs off +0.038: the shed lost causes land on the A100s and L4s within the bound, whose meetable
 requests then miss).
+The ninth grid (GRID_9, declared and committed before it ran, the rule unchanged): sacrifice only the slowest
+tier (slo_sacrifice_max_rate_ratio 0.2: a node whose prefill rate is above 0.2 of the fastest's pays the fastest's
+charge, so the A100s are charged as the H100s and a lost cause goes to an L4/T4 or, with none within the bound,
+to off's choice). Settings, not a product: off (weight 0, the default row); ratio 0.2 with weight 10 x bound 0 (no
+bound), 3, 4 s; weight 30 x bound 3 s. Why 0.2: the zoo's prefill rates over the H100's, prefill being
+compute-bound (peak dense TFLOPS, backends/gpu_table.py: H100 989, A100-40GB 312, L4 121, T4 65 x TP 2), are
+A100 .32, T4 pair <= .13, L4 .12 (GRID_7 measured the A100 at about .31); 0.2 is about their geometric mean, a
+factor of 1.5 from either tier, so a measured rate's drift does not move a node across. Why these weights and
+bounds: with the A100s paying w, the L4/T4 charge is 0.88 w below every faster node's, so 10 beats SLO triage's
+5 s on a fresh L4 plus up to 3.8 s of TTFT gap, 30 all of it; bound 3 s was GRID_8's best (admissible, -0.003),
+4 s lets the L4/T4s take the lost causes GRID_8's 3 s sent to the A100s (at the risk of w=10's 7 s tail), and no
+bound is GRID_7's w=10 without its A100 share. Anchors: --anchors-from bench/results/2026-12-02-sim-tune-6.json;
+result: bench/results/2026-12-02-sim-tune-9.json (kept off: the unbounded w=10 has the best margin yet, +0.045 vs
+off +0.038, but code80 P99 10.4 s > 6.25 s, the T4s holding the lost causes; bounded, all admissible, the margin
+falls to +0.015-0.025: the A100s are spared, but the L4s/T4s' own meetable requests miss).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -73,6 +88,10 @@ GRID_6 = {"slo_pack_weight": [0.0, 1.0, 2.0], "slo_pack_needs_tpot": [True]}
 GRID_7 = {"slo_sacrifice_weight": [0.0, 1.0, 3.0, 10.0]}
 GRID_8 = [{"slo_sacrifice_weight": 0.0}] + [
     {"slo_sacrifice_weight": w, "slo_sacrifice_max_ttft_s": b} for w in (10.0, 30.0) for b in (2.0, 3.0)
+]
+GRID_9 = [{"slo_sacrifice_weight": 0.0}] + [
+    {"slo_sacrifice_weight": w, "slo_sacrifice_max_rate_ratio": 0.2, "slo_sacrifice_max_ttft_s": b}
+    for w, b in ((10.0, 0.0), (10.0, 3.0), (10.0, 4.0), (30.0, 3.0))
 ]
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005

@@ -95,6 +95,17 @@ class RouterConfig:
         -> 7.00 s, bench/results/2026-12-02-sim-tune-7.json). 0: no bound (slo_sacrifice_weight alone). Not used
         by the eighth grid (bench/results/2026-12-02-sim-tune-8.json): bounded, the tail is admissible but the
         lost causes land on the A100s and L4s within the bound and goodput falls (code80 0.429 -> 0.376 at best).
+    slo_sacrifice_max_rate_ratio: which nodes sacrifice may favour, by capability. With sacrifice on and this
+        non-zero, a lost cause's charge on a node whose rate / fastest_rate (the factor above) is above this
+        ratio is the fastest node's, weight * slo_ttft_s (factor 1): only the slowest tier is made cheaper, so a
+        lost cause goes to it or, where it is beyond slo_sacrifice_max_ttft_s too, every node pays the same
+        charge (sacrifice off's choice). Why: unrestricted, a small weight or a bound sent lost causes to the
+        A100s (about 0.31 of an H100's prefill rate), the largest pool, whose meetable requests then missed
+        (bench/results/2026-12-02-sim-tune-7.json and -8.json); the L4s and TP-2 T4s are about 0.12-0.13 of an
+        H100 (121 and 2 x 65 peak TFLOPS against 989 and the A100's 312, prefill being compute-bound), so 0.2
+        separates the two tiers with a factor of 1.5 either side. 0: every node keeps its factor. Not used by the
+        ninth grid (bench/results/2026-12-02-sim-tune-9.json): unbounded, the best margin yet but code80 P99
+        10.4 s (inadmissible); bounded, admissible but below off's margin (the L4s'/T4s' meetable requests miss).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -139,6 +150,7 @@ class RouterConfig:
     slo_pack_needs_tpot: bool = False
     slo_sacrifice_weight: float = 0.0
     slo_sacrifice_max_ttft_s: float = 0.0
+    slo_sacrifice_max_rate_ratio: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -174,6 +186,7 @@ class RouterConfig:
             "slo_pack_weight",
             "slo_sacrifice_weight",
             "slo_sacrifice_max_ttft_s",
+            "slo_sacrifice_max_rate_ratio",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",

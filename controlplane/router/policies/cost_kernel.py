@@ -38,7 +38,8 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     slo_ttft), a second pass over the nodes that can take the prompt (sacrifice):
     c += (least inv_rate / inv_rate) * sacrifice_s    (least as np.min: a NaN wins; x / 0 as numpy: inf, NaN)
          (sacrifice_max_ttft != 0: 1.0 * sacrifice_s instead where the node's TTFT, inv_rate * own + base_s
-          (+ lora_load_s) as computed above, is > sacrifice_max_ttft: charged as the fastest node)
+          (+ lora_load_s) as computed above, is > sacrifice_max_ttft: charged as the fastest node; and
+          sacrifice_max_rate_ratio != 0: 1.0 where least inv_rate / inv_rate > it: not the slowest tier)
     cost[i] = c;  winner = first least c (numpy's argmin: the first NaN if there is one); none if inf
 
 (min as np.minimum: a NaN on either side wins.) Then the prefix credit of the candidates the prefix index
@@ -88,7 +89,7 @@ COL_HEADROOM = 7
 COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 NUM_COLUMNS = 10
-NUM_PARAMS = 20  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 20 arguments)
+NUM_PARAMS = 21  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 21 arguments)
 
 
 def least_cost_index(
@@ -105,7 +106,8 @@ def least_cost_index(
     prompt. Plain Python that numba compiles; ``least_cost_index(...)`` itself runs it uncompiled."""
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
-     excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s) = params  # fmt: skip
+     excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s,
+     sacrifice_max_rate_ratio) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -124,6 +126,7 @@ def least_cost_index(
     gate = pack_needs_tpot != 0.0
     lost = sacrifice_s != 0.0  # sacrifice: stays True while every node misses the TTFT target (a lost cause)
     bounded = sacrifice_max_ttft_s != 0.0  # sacrifice favours only the nodes whose TTFT is within this bound
+    tiered = sacrifice_max_rate_ratio != 0.0  # and only those whose rate / the fastest's is at most this ratio
     # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
     # (c + 0.0 is c), so the loop has no data-dependent branch and compiles to SIMD; the costs are the same.
     for i in range(n):
@@ -164,6 +167,8 @@ def least_cost_index(
         for i in range(n):
             x = inv_rate[i]  # x / 0.0 as numpy: inf (0 / 0: NaN), where numba would raise ZeroDivisionError
             x = fastest_inv_rate / x if x != 0.0 else fastest_inv_rate * math.inf
+            if tiered:  # not the slowest tier: the fastest's charge
+                x = 1.0 if x > sacrifice_max_rate_ratio else x
             if bounded:  # the node's TTFT, as the costing loop computed it: beyond the bound, the fastest's charge
                 ttft_s = inv_rate[i] * own + base[i]
                 ttft_s += lora_load[i] if lora and not is_tagged[i] else 0.0
@@ -209,6 +214,8 @@ def least_cost_index(
                 saved_s += triage_penalty_s
             if sacrifice_s != 0.0:  # no longer a lost cause there: sacrifice's charge, as added above
                 x = fastest_inv_rate / rate_inv if rate_inv != 0.0 else fastest_inv_rate * math.inf
+                if tiered:
+                    x = 1.0 if x > sacrifice_max_rate_ratio else x
                 if bounded:
                     ttft_s = rate_inv * own + base[i]
                     ttft_s += lora_load[i] if lora and not is_tagged[i] else 0.0
@@ -351,6 +358,7 @@ class CostKernel:
             1.0 if config.slo_pack_needs_tpot else 0.0,  # pack_needs_tpot
             float(config.slo_sacrifice_weight * slo_ttft_s),  # sacrifice_s (charged only for a lost cause)
             float(config.slo_sacrifice_max_ttft_s),  # sacrifice_max_ttft_s (0: no bound)
+            float(config.slo_sacrifice_max_rate_ratio),  # sacrifice_max_rate_ratio (0: every node's factor)
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

@@ -43,7 +43,8 @@ seconds)::
                   is a lost cause (TTFT, nothing cached, > slo_ttft_s on every node; fastest_rate: the largest
                   rate among them; the vectorised paths add it last, after the KV term)          (sacrifice)
                   (slo_sacrifice_max_ttft_s non-zero: * 1 instead of * rate / fastest_rate where that TTFT
-                   is above it: the sacrifice only favours a node that serves the lost cause within the bound)
+                   is above it: the sacrifice only favours a node that serves the lost cause within the bound;
+                   slo_sacrifice_max_rate_ratio non-zero: * 1 too where rate / fastest_rate is above it)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
@@ -150,8 +151,12 @@ def sacrifice_charge_s(node: NodeView, request: RouteRequest, config: RouterConf
     """Sacrifice's charge on ``node`` for a lost cause (``fastest_rate``: ``lost_cause_fastest_rate``, > 0):
     weight * slo_ttft_s * rate / fastest_rate, or weight * slo_ttft_s (the fastest node's charge) where the
     request's TTFT there, nothing cached, adapter load included, is above RouterConfig.slo_sacrifice_max_ttft_s
-    (when that bound is non-zero): only the nodes within the bound are made cheaper by their lower capability."""
+    (when that bound is non-zero), or where rate / fastest_rate is above RouterConfig.slo_sacrifice_max_rate_ratio
+    (when non-zero): only the slow nodes within the bound are made cheaper by their lower capability."""
     charge_s = config.slo_sacrifice_weight * config.slo_ttft_s
+    ratio = config.slo_sacrifice_max_rate_ratio
+    if ratio and prefill_rate_tok_per_s(node, config) / fastest_rate > ratio:  # not the slowest tier
+        return charge_s
     bound_s = config.slo_sacrifice_max_ttft_s
     if bound_s:
         ttft_s = predict_ttft_s(node, request.num_prompt_tokens, config)
@@ -278,6 +283,8 @@ class HardwareAwarePolicy(PolicyHooks):
             if config.slo_sacrifice_weight and miss.all():
                 sacrifice_s = config.slo_sacrifice_weight * slo_ttft_s
                 factor = np.divide(columns[_COL_INV_RATE].min(), columns[_COL_INV_RATE], self._sacrifice)
+                if config.slo_sacrifice_max_rate_ratio:  # not the slowest tier: charged as the fastest node
+                    np.copyto(factor, 1.0, where=np.greater(factor, config.slo_sacrifice_max_rate_ratio, self._short))
                 if config.slo_sacrifice_max_ttft_s:  # beyond the bound: charged as the fastest node
                     over = np.greater(cost, config.slo_sacrifice_max_ttft_s, self._short)
                     np.copyto(factor, 1.0, where=over)

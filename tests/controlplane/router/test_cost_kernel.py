@@ -85,6 +85,24 @@ CONFIGS = (
     ),
     RouterConfig(slo_ttft_s=0.05, slo_sacrifice_weight=100.0, slo_sacrifice_max_ttft_s=0.5, slo_pack_weight=1.0),
     RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=10.0, slo_sacrifice_max_ttft_s=1e-9),  # no node within it
+    # sacrifice favouring only the slowest tier (rate / fastest rate at most the ratio; the others: factor 1),
+    # alone and with the bound; ratios away from the pool's measured ratios (900, 12k, 60k tok/s: .015, .2, .075)
+    RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=3.0, slo_sacrifice_max_rate_ratio=0.3),
+    replace(
+        GOODPUT_ONLY,
+        slo_ttft_miss_penalty_s=10.0,
+        slo_sacrifice_weight=30.0,
+        slo_sacrifice_max_rate_ratio=0.5,
+        slo_sacrifice_max_ttft_s=1.5,
+        slo_triage_spare_capable_below=0.5,
+    ),
+    RouterConfig(
+        slo_ttft_s=0.05,
+        slo_sacrifice_weight=100.0,
+        slo_sacrifice_max_rate_ratio=0.1,
+        slo_sacrifice_max_ttft_s=0.5,
+        slo_pack_weight=1.0,
+    ),
 )
 
 profiles = st.fixed_dictionaries(
@@ -196,6 +214,7 @@ def test_kernel_numpy_and_python_choose_alike_with_the_same_cost_bits(config, po
 GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
 SACRIFICE = tuple(c for c in CONFIGS if c.slo_sacrifice_weight)
 BOUNDED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_ttft_s)
+TIERED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_rate_ratio)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -219,6 +238,15 @@ def test_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, hi
 def test_bounded_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
     """The same check with sacrifice bounded (slo_sacrifice_max_ttft_s): each node's TTFT against the bound, in
     the charge and in the prefix credit's lift of it, agrees on all three paths."""
+    _check_alike(config, pool, picks, history, spec)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(TIERED), *FLEET_CASES)
+def test_tiered_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    """The same check with sacrifice limited to the slowest tier (slo_sacrifice_max_rate_ratio), alone and with
+    the bound: each node's factor against the ratio, in the charge and in the prefix credit's lift of it, agrees
+    on all three paths."""
     _check_alike(config, pool, picks, history, spec)
 
 
@@ -262,7 +290,7 @@ def _values(n: int) -> np.ndarray:
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
     triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s,
-    sacrifice_max_ttft_s (see CostKernel)."""
+    sacrifice_max_ttft_s, sacrifice_max_rate_ratio (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -273,7 +301,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               knobs.get("harm_penalty_s", 0.0), knobs.get("spare_below", 0.0),
               knobs.get("excess_only", 0.0), knobs.get("pack_weight", 0.0),
               knobs.get("pack_needs_tpot", 0.0), knobs.get("sacrifice_s", 0.0),
-              knobs.get("sacrifice_max_ttft_s", 0.0))  # fmt: skip
+              knobs.get("sacrifice_max_ttft_s", 0.0), knobs.get("sacrifice_max_rate_ratio", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),

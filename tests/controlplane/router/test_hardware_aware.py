@@ -168,17 +168,28 @@ def test_prefix_cached_tokens_lower_the_predicted_ttft(make_node_view, make_snap
     assert policy.choose(request, make_snapshot(slow, fast)) == "fast"
 
 
-@pytest.mark.parametrize(("sacrifice_weight", "sacrifice_max_ttft_s"), [(0.0, 0.0), (10.0, 0.0), (10.0, 2.0)])
+@pytest.mark.parametrize(
+    ("sacrifice_weight", "sacrifice_max_ttft_s", "sacrifice_max_rate_ratio"),
+    [(0.0, 0.0, 0.0), (10.0, 0.0, 0.0), (10.0, 2.0, 0.0), (10.0, 0.0, 0.2), (10.0, 2.0, 0.4)],
+)
 @pytest.mark.parametrize("tpot_penalty_s", [0.0, 10.0])
 @pytest.mark.parametrize("seed", range(5))
 def test_vectorised_choice_matches_the_scalar_predictions(
-    seed, tpot_penalty_s, sacrifice_weight, sacrifice_max_ttft_s, make_node_view, make_snapshot, make_route_request
+    seed,
+    tpot_penalty_s,
+    sacrifice_weight,
+    sacrifice_max_ttft_s,
+    sacrifice_max_rate_ratio,
+    make_node_view,
+    make_snapshot,
+    make_route_request,
 ):
     config = replace(
         CONFIG,
         slo_tpot_miss_penalty_s=tpot_penalty_s,
         slo_sacrifice_weight=sacrifice_weight,
         slo_sacrifice_max_ttft_s=sacrifice_max_ttft_s,
+        slo_sacrifice_max_rate_ratio=sacrifice_max_rate_ratio,
     )
     rng = random.Random(seed)
     gpus = ["h200", "h100-sxm", "a100-80gb", "a100-40gb", "l40s", "l4", "a10", "t4"]

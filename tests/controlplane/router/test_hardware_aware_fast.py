@@ -57,6 +57,20 @@ CONFIGS = (
         slo_sacrifice_weight=20.0,
         slo_sacrifice_max_ttft_s=0.5,
     ),
+    RouterConfig(
+        default_model_params_b=8.0,
+        slo_ttft_s=0.2,
+        slo_triage_penalty_s=5.0,
+        slo_sacrifice_weight=20.0,
+        slo_sacrifice_max_rate_ratio=0.2,
+    ),
+    RouterConfig(
+        default_model_params_b=8.0,
+        slo_ttft_s=0.2,
+        slo_sacrifice_weight=10.0,
+        slo_sacrifice_max_ttft_s=0.5,
+        slo_sacrifice_max_rate_ratio=0.4,
+    ),
 )
 
 hellos = st.builds(

@@ -371,6 +371,36 @@ def test_bounded_sacrifice_sends_a_lost_cause_to_the_least_capable_node_within_t
     assert _decide(replace(lora_config, slo_sacrifice_max_ttft_s=3.2), adapter, h100, a100, t4_holds, l4) == "t4"
 
 
+def test_tiered_sacrifice_sends_a_lost_cause_to_the_slowest_tier_never_to_an_a100(make_node_view, make_route_request):
+    """The zoo's tiers by prefill rate over the H100's (A100 .32, L4 .12, TP-2 T4 .13), every node 1.5 s behind:
+    a 4k-token prompt is a lost cause (TTFT: H100 1.63 s, A100 1.92 s, L4 2.58 s, T4 2.53 s). Unrestricted, a
+    small weight sends it to the A100 (charged only 0.32 w: GRID_7's w=1/3); with slo_sacrifice_max_rate_ratio
+    0.2 the A100 pays the H100's charge, w, and the lost cause goes to an L4 or T4, never to the A100; with a
+    bound too, to the slow node within it, or with none within, to off's choice."""
+    config = replace(BASE, kv_full_penalty_s=0.0)
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)
+    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=9_500.0, queued_prefill_tokens=14_250)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=3_700.0, queued_prefill_tokens=5_550)
+    t4 = make_node_view("t4", "t4", prefill_tok_per_s=3_900.0, queued_prefill_tokens=5_850)
+    nodes = (h100, a100, l4, t4)
+    hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)
+    assert [round(predict_ttft_s(v, 4_000, config), 3) for v in nodes] == [1.633, 1.921, 2.581, 2.526]
+    assert _decide(config, hopeless, *nodes) == "h100"  # off: the least late
+    for weight in (1.0, 3.0):  # unrestricted: the middle tier
+        assert _decide(replace(config, slo_sacrifice_weight=weight), hopeless, *nodes) == "a100", weight
+    for weight, expected in ((1.0, "h100"), (3.0, "t4"), (10.0, "l4"), (30.0, "l4")):
+        tiered = replace(config, slo_sacrifice_weight=weight, slo_sacrifice_max_rate_ratio=0.2)
+        assert _decide(tiered, hopeless, *nodes) == expected, weight
+        # a ratio above the A100's .32 keeps its factor: unrestricted's choice
+        wide = replace(tiered, slo_sacrifice_max_rate_ratio=0.4)
+        assert _decide(wide, hopeless, *nodes) == _decide(
+            replace(wide, slo_sacrifice_max_rate_ratio=0.0), hopeless, *nodes
+        )
+    tiered = replace(config, slo_sacrifice_weight=10.0, slo_sacrifice_max_rate_ratio=0.2)
+    assert _decide(replace(tiered, slo_sacrifice_max_ttft_s=2.55), hopeless, *nodes) == "t4"  # the L4 beyond it
+    assert _decide(replace(tiered, slo_sacrifice_max_ttft_s=2.5), hopeless, *nodes) == "h100"  # none: off's choice
+
+
 def test_the_prefix_credit_lifts_sacrifice_from_a_holder_that_meets_the_target_thanks_to_its_cache(make_node_view):
     """A lost cause uncached (slow "a" 2 s, holder "b" 1.09 s, target 1 s), but "b" meets the target with its 480
     cached tokens (0.85 s): its charge (20 x 1 s, the fastest) goes with its miss penalty, and the skip bound counts
@@ -400,6 +430,7 @@ def test_the_prefix_credit_lifts_sacrifice_from_a_holder_that_meets_the_target_t
         "slo_pack_weight",
         "slo_sacrifice_weight",
         "slo_sacrifice_max_ttft_s",
+        "slo_sacrifice_max_rate_ratio",
     ],
 )
 def test_negative_penalties_are_refused(name):

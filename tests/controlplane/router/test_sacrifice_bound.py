@@ -1,7 +1,8 @@
 """hardware_aware's sacrifice bounded by the TTFT a sacrificed request may be given
 (RouterConfig.slo_sacrifice_max_ttft_s): the kernel's charge and credit on hand-made tables, and the rule that
 with no node within the bound the decision is sacrifice off's. The bit-for-bit agreement of the three paths with
-the bound on is test_cost_kernel.py's (BOUNDED); hand-made fleets through all four paths: test_hardware_aware_triage.py.
+the bound on is test_cost_kernel.py's (BOUNDED; TIERED with slo_sacrifice_max_rate_ratio, whose kernel charge and
+credit are hand-checked here too); hand-made fleets through all four paths: test_hardware_aware_triage.py.
 """
 
 from __future__ import annotations
@@ -47,6 +48,27 @@ def test_hand_made_bounded_sacrifice_and_its_credit(kernel):
     values[cost_kernel.COL_BASE_S, 0] = 0.5
     i, cost = _run(kernel, values, sacrifice_s=10.0, sacrifice_max_ttft_s=1.3)
     assert i == 0 and cost[3] == ttft[3]
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_tiered_sacrifice_and_its_credit(kernel):
+    """slo_sacrifice_max_rate_ratio: nodes whose rate / the fastest's (factors 1, .5, .25, .125 here) is above
+    the ratio pay the fastest's charge, in the charge and in the prefix credit's lift of it."""
+    values = _values(4)
+    values[cost_kernel.COL_INV_RATE] = [1e-3, 2e-3, 4e-3, 8e-3]
+    values[cost_kernel.COL_BASE_S] = [1.0, 0.9, 0.8, 0.7]
+    ttft = [1e-3 * 100 + 1.0, 2e-3 * 100 + 0.9, 4e-3 * 100 + 0.8, 8e-3 * 100 + 0.7]
+    i, cost = _run(kernel, values, sacrifice_s=10.0, sacrifice_max_rate_ratio=0.3)
+    assert i == 3 and list(cost) == [ttft[0] + 10.0, ttft[1] + 10.0, ttft[2] + 2.5, ttft[3] + 1.25]
+    i, cost = _run(kernel, values, sacrifice_s=10.0, sacrifice_max_rate_ratio=0.2)
+    assert i == 3 and list(cost) == [ttft[0] + 10.0, ttft[1] + 10.0, ttft[2] + 10.0, ttft[3] + 1.25]
+    # with the bound 1.3 s too: node 3 (1.5 s) beyond it, node 2 the only one keeping its factor
+    i, cost = _run(kernel, values, sacrifice_s=10.0, sacrifice_max_rate_ratio=0.3, sacrifice_max_ttft_s=1.3)
+    assert i == 2 and list(cost) == [ttft[0] + 10.0, ttft[1] + 10.0, ttft[2] + 2.5, ttft[3] + 10.0]
+    # node 1 holds 90 of the prompt's tokens: 0.92 s, meets the target; its charge, 10 (above the ratio; lifting
+    # its unrestricted 5 would leave 5.92 > node 3's 2.55), is lifted with it: 0.92 wins
+    i, _ = _run(kernel, values, cand=(1,), cached=(90,), sacrifice_s=10.0, sacrifice_max_rate_ratio=0.3)
+    assert i == 1
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
