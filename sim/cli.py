@@ -27,11 +27,13 @@ from pathlib import Path
 from controlplane.admission import AdmissionConfig
 from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
+from controlplane.router.router_config import RouterConfig
 from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.router_knobs import parse_router_knobs
 from sim.spec_pair_nodes import add_spec_pair_args, apply_spec_pairs, format_spec_pairs, spec_pairs_info
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
@@ -84,6 +86,12 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--slo-tpot", type=float, default=0.1, help="SLO on time per output token, s (goodput; told to the router)"
+    )
+    parser.add_argument(
+        "--router-knobs",
+        default=None,
+        help="JSON object of RouterConfig fields set for every policy (controlplane/router/router_config.py), "
+        "e.g. '{\"slo_sacrifice_weight\": 10}'; default: the router's defaults",
     )
     parser.add_argument("--report-interval", type=float, default=0.25, help="agents' load report period, s")
     admission = AdmissionConfig()
@@ -152,21 +160,28 @@ def scaled(base: Workload, fleet: Fleet, load: float, args: argparse.Namespace) 
     return workload, capacity
 
 
+def router_config(fleet: Fleet, policy: str, seed: int, args: argparse.Namespace) -> RouterConfig:
+    """One run's router settings: the fleet's defaults, the operator's SLO told to every policy (the SLO-aware ones
+    aim for it; the others ignore it), then --router-knobs."""
+    return dataclasses.replace(
+        default_router_config(fleet, policy, seed),
+        slo_ttft_s=args.slo_ttft,
+        slo_tpot_s=args.slo_tpot,
+        **parse_router_knobs(getattr(args, "router_knobs", None)),
+    )
+
+
 def run_policies(
     fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, log=None, seed: int | None = None
 ) -> list[SimResult]:
     results = []
     for name in policies:
         run_seed = args.seed if seed is None else seed
-        # the operator's SLO, told to every policy (the SLO-aware ones aim for it; the others ignore it)
-        router = dataclasses.replace(
-            default_router_config(fleet, name, run_seed), slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot
-        )
         sim = FleetSimulator(
             fleet,
             workload,
             name,
-            router_config=router,
+            router_config=router_config(fleet, name, run_seed, args),
             admission=admission_config(args),
             seed=run_seed,
             report_interval_s=args.report_interval,
@@ -182,14 +197,11 @@ def run_policies(
     split = pd_split_config(args)
     if split is not None:
         run_seed = args.seed if seed is None else seed
-        router = dataclasses.replace(
-            default_router_config(fleet, "hardware_aware", run_seed), slo_ttft_s=args.slo_ttft, slo_tpot_s=args.slo_tpot
-        )
         sim = FleetSimulator(
             fleet,
             workload,
             "pd_split",
-            router_config=router,
+            router_config=router_config(fleet, "hardware_aware", run_seed, args),
             admission=admission_config(args),
             seed=run_seed,
             report_interval_s=args.report_interval,
@@ -220,6 +232,7 @@ def run_sim(args: argparse.Namespace) -> int:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
         base = build_workload(args, fleet)
         pd_split_config(args)  # a bad [kv_links]/[pd_split] section fails now
+        knobs = parse_router_knobs(getattr(args, "router_knobs", None))  # a bad --router-knobs fails now
         apply_step_budget_args(args, fleet)
         fleet = apply_spec_pairs(args, fleet, base.mean_prompt_tokens + base.mean_output_tokens / 2)
     except (ValueError, FileNotFoundError) as e:
@@ -263,6 +276,7 @@ def run_sim(args: argparse.Namespace) -> int:
         "num_requests": len(workload.requests),
         "duration_s": workload.duration_s,
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
+        "router_knobs": knobs,
         "step_budget": {"mode": fleet.engine.step_budget or fleet.engine.fixed_budget_tokens},
     }
     log(f"step budget: {fleet.engine.describe_step_budget()}")
