@@ -65,6 +65,7 @@ from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
+from sim.router_knobs import parse_router_knobs
 from transport.messages import KVInfo, LoadReport, NodeHello
 
 TARGET_P99_US = 50.0
@@ -319,7 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", default=None, help="policy names (default: all)")
     parser.add_argument("--knobs", default=None, help="JSON: RouterConfig fields to set (default: its defaults)")
     args = parser.parse_args(argv)
-    knobs = json.loads(args.knobs) if args.knobs else None
+    try:  # checked as zoo sim --router-knobs checks them (the SLO may be set here: a lost cause on demand)
+        knobs = parse_router_knobs(args.knobs, "--knobs", frozenset({"policy"})) or None
+    except ValueError as e:
+        parser.error(str(e))
     result = bench_router_decisions(
         tuple(args.nodes), args.decisions, None if args.policies is None else tuple(args.policies), knobs=knobs
     )

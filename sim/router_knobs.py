@@ -20,30 +20,33 @@ from controlplane.router.router_config import RouterConfig
 SET_BY_OTHER_FLAGS = frozenset({"policy", "seed", "cells", "cells_by_traffic_class", "slo_ttft_s", "slo_tpot_s"})
 
 
-def settable_knobs() -> list[str]:
-    return sorted({f.name for f in dataclasses.fields(RouterConfig)} - SET_BY_OTHER_FLAGS)
+def settable_knobs(set_elsewhere: frozenset[str] = SET_BY_OTHER_FLAGS) -> list[str]:
+    return sorted({f.name for f in dataclasses.fields(RouterConfig)} - set_elsewhere)
 
 
-def parse_router_knobs(text: str | None) -> dict[str, Any]:
-    """The fields of ``text`` (a JSON object; None or empty: none), each as RouterConfig types it."""
+def parse_router_knobs(
+    text: str | None, flag: str = "--router-knobs", set_elsewhere: frozenset[str] = SET_BY_OTHER_FLAGS
+) -> dict[str, Any]:
+    """The fields of ``text`` (a JSON object; None or empty: none), each as RouterConfig types it. ``flag``: the
+    option's name in the errors; ``set_elsewhere``: the fields that tool sets from its other flags."""
     if not text:
         return {}
     try:
         knobs = msgspec.json.decode(text)
     except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: nested past msgspec's depth
-        raise ValueError(f"--router-knobs is not JSON: {str(e)[:200]}") from None
+        raise ValueError(f"{flag} is not JSON: {str(e)[:200]}") from None
     if not isinstance(knobs, dict):
-        raise ValueError("--router-knobs must be a JSON object of RouterConfig fields, e.g. '{\"tpot_weight\": 0.3}'")
-    unknown = sorted(set(knobs) - set(settable_knobs()))
+        raise ValueError(f"{flag} must be a JSON object of RouterConfig fields, e.g. '{{\"tpot_weight\": 0.3}}'")
+    settable = settable_knobs(set_elsewhere)
+    unknown = sorted(set(knobs) - set(settable))
     if unknown:
         named = ", ".join(repr(k[:60]) for k in unknown[:5])
         raise ValueError(
-            f"--router-knobs: not a settable RouterConfig field: {named}"
-            f"{' ...' if len(unknown) > 5 else ''}; settable: {', '.join(settable_knobs())}"
-            f" (the policy, seed, cells and SLO come from --policy, --seed, the fleet, --slo-ttft/--slo-tpot)"
+            f"{flag}: not a settable RouterConfig field: {named}{' ...' if len(unknown) > 5 else ''}; settable: "
+            f"{', '.join(settable)} (set by the tool's other options: {', '.join(sorted(set_elsewhere))})"
         )
     try:
         checked = msgspec.convert(knobs, RouterConfig)  # typed per field, then RouterConfig's own range checks
     except msgspec.ValidationError as e:
-        raise ValueError(f"--router-knobs: {str(e)[:300]}") from None
+        raise ValueError(f"{flag}: {str(e)[:300]}") from None
     return {name: getattr(checked, name) for name in knobs}

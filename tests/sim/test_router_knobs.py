@@ -33,7 +33,7 @@ def test_knobs_are_typed_as_router_config_types_them():
         ("[1, 2]", "must be a JSON object"),
         ('{"no_such_knob": 1}', "not a settable RouterConfig field: 'no_such_knob'"),
         ('{"' + "k" * 100_000 + '": 1}', "not a settable RouterConfig field"),
-        ('{"slo_ttft_s": 2}', "--slo-ttft"),  # set by its own flag: one setting, one place
+        ('{"slo_ttft_s": 2}', "set by the tool's other options"),  # --slo-ttft's: one setting, one place
         ('{"policy": "llm_d"}', "not a settable"),
         ('{"slo_sacrifice_weight": "ten"}', "Expected `float`, got `str`"),
         ('{"slo_pack_weight": true}', "Expected `float`, got `bool`"),
@@ -75,3 +75,12 @@ def test_zoo_sim_reports_its_knobs_and_refuses_bad_ones_before_running(traces_di
     captured = capsys.readouterr()
     assert "zoo sim: --router-knobs: tpot_weight must be a finite number >= 0" in captured.err
     assert captured.out == ""  # nothing simulated
+
+
+def test_the_decision_bench_checks_its_knobs_the_same_way(capsys):
+    from bench.controlplane_router import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--nodes", "8", "--decisions", "10", "--knobs", '{"slo_sacrifice_weight": "ten"}'])
+    assert e.value.code == 2
+    assert "--knobs: Expected `float`, got `str`" in capsys.readouterr().err
