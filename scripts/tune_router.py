@@ -53,6 +53,12 @@ bound is GRID_7's w=10 without its A100 share. Anchors: --anchors-from bench/res
 result: bench/results/2026-12-02-sim-tune-9.json (kept off: the unbounded w=10 has the best margin yet, +0.045 vs
 off +0.038, but code80 P99 10.4 s > 6.25 s, the T4s holding the lost causes; bounded, all admissible, the margin
 falls to +0.015-0.025: the A100s are spared, but the L4s/T4s' own meetable requests miss).
+The tenth grid (GRID_10, declared and committed before it ran, the rule unchanged): GRID_7's unbounded sacrifice
+between its admissible w=3 (smallest margin +0.022, code80 P99 4.97 s) and its inadmissible w=10 (+0.0545, code80
+P99 7.00 s > 6.25 s): off (the default row), w=5 and w=7. Why: the margin rose with w (1: +0.013, 3: +0.022, 10:
++0.0545) while code80's P99 crossed the bound somewhere between 3 and 10; whether a weight in between keeps the P99
+lead with a margin above off's +0.0376 is the one question left of that knob. Anchors: --anchors-from
+bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-10.json.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -93,6 +99,7 @@ GRID_9 = [{"slo_sacrifice_weight": 0.0}] + [
     {"slo_sacrifice_weight": w, "slo_sacrifice_max_rate_ratio": 0.2, "slo_sacrifice_max_ttft_s": b}
     for w, b in ((10.0, 0.0), (10.0, 3.0), (10.0, 4.0), (30.0, 3.0))
 ]
+GRID_10 = {"slo_sacrifice_weight": [0.0, 5.0, 7.0]}
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 
