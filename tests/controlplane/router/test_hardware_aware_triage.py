@@ -33,6 +33,7 @@ BASE = RouterConfig(  # each test turns on the one mechanism it checks
     tpot_weight=0.0,
     slo_triage_penalty_s=0.0,
     slo_tpot_harm_penalty_s=0.0,
+    slo_sacrifice_weight=0.0,
 )
 
 
@@ -470,3 +471,24 @@ def test_the_prefix_credit_lifts_only_a_penalty_charged_at_the_request_class_slo
         for policy in (fast, old):
             policy.on_routed(RouteRequest("earlier", "m", len(SHARED) * 16, 1, SHARED), "b")
         assert fast.choose(request, snapshot) == old.choose(request, snapshot) == expected
+
+
+def test_by_default_a_lost_cause_is_sacrificed_to_a_slow_node_not_queued_on_the_fastest(
+    make_node_view, make_route_request
+):
+    """The default (slo_sacrifice_weight 5, the tenth tuning grid's choice: bench/results/2026-12-02-sim-tune-10.json)
+    on the tiers above, every other knob at its default: the lost cause leaves the H100 (off's choice, the least
+    late) for an L4/T4; a request that can still meet the target on the H100 stays there."""
+    config = RouterConfig(default_model_params_b=1.0)
+    assert config.slo_sacrifice_weight == 5.0
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)
+    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=9_500.0, queued_prefill_tokens=14_250)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=3_700.0, queued_prefill_tokens=5_550)
+    t4 = make_node_view("t4", "t4", prefill_tok_per_s=3_900.0, queued_prefill_tokens=5_850)
+    nodes = (h100, a100, l4, t4)
+    hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)
+    assert all(predict_ttft_s(v, 4_000, config) > config.slo_ttft_s for v in nodes)
+    assert _decide(replace(config, slo_sacrifice_weight=0.0), hopeless, *nodes) == "h100"
+    assert _decide(config, hopeless, *nodes) in ("l4", "t4")
+    fresh = make_node_view("fresh", "h100-sxm", prefill_tok_per_s=30_000.0)
+    assert _decide(config, make_route_request(num_prompt_tokens=4_000, max_tokens=16), fresh, a100, l4, t4) == "fresh"
