@@ -58,7 +58,8 @@ between its admissible w=3 (smallest margin +0.022, code80 P99 4.97 s) and its i
 P99 7.00 s > 6.25 s): off (the default row), w=5 and w=7. Why: the margin rose with w (1: +0.013, 3: +0.022, 10:
 +0.0545) while code80's P99 crossed the bound somewhere between 3 and 10; whether a weight in between keeps the P99
 lead with a margin above off's +0.0376 is the one question left of that knob. Anchors: --anchors-from
-bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-10.json.
+bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-10.json (w=5 chosen: smallest
+margin +0.0431 vs off +0.0376, code80 P99 5.98 s; w=7 breaks code80's P99 bound, 6.49 s; router_config.py's default).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
