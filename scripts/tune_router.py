@@ -60,6 +60,13 @@ P99 7.00 s > 6.25 s): off (the default row), w=5 and w=7. Why: the margin rose w
 lead with a margin above off's +0.0376 is the one question left of that knob. Anchors: --anchors-from
 bench/results/2026-12-02-sim-tune-6.json; result: bench/results/2026-12-02-sim-tune-10.json (w=5 chosen: smallest
 margin +0.0431 vs off +0.0376, code80 P99 5.98 s; w=7 breaks code80's P99 bound, 6.49 s; router_config.py's default).
+The eleventh grid (GRID_11, declared and committed before it ran, the rule unchanged): the KV-room penalty
+(kv_full_penalty_s: 30 s, the default row, then 10, 3, 1 s) at GRID_10's choice. Why: on conv 80%'s eval split
+(diagnosis only, seed 0: scripts/miss_diag.py), 1,017 decisions sent a prompt to an H100 predicted to miss the TTFT
+target while an A100 was predicted to meet it, and in 832 of them the A100's only fault was a KV headroom (the
+router's estimate from the last report, less the reserves) short of the prompt: the 30 s charge outweighs the 10 s
+miss penalty plus triage. A KV-short node still takes the request: it queues until decodes free blocks (conv's
+outputs are short) or swaps to host RAM; a smaller charge lets a predicted TTFT miss elsewhere outweigh that wait.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -101,6 +108,7 @@ GRID_9 = [{"slo_sacrifice_weight": 0.0}] + [
     for w, b in ((10.0, 0.0), (10.0, 3.0), (10.0, 4.0), (30.0, 3.0))
 ]
 GRID_10 = {"slo_sacrifice_weight": [0.0, 5.0, 7.0]}
+GRID_11 = {"kv_full_penalty_s": [30.0, 10.0, 3.0, 1.0]}
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 
