@@ -112,7 +112,12 @@ class RouterConfig:
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
     kv_reserve_running_tokens: KV tokens set aside per request already on a node, for its outputs to come.
-    kv_full_penalty_s: added to the cost of a node without that KV room (it would queue or preempt).
+    kv_full_penalty_s: added to the cost of a node without that KV room (it would queue until decodes free blocks,
+        or preempt). 3 s, from the eleventh tuning grid (bench/results/2026-12-02-sim-tune-11.json; it was 30 s:
+        on conv 80%'s eval split long prompts then went to H100s predicted late rather than to A100s predicted in
+        time whose KV headroom read short, bench/results/2026-12-02-miss-diag-conv80.json). The rule's tie-break
+        chose 1 s, refused: it herds a burst (300 requests on 2 identical idle nodes: 163/137, tests/controlplane/
+        router/test_no_herding.py), a late node's missing triage charge then outweighing the KV charge.
     hardware_aware_use_prefix: subtract prompt blocks the prefix index says are cached on a node.
     lora_load_estimate_s: a LoRA request's cold-load time (disk or host RAM -> a device slot) on a node that
         does not hold its adapter and has not measured a load yet (its reports carry the measured mean then):
@@ -156,7 +161,7 @@ class RouterConfig:
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
-    kv_full_penalty_s: float = 30.0
+    kv_full_penalty_s: float = 3.0
     hardware_aware_use_prefix: bool = True
     lora_load_estimate_s: float = 0.05
     # prefix_aware
