@@ -19,6 +19,7 @@ from controlplane.router.policies.hardware_aware import (
     triage_spares_capable,
 )
 from controlplane.router.policies.node_predictions import (
+    kv_headroom_tokens,
     predict_decoders_tpot_s,
     predict_tpot_s,
     predict_ttft_s,
@@ -492,3 +493,24 @@ def test_by_default_a_lost_cause_is_sacrificed_to_a_slow_node_not_queued_on_the_
     assert _decide(config, hopeless, *nodes) in ("l4", "t4")
     fresh = make_node_view("fresh", "h100-sxm", prefill_tok_per_s=30_000.0)
     assert _decide(config, make_route_request(num_prompt_tokens=4_000, max_tokens=16), fresh, a100, l4, t4) == "fresh"
+
+
+def test_by_default_a_node_short_of_kv_room_beats_one_predicted_to_miss_the_ttft_target(
+    make_node_view, make_route_request
+):
+    """conv 80%'s eval diagnosis (bench/results/2026-12-02-miss-diag-conv80.json): with a 30 s KV charge a long prompt
+    went to an H100 predicted late rather than to an A100 predicted in time whose KV headroom read short. The
+    default, 3 s (the eleventh grid: bench/results/2026-12-02-sim-tune-11.json), sends it to the A100; a KV-short
+    node still loses to one with room when both meet the target."""
+    config = RouterConfig(default_model_params_b=1.0)
+    assert config.kv_full_penalty_s == 3.0
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=28_000)
+    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=9_500.0, num_free_device_blocks=200)
+    request = make_route_request(num_prompt_tokens=4_000, max_tokens=64)
+    need = 4_000 + min(64, config.kv_reserve_output_tokens)
+    assert predict_ttft_s(h100, 4_000, config) > config.slo_ttft_s >= predict_ttft_s(a100, 4_000, config)
+    assert kv_headroom_tokens(a100, config) < need <= kv_headroom_tokens(h100, config)
+    assert _decide(replace(config, kv_full_penalty_s=30.0), request, h100, a100) == "h100"
+    assert _decide(config, request, h100, a100) == "a100"
+    roomy = make_node_view("roomy", "a100-40gb", prefill_tok_per_s=9_500.0)
+    assert _decide(config, request, a100, roomy) == "roomy"
