@@ -225,7 +225,9 @@ class LLMEngine:
                 raise ValueError(f"unknown LoRA adapter {lora_name!r}")
             lora_id = lora.lora_id
         token_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else list(prompt)
-        check_token_ids(token_ids, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
+        # a tuple as given: check_token_ids passes one it passed just before (the intake's, in the same process)
+        checked = prompt if type(prompt) is tuple else token_ids
+        check_token_ids(checked, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:
             raise ValueError(f"request id {req_id!r} is already in use")

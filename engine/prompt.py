@@ -31,7 +31,24 @@ class PromptTooLongError(PromptError):
     """The prompt leaves no room for one output token in the context."""
 
 
+# The last tuple check_token_ids passed, and the vocabulary it passed against: a tuple of exact ints cannot change, so
+# the same object checked again (the control plane's intake, then a node in the same process: the fleet simulator)
+# passes in O(1). Only an exact tuple: a list may be changed after its check, and a tuple subclass may yield other
+# items than it held when checked. Holding the reference keeps its id from being reused.
+_last_checked: tuple[tuple[int, ...] | None, int] = (None, 0)
+
+
 def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
+    global _last_checked
+    last, last_vocab_size = _last_checked
+    if token_ids is last and type(vocab_size) is int and vocab_size == last_vocab_size:
+        return
+    _check_token_ids(token_ids, vocab_size)
+    if type(token_ids) is tuple:  # every item an exact int (checked): the tuple cannot change
+        _last_checked = (token_ids, vocab_size)
+
+
+def _check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
     if not token_ids:
         raise PromptError("the prompt is empty")
     # C-speed: msgspec checks every element an int (not a bool, not a numpy integer, not a float) in range in one pass;

@@ -447,7 +447,8 @@ class FleetSimulator:
             all_records.append(rec)
             msg = ClientGenerate(
                 request_id=req_id,
-                prompt_token_ids=prompts.prompt_token_ids(trace_request, index),
+                # a tuple: the node's vocabulary check passes the one the intake checked (engine/prompt.py)
+                prompt_token_ids=tuple(prompts.prompt_token_ids(trace_request, index)),
                 sampling=SamplingParams(temperature=0.0, max_tokens=trace_request.max_tokens),
                 traffic_class=trace_request.traffic_class,
                 model=adapter_of[index],

@@ -10,7 +10,7 @@ from engine.clock import ManualClock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
 from engine.model_runner import KVCacheSpec, ModelRunner
-from engine.prompt import PromptError
+from engine.prompt import PromptError, check_token_ids
 from engine.request import FinishReason
 from engine.sampling_params import SamplingParams
 
@@ -174,3 +174,33 @@ def test_step_records_split_prefill_and_decode_work():
     assert [(r.num_prefill_tokens, r.num_decode_requests) for r in records] == [(5, 0), (0, 1), (0, 1)]
     assert all(r.step_time_s == pytest.approx(0.01) for r in records)
     assert engine.take_step_records() == []
+
+
+class _Tuple(tuple):
+    """A tuple subclass that, iterated, yields other items than the tuple holds (what a check reads)."""
+
+    def __iter__(self):
+        return iter([10**9] * len(self))
+
+
+def test_prompt_ids_are_checked_by_the_engine_after_an_earlier_check():
+    """The control plane's intake checks a prompt, then the node's engine checks it again (the same object in the
+    fleet simulator): a list changed in between, another tuple, or a tuple subclass's other items, is refused."""
+    engine, _, _ = _engine(b"ok")
+    vocab_size = engine.tokenizer.vocab_size
+    listed = [5, 6, 7]
+    check_token_ids(listed, vocab_size)
+    listed[1] = vocab_size
+    with pytest.raises(PromptError, match="out of range"):
+        engine.add_request(listed, SamplingParams())
+    checked = (5, 6, 7)
+    check_token_ids(checked, vocab_size)
+    with pytest.raises(PromptError, match="out of range"):
+        engine.add_request((5, vocab_size, 7), SamplingParams())
+    sub = _Tuple((5, 6, 7))
+    check_token_ids(sub, vocab_size)  # its items pass ...
+    with pytest.raises(PromptError, match="out of range"):
+        engine.add_request(sub, SamplingParams())  # ... but the engine queues what it yields: checked again
+    assert not engine.has_unfinished_requests()
+    engine.add_request(checked, SamplingParams(temperature=0, max_tokens=2))  # the checked tuple itself: queued
+    assert engine.run_until_done()

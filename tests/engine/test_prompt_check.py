@@ -69,3 +69,22 @@ def test_any_vocabulary_bound_gets_the_element_rule(vocab_size):
             check_token_ids(token_ids, vocab_size)
     else:
         check_token_ids(token_ids, vocab_size)
+
+
+def test_a_checked_tuple_passes_again_and_nothing_else_skips_the_check():
+    """check_token_ids passes the tuple it passed last in O(1) (the node's check of the intake's prompt in the fleet
+    simulator); a list changed after its check, another tuple, another vocabulary: checked."""
+    ok = (1, 2, 3)
+    check_token_ids(ok, VOCAB)
+    check_token_ids(ok, VOCAB)  # remembered
+    with pytest.raises(PromptError):
+        check_token_ids(ok, 3)  # a smaller vocabulary: checked again
+    listed = [1, 2, 3]
+    check_token_ids(listed, VOCAB)
+    listed[1] = VOCAB  # changed after its check: a list is never remembered
+    with pytest.raises(PromptError):
+        check_token_ids(listed, VOCAB)
+    with pytest.raises(PromptError):
+        check_token_ids((1, VOCAB, 3), VOCAB)  # equal length, another object
+    with pytest.raises(PromptError):
+        check_token_ids((True, 2), VOCAB)  # a bool is no token, remembered or not
