@@ -373,6 +373,16 @@ def test_bounded_sacrifice_sends_a_lost_cause_to_the_least_capable_node_within_t
     assert _decide(replace(lora_config, slo_sacrifice_max_ttft_s=3.2), adapter, h100, a100, t4_holds, l4) == "t4"
 
 
+def _zoo_tiers_behind(make_node_view) -> tuple:
+    """The zoo's tiers by prefill rate over the H100's (A100 .32, L4 .12, TP-2 T4 .13), every node 1.5 s behind."""
+    return (
+        make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000),
+        make_node_view("a100", "a100-40gb", prefill_tok_per_s=9_500.0, queued_prefill_tokens=14_250),
+        make_node_view("l4", "l4", prefill_tok_per_s=3_700.0, queued_prefill_tokens=5_550),
+        make_node_view("t4", "t4", prefill_tok_per_s=3_900.0, queued_prefill_tokens=5_850),
+    )
+
+
 def test_tiered_sacrifice_sends_a_lost_cause_to_the_slowest_tier_never_to_an_a100(make_node_view, make_route_request):
     """The zoo's tiers by prefill rate over the H100's (A100 .32, L4 .12, TP-2 T4 .13), every node 1.5 s behind:
     a 4k-token prompt is a lost cause (TTFT: H100 1.63 s, A100 1.92 s, L4 2.58 s, T4 2.53 s). Unrestricted, a
@@ -380,11 +390,7 @@ def test_tiered_sacrifice_sends_a_lost_cause_to_the_slowest_tier_never_to_an_a10
     0.2 the A100 pays the H100's charge, w, and the lost cause goes to an L4 or T4, never to the A100; with a
     bound too, to the slow node within it, or with none within, to off's choice."""
     config = replace(BASE, kv_full_penalty_s=0.0)
-    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)
-    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=9_500.0, queued_prefill_tokens=14_250)
-    l4 = make_node_view("l4", "l4", prefill_tok_per_s=3_700.0, queued_prefill_tokens=5_550)
-    t4 = make_node_view("t4", "t4", prefill_tok_per_s=3_900.0, queued_prefill_tokens=5_850)
-    nodes = (h100, a100, l4, t4)
+    nodes = _zoo_tiers_behind(make_node_view)
     hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)
     assert [round(predict_ttft_s(v, 4_000, config), 3) for v in nodes] == [1.633, 1.921, 2.581, 2.526]
     assert _decide(config, hopeless, *nodes) == "h100"  # off: the least late
@@ -482,17 +488,13 @@ def test_by_default_a_lost_cause_is_sacrificed_to_a_slow_node_not_queued_on_the_
     late) for an L4/T4; a request that can still meet the target on the H100 stays there."""
     config = RouterConfig(default_model_params_b=1.0)
     assert config.slo_sacrifice_weight == 5.0
-    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)
-    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=9_500.0, queued_prefill_tokens=14_250)
-    l4 = make_node_view("l4", "l4", prefill_tok_per_s=3_700.0, queued_prefill_tokens=5_550)
-    t4 = make_node_view("t4", "t4", prefill_tok_per_s=3_900.0, queued_prefill_tokens=5_850)
-    nodes = (h100, a100, l4, t4)
+    nodes = _zoo_tiers_behind(make_node_view)
     hopeless = make_route_request(num_prompt_tokens=4_000, max_tokens=16)
     assert all(predict_ttft_s(v, 4_000, config) > config.slo_ttft_s for v in nodes)
     assert _decide(replace(config, slo_sacrifice_weight=0.0), hopeless, *nodes) == "h100"
     assert _decide(config, hopeless, *nodes) in ("l4", "t4")
     fresh = make_node_view("fresh", "h100-sxm", prefill_tok_per_s=30_000.0)
-    assert _decide(config, make_route_request(num_prompt_tokens=4_000, max_tokens=16), fresh, a100, l4, t4) == "fresh"
+    assert _decide(config, make_route_request(num_prompt_tokens=4_000, max_tokens=16), fresh, *nodes[1:]) == "fresh"
 
 
 def test_by_default_a_node_short_of_kv_room_beats_one_predicted_to_miss_the_ttft_target(
