@@ -21,6 +21,7 @@ from tune_router import simulate_split
 
 from controlplane.router.policies import node_predictions as npred
 from controlplane.router.policies.hardware_aware import predict_cost_s
+from sim.router_knobs import parse_router_knobs
 
 
 def _reasons(v, request, config) -> str:
@@ -45,6 +46,10 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=3)
     parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
     args = parser.parse_args()
+    try:  # RouterConfig's fields, typed and range-checked as zoo sim --router-knobs checks them
+        knobs = parse_router_knobs(args.knobs, "--knobs", frozenset({"policy"}))
+    except ValueError as e:
+        parser.error(str(e))
     counts: collections.Counter = collections.Counter()
     examples: list[dict] = []
 
@@ -72,8 +77,8 @@ def main() -> None:
             })  # fmt: skip
 
     with recording_choices(on_choice):
-        simulate_split(args.trace, args.fleet, args.load, json.loads(args.knobs), split=args.split)
-    print(json.dumps({"trace": args.trace, "load": args.load, "split": args.split, "knobs": json.loads(args.knobs),
+        simulate_split(args.trace, args.fleet, args.load, knobs, split=args.split)
+    print(json.dumps({"trace": args.trace, "load": args.load, "split": args.split, "knobs": knobs,
                       "decisions": counts,
                       "examples": examples}, indent=1))  # fmt: skip
 

@@ -39,6 +39,8 @@ BLOCK = 16
 
 CONFIGS = (
     RouterConfig(default_model_params_b=8.0),
+    # the defaults before the tenth and eleventh tuning grids: sacrifice off, the 30 s KV charge
+    RouterConfig(default_model_params_b=8.0, slo_sacrifice_weight=0.0, kv_full_penalty_s=30.0),
     RouterConfig(default_model_params_b=1.0, slo_tpot_miss_penalty_s=10.0, kv_reserve_output_tokens=64),
     RouterConfig(slo_ttft_miss_penalty_s=0.0, kv_full_penalty_s=0.0, tpot_weight=0.0),
     RouterConfig(hardware_aware_use_prefix=False, slo_ttft_s=0.05, lora_load_estimate_s=0.3),
