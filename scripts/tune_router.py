@@ -67,6 +67,16 @@ target while an A100 was predicted to meet it, and in 832 of them the A100's onl
 router's estimate from the last report, less the reserves) short of the prompt: the 30 s charge outweighs the 10 s
 miss penalty plus triage. A KV-short node still takes the request: it queues until decodes free blocks (conv's
 outputs are short) or swaps to host RAM; a smaller charge lets a predicted TTFT miss elsewhere outweigh that wait.
+Result: bench/results/2026-12-02-sim-tune-11.json (3 s chosen).
+The twelfth grid (GRID_12, declared and committed before it ran, the rule unchanged): the TPOT miss penalty
+(slo_tpot_miss_penalty_s: 0, the default row, then 1, 2, 3 s) at GRID_11's choice. Why: on code 80%'s eval split
+(diagnosis only, seed 0: scripts/goodput_diag.py --split eval), the L4s took the short prompts (P50 442 tokens) and
+served 66% of them within the TTFT target but 17.5% within the TPOT one (their decode steps share the node with
+2,048-token prefill chunks), while the H100s, the one type that meets TPOT under load (100%), took the long prompts
+and met TTFT for 50%; sglang_cache_aware's H100s took an even mix and met both for 86%. A TPOT miss charge moves a
+prompt whose decode would miss on the chosen node to one predicted to meet both. Why these values: below the gap
+between the H100's and an L4's sacrifice charge (5 s x (1 - 0.12), 4.4 s), so a lost cause still leaves the H100s
+for the L4s/T4s; 10 s (an earlier grid, before SLO triage and the sacrifice) herded onto the one type that meets it.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -109,6 +119,7 @@ GRID_9 = [{"slo_sacrifice_weight": 0.0}] + [
 ]
 GRID_10 = {"slo_sacrifice_weight": [0.0, 5.0, 7.0]}
 GRID_11 = {"kv_full_penalty_s": [30.0, 10.0, 3.0, 1.0]}
+GRID_12 = {"slo_tpot_miss_penalty_s": [0.0, 1.0, 2.0, 3.0]}
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
 TIE = 0.005
 
