@@ -15,7 +15,36 @@ from tune_router import simulate_split  # scripts/ beside this file (sys.path[0]
 from sim.report import Slo, summarize
 
 
-def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict, slo: Slo, split: str = "tune") -> dict:
+def by_window(records: list, slo: Slo, window_s: float) -> list[dict]:
+    """Per window of ``window_s`` virtual seconds (by arrival): the requests, their prompt tokens over the mean
+    window's (the offered prefill work) and the share that met both targets."""
+    t0 = min(r.arrival_s for r in records)
+    index = np.array([int((r.arrival_s - t0) // window_s) for r in records])
+    prompt = np.array([r.num_prompt_tokens for r in records], dtype=float)
+    ok = np.array([r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tpot_s for r in records])
+    work = np.bincount(index, weights=prompt)
+    mean_work = work.mean()
+    return [
+        {
+            "window": int(w),
+            "requests": int((index == w).sum()),
+            "work_over_mean": round(float(work[w] / mean_work), 2),
+            "goodput": round(float(ok[index == w].mean()), 3),
+        }
+        for w in np.unique(index)
+    ]
+
+
+def diagnose(
+    trace: str,
+    fleet_name: str,
+    load: float,
+    policy: str,
+    knobs: dict,
+    slo: Slo,
+    split: str = "tune",
+    window_s: float = 0.0,
+) -> dict:
     knobs = {**knobs, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s}
     result, _ = simulate_split(trace, fleet_name, load, knobs, split, policy)
     report = summarize(result, slo)
@@ -50,6 +79,7 @@ def diagnose(trace: str, fleet_name: str, load: float, policy: str, knobs: dict,
         "tpot_p50": round(report.tpot_s[50], 4),
         "p99_over_p50": round(report.ttft_p99_over_p50, 2),
         "by_gpu": rows,
+        **({"by_window": by_window(result.records, slo, window_s)} if window_s > 0 else {}),
     }
 
 
@@ -63,7 +93,10 @@ def main() -> None:
     parser.add_argument("--slo-ttft", type=float, default=1.0)
     parser.add_argument("--slo-tpot", type=float, default=0.1)
     parser.add_argument("--split", default="tune", help="tune (where knobs may be tuned) or eval (diagnosis only)")
+    parser.add_argument("--by-window", type=float, default=0.0, help="also goodput per window of this many virtual s")
     args = parser.parse_args()
+    if args.by_window < 0:
+        parser.error("--by-window must be >= 0")
     for policy in args.policy.split(","):
         out = diagnose(
             args.trace,
@@ -73,6 +106,7 @@ def main() -> None:
             json.loads(args.knobs),
             Slo(args.slo_ttft, args.slo_tpot),
             args.split,
+            args.by_window,
         )
         print(json.dumps(out), flush=True)
 

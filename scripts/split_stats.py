@@ -1,0 +1,70 @@
+"""How alike are the declared tuning split (the first fifth of each trace) and the eval split (the rest)?
+
+Per trace and split, scaled to the load as ``zoo sim`` scales it: the requests, the virtual seconds they span, the
+prompt sizes, and the offered prefill work (prompt tokens arriving) per window of W virtual seconds relative to the
+split's mean: its coefficient of variation, the share of windows above 1/load of the mean (a window whose work
+alone is above the fleet's capacity when the mean is at ``load`` of it) and the largest window. A split too short to
+hold a sustained overload (several 10 s windows above capacity) cannot teach the router what to do in one.
+
+    PYTHONPATH=. python scripts/split_stats.py --windows 2,5,10 --load 0.8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from sim.fleet import load_fleet
+from sim.workload import load_trace, scale_to_load
+
+TRACES = (("conv", "zoo"), ("code", "zoo"), ("mooncake", "zoo_long"))  # scripts/tune_router.py's cases' fleets
+
+
+def split_stats(trace: str, fleet_name: str, part: str, load: float, windows_s: list[float]) -> dict:
+    fleet = load_fleet(fleet_name)
+    base = load_trace(trace).split(part)
+    workload = scale_to_load(base, load, fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens))
+    arrival = np.array([r.arrival_s for r in workload.requests])
+    prompt = np.array([r.num_prompt_tokens for r in workload.requests], dtype=float)
+    row = {
+        "requests": len(prompt),
+        "virtual_s": round(float(arrival[-1] - arrival[0]), 1),
+        "prompt_p50": int(np.median(prompt)),
+        "prompt_mean": round(float(prompt.mean())),
+        "prompt_p90": int(np.percentile(prompt, 90)),
+    }
+    for window in windows_s:
+        work = np.bincount(np.floor((arrival - arrival[0]) / window).astype(int), weights=prompt)
+        rel = work / work.mean()
+        row[f"window_{window:g}s"] = {
+            "windows": len(rel),
+            "prefill_work_cv": round(float(rel.std()), 3),
+            "share_above_capacity": round(float((rel > 1 / load).mean()), 3),
+            "largest_over_mean": round(float(rel.max()), 2),
+        }
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--windows", default="2,5,10", help="comma-separated window lengths, virtual seconds")
+    parser.add_argument("--load", type=float, default=0.8)
+    args = parser.parse_args()
+    try:
+        windows = [float(w) for w in args.windows.split(",")]
+    except ValueError:
+        parser.error(f"--windows: numbers separated by commas, got {args.windows!r}")
+    if not windows or min(windows) <= 0 or not 0 < args.load <= 1:
+        parser.error("--windows must be positive and --load in (0, 1]")
+    out = {
+        f"{trace}/{part}": split_stats(trace, fleet, part, args.load, windows)
+        for trace, fleet in TRACES
+        for part in ("tune", "eval")
+    }
+    print(json.dumps({"load": args.load, "splits": out}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
