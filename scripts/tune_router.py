@@ -87,6 +87,7 @@ everywhere goes to an H100 whose queue still met the target (its TTFT P50 there 
 meets TPOT under load then meets TTFT for none. A larger charge keeps such a queue in time for longer in an overload.
 The tuning split of code is 16 virtual seconds long at 80% (scripts/split_stats.py): it holds no sustained overload,
 so the P99 bound the rule sets there may refuse what the overload needs; the rule is kept as it is.
+Result: bench/results/2026-12-02-sim-tune-13.json (kept at 5 s: 10 and 15 s break the P99 bound on code 80% and 60%).
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
