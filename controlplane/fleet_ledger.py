@@ -1,6 +1,6 @@
 """What the control plane has seen of each node, for the latency table, the dashboard and the exporters.
 
-    NodeHello ─► hellos            routed ─► decisions + ROUTER_QUEUE_WAIT sample
+    NodeHello ─► hellos            routed ─► decisions + ROUTER_QUEUE_WAIT (+ PREDICTED_TTFT) samples
     LoadReport ─► preemptions      NodeTelemetry ─► metrics_urls + ROUTER_TO_NODE_HOP samples
     TokenChunk ─► NODE_TO_ROUTER_RETURN sample
                                    ─► nodes(views, latency): one plain dict per node   (ControlPlane.stats)
@@ -42,6 +42,9 @@ class FleetLedger:
     def on_routed(self, node_id: str, queue_wait_s: float) -> None:
         self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
         self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, queue_wait_s))
+
+    def on_forecast(self, node_id: str, predicted_ttft_s: float) -> None:
+        self._events.append(LatencySample(LatencyKind.PREDICTED_TTFT, node_id, predicted_ttft_s))
 
     def on_load_report(self, msg: LoadReport) -> None:
         self.preemptions[msg.node_id] = msg.num_preemptions_total

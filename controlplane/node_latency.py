@@ -46,6 +46,7 @@ class LatencyKind:
     ROUTER_QUEUE_WAIT = "router_queue_wait"  # GenerateRequest.routed_ns - arrival_ns
     ROUTER_TO_NODE_HOP = "router_to_node_hop"  # agent recv_ns - GenerateRequest.sent_ns (NodeTelemetry)
     NODE_TO_ROUTER_RETURN = "node_to_router_return"  # control plane recv_ns - TokenChunk.sent_ns, per chunk
+    PREDICTED_TTFT = "predicted_ttft"  # the TTFT forecast on the chosen node at placement (slo_forecast.py)
 
 
 @dataclass(slots=True, frozen=True)

@@ -354,6 +354,11 @@ class ClusterRegistry:
         """Every registered node's view, whatever its state, in node-id order (for stats; O(N log N))."""
         return tuple(self._nodes[node_id].view for node_id in sorted(self._nodes))
 
+    def view(self, node_id: str) -> NodeView | None:
+        """The node's current view (None: unknown node)."""
+        node = self._nodes.get(node_id)
+        return None if node is None else node.view
+
     def __contains__(self, node_id: object) -> bool:
         return node_id in self._nodes
 

@@ -35,6 +35,7 @@ from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
 from controlplane.request_table import Inflight, RequestTable
 from controlplane.router.router_config import RouterConfig
+from controlplane.slo_forecast import SloForecast
 from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
 from transport.actor import MailboxFull
@@ -55,6 +56,7 @@ class RequestPath:
     tenants: the tenants' classes, rate limits and usage (controlplane/tenants.py; None: a limiter that knows
         no tenant: no limits, usage still counted). classes: per traffic class books (class_ledger.py).
     loras: the fleet's LoRA adapters (controlplane/lora_table.py), selectable by ``model``.
+    forecast: each placement's TTFT forecast on its node, in time or late (controlplane/slo_forecast.py).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class RequestPath:
         self.max_resumes = max_resumes
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
+        self.forecast = SloForecast(router)
         self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters
@@ -114,6 +117,9 @@ class RequestPath:
         )
         self.table.add(inflight)
         self.classes.on_routed(placed.route.traffic_class, placed.cell, placed.spilled)
+        view = self.registry.view(node_id)  # as the policy saw it: before _record counts this request there
+        if view is not None:
+            self.fleet.on_forecast(node_id, self.forecast.on_placed(placed.route, view))
         self._record(placed, rid)
         self.counters["routed"] += 1
         self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9)

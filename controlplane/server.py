@@ -260,10 +260,8 @@ class ControlPlane(Actor):
                 await self._changed.wait()
 
     def node_view(self, node_id: str):
-        for view in self.registry.snapshot().nodes:
-            if view.node_id == node_id:
-                return view
-        return None
+        """The node's view while it may be routed to (None: unknown, or not up)."""
+        return next((v for v in self.registry.snapshot().nodes if v.node_id == node_id), None)
 
     def stats(self) -> dict:
         """A plain snapshot for the latency table, the dashboard and the exporters."""
@@ -283,6 +281,7 @@ class ControlPlane(Actor):
             "tenants": {name: dataclasses.asdict(usage) for name, usage in self.path.tenants.usage().items()},
             "migrations": dict(self.migrations),  # "reason:outcome" → count
             "spec_pairs": self.spec_pairs.summary(),
+            "slo_forecast": self.path.forecast.summary(),  # controlplane/slo_forecast.py
         }
 
     def take_events(self) -> list[LatencySample]:

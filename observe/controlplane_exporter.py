@@ -24,7 +24,9 @@ from observe.spec_pair_metrics import spec_pair_metrics
 _HISTOGRAMS = {
     "router_queue_wait": (m.ROUTER_QUEUE_WAIT, "Router queue wait: routed_ns - arrival_ns."),
     "node_to_router_return": (m.NODE_TO_ROUTER_RETURN, "Node → router return hop: receipt - TokenChunk.sent_ns."),
+    "predicted_ttft": (m.ROUTER_PREDICTED_TTFT, "TTFT forecast on the chosen node at placement (nothing cached)."),
 }
+_BUCKETS = {"predicted_ttft": m.TTFT_BUCKETS_S}  # a TTFT, not a hop: vLLM's TTFT buckets
 
 
 class ControlPlaneExporter(PrometheusExporter):
@@ -34,7 +36,9 @@ class ControlPlaneExporter(PrometheusExporter):
         super().__init__()
         self._stats_fn = stats_fn
         self._histograms = {
-            kind: Histogram(name, doc, m.ZOO_NODE_LABELS, registry=self.registry, buckets=m.HOP_BUCKETS_S)
+            kind: Histogram(
+                name, doc, m.ZOO_NODE_LABELS, registry=self.registry, buckets=_BUCKETS.get(kind, m.HOP_BUCKETS_S)
+            )
             for kind, (name, doc) in _HISTOGRAMS.items()
         }
         self.registry.register(SnapshotCollector(self._collect_snapshot))
@@ -78,6 +82,7 @@ class ControlPlaneExporter(PrometheusExporter):
         yield migrations
         yield from _class_and_tenant_metrics(stats)
         yield from spec_pair_metrics(stats)
+        yield from _forecast_metrics(stats.get("slo_forecast"))
 
 
 _CLASS_OUTCOMES = {
@@ -88,6 +93,22 @@ _CLASS_OUTCOMES = {
     "failed": "requests_failed",
     "cancelled": "requests_cancelled",
 }
+
+
+def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:
+    """controlplane/slo_forecast.py's summary: placements forecast in time or late per class, the recent share."""
+    if forecast is None:
+        return
+    counts = CounterMetricFamily(m.ROUTER_SLO_FORECAST, "Placements by TTFT forecast on the chosen node vs the "
+                                 "class's TTFT target.", labels=["class", "forecast"])  # fmt: skip
+    for key, n in forecast["decisions"].items():
+        cls, _, outcome = key.rpartition(":")
+        counts.add_metric([cls, outcome], n)
+    yield counts
+    share = GaugeMetricFamily(m.ROUTER_SLO_FORECAST_LATE_SHARE, "Share of the recent placements forecast to miss "
+                              "their TTFT target (an overload shows here first).")  # fmt: skip
+    share.add_metric([], forecast["recent_late_share"])
+    yield share
 
 
 def _class_and_tenant_metrics(stats: dict) -> Iterable[Metric]:

@@ -59,6 +59,10 @@ LORA_ADAPTERS_LOADED = "zoo:lora_adapters_loaded"  # gauge: adapters in device s
 ROUTER_QUEUE_WAIT = "zoo:router_queue_wait_seconds"  # routed_ns - arrival_ns
 NODE_TO_ROUTER_RETURN = "zoo:node_to_router_return_seconds"  # cp recv - TokenChunk.sent_ns, per chunk
 ROUTER_DECISIONS = "zoo:router_decisions"  # counter (_total) {policy, node}
+# the TTFT forecast on the chosen node at placement (controlplane/slo_forecast.py), whatever the policy
+ROUTER_PREDICTED_TTFT = "zoo:router_predicted_ttft_seconds"  # histogram {model, node, gpu_type, cell}
+ROUTER_SLO_FORECAST = "zoo:router_slo_forecast"  # counter (_total) {class, forecast="in_time"|"late"}
+ROUTER_SLO_FORECAST_LATE_SHARE = "zoo:router_slo_forecast_late_share"  # gauge: of the last 1,000 placements
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen

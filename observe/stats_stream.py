@@ -107,6 +107,7 @@ class FleetObserver:
             ebpf_status=self.ebpf.status,
             migrations_total=dict(stats.get("migrations", {})),
             kv_migrated_bytes_total=getattr(getattr(self.cp, "kv_moves", None), "kv_bytes_total", 0),
+            slo_forecast_late_share=stats.get("slo_forecast", {}).get("recent_late_share", 0.0),
         )
 
 

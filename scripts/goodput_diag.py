@@ -6,11 +6,10 @@ the TTFT and TPOT SLOs, and their prompt/output sizes (what the router sent wher
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
-from tune_router import simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
+from tune_router import case_parser, simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
 
 from sim.report import Slo, summarize
 
@@ -84,15 +83,10 @@ def diagnose(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trace", default="code")
-    parser.add_argument("--fleet", default="zoo")
-    parser.add_argument("--load", type=float, default=0.8)
-    parser.add_argument("--policy", default="hardware_aware")
+    parser = case_parser()
     parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
     parser.add_argument("--slo-ttft", type=float, default=1.0)
     parser.add_argument("--slo-tpot", type=float, default=0.1)
-    parser.add_argument("--split", default="tune", help="tune (where knobs may be tuned) or eval (diagnosis only)")
     parser.add_argument("--by-window", type=float, default=0.0, help="also goodput per window of this many virtual s")
     args = parser.parse_args()
     if args.by_window < 0:

@@ -13,11 +13,10 @@ of the trace's seconds (a tail from bursts). Diagnosis only: it chooses no knob.
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
-from tune_router import simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
+from tune_router import case_parser, simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
 
 from backends.sim.cost_model import StepCostModel
 from sim.fleet import load_fleet
@@ -93,12 +92,7 @@ def diagnose(trace: str, fleet_name: str, load: float, policy: str, split: str) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trace", default="conv")
-    parser.add_argument("--fleet", default="zoo")
-    parser.add_argument("--load", type=float, default=0.6)
-    parser.add_argument("--policy", default="hardware_aware")
-    parser.add_argument("--split", default="eval", help="eval: diagnosis only (no knob is tuned on it)")
+    parser = case_parser(trace="conv", load=0.6, split="eval")
     args = parser.parse_args()
     for policy in args.policy.split(","):
         print(json.dumps(diagnose(args.trace, args.fleet, args.load, policy, args.split)), flush=True)

@@ -154,6 +154,18 @@ def simulate_split(
     return FleetSimulator(fleet, workload, policy, router_config=config, seed=0).run(), config
 
 
+def case_parser(trace: str = "code", load: float = 0.8, split: str = "tune") -> argparse.ArgumentParser:
+    """The diagnostics' common arguments: --trace, --fleet, --load, --policy (comma-separated where a script takes
+    several) and --split (``tune``, where knobs may be tuned, or ``eval``, for diagnosis only)."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trace", default=trace)
+    parser.add_argument("--fleet", default="zoo")
+    parser.add_argument("--load", type=float, default=load)
+    parser.add_argument("--policy", default="hardware_aware")
+    parser.add_argument("--split", default=split, choices=("tune", "eval"), help="eval: diagnosis only")
+    return parser
+
+
 def run(case: str, knobs: dict) -> dict:
     result, config = simulate_tune_split(*CASES[case], knobs)
     r = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))

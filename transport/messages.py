@@ -388,6 +388,8 @@ class FleetStats(Envelope, kw_only=True):
     ebpf_status: str = ""  # "" no probe feeds this control plane; else what the probe says ("attached", …)
     migrations_total: dict[str, int] = {}  # live migrations, "reason:outcome" → count (zoo:migrations_total)
     kv_migrated_bytes_total: int = 0  # KV bytes the migrations that reached their target moved
+    # of the recent placements, the share whose TTFT forecast on their node missed the target (slo_forecast.py)
+    slo_forecast_late_share: float = 0.0
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

@@ -1,7 +1,7 @@
 """``zoo top``: the live fleet dashboard, fed by the control plane's FleetStats stream (observe/stats_stream).
 
     ┌ status: control plane endpoint · policy · nodes · eBPF status   (or "waiting for control plane") ┐
-    │ rates: requests/s · preemptions/s · rejected/s · in flight                                        │
+    │ rates: requests/s · preemptions/s · rejected/s · in flight · forecast late                        │
     │ node table (s: sort, r: reverse, c: cell filter, g: GPU filter, x: clear, enter: detail)          │
     │ queue wait / router→node hop / node→router return: [app] sparkline │ [eBPF] sparkline              │
     └────────────────────────────────────────────────────────────────────────────────────────────────────┘
@@ -133,7 +133,8 @@ class ZooTopApp(App[None]):
             self.query_one("#rates", Static).update(
                 f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
                 f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
-                f"completed {stats.num_requests_total.get('completed', 0)}   {describe_migrations(stats, r)}\n"
+                f"completed {stats.num_requests_total.get('completed', 0)}   "
+                f"forecast late {stats.slo_forecast_late_share:.0%}   {describe_migrations(stats, r)}\n"
                 + "   ".join(s.describe() for s in self.view.cell_summaries())  # the fleet by cell
             )
 

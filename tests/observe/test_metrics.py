@@ -77,6 +77,11 @@ async def test_agent_and_controlplane_metrics_count_the_requests_sent(observed_c
         # one TokenChunk per sampled token (the trivial runner samples one per step)
         assert value(control, "zoo:node_to_router_return_seconds_count", **zoo) == sum(k for _, k in REQUESTS)
         assert value(control, "zoo:router_decisions_total", policy="round_robin", node="a") == n
+        # the SLO forecast of each placement (controlplane/slo_forecast.py): short prompts on an idle node
+        assert value(control, "zoo:router_predicted_ttft_seconds_count", **zoo) == n
+        assert value(control, "zoo:router_slo_forecast_total", forecast="in_time") == n
+        assert "late" not in {s.labels["forecast"] for s in control["zoo:router_slo_forecast"]}
+        assert value(control, "zoo:router_slo_forecast_late_share") == 0.0
         assert value(control, "zoo:rejected_requests_total", reason="unknown_model") == 1
         assert value(control, "zoo:malformed_messages_total", kind="malformed", socket="clients") == 1
         assert value(control, "zoo:node_up", **zoo) == 1

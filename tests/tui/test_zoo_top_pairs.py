@@ -1,5 +1,6 @@
 """`zoo top` shows each verifier's drafter (and its measured acceptance) in the table, the predicted TPOTs in
-the detail view, and the live migrations with the KV they moved in the header line."""
+the detail view, and the live migrations with the KV they moved and the share of placements forecast late in
+the header line."""
 
 from __future__ import annotations
 
@@ -14,12 +15,12 @@ from tui.zoo_top import ZooTopApp
 pytestmark = pytest.mark.anyio
 
 
-def _with_pair(stats, kv_bytes: int, migrations: int):
+def _with_pair(stats, kv_bytes: int, migrations: int, late_share: float = 0.0):
     pair = dict(spec_drafter="l4-0", spec_acceptance_rate=0.78, spec_tpot_plain_s=0.010, spec_tpot_paired_s=0.006)
     nodes = [msgspec.structs.replace(n, **pair) if n.node_id == "h100-0" else n for n in stats.nodes]
     return msgspec.structs.replace(
         stats, nodes=nodes, migrations_total={"drain:ok": migrations, "rebalance:failed": 1},
-        kv_migrated_bytes_total=kv_bytes,
+        kv_migrated_bytes_total=kv_bytes, slo_forecast_late_share=late_share,
     )  # fmt: skip
 
 
@@ -27,13 +28,14 @@ async def test_drafter_column_detail_and_migrations(make_stats):
     app = ZooTopApp(None)
     async with app.run_test(size=(220, 48)) as pilot:
         app.apply_stats(_with_pair(make_stats(1), 1_000_000, 1))
-        app.apply_stats(_with_pair(make_stats(2), 3_000_000, 3))  # 0.5 s later on the publisher's clock
+        app.apply_stats(_with_pair(make_stats(2), 3_000_000, 3, 0.25))  # 0.5 s later on the publisher's clock
         await pilot.pause()
         table = app.query_one("#nodes", DataTable)
         cells = {str(table.get_cell(row, "node")): str(table.get_cell(row, "drafter")) for row in table.rows}
         assert cells["h100-0"] == "l4-0 78%" and cells["a100-0"] == "-"
         rates = str(app.query_one("#rates", Static).render())
         assert "migrations 4 (3 ok, 4.0/s)" in rates and "KV moved 3.0 MB (4.0 MB/s)" in rates
+        assert "forecast late 25%" in rates  # the latest snapshot's SLO forecast (controlplane/slo_forecast.py)
         await pilot.press("down", "enter")  # second row: h100-0
         with anyio.fail_after(10):
             while not isinstance(app.screen, NodeDetailScreen):

@@ -1,0 +1,61 @@
+"""SLO forecast: at every placement, the TTFT the hardware-aware latency model predicts on the chosen node, and
+whether that meets the request's TTFT target — whatever policy chose the node.
+
+    placed (route, chosen node's view) ─► predict_ttft_s ─► in time | late, per traffic class
+                                                        ─► recent window: the share forecast late
+
+An overload shows here before it shows in the TTFT histograms: a request forecast late on the node it was given
+is one no node could serve in time (hardware_aware sends a request to a late node only then), or one the policy
+sent to a late node (any other policy). The forecast counts nothing cached (the control plane does not know
+what a node's prefix cache holds), so on prefix-heavy traffic it reads high. The model and its inputs are
+hardware_aware's (controlplane/router/policies/node_predictions.py: the node's measured prefill rate, or the
+estimate from its hardware before it has measured, and the prefill queued or in flight to it). Sans-IO.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from controlplane.router.policies.node_predictions import predict_ttft_s
+from controlplane.router.policy import NodeView, RouteRequest
+from controlplane.router.router_config import RouterConfig
+
+IN_TIME, LATE = "in_time", "late"
+
+
+class SloForecast:
+    """``window``: the recent decisions the late share is taken over (at least 1)."""
+
+    def __init__(self, config: RouterConfig, window: int = 1000) -> None:
+        if window < 1:
+            raise ValueError(f"window must be >= 1, got {window}")
+        self.config = config
+        self.counts: dict[tuple[str, str], int] = {}  # (traffic class, IN_TIME | LATE) → decisions
+        self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
+        self._recent_late = 0
+
+    def on_placed(self, route: RouteRequest, view: NodeView) -> float:
+        """Count the placement of ``route`` on the node of ``view`` (its view before this request); the TTFT
+        forecast there, in seconds."""
+        ttft_s = predict_ttft_s(view, route.num_prompt_tokens, self.config)
+        target_s = route.slo_ttft_s if route.slo_ttft_s is not None else self.config.slo_ttft_s
+        late = ttft_s > target_s
+        key = (route.traffic_class, LATE if late else IN_TIME)
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if len(self._recent) == self._recent.maxlen:
+            self._recent_late -= self._recent[0]
+        self._recent.append(late)
+        self._recent_late += late
+        return ttft_s
+
+    def recent_late_share(self) -> float:
+        """The share of the last ``window`` placements forecast late (0 before any)."""
+        return self._recent_late / len(self._recent) if self._recent else 0.0
+
+    def summary(self) -> dict:
+        """For ControlPlane.stats: the counts as "class:in_time" / "class:late" → n, and the recent late share."""
+        return {
+            "decisions": {f"{cls}:{outcome}": n for (cls, outcome), n in sorted(self.counts.items())},
+            "recent_late_share": self.recent_late_share(),
+            "recent_decisions": len(self._recent),
+        }

@@ -1,0 +1,70 @@
+"""The SLO forecast (controlplane/slo_forecast.py): each placement's TTFT forecast on its node, in time or late
+against the request's TTFT target (its class's, else the router's), and the share late over a recent window."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from controlplane.router.policies.node_predictions import predict_ttft_s
+from controlplane.router.router_config import RouterConfig
+from controlplane.slo_forecast import SloForecast
+
+# a measured 10,000 prompt tokens/s: a 1,000-token prompt alone takes 0.1 s, behind 20,000 queued 2.1 s
+RATE = 10_000.0
+
+
+@pytest.fixture
+def node(make_node_view):
+    return make_node_view("n0", prefill_tok_per_s=RATE)
+
+
+def test_an_idle_node_is_forecast_in_time_and_a_long_queue_late(node, make_route_request):
+    forecast = SloForecast(RouterConfig(slo_ttft_s=1.0))
+    route = make_route_request(num_prompt_tokens=1000)
+    assert forecast.on_placed(route, node) == pytest.approx(0.1)
+    queued = dataclasses.replace(node, queued_prefill_tokens=20_000)
+    assert forecast.on_placed(route, queued) == pytest.approx(predict_ttft_s(queued, 1000, forecast.config))
+    assert forecast.on_placed(route, queued) == pytest.approx(2.1)
+    assert forecast.summary() == {
+        "decisions": {"default:in_time": 1, "default:late": 2},
+        "recent_late_share": pytest.approx(2 / 3),
+        "recent_decisions": 3,
+    }
+
+
+def test_routed_but_unreported_prefill_counts_as_queued(node, make_route_request):
+    """What the control plane sent since the node's last report is in the forecast (as hardware_aware sees it)."""
+    forecast = SloForecast(RouterConfig(slo_ttft_s=1.0))
+    forecast.on_placed(
+        make_route_request(num_prompt_tokens=1000), dataclasses.replace(node, inflight_prefill_tokens=9_500)
+    )
+    assert forecast.counts == {("default", "late"): 1}
+
+
+def test_the_class_target_overrides_the_routers(node, make_route_request):
+    forecast = SloForecast(RouterConfig(slo_ttft_s=1.0))
+    strict = dataclasses.replace(make_route_request(num_prompt_tokens=1000, traffic_class="vip"), slo_ttft_s=0.05)
+    loose = dataclasses.replace(make_route_request(num_prompt_tokens=1000, traffic_class="batch"), slo_ttft_s=5.0)
+    forecast.on_placed(strict, node)  # 0.1 s > 0.05 s
+    forecast.on_placed(loose, dataclasses.replace(node, queued_prefill_tokens=20_000))  # 2.1 s <= 5 s
+    assert forecast.counts == {("vip", "late"): 1, ("batch", "in_time"): 1}
+
+
+def test_the_late_share_covers_only_the_recent_window(node, make_route_request):
+    forecast = SloForecast(RouterConfig(slo_ttft_s=1.0), window=2)
+    assert forecast.recent_late_share() == 0.0
+    route = make_route_request(num_prompt_tokens=1000)
+    late = dataclasses.replace(node, queued_prefill_tokens=20_000)
+    for view in (late, late, node):
+        forecast.on_placed(route, view)
+    assert forecast.recent_late_share() == 0.5  # the first late one left the window
+    forecast.on_placed(route, node)
+    assert forecast.recent_late_share() == 0.0
+    assert forecast.counts == {("default", "late"): 2, ("default", "in_time"): 2}  # totals keep everything
+
+
+def test_a_window_below_one_is_refused():
+    with pytest.raises(ValueError, match="window"):
+        SloForecast(RouterConfig(), window=0)
