@@ -5,8 +5,9 @@ whether that meets the request's TTFT target — whatever policy chose the node.
                                                         ─► recent window: the share forecast late
 
 An overload shows here before it shows in the TTFT histograms: a request forecast late on the node it was given
-is one no node could serve in time (hardware_aware sends a request to a late node only then), or one the policy
-sent to a late node (any other policy). The forecast counts nothing cached (the control plane does not know
+is, under hardware_aware, one no node could serve in time (at its defaults it sent none to a late node while
+another was in time on conv or code 80%: scripts/miss_diag.py), and under any other policy it may also be one
+sent to a late node while another was in time. The forecast counts nothing cached (the control plane does not know
 what a node's prefix cache holds), so on prefix-heavy traffic it reads high. The model and its inputs are
 hardware_aware's (controlplane/router/policies/node_predictions.py: the node's measured prefill rate, or the
 estimate from its hardware before it has measured, and the prefill queued or in flight to it). Sans-IO.

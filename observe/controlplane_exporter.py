@@ -1,5 +1,5 @@
 """The control plane's /metrics: router queue wait, node → router return hop, routing decisions,
-refusals and malformed messages.
+refusals, malformed messages and the SLO forecast (each placement's TTFT forecast, in time or late).
 
     ControlPlane.take_events() ─► FleetObserver.poll() ─► observe(kind, node labels, seconds)   histograms
     ControlPlane.stats()  ─────────────────────────────► scrape-time counters and gauges      (snapshot)
