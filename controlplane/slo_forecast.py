@@ -39,8 +39,7 @@ class SloForecast:
         """Count the placement of ``route`` on the node of ``view`` (its view before this request); the TTFT
         forecast there, in seconds."""
         ttft_s = predict_ttft_s(view, route.num_prompt_tokens, self.config)
-        target_s = route.slo_ttft_s if route.slo_ttft_s is not None else self.config.slo_ttft_s
-        late = ttft_s > target_s
+        late = ttft_s > self.target_s(route)
         key = (route.traffic_class, LATE if late else IN_TIME)
         self.counts[key] = self.counts.get(key, 0) + 1
         if len(self._recent) == self._recent.maxlen:
@@ -48,6 +47,10 @@ class SloForecast:
         self._recent.append(late)
         self._recent_late += late
         return ttft_s
+
+    def target_s(self, route: RouteRequest) -> float:
+        """The TTFT target ``route`` is forecast against: its class's, else the router's."""
+        return route.slo_ttft_s if route.slo_ttft_s is not None else self.config.slo_ttft_s
 
     def recent_late_share(self) -> float:
         """The share of the last ``window`` placements forecast late (0 before any)."""

@@ -31,9 +31,8 @@ def forecast_run(trace: str, fleet: str, load: float, split: str, policy: str, w
         if isinstance(placed, Placement):
             if not forecasts:
                 forecasts.append(SloForecast(kwargs["router"]))
-            view = kwargs["registry"].view(placed.node_id)
-            target = placed.route.slo_ttft_s or kwargs["router"].slo_ttft_s
-            late_of[msg.request_id] = forecasts[0].on_placed(placed.route, view) > target
+            forecast, view = forecasts[0], kwargs["registry"].view(placed.node_id)
+            late_of[msg.request_id] = forecast.on_placed(placed.route, view) > forecast.target_s(placed.route)
         return placed
 
     des.place_request = place

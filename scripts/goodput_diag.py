@@ -9,7 +9,11 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from tune_router import case_parser, simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
+from tune_router import (  # scripts/ beside this file (sys.path[0] when run as a script)
+    case_parser,
+    parsed_knobs,
+    simulate_split,
+)
 
 from sim.report import Slo, summarize
 
@@ -83,21 +87,21 @@ def diagnose(
 
 
 def main() -> None:
-    parser = case_parser()
-    parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
+    parser = case_parser(knobs=True)
     parser.add_argument("--slo-ttft", type=float, default=1.0)
     parser.add_argument("--slo-tpot", type=float, default=0.1)
     parser.add_argument("--by-window", type=float, default=0.0, help="also goodput per window of this many virtual s")
     args = parser.parse_args()
     if args.by_window < 0:
         parser.error("--by-window must be >= 0")
+    knobs = parsed_knobs(parser, args.knobs, frozenset({"policy", "slo_ttft_s", "slo_tpot_s"}))
     for policy in args.policy.split(","):
         out = diagnose(
             args.trace,
             args.fleet,
             args.load,
             policy,
-            json.loads(args.knobs),
+            knobs,
             Slo(args.slo_ttft, args.slo_tpot),
             args.split,
             args.by_window,

@@ -12,16 +12,14 @@ cost, KV headroom, KV needed).
 
 from __future__ import annotations
 
-import argparse
 import collections
 import json
 
 from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
-from tune_router import simulate_split
+from tune_router import case_parser, parsed_knobs, simulate_split
 
 from controlplane.router.policies import node_predictions as npred
 from controlplane.router.policies.hardware_aware import predict_cost_s
-from sim.router_knobs import parse_router_knobs
 
 
 def _reasons(v, request, config) -> str:
@@ -38,18 +36,10 @@ def _reasons(v, request, config) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trace", default="conv")
-    parser.add_argument("--fleet", default="zoo")
-    parser.add_argument("--load", type=float, default=0.8)
-    parser.add_argument("--split", default="eval", choices=("tune", "eval"))
+    parser = case_parser(trace="conv", split="eval", policy=False, knobs=True)
     parser.add_argument("--examples", type=int, default=3)
-    parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
     args = parser.parse_args()
-    try:  # RouterConfig's fields, typed and range-checked as zoo sim --router-knobs checks them
-        knobs = parse_router_knobs(args.knobs, "--knobs", frozenset({"policy"}))
-    except ValueError as e:
-        parser.error(str(e))
+    knobs = parsed_knobs(parser, args.knobs)
     counts: collections.Counter = collections.Counter()
     examples: list[dict] = []
 

@@ -8,12 +8,11 @@ request then got, per GPU type: where the router's picture of a node's queue par
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 from record_choices import recording_choices  # scripts/ beside this file (sys.path[0] when run as a script)
-from tune_router import simulate_split
+from tune_router import case_parser, parsed_knobs, simulate_split
 
 from controlplane.router.policies import node_predictions
 from sim.report import Slo, summarize
@@ -64,14 +63,10 @@ def diagnose(trace: str, fleet_name: str, load: float, split: str, knobs: dict) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trace", default="code")
-    parser.add_argument("--fleet", default="zoo")
-    parser.add_argument("--load", type=float, default=0.8)
-    parser.add_argument("--split", default="tune", choices=("tune", "eval"))
-    parser.add_argument("--knobs", default="{}", help="JSON RouterConfig overrides")
+    parser = case_parser(policy=False, knobs=True)
     args = parser.parse_args()
-    print(json.dumps(diagnose(args.trace, args.fleet, args.load, args.split, json.loads(args.knobs))), flush=True)
+    knobs = parsed_knobs(parser, args.knobs)
+    print(json.dumps(diagnose(args.trace, args.fleet, args.load, args.split, knobs)), flush=True)
 
 
 if __name__ == "__main__":

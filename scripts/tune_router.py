@@ -111,6 +111,7 @@ import multiprocessing
 from sim.des import FleetSimulator, default_router_config
 from sim.fleet import load_fleet
 from sim.report import Slo, summarize
+from sim.router_knobs import parse_router_knobs
 from sim.workload import load_trace, scale_to_load
 
 CASES = {"conv80": ("conv", "zoo", 0.8), "code80": ("code", "zoo", 0.8), "code60": ("code", "zoo", 0.6),
@@ -154,16 +155,33 @@ def simulate_split(
     return FleetSimulator(fleet, workload, policy, router_config=config, seed=0).run(), config
 
 
-def case_parser(trace: str = "code", load: float = 0.8, split: str = "tune") -> argparse.ArgumentParser:
+def case_parser(
+    trace: str = "code", load: float = 0.8, split: str = "tune", policy: bool = True, knobs: bool = False
+) -> argparse.ArgumentParser:
     """The diagnostics' common arguments: --trace, --fleet, --load, --policy (comma-separated where a script takes
-    several) and --split (``tune``, where knobs may be tuned, or ``eval``, for diagnosis only)."""
+    several), --split (``tune``, where knobs may be tuned, or ``eval``, for diagnosis only) and, with ``knobs``,
+    --knobs (read by ``parsed_knobs``)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--trace", default=trace)
     parser.add_argument("--fleet", default="zoo")
     parser.add_argument("--load", type=float, default=load)
-    parser.add_argument("--policy", default="hardware_aware")
+    if policy:
+        parser.add_argument("--policy", default="hardware_aware")
     parser.add_argument("--split", default=split, choices=("tune", "eval"), help="eval: diagnosis only")
+    if knobs:
+        parser.add_argument("--knobs", default="", help="JSON RouterConfig overrides, as zoo sim --router-knobs")
     return parser
+
+
+def parsed_knobs(
+    parser: argparse.ArgumentParser, text: str, set_elsewhere: frozenset[str] = frozenset({"policy"})
+) -> dict:
+    """--knobs as RouterConfig's fields, typed and range-checked as zoo sim --router-knobs checks them; a bad,
+    unknown or out-of-range one is a usage error (``set_elsewhere``: the fields the script's other options set)."""
+    try:
+        return parse_router_knobs(text, "--knobs", set_elsewhere)
+    except ValueError as e:
+        parser.error(str(e))
 
 
 def run(case: str, knobs: dict) -> dict:
