@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controlplane.cells import CellsConfig
 
@@ -108,6 +108,16 @@ class RouterConfig:
         separates the two tiers with a factor of 1.5 either side. 0: every node keeps its factor. Not used by the
         ninth grid (bench/results/2026-12-02-sim-tune-9.json): unbounded, the best margin yet but code80 P99
         10.4 s (inadmissible); bounded, admissible but below off's margin (the L4s'/T4s' meetable requests miss).
+    overload_window_s: overload mode (router/overload.py): when at least overload_late_share of the placements
+        of the last overload_window_s seconds (and at least overload_min_placements of them) were predicted to
+        miss the TTFT target on the node they went to, the fleet is in a sustained overload and the decision
+        uses SLO triage's penalty overload_triage_penalty_s and sacrifice's weight overload_sacrifice_weight
+        (each where larger than its everyday value). Why: a larger charge keeps the fast nodes' queues in time
+        for what can still be saved, which pays in a sustained overload and costs P99 in a short burst (the
+        thirteenth tuning grid: triage 10 s raised goodput on the tuning split but broke its P99 bound, and that
+        split holds bursts only; scripts/tune_router.py's fourteenth grid). 0: off (every decision as usual).
+    overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
+        charge unchanged).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -158,6 +168,11 @@ class RouterConfig:
     slo_sacrifice_weight: float = 5.0
     slo_sacrifice_max_ttft_s: float = 0.0
     slo_sacrifice_max_rate_ratio: float = 0.0
+    overload_window_s: float = 0.0
+    overload_late_share: float = 0.5
+    overload_min_placements: int = 20
+    overload_triage_penalty_s: float = 0.0
+    overload_sacrifice_weight: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -194,6 +209,9 @@ class RouterConfig:
             "slo_sacrifice_weight",
             "slo_sacrifice_max_ttft_s",
             "slo_sacrifice_max_rate_ratio",
+            "overload_window_s",
+            "overload_triage_penalty_s",
+            "overload_sacrifice_weight",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",
@@ -215,11 +233,24 @@ class RouterConfig:
             raise ValueError(
                 f"slo_triage_spare_capable_below must be in [0, 1], got {self.slo_triage_spare_capable_below}"
             )
+        if not 0 < self.overload_late_share <= 1:  # NaN refused too
+            raise ValueError(f"overload_late_share must be in (0, 1], got {self.overload_late_share}")
+        if self.overload_min_placements < 1:
+            raise ValueError(f"overload_min_placements must be >= 1, got {self.overload_min_placements}")
         if self.prefix_balance_rel_threshold < 1:
             raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")
         for name in ("prefix_max_blocks_per_node", "prefix_max_candidates"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+    def in_overload(self) -> RouterConfig:
+        """This configuration as overload mode decides: SLO triage's penalty and sacrifice's weight raised to
+        their overload values where those are larger."""
+        return replace(
+            self,
+            slo_triage_penalty_s=max(self.slo_triage_penalty_s, self.overload_triage_penalty_s),
+            slo_sacrifice_weight=max(self.slo_sacrifice_weight, self.overload_sacrifice_weight),
+        )
 
     def params_b_for(self, model: str) -> float:
         return self.model_params_b.get(model, self.default_model_params_b)

@@ -68,7 +68,9 @@ prefill speed leaves under the TTFT target for a prompt of this size, on the nod
 a short prompt that meets it on an L4 does not take an H100 whose speed the long prompts need (the Mooncake
 trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts). Sacrifice (off by
 default) sends a lost cause to the least capable node, not to a fast late one, and slo_sacrifice_max_ttft_s
-only to one that still serves it within that bound (router_config.py).
+only to one that still serves it within that bound (router_config.py). Overload mode (off by default): while most
+placements of the last overload_window_s seconds went to nodes predicted late, decisions use the larger triage
+penalty and sacrifice weight of RouterConfig.in_overload (router/overload.py says why a time window).
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
@@ -99,6 +101,7 @@ import math
 import numpy as np
 
 from controlplane.router.node_changes import NodeChangeLog
+from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
 from controlplane.router.policies.node_predictions import (
     MIN_FIGURE,
@@ -227,10 +230,23 @@ class HardwareAwarePolicy(PolicyHooks):
         self._short = np.empty(0, dtype=bool)
         self._miss = np.empty(0, dtype=bool)
         self._sacrifice = np.empty(0)  # sacrifice's factor per node: rate / fastest_rate, or 1 beyond the bound
+        # overload mode (RouterConfig.overload_window_s): the detector, the escalated configuration, and the
+        # last decision (request id, node id, time, predicted late) for on_routed to record
+        self.overload = None
+        self._overload_config = config
+        self._placed: tuple[str, str, float, bool] | None = None
+        if config.overload_window_s:
+            self.overload = OverloadDetector(
+                config.overload_window_s, config.overload_late_share, config.overload_min_placements
+            )
+            self._overload_config = config.in_overload()
         kernel = compiled_kernel() if use_kernel else None
         self.kernel_name = "numpy" if kernel is None else "numba"
         if kernel is not None:
             self._kernel = CostKernel(config, kernel)
+            self._kernel_overload = self._kernel
+            if self.overload is not None:
+                self._kernel_overload = CostKernel(self._overload_config, kernel)
             self.choose = self._choose_compiled  # the decision's implementation, chosen once
 
     def _choose_compiled(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
@@ -243,8 +259,16 @@ class HardwareAwarePolicy(PolicyHooks):
         table.sync(snapshot.nodes, changes)
         if not table.nodes:
             return None
-        i = self._kernel.least_cost(request, table, self._index)
-        return None if i < 0 else table.node_ids[i]
+        overload = self.overload
+        if overload is None:
+            i = self._kernel.least_cost(request, table, self._index)
+            return None if i < 0 else table.node_ids[i]
+        kernel = self._kernel_overload if overload.active(snapshot.now_s) else self._kernel
+        i = kernel.least_cost(request, table, self._index)
+        if i < 0:
+            return None
+        self._note_placement(request, table, i, snapshot.now_s)
+        return table.node_ids[i]
 
     def choose(self, request: RouteRequest, snapshot: ClusterSnapshot) -> str | None:
         """The node of least ``predict_cost_s`` (first in snapshot order on a tie), in ~12 numpy passes over
@@ -264,6 +288,9 @@ class HardwareAwarePolicy(PolicyHooks):
             self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
             self._sacrifice = np.empty(n)
         config = self.config
+        overload = self.overload
+        if overload is not None and overload.active(snapshot.now_s):
+            config = self._overload_config
         columns = table.columns
         num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
         add = self._add
@@ -353,11 +380,32 @@ class HardwareAwarePolicy(PolicyHooks):
         if best == math.inf:
             return None  # no node can take it (a prefix credit never makes an impossible node possible)
         if self._index is not None and request.block_hashes:
-            i = self._credit_cached_prefix(request, table, cost, need, i, best, sacrifice_s)
+            i = self._credit_cached_prefix(request, table, cost, need, i, best, sacrifice_s, config)
+        if overload is not None:
+            self._note_placement(request, table, i, snapshot.now_s)
         return table.node_ids[i]
 
+    def _note_placement(self, request: RouteRequest, table: NodeTable, i: int, now_s: float) -> None:
+        """Overload mode: remember whether this decision's node is predicted late for the request (its TTFT there,
+        nothing cached, above the request's TTFT target); ``on_routed`` records it once the request is routed
+        (a refused placement tried again is recorded once, where it went)."""
+        row = table.rows[i]
+        ttft_s = row[_COL_INV_RATE] * max(request.num_prompt_tokens, 1) + row[_COL_BASE_S]
+        if request.lora_name is not None:
+            ttft_s += lora_cold_load_s(table.nodes[i], request.lora_name, self.config)
+        slo_ttft_s = self.config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s
+        self._placed = (request.request_id, table.node_ids[i], now_s, ttft_s > slo_ttft_s)
+
     def _credit_cached_prefix(
-        self, request: RouteRequest, table: NodeTable, cost: np.ndarray, need: int, best_i: int, best: float, lost_s
+        self,
+        request: RouteRequest,
+        table: NodeTable,
+        cost: np.ndarray,
+        need: int,
+        best_i: int,
+        best: float,
+        lost_s: float,
+        config: RouterConfig,
     ) -> int:
         """The vectorised cost assumed nothing cached; correct the few prefix holders (same formula as
         predict_cost_s): fewer own prefill tokens (maybe under the TTFT SLO now), and KV room needed only
@@ -373,9 +421,9 @@ class HardwareAwarePolicy(PolicyHooks):
         Bin packing's charge on a holder that meets the TTFT target only thanks to its cache is subtracted from
         the saving; it is at most the miss penalty lifted with it, so a saving stays >= 0 (a cost never rises).
         Sacrifice's charge (``lost_s``: weight * SLO for a lost cause, times the factor ``choose`` left in
-        ``self._sacrifice``, <= 1) goes with the miss penalty, <= lost_s (bound).
+        ``self._sacrifice``, <= 1) goes with the miss penalty, <= lost_s (bound). ``config``: the one ``choose``
+        charged by (overload mode's, when on).
         """
-        config = self.config
         index_of, nodes, rows = table.index_of, table.nodes, table.rows  # rows: as Python floats, faster to read
         num_prompt_tokens, lora_name = request.num_prompt_tokens, request.lora_name
         own = max(num_prompt_tokens, 1)
@@ -451,6 +499,10 @@ class HardwareAwarePolicy(PolicyHooks):
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         if self._index is not None:
             self._index.insert(node_id, request.block_hashes)
+        placed = self._placed
+        if placed is not None and placed[0] == request.request_id and placed[1] == node_id:
+            self.overload.record(placed[2], placed[3])
+            self._placed = None
 
     def on_node_removed(self, node_id: str) -> None:
         if self._index is not None:

@@ -1,0 +1,64 @@
+"""Sustained overload: the share of recent placements predicted to miss the TTFT target (sans-IO).
+
+hardware_aware's overload mode (RouterConfig.overload_window_s) asks this detector, at each decision, whether the
+fleet has been predicted late for most of the last ``window_s`` seconds. A placement is late when its predicted
+TTFT on the node it went to (nothing cached counted) is above its TTFT target: the signal the control plane's SLO
+forecast shows operators (controlplane/slo_forecast.py), kept here over a time window in the router's own clock
+(the registry's: monotonic in the control plane, virtual in the simulator).
+
+Why a time window and not the last N placements: a burst of arrivals fills N placements in a moment and drains in
+a few seconds, and it is the duration of an overload, not its height, that tells a burst (whose late requests are
+only slightly late, so protecting the in-time queues costs P99 for little) from a sustained overload (where the
+fleet cannot serve everyone in time for tens of seconds, and goodput is what is left to save).
+
+Cost: O(1) amortised per placement (a deque of (time, late), a running count).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class OverloadDetector:
+    """``record(now_s, late)`` once per placement; ``active(now_s)``: at least ``min_placements`` placements in
+    the last ``window_s`` seconds and a share of at least ``late_share`` of them late."""
+
+    def __init__(self, window_s: float, late_share: float, min_placements: int) -> None:
+        if not window_s > 0:  # NaN refused too
+            raise ValueError(f"window_s must be > 0, got {window_s}")
+        if not 0 < late_share <= 1:
+            raise ValueError(f"late_share must be in (0, 1], got {late_share}")
+        if min_placements < 1:
+            raise ValueError(f"min_placements must be >= 1, got {min_placements}")
+        self.window_s = window_s
+        self.late_share = late_share
+        self.min_placements = min_placements
+        self._events: deque[tuple[float, bool]] = deque()
+        self._late = 0
+        self.activations = 0  # times the mode switched on (for reports and tests)
+        self._was_active = False
+
+    def record(self, now_s: float, late: bool) -> None:
+        self._events.append((now_s, late))
+        self._late += late
+        self._expire(now_s)
+
+    def active(self, now_s: float) -> bool:
+        self._expire(now_s)
+        n = len(self._events)
+        on = n >= self.min_placements and self._late >= self.late_share * n
+        if on and not self._was_active:
+            self.activations += 1
+        self._was_active = on
+        return on
+
+    def late_share_now(self, now_s: float) -> float:
+        """The late share over the window (0.0 when it holds no placement)."""
+        self._expire(now_s)
+        return self._late / len(self._events) if self._events else 0.0
+
+    def _expire(self, now_s: float) -> None:
+        events, horizon = self._events, now_s - self.window_s
+        while events and events[0][0] < horizon:
+            _, late = events.popleft()
+            self._late -= late

@@ -1,0 +1,173 @@
+"""hardware_aware's overload mode (RouterConfig.overload_window_s, router/overload.py): the detector's window,
+share and minimum count; the policy switching to the escalated charges after a sustained run of placements
+predicted late, and back once they leave the window; one record per routed request (a refused placement tried
+again counts once); off by default. Both implementations of the decision (numpy passes, compiled kernel)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from controlplane.router.overload import OverloadDetector
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
+from controlplane.router.policies.node_predictions import predict_ttft_s
+from controlplane.router.policy import ClusterSnapshot
+from controlplane.router.router_config import RouterConfig
+from sim.router_knobs import parse_router_knobs
+
+
+def test_the_detector_needs_enough_placements_and_a_late_share_within_the_window():
+    d = OverloadDetector(window_s=10.0, late_share=0.5, min_placements=4)
+    for t in (0.0, 1.0, 2.0):
+        d.record(t, True)
+    assert not d.active(2.0)  # 3 placements < 4
+    d.record(3.0, False)
+    assert d.active(3.0) and d.late_share_now(3.0) == 0.75 and d.activations == 1
+    d.record(4.0, False)
+    d.record(5.0, False)
+    assert d.active(5.0)  # 3 of 6 late: exactly the share, still on
+    d.record(6.0, False)
+    assert not d.active(6.0) and d.activations == 1  # 3 of 7
+
+
+def test_the_detector_share_boundary_and_window_expiry():
+    d = OverloadDetector(window_s=10.0, late_share=0.5, min_placements=2)
+    d.record(0.0, True)
+    d.record(1.0, False)
+    assert d.active(1.0)  # 1 of 2 late: exactly the share, on
+    d.record(2.0, False)
+    assert not d.active(2.0)  # 1 of 3
+    assert d.late_share_now(10.5) == 0.0  # t=0, the late one, left the window
+    assert not d.active(11.5) and d.late_share_now(11.5) == 0.0  # 1.0 left too: one placement, too few
+    assert d.late_share_now(100.0) == 0.0  # empty
+    d.record(100.0, True)
+    d.record(100.5, True)
+    assert d.active(100.5) and d.activations == 2  # off in between, on again: a second activation
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(window_s=0.0),
+        dict(window_s=float("nan")),
+        dict(late_share=0.0),
+        dict(late_share=1.5),
+        dict(min_placements=0),
+    ],
+)
+def test_the_detector_refuses_bad_settings(bad):
+    with pytest.raises(ValueError):
+        OverloadDetector(**{"window_s": 10.0, "late_share": 0.5, "min_placements": 1, **bad})
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(overload_window_s=-1.0),
+        dict(overload_window_s=float("inf")),
+        dict(overload_late_share=0.0),
+        dict(overload_late_share=float("nan")),
+        dict(overload_min_placements=0),
+        dict(overload_triage_penalty_s=-1.0),
+        dict(overload_sacrifice_weight=float("nan")),
+    ],
+)
+def test_router_config_refuses_bad_overload_settings(bad):
+    with pytest.raises(ValueError):
+        RouterConfig(**bad)
+
+
+def test_overload_knobs_are_settable_from_zoo_sim_and_escalate_only_upward():
+    knobs = parse_router_knobs('{"overload_window_s": 10, "overload_triage_penalty_s": 15}')
+    config = RouterConfig(**knobs)
+    assert config.overload_window_s == 10.0 and config.overload_late_share == 0.5
+    escalated = config.in_overload()
+    assert escalated.slo_triage_penalty_s == 15.0 and escalated.slo_sacrifice_weight == config.slo_sacrifice_weight
+    low = replace(config, overload_triage_penalty_s=1.0).in_overload()  # below the everyday 5 s: unchanged
+    assert low.slo_triage_penalty_s == config.slo_triage_penalty_s
+    assert HardwareAwarePolicy(RouterConfig()).overload is None  # off by default
+
+
+@pytest.fixture(params=[False, True], ids=["numpy", "kernel"])
+def use_kernel(request):
+    return request.param
+
+
+def _fleet(make_node_view):
+    """The code-trace case of test_hardware_aware_triage.py: a 4k-token prompt late everywhere (H100 1.63 s,
+    L4 2.5 s); everyday sacrifice off sends it to the H100 (least TTFT), overload mode's weight 20 to the L4."""
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=30_000.0, queued_prefill_tokens=45_000)
+    a100 = make_node_view("a100", "a100-40gb", prefill_tok_per_s=10_000.0, queued_prefill_tokens=15_000)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=6_000)
+    return (h100, a100, l4)
+
+
+CONFIG = RouterConfig(
+    default_model_params_b=1.0,
+    hardware_aware_use_prefix=False,
+    tpot_weight=0.0,
+    slo_tpot_harm_penalty_s=0.0,
+    slo_sacrifice_weight=0.0,
+    overload_window_s=10.0,
+    overload_late_share=0.5,
+    overload_min_placements=3,
+    overload_sacrifice_weight=20.0,
+)
+
+
+def _route(policy, request, nodes, now_s, exclude=()):
+    snapshot = ClusterSnapshot(now_s, tuple(v for v in nodes if v.node_id not in exclude))
+    node_id = policy.choose(request, snapshot)
+    policy.on_routed(request, node_id)
+    return node_id
+
+
+def test_a_sustained_run_of_late_placements_turns_on_the_escalated_charges_and_its_end_turns_them_off(
+    make_node_view, make_route_request, use_kernel
+):
+    nodes = _fleet(make_node_view)
+    policy = HardwareAwarePolicy(CONFIG, use_kernel=use_kernel)
+    assert all(predict_ttft_s(v, 4_000, CONFIG) > CONFIG.slo_ttft_s for v in nodes)
+    hopeless = [make_route_request(request_id=f"r{k}", num_prompt_tokens=4_000, max_tokens=16) for k in range(6)]
+    # three lost causes, each placed late on the H100 (everyday: sacrifice off)
+    assert [_route(policy, hopeless[k], nodes, float(k)) for k in range(3)] == ["h100"] * 3
+    assert policy.overload.active(3.0) and policy.overload.activations == 1
+    assert _route(policy, hopeless[3], nodes, 3.0) == "l4"  # overload mode: sacrifice's weight 20
+    # 11 s later the window holds one placement (t=3), fewer than 3: off, the everyday choice again
+    assert _route(policy, hopeless[4], nodes, 14.0) == "h100"
+    # a request that meets the target somewhere is placed in time and counts as such
+    short = make_route_request(request_id="s", num_prompt_tokens=100, max_tokens=16)
+    fresh = make_node_view("fresh", "a100-40gb", prefill_tok_per_s=10_000.0)
+    assert _route(policy, short, (*nodes, fresh), 14.5) == "fresh"
+    assert policy.overload.late_share_now(14.5) == 0.5  # t=14 late, t=14.5 in time (t=3 left the window)
+
+
+def test_a_refused_placement_tried_again_is_recorded_once_where_it_went(make_node_view, make_route_request, use_kernel):
+    nodes = _fleet(make_node_view)
+    policy = HardwareAwarePolicy(CONFIG, use_kernel=use_kernel)
+    request = make_route_request(request_id="r", num_prompt_tokens=4_000, max_tokens=16)
+    first = policy.choose(request, ClusterSnapshot(0.0, nodes))  # refused by admission: not routed
+    second = policy.choose(request, ClusterSnapshot(0.0, tuple(v for v in nodes if v.node_id != first)))
+    assert first != second
+    policy.on_routed(request, first)  # not the last decision: nothing recorded
+    assert policy.overload.late_share_now(0.0) == 0.0
+    policy.on_routed(request, second)
+    policy.on_routed(request, second)  # a repeated hook records nothing more
+    assert policy.overload.late_share_now(0.0) == 1.0 and len(policy.overload._events) == 1
+
+
+def test_overload_mode_decides_as_the_escalated_configuration_would(make_node_view, make_route_request, use_kernel):
+    """In overload the decision is exactly the everyday policy's with RouterConfig.in_overload()."""
+    fresh = make_node_view("fresh", "a100-40gb", prefill_tok_per_s=10_000.0, queued_prefill_tokens=8_000)  # 0.8 s
+    nodes = (*_fleet(make_node_view), fresh)
+    policy = HardwareAwarePolicy(replace(CONFIG, overload_min_placements=1, overload_late_share=1.0), use_kernel)
+    escalated = HardwareAwarePolicy(replace(CONFIG.in_overload(), overload_window_s=0.0), use_kernel)
+    _route(policy, make_route_request(request_id="a", num_prompt_tokens=4_000, max_tokens=16), nodes, 0.0)
+    assert policy.overload.active(0.0)  # one placement, late
+    chosen = []
+    for k, prompt in enumerate((4_000, 8_000, 500, 2_000)):
+        request = make_route_request(request_id=f"b{k}", num_prompt_tokens=prompt, max_tokens=16)
+        chosen.append(policy.choose(request, ClusterSnapshot(0.0, nodes)))  # not routed: the mode stays on
+        assert chosen[-1] == escalated.choose(request, ClusterSnapshot(0.0, nodes))
+    assert chosen == ["l4", "l4", "fresh", "fresh"]  # lost causes sacrificed; the prompts that meet the target not
