@@ -85,7 +85,7 @@ class RequestPath:
         self.max_resumes = max_resumes
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
-        self.forecast = SloForecast(router)
+        self.forecast = SloForecast(router, overload=getattr(policy, "overload", None))  # hardware_aware's, if on
         self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.node_predictions import predict_ttft_s
 from controlplane.router.policy import NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
@@ -25,12 +26,14 @@ IN_TIME, LATE = "in_time", "late"
 
 
 class SloForecast:
-    """``window``: the recent decisions the late share is taken over (at least 1)."""
+    """``window``: the recent decisions the late share is taken over (at least 1). ``overload``: the routing
+    policy's overload detector, when it has one on (hardware_aware's overload mode), reported beside."""
 
-    def __init__(self, config: RouterConfig, window: int = 1000) -> None:
+    def __init__(self, config: RouterConfig, window: int = 1000, overload: OverloadDetector | None = None) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.config = config
+        self.overload = overload
         self.counts: dict[tuple[str, str], int] = {}  # (traffic class, IN_TIME | LATE) → decisions
         self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
         self._recent_late = 0
@@ -62,4 +65,7 @@ class SloForecast:
             "decisions": {f"{cls}:{outcome}": n for (cls, outcome), n in sorted(self.counts.items())},
             "recent_late_share": self.recent_late_share(),
             "recent_decisions": len(self._recent),
+            "overload": None
+            if self.overload is None
+            else {"on": self.overload.on, "activations": self.overload.activations},
         }

@@ -109,6 +109,16 @@ def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:
                               "their TTFT target (an overload shows here first).")  # fmt: skip
     share.add_metric([], forecast["recent_late_share"])
     yield share
+    overload = forecast.get("overload")
+    if overload is not None:  # hardware_aware's overload mode, configured on
+        mode = GaugeMetricFamily(m.ROUTER_OVERLOAD_MODE, "1 while hardware_aware decides with its overload charges "
+                                 "(most recent placements forecast late).")  # fmt: skip
+        mode.add_metric([], 1.0 if overload["on"] else 0.0)
+        yield mode
+        switched = CounterMetricFamily(m.ROUTER_OVERLOAD_ACTIVATIONS, "Times hardware_aware's overload mode "
+                                       "switched on.")  # fmt: skip
+        switched.add_metric([], overload["activations"])
+        yield switched
 
 
 def _class_and_tenant_metrics(stats: dict) -> Iterable[Metric]:

@@ -63,6 +63,9 @@ ROUTER_DECISIONS = "zoo:router_decisions"  # counter (_total) {policy, node}
 ROUTER_PREDICTED_TTFT = "zoo:router_predicted_ttft_seconds"  # histogram {model, node, gpu_type, cell}
 ROUTER_SLO_FORECAST = "zoo:router_slo_forecast"  # counter (_total) {class, forecast="in_time"|"late"}
 ROUTER_SLO_FORECAST_LATE_SHARE = "zoo:router_slo_forecast_late_share"  # gauge: of the last 1,000 placements
+# hardware_aware's overload mode (controlplane/router/overload.py), only when it is configured on
+ROUTER_OVERLOAD_MODE = "zoo:router_overload_mode"  # gauge: 1 while the policy decides with the overload charges
+ROUTER_OVERLOAD_ACTIVATIONS = "zoo:router_overload_activations"  # counter (_total): times it switched on
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen

@@ -36,7 +36,7 @@ class OverloadDetector:
         self._events: deque[tuple[float, bool]] = deque()
         self._late = 0
         self.activations = 0  # times the mode switched on (for reports and tests)
-        self._was_active = False
+        self.on = False  # the state the last ``active`` found (what the control plane's stats report)
 
     def record(self, now_s: float, late: bool) -> None:
         self._events.append((now_s, late))
@@ -47,9 +47,9 @@ class OverloadDetector:
         self._expire(now_s)
         n = len(self._events)
         on = n >= self.min_placements and self._late >= self.late_share * n
-        if on and not self._was_active:
+        if on and not self.on:
             self.activations += 1
-        self._was_active = on
+        self.on = on
         return on
 
     def late_share_now(self, now_s: float) -> float:

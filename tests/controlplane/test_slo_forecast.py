@@ -31,6 +31,7 @@ def test_an_idle_node_is_forecast_in_time_and_a_long_queue_late(node, make_route
         "decisions": {"default:in_time": 1, "default:late": 2},
         "recent_late_share": pytest.approx(2 / 3),
         "recent_decisions": 3,
+        "overload": None,  # the policy has no overload mode on
     }
 
 
@@ -68,3 +69,22 @@ def test_the_late_share_covers_only_the_recent_window(node, make_route_request):
 def test_a_window_below_one_is_refused():
     with pytest.raises(ValueError, match="window"):
         SloForecast(RouterConfig(), window=0)
+
+
+def test_the_policys_overload_mode_is_reported_beside_and_exported_only_when_on():
+    from controlplane.router.overload import OverloadDetector
+    from observe.controlplane_exporter import _forecast_metrics
+    from observe.metrics_names import ROUTER_OVERLOAD_ACTIVATIONS, ROUTER_OVERLOAD_MODE
+
+    plain = SloForecast(RouterConfig())
+    assert plain.summary()["overload"] is None
+    assert {f.name for f in _forecast_metrics(plain.summary())}.isdisjoint({ROUTER_OVERLOAD_MODE})
+    detector = OverloadDetector(window_s=10.0, late_share=0.5, min_placements=1)
+    forecast = SloForecast(RouterConfig(), overload=detector)
+    assert forecast.summary()["overload"] == {"on": False, "activations": 0}
+    detector.record(0.0, True)
+    assert detector.active(0.0)
+    families = {f.name: f for f in _forecast_metrics(forecast.summary())}
+    assert families[ROUTER_OVERLOAD_MODE].samples[0].value == 1.0
+    activations = families[ROUTER_OVERLOAD_ACTIVATIONS]
+    assert activations.samples[0].value == 1
