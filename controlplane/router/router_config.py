@@ -115,7 +115,10 @@ class RouterConfig:
         (each where larger than its everyday value). Why: a larger charge keeps the fast nodes' queues in time
         for what can still be saved, which pays in a sustained overload and costs P99 in a short burst (the
         thirteenth tuning grid: triage 10 s raised goodput on the tuning split but broke its P99 bound, and that
-        split holds bursts only; scripts/tune_router.py's fourteenth grid). 0: off (every decision as usual).
+        split holds bursts only). 0: off (every decision as usual). On at 10 s, share 0.5, triage 10 s: the
+        fourteenth grid's choice under the unchanged rule (scripts/tune_router.py, with the tuning split at 100%
+        load as stress cases; bench/results/2026-12-02-sim-tune-14.json: its smallest margin, mooncake at 100%,
+        -0.055 against off's -0.065; it never switched on in code or conv on the tuning split).
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
@@ -168,10 +171,10 @@ class RouterConfig:
     slo_sacrifice_weight: float = 5.0
     slo_sacrifice_max_ttft_s: float = 0.0
     slo_sacrifice_max_rate_ratio: float = 0.0
-    overload_window_s: float = 0.0
+    overload_window_s: float = 10.0
     overload_late_share: float = 0.5
     overload_min_placements: int = 20
-    overload_triage_penalty_s: float = 0.0
+    overload_triage_penalty_s: float = 10.0
     overload_sacrifice_weight: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024

@@ -68,7 +68,7 @@ prefill speed leaves under the TTFT target for a prompt of this size, on the nod
 a short prompt that meets it on an L4 does not take an H100 whose speed the long prompts need (the Mooncake
 trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts). Sacrifice (off by
 default) sends a lost cause to the least capable node, not to a fast late one, and slo_sacrifice_max_ttft_s
-only to one that still serves it within that bound (router_config.py). Overload mode (off by default): while most
+only to one that still serves it within that bound (router_config.py). Overload mode (on by default): while half the
 placements of the last overload_window_s seconds went to nodes predicted late, decisions use the larger triage
 penalty and sacrifice weight of RouterConfig.in_overload (router/overload.py says why a time window).
 

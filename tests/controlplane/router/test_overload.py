@@ -1,7 +1,7 @@
 """hardware_aware's overload mode (RouterConfig.overload_window_s, router/overload.py): the detector's window,
 share and minimum count; the policy switching to the escalated charges after a sustained run of placements
 predicted late, and back once they leave the window; one record per routed request (a refused placement tried
-again counts once); off by default. Both implementations of the decision (numpy passes, compiled kernel)."""
+again counts once); on by default (GRID_14). Both implementations of the decision (numpy passes, compiled kernel)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,10 @@ def test_overload_knobs_are_settable_from_zoo_sim_and_escalate_only_upward():
     assert escalated.slo_triage_penalty_s == 15.0 and escalated.slo_sacrifice_weight == config.slo_sacrifice_weight
     low = replace(config, overload_triage_penalty_s=1.0).in_overload()  # below the everyday 5 s: unchanged
     assert low.slo_triage_penalty_s == config.slo_triage_penalty_s
-    assert HardwareAwarePolicy(RouterConfig()).overload is None  # off by default
+    assert HardwareAwarePolicy(replace(config, overload_window_s=0.0)).overload is None  # 0: off
+    default = HardwareAwarePolicy(RouterConfig())  # on by default: GRID_14's choice
+    assert default.overload is not None and default.overload.window_s == 10.0
+    assert default._overload_config.slo_triage_penalty_s == 10.0
 
 
 @pytest.fixture(params=[False, True], ids=["numpy", "kernel"])
@@ -112,6 +115,7 @@ CONFIG = RouterConfig(
     overload_window_s=10.0,
     overload_late_share=0.5,
     overload_min_placements=3,
+    overload_triage_penalty_s=0.0,  # sacrifice alone is escalated here
     overload_sacrifice_weight=20.0,
 )
 
