@@ -110,15 +110,17 @@ class RouterConfig:
         10.4 s (inadmissible); bounded, admissible but below off's margin (the L4s'/T4s' meetable requests miss).
     overload_window_s: overload mode (router/overload.py): when at least overload_late_share of the placements
         of the last overload_window_s seconds (and at least overload_min_placements of them) were predicted to
-        miss the TTFT target on the node they went to, the fleet is in a sustained overload and the decision
+        miss the TTFT target on the node they went to, and that has held at every decision for overload_hold_s
+        seconds (a burst of arrivals in one instant fills the window but holds for no time), the fleet is in a
+        sustained overload and the decision
         uses SLO triage's penalty overload_triage_penalty_s and sacrifice's weight overload_sacrifice_weight
         (each where larger than its everyday value). Why: a larger charge keeps the fast nodes' queues in time
         for what can still be saved, which pays in a sustained overload and costs P99 in a short burst (the
         thirteenth tuning grid: triage 10 s raised goodput on the tuning split but broke its P99 bound, and that
-        split holds bursts only). 0: off (every decision as usual). On at 10 s, share 0.5, triage 10 s: the
-        fourteenth grid's choice under the unchanged rule (scripts/tune_router.py, with the tuning split at 100%
-        load as stress cases; bench/results/2026-12-02-sim-tune-14.json: its smallest margin, mooncake at 100%,
-        -0.055 against off's -0.065; it never switched on in code or conv on the tuning split).
+        split holds bursts only). 0: off (every decision as usual). The fourteenth grid (without the hold) chose
+        10 s, share 0.5, triage 10 s under the unchanged rule (scripts/tune_router.py, with the tuning split at
+        100% load as stress cases; bench/results/2026-12-02-sim-tune-14.json), refused: it herded a burst (300
+        requests at one instant on 2 identical idle nodes: 258/42, tests/controlplane/router/test_no_herding.py).
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
@@ -171,9 +173,10 @@ class RouterConfig:
     slo_sacrifice_weight: float = 5.0
     slo_sacrifice_max_ttft_s: float = 0.0
     slo_sacrifice_max_rate_ratio: float = 0.0
-    overload_window_s: float = 10.0
+    overload_window_s: float = 0.0
     overload_late_share: float = 0.5
     overload_min_placements: int = 20
+    overload_hold_s: float = 5.0
     overload_triage_penalty_s: float = 10.0
     overload_sacrifice_weight: float = 0.0
     prefill_chunk_tokens: int = 2048
@@ -213,6 +216,7 @@ class RouterConfig:
             "slo_sacrifice_max_ttft_s",
             "slo_sacrifice_max_rate_ratio",
             "overload_window_s",
+            "overload_hold_s",
             "overload_triage_penalty_s",
             "overload_sacrifice_weight",
             "kv_full_penalty_s",

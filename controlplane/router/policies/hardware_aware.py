@@ -68,9 +68,9 @@ prefill speed leaves under the TTFT target for a prompt of this size, on the nod
 a short prompt that meets it on an L4 does not take an H100 whose speed the long prompts need (the Mooncake
 trace: the L4s and T4s stayed nearly idle while the H100s and A100s missed the long prompts). Sacrifice (off by
 default) sends a lost cause to the least capable node, not to a fast late one, and slo_sacrifice_max_ttft_s
-only to one that still serves it within that bound (router_config.py). Overload mode (on by default): while half the
-placements of the last overload_window_s seconds went to nodes predicted late, decisions use the larger triage
-penalty and sacrifice weight of RouterConfig.in_overload (router/overload.py says why a time window).
+only to one that still serves it within that bound (router_config.py). Overload mode: while half the placements
+of the last overload_window_s seconds went to nodes predicted late, for overload_hold_s seconds, decisions use the
+larger triage penalty and sacrifice weight of RouterConfig.in_overload (router/overload.py says why).
 
 Among the nodes predicted to meet the SLO the cost is a predicted latency, so slower nodes take work as
 soon as they are the quickest way to meet it; a node predicted to miss it only serves when every node
@@ -237,7 +237,10 @@ class HardwareAwarePolicy(PolicyHooks):
         self._placed: tuple[str, str, float, bool] | None = None
         if config.overload_window_s:
             self.overload = OverloadDetector(
-                config.overload_window_s, config.overload_late_share, config.overload_min_placements
+                config.overload_window_s,
+                config.overload_late_share,
+                config.overload_min_placements,
+                config.overload_hold_s,
             )
             self._overload_config = config.in_overload()
         kernel = compiled_kernel() if use_kernel else None

@@ -5,15 +5,18 @@ again counts once); on by default (GRID_14). Both implementations of the decisio
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
 
+from controlplane.registry import ClusterRegistry
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policies.node_predictions import predict_ttft_s
-from controlplane.router.policy import ClusterSnapshot
+from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
+from engine.clock import ManualClock
 from sim.router_knobs import parse_router_knobs
 
 
@@ -46,9 +49,27 @@ def test_the_detector_share_boundary_and_window_expiry():
     assert d.active(100.5) and d.activations == 2  # off in between, on again: a second activation
 
 
+def test_the_share_must_hold_for_hold_s_so_a_burst_in_one_instant_is_not_an_overload():
+    d = OverloadDetector(window_s=10.0, late_share=0.5, min_placements=2, hold_s=5.0)
+    for _ in range(300):  # 300 late placements at one instant
+        d.record(0.0, True)
+        assert not d.active(0.0)
+    assert not d.active(4.9)  # held 4.9 s
+    assert d.active(5.0) and d.activations == 1  # held 5 s
+    for t in (6.0, 7.0, 8.0, 9.0, 10.0, 11.0):  # in-time placements; at t=11 the 300 at t=0 have left the window
+        d.record(t, False)
+    assert not d.active(11.0)
+    for t in (11.5, 12.0, 12.5, 13.0, 13.5, 14.0):  # 6 late of 12 at t=14: back at the share
+        d.record(t, True)
+        assert not d.active(t)  # it must hold again from t=14
+    assert not d.active(18.9) and d.active(19.0) and d.activations == 2
+
+
 @pytest.mark.parametrize(
     "bad",
     [
+        dict(hold_s=-1.0),
+        dict(hold_s=float("inf")),
         dict(window_s=0.0),
         dict(window_s=float("nan")),
         dict(late_share=0.0),
@@ -70,6 +91,7 @@ def test_the_detector_refuses_bad_settings(bad):
         dict(overload_late_share=float("nan")),
         dict(overload_min_placements=0),
         dict(overload_triage_penalty_s=-1.0),
+        dict(overload_hold_s=-1.0),
         dict(overload_sacrifice_weight=float("nan")),
     ],
 )
@@ -87,9 +109,9 @@ def test_overload_knobs_are_settable_from_zoo_sim_and_escalate_only_upward():
     low = replace(config, overload_triage_penalty_s=1.0).in_overload()  # below the everyday 5 s: unchanged
     assert low.slo_triage_penalty_s == config.slo_triage_penalty_s
     assert HardwareAwarePolicy(replace(config, overload_window_s=0.0)).overload is None  # 0: off
-    default = HardwareAwarePolicy(RouterConfig())  # on by default: GRID_14's choice
-    assert default.overload is not None and default.overload.window_s == 10.0
-    assert default._overload_config.slo_triage_penalty_s == 10.0
+    on = HardwareAwarePolicy(config)
+    assert on.overload.window_s == 10.0 and on.overload.hold_s == config.overload_hold_s
+    assert on._overload_config.slo_triage_penalty_s == 15.0
 
 
 @pytest.fixture(params=[False, True], ids=["numpy", "kernel"])
@@ -115,6 +137,7 @@ CONFIG = RouterConfig(
     overload_window_s=10.0,
     overload_late_share=0.5,
     overload_min_placements=3,
+    overload_hold_s=0.0,  # the share alone (the hold: its own tests)
     overload_triage_penalty_s=0.0,  # sacrifice alone is escalated here
     overload_sacrifice_weight=20.0,
 )
@@ -175,3 +198,33 @@ def test_overload_mode_decides_as_the_escalated_configuration_would(make_node_vi
         chosen.append(policy.choose(request, ClusterSnapshot(0.0, nodes)))  # not routed: the mode stays on
         assert chosen[-1] == escalated.choose(request, ClusterSnapshot(0.0, nodes))
     assert chosen == ["l4", "l4", "fresh", "fresh"]  # lost causes sacrificed; the prompts that meet the target not
+
+
+@pytest.mark.parametrize(("hold_s", "herds"), [(5.0, False), (0.0, True)])
+def test_a_burst_in_one_instant_does_not_switch_the_mode_on_and_herd(make_hello, make_report, hold_s, herds):
+    """test_no_herding.py's burst (300 requests at one instant on 2 identical idle nodes, reports acknowledging
+    none of it) with overload mode as the fourteenth grid chose it (share 0.5 over 10 s, triage 10 s): without
+    the hold the burst fills the window with late placements, the mode switches on and its triage charge sends
+    most of the burst to one node; with it the mode stays off and the burst spreads within +-1."""
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    for i in range(2):
+        registry.join(make_hello(f"n{i}", model="sim:llama-3-8b"))
+    config = RouterConfig(
+        model_params_b={"sim:llama-3-8b": 8.0},
+        overload_window_s=10.0,
+        overload_triage_penalty_s=10.0,
+        overload_hold_s=hold_s,
+    )
+    policy = HardwareAwarePolicy(config)
+    counts: Counter[str] = Counter()
+    for k in range(300):
+        request = RouteRequest(f"r{k}", "sim:llama-3-8b", 300, 100, ())
+        node_id = policy.choose(request, registry.snapshot(model="sim:llama-3-8b"))
+        registry.on_routed(node_id, request.request_id, 300)
+        policy.on_routed(request, node_id)
+        counts[node_id] += 1
+        if k % 5 == 4:
+            for i in range(2):
+                registry.report(make_report(f"n{i}", num_requests_received_total=0))
+    assert (abs(counts["n0"] - counts["n1"]) > 2) == herds, counts
+    assert (policy.overload.activations > 0) == herds
