@@ -101,6 +101,17 @@ bursts (code tune: 33% of its 2 s windows above capacity, none of its 10 s ones)
 diagnosis of code 80%'s eval split (its overload windows; there, always-on triage 10 s or sacrifice 10 met both
 targets on seed 0, bench/results/2026-12-02-code80-overload-diag.json); no overload-mode setting ran on the eval split
 before this grid, and the chosen one runs there once, after the choice.
+Result: bench/results/2026-12-02-sim-tune-14.json: the rule chose share 0.5, triage 10 s (the smallest margin,
+mooncake at 100% load, -0.055 against off's -0.065), refused: it herded test_no_herding.py's burst (300 requests at
+one instant on 2 identical idle nodes, 258/42) as GRID_11's tie-break choice did, because a burst in one instant
+fills the window with late placements. Its eval run was stopped after code 80% (seeds 0-2: goodput .407, P99 7.82 s),
+seen before the next grid was declared.
+The fifteenth grid (GRID_15, declared and committed before it ran, the rule unchanged, with --stress): the same
+mechanism with the hold the window alone lacked (RouterConfig.overload_hold_s: the share must stay at or above 0.5
+at every decision for that long, so a burst in one instant holds for no time): off (the default row), then hold 5 s,
+10 s x triage 10 s, triage 15 s, sacrifice weight 10, at share 0.5 (0.75 never switched on in GRID_14). A setting
+that herds test_no_herding.py's burst is refused, as GRID_11's and GRID_14's choices were, and the next by the rule
+taken.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
@@ -150,6 +161,15 @@ GRID_13 = {"slo_triage_penalty_s": [5.0, 10.0, 15.0]}
 GRID_14 = [{}] + [
     {"overload_window_s": 10.0, "overload_late_share": share, **escalation}
     for share in (0.5, 0.75)
+    for escalation in (
+        {"overload_triage_penalty_s": 10.0},
+        {"overload_triage_penalty_s": 15.0},
+        {"overload_sacrifice_weight": 10.0},
+    )
+]
+GRID_15 = [{}] + [
+    {"overload_window_s": 10.0, "overload_late_share": 0.5, "overload_hold_s": hold, **escalation}
+    for hold in (5.0, 10.0)
     for escalation in (
         {"overload_triage_penalty_s": 10.0},
         {"overload_triage_penalty_s": 15.0},
