@@ -112,6 +112,9 @@ at every decision for that long, so a burst in one instant holds for no time): o
 10 s x triage 10 s, triage 15 s, sacrifice weight 10, at share 0.5 (0.75 never switched on in GRID_14). A setting
 that herds test_no_herding.py's burst is refused, as GRID_11's and GRID_14's choices were, and the next by the rule
 taken.
+Result: bench/results/2026-12-02-sim-tune-15.json: hold 10 s, triage 10 s and sacrifice 10 in overload (the
+sacrifice rows ran with overload_triage_penalty_s at its default then, 10 s), the smallest margin -0.049 against
+off's -0.065 (mooncake at 100% load); it switched on only there on the tuning split, and does not herd the burst.
 
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):

@@ -121,6 +121,9 @@ class RouterConfig:
         10 s, share 0.5, triage 10 s under the unchanged rule (scripts/tune_router.py, with the tuning split at
         100% load as stress cases; bench/results/2026-12-02-sim-tune-14.json), refused: it herded a burst (300
         requests at one instant on 2 identical idle nodes: 258/42, tests/controlplane/router/test_no_herding.py).
+        On at 10 s, share 0.5, hold 10 s, triage 10 s and sacrifice weight 10: the fifteenth grid's choice, the
+        rule unchanged (bench/results/2026-12-02-sim-tune-15.json: its smallest margin, mooncake at 100% load,
+        -0.049 against off's -0.065; on the tuning split it switched on only there).
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
@@ -173,12 +176,12 @@ class RouterConfig:
     slo_sacrifice_weight: float = 5.0
     slo_sacrifice_max_ttft_s: float = 0.0
     slo_sacrifice_max_rate_ratio: float = 0.0
-    overload_window_s: float = 0.0
+    overload_window_s: float = 10.0
     overload_late_share: float = 0.5
     overload_min_placements: int = 20
-    overload_hold_s: float = 5.0
+    overload_hold_s: float = 10.0
     overload_triage_penalty_s: float = 10.0
-    overload_sacrifice_weight: float = 0.0
+    overload_sacrifice_weight: float = 10.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128

@@ -101,16 +101,21 @@ def test_router_config_refuses_bad_overload_settings(bad):
 
 
 def test_overload_knobs_are_settable_from_zoo_sim_and_escalate_only_upward():
-    knobs = parse_router_knobs('{"overload_window_s": 10, "overload_triage_penalty_s": 15}')
+    knobs = parse_router_knobs(
+        '{"overload_window_s": 20, "overload_triage_penalty_s": 15, "overload_sacrifice_weight": 0}'
+    )
     config = RouterConfig(**knobs)
-    assert config.overload_window_s == 10.0 and config.overload_late_share == 0.5
+    assert config.overload_window_s == 20.0 and config.overload_late_share == 0.5
     escalated = config.in_overload()
     assert escalated.slo_triage_penalty_s == 15.0 and escalated.slo_sacrifice_weight == config.slo_sacrifice_weight
+    default = RouterConfig()  # on by default: GRID_15's choice (10 s window, share 0.5, hold 10 s)
+    assert (default.overload_window_s, default.overload_late_share, default.overload_hold_s) == (10.0, 0.5, 10.0)
+    assert (default.in_overload().slo_triage_penalty_s, default.in_overload().slo_sacrifice_weight) == (10.0, 10.0)
     low = replace(config, overload_triage_penalty_s=1.0).in_overload()  # below the everyday 5 s: unchanged
     assert low.slo_triage_penalty_s == config.slo_triage_penalty_s
     assert HardwareAwarePolicy(replace(config, overload_window_s=0.0)).overload is None  # 0: off
     on = HardwareAwarePolicy(config)
-    assert on.overload.window_s == 10.0 and on.overload.hold_s == config.overload_hold_s
+    assert on.overload.window_s == 20.0 and on.overload.hold_s == config.overload_hold_s
     assert on._overload_config.slo_triage_penalty_s == 15.0
 
 
