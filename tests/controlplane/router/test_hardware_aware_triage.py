@@ -48,6 +48,7 @@ def implementation(request, monkeypatch):
         real_init(self, config, use_kernel=kernel)
         if kernel and self.kernel_name == "numpy":  # no numba: the kernel's source, run by CPython
             self._kernel = CostKernel(config, least_cost_index)
+            self._kernel_overload = CostKernel(self._overload_config, least_cost_index)  # overload mode's
             self.choose = self._choose_compiled
         assert ("_kernel" in vars(self)) == kernel
 
