@@ -390,6 +390,8 @@ class FleetStats(Envelope, kw_only=True):
     kv_migrated_bytes_total: int = 0  # KV bytes the migrations that reached their target moved
     # of the recent placements, the share whose TTFT forecast on their node missed the target (slo_forecast.py)
     slo_forecast_late_share: float = 0.0
+    # hardware_aware's overload mode (controlplane/router/overload.py): None where it is not configured on
+    overload_mode: bool | None = None
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

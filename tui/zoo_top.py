@@ -130,11 +130,13 @@ class ZooTopApp(App[None]):
         self.sub_title = f"sort {self.view.sort_column.title} {order}" + (f" · {' '.join(filters)}" if filters else "")
         if stats is not None:
             r = self.view.rates
+            overload = " (OVERLOAD MODE)" if stats.overload_mode else ""  # hardware_aware's (router/overload.py)
             self.query_one("#rates", Static).update(
                 f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
                 f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
                 f"completed {stats.num_requests_total.get('completed', 0)}   "
-                f"forecast late {stats.slo_forecast_late_share:.0%}   {describe_migrations(stats, r)}\n"
+                f"forecast late {stats.slo_forecast_late_share:.0%}{overload}   "
+                f"{describe_migrations(stats, r)}\n"
                 + "   ".join(s.describe() for s in self.view.cell_summaries())  # the fleet by cell
             )
 

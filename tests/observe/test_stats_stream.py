@@ -46,6 +46,7 @@ async def test_the_stream_delivers_fleet_stats_with_nodes_and_app_latencies(obse
     assert figures[("router_to_node_hop", "app", "a")].p50_s > 0
     assert figures[("predicted_ttft", "app", "a")].count_total == 1  # the SLO forecast of its placement
     assert stats.slo_forecast_late_share == 0.0  # a short prompt on an idle node: forecast in time
+    assert stats.overload_mode is None  # round_robin has no overload mode
     assert stats.ebpf_status == ""  # no probe
 
 

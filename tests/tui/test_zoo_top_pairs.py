@@ -15,12 +15,12 @@ from tui.zoo_top import ZooTopApp
 pytestmark = pytest.mark.anyio
 
 
-def _with_pair(stats, kv_bytes: int, migrations: int, late_share: float = 0.0):
+def _with_pair(stats, kv_bytes: int, migrations: int, late_share: float = 0.0, overload: bool | None = None):
     pair = dict(spec_drafter="l4-0", spec_acceptance_rate=0.78, spec_tpot_plain_s=0.010, spec_tpot_paired_s=0.006)
     nodes = [msgspec.structs.replace(n, **pair) if n.node_id == "h100-0" else n for n in stats.nodes]
     return msgspec.structs.replace(
         stats, nodes=nodes, migrations_total={"drain:ok": migrations, "rebalance:failed": 1},
-        kv_migrated_bytes_total=kv_bytes, slo_forecast_late_share=late_share,
+        kv_migrated_bytes_total=kv_bytes, slo_forecast_late_share=late_share, overload_mode=overload,
     )  # fmt: skip
 
 
@@ -28,7 +28,7 @@ async def test_drafter_column_detail_and_migrations(make_stats):
     app = ZooTopApp(None)
     async with app.run_test(size=(220, 48)) as pilot:
         app.apply_stats(_with_pair(make_stats(1), 1_000_000, 1))
-        app.apply_stats(_with_pair(make_stats(2), 3_000_000, 3, 0.25))  # 0.5 s later on the publisher's clock
+        app.apply_stats(_with_pair(make_stats(2), 3_000_000, 3, 0.25, overload=False))  # 0.5 s later
         await pilot.pause()
         table = app.query_one("#nodes", DataTable)
         cells = {str(table.get_cell(row, "node")): str(table.get_cell(row, "drafter")) for row in table.rows}
@@ -36,6 +36,10 @@ async def test_drafter_column_detail_and_migrations(make_stats):
         rates = str(app.query_one("#rates", Static).render())
         assert "migrations 4 (3 ok, 4.0/s)" in rates and "KV moved 3.0 MB (4.0 MB/s)" in rates
         assert "forecast late 25%" in rates  # the latest snapshot's SLO forecast (controlplane/slo_forecast.py)
+        assert "OVERLOAD MODE" not in rates
+        app.apply_stats(_with_pair(make_stats(3), 3_000_000, 3, 0.75, overload=True))  # hardware_aware's, on
+        await pilot.pause()
+        assert "forecast late 75% (OVERLOAD MODE)" in str(app.query_one("#rates", Static).render())
         await pilot.press("down", "enter")  # second row: h100-0
         with anyio.fail_after(10):
             while not isinstance(app.screen, NodeDetailScreen):
