@@ -4,7 +4,10 @@ Per trace and split, scaled to the load as ``zoo sim`` scales it: the requests, 
 prompt sizes, and the offered prefill work (prompt tokens arriving) per window of W virtual seconds relative to the
 split's mean: its coefficient of variation, the share of windows above 1/load of the mean (a window whose work
 alone is above the fleet's capacity when the mean is at ``load`` of it) and the largest window. A split too short to
-hold a sustained overload (several 10 s windows above capacity) cannot teach the router what to do in one.
+hold a sustained overload (several 10 s windows above capacity) cannot teach the router what to do in one. The
+prompt sizes' P99/P50 is the TTFT P99/P50 of an idle fleet of one GPU type (prefill time in proportion to the prompt):
+a router can bring TTFT's P99/P50 under it only by sending the long prompts to faster GPUs than the short ones, or by
+slowing the median request.
 
     PYTHONPATH=. python scripts/split_stats.py --windows 2,5,10 --load 0.8
 """
@@ -34,6 +37,8 @@ def split_stats(trace: str, fleet_name: str, part: str, load: float, windows_s: 
         "prompt_p50": int(np.median(prompt)),
         "prompt_mean": round(float(prompt.mean())),
         "prompt_p90": int(np.percentile(prompt, 90)),
+        "prompt_p99": int(np.percentile(prompt, 99)),
+        "prompt_p99_over_p50": round(float(np.percentile(prompt, 99) / np.median(prompt)), 2),
     }
     for window in windows_s:
         work = np.bincount(np.floor((arrival - arrival[0]) / window).astype(int), weights=prompt)
