@@ -18,6 +18,7 @@ from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
 from sim.router_knobs import parse_router_knobs
+from tests.controlplane.router.test_hardware_aware_triage import BASE
 
 
 def test_the_detector_needs_enough_placements_and_a_late_share_within_the_window():
@@ -133,17 +134,14 @@ def _fleet(make_node_view):
     return (h100, a100, l4)
 
 
-CONFIG = RouterConfig(
-    default_model_params_b=1.0,
-    hardware_aware_use_prefix=False,
-    tpot_weight=0.0,
-    slo_tpot_harm_penalty_s=0.0,
-    slo_sacrifice_weight=0.0,
+CONFIG = replace(  # the triage tests' base, triage at its everyday 5 s, overload mode with sacrifice escalated alone
+    BASE,
+    slo_triage_penalty_s=5.0,
     overload_window_s=10.0,
     overload_late_share=0.5,
     overload_min_placements=3,
     overload_hold_s=0.0,  # the share alone (the hold: its own tests)
-    overload_triage_penalty_s=0.0,  # sacrifice alone is escalated here
+    overload_triage_penalty_s=0.0,
     overload_sacrifice_weight=20.0,
 )
 
