@@ -108,22 +108,22 @@ class RouterConfig:
         separates the two tiers with a factor of 1.5 either side. 0: every node keeps its factor. Not used by the
         ninth grid (bench/results/2026-12-02-sim-tune-9.json): unbounded, the best margin yet but code80 P99
         10.4 s (inadmissible); bounded, admissible but below off's margin (the L4s'/T4s' meetable requests miss).
-    overload_window_s: overload mode (router/overload.py): when at least overload_late_share of the placements
-        of the last overload_window_s seconds (and at least overload_min_placements of them) were predicted to
-        miss the TTFT target on the node they went to, and that has held at every decision for overload_hold_s
-        seconds (a burst of arrivals in one instant fills the window but holds for no time), the fleet is in a
-        sustained overload and the decision
-        uses SLO triage's penalty overload_triage_penalty_s and sacrifice's weight overload_sacrifice_weight
-        (each where larger than its everyday value). Why: a larger charge keeps the fast nodes' queues in time
-        for what can still be saved, which pays in a sustained overload and costs P99 in a short burst (the
-        thirteenth tuning grid: triage 10 s raised goodput on the tuning split but broke its P99 bound, and that
-        split holds bursts only). 0: off (every decision as usual). The fourteenth grid (without the hold) chose
-        10 s, share 0.5, triage 10 s under the unchanged rule (scripts/tune_router.py, with the tuning split at
-        100% load as stress cases; bench/results/2026-12-02-sim-tune-14.json), refused: it herded a burst (300
-        requests at one instant on 2 identical idle nodes: 258/42, tests/controlplane/router/test_no_herding.py).
-        On at 10 s, share 0.5, hold 10 s, triage 10 s and sacrifice weight 10: the fifteenth grid's choice, the
-        rule unchanged (bench/results/2026-12-02-sim-tune-15.json: its smallest margin, mooncake at 100% load,
-        -0.049 against off's -0.065; on the tuning split it switched on only there).
+    overload_window_s: overload mode (router/overload.py): when at least overload_late_share of the placements of
+        the last overload_window_s seconds (and at least overload_min_placements of them) were predicted to miss the
+        TTFT target on the node they went to, and that has held at every decision for overload_hold_s seconds (a
+        burst of arrivals in one instant fills the window but holds for no time), the fleet is in a sustained
+        overload and the decision uses SLO triage's penalty overload_triage_penalty_s and sacrifice's weight
+        overload_sacrifice_weight (each where larger than its everyday value). Why: a larger charge keeps the fast
+        nodes' queues in time for what can still be saved, which pays in a sustained overload and costs P99 in a
+        short burst (the thirteenth tuning grid: triage 10 s raised goodput on the tuning split but broke its P99
+        bound, and that split holds bursts only). 0: off (every decision as usual). The fourteenth grid (without the
+        hold) chose 10 s, share 0.5, triage 10 s under the unchanged rule (scripts/tune_router.py, with the tuning
+        split at 100% load as stress cases; bench/results/2026-12-02-sim-tune-14.json), refused: it herded a burst
+        (300 requests at one instant on 2 identical idle nodes: 258/42,
+        tests/controlplane/router/test_no_herding.py). On at 10 s, share 0.5, hold 10 s, triage 10 s and sacrifice
+        weight 10: the fifteenth grid's choice, the rule unchanged (bench/results/2026-12-02-sim-tune-15.json: its
+        smallest margin, mooncake at 100% load, -0.049 against off's -0.065; on the tuning split it switched on only
+        there).
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
