@@ -193,6 +193,9 @@ def run_policies(
             log(f"  {name}: {len(result.records)} requests, {result.end_s:.0f} virtual s in {result.wall_s:.1f} s")
             if result.info.get("lora_loads") is not None:
                 log(f"    LoRA: {result.info}")
+            if "overload" in result.info:  # hardware_aware's overload mode (controlplane/router/overload.py)
+                mode = result.info["overload"]
+                log(f"    overload mode: on {mode['activations']} times, {mode['share_of_decisions']:.0%} of decisions")
         results.append(result)
     split = pd_split_config(args)
     if split is not None:

@@ -501,8 +501,22 @@ class FleetSimulator:
             wall_s=wall_s,
             num_events=num_events,
             drained=not records,
-            info={**(lora_info(nodes) if loras is not None else {}), **({"pd_split": split.info()} if split else {})},
+            info={
+                **(lora_info(nodes) if loras is not None else {}),
+                **({"pd_split": split.info()} if split else {}),
+                **overload_info(policy),
+            },
         )
+
+
+def overload_info(policy) -> dict:
+    """hardware_aware's overload mode over the run (controlplane/router/overload.py), when the policy has it on:
+    how often it switched on and the share of decisions it made in it."""
+    detector = getattr(policy, "overload", None)
+    if detector is None:
+        return {}
+    share = detector.asked_on / detector.asked if detector.asked else 0.0
+    return {"overload": {"activations": detector.activations, "share_of_decisions": share}}
 
 
 def lora_info(nodes: list[SimNode]) -> dict:

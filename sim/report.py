@@ -103,7 +103,10 @@ def summarize(result: SimResult, slo: Slo | None = None) -> PolicyReport:
         wall_s=result.wall_s,
         speedup=result.speedup,
         refused=_count_refusals(records),
-        extra={"classes": by_class(records, slo)} if len({r.traffic_class for r in records}) > 1 else {},
+        extra={
+            **({"classes": by_class(records, slo)} if len({r.traffic_class for r in records}) > 1 else {}),
+            **({"overload": result.info["overload"]} if "overload" in result.info else {}),
+        },
     )
 
 
@@ -200,7 +203,16 @@ def _aggregate_one(reports: tuple[PolicyReport, ...]) -> PolicyReport:
         refused={k: _mean_count(r.refused.get(k, 0) for r in reports) for k in {k for r in reports for k in r.refused}},
         seeds=len(reports),
         ci95=ci,
+        extra=_aggregate_overload(reports),
     )
+
+
+def _aggregate_overload(reports: list[PolicyReport]) -> dict:
+    """hardware_aware's overload mode over the seeds: mean activations and share of decisions made in it."""
+    runs = [r.extra["overload"] for r in reports if "overload" in r.extra]
+    if not runs:
+        return {}
+    return {"overload": {k: float(np.mean([run[k] for run in runs])) for k in ("activations", "share_of_decisions")}}
 
 
 def aggregate(runs: list[list[PolicyReport]]) -> list[PolicyReport]:

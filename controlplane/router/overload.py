@@ -45,6 +45,7 @@ class OverloadDetector:
         self._late = 0
         self.activations = 0  # times the mode switched on (for reports and tests)
         self.on = False  # the state the last ``active`` found (what the control plane's stats report)
+        self.asked = self.asked_on = 0  # ``active`` calls (one per decision in the policy), and those found on
 
     def record(self, now_s: float, late: bool) -> None:
         self._events.append((now_s, late))
@@ -61,6 +62,8 @@ class OverloadDetector:
         else:
             self._since = None
             on = False
+        self.asked += 1
+        self.asked_on += on
         if on and not self.on:
             self.activations += 1
         self.on = on
