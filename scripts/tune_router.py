@@ -116,6 +116,9 @@ Result: bench/results/2026-12-02-sim-tune-15.json: hold 10 s, triage 10 s and sa
 sacrifice rows ran with overload_triage_penalty_s at its default then, 10 s), the smallest margin -0.049 against
 off's -0.065 (mooncake at 100% load); it switched on only there on the tuning split, and does not herd the burst.
 
+The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
+{"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
+
 Selection rule (fixed before the grid ran; the first rule, for tpot_weight x slo_tpot_miss_penalty_s, and
 its result are in bench/results/2026-12-01-router-tune.json):
 1. A setting is admissible when, on every case, its P99 TTFT is at most the best fair anchor's P99 / 1.5 (the
@@ -161,22 +164,24 @@ GRID_10 = {"slo_sacrifice_weight": [0.0, 5.0, 7.0]}
 GRID_11 = {"kv_full_penalty_s": [30.0, 10.0, 3.0, 1.0]}
 GRID_12 = {"slo_tpot_miss_penalty_s": [0.0, 1.0, 2.0, 3.0]}
 GRID_13 = {"slo_triage_penalty_s": [5.0, 10.0, 15.0]}
-GRID_14 = [{}] + [
-    {"overload_window_s": 10.0, "overload_late_share": share, **escalation}
+# GRID_14 and GRID_15 pinned as they ran (RouterConfig's overload defaults moved after: the off row is window 0; at
+# 8809a77 there was no hold and both escalations defaulted to 0; at a41f504 the triage escalation defaulted to 10 s)
+GRID_14 = [{"overload_window_s": 0.0}] + [
+    {"overload_window_s": 10.0, "overload_late_share": share, "overload_hold_s": 0.0, **escalation}
     for share in (0.5, 0.75)
     for escalation in (
-        {"overload_triage_penalty_s": 10.0},
-        {"overload_triage_penalty_s": 15.0},
-        {"overload_sacrifice_weight": 10.0},
+        {"overload_triage_penalty_s": 10.0, "overload_sacrifice_weight": 0.0},
+        {"overload_triage_penalty_s": 15.0, "overload_sacrifice_weight": 0.0},
+        {"overload_triage_penalty_s": 0.0, "overload_sacrifice_weight": 10.0},
     )
 ]
-GRID_15 = [{}] + [
+GRID_15 = [{"overload_window_s": 0.0}] + [
     {"overload_window_s": 10.0, "overload_late_share": 0.5, "overload_hold_s": hold, **escalation}
     for hold in (5.0, 10.0)
     for escalation in (
-        {"overload_triage_penalty_s": 10.0},
-        {"overload_triage_penalty_s": 15.0},
-        {"overload_sacrifice_weight": 10.0},
+        {"overload_triage_penalty_s": 10.0, "overload_sacrifice_weight": 0.0},
+        {"overload_triage_penalty_s": 15.0, "overload_sacrifice_weight": 0.0},
+        {"overload_triage_penalty_s": 10.0, "overload_sacrifice_weight": 10.0},  # as it ran (see the docstring)
     )
 ]
 STRESS_CASES = {"conv100": ("conv", "zoo", 1.0), "code100": ("code", "zoo", 1.0),
