@@ -85,7 +85,8 @@ class RequestPath:
         self.max_resumes = max_resumes
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
-        self.forecast = SloForecast(router, overload=getattr(policy, "overload", None))  # hardware_aware's, if on
+        overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
+        self.forecast = SloForecast(router, overload=overload, now=registry.clock.now)
         self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters

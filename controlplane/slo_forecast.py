@@ -16,6 +16,7 @@ estimate from its hardware before it has measured, and the prefill queued or in 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.node_predictions import predict_ttft_s
@@ -27,13 +28,21 @@ IN_TIME, LATE = "in_time", "late"
 
 class SloForecast:
     """``window``: the recent decisions the late share is taken over (at least 1). ``overload``: the routing
-    policy's overload detector, when it has one on (hardware_aware's overload mode), reported beside."""
+    policy's overload detector, when it has one on (hardware_aware's overload mode), reported beside as it stands
+    at ``now()`` (the policy's clock, the registry's)."""
 
-    def __init__(self, config: RouterConfig, window: int = 1000, overload: OverloadDetector | None = None) -> None:
+    def __init__(
+        self,
+        config: RouterConfig,
+        window: int = 1000,
+        overload: OverloadDetector | None = None,
+        now: Callable[[], float] | None = None,
+    ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.config = config
         self.overload = overload
+        self._now = now
         self.counts: dict[tuple[str, str], int] = {}  # (traffic class, IN_TIME | LATE) → decisions
         self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
         self._recent_late = 0
@@ -67,5 +76,8 @@ class SloForecast:
             "recent_decisions": len(self._recent),
             "overload": None
             if self.overload is None
-            else {"on": self.overload.on, "activations": self.overload.activations},
+            else {
+                "on": self.overload.on if self._now is None else self.overload.still_on(self._now()),
+                "activations": self.overload.activations,
+            },
         }

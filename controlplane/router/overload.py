@@ -69,6 +69,14 @@ class OverloadDetector:
         self.on = on
         return on
 
+    def still_on(self, now_s: float) -> bool:
+        """Whether the mode the last decision found on still holds at ``now_s`` (its window still late enough), for
+        a reader between decisions: after the traffic stops the last decision's state would otherwise stand. Counts
+        nothing and starts no hold."""
+        self._expire(now_s)
+        n = len(self._events)
+        return self.on and n >= self.min_placements and self._late >= self.late_share * n
+
     def late_share_now(self, now_s: float) -> float:
         """The late share over the window (0.0 when it holds no placement)."""
         self._expire(now_s)

@@ -18,10 +18,14 @@ async def test_a_hardware_aware_control_plane_exports_its_overload_mode(observed
         assert cp.stats()["slo_forecast"]["overload"] == {"on": False, "activations": 0}
         assert observer.fleet_stats(1).overload_mode is False  # what zoo top shows
         detector = cp.path.policy.overload  # the policy's own detector, as the control plane reports it
-        for k in range(45):  # a late placement every 0.5 s for 22 s: 20 in the window from 9.5 s, held 10 s by 19.5 s
-            detector.record(k / 2, True)
-            detector.active(k / 2)
+        now = cp.registry.clock.now()  # the policy's clock
+        for k in range(221):  # a late placement every 0.1 s for the last 22 s: on after 10 s held (the window is
+            t = now - 22.0 + k / 10  # full from its 20th), and a reader seconds later still finds 20 in the window
+            detector.record(t, True)
+            detector.active(t)
         assert detector.on
         text = generate_latest(exporter.registry).decode()
         assert "zoo:router_overload_mode 1.0" in text and "zoo:router_overload_activations_total 1.0" in text
         assert observer.fleet_stats(2).overload_mode is True
+        cp.path.forecast._now = lambda: now + 50.0  # a reader 50 s later, no decision since: the window is empty
+        assert cp.stats()["slo_forecast"]["overload"] == {"on": False, "activations": 1}

@@ -50,6 +50,16 @@ def test_the_detector_share_boundary_and_window_expiry():
     assert d.active(100.5) and d.activations == 2  # off in between, on again: a second activation
 
 
+def test_a_reader_between_decisions_sees_the_mode_end_when_its_window_empties():
+    d = OverloadDetector(window_s=10.0, late_share=0.5, min_placements=2)
+    d.record(0.0, True)
+    d.record(1.0, True)
+    assert d.active(1.0) and d.still_on(5.0)
+    asked = d.asked
+    assert not d.still_on(10.5) and d.on and d.asked == asked  # t=0 left: too few; nothing counted
+    assert not d.active(10.5) and not d.on
+
+
 def test_the_share_must_hold_for_hold_s_so_a_burst_in_one_instant_is_not_an_overload():
     d = OverloadDetector(window_s=10.0, late_share=0.5, min_placements=2, hold_s=5.0)
     for _ in range(300):  # 300 late placements at one instant
