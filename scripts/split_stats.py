@@ -7,7 +7,8 @@ alone is above the fleet's capacity when the mean is at ``load`` of it) and the 
 hold a sustained overload (several 10 s windows above capacity) cannot teach the router what to do in one. The
 prompt sizes' P99/P50 is the TTFT P99/P50 of an idle fleet of one GPU type (prefill time in proportion to the prompt):
 a router can bring TTFT's P99/P50 under it only by sending the long prompts to faster GPUs than the short ones, or by
-slowing the median request.
+slowing the median request. ``--idle-ttft`` adds that figure from the simulator's own cost model: each prompt of the
+split prefilled alone (nothing queued, nothing cached) on each GPU type of the trace's fleet.
 
     PYTHONPATH=. python scripts/split_stats.py --windows 2,5,10 --load 0.8
 """
@@ -19,6 +20,7 @@ import json
 
 import numpy as np
 
+from backends.sim.cost_model import StepCostModel
 from sim.fleet import load_fleet
 from sim.workload import load_trace, scale_to_load
 
@@ -52,10 +54,26 @@ def split_stats(trace: str, fleet_name: str, part: str, load: float, windows_s: 
     return row
 
 
+def idle_ttft_p99_over_p50(trace: str, fleet_name: str, part: str) -> dict[str, float]:
+    """Per GPU type of the fleet: TTFT P99/P50 of the split's prompts, each prefilled alone on that type (the
+    cost model's prefill time in chunks of the engine's max_num_batched_tokens, nothing queued, nothing cached)."""
+    fleet = load_fleet(fleet_name)
+    prompts = [r.num_prompt_tokens for r in load_trace(trace).split(part).requests]
+    out = {}
+    for spec in fleet.nodes:
+        name = f"{spec.hardware.profile}" + (f" x{spec.hardware.tp}" if spec.hardware.tp > 1 else "")
+        if name not in out:
+            cost, budget = StepCostModel(fleet.model, spec.hardware), fleet.engine.max_num_batched_tokens
+            ttft = np.array([cost.prefill_time_s(p, budget) for p in prompts])
+            out[name] = round(float(np.percentile(ttft, 99) / np.median(ttft)), 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--windows", default="2,5,10", help="comma-separated window lengths, virtual seconds")
     parser.add_argument("--load", type=float, default=0.8)
+    parser.add_argument("--idle-ttft", action="store_true", help="also the idle single-type TTFT P99/P50")
     args = parser.parse_args()
     try:
         windows = [float(w) for w in args.windows.split(",")]
@@ -68,6 +86,10 @@ def main() -> None:
         for trace, fleet in TRACES
         for part in ("tune", "eval")
     }
+    if args.idle_ttft:
+        for name, row in out.items():
+            trace, part = name.split("/")
+            row["idle_ttft_p99_over_p50"] = idle_ttft_p99_over_p50(trace, dict(TRACES)[trace], part)
     print(json.dumps({"load": args.load, "splits": out}, indent=1))
 
 
