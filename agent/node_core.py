@@ -272,6 +272,7 @@ class NodeCore:
                 num_host_blocks=cache.num_host_blocks,
                 block_size=cache.block_size,
                 bytes_per_block=engine.runner.kv_bytes_per_block(cache.block_size),
+                prefix_hash_algo=cache.prefix_hash_algo,
             ),
             max_model_len=engine.scheduler_config.max_model_len,
             power_score=power_score(hardware),

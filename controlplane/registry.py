@@ -50,6 +50,7 @@ from backends.kv_link_model import check_place_name
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policy import ClusterSnapshot, NodeView
 from engine.clock import Clock
+from engine.kv.block_hash import HASH_ALGOS
 from transport.messages import LoadReport, NodeHello
 
 
@@ -473,6 +474,7 @@ class ClusterRegistry:
             lora_load_s,
             hello.host,
             hello.rack,
+            hello.kv.prefix_hash_algo,
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node
@@ -508,6 +510,9 @@ def _validate_hello(hello: NodeHello) -> None:
         raise ValueError("NodeHello.node_id must not be empty")
     if hello.kv.block_size < 1 or hello.kv.num_device_blocks < 1:
         raise ValueError(f"node {hello.node_id!r}: KV needs block_size >= 1 and num_device_blocks >= 1, got {hello.kv}")
+    if hello.kv.prefix_hash_algo not in HASH_ALGOS:
+        algo = hello.kv.prefix_hash_algo
+        raise ValueError(f"node {hello.node_id!r}: KV prefix_hash_algo must be one of {list(HASH_ALGOS)}, got {algo!r}")
     if hello.max_model_len < 1:
         raise ValueError(f"node {hello.node_id!r}: max_model_len must be >= 1, got {hello.max_model_len}")
     for what, name in (("host", hello.host), ("rack", hello.rack)):

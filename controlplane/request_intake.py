@@ -149,7 +149,7 @@ def place_request(
         model=model,
         num_prompt_tokens=num_prompt_tokens,
         max_tokens=msg.sampling.max_tokens,
-        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size, lora_id),
+        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size, lora_id, nodes[0].prefix_hash_algo),
         traffic_class=traffic_class.name if traffic_class is not None else asked if cell is not None else DEFAULT_CLASS,
         slo_ttft_s=None if traffic_class is None else traffic_class.slo_ttft_s,
         slo_tpot_s=None if traffic_class is None else traffic_class.slo_tpot_s,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # an annotation only: bench/gpu_check.py imports this module where msgspec is absent
     from engine.spec.spec_config import SpecDecodeConfig
 
+from engine.kv.block_hash import check_hash_algo
 from engine.lora import LoraConfig, LoraRequest
 
 
@@ -29,6 +30,9 @@ class CacheConfig:
         "fallback": when host RAM cannot take a victim (instead of recomputing it); "prefer": before host RAM.
         Used only while the engine has a remote mover (an agent with peers); otherwise it recomputes.
     max_remote_requests: requests whose KV may be remote at once.
+    prefix_hash_algo: how full blocks are named for prefix caching (engine/kv/block_hash.py): "sha256" (the
+        default: collision-resistant, for a fleet shared by tenants) or "xxhash" (~5x faster to hash, for one
+        tenant or a simulation); vLLM's --prefix-caching-hash-algo. The node says it in its hello.
     """
 
     block_size: int = 16
@@ -37,8 +41,10 @@ class CacheConfig:
     enable_prefix_caching: bool = True
     remote_swap: str = "off"
     max_remote_requests: int = 256
+    prefix_hash_algo: str = "sha256"
 
     def __post_init__(self) -> None:
+        check_hash_algo(self.prefix_hash_algo)
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             raise ValueError(f"block_size must be a power of two >= 1, got {self.block_size}")
         if self.num_device_blocks < 1:

@@ -73,6 +73,11 @@ class EngineSettings:
     # fleet-wide max_num_batched_tokens. Fleet capacity (the load scaling) uses max_num_batched_tokens either way.
     step_budget: str | int | None = None
     tpot_slo_s: float = 0.1  # the operator's TPOT SLO that "sarathi" sizes against (zoo sim --slo-tpot)
+    # how the nodes (and so the router) name prefix blocks (engine/kv/block_hash.py). xxhash here, not the product's
+    # sha256: a simulated fleet's figures come from the cost model, never from a hash value (a name only decides
+    # which blocks match, and either algorithm matches the same blocks: scripts/sim_identical.py checks a run
+    # against sha256), and hashing was a fifth of the simulator's CPU time (bench/results/2026-12-03-sim-hash-algo.json)
+    prefix_hash_algo: str = "xxhash"
 
     def __post_init__(self) -> None:
         if isinstance(self.step_budget, bool) or not (
@@ -118,6 +123,7 @@ class EngineSettings:
             num_device_blocks=num_device,
             num_host_blocks=num_host,
             enable_prefix_caching=self.enable_prefix_caching,
+            prefix_hash_algo=self.prefix_hash_algo,
         )
 
 

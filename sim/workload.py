@@ -21,7 +21,6 @@ import csv
 import gzip
 import json
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -241,42 +240,40 @@ class PromptFactory:
     index in base ``vocab_size - _MIN_TOKEN_ID`` (so no two requests' own tokens share a first block: their
     hash chains part there, whatever follows), then run on through one seeded pool of random ids from an
     offset drawn from the index, wrapping round: a list slice per request instead of a generator per request.
+    A hash-id block is made the same way from its hash id, through a second pool (so a block never spells a
+    request's own tokens): equal ids give equal blocks, different ids part at their first tokens.
     """
 
-    def __init__(self, vocab_size: int, seed: int = 0, max_cached_blocks: int = 4096) -> None:
+    def __init__(self, vocab_size: int, seed: int = 0) -> None:
         self.vocab_size = vocab_size
         self.seed = seed
-        self._blocks: OrderedDict[int, list[int]] = OrderedDict()
-        self._max_cached_blocks = max_cached_blocks
         self._base = vocab_size - _MIN_TOKEN_ID
         if self._base < 2:
             raise ValueError(f"vocab_size must be > {_MIN_TOKEN_ID + 1}, got {vocab_size}")
-        rng = np.random.default_rng((seed, 2))
-        self._pool: list[int] = rng.integers(_MIN_TOKEN_ID, vocab_size, _POOL_TOKENS).tolist()
+        self._pool: list[int] = (
+            np.random.default_rng((seed, 2)).integers(_MIN_TOKEN_ID, vocab_size, _POOL_TOKENS).tolist()
+        )
+        self._block_pool: list[int] = (
+            np.random.default_rng((seed, 3)).integers(_MIN_TOKEN_ID, vocab_size, _POOL_TOKENS).tolist()
+        )
 
     def block(self, hash_id: int) -> list[int]:
         """The MOONCAKE_BLOCK_TOKENS tokens of prefix block ``hash_id`` (same id → same tokens)."""
-        tokens = self._blocks.get(hash_id)
-        if tokens is not None:
-            self._blocks.move_to_end(hash_id)
-            return tokens
-        rng = np.random.default_rng((self.seed, 1, hash_id))
-        tokens = rng.integers(_MIN_TOKEN_ID, self.vocab_size, MOONCAKE_BLOCK_TOKENS).tolist()
-        self._blocks[hash_id] = tokens
-        if len(self._blocks) > self._max_cached_blocks:
-            self._blocks.popitem(last=False)
-        return tokens
+        return self._spelt(hash_id, MOONCAKE_BLOCK_TOKENS, self._block_pool)
 
     def own_tokens(self, index: int, count: int) -> list[int]:
         """``count`` ids unique to request ``index``: its head (the index spelt out), then the pool from an
         offset drawn from the index."""
+        return self._spelt(index, count, self._pool)
+
+    def _spelt(self, number: int, count: int, pool: list[int]) -> list[int]:
+        """``count`` ids: ``number`` in ``_HEAD_TOKENS`` digits, then ``pool`` from an offset drawn from them."""
         base, head = self._base, []
         for _ in range(_HEAD_TOKENS):
-            index, digit = divmod(index, base)
+            number, digit = divmod(number, base)
             head.append(_MIN_TOKEN_ID + digit)
         if count <= _HEAD_TOKENS:
             return head[:count]
-        pool = self._pool
         offset = ((head[0] * 0x9E3779B1) ^ (head[1] * 0x85EBCA77) ^ head[2]) % _POOL_TOKENS
         rest = count - _HEAD_TOKENS
         tokens = head + pool[offset : offset + rest]

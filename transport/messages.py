@@ -113,6 +113,7 @@ class KVInfo(msgspec.Struct, frozen=True):
     num_host_blocks: int
     block_size: int
     bytes_per_block: int
+    prefix_hash_algo: str = "sha256"  # how its prefix cache names blocks (engine/kv/block_hash.py); the router's too
 
 
 class NodeHello(Envelope, kw_only=True):

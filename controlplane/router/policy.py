@@ -42,6 +42,7 @@ class NodeView:
     lora_load_s: float = 0.0  # its measured mean adapter load time (last report); 0: not measured yet
     host: str = ""  # placement (hello): KV links priced by it (backends/kv_link_model.py); "": not said
     rack: str = ""
+    prefix_hash_algo: str = "sha256"  # how it names prefix blocks (hello): the router hashes prompts the same way
 
 
 @dataclass(frozen=True, slots=True)

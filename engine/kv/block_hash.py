@@ -7,10 +7,22 @@ Block i of a sequence is named by a chain that covers every token before it::
     h2 = H(h1,   tokens[2B:3B], lora)        ... only FULL blocks get a hash
 
 So two requests share ``h_i`` exactly when their first ``(i + 1) * B`` tokens (and adapter) agree, which
-is when block i's KV is the same. H is SHA-256 truncated to 64 bits: stable across processes and hosts,
+is when block i's KV is the same. H is SHA-256 truncated to 64 bits by default: stable across processes and hosts,
 so a router or another node can compute the same names. A ``BlockHash`` also carries the block's token
 ids; equality compares them too, so a 64-bit collision in the chain value alone cannot alias two blocks
 whose own tokens differ.
+
+The algorithm is a choice (``HASH_ALGOS``, ``CacheConfig.prefix_hash_algo``), as vLLM's
+``--prefix-caching-hash-algo`` (vllm/config/cache.py, v0.16: sha256 | sha256_cbor | xxhash | xxhash_cbor):
+
+    sha256   H(parent, tokens, lora) = SHA-256(parent u64 | lora i64 | tokens as i64)[:8]   (the default)
+    xxhash   H(parent, tokens)       = XXH3-64(tokens as i64, seed=parent), the chain rooted at
+             XXH3-64(lora i64, seed=XXH3-64(root label)): ~5x faster in Python (one C call per block, no
+             buffer joined), not collision-resistant against a chosen prompt: one tenant (vLLM's advice), or
+             a simulation (the fleet simulator: its figures come from the cost model, never from a hash value)
+
+Both are stable across processes and hosts; a node says its own in its hello (``KVInfo.prefix_hash_algo``),
+and the router names a prompt's blocks with it.
 """
 
 from __future__ import annotations
@@ -25,7 +37,15 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import NamedTuple
 
-_ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(b"silicon-zoo/prefix-root/v1").digest()[:8], "little")
+try:
+    from xxhash import xxh3_64_intdigest as _xxh3
+except ImportError:  # a bare host (the lent GPU machine has torch only): sha256 alone, "xxhash" refused by name
+    _xxh3 = None
+
+HASH_ALGOS = ("sha256", "xxhash")
+_ROOT_LABEL = b"silicon-zoo/prefix-root/v1"
+_ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(_ROOT_LABEL).digest()[:8], "little")
+_XX_ROOT = _xxh3(_ROOT_LABEL) if _xxh3 is not None else 0
 _NO_LORA = -1
 _HEADER = struct.Struct("<Qq")  # parent chain value, lora id (-1: none)
 _VALUE = struct.Struct("<Q")  # _HEADER's halves
@@ -43,17 +63,40 @@ class BlockHash(NamedTuple):
 _new_block_hash = functools.partial(tuple.__new__, BlockHash)  # BlockHash(...) without its Python __new__
 
 
-def _chain_value(parent_value: int, lora: int, token_ids: Sequence[int]) -> int:
+def check_hash_algo(algo: str) -> str:
+    """``algo`` if it names a chain algorithm (``HASH_ALGOS``), else a ValueError that lists them."""
+    if algo not in HASH_ALGOS:
+        raise ValueError(f"prefix hash algorithm must be one of {list(HASH_ALGOS)}, got {algo!r}")
+    if algo == "xxhash" and _xxh3 is None:
+        raise ValueError("prefix hash algorithm 'xxhash' needs the xxhash package, which is not importable here")
+    return algo
+
+
+@functools.lru_cache(maxsize=1024)
+def _xx_root(lora: int) -> int:
+    return _xxh3(_LORA.pack(lora), _XX_ROOT)
+
+
+def _root_value(lora: int, algo: str) -> int:
+    """The chain value a sequence's first block chains onto (xxhash: the adapter is folded in here, once)."""
+    return _ROOT_HASH_VALUE if algo == "sha256" else _xx_root(lora)
+
+
+def _chain_value(parent_value: int, lora: int, token_ids: Sequence[int], algo: str) -> int:
+    if algo == "xxhash":
+        return _xxh3(array("q", token_ids).tobytes(), parent_value)
     digest = hashlib.sha256(_HEADER.pack(parent_value, lora))
     digest.update(array("q", token_ids))
     return int.from_bytes(digest.digest()[:8], "little")
 
 
-def hash_block_tokens(parent: BlockHash | None, token_ids: Sequence[int], lora_id: int | None = None) -> BlockHash:
+def hash_block_tokens(
+    parent: BlockHash | None, token_ids: Sequence[int], lora_id: int | None = None, algo: str = "sha256"
+) -> BlockHash:
     """Hash of one full block chained onto its parent's (None for the first block)."""
-    parent_value = _ROOT_HASH_VALUE if parent is None else parent.hash_value
     lora = _NO_LORA if lora_id is None else lora_id
-    return _new_block_hash((_chain_value(parent_value, lora, token_ids), tuple(token_ids), lora_id))
+    parent_value = _root_value(lora, check_hash_algo(algo)) if parent is None else parent.hash_value
+    return _new_block_hash((_chain_value(parent_value, lora, token_ids, algo), tuple(token_ids), lora_id))
 
 
 def extend_block_hashes(
@@ -62,9 +105,12 @@ def extend_block_hashes(
     block_size: int,
     lora_id: int | None,
     num_blocks: int,
+    algo: str = "sha256",
 ) -> list[BlockHash]:
-    """Grow ``block_hashes`` (the chain of ``token_ids``' first blocks) in place to ``num_blocks``
+    """Grow ``block_hashes`` (the chain of ``token_ids``' first blocks, by ``algo``) in place to ``num_blocks``
     entries, or to the number of full blocks in ``token_ids`` if that is smaller. Returns it."""
+    if algo != "sha256" and (algo != "xxhash" or _xxh3 is None):
+        check_hash_algo(algo)
     num_blocks = min(num_blocks, len(token_ids) // block_size)
     i = len(block_hashes)
     if i >= num_blocks:
@@ -72,11 +118,11 @@ def extend_block_hashes(
     data = None
     if i == 0 and _recent_chains:  # the same tokens' chain, made moments ago (a router and a node in one process)
         data = _token_bytes(token_ids)
-        chain = None if data is None else _recent_chains.get((data, block_size, lora_id))
+        chain = None if data is None else _recent_chains.get((data, block_size, lora_id, algo))
         if chain is not None:
             block_hashes.extend(chain[:num_blocks])
             return block_hashes
-    return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks, data)
+    return _extend(block_hashes, token_ids, block_size, lora_id, i, num_blocks, algo, data)
 
 
 def _token_bytes(token_ids: Sequence[int]) -> bytes | None:
@@ -102,20 +148,25 @@ def _extend(
     lora_id: int | None,
     i: int,
     num_blocks: int,
+    algo: str,
     data: bytes | None = None,
 ) -> list[BlockHash]:
     """``extend_block_hashes`` from block ``i`` (its length) to ``num_blocks`` (> i, full blocks), computed
     (``data``: ``_token_bytes(token_ids)`` where the caller has them)."""
-    parent_value = block_hashes[-1].hash_value if block_hashes else _ROOT_HASH_VALUE
     lora = _NO_LORA if lora_id is None else lora_id
+    parent_value = block_hashes[-1].hash_value if block_hashes else _root_value(lora, algo)
     if num_blocks - i == 1:  # one block (a decoding request's): no shared buffer to slice
         block = tuple(token_ids[i * block_size : num_blocks * block_size])
-        if _LITTLE_ENDIAN:  # header and int64 tokens in one pack: the bytes _chain_value hashes
-            data = _block_struct(block_size).pack(parent_value, lora, *block)
+        if algo == "xxhash":
+            tokens = _token_struct(block_size).pack(*block) if _LITTLE_ENDIAN else array("q", block).tobytes()
+            value = _xxh3(tokens, parent_value)
         else:
-            data = _HEADER.pack(parent_value, lora) + array("q", block).tobytes()
-        digest = hashlib.sha256(data).digest()
-        block_hashes.append(_new_block_hash((int.from_bytes(digest[:8], "little"), block, lora_id)))
+            if _LITTLE_ENDIAN:  # header and int64 tokens in one pack: the bytes _chain_value hashes
+                data = _block_struct(block_size).pack(parent_value, lora, *block)
+            else:
+                data = _HEADER.pack(parent_value, lora) + array("q", block).tobytes()
+            value = int.from_bytes(hashlib.sha256(data).digest()[:8], "little")
+        block_hashes.append(_new_block_hash((value, block, lora_id)))
         return block_hashes
     span = token_ids[i * block_size : num_blocks * block_size]
     num_bytes = 8 * block_size
@@ -125,7 +176,10 @@ def _extend(
             data = array("q", span).tobytes()  # raises: a full block holds a token that is not an int64
     else:
         data = data[i * num_bytes : num_blocks * num_bytes]
-    values = _chain_values(parent_value, lora, data, num_bytes)
+    if algo == "xxhash":
+        values = _xx_chain_values(parent_value, data, num_bytes)
+    else:
+        values = _chain_values(parent_value, lora, data, num_bytes)
     # each block's tokens as a tuple (zip of one iterator ``block_size`` times), each BlockHash made in C
     block_hashes.extend(map(_new_block_hash, zip(values, zip(*[iter(span)] * block_size), repeat(lora_id))))
     return block_hashes
@@ -135,6 +189,12 @@ def _extend(
 def _block_struct(block_size: int) -> struct.Struct:
     """A block's whole message, header and tokens (little-endian hosts)."""
     return struct.Struct(f"<Qq{block_size}q")
+
+
+@functools.cache
+def _token_struct(block_size: int) -> struct.Struct:
+    """A block's tokens as int64s (little-endian hosts: the bytes ``array("q")`` writes)."""
+    return struct.Struct(f"<{block_size}q")
 
 
 def _chain_values(parent_value: int, lora: int, data: bytes, num_bytes: int) -> tuple[int, ...]:
@@ -153,13 +213,24 @@ def _chain_values(parent_value: int, lora: int, data: bytes, num_bytes: int) -> 
     return struct.unpack(f"<{len(digests)}Q", b"".join(digests))
 
 
+def _xx_chain_values(parent_value: int, data: bytes, num_bytes: int) -> list[int]:
+    """``_chain_values`` for xxhash: each block's tokens hashed with its parent's value as the seed."""
+    xxh3 = _xxh3
+    values: list[int] = []
+    append = values.append
+    for first in range(0, len(data), num_bytes):
+        parent_value = xxh3(data[first : first + num_bytes], parent_value)
+        append(parent_value)
+    return values
+
+
 # The chains hash_full_blocks made last, by (tokens, block size, adapter), where the owner of the process turns
 # it on (``keep_recent_chains``): where a router and the nodes share a process (the fleet simulator), a node's
 # first lookup of a prompt reuses the router's chain instead of hashing it again (a queued request looks its
 # prompt up when it reaches the head of its node's queue: under overload, thousands of prompts later). A memo of
 # a pure function: it changes no value; bounded by the blocks it holds (~400 bytes each), oldest dropped first.
-# keyed by (the tokens as int64 bytes: _token_bytes, block size, adapter), oldest first
-_recent_chains: OrderedDict[tuple[bytes, int, int | None], list[BlockHash]] = OrderedDict()
+# keyed by (the tokens as int64 bytes: _token_bytes, block size, adapter, algorithm), oldest first
+_recent_chains: OrderedDict[tuple[bytes, int, int | None, str], list[BlockHash]] = OrderedDict()
 _recent_chain_blocks_kept = 0  # off
 _recent_chain_blocks = 0
 
@@ -172,19 +243,22 @@ def keep_recent_chains(max_blocks: int) -> None:
     _recent_chain_blocks = 0
 
 
-def hash_full_blocks(token_ids: Sequence[int], block_size: int, lora_id: int | None = None) -> list[BlockHash]:
-    """The chain of every full block of ``token_ids``."""
+def hash_full_blocks(
+    token_ids: Sequence[int], block_size: int, lora_id: int | None = None, algo: str = "sha256"
+) -> list[BlockHash]:
+    """The chain (by ``algo``) of every full block of ``token_ids``."""
     global _recent_chain_blocks
     if not _recent_chain_blocks_kept:
-        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
+        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size, algo)
+    check_hash_algo(algo)
     data = _token_bytes(token_ids)
     if data is None:  # not all int64s: hashed as ever (an error where a full block holds one), not kept
-        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size)
-    key = (data, block_size, lora_id)  # bytes: hashed and compared in C, freed without touching a token
+        return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size, algo)
+    key = (data, block_size, lora_id, algo)  # bytes: hashed and compared in C, freed without touching a token
     chain = _recent_chains.get(key)
     if chain is None:
         num_blocks = len(token_ids) // block_size
-        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks, data) if num_blocks else []
+        chain = _extend([], token_ids, block_size, lora_id, 0, num_blocks, algo, data) if num_blocks else []
         _recent_chains[key] = chain
         _recent_chain_blocks += len(chain)
         while _recent_chain_blocks > _recent_chain_blocks_kept and len(_recent_chains) > 1:

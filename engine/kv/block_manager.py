@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.kv.block_hash import BlockHash, extend_block_hashes
+from engine.kv.block_hash import BlockHash, check_hash_algo, extend_block_hashes
 from engine.kv.block_pool import BlockPool, NoFreeBlocksError, Tier
 from engine.kv.remote_tier import RemoteEntry, RemoteState, RemoteTier
 
@@ -67,10 +67,12 @@ class KVCacheManager:
         num_host_blocks: int,
         enable_prefix_caching: bool = True,
         max_remote_requests: int = 0,
+        hash_algo: str = "sha256",
     ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
+        self.hash_algo = check_hash_algo(hash_algo)  # how its blocks are named (engine/kv/block_hash.py)
         self.enable_prefix_caching = enable_prefix_caching
         # A REMOTE pool slots in here; the generic paths (free, moves, lookups by tier) go through these
         # two tier-keyed dicts, the per-step paths through the attributes naming the same objects.
@@ -96,6 +98,7 @@ class KVCacheManager:
             num_host_blocks=cache_config.num_host_blocks,
             enable_prefix_caching=cache_config.enable_prefix_caching,
             max_remote_requests=cache_config.max_remote_requests if cache_config.remote_swap != "off" else 0,
+            hash_algo=cache_config.prefix_hash_algo,
         )
 
     # -- capacity and lookup ---------------------------------------------------------------------
@@ -222,7 +225,7 @@ class KVCacheManager:
         end evictable (ref count 0, registered), the most recently used, so the next admission finds them."""
         if not self.enable_prefix_caching:
             return [-1] * num_blocks
-        chain = extend_block_hashes([], token_ids, self.block_size, lora_id, num_blocks)
+        chain = extend_block_hashes([], token_ids, self.block_size, lora_id, num_blocks, self.hash_algo)
         out = [-1] * num_blocks
         new: list[int] = []
         get_cached_block = self._device.get_cached_block
@@ -245,7 +248,8 @@ class KVCacheManager:
         if chain is None:
             chain = self._block_hashes[request.req_id] = []
         if len(chain) < num_blocks:
-            extend_block_hashes(chain, request.all_token_ids, self.block_size, request.lora_id, num_blocks)
+            tokens, lora_id = request.all_token_ids, request.lora_id
+            extend_block_hashes(chain, tokens, self.block_size, lora_id, num_blocks, self.hash_algo)
         return chain
 
     # -- device slots ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ def _core(
     block_size: int = 4,
     num_device_blocks: int = 64,
     num_host_blocks: int = 0,
+    prefix_hash_algo: str = "sha256",
 ) -> tuple[NodeCore, ManualClock]:
     """A NodeCore around a trivial engine on a ManualClock (time moves only when the test advances it)."""
     clock = ManualClock()
@@ -30,7 +31,12 @@ def _core(
         TrivialRunner(max_model_len=max_model_len),
         ByteTokenizer(),
         SchedulerConfig(max_num_batched_tokens=token_budget, max_num_seqs=8, max_model_len=max_model_len),
-        CacheConfig(block_size=block_size, num_device_blocks=num_device_blocks, num_host_blocks=num_host_blocks),
+        CacheConfig(
+            block_size=block_size,
+            num_device_blocks=num_device_blocks,
+            num_host_blocks=num_host_blocks,
+            prefix_hash_algo=prefix_hash_algo,
+        ),
         clock,
     )
     return NodeCore(engine, node_id, observe=observe), clock
@@ -273,6 +279,13 @@ def test_hello_carries_the_kv_geometry_context_and_a_power_score():
     assert hello.max_model_len == 96
     assert hello.hardware == cpu_test_hardware()
     assert hello.power_score > 0
+    assert hello.kv.prefix_hash_algo == "sha256"  # the default, said
+
+
+def test_hello_says_how_the_node_names_its_prefix_blocks():
+    core, _ = _core(prefix_hash_algo="xxhash")
+    hello = core.hello(model="m", backend="fake", hardware=cpu_test_hardware(), cell="c")
+    assert hello.kv.prefix_hash_algo == "xxhash" == core.engine.scheduler.kv_cache_manager.hash_algo
 
 
 # -- observations -------------------------------------------------------------------------------------

@@ -44,7 +44,16 @@ def test_bounded_by_blocks_oldest_dropped_first():
     for seed in range(4):
         hash_full_blocks(_tokens(seed, 64), 16)  # 4 blocks each
     assert len(block_hash._recent_chains) == 2 and block_hash._recent_chain_blocks == 8
-    assert (array("q", _tokens(3, 64)).tobytes(), 16, None) in block_hash._recent_chains
+    assert (array("q", _tokens(3, 64)).tobytes(), 16, None, "sha256") in block_hash._recent_chains
+
+
+def test_the_algorithm_is_part_of_the_key():
+    keep_recent_chains(1000)
+    tokens = _tokens(5, 64)
+    sha, xx = hash_full_blocks(tokens, 16), hash_full_blocks(tokens, 16, algo="xxhash")
+    assert [b.hash_value for b in sha] != [b.hash_value for b in xx]
+    assert extend_block_hashes([], list(tokens), 16, None, 4, "xxhash") == xx
+    assert extend_block_hashes([], list(tokens), 16, None, 4) == sha
 
 
 def test_on_or_off_the_same_chains_and_the_same_errors():

@@ -25,6 +25,10 @@ def test_equal_hash_ids_give_equal_token_blocks_and_others_are_unique():
     assert PromptFactory(1000, seed=3).prompt_token_ids(TraceRequest(0, 1100, 1, hash_ids=(7, 8, 9)), 0) == a
     plain = [factory.prompt_token_ids(TraceRequest(0, 64, 1), i) for i in range(2)]
     assert plain[0] != plain[1] and min(plain[0]) >= 10
+    # blocks part at their first tokens, and never spell a request's own tokens (another pool)
+    assert len({tuple(factory.block(h)[:16]) for h in range(3000)}) == 3000
+    assert all(factory.block(h)[3:16] != factory.own_tokens(h, 16)[3:] for h in range(3000))
+    assert min(min(factory.block(h)) for h in range(50)) >= 10 and max(max(factory.block(h)) for h in range(50)) < 1000
 
 
 def test_own_tokens_never_share_a_first_block_and_wrap_round_the_pool():
