@@ -3,7 +3,8 @@
 The router cannot see the nodes' prefix caches; it remembers instead where it sent each prompt's block
 hash chain (``RouteRequest.block_hashes``), and assumes the node still caches it::
 
-    holders:  block hash ─► {node ids}           (who was sent this block; a lone holder's id as a str)
+    holders:  block hash ─► {node id: None}      (who was sent this block, least recently first; a lone
+                                                  holder's id as a str)
     lru:      node id ─► OrderedDict[block hash]  (per-node LRU, at most max_blocks_per_node entries)
 
 Invariant: ``node in holders[h]`` exactly when ``h in lru[node]``.
@@ -17,7 +18,10 @@ prompts: 500 blocks store 61 entries, not 500.
 A chain is inserted deepest block first, so a prompt's first blocks are a node's most recently used and
 are evicted last: like the engine's cache, the index forgets a chain from its tail, and a node that holds
 block ``i`` almost always holds blocks ``0..i-1`` too. ``match`` relies on that (it binary-searches the
-deepest held block), so it is approximate: a node's own cache may have evicted a block the index still
+deepest held block), so it is approximate. Where more than ``max_candidates`` nodes hold a level, ``match``
+takes the most recently sent ones (the likeliest to hold it still): an order that is the same in every
+process, where a set's would follow the process's string-hash seed (PYTHONHASHSEED) and make a fixed-seed
+simulation differ from run to run. Being approximate: a node's own cache may have evicted a block the index still
 lists, or the other way round. A stronger anchor (SGLang's radix tree) is issue 4's work.
 """
 
@@ -39,7 +43,7 @@ class PrefixIndex:
         self.max_blocks_per_node = max_blocks_per_node
         self.num_dense_blocks = num_dense_blocks
         self.sparse_stride = sparse_stride
-        self._holders: dict[int, str | set[str]] = {}  # one holder: its id (no set per block)
+        self._holders: dict[int, str | dict[str, None]] = {}  # one holder: its id (no dict per block)
         self._lru: dict[str, OrderedDict[int, None]] = {}
         self._sparse_positions: dict[int, list[int]] = {}  # chain length -> its indexed positions (read-only)
 
@@ -54,15 +58,19 @@ class PrefixIndex:
         for block_hash in reversed(self._indexed(block_hashes)[: self.max_blocks_per_node]):
             if block_hash in lru:
                 lru.move_to_end(block_hash)
+                nodes = holders[block_hash]
+                if nodes.__class__ is not str and next(reversed(nodes)) != node_id:
+                    del nodes[node_id]  # its most recent holder now
+                    nodes[node_id] = None
                 continue
             lru[block_hash] = None
             nodes = holders.get(block_hash)
             if nodes is None:
-                holders[block_hash] = node_id  # its only holder: the id itself, no set (most blocks have one)
+                holders[block_hash] = node_id  # its only holder: the id itself, no dict (most blocks have one)
             elif nodes.__class__ is str:
-                holders[block_hash] = {nodes, node_id}  # the set {nodes} would be after .add(node_id)
+                holders[block_hash] = {nodes: None, node_id: None}
             else:
-                nodes.add(node_id)
+                nodes[node_id] = None
         while len(lru) > self.max_blocks_per_node:
             evicted, _ = lru.popitem(last=False)
             self._drop_holder(evicted, node_id)
@@ -100,7 +108,7 @@ class PrefixIndex:
             # .get: held blocks need not be a contiguous prefix (a chain inserted under another chain's
             # tail, or evicted unevenly), so a level below the deepest held one may be held by nobody
             nodes = holders.get(block_hashes[block], ())
-            for node_id in islice((nodes,) if nodes.__class__ is str else nodes, max_candidates):
+            for node_id in islice((nodes,) if nodes.__class__ is str else reversed(nodes), max_candidates):
                 if node_id not in matched:
                     matched[node_id] = block + 1
                     if len(matched) >= max_candidates:
@@ -148,6 +156,6 @@ class PrefixIndex:
             if nodes == node_id:
                 del self._holders[block_hash]
             return
-        nodes.discard(node_id)
+        nodes.pop(node_id, None)
         if not nodes:
             del self._holders[block_hash]

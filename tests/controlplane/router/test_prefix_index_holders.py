@@ -1,11 +1,16 @@
-"""PrefixIndex keeps a block's lone holder as its id (no set per block): the index answers exactly as with a set
-per block (the rule below, spelt with sets), through inserts, evictions and node removals; ``match`` gives the
-same candidates in the same order (multi-holder sets are built by the same adds, so iterate alike)."""
+"""PrefixIndex keeps a block's lone holder as its id (no dict per block): the index answers exactly as with an
+ordered dict of holders per block (the rule below: a holder moves last each time it is sent the block), through
+inserts, evictions and node removals; ``match`` gives the same candidates in the same order, the most recently
+sent first, whatever the process's string-hash seed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import OrderedDict
 from itertools import islice
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,22 +19,20 @@ from controlplane.router.prefix_index import PrefixIndex
 
 
 class _SetPerBlock(PrefixIndex):
-    """The index with a set of holders for every block."""
+    """The index with an ordered dict of holders (least recently sent first) for every block."""
 
     def insert(self, node_id, block_hashes):
         if not block_hashes:
             return
         lru = self._lru.setdefault(node_id, OrderedDict())
         for block_hash in reversed(self._indexed(block_hashes)[: self.max_blocks_per_node]):
+            nodes = self._holders.setdefault(block_hash, {})
+            nodes.pop(node_id, None)
+            nodes[node_id] = None
             if block_hash in lru:
                 lru.move_to_end(block_hash)
                 continue
             lru[block_hash] = None
-            nodes = self._holders.get(block_hash)
-            if nodes is None:
-                self._holders[block_hash] = {node_id}
-            else:
-                nodes.add(node_id)
         while len(lru) > self.max_blocks_per_node:
             evicted, _ = lru.popitem(last=False)
             self._drop_holder(evicted, node_id)
@@ -37,7 +40,7 @@ class _SetPerBlock(PrefixIndex):
     def _drop_holder(self, block_hash, node_id):
         nodes = self._holders.get(block_hash)
         if nodes is not None:
-            nodes.discard(node_id)
+            nodes.pop(node_id, None)
             if not nodes:
                 del self._holders[block_hash]
 
@@ -56,7 +59,7 @@ class _SetPerBlock(PrefixIndex):
         matched, level = {}, lo
         while True:
             block = positions[level]
-            for node_id in islice(holders.get(block_hashes[block], ()), max_candidates):
+            for node_id in islice(reversed(holders.get(block_hashes[block], {})), max_candidates):
                 if node_id not in matched:
                     matched[node_id] = block + 1
                     if len(matched) >= max_candidates:
@@ -93,13 +96,37 @@ def test_answers_as_a_set_per_block(ops, max_blocks, max_candidates):
         assert list(got.items()) == list(want.items())
 
 
-def test_a_lone_holder_is_its_id_and_a_second_makes_a_set():
+def test_a_lone_holder_is_its_id_and_a_second_makes_a_dict_most_recent_last():
     index = PrefixIndex(num_dense_blocks=4)
     index.insert("a", (1, 2))
     assert index._holders[1] == "a"
     index.insert("b", (1,))
-    assert index._holders[1] == {"a", "b"} and index._holders[2] == "a"
+    assert list(index._holders[1]) == ["a", "b"] and index._holders[2] == "a"
+    index.insert("a", (1,))  # sent again: a is its most recent holder
+    assert list(index._holders[1]) == ["b", "a"] and list(index.match((1,), max_candidates=1)) == ["a"]
     index.remove_node("a")
-    assert index._holders == {1: {"b"}} and index.match((1, 2)) == {"b": 1}
+    assert index._holders == {1: {"b": None}} and index.match((1, 2)) == {"b": 1}
     index.remove_node("b")
     assert index._holders == {} and index.match((1,)) == {}
+
+
+_MATCH_IN_A_CHILD = """
+from controlplane.router.prefix_index import PrefixIndex
+index = PrefixIndex(num_dense_blocks=4)
+for i in range(12):
+    index.insert(f"node-{i}", (7, 8))
+print(list(index.match((7, 8), max_candidates=5)))
+"""
+
+
+def test_the_candidates_do_not_depend_on_the_string_hash_seed():
+    """12 holders, 5 candidates: the 5 most recently sent, in every process (a set's order followed
+    PYTHONHASHSEED, and a fixed-seed simulation of the Mooncake trace differed between processes)."""
+    root = Path(__file__).resolve().parents[3]
+    outputs = set()
+    for seed in ("1", "2", "3", "4"):
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(root)}
+        run = subprocess.run([sys.executable, "-c", _MATCH_IN_A_CHILD], env=env, capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        outputs.add(run.stdout.strip())
+    assert outputs == {str([f"node-{i}" for i in (11, 10, 9, 8, 7)])}
