@@ -50,7 +50,7 @@ from backends.kv_link_model import check_place_name
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policy import ClusterSnapshot, NodeView
 from engine.clock import Clock
-from engine.kv.block_hash import HASH_ALGOS
+from engine.config import HASH_ALGOS
 from transport.messages import LoadReport, NodeHello
 
 

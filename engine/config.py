@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -9,13 +10,24 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # an annotation only: bench/gpu_check.py imports this module where msgspec is absent
     from engine.spec.spec_config import SpecDecodeConfig
 
-from engine.kv.block_hash import check_hash_algo
 from engine.lora import LoraConfig, LoraRequest
 
 
 class PreemptionMode(StrEnum):
     SWAP = "swap"  # move the victim's KV blocks to host RAM, resume them later (default)
     RECOMPUTE = "recompute"  # drop the victim's KV blocks, recompute its tokens later
+
+
+HASH_ALGOS = ("sha256", "xxhash")  # how full KV blocks are named for prefix caching (engine/kv/block_hash.py)
+
+
+def check_hash_algo(algo: str) -> str:
+    """``algo`` if it names a chain algorithm (``HASH_ALGOS``) usable here, else a ValueError that says why."""
+    if algo not in HASH_ALGOS:
+        raise ValueError(f"prefix hash algorithm must be one of {list(HASH_ALGOS)}, got {algo!r}")
+    if algo == "xxhash" and importlib.util.find_spec("xxhash") is None:
+        raise ValueError("prefix hash algorithm 'xxhash' needs the xxhash package, which is not importable here")
+    return algo
 
 
 @dataclass(slots=True)

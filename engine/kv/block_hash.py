@@ -37,12 +37,14 @@ from collections.abc import Sequence
 from itertools import repeat
 from typing import NamedTuple
 
+from engine.config import HASH_ALGOS as HASH_ALGOS  # re-exported: the names this module makes
+from engine.config import check_hash_algo
+
 try:
     from xxhash import xxh3_64_intdigest as _xxh3
 except ImportError:  # a bare host (the lent GPU machine has torch only): sha256 alone, "xxhash" refused by name
     _xxh3 = None
 
-HASH_ALGOS = ("sha256", "xxhash")
 _ROOT_LABEL = b"silicon-zoo/prefix-root/v1"
 _ROOT_HASH_VALUE = int.from_bytes(hashlib.sha256(_ROOT_LABEL).digest()[:8], "little")
 _XX_ROOT = _xxh3(_ROOT_LABEL) if _xxh3 is not None else 0
@@ -61,15 +63,6 @@ class BlockHash(NamedTuple):
 
 
 _new_block_hash = functools.partial(tuple.__new__, BlockHash)  # BlockHash(...) without its Python __new__
-
-
-def check_hash_algo(algo: str) -> str:
-    """``algo`` if it names a chain algorithm (``HASH_ALGOS``), else a ValueError that lists them."""
-    if algo not in HASH_ALGOS:
-        raise ValueError(f"prefix hash algorithm must be one of {list(HASH_ALGOS)}, got {algo!r}")
-    if algo == "xxhash" and _xxh3 is None:
-        raise ValueError("prefix hash algorithm 'xxhash' needs the xxhash package, which is not importable here")
-    return algo
 
 
 @functools.lru_cache(maxsize=1024)

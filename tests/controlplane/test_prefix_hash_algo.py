@@ -50,7 +50,7 @@ def test_the_intake_names_a_prompt_the_nodes_way(make_hello, algo):
 
 def test_the_registry_refuses_an_unknown_algorithm_by_name(make_hello):
     registry = ClusterRegistry(ManualClock(), 5.0)
-    with pytest.raises(ValueError, match="prefix_hash_algo must be one of.*'md5'"):
+    with pytest.raises(ValueError, match=r"prefix_hash_algo must be one of.*'md5'"):
         registry.join(make_hello("a", kv=KVInfo(1024, 0, 16, 4096, prefix_hash_algo="md5")))
     assert not registry.snapshot().nodes
 
