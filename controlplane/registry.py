@@ -511,7 +511,7 @@ def _validate_hello(hello: NodeHello) -> None:
     if hello.kv.block_size < 1 or hello.kv.num_device_blocks < 1:
         raise ValueError(f"node {hello.node_id!r}: KV needs block_size >= 1 and num_device_blocks >= 1, got {hello.kv}")
     if hello.kv.prefix_hash_algo not in HASH_ALGOS:
-        algo = hello.kv.prefix_hash_algo
+        algo = hello.kv.prefix_hash_algo[:64]  # a peer's string, bounded in the error
         raise ValueError(f"node {hello.node_id!r}: KV prefix_hash_algo must be one of {list(HASH_ALGOS)}, got {algo!r}")
     if hello.max_model_len < 1:
         raise ValueError(f"node {hello.node_id!r}: max_model_len must be >= 1, got {hello.max_model_len}")

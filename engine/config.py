@@ -24,7 +24,7 @@ HASH_ALGOS = ("sha256", "xxhash")  # how full KV blocks are named for prefix cac
 def check_hash_algo(algo: str) -> str:
     """``algo`` if it names a chain algorithm (``HASH_ALGOS``) usable here, else a ValueError that says why."""
     if algo not in HASH_ALGOS:
-        raise ValueError(f"prefix hash algorithm must be one of {list(HASH_ALGOS)}, got {algo!r}")
+        raise ValueError(f"prefix hash algorithm must be one of {list(HASH_ALGOS)}, got {str(algo)[:64]!r}")
     if algo == "xxhash" and importlib.util.find_spec("xxhash") is None:
         raise ValueError("prefix hash algorithm 'xxhash' needs the xxhash package, which is not importable here")
     return algo

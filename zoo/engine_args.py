@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from engine.config import ATTENTION_KERNELS, BACKENDS, KV_DTYPES, CacheConfig, EngineConfig, SchedulerConfig
+from engine.config import (
+    ATTENTION_KERNELS,
+    BACKENDS,
+    HASH_ALGOS,
+    KV_DTYPES,
+    CacheConfig,
+    EngineConfig,
+    SchedulerConfig,
+)
 from engine.lora import LoraConfig, LoraRequest
 from engine.stall_free import DEFAULT_STALL_FACTOR
 
@@ -18,6 +26,13 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")
     p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
     p.add_argument("--block-size", type=int, default=16)
+    p.add_argument(
+        "--prefix-hash-algo",
+        default="sha256",
+        choices=list(HASH_ALGOS),
+        help="how prefix-cache blocks are named (vLLM's --prefix-caching-hash-algo): sha256 is collision-resistant "
+        "(tenants share the fleet); xxhash is ~5x faster to hash (one tenant)",
+    )
     p.add_argument("--max-num-seqs", type=int, default=64)
     p.add_argument(
         "--max-num-batched-tokens",
@@ -144,6 +159,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             block_size=args.block_size,
             num_device_blocks=args.num_device_blocks,
             num_host_blocks=args.num_host_blocks,
+            prefix_hash_algo=args.prefix_hash_algo,
         ),
         attention_backend=args.attention_backend,
         kv_dtype=args.kv_dtype,

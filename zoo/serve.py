@@ -389,7 +389,9 @@ def sim_engine_config_from_args(args: argparse.Namespace):
         gpu_profile=args.gpu_profile,
         tp=args.tp,
         scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
-        cache=CacheConfig(block_size=args.block_size, num_host_blocks=args.num_host_blocks),
+        cache=CacheConfig(
+            block_size=args.block_size, num_host_blocks=args.num_host_blocks, prefix_hash_algo=args.prefix_hash_algo
+        ),
     )
     from zoo.engine_args import lora_config_from_args
 

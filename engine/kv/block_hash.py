@@ -88,7 +88,8 @@ def hash_block_tokens(
 ) -> BlockHash:
     """Hash of one full block chained onto its parent's (None for the first block)."""
     lora = _NO_LORA if lora_id is None else lora_id
-    parent_value = _root_value(lora, check_hash_algo(algo)) if parent is None else parent.hash_value
+    check_hash_algo(algo)
+    parent_value = _root_value(lora, algo) if parent is None else parent.hash_value
     return _new_block_hash((_chain_value(parent_value, lora, token_ids, algo), tuple(token_ids), lora_id))
 
 

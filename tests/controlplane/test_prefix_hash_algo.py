@@ -4,6 +4,8 @@ nodes' way (so the router's prefix index and the nodes' caches agree on every na
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from backends.sim.engine import SimTokenizer
@@ -18,6 +20,7 @@ from engine.kv.block_manager import KVCacheManager
 from engine.request import Request
 from engine.sampling_params import SamplingParams
 from transport.messages import ClientGenerate, KVInfo
+from zoo.engine_args import add_engine_args, engine_config_from_args
 
 PROMPT = list(range(10, 60))  # three full blocks of 16
 
@@ -71,3 +74,22 @@ def test_an_engine_hits_its_prefix_cache_under_either_algorithm(algo):
     second = Request("r2", [*PROMPT[:40], 999], SamplingParams(max_tokens=4), 0.0)
     hit = manager.get_computed_blocks(second)
     assert hit.num_tokens == 32  # the two full blocks the prompts share, named the same way both times
+
+
+def test_the_cli_flag_reaches_the_cache_config_and_refuses_other_names():
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    assert engine_config_from_args(p.parse_args([])).cache.prefix_hash_algo == "sha256"
+    assert engine_config_from_args(p.parse_args(["--prefix-hash-algo", "xxhash"])).cache.prefix_hash_algo == "xxhash"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--prefix-hash-algo", "md5"])
+
+
+def test_a_huge_name_in_a_hello_is_refused_with_a_bounded_error(make_hello):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    with pytest.raises(ValueError, match="prefix_hash_algo") as info:
+        registry.join(make_hello("a", kv=KVInfo(1024, 0, 16, 4096, prefix_hash_algo="x" * 10_000_000)))
+    assert len(str(info.value)) < 300 and not registry.snapshot().nodes
+    with pytest.raises(ValueError, match="must be one of") as info:
+        CacheConfig(prefix_hash_algo="y" * 10_000_000)
+    assert len(str(info.value)) < 300

@@ -72,6 +72,7 @@ def test_an_unknown_algorithm_is_refused_by_name():
         lambda: hash_full_blocks([1, 2, 3, 4], 4, algo="md5"),
         lambda: extend_block_hashes([], [1, 2, 3, 4], 4, None, 1, "md5"),
         lambda: hash_block_tokens(None, [1, 2, 3, 4], algo="md5"),
+        lambda: hash_block_tokens(hash_block_tokens(None, [1, 2, 3, 4]), [5, 6, 7, 8], algo="md5"),
     ):
         with pytest.raises(ValueError, match="md5"):
             call()
