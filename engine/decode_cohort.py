@@ -38,11 +38,14 @@ if TYPE_CHECKING:
 class CohortRow:
     """One pure decode row of a cohort (module docstring)."""
 
-    __slots__ = ("alive", "fill_step", "msynced", "open_step", "origin", "rank", "request", "synced", "table_len")
+    __slots__ = (
+        "alive", "base", "fill_step", "msynced", "open_step", "origin", "rank", "request", "synced", "table_len",
+    )  # fmt: skip
 
     def __init__(self, request: Request, origin: int, step: int, table_len: int, rank: int) -> None:
         self.request = request
         self.origin = origin  # num_computed_tokens before step s is origin + s
+        self.base = origin + step + 1  # its tokens when it joined: every position from here on holds the fixed token
         self.synced = step  # the request's tokens and num_computed_tokens are as before this step
         self.msynced = step  # its metrics count the tokens of the steps before this one
         self.table_len = table_len  # device blocks it holds
@@ -176,12 +179,14 @@ class DecodeCohort:
             return
         if len(rows) > 1:
             rows.sort(key=_rank)
-        try_allocate_slots = scheduler.kv_cache_manager.try_allocate_slots
+        manager = scheduler.kv_cache_manager
+        if len(rows) > manager.num_free_device_blocks:  # never: the plans check the blocks a step opens fit
+            raise RuntimeError(f"step {step}: the decode rows' block allocations did not go as planned")
+        # one pool call for the step: each row's next token lands past its table, a fresh private block each (what
+        # try_allocate_slots does for each in turn, which reads nothing else of the row: its tokens stay lazy)
+        manager.append_fresh_blocks([row.request.req_id for row in rows])
         opening, block_size = self.opening, self.block_size
         for row in rows:
-            self.sync_tokens(row, step)
-            if try_allocate_slots(row.request, 1) != []:  # a fresh private block: no copy, never None (planned)
-                raise RuntimeError(f"{row.request.req_id}: the decode row's block allocation did not go as planned")
             row.table_len += 1
             row.open_step += block_size
             opening.setdefault(row.open_step, []).append(row)
@@ -212,7 +217,7 @@ class DecodeCohort:
         catches = set(map(id, catching_up or ()))
         stops_here = set(map(id, stopping_rows))
         manager = scheduler.kv_cache_manager
-        cache_computed_blocks = manager.cache_computed_blocks
+        cache_computed_blocks, cache_repeated_block = manager.cache_computed_blocks, manager.cache_repeated_block
         check_stop = scheduler._check_stop
         token_id, block_size, filling = self.token_id, self.block_size, self.filling
         finished: list[Request] = []
@@ -220,8 +225,15 @@ class DecodeCohort:
             key = id(row)
             request = row.request
             if key in fills or key in catches:
-                self.sync_tokens(row, step + 1)
-                cache_computed_blocks(request)  # before a finish frees them
+                # before a finish frees them; a block of the fixed token alone is named without syncing the row
+                block = (row.origin + step + 1) // block_size - 1  # the block that filled (fills: its only one)
+                if (
+                    key in catches
+                    or block * block_size < row.base
+                    or not cache_repeated_block(request, block, token_id)
+                ):
+                    self.sync_tokens(row, step + 1)
+                    cache_computed_blocks(request)
                 if key in fills:
                     row.fill_step += block_size
                     filling.setdefault(row.fill_step, []).append(row)

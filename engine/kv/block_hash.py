@@ -93,6 +93,31 @@ def hash_block_tokens(
     return _new_block_hash((_chain_value(parent_value, lora, token_ids, algo), tuple(token_ids), lora_id))
 
 
+@functools.lru_cache(maxsize=64)
+def _repeated_block(token_id: int, block_size: int) -> tuple[tuple[int, ...], bytes]:
+    """A block of ``token_id`` at every position, and its tokens as the int64s the chain hashes."""
+    block = (token_id,) * block_size
+    return block, array("q", block).tobytes()
+
+
+def hash_repeated_block(
+    parent: BlockHash | None, token_id: int, block_size: int, lora_id: int | None = None, algo: str = "sha256"
+) -> BlockHash:
+    """``hash_block_tokens(parent, (token_id,) * block_size, lora_id, algo)``, its bytes made once per token: the
+    blocks a decoding request fills with a runner's fixed token (the fleet simulator's decode rows,
+    engine/decode_cohort.py), named without their tokens being read."""
+    if algo != "sha256" and (algo != "xxhash" or _xxh3 is None):
+        check_hash_algo(algo)
+    block, data = _repeated_block(token_id, block_size)
+    lora = _NO_LORA if lora_id is None else lora_id
+    parent_value = _root_value(lora, algo) if parent is None else parent.hash_value
+    if algo == "xxhash":
+        value = _xxh3(data, parent_value)
+    else:
+        value = int.from_bytes(hashlib.sha256(_HEADER.pack(parent_value, lora) + data).digest()[:8], "little")
+    return _new_block_hash((value, block, lora_id))
+
+
 def extend_block_hashes(
     block_hashes: list[BlockHash],
     token_ids: Sequence[int],

@@ -29,11 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.kv.block_hash import BlockHash, check_hash_algo, extend_block_hashes
+from engine.kv.block_hash import BlockHash, check_hash_algo, extend_block_hashes, hash_repeated_block
 from engine.kv.block_pool import BlockPool, NoFreeBlocksError, Tier
 from engine.kv.remote_tier import RemoteEntry, RemoteState, RemoteTier
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from engine.config import CacheConfig
     from engine.request import Request
 
@@ -208,6 +210,41 @@ class KVCacheManager:
         else:
             self._device.cache_blocks(table[start:num_full], chain[start:num_full])
         self._num_cached_blocks[req_id] = num_full
+
+    def cache_repeated_block(self, request: Request, block_index: int, token_id: int) -> bool:
+        """``cache_computed_blocks`` where the one block it would register is ``block_index``, holding ``token_id``
+        at every position (a decode row's block, filled by a runner's fixed token: engine/decode_cohort.py), without
+        reading the request's tokens or computed count, which may lag. False, with nothing done, where
+        ``block_index`` is not the next block to register: the caller registers the plain way."""
+        if not self.enable_prefix_caching:
+            return True
+        req_id = request.req_id
+        table = self._device_tables.get(req_id)
+        if not table or len(table) <= block_index or self._num_cached_blocks.get(req_id, 0) != block_index:
+            return False
+        chain = self._block_hashes.get(req_id)
+        if chain is None:
+            chain = self._block_hashes[req_id] = []
+        if len(chain) > block_index:
+            block_hash = chain[block_index]
+        elif len(chain) == block_index:
+            parent = chain[-1] if chain else None
+            block_hash = hash_repeated_block(parent, token_id, self.block_size, request.lora_id, self.hash_algo)
+            chain.append(block_hash)
+        else:
+            return False
+        self._device.cache_block(table[block_index], block_hash)
+        self._num_cached_blocks[req_id] = block_index + 1
+        return True
+
+    def append_fresh_blocks(self, req_ids: Sequence[str]) -> None:
+        """A fresh device block appended to each request's table, in the order given: what ``try_allocate_slots``
+        does for each of them in turn when its next token lands past its table (a decode cohort's rows that open
+        a block in one step, engine/decode_cohort.py). Raises NoFreeBlocksError, changing nothing, where they do
+        not all fit."""
+        tables = self._device_tables
+        for req_id, block_id in zip(req_ids, self._device.allocate(len(req_ids)), strict=True):
+            tables[req_id].append(block_id)
 
     def computed_full_block_ids(self, request: Request) -> list[int]:
         """The device blocks of the request's full blocks whose KV is computed (what a migration ships; the

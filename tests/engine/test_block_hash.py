@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.kv import extend_block_hashes, hash_block_tokens, hash_full_blocks
-from engine.kv.block_hash import HASH_ALGOS, check_hash_algo
+from engine.kv.block_hash import HASH_ALGOS, check_hash_algo, hash_repeated_block
 
 
 def test_only_full_blocks_are_hashed():
@@ -96,3 +96,22 @@ def test_extend_equals_block_by_block_chaining(tokens, block_size, have, want, l
     prefix = chain[: min(have, len(chain))]
     got = extend_block_hashes(list(prefix), tokens, block_size, lora_id, want, algo)
     assert got == chain[: max(len(prefix), want)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    parent_tokens=st.none() | st.lists(st.integers(0, 2**40), min_size=4, max_size=4),
+    token_id=st.integers(0, 2**40),
+    block_size=st.sampled_from([1, 4, 16]),
+    lora_id=st.none() | st.integers(0, 5),
+    algo=st.sampled_from(HASH_ALGOS),
+)
+def test_a_repeated_block_is_named_as_its_tokens(parent_tokens, token_id, block_size, lora_id, algo):
+    """hash_repeated_block (a decode row's block of the runner's fixed token, named without its tokens) is
+    hash_block_tokens of that block; an unknown algorithm is refused by name there too."""
+    parent = None if parent_tokens is None else hash_block_tokens(None, parent_tokens, lora_id, algo)
+    got = hash_repeated_block(parent, token_id, block_size, lora_id, algo)
+    assert got == hash_block_tokens(parent, [token_id] * block_size, lora_id, algo)
+    assert got.hash_value == hash_block_tokens(parent, [token_id] * block_size, lora_id, algo).hash_value
+    with pytest.raises(ValueError, match="md5"):
+        hash_repeated_block(parent, token_id, block_size, lora_id, "md5")
