@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import multiprocessing
+import os
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from controlplane.admission import AdmissionConfig
@@ -32,7 +35,17 @@ from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
-from sim.report import Slo, aggregate, dumps, format_classes, format_table, plot_cdfs, slo_breaking_load, summarize
+from sim.report import (
+    PolicyReport,
+    Slo,
+    aggregate,
+    dumps,
+    format_classes,
+    format_table,
+    plot_cdfs,
+    slo_breaking_load,
+    summarize,
+)
 from sim.router_knobs import parse_router_knobs
 from sim.spec_pair_nodes import add_spec_pair_args, apply_spec_pairs, format_spec_pairs, spec_pairs_info
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
@@ -80,6 +93,13 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         default=1,
         help="runs per policy, seeds --seed, --seed+1, ...; with more than one, each run replays the trace with "
         "its arrivals jittered (seeded) and the report gives means and 95%% intervals",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="with --seeds, run that many seeds at once, each in a process of its own (0: one per CPU); the "
+        "report is the same as one at a time",
     )
     parser.add_argument(
         "--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s (goodput; told to the router)"
@@ -291,6 +311,9 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print(f"zoo sim: --seeds must be >= 1, got {args.seeds}", file=sys.stderr)
         return 2
+    if args.jobs < 0:
+        print(f"zoo sim: --jobs must be >= 0 (0: one per CPU), got {args.jobs}", file=sys.stderr)
+        return 2
     if args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
@@ -305,14 +328,21 @@ def run_sim(args: argparse.Namespace) -> int:
                 r.policy: {**r.info, "affinity": lora_settings(args, r.policy, 0)["lora_affinity"]} for r in results
             }
     else:
-        runs = []
-        for seed in range(args.seed, args.seed + args.seeds):
-            log(f"seed {seed}")
-            results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed)
-            runs.append([summarize(r, slo) for r in results])
+        seeds = list(range(args.seed, args.seed + args.seeds))
+        jobs = min(len(seeds), args.jobs or os.cpu_count() or 1)
+        if jobs > 1 and not args.plot:  # (a plot draws the last seed's records: kept in this process)
+            log(f"seeds {seeds[0]}..{seeds[-1]}, {jobs} at once (a process each)")
+            runs, budgets = run_seeds_in_processes(fleet, workload, policies, args, seeds, jobs)
+        else:
+            runs = []
+            for seed in seeds:
+                log(f"seed {seed}")
+                results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed)
+                runs.append([summarize(r, slo) for r in results])
+            budgets = step_budgets_by_gpu(results[0])
         reports = aggregate(runs)
-        info["seeds"] = list(range(args.seed, args.seed + args.seeds))
-    info["step_budget"]["tokens_by_gpu"] = step_budgets_by_gpu(results[0])
+        info["seeds"] = seeds
+    info["step_budget"]["tokens_by_gpu"] = budgets if args.seeds > 1 else step_budgets_by_gpu(results[0])
     if args.json:
         print(dumps(reports, info))
     else:
@@ -460,6 +490,32 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise ValueError(f"--step-budget must be >= 1, got {value}")
     return value
+
+
+def run_seeds_in_processes(
+    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, seeds: list[int], jobs: int
+) -> tuple[list[list[PolicyReport]], dict[str, list[int]]]:
+    """``--seeds`` with ``--jobs``: each seed's runs in a spawned process (``_run_seed``: the same runs as in this
+    process, given the same fleet, trace and arguments), ``jobs`` at once; each seed's reports in seed order, and
+    the last seed's step budgets by GPU (as the sequential path reports them). A failed run raises here."""
+    context = multiprocessing.get_context("spawn")  # a fresh interpreter: no thread or lock of this one copied
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [pool.submit(_run_seed, fleet, workload, policies, args, seed) for seed in seeds]
+        outcomes = [future.result() for future in futures]
+    return [reports for reports, _ in outcomes], outcomes[-1][1]
+
+
+def _run_seed(
+    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, seed: int
+) -> tuple[list[PolicyReport], dict[str, list[int]]]:
+    """One seed's runs (in a child process): its reports and step budgets by GPU; its log lines name the seed."""
+
+    def log(msg: str) -> None:
+        print(f"[seed {seed}] {msg.strip()}", file=sys.stderr, flush=True)
+
+    results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed)
+    slo = Slo(args.slo_ttft, args.slo_tpot)
+    return [summarize(r, slo) for r in results], step_budgets_by_gpu(results[0])
 
 
 def step_budgets_by_gpu(result: SimResult) -> dict[str, list[int]]:

@@ -67,3 +67,30 @@ def test_tune_and_eval_splits_partition_a_trace(tiny_workload):
     assert tune.requests[0].arrival_s == 0.0 and rest.requests[0].arrival_s == 0.0
     with pytest.raises(ValueError, match="split"):
         base.split("test")
+
+
+def _strip_timing(value):
+    if isinstance(value, dict):
+        return {k: _strip_timing(v) for k, v in value.items() if k not in ("wall_s", "speedup")}
+    if isinstance(value, list):
+        return [_strip_timing(v) for v in value]
+    return value
+
+
+def test_seeds_in_processes_report_what_one_at_a_time_reports(traces_dir, capfd):
+    """--jobs 2 runs the seeds in two spawned processes: the same report (timings aside) as one at a time, and its
+    log names each seed; a negative --jobs is refused."""
+    parser = argparse.ArgumentParser()
+    add_sim_args(parser)
+    argv = ["--fleet", "small", "--trace", "code", "--load", "0.9", "--duration", "4", "--policy",
+            "hardware_aware,round_robin", "--seeds", "3", "--json"]  # fmt: skip
+    outs = []
+    for jobs in ("1", "2"):
+        assert run_sim(parser.parse_args([*argv, "--jobs", jobs])) == 0
+        captured = capfd.readouterr()
+        outs.append(json.loads(captured.out))
+    assert "[seed 2]" in captured.err and "3 at once" not in captured.err and "2 at once" in captured.err
+    assert _strip_timing(outs[0]) == _strip_timing(outs[1])
+    assert [p["policy"] for p in outs[1]["policies"]] == ["hardware_aware", "round_robin"]
+    assert run_sim(parser.parse_args([*argv, "--jobs", "-1"])) == 2
+    assert "--jobs" in capfd.readouterr().err
