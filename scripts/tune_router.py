@@ -130,6 +130,9 @@ predictor fed by the node's recent arrivals judges the 50 ms target no better (b
 (--anchors-from: the simulator's results are unchanged since, scripts/sim_identical.py), the second SLO's from
 zoo sim --split tune --slo-ttft 2 --slo-tpot 0.05 --policy <the 7 fair anchors> --json per case (--slo2-anchors).
 A choice that herds test_no_herding.py's burst is refused, as before.
+Result: bench/results/2026-12-03-sim-tune-16.json: 1 s chosen (no setting admissible: code80@slo2's P99 is above
+the bound in every row; smallest margin -0.170 against off's -0.298, conv100@slo2 .509 -> .694); it does not herd
+the burst; RouterConfig's default.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

@@ -45,7 +45,7 @@ seconds)::
                   (slo_sacrifice_max_ttft_s non-zero: * 1 instead of * rate / fastest_rate where that TTFT
                    is above it: the sacrifice only favours a node that serves the lost cause within the bound;
                    slo_sacrifice_max_rate_ratio non-zero: * 1 too where rate / fastest_rate is above it)
-                + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (0 by default, see router_config.py)
+                + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (1 s by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
 

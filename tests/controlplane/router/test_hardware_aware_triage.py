@@ -34,6 +34,7 @@ BASE = RouterConfig(  # each test turns on the one mechanism it checks
     tpot_weight=0.0,
     slo_triage_penalty_s=0.0,
     slo_tpot_harm_penalty_s=0.0,
+    slo_tpot_miss_penalty_s=0.0,
     slo_sacrifice_weight=0.0,
 )
 

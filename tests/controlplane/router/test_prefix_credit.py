@@ -15,7 +15,7 @@ from controlplane.router.router_config import RouterConfig
 
 SHARED = tuple(range(100, 130))  # 30 blocks of 16 tokens: 480 tokens cached on the holder
 PROMPT = SHARED + tuple(range(900, 934))  # 64 blocks: 1024 prompt tokens
-QUIET = dict(tpot_weight=0.0, slo_ttft_miss_penalty_s=0.0, kv_full_penalty_s=0.0)
+QUIET = dict(tpot_weight=0.0, slo_ttft_miss_penalty_s=0.0, slo_tpot_miss_penalty_s=0.0, kv_full_penalty_s=0.0)
 CASES = {
     # A under the TTFT SLO (1.90625 s); B over it (2.25 s + 10 s) unless its 480 cached tokens count (1.78125 s)
     "ttft_penalty_lifted": (
