@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import operator
 from collections import deque
 from dataclasses import dataclass
@@ -118,6 +119,17 @@ class _LiveView(NodeView):
     __hash__ = object.__hash__
 
 
+MAX_STEP_TIMES = 4096  # a report's step times read at most (its latest): a bounded cost per report
+
+
+def step_mean_ms(recent_step_ms: list[float]) -> float:
+    """The mean of a report's step times (``LoadReport.recent_step_ms``: every step since the node's last report,
+    mixed prefill+decode ones included: the time per token its decoding requests got), its latest MAX_STEP_TIMES
+    only; a value that is not a finite time >= 0 is left out; 0.0 when none is left (no steps: an idle window)."""
+    times = [t for t in recent_step_ms[-MAX_STEP_TIMES:] if 0.0 <= t < math.inf]
+    return math.fsum(times) / len(times) if times else 0.0
+
+
 _VIEW_FIELDS = tuple(field.name for field in dataclasses.fields(NodeView))
 _VIEW_SETTERS = tuple(getattr(NodeView, name).__set__ for name in _VIEW_FIELDS)  # the slots' own setters
 
@@ -170,7 +182,7 @@ def _node_id_of(view: NodeView) -> str:
 
 class _Node:
     __slots__ = (
-        "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state",
+        "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state", "step_mean_ms",
         "unreported_prefill", "view", "view_values",
     )  # fmt: skip
 
@@ -185,6 +197,7 @@ class _Node:
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
         self.view_values: tuple = ()  # its view's fields, in order (ClusterRegistry._refresh)
+        self.step_mean_ms = 0.0  # the mean of its last report's step times (``step_mean_ms``)
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
@@ -277,6 +290,7 @@ class ClusterRegistry:
             return False
         node.last_seen_s = self.clock.now()
         node.report = report
+        node.step_mean_ms = step_mean_ms(report.recent_step_ms)
         node.take_reported(report)
         self._refresh(node)
         if node.state is NodeState.SUSPECT:
@@ -475,6 +489,7 @@ class ClusterRegistry:
             hello.host,
             hello.rack,
             hello.kv.prefix_hash_algo,
+            node.step_mean_ms,
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

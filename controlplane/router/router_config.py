@@ -38,6 +38,13 @@ class RouterConfig:
         on the default SLO's tuning cases; GRID_16, judging one setting over those cases and the same cases at
         the second SLO the reports give (TTFT 2 s, TPOT 50 ms), chose 1 s (scripts/tune_router.py,
         bench/results/2026-12-03-sim-tune-16.json).
+    tpot_measured_steps: the decode step in the TPOT predictions is at least the node's measured mean step time of
+        its last report's window (``NodeView.step_mean_ms``: every step, mixed prefill+decode ones included, the
+        time per token its decoders got), not only the pure decode step the model scales: under load a node's
+        steps carry prefill chunks of the prompts that keep arriving, which the model's backlog term (the prompts
+        already queued, spread over the request's decode steps) does not see (bench/results/
+        2026-12-03-tpot-arrival-diag.json: on conv the TPOT measured on the A100s and H100s is 1.6-2.1x the one
+        predicted). Off by default (GRID_17, scripts/tune_router.py).
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
@@ -170,6 +177,7 @@ class RouterConfig:
     slo_tpot_s: float = 0.1
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 1.0
+    tpot_measured_steps: bool = False
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
     slo_triage_spare_capable_below: float = 0.5

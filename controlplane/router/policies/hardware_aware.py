@@ -551,6 +551,10 @@ class HardwareAwarePolicy(PolicyHooks):
             per_seq_s = (measured_s - floor_s) / (batch if batch > 1 else 1)
             wait_s = floor_s + per_seq_s * batch if batch > 0 else 0.0
             step_s = floor_s + per_seq_s * tpot_batch
+        if config.tpot_measured_steps:  # node_predictions.tpot_step_s
+            measured_mean_s = node.step_mean_ms / 1000.0
+            if measured_mean_s > step_s:
+                step_s = measured_mean_s
         backlog = node.queued_prefill_tokens + node.inflight_prefill_tokens
         backlog_s = backlog * inv_rate
         reported = node.num_running + node.num_waiting

@@ -85,7 +85,18 @@ def predict_tpot_s(node: NodeView, config: RouterConfig, max_tokens: int = 1) ->
     inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
     num_steps = max(max_tokens - 1, 1)
     mixed_s = min(backlog_tokens(node) * inv_rate / num_steps, config.prefill_chunk_tokens * inv_rate)
-    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
+    return tpot_step_s(node, config) + mixed_s
+
+
+def tpot_step_s(node: NodeView, config: RouterConfig) -> float:
+    """The decode step in the TPOT predictions: with this request added to the batch, and with
+    ``tpot_measured_steps`` at least the node's measured mean step time (``NodeView.step_mean_ms``)."""
+    step_s = decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config)
+    if config.tpot_measured_steps:
+        measured_s = node.step_mean_ms / 1000.0
+        if measured_s > step_s:
+            return measured_s
+    return step_s
 
 
 def kv_headroom_tokens(node: NodeView, config: RouterConfig) -> float:
@@ -114,4 +125,4 @@ def predict_decoders_tpot_s(
     own_s = max(num_prompt_tokens - num_cached_tokens, 1) * inv_rate
     mixed_s = min((own_s + backlog_tokens(node) * inv_rate) * (1.0 / max(max_tokens - 1, 1)),
                   config.prefill_chunk_tokens * inv_rate)  # fmt: skip
-    return decode_step_s(node, max(node.decode_batch_size, node.num_inflight) + 1, config) + mixed_s
+    return tpot_step_s(node, config) + mixed_s

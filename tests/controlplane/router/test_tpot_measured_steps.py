@@ -1,0 +1,75 @@
+"""RouterConfig.tpot_measured_steps: the TPOT predictions' decode step is at least the node's measured mean step
+time of its last report's window (NodeView.step_mean_ms, every step, mixed prefill+decode ones included), on the
+scalar predictions and on both decision paths (numpy and the compiled kernel) alike; the registry takes the mean
+from the report, bad values left out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from controlplane.registry import MAX_STEP_TIMES, ClusterRegistry, step_mean_ms
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
+from controlplane.router.policies.node_predictions import predict_decoders_tpot_s, predict_tpot_s, tpot_step_s
+from controlplane.router.policy import ClusterSnapshot
+from controlplane.router.router_config import RouterConfig
+from engine.clock import ManualClock
+
+# only the TPOT miss charge decides: 2 s on a node predicted over 50 ms per token
+CONFIG = RouterConfig(
+    default_model_params_b=1.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_triage_penalty_s=0.0,
+    slo_tpot_harm_penalty_s=0.0, slo_sacrifice_weight=0.0, slo_ttft_s=2.0, slo_tpot_s=0.05,
+    slo_tpot_miss_penalty_s=2.0,
+)  # fmt: skip
+
+
+def _nodes(make_node_view):
+    """Two nodes decoding 4 requests at a measured 20 ms per pure decode step: "fast" prefills faster, but its
+    steps of the last window averaged 80 ms (prefill chunks riding along); "steady" averaged 22 ms."""
+    fast = make_node_view("fast", "h100-sxm", prefill_tok_per_s=30_000.0, decode_step_ms=20.0, decode_batch_size=4,
+                          num_running=4, step_mean_ms=80.0)  # fmt: skip
+    steady = make_node_view("steady", "a100-80gb", prefill_tok_per_s=10_000.0, decode_step_ms=20.0,
+                            decode_batch_size=4, num_running=4, step_mean_ms=22.0)  # fmt: skip
+    return fast, steady
+
+
+def test_the_measured_mean_step_bounds_the_tpot_from_below(make_node_view):
+    fast, steady = _nodes(make_node_view)
+    on = replace(CONFIG, tpot_measured_steps=True)
+    assert tpot_step_s(fast, CONFIG) < 0.05 and predict_tpot_s(fast, CONFIG, 64) < 0.05  # the model: in time
+    assert tpot_step_s(fast, on) == 0.08 and predict_tpot_s(fast, on, 64) >= 0.08
+    assert predict_decoders_tpot_s(fast, 500, on, 64) >= 0.08 > predict_decoders_tpot_s(fast, 500, CONFIG, 64)
+    # a mean below the modelled step changes nothing; a node with no steps in its window (0) neither
+    assert tpot_step_s(steady, on) == tpot_step_s(steady, CONFIG)
+    idle = replace(fast, step_mean_ms=0.0)
+    assert predict_tpot_s(idle, on, 64) == predict_tpot_s(idle, CONFIG, 64)
+
+
+@pytest.mark.parametrize("use_kernel", [False, True], ids=["numpy", "kernel"])
+def test_both_decision_paths_price_the_measured_step(make_node_view, make_route_request, use_kernel):
+    """Off: the faster-prefilling node wins (both predicted in time). On: its measured 80 ms steps miss the 50 ms
+    target, the TPOT miss charge applies there, and the steady node wins."""
+    fast, steady = _nodes(make_node_view)
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    snapshot = ClusterSnapshot(0.0, (fast, steady))
+    assert HardwareAwarePolicy(CONFIG, use_kernel).choose(request, snapshot) == "fast"
+    on = replace(CONFIG, tpot_measured_steps=True)
+    assert HardwareAwarePolicy(on, use_kernel).choose(request, snapshot) == "steady"
+
+
+def test_the_registry_takes_the_mean_of_the_reported_step_times(make_hello, make_report):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("n0"))
+    assert registry.snapshot().nodes[0].step_mean_ms == 0.0  # no report yet
+    registry.report(make_report("n0", recent_step_ms=[10.0, 30.0, math.nan, -1.0, math.inf]))
+    assert registry.snapshot().nodes[0].step_mean_ms == 20.0  # NaN, negative and infinite left out
+    registry.report(make_report("n0", recent_step_ms=[]))
+    assert registry.snapshot().nodes[0].step_mean_ms == 0.0  # an idle window
+
+
+def test_a_huge_step_list_costs_a_bounded_read():
+    times = [1000.0] * 10 + [2.0] * MAX_STEP_TIMES
+    assert step_mean_ms(times) == 2.0  # only the latest MAX_STEP_TIMES
+    assert step_mean_ms([math.nan]) == 0.0
