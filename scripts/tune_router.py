@@ -134,6 +134,18 @@ Result: bench/results/2026-12-03-sim-tune-16.json: 1 s chosen (no setting admiss
 the bound in every row; smallest margin -0.170 against off's -0.298, conv100@slo2 .509 -> .694); it does not herd
 the burst; RouterConfig's default.
 
+The seventeenth grid (GRID_17, declared and committed before it ran, the rule unchanged, with --stress and --slo2):
+the TPOT predictions' decode step measured (RouterConfig.tpot_measured_steps: off, the default row, then on: at
+least the node's mean step time of its last report's window, mixed prefill+decode steps included), at GRID_16's
+choice, over the same 14 cases. Why: on conv (tuning split) the TPOT measured on the A100s and H100s is 1.6-2.1x the
+one predicted, and at the second SLO envoy_wlr beats hardware_aware on conv 80%'s eval split (.748 against .621) by
+keeping its H100s at .79 utilisation (TPOT P50 16 ms) where hardware_aware runs them at .93 (34 ms, 74% within 50
+ms): the router does not see the TPOT its fast nodes give under load (diagnosis only, seed 0:
+bench/results/2026-12-03-tpot-arrival-diag.json). The node already reports every step's time
+(LoadReport.recent_step_ms); the predictor reads what the decoders got rather than modelling it. Anchors: all 14
+from bench/results/2026-12-03-sim-tune-16.json (--anchors-from; the simulator's results unchanged since). A choice
+that herds test_no_herding.py's burst is refused, as before.
+
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
 
@@ -206,6 +218,7 @@ STRESS_CASES = {"conv100": ("conv", "zoo", 1.0), "code100": ("code", "zoo", 1.0)
                 "mooncake100": ("mooncake", "zoo_long", 1.0)}  # fmt: skip
 ALL_CASES = {**CASES, **STRESS_CASES}
 GRID_16 = {"slo_tpot_miss_penalty_s": [0.0, 1.0, 2.0, 3.0]}
+GRID_17 = {"tpot_measured_steps": [False, True]}
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
@@ -339,16 +352,23 @@ def main() -> None:
     parser.add_argument(
         "--slo2", action="store_true", help="also every case at the second SLO (SLO2_CASES; needs --stress)"
     )
-    parser.add_argument("--slo2-anchors", help="with --slo2: zoo sim --json files at SLO2, one per SLO2_CASES case")
+    parser.add_argument(
+        "--slo2-anchors",
+        help="with --slo2: zoo sim --json files at SLO2, one per SLO2_CASES case (else --anchors-from's recorded ones)",
+    )
     args = parser.parse_args()
     if args.stress_anchors and not args.stress:
         parser.error("--stress-anchors goes with --stress")
     if args.stress and not args.stress_anchors and not args.anchors_from:
         parser.error("--stress needs --stress-anchors, or --anchors-from a file that recorded the stress cases")
-    if args.slo2 != bool(args.slo2_anchors) or (args.slo2 and not args.stress):
-        parser.error("--slo2 and --slo2-anchors go together, with --stress")
+    if (args.slo2_anchors and not args.slo2) or (args.slo2 and not args.stress):
+        parser.error("--slo2-anchors goes with --slo2, and --slo2 with --stress")
+    if args.slo2 and not args.slo2_anchors and not args.anchors_from:
+        parser.error("--slo2 needs --slo2-anchors, or --anchors-from a file that recorded the SLO2 cases")
     grid = json.loads(args.grid)
-    recorded_cases = ALL_CASES if args.stress and not args.stress_anchors else CASES
+    recorded_cases = dict(ALL_CASES if args.stress and not args.stress_anchors else CASES)
+    if args.slo2 and not args.slo2_anchors:
+        recorded_cases |= SLO2_CASES
     recorded = anchors_from(args.anchors_from, recorded_cases) if args.anchors_from else None  # fail early
     cases = tuple(ALL_CASES if args.stress else CASES) + (tuple(SLO2_CASES) if args.slo2 else ())
     if isinstance(grid, list):  # the settings themselves, in order
@@ -363,7 +383,7 @@ def main() -> None:
     anchors = recorded or best_anchors(args.anchors.split(","))  # files read at the end: may run beside the grid
     if args.stress_anchors:
         anchors |= best_anchors(args.stress_anchors.split(","), STRESS_CASES)
-    if args.slo2:
+    if args.slo2_anchors:
         anchors |= best_anchors(args.slo2_anchors.split(","), SLO2_CASES)
     chosen = choose(rows, anchors)
     print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "anchors": anchors,
