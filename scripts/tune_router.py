@@ -145,6 +145,10 @@ bench/results/2026-12-03-tpot-arrival-diag.json). The node already reports every
 (LoadReport.recent_step_ms); the predictor reads what the decoders got rather than modelling it. Anchors: all 14
 from bench/results/2026-12-03-sim-tune-16.json (--anchors-from; the simulator's results unchanged since). A choice
 that herds test_no_herding.py's burst is refused, as before.
+Result: bench/results/2026-12-03-sim-tune-17.json: kept off (smallest margin -0.184 against off's -0.170). On, the
+second SLO gains on six of seven cases (code80@slo2 .197 -> .239, conv100@slo2 .694 -> .829, both past the best
+anchor), but the default SLO's code80 falls .393 -> .309 (below the anchor's .378): on code the mean over every step
+is dominated by prefill-only chunks.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

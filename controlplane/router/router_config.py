@@ -44,7 +44,8 @@ class RouterConfig:
         steps carry prefill chunks of the prompts that keep arriving, which the model's backlog term (the prompts
         already queued, spread over the request's decode steps) does not see (bench/results/
         2026-12-03-tpot-arrival-diag.json: on conv the TPOT measured on the A100s and H100s is 1.6-2.1x the one
-        predicted). Off by default (GRID_17, scripts/tune_router.py).
+        predicted). Off: GRID_17 kept it off (bench/results/2026-12-03-sim-tune-17.json; it lifts the second SLO
+        on six of seven tuning cases but costs code at the default one).
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
