@@ -314,9 +314,10 @@ class NodeCore:
             num_free_device_blocks=stats.num_free_device_blocks,
             queued_prefill_tokens=sum(self._prompt_lens.values()),
             decode_batch_size=len(self._decoding),
-            recent_step_ms=rates.close_window(),
+            recent_step_ms=rates.close_window(),  # first: the figures below are the closed window's
             prefill_tok_per_s=rates.prefill_tok_per_s,
             decode_step_ms=rates.decode_step_ms,
+            decode_token_step_ms=rates.token_step_ms,
             num_preemptions_total=stats.num_preemptions_total,
             num_requests_finished_total=self.num_finished_total,
             prefix_cache_hit_rate=stats.prefix_cache_hit_rate,

@@ -119,15 +119,11 @@ class _LiveView(NodeView):
     __hash__ = object.__hash__
 
 
-MAX_STEP_TIMES = 4096  # a report's step times read at most (its latest): a bounded cost per report
-
-
-def step_mean_ms(recent_step_ms: list[float]) -> float:
-    """The mean of a report's step times (``LoadReport.recent_step_ms``: every step since the node's last report,
-    mixed prefill+decode ones included: the time per token its decoding requests got), its latest MAX_STEP_TIMES
-    only; a value that is not a finite time >= 0 is left out; 0.0 when none is left (no steps: an idle window)."""
-    times = [t for t in recent_step_ms[-MAX_STEP_TIMES:] if 0.0 <= t < math.inf]
-    return math.fsum(times) / len(times) if times else 0.0
+def step_mean_ms(report: LoadReport) -> float:
+    """``NodeView.step_mean_ms`` from a report: its ``decode_token_step_ms`` (the mean time of the window's steps
+    that carried decode rows, mixed ones included), 0.0 where that is not a finite time >= 0."""
+    value = report.decode_token_step_ms
+    return float(value) if 0.0 <= value < math.inf else 0.0
 
 
 _VIEW_FIELDS = tuple(field.name for field in dataclasses.fields(NodeView))
@@ -197,7 +193,7 @@ class _Node:
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
         self.view_values: tuple = ()  # its view's fields, in order (ClusterRegistry._refresh)
-        self.step_mean_ms = 0.0  # the mean of its last report's step times (``step_mean_ms``)
+        self.step_mean_ms = 0.0  # from its last report (``step_mean_ms``)
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
@@ -290,7 +286,7 @@ class ClusterRegistry:
             return False
         node.last_seen_s = self.clock.now()
         node.report = report
-        node.step_mean_ms = step_mean_ms(report.recent_step_ms)
+        node.step_mean_ms = step_mean_ms(report)
         node.take_reported(report)
         self._refresh(node)
         if node.state is NodeState.SUSPECT:

@@ -26,11 +26,15 @@ def classify_batch(batch: SchedulerOutput) -> tuple[int, int]:
 class StepRates:
     """Prefill tok/s over steps that carried prefill, and the mean time of pure decode steps, measured over
     each report window; a figure keeps its last value through windows without such steps (0 = never
-    measured)."""
+    measured). Besides, ``token_step_ms``: the window's mean time of the steps that carried decode rows, mixed
+    ones included (the time per token its decoding requests got), 0 for a window without any."""
 
     def __init__(self, max_recent_steps: int = 64) -> None:
         self.prefill_tok_per_s = 0.0
         self.decode_step_ms = 0.0
+        self.token_step_ms = 0.0
+        self._token_steps = 0
+        self._token_time_s = 0.0
         self._prefill_tokens = 0
         self._prefill_time_s = 0.0
         self._decode_steps = 0
@@ -44,6 +48,9 @@ class StepRates:
         elif num_decode_requests:
             self._decode_steps += 1
             self._decode_time_s += step_time_s
+        if num_decode_requests:
+            self._token_steps += 1
+            self._token_time_s += step_time_s
         self._recent_step_ms.append(1e3 * step_time_s)
 
     def close_window(self) -> list[float]:
@@ -52,8 +59,9 @@ class StepRates:
             self.prefill_tok_per_s = self._prefill_tokens / self._prefill_time_s
         if self._decode_steps:
             self.decode_step_ms = 1e3 * self._decode_time_s / self._decode_steps
-        self._prefill_tokens = self._decode_steps = 0
-        self._prefill_time_s = self._decode_time_s = 0.0
+        self.token_step_ms = 1e3 * self._token_time_s / self._token_steps if self._token_steps else 0.0
+        self._prefill_tokens = self._decode_steps = self._token_steps = 0
+        self._prefill_time_s = self._decode_time_s = self._token_time_s = 0.0
         recent = list(self._recent_step_ms)
         self._recent_step_ms.clear()
         return recent

@@ -186,6 +186,9 @@ class LoadReport(Envelope, kw_only=True):
     num_requests_received_total: int = -1
     # decode steps' share of the memory-bandwidth roofline (engine/decode_roofline.py); 0: not measured
     decode_roofline_fraction: float = 0.0
+    # mean time of the steps since the last report that carried decode rows, mixed prefill+decode ones included:
+    # the time per token its decoding requests got (engine/step_rates.py); 0: none (or an older agent)
+    decode_token_step_ms: float = 0.0
     # LoRA adapters by name: in device slots now (most recently used last), and those of running and of
     # waiting requests (vLLM's vllm:lora_requests_info)
     lora_resident: list[str] = []

@@ -43,7 +43,7 @@ class NodeView:
     host: str = ""  # placement (hello): KV links priced by it (backends/kv_link_model.py); "": not said
     rack: str = ""
     prefix_hash_algo: str = "sha256"  # how it names prefix blocks (hello): the router hashes prompts the same way
-    step_mean_ms: float = 0.0  # mean time of its steps in its last report's window, mixed ones too; 0: none
+    step_mean_ms: float = 0.0  # last report: mean time of its steps with decode rows, mixed ones too; 0: none
 
 
 @dataclass(frozen=True, slots=True)

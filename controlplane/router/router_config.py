@@ -39,8 +39,9 @@ class RouterConfig:
         the second SLO the reports give (TTFT 2 s, TPOT 50 ms), chose 1 s (scripts/tune_router.py,
         bench/results/2026-12-03-sim-tune-16.json).
     tpot_measured_steps: the decode step in the TPOT predictions is at least the node's measured mean step time of
-        its last report's window (``NodeView.step_mean_ms``: every step, mixed prefill+decode ones included, the
-        time per token its decoders got), not only the pure decode step the model scales: under load a node's
+        its last report's window (``NodeView.step_mean_ms``: the steps that carried decode rows, mixed
+        prefill+decode ones included, the time per token its decoders got; GRID_17 ran with the mean over every
+        step, prefill-only ones too), not only the pure decode step the model scales: under load a node's
         steps carry prefill chunks of the prompts that keep arriving, which the model's backlog term (the prompts
         already queued, spread over the request's decode steps) does not see (bench/results/
         2026-12-03-tpot-arrival-diag.json: on conv the TPOT measured on the A100s and H100s is 1.6-2.1x the one

@@ -1,7 +1,8 @@
 """RouterConfig.tpot_measured_steps: the TPOT predictions' decode step is at least the node's measured mean step
 time of its last report's window (NodeView.step_mean_ms, every step, mixed prefill+decode ones included), on the
-scalar predictions and on both decision paths (numpy and the compiled kernel) alike; the registry takes the mean
-from the report, bad values left out."""
+scalar predictions and on both decision paths (numpy and the compiled kernel) alike; the node measures it over
+the steps that carried decode rows (StepRates.token_step_ms, LoadReport.decode_token_step_ms) and the registry takes
+it from the report, a value that is not a time left out."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from dataclasses import replace
 
 import pytest
 
-from controlplane.registry import MAX_STEP_TIMES, ClusterRegistry, step_mean_ms
+from controlplane.registry import ClusterRegistry
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policies.node_predictions import predict_decoders_tpot_s, predict_tpot_s, tpot_step_s
 from controlplane.router.policy import ClusterSnapshot
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
+from engine.step_rates import StepRates
 
 # only the TPOT miss charge decides: 2 s on a node predicted over 50 ms per token
 CONFIG = RouterConfig(
@@ -59,17 +61,28 @@ def test_both_decision_paths_price_the_measured_step(make_node_view, make_route_
     assert HardwareAwarePolicy(on, use_kernel).choose(request, snapshot) == "steady"
 
 
-def test_the_registry_takes_the_mean_of_the_reported_step_times(make_hello, make_report):
+def test_the_registry_takes_the_reported_time_per_decode_token(make_hello, make_report):
     registry = ClusterRegistry(ManualClock(), 5.0)
     registry.join(make_hello("n0"))
     assert registry.snapshot().nodes[0].step_mean_ms == 0.0  # no report yet
-    registry.report(make_report("n0", recent_step_ms=[10.0, 30.0, math.nan, -1.0, math.inf]))
-    assert registry.snapshot().nodes[0].step_mean_ms == 20.0  # NaN, negative and infinite left out
-    registry.report(make_report("n0", recent_step_ms=[]))
-    assert registry.snapshot().nodes[0].step_mean_ms == 0.0  # an idle window
+    registry.report(make_report("n0", decode_token_step_ms=20.0, recent_step_ms=[10.0, 90.0]))
+    assert registry.snapshot().nodes[0].step_mean_ms == 20.0  # the steps with decode rows, not every step
+    for bad in (math.nan, -1.0, math.inf):
+        registry.report(make_report("n0", decode_token_step_ms=bad))
+        assert registry.snapshot().nodes[0].step_mean_ms == 0.0  # not a time: no figure
+    registry.report(make_report("n0"))  # an older agent: no such field
+    assert registry.snapshot().nodes[0].step_mean_ms == 0.0
 
 
-def test_a_huge_step_list_costs_a_bounded_read():
-    times = [1000.0] * 10 + [2.0] * MAX_STEP_TIMES
-    assert step_mean_ms(times) == 2.0  # only the latest MAX_STEP_TIMES
-    assert step_mean_ms([math.nan]) == 0.0
+def test_step_rates_time_the_steps_that_carry_decode_rows():
+    """A window of a prefill-only step (90 ms), a mixed step (60 ms) and a pure decode step (20 ms): the decoders
+    got 40 ms per token; a window with no decode rows reports 0, and the pure decode mean is unchanged by it."""
+    rates = StepRates()
+    rates.observe(0.090, 2048, 0)
+    rates.observe(0.060, 1024, 3)
+    rates.observe(0.020, 0, 3)
+    rates.close_window()
+    assert rates.token_step_ms == pytest.approx(40.0) and rates.decode_step_ms == pytest.approx(20.0)
+    rates.observe(0.090, 2048, 0)
+    rates.close_window()
+    assert rates.token_step_ms == 0.0 and rates.decode_step_ms == pytest.approx(20.0)
