@@ -156,6 +156,9 @@ StepRates.token_step_ms, LoadReport.decode_token_step_ms), not over every step. 
 second SLO on six of seven cases but cost code80 at the default SLO (.393 -> .309); on code (long prompts, short
 outputs) a node runs many prefill-only chunk steps in which no request decodes, so the mean over every step
 overstates the time per token its decoders get. The same settings, anchors and herding check as GRID_17.
+Result: bench/results/2026-12-03-sim-tune-18.json: on chosen (no setting admissible; smallest margin -0.124 against
+off's -0.170), no herding; RouterConfig's default. On the eval split every default-SLO goodput and P99 target holds
+(code 80% .369 -> .396), and at the second SLO it is ahead of the best anchor on three of six cases.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

@@ -45,8 +45,8 @@ class RouterConfig:
         steps carry prefill chunks of the prompts that keep arriving, which the model's backlog term (the prompts
         already queued, spread over the request's decode steps) does not see (bench/results/
         2026-12-03-tpot-arrival-diag.json: on conv the TPOT measured on the A100s and H100s is 1.6-2.1x the one
-        predicted). Off: GRID_17 kept it off (bench/results/2026-12-03-sim-tune-17.json; it lifts the second SLO
-        on six of seven tuning cases but costs code at the default one).
+        predicted). On: GRID_18's choice over both SLOs (bench/results/2026-12-03-sim-tune-18.json); GRID_17,
+        with the mean over every step, kept it off (-17.json).
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
@@ -179,7 +179,7 @@ class RouterConfig:
     slo_tpot_s: float = 0.1
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 1.0
-    tpot_measured_steps: bool = False
+    tpot_measured_steps: bool = True
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
     slo_triage_spare_capable_below: float = 0.5

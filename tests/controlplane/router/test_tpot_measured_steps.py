@@ -19,11 +19,11 @@ from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
 from engine.step_rates import StepRates
 
-# only the TPOT miss charge decides: 2 s on a node predicted over 50 ms per token
+# only the TPOT miss charge decides: 2 s on a node predicted over 50 ms per token; the measured step off here
 CONFIG = RouterConfig(
     default_model_params_b=1.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_triage_penalty_s=0.0,
     slo_tpot_harm_penalty_s=0.0, slo_sacrifice_weight=0.0, slo_ttft_s=2.0, slo_tpot_s=0.05,
-    slo_tpot_miss_penalty_s=2.0,
+    slo_tpot_miss_penalty_s=2.0, tpot_measured_steps=False,
 )  # fmt: skip
 
 
