@@ -16,7 +16,7 @@ seconds)::
                 + step(decode_batch_size) if a decode batch is running (the current step must end first)
                 + the adapter's load time if the request names a LoRA adapter the node does not hold
                   (its measured mean load time, else RouterConfig.lora_load_estimate_s)
-    TPOT      = step(max(decode_batch_size, num_inflight) + 1)
+    TPOT      = max(step(max(decode_batch_size, num_inflight) + 1), step_mean (tpot_measured_steps: measured))
                 + min(backlog / rate / n, prefill_chunk_tokens / rate),   n = max(max_tokens - 1, 1)
                 (chunked prefill: while a node has prompts to prefill, every decode step also carries a
                 chunk of up to prefill_chunk_tokens; a node's backlog is how hard it is being fed, so it is
