@@ -26,7 +26,7 @@ seconds)::
                 (-inf while the node has swapped requests: it is already out of KV room)
     wait      = backlog / rate + step(decode_batch_size) if a decode batch is running   (TTFT less the prompt)
     own_s     = max(prompt - cached, 1) / rate                        this prompt's prefill time there
-    harm_tpot = step(max(decode_batch_size, num_inflight) + 1) + min((backlog_s + own_s) / n, chunk_s)
+    harm_tpot = TPOT's step term + min((backlog_s + own_s) / n, chunk_s)
                 the TPOT of the requests decoding there once this prompt's chunks share their steps
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
                   (tpot_excess_only: * max(TPOT - slo_tpot_s, 0) instead of * TPOT)
