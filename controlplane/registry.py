@@ -178,7 +178,7 @@ def _node_id_of(view: NodeView) -> str:
 
 class _Node:
     __slots__ = (
-        "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state", "step_mean_ms",
+        "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state",
         "unreported_prefill", "view", "view_values",
     )  # fmt: skip
 
@@ -193,7 +193,6 @@ class _Node:
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
         self.view_values: tuple = ()  # its view's fields, in order (ClusterRegistry._refresh)
-        self.step_mean_ms = 0.0  # from its last report (``step_mean_ms``)
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
@@ -286,7 +285,6 @@ class ClusterRegistry:
             return False
         node.last_seen_s = self.clock.now()
         node.report = report
-        node.step_mean_ms = step_mean_ms(report)
         node.take_reported(report)
         self._refresh(node)
         if node.state is NodeState.SUSPECT:
@@ -485,7 +483,7 @@ class ClusterRegistry:
             hello.host,
             hello.rack,
             hello.kv.prefix_hash_algo,
-            node.step_mean_ms,
+            0.0 if report is None else step_mean_ms(report),
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

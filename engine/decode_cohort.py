@@ -179,12 +179,10 @@ class DecodeCohort:
             return
         if len(rows) > 1:
             rows.sort(key=_rank)
-        manager = scheduler.kv_cache_manager
-        if len(rows) > manager.num_free_device_blocks:  # never: the plans check the blocks a step opens fit
-            raise RuntimeError(f"step {step}: the decode rows' block allocations did not go as planned")
         # one pool call for the step: each row's next token lands past its table, a fresh private block each (what
-        # try_allocate_slots does for each in turn, which reads nothing else of the row: its tokens stay lazy)
-        manager.append_fresh_blocks([row.request.req_id for row in rows])
+        # try_allocate_slots does for each in turn, which reads nothing else of the row: its tokens stay lazy); the
+        # plans checked they fit (else NoFreeBlocksError, nothing changed)
+        scheduler.kv_cache_manager.append_fresh_blocks([row.request.req_id for row in rows])
         opening, block_size = self.opening, self.block_size
         for row in rows:
             row.table_len += 1

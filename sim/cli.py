@@ -317,6 +317,7 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
+        budgets = step_budgets_by_gpu(results[0])
         for r in results:
             if "pd_split" in r.info:
                 info["pd_split"] = r.info["pd_split"]
@@ -342,7 +343,7 @@ def run_sim(args: argparse.Namespace) -> int:
             budgets = step_budgets_by_gpu(results[0])
         reports = aggregate(runs)
         info["seeds"] = seeds
-    info["step_budget"]["tokens_by_gpu"] = budgets if args.seeds > 1 else step_budgets_by_gpu(results[0])
+    info["step_budget"]["tokens_by_gpu"] = budgets
     if args.json:
         print(dumps(reports, info))
     else:
