@@ -7,6 +7,7 @@
     refused  requests the control plane's intake refused, by reason (overloaded = a 429 from admission
              control, no_node, prompt_too_long)
     utilisation per GPU profile: predicted busy time / (nodes of that profile x simulated time)
+    slo_by_gpu  per GPU profile, the shares of its requests meeting TTFT, TPOT and both (sim/slo_by_gpu.py)
 
 Percentiles are empirical (``inverted_cdf``), so an unfinished request makes a high percentile +inf
 instead of interpolating it away.
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from sim.des import SimResult
+from sim.slo_by_gpu import format_slo_by_gpu, mean_slo_by_gpu, slo_by_gpu
 
 PERCENTILES = (50, 90, 99)
 
@@ -54,6 +56,7 @@ class PolicyReport:
     refused: dict[str, int] = field(default_factory=dict)  # by ErrorCode value
     seeds: int = 1  # runs averaged into this report (``aggregate``)
     ci95: dict = field(default_factory=dict)  # half-widths of 95% intervals of the means, when seeds > 1
+    slo_by_gpu: dict = field(default_factory=dict)  # where the SLO is met, per GPU type (sim/slo_by_gpu.py)
     extra: dict = field(default_factory=dict)
 
 
@@ -103,6 +106,7 @@ def summarize(result: SimResult, slo: Slo | None = None) -> PolicyReport:
         wall_s=result.wall_s,
         speedup=result.speedup,
         refused=_count_refusals(records),
+        slo_by_gpu=slo_by_gpu(result, slo.ttft_s, slo.tpot_s),
         extra={
             **({"classes": by_class(records, slo)} if len({r.traffic_class for r in records}) > 1 else {}),
             **({"overload": result.info["overload"]} if "overload" in result.info else {}),
@@ -203,6 +207,7 @@ def _aggregate_one(reports: tuple[PolicyReport, ...]) -> PolicyReport:
         refused={k: _mean_count(r.refused.get(k, 0) for r in reports) for k in {k for r in reports for k in r.refused}},
         seeds=len(reports),
         ci95=ci,
+        slo_by_gpu=mean_slo_by_gpu([r.slo_by_gpu for r in reports]),
         extra=_aggregate_overload(reports),
     )
 
@@ -263,6 +268,9 @@ def format_table(reports: list[PolicyReport], slo: Slo | None = None) -> str:
     for r in reports:
         cells = [f"{r.utilisation.get(p, 0):>7.0%} / {r.requests_by_gpu.get(p, 0):>7d}" for p in profiles]
         lines.append(f"{r.policy:24s} " + " ".join(f"{c:>18s}" for c in cells) + f"   {r.speedup:>6.1f}x")
+    where = format_slo_by_gpu([(r.policy, r.slo_by_gpu) for r in reports], slo.ttft_s, slo.tpot_s)
+    if where:
+        lines += ["", where]
     return "\n".join(lines)
 
 
