@@ -98,8 +98,8 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         "--jobs",
         type=int,
         default=1,
-        help="with --seeds, run that many seeds at once, each in a process of its own (0: one per CPU); the "
-        "report is the same as one at a time",
+        help="run that many seeds, or with several policies that many policies' runs, at once, each in a process "
+        "of its own (0: one per CPU); the report is the same as one at a time",
     )
     parser.add_argument(
         "--slo-ttft", type=float, default=1.0, help="SLO on time to first token, s (goodput; told to the router)"
@@ -314,7 +314,13 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.jobs < 0:
         print(f"zoo sim: --jobs must be >= 0 (0: one per CPU), got {args.jobs}", file=sys.stderr)
         return 2
-    if args.seeds == 1:
+    apart = policies_apart(args, policies)
+    if args.seeds == 1 and apart and min(len(policies), args.jobs or os.cpu_count() or 1) > 1:
+        jobs = min(len(policies), args.jobs or os.cpu_count() or 1)
+        log(f"{len(policies)} policies, {jobs} at once (a process each)")
+        runs, budgets = run_seeds_in_processes(fleet, workload, policies, args, [args.seed], jobs, jitter=False)
+        reports = runs[0]
+    elif args.seeds == 1:
         results = run_policies(fleet, workload, policies, args, log)
         reports = [summarize(r, slo) for r in results]
         budgets = step_budgets_by_gpu(results[0])
@@ -330,9 +336,9 @@ def run_sim(args: argparse.Namespace) -> int:
             }
     else:
         seeds = list(range(args.seed, args.seed + args.seeds))
-        jobs = min(len(seeds), args.jobs or os.cpu_count() or 1)
+        jobs = min(len(seeds) * (len(policies) if apart else 1), args.jobs or os.cpu_count() or 1)
         if jobs > 1 and not args.plot:  # (a plot draws the last seed's records: kept in this process)
-            log(f"seeds {seeds[0]}..{seeds[-1]}, {jobs} at once (a process each)")
+            log(f"seeds {seeds[0]}..{seeds[-1]}, {jobs} {'runs' if apart else 'seeds'} at once (a process each)")
             runs, budgets = run_seeds_in_processes(fleet, workload, policies, args, seeds, jobs)
         else:
             runs = []
@@ -493,28 +499,52 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def policies_apart(args: argparse.Namespace, policies: list[str]) -> bool:
+    """Whether each policy's run may go to a process of its own (``--jobs``): several policies, and nothing their
+    runs share in this process (the records a plot draws, the --pd-split run added once after them, the spec
+    pairs' counters, the LoRA loads of each run's info)."""
+    return (
+        len(policies) > 1
+        and not args.plot
+        and pd_split_config(args) is None
+        and getattr(args, "spec_pairs", "none") == "none"
+        and not getattr(args, "adapters", 0)
+    )
+
+
 def run_seeds_in_processes(
-    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, seeds: list[int], jobs: int
+    fleet: Fleet,
+    workload: Workload,
+    policies: list[str],
+    args: argparse.Namespace,
+    seeds: list[int],
+    jobs: int,
+    jitter: bool = True,
 ) -> tuple[list[list[PolicyReport]], dict[str, list[int]]]:
-    """``--seeds`` with ``--jobs``: each seed's runs in a spawned process (``_run_seed``: the same runs as in this
-    process, given the same fleet, trace and arguments), ``jobs`` at once; each seed's reports in seed order, and
-    the last seed's step budgets by GPU (as the sequential path reports them). A failed run raises here."""
+    """``--jobs``: each seed's runs in a spawned process, or each run of a seed and a policy where the policies may
+    run apart (``policies_apart``), ``jobs`` at once (``_run_seed``: the same runs as in this process, given the same
+    fleet, trace and arguments; jitter: each seed's replica of the trace, else the trace itself, as one seed runs
+    it); each seed's reports in seed order, its policies in order, and the last seed's step budgets by GPU (as the
+    sequential path reports them). A failed run raises here."""
+    groups = [[policy] for policy in policies] if policies_apart(args, policies) else [policies]
     context = multiprocessing.get_context("spawn")  # a fresh interpreter: no thread or lock of this one copied
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = [pool.submit(_run_seed, fleet, workload, policies, args, seed) for seed in seeds]
-        outcomes = [future.result() for future in futures]
-    return [reports for reports, _ in outcomes], outcomes[-1][1]
+        futures = [[pool.submit(_run_seed, fleet, workload, g, args, seed, jitter) for g in groups] for seed in seeds]
+        outcomes = [[future.result() for future in row] for row in futures]
+    runs = [[report for reports, _ in row for report in reports] for row in outcomes]
+    return runs, outcomes[-1][0][1]
 
 
 def _run_seed(
-    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, seed: int
+    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, seed: int, jitter: bool = True
 ) -> tuple[list[PolicyReport], dict[str, list[int]]]:
-    """One seed's runs (in a child process): its reports and step budgets by GPU; its log lines name the seed."""
+    """One seed's runs of ``policies`` (in a child process): their reports and the step budgets by GPU of the first;
+    its log lines name the seed."""
 
     def log(msg: str) -> None:
         print(f"[seed {seed}] {msg.strip()}", file=sys.stderr, flush=True)
 
-    results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed)
+    results = run_policies(fleet, workload.jittered(seed) if jitter else workload, policies, args, log, seed=seed)
     slo = Slo(args.slo_ttft, args.slo_tpot)
     return [summarize(r, slo) for r in results], step_budgets_by_gpu(results[0])
 
