@@ -1,6 +1,6 @@
 """Decisions where hardware_aware sent a request to a node predicted to miss the TTFT target while another node of
 the same snapshot was predicted to meet it, and what made each meeting node dearer (the cost terms of
-``hardware_aware.predict_cost_s`` that charge a node meeting the target: KV room short of the prompt plus its
+``cost_reference.predict_cost_s`` that charge a node meeting the target: KV room short of the prompt plus its
 output reserve, the prompt pushing the node's decodes over the TPOT target, the node's own TPOT over it).
 
     PYTHONPATH=.:scripts python scripts/miss_diag.py --trace conv --load 0.8 --split eval [--knobs JSON]
@@ -19,7 +19,7 @@ from record_choices import recording_choices  # scripts/ beside this file (sys.p
 from tune_router import case_parser, parsed_knobs, simulate_split
 
 from controlplane.router.policies import node_predictions as npred
-from controlplane.router.policies.hardware_aware import predict_cost_s
+from controlplane.router.policies.cost_reference import predict_cost_s
 
 
 def _reasons(v, request, config) -> str:

@@ -22,12 +22,8 @@ from hypothesis import strategies as st
 from backends.gpu_table import gpu_profile, power_score
 from controlplane.router.policies import cost_kernel, hardware_aware
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, least_cost_index
-from controlplane.router.policies.hardware_aware import (
-    HardwareAwarePolicy,
-    lost_cause_fastest_rate,
-    predict_cost_s,
-    triage_spares_capable,
-)
+from controlplane.router.policies.cost_reference import lost_cause_fastest_rate, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from controlplane.router.policies import make_policy
-from controlplane.router.policies.hardware_aware import lost_cause_fastest_rate, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.cost_reference import lost_cause_fastest_rate, predict_cost_s, triage_spares_capable
 from controlplane.router.policies.node_predictions import (
     decode_step_s,
     estimate_decode_step_s,

@@ -21,12 +21,8 @@ from backends.gpu_table import gpu_profile, power_score
 from bench.hardware_aware_baseline import HardwareAwareBaseline
 from controlplane.registry import ClusterRegistry
 from controlplane.router.node_changes import NodeChangeLog
-from controlplane.router.policies.hardware_aware import (
-    HardwareAwarePolicy,
-    lost_cause_fastest_rate,
-    predict_cost_s,
-    triage_spares_capable,
-)
+from controlplane.router.policies.cost_reference import lost_cause_fastest_rate, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock

@@ -12,12 +12,8 @@ import pytest
 
 from bench.hardware_aware_baseline import HardwareAwareBaseline
 from controlplane.router.policies.cost_kernel import CostKernel, least_cost_index
-from controlplane.router.policies.hardware_aware import (
-    HardwareAwarePolicy,
-    lost_cause_fastest_rate,
-    predict_cost_s,
-    triage_spares_capable,
-)
+from controlplane.router.policies.cost_reference import lost_cause_fastest_rate, predict_cost_s, triage_spares_capable
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policies.node_predictions import (
     kv_headroom_tokens,
     predict_decoders_tpot_s,
