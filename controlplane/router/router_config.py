@@ -47,6 +47,15 @@ class RouterConfig:
         2026-12-03-tpot-arrival-diag.json: on conv the TPOT measured on the A100s and H100s is 1.6-2.1x the one
         predicted). On: GRID_18's choice over both SLOs (bench/results/2026-12-03-sim-tune-18.json); GRID_17,
         with the mean over every step, kept it off (-17.json).
+    slo_tpot_floor_miss: a node that cannot meet the TPOT target at any load is charged as missing the SLO: where
+        its decode step with one sequence (the roofline's, or the start-up profile's measured step where that is
+        lower: ``node_predictions.decode_floor_s``) is above the request's TPOT target, it pays the TTFT miss
+        penalty even where its TTFT meets the target (once: not on top of a TTFT miss), bin packing does not
+        charge it, and it counts as missing toward a lost cause (sacrifice); SLO triage still reads its TTFT as
+        it is, so it stays where the lost causes go. A prefix cache does not lift that charge. So such a GPU
+        type takes only what no node can serve within the SLO (an L4 decodes an 8B model's step in ~70 ms: at a
+        50 ms TPOT target every request it takes is lost, however short its queue). At the default SLO (100 ms)
+        no node of the zoo fleets is such a node, and nothing changes.
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
@@ -180,6 +189,7 @@ class RouterConfig:
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 1.0
     tpot_measured_steps: bool = True
+    slo_tpot_floor_miss: bool = False
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
     slo_triage_spare_capable_below: float = 0.5

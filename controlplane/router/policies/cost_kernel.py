@@ -11,7 +11,7 @@ What it reads, ``values`` float64 [num_columns, n] (NodeTable.values, C order; t
 ``HardwareAwarePolicy._derive``, checked by the tests)::
 
     row 0 COL_MAX_PROMPT   2 COL_INV_RATE   3 COL_BASE_S   4 COL_STEP_S   5 COL_BACKLOG_S
-        6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S   9 COL_DECODERS
+        6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S   9 COL_DECODERS   10 COL_FLOOR_S
 
 Per node i, in this order (a bracket: only when that knob is non-zero, as the numpy path skips the pass;
 slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
@@ -19,8 +19,9 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     c  = inv_rate * own + base_s                              own = max(prompt, 1)
     c += lora_load_s                          a LoRA request, and the node does not hold the adapter
     miss = c > slo_ttft                                                 [ttft_penalty or triage_penalty]
-    c += ttft_penalty      if miss            [ttft_penalty]
-    c += min((slo_ttft - inv_rate * own) * pack_weight, ttft_penalty)   if not miss   [pack_weight]
+    doomed = floor_miss and floor > slo_tpot         (slo_tpot_floor_miss: it misses TPOT at any load)
+    c += ttft_penalty      if miss or doomed  [ttft_penalty]
+    c += min((slo_ttft - inv_rate * own) * pack_weight, ttft_penalty)   if not (miss or doomed)   [pack_weight]
                                                                   (bin packing; min as np.minimum)
          (pack_needs_tpot and t > slo_tpot, t below: min(slo_ttft * pack_weight, ttft_penalty) instead)
     c += triage_penalty    if miss and base_s <= slo_ttft   [triage_penalty]      (SLO triage)
@@ -34,7 +35,7 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
-    then, only when sacrifice_s != 0 and every node's miss was True (a lost cause; sacrifice_s = weight *
+    then, only when sacrifice_s != 0 and every node's miss or doomed was True (a lost cause; sacrifice_s = weight *
     slo_ttft), a second pass over the nodes that can take the prompt (sacrifice):
     c += (least inv_rate / inv_rate) * sacrifice_s    (least as np.min: a NaN wins; x / 0 as numpy: inf, NaN)
          (sacrifice_max_ttft != 0: 1.0 * sacrifice_s instead where the node's TTFT, inv_rate * own + base_s
@@ -47,7 +48,8 @@ matched, exactly as ``HardwareAwarePolicy._credit_cached_prefix`` does it: a hol
 less (own * inv_rate + most_penalties_s) is above the least cost, most_penalties_s = ttft_penalty +
 triage_penalty + harm_penalty + kv_penalty (summed in that order); else its saving is the cached tokens'
 prefill, the TTFT penalty when the cached prompt meets the TTFT SLO it was charged at (the class's, else the
-router's; ``router_slo_ttft_s`` in ``params``) where the whole one did not, with it the triage penalty when
+router's; ``router_slo_ttft_s`` in ``params``) where the whole one did not (not on a doomed node, which keeps it,
+its sacrifice charge and no packing charge), with it the triage penalty when
 base_s <= that SLO, less bin packing's charge min(slack * pack_weight, ttft_penalty) when slack = that SLO -
 own * inv_rate (that SLO when pack_needs_tpot and t > slo_tpot) is > 0 (pack_weight non-zero), the harm penalty
 when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
@@ -88,8 +90,9 @@ COL_CHUNK_S = 6
 COL_HEADROOM = 7
 COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
-NUM_COLUMNS = 10
-NUM_PARAMS = 21  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 21 arguments)
+COL_FLOOR_S = 10
+NUM_COLUMNS = 11
+NUM_PARAMS = 22  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 21 arguments)
 
 
 def least_cost_index(
@@ -107,11 +110,13 @@ def least_cost_index(
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s,
-     sacrifice_max_rate_ratio) = params  # fmt: skip
+     sacrifice_max_rate_ratio, tpot_floor_miss) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
     headroom, lora_load, decoders = values[COL_HEADROOM], values[COL_LORA_LOAD_S], values[COL_DECODERS]
+    floor = values[COL_FLOOR_S]
+    floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
     for k in range(tagged.shape[0]):
         is_tagged[tagged[k]] = True
@@ -134,8 +139,9 @@ def least_cost_index(
         c = own_s + base[i]
         c += lora_load[i] if lora and not is_tagged[i] else 0.0
         miss = c > slo_ttft_s
-        lost &= miss
-        c += ttft_penalty_s if miss else 0.0
+        missing = miss or (floor_miss and floor[i] > slo_tpot_s)
+        lost &= missing
+        c += ttft_penalty_s if missing else 0.0
         t = backlog[i] * inv_steps  # the predicted TPOT (bin packing's gate and the TPOT term below)
         chunk_s = chunk[i]
         t = chunk_s if chunk_s < t or chunk_s != chunk_s else t  # np.minimum: a NaN on either side wins
@@ -144,7 +150,7 @@ def least_cost_index(
         # bin packing: the slack of a node that meets the TTFT target (pack_needs_tpot: all of it if it misses TPOT)
         x = (slo_ttft_s if gate and t > slo_tpot_s else slo_ttft_s - own_s) * pack_weight
         x = ttft_penalty_s if ttft_penalty_s < x else x  # np.minimum(x, penalty): a NaN x wins
-        c += x if pack_weight != 0.0 and not miss else 0.0
+        c += x if pack_weight != 0.0 and not missing else 0.0
         c += triage_penalty_s if miss and (own_s if spare else base[i]) <= slo_ttft_s else 0.0  # SLO triage
         c += tpot_penalty_s if t > slo_tpot_s else 0.0
         x = t - slo_tpot_s  # tpot_excess_only: np.maximum(t - slo, 0.0) (a NaN wins)
@@ -209,10 +215,11 @@ def least_cost_index(
             cached_own = 1.0
         saved_s = (own - cached_own) * rate_inv
         if own * rate_inv + base_s > router_slo_ttft_s and cached_own * rate_inv + base_s <= router_slo_ttft_s:
-            saved_s += ttft_penalty_s
+            doomed = floor_miss and floor[i] > slo_tpot_s  # still charged as a miss, and not packed
+            saved_s += 0.0 if doomed else ttft_penalty_s
             if (own * rate_inv if spare else base[i]) <= router_slo_ttft_s:  # the triage penalty, if charged
                 saved_s += triage_penalty_s
-            if sacrifice_s != 0.0:  # no longer a lost cause there: sacrifice's charge, as added above
+            if sacrifice_s != 0.0 and not doomed:  # no longer a lost cause there: sacrifice's charge, as added above
                 x = fastest_inv_rate / rate_inv if rate_inv != 0.0 else fastest_inv_rate * math.inf
                 if tiered:
                     x = 1.0 if x > sacrifice_max_rate_ratio else x
@@ -227,7 +234,7 @@ def least_cost_index(
                 t = chunk[i] if chunk[i] < t or chunk[i] != chunk[i] else t
                 if t + step[i] > slo_tpot_s:
                     slack_s = router_slo_ttft_s
-            if pack_weight != 0.0 and slack_s > 0.0:
+            if pack_weight != 0.0 and slack_s > 0.0 and not doomed:
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
         if harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
@@ -359,6 +366,7 @@ class CostKernel:
             float(config.slo_sacrifice_weight * slo_ttft_s),  # sacrifice_s (charged only for a lost cause)
             float(config.slo_sacrifice_max_ttft_s),  # sacrifice_max_ttft_s (0: no bound)
             float(config.slo_sacrifice_max_rate_ratio),  # sacrifice_max_rate_ratio (0: every node's factor)
+            1.0 if config.slo_tpot_floor_miss else 0.0,  # tpot_floor_miss
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

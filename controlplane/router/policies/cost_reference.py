@@ -6,6 +6,7 @@ module docstring; the predictions they read: node_predictions.py."""
 from __future__ import annotations
 
 from controlplane.router.policies.node_predictions import (
+    decode_floor_s,
     kv_headroom_tokens,
     lora_cold_load_s,
     predict_decoders_tpot_s,
@@ -27,13 +28,22 @@ def triage_spares_capable(nodes, num_prompt_tokens: int, config: RouterConfig, s
     return capable < config.slo_triage_spare_capable_below * len(nodes)
 
 
+def tpot_floor_missed(node: NodeView, config: RouterConfig) -> bool:
+    """RouterConfig.slo_tpot_floor_miss: whether ``node`` is charged as missing the SLO whatever its TTFT (its
+    fastest decode step is above the TPOT target); False with the knob off."""
+    return config.slo_tpot_floor_miss and decode_floor_s(node, config) > config.slo_tpot_s
+
+
 def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float) -> float:
     """For sacrifice (RouterConfig.slo_sacrifice_weight): the fastest prefill rate among ``nodes`` when
     ``request`` is a lost cause there (its TTFT with nothing cached, adapter load included, > ``slo_ttft_s`` on
-    every one of them), else 0.0 (not one, or the knob is off)."""
+    every one of them, or the node charged as missing by ``tpot_floor_missed``), else 0.0 (not one, or the knob
+    is off)."""
     prompt, lora = request.num_prompt_tokens, request.lora_name
     if not config.slo_sacrifice_weight or any(
-        predict_ttft_s(v, prompt, config) + lora_cold_load_s(v, lora, config) <= slo_ttft_s for v in nodes
+        predict_ttft_s(v, prompt, config) + lora_cold_load_s(v, lora, config) <= slo_ttft_s
+        and not tpot_floor_missed(v, config)
+        for v in nodes
     ):
         return 0.0
     return max((prefill_rate_tok_per_s(v, config) for v in nodes), default=0.0)
@@ -83,6 +93,10 @@ def predict_cost_s(
         if charged:
             cost += config.slo_triage_penalty_s
         if lost:  # sacrifice: the more capable the node, the more it costs a lost cause (within the bound)
+            cost += sacrifice_charge_s(node, request, config, lost)
+    elif tpot_floor_missed(node, config):  # it misses the TPOT target at any load: charged as a miss (no triage)
+        cost += config.slo_ttft_miss_penalty_s
+        if lost:
             cost += sacrifice_charge_s(node, request, config, lost)
     elif config.slo_pack_weight:  # bin packing: the spare capability of a node that meets the TTFT target
         if config.slo_pack_needs_tpot and tpot_s > config.slo_tpot_s:  # it misses TPOT: the most packing charges

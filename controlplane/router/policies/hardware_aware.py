@@ -30,7 +30,9 @@ seconds)::
                 the TPOT of the requests decoding there once this prompt's chunks share their steps
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
                   (tpot_excess_only: * max(TPOT - slo_tpot_s, 0) instead of * TPOT)
-                + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s
+                + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s, or (slo_tpot_floor_miss) floor > slo_tpot_s
+                  (floor: the node's one-sequence decode step, its fastest; such a node is not packed, and
+                   counts as missing toward a lost cause; a prefix cache does not lift its charge)
                 + slo_triage_penalty_s      if TTFT > slo_ttft_s and wait <= slo_ttft_s        (SLO triage)
                   (when fewer than slo_triage_spare_capable_below * (number of nodes) nodes have
                    own_s <= slo_ttft_s with nothing cached: if TTFT > slo_ttft_s and that holds instead)
@@ -117,7 +119,8 @@ _COL_CHUNK_S = 6  # prefill_chunk_tokens / rate
 _COL_HEADROOM = 7  # KV tokens free for new work
 _COL_LORA_LOAD_S = 8  # an adapter's load time there (measured mean, else the estimate)
 _COL_DECODERS = 9  # requests decoding there (last report)
-_NUM_COLUMNS = 10
+_COL_FLOOR_S = 10  # its fastest decode step (one sequence; node_predictions.decode_floor_s)
+_NUM_COLUMNS = 11
 
 
 class HardwareAwarePolicy(PolicyHooks):
@@ -196,6 +199,7 @@ class HardwareAwarePolicy(PolicyHooks):
         if len(self._cost) != n:
             self._cost, self._tpot, self._add = np.empty(n), np.empty(n), np.empty(n)
             self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
+            self._missing = np.empty(n, dtype=bool)
             self._sacrifice = np.empty(n)
         config = self.config
         overload = self.overload
@@ -217,7 +221,12 @@ class HardwareAwarePolicy(PolicyHooks):
         if ttft_terms or config.slo_sacrifice_weight:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
             miss = np.greater(cost, slo_ttft_s, self._miss)
-            if config.slo_sacrifice_weight and miss.all():
+            missing = miss  # charged as missing the SLO: the TTFT misses, and the nodes that miss TPOT at any load
+            if config.slo_tpot_floor_miss:
+                slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+                missing = np.greater(columns[_COL_FLOOR_S], slo_tpot_s, self._missing)
+                np.logical_or(miss, missing, missing)
+            if config.slo_sacrifice_weight and missing.all():
                 sacrifice_s = config.slo_sacrifice_weight * slo_ttft_s
                 factor = np.divide(columns[_COL_INV_RATE].min(), columns[_COL_INV_RATE], self._sacrifice)
                 if config.slo_sacrifice_max_rate_ratio:  # not the slowest tier: charged as the fastest node
@@ -226,7 +235,7 @@ class HardwareAwarePolicy(PolicyHooks):
                     over = np.greater(cost, config.slo_sacrifice_max_ttft_s, self._short)
                     np.copyto(factor, 1.0, where=over)
             if config.slo_ttft_miss_penalty_s:
-                np.multiply(miss, config.slo_ttft_miss_penalty_s, add)
+                np.multiply(missing, config.slo_ttft_miss_penalty_s, add)
                 cost += add
             if config.slo_pack_weight:  # bin packing: the slack of the nodes that meet the target
                 np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), add)
@@ -237,7 +246,7 @@ class HardwareAwarePolicy(PolicyHooks):
                     np.copyto(add, slo_ttft_s, where=np.greater(tpot, slo_tpot_s, self._short))
                 add *= config.slo_pack_weight
                 np.minimum(add, config.slo_ttft_miss_penalty_s, out=add)
-                np.copyto(add, 0.0, where=miss)
+                np.copyto(add, 0.0, where=missing)
                 cost += add
             if config.slo_triage_penalty_s:  # SLO triage: a miss on a node whose queue still meets the SLO
                 capable = None
@@ -348,6 +357,7 @@ class HardwareAwarePolicy(PolicyHooks):
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
+        floor_miss = config.slo_tpot_floor_miss  # a node that misses TPOT at any load keeps its miss charges
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
         if triage_penalty_s and config.slo_triage_spare_capable_below:
             capable = np.count_nonzero(np.multiply(table.columns[_COL_INV_RATE], float(own)) <= slo_ttft_s)
@@ -373,12 +383,14 @@ class HardwareAwarePolicy(PolicyHooks):
                 cached_own = 1
             saved_s = (own - cached_own) * inv_rate
             if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
-                saved_s += ttft_penalty_s
+                doomed = floor_miss and row[_COL_FLOOR_S] > slo_tpot_s  # still charged as a miss, and not packed
+                if not doomed:
+                    saved_s += ttft_penalty_s
                 if (own * inv_rate if spare else row[_COL_BASE_S]) <= slo_ttft_s:  # the triage penalty, if charged
                     saved_s += triage_penalty_s
-                if lost_s:  # no longer a lost cause there: sacrifice's charge, as ``choose`` added it
+                if lost_s and not doomed:  # no longer a lost cause there: sacrifice's charge, as ``choose`` added it
                     saved_s += factor.item(i) * lost_s
-                if pack_weight:  # it meets the target now: bin packing charges its slack
+                if pack_weight and not doomed:  # it meets the target now: bin packing charges its slack
                     slack_s = slo_ttft_s - own * inv_rate
                     if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it
                         slack_s = slo_ttft_s
@@ -483,6 +495,7 @@ class HardwareAwarePolicy(PolicyHooks):
             headroom,
             lora_load_s if lora_load_s > 0 else config.lora_load_estimate_s,
             float(batch),
+            floor_s,
         )
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:

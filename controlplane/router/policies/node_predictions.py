@@ -57,6 +57,20 @@ def decode_step_s(node: NodeView, num_seqs: int, config: RouterConfig) -> float:
     return floor_s + (measured_s - floor_s) / max(node.decode_batch_size, 1) * num_seqs
 
 
+def decode_floor_s(node: NodeView, config: RouterConfig) -> float:
+    """The fastest decode step ``node`` can take: one sequence, the roofline's, or its measured step (the
+    start-up profile's, at its reported batch) where that is lower, as ``decode_step_s`` takes its floor.
+    RouterConfig.slo_tpot_floor_miss compares it with the TPOT target."""
+    params_b = config.params_b_for(node.model)
+    bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
+    floor_s = estimate_decode_step_s(1, bw, peak, params_b, bpp, config.decode_bandwidth_efficiency, config.prefill_mfu)
+    if node.decode_step_ms > 0:
+        measured_s = node.decode_step_ms / 1000.0
+        if measured_s < floor_s:
+            return measured_s
+    return floor_s
+
+
 def backlog_tokens(node: NodeView) -> int:
     """Prompt tokens on ``node`` not prefilled yet: its last report's queue plus what was routed since."""
     return node.queued_prefill_tokens + node.inflight_prefill_tokens
