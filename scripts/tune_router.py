@@ -160,6 +160,19 @@ Result: bench/results/2026-12-03-sim-tune-18.json: on chosen (no setting admissi
 off's -0.170), no herding; RouterConfig's default. On the eval split every default-SLO goodput and P99 target holds
 (code 80% .369 -> .396), and at the second SLO it is ahead of the best anchor on three of six cases.
 
+The nineteenth grid (GRID_19, declared and committed before it ran, the rule unchanged, with --stress and --slo2):
+RouterConfig.slo_tpot_floor_miss off (the default row) / on, at GRID_18's choice, over the same 14 cases (and the
+seven stress cases). Why: at the second SLO on code 80% and 60% (eval split, diagnosis only, seed 0,
+bench/results/2026-12-03-slo2-code-by-gpu.json: `zoo sim`'s new where-the-SLO-is-met table) hardware_aware sends
+1,227 and 1,439 requests to the L4s, of which none meet TPOT (an 8B model's one-sequence step there is ~70 ms,
+above 50 ms at any load), while their TTFT is met on 50% and 89%: the TTFT-led cost sees them as the quickest
+place to serve, and triage spares them as nodes still in time. On, such a node is charged as missing the SLO
+(and counts as missing toward a lost cause): it takes only what no node can serve within the SLO. At the default
+SLO no zoo node is such a node (tests/controlplane/router/test_tpot_floor_miss.py), so the seven default-SLO cases
+cannot change; the stress cases neither. Anchors: all 14 from bench/results/2026-12-03-sim-tune-16.json
+(--anchors-from; the simulator's results unchanged since). A choice that herds test_no_herding.py's burst is
+refused, as before.
+
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
 
@@ -234,6 +247,7 @@ ALL_CASES = {**CASES, **STRESS_CASES}
 GRID_16 = {"slo_tpot_miss_penalty_s": [0.0, 1.0, 2.0, 3.0]}
 GRID_17 = {"tpot_measured_steps": [False, True]}  # ran with the mean over every step (at c2635fc)
 GRID_18 = {"tpot_measured_steps": [False, True]}  # the mean over the steps with decode rows
+GRID_19 = {"slo_tpot_floor_miss": [False, True]}
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
