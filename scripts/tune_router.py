@@ -172,6 +172,10 @@ SLO no zoo node is such a node (tests/controlplane/router/test_tpot_floor_miss.p
 cannot change; the stress cases neither. Anchors: all 14 from bench/results/2026-12-03-sim-tune-16.json
 (--anchors-from; the simulator's results unchanged since). A choice that herds test_no_herding.py's burst is
 refused, as before.
+Result: bench/results/2026-12-03-sim-tune-19.json: kept off (no setting admissible; smallest margin -0.163 against
+off's -0.124, both at mooncake100@slo2). On lifts four of the seven second-SLO cases (conv80@slo2 .979 -> .998,
+code80@slo2 .230 -> .234) and costs the mooncake ones (mooncake100@slo2 .330 -> .291); the default-SLO and stress
+cases are unchanged, as they must be.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

@@ -55,7 +55,9 @@ class RouterConfig:
         it is, so it stays where the lost causes go. A prefix cache does not lift that charge. So such a GPU
         type takes only what no node can serve within the SLO (an L4 decodes an 8B model's step in ~70 ms: at a
         50 ms TPOT target every request it takes is lost, however short its queue). At the default SLO (100 ms)
-        no node of the zoo fleets is such a node, and nothing changes.
+        no node of the zoo fleets is such a node, and nothing changes. Kept off by the nineteenth grid, over both
+        SLOs (bench/results/2026-12-03-sim-tune-19.json: the second SLO's code cases gain .004-.008, its mooncake
+        ones lose up to .039).
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
