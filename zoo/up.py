@@ -27,7 +27,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from zoo.up_config import UpConfig
+from zoo.up_config import UpConfig, cpu_threads_each
 
 STOP_GRACE_S = 10.0
 MAX_RESTARTS = 5
@@ -70,14 +70,28 @@ def _die_with_parent(death_signal: int):
     return setup
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity), which its children inherit."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
 class LocalZoo:
     def __init__(self, config: UpConfig, log_dir: Path, python: str = sys.executable) -> None:
         self.config = config
         self.log_dir = log_dir
         self._python = python
         self._controlplane = _Child("controlplane", config.controlplane_argv(), log_dir / "controlplane.log")
+        threads = cpu_threads_each(config.agents, usable_cores())  # a share of this host's cores each
         self._agents = [
-            _Child(a.node_id, a.argv(config.control), log_dir / f"agent-{a.node_id}.log", signal.SIGINT)
+            _Child(
+                a.node_id,
+                a.argv(config.control, None if a.backend == "sim" else threads),
+                log_dir / f"agent-{a.node_id}.log",
+                signal.SIGINT,
+            )
             for a in config.agents
         ]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from zoo.up_config import UpConfig, load_up_config
+from zoo import up
+from zoo.up_config import AgentSpec, UpConfig, cpu_threads_each, load_up_config
 
 
 def test_no_file_gives_a_torch_and_a_jax_agent():
@@ -72,3 +73,30 @@ def test_missing_file(tmp_path):
 def test_http_must_be_host_port():
     with pytest.raises(ValueError, match="HOST:PORT"):
         UpConfig(http="8000")
+
+
+def test_agents_on_one_host_share_its_cores_unless_they_set_their_own():
+    """`zoo up` (and `make demo`) start every agent on this host: each that does not set num_threads gets the
+    cores the others leave, shared, at least 1; a simulated agent computes nothing and takes no share."""
+    torch_jax = [AgentSpec("t", "torch"), AgentSpec("j", "jax")]
+    assert cpu_threads_each(torch_jax, cores=2) == 1
+    assert cpu_threads_each(torch_jax, cores=16) == 8
+    assert cpu_threads_each([*torch_jax, AgentSpec("s", "sim")], cores=16) == 8
+    assert cpu_threads_each([AgentSpec("t", "torch", {"num_threads": 10}), AgentSpec("j", "jax")], cores=16) == 6
+    assert cpu_threads_each([AgentSpec("t", "torch", {"num_threads": 4})], cores=2) is None
+    assert cpu_threads_each([AgentSpec("a", "torch"), AgentSpec("b", "torch"), AgentSpec("c", "jax")], cores=2) == 1
+    assert cpu_threads_each([AgentSpec("s", "sim")], cores=2) is None
+    argv = AgentSpec("t", "torch").argv("tcp://127.0.0.1:5555", 3)
+    assert argv[argv.index("--num-threads") + 1] == "3"
+    own = AgentSpec("t", "torch", {"num_threads": 5}).argv("tcp://127.0.0.1:5555", 3)
+    assert own[own.index("--num-threads") + 1] == "5"
+
+
+def test_the_local_zoo_passes_each_agent_its_share(tmp_path, monkeypatch):
+    monkeypatch.setattr(up, "usable_cores", lambda: 4)
+    config = UpConfig(agents=[AgentSpec("t", "torch"), AgentSpec("j", "jax"), AgentSpec("s", "sim")])
+    zoo = up.LocalZoo(config, tmp_path)
+    argvs = {child.name: child.argv for child in zoo._agents}
+    assert argvs["t"][argvs["t"].index("--num-threads") + 1] == "2"
+    assert argvs["j"][argvs["j"].index("--num-threads") + 1] == "2"
+    assert "--num-threads" not in argvs["s"]
