@@ -9,8 +9,9 @@ the control plane placed a request on; ``unplaced`` for a request it refused), o
     of_all     requests meeting both there / every request of the run: the type's part of the run's goodput
                (the parts sum to the goodput)
 
-An unfinished request (drain limit) meets neither target, as in the goodput. Over several seeds each figure is
-the mean of the seeds' (a type a seed did not use counts as no requests, shares 0).
+A request unfinished at the drain limit does not meet TPOT (nor, so, the goodput), as in the goodput; its TTFT
+counts where its first token came in time. Over several seeds each figure is the mean of the seeds' (a type a seed
+did not use counts as no requests, shares 0).
 """
 
 from __future__ import annotations

@@ -139,6 +139,7 @@ class HardwareAwarePolicy(PolicyHooks):
         self._add = np.empty(0)
         self._short = np.empty(0, dtype=bool)
         self._miss = np.empty(0, dtype=bool)
+        self._missing = np.empty(0, dtype=bool)
         self._sacrifice = np.empty(0)  # sacrifice's factor per node: rate / fastest_rate, or 1 beyond the bound
         # overload mode (RouterConfig.overload_window_s): the detector, the escalated configuration, and the
         # last decision (request id, node id, time, predicted late) for on_routed to record
