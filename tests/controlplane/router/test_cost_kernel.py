@@ -101,25 +101,6 @@ CONFIGS = (
         slo_sacrifice_max_ttft_s=0.5,
         slo_pack_weight=1.0,
     ),
-    # a node whose one-sequence decode step is above the TPOT target charged as a miss (8B: the L4's and T4's
-    # roofline step ~70 ms, the L40S's ~25, the A100's ~14, the H200's ~3; a measured 5 ms one is lower)
-    RouterConfig(default_model_params_b=8.0, slo_ttft_s=2.0, slo_tpot_s=0.02, slo_tpot_floor_miss=True),
-    RouterConfig(
-        default_model_params_b=8.0,
-        slo_tpot_s=0.02,
-        slo_tpot_floor_miss=True,
-        slo_sacrifice_weight=5.0,
-        slo_pack_weight=1.0,
-    ),
-    replace(
-        GOODPUT_ONLY,
-        default_model_params_b=8.0,
-        slo_ttft_miss_penalty_s=10.0,
-        slo_tpot_floor_miss=True,
-        slo_sacrifice_weight=30.0,
-        slo_sacrifice_max_ttft_s=1.5,
-    ),
-    RouterConfig(slo_tpot_s=0.005, slo_tpot_floor_miss=True, slo_pack_weight=2.0, slo_pack_needs_tpot=True),
 )
 
 profiles = st.fixed_dictionaries(
@@ -232,7 +213,6 @@ GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
 SACRIFICE = tuple(c for c in CONFIGS if c.slo_sacrifice_weight)
 BOUNDED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_ttft_s)
 TIERED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_rate_ratio)
-FLOORED = tuple(c for c in CONFIGS if c.slo_tpot_floor_miss)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -265,15 +245,6 @@ def test_tiered_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, pi
     """The same check with sacrifice limited to the slowest tier (slo_sacrifice_max_rate_ratio), alone and with
     the bound: each node's factor against the ratio, in the charge and in the prefix credit's lift of it, agrees
     on all three paths."""
-    _check_alike(config, pool, picks, history, spec)
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(FLOORED), *FLEET_CASES)
-def test_tpot_floor_miss_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
-    """The same check with the nodes that miss the TPOT target at any load charged as a miss
-    (slo_tpot_floor_miss), with sacrifice and bin packing: the floor against the class's TPOT target, the charge,
-    the lost-cause test and the prefix credit's refusal to lift it agree on all three paths."""
     _check_alike(config, pool, picks, history, spec)
 
 
@@ -476,37 +447,6 @@ def test_hand_made_decode_protection(kernel):
     values[cost_kernel.COL_CHUNK_S, 0] = 1.0
     values[cost_kernel.COL_DECODERS, 0] = 0.0  # nothing decoding: nothing to protect
     assert _run(kernel, values, harm_penalty_s=3.0, **knobs)[0] == 0
-
-
-@pytest.mark.parametrize("kernel", KERNELS)
-def test_hand_made_tpot_floor_miss(kernel):
-    """slo_tpot_floor_miss: a node whose fastest decode step is above the TPOT target pays the TTFT miss penalty
-    where its TTFT meets the target (once where it misses), counts as missing toward a lost cause, and keeps the
-    charge when a cached prefix brings its TTFT under the target."""
-    values = _values(2)
-    values[cost_kernel.COL_INV_RATE] = [1e-3, 2e-3]  # 100 tokens: 0.1 s on node 0 (the fast one), 0.2 s on node 1
-    values[cost_kernel.COL_BASE_S] = [0.5, 0.0]
-    values[cost_kernel.COL_FLOOR_S] = [0.01, 0.07]  # node 1 decodes one sequence in 70 ms
-    knobs = dict(slo_ttft_s=1.0, slo_tpot_s=0.05, ttft_penalty_s=10.0)
-    i, cost = _run(kernel, values, **knobs)
-    assert i == 1 and list(cost) == [0.1 + 0.5, 0.2]  # off: node 1 is quicker to its first token
-    i, cost = _run(kernel, values, tpot_floor_miss=1.0, **knobs)
-    assert i == 0 and list(cost) == [0.1 + 0.5, 0.2 + 10.0]
-    assert _run(kernel, values, tpot_floor_miss=1.0, **{**knobs, "slo_tpot_s": 0.07})[0] == 1  # 70 ms: within it
-    values[cost_kernel.COL_BASE_S] = [2.0, 2.0]  # both miss the TTFT target: one penalty each
-    i, cost = _run(kernel, values, tpot_floor_miss=1.0, **knobs)
-    assert list(cost) == [0.1 + 2.0 + 10.0, 0.2 + 2.0 + 10.0]
-    # a lost cause: node 0 misses TTFT, node 1 can never meet TPOT; sacrifice sends it to the slower one
-    values[cost_kernel.COL_BASE_S] = [2.0, 0.0]
-    i, cost = _run(kernel, values, tpot_floor_miss=1.0, sacrifice_s=5.0, **knobs)
-    assert i == 1 and list(cost) == [0.1 + 2.0 + 10.0 + 5.0, 0.2 + 10.0 + 2.5]
-    assert _run(kernel, values, tpot_floor_miss=0.0, sacrifice_s=5.0, **knobs)[1][0] == 0.1 + 2.0 + 10.0  # not lost
-    # a prefix cached on node 1 brings its TTFT (1.15 s, the whole prompt) under 1 s (0.958 s): off, the credit
-    # lifts the penalty and node 1 beats node 0's 1.0 s; on, the charge stays
-    values[cost_kernel.COL_BASE_S] = [0.9, 0.95]
-    cand = dict(cand=(1,), cached=(96,))
-    assert _run(kernel, values, tpot_floor_miss=0.0, **knobs, **cand)[0] == 1
-    assert _run(kernel, values, tpot_floor_miss=1.0, **knobs, **cand)[0] == 0
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -8,7 +8,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from controlplane.router.policies import cost_kernel
 from controlplane.router.policies.cost_reference import lost_cause_fastest_rate, predict_cost_s, tpot_floor_missed
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policies.node_predictions import decode_floor_s
@@ -17,6 +20,7 @@ from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
 from sim.des import SimNode, default_router_config
 from sim.fleet import load_fleet
+from tests.controlplane.router.test_cost_kernel import FLEET_CASES, GOODPUT_ONLY, KERNELS, _check_alike, _run, _values
 
 # an 8B model: the L4's one-sequence step reads 16 GB at 300 GB/s x 0.75, ~71 ms; the H100's ~6 ms. Only the TTFT
 # terms decide here (no TPOT weight or charge, no triage, harm or sacrifice)
@@ -88,3 +92,66 @@ def test_on_the_zoo_fleets_it_marks_the_l4s_at_50_ms_and_nothing_at_the_default_
     assert config.slo_tpot_s == 0.1 and not any(tpot_floor_missed(v, config) for v in views)
     slo2 = replace(config, slo_tpot_s=0.05)
     assert {v.gpu_type for v in views if tpot_floor_missed(v, slo2)} == {"L4"}
+
+
+FLOORED = (
+    # a node whose one-sequence decode step is above the TPOT target charged as a miss (8B: the L4's and T4's
+    # roofline step ~70 ms, the L40S's ~25, the A100's ~14, the H200's ~3; a measured 5 ms one is lower)
+    RouterConfig(default_model_params_b=8.0, slo_ttft_s=2.0, slo_tpot_s=0.02, slo_tpot_floor_miss=True),
+    RouterConfig(
+        default_model_params_b=8.0,
+        slo_tpot_s=0.02,
+        slo_tpot_floor_miss=True,
+        slo_sacrifice_weight=5.0,
+        slo_pack_weight=1.0,
+    ),
+    replace(
+        GOODPUT_ONLY,
+        default_model_params_b=8.0,
+        slo_ttft_miss_penalty_s=10.0,
+        slo_tpot_floor_miss=True,
+        slo_sacrifice_weight=30.0,
+        slo_sacrifice_max_ttft_s=1.5,
+    ),
+    RouterConfig(slo_tpot_s=0.005, slo_tpot_floor_miss=True, slo_pack_weight=2.0, slo_pack_needs_tpot=True),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(FLOORED), *FLEET_CASES)
+def test_tpot_floor_miss_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    """The same check with the nodes that miss the TPOT target at any load charged as a miss
+    (slo_tpot_floor_miss), with sacrifice and bin packing: the floor against the class's TPOT target, the charge,
+    the lost-cause test and the prefix credit's refusal to lift it agree on all three paths."""
+    _check_alike(config, pool, picks, history, spec)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_tpot_floor_miss(kernel):
+    """slo_tpot_floor_miss: a node whose fastest decode step is above the TPOT target pays the TTFT miss penalty
+    where its TTFT meets the target (once where it misses), counts as missing toward a lost cause, and keeps the
+    charge when a cached prefix brings its TTFT under the target."""
+    values = _values(2)
+    values[cost_kernel.COL_INV_RATE] = [1e-3, 2e-3]  # 100 tokens: 0.1 s on node 0 (the fast one), 0.2 s on node 1
+    values[cost_kernel.COL_BASE_S] = [0.5, 0.0]
+    values[cost_kernel.COL_FLOOR_S] = [0.01, 0.07]  # node 1 decodes one sequence in 70 ms
+    knobs = dict(slo_ttft_s=1.0, slo_tpot_s=0.05, ttft_penalty_s=10.0)
+    i, cost = _run(kernel, values, **knobs)
+    assert i == 1 and list(cost) == [0.1 + 0.5, 0.2]  # off: node 1 is quicker to its first token
+    i, cost = _run(kernel, values, tpot_floor_miss=1.0, **knobs)
+    assert i == 0 and list(cost) == [0.1 + 0.5, 0.2 + 10.0]
+    assert _run(kernel, values, tpot_floor_miss=1.0, **{**knobs, "slo_tpot_s": 0.07})[0] == 1  # 70 ms: within it
+    values[cost_kernel.COL_BASE_S] = [2.0, 2.0]  # both miss the TTFT target: one penalty each
+    i, cost = _run(kernel, values, tpot_floor_miss=1.0, **knobs)
+    assert list(cost) == [0.1 + 2.0 + 10.0, 0.2 + 2.0 + 10.0]
+    # a lost cause: node 0 misses TTFT, node 1 can never meet TPOT; sacrifice sends it to the slower one
+    values[cost_kernel.COL_BASE_S] = [2.0, 0.0]
+    i, cost = _run(kernel, values, tpot_floor_miss=1.0, sacrifice_s=5.0, **knobs)
+    assert i == 1 and list(cost) == [0.1 + 2.0 + 10.0 + 5.0, 0.2 + 10.0 + 2.5]
+    assert _run(kernel, values, tpot_floor_miss=0.0, sacrifice_s=5.0, **knobs)[1][0] == 0.1 + 2.0 + 10.0  # not lost
+    # a prefix cached on node 1 brings its TTFT (1.15 s, the whole prompt) under 1 s (0.958 s): off, the credit
+    # lifts the penalty and node 1 beats node 0's 1.0 s; on, the charge stays
+    values[cost_kernel.COL_BASE_S] = [0.9, 0.95]
+    cand = dict(cand=(1,), cached=(96,))
+    assert _run(kernel, values, tpot_floor_miss=0.0, **knobs, **cand)[0] == 1
+    assert _run(kernel, values, tpot_floor_miss=1.0, **knobs, **cand)[0] == 0
