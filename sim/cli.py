@@ -269,11 +269,17 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.sweep:
         loads = [float(x) for x in args.sweep_loads.split(",")]
         points: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
-        for load in loads:
-            workload, capacity = scaled(base, fleet, load, args)
-            log(f"load {load:.2f}: {len(workload.requests)} requests, time scale x{workload.time_scale:.2f}")
-            for result in run_policies(fleet, workload, policies, args, log):
-                points.setdefault(result.policy, []).append((load, summarize(result, slo).goodput))
+        jobs = min(len(loads) * len(policies), args.jobs or os.cpu_count() or 1)
+        if jobs > 1 and runs_apart(args):
+            log(f"{len(loads)} loads x {len(policies)} policies, {jobs} runs at once (a process each)")
+            for load, policy, goodput in sweep_in_processes(fleet, base, loads, policies, args, jobs):
+                points[policy].append((load, goodput))
+        else:
+            for load in loads:
+                workload, capacity = scaled(base, fleet, load, args)
+                log(f"load {load:.2f}: {len(workload.requests)} requests, time scale x{workload.time_scale:.2f}")
+                for result in run_policies(fleet, workload, policies, args, log):
+                    points.setdefault(result.policy, []).append((load, summarize(result, slo).goodput))
         breaking = slo_breaking_load(points)
         if args.json:
             import json
@@ -499,17 +505,40 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def policies_apart(args: argparse.Namespace, policies: list[str]) -> bool:
-    """Whether each policy's run may go to a process of its own (``--jobs``): several policies, and nothing their
-    runs share in this process (the records a plot draws, the --pd-split run added once after them, the spec
-    pairs' counters, the LoRA loads of each run's info)."""
+def runs_apart(args: argparse.Namespace) -> bool:
+    """Whether each policy's run may go to a process of its own (``--jobs``): nothing the runs share in this process
+    (the records a plot draws, the --pd-split run added once after them, the spec pairs' counters, the LoRA loads
+    of each run's info)."""
     return (
-        len(policies) > 1
-        and not args.plot
+        not args.plot
         and pd_split_config(args) is None
         and getattr(args, "spec_pairs", "none") == "none"
         and not getattr(args, "adapters", 0)
     )
+
+
+def policies_apart(args: argparse.Namespace, policies: list[str]) -> bool:
+    """``runs_apart`` with several policies: each policy's run of a seed in a process of its own."""
+    return len(policies) > 1 and runs_apart(args)
+
+
+def sweep_in_processes(
+    fleet: Fleet, base: Workload, loads: list[float], policies: list[str], args: argparse.Namespace, jobs: int
+) -> list[tuple[float, str, float]]:
+    """``--sweep`` with ``--jobs``: each (load, policy) run in a spawned process, ``jobs`` at once, the trace
+    scaled to each load as the sequential sweep scales it; (load, policy, goodput) in load, then policy order."""
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = [
+            (
+                load,
+                policy,
+                pool.submit(_run_seed, fleet, scaled(base, fleet, load, args)[0], [policy], args, args.seed, False),
+            )
+            for load in loads
+            for policy in policies
+        ]
+        return [(load, policy, future.result()[0][0].goodput) for load, policy, future in futures]
 
 
 def run_seeds_in_processes(
