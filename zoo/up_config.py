@@ -74,8 +74,8 @@ def cpu_threads_each(agents: list[AgentSpec], cores: int) -> int | None:
     """The CPU threads each agent started on this host gets when its options do not set ``num_threads``: the
     cores left by the agents that set their own, shared among the others that compute (every backend but
     ``sim``), at least 1; None when no agent needs a share. Without it every agent takes all the cores, and on a
-    small host their OpenMP and XLA threads spin against each other (`make demo` on 2 cores: the torch agent's
-    TPOT P50 ~1 s against a 32-41 ms step measured idle)."""
+    small host their threads contend for the same cores (`make demo` on 2 cores: the torch agent's
+    TPOT P50 0.3-0.8 s against a 32 ms step measured at start-up)."""
     computing = [a for a in agents if a.backend != "sim"]
     unset = [a for a in computing if a.options.get("num_threads") is None]
     if not unset:
