@@ -165,8 +165,8 @@ RouterConfig.slo_tpot_floor_miss off (the default row) / on, at GRID_18's choice
 seven stress cases). Why: at the second SLO on code 80% and 60% (eval split, diagnosis only, seed 0,
 bench/results/2026-12-03-slo2-code-by-gpu.json: `zoo sim`'s new where-the-SLO-is-met table) hardware_aware sends
 1,227 and 1,439 requests to the L4s, of which none meet TPOT (an 8B model's one-sequence step there is ~70 ms,
-above 50 ms at any load), while their TTFT is met on 50% and 89%: the TTFT-led cost sees them as the quickest
-place to serve, and triage spares them as nodes still in time. On, such a node is charged as missing the SLO
+above 50 ms at any load), while their TTFT is met on 50% and 89%: in a cost led by TTFT only the TPOT miss
+charge (1 s) tells such a node apart from one that may still meet TPOT. On, such a node is charged as missing the SLO
 (and counts as missing toward a lost cause): it takes only what no node can serve within the SLO. At the default
 SLO no zoo node is such a node (tests/controlplane/router/test_tpot_floor_miss.py), so the seven default-SLO cases
 cannot change; the stress cases neither. Anchors: all 14 from bench/results/2026-12-03-sim-tune-16.json
