@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+
 import pytest
 
+from sim.cli import add_sim_args, run_sim
 from sim.fleet import parse_fleet
 from sim.workload import TraceRequest, Workload, default_traces_dir
 
@@ -38,3 +42,21 @@ def tiny_workload():
 @pytest.fixture
 def traces_dir():
     return default_traces_dir()  # package data (sim/traces/): always there
+
+
+@pytest.fixture
+def sim_json_by_jobs(capfd):
+    """``run(argv)``: `zoo sim argv --jobs 1`, then `--jobs 2`; (the two JSON outputs, the second run's log)."""
+
+    def run(argv: list[str]) -> tuple[list[dict], str]:
+        parser = argparse.ArgumentParser()
+        add_sim_args(parser)
+        outs, err = [], ""
+        for jobs in ("1", "2"):
+            assert run_sim(parser.parse_args([*argv, "--jobs", jobs])) == 0
+            captured = capfd.readouterr()
+            outs.append(json.loads(captured.out))
+            err = captured.err
+        return outs, err
+
+    return run

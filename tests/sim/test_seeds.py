@@ -77,42 +77,37 @@ def _strip_timing(value):
     return value
 
 
-def test_seeds_in_processes_report_what_one_at_a_time_reports(traces_dir, capfd):
+def test_seeds_in_processes_report_what_one_at_a_time_reports(traces_dir, capfd, sim_json_by_jobs):
     """--jobs 2 runs the seeds' runs (a seed and a policy each) in two spawned processes: the same report (timings
     aside) as one at a time, and its log names each seed; a negative --jobs is refused."""
-    parser = argparse.ArgumentParser()
-    add_sim_args(parser)
     argv = ["--fleet", "small", "--trace", "code", "--load", "0.9", "--duration", "4", "--policy",
             "hardware_aware,round_robin", "--seeds", "3", "--json"]  # fmt: skip
-    outs = []
-    for jobs in ("1", "2"):
-        assert run_sim(parser.parse_args([*argv, "--jobs", jobs])) == 0
-        captured = capfd.readouterr()
-        outs.append(json.loads(captured.out))
-    assert "[seed 2]" in captured.err and "3 runs at once" not in captured.err and "2 runs at once" in captured.err
+    outs, err = sim_json_by_jobs(argv)
+    assert "[seed 2]" in err and "3 runs at once" not in err and "2 runs at once" in err
     assert _strip_timing(outs[0]) == _strip_timing(outs[1])
     assert [p["policy"] for p in outs[1]["policies"]] == ["hardware_aware", "round_robin"]
-    assert run_sim(parser.parse_args([*argv, "--jobs", "-1"])) == 2
+    assert run_sim(_parser().parse_args([*argv, "--jobs", "-1"])) == 2
     assert "--jobs" in capfd.readouterr().err
 
 
-def test_policies_in_processes_report_what_one_at_a_time_reports(traces_dir, capfd):
+def test_policies_in_processes_report_what_one_at_a_time_reports(traces_dir, sim_json_by_jobs):
     """One seed, several policies, --jobs 2: each policy's run in a process of its own, the same report (timings
     aside) in the same policy order; where the runs share something in this process (a plot, the --pd-split run,
     spec pairs, LoRA adapters) they stay in it."""
-    parser = argparse.ArgumentParser()
-    add_sim_args(parser)
     argv = ["--fleet", "small", "--trace", "code", "--load", "0.9", "--duration", "4", "--policy",
             "round_robin,hardware_aware,least_requests", "--json"]  # fmt: skip
-    outs = []
-    for jobs in ("1", "2"):
-        assert run_sim(parser.parse_args([*argv, "--jobs", jobs])) == 0
-        captured = capfd.readouterr()
-        outs.append(json.loads(captured.out))
-    assert "3 policies, 2 at once" in captured.err and "[seed 0]" in captured.err
+    outs, err = sim_json_by_jobs(argv)
+    assert "3 policies, 2 at once" in err and "[seed 0]" in err
     assert _strip_timing(outs[0]) == _strip_timing(outs[1])
     assert [p["policy"] for p in outs[1]["policies"]] == ["round_robin", "hardware_aware", "least_requests"]
+    parser = _parser()
     for extra in (["--pd-split", "auto"], ["--adapters", "2"]):
         assert not policies_apart(parser.parse_args([*argv, *extra]), ["round_robin", "hardware_aware"])
     assert not policies_apart(parser.parse_args(argv), ["hardware_aware"])
     assert policies_apart(parser.parse_args(argv), ["round_robin", "hardware_aware"])
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add_sim_args(parser)
+    return parser

@@ -53,19 +53,13 @@ def test_unknown_policy_is_an_error(capsys):
     assert "unknown policies" in capsys.readouterr().err
 
 
-def test_sweep_finds_where_the_slo_breaks_alike_one_run_at_a_time_or_two(traces_dir, capfd):
+def test_sweep_finds_where_the_slo_breaks_alike_one_run_at_a_time_or_two(traces_dir, sim_json_by_jobs):
     """--sweep: goodput at each load per policy and the first load where it falls below 99%; with --jobs 2 each
     (load, policy) run goes to a process of its own and the points are the same, in the same order."""
-    parser = argparse.ArgumentParser()
-    add_sim_args(parser)
     argv = ["--fleet", "small", "--trace", "code", "--duration", "4", "--policy", "round_robin,hardware_aware",
             "--sweep", "--sweep-loads", "0.3,1.5", "--json"]  # fmt: skip
-    outs = []
-    for jobs in ("1", "2"):
-        assert run_sim(parser.parse_args([*argv, "--jobs", jobs])) == 0
-        captured = capfd.readouterr()
-        outs.append(json.loads(captured.out))
-    assert "2 loads x 2 policies, 2 runs at once" in captured.err
+    outs, err = sim_json_by_jobs(argv)
+    assert "2 loads x 2 policies, 2 runs at once" in err
     assert outs[0] == outs[1]
     points = outs[0]["points"]
     assert list(points) == ["round_robin", "hardware_aware"]
