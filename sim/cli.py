@@ -22,11 +22,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import multiprocessing
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from backends.host_cpus import usable_cores
 from controlplane.admission import AdmissionConfig
 from controlplane.router.policies import POLICIES
 from controlplane.router.policies.anchors import ANCHOR_POLICIES
@@ -269,7 +269,7 @@ def run_sim(args: argparse.Namespace) -> int:
     if args.sweep:
         loads = [float(x) for x in args.sweep_loads.split(",")]
         points: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
-        jobs = min(len(loads) * len(policies), args.jobs or os.cpu_count() or 1)
+        jobs = _jobs(args, len(loads) * len(policies))
         if jobs > 1 and runs_apart(args):
             log(f"{len(loads)} loads x {len(policies)} policies, {jobs} runs at once (a process each)")
             for load, policy, goodput in sweep_in_processes(fleet, base, loads, policies, args, jobs):
@@ -321,8 +321,7 @@ def run_sim(args: argparse.Namespace) -> int:
         print(f"zoo sim: --jobs must be >= 0 (0: one per CPU), got {args.jobs}", file=sys.stderr)
         return 2
     apart = policies_apart(args, policies)
-    if args.seeds == 1 and apart and min(len(policies), args.jobs or os.cpu_count() or 1) > 1:
-        jobs = min(len(policies), args.jobs or os.cpu_count() or 1)
+    if args.seeds == 1 and apart and (jobs := _jobs(args, len(policies))) > 1:
         log(f"{len(policies)} policies, {jobs} at once (a process each)")
         runs, budgets = run_seeds_in_processes(fleet, workload, policies, args, [args.seed], jobs, jitter=False)
         reports = runs[0]
@@ -342,7 +341,7 @@ def run_sim(args: argparse.Namespace) -> int:
             }
     else:
         seeds = list(range(args.seed, args.seed + args.seeds))
-        jobs = min(len(seeds) * (len(policies) if apart else 1), args.jobs or os.cpu_count() or 1)
+        jobs = _jobs(args, len(seeds) * (len(policies) if apart else 1))
         if jobs > 1 and not args.plot:  # (a plot draws the last seed's records: kept in this process)
             log(f"seeds {seeds[0]}..{seeds[-1]}, {jobs} {'runs' if apart else 'seeds'} at once (a process each)")
             runs, budgets = run_seeds_in_processes(fleet, workload, policies, args, seeds, jobs)
@@ -505,6 +504,11 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _jobs(args: argparse.Namespace, runs: int) -> int:
+    """Processes for ``runs`` runs at once: ``--jobs`` (0: one per core this process may use), at most one a run."""
+    return min(runs, args.jobs or usable_cores())
+
+
 def runs_apart(args: argparse.Namespace) -> bool:
     """Whether each policy's run may go to a process of its own (``--jobs``): nothing the runs share in this process
     (the records a plot draws, the --pd-split run added once after them, the spec pairs' counters, the LoRA loads
@@ -527,14 +531,11 @@ def sweep_in_processes(
 ) -> list[tuple[float, str, float]]:
     """``--sweep`` with ``--jobs``: each (load, policy) run in a spawned process, ``jobs`` at once, the trace
     scaled to each load as the sequential sweep scales it; (load, policy, goodput) in load, then policy order."""
+    workloads = {load: scaled(base, fleet, load, args)[0] for load in loads}  # each load's trace, scaled once
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
         futures = [
-            (
-                load,
-                policy,
-                pool.submit(_run_seed, fleet, scaled(base, fleet, load, args)[0], [policy], args, args.seed, False),
-            )
+            (load, policy, pool.submit(_run_seed, fleet, workloads[load], [policy], args, args.seed, False))
             for load in loads
             for policy in policies
         ]

@@ -27,6 +27,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from backends.host_cpus import usable_cores
 from zoo.up_config import UpConfig, cpu_threads_each
 
 STOP_GRACE_S = 10.0
@@ -68,14 +69,6 @@ def _die_with_parent(death_signal: int):
                 os.kill(os.getpid(), death_signal)
 
     return setup
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity), which its children inherit."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 class LocalZoo:

@@ -80,7 +80,9 @@ def cpu_threads_each(agents: list[AgentSpec], cores: int) -> int | None:
     unset = [a for a in computing if a.options.get("num_threads") is None]
     if not unset:
         return None
-    taken = sum(int(a.options["num_threads"]) for a in computing if a.options.get("num_threads") is not None)
+    # a count that is not a whole number >= 1 takes nothing here: the agent refuses it at its start, by name
+    given = (a.options.get("num_threads") for a in computing)
+    taken = sum(n for n in given if type(n) is int and n >= 1)
     return max(1, (cores - taken) // len(unset))
 
 

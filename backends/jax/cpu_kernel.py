@@ -47,6 +47,7 @@ import numpy as np
 from flax import struct
 
 from backends.head_panels import pack_panels
+from backends.host_cpus import usable_cores
 from backends.kernel_cache import cpu_flags, kernel_cache_dir, kernels_switched_off, source_text
 
 logger = logging.getLogger(__name__)
@@ -124,10 +125,7 @@ def default_num_threads() -> int:
     """The kernel's OpenMP threads: the cores this process may run on (``ZOO_CPU_DECODE_THREADS`` overrides)."""
     if os.environ.get("ZOO_CPU_DECODE_THREADS"):
         return max(1, int(os.environ["ZOO_CPU_DECODE_THREADS"]))
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
+    return usable_cores()
 
 
 @struct.dataclass

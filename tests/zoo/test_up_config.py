@@ -86,6 +86,9 @@ def test_agents_on_one_host_share_its_cores_unless_they_set_their_own():
     assert cpu_threads_each([AgentSpec("t", "torch", {"num_threads": 4})], cores=2) is None
     assert cpu_threads_each([AgentSpec("a", "torch"), AgentSpec("b", "torch"), AgentSpec("c", "jax")], cores=2) == 1
     assert cpu_threads_each([AgentSpec("s", "sim")], cores=2) is None
+    for bad in ("abc", -3, 0, True, 2.5, [4], 10**30):  # the agent refuses these at its start; the share ignores them
+        spec = AgentSpec("t", "torch", {"num_threads": bad})
+        assert cpu_threads_each([spec, AgentSpec("j", "jax")], cores=4) == (1 if bad == 10**30 else 4)
     argv = AgentSpec("t", "torch").argv("tcp://127.0.0.1:5555", 3)
     assert argv[argv.index("--num-threads") + 1] == "3"
     own = AgentSpec("t", "torch", {"num_threads": 5}).argv("tcp://127.0.0.1:5555", 3)

@@ -47,20 +47,20 @@ def prefill_rate_tok_per_s(node: NodeView, config: RouterConfig) -> float:
 
 def decode_step_s(node: NodeView, num_seqs: int, config: RouterConfig) -> float:
     """Predicted pure decode step time of ``node`` with ``num_seqs`` sequences (see the module docstring)."""
-    params_b = config.params_b_for(node.model)
-    bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
-    eff, mfu = config.decode_bandwidth_efficiency, config.prefill_mfu
     if node.decode_step_ms <= 0:
+        params_b = config.params_b_for(node.model)
+        bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
+        eff, mfu = config.decode_bandwidth_efficiency, config.prefill_mfu
         return estimate_decode_step_s(num_seqs, bw, peak, params_b, bpp, eff, mfu)
     measured_s = node.decode_step_ms / 1000.0
-    floor_s = min(estimate_decode_step_s(1, bw, peak, params_b, bpp, eff, mfu), measured_s)
+    floor_s = decode_floor_s(node, config)
     return floor_s + (measured_s - floor_s) / max(node.decode_batch_size, 1) * num_seqs
 
 
 def decode_floor_s(node: NodeView, config: RouterConfig) -> float:
     """The fastest decode step ``node`` can take: one sequence, the roofline's, or its measured step (the
-    start-up profile's, at its reported batch) where that is lower, as ``decode_step_s`` takes its floor.
-    RouterConfig.slo_tpot_floor_miss compares it with the TPOT target."""
+    start-up profile's, at its reported batch) where that is lower: ``decode_step_s``'s floor, and what
+    RouterConfig.slo_tpot_floor_miss compares with the TPOT target."""
     params_b = config.params_b_for(node.model)
     bw, peak, bpp = node.memory_bandwidth_gbps, node.peak_tflops, config.bytes_per_param
     floor_s = estimate_decode_step_s(1, bw, peak, params_b, bpp, config.decode_bandwidth_efficiency, config.prefill_mfu)

@@ -155,3 +155,11 @@ def test_hand_made_tpot_floor_miss(kernel):
     cand = dict(cand=(1,), cached=(96,))
     assert _run(kernel, values, tpot_floor_miss=0.0, **knobs, **cand)[0] == 1
     assert _run(kernel, values, tpot_floor_miss=1.0, **knobs, **cand)[0] == 0
+
+
+def test_zoo_sim_router_knobs_sets_it_and_refuses_a_value_that_is_not_a_bool():
+    from sim.router_knobs import parse_router_knobs
+
+    assert parse_router_knobs('{"slo_tpot_floor_miss": true}') == {"slo_tpot_floor_miss": True}
+    with pytest.raises(ValueError, match="slo_tpot_floor_miss"):
+        parse_router_knobs('{"slo_tpot_floor_miss": "yes"}')
