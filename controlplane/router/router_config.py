@@ -63,6 +63,14 @@ class RouterConfig:
         a node that is already late instead of taking the slack of those still serving within the SLO.
     slo_tpot_harm_penalty_s: decode protection: added to the cost of a node whose running decodes this prompt's
         prefill chunks (with the node's backlog) would push over the TPOT target.
+    slo_tpot_harm_triage: decode protection protects only the decodes that can still meet the target: the harm
+        penalty is charged only where the node's decode step (the TPOT prediction's step term: the modelled step
+        with this request added, or the measured mean step where that is longer, ``tpot_step_s``) is within the
+        TPOT target. A node whose decodes already miss it is not protected, so it is priced like a node whose
+        decodes this prompt leaves within the target, as SLO triage does for the TTFT target (a node whose
+        decodes meet the target but that this prompt would push over still pays). Off by default: on, the
+        tuning split's default-SLO code cases gain (code 80% .317 -> .436) and its second-SLO Mooncake cases
+        lose (bench/results/2026-12-03-harm-triage-probe.json; GRID_20, scripts/tune_router.py).
         Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
         defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
@@ -194,6 +202,7 @@ class RouterConfig:
     slo_tpot_floor_miss: bool = False
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
+    slo_tpot_harm_triage: bool = False
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0

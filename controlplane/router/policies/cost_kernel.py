@@ -33,6 +33,7 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
                            (excess_only: max(t - slo_tpot, 0) * output_weight; max as np.maximum)
     h  = min((inv_rate * own + backlog_s) * (1 / steps), chunk_s) + step_s                [harm_penalty]
     c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
+                           (harm_triage: and step_s <= slo_tpot: decodes already over it are not protected)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
     then, only when sacrifice_s != 0 and every node's miss or doomed was True (a lost cause; sacrifice_s = weight *
@@ -54,7 +55,8 @@ base_s <= that SLO, less bin packing's charge min(slack * pack_weight, ttft_pena
 own * inv_rate (that SLO when pack_needs_tpot and t > slo_tpot) is > 0 (pack_weight non-zero), the harm penalty
 when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
 where h was not (there min is Python's min(a, b): b only when b < a, as the numpy path's scalar re-score), and
-the KV penalty when the uncached part fits; sacrifice's charge goes with the TTFT penalty (its factor computed
+the KV penalty when the uncached part fits (harm_triage: the harm penalty only where it was charged);
+sacrifice's charge goes with the TTFT penalty (its factor computed
 again as in the second pass), and sacrifice_s is in most_penalties_s (after triage_penalty); the winner is the
 least corrected cost, smallest position on a tie.
 
@@ -92,7 +94,7 @@ COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 COL_FLOOR_S = 10
 NUM_COLUMNS = 11
-NUM_PARAMS = 22  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 22 arguments)
+NUM_PARAMS = 23  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 22 arguments)
 
 
 def least_cost_index(
@@ -110,12 +112,13 @@ def least_cost_index(
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s,
-     sacrifice_max_rate_ratio, tpot_floor_miss) = params  # fmt: skip
+     sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
     headroom, lora_load, decoders = values[COL_HEADROOM], values[COL_LORA_LOAD_S], values[COL_DECODERS]
     floor = values[COL_FLOOR_S]
+    triage = harm_triage != 0.0  # slo_tpot_harm_triage: decodes already over the TPOT target are not protected
     floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
     for k in range(tagged.shape[0]):
@@ -159,7 +162,8 @@ def least_cost_index(
         h = (inv_rate[i] * own + backlog[i]) * inv_steps  # decode protection: the running decodes' TPOT
         h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
         h += step_s
-        c += harm_penalty_s if h > slo_tpot_s and decoders[i] > 0.0 else 0.0
+        protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
+        c += harm_penalty_s if h > slo_tpot_s and protected else 0.0
         c += kv_penalty_s if headroom[i] < need else 0.0
         cost[i] = math.inf if max_prompt[i] < num_prompt_tokens else c
     fastest_inv_rate = 0.0
@@ -237,7 +241,8 @@ def least_cost_index(
             if pack_weight != 0.0 and slack_s > 0.0 and not doomed:
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
-        if harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
+        if harm_penalty_s != 0.0 and decoders[i] > 0.0 and (not triage or step[i] <= slo_tpot_s):
+            # fewer prompt tokens to share the decodes' steps (harm triage: only where it was charged)
             chunk_s, backlog_s, step_s = chunk[i], backlog[i], step[i]
             harm_s = (rate_inv * own + backlog_s) * inv_steps
             if chunk_s < harm_s:  # Python's min(a, b), as the numpy path's credit: b only when b < a
@@ -367,6 +372,7 @@ class CostKernel:
             float(config.slo_sacrifice_max_ttft_s),  # sacrifice_max_ttft_s (0: no bound)
             float(config.slo_sacrifice_max_rate_ratio),  # sacrifice_max_rate_ratio (0: every node's factor)
             1.0 if config.slo_tpot_floor_miss else 0.0,  # tpot_floor_miss
+            1.0 if config.slo_tpot_harm_triage else 0.0,  # harm_triage
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

@@ -14,6 +14,7 @@ from controlplane.router.policies.node_predictions import (
     predict_ttft_s,
     predict_wait_s,
     prefill_rate_tok_per_s,
+    tpot_step_s,
 )
 from controlplane.router.policy import NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
@@ -32,6 +33,12 @@ def tpot_floor_missed(node: NodeView, config: RouterConfig) -> bool:
     """RouterConfig.slo_tpot_floor_miss: whether ``node`` is charged as missing the SLO whatever its TTFT (its
     fastest decode step is above the TPOT target); False with the knob off."""
     return config.slo_tpot_floor_miss and decode_floor_s(node, config) > config.slo_tpot_s
+
+
+def harm_charged(node: NodeView, config: RouterConfig) -> bool:
+    """Whether decode protection may charge ``node``: always, or (RouterConfig.slo_tpot_harm_triage) only where its
+    decode step, the TPOT prediction's step term, is within the TPOT target (its decodes can still meet it)."""
+    return not config.slo_tpot_harm_triage or tpot_step_s(node, config) <= config.slo_tpot_s
 
 
 def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float) -> float:
@@ -106,7 +113,7 @@ def predict_cost_s(
         cost += min(config.slo_pack_weight * slack_s, config.slo_ttft_miss_penalty_s)
     if tpot_s > config.slo_tpot_s:
         cost += config.slo_tpot_miss_penalty_s
-    if node.decode_batch_size > 0:
+    if node.decode_batch_size > 0 and harm_charged(node, config):
         harm_tpot_s = predict_decoders_tpot_s(node, num_prompt_tokens, config, request.max_tokens, num_cached_tokens)
         if harm_tpot_s > config.slo_tpot_s:
             cost += config.slo_tpot_harm_penalty_s

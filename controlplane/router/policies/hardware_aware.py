@@ -49,6 +49,8 @@ seconds)::
                    slo_sacrifice_max_rate_ratio non-zero: * 1 too where rate / fastest_rate is above it)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (1 s by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
+                  (slo_tpot_harm_triage: and TPOT's step term <= slo_tpot_s: decodes already over the target
+                   are not protected)
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
 
 SLO triage: a request that misses the TTFT target on a node whose queue is still within it (``wait`` <=
@@ -283,6 +285,8 @@ class HardwareAwarePolicy(PolicyHooks):
             harm += columns[_COL_STEP_S]
             miss = np.greater(harm, slo_tpot_s, self._miss)
             np.logical_and(miss, np.greater(columns[_COL_DECODERS], 0.0, self._short), miss)
+            if config.slo_tpot_harm_triage:  # only the decodes that can still meet the target are protected
+                np.logical_and(miss, np.less_equal(columns[_COL_STEP_S], slo_tpot_s, self._short), miss)
             np.multiply(miss, config.slo_tpot_harm_penalty_s, add)
             cost += add
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
@@ -353,6 +357,7 @@ class HardwareAwarePolicy(PolicyHooks):
             config.kv_full_penalty_s,
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
+        harm_triage = config.slo_tpot_harm_triage
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
         most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
@@ -398,7 +403,8 @@ class HardwareAwarePolicy(PolicyHooks):
                     if slack_s > 0.0:
                         pack_s = slack_s * pack_weight
                         saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
-            if harm_penalty_s and row[_COL_DECODERS] > 0:  # fewer prompt tokens to share the decodes' steps
+            if harm_penalty_s and row[_COL_DECODERS] > 0 and (not harm_triage or row[_COL_STEP_S] <= slo_tpot_s):
+                # fewer prompt tokens to share the decodes' steps (harm triage: only where it was charged)
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
                 harm_s = min((inv_rate * own + backlog_s) * inv_steps, chunk_s) + step_s
                 cached_harm_s = min((inv_rate * cached_own + backlog_s) * inv_steps, chunk_s) + step_s
