@@ -177,6 +177,16 @@ off's -0.124, both at mooncake100@slo2). On lifts four of the seven second-SLO c
 code80@slo2 .230 -> .234) and costs the mooncake ones (mooncake100@slo2 .330 -> .291); the default-SLO and stress
 cases are unchanged, as they must be.
 
+The twentieth grid (GRID_20, declared and committed before it ran, the rule unchanged, with --stress and --slo2):
+RouterConfig.slo_tpot_harm_triage off (the default row) / on, at GRID_19's choice, over the same 14 cases and the
+seven stress cases. Why: a probe on the tuning split (seed 0, the numpy path, bench/results/
+2026-12-03-harm-triage-probe.json) found decode protection charging every node on code at the default SLO, where
+most nodes' decodes already miss the TPOT target under prefill load, so it pushed the prompts onto the few nodes
+without decodes; charging only the nodes whose decodes can still meet the target lifted code 80% from .317 to
+.436 and cost the second SLO's Mooncake cases (mooncake100@slo2 .330 -> .286). Anchors: all 14 from
+bench/results/2026-12-03-sim-tune-16.json (--anchors-from; the simulator's results unchanged since). A choice that
+herds test_no_herding.py's burst is refused, as before.
+
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
 
@@ -252,6 +262,7 @@ GRID_16 = {"slo_tpot_miss_penalty_s": [0.0, 1.0, 2.0, 3.0]}
 GRID_17 = {"tpot_measured_steps": [False, True]}  # ran with the mean over every step (at c2635fc)
 GRID_18 = {"tpot_measured_steps": [False, True]}  # the mean over the steps with decode rows
 GRID_19 = {"slo_tpot_floor_miss": [False, True]}
+GRID_20 = {"slo_tpot_harm_triage": [False, True]}
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
