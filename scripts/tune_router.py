@@ -186,6 +186,10 @@ without decodes; charging only the nodes whose decodes can still meet the target
 .436 and cost the second SLO's Mooncake cases (mooncake100@slo2 .330 -> .286). Anchors: all 14 from
 bench/results/2026-12-03-sim-tune-16.json (--anchors-from; the simulator's results unchanged since). A choice that
 herds test_no_herding.py's burst is refused, as before.
+Result: bench/results/2026-12-03-sim-tune-20.json: kept off (no setting admissible; smallest margin -0.168 against
+off's -0.124, both at mooncake100@slo2). On lifts every default-SLO case where decode protection acts (code80 .317 ->
+.436, code100 .247 -> .395, mooncake100 .461 -> .503) and costs the second SLO's Mooncake cases (mooncake80@slo2
+.603 -> .534); the off row equals GRID_19's chosen row on all 14 cases.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

@@ -68,9 +68,10 @@ class RouterConfig:
         with this request added, or the measured mean step where that is longer, ``tpot_step_s``) is within the
         TPOT target. A node whose decodes already miss it is not protected, so it is priced like a node whose
         decodes this prompt leaves within the target, as SLO triage does for the TTFT target (a node whose
-        decodes meet the target but that this prompt would push over still pays). Off by default: on, the
-        tuning split's default-SLO code cases gain (code 80% .317 -> .436) and its second-SLO Mooncake cases
-        lose (bench/results/2026-12-03-harm-triage-probe.json; GRID_20, scripts/tune_router.py).
+        decodes meet the target but that this prompt would push over still pays). Kept off by the twentieth grid,
+        over both SLOs (bench/results/2026-12-03-sim-tune-20.json): on, the tuning split's default-SLO code cases
+        gain (code 80% .317 -> .436, code 100% .247 -> .395) and its second-SLO Mooncake cases lose (mooncake 80%
+        .603 -> .534); at 50 ms most nodes' steps are over the target, so triage all but turns protection off.
         Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
         defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
