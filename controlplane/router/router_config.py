@@ -63,6 +63,8 @@ class RouterConfig:
         a node that is already late instead of taking the slack of those still serving within the SLO.
     slo_tpot_harm_penalty_s: decode protection: added to the cost of a node whose running decodes this prompt's
         prefill chunks (with the node's backlog) would push over the TPOT target.
+        Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
+        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
     slo_tpot_harm_triage: decode protection protects only the decodes that can still meet the target: the harm
         penalty is charged only where the node's decode step (the TPOT prediction's step term: the modelled step
         with this request added, or the measured mean step where that is longer, ``tpot_step_s``) is within the
@@ -72,8 +74,6 @@ class RouterConfig:
         over both SLOs (bench/results/2026-12-03-sim-tune-20.json): on, the tuning split's default-SLO code cases
         gain (code 80% .317 -> .436, code 100% .247 -> .395) and its second-SLO Mooncake cases lose (mooncake 80%
         .603 -> .534); at 50 ms most nodes' steps are over the target, so triage all but turns protection off.
-        Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
-        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could

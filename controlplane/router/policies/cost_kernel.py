@@ -94,7 +94,7 @@ COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 COL_FLOOR_S = 10
 NUM_COLUMNS = 11
-NUM_PARAMS = 23  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 22 arguments)
+NUM_PARAMS = 23  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 23 arguments)
 
 
 def least_cost_index(
