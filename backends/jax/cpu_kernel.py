@@ -55,7 +55,8 @@ logger = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[1]
 C_SOURCE = ROOT / "torch" / "csrc" / "cpu_decode.c"  # shared with the torch runner, read-only here
 FFI_SOURCE = Path(__file__).with_name("csrc") / "decode_ffi.cc"
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-std=gnu11")
+# -ffp-contract=off as the torch runner's (backends/torch/cpu_decode.py says why)
+CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-std=gnu11")
 CXXFLAGS = ("-O2", "-std=c++17", "-fPIC", "-shared", "-fopenmp", "-w")
 TARGET = "zoo_jax_cpu_decode_step"
 # rows a step served by the kernel (as the torch runner): more rows are matrix-matrix products

@@ -6,7 +6,7 @@ split them over two: batch-1 decode stayed at ~36% of the bandwidth roofline how
 The kernel reads each matrix once in the stored ``[in, out]`` layout (a column range per thread, no repacked
 copy), attends over the paged cache without gathering it, and runs the step as one OpenMP parallel region.
 
-Built on first use with the system C compiler (``gcc -O3 -march=native -fopenmp``, ~1 s) into a cache
+Built on first use with the system C compiler (``gcc -O3 -march=native -ffp-contract=off -fopenmp``, ~1 s) into a cache
 directory keyed by the source, the flags, the compiler and the CPU (``ZOO_KERNEL_CACHE``, default
 ``~/.cache/zoo/kernels``), loaded with ctypes. Where there is no compiler, or the build fails, ``load_library``
 returns None and the runner keeps the torch path (logged once). ``ZOO_CPU_DECODE=0`` turns the kernel off.
@@ -46,7 +46,11 @@ from backends.torch import huge_weights
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("csrc") / "cpu_decode.c"
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
+# -ffp-contract=off: no a * b + c fused into one FMA, so every path rounds each product and each sum alike. GNU C
+# fuses by default where the compiler chooses, and on an AVX-512 Xeon it fused the vector products but not the head's
+# last-column loop: the panel head's logits then differed from the full head's in the last bit (the tests' bit-for-bit
+# equality of the two)
+CFLAGS = ("-O3", "-march=native", "-ffp-contract=off", "-fopenmp", "-fPIC", "-shared", "-std=gnu11")
 # decode rows per step served by the kernel (from 5 rows on, csrc's GEMM_MIN_ROWS, its products are register-
 # blocked GEMMs and its attention runs per (row, KV head)); larger steps take the torch path
 MAX_ROWS = 64
