@@ -55,8 +55,8 @@ base_s <= that SLO, less bin packing's charge min(slack * pack_weight, ttft_pena
 own * inv_rate (that SLO when pack_needs_tpot and t > slo_tpot) is > 0 (pack_weight non-zero), the harm penalty
 when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
 where h was not (there min is Python's min(a, b): b only when b < a, as the numpy path's scalar re-score), and
-the KV penalty when the uncached part fits (harm_triage: the harm penalty only where it was charged);
-sacrifice's charge goes with the TTFT penalty (its factor computed
+the KV penalty when the uncached part fits (a node harm_triage spared is never lifted: its h with the uncached
+tokens is at least its step, over the target); sacrifice's charge goes with the TTFT penalty (its factor computed
 again as in the second pass), and sacrifice_s is in most_penalties_s (after triage_penalty); the winner is the
 least corrected cost, smallest position on a tie.
 
@@ -241,8 +241,7 @@ def least_cost_index(
             if pack_weight != 0.0 and slack_s > 0.0 and not doomed:
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
-        if harm_penalty_s != 0.0 and decoders[i] > 0.0 and (not triage or step[i] <= slo_tpot_s):
-            # fewer prompt tokens to share the decodes' steps (harm triage: only where it was charged)
+        if harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
             chunk_s, backlog_s, step_s = chunk[i], backlog[i], step[i]
             harm_s = (rate_inv * own + backlog_s) * inv_steps
             if chunk_s < harm_s:  # Python's min(a, b), as the numpy path's credit: b only when b < a

@@ -357,7 +357,6 @@ class HardwareAwarePolicy(PolicyHooks):
             config.kv_full_penalty_s,
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
-        harm_triage = config.slo_tpot_harm_triage
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
         most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
@@ -403,8 +402,9 @@ class HardwareAwarePolicy(PolicyHooks):
                     if slack_s > 0.0:
                         pack_s = slack_s * pack_weight
                         saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
-            if harm_penalty_s and row[_COL_DECODERS] > 0 and (not harm_triage or row[_COL_STEP_S] <= slo_tpot_s):
-                # fewer prompt tokens to share the decodes' steps (harm triage: only where it was charged)
+            # fewer prompt tokens to share the decodes' steps (a node harm triage spared is not lifted: its cached
+            # harm is at least its step, over the target, so the test below fails there)
+            if harm_penalty_s and row[_COL_DECODERS] > 0:
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
                 harm_s = min((inv_rate * own + backlog_s) * inv_steps, chunk_s) + step_s
                 cached_harm_s = min((inv_rate * cached_own + backlog_s) * inv_steps, chunk_s) + step_s
