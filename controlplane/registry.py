@@ -22,11 +22,13 @@ detected within heartbeat_timeout_s + that period of its last message.
 
 In-flight accounting (fresher than the reports, which arrive a few times a second)::
 
-    on_routed(node, request, prompt tokens)   num_inflight += 1, inflight prefill += prompt tokens
+    on_routed(node, request, prompt tokens,   num_inflight += 1, inflight prefill += prompt tokens
+              max_tokens)
     report(...)                               inflight prefill := 0 (the report's queued_prefill_tokens
                                               now counts those prompts; one in transit at report time is
                                               missed until the next report)
-    on_first_token(node, request)             the request's prompt leaves inflight prefill if still there
+    on_first_token(node, request)             the request's prompt leaves inflight prefill if still there;
+                                              it joins the node's decoders (its max_tokens known)
     on_finished(node, request)                num_inflight -= 1
 
 Snapshots: one NodeView object per node, rebuilt only when that node changes (policies rely on unchanged
@@ -178,8 +180,8 @@ def _node_id_of(view: NodeView) -> str:
 
 class _Node:
     __slots__ = (
-        "hello", "inflight", "last_seen_s", "num_routed_total", "report", "routed_order", "state",
-        "unreported_prefill", "view", "view_values",
+        "decoding", "hello", "inflight", "inv_steps", "last_seen_s", "num_routed_total", "report", "routed_order",
+        "state", "unreported_prefill", "view", "view_values",
     )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
@@ -189,6 +191,10 @@ class _Node:
         self.last_seen_s = now_s
         self.inflight: dict[str, int] = {}  # request id → prompt tokens
         self.unreported_prefill: dict[str, int] = {}  # routed, not in a report yet, no first token yet
+        # 1 / max(max_tokens - 1, 1) of the requests in flight whose max_tokens is known, and of those decoding
+        # (first token seen): NodeView.decode_inv_steps is the mean of ``decoding``
+        self.inv_steps: dict[str, float] = {}
+        self.decoding: dict[str, float] = {}
         self.num_routed_total = 0
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
@@ -321,8 +327,9 @@ class ClusterRegistry:
 
     # -- in-flight accounting ------------------------------------------------------------------------
 
-    def on_routed(self, node_id: str, request_id: str, num_prompt_tokens: int) -> None:
-        """``request_id`` was sent to ``node_id``. KeyError: unknown node; ValueError: id already in flight."""
+    def on_routed(self, node_id: str, request_id: str, num_prompt_tokens: int, max_tokens: int = 0) -> None:
+        """``request_id`` was sent to ``node_id``, to generate at most ``max_tokens`` (0: not known). KeyError:
+        unknown node; ValueError: id already in flight."""
         node = self._nodes.get(node_id)
         if node is None:
             raise KeyError(f"cannot route {request_id!r} to unknown node {node_id!r}")
@@ -330,6 +337,8 @@ class ClusterRegistry:
             raise ValueError(f"request {request_id!r} is already in flight on {self._node_of_request[request_id]!r}")
         node.inflight[request_id] = num_prompt_tokens
         node.unreported_prefill[request_id] = num_prompt_tokens
+        if max_tokens > 0:
+            node.inv_steps[request_id] = 1.0 / max(max_tokens - 1, 1)
         node.routed_order.append((node.num_routed_total, request_id))
         node.num_routed_total += 1
         self._node_of_request[request_id] = node_id
@@ -338,7 +347,14 @@ class ClusterRegistry:
     def on_first_token(self, node_id: str, request_id: str) -> None:
         """The request's prefill is done. Unknown node or request: ignored (e.g. after a restart)."""
         node = self._nodes.get(node_id)
-        if node is not None and node.unreported_prefill.pop(request_id, None) is not None:
+        if node is None:
+            return
+        changed = node.unreported_prefill.pop(request_id, None) is not None
+        inv_steps = node.inv_steps.get(request_id)
+        if inv_steps is not None and request_id not in node.decoding:
+            node.decoding[request_id] = inv_steps
+            changed = True
+        if changed:
             self._refresh(node)
 
     def on_finished(self, node_id: str, request_id: str) -> None:
@@ -347,6 +363,8 @@ class ClusterRegistry:
         if node is None or node.inflight.pop(request_id, None) is None:
             return
         node.unreported_prefill.pop(request_id, None)
+        node.inv_steps.pop(request_id, None)
+        node.decoding.pop(request_id, None)
         del self._node_of_request[request_id]
         self._refresh(node)
 
@@ -484,6 +502,7 @@ class ClusterRegistry:
             hello.rack,
             hello.kv.prefix_hash_algo,
             0.0 if report is None else step_mean_ms(report),
+            sum(node.decoding.values()) / len(node.decoding) if node.decoding else 0.0,
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

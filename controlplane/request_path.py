@@ -279,7 +279,7 @@ class RequestPath:
         return placed
 
     def _record(self, placed: Placement, request_id: str) -> None:
-        self.registry.on_routed(placed.node_id, request_id, placed.route.num_prompt_tokens)
+        self.registry.on_routed(placed.node_id, request_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
         self.policy.on_routed(placed.route, placed.node_id)
 
     # -- live migration ----------------------------------------------------------------------------
@@ -326,7 +326,7 @@ class RequestPath:
         except MailboxFull:
             return False
         self.table.attach(inflight, node_id)
-        self.registry.on_routed(node_id, inflight.request_id, len(msg.prompt_token_ids))
+        self.registry.on_routed(node_id, inflight.request_id, len(msg.prompt_token_ids), msg.sampling.max_tokens)
         self.counters["resumed"] += 1
         log.info("request %s resumes on %s, the node it was migrating from", inflight.request_id, node_id)
         return True

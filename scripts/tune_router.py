@@ -191,6 +191,17 @@ off's -0.124, both at mooncake100@slo2). On lifts every default-SLO case where d
 .436, code100 .247 -> .395, mooncake100 .461 -> .503) and costs the second SLO's Mooncake cases (mooncake80@slo2
 .603 -> .534); the off row equals GRID_19's chosen row on all 14 cases.
 
+The twenty-first grid (GRID_21, declared and committed before it ran, with --stress --slo2 --seeds 3, the rule's
+new third point): RouterConfig.slo_tpot_harm_decoders off (the default row) / on, at GRID_20's choice. Why: a
+probe on the tuning split (bench/results/2026-12-03-harm-decoders-probe.json) spread decode protection's harm over
+the decode steps of the requests decoding on the node (what the control plane sees of them) instead of the new
+request's own; it lifted every default-SLO code case on each of three seeds (code80 .317 -> .408 on seed 0). On
+seed 0 it lost the last grids' binding case (mooncake100@slo2 .330 -> .301), but at fixed knobs that case and
+mooncake80@slo2 moved as much from seed to seed (mooncake80@slo2 .603/.561/.573 on seeds 0/1/2): a rule that reads
+seed 0 alone decides them by arrival noise. So from this grid on the rule reads the means over three seeds, the
+anchors' too, run in the same grid (each at the case's SLO, as the anchor files were made). A choice that herds
+test_no_herding.py's burst is refused, as before.
+
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
 
@@ -202,7 +213,11 @@ its result are in bench/results/2026-12-01-router-tune.json):
    the cases (hardware_aware's goodput - the best fair anchor's goodput on that case) wins; settings within
    0.005 of the largest are tied, and the tie goes to the lowest worst-case P99/P50 TTFT, then to the
    earliest in the grid (the grid lists smaller penalties first).
-Prints one JSON object per setting, then the choice.
+3. With --seeds N (N > 1; from GRID_21 on): each case's figures, a setting's and each fair anchor's
+   (FAIR_ANCHORS), are the means over seeds 0..N-1 of the tuning split (seed s > 0: its arrivals jittered, as
+   ``zoo sim --seeds`` does); the best fair anchor's goodput is the largest mean goodput among the anchors and its
+   P99 the least mean P99; points 1 and 2 then read the means.
+Prints one JSON object per setting (--seeds: per run), then the choice.
 """
 
 from __future__ import annotations
@@ -267,6 +282,10 @@ GRID_17 = {"tpot_measured_steps": [False, True]}  # ran with the mean over every
 GRID_18 = {"tpot_measured_steps": [False, True]}  # the mean over the steps with decode rows
 GRID_19 = {"slo_tpot_floor_miss": [False, True]}
 GRID_20 = {"slo_tpot_harm_triage": [False, True]}
+GRID_21 = {"slo_tpot_harm_decoders": [False, True]}  # run with --stress --slo2 --seeds 3
+# the fair anchors of the reports (zoo sim's --policy list for the anchors' --json files since GRID_16)
+FAIR_ANCHORS = ("envoy_wlr", "llm_d", "dynamo_kv", "sglang_cache_aware", "vllm_ps_roundrobin", "vllm_ps_prefixaware",
+                "least_requests")  # fmt: skip
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
@@ -279,16 +298,26 @@ def simulate_tune_split(trace: str, fleet_name: str, load: float, knobs: dict):
 
 
 def simulate_split(
-    trace: str, fleet_name: str, load: float, knobs: dict, split: str = "tune", policy: str = "hardware_aware"
+    trace: str,
+    fleet_name: str,
+    load: float,
+    knobs: dict,
+    split: str = "tune",
+    policy: str = "hardware_aware",
+    seed: int = 0,
 ):
-    """``policy`` with ``knobs`` (RouterConfig fields) over ``split`` of ``trace`` at ``load``, seed 0: (result,
-    config). The eval split is for diagnosis only: knobs are tuned on the tuning split."""
+    """``policy`` with ``knobs`` (RouterConfig fields) over ``split`` of ``trace`` at ``load``: (result, config).
+    Seed 0: the split as it is; another seed: its arrivals jittered as ``zoo sim --seeds`` does (the same seed
+    for the prompts' tokens and the router). The eval split is for diagnosis only: knobs are tuned on the tuning
+    split."""
     fleet = load_fleet(fleet_name)
     base = load_trace(trace).split(split)
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
     workload = scale_to_load(base, load, capacity)
-    config = dataclasses.replace(default_router_config(fleet, policy, 0), **knobs)
-    return FleetSimulator(fleet, workload, policy, router_config=config, seed=0).run(), config
+    if seed:
+        workload = workload.jittered(seed)
+    config = dataclasses.replace(default_router_config(fleet, policy, seed), **knobs)
+    return FleetSimulator(fleet, workload, policy, router_config=config, seed=seed).run(), config
 
 
 def case_parser(
@@ -320,11 +349,11 @@ def parsed_knobs(
         parser.error(str(e))
 
 
-def run(case: str, knobs: dict) -> dict:
+def run(case: str, knobs: dict, seed: int = 0, policy: str = "hardware_aware") -> dict:
     if case in SLO2_CASES:  # the case's SLO over the setting's (a setting names no SLO)
-        result, config = simulate_tune_split(*SLO2_CASES[case], {**knobs, **SLO2})
+        result, config = simulate_split(*SLO2_CASES[case], {**knobs, **SLO2}, policy=policy, seed=seed)
     else:
-        result, config = simulate_tune_split(*ALL_CASES[case], knobs)
+        result, config = simulate_split(*ALL_CASES[case], knobs, policy=policy, seed=seed)
     r = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
     return {
         "p50": r.ttft_s[50],
@@ -381,17 +410,56 @@ def _run_setting(knobs: dict, cases: tuple[str, ...] = tuple(CASES)) -> dict:
     return {"knobs": knobs, "cases": {case: run(case, knobs) for case in cases}}
 
 
+def _mean(runs: list[dict]) -> dict:
+    """A case's figures over seeds (``--seeds``): the mean of each, and each seed's goodput and P99 as run."""
+    out = {key: sum(r[key] for r in runs) / len(runs) for key in ("p50", "p99", "p99_over_p50", "goodput", "tpot_p50")}
+    return out | {"goodput_by_seed": [r["goodput"] for r in runs], "p99_by_seed": [r["p99"] for r in runs]}
+
+
+def _run_anchor(job: tuple[str, str, int]) -> tuple[str, str, int, dict]:
+    case, policy, seed = job
+    return case, policy, seed, run(case, {}, seed, policy)
+
+
+def seeded_anchors(cases: tuple[str, ...], seeds: int, pool) -> dict[str, dict]:
+    """Per case, the best fair anchor (FAIR_ANCHORS) over seeds 0..seeds-1, as ``best_anchors`` reads a
+    ``zoo sim --json`` file: the largest mean goodput, and the least mean P99 TTFT (each over the anchors); each
+    run told the case's SLO, as ``zoo sim --slo-ttft/--slo-tpot`` tells an SLO-aware anchor."""
+    jobs = [(case, policy, seed) for case in cases for policy in FAIR_ANCHORS for seed in range(seeds)]
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for case, policy, _seed, row in pool.imap(_run_anchor, jobs):
+        runs.setdefault((case, policy), []).append(row)
+    out = {}
+    for case in cases:
+        means = {policy: _mean(runs[case, policy]) for policy in FAIR_ANCHORS}
+        by_goodput = max(FAIR_ANCHORS, key=lambda p: means[p]["goodput"])
+        by_p99 = min(FAIR_ANCHORS, key=lambda p: means[p]["p99"])
+        out[case] = {
+            "goodput": means[by_goodput]["goodput"],
+            "goodput_by": by_goodput,
+            "p99": means[by_p99]["p99"],
+            "p99_by": by_p99,
+        }
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--grid", default=json.dumps(DEFAULT_GRID), help="JSON: knob -> list of values, or a list of settings"
     )
-    anchor_source = parser.add_mutually_exclusive_group(required=True)
+    anchor_source = parser.add_mutually_exclusive_group()
     anchor_source.add_argument("--anchors", help="comma-separated zoo sim --json files, one per case")
     anchor_source.add_argument(
         "--anchors-from", help="an earlier grid's result JSON: its best_fair_anchor_on_tune (same simulator)"
     )
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=1,
+        help="each case over seeds 0..N-1 (N > 1: jittered arrivals, the means compared, the anchors run here)",
+    )
     parser.add_argument("--stress", action="store_true", help="also the stress cases (STRESS_CASES: 100%% load)")
     parser.add_argument(
         "--stress-anchors",
@@ -405,6 +473,10 @@ def main() -> None:
         help="with --slo2: zoo sim --json files at SLO2, one per SLO2_CASES case (else --anchors-from's recorded ones)",
     )
     args = parser.parse_args()
+    if args.seeds > 1:
+        return _main_seeded(parser, args)
+    if not (args.anchors or args.anchors_from):
+        parser.error("one of --anchors or --anchors-from is required (or --seeds N > 1)")
     if args.stress_anchors and not args.stress:
         parser.error("--stress-anchors goes with --stress")
     if args.stress and not args.stress_anchors and not args.anchors_from:
@@ -436,6 +508,39 @@ def main() -> None:
     chosen = choose(rows, anchors)
     print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "anchors": anchors,
                       "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
+
+
+def _run_case(job: tuple[int, dict, str, int]) -> tuple[int, str, int, dict]:
+    i, knobs, case, seed = job
+    return i, case, seed, run(case, knobs, seed)
+
+
+def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """``--seeds N`` (N > 1): every setting and every fair anchor over seeds 0..N-1 of each case, in one pool;
+    the rule compares the means (the rule's third point)."""
+    if args.anchors or args.anchors_from or args.stress_anchors or args.slo2_anchors:
+        parser.error("--seeds N > 1 runs the anchors itself over the same seeds: no anchor files")
+    if args.slo2 and not args.stress:
+        parser.error("--slo2 goes with --stress")
+    grid = json.loads(args.grid)
+    cases = tuple(ALL_CASES if args.stress else CASES) + (tuple(SLO2_CASES) if args.slo2 else ())
+    if isinstance(grid, list):
+        settings = grid
+    else:
+        settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    jobs = [(i, knobs, case, seed) for i, knobs in enumerate(settings) for case in cases for seed in range(args.seeds)]
+    runs: dict[tuple[int, str], list[dict]] = {}
+    with multiprocessing.Pool(args.jobs) as pool:
+        for i, case, seed, row in pool.imap(_run_case, jobs):
+            print(json.dumps({"setting": i, "case": case, "seed": seed, "goodput": row["goodput"], "p99": row["p99"]}))
+            runs.setdefault((i, case), []).append(row)
+        anchors = seeded_anchors(cases, args.seeds, pool)
+    rows = [
+        {"knobs": knobs, "cases": {case: _mean(runs[i, case]) for case in cases}} for i, knobs in enumerate(settings)
+    ]
+    chosen = choose(rows, anchors)
+    print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "seeds": args.seeds,
+                      "anchors": anchors, "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -472,7 +472,7 @@ class FleetSimulator:
             i = node_index[node_id]
             node = nodes[i]
             rec.node_id = node_id
-            registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens)
+            registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
             policy.on_routed(placed.route, node_id)
             node.core.add(req_id, placed.token_ids, msg.sampling, priority=placed.priority, lora=placed.lora)
             node.num_requests += 1

@@ -228,7 +228,7 @@ class SplitRun:
             except ValueError:
                 continue
             block_size = engine.cache_config.block_size
-            self.registry.on_routed(node.node_id, move.req_id, len(state.token_ids) % block_size + 1)
+            self.registry.on_routed(node.node_id, move.req_id, len(state.token_ids) % block_size + 1, params.max_tokens)
             self.registry.on_first_token(node.node_id, move.req_id)  # its prefill is done (the KV came with it)
             node.num_requests += i == move.target
             self.num_fallbacks += i != move.target

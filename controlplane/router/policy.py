@@ -44,6 +44,10 @@ class NodeView:
     rack: str = ""
     prefix_hash_algo: str = "sha256"  # how it names prefix blocks (hello): the router hashes prompts the same way
     step_mean_ms: float = 0.0  # last report: mean time of its steps with decode rows, mixed ones too; 0: none
+    # the control plane's own: the mean of 1 / (max_tokens - 1) (at least 1) over the requests it has seen decode
+    # there (first token relayed, not finished, max_tokens known): the decode steps they run, as a harmonic mean
+    # (RouterConfig.slo_tpot_harm_decoders); 0.0: none
+    decode_inv_steps: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

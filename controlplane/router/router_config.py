@@ -74,6 +74,12 @@ class RouterConfig:
         over both SLOs (bench/results/2026-12-03-sim-tune-20.json): on, the tuning split's default-SLO code cases
         gain (code 80% .317 -> .436, code 100% .247 -> .395) and its second-SLO Mooncake cases lose (mooncake 80%
         .603 -> .534); at 50 ms most nodes' steps are over the target, so triage all but turns protection off.
+    slo_tpot_harm_decoders: decode protection spreads this prompt's prefill over the decode steps of the requests
+        it would slow, as the control plane sees them (``NodeView.decode_inv_steps``: the harmonic mean of the
+        max_tokens of the requests decoding on the node), instead of over this request's own: n in harm_tpot is
+        the node's decoders' where it has any the control plane knows of, else this request's. On code a short
+        new request made the harm a whole chunk on nearly every node; the decoders it would slow may run long.
+        GRID_21 (scripts/tune_router.py) decides its default.
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
@@ -204,6 +210,7 @@ class RouterConfig:
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
     slo_tpot_harm_triage: bool = False
+    slo_tpot_harm_decoders: bool = False
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0

@@ -12,6 +12,7 @@ What it reads, ``values`` float64 [num_columns, n] (NodeTable.values, C order; t
 
     row 0 COL_MAX_PROMPT   2 COL_INV_RATE   3 COL_BASE_S   4 COL_STEP_S   5 COL_BACKLOG_S
         6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S   9 COL_DECODERS   10 COL_FLOOR_S
+       11 COL_DECODE_INV
 
 Per node i, in this order (a bracket: only when that knob is non-zero, as the numpy path skips the pass;
 slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
@@ -32,6 +33,7 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     c += t * output_weight                    [output_weight]
                            (excess_only: max(t - slo_tpot, 0) * output_weight; max as np.maximum)
     h  = min((inv_rate * own + backlog_s) * (1 / steps), chunk_s) + step_s                [harm_penalty]
+                           (harm_decoders: decode_inv instead of 1 / steps where decode_inv > 0)
     c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
                            (harm_triage: and step_s <= slo_tpot: decodes already over it are not protected)
     c += kv_penalty        if headroom < need [kv_penalty]
@@ -93,8 +95,9 @@ COL_HEADROOM = 7
 COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 COL_FLOOR_S = 10
-NUM_COLUMNS = 11
-NUM_PARAMS = 23  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 23 arguments)
+COL_DECODE_INV = 11
+NUM_COLUMNS = 12
+NUM_PARAMS = 24  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 24 arguments)
 
 
 def least_cost_index(
@@ -112,12 +115,13 @@ def least_cost_index(
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s,
-     sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage) = params  # fmt: skip
+     sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage, harm_decoders) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
     headroom, lora_load, decoders = values[COL_HEADROOM], values[COL_LORA_LOAD_S], values[COL_DECODERS]
-    floor = values[COL_FLOOR_S]
+    floor, decode_inv = values[COL_FLOOR_S], values[COL_DECODE_INV]
+    by_decoders = harm_decoders != 0.0  # slo_tpot_harm_decoders: the harm spread over the node's decoders' steps
     triage = harm_triage != 0.0  # slo_tpot_harm_triage: decodes already over the TPOT target are not protected
     floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
@@ -159,7 +163,8 @@ def least_cost_index(
         x = t - slo_tpot_s  # tpot_excess_only: np.maximum(t - slo, 0.0) (a NaN wins)
         x = x if x > 0.0 or x != x else 0.0
         c += (x if excess else t) * output_weight if output_weight != 0.0 else 0.0  # t * 0: NaN for t = inf
-        h = (inv_rate[i] * own + backlog[i]) * inv_steps  # decode protection: the running decodes' TPOT
+        x = decode_inv[i]
+        h = (inv_rate[i] * own + backlog[i]) * (x if by_decoders and x > 0.0 else inv_steps)  # decode protection
         h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
         h += step_s
         protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
@@ -243,11 +248,12 @@ def least_cost_index(
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
         if harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
             chunk_s, backlog_s, step_s = chunk[i], backlog[i], step[i]
-            harm_s = (rate_inv * own + backlog_s) * inv_steps
+            harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps
+            harm_s = (rate_inv * own + backlog_s) * harm_inv
             if chunk_s < harm_s:  # Python's min(a, b), as the numpy path's credit: b only when b < a
                 harm_s = chunk_s
             harm_s += step_s
-            cached_harm_s = (rate_inv * cached_own + backlog_s) * inv_steps
+            cached_harm_s = (rate_inv * cached_own + backlog_s) * harm_inv
             if chunk_s < cached_harm_s:
                 cached_harm_s = chunk_s
             cached_harm_s += step_s
@@ -372,6 +378,7 @@ class CostKernel:
             float(config.slo_sacrifice_max_rate_ratio),  # sacrifice_max_rate_ratio (0: every node's factor)
             1.0 if config.slo_tpot_floor_miss else 0.0,  # tpot_floor_miss
             1.0 if config.slo_tpot_harm_triage else 0.0,  # harm_triage
+            1.0 if config.slo_tpot_harm_decoders else 0.0,  # harm_decoders
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

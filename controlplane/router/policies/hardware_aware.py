@@ -28,6 +28,8 @@ seconds)::
     own_s     = max(prompt - cached, 1) / rate                        this prompt's prefill time there
     harm_tpot = TPOT's step term + min((backlog_s + own_s) / n, chunk_s)
                 the TPOT of the requests decoding there once this prompt's chunks share their steps
+                (slo_tpot_harm_decoders: n = the harmonic mean of their max_tokens - 1 where the control
+                 plane knows of decoders there, NodeView.decode_inv_steps)
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
                   (tpot_excess_only: * max(TPOT - slo_tpot_s, 0) instead of * TPOT)
                 + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s, or (slo_tpot_floor_miss) floor > slo_tpot_s
@@ -122,7 +124,8 @@ _COL_HEADROOM = 7  # KV tokens free for new work
 _COL_LORA_LOAD_S = 8  # an adapter's load time there (measured mean, else the estimate)
 _COL_DECODERS = 9  # requests decoding there (last report)
 _COL_FLOOR_S = 10  # its fastest decode step (one sequence; node_predictions.decode_floor_s)
-_NUM_COLUMNS = 11
+_COL_DECODE_INV = 11  # 1 / its decoders' decode steps (NodeView.decode_inv_steps; 0.0: none known)
+_NUM_COLUMNS = 12
 
 
 class HardwareAwarePolicy(PolicyHooks):
@@ -280,7 +283,13 @@ class HardwareAwarePolicy(PolicyHooks):
             slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
             harm = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
             harm += columns[_COL_BACKLOG_S]
-            harm *= 1.0 / max(max_tokens - 1, 1)
+            if config.slo_tpot_harm_decoders:  # over its decoders' steps where it has any, else this request's
+                inv_steps = columns[_COL_DECODE_INV]
+                np.copyto(add, 1.0 / max(max_tokens - 1, 1))
+                np.copyto(add, inv_steps, where=np.greater(inv_steps, 0.0, self._short))
+                harm *= add
+            else:
+                harm *= 1.0 / max(max_tokens - 1, 1)
             np.minimum(harm, columns[_COL_CHUNK_S], out=harm)
             harm += columns[_COL_STEP_S]
             miss = np.greater(harm, slo_tpot_s, self._miss)
@@ -362,6 +371,7 @@ class HardwareAwarePolicy(PolicyHooks):
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
+        harm_decoders = config.slo_tpot_harm_decoders
         floor_miss = config.slo_tpot_floor_miss  # a node that misses TPOT at any load keeps its miss charges
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
         if triage_penalty_s and config.slo_triage_spare_capable_below:
@@ -406,8 +416,9 @@ class HardwareAwarePolicy(PolicyHooks):
             # harm is at least its step, over the target, so the test below fails there)
             if harm_penalty_s and row[_COL_DECODERS] > 0:
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
-                harm_s = min((inv_rate * own + backlog_s) * inv_steps, chunk_s) + step_s
-                cached_harm_s = min((inv_rate * cached_own + backlog_s) * inv_steps, chunk_s) + step_s
+                harm_inv = row[_COL_DECODE_INV] if harm_decoders and row[_COL_DECODE_INV] > 0.0 else inv_steps
+                harm_s = min((inv_rate * own + backlog_s) * harm_inv, chunk_s) + step_s
+                cached_harm_s = min((inv_rate * cached_own + backlog_s) * harm_inv, chunk_s) + step_s
                 if harm_s > slo_tpot_s and cached_harm_s <= slo_tpot_s:
                     saved_s += harm_penalty_s
             headroom = row[_COL_HEADROOM]
@@ -503,6 +514,7 @@ class HardwareAwarePolicy(PolicyHooks):
             lora_load_s if lora_load_s > 0 else config.lora_load_estimate_s,
             float(batch),
             floor_s,
+            node.decode_inv_steps,
         )
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:

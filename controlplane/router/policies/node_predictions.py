@@ -133,10 +133,19 @@ def predict_decoders_tpot_s(
     node: NodeView, num_prompt_tokens: int, config: RouterConfig, max_tokens: int = 1, num_cached_tokens: int = 0
 ) -> float:
     """TPOT of the requests decoding on ``node`` once this prompt (and the backlog) is prefilled in chunks that
-    share their decode steps: the node's backlog plus this prompt spread over ``max_tokens - 1`` steps, a chunk
-    per step at most (decode protection; see the module docstring)."""
+    share their decode steps: the node's backlog plus this prompt spread over their decode steps
+    (``harm_inv_steps``), a chunk per step at most (decode protection; see the module docstring)."""
     inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
     own_s = max(num_prompt_tokens - num_cached_tokens, 1) * inv_rate
-    mixed_s = min((own_s + backlog_tokens(node) * inv_rate) * (1.0 / max(max_tokens - 1, 1)),
+    mixed_s = min((own_s + backlog_tokens(node) * inv_rate) * harm_inv_steps(node, config, max_tokens),
                   config.prefill_chunk_tokens * inv_rate)  # fmt: skip
     return tpot_step_s(node, config) + mixed_s
+
+
+def harm_inv_steps(node: NodeView, config: RouterConfig, max_tokens: int = 1) -> float:
+    """1 / the decode steps decode protection spreads a prompt's prefill over: those of the requests decoding on
+    ``node`` (RouterConfig.slo_tpot_harm_decoders: ``NodeView.decode_inv_steps``, where the control plane knows of
+    any), else this request's own, ``max_tokens - 1`` (at least 1)."""
+    if config.slo_tpot_harm_decoders and node.decode_inv_steps > 0.0:
+        return node.decode_inv_steps
+    return 1.0 / max(max_tokens - 1, 1)
