@@ -79,7 +79,9 @@ class RouterConfig:
         max_tokens of the requests decoding on the node), instead of over this request's own: n in harm_tpot is
         the node's decoders' where it has any the control plane knows of, else this request's. On code a short
         new request made the harm a whole chunk on nearly every node; the decoders it would slow may run long.
-        GRID_21 (scripts/tune_router.py) decides its default.
+        Kept off by the twenty-first grid, over both SLOs and three seeds (bench/results/2026-12-03-sim-tune-21.json):
+        on lifts 10 of the 14 tuning cases (code 80% .331 -> .419, code 100% .260 -> .358) and lowers the binding
+        case, mooncake 100% at the second SLO (.302 -> .283; smallest margin -0.165 against -0.146).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
