@@ -201,6 +201,10 @@ mooncake80@slo2 moved as much from seed to seed (mooncake80@slo2 .603/.561/.573 
 seed 0 alone decides them by arrival noise. So from this grid on the rule reads the means over three seeds, the
 anchors' too, run in the same grid (each at the case's SLO, as the anchor files were made). A choice that herds
 test_no_herding.py's burst is refused, as before.
+Result: bench/results/2026-12-03-sim-tune-21.json: kept off (no setting admissible: code80@slo2's and code60@slo2's
+mean P99 above their bounds in both rows; smallest margin -0.165 against off's -0.146, both at mooncake100@slo2:
+.302 -> .283 against dynamo_kv's .448). On lifts 10 of the 14 cases' means (code80 .331 -> .419, code100 .260 ->
+.358, mooncake80@slo2 .579 -> .590). The off row's seed-0 runs equal GRID_20's off row.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
