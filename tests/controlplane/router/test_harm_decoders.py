@@ -19,13 +19,17 @@ from controlplane.router.policies.node_predictions import harm_inv_steps, predic
 from controlplane.router.policy import ClusterSnapshot
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
-from tests.controlplane.router.test_cost_kernel import FLEET_CASES, GOODPUT_ONLY, KERNELS, _check_alike, _run, _values
+from tests.controlplane.router.test_cost_kernel import (
+    FLEET_CASES,
+    GOODPUT_ONLY,
+    KERNELS,
+    PROTECTION_ONLY,
+    _check_alike,
+    _decoding_pair,
+    _run,
+)
 
-# only the TTFT and decode protection decide here (no TPOT weight or charge): an 8B model, targets 2 s / 50 ms
-CONFIG = RouterConfig(
-    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
-    slo_ttft_s=2.0, slo_tpot_s=0.05,
-)  # fmt: skip
+CONFIG = PROTECTION_ONLY
 ON = replace(CONFIG, slo_tpot_harm_decoders=True)
 
 
@@ -126,12 +130,7 @@ def test_hand_made_harm_by_decoders(kernel):
     step: off, both pay the harm penalty and node 0 (no queue) wins; on, node 1's decoders run 1,000 steps (the
     prompt adds 0.1 ms to each) and it pays none. Node 0's decoders run one step: a prefix of 960 cached tokens there
     leaves 14 ms, within the target, and lifts its charge."""
-    values = _values(2)
-    values[cost_kernel.COL_MAX_PROMPT] = 2000.0
-    values[cost_kernel.COL_STEP_S] = [0.01, 0.01]
-    values[cost_kernel.COL_DECODERS] = [4.0, 4.0]
-    values[cost_kernel.COL_CHUNK_S] = [0.05, 0.05]
-    values[cost_kernel.COL_BASE_S] = [0.0, 0.5]
+    values = _decoding_pair((0.01, 0.01))
     values[cost_kernel.COL_DECODE_INV] = [1.0, 0.001]
     knobs = dict(num_prompt_tokens=1000, slo_ttft_s=1.0, slo_tpot_s=0.05, harm_penalty_s=3.0)
     i, cost = _run(kernel, values, **knobs)

@@ -10,19 +10,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controlplane.router.policies import cost_kernel
 from controlplane.router.policies.cost_reference import harm_charged, predict_cost_s
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policies.node_predictions import tpot_step_s
 from controlplane.router.policy import ClusterSnapshot
 from controlplane.router.router_config import RouterConfig
-from tests.controlplane.router.test_cost_kernel import FLEET_CASES, GOODPUT_ONLY, KERNELS, _check_alike, _run, _values
+from tests.controlplane.router.test_cost_kernel import (
+    FLEET_CASES,
+    GOODPUT_ONLY,
+    KERNELS,
+    PROTECTION_ONLY,
+    _check_alike,
+    _decoding_pair,
+    _run,
+)
 
-# only the TTFT and decode protection decide here (no TPOT weight or charge): an 8B model, targets 2 s / 50 ms
-CONFIG = RouterConfig(
-    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
-    slo_ttft_s=2.0, slo_tpot_s=0.05,
-)  # fmt: skip
+CONFIG = PROTECTION_ONLY
 ON = replace(CONFIG, slo_tpot_harm_triage=True)
 
 
@@ -98,12 +101,7 @@ def test_hand_made_harm_triage(kernel):
     """Two nodes decoding, a 1,000-token prompt (0.1 s at 1e-4 s/token, a chunk 50 ms): node 0 steps in 10 ms
     (its decodes pushed to 60 ms), node 1 in 80 ms (already over 50 ms) with 0.5 s of queue. Off, both pay the
     harm penalty and node 0 is quicker; on, node 1 pays none. A prefix cached on node 0 still lifts its charge."""
-    values = _values(2)
-    values[cost_kernel.COL_MAX_PROMPT] = 2000.0
-    values[cost_kernel.COL_STEP_S] = [0.01, 0.08]
-    values[cost_kernel.COL_DECODERS] = [4.0, 4.0]
-    values[cost_kernel.COL_CHUNK_S] = [0.05, 0.05]
-    values[cost_kernel.COL_BASE_S] = [0.0, 0.5]
+    values = _decoding_pair((0.01, 0.08))
     knobs = dict(num_prompt_tokens=1000, slo_ttft_s=1.0, slo_tpot_s=0.05, harm_penalty_s=3.0)
     i, cost = _run(kernel, values, **knobs)
     assert i == 0 and list(cost) == [0.1 + 3.0, 0.1 + 0.5 + 3.0]
