@@ -286,26 +286,6 @@ def _values(n: int) -> np.ndarray:
     return values
 
 
-# only the TTFT and decode protection decide (no TPOT weight or charge): an 8B model, targets 2 s / 50 ms (the
-# decode-protection tests' configuration)
-PROTECTION_ONLY = RouterConfig(
-    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
-    slo_ttft_s=2.0, slo_tpot_s=0.05,
-)  # fmt: skip
-
-
-def _decoding_pair(step_s: tuple[float, float]) -> np.ndarray:
-    """Two nodes decoding 4 sequences each in ``step_s`` steps, 2,000-token prompts at most, 1e-4 s a prompt token,
-    a chunk 50 ms; node 0 has no queue, node 1 0.5 s of it (the decode-protection tests' table)."""
-    values = _values(2)
-    values[cost_kernel.COL_MAX_PROMPT] = 2000.0
-    values[cost_kernel.COL_STEP_S] = step_s
-    values[cost_kernel.COL_DECODERS] = [4.0, 4.0]
-    values[cost_kernel.COL_CHUNK_S] = [0.05, 0.05]
-    values[cost_kernel.COL_BASE_S] = [0.0, 0.5]
-    return values
-
-
 def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), cached=(), **knobs):
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
     triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s,

@@ -23,11 +23,10 @@ from tests.controlplane.router.test_cost_kernel import (
     FLEET_CASES,
     GOODPUT_ONLY,
     KERNELS,
-    PROTECTION_ONLY,
     _check_alike,
-    _decoding_pair,
     _run,
 )
+from tests.controlplane.router.test_harm_triage import PROTECTION_ONLY, _decoding_pair
 
 CONFIG = PROTECTION_ONLY
 ON = replace(CONFIG, slo_tpot_harm_decoders=True)

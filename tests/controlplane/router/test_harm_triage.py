@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controlplane.router.policies import cost_kernel
 from controlplane.router.policies.cost_reference import harm_charged, predict_cost_s
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policies.node_predictions import tpot_step_s
@@ -19,11 +21,30 @@ from tests.controlplane.router.test_cost_kernel import (
     FLEET_CASES,
     GOODPUT_ONLY,
     KERNELS,
-    PROTECTION_ONLY,
     _check_alike,
-    _decoding_pair,
     _run,
+    _values,
 )
+
+# only the TTFT and decode protection decide (no TPOT weight or charge): an 8B model, targets 2 s / 50 ms (the
+# decode-protection tests' configuration: test_harm_decoders.py's too)
+PROTECTION_ONLY = RouterConfig(
+    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
+    slo_ttft_s=2.0, slo_tpot_s=0.05,
+)  # fmt: skip
+
+
+def _decoding_pair(step_s: tuple[float, float]) -> np.ndarray:
+    """Two nodes decoding 4 sequences each in ``step_s`` steps, 2,000-token prompts at most, 1e-4 s a prompt token,
+    a chunk 50 ms; node 0 has no queue, node 1 0.5 s of it (the decode-protection tests' table)."""
+    values = _values(2)
+    values[cost_kernel.COL_MAX_PROMPT] = 2000.0
+    values[cost_kernel.COL_STEP_S] = step_s
+    values[cost_kernel.COL_DECODERS] = [4.0, 4.0]
+    values[cost_kernel.COL_CHUNK_S] = [0.05, 0.05]
+    values[cost_kernel.COL_BASE_S] = [0.0, 0.5]
+    return values
+
 
 CONFIG = PROTECTION_ONLY
 ON = replace(CONFIG, slo_tpot_harm_triage=True)
