@@ -180,8 +180,8 @@ def _node_id_of(view: NodeView) -> str:
 
 class _Node:
     __slots__ = (
-        "decoding", "hello", "inflight", "inv_steps", "last_seen_s", "num_routed_total", "report", "routed_order",
-        "state", "unreported_prefill", "view", "view_values",
+        "decode_inv_steps", "decoding", "hello", "inflight", "inv_steps", "last_seen_s", "num_routed_total", "report",
+        "routed_order", "state", "unreported_prefill", "view", "view_values",
     )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
@@ -192,13 +192,19 @@ class _Node:
         self.inflight: dict[str, int] = {}  # request id → prompt tokens
         self.unreported_prefill: dict[str, int] = {}  # routed, not in a report yet, no first token yet
         # 1 / max(max_tokens - 1, 1) of the requests in flight whose max_tokens is known, and of those decoding
-        # (first token seen): NodeView.decode_inv_steps is the mean of ``decoding``
+        # (first token seen), and the mean of ``decoding`` (NodeView.decode_inv_steps; 0.0: none), kept as it changes
         self.inv_steps: dict[str, float] = {}
         self.decoding: dict[str, float] = {}
+        self.decode_inv_steps = 0.0
         self.num_routed_total = 0
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
         self.view_values: tuple = ()  # its view's fields, in order (ClusterRegistry._refresh)
+
+    def decoding_changed(self) -> None:
+        """``decoding`` gained or lost a request: its mean again."""
+        decoding = self.decoding
+        self.decode_inv_steps = sum(decoding.values()) / len(decoding) if decoding else 0.0
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
@@ -353,6 +359,7 @@ class ClusterRegistry:
         inv_steps = node.inv_steps.get(request_id)
         if inv_steps is not None and request_id not in node.decoding:
             node.decoding[request_id] = inv_steps
+            node.decoding_changed()
             changed = True
         if changed:
             self._refresh(node)
@@ -364,7 +371,8 @@ class ClusterRegistry:
             return
         node.unreported_prefill.pop(request_id, None)
         node.inv_steps.pop(request_id, None)
-        node.decoding.pop(request_id, None)
+        if node.decoding.pop(request_id, None) is not None:
+            node.decoding_changed()
         del self._node_of_request[request_id]
         self._refresh(node)
 
@@ -502,7 +510,7 @@ class ClusterRegistry:
             hello.rack,
             hello.kv.prefix_hash_algo,
             0.0 if report is None else step_mean_ms(report),
-            sum(node.decoding.values()) / len(node.decoding) if node.decoding else 0.0,
+            node.decode_inv_steps,
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

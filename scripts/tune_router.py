@@ -477,6 +477,8 @@ def main() -> None:
         help="with --slo2: zoo sim --json files at SLO2, one per SLO2_CASES case (else --anchors-from's recorded ones)",
     )
     args = parser.parse_args()
+    if args.seeds < 1:
+        parser.error(f"--seeds must be at least 1, got {args.seeds}")
     if args.seeds > 1:
         return _main_seeded(parser, args)
     if not (args.anchors or args.anchors_from):
@@ -495,10 +497,7 @@ def main() -> None:
         recorded_cases |= SLO2_CASES
     recorded = anchors_from(args.anchors_from, recorded_cases) if args.anchors_from else None  # fail early
     cases = tuple(ALL_CASES if args.stress else CASES) + (tuple(SLO2_CASES) if args.slo2 else ())
-    if isinstance(grid, list):  # the settings themselves, in order
-        settings = grid
-    else:
-        settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    settings = _settings(grid)
     with multiprocessing.Pool(args.jobs) as pool:
         rows = []
         for row in pool.imap(functools.partial(_run_setting, cases=cases), settings):
@@ -510,8 +509,20 @@ def main() -> None:
     if args.slo2_anchors:
         anchors |= best_anchors(args.slo2_anchors.split(","), SLO2_CASES)
     chosen = choose(rows, anchors)
-    print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "anchors": anchors,
+    print(json.dumps({"rule": _rule_text(), "anchors": anchors,
                       "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
+
+
+def _settings(grid: dict | list) -> list[dict]:
+    """``--grid``'s settings: a list is the settings themselves, in order; a dict, every combination of its values."""
+    if isinstance(grid, list):
+        return grid
+    return [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+
+
+def _rule_text() -> str:
+    """The selection rule as this module's docstring states it (printed with the choice)."""
+    return __doc__.split("Selection rule")[1].split("Prints")[0].strip()
 
 
 def _run_case(job: tuple[int, dict, str, int]) -> tuple[int, str, int, dict]:
@@ -528,10 +539,7 @@ def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--slo2 goes with --stress")
     grid = json.loads(args.grid)
     cases = tuple(ALL_CASES if args.stress else CASES) + (tuple(SLO2_CASES) if args.slo2 else ())
-    if isinstance(grid, list):
-        settings = grid
-    else:
-        settings = [dict(zip(grid, values)) for values in itertools.product(*grid.values())]
+    settings = _settings(grid)
     jobs = [(i, knobs, case, seed) for i, knobs in enumerate(settings) for case in cases for seed in range(args.seeds)]
     runs: dict[tuple[int, str], list[dict]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
@@ -543,7 +551,7 @@ def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         {"knobs": knobs, "cases": {case: _mean(runs[i, case]) for case in cases}} for i, knobs in enumerate(settings)
     ]
     chosen = choose(rows, anchors)
-    print(json.dumps({"rule": __doc__.split("Selection rule")[1].split("Prints")[0].strip(), "seeds": args.seeds,
+    print(json.dumps({"rule": _rule_text(), "seeds": args.seeds,
                       "anchors": anchors, "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
 
 
