@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from backends.kv_link_model import check_place_name
+from controlplane.router.decode_steps import NO_DECODERS, NUM_BINS, bin_of
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.policy import ClusterSnapshot, NodeView
 from engine.clock import Clock
@@ -180,8 +181,9 @@ def _node_id_of(view: NodeView) -> str:
 
 class _Node:
     __slots__ = (
-        "decode_inv_steps", "decoding", "hello", "inflight", "inv_steps", "last_seen_s", "num_routed_total", "report",
-        "routed_order", "state", "unreported_prefill", "view", "view_values",
+        "decode_hist", "decode_inv_steps", "decode_steps_hist", "decoding", "hello", "inflight", "inv_steps",
+        "last_seen_s", "num_routed_total", "report", "routed_order", "state", "unreported_prefill", "view",
+        "view_values",
     )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
@@ -196,15 +198,21 @@ class _Node:
         self.inv_steps: dict[str, float] = {}
         self.decoding: dict[str, float] = {}
         self.decode_inv_steps = 0.0
+        # the decoders of ``decoding`` counted per bin of their decode steps (router/decode_steps.py), and that as
+        # NodeView.decode_steps_hist (empty: none), kept as it changes
+        self.decode_hist = [0] * NUM_BINS
+        self.decode_steps_hist = NO_DECODERS
         self.num_routed_total = 0
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
         self.view_values: tuple = ()  # its view's fields, in order (ClusterRegistry._refresh)
 
-    def decoding_changed(self) -> None:
-        """``decoding`` gained or lost a request: its mean again."""
+    def decoding_changed(self, inv_steps: float, delta: int) -> None:
+        """``decoding`` gained (``delta`` 1) or lost (-1) a request of ``inv_steps``: its mean and histogram again."""
         decoding = self.decoding
         self.decode_inv_steps = sum(decoding.values()) / len(decoding) if decoding else 0.0
+        self.decode_hist[bin_of(round(1.0 / inv_steps))] += delta
+        self.decode_steps_hist = tuple(self.decode_hist) if decoding else NO_DECODERS
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
@@ -359,7 +367,7 @@ class ClusterRegistry:
         inv_steps = node.inv_steps.get(request_id)
         if inv_steps is not None and request_id not in node.decoding:
             node.decoding[request_id] = inv_steps
-            node.decoding_changed()
+            node.decoding_changed(inv_steps, 1)
             changed = True
         if changed:
             self._refresh(node)
@@ -371,8 +379,9 @@ class ClusterRegistry:
             return
         node.unreported_prefill.pop(request_id, None)
         node.inv_steps.pop(request_id, None)
-        if node.decoding.pop(request_id, None) is not None:
-            node.decoding_changed()
+        inv_steps = node.decoding.pop(request_id, None)
+        if inv_steps is not None:
+            node.decoding_changed(inv_steps, -1)
         del self._node_of_request[request_id]
         self._refresh(node)
 
@@ -511,6 +520,7 @@ class ClusterRegistry:
             hello.kv.prefix_hash_algo,
             0.0 if report is None else step_mean_ms(report),
             node.decode_inv_steps,
+            node.decode_steps_hist,
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

@@ -206,6 +206,16 @@ mean P99 above their bounds in both rows; smallest margin -0.165 against off's -
 .302 -> .283 against dynamo_kv's .448). On lifts 10 of the 14 cases' means (code80 .331 -> .419, code100 .260 ->
 .358, mooncake80@slo2 .579 -> .590). The off row's seed-0 runs equal GRID_20's off row.
 
+The twenty-second grid (GRID_22, declared and committed before it ran, with --stress --slo2 --seeds 3):
+RouterConfig.slo_tpot_harm_count off (the default row) / on, at GRID_21's choice. Why: a probe on the tuning split
+(scripts/slack_harm_probe.py; bench/results/2026-12-03-slack-harm-probe.json) charged decode protection's penalty once
+per decoder a prompt pushes over the TPOT target, from each decoder's own decode length, instead of once per node; with
+the exact lengths (its "lengths" mode, the information the control plane has) it lifted the smallest margin over the
+14 cases from -0.146 to -0.095 and every default-SLO code case (code80 .331 -> .442, code100 .260 -> .381), with
+code60's mean P99 past its bound (5.97 against 5.91). The knob counts from the registry's histogram of the lengths
+(router/decode_steps.py), so its figures differ from the probe's. A choice that herds test_no_herding.py's burst is
+refused, as before.
+
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
 
@@ -287,6 +297,7 @@ GRID_18 = {"tpot_measured_steps": [False, True]}  # the mean over the steps with
 GRID_19 = {"slo_tpot_floor_miss": [False, True]}
 GRID_20 = {"slo_tpot_harm_triage": [False, True]}
 GRID_21 = {"slo_tpot_harm_decoders": [False, True]}  # run with --stress --slo2 --seeds 3
+GRID_22 = {"slo_tpot_harm_count": [False, True]}  # run with --stress --slo2 --seeds 3
 # the fair anchors of the reports (zoo sim's --policy list for the anchors' --json files since GRID_16)
 FAIR_ANCHORS = ("envoy_wlr", "llm_d", "dynamo_kv", "sglang_cache_aware", "vllm_ps_roundrobin", "vllm_ps_prefixaware",
                 "least_requests")  # fmt: skip

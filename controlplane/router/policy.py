@@ -48,6 +48,9 @@ class NodeView:
     # there (first token relayed, not finished, max_tokens known): the decode steps they run, as a harmonic mean
     # (RouterConfig.slo_tpot_harm_decoders); 0.0: none
     decode_inv_steps: float = 0.0
+    # the control plane's own: those decoders counted per bin of their decode steps, max_tokens - 1 (at least 1), the
+    # bins of router/decode_steps.py (RouterConfig.slo_tpot_harm_count); empty: none
+    decode_steps_hist: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,16 @@ class RouterConfig:
         Kept off by the twenty-first grid, over both SLOs and three seeds (bench/results/2026-12-03-sim-tune-21.json):
         on lifts 10 of the 14 tuning cases (code 80% .331 -> .419, code 100% .260 -> .358) and lowers the binding
         case, mooncake 100% at the second SLO (.302 -> .283; smallest margin -0.165 against -0.146).
+    slo_tpot_harm_count: decode protection charges slo_tpot_harm_penalty_s once per decoder this prompt pushes over
+        the TPOT target, instead of once where the node's predicted decode TPOT with it is over: a decoder of n
+        decode steps (max_tokens - 1, as the control plane saw it routed) at the node's predicted step s meets the
+        target T with n * (T - s) to spare, so the prompt's prefill (own_s: its uncached tokens' time) after the
+        node's backlog (backlog_s) pushes over those with backlog_s <= n * (T - s) < backlog_s + own_s (counted
+        from ``NodeView.decode_steps_hist``, interpolated between its bins: router/decode_steps.py). A short
+        decoder is pushed over by a prompt that a long one absorbs; where s >= T none is (they miss already). On,
+        slo_tpot_harm_decoders and slo_tpot_harm_triage do not apply, and only the decoders the control plane
+        knows of count (first token relayed, max_tokens known). The probe behind it
+        (bench/results/2026-12-03-slack-harm-probe.json) counted from the exact lengths.
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
@@ -213,6 +223,7 @@ class RouterConfig:
     slo_tpot_harm_penalty_s: float = 3.0
     slo_tpot_harm_triage: bool = False
     slo_tpot_harm_decoders: bool = False
+    slo_tpot_harm_count: bool = False
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0

@@ -12,7 +12,7 @@ What it reads, ``values`` float64 [num_columns, n] (NodeTable.values, C order; t
 
     row 0 COL_MAX_PROMPT   2 COL_INV_RATE   3 COL_BASE_S   4 COL_STEP_S   5 COL_BACKLOG_S
         6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S   9 COL_DECODERS   10 COL_FLOOR_S
-       11 COL_DECODE_INV
+       11 COL_DECODE_INV   12.. COL_CUM (NUM_BINS rows: the decoders shorter than each edge, router/decode_steps.py)
 
 Per node i, in this order (a bracket: only when that knob is non-zero, as the numpy path skips the pass;
 slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
@@ -36,6 +36,9 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
                            (harm_decoders: decode_inv instead of 1 / steps where decode_inv > 0)
     c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
                            (harm_triage: and step_s <= slo_tpot: decodes already over it are not protected)
+                           (harm_count, instead of the two lines above: c += harm_penalty * (below(hi) - below(lo)),
+                            spare = slo_tpot - step_s (inf where not > 0), hi = (backlog_s + inv_rate * own) / spare,
+                            lo = backlog_s / spare; below: router/decode_steps.py's, the bin by bisection)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
     then, only when sacrifice_s != 0 and every node's miss or doomed was True (a lost cause; sacrifice_s = weight *
@@ -77,6 +80,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from controlplane.router.decode_steps import EDGES, NUM_BINS
 from controlplane.router.policies.node_table import NodeTable
 from controlplane.router.policy import RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
@@ -96,8 +100,11 @@ COL_LORA_LOAD_S = 8
 COL_DECODERS = 9
 COL_FLOOR_S = 10
 COL_DECODE_INV = 11
-NUM_COLUMNS = 12
-NUM_PARAMS = 24  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 24 arguments)
+COL_CUM = 12
+NUM_COLUMNS = COL_CUM + NUM_BINS
+LAST_CUM = NUM_COLUMNS - 1
+EDGE_VALUES = np.array(EDGES)  # a global array: numba compiles it in as a constant
+NUM_PARAMS = 25  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 24 arguments)
 
 
 def least_cost_index(
@@ -115,13 +122,14 @@ def least_cost_index(
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s,
-     sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage, harm_decoders) = params  # fmt: skip
+     sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage, harm_decoders, harm_count) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
     headroom, lora_load, decoders = values[COL_HEADROOM], values[COL_LORA_LOAD_S], values[COL_DECODERS]
     floor, decode_inv = values[COL_FLOOR_S], values[COL_DECODE_INV]
     by_decoders = harm_decoders != 0.0  # slo_tpot_harm_decoders: the harm spread over the node's decoders' steps
+    by_count = harm_count != 0.0  # slo_tpot_harm_count: the penalty per decoder pushed over the TPOT target
     triage = harm_triage != 0.0  # slo_tpot_harm_triage: decodes already over the TPOT target are not protected
     floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
@@ -167,8 +175,11 @@ def least_cost_index(
         h = (inv_rate[i] * own + backlog[i]) * harm_inv  # decode protection: the running decodes' TPOT
         h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
         h += step_s
-        protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
-        c += harm_penalty_s if h > slo_tpot_s and protected else 0.0
+        if by_count:
+            c += harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, slo_tpot_s - step_s)
+        else:
+            protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
+            c += harm_penalty_s if h > slo_tpot_s and protected else 0.0
         c += kv_penalty_s if headroom[i] < need else 0.0
         cost[i] = math.inf if max_prompt[i] < num_prompt_tokens else c
     fastest_inv_rate = 0.0
@@ -211,7 +222,11 @@ def least_cost_index(
         i = cand[k]
         cost_s = cost[i]
         rate_inv = inv_rate[i]
-        if cost_s - (own * rate_inv + most_penalties_s) > best:
+        most_s = most_penalties_s
+        if by_count:  # the harm lifted is at most the penalty for each decoder counted there
+            most_s = harm_penalty_s * values[LAST_CUM, i]
+            most_s = ttft_penalty_s + triage_penalty_s + sacrifice_s + most_s + kv_penalty_s
+        if cost_s - (own * rate_inv + most_s) > best:
             continue  # cannot win (an impossible node neither)
         cached = float(cand_cached[k])
         if cached > num_prompt_tokens:
@@ -246,7 +261,11 @@ def least_cost_index(
             if pack_weight != 0.0 and slack_s > 0.0 and not doomed:
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
-        if harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
+        if harm_penalty_s != 0.0 and by_count:  # fewer decoders pushed over by the uncached tokens alone
+            spare_s = slo_tpot_s - step[i]
+            pushed = _pushed_over(values, i, backlog[i], rate_inv * own, spare_s)
+            saved_s += harm_penalty_s * (pushed - _pushed_over(values, i, backlog[i], rate_inv * cached_own, spare_s))
+        elif harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
             chunk_s, backlog_s, step_s = chunk[i], backlog[i], step[i]
             harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps
             harm_s = (rate_inv * own + backlog_s) * harm_inv
@@ -271,6 +290,34 @@ def least_cost_index(
     return best_i
 
 
+def _pushed_over(values: np.ndarray, i: int, backlog_s: float, own_s: float, spare_s: float) -> float:
+    """router/decode_steps.py's ``pushed_over`` for node ``i`` of ``values`` (its COL_CUM rows), the same floats:
+    0.0 where ``spare_s`` is not > 0 (an infinite spare: both bounds 0, or both NaN)."""
+    spare_s = spare_s if spare_s > 0.0 else math.inf
+    pushed = 0.0
+    for side in range(2):
+        x = (backlog_s + own_s) / spare_s if side == 0 else backlog_s / spare_s
+        lo, hi = 0, NUM_BINS  # bisect_right(EDGES, x): a NaN compares False, so it lands past the last edge
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if x < EDGE_VALUES[mid]:
+                hi = mid
+            else:
+                lo = mid + 1
+        j = lo - 1
+        if j < 0:
+            below = 0.0
+        elif j >= NUM_BINS - 1:
+            below = values[LAST_CUM, i]
+        else:
+            lo_edge, under = EDGE_VALUES[j], values[COL_CUM + j, i]
+            below = under + (values[COL_CUM + j + 1, i] - under) * ((x - lo_edge) / (EDGE_VALUES[j + 1] - lo_edge))
+        pushed = below if side == 0 else pushed - below
+    return pushed
+
+
+_pushed_over_py = _pushed_over  # the plain function, which ``_compile`` compiles
+_HELPER_SIGNATURE = "float64(float64[:, ::1], int64, float64, float64, float64)"
 _SIGNATURE = (
     "int64(float64[:, ::1], float64[::1], boolean[::1], int64[::1], int64[::1], int64[::1], int64, "
     f"UniTuple(float64, {NUM_PARAMS}))"
@@ -296,20 +343,27 @@ def compiled_kernel() -> Callable | None:
 
 def _compile(numba) -> Callable | None:
     try:
-        try:
-            kernel = numba.njit(_SIGNATURE, cache=True)(least_cost_index)
-            where = "cached on disk"
-        except RuntimeError as e:  # "cannot cache function ...: no locator available" (nowhere writable)
-            if "no locator available" not in str(e):
-                raise
-            log.info("hardware_aware kernel: no writable cache directory (%s); compiling uncached", e)
-            kernel = numba.njit(_SIGNATURE, cache=False)(least_cost_index)
-            where = "uncached"
+        # the kernel's helper first: numba resolves the kernel's global ``_pushed_over`` when it compiles it, so
+        # the module's name is pointed at the compiled helper (the same floats, from Python too)
+        helper, _ = _jit(numba, _pushed_over_py, _HELPER_SIGNATURE)
+        globals()["_pushed_over"] = helper
+        kernel, where = _jit(numba, least_cost_index, _SIGNATURE)
     except Exception as e:  # a numba that cannot compile it must not stop the router
         log.warning("hardware_aware decision: numpy path (numba %s failed to compile: %s)", numba.__version__, e)
         return None
     log.info("hardware_aware decision: numba %s kernel (%s)", numba.__version__, where)
     return kernel
+
+
+def _jit(numba, function: Callable, signature: str) -> tuple[Callable, str]:
+    """``function`` compiled for ``signature``, cached on disk where a cache directory is writable."""
+    try:
+        return numba.njit(signature, cache=True)(function), "cached on disk"
+    except RuntimeError as e:  # "cannot cache function ...: no locator available" (nowhere writable)
+        if "no locator available" not in str(e):
+            raise
+        log.info("hardware_aware kernel: no writable cache directory (%s); compiling uncached", e)
+        return numba.njit(signature, cache=False)(function), "uncached"
 
 
 class CostKernel:
@@ -379,6 +433,7 @@ class CostKernel:
             1.0 if config.slo_tpot_floor_miss else 0.0,  # tpot_floor_miss
             1.0 if config.slo_tpot_harm_triage else 0.0,  # harm_triage
             1.0 if config.slo_tpot_harm_decoders else 0.0,  # harm_decoders
+            1.0 if config.slo_tpot_harm_count else 0.0,  # harm_count
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

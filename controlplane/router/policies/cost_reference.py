@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from controlplane.router.policies.node_predictions import (
     decode_floor_s,
+    decoders_pushed_over,
     kv_headroom_tokens,
     lora_cold_load_s,
     predict_decoders_tpot_s,
@@ -113,7 +114,10 @@ def predict_cost_s(
         cost += min(config.slo_pack_weight * slack_s, config.slo_ttft_miss_penalty_s)
     if tpot_s > config.slo_tpot_s:
         cost += config.slo_tpot_miss_penalty_s
-    if node.decode_batch_size > 0 and harm_charged(node, config):
+    if config.slo_tpot_harm_count:  # per decoder pushed over the target
+        pushed = decoders_pushed_over(node, num_prompt_tokens, config, num_cached_tokens)
+        cost += config.slo_tpot_harm_penalty_s * pushed
+    elif node.decode_batch_size > 0 and harm_charged(node, config):
         harm_tpot_s = predict_decoders_tpot_s(node, num_prompt_tokens, config, request.max_tokens, num_cached_tokens)
         if harm_tpot_s > config.slo_tpot_s:
             cost += config.slo_tpot_harm_penalty_s

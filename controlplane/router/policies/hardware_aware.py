@@ -53,6 +53,9 @@ seconds)::
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                   (slo_tpot_harm_triage: and TPOT's step term <= slo_tpot_s: decodes already over the target
                    are not protected)
+                  (slo_tpot_harm_count, instead: slo_tpot_harm_penalty_s * pushed, pushed = the decoders the
+                   control plane knows of there with backlog_s <= n_i * (slo_tpot_s - TPOT's step term) <
+                   backlog_s + own_s, n_i their decode steps: router/decode_steps.py)
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
 
 SLO triage: a request that misses the TTFT target on a node whose queue is still within it (``wait`` <=
@@ -106,6 +109,7 @@ import math
 
 import numpy as np
 
+from controlplane.router.decode_steps import EDGES, NUM_BINS, cumulative, pushed_over
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
@@ -125,7 +129,8 @@ _COL_LORA_LOAD_S = 8  # an adapter's load time there (measured mean, else the es
 _COL_DECODERS = 9  # requests decoding there (last report)
 _COL_FLOOR_S = 10  # its fastest decode step (one sequence; node_predictions.decode_floor_s)
 _COL_DECODE_INV = 11  # 1 / its decoders' decode steps (NodeView.decode_inv_steps; 0.0: none known)
-_NUM_COLUMNS = 12
+_COL_CUM = 12  # NUM_BINS columns from here: its decoders shorter than each edge (router/decode_steps.py)
+_NUM_COLUMNS = _COL_CUM + NUM_BINS
 
 
 class HardwareAwarePolicy(PolicyHooks):
@@ -279,7 +284,13 @@ class HardwareAwarePolicy(PolicyHooks):
                     np.maximum(tpot, 0.0, out=tpot)
                 tpot *= output_weight
                 cost += tpot
-        if config.slo_tpot_harm_penalty_s:  # decode protection: this prompt's chunks push the decodes over the SLO
+        if config.slo_tpot_harm_penalty_s and config.slo_tpot_harm_count:  # per decoder pushed over the target
+            slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+            own_s = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
+            pushed = self._pushed_over(table, own_s, slo_tpot_s)
+            np.multiply(pushed, config.slo_tpot_harm_penalty_s, add)
+            cost += add
+        elif config.slo_tpot_harm_penalty_s:  # decode protection: this prompt's chunks push the decodes over the SLO
             slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
             harm = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
             harm += columns[_COL_BACKLOG_S]
@@ -367,6 +378,7 @@ class HardwareAwarePolicy(PolicyHooks):
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
+        harm_count = config.slo_tpot_harm_count
         most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
@@ -384,7 +396,10 @@ class HardwareAwarePolicy(PolicyHooks):
             cost_s = cost.item(i)
             row = rows[i]
             inv_rate = row[_COL_INV_RATE]
-            if cost_s - (own * inv_rate + most_penalties_s) > best:  # also skips an impossible node
+            most_s = most_penalties_s
+            if harm_count:  # the harm lifted is at most the penalty for each decoder it knows of there
+                most_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s * row[_LAST_CUM] + kv_penalty_s
+            if cost_s - (own * inv_rate + most_s) > best:  # also skips an impossible node
                 continue
             node = nodes[i]
             cached = num_blocks * node.block_size
@@ -414,7 +429,13 @@ class HardwareAwarePolicy(PolicyHooks):
                         saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
             # fewer prompt tokens to share the decodes' steps (a node harm triage spared is not lifted: its cached
             # harm is at least its step, over the target, so the test below fails there)
-            if harm_penalty_s and row[_COL_DECODERS] > 0:
+            if harm_penalty_s and harm_count:  # fewer decoders pushed over by the uncached tokens alone
+                backlog_s, spare_s = row[_COL_BACKLOG_S], slo_tpot_s - row[_COL_STEP_S]
+                cum = row[_COL_CUM:]
+                pushed = pushed_over(cum, backlog_s, inv_rate * own, spare_s)
+                cached_pushed = pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
+                saved_s += harm_penalty_s * (pushed - cached_pushed)
+            elif harm_penalty_s and row[_COL_DECODERS] > 0:
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
                 harm_inv = row[_COL_DECODE_INV] if harm_decoders and row[_COL_DECODE_INV] > 0.0 else inv_steps
                 harm_s = min((inv_rate * own + backlog_s) * harm_inv, chunk_s) + step_s
@@ -515,7 +536,22 @@ class HardwareAwarePolicy(PolicyHooks):
             float(batch),
             floor_s,
             node.decode_inv_steps,
+            *cumulative(node.decode_steps_hist),
         )
+
+    def _pushed_over(self, table: NodeTable, own_s: np.ndarray, slo_tpot_s: float) -> np.ndarray:
+        """Each node's decoders pushed over the TPOT target by a prefill of ``own_s`` after its backlog
+        (router/decode_steps.py's ``pushed_over``, vectorised: the same floats), as a new array."""
+        columns = table.columns
+        spare = np.subtract(slo_tpot_s, columns[_COL_STEP_S])
+        # no time to spare (or NaN): an infinite spare puts both bounds at 0 (or both NaN): none pushed, as the rule
+        np.copyto(spare, math.inf, where=np.logical_not(np.greater(spare, 0.0)))
+        backlog = columns[_COL_BACKLOG_S]
+        hi = np.add(backlog, own_s)
+        hi /= spare
+        pushed = _below(table.values, hi)
+        pushed -= _below(table.values, np.divide(backlog, spare))
+        return pushed
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
         """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""
@@ -523,6 +559,26 @@ class HardwareAwarePolicy(PolicyHooks):
         np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
         tpot += columns[_COL_STEP_S]
         return tpot
+
+
+_EDGES = np.array(EDGES)
+_LAST_CUM = _COL_CUM + NUM_BINS - 1
+
+
+def _below(values: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """router/decode_steps.py's ``below`` of each node (column i of ``values``) at ``x[i]``, vectorised."""
+    j = np.searchsorted(_EDGES, x, side="right") - 1  # a NaN sorts last: the last bin, as bisect_right
+    inner = np.clip(j, 0, NUM_BINS - 2)
+    nodes = np.arange(values.shape[1])
+    lo = values[_COL_CUM + inner, nodes]
+    lo_edge = _EDGES[inner]
+    out = np.subtract(x, lo_edge)
+    out /= _EDGES[inner + 1] - lo_edge
+    out *= values[_COL_CUM + inner + 1, nodes] - lo
+    out += lo
+    np.copyto(out, 0.0, where=j < 0)
+    np.copyto(out, values[_LAST_CUM], where=j >= NUM_BINS - 1)
+    return out
 
 
 def _lora_tags(node: NodeView) -> tuple[str, ...]:

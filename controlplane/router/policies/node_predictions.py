@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from controlplane.router.decode_steps import cumulative, pushed_over
 from controlplane.router.policies.node_table import outstanding_requests
 from controlplane.router.policy import NodeView
 from controlplane.router.router_config import RouterConfig
@@ -140,6 +141,20 @@ def predict_decoders_tpot_s(
     mixed_s = min((own_s + backlog_tokens(node) * inv_rate) * harm_inv_steps(node, config, max_tokens),
                   config.prefill_chunk_tokens * inv_rate)  # fmt: skip
     return tpot_step_s(node, config) + mixed_s
+
+
+def decoders_pushed_over(
+    node: NodeView, num_prompt_tokens: int, config: RouterConfig, num_cached_tokens: int = 0
+) -> float:
+    """How many of the decoders the control plane knows of on ``node`` this prompt's prefill (its uncached tokens,
+    after the node's backlog) pushes over the TPOT target (RouterConfig.slo_tpot_harm_count; the rule:
+    router/decode_steps.py), interpolated between the histogram's bins."""
+    if not node.decode_steps_hist:
+        return 0.0
+    inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
+    own_s = max(num_prompt_tokens - num_cached_tokens, 1) * inv_rate
+    spare_s = config.slo_tpot_s - tpot_step_s(node, config)
+    return pushed_over(cumulative(node.decode_steps_hist), backlog_tokens(node) * inv_rate, own_s, spare_s)
 
 
 def harm_inv_steps(node: NodeView, config: RouterConfig, max_tokens: int = 1) -> float:

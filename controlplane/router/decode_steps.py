@@ -1,0 +1,81 @@
+"""The decode lengths of a node's running decoders as a fixed histogram, and the count below a length.
+
+Decode protection by count (RouterConfig.slo_tpot_harm_count) asks how many of a node's decoders a prompt's
+prefill pushes over the TPOT target. A decoder of ``n`` decode steps (``max_tokens - 1``, at least 1) that runs at
+the node's predicted step ``s`` meets a TPOT target ``T`` with ``n * (T - s)`` seconds to spare, so the decoders a
+prefill of ``X`` seconds (after a backlog of ``B`` seconds) pushes over are those with
+
+    B / (T - s) <= n < (B + X) / (T - s)
+
+which is ``below(hi) - below(lo)``: a difference of counts of decoders shorter than a length. The control plane
+keeps each node's decoders as counts per bin of ``EDGES`` (``bin_of``; NodeView.decode_steps_hist), and the
+router reads the cumulative counts (``cumulative``): below(x) is exact at every edge and interpolated linearly in
+between. The edges are the integers ceil(2 ** (k / 4)): every length up to 8 has its own bin, then four bins per
+doubling, up to 65,536; the decoders of 65,536 steps or more are in the last bin and never counted (they can
+absorb any prompt's prefill).
+
+The same floats on every path: ``below`` here (the scalar reference), the numpy pass and the compiled kernel
+(controlplane/router/policies/) find the bin by comparisons alone (``bisect_right``; np.searchsorted) and then do
+the same arithmetic in the same order.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
+
+EDGES: tuple[float, ...] = tuple(float(e) for e in sorted({math.ceil(2 ** (k / 4)) for k in range(65)}))
+NUM_BINS = len(EDGES)  # bin b < NUM_BINS - 1: EDGES[b] <= n < EDGES[b + 1]; the last: n >= EDGES[-1]
+NO_DECODERS: tuple[int, ...] = ()  # NodeView.decode_steps_hist of a node with no decoder the control plane knows of
+
+
+def decode_steps(max_tokens: int) -> int:
+    """A request's decode steps: ``max_tokens - 1``, at least 1."""
+    return max(max_tokens - 1, 1)
+
+
+def bin_of(num_steps: int) -> int:
+    """The bin of a decoder of ``num_steps`` (>= 1) decode steps."""
+    return bisect_right(EDGES, num_steps) - 1 if num_steps >= 1 else 0
+
+
+def histogram(steps: Iterable[int]) -> tuple[int, ...]:
+    """Decoders of these decode steps counted per bin (``NO_DECODERS`` for none)."""
+    hist = [0] * NUM_BINS
+    for n in steps:
+        hist[bin_of(n)] += 1
+    return tuple(hist) if any(hist) else NO_DECODERS
+
+
+def cumulative(hist: Sequence[int]) -> tuple[float, ...]:
+    """The decoders shorter than each edge: ``NUM_BINS`` floats, c[j] = sum(hist[:j]) (all 0.0 for an empty
+    ``hist``)."""
+    if not hist:
+        return _ZEROS
+    return (0.0, *map(float, accumulate(hist[: NUM_BINS - 1])))
+
+
+def below(cum: Sequence[float], x: float) -> float:
+    """The decoders shorter than ``x`` decode steps, from ``cum`` (``cumulative``): exact at the edges, linear in
+    between; 0.0 below the first edge, ``cum[-1]`` from the last (or for a NaN ``x``)."""
+    j = bisect_right(EDGES, x) - 1 if x == x else NUM_BINS - 1
+    if j < 0:
+        return 0.0
+    if j >= NUM_BINS - 1:
+        return cum[NUM_BINS - 1]
+    lo_edge = EDGES[j]
+    return cum[j] + (cum[j + 1] - cum[j]) * ((x - lo_edge) / (EDGES[j + 1] - lo_edge))
+
+
+def pushed_over(cum: Sequence[float], backlog_s: float, own_s: float, spare_s: float) -> float:
+    """The decoders a prefill of ``own_s`` seconds after ``backlog_s`` pushes over the TPOT target, where each
+    decode step has ``spare_s`` (= target - predicted step) to spare: below(hi) - below(lo); 0.0 where no step has
+    time to spare (``spare_s`` <= 0 or NaN: every decoder misses already)."""
+    if not spare_s > 0.0:
+        return 0.0
+    return below(cum, (backlog_s + own_s) / spare_s) - below(cum, backlog_s / spare_s)
+
+
+_ZEROS = (0.0,) * NUM_BINS
