@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from controlplane.router.decode_steps import cumulative, pushed_over
 from controlplane.router.policies.node_predictions import kv_headroom_tokens, lora_cold_load_s
 from controlplane.router.policies.node_table import NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
@@ -111,6 +112,17 @@ class HardwareAwareBaseline(PolicyHooks):
         )
         harm_s = np.minimum(harm_s, columns[_COL_CHUNK_S]) + columns[_COL_STEP_S]
         harm = (harm_s > slo_tpot_s) & (columns[_COL_DECODERS] > 0)
+        pushed = None
+        if config.slo_tpot_harm_count:  # (added later) the penalty per decoder pushed over the TPOT target
+            harm[:] = False
+            pushed = np.zeros(n)
+            for i, node in enumerate(table.nodes):
+                if node.decode_steps_hist:
+                    own_i = values.item(_COL_INV_RATE, i) * float(max(num_prompt_tokens, 1))
+                    spare_s = slo_tpot_s - values.item(_COL_STEP_S, i)
+                    backlog_s = values.item(_COL_BACKLOG_S, i)
+                    pushed[i] = pushed_over(cumulative(node.decode_steps_hist), backlog_s, own_i, spare_s)
+            cost += pushed * config.slo_tpot_harm_penalty_s
         np.add(cost, config.slo_tpot_harm_penalty_s, out=cost, where=harm)
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
         short = np.less(columns[_COL_HEADROOM], need, out=self._short)
@@ -157,6 +169,12 @@ class HardwareAwareBaseline(PolicyHooks):
                     cached_harm_s = min((inv_rate * cached_own + backlog_s) * (1.0 / max(max_tokens - 1, 1)), chunk_s)
                     if cached_harm_s + step_s <= slo_tpot_s:
                         saved_s += config.slo_tpot_harm_penalty_s
+                if pushed is not None and nodes[i].decode_steps_hist:  # fewer decoders pushed over when cached
+                    spare_s = slo_tpot_s - values.item(_COL_STEP_S, i)
+                    backlog_s = values.item(_COL_BACKLOG_S, i)
+                    cum = cumulative(nodes[i].decode_steps_hist)
+                    lifted = pushed.item(i) - pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
+                    saved_s += config.slo_tpot_harm_penalty_s * lifted
                 if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
                     saved_s += config.kv_full_penalty_s
                 cost[i] -= saved_s

@@ -215,6 +215,11 @@ the exact lengths (its "lengths" mode, the information the control plane has) it
 code60's mean P99 past its bound (5.97 against 5.91). The knob counts from the registry's histogram of the lengths
 (router/decode_steps.py), so its figures differ from the probe's. A choice that herds test_no_herding.py's burst is
 refused, as before.
+Result: bench/results/2026-12-03-sim-tune-22.json: chosen on (no setting admissible: code80@slo2's and code60@slo2's
+mean P99 above their bounds in both rows, and code60's in the on row; smallest margin -0.091 against off's -0.146, both
+at mooncake100@slo2: .302 -> .357 against dynamo_kv's .448). On lifts 11 of the 14 cases' means (code80 .331 -> .430,
+code100 .260 -> .387, code80@slo2 .228 -> .246) and lowers conv100@slo2 (.830 -> .803). The anchors' means and the off
+row equal GRID_21's.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

@@ -91,7 +91,11 @@ class RouterConfig:
         decoder is pushed over by a prompt that a long one absorbs; where s >= T none is (they miss already). On,
         slo_tpot_harm_decoders and slo_tpot_harm_triage do not apply, and only the decoders the control plane
         knows of count (first token relayed, max_tokens known). The probe behind it
-        (bench/results/2026-12-03-slack-harm-probe.json) counted from the exact lengths.
+        (bench/results/2026-12-03-slack-harm-probe.json) counted from the exact lengths. Chosen on by the
+        twenty-second grid, over both SLOs and three seeds (bench/results/2026-12-03-sim-tune-22.json): no setting
+        admissible (the second SLO's code cases' mean P99 above their bounds in both rows), on has the larger
+        smallest margin, -0.091 against off's -0.146 (both at mooncake 100% at the second SLO: .302 -> .357, against
+        dynamo_kv's .448); on lifts every default-SLO code case (code 80% .331 -> .430, code 100% .260 -> .387).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
@@ -223,7 +227,7 @@ class RouterConfig:
     slo_tpot_harm_penalty_s: float = 3.0
     slo_tpot_harm_triage: bool = False
     slo_tpot_harm_decoders: bool = False
-    slo_tpot_harm_count: bool = False
+    slo_tpot_harm_count: bool = True
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0

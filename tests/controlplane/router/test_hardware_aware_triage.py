@@ -32,6 +32,7 @@ BASE = RouterConfig(  # each test turns on the one mechanism it checks
     slo_tpot_harm_penalty_s=0.0,
     slo_tpot_miss_penalty_s=0.0,
     slo_sacrifice_weight=0.0,
+    slo_tpot_harm_count=False,  # decode protection's flat charge where a test turns it on (the count: test_harm_count)
 )
 
 
@@ -181,6 +182,7 @@ CREDIT_CASES = {
             slo_ttft_s=2.0,
             slo_tpot_s=0.2,
             slo_tpot_harm_penalty_s=3.0,
+            slo_tpot_harm_count=False,  # the flat charge (the count's lift: test_harm_count.py)
             slo_triage_penalty_s=0.0,
         ),
         dict(queued_prefill_tokens=512),
