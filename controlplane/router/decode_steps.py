@@ -14,9 +14,9 @@ between. The edges are the integers ceil(2 ** (k / 4)): every length up to 8 has
 doubling, up to 65,536; the decoders of 65,536 steps or more are in the last bin and never counted (they can
 absorb any prompt's prefill).
 
-The same floats on every path: ``below`` here (the scalar reference), the numpy pass and the compiled kernel
-(controlplane/router/policies/) find the bin by comparisons alone (``bisect_right``; np.searchsorted) and then do
-the same arithmetic in the same order.
+The same floats on every path: ``below`` here (the scalar reference), ``pushed_over_columns`` (hardware_aware's
+numpy pass) and the compiled kernel (policies/cost_kernel.py) find the bin by comparisons alone (``bisect_right``;
+np.searchsorted; a branchless bisection) and then do the same arithmetic in the same order.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import math
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from itertools import accumulate
+
+import numpy as np
 
 EDGES: tuple[float, ...] = tuple(float(e) for e in sorted({math.ceil(2 ** (k / 4)) for k in range(65)}))
 NUM_BINS = len(EDGES)  # bin b < NUM_BINS - 1: EDGES[b] <= n < EDGES[b + 1]; the last: n >= EDGES[-1]
@@ -78,4 +80,35 @@ def pushed_over(cum: Sequence[float], backlog_s: float, own_s: float, spare_s: f
     return below(cum, (backlog_s + own_s) / spare_s) - below(cum, backlog_s / spare_s)
 
 
+def pushed_over_columns(cum: np.ndarray, backlog_s: np.ndarray, own_s: np.ndarray, spare_s: np.ndarray) -> np.ndarray:
+    """``pushed_over`` of each node at once (hardware_aware's numpy path): ``cum`` float64 [NUM_BINS, n], node i's
+    cumulative counts in column i; the same floats as ``pushed_over`` node by node. Writes ``spare_s``."""
+    none = np.logical_not(np.greater(spare_s, 0.0))  # no time to spare (or NaN): none pushed
+    np.copyto(spare_s, math.inf, where=none)  # (no division by 0 on the way)
+    hi = np.add(backlog_s, own_s)
+    hi /= spare_s
+    pushed = _below_columns(cum, hi)
+    pushed -= _below_columns(cum, np.divide(backlog_s, spare_s))
+    np.copyto(pushed, 0.0, where=none)
+    return pushed
+
+
+def _below_columns(cum: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``below`` of each node (column i of ``cum``) at ``x[i]``: the bin by np.searchsorted (a NaN sorts last, as
+    bisect_right places it), then ``below``'s arithmetic in its order."""
+    j = np.searchsorted(_EDGE_ARRAY, x, side="right") - 1
+    inner = np.clip(j, 0, NUM_BINS - 2)
+    nodes = np.arange(cum.shape[1])
+    under = cum[inner, nodes]
+    lo_edge = _EDGE_ARRAY[inner]
+    out = np.subtract(x, lo_edge)
+    out /= _EDGE_ARRAY[inner + 1] - lo_edge
+    out *= cum[inner + 1, nodes] - under
+    out += under
+    np.copyto(out, 0.0, where=j < 0)
+    np.copyto(out, cum[NUM_BINS - 1], where=j >= NUM_BINS - 1)
+    return out
+
+
 _ZEROS = (0.0,) * NUM_BINS
+_EDGE_ARRAY = np.array(EDGES)

@@ -103,7 +103,8 @@ COL_DECODE_INV = 11
 COL_CUM = 12
 NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
-EDGE_VALUES = np.array(EDGES)  # a global array: numba compiles it in as a constant
+EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
+LAST_EDGE = EDGES[-1]
 NUM_PARAMS = 25  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 24 arguments)
 
 
@@ -292,26 +293,29 @@ def least_cost_index(
 
 def _pushed_over(values: np.ndarray, i: int, backlog_s: float, own_s: float, spare_s: float) -> float:
     """router/decode_steps.py's ``pushed_over`` for node ``i`` of ``values`` (its COL_CUM rows), the same floats:
-    0.0 where ``spare_s`` is not > 0 (an infinite spare: both bounds 0, or both NaN)."""
-    spare_s = spare_s if spare_s > 0.0 else math.inf
+    0.0 where ``spare_s`` is not > 0 (no time to spare, or NaN) or the node has no decoder
+    below the last edge (every count 0). The bin by a branchless bisection over the edges padded to 64 with inf
+    (the edges <= x: bisect_right), the same index as ``bisect_right`` for 1 <= x < the last edge; x below the
+    first edge counts none, and x from the last edge (or NaN, as bisect_right places it) all of them."""
+    if values[LAST_CUM, i] == 0.0 or not spare_s > 0.0:
+        return 0.0
     pushed = 0.0
     for side in range(2):
         x = (backlog_s + own_s) / spare_s if side == 0 else backlog_s / spare_s
-        lo, hi = 0, NUM_BINS  # bisect_right(EDGES, x): a NaN compares False, so it lands past the last edge
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if x < EDGE_VALUES[mid]:
-                hi = mid
-            else:
-                lo = mid + 1
-        j = lo - 1
-        if j < 0:
+        if x < 1.0:  # EDGES[0]
             below = 0.0
-        elif j >= NUM_BINS - 1:
+        elif x >= LAST_EDGE or x != x:
             below = values[LAST_CUM, i]
         else:
-            lo_edge, under = EDGE_VALUES[j], values[COL_CUM + j, i]
-            below = under + (values[COL_CUM + j + 1, i] - under) * ((x - lo_edge) / (EDGE_VALUES[j + 1] - lo_edge))
+            j = 0
+            step = 32
+            while step:
+                k = j + step
+                j = k if EDGE_PADDED[k - 1] <= x else j
+                step >>= 1
+            j -= 1
+            lo_edge, under = EDGE_PADDED[j], values[COL_CUM + j, i]
+            below = under + (values[COL_CUM + j + 1, i] - under) * ((x - lo_edge) / (EDGE_PADDED[j + 1] - lo_edge))
         pushed = below if side == 0 else pushed - below
     return pushed
 

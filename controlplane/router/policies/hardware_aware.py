@@ -109,7 +109,7 @@ import math
 
 import numpy as np
 
-from controlplane.router.decode_steps import EDGES, NUM_BINS, cumulative, pushed_over
+from controlplane.router.decode_steps import NUM_BINS, cumulative, pushed_over, pushed_over_columns
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
@@ -143,6 +143,7 @@ class HardwareAwarePolicy(PolicyHooks):
         self._tables = NodeTables(self._derive, _NUM_COLUMNS, _lora_tags)
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}
+        self._cums: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}  # node -> (its histogram, cumulative)
         self._watched: set[NodeChangeLog] = set()  # registries' change logs whose new views refresh the tables
         self._cost = np.empty(0)
         self._tpot = np.empty(0)
@@ -287,7 +288,8 @@ class HardwareAwarePolicy(PolicyHooks):
         if config.slo_tpot_harm_penalty_s and config.slo_tpot_harm_count:  # per decoder pushed over the target
             slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
             own_s = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
-            pushed = self._pushed_over(table, own_s, slo_tpot_s)
+            spare_s = np.subtract(slo_tpot_s, columns[_COL_STEP_S])
+            pushed = pushed_over_columns(table.values[_COL_CUM:], columns[_COL_BACKLOG_S], own_s, spare_s)
             np.multiply(pushed, config.slo_tpot_harm_penalty_s, add)
             cost += add
         elif config.slo_tpot_harm_penalty_s:  # decode protection: this prompt's chunks push the decodes over the SLO
@@ -466,6 +468,7 @@ class HardwareAwarePolicy(PolicyHooks):
             self._placed = None
 
     def on_node_removed(self, node_id: str) -> None:
+        self._cums.pop(node_id, None)
         if self._index is not None:
             self._index.remove_node(node_id)
 
@@ -536,22 +539,17 @@ class HardwareAwarePolicy(PolicyHooks):
             float(batch),
             floor_s,
             node.decode_inv_steps,
-            *cumulative(node.decode_steps_hist),
+            *self._cumulative(node),
         )
 
-    def _pushed_over(self, table: NodeTable, own_s: np.ndarray, slo_tpot_s: float) -> np.ndarray:
-        """Each node's decoders pushed over the TPOT target by a prefill of ``own_s`` after its backlog
-        (router/decode_steps.py's ``pushed_over``, vectorised: the same floats), as a new array."""
-        columns = table.columns
-        spare = np.subtract(slo_tpot_s, columns[_COL_STEP_S])
-        # no time to spare (or NaN): an infinite spare puts both bounds at 0 (or both NaN): none pushed, as the rule
-        np.copyto(spare, math.inf, where=np.logical_not(np.greater(spare, 0.0)))
-        backlog = columns[_COL_BACKLOG_S]
-        hi = np.add(backlog, own_s)
-        hi /= spare
-        pushed = _below(table.values, hi)
-        pushed -= _below(table.values, np.divide(backlog, spare))
-        return pushed
+    def _cumulative(self, node: NodeView) -> tuple[float, ...]:
+        """``cumulative(node.decode_steps_hist)``, computed again only when the registry made a new histogram (a
+        report or a routed request keeps the object)."""
+        hist = node.decode_steps_hist
+        cached = self._cums.get(node.node_id)
+        if cached is None or cached[0] is not hist:
+            cached = self._cums[node.node_id] = (hist, cumulative(hist))
+        return cached[1]
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
         """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""
@@ -561,24 +559,7 @@ class HardwareAwarePolicy(PolicyHooks):
         return tpot
 
 
-_EDGES = np.array(EDGES)
 _LAST_CUM = _COL_CUM + NUM_BINS - 1
-
-
-def _below(values: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """router/decode_steps.py's ``below`` of each node (column i of ``values``) at ``x[i]``, vectorised."""
-    j = np.searchsorted(_EDGES, x, side="right") - 1  # a NaN sorts last: the last bin, as bisect_right
-    inner = np.clip(j, 0, NUM_BINS - 2)
-    nodes = np.arange(values.shape[1])
-    lo = values[_COL_CUM + inner, nodes]
-    lo_edge = _EDGES[inner]
-    out = np.subtract(x, lo_edge)
-    out /= _EDGES[inner + 1] - lo_edge
-    out *= values[_COL_CUM + inner + 1, nodes] - lo
-    out += lo
-    np.copyto(out, 0.0, where=j < 0)
-    np.copyto(out, values[_LAST_CUM], where=j >= NUM_BINS - 1)
-    return out
 
 
 def _lora_tags(node: NodeView) -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -180,3 +181,21 @@ def test_zoo_sim_router_knobs_sets_it_and_refuses_a_value_that_is_not_a_bool():
     assert parse_router_knobs('{"slo_tpot_harm_count": true}') == {"slo_tpot_harm_count": True}
     with pytest.raises(ValueError, match="slo_tpot_harm_count"):
         parse_router_knobs('{"slo_tpot_harm_count": "yes"}')
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(1, 100_000), max_size=12),
+    st.floats(0.0, 100.0) | st.just(math.inf) | st.just(math.nan),
+    st.floats(0.0, 100.0) | st.just(math.inf),
+    st.floats(-0.1, 0.1) | st.just(math.nan) | st.floats(1e-9, 1e-6),
+)
+def test_the_kernels_count_is_the_references_bit_for_bit(steps, backlog_s, own_s, spare_s):
+    """cost_kernel._pushed_over (its branchless bisection; compiled where numba is, and as plain Python) gives
+    decode_steps.pushed_over's float for every input, NaNs and infinities included."""
+    values = np.zeros((cost_kernel.NUM_COLUMNS, 2))
+    values[cost_kernel.COL_CUM :, 1] = cumulative(histogram(steps))
+    expected = pushed_over(cumulative(histogram(steps)), backlog_s, own_s, spare_s)
+    for helper in {cost_kernel._pushed_over, cost_kernel._pushed_over_py}:
+        got = helper(values, 1, backlog_s, own_s, spare_s)
+        assert got == expected or (math.isnan(got) and math.isnan(expected))
