@@ -32,6 +32,18 @@ from sim.report import Slo, summarize
 CASES = {**CASES, "conv60": ("conv", "zoo", 0.6), "mooncake60": ("mooncake", "zoo_long", 0.6)}
 
 
+def numpy_table(policy: ha.HardwareAwarePolicy, request, snapshot, chosen, weight: float):
+    """The node table the numpy path just chose ``chosen`` from (its costs in ``policy._cost``), or None where the
+    probe keeps the choice: no node, the probe's weight 0, or the prefix credit moved the choice."""
+    if chosen is None or not weight:
+        return None
+    changes = snapshot.changes
+    table = policy._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
+    if table.node_ids[int(policy._cost.argmin())] != chosen:
+        return None  # the prefix credit moved it: kept
+    return table
+
+
 class HarmPolicy(ha.HardwareAwarePolicy):
     weight = 0.0
     tau_s = 5.0
@@ -48,14 +60,10 @@ class HarmPolicy(ha.HardwareAwarePolicy):
     def choose(self, request, snapshot):
         self._now = snapshot.now_s
         chosen = super().choose(request, snapshot)
-        if chosen is None or not self.weight:
+        table = numpy_table(self, request, snapshot, chosen, self.weight)
+        if table is None:
             return chosen
-        changes = snapshot.changes
-        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
-        cost = self._cost
-        if table.node_ids[int(cost.argmin())] != chosen:
-            return chosen  # the prefix credit moved it: kept
-        columns = table.columns
+        cost, columns = self._cost, table.columns
         p = columns[ha._COL_INV_RATE] * float(max(request.num_prompt_tokens, 1))
         lam = np.array([self._rate_at(nid, self._now) for nid in table.node_ids])
         harm = self.weight * lam * p * (columns[ha._COL_BASE_S] + p)

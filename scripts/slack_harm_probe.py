@@ -16,7 +16,8 @@ A prompt adds its prefill time to each step it shares, a chunk per step at most:
     min(B, r_i c) <= slack_i < min(B + P, r_i c)
 
 and the cost adds ``weight * (that count)``; with ``--no-flat`` the fixed penalty stays, else it is set to 0 (the
-count replaces it). weight 0 with the flat penalty is hardware_aware as it is.
+count replaces it). weight 0 with the flat penalty is hardware_aware as it was when the probe ran
+(RouterConfig.slo_tpot_harm_count off: the flat rows pin it off).
 
     PYTHONPATH=.:scripts python scripts/slack_harm_probe.py --weights 0,3,10 --seeds 3
 
@@ -31,6 +32,7 @@ from multiprocessing import Pool
 
 import numpy as np
 import tune_router as tr
+from harm_probe import numpy_table
 
 import agent.node_core as node_core
 import sim.des as des
@@ -71,14 +73,10 @@ class SlackPolicy(ha.HardwareAwarePolicy):
 
     def choose(self, request, snapshot):
         chosen = super().choose(request, snapshot)
-        if chosen is None or not self.weight:
+        table = numpy_table(self, request, snapshot, chosen, self.weight)
+        if table is None:
             return chosen
-        changes = snapshot.changes
-        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
-        cost = self._cost
-        if table.node_ids[int(cost.argmin())] != chosen:
-            return chosen  # the prefix credit moved it: kept
-        columns = table.columns
+        cost, columns = self._cost, table.columns
         target = self.config.slo_tpot_s
         now = snapshot.now_s
         prompt = float(max(request.num_prompt_tokens, 1))
@@ -167,7 +165,7 @@ def _job(job: tuple[str, float, bool, int, str]) -> dict:
     STEPS.clear()
     REPORTED.clear()
     SlackPolicy.weight = weight
-    knobs = {} if flat else {"slo_tpot_harm_penalty_s": 0.0}
+    knobs = {"slo_tpot_harm_count": False} if flat else {"slo_tpot_harm_penalty_s": 0.0}  # flat: as it ran
     r = tr.run(case, knobs, seed)
     return {"case": case, "weight": weight, "flat": flat, "seed": seed, "mode": mode,
             "goodput": round(r["goodput"], 4), "p50": round(r["p50"], 4), "p99": round(r["p99"], 4)}  # fmt: skip
