@@ -33,11 +33,6 @@ NUM_BINS = len(EDGES)  # bin b < NUM_BINS - 1: EDGES[b] <= n < EDGES[b + 1]; the
 NO_DECODERS: tuple[int, ...] = ()  # NodeView.decode_steps_hist of a node with no decoder the control plane knows of
 
 
-def decode_steps(max_tokens: int) -> int:
-    """A request's decode steps: ``max_tokens - 1``, at least 1."""
-    return max(max_tokens - 1, 1)
-
-
 def bin_of(num_steps: int) -> int:
     """The bin of a decoder of ``num_steps`` (>= 1) decode steps."""
     return bisect_right(EDGES, num_steps) - 1 if num_steps >= 1 else 0

@@ -37,8 +37,8 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     c += harm_penalty      if h > slo_tpot and decoders > 0   [harm_penalty]  (decode protection)
                            (harm_triage: and step_s <= slo_tpot: decodes already over it are not protected)
                            (harm_count, instead of the two lines above: c += harm_penalty * (below(hi) - below(lo)),
-                            spare = slo_tpot - step_s (inf where not > 0), hi = (backlog_s + inv_rate * own) / spare,
-                            lo = backlog_s / spare; below: router/decode_steps.py's, the bin by bisection)
+                            spare = slo_tpot - step_s, hi = (backlog_s + inv_rate * own) / spare, lo = backlog_s /
+                            spare, 0 where spare is not > 0; below: router/decode_steps.py's, the bin by bisection)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
     then, only when sacrifice_s != 0 and every node's miss or doomed was True (a lost cause; sacrifice_s = weight *
@@ -105,7 +105,7 @@ NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
 EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
 LAST_EDGE = EDGES[-1]
-NUM_PARAMS = 25  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 24 arguments)
+NUM_PARAMS = 25  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 25 arguments)
 
 
 def least_cost_index(
