@@ -172,13 +172,13 @@ def least_cost_index(
         x = t - slo_tpot_s  # tpot_excess_only: np.maximum(t - slo, 0.0) (a NaN wins)
         x = x if x > 0.0 or x != x else 0.0
         c += (x if excess else t) * output_weight if output_weight != 0.0 else 0.0  # t * 0: NaN for t = inf
-        harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps  # the decodes' steps
-        h = (inv_rate[i] * own + backlog[i]) * harm_inv  # decode protection: the running decodes' TPOT
-        h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
-        h += step_s
-        if by_count:
+        if by_count:  # decode protection: per decoder pushed over the TPOT target
             c += harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, slo_tpot_s - step_s)
         else:
+            harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps  # the decodes' steps
+            h = (inv_rate[i] * own + backlog[i]) * harm_inv  # decode protection: the running decodes' TPOT
+            h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
+            h += step_s
             protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
             c += harm_penalty_s if h > slo_tpot_s and protected else 0.0
         c += kv_penalty_s if headroom[i] < need else 0.0
