@@ -122,7 +122,10 @@ class HardwareAwareBaseline(PolicyHooks):
                     spare_s = slo_tpot_s - values.item(_COL_STEP_S, i)
                     backlog_s = values.item(_COL_BACKLOG_S, i)
                     pushed[i] = pushed_over(cumulative(node.decode_steps_hist), backlog_s, own_i, spare_s)
-            cost += pushed * config.slo_tpot_harm_penalty_s
+            charge = pushed * config.slo_tpot_harm_penalty_s
+            if config.slo_tpot_harm_count_cap_s:  # (added later) at most the cap per node
+                charge = np.minimum(charge, config.slo_tpot_harm_count_cap_s)
+            cost += charge
         np.add(cost, config.slo_tpot_harm_penalty_s, out=cost, where=harm)
         need = num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)
         short = np.less(columns[_COL_HEADROOM], need, out=self._short)
@@ -173,8 +176,12 @@ class HardwareAwareBaseline(PolicyHooks):
                     spare_s = slo_tpot_s - values.item(_COL_STEP_S, i)
                     backlog_s = values.item(_COL_BACKLOG_S, i)
                     cum = cumulative(nodes[i].decode_steps_hist)
-                    lifted = pushed.item(i) - pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
-                    saved_s += config.slo_tpot_harm_penalty_s * lifted
+                    cached_pushed = pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
+                    if config.slo_tpot_harm_count_cap_s:
+                        cap_s, penalty_s = config.slo_tpot_harm_count_cap_s, config.slo_tpot_harm_penalty_s
+                        saved_s += min(penalty_s * pushed.item(i), cap_s) - min(penalty_s * cached_pushed, cap_s)
+                    else:
+                        saved_s += config.slo_tpot_harm_penalty_s * (pushed.item(i) - cached_pushed)
                 if short.item(i) and need - cached <= values.item(_COL_HEADROOM, i):
                     saved_s += config.kv_full_penalty_s
                 cost[i] -= saved_s

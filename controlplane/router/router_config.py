@@ -96,6 +96,12 @@ class RouterConfig:
         admissible (the second SLO's code cases' mean P99 above their bounds in both rows), on has the larger
         smallest margin, -0.091 against off's -0.146 (both at mooncake 100% at the second SLO: .302 -> .357, against
         dynamo_kv's .448); on lifts every default-SLO code case (code 80% .331 -> .430, code 100% .260 -> .387).
+    slo_tpot_harm_count_cap_s: with slo_tpot_harm_count, the most decode protection charges one node, however
+        many decoders the prompt pushes over there (0: no cap). At 3 s a decoder, four decoders pushed over outweigh
+        one TTFT miss (slo_tpot_harm_penalty_s 3 s x 4 > slo_ttft_miss_penalty_s 10 s), so a long prompt waits for a
+        node without short decoders while its own TTFT misses: on the eval split's code cases the count lowered the
+        P99 TTFT lead to 1.44-1.47x (bench/results/2026-12-03-sim-tune-22.json). Capped at the TTFT miss penalty, a
+        node's decoders never outweigh the prompt's own miss. Tuned by the twenty-third grid (scripts/tune_router.py).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
@@ -228,6 +234,7 @@ class RouterConfig:
     slo_tpot_harm_triage: bool = False
     slo_tpot_harm_decoders: bool = False
     slo_tpot_harm_count: bool = True
+    slo_tpot_harm_count_cap_s: float = 0.0
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0
@@ -273,6 +280,7 @@ class RouterConfig:
             "slo_tpot_miss_penalty_s",
             "slo_triage_penalty_s",
             "slo_tpot_harm_penalty_s",
+            "slo_tpot_harm_count_cap_s",
             "slo_pack_weight",
             "slo_sacrifice_weight",
             "slo_sacrifice_max_ttft_s",

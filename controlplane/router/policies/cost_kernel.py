@@ -38,7 +38,8 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
                            (harm_triage: and step_s <= slo_tpot: decodes already over it are not protected)
                            (harm_count, instead of the two lines above: c += harm_penalty * (below(hi) - below(lo)),
                             spare = slo_tpot - step_s, hi = (backlog_s + inv_rate * own) / spare, lo = backlog_s /
-                            spare, 0 where spare is not > 0; below: router/decode_steps.py's, the bin by bisection)
+                            spare, 0 where spare is not > 0; below: router/decode_steps.py's, the bin by bisection;
+                            harm_cap_s != 0: that charge is at most harm_cap_s, as np.minimum)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
     then, only when sacrifice_s != 0 and every node's miss or doomed was True (a lost cause; sacrifice_s = weight *
@@ -60,7 +61,8 @@ base_s <= that SLO, less bin packing's charge min(slack * pack_weight, ttft_pena
 own * inv_rate (that SLO when pack_needs_tpot and t > slo_tpot) is > 0 (pack_weight non-zero), the harm penalty
 when the node decodes and h with the uncached tokens only is within the class's (else the router's) TPOT SLO
 where h was not (there min is Python's min(a, b): b only when b < a, as the numpy path's scalar re-score), and
-the KV penalty when the uncached part fits (a node harm_triage spared is never lifted: its h with the uncached
+(harm_count: the charge less the charge for the uncached tokens alone, each capped as charged where harm_cap_s
+!= 0), the KV penalty when the uncached part fits (a node harm_triage spared is never lifted: its h with the uncached
 tokens is at least its step, over the target); sacrifice's charge goes with the TTFT penalty (its factor computed
 again as in the second pass), and sacrifice_s is in most_penalties_s (after triage_penalty); the winner is the
 least corrected cost, smallest position on a tie.
@@ -105,7 +107,7 @@ NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
 EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
 LAST_EDGE = EDGES[-1]
-NUM_PARAMS = 25  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 25 arguments)
+NUM_PARAMS = 26  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 26 arguments)
 
 
 def least_cost_index(
@@ -122,8 +124,8 @@ def least_cost_index(
     prompt. Plain Python that numba compiles; ``least_cost_index(...)`` itself runs it uncompiled."""
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
-     excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s,
-     sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage, harm_decoders, harm_count) = params  # fmt: skip
+     excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s, sacrifice_max_rate_ratio,
+     tpot_floor_miss, harm_triage, harm_decoders, harm_count, harm_cap_s) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -131,6 +133,7 @@ def least_cost_index(
     floor, decode_inv = values[COL_FLOOR_S], values[COL_DECODE_INV]
     by_decoders = harm_decoders != 0.0  # slo_tpot_harm_decoders: the harm spread over the node's decoders' steps
     by_count = harm_count != 0.0  # slo_tpot_harm_count: the penalty per decoder pushed over the TPOT target
+    capped = harm_cap_s != 0.0  # slo_tpot_harm_count_cap_s: at most this per node
     triage = harm_triage != 0.0  # slo_tpot_harm_triage: decodes already over the TPOT target are not protected
     floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
@@ -173,7 +176,8 @@ def least_cost_index(
         x = x if x > 0.0 or x != x else 0.0
         c += (x if excess else t) * output_weight if output_weight != 0.0 else 0.0  # t * 0: NaN for t = inf
         if by_count:  # decode protection: per decoder pushed over the TPOT target
-            c += harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, slo_tpot_s - step_s)
+            h = harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, slo_tpot_s - step_s)
+            c += harm_cap_s if capped and harm_cap_s < h else h  # np.minimum: a NaN h wins
         else:
             harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps  # the decodes' steps
             h = (inv_rate[i] * own + backlog[i]) * harm_inv  # decode protection: the running decodes' TPOT
@@ -265,7 +269,12 @@ def least_cost_index(
         if harm_penalty_s != 0.0 and by_count:  # fewer decoders pushed over by the uncached tokens alone
             spare_s = slo_tpot_s - step[i]
             pushed = _pushed_over(values, i, backlog[i], rate_inv * own, spare_s)
-            saved_s += harm_penalty_s * (pushed - _pushed_over(values, i, backlog[i], rate_inv * cached_own, spare_s))
+            cached_pushed = _pushed_over(values, i, backlog[i], rate_inv * cached_own, spare_s)
+            if capped:  # the capped charges, as charged above (Python's min(a, cap): cap only when cap < a)
+                h, cached_h = harm_penalty_s * pushed, harm_penalty_s * cached_pushed
+                saved_s += (harm_cap_s if harm_cap_s < h else h) - (harm_cap_s if harm_cap_s < cached_h else cached_h)
+            else:
+                saved_s += harm_penalty_s * (pushed - cached_pushed)
         elif harm_penalty_s != 0.0 and decoders[i] > 0.0:  # fewer prompt tokens to share the decodes' steps
             chunk_s, backlog_s, step_s = chunk[i], backlog[i], step[i]
             harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps
@@ -438,6 +447,7 @@ class CostKernel:
             1.0 if config.slo_tpot_harm_triage else 0.0,  # harm_triage
             1.0 if config.slo_tpot_harm_decoders else 0.0,  # harm_decoders
             1.0 if config.slo_tpot_harm_count else 0.0,  # harm_count
+            float(config.slo_tpot_harm_count_cap_s),  # harm_cap_s (0: no cap)
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

@@ -42,6 +42,14 @@ def harm_charged(node: NodeView, config: RouterConfig) -> bool:
     return not config.slo_tpot_harm_triage or tpot_step_s(node, config) <= config.slo_tpot_s
 
 
+def harm_count_charge_s(pushed: float, config: RouterConfig) -> float:
+    """Decode protection's charge for ``pushed`` decoders pushed over the TPOT target (RouterConfig.
+    slo_tpot_harm_count): the penalty per decoder, at most slo_tpot_harm_count_cap_s where that is set."""
+    charge_s = config.slo_tpot_harm_penalty_s * pushed
+    cap_s = config.slo_tpot_harm_count_cap_s
+    return min(charge_s, cap_s) if cap_s else charge_s  # min: a NaN charge wins, as np.minimum
+
+
 def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float) -> float:
     """For sacrifice (RouterConfig.slo_sacrifice_weight): the fastest prefill rate among ``nodes`` when
     ``request`` is a lost cause there (its TTFT with nothing cached, adapter load included, > ``slo_ttft_s`` on
@@ -116,7 +124,7 @@ def predict_cost_s(
         cost += config.slo_tpot_miss_penalty_s
     if config.slo_tpot_harm_count:  # per decoder pushed over the target
         pushed = decoders_pushed_over(node, num_prompt_tokens, config, num_cached_tokens)
-        cost += config.slo_tpot_harm_penalty_s * pushed
+        cost += harm_count_charge_s(pushed, config)
     elif node.decode_batch_size > 0 and harm_charged(node, config):
         harm_tpot_s = predict_decoders_tpot_s(node, num_prompt_tokens, config, request.max_tokens, num_cached_tokens)
         if harm_tpot_s > config.slo_tpot_s:

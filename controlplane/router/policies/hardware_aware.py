@@ -291,6 +291,8 @@ class HardwareAwarePolicy(PolicyHooks):
             spare_s = np.subtract(slo_tpot_s, columns[_COL_STEP_S])
             pushed = pushed_over_columns(table.values[_COL_CUM:], columns[_COL_BACKLOG_S], own_s, spare_s)
             np.multiply(pushed, config.slo_tpot_harm_penalty_s, add)
+            if config.slo_tpot_harm_count_cap_s:  # at most the cap per node (np.minimum: a NaN wins)
+                np.minimum(add, config.slo_tpot_harm_count_cap_s, out=add)
             cost += add
         elif config.slo_tpot_harm_penalty_s:  # decode protection: this prompt's chunks push the decodes over the SLO
             slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
@@ -380,7 +382,7 @@ class HardwareAwarePolicy(PolicyHooks):
         )
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
-        harm_count = config.slo_tpot_harm_count
+        harm_count, harm_cap_s = config.slo_tpot_harm_count, config.slo_tpot_harm_count_cap_s
         most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
@@ -436,7 +438,11 @@ class HardwareAwarePolicy(PolicyHooks):
                 cum = row[_COL_CUM:]
                 pushed = pushed_over(cum, backlog_s, inv_rate * own, spare_s)
                 cached_pushed = pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
-                saved_s += harm_penalty_s * (pushed - cached_pushed)
+                if harm_cap_s:  # the capped charges, as ``choose`` charged them
+                    cached_s = min(harm_penalty_s * cached_pushed, harm_cap_s)
+                    saved_s += min(harm_penalty_s * pushed, harm_cap_s) - cached_s
+                else:
+                    saved_s += harm_penalty_s * (pushed - cached_pushed)
             elif harm_penalty_s and row[_COL_DECODERS] > 0:
                 chunk_s, backlog_s, step_s = row[_COL_CHUNK_S], row[_COL_BACKLOG_S], row[_COL_STEP_S]
                 harm_inv = row[_COL_DECODE_INV] if harm_decoders and row[_COL_DECODE_INV] > 0.0 else inv_steps

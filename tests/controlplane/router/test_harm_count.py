@@ -160,10 +160,38 @@ def test_hand_made_harm_count(kernel):
     assert _run(kernel, values, harm_count=1.0, **knobs)[0] == 0
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_harm_count_cap(kernel):
+    """The cap bounds a node's charge, however many decoders are pushed over: node 0's four (12 s uncapped) cost
+    at most the cap, so at 0.3 s it beats node 1's 0.5 s of queue. A cached prefix of 960 tokens on node 0 leaves
+    4 ms of prefill, which its decoders absorb: the credit lifts the capped charge (10 s), and node 0 wins."""
+    values = _decoding_pair((0.01, 0.01))
+    values[cost_kernel.COL_CUM :, 0] = cumulative(histogram([1] * 4))
+    values[cost_kernel.COL_CUM :, 1] = cumulative(histogram([999] * 4))
+    knobs = dict(num_prompt_tokens=1000, slo_ttft_s=1.0, slo_tpot_s=0.05, harm_penalty_s=3.0, harm_count=1.0)
+    assert _run(kernel, values, harm_cap_s=10.0, **knobs)[0] == 1  # 10 s > 0.5 s of queue
+    i, cost = _run(kernel, values, harm_cap_s=0.3, **knobs)
+    assert i == 0 and list(cost) == pytest.approx([0.1 + 0.3, 0.1 + 0.5])
+    assert _run(kernel, values, harm_cap_s=10.0, cand=(0,), cached=(960,), **knobs)[0] == 0
+
+
+def test_the_reference_caps_the_count_charge(make_node_view, make_route_request):
+    short, _ = _nodes(make_node_view)
+    request = make_route_request(num_prompt_tokens=4_000, max_tokens=2)
+    capped = replace(ON, slo_tpot_harm_count_cap_s=5.0)
+    assert predict_cost_s(short, request, capped) == pytest.approx(predict_cost_s(short, request, CONFIG) + 5.0 - 3.0)
+    wide = replace(ON, slo_tpot_harm_count_cap_s=100.0)  # a cap above the charge changes nothing
+    assert predict_cost_s(short, request, wide) == predict_cost_s(short, request, ON)
+    with pytest.raises(ValueError, match="slo_tpot_harm_count_cap_s"):
+        replace(ON, slo_tpot_harm_count_cap_s=-1.0)
+
+
 COUNTED = (
     replace(GOODPUT_ONLY, slo_tpot_harm_count=True),
     RouterConfig(default_model_params_b=8.0, slo_ttft_s=2.0, slo_tpot_s=0.05, slo_tpot_harm_count=True),
     RouterConfig(default_model_params_b=1.0, slo_tpot_harm_count=True, slo_tpot_harm_decoders=True),
+    RouterConfig(default_model_params_b=8.0, slo_tpot_harm_count=True, slo_tpot_harm_count_cap_s=10.0),
+    RouterConfig(default_model_params_b=1.0, slo_tpot_harm_count=True, slo_tpot_harm_count_cap_s=4.0),
 )
 
 
