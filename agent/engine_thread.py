@@ -46,6 +46,7 @@ class _Add:
     queued_s: float = 0.0  # time.monotonic() when queued here
     priority: int = 0
     lora: LoraRequest | None = None
+    slo_tpot_s: float = 0.0  # its TPOT target (0: none): NodeCore.add
 
 
 @dataclass(slots=True)
@@ -137,10 +138,12 @@ class EngineThread:
         *,
         priority: int = 0,
         lora: LoraRequest | None = None,
+        slo_tpot_s: float = 0.0,
     ) -> None:
-        """Queue a request that arrived ``age_s`` ago; the time it then waits (its adapter's read, the inbox)
-        is added when the thread applies it, so the engine's clocks start at the request's arrival."""
-        cmd = _Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora)
+        """Queue a request that arrived ``age_s`` ago (``slo_tpot_s``: its TPOT target, NodeCore.add's); the
+        time it then waits (its adapter's read, the inbox) is added when the thread applies it, so the engine's
+        clocks start at the request's arrival."""
+        cmd = _Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora, slo_tpot_s)
         store = _lora_store(self.core) if lora is not None else None
         if store is None or not store.needs_read(lora.lora_id):  # new to this node, or dropped from host RAM
             self.inbox.put(cmd)
@@ -183,10 +186,18 @@ class EngineThread:
         self.inbox.put(_Export(migrate))
 
     def add_with_kv(
-        self, request_id: str, prompt_token_ids: list[int], params: SamplingParams, kv: ReceivedKV, *, priority: int = 0
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        kv: ReceivedKV,
+        *,
+        priority: int = 0,
+        slo_tpot_s: float = 0.0,
     ) -> None:
         """``add``, after putting ``kv`` (a peer's transfer of the prompt's first blocks) into the prefix cache."""
-        self.inbox.put(_AddWithKV(_Add(request_id, prompt_token_ids, params, priority=priority), kv))
+        add = _Add(request_id, prompt_token_ids, params, priority=priority, slo_tpot_s=slo_tpot_s)
+        self.inbox.put(_AddWithKV(add, kv))
 
     def report_remote(self, report: RemoteReport) -> None:
         """How a remote KV move ended (agent/kv_remote_swap.py → the engine's mover, agent/kv_remote_io.py)."""
@@ -261,7 +272,13 @@ class EngineThread:
             try:
                 age_s = cmd.age_s + (time.monotonic() - cmd.queued_s if cmd.queued_s else 0.0)
                 self.core.add(
-                    cmd.request_id, cmd.prompt_token_ids, cmd.params, age_s, priority=cmd.priority, lora=cmd.lora
+                    cmd.request_id,
+                    cmd.prompt_token_ids,
+                    cmd.params,
+                    age_s,
+                    priority=cmd.priority,
+                    lora=cmd.lora,
+                    slo_tpot_s=cmd.slo_tpot_s,
                 )
             except ValueError as e:  # PromptError, duplicate id, an adapter this node cannot serve
                 out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))

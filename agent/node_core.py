@@ -19,11 +19,13 @@ No sockets, no threads, no sleeping; time comes only from the engine's injected 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from backends.gpu_table import power_score
 from engine.decode_roofline import DecodeRoofline
+from engine.decode_slack import slack_histogram
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
 from engine.lora import LoraRequest
 from engine.multi_step import DecodeSteps
@@ -87,6 +89,10 @@ class NodeCore:
         self.num_finished_total = 0
         self._prompt_lens: dict[str, int] = {}  # in-flight request → prompt tokens, until its first token
         self._decoding: set[str] = set()
+        # a request with a TPOT target: its (decode steps, target) until its first token, then (time of the first
+        # token, the engine's step count then, decode steps, target) while it decodes (engine/decode_slack.py)
+        self._tpot_targets: dict[str, tuple[int, float]] = {}
+        self._slack_decoders: dict[str, tuple[float, int, int, float]] = {}
         self._rates = StepRates(MAX_RECENT_STEPS)
         self._last_token_s: dict[str, float] = {}  # in-flight request → engine time of its latest token
         self.roofline = _roofline(engine, memory_bandwidth_gbps)
@@ -103,11 +109,13 @@ class NodeCore:
         *,
         priority: int = 0,
         lora: LoraRequest | None = None,
+        slo_tpot_s: float = 0.0,
     ) -> None:
         """Queue a request that arrived ``age_s`` ago (at the gateway: its TTFT, E2E and queue time count from
         there); ``priority``: its traffic class's rank (engine/scheduler.py); ``lora``: its LoRA adapter, read on
-        first use. Raises ValueError (a PromptError, a duplicate id, an adapter it cannot serve) and queues
-        nothing when this node cannot serve it."""
+        first use; ``slo_tpot_s``: its TPOT target (0: none), for the slack its decode reports. Raises ValueError
+        (a PromptError, a duplicate id, an adapter it cannot serve) and queues nothing when this node cannot
+        serve it."""
         self.num_received_total += 1
         if lora is not None:
             self._ensure_lora(lora)
@@ -123,6 +131,8 @@ class NodeCore:
         )
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)
+        if slo_tpot_s > 0.0 and params.max_tokens > 1:  # (a NaN target is not > 0)
+            self._tpot_targets[request_id] = (params.max_tokens - 1, slo_tpot_s)
 
     def _ensure_lora(self, lora: LoraRequest) -> None:
         """The engine serves ``lora`` under its name (a name now at another path is replaced once unused)."""
@@ -246,6 +256,10 @@ class NodeCore:
             if o.new_token_ids and o.req_id in self._prompt_lens:
                 del self._prompt_lens[o.req_id]
                 self._decoding.add(o.req_id)
+                target = self._tpot_targets.pop(o.req_id, None)
+                if target is not None:
+                    engine = self.engine
+                    self._slack_decoders[o.req_id] = (engine.clock.now(), engine.num_steps, *target)
             if o.finished:  # its last token time stays for observation(), which drops it
                 self._forget(o.req_id)
                 self.num_finished_total += 1
@@ -254,6 +268,8 @@ class NodeCore:
         """The request is no longer in flight here (finished or aborted)."""
         self._prompt_lens.pop(request_id, None)
         self._decoding.discard(request_id)
+        self._tpot_targets.pop(request_id, None)
+        self._slack_decoders.pop(request_id, None)
         self.num_inflight -= 1
 
     # -- what leaves the node -----------------------------------------------------------------------
@@ -323,8 +339,21 @@ class NodeCore:
             prefix_cache_hit_rate=stats.prefix_cache_hit_rate,
             num_requests_received_total=self.num_received_total,
             decode_roofline_fraction=self.roofline.close_window() if self.roofline is not None else 0.0,
+            decode_slack_hist=list(self._slack_hist()),
             **self._lora_report(),
         )
+
+    def _slack_hist(self) -> tuple[int, ...]:
+        """LoadReport.decode_slack_hist (engine/decode_slack.py), at the step its decoders got in the window just
+        closed (else the decode step), a prefill chunk being the step's token budget at the measured prefill rate."""
+        if not self._slack_decoders:
+            return ()
+        rates, engine = self._rates, self.engine
+        step_s = (rates.token_step_ms or rates.decode_step_ms) / 1e3
+        chunk_tokens = engine.scheduler.scheduler_config.max_num_batched_tokens
+        chunk_s = chunk_tokens / rates.prefill_tok_per_s if rates.prefill_tok_per_s > 0.0 else math.inf
+        now_s = engine.clock.now()
+        return slack_histogram(self._slack_decoders.values(), now_s, engine.num_steps, step_s, chunk_s)
 
     def _lora_report(self) -> dict:
         """LoadReport's adapter fields (empty when the runner serves none)."""

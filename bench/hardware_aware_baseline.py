@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from controlplane.router.decode_steps import cumulative, pushed_over
+from controlplane.router.decode_steps import SLACK_UNIT_S, cumulative, pushed_over
 from controlplane.router.policies.node_predictions import kv_headroom_tokens, lora_cold_load_s
 from controlplane.router.policies.node_table import NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
@@ -117,11 +117,11 @@ class HardwareAwareBaseline(PolicyHooks):
             harm[:] = False
             pushed = np.zeros(n)
             for i, node in enumerate(table.nodes):
-                if node.decode_steps_hist:
+                if _counted(node, config):
                     own_i = values.item(_COL_INV_RATE, i) * float(max(num_prompt_tokens, 1))
-                    spare_s = slo_tpot_s - values.item(_COL_STEP_S, i)
+                    spare_s = _spare_s(config, slo_tpot_s, values.item(_COL_STEP_S, i))
                     backlog_s = values.item(_COL_BACKLOG_S, i)
-                    pushed[i] = pushed_over(cumulative(node.decode_steps_hist), backlog_s, own_i, spare_s)
+                    pushed[i] = pushed_over(cumulative(_counted(node, config)), backlog_s, own_i, spare_s)
             charge = pushed * config.slo_tpot_harm_penalty_s
             if config.slo_tpot_harm_count_cap_s:  # (added later) at most the cap per node
                 charge = np.minimum(charge, config.slo_tpot_harm_count_cap_s)
@@ -172,10 +172,10 @@ class HardwareAwareBaseline(PolicyHooks):
                     cached_harm_s = min((inv_rate * cached_own + backlog_s) * (1.0 / max(max_tokens - 1, 1)), chunk_s)
                     if cached_harm_s + step_s <= slo_tpot_s:
                         saved_s += config.slo_tpot_harm_penalty_s
-                if pushed is not None and nodes[i].decode_steps_hist:  # fewer decoders pushed over when cached
-                    spare_s = slo_tpot_s - values.item(_COL_STEP_S, i)
+                if pushed is not None and _counted(nodes[i], config):  # fewer decoders pushed over when cached
+                    spare_s = _spare_s(config, slo_tpot_s, values.item(_COL_STEP_S, i))
                     backlog_s = values.item(_COL_BACKLOG_S, i)
-                    cum = cumulative(nodes[i].decode_steps_hist)
+                    cum = cumulative(_counted(nodes[i], config))
                     cached_pushed = pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
                     if config.slo_tpot_harm_count_cap_s:
                         cap_s, penalty_s = config.slo_tpot_harm_count_cap_s, config.slo_tpot_harm_penalty_s
@@ -232,3 +232,14 @@ class HardwareAwareBaseline(PolicyHooks):
             kv_headroom_tokens(node, config),
             float(batch),
         )
+
+
+def _counted(node, config) -> tuple[int, ...]:
+    """(added later) The histogram decode protection counts from: the node's reported slack one
+    (slo_tpot_harm_reported) or the control plane's decode lengths."""
+    return node.decode_slack_hist if config.slo_tpot_harm_reported else node.decode_steps_hist
+
+
+def _spare_s(config, slo_tpot_s: float, step_s: float) -> float:
+    """(added later) ``pushed_over``'s unit: the slack histogram's, or the time each decode step spares."""
+    return SLACK_UNIT_S if config.slo_tpot_harm_reported else slo_tpot_s - step_s

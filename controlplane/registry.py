@@ -181,9 +181,9 @@ def _node_id_of(view: NodeView) -> str:
 
 class _Node:
     __slots__ = (
-        "decode_hist", "decode_inv_steps", "decode_steps_hist", "decoding", "hello", "inflight", "inv_steps",
-        "last_seen_s", "num_routed_total", "report", "routed_order", "state", "unreported_prefill", "view",
-        "view_values",
+        "decode_hist", "decode_inv_steps", "decode_slack_hist", "decode_steps_hist", "decoding", "hello", "inflight",
+        "inv_steps", "last_seen_s", "num_routed_total", "report", "routed_order", "state", "unreported_prefill",
+        "view", "view_values",
     )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
@@ -202,6 +202,7 @@ class _Node:
         # NodeView.decode_steps_hist (empty: none), kept as it changes
         self.decode_hist = [0] * NUM_BINS
         self.decode_steps_hist = NO_DECODERS
+        self.decode_slack_hist = NO_DECODERS  # NodeView.decode_slack_hist: the last report's, if well formed
         self.num_routed_total = 0
         self.routed_order: deque[tuple[int, str]] = deque()  # (routing sequence number, request id)
         self.view: NodeView | None = None
@@ -216,7 +217,9 @@ class _Node:
 
     def take_reported(self, report: LoadReport) -> None:
         """Forget the routed requests ``report`` accounts for: the first ``num_requests_received_total`` the
-        node was sent (one link, in order); the rest are still on their way to it (no herding)."""
+        node was sent (one link, in order); the rest are still on their way to it (no herding). Keeps its
+        decode_slack_hist where it is one count per bin (none otherwise: a malformed one counts nothing)."""
+        self.decode_slack_hist = _slack_hist(report.decode_slack_hist)
         received = report.num_requests_received_total
         if received < 0:
             self.unreported_prefill.clear()
@@ -225,6 +228,13 @@ class _Node:
         order, unreported = self.routed_order, self.unreported_prefill
         while order and order[0][0] < received:
             unreported.pop(order.popleft()[1], None)
+
+
+def _slack_hist(counts: list[int]) -> tuple[int, ...]:
+    """LoadReport.decode_slack_hist as NodeView carries it: NUM_BINS counts >= 0 with one at least, else none."""
+    if len(counts) != NUM_BINS or min(counts) < 0 or not any(counts):
+        return NO_DECODERS
+    return tuple(counts)
 
 
 _ALL = (None, None)
@@ -521,6 +531,7 @@ class ClusterRegistry:
             0.0 if report is None else step_mean_ms(report),
             node.decode_inv_steps,
             node.decode_steps_hist,
+            node.decode_slack_hist,
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

@@ -53,6 +53,7 @@ class Placement:
     cell: str | None = None
     spilled: bool = False  # placed on an idle node of a cell its class may borrow, not its home cell
     lora: LoraRequest | None = None  # the adapter the node applies
+    slo_tpot_s: float = 0.0  # the TPOT target it is routed by: its class's, else the router's (GenerateRequest's)
 
 
 def place_request(
@@ -157,6 +158,7 @@ def place_request(
     )
     priority = 0 if traffic_class is None else traffic_class.priority
     lora = None if lora_entry is None else lora_entry.lora
+    slo_tpot_s = router.slo_tpot_s if route.slo_tpot_s is None else route.slo_tpot_s
     limits = (None, None)  # the class's per-node queue limit, and its SLO when it sheds past it
     if traffic_class is not None:
         limits = (traffic_class.max_queue_per_node, traffic_class.slo_ttft_s if traffic_class.shed_past_slo else None)
@@ -171,11 +173,13 @@ def place_request(
             if node_id is not None:
                 if tenants is not None:
                     tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
-                return Placement(node_id, route, token_ids, priority, spill_cell, spilled=True, lora=lora)
+                return Placement(
+                    node_id, route, token_ids, priority, spill_cell, spilled=True, lora=lora, slo_tpot_s=slo_tpot_s
+                )
     if isinstance(placed, str):
         if tenants is not None:
             tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
-        return Placement(placed, route, token_ids, priority, cell, lora=lora)
+        return Placement(placed, route, token_ids, priority, cell, lora=lora, slo_tpot_s=slo_tpot_s)
     if placed is None:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
     return msgspec.structs.replace(placed, request_id=rid)

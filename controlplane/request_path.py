@@ -266,6 +266,7 @@ class RequestPath:
             priority=placed.priority,
             lora_name=None if placed.lora is None else placed.lora.name,
             lora_path=None if placed.lora is None else placed.lora.path,
+            slo_tpot_s=placed.slo_tpot_s,
         )
         try:
             self._send_to_node(request, placed.node_id)
@@ -320,6 +321,7 @@ class RequestPath:
             priority=self._priority_of(inflight.traffic_class),  # and its class's rank in the engine
             lora_name=None if lora_entry is None else lora_entry.lora.name,
             lora_path=None if lora_entry is None else lora_entry.lora.path,
+            slo_tpot_s=self._slo_tpot_of(inflight.traffic_class),
         )
         try:
             self._send_to_node(request, node_id)
@@ -330,6 +332,15 @@ class RequestPath:
         self.counters["resumed"] += 1
         log.info("request %s resumes on %s, the node it was migrating from", inflight.request_id, node_id)
         return True
+
+    def _slo_tpot_of(self, traffic_class: str) -> float:
+        """The TPOT target a request admitted as ``traffic_class`` is routed by (its class's, else the router's)."""
+        try:
+            resolved = self.router.cells.resolve(traffic_class)
+        except ValueError:
+            resolved = None
+        slo_tpot_s = None if resolved is None else resolved.slo_tpot_s
+        return self.router.slo_tpot_s if slo_tpot_s is None else slo_tpot_s
 
     def _priority_of(self, traffic_class: str) -> int:
         """The engine priority of a request admitted as ``traffic_class`` (0: a class no longer configured)."""

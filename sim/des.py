@@ -474,7 +474,14 @@ class FleetSimulator:
             rec.node_id = node_id
             registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
             policy.on_routed(placed.route, node_id)
-            node.core.add(req_id, placed.token_ids, msg.sampling, priority=placed.priority, lora=placed.lora)
+            node.core.add(
+                req_id,
+                placed.token_ids,
+                msg.sampling,
+                priority=placed.priority,
+                lora=placed.lora,
+                slo_tpot_s=placed.slo_tpot_s,
+            )
             node.num_requests += 1
             records[req_id] = rec
             if node.run is not None and (end_s := node.cut_run(arrival_s)) is not None:

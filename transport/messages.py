@@ -202,6 +202,9 @@ class LoadReport(Envelope, kw_only=True):
     # measured since it last changed proposer (-1: no draft verified yet)
     spec_drafter: str = ""
     spec_acceptance_rate: float = -1.0
+    # the decoders a delay could push over their TPOT target, counted per bin of engine/decode_bins.py by the delay
+    # each still absorbs, in milliseconds (engine/decode_slack.py); empty: none (or an older agent)
+    decode_slack_hist: list[int] = []
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -257,6 +260,7 @@ class GenerateRequest(Envelope, kw_only=True):
     # the LoRA adapter to apply (a PEFT directory the node can read; loaded on first use); None: the base model
     lora_name: str | None = None
     lora_path: str | None = None
+    slo_tpot_s: float = 0.0  # its TPOT target, the one its class is routed by; 0: none (LoadReport.decode_slack_hist)
 
 
 class TokenChunk(Envelope, kw_only=True):

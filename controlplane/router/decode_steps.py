@@ -8,7 +8,7 @@ prefill of ``X`` seconds (after a backlog of ``B`` seconds) pushes over are thos
     B / (T - s) <= n < (B + X) / (T - s)
 
 which is ``below(hi) - below(lo)``: a difference of counts of decoders shorter than a length. The control plane
-keeps each node's decoders as counts per bin of ``EDGES`` (``bin_of``; NodeView.decode_steps_hist), and the
+keeps each node's decoders as counts per bin of ``EDGES`` (engine/decode_bins.py; NodeView.decode_steps_hist), and the
 router reads the cumulative counts (``cumulative``): below(x) is exact at every edge and interpolated linearly in
 between. The edges are the integers ceil(2 ** (k / 4)): every length up to 8 has its own bin, then four bins per
 doubling, up to 65,536; the decoders of 65,536 steps or more are in the last bin and never counted (they can
@@ -23,27 +23,20 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from itertools import accumulate
 
 import numpy as np
 
-EDGES: tuple[float, ...] = tuple(float(e) for e in sorted({math.ceil(2 ** (k / 4)) for k in range(65)}))
-NUM_BINS = len(EDGES)  # bin b < NUM_BINS - 1: EDGES[b] <= n < EDGES[b + 1]; the last: n >= EDGES[-1]
-NO_DECODERS: tuple[int, ...] = ()  # NodeView.decode_steps_hist of a node with no decoder the control plane knows of
+from engine.decode_bins import EDGES, NO_DECODERS, NUM_BINS, bin_of, histogram
 
+__all__ = ["EDGES", "NO_DECODERS", "NUM_BINS", "SLACK_UNIT_S", "below", "bin_of", "cumulative", "histogram",
+           "pushed_over"]  # fmt: skip
 
-def bin_of(num_steps: int) -> int:
-    """The bin of a decoder of ``num_steps`` (>= 1) decode steps."""
-    return bisect_right(EDGES, num_steps) - 1 if num_steps >= 1 else 0
-
-
-def histogram(steps: Iterable[int]) -> tuple[int, ...]:
-    """Decoders of these decode steps counted per bin (``NO_DECODERS`` for none)."""
-    hist = [0] * NUM_BINS
-    for n in steps:
-        hist[bin_of(n)] += 1
-    return tuple(hist) if any(hist) else NO_DECODERS
+# RouterConfig.slo_tpot_harm_reported: the nodes' own histograms count their decoders by the delay each still
+# absorbs, in milliseconds (NodeView.decode_slack_hist, engine/decode_slack.py): ``pushed_over`` reads them with
+# this as ``spare_s``, a prompt pushing over those with backlog_s <= slack < backlog_s + own_s
+SLACK_UNIT_S = 1e-3
 
 
 def cumulative(hist: Sequence[int]) -> tuple[float, ...]:

@@ -51,6 +51,10 @@ class NodeView:
     # the control plane's own: those decoders counted per bin of their decode steps, max_tokens - 1 (at least 1), the
     # bins of router/decode_steps.py (RouterConfig.slo_tpot_harm_count); empty: none
     decode_steps_hist: tuple[int, ...] = ()
+    # last report: its decoders a delay could push over their TPOT target, counted per bin by the delay each still
+    # absorbs, in milliseconds (LoadReport.decode_slack_hist, engine/decode_slack.py; RouterConfig.
+    # slo_tpot_harm_reported); empty: none
+    decode_slack_hist: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

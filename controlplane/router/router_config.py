@@ -102,6 +102,13 @@ class RouterConfig:
         node without short decoders while its own TTFT misses: on the eval split's code cases the count lowered the
         P99 TTFT lead to 1.44-1.47x (bench/results/2026-12-03-sim-tune-22.json). Capped at the TTFT miss penalty, a
         node's decoders never outweigh the prompt's own miss. Tuned by the twenty-third grid (scripts/tune_router.py).
+    slo_tpot_harm_reported: with slo_tpot_harm_count, count the decoders a prompt pushes over from the nodes' own
+        reports of their decoders' slack (NodeView.decode_slack_hist; engine/decode_slack.py: each decoder's spare
+        time from its real progress, its own TPOT target and the node's measured step) instead of from the lengths
+        the control plane saw routed: those with backlog_s <= slack < backlog_s + own_s. A node that reports none
+        (none of its decoders can be pushed over, or an older agent) is counted as having none. The probe behind it
+        (bench/results/2026-12-03-slack-harm-probe.json, its "reported" mode) lifted the binding tuning case,
+        mooncake 100% at the second SLO, from the lengths' .353 to .409.
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
@@ -235,6 +242,7 @@ class RouterConfig:
     slo_tpot_harm_decoders: bool = False
     slo_tpot_harm_count: bool = True
     slo_tpot_harm_count_cap_s: float = 0.0
+    slo_tpot_harm_reported: bool = False
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0

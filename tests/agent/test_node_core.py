@@ -381,3 +381,37 @@ def test_profile_measures_the_node_before_it_serves_and_leaves_nothing_behind():
     assert core.load_report().num_requests_received_total == 1
     with pytest.raises(RuntimeError, match="idle"):
         core.profile()
+
+
+def test_a_decoder_with_a_tpot_target_is_reported_by_its_progress(monkeypatch):
+    """From its first token on, a request added with a TPOT target is one of the decoders the load report counts by
+    slack (engine/decode_slack.py): its first token's time and step count, its decode steps and target; the report
+    passes the node's step count and clock now, its measured step and a chunk of its token budget. Without a target,
+    or once it finished, it is not counted."""
+    import agent.node_core as node_core
+
+    seen = []
+
+    def capture(decoders, now_s, num_steps, step_s, chunk_s):
+        seen.append((list(decoders), now_s, num_steps, step_s, chunk_s))
+        return (1,) + (0,) * 59
+
+    monkeypatch.setattr(node_core, "slack_histogram", capture)
+    core, clock = _core(token_budget=64)
+    core.add("a", _prompt(8), _params(11), slo_tpot_s=0.1)
+    core.add("b", _prompt(8), _params(11))  # no target
+    assert core.load_report().decode_slack_hist == [] and not seen  # nothing decodes yet
+    clock.advance(0.5)
+    core.step()  # both prompts: their first tokens at 0.5 s, step 1
+    clock.advance(0.5)
+    core.step()
+    report = core.load_report()
+    decoders, now_s, num_steps, step_s, chunk_s = seen[-1]
+    assert decoders == [(0.5, 1, 10, 0.1)] and (now_s, num_steps) == (1.0, 2)
+    assert step_s == pytest.approx(report.decode_token_step_ms / 1e3) and step_s > 0
+    assert chunk_s == pytest.approx(64 / report.prefill_tok_per_s)
+    assert report.decode_slack_hist == [1] + [0] * 59
+    for _ in range(9):
+        core.step()
+    seen.clear()
+    assert core.load_report().decode_slack_hist == [] and not seen  # finished: none left

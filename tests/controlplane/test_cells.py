@@ -159,6 +159,14 @@ def test_vip_stays_home_while_home_has_no_queue(make_hello, make_report):
     assert isinstance(placed, Placement)
     assert (placed.node_id, placed.cell, placed.spilled, placed.priority) == ("f0", "fast", False, 2)
     assert placed.route.slo_ttft_s == 0.5  # the class's SLO goes to the policy
+    assert placed.slo_tpot_s == RouterConfig().slo_tpot_s  # no TPOT target of its own: the router's to the node
+
+
+def test_a_classs_tpot_target_goes_to_the_node(make_hello, make_report):
+    doc = tomllib.loads(TWO_CELLS)
+    doc["traffic_classes"][0]["slo_tpot_s"] = 0.05
+    placed = _place(_fleet(make_hello, make_report, {}), "vip", parse_cells(doc))
+    assert isinstance(placed, Placement) and placed.slo_tpot_s == 0.05  # GenerateRequest.slo_tpot_s
 
 
 def test_vip_borrows_an_idle_bulk_node_when_home_would_queue(make_hello, make_report):

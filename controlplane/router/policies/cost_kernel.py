@@ -39,7 +39,8 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
                            (harm_count, instead of the two lines above: c += harm_penalty * (below(hi) - below(lo)),
                             spare = slo_tpot - step_s, hi = (backlog_s + inv_rate * own) / spare, lo = backlog_s /
                             spare, 0 where spare is not > 0; below: router/decode_steps.py's, the bin by bisection;
-                            harm_cap_s != 0: that charge is at most harm_cap_s, as np.minimum)
+                            harm_cap_s != 0: that charge is at most harm_cap_s, as np.minimum; harm_reported: spare =
+                            SLACK_UNIT_S, the COL_CUM rows being the nodes' slack histograms)
     c += kv_penalty        if headroom < need [kv_penalty]
     c  = inf               if max_prompt < prompt
     then, only when sacrifice_s != 0 and every node's miss or doomed was True (a lost cause; sacrifice_s = weight *
@@ -82,7 +83,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from controlplane.router.decode_steps import EDGES, NUM_BINS
+from controlplane.router.decode_steps import EDGES, NUM_BINS, SLACK_UNIT_S
 from controlplane.router.policies.node_table import NodeTable
 from controlplane.router.policy import RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
@@ -107,7 +108,7 @@ NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
 EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
 LAST_EDGE = EDGES[-1]
-NUM_PARAMS = 26  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 26 arguments)
+NUM_PARAMS = 27  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 27 arguments)
 
 
 def least_cost_index(
@@ -125,7 +126,7 @@ def least_cost_index(
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s, sacrifice_max_rate_ratio,
-     tpot_floor_miss, harm_triage, harm_decoders, harm_count, harm_cap_s) = params  # fmt: skip
+     tpot_floor_miss, harm_triage, harm_decoders, harm_count, harm_cap_s, harm_reported) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -134,6 +135,7 @@ def least_cost_index(
     by_decoders = harm_decoders != 0.0  # slo_tpot_harm_decoders: the harm spread over the node's decoders' steps
     by_count = harm_count != 0.0  # slo_tpot_harm_count: the penalty per decoder pushed over the TPOT target
     capped = harm_cap_s != 0.0  # slo_tpot_harm_count_cap_s: at most this per node
+    reported = harm_reported != 0.0  # slo_tpot_harm_reported: COL_CUM holds the nodes' slack histograms
     triage = harm_triage != 0.0  # slo_tpot_harm_triage: decodes already over the TPOT target are not protected
     floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
@@ -176,7 +178,8 @@ def least_cost_index(
         x = x if x > 0.0 or x != x else 0.0
         c += (x if excess else t) * output_weight if output_weight != 0.0 else 0.0  # t * 0: NaN for t = inf
         if by_count:  # decode protection: per decoder pushed over the TPOT target
-            h = harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, slo_tpot_s - step_s)
+            spare_s = SLACK_UNIT_S if reported else slo_tpot_s - step_s
+            h = harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, spare_s)
             c += harm_cap_s if capped and harm_cap_s < h else h  # np.minimum: a NaN h wins
         else:
             harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps  # the decodes' steps
@@ -267,7 +270,7 @@ def least_cost_index(
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
         if harm_penalty_s != 0.0 and by_count:  # fewer decoders pushed over by the uncached tokens alone
-            spare_s = slo_tpot_s - step[i]
+            spare_s = SLACK_UNIT_S if reported else slo_tpot_s - step[i]
             pushed = _pushed_over(values, i, backlog[i], rate_inv * own, spare_s)
             cached_pushed = _pushed_over(values, i, backlog[i], rate_inv * cached_own, spare_s)
             if capped:  # the capped charges, as charged above (Python's min(a, cap): cap only when cap < a)
@@ -448,6 +451,7 @@ class CostKernel:
             1.0 if config.slo_tpot_harm_decoders else 0.0,  # harm_decoders
             1.0 if config.slo_tpot_harm_count else 0.0,  # harm_count
             float(config.slo_tpot_harm_count_cap_s),  # harm_cap_s (0: no cap)
+            1.0 if config.slo_tpot_harm_reported else 0.0,  # harm_reported
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

@@ -109,7 +109,7 @@ import math
 
 import numpy as np
 
-from controlplane.router.decode_steps import NUM_BINS, cumulative, pushed_over, pushed_over_columns
+from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, cumulative, pushed_over, pushed_over_columns
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
@@ -288,7 +288,10 @@ class HardwareAwarePolicy(PolicyHooks):
         if config.slo_tpot_harm_penalty_s and config.slo_tpot_harm_count:  # per decoder pushed over the target
             slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
             own_s = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._tpot)
-            spare_s = np.subtract(slo_tpot_s, columns[_COL_STEP_S])
+            if config.slo_tpot_harm_reported:  # the nodes' slack histograms, in their unit
+                spare_s = np.full(len(table), SLACK_UNIT_S)
+            else:
+                spare_s = np.subtract(slo_tpot_s, columns[_COL_STEP_S])
             pushed = pushed_over_columns(table.values[_COL_CUM:], columns[_COL_BACKLOG_S], own_s, spare_s)
             np.multiply(pushed, config.slo_tpot_harm_penalty_s, add)
             if config.slo_tpot_harm_count_cap_s:  # at most the cap per node (np.minimum: a NaN wins)
@@ -434,7 +437,8 @@ class HardwareAwarePolicy(PolicyHooks):
             # fewer prompt tokens to share the decodes' steps (a node harm triage spared is not lifted: its cached
             # harm is at least its step, over the target, so the test below fails there)
             if harm_penalty_s and harm_count:  # fewer decoders pushed over by the uncached tokens alone
-                backlog_s, spare_s = row[_COL_BACKLOG_S], slo_tpot_s - row[_COL_STEP_S]
+                backlog_s = row[_COL_BACKLOG_S]
+                spare_s = SLACK_UNIT_S if config.slo_tpot_harm_reported else slo_tpot_s - row[_COL_STEP_S]
                 cum = row[_COL_CUM:]
                 pushed = pushed_over(cum, backlog_s, inv_rate * own, spare_s)
                 cached_pushed = pushed_over(cum, backlog_s, inv_rate * cached_own, spare_s)
@@ -549,9 +553,9 @@ class HardwareAwarePolicy(PolicyHooks):
         )
 
     def _cumulative(self, node: NodeView) -> tuple[float, ...]:
-        """``cumulative(node.decode_steps_hist)``, computed again only when the registry made a new histogram (a
-        report or a routed request keeps the object)."""
-        hist = node.decode_steps_hist
+        """``cumulative(node.decode_steps_hist)`` (slo_tpot_harm_reported: of its decode_slack_hist), computed again
+        only when the registry made a new histogram (a report or a routed request keeps the object)."""
+        hist = node.decode_slack_hist if self.config.slo_tpot_harm_reported else node.decode_steps_hist
         cached = self._cums.get(node.node_id)
         if cached is None or cached[0] is not hist:
             cached = self._cums[node.node_id] = (hist, cumulative(hist))

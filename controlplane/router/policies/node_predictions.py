@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from controlplane.router.decode_steps import cumulative, pushed_over
+from controlplane.router.decode_steps import SLACK_UNIT_S, cumulative, pushed_over
 from controlplane.router.policies.node_table import outstanding_requests
 from controlplane.router.policy import NodeView
 from controlplane.router.router_config import RouterConfig
@@ -148,13 +148,15 @@ def decoders_pushed_over(
 ) -> float:
     """How many of the decoders the control plane knows of on ``node`` this prompt's prefill (its uncached tokens,
     after the node's backlog) pushes over the TPOT target (RouterConfig.slo_tpot_harm_count; the rule:
-    router/decode_steps.py), interpolated between the histogram's bins."""
-    if not node.decode_steps_hist:
+    router/decode_steps.py), interpolated between the histogram's bins; with slo_tpot_harm_reported, of those the
+    node reported by their slack (NodeView.decode_slack_hist)."""
+    hist = node.decode_slack_hist if config.slo_tpot_harm_reported else node.decode_steps_hist
+    if not hist:
         return 0.0
     inv_rate = 1.0 / prefill_rate_tok_per_s(node, config)
     own_s = max(num_prompt_tokens - num_cached_tokens, 1) * inv_rate
-    spare_s = config.slo_tpot_s - tpot_step_s(node, config)
-    return pushed_over(cumulative(node.decode_steps_hist), backlog_tokens(node) * inv_rate, own_s, spare_s)
+    spare_s = SLACK_UNIT_S if config.slo_tpot_harm_reported else config.slo_tpot_s - tpot_step_s(node, config)
+    return pushed_over(cumulative(hist), backlog_tokens(node) * inv_rate, own_s, spare_s)
 
 
 def harm_inv_steps(node: NodeView, config: RouterConfig, max_tokens: int = 1) -> float:

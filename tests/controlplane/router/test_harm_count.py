@@ -192,6 +192,8 @@ COUNTED = (
     RouterConfig(default_model_params_b=1.0, slo_tpot_harm_count=True, slo_tpot_harm_decoders=True),
     RouterConfig(default_model_params_b=8.0, slo_tpot_harm_count=True, slo_tpot_harm_count_cap_s=10.0),
     RouterConfig(default_model_params_b=1.0, slo_tpot_harm_count=True, slo_tpot_harm_count_cap_s=4.0),
+    RouterConfig(default_model_params_b=8.0, slo_tpot_harm_reported=True),
+    RouterConfig(default_model_params_b=1.0, slo_tpot_harm_reported=True, slo_tpot_harm_count_cap_s=6.0),
 )
 
 
