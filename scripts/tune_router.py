@@ -232,6 +232,20 @@ prompt waits for a node without short decoders. The tuning split showed it (code
 on row only), and the rule did not weigh it: with no setting admissible, point 2 reads goodput alone. Point 4 makes
 it weigh how many bounds a setting breaks; it would have chosen GRID_22's off row (2 bounds broken against 3).
 A choice that herds test_no_herding.py's burst is refused, as before.
+Result: bench/results/2026-12-03-sim-tune-23.json: the count off chosen (no setting admissible; every count row breaks
+3 P99 bounds, code60 and both second-SLO code cases, off 2; code60's mean P99 with the cap 10/6/3 s 6.09/5.91+/6.08
+against its 5.91 bound, uncapped 5.99, off 5.45). The uncapped and off rows equal GRID_22's.
+
+The twenty-fourth grid (GRID_24, declared and committed before it ran, with --stress --slo2 --seeds 3
+--fewest-p99-misses, the rule unchanged): the count from the nodes' own slack reports (RouterConfig.
+slo_tpot_harm_reported with slo_tpot_harm_count: each decoder's slack from its real progress, its TPOT target and
+the node's measured step, engine/decode_slack.py) against GRID_23's choice (the count off, the default row). Why: the
+probe's "reported" mode (bench/results/2026-12-03-slack-harm-probe.json: exact progress as of each node's last
+report) lifted the binding case, mooncake100@slo2, to .409 (off .302, the lengths' count .353); GRID_23 refused the
+lengths' count for code60's P99, and the slack counts far fewer decoders than the lengths (only those a delay can
+still push over). The nodes' reports differ from the probe's (the node's own measured step and chunk; decoders
+counted per bin), so its figures differ from the probe's. A choice that herds test_no_herding.py's burst is
+refused, as before.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).
@@ -318,6 +332,7 @@ GRID_20 = {"slo_tpot_harm_triage": [False, True]}
 GRID_21 = {"slo_tpot_harm_decoders": [False, True]}  # run with --stress --slo2 --seeds 3
 GRID_22 = {"slo_tpot_harm_count": [False, True]}  # run with --stress --slo2 --seeds 3
 GRID_23 = [{"slo_tpot_harm_count_cap_s": cap} for cap in (0.0, 10.0, 6.0, 3.0)] + [{"slo_tpot_harm_count": False}]
+GRID_24 = [{"slo_tpot_harm_count": False}, {"slo_tpot_harm_count": True, "slo_tpot_harm_reported": True}]
 # the fair anchors of the reports (zoo sim's --policy list for the anchors' --json files since GRID_16)
 FAIR_ANCHORS = ("envoy_wlr", "llm_d", "dynamo_kv", "sglang_cache_aware", "vllm_ps_roundrobin", "vllm_ps_prefixaware",
                 "least_requests")  # fmt: skip

@@ -96,12 +96,18 @@ class RouterConfig:
         admissible (the second SLO's code cases' mean P99 above their bounds in both rows), on has the larger
         smallest margin, -0.091 against off's -0.146 (both at mooncake 100% at the second SLO: .302 -> .357, against
         dynamo_kv's .448); on lifts every default-SLO code case (code 80% .331 -> .430, code 100% .260 -> .387).
+        Turned off again by the twenty-third grid under the rule's fourth point (bench/results/2026-12-03-sim-tune-
+        23.json): with none admissible, off breaks 2 P99 bounds and every count row 3 (on adds code 60%'s), so off
+        is kept although its smallest margin is lower (-0.146 against -0.091).
     slo_tpot_harm_count_cap_s: with slo_tpot_harm_count, the most decode protection charges one node, however
         many decoders the prompt pushes over there (0: no cap). At 3 s a decoder, four decoders pushed over outweigh
         one TTFT miss (slo_tpot_harm_penalty_s 3 s x 4 > slo_ttft_miss_penalty_s 10 s), so a long prompt waits for a
         node without short decoders while its own TTFT misses: on the eval split's code cases the count lowered the
         P99 TTFT lead to 1.44-1.47x (bench/results/2026-12-03-sim-tune-22.json). Capped at the TTFT miss penalty, a
-        node's decoders never outweigh the prompt's own miss. Tuned by the twenty-third grid (scripts/tune_router.py).
+        node's decoders never outweigh the prompt's own miss. No cap chosen by the twenty-third grid (bench/results/
+        2026-12-03-sim-tune-23.json): no cap (10, 6 or 3 s) brings code 60%'s tuning P99 within its bound (5.91 s
+        -> 6.09, 5.91+, 6.08 against 5.99 uncapped and 5.45 with the count off), and the smaller caps lower the
+        binding case (mooncake 100% at the second SLO .357 -> .321 at 6 s, .307 at 3 s).
     slo_tpot_harm_reported: with slo_tpot_harm_count, count the decoders a prompt pushes over from the nodes' own
         reports of their decoders' slack (NodeView.decode_slack_hist; engine/decode_slack.py: each decoder's spare
         time from its real progress, its own TPOT target and the node's measured step) instead of from the lengths
@@ -240,7 +246,7 @@ class RouterConfig:
     slo_tpot_harm_penalty_s: float = 3.0
     slo_tpot_harm_triage: bool = False
     slo_tpot_harm_decoders: bool = False
-    slo_tpot_harm_count: bool = True
+    slo_tpot_harm_count: bool = False
     slo_tpot_harm_count_cap_s: float = 0.0
     slo_tpot_harm_reported: bool = False
     slo_triage_spare_capable_below: float = 0.5
