@@ -21,7 +21,8 @@ def test_the_fleet_simulators_nodes_report_their_decoders_slack(small_fleet, tin
         return report
 
     monkeypatch.setattr(node_core.NodeCore, "load_report", load_report)
-    config = RouterConfig(slo_tpot_s=0.03, slo_tpot_harm_count=True, slo_tpot_harm_reported=True)  # the H100 meets it, with little to spare
+    # a target the H100 meets with little to spare
+    config = RouterConfig(slo_tpot_s=0.03, slo_tpot_harm_count=True, slo_tpot_harm_reported=True)
     fleet, workload = small_fleet(), tiny_workload(num=80, gap_s=0.01, prompt=1500, output=60)
     first = FleetSimulator(fleet, workload, "hardware_aware", seed=3, router_config=config).run()
     assert any(r.decode_slack_hist for r in reports)
