@@ -246,6 +246,10 @@ lengths' count for code60's P99, and the slack counts far fewer decoders than th
 still push over). The nodes' reports differ from the probe's (the node's own measured step and chunk; decoders
 counted per bin), so its figures differ from the probe's. A choice that herds test_no_herding.py's burst is
 refused, as before.
+Result: bench/results/2026-12-03-sim-tune-24.json: kept off (no setting admissible; the reported count breaks 3 P99
+bounds, code60's mean P99 6.11 s against 5.91, off 2). It has the largest smallest margin of any grid, -0.030 against
+off's -0.146 (mooncake100@slo2 .302 -> .418, dynamo_kv .448), and lifts 13 of the 14 means (code80 .331 -> .434,
+conv100@slo2 .830 -> .900); without the fourth point it would have been chosen. The off row equals GRID_23's.
 
 The grids before GRID_14 ran before overload mode existed: to run one again as it ran, add
 {"overload_window_s": 0} to each of its settings (GRID_14 and GRID_15 are pinned below).

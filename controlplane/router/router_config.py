@@ -114,7 +114,10 @@ class RouterConfig:
         the control plane saw routed: those with backlog_s <= slack < backlog_s + own_s. A node that reports none
         (none of its decoders can be pushed over, or an older agent) is counted as having none. The probe behind it
         (bench/results/2026-12-03-slack-harm-probe.json, its "reported" mode) lifted the binding tuning case,
-        mooncake 100% at the second SLO, from the lengths' .353 to .409.
+        mooncake 100% at the second SLO, from the lengths' .353 to .409. Kept off by the twenty-fourth grid
+        (bench/results/2026-12-03-sim-tune-24.json): it lifts 13 of the 14 tuning means and the smallest margin to
+        -0.030 (off -0.146; mooncake 100% at the second SLO .302 -> .418), but breaks code 60%'s P99 bound (5.45 ->
+        6.11 s against 5.91), so the rule's fourth point keeps the count off (3 bounds broken against 2).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
