@@ -489,21 +489,13 @@ class NodeAgent(Actor):
                 return
         kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
         if kv is not None and lora is None:
-            self._thread.add_with_kv(
-                msg.request_id, msg.prompt_token_ids, msg.sampling, kv, priority=msg.priority, slo_tpot_s=msg.slo_tpot_s
-            )
+            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv,
+                                     priority=msg.priority, slo_tpot_s=msg.slo_tpot_s)  # fmt: skip
             return
         age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
         # validated when decoded
-        self._thread.add(
-            msg.request_id,
-            msg.prompt_token_ids,
-            msg.sampling,
-            age_s,
-            priority=msg.priority,
-            lora=lora,
-            slo_tpot_s=msg.slo_tpot_s,
-        )
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s,
+                         priority=msg.priority, lora=lora, slo_tpot_s=msg.slo_tpot_s)  # fmt: skip
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])
