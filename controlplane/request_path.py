@@ -333,19 +333,20 @@ class RequestPath:
         log.info("request %s resumes on %s, the node it was migrating from", inflight.request_id, node_id)
         return True
 
+    def _class_of(self, traffic_class: str):
+        """The configured TrafficClass a request was admitted as; None: none (or no longer configured)."""
+        try:
+            return self.router.cells.resolve(traffic_class)
+        except ValueError:
+            return None
+
     def _slo_tpot_of(self, traffic_class: str) -> float:
         """The TPOT target a request admitted as ``traffic_class`` is routed by (its class's, else the router's)."""
-        try:
-            resolved = self.router.cells.resolve(traffic_class)
-        except ValueError:
-            resolved = None
+        resolved = self._class_of(traffic_class)
         slo_tpot_s = None if resolved is None else resolved.slo_tpot_s
         return self.router.slo_tpot_s if slo_tpot_s is None else slo_tpot_s
 
     def _priority_of(self, traffic_class: str) -> int:
         """The engine priority of a request admitted as ``traffic_class`` (0: a class no longer configured)."""
-        try:
-            resolved = self.router.cells.resolve(traffic_class)
-        except ValueError:
-            return 0
+        resolved = self._class_of(traffic_class)
         return 0 if resolved is None else resolved.priority
