@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from controlplane.router.decode_steps import SLACK_UNIT_S, cumulative, pushed_over
+from controlplane.router.policies.cost_reference import late_saved_s
 from controlplane.router.policies.node_predictions import kv_headroom_tokens, lora_cold_load_s
 from controlplane.router.policies.node_table import NodeTables, outstanding_requests
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
@@ -73,7 +74,10 @@ class HardwareAwareBaseline(PolicyHooks):
         sacrifice_s = config.slo_sacrifice_weight * slo_ttft_s if config.slo_sacrifice_weight and miss.all() else 0.0
         bound_s = config.slo_sacrifice_max_ttft_s  # (added later) beyond it, a node is charged as the fastest
         over_bound = (cost > bound_s) if sacrifice_s and bound_s else np.zeros(n, dtype=bool)
+        late = np.maximum(cost - slo_ttft_s, 0.0) * config.slo_ttft_late_weight  # (added later) how late a miss is
         np.add(cost, config.slo_ttft_miss_penalty_s, out=cost, where=miss)
+        if config.slo_ttft_late_weight:
+            cost += late
         # (added later) the predicted TPOT: bin packing's gate (slo_pack_needs_tpot) and the TPOT term below
         tpot_s = np.minimum(columns[_COL_BACKLOG_S] * (1.0 / max(max_tokens - 1, 1)), columns[_COL_CHUNK_S])
         tpot_s += columns[_COL_STEP_S]
@@ -166,6 +170,9 @@ class HardwareAwareBaseline(PolicyHooks):
                         slack_s = slo_ttft_s
                     if config.slo_pack_weight and slack_s > 0.0:
                         saved_s -= min(slack_s * config.slo_pack_weight, config.slo_ttft_miss_penalty_s)
+                if config.slo_ttft_late_weight:  # (added later) the lateness the cached tokens save
+                    full_s, cached_s = own * inv_rate + base_s, cached_own * inv_rate + base_s
+                    saved_s += late_saved_s(full_s, cached_s, slo_ttft_s, config)
                 if harm.item(i):
                     step_s, chunk_s = values.item(_COL_STEP_S, i), values.item(_COL_CHUNK_S, i)
                     backlog_s = values.item(_COL_BACKLOG_S, i)

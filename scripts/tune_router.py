@@ -97,6 +97,10 @@ GRID_21 = {"slo_tpot_harm_decoders": [False, True]}  # run with --stress --slo2 
 GRID_22 = {"slo_tpot_harm_count": [False, True]}  # run with --stress --slo2 --seeds 3
 GRID_23 = [{"slo_tpot_harm_count_cap_s": cap} for cap in (0.0, 10.0, 6.0, 3.0)] + [{"slo_tpot_harm_count": False}]
 GRID_24 = [{"slo_tpot_harm_count": False}, {"slo_tpot_harm_count": True, "slo_tpot_harm_reported": True}]
+_REPORTED = {"slo_tpot_harm_count": True, "slo_tpot_harm_reported": True}
+GRID_25 = [{"slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)] + [
+    {**_REPORTED, "slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)
+]
 # the fair anchors of the reports (zoo sim's --policy list for the anchors' --json files since GRID_16)
 FAIR_ANCHORS = ("envoy_wlr", "llm_d", "dynamo_kv", "sglang_cache_aware", "vllm_ps_roundrobin", "vllm_ps_prefixaware",
                 "least_requests")  # fmt: skip

@@ -47,6 +47,12 @@ class RouterConfig:
         2026-12-03-tpot-arrival-diag.json: on conv the TPOT measured on the A100s and H100s is 1.6-2.1x the one
         predicted). On: GRID_18's choice over both SLOs (bench/results/2026-12-03-sim-tune-18.json); GRID_17,
         with the mean over every step, kept it off (-17.json).
+    slo_ttft_late_weight: a TTFT miss priced by how late it is: a node predicted to miss the TTFT target gains
+        slo_ttft_late_weight * (TTFT - slo_ttft_s) (its TTFT with nothing cached, adapter load included; a prefix
+        cache lifts it with the TTFT it saves). The miss penalty is a step, the same for a wait of 3 s and one of
+        8 s; the TTFT itself weighs 1 against decode protection's 3 s per decoder, so decode protection can move a
+        long prompt off the fastest prefill nodes to finish prefill seconds later elsewhere (bench/results/
+        2026-12-03-count-tail-diag.json: code at 60% load, 2.5 s -> 5.9 s). 0: off.
     slo_tpot_floor_miss: a node that cannot meet the TPOT target at any load is charged as missing the SLO: where
         its decode step with one sequence (the roofline's, or the start-up profile's measured step where that is
         lower: ``node_predictions.decode_floor_s``) is above the request's TPOT target, it pays the TTFT miss
@@ -244,6 +250,7 @@ class RouterConfig:
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 1.0
     tpot_measured_steps: bool = True
+    slo_ttft_late_weight: float = 0.0
     slo_tpot_floor_miss: bool = False
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
@@ -298,6 +305,7 @@ class RouterConfig:
             "slo_triage_penalty_s",
             "slo_tpot_harm_penalty_s",
             "slo_tpot_harm_count_cap_s",
+            "slo_ttft_late_weight",
             "slo_pack_weight",
             "slo_sacrifice_weight",
             "slo_sacrifice_max_ttft_s",

@@ -22,6 +22,7 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
     miss = c > slo_ttft                                                 [ttft_penalty or triage_penalty]
     doomed = floor_miss and floor > slo_tpot         (slo_tpot_floor_miss: it misses TPOT at any load)
     c += ttft_penalty      if miss or doomed  [ttft_penalty]
+    c += max(c0 - slo_ttft, 0) * late_weight   [late_weight]   (c0: c before the penalty; max as np.maximum)
     c += min((slo_ttft - inv_rate * own) * pack_weight, ttft_penalty)   if not (miss or doomed)   [pack_weight]
                                                                   (bin packing; min as np.minimum)
          (pack_needs_tpot and t > slo_tpot, t below: min(slo_ttft * pack_weight, ttft_penalty) instead)
@@ -66,7 +67,9 @@ where h was not (there min is Python's min(a, b): b only when b < a, as the nump
 != 0), the KV penalty when the uncached part fits (a node harm_triage spared is never lifted: its h with the uncached
 tokens is at least its step, over the target); sacrifice's charge goes with the TTFT penalty (its factor computed
 again as in the second pass), and sacrifice_s is in most_penalties_s (after triage_penalty); the winner is the
-least corrected cost, smallest position on a tie.
+least corrected cost, smallest position on a tie. (late_weight: the saving also gains late_weight * max(TTFT -
+SLO, 0) less the same with the cached prompt, TTFT = own * inv_rate + base_s, base_s with the adapter's load, after
+the TTFT block; the skip's bound adds 2 * late_weight * the holder's cost, above what that can lift.)
 
 Selection: numba is imported on the first ``CostKernel`` (importing it costs ~0.3 s, so a process that
 never builds a hardware_aware policy does not pay it); if it is missing or fails to import or compile,
@@ -108,7 +111,7 @@ NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
 EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
 LAST_EDGE = EDGES[-1]
-NUM_PARAMS = 27  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 27 arguments)
+NUM_PARAMS = 28  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 28 arguments)
 
 
 def least_cost_index(
@@ -126,7 +129,8 @@ def least_cost_index(
     (own, slo_ttft_s, ttft_penalty_s, inv_steps, slo_tpot_s, tpot_penalty_s, output_weight, need, kv_penalty_s,
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s, sacrifice_max_rate_ratio,
-     tpot_floor_miss, harm_triage, harm_decoders, harm_count, harm_cap_s, harm_reported) = params  # fmt: skip
+     tpot_floor_miss, harm_triage, harm_decoders, harm_count, harm_cap_s, harm_reported,
+     late_weight) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -137,6 +141,7 @@ def least_cost_index(
     capped = harm_cap_s != 0.0  # slo_tpot_harm_count_cap_s: at most this per node
     reported = harm_reported != 0.0  # slo_tpot_harm_reported: COL_CUM holds the nodes' slack histograms
     triage = harm_triage != 0.0  # slo_tpot_harm_triage: decodes already over the TPOT target are not protected
+    late_on = late_weight != 0.0  # slo_ttft_late_weight: a TTFT miss priced by how late it is
     floor_miss = tpot_floor_miss != 0.0  # a node whose fastest decode step misses the TPOT target: charged as a miss
     lora = has_lora != 0.0
     for k in range(tagged.shape[0]):
@@ -162,7 +167,10 @@ def least_cost_index(
         miss = c > slo_ttft_s
         missing = miss or (floor_miss and floor[i] > slo_tpot_s)
         lost &= missing
+        late = c - slo_ttft_s  # np.maximum(c - slo, 0.0) * late_weight (a NaN wins)
+        late = (late if late > 0.0 or late != late else 0.0) * late_weight
         c += ttft_penalty_s if missing else 0.0
+        c += late if late_on else 0.0
         t = backlog[i] * inv_steps  # the predicted TPOT (bin packing's gate and the TPOT term below)
         chunk_s = chunk[i]
         t = chunk_s if chunk_s < t or chunk_s != chunk_s else t  # np.minimum: a NaN on either side wins
@@ -234,6 +242,8 @@ def least_cost_index(
         if by_count:  # the harm lifted is at most the penalty for each decoder counted there
             most_s = harm_penalty_s * values[LAST_CUM, i]
             most_s = ttft_penalty_s + triage_penalty_s + sacrifice_s + most_s + kv_penalty_s
+        if late_on and cost_s < math.inf:  # lateness lifted <= weight * its TTFT <= its cost (2x: rounding)
+            most_s += 2.0 * late_weight * cost_s
         if cost_s - (own * rate_inv + most_s) > best:
             continue  # cannot win (an impossible node neither)
         cached = float(cand_cached[k])
@@ -269,6 +279,12 @@ def least_cost_index(
             if pack_weight != 0.0 and slack_s > 0.0 and not doomed:
                 pack_s = slack_s * pack_weight
                 saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
+        if late_on:  # the lateness the cached tokens save
+            late = own * rate_inv + base_s - router_slo_ttft_s
+            cached_late = cached_own * rate_inv + base_s - router_slo_ttft_s
+            late = late if not late < 0.0 else 0.0  # Python's max(late, 0.0), as the numpy path's credit
+            cached_late = cached_late if not cached_late < 0.0 else 0.0
+            saved_s += late * late_weight - cached_late * late_weight
         if harm_penalty_s != 0.0 and by_count:  # fewer decoders pushed over by the uncached tokens alone
             spare_s = SLACK_UNIT_S if reported else slo_tpot_s - step[i]
             pushed = _pushed_over(values, i, backlog[i], rate_inv * own, spare_s)
@@ -452,6 +468,7 @@ class CostKernel:
             1.0 if config.slo_tpot_harm_count else 0.0,  # harm_count
             float(config.slo_tpot_harm_count_cap_s),  # harm_cap_s (0: no cap)
             1.0 if config.slo_tpot_harm_reported else 0.0,  # harm_reported
+            float(config.slo_ttft_late_weight),  # late_weight (0: off)
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

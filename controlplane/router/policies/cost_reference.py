@@ -50,6 +50,14 @@ def harm_count_charge_s(pushed: float, config: RouterConfig) -> float:
     return min(charge_s, cap_s) if cap_s else charge_s  # min: a NaN charge wins, as np.minimum
 
 
+def late_saved_s(ttft_s: float, cached_ttft_s: float, slo_ttft_s: float, config: RouterConfig) -> float:
+    """What a cached prefix lifts of RouterConfig.slo_ttft_late_weight's charge: the weight times the lateness
+    (TTFT - ``slo_ttft_s``, at least 0: Python's max, a NaN wins) with nothing cached less the same at
+    ``cached_ttft_s`` (the vectorised paths' prefix credit; their kernel does the same floats)."""
+    weight = config.slo_ttft_late_weight
+    return max(ttft_s - slo_ttft_s, 0.0) * weight - max(cached_ttft_s - slo_ttft_s, 0.0) * weight
+
+
 def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float) -> float:
     """For sacrifice (RouterConfig.slo_sacrifice_weight): the fastest prefill rate among ``nodes`` when
     ``request`` is a lost cause there (its TTFT with nothing cached, adapter load included, > ``slo_ttft_s`` on
@@ -102,6 +110,7 @@ def predict_cost_s(
     cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_term_s
     if ttft_s > config.slo_ttft_s:
         cost += config.slo_ttft_miss_penalty_s
+        cost += config.slo_ttft_late_weight * (ttft_s - config.slo_ttft_s)  # a miss priced by how late it is
         if spare_capable:  # charge the nodes that could serve a prompt of this size in time (whole prompt)
             charged = max(num_prompt_tokens, 1) / prefill_rate_tok_per_s(node, config) <= config.slo_ttft_s
         else:

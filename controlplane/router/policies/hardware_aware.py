@@ -33,6 +33,7 @@ seconds)::
     cost      = TTFT + tpot_weight * min(max_tokens, tpot_horizon_tokens) * TPOT
                   (tpot_excess_only: * max(TPOT - slo_tpot_s, 0) instead of * TPOT)
                 + slo_ttft_miss_penalty_s   if TTFT > slo_ttft_s, or (slo_tpot_floor_miss) floor > slo_tpot_s
+                + slo_ttft_late_weight * max(TTFT - slo_ttft_s, 0)      (a miss priced by how late it is; off: 0)
                   (floor: the node's one-sequence decode step, its fastest; such a node is not packed, and
                    counts as missing toward a lost cause; a prefix cache does not lift its charge)
                 + slo_triage_penalty_s      if TTFT > slo_ttft_s and wait <= slo_ttft_s        (SLO triage)
@@ -113,6 +114,7 @@ from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, cumulative,
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
+from controlplane.router.policies.cost_reference import late_saved_s
 from controlplane.router.policies.node_predictions import MIN_FIGURE, lora_cold_load_s
 from controlplane.router.policies.node_table import NodeTable, NodeTables
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
@@ -212,7 +214,7 @@ class HardwareAwarePolicy(PolicyHooks):
             self._cost, self._tpot, self._add = np.empty(n), np.empty(n), np.empty(n)
             self._short, self._miss = np.empty(n, dtype=bool), np.empty(n, dtype=bool)
             self._missing = np.empty(n, dtype=bool)
-            self._sacrifice = np.empty(n)
+            self._sacrifice, self._late = np.empty(n), np.empty(n)
         config = self.config
         overload = self.overload
         if overload is not None and overload.active(snapshot.now_s):
@@ -230,9 +232,14 @@ class HardwareAwarePolicy(PolicyHooks):
             cost += add
         sacrifice_s = 0.0  # sacrifice: weight * TTFT SLO when the request is a lost cause (misses on every node)
         ttft_terms = config.slo_ttft_miss_penalty_s or config.slo_triage_penalty_s or config.slo_pack_weight
+        ttft_terms = ttft_terms or config.slo_ttft_late_weight
         if ttft_terms or config.slo_sacrifice_weight:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
             miss = np.greater(cost, slo_ttft_s, self._miss)
+            late = None
+            if config.slo_ttft_late_weight:  # a miss priced by how late it is (added after the miss penalty)
+                late = np.maximum(np.subtract(cost, slo_ttft_s, self._late), 0.0, out=self._late)
+                late *= config.slo_ttft_late_weight
             missing = miss  # charged as missing the SLO: the TTFT misses, and the nodes that miss TPOT at any load
             if config.slo_tpot_floor_miss:
                 slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
@@ -249,6 +256,8 @@ class HardwareAwarePolicy(PolicyHooks):
             if config.slo_ttft_miss_penalty_s:
                 np.multiply(missing, config.slo_ttft_miss_penalty_s, add)
                 cost += add
+            if late is not None:
+                cost += late
             if config.slo_pack_weight:  # bin packing: the slack of the nodes that meet the target
                 np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), add)
                 np.subtract(slo_ttft_s, add, add)
@@ -386,6 +395,7 @@ class HardwareAwarePolicy(PolicyHooks):
         triage_penalty_s, harm_penalty_s = config.slo_triage_penalty_s, config.slo_tpot_harm_penalty_s
         pack_weight, pack_needs_tpot = config.slo_pack_weight, config.slo_pack_needs_tpot
         harm_count, harm_cap_s = config.slo_tpot_harm_count, config.slo_tpot_harm_count_cap_s
+        late_weight = config.slo_ttft_late_weight
         most_penalties_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s + kv_penalty_s
         factor = self._sacrifice  # sacrifice's factor per node, as ``choose`` charged it (read only if lost_s)
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
@@ -406,6 +416,8 @@ class HardwareAwarePolicy(PolicyHooks):
             most_s = most_penalties_s
             if harm_count:  # the harm lifted is at most the penalty for each decoder it knows of there
                 most_s = ttft_penalty_s + triage_penalty_s + lost_s + harm_penalty_s * row[_LAST_CUM] + kv_penalty_s
+            if late_weight and cost_s < math.inf:  # lateness lifted <= weight * its TTFT <= its cost (2x: rounding)
+                most_s += 2.0 * late_weight * cost_s
             if cost_s - (own * inv_rate + most_s) > best:  # also skips an impossible node
                 continue
             node = nodes[i]
@@ -434,6 +446,8 @@ class HardwareAwarePolicy(PolicyHooks):
                     if slack_s > 0.0:
                         pack_s = slack_s * pack_weight
                         saved_s -= ttft_penalty_s if ttft_penalty_s < pack_s else pack_s  # <= the penalty lifted
+            if late_weight:  # the lateness the cached tokens save, as ``choose`` charged it
+                saved_s += late_saved_s(own * inv_rate + base_s, cached_own * inv_rate + base_s, slo_ttft_s, config)
             # fewer prompt tokens to share the decodes' steps (a node harm triage spared is not lifted: its cached
             # harm is at least its step, over the target, so the test below fails there)
             if harm_penalty_s and harm_count:  # fewer decoders pushed over by the uncached tokens alone

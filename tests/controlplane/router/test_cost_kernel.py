@@ -293,7 +293,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
     triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s,
     sacrifice_max_ttft_s, sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage, harm_decoders, harm_count,
-    harm_cap_s, harm_reported (see CostKernel)."""
+    harm_cap_s, harm_reported, late_weight (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -307,7 +307,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               knobs.get("sacrifice_max_ttft_s", 0.0), knobs.get("sacrifice_max_rate_ratio", 0.0),
               knobs.get("tpot_floor_miss", 0.0), knobs.get("harm_triage", 0.0),
               knobs.get("harm_decoders", 0.0), knobs.get("harm_count", 0.0), knobs.get("harm_cap_s", 0.0),
-              knobs.get("harm_reported", 0.0))  # fmt: skip
+              knobs.get("harm_reported", 0.0), knobs.get("late_weight", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),

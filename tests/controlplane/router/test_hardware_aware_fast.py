@@ -69,6 +69,8 @@ CONFIGS = (
         slo_sacrifice_max_ttft_s=0.5,
         slo_sacrifice_max_rate_ratio=0.4,
     ),
+    RouterConfig(default_model_params_b=8.0, slo_ttft_s=0.2, slo_ttft_late_weight=2.0),  # lateness priced
+    RouterConfig(default_model_params_b=8.0, slo_ttft_late_weight=0.5, slo_tpot_harm_count=True),
 )
 
 hellos = st.builds(
@@ -198,6 +200,22 @@ def _check_least_cost(chosen: str | None, request: RouteRequest, snapshot: Clust
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(CONFIGS), st.lists(events, min_size=5, max_size=60), st.lists(hellos, min_size=1, max_size=8))
 def test_fast_choice_equals_the_old_decision_on_random_registry_histories(config, history, first_nodes):
+    _replay(config, history, first_nodes)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.sampled_from(tuple(c for c in CONFIGS if c.slo_ttft_late_weight)),
+    st.lists(events, min_size=5, max_size=60),
+    st.lists(hellos, min_size=1, max_size=8),
+)
+def test_fast_choice_equals_the_old_decision_with_lateness_priced(config, history, first_nodes):
+    """The same replay, more often, with RouterConfig.slo_ttft_late_weight: its charge and the prefix credit's lift
+    of it agree with the old decision's."""
+    _replay(config, history, first_nodes)
+
+
+def _replay(config, history, first_nodes) -> None:
     registry = ClusterRegistry(ManualClock(), heartbeat_timeout_s=1e9)
     for hello in first_nodes:
         registry.join(hello)
