@@ -52,7 +52,11 @@ class RouterConfig:
         cache lifts it with the TTFT it saves). The miss penalty is a step, the same for a wait of 3 s and one of
         8 s; the TTFT itself weighs 1 against decode protection's 3 s per decoder, so decode protection can move a
         long prompt off the fastest prefill nodes to finish prefill seconds later elsewhere (bench/results/
-        2026-12-03-count-tail-diag.json: code at 60% load, 2.5 s -> 5.9 s). 0: off.
+        2026-12-03-count-tail-diag.json: code at 60% load, 2.5 s -> 5.9 s). 0: off. 1 chosen by the twenty-fifth
+        grid (bench/results/2026-12-03-sim-tune-25.json), with the reported count: the first setting admissible
+        since the second SLO joined the tuning cases (no P99 bound broken; off breaks 2, the reported count alone
+        3), smallest margin -0.088 (mooncake 100% at the second SLO .360 against dynamo_kv's .448); weight 1 alone
+        and 3 (alone, with the count) are admissible too, at -0.224, -0.214 and -0.143.
     slo_tpot_floor_miss: a node that cannot meet the TPOT target at any load is charged as missing the SLO: where
         its decode step with one sequence (the roofline's, or the start-up profile's measured step where that is
         lower: ``node_predictions.decode_floor_s``) is above the request's TPOT target, it pays the TTFT miss
@@ -104,7 +108,8 @@ class RouterConfig:
         dynamo_kv's .448); on lifts every default-SLO code case (code 80% .331 -> .430, code 100% .260 -> .387).
         Turned off again by the twenty-third grid under the rule's fourth point (bench/results/2026-12-03-sim-tune-
         23.json): with none admissible, off breaks 2 P99 bounds and every count row 3 (on adds code 60%'s), so off
-        is kept although its smallest margin is lower (-0.146 against -0.091).
+        is kept although its smallest margin is lower (-0.146 against -0.091). On again, counting from the nodes'
+        reports (slo_tpot_harm_reported) with lateness priced (slo_ttft_late_weight 1), by the twenty-fifth grid.
     slo_tpot_harm_count_cap_s: with slo_tpot_harm_count, the most decode protection charges one node, however
         many decoders the prompt pushes over there (0: no cap). At 3 s a decoder, four decoders pushed over outweigh
         one TTFT miss (slo_tpot_harm_penalty_s 3 s x 4 > slo_ttft_miss_penalty_s 10 s), so a long prompt waits for a
@@ -123,7 +128,9 @@ class RouterConfig:
         mooncake 100% at the second SLO, from the lengths' .353 to .409. Kept off by the twenty-fourth grid
         (bench/results/2026-12-03-sim-tune-24.json): it lifts 13 of the 14 tuning means and the smallest margin to
         -0.030 (off -0.146; mooncake 100% at the second SLO .302 -> .418), but breaks code 60%'s P99 bound (5.45 ->
-        6.11 s against 5.91), so the rule's fourth point keeps the count off (3 bounds broken against 2).
+        6.11 s against 5.91), so the rule's fourth point keeps the count off (3 bounds broken against 2). Chosen on,
+        with slo_ttft_late_weight 1, by the twenty-fifth grid (bench/results/2026-12-03-sim-tune-25.json): lateness
+        priced brings code 60%'s mean P99 to 4.31 s, and the count keeps most of its goodput (code 60% .449 -> .475).
     slo_triage_spare_capable_below: SLO triage spares the nodes that could serve a prompt of this size within
         the TTFT target when they are scarce: when fewer than this fraction of the nodes could even empty (a
         node's prefill of the whole prompt alone within the target), triage charges every node that could
@@ -250,15 +257,15 @@ class RouterConfig:
     slo_ttft_miss_penalty_s: float = 10.0
     slo_tpot_miss_penalty_s: float = 1.0
     tpot_measured_steps: bool = True
-    slo_ttft_late_weight: float = 0.0
+    slo_ttft_late_weight: float = 1.0
     slo_tpot_floor_miss: bool = False
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 3.0
     slo_tpot_harm_triage: bool = False
     slo_tpot_harm_decoders: bool = False
-    slo_tpot_harm_count: bool = False
+    slo_tpot_harm_count: bool = True
     slo_tpot_harm_count_cap_s: float = 0.0
-    slo_tpot_harm_reported: bool = False
+    slo_tpot_harm_reported: bool = True
     slo_triage_spare_capable_below: float = 0.5
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0

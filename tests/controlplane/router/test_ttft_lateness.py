@@ -20,7 +20,9 @@ from controlplane.router.policy import ClusterSnapshot
 from controlplane.router.router_config import RouterConfig
 from tests.controlplane.router.test_cost_kernel import FLEET_CASES, GOODPUT_ONLY, KERNELS, _check_alike, _run, _values
 
-CONFIG = RouterConfig(default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0)
+CONFIG = RouterConfig(
+    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_ttft_late_weight=0.0
+)
 LATE = replace(CONFIG, slo_ttft_late_weight=2.0)
 
 
