@@ -203,18 +203,6 @@ def test_fast_choice_equals_the_old_decision_on_random_registry_histories(config
     _replay(config, history, first_nodes)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.sampled_from(tuple(c for c in CONFIGS if c.slo_ttft_late_weight)),
-    st.lists(events, min_size=5, max_size=60),
-    st.lists(hellos, min_size=1, max_size=8),
-)
-def test_fast_choice_equals_the_old_decision_with_lateness_priced(config, history, first_nodes):
-    """The same replay, more often, with RouterConfig.slo_ttft_late_weight: its charge and the prefix credit's lift
-    of it agree with the old decision's."""
-    _replay(config, history, first_nodes)
-
-
 def _replay(config, history, first_nodes) -> None:
     registry = ClusterRegistry(ManualClock(), heartbeat_timeout_s=1e9)
     for hello in first_nodes:
