@@ -15,8 +15,8 @@ doubling, up to 65,536; the decoders of 65,536 steps or more are in the last bin
 absorb any prompt's prefill).
 
 The same floats on every path: ``below`` here (the scalar reference), ``pushed_over_columns`` (hardware_aware's
-numpy pass) and the compiled kernel (policies/cost_kernel.py) find the bin by comparisons alone (``bisect_right``;
-np.searchsorted; a branchless bisection) and then do the same arithmetic in the same order.
+numpy pass) and the compiled kernel (policies/cost_kernel.py) find the same bin (``bisect_right``; np.searchsorted;
+a table of each integer's bin, the edges being integers) and then do the same arithmetic in the same order.
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
                            (harm_triage: and step_s <= slo_tpot: decodes already over it are not protected)
                            (harm_count, instead of the two lines above: c += harm_penalty * (below(hi) - below(lo)),
                             spare = slo_tpot - step_s, hi = (backlog_s + inv_rate * own) / spare, lo = backlog_s /
-                            spare, 0 where spare is not > 0; below: router/decode_steps.py's, the bin by bisection;
+                            spare, 0 where spare is not > 0; below: router/decode_steps.py's, the bin from a table;
                             harm_cap_s != 0: that charge is at most harm_cap_s, as np.minimum; harm_reported: spare =
                             SLACK_UNIT_S, the COL_CUM rows being the nodes' slack histograms)
     c += kv_penalty        if headroom < need [kv_penalty]
@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_right
 from collections.abc import Callable
 
 import numpy as np
@@ -111,6 +112,9 @@ NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
 EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
 LAST_EDGE = EDGES[-1]
+# the bin of each integer below the last edge (the edges are integers: bisect_right(EDGES, m) - 1; 0 for m = 0, never
+# read); uint8: 64 KiB, compiled in as a constant
+BIN_OF_INT = np.array([max(bisect_right(EDGES, m) - 1, 0) for m in range(int(LAST_EDGE))], dtype=np.uint8)
 NUM_PARAMS = 28  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 28 arguments)
 
 
@@ -322,10 +326,11 @@ def least_cost_index(
 def _pushed_over(values: np.ndarray, i: int, backlog_s: float, own_s: float, spare_s: float) -> float:
     """router/decode_steps.py's ``pushed_over`` for node ``i`` of ``values`` (its COL_CUM rows), the same floats:
     0.0 where ``spare_s`` is not > 0 (no time to spare, or NaN) or the node has no decoder
-    below the last edge (every count 0). The bin by a branchless bisection over the edges padded to 64 with inf
-    (the edges <= x: bisect_right), the same index as ``bisect_right`` for 1 <= x < the last edge; x below the
+    below the last edge (every count 0). The bin of 1 <= x < the last edge is ``BIN_OF_INT[int(x)]``: the edges are
+    integers, so the edges <= x are those <= its integer part (the same index as ``bisect_right``); x below the
     first edge counts none, and x from the last edge (or NaN, as bisect_right places it) all of them."""
-    if values[LAST_CUM, i] == 0.0 or not spare_s > 0.0:
+    last = values[LAST_CUM, i]
+    if last == 0.0 or not spare_s > 0.0:
         return 0.0
     pushed = 0.0
     for side in range(2):
@@ -333,15 +338,9 @@ def _pushed_over(values: np.ndarray, i: int, backlog_s: float, own_s: float, spa
         if x < 1.0:  # EDGES[0]
             below = 0.0
         elif x >= LAST_EDGE or x != x:
-            below = values[LAST_CUM, i]
+            below = last
         else:
-            j = 0
-            step = 32
-            while step:
-                k = j + step
-                j = k if EDGE_PADDED[k - 1] <= x else j
-                step >>= 1
-            j -= 1
+            j = BIN_OF_INT[int(x)]
             lo_edge, under = EDGE_PADDED[j], values[COL_CUM + j, i]
             below = under + (values[COL_CUM + j + 1, i] - under) * ((x - lo_edge) / (EDGE_PADDED[j + 1] - lo_edge))
         pushed = below if side == 0 else pushed - below
@@ -412,6 +411,7 @@ class CostKernel:
         self._no_positions = np.zeros(0, dtype=np.int64)
         self._cand = self._cand_cached = self._cand_view = self._cand_cached_view = None
         self._candidate_room(config.prefix_max_candidates)
+        self._static, self._static_12_17, self._static_19_27 = _static_params(config)
         self._warm_up()
 
     def least_cost(self, request: RouteRequest, table: NodeTable, index: PrefixIndex | None) -> int:
@@ -440,35 +440,23 @@ class CostKernel:
                     num_cand += 1
         slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
         slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
+        static = self._static
         params = (
             float(max(num_prompt_tokens, 1)),  # own
             float(slo_ttft_s),
-            float(config.slo_ttft_miss_penalty_s),
+            static[0],  # ttft_penalty_s
             1.0 / max(max_tokens - 1, 1),  # inv_steps
             float(slo_tpot_s),
-            float(config.slo_tpot_miss_penalty_s),
+            static[1],  # tpot_penalty_s
             float(config.tpot_weight * min(max_tokens, config.tpot_horizon_tokens)),  # output_weight
             float(num_prompt_tokens + min(max_tokens, config.kv_reserve_output_tokens)),  # need
-            float(config.kv_full_penalty_s),
+            static[2],  # kv_penalty_s
             float(num_prompt_tokens),
             0.0 if lora_name is None else 1.0,  # has_lora
             float(slo_ttft_s),  # the prefix credit's SLO: the class's, the one its penalties were charged at
-            float(config.slo_triage_penalty_s),
-            float(config.slo_tpot_harm_penalty_s),
-            float(config.slo_triage_spare_capable_below),  # spare_below
-            1.0 if config.tpot_excess_only else 0.0,  # excess_only
-            float(config.slo_pack_weight),  # pack_weight
-            1.0 if config.slo_pack_needs_tpot else 0.0,  # pack_needs_tpot
+            *self._static_12_17,
             float(config.slo_sacrifice_weight * slo_ttft_s),  # sacrifice_s (charged only for a lost cause)
-            float(config.slo_sacrifice_max_ttft_s),  # sacrifice_max_ttft_s (0: no bound)
-            float(config.slo_sacrifice_max_rate_ratio),  # sacrifice_max_rate_ratio (0: every node's factor)
-            1.0 if config.slo_tpot_floor_miss else 0.0,  # tpot_floor_miss
-            1.0 if config.slo_tpot_harm_triage else 0.0,  # harm_triage
-            1.0 if config.slo_tpot_harm_decoders else 0.0,  # harm_decoders
-            1.0 if config.slo_tpot_harm_count else 0.0,  # harm_count
-            float(config.slo_tpot_harm_count_cap_s),  # harm_cap_s (0: no cap)
-            1.0 if config.slo_tpot_harm_reported else 0.0,  # harm_reported
-            float(config.slo_ttft_late_weight),  # late_weight (0: off)
+            *self._static_19_27,
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params
@@ -487,3 +475,30 @@ class CostKernel:
         chosen = self._kernel(values, np.empty(1), np.zeros(1, dtype=bool), one, one, one, 1, params)
         if chosen != 0:
             raise RuntimeError(f"hardware_aware kernel: warm-up chose {chosen} of one node")
+
+
+def _static_params(config: RouterConfig) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """The ``params`` that depend on the config alone, made once per kernel (a policy never changes its config):
+    positions 2, 5, 8; 12 to 17; 19 to 27 (see CostKernel.least_cost)."""
+    return (
+        (float(config.slo_ttft_miss_penalty_s), float(config.slo_tpot_miss_penalty_s), float(config.kv_full_penalty_s)),
+        (
+            float(config.slo_triage_penalty_s),
+            float(config.slo_tpot_harm_penalty_s),
+            float(config.slo_triage_spare_capable_below),  # spare_below
+            1.0 if config.tpot_excess_only else 0.0,  # excess_only
+            float(config.slo_pack_weight),  # pack_weight
+            1.0 if config.slo_pack_needs_tpot else 0.0,  # pack_needs_tpot
+        ),
+        (
+            float(config.slo_sacrifice_max_ttft_s),  # sacrifice_max_ttft_s (0: no bound)
+            float(config.slo_sacrifice_max_rate_ratio),  # sacrifice_max_rate_ratio (0: every node's factor)
+            1.0 if config.slo_tpot_floor_miss else 0.0,  # tpot_floor_miss
+            1.0 if config.slo_tpot_harm_triage else 0.0,  # harm_triage
+            1.0 if config.slo_tpot_harm_decoders else 0.0,  # harm_decoders
+            1.0 if config.slo_tpot_harm_count else 0.0,  # harm_count
+            float(config.slo_tpot_harm_count_cap_s),  # harm_cap_s (0: no cap)
+            1.0 if config.slo_tpot_harm_reported else 0.0,  # harm_reported
+            float(config.slo_ttft_late_weight),  # late_weight (0: off)
+        ),
+    )

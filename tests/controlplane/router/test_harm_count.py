@@ -6,6 +6,7 @@ reference and both decision paths alike."""
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import replace
 
 import numpy as np
@@ -221,7 +222,7 @@ def test_zoo_sim_router_knobs_sets_it_and_refuses_a_value_that_is_not_a_bool():
     st.floats(-0.1, 0.1) | st.just(math.nan) | st.floats(1e-9, 1e-6),
 )
 def test_the_kernels_count_is_the_references_bit_for_bit(steps, backlog_s, own_s, spare_s):
-    """cost_kernel._pushed_over (its branchless bisection; compiled where numba is, and as plain Python) gives
+    """cost_kernel._pushed_over (its bin table; compiled where numba is, and as plain Python) gives
     decode_steps.pushed_over's float for every input, NaNs and infinities included."""
     values = np.zeros((cost_kernel.NUM_COLUMNS, 2))
     values[cost_kernel.COL_CUM :, 1] = cumulative(histogram(steps))
@@ -229,3 +230,10 @@ def test_the_kernels_count_is_the_references_bit_for_bit(steps, backlog_s, own_s
     for helper in {cost_kernel._pushed_over, cost_kernel._pushed_over_py}:
         got = helper(values, 1, backlog_s, own_s, spare_s)
         assert got == expected or (math.isnan(got) and math.isnan(expected))
+
+
+def test_the_kernels_bin_table_is_bisect_right_for_every_integer_below_the_last_edge():
+    """cost_kernel.BIN_OF_INT[m]: the bin bisect_right gives every integer the kernel looks up (1 <= m < 65,536)."""
+    table = cost_kernel.BIN_OF_INT
+    assert len(table) == EDGES[-1]
+    assert all(table[m] == bisect_right(EDGES, m) - 1 for m in range(1, len(table)))
