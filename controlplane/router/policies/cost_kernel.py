@@ -189,19 +189,22 @@ def least_cost_index(
         x = t - slo_tpot_s  # tpot_excess_only: np.maximum(t - slo, 0.0) (a NaN wins)
         x = x if x > 0.0 or x != x else 0.0
         c += (x if excess else t) * output_weight if output_weight != 0.0 else 0.0  # t * 0: NaN for t = inf
-        if by_count:  # decode protection: per decoder pushed over the TPOT target
-            spare_s = SLACK_UNIT_S if reported else slo_tpot_s - step_s
+        harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps  # the decodes' steps
+        h = (inv_rate[i] * own + backlog[i]) * harm_inv  # decode protection: the running decodes' TPOT
+        h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
+        h += step_s
+        protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
+        c += harm_penalty_s if h > slo_tpot_s and protected and not by_count else 0.0
+        done = c + (kv_penalty_s if headroom[i] < need else 0.0)
+        done = math.inf if max_prompt[i] < num_prompt_tokens else done
+        cost[i] = c if by_count else done  # by count: the loop below adds the count's charge, then the KV term
+    if by_count:  # decode protection: per decoder pushed over the TPOT target (its own loop: the call in it would
+        for i in range(n):  # keep the loop above from compiling to SIMD)
+            spare_s = SLACK_UNIT_S if reported else slo_tpot_s - step[i]
             h = harm_penalty_s * _pushed_over(values, i, backlog[i], inv_rate[i] * own, spare_s)
-            c += harm_cap_s if capped and harm_cap_s < h else h  # np.minimum: a NaN h wins
-        else:
-            harm_inv = decode_inv[i] if by_decoders and decode_inv[i] > 0.0 else inv_steps  # the decodes' steps
-            h = (inv_rate[i] * own + backlog[i]) * harm_inv  # decode protection: the running decodes' TPOT
-            h = chunk_s if chunk_s < h or chunk_s != chunk_s else h
-            h += step_s
-            protected = decoders[i] > 0.0 and (not triage or step_s <= slo_tpot_s)  # harm triage: within the target
-            c += harm_penalty_s if h > slo_tpot_s and protected else 0.0
-        c += kv_penalty_s if headroom[i] < need else 0.0
-        cost[i] = math.inf if max_prompt[i] < num_prompt_tokens else c
+            c = cost[i] + (harm_cap_s if capped and harm_cap_s < h else h)  # np.minimum: a NaN h wins
+            c += kv_penalty_s if headroom[i] < need else 0.0
+            cost[i] = math.inf if max_prompt[i] < num_prompt_tokens else c
     fastest_inv_rate = 0.0
     if lost and n > 0:  # sacrifice: a lost cause costs a node the more, the more capable it is
         fastest_inv_rate = inv_rate[0]
