@@ -101,6 +101,7 @@ _REPORTED = {"slo_tpot_harm_count": True, "slo_tpot_harm_reported": True}
 GRID_25 = [{"slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)] + [
     {**_REPORTED, "slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)
 ]
+GRID_26 = [{"slo_tpot_harm_penalty_s": penalty} for penalty in (3.0, 6.0, 10.0)]  # 3.0: the default row
 # the fair anchors of the reports (zoo sim's --policy list for the anchors' --json files since GRID_16)
 FAIR_ANCHORS = ("envoy_wlr", "llm_d", "dynamo_kv", "sglang_cache_aware", "vllm_ps_roundrobin", "vllm_ps_prefixaware",
                 "least_requests")  # fmt: skip
