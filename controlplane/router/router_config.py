@@ -48,14 +48,14 @@ class RouterConfig:
         predicted). On: GRID_18's choice over both SLOs (bench/results/2026-12-03-sim-tune-18.json); GRID_17,
         with the mean over every step, kept it off (-17.json).
     slo_ttft_late_weight: a TTFT miss priced by how late it is: a node predicted to miss the TTFT target gains
-        slo_ttft_late_weight * (TTFT - slo_ttft_s) (its TTFT with nothing cached, adapter load included; a prefix
-        cache lifts it with the TTFT it saves). The miss penalty is a step, the same for a wait of 3 s and one of
-        8 s; the TTFT itself weighs 1 against decode protection's 3 s per decoder, so decode protection can move a
-        long prompt off the fastest prefill nodes to finish prefill seconds later elsewhere (bench/results/
-        2026-12-03-count-tail-diag.json: code at 60% load, 2.5 s -> 5.9 s). 0: off. 1 chosen by the twenty-fifth
-        grid (bench/results/2026-12-03-sim-tune-25.json), with the reported count: the first setting admissible
-        since the second SLO joined the tuning cases (no P99 bound broken; off breaks 2, the reported count alone
-        3), smallest margin -0.088 (mooncake 100% at the second SLO .360 against dynamo_kv's .448); weight 1 alone
+        slo_ttft_late_weight * (TTFT - slo_ttft_s) (its TTFT with nothing cached, adapter load included; a prefix cache
+        lifts it with the TTFT it saves). The miss penalty is a step, the same for a wait of 3 s and one of 8 s; the
+        TTFT itself weighed 1 against decode protection's 3 s per decoder (10 s since GRID_26), so decode protection
+        could move a long prompt off the fastest prefill nodes to finish prefill seconds later elsewhere
+        (bench/results/2026-12-03-count-tail-diag.json: code at 60% load, 2.5 s -> 5.9 s). 0: off. 1 chosen by the
+        twenty-fifth grid (bench/results/2026-12-03-sim-tune-25.json), with the reported count: the first setting
+        admissible since the second SLO joined the tuning cases (no P99 bound broken; off breaks 2, the reported count
+        alone 3), smallest margin -0.088 (mooncake 100% at the second SLO .360 against dynamo_kv's .448); weight 1 alone
         and 3 (alone, with the count) are admissible too, at -0.224, -0.214 and -0.143.
     slo_tpot_floor_miss: a node that cannot meet the TPOT target at any load is charged as missing the SLO: where
         its decode step with one sequence (the roofline's, or the start-up profile's measured step where that is
@@ -72,9 +72,13 @@ class RouterConfig:
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
     slo_tpot_harm_penalty_s: decode protection: added to the cost of a node whose running decodes this prompt's
-        prefill chunks (with the node's backlog) would push over the TPOT target.
+        prefill chunks (with the node's backlog) would push over the TPOT target (with slo_tpot_harm_count: per
+        decoder pushed over).
         Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
-        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json).
+        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json). The harm penalty, 3 s until then,
+        is 10 s since the twenty-sixth grid (bench/results/2026-12-04-sim-tune-26.json: 3, 6 and 10 s all
+        admissible; smallest margins -0.088, -0.073, -0.069, at mooncake 100% at the second SLO; 6 and 10 s tied
+        within 0.005, 10 s the lower worst P99/P50).
     slo_tpot_harm_triage: decode protection protects only the decodes that can still meet the target: the harm
         penalty is charged only where the node's decode step (the TPOT prediction's step term: the modelled step
         with this request added, or the measured mean step where that is longer, ``tpot_step_s``) is within the
@@ -260,7 +264,7 @@ class RouterConfig:
     slo_ttft_late_weight: float = 1.0
     slo_tpot_floor_miss: bool = False
     slo_triage_penalty_s: float = 5.0
-    slo_tpot_harm_penalty_s: float = 3.0
+    slo_tpot_harm_penalty_s: float = 10.0
     slo_tpot_harm_triage: bool = False
     slo_tpot_harm_decoders: bool = False
     slo_tpot_harm_count: bool = True

@@ -31,6 +31,7 @@ from tests.controlplane.router.test_cost_kernel import (
 PROTECTION_ONLY = RouterConfig(  # decode protection's flat charge (the count: test_harm_count.py)
     default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
     slo_ttft_s=2.0, slo_tpot_s=0.05, slo_tpot_harm_count=False, slo_tpot_harm_reported=False, slo_ttft_late_weight=0.0,
+    slo_tpot_harm_penalty_s=3.0,
 )  # fmt: skip
 
 
