@@ -10,7 +10,7 @@ chose them (bench/results/2026-12-01-sim-eval-goodput.json); the third (GRID_3: 
 could not, i.e. the fraction 1) kept the defaults. The rule below is the one the second grid ran under,
 unchanged for the third and fourth (written before they ran; their results:
 bench/results/2026-12-01-sim-tune-3.json). A switch that does not win by this rule stays off.
-The grids since the fifth (GRID_5 to GRID_24), each declared and committed here before it ran, why, and its result:
+The grids since the fifth (GRID_5 on), each declared and committed here before it ran, why, and its result:
 docs/TUNING.md (moved there verbatim when this file outgrew its room; ``git log -p scripts/tune_router.py`` shows
 each declaration's commit before its run). A new grid is declared there, and committed, before it runs.
 

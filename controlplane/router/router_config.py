@@ -75,7 +75,7 @@ class RouterConfig:
         prefill chunks (with the node's backlog) would push over the TPOT target (with slo_tpot_harm_count: per
         decoder pushed over).
         Both chosen on the declared tuning split by scripts/tune_router.py's rule (its docstring), the
-        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json). The harm penalty, 3 s until then,
+        defaults are its choice (bench/results/2026-12-01-sim-eval-goodput.json). The harm penalty, chosen 3 s there,
         is 10 s since the twenty-sixth grid (bench/results/2026-12-04-sim-tune-26.json: 3, 6 and 10 s all
         admissible; smallest margins -0.088, -0.073, -0.069, at mooncake 100% at the second SLO; 6 and 10 s tied
         within 0.005, 10 s the lower worst P99/P50).
