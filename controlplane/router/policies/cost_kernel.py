@@ -82,12 +82,11 @@ from __future__ import annotations
 
 import logging
 import math
-from bisect import bisect_right
 from collections.abc import Callable
 
 import numpy as np
 
-from controlplane.router.decode_steps import EDGES, NUM_BINS, SLACK_UNIT_S
+from controlplane.router.decode_steps import EDGES, NUM_BINS, SLACK_UNIT_S, bin_of
 from controlplane.router.policies.node_table import NodeTable
 from controlplane.router.policy import RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
@@ -110,11 +109,10 @@ COL_DECODE_INV = 11
 COL_CUM = 12
 NUM_COLUMNS = COL_CUM + NUM_BINS
 LAST_CUM = NUM_COLUMNS - 1
-EDGE_PADDED = np.array(EDGES + (math.inf,) * (64 - NUM_BINS))  # global arrays: numba compiles them in as constants
+EDGE_VALUES = np.array(EDGES)  # global arrays: numba compiles them in as constants
 LAST_EDGE = EDGES[-1]
-# the bin of each integer below the last edge (the edges are integers: bisect_right(EDGES, m) - 1; 0 for m = 0, never
-# read); uint8: 64 KiB, compiled in as a constant
-BIN_OF_INT = np.array([max(bisect_right(EDGES, m) - 1, 0) for m in range(int(LAST_EDGE))], dtype=np.uint8)
+# the bin of each integer below the last edge (the edges are integers); uint8: 64 KiB, compiled in as a constant
+BIN_OF_INT = np.array([bin_of(m) for m in range(int(LAST_EDGE))], dtype=np.uint8)
 NUM_PARAMS = 28  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 28 arguments)
 
 
@@ -344,8 +342,8 @@ def _pushed_over(values: np.ndarray, i: int, backlog_s: float, own_s: float, spa
             below = last
         else:
             j = BIN_OF_INT[int(x)]
-            lo_edge, under = EDGE_PADDED[j], values[COL_CUM + j, i]
-            below = under + (values[COL_CUM + j + 1, i] - under) * ((x - lo_edge) / (EDGE_PADDED[j + 1] - lo_edge))
+            lo_edge, under = EDGE_VALUES[j], values[COL_CUM + j, i]
+            below = under + (values[COL_CUM + j + 1, i] - under) * ((x - lo_edge) / (EDGE_VALUES[j + 1] - lo_edge))
         pushed = below if side == 0 else pushed - below
     return pushed
 
