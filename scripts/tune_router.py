@@ -41,6 +41,7 @@ import json
 import multiprocessing
 
 from sim.des import FleetSimulator, default_router_config
+from sim.fair_fight import FAIR_ANCHORS  # the fair anchors of the reports (zoo sim --policy list since GRID_16)
 from sim.fleet import load_fleet
 from sim.report import Slo, summarize
 from sim.router_knobs import parse_router_knobs
@@ -102,9 +103,6 @@ GRID_25 = [{"slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)] + [
     {**_REPORTED, "slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)
 ]
 GRID_26 = [{"slo_tpot_harm_penalty_s": penalty} for penalty in (3.0, 6.0, 10.0)]  # 3.0: the default row
-# the fair anchors of the reports (zoo sim's --policy list for the anchors' --json files since GRID_16)
-FAIR_ANCHORS = ("envoy_wlr", "llm_d", "dynamo_kv", "sglang_cache_aware", "vllm_ps_roundrobin", "vllm_ps_prefixaware",
-                "least_requests")  # fmt: skip
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}

@@ -34,6 +34,7 @@ from controlplane.router.router_config import RouterConfig
 from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
+from sim.fair_fight import fair_fight, format_fair_fight
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import (
     PolicyReport,
@@ -355,6 +356,9 @@ def run_sim(args: argparse.Namespace) -> int:
         reports = aggregate(runs)
         info["seeds"] = seeds
     info["step_budget"]["tokens_by_gpu"] = budgets
+    fight = fair_fight(reports)  # hardware_aware against the best fair anchor, when both ran (sim/fair_fight.py)
+    if fight is not None:
+        info["fair_fight"] = fight
     if args.json:
         print(dumps(reports, info))
     else:
@@ -362,6 +366,8 @@ def run_sim(args: argparse.Namespace) -> int:
         print(format_table(reports, slo))
         if classes := format_classes(reports):
             print(classes)
+        if fight is not None:
+            print("\n" + format_fair_fight(fight))
     if args.plot:
         plot_cdfs(results, args.plot, f"{fleet.name}, {base.name} at {args.load:.0%} load")
     return 0

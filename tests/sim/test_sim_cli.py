@@ -44,6 +44,12 @@ def test_zoo_sim_prints_json_per_policy(traces_dir, capsys):
     assert [p["policy"] for p in out["policies"]] == ["hardware_aware", "dynamo_kv"]
     assert out["info"]["offered_load"] == 0.5 and out["info"]["time_scale"] > 0
     assert args.load == 0.5
+    ours, anchor = out["policies"]
+    fight = out["info"]["fair_fight"]  # hardware_aware against the only fair anchor that ran
+    assert fight["anchors"] == ["dynamo_kv"] and fight["best_p99_anchor"] == fight["best_goodput_anchor"] == "dynamo_kv"
+    assert fight["goodput_margin"] == ours["goodput"] - anchor["goodput"]
+    assert fight["goodput_met"] == (ours["goodput"] >= anchor["goodput"])
+    assert fight["ttft_p99_over_p50"] == ours["ttft_p99_over_p50"]
 
 
 def test_unknown_policy_is_an_error(capsys):
