@@ -34,7 +34,7 @@ from controlplane.router.router_config import RouterConfig
 from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
-from sim.fair_fight import fair_fight, format_fair_fight
+from sim.fair_fight import FAIR_ANCHORS, SUBJECT, fair_fight, format_fair_fight
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
 from sim.report import (
     PolicyReport,
@@ -62,6 +62,16 @@ def all_policies() -> list[str]:
     return [*OURS, *ANCHOR_POLICIES, *(p for p in POLICIES if p not in OURS and p not in ANCHOR_POLICIES)]
 
 
+def policy_list(spec: str) -> list[str]:
+    """``--policy``: 'all', 'fair' (hardware_aware and the fair anchors: the issue's table, sim/fair_fight.py), or
+    comma-separated names."""
+    if spec == "all":
+        return all_policies()
+    if spec == "fair":
+        return [SUBJECT, *FAIR_ANCHORS]
+    return [p.strip() for p in spec.split(",")]
+
+
 def add_sim_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fleet",
@@ -82,7 +92,11 @@ def add_sim_args(parser: argparse.ArgumentParser) -> None:
         help="the part of each trace to replay: tune = its first fifth (where the router's knobs may be tuned), "
         "eval = the rest (default: all)",
     )
-    parser.add_argument("--policy", default="all", help="'all' or comma-separated policy names")
+    parser.add_argument(
+        "--policy",
+        default="all",
+        help="'all', 'fair' (hardware_aware and the seven fair anchors) or comma-separated policy names",
+    )
     parser.add_argument(
         "--duration", type=float, default=None, help="virtual seconds of (scaled) arrivals (default: the whole trace)"
     )
@@ -250,7 +264,7 @@ def run_sim(args: argparse.Namespace) -> int:
                 raise ValueError(f"--adapters must be >= 0, got {args.adapters}")
             fleet.engine.lora = LoraConfig(args.max_loras, args.max_lora_rank, args.max_cpu_loras)
             AdapterMix(args.adapters, args.adapter_zipf)  # checks the exponent now, not in the middle of a run
-        policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
+        policies = policy_list(args.policy)
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"unknown policies {unknown}; valid: {', '.join(all_policies())}")
@@ -390,7 +404,7 @@ def run_realtime_sim(args: argparse.Namespace) -> int:
     if args.duration is None and args.max_requests is None:  # a whole trace in real time would take hours
         args.duration, args.max_requests = REALTIME_DURATION_S, REALTIME_MAX_REQUESTS
     fleet = load_fleet(args.fleet)
-    policies = all_policies() if args.policy == "all" else [p.strip() for p in args.policy.split(",")]
+    policies = policy_list(args.policy)
     workload, _ = scaled(build_workload(args, fleet), fleet, args.load, args)
     fleet_path = args.fleet if Path(args.fleet).is_file() else str(FLEETS_DIR / f"{args.fleet}.toml")
     print(

@@ -65,3 +65,15 @@ def test_with_seeds_the_intervals_come_along():
     assert fight["seeds"] == 2 and fight["ttft_p99_s"] == pytest.approx(1.5)
     assert fight["goodput_ci95"] > 0 and fight["best_anchor_goodput_ci95"] > 0 and fight["ttft_p99_ci95_s"] > 0
     assert "means over 2 seeds" in format_fair_fight(fight)
+
+
+def test_policy_fair_runs_hardware_aware_and_every_fair_anchor():
+    from controlplane.router.policies import POLICIES
+    from sim.cli import all_policies, policy_list
+
+    fair = policy_list("fair")
+    assert fair[0] == "hardware_aware" and set(fair[1:]) == set(FAIR_ANCHORS)
+    assert set(fair) <= set(POLICIES) and set(fair) <= set(all_policies())
+    assert policy_list("llm_d, dynamo_kv") == ["llm_d", "dynamo_kv"]
+    fight = fair_fight([_report(name, 1.0 + i, 0.5) for i, name in enumerate(fair)])
+    assert fight["missing_anchors"] == [] and fight["anchors"] == list(FAIR_ANCHORS)
