@@ -29,13 +29,13 @@ from pathlib import Path
 from backends.host_cpus import usable_cores
 from controlplane.admission import AdmissionConfig
 from controlplane.router.policies import POLICIES
-from controlplane.router.policies.anchors import ANCHOR_POLICIES
 from controlplane.router.router_config import RouterConfig
 from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
 from sim.des import FleetSimulator, SimResult, default_router_config
-from sim.fair_fight import FAIR_ANCHORS, SUBJECT, fair_fight, format_fair_fight
+from sim.fair_fight import fair_fight, format_fair_fight
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
+from sim.policy_names import OURS, all_policies, policy_list
 from sim.report import (
     PolicyReport,
     Slo,
@@ -51,25 +51,8 @@ from sim.router_knobs import parse_router_knobs
 from sim.spec_pair_nodes import add_spec_pair_args, apply_spec_pairs, format_spec_pairs, spec_pairs_info
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
-OURS = ("round_robin", "least_requests", "prefix_aware", "hardware_aware")
-
-
 REALTIME_DURATION_S = 30.0  # zoo sim --realtime without --duration / --max-requests: a slice, not the trace
 REALTIME_MAX_REQUESTS = 40
-
-
-def all_policies() -> list[str]:
-    return [*OURS, *ANCHOR_POLICIES, *(p for p in POLICIES if p not in OURS and p not in ANCHOR_POLICIES)]
-
-
-def policy_list(spec: str) -> list[str]:
-    """``--policy``: 'all', 'fair' (hardware_aware and the fair anchors: the issue's table, sim/fair_fight.py), or
-    comma-separated names."""
-    if spec == "all":
-        return all_policies()
-    if spec == "fair":
-        return [SUBJECT, *FAIR_ANCHORS]
-    return [p.strip() for p in spec.split(",")]
 
 
 def add_sim_args(parser: argparse.ArgumentParser) -> None:

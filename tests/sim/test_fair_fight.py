@@ -69,7 +69,7 @@ def test_with_seeds_the_intervals_come_along():
 
 def test_policy_fair_runs_hardware_aware_and_every_fair_anchor():
     from controlplane.router.policies import POLICIES
-    from sim.cli import all_policies, policy_list
+    from sim.policy_names import all_policies, policy_list
 
     fair = policy_list("fair")
     assert fair[0] == "hardware_aware" and set(fair[1:]) == set(FAIR_ANCHORS)

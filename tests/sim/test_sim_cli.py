@@ -3,7 +3,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from sim.cli import add_sim_args, all_policies, run_sim
+from sim.cli import add_sim_args, run_sim
+from sim.policy_names import all_policies
 
 
 def test_policy_list_has_ours_and_the_anchors():
