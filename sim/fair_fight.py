@@ -4,7 +4,8 @@ The fair anchors are the routers as their users run them (controlplane/router/po
 and version in its docstring), each seeing the information freshness of its own deployment: Envoy's weighted least
 request, llm-d's default profile, Dynamo's KV router, SGLang's cache-aware router, vLLM production-stack's
 round-robin and prefix-aware routers, and least outstanding requests. Round-robin (ours) and the other policies
-that are not anyone's shipped router are left out. Of those that ran::
+that are not anyone's shipped router are left out, and so is production-stack's session router: the traces carry no
+session key, so it only runs its lowest-QPS fallback. Of those that ran::
 
     best P99 anchor      the least mean P99 TTFT     target: hardware_aware's P99 at least P99_LEAD (1.5) x lower
     best goodput anchor  the largest mean goodput    target: hardware_aware's goodput at least as large
