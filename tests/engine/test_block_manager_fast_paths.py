@@ -169,3 +169,44 @@ def test_cache_repeated_block_equals_cache_computed_blocks(prompt, token, steps,
         plain.cache_computed_blocks(rows[1])
         assert _state(fast) == _state(plain)
         assert fast._block_hashes["r"][: block + 1] == plain._block_hashes["r"][: block + 1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    prompts=st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=9), min_size=1, max_size=5),
+    token=st.integers(0, 2),
+    picks=st.lists(st.tuples(st.integers(0, 4), st.integers(-1, 3)), min_size=1, max_size=8),
+    lags=st.lists(st.booleans(), min_size=5, max_size=5),
+    algo=st.sampled_from(["sha256", "xxhash"]),
+)
+def test_cache_repeated_blocks_equals_cache_repeated_block_in_turn(prompts, token, picks, lags, algo):
+    """The batch form registers what ``cache_repeated_block`` does for each pair in turn, and stops where the first
+    of them would answer False (a negative index too), having registered exactly the pairs before it; the same
+    prompts and decoded tokens in every request (duplicates: the first to register wins), lagging or not."""
+    managers = [KVCacheManager(BLOCK_SIZE, 64, 0, hash_algo=algo) for _ in range(2)]
+    requests = []
+    for manager in managers:
+        rows = [Request(f"r{i}", list(p), SamplingParams(), 0.0) for i, p in enumerate(prompts)]
+        for request, lag in zip(rows, lags):
+            assert manager.try_allocate_slots(request, request.num_tokens + 3 * BLOCK_SIZE) == []
+            request.num_computed_tokens = request.num_tokens
+            if not lag:
+                manager.cache_computed_blocks(request)
+        requests.append(rows)
+    picked = [(i % len(prompts), block) for i, block in picks]
+    fast, plain = managers
+    batch = [requests[0][i] for i, _ in picked]
+    blocks = [block for _, block in picked]
+    start = 0
+    while start < len(picked):
+        stop = fast.cache_repeated_blocks(batch, blocks, token, start)
+        assert start <= stop <= len(picked)
+        for j in range(start, stop):  # the ones it did: each one what the single form does
+            i, block = picked[j]
+            assert plain.cache_repeated_block(requests[1][i], block, token)
+        if stop < len(picked):  # where it stopped: the single form refuses too, changing nothing
+            i, block = picked[stop]
+            assert block < 0 or not plain.cache_repeated_block(requests[1][i], block, token)
+        assert _state(fast) == _state(plain)
+        assert fast._block_hashes == plain._block_hashes
+        start = stop + 1
