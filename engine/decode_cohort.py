@@ -206,9 +206,6 @@ class DecodeCohort:
                     stopping_rows.append(row)
         if not registering and not catching_up and not stopping_rows:
             return []
-        if catching_up is None and not stopping_rows:
-            self._register_fills(scheduler, step, registering)
-            return []
         if catching_up is not None:
             self.catch_up = []
         rows = registering + (catching_up or []) + stopping_rows
@@ -250,29 +247,6 @@ class DecodeCohort:
                 else:  # not at a limit after all (never, by the plan): its next possible stop, anew
                     heapq.heappush(self.stops, (step + steps_left(scheduler, request, token_id), row.rank, row))
         return finished
-
-    def _register_fills(self, scheduler: Any, step: int, rows: list[CohortRow]) -> None:
-        """``after_step`` where the rows only fill a block each (no catch-up, no finish): the same registrations in
-        running order, those of a block of the fixed token alone in one manager call up to one it cannot name so
-        (that row registers the plain way, in its turn)."""
-        if len(rows) > 1:
-            rows.sort(key=_rank)
-        manager = scheduler.kv_cache_manager
-        token_id, block_size, filling = self.token_id, self.block_size, self.filling
-        blocks = []
-        for row in rows:
-            block = (row.origin + step + 1) // block_size - 1  # the block that filled
-            blocks.append(block if block * block_size >= row.base else -1)  # -1: not of the fixed token alone
-            row.fill_step += block_size
-            filling.setdefault(row.fill_step, []).append(row)
-        requests = [row.request for row in rows]
-        cache_repeated_blocks = manager.cache_repeated_blocks
-        num_rows = len(rows)
-        i = cache_repeated_blocks(requests, blocks, token_id)
-        while i < num_rows:
-            self.sync_tokens(rows[i], step + 1)
-            manager.cache_computed_blocks(requests[i])
-            i = cache_repeated_blocks(requests, blocks, token_id, i + 1)
 
 
 def steps_left(scheduler: Any, request: Request, token_id: int) -> int:

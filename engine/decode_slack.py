@@ -44,13 +44,11 @@ def slack_histogram(
     if not step_s > 0.0:
         return NO_DECODERS
     counted = []
-    append = counted.append
     for first_token_s, steps_then, decode_steps, target_s in decoders:
         left = decode_steps - (num_steps - steps_then)
         if target_s <= 0.0 or left <= 0:
             continue
-        # slack_s, inlined (the same operations in the same order: the same float): once per decoder per report
-        slack = target_s * decode_steps - (now_s - first_token_s) - left * step_s
+        slack = slack_s(target_s, decode_steps, now_s - first_token_s, left, step_s)
         if 0.0 <= slack < left * chunk_s:  # an infinite chunk_s bounds nothing
-            append(slack * 1e3)
+            counted.append(slack * 1e3)
     return histogram(counted)

@@ -33,7 +33,7 @@ import struct
 import sys
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import repeat
 from typing import NamedTuple
 
@@ -116,29 +116,6 @@ def hash_repeated_block(
     else:
         value = int.from_bytes(hashlib.sha256(_HEADER.pack(parent_value, lora) + data).digest()[:8], "little")
     return _new_block_hash((value, block, lora_id))
-
-
-@functools.lru_cache(maxsize=64)
-def repeated_block_hasher(
-    token_id: int, block_size: int, algo: str = "sha256"
-) -> Callable[[BlockHash | None, int | None], BlockHash]:
-    """``hash_repeated_block`` with its token, block size and algorithm bound: ``hasher(parent, lora_id)`` (a decode
-    step's filled blocks, named in one loop; made once per token)."""
-    if algo != "sha256" and (algo != "xxhash" or _xxh3 is None):
-        check_hash_algo(algo)
-    block, data = _repeated_block(token_id, block_size)
-    xxh3, new_block_hash = _xxh3, _new_block_hash
-
-    def hasher(parent: BlockHash | None, lora_id: int | None) -> BlockHash:
-        if algo != "xxhash":
-            return hash_repeated_block(parent, token_id, block_size, lora_id, algo)
-        if parent is None:
-            parent_value = _xx_root(_NO_LORA if lora_id is None else lora_id)
-        else:
-            parent_value = parent.hash_value
-        return new_block_hash((xxh3(data, parent_value), block, lora_id))
-
-    return hasher
 
 
 def extend_block_hashes(
@@ -292,8 +269,7 @@ def hash_full_blocks(
     global _recent_chain_blocks
     if not _recent_chain_blocks_kept:
         return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size, algo)
-    if algo != "sha256" and (algo != "xxhash" or _xxh3 is None):
-        check_hash_algo(algo)
+    check_hash_algo(algo)
     data = _token_bytes(token_ids)
     if data is None:  # not all int64s: hashed as ever (an error where a full block holds one), not kept
         return extend_block_hashes([], token_ids, block_size, lora_id, len(token_ids) // block_size, algo)

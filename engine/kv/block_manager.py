@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.kv.block_hash import BlockHash, check_hash_algo, extend_block_hashes, repeated_block_hasher
+from engine.kv.block_hash import BlockHash, check_hash_algo, extend_block_hashes, hash_repeated_block
 from engine.kv.block_pool import BlockPool, NoFreeBlocksError, Tier
 from engine.kv.remote_tier import RemoteEntry, RemoteState, RemoteTier
 
@@ -216,40 +216,26 @@ class KVCacheManager:
         at every position (a decode row's block, filled by a runner's fixed token: engine/decode_cohort.py), without
         reading the request's tokens or computed count, which may lag. False, with nothing done, where
         ``block_index`` is not the next block to register: the caller registers the plain way."""
-        return self.cache_repeated_blocks([request], [block_index], token_id) == 1
-
-    def cache_repeated_blocks(
-        self, requests: Sequence[Request], block_indices: Sequence[int], token_id: int, start: int = 0
-    ) -> int:
-        """``cache_repeated_block`` for each pair of ``requests[i]``, ``block_indices[i]`` from ``start`` on, in order,
-        up to the first it would answer False for (a negative index too: nothing done for it): that one's index, or
-        ``len(requests)`` when every one registered (a decode step's filled blocks in one call)."""
-        num_requests = len(requests)
         if not self.enable_prefix_caching:
-            return num_requests
-        tables, num_cached, chains = self._device_tables, self._num_cached_blocks, self._block_hashes
-        cache_block = self._device.cache_block
-        hasher = repeated_block_hasher(token_id, self.block_size, self.hash_algo)
-        for i in range(start, num_requests):
-            request, block_index = requests[i], block_indices[i]
-            req_id = request.req_id
-            table = tables.get(req_id)
-            if not table or len(table) <= block_index or num_cached.get(req_id, 0) != block_index:
-                return i
-            chain = chains.get(req_id)
-            if chain is None:
-                chain = chains[req_id] = []
-            if len(chain) > block_index:
-                block_hash = chain[block_index]
-            elif len(chain) == block_index:
-                parent = chain[-1] if chain else None
-                block_hash = hasher(parent, request.lora_id)
-                chain.append(block_hash)
-            else:
-                return i
-            cache_block(table[block_index], block_hash)
-            num_cached[req_id] = block_index + 1
-        return num_requests
+            return True
+        req_id = request.req_id
+        table = self._device_tables.get(req_id)
+        if not table or len(table) <= block_index or self._num_cached_blocks.get(req_id, 0) != block_index:
+            return False
+        chain = self._block_hashes.get(req_id)
+        if chain is None:
+            chain = self._block_hashes[req_id] = []
+        if len(chain) > block_index:
+            block_hash = chain[block_index]
+        elif len(chain) == block_index:
+            parent = chain[-1] if chain else None
+            block_hash = hash_repeated_block(parent, token_id, self.block_size, request.lora_id, self.hash_algo)
+            chain.append(block_hash)
+        else:
+            return False
+        self._device.cache_block(table[block_index], block_hash)
+        self._num_cached_blocks[req_id] = block_index + 1
+        return True
 
     def append_fresh_blocks(self, req_ids: Sequence[str]) -> None:
         """A fresh device block appended to each request's table, in the order given: what ``try_allocate_slots``

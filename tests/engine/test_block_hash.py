@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine.kv import extend_block_hashes, hash_block_tokens, hash_full_blocks
-from engine.kv.block_hash import HASH_ALGOS, check_hash_algo, hash_repeated_block, repeated_block_hasher
+from engine.kv.block_hash import HASH_ALGOS, check_hash_algo, hash_repeated_block
 
 
 def test_only_full_blocks_are_hashed():
@@ -115,18 +115,3 @@ def test_a_repeated_block_is_named_as_its_tokens(parent_tokens, token_id, block_
     assert got.hash_value == hash_block_tokens(parent, [token_id] * block_size, lora_id, algo).hash_value
     with pytest.raises(ValueError, match="md5"):
         hash_repeated_block(parent, token_id, block_size, lora_id, "md5")
-
-
-@pytest.mark.parametrize("algo", ["sha256", "xxhash"])
-@pytest.mark.parametrize("lora_id", [None, 3])
-def test_repeated_block_hasher_equals_hash_repeated_block(algo, lora_id):
-    """The bound form names each block of a chain as ``hash_repeated_block`` does (the first: no parent)."""
-    hasher = repeated_block_hasher(7, 4, algo)
-    parent = None
-    for _ in range(3):
-        block_hash = hasher(parent, lora_id)
-        assert block_hash == hash_repeated_block(parent, 7, 4, lora_id, algo)
-        assert block_hash == hash_block_tokens(parent, [7] * 4, lora_id, algo)
-        parent = block_hash
-    with pytest.raises(ValueError):
-        repeated_block_hasher(7, 4, "md5")
