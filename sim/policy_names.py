@@ -16,9 +16,13 @@ def all_policies() -> list[str]:
 
 def policy_list(spec: str) -> list[str]:
     """``--policy``: 'all', 'fair' (hardware_aware and the fair anchors: the issue's table, sim/fair_fight.py), or
-    comma-separated names."""
+    comma-separated names; ValueError naming the unknown ones (before any run starts)."""
     if spec == "all":
         return all_policies()
     if spec == "fair":
         return [SUBJECT, *FAIR_ANCHORS]
-    return [p.strip() for p in spec.split(",")]
+    policies = [p.strip() for p in spec.split(",")]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise ValueError(f"unknown policies {unknown[:8]}; valid: {', '.join(all_policies())}")
+    return policies

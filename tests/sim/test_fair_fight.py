@@ -77,3 +77,16 @@ def test_policy_fair_runs_hardware_aware_and_every_fair_anchor():
     assert policy_list("llm_d, dynamo_kv") == ["llm_d", "dynamo_kv"]
     fight = fair_fight([_report(name, 1.0 + i, 0.5) for i, name in enumerate(fair)])
     assert fight["missing_anchors"] == [] and fight["anchors"] == list(FAIR_ANCHORS)
+
+
+def test_unknown_policy_names_are_refused_before_a_run_even_in_real_time(capsys):
+    from sim.cli import main
+    from sim.policy_names import policy_list
+
+    with pytest.raises(ValueError, match=r"unknown policies \['nosuch'\]"):
+        policy_list("llm_d,nosuch")
+    # the real-time twin refuses them too, before it starts a fleet (it used to find out in the child process)
+    assert main(["--realtime", "--fleet", "zoo", "--trace", "conv", "--policy", "nosuch", "--max-requests", "2"]) != 0
+    err = capsys.readouterr()
+    assert "unknown policies ['nosuch']" in err.err
+    assert "real time" not in err.out
