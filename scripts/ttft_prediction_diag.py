@@ -33,10 +33,10 @@ def _record(predicted: dict):
     return on_choice
 
 
-def diagnose(trace: str, fleet_name: str, load: float, split: str, knobs: dict) -> dict:
+def diagnose(trace: str, fleet_name: str, load: float, split: str, knobs: dict, step_budget: str | None = None) -> dict:
     predicted: dict[str, tuple[float, float]] = {}
     with recording_choices(_record(predicted)):
-        result, config = simulate_split(trace, fleet_name, load, knobs, split)
+        result, config = simulate_split(trace, fleet_name, load, knobs, split, step_budget=step_budget)
     report = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
     profile_of = {n.node_id: n.profile for n in result.nodes}
     by_gpu = {}
@@ -59,14 +59,20 @@ def diagnose(trace: str, fleet_name: str, load: float, split: str, knobs: dict) 
             "act_over_pred_p50": round(float(np.median(actual / np.maximum(pred, 1e-6))), 2),
             "act_over_pred_p90": round(float(np.percentile(actual / np.maximum(pred, 1e-6), 90)), 2),
         }
-    return {"split": split, "knobs": knobs, "goodput": round(report.goodput, 4), "by_gpu": by_gpu}
+    return {
+        "split": split,
+        "knobs": knobs,
+        "step_budget": step_budget,
+        "goodput": round(report.goodput, 4),
+        "by_gpu": by_gpu,
+    }
 
 
 def main() -> None:
     parser = case_parser(policy=False, knobs=True)
     args = parser.parse_args()
     knobs = parsed_knobs(parser, args.knobs)
-    print(json.dumps(diagnose(args.trace, args.fleet, args.load, args.split, knobs)), flush=True)
+    print(json.dumps(diagnose(args.trace, args.fleet, args.load, args.split, knobs, args.step_budget)), flush=True)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ import itertools
 import json
 import multiprocessing
 
+from sim.cli import apply_step_budget_args
 from sim.des import FleetSimulator, default_router_config
 from sim.fair_fight import FAIR_ANCHORS  # the fair anchors of the reports (zoo sim --policy list since GRID_16)
 from sim.fleet import load_fleet
@@ -122,11 +123,13 @@ def simulate_split(
     split: str = "tune",
     policy: str = "hardware_aware",
     seed: int = 0,
+    step_budget: str | None = None,
 ):
     """``policy`` with ``knobs`` (RouterConfig fields) over ``split`` of ``trace`` at ``load``: (result, config).
     Seed 0: the split as it is; another seed: its arrivals jittered as ``zoo sim --seeds`` does (the same seed
     for the prompts' tokens and the router). The eval split is for diagnosis only: knobs are tuned on the tuning
-    split."""
+    split. ``step_budget``: the nodes' step token budget as ``zoo sim --step-budget`` takes it ("sarathi": sized
+    to the TPOT SLO the router is told; None: the fleet file's)."""
     fleet = load_fleet(fleet_name)
     base = load_trace(trace).split(split)
     capacity = fleet.capacity_req_per_s(base.mean_prompt_tokens, base.mean_output_tokens)
@@ -134,6 +137,8 @@ def simulate_split(
     if seed:
         workload = workload.jittered(seed)
     config = dataclasses.replace(default_router_config(fleet, policy, seed), **knobs)
+    if step_budget is not None:
+        apply_step_budget_args(argparse.Namespace(step_budget=step_budget, slo_tpot=config.slo_tpot_s), fleet)
     return FleetSimulator(fleet, workload, policy, router_config=config, seed=seed).run(), config
 
 
@@ -152,6 +157,9 @@ def case_parser(
     parser.add_argument("--split", default=split, choices=("tune", "eval"), help="eval: diagnosis only")
     if knobs:
         parser.add_argument("--knobs", default="", help="JSON RouterConfig overrides, as zoo sim --router-knobs")
+    parser.add_argument(
+        "--step-budget", default=None, help="the nodes' step token budget, as zoo sim --step-budget ('sarathi' | N)"
+    )
     return parser
 
 
