@@ -28,3 +28,28 @@ def test_with_none_admissible_point_two_reads_goodput_alone_and_point_four_count
     nan = [_row("nan", (0.9, float("nan")), (0.9, 1.0)), _row("one", (0.4, 2.5), (0.55, 1.0))]
     assert choose(nan, ANCHORS, fewest_p99_misses=True)["knobs"]["name"] == "nan"  # a NaN P99 breaks its bound
     assert nan[0]["p99_bounds_broken"] == 1
+
+
+def test_simulate_split_sizes_the_step_budget_to_the_slo_it_is_told(monkeypatch):
+    """--step-budget as zoo sim takes it: "sarathi" sized to the TPOT SLO the router is told (a knob's, here),
+    a number for every node, and None keeping the fleet file's budget."""
+    import scripts.tune_router as tune_router
+
+    seen = []
+
+    class Captured:  # the simulator, not run: what it was given
+        def __init__(self, fleet, workload, policy, router_config, seed):
+            seen.append((fleet.engine.step_budget, fleet.engine.tpot_slo_s, router_config.slo_tpot_s))
+
+        def run(self):
+            return None
+
+    monkeypatch.setattr(tune_router, "FleetSimulator", Captured)
+    tune_router.simulate_split("code", "zoo", 0.8, {"slo_tpot_s": 0.05}, step_budget="sarathi")
+    tune_router.simulate_split("code", "zoo", 0.8, {}, step_budget="512")
+    tune_router.simulate_split("code", "zoo", 0.8, {})
+    assert seen[0] == ("sarathi", 0.05, 0.05)
+    assert seen[1][0] == 512
+    assert seen[2][0] == tune_router.load_fleet("zoo").engine.step_budget
+    args = tune_router.case_parser().parse_args(["--step-budget", "sarathi"])
+    assert args.step_budget == "sarathi"
