@@ -137,8 +137,8 @@ def simulate_split(
     if seed:
         workload = workload.jittered(seed)
     config = dataclasses.replace(default_router_config(fleet, policy, seed), **knobs)
-    if step_budget is not None:
-        apply_step_budget_args(argparse.Namespace(step_budget=step_budget, slo_tpot=config.slo_tpot_s), fleet)
+    # as zoo sim: a "sarathi" budget (this one, or the fleet file's) is sized to the TPOT SLO the router is told
+    apply_step_budget_args(argparse.Namespace(step_budget=step_budget, slo_tpot=config.slo_tpot_s), fleet)
     return FleetSimulator(fleet, workload, policy, router_config=config, seed=seed).run(), config
 
 
