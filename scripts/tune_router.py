@@ -104,6 +104,7 @@ GRID_25 = [{"slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)] + [
     {**_REPORTED, "slo_ttft_late_weight": w} for w in (0.0, 1.0, 3.0)
 ]
 GRID_26 = [{"slo_tpot_harm_penalty_s": penalty} for penalty in (3.0, 6.0, 10.0)]  # 3.0: the default row
+GRID_27 = [{"slo_sacrifice_weight": weight} for weight in (0.0, 5.0, 10.0)]  # 0.0: the default row (off)
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
@@ -216,6 +217,22 @@ def anchors_from(path: str, cases=CASES) -> dict[str, dict]:
     missing = set(cases) - set(recorded)
     if missing:
         raise SystemExit(f"{path}: no best_fair_anchor_on_tune for {sorted(missing)}")
+    return {case: recorded[case] for case in cases}
+
+
+def seeded_anchors_from(path: str, cases: tuple[str, ...], seeds: int) -> dict[str, dict]:
+    """The best fair anchors an earlier seeded grid recorded (``best_fair_anchor_on_tune_<seeds>_seeds``, as
+    ``seeded_anchors`` made them): the same seeds on the same simulator give the same anchor runs (each is
+    deterministic per seed), so a grid that changes no anchor may read them instead of running them again. The grid's
+    default row, equal bit for bit to the earlier grid's chosen row, checks that the simulator is the same."""
+    key = f"best_fair_anchor_on_tune_{seeds}_seeds"
+    with open(path) as f:
+        recorded = json.load(f).get(key)
+    if not isinstance(recorded, dict):
+        raise SystemExit(f"{path}: no {key}")
+    missing = set(cases) - set(recorded)
+    if missing:
+        raise SystemExit(f"{path}: no {key} for {sorted(missing)}")
     return {case: recorded[case] for case in cases}
 
 
@@ -364,13 +381,17 @@ def _run_case(job: tuple[int, dict, str, int]) -> tuple[int, str, int, dict]:
 
 def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--seeds N`` (N > 1): every setting and every fair anchor over seeds 0..N-1 of each case, in one pool;
-    the rule compares the means (the rule's third point)."""
-    if args.anchors or args.anchors_from or args.stress_anchors or args.slo2_anchors:
-        parser.error("--seeds N > 1 runs the anchors itself over the same seeds: no anchor files")
+    the rule compares the means (the rule's third point). ``--anchors-from``: an earlier seeded grid's anchors
+    (``seeded_anchors_from``) instead of running them."""
+    if args.anchors or args.stress_anchors or args.slo2_anchors:
+        parser.error(
+            "--seeds N > 1 runs the anchors itself over the same seeds (or reads --anchors-from): no anchor files"
+        )
     if args.slo2 and not args.stress:
         parser.error("--slo2 goes with --stress")
     grid = json.loads(args.grid)
     cases = tuple(ALL_CASES if args.stress else CASES) + (tuple(SLO2_CASES) if args.slo2 else ())
+    recorded = seeded_anchors_from(args.anchors_from, cases, args.seeds) if args.anchors_from else None  # fail early
     settings = _settings(grid)
     jobs = [(i, knobs, case, seed) for i, knobs in enumerate(settings) for case in cases for seed in range(args.seeds)]
     runs: dict[tuple[int, str], list[dict]] = {}
@@ -378,13 +399,14 @@ def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         for i, case, seed, row in pool.imap(_run_case, jobs):
             print(json.dumps({"setting": i, "case": case, "seed": seed, "goodput": row["goodput"], "p99": row["p99"]}))
             runs.setdefault((i, case), []).append(row)
-        anchors = seeded_anchors(cases, args.seeds, pool)
+        anchors = recorded if recorded is not None else seeded_anchors(cases, args.seeds, pool)
     rows = [
         {"knobs": knobs, "cases": {case: _mean(runs[i, case]) for case in cases}} for i, knobs in enumerate(settings)
     ]
     chosen = choose(rows, anchors, args.fewest_p99_misses)
     print(json.dumps({"rule": _rule_text(), "seeds": args.seeds, "fewest_p99_misses": args.fewest_p99_misses,
-                      "anchors": anchors, "chosen": chosen["knobs"], "grid": rows}))  # fmt: skip
+                      "anchors": anchors, "anchors_from": args.anchors_from, "chosen": chosen["knobs"],
+                      "grid": rows}))  # fmt: skip
 
 
 if __name__ == "__main__":
