@@ -176,9 +176,12 @@ class RouterConfig:
         predicted TTFT may be than the fastest node's before a lost cause goes to the fast one. A prefix holder
         that meets the target thanks to its cache is not charged (the scalar formula with its cached tokens).
         KV room and the other terms are unchanged (a node short of KV room still pays kv_full_penalty_s).
-        0: off (the fastest late node, SLO triage's choice). Default 5, chosen by the tenth grid on the tuning
+        0: off (the fastest late node, SLO triage's choice). 5 was chosen by the tenth grid on the tuning
         split (bench/results/2026-12-02-sim-tune-10.json: smallest goodput margin +0.043 vs off's +0.038, code80
-        P99 5.98 s within its 6.25 s bound; 7 and 10 break that bound, 1 and 3 lower the margin).
+        P99 5.98 s within its 6.25 s bound; 7 and 10 break that bound, 1 and 3 lower the margin). Default 10 since
+        the twenty-seventh grid, over both SLOs and the stress cases at the knobs GRIDs 11-26 set
+        (bench/results/2026-12-04-sim-tune-27.json: 5, 10 and 15; 10 admissible with the smallest margin -0.034
+        against 5's -0.069, at mooncake 100% at the second SLO; 15 breaks code 80%'s P99 bound at the second SLO).
     slo_sacrifice_max_ttft_s: the most TTFT a sacrificed request may be given (seconds, absolute). With sacrifice
         on and this non-zero, a lost cause's charge on a node whose predicted TTFT there (the one that made it a
         lost cause: nothing cached, a cold adapter load included) is above this bound is the fastest node's,
@@ -274,7 +277,7 @@ class RouterConfig:
     tpot_excess_only: bool = True
     slo_pack_weight: float = 0.0
     slo_pack_needs_tpot: bool = False
-    slo_sacrifice_weight: float = 5.0
+    slo_sacrifice_weight: float = 10.0
     slo_sacrifice_max_ttft_s: float = 0.0
     slo_sacrifice_max_rate_ratio: float = 0.0
     overload_window_s: float = 10.0
