@@ -221,7 +221,8 @@ class RouterConfig:
         smallest margin, mooncake at 100% load, -0.049 against off's -0.065; on the tuning split it switched on only
         there).
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
-        charge unchanged).
+        charge unchanged). Since the twenty-seventh grid the everyday slo_sacrifice_weight is 10 as well, so at the
+        defaults overload mode escalates the triage penalty alone.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
