@@ -159,9 +159,21 @@ def case_parser(
     if knobs:
         parser.add_argument("--knobs", default="", help="JSON RouterConfig overrides, as zoo sim --router-knobs")
     parser.add_argument(
-        "--step-budget", default=None, help="the nodes' step token budget, as zoo sim --step-budget ('sarathi' | N)"
+        "--step-budget",
+        default=None,
+        type=_step_budget,
+        help="the nodes' step token budget, as zoo sim --step-budget ('sarathi' | N)",
     )
     return parser
+
+
+def _step_budget(text: str) -> str:
+    """--step-budget checked as zoo sim checks it (a usage error, not a traceback in the middle of a run)."""
+    try:
+        apply_step_budget_args(argparse.Namespace(step_budget=text, slo_tpot=0.1), load_fleet("zoo"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def parsed_knobs(
@@ -209,23 +221,14 @@ def best_anchors(paths: list[str], cases=CASES) -> dict[str, dict]:
     return out
 
 
-def anchors_from(path: str, cases=CASES) -> dict[str, dict]:
-    """The best fair anchors' tune-split figures recorded by an earlier grid's result file
-    (``best_fair_anchor_on_tune``, as ``best_anchors`` made them), every case of ``cases`` there."""
-    with open(path) as f:
-        recorded = json.load(f)["best_fair_anchor_on_tune"]
-    missing = set(cases) - set(recorded)
-    if missing:
-        raise SystemExit(f"{path}: no best_fair_anchor_on_tune for {sorted(missing)}")
-    return {case: recorded[case] for case in cases}
-
-
-def seeded_anchors_from(path: str, cases: tuple[str, ...], seeds: int) -> dict[str, dict]:
-    """The best fair anchors an earlier seeded grid recorded (``best_fair_anchor_on_tune_<seeds>_seeds``, as
-    ``seeded_anchors`` made them): the same seeds on the same simulator give the same anchor runs (each is
-    deterministic per seed), so a grid that changes no anchor may read them instead of running them again. The grid's
-    default row, equal bit for bit to the earlier grid's chosen row, checks that the simulator is the same."""
-    key = f"best_fair_anchor_on_tune_{seeds}_seeds"
+def anchors_from(path: str, cases=CASES, seeds: int = 1) -> dict[str, dict]:
+    """The best fair anchors' tune-split figures recorded by an earlier grid's result file, every case of ``cases``
+    there: ``best_fair_anchor_on_tune`` (seed 0, as ``best_anchors`` made them) or, for ``seeds`` > 1,
+    ``best_fair_anchor_on_tune_<seeds>_seeds`` (as ``seeded_anchors`` made them: the same seeds on the same
+    simulator give the same anchor runs, each deterministic per seed, so a grid that changes no anchor may read them
+    instead of running them again; its default row, equal bit for bit to the earlier grid's chosen row, checks that
+    the simulator is the same)."""
+    key = "best_fair_anchor_on_tune" if seeds == 1 else f"best_fair_anchor_on_tune_{seeds}_seeds"
     with open(path) as f:
         recorded = json.load(f).get(key)
     if not isinstance(recorded, dict):
@@ -382,7 +385,7 @@ def _run_case(job: tuple[int, dict, str, int]) -> tuple[int, str, int, dict]:
 def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """``--seeds N`` (N > 1): every setting and every fair anchor over seeds 0..N-1 of each case, in one pool;
     the rule compares the means (the rule's third point). ``--anchors-from``: an earlier seeded grid's anchors
-    (``seeded_anchors_from``) instead of running them."""
+    (``anchors_from`` with ``seeds``) instead of running them."""
     if args.anchors or args.stress_anchors or args.slo2_anchors:
         parser.error(
             "--seeds N > 1 runs the anchors itself over the same seeds (or reads --anchors-from): no anchor files"
@@ -391,7 +394,7 @@ def _main_seeded(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
         parser.error("--slo2 goes with --stress")
     grid = json.loads(args.grid)
     cases = tuple(ALL_CASES if args.stress else CASES) + (tuple(SLO2_CASES) if args.slo2 else ())
-    recorded = seeded_anchors_from(args.anchors_from, cases, args.seeds) if args.anchors_from else None  # fail early
+    recorded = anchors_from(args.anchors_from, cases, args.seeds) if args.anchors_from else None  # fail early
     settings = _settings(grid)
     jobs = [(i, knobs, case, seed) for i, knobs in enumerate(settings) for case in cases for seed in range(args.seeds)]
     runs: dict[tuple[int, str], list[dict]] = {}

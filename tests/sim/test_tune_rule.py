@@ -58,18 +58,20 @@ def test_simulate_split_sizes_the_step_budget_to_the_slo_it_is_told(monkeypatch)
     assert seen[2][0] == tune_router.load_fleet("zoo").engine.step_budget
     args = tune_router.case_parser().parse_args(["--step-budget", "sarathi"])
     assert args.step_budget == "sarathi"
+    with pytest.raises(SystemExit):  # a usage error, as zoo sim refuses it
+        tune_router.case_parser().parse_args(["--step-budget", "0"])
 
 
 def test_a_seeded_grid_reads_an_earlier_grids_anchors_for_its_own_seeds_and_cases(tmp_path):
     """``--seeds N --anchors-from``: the earlier file's anchors for N seeds, every case the grid runs; another seed
     count, or a case the file lacks, is refused before anything runs."""
-    from scripts.tune_router import seeded_anchors_from
+    from scripts.tune_router import anchors_from
 
     best = {"goodput": 0.5, "goodput_by": "llm_d", "p99": 3.0, "p99_by": "envoy_wlr"}
     path = tmp_path / "grid.json"
     path.write_text(json.dumps({"best_fair_anchor_on_tune_3_seeds": {"a": best, "b": best}}))
-    assert seeded_anchors_from(str(path), ("a",), 3) == {"a": best}
+    assert anchors_from(str(path), ("a",), 3) == {"a": best}
     with pytest.raises(SystemExit, match="no best_fair_anchor_on_tune_2_seeds"):
-        seeded_anchors_from(str(path), ("a",), 2)
+        anchors_from(str(path), ("a",), 2)
     with pytest.raises(SystemExit, match=r"\['c'\]"):
-        seeded_anchors_from(str(path), ("a", "c"), 3)
+        anchors_from(str(path), ("a", "c"), 3)
