@@ -302,7 +302,8 @@ def main() -> None:
     anchor_source = parser.add_mutually_exclusive_group()
     anchor_source.add_argument("--anchors", help="comma-separated zoo sim --json files, one per case")
     anchor_source.add_argument(
-        "--anchors-from", help="an earlier grid's result JSON: its best_fair_anchor_on_tune (same simulator)"
+        "--anchors-from",
+        help="an earlier grid's result JSON: its best_fair_anchor_on_tune[_N_seeds] (same simulator; N: --seeds)",
     )
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument(
