@@ -43,6 +43,7 @@ from flax import struct
 from jax import lax
 
 MASKED = -1e30
+_HIGHEST = lax.Precision.HIGHEST  # fp32 scores stay fp32 on GPUs (XLA would use TF32), as model.py's matmuls
 
 
 @struct.dataclass
@@ -93,11 +94,11 @@ def decode_attention(q: jax.Array, kv: jax.Array, layer: jax.Array, meta: Decode
     keys = kv[layer, 0, meta.block_table]
     values = kv[layer, 1, meta.block_table]
     qg = q.reshape(b, hkv, g, d)
-    scores = jnp.einsum("bkgd,bmskd->bkgms", qg, keys, preferred_element_type=jnp.float32) * d**-0.5
+    scores = jnp.einsum("bkgd,bmskd->bkgms", qg, keys, preferred_element_type=jnp.float32, precision=_HIGHEST) * d**-0.5
     mask = jnp.arange(m * block_size)[None, :] < meta.seq_lens[:, None]  # [B, L]
     probs = _softmax_attend(scores.reshape(b, hkv, g, m * block_size), mask[:, None, None, :])
     probs = probs.reshape(b, hkv, g, m, block_size).astype(values.dtype)
-    out = jnp.einsum("bkgms,bmskd->bkgd", probs, values, preferred_element_type=jnp.float32)
+    out = jnp.einsum("bkgms,bmskd->bkgd", probs, values, preferred_element_type=jnp.float32, precision=_HIGHEST)
     return out.reshape(b, h * d).astype(q.dtype)
 
 
@@ -117,11 +118,11 @@ def chunk_attention(q: jax.Array, kv: jax.Array, layer: jax.Array, meta: ChunkMe
     row_pos = meta.row_pos.reshape(nt, tr)
     mask = (row_seg[:, :, None] == key_seg[:, None, :]) & (key_pos[:, None, :] <= row_pos[:, :, None])  # [NT, TR, K]
     qg = q.reshape(nt, tr, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(nt, hkv, g * tr, d)
-    scores = lax.dot_general(qg, keys, (((3,), (3,)), batch), preferred_element_type=jnp.float32) * d**-0.5
+    scores = lax.dot_general(qg, keys, (((3,), (3,)), batch), preferred_element_type=jnp.float32, precision=_HIGHEST) * d**-0.5
     scores = jnp.where(mask[:, None, None], scores.reshape(nt, hkv, g, tr, k), MASKED)
     probs = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
     denom = jnp.sum(probs, axis=-1, keepdims=True)  # [NT, Hkv, G, TR, 1]
     probs = probs.reshape(nt, hkv, g * tr, k).astype(values.dtype)
-    out = lax.dot_general(probs, values, (((3,), (2,)), batch), preferred_element_type=jnp.float32)
+    out = lax.dot_general(probs, values, (((3,), (2,)), batch), preferred_element_type=jnp.float32, precision=_HIGHEST)
     out = out.reshape(nt, hkv, g, tr, d) / denom  # [NT, Hkv, G, TR, D]
     return out.transpose(0, 3, 1, 2, 4).reshape(t, h * d).astype(q.dtype)

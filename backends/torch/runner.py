@@ -62,6 +62,8 @@ class TorchModelRunner(LoraRunnerVerbs):
         ``state_dict`` in HF names, or random from ``seed``), or an already built LlamaModel
         (shared, e.g. between runners in tests).
     dtype: "float32" | "bfloat16" | "float16" for weights, activations and KV.
+    device: "cpu", "cuda" or "cuda:N"; None = a built LlamaModel's own device, else the CPU. A device other
+        than a built model's is a ValueError (its weights would stay where they are).
     attention_backend: force a kernel by name (backends/kernel_dispatch.py); None = the dispatch table's.
     kv_dtype: "auto" (the model's dtype) or "fp8_e4m3" (SM89 / SM90+).
     cuda_graphs: capture decode steps per batch bucket on CUDA (when the kernel allows); False = eager.
@@ -89,7 +91,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         self,
         source: Any,
         dtype: str | torch.dtype = "float32",
-        device: str | torch.device = "cpu",
+        device: str | torch.device | None = None,
         *,
         state_dict: dict[str, Any] | None = None,
         seed: int = 0,
@@ -107,7 +109,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         huge_pages: bool = True,
         cpu_decode_head: str = "kernel",
     ) -> None:
-        self.device = torch.device(device)
+        self.device = runner_device(source, device)
         self.dtype = resolve_dtype(dtype)
         # the dispatch table, once: which kernels this device runs (logged, and in the node's hello)
         self.kernel_plan = kernel_plan(self.device, attention_backend, kv_dtype, cuda_graphs)
@@ -430,6 +432,19 @@ class TorchModelRunner(LoraRunnerVerbs):
                 list(zip(i[: params.logprobs], v[: params.logprobs])) for i, v in zip(top_ids.tolist(), top_lp.tolist())
             ]
             out.logprobs[r.req_id] = [TokenLogprob(t, c, tp) for t, c, tp in zip(emitted, chosen, top)]
+
+
+def runner_device(source: Any, device: str | torch.device | None) -> torch.device:
+    """Where a runner of ``source`` runs: ``device``, or a built model's own device when None."""
+    if not isinstance(source, LlamaModel):
+        return torch.device("cpu" if device is None else device)
+    own = source.embed_t.device
+    if device is None:
+        return own
+    asked = torch.device(device)
+    if asked.type != own.type or (asked.index is not None and own.index is not None and asked.index != own.index):
+        raise ValueError(f"the model's weights are on {own}, not on the requested device {asked}")
+    return own
 
 
 def _has_draft_probs(slot: SampleSlot) -> bool:

@@ -3,6 +3,7 @@ non-contiguous block tables, speculative verification and the block moves."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from backends.torch import TorchModelRunner, random_state_dict
@@ -172,3 +173,17 @@ def test_untied_head_from_config_and_state_dict(kit):
     s = kit.Seq("u", [3, 1, 4, 1, 5, 9, 2, 6, 5, 3], kit.GREEDY)
     logits = runner.compute_logits(kit.make_step(0, [s.schedule(kit.BlockAllocator(16), 8)]))["u"][0]
     torch.testing.assert_close(logits, kit.dense_logits(config, sd, s.token_ids)[-1], atol=ATOL, rtol=0)
+
+
+def test_a_built_model_brings_its_device(tiny):
+    """A runner of a built model runs where the model's weights are; asking for another device is an error."""
+    from backends.torch.runner import runner_device
+
+    config, _sd, model = tiny
+    assert runner_device(model, None) == torch.device("cpu")
+    assert runner_device(model, "cpu") == torch.device("cpu")
+    assert runner_device(config, None) == torch.device("cpu")
+    assert runner_device(config, "cuda:1") == torch.device("cuda:1")  # a config is built where asked
+    with pytest.raises(ValueError, match="weights are on cpu"):
+        runner_device(model, "cuda")
+    assert TorchModelRunner(model).device == torch.device("cpu")

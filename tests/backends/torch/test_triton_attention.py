@@ -1,7 +1,8 @@
-"""The Triton paged kernel (under TRITON_INTERPRET=1, on CPU tensors) against the gather + SDPA path.
+"""The Triton paged kernel against the gather + SDPA path: on a CUDA device where there is one, else on CPU
+tensors under TRITON_INTERPRET=1.
 
 Random block tables, GQA (6 query heads over 2 KV heads), partial last blocks, a step mixing decodes,
-a chunk after a cached prefix, speculative verify rows and a fresh prompt; fp32, tolerance 1e-5.
+a chunk after a cached prefix, speculative verify rows and a fresh prompt; fp32, tolerance 1e-5 (1e-4 on a GPU: its own summation order).
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
 pytest.importorskip("triton")
 
-from backends.torch import TorchModelRunner
+from backends.torch import TorchModelRunner, build_model
 from backends.torch.attention import GatherSDPABackend
-from backends.torch.attention_dispatch import select_attention_backend
+from backends.torch.attention_dispatch import attention_backend_class, kernel_plan, select_attention_backend
 from backends.torch.triton_attention import FlashSDPABackend, TritonPagedBackend, paged_rows
 from backends.torch.triton_kernels import paged_attention, store_kv
 
 H, HKV, D, BS, NUM_BLOCKS = 6, 2, 8, 4, 48
 CPU = torch.device("cpu")
+DEVICE = torch.device("cuda") if torch.cuda.is_available() else CPU
+TOL = 1e-5 if DEVICE.type == "cpu" else 1e-4
 
 
 def _step(seed: int, decode_lens: list[int], chunks: list[tuple[int, int]]):
@@ -49,15 +52,16 @@ def _step(seed: int, decode_lens: list[int], chunks: list[tuple[int, int]]):
     q = torch.randn(rows, H, D, generator=g)
     k = torch.randn(rows, HKV, D, generator=g)
     v = torch.randn(rows, HKV, D, generator=g)
+    kv_cache, q, k, v = (t.to(DEVICE) for t in (kv_cache, q, k, v))
     return kv_cache, decode_tables, chunk_specs, np.asarray(slots, dtype=np.int64), q, k, v
 
 
 def _run(backend_cls, seed, decode_lens, chunks):
     kv_cache, tables, chunk_specs, slots, q, k, v = _step(seed, decode_lens, chunks)
     ref_cache = kv_cache.clone()
-    ref = GatherSDPABackend(H, HKV, D, BS, CPU)
+    ref = GatherSDPABackend(H, HKV, D, BS, DEVICE)
     ref_out = ref.forward(q, k, v, ref_cache, ref.build_metadata(decode_lens, tables, chunk_specs, slots))
-    backend = backend_cls(H, HKV, D, BS, CPU)
+    backend = backend_cls(H, HKV, D, BS, DEVICE)
     out = backend.forward(q, k, v, kv_cache, backend.build_metadata(decode_lens, tables, chunk_specs, slots))
     assert torch.equal(kv_cache, ref_cache)  # the same K/V stored in the same slots
     return out, ref_out
@@ -73,14 +77,14 @@ def _run(backend_cls, seed, decode_lens, chunks):
 )
 def test_decode_rows_match_gather(decode_lens):
     out, ref = _run(TritonPagedBackend, 1, decode_lens, [])
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, ref, atol=TOL, rtol=TOL)
 
 
 @pytest.mark.parametrize("backend_cls", [TritonPagedBackend, FlashSDPABackend])
 def test_mixed_step_matches_gather(backend_cls):
     # decodes | chunk after a 9-token cached prefix | 3 verify rows (1 token + 2 drafts) | fresh prompt
     out, ref = _run(backend_cls, 2, [10, 5, 17], [(9, 6), (14, 3), (0, 7)])
-    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out, ref, atol=TOL, rtol=TOL)
 
 
 def test_flash_sdpa_sends_only_fresh_prompts_to_sdpa():
@@ -95,16 +99,17 @@ def test_padded_rows_store_nothing_and_attend_to_nothing():
     """A CUDA-graph bucket pads with slot -1 and ctx_len 0: no write, zero output."""
     kv_cache, tables, _, slots, q, k, v = _step(3, [6, 2], [])
     before = kv_cache.clone()
-    pad_slots = torch.tensor([*slots.tolist(), -1, -1])
-    pad_k = torch.cat((k, torch.ones(2, HKV, D)))
-    store_kv(pad_k, torch.cat((v, torch.ones(2, HKV, D))), kv_cache, pad_slots)
+    pad_slots = torch.tensor([*slots.tolist(), -1, -1], device=DEVICE)
+    pad_k = torch.cat((k, torch.ones(2, HKV, D, device=DEVICE)))
+    store_kv(pad_k, torch.cat((v, torch.ones(2, HKV, D, device=DEVICE))), kv_cache, pad_slots)
     changed = (kv_cache != before).any(dim=(0, 3, 4)).reshape(-1).nonzero().reshape(-1).tolist()
     assert sorted(changed) == sorted(slots.tolist())
     table_np, ctx_np = paged_rows([6, 2], tables, [], BS, width=5)
     table_np = np.concatenate((table_np, np.zeros((2, 5), np.int32)))
     ctx_np = np.concatenate((ctx_np, np.zeros(2, np.int32)))
-    out = paged_attention(torch.cat((q, q[:2])), kv_cache, torch.from_numpy(table_np), torch.from_numpy(ctx_np), 0.5)
-    assert torch.equal(out[2:], torch.zeros(2, H, D))
+    table, ctx = torch.from_numpy(table_np).to(DEVICE), torch.from_numpy(ctx_np).to(DEVICE)
+    out = paged_attention(torch.cat((q, q[:2])), kv_cache, table, ctx, 0.5)
+    assert torch.equal(out[2:].cpu(), torch.zeros(2, H, D))
     assert out[:2].abs().sum() > 0
 
 
@@ -113,16 +118,22 @@ def test_paged_rows_rejects_a_table_too_narrow():
         paged_rows([9], [[1, 2, 3]], [], BS, width=2)
 
 
-def test_select_by_name_builds_the_triton_backends_on_cpu_under_the_interpreter():
-    assert isinstance(select_attention_backend(CPU, H, HKV, D, BS, name="triton_paged"), TritonPagedBackend)
-    assert isinstance(select_attention_backend(CPU, H, HKV, D, BS, name="flash_sdpa"), FlashSDPABackend)
-    assert isinstance(select_attention_backend(CPU, H, HKV, D, BS), GatherSDPABackend)  # the table's CPU choice
+def test_select_by_name_builds_the_triton_backends():
+    """By name on this device (a CPU runs them under the interpreter); unnamed, the dispatch table's choice."""
+    assert isinstance(select_attention_backend(DEVICE, H, HKV, D, BS, name="triton_paged"), TritonPagedBackend)
+    assert isinstance(select_attention_backend(DEVICE, H, HKV, D, BS, name="flash_sdpa"), FlashSDPABackend)
+    chosen = select_attention_backend(DEVICE, H, HKV, D, BS)
+    assert type(chosen) is attention_backend_class(kernel_plan(DEVICE).attention)
+    if DEVICE.type == "cpu":
+        assert isinstance(chosen, GatherSDPABackend)  # the table's CPU choice
 
 
 @pytest.mark.parametrize("name", ["triton_paged", "flash_sdpa"])
 def test_runner_on_the_triton_kernel_matches_gather(tiny, kit, name):
     """The tiny model over chunked prefills (history rows), then decodes: same logits, same tokens."""
-    _config, _sd, model = tiny
+    config, sd, model = tiny
+    if DEVICE.type != "cpu":
+        model = build_model(config, "float32", DEVICE, state_dict=sd)
 
     def run(runner):
         return kit.chunked_greedy_logits(runner, 4, num_host_blocks=8, seed=4)
@@ -133,7 +144,7 @@ def test_runner_on_the_triton_kernel_matches_gather(tiny, kit, name):
     for g, w in zip(got, want):
         assert g.keys() == w.keys()
         for k in g:
-            torch.testing.assert_close(g[k], w[k], atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(g[k], w[k], atol=TOL, rtol=TOL)
 
 
 def test_fp8_cache_stores_rounded_values_and_attends_over_them():
@@ -144,11 +155,12 @@ def test_fp8_cache_stores_rounded_values_and_attends_over_them():
     kv_cache, tables, _, slots, q, k, v = _step(4, [9, 14], [])
     k, v = k.to(torch.float8_e4m3fn).float(), v.to(torch.float8_e4m3fn).float()
     fp8 = kv_cache.to(torch.float8_e4m3fn)
-    store_kv(k, v, fp8, torch.from_numpy(slots))
+    store_kv(k, v, fp8, torch.from_numpy(slots).to(DEVICE))
     flat = fp8.float().view(2, -1, HKV, D)
-    assert torch.equal(flat[0][slots], k) and torch.equal(flat[1][slots], v)
+    idx = torch.from_numpy(slots).to(DEVICE)
+    assert torch.equal(flat[0][idx], k) and torch.equal(flat[1][idx], v)
     table_np, ctx_np = paged_rows([9, 14], tables, [], BS)
-    t, c = torch.from_numpy(table_np), torch.from_numpy(ctx_np)
+    t, c = torch.from_numpy(table_np).to(DEVICE), torch.from_numpy(ctx_np).to(DEVICE)
     got = paged_attention(q, fp8, t, c, D**-0.5)
     want = paged_attention(q, fp8.float(), t, c, D**-0.5)
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
