@@ -2,7 +2,8 @@
 tensors under TRITON_INTERPRET=1.
 
 Random block tables, GQA (6 query heads over 2 KV heads), partial last blocks, a step mixing decodes,
-a chunk after a cached prefix, speculative verify rows and a fresh prompt; fp32, tolerance 1e-5 (1e-4 on a GPU: its own summation order).
+a chunk after a cached prefix, speculative verify rows and a fresh prompt; fp32, tolerance 1e-5 (1e-4 on a
+GPU: its own summation order).
 """
 
 from __future__ import annotations
@@ -178,3 +179,44 @@ def test_fp8_cache_block_moves_copy_bytes():
     cache.swap_in([(1, 6)])
     moved = cache.device_kv.view(torch.uint8)
     assert torch.equal(moved[:, :, 5], before[:, :, 3]) and torch.equal(moved[:, :, 6], before[:, :, 3])
+
+
+@pytest.mark.parametrize(("num_splits", "tile"), [(1, 4), (2, 4), (3, 8), (7, 4), (64, 4), (2, 16)])
+def test_split_keys_merge_to_the_same_attention(num_splits, tile):
+    """Flash-decoding's splits (each row's keys shared out over programs in whole tiles, then merged) change
+    no output: rows of 1 to 40 keys, a row with none (zeros), one split, or more splits than tiles."""
+    decode_lens = [1, 17, 40, 5, 33]
+    kv_cache, tables, _, _slots, q, _k, _v = _step(5, decode_lens, [])
+    table_np, ctx_np = paged_rows(decode_lens, tables, [], BS, width=12)
+    table_np = np.concatenate((table_np, np.zeros((1, 12), np.int32)))
+    ctx_np = np.concatenate((ctx_np, np.zeros(1, np.int32)))
+    table, ctx = torch.from_numpy(table_np).to(DEVICE), torch.from_numpy(ctx_np).to(DEVICE)
+    q = torch.cat((q, q[:1]))
+    got = paged_attention(q, kv_cache, table, ctx, D**-0.5, num_splits=num_splits, tile=tile)
+    want = paged_attention(q, kv_cache, table, ctx, D**-0.5, num_splits=1, tile=BS)
+    torch.testing.assert_close(got, want, atol=TOL, rtol=TOL)
+    assert torch.equal(got[-1].cpu(), torch.zeros(H, D))
+    ref = GatherSDPABackend(H, HKV, D, BS, DEVICE)
+    n = len(decode_lens)
+    ref_cache = kv_cache.clone()
+    slots = np.asarray([t[(c - 1) // BS] * BS + (c - 1) % BS for c, t in zip(decode_lens, tables)], dtype=np.int64)
+    # the reference stores the rows' own K/V first: store the values already there, so the cache is unchanged
+    flat = ref_cache.view(2, -1, HKV, D)
+    k_now, v_now = flat[0][torch.from_numpy(slots).to(DEVICE)], flat[1][torch.from_numpy(slots).to(DEVICE)]
+    out = ref.forward(q[:n], k_now, v_now, ref_cache, ref.build_metadata(decode_lens, tables, [], slots))
+    torch.testing.assert_close(got[:n].reshape(out.shape), out, atol=TOL, rtol=TOL)
+
+
+def test_tiling_fills_the_gpu_and_stays_static():
+    from backends.torch.triton_kernels import attention_tiling
+
+    # SmolLM2 (G 3, D 64) on 132 SMs: tiles of 2 pages, splits a power of two >= 2 x 132 / (batch x 3)
+    assert attention_tiling(1, 3, 3, 64, 512, 16, 132) == (32, 64)
+    assert attention_tiling(8, 3, 3, 64, 512, 16, 132) == (32, 16)
+    assert attention_tiling(64, 3, 3, 64, 512, 16, 132) == (32, 2)
+    assert attention_tiling(128, 3, 3, 64, 512, 16, 132) == (16, 1)  # a full grid: one-page tiles, no split
+    assert attention_tiling(128, 8, 4, 128, 512, 16, 132) == (16, 1)  # Llama-3-8B at batch 128
+    assert attention_tiling(8, 8, 4, 128, 512, 16, 132) == (16, 8)
+    assert attention_tiling(1, 8, 4, 128, 2, 16, 132) == (16, 2)  # never more splits than tiles of the table
+    widths = range(30, 300)  # eager steps' tables grow a block at a time: few split counts, few compiles
+    assert {attention_tiling(1, 8, 4, 128, w, 16, 132)[1] for w in widths} == {32, 64}
