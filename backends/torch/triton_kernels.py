@@ -23,7 +23,9 @@ rows and prefill rows with cached history all go through the same launch::
 Flash-decoding (vLLM's paged attention v2 does the same with 512-key partitions): when rows x KV heads are
 too few programs to fill the GPU (small decode batches), each row's keys are also split over several
 programs, each keeping its own (m, l, acc), and a second kernel merges them; and each iteration gathers a
-tile of several pages, not one. attention_tiling() picks both; ``num_splits`` forces a split count.
+tile of several pages, not one. attention_tiling() picks both; ``num_splits`` forces a split count. An
+eager launch over short tables keeps one split (EAGER_SPLIT_MIN_KEYS): there the second launch costs more
+host time than the split saves GPU time.
 
 A row with ``ctx_lens[t] == 0`` (a padded row of a CUDA-graph bucket, or a row another kernel serves)
 writes zeros. The dot products are broadcast-multiply-and-sum rather than ``tl.dot``: G is 1-8 and the
@@ -224,6 +226,18 @@ def _splits(max_keys: int, tile: int, want: int) -> int:
 # kernel (the layout before flash-decoding) beside the default in the same process
 FORCED_TILING: tuple[int, int] | None = None
 
+# An eager launch (not under CUDA-graph capture) splits only when its widest table reaches this many keys.
+# Measured on an H200 (bench/results/2026-12-04-paged-attention-ab-h200.json): the split path's second
+# launch and scratch cost ~45 us of host time a call, while the one-split kernel's GPU time is ~0.1 ms at
+# 512 keys (a wash) and ~0.8 ms at 4,096 (the split saves ~0.7 ms). Captured graphs replay with no host
+# cost, so they always split.
+EAGER_SPLIT_MIN_KEYS = 1024
+
+
+def _eager_on_cuda(device: torch.device) -> bool:
+    return device.type == "cuda" and not torch.cuda.is_current_stream_capturing()
+
+
 _SM_COUNT: dict[int, int] = {}
 
 
@@ -259,6 +273,8 @@ def paged_attention(
     group = h // hkv
     width = block_tables.shape[1]
     chosen_tile, splits = attention_tiling(t, hkv, group, d, width, bs, _num_sms(q.device))
+    if splits > 1 and width * bs < EAGER_SPLIT_MIN_KEYS and _eager_on_cuda(q.device):
+        chosen_tile, splits = bs, 1  # a second launch would cost more host time than its split saves
     if FORCED_TILING is not None:
         num_splits, tile = FORCED_TILING
     tile = tile or chosen_tile

@@ -220,3 +220,29 @@ def test_tiling_fills_the_gpu_and_stays_static():
     assert attention_tiling(1, 8, 4, 128, 2, 16, 132) == (16, 2)  # never more splits than tiles of the table
     widths = range(30, 300)  # eager steps' tables grow a block at a time: few split counts, few compiles
     assert {attention_tiling(1, 8, 4, 128, w, 16, 132)[1] for w in widths} == {32, 64}
+
+
+def test_eager_launches_over_short_tables_keep_one_split(monkeypatch):
+    """Outside graph capture on CUDA (faked here), tables under EAGER_SPLIT_MIN_KEYS keys launch one kernel,
+    wider ones split and merge; the outputs agree either way."""
+    from backends.torch import triton_kernels as tk
+
+    merges = []
+    real_merge = tk._merge_splits_kernel
+
+    class CountingMerge:
+        def __getitem__(self, grid):
+            merges.append(grid)
+            return real_merge[grid]
+
+    monkeypatch.setattr(tk, "_merge_splits_kernel", CountingMerge())
+    monkeypatch.setattr(tk, "_eager_on_cuda", lambda device: True)
+    kv_cache, tables, _, _slots, q, _k, _v = _step(6, [9], [])
+    for width, splits in ((12, False), (tk.EAGER_SPLIT_MIN_KEYS // BS, True)):
+        table_np, ctx_np = paged_rows([9], tables, [], BS, width=width)
+        table, ctx = torch.from_numpy(table_np).to(DEVICE), torch.from_numpy(ctx_np).to(DEVICE)
+        merges.clear()
+        got = tk.paged_attention(q, kv_cache, table, ctx, D**-0.5, tile=BS)
+        assert bool(merges) is splits, width
+        want = tk.paged_attention(q, kv_cache, table, ctx, D**-0.5, num_splits=1, tile=BS)
+        torch.testing.assert_close(got, want, atol=TOL, rtol=TOL)
