@@ -223,6 +223,15 @@ class RouterConfig:
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged). Since the twenty-seventh grid the everyday slo_sacrifice_weight is 10 as well, so at the
         defaults overload mode escalates the triage penalty alone.
+    slo_sacrifice_long_share: with sacrifice on and this non-zero, a request is also a lost cause when its
+        prefill alone on the fastest node of the decision (its prompt, nothing cached, at that node's rate) takes
+        more than this share of its TTFT target, whether or not some node could still meet the target: shortest
+        jobs first. Goodput counts requests, so in a sustained overload the fast nodes' seconds are worth more
+        spent on several short prompts than on one long one (code 80% with Sarathi-sized step budgets: the
+        H100s full of long prompts met the target for 40% of theirs, bench/results/2026-12-04-sim-eval-sarathi-
+        budgets.json). A prefix holder that meets the target thanks to its cache is not charged, as for any lost
+        cause. 0 (the default): off. overload_sacrifice_long_share: its value in overload mode (the larger of
+        the two applies there).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -287,6 +296,8 @@ class RouterConfig:
     overload_hold_s: float = 10.0
     overload_triage_penalty_s: float = 10.0
     overload_sacrifice_weight: float = 10.0
+    slo_sacrifice_long_share: float = 0.0
+    overload_sacrifice_long_share: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -361,12 +372,13 @@ class RouterConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
     def in_overload(self) -> RouterConfig:
-        """This configuration as overload mode decides: SLO triage's penalty and sacrifice's weight raised to
-        their overload values where those are larger."""
+        """This configuration as overload mode decides: SLO triage's penalty, sacrifice's weight and its long
+        prompt share raised to their overload values where those are larger."""
         return replace(
             self,
             slo_triage_penalty_s=max(self.slo_triage_penalty_s, self.overload_triage_penalty_s),
             slo_sacrifice_weight=max(self.slo_sacrifice_weight, self.overload_sacrifice_weight),
+            slo_sacrifice_long_share=max(self.slo_sacrifice_long_share, self.overload_sacrifice_long_share),
         )
 
     def params_b_for(self, model: str) -> float:

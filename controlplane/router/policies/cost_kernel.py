@@ -51,6 +51,9 @@ slo_ttft and slo_tpot are the request class's SLOs, else the router's)::
           (+ lora_load_s) as computed above, is > sacrifice_max_ttft: charged as the fastest node; and
           sacrifice_max_rate_ratio != 0: 1.0 where least inv_rate / inv_rate > it: not the slowest tier)
     cost[i] = c;  winner = first least c (numpy's argmin: the first NaN if there is one); none if inf
+    (a long prompt, sacrifice_s != 0 and long_s != 0 and the least inv_rate * own > long_s, long_s =
+     slo_sacrifice_long_share * slo_ttft: miss is True on every node, so it is a lost cause; the prefix credit
+     lifts a holder's charges only where its uncached tokens at the least inv_rate are within long_s too)
 
 (min as np.minimum: a NaN on either side wins.) Then the prefix credit of the candidates the prefix index
 matched, exactly as ``HardwareAwarePolicy._credit_cached_prefix`` does it: a holder is skipped when its cost
@@ -113,7 +116,7 @@ EDGE_VALUES = np.array(EDGES)  # global arrays: numba compiles them in as consta
 LAST_EDGE = EDGES[-1]
 # the bin of each integer below the last edge (the edges are integers); uint8: 64 KiB, compiled in as a constant
 BIN_OF_INT = np.array([bin_of(m) for m in range(int(LAST_EDGE))], dtype=np.uint8)
-NUM_PARAMS = 28  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 28 arguments)
+NUM_PARAMS = 29  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 29 arguments)
 
 
 def least_cost_index(
@@ -132,7 +135,7 @@ def least_cost_index(
      num_prompt_tokens, has_lora, router_slo_ttft_s, triage_penalty_s, harm_penalty_s, spare_below,
      excess_only, pack_weight, pack_needs_tpot, sacrifice_s, sacrifice_max_ttft_s, sacrifice_max_rate_ratio,
      tpot_floor_miss, harm_triage, harm_decoders, harm_count, harm_cap_s, harm_reported,
-     late_weight) = params  # fmt: skip
+     late_weight, long_s) = params  # fmt: skip
     n = values.shape[1]
     max_prompt, inv_rate, base = values[COL_MAX_PROMPT], values[COL_INV_RATE], values[COL_BASE_S]
     step, backlog, chunk = values[COL_STEP_S], values[COL_BACKLOG_S], values[COL_CHUNK_S]
@@ -158,6 +161,15 @@ def least_cost_index(
     excess = excess_only != 0.0
     gate = pack_needs_tpot != 0.0
     lost = sacrifice_s != 0.0  # sacrifice: stays True while every node misses the TTFT target (a lost cause)
+    forced = False  # a long prompt (long_s): charged as missing the target on every node, hence a lost cause
+    if lost and long_s != 0.0 and n > 0:
+        x = inv_rate[0]
+        for i in range(1, n):  # np.min: the least, or the first NaN
+            y = inv_rate[i]
+            x = y if y < x or y != y else x
+            if y != y:
+                break
+        forced = x * own > long_s  # a NaN: not
     bounded = sacrifice_max_ttft_s != 0.0  # sacrifice favours only the nodes whose TTFT is within this bound
     tiered = sacrifice_max_rate_ratio != 0.0  # and only those whose rate / the fastest's is at most this ratio
     # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
@@ -166,7 +178,7 @@ def least_cost_index(
         own_s = inv_rate[i] * own
         c = own_s + base[i]
         c += lora_load[i] if lora and not is_tagged[i] else 0.0
-        miss = c > slo_ttft_s
+        miss = c > slo_ttft_s or forced
         missing = miss or (floor_miss and floor[i] > slo_tpot_s)
         lost &= missing
         late = c - slo_ttft_s  # np.maximum(c - slo, 0.0) * late_weight (a NaN wins)
@@ -261,7 +273,9 @@ def least_cost_index(
         if cached_own < 1.0:
             cached_own = 1.0
         saved_s = (own - cached_own) * rate_inv
-        if own * rate_inv + base_s > router_slo_ttft_s and cached_own * rate_inv + base_s <= router_slo_ttft_s:
+        whole_miss = own * rate_inv + base_s > router_slo_ttft_s or forced
+        cached_long = forced and cached_own * fastest_inv_rate > long_s  # still long, cached: still charged
+        if whole_miss and cached_own * rate_inv + base_s <= router_slo_ttft_s and not cached_long:
             doomed = floor_miss and floor[i] > slo_tpot_s  # still charged as a miss, and not packed
             saved_s += 0.0 if doomed else ttft_penalty_s
             if (own * rate_inv if spare else base[i]) <= router_slo_ttft_s:  # the triage penalty, if charged
@@ -458,6 +472,7 @@ class CostKernel:
             *self._static_12_17,
             float(config.slo_sacrifice_weight * slo_ttft_s),  # sacrifice_s (charged only for a lost cause)
             *self._static_19_27,
+            float(config.slo_sacrifice_long_share * slo_ttft_s),  # long_s (0: off)
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params
@@ -476,6 +491,25 @@ class CostKernel:
         chosen = self._kernel(values, np.empty(1), np.zeros(1, dtype=bool), one, one, one, 1, params)
         if chosen != 0:
             raise RuntimeError(f"hardware_aware kernel: warm-up chose {chosen} of one node")
+
+
+def long_prompt(columns: np.ndarray, num_tokens: int, slo_ttft_s: float, config: RouterConfig) -> bool:
+    """The numpy path's long-prompt test (slo_sacrifice_long_share, with sacrifice on): ``num_tokens``' prefill on
+    the decision's fastest node (np.min of the inverse rates: a NaN wins, and then it is not long) above that
+    share of the TTFT target, as the kernel tests it."""
+    long_s = config.slo_sacrifice_long_share * slo_ttft_s
+    if config.slo_sacrifice_weight * slo_ttft_s == 0.0 or long_s == 0.0:
+        return False
+    return bool(columns[COL_INV_RATE].min() * float(max(num_tokens, 1)) > long_s)
+
+
+def row_tpot_s(row, inv_steps: float) -> float:
+    """A table row's predicted TPOT, as the numpy path's ``choose`` computes it: min(backlog_s * inv_steps, chunk_s)
+    + step_s (np.minimum: a NaN on either side wins)."""
+    tpot_s, chunk_s = row[COL_BACKLOG_S] * inv_steps, row[COL_CHUNK_S]
+    if chunk_s < tpot_s or chunk_s != chunk_s:
+        tpot_s = chunk_s
+    return tpot_s + row[COL_STEP_S]
 
 
 def _static_params(config: RouterConfig) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:

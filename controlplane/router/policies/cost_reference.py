@@ -64,13 +64,27 @@ def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, 
     every one of them, or the node charged as missing by ``tpot_floor_missed``), else 0.0 (not one, or the knob
     is off)."""
     prompt, lora = request.num_prompt_tokens, request.lora_name
-    if not config.slo_sacrifice_weight or any(
+    if not config.slo_sacrifice_weight:
+        return 0.0
+    fastest = max((prefill_rate_tok_per_s(v, config) for v in nodes), default=0.0)
+    if long_prompt(prompt, fastest, config, slo_ttft_s):  # a long prompt: a lost cause by definition
+        return fastest
+    if any(
         predict_ttft_s(v, prompt, config) + lora_cold_load_s(v, lora, config) <= slo_ttft_s
         and not tpot_floor_missed(v, config)
         for v in nodes
     ):
         return 0.0
-    return max((prefill_rate_tok_per_s(v, config) for v in nodes), default=0.0)
+    return fastest
+
+
+def long_prompt(num_tokens: int, fastest_rate: float, config: RouterConfig, slo_ttft_s: float) -> bool:
+    """RouterConfig.slo_sacrifice_long_share (with sacrifice on): ``num_tokens``' prefill at the fastest rate
+    takes more than that share of ``slo_ttft_s``."""
+    share = config.slo_sacrifice_long_share
+    if not share or not config.slo_sacrifice_weight or fastest_rate <= 0.0:
+        return False
+    return max(num_tokens, 1) / fastest_rate > share * slo_ttft_s
 
 
 def sacrifice_charge_s(node: NodeView, request: RouteRequest, config: RouterConfig, fastest_rate: float) -> float:
@@ -101,16 +115,18 @@ def predict_cost_s(
 ) -> float:
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring.
     ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision (SLO triage by capability).
-    ``lost``: ``lost_cause_fastest_rate`` over the nodes of the decision (0: sacrifice off)."""
+    ``lost``: ``lost_cause_fastest_rate`` over the nodes of the decision (0: sacrifice off). A long prompt
+    (``long_prompt``, of the tokens left to prefill here) is charged as missing the TTFT target."""
     num_prompt_tokens = request.num_prompt_tokens
     ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
     ttft_s += lora_cold_load_s(node, request.lora_name, config)
     tpot_s = predict_tpot_s(node, config, request.max_tokens)
     tpot_term_s = max(tpot_s - config.slo_tpot_s, 0.0) if config.tpot_excess_only else tpot_s
     cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_term_s
-    if ttft_s > config.slo_ttft_s:
+    uncached = num_prompt_tokens - num_cached_tokens
+    if ttft_s > config.slo_ttft_s or (lost and long_prompt(uncached, lost, config, config.slo_ttft_s)):
         cost += config.slo_ttft_miss_penalty_s
-        cost += config.slo_ttft_late_weight * (ttft_s - config.slo_ttft_s)  # a miss priced by how late it is
+        cost += config.slo_ttft_late_weight * max(ttft_s - config.slo_ttft_s, 0.0)  # priced by how late it is
         if spare_capable:  # charge the nodes that could serve a prompt of this size in time (whole prompt)
             charged = max(num_prompt_tokens, 1) / prefill_rate_tok_per_s(node, config) <= config.slo_ttft_s
         else:

@@ -49,7 +49,9 @@ seconds)::
                   rate among them; the vectorised paths add it last, after the KV term)          (sacrifice)
                   (slo_sacrifice_max_ttft_s non-zero: * 1 instead of * rate / fastest_rate where that TTFT
                    is above it: the sacrifice only favours a node that serves the lost cause within the bound;
-                   slo_sacrifice_max_rate_ratio non-zero: * 1 too where rate / fastest_rate is above it)
+                   slo_sacrifice_max_rate_ratio non-zero: * 1 too where rate / fastest_rate is above it;
+                   slo_sacrifice_long_share non-zero: a prompt whose prefill on the fastest node is above that
+                   share of slo_ttft_s misses everywhere by definition, a lost cause: shortest jobs first)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (1 s by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                   (slo_tpot_harm_triage: and TPOT's step term <= slo_tpot_s: decodes already over the target
@@ -113,7 +115,7 @@ import numpy as np
 from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, cumulative, pushed_over, pushed_over_columns
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
-from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel
+from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, long_prompt, row_tpot_s
 from controlplane.router.policies.cost_reference import late_saved_s
 from controlplane.router.policies.node_predictions import MIN_FIGURE, lora_cold_load_s
 from controlplane.router.policies.node_table import NodeTable, NodeTables
@@ -221,8 +223,7 @@ class HardwareAwarePolicy(PolicyHooks):
             config = self._overload_config
         columns = table.columns
         num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
-        add = self._add
-        # cost = TTFT (+ its SLO penalty)
+        add = self._add  # cost = TTFT (+ its SLO penalty), below
         cost = np.multiply(columns[_COL_INV_RATE], float(max(num_prompt_tokens, 1)), self._cost)  # float: faster
         cost += columns[_COL_BASE_S]
         if lora_name is not None:  # a cold adapter load, except on the nodes holding the adapter
@@ -236,6 +237,8 @@ class HardwareAwarePolicy(PolicyHooks):
         if ttft_terms or config.slo_sacrifice_weight:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
             miss = np.greater(cost, slo_ttft_s, self._miss)
+            if long_prompt(columns, num_prompt_tokens, slo_ttft_s, config):  # charged as missing everywhere
+                miss.fill(True)
             late = None
             if config.slo_ttft_late_weight:  # a miss priced by how late it is (added after the miss penalty)
                 late = np.maximum(np.subtract(cost, slo_ttft_s, self._late), 0.0, out=self._late)
@@ -402,6 +405,11 @@ class HardwareAwarePolicy(PolicyHooks):
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
         harm_decoders = config.slo_tpot_harm_decoders
         floor_miss = config.slo_tpot_floor_miss  # a node that misses TPOT at any load keeps its miss charges
+        forced = bool(lost_s) and long_prompt(table.columns, own, slo_ttft_s, config)  # as ``choose`` tested it
+
+        def long(tokens: int) -> bool:  # still a long prompt with these tokens to prefill: its charges stay
+            return long_prompt(table.columns, tokens, slo_ttft_s, config)
+
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
         if triage_penalty_s and config.slo_triage_spare_capable_below:
             capable = np.count_nonzero(np.multiply(table.columns[_COL_INV_RATE], float(own)) <= slo_ttft_s)
@@ -431,7 +439,8 @@ class HardwareAwarePolicy(PolicyHooks):
             if cached_own < 1:
                 cached_own = 1
             saved_s = (own - cached_own) * inv_rate
-            if own * inv_rate + base_s > slo_ttft_s and cached_own * inv_rate + base_s <= slo_ttft_s:
+            whole_miss = own * inv_rate + base_s > slo_ttft_s or forced  # a long prompt: charged as a miss
+            if whole_miss and cached_own * inv_rate + base_s <= slo_ttft_s and not (forced and long(cached_own)):
                 doomed = floor_miss and row[_COL_FLOOR_S] > slo_tpot_s  # still charged as a miss, and not packed
                 if not doomed:
                     saved_s += ttft_penalty_s
@@ -441,7 +450,7 @@ class HardwareAwarePolicy(PolicyHooks):
                     saved_s += factor.item(i) * lost_s
                 if pack_weight and not doomed:  # it meets the target now: bin packing charges its slack
                     slack_s = slo_ttft_s - own * inv_rate
-                    if pack_needs_tpot and _tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it
+                    if pack_needs_tpot and row_tpot_s(row, inv_steps) > slo_tpot_s:  # as ``choose`` charged it
                         slack_s = slo_ttft_s
                     if slack_s > 0.0:
                         pack_s = slack_s * pack_weight
@@ -588,12 +597,3 @@ _LAST_CUM = _COL_CUM + NUM_BINS - 1
 
 def _lora_tags(node: NodeView) -> tuple[str, ...]:
     return node.lora_resident
-
-
-def _tpot_s(row, inv_steps: float) -> float:
-    """A table row's predicted TPOT, as ``choose`` computes it: min(backlog_s * inv_steps, chunk_s) + step_s
-    (np.minimum: a NaN on either side wins)."""
-    tpot_s, chunk_s = row[_COL_BACKLOG_S] * inv_steps, row[_COL_CHUNK_S]
-    if chunk_s < tpot_s or chunk_s != chunk_s:
-        tpot_s = chunk_s
-    return tpot_s + row[_COL_STEP_S]

@@ -102,6 +102,16 @@ CONFIGS = (
         slo_sacrifice_max_ttft_s=0.5,
         slo_pack_weight=1.0,
     ),
+    # sacrifice of long prompts too (slo_sacrifice_long_share), alone and with the bound and the tier
+    RouterConfig(slo_ttft_s=0.2, slo_sacrifice_weight=3.0, slo_sacrifice_long_share=0.3),
+    RouterConfig(slo_ttft_s=0.05, slo_sacrifice_weight=10.0, slo_sacrifice_long_share=0.05, slo_pack_weight=1.0),
+    RouterConfig(
+        slo_ttft_s=0.2,
+        slo_sacrifice_weight=30.0,
+        slo_sacrifice_long_share=0.5,
+        slo_sacrifice_max_rate_ratio=0.5,
+        slo_sacrifice_max_ttft_s=1.5,
+    ),
 )
 
 profiles = st.fixed_dictionaries(
@@ -217,6 +227,7 @@ GATED = tuple(c for c in CONFIGS if c.slo_pack_needs_tpot)
 SACRIFICE = tuple(c for c in CONFIGS if c.slo_sacrifice_weight)
 BOUNDED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_ttft_s)
 TIERED = tuple(c for c in CONFIGS if c.slo_sacrifice_max_rate_ratio)
+LONG = tuple(c for c in CONFIGS if c.slo_sacrifice_long_share)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -249,6 +260,14 @@ def test_tiered_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, pi
     """The same check with sacrifice limited to the slowest tier (slo_sacrifice_max_rate_ratio), alone and with
     the bound: each node's factor against the ratio, in the charge and in the prefix credit's lift of it, agrees
     on all three paths."""
+    _check_alike(config, pool, picks, history, spec)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(LONG), *FLEET_CASES)
+def test_long_prompt_sacrifice_chooses_alike_with_the_same_cost_bits(config, pool, picks, history, spec):
+    """The same check with long prompts sacrificed too (slo_sacrifice_long_share): the fastest node's prefill
+    against the share of the target, and the charge that follows, agree on all three paths."""
     _check_alike(config, pool, picks, history, spec)
 
 
@@ -293,7 +312,7 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
     """``knobs``: need, slo_ttft_s, ttft_penalty_s, kv_penalty_s, router_slo_ttft_s, inv_steps, slo_tpot_s,
     triage_penalty_s, harm_penalty_s, spare_below, excess_only, pack_weight, pack_needs_tpot, sacrifice_s,
     sacrifice_max_ttft_s, sacrifice_max_rate_ratio, tpot_floor_miss, harm_triage, harm_decoders, harm_count,
-    harm_cap_s, harm_reported, late_weight (see CostKernel)."""
+    harm_cap_s, harm_reported, late_weight, long_s (see CostKernel)."""
     n = values.shape[1]
     cost = np.empty(n)
     slo_ttft_s = knobs.get("slo_ttft_s", 1.0)
@@ -307,7 +326,8 @@ def _run(kernel, values, num_prompt_tokens=100, lora=False, tagged=(), cand=(), 
               knobs.get("sacrifice_max_ttft_s", 0.0), knobs.get("sacrifice_max_rate_ratio", 0.0),
               knobs.get("tpot_floor_miss", 0.0), knobs.get("harm_triage", 0.0),
               knobs.get("harm_decoders", 0.0), knobs.get("harm_count", 0.0), knobs.get("harm_cap_s", 0.0),
-              knobs.get("harm_reported", 0.0), knobs.get("late_weight", 0.0))  # fmt: skip
+              knobs.get("harm_reported", 0.0), knobs.get("late_weight", 0.0),
+              knobs.get("long_s", 0.0))  # fmt: skip
     assert len(params) == cost_kernel.NUM_PARAMS
     i = kernel(
         np.ascontiguousarray(values), cost, np.zeros(n, dtype=bool), np.array(tagged, dtype=np.int64),
@@ -593,3 +613,24 @@ def test_prefix_holders_whose_credit_lifts_triage_and_harm(slo_ttft_s, slo_tpot_
     n = len(nodes)
     for policy in policies[1:]:
         assert _bits(policy._kernel.cost[:n]) == _bits(numpy_path._cost[:n])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_hand_made_long_prompt_is_a_lost_cause(kernel):
+    """A fast node (1e-4 s a token) meets a 1 s target for a 2,000-token prompt (0.2 + 0.1 s), a slow one
+    (1e-3) does not. Sacrifice alone sends it to the fast node; with long_s below the fast node's prefill
+    (0.2 s) it misses everywhere by definition, a lost cause, and goes to the slow one; at long_s 0.25 it is
+    not long. With 1,600 tokens cached on the fast node (400 left: 0.04 s) it is not long there: credited."""
+    values = _values(2)
+    values[cost_kernel.COL_BASE_S] = [0.1, 0.1]
+    values[cost_kernel.COL_INV_RATE] = [1e-4, 1e-3]
+    values[cost_kernel.COL_MAX_PROMPT] = 1e6
+    knobs = {"slo_ttft_s": 1.0, "ttft_penalty_s": 10.0, "sacrifice_s": 10.0}
+    assert _run(kernel, values, num_prompt_tokens=2000, **knobs)[0] == 0
+    i, cost = _run(kernel, values, num_prompt_tokens=2000, long_s=0.15, **knobs)
+    assert i == 1
+    assert list(cost) == [1e-4 * 2000 + 0.1 + 10.0 + 10.0, 1e-3 * 2000 + 0.1 + 10.0 + 0.1 * 10.0]  # miss + charge
+    assert _run(kernel, values, num_prompt_tokens=2000, long_s=0.25, **knobs)[0] == 0
+    assert _run(kernel, values, num_prompt_tokens=2000, long_s=0.15, **{**knobs, "sacrifice_s": 0.0})[0] == 0
+    assert _run(kernel, values, num_prompt_tokens=2000, long_s=0.15, cand=(0,), cached=(1600,), **knobs)[0] == 0
+    assert _run(kernel, values, num_prompt_tokens=2000, long_s=0.03, cand=(0,), cached=(1600,), **knobs)[0] == 1
