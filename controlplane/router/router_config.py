@@ -230,8 +230,12 @@ class RouterConfig:
         spent on several short prompts than on one long one (code 80% with Sarathi-sized step budgets: the
         H100s full of long prompts met the target for 40% of theirs, bench/results/2026-12-04-sim-eval-sarathi-
         budgets.json). A prefix holder that meets the target thanks to its cache is not charged, as for any lost
-        cause. 0 (the default): off. overload_sacrifice_long_share: its value in overload mode (the larger of
-        the two applies there).
+        cause. 0: off. 0.2 since the twenty-ninth grid (bench/results/2026-12-04-sim-tune-29.json: off, 0.05, 0.1
+        and 0.2 every day; 0.2 admissible with the smallest margin -0.029 against off's -0.034, mooncake 100% at the
+        second SLO .414 -> .540; 0.05 and 0.1 lift code 80% most, .392 -> .581 and .510, but break 2 and 1 P99
+        bounds). overload_sacrifice_long_share: its value in overload mode (the larger of the two applies there);
+        0 (the twenty-eighth grid, bench/results/2026-12-04-sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode
+        alone changed no decision on the tuning split).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -296,7 +300,7 @@ class RouterConfig:
     overload_hold_s: float = 10.0
     overload_triage_penalty_s: float = 10.0
     overload_sacrifice_weight: float = 10.0
-    slo_sacrifice_long_share: float = 0.0
+    slo_sacrifice_long_share: float = 0.2
     overload_sacrifice_long_share: float = 0.0
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024

@@ -251,7 +251,7 @@ def test_a_burst_in_one_instant_does_not_switch_the_mode_on_and_herd(
 
 
 def test_overload_mode_sacrifices_long_prompts_first(make_node_view, make_route_request, use_kernel):
-    """overload_sacrifice_long_share (off everyday): in overload a prompt whose prefill on the fastest node takes
+    """overload_sacrifice_long_share (the everyday share off here): in overload a prompt whose prefill on the fastest node takes
     more than that share of the TTFT target is a lost cause even where a node still meets the target. An idle
     H100 (30k tokens/s) meets a 1 s target for a 6k-token prompt (0.2 s) and the L4 does not (1.5 s): off, or at
     share 0.3 (0.2 s is within 0.3 s), it goes to the H100; at share 0.15 it is long, sacrificed to the L4, and
@@ -262,7 +262,7 @@ def test_overload_mode_sacrifices_long_prompts_first(make_node_view, make_route_
     long_prompt = make_route_request(request_id="long", num_prompt_tokens=6_000, max_tokens=16)
     short_prompt = make_route_request(request_id="short", num_prompt_tokens=1_000, max_tokens=16)
     for share, long_goes_to in ((0.0, "h100"), (0.3, "h100"), (0.15, "l4")):
-        config = replace(CONFIG, overload_sacrifice_long_share=share)
+        config = replace(CONFIG, slo_sacrifice_long_share=0.0, overload_sacrifice_long_share=share)
         assert config.slo_sacrifice_long_share == 0.0 and config.in_overload().slo_sacrifice_long_share == share
         everyday = HardwareAwarePolicy(replace(config, overload_window_s=0.0), use_kernel)
         escalated = HardwareAwarePolicy(replace(config.in_overload(), overload_window_s=0.0), use_kernel)
