@@ -18,7 +18,7 @@ from controlplane.router.policies.node_predictions import (
 )
 from controlplane.router.router_config import RouterConfig
 
-CONFIG = RouterConfig(default_model_params_b=1.0, hardware_aware_use_prefix=False)
+CONFIG = RouterConfig(default_model_params_b=1.0, hardware_aware_use_prefix=False, slo_sacrifice_long_share=0.0)
 
 
 def test_estimates_follow_the_documented_formulas():

@@ -32,6 +32,7 @@ BASE = RouterConfig(  # each test turns on the one mechanism it checks
     slo_tpot_harm_penalty_s=0.0,
     slo_tpot_miss_penalty_s=0.0,
     slo_sacrifice_weight=0.0,
+    slo_sacrifice_long_share=0.0,  # long prompts sacrificed: test_overload.py and test_cost_kernel.py
     slo_tpot_harm_count=False,  # decode protection's flat charge where a test turns it on (the count: test_harm_count)
     slo_ttft_late_weight=0.0,  # a miss's step penalty alone (lateness priced: test_ttft_lateness.py)
 )

@@ -251,8 +251,9 @@ def test_a_burst_in_one_instant_does_not_switch_the_mode_on_and_herd(
 
 
 def test_overload_mode_sacrifices_long_prompts_first(make_node_view, make_route_request, use_kernel):
-    """overload_sacrifice_long_share (the everyday share off here): in overload a prompt whose prefill on the fastest node takes
-    more than that share of the TTFT target is a lost cause even where a node still meets the target. An idle
+    """overload_sacrifice_long_share (the everyday share off here): in overload a prompt whose prefill on the
+    fastest node takes more than that share of the TTFT target is a lost cause even where a node still meets the
+    target. An idle
     H100 (30k tokens/s) meets a 1 s target for a 6k-token prompt (0.2 s) and the L4 does not (1.5 s): off, or at
     share 0.3 (0.2 s is within 0.3 s), it goes to the H100; at share 0.15 it is long, sacrificed to the L4, and
     a short prompt still goes to the H100."""
