@@ -164,11 +164,9 @@ def least_cost_index(
     forced = False  # a long prompt (long_s): charged as missing the target on every node, hence a lost cause
     if lost and long_s != 0.0 and n > 0:
         x = inv_rate[0]
-        for i in range(1, n):  # np.min: the least, or the first NaN
+        for i in range(1, n):  # np.min: the least, or NaN (once NaN, x stays NaN: no break, a loop of selects)
             y = inv_rate[i]
             x = y if y < x or y != y else x
-            if y != y:
-                break
         forced = x * own > long_s  # a NaN: not
     bounded = sacrifice_max_ttft_s != 0.0  # sacrifice favours only the nodes whose TTFT is within this bound
     tiered = sacrifice_max_rate_ratio != 0.0  # and only those whose rate / the fastest's is at most this ratio
