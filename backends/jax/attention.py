@@ -118,7 +118,10 @@ def chunk_attention(q: jax.Array, kv: jax.Array, layer: jax.Array, meta: ChunkMe
     row_pos = meta.row_pos.reshape(nt, tr)
     mask = (row_seg[:, :, None] == key_seg[:, None, :]) & (key_pos[:, None, :] <= row_pos[:, :, None])  # [NT, TR, K]
     qg = q.reshape(nt, tr, hkv, g, d).transpose(0, 2, 3, 1, 4).reshape(nt, hkv, g * tr, d)
-    scores = lax.dot_general(qg, keys, (((3,), (3,)), batch), preferred_element_type=jnp.float32, precision=_HIGHEST) * d**-0.5
+    scores = (
+        lax.dot_general(qg, keys, (((3,), (3,)), batch), preferred_element_type=jnp.float32, precision=_HIGHEST)
+        * d**-0.5
+    )
     scores = jnp.where(mask[:, None, None], scores.reshape(nt, hkv, g, tr, k), MASKED)
     probs = jnp.exp(scores - jnp.max(scores, axis=-1, keepdims=True))
     denom = jnp.sum(probs, axis=-1, keepdims=True)  # [NT, Hkv, G, TR, 1]

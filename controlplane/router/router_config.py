@@ -344,6 +344,8 @@ class RouterConfig:
             "overload_hold_s",
             "overload_triage_penalty_s",
             "overload_sacrifice_weight",
+            "slo_sacrifice_long_share",
+            "overload_sacrifice_long_share",
             "kv_full_penalty_s",
             "prefix_load_penalty_blocks",
             "lora_load_estimate_s",

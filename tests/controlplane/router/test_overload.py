@@ -104,6 +104,8 @@ def test_the_detector_refuses_bad_settings(bad):
         dict(overload_triage_penalty_s=-1.0),
         dict(overload_hold_s=-1.0),
         dict(overload_sacrifice_weight=float("nan")),
+        dict(slo_sacrifice_long_share=-0.1),
+        dict(overload_sacrifice_long_share=float("nan")),
     ],
 )
 def test_router_config_refuses_bad_overload_settings(bad):
