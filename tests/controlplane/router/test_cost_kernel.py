@@ -28,6 +28,7 @@ from controlplane.router.policies.cost_reference import lost_cause_fastest_rate,
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
+from tests.controlplane.router.test_cost_kernel_hand_made import KERNELS, _run, _values  # noqa: F401 (the mechanisms' tests import them from here)
 
 GPUS = ("h200", "a100-40gb", "l40s", "l4", "t4")
 BLOCK = 16
