@@ -119,6 +119,15 @@ BIN_OF_INT = np.array([bin_of(m) for m in range(int(LAST_EDGE))], dtype=np.uint8
 NUM_PARAMS = 29  # the ``params`` tuple, all floats (one tuple: ~0.5 µs cheaper to pass than 29 arguments)
 
 
+def _least(a: np.ndarray, n: int) -> float:
+    """np.min of a[:n] (n > 0): the least, or NaN if any is NaN (once NaN, it stays NaN)."""
+    x = a[0]
+    for i in range(1, n):
+        y = a[i]
+        x = y if y < x or y != y else x
+    return x
+
+
 def least_cost_index(
     values: np.ndarray,  # float64 [NUM_COLUMNS, n]
     cost: np.ndarray,  # float64 [>= n], out: each node's cost before the prefix credit
@@ -162,12 +171,12 @@ def least_cost_index(
     gate = pack_needs_tpot != 0.0
     lost = sacrifice_s != 0.0  # sacrifice: stays True while every node misses the TTFT target (a lost cause)
     forced = False  # a long prompt (long_s): charged as missing the target on every node, hence a lost cause
+    fastest_inv_rate = math.nan  # np.min of inv_rate, found once: here for the long-prompt test, or by sacrifice
+    have_fastest = False
     if lost and long_s != 0.0 and n > 0:
-        x = inv_rate[0]
-        for i in range(1, n):  # np.min: the least, or NaN (once NaN, x stays NaN: no break, a loop of selects)
-            y = inv_rate[i]
-            x = y if y < x or y != y else x
-        forced = x * own > long_s  # a NaN: not
+        fastest_inv_rate = _least(inv_rate, n)
+        have_fastest = True
+        forced = fastest_inv_rate * own > long_s  # a NaN: not
     bounded = sacrifice_max_ttft_s != 0.0  # sacrifice favours only the nodes whose TTFT is within this bound
     tiered = sacrifice_max_rate_ratio != 0.0  # and only those whose rate / the fastest's is at most this ratio
     # Each knob's term is a select adding 0.0 where the numpy path skips the pass or the mask is False
@@ -213,14 +222,9 @@ def least_cost_index(
             c = cost[i] + (harm_cap_s if capped and harm_cap_s < h else h)  # np.minimum: a NaN h wins
             c += kv_penalty_s if headroom[i] < need else 0.0
             cost[i] = math.inf if max_prompt[i] < num_prompt_tokens else c
-    fastest_inv_rate = 0.0
     if lost and n > 0:  # sacrifice: a lost cause costs a node the more, the more capable it is
-        fastest_inv_rate = inv_rate[0]
-        for i in range(1, n):  # np.min: the least, or the first NaN
-            x = inv_rate[i]
-            fastest_inv_rate = x if x < fastest_inv_rate or x != x else fastest_inv_rate
-            if x != x:
-                break
+        if not have_fastest:
+            fastest_inv_rate = _least(inv_rate, n)
         for i in range(n):
             x = inv_rate[i]  # x / 0.0 as numpy: inf (0 / 0: NaN), where numba would raise ZeroDivisionError
             x = fastest_inv_rate / x if x != 0.0 else fastest_inv_rate * math.inf
@@ -360,8 +364,10 @@ def _pushed_over(values: np.ndarray, i: int, backlog_s: float, own_s: float, spa
     return pushed
 
 
-_pushed_over_py = _pushed_over  # the plain function, which ``_compile`` compiles
+_pushed_over_py = _pushed_over  # the plain functions, which ``_compile`` compiles
+_least_py = _least
 _HELPER_SIGNATURE = "float64(float64[:, ::1], int64, float64, float64, float64)"
+_LEAST_SIGNATURE = "float64(float64[::1], int64)"
 _SIGNATURE = (
     "int64(float64[:, ::1], float64[::1], boolean[::1], int64[::1], int64[::1], int64[::1], int64, "
     f"UniTuple(float64, {NUM_PARAMS}))"
@@ -387,10 +393,11 @@ def compiled_kernel() -> Callable | None:
 
 def _compile(numba) -> Callable | None:
     try:
-        # the kernel's helper first: numba resolves the kernel's global ``_pushed_over`` when it compiles it, so
-        # the module's name is pointed at the compiled helper (the same floats, from Python too)
+        # the kernel's helpers first: numba resolves the kernel's globals ``_pushed_over`` and ``_least`` when it
+        # compiles it, so the module's names are pointed at the compiled helpers (the same floats, from Python too)
         helper, _ = _jit(numba, _pushed_over_py, _HELPER_SIGNATURE)
-        globals()["_pushed_over"] = helper
+        least, _ = _jit(numba, _least_py, _LEAST_SIGNATURE)
+        globals()["_pushed_over"], globals()["_least"] = helper, least
         kernel, where = _jit(numba, least_cost_index, _SIGNATURE)
     except Exception as e:  # a numba that cannot compile it must not stop the router
         log.warning("hardware_aware decision: numpy path (numba %s failed to compile: %s)", numba.__version__, e)

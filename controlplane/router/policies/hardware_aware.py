@@ -406,10 +406,8 @@ class HardwareAwarePolicy(PolicyHooks):
         harm_decoders = config.slo_tpot_harm_decoders
         floor_miss = config.slo_tpot_floor_miss  # a node that misses TPOT at any load keeps its miss charges
         forced = bool(lost_s) and long_prompt(table.columns, own, slo_ttft_s, config)  # as ``choose`` tested it
-
-        def long(tokens: int) -> bool:  # still a long prompt with these tokens to prefill: its charges stay
-            return long_prompt(table.columns, tokens, slo_ttft_s, config)
-
+        fastest = table.columns[_COL_INV_RATE].min() if forced else 0.0  # a holder still long when cached: charged
+        long_s = config.slo_sacrifice_long_share * slo_ttft_s
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
         if triage_penalty_s and config.slo_triage_spare_capable_below:
             capable = np.count_nonzero(np.multiply(table.columns[_COL_INV_RATE], float(own)) <= slo_ttft_s)
@@ -440,7 +438,8 @@ class HardwareAwarePolicy(PolicyHooks):
                 cached_own = 1
             saved_s = (own - cached_own) * inv_rate
             whole_miss = own * inv_rate + base_s > slo_ttft_s or forced  # a long prompt: charged as a miss
-            if whole_miss and cached_own * inv_rate + base_s <= slo_ttft_s and not (forced and long(cached_own)):
+            still_long = forced and cached_own * fastest > long_s
+            if whole_miss and cached_own * inv_rate + base_s <= slo_ttft_s and not still_long:
                 doomed = floor_miss and row[_COL_FLOOR_S] > slo_tpot_s  # still charged as a miss, and not packed
                 if not doomed:
                     saved_s += ttft_penalty_s
