@@ -13,6 +13,7 @@ split and one page a tile (``triton_kernels.FORCED_TILING``), which is the launc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -22,6 +23,17 @@ from typing import Any
 import torch
 
 BLOCK_SIZE = 16
+VARIANTS = (("before", (1, BLOCK_SIZE)), ("after", None))  # (name, (num_splits, tile) forced, or the kernel's own)
+
+
+@contextlib.contextmanager
+def _tiling(tk, forced):
+    """Every paged_attention launch in the block, a model's included, with ``forced`` tiling (None: its own)."""
+    tk.FORCED_TILING = forced
+    try:
+        yield
+    finally:
+        tk.FORCED_TILING = None
 
 
 def _kernel_case(shape, batch: int, ctx: int, width: int, device: torch.device, tk) -> dict[str, Any]:
@@ -41,13 +53,10 @@ def _kernel_case(shape, batch: int, ctx: int, width: int, device: torch.device, 
     scale = d**-0.5
 
     def run(forced):
-        tk.FORCED_TILING = forced
-        try:
-            return tk.paged_attention(q, cache, tables, ctx_lens, scale)
-        finally:
-            tk.FORCED_TILING = None
+        num_splits, tile = forced or (None, None)
+        return tk.paged_attention(q, cache, tables, ctx_lens, scale, num_splits=num_splits, tile=tile)
 
-    before, after = run((1, BLOCK_SIZE)), run(None)
+    before, after = (run(forced) for _, forced in VARIANTS)
     tile, splits = tk.attention_tiling(batch, hkv, h // hkv, d, width, BLOCK_SIZE, tk._num_sms(device))
     row: dict[str, Any] = {
         "shape": shape.name,
@@ -62,7 +71,7 @@ def _kernel_case(shape, batch: int, ctx: int, width: int, device: torch.device, 
         from triton.testing import do_bench
 
         kv_bytes = batch * ctx * 2 * hkv * d * cache.element_size()
-        for name, forced in (("before", (1, BLOCK_SIZE)), ("after", None)):
+        for name, forced in VARIANTS:
             ms = do_bench(lambda forced=forced: run(forced), warmup=10, rep=40)
             row[f"{name}_us"] = 1e3 * ms
             row[f"{name}_kv_gbps"] = kv_bytes / (ms * 1e-3) / 1e9
@@ -90,14 +99,11 @@ def _eager_profile(shape, model, plan, device, tk, forced) -> list[str]:
 
     from bench.gpu_check import decode_figures
 
-    tk.FORCED_TILING = forced
     prof = cProfile.Profile()
-    try:
+    with _tiling(tk, forced):
         prof.enable()
         decode_figures(shape, model, plan, device, 1, 512, 16, None)
         prof.disable()
-    finally:
-        tk.FORCED_TILING = None
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(14)
     return buf.getvalue().splitlines()[-24:]
@@ -134,15 +140,12 @@ def run_ab(args: argparse.Namespace) -> dict[str, Any]:
         for shape in shapes:
             model = build(shape, torch.bfloat16, device)
             for batch in (1, 32):
-                for name, forced in (("before", (1, BLOCK_SIZE)), ("after", None)):
-                    tk.FORCED_TILING = forced
-                    try:
+                for name, forced in VARIANTS:
+                    with _tiling(tk, forced):
                         fig = decode_figures(shape, model, plan, device, batch, 512, args.steps, bandwidth)
-                    finally:
-                        tk.FORCED_TILING = None
                     report["decode"].append({"kernel": name, **fig})
             if shape.name == "llama-3-8b":
-                for name, forced in (("before", (1, BLOCK_SIZE)), ("after", None)):
+                for name, forced in VARIANTS:
                     eager_plan = kernel_plan(device, cuda_graphs=False)
                     report[f"eager_profile_{name}"] = _eager_profile(shape, model, eager_plan, device, tk, forced)
             del model

@@ -72,6 +72,7 @@ BENCH_TARGETS = {
     "cells": ("bench.cells", "run_cells_bench"),
     "kv": ("bench.kv", "run_kv_bench"),
     "gpu": ("bench.gpu_check", "run_gpu_check"),
+    "paged-attention": ("bench.paged_attention_ab", "run_ab"),
     "step": ("bench.decode_step", "run_decode_step_bench"),
     "spec": ("bench.spec", "run_spec_bench"),
     "lora": ("bench.lora", "run_lora_bench"),
