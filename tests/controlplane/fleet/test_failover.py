@@ -83,7 +83,9 @@ async def test_a_failed_send_makes_the_node_suspect_and_new_requests_go_elsewher
         assert cp.registry.make_stats().num_suspected_total == 1
         requests = cp.stats()["requests"]
         assert (requests["completed"], requests["failed"], requests["refused"]) == (10, 0, 0)
-        assert requests["resumed"] >= 1  # the one(s) sent before it was found out
+        # every request sent to it before it was found out was resumed on the live node (none, where the agent
+        # link's disconnect was seen before the first send: which comes first is a race, not a failure)
+        assert requests["resumed"] == cp.registry._nodes["victim"].num_routed_total
 
 
 @pytest.mark.slow
