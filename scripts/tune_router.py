@@ -107,6 +107,9 @@ GRID_26 = [{"slo_tpot_harm_penalty_s": penalty} for penalty in (3.0, 6.0, 10.0)]
 GRID_27 = [{"slo_sacrifice_weight": weight} for weight in (5.0, 10.0, 15.0)]  # 5.0: the default row
 GRID_28 = [{"overload_sacrifice_long_share": share} for share in (0.0, 0.2, 0.3, 0.5)]  # 0.0: the default row
 GRID_29 = [{"slo_sacrifice_long_share": share} for share in (0.0, 0.05, 0.1, 0.2)]  # 0.0: the default row
+GRID_30 = [{"slo_sacrifice_long_vs_late": False}] + [  # the first: the default row (GRID_29's choice, share 0.2)
+    {"slo_sacrifice_long_vs_late": True, "slo_sacrifice_long_share": share} for share in (0.2, 0.1, 0.05)
+]
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}

@@ -236,6 +236,10 @@ class RouterConfig:
         bounds). overload_sacrifice_long_share: its value in overload mode (the larger of the two applies there);
         0 (the twenty-eighth grid, bench/results/2026-12-04-sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode
         alone changed no decision on the tuning split).
+    slo_sacrifice_long_vs_late: with the long-prompt share on, a prompt is long only when it is also longer than
+        the median prompt of the placements predicted late in the last overload_window_s seconds (at least
+        overload_min_placements of them; fewer: no prompt is long): the sacrifice is made for shorter late requests,
+        not for its peers (router/late_prompts.py says why). Needs overload_window_s > 0. False: off.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -302,6 +306,7 @@ class RouterConfig:
     overload_sacrifice_weight: float = 10.0
     slo_sacrifice_long_share: float = 0.2
     overload_sacrifice_long_share: float = 0.0
+    slo_sacrifice_long_vs_late: bool = False
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -371,6 +376,8 @@ class RouterConfig:
             raise ValueError(f"overload_late_share must be in (0, 1], got {self.overload_late_share}")
         if self.overload_min_placements < 1:
             raise ValueError(f"overload_min_placements must be >= 1, got {self.overload_min_placements}")
+        if self.slo_sacrifice_long_vs_late and not self.overload_window_s:
+            raise ValueError("slo_sacrifice_long_vs_late needs overload_window_s > 0 (its window)")
         if self.prefix_balance_rel_threshold < 1:
             raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")
         for name in ("prefix_max_blocks_per_node", "prefix_max_candidates"):

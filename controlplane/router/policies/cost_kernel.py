@@ -79,6 +79,19 @@ never builds a hardware_aware policy does not pay it); if it is missing or fails
 ``compiled_kernel()`` returns None, says why in the log, and the policy keeps its numpy path. The machine
 code is cached on disk (``cache=True``: next to this file in __pycache__, else numba's user cache
 directory); where no cache directory is writable it is compiled uncached, once per process.
+
+hardware_aware's hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, the decode step, the
+backlog's prefill time, a chunk's time, headroom, an adapter's load time) live in a NodeTable, one row per node,
+derived when the registry logs the node's new view (router/node_changes.py: on a report, a routed, first token or
+finished request) rather than at the decision; a decision checks the rows against its snapshot and then costs every
+node in this loop, the prefix holders' credit included (a holder whose cost less the most it could save is above
+the least cost is skipped). Without numba the decision is ``HardwareAwarePolicy.choose``'s ~13 vectorised numpy
+passes (SLO triage adds 4 and decode protection 10) in the scalar formula's order (the same choice as the old
+decision, bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few prefix holders that
+could still win. Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes keeps its own,
+incremental). Tried and measured slower on the numpy path (numpy 2.4, 1,024 nodes): stacking columns into 2-D
+blocks so one call does two or three passes (a (k, 1) broadcast operand costs more than k 1-D calls), and adding
+penalties with ``where=`` masks instead of ``mask * penalty``.
 """
 
 from __future__ import annotations
@@ -434,7 +447,11 @@ class CostKernel:
         self._static, self._static_12_17, self._static_19_27 = _static_params(config)
         self._warm_up()
 
-    def least_cost(self, request: RouteRequest, table: NodeTable, index: PrefixIndex | None) -> int:
+    def least_cost(
+        self, request: RouteRequest, table: NodeTable, index: PrefixIndex | None, long_ok: bool = True
+    ) -> int:
+        """The position of the least cost node in ``table`` (-1: none can take the request). ``long_ok``: False
+        where the long-prompt test is gated off for this request (RouterConfig.slo_sacrifice_long_vs_late)."""
         n = len(table.nodes)
         if len(self.cost) < n:
             self.cost, self._is_tagged = np.empty(n), np.zeros(n, dtype=bool)
@@ -477,7 +494,7 @@ class CostKernel:
             *self._static_12_17,
             float(config.slo_sacrifice_weight * slo_ttft_s),  # sacrifice_s (charged only for a lost cause)
             *self._static_19_27,
-            float(config.slo_sacrifice_long_share * slo_ttft_s),  # long_s (0: off)
+            float(config.slo_sacrifice_long_share * slo_ttft_s) if long_ok else 0.0,  # long_s (0: off)
         )
         return self._kernel(
             table.values, self.cost, self._is_tagged, tagged, self._cand, self._cand_cached, num_cand, params

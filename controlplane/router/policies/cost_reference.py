@@ -58,16 +58,19 @@ def late_saved_s(ttft_s: float, cached_ttft_s: float, slo_ttft_s: float, config:
     return max(ttft_s - slo_ttft_s, 0.0) * weight - max(cached_ttft_s - slo_ttft_s, 0.0) * weight
 
 
-def lost_cause_fastest_rate(nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float) -> float:
+def lost_cause_fastest_rate(
+    nodes, request: RouteRequest, config: RouterConfig, slo_ttft_s: float, long_ok: bool = True
+) -> float:
     """For sacrifice (RouterConfig.slo_sacrifice_weight): the fastest prefill rate among ``nodes`` when
     ``request`` is a lost cause there (its TTFT with nothing cached, adapter load included, > ``slo_ttft_s`` on
     every one of them, or the node charged as missing by ``tpot_floor_missed``), else 0.0 (not one, or the knob
-    is off)."""
+    is off). ``long_ok``: False where the long-prompt test is gated off (RouterConfig.slo_sacrifice_long_vs_late:
+    the policy's ``LatePrompts`` said the prompt is not longer than the median late one)."""
     prompt, lora = request.num_prompt_tokens, request.lora_name
     if not config.slo_sacrifice_weight:
         return 0.0
     fastest = max((prefill_rate_tok_per_s(v, config) for v in nodes), default=0.0)
-    if long_prompt(prompt, fastest, config, slo_ttft_s):  # a long prompt: a lost cause by definition
+    if long_ok and long_prompt(prompt, fastest, config, slo_ttft_s):  # a long prompt: a lost cause by definition
         return fastest
     if any(
         predict_ttft_s(v, prompt, config) + lora_cold_load_s(v, lora, config) <= slo_ttft_s
@@ -112,11 +115,13 @@ def predict_cost_s(
     num_cached_tokens: int = 0,
     spare_capable: bool = False,
     lost: float = 0.0,
+    long_ok: bool = True,
 ) -> float:
     """The policy's cost of sending ``request`` to ``node`` (lower wins); see the module docstring.
     ``spare_capable``: ``triage_spares_capable`` over the nodes of the decision (SLO triage by capability).
     ``lost``: ``lost_cause_fastest_rate`` over the nodes of the decision (0: sacrifice off). A long prompt
-    (``long_prompt``, of the tokens left to prefill here) is charged as missing the TTFT target."""
+    (``long_prompt``, of the tokens left to prefill here; ``long_ok`` False: none) is charged as missing the TTFT
+    target."""
     num_prompt_tokens = request.num_prompt_tokens
     ttft_s = predict_ttft_s(node, num_prompt_tokens, config, num_cached_tokens)
     ttft_s += lora_cold_load_s(node, request.lora_name, config)
@@ -124,7 +129,7 @@ def predict_cost_s(
     tpot_term_s = max(tpot_s - config.slo_tpot_s, 0.0) if config.tpot_excess_only else tpot_s
     cost = ttft_s + config.tpot_weight * min(request.max_tokens, config.tpot_horizon_tokens) * tpot_term_s
     uncached = num_prompt_tokens - num_cached_tokens
-    if ttft_s > config.slo_ttft_s or (lost and long_prompt(uncached, lost, config, config.slo_ttft_s)):
+    if ttft_s > config.slo_ttft_s or (lost and long_ok and long_prompt(uncached, lost, config, config.slo_ttft_s)):
         cost += config.slo_ttft_miss_penalty_s
         cost += config.slo_ttft_late_weight * max(ttft_s - config.slo_ttft_s, 0.0)  # priced by how late it is
         if spare_capable:  # charge the nodes that could serve a prompt of this size in time (whole prompt)

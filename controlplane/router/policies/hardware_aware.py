@@ -51,7 +51,8 @@ seconds)::
                    is above it: the sacrifice only favours a node that serves the lost cause within the bound;
                    slo_sacrifice_max_rate_ratio non-zero: * 1 too where rate / fastest_rate is above it;
                    slo_sacrifice_long_share non-zero: a prompt whose prefill on the fastest node is above that
-                   share of slo_ttft_s misses everywhere by definition, a lost cause: shortest jobs first)
+                   share of slo_ttft_s misses everywhere by definition, a lost cause: shortest jobs first;
+                   slo_sacrifice_long_vs_late: only if it is longer than the median recent late prompt too)
                 + slo_tpot_miss_penalty_s   if TPOT > slo_tpot_s     (1 s by default, see router_config.py)
                 + slo_tpot_harm_penalty_s   if decode_batch_size > 0 and harm_tpot > slo_tpot_s
                   (slo_tpot_harm_triage: and TPOT's step term <= slo_tpot_s: decodes already over the target
@@ -90,20 +91,7 @@ would. ``cached`` is what the router's prefix index says the node holds of this 
 hardware_aware_use_prefix is off). Nodes that can never take the prompt are skipped; a node short of KV
 room is only penalised (it would queue or preempt), so it still serves when every node is full.
 
-Hot path: the per-node terms (1/rate, the prompt-independent part of TTFT, the decode step, the backlog's
-prefill time, a chunk's time, headroom, an adapter's load time) live in a NodeTable, one row per node,
-derived when the registry logs the node's new view (router/node_changes.py: on a report, a routed, first
-token or finished request) rather than at the decision; a decision checks the rows against its snapshot
-and then costs every node in one compiled loop (cost_kernel.py, numba: the same operations in the same
-order as the numpy path below, so the same floats and the same choice, checked by tests), the prefix
-holders' credit included (a holder whose cost less the most it could save is above the least cost is
-skipped). Without numba the decision is ``choose``'s ~13 vectorised numpy passes (SLO triage adds 4 and
-decode protection 10) in the scalar formula's order (the same choice as the old decision,
-bench/hardware_aware_baseline.py, checked by tests), plus a scalar re-score of the few prefix holders that
-could still win. Tables are kept per snapshot group (a subgroup such as the LoRA-capable nodes keeps its
-own, incremental). Tried and measured slower on the numpy path (numpy 2.4, 1,024 nodes): stacking columns
-into 2-D blocks so one call does two or three passes (a (k, 1) broadcast operand costs more than k 1-D
-calls), and adding penalties with ``where=`` masks instead of ``mask * penalty``.
+Hot path (where the per-node terms live, the compiled loop, the numpy path): cost_kernel.py's module docstring.
 """
 
 from __future__ import annotations
@@ -113,6 +101,7 @@ import math
 import numpy as np
 
 from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, cumulative, pushed_over, pushed_over_columns
+from controlplane.router.late_prompts import LatePrompts
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, long_prompt, row_tpot_s
@@ -169,6 +158,11 @@ class HardwareAwarePolicy(PolicyHooks):
                 config.overload_hold_s,
             )
             self._overload_config = config.in_overload()
+        # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late): the recent late prompts' sizes
+        self._late_prompts = None
+        self._long_ok = True  # this decision's prompt may be long (the gate's answer; True without the gate)
+        if config.slo_sacrifice_long_vs_late:
+            self._late_prompts = LatePrompts(config.overload_window_s, config.overload_min_placements)
         kernel = compiled_kernel() if use_kernel else None
         self.kernel_name = "numpy" if kernel is None else "numba"
         if kernel is not None:
@@ -193,7 +187,9 @@ class HardwareAwarePolicy(PolicyHooks):
             i = self._kernel.least_cost(request, table, self._index)
             return None if i < 0 else table.node_ids[i]
         kernel = self._kernel_overload if overload.active(snapshot.now_s) else self._kernel
-        i = kernel.least_cost(request, table, self._index)
+        late = self._late_prompts  # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late)
+        long_ok = late is None or late.longer(request.num_prompt_tokens, snapshot.now_s)
+        i = kernel.least_cost(request, table, self._index, long_ok)
         if i < 0:
             return None
         self._note_placement(request, table, i, snapshot.now_s)
@@ -221,6 +217,8 @@ class HardwareAwarePolicy(PolicyHooks):
         overload = self.overload
         if overload is not None and overload.active(snapshot.now_s):
             config = self._overload_config
+        late_prompts = self._late_prompts
+        self._long_ok = late_prompts is None or late_prompts.longer(request.num_prompt_tokens, snapshot.now_s)
         columns = table.columns
         num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
         add = self._add  # cost = TTFT (+ its SLO penalty), below
@@ -237,7 +235,7 @@ class HardwareAwarePolicy(PolicyHooks):
         if ttft_terms or config.slo_sacrifice_weight:
             slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s  # the class's SLO
             miss = np.greater(cost, slo_ttft_s, self._miss)
-            if long_prompt(columns, num_prompt_tokens, slo_ttft_s, config):  # charged as missing everywhere
+            if self._long_ok and long_prompt(columns, num_prompt_tokens, slo_ttft_s, config):  # missing everywhere
                 miss.fill(True)
             late = None
             if config.slo_ttft_late_weight:  # a miss priced by how late it is (added after the miss penalty)
@@ -405,7 +403,7 @@ class HardwareAwarePolicy(PolicyHooks):
         inv_steps = 1.0 / max(request.max_tokens - 1, 1)
         harm_decoders = config.slo_tpot_harm_decoders
         floor_miss = config.slo_tpot_floor_miss  # a node that misses TPOT at any load keeps its miss charges
-        forced = bool(lost_s) and long_prompt(table.columns, own, slo_ttft_s, config)  # as ``choose`` tested it
+        forced = bool(lost_s) and self._long_ok and long_prompt(table.columns, own, slo_ttft_s, config)  # as choose
         fastest = table.columns[_COL_INV_RATE].min() if forced else 0.0  # a holder still long when cached: charged
         long_s = config.slo_sacrifice_long_share * slo_ttft_s
         spare = False  # the triage rule ``choose`` charged by: capability (True) or wait
@@ -497,6 +495,8 @@ class HardwareAwarePolicy(PolicyHooks):
         placed = self._placed
         if placed is not None and placed[0] == request.request_id and placed[1] == node_id:
             self.overload.record(placed[2], placed[3])
+            if placed[3] and self._late_prompts is not None:
+                self._late_prompts.record(placed[2], request.num_prompt_tokens)
             self._placed = None
 
     def on_node_removed(self, node_id: str) -> None:
