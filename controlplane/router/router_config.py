@@ -239,7 +239,8 @@ class RouterConfig:
     slo_sacrifice_long_vs_late: with the long-prompt share on, a prompt is long only when it is also longer than
         the median prompt of the placements predicted late in the last overload_window_s seconds (at least
         overload_min_placements of them; fewer: no prompt is long): the sacrifice is made for shorter late requests,
-        not for its peers (router/late_prompts.py says why). Needs overload_window_s > 0. False: off.
+        not for its peers (router/late_prompts.py says why). With overload mode off (overload_window_s 0) there is
+        no window and the gate does not apply: the share alone decides, as with this off.
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
@@ -304,9 +305,9 @@ class RouterConfig:
     overload_hold_s: float = 10.0
     overload_triage_penalty_s: float = 10.0
     overload_sacrifice_weight: float = 10.0
-    slo_sacrifice_long_share: float = 0.2
+    slo_sacrifice_long_share: float = 0.1
     overload_sacrifice_long_share: float = 0.0
-    slo_sacrifice_long_vs_late: bool = False
+    slo_sacrifice_long_vs_late: bool = True
     prefill_chunk_tokens: int = 2048
     kv_reserve_output_tokens: int = 1024
     kv_reserve_running_tokens: int = 128
@@ -376,8 +377,6 @@ class RouterConfig:
             raise ValueError(f"overload_late_share must be in (0, 1], got {self.overload_late_share}")
         if self.overload_min_placements < 1:
             raise ValueError(f"overload_min_placements must be >= 1, got {self.overload_min_placements}")
-        if self.slo_sacrifice_long_vs_late and not self.overload_window_s:
-            raise ValueError("slo_sacrifice_long_vs_late needs overload_window_s > 0 (its window)")
         if self.prefix_balance_rel_threshold < 1:
             raise ValueError(f"prefix_balance_rel_threshold must be >= 1, got {self.prefix_balance_rel_threshold}")
         for name in ("prefix_max_blocks_per_node", "prefix_max_candidates"):

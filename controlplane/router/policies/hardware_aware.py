@@ -161,7 +161,7 @@ class HardwareAwarePolicy(PolicyHooks):
         # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late): the recent late prompts' sizes
         self._late_prompts = None
         self._long_ok = True  # this decision's prompt may be long (the gate's answer; True without the gate)
-        if config.slo_sacrifice_long_vs_late:
+        if config.slo_sacrifice_long_vs_late and config.overload_window_s:  # its window is overload mode's
             self._late_prompts = LatePrompts(config.overload_window_s, config.overload_min_placements)
         kernel = compiled_kernel() if use_kernel else None
         self.kernel_name = "numpy" if kernel is None else "numba"
@@ -188,7 +188,7 @@ class HardwareAwarePolicy(PolicyHooks):
             return None if i < 0 else table.node_ids[i]
         kernel = self._kernel_overload if overload.active(snapshot.now_s) else self._kernel
         late = self._late_prompts  # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late)
-        long_ok = late is None or late.longer(request.num_prompt_tokens, snapshot.now_s)
+        self._long_ok = long_ok = late is None or late.longer(request.num_prompt_tokens, snapshot.now_s)
         i = kernel.least_cost(request, table, self._index, long_ok)
         if i < 0:
             return None

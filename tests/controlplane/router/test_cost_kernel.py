@@ -200,13 +200,17 @@ def _least_predicted_cost(chosen, request, snapshot, config, policy) -> None:
         config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s, slo_tpot_s=request.slo_tpot_s or config.slo_tpot_s
     )
     spare = triage_spares_capable(snapshot.nodes, num_prompt_tokens, scalar_config, scalar_config.slo_ttft_s)
-    lost = lost_cause_fastest_rate(snapshot.nodes, request, scalar_config, scalar_config.slo_ttft_s)
+    long_ok = (
+        policy._long_ok
+    )  # the long-prompt gate's answer for this decision (RouterConfig.slo_sacrifice_long_vs_late)
+    lost = lost_cause_fastest_rate(snapshot.nodes, request, scalar_config, scalar_config.slo_ttft_s, long_ok)
     costs = {
         v.node_id: predict_cost_s(
-            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens), spare, lost
+            v, request, scalar_config, min(matched.get(v.node_id, 0) * BLOCK, request.num_prompt_tokens), spare, lost,
+            long_ok,
         )
         for v in fits
-    }
+    }  # fmt: skip
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9, abs=1e-12)
 
 

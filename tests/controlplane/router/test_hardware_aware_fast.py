@@ -183,7 +183,9 @@ def _snapshot_for(registry: ClusterRegistry, how: str, i: int) -> ClusterSnapsho
     return snapshot
 
 
-def _check_least_cost(chosen: str | None, request: RouteRequest, snapshot: ClusterSnapshot, config) -> None:
+def _check_least_cost(
+    chosen: str | None, request: RouteRequest, snapshot: ClusterSnapshot, config, long_ok: bool = True
+) -> None:
     if config.hardware_aware_use_prefix and request.block_hashes:
         return  # the prefix index's credit is the policy's own memory; the baseline comparison covers it
     fits = [
@@ -194,8 +196,8 @@ def _check_least_cost(chosen: str | None, request: RouteRequest, snapshot: Clust
         return
     scalar_config = replace(config, slo_ttft_s=request.slo_ttft_s or config.slo_ttft_s)
     spare = triage_spares_capable(snapshot.nodes, request.num_prompt_tokens, scalar_config, scalar_config.slo_ttft_s)
-    lost = lost_cause_fastest_rate(snapshot.nodes, request, scalar_config, scalar_config.slo_ttft_s)
-    costs = {v.node_id: predict_cost_s(v, request, scalar_config, 0, spare, lost) for v in fits}
+    lost = lost_cause_fastest_rate(snapshot.nodes, request, scalar_config, scalar_config.slo_ttft_s, long_ok)
+    costs = {v.node_id: predict_cost_s(v, request, scalar_config, 0, spare, lost, long_ok) for v in fits}
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9, abs=1e-12)
 
 
@@ -241,7 +243,7 @@ def _replay(config, history, first_nodes) -> None:
                 registry.report(arg[-1])  # the snapshot is now stale: both must decide on it as it is
             chosen = fast.choose(request, snapshot)
             assert chosen == old.choose(request, snapshot), (i, request)
-            _check_least_cost(chosen, request, snapshot, config)
+            _check_least_cost(chosen, request, snapshot, config, fast._long_ok)
             if chosen is not None:
                 for policy in (fast, old):
                     policy.on_routed(request, chosen)

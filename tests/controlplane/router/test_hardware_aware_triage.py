@@ -59,11 +59,13 @@ def implementation(request, monkeypatch):
 def _decide(config: RouterConfig, request: RouteRequest, *nodes) -> str:
     """The fast policy's choice, checked equal to the old decision's and to the least scalar cost."""
     snapshot = ClusterSnapshot(0.0, tuple(nodes))
-    chosen = HardwareAwarePolicy(config).choose(request, snapshot)
+    policy = HardwareAwarePolicy(config)
+    chosen = policy.choose(request, snapshot)
     assert chosen == HardwareAwareBaseline(config).choose(request, snapshot)
     spare = triage_spares_capable(nodes, request.num_prompt_tokens, config, config.slo_ttft_s)
-    lost = lost_cause_fastest_rate(nodes, request, config, config.slo_ttft_s)
-    costs = {v.node_id: predict_cost_s(v, request, config, 0, spare, lost) for v in nodes}
+    long_ok = policy._long_ok  # the long-prompt gate's answer (RouterConfig.slo_sacrifice_long_vs_late)
+    lost = lost_cause_fastest_rate(nodes, request, config, config.slo_ttft_s, long_ok)
+    costs = {v.node_id: predict_cost_s(v, request, config, 0, spare, lost, long_ok) for v in nodes}
     assert costs[chosen] == pytest.approx(min(costs.values()), rel=1e-9)
     return chosen
 

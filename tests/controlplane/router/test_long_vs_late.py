@@ -49,13 +49,13 @@ def test_bad_windows_are_refused(window_s, min_placements):
         LatePrompts(window_s, min_placements)
 
 
-def test_the_knob_is_settable_from_zoo_sim_and_needs_overload_modes_window():
-    config = RouterConfig(**parse_router_knobs('{"slo_sacrifice_long_vs_late": true}'))
-    assert config.slo_sacrifice_long_vs_late and config.overload_window_s > 0
-    assert HardwareAwarePolicy(config)._late_prompts is not None
-    assert HardwareAwarePolicy(RouterConfig())._late_prompts is None  # off by default
-    with pytest.raises(ValueError, match="overload_window_s"):
-        RouterConfig(slo_sacrifice_long_vs_late=True, overload_window_s=0.0)
+def test_the_knob_is_settable_from_zoo_sim_and_uses_overload_modes_window():
+    off = RouterConfig(**parse_router_knobs('{"slo_sacrifice_long_vs_late": false}'))
+    assert not off.slo_sacrifice_long_vs_late and HardwareAwarePolicy(off)._late_prompts is None
+    on = HardwareAwarePolicy(RouterConfig())  # on by default since GRID_30
+    assert on._late_prompts.window_s == on.config.overload_window_s
+    assert on._late_prompts.min_placements == on.config.overload_min_placements
+    assert HardwareAwarePolicy(RouterConfig(overload_window_s=0.0))._late_prompts is None  # no window: no gate
 
 
 @pytest.fixture(params=[False, True], ids=["numpy", "kernel"])
