@@ -230,17 +230,20 @@ class RouterConfig:
         spent on several short prompts than on one long one (code 80% with Sarathi-sized step budgets: the
         H100s full of long prompts met the target for 40% of theirs, bench/results/2026-12-04-sim-eval-sarathi-
         budgets.json). A prefix holder that meets the target thanks to its cache is not charged, as for any lost
-        cause. 0: off. 0.2 since the twenty-ninth grid (bench/results/2026-12-04-sim-tune-29.json: off, 0.05, 0.1
+        cause. 0: off. 0.2 by the twenty-ninth grid (bench/results/2026-12-04-sim-tune-29.json: off, 0.05, 0.1
         and 0.2 every day; 0.2 admissible with the smallest margin -0.029 against off's -0.034, mooncake 100% at the
         second SLO .414 -> .540; 0.05 and 0.1 lift code 80% most, .392 -> .581 and .510, but break 2 and 1 P99
-        bounds). overload_sacrifice_long_share: its value in overload mode (the larger of the two applies there);
+        bounds); 0.1 with slo_sacrifice_long_vs_late since the thirtieth. overload_sacrifice_long_share: its value in overload mode (the larger of the two applies there);
         0 (the twenty-eighth grid, bench/results/2026-12-04-sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode
         alone changed no decision on the tuning split).
     slo_sacrifice_long_vs_late: with the long-prompt share on, a prompt is long only when it is also longer than
         the median prompt of the placements predicted late in the last overload_window_s seconds (at least
         overload_min_placements of them; fewer: no prompt is long): the sacrifice is made for shorter late requests,
         not for its peers (router/late_prompts.py says why). With overload mode off (overload_window_s 0) there is
-        no window and the gate does not apply: the share alone decides, as with this off.
+        no window and the gate does not apply: the share alone decides, as with this off. On, at share 0.1, since
+        the thirtieth grid (bench/results/2026-12-04-sim-tune-30.json: every setting admissible; the smallest margin
+        -0.018 against the ungated share 0.2's -0.029; gated 0.05, -0.014, tied and later in the grid; on the
+        tuning split's means mooncake 80% .609 -> .647, code 80% .401 -> .480).
     prefill_chunk_tokens: the nodes' prefill chunk (their engines' max_num_batched_tokens): at most this
         many prompt tokens share one decode step.
     kv_reserve_output_tokens: output tokens, beyond the prompt, a node must have KV room for.
