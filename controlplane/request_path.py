@@ -86,7 +86,8 @@ class RequestPath:
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
         overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
-        self.forecast = SloForecast(router, overload=overload, now=registry.clock.now)
+        late_prompts = getattr(policy, "late_prompts", None)  # and its long-prompt gate, when on
+        self.forecast = SloForecast(router, overload=overload, now=registry.clock.now, late_prompts=late_prompts)
         self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters

@@ -15,9 +15,11 @@ estimate from its hardware before it has measured, and the prefill queued or in 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 
+from controlplane.router.late_prompts import LatePrompts
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.node_predictions import predict_ttft_s
 from controlplane.router.policy import NodeView, RouteRequest
@@ -29,7 +31,8 @@ IN_TIME, LATE = "in_time", "late"
 class SloForecast:
     """``window``: the recent decisions the late share is taken over (at least 1). ``overload``: the routing
     policy's overload detector, when it has one on (hardware_aware's overload mode), reported beside as it stands
-    at ``now()`` (the policy's clock, the registry's)."""
+    at ``now()`` (the policy's clock, the registry's); ``late_prompts``: its long-prompt gate, when on
+    (RouterConfig.slo_sacrifice_long_vs_late), whose median late prompt is reported with it."""
 
     def __init__(
         self,
@@ -37,11 +40,13 @@ class SloForecast:
         window: int = 1000,
         overload: OverloadDetector | None = None,
         now: Callable[[], float] | None = None,
+        late_prompts: LatePrompts | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.config = config
         self.overload = overload
+        self.late_prompts = late_prompts
         self._now = now
         self.counts: dict[tuple[str, str], int] = {}  # (traffic class, IN_TIME | LATE) → decisions
         self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
@@ -80,4 +85,11 @@ class SloForecast:
                 "on": self.overload.on if self._now is None else self.overload.still_on(self._now()),
                 "activations": self.overload.activations,
             },
+            "long_prompt_gate": None if self.late_prompts is None else {"median_late_tokens": self._late_median()},
         }
+
+    def _late_median(self) -> float | None:
+        """The gate's median late prompt now (None: too few late placements in its window, no prompt is long)."""
+        late = self.late_prompts
+        median = late.median(late.last_s if self._now is None else self._now())
+        return None if median == math.inf else median

@@ -9,6 +9,7 @@ Served on the control plane's HTTP port: ``create_app(cp, metrics_app=exporter.a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from prometheus_client import Histogram
@@ -119,6 +120,13 @@ def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:
                                        "switched on.")  # fmt: skip
         switched.add_metric([], overload["activations"])
         yield switched
+    gate = forecast.get("long_prompt_gate")
+    if gate is not None:  # hardware_aware's long-prompt gate, configured on
+        median = GaugeMetricFamily(m.ROUTER_LATE_PROMPT_MEDIAN, "Median prompt (tokens) of the placements forecast "
+                                   "late in overload mode's window: hardware_aware sacrifices a long prompt only "
+                                   "above it (+Inf: too few late placements).")  # fmt: skip
+        median.add_metric([], math.inf if gate["median_late_tokens"] is None else gate["median_late_tokens"])
+        yield median
 
 
 def _class_and_tenant_metrics(stats: dict) -> Iterable[Metric]:

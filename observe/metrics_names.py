@@ -66,6 +66,8 @@ ROUTER_SLO_FORECAST_LATE_SHARE = "zoo:router_slo_forecast_late_share"  # gauge: 
 # hardware_aware's overload mode (controlplane/router/overload.py), only when it is configured on
 ROUTER_OVERLOAD_MODE = "zoo:router_overload_mode"  # gauge: 1 while the policy decides with the overload charges
 ROUTER_OVERLOAD_ACTIVATIONS = "zoo:router_overload_activations"  # counter (_total): times it switched on
+# gauge: the median prompt of the recent placements forecast late; hardware_aware sacrifices only longer prompts
+ROUTER_LATE_PROMPT_MEDIAN = "zoo:router_late_prompt_median_tokens"
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen

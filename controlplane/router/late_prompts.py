@@ -39,6 +39,7 @@ class LatePrompts:
         self.min_placements = min_placements
         self._events: deque[tuple[float, int]] = deque()  # (time, prompt tokens), oldest first
         self._sizes: list[int] = []  # the same prompt sizes, sorted
+        self.last_s = 0.0  # the time of the last record or median asked (a reader's clock when it has none)
 
     def __len__(self) -> int:
         return len(self._events)
@@ -60,6 +61,7 @@ class LatePrompts:
         return num_tokens > self.median(now_s)
 
     def _expire(self, now_s: float) -> None:
+        self.last_s = now_s
         events, sizes = self._events, self._sizes
         oldest_s = now_s - self.window_s
         while events and events[0][0] < oldest_s:

@@ -233,9 +233,9 @@ class RouterConfig:
         cause. 0: off. 0.2 by the twenty-ninth grid (bench/results/2026-12-04-sim-tune-29.json: off, 0.05, 0.1
         and 0.2 every day; 0.2 admissible with the smallest margin -0.029 against off's -0.034, mooncake 100% at the
         second SLO .414 -> .540; 0.05 and 0.1 lift code 80% most, .392 -> .581 and .510, but break 2 and 1 P99
-        bounds); 0.1 with slo_sacrifice_long_vs_late since the thirtieth. overload_sacrifice_long_share: its value in overload mode (the larger of the two applies there);
-        0 (the twenty-eighth grid, bench/results/2026-12-04-sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode
-        alone changed no decision on the tuning split).
+        bounds); 0.1 with slo_sacrifice_long_vs_late since the thirtieth. overload_sacrifice_long_share: its value
+        in overload mode (the larger of the two applies there); 0 (the twenty-eighth grid, bench/results/2026-12-04-
+        sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode alone changed no decision on the tuning split).
     slo_sacrifice_long_vs_late: with the long-prompt share on, a prompt is long only when it is also longer than
         the median prompt of the placements predicted late in the last overload_window_s seconds (at least
         overload_min_placements of them; fewer: no prompt is long): the sacrifice is made for shorter late requests,

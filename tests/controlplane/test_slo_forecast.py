@@ -32,6 +32,7 @@ def test_an_idle_node_is_forecast_in_time_and_a_long_queue_late(node, make_route
         "recent_late_share": pytest.approx(2 / 3),
         "recent_decisions": 3,
         "overload": None,  # the policy has no overload mode on
+        "long_prompt_gate": None,  # nor a long-prompt gate
     }
 
 
@@ -88,3 +89,29 @@ def test_the_policys_overload_mode_is_reported_beside_and_exported_only_when_on(
     assert families[ROUTER_OVERLOAD_MODE].samples[0].value == 1.0
     activations = families[ROUTER_OVERLOAD_ACTIVATIONS]
     assert activations.samples[0].value == 1
+
+
+def test_the_long_prompt_gates_median_is_reported_and_exported_only_when_on():
+    """RouterConfig.slo_sacrifice_long_vs_late: the median late prompt the policy sacrifices only above, on /metrics
+    as zoo:router_late_prompt_median_tokens (+Inf, and None in the stats, while too few placements were late)."""
+    import math
+
+    from controlplane.router.late_prompts import LatePrompts
+    from observe.controlplane_exporter import _forecast_metrics
+    from observe.metrics_names import ROUTER_LATE_PROMPT_MEDIAN
+
+    plain = SloForecast(RouterConfig())
+    assert ROUTER_LATE_PROMPT_MEDIAN not in {f.name for f in _forecast_metrics(plain.summary())}
+    late = LatePrompts(window_s=10.0, min_placements=2)
+    clock = [0.0]
+    forecast = SloForecast(RouterConfig(), late_prompts=late, now=lambda: clock[0])
+    assert forecast.summary()["long_prompt_gate"] == {"median_late_tokens": None}
+    families = {f.name: f for f in _forecast_metrics(forecast.summary())}
+    assert families[ROUTER_LATE_PROMPT_MEDIAN].samples[0].value == math.inf
+    late.record(0.0, 3_000)
+    late.record(1.0, 9_000)
+    assert forecast.summary()["long_prompt_gate"] == {"median_late_tokens": 3_000.0}
+    families = {f.name: f for f in _forecast_metrics(forecast.summary())}
+    assert families[ROUTER_LATE_PROMPT_MEDIAN].samples[0].value == 3_000.0
+    clock[0] = 10.5  # a reader later: the t=0 placement left the window, one is too few
+    assert forecast.summary()["long_prompt_gate"] == {"median_late_tokens": None}

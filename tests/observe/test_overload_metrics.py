@@ -15,6 +15,8 @@ async def test_a_hardware_aware_control_plane_exports_its_overload_mode(observed
         text = generate_latest(exporter.registry).decode()
         assert "zoo:router_overload_mode 0.0" in text  # on by default, not in an overload
         assert "zoo:router_overload_activations_total 0.0" in text
+        assert "zoo:router_late_prompt_median_tokens +Inf" in text  # the long-prompt gate, on: nothing late yet
+        assert cp.path.forecast.late_prompts is cp.path.policy.late_prompts
         assert cp.stats()["slo_forecast"]["overload"] == {"on": False, "activations": 0}
         assert observer.fleet_stats(1).overload_mode is False  # what zoo top shows
         detector = cp.path.policy.overload  # the policy's own detector, as the control plane reports it

@@ -159,10 +159,10 @@ class HardwareAwarePolicy(PolicyHooks):
             )
             self._overload_config = config.in_overload()
         # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late): the recent late prompts' sizes
-        self._late_prompts = None
+        self.late_prompts = None
         self._long_ok = True  # this decision's prompt may be long (the gate's answer; True without the gate)
         if config.slo_sacrifice_long_vs_late and config.overload_window_s:  # its window is overload mode's
-            self._late_prompts = LatePrompts(config.overload_window_s, config.overload_min_placements)
+            self.late_prompts = LatePrompts(config.overload_window_s, config.overload_min_placements)
         kernel = compiled_kernel() if use_kernel else None
         self.kernel_name = "numpy" if kernel is None else "numba"
         if kernel is not None:
@@ -187,7 +187,7 @@ class HardwareAwarePolicy(PolicyHooks):
             i = self._kernel.least_cost(request, table, self._index)
             return None if i < 0 else table.node_ids[i]
         kernel = self._kernel_overload if overload.active(snapshot.now_s) else self._kernel
-        late = self._late_prompts  # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late)
+        late = self.late_prompts  # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late)
         self._long_ok = long_ok = late is None or late.longer(request.num_prompt_tokens, snapshot.now_s)
         i = kernel.least_cost(request, table, self._index, long_ok)
         if i < 0:
@@ -217,7 +217,7 @@ class HardwareAwarePolicy(PolicyHooks):
         overload = self.overload
         if overload is not None and overload.active(snapshot.now_s):
             config = self._overload_config
-        late_prompts = self._late_prompts
+        late_prompts = self.late_prompts
         self._long_ok = late_prompts is None or late_prompts.longer(request.num_prompt_tokens, snapshot.now_s)
         columns = table.columns
         num_prompt_tokens, max_tokens, lora_name = request.num_prompt_tokens, request.max_tokens, request.lora_name
@@ -495,8 +495,8 @@ class HardwareAwarePolicy(PolicyHooks):
         placed = self._placed
         if placed is not None and placed[0] == request.request_id and placed[1] == node_id:
             self.overload.record(placed[2], placed[3])
-            if placed[3] and self._late_prompts is not None:
-                self._late_prompts.record(placed[2], request.num_prompt_tokens)
+            if placed[3] and self.late_prompts is not None:
+                self.late_prompts.record(placed[2], request.num_prompt_tokens)
             self._placed = None
 
     def on_node_removed(self, node_id: str) -> None:

@@ -51,11 +51,11 @@ def test_bad_windows_are_refused(window_s, min_placements):
 
 def test_the_knob_is_settable_from_zoo_sim_and_uses_overload_modes_window():
     off = RouterConfig(**parse_router_knobs('{"slo_sacrifice_long_vs_late": false}'))
-    assert not off.slo_sacrifice_long_vs_late and HardwareAwarePolicy(off)._late_prompts is None
+    assert not off.slo_sacrifice_long_vs_late and HardwareAwarePolicy(off).late_prompts is None
     on = HardwareAwarePolicy(RouterConfig())  # on by default since GRID_30
-    assert on._late_prompts.window_s == on.config.overload_window_s
-    assert on._late_prompts.min_placements == on.config.overload_min_placements
-    assert HardwareAwarePolicy(RouterConfig(overload_window_s=0.0))._late_prompts is None  # no window: no gate
+    assert on.late_prompts.window_s == on.config.overload_window_s
+    assert on.late_prompts.min_placements == on.config.overload_min_placements
+    assert HardwareAwarePolicy(RouterConfig(overload_window_s=0.0)).late_prompts is None  # no window: no gate
 
 
 @pytest.fixture(params=[False, True], ids=["numpy", "kernel"])
@@ -108,7 +108,7 @@ def test_a_long_prompt_is_sacrificed_only_for_shorter_late_requests(
         late = make_route_request(request_id=f"late{k}", num_prompt_tokens=late_size, max_tokens=16)
         assert all(predict_ttft_s(v, late_size, GATED) > GATED.slo_ttft_s for v in busy)
         _route(policy, late, busy, float(k))
-    assert policy._late_prompts.median(3.0) == late_size
+    assert policy.late_prompts.median(3.0) == late_size
     assert policy.choose(long_prompt, ClusterSnapshot(3.0, idle)) == long_goes_to
     short = make_route_request(request_id="short", num_prompt_tokens=500, max_tokens=16)
     assert policy.choose(short, ClusterSnapshot(3.0, idle)) == "h100"  # in time everywhere it is fast: not long
