@@ -90,6 +90,5 @@ class SloForecast:
 
     def _late_median(self) -> float | None:
         """The gate's median late prompt now (None: too few late placements in its window, no prompt is long)."""
-        late = self.late_prompts
-        median = late.median(late.last_s if self._now is None else self._now())
+        median = self.late_prompts.median(None if self._now is None else self._now())
         return None if median == math.inf else median

@@ -39,7 +39,6 @@ class LatePrompts:
         self.min_placements = min_placements
         self._events: deque[tuple[float, int]] = deque()  # (time, prompt tokens), oldest first
         self._sizes: list[int] = []  # the same prompt sizes, sorted
-        self.last_s = 0.0  # the time of the last record or median asked (a reader's clock when it has none)
 
     def __len__(self) -> int:
         return len(self._events)
@@ -49,8 +48,10 @@ class LatePrompts:
         self._events.append((now_s, num_tokens))
         bisect.insort(self._sizes, num_tokens)
 
-    def median(self, now_s: float) -> float:
-        self._expire(now_s)
+    def median(self, now_s: float | None = None) -> float:
+        """At ``now_s`` (None: of the placements held, for a reader without a clock)."""
+        if now_s is not None:
+            self._expire(now_s)
         sizes = self._sizes
         if len(sizes) < self.min_placements:
             return math.inf
@@ -61,7 +62,6 @@ class LatePrompts:
         return num_tokens > self.median(now_s)
 
     def _expire(self, now_s: float) -> None:
-        self.last_s = now_s
         events, sizes = self._events, self._sizes
         oldest_s = now_s - self.window_s
         while events and events[0][0] < oldest_s:

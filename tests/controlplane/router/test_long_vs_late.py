@@ -40,6 +40,7 @@ def test_equal_sizes_expire_one_at_a_time():
         late.record(t, 4_000)
     late.record(1.2, 100)  # t=0 leaves
     assert late.median(1.2) == 4_000.0 and len(late) == 3
+    assert late.median() == 4_000.0 and len(late) == 3  # a reader without a clock: what is held, nothing expired
     assert late.median(1.6) == 100.0  # t=0.5 left: 4k (t=0.9), 100: the lower median
 
 
@@ -56,6 +57,8 @@ def test_the_knob_is_settable_from_zoo_sim_and_uses_overload_modes_window():
     assert on.late_prompts.window_s == on.config.overload_window_s
     assert on.late_prompts.min_placements == on.config.overload_min_placements
     assert HardwareAwarePolicy(RouterConfig(overload_window_s=0.0)).late_prompts is None  # no window: no gate
+    with pytest.raises(ValueError, match="slo_sacrifice_long_vs_late"):
+        parse_router_knobs('{"slo_sacrifice_long_vs_late": "yes"}')  # typed as the field: a bool, not a string
 
 
 @pytest.fixture(params=[False, True], ids=["numpy", "kernel"])
