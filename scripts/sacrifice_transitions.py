@@ -17,8 +17,7 @@ import json
 import multiprocessing
 from collections import Counter
 
-from tune_router import ALL_CASES, SLO2, SLO2_CASES, simulate_split  # scripts/ beside this file (sys.path[0])
-
+from scripts.tune_router import ALL_CASES, SLO2, SLO2_CASES, simulate_split
 from sim.router_knobs import parse_router_knobs
 
 BUCKETS = (2_000, 6_000, 12_000, 24_000)  # prompt tokens: below each bound, then the rest
@@ -38,13 +37,11 @@ def outcomes(case: str, knobs: dict, seed: int) -> dict[str, tuple[int, str | No
     else:
         result, config = simulate_split(*ALL_CASES[case], knobs, seed=seed)
     profile = {node.node_id: node.profile for node in result.nodes}
-    out = {}
-    for r in result.records:
-        met = r.first_token_s is not None and r.first_token_s - r.arrival_s <= config.slo_ttft_s
-        if met and r.finish_s is not None and r.num_output_tokens > 1:
-            met = (r.finish_s - r.first_token_s) / (r.num_output_tokens - 1) <= config.slo_tpot_s
-        out[r.req_id] = (r.num_prompt_tokens, profile.get(r.node_id), met)
-    return out
+    slo_ttft_s, slo_tpot_s = config.slo_ttft_s, config.slo_tpot_s
+    return {  # met: as sim/report.py counts goodput (an unserved or unfinished request misses)
+        r.req_id: (r.num_prompt_tokens, profile.get(r.node_id), r.ttft_s <= slo_ttft_s and r.tpot_s <= slo_tpot_s)
+        for r in result.records
+    }
 
 
 def transitions(before: dict, after: dict) -> dict:
