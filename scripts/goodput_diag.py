@@ -9,25 +9,27 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from tune_router import (  # scripts/ beside this file (sys.path[0] when run as a script)
+
+from scripts.tune_router import (
     case_parser,
     parsed_knobs,
     simulate_split,
 )
-
 from sim.report import Slo, summarize
 
 
-def by_window(records: list, slo: Slo, window_s: float) -> list[dict]:
+def by_window(records: list, slo: Slo, window_s: float, profile_of: dict[str, str] | None = None) -> list[dict]:
     """Per window of ``window_s`` virtual seconds (by arrival): the requests, their prompt tokens over the mean
-    window's (the offered prefill work) and the share that met both targets."""
+    window's (the offered prefill work) and the share that met both targets; with ``profile_of`` (node id -> GPU
+    type), also per GPU type the share of the window's requests sent there and the share of those that met the
+    TPOT target (where the fast GPUs' decodes were lost to their prefill in a busy window)."""
     t0 = min(r.arrival_s for r in records)
     index = np.array([int((r.arrival_s - t0) // window_s) for r in records])
     prompt = np.array([r.num_prompt_tokens for r in records], dtype=float)
     ok = np.array([r.ttft_s <= slo.ttft_s and r.tpot_s <= slo.tpot_s for r in records])
     work = np.bincount(index, weights=prompt)
     mean_work = work.mean()
-    return [
+    rows = [
         {
             "window": int(w),
             "requests": int((index == w).sum()),
@@ -36,6 +38,17 @@ def by_window(records: list, slo: Slo, window_s: float) -> list[dict]:
         }
         for w in np.unique(index)
     ]
+    if profile_of is not None:
+        gpu = np.array([profile_of.get(r.node_id, "refused") if r.node_id else "refused" for r in records])
+        tpot_ok = np.array([r.tpot_s <= slo.tpot_s for r in records])
+        for row in rows:
+            here = index == row["window"]
+            row["gpu_share"], row["tpot_ok_by_gpu"] = {}, {}
+            for name in sorted(set(gpu[here])):
+                sent = here & (gpu == name)
+                row["gpu_share"][str(name)] = round(float(sent.sum() / here.sum()), 3)
+                row["tpot_ok_by_gpu"][str(name)] = round(float(tpot_ok[sent].mean()), 3)
+    return rows
 
 
 def diagnose(
@@ -82,7 +95,7 @@ def diagnose(
         "tpot_p50": round(report.tpot_s[50], 4),
         "p99_over_p50": round(report.ttft_p99_over_p50, 2),
         "by_gpu": rows,
-        **({"by_window": by_window(result.records, slo, window_s)} if window_s > 0 else {}),
+        **({"by_window": by_window(result.records, slo, window_s, profile_of)} if window_s > 0 else {}),
     }
 
 
