@@ -60,9 +60,10 @@ def diagnose(
     slo: Slo,
     split: str = "tune",
     window_s: float = 0.0,
+    step_budget: str | None = None,
 ) -> dict:
     knobs = {**knobs, "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s}
-    result, _ = simulate_split(trace, fleet_name, load, knobs, split, policy)
+    result, _ = simulate_split(trace, fleet_name, load, knobs, split, policy, step_budget=step_budget)
     report = summarize(result, slo)
     profile_of = {n.node_id: n.profile for n in result.nodes}
     rows: dict[str, dict] = {}
@@ -94,6 +95,7 @@ def diagnose(
         "ttft": {k: round(v, 3) for k, v in report.ttft_s.items()},
         "tpot_p50": round(report.tpot_s[50], 4),
         "p99_over_p50": round(report.ttft_p99_over_p50, 2),
+        **({"step_budget": step_budget} if step_budget else {}),
         "by_gpu": rows,
         **({"by_window": by_window(result.records, slo, window_s, profile_of)} if window_s > 0 else {}),
     }
@@ -118,6 +120,7 @@ def main() -> None:
             Slo(args.slo_ttft, args.slo_tpot),
             args.split,
             args.by_window,
+            args.step_budget,
         )
         print(json.dumps(out), flush=True)
 
