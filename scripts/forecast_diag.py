@@ -21,7 +21,9 @@ from controlplane.slo_forecast import SloForecast
 from sim.report import Slo
 
 
-def forecast_run(trace: str, fleet: str, load: float, split: str, policy: str, window_s: float) -> dict:
+def forecast_run(
+    trace: str, fleet: str, load: float, split: str, policy: str, window_s: float, step_budget: str | None = None
+) -> dict:
     late_of: dict[str, bool] = {}
     forecasts: list[SloForecast] = []
     real_place = des.place_request
@@ -37,7 +39,7 @@ def forecast_run(trace: str, fleet: str, load: float, split: str, policy: str, w
 
     des.place_request = place
     try:
-        result, config = simulate_split(trace, fleet, load, {}, split, policy)
+        result, config = simulate_split(trace, fleet, load, {}, split, policy, step_budget=step_budget)
     finally:
         des.place_request = real_place
     slo = Slo(config.slo_ttft_s, config.slo_tpot_s)
@@ -85,7 +87,8 @@ def main() -> None:
     if args.window <= 0 or args.load <= 0:
         parser.error("--window and --load must be > 0")
     for policy in args.policy.split(","):
-        print(json.dumps(forecast_run(args.trace, args.fleet, args.load, args.split, policy, args.window)), flush=True)
+        run = forecast_run(args.trace, args.fleet, args.load, args.split, policy, args.window, args.step_budget)
+        print(json.dumps(run), flush=True)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ def main() -> None:
             })  # fmt: skip
 
     with recording_choices(on_choice):
-        simulate_split(args.trace, args.fleet, args.load, knobs, split=args.split)
+        simulate_split(args.trace, args.fleet, args.load, knobs, split=args.split, step_budget=args.step_budget)
     print(json.dumps({"trace": args.trace, "load": args.load, "split": args.split, "knobs": knobs,
                       "decisions": counts,
                       "examples": examples}, indent=1))  # fmt: skip

@@ -13,22 +13,25 @@ of the trace's seconds (a tail from bursts). Diagnosis only: it chooses no knob.
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import numpy as np
 from tune_router import case_parser, simulate_split  # scripts/ beside this file (sys.path[0] when run as a script)
 
 from backends.sim.cost_model import StepCostModel
+from sim.cli import apply_step_budget_args
 from sim.fleet import load_fleet
 from sim.report import Slo, summarize
 
 
-def diagnose(trace: str, fleet_name: str, load: float, policy: str, split: str) -> dict:
-    fleet = load_fleet(fleet_name)
+def diagnose(trace: str, fleet_name: str, load: float, policy: str, split: str, step_budget: str | None = None) -> dict:
+    result, config = simulate_split(trace, fleet_name, load, {}, split, policy, step_budget=step_budget)
+    fleet = load_fleet(fleet_name)  # the run's chunk: its step budget applied as simulate_split applied it
+    apply_step_budget_args(argparse.Namespace(step_budget=step_budget, slo_tpot=config.slo_tpot_s), fleet)
     chunk = fleet.engine.max_num_batched_tokens
     models = {n.hardware.profile: StepCostModel(fleet.model, n.hardware, block_size=fleet.engine.block_size)
               for n in fleet.nodes}  # fmt: skip
-    result, config = simulate_split(trace, fleet_name, load, {}, split, policy)
     report = summarize(result, Slo(config.slo_ttft_s, config.slo_tpot_s))
     profile_of = {n.node_id: n.profile for n in result.nodes}
     served = [r for r in result.records if r.node_id is not None and r.first_token_s is not None]
@@ -95,7 +98,7 @@ def main() -> None:
     parser = case_parser(trace="conv", load=0.6, split="eval")
     args = parser.parse_args()
     for policy in args.policy.split(","):
-        print(json.dumps(diagnose(args.trace, args.fleet, args.load, policy, args.split)), flush=True)
+        print(json.dumps(diagnose(args.trace, args.fleet, args.load, policy, args.split, args.step_budget)), flush=True)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pytest
-
 from scripts.goodput_diag import by_window
 from sim.report import Slo
 
@@ -42,21 +40,3 @@ def test_windows_split_by_gpu_type_and_tpot():
 def test_without_profiles_the_windows_are_as_before():
     rows = by_window([_Rec(0.0, 10, 0.1, 0.01, "n")], Slo(1.0, 0.1), 5.0)
     assert rows == [{"window": 0, "requests": 1, "work_over_mean": 1.0, "goodput": 1.0}]
-
-
-def test_the_step_budget_flag_reaches_the_simulator(monkeypatch):
-    import scripts.goodput_diag as diag
-
-    seen = {}
-
-    def fake_split(trace, fleet_name, load, knobs, split, policy, step_budget=None):
-        seen.update(trace=trace, split=split, step_budget=step_budget, slo_tpot_s=knobs["slo_tpot_s"])
-        raise RuntimeError("stop here")
-
-    monkeypatch.setattr(diag, "simulate_split", fake_split)
-    monkeypatch.setattr(
-        "sys.argv", ["goodput_diag.py", "--trace", "code", "--step-budget", "sarathi", "--slo-tpot", "0.05"]
-    )
-    with pytest.raises(RuntimeError, match="stop here"):
-        diag.main()
-    assert seen == {"trace": "code", "split": "tune", "step_budget": "sarathi", "slo_tpot_s": 0.05}
