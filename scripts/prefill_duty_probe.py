@@ -20,14 +20,12 @@ Prints one JSON line per (case, weight, seed) and the means per weight at the en
 from __future__ import annotations
 
 import argparse
-import json
 import math
-from multiprocessing import Pool
 
 import numpy as np
 import tune_router as tr
+from probe_runner import install_policy, run_probe
 
-import sim.des as des
 from controlplane.router.policies import hardware_aware as ha
 
 
@@ -77,22 +75,9 @@ class DutyPolicy(ha.HardwareAwarePolicy):
         self._duty[node_id] = (self._duty_at(node_id, self._now) + own, self._now)
 
 
-_INSTALLED = []
-
-
-def _install() -> None:
-    if _INSTALLED:
-        return
-    _INSTALLED.append(True)
-    real_make = des.make_policy
-    des.make_policy = lambda name, config=None: (
-        DutyPolicy(config) if name == "hardware_aware" else real_make(name, config)
-    )
-
-
 def _job(job: tuple[str, float, float, int]) -> dict:
     case, weight, tau_s, seed = job
-    _install()
+    install_policy(DutyPolicy)
     DutyPolicy.weight, DutyPolicy.tau_s = weight, tau_s
     DutyPolicy.decisions = DutyPolicy.charged = DutyPolicy.moved = 0
     r = tr.run(case, {}, seed)
@@ -111,18 +96,7 @@ def main() -> None:
     a = ap.parse_args()
     weights = [float(w) for w in a.weights.split(",")]
     jobs = [(case, w, a.tau, seed) for case in a.cases for w in weights for seed in range(a.seeds)]
-    rows = []
-    with Pool(a.jobs) as pool:
-        for row in pool.imap(_job, jobs):
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    for case in a.cases:
-        means = {}
-        for w in weights:
-            sel = [r for r in rows if r["case"] == case and r["weight"] == w]
-            goodput, p99 = (sum(r[key] for r in sel) / len(sel) for key in ("goodput", "p99"))
-            means[w] = (round(goodput, 3), round(p99, 2))
-        print(json.dumps({"case": case, "mean_goodput_p99_by_weight": means}), flush=True)
+    run_probe(_job, jobs, a.jobs, a.cases, "weight", weights)
 
 
 if __name__ == "__main__":

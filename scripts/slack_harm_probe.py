@@ -27,12 +27,11 @@ Prints one JSON line per (case, weight, seed) and the means per weight at the en
 from __future__ import annotations
 
 import argparse
-import json
-from multiprocessing import Pool
 
 import numpy as np
 import tune_router as tr
 from harm_probe import numpy_table
+from probe_runner import run_probe
 
 import agent.node_core as node_core
 import sim.des as des
@@ -183,24 +182,11 @@ def main() -> None:
                     "lengths: slack_i = n_i * (T - s), no cap; reported: k_i exact at the node's last load report, "
                     "then e / the measured mean step")  # fmt: skip
     a = ap.parse_args()
+    weights = [float(w) for w in a.weights.split(",")]
     jobs = [
-        (case, w, a.no_flat or w == 0.0, seed, a.mode)
-        for case in a.cases
-        for w in map(float, a.weights.split(","))
-        for seed in range(a.seeds)
+        (case, w, a.no_flat or w == 0.0, seed, a.mode) for case in a.cases for w in weights for seed in range(a.seeds)
     ]
-    rows = []
-    with Pool(a.jobs) as pool:
-        for row in pool.imap(_job, jobs):
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    for case in a.cases:
-        means = {}
-        for w in map(float, a.weights.split(",")):
-            sel = [r for r in rows if r["case"] == case and r["weight"] == w]
-            goodput, p99 = (sum(r[key] for r in sel) / len(sel) for key in ("goodput", "p99"))
-            means[w] = (round(goodput, 3), round(p99, 2))
-        print(json.dumps({"case": case, "mean_goodput_p99_by_weight": means}), flush=True)
+    run_probe(_job, jobs, a.jobs, a.cases, "weight", weights)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,11 @@ Prints one JSON line per (case, mode, seed) and the means per mode at the end.
 from __future__ import annotations
 
 import argparse
-import json
-from multiprocessing import Pool
 
 import numpy as np
 import tune_router as tr
+from probe_runner import install_policy, run_probe
 
-import sim.des as des
 from controlplane.router.policies import hardware_aware as ha
 from controlplane.router.policies.node_predictions import decode_floor_s
 
@@ -76,22 +74,9 @@ class LostPolicy(ha.HardwareAwarePolicy):
         return new
 
 
-_INSTALLED = []
-
-
-def _install() -> None:
-    if _INSTALLED:
-        return
-    _INSTALLED.append(True)
-    real_make = des.make_policy
-    des.make_policy = lambda name, config=None: (
-        LostPolicy(config) if name == "hardware_aware" else real_make(name, config)
-    )
-
-
 def _job(job: tuple[str, str, float, int]) -> dict:
     case, mode, factor, seed = job
-    _install()
+    install_policy(LostPolicy)
     LostPolicy.ttft_factor = factor
     LostPolicy.mode = mode
     LostPolicy.decisions = LostPolicy.lost = LostPolicy.moved = 0
@@ -111,18 +96,7 @@ def main() -> None:
     a = ap.parse_args()
     modes = a.modes.split(",")
     jobs = [(case, m, a.ttft_factor, seed) for case in a.cases for m in modes for seed in range(a.seeds)]
-    rows = []
-    with Pool(a.jobs) as pool:
-        for row in pool.imap(_job, jobs):
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    for case in a.cases:
-        means = {}
-        for m in modes:
-            sel = [r for r in rows if r["case"] == case and r["mode"] == m]
-            goodput, p99 = (sum(r[key] for r in sel) / len(sel) for key in ("goodput", "p99"))
-            means[m] = (round(goodput, 3), round(p99, 2))
-        print(json.dumps({"case": case, "mean_goodput_p99_by_mode": means}), flush=True)
+    run_probe(_job, jobs, a.jobs, a.cases, "mode", modes)
 
 
 if __name__ == "__main__":
