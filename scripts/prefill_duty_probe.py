@@ -6,11 +6,11 @@ time: each second of prefill mixed into its steps lengthens its decoders' steps.
 placement at the margin (its TTFT, its own TPOT miss, the decoders its prefill pushes over); in a sustained
 overload nothing at the margin stops the fastest nodes from becoming the fleet's prefill, and at a 50 ms target
 their decodes are lost (bench/results/2026-12-04-slo2-code80-windows.json). Here the router keeps, per node, the
-prefill seconds it routed there (this prompt's uncached tokens at the node's prefill rate) decayed over ``tau_s``
-(an exponential window: duty = sum own_s * exp(-(now - t) / tau) / tau, the routed prefill per second), and adds
-``weight`` s to a node where duty + own_s / tau would exceed its cap ``1 - s / T`` (``s``: the node's measured mean
-step, else its predicted step with this request). A node whose cap is at most 0 (its step alone misses the target)
-is not charged: it misses anyway. Weight 0: hardware_aware as it is.
+prefill seconds it routed there (each prompt's tokens at the node's prefill rate, nothing cached counted) decayed
+over ``tau_s`` (an exponential window: duty = sum own_s * exp(-(now - t) / tau) / tau, the routed prefill per
+second), and adds ``weight`` s to a node where duty + own_s / tau would exceed its cap ``1 - s / T`` (``s``: the
+node's measured mean step, else its predicted step with this request). A node whose cap is at most 0 (its step
+alone misses the target) is not charged: it misses anyway. Weight 0: hardware_aware as it is.
 
     PYTHONPATH=.:scripts python scripts/prefill_duty_probe.py --weights 0,3,10 --tau 5 --seeds 3 [cases]
 

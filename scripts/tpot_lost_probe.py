@@ -3,18 +3,18 @@ never decode within it (a TPOT lost cause sent where the target is lost anyway),
 (scripts/tune_router.py's cases and seeds).
 
 At the second SLO (TPOT 50 ms) the L4s' one-sequence step (~70 ms for an 8B model) misses the target at any load,
-and every request sent there is lost; on code the best fair anchors there (least_requests, llm_d) send as many
-requests to an L4 as to an H100, and keep the H100s' steps short enough to decode within 50 ms
+and every request sent there is lost. The anchors ahead of hardware_aware there on code send the L4s more
+(least_requests spreads by count; on the eval split sglang_cache_aware sends them half as many again as
+hardware_aware) and keep the H100s' steps short enough to decode within 50 ms
 (bench/results/2026-12-04-slo2-code80-windows.json). hardware_aware sends a request by its TTFT, and where every
 node is predicted to miss its TPOT target the TPOT miss penalty is charged everywhere alike, so the fastest node
 takes it, and its decoders' steps grow. Here, where every node's predicted TPOT for this request (step +
 min(backlog / decode steps, chunk)) is above its target and some nodes' decode floor
 (node_predictions.decode_floor_s) is above it too, the request goes to the cheapest of those (its cost as
 hardware_aware computes it). At the default SLO (100 ms) no node of the zoo fleets has such a floor, so nothing
-changes there. Modes: ``all``, as above; ``ttft``, only to such a node whose predicted TTFT for this request
-(queue, decode step, its own prefill) is within ``--ttft-factor`` times the TTFT target (else hardware_aware's
-choice); ``off``,
-hardware_aware as it is.
+changes there. Modes: ``all``, as above; ``ttft``, only to such a node whose predicted TTFT for this request (queue,
+decode step, its own prefill) is within ``--ttft-factor`` times the TTFT target (else hardware_aware's choice);
+``off``, hardware_aware as it is.
 
     PYTHONPATH=.:scripts python scripts/tpot_lost_probe.py --modes off,all,ttft --seeds 3 [cases]
 
