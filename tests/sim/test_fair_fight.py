@@ -34,8 +34,23 @@ def test_the_best_anchor_is_read_per_target_and_round_robin_is_not_an_anchor():
     assert fight["best_goodput_anchor"] == "dynamo_kv"
     assert fight["goodput_margin"] == pytest.approx(-0.05) and not fight["goodput_met"]
     assert fight["ttft_p99_over_p50"] == 2.0 and fight["ttft_p99_over_p50_met"]
+    assert fight["best_goodput_anchor_ttft_p99_s"] == 3.0 and fight["best_goodput_anchor_p99_over_ours"] == 3.0
     text = format_fair_fight(fight)
     assert "2x lower (target >= 1.5x): met" in text and "margin -0.050 (target >= 0): missed" in text
+    assert "missed; its P99 TTFT 3 s, 3x ours" in text
+
+
+def test_the_goodput_best_anchor_is_not_the_p99_best_one_when_it_gives_up_the_tail():
+    reports = [
+        _report("hardware_aware", p99=6.0, goodput=0.20),
+        _report("sglang_cache_aware", p99=42.0, goodput=0.23),  # ahead on goodput, its tail 7x ours
+        _report("envoy_wlr", p99=9.0, goodput=0.18),
+    ]
+    fight = fair_fight(reports)
+    assert fight["best_goodput_anchor"] == "sglang_cache_aware" and fight["best_p99_anchor"] == "envoy_wlr"
+    assert fight["best_goodput_anchor_ttft_p99_s"] == 42.0
+    assert fight["best_goodput_anchor_p99_over_ours"] == pytest.approx(7.0)
+    assert fight["p99_lead"] == pytest.approx(1.5) and fight["p99_lead_met"]
 
 
 def test_a_lead_below_one_and_a_half_and_a_wide_tail_are_missed():
@@ -64,6 +79,7 @@ def test_with_seeds_the_intervals_come_along():
     fight = fair_fight(aggregate(runs))
     assert fight["seeds"] == 2 and fight["ttft_p99_s"] == pytest.approx(1.5)
     assert fight["goodput_ci95"] > 0 and fight["best_anchor_goodput_ci95"] > 0 and fight["ttft_p99_ci95_s"] > 0
+    assert fight["best_goodput_anchor_ttft_p99_ci95_s"] > 0
     assert "means over 2 seeds" in format_fair_fight(fight)
 
 
