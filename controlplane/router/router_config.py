@@ -240,7 +240,8 @@ class RouterConfig:
         the median prompt of the placements predicted late in the last overload_window_s seconds (at least
         overload_min_placements of them; fewer: no prompt is long): the sacrifice is made for shorter late requests,
         not for its peers (router/late_prompts.py says why). With overload mode off (overload_window_s 0) there is
-        no window and the gate does not apply: the share alone decides, as with this off. On, at share 0.1, since
+        no window and the gate does not apply: the share alone decides, as with this off; with both long shares 0
+        there is nothing to gate, and the policy keeps no window (no median on /metrics). On, at share 0.1, since
         the thirtieth grid (bench/results/2026-12-04-sim-tune-30.json: every setting admissible; the smallest margin
         -0.018 against the ungated share 0.2's -0.029; gated 0.05, -0.014, tied and later in the grid; on the
         tuning split's means mooncake 80% .609 -> .647, code 80% .401 -> .480).

@@ -161,7 +161,8 @@ class HardwareAwarePolicy(PolicyHooks):
         # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late): the recent late prompts' sizes
         self.late_prompts = None
         self._long_ok = True  # this decision's prompt may be long (the gate's answer; True without the gate)
-        if config.slo_sacrifice_long_vs_late and config.overload_window_s:  # its window is overload mode's
+        long_on = config.slo_sacrifice_long_share or config.overload_sacrifice_long_share  # else nothing to gate
+        if config.slo_sacrifice_long_vs_late and config.overload_window_s and long_on:  # overload mode's window
             self.late_prompts = LatePrompts(config.overload_window_s, config.overload_min_placements)
         kernel = compiled_kernel() if use_kernel else None
         self.kernel_name = "numpy" if kernel is None else "numba"

@@ -57,6 +57,10 @@ def test_the_knob_is_settable_from_zoo_sim_and_uses_overload_modes_window():
     assert on.late_prompts.window_s == on.config.overload_window_s
     assert on.late_prompts.min_placements == on.config.overload_min_placements
     assert HardwareAwarePolicy(RouterConfig(overload_window_s=0.0)).late_prompts is None  # no window: no gate
+    no_share = RouterConfig(slo_sacrifice_long_share=0.0, overload_sacrifice_long_share=0.0)
+    assert HardwareAwarePolicy(no_share).late_prompts is None  # no long-prompt test to gate: nothing kept
+    in_overload_only = RouterConfig(slo_sacrifice_long_share=0.0, overload_sacrifice_long_share=0.2)
+    assert HardwareAwarePolicy(in_overload_only).late_prompts is not None
     with pytest.raises(ValueError, match="slo_sacrifice_long_vs_late"):
         parse_router_knobs('{"slo_sacrifice_long_vs_late": "yes"}')  # typed as the field: a bool, not a string
 
