@@ -27,6 +27,7 @@ import argparse
 
 import numpy as np
 import tune_router as tr
+from harm_probe import numpy_table
 from probe_runner import install_policy, run_probe
 
 from controlplane.router.policies import hardware_aware as ha
@@ -43,12 +44,9 @@ class LostPolicy(ha.HardwareAwarePolicy):
 
     def choose(self, request, snapshot):
         chosen = super().choose(request, snapshot)
-        if chosen is None:
-            return chosen
-        changes = snapshot.changes
-        table = self._tables.get(request.model, request.traffic_class, None if changes is None else changes.group)
-        if table.node_ids[int(self._cost.argmin())] != chosen:
-            return chosen  # the prefix credit moved the choice: kept (as harm_probe.numpy_table)
+        table = numpy_table(self, request, snapshot, chosen, 1.0)
+        if table is None:
+            return chosen  # no node, or the prefix credit moved the choice: kept
         config = self.config
         target = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s
         LostPolicy.decisions += 1
