@@ -68,6 +68,15 @@ class RouterConfig:
         no node of the zoo fleets is such a node, and nothing changes. Kept off by the nineteenth grid, over both
         SLOs (bench/results/2026-12-03-sim-tune-19.json: the second SLO's code cases gain .004-.008, its mooncake
         ones lose up to .039).
+    slo_tpot_lost_to_doomed: goodput first at a tight TPOT target, an operator's choice: where every node is predicted
+        to miss the request's TPOT target (step + min(backlog / decode steps, chunk), as the cost's TPOT) and some
+        node cannot meet it at any load (its one-sequence decode step above it, as slo_tpot_floor_miss reads it),
+        the request goes to the least-cost such node (router/policies/tpot_lost.py), so the nodes that can still
+        decode within the target keep their steps short for the requests they can serve. It trades the TTFT tail
+        for goodput: on the declared tuning split code's second-SLO goodput rose above every fair anchor's at 60,
+        80 and 100% load while three P99 bounds broke (bench/results/2026-12-04-tpot-lost-probe.json), so it is
+        off by default (the tuning rule keeps the P99 lead first). At the default SLO (100 ms) no node of the zoo
+        fleets has such a floor, and nothing changes.
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
@@ -289,6 +298,7 @@ class RouterConfig:
     tpot_measured_steps: bool = True
     slo_ttft_late_weight: float = 1.0
     slo_tpot_floor_miss: bool = False
+    slo_tpot_lost_to_doomed: bool = False
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 10.0
     slo_tpot_harm_triage: bool = False

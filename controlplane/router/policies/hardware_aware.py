@@ -61,6 +61,8 @@ seconds)::
                    control plane knows of there with backlog_s <= n_i * (slo_tpot_s - TPOT's step term) <
                    backlog_s + own_s, n_i their decode steps: router/decode_steps.py)
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
+    then (slo_tpot_lost_to_doomed, off): a request every node is predicted to miss TPOT on goes to the least-cost node
+    whose one-sequence decode step misses it anyway, if there is one (tpot_lost.py: goodput first, the tail paid)
 
 SLO triage: a request that misses the TTFT target on a node whose queue is still within it (``wait`` <=
 target: the node meets the target for the short prompts to come) pays the triage penalty there, so a request
@@ -97,6 +99,7 @@ Hot path (where the per-node terms live, the compiled loop, the numpy path): cos
 from __future__ import annotations
 
 import math
+from operator import attrgetter
 
 import numpy as np
 
@@ -104,6 +107,7 @@ from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, cumulative,
 from controlplane.router.late_prompts import LatePrompts
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
+from controlplane.router.policies import tpot_lost
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, long_prompt, row_tpot_s
 from controlplane.router.policies.cost_reference import late_saved_s
 from controlplane.router.policies.node_predictions import MIN_FIGURE, lora_cold_load_s
@@ -133,17 +137,14 @@ class HardwareAwarePolicy(PolicyHooks):
         """``use_kernel``: decide with the compiled kernel (cost_kernel.py) when numba is there; False, or no
         numba: the numpy passes of ``choose``. ``kernel_name`` says which ("numba" or "numpy")."""
         self.config = config
-        self._tables = NodeTables(self._derive, _NUM_COLUMNS, _lora_tags)
+        self._tables = NodeTables(self._derive, _NUM_COLUMNS, attrgetter("lora_resident"))  # a node's adapters
+        self._lost = tpot_lost.redirect if config.slo_tpot_lost_to_doomed else tpot_lost.keep  # goodput first
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}
         self._cums: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}  # node -> (its histogram, cumulative)
         self._watched: set[NodeChangeLog] = set()  # registries' change logs whose new views refresh the tables
-        self._cost = np.empty(0)
-        self._tpot = np.empty(0)
-        self._add = np.empty(0)
-        self._short = np.empty(0, dtype=bool)
-        self._miss = np.empty(0, dtype=bool)
-        self._missing = np.empty(0, dtype=bool)
+        self._cost = self._tpot = self._add = np.empty(0)  # the numpy path's buffers, made at its first decision
+        self._short = self._miss = self._missing = np.empty(0, dtype=bool)
         self._sacrifice = np.empty(0)  # sacrifice's factor per node: rate / fastest_rate, or 1 beyond the bound
         # overload mode (RouterConfig.overload_window_s): the detector, the escalated configuration, and the
         # last decision (request id, node id, time, predicted late) for on_routed to record
@@ -186,11 +187,13 @@ class HardwareAwarePolicy(PolicyHooks):
         overload = self.overload
         if overload is None:
             i = self._kernel.least_cost(request, table, self._index)
+            i = self._lost(self.config, request, table.values, self._kernel.cost, i)
             return None if i < 0 else table.node_ids[i]
         kernel = self._kernel_overload if overload.active(snapshot.now_s) else self._kernel
         late = self.late_prompts  # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late)
         self._long_ok = long_ok = late is None or late.longer(request.num_prompt_tokens, snapshot.now_s)
         i = kernel.least_cost(request, table, self._index, long_ok)
+        i = self._lost(self.config, request, table.values, kernel.cost, i)
         if i < 0:
             return None
         self._note_placement(request, table, i, snapshot.now_s)
@@ -343,6 +346,7 @@ class HardwareAwarePolicy(PolicyHooks):
             return None  # no node can take it (a prefix credit never makes an impossible node possible)
         if self._index is not None and request.block_hashes:
             i = self._credit_cached_prefix(request, table, cost, need, i, best, sacrifice_s, config)
+        i = self._lost(config, request, table.values, cost, i)
         if overload is not None:
             self._note_placement(request, table, i, snapshot.now_s)
         return table.node_ids[i]
@@ -593,7 +597,3 @@ class HardwareAwarePolicy(PolicyHooks):
 
 
 _LAST_CUM = _COL_CUM + NUM_BINS - 1
-
-
-def _lora_tags(node: NodeView) -> tuple[str, ...]:
-    return node.lora_resident

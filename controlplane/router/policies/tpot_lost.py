@@ -1,0 +1,68 @@
+"""Goodput first at a tight TPOT target: a request no node can decode within its TPOT target goes to a node that
+never could (RouterConfig.slo_tpot_lost_to_doomed, off by default).
+
+hardware_aware prices a request by its TTFT first. Where every node is predicted to miss the request's TPOT target,
+the TPOT miss penalty is charged everywhere alike, so the fastest node takes it, and its prefill stretches the steps
+of the requests decoding there that could still meet the target. At the second SLO of ``zoo sim`` (TPOT 50 ms) the
+zoo fleet's L4s decode an 8B model's one-sequence step in ~70 ms: every request sent there is lost anyway. This
+rule sends such a TPOT lost cause there, to the cheapest of those nodes by hardware_aware's own cost, and keeps the
+nodes that can still decode within the target for the requests they can serve.
+
+The rule, after the decision (``redirect``)::
+
+    TPOT_i = step_s + min(backlog_s / max(max_tokens - 1, 1), chunk_s)       (the cost's TPOT, np.minimum)
+    if every TPOT_i > the request's TPOT target and some node's floor_s (its one-sequence decode step,
+       node_predictions.decode_floor_s) > that target, and the prefix credit did not move the choice:
+        the node of least cost (before the prefix credit; first on a tie) among those with floor_s > target,
+        unless none of them can take the prompt (cost inf)
+
+It trades the TTFT tail for goodput, so it is an operator's choice, not a default: measured on the declared tuning
+split (scripts/tpot_lost_probe.py, mode ``all``; bench/results/2026-12-04-tpot-lost-probe.json), code's second-SLO
+goodput went up at 60, 80 and 100% load (to above every fair anchor's) while three mean P99 TTFT bounds broke
+(6.25 s -> 26.9 s at 80%): the lost causes queue on the L4s. At the default SLO (100 ms) no node of the zoo fleets
+has such a floor and nothing changes. Sans-IO: arrays in, a position out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from controlplane.router.policy import RouteRequest
+from controlplane.router.router_config import RouterConfig
+
+# hardware_aware's table rows it reads (cost_kernel.py's COL_*; tests check they agree)
+COL_STEP_S = 4
+COL_BACKLOG_S = 5
+COL_CHUNK_S = 6
+COL_FLOOR_S = 10
+
+
+def keep(config: RouterConfig, request: RouteRequest, values: np.ndarray, cost: np.ndarray, chosen: int) -> int:
+    """The rule off: hardware_aware's choice stands."""
+    return chosen
+
+
+def redirect(config: RouterConfig, request: RouteRequest, values: np.ndarray, cost: np.ndarray, chosen: int) -> int:
+    """The position ``request`` goes to: ``chosen`` (hardware_aware's choice among ``values``' n nodes, their costs
+    before the prefix credit in ``cost[:n]``; -1: none), or the least-cost node whose fastest decode step misses the
+    TPOT target where every node is predicted to miss it (see the module docstring)."""
+    n = values.shape[1]
+    if chosen < 0 or n == 0:
+        return chosen
+    slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s  # the class's
+    floor = values[COL_FLOOR_S]
+    doomed = floor > slo_tpot_s
+    if not doomed.any():
+        return chosen  # nowhere is the target lost at any load: the common case, two passes
+    tpot = values[COL_BACKLOG_S] * (1.0 / max(request.max_tokens - 1, 1))
+    np.minimum(tpot, values[COL_CHUNK_S], out=tpot)
+    tpot += values[COL_STEP_S]
+    if not (tpot > slo_tpot_s).all():
+        return chosen  # some node is predicted to decode it within the target
+    costs = cost[:n]
+    if int(costs.argmin()) != chosen:
+        return chosen  # the prefix credit moved the choice: kept
+    i = int(np.where(doomed, costs, math.inf).argmin())
+    return chosen if costs[i] == math.inf or not doomed[i] else i

@@ -1,0 +1,156 @@
+"""RouterConfig.slo_tpot_lost_to_doomed (router/policies/tpot_lost.py): where every node is predicted to miss a
+request's TPOT target and some node cannot meet it at any load, the request goes to the least-cost such node; on
+both decision paths alike, and nowhere else."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.router.policies import cost_kernel, tpot_lost
+from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
+from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.router_config import RouterConfig
+
+# an 8B model: the L4's one-sequence step ~71 ms (its floor), the H100's ~6 ms; TTFT target 2 s, TPOT 50 ms. Only
+# the TTFT terms price a node here (no TPOT weight or charge, no triage, harm or sacrifice), so the choice without
+# the rule is the sooner first token
+CONFIG = RouterConfig(
+    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
+    slo_triage_penalty_s=0.0, slo_tpot_harm_penalty_s=0.0, slo_sacrifice_weight=0.0, slo_ttft_s=2.0,
+    slo_tpot_s=0.05,
+)  # fmt: skip
+ON = replace(CONFIG, slo_tpot_lost_to_doomed=True)
+PATHS = pytest.mark.parametrize("use_kernel", [False, True], ids=["numpy", "kernel"])
+
+
+def test_it_reads_the_kernels_columns():
+    assert (tpot_lost.COL_STEP_S, tpot_lost.COL_BACKLOG_S, tpot_lost.COL_CHUNK_S, tpot_lost.COL_FLOOR_S) == (
+        cost_kernel.COL_STEP_S,
+        cost_kernel.COL_BACKLOG_S,
+        cost_kernel.COL_CHUNK_S,
+        cost_kernel.COL_FLOOR_S,
+    )
+    assert not RouterConfig().slo_tpot_lost_to_doomed  # an operator's choice, off by default
+
+
+def _fleet(make_node_view, h100_queue: int):
+    """An H100 with ``h100_queue`` prompt tokens queued (5 s at 200,000: its chunks stretch its decode steps past
+    50 ms) and an L4 with a longer wait to its first token (10 s)."""
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=40_000.0, queued_prefill_tokens=h100_queue)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=40_000)
+    return ClusterSnapshot(0.0, (h100, l4))
+
+
+@PATHS
+def test_a_tpot_lost_cause_goes_to_the_node_that_could_never_meet_tpot(make_node_view, make_route_request, use_kernel):
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    snapshot = _fleet(make_node_view, 200_000)
+    assert HardwareAwarePolicy(CONFIG, use_kernel).choose(request, snapshot) == "h100"  # off: the sooner TTFT
+    assert HardwareAwarePolicy(ON, use_kernel).choose(request, snapshot) == "l4"
+
+
+@PATHS
+def test_nothing_moves_where_a_node_can_still_meet_tpot(make_node_view, make_route_request, use_kernel):
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    snapshot = _fleet(make_node_view, 40_000)  # 1 s of queue: the H100 decodes within 50 ms
+    assert HardwareAwarePolicy(ON, use_kernel).choose(request, snapshot) == "h100"
+    # a long output spreads the backlog over more steps: the H100 is predicted within the target again
+    long_output = make_route_request(num_prompt_tokens=1_000, max_tokens=1_000)
+    assert HardwareAwarePolicy(ON, use_kernel).choose(long_output, _fleet(make_node_view, 200_000)) == "h100"
+
+
+@PATHS
+def test_nothing_moves_where_no_node_has_a_floor_above_the_target(make_node_view, make_route_request, use_kernel):
+    """At 100 ms the L4's floor meets the target: the H100's predicted TPOT misses it as the L4's may, but no node
+    is doomed, so the choice stands (as at the default SLO on the zoo fleets)."""
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    snapshot = _fleet(make_node_view, 400_000)  # 10 s of queue: H100 TPOT ~57 ms + more; the L4's ~71 ms + chunk
+    at_100ms = replace(ON, slo_tpot_s=0.1, slo_ttft_s=20.0)
+    off = HardwareAwarePolicy(replace(at_100ms, slo_tpot_lost_to_doomed=False), use_kernel).choose(request, snapshot)
+    assert HardwareAwarePolicy(at_100ms, use_kernel).choose(request, snapshot) == off
+
+
+@PATHS
+def test_the_class_tpot_target_is_the_one_read(make_node_view, make_route_request, use_kernel):
+    request = replace(make_route_request(num_prompt_tokens=1_000, max_tokens=64), slo_tpot_s=0.2)
+    snapshot = _fleet(make_node_view, 200_000)
+    assert HardwareAwarePolicy(ON, use_kernel).choose(request, snapshot) == "h100"  # 200 ms: nobody is doomed
+
+
+@PATHS
+def test_a_choice_the_prefix_credit_moved_is_kept(make_node_view, make_route_request, use_kernel):
+    """Two H100s, both missing TPOT; the second holds 7,000 of the prompt's 8,000 tokens, which makes it the
+    choice though its queue is longer. The rule leaves a choice the credit made (it judges the uncredited costs)."""
+    config = replace(ON, hardware_aware_use_prefix=True)
+    a = make_node_view("a", "h100-sxm", prefill_tok_per_s=40_000.0, queued_prefill_tokens=200_000)
+    b = make_node_view("b", "h100-sxm", prefill_tok_per_s=40_000.0, queued_prefill_tokens=204_000)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=40_000)
+    snapshot = ClusterSnapshot(0.0, (a, b, l4))
+    hashes = tuple(range(1, 501))  # 500 blocks of 16 tokens
+    policy = HardwareAwarePolicy(config, use_kernel)
+    policy.on_routed(replace(make_route_request(8_000, 64, hashes[:437]), request_id="earlier"), "b")
+    assert policy.choose(make_route_request(8_000, 64, hashes), snapshot) == "b"
+    assert policy.choose(make_route_request(8_000, 64, tuple(range(1_000, 1_500))), snapshot) == "l4"  # no credit
+
+
+def _reference(values: np.ndarray, cost: np.ndarray, chosen: int, max_tokens: int, target: float) -> int:
+    """The rule, node by node."""
+    n = values.shape[1]
+    steps = max(max_tokens - 1, 1)
+    tpots = []
+    for i in range(n):
+        spread, chunk = values[tpot_lost.COL_BACKLOG_S, i] * (1.0 / steps), values[tpot_lost.COL_CHUNK_S, i]
+        tpots.append((chunk if chunk < spread or chunk != chunk else spread) + values[tpot_lost.COL_STEP_S, i])
+    doomed = [i for i in range(n) if values[tpot_lost.COL_FLOOR_S, i] > target]
+    if chosen < 0 or not doomed or not all(t > target for t in tpots) or int(np.argmin(cost[:n])) != chosen:
+        return chosen
+    best = min(doomed, key=lambda i: (cost[i], i))
+    return chosen if cost[best] == math.inf else best
+
+
+_FIGURE = st.floats(0.0, 0.2, allow_nan=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda n: st.tuples(
+            st.lists(st.tuples(_FIGURE, _FIGURE, _FIGURE, _FIGURE), min_size=n, max_size=n),
+            st.lists(st.one_of(st.floats(0.0, 30.0), st.just(math.inf)), min_size=n, max_size=n),
+        )
+    ),
+    st.integers(1, 300),
+    st.sampled_from([0.02, 0.05, 0.1]),
+    st.booleans(),
+)
+def test_redirect_agrees_with_the_rule_node_by_node(rows, max_tokens, target, credit_moved):
+    figures, costs = rows
+    n = len(figures)
+    values = np.zeros((cost_kernel.NUM_COLUMNS, n))
+    for i, (step, backlog, chunk, floor) in enumerate(figures):
+        values[[tpot_lost.COL_STEP_S, tpot_lost.COL_BACKLOG_S, tpot_lost.COL_CHUNK_S, tpot_lost.COL_FLOOR_S], i] = (
+            step,
+            backlog * 100,
+            chunk,
+            floor,
+        )
+    cost = np.array([*costs, 7.0])  # a buffer longer than the table, as the kernel's
+    chosen = int(np.argmin(cost[:n]))
+    if cost[chosen] == math.inf:
+        chosen = -1
+    elif credit_moved and n > 1:
+        chosen = (chosen + 1) % n
+    config = replace(ON, slo_tpot_s=target)
+    request = RouteRequest("r", "m", 100, max_tokens, ())
+    before = values.copy()
+    assert tpot_lost.redirect(config, request, values, cost, chosen) == _reference(
+        values, cost, chosen, max_tokens, target
+    )
+    assert np.array_equal(values, before)  # the table is read, not written
+    assert tpot_lost.keep(config, request, values, cost, chosen) == chosen
