@@ -77,6 +77,10 @@ class RouterConfig:
         80 and 100% load while three P99 bounds broke (bench/results/2026-12-04-tpot-lost-probe.json), so it is
         off by default (the tuning rule keeps the P99 lead first). At the default SLO (100 ms) no node of the zoo
         fleets has such a floor, and nothing changes.
+    slo_tpot_lost_ttft_factor: with slo_tpot_lost_to_doomed, only to a node where the request's predicted TTFT
+        (queue, current step, its own prefill, an adapter's load: the cost's TTFT) is within this factor times its
+        TTFT target; where no such node misses TPOT at any load, hardware_aware's choice stands. 0: no bound. The
+        probe's factor 1 kept the tail and lost the gain (code 80% at the second SLO .229 against off .230).
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
@@ -299,6 +303,7 @@ class RouterConfig:
     slo_ttft_late_weight: float = 1.0
     slo_tpot_floor_miss: bool = False
     slo_tpot_lost_to_doomed: bool = False
+    slo_tpot_lost_ttft_factor: float = 0.0
     slo_triage_penalty_s: float = 5.0
     slo_tpot_harm_penalty_s: float = 10.0
     slo_tpot_harm_triage: bool = False
@@ -360,6 +365,7 @@ class RouterConfig:
             "slo_sacrifice_weight",
             "slo_sacrifice_max_ttft_s",
             "slo_sacrifice_max_rate_ratio",
+            "slo_tpot_lost_ttft_factor",
             "overload_window_s",
             "overload_hold_s",
             "overload_triage_penalty_s",

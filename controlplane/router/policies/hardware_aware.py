@@ -187,13 +187,13 @@ class HardwareAwarePolicy(PolicyHooks):
         overload = self.overload
         if overload is None:
             i = self._kernel.least_cost(request, table, self._index)
-            i = self._lost(self.config, request, table.values, self._kernel.cost, i)
+            i = self._lost(self.config, request, table, self._kernel.cost, i)
             return None if i < 0 else table.node_ids[i]
         kernel = self._kernel_overload if overload.active(snapshot.now_s) else self._kernel
         late = self.late_prompts  # the long-prompt test's gate (RouterConfig.slo_sacrifice_long_vs_late)
         self._long_ok = long_ok = late is None or late.longer(request.num_prompt_tokens, snapshot.now_s)
         i = kernel.least_cost(request, table, self._index, long_ok)
-        i = self._lost(self.config, request, table.values, kernel.cost, i)
+        i = self._lost(self.config, request, table, kernel.cost, i)
         if i < 0:
             return None
         self._note_placement(request, table, i, snapshot.now_s)
@@ -346,7 +346,7 @@ class HardwareAwarePolicy(PolicyHooks):
             return None  # no node can take it (a prefix credit never makes an impossible node possible)
         if self._index is not None and request.block_hashes:
             i = self._credit_cached_prefix(request, table, cost, need, i, best, sacrifice_s, config)
-        i = self._lost(config, request, table.values, cost, i)
+        i = self._lost(config, request, table, cost, i)
         if overload is not None:
             self._note_placement(request, table, i, snapshot.now_s)
         return table.node_ids[i]

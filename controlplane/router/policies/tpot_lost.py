@@ -13,8 +13,10 @@ The rule, after the decision (``redirect``)::
     TPOT_i = step_s + min(backlog_s / max(max_tokens - 1, 1), chunk_s)       (the cost's TPOT, np.minimum)
     if every TPOT_i > the request's TPOT target and some node's floor_s (its one-sequence decode step,
        node_predictions.decode_floor_s) > that target, and the prefix credit did not move the choice:
-        the node of least cost (before the prefix credit; first on a tie) among those with floor_s > target,
-        unless none of them can take the prompt (cost inf)
+        the node of least cost (before the prefix credit; first on a tie) among those with floor_s > target
+        (slo_tpot_lost_ttft_factor f > 0: and a predicted TTFT, base_s + inv_rate * max(prompt, 1) + an adapter's
+        load where the node lacks it, within f times the request's TTFT target), unless none of them can take the
+        prompt (cost inf)
 
 It trades the TTFT tail for goodput, so it is an operator's choice, not a default: measured on the declared tuning
 split (scripts/tpot_lost_probe.py, mode ``all``; bench/results/2026-12-04-tpot-lost-probe.json), code's second-SLO
@@ -29,25 +31,31 @@ import math
 
 import numpy as np
 
+from controlplane.router.policies.node_table import NodeTable
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
 
 # hardware_aware's table rows it reads (cost_kernel.py's COL_*; tests check they agree)
+COL_INV_RATE = 2
+COL_BASE_S = 3
 COL_STEP_S = 4
 COL_BACKLOG_S = 5
 COL_CHUNK_S = 6
+COL_LORA_LOAD_S = 8
 COL_FLOOR_S = 10
 
 
-def keep(config: RouterConfig, request: RouteRequest, values: np.ndarray, cost: np.ndarray, chosen: int) -> int:
+def keep(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int) -> int:
     """The rule off: hardware_aware's choice stands."""
     return chosen
 
 
-def redirect(config: RouterConfig, request: RouteRequest, values: np.ndarray, cost: np.ndarray, chosen: int) -> int:
-    """The position ``request`` goes to: ``chosen`` (hardware_aware's choice among ``values``' n nodes, their costs
+def redirect(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int) -> int:
+    """The position ``request`` goes to: ``chosen`` (hardware_aware's choice among ``table``'s n nodes, their costs
     before the prefix credit in ``cost[:n]``; -1: none), or the least-cost node whose fastest decode step misses the
-    TPOT target where every node is predicted to miss it (see the module docstring)."""
+    TPOT target where every node is predicted to miss it (see the module docstring). Reads the table, writes nothing
+    of it."""
+    values = table.values
     n = values.shape[1]
     if chosen < 0 or n == 0:
         return chosen
@@ -64,5 +72,16 @@ def redirect(config: RouterConfig, request: RouteRequest, values: np.ndarray, co
     costs = cost[:n]
     if int(costs.argmin()) != chosen:
         return chosen  # the prefix credit moved the choice: kept
+    factor = config.slo_tpot_lost_ttft_factor
+    if factor:  # only where its first token still comes within factor x the TTFT target
+        ttft = values[COL_INV_RATE] * float(max(request.num_prompt_tokens, 1))
+        ttft += values[COL_BASE_S]
+        if request.lora_name is not None:  # a cold adapter load, except on the nodes holding the adapter
+            load = values[COL_LORA_LOAD_S].copy()
+            for i in table.tagged(request.lora_name):
+                load[i] = 0.0
+            ttft += load
+        slo_ttft_s = config.slo_ttft_s if request.slo_ttft_s is None else request.slo_ttft_s
+        doomed &= ttft <= factor * slo_ttft_s
     i = int(np.where(doomed, costs, math.inf).argmin())
     return chosen if costs[i] == math.inf or not doomed[i] else i

@@ -30,12 +30,9 @@ PATHS = pytest.mark.parametrize("use_kernel", [False, True], ids=["numpy", "kern
 
 
 def test_it_reads_the_kernels_columns():
-    assert (tpot_lost.COL_STEP_S, tpot_lost.COL_BACKLOG_S, tpot_lost.COL_CHUNK_S, tpot_lost.COL_FLOOR_S) == (
-        cost_kernel.COL_STEP_S,
-        cost_kernel.COL_BACKLOG_S,
-        cost_kernel.COL_CHUNK_S,
-        cost_kernel.COL_FLOOR_S,
-    )
+    for name in ("COL_INV_RATE", "COL_BASE_S", "COL_STEP_S", "COL_BACKLOG_S", "COL_CHUNK_S", "COL_LORA_LOAD_S"):
+        assert getattr(tpot_lost, name) == getattr(cost_kernel, name)
+    assert tpot_lost.COL_FLOOR_S == cost_kernel.COL_FLOOR_S
     assert not RouterConfig().slo_tpot_lost_to_doomed  # an operator's choice, off by default
 
 
@@ -99,10 +96,21 @@ def test_a_choice_the_prefix_credit_moved_is_kept(make_node_view, make_route_req
     assert policy.choose(make_route_request(8_000, 64, tuple(range(1_000, 1_500))), snapshot) == "l4"  # no credit
 
 
-def _reference(values: np.ndarray, cost: np.ndarray, chosen: int, max_tokens: int, target: float) -> int:
+class _Table:
+    """What redirect reads of a NodeTable: its values and the positions holding an adapter."""
+
+    def __init__(self, values: np.ndarray, tagged: dict[str, set[int]]) -> None:
+        self.values, self._tagged = values, tagged
+
+    def tagged(self, label: str):
+        return self._tagged.get(label, ())
+
+
+def _reference(table: _Table, cost: np.ndarray, chosen: int, request: RouteRequest, config: RouterConfig) -> int:
     """The rule, node by node."""
+    values, target = table.values, config.slo_tpot_s
     n = values.shape[1]
-    steps = max(max_tokens - 1, 1)
+    steps = max(request.max_tokens - 1, 1)
     tpots = []
     for i in range(n):
         spread, chunk = values[tpot_lost.COL_BACKLOG_S, i] * (1.0 / steps), values[tpot_lost.COL_CHUNK_S, i]
@@ -110,47 +118,87 @@ def _reference(values: np.ndarray, cost: np.ndarray, chosen: int, max_tokens: in
     doomed = [i for i in range(n) if values[tpot_lost.COL_FLOOR_S, i] > target]
     if chosen < 0 or not doomed or not all(t > target for t in tpots) or int(np.argmin(cost[:n])) != chosen:
         return chosen
+    if config.slo_tpot_lost_ttft_factor:
+        tagged = table.tagged(request.lora_name) if request.lora_name else ()
+
+        def ttft(i: int) -> float:
+            t = values[tpot_lost.COL_INV_RATE, i] * float(max(request.num_prompt_tokens, 1))
+            t += values[tpot_lost.COL_BASE_S, i]
+            return t + (values[tpot_lost.COL_LORA_LOAD_S, i] if request.lora_name and i not in tagged else 0.0)
+
+        doomed = [i for i in doomed if ttft(i) <= config.slo_tpot_lost_ttft_factor * config.slo_ttft_s]
+    if not doomed:
+        return chosen
     best = min(doomed, key=lambda i: (cost[i], i))
     return chosen if cost[best] == math.inf else best
 
 
 _FIGURE = st.floats(0.0, 0.2, allow_nan=False)
+_ROW = st.tuples(_FIGURE, _FIGURE, _FIGURE, _FIGURE, st.floats(0.0, 3e-3), st.floats(0.0, 6.0), _FIGURE, st.booleans())
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     st.integers(1, 6).flatmap(
         lambda n: st.tuples(
-            st.lists(st.tuples(_FIGURE, _FIGURE, _FIGURE, _FIGURE), min_size=n, max_size=n),
+            st.lists(_ROW, min_size=n, max_size=n),
             st.lists(st.one_of(st.floats(0.0, 30.0), st.just(math.inf)), min_size=n, max_size=n),
         )
     ),
     st.integers(1, 300),
+    st.integers(1, 2_000),
     st.sampled_from([0.02, 0.05, 0.1]),
+    st.sampled_from([0.0, 1.0, 2.5]),
+    st.booleans(),
     st.booleans(),
 )
-def test_redirect_agrees_with_the_rule_node_by_node(rows, max_tokens, target, credit_moved):
+def test_redirect_agrees_with_the_rule_node_by_node(rows, max_tokens, prompt, target, factor, lora, credit_moved):
     figures, costs = rows
     n = len(figures)
     values = np.zeros((cost_kernel.NUM_COLUMNS, n))
-    for i, (step, backlog, chunk, floor) in enumerate(figures):
-        values[[tpot_lost.COL_STEP_S, tpot_lost.COL_BACKLOG_S, tpot_lost.COL_CHUNK_S, tpot_lost.COL_FLOOR_S], i] = (
-            step,
-            backlog * 100,
-            chunk,
-            floor,
-        )
+    tagged = set()
+    for i, (step, backlog, chunk, floor, inv_rate, base, load, holds) in enumerate(figures):
+        for column, value in (
+            (tpot_lost.COL_STEP_S, step),
+            (tpot_lost.COL_BACKLOG_S, backlog * 100),
+            (tpot_lost.COL_CHUNK_S, chunk),
+            (tpot_lost.COL_FLOOR_S, floor),
+            (tpot_lost.COL_INV_RATE, inv_rate),
+            (tpot_lost.COL_BASE_S, base),
+            (tpot_lost.COL_LORA_LOAD_S, load),
+        ):
+            values[column, i] = value
+        if holds:
+            tagged.add(i)
+    table = _Table(values, {"ad": tagged})
     cost = np.array([*costs, 7.0])  # a buffer longer than the table, as the kernel's
     chosen = int(np.argmin(cost[:n]))
     if cost[chosen] == math.inf:
         chosen = -1
     elif credit_moved and n > 1:
         chosen = (chosen + 1) % n
-    config = replace(ON, slo_tpot_s=target)
-    request = RouteRequest("r", "m", 100, max_tokens, ())
+    config = replace(ON, slo_tpot_s=target, slo_tpot_lost_ttft_factor=factor)
+    request = RouteRequest("r", "m", prompt, max_tokens, (), lora_name="ad" if lora else None)
     before = values.copy()
-    assert tpot_lost.redirect(config, request, values, cost, chosen) == _reference(
-        values, cost, chosen, max_tokens, target
-    )
+    assert tpot_lost.redirect(config, request, table, cost, chosen) == _reference(table, cost, chosen, request, config)
     assert np.array_equal(values, before)  # the table is read, not written
-    assert tpot_lost.keep(config, request, values, cost, chosen) == chosen
+    assert tpot_lost.keep(config, request, table, cost, chosen) == chosen
+
+
+@PATHS
+def test_the_ttft_factor_keeps_the_choice_where_the_doomed_node_is_too_late(
+    make_node_view, make_route_request, use_kernel
+):
+    """The L4's first token comes in ~10.25 s: within 6 x the 2 s target, not within 5 x."""
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    snapshot = _fleet(make_node_view, 200_000)
+    assert HardwareAwarePolicy(replace(ON, slo_tpot_lost_ttft_factor=6.0), use_kernel).choose(request, snapshot) == "l4"
+    five = HardwareAwarePolicy(replace(ON, slo_tpot_lost_ttft_factor=5.0), use_kernel)
+    assert five.choose(request, snapshot) == "h100"
+
+
+def test_the_factor_is_checked():
+    with pytest.raises(ValueError, match="slo_tpot_lost_ttft_factor"):
+        RouterConfig(slo_tpot_lost_ttft_factor=-1.0)
+    with pytest.raises(ValueError, match="slo_tpot_lost_ttft_factor"):
+        RouterConfig(slo_tpot_lost_ttft_factor=math.nan)
