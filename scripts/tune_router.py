@@ -111,6 +111,9 @@ GRID_29 = [{"slo_sacrifice_long_share": share} for share in (0.0, 0.05, 0.1, 0.2
 GRID_30 = [{"slo_sacrifice_long_vs_late": False, "slo_sacrifice_long_share": 0.2}] + [
     {"slo_sacrifice_long_vs_late": True, "slo_sacrifice_long_share": share} for share in (0.2, 0.1, 0.05)
 ]
+GRID_31 = [{"slo_tpot_lost_to_doomed": False}] + [  # off: the default row (GRID_30's choice)
+    {"slo_tpot_lost_to_doomed": True, "slo_tpot_lost_ttft_factor": factor} for factor in (0.0, 3.0, 2.0, 1.5)
+]
 SLO2 = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05}  # the reports' second SLO setting, told to every router
 SLO2_CASES = {f"{name}@slo2": case for name, case in ALL_CASES.items()}  # each case of ALL_CASES at SLO2
 DEFAULT_GRID = {"slo_triage_spare_capable_below": [0.0, 0.25, 0.5], "tpot_excess_only": [False, True]}
