@@ -87,7 +87,10 @@ class RequestPath:
         self.classes = ClassLedger()
         overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
         late_prompts = getattr(policy, "late_prompts", None)  # and its long-prompt gate, when on
-        self.forecast = SloForecast(router, overload=overload, now=registry.clock.now, late_prompts=late_prompts)
+        tpot_lost = getattr(policy, "tpot_lost", None)  # and its TPOT lost-cause rule, when on
+        self.forecast = SloForecast(
+            router, overload=overload, now=registry.clock.now, late_prompts=late_prompts, tpot_lost=tpot_lost
+        )
         self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.counters = self.table.counters

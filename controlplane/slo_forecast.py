@@ -22,6 +22,7 @@ from collections.abc import Callable
 from controlplane.router.late_prompts import LatePrompts
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies.node_predictions import predict_ttft_s
+from controlplane.router.policies.tpot_lost import Redirects
 from controlplane.router.policy import NodeView, RouteRequest
 from controlplane.router.router_config import RouterConfig
 
@@ -32,7 +33,8 @@ class SloForecast:
     """``window``: the recent decisions the late share is taken over (at least 1). ``overload``: the routing
     policy's overload detector, when it has one on (hardware_aware's overload mode), reported beside as it stands
     at ``now()`` (the policy's clock, the registry's); ``late_prompts``: its long-prompt gate, when on
-    (RouterConfig.slo_sacrifice_long_vs_late), whose median late prompt is reported with it."""
+    (RouterConfig.slo_sacrifice_long_vs_late), whose median late prompt is reported with it; ``tpot_lost``: its
+    TPOT lost-cause rule, when on (RouterConfig.slo_tpot_lost_to_doomed), whose count of moved requests is too."""
 
     def __init__(
         self,
@@ -41,12 +43,14 @@ class SloForecast:
         overload: OverloadDetector | None = None,
         now: Callable[[], float] | None = None,
         late_prompts: LatePrompts | None = None,
+        tpot_lost: Redirects | None = None,
     ) -> None:
         if window < 1:
             raise ValueError(f"window must be >= 1, got {window}")
         self.config = config
         self.overload = overload
         self.late_prompts = late_prompts
+        self.tpot_lost = tpot_lost
         self._now = now
         self.counts: dict[tuple[str, str], int] = {}  # (traffic class, IN_TIME | LATE) → decisions
         self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
@@ -86,6 +90,7 @@ class SloForecast:
                 "activations": self.overload.activations,
             },
             "long_prompt_gate": None if self.late_prompts is None else {"median_late_tokens": self._late_median()},
+            "tpot_lost": None if self.tpot_lost is None else {"redirects": self.tpot_lost.moved},
         }
 
     def _late_median(self) -> float | None:

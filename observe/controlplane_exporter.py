@@ -127,6 +127,13 @@ def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:
                                    "above it (+Inf: too few late placements).")  # fmt: skip
         median.add_metric([], math.inf if gate["median_late_tokens"] is None else gate["median_late_tokens"])
         yield median
+    lost = forecast.get("tpot_lost")
+    if lost is not None:  # hardware_aware's TPOT lost-cause rule, configured on
+        moved = CounterMetricFamily(m.ROUTER_TPOT_LOST_REDIRECTS, "Requests hardware_aware sent to a node that misses "
+                                    "their TPOT target at any load, as no node was predicted to meet it "
+                                    "(goodput first: slo_tpot_lost_to_doomed).")  # fmt: skip
+        moved.add_metric([], lost["redirects"])
+        yield moved
 
 
 def _class_and_tenant_metrics(stats: dict) -> Iterable[Metric]:

@@ -68,6 +68,7 @@ ROUTER_OVERLOAD_MODE = "zoo:router_overload_mode"  # gauge: 1 while the policy d
 ROUTER_OVERLOAD_ACTIVATIONS = "zoo:router_overload_activations"  # counter (_total): times it switched on
 # gauge: the median prompt of the recent placements forecast late; hardware_aware sacrifices only longer prompts
 ROUTER_LATE_PROMPT_MEDIAN = "zoo:router_late_prompt_median_tokens"
+ROUTER_TPOT_LOST_REDIRECTS = "zoo:router_tpot_lost_redirects"  # counter (_total): TPOT lost causes moved
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen

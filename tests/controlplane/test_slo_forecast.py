@@ -33,6 +33,7 @@ def test_an_idle_node_is_forecast_in_time_and_a_long_queue_late(node, make_route
         "recent_decisions": 3,
         "overload": None,  # the policy has no overload mode on
         "long_prompt_gate": None,  # nor a long-prompt gate
+        "tpot_lost": None,  # nor the TPOT lost-cause rule
     }
 
 
@@ -115,3 +116,31 @@ def test_the_long_prompt_gates_median_is_reported_and_exported_only_when_on():
     assert families[ROUTER_LATE_PROMPT_MEDIAN].samples[0].value == 3_000.0
     clock[0] = 10.5  # a reader later: the t=0 placement left the window, one is too few
     assert forecast.summary()["long_prompt_gate"] == {"median_late_tokens": None}
+
+
+def test_the_tpot_lost_rules_redirects_are_reported_and_exported_only_when_on(make_node_view, make_route_request):
+    """RouterConfig.slo_tpot_lost_to_doomed: the requests hardware_aware moved to a node that misses their TPOT target
+    at any load, on /metrics as zoo:router_tpot_lost_redirects_total (absent with the rule off)."""
+    from dataclasses import replace
+
+    from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
+    from controlplane.router.policy import ClusterSnapshot
+    from observe.controlplane_exporter import _forecast_metrics
+    from observe.metrics_names import ROUTER_TPOT_LOST_REDIRECTS
+
+    off = RouterConfig(default_model_params_b=8.0, slo_ttft_s=2.0, slo_tpot_s=0.05, slo_sacrifice_weight=0.0,
+                       slo_triage_penalty_s=0.0, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0)  # fmt: skip
+    assert HardwareAwarePolicy(off).tpot_lost is None
+    assert SloForecast(off).summary()["tpot_lost"] is None
+    assert ROUTER_TPOT_LOST_REDIRECTS not in {f.name for f in _forecast_metrics(SloForecast(off).summary())}
+    policy = HardwareAwarePolicy(replace(off, slo_tpot_lost_to_doomed=True))
+    forecast = SloForecast(policy.config, tpot_lost=policy.tpot_lost)
+    assert forecast.summary()["tpot_lost"] == {"redirects": 0}
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=40_000.0, queued_prefill_tokens=200_000)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=40_000)
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    assert policy.choose(request, ClusterSnapshot(0.0, (h100, l4))) == "l4"  # the H100 decodes it past 50 ms
+    assert policy.choose(request, ClusterSnapshot(0.0, (replace(h100, queued_prefill_tokens=0), l4))) == "h100"
+    assert forecast.summary()["tpot_lost"] == {"redirects": 1}
+    families = {f.name: f for f in _forecast_metrics(forecast.summary())}
+    assert families[ROUTER_TPOT_LOST_REDIRECTS].samples[0].value == 1

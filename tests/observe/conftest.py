@@ -55,7 +55,8 @@ def spawn_agent() -> Iterator:
 @pytest.fixture
 def observed_controlplane():
     """``async with observed_controlplane(policy=...) as (cp, exporter, observer)``: a ControlPlane on free
-    loopback ports (byte tokenizer) with a ControlPlaneExporter and a FleetObserver."""
+    loopback ports (byte tokenizer) with a ControlPlaneExporter and a FleetObserver; ``router_knobs``: RouterConfig
+    fields besides the policy."""
     import anyio
 
     from backends.fake import FAKE_MODEL_NAME, ByteTokenizer
@@ -65,7 +66,7 @@ def observed_controlplane():
     from observe.stats_stream import FleetObserver
 
     @contextlib.asynccontextmanager
-    async def start(policy: str = "round_robin", **config) -> AsyncIterator:
+    async def start(policy: str = "round_robin", router_knobs: dict | None = None, **config) -> AsyncIterator:
         config.setdefault("heartbeat_interval_s", 0.2)
         config.setdefault("heartbeat_timeout_s", 1.0)
         config.setdefault("report_interval_s", 0.05)
@@ -74,7 +75,7 @@ def observed_controlplane():
                 agent_endpoint="tcp://127.0.0.1:0",
                 client_endpoint="tcp://127.0.0.1:0",
                 model_name=FAKE_MODEL_NAME,
-                router=RouterConfig(policy=policy),
+                router=RouterConfig(policy=policy, **(router_knobs or {})),
                 **config,
             ),
             ByteTokenizer(),

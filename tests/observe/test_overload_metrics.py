@@ -31,3 +31,18 @@ async def test_a_hardware_aware_control_plane_exports_its_overload_mode(observed
         assert observer.fleet_stats(2).overload_mode is True
         cp.path.forecast._now = lambda: now + 50.0  # a reader 50 s later, no decision since: the window is empty
         assert cp.stats()["slo_forecast"]["overload"] == {"on": False, "activations": 1}
+
+
+async def test_the_tpot_lost_rule_is_exported_only_when_configured_on(observed_controlplane):
+    """RouterConfig.slo_tpot_lost_to_doomed: the control plane's forecast reads the policy's own counter, and
+    /metrics carries zoo:router_tpot_lost_redirects_total only with the rule on."""
+    async with observed_controlplane(policy="hardware_aware") as (cp, exporter, _):
+        assert cp.path.policy.tpot_lost is None
+        assert "zoo:router_tpot_lost_redirects" not in generate_latest(exporter.registry).decode()
+    knobs = {"slo_tpot_lost_to_doomed": True}
+    async with observed_controlplane(policy="hardware_aware", router_knobs=knobs) as (cp, exporter, _):
+        assert cp.path.forecast.tpot_lost is cp.path.policy.tpot_lost is not None
+        assert "zoo:router_tpot_lost_redirects_total 0.0" in generate_latest(exporter.registry).decode()
+        cp.path.policy.tpot_lost.moved = 3
+        assert "zoo:router_tpot_lost_redirects_total 3.0" in generate_latest(exporter.registry).decode()
+        assert cp.stats()["slo_forecast"]["tpot_lost"] == {"redirects": 3}

@@ -61,8 +61,7 @@ seconds)::
                    control plane knows of there with backlog_s <= n_i * (slo_tpot_s - TPOT's step term) <
                    backlog_s + own_s, n_i their decode steps: router/decode_steps.py)
                 + kv_full_penalty_s    if prompt + min(max_tokens, kv_reserve_output_tokens) - cached > headroom
-    then (slo_tpot_lost_to_doomed, off): a request every node is predicted to miss TPOT on goes to the least-cost node
-    whose one-sequence decode step misses it anyway, if there is one (tpot_lost.py: goodput first, the tail paid)
+    then (slo_tpot_lost_to_doomed, off): a TPOT lost cause goes to a node that misses TPOT at any load (tpot_lost.py)
 
 SLO triage: a request that misses the TTFT target on a node whose queue is still within it (``wait`` <=
 target: the node meets the target for the short prompts to come) pays the triage penalty there, so a request
@@ -138,7 +137,8 @@ class HardwareAwarePolicy(PolicyHooks):
         numba: the numpy passes of ``choose``. ``kernel_name`` says which ("numba" or "numpy")."""
         self.config = config
         self._tables = NodeTables(self._derive, _NUM_COLUMNS, attrgetter("lora_resident"))  # a node's adapters
-        self._lost = tpot_lost.redirect if config.slo_tpot_lost_to_doomed else tpot_lost.keep  # goodput first
+        self.tpot_lost = tpot_lost.Redirects() if config.slo_tpot_lost_to_doomed else None  # goodput first, when on
+        self._lost = tpot_lost.keep if self.tpot_lost is None else self.tpot_lost
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}
         self._cums: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}  # node -> (its histogram, cumulative)

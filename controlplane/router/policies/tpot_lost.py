@@ -50,6 +50,21 @@ def keep(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np
     return chosen
 
 
+class Redirects:
+    """The rule on, as the policy calls it, counting the requests it moved (``moved``: the control plane exports it
+    as zoo:router_tpot_lost_redirects_total, so an operator sees how often goodput first changed a decision)."""
+
+    def __init__(self) -> None:
+        self.moved = 0
+
+    def __call__(
+        self, config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int
+    ) -> int:
+        i = redirect(config, request, table, cost, chosen)
+        self.moved += i != chosen
+        return i
+
+
 def redirect(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int) -> int:
     """The position ``request`` goes to: ``chosen`` (hardware_aware's choice among ``table``'s n nodes, their costs
     before the prefix credit in ``cost[:n]``; -1: none), or the least-cost node whose fastest decode step misses the
