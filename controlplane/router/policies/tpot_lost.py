@@ -76,9 +76,10 @@ def redirect(config: RouterConfig, request: RouteRequest, table: NodeTable, cost
         return chosen
     slo_tpot_s = config.slo_tpot_s if request.slo_tpot_s is None else request.slo_tpot_s  # the class's
     floor = values[COL_FLOOR_S]
+    top = floor.max()
+    if not (top > slo_tpot_s or top != top):  # a NaN max (some floor NaN): the test below decides
+        return chosen  # nowhere is the target lost at any load: the common case, one pass
     doomed = floor > slo_tpot_s
-    if not doomed.any():
-        return chosen  # nowhere is the target lost at any load: the common case, two passes
     tpot = values[COL_BACKLOG_S] * (1.0 / max(request.max_tokens - 1, 1))
     np.minimum(tpot, values[COL_CHUNK_S], out=tpot)
     tpot += values[COL_STEP_S]
