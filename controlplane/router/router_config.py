@@ -74,13 +74,16 @@ class RouterConfig:
         the request goes to the least-cost such node (router/policies/tpot_lost.py), so the nodes that can still
         decode within the target keep their steps short for the requests they can serve. It trades the TTFT tail
         for goodput: on the declared tuning split code's second-SLO goodput rose above every fair anchor's at 60,
-        80 and 100% load while three P99 bounds broke (bench/results/2026-12-04-tpot-lost-probe.json), so it is
-        off by default (the tuning rule keeps the P99 lead first). At the default SLO (100 ms) no node of the zoo
-        fleets has such a floor, and nothing changes.
+        80 and 100% load while three P99 bounds broke (bench/results/2026-12-04-tpot-lost-probe.json). Kept off by
+        the thirty-first grid (bench/results/2026-12-05-sim-tune-31.json: unbounded, goodput ahead of every fair
+        anchor on all 14 tuning cases, smallest margin +0.027, and three P99 bounds broken; bounded below, admissible
+        but tied with off). At the default SLO (100 ms) no node of the zoo fleets has such a floor, and nothing
+        changes. The requests it moved: zoo:router_tpot_lost_redirects_total.
     slo_tpot_lost_ttft_factor: with slo_tpot_lost_to_doomed, only to a node where the request's predicted TTFT
         (queue, current step, its own prefill, an adapter's load: the cost's TTFT) is within this factor times its
         TTFT target; where no such node misses TPOT at any load, hardware_aware's choice stands. 0: no bound. The
-        probe's factor 1 kept the tail and lost the gain (code 80% at the second SLO .229 against off .230).
+        probe's factor 1 kept the tail and lost the gain (code 80% at the second SLO .229 against off .230); the
+        thirty-first grid's 1.5 and 2 kept every P99 bound and lost a little goodput on code, 3 broke one bound.
     slo_triage_penalty_s: SLO triage: added to the cost of a node predicted to miss the TTFT target when that
         node's queue (its wait before this prompt) still meets it, so a request that misses everywhere goes to
         a node that is already late instead of taking the slack of those still serving within the SLO.
