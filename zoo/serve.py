@@ -79,6 +79,14 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
+    p.add_argument(
+        "--router-knobs",
+        default=None,
+        metavar="JSON",
+        help='RouterConfig fields as one JSON object, e.g. \'{"slo_ttft_s": 2, "slo_tpot_s": 0.05}\' (the router\'s '
+        "SLO, hardware_aware's terms: controlplane/router/router_config.py documents each; --policy and --cells set "
+        "their own)",
+    )
     p.add_argument("--model", default=None, help="checkpoint whose tokenizer the control plane uses (default: SmolLM2)")
     p.add_argument(
         "--heartbeat-interval-s",
@@ -147,6 +155,7 @@ def controlplane_from_args(args: argparse.Namespace):
     from agent.node_agent import served_model_name
     from controlplane.cells import CellsConfig, load_cells
     from controlplane.router.router_config import RouterConfig
+    from controlplane.router.router_knobs import parse_router_knobs
     from controlplane.server import ControlPlane, ControlPlaneConfig
 
     model_config = None
@@ -167,7 +176,11 @@ def controlplane_from_args(args: argparse.Namespace):
         agent_endpoint=args.listen,
         client_endpoint=None if args.client_listen == "none" else args.client_listen,
         model_name=model_name,
-        router=RouterConfig(policy=args.policy, cells=load_cells(args.cells) if args.cells else CellsConfig()),
+        router=RouterConfig(
+            policy=args.policy,
+            cells=load_cells(args.cells) if args.cells else CellsConfig(),
+            **parse_router_knobs(getattr(args, "router_knobs", None)),
+        ),
         admission=AdmissionConfig(max_queue_per_node=args.max_queue_per_node, max_queue_global=args.max_queue_global),
         heartbeat_interval_s=args.heartbeat_interval_s,
         heartbeat_timeout_s=args.heartbeat_timeout_s,

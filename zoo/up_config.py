@@ -2,15 +2,18 @@
 
 zoo.toml may also describe cells and traffic classes (``[[cells]]``, ``[[traffic_classes]]``:
 controlplane/cells.py); the control plane then reads them from the same file (``--cells zoo.toml``).
-Agents join a cell by ``cell = "NAME"`` (their ``--cell``) or by their GPU type."""
+Agents join a cell by ``cell = "NAME"`` (their ``--cell``) or by their GPU type. ``[controlplane.router]`` holds
+RouterConfig fields (the router's SLO, hardware_aware's terms), passed as the control plane's ``--router-knobs``."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.cells import parse_cells
+from controlplane.router.router_knobs import parse_router_knobs
 from zoo.placement_args import placement_options
 
 CELL_SECTIONS = {"cells", "traffic_classes", "default_class"}  # controlplane/cells.py; zoo sim reads them too
@@ -122,6 +125,12 @@ def load_up_config(path: Path | None) -> UpConfig:
         raw.update(placement_options(raw, f"{path}: agents[{i}]"))  # host → host_id, checked
         agents.append(AgentSpec(str(raw.pop("node_id")), str(raw.pop("backend", "torch")), raw))
     agents = agents or default_agents()
+    router = cp.pop("router", None)  # [controlplane.router]: RouterConfig fields, as --router-knobs' JSON
+    if router is not None:
+        if not isinstance(router, dict):
+            raise ValueError(f"{path}: controlplane.router must be a table ([controlplane.router])")
+        cp["router_knobs"] = json.dumps(router)
+        parse_router_knobs(cp["router_knobs"], f"{path}: [controlplane.router]")  # checked now, by name
     if "curve_dir" in cp:  # a CURVE control plane: its agents use the same key directory unless told
         for agent in agents:
             agent.options.setdefault("curve_dir", cp["curve_dir"])

@@ -1,0 +1,54 @@
+"""``--router-knobs``: RouterConfig fields an operator sets from one JSON object (``zoo controlplane`` / ``zoo up``,
+``zoo sim``: sim/router_knobs.py).
+
+The policies' own knobs (hardware_aware's SLO terms, the prefix-aware thresholds, ...) are RouterConfig fields
+(controlplane/router/router_config.py documents each). This reads them from one JSON object, checked as
+RouterConfig itself checks them: msgspec types each value against the field (a float field takes an int, not a
+string or a bool) and RouterConfig's own checks refuse a value out of range. The fields a tool sets from its other
+options (``set_elsewhere``: the control plane's --policy and --cells) are refused here, so one setting has one
+place. Anything wrong is a ValueError naming it. Sans-IO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import msgspec
+
+from controlplane.router.router_config import RouterConfig
+
+# the control plane's: --policy, --cells (its cells and the traffic classes they serve)
+SET_BY_CONTROLPLANE_FLAGS = frozenset({"policy", "cells", "cells_by_traffic_class"})
+
+
+def settable_knobs(set_elsewhere: frozenset[str] = SET_BY_CONTROLPLANE_FLAGS) -> list[str]:
+    return sorted({f.name for f in dataclasses.fields(RouterConfig)} - set_elsewhere)
+
+
+def parse_router_knobs(
+    text: str | None, flag: str = "--router-knobs", set_elsewhere: frozenset[str] = SET_BY_CONTROLPLANE_FLAGS
+) -> dict[str, Any]:
+    """The fields of ``text`` (a JSON object; None or empty: none), each as RouterConfig types it. ``flag``: the
+    option's name in the errors; ``set_elsewhere``: the fields that tool sets from its other flags."""
+    if not text:
+        return {}
+    try:
+        knobs = msgspec.json.decode(text)
+    except (msgspec.DecodeError, RecursionError) as e:  # RecursionError: nested past msgspec's depth
+        raise ValueError(f"{flag} is not JSON: {str(e)[:200]}") from None
+    if not isinstance(knobs, dict):
+        raise ValueError(f"{flag} must be a JSON object of RouterConfig fields, e.g. '{{\"tpot_weight\": 0.3}}'")
+    settable = settable_knobs(set_elsewhere)
+    unknown = sorted(set(knobs) - set(settable))
+    if unknown:
+        named = ", ".join(repr(k[:60]) for k in unknown[:5])
+        raise ValueError(
+            f"{flag}: not a settable RouterConfig field: {named}{' ...' if len(unknown) > 5 else ''}; settable: "
+            f"{', '.join(settable)} (set by the tool's other options: {', '.join(sorted(set_elsewhere))})"
+        )
+    try:
+        checked = msgspec.convert(knobs, RouterConfig)  # typed per field, then RouterConfig's own range checks
+    except msgspec.ValidationError as e:
+        raise ValueError(f"{flag}: {str(e)[:300]}") from None
+    return {name: getattr(checked, name) for name in knobs}

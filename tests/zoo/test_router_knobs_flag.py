@@ -1,0 +1,77 @@
+"""`zoo controlplane --router-knobs JSON` and zoo.toml's [controlplane.router]: an operator sets RouterConfig fields
+(the router's SLO, hardware_aware's terms such as the goodput-first rule) on a real control plane, each checked by
+name as RouterConfig checks it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zoo.cli import build_parser, main
+from zoo.serve import controlplane_from_args
+from zoo.up_config import load_up_config
+
+
+def _controlplane(*flags: str):
+    return controlplane_from_args(build_parser().parse_args(["controlplane", "--fake-tokenizer", *flags]))
+
+
+def test_the_knobs_reach_the_router_and_its_policy():
+    knobs = '{"slo_ttft_s": 2, "slo_tpot_s": 0.05, "slo_tpot_lost_to_doomed": true}'
+    cp = _controlplane("--router-knobs", knobs)
+    router = cp.config.router
+    assert (router.policy, router.slo_ttft_s, router.slo_tpot_s, router.slo_tpot_lost_to_doomed) == (
+        "hardware_aware",
+        2.0,
+        0.05,
+        True,
+    )
+    assert cp.path.policy.tpot_lost is not None and cp.path.forecast.tpot_lost is cp.path.policy.tpot_lost
+    plain = _controlplane().config.router
+    assert (plain.slo_ttft_s, plain.slo_tpot_lost_to_doomed) == (1.0, False)
+
+
+@pytest.mark.parametrize(
+    ("knobs", "message"),
+    [
+        ("{not json", "--router-knobs is not JSON"),
+        ('{"policy": "llm_d"}', "not a settable RouterConfig field: 'policy'"),  # --policy's
+        ('{"cells": {}}', "not a settable RouterConfig field: 'cells'"),  # --cells'
+        ('{"slo_tpot_s": 0}', "slo_tpot_s must be > 0"),
+        ('{"slo_tpot_lost_to_doomed": "yes"}', "Expected `bool`, got `str`"),
+    ],
+)
+def test_a_bad_knob_is_a_clear_error_before_anything_starts(knobs, message, capsys, monkeypatch):
+    monkeypatch.setattr("zoo.serve.configure_logging", lambda: None)  # the test process's logging stays as it is
+    with pytest.raises(ValueError, match="--router-knobs") as e:
+        _controlplane("--router-knobs", knobs)
+    assert message in str(e.value)
+    assert main(["controlplane", "--fake-tokenizer", "--router-knobs", knobs]) == 2  # `zoo: error: ...`, exit 2
+    assert message in capsys.readouterr().err
+
+
+def test_zoo_toml_router_table_becomes_the_control_planes_flag(tmp_path):
+    config = tmp_path / "zoo.toml"
+    config.write_text('[controlplane]\npolicy = "hardware_aware"\n[controlplane.router]\nslo_tpot_s = 0.05\n'
+                      'slo_tpot_lost_to_doomed = true\n')  # fmt: skip
+    argv = load_up_config(config).controlplane_argv()
+    flag = argv.index("--router-knobs")
+    assert json.loads(argv[flag + 1]) == {"slo_tpot_s": 0.05, "slo_tpot_lost_to_doomed": True}
+    cp = controlplane_from_args(build_parser().parse_args([*argv, "--fake-tokenizer"]))
+    assert cp.config.router.slo_tpot_s == 0.05 and cp.config.router.slo_tpot_lost_to_doomed
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('router = "fast"', "controlplane.router must be a table"),
+        ("[controlplane.router]\nno_such_knob = 1", "not a settable RouterConfig field: 'no_such_knob'"),
+    ],
+)
+def test_a_bad_router_table_is_refused_with_the_file_named(tmp_path, table, message):
+    config = tmp_path / "zoo.toml"
+    config.write_text(f"[controlplane]\n{table}\n")
+    with pytest.raises(ValueError, match=message) as e:
+        load_up_config(config)
+    assert str(config) in str(e.value)
