@@ -16,15 +16,12 @@ from controlplane.router.policies import cost_kernel, tpot_lost
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
+from tests.controlplane.router.test_tpot_floor_miss import CONFIG as FLOOR_TESTS_CONFIG
 
 # an 8B model: the L4's one-sequence step ~71 ms (its floor), the H100's ~6 ms; TTFT target 2 s, TPOT 50 ms. Only
-# the TTFT terms price a node here (no TPOT weight or charge, no triage, harm or sacrifice), so the choice without
-# the rule is the sooner first token
-CONFIG = RouterConfig(
-    default_model_params_b=8.0, hardware_aware_use_prefix=False, tpot_weight=0.0, slo_tpot_miss_penalty_s=0.0,
-    slo_triage_penalty_s=0.0, slo_tpot_harm_penalty_s=0.0, slo_sacrifice_weight=0.0, slo_ttft_s=2.0,
-    slo_tpot_s=0.05,
-)  # fmt: skip
+# the TTFT terms price a node here (no TPOT weight or charge, no triage, harm or sacrifice: the floor-miss tests'
+# config), so the choice without the rule is the sooner first token
+CONFIG = FLOOR_TESTS_CONFIG
 ON = replace(CONFIG, slo_tpot_lost_to_doomed=True)
 PATHS = pytest.mark.parametrize("use_kernel", [False, True], ids=["numpy", "kernel"])
 
