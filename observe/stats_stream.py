@@ -109,6 +109,7 @@ class FleetObserver:
             kv_migrated_bytes_total=getattr(getattr(self.cp, "kv_moves", None), "kv_bytes_total", 0),
             slo_forecast_late_share=stats.get("slo_forecast", {}).get("recent_late_share", 0.0),
             overload_mode=(stats.get("slo_forecast", {}).get("overload") or {}).get("on"),
+            tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
         )
 
 

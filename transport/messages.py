@@ -400,6 +400,8 @@ class FleetStats(Envelope, kw_only=True):
     slo_forecast_late_share: float = 0.0
     # hardware_aware's overload mode (controlplane/router/overload.py): None where it is not configured on
     overload_mode: bool | None = None
+    # hardware_aware's goodput-first rule (router/policies/tpot_lost.py): requests it moved; None where it is off
+    tpot_lost_redirects_total: int | None = None
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

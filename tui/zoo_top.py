@@ -131,6 +131,8 @@ class ZooTopApp(App[None]):
         if stats is not None:
             r = self.view.rates
             overload = " (OVERLOAD MODE)" if stats.overload_mode else ""  # hardware_aware's (router/overload.py)
+            if stats.tpot_lost_redirects_total is not None:  # its goodput-first rule, on (router/policies/tpot_lost.py)
+                overload += f"   TPOT lost causes moved {stats.tpot_lost_redirects_total}"
             self.query_one("#rates", Static).update(
                 f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
                 f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "

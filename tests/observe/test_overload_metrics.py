@@ -36,13 +36,14 @@ async def test_a_hardware_aware_control_plane_exports_its_overload_mode(observed
 async def test_the_tpot_lost_rule_is_exported_only_when_configured_on(observed_controlplane):
     """RouterConfig.slo_tpot_lost_to_doomed: the control plane's forecast reads the policy's own counter, and
     /metrics carries zoo:router_tpot_lost_redirects_total only with the rule on."""
-    async with observed_controlplane(policy="hardware_aware") as (cp, exporter, _):
-        assert cp.path.policy.tpot_lost is None
+    async with observed_controlplane(policy="hardware_aware") as (cp, exporter, observer):
+        assert cp.path.policy.tpot_lost is None and observer.fleet_stats(1).tpot_lost_redirects_total is None
         assert "zoo:router_tpot_lost_redirects" not in generate_latest(exporter.registry).decode()
     knobs = {"slo_tpot_lost_to_doomed": True}
-    async with observed_controlplane(policy="hardware_aware", router_knobs=knobs) as (cp, exporter, _):
+    async with observed_controlplane(policy="hardware_aware", router_knobs=knobs) as (cp, exporter, observer):
         assert cp.path.forecast.tpot_lost is cp.path.policy.tpot_lost is not None
         assert "zoo:router_tpot_lost_redirects_total 0.0" in generate_latest(exporter.registry).decode()
         cp.path.policy.tpot_lost.moved = 3
         assert "zoo:router_tpot_lost_redirects_total 3.0" in generate_latest(exporter.registry).decode()
         assert cp.stats()["slo_forecast"]["tpot_lost"] == {"redirects": 3}
+        assert observer.fleet_stats(1).tpot_lost_redirects_total == 3  # what zoo top shows

@@ -15,12 +15,20 @@ from tui.zoo_top import ZooTopApp
 pytestmark = pytest.mark.anyio
 
 
-def _with_pair(stats, kv_bytes: int, migrations: int, late_share: float = 0.0, overload: bool | None = None):
+def _with_pair(
+    stats,
+    kv_bytes: int,
+    migrations: int,
+    late_share: float = 0.0,
+    overload: bool | None = None,
+    moved: int | None = None,
+):
     pair = dict(spec_drafter="l4-0", spec_acceptance_rate=0.78, spec_tpot_plain_s=0.010, spec_tpot_paired_s=0.006)
     nodes = [msgspec.structs.replace(n, **pair) if n.node_id == "h100-0" else n for n in stats.nodes]
     return msgspec.structs.replace(
         stats, nodes=nodes, migrations_total={"drain:ok": migrations, "rebalance:failed": 1},
         kv_migrated_bytes_total=kv_bytes, slo_forecast_late_share=late_share, overload_mode=overload,
+        tpot_lost_redirects_total=moved,
     )  # fmt: skip
 
 
@@ -40,6 +48,10 @@ async def test_drafter_column_detail_and_migrations(make_stats):
         app.apply_stats(_with_pair(make_stats(3), 3_000_000, 3, 0.75, overload=True))  # hardware_aware's, on
         await pilot.pause()
         assert "forecast late 75% (OVERLOAD MODE)" in str(app.query_one("#rates", Static).render())
+        assert "TPOT lost causes moved" not in str(app.query_one("#rates", Static).render())  # the rule off
+        app.apply_stats(_with_pair(make_stats(4), 3_000_000, 3, 0.75, overload=False, moved=12))  # goodput first, on
+        await pilot.pause()
+        assert "forecast late 75%   TPOT lost causes moved 12" in str(app.query_one("#rates", Static).render())
         await pilot.press("down", "enter")  # second row: h100-0
         with anyio.fail_after(10):
             while not isinstance(app.screen, NodeDetailScreen):
