@@ -1,6 +1,8 @@
-"""A probe, not a feature: a request no node is predicted to decode within its TPOT target goes to a node that could
-never decode within it (a TPOT lost cause sent where the target is lost anyway), on the declared tuning split
-(scripts/tune_router.py's cases and seeds).
+"""A probe: a request no node is predicted to decode within its TPOT target goes to a node that could never decode
+within it (a TPOT lost cause sent where the target is lost anyway), on the declared tuning split
+(scripts/tune_router.py's cases and seeds). Its mode ``all`` is now a feature, off by default:
+RouterConfig.slo_tpot_lost_to_doomed (controlplane/router/policies/tpot_lost.py; GRID_31 kept it off, and its
+``ttft`` mode is the feature's slo_tpot_lost_ttft_factor); this probe stays to reproduce the recorded figures.
 
 At the second SLO (TPOT 50 ms) the L4s' one-sequence step (~70 ms for an 8B model) misses the target at any load,
 and every request sent there is lost. The anchors ahead of hardware_aware there on code send the L4s more
