@@ -158,6 +158,7 @@ def controlplane_from_args(args: argparse.Namespace):
     from controlplane.router.router_knobs import parse_router_knobs
     from controlplane.server import ControlPlane, ControlPlaneConfig
 
+    knobs = parse_router_knobs(getattr(args, "router_knobs", None))  # a bad one refused before the model loads
     model_config = None
     if args.fake_tokenizer:
         tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
@@ -179,7 +180,7 @@ def controlplane_from_args(args: argparse.Namespace):
         router=RouterConfig(
             policy=args.policy,
             cells=load_cells(args.cells) if args.cells else CellsConfig(),
-            **parse_router_knobs(getattr(args, "router_knobs", None)),
+            **knobs,
         ),
         admission=AdmissionConfig(max_queue_per_node=args.max_queue_per_node, max_queue_global=args.max_queue_global),
         heartbeat_interval_s=args.heartbeat_interval_s,
