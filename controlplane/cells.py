@@ -94,7 +94,11 @@ class TrafficClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     borrow. priority: higher runs first inside an engine. slo_ttft_s / slo_tpot_s: its latency targets for the
     router (None: the router's). max_queue_per_node: admission's per-node queue limit for it (None: the
     control plane's). shed_past_slo: admission refuses it (429) on a node whose prefill backlog alone already
-    exceeds slo_ttft_s (it would miss its SLO, and delay the others), trying the policy's next-best node."""
+    exceeds slo_ttft_s (it would miss its SLO, and delay the others), trying the policy's next-best node.
+    goodput_first: hardware_aware's goodput-first rule for this class's requests (RouterConfig.slo_tpot_lost_to_doomed:
+    a request no node is predicted to decode within its TPOT target goes to a node that misses it anyway; True or
+    False; None: the router's setting), so a batch class can put goodput first while an interactive one keeps its
+    tail."""
 
     name: str
     cell: str | None = None
@@ -104,6 +108,7 @@ class TrafficClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     slo_tpot_s: float | None = None
     max_queue_per_node: int | None = None
     shed_past_slo: bool = False
+    goodput_first: bool | None = None
 
     def __post_init__(self) -> None:
         if not self.name:

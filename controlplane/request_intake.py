@@ -155,6 +155,7 @@ def place_request(
         slo_ttft_s=None if traffic_class is None else traffic_class.slo_ttft_s,
         slo_tpot_s=None if traffic_class is None else traffic_class.slo_tpot_s,
         lora_name=None if lora_entry is None else lora_entry.lora.name,
+        goodput_first=None if traffic_class is None else traffic_class.goodput_first,
     )
     priority = 0 if traffic_class is None else traffic_class.priority
     lora = None if lora_entry is None else lora_entry.lora

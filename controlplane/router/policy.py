@@ -77,6 +77,7 @@ class RouteRequest:
     slo_ttft_s: float | None = None  # its class's targets (controlplane/cells.py); None: the router's
     slo_tpot_s: float | None = None
     lora_name: str | None = None  # the LoRA adapter it runs with (``model`` is then its base model)
+    goodput_first: bool | None = None  # its class's choice of the goodput-first rule (tpot_lost.py); None: the router's
 
 
 class Policy(Protocol):

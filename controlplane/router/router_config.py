@@ -78,7 +78,8 @@ class RouterConfig:
         the thirty-first grid (bench/results/2026-12-05-sim-tune-31.json: unbounded, goodput ahead of every fair
         anchor on all 14 tuning cases, smallest margin +0.027, and three P99 bounds broken; bounded below, admissible
         but tied with off). At the default SLO (100 ms) no node of the zoo fleets has such a floor, and nothing
-        changes. The requests it moved: zoo:router_tpot_lost_redirects_total.
+        changes. The requests it moved: zoo:router_tpot_lost_redirects_total. A traffic class may choose for its
+        own requests (TrafficClass.goodput_first; unset: this setting).
     slo_tpot_lost_ttft_factor: with slo_tpot_lost_to_doomed, only to a node where the request's predicted TTFT
         (queue, current step, its own prefill, an adapter's load: the cost's TTFT) is within this factor times its
         TTFT target; where no such node misses TPOT at any load, hardware_aware's choice stands. 0: no bound. The

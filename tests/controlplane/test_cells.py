@@ -169,6 +169,18 @@ def test_a_classs_tpot_target_goes_to_the_node(make_hello, make_report):
     assert isinstance(placed, Placement) and placed.slo_tpot_s == 0.05  # GenerateRequest.slo_tpot_s
 
 
+def test_a_classs_goodput_first_choice_goes_to_the_policy(make_hello, make_report):
+    """TrafficClass.goodput_first (hardware_aware's goodput-first rule for the class; None: the router's)."""
+    doc = tomllib.loads(TWO_CELLS)
+    doc["traffic_classes"][1]["goodput_first"] = True
+    cells = parse_cells(doc)
+    assert _place(_fleet(make_hello, make_report, {}), "batch", cells).route.goodput_first is True
+    assert _place(_fleet(make_hello, make_report, {}), "vip", cells).route.goodput_first is None
+    doc["traffic_classes"][1]["goodput_first"] = "yes"
+    with pytest.raises(ValueError, match="goodput_first"):
+        parse_cells(doc)
+
+
 def test_vip_borrows_an_idle_bulk_node_when_home_would_queue(make_hello, make_report):
     placed = _place(_fleet(make_hello, make_report, {"f0": 2, "b0": 1}), "vip", load_cells_str())
     assert isinstance(placed, Placement) and placed.spilled

@@ -137,7 +137,7 @@ class HardwareAwarePolicy(PolicyHooks):
         numba: the numpy passes of ``choose``. ``kernel_name`` says which ("numba" or "numpy")."""
         self.config = config
         self._tables = NodeTables(self._derive, _NUM_COLUMNS, attrgetter("lora_resident"))  # a node's adapters
-        self.tpot_lost = tpot_lost.Redirects() if config.slo_tpot_lost_to_doomed else None  # goodput first, when on
+        self.tpot_lost = tpot_lost.rule_for(config)  # goodput first, where the router or a traffic class turns it on
         self._lost = tpot_lost.keep if self.tpot_lost is None else self.tpot_lost
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}

@@ -51,18 +51,31 @@ def keep(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np
 
 
 class Redirects:
-    """The rule on, as the policy calls it, counting the requests it moved (``moved``: the control plane exports it
-    as zoo:router_tpot_lost_redirects_total, so an operator sees how often goodput first changed a decision)."""
+    """The rule, as the policy calls it where the router or some traffic class turns it on: for a request whose
+    class chose (``RouteRequest.goodput_first``), that choice, else the router's (``default_on``); counting the
+    requests it moved (``moved``: the control plane exports it as zoo:router_tpot_lost_redirects_total, so an
+    operator sees how often goodput first changed a decision)."""
 
-    def __init__(self) -> None:
+    def __init__(self, default_on: bool) -> None:
+        self.default_on = default_on
         self.moved = 0
 
     def __call__(
         self, config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int
     ) -> int:
+        on = self.default_on if request.goodput_first is None else request.goodput_first
+        if not on:
+            return chosen
         i = redirect(config, request, table, cost, chosen)
         self.moved += i != chosen
         return i
+
+
+def rule_for(config: RouterConfig) -> Redirects | None:
+    """The policy's rule: None where neither the router (slo_tpot_lost_to_doomed) nor any of its traffic classes
+    (TrafficClass.goodput_first) turns it on, so such a decision pays nothing for it."""
+    by_class = any(c.goodput_first for c in config.cells.traffic_classes)
+    return Redirects(config.slo_tpot_lost_to_doomed) if config.slo_tpot_lost_to_doomed or by_class else None
 
 
 def redirect(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int) -> int:

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controlplane.cells import CellsConfig, TrafficClass
 from controlplane.router.policies import cost_kernel, tpot_lost
 from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
@@ -200,3 +201,29 @@ def test_the_factor_is_checked():
         RouterConfig(slo_tpot_lost_ttft_factor=-1.0)
     with pytest.raises(ValueError, match="slo_tpot_lost_ttft_factor"):
         RouterConfig(slo_tpot_lost_ttft_factor=math.nan)
+
+
+@PATHS
+def test_a_traffic_class_chooses_the_rule_for_its_requests(make_node_view, make_route_request, use_kernel):
+    """TrafficClass.goodput_first: a batch class puts goodput first while the router keeps the tail for the others,
+    and a class may keep its tail where the router puts goodput first."""
+    batch = TrafficClass("batch", goodput_first=True)
+    interactive = TrafficClass("interactive", goodput_first=False)
+    config = replace(CONFIG, cells=CellsConfig(traffic_classes=[batch, interactive]))
+    snapshot = _fleet(make_node_view, 200_000)
+    request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
+    policy = HardwareAwarePolicy(config, use_kernel)
+    assert policy.tpot_lost is not None and not policy.tpot_lost.default_on  # on for a class, off for the router
+    assert policy.choose(replace(request, traffic_class="batch", goodput_first=True), snapshot) == "l4"
+    assert policy.choose(request, snapshot) == "h100"  # the router's: off
+    assert policy.tpot_lost.moved == 1
+    everyone = HardwareAwarePolicy(replace(config, slo_tpot_lost_to_doomed=True), use_kernel)
+    assert everyone.choose(request, snapshot) == "l4"
+    assert everyone.choose(replace(request, traffic_class="interactive", goodput_first=False), snapshot) == "h100"
+
+
+def test_the_rule_costs_nothing_where_no_one_turns_it_on():
+    assert tpot_lost.rule_for(CONFIG) is None
+    off_class = replace(CONFIG, cells=CellsConfig(traffic_classes=[TrafficClass("x", goodput_first=False)]))
+    assert tpot_lost.rule_for(off_class) is None
+    assert tpot_lost.rule_for(ON).default_on
