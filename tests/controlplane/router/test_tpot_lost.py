@@ -62,13 +62,20 @@ def test_nothing_moves_where_a_node_can_still_meet_tpot(make_node_view, make_rou
 
 @PATHS
 def test_nothing_moves_where_no_node_has_a_floor_above_the_target(make_node_view, make_route_request, use_kernel):
-    """At 100 ms the L4's floor meets the target: the H100's predicted TPOT misses it as the L4's may, but no node
-    is doomed, so the choice stands (as at the default SLO on the zoo fleets)."""
+    """Every node predicted to miss the TPOT target (a slow-prefilling H100: chunks of 137 ms), so only the floors
+    decide: at 100 ms the L4's floor (~71 ms) meets the target, no node is doomed and the choice stands (as at the
+    default SLO on the zoo fleets); at 60 ms the L4 is doomed and takes the request."""
     request = make_route_request(num_prompt_tokens=1_000, max_tokens=64)
-    snapshot = _fleet(make_node_view, 400_000)  # 10 s of queue: H100 TPOT ~57 ms + more; the L4's ~71 ms + chunk
-    at_100ms = replace(ON, slo_tpot_s=0.1, slo_ttft_s=20.0)
-    off = HardwareAwarePolicy(replace(at_100ms, slo_tpot_lost_to_doomed=False), use_kernel).choose(request, snapshot)
-    assert HardwareAwarePolicy(at_100ms, use_kernel).choose(request, snapshot) == off
+    h100 = make_node_view("h100", "h100-sxm", prefill_tok_per_s=15_000.0, queued_prefill_tokens=100_000)
+    l4 = make_node_view("l4", "l4", prefill_tok_per_s=4_000.0, queued_prefill_tokens=40_000)
+    snapshot = ClusterSnapshot(0.0, (h100, l4))  # TTFT 6.7 s and 10.25 s; TPOT ~112 ms and ~230 ms
+    at_100ms = replace(ON, slo_tpot_s=0.1)
+    assert (
+        HardwareAwarePolicy(replace(at_100ms, slo_tpot_lost_to_doomed=False), use_kernel).choose(request, snapshot)
+        == "h100"
+    )
+    assert HardwareAwarePolicy(at_100ms, use_kernel).choose(request, snapshot) == "h100"
+    assert HardwareAwarePolicy(replace(ON, slo_tpot_s=0.06), use_kernel).choose(request, snapshot) == "l4"
 
 
 @PATHS
