@@ -8,7 +8,7 @@ same float and the choice the same node (tests/controlplane/router/test_cost_ker
 bit, on random tables). Compiled without fastmath: no reassociation, no fused multiply-add.
 
 What it reads, ``values`` float64 [num_columns, n] (NodeTable.values, C order; the row layout of
-``HardwareAwarePolicy._derive``, checked by the tests)::
+``NodeRows.derive`` of node_rows.py, checked by the tests)::
 
     row 0 COL_MAX_PROMPT   2 COL_INV_RATE   3 COL_BASE_S   4 COL_STEP_S   5 COL_BACKLOG_S
         6 COL_CHUNK_S      7 COL_HEADROOM   8 COL_LORA_LOAD_S   9 COL_DECODERS   10 COL_FLOOR_S
@@ -110,7 +110,7 @@ from controlplane.router.router_config import RouterConfig
 
 log = logging.getLogger(__name__)
 
-# HardwareAwarePolicy._derive's row layout (hardware_aware.py's _COL_*; tests check they agree)
+# NodeRows.derive's row layout (node_rows.py; hardware_aware.py's _COL_*; tests check they agree)
 COL_MAX_PROMPT = 0
 COL_INV_RATE = 2
 COL_BASE_S = 3

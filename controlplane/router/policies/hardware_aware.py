@@ -102,16 +102,17 @@ from operator import attrgetter
 
 import numpy as np
 
-from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, cumulative, pushed_over, pushed_over_columns
+from controlplane.router.decode_steps import NUM_BINS, SLACK_UNIT_S, pushed_over, pushed_over_columns
 from controlplane.router.late_prompts import LatePrompts
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies import tpot_lost
 from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, long_prompt, row_tpot_s
 from controlplane.router.policies.cost_reference import late_saved_s
-from controlplane.router.policies.node_predictions import MIN_FIGURE, lora_cold_load_s
+from controlplane.router.policies.node_predictions import lora_cold_load_s
+from controlplane.router.policies.node_rows import NodeRows
 from controlplane.router.policies.node_table import NodeTable, NodeTables
-from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
 
@@ -136,12 +137,12 @@ class HardwareAwarePolicy(PolicyHooks):
         """``use_kernel``: decide with the compiled kernel (cost_kernel.py) when numba is there; False, or no
         numba: the numpy passes of ``choose``. ``kernel_name`` says which ("numba" or "numpy")."""
         self.config = config
+        self._rows = NodeRows(config)  # each node's table row, derived as the registry logs its new view
+        self._derive = self._rows.derive
         self._tables = NodeTables(self._derive, _NUM_COLUMNS, attrgetter("lora_resident"))  # a node's adapters
         self.tpot_lost = tpot_lost.rule_for(config)  # goodput first, where the router or a traffic class turns it on
         self._lost = tpot_lost.keep if self.tpot_lost is None else self.tpot_lost
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
-        self._statics: dict[tuple[str, float, float], tuple[float, float, float, float]] = {}
-        self._cums: dict[str, tuple[tuple[int, ...], tuple[float, ...]]] = {}  # node -> (its histogram, cumulative)
         self._watched: set[NodeChangeLog] = set()  # registries' change logs whose new views refresh the tables
         self._cost = self._tpot = self._add = np.empty(0)  # the numpy path's buffers, made at its first decision
         self._short = self._miss = self._missing = np.empty(0, dtype=bool)
@@ -505,88 +506,9 @@ class HardwareAwarePolicy(PolicyHooks):
             self._placed = None
 
     def on_node_removed(self, node_id: str) -> None:
-        self._cums.pop(node_id, None)
+        self._rows.forget(node_id)
         if self._index is not None:
             self._index.remove_node(node_id)
-
-    def _statics_of(self, node: NodeView) -> tuple[float, float, float, float]:
-        """(estimated 1/rate, weight read time, compute time per sequence, measured-step floor) of a node
-        of this model and hardware: what ``_derive`` needs that no report changes."""
-        key = (node.model, node.peak_tflops, node.memory_bandwidth_gbps)
-        statics = self._statics.get(key)
-        if statics is None:
-            config = self.config
-            params = config.params_b_for(node.model) * 1e9
-            peak_flops = max(node.peak_tflops, MIN_FIGURE) * 1e12
-            read_s = params * config.bytes_per_param
-            read_s /= max(node.memory_bandwidth_gbps, MIN_FIGURE) * 1e9 * config.decode_bandwidth_efficiency
-            per_seq_compute_s = 2.0 * params / (peak_flops * config.prefill_mfu)
-            estimated_inv_rate = 1.0 / (config.prefill_mfu * peak_flops / (2.0 * params))
-            floor_s = max(read_s, per_seq_compute_s)
-            statics = self._statics[key] = (estimated_inv_rate, read_s, per_seq_compute_s, floor_s)
-        return statics
-
-    def _derive(self, node: NodeView) -> tuple[float, ...]:
-        """The table row of ``node``: the same formulas as the public predict_* functions, inlined, in the
-        same order of operations (tests check the policy's choice against predict_cost_s, and against the
-        baseline in bench/hardware_aware_baseline.py bit for bit)."""
-        config = self.config
-        estimated_inv_rate, read_s, per_seq_compute_s, floor_s = self._statics_of(node)
-        rate = node.prefill_tok_per_s
-        inv_rate = estimated_inv_rate if rate <= 0 else 1.0 / rate
-        batch, num_inflight = node.decode_batch_size, node.num_inflight
-        tpot_batch = (batch if batch > num_inflight else num_inflight) + 1
-        measured_ms = node.decode_step_ms
-        if measured_ms <= 0:
-            compute_s = batch * per_seq_compute_s
-            wait_s = (read_s if read_s >= compute_s else compute_s) if batch > 0 else 0.0
-            compute_s = tpot_batch * per_seq_compute_s
-            step_s = read_s if read_s >= compute_s else compute_s
-        else:
-            measured_s = measured_ms / 1000.0
-            if measured_s < floor_s:
-                floor_s = measured_s
-            per_seq_s = (measured_s - floor_s) / (batch if batch > 1 else 1)
-            wait_s = floor_s + per_seq_s * batch if batch > 0 else 0.0
-            step_s = floor_s + per_seq_s * tpot_batch
-        if config.tpot_measured_steps:  # node_predictions.tpot_step_s
-            measured_mean_s = node.step_mean_ms / 1000.0
-            if measured_mean_s > step_s:
-                step_s = measured_mean_s
-        backlog = node.queued_prefill_tokens + node.inflight_prefill_tokens
-        backlog_s = backlog * inv_rate
-        reported = node.num_running + node.num_waiting
-        outstanding = num_inflight if num_inflight > reported else reported
-        if node.num_swapped > 0:
-            headroom = -math.inf
-        else:
-            headroom = float(node.num_free_device_blocks * node.block_size - backlog
-                             - config.kv_reserve_running_tokens * outstanding)  # fmt: skip
-        lora_load_s = node.lora_load_s
-        return (
-            min(node.max_model_len - 1, node.num_device_blocks * node.block_size),  # max_prompt_tokens
-            outstanding,
-            inv_rate,
-            backlog_s + wait_s,
-            step_s,
-            backlog_s,
-            config.prefill_chunk_tokens * inv_rate,
-            headroom,
-            lora_load_s if lora_load_s > 0 else config.lora_load_estimate_s,
-            float(batch),
-            floor_s,
-            node.decode_inv_steps,
-            *self._cumulative(node),
-        )
-
-    def _cumulative(self, node: NodeView) -> tuple[float, ...]:
-        """``cumulative(node.decode_steps_hist)`` (slo_tpot_harm_reported: of its decode_slack_hist), computed again
-        only when the registry made a new histogram (a report or a routed request keeps the object)."""
-        hist = node.decode_slack_hist if self.config.slo_tpot_harm_reported else node.decode_steps_hist
-        cached = self._cums.get(node.node_id)
-        if cached is None or cached[0] is not hist:
-            cached = self._cums[node.node_id] = (hist, cumulative(hist))
-        return cached[1]
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
         """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""
