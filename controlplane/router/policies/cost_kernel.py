@@ -525,6 +525,16 @@ def long_prompt(columns: np.ndarray, num_tokens: int, slo_ttft_s: float, config:
     return bool(columns[COL_INV_RATE].min() * float(max(num_tokens, 1)) > long_s)
 
 
+def columns_tpot_s(values, max_tokens: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Every node's predicted TPOT from a table's columns (``values``: NodeTable.values or its ``columns``), as the
+    numpy path's ``choose`` computes it: step_s + min(backlog_s / max(max_tokens - 1, 1), chunk_s) (np.minimum: a
+    NaN on either side wins); into ``out`` where given."""
+    tpot = np.multiply(values[COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), out)
+    np.minimum(tpot, values[COL_CHUNK_S], out=tpot)
+    tpot += values[COL_STEP_S]
+    return tpot
+
+
 def row_tpot_s(row, inv_steps: float) -> float:
     """A table row's predicted TPOT, as the numpy path's ``choose`` computes it: min(backlog_s * inv_steps, chunk_s)
     + step_s (np.minimum: a NaN on either side wins)."""

@@ -107,7 +107,13 @@ from controlplane.router.late_prompts import LatePrompts
 from controlplane.router.node_changes import NodeChangeLog
 from controlplane.router.overload import OverloadDetector
 from controlplane.router.policies import tpot_lost
-from controlplane.router.policies.cost_kernel import CostKernel, compiled_kernel, long_prompt, row_tpot_s
+from controlplane.router.policies.cost_kernel import (
+    CostKernel,
+    columns_tpot_s,
+    compiled_kernel,
+    long_prompt,
+    row_tpot_s,
+)
 from controlplane.router.policies.cost_reference import late_saved_s
 from controlplane.router.policies.node_predictions import lora_cold_load_s
 from controlplane.router.policies.node_rows import NodeRows
@@ -512,10 +518,7 @@ class HardwareAwarePolicy(PolicyHooks):
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
         """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""
-        tpot = np.multiply(columns[_COL_BACKLOG_S], 1.0 / max(max_tokens - 1, 1), self._tpot)
-        np.minimum(tpot, columns[_COL_CHUNK_S], out=tpot)
-        tpot += columns[_COL_STEP_S]
-        return tpot
+        return columns_tpot_s(columns, max_tokens, self._tpot)
 
 
 _LAST_CUM = _COL_CUM + NUM_BINS - 1

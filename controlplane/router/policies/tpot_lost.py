@@ -31,18 +31,16 @@ import math
 
 import numpy as np
 
+from controlplane.router.policies.cost_kernel import (  # the table rows it reads
+    COL_BASE_S,
+    COL_FLOOR_S,
+    COL_INV_RATE,
+    COL_LORA_LOAD_S,
+    columns_tpot_s,
+)
 from controlplane.router.policies.node_table import NodeTable
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
-
-# hardware_aware's table rows it reads (cost_kernel.py's COL_*; tests check they agree)
-COL_INV_RATE = 2
-COL_BASE_S = 3
-COL_STEP_S = 4
-COL_BACKLOG_S = 5
-COL_CHUNK_S = 6
-COL_LORA_LOAD_S = 8
-COL_FLOOR_S = 10
 
 
 def keep(config: RouterConfig, request: RouteRequest, table: NodeTable, cost: np.ndarray, chosen: int) -> int:
@@ -93,10 +91,7 @@ def redirect(config: RouterConfig, request: RouteRequest, table: NodeTable, cost
     if not (top > slo_tpot_s or top != top):  # a NaN max (some floor NaN): the test below decides
         return chosen  # nowhere is the target lost at any load: the common case, one pass
     doomed = floor > slo_tpot_s
-    tpot = values[COL_BACKLOG_S] * (1.0 / max(request.max_tokens - 1, 1))
-    np.minimum(tpot, values[COL_CHUNK_S], out=tpot)
-    tpot += values[COL_STEP_S]
-    if not (tpot > slo_tpot_s).all():
+    if not (columns_tpot_s(values, request.max_tokens) > slo_tpot_s).all():
         return chosen  # some node is predicted to decode it within the target
     costs = cost[:n]
     if int(costs.argmin()) != chosen:

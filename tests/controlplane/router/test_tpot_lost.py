@@ -28,9 +28,10 @@ PATHS = pytest.mark.parametrize("use_kernel", [False, True], ids=["numpy", "kern
 
 
 def test_it_reads_the_kernels_columns():
-    for name in ("COL_INV_RATE", "COL_BASE_S", "COL_STEP_S", "COL_BACKLOG_S", "COL_CHUNK_S", "COL_LORA_LOAD_S"):
+    for name in ("COL_INV_RATE", "COL_BASE_S", "COL_LORA_LOAD_S"):  # the TPOT's: cost_kernel.columns_tpot_s
         assert getattr(tpot_lost, name) == getattr(cost_kernel, name)
     assert tpot_lost.COL_FLOOR_S == cost_kernel.COL_FLOOR_S
+    assert tpot_lost.columns_tpot_s is cost_kernel.columns_tpot_s  # the numpy path's own TPOT
     assert not RouterConfig().slo_tpot_lost_to_doomed  # an operator's choice, off by default
 
 
@@ -118,18 +119,18 @@ def _reference(table: _Table, cost: np.ndarray, chosen: int, request: RouteReque
     steps = max(request.max_tokens - 1, 1)
     tpots = []
     for i in range(n):
-        spread, chunk = values[tpot_lost.COL_BACKLOG_S, i] * (1.0 / steps), values[tpot_lost.COL_CHUNK_S, i]
-        tpots.append((chunk if chunk < spread or chunk != chunk else spread) + values[tpot_lost.COL_STEP_S, i])
-    doomed = [i for i in range(n) if values[tpot_lost.COL_FLOOR_S, i] > target]
+        spread, chunk = values[cost_kernel.COL_BACKLOG_S, i] * (1.0 / steps), values[cost_kernel.COL_CHUNK_S, i]
+        tpots.append((chunk if chunk < spread or chunk != chunk else spread) + values[cost_kernel.COL_STEP_S, i])
+    doomed = [i for i in range(n) if values[cost_kernel.COL_FLOOR_S, i] > target]
     if chosen < 0 or not doomed or not all(t > target for t in tpots) or int(np.argmin(cost[:n])) != chosen:
         return chosen
     if config.slo_tpot_lost_ttft_factor:
         tagged = table.tagged(request.lora_name) if request.lora_name else ()
 
         def ttft(i: int) -> float:
-            t = values[tpot_lost.COL_INV_RATE, i] * float(max(request.num_prompt_tokens, 1))
-            t += values[tpot_lost.COL_BASE_S, i]
-            return t + (values[tpot_lost.COL_LORA_LOAD_S, i] if request.lora_name and i not in tagged else 0.0)
+            t = values[cost_kernel.COL_INV_RATE, i] * float(max(request.num_prompt_tokens, 1))
+            t += values[cost_kernel.COL_BASE_S, i]
+            return t + (values[cost_kernel.COL_LORA_LOAD_S, i] if request.lora_name and i not in tagged else 0.0)
 
         doomed = [i for i in doomed if ttft(i) <= config.slo_tpot_lost_ttft_factor * config.slo_ttft_s]
     if not doomed:
@@ -165,13 +166,13 @@ def test_redirect_agrees_with_the_rule_node_by_node(rows, max_tokens, prompt, ta
     tagged = set()
     for i, (step, backlog, chunk, floor, inv_rate, base, load, holds) in enumerate(figures):
         for column, value in (
-            (tpot_lost.COL_STEP_S, step),
-            (tpot_lost.COL_BACKLOG_S, backlog * 100),
-            (tpot_lost.COL_CHUNK_S, chunk),
-            (tpot_lost.COL_FLOOR_S, floor),
-            (tpot_lost.COL_INV_RATE, inv_rate),
-            (tpot_lost.COL_BASE_S, base),
-            (tpot_lost.COL_LORA_LOAD_S, load),
+            (cost_kernel.COL_STEP_S, step),
+            (cost_kernel.COL_BACKLOG_S, backlog * 100),
+            (cost_kernel.COL_CHUNK_S, chunk),
+            (cost_kernel.COL_FLOOR_S, floor),
+            (cost_kernel.COL_INV_RATE, inv_rate),
+            (cost_kernel.COL_BASE_S, base),
+            (cost_kernel.COL_LORA_LOAD_S, load),
         ):
             values[column, i] = value
         if holds:
