@@ -1,5 +1,5 @@
 """hardware_aware's cost of one node for one request, in scalar form: the reference the policy's table rows
-(hardware_aware.py's ``_derive``), its numpy passes and its compiled kernel (cost_kernel.py) compute the same
+(node_rows.py's ``NodeRows.derive``), its numpy passes and its compiled kernel (cost_kernel.py) compute the same
 floats as (tests check the choices agree), and what the diagnosis scripts call. The formulas: hardware_aware.py's
 module docstring; the predictions they read: node_predictions.py."""
 
