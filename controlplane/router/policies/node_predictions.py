@@ -2,8 +2,8 @@
 docstring gives the formulas: rate, step(b), backlog, TTFT, TPOT, headroom, wait, harm_tpot).
 
 Plain functions of a NodeView and the RouterConfig, the scalar reference: HardwareAwarePolicy's table rows
-(node_rows.py's ``NodeRows.derive``) inline the same formulas in the same order of operations, and pd_split.py, the baseline and the
-tests call them directly.
+(node_rows.py's ``NodeRows.derive``) inline the same formulas in the same order of operations, and pd_split.py,
+the baseline and the tests call them directly.
 """
 
 from __future__ import annotations
