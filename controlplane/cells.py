@@ -234,15 +234,12 @@ def parse_cells(data: dict[str, Any], source: str = "config") -> CellsConfig:
 
 def load_cells(path) -> CellsConfig:
     """The cells and classes of a TOML file: a zoo.toml, or a simulated fleet's (sim/fleets/*.toml)."""
-    import tomllib
+    from controlplane.toml_file import load_toml
 
     try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
+        data = load_toml(path)
     except OSError as e:
         raise ValueError(f"cannot read the cells file {path}: {e}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: invalid TOML: {e}") from None
     return parse_cells(data, str(path))
 
 

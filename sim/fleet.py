@@ -26,7 +26,6 @@ as the control plane reads it.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +37,7 @@ from backends.sim.model_shapes import kv_bytes_per_token, sim_model
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S
 from controlplane.cells import CellsConfig, parse_cells
 from controlplane.registry import ClusterRegistry
+from controlplane.toml_file import load_toml
 from engine.clock import Clock
 from engine.config import CacheConfig, PreemptionMode, SchedulerConfig
 from engine.llm_engine import LLMEngine
@@ -247,5 +247,4 @@ def load_fleet(path_or_name: str | Path) -> Fleet:
             known = ", ".join(sorted(p.stem for p in FLEETS_DIR.glob("*.toml")))
             raise FileNotFoundError(f"fleet {str(path_or_name)!r} not found (bundled fleets: {known})")
         path = candidate
-    with path.open("rb") as f:
-        return parse_fleet(tomllib.load(f), path.stem)
+    return parse_fleet(load_toml(path), path.stem)

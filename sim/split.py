@@ -37,7 +37,6 @@ Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of i
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,6 +44,7 @@ from backends.kv_link_model import KVLinkModel, KVLinkQueue, KVPlacement, links_
 from backends.sim.model_shapes import kv_bytes_per_token
 from controlplane.router.pd_split import DEFAULT_PREFILL_MIN_SHARE, PDSplitRouter, auto_roles, check_role
 from controlplane.router.router_config import RouterConfig
+from controlplane.toml_file import load_toml
 from engine.llm_engine import MigratedRequest
 from engine.sampling_params import SamplingParams
 from sim.fleet import FLEETS_DIR, Fleet
@@ -123,8 +123,7 @@ def load_split_config(path_or_name: str | Path, mode: str = "auto", **overrides)
     path = Path(path_or_name)
     if not path.is_file():
         path = FLEETS_DIR / f"{path_or_name}.toml"
-    with path.open("rb") as f:
-        return split_config_from_toml(tomllib.load(f), mode, **overrides)
+    return split_config_from_toml(load_toml(path), mode, **overrides)
 
 
 @dataclass(slots=True)

@@ -8,12 +8,12 @@ RouterConfig fields (the router's SLO, hardware_aware's terms), passed as the co
 from __future__ import annotations
 
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from controlplane.cells import parse_cells
 from controlplane.router.router_knobs import parse_router_knobs
+from controlplane.toml_file import load_toml
 from zoo.placement_args import placement_options
 
 CELL_SECTIONS = {"cells", "traffic_classes", "default_class"}  # controlplane/cells.py; zoo sim reads them too
@@ -99,11 +99,9 @@ def load_up_config(path: Path | None) -> UpConfig:
     if path is None:
         return UpConfig(agents=default_agents())
     try:
-        data = tomllib.loads(path.read_text())
+        data = load_toml(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: invalid TOML: {e}") from None
     cp = dict(data.get("controlplane", {}))
     unknown = set(data) - {"controlplane", "agents", *CELL_SECTIONS, *SIM_FLEET_KEYS}
     if unknown:
