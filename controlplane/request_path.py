@@ -35,6 +35,7 @@ from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
 from controlplane.request_table import Inflight, RequestTable
 from controlplane.router.router_config import RouterConfig
+from controlplane.router.router_knobs import knobs_set
 from controlplane.slo_forecast import SloForecast
 from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
@@ -85,6 +86,10 @@ class RequestPath:
         self.max_resumes = max_resumes
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
+        # the router's settings as running: its SLO and what the operator changed (--router-knobs, zoo.toml's
+        # [controlplane.router]): zoo:router_config_info on /metrics, FleetStats.router_knobs in zoo top
+        self.router_settings = {"slo_ttft_s": router.slo_ttft_s, "slo_tpot_s": router.slo_tpot_s}
+        self.router_settings["knobs"] = knobs_set(router)
         overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
         late_prompts = getattr(policy, "late_prompts", None)  # and its long-prompt gate, when on
         tpot_lost = getattr(policy, "tpot_lost", None)  # and its TPOT lost-cause rule, when on

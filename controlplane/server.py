@@ -270,6 +270,7 @@ class ControlPlane(Actor):
             row["state"] = str(self.registry.state(node_id) or "dead")
         return {
             "policy": self.policy.name,
+            "router": self.path.router_settings,  # the SLO and the knobs set (request_path.py)
             "nodes": nodes,
             "requests": {**self.counters, "inflight": len(self.requests)},
             "refused": {code.value: n for code, n in self.refused.items() if n},

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+import msgspec
 from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -64,6 +65,7 @@ class ControlPlaneExporter(PrometheusExporter):
             up.add_metric(labels, 1.0 if node["alive"] else 0.0)
         yield decisions
         yield up
+        yield _router_config_info(policy, stats.get("router"))
         rejected = CounterMetricFamily(m.REJECTED_REQUESTS, "Requests refused before reaching a node, by reason.",
                                        labels=["reason"])  # fmt: skip
         for reason, n in sorted(stats["refused"].items()):
@@ -94,6 +96,18 @@ _CLASS_OUTCOMES = {
     "failed": "requests_failed",
     "cancelled": "requests_cancelled",
 }
+
+
+def _router_config_info(policy: str, router: dict | None) -> Metric:
+    """The router as configured (ControlPlane.stats()["router"]: its SLO and the knobs set off their defaults), as
+    vLLM exports its engine's settings (vllm:cache_config_info: a gauge of 1 whose labels are the settings)."""
+    info = GaugeMetricFamily(m.ROUTER_CONFIG_INFO, "The router's policy, SLO and the RouterConfig fields set off their "
+                             "defaults (knobs, one JSON object).",
+                             labels=["policy", "slo_ttft_s", "slo_tpot_s", "knobs"])  # fmt: skip
+    if router is not None:
+        knobs = msgspec.json.encode(router["knobs"]).decode()
+        info.add_metric([policy, repr(float(router["slo_ttft_s"])), repr(float(router["slo_tpot_s"])), knobs], 1.0)
+    return info
 
 
 def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:

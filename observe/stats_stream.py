@@ -110,6 +110,7 @@ class FleetObserver:
             slo_forecast_late_share=stats.get("slo_forecast", {}).get("recent_late_share", 0.0),
             overload_mode=(stats.get("slo_forecast", {}).get("overload") or {}).get("on"),
             tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
+            router_knobs=dict((stats.get("router") or {}).get("knobs", {})),
         )
 
 

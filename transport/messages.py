@@ -402,6 +402,8 @@ class FleetStats(Envelope, kw_only=True):
     overload_mode: bool | None = None
     # hardware_aware's goodput-first rule (router/policies/tpot_lost.py): requests it moved; None where it is off
     tpot_lost_redirects_total: int | None = None
+    # the RouterConfig fields set off their defaults (--router-knobs, zoo.toml's [controlplane.router]), by name
+    router_knobs: dict[str, Any] = {}
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

@@ -11,6 +11,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from transport.messages import FleetStats, LatencyFigure, NodeStats
 
 HISTORY_LEN = 120  # sparkline points kept per series
@@ -252,3 +254,19 @@ def describe_migrations(stats: FleetStats, rates: Rates) -> str:
         f"migrations {total} ({ok} ok, {rates.migrations_per_s:.1f}/s)   "
         f"KV moved {stats.kv_migrated_bytes_total / 1e6:.1f} MB ({rates.kv_migrated_mb_per_s:.1f} MB/s)"
     )
+
+
+def describe_router(stats: FleetStats, width: int = 90) -> str:
+    """The policy and the router knobs set off their defaults ("hardware_aware (slo_ttft_s=2.0, slo_tpot_s=0.05)"),
+    cut to about ``width`` characters with the number left out ("…+3 more")."""
+    if not stats.router_knobs:
+        return stats.policy
+    shown: list[str] = []
+    length = 0
+    for name, value in stats.router_knobs.items():
+        text = f"{name}={msgspec.json.encode(value).decode()}"
+        if shown and length + len(text) > width:
+            return f"{stats.policy} ({', '.join(shown)}, …+{len(stats.router_knobs) - len(shown)} more)"
+        shown.append(text[:width])
+        length += len(text) + 2
+    return f"{stats.policy} ({', '.join(shown)})"

@@ -32,6 +32,7 @@ from tui.fleet_view import (
     FleetView,
     describe_figure,
     describe_migrations,
+    describe_router,
 )
 from tui.node_detail import NodeDetailScreen
 
@@ -123,7 +124,7 @@ class ZooTopApp(App[None]):
             live = sum(n.state == "up" for n in stats.nodes)
             ebpf = f"eBPF: {stats.ebpf_status}" if stats.ebpf_status else "eBPF: not attached (app-level figures only)"
             nodes = f"{live}/{len(stats.nodes)} nodes up"
-            status.update(f"control plane {where} · policy {stats.policy} · {nodes} · {ebpf}")
+            status.update(f"control plane {where} · policy {describe_router(stats)} · {nodes} · {ebpf}")
         filters = [f"cell={self.view.cell_filter}"] if self.view.cell_filter else []
         filters += [f"gpu={self.view.gpu_filter}"] if self.view.gpu_filter else []
         order = "↓" if not self.view.sort_reverse else "↑"

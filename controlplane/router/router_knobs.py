@@ -52,3 +52,19 @@ def parse_router_knobs(
     except msgspec.ValidationError as e:
         raise ValueError(f"{flag}: {str(e)[:300]}") from None
     return {name: getattr(checked, name) for name in knobs}
+
+
+def knobs_set(config: RouterConfig, set_elsewhere: frozenset[str] = SET_BY_CONTROLPLANE_FLAGS) -> dict[str, Any]:
+    """The settable fields of ``config`` whose value is not RouterConfig's default, by name in sorted order: what
+    the operator's ``--router-knobs`` (or zoo.toml's ``[controlplane.router]``) changed, as the running control plane
+    holds it (``zoo:router_config_info``, ``FleetStats.router_knobs``). Values as ``msgspec.to_builtins`` gives them
+    (a dict field's keys as strings, in JSON's types)."""
+    changed = {}
+    for f in dataclasses.fields(RouterConfig):
+        if f.name in set_elsewhere:
+            continue
+        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+        value = getattr(config, f.name)
+        if value != default:
+            changed[f.name] = msgspec.to_builtins(value)
+    return dict(sorted(changed.items()))

@@ -4,8 +4,11 @@ which has no overload mode, exports neither: tests/observe/test_stats_stream.py)
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.anyio
 
@@ -47,3 +50,27 @@ async def test_the_tpot_lost_rule_is_exported_only_when_configured_on(observed_c
         assert "zoo:router_tpot_lost_redirects_total 3.0" in generate_latest(exporter.registry).decode()
         assert cp.stats()["slo_forecast"]["tpot_lost"] == {"redirects": 3}
         assert observer.fleet_stats(1).tpot_lost_redirects_total == 3  # what zoo top shows
+
+
+def _router_config_info(text: str) -> list[tuple[dict, float]]:
+    return [
+        (sample.labels, sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "zoo:router_config_info"
+    ]
+
+
+async def test_the_router_config_is_exported_as_an_info_metric(observed_controlplane):
+    """zoo:router_config_info: the policy, the SLO and the knobs set off their defaults as one JSON label (vLLM's
+    vllm:cache_config_info shape), on /metrics and in what zoo top reads."""
+    async with observed_controlplane(policy="hardware_aware") as (_cp, exporter, observer):
+        labels = {"policy": "hardware_aware", "slo_ttft_s": "1.0", "slo_tpot_s": "0.1", "knobs": "{}"}
+        assert _router_config_info(generate_latest(exporter.registry).decode()) == [(labels, 1.0)]
+        assert observer.fleet_stats(1).router_knobs == {}
+    knobs = {"slo_ttft_s": 2.0, "slo_tpot_s": 0.05, "model_params_b": {"m": 8.0}}
+    async with observed_controlplane(policy="hardware_aware", router_knobs=knobs) as (_cp, exporter, observer):
+        [(labels, value)] = _router_config_info(generate_latest(exporter.registry).decode())
+        assert (labels["slo_ttft_s"], labels["slo_tpot_s"], value) == ("2.0", "0.05", 1.0)
+        assert labels["knobs"] == '{"model_params_b":{"m":8.0},"slo_tpot_s":0.05,"slo_ttft_s":2.0}'  # sorted
+        assert observer.fleet_stats(1).router_knobs == json.loads(labels["knobs"])

@@ -167,3 +167,25 @@ async def test_survives_a_publisher_restart(make_stats, tmp_path):
             await _until(pilot, lambda: not app.waiting and len(_column(app, "node")) == 3)
             tg.cancel_scope.cancel()
         assert app.view.num_restarts == 1
+
+
+async def test_the_status_line_names_the_router_knobs_set(make_stats):
+    """The policy, then the RouterConfig fields the operator set (FleetStats.router_knobs), cut with a count."""
+    import msgspec
+
+    from tui.fleet_view import describe_router
+
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND)
+    async with app.run_test(size=(200, 48)) as pilot:
+        app.apply_stats(make_stats(1))
+        await pilot.pause()
+        assert "policy hardware_aware · 4/4 nodes up" in str(app.query_one("#status").render())
+        knobs = {"slo_tpot_lost_to_doomed": True, "slo_tpot_s": 0.05}
+        app.apply_stats(msgspec.structs.replace(make_stats(2), router_knobs=knobs))
+        await pilot.pause()
+        status = str(app.query_one("#status").render())
+        assert "policy hardware_aware (slo_tpot_lost_to_doomed=true, slo_tpot_s=0.05) · 4/4 nodes up" in status
+    many = msgspec.structs.replace(make_stats(3), router_knobs={f"knob_{i:02d}": 0.5 for i in range(20)})
+    assert describe_router(many, width=40) == "hardware_aware (knob_00=0.5, knob_01=0.5, knob_02=0.5, …+17 more)"
+    huge = msgspec.structs.replace(make_stats(4), router_knobs={"model_params_b": {f"m{i}": 8.0 for i in range(999)}})
+    assert len(describe_router(huge, width=40)) < 60  # one long value is cut, not the whole line

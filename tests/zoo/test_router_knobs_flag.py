@@ -32,6 +32,19 @@ def test_the_knobs_reach_the_router_and_its_policy():
     assert (plain.slo_ttft_s, plain.slo_tpot_lost_to_doomed) == (1.0, False)
 
 
+def test_the_running_control_plane_says_which_knobs_it_runs_with():
+    """ControlPlane.stats()["router"] (zoo:router_config_info, FleetStats.router_knobs): the SLO as running and
+    exactly the fields the flag set, not RouterConfig's other defaults; nothing set: no knobs."""
+    cp = _controlplane("--router-knobs", '{"slo_tpot_s": 0.05, "slo_tpot_lost_to_doomed": true, "tpot_weight": 0}')
+    assert cp.stats()["router"] == {
+        "slo_ttft_s": 1.0,
+        "slo_tpot_s": 0.05,
+        "knobs": {"slo_tpot_lost_to_doomed": True, "slo_tpot_s": 0.05, "tpot_weight": 0.0},
+    }
+    assert _controlplane().stats()["router"] == {"slo_ttft_s": 1.0, "slo_tpot_s": 0.1, "knobs": {}}
+    assert _controlplane("--router-knobs", '{"slo_ttft_s": 1}').stats()["router"]["knobs"] == {}  # the default
+
+
 @pytest.mark.parametrize(
     ("knobs", "message"),
     [
