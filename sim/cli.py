@@ -31,6 +31,7 @@ from controlplane.admission import AdmissionConfig
 from controlplane.router.router_config import RouterConfig
 from engine.lora import LoraConfig
 from sim.adapters import AdapterMix
+from sim.context_fit import warn_too_long
 from sim.des import FleetSimulator, SimResult, default_router_config
 from sim.fair_fight import fair_fight, format_fair_fight
 from sim.fleet import FLEETS_DIR, Fleet, load_fleet
@@ -261,6 +262,7 @@ def run_sim(args: argparse.Namespace) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     if args.sweep:
+        warn_too_long(base, fleet, log)
         loads = [float(x) for x in args.sweep_loads.split(",")]
         points: dict[str, list[tuple[float, float]]] = {p: [] for p in policies}
         jobs = _jobs(args, len(loads) * len(policies))
@@ -301,6 +303,7 @@ def run_sim(args: argparse.Namespace) -> int:
         "slo": {"ttft_s": slo.ttft_s, "tpot_s": slo.tpot_s},
         "router_knobs": knobs,
         "step_budget": {"mode": fleet.engine.step_budget or fleet.engine.fixed_budget_tokens},
+        "context": warn_too_long(workload, fleet, log).as_info(),
     }
     log(f"step budget: {fleet.engine.describe_step_budget()}")
     log(
