@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
 from engine.sampling_params import SamplingParams, SamplingParamsError
@@ -102,6 +103,26 @@ def cmd_agent(args: argparse.Namespace) -> int:
     return run_agent(args)
 
 
+def cmd_router_knobs(args: argparse.Namespace) -> int:
+    """Every RouterConfig field an operator may set, with its type, default and description (router_config.py)."""
+    from controlplane.router.router_knobs import SET_BY_CONTROLPLANE_FLAGS, knob_table
+
+    table = knob_table()
+    if args.json:
+        print(json.dumps(table, indent=1))
+        return 0
+    print(
+        "RouterConfig fields for zoo controlplane --router-knobs JSON, zoo.toml's [controlplane.router] and zoo sim\n"
+        f"--router-knobs ({', '.join(sorted(SET_BY_CONTROLPLANE_FLAGS))}: their own flags; --json: whole descriptions)"
+    )
+    print(f"{'name':34s} {'type':16s} {'default':>8s}  description")
+    for row in table:
+        default = json.dumps(row["default"])
+        doc = row["doc"] if len(row["doc"]) <= 90 else row["doc"][:89] + "…"
+        print(f"{row['name']:34s} {row['type']:16s} {default:>8s}  {doc}")
+    return 0
+
+
 def cmd_drain(args: argparse.Namespace) -> int:
     """`zoo drain NODE`: no new requests go to NODE; its requests finish there (or resume elsewhere if it
     leaves); the node keeps running."""
@@ -160,6 +181,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("controlplane", help="run the control plane (router, registry, OpenAI gateway)")
     add_controlplane_args(c)
     c.set_defaults(func=cmd_controlplane)
+
+    rk = sub.add_parser("router-knobs", help="the router's knobs (--router-knobs): type, default, description")
+    rk.add_argument("--json", action="store_true", help="one JSON list, each description whole")
+    rk.set_defaults(func=cmd_router_knobs)
 
     a = sub.add_parser("agent", help="run a node agent that serves a model and joins a control plane")
     add_agent_args(a)
@@ -243,6 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # the reader went away (`zoo router-knobs | head`): no traceback, and none at exit
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports SIGPIPE
 
 
 if __name__ == "__main__":

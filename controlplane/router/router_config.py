@@ -221,7 +221,8 @@ class RouterConfig:
         separates the two tiers with a factor of 1.5 either side. 0: every node keeps its factor. Not used by the
         ninth grid (bench/results/2026-12-02-sim-tune-9.json): unbounded, the best margin yet but code80 P99
         10.4 s (inadmissible); bounded, admissible but below off's margin (the L4s'/T4s' meetable requests miss).
-    overload_window_s: overload mode (router/overload.py): when at least overload_late_share of the placements of
+    overload_window_s / overload_late_share / overload_min_placements / overload_hold_s: overload mode
+        (router/overload.py): when at least overload_late_share of the placements of
         the last overload_window_s seconds (and at least overload_min_placements of them) were predicted to miss the
         TTFT target on the node they went to, and that has held at every decision for overload_hold_s seconds (a
         burst of arrivals in one instant fills the window but holds for no time), the fleet is in a sustained
@@ -240,7 +241,7 @@ class RouterConfig:
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged). Since the twenty-seventh grid the everyday slo_sacrifice_weight is 10 as well, so at the
         defaults overload mode escalates the triage penalty alone.
-    slo_sacrifice_long_share: with sacrifice on and this non-zero, a request is also a lost cause when its
+    slo_sacrifice_long_share / overload_sacrifice_long_share: with sacrifice on and this non-zero, a request is also a lost cause when its
         prefill alone on the fastest node of the decision (its prompt, nothing cached, at that node's rate) takes
         more than this share of its TTFT target, whether or not some node could still meet the target: shortest
         jobs first. Goodput counts requests, so in a sustained overload the fast nodes' seconds are worth more

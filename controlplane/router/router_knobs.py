@@ -12,6 +12,8 @@ place. Anything wrong is a ValueError naming it. Sans-IO.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from typing import Any
 
 import msgspec
@@ -54,6 +56,48 @@ def parse_router_knobs(
     return {name: getattr(checked, name) for name in knobs}
 
 
+# an entry of RouterConfig's docstring: "name: text", or "a / b: text" for fields described together
+_DOC_ENTRY = re.compile(r"([a-z][a-z0-9_]*(?: / [a-z][a-z0-9_]*)*): ")
+
+
+def knob_docs() -> dict[str, str]:
+    """Each RouterConfig field's entry in RouterConfig's docstring (at the docstring's own indent, continued on the
+    deeper-indented lines below it), as one line of text, by field name; fields described together share theirs."""
+    docs: dict[str, str] = {}
+    names: list[str] = []
+    for line in inspect.cleandoc(RouterConfig.__doc__ or "").splitlines():
+        entry = None if line.startswith(" ") else _DOC_ENTRY.match(line)
+        if entry is not None:
+            names = entry.group(1).split(" / ")
+            docs.update((name, line[entry.end() :]) for name in names)
+        elif line.startswith(" ") and names:
+            for name in names:
+                docs[name] += " " + line.strip()
+        else:
+            names = []
+    return docs
+
+
+def knob_table(set_elsewhere: frozenset[str] = SET_BY_CONTROLPLANE_FLAGS) -> list[dict[str, Any]]:
+    """Every settable RouterConfig field, in declaration order: name, type, default (as JSON gives it) and its
+    docstring entry (``zoo router-knobs``)."""
+    docs = knob_docs()
+    return [
+        {
+            "name": f.name,
+            "type": str(f.type),
+            "default": msgspec.to_builtins(_default(f)),
+            "doc": docs.get(f.name, ""),
+        }
+        for f in dataclasses.fields(RouterConfig)
+        if f.name not in set_elsewhere
+    ]
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
 def knobs_set(config: RouterConfig, set_elsewhere: frozenset[str] = SET_BY_CONTROLPLANE_FLAGS) -> dict[str, Any]:
     """The settable fields of ``config`` whose value is not RouterConfig's default, by name in sorted order: what
     the operator's ``--router-knobs`` (or zoo.toml's ``[controlplane.router]``) changed, as the running control plane
@@ -63,8 +107,7 @@ def knobs_set(config: RouterConfig, set_elsewhere: frozenset[str] = SET_BY_CONTR
     for f in dataclasses.fields(RouterConfig):
         if f.name in set_elsewhere:
             continue
-        default = f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
         value = getattr(config, f.name)
-        if value != default:
+        if value != _default(f):
             changed[f.name] = msgspec.to_builtins(value)
     return dict(sorted(changed.items()))

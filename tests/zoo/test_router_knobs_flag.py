@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import msgspec
 import pytest
 
 from zoo.cli import build_parser, main
@@ -88,3 +89,42 @@ def test_a_bad_router_table_is_refused_with_the_file_named(tmp_path, table, mess
     with pytest.raises(ValueError, match=message) as e:
         load_up_config(config)
     assert str(config) in str(e.value)
+
+
+def test_zoo_router_knobs_lists_every_settable_knob_with_its_default_and_description(capsys):
+    """Each field --router-knobs takes, its type and RouterConfig's default, and its entry in RouterConfig's
+    docstring: a field added without one fails here."""
+    import dataclasses
+
+    from controlplane.router.router_config import RouterConfig
+    from controlplane.router.router_knobs import knob_docs, settable_knobs
+
+    assert main(["router-knobs", "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in table] == [n for n in (f.name for f in dataclasses.fields(RouterConfig))
+                                              if n in settable_knobs()]  # fmt: skip
+    undocumented = [row["name"] for row in table if not row["doc"]]
+    assert not undocumented, f"describe these in RouterConfig's docstring: {undocumented}"
+    defaults = RouterConfig()
+    for row in table:
+        assert row["default"] == msgspec.to_builtins(getattr(defaults, row["name"])), row["name"]
+    rows = {row["name"]: row for row in table}
+    assert rows["slo_tpot_lost_to_doomed"]["type"] == "bool" and rows["slo_tpot_lost_to_doomed"]["default"] is False
+    docs = knob_docs()  # fields described together share their entry
+    assert docs["overload_hold_s"] == docs["overload_window_s"] and "overload mode" in docs["overload_hold_s"]
+    assert docs["slo_ttft_s"] == docs["slo_tpot_s"] and "policy" not in rows  # --policy's, not a knob
+    assert main(["router-knobs"]) == 0
+    text = capsys.readouterr().out
+    assert "slo_tpot_lost_to_doomed" in text and "bool" in text and max(map(len, text.splitlines())) < 160
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch):
+    """`zoo router-knobs --json | head -1`: the closed pipe is exit status 141, not a traceback."""
+    import os
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with open(write_end, "w", buffering=1) as stdout:
+        monkeypatch.setattr(sys, "stdout", stdout)
+        assert main(["router-knobs", "--json"]) == 141

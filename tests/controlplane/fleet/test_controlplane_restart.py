@@ -41,14 +41,17 @@ async def test_a_killed_and_restarted_control_plane_leaves_no_client_hanging(spa
     spawn_agent(cp1.agent_endpoint, "b", *SLOW)
     with anyio.fail_after(START_TIMEOUT_S):
         stats1, _ = await _until_nodes_up(cp1.stats_endpoint, 2)
-    async with AsyncZooClient(cp1.client_endpoint, timeout_s=60.0) as c:
+    # the restart is what this test is about: the client calls a control plane silent only after 45 s (its default,
+    # 5 s, is shorter than a loaded 2-core host may take to start the new process, which then fails the streams for
+    # silence instead, with another message)
+    async with AsyncZooClient(cp1.client_endpoint, timeout_s=60.0, connection_timeout_s=45.0) as c:
         streams = [await c.generate("long", max_tokens=100_000, stream=True) for _ in range(4)]
         for s in streams:
             await s.__anext__()  # tokens flow through the first control plane
         cp1.kill()
         killed_s = time.monotonic()
         cp2 = spawn_controlplane(cp1.ports)  # the same ports, a fresh process
-        with anyio.fail_after(30):  # far below the client's 60 s timeout
+        with anyio.fail_after(55):  # below the client's 60 s request timeout
             for s in streams:
                 with pytest.raises(ZooConnectionLostError, match="no longer knows the request"):
                     async for _ in s:
