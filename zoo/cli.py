@@ -106,14 +106,17 @@ def cmd_agent(args: argparse.Namespace) -> int:
 def cmd_router_knobs(args: argparse.Namespace) -> int:
     """Every RouterConfig field an operator may set, with its type, default and description (router_config.py)."""
     from controlplane.router.router_knobs import SET_BY_CONTROLPLANE_FLAGS, knob_table
+    from sim.router_knobs import SET_BY_OTHER_FLAGS
 
     table = knob_table()
     if args.json:
         print(json.dumps(table, indent=1))
         return 0
     print(
-        "RouterConfig fields for zoo controlplane --router-knobs JSON, zoo.toml's [controlplane.router] and zoo sim\n"
-        f"--router-knobs ({', '.join(sorted(SET_BY_CONTROLPLANE_FLAGS))}: their own flags; --json: whole descriptions)"
+        "RouterConfig fields for zoo controlplane --router-knobs JSON and zoo.toml's [controlplane.router] "
+        f"({', '.join(sorted(SET_BY_CONTROLPLANE_FLAGS))}: their own flags),\nand zoo sim --router-knobs "
+        f"({', '.join(sorted(SET_BY_OTHER_FLAGS - SET_BY_CONTROLPLANE_FLAGS))} too: its own flags there); "
+        "--json: each description whole"
     )
     print(f"{'name':34s} {'type':16s} {'default':>8s}  description")
     for row in table:
