@@ -76,32 +76,37 @@ class RequestPath:
         loras: LoraTable | None = None,
     ) -> None:
         self.registry = registry
-        self.policy = policy
         self.admission = admission
         self.tokenizer = tokenizer
-        self.router = router
         self.fleet = fleet
         self._send_to_node = send_to_node
         self._model_names = model_names
         self.max_resumes = max_resumes
         self.tenants = tenants if tenants is not None else TenantLimiter()
         self.classes = ClassLedger()
-        # the router's settings as running: its SLO and what the operator changed (--router-knobs, zoo.toml's
-        # [controlplane.router]): zoo:router_config_info on /metrics, FleetStats.router_knobs in zoo top
-        self.router_settings = {"slo_ttft_s": router.slo_ttft_s, "slo_tpot_s": router.slo_tpot_s}
-        self.router_settings["knobs"] = knobs_set(router)
-        overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
-        late_prompts = getattr(policy, "late_prompts", None)  # and its long-prompt gate, when on
-        tpot_lost = getattr(policy, "tpot_lost", None)  # and its TPOT lost-cause rule, when on
-        self.forecast = SloForecast(
-            router, overload=overload, now=registry.clock.now, late_prompts=late_prompts, tpot_lost=tpot_lost
-        )
+        self.forecast = SloForecast(router, now=registry.clock.now)
         self.loras = loras
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
+        self.router_reloads = {"ok": 0, "refused": 0}  # controlplane/router_reload.py
+        self.use_router(router, policy)
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
 
     # -- new requests -------------------------------------------------------------------------------
+
+    def use_router(self, router: RouterConfig, policy) -> None:
+        """Route with ``policy`` under ``router`` from now on (at start, and at a router reload); the requests in
+        flight go on where they are, their first tokens and finishes told to ``policy``."""
+        self.router, self.policy, self.table.policy = router, policy, policy
+        # the router's settings as running: its SLO and what the operator changed (--router-knobs, zoo.toml's
+        # [controlplane.router]): zoo:router_config_info on /metrics, FleetStats.router_knobs in zoo top
+        self.router_settings = {"slo_ttft_s": router.slo_ttft_s, "slo_tpot_s": router.slo_tpot_s}
+        self.router_settings["knobs"] = knobs_set(router)
+        self.router_settings["reloads"] = self.router_reloads
+        self.forecast.config = router  # its counts go on; its SLO, and what it reports of the policy, are these
+        self.forecast.overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
+        self.forecast.late_prompts = getattr(policy, "late_prompts", None)  # and its long-prompt gate, when on
+        self.forecast.tpot_lost = getattr(policy, "tpot_lost", None)  # and its TPOT lost-cause rule, when on
 
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused."""

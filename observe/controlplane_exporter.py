@@ -65,7 +65,7 @@ class ControlPlaneExporter(PrometheusExporter):
             up.add_metric(labels, 1.0 if node["alive"] else 0.0)
         yield decisions
         yield up
-        yield _router_config_info(policy, stats.get("router"))
+        yield from _router_config(policy, stats.get("router"))
         rejected = CounterMetricFamily(m.REJECTED_REQUESTS, "Requests refused before reaching a node, by reason.",
                                        labels=["reason"])  # fmt: skip
         for reason, n in sorted(stats["refused"].items()):
@@ -98,16 +98,23 @@ _CLASS_OUTCOMES = {
 }
 
 
-def _router_config_info(policy: str, router: dict | None) -> Metric:
+def _router_config(policy: str, router: dict | None) -> Iterable[Metric]:
     """The router as configured (ControlPlane.stats()["router"]: its SLO and the knobs set off their defaults), as
-    vLLM exports its engine's settings (vllm:cache_config_info: a gauge of 1 whose labels are the settings)."""
+    vLLM exports its engine's settings (vllm:cache_config_info: a gauge of 1 whose labels are the settings), and
+    its reloads (controlplane/router_reload.py) by outcome."""
     info = GaugeMetricFamily(m.ROUTER_CONFIG_INFO, "The router's policy, SLO and the RouterConfig fields set off their "
                              "defaults (knobs, one JSON object).",
                              labels=["policy", "slo_ttft_s", "slo_tpot_s", "knobs"])  # fmt: skip
     if router is not None:
         knobs = msgspec.json.encode(router["knobs"]).decode()
         info.add_metric([policy, repr(float(router["slo_ttft_s"])), repr(float(router["slo_tpot_s"])), knobs], 1.0)
-    return info
+    yield info
+    reloads = CounterMetricFamily(m.ROUTER_CONFIG_RELOADS, "Router reloads (SIGHUP with --router-knobs-file), by "
+                                  "outcome: ok, or refused (the router left as it was).",
+                                  labels=["outcome"])  # fmt: skip
+    for outcome, n in sorted(((router or {}).get("reloads") or {}).items()):
+        reloads.add_metric([outcome], n)
+    yield reloads
 
 
 def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:

@@ -9,7 +9,8 @@ and ``cell``. Who exports what::
     agent /metrics           vllm:* (its engine), zoo:router_to_node_hop_seconds (measured on arrival),
                              zoo:swapped_*, zoo:swap_latency_seconds, zoo:malformed_messages_total{socket="control"}
     control plane /metrics   zoo:router_queue_wait_seconds, zoo:node_to_router_return_seconds,
-                             zoo:router_decisions_total, zoo:router_config_info, zoo:rejected_requests_total,
+                             zoo:router_decisions_total, zoo:router_config_info, zoo:router_config_reloads_total,
+                             zoo:rejected_requests_total,
                              zoo:malformed_messages_total{socket="agents"|"clients"}, zoo:node_up
 
 A metric is exported by one process only, so summing over a scrape job never counts a sample twice.
@@ -62,6 +63,7 @@ ROUTER_DECISIONS = "zoo:router_decisions"  # counter (_total) {policy, node}
 # gauge 1 {policy, slo_ttft_s, slo_tpot_s, knobs}: the router as configured, knobs = the RouterConfig fields set off
 # their defaults as one JSON object ("{}": none); an info metric as vLLM's vllm:cache_config_info
 ROUTER_CONFIG_INFO = "zoo:router_config_info"
+ROUTER_CONFIG_RELOADS = "zoo:router_config_reloads"  # counter (_total) {outcome="ok"|"refused"}: SIGHUP reloads
 # the TTFT forecast on the chosen node at placement (controlplane/slo_forecast.py), whatever the policy
 ROUTER_PREDICTED_TTFT = "zoo:router_predicted_ttft_seconds"  # histogram {model, node, gpu_type, cell}
 ROUTER_SLO_FORECAST = "zoo:router_slo_forecast"  # counter (_total) {class, forecast="in_time"|"late"}

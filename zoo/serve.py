@@ -87,6 +87,14 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "SLO, hardware_aware's terms: controlplane/router/router_config.py documents each; --policy and --cells set "
         "their own)",
     )
+    p.add_argument(
+        "--router-knobs-file",
+        default=None,
+        metavar="PATH",
+        help="the RouterConfig knobs from a file instead (a JSON object, or a TOML file's [controlplane.router] "
+        "table, e.g. zoo.toml), read again at SIGHUP: a router reload, nothing in flight dropped "
+        "(controlplane/router_reload.py)",
+    )
     p.add_argument("--model", default=None, help="checkpoint whose tokenizer the control plane uses (default: SmolLM2)")
     p.add_argument(
         "--heartbeat-interval-s",
@@ -156,9 +164,14 @@ def controlplane_from_args(args: argparse.Namespace):
     from controlplane.cells import CellsConfig, load_cells
     from controlplane.router.router_config import RouterConfig
     from controlplane.router.router_knobs import parse_router_knobs
+    from controlplane.router_reload import read_knobs_file
     from controlplane.server import ControlPlane, ControlPlaneConfig
 
-    knobs = parse_router_knobs(getattr(args, "router_knobs", None))  # a bad one refused before the model loads
+    knobs_file = getattr(args, "router_knobs_file", None)
+    if knobs_file is not None and getattr(args, "router_knobs", None):
+        raise ValueError("--router-knobs and --router-knobs-file: give the knobs one way")
+    # a bad knob refused before the model loads
+    knobs = read_knobs_file(knobs_file) if knobs_file else parse_router_knobs(getattr(args, "router_knobs", None))
     model_config = None
     if args.fake_tokenizer:
         tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
@@ -211,11 +224,12 @@ def run_controlplane(args: argparse.Namespace) -> int:
     cp = controlplane_from_args(args)
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
-    return anyio.run(_serve_controlplane, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
+    serve = functools.partial(_serve_controlplane, knobs_file=getattr(args, "router_knobs_file", None))
+    return anyio.run(serve, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
 
 
 async def _serve_controlplane(
-    cp, http: str | None, stats_listen: str | None = None, stats_interval_s=0.5, api_keys=None
+    cp, http: str | None, stats_listen: str | None = None, stats_interval_s=0.5, api_keys=None, knobs_file=None
 ) -> int:
     from observe.controlplane_exporter import ControlPlaneExporter
     from observe.stats_stream import FleetObserver, StatsPublisher
@@ -224,6 +238,8 @@ async def _serve_controlplane(
     observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_controlplane_on_signal, cp, tg.cancel_scope)
+        if knobs_file is not None:
+            tg.start_soon(_reload_router_on_sighup, cp, knobs_file)
         await tg.start(cp.run)
         print(f"control plane: agents {cp.agent_endpoint}, clients {cp.client_endpoint}", flush=True)
         if stats_listen is not None:
@@ -484,6 +500,16 @@ async def _stop_controlplane_on_signal(cp, scope: anyio.CancelScope) -> None:
                 await anyio.sleep(0.1)  # and the gateway writes that error event on its next turns
             scope.cancel()
             return
+
+
+async def _reload_router_on_sighup(cp, knobs_file: str) -> None:
+    """At every SIGHUP, read ``knobs_file`` again and reload the router with it (a refused file is logged and
+    counted, the router left as it was: controlplane/router_reload.py)."""
+    from controlplane.router_reload import reload_from_file
+
+    with anyio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            reload_from_file(cp, knobs_file)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

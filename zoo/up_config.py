@@ -3,7 +3,8 @@
 zoo.toml may also describe cells and traffic classes (``[[cells]]``, ``[[traffic_classes]]``:
 controlplane/cells.py); the control plane then reads them from the same file (``--cells zoo.toml``).
 Agents join a cell by ``cell = "NAME"`` (their ``--cell``) or by their GPU type. ``[controlplane.router]`` holds
-RouterConfig fields (the router's SLO, hardware_aware's terms), passed as the control plane's ``--router-knobs``."""
+RouterConfig fields (the router's SLO, hardware_aware's terms), which the control plane reads from the same file
+(``--router-knobs-file zoo.toml``), again at every SIGHUP to it (controlplane/router_reload.py)."""
 
 from __future__ import annotations
 
@@ -123,12 +124,14 @@ def load_up_config(path: Path | None) -> UpConfig:
         raw.update(placement_options(raw, f"{path}: agents[{i}]"))  # host → host_id, checked
         agents.append(AgentSpec(str(raw.pop("node_id")), str(raw.pop("backend", "torch")), raw))
     agents = agents or default_agents()
-    router = cp.pop("router", None)  # [controlplane.router]: RouterConfig fields, as --router-knobs' JSON
+    # [controlplane.router]: RouterConfig fields; the control plane reads them from this file (--router-knobs-file),
+    # and again at a SIGHUP to it: edit the table, `kill -HUP` the control plane, and the router reloads
+    router = cp.pop("router", None)
     if router is not None:
         if not isinstance(router, dict):
             raise ValueError(f"{path}: controlplane.router must be a table ([controlplane.router])")
-        cp["router_knobs"] = json.dumps(router)
-        parse_router_knobs(cp["router_knobs"], f"{path}: [controlplane.router]")  # checked now, by name
+        parse_router_knobs(json.dumps(router), f"{path}: [controlplane.router]")  # checked now, by name
+        cp["router_knobs_file"] = str(Path(path).resolve())
     if "curve_dir" in cp:  # a CURVE control plane: its agents use the same key directory unless told
         for agent in agents:
             agent.options.setdefault("curve_dir", cp["curve_dir"])

@@ -65,6 +65,10 @@ class NodeChangeLog:
         """Call ``callback(view)`` with every view logged from now on (it must not raise)."""
         self._watchers.append(callback)
 
+    def unwatch(self, callback: Callable[[NodeView], None]) -> None:
+        """Stop calling ``callback`` (a policy replaced at run time: controlplane/router_reload.py)."""
+        self._watchers = [w for w in self._watchers if w is not callback]
+
     def reorder(self) -> None:
         """A snapshot group gained, lost or reordered nodes: marks taken before are not comparable."""
         self.epoch += 1

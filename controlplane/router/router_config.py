@@ -241,19 +241,20 @@ class RouterConfig:
     overload_triage_penalty_s / overload_sacrifice_weight: the escalated charges of overload mode (0: that
         charge unchanged). Since the twenty-seventh grid the everyday slo_sacrifice_weight is 10 as well, so at the
         defaults overload mode escalates the triage penalty alone.
-    slo_sacrifice_long_share / overload_sacrifice_long_share: with sacrifice on and this non-zero, a request is also a lost cause when its
-        prefill alone on the fastest node of the decision (its prompt, nothing cached, at that node's rate) takes
-        more than this share of its TTFT target, whether or not some node could still meet the target: shortest
-        jobs first. Goodput counts requests, so in a sustained overload the fast nodes' seconds are worth more
-        spent on several short prompts than on one long one (code 80% with Sarathi-sized step budgets: the
-        H100s full of long prompts met the target for 40% of theirs, bench/results/2026-12-04-sim-eval-sarathi-
-        budgets.json). A prefix holder that meets the target thanks to its cache is not charged, as for any lost
-        cause. 0: off. 0.2 by the twenty-ninth grid (bench/results/2026-12-04-sim-tune-29.json: off, 0.05, 0.1
-        and 0.2 every day; 0.2 admissible with the smallest margin -0.029 against off's -0.034, mooncake 100% at the
-        second SLO .414 -> .540; 0.05 and 0.1 lift code 80% most, .392 -> .581 and .510, but break 2 and 1 P99
-        bounds); 0.1 with slo_sacrifice_long_vs_late since the thirtieth. overload_sacrifice_long_share: its value
-        in overload mode (the larger of the two applies there); 0 (the twenty-eighth grid, bench/results/2026-12-04-
-        sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode alone changed no decision on the tuning split).
+    slo_sacrifice_long_share / overload_sacrifice_long_share: with sacrifice on and this non-zero, a request is also a
+        lost cause when its prefill alone on the fastest node of the decision (its prompt, nothing cached, at that
+        node's rate) takes more than this share of its TTFT target, whether or not some node could still meet the
+        target: shortest jobs first. Goodput counts requests, so in a sustained overload the fast nodes' seconds are
+        worth more spent on several short prompts than on one long one (code 80% with Sarathi-sized step budgets: the
+        H100s full of long prompts met the target for 40% of theirs,
+        bench/results/2026-12-04-sim-eval-sarathi-budgets.json). A prefix holder that meets the target thanks to its
+        cache is not charged, as for any lost cause. 0: off. 0.2 by the twenty-ninth grid
+        (bench/results/2026-12-04-sim-tune-29.json: off, 0.05, 0.1 and 0.2 every day; 0.2 admissible with the smallest
+        margin -0.029 against off's -0.034, mooncake 100% at the second SLO .414 -> .540; 0.05 and 0.1 lift code 80%
+        most, .392 -> .581 and .510, but break 2 and 1 P99 bounds); 0.1 with slo_sacrifice_long_vs_late since the
+        thirtieth. overload_sacrifice_long_share: its value in overload mode (the larger of the two applies there); 0
+        (the twenty-eighth grid, bench/results/2026-12-04-sim-tune-28.json: 0.2, 0.3 and 0.5 in overload mode alone
+        changed no decision on the tuning split).
     slo_sacrifice_long_vs_late: with the long-prompt share on, a prompt is long only when it is also longer than
         the median prompt of the placements predicted late in the last overload_window_s seconds (at least
         overload_min_placements of them; fewer: no prompt is long): the sacrifice is made for shorter late requests,

@@ -37,12 +37,15 @@ def test_the_running_control_plane_says_which_knobs_it_runs_with():
     """ControlPlane.stats()["router"] (zoo:router_config_info, FleetStats.router_knobs): the SLO as running and
     exactly the fields the flag set, not RouterConfig's other defaults; nothing set: no knobs."""
     cp = _controlplane("--router-knobs", '{"slo_tpot_s": 0.05, "slo_tpot_lost_to_doomed": true, "tpot_weight": 0}')
+    no_reloads = {"ok": 0, "refused": 0}
     assert cp.stats()["router"] == {
         "slo_ttft_s": 1.0,
         "slo_tpot_s": 0.05,
         "knobs": {"slo_tpot_lost_to_doomed": True, "slo_tpot_s": 0.05, "tpot_weight": 0.0},
+        "reloads": no_reloads,
     }
-    assert _controlplane().stats()["router"] == {"slo_ttft_s": 1.0, "slo_tpot_s": 0.1, "knobs": {}}
+    plain = {"slo_ttft_s": 1.0, "slo_tpot_s": 0.1, "knobs": {}, "reloads": no_reloads}
+    assert _controlplane().stats()["router"] == plain
     assert _controlplane("--router-knobs", '{"slo_ttft_s": 1}').stats()["router"]["knobs"] == {}  # the default
 
 
@@ -65,13 +68,13 @@ def test_a_bad_knob_is_a_clear_error_before_anything_starts(knobs, message, caps
     assert message in capsys.readouterr().err
 
 
-def test_zoo_toml_router_table_becomes_the_control_planes_flag(tmp_path):
+def test_zoo_toml_router_table_is_read_by_the_control_plane_from_the_file(tmp_path):
     config = tmp_path / "zoo.toml"
     config.write_text('[controlplane]\npolicy = "hardware_aware"\n[controlplane.router]\nslo_tpot_s = 0.05\n'
                       'slo_tpot_lost_to_doomed = true\n')  # fmt: skip
     argv = load_up_config(config).controlplane_argv()
-    flag = argv.index("--router-knobs")
-    assert json.loads(argv[flag + 1]) == {"slo_tpot_s": 0.05, "slo_tpot_lost_to_doomed": True}
+    flag = argv.index("--router-knobs-file")  # the file itself: read again at a SIGHUP to the control plane
+    assert argv[flag + 1] == str(config.resolve()) and "--router-knobs" not in argv
     cp = controlplane_from_args(build_parser().parse_args([*argv, "--fake-tokenizer"]))
     assert cp.config.router.slo_tpot_s == 0.05 and cp.config.router.slo_tpot_lost_to_doomed
 
@@ -128,3 +131,19 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch):
     with open(write_end, "w", buffering=1) as stdout:
         monkeypatch.setattr(sys, "stdout", stdout)
         assert main(["router-knobs", "--json"]) == 141
+
+
+def test_the_knobs_file_is_read_at_start_and_refused_with_the_flag_or_broken(tmp_path, capsys, monkeypatch):
+    """--router-knobs-file (read again at SIGHUP: tests/controlplane/fleet/test_router_reload_sighup.py): at start
+    as --router-knobs; both at once, or a bad file, a clear error before anything starts."""
+    monkeypatch.setattr("zoo.serve.configure_logging", lambda: None)
+    knobs = tmp_path / "zoo.toml"
+    knobs.write_text("[controlplane.router]\nslo_tpot_s = 0.05\n")
+    cp = _controlplane("--router-knobs-file", str(knobs))
+    assert cp.config.router.slo_tpot_s == 0.05 and cp.stats()["router"]["knobs"] == {"slo_tpot_s": 0.05}
+    with pytest.raises(ValueError, match="give the knobs one way"):
+        _controlplane("--router-knobs-file", str(knobs), "--router-knobs", '{"slo_ttft_s": 2}')
+    knobs.write_text("[controlplane.router]\nslo_tpot_s = -1\n")
+    assert main(["controlplane", "--fake-tokenizer", "--router-knobs-file", str(knobs)]) == 2
+    err = capsys.readouterr().err
+    assert str(knobs) in err and "slo_tpot_s must be > 0" in err

@@ -98,6 +98,7 @@ Hot path (where the per-node terms live, the compiled loop, the numpy path): cos
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from operator import attrgetter
 
 import numpy as np
@@ -118,7 +119,7 @@ from controlplane.router.policies.cost_reference import late_saved_s
 from controlplane.router.policies.node_predictions import lora_cold_load_s
 from controlplane.router.policies.node_rows import NodeRows
 from controlplane.router.policies.node_table import NodeTable, NodeTables
-from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
 
@@ -149,7 +150,8 @@ class HardwareAwarePolicy(PolicyHooks):
         self.tpot_lost = tpot_lost.rule_for(config)  # goodput first, where the router or a traffic class turns it on
         self._lost = tpot_lost.keep if self.tpot_lost is None else self.tpot_lost
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
-        self._watched: set[NodeChangeLog] = set()  # registries' change logs whose new views refresh the tables
+        # registries' change logs whose new views refresh the tables, each with the callback it calls
+        self._watched: dict[NodeChangeLog, Callable[[NodeView], None]] = {}
         self._cost = self._tpot = self._add = np.empty(0)  # the numpy path's buffers, made at its first decision
         self._short = self._miss = self._missing = np.empty(0, dtype=bool)
         self._sacrifice = np.empty(0)  # sacrifice's factor per node: rate / fastest_rate, or 1 beyond the bound
@@ -497,9 +499,33 @@ class HardwareAwarePolicy(PolicyHooks):
     def _watch(self, log: NodeChangeLog) -> None:
         """Derive a node's rows when the registry logs its new view (a report, a routed or finished
         request), between decisions; ``choose`` then finds them done (router/node_changes.py)."""
-        self._watched.add(log)
         tables = self._tables
-        log.watch(lambda view: tables.refresh(view, log))
+        self._watched[log] = callback = lambda view: tables.refresh(view, log)
+        log.watch(callback)
+
+    def reconfigured(self, config: RouterConfig) -> HardwareAwarePolicy:
+        """This policy under ``config`` (a router reload: controlplane/router_reload.py), ready to decide at once:
+        what it learnt carries over (the prefix index, where both use one; overload mode's detector and the late
+        prompts' window, where their settings are unchanged; the goodput-first rule's count), its tables are
+        derived anew at the next decision under the new terms, and this one stops watching the registry."""
+        new = HardwareAwarePolicy(config, use_kernel=self.kernel_name == "numba")
+        if new._index is not None and self._index is not None:
+            new._index = self._index
+        old_overload, old_late = self.overload, self.late_prompts
+        if new.overload is not None and old_overload is not None and _same_settings(new.overload, old_overload):
+            new.overload = old_overload  # its window, its hold and its activations count
+        if new.late_prompts is not None and old_late is not None and _same_settings(new.late_prompts, old_late):
+            new.late_prompts = old_late
+        if new.tpot_lost is not None and self.tpot_lost is not None:
+            new.tpot_lost.moved = self.tpot_lost.moved  # zoo:router_tpot_lost_redirects_total stays a counter
+        self.close()
+        return new
+
+    def close(self) -> None:
+        """Stop deriving rows as the registry logs new views (this policy decides no more)."""
+        for log, callback in self._watched.items():
+            log.unwatch(callback)
+        self._watched.clear()
 
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         if self._index is not None:
@@ -522,3 +548,9 @@ class HardwareAwarePolicy(PolicyHooks):
 
 
 _LAST_CUM = _COL_CUM + NUM_BINS - 1
+
+
+def _same_settings(a, b) -> bool:
+    """Two detectors (or windows) built with the same settings: the running one may go on for the other."""
+    keys = ("window_s", "late_share", "min_placements", "hold_s")
+    return all(getattr(a, k, None) == getattr(b, k, None) for k in keys)

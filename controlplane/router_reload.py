@@ -1,0 +1,105 @@
+"""A router reload: new RouterConfig knobs on a running control plane, nothing in flight dropped.
+
+    zoo controlplane --router-knobs-file PATH      the knobs, read at start
+    kill -HUP <control plane>                      PATH read again ─► reload(cp, knobs) ─► the next decision
+
+Changing the router's SLO or a hardware_aware term used to mean a restart, and a restart fails every stream in
+flight (its clients learn the control plane no longer knows their requests). A reload swaps the policy instead:
+the policy builds itself under the new settings and carries over what it learnt (``reconfigured``: hardware_aware's
+prefix index, overload mode's window, its counters), the request path routes with it from the next request on,
+and the requests in flight go on where they are. Like vLLM production-stack's dynamic router config (a file the
+router re-reads) and the SIGHUP reload of nginx or Prometheus.
+
+The file holds the whole set: a knob it no longer names returns to its default. A JSON file is one object of
+RouterConfig fields (as ``--router-knobs``); a TOML file is its ``[controlplane.router]`` table (a zoo.toml), or
+else the whole file. The policy, cells and traffic classes stay as started (their own flags). A file that cannot be
+read or holds a bad knob, or a policy with no ``reconfigured`` (an anchor keeping per-request state that a new
+instance would not know), is refused: logged, counted (``zoo:router_config_reloads_total{outcome="refused"}``),
+and the running router is left as it was.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from controlplane.router.router_config import RouterConfig
+from controlplane.router.router_knobs import parse_router_knobs
+from controlplane.toml_file import load_toml
+
+log = logging.getLogger(__name__)
+
+MAX_KNOBS_FILE_BYTES = 1 << 20  # a knobs file is a few hundred bytes; anything near this is not one
+
+
+def read_knobs_file(path: str | Path) -> dict[str, Any]:
+    """The knobs in ``path`` (module docstring), each checked by name as ``--router-knobs`` checks it; ValueError
+    naming the file for anything wrong (unreadable, too large, not JSON/TOML, a bad knob)."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_KNOBS_FILE_BYTES:
+            raise ValueError(f"{path}: {size} bytes, more than a knobs file's {MAX_KNOBS_FILE_BYTES}")
+        if path.suffix == ".toml":
+            text = msgspec.json.encode(_router_table(load_toml(path), path)).decode()
+        else:
+            text = path.read_text()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not UTF-8 text") from None
+    return parse_router_knobs(text, flag=str(path))
+
+
+def _router_table(data: dict, path: Path) -> dict:
+    """A zoo.toml's [controlplane.router] table (none: no knobs), else the file's top-level table."""
+    if "controlplane" not in data:
+        return data
+    section = data["controlplane"]
+    table = section.get("router", {}) if isinstance(section, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError(f"{path}: [controlplane] and its router must be tables")
+    return table
+
+
+def reload_router(cp, knobs: dict[str, Any]) -> RouterConfig:
+    """Route ``cp`` (a ControlPlane) under ``knobs`` from its next request on: a RouterConfig of its policy, cells
+    and traffic classes with ``knobs`` set (the others at their defaults). ValueError, with the running router
+    unchanged, where its policy cannot be reconfigured or the knobs are refused."""
+    current = cp.path.router
+    reconfigured = getattr(cp.path.policy, "reconfigured", None)
+    if reconfigured is None:
+        raise ValueError(
+            f"policy {current.policy} cannot be reconfigured while it runs (it keeps per-request state a new "
+            "instance would not have): restart the control plane to change its knobs"
+        )
+    try:
+        config = RouterConfig(
+            policy=current.policy, cells=current.cells, cells_by_traffic_class=current.cells_by_traffic_class, **knobs
+        )
+    except (TypeError, ValueError) as e:  # knobs not from read_knobs_file / parse_router_knobs
+        raise ValueError(f"router knobs refused: {e}") from None
+    policy = reconfigured(config)
+    cp.config.router = config
+    cp.policy = policy  # the control plane tells it of nodes that leave
+    cp.path.use_router(config, policy)
+    return config
+
+
+def reload_from_file(cp, path: str | Path) -> bool:
+    """Read ``path`` and reload ``cp``'s router with it; False (logged, counted, the router unchanged) when the
+    file or the reload is refused. Never raises for a bad file: a SIGHUP handler calls it in the serving loop."""
+    reloads = cp.path.router_reloads
+    try:
+        config = reload_router(cp, read_knobs_file(path))
+    except ValueError as e:
+        reloads["refused"] += 1
+        log.error("router reload refused, the router is unchanged: %s", e)
+        return False
+    reloads["ok"] += 1
+    log.info("router reloaded from %s: SLO TTFT %g s, TPOT %g s; knobs %s", path, config.slo_ttft_s,
+             config.slo_tpot_s, cp.path.router_settings["knobs"])  # fmt: skip
+    return True
