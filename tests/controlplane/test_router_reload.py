@@ -100,5 +100,8 @@ def test_reconfigured_decides_as_a_new_policy_would_and_keeps_what_it_learnt(mak
         assert chosen == fresh.choose(request, snapshot)
         registry.on_routed(chosen, request.request_id, request.num_prompt_tokens)
     assert len(log._watchers) == 2  # new and fresh, each once
-    same = new.reconfigured(RouterConfig(slo_ttft_s=0.3, overload_window_s=5.0))
+    same = new.reconfigured(RouterConfig(slo_ttft_s=0.3, overload_window_s=5.0, prefix_max_blocks_per_node=2))
     assert same.overload is new.overload  # the same overload settings: its window and hold go on
+    assert same._index is old._index and same._index.max_blocks_per_node == 2  # its new bound, met at next insert
+    same.on_routed(make_route_request(block_hashes=(21, 22, 23), request_id="r9"), node)
+    assert same._index.num_blocks(node) == 2

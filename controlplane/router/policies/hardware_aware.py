@@ -511,6 +511,7 @@ class HardwareAwarePolicy(PolicyHooks):
         new = HardwareAwarePolicy(config, use_kernel=self.kernel_name == "numba")
         if new._index is not None and self._index is not None:
             new._index = self._index
+            self._index.max_blocks_per_node = config.prefix_max_blocks_per_node  # a smaller bound: met at next insert
         old_overload, old_late = self.overload, self.late_prompts
         if new.overload is not None and old_overload is not None and _same_settings(new.overload, old_overload):
             new.overload = old_overload  # its window, its hold and its activations count
