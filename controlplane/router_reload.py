@@ -99,6 +99,10 @@ def reload_from_file(cp, path: str | Path) -> bool:
         reloads["refused"] += 1
         log.error("router reload refused, the router is unchanged: %s", e)
         return False
+    except Exception:  # a policy that failed to build itself: its bug, but the serving loop goes on
+        reloads["refused"] += 1
+        log.exception("router reload failed, the router is unchanged")
+        return False
     reloads["ok"] += 1
     log.info("router reloaded from %s: SLO TTFT %g s, TPOT %g s; knobs %s", path, config.slo_ttft_s,
              config.slo_tpot_s, cp.path.router_settings["knobs"])  # fmt: skip

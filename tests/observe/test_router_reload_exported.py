@@ -55,3 +55,20 @@ async def test_a_policy_that_keeps_per_request_state_is_not_reloaded(observed_co
         with pytest.raises(ValueError, match="restart the control plane to change its knobs"):
             reload_router(cp, {"slo_ttft_s": 2.0})
         assert cp.path.policy is policy and cp.path.router.slo_ttft_s == 1.0
+
+
+@pytest.mark.anyio
+async def test_a_policy_that_fails_to_rebuild_itself_leaves_the_router_running(observed_controlplane, tmp_path):
+    """Whatever the rebuild raises, the SIGHUP handler's loop goes on: counted refused, the router as it was."""
+    async with observed_controlplane(policy="hardware_aware") as (cp, _exporter, _observer):
+        policy = cp.path.policy
+
+        def broken(config):
+            raise RuntimeError("numba fell over")
+
+        policy.reconfigured = broken
+        knobs = tmp_path / "knobs.json"
+        knobs.write_text('{"slo_ttft_s": 2.0}')
+        assert not reload_from_file(cp, knobs)
+        assert cp.path.policy is policy and cp.path.router.slo_ttft_s == 1.0
+        assert cp.path.router_reloads == {"ok": 0, "refused": 1}
