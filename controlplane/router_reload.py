@@ -11,11 +11,11 @@ and the requests in flight go on where they are. Like vLLM production-stack's dy
 router re-reads) and the SIGHUP reload of nginx or Prometheus.
 
 The file holds the whole set: a knob it no longer names returns to its default. A JSON file is one object of
-RouterConfig fields (as ``--router-knobs``); a TOML file is its ``[controlplane.router]`` table (a zoo.toml), or
-else the whole file. The policy, cells and traffic classes stay as started (their own flags). A file that cannot be
-read or holds a bad knob, or a policy with no ``reconfigured`` (an anchor keeping per-request state that a new
-instance would not know), is refused: logged, counted (``zoo:router_config_reloads_total{outcome="refused"}``),
-and the running router is left as it was.
+RouterConfig fields (as ``--router-knobs``); a TOML file is read as a zoo.toml, its ``[controlplane.router]`` table
+(none: every knob at its default; a knob at its top level is refused). The policy, cells and traffic classes stay as
+started (their own flags). A file that cannot be read or holds a bad knob, or a policy with no ``reconfigured`` (an
+anchor keeping per-request state that a new instance would not know), is refused: logged, counted
+(``zoo:router_config_reloads_total{outcome="refused"}``), and the running router is left as it was.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from controlplane.router.router_config import RouterConfig
-from controlplane.router.router_knobs import parse_router_knobs
+from controlplane.router.router_knobs import parse_router_knobs, settable_knobs
 from controlplane.toml_file import load_toml
 
 log = logging.getLogger(__name__)
@@ -55,10 +55,12 @@ def read_knobs_file(path: str | Path) -> dict[str, Any]:
 
 
 def _router_table(data: dict, path: Path) -> dict:
-    """A zoo.toml's [controlplane.router] table (none: no knobs), else the file's top-level table."""
-    if "controlplane" not in data:
-        return data
-    section = data["controlplane"]
+    """A zoo.toml's [controlplane.router] table (none: no knobs); a knob at the file's top level is refused, not
+    silently left out."""
+    stray = sorted(set(data) & set(settable_knobs()))
+    if stray:
+        raise ValueError(f"{path}: {', '.join(stray)}: router knobs go under [controlplane.router]")
+    section = data.get("controlplane", {})
     table = section.get("router", {}) if isinstance(section, dict) else None
     if not isinstance(table, dict):
         raise ValueError(f"{path}: [controlplane] and its router must be tables")

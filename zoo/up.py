@@ -198,6 +198,11 @@ class LocalZoo:
             f"agents       {', '.join(f'{a.node_id} ({a.backend})' for a in cfg.agents)}",
             f"logs         {self.log_dir}",
         ]
+        knobs_file = cfg.controlplane_options.get("router_knobs_file")
+        if knobs_file is not None:  # zoo.toml's [controlplane.router] (none: the defaults), re-read at a SIGHUP
+            proc = self._controlplane.proc
+            pid = proc.pid if proc is not None else "<control plane pid>"
+            lines.append(f"router       edit [controlplane.router] in {knobs_file}, then kill -HUP {pid} to reload it")
         if metrics_urls is not None:
             lines.append(f"prometheus   {cfg.base_url}/metrics/targets (http_sd_configs: every agent's /metrics)")
             lines += [f"  {a.node_id:<10} {metrics_urls.get(a.node_id, '(not reported)')}" for a in cfg.agents]

@@ -125,13 +125,16 @@ def load_up_config(path: Path | None) -> UpConfig:
         agents.append(AgentSpec(str(raw.pop("node_id")), str(raw.pop("backend", "torch")), raw))
     agents = agents or default_agents()
     # [controlplane.router]: RouterConfig fields; the control plane reads them from this file (--router-knobs-file),
-    # and again at a SIGHUP to it: edit the table, `kill -HUP` the control plane, and the router reloads
+    # and again at a SIGHUP to it: edit (or add) the table, `kill -HUP` the control plane, and the router reloads
     router = cp.pop("router", None)
     if router is not None:
         if not isinstance(router, dict):
             raise ValueError(f"{path}: controlplane.router must be a table ([controlplane.router])")
         parse_router_knobs(json.dumps(router), f"{path}: [controlplane.router]")  # checked now, by name
-        cp["router_knobs_file"] = str(Path(path).resolve())
+        if "router_knobs" in cp:
+            raise ValueError(f"{path}: [controlplane] router_knobs and [controlplane.router]: give the knobs one way")
+    if "router_knobs" not in cp:
+        cp.setdefault("router_knobs_file", str(Path(path).resolve()))
     if "curve_dir" in cp:  # a CURVE control plane: its agents use the same key directory unless told
         for agent in agents:
             agent.options.setdefault("curve_dir", cp["curve_dir"])

@@ -30,9 +30,9 @@ def test_a_knobs_file_is_a_json_object_or_a_toml_router_table(tmp_path):
     no_table = tmp_path / "plain.toml"
     no_table.write_text('[controlplane]\npolicy = "hardware_aware"\n')
     assert read_knobs_file(no_table) == {}  # every knob at its default
-    top_level = tmp_path / "router.toml"
-    top_level.write_text("tpot_weight = 0.3\n")
-    assert read_knobs_file(top_level) == {"tpot_weight": 0.3}
+    agents_only = tmp_path / "agents.toml"  # a zoo.toml of agents alone: no knobs, its sections not taken for any
+    agents_only.write_text('[[agents]]\nnode_id = "a"\n[[cells]]\nname = "c"\n')
+    assert read_knobs_file(agents_only) == {}
 
 
 @pytest.mark.parametrize(
@@ -45,6 +45,7 @@ def test_a_knobs_file_is_a_json_object_or_a_toml_router_table(tmp_path):
         ("k.json", b"\xff\xfe{}", "not UTF-8 text"),
         ("k.toml", "x = [" * 50_000, "invalid TOML"),
         ("k.toml", '[controlplane]\nrouter = "fast"\n', "must be tables"),
+        ("k.toml", "tpot_weight = 0.3\n", "tpot_weight: router knobs go under \\[controlplane.router\\]"),
         ("k.toml", "[controlplane.router]\nslo_ttft_s = 1979-05-27\n", "Expected `float`"),
     ],
 )

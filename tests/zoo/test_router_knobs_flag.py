@@ -147,3 +147,20 @@ def test_the_knobs_file_is_read_at_start_and_refused_with_the_flag_or_broken(tmp
     assert main(["controlplane", "--fake-tokenizer", "--router-knobs-file", str(knobs)]) == 2
     err = capsys.readouterr().err
     assert str(knobs) in err and "slo_tpot_s must be > 0" in err
+
+
+def test_zoo_ups_banner_says_how_to_reload_the_router(tmp_path):
+    from zoo.up import LocalZoo
+
+    config = tmp_path / "zoo.toml"
+    config.write_text("[controlplane.router]\nslo_tpot_s = 0.05\n")
+    banner = LocalZoo(load_up_config(config), tmp_path).describe()
+    assert f"edit [controlplane.router] in {config.resolve()}, then kill -HUP" in banner
+    plain = tmp_path / "plain.toml"  # no router table yet: the defaults, and one may be added and reloaded
+    plain.write_text('[controlplane]\npolicy = "hardware_aware"\n')
+    assert f"in {plain.resolve()}, then kill -HUP" in LocalZoo(load_up_config(plain), tmp_path).describe()
+    assert "kill -HUP" not in LocalZoo(load_up_config(None), tmp_path).describe()  # no zoo.toml: no file to re-read
+    both = tmp_path / "both.toml"
+    both.write_text("[controlplane]\nrouter_knobs = '{}'\n[controlplane.router]\nslo_tpot_s = 0.05\n")
+    with pytest.raises(ValueError, match="give the knobs one way"):
+        load_up_config(both)

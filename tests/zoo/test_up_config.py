@@ -39,6 +39,7 @@ node_id = "b"
     assert cfg.controlplane_argv() == [
         "controlplane", "--listen", "tcp://127.0.0.1:6000", "--http", "127.0.0.1:9000",
         "--policy", "least_requests", "--max-queue-global", "64",
+        "--router-knobs-file", str(p.resolve()),  # its [controlplane.router], re-read at a SIGHUP
     ]  # fmt: skip
     assert cfg.agents[0].argv(cfg.control) == [
         "agent", "--control", "tcp://127.0.0.1:6000", "--node-id", "a", "--backend", "torch",
