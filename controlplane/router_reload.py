@@ -84,6 +84,8 @@ def reload_router(cp, knobs: dict[str, Any]) -> RouterConfig:
         )
     except (TypeError, ValueError) as e:  # knobs not from read_knobs_file / parse_router_knobs
         raise ValueError(f"router knobs refused: {e}") from None
+    if config == current:
+        return current  # nothing changed: the running policy goes on, its tables and windows as they are
     policy = reconfigured(config)
     cp.config.router = config
     cp.policy = policy  # the control plane tells it of nodes that leave

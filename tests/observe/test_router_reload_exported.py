@@ -43,9 +43,14 @@ async def test_a_reload_routes_with_the_new_knobs_and_exports_them(observed_cont
         assert cp.path.policy is policy and _info(exporter)["knobs"] == '{"slo_ttft_s":2.0,"tpot_weight":0.3}'
         text = generate_latest(exporter.registry).decode()
         assert 'zoo:router_config_reloads_total{outcome="refused"} 1.0' in text
+        knobs.write_text(json.dumps({"slo_ttft_s": 2.0, "tpot_weight": 0.3}))
+        assert reload_from_file(cp, knobs) and cp.path.policy is policy  # the same knobs: nothing rebuilt
+        knobs.write_text('{"tpot_weight": 0.3, "slo_ttft_s": 2}')
+        assert reload_from_file(cp, knobs) and cp.path.policy is policy  # the same set, written otherwise
         knobs.write_text("{}")  # the whole set: a knob the file no longer names returns to its default
         assert reload_from_file(cp, knobs)
         assert cp.path.router == RouterConfig(policy="hardware_aware") and _info(exporter)["knobs"] == "{}"
+        assert cp.path.router_reloads == {"ok": 4, "refused": 1}
 
 
 @pytest.mark.anyio
