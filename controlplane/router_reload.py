@@ -13,8 +13,9 @@ router re-reads) and the SIGHUP reload of nginx or Prometheus.
 The file holds the whole set: a knob it no longer names returns to its default. A JSON file is one object of
 RouterConfig fields (as ``--router-knobs``); a TOML file is read as a zoo.toml, its ``[controlplane.router]`` table
 (none: every knob at its default; a knob at its top level is refused). The policy, cells and traffic classes stay as
-started (their own flags). A file that cannot be read or holds a bad knob, or a policy with no ``reconfigured`` (an
-anchor keeping per-request state that a new instance would not know), is refused: logged, counted
+started (their own flags). A file that cannot be read or holds a bad knob, or a policy with no ``reconfigured``
+(ours have one: hardware_aware, prefix_aware, least_requests, round_robin; the anchors, keeping per-request state a
+new instance would not know, and pd_split do not), is refused: logged, counted
 (``zoo:router_config_reloads_total{outcome="refused"}``), and the running router is left as it was.
 """
 

@@ -106,3 +106,23 @@ def test_reconfigured_decides_as_a_new_policy_would_and_keeps_what_it_learnt(mak
     assert same._index is old._index and same._index.max_blocks_per_node == 2  # its new bound, met at next insert
     same.on_routed(make_route_request(block_hashes=(21, 22, 23), request_id="r9"), node)
     assert same._index.num_blocks(node) == 2
+
+
+def test_our_other_policies_reload_in_place(make_hello, make_route_request):
+    """round_robin and least_requests read no knob: they go on as they are; prefix_aware takes its new thresholds
+    and keeps its prefix index under the new bound."""
+    from controlplane.router.policies import make_policy
+
+    for name in ("round_robin", "least_requests"):
+        policy = make_policy(name, RouterConfig(policy=name))
+        assert policy.reconfigured(RouterConfig(policy=name, slo_ttft_s=2.0)) is policy
+    registry = _registry(make_hello)
+    policy = make_policy("prefix_aware", RouterConfig(policy="prefix_aware"))
+    request = make_route_request(block_hashes=(1, 2, 3), request_id="r0")
+    node = policy.choose(request, registry.snapshot(model="m"))
+    policy.on_routed(request, node)
+    config = RouterConfig(policy="prefix_aware", prefix_load_penalty_blocks=7.0, prefix_max_blocks_per_node=2)
+    assert policy.reconfigured(config) is policy and policy.config is config
+    assert policy.index.match((1, 2, 3)) == {node: 3}
+    policy.on_routed(make_route_request(block_hashes=(4, 5, 6), request_id="r1"), node)
+    assert policy.index.num_blocks(node) == 2

@@ -27,3 +27,7 @@ class LeastRequestsPolicy(PolicyHooks):
         table.sync(snapshot.nodes, changes)
         i = table.least_loaded(request.num_prompt_tokens)
         return None if i < 0 else table.node_ids[i]
+
+    def reconfigured(self, config) -> LeastRequestsPolicy:
+        """A router reload (controlplane/router_reload.py): no RouterConfig knob changes its choices; it goes on."""
+        return self

@@ -74,6 +74,13 @@ class PrefixAwarePolicy(PolicyHooks):
             return node_ids[least]
         return node_ids[best]
 
+    def reconfigured(self, config: RouterConfig) -> PrefixAwarePolicy:
+        """A router reload (controlplane/router_reload.py): its thresholds from ``config`` at the next decision, its
+        prefix index kept under the new per-node bound (met at its next insert); its tables read no knob."""
+        self.config = config
+        self.index.max_blocks_per_node = config.prefix_max_blocks_per_node
+        return self
+
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
         self.index.insert(node_id, request.block_hashes)
 

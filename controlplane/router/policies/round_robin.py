@@ -35,6 +35,10 @@ class RoundRobinPolicy(PolicyHooks):
                 return node.node_id
         return None
 
+    def reconfigured(self, config) -> RoundRobinPolicy:
+        """A router reload (controlplane/router_reload.py): no RouterConfig knob changes its choices; it goes on."""
+        return self
+
     def _find(self, snapshot: ClusterSnapshot) -> int:
         """Position to continue after: the last chosen node's, or, if it is gone, the one before the node
         that took its place (so that one is next)."""
