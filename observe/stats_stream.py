@@ -111,6 +111,7 @@ class FleetObserver:
             overload_mode=(stats.get("slo_forecast", {}).get("overload") or {}).get("on"),
             tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
             router_knobs=dict((stats.get("router") or {}).get("knobs", {})),
+            router_reloads=dict((stats.get("router") or {}).get("reloads", {})),
         )
 
 

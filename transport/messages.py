@@ -404,6 +404,7 @@ class FleetStats(Envelope, kw_only=True):
     tpot_lost_redirects_total: int | None = None
     # the RouterConfig fields set off their defaults (--router-knobs, zoo.toml's [controlplane.router]), by name
     router_knobs: dict[str, Any] = {}
+    router_reloads: dict[str, int] = {}  # reloads at SIGHUP (controlplane/router_reload.py) by outcome: ok, refused
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

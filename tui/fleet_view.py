@@ -258,7 +258,16 @@ def describe_migrations(stats: FleetStats, rates: Rates) -> str:
 
 def describe_router(stats: FleetStats, width: int = 90) -> str:
     """The policy and the router knobs set off their defaults ("hardware_aware (slo_ttft_s=2.0, slo_tpot_s=0.05)"),
-    cut to about ``width`` characters with the number left out ("…+3 more")."""
+    cut to about ``width`` characters with the number left out ("…+3 more"), and its reloads once there were any
+    ("reloaded 2×, 1 refused")."""
+    reloads = stats.router_reloads
+    if any(reloads.values()):
+        refused = f", {reloads.get('refused', 0)} refused" if reloads.get("refused") else ""
+        return f"{_describe_knobs(stats, width)}, reloaded {reloads.get('ok', 0)}×{refused}"
+    return _describe_knobs(stats, width)
+
+
+def _describe_knobs(stats: FleetStats, width: int) -> str:
     if not stats.router_knobs:
         return stats.policy
     shown: list[str] = []

@@ -51,6 +51,7 @@ async def test_a_reload_routes_with_the_new_knobs_and_exports_them(observed_cont
         assert reload_from_file(cp, knobs)
         assert cp.path.router == RouterConfig(policy="hardware_aware") and _info(exporter)["knobs"] == "{}"
         assert cp.path.router_reloads == {"ok": 4, "refused": 1}
+        assert observer.fleet_stats(2).router_reloads == {"ok": 4, "refused": 1}  # what zoo top shows
 
 
 @pytest.mark.anyio

@@ -189,3 +189,9 @@ async def test_the_status_line_names_the_router_knobs_set(make_stats):
     assert describe_router(many, width=40) == "hardware_aware (knob_00=0.5, knob_01=0.5, knob_02=0.5, …+17 more)"
     huge = msgspec.structs.replace(make_stats(4), router_knobs={"model_params_b": {f"m{i}": 8.0 for i in range(999)}})
     assert len(describe_router(huge, width=40)) < 60  # one long value is cut, not the whole line
+    reloaded = msgspec.structs.replace(
+        make_stats(5), router_knobs={"slo_ttft_s": 2.0}, router_reloads={"ok": 2, "refused": 1}
+    )
+    assert describe_router(reloaded) == "hardware_aware (slo_ttft_s=2.0), reloaded 2×, 1 refused"
+    none_yet = msgspec.structs.replace(make_stats(6), router_reloads={"ok": 0, "refused": 0})
+    assert describe_router(none_yet) == "hardware_aware"  # no reload yet: nothing said of them
