@@ -80,6 +80,7 @@ BENCH_TARGETS = {
     "sim-speed": ("bench.sim_speed", "run_sim_speed_bench"),
     "fastpath": ("bench.fastpath", "run_fastpath_bench"),
     "huge-pages": ("bench.huge_pages", "run_huge_pages_bench"),
+    "router-reload": ("bench.router_reload", "run_router_reload_bench"),
 }
 
 
