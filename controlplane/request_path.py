@@ -103,10 +103,7 @@ class RequestPath:
         self.router_settings = {"slo_ttft_s": router.slo_ttft_s, "slo_tpot_s": router.slo_tpot_s}
         self.router_settings["knobs"] = knobs_set(router)
         self.router_settings["reloads"] = self.router_reloads
-        self.forecast.config = router  # its counts go on; its SLO, and what it reports of the policy, are these
-        self.forecast.overload = getattr(policy, "overload", None)  # hardware_aware's overload mode, when on
-        self.forecast.late_prompts = getattr(policy, "late_prompts", None)  # and its long-prompt gate, when on
-        self.forecast.tpot_lost = getattr(policy, "tpot_lost", None)  # and its TPOT lost-cause rule, when on
+        self.forecast.use(router, policy)
 
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused."""

@@ -56,6 +56,15 @@ class SloForecast:
         self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
         self._recent_late = 0
 
+    def use(self, config: RouterConfig, policy) -> None:
+        """Forecast against ``config``'s SLO and report ``policy``'s parts (hardware_aware's overload mode,
+        long-prompt gate and TPOT lost-cause rule, each where it has one on) from now on: at start, and at a router
+        reload (controlplane/router_reload.py); the counts and the recent window go on."""
+        self.config = config
+        self.overload = getattr(policy, "overload", None)
+        self.late_prompts = getattr(policy, "late_prompts", None)
+        self.tpot_lost = getattr(policy, "tpot_lost", None)
+
     def on_placed(self, route: RouteRequest, view: NodeView) -> float:
         """Count the placement of ``route`` on the node of ``view`` (its view before this request); the TTFT
         forecast there, in seconds."""
