@@ -35,7 +35,7 @@ from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
 from engine.lora import LoraRequest
-from engine.prompt import PromptError, PromptTooLongError, check_prompt_length, check_token_ids
+from engine.prompt import PromptError, PromptTooLongError, check_logit_bias, check_prompt_length, check_token_ids
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 MAX_CHOICES = 4  # nodes tried per request when admission refuses the chosen node's queue (bounded decision)
@@ -222,8 +222,9 @@ def resumed_request(
     """What to place when ``msg`` (served as ``model``, tokenized to ``prompt_token_ids``) resumes on another
     node after ``output_token_ids`` were streamed to its client: the prompt extended by them (re-prefilled
     there; a prefix cache holding the prompt helps), ``max_tokens`` reduced by their number (at least one
-    must remain), the same id, model, traffic class and other sampling parameters. Greedy decoding then
-    continues exactly as it would have on the lost node."""
+    must remain), ``min_tokens`` by as many, the same id, model, traffic class and other sampling parameters.
+    Greedy decoding then continues exactly as it would have on the lost node, save for one difference: a presence
+    or frequency penalty counts the output's tokens only, and those streamed before the move are prompt there."""
     remaining = msg.sampling.max_tokens - len(output_token_ids)
     if remaining < 1:
         raise ValueError(f"request {msg.request_id!r} has no token left to generate")
@@ -231,7 +232,9 @@ def resumed_request(
         request_id=msg.request_id,
         model=model,
         prompt_token_ids=[*prompt_token_ids, *output_token_ids],
-        sampling=msgspec.structs.replace(msg.sampling, max_tokens=remaining),
+        sampling=msgspec.structs.replace(
+            msg.sampling, max_tokens=remaining, min_tokens=max(msg.sampling.min_tokens - len(output_token_ids), 0)
+        ),
         traffic_class=msg.traffic_class,
         tenant=msg.tenant,
     )
@@ -239,7 +242,8 @@ def resumed_request(
 
 def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
     """The prompt's token ids from exactly one of prompt / messages / prompt_token_ids; PromptError saying
-    what is wrong (none or several given, ids out of the vocabulary, empty) and naming the field."""
+    what is wrong (none or several given, ids out of the vocabulary, empty, a logit_bias id past it) and naming
+    the field."""
     given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
     if sum(given) != 1:
         raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
@@ -256,4 +260,5 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
         check_token_ids(token_ids, tokenizer.vocab_size)
     except PromptError as e:
         raise PromptError(str(e), param) from None
+    check_logit_bias(msg.sampling.logit_bias, tokenizer.vocab_size)
     return token_ids

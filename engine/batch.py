@@ -29,6 +29,20 @@ from engine.sampling_params import SamplingParams
 
 
 @dataclass(slots=True)
+class LogitsInputs:
+    """What a sampler needs beyond a request's SamplingParams to process its logits (backends/logits_adjust.py).
+
+    history: the request's tokens (prompt, then output) where a penalty reads them, else None. The request's own
+        list, not a copy: the first ``start_pos + len(token_ids)`` entries are the tokens known at this step.
+    banned_token_ids: ids its next token may not be (while fewer than ``min_tokens`` are out: EOS, unless
+        ``ignore_eos``, and ``stop_token_ids``).
+    """
+
+    history: list[int] | None
+    banned_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
 class ScheduledRequest:
     """One request's share of a step.
 
@@ -48,6 +62,7 @@ class ScheduledRequest:
         the proposal distribution [>= len(spec_token_ids), V] they were sampled from (an opaque backend
         array; the runner verifies them by rejection sampling, engine/spec/proposer.py).
     num_output_tokens: tokens generated so far (seeded samplers and penalties may use it).
+    logits_inputs: what its sampler needs beyond its params to process the logits (LogitsInputs), or None.
     lora_id: adapter to apply; None for the base model.
     """
 
@@ -61,6 +76,7 @@ class ScheduledRequest:
     spec_token_ids: list[int] = field(default_factory=list)
     lora_id: int | None = None
     spec_draft_probs: object | None = None
+    logits_inputs: LogitsInputs | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:

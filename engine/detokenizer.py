@@ -24,9 +24,13 @@ class Decoder(Protocol):
 class IncrementalDetokenizer:
     """Turns a growing list of output token ids into text deltas; finds stop strings."""
 
-    def __init__(self, decoder: Decoder, stop: Sequence[str] = ()) -> None:
+    def __init__(self, decoder: Decoder, stop: Sequence[str] = (), min_tokens: int = 0) -> None:
+        """``min_tokens``: a stop string is looked for only in the text after that of the first ``min_tokens``
+        tokens (SamplingParams.min_tokens; vLLM's detokenizer likewise checks none before)."""
         self._decoder = decoder
         self._stop = tuple(stop)
+        self._min_tokens = min_tokens
+        self._stop_from = 0  # where a stop string may begin: after the text of the first min_tokens tokens
         self._holdback_chars = max((len(s) for s in self._stop), default=1) - 1
         self._token_ids: list[int] = []
         self._prefix_offset = 0
@@ -51,9 +55,12 @@ class IncrementalDetokenizer:
             self._append_text(delta)
 
     def _append_text(self, delta: str) -> None:
-        start = max(0, len(self.text) - self._holdback_chars)
+        start = max(0, len(self.text) - self._holdback_chars, self._stop_from)
         self.text += delta
         if not self._stop:
+            return
+        if len(self._token_ids) <= self._min_tokens:
+            self._stop_from = len(self.text)
             return
         best: tuple[int, str] | None = None
         for s in self._stop:

@@ -48,6 +48,14 @@ def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
         _last_checked = (token_ids, vocab_size)
 
 
+def check_logit_bias(logit_bias: Sequence[tuple[int, float]], vocab_size: int) -> None:
+    """PromptError (param ``logit_bias``) when a biased token id is past the vocabulary (SamplingParams bounds the
+    ids to int32 only: the vocabulary is the model's)."""
+    bad = [token_id for token_id, _ in logit_bias if token_id >= vocab_size]
+    if bad:
+        raise PromptError(f"logit_bias token ids out of range [0, {vocab_size}): {bad[:5]}", "logit_bias")
+
+
 def _check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
     if not token_ids:
         raise PromptError("the prompt is empty")

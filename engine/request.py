@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
+from engine.batch import LogitsInputs
 from engine.sampling_params import SamplingParams
 
 
@@ -121,6 +122,19 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.status.is_finished()
+
+    def logits_inputs(self) -> LogitsInputs | None:
+        """What its sampler needs beyond its params (ScheduledRequest.logits_inputs): its tokens where a penalty
+        reads them, and the stop tokens while fewer than ``min_tokens`` are out; None when it processes none."""
+        params = self.sampling_params
+        if not params.processes_logits:
+            return None
+        history = self._all_token_ids if params.penalizes else None
+        if len(self.output_token_ids) >= params.min_tokens:
+            return LogitsInputs(history)
+        if self.eos_token_id is None or params.ignore_eos:
+            return LogitsInputs(history, params.stop_token_ids)
+        return LogitsInputs(history, (self.eos_token_id, *params.stop_token_ids))
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         if isinstance(token_ids, int):

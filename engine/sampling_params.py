@@ -20,6 +20,21 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
                                                     detokenizer's per-step scan cheap
     stop_token_ids   <= 256 ids in 0 .. 2**31-1     vLLM any number; each is compared every decode step
     logprobs         None | 0 .. MAX_LOGPROBS (20)  OpenAI's top_logprobs limit
+    presence_penalty -2 .. 2                        OpenAI's range
+    frequency_penalty -2 .. 2                       OpenAI's range
+    repetition_penalty (0, MAX_REPETITION_PENALTY]  vLLM's extension (any > 0); 1 is off
+    logit_bias       <= 300 (id, bias) pairs,       OpenAI's bias range; the pairs are scanned every step. An id
+                     ids 0 .. 2**31-1, bias -100..100  past the model's vocabulary is refused by the engine
+    min_p            0 .. 1                         vLLM's extension
+    min_tokens       0 .. max_tokens                vLLM's extension
+
+Logits processing (backends/logits_adjust.py applies it, the same for every backend), in vLLM V1's order
+(vllm/v1/sample/sampler.py, v0.9): while fewer than ``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and
+``stop_token_ids`` are banned; ``logit_bias`` is added; then ``repetition_penalty`` divides the positive logits
+and multiplies the negative ones of every token in the prompt or the output so far; then ``frequency_penalty``
+times a token's count in the output, plus ``presence_penalty`` where that count is not 0, is subtracted (OpenAI's
+formula). Then temperature, then ``min_p`` (tokens below ``min_p`` times the most likely one's probability are
+dropped), then top-k and top-p. Reported logprobs stay those of the raw logits.
 """
 
 from __future__ import annotations
@@ -38,6 +53,10 @@ MAX_SEED = 2**63 - 1
 MAX_STOP_STRINGS = 16
 MAX_STOP_CHARS = 1024
 MAX_STOP_TOKEN_IDS = 256
+MAX_PENALTY = 2.0  # presence and frequency: OpenAI's [-2, 2]
+MAX_REPETITION_PENALTY = 100.0
+MAX_LOGIT_BIAS_ENTRIES = 300
+MAX_LOGIT_BIAS = 100.0  # OpenAI's [-100, 100]
 _MAX_SHOWN_CHARS = 40  # a value quoted in an error message is cut to this
 
 
@@ -61,6 +80,11 @@ class SamplingParams(msgspec.Struct, frozen=True):
     stop_token_ids: token ids that end generation (in addition to EOS unless ``ignore_eos``).
     logprobs: None, or the number (0..MAX_LOGPROBS) of top alternatives to report per token
         (0 reports only the sampled token's log-probability).
+    presence_penalty / frequency_penalty: OpenAI's penalties on the tokens generated so far (0: off).
+    repetition_penalty: vLLM's (and HF's) penalty on every token of the prompt and the output (1: off).
+    logit_bias: (token id, bias) pairs added to the logits (OpenAI's ``logit_bias``, its keys as ints).
+    min_p: drop the tokens less likely than ``min_p`` times the most likely one (0: off).
+    min_tokens: EOS and ``stop_token_ids`` are banned, and stop strings not matched, until this many are out.
     """
 
     temperature: float = 1.0
@@ -72,6 +96,12 @@ class SamplingParams(msgspec.Struct, frozen=True):
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    min_p: float = 0.0
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -80,6 +110,8 @@ class SamplingParams(msgspec.Struct, frozen=True):
             msgspec.structs.force_setattr(self, "stop", _as_tuple("stop", self.stop))
         if not isinstance(self.stop_token_ids, tuple):
             msgspec.structs.force_setattr(self, "stop_token_ids", _as_tuple("stop_token_ids", self.stop_token_ids))
+        if not isinstance(self.logit_bias, tuple) or any(type(pair) is not tuple for pair in self.logit_bias):
+            msgspec.structs.force_setattr(self, "logit_bias", _as_pairs(self.logit_bias))
         self._validate()
 
     @classmethod
@@ -133,9 +165,53 @@ class SamplingParams(msgspec.Struct, frozen=True):
                 "logprobs", f"must be None or an integer in [0, {MAX_LOGPROBS}], got {show_value(lp)}"
             )
 
+        self._validate_logits_processing()
+
+    def _validate_logits_processing(self) -> None:
+        for name in ("presence_penalty", "frequency_penalty"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value) or not -MAX_PENALTY <= value <= MAX_PENALTY:
+                raise SamplingParamsError(name, f"must be a number in [-2, 2], got {show_value(value)}")
+        r = self.repetition_penalty
+        if not _is_number(r) or not math.isfinite(r) or not 0 < r <= MAX_REPETITION_PENALTY:
+            message = f"must be a number in (0, {MAX_REPETITION_PENALTY:g}] (1: off), got {show_value(r)}"
+            raise SamplingParamsError("repetition_penalty", message)
+        if len(self.logit_bias) > MAX_LOGIT_BIAS_ENTRIES:
+            raise SamplingParamsError(
+                "logit_bias", f"at most {MAX_LOGIT_BIAS_ENTRIES} tokens, got {len(self.logit_bias)}"
+            )
+        for pair in self.logit_bias:
+            token_id, bias = pair if len(pair) == 2 else (None, None)
+            if not _is_int(token_id) or not 0 <= token_id <= MAX_TOKEN_ID:
+                message = f"token ids must be integers in [0, 2**31-1], got {show_value(pair)}"
+                raise SamplingParamsError("logit_bias", message)
+            if not _is_number(bias) or not math.isfinite(bias) or not -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS:
+                message = f"biases must be numbers in [-100, 100], got {show_value(pair)}"
+                raise SamplingParamsError("logit_bias", message)
+        if len({token_id for token_id, _ in self.logit_bias}) != len(self.logit_bias):
+            raise SamplingParamsError("logit_bias", "a token id is given twice")
+        m = self.min_p
+        if not _is_number(m) or not math.isfinite(m) or not 0 <= m <= 1:
+            raise SamplingParamsError("min_p", f"must be a number in [0, 1], got {show_value(m)}")
+        n = self.min_tokens
+        if not _is_int(n) or not 0 <= n <= self.max_tokens:
+            raise SamplingParamsError(
+                "min_tokens", f"must be an integer in [0, max_tokens ({self.max_tokens})], got {show_value(n)}"
+            )
+
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0
+
+    @property
+    def penalizes(self) -> bool:
+        """A penalty on the tokens seen so far: the sampler needs the request's tokens."""
+        return self.presence_penalty != 0.0 or self.frequency_penalty != 0.0 or self.repetition_penalty != 1.0
+
+    @property
+    def processes_logits(self) -> bool:
+        """Any logits processing before temperature (a penalty, a bias, min_tokens' ban) or min_p after it."""
+        return self.penalizes or bool(self.logit_bias) or self.min_tokens > 0 or self.min_p > 0.0
 
 
 def _is_int(value: object) -> bool:
@@ -151,6 +227,16 @@ def _as_tuple(field_name: str, value: object) -> tuple:
         return tuple(value)  # type: ignore[arg-type]
     except TypeError:
         raise SamplingParamsError(field_name, f"must be a list, got {show_value(value)}") from None
+
+
+def _as_pairs(value: object) -> tuple:
+    """``logit_bias`` as a tuple of (id, bias) tuples: from pairs (a list off the wire) or a {id: bias} mapping."""
+    if isinstance(value, dict):
+        return tuple(value.items())
+    try:
+        return tuple(tuple(pair) for pair in value)  # type: ignore[union-attr]
+    except TypeError:
+        raise SamplingParamsError("logit_bias", f"must be (token id, bias) pairs, got {show_value(value)}") from None
 
 
 def show_value(value: object) -> str:

@@ -403,9 +403,8 @@ class Scheduler(RemoteSwapMixin):
         return max(0, min(len(request.spec_token_ids), budget - num_new_tokens, room))
 
     def _make_scheduled(self, request: Request, num_new_tokens: int, num_spec_tokens: int) -> ScheduledRequest:
-        start = request.num_computed_tokens
+        start, all_token_ids = request.num_computed_tokens, request.all_token_ids
         end = start + num_new_tokens
-        all_token_ids = request.all_token_ids
         return ScheduledRequest(
             req_id=request.req_id,
             token_ids=all_token_ids[start:end],
@@ -417,6 +416,7 @@ class Scheduler(RemoteSwapMixin):
             spec_token_ids=request.spec_token_ids[:num_spec_tokens] if num_spec_tokens else [],
             lora_id=request.lora_id,
             spec_draft_probs=request.spec_draft_probs if num_spec_tokens else None,
+            logits_inputs=request.logits_inputs(),
         )
 
     def _preempt(self, victim: Request, output: SchedulerOutput) -> None:

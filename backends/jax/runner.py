@@ -235,7 +235,7 @@ class JaxModelRunner(LoraRunnerVerbs):
                 if random_sampling:
                     f32 = np.zeros(b, dtype=np.float32)
                     c = min(NUM_CANDIDATES, logits.shape[-1])
-                    _sample_random(logits, f32, zeros, f32 + 1, f32, num_candidates=c)[0].block_until_ready()
+                    _sample_random(logits, f32, zeros, f32 + 1, f32, f32, num_candidates=c)[0].block_until_ready()
         return self.num_compilations - before
 
     def _warm_kernel(self, row_counts, context_sizes: list[int]) -> None:
@@ -405,4 +405,5 @@ class JaxModelRunner(LoraRunnerVerbs):
     def _sample(self, program: _ProgramOutput, out: RunnerOutput) -> None:
         rows = [s.first_row + j for s in program.slots for j in range(s.num_rows)]
         req_ids, params = per_row(program.slots)
-        accept_sampled(program.slots, self.sampler.sample(program.logits, rows, req_ids, params), out)
+        plan = self.sampler.adjuster.plan(program.slots, program.logits.shape[-1])
+        accept_sampled(program.slots, self.sampler.sample(program.logits, rows, req_ids, params, plan), out)

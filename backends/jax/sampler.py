@@ -1,4 +1,5 @@
-"""Token sampling for one step in jitted jnp: greedy, temperature, top-k, top-p, per-request seeds, logprobs.
+"""Token sampling for one step in jitted jnp: logits processing, greedy, temperature, min-p, top-k, top-p,
+per-request seeds, logprobs.
 
 Input is fp32 logits [R, V] on the device, R a row bucket, and the S rows of it to sample (a
 request verifying k drafts owns k+1 consecutive rows); the other rows are padding. Everything
@@ -19,8 +20,13 @@ with top_k > 0, and with top-p alone when the candidates hold >= top_p of the ma
 candidates hold less is flagged, and the step is re-sampled with C = V (a full sort), with the same
 uniforms.
 
+The step's LogitsPlan (penalties, logit_bias, min_tokens' ban: backends/logits_adjust.py) is applied first, as
+the torch sampler does, in one jitted gather and scatter whose entry count is padded to a power of two (padding
+entries name row R, out of bounds, and are dropped by the scatter), so a new plan size seldom compiles anew.
+min_p follows temperature, as in the torch sampler.
+
 Reported logprobs are those of the model's distribution (log_softmax of the raw logits, before
-temperature / top-k / top-p), like vLLM's default and the torch sampler.
+any processing, temperature / min-p / top-k / top-p), like vLLM's default and the torch sampler.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from backends.jax.buckets import next_pow2
+from backends.logits_adjust import LogitsAdjuster, LogitsPlan
 from backends.sample_slots import SamplerOutput
 from engine.batch import TokenLogprob
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams
@@ -60,6 +67,26 @@ def _inverse_cdf(probs: jax.Array, u: jax.Array) -> jax.Array:
     return jnp.minimum(idx, probs.shape[-1] - 1)
 
 
+@jax.jit
+def _apply_plan(
+    logits: jax.Array, rows: jax.Array, cols: jax.Array, before: jax.Array, rep: jax.Array, after: jax.Array
+) -> jax.Array:
+    """``logits`` [R, V] with a LogitsPlan's entries applied (padding entries: row R, dropped)."""
+    v = logits.at[rows, cols].get(mode="fill", fill_value=0.0) + before
+    v = jnp.where(v > 0, v / rep, v * rep) - after
+    return logits.at[rows, cols].set(v, mode="drop")
+
+
+def apply_logits_plan(logits: jax.Array, plan: LogitsPlan) -> jax.Array:
+    """A processed copy of ``logits`` [R, V] (backends/logits_adjust.py's formula)."""
+    n, size = len(plan), next_pow2(len(plan))
+    rows = np.full(size, logits.shape[0], dtype=np.int32)
+    cols = np.zeros(size, dtype=np.int32)
+    before, after, rep = np.zeros(size, np.float32), np.zeros(size, np.float32), np.ones(size, np.float32)
+    rows[:n], cols[:n], before[:n], rep[:n], after[:n] = plan.rows, plan.token_ids, plan.before, plan.rep, plan.after
+    return _apply_plan(logits, rows, cols, before, rep, after)
+
+
 @partial(jax.jit, static_argnames=("num_candidates",))
 def _sample_random(
     logits: jax.Array,  # [R, V] fp32
@@ -67,12 +94,15 @@ def _sample_random(
     top_k: jax.Array,  # [R] int32 (0 = off)
     top_p: jax.Array,  # [R] (1 = off)
     u: jax.Array,  # [R] uniforms in [0, 1)
+    min_p: jax.Array,  # [R] (0 = off)
     *,
     num_candidates: int,
 ) -> tuple[jax.Array, jax.Array]:
     """-> (token ids [R], rows whose top-p nucleus may extend past the candidates [R] bool)."""
     greedy = temperature == 0
     x = logits / jnp.where(greedy, 1.0, temperature)[:, None]
+    p_x = jax.nn.softmax(x, axis=-1)  # min_p: below min_p times the most likely token's probability, dropped
+    x = jnp.where(p_x < jnp.max(p_x, axis=-1, keepdims=True) * min_p[:, None], -jnp.inf, x)
 
     # plain temperature sampling over the whole vocabulary
     probs = jax.nn.softmax(x, axis=-1)
@@ -114,10 +144,12 @@ class Sampler:
     def __init__(self, seed: int = 0) -> None:
         self._rng = np.random.Generator(np.random.PCG64(seed))  # unseeded requests share it
         self._generators: dict[str, np.random.Generator] = {}
+        self.adjuster = LogitsAdjuster()  # the penalised requests' counts (backends/logits_adjust.py)
 
     def drop(self, req_ids: list[str]) -> None:
         for req_id in req_ids:
             self._generators.pop(req_id, None)
+        self.adjuster.drop(req_ids)
 
     def _generator(self, req_id: str, seed: int) -> np.random.Generator:
         g = self._generators.get(req_id)
@@ -127,10 +159,19 @@ class Sampler:
         return g
 
     def sample(
-        self, logits: jax.Array, rows: list[int], req_ids: list[str], params: list[SamplingParams]
+        self,
+        logits: jax.Array,
+        rows: list[int],
+        req_ids: list[str],
+        params: list[SamplingParams],
+        plan: LogitsPlan | None = None,
     ) -> SamplerOutput:
-        """logits [R, V] fp32 (a padded bucket); rows: the S logits rows to sample; req_ids/params: one per row."""
+        """logits [R, V] fp32 (a padded bucket); rows: the S logits rows to sample; req_ids/params: one per row;
+        ``plan``: the step's logits processing (its rows index ``logits``), if any."""
         num_padded, vocab = logits.shape
+        raw = logits  # what the logprobs report
+        if plan is not None and len(plan):
+            logits = apply_logits_plan(logits, plan)
         if all(p.greedy for p in params):
             ids_dev = _greedy(logits)
         else:
@@ -138,24 +179,26 @@ class Sampler:
             top_k = np.zeros(num_padded, dtype=np.int32)
             top_p = np.ones(num_padded, dtype=np.float32)
             u = np.zeros(num_padded, dtype=np.float32)
+            min_p = np.zeros(num_padded, dtype=np.float32)
             for row, req_id, p in zip(rows, req_ids, params):
                 temperature[row] = p.temperature
                 top_k[row] = p.top_k
                 top_p[row] = p.top_p
+                min_p[row] = p.min_p
                 if not p.greedy:
                     g = self._rng if p.seed is None else self._generator(req_id, p.seed)
                     u[row] = g.random()
             num_candidates = min(vocab, max(NUM_CANDIDATES, next_pow2(int(top_k.max()))))
-            ids_dev, short = _sample_random(logits, temperature, top_k, top_p, u, num_candidates=num_candidates)
+            ids_dev, short = _sample_random(logits, temperature, top_k, top_p, u, min_p, num_candidates=num_candidates)
             if bool(np.asarray(short).any()):
-                ids_dev, _ = _sample_random(logits, temperature, top_k, top_p, u, num_candidates=vocab)
+                ids_dev, _ = _sample_random(logits, temperature, top_k, top_p, u, min_p, num_candidates=vocab)
         ids = np.asarray(ids_dev)
         token_ids = ids[rows].tolist()
 
         logprobs: list[TokenLogprob | None] = [None] * len(rows)
         want = [i for i, p in enumerate(params) if p.logprobs is not None]
         if want:
-            chosen, top_lp, top_ids = (np.asarray(a) for a in _logprobs(logits, ids_dev))
+            chosen, top_lp, top_ids = (np.asarray(a) for a in _logprobs(raw, ids_dev))
             for i in want:
                 row, n = rows[i], params[i].logprobs
                 top = list(zip(top_ids[row, :n].tolist(), top_lp[row, :n].tolist()))

@@ -414,7 +414,8 @@ class TorchModelRunner(LoraRunnerVerbs):
             logits = logits.index_select(0, rows)
             plain = _renumbered(plain)
         req_ids, params = per_row(plain)
-        accept_sampled(plain, self.sampler.sample(logits, req_ids, params), out)
+        plan = self.sampler.adjuster.plan(plain, logits.shape[-1])
+        accept_sampled(plain, self.sampler.sample(logits, req_ids, params, plan), out)
 
     def _verify_by_rejection(self, logits: torch.Tensor, r: ScheduledRequest, out: RunnerOutput) -> None:
         """logits [k + 1, V] of a request whose drafts were sampled from ``spec_draft_probs``."""

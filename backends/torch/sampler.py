@@ -1,4 +1,5 @@
-"""Token sampling for one step: greedy, temperature, top-k, top-p, per-request seeds, logprobs.
+"""Token sampling for one step: logits processing, greedy, temperature, min-p, top-k, top-p, per-request seeds,
+logprobs.
 
 Input is fp32 logits [S, V], one row per token to sample (a request verifying k drafts owns k+1
 consecutive rows). Everything stays on the device until the single ``.tolist()`` of the sampled
@@ -9,17 +10,43 @@ own ``torch.Generator`` (created from ``seed`` on first use, kept per req_id, dr
 request finishes), so its tokens depend only on its own history, never on the other requests in
 the batch.
 
+Before anything else, the step's LogitsPlan (penalties, logit_bias, min_tokens' ban: backends/logits_adjust.py)
+is applied to a copy of the logits, in one gather and one scatter; greedy rows take the argmax of that copy. After
+temperature, min_p drops a row's tokens less likely than min_p times its most likely one.
+
 Reported logprobs are those of the model's distribution (log_softmax of the raw logits, before
-temperature / top-k / top-p), like vLLM's default.
+any processing, temperature, min-p, top-k / top-p), like vLLM's default.
 """
 
 from __future__ import annotations
 
 import torch
 
+from backends.logits_adjust import LogitsAdjuster, LogitsPlan
 from backends.sample_slots import SamplerOutput
 from engine.batch import TokenLogprob
 from engine.sampling_params import SamplingParams
+
+
+def apply_logits_plan(logits: torch.Tensor, plan: LogitsPlan) -> torch.Tensor:
+    """A copy of ``logits`` [S, V] with ``plan`` applied (backends/logits_adjust.py's formula)."""
+    out = logits.clone()
+    dev = logits.device
+    rows = torch.tensor(plan.rows, dtype=torch.int64, device=dev)
+    cols = torch.tensor(plan.token_ids, dtype=torch.int64, device=dev)
+    v = out[rows, cols] + torch.tensor(plan.before, dtype=out.dtype, device=dev)
+    rep = torch.tensor(plan.rep, dtype=out.dtype, device=dev)
+    v = torch.where(v > 0, v / rep, v * rep) - torch.tensor(plan.after, dtype=out.dtype, device=dev)
+    out[rows, cols] = v
+    return out
+
+
+def apply_min_p(x: torch.Tensor, min_p: torch.Tensor) -> torch.Tensor:
+    """``x`` [S, V] (temperature applied) with each row's tokens below ``min_p`` [S] times its most likely token's
+    probability masked (0: nothing masked; the most likely token always survives)."""
+    probs = x.softmax(dim=-1)
+    floor = probs.amax(dim=-1, keepdim=True) * min_p[:, None]
+    return x.masked_fill(probs < floor, float("-inf"))
 
 
 def _mask_sorted(sorted_logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
@@ -73,10 +100,12 @@ class Sampler:
         self._rng = torch.Generator(device=device)  # unseeded requests share it
         self._rng.manual_seed(seed)
         self._generators: dict[str, torch.Generator] = {}
+        self.adjuster = LogitsAdjuster()  # the penalised requests' counts (backends/logits_adjust.py)
 
     def drop(self, req_ids: list[str]) -> None:
         for req_id in req_ids:
             self._generators.pop(req_id, None)
+        self.adjuster.drop(req_ids)
 
     def _generator(self, req_id: str, seed: int) -> torch.Generator:
         g = self._generators.get(req_id)
@@ -101,9 +130,18 @@ class Sampler:
             return torch.rand(num, generator=self._generator(req_id, params.seed), device=self.device)
         return torch.rand(num, generator=self._rng, device=self.device)
 
-    def sample(self, logits: torch.Tensor, req_ids: list[str], params: list[SamplingParams]) -> SamplerOutput:
-        """logits [S, V] fp32; req_ids/params: one per row."""
+    def sample(
+        self,
+        logits: torch.Tensor,
+        req_ids: list[str],
+        params: list[SamplingParams],
+        plan: LogitsPlan | None = None,
+    ) -> SamplerOutput:
+        """logits [S, V] fp32; req_ids/params: one per row; ``plan``: the step's logits processing, if any."""
         num_rows, vocab = logits.shape
+        raw = logits  # what the logprobs report
+        if plan is not None and len(plan):
+            logits = apply_logits_plan(logits, plan)
         greedy_ids = logits.argmax(dim=-1)  # [S]
         if all(p.greedy for p in params):
             ids = greedy_ids
@@ -111,6 +149,8 @@ class Sampler:
             dev = logits.device
             temps = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params], device=dev)
             x = logits / temps[:, None]
+            if any(p.min_p > 0.0 and not p.greedy for p in params):
+                x = apply_min_p(x, torch.tensor([0.0 if p.greedy else p.min_p for p in params], device=dev))
             if any(p.top_k > 0 or p.top_p < 1.0 for p in params):
                 x = apply_top_k_top_p(x, [p.top_k for p in params], [p.top_p for p in params])
             probs = x.softmax(dim=-1)  # [S, V]
@@ -132,7 +172,7 @@ class Sampler:
         logprobs: list[TokenLogprob | None] = [None] * num_rows
         if want:
             rows = torch.tensor(want, device=logits.device)
-            lp = logits.index_select(0, rows).log_softmax(dim=-1)  # [W, V]
+            lp = raw.index_select(0, rows).log_softmax(dim=-1)  # [W, V]
             chosen = lp.gather(1, ids.index_select(0, rows)[:, None])[:, 0]  # [W]
             n_top = max(params[r].logprobs for r in want)
             top_lp, top_ids = lp.topk(n_top, dim=-1) if n_top else (lp[:, :0], lp[:, :0].long())

@@ -3,8 +3,10 @@
 Types are strict (``"2"`` is not an int, ``true`` is not a number), unknown fields are ignored as
 OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendError whose ``param``
 names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
-Fields that would change the output and that the engine cannot honour (penalties, logit bias, tools,
-echo, JSON mode, best_of) are refused rather than silently ignored. ``n`` choices (at most MAX_CHOICES)
+Fields that would change the output and that the engine cannot honour (tools, echo, JSON mode,
+best_of) are refused rather than silently ignored. The penalties, ``logit_bias`` (its keys token ids written as
+strings, as OpenAI's) and vLLM's ``repetition_penalty``, ``min_p`` and ``min_tokens`` are honoured
+(engine/sampling_params.py says each one's range and the order they apply in). ``n`` choices (at most MAX_CHOICES)
 become n engine requests. The replies are built in gateway/openai_reply.py.
 """
 
@@ -60,7 +62,10 @@ class _CommonRequest(msgspec.Struct, kw_only=True):
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = None  # token id (a string of digits) -> bias
+    repetition_penalty: float | None = None  # extension (as in vLLM)
+    min_p: float | None = None  # extension (as in vLLM)
+    min_tokens: int | None = None  # extension (as in vLLM)
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
 
@@ -187,6 +192,19 @@ def _invalid(param: str, message: str) -> FrontendError:
     return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
 
 
+def _logit_bias_of(logit_bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's ``logit_bias`` (token id strings -> bias) as SamplingParams' pairs; a key that is not a token id
+    written in decimal digits is refused (the ranges are SamplingParams', the vocabulary the intake's)."""
+    if not logit_bias:
+        return ()
+    pairs = []
+    for key, bias in logit_bias.items():
+        if not (key.isascii() and key.isdigit()) or len(key) > 10:
+            raise _invalid("logit_bias", f"keys must be token ids (decimal digits), got {show_value(key)}")
+        pairs.append((int(key), bias))
+    return tuple(pairs)
+
+
 def _include_usage(req: _CommonRequest) -> bool:
     return bool(req.stream and req.stream_options is not None and req.stream_options.include_usage)
 
@@ -237,11 +255,7 @@ def _sampling_of(
 ) -> SamplingParams:
     if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
         raise _invalid("n", f"must be in [1, {MAX_CHOICES}], got {show_value(req.n)}")
-    for name in ("presence_penalty", "frequency_penalty"):
-        if getattr(req, name):
-            raise _invalid(name, "penalties are not supported (only 0)")
-    if req.logit_bias:
-        raise _invalid("logit_bias", "logit_bias is not supported")
+    logit_bias = _logit_bias_of(req.logit_bias)
     try:
         return SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -253,6 +267,12 @@ def _sampling_of(
             stop_token_ids=req.stop_token_ids or (),
             ignore_eos=bool(req.ignore_eos),
             logprobs=logprobs,
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+            logit_bias=logit_bias,
+            min_p=req.min_p or 0.0,
+            min_tokens=req.min_tokens or 0,
         )
     except SamplingParamsError as exc:
         param = {"max_tokens": max_tokens_param}.get(exc.field, exc.field)

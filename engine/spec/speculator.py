@@ -10,6 +10,8 @@ Driven by ``LLMEngine`` (engine/llm_engine.py)::
 Only requests in decode (every known token but the last computed) get drafts: one k for the step from
 their measured acceptance rates (engine/spec/draft_length.py), never more than ``max_tokens`` leaves
 room for, and none at all in a step whose batch is larger than ``SpecDecodeConfig.max_batch_size``.
+Requests whose sampling params process the logits (penalties, logit_bias, min_tokens, min_p) get none: they
+decode one token a step in the same batch, processed by their sampler (backends/logits_adjust.py).
 Sans-IO; the counters follow vLLM's spec-decode metrics.
 
 Costs are measured, not assumed (the config's values are only the prior). With t_B the EWMA step time
@@ -115,6 +117,8 @@ class Speculator:
         k_batch = self.controller.num_spec_tokens_for_batch([r.req_id for r in decoding])
         wants: list[DraftRequest] = []
         for request in decoding:  # still prefilling: drafts only follow a fully computed context
+            if request.sampling_params.processes_logits:
+                continue  # penalties, a bias, min_p: each draft position would need its own (backends/logits_adjust.py)
             room = request.sampling_params.max_tokens - request.num_output_tokens - 1
             k = min(k_batch, room)
             if k > 0:

@@ -59,6 +59,16 @@ def test_blocking_client_full_and_streamed(portal_fleet):
         with pytest.raises(ZooError) as e:
             zoo.generate("x", top_k=-1)
         assert e.value.code is ErrorCode.INVALID_REQUEST and "top_k" in e.value.message
+        # the penalties and logit_bias travel in SamplingParams; checked at the control plane (range, vocabulary)
+        assert zoo.generate("x", max_tokens=2, frequency_penalty=1.0, logit_bias={5: 1.0}, min_tokens=2).text == "zz"
+        for bad, field in (
+            ({"logit_bias": {10**6: 1.0}}, "logit_bias"),
+            ({"presence_penalty": 9.0}, "presence_penalty"),
+        ):
+            with pytest.raises(ZooError) as e:
+                zoo.generate("x", **bad)
+            assert e.value.code is ErrorCode.INVALID_REQUEST and field in e.value.message
+        assert zoo.generate("after", max_tokens=1).text == "z"
 
 
 def test_blocking_stream_closed_early_cancels(portal_fleet):

@@ -64,3 +64,23 @@ def test_a_full_cluster_is_refused_without_trying_other_nodes(make_hello, make_r
     policy = _PrefersAlphabetically()
     refused = _place(registry, admission, policy)
     assert isinstance(refused, ErrorReply) and "cluster" in refused.message and policy.num_calls == 1
+
+
+def test_a_logit_bias_id_past_the_vocabulary_is_refused_naming_the_field(make_hello):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a"))
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=10, max_queue_global=100))
+    policy = _PrefersAlphabetically()
+
+    def place(logit_bias):
+        sampling = SamplingParams(max_tokens=2, logit_bias=logit_bias)
+        msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11], sampling=sampling)
+        return place_request(
+            msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry,
+            policy=policy, admission=admission, router=RouterConfig(),
+        )  # fmt: skip
+
+    refused = place({5: 1.0, 1000: -3.0})  # the vocabulary is 1,000 ids
+    assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
+    assert refused.param == "logit_bias" and "1000" in refused.message and policy.num_calls == 0
+    assert place({999: -3.0}).node_id == "a"

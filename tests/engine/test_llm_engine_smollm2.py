@@ -73,3 +73,38 @@ def test_prefix_cache_hit_skips_prefill_and_keeps_output(smollm2_model, smollm2_
     assert hits == (prompt_len - 1) // 4 * 4
     assert prefilled == prompt_len - hits
     assert second.text == first.text
+
+
+def _tokens(engine: LLMEngine, prompt: str, params: SamplingParams):
+    """One request's output token ids (from the streamed deltas) and its finish reason."""
+    req_id = engine.add_request(prompt, params)
+    tokens, reason = [], None
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.req_id == req_id:
+                tokens += out.new_token_ids
+                reason = out.finish_reason
+    return tokens, reason
+
+
+def test_logits_processing_on_the_real_model(smollm2_model, smollm2_checkpoint):
+    """A bias of 100 makes greedy pick its token every step; min_tokens holds EOS back (biased to the top) until
+    reached, then EOS ends it at once; a frequency penalty breaks greedy's loop of repeats."""
+    tok = smollm2_checkpoint.tokenizer
+    engine = _engine(smollm2_model, tok, num_device_blocks=128)
+    (banana,) = tok.encode(" banana")
+    forced, _ = _tokens(engine, PROMPTS[0], SamplingParams(temperature=0, max_tokens=4, logit_bias={banana: 100.0}))
+    assert forced == [banana] * 4
+    eos_first = {tok.eos_token_id: 100.0}
+    held, reason = _tokens(
+        engine, PROMPTS[0], SamplingParams(temperature=0, max_tokens=6, min_tokens=3, logit_bias=eos_first)
+    )
+    assert len(held) == 4 and tok.eos_token_id not in held[:3]
+    assert held[3] == tok.eos_token_id and reason.value == "stop"
+    loop = "one one one one one one one one one one"
+    plain, _ = _tokens(engine, loop, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    penalised, _ = _tokens(
+        engine, loop, SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, frequency_penalty=2)
+    )
+    assert max(plain.count(t) for t in plain) >= 3  # greedy repeats itself here
+    assert max(penalised.count(t) for t in penalised) < 3

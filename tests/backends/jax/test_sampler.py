@@ -79,3 +79,45 @@ def test_finished_request_drops_its_rng():
     assert again != first  # the generator of "r0" advanced
     sampler.drop(["r0"])
     assert [_rows(logits, [SEEDED], sampler).token_ids[0] for _ in range(5)] == first
+
+
+def test_logits_processing_matches_the_formula_and_the_torch_sampler():
+    """The same plan (penalties, a bias, min_tokens' ban) gives the torch sampler's processed logits, greedy pick
+    and raw logprobs; min_p keeps what it keeps there."""
+    import torch
+
+    from backends.jax.sampler import apply_logits_plan
+    from backends.logits_adjust import LogitsAdjuster
+    from backends.sample_slots import SampleSlot
+    from backends.torch.sampler import Sampler as TorchSampler
+    from backends.torch.sampler import apply_logits_plan as torch_apply
+    from engine.batch import ScheduledRequest
+    from engine.request import Request
+    from tests.backends.test_logits_adjust import apply_plan
+
+    params = SamplingParams(
+        temperature=0.0, repetition_penalty=1.3, frequency_penalty=0.7, logit_bias={40: 3.0}, min_tokens=4, logprobs=2
+    )
+    request = Request("a", [5, 6, 7, 40], params, 0.0, eos_token_id=2)
+    request.append_output_token_ids([6, 6, 9])
+    history = request.all_token_ids
+    r = ScheduledRequest(
+        "a", history[-1:], len(history) - 1, [0], True, params, 3, logits_inputs=request.logits_inputs()
+    )
+    plan = LogitsAdjuster().plan([SampleSlot(r, 2, 1)], 300)
+    logits = np.random.default_rng(5).standard_normal((4, 300)).astype(np.float32) * 3
+    logits[2, 2] = 50.0  # EOS the most likely: banned
+    want = apply_plan(logits, plan)
+    np.testing.assert_allclose(np.asarray(apply_logits_plan(jnp.asarray(logits), plan)), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(torch_apply(torch.from_numpy(logits), plan).numpy(), want, rtol=1e-5, atol=1e-5)
+    jax_out = Sampler(seed=0).sample(jnp.asarray(logits), [2], ["a"], [params], plan)
+    torch_plan = LogitsAdjuster().plan([SampleSlot(r, 0, 1)], 300)
+    torch_out = TorchSampler(torch.device("cpu")).sample(torch.from_numpy(logits[2:3]), ["a"], [params], torch_plan)
+    assert jax_out.token_ids == torch_out.token_ids == [int(want[2].argmax())] != [2]
+    assert jax_out.logprobs[0].top[0][0] == torch_out.logprobs[0].top[0][0] == 2  # raw: EOS still on top
+
+    peaked = np.log(np.array([[0.5, 0.3, 0.15, 0.05] + [1e-9] * 296], dtype=np.float32))
+    min_p = SamplingParams(temperature=1.0, min_p=0.5)
+    sampler = Sampler(seed=1)
+    draws = {sampler.sample(jnp.asarray(peaked), [0], ["m"], [min_p]).token_ids[0] for _ in range(40)}
+    assert draws == {0, 1}

@@ -1,4 +1,5 @@
-"""Sampler: greedy, top-k, top-p, seeds independent of the batch, logprobs."""
+"""Sampler: greedy, top-k, top-p, seeds independent of the batch, logprobs; logits processing (penalties,
+logit_bias, min_tokens' ban: backends/logits_adjust.py's plan) and min_p."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import math
 
 import torch
 
-from backends.torch.sampler import Sampler, apply_top_k_top_p
+from backends.torch.sampler import Sampler, apply_logits_plan, apply_min_p, apply_top_k_top_p
+from engine.batch import ScheduledRequest
 from engine.sampling_params import SamplingParams
 
 V = 50
@@ -115,3 +117,63 @@ def test_logprobs_normalised_with_top_alternatives():
     c = out.logprobs[2]
     assert c.top == [] and c.logprob <= 0.0
     assert math.isclose(c.logprob, float(lp[2, c.token_id]), abs_tol=1e-5)
+
+
+def _plan_for(params: SamplingParams, prompt: list[int], output: list[int], eos: int = 2):
+    from backends.logits_adjust import LogitsAdjuster
+    from backends.sample_slots import SampleSlot
+    from engine.request import Request
+
+    request = Request("a", prompt, params, 0.0, eos_token_id=eos)
+    request.append_output_token_ids(output)
+    history = request.all_token_ids
+    r = ScheduledRequest(
+        "a", history[-1:], len(history) - 1, [0], True, params, len(output), logits_inputs=request.logits_inputs()
+    )
+    return LogitsAdjuster().plan([SampleSlot(r, 0, 1)], V)
+
+
+def test_penalties_and_bias_change_the_greedy_pick_and_the_logprobs_stay_raw():
+    logits = torch.zeros(1, V)
+    logits[0, 7], logits[0, 3] = 5.0, 4.0
+    sampler = Sampler(torch.device("cpu"))
+    greedy = SamplingParams(temperature=0.0, frequency_penalty=2.0, logprobs=1, max_tokens=8)
+    # token 7 already out once: 5 - 2 = 3 < 4, so 3 wins
+    out = sampler.sample(logits, ["a"], [greedy], _plan_for(greedy, [1, 2], [7]))
+    assert out.token_ids == [3]
+    assert out.logprobs[0].top[0][0] == 7  # the model's own distribution, before any processing
+    biased = SamplingParams(temperature=0.0, logit_bias={11: 100.0}, max_tokens=8)
+    assert sampler.sample(logits, ["b"], [biased], _plan_for(biased, [1], [])).token_ids == [11]
+
+
+def test_min_tokens_bans_eos_and_stop_ids_until_reached():
+    logits = torch.zeros(1, V)
+    logits[0, 2], logits[0, 9], logits[0, 4] = 9.0, 8.0, 1.0  # EOS (2) then a stop id (9) most likely
+    params = SamplingParams(temperature=1.0, min_tokens=3, stop_token_ids=[9], max_tokens=8, seed=0)
+    sampler = Sampler(torch.device("cpu"))
+    for n in range(3):
+        draws = {
+            sampler.sample(logits, ["a"], [params], _plan_for(params, [1], [4] * n)).token_ids[0] for _ in range(20)
+        }
+        assert not draws & {2, 9}
+    assert _plan_for(params, [1], [4] * 3) is None  # reached: nothing banned
+
+
+def test_min_p_keeps_the_tokens_near_the_most_likely():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05] + [1e-9] * (V - 4)]))
+    x = apply_min_p(logits, torch.tensor([0.2]))
+    assert torch.isfinite(x[0, :3]).all() and not torch.isfinite(x[0, 3:]).any()  # 0.05 < 0.2 * 0.5
+    sampler = Sampler(torch.device("cpu"))
+    params = SamplingParams(temperature=1.0, min_p=0.5, seed=3)  # keeps 0.5 and 0.3 only
+    draws = {sampler.sample(logits, ["m"], [params]).token_ids[0] for _ in range(40)}
+    assert draws == {0, 1}
+
+
+def test_the_plan_applied_on_the_device_equals_the_formula():
+    from tests.backends.test_logits_adjust import apply_plan
+
+    params = SamplingParams(repetition_penalty=1.5, presence_penalty=0.5, logit_bias={3: -2.0}, max_tokens=8)
+    plan = _plan_for(params, [3, 4, 5], [5, 6, 6])
+    logits = _logits(1, seed=4)
+    got = apply_logits_plan(logits, plan)
+    torch.testing.assert_close(got.double(), torch.from_numpy(apply_plan(logits.numpy(), plan)), rtol=1e-6, atol=1e-6)

@@ -39,6 +39,30 @@ def test_sampling_fields_reach_the_frontend():
     )
 
 
+def test_penalties_bias_and_vllm_extensions_reach_the_frontend():
+    body = chat(
+        presence_penalty=0.5,
+        frequency_penalty=-1,
+        repetition_penalty=1.2,
+        logit_bias={"50256": -100, "7": 2.5},
+        min_p=0.05,
+        min_tokens=2,
+        max_tokens=8,
+    )
+    sampling = parse_chat(body, default_max_tokens=5).sampling
+    assert sampling == SamplingParams(
+        presence_penalty=0.5,
+        frequency_penalty=-1.0,
+        repetition_penalty=1.2,
+        logit_bias=((50256, -100.0), (7, 2.5)),
+        min_p=0.05,
+        min_tokens=2,
+        max_tokens=8,
+    )
+    assert sampling.processes_logits and sampling.penalizes
+    assert not parse_chat(chat(frequency_penalty=0, presence_penalty=0), default_max_tokens=5).sampling.processes_logits
+
+
 def test_include_usage_only_when_streaming():
     options = {"include_usage": True}
     assert parse_chat(chat(stream=True, stream_options=options), default_max_tokens=5).include_usage
@@ -61,8 +85,17 @@ def test_completion_token_ids_and_null_content():
         (chat(messages=[{"role": "user", "content": [{"type": "text"}]}]), ErrorCode.INVALID_REQUEST, None),
         (chat(logprobs=True, top_logprobs=21), ErrorCode.INVALID_REQUEST, "top_logprobs"),
         (chat(response_format={"type": "json_object"}), ErrorCode.INVALID_REQUEST, "response_format"),
-        (chat(frequency_penalty=1), ErrorCode.INVALID_REQUEST, "frequency_penalty"),
-        (chat(logit_bias={"1": 5}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+        (chat(frequency_penalty=2.5), ErrorCode.INVALID_REQUEST, "frequency_penalty"),
+        (chat(presence_penalty="1"), ErrorCode.INVALID_REQUEST, "presence_penalty"),
+        (chat(repetition_penalty=0), ErrorCode.INVALID_REQUEST, "repetition_penalty"),
+        (chat(logit_bias={"x1": 5}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+        (chat(logit_bias={"-1": 5}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+        (chat(logit_bias={"1": 101}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+        (chat(logit_bias={"1": [5]}), ErrorCode.INVALID_REQUEST, "logit_bias[...]"),
+        (chat(logit_bias={str(i): 1 for i in range(301)}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+        (chat(logit_bias={"9" * 40: 1}), ErrorCode.INVALID_REQUEST, "logit_bias"),
+        (chat(min_p=1.5), ErrorCode.INVALID_REQUEST, "min_p"),
+        (chat(min_tokens=9, max_tokens=4), ErrorCode.INVALID_REQUEST, "min_tokens"),
     ],
 )
 def test_refusals(body, code, param):

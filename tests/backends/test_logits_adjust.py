@@ -1,0 +1,128 @@
+"""LogitsAdjuster: a step's sparse plan, applied by the module's formula, equals the rules applied token by token
+(engine/sampling_params.py); counts advance by the new tokens only and are dropped with the request."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from backends.logits_adjust import LogitsAdjuster, LogitsPlan
+from backends.sample_slots import SampleSlot
+from engine.batch import LogitsInputs, ScheduledRequest
+from engine.sampling_params import SamplingParams
+
+V = 24
+EOS = 2
+
+
+def reference_row(logits: np.ndarray, params: SamplingParams, prompt: list[int], output: list[int]) -> np.ndarray:
+    """The rules as sampling_params.py states them, one token at a time."""
+    out = logits.astype(np.float64).copy()
+    bias = dict(params.logit_bias)
+    banned = set(params.stop_token_ids) | ({EOS} if not params.ignore_eos else set())
+    for t in range(len(out)):
+        v = out[t] + bias.get(t, 0.0)
+        if len(output) < params.min_tokens and t in banned:
+            v = -math.inf
+        if t in prompt or t in output:
+            v = v / params.repetition_penalty if v > 0 else v * params.repetition_penalty
+        count = output.count(t)
+        v -= count * params.frequency_penalty + (count > 0) * params.presence_penalty
+        out[t] = v
+    return out
+
+
+def apply_plan(logits: np.ndarray, plan: LogitsPlan | None) -> np.ndarray:
+    """The module docstring's formula, entry by entry."""
+    out = logits.astype(np.float64).copy()
+    if plan is None:
+        return out
+    for row, t, before, rep, after in zip(plan.rows, plan.token_ids, plan.before, plan.rep, plan.after):
+        v = out[row, t] + before
+        v = v / rep if v > 0 else v * rep
+        out[row, t] = v - after
+    return out
+
+
+def scheduled(req_id: str, params: SamplingParams, prompt: list[int], output: list[int]) -> ScheduledRequest:
+    """A decode step of a request (its last known token run, sampled), with the inputs the engine gives it."""
+    history = [*prompt, *output]
+    banned = ()
+    if len(output) < params.min_tokens:
+        banned = params.stop_token_ids if params.ignore_eos else (EOS, *params.stop_token_ids)
+    inputs = LogitsInputs(history if params.penalizes else None, banned)
+    return ScheduledRequest(
+        req_id, history[-1:], len(history) - 1, [0], True, params, num_output_tokens=len(output), logits_inputs=inputs
+    )
+
+
+params_st = st.builds(
+    SamplingParams,
+    presence_penalty=st.floats(-2, 2),
+    frequency_penalty=st.floats(-2, 2),
+    repetition_penalty=st.sampled_from([1.0, 0.5, 1.3, 2.0]),
+    logit_bias=st.dictionaries(st.integers(0, V + 3), st.floats(-100, 100), max_size=4),
+    min_tokens=st.integers(0, 4),
+    max_tokens=st.just(8),
+    stop_token_ids=st.lists(st.integers(0, V - 1), max_size=2),
+    ignore_eos=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    params=params_st,
+    prompt=st.lists(st.integers(0, V - 1), min_size=1, max_size=12),
+    output=st.lists(st.integers(0, V - 1), max_size=10),
+    seed=st.integers(0, 2**16),
+)
+def test_the_plan_applies_the_rules(params, prompt, output, seed):
+    logits = np.random.default_rng(seed).standard_normal((2, V)) * 4
+    slot = SampleSlot(scheduled("a", params, prompt, output), first_row=1, num_rows=1)
+    plan = LogitsAdjuster().plan([slot], V)
+    got = apply_plan(logits, plan)
+    np.testing.assert_allclose(got[1], reference_row(logits[1], params, prompt, output), rtol=1e-12)
+    np.testing.assert_array_equal(got[0], logits[0])  # another row: untouched
+    if plan is not None:
+        assert len(set(zip(plan.rows, plan.token_ids))) == len(plan)  # each (row, token) once
+        assert all(0 <= t < V for t in plan.token_ids)  # an id past the vocabulary (the bias's V..V+3) skipped
+
+
+def test_counts_advance_by_the_new_tokens_and_rebuild_when_the_history_is_another():
+    params = SamplingParams(frequency_penalty=1.0, presence_penalty=0.5, max_tokens=16)
+    adjuster = LogitsAdjuster()
+    logits = np.zeros((1, V))
+    prompt, output = [5, 6, 7], []
+    for step in range(6):
+        plan = adjuster.plan([SampleSlot(scheduled("a", params, prompt, output), 0, 1)], V)
+        np.testing.assert_allclose(apply_plan(logits, plan)[0], reference_row(logits[0], params, prompt, output))
+        output.append([9, 9, 3, 9, 4, 3][step])
+    assert len(adjuster) == 1
+    # the same id, another history (a resumed request: its output now prompt): counted anew, not added to
+    resumed = scheduled("a", params, [*prompt, *output], [1])
+    plan = adjuster.plan([SampleSlot(resumed, 0, 1)], V)
+    np.testing.assert_allclose(apply_plan(logits, plan)[0], reference_row(logits[0], params, [*prompt, *output], [1]))
+    adjuster.drop(["a", "unknown"])
+    assert len(adjuster) == 0
+
+
+def test_requests_without_processing_plan_nothing_and_min_p_alone_is_the_samplers():
+    plain = SampleSlot(scheduled("p", SamplingParams(), [1, 2], [3]), 0, 1)
+    min_p = SampleSlot(scheduled("m", SamplingParams(min_p=0.2), [1, 2], [3]), 1, 1)
+    adjuster = LogitsAdjuster()
+    assert adjuster.plan([plain, min_p], V) is None
+    assert len(adjuster) == 0
+
+
+def test_a_drafts_rows_count_the_drafts_before_them():
+    params = SamplingParams(frequency_penalty=1.0, max_tokens=16)
+    r = scheduled("s", params, [1, 2], [4])
+    r.spec_token_ids = [4, 5]
+    plan = LogitsAdjuster().plan([SampleSlot(r, 0, 3)], V)
+    logits = np.zeros((3, V))
+    got = apply_plan(logits, plan)
+    for j, output in enumerate(([4], [4, 4], [4, 4, 5])):
+        np.testing.assert_allclose(got[j], reference_row(logits[j], params, [1, 2], output))
