@@ -125,7 +125,11 @@ class LogitsAdjuster:
 def _plan_row(
     plan: LogitsPlan, row: int, params: SamplingParams, seen: _Seen | None, banned: tuple[int, ...], vocab_size: int
 ) -> None:
-    """Add one row's entries: every token it changes, once."""
+    """Add one row's entries: every token it changes, once. The penalties alone (the common case) take C-speed list
+    building over the counts; a bias or a ban merges through a dict."""
+    if seen is not None and not banned and not params.logit_bias:
+        _plan_penalties(plan, row, params, seen)
+        return
     entries: dict[int, list[float]] = {}  # token -> [before, rep, after]
     if seen is not None:
         rp, freq, pres = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
@@ -154,3 +158,21 @@ def _plan_row(
             plan.before.append(before)
             plan.rep.append(rep)
             plan.after.append(after)
+
+
+def _plan_penalties(plan: LogitsPlan, row: int, params: SamplingParams, seen: _Seen) -> None:
+    """The penalties' entries: every output token, then (with a repetition penalty) the prompt's others. Their ids
+    are the request's own tokens, inside the vocabulary (the prompt's checked, the output's sampled)."""
+    rp, freq, pres = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
+    counts = seen.counts
+    num = len(counts)
+    plan.token_ids.extend(counts)
+    plan.after.extend([freq * c + pres for c in counts.values()])
+    if rp != 1.0:
+        prompt_only = seen.prompt.difference(counts)
+        plan.token_ids.extend(prompt_only)
+        plan.after.extend([0.0] * len(prompt_only))
+        num += len(prompt_only)
+    plan.rows.extend([row] * num)
+    plan.before.extend([0.0] * num)
+    plan.rep.extend([rp] * num)

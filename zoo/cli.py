@@ -81,6 +81,7 @@ BENCH_TARGETS = {
     "fastpath": ("bench.fastpath", "run_fastpath_bench"),
     "huge-pages": ("bench.huge_pages", "run_huge_pages_bench"),
     "router-reload": ("bench.router_reload", "run_router_reload_bench"),
+    "logits": ("bench.logits_processing", "run_logits_bench"),
 }
 
 

@@ -110,3 +110,24 @@ def test_swapped_request_continues_identically(smollm2_checkpoint, smollm2_jax):
     assert stats.num_swapped_out_blocks_total > 0
     assert stats.num_swapped_in_blocks_total > 0
     assert swapped == reference
+
+
+@pytest.mark.slow
+def test_penalised_greedy_identical_to_torch(smollm2_checkpoint, smollm2_model, smollm2_jax):
+    """Penalties, a bias and min_tokens through each runner's sampler: the same greedy tokens as torch's."""
+    tok = smollm2_checkpoint.tokenizer
+    params = SamplingParams(
+        temperature=0,
+        max_tokens=8,
+        min_tokens=4,
+        frequency_penalty=1.5,
+        presence_penalty=0.5,
+        repetition_penalty=1.2,
+        logit_bias={tok.eos_token_id: 30.0, tok.encode(" one")[0]: 3.0},
+    )
+    prompt = tok.encode("one one one one one one")
+    ours = _stream_tokens(_engine(smollm2_jax, smollm2_checkpoint), prompt, params)
+    torch_runner = TorchModelRunner(smollm2_model, progress=False)
+    ref = _stream_tokens(_engine(torch_runner, smollm2_checkpoint), prompt, params)
+    assert ours == ref
+    assert len(ours) == 5 and ours[-1] == tok.eos_token_id  # EOS (biased) held back for min_tokens, then at once
