@@ -47,6 +47,7 @@ class _Add:
     priority: int = 0
     lora: LoraRequest | None = None
     slo_tpot_s: float = 0.0  # its TPOT target (0: none): NodeCore.add
+    num_resumed_tokens: int = 0  # its prompt's last tokens that are its output before a resume: NodeCore.add
 
 
 @dataclass(slots=True)
@@ -139,11 +140,22 @@ class EngineThread:
         priority: int = 0,
         lora: LoraRequest | None = None,
         slo_tpot_s: float = 0.0,
+        num_resumed_tokens: int = 0,
     ) -> None:
-        """Queue a request that arrived ``age_s`` ago (``slo_tpot_s``: its TPOT target, NodeCore.add's); the
+        """Queue a request that arrived ``age_s`` ago (``slo_tpot_s``, ``num_resumed_tokens``: NodeCore.add's); the
         time it then waits (its adapter's read, the inbox) is added when the thread applies it, so the engine's
         clocks start at the request's arrival."""
-        cmd = _Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora, slo_tpot_s)
+        cmd = _Add(
+            request_id,
+            prompt_token_ids,
+            params,
+            age_s,
+            time.monotonic(),
+            priority,
+            lora,
+            slo_tpot_s,
+            num_resumed_tokens,
+        )
         store = _lora_store(self.core) if lora is not None else None
         if store is None or not store.needs_read(lora.lora_id):  # new to this node, or dropped from host RAM
             self.inbox.put(cmd)
@@ -194,9 +206,13 @@ class EngineThread:
         *,
         priority: int = 0,
         slo_tpot_s: float = 0.0,
+        num_resumed_tokens: int = 0,
     ) -> None:
         """``add``, after putting ``kv`` (a peer's transfer of the prompt's first blocks) into the prefix cache."""
-        add = _Add(request_id, prompt_token_ids, params, priority=priority, slo_tpot_s=slo_tpot_s)
+        add = _Add(
+            request_id, prompt_token_ids, params, priority=priority, slo_tpot_s=slo_tpot_s,
+            num_resumed_tokens=num_resumed_tokens,
+        )  # fmt: skip
         self.inbox.put(_AddWithKV(add, kv))
 
     def report_remote(self, report: RemoteReport) -> None:
@@ -279,6 +295,7 @@ class EngineThread:
                     priority=cmd.priority,
                     lora=cmd.lora,
                     slo_tpot_s=cmd.slo_tpot_s,
+                    num_resumed_tokens=cmd.num_resumed_tokens,
                 )
             except ValueError as e:  # PromptError, duplicate id, an adapter this node cannot serve
                 out.append(ErrorReply(request_id=cmd.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))

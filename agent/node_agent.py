@@ -488,14 +488,12 @@ class NodeAgent(Actor):
                 self._send(ErrorReply(request_id=msg.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
                 return
         kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
+        facts = {"priority": msg.priority, "slo_tpot_s": msg.slo_tpot_s, "num_resumed_tokens": msg.num_resumed_tokens}
         if kv is not None and lora is None:
-            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv,
-                                     priority=msg.priority, slo_tpot_s=msg.slo_tpot_s)  # fmt: skip
+            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv, **facts)
             return
         age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
-        # validated when decoded
-        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s,
-                         priority=msg.priority, lora=lora, slo_tpot_s=msg.slo_tpot_s)  # fmt: skip
+        self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s, lora=lora, **facts)  # validated
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])

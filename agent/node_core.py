@@ -110,10 +110,12 @@ class NodeCore:
         priority: int = 0,
         lora: LoraRequest | None = None,
         slo_tpot_s: float = 0.0,
+        num_resumed_tokens: int = 0,
     ) -> None:
         """Queue a request that arrived ``age_s`` ago (at the gateway: its TTFT, E2E and queue time count from
         there); ``priority``: its traffic class's rank (engine/scheduler.py); ``lora``: its LoRA adapter, read on
-        first use; ``slo_tpot_s``: its TPOT target (0: none), for the slack its decode reports. Raises ValueError
+        first use; ``slo_tpot_s``: its TPOT target (0: none), for the slack its decode reports;
+        ``num_resumed_tokens``: its prompt's last tokens that are its own output before a resume. Raises ValueError
         (a PromptError, a duplicate id, an adapter it cannot serve) and queues nothing when this node cannot
         serve it."""
         self.num_received_total += 1
@@ -128,6 +130,7 @@ class NodeCore:
             arrival_time_s=arrival_time_s,
             priority=priority,
             lora_name=lora_name,
+            num_resumed_tokens=num_resumed_tokens,
         )
         self.num_inflight += 1
         self._prompt_lens[request_id] = len(prompt_token_ids)

@@ -93,7 +93,8 @@ class LogitsAdjuster:
             inputs = r.logits_inputs
             seen = None
             if params.penalizes and inputs is not None and inputs.history is not None:
-                seen = self._counted(r.req_id, inputs.history, r.start_pos + len(r.token_ids), r.num_output_tokens)
+                num_output = r.num_output_tokens + inputs.num_resumed_tokens  # its output before a resume included
+                seen = self._counted(r.req_id, inputs.history, r.start_pos + len(r.token_ids), num_output)
             banned = () if inputs is None else inputs.banned_token_ids
             if seen is None and not banned and not params.logit_bias:
                 continue  # min_p alone: the sampler's

@@ -223,8 +223,8 @@ def resumed_request(
     node after ``output_token_ids`` were streamed to its client: the prompt extended by them (re-prefilled
     there; a prefix cache holding the prompt helps), ``max_tokens`` reduced by their number (at least one
     must remain), ``min_tokens`` by as many, the same id, model, traffic class and other sampling parameters.
-    Greedy decoding then continues exactly as it would have on the lost node, save for one difference: a presence
-    or frequency penalty counts the output's tokens only, and those streamed before the move are prompt there."""
+    Greedy decoding then continues exactly as it would have on the lost node, penalties included: the node is told
+    how many of the prompt's last tokens are output (GenerateRequest.num_resumed_tokens)."""
     remaining = msg.sampling.max_tokens - len(output_token_ids)
     if remaining < 1:
         raise ValueError(f"request {msg.request_id!r} has no token left to generate")

@@ -215,7 +215,7 @@ class RequestPath:
             exclude = {v.node_id for v in self.registry.views()} - {only}
         placed = self._place(msg, inflight=(), exclude=exclude)
         if isinstance(placed, Placement):
-            placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns())
+            placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns(), len(inflight.output_token_ids))
         if isinstance(placed, ErrorReply):
             return placed.message
         lost_node_id = inflight.node_id
@@ -267,7 +267,11 @@ class RequestPath:
             loras=self.loras,
         )
 
-    def _send(self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int) -> Placement | ErrorReply:
+    def _send(
+        self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int, num_resumed_tokens: int = 0
+    ) -> Placement | ErrorReply:
+        """Send a placed request to its node (``num_resumed_tokens``: a resumed one's output already streamed, the
+        last tokens of its prompt now)."""
         request = GenerateRequest(
             request_id=msg.request_id,
             prompt_token_ids=placed.token_ids,
@@ -278,6 +282,7 @@ class RequestPath:
             lora_name=None if placed.lora is None else placed.lora.name,
             lora_path=None if placed.lora is None else placed.lora.path,
             slo_tpot_s=placed.slo_tpot_s,
+            num_resumed_tokens=num_resumed_tokens,
         )
         try:
             self._send_to_node(request, placed.node_id)
@@ -333,6 +338,7 @@ class RequestPath:
             lora_name=None if lora_entry is None else lora_entry.lora.name,
             lora_path=None if lora_entry is None else lora_entry.lora.path,
             slo_tpot_s=self._slo_tpot_of(inflight.traffic_class),
+            num_resumed_tokens=len(inflight.output_token_ids),
         )
         try:
             self._send_to_node(request, node_id)

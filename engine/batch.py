@@ -36,10 +36,13 @@ class LogitsInputs:
         list, not a copy: the first ``start_pos + len(token_ids)`` entries are the tokens known at this step.
     banned_token_ids: ids its next token may not be (while fewer than ``min_tokens`` are out: EOS, unless
         ``ignore_eos``, and ``stop_token_ids``).
+    num_resumed_tokens: the prompt's last tokens that are the request's output from before it resumed on this node
+        (a failover, a migration, a prefill/decode hand-off): the penalties count them as output.
     """
 
     history: list[int] | None
     banned_token_ids: tuple[int, ...] = ()
+    num_resumed_tokens: int = 0
 
 
 @dataclass(slots=True)

@@ -214,10 +214,13 @@ class LLMEngine:
         arrival_time_s: float | None = None,
         priority: int = 0,
         lora_name: str | None = None,
+        num_resumed_tokens: int = 0,
     ) -> str:
         """Queue a prompt (text or token ids), on the base model or the LoRA adapter ``lora_name`` (added with
-        ``add_lora``); ``priority``: higher runs first and may swap lower ones out (engine/scheduler.py). Raises
-        PromptError / ValueError and queues nothing on bad input."""
+        ``add_lora``); ``priority``: higher runs first and may swap lower ones out (engine/scheduler.py);
+        ``num_resumed_tokens``: the prompt's last tokens that are the request's own output from before it resumed
+        here (its penalties count them as output). Raises PromptError / ValueError and queues nothing on bad
+        input."""
         lora_id = None
         if lora_name is not None:
             lora = self._loras.get(lora_name)
@@ -233,9 +236,14 @@ class LLMEngine:
         if req_id in self._tracked:
             raise ValueError(f"request id {req_id!r} is already in use")
         now = self.clock.now() if arrival_time_s is None else arrival_time_s
+        if not 0 <= num_resumed_tokens < len(token_ids):
+            raise ValueError(
+                f"num_resumed_tokens must be in [0, {len(token_ids)}) (the prompt's), got {num_resumed_tokens}"
+            )
         request = Request(
             req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id, lora_id=lora_id, priority=priority
         )
+        request.num_resumed_tokens = num_resumed_tokens
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
         detokenizer = IncrementalDetokenizer(self.tokenizer, stop, params.min_tokens)

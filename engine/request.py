@@ -85,6 +85,7 @@ class Request:
         self.eos_token_id = eos_token_id
         self.lora_id = lora_id
         self.priority = priority  # higher first; a lower-priority running request is swapped out for it
+        self.num_resumed_tokens = 0  # the prompt's last tokens that are its output from before a resume (penalties)
 
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
@@ -130,11 +131,11 @@ class Request:
         if not params.processes_logits:
             return None
         history = self._all_token_ids if params.penalizes else None
-        if len(self.output_token_ids) >= params.min_tokens:
-            return LogitsInputs(history)
-        if self.eos_token_id is None or params.ignore_eos:
-            return LogitsInputs(history, params.stop_token_ids)
-        return LogitsInputs(history, (self.eos_token_id, *params.stop_token_ids))
+        banned: tuple[int, ...] = ()
+        if len(self.output_token_ids) < params.min_tokens:
+            stop_ids = params.stop_token_ids
+            banned = stop_ids if self.eos_token_id is None or params.ignore_eos else (self.eos_token_id, *stop_ids)
+        return LogitsInputs(history, banned, self.num_resumed_tokens)
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         if isinstance(token_ids, int):

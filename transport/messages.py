@@ -261,6 +261,9 @@ class GenerateRequest(Envelope, kw_only=True):
     lora_name: str | None = None
     lora_path: str | None = None
     slo_tpot_s: float = 0.0  # its TPOT target, the one its class is routed by; 0: none (LoadReport.decode_slack_hist)
+    # a resumed request: the last this many prompt tokens are its output streamed before (its penalties count them
+    # as output, backends/logits_adjust.py); 0 for a new one. The engine refuses a count not below the prompt's length
+    num_resumed_tokens: int = 0
 
 
 class TokenChunk(Envelope, kw_only=True):

@@ -110,6 +110,7 @@ def test_a_request_on_a_lost_node_resumes_elsewhere_and_its_stream_continues(mak
     (resumed,) = fleet.requests_to(other)
     assert resumed.request_id == "r" and resumed.arrival_ns == 123
     assert resumed.prompt_token_ids == [*PROMPT_IDS, 10, 11]  # prompt + the tokens already streamed
+    assert resumed.num_resumed_tokens == 2  # which the node is told are output (its penalties count them)
     assert resumed.sampling.max_tokens == 3 and resumed.sampling.temperature == 0.0
     assert not fleet.chunk(first, [99], 2, 3)  # a late chunk from the lost node is not relayed
     assert fleet.registry.inflight_request_ids(other) == ["r"]
@@ -157,6 +158,7 @@ def test_a_failed_send_marks_the_node_suspect_and_the_request_goes_elsewhere(mak
     assert fleet.registry.state("a") is NodeState.SUSPECT
     (again,) = fleet.requests_to("b")
     assert again.prompt_token_ids == PROMPT_IDS and again.sampling.max_tokens == 5  # no token had come
+    assert again.num_resumed_tokens == 0
     assert fleet.registry.inflight_request_ids("a") == [] and fleet.registry.inflight_request_ids("b") == ["r"]
     fleet.submit("r2")
     assert fleet.sent[-1][1] == "b"  # nothing new goes to a suspect node

@@ -64,6 +64,7 @@ def test_kv_on_the_target_resumes_the_request_there(make_hello):
     assert path.migrated(source, "r", target, ok=True, why="")
     resumed, node_id = _generates(sent)[-1]
     assert node_id == target and resumed.prompt_token_ids == [*PROMPT_IDS, 10, 11]
+    assert resumed.num_resumed_tokens == 2  # the two streamed: output, for its penalties
     assert resumed.sampling.max_tokens == 3
     assert registry.inflight_request_ids(target) == ["r"] and registry.inflight_request_ids(source) == []
     assert path.counters["migrated"] == 1
@@ -131,4 +132,5 @@ def test_a_request_returned_to_its_source_keeps_its_class_priority_and_its_adapt
     assert path.migrated(source, "r", target, ok=False, why="timeout")
     returned, node_id = _generates(sent)[-1]
     assert node_id == source and returned.prompt_token_ids == [*PROMPT_IDS, 10, 11]
+    assert returned.num_resumed_tokens == 2
     assert (returned.priority, returned.lora_name, returned.lora_path) == (2, lora.name, lora.path)

@@ -75,9 +75,9 @@ def test_prefix_cache_hit_skips_prefill_and_keeps_output(smollm2_model, smollm2_
     assert second.text == first.text
 
 
-def _tokens(engine: LLMEngine, prompt: str, params: SamplingParams):
+def _tokens(engine: LLMEngine, prompt, params: SamplingParams, **kw):
     """One request's output token ids (from the streamed deltas) and its finish reason."""
-    req_id = engine.add_request(prompt, params)
+    req_id = engine.add_request(prompt, params, **kw)
     tokens, reason = [], None
     while engine.has_unfinished_requests():
         for out in engine.step():
@@ -108,3 +108,21 @@ def test_logits_processing_on_the_real_model(smollm2_model, smollm2_checkpoint):
     )
     assert max(plain.count(t) for t in plain) >= 3  # greedy repeats itself here
     assert max(penalised.count(t) for t in penalised) < 3
+
+
+def test_a_resumed_penalised_request_continues_as_it_would_have(smollm2_model, smollm2_checkpoint):
+    """Resumed elsewhere after k tokens (the prompt extended by them, GenerateRequest.num_resumed_tokens = k), a
+    penalised greedy request goes on with the tokens it would have produced: its penalties count the k as output."""
+    tok = smollm2_checkpoint.tokenizer
+    prompt = tok.encode("one one one one one one")
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, frequency_penalty=1.5, presence_penalty=0.5)
+    whole, _ = _tokens(_engine(smollm2_model, tok, num_device_blocks=128), prompt, params)
+    k = 3
+    engine = _engine(smollm2_model, tok, num_device_blocks=128)
+    rest = SamplingParams(temperature=0, max_tokens=6 - k, ignore_eos=True, frequency_penalty=1.5, presence_penalty=0.5)
+    resumed, _ = _tokens(engine, [*prompt, *whole[:k]], rest, num_resumed_tokens=k)
+    assert whole[:k] + resumed == whole
+    told_nothing, _ = _tokens(engine, [*prompt, *whole[:k]], rest)  # the k taken for prompt: another continuation
+    assert told_nothing != resumed  # (so the test can fail: the count is what keeps it exact)
+    with pytest.raises(ValueError, match="num_resumed_tokens"):
+        engine.add_request(prompt, rest, num_resumed_tokens=len(prompt))
