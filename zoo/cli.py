@@ -20,7 +20,22 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         seed=args.seed,
         max_tokens=args.max_tokens,
         stop=tuple(args.stop or ()),
+        presence_penalty=args.presence_penalty,
+        frequency_penalty=args.frequency_penalty,
+        repetition_penalty=args.repetition_penalty,
+        logit_bias=tuple(_logit_bias_arg(pair) for pair in args.logit_bias or ()),
+        min_p=args.min_p,
+        min_tokens=args.min_tokens,
     )
+
+
+def _logit_bias_arg(text: str) -> tuple[int, float]:
+    """``--logit-bias ID=BIAS``; SamplingParamsError naming the field when it is not that."""
+    token_id, _, bias = text.partition("=")
+    try:
+        return int(token_id), float(bias)
+    except ValueError:
+        raise SamplingParamsError("logit_bias", f"--logit-bias takes TOKEN_ID=BIAS, got {text!r}") from None
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -169,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=0)
     g.add_argument("--seed", type=int, default=None)
     g.add_argument("--stop", action="append", help="stop string (repeatable)")
+    g.add_argument("--presence-penalty", type=float, default=0.0)
+    g.add_argument("--frequency-penalty", type=float, default=0.0)
+    g.add_argument("--repetition-penalty", type=float, default=1.0)
+    g.add_argument("--logit-bias", action="append", metavar="ID=BIAS", help="add BIAS to token ID's logit (repeatable)")
+    g.add_argument("--min-p", type=float, default=0.0)
+    g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
     g.add_argument("--lora", default=None, metavar="NAME", help="generate with this adapter of --lora-modules")
     add_engine_args(g)

@@ -48,6 +48,16 @@ def test_invalid_sampling_parameter_is_a_clear_usage_error():
     assert "temperature" in r.stderr
 
 
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [(["--logit-bias", "x=1"], "logit_bias"), (["--frequency-penalty", "3"], "frequency_penalty"),
+     (["--min-tokens", "9", "--max-tokens", "4"], "min_tokens")],
+)  # fmt: skip
+def test_a_bad_penalty_or_bias_is_a_clear_usage_error(flags, field):
+    r = _zoo("generate", "hello", *flags)
+    assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr
+
+
 def test_missing_model_file_is_a_clear_error():
     r = _zoo("generate", "hello", "--model", "/nonexistent/model.gguf", "--quiet")
     assert r.returncode == 2
