@@ -9,67 +9,125 @@ a few elementwise operations and one scatter on the device (backends/torch/sampl
     v = v - after                          frequency_penalty * count + presence_penalty, for the output's tokens
     logits[row, token] = v
 
-That is vLLM V1's order (vllm/v1/sample/sampler.py and vllm/v1/sample/ops/penalties.py, v0.9): the logits
-processors (min_tokens, logit_bias), then the repetition penalty, then the frequency and presence penalties
-(OpenAI's formula: ``logit - count * frequency_penalty - (count > 0) * presence_penalty``). Temperature, min_p,
-top-k and top-p follow in the sampler. The processed logits are sampled from; reported logprobs stay the raw ones.
+That is the order of vLLM's V1 sampler, as its docstring lists the steps (vllm/v1/sample/sampler.py): the logits
+processors that can change a greedy pick (min_tokens, logit_bias), then the penalties, repetition, frequency and
+presence (vllm/v1/sample/ops/penalties.py; OpenAI's formula ``logit - count * frequency_penalty - (count > 0) *
+presence_penalty``). Temperature, min_p, top-k and top-p follow in the sampler. The processed logits are sampled
+from; reported logprobs stay the raw ones (vLLM's default ``raw_logprobs``).
 
-A request's counts are kept per req_id and advanced by the tokens that came since its last step (O(new tokens)
-per step, not O(history)), rebuilt when its history does not continue the one counted (a preemption by
-recompute changes nothing here: the tokens are the same), and dropped with the sampler's per-request state when
-the request finishes. Ids past the vocabulary (a stop token id a client gave) are skipped: the engine refuses a
-``logit_bias`` id past it before it gets here (engine/llm_engine.py), and no id may index past a row.
+A penalised request's table (its distinct tokens and their output counts, as numpy arrays, the prompt's tokens
+among them with count 0 when a repetition penalty reads them) is kept per req_id and advanced by the tokens that came
+since its last step: O(new tokens) per step in Python, the row's entries then a few vectorised operations over the
+table, not a Python loop over the history. It is rebuilt when the history does not continue the one counted (a
+request resumed under the same id), and dropped with the sampler's per-request state when the request finishes.
+Ids past the vocabulary (a stop token id a client gave) are skipped: the engine refuses a ``logit_bias`` id past it
+before it gets here (engine/llm_engine.py), and no id may index past a row.
 
 Rows after a slot's first (the drafts of a speculated request) get the same processing, their drafts counted as
-output. The engine does not propose drafts for requests that process their logits (engine/spec/speculator.py),
-so that case is the fallback, not the path.
+output, computed afresh from the history (the table is left as it was). The engine does not propose drafts for
+requests that process their logits (engine/spec/speculator.py), so that case is the fallback, not the path.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from backends.sample_slots import SampleSlot
 from engine.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")
+_Chunk = tuple[int, np.ndarray, "np.ndarray | None", "np.ndarray | float", np.ndarray]  # row, ids, before, rep, after
 
 
 @dataclass(slots=True)
 class LogitsPlan:
-    """One step's sparse processing: entry e changes ``logits[rows[e], token_ids[e]]`` (module docstring)."""
+    """One step's sparse processing: entry e changes ``logits[rows[e], token_ids[e]]`` (module docstring). Built in
+    chunks, one per row, each a row's token ids with their ``after`` (and ``before``, ``rep`` where not 0 and 1)."""
 
-    rows: list[int] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    before: list[float] = field(default_factory=list)
-    rep: list[float] = field(default_factory=list)
-    after: list[float] = field(default_factory=list)
+    chunks: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray | float, np.ndarray]] = field(
+        default_factory=list
+    )
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return sum(len(chunk[1]) for chunk in self.chunks)
+
+    def add(
+        self, row: int, token_ids: np.ndarray, after: np.ndarray, rep: np.ndarray | float = 1.0, before=None
+    ) -> None:
+        if len(token_ids):
+            self.chunks.append((row, token_ids, before, rep, after))
+
+    @property
+    def has_before(self) -> bool:
+        """Some entry's ``before`` is not 0 (a bias, a ban)."""
+        return any(chunk[2] is not None for chunk in self.chunks)
+
+    @property
+    def has_rep(self) -> bool:
+        """Some entry's ``rep`` is not 1."""
+        return any(not isinstance(chunk[3], float) or chunk[3] != 1.0 for chunk in self.chunks)
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray]:
+        """(rows, token_ids) as int64, (before, rep, after) as float32 arrays, ``before`` and ``rep`` None where they
+        change nothing: what a backend uploads, one array each."""
+        if not self.chunks:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, None, None, np.zeros(0, dtype=np.float32)
+        sizes = [len(chunk[1]) for chunk in self.chunks]
+        rows = np.repeat(np.array([chunk[0] for chunk in self.chunks], dtype=np.int64), sizes)
+        token_ids = np.concatenate([chunk[1] for chunk in self.chunks]).astype(np.int64, copy=False)
+        after = np.concatenate([chunk[4] for chunk in self.chunks]).astype(np.float32, copy=False)
+        before = rep = None
+        if self.has_before:
+            parts = [np.zeros(n) if c[2] is None else c[2] for c, n in zip(self.chunks, sizes)]
+            before = np.concatenate(parts).astype(np.float32, copy=False)
+        if self.has_rep:
+            parts = [np.full(n, c[3]) if isinstance(c[3], float) else c[3] for c, n in zip(self.chunks, sizes)]
+            rep = np.concatenate(parts).astype(np.float32, copy=False)
+        return rows, token_ids, before, rep, after
 
 
 class _Seen:
-    """One request's tokens as its penalties read them: the prompt's distinct ids, the output's counts."""
+    """One penalised request's table: ``tokens[:size]`` its distinct ids (the prompt's among them, count 0, where a
+    repetition penalty reads them), ``counts[:size]`` their counts in the output; ``at`` an id's position."""
 
-    __slots__ = ("counts", "num_known", "num_prompt", "prompt")
+    __slots__ = ("at", "counts", "num_known", "num_prompt", "size", "tokens")
 
-    def __init__(self, history: list[int], num_prompt: int, num_known: int) -> None:
+    def __init__(self, history: list[int], num_prompt: int, num_known: int, with_prompt: bool) -> None:
         self.num_prompt = num_prompt
         self.num_known = num_known
-        self.prompt = set(history[:num_prompt])
-        self.counts: dict[int, int] = {}
-        self.add(history[num_prompt:num_known])
+        counts = Counter(history[num_prompt:num_known])
+        if with_prompt:
+            for t in set(history[:num_prompt]).difference(counts):
+                counts[t] = 0
+        self.at = {t: i for i, t in enumerate(counts)}
+        self.size = len(counts)
+        room = max(64, 2 * self.size)
+        self.tokens = np.zeros(room, dtype=np.int64)
+        self.counts = np.zeros(room, dtype=np.int64)
+        self.tokens[: self.size] = list(counts)
+        self.counts[: self.size] = list(counts.values())
 
     def add(self, token_ids: Iterable[int]) -> None:
-        counts = self.counts
+        at = self.at
         for t in token_ids:
-            counts[t] = counts.get(t, 0) + 1
+            i = at.get(t)
+            if i is None:
+                i = at[t] = self.size
+                if i == len(self.tokens):
+                    self.tokens = np.concatenate([self.tokens, np.zeros_like(self.tokens)])
+                    self.counts = np.concatenate([self.counts, np.zeros_like(self.counts)])
+                self.tokens[i] = t
+                self.size = i + 1
+            self.counts[i] += 1
 
 
 class LogitsAdjuster:
-    """Plans each step's processing (``plan``) and keeps each penalised request's counts until ``drop``."""
+    """Plans each step's processing (``plan``) and keeps each penalised request's table until ``drop``."""
 
     def __init__(self) -> None:
         self._seen: dict[str, _Seen] = {}
@@ -91,32 +149,33 @@ class LogitsAdjuster:
             if not params.processes_logits:
                 continue
             inputs = r.logits_inputs
-            seen = None
-            if params.penalizes and inputs is not None and inputs.history is not None:
-                num_output = r.num_output_tokens + inputs.num_resumed_tokens  # its output before a resume included
-                seen = self._counted(r.req_id, inputs.history, r.start_pos + len(r.token_ids), num_output)
             banned = () if inputs is None else inputs.banned_token_ids
-            if seen is None and not banned and not params.logit_bias:
+            history = None if inputs is None or not params.penalizes else inputs.history
+            if history is None and not banned and not params.logit_bias:
                 continue  # min_p alone: the sampler's
             if plan is None:
                 plan = LogitsPlan()
+            num_known = r.start_pos + len(r.token_ids)
+            num_output = r.num_output_tokens + (0 if inputs is None else inputs.num_resumed_tokens)
+            if s.num_rows > 1 and history is not None:  # drafts: each row afresh (the fallback, module docstring)
+                for j in range(s.num_rows):
+                    known = [*history[:num_known], *r.spec_token_ids[:j]]
+                    seen = _Seen(known, num_known - num_output, len(known), params.repetition_penalty != 1.0)
+                    _plan_row(plan, s.first_row + j, params, seen, banned, vocab_size)
+                continue
+            seen = None if history is None else self._counted(r.req_id, history, num_known, num_output, params)
             for j in range(s.num_rows):
-                drafts = r.spec_token_ids[:j]
-                if drafts and seen is not None:
-                    seen.add(drafts)  # counted for this row, taken back below
                 _plan_row(plan, s.first_row + j, params, seen, banned, vocab_size)
-                if drafts and seen is not None:
-                    for t in drafts:
-                        seen.counts[t] -= 1
-                        if not seen.counts[t]:
-                            del seen.counts[t]
-        return plan
+        return plan if plan is not None and plan.chunks else None
 
-    def _counted(self, req_id: str, history: list[int], num_known: int, num_output: int) -> _Seen:
+    def _counted(
+        self, req_id: str, history: list[int], num_known: int, num_output: int, params: SamplingParams
+    ) -> _Seen:
         num_prompt = num_known - num_output
         seen = self._seen.get(req_id)
         if seen is None or seen.num_prompt != num_prompt or seen.num_known > num_known:
-            seen = self._seen[req_id] = _Seen(history, num_prompt, num_known)
+            with_prompt = params.repetition_penalty != 1.0
+            seen = self._seen[req_id] = _Seen(history, num_prompt, num_known, with_prompt)
         elif seen.num_known < num_known:
             seen.add(history[seen.num_known : num_known])
             seen.num_known = num_known
@@ -126,54 +185,26 @@ class LogitsAdjuster:
 def _plan_row(
     plan: LogitsPlan, row: int, params: SamplingParams, seen: _Seen | None, banned: tuple[int, ...], vocab_size: int
 ) -> None:
-    """Add one row's entries: every token it changes, once. The penalties alone (the common case) take C-speed list
-    building over the counts; a bias or a ban merges through a dict."""
-    if seen is not None and not banned and not params.logit_bias:
-        _plan_penalties(plan, row, params, seen)
-        return
-    entries: dict[int, list[float]] = {}  # token -> [before, rep, after]
-    if seen is not None:
-        rp, freq, pres = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
-        for t, c in seen.counts.items():
-            entries[t] = [0.0, rp, freq * c + pres]
-        if rp != 1.0:
-            for t in seen.prompt:
-                if t not in entries:
-                    entries[t] = [0.0, rp, 0.0]
-    for t, bias in params.logit_bias:
-        entry = entries.get(t)
-        if entry is None:
-            entries[t] = [bias, 1.0, 0.0]
-        else:
-            entry[0] = bias
+    """Add one row's entries, each (row, token) once: the penalties over the request's table (vectorised), with the
+    bias and the ban merged in where they name a token of it and added after it where not."""
+    extra: dict[int, float] = dict(params.logit_bias)
     for t in banned:
-        entry = entries.get(t)
-        if entry is None:
-            entries[t] = [NEG_INF, 1.0, 0.0]
-        else:
-            entry[0] = NEG_INF
-    for t, (before, rep, after) in entries.items():
-        if 0 <= t < vocab_size and (before or rep != 1.0 or after):
-            plan.rows.append(row)
-            plan.token_ids.append(t)
-            plan.before.append(before)
-            plan.rep.append(rep)
-            plan.after.append(after)
-
-
-def _plan_penalties(plan: LogitsPlan, row: int, params: SamplingParams, seen: _Seen) -> None:
-    """The penalties' entries: every output token, then (with a repetition penalty) the prompt's others. Their ids
-    are the request's own tokens, inside the vocabulary (the prompt's checked, the output's sampled)."""
-    rp, freq, pres = params.repetition_penalty, params.frequency_penalty, params.presence_penalty
-    counts = seen.counts
-    num = len(counts)
-    plan.token_ids.extend(counts)
-    plan.after.extend([freq * c + pres for c in counts.values()])
-    if rp != 1.0:
-        prompt_only = seen.prompt.difference(counts)
-        plan.token_ids.extend(prompt_only)
-        plan.after.extend([0.0] * len(prompt_only))
-        num += len(prompt_only)
-    plan.rows.extend([row] * num)
-    plan.before.extend([0.0] * num)
-    plan.rep.extend([rp] * num)
+        extra[t] = NEG_INF
+    tokens = np.zeros(0, dtype=np.int64)
+    after = np.zeros(0)
+    before = None
+    if seen is not None:
+        tokens, counts = seen.tokens[: seen.size].copy(), seen.counts[: seen.size]
+        after = params.frequency_penalty * counts + params.presence_penalty * (counts > 0)
+        if extra:
+            at = seen.at
+            for t in [t for t in extra if t in at]:
+                if before is None:
+                    before = np.zeros(len(tokens))
+                before[at[t]] = extra.pop(t)
+    rp = params.repetition_penalty if seen is not None else 1.0
+    plan.add(row, tokens, after, rp, before)
+    extra = {t: b for t, b in extra.items() if 0 <= t < vocab_size and b != 0.0}
+    if extra:
+        n = len(extra)
+        plan.add(row, np.fromiter(extra, np.int64, n), np.zeros(n), 1.0, np.fromiter(extra.values(), np.float64, n))

@@ -83,7 +83,12 @@ def apply_logits_plan(logits: jax.Array, plan: LogitsPlan) -> jax.Array:
     rows = np.full(size, logits.shape[0], dtype=np.int32)
     cols = np.zeros(size, dtype=np.int32)
     before, after, rep = np.zeros(size, np.float32), np.zeros(size, np.float32), np.ones(size, np.float32)
-    rows[:n], cols[:n], before[:n], rep[:n], after[:n] = plan.rows, plan.token_ids, plan.before, plan.rep, plan.after
+    plan_rows, plan_cols, plan_before, plan_rep, after[:n] = plan.arrays()
+    rows[:n], cols[:n] = plan_rows, plan_cols
+    if plan_before is not None:
+        before[:n] = plan_before
+    if plan_rep is not None:
+        rep[:n] = plan_rep
     return _apply_plan(logits, rows, cols, before, rep, after)
 
 

@@ -31,13 +31,15 @@ from engine.sampling_params import SamplingParams
 def apply_logits_plan(logits: torch.Tensor, plan: LogitsPlan) -> torch.Tensor:
     """A copy of ``logits`` [S, V] with ``plan`` applied (backends/logits_adjust.py's formula)."""
     out = logits.clone()
-    dev = logits.device
-    rows = torch.tensor(plan.rows, dtype=torch.int64, device=dev)
-    cols = torch.tensor(plan.token_ids, dtype=torch.int64, device=dev)
-    v = out[rows, cols] + torch.tensor(plan.before, dtype=out.dtype, device=dev)
-    rep = torch.tensor(plan.rep, dtype=out.dtype, device=dev)
-    v = torch.where(v > 0, v / rep, v * rep) - torch.tensor(plan.after, dtype=out.dtype, device=dev)
-    out[rows, cols] = v
+    dev, dtype = logits.device, logits.dtype
+    rows, cols, before, rep, after = (None if a is None else torch.from_numpy(a).to(dev) for a in plan.arrays())
+    v = out[rows, cols]
+    if before is not None:
+        v += before.to(dtype)
+    if rep is not None:
+        rep = rep.to(dtype)
+        v = torch.where(v > 0, v / rep, v * rep)
+    out[rows, cols] = v - after.to(dtype)
     return out
 
 

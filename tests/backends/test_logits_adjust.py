@@ -36,14 +36,16 @@ def reference_row(logits: np.ndarray, params: SamplingParams, prompt: list[int],
 
 
 def apply_plan(logits: np.ndarray, plan: LogitsPlan | None) -> np.ndarray:
-    """The module docstring's formula, entry by entry."""
+    """The module docstring's formula, entry by entry, on the arrays a backend uploads."""
     out = logits.astype(np.float64).copy()
     if plan is None:
         return out
-    for row, t, before, rep, after in zip(plan.rows, plan.token_ids, plan.before, plan.rep, plan.after):
-        v = out[row, t] + before
-        v = v / rep if v > 0 else v * rep
-        out[row, t] = v - after
+    rows, token_ids, before, rep, after = plan.arrays()
+    for e, (row, t) in enumerate(zip(rows, token_ids)):
+        v = out[row, t] + (0.0 if before is None else before[e])
+        r = 1.0 if rep is None else rep[e]
+        v = v / r if v > 0 else v * r
+        out[row, t] = v - after[e]
     return out
 
 
@@ -84,11 +86,13 @@ def test_the_plan_applies_the_rules(params, prompt, output, seed):
     slot = SampleSlot(scheduled("a", params, prompt, output), first_row=1, num_rows=1)
     plan = LogitsAdjuster().plan([slot], V)
     got = apply_plan(logits, plan)
-    np.testing.assert_allclose(got[1], reference_row(logits[1], params, prompt, output), rtol=1e-12)
+    np.testing.assert_allclose(got[1], reference_row(logits[1], params, prompt, output), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(got[0], logits[0])  # another row: untouched
     if plan is not None:
-        assert len(set(zip(plan.rows, plan.token_ids))) == len(plan)  # each (row, token) once
-        assert all(0 <= t < V for t in plan.token_ids)  # an id past the vocabulary (the bias's V..V+3) skipped
+        rows, token_ids, _, rep, _ = plan.arrays()
+        assert len(set(zip(rows.tolist(), token_ids.tolist()))) == len(plan) == len(rows)  # each (row, token) once
+        assert ((token_ids >= 0) & (token_ids < V)).all()  # an id past the vocabulary (the bias's V..V+3) skipped
+        assert (rep is None) == (params.repetition_penalty == 1.0 or not params.penalizes or not len(rows))
 
 
 def test_counts_advance_by_the_new_tokens_and_rebuild_when_the_history_is_another():
