@@ -102,10 +102,14 @@ def random_sampling(rng: random.Random) -> SamplingParams:
     """Mostly small and valid; sometimes a field past its bound (not validated: the receiver decides)."""
     fields = {"max_tokens": rng.randint(1, 4), "temperature": rng.choice([0.0, 0.7, 1.0])}
     if rng.random() < 0.3:
-        name = rng.choice(["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs"])
+        name = rng.choice(
+            ["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs",
+             "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens"]
+        )  # fmt: skip
         fields[name] = rng.choice(
-            [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300))]
-        )
+            [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),
+             ((5, 1.0),), ((MAX_INT, 1.0),), ((1, float("inf")),), ((1, 2.0),) * 2, tuple((i, 1.0) for i in range(301))]
+        )  # fmt: skip
     return SamplingParams.unchecked(**fields)
 
 
@@ -273,7 +277,8 @@ NASTY_JSON: list[Callable[[random.Random], str]] = [
 HTTP_FIELDS = [
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools",
-    "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field",
+    "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "min_p", "min_tokens",
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "truncate", "random bytes", "bad utf-8", "not an object",
                   "path", "method", "raw"]  # fmt: skip

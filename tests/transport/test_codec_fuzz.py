@@ -50,6 +50,14 @@ sampling_params = st.builds(
     stop_token_ids=st.lists(st.integers(0, MAX_TOKEN_ID), max_size=8).map(tuple),
     ignore_eos=st.booleans(),
     logprobs=st.none() | st.integers(0, MAX_LOGPROBS),
+    presence_penalty=st.floats(-2, 2),
+    frequency_penalty=st.floats(-2, 2),
+    repetition_penalty=st.floats(0.01, 100),
+    logit_bias=st.dictionaries(st.integers(0, MAX_TOKEN_ID), st.floats(-100, 100), max_size=4).map(
+        lambda d: tuple(d.items())
+    ),
+    min_p=st.floats(0, 1),
+    min_tokens=st.just(0),
 )
 
 

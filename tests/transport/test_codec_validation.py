@@ -21,6 +21,14 @@ INVALID_FIELDS = [
     ("stop", ("",)),
     ("stop_token_ids", (-3,)),
     ("logprobs", 21),
+    ("presence_penalty", 2.5),
+    ("frequency_penalty", float("nan")),
+    ("repetition_penalty", 0.0),
+    ("logit_bias", ((1, 101.0),)),
+    ("logit_bias", ((-1, 1.0),)),
+    ("logit_bias", ((1, 1.0), (1, 2.0))),
+    ("min_p", 1.5),
+    ("min_tokens", 17),  # above max_tokens (16)
 ]
 
 
