@@ -21,8 +21,9 @@ candidates hold less is flagged, and the step is re-sampled with C = V (a full s
 uniforms.
 
 The step's LogitsPlan (penalties, logit_bias, min_tokens' ban: backends/logits_adjust.py) is applied first, as
-the torch sampler does, in one jitted gather and scatter whose entry count is padded to a power of two (padding
-entries name row R, out of bounds, and are dropped by the scatter), so a new plan size seldom compiles anew.
+the torch sampler does: on an accelerator in one jitted gather and scatter whose entry count is padded to a power of
+two, at least 1,024 (padding entries name row R, out of bounds, and are dropped by the scatter), so a new plan size
+seldom compiles anew; on a CPU device in numpy, compiling nothing.
 min_p follows temperature, as in the torch sampler.
 
 Reported logprobs are those of the model's distribution (log_softmax of the raw logits, before
@@ -44,6 +45,7 @@ from engine.batch import TokenLogprob
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 
 NUM_CANDIDATES = 256
+MIN_PLAN_BUCKET = 1024  # the smallest padded plan size of the jitted path (apply_logits_plan_jit)
 
 
 @jax.jit
@@ -78,8 +80,26 @@ def _apply_plan(
 
 
 def apply_logits_plan(logits: jax.Array, plan: LogitsPlan) -> jax.Array:
-    """A processed copy of ``logits`` [R, V] (backends/logits_adjust.py's formula)."""
-    n, size = len(plan), next_pow2(len(plan))
+    """A processed copy of ``logits`` [R, V] (backends/logits_adjust.py's formula): on a CPU device in numpy (the
+    logits are host memory already, and a jitted scatter compiles anew for every row bucket and plan size, ~0.1-0.2 s
+    each, a stall in the step that meets it); elsewhere jitted (``apply_logits_plan_jit``)."""
+    if not all(d.platform == "cpu" for d in logits.devices()):
+        return apply_logits_plan_jit(logits, plan)
+    out = np.array(logits)  # a writable copy
+    rows, cols, before, rep, after = plan.arrays()
+    v = out[rows, cols]
+    if before is not None:
+        v += before
+    if rep is not None:
+        v = np.where(v > 0, v / rep, v * rep)
+    out[rows, cols] = v - after
+    return jnp.asarray(out)
+
+
+def apply_logits_plan_jit(logits: jax.Array, plan: LogitsPlan) -> jax.Array:
+    """``apply_logits_plan`` on the device, its entries padded to a power of two (at least MIN_PLAN_BUCKET) so that
+    few plan sizes compile."""
+    n, size = len(plan), max(next_pow2(len(plan)), MIN_PLAN_BUCKET)
     rows = np.full(size, logits.shape[0], dtype=np.int32)
     cols = np.zeros(size, dtype=np.int32)
     before, after, rep = np.zeros(size, np.float32), np.zeros(size, np.float32), np.ones(size, np.float32)

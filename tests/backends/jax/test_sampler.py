@@ -86,7 +86,7 @@ def test_logits_processing_matches_the_formula_and_the_torch_sampler():
     and raw logprobs; min_p keeps what it keeps there."""
     import torch
 
-    from backends.jax.sampler import apply_logits_plan
+    from backends.jax.sampler import apply_logits_plan, apply_logits_plan_jit
     from backends.logits_adjust import LogitsAdjuster
     from backends.sample_slots import SampleSlot
     from backends.torch.sampler import Sampler as TorchSampler
@@ -109,6 +109,8 @@ def test_logits_processing_matches_the_formula_and_the_torch_sampler():
     logits[2, 2] = 50.0  # EOS the most likely: banned
     want = apply_plan(logits, plan)
     np.testing.assert_allclose(np.asarray(apply_logits_plan(jnp.asarray(logits), plan)), want, rtol=1e-5, atol=1e-5)
+    jitted = apply_logits_plan_jit(jnp.asarray(logits), plan)  # the accelerator's path, run here on the CPU
+    np.testing.assert_allclose(np.asarray(jitted), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(torch_apply(torch.from_numpy(logits), plan).numpy(), want, rtol=1e-5, atol=1e-5)
     jax_out = Sampler(seed=0).sample(jnp.asarray(logits), [2], ["a"], [params], plan)
     torch_plan = LogitsAdjuster().plan([SampleSlot(r, 0, 1)], 300)
