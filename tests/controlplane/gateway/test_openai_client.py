@@ -39,6 +39,25 @@ def test_chat(client, frontend):
     assert (sampling.temperature, sampling.seed, sampling.stop) == (0.2, 3, ("\n",))
 
 
+def test_penalties_and_logit_bias_as_the_sdk_sends_them(client, frontend):
+    """The SDK's own arguments (logit_bias keyed by token id strings) and vLLM's extensions in ``extra_body``."""
+    client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        presence_penalty=0.5,
+        frequency_penalty=-0.25,
+        logit_bias={"50256": -100, "13": 3},
+        extra_body={"repetition_penalty": 1.1, "min_p": 0.05, "min_tokens": 2},
+    )
+    sampling = frontend.calls[0]["sampling"]
+    assert (sampling.presence_penalty, sampling.frequency_penalty) == (0.5, -0.25)
+    assert sampling.logit_bias == ((50256, -100.0), (13, 3.0))
+    assert (sampling.repetition_penalty, sampling.min_p, sampling.min_tokens) == (1.1, 0.05, 2)
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, logit_bias={"token": 1})
+    assert refused.value.body["param"] == "logit_bias"
+
+
 def test_chat_streaming(client):
     stream = client.chat.completions.create(
         model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}
