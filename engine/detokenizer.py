@@ -26,7 +26,8 @@ class IncrementalDetokenizer:
 
     def __init__(self, decoder: Decoder, stop: Sequence[str] = (), min_tokens: int = 0) -> None:
         """``min_tokens``: a stop string is looked for only in the text after that of the first ``min_tokens``
-        tokens (SamplingParams.min_tokens; vLLM's detokenizer likewise checks none before)."""
+        tokens (SamplingParams.min_tokens), as vLLM means it to (its V1 detokenizer once did not:
+        vllm-project/vllm#21987)."""
         self._decoder = decoder
         self._stop = tuple(stop)
         self._min_tokens = min_tokens
