@@ -1,5 +1,5 @@
-"""A GenerateRequest's priority (its traffic class's rank, set by the control plane's intake) reaches the
-engine's scheduler through the agent and its engine thread."""
+"""A GenerateRequest's priority (its traffic class's rank, set by the control plane's intake) and a resumed request's
+count of earlier output reach the engine through the agent and its engine thread."""
 
 from __future__ import annotations
 
