@@ -9,6 +9,8 @@ a few elementwise operations and one scatter on the device (backends/torch/sampl
     v = v - after                          frequency_penalty * count + presence_penalty, for the output's tokens
     logits[row, token] = v
 
+and, for a row whose request gives ``allowed_token_ids``, every other token's logit set to -inf (``allowed_mask``).
+
 That is the order of vLLM's V1 sampler, as its docstring lists the steps (vllm/v1/sample/sampler.py): the logits
 processors that can change a greedy pick (min_tokens, logit_bias), then the penalties, repetition, frequency and
 presence (vllm/v1/sample/ops/penalties.py; OpenAI's formula ``logit - count * frequency_penalty - (count > 0) *
@@ -48,12 +50,26 @@ class LogitsPlan:
     """One step's sparse processing: entry e changes ``logits[rows[e], token_ids[e]]`` (module docstring). Built in
     chunks, one per row, each a row's token ids with their ``after`` (and ``before``, ``rep`` where not 0 and 1)."""
 
-    chunks: list[tuple[int, np.ndarray, np.ndarray | None, np.ndarray | float, np.ndarray]] = field(
-        default_factory=list
-    )
+    chunks: list[_Chunk] = field(default_factory=list)
+    allowed: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (row, the only ids it may sample)
 
     def __len__(self) -> int:
+        """The entries (an allowed set is not counted: ``empty`` says whether there is anything to do)."""
         return sum(len(chunk[1]) for chunk in self.chunks)
+
+    @property
+    def empty(self) -> bool:
+        return not self.chunks and not self.allowed
+
+    def allowed_mask(self, num_rows: int, vocab_size: int) -> np.ndarray | None:
+        """Boolean [num_rows, vocab_size], True where a row with an allowed set may not sample; None without one."""
+        if not self.allowed:
+            return None
+        banned = np.zeros((num_rows, vocab_size), dtype=bool)
+        for row, ids in self.allowed:
+            banned[row] = True
+            banned[row, ids] = False
+        return banned
 
     def add(
         self, row: int, token_ids: np.ndarray, after: np.ndarray, rep: np.ndarray | float = 1.0, before=None
@@ -131,13 +147,15 @@ class LogitsAdjuster:
 
     def __init__(self) -> None:
         self._seen: dict[str, _Seen] = {}
+        self._allowed: dict[str, np.ndarray] = {}  # a request's allowed ids (within the vocabulary), made once
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._seen) + len(self._allowed)
 
     def drop(self, req_ids: Iterable[str]) -> None:
         for req_id in req_ids:
             self._seen.pop(req_id, None)
+            self._allowed.pop(req_id, None)
 
     def plan(self, slots: list[SampleSlot], vocab_size: int) -> LogitsPlan | None:
         """The processing of the rows of ``slots`` (a slot's rows are ``first_row`` .. + ``num_rows``, as the sampler
@@ -151,10 +169,16 @@ class LogitsAdjuster:
             inputs = r.logits_inputs
             banned = () if inputs is None else inputs.banned_token_ids
             history = None if inputs is None or not params.penalizes else inputs.history
-            if history is None and not banned and not params.logit_bias:
+            if history is None and not banned and not params.logit_bias and not params.allowed_token_ids:
                 continue  # min_p alone: the sampler's
             if plan is None:
                 plan = LogitsPlan()
+            if params.allowed_token_ids:
+                allowed = self._allowed.get(r.req_id)
+                if allowed is None:
+                    ids = np.fromiter(params.allowed_token_ids, np.int64, len(params.allowed_token_ids))
+                    allowed = self._allowed[r.req_id] = ids[ids < vocab_size]
+                plan.allowed.extend((s.first_row + j, allowed) for j in range(s.num_rows))
             num_known = r.start_pos + len(r.token_ids)
             num_output = r.num_output_tokens + (0 if inputs is None else inputs.num_resumed_tokens)
             if s.num_rows > 1 and history is not None:  # drafts: each row afresh (the fallback, module docstring)
@@ -166,7 +190,7 @@ class LogitsAdjuster:
             seen = None if history is None else self._counted(r.req_id, history, num_known, num_output, params)
             for j in range(s.num_rows):
                 _plan_row(plan, s.first_row + j, params, seen, banned, vocab_size)
-        return plan if plan is not None and plan.chunks else None
+        return None if plan is None or plan.empty else plan
 
     def _counted(
         self, req_id: str, history: list[int], num_known: int, num_output: int, params: SamplingParams

@@ -104,7 +104,8 @@ def random_sampling(rng: random.Random) -> SamplingParams:
     if rng.random() < 0.3:
         name = rng.choice(
             ["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs",
-             "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens"]
+             "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
+             "allowed_token_ids"]
         )  # fmt: skip
         fields[name] = rng.choice(
             [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),
@@ -278,7 +279,7 @@ HTTP_FIELDS = [
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools",
     "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
-    "frequency_penalty", "repetition_penalty", "min_p", "min_tokens",
+    "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids",
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "truncate", "random bytes", "bad utf-8", "not an object",
                   "path", "method", "raw"]  # fmt: skip

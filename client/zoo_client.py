@@ -250,6 +250,7 @@ class AsyncZooClient:
         logit_bias: dict[int, float] | None = None,
         min_p: float = 0.0,
         min_tokens: int = 0,
+        allowed_token_ids: list[int] | None = None,
         model: str | None = None,
         traffic_class: str = "default",
         request_id: str | None = None,
@@ -285,6 +286,7 @@ class AsyncZooClient:
                 logit_bias=tuple(logit_bias.items()) if isinstance(logit_bias, dict) else logit_bias or (),
                 min_p=min_p,
                 min_tokens=min_tokens,
+                allowed_token_ids=tuple(allowed_token_ids or ()),
             ),
             traffic_class=traffic_class,
         )

@@ -35,7 +35,13 @@ from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import TenantLimiter
 from engine.llm_engine import EngineTokenizer
 from engine.lora import LoraRequest
-from engine.prompt import PromptError, PromptTooLongError, check_logit_bias, check_prompt_length, check_token_ids
+from engine.prompt import (
+    PromptError,
+    PromptTooLongError,
+    check_prompt_length,
+    check_sampling_token_ids,
+    check_token_ids,
+)
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 MAX_CHOICES = 4  # nodes tried per request when admission refuses the chosen node's queue (bounded decision)
@@ -242,8 +248,8 @@ def resumed_request(
 
 def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
     """The prompt's token ids from exactly one of prompt / messages / prompt_token_ids; PromptError saying
-    what is wrong (none or several given, ids out of the vocabulary, empty, a logit_bias id past it) and naming
-    the field."""
+    what is wrong (none or several given, ids out of the vocabulary, empty, a logit_bias or allowed_token_ids id
+    past it) and naming the field."""
     given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
     if sum(given) != 1:
         raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
@@ -260,5 +266,5 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
         check_token_ids(token_ids, tokenizer.vocab_size)
     except PromptError as e:
         raise PromptError(str(e), param) from None
-    check_logit_bias(msg.sampling.logit_bias, tokenizer.vocab_size)
+    check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)
     return token_ids

@@ -28,7 +28,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.multi_step import DecodeRun, DecodeSteps
-from engine.prompt import check_logit_bias, check_token_ids
+from engine.prompt import check_sampling_token_ids, check_token_ids
 from engine.remote_kv import RemoteKV
 from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
@@ -231,7 +231,7 @@ class LLMEngine:
         # a tuple as given: check_token_ids passes one it passed just before (the intake's, in the same process)
         checked = prompt if type(prompt) is tuple else token_ids
         check_token_ids(checked, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
-        check_logit_bias(params.logit_bias, self.tokenizer.vocab_size)
+        check_sampling_token_ids(params, self.tokenizer.vocab_size)
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:
             raise ValueError(f"request id {req_id!r} is already in use")

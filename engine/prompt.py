@@ -18,6 +18,8 @@ from typing import Annotated, Any
 
 import msgspec
 
+from engine.sampling_params import SamplingParams
+
 
 class PromptError(ValueError):
     """A prompt that cannot be served; ``param`` names the request field it came from."""
@@ -48,12 +50,15 @@ def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
         _last_checked = (token_ids, vocab_size)
 
 
-def check_logit_bias(logit_bias: Sequence[tuple[int, float]], vocab_size: int) -> None:
-    """PromptError (param ``logit_bias``) when a biased token id is past the vocabulary (SamplingParams bounds the
-    ids to int32 only: the vocabulary is the model's)."""
-    bad = [token_id for token_id, _ in logit_bias if token_id >= vocab_size]
+def check_sampling_token_ids(params: SamplingParams, vocab_size: int) -> None:
+    """PromptError naming the field when a ``logit_bias`` or ``allowed_token_ids`` id is past the vocabulary
+    (SamplingParams bounds the ids to int32 only: the vocabulary is the model's)."""
+    bad = [token_id for token_id, _ in params.logit_bias if token_id >= vocab_size]
     if bad:
         raise PromptError(f"logit_bias token ids out of range [0, {vocab_size}): {bad[:5]}", "logit_bias")
+    bad = [token_id for token_id in params.allowed_token_ids if token_id >= vocab_size]
+    if bad:
+        raise PromptError(f"allowed_token_ids out of range [0, {vocab_size}): {bad[:5]}", "allowed_token_ids")
 
 
 def _check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:

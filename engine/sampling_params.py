@@ -27,9 +27,11 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
                      ids 0 .. 2**31-1, bias -100..100  past the model's vocabulary is refused by the engine
     min_p            0 .. 1                         vLLM's extension
     min_tokens       0 .. max_tokens                vLLM's extension
+    allowed_token_ids <= 16,384 distinct ids        vLLM's extension; past the vocabulary refused as logit_bias's
 
-Logits processing (backends/logits_adjust.py applies it, the same for every backend), in vLLM V1's order
-(vllm/v1/sample/sampler.py, v0.9): while fewer than ``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and
+Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's
+sampler (vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer
+than ``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and
 ``stop_token_ids`` are banned; ``logit_bias`` is added; then ``repetition_penalty`` divides the positive logits
 and multiplies the negative ones of every token in the prompt or the output so far; then ``frequency_penalty``
 times a token's count in the output, plus ``presence_penalty`` where that count is not 0, is subtracted (OpenAI's
@@ -57,6 +59,7 @@ MAX_PENALTY = 2.0  # presence and frequency: OpenAI's [-2, 2]
 MAX_REPETITION_PENALTY = 100.0
 MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_LOGIT_BIAS = 100.0  # OpenAI's [-100, 100]
+MAX_ALLOWED_TOKEN_IDS = 16_384
 _MAX_SHOWN_CHARS = 40  # a value quoted in an error message is cut to this
 
 
@@ -85,6 +88,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     logit_bias: (token id, bias) pairs added to the logits (OpenAI's ``logit_bias``, its keys as ints).
     min_p: drop the tokens less likely than ``min_p`` times the most likely one (0: off).
     min_tokens: EOS and ``stop_token_ids`` are banned, and stop strings not matched, until this many are out.
+    allowed_token_ids: when not empty, the only ids that may be sampled (vLLM's; a label set for classification).
     """
 
     temperature: float = 1.0
@@ -102,6 +106,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     logit_bias: tuple[tuple[int, float], ...] = ()
     min_p: float = 0.0
     min_tokens: int = 0
+    allowed_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -110,6 +115,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
             msgspec.structs.force_setattr(self, "stop", _as_tuple("stop", self.stop))
         if not isinstance(self.stop_token_ids, tuple):
             msgspec.structs.force_setattr(self, "stop_token_ids", _as_tuple("stop_token_ids", self.stop_token_ids))
+        if not isinstance(self.allowed_token_ids, tuple):
+            allowed = _as_tuple("allowed_token_ids", self.allowed_token_ids)
+            msgspec.structs.force_setattr(self, "allowed_token_ids", allowed)
         if not isinstance(self.logit_bias, tuple) or any(type(pair) is not tuple for pair in self.logit_bias):
             msgspec.structs.force_setattr(self, "logit_bias", _as_pairs(self.logit_bias))
         self._validate()
@@ -193,6 +201,14 @@ class SamplingParams(msgspec.Struct, frozen=True):
         m = self.min_p
         if not _is_number(m) or not math.isfinite(m) or not 0 <= m <= 1:
             raise SamplingParamsError("min_p", f"must be a number in [0, 1], got {show_value(m)}")
+        allowed = self.allowed_token_ids
+        if len(allowed) > MAX_ALLOWED_TOKEN_IDS:
+            message = f"at most {MAX_ALLOWED_TOKEN_IDS} ids, got {len(allowed)}"
+            raise SamplingParamsError("allowed_token_ids", message)
+        for tid in allowed:
+            if not _is_int(tid) or not 0 <= tid <= MAX_TOKEN_ID:
+                message = f"must be integers in [0, 2**31-1], got {show_value(tid)}"
+                raise SamplingParamsError("allowed_token_ids", message)
         n = self.min_tokens
         if not _is_int(n) or not 0 <= n <= self.max_tokens:
             raise SamplingParamsError(
@@ -210,8 +226,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
 
     @property
     def processes_logits(self) -> bool:
-        """Any logits processing before temperature (a penalty, a bias, min_tokens' ban) or min_p after it."""
-        return self.penalizes or bool(self.logit_bias) or self.min_tokens > 0 or self.min_p > 0.0
+        """Any logits processing before temperature (an allowed set, a penalty, a bias, min_tokens' ban) or min_p
+        after it."""
+        processed = self.penalizes or bool(self.logit_bias) or self.min_tokens > 0 or self.min_p > 0.0
+        return processed or bool(self.allowed_token_ids)
 
 
 def _is_int(value: object) -> bool:

@@ -86,19 +86,28 @@ def apply_logits_plan(logits: jax.Array, plan: LogitsPlan) -> jax.Array:
     if not all(d.platform == "cpu" for d in logits.devices()):
         return apply_logits_plan_jit(logits, plan)
     out = np.array(logits)  # a writable copy
-    rows, cols, before, rep, after = plan.arrays()
-    v = out[rows, cols]
-    if before is not None:
-        v += before
-    if rep is not None:
-        v = np.where(v > 0, v / rep, v * rep)
-    out[rows, cols] = v - after
+    if plan.chunks:
+        rows, cols, before, rep, after = plan.arrays()
+        v = out[rows, cols]
+        if before is not None:
+            v += before
+        if rep is not None:
+            v = np.where(v > 0, v / rep, v * rep)
+        out[rows, cols] = v - after
+    banned = plan.allowed_mask(*out.shape)
+    if banned is not None:
+        out[banned] = -np.inf
     return jnp.asarray(out)
 
 
 def apply_logits_plan_jit(logits: jax.Array, plan: LogitsPlan) -> jax.Array:
     """``apply_logits_plan`` on the device, its entries padded to a power of two (at least MIN_PLAN_BUCKET) so that
     few plan sizes compile."""
+    banned = plan.allowed_mask(*logits.shape)
+    if banned is not None:
+        logits = jnp.where(jnp.asarray(banned), -jnp.inf, logits)
+    if not plan.chunks:
+        return logits
     n, size = len(plan), max(next_pow2(len(plan)), MIN_PLAN_BUCKET)
     rows = np.full(size, logits.shape[0], dtype=np.int32)
     cols = np.zeros(size, dtype=np.int32)

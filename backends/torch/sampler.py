@@ -32,14 +32,18 @@ def apply_logits_plan(logits: torch.Tensor, plan: LogitsPlan) -> torch.Tensor:
     """A copy of ``logits`` [S, V] with ``plan`` applied (backends/logits_adjust.py's formula)."""
     out = logits.clone()
     dev, dtype = logits.device, logits.dtype
-    rows, cols, before, rep, after = (None if a is None else torch.from_numpy(a).to(dev) for a in plan.arrays())
-    v = out[rows, cols]
-    if before is not None:
-        v += before.to(dtype)
-    if rep is not None:
-        rep = rep.to(dtype)
-        v = torch.where(v > 0, v / rep, v * rep)
-    out[rows, cols] = v - after.to(dtype)
+    if plan.chunks:
+        rows, cols, before, rep, after = (None if a is None else torch.from_numpy(a).to(dev) for a in plan.arrays())
+        v = out[rows, cols]
+        if before is not None:
+            v += before.to(dtype)
+        if rep is not None:
+            rep = rep.to(dtype)
+            v = torch.where(v > 0, v / rep, v * rep)
+        out[rows, cols] = v - after.to(dtype)
+    banned = plan.allowed_mask(*out.shape)
+    if banned is not None:
+        out.masked_fill_(torch.from_numpy(banned).to(dev), float("-inf"))
     return out
 
 
@@ -142,7 +146,7 @@ class Sampler:
         """logits [S, V] fp32; req_ids/params: one per row; ``plan``: the step's logits processing, if any."""
         num_rows, vocab = logits.shape
         raw = logits  # what the logprobs report
-        if plan is not None and len(plan):
+        if plan is not None and not plan.empty:
             logits = apply_logits_plan(logits, plan)
         greedy_ids = logits.argmax(dim=-1)  # [S]
         if all(p.greedy for p in params):

@@ -5,9 +5,9 @@ OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendErro
 names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
 Fields that would change the output and that the engine cannot honour (tools, echo, JSON mode,
 best_of) are refused rather than silently ignored. The penalties, ``logit_bias`` (its keys token ids written as
-strings, as OpenAI's) and vLLM's ``repetition_penalty``, ``min_p`` and ``min_tokens`` are honoured
-(engine/sampling_params.py says each one's range and the order they apply in). ``n`` choices (at most MAX_CHOICES)
-become n engine requests. The replies are built in gateway/openai_reply.py.
+strings, as OpenAI's) and vLLM's ``repetition_penalty``, ``min_p``, ``min_tokens`` and ``allowed_token_ids`` are
+honoured (engine/sampling_params.py says each one's range and the order they apply in). ``n`` choices (at most
+MAX_CHOICES) become n engine requests. The replies are built in gateway/openai_reply.py.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ class _CommonRequest(msgspec.Struct, kw_only=True):
     repetition_penalty: float | None = None  # extension (as in vLLM)
     min_p: float | None = None  # extension (as in vLLM)
     min_tokens: int | None = None  # extension (as in vLLM)
+    allowed_token_ids: list[int] | None = None  # extension (as in vLLM)
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
 
@@ -273,6 +274,7 @@ def _sampling_of(
             logit_bias=logit_bias,
             min_p=req.min_p or 0.0,
             min_tokens=req.min_tokens or 0,
+            allowed_token_ids=req.allowed_token_ids or (),
         )
     except SamplingParamsError as exc:
         param = {"max_tokens": max_tokens_param}.get(exc.field, exc.field)

@@ -31,6 +31,8 @@ def reference_row(logits: np.ndarray, params: SamplingParams, prompt: list[int],
             v = v / params.repetition_penalty if v > 0 else v * params.repetition_penalty
         count = output.count(t)
         v -= count * params.frequency_penalty + (count > 0) * params.presence_penalty
+        if params.allowed_token_ids and t not in params.allowed_token_ids:
+            v = -math.inf
         out[t] = v
     return out
 
@@ -46,6 +48,9 @@ def apply_plan(logits: np.ndarray, plan: LogitsPlan | None) -> np.ndarray:
         r = 1.0 if rep is None else rep[e]
         v = v / r if v > 0 else v * r
         out[row, t] = v - after[e]
+    banned = plan.allowed_mask(*out.shape)
+    if banned is not None:
+        out[banned] = -math.inf
     return out
 
 
@@ -71,6 +76,7 @@ params_st = st.builds(
     max_tokens=st.just(8),
     stop_token_ids=st.lists(st.integers(0, V - 1), max_size=2),
     ignore_eos=st.booleans(),
+    allowed_token_ids=st.lists(st.integers(0, V - 1), max_size=5, unique=True),
 )
 
 
@@ -110,6 +116,19 @@ def test_counts_advance_by_the_new_tokens_and_rebuild_when_the_history_is_anothe
     plan = adjuster.plan([SampleSlot(resumed, 0, 1)], V)
     np.testing.assert_allclose(apply_plan(logits, plan)[0], reference_row(logits[0], params, [*prompt, *output], [1]))
     adjuster.drop(["a", "unknown"])
+    assert len(adjuster) == 0
+
+
+def test_an_allowed_set_masks_every_other_token_and_is_made_once():
+    params = SamplingParams(allowed_token_ids=[3, 7, V + 5], max_tokens=4)  # an id past the vocabulary: dropped
+    adjuster = LogitsAdjuster()
+    plan = adjuster.plan([SampleSlot(scheduled("c", params, [1, 2], []), 1, 1)], V)
+    assert plan is not None and len(plan) == 0 and not plan.empty
+    mask = plan.allowed_mask(2, V)
+    assert not mask[0].any() and mask[1].sum() == V - 2 and not mask[1, 3] and not mask[1, 7]
+    again = adjuster.plan([SampleSlot(scheduled("c", params, [1, 2], [3]), 0, 1)], V)
+    assert again.allowed[0][1] is plan.allowed[0][1]  # the request's array, not rebuilt every step
+    adjuster.drop(["c"])
     assert len(adjuster) == 0
 
 

@@ -84,3 +84,11 @@ def test_a_logit_bias_id_past_the_vocabulary_is_refused_naming_the_field(make_he
     assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
     assert refused.param == "logit_bias" and "1000" in refused.message and policy.num_calls == 0
     assert place({999: -3.0}).node_id == "a"
+    msg = ClientGenerate(
+        request_id="s", prompt_token_ids=[10], sampling=SamplingParams(max_tokens=2, allowed_token_ids=[3, 1000])
+    )
+    refused = place_request(
+        msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry, policy=policy,
+        admission=admission, router=RouterConfig(),
+    )  # fmt: skip
+    assert isinstance(refused, ErrorReply) and refused.param == "allowed_token_ids" and policy.num_calls == 1

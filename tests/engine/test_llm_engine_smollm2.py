@@ -95,6 +95,11 @@ def test_logits_processing_on_the_real_model(smollm2_model, smollm2_checkpoint):
     (banana,) = tok.encode(" banana")
     forced, _ = _tokens(engine, PROMPTS[0], SamplingParams(temperature=0, max_tokens=4, logit_bias={banana: 100.0}))
     assert forced == [banana] * 4
+    (apple,) = tok.encode(" apple")
+    labels, _ = _tokens(
+        engine, PROMPTS[0], SamplingParams(temperature=0, max_tokens=3, allowed_token_ids=[banana, apple])
+    )
+    assert set(labels) <= {banana, apple} and len(labels) == 3
     eos_first = {tok.eos_token_id: 100.0}
     held, reason = _tokens(
         engine, PROMPTS[0], SamplingParams(temperature=0, max_tokens=6, min_tokens=3, logit_bias=eos_first)

@@ -29,6 +29,7 @@ INVALID_FIELDS = [
     ("logit_bias", ((1, 1.0), (1, 2.0))),
     ("min_p", 1.5),
     ("min_tokens", 17),  # above max_tokens (16)
+    ("allowed_token_ids", (-4,)),
 ]
 
 

@@ -96,7 +96,13 @@ def test_logits_processing_matches_the_formula_and_the_torch_sampler():
     from tests.backends.test_logits_adjust import apply_plan
 
     params = SamplingParams(
-        temperature=0.0, repetition_penalty=1.3, frequency_penalty=0.7, logit_bias={40: 3.0}, min_tokens=4, logprobs=2
+        temperature=0.0,
+        repetition_penalty=1.3,
+        frequency_penalty=0.7,
+        logit_bias={40: 3.0},
+        min_tokens=4,
+        logprobs=2,
+        allowed_token_ids=[2, 6, 9, 40, 77, 123],
     )
     request = Request("a", [5, 6, 7, 40], params, 0.0, eos_token_id=2)
     request.append_output_token_ids([6, 6, 9])

@@ -159,6 +159,17 @@ def test_min_tokens_bans_eos_and_stop_ids_until_reached():
     assert _plan_for(params, [1], [4] * 3) is None  # reached: nothing banned
 
 
+def test_allowed_token_ids_confine_greedy_and_sampling():
+    logits = _logits(1, seed=7)
+    params = SamplingParams(temperature=0.0, allowed_token_ids=[4, 9, 30], max_tokens=8)
+    plan = _plan_for(params, [1], [])
+    sampler = Sampler(torch.device("cpu"))
+    assert sampler.sample(logits, ["a"], [params], plan).token_ids == [max((4, 9, 30), key=lambda t: logits[0, t])]
+    hot = SamplingParams(temperature=5.0, allowed_token_ids=[4, 9, 30], max_tokens=8, seed=1)
+    draws = {sampler.sample(logits, ["h"], [hot], _plan_for(hot, [1], [])).token_ids[0] for _ in range(30)}
+    assert draws <= {4, 9, 30} and len(draws) > 1
+
+
 def test_min_p_keeps_the_tokens_near_the_most_likely():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05] + [1e-9] * (V - 4)]))
     x = apply_min_p(logits, torch.tensor([0.2]))

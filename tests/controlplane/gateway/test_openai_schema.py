@@ -48,6 +48,7 @@ def test_penalties_bias_and_vllm_extensions_reach_the_frontend():
         min_p=0.05,
         min_tokens=2,
         max_tokens=8,
+        allowed_token_ids=[7, 50256],
     )
     sampling = parse_chat(body, default_max_tokens=5).sampling
     assert sampling == SamplingParams(
@@ -58,6 +59,7 @@ def test_penalties_bias_and_vllm_extensions_reach_the_frontend():
         min_p=0.05,
         min_tokens=2,
         max_tokens=8,
+        allowed_token_ids=(7, 50256),
     )
     assert sampling.processes_logits and sampling.penalizes
     assert not parse_chat(chat(frequency_penalty=0, presence_penalty=0), default_max_tokens=5).sampling.processes_logits
@@ -96,6 +98,8 @@ def test_completion_token_ids_and_null_content():
         (chat(logit_bias={"9" * 40: 1}), ErrorCode.INVALID_REQUEST, "logit_bias"),
         (chat(min_p=1.5), ErrorCode.INVALID_REQUEST, "min_p"),
         (chat(min_tokens=9, max_tokens=4), ErrorCode.INVALID_REQUEST, "min_tokens"),
+        (chat(allowed_token_ids=[-1]), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
+        (chat(allowed_token_ids=list(range(16_385))), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
     ],
 )
 def test_refusals(body, code, param):
