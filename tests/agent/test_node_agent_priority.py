@@ -14,18 +14,24 @@ from transport.messages import CancelRequest, GenerateRequest, NodeHello, TokenC
 pytestmark = pytest.mark.anyio
 
 
+async def _welcomed_agent(cp, tg) -> tuple[NodeAgent, bytes]:
+    """A fake-runner agent started in ``tg`` and welcomed by the test's control plane ``cp``; (agent, its peer)."""
+    agent = NodeAgent(
+        cp.endpoint,
+        build_trivial_engine(step_s=0.01),
+        AgentConfig(node_id="n1", model_name="fake-bytes", hello_timeout_s=0.3),
+        hardware=cpu_test_hardware(),
+    )
+    await tg.start(agent.run)
+    peer, _ = await cp.expect(NodeHello)
+    await cp.send(peer=peer, msg=Welcome(node_id="n1", heartbeat_interval_s=0.05, report_interval_s=0.05))
+    return agent, peer
+
+
 async def test_the_priority_of_a_generate_request_reaches_the_scheduler(router_peer):
     cp = router_peer
     async with anyio.create_task_group() as tg:
-        agent = NodeAgent(
-            cp.endpoint,
-            build_trivial_engine(step_s=0.01),
-            AgentConfig(node_id="n1", model_name="fake-bytes", hello_timeout_s=0.3),
-            hardware=cpu_test_hardware(),
-        )
-        await tg.start(agent.run)
-        peer, _ = await cp.expect(NodeHello)
-        await cp.send(peer=peer, msg=Welcome(node_id="n1", heartbeat_interval_s=0.05, report_interval_s=0.05))
+        agent, peer = await _welcomed_agent(cp, tg)
         for request_id, priority in (("vip", 2), ("plain", 0)):
             sampling = SamplingParams(max_tokens=10_000)
             msg = GenerateRequest(
@@ -53,15 +59,7 @@ async def test_a_resumed_requests_count_reaches_the_engine_and_a_bad_one_is_an_e
 
     cp = router_peer
     async with anyio.create_task_group() as tg:
-        agent = NodeAgent(
-            cp.endpoint,
-            build_trivial_engine(step_s=0.01),
-            AgentConfig(node_id="n1", model_name="fake-bytes", hello_timeout_s=0.3),
-            hardware=cpu_test_hardware(),
-        )
-        await tg.start(agent.run)
-        peer, _ = await cp.expect(NodeHello)
-        await cp.send(peer=peer, msg=Welcome(node_id="n1", heartbeat_interval_s=0.05, report_interval_s=0.05))
+        agent, peer = await _welcomed_agent(cp, tg)
         sampling = SamplingParams(max_tokens=10_000, frequency_penalty=1.0)
 
         def generate(request_id: str, num_resumed_tokens: int) -> GenerateRequest:
