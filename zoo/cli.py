@@ -26,6 +26,7 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         logit_bias=tuple(_logit_bias_arg(pair) for pair in args.logit_bias or ()),
         min_p=args.min_p,
         min_tokens=args.min_tokens,
+        allowed_token_ids=tuple(args.allowed_token_id or ()),
     )
 
 
@@ -190,6 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--logit-bias", action="append", metavar="ID=BIAS", help="add BIAS to token ID's logit (repeatable)")
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
+    g.add_argument("--allowed-token-id", type=int, action="append", metavar="ID", help="only these ids (repeatable)")
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
     g.add_argument("--lora", default=None, metavar="NAME", help="generate with this adapter of --lora-modules")
     add_engine_args(g)

@@ -48,10 +48,21 @@ def test_invalid_sampling_parameter_is_a_clear_usage_error():
     assert "temperature" in r.stderr
 
 
+@pytest.mark.slow
+def test_generate_with_a_bias_and_penalties(smollm2_checkpoint):
+    (banana,) = smollm2_checkpoint.tokenizer.encode(" banana")
+    r = _zoo(
+        "generate", "Fruit:", "--max-tokens", "3", "--temperature", "0", "--logit-bias", f"{banana}=100",
+        "--frequency-penalty", "0.5", "--min-tokens", "3", "--quiet",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "banana banana banana"
+
+
 @pytest.mark.parametrize(
     ("flags", "field"),
     [(["--logit-bias", "x=1"], "logit_bias"), (["--frequency-penalty", "3"], "frequency_penalty"),
-     (["--min-tokens", "9", "--max-tokens", "4"], "min_tokens")],
+     (["--min-tokens", "9", "--max-tokens", "4"], "min_tokens"), (["--allowed-token-id", "-1"], "allowed_token_ids")],
 )  # fmt: skip
 def test_a_bad_penalty_or_bias_is_a_clear_usage_error(flags, field):
     r = _zoo("generate", "hello", *flags)
