@@ -27,7 +27,7 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
                      ids 0 .. 2**31-1, bias -100..100  past the model's vocabulary is refused by the engine
     min_p            0 .. 1                         vLLM's extension
     min_tokens       0 .. max_tokens                vLLM's extension
-    allowed_token_ids <= 16,384 distinct ids        vLLM's extension; past the vocabulary refused as logit_bias's
+    allowed_token_ids <= 16,384 ids                 vLLM's extension; an id past the vocabulary refused as logit_bias's
 
 Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's
 sampler (vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer
