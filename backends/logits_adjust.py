@@ -74,8 +74,9 @@ class LogitsPlan:
     def add(
         self, row: int, token_ids: np.ndarray, after: np.ndarray, rep: np.ndarray | float = 1.0, before=None
     ) -> None:
+        """A row's entries; ``rep`` one factor for them all (a number, an int too) or one each."""
         if len(token_ids):
-            self.chunks.append((row, token_ids, before, rep, after))
+            self.chunks.append((row, token_ids, before, rep if isinstance(rep, np.ndarray) else float(rep), after))
 
     @property
     def has_before(self) -> bool:

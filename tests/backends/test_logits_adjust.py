@@ -149,3 +149,15 @@ def test_a_drafts_rows_count_the_drafts_before_them():
     got = apply_plan(logits, plan)
     for j, output in enumerate(([4], [4, 4], [4, 4, 5])):
         np.testing.assert_allclose(got[j], reference_row(logits[j], params, [1, 2], output))
+
+
+def test_integer_params_plan_as_floats():
+    """SamplingParams takes ints for its numbers (the Python API keeps them as given): the plan's arrays still build."""
+    params = SamplingParams(repetition_penalty=2, frequency_penalty=1, presence_penalty=0, max_tokens=8)
+    plan = LogitsAdjuster().plan([SampleSlot(scheduled("i", params, [1, 2], [3, 3]), 0, 1)], V)
+    _, token_ids, _, rep, _ = plan.arrays()
+    assert rep is not None and set(rep.tolist()) == {2.0} and sorted(token_ids.tolist()) == [1, 2, 3]
+    logits = np.ones((1, V))
+    np.testing.assert_allclose(apply_plan(logits, plan)[0], reference_row(logits[0], params, [1, 2], [3, 3]))
+    unit = SamplingParams(repetition_penalty=1, frequency_penalty=1, max_tokens=8)  # an int 1: no factor at all
+    assert LogitsAdjuster().plan([SampleSlot(scheduled("u", unit, [1], [3]), 0, 1)], V).arrays()[3] is None
