@@ -14,6 +14,7 @@ import numpy as np
 from backends.checkpoint import ModelConfig
 from engine.batch import ScheduledRequest, SchedulerOutput
 from engine.model_runner import KVCacheSpec
+from engine.request import Request
 from engine.sampling_params import SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=64)
@@ -85,6 +86,16 @@ class Seq:
         if sampled:
             self.token_ids.extend(sampled)
             self.num_output += len(sampled)
+
+
+def sampled_step(request: Request) -> ScheduledRequest:
+    """``request``'s next step as the scheduler hands it to a runner's sampler: its last known token run and sampled,
+    with the logits inputs its params need (Request.logits_inputs); no block table (a sampler reads none)."""
+    history = request.all_token_ids
+    return ScheduledRequest(
+        request.req_id, history[-1:], len(history) - 1, [], True, request.sampling_params, request.num_output_tokens,
+        logits_inputs=request.logits_inputs(),
+    )  # fmt: skip
 
 
 def make_step(step_id: int, requests: list[ScheduledRequest], **moves: Any) -> SchedulerOutput:

@@ -24,8 +24,8 @@ from functools import partial
 import numpy as np
 
 from backends.logits_adjust import LogitsAdjuster
+from backends.runner_driver import sampled_step
 from backends.sample_slots import SampleSlot
-from engine.batch import ScheduledRequest
 from engine.request import Request
 from engine.sampling_params import SamplingParams
 
@@ -51,15 +51,7 @@ def _batch(num_rows: int, fields: dict, rng: np.random.Generator) -> list[Reques
 
 
 def _slots(requests: list[Request]) -> list[SampleSlot]:
-    out = []
-    for i, r in enumerate(requests):
-        history = r.all_token_ids
-        s = ScheduledRequest(
-            r.req_id, history[-1:], len(history) - 1, [0], True, r.sampling_params, r.num_output_tokens,
-            logits_inputs=r.logits_inputs(),
-        )  # fmt: skip
-        out.append(SampleSlot(s, i, 1))
-    return out
+    return [SampleSlot(sampled_step(r), i, 1) for i, r in enumerate(requests)]
 
 
 def _time_steps(sample, requests: list[Request], repeats: int, rng: np.random.Generator) -> tuple[float, float]:

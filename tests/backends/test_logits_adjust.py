@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from backends.logits_adjust import LogitsAdjuster, LogitsPlan
+from backends.runner_driver import sampled_step
 from backends.sample_slots import SampleSlot
-from engine.batch import LogitsInputs, ScheduledRequest
+from engine.batch import ScheduledRequest
+from engine.request import Request
 from engine.sampling_params import SamplingParams
 
 V = 24
@@ -56,14 +58,9 @@ def apply_plan(logits: np.ndarray, plan: LogitsPlan | None) -> np.ndarray:
 
 def scheduled(req_id: str, params: SamplingParams, prompt: list[int], output: list[int]) -> ScheduledRequest:
     """A decode step of a request (its last known token run, sampled), with the inputs the engine gives it."""
-    history = [*prompt, *output]
-    banned = ()
-    if len(output) < params.min_tokens:
-        banned = params.stop_token_ids if params.ignore_eos else (EOS, *params.stop_token_ids)
-    inputs = LogitsInputs(history if params.penalizes else None, banned)
-    return ScheduledRequest(
-        req_id, history[-1:], len(history) - 1, [0], True, params, num_output_tokens=len(output), logits_inputs=inputs
-    )
+    request = Request(req_id, prompt, params, 0.0, eos_token_id=EOS)
+    request.append_output_token_ids(output)
+    return sampled_step(request)
 
 
 params_st = st.builds(

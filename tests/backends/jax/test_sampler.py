@@ -88,10 +88,10 @@ def test_logits_processing_matches_the_formula_and_the_torch_sampler():
 
     from backends.jax.sampler import apply_logits_plan, apply_logits_plan_jit
     from backends.logits_adjust import LogitsAdjuster
+    from backends.runner_driver import sampled_step
     from backends.sample_slots import SampleSlot
     from backends.torch.sampler import Sampler as TorchSampler
     from backends.torch.sampler import apply_logits_plan as torch_apply
-    from engine.batch import ScheduledRequest
     from engine.request import Request
     from tests.backends.test_logits_adjust import apply_plan
 
@@ -106,10 +106,7 @@ def test_logits_processing_matches_the_formula_and_the_torch_sampler():
     )
     request = Request("a", [5, 6, 7, 40], params, 0.0, eos_token_id=2)
     request.append_output_token_ids([6, 6, 9])
-    history = request.all_token_ids
-    r = ScheduledRequest(
-        "a", history[-1:], len(history) - 1, [0], True, params, 3, logits_inputs=request.logits_inputs()
-    )
+    r = sampled_step(request)
     plan = LogitsAdjuster().plan([SampleSlot(r, 2, 1)], 300)
     logits = np.random.default_rng(5).standard_normal((4, 300)).astype(np.float32) * 3
     logits[2, 2] = 50.0  # EOS the most likely: banned

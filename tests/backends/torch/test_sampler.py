@@ -8,7 +8,6 @@ import math
 import torch
 
 from backends.torch.sampler import Sampler, apply_logits_plan, apply_min_p, apply_top_k_top_p
-from engine.batch import ScheduledRequest
 from engine.sampling_params import SamplingParams
 
 V = 50
@@ -121,16 +120,13 @@ def test_logprobs_normalised_with_top_alternatives():
 
 def _plan_for(params: SamplingParams, prompt: list[int], output: list[int], eos: int = 2):
     from backends.logits_adjust import LogitsAdjuster
+    from backends.runner_driver import sampled_step
     from backends.sample_slots import SampleSlot
     from engine.request import Request
 
     request = Request("a", prompt, params, 0.0, eos_token_id=eos)
     request.append_output_token_ids(output)
-    history = request.all_token_ids
-    r = ScheduledRequest(
-        "a", history[-1:], len(history) - 1, [0], True, params, len(output), logits_inputs=request.logits_inputs()
-    )
-    return LogitsAdjuster().plan([SampleSlot(r, 0, 1)], V)
+    return LogitsAdjuster().plan([SampleSlot(sampled_step(request), 0, 1)], V)
 
 
 def test_penalties_and_bias_change_the_greedy_pick_and_the_logprobs_stay_raw():
