@@ -145,8 +145,10 @@ class EngineThread:
         """Queue a request that arrived ``age_s`` ago (``slo_tpot_s``, ``num_resumed_tokens``: NodeCore.add's); the
         time it then waits (its adapter's read, the inbox) is added when the thread applies it, so the engine's
         clocks start at the request's arrival."""
-        cmd = _Add(request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora, slo_tpot_s)
-        cmd.num_resumed_tokens = num_resumed_tokens
+        cmd = _Add(
+            request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora, slo_tpot_s,
+            num_resumed_tokens=num_resumed_tokens,
+        )  # fmt: skip
         store = _lora_store(self.core) if lora is not None else None
         if store is None or not store.needs_read(lora.lora_id):  # new to this node, or dropped from host RAM
             self.inbox.put(cmd)

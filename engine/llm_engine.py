@@ -240,10 +240,8 @@ class LLMEngine:
             raise ValueError(
                 f"num_resumed_tokens must be in [0, {len(token_ids)}) (the prompt's), got {num_resumed_tokens}"
             )
-        request = Request(
-            req_id, token_ids, params, now, eos_token_id=self.tokenizer.eos_token_id, lora_id=lora_id, priority=priority
-        )
-        request.num_resumed_tokens = num_resumed_tokens
+        eos_token_id = self.tokenizer.eos_token_id
+        request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens)
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
         detokenizer = IncrementalDetokenizer(self.tokenizer, stop, params.min_tokens)

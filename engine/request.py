@@ -76,6 +76,7 @@ class Request:
         eos_token_id: int | None = None,
         lora_id: int | None = None,
         priority: int = 0,
+        num_resumed_tokens: int = 0,
     ) -> None:
         self.req_id = req_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -85,7 +86,8 @@ class Request:
         self.eos_token_id = eos_token_id
         self.lora_id = lora_id
         self.priority = priority  # higher first; a lower-priority running request is swapped out for it
-        self.num_resumed_tokens = 0  # the prompt's last tokens that are its output from before a resume (penalties)
+        self.num_resumed_tokens = num_resumed_tokens  # the prompt's last tokens: its output before a resume
+        self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in
 
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
@@ -127,9 +129,9 @@ class Request:
     def logits_inputs(self) -> LogitsInputs | None:
         """What its sampler needs beyond its params (ScheduledRequest.logits_inputs): its tokens where a penalty
         reads them, and the stop tokens while fewer than ``min_tokens`` are out; None when it processes none."""
-        params = self.sampling_params
-        if not params.processes_logits:
+        if not self._processes_logits:
             return None
+        params = self.sampling_params
         history = self._all_token_ids if params.penalizes else None
         banned: tuple[int, ...] = ()
         if len(self.output_token_ids) < params.min_tokens:
