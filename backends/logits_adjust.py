@@ -72,7 +72,12 @@ class LogitsPlan:
         return banned
 
     def add(
-        self, row: int, token_ids: np.ndarray, after: np.ndarray, rep: np.ndarray | float = 1.0, before=None
+        self,
+        row: int,
+        token_ids: np.ndarray,
+        after: np.ndarray,
+        rep: np.ndarray | float = 1.0,
+        before: np.ndarray | None = None,
     ) -> None:
         """A row's entries; ``rep`` one factor for them all (a number, an int too) or one each."""
         if len(token_ids):

@@ -113,6 +113,7 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param="traffic_class")
     try:
         token_ids = tokenize(tokenizer, msg)
+        check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)  # logit_bias, allowed_token_ids: in the vocabulary
     except PromptError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
     cell = traffic_class.cell if traffic_class is not None else router.cell_for(asked)
@@ -248,8 +249,7 @@ def resumed_request(
 
 def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
     """The prompt's token ids from exactly one of prompt / messages / prompt_token_ids; PromptError saying
-    what is wrong (none or several given, ids out of the vocabulary, empty, a logit_bias or allowed_token_ids id
-    past it) and naming the field."""
+    what is wrong (none or several given, ids out of the vocabulary, empty) and naming the field."""
     given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
     if sum(given) != 1:
         raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
@@ -266,5 +266,4 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
         check_token_ids(token_ids, tokenizer.vocab_size)
     except PromptError as e:
         raise PromptError(str(e), param) from None
-    check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)
     return token_ids
