@@ -77,7 +77,10 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
-    engine = LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock)
+    from backends.grammar import LLGuidanceCompiler
+
+    grammars = LLGuidanceCompiler(checkpoint.tokenizer, checkpoint.config.vocab_size)  # structured outputs
+    engine = LLMEngine(runner, checkpoint.tokenizer, config.scheduler, config.cache, clock=clock, grammars=grammars)
     if config.speculative is not None:
         from backends.spec_builder import attach_speculator
 

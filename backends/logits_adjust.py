@@ -9,7 +9,9 @@ a few elementwise operations and one scatter on the device (backends/torch/sampl
     v = v - after                          frequency_penalty * count + presence_penalty, for the output's tokens
     logits[row, token] = v
 
-and, for a row whose request gives ``allowed_token_ids``, every other token's logit set to -inf (``allowed_mask``).
+and, for a row whose request gives ``allowed_token_ids``, every other token's logit set to -inf (``allowed_mask``);
+so too, for a row whose request has a structured-output grammar (backends/grammar.py), every token the grammar does
+not allow next. The grammar is advanced here, at plan time, by the output tokens it has not consumed yet.
 
 That is the order of vLLM's V1 sampler, as its docstring lists the steps (vllm/v1/sample/sampler.py): the logits
 processors that can change a greedy pick (min_tokens, logit_bias), then the penalties, repetition, frequency and
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backends.sample_slots import SampleSlot
+from engine.batch import LogitsInputs
 from engine.sampling_params import SamplingParams
 
 NEG_INF = float("-inf")
@@ -52,6 +55,7 @@ class LogitsPlan:
 
     chunks: list[_Chunk] = field(default_factory=list)
     allowed: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (row, the only ids it may sample)
+    grammar: list[tuple[int, np.ndarray]] = field(default_factory=list)  # (row, bool [V]: what its grammar bans)
 
     def __len__(self) -> int:
         """The entries (an allowed set is not counted: ``empty`` says whether there is anything to do)."""
@@ -59,16 +63,19 @@ class LogitsPlan:
 
     @property
     def empty(self) -> bool:
-        return not self.chunks and not self.allowed
+        return not self.chunks and not self.allowed and not self.grammar
 
     def allowed_mask(self, num_rows: int, vocab_size: int) -> np.ndarray | None:
-        """Boolean [num_rows, vocab_size], True where a row with an allowed set may not sample; None without one."""
-        if not self.allowed:
+        """Boolean [num_rows, vocab_size], True where a row with an allowed set or a grammar may not sample; None
+        without either."""
+        if not self.allowed and not self.grammar:
             return None
         banned = np.zeros((num_rows, vocab_size), dtype=bool)
         for row, ids in self.allowed:
             banned[row] = True
             banned[row, ids] = False
+        for row, grammar_banned in self.grammar:
+            banned[row] |= grammar_banned[:vocab_size]
         return banned
 
     def add(
@@ -175,10 +182,16 @@ class LogitsAdjuster:
             inputs = r.logits_inputs
             banned = () if inputs is None else inputs.banned_token_ids
             history = None if inputs is None or not params.penalizes else inputs.history
-            if history is None and not banned and not params.logit_bias and not params.allowed_token_ids:
+            grammar = None if inputs is None else inputs.grammar
+            rest = history is not None or banned or params.logit_bias or params.allowed_token_ids
+            if grammar is None and not rest:
                 continue  # min_p alone: the sampler's
             if plan is None:
                 plan = LogitsPlan()
+            if grammar is not None:
+                _plan_grammar(plan, s, grammar, inputs, vocab_size)
+                if not rest:
+                    continue
             if params.allowed_token_ids:
                 allowed = self._allowed.get(r.req_id)
                 if allowed is None:
@@ -210,6 +223,23 @@ class LogitsAdjuster:
             seen.add(history[seen.num_known : num_known])
             seen.num_known = num_known
         return seen
+
+
+def _plan_grammar(plan: LogitsPlan, s: SampleSlot, grammar, inputs: LogitsInputs, vocab_size: int) -> None:
+    """Advance the request's grammar by the output tokens it has not consumed, and ban, in each of its rows, what it
+    does not allow next (a draft row: after the drafts before it, on a copy)."""
+    r = s.request
+    num_known = r.start_pos + len(r.token_ids)
+    num_prompt = num_known - r.num_output_tokens - inputs.num_resumed_tokens
+    history = inputs.history
+    if history is not None and num_prompt + grammar.num_consumed < num_known:
+        grammar.advance(history[num_prompt + grammar.num_consumed : num_known])
+    plan.grammar.append((s.first_row, grammar.banned(vocab_size)))
+    if s.num_rows > 1:
+        draft = grammar.copy()
+        for j in range(1, s.num_rows):
+            draft.advance(r.spec_token_ids[j - 1 : j])
+            plan.grammar.append((s.first_row + j, draft.banned(vocab_size)))
 
 
 def _plan_row(

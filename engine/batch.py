@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.sampling_params import SamplingParams
+from engine.structured_output import Grammar
 
 
 @dataclass(slots=True)
@@ -38,11 +39,14 @@ class LogitsInputs:
         ``ignore_eos``, and ``stop_token_ids``).
     num_resumed_tokens: the prompt's last tokens that are the request's output from before it resumed on this node
         (a failover, a migration, a prefill/decode hand-off): the penalties count them as output.
+    grammar: its structured-output constraint (engine/structured_output.Grammar), or None; the sampler advances it
+        by the output tokens it has not consumed and bans what it does not allow next.
     """
 
     history: list[int] | None
     banned_token_ids: tuple[int, ...] = ()
     num_resumed_tokens: int = 0
+    grammar: Grammar | None = None
 
 
 @dataclass(slots=True)

@@ -36,6 +36,7 @@ from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
 from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
+from engine.structured_output import GrammarCompiler, compile_grammar
 
 STEP_RECORDS_KEPT = 4096
 
@@ -162,11 +163,14 @@ class LLMEngine:
         *,
         detokenize: bool = True,
         speculator: Speculator | None = None,
+        grammars: GrammarCompiler | None = None,
     ) -> None:
         """detokenize: False leaves ``RequestOutput.text`` empty and ignores stop strings (the fleet
         simulator, whose tokens are placeholders).
         speculator: drafts proposed before each step and verified by the runner (engine/spec/); None
-        decodes plainly."""
+        decodes plainly.
+        grammars: compiles a request's structured-output constraint for this tokenizer (backends/grammar.py);
+        None refuses constrained requests (engine/structured_output.py)."""
         if scheduler_config.max_model_len > runner.max_model_len:
             raise ValueError(
                 f"max_model_len {scheduler_config.max_model_len} exceeds the model's {runner.max_model_len}"
@@ -178,6 +182,7 @@ class LLMEngine:
         self.clock = clock or MonotonicClock()
         self.detokenize = detokenize
         self.speculator = speculator
+        self.grammars = grammars
         lora_config = getattr(runner, "lora_config", None)  # a LoraRunner (engine/lora.py) built with LoRA on
         if lora_config is not None and not scheduler_config.max_loras:
             scheduler_config.max_loras = lora_config.max_loras
@@ -240,8 +245,10 @@ class LLMEngine:
             raise ValueError(
                 f"num_resumed_tokens must be in [0, {len(token_ids)}) (the prompt's), got {num_resumed_tokens}"
             )
+        grammar = compile_grammar(self.grammars, params.structured_outputs, token_ids, num_resumed_tokens)
         eos_token_id = self.tokenizer.eos_token_id
         request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens)
+        request.grammar = grammar
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
         detokenizer = IncrementalDetokenizer(self.tokenizer, stop, params.min_tokens)

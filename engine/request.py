@@ -18,6 +18,7 @@ from collections.abc import Iterable
 
 from engine.batch import LogitsInputs
 from engine.sampling_params import SamplingParams
+from engine.structured_output import Grammar
 
 
 class RequestStatus(enum.Enum):
@@ -88,6 +89,7 @@ class Request:
         self.priority = priority  # higher first; a lower-priority running request is swapped out for it
         self.num_resumed_tokens = num_resumed_tokens  # the prompt's last tokens: its output before a resume
         self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in
+        self.grammar: Grammar | None = None  # its structured-output constraint, compiled (LLMEngine.add_request)
 
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
@@ -127,17 +129,18 @@ class Request:
         return self.status.is_finished()
 
     def logits_inputs(self) -> LogitsInputs | None:
-        """What its sampler needs beyond its params (ScheduledRequest.logits_inputs): its tokens where a penalty
-        reads them, and the stop tokens while fewer than ``min_tokens`` are out; None when it processes none."""
+        """What its sampler needs beyond its params (ScheduledRequest.logits_inputs): its tokens where a penalty or
+        its grammar reads them, the stop tokens while fewer than ``min_tokens`` are out, its grammar; None when it
+        processes none."""
         if not self._processes_logits:
             return None
         params = self.sampling_params
-        history = self._all_token_ids if params.penalizes else None
+        history = self._all_token_ids if params.penalizes or self.grammar is not None else None
         banned: tuple[int, ...] = ()
         if len(self.output_token_ids) < params.min_tokens:
             stop_ids = params.stop_token_ids
             banned = stop_ids if self.eos_token_id is None or params.ignore_eos else (self.eos_token_id, *stop_ids)
-        return LogitsInputs(history, banned, self.num_resumed_tokens)
+        return LogitsInputs(history, banned, self.num_resumed_tokens, self.grammar)
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         if isinstance(token_ids, int):

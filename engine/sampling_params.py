@@ -28,6 +28,9 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     min_p            0 .. 1                         vLLM's extension
     min_tokens       0 .. max_tokens                vLLM's extension
     allowed_token_ids <= 16,384 ids                 vLLM's extension; an id past the vocabulary refused as logit_bias's
+    structured_outputs None | one constraint        vLLM's; a schema, regex or grammar of <= 64 KiB, <= 256 choices
+                                                    (engine/structured_output.py); not with ignore_eos, min_tokens
+                                                    or allowed_token_ids, which could leave no token to sample
 
 Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's
 sampler (vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer
@@ -35,8 +38,8 @@ than ``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and
 ``stop_token_ids`` are banned; ``logit_bias`` is added; then ``repetition_penalty`` divides the positive logits
 and multiplies the negative ones of every token in the prompt or the output so far; then ``frequency_penalty``
 times a token's count in the output, plus ``presence_penalty`` where that count is not 0, is subtracted (OpenAI's
-formula). Then temperature, then ``min_p`` (tokens below ``min_p`` times the most likely one's probability are
-dropped), then top-k and top-p. Reported logprobs stay those of the raw logits.
+formula). A ``structured_outputs`` constraint bans every token its grammar does not allow next. Then temperature, then
+``min_p`` (tokens below ``min_p`` times the most likely one's probability are dropped), then top-k and top-p. Reported logprobs stay those of the raw logits.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from __future__ import annotations
 import math
 
 import msgspec
+
+from engine.structured_output import StructuredOutput, StructuredOutputError
 
 MAX_LOGPROBS = 20
 MAX_INT32 = 2**31 - 1
@@ -89,6 +94,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     min_p: drop the tokens less likely than ``min_p`` times the most likely one (0: off).
     min_tokens: EOS and ``stop_token_ids`` are banned, and stop strings not matched, until this many are out.
     allowed_token_ids: when not empty, the only ids that may be sampled (vLLM's; a label set for classification).
+    structured_outputs: a constraint on the output's shape (a JSON schema, a regex, choices, a grammar), or None.
     """
 
     temperature: float = 1.0
@@ -107,6 +113,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     min_p: float = 0.0
     min_tokens: int = 0
     allowed_token_ids: tuple[int, ...] = ()
+    structured_outputs: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -214,6 +221,26 @@ class SamplingParams(msgspec.Struct, frozen=True):
             raise SamplingParamsError(
                 "min_tokens", f"must be an integer in [0, max_tokens ({self.max_tokens})], got {show_value(n)}"
             )
+        self._validate_structured_outputs()
+
+    def _validate_structured_outputs(self) -> None:
+        spec = self.structured_outputs
+        if spec is None:
+            return
+        if not isinstance(spec, StructuredOutput):
+            raise SamplingParamsError("structured_outputs", f"must be a StructuredOutput, got {show_value(spec)}")
+        try:
+            spec.check()
+        except StructuredOutputError as error:
+            raise SamplingParamsError("structured_outputs", str(error)) from None
+        # each of these could ban the only tokens the grammar allows (its EOS once complete): nothing left to sample
+        for name, clash in (
+            ("ignore_eos", self.ignore_eos),
+            ("min_tokens", self.min_tokens > 0),
+            ("allowed_token_ids", bool(self.allowed_token_ids)),
+        ):
+            if clash:
+                raise SamplingParamsError(name, "cannot be combined with structured outputs")
 
     @property
     def greedy(self) -> bool:
@@ -226,10 +253,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
 
     @property
     def processes_logits(self) -> bool:
-        """Any logits processing before temperature (an allowed set, a penalty, a bias, min_tokens' ban) or min_p
-        after it."""
+        """Any logits processing before temperature (an allowed set, a grammar, a penalty, a bias, min_tokens' ban)
+        or min_p after it."""
         processed = self.penalizes or bool(self.logit_bias) or self.min_tokens > 0 or self.min_p > 0.0
-        return processed or bool(self.allowed_token_ids)
+        return processed or bool(self.allowed_token_ids) or self.structured_outputs is not None
 
 
 def _is_int(value: object) -> bool:

@@ -204,7 +204,7 @@ class Sampler:
         ``plan``: the step's logits processing (its rows index ``logits``), if any."""
         num_padded, vocab = logits.shape
         raw = logits  # what the logprobs report
-        if plan is not None and len(plan):
+        if plan is not None and not plan.empty:
             logits = apply_logits_plan(logits, plan)
         if all(p.greedy for p in params):
             ids_dev = _greedy(logits)
