@@ -39,7 +39,8 @@ than ``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and
 and multiplies the negative ones of every token in the prompt or the output so far; then ``frequency_penalty``
 times a token's count in the output, plus ``presence_penalty`` where that count is not 0, is subtracted (OpenAI's
 formula). A ``structured_outputs`` constraint bans every token its grammar does not allow next. Then temperature, then
-``min_p`` (tokens below ``min_p`` times the most likely one's probability are dropped), then top-k and top-p. Reported logprobs stay those of the raw logits.
+``min_p`` (tokens below ``min_p`` times the most likely one's probability are dropped), then top-k and top-p.
+Reported logprobs stay those of the raw logits.
 """
 
 from __future__ import annotations
