@@ -1,6 +1,7 @@
 """Request intake: a client's ClientGenerate → its tokens and the node to serve it, or a refusal.
 
     ClientGenerate ─► request id ─► model ─► tokens (chat template for ``messages``, engine/prompt.py checks)
+                   ─► a structured-output constraint compiles (backends/grammar.py)
                    ─► live nodes of its cell ─► fits the longest context? ─► policy.choose ─► admission.check
                    ─► Placement(node_id, route, token_ids)
                       (the chosen node's queue full: the policy's next-best node without it, MAX_CHOICES at most)
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from backends.grammar import check as check_grammar
 from controlplane.admission import queued_requests
 from controlplane.cells import DEFAULT_CLASS
 from controlplane.lora_table import LoraTable
@@ -42,6 +44,7 @@ from engine.prompt import (
     check_sampling_token_ids,
     check_token_ids,
 )
+from engine.structured_output import StructuredOutputError
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 MAX_CHOICES = 4  # nodes tried per request when admission refuses the chosen node's queue (bounded decision)
@@ -116,6 +119,11 @@ def place_request(
         check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)  # logit_bias, allowed_token_ids: in the vocabulary
     except PromptError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)
+    if msg.sampling.structured_outputs is not None:
+        try:
+            check_grammar(msg.sampling.structured_outputs)  # compiles (no tokenizer): a bad schema is refused here
+        except StructuredOutputError as e:
+            return refuse(ErrorCode.INVALID_REQUEST, f"structured_outputs: {e}", param="structured_outputs")
     cell = traffic_class.cell if traffic_class is not None else router.cell_for(asked)
     snapshot: ClusterSnapshot = registry.snapshot(model=model, cell=cell)
     if lora_entry is not None:

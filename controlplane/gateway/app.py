@@ -187,6 +187,7 @@ class Gateway:
 
     async def _handle_generate(self, request: Request, *, chat: bool) -> Response:
         arrival_ns = time.monotonic_ns()  # the request's clocks start here (its headers are in)
+        args = None
         try:
             body = await self._read_body(request)
             if chat:
@@ -195,6 +196,8 @@ class Gateway:
                 args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
         except FrontendError as err:
+            if err.param == "structured_outputs" and args is not None and args.structured_param:
+                err.param = args.structured_param  # the intake's compile check names the field the client used
             return error_response(err)
         except _ReadTimeout as timeout:
             return _read_timeout_response(timeout)

@@ -3,8 +3,9 @@
 Types are strict (``"2"`` is not an int, ``true`` is not a number), unknown fields are ignored as
 OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendError whose ``param``
 names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
-Fields that would change the output and that the engine cannot honour (tools, echo, JSON mode,
-best_of) are refused rather than silently ignored. The penalties, ``logit_bias`` (its keys token ids written as
+Fields that would change the output and that the engine cannot honour (tools, echo, best_of) are refused
+rather than silently ignored. Structured outputs (``response_format``, vLLM's ``structured_outputs`` and
+``guided_*``) are read by gateway/structured_fields.py. The penalties, ``logit_bias`` (its keys token ids written as
 strings, as OpenAI's) and vLLM's ``repetition_penalty``, ``min_p``, ``min_tokens`` and ``allowed_token_ids`` are
 honoured (engine/sampling_params.py says each one's range and the order they apply in). ``n`` choices (at most
 MAX_CHOICES) become n engine requests. The replies are built in gateway/openai_reply.py.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import msgspec
 
 from controlplane.frontend import FrontendError
+from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
 from transport.messages import ChatMessage, ErrorCode
 
@@ -41,12 +43,8 @@ class ChatMessageIn(msgspec.Struct, kw_only=True):
     content: str | list[ContentPart] | None = None
 
 
-class ResponseFormat(msgspec.Struct, kw_only=True):
-    type: str
-
-
-class _CommonRequest(msgspec.Struct, kw_only=True):
-    """Fields /v1/completions and /v1/chat/completions share."""
+class _CommonRequest(StructuredRequest, kw_only=True):
+    """Fields /v1/completions and /v1/chat/completions share (the structured-output ones: structured_fields.py)."""
 
     model: str | None = None  # None: the fleet's default model
     max_tokens: int | None = None
@@ -86,7 +84,6 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     logprobs: bool | None = None
     top_logprobs: int | None = None
     tools: list[dict] | None = None
-    response_format: ResponseFormat | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +100,7 @@ class GenerateArgs:
     continuous_usage: bool = False
     n: int = 1
     traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
+    structured_param: str | None = None  # the field that asked for structured outputs (an error about them names it)
 
 
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
@@ -123,7 +121,9 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         raise _invalid("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
     prompt, prompt_token_ids = _prompt_of(req.prompt)
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
-    sampling = _sampling_of(req, max_tokens=max_tokens, max_tokens_param="max_tokens", logprobs=req.logprobs)
+    sampling, structured_param = _sampling_of(
+        req, max_tokens=max_tokens, max_tokens_param="max_tokens", logprobs=req.logprobs
+    )
     return GenerateArgs(
         model=req.model,
         sampling=sampling,
@@ -134,6 +134,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
+        structured_param=structured_param,
     )
 
 
@@ -143,8 +144,6 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         raise _invalid("messages", "must be a non-empty list of messages")
     if req.tools:
         raise _invalid("tools", "tool calling is not supported")
-    if req.response_format is not None and req.response_format.type != "text":
-        raise _invalid("response_format", f"only type 'text' is supported, got {show_value(req.response_format.type)}")
     if req.top_logprobs is not None and not req.logprobs:
         raise _invalid("top_logprobs", "requires logprobs=true")
     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
@@ -154,7 +153,9 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
         max_tokens_param = "max_tokens"
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
-    sampling = _sampling_of(req, max_tokens=max_tokens, max_tokens_param=max_tokens_param, logprobs=logprobs)
+    sampling, structured_param = _sampling_of(
+        req, max_tokens=max_tokens, max_tokens_param=max_tokens_param, logprobs=logprobs
+    )
     return GenerateArgs(
         model=req.model,
         sampling=sampling,
@@ -164,6 +165,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
+        structured_param=structured_param,
     )
 
 
@@ -253,12 +255,14 @@ def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
 
 def _sampling_of(
     req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None
-) -> SamplingParams:
+) -> tuple[SamplingParams, str | None]:
+    """The request's SamplingParams, and the field that asked for structured outputs (None: none did)."""
     if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
         raise _invalid("n", f"must be in [1, {MAX_CHOICES}], got {show_value(req.n)}")
     logit_bias = _logit_bias_of(req.logit_bias)
+    structured, structured_param = structured_of(req)
     try:
-        return SamplingParams(
+        sampling = SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             top_k=req.top_k or 0,
@@ -275,10 +279,12 @@ def _sampling_of(
             min_p=req.min_p or 0.0,
             min_tokens=req.min_tokens or 0,
             allowed_token_ids=req.allowed_token_ids or (),
+            structured_outputs=structured,
         )
     except SamplingParamsError as exc:
-        param = {"max_tokens": max_tokens_param}.get(exc.field, exc.field)
+        param = {"max_tokens": max_tokens_param, "structured_outputs": structured_param}.get(exc.field, exc.field)
         if param == "logprobs" and isinstance(req, ChatCompletionRequest):
             param = "top_logprobs"
         detail = str(exc).removeprefix(f"{exc.field}: ")
         raise _invalid(param, detail) from None
+    return sampling, structured_param

@@ -9,6 +9,7 @@ from controlplane.request_intake import MAX_CHOICES, place_request
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
 from engine.sampling_params import SamplingParams
+from engine.structured_output import StructuredOutput
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 
@@ -92,3 +93,32 @@ def test_a_logit_bias_id_past_the_vocabulary_is_refused_naming_the_field(make_he
         admission=admission, router=RouterConfig(),
     )  # fmt: skip
     assert isinstance(refused, ErrorReply) and refused.param == "allowed_token_ids" and policy.num_calls == 1
+
+
+def test_a_constraint_that_does_not_compile_is_refused_before_routing(make_hello):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a"))
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=10, max_queue_global=100))
+    policy = _PrefersAlphabetically()
+
+    def place(**spec):
+        sampling = SamplingParams(max_tokens=2, structured_outputs=StructuredOutput(**spec))
+        msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11], sampling=sampling)
+        return place_request(
+            msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry,
+            policy=policy, admission=admission, router=RouterConfig(),
+        )  # fmt: skip
+
+    for spec, words in (
+        ({"json": "{not json"}, "JSON schema"),
+        ({"json": '{"type": "frobnicate"}'}, "JSON schema"),
+        ({"json": "[1, 2]"}, "JSON schema"),
+        ({"regex": "[a-"}, "regex"),
+        ({"grammar": "start: undefined_rule"}, "grammar"),
+    ):
+        refused = place(**spec)
+        assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST, spec
+        assert refused.param == "structured_outputs" and words in refused.message, refused.message
+    assert policy.num_calls == 0
+    for spec in ({"json": '{"type": "object"}'}, {"regex": "[a-z]+"}, {"choice": ("x", "y")}, {"json_object": True}):
+        assert place(**spec).node_id == "a"

@@ -126,3 +126,22 @@ def test_logits_processing_matches_the_formula_and_the_torch_sampler():
     sampler = Sampler(seed=1)
     draws = {sampler.sample(jnp.asarray(peaked), [0], ["m"], [min_p]).token_ids[0] for _ in range(40)}
     assert draws == {0, 1}
+
+
+def test_a_plan_of_bans_alone_is_applied():
+    """A plan with no sparse entries, only an allowed set (or a grammar's ban), still bans: the JAX sampler once
+    skipped any plan whose sparse part was empty, so ``allowed_token_ids`` alone changed nothing there."""
+    from backends.logits_adjust import LogitsAdjuster
+    from backends.runner_driver import sampled_step
+    from backends.sample_slots import SampleSlot
+    from engine.request import Request
+
+    params = SamplingParams(temperature=0, max_tokens=4, allowed_token_ids=[7, 9])
+    r = sampled_step(Request("a", [5, 6], params, 0.0, eos_token_id=2))
+    plan = LogitsAdjuster().plan([SampleSlot(r, 1, 1)], 300)
+    assert plan is not None and len(plan) == 0 and not plan.empty
+    logits = np.random.default_rng(3).standard_normal((2, 300)).astype(np.float32)
+    logits[1, 9] = 2.0
+    logits[1, 100] = 40.0  # the raw argmax: not allowed
+    out = Sampler(seed=0).sample(jnp.asarray(logits), [1], ["a"], [params], plan)
+    assert out.token_ids == [9]

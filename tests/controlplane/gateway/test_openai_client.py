@@ -58,6 +58,24 @@ def test_penalties_and_logit_bias_as_the_sdk_sends_them(client, frontend):
     assert refused.value.body["param"] == "logit_bias"
 
 
+def test_structured_outputs_as_the_sdk_sends_them(client, frontend):
+    """OpenAI's ``response_format`` (a json_schema) and vLLM's ``structured_outputs`` in ``extra_body`` reach the
+    sampling params; the intake's compile refusal (param ``structured_outputs``) names the field the client used."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}},
+    )
+    assert json.loads(frontend.calls[0]["sampling"].structured_outputs.json) == schema
+    client.completions.create(model=MODEL, prompt="Hi", extra_body={"structured_outputs": {"choice": ["x", "y"]}})
+    assert frontend.calls[1]["sampling"].structured_outputs.choice == ("x", "y")
+    frontend.fail_before = FrontendError(ErrorCode.INVALID_REQUEST, "structured_outputs: bad", param="structured_outputs")
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, response_format={"type": "json_object"})
+    assert refused.value.body["param"] == "response_format"
+
+
 def test_chat_streaming(client):
     stream = client.chat.completions.create(
         model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}

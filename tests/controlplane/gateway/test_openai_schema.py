@@ -86,7 +86,7 @@ def test_completion_token_ids_and_null_content():
         (chat(temperature=True), ErrorCode.INVALID_REQUEST, "temperature"),
         (chat(messages=[{"role": "user", "content": [{"type": "text"}]}]), ErrorCode.INVALID_REQUEST, None),
         (chat(logprobs=True, top_logprobs=21), ErrorCode.INVALID_REQUEST, "top_logprobs"),
-        (chat(response_format={"type": "json_object"}), ErrorCode.INVALID_REQUEST, "response_format"),
+        (chat(response_format={"type": "xml"}), ErrorCode.INVALID_REQUEST, "response_format"),
         (chat(frequency_penalty=2.5), ErrorCode.INVALID_REQUEST, "frequency_penalty"),
         (chat(presence_penalty="1"), ErrorCode.INVALID_REQUEST, "presence_penalty"),
         (chat(repetition_penalty=0), ErrorCode.INVALID_REQUEST, "repetition_penalty"),

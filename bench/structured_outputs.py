@@ -1,0 +1,166 @@
+"""What structured outputs cost: ``zoo bench structured [--json] [--quick]``.
+
+On SmolLM2's tokenizer (49,152 tokens; the checkpoint's tokenizer, no model weights), for each constraint kind:
+
+    compile_ms       building the request's matcher (LLGuidanceCompiler.compile), median of ``repeats``
+    mask_us          one step's ban (LLGuidanceGrammar.banned: llguidance's bitmask, unpacked to V booleans), median
+                     and p99 over every step of walking a valid output token by token (its text tokenized as the
+                     model would write it), ``advance_us`` the grammar consuming that step's token
+    tokenizer_s      llguidance's token trie for the vocabulary, built once per node at its first constrained request
+
+and, per batch of B rows (1, 8, 32) every one of them constrained by the JSON schema and one token further along its
+document at each step, the torch sampler's step (the plan, then the sampler; temperature 0.8, top_p 0.95) beside the
+same batch unconstrained, in the same run: ``torch_over_plain``. The logits are those of ``zoo bench logits`` (peaked as
+a language model's). A decode step of the real model takes tens of milliseconds here (``zoo bench step``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import numpy as np
+
+from backends.grammar import LLGuidanceCompiler
+from backends.logits_adjust import LogitsAdjuster
+from backends.runner_driver import sampled_step
+from backends.sample_slots import SampleSlot
+from engine.request import Request
+from engine.sampling_params import SamplingParams
+from engine.structured_output import StructuredOutput
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 40},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "email": {"type": "string", "pattern": "^[a-z]+@[a-z]+\\.[a-z]{2,3}$"},
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["red", "green", "blue"]}, "maxItems": 5},
+        "address": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}},
+            "required": ["city", "zip"],
+        },
+    },
+    "required": ["name", "age", "email", "tags", "address"],
+    "additionalProperties": False,
+}
+DOCUMENT = {
+    "name": "Ada Lovelace",
+    "age": 36,
+    "email": "ada@engine.uk",
+    "tags": ["red", "blue"],
+    "address": {"city": "London", "zip": "12345"},
+}
+KINDS = {
+    "json_schema": (StructuredOutput(json=json.dumps(SCHEMA)), json.dumps(DOCUMENT)),
+    "json_object": (StructuredOutput(json_object=True), json.dumps(DOCUMENT, indent=2)),
+    "regex": (StructuredOutput(regex=r"[0-9]{3}-[0-9]{3}-[0-9]{4}"), "555-867-5309"),
+    "choice": (StructuredOutput(choice=tuple(f"label_{i}" for i in range(50))), "label_42"),
+}
+
+
+def _walk(compiler: LLGuidanceCompiler, spec: StructuredOutput, tokens: list[int], vocab: int) -> dict:
+    mask_us, advance_us = [], []
+    grammar = compiler.compile(spec)
+    for token in tokens:
+        t0 = time.perf_counter()
+        banned = grammar.banned(vocab)
+        t1 = time.perf_counter()
+        if banned[token]:
+            raise RuntimeError(f"the document's token {token} is not allowed by {spec.describe()}")
+        grammar.advance([token])
+        t2 = time.perf_counter()
+        mask_us.append((t1 - t0) * 1e6)
+        advance_us.append((t2 - t1) * 1e6)
+    return {
+        "steps": len(tokens),
+        "mask_us_p50": statistics.median(mask_us),
+        "mask_us_p99": float(np.percentile(mask_us, 99)),
+        "advance_us_p50": statistics.median(advance_us),
+    }
+
+
+def _sampler_steps(tokenizer, compiler, num_rows: int, repeats: int, rng: np.random.Generator) -> dict:
+    """The torch sampler's step over ``num_rows`` rows, unconstrained and constrained, alternated step by step (so a
+    neighbour's load falls on both alike); median µs of each after 3 warm-up steps."""
+    import torch
+
+    from backends.torch.sampler import Sampler as TorchSampler
+
+    vocab = tokenizer.vocab_size
+    spec, text = KINDS["json_schema"]
+    document = tokenizer.encode(text)
+    ranks = np.argsort(rng.random((num_rows, vocab)), axis=1)
+    logits = torch.from_numpy((-2.0 * np.log1p(ranks)).astype(np.float32))
+    cases = {}
+    for case, constrained in (("plain", False), ("json_schema", True)):
+        params = SamplingParams(
+            temperature=0.8, top_p=0.95, max_tokens=4096, structured_outputs=spec if constrained else None
+        )
+        requests = []
+        for i in range(num_rows):
+            r = Request(f"r{i}", [1, 2, 3], params, 0.0, eos_token_id=tokenizer.eos_token_id)
+            r.grammar = compiler.compile(spec) if constrained else None
+            requests.append(r)
+        cases[case] = (requests, TorchSampler(torch.device("cpu")), LogitsAdjuster(), [])
+    for step in range(min(repeats + 3, len(document) - 1)):
+        for requests, sampler, adjuster, times in cases.values():
+            ids, plist = [r.req_id for r in requests], [r.sampling_params for r in requests]
+            slots = [SampleSlot(sampled_step(r), i, 1) for i, r in enumerate(requests)]
+            t0 = time.perf_counter()
+            plan = adjuster.plan(slots, vocab)
+            sampler.sample(logits, ids, plist, plan)
+            times.append((time.perf_counter() - t0) * 1e6)
+            for r in requests:  # each row one token further along the document, as its grammar expects
+                r.append_output_token_ids(document[step])
+    plain_us, constrained_us = (statistics.median(cases[c][3][3:]) for c in ("plain", "json_schema"))
+    return {"rows": num_rows, "plain_us": plain_us, "json_schema_us": constrained_us,
+            "torch_over_plain": constrained_us / plain_us}  # fmt: skip
+
+
+def bench_structured_outputs(batch_sizes=(1, 8, 32), repeats: int = 20, seed: int = 0) -> dict:
+    from backends.checkpoint import load_checkpoint
+
+    checkpoint = load_checkpoint()
+    tokenizer = checkpoint.tokenizer
+    vocab = checkpoint.config.vocab_size
+    t0 = time.perf_counter()
+    compiler = LLGuidanceCompiler(tokenizer, vocab)
+    compiler.compile(StructuredOutput(json_object=True))  # builds the token trie
+    report: dict = {"vocab": vocab, "tokenizer_s": time.perf_counter() - t0, "repeats": repeats, "kinds": []}
+    for name, (spec, text) in KINDS.items():
+        compile_ms = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            compiler.compile(spec)
+            compile_ms.append((time.perf_counter() - t) * 1e3)
+        row = {"kind": name, "compile_ms": statistics.median(compile_ms)}
+        row.update(_walk(compiler, spec, tokenizer.encode(text), vocab))
+        report["kinds"].append(row)
+    rng = np.random.default_rng(seed)
+    report["sampler"] = [_sampler_steps(tokenizer, compiler, b, repeats, rng) for b in batch_sizes]
+    return report
+
+
+def run_structured_bench(args) -> dict:
+    """``zoo bench structured``: batches of 1, 8 and 32 rows (``--quick``: 1 and 8, fewer repeats)."""
+    quick = getattr(args, "quick", False)
+    report = bench_structured_outputs((1, 8) if quick else (1, 8, 32), 5 if quick else 20)
+    if not getattr(args, "json", False):
+        print(f"llguidance token trie for {report['vocab']} tokens: {report['tokenizer_s']:.2f} s")
+        print(
+            "{:12s} {:>10s} {:>6s} {:>10s} {:>10s} {:>11s}".format(
+                "kind", "compile ms", "steps", "mask us", "p99", "advance us"
+            )
+        )
+        for k in report["kinds"]:
+            print(
+                f"{k['kind']:12s} {k['compile_ms']:10.2f} {k['steps']:6d} {k['mask_us_p50']:10.0f} "
+                f"{k['mask_us_p99']:10.0f} {k['advance_us_p50']:11.0f}"
+            )
+        print("{:>4s} {:>10s} {:>14s} {:>8s}".format("rows", "plain us", "json_schema us", "x plain"))
+        for s in report["sampler"]:
+            print(f"{s['rows']:4d} {s['plain_us']:10.0f} {s['json_schema_us']:14.0f} {s['torch_over_plain']:8.2f}")
+    return report
