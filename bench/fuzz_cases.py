@@ -1,7 +1,8 @@
 """Fuzz cases for `zoo bench fuzz`: random and mutated wire messages and HTTP requests, from one seeded RNG.
 
     WireCases(rng, port).next()  ─► (kind, frames)       port "clients" | "agents"
-        valid base message (random fields, drawn from the struct's msgspec type) ─┬─ as is ("valid")
+        valid base message (random fields, drawn from the struct's msgspec type; sampling sometimes constrained by a
+        structured_outputs map, well formed or not: STRUCTURED_WIRE)               ─┬─ as is ("valid")
                                                                                    ├─ a field set to a nasty value
                                                                                    └─ its bytes mutated: flip,
         insert, delete, truncate, splice, nest (2,000+ deep), big int, huge length header, type byte,
@@ -9,6 +10,8 @@
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
+                                    ├─ structured outputs: response_format, structured_outputs, guided_*, valid
+                                    │  or not (STRUCTURED_HTTP), one or two at once
                                     ├─ truncated, random bytes, invalid UTF-8, not an object
                                     └─ random path / method; raw bytes that are barely HTTP
 
@@ -111,7 +114,42 @@ def random_sampling(rng: random.Random) -> SamplingParams:
             [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),
              ((5, 1.0),), ((MAX_INT, 1.0),), ((1, float("inf")),), ((1, 2.0),) * 2, tuple((i, 1.0) for i in range(301))]
         )  # fmt: skip
+    if rng.random() < 0.1:
+        fields["structured_outputs"] = rng.choice(STRUCTURED_WIRE)(rng)
+        if rng.random() < 0.1:  # each refused beside a constraint
+            fields[rng.choice(["ignore_eos", "min_tokens", "allowed_token_ids"])] = rng.choice([True, 1, (5,)])
     return SamplingParams.unchecked(**fields)
+
+
+# a deeply nested JSON text (not a JSON value: never closed), as a schema's text
+_DEEP_SCHEMA = '{"a":' * 5000
+# ``SamplingParams.structured_outputs`` as the wire carries it (a map; engine/structured_output.py bounds it):
+# well formed, past a bound, two kinds or none, members of the wrong type, and specs that do not compile
+STRUCTURED_WIRE: list[Callable[[random.Random], object]] = [
+    lambda r: {"regex": r.choice(["[0-9]{1,3}", "(a|b)*c", "[a-z]{1000}{1000}", "(a*)*b"])},
+    lambda r: {"choice": r.sample(["yes", "no", "maybe", "é", "\u0000"], r.randint(1, 3))},
+    lambda r: {"json": r.choice(['{"type": "object"}', "true", "false", '{"enum": [1, 2]}'])},
+    lambda r: {"json_object": True},
+    lambda r: {"grammar": 'start: "a" | "b"'},
+    lambda r: {"regex": "[a-"},
+    lambda r: {"grammar": r.choice(["start: x", "%%%", "start: /[a-/"])},
+    lambda r: {"json": r.choice([_DEEP_SCHEMA, "{bad", '{"type": "nonsense"}', "[1]", '"x"'])},
+    lambda r: {"regex": "x" * 70 * 1024},
+    lambda r: {"grammar": 'start: "a"\n' + "/" * (64 * 1024)},
+    lambda r: {"choice": []},
+    lambda r: {"choice": [str(i) for i in range(300)]},
+    lambda r: {"choice": r.choice([[""], ["a" * 2_000], ["a"] * 256])},
+    lambda r: {"regex": "a", "choice": ["b"]},
+    lambda r: {"json": "true", "json_object": True, "grammar": 'start: "a"'},
+    lambda r: {},
+    lambda r: {"json_object": False},
+    lambda r: {"regex": r.choice([5, None, b"a", ["a"], {"a": 1}])},
+    lambda r: {"choice": r.choice(["yes", 5, [1, 2], [None], [["a"]]])},
+    lambda r: {"json": {"type": "object"}},  # the schema itself, not its text
+    lambda r: {"json_object": r.choice(["yes", 1, None])},
+    lambda r: {"unknown": 1, "regex": "a"},
+    lambda r: r.choice(["regex", 5, ["a"], True]),
+]
 
 
 # --------------------------------------------------------------------------- wire
@@ -227,6 +265,8 @@ class WireCases:
         target = body
         if "sampling" in body and isinstance(body["sampling"], dict) and r.random() < 0.5:
             target = body["sampling"]
+            if isinstance(target.get("structured_outputs"), dict) and r.random() < 0.5:
+                target = target["structured_outputs"]
         keys = list(target) or ["x"]
         target[r.choice([*keys, "unknown_field"])] = r.choice(NASTY_WIRE_VALUES)(r)
         try:
@@ -279,10 +319,43 @@ HTTP_FIELDS = [
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools",
     "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
-    "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids",
+    "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar",
 ]  # fmt: skip
-HTTP_MUTATIONS = ["valid", "field", "field", "field", "truncate", "random bytes", "bad utf-8", "not an object",
-                  "path", "method", "raw"]  # fmt: skip
+HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "truncate", "random bytes", "bad utf-8",
+                  "not an object", "path", "method", "raw"]  # fmt: skip
+
+
+def _json_schema_format(schema: str) -> str:
+    return '{"type": "json_schema", "json_schema": {"name": "fz", "schema": ' + schema + ', "strict": true}}'
+
+
+# (field, its JSON text): OpenAI's response_format, vLLM's structured_outputs and its older guided_* fields, well
+# formed or not (a kind with no value, several kinds, past a bound, a spec that does not compile, wrong types)
+STRUCTURED_HTTP: list[Callable[[random.Random], tuple[str, str]]] = [
+    lambda r: ("response_format", r.choice(['{"type": "text"}', '{"type": "json_object"}'])),
+    lambda r: ("response_format", _json_schema_format(r.choice(['{"type": "object"}', "true", '{"enum": ["a"]}']))),
+    lambda r: ("response_format", _json_schema_format(r.choice(['"{bad"', "5", "[]", "null", _DEEP_SCHEMA + "1"
+                                                                + "}" * 5000, '{"type": "nonsense"}']))),
+    lambda r: ("response_format", r.choice(['{"type": "json_schema"}', '{"type": "json_schema", "json_schema": {}}',
+                                            '{"type": "yaml"}', '{"type": 5}', "{}", '"json_object"', "[]"])),
+    lambda r: ("structured_outputs", json.dumps(r.choice([
+        {"json": {"type": "object"}}, {"json": '{"type": "object"}'}, {"json": True}, {"regex": "[0-9]{3}"},
+        {"choice": ["yes", "no"]}, {"grammar": 'start: "a" | "b"'}, {"json_object": True},
+    ]))),
+    lambda r: ("structured_outputs", json.dumps(r.choice([
+        {"regex": "[a-"}, {"grammar": "start: x"}, {"json": "{bad"}, {"json": 5}, {"choice": []}, {"choice": [""]},
+        {"choice": [str(i) for i in range(300)]}, {"regex": "x" * 70 * 1024}, {"regex": "a", "choice": ["b"]}, {},
+        {"json_object": False}, {"regex": 5}, {"choice": "yes"}, {"unknown": 1}, "regex", [], None,
+    ]))),
+    lambda r: ("structured_outputs", '{"json": ' + _DEEP_SCHEMA + "1" + "}" * 5000 + "}"),
+    lambda r: ("guided_json", r.choice(['{"type": "object"}', json.dumps('{"type": "object"}'), "true", '"{bad"',
+                                        json.dumps(_DEEP_SCHEMA), "5", "[]"])),
+    lambda r: ("guided_regex", json.dumps(r.choice(["[0-9]{3}", "[a-", "", "x" * 70 * 1024, 5]))),
+    lambda r: ("guided_choice", json.dumps(r.choice([["yes", "no"], [], ["a"] * 300, "yes", [1], [""]]))),
+    lambda r: ("guided_grammar", json.dumps(r.choice(['start: "a"', "start: x", "", 5]))),
+    lambda r: (r.choice(["ignore_eos", "min_tokens", "allowed_token_ids"]), r.choice(["true", "1", "[5]"])),
+]  # fmt: skip
 RAW_REQUESTS = [
     b"GET /health HTTP/1.1\r\nHost: fuzz\r\n\r\n",
     b"POST /v1/completions HTTP/1.1\r\nHost: fuzz\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n"
@@ -314,6 +387,10 @@ class HttpCases:
         if kind == "field":
             name = r.choice(HTTP_FIELDS)
             text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
+        elif kind == "structured":
+            for _ in range(1 if r.random() < 0.7 else 2):  # two: several kinds, or a constraint and a clash
+                name, value = r.choice(STRUCTURED_HTTP)(r)
+                text = text[:-1] + f', "{name}": {value}}}'
         elif kind == "truncate":
             text = text[: r.randint(0, len(text) - 1)]
         elif kind == "random bytes":

@@ -1,5 +1,6 @@
 """The ZeroMQ client library: talk to a Silicon Zoo control plane from an application (see zoo_client.py;
-its typed errors are in errors.py)."""
+its typed errors are in errors.py). ``StructuredOutput`` (engine/structured_output.py) is re-exported for
+``generate(..., structured_outputs=StructuredOutput(...))``."""
 
 from client.errors import (
     ZooCancelledError,
@@ -16,11 +17,13 @@ from client.errors import (
     error_from_reply,
 )
 from client.zoo_client import AsyncZooClient, Completion, GenerationStream, ZooClient
+from engine.structured_output import StructuredOutput
 
 __all__ = [
     "AsyncZooClient",
     "Completion",
     "GenerationStream",
+    "StructuredOutput",
     "ZooCancelledError",
     "ZooClient",
     "ZooConnectionLostError",

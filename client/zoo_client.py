@@ -39,6 +39,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
 from engine.sampling_params import SamplingParams
+from engine.structured_output import StructuredOutput
 from transport.actor import MailboxFull
 from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
@@ -251,13 +252,20 @@ class AsyncZooClient:
         min_p: float = 0.0,
         min_tokens: int = 0,
         allowed_token_ids: list[int] | None = None,
+        structured_outputs: StructuredOutput | None = None,
         model: str | None = None,
         traffic_class: str = "default",
         request_id: str | None = None,
         stream: bool = False,
     ) -> Completion | GenerationStream:
         """Send one request. stream=False: the whole Completion; stream=True: a GenerationStream
-        (refusals raise here, before it is returned). Raises ZooError subclasses."""
+        (refusals raise here, before it is returned). Raises ZooError subclasses.
+
+        ``structured_outputs``: a constraint on the output's shape, exactly one of its fields set
+        (``StructuredOutput(choice=("yes", "no"))``, ``(regex=...)``, ``(json=<a JSON schema's text>)``,
+        ``(json_object=True)``, ``(grammar=<Lark>)``; importable from ``client``). A malformed or uncompilable one
+        is ZooInvalidRequestError naming ``structured_outputs``; so is one beside ``ignore_eos``, ``min_tokens``
+        or ``allowed_token_ids`` (naming that field)."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -287,6 +295,7 @@ class AsyncZooClient:
                 min_p=min_p,
                 min_tokens=min_tokens,
                 allowed_token_ids=tuple(allowed_token_ids or ()),
+                structured_outputs=structured_outputs,
             ),
             traffic_class=traffic_class,
         )

@@ -10,6 +10,7 @@ import sys
 
 from engine.sampling_params import SamplingParams, SamplingParamsError
 from zoo.engine_args import add_engine_args, engine_config_from_args
+from zoo.structured_output_args import add_structured_output_args, structured_output_from_args
 
 
 def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
@@ -27,6 +28,7 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         min_p=args.min_p,
         min_tokens=args.min_tokens,
         allowed_token_ids=tuple(args.allowed_token_id or ()),
+        structured_outputs=structured_output_from_args(args),
     )
 
 
@@ -192,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
     g.add_argument("--allowed-token-id", type=int, action="append", metavar="ID", help="only these ids (repeatable)")
+    add_structured_output_args(g)  # --json-schema, --json-object, --regex, --choice, --grammar
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
     g.add_argument("--lora", default=None, metavar="NAME", help="generate with this adapter of --lora-modules")
     add_engine_args(g)

@@ -10,7 +10,15 @@ import pytest
 
 from agent.node_agent import AgentConfig, NodeAgent
 from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
-from client import AsyncZooClient, ZooClient, ZooError, ZooNoNodeError, ZooOverloadedError, ZooTimeoutError
+from client import (
+    AsyncZooClient,
+    StructuredOutput,
+    ZooClient,
+    ZooError,
+    ZooNoNodeError,
+    ZooOverloadedError,
+    ZooTimeoutError,
+)
 from controlplane.router.router_config import RouterConfig
 from controlplane.server import ControlPlane, ControlPlaneConfig
 from transport.messages import ErrorCode
@@ -69,6 +77,36 @@ def test_blocking_client_full_and_streamed(portal_fleet):
                 zoo.generate("x", **bad)
             assert e.value.code is ErrorCode.INVALID_REQUEST and field in e.value.message
         assert zoo.generate("after", max_tokens=1).text == "z"
+
+
+def test_structured_outputs_travel_in_sampling_params(portal_fleet):
+    """Whole or streamed, the constraint reaches the control plane (which checks its shape and its clashes) and, well
+    formed, the node (the trivial engine has no grammar compiler: it refuses it, naming the field)."""
+    regex = StructuredOutput(regex="[0-9]{3}")
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        for kwargs, field in (
+            ({"structured_outputs": regex}, "structured_outputs"),  # refused by the node
+            ({"structured_outputs": StructuredOutput(regex="[a-")}, "structured_outputs"),  # does not compile
+            ({"structured_outputs": StructuredOutput(regex="a", choice=("b",))}, "structured_outputs"),  # two kinds
+            ({"structured_outputs": StructuredOutput(choice=())}, "structured_outputs"),
+            ({"structured_outputs": regex, "ignore_eos": True}, "ignore_eos"),
+            ({"structured_outputs": regex, "min_tokens": 1}, "min_tokens"),
+            ({"structured_outputs": regex, "allowed_token_ids": [5]}, "allowed_token_ids"),
+        ):
+            for stream in (False, True):
+                error = _refusal(zoo, stream, **kwargs)
+                assert error.code is ErrorCode.INVALID_REQUEST and error.message.startswith(f"{field}:"), kwargs
+        assert "no grammar compiler" in _refusal(zoo, False, structured_outputs=regex).message
+        assert zoo.generate("after", max_tokens=1).text == "z"
+
+
+def _refusal(zoo: ZooClient, stream: bool, **kwargs) -> ZooError:
+    with pytest.raises(ZooError) as e:
+        if stream:
+            list(zoo.generate("x", max_tokens=2, stream=True, **kwargs))
+        else:
+            zoo.generate("x", max_tokens=2, **kwargs)
+    return e.value
 
 
 def test_blocking_stream_closed_early_cancels(portal_fleet):

@@ -25,6 +25,7 @@ from engine.sampling_params import (
     MAX_TOP_K,
     SamplingParams,
 )
+from engine.structured_output import MAX_CHOICES, StructuredOutput
 from transport.codec import WireError, decode, encode
 from transport.messages import MESSAGE_TYPES, PROTOCOL_VERSION, ErrorCode, MsgType
 
@@ -39,8 +40,18 @@ _json_like = st.recursive(
     max_leaves=20,
 )
 
-sampling_params = st.builds(
-    SamplingParams,
+# one constraint of each kind, within its bounds (whether a regex or a grammar compiles is the intake's check)
+structured_outputs = st.one_of(
+    st.builds(StructuredOutput, json=st.sampled_from(['{"type": "object"}', "true", '{"enum": [1, "a"]}'])),
+    st.builds(StructuredOutput, json_object=st.just(True)),
+    st.builds(StructuredOutput, regex=st.text(min_size=1, max_size=40)),
+    st.builds(
+        StructuredOutput,
+        choice=st.lists(st.text(min_size=1, max_size=20), min_size=1, max_size=MAX_CHOICES // 32).map(tuple),
+    ),
+    st.builds(StructuredOutput, grammar=st.text(min_size=1, max_size=40)),
+)
+_SAMPLING_FIELDS = dict(
     temperature=st.floats(min_value=0.0, max_value=MAX_TEMPERATURE),
     top_p=st.floats(min_value=1e-6, max_value=1.0),
     top_k=st.integers(0, MAX_TOP_K),
@@ -59,6 +70,9 @@ sampling_params = st.builds(
     min_p=st.floats(0, 1),
     min_tokens=st.just(0),
 )
+sampling_params = st.builds(SamplingParams, **_SAMPLING_FIELDS) | st.builds(
+    SamplingParams, **(_SAMPLING_FIELDS | {"ignore_eos": st.just(False), "structured_outputs": structured_outputs})
+)  # a constraint never beside ignore_eos (nor min_tokens, allowed_token_ids: not drawn)
 
 
 def strategy_for(t: mi.Type) -> st.SearchStrategy:

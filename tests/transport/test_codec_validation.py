@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from engine.sampling_params import SamplingParams
+from engine.structured_output import MAX_SPEC_CHARS, StructuredOutput
 from transport.codec import WireError, decode, encode
 from transport.dispatch import Dispatcher
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply, GenerateRequest
@@ -30,6 +31,17 @@ INVALID_FIELDS = [
     ("min_p", 1.5),
     ("min_tokens", 17),  # above max_tokens (16)
     ("allowed_token_ids", (-4,)),
+    ("structured_outputs", StructuredOutput()),  # no kind
+    ("structured_outputs", StructuredOutput(json_object=False)),
+    ("structured_outputs", StructuredOutput(regex="a", choice=("b",))),  # two kinds
+    ("structured_outputs", StructuredOutput(json="true", json_object=True, grammar='start: "a"')),
+    ("structured_outputs", StructuredOutput(choice=())),
+    ("structured_outputs", StructuredOutput(choice=tuple(str(i) for i in range(300)))),
+    ("structured_outputs", StructuredOutput(choice=("",))),
+    ("structured_outputs", StructuredOutput(choice=("a" * 1025,))),
+    ("structured_outputs", StructuredOutput(regex="x" * (MAX_SPEC_CHARS + 1))),
+    ("structured_outputs", StructuredOutput(json="")),
+    ("structured_outputs", StructuredOutput(grammar="")),
 ]
 
 
@@ -52,7 +64,7 @@ def _received(msg, peer: bytes | None = b"peer") -> Received:
 
 
 @MESSAGES
-@pytest.mark.parametrize(("field", "value"), INVALID_FIELDS, ids=[f"{f}={v!r}" for f, v in INVALID_FIELDS])
+@pytest.mark.parametrize(("field", "value"), INVALID_FIELDS, ids=[f"{f}={v!r:.80}" for f, v in INVALID_FIELDS])
 def test_an_invalid_sampling_field_is_an_invalid_request_naming_the_field(make, field, value):
     frames = encode(make(SamplingParams.unchecked(**{field: value})))
     with pytest.raises(WireError) as e:
@@ -61,6 +73,32 @@ def test_an_invalid_sampling_field_is_an_invalid_request_naming_the_field(make, 
     assert e.value.param == field
     assert e.value.request_id == "r-1"
     assert field in e.value.message
+
+
+@MESSAGES
+@pytest.mark.parametrize(("field", "value"), [("ignore_eos", True), ("min_tokens", 1), ("allowed_token_ids", (5,))])
+def test_a_field_beside_structured_outputs_is_an_invalid_request_naming_it(make, field, value):
+    sampling = SamplingParams.unchecked(structured_outputs=StructuredOutput(regex="[0-9]"), **{field: value})
+    with pytest.raises(WireError) as e:
+        decode(encode(make(sampling)))
+    assert (e.value.code, e.value.param) == (ErrorCode.INVALID_REQUEST, field)
+
+
+@MESSAGES
+def test_structured_outputs_round_trip_equal_and_are_not_compiled_here(make):
+    """Well formed, each kind decodes as sent; a regex that does not compile, or a schema's text that is not JSON,
+    passes the codec (the control plane's intake compiles it: backends/grammar.py)."""
+    for spec in (
+        StructuredOutput(json='{"type": "object"}'),
+        StructuredOutput(json_object=True),
+        StructuredOutput(regex="[a-"),
+        StructuredOutput(choice=("yes", "no")),
+        StructuredOutput(grammar="start: x"),
+        StructuredOutput(json='{"a":' * 5000),
+    ):
+        msg = make(SamplingParams(max_tokens=3, structured_outputs=spec))
+        decoded, _ = decode(encode(msg))
+        assert decoded == msg and decoded.sampling.structured_outputs == spec
 
 
 @MESSAGES
@@ -89,7 +127,12 @@ def test_unchecked_valid_fields_decode_equal_to_checked_ones():
 
 
 @MESSAGES
-@pytest.mark.parametrize(("field", "value"), [("temperature", "hot"), ("max_tokens", "many"), ("stop", 5)])
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("temperature", "hot"), ("max_tokens", "many"), ("stop", 5), ("structured_outputs", "regex"),
+     ("structured_outputs", {"regex": 5}), ("structured_outputs", {"choice": "yes"}),
+     ("structured_outputs", {"json": {"type": "object"}}), ("structured_outputs", {"json_object": "yes"})],
+)  # fmt: skip
 def test_a_sampling_field_of_the_wrong_type_stays_malformed(make, field, value):
     with pytest.raises(WireError) as e:
         decode(encode(make(SamplingParams.unchecked(**{field: value}))))

@@ -69,6 +69,38 @@ def test_a_bad_penalty_or_bias_is_a_clear_usage_error(flags, field):
     assert r.returncode == 2 and field in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
+def test_generate_with_choices_streams_exactly_one_of_them():
+    r = _zoo(
+        "generate", "The capital of France is", "--choice", "banana", "--choice", "cherry", "--temperature", "0",
+        "--max-tokens", "8",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout in ("banana\n", "cherry\n")  # unconstrained, greedy: " Paris."
+    assert "finish=stop" in r.stderr  # the grammar complete, EOS was the only token left
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--json-schema", "{bad"], "--json-schema"), (["--json-schema", '{"a":' * 5000], "--json-schema"),
+     (["--grammar", "@/nonexistent.lark"], "--grammar"), (["--regex", "[a-"], "--regex"),
+     (["--choice", "yes", "--regex", "y"], "not allowed with argument --choice"),
+     (["--choice", "yes", "--min-tokens", "1"], "min_tokens")],
+)  # fmt: skip
+def test_a_bad_or_second_structured_output_is_a_clear_usage_error(flags, named):
+    r = _zoo("generate", "hello", *flags)
+    assert r.returncode == 2 and named in r.stderr and "Traceback" not in r.stderr
+
+
+def test_structured_output_files_are_read_and_bounded(tmp_path):
+    (tmp_path / "schema.json").write_text('{"type": "object"}')
+    (tmp_path / "big.lark").write_text('start: "a"\n' + "/" * 64 * 1024)
+    r = _zoo("generate", "hello", "--json-schema", f"@{tmp_path / 'schema.json'}", "--model", "/nonexistent.gguf")
+    assert r.returncode == 2 and "/nonexistent.gguf" in r.stderr  # the flags were fine: the model is missing
+    r = _zoo("generate", "hello", "--grammar", f"@{tmp_path / 'big.lark'}")
+    assert r.returncode == 2 and "--grammar" in r.stderr and "64 KiB" in r.stderr and "Traceback" not in r.stderr
+
+
 def test_missing_model_file_is_a_clear_error():
     r = _zoo("generate", "hello", "--model", "/nonexistent/model.gguf", "--quiet")
     assert r.returncode == 2
