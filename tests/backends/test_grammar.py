@@ -39,7 +39,7 @@ def test_a_grammar_allows_what_its_constraint_allows_next_then_only_eos(compiler
     assert g.num_consumed == 3
     regex = compiler.compile(StructuredOutput(regex="[0-9]{2}"))
     assert allowed_text(regex) == set("0123456789")
-    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": False}
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     js = compiler.compile(StructuredOutput(json=json.dumps(schema)))
     assert js.advance(TOK.encode('{"a": 12}'))
     assert "<eos>" in allowed_text(js) and "x" not in allowed_text(js)
@@ -140,6 +140,7 @@ def test_draft_rows_follow_the_drafts_before_them(compiler):
 
 def test_a_grammar_with_a_penalty_and_a_bias_applies_both(compiler):
     spec = StructuredOutput(choice=("ab", "ba"))
-    params = SamplingParams(max_tokens=8, structured_outputs=spec, frequency_penalty=1.0, logit_bias={TOK.encode("b")[0]: 5.0})
+    bias = {TOK.encode("b")[0]: 5.0}
+    params = SamplingParams(max_tokens=8, structured_outputs=spec, frequency_penalty=1.0, logit_bias=bias)
     plan = LogitsAdjuster().plan([_slot("b", params, [5, 6], [], compiler.compile(spec))], V)
     assert len(plan) > 0 and plan.allowed_mask(1, V)[0].sum() == V - 2

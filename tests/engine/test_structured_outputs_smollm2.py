@@ -51,7 +51,7 @@ def _run(engine, prompts, params_list, **kwargs) -> list[tuple[list[int], str, s
     got = {i: ([], "", None) for i in ids}
     while engine.has_unfinished_requests():
         for out in engine.step():
-            tokens, text, _ = got[out.req_id]
+            tokens = got[out.req_id][0]
             got[out.req_id] = (tokens + out.new_token_ids, out.text, out.finish_reason)
     return [got[i] for i in ids]
 
@@ -63,7 +63,7 @@ def test_each_kind_of_constraint_holds_in_one_batch(engine):
     params = [
         SamplingParams(temperature=0, max_tokens=40, structured_outputs=StructuredOutput(json=json.dumps(SCHEMA))),
         SamplingParams(temperature=0, max_tokens=12, structured_outputs=StructuredOutput(regex=r"[0-9]{3}-[0-9]{4}")),
-        SamplingParams(temperature=1.0, seed=7, max_tokens=8, structured_outputs=StructuredOutput(choice=("yes", "no"))),
+        SamplingParams(temperature=1, seed=7, max_tokens=8, structured_outputs=StructuredOutput(choice=("yes", "no"))),
         SamplingParams(temperature=0, max_tokens=60, structured_outputs=StructuredOutput(json_object=True)),
         plain,
     ]
@@ -100,12 +100,12 @@ def test_a_resumed_constrained_request_continues_as_it_would_have(engine):
     the continuation is the one it would have produced. Told nothing, its grammar starts afresh: another output."""
     spec = StructuredOutput(json=json.dumps(SCHEMA))
     prompt = _chat(engine, "What is the capital of France? Answer in JSON.")
-    (whole, text, _), = _run(engine, [prompt], [SamplingParams(temperature=0, max_tokens=40, structured_outputs=spec)])
+    ((whole, _, _),) = _run(engine, [prompt], [SamplingParams(temperature=0, max_tokens=40, structured_outputs=spec)])
     k = 4
     rest = SamplingParams(temperature=0, max_tokens=40 - k, structured_outputs=spec)
-    (resumed, _, _), = _run(engine, [[*prompt, *whole[:k]]], [rest], num_resumed_tokens=k)
+    ((resumed, _, _),) = _run(engine, [[*prompt, *whole[:k]]], [rest], num_resumed_tokens=k)
     assert whole[:k] + resumed == whole
-    (told_nothing, _, _), = _run(engine, [[*prompt, *whole[:k]]], [rest])
+    ((told_nothing, _, _),) = _run(engine, [[*prompt, *whole[:k]]], [rest])
     assert told_nothing != resumed
     off = engine.tokenizer.encode(" hello world")  # output no JSON schema allows: refused, nothing queued
     with pytest.raises(ValueError, match="structured_outputs"):

@@ -144,7 +144,10 @@ def test_structured_greedy_identical_to_torch(smollm2_checkpoint, smollm2_model,
     tokens as torch's, and a JSON object that follows the schema."""
     schema = {
         "type": "object",
-        "properties": {"capital": {"enum": ["Paris", "London", "Rome"]}, "country": {"type": "string", "maxLength": 12}},
+        "properties": {
+            "capital": {"enum": ["Paris", "London", "Rome"]},
+            "country": {"type": "string", "maxLength": 12},
+        },
         "required": ["capital", "country"],
         "additionalProperties": False,
     }

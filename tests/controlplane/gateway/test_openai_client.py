@@ -70,7 +70,8 @@ def test_structured_outputs_as_the_sdk_sends_them(client, frontend):
     assert json.loads(frontend.calls[0]["sampling"].structured_outputs.json) == schema
     client.completions.create(model=MODEL, prompt="Hi", extra_body={"structured_outputs": {"choice": ["x", "y"]}})
     assert frontend.calls[1]["sampling"].structured_outputs.choice == ("x", "y")
-    frontend.fail_before = FrontendError(ErrorCode.INVALID_REQUEST, "structured_outputs: bad", param="structured_outputs")
+    refusal = FrontendError(ErrorCode.INVALID_REQUEST, "structured_outputs: bad", param="structured_outputs")
+    frontend.fail_before = refusal
     with pytest.raises(openai.BadRequestError) as refused:
         client.chat.completions.create(model=MODEL, messages=MESSAGES, response_format={"type": "json_object"})
     assert refused.value.body["param"] == "response_format"
