@@ -20,6 +20,7 @@ compile and kept.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from engine.structured_output import StructuredOutput, StructuredOutputError
 # mask at tens of milliseconds in the worst case (llguidance's speeds: lexer fuel ~14k/ms, Earley items ~20k/ms)
 LIMITS = dict(max_grammar_size=200_000, step_lexer_fuel=200_000, step_max_items=50_000, initial_lexer_fuel=1_000_000)
 _MAX_ERROR_CHARS = 300
+CHECKED_KEPT = 256
 
 
 def _limits() -> llguidance.LLParserLimits:
@@ -56,8 +58,11 @@ def grammar_text(spec: StructuredOutput) -> str:
     return llguidance.grammar_from("grammar", spec.grammar)
 
 
+@functools.lru_cache(maxsize=CHECKED_KEPT)
 def check(spec: StructuredOutput) -> None:
-    """Raises StructuredOutputError saying why ``spec`` does not compile (no tokenizer needed)."""
+    """Raises StructuredOutputError saying why ``spec`` does not compile (no tokenizer needed). The last CHECKED_KEPT
+    constraints that compiled are remembered (an application sends the same schema again and again; a refusal is
+    not remembered: lru_cache keeps no exception)."""
     try:
         text = grammar_text(spec)
         message = llguidance.LLMatcher.validate_grammar(text, None, limits=_limits())

@@ -43,6 +43,7 @@ import numpy as np
 from backends.sample_slots import SampleSlot
 from engine.batch import LogitsInputs
 from engine.sampling_params import SamplingParams
+from engine.structured_output import Grammar
 
 NEG_INF = float("-inf")
 _Chunk = tuple[int, np.ndarray, "np.ndarray | None", "np.ndarray | float", np.ndarray]  # row, ids, before, rep, after
@@ -225,7 +226,7 @@ class LogitsAdjuster:
         return seen
 
 
-def _plan_grammar(plan: LogitsPlan, s: SampleSlot, grammar, inputs: LogitsInputs, vocab_size: int) -> None:
+def _plan_grammar(plan: LogitsPlan, s: SampleSlot, grammar: Grammar, inputs: LogitsInputs, vocab_size: int) -> None:
     """Advance the request's grammar by the output tokens it has not consumed, and ban, in each of its rows, what it
     does not allow next (a draft row: after the drafts before it, on a copy)."""
     r = s.request

@@ -111,6 +111,14 @@ class Grammar(Protocol):
         """Output tokens consumed so far."""
         ...
 
+    def banned(self, vocab_size: int):
+        """A backend's boolean array [vocab_size], True where the next token may not be (the sampler's ban)."""
+        ...
+
+    def copy(self) -> Grammar:
+        """An independent copy (a draft row's, advanced by the drafts before it)."""
+        ...
+
 
 class GrammarCompiler(Protocol):
     """Compiles a constraint for this node's tokenizer (backends/grammar.py)."""

@@ -144,3 +144,15 @@ def test_a_grammar_with_a_penalty_and_a_bias_applies_both(compiler):
     params = SamplingParams(max_tokens=8, structured_outputs=spec, frequency_penalty=1.0, logit_bias=bias)
     plan = LogitsAdjuster().plan([_slot("b", params, [5, 6], [], compiler.compile(spec))], V)
     assert len(plan) > 0 and plan.allowed_mask(1, V)[0].sum() == V - 2
+
+
+def test_the_check_remembers_what_compiled_and_refuses_again_what_did_not():
+    check.cache_clear()
+    good, bad = StructuredOutput(regex="[0-9]+"), StructuredOutput(regex="[0-")
+    check(good)
+    check(good)
+    assert check.cache_info().hits == 1
+    for _ in range(2):
+        with pytest.raises(StructuredOutputError):
+            check(bad)
+    assert check.cache_info().currsize == 1

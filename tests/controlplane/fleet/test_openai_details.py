@@ -163,6 +163,10 @@ ROUTES = ["/v1/models", f"/v1/models/{FAKE_MODEL_NAME}", "/v1/completions", "/v1
 def test_head_and_options_everywhere(fleet):
     base_url, agent_metrics = fleet
     with httpx.Client(timeout=30) as http:
+        deadline = time.monotonic() + 30  # the agent in /metrics/targets first: a HEAD and a GET see one document
+        while not http.get(f"{base_url}/metrics/targets").json():
+            assert time.monotonic() < deadline, "the agent never appeared in /metrics/targets"
+            time.sleep(0.05)
         for url in [f"{base_url}{route}" for route in ROUTES] + [agent_metrics]:
             options = http.options(url)
             assert options.status_code == 204 and options.content == b"", url
