@@ -11,7 +11,11 @@ On SmolLM2's tokenizer (49,152 tokens; the checkpoint's tokenizer, no model weig
 and, per batch of B rows (1, 8, 32) every one of them constrained by the JSON schema and one token further along its
 document at each step, the torch sampler's step (the plan, then the sampler; temperature 0.8, top_p 0.95) beside the
 same batch unconstrained, in the same run: ``torch_over_plain``. The logits are those of ``zoo bench logits`` (peaked as
-a language model's). A decode step of the real model takes tens of milliseconds here (``zoo bench step``).
+a language model's).
+
+``engine`` (not with ``--quick``): the real model (SmolLM2, torch runner, fp32) decoding a batch of 4 greedy requests,
+each constrained by a regex no 32 tokens can complete (``[a-z ,.]{400}``: the grammar never ends them early), beside
+the same batch unconstrained (``ignore_eos``), rounds alternated: milliseconds per decode step and their ratio.
 """
 
 from __future__ import annotations
@@ -120,7 +124,45 @@ def _sampler_steps(tokenizer, compiler, num_rows: int, repeats: int, rng: np.ran
             "torch_over_plain": constrained_us / plain_us}  # fmt: skip
 
 
-def bench_structured_outputs(batch_sizes=(1, 8, 32), repeats: int = 20, seed: int = 0) -> dict:
+def _engine_steps(checkpoint, compiler, num_rows: int = 4, num_tokens: int = 32, rounds: int = 2) -> dict:
+    """ms per decode step of the real model, constrained and not, rounds alternated (module docstring)."""
+    from backends.torch import TorchModelRunner
+    from engine.config import CacheConfig, SchedulerConfig
+    from engine.llm_engine import LLMEngine
+
+    tok = checkpoint.tokenizer
+    engine = LLMEngine(
+        TorchModelRunner(checkpoint, progress=False),
+        tok,
+        SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=num_rows, max_model_len=1024),
+        CacheConfig(block_size=16, num_device_blocks=64 * num_rows, num_host_blocks=0),
+        grammars=compiler,
+    )
+    prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Write line {i} of a poem."}]))
+               for i in range(num_rows)]  # fmt: skip
+    cases = {
+        "plain": SamplingParams(temperature=0, max_tokens=num_tokens, ignore_eos=True),
+        "regex": SamplingParams(
+            temperature=0, max_tokens=num_tokens, structured_outputs=StructuredOutput(regex="[a-z ,.]{400}")
+        ),
+    }
+    step_ms: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, params in cases.items():
+            for p in prompts:
+                engine.add_request(p, params)
+            engine.step()  # the prefill step: not a decode step
+            t0, steps = time.perf_counter(), 0
+            while engine.has_unfinished_requests():
+                engine.step()
+                steps += 1
+            step_ms[name].append((time.perf_counter() - t0) * 1e3 / max(1, steps))
+    plain, regex = (statistics.median(step_ms[c]) for c in cases)
+    return {"rows": num_rows, "tokens": num_tokens, "plain_step_ms": plain, "regex_step_ms": regex,
+            "regex_over_plain": regex / plain}  # fmt: skip
+
+
+def bench_structured_outputs(batch_sizes=(1, 8, 32), repeats: int = 20, seed: int = 0, engine: bool = True) -> dict:
     from backends.checkpoint import load_checkpoint
 
     checkpoint = load_checkpoint()
@@ -141,13 +183,15 @@ def bench_structured_outputs(batch_sizes=(1, 8, 32), repeats: int = 20, seed: in
         report["kinds"].append(row)
     rng = np.random.default_rng(seed)
     report["sampler"] = [_sampler_steps(tokenizer, compiler, b, repeats, rng) for b in batch_sizes]
+    if engine:
+        report["engine"] = _engine_steps(checkpoint, compiler)
     return report
 
 
 def run_structured_bench(args) -> dict:
     """``zoo bench structured``: batches of 1, 8 and 32 rows (``--quick``: 1 and 8, fewer repeats)."""
     quick = getattr(args, "quick", False)
-    report = bench_structured_outputs((1, 8) if quick else (1, 8, 32), 5 if quick else 20)
+    report = bench_structured_outputs((1, 8) if quick else (1, 8, 32), 5 if quick else 20, engine=not quick)
     if not getattr(args, "json", False):
         print(f"llguidance token trie for {report['vocab']} tokens: {report['tokenizer_s']:.2f} s")
         print(
@@ -163,4 +207,10 @@ def run_structured_bench(args) -> dict:
         print("{:>4s} {:>10s} {:>14s} {:>8s}".format("rows", "plain us", "json_schema us", "x plain"))
         for s in report["sampler"]:
             print(f"{s['rows']:4d} {s['plain_us']:10.0f} {s['json_schema_us']:14.0f} {s['torch_over_plain']:8.2f}")
+        if "engine" in report:
+            e = report["engine"]
+            print(
+                f"real model, {e['rows']} rows x {e['tokens']} tokens: a step {e['plain_step_ms']:.1f} ms plain, "
+                f"{e['regex_step_ms']:.1f} ms constrained (x{e['regex_over_plain']:.2f})"
+            )
     return report

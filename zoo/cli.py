@@ -100,6 +100,7 @@ BENCH_TARGETS = {
     "huge-pages": ("bench.huge_pages", "run_huge_pages_bench"),
     "router-reload": ("bench.router_reload", "run_router_reload_bench"),
     "logits": ("bench.logits_processing", "run_logits_bench"),
+    "structured": ("bench.structured_outputs", "run_structured_bench"),
 }
 
 
