@@ -114,6 +114,12 @@ class LLGuidanceGrammar:
         allowed[:n] = bits[:n].astype(bool)
         return ~allowed
 
+    def forced_tokens(self, limit: int) -> list[int]:
+        """llguidance's fast-forward tokens: the bytes the grammar forces next, tokenized as the tokenizer would."""
+        if limit <= 0 or self._matcher.is_error():
+            return []
+        return self._matcher.compute_ff_tokens()[:limit]
+
     def copy(self) -> LLGuidanceGrammar:
         """An independent copy (a draft row's grammar, advanced by the drafts before it)."""
         other = LLGuidanceGrammar(self._matcher.deep_copy(), self._eos)

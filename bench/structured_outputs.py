@@ -15,7 +15,10 @@ a language model's).
 
 ``engine`` (not with ``--quick``): the real model (SmolLM2, torch runner, fp32) decoding a batch of 4 greedy requests,
 each constrained by a regex no 32 tokens can complete (``[a-z ,.]{400}``: the grammar never ends them early), beside
-the same batch unconstrained (``ignore_eos``), rounds alternated: milliseconds per decode step and their ratio.
+the same batch unconstrained (``ignore_eos``), rounds alternated: milliseconds per decode step and their ratio; and
+``forced_drafts``: one greedy request per constraint of FORCED_CASES, run with the grammar's forced tokens proposed as
+drafts (engine/spec/grammar_drafts.py) and without, alternated: engine steps, wall seconds, and whether the outputs
+are the same.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from backends.runner_driver import sampled_step
 from backends.sample_slots import SampleSlot
 from engine.request import Request
 from engine.sampling_params import SamplingParams
+from engine.spec.grammar_drafts import MAX_FORCED_DRAFTS
 from engine.structured_output import StructuredOutput
 
 SCHEMA = {
@@ -124,20 +128,68 @@ def _sampler_steps(tokenizer, compiler, num_rows: int, repeats: int, rng: np.ran
             "torch_over_plain": constrained_us / plain_us}  # fmt: skip
 
 
-def _engine_steps(checkpoint, compiler, num_rows: int = 4, num_tokens: int = 32, rounds: int = 2) -> dict:
-    """ms per decode step of the real model, constrained and not, rounds alternated (module docstring)."""
+FORCED_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "capital_city": {"enum": ["Paris", "London", "Rome"]},
+        "country_name": {"type": "string", "maxLength": 12},
+    },
+    "required": ["capital_city", "country_name"],
+    "additionalProperties": False,
+}
+FORCED_CASES = {
+    "json_schema": (
+        "What is the capital of France? Answer in JSON.",
+        StructuredOutput(json=json.dumps(FORCED_SCHEMA)),
+        48,
+    ),
+    "regex": ("Give me an order id.", StructuredOutput(regex=r"ORDER-[0-9]{4}-DONE"), 16),
+    "choice": ("Is 'I love it' positive?", StructuredOutput(choice=("positive_sentiment", "negative_sentiment")), 16),
+}
+
+
+def _real_engine(checkpoint, compiler, num_rows: int):
     from backends.torch import TorchModelRunner
     from engine.config import CacheConfig, SchedulerConfig
     from engine.llm_engine import LLMEngine
 
-    tok = checkpoint.tokenizer
-    engine = LLMEngine(
+    return LLMEngine(
         TorchModelRunner(checkpoint, progress=False),
-        tok,
+        checkpoint.tokenizer,
         SchedulerConfig(max_num_batched_tokens=512, max_num_seqs=num_rows, max_model_len=1024),
         CacheConfig(block_size=16, num_device_blocks=64 * num_rows, num_host_blocks=0),
         grammars=compiler,
     )
+
+
+def _forced_draft_steps(engine, rounds: int = 2) -> list[dict]:
+    """Per FORCED_CASES constraint: engine steps and wall seconds of one greedy request with forced drafts and
+    without, alternated, and whether the outputs are the same."""
+    tok, rows = engine.tokenizer, []
+    for name, (question, spec, max_tokens) in FORCED_CASES.items():
+        prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": question}]))
+        params = SamplingParams(temperature=0, max_tokens=max_tokens, structured_outputs=spec)
+        runs: dict[int, list] = {0: [], MAX_FORCED_DRAFTS: []}
+        for _ in range(rounds):
+            for forced in runs:
+                engine.forced_drafts = forced
+                steps, t0 = engine.num_steps, time.perf_counter()
+                out = engine.generate([prompt], params)[0]
+                runs[forced].append((engine.num_steps - steps, time.perf_counter() - t0, out.text))
+        engine.forced_drafts = MAX_FORCED_DRAFTS
+        plain, forced = runs[0], runs[MAX_FORCED_DRAFTS]
+        rows.append({
+            "kind": name, "output": forced[0][2], "same_output": plain[0][2] == forced[0][2],
+            "steps_plain": plain[0][0], "steps_forced": forced[0][0],
+            "wall_s_plain": statistics.median(r[1] for r in plain),
+            "wall_s_forced": statistics.median(r[1] for r in forced),
+        })  # fmt: skip
+    return rows
+
+
+def _engine_steps(engine, num_rows: int = 4, num_tokens: int = 32, rounds: int = 2) -> dict:
+    """ms per decode step of the real model, constrained and not, rounds alternated (module docstring)."""
+    tok = engine.tokenizer
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": f"Write line {i} of a poem."}]))
                for i in range(num_rows)]  # fmt: skip
     cases = {
@@ -184,7 +236,9 @@ def bench_structured_outputs(batch_sizes=(1, 8, 32), repeats: int = 20, seed: in
     rng = np.random.default_rng(seed)
     report["sampler"] = [_sampler_steps(tokenizer, compiler, b, repeats, rng) for b in batch_sizes]
     if engine:
-        report["engine"] = _engine_steps(checkpoint, compiler)
+        real = _real_engine(checkpoint, compiler, num_rows=4)
+        report["engine"] = _engine_steps(real)
+        report["forced_drafts"] = _forced_draft_steps(real)
     return report
 
 
@@ -213,4 +267,9 @@ def run_structured_bench(args) -> dict:
                 f"real model, {e['rows']} rows x {e['tokens']} tokens: a step {e['plain_step_ms']:.1f} ms plain, "
                 f"{e['regex_step_ms']:.1f} ms constrained (x{e['regex_over_plain']:.2f})"
             )
+            for f in report["forced_drafts"]:
+                print(
+                    f"forced drafts, {f['kind']}: {f['steps_plain']} -> {f['steps_forced']} steps, "
+                    f"{f['wall_s_plain']:.2f} -> {f['wall_s_forced']:.2f} s, same output: {f['same_output']}"
+                )
     return report

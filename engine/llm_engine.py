@@ -34,6 +34,7 @@ from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
+from engine.spec.grammar_drafts import MAX_FORCED_DRAFTS, propose_forced_drafts
 from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
 from engine.structured_output import GrammarCompiler, compile_grammar
@@ -183,6 +184,8 @@ class LLMEngine:
         self.detokenize = detokenize
         self.speculator = speculator
         self.grammars = grammars
+        self.forced_drafts = MAX_FORCED_DRAFTS  # a grammar's forced tokens as drafts (engine/spec/grammar_drafts.py)
+        self.num_forced_drafts = 0
         lora_config = getattr(runner, "lora_config", None)  # a LoraRunner (engine/lora.py) built with LoRA on
         if lora_config is not None and not scheduler_config.max_loras:
             scheduler_config.max_loras = lora_config.max_loras
@@ -350,6 +353,8 @@ class LLMEngine:
             return pending
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running_requests())
+        if self.grammars is not None and self.forced_drafts:
+            self.num_forced_drafts += propose_forced_drafts(self.scheduler.running_requests(), self.forced_drafts)
         batch = self.scheduler.schedule()
         if self.remote_kv is not None:
             self._move_remote(batch)

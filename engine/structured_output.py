@@ -119,6 +119,11 @@ class Grammar(Protocol):
         """An independent copy (a draft row's, advanced by the drafts before it)."""
         ...
 
+    def forced_tokens(self, limit: int) -> list[int]:
+        """The next tokens the grammar allows no alternative to (at most ``limit``; none in error): proposed as
+        drafts that the model verifies in one step (engine/spec/grammar_drafts.py)."""
+        ...
+
 
 class GrammarCompiler(Protocol):
     """Compiles a constraint for this node's tokenizer (backends/grammar.py)."""

@@ -146,8 +146,8 @@ class Speculator:
         per_pos = stats.num_accepted_tokens_per_pos
         for scheduled in batch.requests:
             num_proposed = len(scheduled.spec_token_ids)
-            if not num_proposed:
-                continue
+            if not num_proposed or (scheduled.logits_inputs and scheduled.logits_inputs.grammar is not None):
+                continue  # none, or a grammar's forced tokens (engine/spec/grammar_drafts.py): not the proposer's
             sampled = output.sampled_token_ids.get(scheduled.req_id)
             if not sampled:
                 continue

@@ -156,3 +156,32 @@ def test_the_check_remembers_what_compiled_and_refuses_again_what_did_not():
         with pytest.raises(StructuredOutputError):
             check(bad)
     assert check.cache_info().currsize == 1
+
+
+def test_forced_tokens_become_drafts_within_the_room_and_only_for_decoding_requests(compiler):
+    from engine.spec.grammar_drafts import propose_forced_drafts
+
+    spec = StructuredOutput(regex="ab-[0-9]-xyz")
+    params = SamplingParams(max_tokens=6, structured_outputs=spec)
+
+    def decoding(output: str) -> Request:
+        r = Request("g", [5, 6], params, 0.0, eos_token_id=EOS)
+        r.grammar = compiler.compile(spec)
+        r.append_output_token_ids(TOK.encode(output))
+        r.num_computed_tokens = r.num_tokens - 1  # every known token but the last computed
+        return r
+
+    r = decoding("a")
+    assert propose_forced_drafts([r]) == 2 and TOK.decode(r.spec_token_ids) == "b-"  # then a digit: free
+    assert r.grammar.num_consumed == 1  # the output it had not seen, consumed first
+    r = decoding("ab-4")
+    assert propose_forced_drafts([r]) == 1 and TOK.decode(r.spec_token_ids) == "-"  # max_tokens 6: room for 1
+    r = decoding("ab-4")
+    assert propose_forced_drafts([r], max_drafts=0) == 0 and r.spec_token_ids == []
+    prefilling = decoding("a")
+    prefilling.num_computed_tokens = 0
+    plain = Request("p", [5, 6], SamplingParams(max_tokens=6), 0.0, eos_token_id=EOS)
+    plain.append_output_token_ids([7])
+    plain.num_computed_tokens = plain.num_tokens - 1
+    assert propose_forced_drafts([prefilling, plain]) == 0
+    assert prefilling.spec_token_ids == [] and plain.spec_token_ids == []

@@ -111,3 +111,28 @@ def test_a_resumed_constrained_request_continues_as_it_would_have(engine):
     with pytest.raises(ValueError, match="structured_outputs"):
         engine.add_request([*prompt, *off], rest, num_resumed_tokens=len(off))
     assert not engine.has_unfinished_requests()
+
+
+def test_forced_tokens_are_verified_as_drafts_same_output_fewer_steps(engine):
+    """Where the grammar allows one continuation only, its tokens go in as drafts (engine/spec/grammar_drafts.py): the
+    greedy outputs are those of one token a step, in fewer steps; a sampled request's output still follows its
+    constraint."""
+    prompts = [_chat(engine, "What is the capital of France? Answer in JSON."), _chat(engine, "Give me an order id.")]
+    params = [
+        SamplingParams(temperature=0, max_tokens=40, structured_outputs=StructuredOutput(json=json.dumps(SCHEMA))),
+        SamplingParams(temperature=0, max_tokens=16, structured_outputs=StructuredOutput(regex=r"ORDER-[0-9]{4}-DONE")),
+    ]
+    runs = {}
+    for forced in (0, 8):
+        engine.forced_drafts = forced
+        steps, drafts = engine.num_steps, engine.num_forced_drafts
+        outs = _run(engine, prompts, params)
+        runs[forced] = (outs, engine.num_steps - steps, engine.num_forced_drafts - drafts)
+    engine.forced_drafts = 8
+    (plain_outs, plain_steps, no_drafts), (ff_outs, ff_steps, drafts) = runs[0], runs[8]
+    assert [o[0] for o in ff_outs] == [o[0] for o in plain_outs]
+    assert re.fullmatch(r"ORDER-[0-9]{4}-DONE", ff_outs[1][1])
+    assert no_drafts == 0 and drafts >= 4 and ff_steps < plain_steps
+    sampled = SamplingParams(temperature=1, seed=3, max_tokens=16, structured_outputs=params[1].structured_outputs)
+    ((_, text, reason),) = _run(engine, prompts[1:], [sampled])
+    assert re.fullmatch(r"ORDER-[0-9]{4}-DONE", text) and reason == "stop"
