@@ -17,7 +17,8 @@ Clocks start when a generation request arrives here (``arrival_ns``, before its 
 TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
 ``n`` choices are n engine requests (Frontend.generate ``num_choices``), merged into one reply.
 
-A generation request: read the body (capped) → parse it (any bad input: 400) → frontend.generate →
+A generation request: read the body (capped) → parse it (any bad input: 400) → a structured-output constraint
+compiled in a worker thread (one that does not: 400 naming the field) → frontend.generate →
 wait for the first chunk, so a refusal still gets its own status (404, 429 + Retry-After, 503 …) →
 reply. After the first SSE event a failure is sent as an error event. A client that disconnects at
 any point closes the frontend's iterator, which cancels the request upstream.
@@ -46,6 +47,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import error_response, http_error_response
@@ -56,6 +58,7 @@ from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_c
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes
+from engine.structured_output import StructuredOutputError
 from transport.codec import clip
 from transport.messages import ErrorCode, TokenChunk
 
@@ -187,17 +190,16 @@ class Gateway:
 
     async def _handle_generate(self, request: Request, *, chat: bool) -> Response:
         arrival_ns = time.monotonic_ns()  # the request's clocks start here (its headers are in)
-        args = None
         try:
             body = await self._read_body(request)
             if chat:
                 args = parse_chat(body, default_max_tokens=self.config.default_chat_max_tokens)
             else:
                 args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
+            if args.sampling.structured_outputs is not None:
+                await _check_structured(args)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
         except FrontendError as err:
-            if err.param == "structured_outputs" and args is not None and args.structured_param:
-                err.param = args.structured_param  # the intake's compile check names the field the client used
             return error_response(err)
         except _ReadTimeout as timeout:
             return _read_timeout_response(timeout)
@@ -265,6 +267,18 @@ class Gateway:
         finally:
             if not handed_over:
                 await _close(chunks)
+
+
+async def _check_structured(args: GenerateArgs) -> None:
+    """Compile the request's constraint in a worker thread (a 64 KiB schema takes tens of milliseconds, which the
+    event loop serving every other request should not wait for); a refusal names the field the client used. The
+    intake's own check (controlplane/request_intake.py) then finds it among those that compiled
+    (backends/grammar.py)."""
+    try:
+        await anyio.to_thread.run_sync(check_grammar, args.sampling.structured_outputs)
+    except StructuredOutputError as error:
+        param = args.structured_param
+        raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
 
 
 async def _events(

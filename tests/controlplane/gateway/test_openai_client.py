@@ -60,7 +60,8 @@ def test_penalties_and_logit_bias_as_the_sdk_sends_them(client, frontend):
 
 def test_structured_outputs_as_the_sdk_sends_them(client, frontend):
     """OpenAI's ``response_format`` (a json_schema) and vLLM's ``structured_outputs`` in ``extra_body`` reach the
-    sampling params; the intake's compile refusal (param ``structured_outputs``) names the field the client used."""
+    sampling params; a constraint that does not compile is a 400 naming the field the client used, before the
+    frontend sees it."""
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
     client.chat.completions.create(
         model=MODEL,
@@ -70,11 +71,14 @@ def test_structured_outputs_as_the_sdk_sends_them(client, frontend):
     assert json.loads(frontend.calls[0]["sampling"].structured_outputs.json) == schema
     client.completions.create(model=MODEL, prompt="Hi", extra_body={"structured_outputs": {"choice": ["x", "y"]}})
     assert frontend.calls[1]["sampling"].structured_outputs.choice == ("x", "y")
-    refusal = FrontendError(ErrorCode.INVALID_REQUEST, "structured_outputs: bad", param="structured_outputs")
-    frontend.fail_before = refusal
+    bad = {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "frobnicate"}}}
     with pytest.raises(openai.BadRequestError) as refused:
-        client.chat.completions.create(model=MODEL, messages=MESSAGES, response_format={"type": "json_object"})
-    assert refused.value.body["param"] == "response_format"
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, response_format=bad)
+    assert refused.value.body["param"] == "response_format" and "JSON schema" in refused.value.body["message"]
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.completions.create(model=MODEL, prompt="Hi", extra_body={"guided_regex": "[a-"})
+    assert refused.value.body["param"] == "guided_regex"
+    assert len(frontend.calls) == 2
 
 
 def test_chat_streaming(client):

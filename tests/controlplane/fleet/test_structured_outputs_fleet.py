@@ -1,0 +1,82 @@
+"""Structured outputs through the whole path with the real model: the official ``openai`` package → the gateway →
+the control plane's intake → a real agent (SmolLM2 on the torch runner, llguidance compiling for its tokenizer) →
+back. The answer follows its JSON schema or is one of its choices; a schema that does not compile is a 400 naming
+the field before anything is routed."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import openai
+import pytest
+
+from agent.node_agent import AgentConfig, NodeAgent
+from backends.fake import cpu_test_hardware
+from backends.grammar import LLGuidanceCompiler
+from backends.torch import TorchModelRunner
+from controlplane.gateway.app import create_app
+from controlplane.gateway.http_server import serve_gateway
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"capital": {"enum": ["Paris", "London", "Rome"]}, "country": {"type": "string", "maxLength": 12}},
+    "required": ["capital", "country"],
+    "additionalProperties": False,
+}
+
+
+def _check(base_url: str, model: str) -> None:
+    """The client side (blocking: run in a worker thread while the control plane serves)."""
+    question = [{"role": "user", "content": "What is the capital of France? Answer in JSON."}]
+    with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0, timeout=120) as client:
+        chat = client.chat.completions.create(
+            model=model,
+            messages=question,
+            max_tokens=40,
+            temperature=0,
+            response_format={"type": "json_schema", "json_schema": {"name": "capital", "schema": SCHEMA}},
+        )
+        answer = json.loads(chat.choices[0].message.content)
+        assert set(answer) == {"capital", "country"} and answer["capital"] in SCHEMA["properties"]["capital"]["enum"]
+        assert chat.choices[0].finish_reason == "stop"
+        stream = client.completions.create(
+            model=model,
+            prompt="Is the sky blue? Answer:",
+            max_tokens=8,
+            temperature=1.0,
+            stream=True,
+            extra_body={"guided_choice": [" yes", " no"]},
+        )
+        assert "".join(chunk.choices[0].text for chunk in stream) in (" yes", " no")
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(model=model, messages=question, extra_body={"guided_regex": "[a-"})
+        assert refused.value.body["param"] == "guided_regex"
+
+
+async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint):
+    tokenizer = smollm2_checkpoint.tokenizer
+    engine = LLMEngine(
+        TorchModelRunner(smollm2_model, progress=False),
+        tokenizer,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
+        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
+        grammars=LLGuidanceCompiler(tokenizer, smollm2_checkpoint.config.vocab_size),
+    )
+    async with controlplane("round_robin", tokenizer=tokenizer) as cp, anyio.create_task_group() as agents:
+        agent = NodeAgent(
+            cp.agent_endpoint, engine, AgentConfig(node_id="n0", model_name="smol"), hardware=cpu_test_hardware()
+        )
+        await agents.start(agent.run)
+        await cp.wait_until(lambda: len(cp.registry) == 1, 30)
+        async with anyio.create_task_group() as tg:  # port 0: the kernel picks it while binding (no race)
+            server = await tg.start(serve_gateway, create_app(cp), "127.0.0.1", 0)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            await anyio.to_thread.run_sync(_check, f"http://127.0.0.1:{port}", cp.model_names[0])
+            tg.cancel_scope.cancel()
+        agents.cancel_scope.cancel()
+        assert engine.num_forced_drafts > 0  # the JSON keys and the choices' forced tokens went in as drafts
