@@ -1,10 +1,11 @@
 """Structured outputs: a request's constraint on the shape of its output (a JSON schema, any JSON object, a regex,
 a list of choices, a grammar), and what a node needs to honour it.
 
-The constraint's fields are vLLM's ``StructuredOutputsParams`` (vllm/sampling_params.py, v0.11; its OpenAI server
-takes them as ``structured_outputs`` and, under their older names, as ``guided_json``, ``guided_regex``,
-``guided_choice``, ``guided_grammar``); OpenAI's ``response_format`` maps onto ``json`` and ``json_object``
-(controlplane/gateway/openai_schema.py). Exactly one is set. Sans-IO: shapes and sizes are checked here, where the
+The constraint's fields are vLLM's ``StructuredOutputsParams`` (vllm/sampling_params.py, since vllm-project/vllm#22772,
+August 2025; its OpenAI server takes them as ``structured_outputs``; the older ``guided_json``, ``guided_regex``,
+``guided_choice``, ``guided_grammar`` were removed in v0.12.0, which now ignores them silently: here they are still
+honoured); OpenAI's ``response_format`` maps onto ``json`` and ``json_object``
+(controlplane/gateway/structured_fields.py). Exactly one is set. Sans-IO: shapes and sizes are checked here, where the
 struct is made or decoded; whether the schema, the regex or the grammar compiles is checked by the grammar library at
 the control plane's intake (backends/grammar.py), before routing, and a node that cannot compile one refuses the
 request.

@@ -1,18 +1,20 @@
 """The request fields that ask for structured outputs, read into one engine/structured_output.StructuredOutput.
 
-Three spellings, as vLLM's OpenAI server takes them (vllm/entrypoints/openai/protocol.py, v0.11):
+Three spellings (vLLM's OpenAI server, vllm/entrypoints/openai/protocol.py, takes the first two since
+vllm-project/vllm#22772, August 2025):
 
     response_format     OpenAI's: {"type": "text"} (no constraint), {"type": "json_object"}, or
                         {"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": ...}}
     structured_outputs  vLLM's: {"json": schema, "regex": "...", "choice": [...], "grammar": "...",
                         "json_object": true}, exactly one
     guided_json, guided_regex, guided_choice, guided_grammar
-                        vLLM's older names, still sent by many clients
+                        vLLM's older names, still sent by many clients; vLLM v0.12.0 removed them and ignores
+                        them silently (the output comes back unconstrained, with a 200): here they are honoured
 
 At most one field may ask. A schema is kept as the client's JSON text (``msgspec.Raw``): it is never decoded into
 Python objects here, so no depth or size of schema costs the gateway more than a copy; it is also accepted as a
 string holding that text, as vLLM accepts it. ``structured_of`` returns the constraint and the field the client
-used, so that an error about it (the intake's compile check: controlplane/request_intake.py) names that field.
+used, so that an error about it (the compile check, gateway/app.py) names that field.
 """
 
 from __future__ import annotations

@@ -8,18 +8,14 @@ here is what happens to tokens after sampling, without loading the weights."""
 
 from __future__ import annotations
 
-import anyio
 import httpx
 import openai
 import pytest
 
-from agent.node_agent import AgentConfig, NodeAgent
-from backends.fake import cpu_test_hardware
 from backends.fake.trivial_runner import TrivialRunner
-from controlplane.gateway.app import create_app
-from controlplane.gateway.http_server import serve_gateway
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
+from tests.controlplane.fleet.one_agent_gateway import check_over_http
 
 pytestmark = pytest.mark.anyio
 
@@ -66,15 +62,4 @@ async def test_logprobs_cached_tokens_and_tokenize_with_the_real_tokenizer(contr
         SchedulerConfig(max_num_batched_tokens=2048, max_num_seqs=8, max_model_len=runner.max_model_len),
         CacheConfig(block_size=16, num_device_blocks=256, num_host_blocks=0),
     )
-    async with controlplane("round_robin", tokenizer=tokenizer) as cp, anyio.create_task_group() as agents:
-        agent = NodeAgent(
-            cp.agent_endpoint, engine, AgentConfig(node_id="n0", model_name="smol"), hardware=cpu_test_hardware()
-        )
-        await agents.start(agent.run)
-        await cp.wait_until(lambda: len(cp.registry) == 1, 30)
-        async with anyio.create_task_group() as tg:  # port 0: the kernel picks it while binding (no race)
-            server = await tg.start(serve_gateway, create_app(cp), "127.0.0.1", 0)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            await anyio.to_thread.run_sync(_check, f"http://127.0.0.1:{port}", cp.model_names[0])
-            tg.cancel_scope.cancel()
-        agents.cancel_scope.cancel()
+    await check_over_http(controlplane, tokenizer, engine, _check)

@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import json
 
-import anyio
 import openai
 import pytest
 
-from agent.node_agent import AgentConfig, NodeAgent
-from backends.fake import cpu_test_hardware
 from backends.grammar import LLGuidanceCompiler
 from backends.torch import TorchModelRunner
-from controlplane.gateway.app import create_app
-from controlplane.gateway.http_server import serve_gateway
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
+from tests.controlplane.fleet.one_agent_gateway import check_over_http
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -67,16 +63,5 @@ async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model,
         CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
         grammars=LLGuidanceCompiler(tokenizer, smollm2_checkpoint.config.vocab_size),
     )
-    async with controlplane("round_robin", tokenizer=tokenizer) as cp, anyio.create_task_group() as agents:
-        agent = NodeAgent(
-            cp.agent_endpoint, engine, AgentConfig(node_id="n0", model_name="smol"), hardware=cpu_test_hardware()
-        )
-        await agents.start(agent.run)
-        await cp.wait_until(lambda: len(cp.registry) == 1, 30)
-        async with anyio.create_task_group() as tg:  # port 0: the kernel picks it while binding (no race)
-            server = await tg.start(serve_gateway, create_app(cp), "127.0.0.1", 0)
-            port = server.servers[0].sockets[0].getsockname()[1]
-            await anyio.to_thread.run_sync(_check, f"http://127.0.0.1:{port}", cp.model_names[0])
-            tg.cancel_scope.cancel()
-        agents.cancel_scope.cancel()
-        assert engine.num_forced_drafts > 0  # the JSON keys and the choices' forced tokens went in as drafts
+    await check_over_http(controlplane, tokenizer, engine, _check)
+    assert engine.num_forced_drafts > 0  # the JSON keys and the choices' forced tokens went in as drafts

@@ -1,0 +1,30 @@
+"""One in-process agent behind a control plane and its HTTP gateway, for a blocking client check (the ``openai``
+package) run in a worker thread while they serve."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+
+from agent.node_agent import AgentConfig, NodeAgent
+from backends.fake import cpu_test_hardware
+from controlplane.gateway.app import create_app
+from controlplane.gateway.http_server import serve_gateway
+
+
+async def check_over_http(controlplane, tokenizer, engine, check: Callable[[str, str], None]) -> None:
+    """Serve ``engine`` as node n0 of a round-robin control plane (``controlplane``: the fleet fixture) and run
+    ``check(base_url, model)`` against its gateway."""
+    async with controlplane("round_robin", tokenizer=tokenizer) as cp, anyio.create_task_group() as agents:
+        agent = NodeAgent(
+            cp.agent_endpoint, engine, AgentConfig(node_id="n0", model_name="smol"), hardware=cpu_test_hardware()
+        )
+        await agents.start(agent.run)
+        await cp.wait_until(lambda: len(cp.registry) == 1, 30)
+        async with anyio.create_task_group() as tg:  # port 0: the kernel picks it while binding (no race)
+            server = await tg.start(serve_gateway, create_app(cp), "127.0.0.1", 0)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            await anyio.to_thread.run_sync(check, f"http://127.0.0.1:{port}", cp.model_names[0])
+            tg.cancel_scope.cancel()
+        agents.cancel_scope.cancel()
