@@ -31,6 +31,7 @@ from engine.lora import LoraRequest
 from engine.multi_step import DecodeSteps
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
+from engine.spec.grammar_drafts import StructuredOutputStats
 from engine.spec.speculator import SpecDecodeStats
 from engine.step_budget import DEFAULT_FLOOR_TOKENS, StepBudget, budget_from_profile
 from engine.step_rates import StepRates
@@ -71,6 +72,7 @@ class EngineObservation:
     swaps: list[tuple[str, int, float]]
     decode_roofline_fraction: float = 0.0  # engine/decode_roofline.py; 0: not measured
     spec: SpecDecodeStats | None = None  # speculative decoding totals, when the engine speculates
+    structured: StructuredOutputStats | None = None  # structured outputs' totals (engine/spec/grammar_drafts.py)
 
 
 class NodeCore:
@@ -412,13 +414,15 @@ class NodeCore:
             swaps,
             self._roofline_fraction(),
             self.engine.make_spec_stats(),
+            self.engine.structured_stats.copy(),
         )
 
     def stats_observation(self) -> EngineObservation:
         """A report tick's observation: the scheduler's snapshot, nothing else."""
         return EngineObservation(
-            self.engine.make_stats(), [], [], [], self._roofline_fraction(), self.engine.make_spec_stats()
-        )
+            self.engine.make_stats(), [], [], [], self._roofline_fraction(), self.engine.make_spec_stats(),
+            self.engine.structured_stats.copy(),
+        )  # fmt: skip
 
     def _roofline_fraction(self) -> float:
         return self.roofline.fraction if self.roofline is not None else 0.0

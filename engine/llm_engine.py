@@ -34,7 +34,7 @@ from engine.request import FinishReason, Request, RequestStatus
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
-from engine.spec.grammar_drafts import MAX_FORCED_DRAFTS, propose_forced_drafts
+from engine.spec.grammar_drafts import MAX_FORCED_DRAFTS, StructuredOutputStats, count_accepted, propose_forced_drafts
 from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
 from engine.structured_output import GrammarCompiler, compile_grammar
@@ -185,7 +185,7 @@ class LLMEngine:
         self.speculator = speculator
         self.grammars = grammars
         self.forced_drafts = MAX_FORCED_DRAFTS  # a grammar's forced tokens as drafts (engine/spec/grammar_drafts.py)
-        self.num_forced_drafts = 0
+        self.structured_stats = StructuredOutputStats()
         lora_config = getattr(runner, "lora_config", None)  # a LoraRunner (engine/lora.py) built with LoRA on
         if lora_config is not None and not scheduler_config.max_loras:
             scheduler_config.max_loras = lora_config.max_loras
@@ -252,6 +252,7 @@ class LLMEngine:
         eos_token_id = self.tokenizer.eos_token_id
         request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens)
         request.grammar = grammar
+        self.structured_stats.num_requests_total += int(grammar is not None)
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
         detokenizer = IncrementalDetokenizer(self.tokenizer, stop, params.min_tokens)
@@ -354,7 +355,8 @@ class LLMEngine:
         if self.speculator is not None:
             self.speculator.propose(self.scheduler.running_requests())
         if self.grammars is not None and self.forced_drafts:
-            self.num_forced_drafts += propose_forced_drafts(self.scheduler.running_requests(), self.forced_drafts)
+            proposed = propose_forced_drafts(self.scheduler.running_requests(), self.forced_drafts)
+            self.structured_stats.num_forced_draft_tokens_total += proposed
         batch = self.scheduler.schedule()
         if self.remote_kv is not None:
             self._move_remote(batch)
@@ -392,6 +394,8 @@ class LLMEngine:
         self.num_steps += 1
         self.busy_time_s += runner_output.step_time_s
         updates = self.scheduler.update_from_output(batch, runner_output)
+        if self.grammars is not None:
+            self.structured_stats.num_forced_accepted_tokens_total += count_accepted(batch, runner_output)
         if self.speculator is not None:
             self.speculator.observe(batch, runner_output)
             # finished this step, or since the last (aborts, stop strings): the proposer forgets them

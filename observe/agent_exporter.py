@@ -22,6 +22,7 @@ from prometheus_client.metrics_core import Metric
 
 from agent.node_core import EngineObservation
 from engine.scheduler_stats import SchedulerStats
+from engine.spec.grammar_drafts import StructuredOutputStats
 from engine.spec.speculator import SpecDecodeStats
 from observe import metrics_names as m
 from observe.exporter import PrometheusExporter, SnapshotCollector
@@ -39,6 +40,7 @@ class AgentExporter(PrometheusExporter):
         self._stats: SchedulerStats | None = None
         self._roofline = 0.0
         self._spec: SpecDecodeStats | None = None
+        self._structured: StructuredOutputStats | None = None
         self._rejected: Mapping = {}
         self._lora_info: tuple[tuple[str, str, str], float] | None = None  # (labels, unix time), LoRA nodes only
         self._lora_loaded = 0  # adapters in device slots (last LoadReport)
@@ -99,6 +101,7 @@ class AgentExporter(PrometheusExporter):
         self._roofline = obs.decode_roofline_fraction
         self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
         self._spec = obs.spec
+        self._structured = obs.structured
 
     def observe_lora(self, max_loras: int, report: LoadReport) -> None:
         """vllm:lora_requests_info from a LoadReport (only on a node that serves adapters)."""
@@ -158,6 +161,14 @@ class AgentExporter(PrometheusExporter):
                 malformed.add_metric([str(getattr(code, "value", code)), "control"], n)
         yield malformed
         yield from self._spec_metrics(names, values)
+        structured = self._structured
+        if structured is not None:
+            yield counter(m.STRUCTURED_OUTPUT_REQUESTS, "Requests with a structured-output constraint admitted.",
+                          structured.num_requests_total)  # fmt: skip
+            yield counter(m.STRUCTURED_OUTPUT_FORCED_DRAFT_TOKENS, "Tokens a grammar forced, proposed as drafts.",
+                          structured.num_forced_draft_tokens_total)  # fmt: skip
+            yield counter(m.STRUCTURED_OUTPUT_FORCED_ACCEPTED_TOKENS, "Forced draft tokens the model accepted.",
+                          structured.num_forced_accepted_tokens_total)  # fmt: skip
         lora_info = self._lora_info
         if lora_info is not None:
             info = GaugeMetricFamily(m.LORA_REQUESTS_INFO, "Running stats on LoRA requests.",

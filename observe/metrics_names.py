@@ -48,6 +48,10 @@ SPEC_DECODE_NUM_DRAFTS = "vllm:spec_decode_num_drafts"  # verification steps of 
 SPEC_DECODE_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 SPEC_DECODE_NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"
 SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"  # {position}
+# structured outputs (no vLLM counterpart): constrained requests, their grammars' forced tokens as drafts
+STRUCTURED_OUTPUT_REQUESTS = "zoo:structured_output_requests"  # _total
+STRUCTURED_OUTPUT_FORCED_DRAFT_TOKENS = "zoo:structured_output_forced_draft_tokens"  # _total
+STRUCTURED_OUTPUT_FORCED_ACCEPTED_TOKENS = "zoo:structured_output_forced_accepted_tokens"  # _total
 
 # agent: ours -----------------------------------------------------------------------------------------------
 ROUTER_TO_NODE_HOP = "zoo:router_to_node_hop_seconds"  # agent recv - GenerateRequest.sent_ns

@@ -15,9 +15,27 @@ its logits). Sans-IO.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from engine.batch import RunnerOutput, SchedulerOutput
 from engine.request import Request
 
 MAX_FORCED_DRAFTS = 8  # per request and step: a verification chunk's rows
+
+
+@dataclass(slots=True)
+class StructuredOutputStats:
+    """Totals since start, for the node's exporter (observe/agent_exporter.py): constrained requests admitted, the
+    forced tokens proposed as drafts, and those the model accepted."""
+
+    num_requests_total: int = 0
+    num_forced_draft_tokens_total: int = 0
+    num_forced_accepted_tokens_total: int = 0
+
+    def copy(self) -> StructuredOutputStats:
+        return StructuredOutputStats(
+            self.num_requests_total, self.num_forced_draft_tokens_total, self.num_forced_accepted_tokens_total
+        )
 
 
 def propose_forced_drafts(running: list[Request], max_drafts: int = MAX_FORCED_DRAFTS) -> int:
@@ -37,3 +55,15 @@ def propose_forced_drafts(running: list[Request], max_drafts: int = MAX_FORCED_D
             request.spec_token_ids = list(forced)
             proposed += len(forced)
     return proposed
+
+
+def count_accepted(batch: SchedulerOutput, output: RunnerOutput) -> int:
+    """The forced drafts of ``batch`` that its runner accepted (a constrained request's drafts are all forced)."""
+    accepted = 0
+    for scheduled in batch.requests:
+        inputs = scheduled.logits_inputs
+        if scheduled.spec_token_ids and inputs is not None and inputs.grammar is not None:
+            sampled = output.sampled_token_ids.get(scheduled.req_id)
+            if sampled:
+                accepted += min(len(sampled) - 1, len(scheduled.spec_token_ids))
+    return accepted

@@ -125,9 +125,9 @@ def test_forced_tokens_are_verified_as_drafts_same_output_fewer_steps(engine):
     runs = {}
     for forced in (0, 8):
         engine.forced_drafts = forced
-        steps, drafts = engine.num_steps, engine.num_forced_drafts
+        steps, drafts = engine.num_steps, engine.structured_stats.num_forced_draft_tokens_total
         outs = _run(engine, prompts, params)
-        runs[forced] = (outs, engine.num_steps - steps, engine.num_forced_drafts - drafts)
+        runs[forced] = (outs, engine.num_steps - steps, engine.structured_stats.num_forced_draft_tokens_total - drafts)
     engine.forced_drafts = 8
     (plain_outs, plain_steps, no_drafts), (ff_outs, ff_steps, drafts) = runs[0], runs[8]
     assert [o[0] for o in ff_outs] == [o[0] for o in plain_outs]

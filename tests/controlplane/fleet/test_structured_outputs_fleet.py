@@ -64,4 +64,6 @@ async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model,
         grammars=LLGuidanceCompiler(tokenizer, smollm2_checkpoint.config.vocab_size),
     )
     await check_over_http(controlplane, tokenizer, engine, _check)
-    assert engine.num_forced_drafts > 0  # the JSON keys and the choices' forced tokens went in as drafts
+    stats = engine.structured_stats  # the JSON keys and the choices' forced tokens went in as drafts, and were taken
+    assert stats.num_requests_total == 3 - 1  # (the regex that does not compile never reached the node)
+    assert stats.num_forced_accepted_tokens_total == stats.num_forced_draft_tokens_total > 0
