@@ -1,6 +1,7 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
-a chat question through the OpenAI endpoint, a short load through the ZeroMQ client library, and a
-per-node latency table as the client saw it. Everything is shut down at the end."""
+a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema), a short load
+through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is shut down at
+the end."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ LOAD_CONCURRENCY = 8
 LOAD_BUDGET_S = 60.0
 CLIENT_ENDPOINT = "tcp://127.0.0.1:5556"
 VOCAB_SIZE = 49152
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {"capital": {"type": "string", "maxLength": 20}, "country": {"type": "string", "maxLength": 20}},
+    "required": ["capital", "country"],
+    "additionalProperties": False,
+}
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -43,19 +50,27 @@ def run_demo(args: argparse.Namespace) -> int:
 
 def _chat(base_url: str) -> None:
     print(f"\n== 1. chat through the OpenAI endpoint: {QUESTION}")
+    reply = _post_chat(base_url, QUESTION, {"max_tokens": 24})
+    print(reply["choices"][0]["message"]["content"])
+    print(f"[usage: {reply['usage']}]")
+    print("   the same, its answer constrained to a JSON schema (response_format json_schema):")
+    fmt = {"type": "json_schema", "json_schema": {"name": "capital", "schema": ANSWER_SCHEMA}}
+    reply = _post_chat(base_url, f"{QUESTION} Answer in JSON.", {"max_tokens": 48, "response_format": fmt})
+    print(reply["choices"][0]["message"]["content"])
+
+
+def _post_chat(base_url: str, question: str, extra: dict) -> dict:
     body = {
         "model": "SmolLM2-135M-Instruct",
-        "messages": [{"role": "user", "content": QUESTION}],
-        "max_tokens": 24,
+        "messages": [{"role": "user", "content": question}],
         "temperature": 0,
+        **extra,
     }
     req = urllib.request.Request(
         f"{base_url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=120) as r:
-        reply = json.loads(r.read())
-    print(reply["choices"][0]["message"]["content"])
-    print(f"[usage: {reply['usage']}]")
+        return json.loads(r.read())
 
 
 def _load() -> None:
