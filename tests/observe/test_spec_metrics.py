@@ -16,12 +16,17 @@ def _stats() -> SchedulerStats:
     return SchedulerStats(**{f.name: 0 for f in dataclasses.fields(SchedulerStats)})
 
 
-def _scrape(spec: SpecDecodeStats | None) -> str:
+def scrape(**observed) -> str:
+    """The /metrics text after one EngineObservation carrying ``observed`` (spec=..., structured=...)."""
     exporter = AgentExporter()
     exporter._vllm_labels = {"model_name": "m", "node": "n", "gpu_type": "cpu", "cell": "c"}  # as describe_node
     exporter._zoo_labels = {"model": "m", "node": "n", "gpu_type": "cpu", "cell": "c"}
-    exporter.observe(EngineObservation(_stats(), [], [], [], spec=spec))
+    exporter.observe(EngineObservation(_stats(), [], [], [], **observed))
     return generate_latest(exporter.registry).decode()
+
+
+def _scrape(spec: SpecDecodeStats | None) -> str:
+    return scrape(spec=spec)
 
 
 def test_spec_decode_counters_use_vllms_names():
