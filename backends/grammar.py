@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import json
-import threading
 from collections.abc import Sequence
 
 import llguidance
@@ -32,13 +31,15 @@ from engine.structured_output import StructuredOutput, StructuredOutputError
 
 # llguidance's own defaults but for the grammar size (500,000 symbols there); the fuel and item caps bound each step's
 # mask at tens of milliseconds in the worst case (llguidance's speeds: lexer fuel ~14k/ms, Earley items ~20k/ms)
-LIMITS = dict(max_grammar_size=200_000, step_lexer_fuel=200_000, step_max_items=50_000, initial_lexer_fuel=1_000_000)
+LIMITS = llguidance.LLParserLimits(
+    max_grammar_size=200_000,
+    step_lexer_fuel=200_000,
+    step_max_items=50_000,
+    initial_lexer_fuel=1_000_000,
+    verbose_errors=False,
+)
 _MAX_ERROR_CHARS = 300
 CHECKED_KEPT = 256
-
-
-def _limits() -> llguidance.LLParserLimits:
-    return llguidance.LLParserLimits(**LIMITS, verbose_errors=False)
 
 
 def grammar_text(spec: StructuredOutput) -> str:
@@ -65,7 +66,7 @@ def check(spec: StructuredOutput) -> None:
     not remembered: lru_cache keeps no exception)."""
     try:
         text = grammar_text(spec)
-        message = llguidance.LLMatcher.validate_grammar(text, None, limits=_limits())
+        message = llguidance.LLMatcher.validate_grammar(text, None, limits=LIMITS)
     except StructuredOutputError:
         raise
     except Exception as error:
@@ -96,10 +97,6 @@ class LLGuidanceGrammar:
     @property
     def is_error(self) -> bool:
         return self._matcher.is_error()
-
-    @property
-    def error(self) -> str:
-        return self._matcher.get_error()
 
     def banned(self, vocab_size: int) -> np.ndarray:
         """Boolean [vocab_size]: True where the next token may not be (all but EOS once in error)."""
@@ -135,23 +132,21 @@ class LLGuidanceCompiler:
         self._tokenizer = tokenizer
         self._vocab_size = max(vocab_size or 0, tokenizer.vocab_size)
         self._eos = tokenizer.eos_token_id
-        self._ll: llguidance.LLTokenizer | None = None
-        self._lock = threading.Lock()
+        self._ll: llguidance.LLTokenizer | None = None  # built at the first compile (the engine thread's)
 
     def _lltokenizer(self) -> llguidance.LLTokenizer:
-        with self._lock:
-            if self._ll is None:
-                backend = getattr(self._tokenizer, "backend_tokenizer", None)
-                if backend is not None:
-                    source = backend.to_str()
-                else:
-                    source = llguidance.TokenizerWrapper(_BytesTokenizer(self._tokenizer))
-                self._ll = llguidance.LLTokenizer(source, n_vocab=self._vocab_size, eos_token=self._eos)
-            return self._ll
+        if self._ll is None:
+            backend = getattr(self._tokenizer, "backend_tokenizer", None)
+            if backend is not None:
+                source = backend.to_str()
+            else:
+                source = llguidance.TokenizerWrapper(_BytesTokenizer(self._tokenizer))
+            self._ll = llguidance.LLTokenizer(source, n_vocab=self._vocab_size, eos_token=self._eos)
+        return self._ll
 
     def compile(self, spec: StructuredOutput) -> LLGuidanceGrammar:
         text = grammar_text(spec)
-        matcher = llguidance.LLMatcher(self._lltokenizer(), text, log_level=0, limits=_limits())
+        matcher = llguidance.LLMatcher(self._lltokenizer(), text, log_level=0, limits=LIMITS)
         if matcher.is_error():
             raise StructuredOutputError(f"{spec.describe()} does not compile: {_short(matcher.get_error())}")
         return LLGuidanceGrammar(matcher, self._eos)

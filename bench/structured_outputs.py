@@ -109,9 +109,8 @@ def _sampler_steps(tokenizer, compiler, num_rows: int, repeats: int, rng: np.ran
         )
         requests = []
         for i in range(num_rows):
-            r = Request(f"r{i}", [1, 2, 3], params, 0.0, eos_token_id=tokenizer.eos_token_id)
-            r.grammar = compiler.compile(spec) if constrained else None
-            requests.append(r)
+            grammar = compiler.compile(spec) if constrained else None
+            requests.append(Request(f"r{i}", [1, 2, 3], params, 0.0, tokenizer.eos_token_id, grammar=grammar))
         cases[case] = (requests, TorchSampler(torch.device("cpu")), LogitsAdjuster(), [])
     for step in range(min(repeats + 3, len(document) - 1)):
         for requests, sampler, adjuster, times in cases.values():

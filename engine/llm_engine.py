@@ -250,8 +250,7 @@ class LLMEngine:
             )
         grammar = compile_grammar(self.grammars, params.structured_outputs, token_ids, num_resumed_tokens)
         eos_token_id = self.tokenizer.eos_token_id
-        request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens)
-        request.grammar = grammar
+        request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens, grammar)
         self.structured_stats.num_requests_total += int(grammar is not None)
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()

@@ -78,6 +78,7 @@ class Request:
         lora_id: int | None = None,
         priority: int = 0,
         num_resumed_tokens: int = 0,
+        grammar: Grammar | None = None,
     ) -> None:
         self.req_id = req_id
         self.prompt_token_ids = list(prompt_token_ids)
@@ -89,7 +90,7 @@ class Request:
         self.priority = priority  # higher first; a lower-priority running request is swapped out for it
         self.num_resumed_tokens = num_resumed_tokens  # the prompt's last tokens: its output before a resume
         self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in
-        self.grammar: Grammar | None = None  # its structured-output constraint, compiled (LLMEngine.add_request)
+        self.grammar = grammar  # its structured-output constraint, compiled (LLMEngine.add_request), or None
 
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None

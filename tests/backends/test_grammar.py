@@ -100,8 +100,7 @@ def test_a_resumed_requests_grammar_has_consumed_its_output(compiler):
 
 
 def _slot(req_id, params, prompt, output, grammar, first_row=0, num_resumed=0):
-    request = Request(req_id, prompt, params, 0.0, eos_token_id=EOS, num_resumed_tokens=num_resumed)
-    request.grammar = grammar
+    request = Request(req_id, prompt, params, 0.0, eos_token_id=EOS, num_resumed_tokens=num_resumed, grammar=grammar)
     request.append_output_token_ids(output)
     return SampleSlot(sampled_step(request), first_row, 1)
 
@@ -165,8 +164,7 @@ def test_forced_tokens_become_drafts_within_the_room_and_only_for_decoding_reque
     params = SamplingParams(max_tokens=6, structured_outputs=spec)
 
     def decoding(output: str) -> Request:
-        r = Request("g", [5, 6], params, 0.0, eos_token_id=EOS)
-        r.grammar = compiler.compile(spec)
+        r = Request("g", [5, 6], params, 0.0, eos_token_id=EOS, grammar=compiler.compile(spec))
         r.append_output_token_ids(TOK.encode(output))
         r.num_computed_tokens = r.num_tokens - 1  # every known token but the last computed
         return r
