@@ -45,13 +45,14 @@ CHECKED_KEPT = 256
 def grammar_text(spec: StructuredOutput) -> str:
     """llguidance's grammar for ``spec``. Raises StructuredOutputError where the JSON schema is not JSON."""
     kind = spec.kind
+    defaults = {"whitespace_flexible": False} if spec.disable_any_whitespace else None  # llguidance's x-guidance
     if kind == "json":
         try:
-            return llguidance.LLMatcher.grammar_from_json_schema(spec.json)
+            return llguidance.LLMatcher.grammar_from_json_schema(spec.json, defaults=defaults)
         except (ValueError, RecursionError) as error:
             raise StructuredOutputError(f"the JSON schema is not a JSON object or boolean: {_short(error)}") from None
     if kind == "json_object":
-        return llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}')
+        return llguidance.LLMatcher.grammar_from_json_schema('{"type": "object"}', defaults=defaults)
     if kind == "regex":
         return llguidance.LLMatcher.grammar_from_regex(spec.regex)
     if kind == "choice":

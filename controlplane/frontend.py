@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from engine.sampling_params import SamplingParams
-from transport.messages import ChatMessage, ErrorCode, TokenChunk
+from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolSpec
 
 
 class FrontendError(Exception):
@@ -18,6 +18,11 @@ class FrontendError(Exception):
         self.message = message
         self.retry_after_s = retry_after_s
         self.param = param
+
+
+def invalid_param(param: str, message: str) -> FrontendError:
+    """A 400 naming the request field ``param`` (its message starts with the field's name)."""
+    return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
 
 
 class Frontend(Protocol):
@@ -41,6 +46,7 @@ class Frontend(Protocol):
         arrival_ns: int | None = None,
         num_choices: int = 1,
         tenant: str = "",
+        tools: list[ToolSpec] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
         ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
@@ -53,6 +59,7 @@ class Frontend(Protocol):
         arrival_ns: when the request arrived (``time.monotonic_ns()``; None: now); the node's TTFT and
             E2E count from there. num_choices > 1: that many engine requests, ids
             ``choice_request_ids(request_id, num_choices)``, chunks interleaved until all have finished.
+            tools: the functions a chat may call, rendered into its prompt (controlplane/gateway/tool_calls.py).
         """
         ...
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import msgspec
 
 from backends.grammar import check as check_grammar
+from backends.hermes_tools import template_messages, template_tools
 from controlplane.admission import queued_requests
 from controlplane.cells import DEFAULT_CLASS
 from controlplane.lora_table import LoraTable
@@ -261,12 +262,21 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
     given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
     if sum(given) != 1:
         raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
+    if msg.tools and msg.messages is None:
+        raise PromptError("tools are given with messages only", "tools")
     if msg.prompt_token_ids is not None:
         token_ids, param = msg.prompt_token_ids, "prompt_token_ids"
     elif msg.messages is not None:
         if not msg.messages:
             raise PromptError("messages must not be empty", "messages")
-        rendered = tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in msg.messages])
+        try:
+            tools = template_tools(msg.tools)
+        except ValueError as e:
+            raise PromptError(str(e), "tools") from None
+        try:  # a template may refuse the messages (raise_exception): the client's error
+            rendered = tokenizer.apply_chat_template(template_messages(msg.messages), tools=tools)
+        except ValueError as e:
+            raise PromptError(str(e), "messages") from None
         token_ids, param = tokenizer.encode(rendered), "messages"
     else:
         token_ids, param = tokenizer.encode(msg.prompt), "prompt"

@@ -75,6 +75,7 @@ from transport.messages import (
     Pong,
     ProbeSnapshot,
     TokenChunk,
+    ToolSpec,
     Welcome,
 )
 from transport.sockets import AGENT_MAX_MSG_BYTES, CLIENT_MAX_MSG_BYTES, Channel, Received, bind_router
@@ -116,10 +117,8 @@ class ControlPlane(Actor):
         self.registry = registry or ClusterRegistry(self.clock, config.heartbeat_timeout_s)
         self.policy = policy or make_policy(config.router.policy, config.router)
         self.admission = admission or AdmissionControl(config.admission or AdmissionConfig())
-        self._ctx = context
-        self._own_ctx = context is None
-        self.agent_endpoint = config.agent_endpoint
-        self.client_endpoint = config.client_endpoint
+        self._ctx, self._own_ctx = context, context is None
+        self.agent_endpoint, self.client_endpoint = config.agent_endpoint, config.client_endpoint
         self._agents: Link | None = None
         self.zap: ZapHandler | None = None  # with config.curve: admits agents and clients by public key
         self._clients: Link | None = None
@@ -144,8 +143,7 @@ class ControlPlane(Actor):
             loras=self.loras,
         )
         self.requests = self.path.table
-        self.counters = self.path.counters  # the same dicts: requests by outcome, refusals by code
-        self.refused = self.path.refused
+        self.counters, self.refused = self.path.counters, self.path.refused  # the same dicts: by outcome, by code
         self._changed = anyio.Event()
         self.probe = ProbeInbox(self.clock)
         self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
@@ -340,6 +338,7 @@ class ControlPlane(Actor):
         arrival_ns: int | None = None,
         num_choices: int = 1,
         tenant: str = "",
+        tools: list[ToolSpec] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         msgs = [
             ClientGenerate(
@@ -348,6 +347,7 @@ class ControlPlane(Actor):
                 prompt=prompt,
                 messages=messages,
                 prompt_token_ids=prompt_token_ids,
+                tools=tools,
                 sampling=msgspec.structs.replace(sampling, seed=choice_seed(sampling.seed, i)) if i else sampling,
                 traffic_class=traffic_class,
                 tenant=tenant,

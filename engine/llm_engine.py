@@ -50,7 +50,9 @@ class EngineTokenizer(Protocol):
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str: ...
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str: ...
 
 
 @dataclass(slots=True)

@@ -43,6 +43,9 @@ class StructuredOutput(msgspec.Struct, frozen=True, omit_defaults=True):
     regex: the output matches this regular expression (Rust's regex syntax, as llguidance reads it).
     choice: the output is exactly one of these strings.
     grammar: a context-free grammar in Lark syntax (llguidance reads GBNF too).
+    disable_any_whitespace: JSON (``json``, ``json_object``) written compactly, with no whitespace between its
+        tokens (vLLM's field of that name); a small model otherwise may pad an object with whitespace until
+        max_tokens. Forced tool calls set it (controlplane/gateway/tool_calls.py).
     """
 
     json: str | None = None
@@ -50,6 +53,7 @@ class StructuredOutput(msgspec.Struct, frozen=True, omit_defaults=True):
     regex: str | None = None
     choice: tuple[str, ...] | None = None
     grammar: str | None = None
+    disable_any_whitespace: bool = False
 
     def __post_init__(self) -> None:
         if self.choice is not None and not isinstance(self.choice, tuple):
@@ -60,8 +64,9 @@ class StructuredOutput(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def check(self) -> None:
         """Raises StructuredOutputError naming what is wrong (SamplingParams calls it where it is made or decoded)."""
-        if not isinstance(self.json_object, bool):
-            raise StructuredOutputError("json_object must be a boolean")
+        for name in ("json_object", "disable_any_whitespace"):
+            if not isinstance(getattr(self, name), bool):
+                raise StructuredOutputError(f"{name} must be a boolean")
         given = [name for name in KINDS if _given(getattr(self, name))]
         if len(given) != 1:
             said = ", ".join(given) if given else "none"

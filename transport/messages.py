@@ -230,9 +230,28 @@ class NodeDrain(Envelope, kw_only=True):
 # --------------------------------------------------------------------------- requests
 
 
+class ToolCall(msgspec.Struct, frozen=True):
+    """A function call an assistant made: ``arguments`` is JSON text as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
 class ChatMessage(msgspec.Struct, frozen=True):
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls (the conversation so far)
+    tool_call_id: str | None = None  # a "tool" message: the call it answers
+
+
+class ToolSpec(msgspec.Struct, frozen=True):
+    """A function the model may call (OpenAI's ``tools[].function``): ``parameters`` is its JSON schema as text
+    ("" for none); the chat template or the Hermes format renders it (backends/hermes_tools.py)."""
+
+    name: str
+    description: str = ""
+    parameters: str = ""
 
 
 class ClientGenerate(Envelope, kw_only=True):
@@ -242,6 +261,7 @@ class ClientGenerate(Envelope, kw_only=True):
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     prompt_token_ids: list[int] | None = None
+    tools: list[ToolSpec] | None = None  # functions the chat may call (with messages only)
     sampling: SamplingParams = SamplingParams()  # validated when decoded (engine/sampling_params.py)
     traffic_class: str = "default"  # picks the cell
     tenant: str = ""  # who it is for (controlplane/tenants.py: its class, rate limits, usage); "" = default

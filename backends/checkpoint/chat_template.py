@@ -7,9 +7,11 @@ from datetime import datetime
 from typing import Any
 
 import jinja2
-from jinja2 import nodes
+from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from backends.hermes_tools import fold_tools
 
 
 class ChatTemplate:
@@ -18,6 +20,8 @@ class ChatTemplate:
     The environment mirrors transformers': sandboxed and immutable, trim_blocks/lstrip_blocks, `loopcontrols`,
     a `tojson` filter that keeps non-ASCII text, the globals `raise_exception` and `strftime_now`, and the
     `{% generation %}` block tag (rendered as its body). Template or message errors raise ValueError.
+    A template that reads `tools` gets the tools and the messages' calls as Hugging Face passes them; for one that
+    does not, they are written into the messages in the Hermes format (backends/hermes_tools.py).
     """
 
     def __init__(self, source: str) -> None:
@@ -25,20 +29,28 @@ class ChatTemplate:
             raise ValueError("a chat template must be a non-empty string")
         self.source = source
         try:
-            self._template = _environment().from_string(source)
+            environment = _environment()
+            self._template = environment.from_string(source)
+            self.takes_tools = "tools" in meta.find_undeclared_variables(environment.parse(source))
         except jinja2.TemplateSyntaxError as error:
             raise ValueError(f"the chat template does not parse: {error}") from error
 
     def render(
         self,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
         add_generation_prompt: bool = True,
         special_tokens: dict[str, str | None] | None = None,
+        tools: list[dict[str, Any]] | None = None,
     ) -> str:
-        """Render `messages`; `special_tokens` supplies template variables such as bos_token and eos_token."""
+        """Render `messages`; `special_tokens` supplies template variables such as bos_token and eos_token;
+        `tools` (backends/hermes_tools.template_tools) the functions the reply may call."""
         validate_messages(messages)
         variables: dict[str, Any] = dict(special_tokens or {})
+        if self.takes_tools:
+            variables["tools"] = tools
+        else:
+            messages = fold_tools(messages, tools)
         try:
             return self._template.render(**variables, messages=messages, add_generation_prompt=add_generation_prompt)
         except jinja2.TemplateError as error:

@@ -134,8 +134,11 @@ class Tokenizer:
             return token.encode("utf-8")
         return self.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """The prompt text for `messages` (each {"role": str, "content": str}); encode it without special tokens."""
+    def apply_chat_template(
+        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str:
+        """The prompt text for `messages` (each {"role": str, "content": str}, perhaps with tool calls: see
+        backends/hermes_tools.py) and `tools`; encode it without special tokens."""
         if self._compiled_template is None:
             raise ValueError("this checkpoint has no chat template")
         special_tokens = {
@@ -144,7 +147,7 @@ class Tokenizer:
             "pad_token": self._token_text(self.pad_token_id),
         }
         return self._compiled_template.render(
-            messages, add_generation_prompt=add_generation_prompt, special_tokens=special_tokens
+            messages, add_generation_prompt=add_generation_prompt, special_tokens=special_tokens, tools=tools
         )
 
     def _token_text(self, token_id: int | None) -> str | None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from backends.hermes_tools import fold_tools
+
 FAKE_MODEL_NAME = "fake-bytes"  # the name a fake-runner agent serves under
 
 
@@ -33,6 +35,8 @@ class ByteTokenizer:
         """The bytes token ``token_id`` stands for (none for pad, bos and eos)."""
         return bytes([token_id - 3]) if 3 <= token_id < self.vocab_size else b""
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in messages)
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str:
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in fold_tools(messages, tools))
         return text + ("assistant: " if add_generation_prompt else "")

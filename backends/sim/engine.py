@@ -15,6 +15,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
+from backends.hermes_tools import fold_tools
 from backends.sim.cost_model import NodeHardware
 from backends.sim.model_shapes import sim_model
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S, PacedRunner
@@ -40,8 +41,10 @@ class SimTokenizer:
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return PLACEHOLDER * sum(1 for i in ids if not (skip_special_tokens and i == self.eos_token_id))
 
-    def apply_chat_template(self, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
+    def apply_chat_template(
+        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+    ) -> str:
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in fold_tools(messages, tools))
         return text + ("\nassistant:" if add_generation_prompt else "")
 
 

@@ -58,6 +58,7 @@ from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_c
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes
+from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
 from engine.structured_output import StructuredOutputError
 from transport.codec import clip
 from transport.messages import ErrorCode, TokenChunk
@@ -80,6 +81,8 @@ class GatewayConfig:
     request_read_timeout_s: float = 30.0
     keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed after this (uvicorn's)
     models_wait_s: float = 30.0  # GET /v1/models before any node has joined waits this long for one
+    # the format tool_choice "auto" reads calls in (gateway/tool_calls.py); None: "auto" is refused
+    tool_call_parser: str | None = "hermes"
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
@@ -87,6 +90,9 @@ class GatewayConfig:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.models_wait_s < math.inf:
             raise ValueError(f"GatewayConfig.models_wait_s must be >= 0 and finite, got {self.models_wait_s}")
+        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
+            message = f"GatewayConfig.tool_call_parser must be one of {TOOL_CALL_PARSERS} or None"
+            raise ValueError(f"{message}, got {self.tool_call_parser!r}")
         for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")
@@ -193,7 +199,11 @@ class Gateway:
         try:
             body = await self._read_body(request)
             if chat:
-                args = parse_chat(body, default_max_tokens=self.config.default_chat_max_tokens)
+                args = parse_chat(
+                    body,
+                    default_max_tokens=self.config.default_chat_max_tokens,
+                    tool_call_parser=self.config.tool_call_parser,
+                )
             else:
                 args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
             if args.sampling.structured_outputs is not None:
@@ -238,9 +248,12 @@ class Gateway:
             continuous_usage=args.continuous_usage,
             choice_ids=choice_request_ids(request_id, args.n),
             token_text=self.token_text,
+            tools=args.tool_plan,
         )
         headers = {"x-request-id": request_id}
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
+        if args.tools:
+            more["tools"] = args.tools
         # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
         tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key

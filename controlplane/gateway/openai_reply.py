@@ -10,7 +10,10 @@ one role delta per choice. Usage counts the prompt once and the completion token
 ``prompt_tokens_details.cached_tokens`` (the prompt tokens the serving node's prefix cache held).
 ``continuous_usage`` (vLLM's ``stream_options.continuous_usage_stats``) puts the running usage in every
 streamed chunk. Log-probabilities name tokens by their text and bytes (gateway/token_text.py); a
-completion's ``text_offset`` is each token's offset in its choice's text.
+completion's ``text_offset`` is each token's offset in its choice's text. A chat with tools (``tools``, a
+gateway/tool_calls.ToolPlan) answers the calls the model made as ``tool_calls``: streamed, each choice's text
+goes through a ToolStream, and a chunk that carries log-probabilities but no text to send yet is sent with an
+empty delta.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.token_text import TokenText, clamp_logprob
+from controlplane.gateway.tool_calls import ToolPlan, ToolStream, call_objects
 from transport.messages import ErrorCode, TokenChunk
 
 Logprob = tuple[int, float, list[tuple[int, float]]]  # (token id, logprob, [(top token id, logprob)])
@@ -34,6 +38,7 @@ class _Choice:
     logprobs: list[Logprob] = field(default_factory=list)
     logprob_offsets: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    tool_stream: ToolStream | None = None
 
     @property
     def num_completion_tokens(self) -> int:
@@ -54,8 +59,10 @@ class OpenAIReply:
         continuous_usage: bool = False,
         choice_ids: list[str] | None = None,
         token_text: TokenText | None = None,
+        tools: ToolPlan | None = None,
     ) -> None:
         self.chat = chat
+        self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
             "id": request_id,
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -65,7 +72,7 @@ class OpenAIReply:
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage and include_usage
         ids = choice_ids or [request_id]
-        self.choices = [_Choice(i) for i in range(len(ids))]
+        self.choices = [_Choice(i, tool_stream=ToolStream(self.tools) if self.tools else None) for i in range(len(ids))]
         self._by_id = dict(zip(ids, self.choices, strict=True))
         self.token_text = token_text or TokenText(None)
         self.num_prompt_tokens = 0
@@ -129,11 +136,22 @@ class OpenAIReply:
         was_finished = choice.finish_reason is not None
         self.add(chunk)
         objects = []
-        if chunk.text or chunk.logprobs:
-            logprobs = self._logprobs_object(choice, num_logprobs) if chunk.logprobs else None
-            objects.append(self._chunk_object(choice, {"content": chunk.text}, chunk.text, logprobs))
-        if choice.finish_reason is not None and not was_finished:
-            objects.append(self._chunk_object(choice, {}, "", None, choice.finish_reason))
+        logprobs = self._logprobs_object(choice, num_logprobs) if chunk.logprobs else None
+        finishing = choice.finish_reason is not None and not was_finished
+        if choice.tool_stream is None:
+            deltas = [{"content": chunk.text}] if chunk.text or chunk.logprobs else []
+        else:
+            deltas = choice.tool_stream.feed(chunk.text) + (choice.tool_stream.finish() if finishing else [])
+        if logprobs is not None and not deltas:
+            deltas = [{}]
+        for delta in deltas:
+            objects.append(self._chunk_object(choice, delta, chunk.text, logprobs))
+            logprobs = None
+        if finishing:
+            reason = choice.finish_reason
+            if choice.tool_stream is not None:
+                reason = self.tools.finish_reason(reason, choice.tool_stream.called)
+            objects.append(self._chunk_object(choice, {}, "", None, reason))
         return objects
 
     def usage_object(self) -> dict:
@@ -144,11 +162,19 @@ class OpenAIReply:
         for c in self.choices:
             text = "".join(c.text_parts)
             logprobs = self._logprobs_object(c, 0) if c.logprobs else None
+            reason = c.finish_reason
             if self.chat:
-                choice = {"index": c.index, "message": {"role": "assistant", "content": text}}
+                message = {"role": "assistant", "content": text}
+                if self.tools is not None:
+                    content, calls = self.tools.extract(text)
+                    message = {"role": "assistant", "content": content}
+                    if calls:
+                        message["tool_calls"] = call_objects(calls)
+                    reason = self.tools.finish_reason(reason, bool(calls))
+                choice = {"index": c.index, "message": message}
             else:
                 choice = {"text": text, "index": c.index}
-            choice.update(logprobs=logprobs, finish_reason=c.finish_reason)
+            choice.update(logprobs=logprobs, finish_reason=reason)
             choices.append(choice)
         obj = "chat.completion" if self.chat else "text_completion"
         return {**self.base, "object": obj, "choices": choices, "usage": self.usage()}

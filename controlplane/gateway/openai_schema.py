@@ -3,12 +3,14 @@
 Types are strict (``"2"`` is not an int, ``true`` is not a number), unknown fields are ignored as
 OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendError whose ``param``
 names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
-Fields that would change the output and that the engine cannot honour (tools, echo, best_of) are refused
+Fields that would change the output and that the engine cannot honour (echo, best_of, suffix) are refused
 rather than silently ignored. Structured outputs (``response_format``, vLLM's ``structured_outputs`` and
-``guided_*``) are read by gateway/structured_fields.py. The penalties, ``logit_bias`` (its keys token ids written as
-strings, as OpenAI's) and vLLM's ``repetition_penalty``, ``min_p``, ``min_tokens`` and ``allowed_token_ids`` are
-honoured (engine/sampling_params.py says each one's range and the order they apply in). ``n`` choices (at most
-MAX_CHOICES) become n engine requests. The replies are built in gateway/openai_reply.py.
+``guided_*``) are read by gateway/structured_fields.py, tool calling (``tools``, ``tool_choice``, an
+assistant message's ``tool_calls``, a tool message's ``tool_call_id``) by gateway/tool_calls.py. The penalties,
+``logit_bias`` (its keys token ids written as strings, as OpenAI's) and vLLM's ``repetition_penalty``,
+``min_p``, ``min_tokens`` and ``allowed_token_ids`` are honoured (engine/sampling_params.py says each one's range
+and the order they apply in). ``n`` choices (at most MAX_CHOICES) become n engine requests. The replies are built
+in gateway/openai_reply.py.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from dataclasses import dataclass
 
 import msgspec
 
-from controlplane.frontend import FrontendError
+from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
+from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
-from transport.messages import ChatMessage, ErrorCode
+from transport.messages import ChatMessage, ErrorCode, ToolCall, ToolSpec
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
 MAX_CHOICES = 16  # the most choices (``n``) one request may ask for
@@ -38,9 +41,23 @@ class ContentPart(msgspec.Struct, kw_only=True):
     text: str | None = None
 
 
+class ToolCallFunctionIn(msgspec.Struct, kw_only=True):
+    name: str
+    arguments: str
+
+
+class ToolCallIn(msgspec.Struct, kw_only=True):
+    id: str
+    type: str = "function"
+    function: ToolCallFunctionIn
+
+
 class ChatMessageIn(msgspec.Struct, kw_only=True):
     role: str
     content: str | list[ContentPart] | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an assistant's calls
+    tool_call_id: str | None = None  # a tool message: the call it answers
+    name: str | None = None  # accepted and ignored
 
 
 class _CommonRequest(StructuredRequest, kw_only=True):
@@ -83,7 +100,9 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = None
-    tools: list[dict] | None = None
+    tools: list[ToolIn] | None = None  # read by gateway/tool_calls.py
+    tool_choice: str | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +120,12 @@ class GenerateArgs:
     n: int = 1
     traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
     structured_param: str | None = None  # the field that asked for structured outputs (an error about them names it)
+    tool_plan: ToolPlan | None = None  # a chat's tools (gateway/tool_calls.py)
+
+    @property
+    def tools(self) -> list[ToolSpec] | None:
+        """The tools the prompt shows."""
+        return self.tool_plan.prompt_tools if self.tool_plan is not None else None
 
 
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
@@ -112,13 +137,13 @@ _MISSING_FIELD = re.compile(r"missing required field `([^`]+)`")
 def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
     req = _decode(_COMPLETION_DECODER, body)
     if req.echo:
-        raise _invalid("echo", "echo=true is not supported")
+        raise invalid_param("echo", "echo=true is not supported")
     if req.best_of not in (None, 1):
-        raise _invalid("best_of", f"only best_of=1 is supported, got {show_value(req.best_of)}")
+        raise invalid_param("best_of", f"only best_of=1 is supported, got {show_value(req.best_of)}")
     if req.suffix:
-        raise _invalid("suffix", "suffix is not supported")
+        raise invalid_param("suffix", "suffix is not supported")
     if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
-        raise _invalid("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
+        raise invalid_param("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
     prompt, prompt_token_ids = _prompt_of(req.prompt)
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
     sampling, structured_param = _sampling_of(
@@ -138,14 +163,13 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
     )
 
 
-def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
+def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | None = "hermes") -> GenerateArgs:
     req = _decode(_CHAT_DECODER, body)
     if not req.messages:
-        raise _invalid("messages", "must be a non-empty list of messages")
-    if req.tools:
-        raise _invalid("tools", "tool calling is not supported")
+        raise invalid_param("messages", "must be a non-empty list of messages")
+    tool_plan = tool_plan_of(req, parser=tool_call_parser)
     if req.top_logprobs is not None and not req.logprobs:
-        raise _invalid("top_logprobs", "requires logprobs=true")
+        raise invalid_param("top_logprobs", "requires logprobs=true")
     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
     if req.max_completion_tokens is not None:
         max_tokens, max_tokens_param = req.max_completion_tokens, "max_completion_tokens"
@@ -154,12 +178,13 @@ def parse_chat(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         max_tokens_param = "max_tokens"
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling, structured_param = _sampling_of(
-        req, max_tokens=max_tokens, max_tokens_param=max_tokens_param, logprobs=logprobs
+        req, max_tokens=max_tokens, max_tokens_param=max_tokens_param, logprobs=logprobs, tool_plan=tool_plan
     )
     return GenerateArgs(
         model=req.model,
         sampling=sampling,
         messages=messages,
+        tool_plan=tool_plan,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
@@ -191,10 +216,6 @@ def _decode(decoder: msgspec.json.Decoder, body: bytes):
         raise FrontendError(ErrorCode.MALFORMED, message) from None
 
 
-def _invalid(param: str, message: str) -> FrontendError:
-    return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
-
-
 def _logit_bias_of(logit_bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     """OpenAI's ``logit_bias`` (token id strings -> bias) as SamplingParams' pairs; a key that is not a token id
     written in decimal digits is refused (the ranges are SamplingParams', the vocabulary the intake's)."""
@@ -203,7 +224,7 @@ def _logit_bias_of(logit_bias: dict[str, float] | None) -> tuple[tuple[int, floa
     pairs = []
     for key, bias in logit_bias.items():
         if not (key.isascii() and key.isdigit()) or len(key) > 10:
-            raise _invalid("logit_bias", f"keys must be token ids (decimal digits), got {show_value(key)}")
+            raise invalid_param("logit_bias", f"keys must be token ids (decimal digits), got {show_value(key)}")
         pairs.append((int(key), bias))
     return tuple(pairs)
 
@@ -222,45 +243,65 @@ def _prompt_of(prompt: str | list[str | int | list[int]]) -> tuple[str | None, l
         prompt = prompt[0]
     if isinstance(prompt, str):
         if not prompt:
-            raise _invalid("prompt", "must not be empty")
+            raise invalid_param("prompt", "must not be empty")
         return prompt, None
     if not prompt:
-        raise _invalid("prompt", "must not be empty")
+        raise invalid_param("prompt", "must not be empty")
     if not all(isinstance(t, int) for t in prompt):
-        raise _invalid("prompt", "a list prompt must be one string or token ids; batched prompts are not supported")
+        raise invalid_param(
+            "prompt", "a list prompt must be one string or token ids; batched prompts are not supported"
+        )
     if min(prompt) < 0 or max(prompt) > MAX_TOKEN_ID:
-        raise _invalid("prompt", "token ids must be in [0, 2**31-1]")
+        raise invalid_param("prompt", "token ids must be in [0, 2**31-1]")
     return None, list(prompt)
 
 
 def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
     role = CHAT_ROLES.get(message.role)
     if role is None:
-        raise _invalid(
+        raise invalid_param(
             f"messages[{index}].role", f"must be one of {sorted(CHAT_ROLES)}, got {show_value(message.role)}"
         )
     content = message.content
-    if content is None:
-        return ChatMessage(role=role, content="")
-    if isinstance(content, str):
-        return ChatMessage(role=role, content=content)
-    texts = []
-    for part in content:
-        if part.type != "text" or part.text is None:
-            message = f"only text content parts are supported, got {show_value(part.type)}"
-            raise _invalid(f"messages[{index}].content", message)
-        texts.append(part.text)
-    return ChatMessage(role=role, content="\n".join(texts))
+    if content is None or isinstance(content, str):
+        text = content or ""
+    else:
+        texts = []
+        for part in content:
+            if part.type != "text" or part.text is None:
+                message = f"only text content parts are supported, got {show_value(part.type)}"
+                raise invalid_param(f"messages[{index}].content", message)
+            texts.append(part.text)
+        text = "\n".join(texts)
+    calls = []
+    for i, call in enumerate(message.tool_calls or ()):
+        if role != "assistant":
+            raise invalid_param(f"messages[{index}].tool_calls", "only an assistant message makes tool calls")
+        if call.type != "function":
+            raise invalid_param(f"messages[{index}].tool_calls[{i}].type", f"must be 'function', got {call.type!r}")
+        calls.append(ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments))
+    return ChatMessage(role=role, content=text, tool_calls=tuple(calls), tool_call_id=message.tool_call_id)
 
 
 def _sampling_of(
-    req: _CommonRequest, *, max_tokens: int, max_tokens_param: str, logprobs: int | None
+    req: _CommonRequest,
+    *,
+    max_tokens: int,
+    max_tokens_param: str,
+    logprobs: int | None,
+    tool_plan: ToolPlan | None = None,
 ) -> tuple[SamplingParams, str | None]:
-    """The request's SamplingParams, and the field that asked for structured outputs (None: none did)."""
+    """The request's SamplingParams, and the field that asked for structured outputs (None: none did): one of the
+    structured-output fields, or ``tools`` for a forced call (gateway/tool_calls.py)."""
     if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
-        raise _invalid("n", f"must be in [1, {MAX_CHOICES}], got {show_value(req.n)}")
+        raise invalid_param("n", f"must be in [1, {MAX_CHOICES}], got {show_value(req.n)}")
     logit_bias = _logit_bias_of(req.logit_bias)
     structured, structured_param = structured_of(req)
+    forced = tool_plan.constraint() if tool_plan is not None else None
+    if forced is not None:
+        if structured is not None:
+            raise invalid_param("tool_choice", f"a forced tool call cannot be combined with {structured_param}")
+        structured, structured_param = forced, "tools"
     try:
         sampling = SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -286,5 +327,5 @@ def _sampling_of(
         if param == "logprobs" and isinstance(req, ChatCompletionRequest):
             param = "top_logprobs"
         detail = str(exc).removeprefix(f"{exc.field}: ")
-        raise _invalid(param, detail) from None
+        raise invalid_param(param, detail) from None
     return sampling, structured_param

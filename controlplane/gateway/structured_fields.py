@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import msgspec
 
-from controlplane.frontend import FrontendError
+from controlplane.frontend import invalid_param
 from engine.sampling_params import show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
-from transport.messages import ErrorCode
 
 GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 NOT_GIVEN = msgspec.Raw()  # a schema field absent (msgspec takes Raw whole, so ``null`` arrives as b"null": not given)
@@ -48,6 +47,7 @@ class StructuredOutputsIn(msgspec.Struct, kw_only=True):
     choice: list[str] | None = None
     grammar: str | None = None
     json_object: bool | None = None
+    disable_any_whitespace: bool | None = None  # compact JSON (engine/structured_output.py)
 
 
 class StructuredRequest(msgspec.Struct, kw_only=True):
@@ -71,6 +71,7 @@ def structured_of(req: StructuredRequest) -> tuple[StructuredOutput | None, str 
     if req.structured_outputs is not None:
         so = req.structured_outputs
         fields = {"regex": so.regex, "grammar": so.grammar, "json_object": bool(so.json_object)}
+        fields["disable_any_whitespace"] = bool(so.disable_any_whitespace)
         if _given(so.json):
             fields["json"] = _schema_text(so.json, "structured_outputs")
         if so.choice is not None:
@@ -89,13 +90,13 @@ def structured_of(req: StructuredRequest) -> tuple[StructuredOutput | None, str 
         return None, None
     if len(asked) > 1:
         names = [name for name, _ in asked]
-        raise _invalid(names[1], f"only one of {', '.join(names)} may ask for structured outputs")
+        raise invalid_param(names[1], f"only one of {', '.join(names)} may ask for structured outputs")
     param, fields = asked[0]
     try:
         spec = StructuredOutput(**fields)
         spec.check()
     except StructuredOutputError as error:
-        raise _invalid(param, str(error)) from None
+        raise invalid_param(param, str(error)) from None
     return spec, param
 
 
@@ -109,7 +110,7 @@ def _response_format(fmt: ResponseFormat) -> dict | None:
             return {"json_object": True}
         return {"json": _schema_text(fmt.json_schema.schema, "response_format")}
     message = f"type must be 'text', 'json_object' or 'json_schema', got {show_value(fmt.type)}"
-    raise _invalid("response_format", message)
+    raise invalid_param("response_format", message)
 
 
 def _given(raw: msgspec.Raw) -> bool:
@@ -123,12 +124,8 @@ def _schema_text(raw: msgspec.Raw, param: str) -> str:
         try:
             return msgspec.json.decode(data, type=str)
         except msgspec.DecodeError:
-            raise _invalid(param, "the schema string is not valid JSON") from None
+            raise invalid_param(param, "the schema string is not valid JSON") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise _invalid(param, "the schema is not valid UTF-8") from None
-
-
-def _invalid(param: str, message: str) -> FrontendError:
-    return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
+        raise invalid_param(param, "the schema is not valid UTF-8") from None

@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 from starlette.responses import Response
 
-from controlplane.frontend import FrontendError
+from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, _decode
 from controlplane.gateway.token_text import TokenText
@@ -63,11 +63,11 @@ class TokenizeRoutes:
             req = _decode(_TOKENIZE, body)
             tokenizer = self._tokenizer_for(req.model)
             if (req.prompt is None) == (req.messages is None):
-                raise _invalid("prompt", "exactly one of prompt and messages must be given")
+                raise invalid_param("prompt", "exactly one of prompt and messages must be given")
             try:
                 if req.messages is not None:
                     if not req.messages:
-                        raise _invalid("messages", "must be a non-empty list of messages")
+                        raise invalid_param("messages", "must be a non-empty list of messages")
                     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
                     text = tokenizer.apply_chat_template(
                         [{"role": m.role, "content": m.content} for m in messages],
@@ -78,7 +78,7 @@ class TokenizeRoutes:
                     add_special = True if req.add_special_tokens is None else req.add_special_tokens
                     tokens = tokenizer.encode(req.prompt, add_special_tokens=add_special)
             except ValueError as exc:  # a lone surrogate, a checkpoint without a chat template
-                raise _invalid("messages" if req.messages is not None else "prompt", str(exc)) from None
+                raise invalid_param("messages" if req.messages is not None else "prompt", str(exc)) from None
             token_strs = TokenText(tokenizer).texts(tokens) if req.return_token_strs else None
             max_model_len = getattr(self.frontend, "max_model_len", None) or 0
             body = {"count": len(tokens), "max_model_len": max_model_len, "tokens": tokens, "token_strs": token_strs}
@@ -95,7 +95,7 @@ class TokenizeRoutes:
             vocab_size = tokenizer.vocab_size
             bad = next((t for t in req.tokens if not 0 <= t < vocab_size), None)
             if bad is not None:
-                raise _invalid("tokens", f"token ids must be in [0, {vocab_size}), got {show_value(bad)}")
+                raise invalid_param("tokens", f"token ids must be in [0, {vocab_size}), got {show_value(bad)}")
             return _json({"prompt": tokenizer.decode(req.tokens, skip_special_tokens=False)})
         except FrontendError as err:
             return error_response(err)
@@ -109,10 +109,6 @@ class TokenizeRoutes:
 
 def _no_tokenizer() -> Response:
     return http_error_response(501, "This gateway has no tokenizer", code="not_implemented")
-
-
-def _invalid(param: str, message: str) -> FrontendError:
-    return FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {message}", param=param)
 
 
 def _json(obj: dict) -> Response:

@@ -45,6 +45,18 @@ def test_a_grammar_allows_what_its_constraint_allows_next_then_only_eos(compiler
     assert "<eos>" in allowed_text(js) and "x" not in allowed_text(js)
 
 
+def test_disable_any_whitespace_keeps_json_compact(compiler):
+    schema = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})
+    flexible = compiler.compile(StructuredOutput(json=schema))
+    compact = compiler.compile(StructuredOutput(json=schema, disable_any_whitespace=True))
+    assert flexible.advance(TOK.encode("{")) and compact.advance(TOK.encode("{"))
+    assert {" ", "\n", '"'} <= allowed_text(flexible) and allowed_text(compact) == {'"'}
+    any_object = compiler.compile(StructuredOutput(json_object=True, disable_any_whitespace=True))
+    assert any_object.advance(TOK.encode("{")) and " " not in allowed_text(any_object)
+    with pytest.raises(StructuredOutputError, match="disable_any_whitespace must be a boolean"):
+        StructuredOutput(json=schema, disable_any_whitespace="yes").check()
+
+
 def test_a_token_the_grammar_does_not_allow_puts_it_in_error_and_only_eos_follows(compiler):
     g = compiler.compile(StructuredOutput(choice=("yes",)))
     assert not g.advance(TOK.encode("n"))

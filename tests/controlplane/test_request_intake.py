@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import pytest
+
+from backends.fake import ByteTokenizer
 from backends.sim.engine import SimTokenizer
 from controlplane.admission import AdmissionConfig, AdmissionControl
 from controlplane.registry import ClusterRegistry
-from controlplane.request_intake import MAX_CHOICES, place_request
+from controlplane.request_intake import MAX_CHOICES, place_request, tokenize
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
+from engine.prompt import PromptError
 from engine.sampling_params import SamplingParams
 from engine.structured_output import StructuredOutput
-from transport.messages import ClientGenerate, ErrorCode, ErrorReply
+from transport.messages import ChatMessage, ClientGenerate, ErrorCode, ErrorReply, ToolSpec
 
 
 class _PrefersAlphabetically:
@@ -122,3 +126,38 @@ def test_a_constraint_that_does_not_compile_is_refused_before_routing(make_hello
     assert policy.num_calls == 0
     for spec in ({"json": '{"type": "object"}'}, {"regex": "[a-z]+"}, {"choice": ("x", "y")}, {"json_object": True}):
         assert place(**spec).node_id == "a"
+
+
+def test_a_chat_with_tools_is_rendered_with_them_and_bad_tools_are_refused():
+    tokenizer = ByteTokenizer()
+    messages = [ChatMessage("user", "Weather?")]
+    tools = [ToolSpec("get_weather", "now", '{"type":"object"}')]
+    prompt = tokenizer.decode(tokenize(tokenizer, ClientGenerate(request_id="r", messages=messages, tools=tools)))
+    assert '<tools>\n{"type":"function","function":{"name":"get_weather"' in prompt and prompt.endswith(
+        "user: Weather?\nassistant: "
+    )
+    refusals = [
+        (ClientGenerate(request_id="r", prompt="hi", tools=tools), "tools"),
+        (ClientGenerate(request_id="r", messages=messages, tools=[ToolSpec("no spaces allowed")]), "tools"),
+        (ClientGenerate(request_id="r", messages=messages, tools=[ToolSpec("f", parameters='{"a":' * 5000)]), "tools"),
+    ]
+    for msg, param in refusals:
+        with pytest.raises(PromptError) as refused:
+            tokenize(tokenizer, msg)
+        assert refused.value.param == param
+
+
+def test_a_template_refusing_the_messages_is_the_clients_error_and_the_intake_serves_on(make_hello):
+    class Refusing(SimTokenizer):
+        def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):
+            raise ValueError("the chat template rejected the messages: roles must alternate")
+
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a"))
+    msg = ClientGenerate(request_id="r", messages=[ChatMessage("user", "x")], sampling=SamplingParams(max_tokens=2))
+    refused = place_request(
+        msg, model_names=["m"], inflight=set(), tokenizer=Refusing(1000, 2), registry=registry,
+        policy=_PrefersAlphabetically(), admission=AdmissionControl(AdmissionConfig()), router=RouterConfig(),
+    )  # fmt: skip
+    assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
+    assert refused.param == "messages" and "alternate" in refused.message

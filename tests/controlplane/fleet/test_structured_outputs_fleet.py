@@ -52,6 +52,51 @@ def _check(base_url: str, model: str) -> None:
         with pytest.raises(openai.BadRequestError) as refused:
             client.chat.completions.create(model=model, messages=question, extra_body={"guided_regex": "[a-"})
         assert refused.value.body["param"] == "guided_regex"
+        _check_tool_calls(client, model)
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather now in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
+CLOCK = {"type": "function", "function": {"name": "get_time", "description": "The time now"}}
+
+
+def _check_tool_calls(client: openai.OpenAI, model: str) -> None:
+    """A named function and "required" come back as calls whose arguments follow the schema (the model sees the tools
+    in its prompt in the Hermes format: SmolLM2's template has none); "auto" answers whatever the model chose."""
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    chat = client.chat.completions.create(
+        model=model, messages=question, tools=[WEATHER, CLOCK], tool_choice=named, max_tokens=24, temperature=0
+    )
+    (call,) = chat.choices[0].message.tool_calls
+    assert call.function.name == "get_weather" and set(json.loads(call.function.arguments)) == {"city"}
+    chat = client.chat.completions.create(
+        model=model, messages=question, tools=[WEATHER, CLOCK], tool_choice="required", max_tokens=40, temperature=0
+    )
+    assert chat.choices[0].finish_reason == "tool_calls"
+    for call in chat.choices[0].message.tool_calls:
+        assert call.function.name in ("get_weather", "get_time") and isinstance(
+            json.loads(call.function.arguments), dict
+        )
+    reply = [*question, chat.choices[0].message.model_dump(exclude_none=True)]
+    reply += [
+        {"role": "tool", "tool_call_id": c.id, "content": "18 C, sunny"} for c in chat.choices[0].message.tool_calls
+    ]
+    chat = client.chat.completions.create(
+        model=model, messages=reply, tools=[WEATHER, CLOCK], max_tokens=8, temperature=0
+    )
+    assert chat.choices[0].finish_reason in ("stop", "length", "tool_calls")  # the conversation goes on
 
 
 async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint):
@@ -65,5 +110,6 @@ async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model,
     )
     await check_over_http(controlplane, tokenizer, engine, _check)
     stats = engine.structured_stats  # the JSON keys and the choices' forced tokens went in as drafts, and were taken
-    assert stats.num_requests_total == 3 - 1  # (the regex that does not compile never reached the node)
+    # the regex that does not compile never reached the node; two forced tool calls did, the "auto" one is free
+    assert stats.num_requests_total == 3 - 1 + 2
     assert stats.num_forced_accepted_tokens_total == stats.num_forced_draft_tokens_total > 0

@@ -21,7 +21,7 @@ from backends.fake import ByteTokenizer
 from controlplane.frontend import FrontendError, choice_request_ids
 from controlplane.gateway import create_app
 from engine.sampling_params import SamplingParams
-from transport.messages import ChatMessage, ErrorCode, TokenChunk
+from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolSpec
 
 MODEL = "smol"  # the FakeFrontend's default (and only) model
 
@@ -75,10 +75,11 @@ class FakeFrontend:
         traffic_class: str = "default",
         arrival_ns: int | None = None,
         num_choices: int = 1,
+        tools: list[ToolSpec] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages)
         call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
-        call.update(arrival_ns=arrival_ns, num_choices=num_choices)
+        call.update(arrival_ns=arrival_ns, num_choices=num_choices, tools=tools)
         self.calls.append(call)
         return self._stream(model, prompt, messages, choice_request_ids(request_id, num_choices))
 

@@ -191,7 +191,7 @@ BAD_REQUESTS = [
     ("/v1/chat/completions", {**CHAT, "logprobs": True, "top_logprobs": 99}, "top_logprobs"),
     ("/v1/chat/completions", {**CHAT, "presence_penalty": 2.5}, "presence_penalty"),
     ("/v1/chat/completions", {**CHAT, "logit_bias": {"a": 1}}, "logit_bias"),
-    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, "tools"),
+    ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function"}]}, "tools[0].function"),
     ("/v1/completions", {"model": MODEL}, "prompt"),
     ("/v1/completions", {"prompt": ""}, "prompt"),
     ("/v1/completions", {"prompt": []}, "prompt"),
