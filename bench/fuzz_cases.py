@@ -2,7 +2,8 @@
 
     WireCases(rng, port).next()  ─► (kind, frames)       port "clients" | "agents"
         valid base message (random fields, drawn from the struct's msgspec type; sampling sometimes constrained by a
-        structured_outputs map, well formed or not: STRUCTURED_WIRE)               ─┬─ as is ("valid")
+        structured_outputs map, well formed or not: STRUCTURED_WIRE; a chat sometimes with tools: TOOLS_WIRE)
+                                                                                   ─┬─ as is ("valid")
                                                                                    ├─ a field set to a nasty value
                                                                                    └─ its bytes mutated: flip,
         insert, delete, truncate, splice, nest (2,000+ deep), big int, huge length header, type byte,
@@ -12,6 +13,8 @@
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
                                     │  or not (STRUCTURED_HTTP), one or two at once
+                                    ├─ tool calling: tools, tool_choice, parallel_tool_calls, a conversation with
+                                    │  calls and results, valid or not (TOOLS_HTTP)
                                     ├─ truncated, random bytes, invalid UTF-8, not an object
                                     └─ random path / method; raw bytes that are barely HTTP
 
@@ -38,6 +41,7 @@ from transport.messages import (
     ClientGenerate,
     Envelope,
     MsgType,
+    ToolSpec,
 )
 
 MAX_INT = 2**64 - 1
@@ -123,6 +127,13 @@ def random_sampling(rng: random.Random) -> SamplingParams:
 
 # a deeply nested JSON text (not a JSON value: never closed), as a schema's text
 _DEEP_SCHEMA = '{"a":' * 5000
+# ``ClientGenerate.tools``: well formed, and not (a bad name, a name twice, past MAX_TOOLS, parameters that are not a
+# schema object or nest 5,000 deep); the intake refuses the bad ones naming ``tools``
+TOOLS_WIRE = [
+    [ToolSpec("get_weather", "now", '{"type":"object","properties":{"city":{"type":"string"}}}'), ToolSpec("now")],
+    [ToolSpec("a b")], [ToolSpec("f"), ToolSpec("f")], [ToolSpec(f"f{i}") for i in range(129)],
+    [ToolSpec("f", parameters="[1]")], [ToolSpec("f", parameters="{bad")], [ToolSpec("f", parameters='{"a":' * 5000)],
+]  # fmt: skip
 # ``SamplingParams.structured_outputs`` as the wire carries it (a map; engine/structured_output.py bounds it):
 # well formed, past a bound, two kinds or none, members of the wrong type, and specs that do not compile
 STRUCTURED_WIRE: list[Callable[[random.Random], object]] = [
@@ -201,6 +212,7 @@ class WireCases:
             request_id=f"fz-gen-{self._counter}",
             prompt="hello" if kind == "prompt" else None,
             messages=[ChatMessage("user", "hi")] if kind == "messages" else None,
+            tools=r.choice(TOOLS_WIRE) if kind != "ids" and r.random() < 0.2 else None,
             prompt_token_ids=[r.randint(0, 258) for _ in range(r.randint(1, 8))] if kind == "ids" else None,
             sampling=random_sampling(r),
         )
@@ -320,9 +332,9 @@ HTTP_FIELDS = [
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools",
     "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
-    "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
 ]  # fmt: skip
-HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "truncate", "random bytes", "bad utf-8",
+HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw"]  # fmt: skip
 
 
@@ -356,6 +368,36 @@ STRUCTURED_HTTP: list[Callable[[random.Random], tuple[str, str]]] = [
     lambda r: ("guided_grammar", json.dumps(r.choice(['start: "a"', "start: x", "", 5]))),
     lambda r: (r.choice(["ignore_eos", "min_tokens", "allowed_token_ids"]), r.choice(["true", "1", "[5]"])),
 ]  # fmt: skip
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 8}},
+            "required": ["city"],
+        },
+    },
+}
+_CALL = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}}
+# (field, its JSON text) of a chat's tool calling, well formed or not (wrong types and shapes, past a bound, a name
+# no tool has, a clash with structured outputs, parameters nested 5,000 deep, a conversation with calls and results)
+TOOLS_HTTP: list[Callable[[random.Random], tuple[str, str]]] = [
+    lambda r: ("tools", json.dumps([_TOOL, {"type": "function", "function": {"name": "now"}}])),
+    lambda r: ("tool_choice", json.dumps(r.choice(["none", "auto", "required", "sometimes", 5, {"type": "function",
+        "function": {"name": r.choice(["get_weather", "now", "nope"])}}, {"type": "function"}, {}]))),
+    lambda r: ("tools", json.dumps(r.choice([[], [{}], [{"type": "function"}], [{"type": "retrieval", "function": {
+        "name": "x"}}], [{"type": "function", "function": {"name": "a b"}}], [_TOOL, _TOOL], "tools", [_TOOL] * 129,
+        [{"type": "function", "function": {"name": "f", "parameters": r.choice([[1], "x", 5, {"type": "nonsense"}])}}],
+        [{"type": "function", "function": {"name": "f" * 65}}]]))),
+    lambda r: ("tools", '[{"type": "function", "function": {"name": "deep", "parameters": ' + _DEEP_SCHEMA + "1"
+               + "}" * 5000 + "}}]"),
+    lambda r: ("parallel_tool_calls", r.choice(["false", "true", "1", '"no"'])),
+    lambda r: ("messages", json.dumps([{"role": "user", "content": "Oslo?"}, {"role": "assistant", "content": None,
+        "tool_calls": r.choice([[_CALL], [{**_CALL, "type": "x"}], [{"id": "c"}], [_CALL] * 50, "x"])}, {"role": "tool",
+        "tool_call_id": r.choice(["call_1", None, 5]), "content": "3 C"}])),
+    lambda r: ("response_format", '{"type": "json_object"}'),
+]  # fmt: skip
 RAW_REQUESTS = [
     b"GET /health HTTP/1.1\r\nHost: fuzz\r\n\r\n",
     b"POST /v1/completions HTTP/1.1\r\nHost: fuzz\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n"
@@ -387,6 +429,10 @@ class HttpCases:
         if kind == "field":
             name = r.choice(HTTP_FIELDS)
             text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
+        elif kind == "tools":  # one to three fields (tools with a choice, a clash, a conversation)
+            for _ in range(r.randint(1, 3)):
+                name, value = r.choice(TOOLS_HTTP)(r)
+                text = text[:-1] + f', "{name}": {value}}}'
         elif kind == "structured":
             for _ in range(1 if r.random() < 0.7 else 2):  # two: several kinds, or a constraint and a clash
                 name, value = r.choice(STRUCTURED_HTTP)(r)

@@ -54,6 +54,7 @@ from transport.messages import (
     Ping,
     Pong,
     TokenChunk,
+    ToolSpec,
 )
 from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connect_dealer
 
@@ -253,6 +254,7 @@ class AsyncZooClient:
         min_tokens: int = 0,
         allowed_token_ids: list[int] | None = None,
         structured_outputs: StructuredOutput | None = None,
+        tools: list[ToolSpec] | None = None,
         model: str | None = None,
         traffic_class: str = "default",
         request_id: str | None = None,
@@ -265,7 +267,11 @@ class AsyncZooClient:
         (``StructuredOutput(choice=("yes", "no"))``, ``(regex=...)``, ``(json=<a JSON schema's text>)``,
         ``(json_object=True)``, ``(grammar=<Lark>)``; importable from ``client``). A malformed or uncompilable one
         is ZooInvalidRequestError naming ``structured_outputs``; so is one beside ``ignore_eos``, ``min_tokens``
-        or ``allowed_token_ids`` (naming that field)."""
+        or ``allowed_token_ids`` (naming that field).
+
+        ``tools`` (with ``messages``): functions the model may call, shown in its prompt by the model's chat template
+        (``ToolSpec(name, description, parameters=<a JSON schema's text>)``; importable from ``client``). The reply is
+        the model's text; to force a call, add ``structured_outputs`` with the function's parameters schema."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -277,6 +283,7 @@ class AsyncZooClient:
             if messages is not None
             else None,
             prompt_token_ids=prompt_token_ids,
+            tools=tools,
             # validated by the control plane when it decodes the request (one validation, at the edge)
             sampling=SamplingParams.unchecked(
                 temperature=temperature,

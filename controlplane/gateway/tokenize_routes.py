@@ -1,15 +1,15 @@
 """``POST /tokenize`` and ``POST /detokenize`` as vLLM serves them, with the control plane's own tokenizer.
 
     POST /tokenize    {"model"?, "prompt": str, "add_special_tokens"?: true, "return_token_strs"?: false}
-                   or {"model"?, "messages": [...], "add_generation_prompt"?: true, "add_special_tokens"?: false,
-                       "return_token_strs"?: false}
+                   or {"model"?, "messages": [...], "tools"?: [...], "add_generation_prompt"?: true,
+                       "add_special_tokens"?: false, "return_token_strs"?: false}
                    →  {"count": N, "max_model_len": L, "tokens": [ids], "token_strs": [str] | null}
     POST /detokenize  {"model"?, "tokens": [ids]}  →  {"prompt": str}
 
-``messages`` go through the model's chat template exactly as a chat completion's do (request_intake.py), so
-``count`` is the ``usage.prompt_tokens`` that chat completion reports. ``max_model_len`` is the longest
-context a live node serves (0 before any node joined). Bad input answers 400 in OpenAI's error shape; an
-unknown model 404 (checked once some node serves a model); a frontend without a tokenizer 501.
+``messages`` (and ``tools``) go through the model's chat template exactly as a chat completion's do
+(request_intake.py), so ``count`` is the ``usage.prompt_tokens`` that chat completion reports. ``max_model_len``
+is the longest context a live node serves (0 before any node joined). Bad input answers 400 in OpenAI's error
+shape; an unknown model 404 (checked once some node serves a model); a frontend without a tokenizer 501.
 """
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ from typing import Any
 import msgspec
 from starlette.responses import Response
 
+from backends.hermes_tools import template_messages, template_tools
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, _decode
 from controlplane.gateway.token_text import TokenText
+from controlplane.gateway.tool_calls import ToolIn, tool_specs
 from engine.sampling_params import show_value
 from transport.messages import ErrorCode
 
@@ -31,6 +33,7 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     prompt: str | None = None
     messages: list[ChatMessageIn] | None = None
+    tools: list[ToolIn] | None = None  # with messages: rendered as a chat request's are (gateway/tool_calls.py)
     add_special_tokens: bool | None = None  # default: True for a prompt, False for messages (vLLM's)
     add_generation_prompt: bool = True
     return_token_strs: bool | None = False
@@ -69,9 +72,9 @@ class TokenizeRoutes:
                     if not req.messages:
                         raise invalid_param("messages", "must be a non-empty list of messages")
                     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
+                    tools = _template_tools(req.tools)
                     text = tokenizer.apply_chat_template(
-                        [{"role": m.role, "content": m.content} for m in messages],
-                        add_generation_prompt=req.add_generation_prompt,
+                        template_messages(messages), add_generation_prompt=req.add_generation_prompt, tools=tools
                     )
                     tokens = tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
                 else:
@@ -113,3 +116,12 @@ def _no_tokenizer() -> Response:
 
 def _json(obj: dict) -> Response:
     return Response(msgspec.json.encode(obj), media_type="application/json")
+
+
+def _template_tools(tools: list[ToolIn] | None) -> list[dict] | None:
+    if not tools:
+        return None
+    try:
+        return template_tools(list(tool_specs(tools)))
+    except ValueError as exc:  # parameters nested past the decoder's limit
+        raise invalid_param("tools", str(exc)) from None

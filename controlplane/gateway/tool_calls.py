@@ -15,13 +15,14 @@ ToolPlan, and the reply's ``tool_calls`` read back out of the model's text.
                                                                                 function)
 
 Both constraints keep the JSON compact (``disable_any_whitespace``: a small model may otherwise pad an empty
-object with whitespace until max_tokens). This is what vLLM's OpenAI server does (vllm/entrypoints/openai/protocol.py ``_get_json_schema_from_tool`` and
-tool_parsers/utils.py for the two constraints, docs/features/tool_calling.md): a forced call always parses, whatever
-the model; "auto" needs a parser for the model's own format. Differences: vLLM refuses "auto" unless started with
-``--enable-auto-tool-choice --tool-call-parser``; here the gateway's ``tool_call_parser`` (GatewayConfig, default
-"hermes", the format backends/hermes_tools.py writes into prompts whose chat template has no tools) is on unless set
-to None. With parallel_tool_calls=false "auto" keeps the first call. The tools reach the prompt through the intake,
-which renders them with the model's chat template.
+object with whitespace until max_tokens). This is what vLLM's OpenAI server does (vllm/entrypoints/openai/
+protocol.py ``_get_json_schema_from_tool`` and tool_parsers/utils.py, docs/features/tool_calling.md): a forced call
+always parses, whatever the model; "auto" needs a parser for the model's own format. Differences: vLLM refuses
+"auto" unless started with ``--enable-auto-tool-choice --tool-call-parser``; here the gateway's ``tool_call_parser``
+(GatewayConfig, default "hermes", the format backends/hermes_tools.py writes into prompts whose chat template has no
+tools) is on unless set to None; vLLM's "required" items allow properties beside name and parameters, these do not.
+With parallel_tool_calls=false "auto" keeps the first call. The tools reach the prompt through the intake, which
+renders them with the model's chat template.
 
 Streaming: a named call streams its arguments as they are generated; "required" sends its calls when the output is
 complete; "auto" streams content until a ``<tool_call>`` begins (holding back a tail that might begin one), then
@@ -148,13 +149,7 @@ def tool_plan_of(req, *, parser: str | None) -> ToolPlan | None:
         if choice is not None and choice != "none":
             raise invalid_param("tool_choice", "is only allowed when tools are given")
         return None
-    if len(req.tools) > MAX_TOOLS:
-        raise invalid_param("tools", f"at most {MAX_TOOLS} tools may be given, got {len(req.tools)}")
-    specs = tuple(_spec(i, t) for i, t in enumerate(req.tools))
-    try:
-        check_tools(list(specs))
-    except ValueError as error:
-        raise invalid_param("tools", str(error)) from None
+    specs = tool_specs(req.tools)
     parallel = req.parallel_tool_calls is not False
     if isinstance(choice, NamedToolChoice):
         if choice.type != "function":
@@ -169,6 +164,18 @@ def tool_plan_of(req, *, parser: str | None) -> ToolPlan | None:
     if choice == "auto" and parser is None:
         raise invalid_param("tool_choice", '"auto" needs a tool-call parser, and this gateway has none configured')
     return ToolPlan(choice, specs, parallel=parallel)
+
+
+def tool_specs(tools: list[ToolIn]) -> tuple[ToolSpec, ...]:
+    """The tools as the wire carries them; FrontendError naming what is wrong (backends/hermes_tools.check_tools)."""
+    if len(tools) > MAX_TOOLS:
+        raise invalid_param("tools", f"at most {MAX_TOOLS} tools may be given, got {len(tools)}")
+    specs = tuple(_spec(i, t) for i, t in enumerate(tools))
+    try:
+        check_tools(list(specs))
+    except ValueError as error:
+        raise invalid_param("tools", str(error)) from None
+    return specs
 
 
 def call_objects(calls: list[Call], *, streamed: bool = False) -> list[dict]:

@@ -13,6 +13,7 @@ from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, 
 from client import (
     AsyncZooClient,
     StructuredOutput,
+    ToolSpec,
     ZooClient,
     ZooError,
     ZooNoNodeError,
@@ -97,6 +98,20 @@ def test_structured_outputs_travel_in_sampling_params(portal_fleet):
                 error = _refusal(zoo, stream, **kwargs)
                 assert error.code is ErrorCode.INVALID_REQUEST and error.message.startswith(f"{field}:"), kwargs
         assert "no grammar compiler" in _refusal(zoo, False, structured_outputs=regex).message
+        assert zoo.generate("after", max_tokens=1).text == "z"
+
+
+def test_tools_reach_the_prompt_and_bad_ones_are_refused(portal_fleet):
+    messages = [{"role": "user", "content": "Weather?"}]
+    weather = ToolSpec("get_weather", "The weather now", '{"type":"object","properties":{"city":{"type":"string"}}}')
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        plain = zoo.generate(messages=messages, max_tokens=1)
+        with_tools = zoo.generate(messages=messages, tools=[weather], max_tokens=1)
+        assert with_tools.num_prompt_tokens > plain.num_prompt_tokens + len(weather.parameters)  # the signature is in
+        for kwargs in ({"prompt": "x", "tools": [weather]}, {"messages": messages, "tools": [ToolSpec("a b")]}):
+            with pytest.raises(ZooError) as e:
+                zoo.generate(max_tokens=1, **kwargs)
+            assert e.value.code is ErrorCode.INVALID_REQUEST and "tools" in e.value.message
         assert zoo.generate("after", max_tokens=1).text == "z"
 
 

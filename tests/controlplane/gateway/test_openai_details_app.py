@@ -82,6 +82,24 @@ async def test_usage_reports_cached_tokens_and_continuous_usage(client, frontend
         ("/tokenize", {"messages": []}, 400, "messages"),
         ("/tokenize", {"prompt": "a", "model": "gpt-9"}, 404, "model"),
         ("/tokenize", {"prompt": 5}, 400, "prompt"),
+        (
+            "/tokenize",
+            {
+                "messages": [{"role": "user", "content": "a"}],
+                "tools": [{"type": "function", "function": {"name": "a b"}}],
+            },
+            400,
+            "tools",
+        ),
+        (
+            "/tokenize",
+            {
+                "messages": [{"role": "user", "content": "a"}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"a": [[[[1]]]]}}}],
+            },
+            200,
+            None,
+        ),
         ("/detokenize", {"tokens": [1, 2**40]}, 400, "tokens"),
         ("/detokenize", {"tokens": "abc"}, 400, "tokens"),
         ("/detokenize", {}, 400, "tokens"),
@@ -91,7 +109,18 @@ async def test_usage_reports_cached_tokens_and_continuous_usage(client, frontend
 async def test_tokenize_refusals(client, path, body, status, param):
     r = await client.post(path, json=body)
     assert r.status_code == status, r.text
-    assert r.json()["error"]["param"] == param
+    if status != 200:
+        assert r.json()["error"]["param"] == param
+
+
+@pytest.mark.anyio
+async def test_tokenize_renders_a_chats_tools_as_a_chat_completion_does(client, frontend):
+    messages = [{"role": "user", "content": "Weather?"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    plain = (await client.post("/tokenize", json={"messages": messages})).json()
+    with_tools = (await client.post("/tokenize", json={"messages": messages, "tools": tools})).json()
+    text = frontend.tokenizer.decode(with_tools["tokens"])
+    assert with_tools["count"] > plain["count"] and '"name":"get_weather"' in text and "<tools>" in text
 
 
 @pytest.mark.anyio
