@@ -1,7 +1,7 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
-a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema), a short load
-through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is shut down at
-the end."""
+a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, and a tool call),
+a short load through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is
+shut down at the end."""
 
 from __future__ import annotations
 
@@ -30,6 +30,19 @@ ANSWER_SCHEMA = {
     "required": ["capital", "country"],
     "additionalProperties": False,
 }
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather now in a city",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 20}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -57,6 +70,15 @@ def _chat(base_url: str) -> None:
     fmt = {"type": "json_schema", "json_schema": {"name": "capital", "schema": ANSWER_SCHEMA}}
     reply = _post_chat(base_url, f"{QUESTION} Answer in JSON.", {"max_tokens": 48, "response_format": fmt})
     print(reply["choices"][0]["message"]["content"])
+    print("   a tool call (tools, tool_choice required, parallel_tool_calls false): What is the weather in Paris?")
+    extra = {"max_tokens": 48, "tools": [WEATHER_TOOL], "tool_choice": "required", "parallel_tool_calls": False}
+    choice = _post_chat(base_url, "What is the weather in Paris?", extra)["choices"][0]
+    for call in choice["message"].get("tool_calls") or ():
+        print(
+            f"{call['function']['name']}({call['function']['arguments']})  [finish_reason: {choice['finish_reason']}]"
+        )
+    if not choice["message"].get("tool_calls"):
+        print(f"(no call: {choice['message']['content']!r}, finish_reason {choice['finish_reason']})")
 
 
 def _post_chat(base_url: str, question: str, extra: dict) -> dict:
