@@ -318,6 +318,9 @@ class NodeCore:
             node_id=self.node_id,
             logprobs=[(lp.token_id, lp.logprob, list(lp.top)) for lp in o.new_logprobs] if o.new_logprobs else None,
             num_cached_tokens=o.num_cached_tokens,
+            prompt_logprobs=[(e.token_id, e.logprob, list(e.top), e.rank) for e in o.prompt_logprobs]
+            if o.prompt_logprobs is not None
+            else None,
         )
 
     def load_report(self) -> LoadReport:

@@ -112,7 +112,7 @@ def random_sampling(rng: random.Random) -> SamplingParams:
         name = rng.choice(
             ["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs",
              "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
-             "allowed_token_ids"]
+             "allowed_token_ids", "prompt_logprobs"]
         )  # fmt: skip
         fields[name] = rng.choice(
             [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),
@@ -120,6 +120,8 @@ def random_sampling(rng: random.Random) -> SamplingParams:
         )  # fmt: skip
     if rng.random() < 0.1:
         fields["structured_outputs"] = rng.choice(STRUCTURED_WIRE)(rng)
+    if rng.random() < 0.05:
+        fields["prompt_logprobs"] = rng.choice([0, 5])  # the fuzz fleet's fake runner refuses them
         if rng.random() < 0.1:  # each refused beside a constraint
             fields[rng.choice(["ignore_eos", "min_tokens", "allowed_token_ids"])] = rng.choice([True, 1, (5,)])
     return SamplingParams.unchecked(**fields)
@@ -333,6 +335,7 @@ HTTP_FIELDS = [
     "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
+    "prompt_logprobs",
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw"]  # fmt: skip

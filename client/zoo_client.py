@@ -72,6 +72,8 @@ class Completion:
     node_id: str
     chunks: int = 0
     logprobs: list[Any] = field(default_factory=list)
+    # with prompt_logprobs: per prompt position (token, logprob, top, rank), position 0's logprob None
+    prompt_logprobs: list[Any] | None = None
 
 
 # --------------------------------------------------------------------------- async client
@@ -137,10 +139,12 @@ class GenerationStream:
         """Read the stream to its end into one Completion."""
         text, token_ids, logprobs, n = [], [], [], 0
         last: TokenChunk | None = None
+        prompt_logprobs = None
         async for chunk in self:
             text.append(chunk.text)
             token_ids += chunk.token_ids
             logprobs += chunk.logprobs or []
+            prompt_logprobs = chunk.prompt_logprobs if chunk.prompt_logprobs is not None else prompt_logprobs
             n += 1
             last = chunk
         assert last is not None
@@ -154,6 +158,7 @@ class GenerationStream:
             last.node_id,
             n,
             logprobs,
+            prompt_logprobs,
         )
 
 
@@ -246,6 +251,7 @@ class AsyncZooClient:
         stop_token_ids: list[int] | None = None,
         ignore_eos: bool = False,
         logprobs: int | None = None,
+        prompt_logprobs: int | None = None,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         repetition_penalty: float = 1.0,
@@ -271,7 +277,10 @@ class AsyncZooClient:
 
         ``tools`` (with ``messages``): functions the model may call, shown in its prompt by the model's chat template
         (``ToolSpec(name, description, parameters=<a JSON schema's text>)``; importable from ``client``). The reply is
-        the model's text; to force a call, add ``structured_outputs`` with the function's parameters schema."""
+        the model's text; to force a call, add ``structured_outputs`` with the function's parameters schema.
+
+        ``prompt_logprobs``: every prompt token's log-probability, rank and that many alternatives, in
+        ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -295,6 +304,7 @@ class AsyncZooClient:
                 stop_token_ids=tuple(stop_token_ids or ()),
                 ignore_eos=ignore_eos,
                 logprobs=logprobs,
+                prompt_logprobs=prompt_logprobs,
                 presence_penalty=presence_penalty,
                 frequency_penalty=frequency_penalty,
                 repetition_penalty=repetition_penalty,

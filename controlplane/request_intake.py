@@ -240,7 +240,8 @@ def resumed_request(
     there; a prefix cache holding the prompt helps), ``max_tokens`` reduced by their number (at least one
     must remain), ``min_tokens`` by as many, the same id, model, traffic class and other sampling parameters.
     Greedy decoding then continues exactly as it would have on the lost node, penalties included: the node is told
-    how many of the prompt's last tokens are output (GenerateRequest.num_resumed_tokens)."""
+    how many of the prompt's last tokens are output (GenerateRequest.num_resumed_tokens). Prompt logprobs came with
+    the first chunk: once output was streamed they are not asked again."""
     remaining = msg.sampling.max_tokens - len(output_token_ids)
     if remaining < 1:
         raise ValueError(f"request {msg.request_id!r} has no token left to generate")
@@ -249,7 +250,11 @@ def resumed_request(
         model=model,
         prompt_token_ids=[*prompt_token_ids, *output_token_ids],
         sampling=msgspec.structs.replace(
-            msg.sampling, max_tokens=remaining, min_tokens=max(msg.sampling.min_tokens - len(output_token_ids), 0)
+            msg.sampling,
+            max_tokens=remaining,
+            min_tokens=max(msg.sampling.min_tokens - len(output_token_ids), 0),
+            # the first chunk carried its prompt's scores: not again for the extended prompt
+            prompt_logprobs=None if output_token_ids else msg.sampling.prompt_logprobs,
         ),
         traffic_class=msg.traffic_class,
         tenant=msg.tenant,

@@ -71,6 +71,8 @@ class ScheduledRequest:
     num_output_tokens: tokens generated so far (seeded samplers and penalties may use it).
     logits_inputs: what its sampler needs beyond its params to process the logits (LogitsInputs), or None.
     lora_id: adapter to apply; None for the base model.
+    prompt_targets: the prompt tokens this chunk's rows predict, from its first row on (row p predicts p + 1), when
+        its params ask for ``prompt_logprobs`` (engine/prompt_logprobs.py); None otherwise.
     """
 
     req_id: str
@@ -84,6 +86,7 @@ class ScheduledRequest:
     lora_id: int | None = None
     spec_draft_probs: object | None = None
     logits_inputs: LogitsInputs | None = None
+    prompt_targets: list[int] | None = None
 
     @property
     def num_scheduled_tokens(self) -> int:
@@ -91,8 +94,8 @@ class ScheduledRequest:
 
     @property
     def is_decode(self) -> bool:
-        """One new token on top of a cached context (the batched decode fast path)."""
-        return len(self.token_ids) == 1 and not self.spec_token_ids and self.start_pos > 0
+        """One new token on top of a cached context (the batched decode fast path; a prompt token to score is not)."""
+        return len(self.token_ids) == 1 and not self.spec_token_ids and self.start_pos > 0 and not self.prompt_targets
 
 
 @dataclass(slots=True, frozen=True)
@@ -139,11 +142,14 @@ class SchedulerOutput:
 
 @dataclass(slots=True)
 class TokenLogprob:
-    """Log-probability of a sampled token and, optionally, the top alternatives."""
+    """Log-probability of a sampled (or, for prompt logprobs, a prompt) token and, optionally, the top alternatives.
+    A prompt's: ``rank`` is the token's rank in its distribution (1: the most likely); position 0's logprob is None
+    (nothing precedes it: engine/prompt_logprobs.py)."""
 
     token_id: int
-    logprob: float
+    logprob: float | None
     top: list[tuple[int, float]] = field(default_factory=list)
+    rank: int | None = None
 
 
 @dataclass(slots=True)
@@ -153,10 +159,13 @@ class RunnerOutput:
     sampled_token_ids: for each request scheduled with ``sample=True``, the sampled tokens
         (one for a plain step; for a verification step the accepted drafts plus one bonus token).
     logprobs: per request, one entry per sampled token, when its params asked for logprobs.
+    prompt_logprobs: per request whose chunk scored prompt tokens (its params' ``prompt_logprobs``): the first
+        position scored and one entry per scored position (backends/prompt_rows.py).
     step_time_s: wall time of the step as measured by the runner (a simulated runner reports
         its predicted time).
     """
 
     sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
     logprobs: dict[str, list[TokenLogprob]] = field(default_factory=dict)
+    prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] = field(default_factory=dict)
     step_time_s: float = 0.0

@@ -18,10 +18,11 @@ from __future__ import annotations
 import itertools
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
-from engine.batch import RunnerOutput, SchedulerOutput, TokenLogprob
+from engine import prompt_logprobs
+from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
@@ -31,6 +32,7 @@ from engine.multi_step import DecodeRun, DecodeSteps
 from engine.prompt import check_sampling_token_ids, check_token_ids
 from engine.remote_kv import RemoteKV
 from engine.request import FinishReason, Request, RequestStatus
+from engine.request_output import RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
@@ -53,57 +55,6 @@ class EngineTokenizer(Protocol):
     def apply_chat_template(
         self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
     ) -> str: ...
-
-
-@dataclass(slots=True)
-class RequestMetrics:
-    """Time stamps (seconds, engine clock) of one request, and the latencies derived from them."""
-
-    arrival_time_s: float
-    first_scheduled_time_s: float | None = None
-    first_token_time_s: float | None = None
-    last_token_time_s: float | None = None
-    finished_time_s: float | None = None
-    num_output_tokens: int = 0
-    num_cached_prompt_tokens: int = 0  # set when the request finishes
-    num_preemptions: int = 0  # set when the request finishes
-
-    @property
-    def queue_time_s(self) -> float | None:
-        return None if self.first_scheduled_time_s is None else self.first_scheduled_time_s - self.arrival_time_s
-
-    @property
-    def ttft_s(self) -> float | None:
-        return None if self.first_token_time_s is None else self.first_token_time_s - self.arrival_time_s
-
-    @property
-    def tpot_s(self) -> float | None:
-        """Mean time per output token after the first."""
-        if self.num_output_tokens < 2 or self.first_token_time_s is None or self.last_token_time_s is None:
-            return None
-        return (self.last_token_time_s - self.first_token_time_s) / (self.num_output_tokens - 1)
-
-    @property
-    def e2e_s(self) -> float | None:
-        return None if self.finished_time_s is None else self.finished_time_s - self.arrival_time_s
-
-
-@dataclass(slots=True)
-class RequestOutput:
-    """What one step produced for one request (deltas) plus its running totals."""
-
-    req_id: str
-    new_text: str
-    text: str
-    new_token_ids: list[int]
-    num_prompt_tokens: int
-    num_output_tokens: int
-    finished: bool
-    finish_reason: FinishReason | None = None
-    stop_reason: int | str | None = None
-    new_logprobs: list[TokenLogprob] = field(default_factory=list)
-    metrics: RequestMetrics | None = None
-    num_cached_tokens: int = 0  # prompt tokens the prefix cache served at its first admission
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +202,7 @@ class LLMEngine:
                 f"num_resumed_tokens must be in [0, {len(token_ids)}) (the prompt's), got {num_resumed_tokens}"
             )
         grammar = compile_grammar(self.grammars, params.structured_outputs, token_ids, num_resumed_tokens)
+        prompt_logprobs.check_runner(self.runner, params)
         eos_token_id = self.tokenizer.eos_token_id
         request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens, grammar)
         self.structured_stats.num_requests_total += int(grammar is not None)
@@ -395,6 +347,8 @@ class LLMEngine:
         self.num_steps += 1
         self.busy_time_s += runner_output.step_time_s
         updates = self.scheduler.update_from_output(batch, runner_output)
+        if runner_output.prompt_logprobs:  # before the updates: a first output carries them
+            prompt_logprobs.record(runner_output.prompt_logprobs, self.scheduler.get_request)
         if self.grammars is not None:
             self.structured_stats.num_forced_accepted_tokens_total += count_accepted(batch, runner_output)
         if self.speculator is not None:
@@ -571,6 +525,7 @@ class LLMEngine:
             update.new_logprobs,  # a fresh list per update too
             metrics,
             num_cached,
+            request.prompt_logprobs.take() if request.prompt_logprobs is not None else None,
         )
 
     def run_until_done(self) -> dict[str, RequestOutput]:

@@ -17,6 +17,7 @@ import enum
 from collections.abc import Iterable
 
 from engine.batch import LogitsInputs
+from engine.prompt_logprobs import PromptLogprobs, prompt_targets
 from engine.sampling_params import SamplingParams
 from engine.structured_output import Grammar
 
@@ -91,6 +92,10 @@ class Request:
         self.num_resumed_tokens = num_resumed_tokens  # the prompt's last tokens: its output before a resume
         self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in
         self.grammar = grammar  # its structured-output constraint, compiled (LLMEngine.add_request), or None
+        # its prompt's scores as they are computed (engine/prompt_logprobs.py), when its params ask
+        self.prompt_logprobs = (
+            PromptLogprobs(self.prompt_token_ids) if sampling_params.prompt_logprobs is not None else None
+        )
 
         self.status = RequestStatus.WAITING
         self.finish_reason: FinishReason | None = None
@@ -142,6 +147,12 @@ class Request:
             stop_ids = params.stop_token_ids
             banned = stop_ids if self.eos_token_id is None or params.ignore_eos else (self.eos_token_id, *stop_ids)
         return LogitsInputs(history, banned, self.num_resumed_tokens, self.grammar)
+
+    def prompt_targets(self, start: int, end: int) -> list[int] | None:
+        """ScheduledRequest.prompt_targets of a chunk of positions [start, end): None unless its params ask."""
+        if self.prompt_logprobs is None:
+            return None
+        return prompt_targets(self.prompt_token_ids, start, end) or None
 
     def append_output_token_ids(self, token_ids: int | Iterable[int]) -> None:
         if isinstance(token_ids, int):

@@ -20,6 +20,7 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
                                                     detokenizer's per-step scan cheap
     stop_token_ids   <= 256 ids in 0 .. 2**31-1     vLLM any number; each is compared every decode step
     logprobs         None | 0 .. MAX_LOGPROBS (20)  OpenAI's top_logprobs limit
+    prompt_logprobs  None | 0 .. MAX_LOGPROBS (20)  as logprobs (vLLM's field); the request skips the prefix cache
     presence_penalty -2 .. 2                        OpenAI's range
     frequency_penalty -2 .. 2                       OpenAI's range
     repetition_penalty (0, MAX_REPETITION_PENALTY]  vLLM's extension (any > 0); 1 is off
@@ -96,6 +97,8 @@ class SamplingParams(msgspec.Struct, frozen=True):
     min_tokens: EOS and ``stop_token_ids`` are banned, and stop strings not matched, until this many are out.
     allowed_token_ids: when not empty, the only ids that may be sampled (vLLM's; a label set for classification).
     structured_outputs: a constraint on the output's shape (a JSON schema, a regex, choices, a grammar), or None.
+    prompt_logprobs: None, or the number (0..MAX_LOGPROBS) of top alternatives to report per prompt token with the
+        prompt token's own log-probability and rank (vLLM's; engine/prompt_logprobs.py).
     """
 
     temperature: float = 1.0
@@ -115,6 +118,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     min_tokens: int = 0
     allowed_token_ids: tuple[int, ...] = ()
     structured_outputs: StructuredOutput | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -175,11 +179,12 @@ class SamplingParams(msgspec.Struct, frozen=True):
                 raise SamplingParamsError("stop_token_ids", f"must be integers in [0, 2**31-1], got {show_value(tid)}")
         if not isinstance(self.ignore_eos, bool):
             raise SamplingParamsError("ignore_eos", f"must be a boolean, got {show_value(self.ignore_eos)}")
-        lp = self.logprobs
-        if lp is not None and (not _is_int(lp) or not 0 <= lp <= MAX_LOGPROBS):
-            raise SamplingParamsError(
-                "logprobs", f"must be None or an integer in [0, {MAX_LOGPROBS}], got {show_value(lp)}"
-            )
+        for name in ("logprobs", "prompt_logprobs"):
+            lp = getattr(self, name)
+            if lp is not None and (not _is_int(lp) or not 0 <= lp <= MAX_LOGPROBS):
+                raise SamplingParamsError(
+                    name, f"must be None or an integer in [0, {MAX_LOGPROBS}], got {show_value(lp)}"
+                )
 
         self._validate_logits_processing()
 

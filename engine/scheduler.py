@@ -23,10 +23,9 @@ killed: they resume when room comes back (recompute only when host RAM is full, 
 
     0. priority  waiting head outranks running[-1] and does not fit -> preempt running[-1], repeat
 
-LoRA: with ``max_loras`` set, a swapped or waiting request whose adapter is not among the running ones
-is not admitted while the running set already holds ``max_loras`` adapters (the runner's device slots);
-such a waiting request is stepped over (it keeps its place), so the requests behind it are not blocked
-(vLLM's scheduler does the same).
+LoRA: with ``max_loras`` set, a swapped or waiting request whose adapter is not among the running ones is not
+admitted while the running set already holds ``max_loras`` adapters (the runner's device slots); such a waiting
+request is stepped over, keeping its place, so the ones behind it are not blocked (as in vLLM's scheduler).
 
 Counter model: ``num_computed_tokens`` advances in ``update_from_output`` (once the runner has written
 the KV), never in ``schedule``; a prefix hit is the exception, applied at admission. So between
@@ -417,6 +416,7 @@ class Scheduler(RemoteSwapMixin):
             lora_id=request.lora_id,
             spec_draft_probs=request.spec_draft_probs if num_spec_tokens else None,
             logits_inputs=request.logits_inputs(),
+            prompt_targets=request.prompt_targets(start, end),
         )
 
     def _preempt(self, victim: Request, output: SchedulerOutput) -> None:

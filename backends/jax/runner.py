@@ -36,9 +36,11 @@ from backends.jax.huge_params import collapse_arrays
 from backends.jax.kv_cache import PagedKVCache
 from backends.jax.lora_slots import JaxLoraSlots
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
+from backends.jax.prompt_scores import score_prompt_rows
 from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
+from backends.prompt_rows import PromptRows
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch.thread_choice import ThreadChooser  # pure Python: imports no torch
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
@@ -70,6 +72,7 @@ DEFAULT_BUCKETS = BucketPolicy(token_buckets=(16, 32, 64, 128, 256, 512), min_co
 class _ProgramOutput:
     logits: jax.Array  # [R, V] fp32, R a bucket
     slots: list[SampleSlot]
+    prompt: PromptRows | None = None  # rows scoring prompt tokens (prompt_logprobs), after the sampled ones
 
 
 class JaxModelRunner(LoraRunnerVerbs):
@@ -94,6 +97,8 @@ class JaxModelRunner(LoraRunnerVerbs):
     huge_pages: on a CPU, rebuild the weights' memory on transparent huge pages (huge_params.py; the decode
         step streams them); ``huge_pages_result`` says what was granted. False = as XLA placed them.
     """
+
+    scores_prompts = True  # computes prompt_logprobs (engine/prompt_logprobs.py)
 
     def __init__(
         self,
@@ -184,6 +189,9 @@ class JaxModelRunner(LoraRunnerVerbs):
         with self.compiles.track():
             self._apply_block_moves(batch)
             for program in self._forward(batch.requests):
+                if program.prompt is not None:
+                    first = sum(s.num_rows for s in program.slots)
+                    score_prompt_rows(program.logits, first, program.prompt, out)
                 if program.slots:
                     self._sample(program, out)
             self.kv_cache.device_kv.block_until_ready()
@@ -376,6 +384,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         slots = np.full(t, scratch, dtype=np.int32)
         seg_blocks: list[np.ndarray] = []
         sample_rows = SampleRows()
+        prompt_rows = PromptRows()
         row = 0
         first_rows: list[tuple[ScheduledRequest, int]] = []
         for seg, r in enumerate(chunks):
@@ -390,9 +399,10 @@ class JaxModelRunner(LoraRunnerVerbs):
             slots[row : row + n] = flat_slots(bids, pos, bs)
             seg_blocks.append(bids)
             sample_rows.add(r, row)
+            prompt_rows.add(r, row)
             first_rows.append((r, row))
             row += n
-        logits_rows = sample_rows.logits_rows
+        logits_rows = sample_rows.logits_rows + prompt_rows.logits_rows
         rows = np.zeros(self.buckets.sample_rows(max(1, len(logits_rows))), dtype=np.int32)
         rows[: len(logits_rows)] = logits_rows
         meta = build_chunk_meta(row_seg, positions, seg_blocks, bs, self.buckets.key_blocks)
@@ -400,7 +410,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         logits, self.kv_cache.device_kv = chunk_step(
             self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, lora, dims=self.dims
         )
-        return _ProgramOutput(logits, sample_rows.slots)
+        return _ProgramOutput(logits, sample_rows.slots, prompt_rows if prompt_rows.spans else None)
 
     def _sample(self, program: _ProgramOutput, out: RunnerOutput) -> None:
         rows = [s.first_row + j for s in program.slots for j in range(s.num_rows)]

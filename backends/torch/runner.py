@@ -24,6 +24,7 @@ import torch
 
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
+from backends.prompt_rows import PromptRows
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
 from backends.torch import huge_weights
 from backends.torch.attention import AttentionBackend, GatherSDPABackend, arange_view
@@ -39,6 +40,7 @@ from backends.torch.kv_cache import PagedKVCache
 from backends.torch.lora_batch import MAX_LORA_SEGMENTS, LoraBatch, choose_lora_kernel
 from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
+from backends.torch.prompt_scores import score_prompt_rows
 from backends.torch.rejection_sampler import rejection_sample
 from backends.torch.sampler import Sampler
 from backends.torch.step_buffers import StepBuffers
@@ -55,8 +57,11 @@ logger = logging.getLogger(__name__)
 GRAPH_BUCKETS = BucketPolicy(batch_buckets=(1, 2, 4, 8, 16, 32, 64))
 
 
+_Forward = tuple[torch.Tensor, list[SampleSlot], PromptRows | None]  # logits, sampled slots, prompt rows
+
+
 class TorchModelRunner(LoraRunnerVerbs):
-    """Runs scheduler steps for one Llama-family model.
+    """Runs scheduler steps for one Llama-family model (and scores prompt rows: backends/prompt_rows.py).
 
     source: a Checkpoint (weights streamed from ``iter_tensors``), a ModelConfig (weights from
         ``state_dict`` in HF names, or random from ``seed``), or an already built LlamaModel
@@ -86,6 +91,8 @@ class TorchModelRunner(LoraRunnerVerbs):
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
         slots (lora_slots.py); None = base model only.
     """
+
+    scores_prompts = True  # computes prompt_logprobs (engine/prompt_logprobs.py)
 
     def __init__(
         self,
@@ -218,7 +225,11 @@ class TorchModelRunner(LoraRunnerVerbs):
         out = RunnerOutput()
         if batch.requests:
             with torch.inference_mode():
-                logits, slots = self._forward(batch.requests)
+                logits, slots, prompt_rows = self._forward(batch.requests)
+                if prompt_rows is not None:  # scored, then cut off: the sampler sees the sampled rows only
+                    num_sampled = logits.shape[0] - len(prompt_rows.logits_rows)
+                    score_prompt_rows(logits[num_sampled:], prompt_rows, out)
+                    logits = logits[:num_sampled]
                 if slots:
                     self._sample(logits, slots, out)
         if self.device.type == "cuda":
@@ -234,7 +245,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         if not batch.requests:
             return {}
         with torch.inference_mode():
-            logits, slots = self._forward(batch.requests)
+            logits, slots, _ = self._forward(batch.requests)
         return {s.request.req_id: logits[s.first_row : s.first_row + s.num_rows].clone() for s in slots}
 
     def _capture_graphs(self) -> None:
@@ -256,7 +267,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         apply_block_moves(self.kv_cache, batch)
         self.sampler.drop(batch.finished_req_ids)
 
-    def _forward(self, requests: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
+    def _forward(self, requests: list[ScheduledRequest]) -> _Forward:
         # longest context first: the attention backend groups neighbouring decodes by padded width
         decodes = sorted((r for r in requests if r.is_decode), key=lambda r: r.start_pos, reverse=True)
         decode_loras = {r.lora_id for r in decodes}
@@ -296,6 +307,7 @@ class TorchModelRunner(LoraRunnerVerbs):
                 sample_rows.add(r, i)
 
         chunk_specs: list[tuple[int, int, list[int]]] = []
+        prompt_rows = PromptRows()  # a chunk's rows that score its prompt (prompt_logprobs), after the sampled ones
         row = nd
         for r, toks in zip(chunks, chunk_toks):
             n = len(toks)
@@ -304,6 +316,7 @@ class TorchModelRunner(LoraRunnerVerbs):
             slots[row : row + n] = flat_slots(np.asarray(r.block_ids, dtype=np.int64), pos[row : row + n], bs)
             chunk_specs.append((r.start_pos, n, r.block_ids))
             sample_rows.add(r, row)
+            prompt_rows.add(r, row)
             row += n
 
         if pos.max() >= self.max_model_len:
@@ -311,14 +324,15 @@ class TorchModelRunner(LoraRunnerVerbs):
         meta = self.attn.build_metadata(
             [r.start_pos + 1 for r in decodes], [r.block_ids for r in decodes], chunk_specs, slot_mapping, buf
         )
-        rows_np, logits_idx = buf.take(len(sample_rows.logits_rows))
-        rows_np[:] = sample_rows.logits_rows
+        logits_rows = sample_rows.logits_rows + prompt_rows.logits_rows
+        rows_np, logits_idx = buf.take(len(logits_rows))
+        rows_np[:] = logits_rows
         buf.upload()
         lora = self._lora_batch(decodes, chunks)
         logits = self.model(input_ids, positions, self.kv_cache.layers, self.attn, meta, logits_idx, lora)
-        return logits, sample_rows.slots
+        return logits, sample_rows.slots, prompt_rows if prompt_rows.spans else None
 
-    def _forward_graph(self, decodes: list[ScheduledRequest]) -> tuple[torch.Tensor, list[SampleSlot]]:
+    def _forward_graph(self, decodes: list[ScheduledRequest]) -> _Forward:
         """A step of plain decodes (sorted) replayed from its bucket's CUDA graph."""
         bs = self.block_size
         n = len(decodes)
@@ -331,11 +345,9 @@ class TorchModelRunner(LoraRunnerVerbs):
         for i, r in enumerate(decodes):
             sample_rows.add(r, i)
         logits = self.graphs.run(ids, pos, blk * bs + pos % bs, (pos + 1).tolist(), [r.block_ids for r in decodes])
-        return logits, sample_rows.slots
+        return logits, sample_rows.slots, None
 
-    def _forward_cpu_kernel(
-        self, decodes: list[ScheduledRequest], row_slots: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, list[SampleSlot]]:
+    def _forward_cpu_kernel(self, decodes: list[ScheduledRequest], row_slots: torch.Tensor | None = None) -> _Forward:
         """A step of a few plain decodes in one call of the C kernel (cpu_decode.py); row_slots: each row's
         LoRA slot or -1 (``_kernel_row_slots``)."""
         buf = self.buffers
@@ -378,7 +390,7 @@ class TorchModelRunner(LoraRunnerVerbs):
                     torch.set_num_threads(all_threads)
         if self.thread_choice is not None:
             self.thread_choice.record(n, threads, time.perf_counter() - t0)
-        return logits, sample_rows.slots
+        return logits, sample_rows.slots, None
 
     def _kernel_row_slots(self, decodes: list[ScheduledRequest], lora_ids: set[int | None]) -> torch.Tensor:
         """The decode rows' device slots for the C kernel (int32, -1 = base), their adapters made resident."""

@@ -249,6 +249,8 @@ class Gateway:
             choice_ids=choice_request_ids(request_id, args.n),
             token_text=self.token_text,
             tools=args.tool_plan,
+            echo=self._echo_text(args) if args.echo else None,
+            prompt_logprobs_field=args.prompt_logprobs_field,
         )
         headers = {"x-request-id": request_id}
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
@@ -280,6 +282,14 @@ class Gateway:
         finally:
             if not handed_over:
                 await _close(chunks)
+
+    def _echo_text(self, args: GenerateArgs) -> str:
+        """The prompt a completion's ``echo`` repeats: its text, or its token ids decoded (without a tokenizer:
+        nothing, as the token ids have no text here)."""
+        if args.prompt is not None:
+            return args.prompt
+        tokenizer = self.token_text.tokenizer
+        return tokenizer.decode(args.prompt_token_ids, skip_special_tokens=False) if tokenizer is not None else ""
 
 
 async def _check_structured(args: GenerateArgs) -> None:

@@ -13,7 +13,10 @@ streamed chunk. Log-probabilities name tokens by their text and bytes (gateway/t
 completion's ``text_offset`` is each token's offset in its choice's text. A chat with tools (``tools``, a
 gateway/tool_calls.ToolPlan) answers the calls the model made as ``tool_calls``: streamed, each choice's text
 goes through a ToolStream, and a chunk that carries log-probabilities but no text to send yet is sent with an
-empty delta.
+empty delta. A completion with ``echo`` starts each choice's text with the prompt (streamed: in its first chunk),
+and its logprobs with the prompt tokens' (the first one's null, as OpenAI's); a request that named vLLM's
+``prompt_logprobs`` gets them in vLLM's shape (a completion's per choice, a chat's once, at the top; not streamed
+for a chat).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from controlplane.gateway.tool_calls import ToolPlan, ToolStream, call_objects
 from transport.messages import ErrorCode, TokenChunk
 
 Logprob = tuple[int, float, list[tuple[int, float]]]  # (token id, logprob, [(top token id, logprob)])
+PromptLogprob = tuple[int, float | None, list[tuple[int, float]], int | None]  # (token id, logprob, top, rank)
 
 
 @dataclass(slots=True)
@@ -39,6 +43,8 @@ class _Choice:
     logprob_offsets: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     tool_stream: ToolStream | None = None
+    prompt_logprobs: list[PromptLogprob] | None = None  # from the first chunk, when asked
+    echoed: bool = False  # (streamed) its first chunk, with the prompt, is out
 
     @property
     def num_completion_tokens(self) -> int:
@@ -60,7 +66,11 @@ class OpenAIReply:
         choice_ids: list[str] | None = None,
         token_text: TokenText | None = None,
         tools: ToolPlan | None = None,
+        echo: str | None = None,
+        prompt_logprobs_field: bool = False,
     ) -> None:
+        """echo: a completion's prompt text, put before each choice's text (None: no echo); prompt_logprobs_field:
+        answer vLLM's ``prompt_logprobs``."""
         self.chat = chat
         self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
@@ -77,6 +87,8 @@ class OpenAIReply:
         self.token_text = token_text or TokenText(None)
         self.num_prompt_tokens = 0
         self.num_cached_tokens = 0
+        self.echo = None if chat else echo
+        self.prompt_logprobs_field = prompt_logprobs_field
 
     @property
     def finished(self) -> bool:
@@ -97,6 +109,8 @@ class OpenAIReply:
         self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
         choice.num_output_tokens = max(choice.num_output_tokens, chunk.num_output_tokens)
         choice.num_token_ids += len(chunk.token_ids)
+        if chunk.prompt_logprobs is not None:
+            choice.prompt_logprobs = chunk.prompt_logprobs
         if chunk.logprobs:
             offset = choice.num_text_chars
             for token_id, *_ in chunk.logprobs:
@@ -138,6 +152,8 @@ class OpenAIReply:
         objects = []
         logprobs = self._logprobs_object(choice, num_logprobs) if chunk.logprobs else None
         finishing = choice.finish_reason is not None and not was_finished
+        if not self.chat:
+            return self._completion_chunk_objects(choice, chunk, logprobs, finishing)
         if choice.tool_stream is None:
             deltas = [{"content": chunk.text}] if chunk.text or chunk.logprobs else []
         else:
@@ -162,6 +178,9 @@ class OpenAIReply:
         for c in self.choices:
             text = "".join(c.text_parts)
             logprobs = self._logprobs_object(c, 0) if c.logprobs else None
+            if self.echo is not None:
+                text = self.echo + text
+                logprobs = self._with_prompt(c, logprobs)
             reason = c.finish_reason
             if self.chat:
                 message = {"role": "assistant", "content": text}
@@ -175,9 +194,66 @@ class OpenAIReply:
             else:
                 choice = {"text": text, "index": c.index}
             choice.update(logprobs=logprobs, finish_reason=reason)
+            if self.prompt_logprobs_field and not self.chat:
+                choice["prompt_logprobs"] = self._vllm_prompt_logprobs(c)
             choices.append(choice)
         obj = "chat.completion" if self.chat else "text_completion"
-        return {**self.base, "object": obj, "choices": choices, "usage": self.usage()}
+        full = {**self.base, "object": obj, "choices": choices, "usage": self.usage()}
+        if self.prompt_logprobs_field and self.chat:
+            full["prompt_logprobs"] = self._vllm_prompt_logprobs(self.choices[0])
+        return full
+
+    def _completion_chunk_objects(
+        self, choice: _Choice, chunk: TokenChunk, logprobs: dict | None, finishing: bool
+    ) -> list[dict]:
+        text = chunk.text
+        first = not choice.echoed
+        choice.echoed = True
+        if first and self.echo is not None:
+            text = self.echo + text
+            logprobs = self._with_prompt(choice, logprobs)
+        objects = []
+        if text or logprobs or (first and self.prompt_logprobs_field):
+            objects.append(self._chunk_object(choice, {}, text, logprobs))
+            if first and self.prompt_logprobs_field:
+                objects[-1]["choices"][0]["prompt_logprobs"] = self._vllm_prompt_logprobs(choice)
+        if finishing:
+            objects.append(self._chunk_object(choice, {}, "", None, choice.finish_reason))
+        return objects
+
+    def _with_prompt(self, c: _Choice, logprobs: dict | None) -> dict | None:
+        """A completion's logprobs object with the prompt tokens' first (echo); None when neither has any."""
+        if c.prompt_logprobs is None:
+            return logprobs
+        lookup, offset = self.token_text.lookup, 0
+        tokens, token_logprobs, tops, offsets = [], [], [], []
+        for token, logprob, top, _ in c.prompt_logprobs:
+            tokens.append(lookup(token)[0])
+            token_logprobs.append(None if logprob is None else clamp_logprob(logprob))
+            tops.append(None if logprob is None else {lookup(t)[0]: clamp_logprob(lp) for t, lp in top})
+            offsets.append(offset)
+            offset += len(tokens[-1])
+        prompt = {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
+        if logprobs is None:
+            return prompt
+        return {key: prompt[key] + logprobs[key] for key in prompt}
+
+    def _vllm_prompt_logprobs(self, c: _Choice) -> list[dict | None] | None:
+        """vLLM's ``prompt_logprobs``: per prompt position (the first None) {token id: {logprob, rank, decoded_token}}
+        for the prompt token and its top alternatives."""
+        if c.prompt_logprobs is None:
+            return None
+        lookup = self.token_text.lookup
+        out: list[dict | None] = []
+        for token, logprob, top, rank in c.prompt_logprobs:
+            if logprob is None:
+                out.append(None)
+                continue
+            entry = {str(t): {"logprob": clamp_logprob(lp), "rank": i, "decoded_token": lookup(t)[0]}
+                     for i, (t, lp) in enumerate(top, 1)}  # fmt: skip
+            entry[str(token)] = {"logprob": clamp_logprob(logprob), "rank": rank, "decoded_token": lookup(token)[0]}
+            out.append(entry)
+        return out
 
     def _chunk_object(
         self, c: _Choice, delta: dict, text: str | None, logprobs: dict | None, finish: str | None = None
@@ -207,5 +283,5 @@ class OpenAIReply:
             "tokens": [lookup(token)[0] for token, _, _ in entries],
             "token_logprobs": [clamp_logprob(logprob) for _, logprob, _ in entries],
             "top_logprobs": [{lookup(t)[0]: clamp_logprob(lp) for t, lp in top} for _, _, top in entries],
-            "text_offset": offsets,
+            "text_offset": [o + len(self.echo) for o in offsets] if self.echo else offsets,  # after an echoed prompt
         }

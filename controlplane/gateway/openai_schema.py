@@ -3,14 +3,16 @@
 Types are strict (``"2"`` is not an int, ``true`` is not a number), unknown fields are ignored as
 OpenAI ignores them, ``null`` means "not given". Every refusal is a FrontendError whose ``param``
 names the offending field (``"n"``, ``"messages[0].content"``), so it answers 400 in OpenAI's shape.
-Fields that would change the output and that the engine cannot honour (echo, best_of, suffix) are refused
-rather than silently ignored. Structured outputs (``response_format``, vLLM's ``structured_outputs`` and
-``guided_*``) are read by gateway/structured_fields.py, tool calling (``tools``, ``tool_choice``, an
-assistant message's ``tool_calls``, a tool message's ``tool_call_id``) by gateway/tool_calls.py. The penalties,
-``logit_bias`` (its keys token ids written as strings, as OpenAI's) and vLLM's ``repetition_penalty``,
-``min_p``, ``min_tokens`` and ``allowed_token_ids`` are honoured (engine/sampling_params.py says each one's range
-and the order they apply in). ``n`` choices (at most MAX_CHOICES) become n engine requests. The replies are built
-in gateway/openai_reply.py.
+Fields that would change the output and that the engine cannot honour (best_of, suffix) are refused rather than
+silently ignored. A completion's ``echo`` puts the prompt before its text (with ``logprobs``, the prompt tokens'
+log-probabilities first: what lm-evaluation-harness's loglikelihood tasks read); vLLM's ``prompt_logprobs`` (both
+endpoints) answers the prompt tokens' scores in vLLM's shape (engine/prompt_logprobs.py). Structured outputs
+(``response_format``, vLLM's ``structured_outputs`` and ``guided_*``) are read by gateway/structured_fields.py, tool
+calling (``tools``, ``tool_choice``, an assistant message's ``tool_calls``, a tool message's ``tool_call_id``) by
+gateway/tool_calls.py. The penalties, ``logit_bias`` (its keys token ids written as strings, as OpenAI's) and vLLM's
+``repetition_penalty``, ``min_p``, ``min_tokens`` and ``allowed_token_ids`` are honoured (engine/sampling_params.py
+says each one's range and the order they apply in). ``n`` choices (at most MAX_CHOICES) become n engine requests. The
+replies are built in gateway/openai_reply.py.
 """
 
 from __future__ import annotations
@@ -82,6 +84,7 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     min_p: float | None = None  # extension (as in vLLM)
     min_tokens: int | None = None  # extension (as in vLLM)
     allowed_token_ids: list[int] | None = None  # extension (as in vLLM)
+    prompt_logprobs: int | None = None  # extension (as in vLLM): the prompt tokens' scores, that many alternatives
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
 
@@ -121,6 +124,8 @@ class GenerateArgs:
     traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
     structured_param: str | None = None  # the field that asked for structured outputs (an error about them names it)
     tool_plan: ToolPlan | None = None  # a chat's tools (gateway/tool_calls.py)
+    echo: bool = False  # a completion's text (and logprobs) start with its prompt's
+    prompt_logprobs_field: bool = False  # the reply carries vLLM's ``prompt_logprobs`` (the client asked by name)
 
     @property
     def tools(self) -> list[ToolSpec] | None:
@@ -136,8 +141,6 @@ _MISSING_FIELD = re.compile(r"missing required field `([^`]+)`")
 
 def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
     req = _decode(_COMPLETION_DECODER, body)
-    if req.echo:
-        raise invalid_param("echo", "echo=true is not supported")
     if req.best_of not in (None, 1):
         raise invalid_param("best_of", f"only best_of=1 is supported, got {show_value(req.best_of)}")
     if req.suffix:
@@ -146,8 +149,14 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         raise invalid_param("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
     prompt, prompt_token_ids = _prompt_of(req.prompt)
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
+    # echo with logprobs scores the prompt too (vLLM's rule: prompt_logprobs = logprobs)
+    prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
     sampling, structured_param = _sampling_of(
-        req, max_tokens=max_tokens, max_tokens_param="max_tokens", logprobs=req.logprobs
+        req,
+        max_tokens=max_tokens,
+        max_tokens_param="max_tokens",
+        logprobs=req.logprobs,
+        prompt_logprobs=prompt_logprobs,
     )
     return GenerateArgs(
         model=req.model,
@@ -160,6 +169,8 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         n=req.n or 1,
         traffic_class=req.traffic_class,
         structured_param=structured_param,
+        echo=bool(req.echo),
+        prompt_logprobs_field=req.prompt_logprobs is not None,
     )
 
 
@@ -178,13 +189,19 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         max_tokens_param = "max_tokens"
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
     sampling, structured_param = _sampling_of(
-        req, max_tokens=max_tokens, max_tokens_param=max_tokens_param, logprobs=logprobs, tool_plan=tool_plan
+        req,
+        max_tokens=max_tokens,
+        max_tokens_param=max_tokens_param,
+        logprobs=logprobs,
+        tool_plan=tool_plan,
+        prompt_logprobs=req.prompt_logprobs,
     )
     return GenerateArgs(
         model=req.model,
         sampling=sampling,
         messages=messages,
         tool_plan=tool_plan,
+        prompt_logprobs_field=req.prompt_logprobs is not None,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
@@ -290,6 +307,7 @@ def _sampling_of(
     max_tokens_param: str,
     logprobs: int | None,
     tool_plan: ToolPlan | None = None,
+    prompt_logprobs: int | None = None,
 ) -> tuple[SamplingParams, str | None]:
     """The request's SamplingParams, and the field that asked for structured outputs (None: none did): one of the
     structured-output fields, or ``tools`` for a forced call (gateway/tool_calls.py)."""
@@ -321,6 +339,7 @@ def _sampling_of(
             min_tokens=req.min_tokens or 0,
             allowed_token_ids=req.allowed_token_ids or (),
             structured_outputs=structured,
+            prompt_logprobs=prompt_logprobs,
         )
     except SamplingParamsError as exc:
         param = {"max_tokens": max_tokens_param, "structured_outputs": structured_param}.get(exc.field, exc.field)

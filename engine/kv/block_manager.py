@@ -172,9 +172,14 @@ class KVCacheManager:
 
         At least one token is always left to compute (the forward pass must produce logits to sample
         from): the hit covers at most ``(num_tokens - 1) // block_size`` blocks. Takes no reference;
-        pass the hit to ``allocate_slots`` in the same step.
+        pass the hit to ``allocate_slots`` in the same step. A request that asks for prompt logprobs gets no hit: a
+        cached block's logits were never computed here (engine/prompt_logprobs.py; vLLM V1 skips it too).
         """
-        if not self.enable_prefix_caching or request.req_id in self._device_tables:
+        if (
+            not self.enable_prefix_caching
+            or request.req_id in self._device_tables
+            or request.prompt_logprobs is not None
+        ):
             return NO_PREFIX_HIT
         max_blocks = (request.num_tokens - 1) // self.block_size
         chain = self._hashes(request, max_blocks)

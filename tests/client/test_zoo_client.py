@@ -115,6 +115,16 @@ def test_tools_reach_the_prompt_and_bad_ones_are_refused(portal_fleet):
         assert zoo.generate("after", max_tokens=1).text == "z"
 
 
+def test_prompt_logprobs_travel_and_a_node_that_cannot_score_refuses_them(portal_fleet):
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        for stream in (False, True):
+            error = _refusal(zoo, stream, prompt_logprobs=1)
+            assert error.code is ErrorCode.INVALID_REQUEST and error.message.startswith("prompt_logprobs:")
+        assert _refusal(zoo, False, prompt_logprobs=50).message.startswith("prompt_logprobs:")  # out of range
+        done = zoo.generate("after", max_tokens=1)
+        assert done.text == "z" and done.prompt_logprobs is None
+
+
 def _refusal(zoo: ZooClient, stream: bool, **kwargs) -> ZooError:
     with pytest.raises(ZooError) as e:
         if stream:

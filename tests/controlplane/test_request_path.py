@@ -9,6 +9,7 @@ from backends.fake import ByteTokenizer
 from controlplane.admission import AdmissionConfig, AdmissionControl
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.registry import ClusterRegistry, NodeState
+from controlplane.request_intake import resumed_request
 from controlplane.request_path import RequestPath
 from controlplane.router.policies import make_policy
 from controlplane.router.router_config import RouterConfig
@@ -235,3 +236,11 @@ def test_a_resumed_prompt_must_still_fit_the_context(make_hello, num_streamed):
         assert fleet.requests_to("c")
     else:  # prompt + 4 streamed tokens no longer fit c's context
         assert consumer.items[-1].code is ErrorCode.NODE_FAILED and "context" in consumer.items[-1].message
+
+
+def test_a_resumed_request_asks_for_prompt_logprobs_only_if_no_chunk_carried_them():
+    msg = ClientGenerate(request_id="r", prompt="x", sampling=SamplingParams(max_tokens=8, prompt_logprobs=2))
+    before_any = resumed_request(msg, "m", [1, 2, 3], [])
+    after_some = resumed_request(msg, "m", [1, 2, 3], [4, 5])
+    assert before_any.sampling.prompt_logprobs == 2 and before_any.prompt_token_ids == [1, 2, 3]
+    assert after_some.sampling.prompt_logprobs is None and after_some.sampling.max_tokens == 6

@@ -161,3 +161,29 @@ def test_structured_greedy_identical_to_torch(smollm2_checkpoint, smollm2_model,
     assert ours[-1] == tok.eos_token_id
     answer = json.loads(tok.decode(ours))
     assert set(answer) == {"capital", "country"} and answer["capital"] in schema["properties"]["capital"]["enum"]
+
+
+def test_prompt_logprobs_match_torch(smollm2_checkpoint, smollm2_model, smollm2_jax):
+    """Every prompt token's score, rank and top alternatives, the prompt chunked (a 16-token step budget) and
+    scored in the JAX chunk program as in the torch runner."""
+    ids = smollm2_checkpoint.tokenizer.encode(PROMPTS[0] + " ran after the cat, which climbed a tree.")
+    params = SamplingParams(max_tokens=2, temperature=0, prompt_logprobs=2)
+    scores = []
+    for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
+        engine = LLMEngine(
+            runner,
+            smollm2_checkpoint.tokenizer,
+            SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
+            CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
+        )
+        engine.add_request(ids, params)
+        outputs = []
+        while engine.has_unfinished_requests():
+            outputs += engine.step()
+        (one,) = [out.prompt_logprobs for out in outputs if out.prompt_logprobs is not None]
+        scores.append(one)
+    torch_scores, jax_scores = scores
+    assert len(jax_scores) == len(ids) and jax_scores[0].logprob is None
+    for t, j in zip(torch_scores[1:], jax_scores[1:]):
+        assert t.token_id == j.token_id and abs(t.logprob - j.logprob) <= 1e-3
+        assert [i for i, _ in t.top] == [i for i, _ in j.top] and abs(t.rank - j.rank) <= 1

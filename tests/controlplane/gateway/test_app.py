@@ -200,7 +200,9 @@ BAD_REQUESTS = [
     ("/v1/completions", {"prompt": {"text": "x"}}, "prompt"),
     ("/v1/completions", {**COMPLETION, "n": 0}, "n"),
     ("/v1/completions", {**COMPLETION, "logprobs": 6}, "logprobs"),
-    ("/v1/completions", {**COMPLETION, "echo": True}, "echo"),
+    ("/v1/completions", {**COMPLETION, "echo": "yes"}, "echo"),
+    ("/v1/completions", {**COMPLETION, "prompt_logprobs": 21}, "prompt_logprobs"),
+    ("/v1/chat/completions", {**CHAT, "prompt_logprobs": -1}, "prompt_logprobs"),
     ("/v1/completions", {**COMPLETION, "best_of": 2}, "best_of"),
     ("/v1/completions", {**COMPLETION, "temperature": -1}, "temperature"),
 ]

@@ -32,7 +32,8 @@ FIELDS = [
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "top_logprobs", "tools", "response_format", "echo", "best_of", "suffix", "user",
-    "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids",
+    "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "prompt_logprobs", "tool_choice",
+    "parallel_tool_calls",
 ]  # fmt: skip
 
 
