@@ -101,6 +101,7 @@ BENCH_TARGETS = {
     "router-reload": ("bench.router_reload", "run_router_reload_bench"),
     "logits": ("bench.logits_processing", "run_logits_bench"),
     "structured": ("bench.structured_outputs", "run_structured_bench"),
+    "prompt-logprobs": ("bench.prompt_logprobs", "run_prompt_logprobs_bench"),
 }
 
 
