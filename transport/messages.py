@@ -299,8 +299,7 @@ class TokenChunk(Envelope, kw_only=True):
     node_id: str = ""
     logprobs: list[tuple[int, float, list[tuple[int, float]]]] | None = None  # (token, logprob, top)
     num_cached_tokens: int = 0  # prompt tokens this node's prefix cache served (known from the first chunk on)
-    # once, in the first chunk, when its sampling asks for prompt_logprobs: per prompt position (token, logprob, top,
-    # rank), position 0's logprob and rank None (engine/prompt_logprobs.py)
+    # the first chunk's, if asked (engine/prompt_logprobs.py): per prompt position (token, logprob, top, rank)
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]], int | None]] | None = None
 
 
