@@ -418,7 +418,7 @@ class HttpCases:
         if chat:
             body["messages"] = [{"role": "user", "content": "hi"}]
         else:
-            body["prompt"] = r.choice(["hi", [104, 105]])
+            body["prompt"] = r.choice(["hi", [104, 105], ["hi", "yo"], [[104], [105, 106]]])  # one, or a batch
         if r.random() < 0.2:
             body["stream"] = True
         return body

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
+
+import msgspec
 
 from engine.sampling_params import SamplingParams
-from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolSpec
+from transport.messages import ChatMessage, ClientGenerate, ErrorCode, TokenChunk, ToolSpec
 
 
 class FrontendError(Exception):
@@ -47,6 +49,7 @@ class Frontend(Protocol):
         num_choices: int = 1,
         tenant: str = "",
         tools: list[ToolSpec] | None = None,
+        prompts: list[str | list[int]] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
         ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
@@ -60,6 +63,8 @@ class Frontend(Protocol):
             E2E count from there. num_choices > 1: that many engine requests, ids
             ``choice_request_ids(request_id, num_choices)``, chunks interleaved until all have finished.
             tools: the functions a chat may call, rendered into its prompt (controlplane/gateway/tool_calls.py).
+            prompts: a batch of prompts (texts or token ids) instead of one: ``num_choices`` engine requests each,
+            choice ``i * num_choices + j`` of prompt i (OpenAI's order), one stream (client_generates).
         """
         ...
 
@@ -78,3 +83,29 @@ def choice_request_ids(request_id: str, num_choices: int) -> list[str]:
 def choice_seed(seed: int | None, index: int) -> int | None:
     """Choice ``index``'s seed: a seeded request's choices differ from each other and are each reproducible."""
     return None if seed is None else (seed + index) % (1 << 63)
+
+
+def client_generates(
+    request_id: str,
+    *,
+    sampling: SamplingParams,
+    num_choices: int = 1,
+    prompts: list[str | list[int]] | None = None,
+    **fields: Any,
+) -> list[ClientGenerate]:
+    """The engine requests of one generate call: ``num_choices`` per prompt (``prompts``, a batch; else the one
+    prompt, messages or token ids in ``fields``), ids ``choice_request_ids(request_id, total)`` in OpenAI's choice
+    order (prompt by prompt), each choice's seed ``choice_seed(seed, j)`` for its index j within its prompt."""
+    batch: list[dict[str, Any]] = [{}]
+    if prompts is not None:
+        batch = [{"prompt": p} if isinstance(p, str) else {"prompt_token_ids": p} for p in prompts]
+    ids = iter(choice_request_ids(request_id, len(batch) * num_choices))
+    return [
+        ClientGenerate(
+            request_id=next(ids),
+            **{**fields, **prompt},  # a batch's prompt over the (unset) single one
+            sampling=msgspec.structs.replace(sampling, seed=choice_seed(sampling.seed, j)) if j else sampling,
+        )
+        for prompt in batch
+        for j in range(num_choices)
+    ]

@@ -38,7 +38,7 @@ import zmq.asyncio
 
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
-from controlplane.frontend import choice_request_ids, choice_seed
+from controlplane.frontend import client_generates
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
@@ -339,21 +339,21 @@ class ControlPlane(Actor):
         num_choices: int = 1,
         tenant: str = "",
         tools: list[ToolSpec] | None = None,
+        prompts: list[str | list[int]] | None = None,
     ) -> AsyncIterator[TokenChunk]:
-        msgs = [
-            ClientGenerate(
-                request_id=choice_id,
-                model=model,
-                prompt=prompt,
-                messages=messages,
-                prompt_token_ids=prompt_token_ids,
-                tools=tools,
-                sampling=msgspec.structs.replace(sampling, seed=choice_seed(sampling.seed, i)) if i else sampling,
-                traffic_class=traffic_class,
-                tenant=tenant,
-            )
-            for i, choice_id in enumerate(choice_request_ids(request_id, num_choices))
-        ]
+        msgs = client_generates(
+            request_id,
+            sampling=sampling,
+            num_choices=num_choices,
+            prompts=prompts,
+            model=model,
+            prompt=prompt,
+            messages=messages,
+            prompt_token_ids=prompt_token_ids,
+            tools=tools,
+            traffic_class=traffic_class,
+            tenant=tenant,
+        )
         timeout_s = self.config.chunk_timeout_s
         return local_stream(msgs, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns=arrival_ns)
 

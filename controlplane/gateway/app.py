@@ -15,7 +15,8 @@
 
 Clocks start when a generation request arrives here (``arrival_ns``, before its body is read): the node's
 TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
-``n`` choices are n engine requests (Frontend.generate ``num_choices``), merged into one reply.
+``n`` choices are n engine requests (Frontend.generate ``num_choices``), merged into one reply; a completion's batch
+of prompts is n per prompt (``prompts``).
 
 A generation request: read the body (capped) → parse it (any bad input: 400) → a structured-output constraint
 compiled in a worker thread (one that does not: 400 naming the field) → frontend.generate →
@@ -246,7 +247,8 @@ class Gateway:
             created=int(time.time()),
             include_usage=args.include_usage,
             continuous_usage=args.continuous_usage,
-            choice_ids=choice_request_ids(request_id, args.n),
+            choice_ids=choice_request_ids(request_id, args.n * len(args.prompts or [None])),
+            choices_per_prompt=args.n,
             token_text=self.token_text,
             tools=args.tool_plan,
             echo=self._echo_text(args) if args.echo else None,
@@ -256,6 +258,8 @@ class Gateway:
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
         if args.tools:
             more["tools"] = args.tools
+        if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)
+            more.update(prompts=args.prompts, num_choices=args.n)
         # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
         tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key
@@ -283,13 +287,15 @@ class Gateway:
             if not handed_over:
                 await _close(chunks)
 
-    def _echo_text(self, args: GenerateArgs) -> str:
-        """The prompt a completion's ``echo`` repeats: its text, or its token ids decoded (without a tokenizer:
-        nothing, as the token ids have no text here)."""
-        if args.prompt is not None:
-            return args.prompt
+    def _echo_text(self, args: GenerateArgs) -> list[str]:
+        """The prompts a completion's ``echo`` repeats (one, or a batch's): texts, or token ids decoded (without a
+        tokenizer: nothing, as the token ids have no text here)."""
         tokenizer = self.token_text.tokenizer
-        return tokenizer.decode(args.prompt_token_ids, skip_special_tokens=False) if tokenizer is not None else ""
+        prompts = args.prompts if args.prompts is not None else [args.prompt or args.prompt_token_ids]
+        return [
+            p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) if tokenizer is not None else ""
+            for p in prompts
+        ]
 
 
 async def _check_structured(args: GenerateArgs) -> None:

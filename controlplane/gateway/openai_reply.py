@@ -4,8 +4,9 @@ its TokenChunks.
     Stream:      first_objects(), chunk_objects(c) for every chunk [+ usage_object()], then [DONE]
     Non-stream:  add(c) for every chunk, then full_object()
 
-A request of ``n`` choices is ``n`` engine requests (controlplane/frontend.py ``choice_request_ids``); a chunk's
-``request_id`` names its choice, and the reply is done when every choice has finished. Chat streams open with
+A request of ``n`` choices is ``n`` engine requests (controlplane/frontend.py ``choice_request_ids``), a batch of
+prompts (a completion's list) ``n`` per prompt, choice ``i * n + j`` of prompt i; a chunk's ``request_id`` names its
+choice, and the reply is done when every choice has finished. Usage counts each prompt once. Chat streams open with
 one role delta per choice. Usage counts the prompt once and the completion tokens of every choice, with
 ``prompt_tokens_details.cached_tokens`` (the prompt tokens the serving node's prefix cache held).
 ``continuous_usage`` (vLLM's ``stream_options.continuous_usage_stats``) puts the running usage in every
@@ -35,6 +36,7 @@ PromptLogprob = tuple[int, float | None, list[tuple[int, float]], int | None]  #
 @dataclass(slots=True)
 class _Choice:
     index: int
+    prompt_index: int = 0  # its prompt in a batch (index // n)
     text_parts: list[str] = field(default_factory=list)
     num_text_chars: int = 0
     num_output_tokens: int = 0  # as the node counted them; 0 until reported
@@ -66,11 +68,12 @@ class OpenAIReply:
         choice_ids: list[str] | None = None,
         token_text: TokenText | None = None,
         tools: ToolPlan | None = None,
-        echo: str | None = None,
+        echo: str | list[str] | None = None,
         prompt_logprobs_field: bool = False,
+        choices_per_prompt: int = 1,
     ) -> None:
-        """echo: a completion's prompt text, put before each choice's text (None: no echo); prompt_logprobs_field:
-        answer vLLM's ``prompt_logprobs``."""
+        """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
+        prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts."""
         self.chat = chat
         self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
@@ -82,12 +85,15 @@ class OpenAIReply:
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage and include_usage
         ids = choice_ids or [request_id]
-        self.choices = [_Choice(i, tool_stream=ToolStream(self.tools) if self.tools else None) for i in range(len(ids))]
+        self.choices = [
+            _Choice(i, i // choices_per_prompt, tool_stream=ToolStream(self.tools) if self.tools else None)
+            for i in range(len(ids))
+        ]
         self._by_id = dict(zip(ids, self.choices, strict=True))
         self.token_text = token_text or TokenText(None)
-        self.num_prompt_tokens = 0
-        self.num_cached_tokens = 0
-        self.echo = None if chat else echo
+        self._prompt_tokens: dict[int, int] = {}  # per prompt of a batch: its tokens, and those its node had cached
+        self._cached_tokens: dict[int, int] = {}
+        self.echo = None if chat or echo is None else [echo] if isinstance(echo, str) else echo
         self.prompt_logprobs_field = prompt_logprobs_field
 
     @property
@@ -105,8 +111,7 @@ class OpenAIReply:
     def add(self, chunk: TokenChunk) -> _Choice:
         """Account for one TokenChunk (its choice's); raises FrontendError when the node aborted the request."""
         choice = self._choice(chunk)
-        self.num_prompt_tokens = max(self.num_prompt_tokens, chunk.num_prompt_tokens)
-        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
+        self._count_prompt(choice.prompt_index, chunk)
         choice.num_output_tokens = max(choice.num_output_tokens, chunk.num_output_tokens)
         choice.num_token_ids += len(chunk.token_ids)
         if chunk.prompt_logprobs is not None:
@@ -126,20 +131,30 @@ class OpenAIReply:
             choice.finish_reason = reason
         return choice
 
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(self._prompt_tokens.values())
+
+    def _count_prompt(self, prompt_index: int, chunk: TokenChunk) -> None:
+        tokens = self._prompt_tokens[prompt_index] = max(
+            self._prompt_tokens.get(prompt_index, 0), chunk.num_prompt_tokens
+        )
+        cached = max(self._cached_tokens.get(prompt_index, 0), chunk.num_cached_tokens)
+        self._cached_tokens[prompt_index] = min(cached, tokens)
+
     def usage(self) -> dict:
         num_completion = sum(c.num_completion_tokens for c in self.choices)
         return {
             "prompt_tokens": self.num_prompt_tokens,
             "completion_tokens": num_completion,
             "total_tokens": self.num_prompt_tokens + num_completion,
-            "prompt_tokens_details": {"cached_tokens": min(self.num_cached_tokens, self.num_prompt_tokens)},
+            "prompt_tokens_details": {"cached_tokens": sum(self._cached_tokens.values())},
         }
 
     def first_objects(self, first: TokenChunk | None = None) -> list[dict]:
         """A chat stream's opening role deltas (their usage, if continuous, has the prompt of ``first``)."""
         if first is not None:
-            self.num_prompt_tokens = max(self.num_prompt_tokens, first.num_prompt_tokens)
-            self.num_cached_tokens = max(self.num_cached_tokens, first.num_cached_tokens)
+            self._count_prompt(self._choice(first).prompt_index, first)
         if not self.chat:
             return []
         return [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
@@ -179,7 +194,7 @@ class OpenAIReply:
             text = "".join(c.text_parts)
             logprobs = self._logprobs_object(c, 0) if c.logprobs else None
             if self.echo is not None:
-                text = self.echo + text
+                text = self.echo[c.prompt_index] + text
                 logprobs = self._with_prompt(c, logprobs)
             reason = c.finish_reason
             if self.chat:
@@ -210,7 +225,7 @@ class OpenAIReply:
         first = not choice.echoed
         choice.echoed = True
         if first and self.echo is not None:
-            text = self.echo + text
+            text = self.echo[choice.prompt_index] + text
             logprobs = self._with_prompt(choice, logprobs)
         objects = []
         if text or logprobs or (first and self.prompt_logprobs_field):
@@ -283,5 +298,7 @@ class OpenAIReply:
             "tokens": [lookup(token)[0] for token, _, _ in entries],
             "token_logprobs": [clamp_logprob(logprob) for _, logprob, _ in entries],
             "top_logprobs": [{lookup(t)[0]: clamp_logprob(lp) for t, lp in top} for _, _, top in entries],
-            "text_offset": [o + len(self.echo) for o in offsets] if self.echo else offsets,  # after an echoed prompt
+            "text_offset": [o + len(self.echo[c.prompt_index]) for o in offsets]
+            if self.echo
+            else offsets,  # after echo
         }

@@ -30,6 +30,7 @@ from transport.messages import ChatMessage, ErrorCode, ToolCall, ToolSpec
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
 MAX_CHOICES = 16  # the most choices (``n``) one request may ask for
+MAX_BATCH = 256  # the most engine requests one completion's batch of prompts (times its ``n``) may make
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -110,13 +111,15 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
 
 @dataclass(frozen=True, slots=True)
 class GenerateArgs:
-    """One parsed request: exactly one of prompt / messages / prompt_token_ids is set."""
+    """One parsed request: exactly one of prompt / messages / prompt_token_ids / prompts (a completion's batch) is
+    set."""
 
     model: str | None
     sampling: SamplingParams
     prompt: str | None = None
     messages: list[ChatMessage] | None = None
     prompt_token_ids: list[int] | None = None
+    prompts: list[str | list[int]] | None = None  # a completion's batch of prompts (texts or token ids)
     stream: bool = False
     include_usage: bool = False
     continuous_usage: bool = False
@@ -147,7 +150,10 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         raise invalid_param("suffix", "suffix is not supported")
     if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
         raise invalid_param("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
-    prompt, prompt_token_ids = _prompt_of(req.prompt)
+    prompt, prompt_token_ids, prompts = _prompt_of(req.prompt)
+    if prompts is not None and len(prompts) * (req.n or 1) > MAX_BATCH:
+        message = f"a batch of {len(prompts)} prompts times n={req.n or 1} is more than {MAX_BATCH} requests"
+        raise invalid_param("prompt", message)
     max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
     # echo with logprobs scores the prompt too (vLLM's rule: prompt_logprobs = logprobs)
     prompt_logprobs = req.prompt_logprobs if req.prompt_logprobs is not None or not req.echo else req.logprobs
@@ -163,6 +169,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         sampling=sampling,
         prompt=prompt,
         prompt_token_ids=prompt_token_ids,
+        prompts=prompts,
         stream=bool(req.stream),
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
@@ -254,23 +261,28 @@ def _continuous_usage(req: _CommonRequest) -> bool:
     return _include_usage(req) and bool(req.stream_options.continuous_usage_stats)
 
 
-def _prompt_of(prompt: str | list[str | int | list[int]]) -> tuple[str | None, list[int] | None]:
-    """(prompt text, None) or (None, prompt token ids)."""
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        if not prompt:
-            raise invalid_param("prompt", "must not be empty")
-        return prompt, None
+def _prompt_of(prompt: str | list) -> tuple[str | None, list[int] | None, list[str | list[int]] | None]:
+    """(prompt text, None, None), (None, prompt token ids, None), or a batch: (None, None, prompts). OpenAI's shapes:
+    a string, a list of strings, a list of token ids, a list of lists of token ids (a list of one is one prompt)."""
+    if isinstance(prompt, str) or (prompt and all(isinstance(t, int) for t in prompt)):
+        prompt = [prompt]  # one prompt
     if not prompt:
         raise invalid_param("prompt", "must not be empty")
-    if not all(isinstance(t, int) for t in prompt):
-        raise invalid_param(
-            "prompt", "a list prompt must be one string or token ids; batched prompts are not supported"
-        )
-    if min(prompt) < 0 or max(prompt) > MAX_TOKEN_ID:
-        raise invalid_param("prompt", "token ids must be in [0, 2**31-1]")
-    return None, list(prompt)
+    kinds = {type(p) for p in prompt}
+    if kinds not in ({str}, {list}):
+        raise invalid_param("prompt", "must be a string, token ids, or a list of either kind (not both)")
+    for i, p in enumerate(prompt):
+        where = "prompt" if len(prompt) == 1 else f"prompt[{i}]"
+        if not p:
+            raise invalid_param(where, "must not be empty")
+        if isinstance(p, list) and (min(p) < 0 or max(p) > MAX_TOKEN_ID):
+            raise invalid_param(where, "token ids must be in [0, 2**31-1]")
+    if len(prompt) > MAX_BATCH:
+        raise invalid_param("prompt", f"a batch may hold at most {MAX_BATCH} prompts, got {len(prompt)}")
+    if len(prompt) > 1:
+        return None, None, [p if isinstance(p, str) else list(p) for p in prompt]
+    (one,) = prompt
+    return (one, None, None) if isinstance(one, str) else (None, list(one), None)
 
 
 def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:

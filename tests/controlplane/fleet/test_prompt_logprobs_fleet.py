@@ -1,7 +1,8 @@
 """lm-evaluation-harness's loglikelihood request through the whole path with the real model: the official ``openai``
 package → the gateway → the intake → a real agent (SmolLM2 on the torch runner) → back. ``echo`` with ``logprobs``
 and one token to generate returns every prompt token's log-probability; the continuation a model should prefer
-scores higher; vLLM's ``prompt_logprobs`` on the chat endpoint."""
+scores higher; a batch of prompts (lm-eval with batch_size > 1) scores each as alone; vLLM's ``prompt_logprobs`` on
+the chat endpoint."""
 
 from __future__ import annotations
 
@@ -46,6 +47,15 @@ def _check(base_url: str, model: str) -> None:
         banana, banana_greedy, _ = _loglikelihood(client, base_url, model, " banana.")
         assert math.isfinite(paris) and math.isfinite(banana) and paris > banana + 2  # Paris is far likelier
         assert paris_greedy and not banana_greedy
+        batch = client.completions.create(
+            model=model, prompt=[CONTEXT + " Paris.", CONTEXT + " banana."], max_tokens=1, logprobs=1, echo=True
+        )
+        assert [c.index for c in batch.choices] == [0, 1]
+        first, second = (c.logprobs.token_logprobs for c in batch.choices)
+        alone = client.completions.create(model=model, prompt=CONTEXT + " banana.", max_tokens=1, logprobs=1, echo=True)
+        prompt_len = len(alone.choices[0].logprobs.tokens) - 1
+        assert second[1:prompt_len] == pytest.approx(alone.choices[0].logprobs.token_logprobs[1:prompt_len], abs=1e-3)
+        assert batch.choices[1].text.startswith(CONTEXT + " banana.") and first[0] is None
         chat = client.chat.completions.create(
             model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=1, extra_body={"prompt_logprobs": 0}
         )

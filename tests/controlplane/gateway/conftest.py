@@ -76,12 +76,14 @@ class FakeFrontend:
         arrival_ns: int | None = None,
         num_choices: int = 1,
         tools: list[ToolSpec] | None = None,
+        prompts: list[str | list[int]] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages)
         call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
-        call.update(arrival_ns=arrival_ns, num_choices=num_choices, tools=tools)
+        call.update(arrival_ns=arrival_ns, num_choices=num_choices, tools=tools, prompts=prompts)
         self.calls.append(call)
-        return self._stream(model, prompt, messages, choice_request_ids(request_id, num_choices))
+        num_requests = num_choices * len(prompts or [None])
+        return self._stream(model, prompt, messages, choice_request_ids(request_id, num_requests))
 
     async def _stream(
         self, model: str | None, prompt: str | None, messages: list[ChatMessage] | None, choice_ids: list[str]

@@ -195,7 +195,7 @@ BAD_REQUESTS = [
     ("/v1/completions", {"model": MODEL}, "prompt"),
     ("/v1/completions", {"prompt": ""}, "prompt"),
     ("/v1/completions", {"prompt": []}, "prompt"),
-    ("/v1/completions", {"prompt": ["a", "b"]}, "prompt"),
+    ("/v1/completions", {"prompt": ["a", [104]]}, "prompt"),
     ("/v1/completions", {"prompt": [1, -2]}, "prompt"),
     ("/v1/completions", {"prompt": {"text": "x"}}, "prompt"),
     ("/v1/completions", {**COMPLETION, "n": 0}, "n"),
