@@ -6,8 +6,8 @@ its TokenChunks.
 
 A request of ``n`` choices is ``n`` engine requests (controlplane/frontend.py ``choice_request_ids``), a batch of
 prompts (a completion's list) ``n`` per prompt, choice ``i * n + j`` of prompt i; a chunk's ``request_id`` names its
-choice, and the reply is done when every choice has finished. Usage counts each prompt once. Chat streams open with
-one role delta per choice. Usage counts the prompt once and the completion tokens of every choice, with
+choice, and the reply is done when every choice has finished. Chat streams open with one role delta per choice.
+Usage counts each prompt once and the completion tokens of every choice, with
 ``prompt_tokens_details.cached_tokens`` (the prompt tokens the serving node's prefix cache held).
 ``continuous_usage`` (vLLM's ``stream_options.continuous_usage_stats``) puts the running usage in every
 streamed chunk. Log-probabilities name tokens by their text and bytes (gateway/token_text.py); a
@@ -237,8 +237,9 @@ class OpenAIReply:
         return objects
 
     def _with_prompt(self, c: _Choice, logprobs: dict | None) -> dict | None:
-        """A completion's logprobs object with the prompt tokens' first (echo); None when neither has any."""
-        if c.prompt_logprobs is None:
+        """A completion's logprobs object with the prompt tokens' first (echo); as it is when the output's were not
+        asked for (vLLM's prompt_logprobs alone does not make logprobs) or the prompt's did not come."""
+        if c.prompt_logprobs is None or logprobs is None:
             return logprobs
         lookup, offset = self.token_text.lookup, 0
         tokens, token_logprobs, tops, offsets = [], [], [], []
@@ -249,8 +250,6 @@ class OpenAIReply:
             offsets.append(offset)
             offset += len(tokens[-1])
         prompt = {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
-        if logprobs is None:
-            return prompt
         return {key: prompt[key] + logprobs[key] for key in prompt}
 
     def _vllm_prompt_logprobs(self, c: _Choice) -> list[dict | None] | None:

@@ -167,8 +167,8 @@ def test_prompt_logprobs_match_torch(smollm2_checkpoint, smollm2_model, smollm2_
     """Every prompt token's score, rank and top alternatives, the prompt chunked (a 16-token step budget) and
     scored in the JAX chunk program as in the torch runner."""
     ids = smollm2_checkpoint.tokenizer.encode(PROMPTS[0] + " ran after the cat, which climbed a tree.")
-    params = SamplingParams(max_tokens=2, temperature=0, prompt_logprobs=2)
-    scores = []
+    params = SamplingParams(max_tokens=4, temperature=0, prompt_logprobs=2)
+    scores, tokens = [], []
     for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
         engine = LLMEngine(
             runner,
@@ -182,7 +182,9 @@ def test_prompt_logprobs_match_torch(smollm2_checkpoint, smollm2_model, smollm2_
             outputs += engine.step()
         (one,) = [out.prompt_logprobs for out in outputs if out.prompt_logprobs is not None]
         scores.append(one)
+        tokens.append([t for out in outputs for t in out.new_token_ids])  # sampled beside the scored rows
     torch_scores, jax_scores = scores
+    assert tokens[0] == tokens[1] and len(tokens[0]) == 4
     assert len(jax_scores) == len(ids) and jax_scores[0].logprob is None
     for t, j in zip(torch_scores[1:], jax_scores[1:]):
         assert t.token_id == j.token_id and abs(t.logprob - j.logprob) <= 1e-3
