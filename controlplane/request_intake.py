@@ -285,6 +285,8 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
         token_ids, param = tokenizer.encode(rendered), "messages"
     else:
         token_ids, param = tokenizer.encode(msg.prompt), "prompt"
+    if msg.sampling.truncate_prompt_tokens is not None:  # vLLM's left truncation: the last k tokens
+        token_ids = token_ids[-msg.sampling.truncate_prompt_tokens :]
     try:
         check_token_ids(token_ids, tokenizer.vocab_size)
     except PromptError as e:

@@ -24,11 +24,21 @@ class Decoder(Protocol):
 class IncrementalDetokenizer:
     """Turns a growing list of output token ids into text deltas; finds stop strings."""
 
-    def __init__(self, decoder: Decoder, stop: Sequence[str] = (), min_tokens: int = 0) -> None:
+    def __init__(
+        self,
+        decoder: Decoder,
+        stop: Sequence[str] = (),
+        min_tokens: int = 0,
+        include_stop: bool = False,
+        skip_special_tokens: bool = True,
+    ) -> None:
         """``min_tokens``: a stop string is looked for only in the text after that of the first ``min_tokens``
         tokens (SamplingParams.min_tokens), as vLLM means it to (its V1 detokenizer once did not:
-        vllm-project/vllm#21987)."""
+        vllm-project/vllm#21987). ``include_stop``: a matched stop string stays at the end of the text
+        (``include_stop_str_in_output``); ``skip_special_tokens``: special tokens have no text."""
         self._decoder = decoder
+        self._include_stop = include_stop
+        self._skip_special = skip_special_tokens
         self._stop = tuple(stop)
         self._min_tokens = min_tokens
         self._stop_from = 0  # where a stop string may begin: after the text of the first min_tokens tokens
@@ -46,8 +56,9 @@ class IncrementalDetokenizer:
             if self.stop_string is not None:
                 return
             self._token_ids.append(token_id)
-            prefix_text = self._decoder.decode(self._token_ids[self._prefix_offset : self._read_offset])
-            new_text = self._decoder.decode(self._token_ids[self._prefix_offset :])
+            skip = self._skip_special
+            prefix_text = self._decoder.decode(self._token_ids[self._prefix_offset : self._read_offset], skip)
+            new_text = self._decoder.decode(self._token_ids[self._prefix_offset :], skip)
             if len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd"):
                 continue  # an incomplete UTF-8 sequence, or a token that decodes to nothing
             delta = new_text[len(prefix_text) :]
@@ -69,7 +80,7 @@ class IncrementalDetokenizer:
             if i != -1 and (best is None or i < best[0]):
                 best = (i, s)
         if best is not None:
-            self.text = self.text[: best[0]]
+            self.text = self.text[: best[0] + (len(best[1]) if self._include_stop else 0)]
             self.stop_string = best[1]
 
     def take_delta(self, finished: bool) -> str:

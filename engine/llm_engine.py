@@ -208,7 +208,9 @@ class LLMEngine:
         self.structured_stats.num_requests_total += int(grammar is not None)
         self.scheduler.add_request(request)
         stop = params.stop if self.detokenize else ()
-        detokenizer = IncrementalDetokenizer(self.tokenizer, stop, params.min_tokens)
+        detokenizer = IncrementalDetokenizer(
+            self.tokenizer, stop, params.min_tokens, params.include_stop_str_in_output, params.skip_special_tokens
+        )
         request.metrics = metrics = RequestMetrics(now)  # read by the bulk paths below without a _tracked lookup
         self._tracked[req_id] = _Tracked(request, detokenizer, metrics)
         return req_id

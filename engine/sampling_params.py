@@ -21,6 +21,8 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     stop_token_ids   <= 256 ids in 0 .. 2**31-1     vLLM any number; each is compared every decode step
     logprobs         None | 0 .. MAX_LOGPROBS (20)  OpenAI's top_logprobs limit
     prompt_logprobs  None | 0 .. MAX_LOGPROBS (20)  as logprobs (vLLM's field); the request skips the prefix cache
+    truncate_prompt_tokens None | 1 .. 2**31-1      vLLM's: keep the prompt's last k tokens (the intake cuts it)
+    include_stop_str_in_output, skip_special_tokens  booleans (vLLM's; the detokenizer reads them)
     presence_penalty -2 .. 2                        OpenAI's range
     frequency_penalty -2 .. 2                       OpenAI's range
     repetition_penalty (0, MAX_REPETITION_PENALTY]  vLLM's extension (any > 0); 1 is off
@@ -99,6 +101,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
     structured_outputs: a constraint on the output's shape (a JSON schema, a regex, choices, a grammar), or None.
     prompt_logprobs: None, or the number (0..MAX_LOGPROBS) of top alternatives to report per prompt token with the
         prompt token's own log-probability and rank (vLLM's; engine/prompt_logprobs.py).
+    truncate_prompt_tokens: keep only the prompt's last k tokens (vLLM's left truncation; None: the whole prompt).
+    include_stop_str_in_output: a matched stop string stays at the end of the text (vLLM's; default: cut off).
+    skip_special_tokens: leave special tokens' text out of the output text (vLLM's; default True).
     """
 
     temperature: float = 1.0
@@ -119,6 +124,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
     allowed_token_ids: tuple[int, ...] = ()
     structured_outputs: StructuredOutput | None = None
     prompt_logprobs: int | None = None
+    truncate_prompt_tokens: int | None = None
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -186,6 +194,12 @@ class SamplingParams(msgspec.Struct, frozen=True):
                     name, f"must be None or an integer in [0, {MAX_LOGPROBS}], got {show_value(lp)}"
                 )
 
+        for name in ("include_stop_str_in_output", "skip_special_tokens"):
+            if not isinstance(getattr(self, name), bool):
+                raise SamplingParamsError(name, f"must be a boolean, got {show_value(getattr(self, name))}")
+        k = self.truncate_prompt_tokens
+        if k is not None and (not _is_int(k) or not 1 <= k <= MAX_INT32):
+            raise SamplingParamsError("truncate_prompt_tokens", f"must be None or an integer >= 1, got {show_value(k)}")
         self._validate_logits_processing()
 
     def _validate_logits_processing(self) -> None:

@@ -10,7 +10,8 @@ endpoints) answers the prompt tokens' scores in vLLM's shape (engine/prompt_logp
 (``response_format``, vLLM's ``structured_outputs`` and ``guided_*``) are read by gateway/structured_fields.py, tool
 calling (``tools``, ``tool_choice``, an assistant message's ``tool_calls``, a tool message's ``tool_call_id``) by
 gateway/tool_calls.py. The penalties, ``logit_bias`` (its keys token ids written as strings, as OpenAI's) and vLLM's
-``repetition_penalty``, ``min_p``, ``min_tokens`` and ``allowed_token_ids`` are honoured (engine/sampling_params.py
+``repetition_penalty``, ``min_p``, ``min_tokens``, ``allowed_token_ids``, ``truncate_prompt_tokens``,
+``include_stop_str_in_output`` and ``skip_special_tokens`` are honoured (engine/sampling_params.py
 says each one's range and the order they apply in). ``n`` choices (at most MAX_CHOICES) become n engine requests. The
 replies are built in gateway/openai_reply.py.
 """
@@ -86,6 +87,9 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     min_tokens: int | None = None  # extension (as in vLLM)
     allowed_token_ids: list[int] | None = None  # extension (as in vLLM)
     prompt_logprobs: int | None = None  # extension (as in vLLM): the prompt tokens' scores, that many alternatives
+    truncate_prompt_tokens: int | None = None  # extension (as in vLLM): keep the prompt's last k tokens
+    include_stop_str_in_output: bool | None = None  # extension (as in vLLM)
+    skip_special_tokens: bool | None = None  # extension (as in vLLM)
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
 
@@ -352,6 +356,9 @@ def _sampling_of(
             allowed_token_ids=req.allowed_token_ids or (),
             structured_outputs=structured,
             prompt_logprobs=prompt_logprobs,
+            truncate_prompt_tokens=req.truncate_prompt_tokens,
+            include_stop_str_in_output=bool(req.include_stop_str_in_output),
+            skip_special_tokens=req.skip_special_tokens is not False,
         )
     except SamplingParamsError as exc:
         param = {"max_tokens": max_tokens_param, "structured_outputs": structured_param}.get(exc.field, exc.field)

@@ -147,6 +147,17 @@ def test_a_chat_with_tools_is_rendered_with_them_and_bad_tools_are_refused():
         assert refused.value.param == param
 
 
+def test_truncate_prompt_tokens_keeps_the_last_tokens_of_a_prompt_or_a_chat():
+    tokenizer = ByteTokenizer()
+    keep3 = SamplingParams(truncate_prompt_tokens=3)
+    ids = tokenize(tokenizer, ClientGenerate(request_id="r", prompt="hello world", sampling=keep3))
+    assert tokenizer.decode(ids) == "rld"
+    chat = ClientGenerate(request_id="r", messages=[ChatMessage("user", "hi")], sampling=keep3)
+    assert tokenizer.decode(tokenize(tokenizer, chat)) == "t: "  # the end of "user: hi\nassistant: "
+    long_enough = SamplingParams(truncate_prompt_tokens=100)
+    assert tokenize(tokenizer, ClientGenerate(request_id="r", prompt_token_ids=[5, 6], sampling=long_enough)) == [5, 6]
+
+
 def test_a_template_refusing_the_messages_is_the_clients_error_and_the_intake_serves_on(make_hello):
     class Refusing(SimTokenizer):
         def apply_chat_template(self, messages, add_generation_prompt=True, tools=None):

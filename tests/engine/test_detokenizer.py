@@ -71,3 +71,29 @@ def test_tokens_after_stop_are_ignored():
     d.add_tokens(tok.encode("efg"))
     assert d.text == "ab"
     assert d.take_delta(finished=True) == "ab"
+
+
+def test_include_stop_str_in_output_keeps_the_matched_stop_string():
+    tok = ByteTokenizer()
+    d = IncrementalDetokenizer(tok, stop=("STOP", "END"), include_stop=True)
+    d.add_tokens(tok.encode("abc ST"))
+    assert d.take_delta(finished=False) == "abc"  # the last 3 characters may still begin "STOP"
+    d.add_tokens(tok.encode("OP and END"))
+    assert (d.text, d.stop_string) == ("abc STOP", "STOP")
+    assert d.take_delta(finished=True) == " STOP"
+
+
+class _WithSpecial(ByteTokenizer):
+    """Token 0 is a special token whose text is ``<eot>``."""
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join("" if skip_special_tokens else "<eot>" if i == 0 else chr(i) for i in ids)
+
+
+def test_skip_special_tokens_false_shows_their_text():
+    ids = [104, 105, 0, 33]
+    shown = IncrementalDetokenizer(_WithSpecial(), skip_special_tokens=False)
+    hidden = IncrementalDetokenizer(_WithSpecial())
+    for d in (shown, hidden):
+        d.add_tokens(ids)
+    assert (shown.text, hidden.text) == ("hi<eot>!", "")  # (the stub skips everything when asked to skip)

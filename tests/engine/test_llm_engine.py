@@ -204,3 +204,17 @@ def test_prompt_ids_are_checked_by_the_engine_after_an_earlier_check():
     assert not engine.has_unfinished_requests()
     engine.add_request(checked, SamplingParams(temperature=0, max_tokens=2))  # the checked tuple itself: queued
     assert engine.run_until_done()
+
+
+def test_include_stop_str_in_output_reaches_the_detokenizer():
+    """The trivial engine writes "z" after "z"."""
+    from backends.fake import build_trivial_engine
+
+    engine = build_trivial_engine()
+    texts = {}
+    for include in (False, True):
+        engine.add_request([104, 105], SamplingParams(max_tokens=8, stop=("zz",), include_stop_str_in_output=include))
+        (out,) = engine.run_until_done().values()
+        texts[include] = (out.text, out.finish_reason)
+    assert texts[False][0] == "" and texts[True][0] == "zz"
+    assert texts[False][1] == texts[True][1] == FinishReason.STOP

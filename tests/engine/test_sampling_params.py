@@ -27,6 +27,11 @@ from engine.sampling_params import SamplingParams, SamplingParamsError
         ({"stop_token_ids": [-1]}, "stop_token_ids"),
         ({"logprobs": 21}, "logprobs"),
         ({"logprobs": -1}, "logprobs"),
+        ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
+        ({"truncate_prompt_tokens": -1}, "truncate_prompt_tokens"),
+        ({"truncate_prompt_tokens": 2**31}, "truncate_prompt_tokens"),
+        ({"include_stop_str_in_output": 1}, "include_stop_str_in_output"),
+        ({"skip_special_tokens": "no"}, "skip_special_tokens"),
     ],
 )
 def test_invalid_parameter_names_its_field(kwargs, field):

@@ -65,6 +65,26 @@ def test_penalties_bias_and_vllm_extensions_reach_the_frontend():
     assert not parse_chat(chat(frequency_penalty=0, presence_penalty=0), default_max_tokens=5).sampling.processes_logits
 
 
+def test_vllms_prompt_and_text_extensions_reach_the_frontend():
+    body = chat(
+        truncate_prompt_tokens=64, include_stop_str_in_output=True, skip_special_tokens=False, prompt_logprobs=2
+    )
+    sampling = parse_chat(body, default_max_tokens=5).sampling
+    assert sampling == SamplingParams(
+        max_tokens=5,
+        truncate_prompt_tokens=64,
+        include_stop_str_in_output=True,
+        skip_special_tokens=False,
+        prompt_logprobs=2,
+    )
+    defaults = parse_completion(b'{"prompt": "x", "echo": true, "logprobs": 3}', default_max_tokens=5).sampling
+    assert (defaults.skip_special_tokens, defaults.include_stop_str_in_output, defaults.prompt_logprobs) == (
+        True,
+        False,
+        3,
+    )
+
+
 def test_include_usage_only_when_streaming():
     options = {"include_usage": True}
     assert parse_chat(chat(stream=True, stream_options=options), default_max_tokens=5).include_usage
@@ -100,6 +120,11 @@ def test_completion_token_ids_and_null_content():
         (chat(min_tokens=9, max_tokens=4), ErrorCode.INVALID_REQUEST, "min_tokens"),
         (chat(allowed_token_ids=[-1]), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
         (chat(allowed_token_ids=list(range(16_385))), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
+        (chat(truncate_prompt_tokens=0), ErrorCode.INVALID_REQUEST, "truncate_prompt_tokens"),
+        (chat(truncate_prompt_tokens=-1), ErrorCode.INVALID_REQUEST, "truncate_prompt_tokens"),
+        (chat(include_stop_str_in_output="yes"), ErrorCode.INVALID_REQUEST, "include_stop_str_in_output"),
+        (chat(skip_special_tokens=0), ErrorCode.INVALID_REQUEST, "skip_special_tokens"),
+        (chat(prompt_logprobs=21), ErrorCode.INVALID_REQUEST, "prompt_logprobs"),
     ],
 )
 def test_refusals(body, code, param):
