@@ -112,7 +112,8 @@ def random_sampling(rng: random.Random) -> SamplingParams:
         name = rng.choice(
             ["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs",
              "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
-             "allowed_token_ids", "prompt_logprobs"]
+             "allowed_token_ids", "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output",
+             "skip_special_tokens"]
         )  # fmt: skip
         fields[name] = rng.choice(
             [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),
@@ -335,7 +336,7 @@ HTTP_FIELDS = [
     "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
-    "prompt_logprobs",
+    "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens",
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw"]  # fmt: skip
