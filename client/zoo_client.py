@@ -252,6 +252,9 @@ class AsyncZooClient:
         ignore_eos: bool = False,
         logprobs: int | None = None,
         prompt_logprobs: int | None = None,
+        truncate_prompt_tokens: int | None = None,
+        include_stop_str_in_output: bool = False,
+        skip_special_tokens: bool = True,
         presence_penalty: float = 0.0,
         frequency_penalty: float = 0.0,
         repetition_penalty: float = 1.0,
@@ -280,7 +283,9 @@ class AsyncZooClient:
         the model's text; to force a call, add ``structured_outputs`` with the function's parameters schema.
 
         ``prompt_logprobs``: every prompt token's log-probability, rank and that many alternatives, in
-        ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it."""
+        ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it.
+        ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``: vLLM's, as on HTTP
+        (engine/sampling_params.py)."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -305,6 +310,9 @@ class AsyncZooClient:
                 ignore_eos=ignore_eos,
                 logprobs=logprobs,
                 prompt_logprobs=prompt_logprobs,
+                truncate_prompt_tokens=truncate_prompt_tokens,
+                include_stop_str_in_output=include_stop_str_in_output,
+                skip_special_tokens=skip_special_tokens,
                 presence_penalty=presence_penalty,
                 frequency_penalty=frequency_penalty,
                 repetition_penalty=repetition_penalty,

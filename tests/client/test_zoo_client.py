@@ -123,6 +123,10 @@ def test_prompt_logprobs_travel_and_a_node_that_cannot_score_refuses_them(portal
         assert _refusal(zoo, False, prompt_logprobs=50).message.startswith("prompt_logprobs:")  # out of range
         done = zoo.generate("after", max_tokens=1)
         assert done.text == "z" and done.prompt_logprobs is None
+        cut = zoo.generate(
+            "a long prompt", max_tokens=3, truncate_prompt_tokens=4, stop="zz", include_stop_str_in_output=True
+        )
+        assert (cut.num_prompt_tokens, cut.text, cut.finish_reason) == (4, "zz", "stop")
 
 
 def _refusal(zoo: ZooClient, stream: bool, **kwargs) -> ZooError:

@@ -15,6 +15,7 @@ from backends.torch import TorchModelRunner
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
 from tests.controlplane.fleet.one_agent_gateway import check_over_http
+from zoo.demo import WEATHER_TOOL as WEATHER  # the tool make demo calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -55,19 +56,6 @@ def _check(base_url: str, model: str) -> None:
         _check_tool_calls(client, model)
 
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather now in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string", "maxLength": 20}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
-    },
-}
 CLOCK = {"type": "function", "function": {"name": "get_time", "description": "The time now"}}
 
 
