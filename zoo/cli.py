@@ -29,6 +29,9 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         min_tokens=args.min_tokens,
         allowed_token_ids=tuple(args.allowed_token_id or ()),
         structured_outputs=structured_output_from_args(args),
+        prompt_logprobs=args.prompt_logprobs,
+        truncate_prompt_tokens=args.truncate_prompt_tokens,
+        include_stop_str_in_output=args.include_stop_str,
     )
 
 
@@ -41,21 +44,39 @@ def _logit_bias_arg(text: str) -> tuple[int, float]:
         raise SamplingParamsError("logit_bias", f"--logit-bias takes TOKEN_ID=BIAS, got {text!r}") from None
 
 
+def _print_prompt_logprobs(tokenizer, scores) -> None:
+    """``--prompt-logprobs``: one line per prompt token on stderr (position, token, logprob, rank, alternatives)."""
+    for position, entry in enumerate(scores):
+        token = tokenizer.decode([entry.token_id], skip_special_tokens=False)
+        if entry.logprob is None:
+            print(f"[prompt {position:4d}] {token!r:>16}        -", file=sys.stderr)
+            continue
+        top = " ".join(f"{tokenizer.decode([t], skip_special_tokens=False)!r}:{lp:.2f}" for t, lp in entry.top)
+        print(f"[prompt {position:4d}] {token!r:>16} {entry.logprob:8.3f} rank {entry.rank} {top}", file=sys.stderr)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from backends.builder import build_engine
 
     params = _sampling_from_args(args)
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
     prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
+    if params.truncate_prompt_tokens is not None:  # vLLM's left truncation, as the control plane's intake does it
+        ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
+        prompt = ids[-params.truncate_prompt_tokens :]
     engine.add_request(prompt, params, lora_name=getattr(args, "lora", None))
-    final = None
+    final, scores = None, None
     while engine.has_unfinished_requests():
         for out in engine.step():
             sys.stdout.write(out.new_text)
             sys.stdout.flush()
+            if out.prompt_logprobs is not None:
+                scores = out.prompt_logprobs
             if out.finished:
                 final = out
     sys.stdout.write("\n")
+    if scores is not None:
+        _print_prompt_logprobs(engine.tokenizer, scores)
     if final is not None and not args.quiet:
         m = final.metrics
         tpot = f"{m.tpot_s * 1e3:.1f} ms" if m.tpot_s is not None else "n/a"
@@ -196,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
     g.add_argument("--allowed-token-id", type=int, action="append", metavar="ID", help="only these ids (repeatable)")
+    g.add_argument("--prompt-logprobs", type=int, default=None, metavar="K", help="print each prompt token's logprob")
+    g.add_argument("--truncate-prompt-tokens", type=int, default=None, metavar="K", help="keep the last K tokens")
+    g.add_argument("--include-stop-str", action="store_true", help="keep a matched --stop string in the text")
     add_structured_output_args(g)  # --json-schema, --json-object, --regex, --choice, --grammar
     g.add_argument("--quiet", action="store_true", help="no progress bar, no summary line")
     g.add_argument("--lora", default=None, metavar="NAME", help="generate with this adapter of --lora-modules")

@@ -116,3 +116,19 @@ def test_generate_on_the_jax_backend():
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert "Paris" in r.stdout
+
+
+@pytest.mark.slow
+def test_generate_prints_prompt_logprobs_and_keeps_the_stop_string(smollm2_checkpoint):
+    prompt = "The capital of France is"
+    r = _zoo(
+        "generate", prompt, "--max-tokens", "4", "--temperature", "0", "--quiet", "--prompt-logprobs", "1",
+        "--stop", " Paris", "--include-stop-str",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "Paris"  # the stop string stays (--include-stop-str), the rest is cut
+    lines = [line for line in r.stderr.splitlines() if line.startswith("[prompt")]
+    assert len(lines) == len(smollm2_checkpoint.tokenizer.encode(prompt))
+    assert lines[0].endswith("-") and all(" rank " in line for line in lines[1:])
+    r = _zoo("generate", prompt, "--max-tokens", "1", "--quiet", "--truncate-prompt-tokens", "0")
+    assert r.returncode == 2 and "truncate_prompt_tokens" in r.stderr
