@@ -145,12 +145,17 @@ class ApiKeyMiddleware:
 
 
 def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
-    """The token of the first ``Authorization: Bearer TOKEN`` header (scheme case-insensitive), or None."""
+    """The token of the first ``Authorization: Bearer TOKEN`` header (scheme case-insensitive), else of an
+    ``x-api-key`` header (how Anthropic's SDK sends its key, /v1/messages), or None."""
+    api_key = None
     for name, value in headers:
-        if name.lower() == b"authorization":
+        name = name.lower()
+        if name == b"authorization":
             scheme, _, token = value.strip().partition(b" ")
             token = token.strip()
             if scheme.lower() == b"bearer" and token:
                 return token
             return None
-    return None
+        if name == b"x-api-key" and api_key is None:
+            api_key = value.strip() or None
+    return api_key

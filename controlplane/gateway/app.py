@@ -2,6 +2,8 @@
 
     POST /v1/completions          stream=false → one JSON object; stream=true → SSE, then [DONE]
     POST /v1/chat/completions     (same)
+    POST /v1/messages             Anthropic's Messages API over the same engine requests (anthropic_messages.py;
+                                  its errors in Anthropic's shape, its stream in Anthropic's events)
     GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
                                   waits for one, at most ``models_wait_s``)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
@@ -50,8 +52,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
+from controlplane.gateway.anthropic_messages import MessagesReply, parse_messages
+from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
+from controlplane.gateway.anthropic_messages import error_event as anthropic_error_event
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
-from controlplane.gateway.errors import error_response, http_error_response
+from controlplane.gateway.errors import ERROR_KINDS, error_headers, error_response, http_error_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_reply import OpenAIReply
@@ -115,6 +120,7 @@ def create_app(
     routes = [
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
+        Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
         Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
         Route("/tokenize", gateway.handle_tokenize, methods=["POST"]),
@@ -149,6 +155,52 @@ class Gateway:
 
     async def handle_chat_completions(self, request: Request) -> Response:
         return await self._handle_generate(request, chat=True)
+
+    async def handle_messages(self, request: Request) -> Response:
+        """Anthropic's ``POST /v1/messages`` (gateway/anthropic_messages.py)."""
+        arrival_ns = time.monotonic_ns()
+        try:
+            args = parse_messages(await self._read_body(request))
+            if args.sampling.structured_outputs is not None:
+                await _check_structured(args)
+            reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
+            chunks = self._start(request, reply.id, args, arrival_ns)
+            handed_over = False
+            try:
+                if not args.stream:
+                    await _until_disconnect(request, _collect(chunks, reply))
+                    return _json(reply.full_object(), headers={"x-request-id": reply.id})
+                first = await _until_disconnect(request, _next_chunk(chunks))
+                handed_over = True
+                events = _message_events(chunks, first, reply)
+                return EventStreamResponse(events, on_close=lambda: _close(chunks), headers={"x-request-id": reply.id})
+            finally:
+                if not handed_over:
+                    await _close(chunks)
+        except FrontendError as err:
+            return _json(anthropic_error_body(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
+        except _ReadTimeout as timeout:
+            return _read_timeout_response(timeout)
+        except (_ClientGone, ClientDisconnect):
+            return Response(status_code=499)
+        except Exception:
+            log.exception("gateway: unexpected error serving /v1/messages")
+            return _json(anthropic_error_body(FrontendError(ErrorCode.INTERNAL, "Internal server error")), status=500)
+
+    def _start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int):
+        """frontend.generate for a chat (the Messages API's): its class and tenant as a chat completion's."""
+        traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
+        tenant = request.scope.get("state", {}).get("zoo_tenant")
+        return self.frontend.generate(
+            request_id,
+            model=args.model,
+            messages=args.messages,
+            sampling=args.sampling,
+            arrival_ns=arrival_ns,
+            traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
+            **({"tenant": tenant} if tenant else {}),
+            **({"tools": args.tools} if args.tools else {}),
+        )
 
     async def handle_models(self, request: Request) -> Response:
         names = self.frontend.model_names
@@ -333,7 +385,29 @@ async def _events(
     yield DONE_EVENT
 
 
-async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply) -> None:
+async def _message_events(
+    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: MessagesReply
+) -> AsyncGenerator[bytes, None]:
+    """Anthropic's event stream (no [DONE]; a failure after the first event is an ``error`` event)."""
+    try:
+        reply.num_prompt_tokens = first.num_prompt_tokens  # message_start's input_tokens
+        for event in reply.start_events():
+            yield event
+        chunk = first
+        while True:
+            for event in reply.chunk_events(chunk):
+                yield event
+            if reply.finished:
+                break
+            chunk = await _next_chunk(chunks)
+    except FrontendError as err:
+        yield anthropic_error_event(err)
+    except Exception:
+        log.exception("gateway: unexpected error while streaming %s", reply.id)
+        yield anthropic_error_event(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
+
+
+async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply | MessagesReply) -> None:
     while True:
         reply.add(await _next_chunk(chunks))
         if reply.finished:

@@ -147,7 +147,7 @@ _MISSING_FIELD = re.compile(r"missing required field `([^`]+)`")
 
 
 def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
-    req = _decode(_COMPLETION_DECODER, body)
+    req = decode_body(_COMPLETION_DECODER, body)
     if req.best_of not in (None, 1):
         raise invalid_param("best_of", f"only best_of=1 is supported, got {show_value(req.best_of)}")
     if req.suffix:
@@ -186,7 +186,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
 
 
 def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | None = "hermes") -> GenerateArgs:
-    req = _decode(_CHAT_DECODER, body)
+    req = decode_body(_CHAT_DECODER, body)
     if not req.messages:
         raise invalid_param("messages", "must be a non-empty list of messages")
     tool_plan = tool_plan_of(req, parser=tool_call_parser)
@@ -222,7 +222,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
     )
 
 
-def _decode(decoder: msgspec.json.Decoder, body: bytes):
+def decode_body(decoder: msgspec.json.Decoder, body: bytes):
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:

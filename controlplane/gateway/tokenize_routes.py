@@ -22,7 +22,7 @@ from starlette.responses import Response
 from backends.hermes_tools import template_messages, template_tools
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import error_response, http_error_response
-from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, _decode
+from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, decode_body
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tool_calls import ToolIn, tool_specs
 from engine.sampling_params import show_value
@@ -63,7 +63,7 @@ class TokenizeRoutes:
         if self.tokenizer is None:
             return _no_tokenizer()
         try:
-            req = _decode(_TOKENIZE, body)
+            req = decode_body(_TOKENIZE, body)
             tokenizer = self._tokenizer_for(req.model)
             if (req.prompt is None) == (req.messages is None):
                 raise invalid_param("prompt", "exactly one of prompt and messages must be given")
@@ -93,7 +93,7 @@ class TokenizeRoutes:
         if self.tokenizer is None:
             return _no_tokenizer()
         try:
-            req = _decode(_DETOKENIZE, body)
+            req = decode_body(_DETOKENIZE, body)
             tokenizer = self._tokenizer_for(req.model)
             vocab_size = tokenizer.vocab_size
             bad = next((t for t in req.tokens if not 0 <= t < vocab_size), None)

@@ -1,0 +1,310 @@
+"""Anthropic's Messages API (``POST /v1/messages``) over the same engine requests as a chat completion.
+
+What clients built on Anthropic's SDK send (SGLang serves the same route: python/sglang/srt/entrypoints/anthropic/
+serving_messages.py):
+
+    request   model, max_tokens (required), messages (user/assistant; content a string or blocks: text, tool_use,
+              tool_result), system (a string or text blocks), stop_sequences, temperature, top_p, top_k (older
+              clients send them; the SDK of late 2026 only as extra fields), stream,
+              tools ({name, description, input_schema}), tool_choice ({type: auto | any | tool | none, name,
+              disable_parallel_tool_use}); metadata and other fields are ignored, image and document blocks refused
+    reply     {id: msg_…, type: message, role: assistant, model, content: [text and tool_use blocks], stop_reason:
+              end_turn | max_tokens | stop_sequence | tool_use, stop_sequence, usage: {input_tokens, output_tokens,
+              cache_read_input_tokens}}
+    stream    event: message_start, content_block_start, content_block_delta (text_delta, input_json_delta),
+              content_block_stop, message_delta (stop_reason, usage), message_stop; an error as event: error
+    errors    {"type": "error", "error": {"type": "invalid_request_error" | …, "message": …}}
+
+Tools map onto OpenAI's tool calling (gateway/tool_calls.py): ``auto`` → "auto" (the Hermes parser), ``any`` →
+"required", ``tool`` → a named function, ``none`` → "none"; a tool_use block is an assistant's ToolCall, a
+tool_result a "tool" message answering it. The intake renders them with the model's chat template.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway.errors import ERROR_KINDS
+from controlplane.gateway.openai_schema import GenerateArgs, decode_body
+from controlplane.gateway.tool_calls import NOT_GIVEN, FunctionIn, ToolPlan, ToolStream, new_call_id, tool_specs
+from controlplane.gateway.tool_calls import ToolIn as OpenAIToolIn
+from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
+from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolCall
+
+_STOP_REASONS = {"length": "max_tokens"}
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}  # fmt: skip
+
+
+class ContentBlock(msgspec.Struct, kw_only=True):
+    type: str
+    text: str | None = None
+    id: str | None = None  # tool_use
+    name: str | None = None  # tool_use
+    input: msgspec.Raw = NOT_GIVEN  # tool_use: the call's arguments, a JSON object
+    tool_use_id: str | None = None  # tool_result
+    content: str | list[ContentBlock] | None = None  # tool_result
+    is_error: bool | None = None  # tool_result
+
+
+class MessageIn(msgspec.Struct, kw_only=True):
+    role: str
+    content: str | list[ContentBlock]
+
+
+class ToolIn(msgspec.Struct, kw_only=True):
+    name: str
+    description: str | None = None
+    input_schema: msgspec.Raw = NOT_GIVEN
+
+
+class ToolChoiceIn(msgspec.Struct, kw_only=True):
+    type: str
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class MessagesRequest(msgspec.Struct, kw_only=True):
+    model: str | None = None
+    max_tokens: int
+    messages: list[MessageIn]
+    system: str | list[ContentBlock] | None = None
+    stop_sequences: list[str] | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stream: bool | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: ToolChoiceIn | None = None
+
+
+_DECODER = msgspec.json.Decoder(MessagesRequest)
+
+
+def parse_messages(body: bytes) -> GenerateArgs:
+    """The request as the gateway's GenerateArgs; FrontendError naming the field at fault."""
+    req = decode_body(_DECODER, body)
+    if not req.messages:
+        raise invalid_param("messages", "must be a non-empty list of messages")
+    messages = [ChatMessage("system", _text(req.system, "system"))] if req.system else []
+    for i, m in enumerate(req.messages):
+        messages += _messages_of(i, m)
+    plan = _tool_plan(req)
+    forced = plan.constraint() if plan is not None else None
+    try:
+        sampling = SamplingParams(
+            temperature=1.0 if req.temperature is None else req.temperature,
+            top_p=1.0 if req.top_p is None else req.top_p,
+            top_k=req.top_k or 0,
+            max_tokens=req.max_tokens,
+            stop=tuple(req.stop_sequences or ()),
+            structured_outputs=forced,
+        )
+    except SamplingParamsError as exc:
+        param = {"stop": "stop_sequences", "structured_outputs": "tools"}.get(exc.field, exc.field)
+        raise invalid_param(param, str(exc).removeprefix(f"{exc.field}: ")) from None
+    return GenerateArgs(
+        model=req.model,
+        sampling=sampling,
+        messages=messages,
+        stream=bool(req.stream),
+        tool_plan=plan,
+        structured_param="tools" if forced is not None else None,
+    )
+
+
+def _text(content: str | list[ContentBlock] | None, where: str) -> str:
+    if content is None or isinstance(content, str):
+        return content or ""
+    texts = []
+    for j, block in enumerate(content):
+        if block.type != "text" or block.text is None:
+            raise invalid_param(f"{where}[{j}]", f"only text blocks are supported here, got {show_value(block.type)}")
+        texts.append(block.text)
+    return "\n".join(texts)
+
+
+def _messages_of(index: int, m: MessageIn) -> list[ChatMessage]:
+    """One Anthropic message as chat messages: its text and tool calls, then a "tool" message per tool_result."""
+    where = f"messages[{index}]"
+    if m.role not in ("user", "assistant"):
+        raise invalid_param(f"{where}.role", f"must be 'user' or 'assistant', got {show_value(m.role)}")
+    if isinstance(m.content, str):
+        return [ChatMessage(m.role, m.content)]
+    texts, calls, results = [], [], []
+    for j, block in enumerate(m.content):
+        at = f"{where}.content[{j}]"
+        if block.type == "text" and block.text is not None:
+            texts.append(block.text)
+        elif block.type == "tool_use" and m.role == "assistant" and block.id and block.name:
+            arguments = bytes(block.input).decode() if block.input and bytes(block.input) != b"null" else "{}"
+            calls.append(ToolCall(block.id, block.name, arguments))
+        elif block.type == "tool_result" and m.role == "user" and block.tool_use_id:
+            result = _text(block.content, f"{at}.content")
+            results.append(ChatMessage("tool", result, tool_call_id=block.tool_use_id))
+        else:
+            message = f"a {show_value(block.type)} block is not supported in a {m.role} message (or misses fields)"
+            raise invalid_param(at, message)
+    own = [ChatMessage(m.role, "\n".join(texts), tool_calls=tuple(calls))] if texts or calls else []
+    return results + own
+
+
+def _tool_plan(req: MessagesRequest) -> ToolPlan | None:
+    choice = req.tool_choice
+    if not req.tools:
+        if choice is not None and choice.type != "none":
+            raise invalid_param("tool_choice", "is only allowed when tools are given")
+        return None
+    functions = [FunctionIn(name=t.name, description=t.description, parameters=t.input_schema) for t in req.tools]
+    specs = tool_specs([OpenAIToolIn(type="function", function=f) for f in functions])
+    kind = "auto" if choice is None else choice.type
+    parallel = not (choice is not None and choice.disable_parallel_tool_use)
+    if kind == "tool":
+        if choice.name is None or all(s.name != choice.name for s in specs):
+            raise invalid_param("tool_choice", f"names no tool given: {show_value(choice.name)}")
+        return ToolPlan("named", specs, named=choice.name, parallel=parallel)
+    plans = {"auto": "auto", "any": "required", "none": "none"}
+    if kind not in plans:
+        raise invalid_param("tool_choice", f"type must be 'auto', 'any', 'tool' or 'none', got {show_value(kind)}")
+    return ToolPlan(plans[kind], specs, parallel=parallel)
+
+
+def error_body(err: FrontendError) -> dict:
+    """Anthropic's error shape for a refusal or a failure."""
+    status = ERROR_KINDS[err.code].status
+    kind = _ERROR_TYPES.get(status, "overloaded_error" if status == 503 else "api_error")
+    return {"type": "error", "error": {"type": kind, "message": err.message}}
+
+
+class MessagesReply:
+    """One request's reply, built from its TokenChunks: ``add`` each, then ``full_object()``; or, streamed,
+    ``start_events()``, ``chunk_events(c)`` for each, ``end_events()`` (SSE bytes)."""
+
+    def __init__(self, model: str, plan: ToolPlan | None) -> None:
+        self.id = f"msg_{uuid.uuid4().hex[:24]}"
+        self.model = model
+        self.plan = plan if plan is not None and plan.parses else None
+        self.text_parts: list[str] = []
+        self.num_prompt_tokens = self.num_cached_tokens = self.num_output_tokens = 0
+        self.finish_reason: str | None = None
+        self.stop_reason: int | str | None = None
+        self._stream = ToolStream(self.plan) if self.plan is not None else None
+        self._block: str | None = None  # the streamed content block open now: "text" or "tool_use"
+        self._num_blocks = 0
+        self._called = False
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def add(self, chunk: TokenChunk) -> None:
+        self.num_prompt_tokens = max(self.num_prompt_tokens, chunk.num_prompt_tokens)
+        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
+        self.num_output_tokens = max(self.num_output_tokens, chunk.num_output_tokens)
+        self.text_parts.append(chunk.text)
+        if chunk.finished:
+            if chunk.finish_reason == "abort":
+                raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
+            self.finish_reason, self.stop_reason = chunk.finish_reason or "stop", chunk.stop_reason
+
+    def full_object(self) -> dict:
+        text = "".join(self.text_parts)
+        content: list[dict] = []
+        calls = []
+        if self.plan is not None:
+            text, calls = self.plan.extract(text)
+        if text:
+            content.append({"type": "text", "text": text})
+        for name, arguments in calls:
+            content.append({"type": "tool_use", "id": _tool_use_id(), "name": name, "input": _input(arguments)})
+        return {**self._head(), "content": content, **self._stop(bool(calls)), "usage": self._usage()}
+
+    def start_events(self) -> list[bytes]:
+        message = {**self._head(), "content": [], "stop_reason": None, "stop_sequence": None}
+        message["usage"] = {**self._usage(), "output_tokens": 0}
+        return [_event("message_start", {"type": "message_start", "message": message})]
+
+    def chunk_events(self, chunk: TokenChunk) -> list[bytes]:
+        self.add(chunk)
+        if self._stream is None:
+            deltas = [{"content": chunk.text}] if chunk.text else []
+        else:
+            deltas = self._stream.feed(chunk.text) + (self._stream.finish() if self.finished else [])
+        events = [e for delta in deltas for e in self._delta_events(delta)]
+        if self.finished:
+            events += self._close_block()
+            stop = self._stop(self._called)
+            events.append(_event("message_delta", {"type": "message_delta", "delta": stop,
+                                                   "usage": {"output_tokens": self.num_output_tokens}}))  # fmt: skip
+            events.append(_event("message_stop", {"type": "message_stop"}))
+        return events
+
+    def _delta_events(self, delta: dict) -> list[bytes]:
+        events: list[bytes] = []
+        if delta.get("content"):
+            if self._block != "text":
+                events += self._close_block() + self._open_block({"type": "text", "text": ""}, "text")
+            events.append(self._block_delta({"type": "text_delta", "text": delta["content"]}))
+        for call in delta.get("tool_calls") or ():
+            function = call["function"]
+            if "id" in call:  # a new call
+                self._called = True
+                block = {"type": "tool_use", "id": _tool_use_id(), "name": function["name"], "input": {}}
+                events += self._close_block() + self._open_block(block, "tool_use")
+            if function.get("arguments"):
+                events.append(self._block_delta({"type": "input_json_delta", "partial_json": function["arguments"]}))
+        return events
+
+    def _open_block(self, block: dict, kind: str) -> list[bytes]:
+        self._block = kind
+        start = {"type": "content_block_start", "index": self._num_blocks, "content_block": block}
+        return [_event("content_block_start", start)]
+
+    def _block_delta(self, delta: dict) -> bytes:
+        return _event("content_block_delta", {"type": "content_block_delta", "index": self._num_blocks, "delta": delta})
+
+    def _close_block(self) -> list[bytes]:
+        if self._block is None:
+            return []
+        self._block = None
+        self._num_blocks += 1
+        return [_event("content_block_stop", {"type": "content_block_stop", "index": self._num_blocks - 1})]
+
+    def _head(self) -> dict:
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.model}
+
+    def _stop(self, called: bool) -> dict:
+        reason = self.finish_reason or "stop"
+        if reason == "stop" and isinstance(self.stop_reason, str):
+            return {"stop_reason": "stop_sequence", "stop_sequence": self.stop_reason}
+        if called and reason == "stop":
+            return {"stop_reason": "tool_use", "stop_sequence": None}
+        return {"stop_reason": _STOP_REASONS.get(reason, "end_turn"), "stop_sequence": None}
+
+    def _usage(self) -> dict:
+        cached = min(self.num_cached_tokens, self.num_prompt_tokens)
+        return {"input_tokens": self.num_prompt_tokens - cached, "output_tokens": self.num_output_tokens,
+                "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}  # fmt: skip
+
+
+def error_event(err: FrontendError) -> bytes:
+    return _event("error", error_body(err))
+
+
+def _event(name: str, payload: dict) -> bytes:
+    return b"event: " + name.encode() + b"\ndata: " + msgspec.json.encode(payload) + b"\n\n"
+
+
+def _tool_use_id() -> str:
+    return "toolu_" + new_call_id().removeprefix("call_")
+
+
+def _input(arguments: str) -> object:
+    try:
+        value = msgspec.json.decode(arguments)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
