@@ -9,6 +9,7 @@
         insert, delete, truncate, splice, nest (2,000+ deep), big int, huge length header, type byte,
         version, frames (missing, extra, empty)
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
+        (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -337,6 +338,7 @@ HTTP_FIELDS = [
     "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
     "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens",
+    "system", "stop_sequences",  # Anthropic's (/v1/messages)
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw"]  # fmt: skip
@@ -429,6 +431,8 @@ class HttpCases:
         kind = r.choice(HTTP_MUTATIONS)
         chat = r.random() < 0.5
         path = "/v1/chat/completions" if chat else "/v1/completions"
+        if chat and r.random() < 0.3:
+            path = "/v1/messages"  # Anthropic's: a chat body is one of its bodies too
         text = json.dumps(self.valid_body(chat))
         if kind == "field":
             name = r.choice(HTTP_FIELDS)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import anthropic
 import openai
 import pytest
 
@@ -85,6 +86,23 @@ def _check_tool_calls(client: openai.OpenAI, model: str) -> None:
         model=model, messages=reply, tools=[WEATHER, CLOCK], max_tokens=8, temperature=0
     )
     assert chat.choices[0].finish_reason in ("stop", "length", "tool_calls")  # the conversation goes on
+    base_url = str(client.base_url).removesuffix("/").removesuffix("/v1")
+    with anthropic.Anthropic(base_url=base_url, api_key="x", max_retries=0, timeout=120) as claude:  # /v1/messages
+        function = WEATHER["function"]
+        tool = {
+            "name": function["name"],
+            "description": function["description"],
+            "input_schema": function["parameters"],
+        }
+        message = claude.messages.create(
+            model=model,
+            max_tokens=24,
+            messages=question,
+            tools=[tool],
+            tool_choice={"type": "tool", "name": "get_weather"},
+        )
+        (block,) = message.content
+        assert block.type == "tool_use" and set(block.input) == {"city"} and message.stop_reason == "tool_use"
 
 
 async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint):
@@ -98,6 +116,7 @@ async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model,
     )
     await check_over_http(controlplane, tokenizer, engine, _check)
     stats = engine.structured_stats  # the JSON keys and the choices' forced tokens went in as drafts, and were taken
-    # the regex that does not compile never reached the node; two forced tool calls did, the "auto" one is free
-    assert stats.num_requests_total == 3 - 1 + 2
+    # the regex that does not compile never reached the node; three forced tool calls did (one through /v1/messages),
+    # the "auto" one is free
+    assert stats.num_requests_total == 3 - 1 + 3
     assert stats.num_forced_accepted_tokens_total == stats.num_forced_draft_tokens_total > 0
