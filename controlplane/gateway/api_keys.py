@@ -1,4 +1,5 @@
-"""HTTP API keys: ``Authorization: Bearer <key>`` checked in front of the gateway (an ASGI middleware).
+"""HTTP API keys: ``Authorization: Bearer <key>`` (or, without it, ``x-api-key: <key>``, as Anthropic's SDK sends
+its key to /v1/messages) checked in front of the gateway (an ASGI middleware).
 
     request ─► ApiKeyMiddleware ─┬─ open path (/health; /metrics when configured open) ─────────► the app
                                  ├─ no bearer token ─► 401 {"error": {..., "code": null}}

@@ -137,7 +137,8 @@ def test_key_files_and_config_checks(tmp_path):
     assert KEY not in repr(ApiKeyConfig(frozenset({KEY})))
     assert bearer_token([(b"authorization", b"Bearer abc")]) == b"abc"
     assert bearer_token([(b"authorization", b"Bearer ")]) is None
-    assert bearer_token([(b"x-api-key", b"abc")]) is None
+    assert bearer_token([(b"x-api-key", b"abc")]) == b"abc"  # Anthropic's SDK sends its key so (/v1/messages)
+    assert bearer_token([(b"authorization", b"Basic x"), (b"x-api-key", b"abc")]) is None
 
 
 async def test_websocket_without_a_key_is_closed_before_any_route():
