@@ -10,9 +10,9 @@ before it, its rank, and the top alternatives. lm-evaluation-harness's loglikeli
     engine: PromptLogprobs.add keeps each position once (a prefix recomputed after a preemption scores it again);
         the request's first output carries them all, position 0's logprob None (nothing comes before it)
 
-A request resumed on another node after its first chunk went out (its prompt extended by its own output) asks no
-more: the control plane drops the field, since the first node already answered it. A runner that cannot score rows (the simulated and fake ones)
-refuses such a request (LLMEngine.add_request).
+A request resumed on another node after its first chunk went out (its prompt extended by its own output) asks no more:
+the control plane drops the field, since the first node already answered it. A runner that cannot score rows (the
+simulated and fake ones) refuses such a request (LLMEngine.add_request).
 """
 
 from __future__ import annotations
