@@ -165,18 +165,7 @@ class Gateway:
                 await _check_structured(args)
             reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
             chunks = self._start(request, reply.id, args, arrival_ns)
-            handed_over = False
-            try:
-                if not args.stream:
-                    await _until_disconnect(request, _collect(chunks, reply))
-                    return _json(reply.full_object(), headers={"x-request-id": reply.id})
-                first = await _until_disconnect(request, _next_chunk(chunks))
-                handed_over = True
-                events = _message_events(chunks, first, reply)
-                return EventStreamResponse(events, on_close=lambda: _close(chunks), headers={"x-request-id": reply.id})
-            finally:
-                if not handed_over:
-                    await _close(chunks)
+            return await _respond(request, chunks, reply, args.stream, _message_events, reply.id)
         except FrontendError as err:
             return _json(anthropic_error_body(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
         except _ReadTimeout as timeout:
@@ -187,10 +176,11 @@ class Gateway:
             log.exception("gateway: unexpected error serving /v1/messages")
             return _json(anthropic_error_body(FrontendError(ErrorCode.INTERNAL, "Internal server error")), status=500)
 
-    def _start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int):
-        """frontend.generate for a chat (the Messages API's): its class and tenant as a chat completion's."""
+    def _start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
+        """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""
+        # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
-        tenant = request.scope.get("state", {}).get("zoo_tenant")
+        tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key
         return self.frontend.generate(
             request_id,
             model=args.model,
@@ -200,6 +190,7 @@ class Gateway:
             traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
             **({"tenant": tenant} if tenant else {}),
             **({"tools": args.tools} if args.tools else {}),
+            **more,
         )
 
     async def handle_models(self, request: Request) -> Response:
@@ -306,38 +297,12 @@ class Gateway:
             echo=self._echo_text(args) if args.echo else None,
             prompt_logprobs_field=args.prompt_logprobs_field,
         )
-        headers = {"x-request-id": request_id}
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
-        if args.tools:
-            more["tools"] = args.tools
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)
             more.update(prompts=args.prompts, num_choices=args.n)
-        # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
-        traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
-        tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key
-        chunks = self.frontend.generate(
-            request_id,
-            model=args.model,
-            prompt=args.prompt,
-            messages=args.messages,
-            prompt_token_ids=args.prompt_token_ids,
-            sampling=args.sampling,
-            arrival_ns=arrival_ns,
-            **more,
-            traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
-            **({"tenant": tenant} if tenant else {}),
-        )
-        handed_over = False
-        try:
-            if not args.stream:
-                await _until_disconnect(request, _collect(chunks, reply))
-                return _json(reply.full_object(), headers=headers)
-            first = await _until_disconnect(request, _next_chunk(chunks))
-            handed_over = True
-            return EventStreamResponse(_events(chunks, first, reply), on_close=lambda: _close(chunks), headers=headers)
-        finally:
-            if not handed_over:
-                await _close(chunks)
+        more.update(prompt=args.prompt, prompt_token_ids=args.prompt_token_ids)
+        chunks = self._start(request, request_id, args, arrival_ns, **more)
+        return await _respond(request, chunks, reply, args.stream, _events, request_id)
 
     def _echo_text(self, args: GenerateArgs) -> list[str]:
         """The prompts a completion's ``echo`` repeats (one, or a batch's): texts, or token ids decoded (without a
@@ -348,6 +313,23 @@ class Gateway:
             p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) if tokenizer is not None else ""
             for p in prompts
         ]
+
+
+async def _respond(request: Request, chunks: AsyncIterator[TokenChunk], reply, stream: bool, events, request_id: str):
+    """The reply to a started generation: whole (``reply.full_object()``) or streamed (``events(chunks, first,
+    reply)`` after the first chunk, so a refusal still gets its own status); the stream is closed unless handed over."""
+    headers = {"x-request-id": request_id}
+    handed_over = False
+    try:
+        if not stream:
+            await _until_disconnect(request, _collect(chunks, reply))
+            return _json(reply.full_object(), headers=headers)
+        first = await _until_disconnect(request, _next_chunk(chunks))
+        handed_over = True
+        return EventStreamResponse(events(chunks, first, reply), on_close=lambda: _close(chunks), headers=headers)
+    finally:
+        if not handed_over:
+            await _close(chunks)
 
 
 async def _check_structured(args: GenerateArgs) -> None:

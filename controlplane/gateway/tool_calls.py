@@ -32,7 +32,7 @@ sends the calls at the end.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 
@@ -199,16 +199,15 @@ class ToolStream:
     pending: str = ""  # text not yet sent
     in_call: bool = False  # "auto": a call has begun
     called: bool = False
-    _id: str = field(default="")
 
     def feed(self, text: str) -> list[dict]:
         if not text:
             return []
         if self.plan.choice == "named":
             if not self.called:
-                self.called, self._id = True, new_call_id()
+                self.called = True
                 function = {"name": self.plan.named, "arguments": text}
-                return [{"tool_calls": [{"index": 0, "id": self._id, "type": "function", "function": function}]}]
+                return [{"tool_calls": [{"index": 0, "id": new_call_id(), "type": "function", "function": function}]}]
             return [{"tool_calls": [{"index": 0, "function": {"arguments": text}}]}]
         self.pending += text
         if self.plan.choice != "auto" or self.in_call:
