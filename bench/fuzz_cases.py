@@ -9,7 +9,8 @@
         insert, delete, truncate, splice, nest (2,000+ deep), big int, huge length header, type byte,
         version, frames (missing, extra, empty)
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
-        (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages)
+        (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages; a
+        Responses API body, one time in twelve or so, to /v1/responses, its tools its own: RESPONSES_TOOLS_HTTP)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -339,6 +340,8 @@ HTTP_FIELDS = [
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
     "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens",
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
+    "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
+    "metadata",  # OpenAI's Responses API (/v1/responses)
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw"]  # fmt: skip
@@ -404,6 +407,23 @@ TOOLS_HTTP: list[Callable[[random.Random], tuple[str, str]]] = [
         "tool_call_id": r.choice(["call_1", None, 5]), "content": "3 C"}])),
     lambda r: ("response_format", '{"type": "json_object"}'),
 ]  # fmt: skip
+_FLAT_TOOL = {"type": "function", "name": "get_weather", "parameters": _TOOL["function"]["parameters"]}
+# (field, its JSON text) of a Responses API request's tools and conversation items, well formed or not
+RESPONSES_TOOLS_HTTP: list[Callable[[random.Random], tuple[str, str]]] = [
+    lambda r: ("tools", json.dumps(r.choice([[_FLAT_TOOL], [_FLAT_TOOL, _FLAT_TOOL], [{"type": "web_search"}], [{}],
+        [{"type": "function"}], [{**_FLAT_TOOL, "name": "a b"}], [_FLAT_TOOL] * 129, "tools"]))),
+    lambda r: ("tool_choice", json.dumps(r.choice(["none", "auto", "required", "x", 5, {"type": "function",
+        "name": r.choice(["get_weather", "nope"])}, {"type": "function"}, {"type": "web_search"}, {}]))),
+    lambda r: ("input", json.dumps(r.choice([[{"role": "user", "content": "Oslo?"}, {"type": "function_call",
+        "call_id": "c1", "name": "get_weather", "arguments": '{"city": "Oslo"}'}, {"type": "function_call_output",
+        "call_id": "c1", "output": "3 C"}], [{"type": "function_call"}], [{"type": "function_call_output"}],
+        [{"type": "reasoning"}], [{"role": "user", "content": [{"type": "input_image"}]}], [{"role": "x"}], [],
+        [{"role": "user", "content": [{"type": "input_text", "text": "hi"}] * 5000}]]))),
+    lambda r: ("text", json.dumps(r.choice([{"format": {"type": "json_object"}}, {"format": {"type": "json_schema",
+        "name": "t", "schema": {"type": "object"}}}, {"format": {"type": "json_schema"}}, {"format": {"type": "x"}},
+        {"format": 5}, "json"]))),
+    lambda r: ("previous_response_id", json.dumps(r.choice(["resp_nope", "", "x" * 10_000, 5]))),
+]  # fmt: skip
 RAW_REQUESTS = [
     b"GET /health HTTP/1.1\r\nHost: fuzz\r\n\r\n",
     b"POST /v1/completions HTTP/1.1\r\nHost: fuzz\r\nContent-Type: application/json\r\nContent-Length: 16\r\n\r\n"
@@ -426,6 +446,13 @@ class HttpCases:
             body["stream"] = True
         return body
 
+    def responses_body(self) -> dict:
+        r = self.rng
+        body: dict = {"input": r.choice(["hi", [{"role": "user", "content": "hi"}]]), "max_output_tokens": 3}
+        if r.random() < 0.2:
+            body["stream"] = True
+        return body
+
     def next(self) -> HttpCase:
         r = self.rng
         kind = r.choice(HTTP_MUTATIONS)
@@ -433,13 +460,16 @@ class HttpCases:
         path = "/v1/chat/completions" if chat else "/v1/completions"
         if chat and r.random() < 0.3:
             path = "/v1/messages"  # Anthropic's: a chat body is one of its bodies too
-        text = json.dumps(self.valid_body(chat))
+        responses = chat and r.random() < 0.17
+        if responses:
+            path = "/v1/responses"
+        text = json.dumps(self.responses_body() if responses else self.valid_body(chat))
         if kind == "field":
             name = r.choice(HTTP_FIELDS)
             text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
         elif kind == "tools":  # one to three fields (tools with a choice, a clash, a conversation)
             for _ in range(r.randint(1, 3)):
-                name, value = r.choice(TOOLS_HTTP)(r)
+                name, value = r.choice(RESPONSES_TOOLS_HTTP if responses else TOOLS_HTTP)(r)
                 text = text[:-1] + f', "{name}": {value}}}'
         elif kind == "structured":
             for _ in range(1 if r.random() < 0.7 else 2):  # two: several kinds, or a constraint and a clash
@@ -454,9 +484,10 @@ class HttpCases:
         elif kind == "not an object":
             text = r.choice(["[]", "1", '"x"', "null", "[" + text + "]"])
         elif kind == "path":
-            method = r.choice(["GET", "HEAD"])
+            method = r.choice(["GET", "HEAD", "DELETE"])
             path = r.choice(["/health", "/metrics", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000), "/nope",
-                             "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc"])  # fmt: skip
+                             "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
+                             "/v1/responses/resp_" + "r" * r.randint(0, 5_000)])  # fmt: skip
             return HttpCase(kind, method=method, path=path, headers={})
         elif kind == "method":
             return HttpCase(kind, method=r.choice(["GET", "PUT", "DELETE", "OPTIONS", "PATCH"]), path=path,

@@ -45,6 +45,8 @@ class ApiKeyConfig:
     protect_metrics: /metrics needs a key (default; Prometheus sends one with ``authorization.credentials``).
     tenant_of: key → its tenant's name (controlplane/tenants.py: ``KEY tenant=NAME ...`` in the key file); a
         request with that key is that tenant's (``request.state.zoo_tenant``); other keys: no tenant.
+    What a request stores (a stored response, gateway/response_store.py) is its owner's (``request.state.zoo_owner``):
+    its key's tenant, or the key itself where the key has none.
     """
 
     keys: frozenset[str] = field(repr=False)
@@ -128,8 +130,10 @@ class ApiKeyMiddleware:
         digest = _digest(token) if token is not None else b""
         if token is not None and digest in self._digests:
             tenant = self._tenant_of.get(digest)
+            state = scope.setdefault("state", {})
             if tenant is not None:
-                scope.setdefault("state", {})["zoo_tenant"] = tenant
+                state["zoo_tenant"] = tenant
+            state["zoo_owner"] = f"tenant:{tenant}" if tenant is not None else f"key:{digest.hex()[:32]}"
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":  # (the gateway has none; refuse before any route sees one)

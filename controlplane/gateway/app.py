@@ -4,6 +4,9 @@
     POST /v1/chat/completions     (same)
     POST /v1/messages             Anthropic's Messages API over the same engine requests (anthropic_messages.py;
                                   its errors in Anthropic's shape, its stream in Anthropic's events)
+    POST /v1/responses            OpenAI's Responses API over the same engine requests (openai_responses.py; its
+                                  stream in the Responses API's named events)
+    GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per tenant)
     GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
                                   waits for one, at most ``models_wait_s``)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
@@ -56,11 +59,13 @@ from controlplane.gateway.anthropic_messages import MessagesReply, parse_message
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
 from controlplane.gateway.anthropic_messages import error_event as anthropic_error_event
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
-from controlplane.gateway.errors import ERROR_KINDS, error_headers, error_response, http_error_response
+from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_reply import OpenAIReply
+from controlplane.gateway.openai_responses import ResponsesReply, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
+from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes
@@ -89,11 +94,17 @@ class GatewayConfig:
     models_wait_s: float = 30.0  # GET /v1/models before any node has joined waits this long for one
     # the format tool_choice "auto" reads calls in (gateway/tool_calls.py); None: "auto" is refused
     tool_call_parser: str | None = "hermes"
+    # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
+    responses_store_max: int = 1024
+    responses_store_bytes: int = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("responses_store_max", "responses_store_bytes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.models_wait_s < math.inf:
             raise ValueError(f"GatewayConfig.models_wait_s must be >= 0 and finite, got {self.models_wait_s}")
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
@@ -121,6 +132,8 @@ def create_app(
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
         Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
+        Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
+        Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
         Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
         Route("/tokenize", gateway.handle_tokenize, methods=["POST"]),
@@ -149,6 +162,7 @@ class Gateway:
         self.created_s = int(time.time())
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
         self.tokenize_routes = TokenizeRoutes(frontend)
+        self.responses = ResponseStore(config.responses_store_max, config.responses_store_bytes)
 
     async def handle_completions(self, request: Request) -> Response:
         return await self._handle_generate(request, chat=False)
@@ -159,28 +173,65 @@ class Gateway:
     async def handle_messages(self, request: Request) -> Response:
         """Anthropic's ``POST /v1/messages`` (gateway/anthropic_messages.py)."""
         arrival_ns = time.monotonic_ns()
-        try:
+
+        async def serve() -> Response:
             args = parse_messages(await self._read_body(request))
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
             reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
             chunks = self._start(request, reply.id, args, arrival_ns)
             return await _respond(request, chunks, reply, args.stream, _message_events, reply.id)
-        except FrontendError as err:
-            return _json(anthropic_error_body(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
-        except _ReadTimeout as timeout:
-            return _read_timeout_response(timeout)
-        except (_ClientGone, ClientDisconnect):
-            return Response(status_code=499)
-        except Exception:
-            log.exception("gateway: unexpected error serving /v1/messages")
-            return _json(anthropic_error_body(FrontendError(ErrorCode.INTERNAL, "Internal server error")), status=500)
+
+        return await _guarded(request, serve, anthropic_error_body)
+
+    async def handle_responses(self, request: Request) -> Response:
+        """OpenAI's ``POST /v1/responses`` (gateway/openai_responses.py); a stored one is kept under its owner."""
+        arrival_ns = time.monotonic_ns()
+        owner = _owner(request)
+
+        def previous(response_id: str):
+            stored = self.responses.get(owner, response_id)
+            return stored.conversation if stored is not None else None
+
+        def keep(obj: dict, conversation) -> None:
+            self.responses.put(owner, obj, conversation)
+
+        async def serve() -> Response:
+            parsed = parse_responses(
+                await self._read_body(request),
+                default_max_tokens=self.config.default_chat_max_tokens,
+                tool_call_parser=self.config.tool_call_parser,
+                previous=previous,
+            )
+            args = parsed.generate
+            if args.sampling.structured_outputs is not None:
+                await _check_structured(args)
+            model = args.model or (self.frontend.model_names or [""])[0]
+            reply = ResponsesReply(model, parsed, on_done=keep if parsed.store else None)
+            chunks = self._start(request, reply.id, args, arrival_ns)
+            return await _respond(request, chunks, reply, args.stream, _response_events, reply.id)
+
+        return await _guarded(request, serve)
+
+    async def handle_stored_response(self, request: Request) -> Response:
+        """``GET`` a stored response's object, or ``DELETE`` it (404 when its owner has none of that id)."""
+        response_id = request.path_params["response_id"]
+        owner = _owner(request)
+        if request.method == "DELETE":
+            if self.responses.delete(owner, response_id):
+                return _json({"id": response_id, "object": "response.deleted", "deleted": True})
+        else:
+            stored = self.responses.get(owner, response_id)
+            if stored is not None:
+                return _json(stored.object)
+        shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
+        return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
 
     def _start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
         """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""
         # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
-        tenant = request.scope.get("state", {}).get("zoo_tenant")  # set by ApiKeyMiddleware from the key
+        tenant = _tenant(request)
         return self.frontend.generate(
             request_id,
             model=args.model,
@@ -240,7 +291,8 @@ class Gateway:
 
     async def _handle_generate(self, request: Request, *, chat: bool) -> Response:
         arrival_ns = time.monotonic_ns()  # the request's clocks start here (its headers are in)
-        try:
+
+        async def serve() -> Response:
             body = await self._read_body(request)
             if chat:
                 args = parse_chat(
@@ -253,15 +305,8 @@ class Gateway:
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
-        except FrontendError as err:
-            return error_response(err)
-        except _ReadTimeout as timeout:
-            return _read_timeout_response(timeout)
-        except (_ClientGone, ClientDisconnect):
-            return Response(status_code=499)  # nobody is left to read it
-        except Exception:
-            log.exception("gateway: unexpected error serving %s", clip(request.url.path, MAX_ECHOED_PATH_CHARS))
-            return error_response(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
+
+        return await _guarded(request, serve)
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.max_body_bytes
@@ -313,6 +358,32 @@ class Gateway:
             p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) if tokenizer is not None else ""
             for p in prompts
         ]
+
+
+async def _guarded(request: Request, serve, error_body_of=error_body) -> Response:
+    """``serve()``'s reply, or the reply to what it raised: a refusal in the route's error shape (OpenAI's unless
+    ``error_body_of`` says otherwise), 408 for a body read too slowly, 499 for a client gone, 500 (logged)."""
+    try:
+        return await serve()
+    except FrontendError as err:
+        return _json(error_body_of(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
+    except _ReadTimeout as timeout:
+        return _read_timeout_response(timeout)
+    except (_ClientGone, ClientDisconnect):
+        return Response(status_code=499)  # nobody is left to read it
+    except Exception:
+        log.exception("gateway: unexpected error serving %s", clip(request.url.path, MAX_ECHOED_PATH_CHARS))
+        return _json(error_body_of(FrontendError(ErrorCode.INTERNAL, "Internal server error")), status=500)
+
+
+def _tenant(request: Request) -> str | None:
+    """The tenant of the request's API key (set by ApiKeyMiddleware), None on an open gateway."""
+    return request.scope.get("state", {}).get("zoo_tenant")
+
+
+def _owner(request: Request) -> str | None:
+    """Whose a stored response is: the API key's tenant, else the key (set by ApiKeyMiddleware); None when open."""
+    return request.scope.get("state", {}).get("zoo_owner")
 
 
 async def _respond(request: Request, chunks: AsyncIterator[TokenChunk], reply, stream: bool, events, request_id: str):
@@ -389,7 +460,30 @@ async def _message_events(
         yield anthropic_error_event(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
 
 
-async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply | MessagesReply) -> None:
+async def _response_events(
+    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: ResponsesReply
+) -> AsyncGenerator[bytes, None]:
+    """The Responses API's named events (no [DONE]; a failure after the first event: ``error``, response.failed)."""
+    try:
+        for event in reply.start_events():
+            yield event
+        chunk = first
+        while True:
+            for event in reply.add(chunk):
+                yield event
+            if reply.finished:
+                break
+            chunk = await _next_chunk(chunks)
+    except FrontendError as err:
+        for event in reply.failed_events(err):
+            yield event
+    except Exception:
+        log.exception("gateway: unexpected error while streaming %s", reply.id)
+        for event in reply.failed_events(FrontendError(ErrorCode.INTERNAL, "Internal server error")):
+            yield event
+
+
+async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply | MessagesReply | ResponsesReply) -> None:
     while True:
         reply.add(await _next_chunk(chunks))
         if reply.finished:

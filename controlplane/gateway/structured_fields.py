@@ -73,7 +73,7 @@ def structured_of(req: StructuredRequest) -> tuple[StructuredOutput | None, str 
         fields = {"regex": so.regex, "grammar": so.grammar, "json_object": bool(so.json_object)}
         fields["disable_any_whitespace"] = bool(so.disable_any_whitespace)
         if _given(so.json):
-            fields["json"] = _schema_text(so.json, "structured_outputs")
+            fields["json"] = schema_text(so.json, "structured_outputs")
         if so.choice is not None:
             fields["choice"] = tuple(so.choice)
         asked.append(("structured_outputs", fields))
@@ -82,7 +82,7 @@ def structured_of(req: StructuredRequest) -> tuple[StructuredOutput | None, str 
         if value is None or (name == "guided_json" and not _given(value)):
             continue
         if name == "guided_json":
-            value = _schema_text(value, name)
+            value = schema_text(value, name)
         elif name == "guided_choice":
             value = tuple(value)
         asked.append((name, {key: value}))
@@ -108,7 +108,7 @@ def _response_format(fmt: ResponseFormat) -> dict | None:
     if fmt.type == "json_schema":
         if fmt.json_schema is None or not _given(fmt.json_schema.schema):
             return {"json_object": True}
-        return {"json": _schema_text(fmt.json_schema.schema, "response_format")}
+        return {"json": schema_text(fmt.json_schema.schema, "response_format")}
     message = f"type must be 'text', 'json_object' or 'json_schema', got {show_value(fmt.type)}"
     raise invalid_param("response_format", message)
 
@@ -117,7 +117,7 @@ def _given(raw: msgspec.Raw) -> bool:
     return bool(raw) and bytes(raw) != b"null"
 
 
-def _schema_text(raw: msgspec.Raw, param: str) -> str:
+def schema_text(raw: msgspec.Raw, param: str) -> str:
     """A schema's JSON text: the client's bytes as they came, or the text of a JSON string holding it."""
     data = bytes(raw)
     if data[:1] == b'"':

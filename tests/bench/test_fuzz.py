@@ -37,9 +37,12 @@ def test_wire_cases_cover_every_mutation_and_never_claim_a_forbidden_node(port):
         assert getattr(msg, "node_id", None) != "fuzz-node"
 
 
-def test_http_cases_cover_every_mutation():
+def test_http_cases_cover_every_mutation_and_every_generation_route():
     cases = HttpCases(random.Random(5))
-    assert {cases.next().kind for _ in range(2_000)} == set(HTTP_MUTATIONS)
+    drawn = [cases.next() for _ in range(2_000)]
+    assert {case.kind for case in drawn} == set(HTTP_MUTATIONS)
+    routes = {"/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses"}
+    assert routes <= {case.path for case in drawn if case.kind in ("valid", "tools")}
 
 
 @pytest.mark.anyio

@@ -103,6 +103,32 @@ def _check_tool_calls(client: openai.OpenAI, model: str) -> None:
         )
         (block,) = message.content
         assert block.type == "tool_use" and set(block.input) == {"city"} and message.stop_reason == "tool_use"
+    _check_responses(client, model)
+
+
+def _check_responses(client: openai.OpenAI, model: str) -> None:
+    """OpenAI's Responses API: a forced call, then its result given back through ``previous_response_id`` (the
+    gateway's stored conversation); the model answers in text."""
+    function = WEATHER["function"]
+    tool = {"type": "function", "name": "get_weather", "description": function["description"],
+            "parameters": function["parameters"]}  # fmt: skip
+    first = client.responses.create(
+        model=model,
+        input="What is the weather in Paris?",
+        tools=[tool],
+        tool_choice={"type": "function", "name": "get_weather"},
+        max_output_tokens=24,
+        temperature=0,
+    )
+    (call,) = first.output
+    assert call.type == "function_call" and set(json.loads(call.arguments)) == {"city"}
+    result = [{"type": "function_call_output", "call_id": call.call_id, "output": "18 C and sunny"}]
+    answer = client.responses.create(
+        model=model, previous_response_id=first.id, input=result, max_output_tokens=12, temperature=0
+    )
+    alone = client.responses.create(model=model, input=result, max_output_tokens=1, store=False)
+    # the question and the call came before the result: the prompt is more than the result's alone
+    assert answer.output_text and answer.usage.input_tokens > alone.usage.input_tokens + 10
 
 
 async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint):
@@ -116,7 +142,7 @@ async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model,
     )
     await check_over_http(controlplane, tokenizer, engine, _check)
     stats = engine.structured_stats  # the JSON keys and the choices' forced tokens went in as drafts, and were taken
-    # the regex that does not compile never reached the node; three forced tool calls did (one through /v1/messages),
-    # the "auto" one is free
-    assert stats.num_requests_total == 3 - 1 + 3
+    # the regex that does not compile never reached the node; four forced tool calls did (one through /v1/messages,
+    # one through /v1/responses), the "auto" one and the Responses API's others are free
+    assert stats.num_requests_total == 3 - 1 + 4
     assert stats.num_forced_accepted_tokens_total == stats.num_forced_draft_tokens_total > 0

@@ -163,6 +163,7 @@ async def test_models_wait_for_a_node(frontend):
         ("/v1/models/smol", {"GET", "HEAD", "OPTIONS"}),
         ("/tokenize", {"POST", "OPTIONS"}),
         ("/health", {"GET", "HEAD", "OPTIONS"}),
+        ("/v1/responses/resp_1", {"GET", "HEAD", "DELETE", "OPTIONS"}),
     ],
 )
 @pytest.mark.anyio
@@ -180,4 +181,4 @@ def test_options_asterisk_names_every_method_the_server_serves(frontend):
 
     routes = create_app(frontend).routes
     scope = {"type": "http", "method": "OPTIONS", "path": "*", "raw_path": b"*", "root_path": ""}
-    assert OptionsMiddleware(None, routes).allowed_methods(scope) == {"GET", "HEAD", "POST"}
+    assert OptionsMiddleware(None, routes).allowed_methods(scope) == {"GET", "HEAD", "POST", "DELETE"}

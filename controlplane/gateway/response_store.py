@@ -1,0 +1,74 @@
+"""The gateway's stored responses (``/v1/responses`` with ``store``): what ``GET /v1/responses/{id}`` returns and
+what a later request's ``previous_response_id`` continues.
+
+In memory and bounded twice, as vLLM's in-memory store is not (vllm/entrypoints/openai/serving_responses.py keeps
+every stored response until the process ends): at most ``max_responses`` responses and ``max_bytes`` bytes of them
+(a response's JSON plus its conversation's text), the least recently used dropped first. A response is its
+owner's (the request's API key's tenant, or the key itself: gateway/api_keys.py): another owner's lookup finds
+nothing. A gateway restart forgets them all, as vLLM's does; a client that needs more keeps the conversation itself
+(``input`` carries it whole).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import msgspec
+
+from transport.messages import ChatMessage
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    object: dict  # the Response object, as the reply carried it
+    conversation: tuple[ChatMessage, ...]  # its input (after its own previous response's) and its output
+    num_bytes: int
+
+
+class ResponseStore:
+    """Responses by (owner, id), least recently used first."""
+
+    def __init__(self, max_responses: int, max_bytes: int) -> None:
+        if max_responses < 0 or max_bytes < 0:
+            raise ValueError(f"max_responses and max_bytes must be >= 0, got {max_responses} and {max_bytes}")
+        self.max_responses = max_responses
+        self.max_bytes = max_bytes
+        self._responses: OrderedDict[tuple[str | None, str], StoredResponse] = OrderedDict()
+        self.num_bytes = 0
+        self.num_evicted = 0  # dropped to stay within the bounds (a deletion is not counted)
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+    def put(self, owner: str | None, obj: dict, conversation: tuple[ChatMessage, ...]) -> bool:
+        """Keep a finished response; False when it alone is over the bounds (then it is not kept)."""
+        size = len(msgspec.json.encode(obj)) + sum(_message_bytes(m) for m in conversation)
+        if self.max_responses == 0 or size > self.max_bytes:
+            return False
+        key = (owner, obj["id"])
+        self.delete(owner, obj["id"])
+        self._responses[key] = StoredResponse(obj, conversation, size)
+        self.num_bytes += size
+        while len(self._responses) > self.max_responses or self.num_bytes > self.max_bytes:
+            _, dropped = self._responses.popitem(last=False)
+            self.num_bytes -= dropped.num_bytes
+            self.num_evicted += 1
+        return True
+
+    def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
+        stored = self._responses.get((owner, response_id))
+        if stored is not None:
+            self._responses.move_to_end((owner, response_id))
+        return stored
+
+    def delete(self, owner: str | None, response_id: str) -> bool:
+        stored = self._responses.pop((owner, response_id), None)
+        if stored is None:
+            return False
+        self.num_bytes -= stored.num_bytes
+        return True
+
+
+def _message_bytes(message: ChatMessage) -> int:
+    return len(message.content) + sum(len(c.id) + len(c.name) + len(c.arguments) for c in message.tool_calls) + 64
