@@ -9,8 +9,9 @@
         insert, delete, truncate, splice, nest (2,000+ deep), big int, huge length header, type byte,
         version, frames (missing, extra, empty)
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
-        (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages; a
-        Responses API body, one time in twelve or so, to /v1/responses, its tools its own: RESPONSES_TOOLS_HTTP)
+        (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
+        count_tokens; a Responses API body, one time in twelve or so, to /v1/responses, its tools its own:
+        RESPONSES_TOOLS_HTTP)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -458,8 +459,8 @@ class HttpCases:
         kind = r.choice(HTTP_MUTATIONS)
         chat = r.random() < 0.5
         path = "/v1/chat/completions" if chat else "/v1/completions"
-        if chat and r.random() < 0.3:
-            path = "/v1/messages"  # Anthropic's: a chat body is one of its bodies too
+        if chat and r.random() < 0.3:  # Anthropic's: a chat body is one of its bodies too (of count_tokens' too)
+            path = "/v1/messages" if r.random() < 0.8 else "/v1/messages/count_tokens"
         responses = chat and r.random() < 0.17
         if responses:
             path = "/v1/responses"

@@ -14,6 +14,8 @@ serving_messages.py):
     stream    event: message_start, content_block_start, content_block_delta (text_delta, input_json_delta),
               content_block_stop, message_delta (stop_reason, usage), message_stop; an error as event: error
     errors    {"type": "error", "error": {"type": "invalid_request_error" | …, "message": …}}
+    count     POST /v1/messages/count_tokens: model, messages, system, tools, tool_choice → {input_tokens}, the
+              prompt's tokens as a message request with them renders it (``parse_count_tokens``)
 
 Tools map onto OpenAI's tool calling (gateway/tool_calls.py): ``auto`` → "auto" (the Hermes parser), ``any`` →
 "required", ``tool`` → a named function, ``none`` → "none"; a tool_use block is an assistant's ToolCall, a
@@ -32,7 +34,7 @@ from controlplane.gateway.openai_schema import GenerateArgs, decode_body
 from controlplane.gateway.tool_calls import NOT_GIVEN, FunctionIn, ToolPlan, ToolStream, new_call_id, tool_specs
 from controlplane.gateway.tool_calls import ToolIn as OpenAIToolIn
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
-from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolCall
+from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolCall, ToolSpec
 
 _STOP_REASONS = {"length": "max_tokens"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -67,6 +69,16 @@ class ToolChoiceIn(msgspec.Struct, kw_only=True):
     disable_parallel_tool_use: bool | None = None
 
 
+class CountTokensRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/messages/count_tokens``: the prompt's fields of a message request."""
+
+    model: str | None = None
+    messages: list[MessageIn]
+    system: str | list[ContentBlock] | None = None
+    tools: list[ToolIn] | None = None
+    tool_choice: ToolChoiceIn | None = None
+
+
 class MessagesRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     max_tokens: int
@@ -82,16 +94,13 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
 
 
 _DECODER = msgspec.json.Decoder(MessagesRequest)
+_COUNT_DECODER = msgspec.json.Decoder(CountTokensRequest)
 
 
 def parse_messages(body: bytes) -> GenerateArgs:
     """The request as the gateway's GenerateArgs; FrontendError naming the field at fault."""
     req = decode_body(_DECODER, body)
-    if not req.messages:
-        raise invalid_param("messages", "must be a non-empty list of messages")
-    messages = [ChatMessage("system", _text(req.system, "system"))] if req.system else []
-    for i, m in enumerate(req.messages):
-        messages += _messages_of(i, m)
+    messages = _conversation(req)
     plan = _tool_plan(req)
     forced = plan.constraint() if plan is not None else None
     try:
@@ -114,6 +123,24 @@ def parse_messages(body: bytes) -> GenerateArgs:
         tool_plan=plan,
         structured_param="tools" if forced is not None else None,
     )
+
+
+def parse_count_tokens(body: bytes) -> tuple[str | None, list[ChatMessage], list[ToolSpec] | None]:
+    """A count_tokens request's model, chat messages and the tools its prompt shows; FrontendError naming the field
+    at fault."""
+    req = decode_body(_COUNT_DECODER, body)
+    messages = _conversation(req)
+    plan = _tool_plan(req)
+    return req.model, messages, plan.prompt_tools if plan is not None else None
+
+
+def _conversation(req: MessagesRequest | CountTokensRequest) -> list[ChatMessage]:
+    if not req.messages:
+        raise invalid_param("messages", "must be a non-empty list of messages")
+    messages = [ChatMessage("system", _text(req.system, "system"))] if req.system else []
+    for i, m in enumerate(req.messages):
+        messages += _messages_of(i, m)
+    return messages
 
 
 def _text(content: str | list[ContentBlock] | None, where: str) -> str:
@@ -152,7 +179,7 @@ def _messages_of(index: int, m: MessageIn) -> list[ChatMessage]:
     return results + own
 
 
-def _tool_plan(req: MessagesRequest) -> ToolPlan | None:
+def _tool_plan(req: MessagesRequest | CountTokensRequest) -> ToolPlan | None:
     choice = req.tool_choice
     if not req.tools:
         if choice is not None and choice.type != "none":

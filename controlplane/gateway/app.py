@@ -4,6 +4,7 @@
     POST /v1/chat/completions     (same)
     POST /v1/messages             Anthropic's Messages API over the same engine requests (anthropic_messages.py;
                                   its errors in Anthropic's shape, its stream in Anthropic's events)
+    POST /v1/messages/count_tokens  its prompt's tokens, as /tokenize counts them
     POST /v1/responses            OpenAI's Responses API over the same engine requests (openai_responses.py; its
                                   stream in the Responses API's named events)
     GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per tenant)
@@ -55,7 +56,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
-from controlplane.gateway.anthropic_messages import MessagesReply, parse_messages
+from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
 from controlplane.gateway.anthropic_messages import error_event as anthropic_error_event
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
@@ -68,7 +69,7 @@ from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_c
 from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from controlplane.gateway.token_text import TokenText
-from controlplane.gateway.tokenize_routes import TokenizeRoutes
+from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
 from engine.structured_output import StructuredOutputError
 from transport.codec import clip
@@ -132,6 +133,7 @@ def create_app(
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
         Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
@@ -181,6 +183,17 @@ class Gateway:
             reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
             chunks = self._start(request, reply.id, args, arrival_ns)
             return await _respond(request, chunks, reply, args.stream, _message_events, reply.id)
+
+        return await _guarded(request, serve, anthropic_error_body)
+
+    async def handle_count_tokens(self, request: Request) -> Response:
+        """Anthropic's ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` (501 without a tokenizer)."""
+
+        async def serve() -> Response:
+            if self.tokenize_routes.tokenizer is None:
+                return no_tokenizer()
+            model, messages, tools = parse_count_tokens(await self._read_body(request))
+            return _json({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools)})
 
         return await _guarded(request, serve, anthropic_error_body)
 

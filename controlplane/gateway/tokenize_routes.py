@@ -6,6 +6,8 @@
                    →  {"count": N, "max_model_len": L, "tokens": [ids], "token_strs": [str] | null}
     POST /detokenize  {"model"?, "tokens": [ids]}  →  {"prompt": str}
 
+(``count_chat`` also counts for Anthropic's ``POST /v1/messages/count_tokens``: gateway/app.py.)
+
 ``messages`` (and ``tools``) go through the model's chat template exactly as a chat completion's do
 (request_intake.py), so ``count`` is the ``usage.prompt_tokens`` that chat completion reports. ``max_model_len``
 is the longest context a live node serves (0 before any node joined). Bad input answers 400 in OpenAI's error
@@ -26,7 +28,7 @@ from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, dec
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tool_calls import ToolIn, tool_specs
 from engine.sampling_params import show_value
-from transport.messages import ErrorCode
+from transport.messages import ChatMessage, ErrorCode, ToolSpec
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):
@@ -61,7 +63,7 @@ class TokenizeRoutes:
     def tokenize(self, body: bytes) -> Response:
         """The reply to a /tokenize request body (read by the gateway: capped, with a deadline)."""
         if self.tokenizer is None:
-            return _no_tokenizer()
+            return no_tokenizer()
         try:
             req = decode_body(_TOKENIZE, body)
             tokenizer = self._tokenizer_for(req.model)
@@ -72,11 +74,8 @@ class TokenizeRoutes:
                     if not req.messages:
                         raise invalid_param("messages", "must be a non-empty list of messages")
                     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
-                    tools = _template_tools(req.tools)
-                    text = tokenizer.apply_chat_template(
-                        template_messages(messages), add_generation_prompt=req.add_generation_prompt, tools=tools
-                    )
-                    tokens = tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
+                    tools = _template_tools(tool_specs(req.tools) if req.tools else None)
+                    tokens = _chat_tokens(tokenizer, messages, tools, req.add_generation_prompt, req.add_special_tokens)
                 else:
                     add_special = True if req.add_special_tokens is None else req.add_special_tokens
                     tokens = tokenizer.encode(req.prompt, add_special_tokens=add_special)
@@ -89,9 +88,19 @@ class TokenizeRoutes:
         except FrontendError as err:
             return error_response(err)
 
+    def count_chat(self, model: str | None, messages: list[ChatMessage], tools: list[ToolSpec] | None) -> int:
+        """The prompt tokens of a chat with these messages and tools (as a generation renders them); FrontendError
+        naming the field at fault. The frontend must have a tokenizer."""
+        tokenizer = self._tokenizer_for(model)
+        template_tools = _template_tools(tools)
+        try:
+            return len(_chat_tokens(tokenizer, messages, template_tools, True, None))
+        except ValueError as exc:  # a lone surrogate, a checkpoint without a chat template
+            raise invalid_param("messages", str(exc)) from None
+
     def detokenize(self, body: bytes) -> Response:
         if self.tokenizer is None:
-            return _no_tokenizer()
+            return no_tokenizer()
         try:
             req = decode_body(_DETOKENIZE, body)
             tokenizer = self._tokenizer_for(req.model)
@@ -110,7 +119,14 @@ class TokenizeRoutes:
         return self.tokenizer
 
 
-def _no_tokenizer() -> Response:
+def _chat_tokens(tokenizer, messages: list[ChatMessage], tools, add_generation_prompt: bool, add_special) -> list[int]:
+    text = tokenizer.apply_chat_template(
+        template_messages(messages), add_generation_prompt=add_generation_prompt, tools=tools
+    )
+    return tokenizer.encode(text, add_special_tokens=bool(add_special))
+
+
+def no_tokenizer() -> Response:
     return http_error_response(501, "This gateway has no tokenizer", code="not_implemented")
 
 
@@ -118,10 +134,10 @@ def _json(obj: dict) -> Response:
     return Response(msgspec.json.encode(obj), media_type="application/json")
 
 
-def _template_tools(tools: list[ToolIn] | None) -> list[dict] | None:
+def _template_tools(tools) -> list[dict] | None:
     if not tools:
         return None
     try:
-        return template_tools(list(tool_specs(tools)))
+        return template_tools(list(tools))
     except ValueError as exc:  # parameters nested past the decoder's limit
         raise invalid_param("tools", str(exc)) from None

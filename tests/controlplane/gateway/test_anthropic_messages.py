@@ -163,3 +163,21 @@ async def test_the_key_may_come_in_x_api_key(frontend):
         assert (await c.post("/v1/messages", json=body, headers={"x-api-key": "sk-zoo"})).status_code == 200
         assert (await c.post("/v1/messages", json=body, headers={"x-api-key": "wrong"})).status_code == 401
         assert (await c.post("/v1/messages", json=body)).status_code == 401
+
+
+def test_count_tokens_counts_the_prompt_a_message_request_renders(served, client):
+    counted = client.messages.count_tokens(model=MODEL, system="Be brief.", messages=ASK, tools=[WEATHER])
+    openai_tool = {"type": "function", "function": {"name": WEATHER["name"], "description": WEATHER["description"],
+                                                    "parameters": WEATHER["input_schema"]}}  # fmt: skip
+    chat = [{"role": "system", "content": "Be brief."}, *ASK]
+    tokenized = httpx.post(f"{served}/tokenize", json={"messages": chat, "tools": [openai_tool]}, timeout=30).json()
+    assert counted.input_tokens == tokenized["count"] > 0
+    without_tools = client.messages.count_tokens(model=MODEL, system="Be brief.", messages=ASK)
+    none_chosen = client.messages.count_tokens(
+        model=MODEL, system="Be brief.", messages=ASK, tools=[WEATHER], tool_choice={"type": "none"}
+    )
+    assert without_tools.input_tokens == none_chosen.input_tokens < counted.input_tokens  # "none" shows no tools
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.count_tokens(model=MODEL, messages=[])
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="claude-9", messages=ASK)
