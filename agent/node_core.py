@@ -321,6 +321,7 @@ class NodeCore:
             prompt_logprobs=[(e.token_id, e.logprob, list(e.top), e.rank) for e in o.prompt_logprobs]
             if o.prompt_logprobs is not None
             else None,
+            embedding=o.embedding,
         )
 
     def load_report(self) -> LoadReport:

@@ -94,8 +94,21 @@ class ScheduledRequest:
 
     @property
     def is_decode(self) -> bool:
-        """One new token on top of a cached context (the batched decode fast path; a prompt token to score is not)."""
-        return len(self.token_ids) == 1 and not self.spec_token_ids and self.start_pos > 0 and not self.prompt_targets
+        """One new token on top of a cached context (the batched decode fast path; a prompt token to score, or one
+        whose embedding is asked, is not)."""
+        return (
+            len(self.token_ids) == 1
+            and not self.spec_token_ids
+            and self.start_pos > 0
+            and not self.prompt_targets
+            and not self.embed
+        )
+
+    @property
+    def embed(self) -> bool:
+        """This chunk reaches the last prompt token of a request that asks for its embedding (engine/embeddings.py):
+        the runner returns that row's vector, and never runs it as a plain decode row."""
+        return self.sample and not self.num_output_tokens and self.sampling_params.embed
 
 
 @dataclass(slots=True, frozen=True)
@@ -161,6 +174,7 @@ class RunnerOutput:
     logprobs: per request, one entry per sampled token, when its params asked for logprobs.
     prompt_logprobs: per request whose chunk scored prompt tokens (its params' ``prompt_logprobs``): the first
         position scored and one entry per scored position (backends/prompt_rows.py).
+    embeddings: per request whose chunk has ``embed``: its prompt's embedding (engine/embeddings.py).
     step_time_s: wall time of the step as measured by the runner (a simulated runner reports
         its predicted time).
     """
@@ -168,4 +182,5 @@ class RunnerOutput:
     sampled_token_ids: dict[str, list[int]] = field(default_factory=dict)
     logprobs: dict[str, list[TokenLogprob]] = field(default_factory=dict)
     prompt_logprobs: dict[str, tuple[int, list[TokenLogprob]]] = field(default_factory=dict)
+    embeddings: dict[str, list[float]] = field(default_factory=dict)
     step_time_s: float = 0.0

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine import prompt_logprobs
+from engine import embeddings, prompt_logprobs
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
@@ -203,6 +203,7 @@ class LLMEngine:
             )
         grammar = compile_grammar(self.grammars, params.structured_outputs, token_ids, num_resumed_tokens)
         prompt_logprobs.check_runner(self.runner, params)
+        embeddings.check_runner(self.runner, params)
         eos_token_id = self.tokenizer.eos_token_id
         request = Request(req_id, token_ids, params, now, eos_token_id, lora_id, priority, num_resumed_tokens, grammar)
         self.structured_stats.num_requests_total += int(grammar is not None)
@@ -370,6 +371,9 @@ class LLMEngine:
             if tracked is None:
                 continue
             outputs.append(self._process_update(tracked, update, now))
+        if runner_output.embeddings:  # the step that computed a prompt's embedding also sampled its first token
+            for out in outputs:
+                out.embedding = runner_output.embeddings.get(out.req_id)
         return outputs
 
     # -- a step's decode rows in bulk (engine/mixed_step.py) -------------------------------------

@@ -59,3 +59,4 @@ class RequestOutput:
     num_cached_tokens: int = 0  # prompt tokens the prefix cache served at its first admission
     # every prompt position's score (position 0's logprob None), once, in its first output, when its params ask
     prompt_logprobs: list[TokenLogprob] | None = None
+    embedding: list[float] | None = None  # the prompt's, in the output of the step that computed it (embeddings.py)

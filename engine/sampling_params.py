@@ -23,6 +23,7 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     prompt_logprobs  None | 0 .. MAX_LOGPROBS (20)  as logprobs (vLLM's field); the request skips the prefix cache
     truncate_prompt_tokens None | 1 .. 2**31-1      vLLM's: keep the prompt's last k tokens (the intake cuts it)
     include_stop_str_in_output, skip_special_tokens  booleans (vLLM's; the detokenizer reads them)
+    embed            boolean                        the prompt's embedding too (engine/embeddings.py)
     presence_penalty -2 .. 2                        OpenAI's range
     frequency_penalty -2 .. 2                       OpenAI's range
     repetition_penalty (0, MAX_REPETITION_PENALTY]  vLLM's extension (any > 0); 1 is off
@@ -104,6 +105,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     truncate_prompt_tokens: keep only the prompt's last k tokens (vLLM's left truncation; None: the whole prompt).
     include_stop_str_in_output: a matched stop string stays at the end of the text (vLLM's; default: cut off).
     skip_special_tokens: leave special tokens' text out of the output text (vLLM's; default True).
+    embed: the first output also carries the prompt's embedding (engine/embeddings.py; /v1/embeddings asks it).
     """
 
     temperature: float = 1.0
@@ -127,6 +129,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     truncate_prompt_tokens: int | None = None
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
+    embed: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -194,7 +197,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
                     name, f"must be None or an integer in [0, {MAX_LOGPROBS}], got {show_value(lp)}"
                 )
 
-        for name in ("include_stop_str_in_output", "skip_special_tokens"):
+        for name in ("include_stop_str_in_output", "skip_special_tokens", "embed"):
             if not isinstance(getattr(self, name), bool):
                 raise SamplingParamsError(name, f"must be a boolean, got {show_value(getattr(self, name))}")
         k = self.truncate_prompt_tokens

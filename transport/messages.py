@@ -213,8 +213,8 @@ class NodeLeave(Envelope, kw_only=True):
 
 
 class NodeDrain(Envelope, kw_only=True):
-    """Drain a node: the control plane routes nothing new to it; its requests finish there, and those
-    still there when it leaves resume on other nodes.
+    """Drain a node: the control plane routes nothing new to it; its requests finish there, and those still there
+    when it leaves resume on other nodes.
 
     agent → control plane: the agent drains (SIGTERM) and leaves once it is empty (or at its drain timeout).
     client → control plane (`zoo drain NODE`): drain that node; the answer is a NodeDrain naming it, with
@@ -268,9 +268,8 @@ class ClientGenerate(Envelope, kw_only=True):
 
 
 class GenerateRequest(Envelope, kw_only=True):
-    """Control plane → agent: tokenized, validated, routed. A request resumed after its node was lost
-    comes again with the same id, its prompt extended by the tokens already streamed and ``max_tokens``
-    reduced by their number."""
+    """Control plane → agent: tokenized, validated, routed. A request resumed after its node was lost comes again
+    with the same id, its prompt extended by the tokens already streamed and ``max_tokens`` reduced by their number."""
 
     prompt_token_ids: list[int]
     sampling: SamplingParams
@@ -301,6 +300,7 @@ class TokenChunk(Envelope, kw_only=True):
     num_cached_tokens: int = 0  # prompt tokens this node's prefix cache served (known from the first chunk on)
     # the first chunk's, if asked (engine/prompt_logprobs.py): per prompt position (token, logprob, top, rank)
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]], int | None]] | None = None
+    embedding: list[float] | None = None  # the prompt's, if asked (sampling.embed; engine/embeddings.py)
 
 
 class CancelRequest(Envelope, kw_only=True):

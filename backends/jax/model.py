@@ -361,7 +361,13 @@ def _head(norm: jax.Array, lm_head: jax.Array, hidden: jax.Array, rows: jax.Arra
     return _linear(rms_norm(hidden, norm, dims.rms_norm_eps), lm_head).astype(jnp.float32)
 
 
-def _forward(layer_program, params, kv, token_ids, positions, slots, meta, rows, lora, dims):
+@partial(jax.jit, static_argnames=("dims",))
+def _normed(norm: jax.Array, hidden: jax.Array, rows: jax.Array, *, dims: Dims) -> jax.Array:
+    """fp32 final hidden states of ``hidden[rows]`` (after the last norm: what an embedding pools)."""
+    return rms_norm(hidden[rows], norm, dims.rms_norm_eps).astype(jnp.float32)
+
+
+def _forward(layer_program, params, kv, token_ids, positions, slots, meta, rows, lora, dims, return_hidden=False):
     """The layers run one program call each (see the module doc); inputs are placed on the KV's device once."""
     token_ids, positions, slots, meta, rows, lora = jax.device_put(
         (token_ids, positions, slots, meta, rows, lora), kv.sharding
@@ -369,7 +375,10 @@ def _forward(layer_program, params, kv, token_ids, positions, slots, meta, rows,
     hidden, cos, sin = _embed(params.embed, params.rope, token_ids, positions)
     for i, lp in enumerate(params.layers):
         hidden, kv = layer_program(lp, kv, np.int32(i), hidden, cos, sin, slots, meta, lora, dims=dims)
-    return _head(params.norm, params.lm_head, hidden, rows, dims=dims), kv
+    logits = _head(params.norm, params.lm_head, hidden, rows, dims=dims)
+    if return_hidden:
+        return logits, kv, _normed(params.norm, hidden, rows, dims=dims)
+    return logits, kv
 
 
 def decode_step(
@@ -398,6 +407,8 @@ def chunk_step(
     lora: LoraParams | None = None,
     *,
     dims: Dims,
-) -> tuple[jax.Array, jax.Array]:
-    """Prefill / speculative chunks of several requests -> (fp32 logits [S, V], kv). ``kv`` is donated."""
-    return _forward(_chunk_layer, params, kv, token_ids, positions, slots, meta, logits_rows, lora, dims)
+    return_hidden: bool = False,
+) -> tuple[jax.Array, ...]:
+    """Prefill / speculative chunks of several requests -> (fp32 logits [S, V], kv), and with ``return_hidden`` the
+    rows' fp32 final hidden states [S, E] third. ``kv`` is donated."""
+    return _forward(_chunk_layer, params, kv, token_ids, positions, slots, meta, logits_rows, lora, dims, return_hidden)

@@ -73,6 +73,7 @@ class _ProgramOutput:
     logits: jax.Array  # [R, V] fp32, R a bucket
     slots: list[SampleSlot]
     prompt: PromptRows | None = None  # rows scoring prompt tokens (prompt_logprobs), after the sampled ones
+    hidden: jax.Array | None = None  # [R, E] fp32 final hidden states of the rows, when a chunk asks an embedding
 
 
 class JaxModelRunner(LoraRunnerVerbs):
@@ -99,6 +100,7 @@ class JaxModelRunner(LoraRunnerVerbs):
     """
 
     scores_prompts = True  # computes prompt_logprobs (engine/prompt_logprobs.py)
+    embeds = True  # computes a prompt's embedding (engine/embeddings.py)
 
     def __init__(
         self,
@@ -189,6 +191,8 @@ class JaxModelRunner(LoraRunnerVerbs):
         with self.compiles.track():
             self._apply_block_moves(batch)
             for program in self._forward(batch.requests):
+                if program.hidden is not None:
+                    take_embeddings(np.asarray(program.hidden), program.slots, out)
                 if program.prompt is not None:
                     first = sum(s.num_rows for s in program.slots)
                     score_prompt_rows(program.logits, first, program.prompt, out)
@@ -407,13 +411,32 @@ class JaxModelRunner(LoraRunnerVerbs):
         rows[: len(logits_rows)] = logits_rows
         meta = build_chunk_meta(row_seg, positions, seg_blocks, bs, self.buckets.key_blocks)
         lora = self._lora_params(first_rows, t, slot_of)
-        logits, self.kv_cache.device_kv = chunk_step(
-            self.params, self.kv_cache.device_kv, token_ids, positions, slots, meta, rows, lora, dims=self.dims
+        embed = any(r.embed for r in chunks)
+        logits, self.kv_cache.device_kv, *hidden = chunk_step(
+            self.params,
+            self.kv_cache.device_kv,
+            token_ids,
+            positions,
+            slots,
+            meta,
+            rows,
+            lora,
+            dims=self.dims,
+            return_hidden=embed,
         )
-        return _ProgramOutput(logits, sample_rows.slots, prompt_rows if prompt_rows.spans else None)
+        prompt = prompt_rows if prompt_rows.spans else None
+        return _ProgramOutput(logits, sample_rows.slots, prompt, hidden[0] if hidden else None)
 
     def _sample(self, program: _ProgramOutput, out: RunnerOutput) -> None:
         rows = [s.first_row + j for s in program.slots for j in range(s.num_rows)]
         req_ids, params = per_row(program.slots)
         plan = self.sampler.adjuster.plan(program.slots, program.logits.shape[-1])
         accept_sampled(program.slots, self.sampler.sample(program.logits, rows, req_ids, params, plan), out)
+
+
+def take_embeddings(hidden: np.ndarray, slots: list[SampleSlot], out: RunnerOutput) -> None:
+    """Each embedding request's vector: its sampled row's final hidden state, L2-normalised (engine/embeddings.py)."""
+    for s in slots:
+        if s.request.embed:
+            row = hidden[s.first_row].astype(np.float64)
+            out.embeddings[s.request.req_id] = (row / max(float(np.linalg.norm(row)), 1e-12)).tolist()

@@ -261,8 +261,10 @@ class LlamaModel(nn.Module):
         meta: AttentionMetadata,
         logits_indices: torch.Tensor | None = None,  # [S] int64 rows to project; None = all
         lora: LoraBatch | None = None,  # this step's adapters per row (lora_batch.py); None = base only
-    ) -> torch.Tensor:
-        """Returns fp32 logits [S, V] for the selected rows."""
+        return_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Returns fp32 logits [S, V] for the selected rows; with ``return_hidden``, also their final hidden states
+        [S, E] (after the last norm: what an embedding pools, engine/embeddings.py)."""
         hidden = self.embed_t.index_select(1, input_ids).t().contiguous()  # [T, E]
         tables = self.rope_signed if self._fast_path else self.rope
         cos_sin = tables[:, positions].unsqueeze(2)  # [2, T, 1, D]
@@ -271,7 +273,9 @@ class LlamaModel(nn.Module):
             hidden = layer(hidden, cos, sin, kv, attn, meta, lora)
         if logits_indices is not None:
             hidden = hidden.index_select(0, logits_indices)
-        return torch.mm(self.norm(hidden, self._fast_path), self.lm_head_t).float()  # [S, V]
+        normed = self.norm(hidden, self._fast_path)
+        logits = torch.mm(normed, self.lm_head_t).float()  # [S, V]
+        return (logits, normed) if return_hidden else logits
 
     @property
     def embed_tokens(self) -> torch.Tensor:

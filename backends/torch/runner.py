@@ -57,7 +57,8 @@ logger = logging.getLogger(__name__)
 GRAPH_BUCKETS = BucketPolicy(batch_buckets=(1, 2, 4, 8, 16, 32, 64))
 
 
-_Forward = tuple[torch.Tensor, list[SampleSlot], PromptRows | None]  # logits, sampled slots, prompt rows
+# logits, sampled slots, prompt rows, the logits rows' final hidden states (when a chunk asks for an embedding)
+_Forward = tuple[torch.Tensor, list[SampleSlot], PromptRows | None, torch.Tensor | None]
 
 
 class TorchModelRunner(LoraRunnerVerbs):
@@ -93,6 +94,7 @@ class TorchModelRunner(LoraRunnerVerbs):
     """
 
     scores_prompts = True  # computes prompt_logprobs (engine/prompt_logprobs.py)
+    embeds = True  # computes a prompt's embedding (engine/embeddings.py)
 
     def __init__(
         self,
@@ -225,7 +227,9 @@ class TorchModelRunner(LoraRunnerVerbs):
         out = RunnerOutput()
         if batch.requests:
             with torch.inference_mode():
-                logits, slots, prompt_rows = self._forward(batch.requests)
+                logits, slots, prompt_rows, hidden = self._forward(batch.requests)
+                if hidden is not None:
+                    take_embeddings(hidden, slots, out)
                 if prompt_rows is not None:  # scored, then cut off: the sampler sees the sampled rows only
                     num_sampled = logits.shape[0] - len(prompt_rows.logits_rows)
                     score_prompt_rows(logits[num_sampled:], prompt_rows, out)
@@ -245,7 +249,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         if not batch.requests:
             return {}
         with torch.inference_mode():
-            logits, slots, _ = self._forward(batch.requests)
+            logits, slots, _, _ = self._forward(batch.requests)
         return {s.request.req_id: logits[s.first_row : s.first_row + s.num_rows].clone() for s in slots}
 
     def _capture_graphs(self) -> None:
@@ -329,8 +333,10 @@ class TorchModelRunner(LoraRunnerVerbs):
         rows_np[:] = logits_rows
         buf.upload()
         lora = self._lora_batch(decodes, chunks)
-        logits = self.model(input_ids, positions, self.kv_cache.layers, self.attn, meta, logits_idx, lora)
-        return logits, sample_rows.slots, prompt_rows if prompt_rows.spans else None
+        embed = any(r.embed for r in chunks)
+        out = self.model(input_ids, positions, self.kv_cache.layers, self.attn, meta, logits_idx, lora, embed)
+        logits, hidden = out if embed else (out, None)
+        return logits, sample_rows.slots, prompt_rows if prompt_rows.spans else None, hidden
 
     def _forward_graph(self, decodes: list[ScheduledRequest]) -> _Forward:
         """A step of plain decodes (sorted) replayed from its bucket's CUDA graph."""
@@ -345,7 +351,7 @@ class TorchModelRunner(LoraRunnerVerbs):
         for i, r in enumerate(decodes):
             sample_rows.add(r, i)
         logits = self.graphs.run(ids, pos, blk * bs + pos % bs, (pos + 1).tolist(), [r.block_ids for r in decodes])
-        return logits, sample_rows.slots, None
+        return logits, sample_rows.slots, None, None
 
     def _forward_cpu_kernel(self, decodes: list[ScheduledRequest], row_slots: torch.Tensor | None = None) -> _Forward:
         """A step of a few plain decodes in one call of the C kernel (cpu_decode.py); row_slots: each row's
@@ -390,7 +396,7 @@ class TorchModelRunner(LoraRunnerVerbs):
                     torch.set_num_threads(all_threads)
         if self.thread_choice is not None:
             self.thread_choice.record(n, threads, time.perf_counter() - t0)
-        return logits, sample_rows.slots, None
+        return logits, sample_rows.slots, None, None
 
     def _kernel_row_slots(self, decodes: list[ScheduledRequest], lora_ids: set[int | None]) -> torch.Tensor:
         """The decode rows' device slots for the C kernel (int32, -1 = base), their adapters made resident."""
@@ -472,3 +478,12 @@ def _renumbered(slots: list[SampleSlot]) -> list[SampleSlot]:
         renumbered.append(SampleSlot(s.request, row, s.num_rows))
         row += s.num_rows
     return renumbered
+
+
+def take_embeddings(hidden: torch.Tensor, slots: list[SampleSlot], out: RunnerOutput) -> None:
+    """Each embedding request's vector: its sampled row's final hidden state, L2-normalised in fp32
+    (engine/embeddings.py)."""
+    for s in slots:
+        if s.request.embed:
+            row = hidden[s.first_row].float()
+            out.embeddings[s.request.req_id] = torch.nn.functional.normalize(row, dim=0).tolist()

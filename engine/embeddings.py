@@ -1,0 +1,25 @@
+"""A prompt's embedding: what ``POST /v1/embeddings`` returns, computed by the same forward pass as its first token.
+
+The rule is vLLM's for a decoder-only model served as an embedding model (vllm/model_executor/models/adapters.py
+``as_embedding_model``, the pooler vllm/model_executor/layers/pooler.py, v0.11: LAST pooling, ``normalize`` on by
+default): the final hidden state (after the model's last norm) at the prompt's last token, L2-normalised, in
+float32. A request asks with ``SamplingParams.embed``; its chunk that reaches the last prompt token is never run as
+a plain decode row (``ScheduledRequest.embed``), so the runner's prefill path computes that row and returns its
+vector (``RunnerOutput.embeddings``); the engine puts it on the request's first output (``RequestOutput.embedding``),
+the agent on its TokenChunk. A runner that cannot (simulated, fake, tensor-parallel) has no ``embeds`` and refuses
+the request with an error naming ``embed``.
+
+The request samples one token as any other (the gateway asks for ``max_tokens`` 1), so an embedding request is
+scheduled, batched, preempted, cached and routed like a one-token completion: the prefix cache serves its prompt
+but its last token, which is always computed.
+"""
+
+from __future__ import annotations
+
+from engine.sampling_params import SamplingParams
+
+
+def check_runner(runner: object, params: SamplingParams) -> None:
+    """ValueError naming ``embed`` when an embedding is asked of a runner that cannot compute one."""
+    if params.embed and not getattr(runner, "embeds", False):
+        raise ValueError("embed: this node's runner does not compute embeddings")
