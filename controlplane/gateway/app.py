@@ -27,8 +27,8 @@ of prompts is n per prompt (``prompts``).
 A generation request: read the body (capped) → parse it (any bad input: 400) → a structured-output constraint
 compiled in a worker thread (one that does not: 400 naming the field) → frontend.generate →
 wait for the first chunk, so a refusal still gets its own status (404, 429 + Retry-After, 503 …) →
-reply. After the first SSE event a failure is sent as an error event. A client that disconnects at
-any point closes the frontend's iterator, which cancels the request upstream.
+reply (gateway/reply_stream.py). After the first SSE event a failure is sent as an error event. A client that
+disconnects at any point closes the frontend's iterator, which cancels the request upstream.
 
 Every error reply has OpenAI's JSON error body: the gateway's refusals, the router's 404/405, a body
 not read within ``request_read_timeout_s`` (408, and the connection is closed), an unexpected exception
@@ -41,9 +41,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import TypeVar
 
 import anyio
 import msgspec
@@ -58,7 +56,6 @@ from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
-from controlplane.gateway.anthropic_messages import error_event as anthropic_error_event
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
 from controlplane.gateway.http_methods import OptionsMiddleware
@@ -66,18 +63,24 @@ from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
+from controlplane.gateway.reply_stream import (
+    ClientGone,
+    message_events,
+    openai_events,
+    respond,
+    response_events,
+    until_disconnect,
+)
 from controlplane.gateway.response_store import ResponseStore
-from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
 from engine.structured_output import StructuredOutputError
 from transport.codec import clip
-from transport.messages import ErrorCode, TokenChunk
+from transport.messages import ErrorCode
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
@@ -182,7 +185,7 @@ class Gateway:
                 await _check_structured(args)
             reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
             chunks = self._start(request, reply.id, args, arrival_ns)
-            return await _respond(request, chunks, reply, args.stream, _message_events, reply.id)
+            return await respond(request, chunks, reply, args.stream, message_events, reply.id)
 
         return await _guarded(request, serve, anthropic_error_body)
 
@@ -222,7 +225,7 @@ class Gateway:
             model = args.model or (self.frontend.model_names or [""])[0]
             reply = ResponsesReply(model, parsed, on_done=keep if parsed.store else None)
             chunks = self._start(request, reply.id, args, arrival_ns)
-            return await _respond(request, chunks, reply, args.stream, _response_events, reply.id)
+            return await respond(request, chunks, reply, args.stream, response_events, reply.id)
 
         return await _guarded(request, serve)
 
@@ -261,7 +264,7 @@ class Gateway:
         names = self.frontend.model_names
         wait_for_models = getattr(self.frontend, "wait_for_models", None)
         if not names and wait_for_models is not None:
-            names = await _until_disconnect(request, wait_for_models(self.config.models_wait_s))
+            names = await until_disconnect(request, wait_for_models(self.config.models_wait_s))
         data = [self._model_object(name) for name in names]
         data += lora_model_objects(self.frontend, self.created_s, self.config.owned_by)
         return _json({"object": "list", "data": data})
@@ -360,7 +363,7 @@ class Gateway:
             more.update(prompts=args.prompts, num_choices=args.n)
         more.update(prompt=args.prompt, prompt_token_ids=args.prompt_token_ids)
         chunks = self._start(request, request_id, args, arrival_ns, **more)
-        return await _respond(request, chunks, reply, args.stream, _events, request_id)
+        return await respond(request, chunks, reply, args.stream, openai_events, request_id)
 
     def _echo_text(self, args: GenerateArgs) -> list[str]:
         """The prompts a completion's ``echo`` repeats (one, or a batch's): texts, or token ids decoded (without a
@@ -382,7 +385,7 @@ async def _guarded(request: Request, serve, error_body_of=error_body) -> Respons
         return _json(error_body_of(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
     except _ReadTimeout as timeout:
         return _read_timeout_response(timeout)
-    except (_ClientGone, ClientDisconnect):
+    except (ClientGone, ClientDisconnect):
         return Response(status_code=499)  # nobody is left to read it
     except Exception:
         log.exception("gateway: unexpected error serving %s", clip(request.url.path, MAX_ECHOED_PATH_CHARS))
@@ -399,23 +402,6 @@ def _owner(request: Request) -> str | None:
     return request.scope.get("state", {}).get("zoo_owner")
 
 
-async def _respond(request: Request, chunks: AsyncIterator[TokenChunk], reply, stream: bool, events, request_id: str):
-    """The reply to a started generation: whole (``reply.full_object()``) or streamed (``events(chunks, first,
-    reply)`` after the first chunk, so a refusal still gets its own status); the stream is closed unless handed over."""
-    headers = {"x-request-id": request_id}
-    handed_over = False
-    try:
-        if not stream:
-            await _until_disconnect(request, _collect(chunks, reply))
-            return _json(reply.full_object(), headers=headers)
-        first = await _until_disconnect(request, _next_chunk(chunks))
-        handed_over = True
-        return EventStreamResponse(events(chunks, first, reply), on_close=lambda: _close(chunks), headers=headers)
-    finally:
-        if not handed_over:
-            await _close(chunks)
-
-
 async def _check_structured(args: GenerateArgs) -> None:
     """Compile the request's constraint in a worker thread (a 64 KiB schema takes tens of milliseconds, which the
     event loop serving every other request should not wait for); a refusal names the field the client used. The
@@ -428,137 +414,12 @@ async def _check_structured(args: GenerateArgs) -> None:
         raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
 
 
-async def _events(
-    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: OpenAIReply
-) -> AsyncGenerator[bytes, None]:
-    try:
-        for obj in reply.first_objects(first):
-            yield data_event(obj)
-        chunk = first
-        while True:
-            for obj in reply.chunk_objects(chunk):
-                yield data_event(obj)
-            if reply.finished:
-                break
-            chunk = await _next_chunk(chunks)
-        if reply.include_usage:
-            yield data_event(reply.usage_object())
-    except FrontendError as err:
-        yield error_event(err)
-    except Exception:
-        log.exception("gateway: unexpected error while streaming %s", reply.base["id"])
-        yield error_event(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
-    yield DONE_EVENT
-
-
-async def _message_events(
-    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: MessagesReply
-) -> AsyncGenerator[bytes, None]:
-    """Anthropic's event stream (no [DONE]; a failure after the first event is an ``error`` event)."""
-    try:
-        reply.num_prompt_tokens = first.num_prompt_tokens  # message_start's input_tokens
-        for event in reply.start_events():
-            yield event
-        chunk = first
-        while True:
-            for event in reply.chunk_events(chunk):
-                yield event
-            if reply.finished:
-                break
-            chunk = await _next_chunk(chunks)
-    except FrontendError as err:
-        yield anthropic_error_event(err)
-    except Exception:
-        log.exception("gateway: unexpected error while streaming %s", reply.id)
-        yield anthropic_error_event(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
-
-
-async def _response_events(
-    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: ResponsesReply
-) -> AsyncGenerator[bytes, None]:
-    """The Responses API's named events (no [DONE]; a failure after the first event: ``error``, response.failed)."""
-    try:
-        for event in reply.start_events():
-            yield event
-        chunk = first
-        while True:
-            for event in reply.add(chunk):
-                yield event
-            if reply.finished:
-                break
-            chunk = await _next_chunk(chunks)
-    except FrontendError as err:
-        for event in reply.failed_events(err):
-            yield event
-    except Exception:
-        log.exception("gateway: unexpected error while streaming %s", reply.id)
-        for event in reply.failed_events(FrontendError(ErrorCode.INTERNAL, "Internal server error")):
-            yield event
-
-
-async def _collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply | MessagesReply | ResponsesReply) -> None:
-    while True:
-        reply.add(await _next_chunk(chunks))
-        if reply.finished:
-            return
-
-
-async def _next_chunk(chunks: AsyncIterator[TokenChunk]) -> TokenChunk:
-    try:
-        return await anext(chunks)
-    except StopAsyncIteration:
-        raise FrontendError(ErrorCode.NODE_FAILED, "The generation stream ended before the request finished") from None
-
-
-async def _close(chunks: AsyncIterator[TokenChunk]) -> None:
-    """Close the frontend's iterator (cancelling the request upstream unless it finished); shielded."""
-    aclose = getattr(chunks, "aclose", None)
-    if aclose is None:
-        return
-    with anyio.CancelScope(shield=True):
-        try:
-            await aclose()
-        except Exception:
-            log.exception("gateway: closing a generation stream failed")
-
-
-class _ClientGone(Exception):
-    """The client disconnected before its reply was ready."""
-
-
 class _ReadTimeout(Exception):
     """The request body did not arrive within the deadline (a slow or stalled client)."""
 
     def __init__(self, timeout_s: float) -> None:
         super().__init__(timeout_s)
         self.timeout_s = timeout_s
-
-
-async def _until_disconnect(request: Request, awaitable: Awaitable[T]) -> T:
-    """Await ``awaitable``; if the client disconnects first, cancel it and raise _ClientGone.
-
-    Only after the body has been read: from then on ``receive()`` returns nothing but the disconnect.
-    """
-    finished, result, error = False, None, None
-    async with anyio.create_task_group() as tg:
-
-        async def watch() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(watch)
-        try:
-            result = await awaitable
-            finished = True
-        except Exception as exc:  # raised outside the task group, so it is not wrapped in a group
-            error = exc
-        tg.cancel_scope.cancel()
-    if error is not None:
-        raise error
-    if not finished:
-        raise _ClientGone
-    return result
 
 
 class _ExactPathApp:

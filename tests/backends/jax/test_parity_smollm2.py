@@ -189,3 +189,28 @@ def test_prompt_logprobs_match_torch(smollm2_checkpoint, smollm2_model, smollm2_
     for t, j in zip(torch_scores[1:], jax_scores[1:]):
         assert t.token_id == j.token_id and abs(t.logprob - j.logprob) <= 1e-3
         assert [i for i, _ in t.top] == [i for i, _ in j.top] and abs(t.rank - j.rank) <= 1
+
+
+@pytest.mark.slow
+def test_embeddings_match_torch(smollm2_checkpoint, smollm2_model, smollm2_jax):
+    """A prompt's embedding (the normalised final hidden state at its last token, engine/embeddings.py), the prompt
+    chunked (a 16-token step budget) and pooled in the JAX chunk program as in the torch runner."""
+    ids = smollm2_checkpoint.tokenizer.encode(PROMPTS[0] + " ran after the cat, which climbed a tree.")
+    vectors = []
+    for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
+        engine = LLMEngine(
+            runner,
+            smollm2_checkpoint.tokenizer,
+            SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
+            CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
+        )
+        engine.add_request(ids, SamplingParams(max_tokens=1, temperature=0, embed=True))
+        outputs = []
+        while engine.has_unfinished_requests():
+            outputs += engine.step()
+        (vector,) = [out.embedding for out in outputs if out.embedding is not None]
+        vectors.append(vector)
+    torch_vector, jax_vector = vectors
+    assert len(jax_vector) == smollm2_checkpoint.config.hidden_size
+    assert max(abs(t - j) for t, j in zip(torch_vector, jax_vector)) < 1e-3
+    assert sum(t * j for t, j in zip(torch_vector, jax_vector)) > 0.9999
