@@ -120,3 +120,13 @@ def drive_greedy(
         for s, sched in zip(seqs, scheduled):
             s.advance(sched, out.sampled_token_ids.get(s.req_id))
     return [s.token_ids[len(p) :] for s, p in zip(seqs, prompts)], times
+
+
+def drive_embed(runner: Any, prompts: list[list[int]], block_size: int = 4, num_blocks: int = 256) -> list[list[float]]:
+    """Each prompt's embedding (engine/embeddings.py), every prompt prefilled in one step."""
+    runner.initialize_kv_cache(KVCacheSpec(num_device_blocks=num_blocks, num_host_blocks=0, block_size=block_size))
+    alloc = BlockAllocator(num_blocks)
+    embed = SamplingParams(temperature=0.0, max_tokens=1, embed=True)
+    seqs = [Seq(f"r{i}", list(p), embed) for i, p in enumerate(prompts)]
+    out = runner.execute(make_step(0, [s.schedule(alloc, block_size) for s in seqs]))
+    return [out.embeddings[s.req_id] for s in seqs]

@@ -11,7 +11,7 @@
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
         count_tokens; a Responses API body, one time in twelve or so, to /v1/responses, its tools its own:
-        RESPONSES_TOOLS_HTTP)
+        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -343,6 +343,7 @@ HTTP_FIELDS = [
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata",  # OpenAI's Responses API (/v1/responses)
+    "encoding_format", "dimensions",  # OpenAI's embeddings API (/v1/embeddings)
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw"]  # fmt: skip
@@ -464,7 +465,10 @@ class HttpCases:
         responses = chat and r.random() < 0.17
         if responses:
             path = "/v1/responses"
-        text = json.dumps(self.responses_body() if responses else self.valid_body(chat))
+        body = self.responses_body() if responses else self.valid_body(chat)
+        if not chat and r.random() < 0.12:  # the prompt as an embeddings input (one, or a batch)
+            path, body = "/v1/embeddings", {"input": body["prompt"], "encoding_format": r.choice(["float", "base64"])}
+        text = json.dumps(body)
         if kind == "field":
             name = r.choice(HTTP_FIELDS)
             text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'

@@ -30,13 +30,14 @@ import contextlib
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import zmq.asyncio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from client.completion import Completion
 from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
 from engine.sampling_params import SamplingParams
 from engine.structured_output import StructuredOutput
@@ -57,24 +58,6 @@ from transport.messages import (
     ToolSpec,
 )
 from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connect_dealer
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(slots=True)
-class Completion:
-    request_id: str
-    text: str
-    token_ids: list[int]
-    finish_reason: str | None
-    num_prompt_tokens: int
-    num_output_tokens: int
-    node_id: str
-    chunks: int = 0
-    logprobs: list[Any] = field(default_factory=list)
-    # with prompt_logprobs: per prompt position (token, logprob, top, rank), position 0's logprob None
-    prompt_logprobs: list[Any] | None = None
-
 
 # --------------------------------------------------------------------------- async client
 
@@ -139,12 +122,13 @@ class GenerationStream:
         """Read the stream to its end into one Completion."""
         text, token_ids, logprobs, n = [], [], [], 0
         last: TokenChunk | None = None
-        prompt_logprobs = None
+        prompt_logprobs = embedding = None
         async for chunk in self:
             text.append(chunk.text)
             token_ids += chunk.token_ids
             logprobs += chunk.logprobs or []
             prompt_logprobs = chunk.prompt_logprobs if chunk.prompt_logprobs is not None else prompt_logprobs
+            embedding = chunk.embedding if chunk.embedding is not None else embedding
             n += 1
             last = chunk
         assert last is not None
@@ -159,6 +143,7 @@ class GenerationStream:
             n,
             logprobs,
             prompt_logprobs,
+            embedding,
         )
 
 
@@ -264,6 +249,7 @@ class AsyncZooClient:
         allowed_token_ids: list[int] | None = None,
         structured_outputs: StructuredOutput | None = None,
         tools: list[ToolSpec] | None = None,
+        embed: bool = False,
         model: str | None = None,
         traffic_class: str = "default",
         request_id: str | None = None,
@@ -285,7 +271,8 @@ class AsyncZooClient:
         ``prompt_logprobs``: every prompt token's log-probability, rank and that many alternatives, in
         ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it.
         ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``: vLLM's, as on HTTP
-        (engine/sampling_params.py)."""
+        (engine/sampling_params.py). ``embed``: the prompt's embedding too, in ``Completion.embedding`` (``embed()``
+        asks for it of several inputs at once)."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -321,6 +308,7 @@ class AsyncZooClient:
                 min_tokens=min_tokens,
                 allowed_token_ids=tuple(allowed_token_ids or ()),
                 structured_outputs=structured_outputs,
+                embed=embed,
             ),
             traffic_class=traffic_class,
         )
@@ -337,6 +325,42 @@ class AsyncZooClient:
             raise
         result = GenerationStream(self, request_id, receive, first)
         return result if stream else await result.collect()
+
+    async def embed(
+        self,
+        inputs: str | list[int] | list[str | list[int]],
+        *,
+        truncate_prompt_tokens: int | None = None,
+        model: str | None = None,
+        traffic_class: str = "default",
+    ) -> list[list[float]]:
+        """Each input's embedding (a text or token ids; engine/embeddings.py: the normalised final hidden state at its
+        last token), in order: one request per input, all in flight together. Raises ZooError subclasses (the first
+        refusal; the others are cancelled)."""
+        one = isinstance(inputs, str) or (bool(inputs) and all(isinstance(t, int) for t in inputs))
+        items: list[Any] = [inputs] if one else list(inputs)
+        vectors: list[list[float]] = [[] for _ in items]
+        refusals: list[ZooError] = []
+
+        async def embed_one(i: int, item: str | list[int]) -> None:
+            prompt, token_ids = (item, None) if isinstance(item, str) else (None, list(item))
+            try:
+                done = await self.generate(
+                    prompt, prompt_token_ids=token_ids, max_tokens=1, temperature=0.0, embed=True, model=model,
+                    truncate_prompt_tokens=truncate_prompt_tokens, traffic_class=traffic_class,
+                )  # fmt: skip
+            except ZooError as error:
+                refusals.append(error)
+                tg.cancel_scope.cancel()
+                return
+            vectors[i] = done.embedding or []
+
+        async with anyio.create_task_group() as tg:
+            for i, item in enumerate(items):
+                tg.start_soon(embed_one, i, item)
+        if refusals:
+            raise refusals[0]
+        return vectors
 
     async def ping(self) -> float:
         """Round trip to the control plane, in seconds."""
@@ -550,6 +574,10 @@ class ZooClient:
                     return
         finally:
             self._portal.call(s.cancel)
+
+    def embed(self, inputs: str | list[int] | list[str | list[int]], **kwargs) -> list[list[float]]:
+        """As AsyncZooClient.embed."""
+        return self._portal.call(lambda: self._client.embed(inputs, **kwargs))
 
     def ping(self) -> float:
         return self._portal.call(self._client.ping)

@@ -165,6 +165,22 @@ def tp_generate(
         leader.close()
 
 
+def tp_embed(group: TPGroup, config: Any, prompts: list[list[int]], state_dict: dict) -> Any:
+    """One rank of a TP step that embeds ``prompts`` (engine/embeddings.py): rank 0 returns the vectors."""
+    from backends.runner_driver import drive_embed
+    from backends.torch.runner import TorchModelRunner
+    from backends.torch.tp_runner import TPLeaderRunner, follow
+
+    runner = TorchModelRunner(config, "float32", group.device, state_dict=state_dict, progress=False, tp=group)
+    if group.rank != 0:
+        return follow(runner, group)
+    leader = TPLeaderRunner(runner, group)
+    try:
+        return drive_embed(leader, prompts)
+    finally:
+        leader.close()
+
+
 def run_sequence(group: TPGroup, calls: list[tuple[Callable[..., Any], tuple]]) -> list[Any]:
     """Several ``fn(group, *args)`` one after the other on the same group (one process start for all)."""
     return [fn(group, *args) for fn, args in calls]

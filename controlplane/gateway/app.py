@@ -5,6 +5,7 @@
     POST /v1/messages             Anthropic's Messages API over the same engine requests (anthropic_messages.py;
                                   its errors in Anthropic's shape, its stream in Anthropic's events)
     POST /v1/messages/count_tokens  its prompt's tokens, as /tokenize counts them
+    POST /v1/embeddings           a prompt's embedding per input (openai_embeddings.py; engine/embeddings.py)
     POST /v1/responses            OpenAI's Responses API over the same engine requests (openai_responses.py; its
                                   stream in the Responses API's named events)
     GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per tenant)
@@ -60,6 +61,7 @@ from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
+from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
@@ -137,6 +139,7 @@ def create_app(
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
         Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
+        Route("/v1/embeddings", gateway.handle_embeddings, methods=["POST"]),
         Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
@@ -226,6 +229,26 @@ class Gateway:
             reply = ResponsesReply(model, parsed, on_done=keep if parsed.store else None)
             chunks = self._start(request, reply.id, args, arrival_ns)
             return await respond(request, chunks, reply, args.stream, response_events, reply.id)
+
+        return await _guarded(request, serve)
+
+    async def handle_embeddings(self, request: Request) -> Response:
+        """OpenAI's ``POST /v1/embeddings`` (gateway/openai_embeddings.py): one engine request per input."""
+        arrival_ns = time.monotonic_ns()
+
+        async def serve() -> Response:
+            args = parse_embeddings(await self._read_body(request))
+            request_id = f"embd-{uuid.uuid4().hex}"
+            model = args.model or (self.frontend.model_names or [""])[0]
+            reply = EmbeddingsReply(model, choice_request_ids(request_id, len(args.inputs)), args.base64)
+            first = args.inputs[0]
+            if len(args.inputs) > 1:  # a batch (as a completion's)
+                more = {"prompts": args.inputs}
+            else:
+                more = {"prompt": first} if isinstance(first, str) else {"prompt_token_ids": first}
+            generate = GenerateArgs(model=args.model, sampling=args.sampling, traffic_class=args.traffic_class)
+            chunks = self._start(request, request_id, generate, arrival_ns, **more)
+            return await respond(request, chunks, reply, False, None, request_id)
 
         return await _guarded(request, serve)
 

@@ -154,7 +154,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         raise invalid_param("suffix", "suffix is not supported")
     if req.logprobs is not None and not 0 <= req.logprobs <= MAX_COMPLETION_LOGPROBS:
         raise invalid_param("logprobs", f"must be in [0, {MAX_COMPLETION_LOGPROBS}], got {show_value(req.logprobs)}")
-    prompt, prompt_token_ids, prompts = _prompt_of(req.prompt)
+    prompt, prompt_token_ids, prompts = prompts_of(req.prompt)
     if prompts is not None and len(prompts) * (req.n or 1) > MAX_BATCH:
         message = f"a batch of {len(prompts)} prompts times n={req.n or 1} is more than {MAX_BATCH} requests"
         raise invalid_param("prompt", message)
@@ -265,24 +265,27 @@ def _continuous_usage(req: _CommonRequest) -> bool:
     return _include_usage(req) and bool(req.stream_options.continuous_usage_stats)
 
 
-def _prompt_of(prompt: str | list) -> tuple[str | None, list[int] | None, list[str | list[int]] | None]:
+def prompts_of(
+    prompt: str | list, *, param: str = "prompt", max_batch: int = MAX_BATCH
+) -> tuple[str | None, list[int] | None, list[str | list[int]] | None]:
     """(prompt text, None, None), (None, prompt token ids, None), or a batch: (None, None, prompts). OpenAI's shapes:
-    a string, a list of strings, a list of token ids, a list of lists of token ids (a list of one is one prompt)."""
+    a string, a list of strings, a list of token ids, a list of lists of token ids (a list of one is one prompt).
+    A refusal names ``param`` (the field: a completion's ``prompt``, an embedding's ``input``)."""
     if isinstance(prompt, str) or (prompt and all(isinstance(t, int) for t in prompt)):
         prompt = [prompt]  # one prompt
     if not prompt:
-        raise invalid_param("prompt", "must not be empty")
+        raise invalid_param(param, "must not be empty")
     kinds = {type(p) for p in prompt}
     if kinds not in ({str}, {list}):
-        raise invalid_param("prompt", "must be a string, token ids, or a list of either kind (not both)")
+        raise invalid_param(param, "must be a string, token ids, or a list of either kind (not both)")
     for i, p in enumerate(prompt):
-        where = "prompt" if len(prompt) == 1 else f"prompt[{i}]"
+        where = param if len(prompt) == 1 else f"{param}[{i}]"
         if not p:
             raise invalid_param(where, "must not be empty")
         if isinstance(p, list) and (min(p) < 0 or max(p) > MAX_TOKEN_ID):
             raise invalid_param(where, "token ids must be in [0, 2**31-1]")
-    if len(prompt) > MAX_BATCH:
-        raise invalid_param("prompt", f"a batch may hold at most {MAX_BATCH} prompts, got {len(prompt)}")
+    if len(prompt) > max_batch:
+        raise invalid_param(param, f"a batch may hold at most {max_batch} items, got {len(prompt)}")
     if len(prompt) > 1:
         return None, None, [p if isinstance(p, str) else list(p) for p in prompt]
     (one,) = prompt

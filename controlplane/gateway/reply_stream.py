@@ -26,6 +26,7 @@ from starlette.responses import Response
 from controlplane.frontend import FrontendError
 from controlplane.gateway.anthropic_messages import MessagesReply
 from controlplane.gateway.anthropic_messages import error_event as anthropic_error_event
+from controlplane.gateway.openai_embeddings import EmbeddingsReply
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
@@ -121,7 +122,9 @@ async def response_events(
             yield event
 
 
-async def collect(chunks: AsyncIterator[TokenChunk], reply: OpenAIReply | MessagesReply | ResponsesReply) -> None:
+async def collect(
+    chunks: AsyncIterator[TokenChunk], reply: OpenAIReply | MessagesReply | ResponsesReply | EmbeddingsReply
+) -> None:
     while True:
         reply.add(await next_chunk(chunks))
         if reply.finished:

@@ -129,6 +129,17 @@ def test_prompt_logprobs_travel_and_a_node_that_cannot_score_refuses_them(portal
         assert (cut.num_prompt_tokens, cut.text, cut.finish_reason) == (4, "zz", "stop")
 
 
+def test_a_node_that_cannot_embed_refuses_by_name(portal_fleet):
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        for stream in (False, True):
+            error = _refusal(zoo, stream, embed=True)
+            assert error.code is ErrorCode.INVALID_REQUEST and error.message.startswith("embed:")
+        with pytest.raises(ZooError) as refused:
+            zoo.embed(["a", "b"])
+        assert refused.value.message.startswith("embed:")
+        assert zoo.generate("after", max_tokens=1).embedding is None
+
+
 def _refusal(zoo: ZooClient, stream: bool, **kwargs) -> ZooError:
     with pytest.raises(ZooError) as e:
         if stream:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.runner_driver import drive_greedy, tiny_config
+from backends.runner_driver import drive_embed, drive_greedy, tiny_config
 from backends.torch import TorchModelRunner, random_state_dict
 from backends.torch.allreduce import COMPRESSIONS, compression_tolerance
 from backends.torch.tp_group import TPConfig
-from backends.torch.tp_launch import allreduce_variants, run_ranks, run_sequence, tp_generate
+from backends.torch.tp_launch import allreduce_variants, run_ranks, run_sequence, tp_embed, tp_generate
 from backends.torch.weights import hf_state_dict
 
 PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [12, 13, 14], [3] * 9]
@@ -29,6 +29,16 @@ def test_tp2_flat_is_token_identical_to_tp1(tiny):
     ids, times = rank0
     assert ids == ref
     assert len(times) == 12 and follower_steps == 12  # the follower ran every step the leader ran
+
+
+def test_tp2_embeddings_equal_tp1(tiny):
+    """The leader's final hidden states are the whole model's (the residual stream is all-reduced, the final norm
+    replicated), so a TP node embeds as a TP=1 one does."""
+    config, sd, _ = tiny
+    ref = drive_embed(TorchModelRunner(config, state_dict=sd, progress=False), PROMPTS)
+    got, _ = run_ranks(tp_embed, TPConfig(size=2), (config, PROMPTS, sd))
+    assert len(got) == len(PROMPTS) and all(len(v) == config.hidden_size for v in got)
+    assert max(abs(a - b) for u, v in zip(got, ref) for a, b in zip(u, v)) < 1e-4
 
 
 def test_tp4_hierarchical_is_token_identical_and_allreduces_agree():

@@ -13,9 +13,12 @@ from controlplane.gateway.app import create_app
 from controlplane.gateway.http_server import serve_gateway
 
 
-async def check_over_http(controlplane, tokenizer, engine, check: Callable[[str, str], None]) -> None:
+async def check_over_http(
+    controlplane, tokenizer, engine, check: Callable[..., None], *, with_client_endpoint: bool = False
+) -> None:
     """Serve ``engine`` as node n0 of a round-robin control plane (``controlplane``: the fleet fixture) and run
-    ``check(base_url, model)`` against its gateway."""
+    ``check(base_url, model)`` against its gateway (``check(base_url, model, client_endpoint)`` with
+    ``with_client_endpoint``: the control plane's ZeroMQ client socket too)."""
     async with controlplane("round_robin", tokenizer=tokenizer) as cp, anyio.create_task_group() as agents:
         agent = NodeAgent(
             cp.agent_endpoint, engine, AgentConfig(node_id="n0", model_name="smol"), hardware=cpu_test_hardware()
@@ -25,6 +28,7 @@ async def check_over_http(controlplane, tokenizer, engine, check: Callable[[str,
         async with anyio.create_task_group() as tg:  # port 0: the kernel picks it while binding (no race)
             server = await tg.start(serve_gateway, create_app(cp), "127.0.0.1", 0)
             port = server.servers[0].sockets[0].getsockname()[1]
-            await anyio.to_thread.run_sync(check, f"http://127.0.0.1:{port}", cp.model_names[0])
+            more = (cp.client_endpoint,) if with_client_endpoint else ()
+            await anyio.to_thread.run_sync(check, f"http://127.0.0.1:{port}", cp.model_names[0], *more)
             tg.cancel_scope.cancel()
         agents.cancel_scope.cancel()

@@ -1,15 +1,20 @@
 """Property tests of the HTTP schema (hypothesis): whatever the body, ``parse_chat`` and ``parse_completion``
-return GenerateArgs or raise a FrontendError that answers 4xx, never anything else."""
+return GenerateArgs or raise a FrontendError that answers 4xx, never anything else; so do the other generation
+routes' parsers (Anthropic's messages and count_tokens, the Responses API, embeddings), each their own result."""
 
 from __future__ import annotations
 
 import json
+from functools import partial
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controlplane.frontend import FrontendError
+from controlplane.gateway.anthropic_messages import parse_count_tokens, parse_messages
 from controlplane.gateway.errors import ERROR_KINDS
+from controlplane.gateway.openai_embeddings import EmbeddingsArgs, parse_embeddings
+from controlplane.gateway.openai_responses import ResponsesArgs, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -33,18 +38,31 @@ FIELDS = [
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "presence_penalty", "frequency_penalty",
     "logit_bias", "logprobs", "top_logprobs", "tools", "response_format", "echo", "best_of", "suffix", "user",
     "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "prompt_logprobs", "tool_choice",
-    "parallel_tool_calls",
+    "parallel_tool_calls", "input", "instructions", "max_output_tokens", "previous_response_id", "text", "include",
+    "background", "system", "stop_sequences", "encoding_format", "dimensions",
+]  # fmt: skip
+RESPONSES = {"model": "smol", "input": "hi", "max_output_tokens": 4}
+MESSAGES = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+EMBEDDINGS = {"model": "smol", "input": ["hi", "yo"]}
+_chat = partial(parse_chat, default_max_tokens=16)
+_completion = partial(parse_completion, default_max_tokens=16)
+OTHER_PARSERS = [  # (a body's parser, what it returns)
+    (lambda b: parse_responses(b, default_max_tokens=16, tool_call_parser="hermes", previous=lambda _: ()),
+     ResponsesArgs),
+    (parse_messages, GenerateArgs),
+    (parse_count_tokens, tuple),
+    (parse_embeddings, EmbeddingsArgs),
 ]  # fmt: skip
 
 
-def _check(parse, body: bytes) -> None:
+def _check(parse, body: bytes, kind: type = GenerateArgs) -> None:
     try:
-        args = parse(body, default_max_tokens=16)
+        args = parse(body)
     except FrontendError as err:
         assert 400 <= ERROR_KINDS[err.code].status < 500, err
         assert len(err.message) < 1_000
     else:
-        assert isinstance(args, GenerateArgs)
+        assert isinstance(args, kind)
 
 
 def _nested(depth: int) -> str:
@@ -74,25 +92,40 @@ def mutated_bodies(draw, base: dict) -> bytes:
 @FUZZ
 @given(body=mutated_bodies(CHAT))
 def test_mutated_chat_bodies_are_args_or_4xx(body):
-    _check(parse_chat, body)
+    _check(_chat, body)
 
 
 @FUZZ
 @given(body=mutated_bodies(COMPLETION))
 def test_mutated_completion_bodies_are_args_or_4xx(body):
-    _check(parse_completion, body)
+    _check(_completion, body)
 
 
 @FUZZ
 @given(value=json_values)
 def test_any_json_is_args_or_4xx(value):
     body = json.dumps(value).encode()
-    _check(parse_chat, body)
-    _check(parse_completion, body)
+    _check(_chat, body)
+    _check(_completion, body)
 
 
 @FUZZ
 @given(body=st.binary(max_size=200))
 def test_any_bytes_are_args_or_4xx(body):
-    _check(parse_chat, body)
-    _check(parse_completion, body)
+    _check(_chat, body)
+    _check(_completion, body)
+
+
+@FUZZ
+@given(
+    responses=mutated_bodies(RESPONSES),
+    messages=mutated_bodies(MESSAGES),
+    embeddings=mutated_bodies(EMBEDDINGS),
+    value=json_values,
+    raw=st.binary(max_size=200),
+)
+def test_the_other_routes_bodies_are_args_or_4xx(responses, messages, embeddings, value, raw):
+    bodies = [responses, messages, messages, embeddings]  # each parser's own kind of body (count_tokens: messages')
+    for (parse, kind), body in zip(OTHER_PARSERS, bodies, strict=True):
+        for candidate in (body, json.dumps(value).encode(), raw):
+            _check(parse, candidate, kind)

@@ -1,0 +1,52 @@
+"""Embeddings through the whole path with the real model: the official ``openai`` package (its default base64
+encoding) → the gateway → the intake → a real agent (SmolLM2 on the torch runner) → back. Each vector is
+transformers' final hidden state at the input's last token, normalised (vLLM's LAST pooling); a batch gives each
+input's vector as alone, in order; usage counts the inputs' tokens; the ZeroMQ client library's ``embed`` gets the
+same vectors."""
+
+from __future__ import annotations
+
+import openai
+import pytest
+import torch
+
+from backends.torch import TorchModelRunner
+from client import ZooClient
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
+from tests.controlplane.fleet.one_agent_gateway import check_over_http
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+TEXTS = ["The cat sat on the mat.", "Quarterly revenue grew by five percent.", "Bonjour"]
+
+
+async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint, hf_reference):
+    tokenizer = smollm2_checkpoint.tokenizer
+
+    @torch.inference_mode()
+    def reference(text: str) -> torch.Tensor:
+        hidden = hf_reference.model(torch.tensor([tokenizer.encode(text)])).last_hidden_state[0, -1].float()
+        return torch.nn.functional.normalize(hidden, dim=0)
+
+    def check(base_url: str, model: str, client_endpoint: str) -> None:
+        with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0, timeout=120) as client:
+            batch = client.embeddings.create(model=model, input=TEXTS)
+            assert [d.index for d in batch.data] == [0, 1, 2]
+            assert batch.usage.prompt_tokens == sum(len(tokenizer.encode(t)) for t in TEXTS)
+            for text, item in zip(TEXTS, batch.data):
+                assert float(torch.tensor(item.embedding) @ reference(text)) > 0.9999, text
+            alone = client.embeddings.create(model=model, input=TEXTS[1], encoding_format="float")
+            assert alone.data[0].embedding == pytest.approx(batch.data[1].embedding, abs=1e-4)
+        with ZooClient(client_endpoint, timeout_s=60) as zoo:  # the ZeroMQ client library: the same vectors
+            vectors = zoo.embed(TEXTS[:2])
+            assert vectors[0] == pytest.approx(batch.data[0].embedding, abs=1e-4)
+            assert vectors[1] == pytest.approx(batch.data[1].embedding, abs=1e-4)
+            assert zoo.embed(tokenizer.encode(TEXTS[2]))[0] == pytest.approx(batch.data[2].embedding, abs=1e-4)
+
+    engine = LLMEngine(
+        TorchModelRunner(smollm2_model, progress=False),
+        tokenizer,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
+        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
+    )
+    await check_over_http(controlplane, tokenizer, engine, check, with_client_endpoint=True)
