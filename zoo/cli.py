@@ -123,6 +123,7 @@ BENCH_TARGETS = {
     "logits": ("bench.logits_processing", "run_logits_bench"),
     "structured": ("bench.structured_outputs", "run_structured_bench"),
     "prompt-logprobs": ("bench.prompt_logprobs", "run_prompt_logprobs_bench"),
+    "embeddings": ("bench.embeddings", "run_embeddings_bench"),
 }
 
 

@@ -1,5 +1,6 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
-a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, and a tool call),
+a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, a tool call, and
+three sentences' embeddings compared),
 a short load through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is
 shut down at the end."""
 
@@ -19,6 +20,7 @@ from zoo.up import LocalZoo, ZooStartError
 from zoo.up_config import load_up_config
 
 QUESTION = "What is the capital of France?"
+SENTENCES = ["The cat sat on the mat.", "A kitten was sleeping on the rug.", "Quarterly revenue grew by five percent."]
 NUM_LOAD_REQUESTS = 24
 LOAD_CONCURRENCY = 8
 LOAD_BUDGET_S = 60.0
@@ -79,17 +81,22 @@ def _chat(base_url: str) -> None:
         )
     if not choice["message"].get("tool_calls"):
         print(f"(no call: {choice['message']['content']!r}, finish_reason {choice['finish_reason']})")
+    print("   embeddings (/v1/embeddings, the last token's final hidden state, normalised): cosine similarities")
+    vectors = [d["embedding"] for d in _post(base_url, "/v1/embeddings", {"input": SENTENCES})["data"]]
+    for i, j in ((0, 1), (0, 2)):
+        cosine = sum(a * b for a, b in zip(vectors[i], vectors[j]))
+        print(f"{cosine:.3f}  {SENTENCES[i]!r} ~ {SENTENCES[j]!r}")
 
 
 def _post_chat(base_url: str, question: str, extra: dict) -> dict:
-    body = {
-        "model": "SmolLM2-135M-Instruct",
-        "messages": [{"role": "user", "content": question}],
-        "temperature": 0,
-        **extra,
-    }
+    body = {"messages": [{"role": "user", "content": question}], "temperature": 0, **extra}
+    return _post(base_url, "/v1/chat/completions", body)
+
+
+def _post(base_url: str, path: str, body: dict) -> dict:
+    body = {"model": "SmolLM2-135M-Instruct", **body}
     req = urllib.request.Request(
-        f"{base_url}/v1/chat/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+        f"{base_url}{path}", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
     )
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())
