@@ -16,9 +16,8 @@ kernel; their ``ctx_lens`` are 0 in the kernel's launch.
 from __future__ import annotations
 
 import numpy as np
-import torch.nn.functional as F
 
-from backends.torch.attention import AttentionBackend, PagedMetadata, as_slot_tensor
+from backends.torch.attention import AttentionBackend, PagedMetadata, as_slot_tensor, sdpa_one
 from backends.torch.step_buffers import StepBuffers
 from backends.torch.triton_kernels import paged_attention, store_kv
 
@@ -92,7 +91,7 @@ class TritonPagedBackend(AttentionBackend):
             qc = q[row : row + n].transpose(0, 1)  # [H, n, D]
             kc = k[row : row + n].transpose(0, 1)  # [Hkv, n, D]
             vc = v[row : row + n].transpose(0, 1)
-            o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True, enable_gqa=True)  # [H, n, D]
+            o = sdpa_one(qc, kc, vc, is_causal=True)  # [H, n, D]
             out[row : row + n] = o.transpose(0, 1)
         return out.view(t, self.num_heads * self.head_dim)
 
