@@ -78,6 +78,12 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="ROUTER endpoint ZeroMQ clients connect to ('none': off)",
     )
     p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
+    p.add_argument(
+        "--cors-origins",
+        default="*",
+        help="origins a browser page may call the API from: '*' (any), a comma list of scheme://host[:port], or "
+        "'none' (no CORS headers)",
+    )
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument(
         "--router-knobs",
@@ -224,12 +230,34 @@ def run_controlplane(args: argparse.Namespace) -> int:
     cp = controlplane_from_args(args)
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
-    serve = functools.partial(_serve_controlplane, knobs_file=getattr(args, "router_knobs_file", None))
+    serve = functools.partial(
+        _serve_controlplane,
+        knobs_file=getattr(args, "router_knobs_file", None),
+        gateway_config=gateway_config_from_args(args),
+    )
     return anyio.run(serve, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
 
 
+def gateway_config_from_args(args: argparse.Namespace):
+    """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``); SystemExit on a bad value."""
+    from controlplane.gateway.app import GatewayConfig
+
+    raw = getattr(args, "cors_origins", "*")
+    origins = () if raw == "none" else tuple(o.strip() for o in raw.split(",") if o.strip())
+    try:
+        return GatewayConfig(cors_allowed_origins=origins)
+    except ValueError as e:
+        raise SystemExit(f"zoo controlplane: --cors-origins: {e}") from None
+
+
 async def _serve_controlplane(
-    cp, http: str | None, stats_listen: str | None = None, stats_interval_s=0.5, api_keys=None, knobs_file=None
+    cp,
+    http: str | None,
+    stats_listen: str | None = None,
+    stats_interval_s=0.5,
+    api_keys=None,
+    knobs_file=None,
+    gateway_config=None,
 ) -> int:
     from observe.controlplane_exporter import ControlPlaneExporter
     from observe.stats_stream import FleetObserver, StatsPublisher
@@ -247,7 +275,7 @@ async def _serve_controlplane(
             print(f"fleet stats: {endpoint} (zoo top --control {endpoint})", flush=True)
         if http is not None:
             host, _, port = http.rpartition(":")
-            serve_http = functools.partial(_serve_http, api_keys=api_keys)
+            serve_http = functools.partial(_serve_http, gateway_config=gateway_config, api_keys=api_keys)
             await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
             print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
             print(f"Prometheus HTTP service discovery of the agents: http://{http}/metrics/targets", flush=True)

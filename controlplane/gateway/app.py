@@ -18,7 +18,8 @@
     GET  /health                  frontend.health(): 200 when status is "ok", else 503
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
-    (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py)
+    (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
+    preflight and headers, for ``cors_allowed_origins``: Starlette's CORSMiddleware, outside the key check)
 
 Clocks start when a generation request arrives here (``arrival_ns``, before its body is read): the node's
 TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -48,6 +50,7 @@ import anyio
 import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -86,6 +89,8 @@ log = logging.getLogger(__name__)
 MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
+CORS_EXPOSED_HEADERS = ("x-request-id", "retry-after", "retry-after-ms")  # what a page's script may read of a reply
+_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,9 @@ class GatewayConfig:
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
+    # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
+    # credentials: the API key travels in a header a page must set itself); () turns CORS off
+    cors_allowed_origins: tuple[str, ...] = ("*",)
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
@@ -116,6 +124,9 @@ class GatewayConfig:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             message = f"GatewayConfig.tool_call_parser must be one of {TOOL_CALL_PARSERS} or None"
             raise ValueError(f"{message}, got {self.tool_call_parser!r}")
+        for origin in self.cors_allowed_origins:
+            if origin != "*" and not _ORIGIN.fullmatch(origin):
+                raise ValueError(f"GatewayConfig.cors_allowed_origins: {origin!r} is not '*' or scheme://host[:port]")
         for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")
@@ -133,7 +144,8 @@ def create_app(
 
     api_keys: require ``Authorization: Bearer`` with one of these keys (gateway/api_keys.py); None: open.
     sd_app: served at /metrics/targets (Prometheus HTTP service discovery, observe/prometheus_sd.py), if given."""
-    gateway = Gateway(frontend, config or GatewayConfig())
+    config = config or GatewayConfig()
+    gateway = Gateway(frontend, config)
     routes = [
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
@@ -157,7 +169,15 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers=handlers)
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
-    app.add_middleware(OptionsMiddleware, routes=routes)  # outermost: a preflight carries no key
+    app.add_middleware(OptionsMiddleware, routes=routes)  # before the key check: a preflight carries no key
+    if config.cors_allowed_origins:  # outermost: a browser's preflight is answered here, every reply gets its headers
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_allowed_origins),
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=list(CORS_EXPOSED_HEADERS),
+        )
     return app
 
 
