@@ -67,6 +67,8 @@ class ApiKeyConfig:
             path
             for path, protected in (
                 ("/health", self.protect_health),
+                ("/ping", self.protect_health),  # SageMaker's health path (as vLLM serves it): as /health
+                ("/version", self.protect_health),
                 ("/metrics", self.protect_metrics),
                 ("/metrics/targets", self.protect_metrics),  # Prometheus service discovery: as /metrics
             )

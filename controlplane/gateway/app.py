@@ -15,7 +15,9 @@
     POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
     (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
     frontend allows run-time updates: lora_routes.py)
-    GET  /health                  frontend.health(): 200 when status is "ok", else 503
+    GET  /health                  frontend.health(): 200 when status is "ok", else 503 (GET or POST /ping too,
+                                  SageMaker's path, as vLLM serves it)
+    GET  /version                 {"version": this package's}
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
@@ -39,6 +41,7 @@ not read within ``request_read_timeout_s`` (408, and the connection is closed), 
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import math
 import re
@@ -159,6 +162,8 @@ def create_app(
         Route("/tokenize", gateway.handle_tokenize, methods=["POST"]),
         Route("/detokenize", gateway.handle_detokenize, methods=["POST"]),
         Route("/health", gateway.handle_health, methods=["GET"]),
+        Route("/ping", gateway.handle_health, methods=["GET", "POST"]),
+        Route("/version", gateway.handle_version, methods=["GET"]),
     ]
     routes += lora_routes(frontend)
     if metrics_app is not None:
@@ -345,6 +350,9 @@ class Gateway:
             health = {"status": "error"}
         return _json(health, status=200 if health.get("status") == "ok" else 503)
 
+    async def handle_version(self, request: Request) -> Response:
+        return _json({"version": _package_version()})
+
     def _model_object(self, name: str) -> dict:
         return {"id": name, "object": "model", "created": self.created_s, "owned_by": self.config.owned_by}
 
@@ -500,3 +508,10 @@ def _unknown_model(name: str) -> FrontendError:
 
 def _too_large(limit: int) -> FrontendError:
     return FrontendError(ErrorCode.OVERSIZED, f"The request body is larger than {limit} bytes")
+
+
+def _package_version() -> str:
+    try:
+        return importlib.metadata.version("silicon-zoo")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import httpx
 import openai
 import prometheus_client
@@ -83,11 +85,14 @@ async def test_streams_pass_through_and_every_path_needs_a_key(frontend):
 async def test_health_open_and_metrics_protected_by_default_and_both_configurable(frontend):
     async with _client(frontend) as c:
         assert (await c.get("/health")).status_code == 200
+        assert (await c.get("/ping")).status_code == (await c.post("/ping")).status_code == 200  # SageMaker's path
+        assert (await c.get("/version")).json() == {"version": importlib.metadata.version("silicon-zoo")}
         _assert_401(await c.get("/metrics"), None)
         assert (await c.get("/metrics", headers=_auth(KEY))).status_code == 200
     async with _client(frontend, protect_health=True, protect_metrics=False) as c:
-        _assert_401(await c.get("/health"), None)
-        assert (await c.get("/health", headers=_auth(KEY))).status_code == 200
+        for path in ("/health", "/ping", "/version"):
+            _assert_401(await c.get(path), None)
+            assert (await c.get(path, headers=_auth(KEY))).status_code == 200
         assert (await c.get("/metrics")).status_code == 200
 
 
