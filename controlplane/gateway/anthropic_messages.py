@@ -208,7 +208,7 @@ def error_body(err: FrontendError) -> dict:
 
 class MessagesReply:
     """One request's reply, built from its TokenChunks: ``add`` each, then ``full_object()``; or, streamed,
-    ``start_events()``, ``chunk_events(c)`` for each, ``end_events()`` (SSE bytes)."""
+    ``start_events(first)``, ``chunk_events(c)`` for each, ``failure_events(err)`` on a failure (SSE bytes)."""
 
     def __init__(self, model: str, plan: ToolPlan | None) -> None:
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
@@ -249,7 +249,8 @@ class MessagesReply:
             content.append({"type": "tool_use", "id": _tool_use_id(), "name": name, "input": _input(arguments)})
         return {**self._head(), "content": content, **self._stop(bool(calls)), "usage": self._usage()}
 
-    def start_events(self) -> list[bytes]:
+    def start_events(self, first: TokenChunk) -> list[bytes]:
+        self.num_prompt_tokens = first.num_prompt_tokens  # message_start's input_tokens
         message = {**self._head(), "content": [], "stop_reason": None, "stop_sequence": None}
         message["usage"] = {**self._usage(), "output_tokens": 0}
         return [_event("message_start", {"type": "message_start", "message": message})]
@@ -315,6 +316,9 @@ class MessagesReply:
         cached = min(self.num_cached_tokens, self.num_prompt_tokens)
         return {"input_tokens": self.num_prompt_tokens - cached, "output_tokens": self.num_output_tokens,
                 "cache_read_input_tokens": cached, "cache_creation_input_tokens": 0}  # fmt: skip
+
+    def failure_events(self, err: FrontendError) -> list[bytes]:
+        return [error_event(err)]
 
 
 def error_event(err: FrontendError) -> bytes:

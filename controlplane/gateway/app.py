@@ -73,10 +73,9 @@ from controlplane.gateway.openai_responses import ResponsesReply, parse_response
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.reply_stream import (
     ClientGone,
-    message_events,
+    named_events,
     openai_events,
     respond,
-    response_events,
     until_disconnect,
 )
 from controlplane.gateway.response_store import ResponseStore
@@ -213,7 +212,7 @@ class Gateway:
                 await _check_structured(args)
             reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
             chunks = self._start(request, reply.id, args, arrival_ns)
-            return await respond(request, chunks, reply, args.stream, message_events, reply.id)
+            return await respond(request, chunks, reply, args.stream, named_events, reply.id)
 
         return await _guarded(request, serve, anthropic_error_body)
 
@@ -253,7 +252,7 @@ class Gateway:
             model = args.model or (self.frontend.model_names or [""])[0]
             reply = ResponsesReply(model, parsed, on_done=keep if parsed.store else None)
             chunks = self._start(request, reply.id, args, arrival_ns)
-            return await respond(request, chunks, reply, args.stream, response_events, reply.id)
+            return await respond(request, chunks, reply, args.stream, named_events, reply.id)
 
         return await _guarded(request, serve)
 

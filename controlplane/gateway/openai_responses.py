@@ -40,7 +40,7 @@ from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
 from controlplane.gateway.structured_fields import NOT_GIVEN, schema_text
-from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, ToolStream, tool_specs
+from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, ToolStream, plan_for, tool_specs
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
 from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolCall
@@ -230,20 +230,8 @@ def _tool_plan(req: ResponsesRequest, parser: str | None) -> ToolPlan | None:
             raise invalid_param(f"tools[{i}]", f"only function tools with a name are supported, got {tool.type!r}")
     functions = [FunctionIn(name=t.name or "", description=t.description, parameters=t.parameters) for t in req.tools]
     specs = tool_specs([ToolIn(type="function", function=f) for f in functions])
-    parallel = req.parallel_tool_calls is not False
-    if isinstance(choice, ToolChoiceIn):
-        if choice.type != "function":
-            raise invalid_param("tool_choice", f"type must be 'function', got {show_value(choice.type)}")
-        if all(s.name != choice.name for s in specs):
-            raise invalid_param("tool_choice", f"names no tool given: {show_value(choice.name)}")
-        return ToolPlan("named", specs, named=choice.name, parallel=parallel)
-    choice = "auto" if choice is None else choice
-    if choice not in ("none", "auto", "required"):
-        message = f"must be 'none', 'auto', 'required' or a function, got {show_value(choice)}"
-        raise invalid_param("tool_choice", message)
-    if choice == "auto" and parser is None:
-        raise invalid_param("tool_choice", '"auto" needs a tool-call parser, and this gateway has none configured')
-    return ToolPlan(choice, specs, parallel=parallel)
+    named = (choice.type, choice.name) if isinstance(choice, ToolChoiceIn) else None
+    return plan_for(specs, choice, named, parallel=req.parallel_tool_calls is not False, parser=parser)
 
 
 def _structured(req: ResponsesRequest, plan: ToolPlan | None) -> tuple[StructuredOutput | None, str | None]:
@@ -306,8 +294,8 @@ def _item_id(prefix: str) -> str:
 
 class ResponsesReply:
     """One response, built from its TokenChunks: ``add`` each (it returns the SSE events they make), then
-    ``full_object()``; streamed, ``start_events()`` first. ``on_done(object, conversation)`` is called once the
-    response is complete (the store keeps it)."""
+    ``full_object()``; streamed, ``start_events(first)`` before, ``failure_events(err)`` on a failure.
+    ``on_done(object, conversation)`` is called once the response is complete (the store keeps it)."""
 
     def __init__(
         self, model: str, parsed: ResponsesArgs, on_done: Callable[[dict, Conversation], None] | None = None
@@ -368,12 +356,14 @@ class ResponsesReply:
         }
         return obj
 
-    def start_events(self) -> list[bytes]:
+    def start_events(self, first: TokenChunk) -> list[bytes]:
         started = self.full_object()
         created = self._event("response.created", response=started)
         return [created, self._event("response.in_progress", response=started)]
 
-    def failed_events(self, err: FrontendError) -> list[bytes]:
+    chunk_events = add
+
+    def failure_events(self, err: FrontendError) -> list[bytes]:
         kind = ERROR_KINDS[err.code]
         code = kind.code or kind.type
         failed = {**self.full_object(), "status": "failed", "error": {"code": code, "message": err.message}}

@@ -3,8 +3,8 @@
     respond(request, chunks, reply, stream, events, request_id)
         whole: every chunk into ``reply`` (``collect``), then ``reply.full_object()`` as JSON;
         streamed: the first chunk awaited (so a refusal still gets its own status), then ``events(chunks, first,
-        reply)`` as SSE: ``openai_events`` (OpenAI's data events and [DONE]), ``message_events`` (Anthropic's named
-        events), ``response_events`` (the Responses API's named events)
+        reply)`` as SSE: ``openai_events`` (OpenAI's data events and [DONE]), ``named_events`` (Anthropic's, the
+        Responses API's)
     until_disconnect(request, awaitable)
         the awaitable's result, or ClientGone as soon as the client disconnects (its work cancelled)
 
@@ -25,7 +25,6 @@ from starlette.responses import Response
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.anthropic_messages import MessagesReply
-from controlplane.gateway.anthropic_messages import error_event as anthropic_error_event
 from controlplane.gateway.openai_embeddings import EmbeddingsReply
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply
@@ -77,13 +76,13 @@ async def openai_events(
     yield DONE_EVENT
 
 
-async def message_events(
-    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: MessagesReply
+async def named_events(
+    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: MessagesReply | ResponsesReply
 ) -> AsyncGenerator[bytes, None]:
-    """Anthropic's event stream (no [DONE]; a failure after the first event is an ``error`` event)."""
+    """A stream of named events, Anthropic's or the Responses API's (no [DONE]): the reply's ``start_events(first)``,
+    its ``chunk_events`` of every chunk; a failure after the first event is its ``failure_events``."""
     try:
-        reply.num_prompt_tokens = first.num_prompt_tokens  # message_start's input_tokens
-        for event in reply.start_events():
+        for event in reply.start_events(first):
             yield event
         chunk = first
         while True:
@@ -93,32 +92,11 @@ async def message_events(
                 break
             chunk = await next_chunk(chunks)
     except FrontendError as err:
-        yield anthropic_error_event(err)
-    except Exception:
-        log.exception("gateway: unexpected error while streaming %s", reply.id)
-        yield anthropic_error_event(FrontendError(ErrorCode.INTERNAL, "Internal server error"))
-
-
-async def response_events(
-    chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: ResponsesReply
-) -> AsyncGenerator[bytes, None]:
-    """The Responses API's named events (no [DONE]; a failure after the first event: ``error``, response.failed)."""
-    try:
-        for event in reply.start_events():
-            yield event
-        chunk = first
-        while True:
-            for event in reply.add(chunk):
-                yield event
-            if reply.finished:
-                break
-            chunk = await next_chunk(chunks)
-    except FrontendError as err:
-        for event in reply.failed_events(err):
+        for event in reply.failure_events(err):
             yield event
     except Exception:
         log.exception("gateway: unexpected error while streaming %s", reply.id)
-        for event in reply.failed_events(FrontendError(ErrorCode.INTERNAL, "Internal server error")):
+        for event in reply.failure_events(FrontendError(ErrorCode.INTERNAL, "Internal server error")):
             yield event
 
 

@@ -149,14 +149,23 @@ def tool_plan_of(req, *, parser: str | None) -> ToolPlan | None:
         if choice is not None and choice != "none":
             raise invalid_param("tool_choice", "is only allowed when tools are given")
         return None
-    specs = tool_specs(req.tools)
+    named = (choice.type, choice.function.name) if isinstance(choice, NamedToolChoice) else None
     parallel = req.parallel_tool_calls is not False
-    if isinstance(choice, NamedToolChoice):
-        if choice.type != "function":
-            raise invalid_param("tool_choice", f"type must be 'function', got {show_value(choice.type)}")
-        if all(s.name != choice.function.name for s in specs):
-            raise invalid_param("tool_choice", f"names no tool given: {show_value(choice.function.name)}")
-        return ToolPlan("named", specs, named=choice.function.name, parallel=parallel)
+    return plan_for(tool_specs(req.tools), choice, named, parallel=parallel, parser=parser)
+
+
+def plan_for(
+    specs: tuple[ToolSpec, ...], choice, named: tuple[str, str | None] | None, *, parallel: bool, parser: str | None
+) -> ToolPlan:
+    """The plan of a ``tool_choice``: a named function (``named``: its type and name, OpenAI's two shapes of it), else
+    "none", "auto" (also for None) or "required"; FrontendError naming ``tool_choice`` when it is none of these."""
+    if named is not None:
+        kind, name = named
+        if kind != "function":
+            raise invalid_param("tool_choice", f"type must be 'function', got {show_value(kind)}")
+        if all(s.name != name for s in specs):
+            raise invalid_param("tool_choice", f"names no tool given: {show_value(name)}")
+        return ToolPlan("named", specs, named=name, parallel=parallel)
     choice = "auto" if choice is None else choice
     if choice not in ("none", "auto", "required"):
         message = f"must be 'none', 'auto', 'required' or a named function, got {show_value(choice)}"

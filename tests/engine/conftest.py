@@ -212,3 +212,39 @@ def constant_runner_cls():
 @pytest.fixture(scope="session")
 def run():
     return run_to_completion
+
+
+def _run_batch(engine, requests: list[tuple[list[int], SamplingParams]], field: str) -> list[tuple]:
+    """Each request's (its outputs' ``field``, which must come once; cached prompt tokens; output ids), the requests
+    run in one batch."""
+    ids = [engine.add_request(prompt, params) for prompt, params in requests]
+    got = {i: [None, 0, []] for i in ids}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            value = getattr(out, field)
+            if value is not None:
+                assert got[out.req_id][0] is None  # once
+                got[out.req_id][0] = value
+            got[out.req_id][1] = out.num_cached_tokens
+            got[out.req_id][2] += out.new_token_ids
+    return [tuple(got[i]) for i in ids]
+
+
+@pytest.fixture
+def run_batch() -> Callable[..., list[tuple]]:
+    """``run_batch(engine, [(prompt ids, params), ...], "prompt_logprobs" | "embedding")``: see ``_run_batch``."""
+    return _run_batch
+
+
+@pytest.fixture(scope="module")
+def smollm2_chunked_engine(smollm2_model, smollm2_checkpoint):
+    """SmolLM2 on the torch runner with a 16-token step budget (a prompt runs in chunks), one per test module."""
+    from backends.torch import TorchModelRunner
+    from engine.llm_engine import LLMEngine
+
+    return LLMEngine(
+        TorchModelRunner(smollm2_model, progress=False),
+        smollm2_checkpoint.tokenizer,
+        SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
+        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
+    )

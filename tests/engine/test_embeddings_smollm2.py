@@ -11,9 +11,6 @@ import pytest
 import torch
 
 from backends.fake import build_trivial_engine
-from backends.torch import TorchModelRunner
-from engine.config import CacheConfig, SchedulerConfig
-from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -22,28 +19,13 @@ EMBED = SamplingParams(max_tokens=1, temperature=0, embed=True)
 
 
 @pytest.fixture(scope="module")
-def engine(smollm2_model, smollm2_checkpoint):
-    """A 16-token step budget: a prompt runs in chunks, only its last one pooled."""
-    return LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        smollm2_checkpoint.tokenizer,
-        SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
-        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-    )
+def engine(smollm2_chunked_engine):
+    return smollm2_chunked_engine
 
 
-def _run(engine, requests: list[tuple[list[int], SamplingParams]]) -> list[tuple[list | None, int, list[int]]]:
-    """Each request's (embedding, cached prompt tokens, output), run in one batch."""
-    ids = [engine.add_request(prompt, params) for prompt, params in requests]
-    got = {i: [None, 0, []] for i in ids}
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.embedding is not None:
-                assert got[out.req_id][0] is None  # once
-                got[out.req_id][0] = out.embedding
-            got[out.req_id][1] = out.num_cached_tokens
-            got[out.req_id][2] += out.new_token_ids
-    return [tuple(got[i]) for i in ids]
+@pytest.fixture
+def run(run_batch):
+    return lambda engine, requests: run_batch(engine, requests, "embedding")
 
 
 def _reference(hf_reference, ids: list[int]) -> torch.Tensor:
@@ -52,11 +34,11 @@ def _reference(hf_reference, ids: list[int]) -> torch.Tensor:
 
 
 @torch.inference_mode()
-def test_an_embedding_is_the_normalised_last_hidden_state(engine, smollm2_checkpoint, hf_reference):
+def test_an_embedding_is_the_normalised_last_hidden_state(engine, smollm2_checkpoint, hf_reference, run):
     tokenizer = smollm2_checkpoint.tokenizer
     ids, plain = tokenizer.encode(TEXT), tokenizer.encode("Paris is the capital of")
     greedy = SamplingParams(max_tokens=3, temperature=0)
-    (vector, _, _), (none, _, plain_output) = _run(engine, [(ids, EMBED), (plain, greedy)])
+    (vector, _, _), (none, _, plain_output) = run(engine, [(ids, EMBED), (plain, greedy)])
     assert none is None and len(vector) == smollm2_checkpoint.config.hidden_size
     assert math.isclose(sum(v * v for v in vector), 1.0, rel_tol=1e-5)
     ours, reference = torch.tensor(vector), _reference(hf_reference, ids)
@@ -67,17 +49,17 @@ def test_an_embedding_is_the_normalised_last_hidden_state(engine, smollm2_checkp
             hf_reference.generate(torch.tensor([plain]), max_new_tokens=3, do_sample=False)[0, len(plain) :]
         )
     )
-    (short, _, _), (other, _, _) = _run(engine, [(tokenizer.encode("Hello"), EMBED), (plain, EMBED)])
+    (short, _, _), (other, _, _) = run(engine, [(tokenizer.encode("Hello"), EMBED), (plain, EMBED)])
     assert float(torch.tensor(short) @ _reference(hf_reference, tokenizer.encode("Hello"))) > 0.9999
     assert float(torch.tensor(other) @ _reference(hf_reference, plain)) > 0.9999
 
 
-def test_the_prefix_cache_serves_all_but_the_pooled_token(engine, smollm2_checkpoint):
+def test_the_prefix_cache_serves_all_but_the_pooled_token(engine, smollm2_checkpoint, run):
     # two whole blocks and one token: the blocks cached the second time, so only the last token runs, a one-token
     # chunk on a cached context (which must not take the decode path, where no hidden state comes back)
     ids = smollm2_checkpoint.tokenizer.encode("Rivers run north in winter, where the snow never melts. " * 4)[:33]
-    ((first, cached_first, _),) = _run(engine, [(ids, EMBED)])
-    ((again, cached_again, _),) = _run(engine, [(ids, EMBED)])  # its prompt's blocks are cached now
+    ((first, cached_first, _),) = run(engine, [(ids, EMBED)])
+    ((again, cached_again, _),) = run(engine, [(ids, EMBED)])  # its prompt's blocks are cached now
     assert (cached_first, cached_again) == (0, 32)
     assert max(abs(a - b) for a, b in zip(first, again)) < 1e-4
 

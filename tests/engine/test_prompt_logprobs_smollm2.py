@@ -7,9 +7,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from backends.torch import TorchModelRunner
-from engine.config import CacheConfig, SchedulerConfig
-from engine.llm_engine import LLMEngine
 from engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -17,36 +14,21 @@ TEXT = "The quick brown fox jumps over the lazy dog. Then the dog ran after the 
 
 
 @pytest.fixture(scope="module")
-def engine(smollm2_model, smollm2_checkpoint):
-    """A 16-token step budget: the prompt runs in chunks, each scoring its own rows."""
-    return LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        smollm2_checkpoint.tokenizer,
-        SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
-        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-    )
+def engine(smollm2_chunked_engine):
+    return smollm2_chunked_engine
 
 
-def _run(engine, requests: list[tuple[list[int], SamplingParams]]) -> list[tuple[list, int, list[int]]]:
-    """Each request's (prompt logprobs, cached prompt tokens, output), run in one batch."""
-    ids = [engine.add_request(prompt, params) for prompt, params in requests]
-    got = {i: [None, 0, []] for i in ids}
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.prompt_logprobs is not None:
-                assert got[out.req_id][0] is None  # once
-                got[out.req_id][0] = out.prompt_logprobs
-            got[out.req_id][1] = out.num_cached_tokens
-            got[out.req_id][2] += out.new_token_ids
-    return [tuple(got[i]) for i in ids]
+@pytest.fixture
+def run(run_batch):
+    return lambda engine, requests: run_batch(engine, requests, "prompt_logprobs")
 
 
 @torch.inference_mode()
-def test_prompt_logprobs_match_transformers(engine, smollm2_checkpoint, hf_reference):
+def test_prompt_logprobs_match_transformers(engine, smollm2_checkpoint, hf_reference, run):
     ids = smollm2_checkpoint.tokenizer.encode(TEXT)
     greedy = SamplingParams(max_tokens=3, temperature=0)
     plain = smollm2_checkpoint.tokenizer.encode("Paris is the capital of")
-    (scores, cached, output), (none, _, plain_output) = _run(
+    (scores, cached, output), (none, _, plain_output) = run(
         engine, [(ids, SamplingParams(max_tokens=3, temperature=0, prompt_logprobs=3)), (plain, greedy)]
     )
     assert none is None and cached == 0
@@ -68,12 +50,12 @@ def test_prompt_logprobs_match_transformers(engine, smollm2_checkpoint, hf_refer
     )
 
 
-def test_a_scored_request_skips_the_prefix_cache_and_the_others_keep_it(engine, smollm2_checkpoint):
+def test_a_scored_request_skips_the_prefix_cache_and_the_others_keep_it(engine, smollm2_checkpoint, run):
     ids = smollm2_checkpoint.tokenizer.encode(TEXT + " It was late.")
     asks = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=0)
-    ((first, cached_first, _),) = _run(engine, [(ids, asks)])
-    ((again, cached_again, _),) = _run(engine, [(ids, asks)])  # its prompt's blocks are cached now
-    ((_, cached_plain, _),) = _run(engine, [(ids, SamplingParams(max_tokens=1, temperature=0))])
+    ((first, cached_first, _),) = run(engine, [(ids, asks)])
+    ((again, cached_again, _),) = run(engine, [(ids, asks)])  # its prompt's blocks are cached now
+    ((_, cached_plain, _),) = run(engine, [(ids, SamplingParams(max_tokens=1, temperature=0))])
     assert cached_first == cached_again == 0 and cached_plain >= 16
     assert [(e.token_id, e.logprob, e.rank) for e in again] == [(e.token_id, e.logprob, e.rank) for e in first]
     assert all(e.top == [] for e in first)  # prompt_logprobs=0: the token's own score only

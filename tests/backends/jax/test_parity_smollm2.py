@@ -66,6 +66,16 @@ def _engine(runner, checkpoint, num_device_blocks: int = 256, block_size: int = 
     )
 
 
+def _chunked_engine(runner, checkpoint) -> LLMEngine:
+    """A 16-token step budget: a prompt runs in chunks."""
+    return LLMEngine(
+        runner,
+        checkpoint.tokenizer,
+        SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
+        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
+    )
+
+
 def _stream_tokens(engine: LLMEngine, prompt: list[int], params: SamplingParams) -> list[int]:
     req_id = engine.add_request(prompt, params)
     tokens: list[int] = []
@@ -170,12 +180,7 @@ def test_prompt_logprobs_match_torch(smollm2_checkpoint, smollm2_model, smollm2_
     params = SamplingParams(max_tokens=4, temperature=0, prompt_logprobs=2)
     scores, tokens = [], []
     for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
-        engine = LLMEngine(
-            runner,
-            smollm2_checkpoint.tokenizer,
-            SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
-            CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-        )
+        engine = _chunked_engine(runner, smollm2_checkpoint)
         engine.add_request(ids, params)
         outputs = []
         while engine.has_unfinished_requests():
@@ -198,12 +203,7 @@ def test_embeddings_match_torch(smollm2_checkpoint, smollm2_model, smollm2_jax):
     ids = smollm2_checkpoint.tokenizer.encode(PROMPTS[0] + " ran after the cat, which climbed a tree.")
     vectors = []
     for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
-        engine = LLMEngine(
-            runner,
-            smollm2_checkpoint.tokenizer,
-            SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
-            CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-        )
+        engine = _chunked_engine(runner, smollm2_checkpoint)
         engine.add_request(ids, SamplingParams(max_tokens=1, temperature=0, embed=True))
         outputs = []
         while engine.has_unfinished_requests():
