@@ -96,6 +96,32 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_embed(args: argparse.Namespace) -> int:
+    """Each input's embedding (engine/embeddings.py), one JSON array per line on stdout, in order; on stderr the size
+    and, for several inputs, each one's cosine similarity to the first."""
+    from backends.builder import build_engine
+
+    params = SamplingParams(
+        max_tokens=1, temperature=0.0, embed=True, truncate_prompt_tokens=args.truncate_prompt_tokens
+    )
+    engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
+    ids = [engine.add_request(text, params) for text in args.inputs]
+    vectors: dict[str, list[float]] = {}
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            if out.embedding is not None:
+                vectors[out.req_id] = out.embedding
+    for req_id in ids:
+        print(json.dumps(vectors[req_id]))
+    if not args.quiet:
+        first = vectors[ids[0]]
+        cosines = [sum(a * b for a, b in zip(first, vectors[i])) for i in ids[1:]]
+        print(f"[{len(ids)} inputs, {len(first)} dimensions]", file=sys.stderr)
+        for text, cosine in zip(args.inputs[1:], cosines):
+            print(f"[cosine to the first {cosine:.4f}] {text!r}", file=sys.stderr)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from zoo.demo import run_demo
 
@@ -229,6 +255,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_spec_args(g)
     g.set_defaults(func=cmd_generate)
+
+    e = sub.add_parser("embed", help="print each input's embedding (the last token's final hidden state, normalised)")
+    e.add_argument("inputs", nargs="+", metavar="TEXT")
+    e.add_argument("--truncate-prompt-tokens", type=int, default=None, metavar="K", help="keep each input's last K")
+    e.add_argument("--quiet", action="store_true", help="no progress bar, no summary on stderr")
+    add_engine_args(e)
+    e.set_defaults(func=cmd_embed)
 
     d = sub.add_parser("demo", help="a local zoo: a chat answer over the OpenAI API, a short load, a latency table")
     d.add_argument("--config", default=None, help="zoo.toml for the local zoo (default: a torch and a JAX agent)")

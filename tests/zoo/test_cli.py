@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -131,4 +132,17 @@ def test_generate_prints_prompt_logprobs_and_keeps_the_stop_string(smollm2_check
     assert len(lines) == len(smollm2_checkpoint.tokenizer.encode(prompt))
     assert lines[0].endswith("-") and all(" rank " in line for line in lines[1:])
     r = _zoo("generate", prompt, "--max-tokens", "1", "--quiet", "--truncate-prompt-tokens", "0")
+    assert r.returncode == 2 and "truncate_prompt_tokens" in r.stderr
+
+
+@pytest.mark.slow
+def test_embed_prints_one_normalised_vector_per_input(smollm2_checkpoint):
+    r = _zoo("embed", "The cat sat on the mat.", "A kitten slept on the rug.")
+    assert r.returncode == 0, r.stderr
+    vectors = [json.loads(line) for line in r.stdout.splitlines()]
+    assert len(vectors) == 2 and all(len(v) == smollm2_checkpoint.config.hidden_size for v in vectors)
+    assert all(abs(sum(x * x for x in v) - 1) < 1e-4 for v in vectors)
+    cosine = sum(a * b for a, b in zip(*vectors))
+    assert f"[cosine to the first {cosine:.4f}]" in r.stderr and "[2 inputs, 576 dimensions]" in r.stderr
+    r = _zoo("embed", "x", "--quiet", "--truncate-prompt-tokens", "0")
     assert r.returncode == 2 and "truncate_prompt_tokens" in r.stderr
