@@ -6,8 +6,9 @@ default): the final hidden state (after the model's last norm) at the prompt's l
 float32. A request asks with ``SamplingParams.embed``; its chunk that reaches the last prompt token is never run as
 a plain decode row (``ScheduledRequest.embed``), so the runner's prefill path computes that row and returns its
 vector (``RunnerOutput.embeddings``); the engine puts it on the request's first output (``RequestOutput.embedding``),
-the agent on its TokenChunk. A runner that cannot (simulated, fake, tensor-parallel) has no ``embeds`` and refuses
-the request with an error naming ``embed``.
+the agent on its TokenChunk. A tensor-parallel node embeds as its rank 0 (the final norm and the residual stream are
+whole there). A runner that cannot (simulated, fake) has no ``embeds`` and refuses the request with an error naming
+``embed``.
 
 The request samples one token as any other (the gateway asks for ``max_tokens`` 1), so an embedding request is
 scheduled, batched, preempted, cached and routed like a one-token completion: the prefix cache serves its prompt
