@@ -63,6 +63,7 @@ from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connec
 
 MAX_RESUBMITS = 3  # a request that produced no token is sent again to a restarted control plane at most this often
 WATCH_PING = "zoo-watch-"  # request ids of the watchdog's pings
+EMBED_WAVE = 256  # embed(): requests in flight at once, as the gateway's /v1/embeddings sends them
 
 
 @dataclass(slots=True)
@@ -335,8 +336,8 @@ class AsyncZooClient:
         traffic_class: str = "default",
     ) -> list[list[float]]:
         """Each input's embedding (a text or token ids; engine/embeddings.py: the normalised final hidden state at its
-        last token), in order: one request per input, all in flight together. Raises ZooError subclasses (the first
-        refusal; the others are cancelled)."""
+        last token), in order: one request per input, EMBED_WAVE of them in flight at a time (a node's admission queue
+        holds 256). Raises ZooError subclasses (the first refusal; the others are cancelled)."""
         one = isinstance(inputs, str) or (bool(inputs) and all(isinstance(t, int) for t in inputs))
         items: list[Any] = [inputs] if one else list(inputs)
         vectors: list[list[float]] = [[] for _ in items]
@@ -355,11 +356,12 @@ class AsyncZooClient:
                 return
             vectors[i] = done.embedding or []
 
-        async with anyio.create_task_group() as tg:
-            for i, item in enumerate(items):
-                tg.start_soon(embed_one, i, item)
-        if refusals:
-            raise refusals[0]
+        for start in range(0, len(items), EMBED_WAVE):
+            async with anyio.create_task_group() as tg:
+                for i in range(start, min(start + EMBED_WAVE, len(items))):
+                    tg.start_soon(embed_one, i, items[i])
+            if refusals:
+                raise refusals[0]
         return vectors
 
     async def ping(self) -> float:

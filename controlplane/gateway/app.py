@@ -67,13 +67,15 @@ from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
-from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings
+from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.reply_stream import (
     ClientGone,
+    close_stream,
     named_events,
+    next_chunk,
     openai_events,
     respond,
     until_disconnect,
@@ -263,18 +265,34 @@ class Gateway:
         async def serve() -> Response:
             args = parse_embeddings(await self._read_body(request))
             request_id = f"embd-{uuid.uuid4().hex}"
+            batches = waves(args.inputs)
+            wave_ids = [request_id] if len(batches) == 1 else [f"{request_id}-w{k}" for k in range(len(batches))]
+            ids = [i for wave_id, wave in zip(wave_ids, batches) for i in choice_request_ids(wave_id, len(wave))]
             model = args.model or (self.frontend.model_names or [""])[0]
-            reply = EmbeddingsReply(model, choice_request_ids(request_id, len(args.inputs)), args.base64)
-            first = args.inputs[0]
-            if len(args.inputs) > 1:  # a batch (as a completion's)
-                more = {"prompts": args.inputs}
-            else:
-                more = {"prompt": first} if isinstance(first, str) else {"prompt_token_ids": first}
+            reply = EmbeddingsReply(model, ids, args.base64)
             generate = GenerateArgs(model=args.model, sampling=args.sampling, traffic_class=args.traffic_class)
-            chunks = self._start(request, request_id, generate, arrival_ns, **more)
+            chunks = self._waves(request, zip(wave_ids, batches), generate, arrival_ns)
             return await respond(request, chunks, reply, False, None, request_id)
 
         return await _guarded(request, serve)
+
+    async def _waves(self, request: Request, batches, generate: GenerateArgs, arrival_ns: int):
+        """The chunks of every wave of inputs, a wave started when the one before it has finished."""
+        for wave_id, wave in batches:
+            first = wave[0]
+            if len(wave) > 1:  # a batch (as a completion's)
+                more = {"prompts": wave}
+            else:
+                more = {"prompt": first} if isinstance(first, str) else {"prompt_token_ids": first}
+            chunks = self._start(request, wave_id, generate, arrival_ns, **more)
+            try:
+                num_finished = 0
+                while num_finished < len(wave):
+                    chunk = await next_chunk(chunks)
+                    num_finished += chunk.finished
+                    yield chunk
+            finally:
+                await close_stream(chunks)
 
     async def handle_stored_response(self, request: Request) -> Response:
         """``GET`` a stored response's object, or ``DELETE`` it (404 when its owner has none of that id)."""

@@ -4,7 +4,8 @@ vLLM serves the same route for a decoder-only model run as an embedding model (v
 serving_embedding.py, v0.11); what clients send (the ``openai`` SDK, LangChain's OpenAIEmbeddings, aiperf's
 embeddings endpoint):
 
-    request   model, input (a string, a list of strings, token ids, or a list of token-id lists: at most MAX_INPUTS),
+    request   model, input (a string, a list of strings, token ids, or a list of token-id lists: at most MAX_INPUTS,
+              sent WAVE at a time, so a large batch does not fill a node's admission queue by itself),
               encoding_format ("float", or "base64": the little-endian float32 bytes, which the ``openai`` SDK asks
               for by default and decodes), user (ignored), vLLM's truncate_prompt_tokens; ``dimensions`` is refused
               (SmolLM2 is not a Matryoshka model, as vLLM refuses it for such a model)
@@ -29,7 +30,8 @@ from controlplane.gateway.openai_schema import MAX_BATCH, decode_body, prompts_o
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
 from transport.messages import ErrorCode, TokenChunk
 
-MAX_INPUTS = MAX_BATCH  # as a completion's batch: each input is an engine request
+MAX_INPUTS = 2048  # OpenAI's limit per request (LangChain's OpenAIEmbeddings sends 1,000 by default)
+WAVE = MAX_BATCH  # inputs in flight at once: the gateway sends a larger batch in waves of this many (``waves``)
 
 
 class EmbeddingsRequest(msgspec.Struct, kw_only=True):
@@ -109,6 +111,11 @@ class EmbeddingsReply:
         num_tokens = sum(self.num_prompt_tokens)
         usage = {"prompt_tokens": num_tokens, "total_tokens": num_tokens}
         return {"object": "list", "data": data, "model": self.model, "usage": usage}
+
+
+def waves(inputs: list[str | list[int]]) -> list[list[str | list[int]]]:
+    """The inputs in the order they are sent: WAVE at a time."""
+    return [inputs[i : i + WAVE] for i in range(0, len(inputs), WAVE)]
 
 
 def _encoded(vector: list[float] | None) -> str:

@@ -1,8 +1,8 @@
 """Embeddings through the whole path with the real model: the official ``openai`` package (its default base64
 encoding) → the gateway → the intake → a real agent (SmolLM2 on the torch runner) → back. Each vector is
 transformers' final hidden state at the input's last token, normalised (vLLM's LAST pooling); a batch gives each
-input's vector as alone, in order; usage counts the inputs' tokens; the ZeroMQ client library's ``embed`` gets the
-same vectors."""
+input's vector as alone, in order, also sent in waves; usage counts the inputs' tokens; the ZeroMQ client library's
+``embed`` gets the same vectors."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from backends.torch import TorchModelRunner
-from client import ZooClient
+from client import ZooClient, zoo_client
+from controlplane.gateway import openai_embeddings
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
 from tests.controlplane.fleet.one_agent_gateway import check_over_http
@@ -20,8 +21,10 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 TEXTS = ["The cat sat on the mat.", "Quarterly revenue grew by five percent.", "Bonjour"]
 
 
-async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint, hf_reference):
+async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint, hf_reference, monkeypatch):
     tokenizer = smollm2_checkpoint.tokenizer
+    monkeypatch.setattr(openai_embeddings, "WAVE", 2)  # the batch of three goes in two waves (2, then 1)
+    monkeypatch.setattr(zoo_client, "EMBED_WAVE", 1)  # and the client's two inputs one after the other
 
     @torch.inference_mode()
     def reference(text: str) -> torch.Tensor:

@@ -50,6 +50,27 @@ def test_a_batch_of_strings_and_token_ids_as_floats(client, frontend):
     assert frontend.calls[-1]["prompt_token_ids"] == [7, 8, 9]
 
 
+def test_a_large_batch_goes_in_waves_in_order(client, frontend):
+    texts = [f"text {i}" for i in range(300)]
+    reply = client.embeddings.create(model=MODEL, input=texts, encoding_format="float")
+    assert [d.index for d in reply.data] == list(range(300)) and all(_close(d.embedding) for d in reply.data)
+    first, second = frontend.calls  # a wave of 256 inputs, then one of the other 44, each under its own id
+    assert (first["prompts"], second["prompts"]) == (texts[:256], texts[256:])
+    assert first["request_id"] != second["request_id"] and reply.usage.prompt_tokens == 300 * 5
+    client.embeddings.create(model=MODEL, input=texts[:257])
+    assert frontend.calls[-1]["prompt"] == "text 256"  # a wave of one is a plain prompt
+
+
+def test_a_refused_wave_refuses_the_request(served, frontend):
+    from controlplane.frontend import FrontendError
+    from transport.messages import ErrorCode
+
+    frontend.fail_before = FrontendError(ErrorCode.OVERLOADED, "queue full", retry_after_s=1.0)
+    r = httpx.post(f"{served}/v1/embeddings", json=_body(input=["a"] * 300), timeout=30)
+    assert r.status_code == 429 and r.headers["retry-after"] == "1"
+    assert len(frontend.calls) == 1  # the first wave's refusal: the second was never sent
+
+
 def test_base64_is_little_endian_float32(client, served):
     r = httpx.post(f"{served}/v1/embeddings", json={"input": "hi", "encoding_format": "base64"}, timeout=30)
     raw = base64.b64decode(r.json()["data"][0]["embedding"])
@@ -68,7 +89,7 @@ def _body(**fields) -> dict:
         (_body(input=[]), 400, "input"),
         (_body(input=["a", [1]]), 400, "input"),
         (_body(input=["a", ""]), 400, "input[1]"),
-        (_body(input=["a"] * 257), 400, "input"),
+        (_body(input=["a"] * 2049), 400, "input"),
         (_body(input=[-1]), 400, "input"),
         (_body(encoding_format="int8"), 400, "encoding_format"),
         (_body(dimensions=64), 400, "dimensions"),
