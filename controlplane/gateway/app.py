@@ -212,7 +212,7 @@ class Gateway:
             args = parse_messages(await self._read_body(request))
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
-            reply = MessagesReply(args.model or (self.frontend.model_names or [""])[0], args.tool_plan)
+            reply = MessagesReply(self._model(args.model), args.tool_plan)
             chunks = self._start(request, reply.id, args, arrival_ns)
             return await respond(request, chunks, reply, args.stream, named_events, reply.id)
 
@@ -251,8 +251,7 @@ class Gateway:
             args = parsed.generate
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
-            model = args.model or (self.frontend.model_names or [""])[0]
-            reply = ResponsesReply(model, parsed, on_done=keep if parsed.store else None)
+            reply = ResponsesReply(self._model(args.model), parsed, on_done=keep if parsed.store else None)
             chunks = self._start(request, reply.id, args, arrival_ns)
             return await respond(request, chunks, reply, args.stream, named_events, reply.id)
 
@@ -268,8 +267,7 @@ class Gateway:
             batches = waves(args.inputs)
             wave_ids = [request_id] if len(batches) == 1 else [f"{request_id}-w{k}" for k in range(len(batches))]
             ids = [i for wave_id, wave in zip(wave_ids, batches) for i in choice_request_ids(wave_id, len(wave))]
-            model = args.model or (self.frontend.model_names or [""])[0]
-            reply = EmbeddingsReply(model, ids, args.base64)
+            reply = EmbeddingsReply(self._model(args.model), ids, args.base64)
             generate = GenerateArgs(model=args.model, sampling=args.sampling, traffic_class=args.traffic_class)
             chunks = self._waves(request, zip(wave_ids, batches), generate, arrival_ns)
             return await respond(request, chunks, reply, False, None, request_id)
@@ -370,6 +368,10 @@ class Gateway:
     async def handle_version(self, request: Request) -> Response:
         return _json({"version": _package_version()})
 
+    def _model(self, asked: str | None) -> str:
+        """The model a reply names: the one asked for, else the fleet's default ("" before any node joined)."""
+        return asked or (self.frontend.model_names or [""])[0]
+
     def _model_object(self, name: str) -> dict:
         return {"id": name, "object": "model", "created": self.created_s, "owned_by": self.config.owned_by}
 
@@ -410,8 +412,7 @@ class Gateway:
 
     async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        model_names = self.frontend.model_names
-        model = args.model or (model_names[0] if model_names else "")
+        model = self._model(args.model)
         reply = OpenAIReply(
             chat=chat,
             request_id=request_id,
