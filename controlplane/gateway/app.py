@@ -8,7 +8,8 @@
     POST /v1/embeddings           a prompt's embedding per input (openai_embeddings.py; engine/embeddings.py)
     POST /v1/responses            OpenAI's Responses API over the same engine requests (openai_responses.py; its
                                   stream in the Responses API's named events)
-    GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per tenant)
+    GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per owner); GET
+                                  /v1/responses/{id}/input_items its request's input items (a cursor page)
     GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
                                   waits for one, at most ``models_wait_s``)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
@@ -69,7 +70,7 @@ from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
 from controlplane.gateway.openai_reply import OpenAIReply
-from controlplane.gateway.openai_responses import ResponsesReply, parse_responses
+from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.reply_stream import (
     ClientGone,
@@ -80,7 +81,7 @@ from controlplane.gateway.reply_stream import (
     respond,
     until_disconnect,
 )
-from controlplane.gateway.response_store import ResponseStore
+from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
@@ -158,6 +159,7 @@ def create_app(
         Route("/v1/embeddings", gateway.handle_embeddings, methods=["POST"]),
         Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
         Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", gateway.handle_input_items, methods=["GET"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
         Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
         Route("/tokenize", gateway.handle_tokenize, methods=["POST"]),
@@ -238,9 +240,6 @@ class Gateway:
             stored = self.responses.get(owner, response_id)
             return stored.conversation if stored is not None else None
 
-        def keep(obj: dict, conversation) -> None:
-            self.responses.put(owner, obj, conversation)
-
         async def serve() -> Response:
             parsed = parse_responses(
                 await self._read_body(request),
@@ -248,6 +247,10 @@ class Gateway:
                 tool_call_parser=self.config.tool_call_parser,
                 previous=previous,
             )
+
+            def keep(obj: dict, conversation) -> None:
+                self.responses.put(owner, obj, conversation, input_items(parsed.own_input))
+
             args = parsed.generate
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
@@ -305,6 +308,19 @@ class Gateway:
                 return _json(stored.object)
         shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
         return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
+
+    async def handle_input_items(self, request: Request) -> Response:
+        """A stored response's input items as OpenAI's cursor page: ``order`` (desc, OpenAI's default, or asc),
+        ``limit`` (1..100, default 20), ``after`` (the last item id of the page before)."""
+        response_id = request.path_params["response_id"]
+        stored = self.responses.get(_owner(request), response_id)
+        if stored is None:
+            shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
+            return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
+        try:
+            return _json(input_items_page(stored.input_items, request.query_params))
+        except FrontendError as err:
+            return error_response(err)
 
     def _start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
         """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""

@@ -124,6 +124,11 @@ class ResponsesArgs:
     settings: dict  # the request's settings, as the reply echoes them
     conversation: Conversation  # the input (after the previous response's conversation), without the instructions
     store: bool
+    num_input: int = 0  # this request's own input messages: the conversation's last ones
+
+    @property
+    def own_input(self) -> Conversation:
+        return self.conversation[len(self.conversation) - self.num_input :]
 
 
 def parse_responses(
@@ -147,7 +152,8 @@ def parse_responses(
             message = f"no stored response has the id {show_value(req.previous_response_id)}"
             raise invalid_param("previous_response_id", message)
         conversation = found
-    conversation += _input_messages(req.input)
+    own_input = _input_messages(req.input)
+    conversation += own_input
     if not conversation:
         raise invalid_param("input", "must hold at least one message")
     plan = _tool_plan(req, tool_call_parser)
@@ -173,7 +179,7 @@ def parse_responses(
         structured_param=param,
         traffic_class=req.traffic_class,
     )
-    return ResponsesArgs(generate, _settings(req, sampling), conversation, req.store is not False)
+    return ResponsesArgs(generate, _settings(req, sampling), conversation, req.store is not False, len(own_input))
 
 
 def _input_messages(items: str | list[InputItem]) -> Conversation:
@@ -286,6 +292,28 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams) -> dict:
         "truncation": "disabled",
         "user": req.user,
     }
+
+
+def input_items(messages: Conversation) -> tuple[dict, ...]:
+    """A request's input as the Responses API lists it (``GET /v1/responses/{id}/input_items``), each item with a new
+    id: messages (``input_text`` parts; an assistant's ``output_text``), an assistant's calls as ``function_call``
+    items, tool results as ``function_call_output`` items."""
+    items: list[dict] = []
+    for m in messages:
+        if m.role == "tool":
+            items.append({"type": "function_call_output", "id": _item_id("fco"), "call_id": m.tool_call_id,
+                          "output": m.content, "status": "completed"})  # fmt: skip
+            continue
+        if m.content or not m.tool_calls:
+            part = {"type": "output_text" if m.role == "assistant" else "input_text", "text": m.content}
+            if m.role == "assistant":
+                part["annotations"] = []
+            items.append({"type": "message", "id": _item_id("msg"), "role": m.role, "status": "completed",
+                          "content": [part]})  # fmt: skip
+        for call in m.tool_calls:
+            items.append({"type": "function_call", "id": _item_id("fc"), "call_id": call.id, "name": call.name,
+                          "arguments": call.arguments, "status": "completed"})  # fmt: skip
+    return tuple(items)
 
 
 def _item_id(prefix: str) -> str:

@@ -3,10 +3,10 @@ what a later request's ``previous_response_id`` continues.
 
 In memory and bounded twice, as vLLM's in-memory store is not (vllm/entrypoints/openai/serving_responses.py keeps
 every stored response until the process ends): at most ``max_responses`` responses and ``max_bytes`` bytes of them
-(a response's JSON plus its conversation's text), the least recently used dropped first. A response is its
-owner's (the request's API key's tenant, or the key itself: gateway/api_keys.py): another owner's lookup finds
-nothing. A gateway restart forgets them all, as vLLM's does; a client that needs more keeps the conversation itself
-(``input`` carries it whole).
+(a response's JSON, its conversation's text, its input items), the least recently used dropped first. A response is
+its owner's (the request's API key's tenant, or the key itself: gateway/api_keys.py): another owner's lookup finds
+nothing. ``input_items_page`` lists a response's input items as OpenAI's cursor page. A gateway restart forgets them
+all, as vLLM's does; a client that needs more keeps the conversation itself (``input`` carries it whole).
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from controlplane.frontend import invalid_param
+from transport.codec import clip
 from transport.messages import ChatMessage
 
 
@@ -24,6 +26,7 @@ class StoredResponse:
     object: dict  # the Response object, as the reply carried it
     conversation: tuple[ChatMessage, ...]  # its input (after its own previous response's) and its output
     num_bytes: int
+    input_items: tuple[dict, ...] = ()  # its own request's input, as GET .../input_items lists it
 
 
 class ResponseStore:
@@ -41,14 +44,17 @@ class ResponseStore:
     def __len__(self) -> int:
         return len(self._responses)
 
-    def put(self, owner: str | None, obj: dict, conversation: tuple[ChatMessage, ...]) -> bool:
+    def put(
+        self, owner: str | None, obj: dict, conversation: tuple[ChatMessage, ...], input_items: tuple[dict, ...] = ()
+    ) -> bool:
         """Keep a finished response; False when it alone is over the bounds (then it is not kept)."""
         size = len(msgspec.json.encode(obj)) + sum(_message_bytes(m) for m in conversation)
+        size += len(msgspec.json.encode(input_items))
         if self.max_responses == 0 or size > self.max_bytes:
             return False
         key = (owner, obj["id"])
         self.delete(owner, obj["id"])
-        self._responses[key] = StoredResponse(obj, conversation, size)
+        self._responses[key] = StoredResponse(obj, conversation, size, input_items)
         self.num_bytes += size
         while len(self._responses) > self.max_responses or self.num_bytes > self.max_bytes:
             _, dropped = self._responses.popitem(last=False)
@@ -72,3 +78,29 @@ class ResponseStore:
 
 def _message_bytes(message: ChatMessage) -> int:
     return len(message.content) + sum(len(c.id) + len(c.name) + len(c.arguments) for c in message.tool_calls) + 64
+
+
+def input_items_page(items: tuple[dict, ...], query) -> dict:
+    """One cursor page of ``items`` for the query's ``order``, ``limit`` and ``after``; FrontendError naming a bad
+    one."""
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise invalid_param("order", f"must be 'asc' or 'desc', got {order!r}")
+    limit_text = query.get("limit", "20")
+    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
+        raise invalid_param("limit", f"must be an integer in [1, 100], got {clip(limit_text, 40)!r}")
+    ordered = list(items) if order == "asc" else list(reversed(items))
+    after = query.get("after")
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        if after not in ids:
+            raise invalid_param("after", f"names no input item of this response: {clip(after, 60)!r}")
+        ordered = ordered[ids.index(after) + 1 :]
+    page = ordered[: int(limit_text)]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(ordered) > len(page),
+    }

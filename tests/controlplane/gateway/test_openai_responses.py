@@ -189,6 +189,31 @@ def test_input_items_become_the_conversation(client, frontend):
     ]
 
 
+def test_input_items_list_the_requests_own_input_as_a_cursor_page(client, frontend, script):
+    items = [
+        {"role": "user", "content": "Weather in Oslo?"},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "5 C"},
+    ]
+    first = client.responses.create(model=MODEL, input=items, instructions="Be brief.", tools=[WEATHER])
+    listed = client.responses.input_items.list(first.id, order="asc")
+    assert [i.type for i in listed.data] == ["message", "function_call", "function_call_output"]
+    assert listed.data[0].content[0].text == "Weather in Oslo?" and listed.data[1].call_id == "c1"
+    assert listed.data[2].output == "5 C" and not listed.has_more  # the instructions are not an input item
+    newest_first = client.responses.input_items.list(first.id)  # OpenAI's default order: desc
+    assert [i.id for i in newest_first.data] == [i.id for i in reversed(listed.data)]
+    paged = client.responses.input_items.list(first.id, order="asc", limit=1)
+    assert paged.has_more and [i.id for i in paged] == [i.id for i in listed.data]  # the SDK follows ``after``
+    second = client.responses.create(model=MODEL, previous_response_id=first.id, input="And Rome?")
+    (only,) = client.responses.input_items.list(second.id).data  # its own input, not the conversation before it
+    assert only.content[0].text == "And Rome?"
+    for query in ({"limit": 0}, {"limit": "x"}, {"order": "up"}, {"after": "msg_nope"}):
+        with pytest.raises(openai.BadRequestError):
+            client.responses.input_items.list(first.id, **query)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list("resp_nope")
+
+
 def test_store_false_keeps_nothing(client):
     reply = client.responses.create(model=MODEL, input="Hi?", store=False)
     assert reply.store is False
@@ -206,6 +231,7 @@ async def test_a_stored_response_is_its_owners_only(frontend):
         assert (await c.get(f"/v1/responses/{made['id']}", headers=a)).json()["id"] == made["id"]
         for other in (b, c_):
             assert (await c.get(f"/v1/responses/{made['id']}", headers=other)).status_code == 404
+            assert (await c.get(f"/v1/responses/{made['id']}/input_items", headers=other)).status_code == 404
             assert (await c.delete(f"/v1/responses/{made['id']}", headers=other)).status_code == 404
             body = {"input": "?", "previous_response_id": made["id"]}
             assert (await c.post("/v1/responses", json=body, headers=other)).status_code == 400
