@@ -493,7 +493,7 @@ class HttpCases:
             path = r.choice(["/health", "/metrics", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000), "/nope",
                              "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
                              "/v1/responses/resp_" + "r" * r.randint(0, 5_000),
-                             "/v1/responses/x/input_items?limit=" + r.choice(["0", "5", "x" * 3_000, "-1"])])  # fmt: skip
+                             "/v1/responses/x/input_items?limit=" + r.choice(["0", "5", "x" * 3000, "-"])])  # fmt: skip
             return HttpCase(kind, method=method, path=path, headers={})
         elif kind == "method":
             return HttpCase(kind, method=r.choice(["GET", "PUT", "DELETE", "OPTIONS", "PATCH"]), path=path,
