@@ -306,8 +306,7 @@ class Gateway:
             stored = self.responses.get(owner, response_id)
             if stored is not None:
                 return _json(stored.object)
-        shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
-        return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
+        return _no_stored_response(response_id)
 
     async def handle_input_items(self, request: Request) -> Response:
         """A stored response's input items as OpenAI's cursor page: ``order`` (desc, OpenAI's default, or asc),
@@ -315,8 +314,7 @@ class Gateway:
         response_id = request.path_params["response_id"]
         stored = self.responses.get(_owner(request), response_id)
         if stored is None:
-            shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
-            return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
+            return _no_stored_response(response_id)
         try:
             return _json(input_items_page(stored.input_items, request.query_params))
         except FrontendError as err:
@@ -534,6 +532,11 @@ def _read_timeout_response(timeout: _ReadTimeout) -> Response:
 
 def _json(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(msgspec.json.encode(obj), status_code=status, headers=headers, media_type="application/json")
+
+
+def _no_stored_response(response_id: str) -> Response:
+    shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
+    return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
 
 
 def _unknown_model(name: str) -> FrontendError:
