@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from controlplane.gateway.errors import http_error_body
@@ -166,3 +167,14 @@ def bearer_token(headers: Iterable[tuple[bytes, bytes]]) -> bytes | None:
         if name == b"x-api-key" and api_key is None:
             api_key = value.strip() or None
     return api_key
+
+
+def request_tenant(request: Request) -> str | None:
+    """The tenant of the request's API key (set by ApiKeyMiddleware), None on an open gateway."""
+    return request.scope.get("state", {}).get("zoo_tenant")
+
+
+def request_owner(request: Request) -> str | None:
+    """Whose what a request stores is (a response, a file, a batch): the API key's tenant, else the key (set by
+    ApiKeyMiddleware); None on an open gateway."""
+    return request.scope.get("state", {}).get("zoo_owner")

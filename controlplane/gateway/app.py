@@ -48,7 +48,7 @@ import math
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import msgspec
@@ -64,8 +64,11 @@ from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
-from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware
+from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
+from controlplane.gateway.batch_routes import BatchRoutes
+from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
+from controlplane.gateway.file_store import FileStore
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
@@ -81,6 +84,7 @@ from controlplane.gateway.reply_stream import (
     respond,
     until_disconnect,
 )
+from controlplane.gateway.request_body import ReadTimeout, read_body, read_timeout_response
 from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
@@ -116,12 +120,19 @@ class GatewayConfig:
     # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
     # credentials: the API key travels in a header a page must set itself); () turns CORS off
     cors_allowed_origins: tuple[str, ...] = ("*",)
+    # OpenAI's Files and Batch APIs (batch_routes.py): an upload's largest size, and the file store's bounds
+    files_upload_max_bytes: int = 100 * 1024 * 1024
+    files_max: int = 10_000
+    files_store_bytes: int = 512 * 1024 * 1024
+    batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("responses_store_max", "responses_store_bytes"):
+        if self.files_upload_max_bytes < 1:
+            raise ValueError(f"GatewayConfig.files_upload_max_bytes must be >= 1, got {self.files_upload_max_bytes}")
+        for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.models_wait_s < math.inf:
@@ -151,13 +162,26 @@ def create_app(
     sd_app: served at /metrics/targets (Prometheus HTTP service discovery, observe/prometheus_sd.py), if given."""
     config = config or GatewayConfig()
     gateway = Gateway(frontend, config)
-    routes = [
+    handlers = {HTTPException: _handle_http_exception, Exception: _handle_unexpected}
+    batched = [  # the routes a batch's requests may name (gateway/batches.py)
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
-        Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/v1/embeddings", gateway.handle_embeddings, methods=["POST"]),
         Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
+    ]
+    files = FileStore(config.files_max, config.files_store_bytes)
+    runner = BatchRunner(Starlette(routes=batched, exception_handlers=handlers), files, config.batches)
+    batch_routes = BatchRoutes(
+        files,
+        runner,
+        max_body_bytes=config.max_body_bytes,
+        upload_max_bytes=config.files_upload_max_bytes,
+        read_timeout_s=config.request_read_timeout_s,
+    )
+    routes = [
+        *batched,
+        Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", gateway.handle_input_items, methods=["GET"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
@@ -168,13 +192,14 @@ def create_app(
         Route("/ping", gateway.handle_health, methods=["GET", "POST"]),
         Route("/version", gateway.handle_version, methods=["GET"]),
     ]
+    routes += batch_routes.routes()
     routes += lora_routes(frontend)
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     if sd_app is not None:
         routes.append(Route("/metrics/targets", _ExactPathApp(sd_app), methods=["GET"]))
-    handlers = {HTTPException: _handle_http_exception, Exception: _handle_unexpected}
-    app = Starlette(routes=routes, exception_handlers=handlers)
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=runner.lifespan)  # the lifespan runs batches
+    app.state.batches = runner
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
     app.add_middleware(OptionsMiddleware, routes=routes)  # before the key check: a preflight carries no key
@@ -234,7 +259,7 @@ class Gateway:
     async def handle_responses(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/responses`` (gateway/openai_responses.py); a stored one is kept under its owner."""
         arrival_ns = time.monotonic_ns()
-        owner = _owner(request)
+        owner = request_owner(request)
 
         def previous(response_id: str):
             stored = self.responses.get(owner, response_id)
@@ -298,7 +323,7 @@ class Gateway:
     async def handle_stored_response(self, request: Request) -> Response:
         """``GET`` a stored response's object, or ``DELETE`` it (404 when its owner has none of that id)."""
         response_id = request.path_params["response_id"]
-        owner = _owner(request)
+        owner = request_owner(request)
         if request.method == "DELETE":
             if self.responses.delete(owner, response_id):
                 return _json({"id": response_id, "object": "response.deleted", "deleted": True})
@@ -312,7 +337,7 @@ class Gateway:
         """A stored response's input items as OpenAI's cursor page: ``order`` (desc, OpenAI's default, or asc),
         ``limit`` (1..100, default 20), ``after`` (the last item id of the page before)."""
         response_id = request.path_params["response_id"]
-        stored = self.responses.get(_owner(request), response_id)
+        stored = self.responses.get(request_owner(request), response_id)
         if stored is None:
             return _no_stored_response(response_id)
         try:
@@ -324,7 +349,7 @@ class Gateway:
         """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""
         # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
-        tenant = _tenant(request)
+        tenant = request_tenant(request)
         return self.frontend.generate(
             request_id,
             model=args.model,
@@ -357,8 +382,8 @@ class Gateway:
             return reply(await self._read_body(request))
         except FrontendError as err:
             return error_response(err)
-        except _ReadTimeout as timeout:
-            return _read_timeout_response(timeout)
+        except ReadTimeout as timeout:
+            return read_timeout_response(timeout)
         except ClientDisconnect:
             return Response(status_code=499)
 
@@ -409,20 +434,7 @@ class Gateway:
         return await _guarded(request, serve)
 
     async def _read_body(self, request: Request) -> bytes:
-        limit = self.config.max_body_bytes
-        declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise _too_large(limit)
-        body = bytearray()
-        timeout_s = self.config.request_read_timeout_s
-        with anyio.move_on_after(timeout_s) as deadline:
-            async for part in request.stream():
-                body += part
-                if len(body) > limit:
-                    raise _too_large(limit)
-        if deadline.cancelled_caught:
-            raise _ReadTimeout(timeout_s)
-        return bytes(body)
+        return await read_body(request, self.config.max_body_bytes, self.config.request_read_timeout_s)
 
     async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -466,23 +478,13 @@ async def _guarded(request: Request, serve, error_body_of=error_body) -> Respons
         return await serve()
     except FrontendError as err:
         return _json(error_body_of(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
-    except _ReadTimeout as timeout:
-        return _read_timeout_response(timeout)
+    except ReadTimeout as timeout:
+        return read_timeout_response(timeout)
     except (ClientGone, ClientDisconnect):
         return Response(status_code=499)  # nobody is left to read it
     except Exception:
         log.exception("gateway: unexpected error serving %s", clip(request.url.path, MAX_ECHOED_PATH_CHARS))
         return _json(error_body_of(FrontendError(ErrorCode.INTERNAL, "Internal server error")), status=500)
-
-
-def _tenant(request: Request) -> str | None:
-    """The tenant of the request's API key (set by ApiKeyMiddleware), None on an open gateway."""
-    return request.scope.get("state", {}).get("zoo_tenant")
-
-
-def _owner(request: Request) -> str | None:
-    """Whose a stored response is: the API key's tenant, else the key (set by ApiKeyMiddleware); None when open."""
-    return request.scope.get("state", {}).get("zoo_owner")
 
 
 async def _check_structured(args: GenerateArgs) -> None:
@@ -495,14 +497,6 @@ async def _check_structured(args: GenerateArgs) -> None:
     except StructuredOutputError as error:
         param = args.structured_param
         raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
-
-
-class _ReadTimeout(Exception):
-    """The request body did not arrive within the deadline (a slow or stalled client)."""
-
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__(timeout_s)
-        self.timeout_s = timeout_s
 
 
 class _ExactPathApp:
@@ -525,11 +519,6 @@ async def _handle_unexpected(request: Request, exc: Exception) -> Response:
     return http_error_response(500, "Internal server error", code="internal_error")
 
 
-def _read_timeout_response(timeout: _ReadTimeout) -> Response:
-    message = f"The request body was not received within {timeout.timeout_s:g} s"
-    return http_error_response(408, message, code="request_timeout", headers={"connection": "close"})
-
-
 def _json(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     return Response(msgspec.json.encode(obj), status_code=status, headers=headers, media_type="application/json")
 
@@ -541,10 +530,6 @@ def _no_stored_response(response_id: str) -> Response:
 
 def _unknown_model(name: str) -> FrontendError:
     return FrontendError(ErrorCode.UNKNOWN_MODEL, f"The model '{name}' does not exist", param="model")
-
-
-def _too_large(limit: int) -> FrontendError:
-    return FrontendError(ErrorCode.OVERSIZED, f"The request body is larger than {limit} bytes")
 
 
 def _package_version() -> str:

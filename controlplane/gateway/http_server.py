@@ -111,7 +111,7 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, config: GatewayConfig, **
         http=gateway_protocol(config.request_read_timeout_s),
         timeout_keep_alive=config.keep_alive_timeout_s,
         log_level="warning",
-        lifespan="off",
+        lifespan="on",  # the app's lifespan runs its batches (gateway/batch_runner.py)
     )
     settings.update(overrides)
     return uvicorn.Config(app, **settings)

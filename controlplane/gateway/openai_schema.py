@@ -143,7 +143,7 @@ class GenerateArgs:
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
 _CHAT_DECODER = msgspec.json.Decoder(ChatCompletionRequest)
 _AT_PATH = re.compile(r" - at `\$\.?([^`]*)`")
-_MISSING_FIELD = re.compile(r"missing required field `([^`]+)`")
+_MISSING_FIELD = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
 
 
 def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:

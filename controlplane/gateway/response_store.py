@@ -16,8 +16,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from controlplane.frontend import invalid_param
-from transport.codec import clip
+from controlplane.gateway.cursor_page import cursor_page
 from transport.messages import ChatMessage
 
 
@@ -81,26 +80,6 @@ def _message_bytes(message: ChatMessage) -> int:
 
 
 def input_items_page(items: tuple[dict, ...], query) -> dict:
-    """One cursor page of ``items`` for the query's ``order``, ``limit`` and ``after``; FrontendError naming a bad
-    one."""
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise invalid_param("order", f"must be 'asc' or 'desc', got {order!r}")
-    limit_text = query.get("limit", "20")
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
-        raise invalid_param("limit", f"must be an integer in [1, 100], got {clip(limit_text, 40)!r}")
-    ordered = list(items) if order == "asc" else list(reversed(items))
-    after = query.get("after")
-    if after is not None:
-        ids = [item["id"] for item in ordered]
-        if after not in ids:
-            raise invalid_param("after", f"names no input item of this response: {clip(after, 60)!r}")
-        ordered = ordered[ids.index(after) + 1 :]
-    page = ordered[: int(limit_text)]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(ordered) > len(page),
-    }
+    """One cursor page of ``items`` for the query's ``order``, ``limit`` (1..100, default 20) and ``after``;
+    FrontendError naming a bad one."""
+    return cursor_page(items, query, default_limit=20, max_limit=100, what="input item of this response")

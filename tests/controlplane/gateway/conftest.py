@@ -6,6 +6,7 @@ Under ``--import-mode=importlib`` a test module cannot import this file, so help
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -152,13 +153,12 @@ class _Server(uvicorn.Server):
         self.ready.set()
 
 
-@pytest.fixture
-def served(frontend: FakeFrontend) -> Iterator[str]:
-    """The gateway on a free loopback port, served by uvicorn in a thread; yields its base URL."""
+def _serve(app) -> Iterator[str]:
+    """``app`` on a free loopback port, served by uvicorn in a thread (its lifespan run); yields its base URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(frontend), http="h11", loop="asyncio", lifespan="off", log_level="warning")
+    config = uvicorn.Config(app, http="h11", loop="asyncio", lifespan="on", log_level="warning")
     server = _Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -169,3 +169,15 @@ def served(frontend: FakeFrontend) -> Iterator[str]:
         server.should_exit = True
         thread.join(timeout=30)
         sock.close()
+
+
+@pytest.fixture
+def serve():
+    """``with serve(app) as url``: any app served as ``served`` serves the default one."""
+    return contextlib.contextmanager(_serve)
+
+
+@pytest.fixture
+def served(frontend: FakeFrontend) -> Iterator[str]:
+    """The gateway on a free loopback port, served by uvicorn in a thread; yields its base URL."""
+    yield from _serve(create_app(frontend))

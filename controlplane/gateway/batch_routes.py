@@ -1,0 +1,186 @@
+"""OpenAI's Files and Batch routes on the gateway (file_store.py, batches.py, batch_runner.py)::
+
+    POST   /v1/files                  multipart: ``file`` (its name and bytes), ``purpose`` ("batch", "user_data")
+    GET    /v1/files                  the owner's files, a cursor page (``purpose``, ``order``, ``limit``, ``after``)
+    GET    /v1/files/{id}             one file's object;  DELETE: removes it
+    GET    /v1/files/{id}/content     its bytes (a batch's output: JSONL)
+    POST   /v1/batches                {"input_file_id", "endpoint", "completion_window": "24h", "metadata"?}
+    GET    /v1/batches                the owner's batches, newest first (``limit`` 1..100, default 20; ``after``)
+    GET    /v1/batches/{id}           one batch (poll it: ``status``, ``request_counts``, its output files)
+    POST   /v1/batches/{id}/cancel    cancel one that has not finished (a finished one: 400)
+
+Everything is its owner's (the API key's tenant, or the key: gateway/api_keys.py): another owner's id is a 404,
+as an id that does not exist. Errors are OpenAI's JSON errors; an upload past ``files_upload_max_bytes`` is a 413
+before the rest of it is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import msgspec
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway.api_keys import request_owner, request_tenant
+from controlplane.gateway.batch_runner import BatchRunner
+from controlplane.gateway.batches import parse_create
+from controlplane.gateway.cursor_page import cursor_page
+from controlplane.gateway.errors import error_response, http_error_response
+from controlplane.gateway.file_store import FileStore
+from controlplane.gateway.request_body import ReadTimeout, read_body, read_timeout_response
+from transport.codec import clip
+
+MAX_FORM_FIELD_BYTES = 64 * 1024  # ``purpose`` and any other non-file field of an upload
+
+
+class BatchRoutes:
+    def __init__(
+        self,
+        files: FileStore,
+        runner: BatchRunner,
+        *,
+        max_body_bytes: int,
+        upload_max_bytes: int,
+        read_timeout_s: float,
+    ) -> None:
+        self.files = files
+        self.runner = runner
+        self.max_body_bytes = max_body_bytes
+        self.upload_max_bytes = upload_max_bytes
+        self.read_timeout_s = read_timeout_s
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/files", self.upload, methods=["POST"]),
+            Route("/v1/files", self.list_files, methods=["GET"]),
+            Route("/v1/files/{file_id}", self.file, methods=["GET", "DELETE"]),
+            Route("/v1/files/{file_id}/content", self.content, methods=["GET"]),
+            Route("/v1/batches", self.create, methods=["POST"]),
+            Route("/v1/batches", self.list_batches, methods=["GET"]),
+            Route("/v1/batches/{batch_id}", self.batch, methods=["GET"]),
+            Route("/v1/batches/{batch_id}/cancel", self.cancel, methods=["POST"]),
+        ]
+
+    async def upload(self, request: Request) -> Response:
+        async def serve() -> Response:
+            body = await read_body(request, self.upload_max_bytes, self.read_timeout_s)
+            if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+                raise invalid_param("file", "an upload is a multipart/form-data body with `file` and `purpose`")
+            try:
+                parser = MultiPartParser(
+                    request.headers, _once(body), max_files=1, max_fields=8, max_part_size=MAX_FORM_FIELD_BYTES
+                )
+                form = await parser.parse()
+            except MultiPartException as err:
+                raise invalid_param("file", f"the multipart body is malformed: {err.message}") from None
+            try:
+                unknown = sorted(set(form.keys()) - {"file", "purpose"})
+                if unknown:
+                    raise invalid_param(unknown[0], "is not supported here (an upload takes `file` and `purpose`)")
+                upload, purpose = form.get("file"), form.get("purpose")
+                if not isinstance(upload, UploadFile):
+                    raise invalid_param("file", "is required: the file's bytes, as a multipart file part")
+                if not isinstance(purpose, str):
+                    raise invalid_param("purpose", "is required")
+                content = await upload.read()
+                obj = self.files.upload(request_owner(request), upload.filename or "", purpose, content)
+            finally:
+                await form.close()
+            return _json(obj)
+
+        return await _guarded(serve)
+
+    async def list_files(self, request: Request) -> Response:
+        try:
+            return _json(self.files.list_page(request_owner(request), request.query_params))
+        except FrontendError as err:
+            return error_response(err)
+
+    async def file(self, request: Request) -> Response:
+        file_id = request.path_params["file_id"]
+        owner = request_owner(request)
+        if request.method == "DELETE":
+            if self.files.delete(owner, file_id):
+                return _json({"id": file_id, "object": "file", "deleted": True})
+        else:
+            stored = self.files.get(owner, file_id)
+            if stored is not None:
+                return _json(stored.object)
+        return _not_found("file", file_id)
+
+    async def content(self, request: Request) -> Response:
+        file_id = request.path_params["file_id"]
+        stored = self.files.get(request_owner(request), file_id)
+        if stored is None:
+            return _not_found("file", file_id)
+        return Response(stored.content, media_type="application/octet-stream")
+
+    async def create(self, request: Request) -> Response:
+        async def serve() -> Response:
+            owner = request_owner(request)
+            batch = parse_create(
+                await read_body(request, self.max_body_bytes, self.read_timeout_s),
+                owner,
+                window_s=self.runner.config.window_s,
+            )
+            stored = self.files.get(owner, batch.input_file_id)
+            if stored is None:
+                raise invalid_param("input_file_id", f"no file has the id {clip(batch.input_file_id, 64)!r}")
+            if stored.object["purpose"] != "batch":
+                raise invalid_param("input_file_id", f"the file's purpose is {stored.object['purpose']!r}, not 'batch'")
+            batch.tenant = request_tenant(request)
+            self.runner.submit(batch, stored.content)
+            return _json(batch.object())
+
+        return await _guarded(serve)
+
+    async def list_batches(self, request: Request) -> Response:
+        owned = self.runner.owned(request_owner(request))
+        try:
+            return _json(cursor_page(owned, request.query_params, default_limit=20, max_limit=100, what="batch"))
+        except FrontendError as err:
+            return error_response(err)
+
+    async def batch(self, request: Request) -> Response:
+        batch_id = request.path_params["batch_id"]
+        batch = self.runner.get(request_owner(request), batch_id)
+        return _not_found("batch", batch_id) if batch is None else _json(batch.object())
+
+    async def cancel(self, request: Request) -> Response:
+        batch_id = request.path_params["batch_id"]
+        batch = self.runner.get(request_owner(request), batch_id)
+        if batch is None:
+            return _not_found("batch", batch_id)
+        try:
+            self.runner.cancel(batch)
+        except FrontendError as err:
+            return error_response(err)
+        return _json(batch.object())
+
+
+async def _guarded(serve) -> Response:
+    try:
+        return await serve()
+    except FrontendError as err:
+        return error_response(err)
+    except ReadTimeout as timeout:
+        return read_timeout_response(timeout)
+    except ClientDisconnect:
+        return Response(status_code=499)
+
+
+async def _once(body: bytes) -> AsyncIterator[bytes]:
+    yield body
+
+
+def _json(obj: dict) -> Response:
+    return Response(msgspec.json.encode(obj), media_type="application/json")
+
+
+def _not_found(what: str, object_id: str) -> Response:
+    return http_error_response(404, f"No {what} has the id '{clip(object_id, 200)}'", code="not_found")

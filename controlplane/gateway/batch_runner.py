@@ -1,0 +1,301 @@
+"""Runs OpenAI batches (gateway/batches.py) inside the gateway: each request of a batch goes through the very route
+it names, in process, as if a client had sent it with the batch creator's API key.
+
+    POST /v1/batches ─► BatchRunner.submit ─► run() (the app's lifespan task group)
+        a worker thread reads and checks the input file ─► failed, or in_progress:
+        line ─► (limiter: at most ``concurrency`` requests in flight over every batch) ─► the route's ASGI app
+              ─► 2xx: the output file;  4xx/5xx: the error file
+              ─► 429 / 502 / 503: sent again after Retry-After (else a doubling back-off, 0.5 s to 30 s by default),
+                 at most ``max_retries`` times: an overloaded or restarting fleet delays a batch, it does not
+                 fail it
+        all answered ─► finalizing ─► completed;   cancel ─► cancelling ─► cancelled;   window ─► expired
+
+Going through the route keeps one behaviour for a request whoever sends it: the same parsing, refusals, reply body
+and usage, the same admission, tenant limits and metrics. A batch's requests run in ``traffic_class`` when one is
+configured (a low-priority class such as cells.py's "batch": priority 0 yields to interactive traffic inside an
+engine, and its cell may be the fleet's lean GPUs); otherwise as the request would run on its own. A request with
+``"stream": true`` is answered 400 (a batch line has no stream to send).
+
+Cancelling, or the window closing, cancels the requests in flight (their engine requests are cancelled upstream,
+as a client's disconnect cancels them); what finished is kept: its lines are in the output and error files. A
+request the window left unrun gets an error line with code ``batch_expired`` (OpenAI's rule). Batches live in
+memory: a gateway restart forgets them, as it forgets files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import msgspec
+from starlette.types import ASGIApp, Message
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway.batches import TERMINAL, Batch, BatchLine, add_usage, output_line, read_lines
+from controlplane.gateway.errors import error_body
+from controlplane.gateway.file_store import OUTPUT_PURPOSE, FileStore
+from transport.messages import ErrorCode
+
+log = logging.getLogger(__name__)
+
+RETRIED_STATUSES = frozenset({429, 502, 503})  # overload, a node lost mid-request, no node (yet)
+CLASS_HEADER = b"x-zoo-class"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRunnerConfig:
+    concurrency: int = 32  # requests in flight at once, over every batch
+    max_retries: int = 8  # a 429/502/503 request is sent again at most this many times
+    backoff_s: float = 0.5  # the first wait before sending again, when the reply names none (then doubled)
+    max_backoff_s: float = 30.0  # the longest wait (a named Retry-After too)
+    max_requests: int = 50_000  # in one batch (OpenAI's limit)
+    max_active: int = 64  # batches not yet finished (more: 429)
+    max_batches: int = 1024  # batches kept, finished ones dropped oldest first
+    window_s: float | None = None  # how long a batch may run (None: its completion_window, 24 h)
+    traffic_class: str | None = None  # the traffic class its requests run in (None: their own)
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "max_requests", "max_active", "max_batches"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"BatchRunnerConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_retries < 0:
+            raise ValueError(f"BatchRunnerConfig.max_retries must be >= 0, got {self.max_retries}")
+        if not 0 <= self.backoff_s <= self.max_backoff_s < math.inf:
+            raise ValueError(f"BatchRunnerConfig needs 0 <= backoff_s <= max_backoff_s < inf, got {self}")
+        if self.window_s is not None and not 0 < self.window_s < math.inf:
+            raise ValueError(f"BatchRunnerConfig.window_s must be > 0 and finite, got {self.window_s}")
+
+
+class _Stream(msgspec.Struct):
+    stream: bool | None = None
+
+
+_STREAM_DECODER = msgspec.json.Decoder(_Stream)
+
+
+@dataclass(slots=True)
+class _Result:
+    status: int | None
+    request_id: str | None
+    body: object
+    error: dict | None = None
+
+
+class BatchRunner:
+    """The batches of one gateway. ``app``: the routes a batch's requests go to (gateway/app.py's batch routes)."""
+
+    def __init__(self, app: ASGIApp, files: FileStore, config: BatchRunnerConfig) -> None:
+        self.app = app
+        self.files = files
+        self.config = config
+        self._batches: OrderedDict[tuple[str | None, str], Batch] = OrderedDict()
+        self._limiter = anyio.CapacityLimiter(config.concurrency)
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[Batch, bytes]](math.inf)
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self.running = False
+
+    @asynccontextmanager
+    async def lifespan(self, app=None):
+        """Starlette's lifespan: the runner runs while the app is served."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.run)
+            yield
+            tg.cancel_scope.cancel()
+
+    async def run(self) -> None:
+        """Runs every submitted batch until cancelled."""
+        self.running = True
+        try:
+            async with anyio.create_task_group() as tg:
+                async for batch, content in self._receive:
+                    tg.start_soon(self._run_batch, batch, content)
+        finally:
+            self.running = False
+
+    def submit(self, batch: Batch, content: bytes) -> None:
+        """Queue a new batch (status validating); 503 when the runner is not running, 429 past ``max_active``."""
+        if not self.running:
+            raise FrontendError(ErrorCode.NO_NODE, "The batch runner is not running (the app's lifespan was not run)")
+        active = sum(b.status not in TERMINAL for b in self._batches.values())
+        if active >= self.config.max_active:
+            message = f"{active} batches are running, the most this gateway runs at once: try again later"
+            raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=60.0)
+        batch.traffic_class = self.config.traffic_class
+        self._batches[(batch.owner, batch.id)] = batch
+        self._send.send_nowait((batch, content))
+        finished = [key for key, b in self._batches.items() if b.status in TERMINAL]
+        for key in finished[: max(0, len(self._batches) - self.config.max_batches)]:
+            del self._batches[key]
+
+    def get(self, owner: str | None, batch_id: str) -> Batch | None:
+        return self._batches.get((owner, batch_id))
+
+    def owned(self, owner: str | None) -> list[dict]:
+        """The owner's batches' objects, oldest first."""
+        return [b.object() for (o, _), b in self._batches.items() if o == owner]
+
+    def cancel(self, batch: Batch) -> None:
+        """Cancel a batch that has not finished (its requests in flight are cancelled; what finished is kept)."""
+        if batch.status in TERMINAL or batch.status in ("cancelling", "finalizing"):
+            raise FrontendError(ErrorCode.INVALID_REQUEST, f"A batch that is {batch.status} cannot be cancelled")
+        batch.set_status("cancelling")
+        scope = self._scopes.get(batch.id)
+        if scope is not None:
+            scope.cancel()
+
+    async def _run_batch(self, batch: Batch, content: bytes) -> None:
+        remaining_s = max(0.0, batch.expires_at - time.time())
+        lines: list[BatchLine] = []
+        results: list[_Result | None] = []
+        with anyio.CancelScope(deadline=anyio.current_time() + remaining_s) as scope:
+            self._scopes[batch.id] = scope
+            if batch.status == "cancelling":  # cancelled before it started
+                scope.cancel()
+            lines, errors = await anyio.to_thread.run_sync(
+                read_lines, content, batch.endpoint, self.config.max_requests
+            )
+            if errors:
+                batch.errors = errors
+                batch.set_status("failed")
+                self._scopes.pop(batch.id, None)
+                return
+            batch.total = len(lines)
+            results = [None] * len(lines)
+            batch.set_status("in_progress")
+            async with anyio.create_task_group() as tg:
+                for i, line in enumerate(lines):
+                    borrower = object()
+                    await self._limiter.acquire_on_behalf_of(borrower)
+                    tg.start_soon(self._run_line, batch, line, results, i, borrower)
+        self._scopes.pop(batch.id, None)
+        self._finish(batch, lines, results, expired=scope.cancelled_caught)
+
+    async def _run_line(self, batch: Batch, line: BatchLine, results: list, i: int, borrower: object) -> None:
+        try:
+            result = await self._send_line(batch, line)
+        except Exception:  # the route's own errors are replies; anything else is this request's failure alone
+            log.exception("batch %s: request %r failed", batch.id, line.custom_id)
+            result = _Result(None, None, None, {"code": "internal_error", "message": "The request failed"})
+        finally:
+            self._limiter.release_on_behalf_of(borrower)
+        results[i] = result
+        if result.status is not None and 200 <= result.status < 300:
+            batch.completed += 1
+            add_usage(batch, result.body)
+        else:
+            batch.failed += 1
+
+    async def _send_line(self, batch: Batch, line: BatchLine) -> _Result:
+        try:
+            asks_stream = bool(_STREAM_DECODER.decode(line.body).stream)
+        except msgspec.MsgspecError:
+            asks_stream = False  # the route refuses the body itself
+        if asks_stream:
+            refusal = FrontendError(ErrorCode.INVALID_REQUEST, "stream: a batch request cannot stream", param="stream")
+            return _Result(400, None, error_body(refusal))
+        backoff_s, max_backoff_s = self.config.backoff_s, self.config.max_backoff_s
+        for attempt in range(self.config.max_retries + 1):
+            status, headers, body = await self._call(batch, line)
+            if status not in RETRIED_STATUSES or attempt == self.config.max_retries:
+                break
+            wait_s = _retry_after_s(headers)
+            await anyio.sleep(min(max_backoff_s, wait_s if wait_s is not None else backoff_s))
+            backoff_s = min(max_backoff_s, backoff_s * 2)
+        try:
+            decoded = msgspec.json.decode(body) if body else None
+        except msgspec.DecodeError:
+            decoded = body.decode("utf-8", "replace")
+        return _Result(status, headers.get("x-request-id"), decoded)
+
+    async def _call(self, batch: Batch, line: BatchLine) -> tuple[int, dict[str, str], bytes]:
+        """The line's request through the route, in process: (status, headers, body)."""
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(line.body)).encode())]
+        if batch.traffic_class is not None:
+            headers.append((CLASS_HEADER, batch.traffic_class.encode()))
+        state: dict = {}
+        if batch.owner is not None:
+            state["zoo_owner"] = batch.owner
+        if batch.tenant is not None:
+            state["zoo_tenant"] = batch.tenant
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "POST",
+            "scheme": "http",
+            "path": batch.endpoint,
+            "raw_path": batch.endpoint.encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": headers,
+            "client": None,
+            "server": None,
+            "state": state,
+        }
+        sent = False
+
+        async def receive() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": line.body, "more_body": False}
+            await anyio.sleep_forever()  # nobody disconnects: a batch's request is cancelled, not abandoned
+            raise AssertionError("unreachable")
+
+        reply: dict = {"status": 500, "headers": {}, "body": bytearray()}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                reply["status"] = message["status"]
+                reply["headers"] = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message["headers"]}
+            elif message["type"] == "http.response.body":
+                reply["body"] += message.get("body", b"")
+
+        await self.app(scope, receive, send)
+        return reply["status"], reply["headers"], bytes(reply["body"])
+
+    def _finish(self, batch: Batch, lines: list[BatchLine], results: list[_Result | None], *, expired: bool) -> None:
+        """Write the output and error files, then the final status."""
+        cancelled = batch.status == "cancelling"
+        batch.set_status("finalizing")
+        output, failed = bytearray(), bytearray()
+        for line, result in zip(lines, results or [None] * len(lines)):
+            if result is None:
+                if cancelled:
+                    continue  # OpenAI's cancelled batch keeps what finished; the rest were never run
+                result = _Result(None, None, None, _EXPIRED)
+                batch.failed += 1
+            ok = result.status is not None and 200 <= result.status < 300
+            encoded = output_line(line.custom_id, result.status, result.request_id, result.body, result.error)
+            (output if ok else failed).extend(encoded)
+        if output:
+            name = f"{batch.id}_output.jsonl"
+            batch.output_file_id = self.files.put(batch.owner, name, OUTPUT_PURPOSE, bytes(output))["id"]
+        if failed:
+            name = f"{batch.id}_error.jsonl"
+            batch.error_file_id = self.files.put(batch.owner, name, OUTPUT_PURPOSE, bytes(failed))["id"]
+        batch.set_status("cancelled" if cancelled else "expired" if expired else "completed")
+
+
+_EXPIRED = {
+    "code": "batch_expired",
+    "message": "This request could not be executed before the completion window expired.",
+}
+
+
+def _retry_after_s(headers: dict[str, str]) -> float | None:
+    """The reply's retry-after-ms, else Retry-After (seconds), if it has one."""
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        text = headers.get(name, "")
+        try:
+            value = float(text) * scale
+        except ValueError:
+            continue
+        if 0 <= value < math.inf:
+            return value
+    return None

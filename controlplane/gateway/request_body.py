@@ -1,0 +1,48 @@
+"""A request's body, read under a size cap and a deadline: what every gateway route that takes a body reads it with.
+
+A body declared (``content-length``) or found larger than the cap is a 413 before more of it is read; one that has
+not arrived within the deadline (a slow or stalled client) raises ReadTimeout, answered 408 and the connection
+closed (``read_timeout_response``).
+"""
+
+from __future__ import annotations
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import Response
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway.errors import http_error_response
+from transport.messages import ErrorCode
+
+
+class ReadTimeout(Exception):
+    """The request body did not arrive within the deadline."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(timeout_s)
+        self.timeout_s = timeout_s
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(limit)
+    body = bytearray()
+    with anyio.move_on_after(timeout_s) as deadline:
+        async for part in request.stream():
+            body += part
+            if len(body) > limit:
+                raise too_large(limit)
+    if deadline.cancelled_caught:
+        raise ReadTimeout(timeout_s)
+    return bytes(body)
+
+
+def too_large(limit: int) -> FrontendError:
+    return FrontendError(ErrorCode.OVERSIZED, f"The request body is larger than {limit} bytes")
+
+
+def read_timeout_response(timeout: ReadTimeout) -> Response:
+    message = f"The request body was not received within {timeout.timeout_s:g} s"
+    return http_error_response(408, message, code="request_timeout", headers={"connection": "close"})

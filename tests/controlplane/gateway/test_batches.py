@@ -1,0 +1,329 @@
+"""OpenAI's Files and Batch APIs (gateway/batch_routes.py, batch_runner.py, batches.py, file_store.py): the official
+``openai`` package against the gateway on loopback, over a scripted frontend. A batch runs each line through its
+route and ends with output and error files; a bad file fails it with numbered errors; an overloaded fleet delays a
+line instead of failing it; cancel and the window keep what finished; owners are kept apart."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import msgspec
+import openai
+import pytest
+
+from controlplane.frontend import FrontendError
+from controlplane.gateway import create_app
+from controlplane.gateway.api_keys import ApiKeyConfig
+from controlplane.gateway.app import GatewayConfig
+from controlplane.gateway.batch_runner import BatchRunnerConfig
+from controlplane.gateway.batches import Batch, read_lines
+from transport.messages import ErrorCode
+
+MODEL = "smol"
+CHAT = "/v1/chat/completions"
+
+
+def _line(custom_id: str, url: str = CHAT, method: str = "POST", **body) -> dict:
+    body = body or {"model": MODEL, "messages": [{"role": "user", "content": f"Hi {custom_id}"}], "max_tokens": 5}
+    return {"custom_id": custom_id, "method": method, "url": url, "body": body}
+
+
+def _jsonl(*lines) -> bytes:
+    return b"".join((line if isinstance(line, bytes) else msgspec.json.encode(line)) + b"\n" for line in lines)
+
+
+def _wait(client: openai.OpenAI, batch_id: str, *, until=("completed", "failed", "cancelled", "expired")):
+    """Polls the batch until its status is one of ``until`` (a bounded wait, not a timing check)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in until:
+            return batch
+        time.sleep(0.02)
+    raise AssertionError(f"batch {batch_id} stayed {batch.status}")
+
+
+def _lines(client: openai.OpenAI, file_id: str) -> list[dict]:
+    return [msgspec.json.decode(line) for line in client.files.content(file_id).text.splitlines()]
+
+
+@pytest.fixture
+def app_config():
+    return GatewayConfig()
+
+
+@pytest.fixture
+def client(frontend, app_config, serve):
+    with (
+        serve(create_app(frontend, config=app_config)) as url,
+        openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30) as c,
+    ):
+        yield c
+
+
+def _run(client: openai.OpenAI, content: bytes, endpoint: str = CHAT, **more):
+    upload = client.files.create(file=("in.jsonl", content), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint=endpoint, completion_window="24h", **more)
+    return upload, batch
+
+
+def test_a_batch_runs_every_line_through_its_route_and_ends_with_an_output_file(client, frontend):
+    upload, batch = _run(client, _jsonl(*(_line(f"q{i}") for i in range(3))), metadata={"job": "nightly"})
+    assert upload.purpose == "batch" and upload.filename == "in.jsonl" and upload.bytes > 0
+    assert batch.status == "validating" and batch.input_file_id == upload.id and batch.metadata == {"job": "nightly"}
+    assert batch.expires_at - batch.created_at == 24 * 3600
+    done = _wait(client, batch.id)
+    assert done.status == "completed" and done.error_file_id is None and done.errors is None
+    assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (3, 3, 0)
+    assert done.in_progress_at and done.finalizing_at and done.completed_at
+    assert (done.usage.input_tokens, done.usage.output_tokens, done.usage.total_tokens) == (15, 9, 24)
+    lines = _lines(client, done.output_file_id)
+    assert [line["custom_id"] for line in lines] == ["q0", "q1", "q2"]  # in the input's order
+    for line in lines:
+        assert line["id"].startswith("batch_req_") and line["error"] is None
+        response = line["response"]
+        assert response["status_code"] == 200 and response["request_id"].startswith("chatcmpl-")
+        assert response["body"]["choices"][0]["message"]["content"] == "Hello, world"
+    prompts = sorted(call["messages"][0].content for call in frontend.calls)
+    assert prompts == ["Hi q0", "Hi q1", "Hi q2"]
+    output = client.files.retrieve(done.output_file_id)
+    assert output.purpose == "batch_output" and output.filename == f"{batch.id}_output.jsonl"
+    assert {f.id for f in client.files.list()} == {upload.id, done.output_file_id}
+    assert [b.id for b in client.batches.list()] == [batch.id]
+
+
+def test_other_endpoints_and_a_line_per_outcome(client, frontend):
+    completion = {"model": MODEL, "prompt": "Once", "max_tokens": 3}
+    _, batch = _run(client, _jsonl(_line("a", "/v1/completions", **completion)), endpoint="/v1/completions")
+    done = _wait(client, batch.id)
+    (line,) = _lines(client, done.output_file_id)
+    assert line["response"]["body"]["choices"][0]["text"] == "Hello, world"
+    response = {"model": MODEL, "input": "Hi?"}
+    _, batch = _run(client, _jsonl(_line("r", "/v1/responses", **response)), endpoint="/v1/responses")
+    (line,) = _lines(client, _wait(client, batch.id).output_file_id)
+    assert line["response"]["body"]["output"][0]["content"][0]["text"] == "Hello, world"
+    # one line per outcome: answered, refused by the route (unknown model), a stream asked for
+    content = _jsonl(
+        _line("ok"),
+        _line("nomodel", model="nope", messages=[{"role": "user", "content": "x"}]),
+        _line("stream", model=MODEL, messages=[{"role": "user", "content": "x"}], stream=True),
+    )
+    _, batch = _run(client, content)
+    done = _wait(client, batch.id)
+    assert done.status == "completed"
+    assert (done.request_counts.completed, done.request_counts.failed) == (1, 2)
+    assert [line["custom_id"] for line in _lines(client, done.output_file_id)] == ["ok"]
+    errors = {line["custom_id"]: line["response"] for line in _lines(client, done.error_file_id)}
+    assert errors["nomodel"]["status_code"] == 404 and errors["nomodel"]["body"]["error"]["code"] == "model_not_found"
+    assert errors["stream"]["status_code"] == 400 and errors["stream"]["body"]["error"]["param"] == "stream"
+
+
+def test_a_bad_input_file_fails_the_batch_with_each_line_numbered(client, frontend):
+    content = _jsonl(
+        _line("a"),
+        b"{not json",
+        _line("a"),
+        _line("b", url="/v1/completions"),
+        _line("c", method="GET"),
+        {"custom_id": "d", "method": "POST", "url": CHAT},
+        {"custom_id": "e", "method": "POST", "url": CHAT, "body": [1]},
+    )
+    _, batch = _run(client, content)
+    done = _wait(client, batch.id)
+    assert done.status == "failed" and done.failed_at and done.output_file_id is None
+    found = [(e.line, e.code, e.param) for e in done.errors.data]
+    assert found == [
+        (2, "invalid_json_line", None),
+        (3, "duplicate_custom_id", "custom_id"),
+        (4, "mismatched_endpoint", "url"),
+        (5, "invalid_request", "method"),
+        (6, "invalid_request", "body"),
+        (7, "invalid_request", "body"),
+    ]
+    assert frontend.calls == []  # nothing of a failed batch runs
+    _, empty = _run(client, b"\n  \n")
+    assert [e.code for e in _wait(client, empty.id).errors.data] == ["empty_file"]
+
+
+def test_read_lines_caps_its_error_list_and_the_request_count():
+    lines, errors = read_lines(b"x\n" * 150, CHAT, 10)
+    assert (
+        lines == []
+        and len(errors) == 101
+        and errors[-1]
+        == {
+            "code": "more_errors",
+            "message": "50 more lines are bad",
+            "param": None,
+            "line": None,
+        }
+    )
+    lines, errors = read_lines(_jsonl(*(_line(f"q{i}") for i in range(3))), CHAT, 2)
+    assert [e["code"] for e in errors] == ["too_many_requests"]
+
+
+@pytest.mark.parametrize("status_code", [ErrorCode.OVERLOADED, ErrorCode.NO_NODE, ErrorCode.NODE_FAILED])
+def test_an_overloaded_or_restarting_fleet_delays_a_line_and_loses_nothing(make_frontend, serve, status_code):
+    class Flaky(make_frontend):
+        refusals = 3
+
+        def generate(self, request_id, **kwargs):
+            if self.refusals:
+                self.refusals -= 1
+                self.calls.append({"refused": True})
+                return self._refuse()
+            return super().generate(request_id, **kwargs)
+
+        async def _refuse(self):
+            raise FrontendError(status_code, "busy", retry_after_s=0.01)
+            yield  # an async generator, as generate's
+
+    frontend = Flaky()
+    config = GatewayConfig(batches=BatchRunnerConfig(max_retries=3, backoff_s=0.01))
+    with serve(create_app(frontend, config=config)) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c:
+        _, batch = _run(c, _jsonl(_line("q")))
+        done = _wait(c, batch.id)
+        assert (done.request_counts.completed, done.request_counts.failed) == (1, 0)
+        assert len(frontend.calls) == 4  # refused three times, answered the fourth
+        frontend.refusals = 5  # more refusals than retries: the last refusal is the line's answer
+        _, batch = _run(c, _jsonl(_line("q")))
+        done = _wait(c, batch.id)
+        (line,) = _lines(c, done.error_file_id)
+        assert line["response"]["status_code"] in (429, 502, 503) and done.request_counts.failed == 1
+
+
+def test_cancel_cancels_the_requests_in_flight_and_keeps_what_finished(client, frontend):
+    frontend.hang_after = 1
+    _, batch = _run(client, _jsonl(_line("a"), _line("b")))
+    assert frontend.num_streaming.acquire(timeout=30)
+    cancelling = client.batches.cancel(batch.id)
+    assert cancelling.status == "cancelling" and cancelling.cancelling_at
+    done = _wait(client, batch.id)
+    assert done.status == "cancelled" and done.cancelled_at and frontend.cancelled.is_set()
+    assert done.output_file_id is None and done.error_file_id is None
+    with pytest.raises(openai.BadRequestError, match="cannot be cancelled"):
+        client.batches.cancel(batch.id)
+
+
+@pytest.mark.parametrize("app_config", [GatewayConfig(batches=BatchRunnerConfig(window_s=0.3))])
+def test_a_line_left_unrun_when_the_window_closes_gets_batch_expired(client, frontend, app_config):
+    frontend.hang_after = 1
+    _, batch = _run(client, _jsonl(_line("a"), _line("b")))
+    done = _wait(client, batch.id)
+    assert done.status == "expired" and done.expired_at and done.request_counts.failed == 2
+    lines = _lines(client, done.error_file_id)
+    assert [(line["custom_id"], line["response"], line["error"]["code"]) for line in lines] == [
+        ("a", None, "batch_expired"),
+        ("b", None, "batch_expired"),
+    ]
+
+
+@pytest.mark.parametrize("app_config", [GatewayConfig(batches=BatchRunnerConfig(traffic_class="batch"))])
+def test_a_batch_runs_in_the_configured_traffic_class(client, frontend, app_config):
+    _wait(client, _run(client, _jsonl(_line("a")))[1].id)
+    assert [call["traffic_class"] for call in frontend.calls] == ["batch"]
+
+
+def test_files_and_batches_are_their_owners(frontend, serve):
+    keys = ApiKeyConfig(frozenset({"key-a", "key-b"}))
+    with serve(create_app(frontend, api_keys=keys)) as url:
+        a = openai.OpenAI(base_url=f"{url}/v1", api_key="key-a", max_retries=0)
+        b = openai.OpenAI(base_url=f"{url}/v1", api_key="key-b", max_retries=0)
+        upload, batch = _run(a, _jsonl(_line("q")))
+        done = _wait(a, batch.id)
+        for call in (
+            lambda: b.files.retrieve(upload.id),
+            lambda: b.files.content(done.output_file_id),
+            lambda: b.files.delete(upload.id),
+            lambda: b.batches.retrieve(batch.id),
+            lambda: b.batches.cancel(batch.id),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                call()
+        with pytest.raises(openai.BadRequestError) as refused:
+            b.batches.create(input_file_id=upload.id, endpoint=CHAT, completion_window="24h")
+        assert refused.value.body["param"] == "input_file_id"
+        assert list(b.files.list()) == [] and list(b.batches.list()) == []
+        assert a.files.delete(upload.id).deleted and list(a.files.list(purpose="batch")) == []
+
+
+def test_lists_page_with_the_sdk(client):
+    ids = [client.files.create(file=(f"f{i}.jsonl", b"{}\n"), purpose="user_data").id for i in range(5)]
+    assert [f.id for f in client.files.list(limit=2)] == ids[::-1]  # the SDK follows the pages
+    page = client.files.list(limit=2, order="asc")
+    assert [f.id for f in page.data] == ids[:2] and page.has_more
+
+
+@pytest.mark.parametrize(
+    "app_config", [GatewayConfig(files_upload_max_bytes=1000, files_max=3, files_store_bytes=2000)]
+)
+def test_uploads_refused_by_name(client, app_config):
+    with pytest.raises(openai.BadRequestError) as refused:
+        client.files.create(file=("x.jsonl", b"{}"), purpose="fine-tune")
+    assert refused.value.body["param"] == "purpose"
+    with pytest.raises(openai.APIStatusError) as refused:
+        client.files.create(file=("x.jsonl", b"x" * 2000), purpose="batch")
+    assert refused.value.status_code == 413
+    for i in range(3):
+        client.files.create(file=(f"{i}.jsonl", b"x" * 500), purpose="batch")
+    with pytest.raises(openai.APIStatusError) as refused:  # a fourth file: the store is full
+        client.files.create(file=("3.jsonl", b"x"), purpose="batch")
+    assert refused.value.status_code == 413 and "delete files" in refused.value.message
+    url = str(client.base_url)
+    not_multipart = httpx.post(f"{url}files", json={"purpose": "batch"})
+    assert not_multipart.status_code == 400 and not_multipart.json()["error"]["param"] == "file"
+    extra = httpx.post(f"{url}files", files={"file": ("a", b"x")}, data={"purpose": "batch", "expires_after": "1"})
+    assert extra.status_code == 400 and extra.json()["error"]["param"] == "expires_after"
+    no_file = httpx.post(f"{url}files", files={"purpose": (None, "batch")})
+    assert no_file.status_code == 400 and no_file.json()["error"]["param"] == "file"
+
+
+def test_batch_creation_refused_by_name(client):
+    upload = client.files.create(file=("in.jsonl", _jsonl(_line("q"))), purpose="batch")
+    other = client.files.create(file=("data.jsonl", _jsonl(_line("q"))), purpose="user_data")
+    url = str(client.base_url)
+    for body, param in (
+        ({"input_file_id": "file-nope", "endpoint": CHAT, "completion_window": "24h"}, "input_file_id"),
+        ({"input_file_id": other.id, "endpoint": CHAT, "completion_window": "24h"}, "input_file_id"),
+        ({"input_file_id": upload.id, "endpoint": "/v1/messages", "completion_window": "24h"}, "endpoint"),
+        ({"input_file_id": upload.id, "endpoint": CHAT, "completion_window": "1h"}, "completion_window"),
+        ({"input_file_id": upload.id, "endpoint": CHAT, "completion_window": "24h", "extra": 1}, "extra"),
+        ({"input_file_id": upload.id, "endpoint": CHAT}, "completion_window"),
+        (
+            {
+                "input_file_id": upload.id,
+                "endpoint": CHAT,
+                "completion_window": "24h",
+                "metadata": {str(i): "v" for i in range(17)},
+            },
+            "metadata",
+        ),
+    ):
+        reply = httpx.post(f"{url}batches", json=body)
+        assert reply.status_code == 400 and reply.json()["error"]["param"] == param, body
+    for path in ("files/file-nope", "files/file-nope/content", "batches/batch_nope"):
+        reply = httpx.get(f"{url}{path}")
+        assert reply.status_code == 404 and reply.json()["error"]["code"] == "not_found"
+    assert httpx.get(f"{url}batches", params={"limit": 101}).json()["error"]["param"] == "limit"
+    assert httpx.get(f"{url}files", params={"after": "file-nope"}).json()["error"]["param"] == "after"
+
+
+@pytest.mark.anyio
+async def test_without_its_lifespan_the_app_refuses_batches(frontend):
+    """Served with its lifespan off (nothing would ever run a batch), creation is a 503, not a batch left waiting."""
+    app = create_app(frontend)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+        upload = await http.post(
+            "/v1/files", files={"file": ("a.jsonl", _jsonl(_line("q")))}, data={"purpose": "batch"}
+        )
+        body = {"input_file_id": upload.json()["id"], "endpoint": CHAT, "completion_window": "24h"}
+        reply = await http.post("/v1/batches", json=body)
+    assert reply.status_code == 503 and "lifespan" in reply.json()["error"]["message"]
+
+
+def test_a_batch_object_is_the_sdks():
+    batch = Batch("batch_1", None, CHAT, "file-1", "24h", 10, 20, None)
+    batch.set_status("in_progress")
+    parsed = openai.types.Batch.model_validate(batch.object())
+    assert parsed.status == "in_progress" and parsed.request_counts.total == 0 and parsed.usage.total_tokens == 0
