@@ -339,6 +339,8 @@ async def _http_campaign(fleet: Fleet, http: httpx.AsyncClient, config: FuzzConf
                 try:
                     r = await fuzz_client.request(case.method, case.path, content=case.body, headers=case.headers)
                     outcome = str(r.status_code)
+                    if case.path == "/v1/files" and r.status_code == 200:  # later batches may name it
+                        cases.file_ids.append(r.json()["id"])
                     if r.status_code == 500 and len(internal_errors) < 20:
                         internal_errors.append({"kind": case.kind, "path": case.path[:200], "body": case.body[:500]})
                 except httpx.HTTPError as e:

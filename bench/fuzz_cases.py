@@ -11,7 +11,8 @@
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
         count_tokens; a Responses API body, one time in twelve or so, to /v1/responses, its tools its own:
-        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input)
+        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input; one time
+        in fourteen, an OpenAI batch: a JSONL upload to /v1/files, or a batch created over an uploaded file)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -346,7 +347,10 @@ HTTP_FIELDS = [
     "encoding_format", "dimensions",  # OpenAI's embeddings API (/v1/embeddings)
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
-                  "not an object", "path", "method", "raw"]  # fmt: skip
+                  "not an object", "path", "method", "raw", "batch"]  # fmt: skip
+BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+WINDOWS = ["24h"] * 5 + ["1h"]
+MULTIPART = "multipart/form-data; boundary=zz"
 
 
 def _json_schema_format(schema: str) -> str:
@@ -436,6 +440,51 @@ RAW_REQUESTS = [
 class HttpCases:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
+        self.file_ids: list[str] = []  # files the gateway accepted (the campaign adds them): batches name them
+
+    def batch_case(self) -> HttpCase:
+        """An upload of a JSONL file of batch requests (lines valid, mutated or broken; the multipart itself
+        sometimes broken), or a batch created over an accepted file or a made-up one, its fields sometimes nasty."""
+        r = self.rng
+        if r.random() < 0.5:
+            return self._upload_case()
+        known = r.choice(self.file_ids) if self.file_ids and r.random() < 0.8 else "file-nope"
+        endpoint = r.choice([*BATCH_ENDPOINTS, "/v1/messages"])
+        text = json.dumps({"input_file_id": known, "endpoint": endpoint, "completion_window": r.choice(WINDOWS)})
+        if r.random() < 0.3:
+            name = r.choice(["metadata", "input_file_id", "endpoint", "completion_window", "extra"])
+            text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
+        return HttpCase("batch", path="/v1/batches", body=text.encode())
+
+    def _upload_case(self) -> HttpCase:
+        r = self.rng
+        endpoint = r.choice(BATCH_ENDPOINTS)
+        if endpoint == "/v1/embeddings":
+            body = {"input": "hi"}
+        elif endpoint == "/v1/responses":
+            body = self.responses_body()
+        else:
+            body = self.valid_body(endpoint == "/v1/chat/completions")
+        lines = []
+        for i in range(r.randint(1, 3)):
+            custom_id = f"c{i}" if r.random() < 0.9 else "c"
+            line = json.dumps({"custom_id": custom_id, "method": "POST", "url": endpoint, "body": body})
+            choice = r.random()
+            if choice < 0.15:
+                line = line[: r.randint(0, len(line))]
+            elif choice < 0.3:
+                line = line[:-2] + f', "{r.choice(HTTP_FIELDS)}": {r.choice(NASTY_JSON)(r)}}}}}'
+            lines.append(line.encode())
+        purpose = r.choice([b"batch", b"batch", b"batch", b"user_data", b"fine-tune", b"", b"\xff"])
+        form = b"".join([
+            b'--zz\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n', purpose, b"\r\n--zz\r\n",
+            b'Content-Disposition: form-data; name="file"; filename="f.jsonl"\r\n\r\n', b"\n".join(lines),
+            b"\r\n--zz--\r\n",
+        ])  # fmt: skip
+        if r.random() < 0.15:
+            form = form[: r.randint(0, len(form))]
+        content_type = r.choice([MULTIPART] * 5 + ["multipart/form-data", "application/json"])
+        return HttpCase("batch", path="/v1/files", body=form, headers={"content-type": content_type})
 
     def valid_body(self, chat: bool) -> dict:
         r = self.rng
@@ -458,6 +507,8 @@ class HttpCases:
     def next(self) -> HttpCase:
         r = self.rng
         kind = r.choice(HTTP_MUTATIONS)
+        if kind == "batch":
+            return self.batch_case()
         chat = r.random() < 0.5
         path = "/v1/chat/completions" if chat else "/v1/completions"
         if chat and r.random() < 0.3:  # Anthropic's: a chat body is one of its bodies too (of count_tokens' too)
@@ -493,7 +544,12 @@ class HttpCases:
             path = r.choice(["/health", "/metrics", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000), "/nope",
                              "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
                              "/v1/responses/resp_" + "r" * r.randint(0, 5_000),
-                             "/v1/responses/x/input_items?limit=" + r.choice(["0", "5", "x" * 3000, "-"])])  # fmt: skip
+                             "/v1/responses/x/input_items?limit=" + r.choice(["0", "5", "x" * 3000, "-"]),
+                             "/v1/files?" + r.choice(["limit=0", "order=up", "after=x", "purpose=batch"]),
+                             "/v1/files/" + r.choice([*self.file_ids[-3:], "file-" + "f" * r.randint(0, 5_000)]),
+                             "/v1/files/" + r.choice([*self.file_ids[-3:], "nope"]) + "/content",
+                             "/v1/batches?limit=" + r.choice(["0", "5", "101", "x" * 3000]),
+                             "/v1/batches/batch_" + "b" * r.randint(0, 5_000)])  # fmt: skip
             return HttpCase(kind, method=method, path=path, headers={})
         elif kind == "method":
             return HttpCase(kind, method=r.choice(["GET", "PUT", "DELETE", "OPTIONS", "PATCH"]), path=path,

@@ -84,6 +84,20 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="origins a browser page may call the API from: '*' (any), a comma list of scheme://host[:port], or "
         "'none' (no CORS headers)",
     )
+    p.add_argument(
+        "--batch-class",
+        default=None,
+        metavar="CLASS",
+        help="the traffic class OpenAI batches (/v1/batches) run in, e.g. a low-priority 'batch' class of --cells "
+        "(default: each request's own)",
+    )
+    p.add_argument(
+        "--batch-concurrency",
+        type=int,
+        default=32,
+        metavar="N",
+        help="requests of OpenAI batches in flight at once, over every batch (default 32)",
+    )
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument(
         "--router-knobs",
@@ -239,13 +253,21 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 
 def gateway_config_from_args(args: argparse.Namespace):
-    """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``); SystemExit on a bad value."""
+    """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
+    ``--batch-concurrency``); SystemExit on a bad value."""
     from controlplane.gateway.app import GatewayConfig
+    from controlplane.gateway.batch_runner import BatchRunnerConfig
 
     raw = getattr(args, "cors_origins", "*")
     origins = () if raw == "none" else tuple(o.strip() for o in raw.split(",") if o.strip())
     try:
-        return GatewayConfig(cors_allowed_origins=origins)
+        batches = BatchRunnerConfig(
+            concurrency=getattr(args, "batch_concurrency", 32), traffic_class=getattr(args, "batch_class", None)
+        )
+    except ValueError as e:
+        raise SystemExit(f"zoo controlplane: --batch-concurrency: {e}") from None
+    try:
+        return GatewayConfig(cors_allowed_origins=origins, batches=batches)
     except ValueError as e:
         raise SystemExit(f"zoo controlplane: --cors-origins: {e}") from None
 

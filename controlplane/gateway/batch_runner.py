@@ -1,7 +1,7 @@
 """Runs OpenAI batches (gateway/batches.py) inside the gateway: each request of a batch goes through the very route
 it names, in process, as if a client had sent it with the batch creator's API key.
 
-    POST /v1/batches ─► BatchRunner.submit ─► run() (the app's lifespan task group)
+    POST /v1/batches ─► BatchRunner.submit ─► run() (serve_gateway's task group, or the app's lifespan)
         a worker thread reads and checks the input file ─► failed, or in_progress:
         line ─► (limiter: at most ``concurrency`` requests in flight over every batch) ─► the route's ASGI app
               ─► 2xx: the output file;  4xx/5xx: the error file
@@ -101,7 +101,8 @@ class BatchRunner:
 
     @asynccontextmanager
     async def lifespan(self, app=None):
-        """Starlette's lifespan: the runner runs while the app is served."""
+        """Starlette's lifespan: the runner runs while the app is served (by a server that runs the lifespan;
+        http_server.serve_gateway runs ``run`` in its own task group instead)."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.run)
             yield

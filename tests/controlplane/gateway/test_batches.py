@@ -5,6 +5,7 @@ line instead of failing it; cancel and the window keep what finished; owners are
 
 from __future__ import annotations
 
+import argparse
 import time
 
 import httpx
@@ -19,6 +20,7 @@ from controlplane.gateway.app import GatewayConfig
 from controlplane.gateway.batch_runner import BatchRunnerConfig
 from controlplane.gateway.batches import Batch, read_lines
 from transport.messages import ErrorCode
+from zoo.serve import add_controlplane_args, gateway_config_from_args
 
 MODEL = "smol"
 CHAT = "/v1/chat/completions"
@@ -327,3 +329,13 @@ def test_a_batch_object_is_the_sdks():
     batch.set_status("in_progress")
     parsed = openai.types.Batch.model_validate(batch.object())
     assert parsed.status == "in_progress" and parsed.request_counts.total == 0 and parsed.usage.total_tokens == 0
+
+
+def test_zoo_controlplane_flags_set_how_batches_run():
+    parser = argparse.ArgumentParser()
+    add_controlplane_args(parser)
+    config = gateway_config_from_args(parser.parse_args(["--batch-class", "batch", "--batch-concurrency", "4"]))
+    assert (config.batches.traffic_class, config.batches.concurrency) == ("batch", 4)
+    assert gateway_config_from_args(parser.parse_args([])).batches == BatchRunnerConfig()
+    with pytest.raises(SystemExit, match="--batch-concurrency"):
+        gateway_config_from_args(parser.parse_args(["--batch-concurrency", "0"]))

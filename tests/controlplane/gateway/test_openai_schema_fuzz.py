@@ -1,6 +1,7 @@
 """Property tests of the HTTP schema (hypothesis): whatever the body, ``parse_chat`` and ``parse_completion``
 return GenerateArgs or raise a FrontendError that answers 4xx, never anything else; so do the other generation
-routes' parsers (Anthropic's messages and count_tokens, the Responses API, embeddings), each their own result."""
+routes' parsers (Anthropic's messages and count_tokens, the Responses API, embeddings), each their own result;
+and a batch's create body, and its input file's lines: each line a request or a numbered error, never a raise."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.anthropic_messages import parse_count_tokens, parse_messages
+from controlplane.gateway.batches import Batch, parse_create, read_lines
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_embeddings import EmbeddingsArgs, parse_embeddings
 from controlplane.gateway.openai_responses import ResponsesArgs, parse_responses
@@ -40,10 +42,13 @@ FIELDS = [
     "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "prompt_logprobs", "tool_choice",
     "parallel_tool_calls", "input", "instructions", "max_output_tokens", "previous_response_id", "text", "include",
     "background", "system", "stop_sequences", "encoding_format", "dimensions",
+    "input_file_id", "endpoint", "completion_window", "metadata", "custom_id", "method", "url", "body",
 ]  # fmt: skip
 RESPONSES = {"model": "smol", "input": "hi", "max_output_tokens": 4}
 MESSAGES = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 EMBEDDINGS = {"model": "smol", "input": ["hi", "yo"]}
+BATCH = {"input_file_id": "file-1", "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+BATCH_LINE = {"custom_id": "a", "method": "POST", "url": "/v1/chat/completions", "body": CHAT}
 _chat = partial(parse_chat, default_max_tokens=16)
 _completion = partial(parse_completion, default_max_tokens=16)
 OTHER_PARSERS = [  # (a body's parser, what it returns)
@@ -52,6 +57,7 @@ OTHER_PARSERS = [  # (a body's parser, what it returns)
     (parse_messages, GenerateArgs),
     (parse_count_tokens, tuple),
     (parse_embeddings, EmbeddingsArgs),
+    (lambda b: parse_create(b, None), Batch),
 ]  # fmt: skip
 
 
@@ -121,11 +127,23 @@ def test_any_bytes_are_args_or_4xx(body):
     responses=mutated_bodies(RESPONSES),
     messages=mutated_bodies(MESSAGES),
     embeddings=mutated_bodies(EMBEDDINGS),
+    batch=mutated_bodies(BATCH),
     value=json_values,
     raw=st.binary(max_size=200),
 )
-def test_the_other_routes_bodies_are_args_or_4xx(responses, messages, embeddings, value, raw):
-    bodies = [responses, messages, messages, embeddings]  # each parser's own kind of body (count_tokens: messages')
+def test_the_other_routes_bodies_are_args_or_4xx(responses, messages, embeddings, batch, value, raw):
+    bodies = [responses, messages, messages, embeddings, batch]  # each parser's own kind (count_tokens: messages')
     for (parse, kind), body in zip(OTHER_PARSERS, bodies, strict=True):
         for candidate in (body, json.dumps(value).encode(), raw):
             _check(parse, candidate, kind)
+
+
+@FUZZ
+@given(lines=st.lists(mutated_bodies(BATCH_LINE) | st.binary(max_size=100), max_size=6), value=json_values)
+def test_a_batch_files_lines_are_requests_or_numbered_errors(lines, value):
+    content = b"\n".join([*lines, json.dumps(value).encode()])
+    requests, errors = read_lines(content, "/v1/chat/completions", 50_000)
+    num_lines = content.count(b"\n") + 1
+    assert all(isinstance(e["line"], int) and 1 <= e["line"] <= num_lines for e in errors if e["line"]), errors
+    assert len({r.custom_id for r in requests}) == len(requests)
+    assert all(r.body.lstrip().startswith(b"{") for r in requests)
