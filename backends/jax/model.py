@@ -46,6 +46,7 @@ from jax import lax
 
 from backends.checkpoint.llama_layout import llama_tensor_shapes
 from backends.jax.attention import ChunkMeta, DecodeMeta, chunk_attention, decode_attention, write_kv
+from backends.jax.solo_attention import SoloMeta, solo_attention
 from backends.rope_scaling import llama3_inv_freq, rope_type
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
@@ -261,7 +262,8 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
     return x * cos + rotated * sin
 
 
-Attend = Callable[[jax.Array, jax.Array, jax.Array], jax.Array]  # (q [T, H, D], kv, layer) -> [T, H * D]
+# (q [T, H, D], k [T, Hkv, D], v, kv, layer) -> [T, H * D]: k and v are the rows' own (already in kv)
+Attend = Callable[[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array], jax.Array]
 
 
 @struct.dataclass
@@ -323,7 +325,7 @@ def _layer(
     q, k = qk[:, :h], qk[:, h:]  # [T, H, D], [T, Hkv, D]
     v = qkv[:, (h + hkv) * d :].reshape(t, hkv, d)
     kv = write_kv(kv, layer, slots, k, v)
-    o = attend(q, kv, layer)
+    o = attend(q, k, v, kv, layer)
     hidden = hidden + (_matmul(o, lp.o) + delta(1, o))
     x = rms_norm(hidden, lp.post_norm, dims.rms_norm_eps)
     gate_up = _matmul(x, lp.gate_up) + delta(2, x)  # [T, 2I]
@@ -339,7 +341,7 @@ def _embed(embed: jax.Array, rope: jax.Array, token_ids: jax.Array, positions: j
 
 @partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv", "hidden"))
 def _decode_layer(lp, kv, layer, hidden, cos, sin, slots, meta: DecodeMeta, lora, *, dims: Dims):
-    def attend(q, kv, layer):
+    def attend(q, k, v, kv, layer):
         return decode_attention(q, kv, layer, meta)
 
     return _layer(lp, kv, layer, hidden, cos, sin, slots, lora, attend, dims)
@@ -347,8 +349,16 @@ def _decode_layer(lp, kv, layer, hidden, cos, sin, slots, meta: DecodeMeta, lora
 
 @partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv", "hidden"))
 def _chunk_layer(lp, kv, layer, hidden, cos, sin, slots, meta: ChunkMeta, lora, *, dims: Dims):
-    def attend(q, kv, layer):
+    def attend(q, k, v, kv, layer):
         return chunk_attention(q, kv, layer, meta)
+
+    return _layer(lp, kv, layer, hidden, cos, sin, slots, lora, attend, dims)
+
+
+@partial(jax.jit, static_argnames=("dims",), donate_argnames=("kv", "hidden"))
+def _solo_layer(lp, kv, layer, hidden, cos, sin, slots, meta: SoloMeta, lora, *, dims: Dims):
+    def attend(q, k, v, kv, layer):
+        return solo_attention(q, k, v, kv, layer, meta)
 
     return _layer(lp, kv, layer, hidden, cos, sin, slots, lora, attend, dims)
 
@@ -402,7 +412,7 @@ def chunk_step(
     token_ids: jax.Array,  # [T]
     positions: jax.Array,  # [T]
     slots: jax.Array,  # [T]
-    meta: ChunkMeta,
+    meta: ChunkMeta | SoloMeta,  # SoloMeta: the step is one chunk (solo_attention.py)
     logits_rows: jax.Array,  # [S] rows to project (the sampled ones)
     lora: LoraParams | None = None,
     *,
@@ -411,4 +421,5 @@ def chunk_step(
 ) -> tuple[jax.Array, ...]:
     """Prefill / speculative chunks of several requests -> (fp32 logits [S, V], kv), and with ``return_hidden`` the
     rows' fp32 final hidden states [S, E] third. ``kv`` is donated."""
-    return _forward(_chunk_layer, params, kv, token_ids, positions, slots, meta, logits_rows, lora, dims, return_hidden)
+    program = _solo_layer if isinstance(meta, SoloMeta) else _chunk_layer
+    return _forward(program, params, kv, token_ids, positions, slots, meta, logits_rows, lora, dims, return_hidden)

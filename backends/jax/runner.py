@@ -38,6 +38,7 @@ from backends.jax.lora_slots import JaxLoraSlots
 from backends.jax.model import Dims, LlamaParams, chunk_step, decode_step, load_params, random_tensors, resolve_dtype
 from backends.jax.prompt_scores import score_prompt_rows
 from backends.jax.sampler import NUM_CANDIDATES, Sampler, _argmax, _sample_random
+from backends.jax.solo_attention import SOLO_MIN_ROWS, build_solo_meta
 from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes_per_block
 from backends.lora_store import LoraRunnerVerbs
 from backends.prompt_rows import PromptRows
@@ -118,6 +119,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         adaptive_threads: bool = True,
         cpu_decode_head: str = "kernel",
         huge_pages: bool = True,
+        solo_chunks: bool = True,
     ) -> None:
         if cpu_decode_head not in ("kernel", "xla"):
             raise ValueError(f"cpu_decode_head must be 'kernel' or 'xla', got {cpu_decode_head!r}")
@@ -133,6 +135,7 @@ class JaxModelRunner(LoraRunnerVerbs):
         self.params: LlamaParams = load_params(self.config, tensors, self.dtype, self.device)
         self.dims = Dims.from_config(self.config)
         self.buckets = buckets or DEFAULT_BUCKETS
+        self.solo_chunks = solo_chunks  # a step of one long chunk: solo_attention.py's causal groups
         self.sampler = Sampler(seed)
         self.compiles = CompileCounter()
         self.kv_cache: PagedKVCache | None = None
@@ -409,7 +412,10 @@ class JaxModelRunner(LoraRunnerVerbs):
         logits_rows = sample_rows.logits_rows + prompt_rows.logits_rows
         rows = np.zeros(self.buckets.sample_rows(max(1, len(logits_rows))), dtype=np.int32)
         rows[: len(logits_rows)] = logits_rows
-        meta = build_chunk_meta(row_seg, positions, seg_blocks, bs, self.buckets.key_blocks)
+        if self.solo_chunks and len(chunks) == 1 and t >= SOLO_MIN_ROWS:
+            meta = build_solo_meta(seg_blocks[0], chunks[0].start_pos, bs, self.buckets.key_blocks)
+        else:
+            meta = build_chunk_meta(row_seg, positions, seg_blocks, bs, self.buckets.key_blocks)
         lora = self._lora_params(first_rows, t, slot_of)
         embed = any(r.embed for r in chunks)
         logits, self.kv_cache.device_kv, *hidden = chunk_step(

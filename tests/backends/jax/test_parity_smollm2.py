@@ -214,3 +214,36 @@ def test_embeddings_match_torch(smollm2_checkpoint, smollm2_model, smollm2_jax):
     assert len(jax_vector) == smollm2_checkpoint.config.hidden_size
     assert max(abs(t - j) for t, j in zip(torch_vector, jax_vector)) < 1e-3
     assert sum(t * j for t, j in zip(torch_vector, jax_vector)) > 0.9999
+
+
+def test_a_long_prompt_in_one_chunk_steps_matches_torch(smollm2_checkpoint, smollm2_model, smollm2_jax, monkeypatch):
+    """A 600-token prompt under a 200-token step budget: three steps of one chunk each (padded to 256 rows), so the
+    JAX runner takes its one-chunk path (solo_attention.py), the later two with context that ends inside a block.
+    Every prompt token's score matches torch's, and the sampled tokens are torch's."""
+    from backends.jax import runner as jax_runner
+
+    built = []
+    build = jax_runner.build_solo_meta
+    monkeypatch.setattr(jax_runner, "build_solo_meta", lambda *a: built.append(a[1]) or build(*a))
+    story = " ".join(f"On day {i} the dog ran after the cat, which climbed a tree and sat there." for i in range(50))
+    ids = smollm2_checkpoint.tokenizer.encode(story)[:600]
+    params = SamplingParams(max_tokens=3, temperature=0, prompt_logprobs=0)
+    scores, tokens = [], []
+    for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
+        engine = LLMEngine(
+            runner,
+            smollm2_checkpoint.tokenizer,
+            SchedulerConfig(max_num_batched_tokens=200, max_num_seqs=4, max_model_len=1024),
+            CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
+        )
+        engine.add_request(ids, params)
+        outputs = []
+        while engine.has_unfinished_requests():
+            outputs += engine.step()
+        (one,) = [out.prompt_logprobs for out in outputs if out.prompt_logprobs is not None]
+        scores.append(one)
+        tokens.append([t for out in outputs for t in out.new_token_ids])
+    assert built == [0, 200, 400]  # the JAX runner's three prefill steps took the one-chunk path
+    assert tokens[0] == tokens[1] and len(tokens[0]) == 3
+    worst = max(abs(t.logprob - j.logprob) for t, j in zip(scores[0][1:], scores[1][1:]))
+    assert worst <= 1e-3, worst
