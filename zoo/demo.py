@@ -1,6 +1,6 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
 a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, a tool call, and
-three sentences' embeddings compared),
+three sentences' embeddings compared, and a batch of questions run through OpenAI's Batch API),
 a short load through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is
 shut down at the end."""
 
@@ -20,6 +20,9 @@ from zoo.up import LocalZoo, ZooStartError
 from zoo.up_config import load_up_config
 
 QUESTION = "What is the capital of France?"
+MODEL = "SmolLM2-135M-Instruct"
+BATCH_QUESTIONS = ["What is the capital of Italy?", "What is the capital of Japan?"]
+BATCH_WAIT_S = 120.0
 SENTENCES = ["The cat sat on the mat.", "A kitten was sleeping on the rug.", "Quarterly revenue grew by five percent."]
 NUM_LOAD_REQUESTS = 24
 LOAD_CONCURRENCY = 8
@@ -86,6 +89,40 @@ def _chat(base_url: str) -> None:
     for i, j in ((0, 1), (0, 2)):
         cosine = sum(a * b for a, b in zip(vectors[i], vectors[j]))
         print(f"{cosine:.3f}  {SENTENCES[i]!r} ~ {SENTENCES[j]!r}")
+    _batch(base_url)
+
+
+def _batch(base_url: str) -> None:
+    """A JSONL file of chat requests uploaded (/v1/files), run as a batch (/v1/batches), polled, its output read."""
+    import httpx
+
+    print("   a batch (OpenAI's Batch API: a JSONL file uploaded, run in the background, its output file read):")
+    lines = [
+        {
+            "custom_id": f"q{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {"model": MODEL, "messages": [{"role": "user", "content": q}], "max_tokens": 16, "temperature": 0},
+        }
+        for i, q in enumerate(BATCH_QUESTIONS)
+    ]
+    content = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        upload = http.post("/v1/files", files={"file": ("questions.jsonl", content)}, data={"purpose": "batch"})
+        body = {"input_file_id": upload.json()["id"], "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        batch = http.post("/v1/batches", json=body).json()
+        deadline = time.monotonic() + BATCH_WAIT_S
+        while batch["status"] not in ("completed", "failed", "expired", "cancelled") and time.monotonic() < deadline:
+            time.sleep(0.2)
+            batch = http.get(f"/v1/batches/{batch['id']}").json()
+        counts = batch["request_counts"]
+        print(f"[{batch['id']}: {batch['status']}, {counts['completed']} of {counts['total']} answered]")
+        if batch.get("output_file_id"):
+            for line in http.get(f"/v1/files/{batch['output_file_id']}/content").text.splitlines():
+                out = json.loads(line)
+                answer = out["response"]["body"]["choices"][0]["message"]["content"]
+                question = BATCH_QUESTIONS[int(out["custom_id"][1:])]
+                print(f"{out['custom_id']}  {question} -> {answer!r}")
 
 
 def _post_chat(base_url: str, question: str, extra: dict) -> dict:
@@ -94,7 +131,7 @@ def _post_chat(base_url: str, question: str, extra: dict) -> dict:
 
 
 def _post(base_url: str, path: str, body: dict) -> dict:
-    body = {"model": "SmolLM2-135M-Instruct", **body}
+    body = {"model": MODEL, **body}
     req = urllib.request.Request(
         f"{base_url}{path}", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
     )

@@ -26,9 +26,10 @@ Two layouts of a step's rows, each its own jitted program (model.py):
   Against one key list shared by all rows (scores [T, all blocks * block_size], the previous form)
   a step of several prompts computes only each tile's own prompts' scores (8 prompts of 64 tokens:
   1/8 of the scores). A single long prompt gains nothing there (W is the widest tile's: all its
-  blocks). Batched dots with the batch axes leading ([NT, Hkv] x [G * TR, D] x [D, K]) and the
-  softmax normalised after the PV product (on [.., D], not [.., K]) took one SmolLM2 layer's
-  attention over 512 rows from 19 to 11-14 ms on CPU even then (8 x 64 rows: 2.6 ms).
+  blocks), so a step of one long chunk takes solo_attention.py's causal row groups instead. Batched
+  dots with the batch axes leading ([NT, Hkv] x [G * TR, D] x [D, K]) and the softmax normalised
+  after the PV product (on [.., D], not [.., K]) took one SmolLM2 layer's attention over 512 rows
+  from 19 to 11-14 ms on CPU even then (8 x 64 rows: 2.6 ms).
 
 G = H / Hkv query heads share a KV head (query head h reads KV head h // G). Masked scores are a
 large finite negative, so a fully padded row yields finite garbage instead of NaN; padded rows are

@@ -6,6 +6,8 @@ One step (``execute``), the same contract as the torch runner::
     decodes  -> padded [B bucket] rows + block tables  decode_step   (layer program per (B, M) bucket)
              or, <= 4 plain rows on a CPU in fp32:     kernel_decode_step (cpu_kernel.py: one C call, FFI)
     chunks   -> padded [T bucket] rows + key blocks    chunk_step    (layer program per (T, KB) bucket)
+             or one chunk of >= 256 padded rows:       the same, its attention solo_attention.py's causal row groups
+                                                       (layer program per (T, context blocks) bucket)
     sample   -> one host read of the ids               sampler.py
 
 Host-side work per step is numpy only (padding, block tables, slots); every device computation is a
