@@ -92,6 +92,13 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "(default: each request's own)",
     )
     p.add_argument(
+        "--files-dir",
+        default=None,
+        metavar="DIR",
+        help="keep /v1/files uploads and /v1/batches on disk here, so a restarted control plane resumes its batches "
+        "(default: in memory)",
+    )
+    p.add_argument(
         "--batch-concurrency",
         type=int,
         default=32,
@@ -254,7 +261,7 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 def gateway_config_from_args(args: argparse.Namespace):
     """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``); SystemExit on a bad value."""
+    ``--batch-concurrency``, ``--files-dir``); SystemExit on a bad value."""
     from controlplane.gateway.app import GatewayConfig
     from controlplane.gateway.batch_runner import BatchRunnerConfig
 
@@ -267,7 +274,7 @@ def gateway_config_from_args(args: argparse.Namespace):
     except ValueError as e:
         raise SystemExit(f"zoo controlplane: --batch-concurrency: {e}") from None
     try:
-        return GatewayConfig(cors_allowed_origins=origins, batches=batches)
+        return GatewayConfig(cors_allowed_origins=origins, batches=batches, files_dir=getattr(args, "files_dir", None))
     except ValueError as e:
         raise SystemExit(f"zoo controlplane: --cors-origins: {e}") from None
 

@@ -68,6 +68,7 @@ from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
+from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
@@ -127,6 +128,8 @@ class GatewayConfig:
     files_upload_max_bytes: int = 100 * 1024 * 1024
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
+    # where files and batches are kept, so a restarted gateway resumes its batches (None: in memory only)
+    files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
 
     def __post_init__(self) -> None:
@@ -172,8 +175,9 @@ def create_app(
         Route("/v1/embeddings", gateway.handle_embeddings, methods=["POST"]),
         Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
     ]
-    files = FileStore(config.files_max, config.files_store_bytes)
-    runner = BatchRunner(Starlette(routes=batched, exception_handlers=handlers), files, config.batches)
+    files = FileStore(config.files_max, config.files_store_bytes, config.files_dir)
+    journal = None if config.files_dir is None else BatchJournal(config.files_dir)
+    runner = BatchRunner(Starlette(routes=batched, exception_handlers=handlers), files, config.batches, journal)
     batch_routes = BatchRoutes(
         files,
         runner,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import anyio
 import msgspec
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -88,7 +89,8 @@ class BatchRoutes:
                 if not isinstance(purpose, str):
                     raise invalid_param("purpose", "is required")
                 content = await upload.read()
-                obj = self.files.upload(request_owner(request), upload.filename or "", purpose, content)
+                owner, name = request_owner(request), upload.filename or ""
+                obj = await anyio.to_thread.run_sync(self.files.upload, owner, name, purpose, content)
             finally:
                 await form.close()
             return _json(obj)
@@ -105,20 +107,20 @@ class BatchRoutes:
         file_id = request.path_params["file_id"]
         owner = request_owner(request)
         if request.method == "DELETE":
-            if self.files.delete(owner, file_id):
+            if await anyio.to_thread.run_sync(self.files.delete, owner, file_id):
                 return _json({"id": file_id, "object": "file", "deleted": True})
         else:
-            stored = self.files.get(owner, file_id)
-            if stored is not None:
-                return _json(stored.object)
+            obj = self.files.get(owner, file_id)
+            if obj is not None:
+                return _json(obj)
         return _not_found("file", file_id)
 
     async def content(self, request: Request) -> Response:
         file_id = request.path_params["file_id"]
-        stored = self.files.get(request_owner(request), file_id)
-        if stored is None:
+        content = await anyio.to_thread.run_sync(self.files.content, request_owner(request), file_id)
+        if content is None:
             return _not_found("file", file_id)
-        return Response(stored.content, media_type="application/octet-stream")
+        return Response(content, media_type="application/octet-stream")
 
     async def create(self, request: Request) -> Response:
         async def serve() -> Response:
@@ -128,13 +130,13 @@ class BatchRoutes:
                 owner,
                 window_s=self.runner.config.window_s,
             )
-            stored = self.files.get(owner, batch.input_file_id)
-            if stored is None:
+            obj = self.files.get(owner, batch.input_file_id)
+            if obj is None:
                 raise invalid_param("input_file_id", f"no file has the id {clip(batch.input_file_id, 64)!r}")
-            if stored.object["purpose"] != "batch":
-                raise invalid_param("input_file_id", f"the file's purpose is {stored.object['purpose']!r}, not 'batch'")
+            if obj["purpose"] != "batch":
+                raise invalid_param("input_file_id", f"the file's purpose is {obj['purpose']!r}, not 'batch'")
             batch.tenant = request_tenant(request)
-            self.runner.submit(batch, stored.content)
+            self.runner.submit(batch)
             return _json(batch.object())
 
         return await _guarded(serve)

@@ -36,6 +36,7 @@ import msgspec
 from starlette.types import ASGIApp, Message
 
 from controlplane.frontend import FrontendError
+from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batches import TERMINAL, Batch, BatchLine, add_usage, output_line, read_lines
 from controlplane.gateway.errors import error_body
 from controlplane.gateway.file_store import OUTPUT_PURPOSE, FileStore
@@ -89,15 +90,22 @@ class _Result:
 class BatchRunner:
     """The batches of one gateway. ``app``: the routes a batch's requests go to (gateway/app.py's batch routes)."""
 
-    def __init__(self, app: ASGIApp, files: FileStore, config: BatchRunnerConfig) -> None:
+    def __init__(
+        self, app: ASGIApp, files: FileStore, config: BatchRunnerConfig, journal: BatchJournal | None = None
+    ) -> None:
         self.app = app
         self.files = files
         self.config = config
+        self.journal = journal  # None: batches live in memory only
         self._batches: OrderedDict[tuple[str | None, str], Batch] = OrderedDict()
         self._limiter = anyio.CapacityLimiter(config.concurrency)
-        self._send, self._receive = anyio.create_memory_object_stream[tuple[Batch, bytes]](math.inf)
+        self._send, self._receive = anyio.create_memory_object_stream[tuple[Batch, dict]](math.inf)
         self._scopes: dict[str, anyio.CancelScope] = {}
         self.running = False
+        for batch, done in journal.load() if journal is not None else ():  # a restart: resume what had not finished
+            self._batches[(batch.owner, batch.id)] = batch
+            if batch.status not in TERMINAL:
+                self._send.send_nowait((batch, done))
 
     @asynccontextmanager
     async def lifespan(self, app=None):
@@ -113,13 +121,14 @@ class BatchRunner:
         self.running = True
         try:
             async with anyio.create_task_group() as tg:
-                async for batch, content in self._receive:
-                    tg.start_soon(self._run_batch, batch, content)
+                async for batch, done in self._receive:
+                    tg.start_soon(self._run_batch, batch, done)
         finally:
             self.running = False
 
-    def submit(self, batch: Batch, content: bytes) -> None:
-        """Queue a new batch (status validating); 503 when the runner is not running, 429 past ``max_active``."""
+    def submit(self, batch: Batch) -> None:
+        """Queue a new batch (status validating; its input file is read when it starts); 503 when the runner is not
+        running, 429 past ``max_active``."""
         if not self.running:
             raise FrontendError(ErrorCode.NO_NODE, "The batch runner is not running (the app's lifespan was not run)")
         active = sum(b.status not in TERMINAL for b in self._batches.values())
@@ -128,10 +137,13 @@ class BatchRunner:
             raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=60.0)
         batch.traffic_class = self.config.traffic_class
         self._batches[(batch.owner, batch.id)] = batch
-        self._send.send_nowait((batch, content))
+        self._save(batch)
+        self._send.send_nowait((batch, {}))
         finished = [key for key, b in self._batches.items() if b.status in TERMINAL]
         for key in finished[: max(0, len(self._batches) - self.config.max_batches)]:
             del self._batches[key]
+            if self.journal is not None:
+                self.journal.drop(key[1])
 
     def get(self, owner: str | None, batch_id: str) -> Batch | None:
         return self._batches.get((owner, batch_id))
@@ -145,36 +157,49 @@ class BatchRunner:
         if batch.status in TERMINAL or batch.status in ("cancelling", "finalizing"):
             raise FrontendError(ErrorCode.INVALID_REQUEST, f"A batch that is {batch.status} cannot be cancelled")
         batch.set_status("cancelling")
+        self._save(batch)
         scope = self._scopes.get(batch.id)
         if scope is not None:
             scope.cancel()
 
-    async def _run_batch(self, batch: Batch, content: bytes) -> None:
+    async def _run_batch(self, batch: Batch, done: dict[str, tuple[bool, bytes]]) -> None:
+        """Run a batch's requests, except those ``done`` (custom_id -> (2xx, output line): answered before a
+        restart), then write its files."""
         remaining_s = max(0.0, batch.expires_at - time.time())
         lines: list[BatchLine] = []
-        results: list[_Result | None] = []
+        results: list[tuple[bool, bytes] | None] = []
         with anyio.CancelScope(deadline=anyio.current_time() + remaining_s) as scope:
             self._scopes[batch.id] = scope
             if batch.status == "cancelling":  # cancelled before it started
                 scope.cancel()
-            lines, errors = await anyio.to_thread.run_sync(
-                read_lines, content, batch.endpoint, self.config.max_requests
-            )
+            lines, errors = await anyio.to_thread.run_sync(self._read_input, batch)
             if errors:
                 batch.errors = errors
                 batch.set_status("failed")
+                self._save(batch)
                 self._scopes.pop(batch.id, None)
                 return
             batch.total = len(lines)
-            results = [None] * len(lines)
-            batch.set_status("in_progress")
+            results = [done.get(line.custom_id) for line in lines]
+            if batch.status == "validating":
+                batch.set_status("in_progress")
+                self._save(batch)
             async with anyio.create_task_group() as tg:
                 for i, line in enumerate(lines):
+                    if results[i] is not None:
+                        continue
                     borrower = object()
                     await self._limiter.acquire_on_behalf_of(borrower)
                     tg.start_soon(self._run_line, batch, line, results, i, borrower)
         self._scopes.pop(batch.id, None)
-        self._finish(batch, lines, results, expired=scope.cancelled_caught)
+        await self._finish(batch, lines, results, expired=scope.cancelled_caught)
+
+    def _read_input(self, batch: Batch) -> tuple[list[BatchLine], list[dict]]:
+        content = self.files.content(batch.owner, batch.input_file_id)
+        if content is None:
+            message = f"The input file {batch.input_file_id} is gone (deleted before the batch started)"
+            return [], [{"code": "input_file_gone", "message": message, "param": "input_file_id", "line": None}]
+        return read_lines(content, batch.endpoint, self.config.max_requests)
 
     async def _run_line(self, batch: Batch, line: BatchLine, results: list, i: int, borrower: object) -> None:
         try:
@@ -184,8 +209,12 @@ class BatchRunner:
             result = _Result(None, None, None, {"code": "internal_error", "message": "The request failed"})
         finally:
             self._limiter.release_on_behalf_of(borrower)
-        results[i] = result
-        if result.status is not None and 200 <= result.status < 300:
+        ok = result.status is not None and 200 <= result.status < 300
+        encoded = output_line(line.custom_id, result.status, result.request_id, result.body, result.error)
+        results[i] = (ok, encoded)
+        if self.journal is not None:
+            self.journal.record(batch.id, ok, encoded)
+        if ok:
             batch.completed += 1
             add_usage(batch, result.body)
         else:
@@ -260,27 +289,34 @@ class BatchRunner:
         await self.app(scope, receive, send)
         return reply["status"], reply["headers"], bytes(reply["body"])
 
-    def _finish(self, batch: Batch, lines: list[BatchLine], results: list[_Result | None], *, expired: bool) -> None:
+    async def _finish(
+        self, batch: Batch, lines: list[BatchLine], results: list[tuple[bool, bytes] | None], *, expired: bool
+    ) -> None:
         """Write the output and error files, then the final status."""
         cancelled = batch.status == "cancelling"
         batch.set_status("finalizing")
+        self._save(batch)
         output, failed = bytearray(), bytearray()
-        for line, result in zip(lines, results or [None] * len(lines)):
+        for line, result in zip(lines, results):
             if result is None:
                 if cancelled:
                     continue  # OpenAI's cancelled batch keeps what finished; the rest were never run
-                result = _Result(None, None, None, _EXPIRED)
+                result = (False, output_line(line.custom_id, None, None, None, _EXPIRED))
                 batch.failed += 1
-            ok = result.status is not None and 200 <= result.status < 300
-            encoded = output_line(line.custom_id, result.status, result.request_id, result.body, result.error)
-            (output if ok else failed).extend(encoded)
-        if output:
-            name = f"{batch.id}_output.jsonl"
-            batch.output_file_id = self.files.put(batch.owner, name, OUTPUT_PURPOSE, bytes(output))["id"]
-        if failed:
-            name = f"{batch.id}_error.jsonl"
-            batch.error_file_id = self.files.put(batch.owner, name, OUTPUT_PURPOSE, bytes(failed))["id"]
+            (output if result[0] else failed).extend(result[1])
+        for content, kind in ((output, "output"), (failed, "error")):
+            if content:
+                name = f"{batch.id}_{kind}.jsonl"
+                obj = await anyio.to_thread.run_sync(self.files.put, batch.owner, name, OUTPUT_PURPOSE, bytes(content))
+                setattr(batch, f"{kind}_file_id", obj["id"])
         batch.set_status("cancelled" if cancelled else "expired" if expired else "completed")
+        self._save(batch)
+        if self.journal is not None:
+            self.journal.finished(batch.id)
+
+    def _save(self, batch: Batch) -> None:
+        if self.journal is not None:
+            self.journal.save(batch)
 
 
 _EXPIRED = {

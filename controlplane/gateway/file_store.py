@@ -1,12 +1,21 @@
 """The gateway's files (OpenAI's Files API, ``/v1/files``): a batch's input, uploaded, and its output and error
 files, written by the batch runner (gateway/batch_runner.py).
 
-In memory, bounded by count and by bytes, and kept per owner (the request's API key's tenant, or the key itself:
+Bounded by count and by bytes, and kept per owner (the request's API key's tenant, or the key itself:
 gateway/api_keys.py), as stored responses are (gateway/response_store.py): another owner's lookup finds nothing.
 An upload that would pass a bound is refused (413), never made room for by dropping another file: a file is
 somebody's batch input or results. The runner's output files are kept even past the bounds, since dropping a
 finished batch's results would lose work that is done; they count against the bounds, so uploads are refused
-until files are deleted. A gateway restart forgets them all (as it forgets batches). Sans-IO.
+until files are deleted.
+
+Where they live: in memory (``directory`` None: a gateway restart forgets them), or in a directory
+(``zoo controlplane --files-dir``), where a restarted gateway finds them again, and batches resume from them::
+
+    DIR/files/file-<id>.bin    the content          DIR/files/file-<id>.json   {"owner": ..., "object": {...}}
+
+each written to a temporary name and renamed, the content first, so a crash leaves a file whole or absent.
+With a directory the content is read from disk when asked for; its methods block on the disk, so the routes
+call them in a worker thread (and a lock keeps two uploads from both passing the bounds).
 
 A file object is OpenAI's (openai SDK ``FileObject``): ``id`` ("file-..."), ``object`` "file", ``bytes``,
 ``created_at``, ``filename``, ``purpose``, ``status`` "processed". A list is OpenAI's cursor page, newest first
@@ -16,40 +25,55 @@ optional ``purpose`` filter.
 
 from __future__ import annotations
 
+import logging
+import os
+import re
+import threading
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
 
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.cursor_page import cursor_page
 from transport.messages import ErrorCode
 
+log = logging.getLogger(__name__)
+
 UPLOAD_PURPOSES = ("batch", "user_data")  # what an upload may be for here (fine-tuning, assistants: not served)
 OUTPUT_PURPOSE = "batch_output"  # the runner's output and error files
 MAX_FILENAME_CHARS = 255
 MAX_LIST_LIMIT = 10_000  # OpenAI's largest page of files (and its default)
+_FILE_ID = re.compile(r"file-[0-9a-f]{32}")
 
 
-@dataclass(frozen=True, slots=True)
-class StoredFile:
-    object: dict  # the file object
-    content: bytes
+class _Record(msgspec.Struct):
+    owner: str | None
+    object: dict
 
 
 class FileStore:
     """Files by (owner, id), in upload order."""
 
-    def __init__(self, max_files: int, max_bytes: int) -> None:
+    def __init__(self, max_files: int, max_bytes: int, directory: str | os.PathLike | None = None) -> None:
         if max_files < 0 or max_bytes < 0:
             raise ValueError(f"max_files and max_bytes must be >= 0, got {max_files} and {max_bytes}")
         self.max_files = max_files
         self.max_bytes = max_bytes
-        self._files: dict[tuple[str | None, str], StoredFile] = {}
+        self.directory = None if directory is None else Path(directory) / "files"
+        self._objects: dict[tuple[str | None, str], dict] = {}
+        self._contents: dict[str, bytes] = {}  # in memory only
+        self._lock = threading.Lock()
         self.num_bytes = 0
+        self._num_writing = 0  # uploads past the bounds check, not yet kept
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._load()
 
     def __len__(self) -> int:
-        return len(self._files)
+        return len(self._objects)
 
     def upload(self, owner: str | None, filename: str, purpose: str, content: bytes) -> dict:
         """Keep an uploaded file; raises a 400 for a bad purpose or name, a 413 past the store's bounds."""
@@ -57,16 +81,28 @@ class FileStore:
             raise invalid_param("purpose", f"must be one of {list(UPLOAD_PURPOSES)} here, got {purpose[:64]!r}")
         if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
             raise invalid_param("file", f"needs a printable file name of 1..{MAX_FILENAME_CHARS} characters")
-        if len(self._files) + 1 > self.max_files or self.num_bytes + len(content) > self.max_bytes:
-            message = (
-                f"The file store is full ({len(self._files)} files, {self.num_bytes} bytes; at most {self.max_files}"
-                f" files and {self.max_bytes} bytes): delete files to make room"
-            )
-            raise FrontendError(ErrorCode.OVERSIZED, message, param="file")
-        return self.put(owner, filename, purpose, content)
+        with self._lock:
+            num_files = len(self._objects) + self._num_writing
+            if num_files + 1 > self.max_files or self.num_bytes + len(content) > self.max_bytes:
+                message = (
+                    f"The file store is full ({num_files} files, {self.num_bytes} bytes; at most "
+                    f"{self.max_files} files and {self.max_bytes} bytes): delete files to make room"
+                )
+                raise FrontendError(ErrorCode.OVERSIZED, message, param="file")
+            self.num_bytes += len(content)  # held while it is written, so a concurrent upload sees it
+            self._num_writing += 1
+        try:
+            return self._put(owner, filename, purpose, content)
+        finally:
+            with self._lock:
+                self.num_bytes -= len(content)
+                self._num_writing -= 1
 
     def put(self, owner: str | None, filename: str, purpose: str, content: bytes) -> dict:
         """Keep a file whatever the bounds (the runner's results); returns its object."""
+        return self._put(owner, filename, purpose, content)
+
+    def _put(self, owner: str | None, filename: str, purpose: str, content: bytes) -> dict:
         file_id = f"file-{uuid.uuid4().hex}"
         obj = {
             "id": file_id,
@@ -77,24 +113,73 @@ class FileStore:
             "purpose": purpose,
             "status": "processed",
         }
-        self._files[(owner, file_id)] = StoredFile(obj, content)
-        self.num_bytes += len(content)
+        if self.directory is None:
+            self._contents[file_id] = content
+        else:
+            _write_atomic(self.directory / f"{file_id}.bin", content)
+            _write_atomic(self.directory / f"{file_id}.json", msgspec.json.encode(_Record(owner, obj)))
+        with self._lock:
+            self._objects[(owner, file_id)] = obj
+            self.num_bytes += len(content)
         return obj
 
-    def get(self, owner: str | None, file_id: str) -> StoredFile | None:
-        return self._files.get((owner, file_id))
+    def get(self, owner: str | None, file_id: str) -> dict | None:
+        """The file's object, or None (another owner's: None too)."""
+        return self._objects.get((owner, file_id))
+
+    def content(self, owner: str | None, file_id: str) -> bytes | None:
+        """The file's bytes, or None (read from the directory when there is one)."""
+        if (owner, file_id) not in self._objects:
+            return None
+        if self.directory is None:
+            return self._contents[file_id]
+        try:
+            return (self.directory / f"{file_id}.bin").read_bytes()
+        except OSError:
+            log.exception("files: cannot read %s", file_id)
+            return None
 
     def delete(self, owner: str | None, file_id: str) -> bool:
-        stored = self._files.pop((owner, file_id), None)
-        if stored is None:
-            return False
-        self.num_bytes -= len(stored.content)
+        with self._lock:
+            obj = self._objects.pop((owner, file_id), None)
+            if obj is None:
+                return False
+            self.num_bytes -= obj["bytes"]
+        self._contents.pop(file_id, None)
+        if self.directory is not None:
+            for suffix in (".json", ".bin"):  # the record first: a crash between leaves no file listed
+                (self.directory / f"{file_id}{suffix}").unlink(missing_ok=True)
         return True
 
     def list_page(self, owner: str | None, query: Mapping[str, str]) -> dict:
         """The owner's files as OpenAI's cursor page (``purpose``, ``order``, ``limit``, ``after``: see above)."""
         purpose = query.get("purpose")
-        objects = [f.object for (o, _), f in self._files.items() if o == owner]
+        objects = [obj for (o, _), obj in self._objects.items() if o == owner]
         if purpose is not None:
             objects = [obj for obj in objects if obj["purpose"] == purpose]
         return cursor_page(objects, query, default_limit=MAX_LIST_LIMIT, max_limit=MAX_LIST_LIMIT, what="file")
+
+    def _load(self) -> None:
+        """The directory's files, oldest first (a record without its content, or unreadable, is skipped)."""
+        assert self.directory is not None
+        found = []
+        for path in self.directory.glob("file-*.json"):
+            try:
+                record = msgspec.json.decode(path.read_bytes(), type=_Record)
+            except (OSError, msgspec.MsgspecError):
+                log.warning("files: skipping the unreadable record %s", path)
+                continue
+            file_id = record.object.get("id", "")
+            if not _FILE_ID.fullmatch(str(file_id)) or not (self.directory / f"{file_id}.bin").exists():
+                log.warning("files: skipping %s (no content beside it)", path)
+                continue
+            found.append(record)
+        for record in sorted(found, key=lambda r: (r.object.get("created_at", 0), r.object["id"])):
+            self._objects[(record.owner, record.object["id"])] = record.object
+            self.num_bytes += int(record.object.get("bytes", 0))
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import anyio
 import httpx
 import msgspec
 import openai
@@ -17,8 +18,9 @@ from controlplane.frontend import FrontendError
 from controlplane.gateway import create_app
 from controlplane.gateway.api_keys import ApiKeyConfig
 from controlplane.gateway.app import GatewayConfig
+from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_runner import BatchRunnerConfig
-from controlplane.gateway.batches import Batch, read_lines
+from controlplane.gateway.batches import Batch, output_line, read_lines
 from transport.messages import ErrorCode
 from zoo.serve import add_controlplane_args, gateway_config_from_args
 
@@ -334,8 +336,68 @@ def test_a_batch_object_is_the_sdks():
 def test_zoo_controlplane_flags_set_how_batches_run():
     parser = argparse.ArgumentParser()
     add_controlplane_args(parser)
-    config = gateway_config_from_args(parser.parse_args(["--batch-class", "batch", "--batch-concurrency", "4"]))
-    assert (config.batches.traffic_class, config.batches.concurrency) == ("batch", 4)
+    flags = ["--batch-class", "batch", "--batch-concurrency", "4", "--files-dir", "/var/lib/zoo"]
+    config = gateway_config_from_args(parser.parse_args(flags))
+    assert (config.batches.traffic_class, config.batches.concurrency, config.files_dir) == ("batch", 4, "/var/lib/zoo")
     assert gateway_config_from_args(parser.parse_args([])).batches == BatchRunnerConfig()
     with pytest.raises(SystemExit, match="--batch-concurrency"):
         gateway_config_from_args(parser.parse_args(["--batch-concurrency", "0"]))
+
+
+def test_files_and_a_batch_survive_a_restart_and_the_batch_resumes(make_frontend, serve, tmp_path):
+    """A gateway with ``files_dir`` answers a batch's first request, then stops (the second hangs until then); the
+    next gateway on the same directory has the files and the batch, runs only the requests it lacks, and ends with
+    every answer in the input's order."""
+
+    class FirstOnly(make_frontend):
+        def generate(self, request_id, **kwargs):
+            if self.calls:  # a second request waits until the gateway stops
+                self.calls.append(kwargs)
+                return self._hang()
+            return super().generate(request_id, **kwargs)
+
+        async def _hang(self):
+            await anyio.sleep_forever()
+            yield
+
+    config = GatewayConfig(files_dir=str(tmp_path), batches=BatchRunnerConfig(concurrency=1))
+    with serve(create_app(FirstOnly(), config=config)) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c:
+        upload, batch = _run(c, _jsonl(_line("q0"), _line("q1"), _line("q2")))
+        running = _wait(c, batch.id, until=("in_progress",))
+        deadline = time.monotonic() + 30
+        while running.request_counts.completed < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            running = c.batches.retrieve(batch.id)
+        assert running.request_counts.completed == 1 and running.status == "in_progress"
+    second = make_frontend()
+    with serve(create_app(second, config=config)) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c:
+        assert c.files.retrieve(upload.id).filename == "in.jsonl"  # the input, uploaded before the restart
+        done = _wait(c, batch.id)
+        assert done.status == "completed" and done.request_counts.completed == 3 and done.usage.total_tokens == 24
+        assert [line["custom_id"] for line in _lines(c, done.output_file_id)] == ["q0", "q1", "q2"]
+        assert sorted(call["messages"][0].content for call in second.calls) == ["Hi q1", "Hi q2"]  # q0: not again
+    with (
+        serve(create_app(make_frontend(), config=config)) as url,
+        openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c,
+    ):
+        again = c.batches.retrieve(batch.id)  # a finished batch is read back as it ended
+        assert again.status == "completed" and again.output_file_id == done.output_file_id
+        assert [line["custom_id"] for line in _lines(c, again.output_file_id)] == ["q0", "q1", "q2"]
+    assert not list((tmp_path / "batches").glob("*.results"))  # its results are in its files now
+
+
+def test_the_journal_skips_a_torn_line_and_recounts(tmp_path):
+    journal = BatchJournal(tmp_path)
+    batch = Batch("batch_" + "a" * 32, None, CHAT, "file-1", "24h", 10, 20, None)
+    batch.set_status("in_progress")
+    journal.save(batch)
+    body = {"usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}}
+    journal.record(batch.id, True, output_line("q0", 200, "r0", body, None))
+    journal.record(batch.id, False, output_line("q1", 404, "r1", {"error": {}}, None))
+    with open(tmp_path / "batches" / f"{batch.id}.results", "ab") as f:
+        f.write(b'1{"id": "batch_req_x", "custom_id": "q2", "resp')  # a crash while writing it
+    (loaded, done), *_ = journal.load()
+    assert sorted(done) == ["q0", "q1"] and done["q0"][0] and not done["q1"][0]
+    assert (loaded.completed, loaded.failed, loaded.usage["total_tokens"]) == (1, 1, 8)
+    journal.drop(batch.id)
+    assert journal.load() == []
