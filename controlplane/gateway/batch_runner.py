@@ -18,8 +18,10 @@ engine, and its cell may be the fleet's lean GPUs); otherwise as the request wou
 
 Cancelling, or the window closing, cancels the requests in flight (their engine requests are cancelled upstream,
 as a client's disconnect cancels them); what finished is kept: its lines are in the output and error files. A
-request the window left unrun gets an error line with code ``batch_expired`` (OpenAI's rule). Batches live in
-memory: a gateway restart forgets them, as it forgets files.
+request the window left unrun gets an error line with code ``batch_expired`` (OpenAI's rule). Without a journal
+batches live in memory, and a gateway restart forgets them as it forgets files; with one (``--files-dir``:
+batch_journal.py) each answered request is written down as it finishes, and a restarted gateway resumes every
+batch that had not finished, running only the requests it lacks.
 """
 
 from __future__ import annotations
