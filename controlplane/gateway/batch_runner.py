@@ -225,7 +225,7 @@ class BatchRunner:
     async def _send_line(self, batch: Batch, line: BatchLine) -> _Result:
         try:
             asks_stream = bool(_STREAM_DECODER.decode(line.body).stream)
-        except msgspec.MsgspecError:
+        except (msgspec.MsgspecError, RecursionError):
             asks_stream = False  # the route refuses the body itself
         if asks_stream:
             refusal = FrontendError(ErrorCode.INVALID_REQUEST, "stream: a batch request cannot stream", param="stream")

@@ -401,3 +401,17 @@ def test_the_journal_skips_a_torn_line_and_recounts(tmp_path):
     assert (loaded.completed, loaded.failed, loaded.usage["total_tokens"]) == (1, 1, 8)
     journal.drop(batch.id)
     assert journal.load() == []
+
+
+def test_a_line_nested_too_deeply_fails_the_file_and_an_oversized_one_is_its_413(client, app_config):
+    nested = b'{"model": "smol", "messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    line = b'{"custom_id": "nested", "method": "POST", "url": "/v1/chat/completions", "body": ' + nested + b"}\n"
+    _, batch = _run(client, line + _jsonl(_line("ok")))
+    failed = _wait(client, batch.id)
+    assert failed.status == "failed" and [(e.line, e.code) for e in failed.errors.data] == [(1, "invalid_json_line")]
+    assert "nested too deeply" in failed.errors.data[0].message
+    big = {"model": MODEL, "messages": [{"role": "user", "content": "x" * (app_config.max_body_bytes + 1)}]}
+    _, batch = _run(client, _jsonl(_line("big", **big), _line("ok")))
+    done = _wait(client, batch.id)
+    errors = {line["custom_id"]: line["response"]["status_code"] for line in _lines(client, done.error_file_id)}
+    assert errors == {"big": 413} and done.request_counts.completed == 1
