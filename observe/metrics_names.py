@@ -87,6 +87,12 @@ CLASS_TPOT = "zoo:class_time_per_output_token_seconds"  # gauge {class, quantile
 CLASS_REQUESTS = "zoo:class_requests"  # counter (_total) {class, outcome}: routed, spilled, refused, served, ...
 TENANT_REQUESTS = "zoo:tenant_requests"  # counter (_total) {tenant, outcome}: admitted, rate_limited
 TENANT_TOKENS = "zoo:tenant_tokens"  # counter (_total) {tenant, kind}: prompt, completion
+# the gateway's OpenAI batches and files (observe/batch_metrics.py)
+BATCHES = "zoo:batches"  # gauge {status}
+BATCH_REQUESTS = "zoo:batch_requests"  # counter (_total) {outcome "completed" | "failed"}
+BATCH_REQUESTS_WAITING = "zoo:batch_requests_waiting"  # gauge: requests of unfinished batches not answered yet
+FILES = "zoo:files"  # gauge: files kept
+FILES_BYTES = "zoo:files_bytes"  # gauge
 
 # buckets (seconds) ---------------------------------------------------------------------------------------
 # vLLM's own buckets for its histograms, so dashboards built for vLLM read ours the same way

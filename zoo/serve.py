@@ -304,7 +304,9 @@ async def _serve_controlplane(
             print(f"fleet stats: {endpoint} (zoo top --control {endpoint})", flush=True)
         if http is not None:
             host, _, port = http.rpartition(":")
-            serve_http = functools.partial(_serve_http, gateway_config=gateway_config, api_keys=api_keys)
+            serve_http = functools.partial(
+                _serve_http, gateway_config=gateway_config, api_keys=api_keys, exporter=exporter
+            )
             await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
             print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
             print(f"Prometheus HTTP service discovery of the agents: http://{http}/metrics/targets", flush=True)
@@ -319,11 +321,13 @@ async def _serve_http(
     gateway_config=None,
     *,
     api_keys=None,
+    exporter=None,
     task_status=anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The OpenAI gateway on HOST:PORT (header and body read deadlines, JSON errors: gateway/http_server.py);
     reports the uvicorn server once it listens; raises RuntimeError if uvicorn stops on its own.
-    api_keys: an ApiKeyConfig (gateway/api_keys.py), or None for an open gateway."""
+    api_keys: an ApiKeyConfig (gateway/api_keys.py), or None for an open gateway; exporter: the control plane's
+    Prometheus exporter, which then exports the gateway's batches and files too."""
     from controlplane.gateway.app import GatewayConfig, create_app
     from controlplane.gateway.http_server import serve_gateway
     from observe.prometheus_sd import http_sd_app
@@ -331,6 +335,11 @@ async def _serve_http(
     config = gateway_config or GatewayConfig()
     sd_app = http_sd_app(cp.stats) if metrics_app is not None else None
     app = create_app(cp, metrics_app=metrics_app, config=config, api_keys=api_keys, sd_app=sd_app)
+    if exporter is not None:  # the gateway's batches and files on the same /metrics (observe/batch_metrics.py)
+        from observe.batch_metrics import batch_metrics
+        from observe.exporter import SnapshotCollector
+
+        exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
     await serve_gateway(app, host, port, config, task_status=task_status)
 
 

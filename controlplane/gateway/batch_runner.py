@@ -104,6 +104,7 @@ class BatchRunner:
         self._send, self._receive = anyio.create_memory_object_stream[tuple[Batch, dict]](math.inf)
         self._scopes: dict[str, anyio.CancelScope] = {}
         self.running = False
+        self.answered = {"completed": 0, "failed": 0}  # requests answered since start (2xx or not), for /metrics
         for batch, done in journal.load() if journal is not None else ():  # a restart: resume what had not finished
             self._batches[(batch.owner, batch.id)] = batch
             if batch.status not in TERMINAL:
@@ -146,6 +147,16 @@ class BatchRunner:
             del self._batches[key]
             if self.journal is not None:
                 self.journal.drop(key[1])
+
+    def stats(self) -> dict:
+        """Batches by status, requests answered since start, and requests of unfinished batches still waiting."""
+        by_status: dict[str, int] = {}
+        waiting = 0
+        for batch in self._batches.values():
+            by_status[batch.status] = by_status.get(batch.status, 0) + 1
+            if batch.status not in TERMINAL:
+                waiting += max(0, batch.total - batch.completed - batch.failed)
+        return {"batches": by_status, "answered": dict(self.answered), "waiting": waiting}
 
     def get(self, owner: str | None, batch_id: str) -> Batch | None:
         return self._batches.get((owner, batch_id))
@@ -216,6 +227,7 @@ class BatchRunner:
         results[i] = (ok, encoded)
         if self.journal is not None:
             self.journal.record(batch.id, ok, encoded)
+        self.answered["completed" if ok else "failed"] += 1
         if ok:
             batch.completed += 1
             add_usage(batch, result.body)
@@ -305,6 +317,7 @@ class BatchRunner:
                     continue  # OpenAI's cancelled batch keeps what finished; the rest were never run
                 result = (False, output_line(line.custom_id, None, None, None, _EXPIRED))
                 batch.failed += 1
+                self.answered["failed"] += 1
             (output if result[0] else failed).extend(result[1])
         for content, kind in ((output, "output"), (failed, "error")):
             if content:

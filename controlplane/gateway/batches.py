@@ -40,6 +40,7 @@ MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
 MAX_CUSTOM_ID_CHARS = 512
 MAX_LISTED_ERRORS = 100  # a failed batch's ``errors`` names at most this many bad lines (and counts the rest)
+STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled")
 TERMINAL = frozenset({"failed", "completed", "expired", "cancelled"})
 
 

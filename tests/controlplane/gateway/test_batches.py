@@ -13,6 +13,7 @@ import httpx
 import msgspec
 import openai
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway import create_app
@@ -21,6 +22,8 @@ from controlplane.gateway.app import GatewayConfig
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_runner import BatchRunnerConfig
 from controlplane.gateway.batches import Batch, output_line, read_lines
+from observe.batch_metrics import batch_metrics
+from observe.exporter import SnapshotCollector
 from transport.messages import ErrorCode
 from zoo.serve import add_controlplane_args, gateway_config_from_args
 
@@ -415,3 +418,22 @@ def test_a_line_nested_too_deeply_fails_the_file_and_an_oversized_one_is_its_413
     done = _wait(client, batch.id)
     errors = {line["custom_id"]: line["response"]["status_code"] for line in _lines(client, done.error_file_id)}
     assert errors == {"big": 413} and done.request_counts.completed == 1
+
+
+def test_batches_and_files_on_the_control_planes_metrics(frontend, serve):
+    """observe/batch_metrics.py, registered on an exporter as zoo/serve.py registers it: batches by status, the
+    requests answered by outcome, the requests still waiting, the files and their bytes."""
+    app = create_app(frontend)
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
+    with serve(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c:
+        _, batch = _run(c, _jsonl(_line("a"), _line("b", model="nope", messages=[{"role": "user", "content": "x"}])))
+        done = _wait(c, batch.id)
+        sizes = [f.bytes for f in c.files.list()]
+    text = generate_latest(registry).decode()
+    assert 'zoo:batches{status="completed"} 1.0' in text and 'zoo:batches{status="in_progress"} 0.0' in text
+    assert 'zoo:batch_requests_total{outcome="completed"} 1.0' in text
+    assert 'zoo:batch_requests_total{outcome="failed"} 1.0' in text
+    assert "zoo:batch_requests_waiting 0.0" in text
+    assert f"zoo:files {len(sizes)}.0" in text and len(sizes) == 3 and done.error_file_id
+    assert f"zoo:files_bytes {float(sum(sizes))}" in text
