@@ -88,7 +88,7 @@ from controlplane.gateway.reply_stream import (
     respond,
     until_disconnect,
 )
-from controlplane.gateway.request_body import ReadTimeout, read_body, read_timeout_response
+from controlplane.gateway.request_body import ReadTimeout, answered, read_body, read_timeout_response
 from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
@@ -385,14 +385,10 @@ class Gateway:
         return await self._handle_body(request, self.tokenize_routes.detokenize)
 
     async def _handle_body(self, request: Request, reply) -> Response:
-        try:
+        async def serve() -> Response:
             return reply(await self._read_body(request))
-        except FrontendError as err:
-            return error_response(err)
-        except ReadTimeout as timeout:
-            return read_timeout_response(timeout)
-        except ClientDisconnect:
-            return Response(status_code=499)
+
+        return await answered(serve)
 
     async def handle_model(self, request: Request) -> Response:
         name = request.path_params["model"]

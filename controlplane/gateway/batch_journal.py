@@ -19,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from controlplane.gateway.batches import Batch, add_usage
+from controlplane.gateway.file_store import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +37,7 @@ class BatchJournal:
         self.directory.mkdir(parents=True, exist_ok=True)
 
     def save(self, batch: Batch) -> None:
-        path = self.directory / f"{batch.id}.json"
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_bytes(msgspec.json.encode(batch))
-        os.replace(tmp, path)
+        write_atomic(self.directory / f"{batch.id}.json", msgspec.json.encode(batch))
 
     def record(self, batch_id: str, ok: bool, line: bytes) -> None:
         """A request's output line (ending in a newline), once it is answered."""

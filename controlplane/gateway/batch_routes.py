@@ -22,7 +22,7 @@ import anyio
 import msgspec
 from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -33,7 +33,7 @@ from controlplane.gateway.batches import parse_create
 from controlplane.gateway.cursor_page import cursor_page
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
-from controlplane.gateway.request_body import ReadTimeout, read_body, read_timeout_response
+from controlplane.gateway.request_body import answered, read_body
 from transport.codec import clip
 
 MAX_FORM_FIELD_BYTES = 64 * 1024  # ``purpose`` and any other non-file field of an upload
@@ -95,7 +95,7 @@ class BatchRoutes:
                 await form.close()
             return _json(obj)
 
-        return await _guarded(serve)
+        return await answered(serve)
 
     async def list_files(self, request: Request) -> Response:
         try:
@@ -139,7 +139,7 @@ class BatchRoutes:
             self.runner.submit(batch)
             return _json(batch.object())
 
-        return await _guarded(serve)
+        return await answered(serve)
 
     async def list_batches(self, request: Request) -> Response:
         owned = self.runner.owned(request_owner(request))
@@ -163,17 +163,6 @@ class BatchRoutes:
         except FrontendError as err:
             return error_response(err)
         return _json(batch.object())
-
-
-async def _guarded(serve) -> Response:
-    try:
-        return await serve()
-    except FrontendError as err:
-        return error_response(err)
-    except ReadTimeout as timeout:
-        return read_timeout_response(timeout)
-    except ClientDisconnect:
-        return Response(status_code=499)
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:

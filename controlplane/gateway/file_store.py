@@ -116,8 +116,8 @@ class FileStore:
         if self.directory is None:
             self._contents[file_id] = content
         else:
-            _write_atomic(self.directory / f"{file_id}.bin", content)
-            _write_atomic(self.directory / f"{file_id}.json", msgspec.json.encode(_Record(owner, obj)))
+            write_atomic(self.directory / f"{file_id}.bin", content)
+            write_atomic(self.directory / f"{file_id}.json", msgspec.json.encode(_Record(owner, obj)))
         with self._lock:
             self._objects[(owner, file_id)] = obj
             self.num_bytes += len(content)
@@ -179,7 +179,8 @@ class FileStore:
             self.num_bytes += int(record.object.get("bytes", 0))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path``, whole or not at all: written to a temporary name beside it, then renamed."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)

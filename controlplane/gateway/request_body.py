@@ -2,17 +2,17 @@
 
 A body declared (``content-length``) or found larger than the cap is a 413 before more of it is read; one that has
 not arrived within the deadline (a slow or stalled client) raises ReadTimeout, answered 408 and the connection
-closed (``read_timeout_response``).
+closed (``read_timeout_response``; ``answered`` replies to either, and to a refusal).
 """
 
 from __future__ import annotations
 
 import anyio
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from controlplane.frontend import FrontendError
-from controlplane.gateway.errors import http_error_response
+from controlplane.gateway.errors import error_response, http_error_response
 from transport.messages import ErrorCode
 
 
@@ -46,3 +46,16 @@ def too_large(limit: int) -> FrontendError:
 def read_timeout_response(timeout: ReadTimeout) -> Response:
     message = f"The request body was not received within {timeout.timeout_s:g} s"
     return http_error_response(408, message, code="request_timeout", headers={"connection": "close"})
+
+
+async def answered(serve) -> Response:
+    """``await serve()``, or the reply to what it raised reading or refusing a request: its OpenAI error, 408 for a
+    body read too slowly, 499 for a client gone."""
+    try:
+        return await serve()
+    except FrontendError as err:
+        return error_response(err)
+    except ReadTimeout as timeout:
+        return read_timeout_response(timeout)
+    except ClientDisconnect:
+        return Response(status_code=499)  # nobody is left to read it

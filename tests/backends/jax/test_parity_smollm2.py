@@ -76,6 +76,16 @@ def _chunked_engine(runner, checkpoint) -> LLMEngine:
     )
 
 
+def _scored(engine: LLMEngine, prompt: list[int], params: SamplingParams) -> tuple[list, list[int]]:
+    """One request's prompt logprobs and the tokens sampled beside the scored rows."""
+    engine.add_request(prompt, params)
+    outputs = []
+    while engine.has_unfinished_requests():
+        outputs += engine.step()
+    (scores,) = [out.prompt_logprobs for out in outputs if out.prompt_logprobs is not None]
+    return scores, [t for out in outputs for t in out.new_token_ids]
+
+
 def _stream_tokens(engine: LLMEngine, prompt: list[int], params: SamplingParams) -> list[int]:
     req_id = engine.add_request(prompt, params)
     tokens: list[int] = []
@@ -178,16 +188,8 @@ def test_prompt_logprobs_match_torch(smollm2_checkpoint, smollm2_model, smollm2_
     scored in the JAX chunk program as in the torch runner."""
     ids = smollm2_checkpoint.tokenizer.encode(PROMPTS[0] + " ran after the cat, which climbed a tree.")
     params = SamplingParams(max_tokens=4, temperature=0, prompt_logprobs=2)
-    scores, tokens = [], []
-    for runner in (TorchModelRunner(smollm2_model, progress=False), smollm2_jax):
-        engine = _chunked_engine(runner, smollm2_checkpoint)
-        engine.add_request(ids, params)
-        outputs = []
-        while engine.has_unfinished_requests():
-            outputs += engine.step()
-        (one,) = [out.prompt_logprobs for out in outputs if out.prompt_logprobs is not None]
-        scores.append(one)
-        tokens.append([t for out in outputs for t in out.new_token_ids])  # sampled beside the scored rows
+    runners = (TorchModelRunner(smollm2_model, progress=False), smollm2_jax)
+    scores, tokens = zip(*(_scored(_chunked_engine(r, smollm2_checkpoint), ids, params) for r in runners))
     torch_scores, jax_scores = scores
     assert tokens[0] == tokens[1] and len(tokens[0]) == 4
     assert len(jax_scores) == len(ids) and jax_scores[0].logprob is None
@@ -236,13 +238,9 @@ def test_a_long_prompt_in_one_chunk_steps_matches_torch(smollm2_checkpoint, smol
             SchedulerConfig(max_num_batched_tokens=200, max_num_seqs=4, max_model_len=1024),
             CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
         )
-        engine.add_request(ids, params)
-        outputs = []
-        while engine.has_unfinished_requests():
-            outputs += engine.step()
-        (one,) = [out.prompt_logprobs for out in outputs if out.prompt_logprobs is not None]
+        one, sampled = _scored(engine, ids, params)
         scores.append(one)
-        tokens.append([t for out in outputs for t in out.new_token_ids])
+        tokens.append(sampled)
     assert built == [0, 200, 400]  # the JAX runner's three prefill steps took the one-chunk path
     assert tokens[0] == tokens[1] and len(tokens[0]) == 3
     worst = max(abs(t.logprob - j.logprob) for t, j in zip(scores[0][1:], scores[1][1:]))

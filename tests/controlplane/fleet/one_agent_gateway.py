@@ -11,6 +11,8 @@ from agent.node_agent import AgentConfig, NodeAgent
 from backends.fake import cpu_test_hardware
 from controlplane.gateway.app import create_app
 from controlplane.gateway.http_server import serve_gateway
+from engine.config import CacheConfig, SchedulerConfig
+from engine.llm_engine import LLMEngine
 
 
 async def check_over_http(
@@ -32,3 +34,16 @@ async def check_over_http(
             await anyio.to_thread.run_sync(check, f"http://127.0.0.1:{port}", cp.model_names[0], *more)
             tg.cancel_scope.cancel()
         agents.cancel_scope.cancel()
+
+
+def smollm2_engine(smollm2_model, tokenizer, **more) -> LLMEngine:
+    """The real model on the torch runner, as these checks serve it (``more``: e.g. ``grammars``)."""
+    from backends.torch import TorchModelRunner
+
+    return LLMEngine(
+        TorchModelRunner(smollm2_model, progress=False),
+        tokenizer,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
+        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
+        **more,
+    )

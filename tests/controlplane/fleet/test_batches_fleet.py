@@ -11,10 +11,7 @@ import msgspec
 import openai
 import pytest
 
-from backends.torch import TorchModelRunner
-from engine.config import CacheConfig, SchedulerConfig
-from engine.llm_engine import LLMEngine
-from tests.controlplane.fleet.one_agent_gateway import check_over_http
+from tests.controlplane.fleet.one_agent_gateway import check_over_http, smollm2_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 QUESTIONS = ["What is the capital of France?", "Name a colour."]
@@ -50,10 +47,5 @@ async def test_a_chat_batch_through_the_fleet(controlplane, smollm2_model, smoll
             assert batch.usage.input_tokens == sum(r.usage.prompt_tokens for r in alone)
             assert batch.usage.output_tokens == sum(r.usage.completion_tokens for r in alone)
 
-    engine = LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        smollm2_checkpoint.tokenizer,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
-        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
-    )
+    engine = smollm2_engine(smollm2_model, smollm2_checkpoint.tokenizer)
     await check_over_http(controlplane, smollm2_checkpoint.tokenizer, engine, check)

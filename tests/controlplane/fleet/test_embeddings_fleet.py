@@ -10,12 +10,9 @@ import openai
 import pytest
 import torch
 
-from backends.torch import TorchModelRunner
 from client import ZooClient, zoo_client
 from controlplane.gateway import openai_embeddings
-from engine.config import CacheConfig, SchedulerConfig
-from engine.llm_engine import LLMEngine
-from tests.controlplane.fleet.one_agent_gateway import check_over_http
+from tests.controlplane.fleet.one_agent_gateway import check_over_http, smollm2_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 TEXTS = ["The cat sat on the mat.", "Quarterly revenue grew by five percent.", "Bonjour"]
@@ -46,10 +43,5 @@ async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2
             assert vectors[1] == pytest.approx(batch.data[1].embedding, abs=1e-4)
             assert zoo.embed(tokenizer.encode(TEXTS[2]))[0] == pytest.approx(batch.data[2].embedding, abs=1e-4)
 
-    engine = LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        tokenizer,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
-        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
-    )
+    engine = smollm2_engine(smollm2_model, tokenizer)
     await check_over_http(controlplane, tokenizer, engine, check, with_client_endpoint=True)

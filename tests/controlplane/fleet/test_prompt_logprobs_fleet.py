@@ -12,10 +12,7 @@ import httpx
 import openai
 import pytest
 
-from backends.torch import TorchModelRunner
-from engine.config import CacheConfig, SchedulerConfig
-from engine.llm_engine import LLMEngine
-from tests.controlplane.fleet.one_agent_gateway import check_over_http
+from tests.controlplane.fleet.one_agent_gateway import check_over_http, smollm2_engine
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 CONTEXT = "The capital of France is"
@@ -65,10 +62,5 @@ def _check(base_url: str, model: str) -> None:
 
 
 async def test_loglikelihood_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint):
-    engine = LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        smollm2_checkpoint.tokenizer,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
-        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
-    )
+    engine = smollm2_engine(smollm2_model, smollm2_checkpoint.tokenizer)
     await check_over_http(controlplane, smollm2_checkpoint.tokenizer, engine, _check)

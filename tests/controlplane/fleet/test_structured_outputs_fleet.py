@@ -12,10 +12,7 @@ import openai
 import pytest
 
 from backends.grammar import LLGuidanceCompiler
-from backends.torch import TorchModelRunner
-from engine.config import CacheConfig, SchedulerConfig
-from engine.llm_engine import LLMEngine
-from tests.controlplane.fleet.one_agent_gateway import check_over_http
+from tests.controlplane.fleet.one_agent_gateway import check_over_http, smollm2_engine
 from zoo.demo import WEATHER_TOOL as WEATHER  # the tool make demo calls
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -133,13 +130,8 @@ def _check_responses(client: openai.OpenAI, model: str) -> None:
 
 async def test_structured_outputs_through_the_fleet(controlplane, smollm2_model, smollm2_checkpoint):
     tokenizer = smollm2_checkpoint.tokenizer
-    engine = LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        tokenizer,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=8, max_model_len=1024),
-        CacheConfig(block_size=16, num_device_blocks=128, num_host_blocks=0),
-        grammars=LLGuidanceCompiler(tokenizer, smollm2_checkpoint.config.vocab_size),
-    )
+    grammars = LLGuidanceCompiler(tokenizer, smollm2_checkpoint.config.vocab_size)
+    engine = smollm2_engine(smollm2_model, tokenizer, grammars=grammars)
     await check_over_http(controlplane, tokenizer, engine, _check)
     stats = engine.structured_stats  # the JSON keys and the choices' forced tokens went in as drafts, and were taken
     # the regex that does not compile never reached the node; four forced tool calls did (one through /v1/messages,
