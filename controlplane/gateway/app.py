@@ -126,6 +126,7 @@ class GatewayConfig:
     cors_allowed_origins: tuple[str, ...] = ("*",)
     # OpenAI's Files and Batch APIs (batch_routes.py): an upload's largest size, and the file store's bounds
     files_upload_max_bytes: int = 100 * 1024 * 1024
+    files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
     # where files and batches are kept, so a restarted gateway resumes its batches (None: in memory only)
@@ -136,8 +137,9 @@ class GatewayConfig:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        if self.files_upload_max_bytes < 1:
-            raise ValueError(f"GatewayConfig.files_upload_max_bytes must be >= 1, got {self.files_upload_max_bytes}")
+        for name in ("files_upload_max_bytes", "files_upload_concurrency"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
@@ -184,6 +186,7 @@ def create_app(
         max_body_bytes=config.max_body_bytes,
         upload_max_bytes=config.files_upload_max_bytes,
         read_timeout_s=config.request_read_timeout_s,
+        upload_concurrency=config.files_upload_concurrency,
     )
     routes = [
         *batched,
@@ -206,7 +209,7 @@ def create_app(
     if sd_app is not None:
         routes.append(Route("/metrics/targets", _ExactPathApp(sd_app), methods=["GET"]))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=runner.lifespan)  # the lifespan runs batches
-    app.state.batches = runner
+    app.state.batches, app.state.batch_routes = runner, batch_routes
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
     app.add_middleware(OptionsMiddleware, routes=routes)  # before the key check: a preflight carries no key

@@ -11,7 +11,8 @@
 
 Everything is its owner's (the API key's tenant, or the key: gateway/api_keys.py): another owner's id is a 404,
 as an id that does not exist. Errors are OpenAI's JSON errors; an upload past ``files_upload_max_bytes`` is a 413
-before the rest of it is read.
+before the rest of it is read. At most ``files_upload_concurrency`` uploads are read at once (each is held in memory
+while it is parsed); the others wait their turn, unread.
 """
 
 from __future__ import annotations
@@ -48,12 +49,15 @@ class BatchRoutes:
         max_body_bytes: int,
         upload_max_bytes: int,
         read_timeout_s: float,
+        upload_concurrency: int = 4,
     ) -> None:
         self.files = files
         self.runner = runner
         self.max_body_bytes = max_body_bytes
         self.upload_max_bytes = upload_max_bytes
         self.read_timeout_s = read_timeout_s
+        # uploads read at once (each up to upload_max_bytes, held in memory while it is parsed): the rest wait
+        self.uploads = anyio.CapacityLimiter(upload_concurrency)
 
     def routes(self) -> list[Route]:
         return [
@@ -68,6 +72,10 @@ class BatchRoutes:
         ]
 
     async def upload(self, request: Request) -> Response:
+        async with self.uploads:
+            return await self._upload(request)
+
+    async def _upload(self, request: Request) -> Response:
         async def serve() -> Response:
             body = await read_body(request, self.upload_max_bytes, self.read_timeout_s)
             if not request.headers.get("content-type", "").startswith("multipart/form-data"):

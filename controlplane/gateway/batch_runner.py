@@ -58,12 +58,13 @@ class BatchRunnerConfig:
     max_backoff_s: float = 30.0  # the longest wait (a named Retry-After too)
     max_requests: int = 50_000  # in one batch (OpenAI's limit)
     max_active: int = 64  # batches not yet finished (more: 429)
+    max_active_per_owner: int = 16  # of them, one owner's (an API key's tenant, or the key)
     max_batches: int = 1024  # batches kept, finished ones dropped oldest first
     window_s: float | None = None  # how long a batch may run (None: its completion_window, 24 h)
     traffic_class: str | None = None  # the traffic class its requests run in (None: their own)
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "max_requests", "max_active", "max_batches"):
+        for name in ("concurrency", "max_requests", "max_active", "max_active_per_owner", "max_batches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BatchRunnerConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_retries < 0:
@@ -131,12 +132,16 @@ class BatchRunner:
 
     def submit(self, batch: Batch) -> None:
         """Queue a new batch (status validating; its input file is read when it starts); 503 when the runner is not
-        running, 429 past ``max_active``."""
+        running, 429 past ``max_active`` (or the owner's ``max_active_per_owner``)."""
         if not self.running:
             raise FrontendError(ErrorCode.NO_NODE, "The batch runner is not running (the app's lifespan was not run)")
-        active = sum(b.status not in TERMINAL for b in self._batches.values())
-        if active >= self.config.max_active:
-            message = f"{active} batches are running, the most this gateway runs at once: try again later"
+        active = [b for b in self._batches.values() if b.status not in TERMINAL]
+        if len(active) >= self.config.max_active:
+            message = f"{len(active)} batches are running, the most this gateway runs at once: try again later"
+            raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=60.0)
+        owned = sum(b.owner == batch.owner for b in active)
+        if owned >= self.config.max_active_per_owner:
+            message = f"You have {owned} batches running, the most one owner may run at once: try again later"
             raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=60.0)
         batch.traffic_class = self.config.traffic_class
         self._batches[(batch.owner, batch.id)] = batch

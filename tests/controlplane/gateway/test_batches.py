@@ -6,6 +6,8 @@ line instead of failing it; cancel and the window keep what finished; owners are
 from __future__ import annotations
 
 import argparse
+import socket
+import threading
 import time
 
 import anyio
@@ -437,3 +439,59 @@ def test_batches_and_files_on_the_control_planes_metrics(frontend, serve):
     assert "zoo:batch_requests_waiting 0.0" in text
     assert f"zoo:files {len(sizes)}.0" in text and len(sizes) == 3 and done.error_file_id
     assert f"zoo:files_bytes {float(sum(sizes))}" in text
+
+
+def test_one_owner_cannot_take_every_running_batch(frontend, serve):
+    frontend.hang_after = 0  # every batch's requests wait: its batch stays running
+    keys = ApiKeyConfig(frozenset({"key-a", "key-b"}))
+    config = GatewayConfig(batches=BatchRunnerConfig(max_active_per_owner=1))
+    with serve(create_app(frontend, config=config, api_keys=keys)) as url:
+        a = openai.OpenAI(base_url=f"{url}/v1", api_key="key-a", max_retries=0)
+        b = openai.OpenAI(base_url=f"{url}/v1", api_key="key-b", max_retries=0)
+        _run(a, _jsonl(_line("q")))
+        with pytest.raises(openai.RateLimitError, match="the most one owner may run"):
+            _run(a, _jsonl(_line("q")))
+        _, other = _run(b, _jsonl(_line("q")))  # another owner still may
+        assert other.status == "validating"
+        for client in (a, b):
+            for batch in client.batches.list():
+                client.batches.cancel(batch.id)
+
+
+def test_uploads_past_the_concurrency_wait_for_one_to_finish(frontend, serve):
+    """A slow upload holds the only upload slot: a second waits (it does not fail) until the first is read."""
+    app = create_app(frontend, config=GatewayConfig(files_upload_concurrency=1))
+    with serve(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as client:
+        _two_uploads(client, app.state.batch_routes.uploads)
+
+
+def _two_uploads(client: openai.OpenAI, slots) -> None:
+    host, port = client.base_url.host, client.base_url.port
+    body = (
+        b'--zz\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--zz\r\n'
+        b'Content-Disposition: form-data; name="file"; filename="a.jsonl"\r\n\r\n{}\r\n--zz--\r\n'
+    )
+    head = (
+        f"POST /v1/files HTTP/1.1\r\nHost: {host}\r\nContent-Type: multipart/form-data; boundary=zz\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    second_done = threading.Event()
+    with socket.create_connection((host, port)) as slow:
+        slow.sendall(head + body[:10])  # the first upload: its body not all sent
+        deadline = time.monotonic() + 30  # a bounded wait until it holds the slot
+        while slots.borrowed_tokens < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert slots.borrowed_tokens == 1
+
+        def second() -> None:
+            client.files.create(file=("b.jsonl", b"{}"), purpose="batch")
+            second_done.set()
+
+        thread = threading.Thread(target=second, daemon=True)
+        thread.start()
+        assert not second_done.wait(0.5)  # waiting for the slot (without it, done in milliseconds)
+        slow.sendall(body[10:])
+        reply = slow.recv(4096)
+        assert reply.startswith(b"HTTP/1.1 200")
+    assert second_done.wait(30)
+    assert sorted(f.filename for f in client.files.list()) == ["a.jsonl", "b.jsonl"]
