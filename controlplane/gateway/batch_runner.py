@@ -39,7 +39,15 @@ from starlette.types import ASGIApp, Message
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.batch_journal import BatchJournal
-from controlplane.gateway.batches import TERMINAL, Batch, BatchLine, add_usage, output_line, read_lines
+from controlplane.gateway.batches import (
+    TERMINAL,
+    Batch,
+    BatchLine,
+    add_usage,
+    batch_model,
+    output_line,
+    read_lines,
+)
 from controlplane.gateway.errors import error_body
 from controlplane.gateway.file_store import OUTPUT_PURPOSE, FileStore
 from transport.messages import ErrorCode
@@ -190,7 +198,7 @@ class BatchRunner:
             self._scopes[batch.id] = scope
             if batch.status == "cancelling":  # cancelled before it started
                 scope.cancel()
-            lines, errors = await anyio.to_thread.run_sync(self._read_input, batch)
+            lines, errors, batch.model = await anyio.to_thread.run_sync(self._read_input, batch)
             if errors:
                 batch.errors = errors
                 batch.set_status("failed")
@@ -212,12 +220,14 @@ class BatchRunner:
         self._scopes.pop(batch.id, None)
         await self._finish(batch, lines, results, expired=scope.cancelled_caught)
 
-    def _read_input(self, batch: Batch) -> tuple[list[BatchLine], list[dict]]:
+    def _read_input(self, batch: Batch) -> tuple[list[BatchLine], list[dict], str | None]:
+        """The input file's requests, the errors that fail it, and the model they all name (a worker thread)."""
         content = self.files.content(batch.owner, batch.input_file_id)
         if content is None:
             message = f"The input file {batch.input_file_id} is gone (deleted before the batch started)"
-            return [], [{"code": "input_file_gone", "message": message, "param": "input_file_id", "line": None}]
-        return read_lines(content, batch.endpoint, self.config.max_requests)
+            return [], [{"code": "input_file_gone", "message": message, "param": "input_file_id", "line": None}], None
+        lines, errors = read_lines(content, batch.endpoint, self.config.max_requests)
+        return lines, errors, batch_model(lines)
 
     async def _run_line(self, batch: Batch, line: BatchLine, results: list, i: int, borrower: object) -> None:
         try:

@@ -64,6 +64,13 @@ class _InputLine(msgspec.Struct, forbid_unknown_fields=True):
 _LINE_DECODER = msgspec.json.Decoder(_InputLine)
 
 
+class _Model(msgspec.Struct):
+    model: str | None = None
+
+
+_MODEL_DECODER = msgspec.json.Decoder(_Model)
+
+
 @dataclass(frozen=True, slots=True)
 class BatchLine:
     custom_id: str
@@ -82,7 +89,8 @@ class Batch:
     created_at: int
     expires_at: int
     metadata: dict[str, str] | None
-    traffic_class: str | None = None  # the class its requests run in (GatewayConfig.batch_traffic_class)
+    traffic_class: str | None = None  # the class its requests run in (BatchRunnerConfig.traffic_class)
+    model: str | None = None  # the model every request names, when they all name the same one
     tenant: str | None = None
     status: str = "validating"
     times: dict[str, int] = field(default_factory=dict)  # "in_progress_at", "completed_at", ...
@@ -135,6 +143,7 @@ class Batch:
                 "total_tokens": usage["total_tokens"],
             },
             "metadata": self.metadata,
+            "model": self.model,
         }
 
 
@@ -214,6 +223,19 @@ def read_lines(content: bytes, endpoint: str, max_requests: int) -> tuple[list[B
         more = f"{num_errors - len(errors)} more lines are bad"
         errors.append({"code": "more_errors", "message": more, "param": None, "line": None})
     return lines, errors
+
+
+def batch_model(lines: list[BatchLine]) -> str | None:
+    """The model every request names, when each names one and it is the same (OpenAI's Batch shows it)."""
+    models = set()
+    for line in lines:
+        try:
+            models.add(_MODEL_DECODER.decode(line.body).model)
+        except (msgspec.MsgspecError, RecursionError):
+            return None  # the route refuses that body itself
+        if len(models) > 1:
+            return None
+    return next(iter(models), None)
 
 
 def add_usage(batch: Batch, body: object) -> None:

@@ -83,7 +83,7 @@ def test_a_batch_runs_every_line_through_its_route_and_ends_with_an_output_file(
     assert batch.status == "validating" and batch.input_file_id == upload.id and batch.metadata == {"job": "nightly"}
     assert batch.expires_at - batch.created_at == 24 * 3600
     done = _wait(client, batch.id)
-    assert done.status == "completed" and done.error_file_id is None and done.errors is None
+    assert done.status == "completed" and done.error_file_id is None and done.errors is None and done.model == MODEL
     assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (3, 3, 0)
     assert done.in_progress_at and done.finalizing_at and done.completed_at
     assert (done.usage.input_tokens, done.usage.output_tokens, done.usage.total_tokens) == (15, 9, 24)
@@ -122,6 +122,7 @@ def test_other_endpoints_and_a_line_per_outcome(client, frontend):
     done = _wait(client, batch.id)
     assert done.status == "completed"
     assert (done.request_counts.completed, done.request_counts.failed) == (1, 2)
+    assert done.model is None  # the requests name two models
     assert [line["custom_id"] for line in _lines(client, done.output_file_id)] == ["ok"]
     errors = {line["custom_id"]: line["response"] for line in _lines(client, done.error_file_id)}
     assert errors["nomodel"]["status_code"] == 404 and errors["nomodel"]["body"]["error"]["code"] == "model_not_found"
