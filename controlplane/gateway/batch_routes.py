@@ -90,7 +90,8 @@ class BatchRoutes:
             try:
                 unknown = sorted(set(form.keys()) - {"file", "purpose"})
                 if unknown:
-                    raise invalid_param(unknown[0], "is not supported here (an upload takes `file` and `purpose`)")
+                    field = clip(unknown[0], 64)
+                    raise invalid_param(field, "is not supported here (an upload takes `file` and `purpose`)")
                 upload, purpose = form.get("file"), form.get("purpose")
                 if not isinstance(upload, UploadFile):
                     raise invalid_param("file", "is required: the file's bytes, as a multipart file part")
