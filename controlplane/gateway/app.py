@@ -11,8 +11,8 @@
     GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per owner); GET
                                   /v1/responses/{id}/input_items its request's input items (a cursor page)
     /v1/files, /v1/batches        OpenAI's Files and Batch APIs (batch_routes.py): a JSONL file of requests run in
-                                  the background, each through its own route above (batch_runner.py), by the app's
-                                  lifespan; results as output and error files
+                                  the background, each through its own route above (batch_runner.py, run by
+                                  serve_gateway or the app's lifespan); results as output and error files
     GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
                                   waits for one, at most ``models_wait_s``)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
