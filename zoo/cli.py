@@ -286,6 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--log-dir", default=None, help="where the children's logs go (default .cache/zoo-up/<time>)")
     u.set_defaults(func=cmd_up)
 
+    from zoo.batch_cmd import add_batch_args, run_batch
+
+    bt = sub.add_parser("batch", help="run a JSONL file of requests as an OpenAI batch on a running control plane")
+    add_batch_args(bt)
+    bt.set_defaults(func=run_batch)
+
     from zoo.draft_server_cmd import add_draft_server_args, run_draft_server
 
     ds = sub.add_parser("draft-server", help="a draft agent: a draft model that proposes for verifiers elsewhere")

@@ -496,3 +496,25 @@ def _two_uploads(client: openai.OpenAI, slots) -> None:
         assert reply.startswith(b"HTTP/1.1 200")
     assert second_done.wait(30)
     assert sorted(f.filename for f in client.files.list()) == ["a.jsonl", "b.jsonl"]
+
+
+def test_zoo_batch_runs_a_file_and_writes_the_answers(frontend, serve, tmp_path, capsys):
+    """``zoo batch IN -o OUT`` against a gateway: the answers in input order, the failed ones beside them, exit 0;
+    a file that fails validation: exit 1 with its errors; a batch the gateway refuses: exit 2."""
+    from zoo.cli import main
+
+    requests = tmp_path / "in.jsonl"
+    requests.write_bytes(_jsonl(_line("q0"), _line("bad", model="nope", messages=[{"role": "user", "content": "x"}])))
+    out = tmp_path / "out.jsonl"
+    with serve(create_app(frontend)) as url:
+        assert main(["batch", str(requests), "-o", str(out), "--url", url, "--poll-s", "0.02"]) == 0
+        answers = [msgspec.json.decode(line) for line in out.read_bytes().splitlines()]
+        assert [a["custom_id"] for a in answers] == ["q0"] and answers[0]["response"]["status_code"] == 200
+        (failed,) = [msgspec.json.decode(line) for line in (tmp_path / "out.errors.jsonl").read_bytes().splitlines()]
+        assert failed["custom_id"] == "bad" and failed["response"]["status_code"] == 404
+        assert "completed: 1 answered, 1 failed of 2" in capsys.readouterr().err
+        requests.write_bytes(_jsonl(_line("a"), _line("a")))
+        assert main(["batch", str(requests), "-o", str(out), "--url", url, "--poll-s", "0.02"]) == 1
+        assert "line 2: duplicate_custom_id" in capsys.readouterr().err
+        assert main(["batch", str(requests), "-o", str(out), "--url", url, "--endpoint", "/v1/messages"]) == 2
+        assert "the batch was refused (400)" in capsys.readouterr().err

@@ -1,0 +1,107 @@
+"""`zoo batch IN.jsonl -o OUT.jsonl`: a file of requests run as an OpenAI batch on a running control plane
+(/v1/files, /v1/batches: controlplane/gateway/batch_runner.py), as vLLM's ``run_batch`` takes ``-i``/``-o``.
+
+    IN.jsonl   one request per line: {"custom_id": ..., "method": "POST", "url": "/v1/chat/completions", "body": {...}}
+    OUT.jsonl  the 2xx answers in input order: {"id", "custom_id", "response": {"status_code", "request_id", "body"}}
+    --errors   the others (default OUT.errors.jsonl, written only when there are any)
+
+Progress goes to stderr. Exit 0 when the batch completed (its failed requests are in the errors file), 1 when it
+failed (its file's errors are printed), expired or was cancelled, 2 when the gateway refused it; Ctrl-C cancels it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+TERMINAL = ("completed", "failed", "expired", "cancelled")
+
+
+def add_batch_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("input", help="a JSONL file of requests: custom_id, method, url, body per line")
+    p.add_argument("-o", "--output", required=True, help="where the 2xx answers go (JSONL, in input order)")
+    p.add_argument("--errors", default=None, help="where the other answers go (default: OUTPUT.errors.jsonl)")
+    p.add_argument("--url", default="http://127.0.0.1:8000", help="the control plane's OpenAI API")
+    p.add_argument("--endpoint", default=None, help="the requests' route (default: the first line's url)")
+    p.add_argument("--poll-s", type=float, default=1.0, help="how often to ask how the batch is doing")
+    p.add_argument("--timeout-s", type=float, default=60.0, help="each HTTP call's timeout")
+
+
+def run_batch(args: argparse.Namespace) -> int:
+    import httpx
+
+    content = Path(args.input).read_bytes()
+    endpoint = args.endpoint or _first_url(content)
+    if endpoint is None:
+        print(f"zoo batch: {args.input} has no request line with a url (or give --endpoint)", file=sys.stderr)
+        return 2
+    key = os.environ.get("ZOO_API_KEY") or os.environ.get("OPENAI_API_KEY")
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=args.timeout_s) as http:
+        name = Path(args.input).name
+        upload = http.post("/v1/files", files={"file": (name, content)}, data={"purpose": "batch"})
+        if upload.status_code != 200:
+            return _refused("the upload", upload)
+        body = {"input_file_id": upload.json()["id"], "endpoint": endpoint, "completion_window": "24h"}
+        created = http.post("/v1/batches", json=body)
+        if created.status_code != 200:
+            return _refused("the batch", created)
+        batch = created.json()
+        print(f"zoo batch: {batch['id']} ({endpoint})", file=sys.stderr)
+        try:
+            batch = _wait(http, batch, args.poll_s)
+        except KeyboardInterrupt:
+            http.post(f"/v1/batches/{batch['id']}/cancel")
+            print(f"zoo batch: {batch['id']} cancelled", file=sys.stderr)
+            return 130
+        errors_path = args.errors or f"{args.output.removesuffix('.jsonl')}.errors.jsonl"
+        for file_id, path in ((batch.get("output_file_id"), args.output), (batch.get("error_file_id"), errors_path)):
+            if file_id:
+                Path(path).write_bytes(http.get(f"/v1/files/{file_id}/content").content)
+        if not batch.get("output_file_id"):
+            Path(args.output).write_bytes(b"")
+    counts = batch["request_counts"]
+    print(f"zoo batch: {batch['status']}: {counts['completed']} answered, {counts['failed']} failed "
+          f"of {counts['total']} -> {args.output}" + (f", {errors_path}" if batch.get("error_file_id") else ""),
+          file=sys.stderr)  # fmt: skip
+    for error in (batch.get("errors") or {}).get("data") or ():
+        print(f"  line {error.get('line')}: {error.get('code')}: {error.get('message')}", file=sys.stderr)
+    return 0 if batch["status"] == "completed" else 1
+
+
+def _wait(http, batch: dict, poll_s: float) -> dict:
+    shown = None
+    while batch["status"] not in TERMINAL:
+        time.sleep(poll_s)
+        batch = http.get(f"/v1/batches/{batch['id']}").json()
+        counts = batch["request_counts"]
+        progress = (batch["status"], counts["completed"] + counts["failed"], counts["total"])
+        if progress != shown:
+            print(f"zoo batch: {progress[0]}, {progress[1]} of {progress[2]} answered", file=sys.stderr)
+            shown = progress
+    return batch
+
+
+def _first_url(content: bytes) -> str | None:
+    for line in content.splitlines():
+        try:
+            url = msgspec.json.decode(line).get("url") if line.strip() else None
+        except (msgspec.DecodeError, AttributeError, RecursionError):
+            continue
+        if isinstance(url, str):
+            return url
+    return None
+
+
+def _refused(what: str, reply) -> int:
+    try:
+        message = reply.json()["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = reply.text[:500]
+    print(f"zoo batch: {what} was refused ({reply.status_code}): {message}", file=sys.stderr)
+    return 2
