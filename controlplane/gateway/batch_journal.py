@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgspec
 
-from controlplane.gateway.batches import Batch, add_usage
+from controlplane.gateway.batches import TERMINAL, Batch, add_usage
 from controlplane.gateway.file_store import write_atomic
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ class BatchJournal:
         out = []
         for batch in sorted(batches, key=lambda b: (b.created_at, b.id)):
             done = self._answered(batch.id)
-            if done or batch.status in ("in_progress", "cancelling", "finalizing"):
+            if batch.status not in TERMINAL:  # its journal is the truth about what it answered
                 batch.completed = batch.failed = 0
                 batch.usage = dict.fromkeys(batch.usage, 0)
                 for ok, line in done.values():

@@ -107,10 +107,10 @@ class BatchRoutes:
         return await answered(serve)
 
     async def list_files(self, request: Request) -> Response:
-        try:
+        async def serve() -> Response:
             return _json(self.files.list_page(request_owner(request), request.query_params))
-        except FrontendError as err:
-            return error_response(err)
+
+        return await answered(serve)
 
     async def file(self, request: Request) -> Response:
         file_id = request.path_params["file_id"]
@@ -152,10 +152,11 @@ class BatchRoutes:
 
     async def list_batches(self, request: Request) -> Response:
         owned = self.runner.owned(request_owner(request))
-        try:
+
+        async def serve() -> Response:
             return _json(cursor_page(owned, request.query_params, default_limit=20, max_limit=100, what="batch"))
-        except FrontendError as err:
-            return error_response(err)
+
+        return await answered(serve)
 
     async def batch(self, request: Request) -> Response:
         batch_id = request.path_params["batch_id"]

@@ -92,17 +92,14 @@ class FileStore:
             self.num_bytes += len(content)  # held while it is written, so a concurrent upload sees it
             self._num_writing += 1
         try:
-            return self._put(owner, filename, purpose, content)
+            return self.put(owner, filename, purpose, content)
         finally:
             with self._lock:
                 self.num_bytes -= len(content)
                 self._num_writing -= 1
 
     def put(self, owner: str | None, filename: str, purpose: str, content: bytes) -> dict:
-        """Keep a file whatever the bounds (the runner's results); returns its object."""
-        return self._put(owner, filename, purpose, content)
-
-    def _put(self, owner: str | None, filename: str, purpose: str, content: bytes) -> dict:
+        """Keep a file whatever the bounds (the runner's results; ``upload`` checks them first); returns its object."""
         file_id = f"file-{uuid.uuid4().hex}"
         obj = {
             "id": file_id,
