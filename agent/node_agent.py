@@ -31,13 +31,13 @@ import os
 import queue
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import msgspec
 import zmq.asyncio
 
+from agent.agent_config import AgentConfig
 from agent.engine_thread import EngineThread, ExportedForMigration
 from agent.hardware_probe import describe_hardware
 from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
@@ -47,14 +47,12 @@ from agent.kv_remote_swap import RemoteSwapper
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
 from agent.verifier_pairing import VerifierPairing
-from backends.kv_link_model import check_place_name
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 from engine.lora import LoraRequest
 from engine.spec.vocab_id import vocab_id
 from transport.actor import Actor, MailboxFull
 from transport.codec import clip
-from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
 from transport.kv_transfer import ReceivedKV
 from transport.link import Link
@@ -99,77 +97,6 @@ def default_node_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
 
 
-AGENT_ROLES = ("prefill", "decode", "both")  # the prefill/decode split's roles (controlplane/router/pd_split.py)
-
-
-@dataclass(slots=True)
-class AgentConfig:
-    """One agent.
-
-    node_id: unique in the fleet; also the DEALER's routing id (≤ 255 bytes).
-    model_name: served model name (None: derived from the engine's checkpoint path).
-    gpu_profile: describe the hardware from this profile of backends/gpu_table.py instead of probing.
-    hello_timeout_s: a NodeHello without a Welcome within this is sent again.
-    control_timeout_s: no message from the control plane for this long → re-hello (it restarted or is gone).
-    heartbeat_interval_s / report_interval_s: used until the Welcome says otherwise.
-    max_inflight_requests: requests accepted but not finished; past it a GenerateRequest is refused (OVERLOADED).
-    leave_timeout_s: how long a clean shutdown waits for the NodeLeave to be sent.
-    drain_timeout_s: how long ``drain()`` (SIGTERM) lets the node's requests finish before it leaves (what
-        is left resumes on other nodes); 0: leave at once.
-    profile_at_start: run one synthetic request before joining (``NodeCore.profile``) so the hello carries
-        the node's measured prefill rate and decode step, and the router prices it by measurement.
-    curve: CURVE to a control plane that allow-lists agents (``load_curve_client(dir, "agents", node_id)``:
-        the key named after this node id); None: no CURVE.
-    """
-
-    node_id: str
-    model_name: str | None = None
-    backend: str = "torch"
-    cell: str = "default"
-    gpu_profile: str | None = None
-    hello_timeout_s: float = 2.0
-    control_timeout_s: float = 6.0
-    heartbeat_interval_s: float = 1.0
-    report_interval_s: float = 0.25
-    max_inflight_requests: int = 4096
-    leave_timeout_s: float = 1.0
-    drain_timeout_s: float = 30.0
-    profile_at_start: bool = True
-    curve: CurveClient | None = None
-    # the KV data socket (agent/kv_data_plane.py): where its ROUTER binds ("tcp://127.0.0.1:0": a free port);
-    # None: this agent has no data plane (it neither sends nor takes KV)
-    data_endpoint: str | None = None
-    kv_transfer_timeout_s: float = 10.0  # a KV transfer whose acks stop this long fails (re-prefill instead)
-    # the remote KV tier (agent/kv_remote_swap.py): host RAM lent to peers' preempted requests, and how long KV
-    # of an owner the control plane no longer lists is kept (the owner's side: CacheConfig.remote_swap)
-    kv_store_bytes: int = 1 << 30
-    kv_store_owner_timeout_s: float = 30.0
-    role: str = "both"  # prefill | decode | both: told in the hello (the prefill/decode split, zoo agent --role)
-    pair_draft_timeout_s: float = 0.25  # paired with a fleet drafter (SpecPair): no drafts past this wait
-    # placement, told in the hello (zoo agent --host-id/--rack; backends/kv_link_model.py): "": not said
-    host_id: str = ""
-    rack: str = ""
-    # `zoo agent --max-num-batched-tokens auto`: after the start-up profile, size the step token budget to this TPOT
-    # SLO (NodeCore.size_step_budget: Sarathi-Serve's rule, at most the budget the engine was built with); None: keep it
-    step_budget_tpot_slo_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if not self.node_id or len(self.node_id.encode()) > 255:
-            raise ValueError(f"node_id must be 1..255 bytes, got {self.node_id!r}")
-        for name in ("hello_timeout_s", "control_timeout_s", "heartbeat_interval_s", "report_interval_s"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if self.max_inflight_requests < 1:
-            raise ValueError(f"max_inflight_requests must be >= 1, got {self.max_inflight_requests}")
-        if self.drain_timeout_s < 0:
-            raise ValueError(f"drain_timeout_s must be >= 0, got {self.drain_timeout_s}")
-        if self.role not in AGENT_ROLES:
-            raise ValueError(f"role must be one of {', '.join(AGENT_ROLES)}, got {self.role!r}")
-        for what, name in (("host_id", self.host_id), ("rack", self.rack)):
-            if name:
-                check_place_name(what, name)
-
-
 class NodeAgent(Actor):
     """Start with ``await tg.start(agent.run)`` (reports the agent once its socket is connecting).
 
@@ -178,6 +105,8 @@ class NodeAgent(Actor):
     hardware: what NodeHello says about the device; None: ``describe_hardware`` (profile / CUDA / measured).
     exporter: an observe/ exporter (``describe_node(hello, rejected)``, ``observe(EngineObservation)``,
         ``observe_hop(seconds)``, ``url``) fed from the event loop; None: no metrics beyond LoadReports.
+    tracer: the node's request spans (observe/node_spans.py: ``describe_node``, ``on_generate``, ``on_cancel``,
+        ``observe``), fed from the event loop; None: no spans.
     """
 
     def __init__(
@@ -190,10 +119,12 @@ class NodeAgent(Actor):
         context: zmq.asyncio.Context | None = None,
         exporter=None,
         drafter=None,
+        tracer=None,
     ) -> None:
         super().__init__()
         self.control_endpoint = control_endpoint
         self.exporter = exporter
+        self.tracer = tracer
         self.drafter = drafter  # agent/draft_server.py DraftServer this node runs for verifiers elsewhere, or None
         self.pairing: VerifierPairing | None = None  # this node as a verifier paired with a fleet drafter
         self._hops_ns: list[int] = []  # router → node hops since the last NodeTelemetry
@@ -257,7 +188,7 @@ class NodeAgent(Actor):
             self._ctx, self.control_endpoint, routing_id=self.config.node_id.encode(), curve=self.config.curve
         )
         self._link = Link(Channel(sock), self._on_receive, name=f"agent {self.config.node_id}")
-        observe = self.exporter is not None
+        observe = self.exporter is not None or self.tracer is not None  # both read the engine's observations
         core = NodeCore(
             self.engine, self.config.node_id, observe=observe, memory_bandwidth_gbps=self.hardware.memory_bandwidth_gbps
         )
@@ -276,7 +207,9 @@ class NodeAgent(Actor):
             log.info("agent %s: drafting for others at %s", self.config.node_id, await self.drafter.setup())
         if self.config.data_endpoint is not None:
             self._setup_data_plane()
-        if observe:
+        if self.tracer is not None:
+            self.tracer.describe_node(self._hello())
+        if self.exporter is not None:
             self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
             if self.data_plane is not None:
                 self.exporter.describe_kv_plane(self.data_plane.receiver.refused)
@@ -321,7 +254,10 @@ class NodeAgent(Actor):
                     return
                 for msg in batch:
                     if isinstance(msg, EngineObservation):
-                        self.exporter.observe(msg)
+                        if self.exporter is not None:
+                            self.exporter.observe(msg)
+                        if self.tracer is not None:
+                            self.tracer.observe(msg)
                         continue
                     if isinstance(msg, ExportedForMigration):
                         await self._send_migrations.send(msg)
@@ -487,6 +423,8 @@ class NodeAgent(Actor):
             except ValueError as e:
                 self._send(ErrorReply(request_id=msg.request_id, code=ErrorCode.INVALID_REQUEST, message=str(e)))
                 return
+        if self.tracer is not None:
+            self.tracer.on_generate(msg, incoming.recv_ns)
         kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
         facts = {"priority": msg.priority, "slo_tpot_s": msg.slo_tpot_s, "num_resumed_tokens": msg.num_resumed_tokens}
         if kv is not None and lora is None:
@@ -497,6 +435,8 @@ class NodeAgent(Actor):
 
     def handle_cancel(self, incoming: Incoming) -> None:
         self._thread.abort([incoming.msg.request_id])
+        if self.tracer is not None:
+            self.tracer.on_cancel(incoming.msg.request_id)
 
     def handle_heartbeat(self, incoming: Incoming) -> None:
         """The control plane's echo: it is alive (``_last_control_s`` was refreshed on receipt), and who the live

@@ -29,6 +29,7 @@ from engine.decode_slack import slack_histogram
 from engine.llm_engine import LLMEngine, PendingStep, RequestOutput
 from engine.lora import LoraRequest
 from engine.multi_step import DecodeSteps
+from engine.request_output import RequestMetrics
 from engine.sampling_params import SamplingParams
 from engine.scheduler_stats import SchedulerEvent, SchedulerEventKind, SchedulerStats
 from engine.spec.grammar_drafts import StructuredOutputStats
@@ -50,6 +51,9 @@ class FinishedRequest:
     num_prompt_tokens: int
     num_output_tokens: int
     finish_reason: str | None
+    request_id: str = ""
+    metrics: RequestMetrics | None = None  # its time stamps (engine clock): its span (observe/node_spans.py)
+    num_cached_tokens: int = 0
 
 
 @dataclass(slots=True)
@@ -403,6 +407,9 @@ class NodeCore:
                         num_prompt_tokens=o.num_prompt_tokens,
                         num_output_tokens=o.num_output_tokens,
                         finish_reason=o.finish_reason.value if o.finish_reason is not None else None,
+                        request_id=o.req_id,
+                        metrics=m,
+                        num_cached_tokens=o.num_cached_tokens,
                     )
                 )
         events: list[SchedulerEvent] = self.engine.scheduler.take_events()

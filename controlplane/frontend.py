@@ -50,6 +50,7 @@ class Frontend(Protocol):
         tenant: str = "",
         tools: list[ToolSpec] | None = None,
         prompts: list[str | list[int]] | None = None,
+        trace_headers: dict[str, str] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
         ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
@@ -65,6 +66,7 @@ class Frontend(Protocol):
             tools: the functions a chat may call, rendered into its prompt (controlplane/gateway/tool_calls.py).
             prompts: a batch of prompts (texts or token ids) instead of one: ``num_choices`` engine requests each,
             choice ``i * num_choices + j`` of prompt i (OpenAI's order), one stream (client_generates).
+            trace_headers: the caller's W3C traceparent / tracestate, the parent of the request's spans.
         """
         ...
 

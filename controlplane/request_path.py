@@ -33,6 +33,7 @@ from controlplane.fleet_ledger import FleetLedger
 from controlplane.lora_table import LoraTable
 from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
+from controlplane.request_spans import RequestSpans, forwarded_headers
 from controlplane.request_table import Inflight, RequestTable
 from controlplane.router.router_config import RouterConfig
 from controlplane.router.router_knobs import knobs_set
@@ -58,6 +59,8 @@ class RequestPath:
         no tenant: no limits, usage still counted). classes: per traffic class books (class_ledger.py).
     loras: the fleet's LoRA adapters (controlplane/lora_table.py), selectable by ``model``.
     forecast: each placement's TTFT forecast on its node, in time or late (controlplane/slo_forecast.py).
+    spans: each request's OpenTelemetry span (controlplane/request_spans.py; `zoo controlplane
+        --otlp-traces-endpoint` sets it); None: no spans, a caller's trace headers are passed on to the node.
     """
 
     def __init__(
@@ -91,6 +94,7 @@ class RequestPath:
         self.use_router(router, policy)
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
+        self.spans: RequestSpans | None = None
 
     # -- new requests -------------------------------------------------------------------------------
 
@@ -107,13 +111,16 @@ class RequestPath:
 
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused."""
+        trace = self.spans.begin(msg, arrival_ns) if self.spans is not None else None
         placed = self._place(msg, inflight=self.table, tenants=self.tenants)
         if isinstance(placed, Placement):
             routed_ns = time.monotonic_ns()
-            placed = self._send(placed, msg, arrival_ns, routed_ns)
+            placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=forwarded_headers(msg, trace))
         if isinstance(placed, ErrorReply):
             self.count_refusal(placed)
             self.classes.on_refused(self._class_name(msg))
+            if trace is not None:
+                self.spans.refused(trace, msg, placed, time.monotonic_ns())
             return placed
         rid, node_id = msg.request_id, placed.node_id
         inflight = Inflight(
@@ -126,7 +133,10 @@ class RequestPath:
             model=placed.route.lora_name or placed.route.model,  # a resumed request runs with the same adapter
             prompt_token_ids=placed.token_ids,
             traffic_class=placed.route.traffic_class,
+            trace=trace,
         )
+        if trace is not None:
+            self.spans.routed(trace, routed_ns, node_id)
         self.table.add(inflight)
         self.classes.on_routed(placed.route.traffic_class, placed.cell, placed.spilled)
         view = self.registry.view(node_id)  # as the policy saw it: before _record counts this request there
@@ -151,6 +161,8 @@ class RequestPath:
         inflight = self.table.get(chunk.request_id)
         if inflight is None or inflight.node_id != node_id or not inflight.attached:
             return False
+        if inflight.trace is not None:
+            inflight.trace.on_chunk(chunk, recv_ns)
         self.table.relay(inflight, chunk, recv_ns)
         return True
 
@@ -215,11 +227,15 @@ class RequestPath:
             exclude = {v.node_id for v in self.registry.views()} - {only}
         placed = self._place(msg, inflight=(), exclude=exclude)
         if isinstance(placed, Placement):
-            placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns(), len(inflight.output_token_ids))
+            headers = forwarded_headers(msg, inflight.trace)
+            num_resumed = len(inflight.output_token_ids)
+            placed = self._send(placed, msg, inflight.arrival_ns, time.monotonic_ns(), num_resumed, headers)
         if isinstance(placed, ErrorReply):
             return placed.message
         lost_node_id = inflight.node_id
         self.table.attach(inflight, placed.node_id)
+        if inflight.trace is not None:
+            self.spans.resumed(inflight.trace, time.monotonic_ns(), lost_node_id, placed.node_id)
         self._record(placed, inflight.request_id)
         self.counters["resumed"] += 1
         self.fleet.decisions[placed.node_id] = self.fleet.decisions.get(placed.node_id, 0) + 1
@@ -238,6 +254,8 @@ class RequestPath:
         """A request left the table: its class's books, and its tenant's output tokens (charged to its
         tokens/min bucket; what a failed request streamed counts too)."""
         self.classes.on_done(inflight.traffic_class, inflight, outcome)
+        if inflight.trace is not None and self.spans is not None:
+            self.spans.done(inflight.trace, inflight, outcome, time.monotonic_ns())
         if inflight.msg is not None:
             self.tenants.on_finished(inflight.msg.tenant, inflight.num_output_tokens, self.registry.clock.now())
 
@@ -268,10 +286,16 @@ class RequestPath:
         )
 
     def _send(
-        self, placed: Placement, msg: ClientGenerate, arrival_ns: int, routed_ns: int, num_resumed_tokens: int = 0
+        self,
+        placed: Placement,
+        msg: ClientGenerate,
+        arrival_ns: int,
+        routed_ns: int,
+        num_resumed_tokens: int = 0,
+        trace_headers: dict[str, str] | None = None,
     ) -> Placement | ErrorReply:
         """Send a placed request to its node (``num_resumed_tokens``: a resumed one's output already streamed, the
-        last tokens of its prompt now)."""
+        last tokens of its prompt now; ``trace_headers``: the parent of the node's span)."""
         request = GenerateRequest(
             request_id=msg.request_id,
             prompt_token_ids=placed.token_ids,
@@ -283,6 +307,7 @@ class RequestPath:
             lora_path=None if placed.lora is None else placed.lora.path,
             slo_tpot_s=placed.slo_tpot_s,
             num_resumed_tokens=num_resumed_tokens,
+            trace_headers=trace_headers,
         )
         try:
             self._send_to_node(request, placed.node_id)
@@ -339,6 +364,7 @@ class RequestPath:
             lora_path=None if lora_entry is None else lora_entry.lora.path,
             slo_tpot_s=self._slo_tpot_of(inflight.traffic_class),
             num_resumed_tokens=len(inflight.output_token_ids),
+            trace_headers=forwarded_headers(msg, inflight.trace),
         )
         try:
             self._send_to_node(request, node_id)

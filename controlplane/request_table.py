@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from controlplane.frontend import FrontendError
 from controlplane.node_latency import NodeLatency
+from controlplane.request_spans import RequestTrace
 from controlplane.router.policy import Policy, PolicyHooks
 from transport.actor import MailboxFull
 from transport.link import Link
@@ -149,6 +150,7 @@ class Inflight:
     attached: bool = True
     prefilled: bool = False
     traffic_class: str = "default"  # the class it was placed as (controlplane/cells.py)
+    trace: RequestTrace | None = None  # its span while in flight (controlplane/request_spans.py); None: not traced
 
 
 class RequestTable:

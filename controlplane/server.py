@@ -291,12 +291,8 @@ class ControlPlane(Actor):
 
     @property
     def model_names(self) -> list[str]:
-        names = self.registry.model_names()
-        default = self.config.model_name
-        if default in names:
-            names.remove(default)
-            names.insert(0, default)
-        return names
+        names, default = self.registry.model_names(), self.config.model_name  # the default first
+        return [default, *(name for name in names if name != default)] if default in names else names
 
     # -- LoRA adapters (controlplane/lora_table.py; the gateway's lora_routes.py) -------------------
 
@@ -340,6 +336,7 @@ class ControlPlane(Actor):
         tenant: str = "",
         tools: list[ToolSpec] | None = None,
         prompts: list[str | list[int]] | None = None,
+        trace_headers: dict[str, str] | None = None,
     ) -> AsyncIterator[TokenChunk]:
         msgs = client_generates(
             request_id,
@@ -353,6 +350,7 @@ class ControlPlane(Actor):
             tools=tools,
             traffic_class=traffic_class,
             tenant=tenant,
+            trace_headers=trace_headers,
         )
         timeout_s = self.config.chunk_timeout_s
         return local_stream(msgs, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns=arrival_ns)

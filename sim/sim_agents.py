@@ -25,7 +25,8 @@ import anyio
 import anyio.to_thread
 import zmq.asyncio
 
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.agent_config import AgentConfig
+from agent.node_agent import NodeAgent
 from backends.sim.cost_model import node_hardware_info
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S
 from sim.fleet import STEP_BUDGET_SARATHI, Fleet, NodeSpec, load_fleet

@@ -135,16 +135,14 @@ class NodeHello(Envelope, kw_only=True):
     kernels: str = ""  # the kernels the backend chose (backends/kernel_dispatch.py), one line; "" = not said
     max_loras: int = 0  # LoRA adapters one step can serve (device slots); 0 = the base model only
     role: str = "both"  # prefill | decode | both: its part in the prefill/decode split (controlplane/split_handoff.py)
-    # speculative pairs (controlplane/spec_pairs.py): the tokenizer this node's model uses (engine/spec/vocab_id.py;
-    # a verifier is paired only with a drafter of the same), the draft models it runs for others (`--can-draft`)
-    # at ``draft_endpoint`` (its DraftServer), and their tokenizer's id; "" / []: says nothing, drafts nothing
+    # speculative pairs (controlplane/spec_pairs.py): its model's tokenizer (engine/spec/vocab_id.py: a pair shares
+    # one), the draft models it runs for others (`--can-draft`) at its DraftServer, and theirs; "" / []: none
     vocab_id: str = ""
     draft_models: list[str] = []
     draft_endpoint: str = ""
     draft_vocab_id: str = ""
     draft_step_ms: float = 0.0  # its DraftServer's measured time per drafted token (0: not measured)
-    # placement (zoo agent --host-id/--rack): nodes on one host share NVLink, one rack InfiniBand, else Ethernet
-    # (backends/kv_link_model.py prices KV moves by it); "": not said (its own host / a rack of its own)
+    # placement (zoo agent --host-id/--rack; backends/kv_link_model.py prices KV moves by it); "": not said
     host: str = ""
     rack: str = ""
 
@@ -265,6 +263,7 @@ class ClientGenerate(Envelope, kw_only=True):
     sampling: SamplingParams = SamplingParams()  # validated when decoded (engine/sampling_params.py)
     traffic_class: str = "default"  # picks the cell
     tenant: str = ""  # who it is for (controlplane/tenants.py: its class, rate limits, usage); "" = default
+    trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate (transport/trace_context.py): its parent
 
 
 class GenerateRequest(Envelope, kw_only=True):
@@ -283,6 +282,7 @@ class GenerateRequest(Envelope, kw_only=True):
     # a resumed request: the last this many prompt tokens are its output streamed before (its penalties count them
     # as output, backends/logits_adjust.py); 0 for a new one. The engine refuses a count not below the prompt's length
     num_resumed_tokens: int = 0
+    trace_headers: dict[str, str] | None = None  # the control plane's span (controlplane/request_spans.py): a parent
 
 
 class TokenChunk(Envelope, kw_only=True):

@@ -168,7 +168,7 @@ def cmd_controlplane(args: argparse.Namespace) -> int:
 
 
 def cmd_agent(args: argparse.Namespace) -> int:
-    from zoo.serve import run_agent
+    from zoo.agent_cmd import run_agent
 
     return run_agent(args)
 
@@ -267,7 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--config", default=None, help="zoo.toml for the local zoo (default: a torch and a JAX agent)")
     d.set_defaults(func=cmd_demo)
 
-    from zoo.serve import add_agent_args, add_controlplane_args
+    from zoo.agent_cmd import add_agent_args
+    from zoo.serve import add_controlplane_args
 
     c = sub.add_parser("controlplane", help="run the control plane (router, registry, OpenAI gateway)")
     add_controlplane_args(c)

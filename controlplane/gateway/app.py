@@ -96,6 +96,7 @@ from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
 from engine.structured_output import StructuredOutputError
 from transport.codec import clip
 from transport.messages import ErrorCode
+from transport.trace_context import trace_headers
 
 log = logging.getLogger(__name__)
 
@@ -360,6 +361,7 @@ class Gateway:
         # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
         tenant = request_tenant(request)
+        traced = trace_headers(request.headers)  # the caller's W3C trace context: the parent of the request's span
         return self.frontend.generate(
             request_id,
             model=args.model,
@@ -369,6 +371,7 @@ class Gateway:
             traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
             **({"tenant": tenant} if tenant else {}),
             **({"tools": args.tools} if args.tools else {}),
+            **({"trace_headers": traced} if traced else {}),
             **more,
         )
 

@@ -8,7 +8,8 @@ import argparse
 import anyio
 import pytest
 
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.agent_config import AgentConfig
+from agent.node_agent import NodeAgent
 from backends.fake import build_trivial_engine, cpu_test_hardware
 from backends.gpu_table import gpu_profile
 from controlplane.registry import ClusterRegistry
@@ -16,7 +17,7 @@ from engine.clock import ManualClock
 from transport.codec import decode, encode
 from transport.messages import KVInfo, NodeHello
 from zoo.placement_args import default_host_id
-from zoo.serve import add_agent_args
+from zoo.agent_cmd import add_agent_args
 from zoo.up_config import load_up_config
 
 
@@ -52,7 +53,7 @@ def test_agent_config_checks_host_and_rack():
 
 
 def test_zoo_agent_flags_default_to_this_machines_hostname_and_no_rack(monkeypatch):
-    from zoo.serve import agent_from_args
+    from zoo.agent_cmd import agent_from_args
 
     parser = argparse.ArgumentParser()
     add_agent_args(parser)

@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from agent.node_agent import AgentConfig
+from agent.agent_config import AgentConfig
 from backends.gpu_table import gpu_profile
 from transport.codec import decode, encode
 from transport.messages import KVInfo, NodeHello
-from zoo.serve import add_agent_args
+from zoo.agent_cmd import add_agent_args
 from zoo.up_config import AgentSpec
 
 

@@ -10,8 +10,9 @@ import pytest
 import zmq
 import zmq.asyncio
 
+from agent.agent_config import AgentConfig
 from agent.kv_data_plane import KVDataPlane, accept_spec_for
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.node_agent import NodeAgent
 from backends.fake import ByteTokenizer, build_trivial_engine, cpu_test_hardware
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine

@@ -6,7 +6,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.agent_config import AgentConfig
+from agent.node_agent import NodeAgent
 from backends.fake import build_trivial_engine, cpu_test_hardware
 from engine.sampling_params import SamplingParams
 from transport.messages import CancelRequest, GenerateRequest, NodeHello, TokenChunk, Welcome

@@ -8,8 +8,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from agent.agent_config import AgentConfig
 from agent.draft_server import DraftServer
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.node_agent import NodeAgent
 from backends.fake import ByteTokenizer, cpu_test_hardware
 from backends.torch import TorchModelRunner
 from backends.torch.draft_proposer import DraftModelProposer

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from agent.node_core import FinishedRequest, NodeCore
@@ -305,16 +307,19 @@ def test_observation_gives_exact_inter_token_gaps_including_the_last_token():
     assert [o.finished for o in outputs] == [True]
     assert core.num_inflight == 0  # bookkeeping closed before the observation was taken
     assert last.inter_token_s == [0.25]
-    assert last.finished == [
-        FinishedRequest(
-            queue_time_s=0.125,
-            ttft_s=0.125,
-            e2e_s=0.875,
-            num_prompt_tokens=5,
-            num_output_tokens=3,
-            finish_reason="length",
-        )
-    ]
+    (finished,) = last.finished
+    assert dataclasses.replace(finished, metrics=None) == FinishedRequest(
+        queue_time_s=0.125,
+        ttft_s=0.125,
+        e2e_s=0.875,
+        num_prompt_tokens=5,
+        num_output_tokens=3,
+        finish_reason="length",
+        request_id="a",
+    )
+    m = finished.metrics  # the engine's stamps, for the node's span (observe/node_spans.py)
+    assert (m.arrival_time_s, m.first_scheduled_time_s, m.first_token_time_s) == (0.0, 0.125, 0.125)
+    assert (m.last_token_time_s, m.finished_time_s) == (0.875, 0.875)
 
 
 def test_observation_has_one_finished_request_per_finish_and_a_gap_per_token():

@@ -11,8 +11,9 @@ import anyio
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from agent.agent_config import AgentConfig
 from agent.engine_thread import EngineThread
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.node_agent import NodeAgent
 from agent.node_core import NodeCore
 from agent.request_age import request_age_s
 from backends.fake import ByteTokenizer, TrivialRunner, build_trivial_engine, cpu_test_hardware

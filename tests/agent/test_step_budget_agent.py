@@ -13,7 +13,7 @@ from backends.sim.engine import build_sim_engine
 from engine.clock import ManualClock
 from engine.config import SchedulerConfig
 from transport.messages import NodeHello
-from zoo.serve import add_agent_args, agent_from_args
+from zoo.agent_cmd import add_agent_args, agent_from_args
 
 
 def _core(gpu: str, budget: int = 2048) -> NodeCore:

@@ -8,7 +8,8 @@ import anyio
 import anyio.from_thread
 import pytest
 
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.agent_config import AgentConfig
+from agent.node_agent import NodeAgent
 from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
 from client import (
     AsyncZooClient,

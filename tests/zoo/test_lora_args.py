@@ -42,7 +42,7 @@ def test_the_built_engine_serves_the_lora_modules_sim_backend_too():
     """`zoo agent --backend sim` with --lora-modules: the adapters reach the runner's (simulated) slots and the
     engine (loaded at start), as on torch and JAX."""
     from backends.builder import build_engine
-    from zoo.serve import sim_engine_config_from_args
+    from zoo.agent_cmd import sim_engine_config_from_args
 
     args = build_parser().parse_args(
         ["agent", "--backend", "sim", "--gpu-profile", "h100-sxm", "--model", "sim:llama-3-8b",

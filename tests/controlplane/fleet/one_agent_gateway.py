@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import anyio
 
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.agent_config import AgentConfig
+from agent.node_agent import NodeAgent
 from backends.fake import cpu_test_hardware
 from controlplane.gateway.app import create_app
 from controlplane.gateway.http_server import serve_gateway

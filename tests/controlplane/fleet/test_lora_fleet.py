@@ -10,7 +10,8 @@ import anyio
 import httpx
 import pytest
 
-from agent.node_agent import AgentConfig, NodeAgent
+from agent.agent_config import AgentConfig
+from agent.node_agent import NodeAgent
 from backends.checkpoint.peft_adapter import check_peft_directory, load_peft_adapter
 from backends.checkpoint.peft_writer import random_peft_adapter
 from backends.fake import ByteTokenizer, cpu_test_hardware
