@@ -116,6 +116,8 @@ class RequestSpans:
         return attributes
 
     def _emit(self, trace: RequestTrace, now_ns: int, attributes: dict[str, Any], error: str | None) -> None:
+        if not trace.context.sampled:
+            return  # the caller's decision: no span (its flag still went on to the node)
         wall = self.clock.wall_ns
         events = [(name, wall(t), a) for name, t, a in trace.events]
         self.export.emit(

@@ -15,9 +15,9 @@ end there, with vLLM's engine-side latencies under vLLM's names (``vllm/tracing/
 
 and the usage (prompt, completion, cached tokens), the finish reason, the node and its GPU type, and the
 preemptions it suffered (``zoo.num_preemptions``: swapped or recomputed). A request the control plane resumed
-here after another node was lost carries ``zoo.num_resumed_tokens``. Only requests that came with trace headers
-are traced; at most ``max_pending`` wait for their end (the oldest context is dropped past it: a request that
-migrated away ends elsewhere and is never reported here).
+here after another node was lost carries ``zoo.num_resumed_tokens``. Only requests that came with sampled trace
+headers are traced; at most ``max_pending`` wait for their end (the oldest context is dropped past it: a request
+that migrated away ends elsewhere and is never reported here).
 
 The engine's stamps are its clock's (``time.monotonic`` on an agent); ``clock`` maps them to wall time.
 """
@@ -58,7 +58,8 @@ class NodeSpans:
 
     def on_generate(self, msg: GenerateRequest, recv_ns: int) -> None:
         """A request arrived (``recv_ns``: its receipt, monotonic): traced when it carries a traceparent."""
-        if incoming(msg.trace_headers) is None:
+        parent = incoming(msg.trace_headers)
+        if parent is None or not parent.trace_flags.sampled:
             return
         self._pending[msg.request_id] = (child_of(msg.trace_headers), recv_ns, msg.num_resumed_tokens)
         self._pending.move_to_end(msg.request_id)

@@ -16,8 +16,8 @@ from controlplane.registry import ClusterRegistry
 from engine.clock import ManualClock
 from transport.codec import decode, encode
 from transport.messages import KVInfo, NodeHello
-from zoo.placement_args import default_host_id
 from zoo.agent_cmd import add_agent_args
+from zoo.placement_args import default_host_id
 from zoo.up_config import load_up_config
 
 

@@ -1,0 +1,97 @@
+"""SpanExport (observe/span_export.py): finished spans reach a collector over OTLP/HTTP with their ids, parent,
+kind, status, attributes and events; unsampled ones never leave; a full queue drops and counts instead of
+blocking; a collector that is down costs no caller anything."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from observe.span_export import SpanExport, TracingConfig
+from tests.observe.otlp_receiver import OtlpReceiver
+from transport.trace_context import SpanRecord, TraceContext, child_of
+
+
+def _record(ctx: TraceContext, name: str = "llm_request", **more) -> SpanRecord:
+    return SpanRecord(name, ctx, 1_000, 5_000, {"gen_ai.request.id": "r1", "skipped": None, "n": 3}, **more)
+
+
+def test_spans_reach_the_collector_with_their_tree_and_attributes():
+    with OtlpReceiver() as rx:
+        export = SpanExport(TracingConfig(endpoint=rx.endpoint, service_name="zoo-test", schedule_delay_s=0.05))
+        parent = child_of({"traceparent": f"00-{7:032x}-{9:016x}-01", "tracestate": "k=v"})
+        child = child_of(parent.headers())
+        export.emit(_record(parent, events=[("routed", 2_000, {"zoo.node_id": "a"})]))
+        export.emit(_record(child, "node_request", kind="internal", error="failed: node lost"))
+        export.close()  # flushes
+        spans = rx.wait_for(lambda s: len(s) == 2)
+    by_name = {s["name"]: s for s in spans}
+    top, node = by_name["llm_request"], by_name["node_request"]
+    assert (top["trace_id"], top["parent_span_id"], top["span_id"]) == (7, 9, parent.span_id)
+    assert (node["trace_id"], node["parent_span_id"]) == (7, parent.span_id)
+    assert top["service"] == "zoo-test" and top["kind"] == "server" and node["kind"] == "internal"
+    assert (top["start_ns"], top["end_ns"]) == (1_000, 5_000)
+    assert top["attributes"] == {"gen_ai.request.id": "r1", "n": 3}  # None left out
+    assert top["events"] == [("routed", 2_000, {"zoo.node_id": "a"})]
+    assert top["error"] is None and node["error"] == "failed: node lost"
+    assert top["trace_state"] == "k=v"
+    assert export.emitted == 2 and export.dropped == 0
+
+
+def test_an_unsampled_trace_sends_nothing():
+    with OtlpReceiver() as rx:
+        export = SpanExport(TracingConfig(endpoint=rx.endpoint, service_name="zoo-test", schedule_delay_s=0.05))
+        export.emit(_record(child_of({"traceparent": f"00-{7:032x}-{9:016x}-00"})))
+        export.emit(_record(child_of(None)))  # the one sampled
+        export.close()
+        spans = rx.wait_for(lambda s: len(s) >= 1)
+    assert len(spans) == 1 and spans[0]["trace_id"] != 7
+    assert (export.unsampled, export.emitted) == (1, 1)
+
+
+class _Stuck(SpanExporter):
+    """A collector that takes the first batch and never answers (until released)."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.got: list = []
+
+    def export(self, spans):
+        self.got += spans
+        self.release.wait(30)
+        return SpanExportResult.SUCCESS
+
+    def shutdown(self) -> None:
+        self.release.set()
+
+
+def test_a_stuck_collector_fills_the_queue_and_further_spans_are_dropped_and_counted():
+    stuck = _Stuck()
+    export = SpanExport(
+        TracingConfig(endpoint="http://127.0.0.1:9/v1/traces", service_name="t", max_queue_size=2), exporter=stuck
+    )
+    for _ in range(20):
+        export.emit(_record(child_of(None)))  # never blocks the caller
+    # at most one batch (2) is with the collector and the queue holds 2: the rest were turned away
+    assert export.dropped >= 16 and export.emitted + export.dropped == 20
+    stuck.release.set()
+    export.close()
+    export.emit(_record(child_of(None)))  # after close: nothing, no error
+    assert export.emitted + export.dropped == 20
+
+
+def test_a_collector_that_is_down_never_raises_into_the_caller():
+    export = SpanExport(TracingConfig(endpoint="http://127.0.0.1:9/v1/traces", service_name="t", timeout_s=0.5))
+    export.emit(_record(child_of(None)))
+    export.close()  # the export fails (connection refused) inside the SDK's thread; close returns
+    assert export.emitted == 1
+
+
+def test_the_config_refuses_what_is_not_an_http_url():
+    for endpoint in ("collector:4317", "grpc://c:4317", ""):
+        with pytest.raises(ValueError, match="http"):
+            TracingConfig(endpoint=endpoint, service_name="t")
+    with pytest.raises(ValueError):
+        TracingConfig(endpoint="http://c/v1/traces", service_name="t", max_queue_size=0)

@@ -1,0 +1,54 @@
+"""``--otlp-traces-endpoint`` / ``--otlp-service-name`` on `zoo controlplane` and `zoo agent`: off by default, a
+SpanExport under each process's service name when given, a bad URL refused before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from observe.node_spans import NodeSpans
+from zoo.agent_cmd import add_agent_args, agent_from_args
+from zoo.serve import add_controlplane_args, run_controlplane
+from zoo.tracing_args import span_export_from_args
+
+
+def _parser(add) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    add(parser)
+    return parser
+
+
+def test_off_unless_given_and_named_per_process():
+    cp = _parser(add_controlplane_args)
+    assert span_export_from_args(cp.parse_args([])) is None
+    for add, name in ((add_controlplane_args, "zoo-controlplane"), (add_agent_args, "zoo-agent")):
+        export = span_export_from_args(_parser(add).parse_args(["--otlp-traces-endpoint", "http://c:4318/v1/traces"]))
+        try:
+            assert (export.config.endpoint, export.config.service_name) == ("http://c:4318/v1/traces", name)
+        finally:
+            export.close()
+    args = cp.parse_args(["--otlp-traces-endpoint", "https://c/v1/traces", "--otlp-service-name", "edge-cp"])
+    export = span_export_from_args(args)
+    assert export.config.service_name == "edge-cp"
+    export.close()
+
+
+def test_a_bad_endpoint_stops_the_control_plane_before_it_loads_a_model():
+    args = _parser(add_controlplane_args).parse_args(["--otlp-traces-endpoint", "collector:4317", "--fake-tokenizer"])
+    with pytest.raises(SystemExit, match=r"--otlp-traces-endpoint: .*http"):
+        run_controlplane(args)
+
+
+def test_an_agent_with_the_flag_has_a_tracer_and_one_without_has_none():
+    parser = _parser(add_agent_args)
+    assert agent_from_args(parser.parse_args(["--fake-runner", "--node-id", "n"])).tracer is None
+    agent = agent_from_args(
+        parser.parse_args(["--fake-runner", "--node-id", "n", "--otlp-traces-endpoint", "http://c:4318/v1/traces"])
+    )
+    try:
+        assert isinstance(agent.tracer, NodeSpans) and agent.tracer.node["zoo.node_id"] == "n"
+    finally:
+        agent.tracer.export.close()
+    with pytest.raises(ValueError, match="http"):
+        agent_from_args(parser.parse_args(["--fake-runner", "--node-id", "n", "--otlp-traces-endpoint", "c:4318"]))
