@@ -255,6 +255,7 @@ class AsyncZooClient:
         traffic_class: str = "default",
         request_id: str | None = None,
         stream: bool = False,
+        trace_headers: dict[str, str] | None = None,
     ) -> Completion | GenerationStream:
         """Send one request. stream=False: the whole Completion; stream=True: a GenerationStream
         (refusals raise here, before it is returned). Raises ZooError subclasses.
@@ -273,7 +274,7 @@ class AsyncZooClient:
         ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it.
         ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``: vLLM's, as on HTTP
         (engine/sampling_params.py). ``embed``: the prompt's embedding too, in ``Completion.embedding`` (``embed()``
-        asks for it of several inputs at once)."""
+        asks for it of several inputs at once). ``trace_headers``: the caller's W3C traceparent / tracestate."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -286,6 +287,7 @@ class AsyncZooClient:
             else None,
             prompt_token_ids=prompt_token_ids,
             tools=tools,
+            trace_headers=trace_headers,
             # validated by the control plane when it decodes the request (one validation, at the edge)
             sampling=SamplingParams.unchecked(
                 temperature=temperature,

@@ -93,6 +93,12 @@ BATCH_REQUESTS = "zoo:batch_requests"  # counter (_total) {outcome "completed" |
 BATCH_REQUESTS_WAITING = "zoo:batch_requests_waiting"  # gauge: requests of unfinished batches not answered yet
 FILES = "zoo:files"  # gauge: files kept
 FILES_BYTES = "zoo:files_bytes"  # gauge
+# OpenTelemetry request spans (observe/span_metrics.py), on the /metrics of each process that exports spans; a span
+# is one process's own (the control plane's llm_request, an agent's node_request), labelled by its service.name
+TRACE_SPANS = "zoo:trace_spans"  # counter (_total) {service, outcome "queued" | "dropped" | "unsampled"}
+TRACE_EXPORTS = (
+    "zoo:trace_exports"  # counter (_total) {service, result "success" | "failure"}: batches to the collector
+)
 
 # buckets (seconds) ---------------------------------------------------------------------------------------
 # vLLM's own buckets for its histograms, so dashboards built for vLLM read ours the same way

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
@@ -52,6 +52,28 @@ class TracingConfig:
             raise ValueError("timeout_s and schedule_delay_s must be > 0 and max_queue_size >= 1")
 
 
+class _Counted(SpanExporter):
+    """The exporter, its batches counted by result (success: the collector took them)."""
+
+    def __init__(self, exporter: SpanExporter) -> None:
+        self.exporter = exporter
+        self.batches = {"success": 0, "failure": 0}
+
+    def export(self, spans) -> SpanExportResult:
+        try:
+            result = self.exporter.export(spans)
+        except Exception:  # the SDK's thread would log it; counted as the failure it is
+            result = SpanExportResult.FAILURE
+        self.batches["success" if result is SpanExportResult.SUCCESS else "failure"] += 1
+        return result
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+
 class SpanExport:
     """One process's span exporter. ``exporter``: the SDK exporter to batch into (None: OTLP/HTTP to
     ``config.endpoint``; tests give an in-memory one)."""
@@ -62,9 +84,10 @@ class SpanExport:
 
             exporter = OTLPSpanExporter(endpoint=config.endpoint, timeout=config.timeout_s)
         self.config = config
+        self._exporter = _Counted(exporter)
         self.resource = Resource.create({"service.name": config.service_name})
         self._processor = BatchSpanProcessor(
-            exporter,
+            self._exporter,
             max_queue_size=config.max_queue_size,
             max_export_batch_size=min(512, config.max_queue_size),
             schedule_delay_millis=1e3 * config.schedule_delay_s,
@@ -110,6 +133,11 @@ class SpanExport:
         )
         self._processor.on_end(span)
         self.emitted += 1
+
+    @property
+    def export_batches(self) -> dict[str, int]:
+        """Batches sent to the collector, by result: "success", "failure" (refused, unreachable, timed out)."""
+        return dict(self._exporter.batches)
 
     def flush(self, timeout_s: float = 5.0) -> bool:
         return self._processor.force_flush(int(1e3 * timeout_s))

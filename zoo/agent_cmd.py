@@ -200,6 +200,11 @@ def run_agent(args: argparse.Namespace) -> int:
     if agent.exporter is not None:  # /metrics and the readiness /health on --metrics-port
         from observe.agent_http import AgentHttpServer
 
+        if agent.tracer is not None:  # --otlp-traces-endpoint: its spans' counts (observe/span_metrics.py)
+            from observe.exporter import SnapshotCollector
+            from observe.span_metrics import span_metrics
+
+            agent.exporter.registry.register(SnapshotCollector(span_metrics(agent.tracer.export)))
         http = AgentHttpServer(agent.exporter, agent.health)
         print(f"metrics: {http.serve(args.metrics_host, args.metrics_port, args.metrics_advertise)}", flush=True)
     try:

@@ -306,6 +306,11 @@ async def _serve_controlplane(
     from observe.stats_stream import FleetObserver, StatsPublisher
 
     exporter = ControlPlaneExporter(cp.stats)
+    if cp.path.spans is not None:  # --otlp-traces-endpoint: its spans' counts (observe/span_metrics.py)
+        from observe.exporter import SnapshotCollector
+        from observe.span_metrics import span_metrics
+
+        exporter.registry.register(SnapshotCollector(span_metrics(cp.path.spans.export)))
     observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_controlplane_on_signal, cp, tg.cancel_scope)

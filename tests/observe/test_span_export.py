@@ -8,8 +8,11 @@ import threading
 
 import pytest
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from prometheus_client import CollectorRegistry
 
+from observe.exporter import SnapshotCollector
 from observe.span_export import SpanExport, TracingConfig
+from observe.span_metrics import span_metrics
 from tests.observe.otlp_receiver import OtlpReceiver
 from transport.trace_context import SpanRecord, TraceContext, child_of
 
@@ -80,13 +83,19 @@ def test_a_stuck_collector_fills_the_queue_and_further_spans_are_dropped_and_cou
     export.close()
     export.emit(_record(child_of(None)))  # after close: nothing, no error
     assert export.emitted + export.dropped == 20
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(span_metrics(export)))
+    sample = registry.get_sample_value
+    assert sample("zoo:trace_spans_total", {"service": "t", "outcome": "dropped"}) == export.dropped
+    assert sample("zoo:trace_spans_total", {"service": "t", "outcome": "queued"}) == export.emitted
+    assert sample("zoo:trace_exports_total", {"service": "t", "result": "success"}) >= 1
 
 
 def test_a_collector_that_is_down_never_raises_into_the_caller():
     export = SpanExport(TracingConfig(endpoint="http://127.0.0.1:9/v1/traces", service_name="t", timeout_s=0.5))
     export.emit(_record(child_of(None)))
     export.close()  # the export fails (connection refused) inside the SDK's thread; close returns
-    assert export.emitted == 1
+    assert export.emitted == 1 and export.export_batches == {"success": 0, "failure": 1}
 
 
 def test_the_config_refuses_what_is_not_an_http_url():

@@ -145,3 +145,18 @@ async def test_a_control_plane_that_does_not_trace_passes_the_callers_context_to
         tg.cancel_scope.cancel()
     assert [r.attributes["gen_ai.request.id"] for r in sink.records] == ["r1", "r3"]
     assert all(r.context.parent_span_id == CALLER_SPAN for r in sink.records)
+
+
+async def test_a_zeromq_client_passes_its_trace_context(controlplane, client):
+    sink = Sink()
+    async with controlplane() as cp, anyio.create_task_group() as tg:
+        cp.path.spans = RequestSpans(sink)
+        await _fleet(tg, cp, node_sink=sink)
+        async with client(cp) as c:
+            done = await c.generate("hello", max_tokens=3, ignore_eos=True, trace_headers=CALLER)
+        await cp.wait_until(lambda: len(sink.records) == 2, 30)
+        tg.cancel_scope.cancel()
+    assert done.num_output_tokens == 3
+    (top,) = sink.named("llm_request")
+    assert (top.context.trace_id, top.context.parent_span_id) == (CALLER_TRACE, CALLER_SPAN)
+    assert sink.named("node_request")[0].context.parent_span_id == top.context.span_id

@@ -31,9 +31,12 @@ async def test_one_http_request_is_one_trace_across_both_processes(spawn_control
             assert r.status_code == 200, r.text
             refused = await c.post("/v1/chat/completions", json={"model": "nope", "messages": []})
             assert refused.status_code in (400, 404)
-        spans = await anyio.to_thread.run_sync(
-            rx.wait_for, lambda s: {x["name"] for x in s if x["trace_id"] == TRACE} == {"llm_request", "node_request"}
-        )
+            spans = await anyio.to_thread.run_sync(
+                rx.wait_for,
+                lambda s: {x["name"] for x in s if x["trace_id"] == TRACE} == {"llm_request", "node_request"},
+            )
+            metrics = (await c.get("/metrics")).text  # the control plane's spans counted on its /metrics
+        assert 'zoo:trace_spans_total{outcome="queued",service="zoo-controlplane"}' in metrics
     ours = {s["name"]: s for s in spans if s["trace_id"] == TRACE}
     top, node = ours["llm_request"], ours["node_request"]
     assert (top["service"], node["service"]) == ("zoo-controlplane", "zoo-agent")
