@@ -23,9 +23,11 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -87,11 +89,41 @@ def run_fuzz_bench(args: argparse.Namespace) -> dict:
 # --------------------------------------------------------------------------- the fleet under test
 
 
+class TraceSink:
+    """A trace collector on loopback that takes every OTLP/HTTP export (200, unread): both processes trace every
+    request they are sent, malformed trace headers included."""
+
+    def __init__(self) -> None:
+        self.exports = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                sink.exports += 1
+                self.send_response(200)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
 class Fleet:
-    """A control plane and one fake agent, as child processes on loopback; their logs in ``log_dir``."""
+    """A control plane and one fake agent, as child processes on loopback; their logs in ``log_dir``; their
+    request spans to a TraceSink."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
+        self.traces = TraceSink()
         self.agent_endpoint = f"tcp://127.0.0.1:{free_port()}"
         self.client_endpoint = f"tcp://127.0.0.1:{free_port()}"
         self.http_base = f"http://127.0.0.1:{free_port()}"
@@ -107,6 +139,8 @@ class Fleet:
         cp += ["--http", self.http_base.removeprefix("http://")]
         agent = [sys.executable, "-m", "zoo.serve", "agent", "--fake-runner", "--node-id", NODE_ID]
         agent += ["--control", self.agent_endpoint]
+        cp += ["--otlp-traces-endpoint", self.traces.endpoint]
+        agent += ["--otlp-traces-endpoint", self.traces.endpoint]
         for argv, log in ((cp, self.cp_log), (agent, self.log_dir / "agent.log")):
             with open(log, "wb") as out:
                 self.procs.append(subprocess.Popen(argv, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT))
@@ -130,6 +164,7 @@ class Fleet:
 
     def stop(self) -> None:
         stop_processes(reversed(self.procs), timeout_s=15)
+        self.traces.close()
 
 
 async def _wait_ready(fleet: Fleet, http: httpx.AsyncClient) -> None:
@@ -425,8 +460,10 @@ async def fuzz_campaign(config: FuzzConfig, say=print) -> dict:
         "config": asdict(config),
         "fleet": (
             "python -m zoo.serve controlplane --fake-tokenizer --heartbeat-timeout-s "
-            f"{HEARTBEAT_TIMEOUT_S:g} + 1 agent --fake-runner, loopback, child processes"
+            f"{HEARTBEAT_TIMEOUT_S:g} + 1 agent --fake-runner, loopback, child processes, both with "
+            "--otlp-traces-endpoint (a loopback collector)"
         ),
+        "trace_exports_received": fleet.traces.exports,
         "wire": wire,
         "http": http_report,
         "controlplane_counters": counters,

@@ -313,6 +313,20 @@ class HttpCase:
     raw: bytes | None = None  # sent as is on a TCP connection instead of through the HTTP client
 
 
+TRACEPARENTS: list[Callable[[random.Random], str]] = [
+    lambda r: f"00-{r.getrandbits(128):032x}-{r.getrandbits(64):016x}-{r.choice(['00', '01'])}",
+    lambda r: f"00-{0:032x}-{r.getrandbits(64):016x}-01",
+    lambda r: f"ff-{r.getrandbits(128):032x}-{r.getrandbits(64):016x}-01",
+    lambda r: f"00-{r.getrandbits(128):032x}-{r.getrandbits(64):016x}-01-extra",
+    lambda r: "00-" + "g" * 32 + "-" + "1" * 16 + "-01",
+    lambda r: "x" * r.choice([0, 54, 56, 600, 8_000]),
+]
+TRACESTATES: list[Callable[[random.Random], str]] = [
+    lambda r: "vendor=abc,other=1",
+    lambda r: ",".join(f"k{i}=v" for i in range(r.choice([33, 200]))),
+    lambda r: "=" * r.randint(1, 100),
+    lambda r: "a" * r.choice([512, 513, 9_000]),
+]
 NASTY_JSON: list[Callable[[random.Random], str]] = [
     lambda r: str(2**64),
     lambda r: str(2**64 - 1),
@@ -570,5 +584,10 @@ class HttpCases:
             return HttpCase(kind, raw=bytes(raw))
         if r.random() < 0.05:
             headers = {"content-type": r.choice(["text/plain", "application/x-www-form-urlencoded", "", "json"])}
+            return HttpCase(kind, path=path, body=text.encode(), headers=headers)
+        if r.random() < 0.2:  # a caller's trace context (transport/trace_context.py): valid, or not
+            headers = {"content-type": "application/json", "traceparent": r.choice(TRACEPARENTS)(r)}
+            if r.random() < 0.5:
+                headers["tracestate"] = r.choice(TRACESTATES)(r)
             return HttpCase(kind, path=path, body=text.encode(), headers=headers)
         return HttpCase(kind, path=path, body=text.encode())

@@ -135,9 +135,10 @@ def load_up_config(path: Path | None) -> UpConfig:
             raise ValueError(f"{path}: [controlplane] router_knobs and [controlplane.router]: give the knobs one way")
     if "router_knobs" not in cp:
         cp.setdefault("router_knobs_file", str(Path(path).resolve()))
-    if "curve_dir" in cp:  # a CURVE control plane: its agents use the same key directory unless told
-        for agent in agents:
-            agent.options.setdefault("curve_dir", cp["curve_dir"])
+    for shared in ("curve_dir", "otlp_traces_endpoint"):  # CURVE keys, the trace collector: the agents' too unless told
+        if shared in cp:
+            for agent in agents:
+                agent.options.setdefault(shared, cp[shared])
     return UpConfig(
         control=str(cp.pop("listen", DEFAULT_CONTROL)),
         http=str(cp.pop("http", DEFAULT_HTTP)),

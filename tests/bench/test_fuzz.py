@@ -59,3 +59,5 @@ async def test_a_small_campaign_has_no_crash(anyio_backend):
     assert counters["malformed_messages"]["clients"]["malformed"] > 0
     assert counters["malformed_messages"]["agents"]["malformed"] > 0
     assert sum(report["wire"]["replies_by_port"]["clients"].values()) > 0
+    # every request was traced by both processes (trace headers valid, malformed or absent) and exported
+    assert report["trace_exports_received"] > 0

@@ -52,3 +52,18 @@ def test_an_agent_with_the_flag_has_a_tracer_and_one_without_has_none():
         agent.tracer.export.close()
     with pytest.raises(ValueError, match="http"):
         agent_from_args(parser.parse_args(["--fake-runner", "--node-id", "n", "--otlp-traces-endpoint", "c:4318"]))
+
+
+def test_zoo_toml_sends_the_control_planes_collector_to_every_agent_unless_told(tmp_path):
+    from zoo.up_config import load_up_config
+
+    path = tmp_path / "zoo.toml"
+    path.write_text(
+        '[controlplane]\notlp_traces_endpoint = "http://c:4318/v1/traces"\n\n'
+        '[[agents]]\nnode_id = "a"\n\n[[agents]]\nnode_id = "b"\notlp_traces_endpoint = "http://d:4318/v1/traces"\n'
+    )
+    cfg = load_up_config(path)
+    cp_argv = cfg.controlplane_argv()
+    assert cp_argv[cp_argv.index("--otlp-traces-endpoint") + 1] == "http://c:4318/v1/traces"
+    endpoints = [a.argv(cfg.control)[a.argv(cfg.control).index("--otlp-traces-endpoint") + 1] for a in cfg.agents]
+    assert endpoints == ["http://c:4318/v1/traces", "http://d:4318/v1/traces"]
