@@ -37,6 +37,9 @@ class TracingConfig:
     service_name: the resource's ``service.name`` (zoo-controlplane, zoo-agent).
     timeout_s: one export's HTTP timeout. max_queue_size: spans waiting for export at most (then dropped).
     schedule_delay_s: how long a span may wait for its batch.
+    sample_ratio: the share of new traces (requests without a caller's traceparent) that are recorded; a caller's
+        own decision is always followed (transport/trace_context.py). A span costs ~0.1 ms of CPU in this process
+        (bench/results/2026-12-05-tracing-overhead.json): a busy control plane samples.
     """
 
     endpoint: str
@@ -44,8 +47,11 @@ class TracingConfig:
     timeout_s: float = 10.0
     max_queue_size: int = 2048
     schedule_delay_s: float = 1.0
+    sample_ratio: float = 1.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.sample_ratio <= 1.0:
+            raise ValueError(f"the sample ratio must be in [0, 1], got {self.sample_ratio}")
         if not self.endpoint.startswith(("http://", "https://")):
             raise ValueError(f"the OTLP traces endpoint must be an http(s) URL, got {self.endpoint!r}")
         if self.timeout_s <= 0 or self.schedule_delay_s <= 0 or self.max_queue_size < 1:

@@ -8,8 +8,9 @@ observe/span_export.py sends records to a collector).
 The headers are vLLM's (``vllm/tracing/utils.py`` ``TRACE_HEADERS``: traceparent, tracestate) and are parsed by
 OpenTelemetry's own propagator (``TraceContextTextMapPropagator``): a malformed or all-zero traceparent is no
 parent (the span starts a new trace), never an error. The sampling decision is the parent's, as the SDK's
-default sampler (ParentBased(ALWAYS_ON)) makes it: a caller that says "not sampled" gets no spans here, and its
-flag travels on; with no parent every request is sampled.
+ParentBased sampler makes it: a caller that says "not sampled" gets no spans here, and its flag travels on. A
+new trace is sampled at ``root_ratio`` by OpenTelemetry's TraceIdRatioBased rule (its trace id's low 64 bits
+below ``ratio * 2**64``: the same id gets the same decision everywhere); 1, the default, samples every one.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ MAX_HEADER_CHARS = 512  # W3C: a tracestate is at most 32 members; longer ones a
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _IDS = RandomIdGenerator()
+_ID_MASK = (1 << 64) - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,12 @@ def trace_headers(headers: Mapping[str, str] | None) -> dict[str, str] | None:
     return found or None
 
 
+def root_sampled(trace_id: int, ratio: float) -> bool:
+    """OpenTelemetry's TraceIdRatioBased decision (opentelemetry-sdk ``sampling.py``): the low 64 bits of the trace
+    id below ``round(ratio * 2**64)``."""
+    return (trace_id & _ID_MASK) < round(min(max(ratio, 0.0), 1.0) * (_ID_MASK + 1))
+
+
 def incoming(headers: Mapping[str, str] | None) -> trace.SpanContext | None:
     """The caller's span, when ``headers`` carry a valid traceparent."""
     found = trace_headers(headers)
@@ -72,11 +80,13 @@ def incoming(headers: Mapping[str, str] | None) -> trace.SpanContext | None:
     return context if context.is_valid else None
 
 
-def child_of(headers: Mapping[str, str] | None) -> TraceContext:
-    """A new span's context: the child of the caller's span in ``headers``, else the root of a new trace."""
+def child_of(headers: Mapping[str, str] | None, root_ratio: float = 1.0) -> TraceContext:
+    """A new span's context: the child of the caller's span in ``headers``, else the root of a new trace (sampled
+    at ``root_ratio``)."""
     parent = incoming(headers)
     if parent is None:
-        return TraceContext(_IDS.generate_trace_id(), _IDS.generate_span_id())
+        trace_id = _IDS.generate_trace_id()
+        return TraceContext(trace_id, _IDS.generate_span_id(), sampled=root_sampled(trace_id, root_ratio))
     return TraceContext(
         parent.trace_id,
         _IDS.generate_span_id(),

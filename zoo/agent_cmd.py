@@ -92,7 +92,9 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     from zoo.spec_args import add_can_draft_args
 
     add_can_draft_args(p)  # --can-draft NAME[,NAME], --draft-bind: this node drafts for others (fleet pairs)
-    add_tracing_args(p, "zoo-agent")  # --otlp-traces-endpoint: the span of each request this node serves
+    add_tracing_args(
+        p, "zoo-agent", starts_traces=False
+    )  # --otlp-traces-endpoint: the span of each request this node serves
     p.add_argument(
         "--tpot-slo", type=float, default=0.1, help="TPOT SLO, s, that --max-num-batched-tokens auto sizes the step to"
     )

@@ -258,7 +258,7 @@ def run_controlplane(args: argparse.Namespace) -> int:
     if spans is not None:
         from controlplane.request_spans import RequestSpans
 
-        cp.path.spans = RequestSpans(spans)
+        cp.path.spans = RequestSpans(spans, spans.config.sample_ratio)
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
     serve = functools.partial(

@@ -6,7 +6,15 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from transport.trace_context import MAX_HEADER_CHARS, TraceContext, WallClock, child_of, incoming, trace_headers
+from transport.trace_context import (
+    MAX_HEADER_CHARS,
+    TraceContext,
+    WallClock,
+    child_of,
+    incoming,
+    root_sampled,
+    trace_headers,
+)
 
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
 PARENT_ID = 0x00F067AA0BA902B7
@@ -31,6 +39,17 @@ def test_without_a_parent_a_span_starts_a_new_sampled_trace():
     assert a.parent_span_id == 0 and a.sampled and a.trace_id != 0 and a.span_id != 0
     assert a.trace_id != b.trace_id
     assert "tracestate" not in a.headers()
+
+
+def test_new_traces_are_sampled_by_their_trace_id_at_the_ratio_and_a_parents_decision_wins():
+    low = (1 << 64) - 1
+    assert root_sampled(5 << 64, 0.5) and not root_sampled((5 << 64) | low, 0.5)  # the low 64 bits decide
+    assert root_sampled((1 << 63) - 1, 0.5) and not root_sampled(1 << 63, 0.5)
+    assert all(root_sampled(t, 1.0) for t in (1, low, (7 << 64) | low)) and not root_sampled(1, 0.0)
+    roots = [child_of(None, 0.25) for _ in range(2000)]
+    assert 0.15 < sum(r.sampled for r in roots) / len(roots) < 0.35
+    assert all(r.sampled == root_sampled(r.trace_id, 0.25) for r in roots)
+    assert child_of({"traceparent": TRACEPARENT}, 0.0).sampled  # the caller sampled it: followed
 
 
 def test_a_caller_that_does_not_sample_gets_no_sampled_child():

@@ -160,3 +160,15 @@ async def test_a_zeromq_client_passes_its_trace_context(controlplane, client):
     (top,) = sink.named("llm_request")
     assert (top.context.trace_id, top.context.parent_span_id) == (CALLER_TRACE, CALLER_SPAN)
     assert sink.named("node_request")[0].context.parent_span_id == top.context.span_id
+
+
+async def test_the_sample_ratio_applies_to_new_traces_only(controlplane):
+    sink = Sink()
+    async with controlplane() as cp, anyio.create_task_group() as tg:
+        cp.path.spans = RequestSpans(sink, sample_ratio=0.0)
+        await _fleet(tg, cp, node_sink=sink)
+        await _run(cp, "r1")  # no caller context, ratio 0: not traced, anywhere
+        await _run(cp, "r2", CALLER)  # the caller sampled it: traced
+        await cp.wait_until(lambda: len(sink.records) == 2, 30)
+        tg.cancel_scope.cancel()
+    assert {r.attributes["gen_ai.request.id"] for r in sink.records} == {"r2"}
