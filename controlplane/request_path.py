@@ -234,7 +234,7 @@ class RequestPath:
             return placed.message
         lost_node_id = inflight.node_id
         self.table.attach(inflight, placed.node_id)
-        if inflight.trace is not None:
+        if inflight.trace is not None and self.spans is not None:
             self.spans.resumed(inflight.trace, time.monotonic_ns(), lost_node_id, placed.node_id)
         self._record(placed, inflight.request_id)
         self.counters["resumed"] += 1
