@@ -222,7 +222,10 @@ class WireCases:
             tools=r.choice(TOOLS_WIRE) if kind != "ids" and r.random() < 0.2 else None,
             prompt_token_ids=[r.randint(0, 258) for _ in range(r.randint(1, 8))] if kind == "ids" else None,
             sampling=random_sampling(r),
-        )
+            priority=r.choice([0, 0, 0, 1, -1, 2**31 - 1, -(2**31), 2**31, 2**63 - 1]),
+            trace_headers=r.choice([None, None, {"traceparent": f"00-{r.getrandbits(128):032x}-{1:016x}-01"},
+                                    {"traceparent": "x" * r.choice([1, 55, 600])}, {"tracestate": "a=b"}]),
+        )  # fmt: skip
 
     def next(self) -> tuple[str, list[bytes]]:
         """(mutation kind, frames)."""
@@ -354,7 +357,7 @@ HTTP_FIELDS = [
     "response_format", "logit_bias", "best_of", "echo", "suffix", "user", "unknown_field", "presence_penalty",
     "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
-    "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens",
+    "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens", "priority",
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata",  # OpenAI's Responses API (/v1/responses)

@@ -256,6 +256,7 @@ class AsyncZooClient:
         request_id: str | None = None,
         stream: bool = False,
         trace_headers: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> Completion | GenerationStream:
         """Send one request. stream=False: the whole Completion; stream=True: a GenerationStream
         (refusals raise here, before it is returned). Raises ZooError subclasses.
@@ -265,16 +266,15 @@ class AsyncZooClient:
         ``(json_object=True)``, ``(grammar=<Lark>)``; importable from ``client``). A malformed or uncompilable one
         is ZooInvalidRequestError naming ``structured_outputs``; so is one beside ``ignore_eos``, ``min_tokens``
         or ``allowed_token_ids`` (naming that field).
-
         ``tools`` (with ``messages``): functions the model may call, shown in its prompt by the model's chat template
         (``ToolSpec(name, description, parameters=<a JSON schema's text>)``; importable from ``client``). The reply is
         the model's text; to force a call, add ``structured_outputs`` with the function's parameters schema.
-
         ``prompt_logprobs``: every prompt token's log-probability, rank and that many alternatives, in
         ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it.
         ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``: vLLM's, as on HTTP
         (engine/sampling_params.py). ``embed``: the prompt's embedding too, in ``Completion.embedding`` (``embed()``
-        asks for it of several inputs at once). ``trace_headers``: the caller's W3C traceparent / tracestate."""
+        asks for it of several inputs at once). ``trace_headers``: the caller's W3C traceparent / tracestate.
+        ``priority``: vLLM's, lower runs earlier among the requests of its traffic class."""
         request_id = request_id or uuid.uuid4().hex
         if isinstance(stop, str):
             stop = [stop]
@@ -288,6 +288,7 @@ class AsyncZooClient:
             prompt_token_ids=prompt_token_ids,
             tools=tools,
             trace_headers=trace_headers,
+            priority=priority,
             # validated by the control plane when it decodes the request (one validation, at the edge)
             sampling=SamplingParams.unchecked(
                 temperature=temperature,

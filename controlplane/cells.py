@@ -47,7 +47,7 @@ lists may go to any node. Sans-IO: plain structs and lookups.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -89,6 +89,19 @@ class CellSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError(f"a cell needs a non-empty name without '/', got {self.name!r}")
 
 
+MAX_CLASS_PRIORITY = 1 << 20
+REQUEST_PRIORITY_RANGE = (-(1 << 31), (1 << 31) - 1)  # a request's own priority (vLLM's ``priority``), inclusive
+# the field as the gateway decodes it: out of range is a 400 naming ``priority`` (vLLM takes int64; 32 bits here)
+RequestPriority = Annotated[int, msgspec.Meta(ge=REQUEST_PRIORITY_RANGE[0], le=REQUEST_PRIORITY_RANGE[1])]
+
+
+def engine_priority(class_priority: int, request_priority: int = 0) -> int:
+    """A request's priority inside an engine (higher runs first, engine/scheduler.py): its class's first, then its
+    own, vLLM's ``priority`` (lower runs earlier; vllm/entrypoints/openai/chat_completion/protocol.py), which orders
+    requests of one class only. Both bounded, so the product fits the wire's 64-bit integer."""
+    return class_priority * (1 << 32) - request_priority
+
+
 class TrafficClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """name: the class's name. cell: its home cell (None: any node). spill_to: cells whose idle nodes it may
     borrow. priority: higher runs first inside an engine. slo_ttft_s / slo_tpot_s: its latency targets for the
@@ -113,6 +126,8 @@ class TrafficClass(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("a traffic class needs a non-empty name")
+        if not -MAX_CLASS_PRIORITY <= self.priority <= MAX_CLASS_PRIORITY:
+            raise ValueError(f"traffic class {self.name!r}: priority must be within ±{MAX_CLASS_PRIORITY}")
         if self.shed_past_slo and self.slo_ttft_s is None:
             raise ValueError(f"traffic class {self.name!r}: shed_past_slo needs slo_ttft_s")
         for name in ("slo_ttft_s", "slo_tpot_s"):

@@ -51,6 +51,7 @@ class Frontend(Protocol):
         tools: list[ToolSpec] | None = None,
         prompts: list[str | list[int]] | None = None,
         trace_headers: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
         ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
@@ -67,6 +68,7 @@ class Frontend(Protocol):
             prompts: a batch of prompts (texts or token ids) instead of one: ``num_choices`` engine requests each,
             choice ``i * num_choices + j`` of prompt i (OpenAI's order), one stream (client_generates).
             trace_headers: the caller's W3C traceparent / tracestate, the parent of the request's spans.
+            priority: vLLM's (lower runs earlier), among the requests of its traffic class (cells.engine_priority).
         """
         ...
 

@@ -29,7 +29,7 @@ import msgspec
 from backends.grammar import check as check_grammar
 from backends.hermes_tools import template_messages, template_tools
 from controlplane.admission import queued_requests
-from controlplane.cells import DEFAULT_CLASS
+from controlplane.cells import DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
 from controlplane.lora_table import LoraTable
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.lora_affinity import prefer_resident
@@ -110,6 +110,10 @@ def place_request(
     if model not in model_names:
         served = f"the model {model!r} is not served (served: {model_names})"
         return refuse(ErrorCode.UNKNOWN_MODEL, served, param="model")
+    low, high = REQUEST_PRIORITY_RANGE
+    if not low <= msg.priority <= high:
+        message = f"priority must be in [{low}, {high}], got {msg.priority}"
+        return refuse(ErrorCode.INVALID_REQUEST, message, param="priority")
     asked = msg.traffic_class if tenants is None else tenants.class_of(msg.tenant, msg.traffic_class)
     try:
         traffic_class = router.cells.resolve(asked)
@@ -173,7 +177,7 @@ def place_request(
         lora_name=None if lora_entry is None else lora_entry.lora.name,
         goodput_first=None if traffic_class is None else traffic_class.goodput_first,
     )
-    priority = 0 if traffic_class is None else traffic_class.priority
+    priority = engine_priority(0 if traffic_class is None else traffic_class.priority, msg.priority)
     lora = None if lora_entry is None else lora_entry.lora
     slo_tpot_s = router.slo_tpot_s if route.slo_tpot_s is None else route.slo_tpot_s
     limits = (None, None)  # the class's per-node queue limit, and its SLO when it sheds past it

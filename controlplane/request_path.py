@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from controlplane.cells import DEFAULT_CLASS
+from controlplane.cells import DEFAULT_CLASS, engine_priority
 from controlplane.class_ledger import ClassLedger
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.lora_table import LoraTable
@@ -359,7 +359,7 @@ class RequestPath:
             sampling=msg.sampling,
             arrival_ns=inflight.arrival_ns,
             routed_ns=time.monotonic_ns(),
-            priority=self._priority_of(inflight.traffic_class),  # and its class's rank in the engine
+            priority=engine_priority(self._priority_of(inflight.traffic_class), msg.priority),  # its rank in the engine
             lora_name=None if lora_entry is None else lora_entry.lora.name,
             lora_path=None if lora_entry is None else lora_entry.lora.path,
             slo_tpot_s=self._slo_tpot_of(inflight.traffic_class),

@@ -337,6 +337,7 @@ class ControlPlane(Actor):
         tools: list[ToolSpec] | None = None,
         prompts: list[str | list[int]] | None = None,
         trace_headers: dict[str, str] | None = None,
+        priority: int = 0,
     ) -> AsyncIterator[TokenChunk]:
         msgs = client_generates(
             request_id,
@@ -351,6 +352,7 @@ class ControlPlane(Actor):
             traffic_class=traffic_class,
             tenant=tenant,
             trace_headers=trace_headers,
+            priority=priority,
         )
         timeout_s = self.config.chunk_timeout_s
         return local_stream(msgs, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns=arrival_ns)

@@ -244,8 +244,7 @@ class ChatMessage(msgspec.Struct, frozen=True):
 
 
 class ToolSpec(msgspec.Struct, frozen=True):
-    """A function the model may call (OpenAI's ``tools[].function``): ``parameters`` is its JSON schema as text
-    ("" for none); the chat template or the Hermes format renders it (backends/hermes_tools.py)."""
+    """A function the model may call (OpenAI's ``tools[].function``; ``parameters``: its JSON schema's text or "")."""
 
     name: str
     description: str = ""
@@ -263,6 +262,7 @@ class ClientGenerate(Envelope, kw_only=True):
     sampling: SamplingParams = SamplingParams()  # validated when decoded (engine/sampling_params.py)
     traffic_class: str = "default"  # picks the cell
     tenant: str = ""  # who it is for (controlplane/tenants.py: its class, rate limits, usage); "" = default
+    priority: int = 0  # vLLM's: lower runs earlier, within its class (controlplane/cells.py engine_priority)
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate (transport/trace_context.py): its parent
 
 
@@ -274,7 +274,7 @@ class GenerateRequest(Envelope, kw_only=True):
     sampling: SamplingParams
     arrival_ns: int  # when the control plane received it (queue wait starts here)
     routed_ns: int  # when the router decided
-    priority: int = 0  # its traffic class's rank: higher runs first, swapping lower ones out (engine/scheduler.py)
+    priority: int = 0  # cells.py engine_priority (class, then request): higher runs first, swapping lower ones out
     # the LoRA adapter to apply (a PEFT directory the node can read; loaded on first use); None: the base model
     lora_name: str | None = None
     lora_path: str | None = None

@@ -372,6 +372,7 @@ class Gateway:
             **({"tenant": tenant} if tenant else {}),
             **({"tools": args.tools} if args.tools else {}),
             **({"trace_headers": traced} if traced else {}),
+            **({"priority": args.priority} if args.priority else {}),  # vLLM's: lower runs earlier
             **more,
         )
 

@@ -13,8 +13,10 @@ it names, in process, as if a client had sent it with the batch creator's API ke
 Going through the route keeps one behaviour for a request whoever sends it: the same parsing, refusals, reply body
 and usage, the same admission, tenant limits and metrics. A batch's requests run in ``traffic_class`` when one is
 configured (a low-priority class such as cells.py's "batch": priority 0 yields to interactive traffic inside an
-engine, and its cell may be the fleet's lean GPUs); otherwise as the request would run on its own. A request with
-``"stream": true`` is answered 400 (a batch line has no stream to send).
+engine, and its cell may be the fleet's lean GPUs); otherwise as the request would run on its own. Either way a
+line that names no ``priority`` (vLLM's: lower runs earlier) gets ``priority`` (1): inside its class it runs after
+live requests, which swap it out when a node is full, so a batch fills the fleet's idle time without holding up
+interactive traffic. A request with ``"stream": true`` is answered 400 (a batch line has no stream to send).
 
 Cancelling, or the window closing, cancels the requests in flight (their engine requests are cancelled upstream,
 as a client's disconnect cancels them); what finished is kept: its lines are in the output and error files. A
@@ -70,6 +72,7 @@ class BatchRunnerConfig:
     max_batches: int = 1024  # batches kept, finished ones dropped oldest first
     window_s: float | None = None  # how long a batch may run (None: its completion_window, 24 h)
     traffic_class: str | None = None  # the traffic class its requests run in (None: their own)
+    priority: int = 1  # vLLM's priority of a line that names none (lower runs earlier: 1 is after live requests' 0)
 
     def __post_init__(self) -> None:
         for name in ("concurrency", "max_requests", "max_active", "max_active_per_owner", "max_batches"):
@@ -258,8 +261,9 @@ class BatchRunner:
             refusal = FrontendError(ErrorCode.INVALID_REQUEST, "stream: a batch request cannot stream", param="stream")
             return _Result(400, None, error_body(refusal))
         backoff_s, max_backoff_s = self.config.backoff_s, self.config.max_backoff_s
+        request_body = self._prioritised(line.body)
         for attempt in range(self.config.max_retries + 1):
-            status, headers, body = await self._call(batch, line)
+            status, headers, body = await self._call(batch, request_body)
             if status not in RETRIED_STATUSES or attempt == self.config.max_retries:
                 break
             wait_s = _retry_after_s(headers)
@@ -271,9 +275,21 @@ class BatchRunner:
             decoded = body.decode("utf-8", "replace")
         return _Result(status, headers.get("x-request-id"), decoded)
 
-    async def _call(self, batch: Batch, line: BatchLine) -> tuple[int, dict[str, str], bytes]:
-        """The line's request through the route, in process: (status, headers, body)."""
-        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(line.body)).encode())]
+    def _prioritised(self, body: bytes) -> bytes:
+        """A line's body with the batch priority when it names none (a body that is not a JSON object: as it is,
+        for the route to refuse)."""
+        try:
+            decoded = msgspec.json.decode(body)
+        except (msgspec.MsgspecError, RecursionError):
+            return body
+        if not isinstance(decoded, dict) or "priority" in decoded or not self.config.priority:
+            return body
+        decoded["priority"] = self.config.priority
+        return msgspec.json.encode(decoded)
+
+    async def _call(self, batch: Batch, request_body: bytes) -> tuple[int, dict[str, str], bytes]:
+        """A line's request through the route, in process: (status, headers, body)."""
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(request_body)).encode())]
         if batch.traffic_class is not None:
             headers.append((CLASS_HEADER, batch.traffic_class.encode()))
         state: dict = {}
@@ -302,7 +318,7 @@ class BatchRunner:
             nonlocal sent
             if not sent:
                 sent = True
-                return {"type": "http.request", "body": line.body, "more_body": False}
+                return {"type": "http.request", "body": request_body, "more_body": False}
             await anyio.sleep_forever()  # nobody disconnects: a batch's request is cancelled, not abandoned
             raise AssertionError("unreachable")
 

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
@@ -110,6 +111,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     background: bool | None = None
     include: list[str] | None = None
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
+    priority: RequestPriority = 0  # extension (as in vLLM): lower runs earlier, within its traffic class
 
 
 _DECODER = msgspec.json.Decoder(ResponsesRequest)
@@ -178,6 +180,7 @@ def parse_responses(
         tool_plan=plan,
         structured_param=param,
         traffic_class=req.traffic_class,
+        priority=req.priority,
     )
     return ResponsesArgs(generate, _settings(req, sampling), conversation, req.store is not False, len(own_input))
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
@@ -92,6 +93,7 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     skip_special_tokens: bool | None = None  # extension (as in vLLM)
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
+    priority: RequestPriority = 0  # extension (as in vLLM): lower runs earlier, within its traffic class
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -129,6 +131,7 @@ class GenerateArgs:
     continuous_usage: bool = False
     n: int = 1
     traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
+    priority: int = 0  # vLLM's (lower runs earlier), checked by the intake (controlplane/cells.py)
     structured_param: str | None = None  # the field that asked for structured outputs (an error about them names it)
     tool_plan: ToolPlan | None = None  # a chat's tools (gateway/tool_calls.py)
     echo: bool = False  # a completion's text (and logprobs) start with its prompt's
@@ -179,6 +182,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
+        priority=req.priority,
         structured_param=structured_param,
         echo=bool(req.echo),
         prompt_logprobs_field=req.prompt_logprobs is not None,
@@ -218,6 +222,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
+        priority=req.priority,
         structured_param=structured_param,
     )
 

@@ -7,10 +7,20 @@ from __future__ import annotations
 import tomllib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from backends.sim.engine import SimTokenizer
 from controlplane.admission import AdmissionConfig, AdmissionControl
-from controlplane.cells import CellsConfig, TrafficClass, load_cells, parse_cells
+from controlplane.cells import (
+    MAX_CLASS_PRIORITY,
+    REQUEST_PRIORITY_RANGE,
+    CellsConfig,
+    TrafficClass,
+    engine_priority,
+    load_cells,
+    parse_cells,
+)
 from controlplane.registry import ClusterRegistry
 from controlplane.request_intake import Placement, place_request
 from controlplane.router.router_config import RouterConfig
@@ -144,10 +154,11 @@ def _fleet(make_hello, make_report, queued: dict[str, int]):
     return registry
 
 
-def _place(registry, traffic_class: str, cells: CellsConfig, admission=None):
+def _place(registry, traffic_class: str, cells: CellsConfig, admission=None, priority: int = 0):
     msg = ClientGenerate(
-        request_id="r", prompt_token_ids=[1, 2, 3], sampling=SamplingParams(max_tokens=2), traffic_class=traffic_class
-    )
+        request_id="r", prompt_token_ids=[1, 2, 3], sampling=SamplingParams(max_tokens=2), traffic_class=traffic_class,
+        priority=priority,
+    )  # fmt: skip
     return place_request(
         msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry,
         policy=_FirstById(), router=RouterConfig(cells=cells),
@@ -158,7 +169,7 @@ def _place(registry, traffic_class: str, cells: CellsConfig, admission=None):
 def test_vip_stays_home_while_home_has_no_queue(make_hello, make_report):
     placed = _place(_fleet(make_hello, make_report, {}), "vip", load_cells_str())
     assert isinstance(placed, Placement)
-    assert (placed.node_id, placed.cell, placed.spilled, placed.priority) == ("f0", "fast", False, 2)
+    assert (placed.node_id, placed.cell, placed.spilled, placed.priority) == ("f0", "fast", False, engine_priority(2))
     assert placed.route.slo_ttft_s == 0.5  # the class's SLO goes to the policy
     assert placed.slo_tpot_s == RouterConfig().slo_tpot_s  # no TPOT target of its own: the router's to the node
 
@@ -200,6 +211,32 @@ def test_batch_never_borrows_the_vip_cell_and_is_refused_at_its_own_queue_limit(
     assert refused.retry_after_s == 1.0
     placed = _place(_fleet(make_hello, make_report, {"b0": 1}), "batch", load_cells_str())
     assert isinstance(placed, Placement) and placed.node_id == "b1" and placed.priority == 0
+
+
+def test_a_requests_priority_orders_it_within_its_class_and_never_past_another_class(make_hello, make_report):
+    cells = load_cells_str()
+    vip = [_place(_fleet(make_hello, make_report, {}), "vip", cells, priority=p).priority for p in (-9, 0, 9)]
+    batch = [_place(_fleet(make_hello, make_report, {}), "batch", cells, priority=p).priority for p in (-9, 0, 9)]
+    assert vip[0] > vip[1] > vip[2] > batch[0] > batch[1] > batch[2]  # engine: higher first; vLLM: lower earlier
+    assert batch[1] == engine_priority(0, 0) == 0  # no priority anywhere: what it always was
+    low, high = REQUEST_PRIORITY_RANGE
+    assert engine_priority(MAX_CLASS_PRIORITY, low) < 2**63 and engine_priority(-MAX_CLASS_PRIORITY, high) >= -(2**63)
+    for bad in (low - 1, high + 1):
+        refused = _place(_fleet(make_hello, make_report, {}), "vip", cells, priority=bad)
+        assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
+        assert refused.param == "priority"
+    with pytest.raises(ValueError, match="priority"):
+        TrafficClass(name="x", priority=MAX_CLASS_PRIORITY + 1)
+
+
+@given(st.integers(-(2**20), 2**20), st.integers(-(2**20), 2**20), st.integers(-(2**31), 2**31 - 1),
+       st.integers(-(2**31), 2**31 - 1))  # fmt: skip
+def test_engine_priority_puts_the_class_first_then_the_lower_request_priority(c1, c2, p1, p2):
+    a, b = engine_priority(c1, p1), engine_priority(c2, p2)
+    if c1 != c2:
+        assert (a > b) == (c1 > c2)
+    else:
+        assert (a > b) == (p1 < p2) and (a == b) == (p1 == p2)
 
 
 def test_an_unknown_class_is_a_400_naming_the_field(make_hello, make_report):

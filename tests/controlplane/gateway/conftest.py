@@ -78,8 +78,11 @@ class FakeFrontend:
         num_choices: int = 1,
         tools: list[ToolSpec] | None = None,
         prompts: list[str | list[int]] | None = None,
+        priority: int = 0,
+        trace_headers: dict[str, str] | None = None,
     ) -> AsyncIterator[TokenChunk]:
-        call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages)
+        call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages, priority=priority)
+        call["trace_headers"] = trace_headers
         call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
         call.update(arrival_ns=arrival_ns, num_choices=num_choices, tools=tools, prompts=prompts)
         self.calls.append(call)
