@@ -119,7 +119,7 @@ class NodeCore:
         num_resumed_tokens: int = 0,
     ) -> None:
         """Queue a request that arrived ``age_s`` ago (at the gateway: its TTFT, E2E and queue time count from
-        there); ``priority``: its traffic class's rank (engine/scheduler.py); ``lora``: its LoRA adapter, read on
+        there); ``priority``: its class's rank, then its own (engine/scheduler.py); ``lora``: its LoRA adapter, read on
         first use; ``slo_tpot_s``: its TPOT target (0: none), for the slack its decode reports;
         ``num_resumed_tokens``: its prompt's last tokens that are its own output before a resume. Raises ValueError
         (a PromptError, a duplicate id, an adapter it cannot serve) and queues nothing when this node cannot

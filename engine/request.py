@@ -65,8 +65,8 @@ class Request:
         None for deterministic drafts (engine/spec/proposer.py).
     num_cached_prompt_tokens: prompt tokens served by the prefix cache on first admission.
     stop_reason: the stop token id or the stop string that ended the request.
-    priority: its traffic class's rank (higher runs first; engine/scheduler.py swaps a lower-priority running
-        request out to admit a higher-priority waiting one).
+    priority: its traffic class's rank, then its own priority, as one integer (higher runs first; engine/scheduler.py
+        swaps a lower-priority running request out to admit a higher-priority waiting one).
     """
 
     def __init__(
