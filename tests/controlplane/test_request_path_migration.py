@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from backends.fake import ByteTokenizer
 from controlplane.admission import AdmissionConfig, AdmissionControl
-from controlplane.cells import CellsConfig, parse_cells
+from controlplane.cells import CellsConfig, engine_priority, parse_cells
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.lora_table import LoraTable
 from controlplane.registry import ClusterRegistry
@@ -125,7 +125,7 @@ def test_a_request_returned_to_its_source_keeps_its_class_priority_and_its_adapt
         make_hello, ("a", "b"), cells=cells, loras=loras, traffic_class="vip", model="sql"
     )
     (first, _), *_ = _generates(sent)
-    assert (first.priority, first.lora_name) == (2, "sql")
+    assert (first.priority, first.lora_name) == (engine_priority(2), "sql")
     target = "b" if source == "a" else "a"
     registry.drain(source)
     registry.leave(target, "died mid-transfer")
@@ -133,4 +133,4 @@ def test_a_request_returned_to_its_source_keeps_its_class_priority_and_its_adapt
     returned, node_id = _generates(sent)[-1]
     assert node_id == source and returned.prompt_token_ids == [*PROMPT_IDS, 10, 11]
     assert returned.num_resumed_tokens == 2
-    assert (returned.priority, returned.lora_name, returned.lora_path) == (2, lora.name, lora.path)
+    assert (returned.priority, returned.lora_name, returned.lora_path) == (engine_priority(2), lora.name, lora.path)
