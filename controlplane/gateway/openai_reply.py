@@ -71,6 +71,7 @@ class OpenAIReply:
         echo: str | list[str] | None = None,
         prompt_logprobs_field: bool = False,
         choices_per_prompt: int = 1,
+        service_tier: str | None = None,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts."""
@@ -82,6 +83,8 @@ class OpenAIReply:
             "created": created,
             "model": model,
         }
+        if service_tier is not None:  # the tier it was served at (OpenAI's field), when it asked for one
+            self.base["service_tier"] = service_tier
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage and include_usage
         ids = choice_ids or [request_id]

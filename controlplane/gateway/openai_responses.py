@@ -38,6 +38,7 @@ import msgspec
 
 from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
 from controlplane.gateway.structured_fields import NOT_GIVEN, schema_text
@@ -111,7 +112,8 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     background: bool | None = None
     include: list[str] | None = None
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
-    priority: RequestPriority = 0  # extension (as in vLLM): lower runs earlier, within its traffic class
+    priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
+    service_tier: str | None = None  # OpenAI's: a priority inside the request's class (gateway/service_tier.py)
 
 
 _DECODER = msgspec.json.Decoder(ResponsesRequest)
@@ -172,6 +174,7 @@ def parse_responses(
         name = {"max_tokens": "max_output_tokens", "structured_outputs": param}.get(exc.field, exc.field)
         raise invalid_param(name, str(exc).removeprefix(f"{exc.field}: ")) from None
     messages = [ChatMessage("system", req.instructions)] if req.instructions else []
+    priority, service_tier = service_tiers.resolve(req.priority, req.service_tier)
     generate = GenerateArgs(
         model=req.model,
         sampling=sampling,
@@ -180,7 +183,8 @@ def parse_responses(
         tool_plan=plan,
         structured_param=param,
         traffic_class=req.traffic_class,
-        priority=req.priority,
+        priority=priority,
+        service_tier=service_tier,
     )
     return ResponsesArgs(generate, _settings(req, sampling), conversation, req.store is not False, len(own_input))
 
@@ -292,6 +296,7 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams) -> dict:
         "text": {"format": text_format},
         "tool_choice": {"type": "function", "name": choice.name} if isinstance(choice, ToolChoiceIn) else choice,
         "tools": tools,
+        **({"service_tier": service_tiers.resolve(None, req.service_tier)[1]} if req.service_tier else {}),
         "truncation": "disabled",
         "user": req.user,
     }

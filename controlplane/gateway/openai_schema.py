@@ -25,6 +25,7 @@ import msgspec
 
 from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
@@ -93,7 +94,7 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     skip_special_tokens: bool | None = None  # extension (as in vLLM)
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
-    priority: RequestPriority = 0  # extension (as in vLLM): lower runs earlier, within its traffic class
+    priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -113,6 +114,7 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     tools: list[ToolIn] | None = None  # read by gateway/tool_calls.py
     tool_choice: str | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    service_tier: str | None = None  # OpenAI's: a priority inside the request's class (gateway/service_tier.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +134,7 @@ class GenerateArgs:
     n: int = 1
     traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
     priority: int = 0  # vLLM's (lower runs earlier), checked by the intake (controlplane/cells.py)
+    service_tier: str | None = None  # the OpenAI tier the reply names (gateway/service_tier.py); None: not asked
     structured_param: str | None = None  # the field that asked for structured outputs (an error about them names it)
     tool_plan: ToolPlan | None = None  # a chat's tools (gateway/tool_calls.py)
     echo: bool = False  # a completion's text (and logprobs) start with its prompt's
@@ -182,7 +185,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
-        priority=req.priority,
+        priority=req.priority or 0,
         structured_param=structured_param,
         echo=bool(req.echo),
         prompt_logprobs_field=req.prompt_logprobs is not None,
@@ -203,6 +206,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         max_tokens = req.max_tokens if req.max_tokens is not None else default_max_tokens
         max_tokens_param = "max_tokens"
     logprobs = (req.top_logprobs or 0) if req.logprobs else None
+    priority, service_tier = service_tiers.resolve(req.priority, req.service_tier)
     sampling, structured_param = _sampling_of(
         req,
         max_tokens=max_tokens,
@@ -222,7 +226,8 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         continuous_usage=_continuous_usage(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
-        priority=req.priority,
+        priority=priority,
+        service_tier=service_tier,
         structured_param=structured_param,
     )
 

@@ -23,7 +23,7 @@ async def test_priority_reaches_the_control_plane(client, frontend, path, body):
 
 
 async def test_a_priority_that_is_not_an_integer_is_a_400_naming_it(client, frontend):
-    for bad in ("high", 1.5, None, True, 2**64):
+    for bad in ("high", 1.5, True, 2**64, -(2**31) - 1):
         r = await client.post("/v1/chat/completions", json={**CHAT, "priority": bad})
         assert r.status_code == 400, (bad, r.text)
         assert r.json()["error"]["param"] == "priority"
@@ -41,3 +41,33 @@ async def test_the_callers_trace_headers_and_only_they_reach_the_control_plane(c
         None,
         {"traceparent": TRACEPARENT},
     ]
+
+
+@pytest.mark.parametrize(
+    ("tier", "priority", "named"), [("priority", -1, "priority"), ("flex", 1, "flex"), ("auto", 0, "default"),
+                                   ("default", 0, "default"), ("scale", 0, "default")],
+)  # fmt: skip
+async def test_openais_service_tier_is_a_priority_and_the_reply_names_it(client, frontend, tier, priority, named):
+    r = await client.post("/v1/chat/completions", json={**CHAT, "service_tier": tier})
+    assert r.status_code == 200 and r.json()["service_tier"] == named
+    r = await client.post("/v1/responses", json={"input": "hi", "service_tier": tier})
+    assert r.status_code == 200 and r.json()["service_tier"] == named
+    assert [call["priority"] for call in frontend.calls] == [priority, priority]
+
+
+async def test_a_named_priority_wins_over_the_tier_and_no_tier_means_no_field(client, frontend):
+    r = await client.post("/v1/chat/completions", json={**CHAT, "service_tier": "flex", "priority": -4})
+    assert r.status_code == 200 and r.json()["service_tier"] == "flex"
+    r = await client.post("/v1/chat/completions", json=CHAT)
+    assert "service_tier" not in r.json()
+    assert [call["priority"] for call in frontend.calls] == [-4, 0]
+    streamed = await client.post("/v1/chat/completions", json={**CHAT, "service_tier": "priority", "stream": True})
+    events = [line for line in streamed.text.splitlines() if line.startswith("data: {")]
+    assert events and all('"service_tier":"priority"' in e.replace(" ", "") for e in events)
+
+
+async def test_an_unknown_service_tier_is_a_400_naming_it(client, frontend):
+    for path, body in (("/v1/chat/completions", CHAT), ("/v1/responses", {"input": "hi"})):
+        r = await client.post(path, json={**body, "service_tier": "gold"})
+        assert r.status_code == 400 and r.json()["error"]["param"] == "service_tier", r.text
+    assert frontend.calls == []
