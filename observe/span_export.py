@@ -14,7 +14,9 @@ this product speaks OTLP/HTTP only (collectors take both: 4317 gRPC, 4318 HTTP),
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -23,8 +25,12 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from transport.codec import clip
 from transport.trace_context import SpanRecord
 
+log = logging.getLogger(__name__)
+
+MAX_ATTRIBUTE_CHARS = 256  # a caller's text in an attribute (a model name, a request id) is cut: bounded spans
 SCOPE = InstrumentationScope("silicon-zoo", "0.1.0")
 KINDS = {"server": SpanKind.SERVER, "internal": SpanKind.INTERNAL, "client": SpanKind.CLIENT}
 
@@ -107,7 +113,15 @@ class SpanExport:
         self.closed = False
 
     def emit(self, record: SpanRecord) -> None:
-        """Queue a finished span for export (never blocks; nothing when its trace is not sampled or after close)."""
+        """Queue a finished span for export (never blocks; nothing when its trace is not sampled or after close).
+        Never raises: a span that cannot be made is logged and counted as dropped (tracing never fails a request)."""
+        try:
+            self._emit(record)
+        except Exception:
+            self.dropped += 1
+            log.exception("a span could not be recorded (%s)", clip(record.name))
+
+    def _emit(self, record: SpanRecord) -> None:
         ctx = record.context
         if not ctx.sampled:
             self.unsampled += 1
@@ -129,8 +143,8 @@ class SpanExport:
             context=span_context,
             parent=parent,
             resource=self.resource,
-            attributes={k: v for k, v in record.attributes.items() if v is not None},
-            events=[Event(name, attributes, timestamp) for name, timestamp, attributes in record.events],
+            attributes=_bounded(record.attributes),
+            events=[Event(name, _bounded(attributes), timestamp) for name, timestamp, attributes in record.events],
             kind=KINDS.get(record.kind, SpanKind.INTERNAL),
             status=status,
             start_time=record.start_ns,
@@ -153,3 +167,16 @@ class SpanExport:
         if not self.closed:
             self.closed = True
             self._processor.shutdown()
+
+
+def _bounded(attributes: dict[str, Any]) -> dict[str, Any]:
+    """The attributes without the unset ones, each text cut to ``MAX_ATTRIBUTE_CHARS`` (in a list too)."""
+    bounded = {}
+    for key, value in attributes.items():
+        if isinstance(value, str):
+            value = clip(value, MAX_ATTRIBUTE_CHARS)
+        elif isinstance(value, list):
+            value = [clip(v, MAX_ATTRIBUTE_CHARS) if isinstance(v, str) else v for v in value]
+        if value is not None:
+            bounded[key] = value
+    return bounded

@@ -104,3 +104,19 @@ def test_the_config_refuses_what_is_not_an_http_url():
             TracingConfig(endpoint=endpoint, service_name="t")
     with pytest.raises(ValueError):
         TracingConfig(endpoint="http://c/v1/traces", service_name="t", max_queue_size=0)
+
+
+def test_a_callers_long_text_is_cut_and_a_span_that_cannot_be_made_is_dropped_not_raised():
+    with OtlpReceiver() as rx:
+        export = SpanExport(TracingConfig(endpoint=rx.endpoint, service_name="t", schedule_delay_s=0.05))
+        long = _record(child_of(None))
+        long.attributes["gen_ai.request.model"] = "m" * 1_000_000  # a refused request's model name, say
+        long.attributes["gen_ai.response.finish_reasons"] = ["x" * 10_000]
+        export.emit(long)
+        broken = _record(child_of(None), events=[("no time, no attributes",)])
+        export.emit(broken)  # logged, counted, never raised into the request path
+        export.close()
+        (span,) = rx.wait_for(lambda s: len(s) == 1)
+    assert len(span["attributes"]["gen_ai.request.model"]) < 300
+    assert len(span["attributes"]["gen_ai.response.finish_reasons"][0]) < 300
+    assert (export.emitted, export.dropped) == (1, 1)
