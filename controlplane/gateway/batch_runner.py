@@ -16,7 +16,8 @@ configured (a low-priority class such as cells.py's "batch": priority 0 yields t
 engine, and its cell may be the fleet's lean GPUs); otherwise as the request would run on its own. Either way a
 line that names no ``priority`` (vLLM's: lower runs earlier) gets ``priority`` (1): inside its class it runs after
 live requests, which swap it out when a node is full, so a batch fills the fleet's idle time without holding up
-interactive traffic. A request with ``"stream": true`` is answered 400 (a batch line has no stream to send).
+interactive traffic (a line that names a ``service_tier`` gets that tier's). A request with ``"stream": true`` is
+answered 400 (a batch line has no stream to send).
 
 Cancelling, or the window closing, cancels the requests in flight (their engine requests are cancelled upstream,
 as a client's disconnect cancels them); what finished is kept: its lines are in the output and error files. A
@@ -276,13 +277,15 @@ class BatchRunner:
         return _Result(status, headers.get("x-request-id"), decoded)
 
     def _prioritised(self, body: bytes) -> bytes:
-        """A line's body with the batch priority when it names none (a body that is not a JSON object: as it is,
-        for the route to refuse)."""
+        """A line's body with the batch priority when it names none, nor a ``service_tier`` (a body that is not a
+        JSON object: as it is, for the route to refuse)."""
         try:
             decoded = msgspec.json.decode(body)
         except (msgspec.MsgspecError, RecursionError):
             return body
-        if not isinstance(decoded, dict) or "priority" in decoded or not self.config.priority:
+        if not isinstance(decoded, dict) or "priority" in decoded or "service_tier" in decoded:
+            return body
+        if not self.config.priority:
             return body
         decoded["priority"] = self.config.priority
         return msgspec.json.encode(decoded)

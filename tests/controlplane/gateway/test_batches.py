@@ -237,9 +237,16 @@ def test_a_batch_runs_in_the_configured_traffic_class(client, frontend, app_conf
 
 def test_batch_lines_run_after_live_requests_unless_they_name_a_priority(client, frontend):
     own = {"model": MODEL, "messages": [{"role": "user", "content": "urgent"}], "max_tokens": 5, "priority": -3}
-    _wait(client, _run(client, _jsonl(_line("a"), _line("b", **own)))[1].id)
-    # vLLM's priority, lower earlier: 1 (BatchRunnerConfig.priority) after the live requests' 0; a line's own kept
-    assert sorted(call["priority"] for call in frontend.calls) == [-3, 1]
+    tier = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "fast"}],
+        "max_tokens": 5,
+        "service_tier": "priority",
+    }
+    _wait(client, _run(client, _jsonl(_line("a"), _line("b", **own), _line("c", **tier)))[1].id)
+    # vLLM's priority, lower earlier: 1 (BatchRunnerConfig.priority) after the live requests' 0; a line's own kept,
+    # and a line's service tier ("priority": -1)
+    assert sorted(call["priority"] for call in frontend.calls) == [-3, -1, 1]
 
 
 def test_files_and_batches_are_their_owners(frontend, serve):
