@@ -36,6 +36,7 @@ from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
 from controlplane.gateway.request_body import answered, read_body
 from transport.codec import clip
+from transport.trace_context import trace_headers
 
 MAX_FORM_FIELD_BYTES = 64 * 1024  # ``purpose`` and any other non-file field of an upload
 
@@ -145,6 +146,7 @@ class BatchRoutes:
             if obj["purpose"] != "batch":
                 raise invalid_param("input_file_id", f"the file's purpose is {obj['purpose']!r}, not 'batch'")
             batch.tenant = request_tenant(request)
+            batch.trace_headers = trace_headers(request.headers)
             self.runner.submit(batch)
             return _json(batch.object())
 

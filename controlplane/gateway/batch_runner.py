@@ -295,6 +295,8 @@ class BatchRunner:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(request_body)).encode())]
         if batch.traffic_class is not None:
             headers.append((CLASS_HEADER, batch.traffic_class.encode()))
+        for name, value in (batch.trace_headers or {}).items():  # its spans join the creating request's trace
+            headers.append((name.encode("latin-1"), value.encode("latin-1")))
         state: dict = {}
         if batch.owner is not None:
             state["zoo_owner"] = batch.owner

@@ -92,6 +92,8 @@ class Batch:
     traffic_class: str | None = None  # the class its requests run in (BatchRunnerConfig.traffic_class)
     model: str | None = None  # the model every request names, when they all name the same one
     tenant: str | None = None
+    # the creating request's W3C trace context (transport/trace_context.py): each of its requests' spans joins it
+    trace_headers: dict[str, str] | None = None
     status: str = "validating"
     times: dict[str, int] = field(default_factory=dict)  # "in_progress_at", "completed_at", ...
     errors: list[dict] | None = None

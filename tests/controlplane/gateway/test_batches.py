@@ -249,6 +249,15 @@ def test_batch_lines_run_after_live_requests_unless_they_name_a_priority(client,
     assert sorted(call["priority"] for call in frontend.calls) == [-3, -1, 1]
 
 
+def test_a_batchs_requests_join_the_trace_of_the_request_that_created_it(client, frontend):
+    traceparent = f"00-{0xABC:032x}-{0x123:016x}-01"
+    batch = _run(client, _jsonl(_line("a"), _line("b")), extra_headers={"traceparent": traceparent})[1]
+    _wait(client, batch.id)
+    assert [call["trace_headers"] for call in frontend.calls] == [{"traceparent": traceparent}] * 2
+    _wait(client, _run(client, _jsonl(_line("c")))[1].id)  # created without one: its requests carry none
+    assert frontend.calls[-1]["trace_headers"] is None
+
+
 def test_files_and_batches_are_their_owners(frontend, serve):
     keys = ApiKeyConfig(frozenset({"key-a", "key-b"}))
     with serve(create_app(frontend, api_keys=keys)) as url:
