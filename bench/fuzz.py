@@ -23,11 +23,9 @@ import random
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
@@ -38,6 +36,7 @@ import zmq
 import zmq.asyncio
 
 from bench.fuzz_cases import HttpCase, HttpCases, WireCases, valid_client_request
+from observe.otlp_receiver import OtlpReceiver
 from transport.codec import WireError, decode
 from transport.local_ports import free_port
 from transport.messages import ErrorReply, MsgType, TokenChunk
@@ -89,41 +88,13 @@ def run_fuzz_bench(args: argparse.Namespace) -> dict:
 # --------------------------------------------------------------------------- the fleet under test
 
 
-class TraceSink:
-    """A trace collector on loopback that takes every OTLP/HTTP export (200, unread): both processes trace every
-    request they are sent, malformed trace headers included."""
-
-    def __init__(self) -> None:
-        self.exports = 0
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                sink.exports += 1
-                self.send_response(200)
-                self.send_header("content-length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 class Fleet:
     """A control plane and one fake agent, as child processes on loopback; their logs in ``log_dir``; their
-    request spans to a TraceSink."""
+    request spans to a loopback collector (observe/otlp_receiver.py)."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.traces = TraceSink()
+        self.traces = OtlpReceiver(decode=False).start()  # both processes' spans, taken unread
         self.agent_endpoint = f"tcp://127.0.0.1:{free_port()}"
         self.client_endpoint = f"tcp://127.0.0.1:{free_port()}"
         self.http_base = f"http://127.0.0.1:{free_port()}"
@@ -463,7 +434,7 @@ async def fuzz_campaign(config: FuzzConfig, say=print) -> dict:
             f"{HEARTBEAT_TIMEOUT_S:g} + 1 agent --fake-runner, loopback, child processes, both with "
             "--otlp-traces-endpoint (a loopback collector)"
         ),
-        "trace_exports_received": fleet.traces.exports,
+        "trace_exports_received": fleet.traces.requests,
         "wire": wire,
         "http": http_report,
         "controlplane_counters": counters,

@@ -1,9 +1,10 @@
 """What request spans cost the control plane: the same requests through an in-process control plane and agent
 (trivial engine: no model, so the fleet's own path is what is timed), with tracing off and on, in alternated rounds
 of one run. "on": every request carries a sampled traceparent, the control plane records its ``llm_request`` span
-and the agent its ``node_request`` span, both exported over OTLP/HTTP to a collector on loopback (bench/fuzz.py's
-TraceSink) by the SDK's batch thread, in this process (its CPU counted). "on_10pct": requests without a caller's
-context, the control plane sampling 10% of them (--otlp-traces-sample-ratio 0.1). Prints JSON.
+and the agent its ``node_request`` span, both exported over OTLP/HTTP to a collector on loopback
+(observe/otlp_receiver.py, taking them unread) by the SDK's batch thread, in this process (its CPU counted).
+"on_10pct": requests without a caller's context, the control plane sampling 10% of them
+(--otlp-traces-sample-ratio 0.1). Prints JSON.
 
     PYTHONPATH=. .venv/bin/python scripts/tracing_overhead.py
 """
@@ -20,12 +21,12 @@ import anyio
 from agent.agent_config import AgentConfig
 from agent.node_agent import NodeAgent
 from backends.fake import ByteTokenizer, build_trivial_engine, cpu_test_hardware
-from bench.fuzz import TraceSink
 from controlplane.request_spans import RequestSpans
 from controlplane.router.router_config import RouterConfig
 from controlplane.server import ControlPlane, ControlPlaneConfig
 from engine.sampling_params import SamplingParams
 from observe.node_spans import NodeSpans
+from observe.otlp_receiver import OtlpReceiver
 from observe.span_export import SpanExport, TracingConfig
 from transport.trace_context import child_of
 
@@ -65,7 +66,7 @@ class _Off:
 
 
 async def main() -> dict:
-    sink = TraceSink()
+    sink = OtlpReceiver(decode=False).start()  # a collector that takes exports unread: it costs nothing
     export = SpanExport(TracingConfig(endpoint=sink.endpoint, service_name="bench", max_queue_size=1 << 16))
     arms = {"off": (None, False), "on": (RequestSpans(export), True), "on_10pct": (RequestSpans(export, 0.1), False)}
     config = ControlPlaneConfig(
@@ -103,7 +104,7 @@ async def main() -> dict:
             arm: per[arm]["cpu_us_per_request"] - per["off"]["cpu_us_per_request"] for arm in arms
         },
         "spans_queued": export.emitted, "spans_dropped": export.dropped, "export_batches": export.export_batches,
-        "collector_exports_received": sink.exports,
+        "collector_exports_received": sink.requests,
         "rounds": {arm: [[round(w, 3), round(c, 3)] for w, c in v] for arm, v in rows.items()},
     }  # fmt: skip
 

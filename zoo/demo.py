@@ -1,6 +1,7 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
 a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, a tool call, and
-three sentences' embeddings compared, and a batch of questions run through OpenAI's Batch API),
+three sentences' embeddings compared, and a batch of questions run through OpenAI's Batch API), the first
+question's trace (OpenTelemetry: both processes send their spans to a collector the demo runs on loopback),
 a short load through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is
 shut down at the end."""
 
@@ -16,6 +17,7 @@ import anyio
 
 from bench.stats import format_table, percentile
 from bench.workload import LengthScale, sample_lengths, synthetic_prompt_ids
+from observe.otlp_receiver import OtlpReceiver
 from zoo.up import LocalZoo, ZooStartError
 from zoo.up_config import load_up_config
 
@@ -29,6 +31,8 @@ LOAD_CONCURRENCY = 8
 LOAD_BUDGET_S = 60.0
 CLIENT_ENDPOINT = "tcp://127.0.0.1:5556"
 VOCAB_SIZE = 49152
+TRACE_ID, CALLER_SPAN_ID = 0x5A00D3E0, 0xD3E0  # the demo's own trace: its first question's spans join it
+TRACE_WAIT_S = 15.0
 ANSWER_SCHEMA = {
     "type": "object",
     "properties": {"capital": {"type": "string", "maxLength": 20}, "country": {"type": "string", "maxLength": 20}},
@@ -54,23 +58,31 @@ def run_demo(args: argparse.Namespace) -> int:
     config = load_up_config(Path(args.config) if getattr(args, "config", None) else None)
     log_dir = Path(".cache") / "zoo-demo" / time.strftime("%Y%m%d-%H%M%S")
     print(f"== starting a local zoo: control plane + {', '.join(a.node_id for a in config.agents)} (logs: {log_dir})")
+    traces = OtlpReceiver(max_spans=10_000).start()  # every process's spans (--otlp-traces-endpoint)
+    config.controlplane_options.setdefault("otlp_traces_endpoint", traces.endpoint)
+    for agent in config.agents:
+        agent.options.setdefault("otlp_traces_endpoint", traces.endpoint)
     try:
         with LocalZoo(config, log_dir) as zoo:
             print(zoo.describe())
-            _chat(config.base_url)
+            _chat(config.base_url, traces)
             _load()
             print("\n== shutting down")
     except ZooStartError as e:
         print(f"zoo demo: {e}")
         return 1
+    finally:
+        traces.close()
     return 0
 
 
-def _chat(base_url: str) -> None:
+def _chat(base_url: str, traces: OtlpReceiver) -> None:
     print(f"\n== 1. chat through the OpenAI endpoint: {QUESTION}")
-    reply = _post_chat(base_url, QUESTION, {"max_tokens": 24})
+    traceparent = f"00-{TRACE_ID:032x}-{CALLER_SPAN_ID:016x}-01"
+    reply = _post_chat(base_url, QUESTION, {"max_tokens": 24}, headers={"traceparent": traceparent})
     print(reply["choices"][0]["message"]["content"])
     print(f"[usage: {reply['usage']}]")
+    _trace(traces)
     print("   the same, its answer constrained to a JSON schema (response_format json_schema):")
     fmt = {"type": "json_schema", "json_schema": {"name": "capital", "schema": ANSWER_SCHEMA}}
     reply = _post_chat(base_url, f"{QUESTION} Answer in JSON.", {"max_tokens": 48, "response_format": fmt})
@@ -125,15 +137,44 @@ def _batch(base_url: str) -> None:
                 print(f"{out['custom_id']}  {question} -> {answer!r}")
 
 
-def _post_chat(base_url: str, question: str, extra: dict) -> dict:
+def _trace(traces: OtlpReceiver) -> None:
+    """The first question's trace: the control plane's span and, under it, the serving node's."""
+    print("   its trace (the spans the control plane and the agent sent to the demo's OpenTelemetry collector):")
+
+    def both(spans: list[dict]) -> bool:
+        return {s["name"] for s in spans if s["trace_id"] == TRACE_ID} >= {"llm_request", "node_request"}
+
+    try:
+        spans = {s["name"]: s for s in traces.wait_for(both, TRACE_WAIT_S) if s["trace_id"] == TRACE_ID}
+    except AssertionError:
+        print(f"(no trace within {TRACE_WAIT_S:.0f} s)")
+        return
+    top, node = spans["llm_request"]["attributes"], spans["node_request"]["attributes"]
+    ms = {k: 1e3 * v for k, v in {**top, **node}.items() if k.startswith(("gen_ai.latency.", "zoo.latency."))}
+    print(
+        f"llm_request   ({spans['llm_request']['service']})  node {top.get('zoo.node_id')}, routing "
+        f"{ms.get('zoo.latency.routing', 0):.1f} ms, TTFT {ms.get('gen_ai.latency.time_to_first_token', 0):.0f} ms, "
+        f"end to end {ms.get('gen_ai.latency.e2e', 0):.0f} ms"
+    )
+    print(
+        f"  node_request  ({spans['node_request']['service']})  queue {ms.get('gen_ai.latency.time_in_queue', 0):.1f}"
+        f" ms, prefill {ms.get('gen_ai.latency.time_in_model_prefill', 0):.0f} ms, decode "
+        f"{ms.get('gen_ai.latency.time_in_model_decode', 0):.0f} ms for {node.get('gen_ai.usage.completion_tokens')}"
+        " tokens"
+    )
+
+
+def _post_chat(base_url: str, question: str, extra: dict, headers: dict | None = None) -> dict:
     body = {"messages": [{"role": "user", "content": question}], "temperature": 0, **extra}
-    return _post(base_url, "/v1/chat/completions", body)
+    return _post(base_url, "/v1/chat/completions", body, headers)
 
 
-def _post(base_url: str, path: str, body: dict) -> dict:
+def _post(base_url: str, path: str, body: dict, headers: dict | None = None) -> dict:
     body = {"model": MODEL, **body}
     req = urllib.request.Request(
-        f"{base_url}{path}", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+        f"{base_url}{path}",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", **(headers or {})},
     )
     with urllib.request.urlopen(req, timeout=120) as r:
         return json.loads(r.read())

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from prometheus_client import CollectorRegistry
 
 from observe.exporter import SnapshotCollector
+from observe.otlp_receiver import OtlpReceiver
 from observe.span_export import SpanExport, TracingConfig
 from observe.span_metrics import span_metrics
-from tests.observe.otlp_receiver import OtlpReceiver
 from transport.trace_context import SpanRecord, TraceContext, child_of
 
 

@@ -8,7 +8,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.observe.otlp_receiver import OtlpReceiver
+from observe.otlp_receiver import OtlpReceiver
 
 pytestmark = pytest.mark.anyio
 

@@ -1,5 +1,8 @@
-"""A collector's OTLP/HTTP traces endpoint for tests: ``POST /v1/traces`` (protobuf ExportTraceServiceRequest) on a
-loopback port, decoded with OpenTelemetry's own protobuf classes into plain span dicts."""
+"""A minimal trace collector: an OTLP/HTTP traces endpoint (``POST /v1/traces``, protobuf ExportTraceServiceRequest)
+on a loopback port, each export decoded with OpenTelemetry's own protobuf classes into plain span dicts and kept
+(at most ``max_spans``). For `make demo` (it prints a request's trace), `zoo bench fuzz` (both processes trace
+into it) and the tests; a real fleet sends its spans to a real collector (Jaeger, Tempo, the OpenTelemetry
+Collector)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -41,24 +45,36 @@ def _span(resource: dict, span) -> dict:
 
 
 class OtlpReceiver:
-    """``with OtlpReceiver() as rx``: ``rx.endpoint`` takes exports; ``rx.spans`` what came; ``rx.wait_for(n)``."""
+    """``with OtlpReceiver() as rx``: ``rx.endpoint`` takes exports; ``rx.spans`` what came; ``rx.wait_for(n)``.
+    ``decode``: False takes each export unread (``requests`` counts them; a benchmark's collector costs nothing).
+    A body that is not an export is answered 400."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_spans: int = 100_000, decode: bool = True) -> None:
         self.spans: list[dict] = []
+        self.max_spans = max_spans
         self.requests = 0
+        self.refused = 0
         self._lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                request = ExportTraceServiceRequest.FromString(body)
                 spans = []
-                for rs in request.resource_spans:
-                    resource = {a.key: _value(a.value) for a in rs.resource.attributes}
-                    spans += [_span(resource, s) for ss in rs.scope_spans for s in ss.spans]
+                if decode:
+                    try:
+                        request = ExportTraceServiceRequest.FromString(body)
+                    except DecodeError:
+                        receiver.refused += 1
+                        self.send_response(400)
+                        self.send_header("content-length", "0")
+                        self.end_headers()
+                        return
+                    for rs in request.resource_spans:
+                        resource = {a.key: _value(a.value) for a in rs.resource.attributes}
+                        spans += [_span(resource, s) for ss in rs.scope_spans for s in ss.spans]
                 with receiver._lock:
-                    receiver.spans += spans
+                    receiver.spans += spans[: max(receiver.max_spans - len(receiver.spans), 0)]
                     receiver.requests += 1
                 reply = ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
@@ -74,11 +90,17 @@ class OtlpReceiver:
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}/v1/traces"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
-    def __enter__(self) -> OtlpReceiver:
+    def start(self) -> OtlpReceiver:
         self._thread.start()
         return self
 
+    def __enter__(self) -> OtlpReceiver:
+        return self.start()
+
     def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
 
