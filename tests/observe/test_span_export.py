@@ -120,3 +120,14 @@ def test_a_callers_long_text_is_cut_and_a_span_that_cannot_be_made_is_dropped_no
     assert len(span["attributes"]["gen_ai.request.model"]) < 300
     assert len(span["attributes"]["gen_ai.response.finish_reasons"][0]) < 300
     assert (export.emitted, export.dropped) == (1, 1)
+
+
+def test_the_demo_collector_refuses_what_is_not_an_export():
+    import urllib.error
+    import urllib.request
+
+    with OtlpReceiver() as rx:
+        request = urllib.request.Request(rx.endpoint, data=b"\xff\x00 not protobuf", method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 400 and rx.refused == 1 and rx.spans == []
