@@ -12,6 +12,7 @@ says nothing when the request named none. Any other value is a 400 naming ``serv
 from __future__ import annotations
 
 from controlplane.frontend import invalid_param
+from transport.codec import clip
 
 SERVICE_TIERS: dict[str, tuple[str, int]] = {
     "auto": ("default", 0),
@@ -27,6 +28,8 @@ def resolve(priority: int | None, service_tier: str | None) -> tuple[int, str | 
     if service_tier is None:
         return (priority or 0), None
     if service_tier not in SERVICE_TIERS:
-        raise invalid_param("service_tier", f"must be one of {', '.join(SERVICE_TIERS)}, got {service_tier!r}")
+        raise invalid_param(
+            "service_tier", f"must be one of {', '.join(SERVICE_TIERS)}, got {clip(service_tier, 64)!r}"
+        )
     tier, tier_priority = SERVICE_TIERS[service_tier]
     return (tier_priority if priority is None else priority), tier
