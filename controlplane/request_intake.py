@@ -35,9 +35,10 @@ from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.lora_affinity import prefer_resident
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
-from controlplane.tenants import TenantLimiter
+from controlplane.tenants import RESERVED_SALT_PREFIX, TenantLimiter
 from engine.llm_engine import EngineTokenizer
 from engine.lora import LoraRequest
+from engine.prefix_key import cache_key
 from engine.prompt import (
     PromptError,
     PromptTooLongError,
@@ -165,12 +166,22 @@ def place_request(
             return refuse(ErrorCode.OVERLOADED, over[0], retry_after_s=over[1])
     nodes = snapshot.nodes or spill_views
     lora_id = None if lora_entry is None else lora_entry.lora.lora_id
+    if tenants is not None:  # a new request (a resumed one keeps the salt it was given): its tenant's cache
+        salt = msg.sampling.cache_salt
+        if salt is not None and salt.startswith(RESERVED_SALT_PREFIX):
+            return refuse(
+                ErrorCode.INVALID_REQUEST, f"cache_salt: {RESERVED_SALT_PREFIX!r} is reserved", param="cache_salt"
+            )
+        private = tenants.cache_salt(msg.tenant, salt)
+        if private != salt:  # the message itself: its GenerateRequest, and a resume, carry the tenant's salt
+            msg.sampling = msgspec.structs.replace(msg.sampling, cache_salt=private)
+    key = cache_key(lora_id, msg.sampling.cache_salt)  # the engine's: the adapter, salted (engine/prefix_key.py)
     route = RouteRequest(
         request_id=rid,
         model=model,
         num_prompt_tokens=num_prompt_tokens,
         max_tokens=msg.sampling.max_tokens,
-        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size, lora_id, nodes[0].prefix_hash_algo),
+        block_hashes=prompt_block_hashes(token_ids, nodes[0].block_size, key, nodes[0].prefix_hash_algo),
         traffic_class=traffic_class.name if traffic_class is not None else asked if cell is not None else DEFAULT_CLASS,
         slo_ttft_s=None if traffic_class is None else traffic_class.slo_ttft_s,
         slo_tpot_s=None if traffic_class is None else traffic_class.slo_tpot_s,

@@ -7,6 +7,7 @@ attributes after a key, ``name=value``::
     zk-9a…  tenant=acme                                      # another key of acme: its limits are acme's
     zk-77…  tenant=crawler class=batch rpm=60
     zk-0c…                                                   # no tenant: "default", no limits
+    zk-5e…  tenant=bank cache=private                        # its own prefix cache (below)
 
 A tenant with a class always gets it (a batch tenant cannot ask for vip); one without lets the request
 choose (``x-zoo-class`` / ``traffic_class``). Limits are token buckets holding one minute's worth
@@ -15,6 +16,11 @@ choose (``x-zoo-class`` / ``traffic_class``). Limits are token buckets holding o
 waits off. Past a limit the request is refused at once: ErrorReply OVERLOADED → HTTP 429 with
 ``Retry-After`` (the bucket's exact wait) in OpenAI's error shape (code ``rate_limit_exceeded``).
 
+A tenant with ``cache=private`` shares no prefix-cache block with anyone else: each of its requests is salted
+(vLLM's ``cache_salt``, engine/prefix_key.py) with a salt made from its name and the request's own salt, under a
+prefix no client may use (``RESERVED_SALT_PREFIX``), so another tenant cannot forge it. Another tenant's request
+can then never tell, by its own latency, whether this tenant's prompt is cached.
+
     place_request ─► class_of(tenant, asked) ─► check(tenant, prompt tokens, now) ─► placed ─► on_admitted
     request ends (completed, failed, cancelled) ─────────────────────────────────────────────► on_finished
 """
@@ -22,6 +28,7 @@ waits off. Past a limit the request is refused at once: ErrorReply OVERLOADED �
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -30,17 +37,19 @@ import msgspec
 from controlplane.token_bucket import TokenBucket
 
 DEFAULT_TENANT = "default"
-KEY_ATTRIBUTES = ("tenant", "class", "rpm", "tpm")  # the ``name=value`` words a key file line may carry
+KEY_ATTRIBUTES = ("tenant", "class", "rpm", "tpm", "cache")  # the ``name=value`` words a key file line may carry
+RESERVED_SALT_PREFIX = "zoo-tenant:"  # the cache salts of private tenants; refused in a client's cache_salt
 
 
 class TenantSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """name: the tenant. traffic_class: the class its requests get (None: theirs to choose).
-    requests_per_min / tokens_per_min: its limits (None: unlimited)."""
+    requests_per_min / tokens_per_min: its limits (None: unlimited). private_cache: its own prefix cache."""
 
     name: str
     traffic_class: str | None = None
     requests_per_min: float | None = None
     tokens_per_min: float | None = None
+    private_cache: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -93,11 +102,14 @@ def _add(key: str, attrs: dict[str, str], number: int, tenant_of: dict, specs: d
         specs.setdefault(name, None)  # another key of a tenant, maybe described on another line
         return
     try:
+        if attrs.get("cache", "shared") not in ("shared", "private"):
+            raise ValueError(f"cache must be shared or private, got {attrs['cache']!r}")
         spec = TenantSpec(
             name,
             traffic_class=attrs.get("class") or None,
             requests_per_min=float(attrs["rpm"]) if "rpm" in attrs else None,
             tokens_per_min=float(attrs["tpm"]) if "tpm" in attrs else None,
+            private_cache=attrs.get("cache") == "private",
         )
     except ValueError as e:
         raise ValueError(f"line {number}: {e}") from None
@@ -142,6 +154,15 @@ class TenantLimiter:
         """The class a request of ``tenant`` asking for ``asked`` gets: the tenant's own, else ``asked``."""
         state = self._tenants.get(tenant or DEFAULT_TENANT)
         return asked if state is None or state.spec.traffic_class is None else state.spec.traffic_class
+
+    def cache_salt(self, tenant: str, salt: str | None) -> str | None:
+        """The cache salt a request of ``tenant`` asking for ``salt`` runs with: its own, or for a tenant with a
+        private cache one made from the tenant's name and it (under ``RESERVED_SALT_PREFIX``)."""
+        state = self._tenants.get(tenant or DEFAULT_TENANT)
+        if state is None or not state.spec.private_cache:
+            return salt
+        digest = hashlib.sha256(f"{state.spec.name}\x00{salt or ''}".encode("utf-8", "surrogatepass")).hexdigest()
+        return RESERVED_SALT_PREFIX + digest
 
     def check(self, tenant: str, num_prompt_tokens: int, now_s: float) -> tuple[str, float] | None:
         """None: within its limits. Else (why, retry_after_s) — counted as a refusal; takes nothing."""

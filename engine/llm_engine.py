@@ -266,7 +266,9 @@ class LLMEngine:
     def export_request(self, req_id: str) -> MigratedRequest | None:
         """What another node needs to continue a request here (None for an unknown one): its tokens, what is
         left of its budget, and the device blocks of its computed full blocks (empty unless it is RUNNING on
-        the device). The caller reads those blocks' KV (the runner) before the next step, then aborts it here."""
+        the device). The caller reads those blocks' KV (the runner) before the next step, then aborts it here.
+        A request with a ``cache_salt`` moves without its KV (the other node imports blocks under the shared key:
+        they would be a hit for any request there), so it recomputes its prompt there."""
         tracked = self._tracked.get(req_id)
         if tracked is None:
             return None
@@ -274,7 +276,8 @@ class LLMEngine:
         request = tracked.request
         on_device = request.status is RequestStatus.RUNNING
         kv = self.scheduler.kv_cache_manager
-        block_ids = kv.computed_full_block_ids(request) if on_device else []
+        salted = request.sampling_params.cache_salt is not None
+        block_ids = kv.computed_full_block_ids(request) if on_device and not salted else []
         return MigratedRequest(req_id, list(request.all_token_ids), request.num_output_tokens, block_ids)
 
     def import_prefix(self, token_ids: list[int], num_blocks: int) -> list[int]:

@@ -17,6 +17,7 @@ import enum
 from collections.abc import Iterable
 
 from engine.batch import LogitsInputs
+from engine.prefix_key import cache_key
 from engine.prompt_logprobs import PromptLogprobs, prompt_targets
 from engine.sampling_params import SamplingParams
 from engine.structured_output import Grammar
@@ -88,6 +89,8 @@ class Request:
         self.arrival_time_s = arrival_time_s
         self.eos_token_id = eos_token_id
         self.lora_id = lora_id
+        # what its blocks are hashed under: the adapter, salted by its cache_salt if it has one (engine/prefix_key.py)
+        self.cache_key = cache_key(lora_id, sampling_params.cache_salt)
         self.priority = priority  # higher first; a lower-priority running request is swapped out for it
         self.num_resumed_tokens = num_resumed_tokens  # the prompt's last tokens: its output before a resume
         self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in

@@ -56,6 +56,7 @@ import msgspec
 from engine.structured_output import StructuredOutput, StructuredOutputError
 
 MAX_LOGPROBS = 20
+MAX_CACHE_SALT_CHARS = 1024  # vLLM's bound on cache_salt
 MAX_INT32 = 2**31 - 1
 MAX_TEMPERATURE = 100.0
 MAX_TOP_K = MAX_INT32
@@ -106,6 +107,8 @@ class SamplingParams(msgspec.Struct, frozen=True):
     include_stop_str_in_output: a matched stop string stays at the end of the text (vLLM's; default: cut off).
     skip_special_tokens: leave special tokens' text out of the output text (vLLM's; default True).
     embed: the first output also carries the prompt's embedding (engine/embeddings.py; /v1/embeddings asks it).
+    cache_salt: vLLM's: the prefix cache is salted with it, so only requests with the same salt share cached
+        blocks (engine/prefix_key.py); None: the shared cache. 1..1024 characters.
     """
 
     temperature: float = 1.0
@@ -130,6 +133,7 @@ class SamplingParams(msgspec.Struct, frozen=True):
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     embed: bool = False
+    cache_salt: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -203,6 +207,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
         k = self.truncate_prompt_tokens
         if k is not None and (not _is_int(k) or not 1 <= k <= MAX_INT32):
             raise SamplingParamsError("truncate_prompt_tokens", f"must be None or an integer >= 1, got {show_value(k)}")
+        salt = self.cache_salt
+        if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= MAX_CACHE_SALT_CHARS):
+            raise SamplingParamsError("cache_salt", f"must be None or a string of 1..{MAX_CACHE_SALT_CHARS} characters")
         self._validate_logits_processing()
 
     def _validate_logits_processing(self) -> None:

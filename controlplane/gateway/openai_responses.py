@@ -114,6 +114,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
     priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
     service_tier: str | None = None  # OpenAI's: a priority inside the request's class (gateway/service_tier.py)
+    cache_salt: str | None = None  # extension (as in vLLM): only requests of the same salt share the prefix cache
 
 
 _DECODER = msgspec.json.Decoder(ResponsesRequest)
@@ -169,6 +170,7 @@ def parse_responses(
             top_k=req.top_k or 0,
             max_tokens=default_max_tokens if req.max_output_tokens is None else req.max_output_tokens,
             structured_outputs=structured,
+            cache_salt=req.cache_salt,
         )
     except SamplingParamsError as exc:
         name = {"max_tokens": "max_output_tokens", "structured_outputs": param}.get(exc.field, exc.field)

@@ -95,6 +95,7 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     user: str | None = None  # accepted and ignored
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
     priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
+    cache_salt: str | None = None  # extension (as in vLLM): only requests of the same salt share the prefix cache
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -372,6 +373,7 @@ def _sampling_of(
             truncate_prompt_tokens=req.truncate_prompt_tokens,
             include_stop_str_in_output=bool(req.include_stop_str_in_output),
             skip_special_tokens=req.skip_special_tokens is not False,
+            cache_salt=req.cache_salt,
         )
     except SamplingParamsError as exc:
         param = {"max_tokens": max_tokens_param, "structured_outputs": structured_param}.get(exc.field, exc.field)

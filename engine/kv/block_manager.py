@@ -234,7 +234,7 @@ class KVCacheManager:
             block_hash = chain[block_index]
         elif len(chain) == block_index:
             parent = chain[-1] if chain else None
-            block_hash = hash_repeated_block(parent, token_id, self.block_size, request.lora_id, self.hash_algo)
+            block_hash = hash_repeated_block(parent, token_id, self.block_size, request.cache_key, self.hash_algo)
             chain.append(block_hash)
         else:
             return False
@@ -290,8 +290,8 @@ class KVCacheManager:
         if chain is None:
             chain = self._block_hashes[request.req_id] = []
         if len(chain) < num_blocks:
-            tokens, lora_id = request.all_token_ids, request.lora_id
-            extend_block_hashes(chain, tokens, self.block_size, lora_id, num_blocks, self.hash_algo)
+            tokens, key = request.all_token_ids, request.cache_key  # the adapter, salted (engine/prefix_key.py)
+            extend_block_hashes(chain, tokens, self.block_size, key, num_blocks, self.hash_algo)
         return chain
 
     # -- device slots ----------------------------------------------------------------------------

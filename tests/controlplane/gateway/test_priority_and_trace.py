@@ -1,5 +1,6 @@
-"""Two request facts the gateway passes on to the control plane: vLLM's ``priority`` field (chat, completions,
-responses; strict int) and the caller's W3C trace headers (traceparent, tracestate; nothing else)."""
+"""Request facts the gateway passes on to the control plane: vLLM's ``priority`` field (chat, completions,
+responses; strict int) and OpenAI's ``service_tier``, vLLM's ``cache_salt``, and the caller's W3C trace headers
+(traceparent, tracestate; nothing else)."""
 
 from __future__ import annotations
 
@@ -73,3 +74,13 @@ async def test_an_unknown_service_tier_is_a_400_naming_it(client, frontend):
             assert r.status_code == 400 and r.json()["error"]["param"] == "service_tier", r.text[:200]
             assert len(r.text) < 1_000  # the caller's text is not echoed whole
     assert frontend.calls == []
+
+
+async def test_a_cache_salt_reaches_the_request_and_a_bad_one_is_a_400_naming_it(client, frontend):
+    for path, body in (("/v1/chat/completions", CHAT), ("/v1/completions", {"prompt": "hi"}),
+                       ("/v1/responses", {"input": "hi"})):  # fmt: skip
+        assert (await client.post(path, json={**body, "cache_salt": "tenant-a"})).status_code == 200
+        for bad in ("", "x" * 1025, 5):
+            r = await client.post(path, json={**body, "cache_salt": bad})
+            assert r.status_code == 400 and r.json()["error"]["param"] == "cache_salt", r.text[:200]
+    assert [call["sampling"].cache_salt for call in frontend.calls] == ["tenant-a"] * 3
