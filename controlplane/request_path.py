@@ -112,10 +112,13 @@ class RequestPath:
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused."""
         trace = self.spans.begin(msg, arrival_ns) if self.spans is not None else None
+        headers = forwarded_headers(msg, trace)
+        if trace is not None and not trace.context.sampled:
+            trace = None  # not recorded (the caller's decision, or the sample ratio's); its flag goes to the node
         placed = self._place(msg, inflight=self.table, tenants=self.tenants)
         if isinstance(placed, Placement):
             routed_ns = time.monotonic_ns()
-            placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=forwarded_headers(msg, trace))
+            placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=headers)
         if isinstance(placed, ErrorReply):
             self.count_refusal(placed)
             self.classes.on_refused(self._class_name(msg))

@@ -41,8 +41,6 @@ class RequestTrace:
     events: list[tuple[str, int, dict[str, Any]]] = field(default_factory=list)
 
     def on_chunk(self, chunk: TokenChunk, recv_ns: int) -> None:
-        if not self.context.sampled:
-            return  # not recorded: nothing to keep
         if chunk.token_ids and not self.first_token_ns:
             self.first_token_ns = recv_ns
             self.events.append(("first_token", recv_ns, {}))
@@ -68,30 +66,24 @@ class RequestSpans:
         self.clock = clock if clock is not None else WallClock()
 
     def begin(self, msg: ClientGenerate, arrival_ns: int) -> RequestTrace:
+        """The request's span context (sampled or not: its flag goes on to the node); only a sampled one is kept
+        and recorded (request_path.py)."""
         return RequestTrace(child_of(msg.trace_headers, self.sample_ratio), arrival_ns)
 
     def routed(self, trace: RequestTrace, routed_ns: int, node_id: str) -> None:
-        if not trace.context.sampled:
-            return
         trace.routed_ns = routed_ns
         trace.events.append(("routed", routed_ns, {"zoo.node_id": node_id}))
 
     def resumed(self, trace: RequestTrace, now_ns: int, from_node: str, to_node: str) -> None:
-        if not trace.context.sampled:
-            return
         trace.events.append(("resumed", now_ns, {"zoo.from_node_id": from_node, "zoo.node_id": to_node}))
 
     def refused(self, trace: RequestTrace, msg: ClientGenerate, error: ErrorReply, now_ns: int) -> None:
-        if not trace.context.sampled:
-            return  # the caller's decision (or the sample ratio's): no span; its flag still went on to the node
         attributes = self._request_attributes(msg, trace)
         attributes |= {"zoo.outcome": "refused", "zoo.error_code": str(error.code)}
         self._emit(trace, now_ns, attributes, error=f"{error.code}: {error.message}"[:512])
 
     def done(self, trace: RequestTrace, inflight, outcome: str, now_ns: int) -> None:
         """``inflight`` (controlplane/request_table.py) left the table as ``outcome``."""
-        if not trace.context.sampled:
-            return
         msg: ClientGenerate = inflight.msg
         attributes = self._request_attributes(msg, trace)
         attributes |= {

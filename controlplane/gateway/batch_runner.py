@@ -279,13 +279,13 @@ class BatchRunner:
     def _prioritised(self, body: bytes) -> bytes:
         """A line's body with the batch priority when it names none, nor a ``service_tier`` (a body that is not a
         JSON object: as it is, for the route to refuse)."""
+        if not self.config.priority:
+            return body
         try:
             decoded = msgspec.json.decode(body)
         except (msgspec.MsgspecError, RecursionError):
             return body
         if not isinstance(decoded, dict) or "priority" in decoded or "service_tier" in decoded:
-            return body
-        if not self.config.priority:
             return body
         decoded["priority"] = self.config.priority
         return msgspec.json.encode(decoded)

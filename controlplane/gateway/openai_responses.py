@@ -188,7 +188,8 @@ def parse_responses(
         priority=priority,
         service_tier=service_tier,
     )
-    return ResponsesArgs(generate, _settings(req, sampling), conversation, req.store is not False, len(own_input))
+    settings = _settings(req, sampling, service_tier)
+    return ResponsesArgs(generate, settings, conversation, req.store is not False, len(own_input))
 
 
 def _input_messages(items: str | list[InputItem]) -> Conversation:
@@ -272,8 +273,9 @@ def _structured(req: ResponsesRequest, plan: ToolPlan | None) -> tuple[Structure
     return spec, "text.format"
 
 
-def _settings(req: ResponsesRequest, sampling: SamplingParams) -> dict:
-    """The request's settings as a Response object carries them."""
+def _settings(req: ResponsesRequest, sampling: SamplingParams, service_tier: str | None) -> dict:
+    """The request's settings as a Response object carries them (``service_tier``: the tier it is served at, if
+    it named one)."""
     tools = [
         {"type": "function", "name": t.name, "description": t.description, "strict": bool(t.strict),
          "parameters": t.parameters if t.parameters and bytes(t.parameters) != b"null" else None}
@@ -298,7 +300,7 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams) -> dict:
         "text": {"format": text_format},
         "tool_choice": {"type": "function", "name": choice.name} if isinstance(choice, ToolChoiceIn) else choice,
         "tools": tools,
-        **({"service_tier": service_tiers.resolve(None, req.service_tier)[1]} if req.service_tier else {}),
+        **({"service_tier": service_tier} if service_tier is not None else {}),
         "truncation": "disabled",
         "user": req.user,
     }
