@@ -105,7 +105,7 @@ class OtlpReceiver:
         self._server.server_close()
 
     def wait_for(self, predicate, timeout_s: float = 30.0) -> list[dict]:
-        """The spans once ``predicate(spans)`` holds; AssertionError with what came if it does not in time."""
+        """The spans once ``predicate(spans)`` holds; TimeoutError with what came if it does not in time."""
         deadline = time.monotonic() + timeout_s
         while True:
             with self._lock:
@@ -113,5 +113,5 @@ class OtlpReceiver:
             if predicate(spans):
                 return spans
             if time.monotonic() > deadline:
-                raise AssertionError(f"the collector got {spans}")
+                raise TimeoutError(f"the collector got {spans}")
             time.sleep(0.05)

@@ -146,7 +146,7 @@ def _trace(traces: OtlpReceiver) -> None:
 
     try:
         spans = {s["name"]: s for s in traces.wait_for(both, TRACE_WAIT_S) if s["trace_id"] == TRACE_ID}
-    except AssertionError:
+    except TimeoutError:
         print(f"(no trace within {TRACE_WAIT_S:.0f} s)")
         return
     top, node = spans["llm_request"]["attributes"], spans["node_request"]["attributes"]
