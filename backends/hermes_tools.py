@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from transport.messages import ChatMessage, ToolSpec
+from transport.chat_wire import ChatMessage, ToolSpec
 
 MAX_TOOLS = 128  # OpenAI's limit on tools per request
 MAX_TOOL_DESCRIPTION_CHARS = 8192

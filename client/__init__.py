@@ -1,6 +1,6 @@
 """The ZeroMQ client library: talk to a Silicon Zoo control plane from an application (see zoo_client.py;
 its typed errors are in errors.py). ``StructuredOutput`` (engine/structured_output.py) is re-exported for
-``generate(..., structured_outputs=StructuredOutput(...))``, ``ToolSpec`` (transport/messages.py) for
+``generate(..., structured_outputs=StructuredOutput(...))``, ``ToolSpec`` (transport/chat_wire.py) for
 ``generate(messages=..., tools=[ToolSpec(...)])``."""
 
 from client.errors import (
@@ -19,7 +19,7 @@ from client.errors import (
 )
 from client.zoo_client import AsyncZooClient, Completion, GenerationStream, ZooClient
 from engine.structured_output import StructuredOutput
-from transport.messages import ToolSpec
+from transport.chat_wire import ToolSpec
 
 __all__ = [
     "AsyncZooClient",

@@ -7,12 +7,19 @@ from transport.messages import ErrorCode, ErrorReply
 
 
 class ZooError(Exception):
-    """A request refused or failed by the fleet; ``code`` is the wire ErrorCode."""
+    """A request refused or failed by the fleet; ``code`` is the wire ErrorCode, ``param`` the request field at
+    fault when the refusal names one (as an OpenAI error's ``param``), else None."""
 
     code: ErrorCode = ErrorCode.INTERNAL
 
     def __init__(
-        self, message: str, *, code: ErrorCode | None = None, request_id: str = "", retry_after_s: float | None = None
+        self,
+        message: str,
+        *,
+        code: ErrorCode | None = None,
+        request_id: str = "",
+        retry_after_s: float | None = None,
+        param: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -20,6 +27,7 @@ class ZooError(Exception):
             self.code = code
         self.request_id = request_id
         self.retry_after_s = retry_after_s
+        self.param = param
 
 
 class ZooInvalidRequestError(ZooError):
@@ -84,4 +92,10 @@ _ERRORS: dict[ErrorCode, type[ZooError]] = {
 
 def error_from_reply(reply: ErrorReply) -> ZooError:
     cls = _ERRORS.get(reply.code, ZooError)
-    return cls(reply.message, code=reply.code, request_id=reply.request_id, retry_after_s=reply.retry_after_s)
+    return cls(
+        reply.message,
+        code=reply.code,
+        request_id=reply.request_id,
+        retry_after_s=reply.retry_after_s,
+        param=reply.param,
+    )

@@ -39,15 +39,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from client.completion import Completion
 from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
-from engine.sampling_params import SamplingParams
-from engine.structured_output import StructuredOutput
+from client.request_build import build_request
 from transport.actor import MailboxFull
 from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
 from transport.link import Link
 from transport.messages import (
     CancelRequest,
-    ChatMessage,
     ClientGenerate,
     ErrorCode,
     ErrorReply,
@@ -55,7 +53,6 @@ from transport.messages import (
     Ping,
     Pong,
     TokenChunk,
-    ToolSpec,
 )
 from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connect_dealer
 
@@ -223,99 +220,16 @@ class AsyncZooClient:
     # -- the API ----------------------------------------------------------------------------------
 
     async def generate(
-        self,
-        prompt: str | None = None,
-        *,
-        messages: list[dict[str, str]] | list[ChatMessage] | None = None,
-        prompt_token_ids: list[int] | None = None,
-        max_tokens: int = 16,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        seed: int | None = None,
-        stop: list[str] | str | None = None,
-        stop_token_ids: list[int] | None = None,
-        ignore_eos: bool = False,
-        logprobs: int | None = None,
-        prompt_logprobs: int | None = None,
-        truncate_prompt_tokens: int | None = None,
-        include_stop_str_in_output: bool = False,
-        skip_special_tokens: bool = True,
-        presence_penalty: float = 0.0,
-        frequency_penalty: float = 0.0,
-        repetition_penalty: float = 1.0,
-        logit_bias: dict[int, float] | None = None,
-        min_p: float = 0.0,
-        min_tokens: int = 0,
-        allowed_token_ids: list[int] | None = None,
-        structured_outputs: StructuredOutput | None = None,
-        tools: list[ToolSpec] | None = None,
-        embed: bool = False,
-        model: str | None = None,
-        traffic_class: str = "default",
-        request_id: str | None = None,
-        stream: bool = False,
-        trace_headers: dict[str, str] | None = None,
-        priority: int = 0,
+        self, prompt: str | None = None, *, stream: bool = False, request_id: str | None = None, **options: Any
     ) -> Completion | GenerationStream:
         """Send one request. stream=False: the whole Completion; stream=True: a GenerationStream
-        (refusals raise here, before it is returned). Raises ZooError subclasses.
-
-        ``structured_outputs``: a constraint on the output's shape, exactly one of its fields set
-        (``StructuredOutput(choice=("yes", "no"))``, ``(regex=...)``, ``(json=<a JSON schema's text>)``,
-        ``(json_object=True)``, ``(grammar=<Lark>)``; importable from ``client``). A malformed or uncompilable one
-        is ZooInvalidRequestError naming ``structured_outputs``; so is one beside ``ignore_eos``, ``min_tokens``
-        or ``allowed_token_ids`` (naming that field).
-        ``tools`` (with ``messages``): functions the model may call, shown in its prompt by the model's chat template
-        (``ToolSpec(name, description, parameters=<a JSON schema's text>)``; importable from ``client``). The reply is
-        the model's text; to force a call, add ``structured_outputs`` with the function's parameters schema.
-        ``prompt_logprobs``: every prompt token's log-probability, rank and that many alternatives, in
-        ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it.
-        ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``: vLLM's, as on HTTP
-        (engine/sampling_params.py). ``embed``: the prompt's embedding too, in ``Completion.embedding`` (``embed()``
-        asks for it of several inputs at once). ``trace_headers``: the caller's W3C traceparent / tracestate.
-        ``priority``: vLLM's, lower runs earlier among the requests of its traffic class."""
+        (refusals raise here, before it is returned). Raises ZooError subclasses. ``options``: the request's
+        keywords, client/request_build.py's ``build_request`` (``messages``, ``max_tokens``, ``temperature``, …,
+        ``cache_salt``, ``continue_final_message``, ``priority``); an unknown one is a TypeError."""
         request_id = request_id or uuid.uuid4().hex
-        if isinstance(stop, str):
-            stop = [stop]
-        msg = ClientGenerate(
-            request_id=request_id,
-            model=model or self.model,
-            prompt=prompt,
-            messages=[m if isinstance(m, ChatMessage) else ChatMessage(m["role"], m["content"]) for m in messages]
-            if messages is not None
-            else None,
-            prompt_token_ids=prompt_token_ids,
-            tools=tools,
-            trace_headers=trace_headers,
-            priority=priority,
-            # validated by the control plane when it decodes the request (one validation, at the edge)
-            sampling=SamplingParams.unchecked(
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                seed=seed,
-                max_tokens=max_tokens,
-                stop=tuple(stop or ()),
-                stop_token_ids=tuple(stop_token_ids or ()),
-                ignore_eos=ignore_eos,
-                logprobs=logprobs,
-                prompt_logprobs=prompt_logprobs,
-                truncate_prompt_tokens=truncate_prompt_tokens,
-                include_stop_str_in_output=include_stop_str_in_output,
-                skip_special_tokens=skip_special_tokens,
-                presence_penalty=presence_penalty,
-                frequency_penalty=frequency_penalty,
-                repetition_penalty=repetition_penalty,
-                logit_bias=tuple(logit_bias.items()) if isinstance(logit_bias, dict) else logit_bias or (),
-                min_p=min_p,
-                min_tokens=min_tokens,
-                allowed_token_ids=tuple(allowed_token_ids or ()),
-                structured_outputs=structured_outputs,
-                embed=embed,
-            ),
-            traffic_class=traffic_class,
-        )
+        options["model"] = options.get("model") or self.model
+        msg = build_request(request_id, prompt, **options)
+        max_tokens = msg.sampling.max_tokens
         # every chunk of the request fits: the reader never waits on a slow consumer
         bound = max_tokens + 2 if isinstance(max_tokens, int) and 0 < max_tokens < 1 << 20 else 2
         receive = self._open(request_id, bound)

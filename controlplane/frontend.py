@@ -8,7 +8,8 @@ from typing import Any, Protocol
 import msgspec
 
 from engine.sampling_params import SamplingParams
-from transport.messages import ChatMessage, ClientGenerate, ErrorCode, TokenChunk, ToolSpec
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
+from transport.messages import ClientGenerate, ErrorCode, TokenChunk
 
 
 class FrontendError(Exception):
@@ -52,6 +53,7 @@ class Frontend(Protocol):
         prompts: list[str | list[int]] | None = None,
         trace_headers: dict[str, str] | None = None,
         priority: int = 0,
+        chat: ChatTemplateOptions | None = None,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
         ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
@@ -69,6 +71,8 @@ class Frontend(Protocol):
             choice ``i * num_choices + j`` of prompt i (OpenAI's order), one stream (client_generates).
             trace_headers: the caller's W3C traceparent / tracestate, the parent of the request's spans.
             priority: vLLM's (lower runs earlier), among the requests of its traffic class (cells.engine_priority).
+            chat: how ``messages`` are rendered: vLLM's add_generation_prompt, continue_final_message (a prefilled
+            reply) and chat_template_kwargs (backends/chat_render.py); None: a new reply, no extra variables.
         """
         ...
 

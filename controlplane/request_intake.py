@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import msgspec
 
+from backends.chat_render import render_chat
 from backends.grammar import check as check_grammar
-from backends.hermes_tools import template_messages, template_tools
 from controlplane.admission import queued_requests
 from controlplane.cells import DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
 from controlplane.lora_table import LoraTable
@@ -284,20 +284,12 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
         raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
     if msg.tools and msg.messages is None:
         raise PromptError("tools are given with messages only", "tools")
+    if msg.chat is not None and msg.messages is None:
+        raise PromptError("chat template options are given with messages only", "chat")
     if msg.prompt_token_ids is not None:
         token_ids, param = msg.prompt_token_ids, "prompt_token_ids"
-    elif msg.messages is not None:
-        if not msg.messages:
-            raise PromptError("messages must not be empty", "messages")
-        try:
-            tools = template_tools(msg.tools)
-        except ValueError as e:
-            raise PromptError(str(e), "tools") from None
-        try:  # a template may refuse the messages (raise_exception): the client's error
-            rendered = tokenizer.apply_chat_template(template_messages(msg.messages), tools=tools)
-        except ValueError as e:
-            raise PromptError(str(e), "messages") from None
-        token_ids, param = tokenizer.encode(rendered), "messages"
+    elif msg.messages is not None:  # the chat template, vLLM's options (backends/chat_render.py): a PromptError
+        token_ids, param = tokenizer.encode(render_chat(tokenizer, msg.messages, msg.tools, msg.chat)), "messages"
     else:
         token_ids, param = tokenizer.encode(msg.prompt), "prompt"
     if msg.sampling.truncate_prompt_tokens is not None:  # vLLM's left truncation: the last k tokens

@@ -31,6 +31,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import anyio
 import msgspec
@@ -50,7 +51,6 @@ from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
-from engine.sampling_params import SamplingParams
 from transport.actor import Actor, MailboxFull
 from transport.codec import WHY_UNENCODABLE, clip
 from transport.curve import ZapHandler
@@ -58,7 +58,6 @@ from transport.dispatch import Dispatcher, Incoming
 from transport.link import Link, Outgoing
 from transport.messages import (
     CancelRequest,
-    ChatMessage,
     ClientGenerate,
     Envelope,
     ErrorCode,
@@ -75,7 +74,6 @@ from transport.messages import (
     Pong,
     ProbeSnapshot,
     TokenChunk,
-    ToolSpec,
     Welcome,
 )
 from transport.sockets import AGENT_MAX_MSG_BYTES, CLIENT_MAX_MSG_BYTES, Channel, Received, bind_router
@@ -322,38 +320,10 @@ class ControlPlane(Actor):
         }
 
     def generate(
-        self,
-        request_id: str,
-        *,
-        model: str | None,
-        prompt: str | None = None,
-        messages: list[ChatMessage] | None = None,
-        prompt_token_ids: list[int] | None = None,
-        sampling: SamplingParams,
-        traffic_class: str = "default",
-        arrival_ns: int | None = None,
-        num_choices: int = 1,
-        tenant: str = "",
-        tools: list[ToolSpec] | None = None,
-        prompts: list[str | list[int]] | None = None,
-        trace_headers: dict[str, str] | None = None,
-        priority: int = 0,
+        self, request_id: str, *, model: str | None, arrival_ns: int | None = None, **fields: Any
     ) -> AsyncIterator[TokenChunk]:
-        msgs = client_generates(
-            request_id,
-            sampling=sampling,
-            num_choices=num_choices,
-            prompts=prompts,
-            model=model,
-            prompt=prompt,
-            messages=messages,
-            prompt_token_ids=prompt_token_ids,
-            tools=tools,
-            traffic_class=traffic_class,
-            tenant=tenant,
-            trace_headers=trace_headers,
-            priority=priority,
-        )
+        """Frontend.generate (controlplane/frontend.py names the keywords: ``fields`` are client_generates')."""
+        msgs = client_generates(request_id, model=model, **fields)
         timeout_s = self.config.chunk_timeout_s
         return local_stream(msgs, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns=arrival_ns)
 

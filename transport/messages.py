@@ -26,6 +26,7 @@ from typing import Any
 import msgspec
 
 from engine.sampling_params import SamplingParams
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
 
 PROTOCOL_VERSION = 1
 MAX_PAYLOAD_BYTES = 8 * 1024 * 1024  # a payload larger than this is rejected unread
@@ -228,29 +229,6 @@ class NodeDrain(Envelope, kw_only=True):
 # --------------------------------------------------------------------------- requests
 
 
-class ToolCall(msgspec.Struct, frozen=True):
-    """A function call an assistant made: ``arguments`` is JSON text as the model wrote it."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-class ChatMessage(msgspec.Struct, frozen=True):
-    role: str
-    content: str
-    tool_calls: tuple[ToolCall, ...] = ()  # an assistant message's calls (the conversation so far)
-    tool_call_id: str | None = None  # a "tool" message: the call it answers
-
-
-class ToolSpec(msgspec.Struct, frozen=True):
-    """A function the model may call (OpenAI's ``tools[].function``; ``parameters``: its JSON schema's text or "")."""
-
-    name: str
-    description: str = ""
-    parameters: str = ""
-
-
 class ClientGenerate(Envelope, kw_only=True):
     """Client → control plane: exactly one of ``prompt``, ``messages``, ``prompt_token_ids``."""
 
@@ -264,6 +242,7 @@ class ClientGenerate(Envelope, kw_only=True):
     tenant: str = ""  # who it is for (controlplane/tenants.py: its class, rate limits, usage); "" = default
     priority: int = 0  # vLLM's: lower runs earlier, within its class (controlplane/cells.py engine_priority)
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate (transport/trace_context.py): its parent
+    chat: ChatTemplateOptions | None = None  # how ``messages`` are rendered (None: the defaults, a new reply)
 
 
 class GenerateRequest(Envelope, kw_only=True):

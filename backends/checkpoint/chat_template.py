@@ -13,6 +13,8 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from backends.hermes_tools import fold_tools
 
+_SET_HERE = frozenset({"messages", "tools", "add_generation_prompt"})  # never a caller's variable
+
 
 class ChatTemplate:
     """A compiled chat template.
@@ -31,7 +33,8 @@ class ChatTemplate:
         try:
             environment = _environment()
             self._template = environment.from_string(source)
-            self.takes_tools = "tools" in meta.find_undeclared_variables(environment.parse(source))
+            self.variables = frozenset(meta.find_undeclared_variables(environment.parse(source)))
+            self.takes_tools = "tools" in self.variables
         except jinja2.TemplateSyntaxError as error:
             raise ValueError(f"the chat template does not parse: {error}") from error
 
@@ -42,11 +45,15 @@ class ChatTemplate:
         add_generation_prompt: bool = True,
         special_tokens: dict[str, str | None] | None = None,
         tools: list[dict[str, Any]] | None = None,
+        variables: dict[str, Any] | None = None,
     ) -> str:
         """Render `messages`; `special_tokens` supplies template variables such as bos_token and eos_token;
-        `tools` (backends/hermes_tools.template_tools) the functions the reply may call."""
+        `tools` (backends/hermes_tools.template_tools) the functions the reply may call; `variables` more of the
+        template's variables (vLLM's chat_template_kwargs): those it does not read are dropped, as vLLM drops them,
+        and none replaces the messages, tools, flag or special tokens."""
         validate_messages(messages)
-        variables: dict[str, Any] = dict(special_tokens or {})
+        extra = {k: v for k, v in (variables or {}).items() if k in self.variables and k not in _SET_HERE}
+        variables = {**extra, **(special_tokens or {})}
         if self.takes_tools:
             variables["tools"] = tools
         else:
@@ -55,6 +62,8 @@ class ChatTemplate:
             return self._template.render(**variables, messages=messages, add_generation_prompt=add_generation_prompt)
         except jinja2.TemplateError as error:
             raise ValueError(f"the chat template rejected the messages: {error}") from error
+        except Exception as error:  # a caller's variable of a type the template does not expect, say
+            raise ValueError(f"the chat template failed on this input: {type(error).__name__}: {error}") from error
 
 
 def validate_messages(messages: Any) -> None:

@@ -135,10 +135,15 @@ class Tokenizer:
         return self.decode([token_id], skip_special_tokens=False).encode("utf-8")
 
     def apply_chat_template(
-        self, messages: list[dict[str, Any]], add_generation_prompt: bool = True, tools: list[dict] | None = None
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
     ) -> str:
         """The prompt text for `messages` (each {"role": str, "content": str}, perhaps with tool calls: see
-        backends/hermes_tools.py) and `tools`; encode it without special tokens."""
+        backends/hermes_tools.py) and `tools`; encode it without special tokens. `template_kwargs`: more template
+        variables (those the template does not read are dropped; backends/chat_render.py)."""
         if self._compiled_template is None:
             raise ValueError("this checkpoint has no chat template")
         special_tokens = {
@@ -147,7 +152,11 @@ class Tokenizer:
             "pad_token": self._token_text(self.pad_token_id),
         }
         return self._compiled_template.render(
-            messages, add_generation_prompt=add_generation_prompt, special_tokens=special_tokens, tools=tools
+            messages,
+            add_generation_prompt=add_generation_prompt,
+            special_tokens=special_tokens,
+            tools=tools,
+            variables=template_kwargs,
         )
 
     def _token_text(self, token_id: int | None) -> str | None:

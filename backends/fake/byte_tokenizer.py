@@ -36,7 +36,11 @@ class ByteTokenizer:
         return bytes([token_id - 3]) if 3 <= token_id < self.vocab_size else b""
 
     def apply_chat_template(
-        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        template_kwargs: dict | None = None,  # a fixed template: it reads no variable
     ) -> str:
         text = "".join(f"{m['role']}: {m['content']}\n" for m in fold_tools(messages, tools))
         return text + ("assistant: " if add_generation_prompt else "")

@@ -42,7 +42,11 @@ class SimTokenizer:
         return PLACEHOLDER * sum(1 for i in ids if not (skip_special_tokens and i == self.eos_token_id))
 
     def apply_chat_template(
-        self, messages: list[dict], add_generation_prompt: bool = True, tools: list[dict] | None = None
+        self,
+        messages: list[dict],
+        add_generation_prompt: bool = True,
+        tools: list[dict] | None = None,
+        template_kwargs: dict | None = None,  # a fixed template: it reads no variable
     ) -> str:
         text = "\n".join(f"{m['role']}: {m['content']}" for m in fold_tools(messages, tools))
         return text + ("\nassistant:" if add_generation_prompt else "")

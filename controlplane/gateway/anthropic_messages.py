@@ -16,6 +16,9 @@ serving_messages.py):
     errors    {"type": "error", "error": {"type": "invalid_request_error" | …, "message": …}}
     count     POST /v1/messages/count_tokens: model, messages, system, tools, tool_choice → {input_tokens}, the
               prompt's tokens as a message request with them renders it (``parse_count_tokens``)
+    prefill   a final assistant message is the start of the reply, which the model continues (Anthropic's
+              "prefill"; vLLM's continue_final_message, backends/chat_render.py); the reply holds only what follows.
+              Anthropic's rule: its text may not end in whitespace (400)
 
 Tools map onto OpenAI's tool calling (gateway/tool_calls.py): ``auto`` → "auto" (the Hermes parser), ``any`` →
 "required", ``tool`` → a named function, ``none`` → "none"; a tool_use block is an assistant's ToolCall, a
@@ -34,9 +37,12 @@ from controlplane.gateway.openai_schema import GenerateArgs, decode_body
 from controlplane.gateway.tool_calls import NOT_GIVEN, FunctionIn, ToolPlan, ToolStream, new_call_id, tool_specs
 from controlplane.gateway.tool_calls import ToolIn as OpenAIToolIn
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
-from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolCall, ToolSpec
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
+from transport.messages import ErrorCode, TokenChunk
 
 _STOP_REASONS = {"length": "max_tokens"}
+PREFILL = ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True)
+PREFILL_WHITESPACE = "final assistant content cannot end with trailing whitespace"  # Anthropic's message
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error"}  # fmt: skip
 
@@ -101,6 +107,7 @@ def parse_messages(body: bytes) -> GenerateArgs:
     """The request as the gateway's GenerateArgs; FrontendError naming the field at fault."""
     req = decode_body(_DECODER, body)
     messages = _conversation(req)
+    chat = prefill_options(messages, len(req.messages) - 1)
     plan = _tool_plan(req)
     forced = plan.constraint() if plan is not None else None
     try:
@@ -122,16 +129,36 @@ def parse_messages(body: bytes) -> GenerateArgs:
         stream=bool(req.stream),
         tool_plan=plan,
         structured_param="tools" if forced is not None else None,
+        chat=chat,
     )
 
 
-def parse_count_tokens(body: bytes) -> tuple[str | None, list[ChatMessage], list[ToolSpec] | None]:
-    """A count_tokens request's model, chat messages and the tools its prompt shows; FrontendError naming the field
-    at fault."""
+def parse_count_tokens(
+    body: bytes,
+) -> tuple[str | None, list[ChatMessage], list[ToolSpec] | None, ChatTemplateOptions | None]:
+    """A count_tokens request's model, chat messages, the tools its prompt shows and how it is rendered (a prefill);
+    FrontendError naming the field at fault."""
     req = decode_body(_COUNT_DECODER, body)
     messages = _conversation(req)
     plan = _tool_plan(req)
-    return req.model, messages, plan.prompt_tools if plan is not None else None
+    return (
+        req.model,
+        messages,
+        plan.prompt_tools if plan is not None else None,
+        prefill_options(messages, len(req.messages) - 1),
+    )
+
+
+def prefill_options(messages: list[ChatMessage], last: int) -> ChatTemplateOptions | None:
+    """A conversation ending in an assistant's text is a prefilled reply: the model continues that text (None: a
+    new reply; an empty one is a new reply too, backends/chat_render.py). Its text may not end in whitespace, Anthropic's rule (a tokenizer would split the continuation
+    there badly); ``last``: the request's index of that message, for the error."""
+    final = messages[-1]
+    if final.role != "assistant" or final.tool_calls:
+        return None
+    if final.content[-1:].isspace():
+        raise invalid_param(f"messages[{last}].content", PREFILL_WHITESPACE)
+    return PREFILL
 
 
 def _conversation(req: MessagesRequest | CountTokensRequest) -> list[ChatMessage]:

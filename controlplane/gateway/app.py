@@ -262,8 +262,8 @@ class Gateway:
         async def serve() -> Response:
             if self.tokenize_routes.tokenizer is None:
                 return no_tokenizer()
-            model, messages, tools = parse_count_tokens(await self._read_body(request))
-            return _json({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools)})
+            model, messages, tools, chat = parse_count_tokens(await self._read_body(request))
+            return _json({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools, chat)})
 
         return await _guarded(request, serve, anthropic_error_body)
 
@@ -371,6 +371,7 @@ class Gateway:
             traffic_class=clip(traffic_class, MAX_CLASS_CHARS),
             **({"tenant": tenant} if tenant else {}),
             **({"tools": args.tools} if args.tools else {}),
+            **({"chat": args.chat} if args.chat else {}),  # vLLM's chat options (backends/chat_render.py)
             **({"trace_headers": traced} if traced else {}),
             **({"priority": args.priority} if args.priority else {}),  # vLLM's: lower runs earlier
             **more,

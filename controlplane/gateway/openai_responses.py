@@ -45,7 +45,8 @@ from controlplane.gateway.structured_fields import NOT_GIVEN, schema_text
 from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, ToolStream, plan_for, tool_specs
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
-from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolCall
+from transport.chat_wire import ChatMessage, ToolCall
+from transport.messages import ErrorCode, TokenChunk
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = ("input_text", "output_text", "text")

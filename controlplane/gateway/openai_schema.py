@@ -12,7 +12,9 @@ calling (``tools``, ``tool_choice``, an assistant message's ``tool_calls``, a to
 gateway/tool_calls.py. The penalties, ``logit_bias`` (its keys token ids written as strings, as OpenAI's) and vLLM's
 ``repetition_penalty``, ``min_p``, ``min_tokens``, ``allowed_token_ids``, ``truncate_prompt_tokens``,
 ``include_stop_str_in_output`` and ``skip_special_tokens`` are honoured (engine/sampling_params.py
-says each one's range and the order they apply in). ``n`` choices (at most MAX_CHOICES) become n engine requests. The
+says each one's range and the order they apply in). vLLM's chat options (``add_generation_prompt``,
+``continue_final_message`` for a prefilled assistant reply, ``chat_template_kwargs``) ride to the intake's renderer
+(backends/chat_render.py). ``n`` choices (at most MAX_CHOICES) become n engine requests. The
 replies are built in gateway/openai_reply.py.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -29,11 +32,13 @@ from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
-from transport.messages import ChatMessage, ErrorCode, ToolCall, ToolSpec
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
+from transport.messages import ErrorCode
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
 MAX_CHOICES = 16  # the most choices (``n``) one request may ask for
 MAX_BATCH = 256  # the most engine requests one completion's batch of prompts (times its ``n``) may make
+DEFAULT_CHAT = ChatTemplateOptions()
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -116,6 +121,9 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     tool_choice: str | NamedToolChoice | None = None
     parallel_tool_calls: bool | None = None
     service_tier: str | None = None  # OpenAI's: a priority inside the request's class (gateway/service_tier.py)
+    add_generation_prompt: bool = True  # extension (as in vLLM): the prompt ends with a new assistant message's header
+    continue_final_message: bool = False  # extension (as in vLLM): the model continues the final message (a prefill)
+    chat_template_kwargs: dict[str, Any] | None = None  # extension (as in vLLM): more chat template variables
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +146,7 @@ class GenerateArgs:
     service_tier: str | None = None  # the OpenAI tier the reply names (gateway/service_tier.py); None: not asked
     structured_param: str | None = None  # the field that asked for structured outputs (an error about them names it)
     tool_plan: ToolPlan | None = None  # a chat's tools (gateway/tool_calls.py)
+    chat: ChatTemplateOptions | None = None  # how a chat's messages are rendered (None: the defaults)
     echo: bool = False  # a completion's text (and logprobs) start with its prompt's
     prompt_logprobs_field: bool = False  # the reply carries vLLM's ``prompt_logprobs`` (the client asked by name)
 
@@ -230,7 +239,26 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         priority=priority,
         service_tier=service_tier,
         structured_param=structured_param,
+        chat=chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
     )
+
+
+def chat_options(
+    add_generation_prompt: bool, continue_final_message: bool, template_kwargs: dict[str, Any] | None
+) -> ChatTemplateOptions | None:
+    """vLLM's chat options as the wire's (None: the defaults). As in vLLM, ``chat_template_kwargs`` may set the two
+    flags too, and wins (vllm/entrypoints/openai/chat_completion/serving.py updates the flags with them); the
+    options are checked where the chat is rendered (backends/chat_render.py)."""
+    kwargs = dict(template_kwargs or {})
+    flags = {"add_generation_prompt": add_generation_prompt, "continue_final_message": continue_final_message}
+    for name in flags:
+        if name in kwargs:
+            value = kwargs.pop(name)
+            if not isinstance(value, bool):
+                raise invalid_param("chat_template_kwargs", f"{name} must be a boolean, got {show_value(value)}")
+            flags[name] = value
+    options = ChatTemplateOptions(**flags, template_kwargs=kwargs or None)
+    return None if options == DEFAULT_CHAT else options
 
 
 def decode_body(decoder: msgspec.json.Decoder, body: bytes):

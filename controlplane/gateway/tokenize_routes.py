@@ -2,16 +2,18 @@
 
     POST /tokenize    {"model"?, "prompt": str, "add_special_tokens"?: true, "return_token_strs"?: false}
                    or {"model"?, "messages": [...], "tools"?: [...], "add_generation_prompt"?: true,
+                       "continue_final_message"?: false, "chat_template_kwargs"?: {...},
                        "add_special_tokens"?: false, "return_token_strs"?: false}
                    →  {"count": N, "max_model_len": L, "tokens": [ids], "token_strs": [str] | null}
     POST /detokenize  {"model"?, "tokens": [ids]}  →  {"prompt": str}
 
 (``count_chat`` also counts for Anthropic's ``POST /v1/messages/count_tokens``: gateway/app.py.)
 
-``messages`` (and ``tools``) go through the model's chat template exactly as a chat completion's do
-(request_intake.py), so ``count`` is the ``usage.prompt_tokens`` that chat completion reports. ``max_model_len``
-is the longest context a live node serves (0 before any node joined). Bad input answers 400 in OpenAI's error
-shape; an unknown model 404 (checked once some node serves a model); a frontend without a tokenizer 501.
+``messages`` (and ``tools``, and vLLM's chat options) go through the model's chat template exactly as a chat
+completion's do (backends/chat_render.py), so ``count`` is the ``usage.prompt_tokens`` that chat completion reports.
+``max_model_len`` is the longest context a live node serves (0 before any node joined). Bad input answers 400 in
+OpenAI's error shape; an unknown model 404 (checked once some node serves a model); a frontend without a tokenizer
+501.
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from typing import Any
 import msgspec
 from starlette.responses import Response
 
-from backends.hermes_tools import template_messages, template_tools
+from backends.chat_render import render_chat
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import error_response, http_error_response
-from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, decode_body
+from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, chat_options, decode_body
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tool_calls import ToolIn, tool_specs
+from engine.prompt import PromptError
 from engine.sampling_params import show_value
-from transport.messages import ChatMessage, ErrorCode, ToolSpec
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
+from transport.messages import ErrorCode
 
 
 class TokenizeRequest(msgspec.Struct, kw_only=True):
@@ -38,6 +42,8 @@ class TokenizeRequest(msgspec.Struct, kw_only=True):
     tools: list[ToolIn] | None = None  # with messages: rendered as a chat request's are (gateway/tool_calls.py)
     add_special_tokens: bool | None = None  # default: True for a prompt, False for messages (vLLM's)
     add_generation_prompt: bool = True
+    continue_final_message: bool = False  # vLLM's: the prompt ends inside the final message (a prefilled reply)
+    chat_template_kwargs: dict[str, Any] | None = None  # vLLM's: more chat template variables
     return_token_strs: bool | None = False
 
 
@@ -74,8 +80,9 @@ class TokenizeRoutes:
                     if not req.messages:
                         raise invalid_param("messages", "must be a non-empty list of messages")
                     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
-                    tools = _template_tools(tool_specs(req.tools) if req.tools else None)
-                    tokens = _chat_tokens(tokenizer, messages, tools, req.add_generation_prompt, req.add_special_tokens)
+                    tools = tool_specs(req.tools) if req.tools else None
+                    chat = chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs)
+                    tokens = _chat_tokens(tokenizer, messages, tools, chat, req.add_special_tokens)
                 else:
                     add_special = True if req.add_special_tokens is None else req.add_special_tokens
                     tokens = tokenizer.encode(req.prompt, add_special_tokens=add_special)
@@ -88,13 +95,18 @@ class TokenizeRoutes:
         except FrontendError as err:
             return error_response(err)
 
-    def count_chat(self, model: str | None, messages: list[ChatMessage], tools: list[ToolSpec] | None) -> int:
-        """The prompt tokens of a chat with these messages and tools (as a generation renders them); FrontendError
-        naming the field at fault. The frontend must have a tokenizer."""
+    def count_chat(
+        self,
+        model: str | None,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec] | None,
+        chat: ChatTemplateOptions | None = None,
+    ) -> int:
+        """The prompt tokens of a chat with these messages, tools and chat options (as a generation renders them);
+        FrontendError naming the field at fault. The frontend must have a tokenizer."""
         tokenizer = self._tokenizer_for(model)
-        template_tools = _template_tools(tools)
         try:
-            return len(_chat_tokens(tokenizer, messages, template_tools, True, None))
+            return len(_chat_tokens(tokenizer, messages, tools, chat, None))
         except ValueError as exc:  # a lone surrogate, a checkpoint without a chat template
             raise invalid_param("messages", str(exc)) from None
 
@@ -119,10 +131,12 @@ class TokenizeRoutes:
         return self.tokenizer
 
 
-def _chat_tokens(tokenizer, messages: list[ChatMessage], tools, add_generation_prompt: bool, add_special) -> list[int]:
-    text = tokenizer.apply_chat_template(
-        template_messages(messages), add_generation_prompt=add_generation_prompt, tools=tools
-    )
+def _chat_tokens(tokenizer, messages: list[ChatMessage], tools, chat: ChatTemplateOptions | None, add_special):
+    """The chat's tokens as the intake renders them; a PromptError becomes a 400 naming its field."""
+    try:
+        text = render_chat(tokenizer, messages, tools, chat)
+    except PromptError as exc:
+        raise invalid_param(exc.param, str(exc)) from None
     return tokenizer.encode(text, add_special_tokens=bool(add_special))
 
 
@@ -132,12 +146,3 @@ def no_tokenizer() -> Response:
 
 def _json(obj: dict) -> Response:
     return Response(msgspec.json.encode(obj), media_type="application/json")
-
-
-def _template_tools(tools) -> list[dict] | None:
-    if not tools:
-        return None
-    try:
-        return template_tools(list(tools))
-    except ValueError as exc:  # parameters nested past the decoder's limit
-        raise invalid_param("tools", str(exc)) from None

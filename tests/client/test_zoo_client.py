@@ -194,3 +194,32 @@ async def test_timeouts_and_an_empty_fleet():
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+def test_chat_options_and_cache_salt_travel_and_bad_ones_are_refused_by_name(portal_fleet):
+    """vLLM's chat options render a prefilled reply at the control plane (the byte tokenizer: one token per byte, so
+    the prompt grows by exactly the prefill); a salt travels in SamplingParams, checked at the control plane."""
+    asked = [{"role": "user", "content": "hi"}]
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        new_reply = zoo.generate(messages=asked, max_tokens=1)
+        prefilled = zoo.generate(
+            messages=[*asked, {"role": "assistant", "content": "Hello th"}],
+            add_generation_prompt=False,
+            continue_final_message=True,
+            max_tokens=1,
+        )
+        assert prefilled.num_prompt_tokens == new_reply.num_prompt_tokens + len("Hello th")
+        salted = zoo.generate(messages=asked, max_tokens=1, cache_salt="tenant-a")
+        assert salted.num_prompt_tokens == new_reply.num_prompt_tokens
+        for kwargs, field in (
+            ({"continue_final_message": True}, "continue_final_message"),  # and add_generation_prompt: both
+            ({"chat_template_kwargs": {"messages": []}}, "chat_template_kwargs"),
+            ({"cache_salt": ""}, "cache_salt"),
+            ({"cache_salt": "zoo-tenant:x"}, "cache_salt"),  # the private tenants' prefix
+        ):
+            with pytest.raises(ZooError) as e:
+                zoo.generate(messages=asked, max_tokens=1, **kwargs)
+            assert e.value.code is ErrorCode.INVALID_REQUEST and e.value.param == field, kwargs
+        with pytest.raises(TypeError):  # a keyword the request does not have
+            zoo.generate(messages=asked, max_tokns=1)
+        assert zoo.generate("after", max_tokens=1).text == "z"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from backends.fake import ByteTokenizer
@@ -14,7 +15,8 @@ from engine.clock import ManualClock
 from engine.prompt import PromptError
 from engine.sampling_params import SamplingParams
 from engine.structured_output import StructuredOutput
-from transport.messages import ChatMessage, ClientGenerate, ErrorCode, ErrorReply, ToolSpec
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
+from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 
 class _PrefersAlphabetically:
@@ -172,3 +174,26 @@ def test_a_template_refusing_the_messages_is_the_clients_error_and_the_intake_se
     )  # fmt: skip
     assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
     assert refused.param == "messages" and "alternate" in refused.message
+
+
+def test_chat_options_render_a_prefilled_reply_and_refusals_name_the_field(make_hello):
+    tokenizer = ByteTokenizer()
+    prefilled = [ChatMessage("user", "hi"), ChatMessage("assistant", "Hello th")]
+    cont = ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True)
+    chat = ClientGenerate(request_id="r", messages=prefilled, chat=cont, sampling=SamplingParams(max_tokens=2))
+    assert tokenizer.decode(tokenize(tokenizer, chat)) == "user: hi\nassistant: Hello th"
+    both = msgspec.structs.replace(chat, chat=ChatTemplateOptions(continue_final_message=True))
+    with pytest.raises(PromptError) as refused:
+        tokenize(tokenizer, both)
+    assert refused.value.param == "continue_final_message"
+    with pytest.raises(PromptError) as refused:  # options of a chat, on a plain prompt
+        tokenize(tokenizer, ClientGenerate(request_id="r", prompt="hi", chat=cont))
+    assert refused.value.param == "chat"
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a"))
+    refused = place_request(
+        both, model_names=["m"], inflight=set(), tokenizer=tokenizer, registry=registry,
+        policy=_PrefersAlphabetically(), admission=AdmissionControl(AdmissionConfig()), router=RouterConfig(),
+    )  # fmt: skip
+    assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
+    assert refused.param == "continue_final_message"

@@ -10,7 +10,7 @@ import pytest
 from backends.checkpoint import Tokenizer
 from backends.checkpoint.chat_template import ChatTemplate
 from backends.hermes_tools import MAX_TOOLS, fold_tools, parse_tool_calls, template_messages, template_tools
-from transport.messages import ChatMessage, ToolCall, ToolSpec
+from transport.chat_wire import ChatMessage, ToolCall, ToolSpec
 
 WEATHER = ToolSpec("get_weather", "The weather now", '{"type":"object","properties":{"city":{"type":"string"}}}')
 CONVERSATION = [

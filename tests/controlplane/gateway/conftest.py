@@ -22,7 +22,8 @@ from backends.fake import ByteTokenizer
 from controlplane.frontend import FrontendError, choice_request_ids
 from controlplane.gateway import create_app
 from engine.sampling_params import SamplingParams
-from transport.messages import ChatMessage, ErrorCode, TokenChunk, ToolSpec
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
+from transport.messages import ErrorCode, TokenChunk
 
 MODEL = "smol"  # the FakeFrontend's default (and only) model
 
@@ -80,9 +81,10 @@ class FakeFrontend:
         prompts: list[str | list[int]] | None = None,
         priority: int = 0,
         trace_headers: dict[str, str] | None = None,
+        chat: ChatTemplateOptions | None = None,
     ) -> AsyncIterator[TokenChunk]:
         call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages, priority=priority)
-        call["trace_headers"] = trace_headers
+        call.update(trace_headers=trace_headers, chat=chat)
         call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
         call.update(arrival_ns=arrival_ns, num_choices=num_choices, tools=tools, prompts=prompts)
         self.calls.append(call)

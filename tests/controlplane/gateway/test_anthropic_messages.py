@@ -14,7 +14,7 @@ import pytest
 
 from controlplane.gateway import create_app
 from controlplane.gateway.api_keys import ApiKeyConfig
-from transport.messages import ChatMessage, ToolCall
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall
 
 MODEL = "smol"
 WEATHER = {
@@ -181,3 +181,25 @@ def test_count_tokens_counts_the_prompt_a_message_request_renders(served, client
         client.messages.count_tokens(model=MODEL, messages=[])
     with pytest.raises(anthropic.NotFoundError):
         client.messages.count_tokens(model="claude-9", messages=ASK)
+
+
+def test_a_final_assistant_message_is_a_prefill_the_model_continues(served, client, frontend):
+    prefilled = [*ASK, {"role": "assistant", "content": "It is"}]
+    reply = client.messages.create(model=MODEL, max_tokens=7, messages=prefilled)
+    assert [b.text for b in reply.content] == ["Hello, world"]  # only what follows the prefill, as Anthropic's
+    (call,) = frontend.calls
+    assert call["messages"][-1] == ChatMessage("assistant", "It is")
+    assert call["chat"] == ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True)
+    counted = client.messages.count_tokens(model=MODEL, messages=prefilled)
+    body = {"messages": prefilled, "continue_final_message": True, "add_generation_prompt": False}
+    assert counted.input_tokens == httpx.post(f"{served}/tokenize", json=body, timeout=30).json()["count"]
+    assert counted.input_tokens < client.messages.count_tokens(model=MODEL, messages=[*prefilled, *ASK]).input_tokens
+
+
+def test_a_prefill_ending_in_whitespace_is_refused_as_anthropic_refuses_it(client, frontend):
+    with pytest.raises(anthropic.BadRequestError, match="trailing whitespace"):
+        client.messages.create(model=MODEL, max_tokens=7, messages=[*ASK, {"role": "assistant", "content": "It is "}])
+    assert not frontend.calls
+    client.messages.create(model=MODEL, max_tokens=7, messages=[*ASK, {"role": "assistant", "content": ""}])
+    assert frontend.calls[0]["messages"][-1] == ChatMessage("assistant", "")  # rendered as a new reply (chat_render)
+    assert frontend.calls[0]["chat"] == ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True)

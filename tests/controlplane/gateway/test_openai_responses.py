@@ -16,7 +16,8 @@ import pytest
 from controlplane.gateway import create_app
 from controlplane.gateway.api_keys import ApiKeyConfig
 from controlplane.gateway.response_store import ResponseStore
-from transport.messages import ChatMessage, ErrorCode, ToolCall
+from transport.chat_wire import ChatMessage, ToolCall
+from transport.messages import ErrorCode
 
 MODEL = "smol"
 WEATHER = {

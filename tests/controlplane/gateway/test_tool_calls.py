@@ -12,7 +12,7 @@ import pytest
 
 from controlplane.gateway import GatewayConfig, create_app
 from controlplane.gateway.tool_calls import ToolPlan, ToolStream
-from transport.messages import ChatMessage, ToolCall, ToolSpec
+from transport.chat_wire import ChatMessage, ToolCall, ToolSpec
 
 MODEL = "smol"
 WEATHER = {
