@@ -312,7 +312,8 @@ class EngineThread:
             from agent.kv_migration import import_migrated_kv
 
             try:
-                num_blocks = import_migrated_kv(self.core.engine, cmd.add.prompt_token_ids, cmd.kv)
+                salt = cmd.add.params.cache_salt  # the blocks keyed as the request's own (engine/prefix_key.py)
+                num_blocks = import_migrated_kv(self.core.engine, cmd.add.prompt_token_ids, cmd.kv, salt)
                 log.info("request %s: %d KV blocks taken from a peer", cmd.add.request_id, num_blocks)
             except Exception:  # a transfer we cannot place: the request recomputes its prompt
                 log.exception("request %s: the peer's KV could not be imported", cmd.add.request_id)

@@ -89,16 +89,17 @@ def export_for_migration(engine: LLMEngine, req_id: str) -> ExportedRequest | No
     return ExportedRequest(state, layout, kv)
 
 
-def import_migrated_kv(engine: LLMEngine, token_ids: list[int], kv: ReceivedKV) -> int:
-    """Put a transfer's KV (the first full blocks of ``token_ids``) into ``engine``'s prefix cache; the number
-    of blocks written (blocks cached here already, or that did not fit, are skipped). Call from the engine's
-    thread, before adding the request whose prompt is ``token_ids``."""
+def import_migrated_kv(engine: LLMEngine, token_ids: list[int], kv: ReceivedKV, cache_salt: str | None = None) -> int:
+    """Put a transfer's KV (the first full blocks of ``token_ids``) into ``engine``'s prefix cache, keyed under the
+    request's ``cache_salt`` (only requests of that salt hit it); the number of blocks written (blocks cached here
+    already, or that did not fit, are skipped). Call from the engine's thread, before adding the request whose
+    prompt is ``token_ids``."""
     cache = _cache(engine)
     layout = kv.layout
     if cache is None or layout.dtype not in _TORCH_DTYPES or layout.dtype != _cache_dtype(cache):
         return 0  # a cache of another dtype: the request recomputes its prompt there
     num_blocks = min(layout.num_blocks, len(token_ids) // layout.block_size)
-    targets = engine.import_prefix(token_ids, num_blocks)
+    targets = engine.import_prefix(token_ids, num_blocks, cache_salt)
     picks = [i for i, block_id in enumerate(targets) if block_id >= 0]
     if not picks:
         return 0

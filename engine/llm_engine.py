@@ -29,6 +29,7 @@ from engine.detokenizer import IncrementalDetokenizer
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.multi_step import DecodeRun, DecodeSteps
+from engine.prefix_key import cache_key
 from engine.prompt import check_sampling_token_ids, check_token_ids
 from engine.remote_kv import RemoteKV
 from engine.request import FinishReason, Request, RequestStatus
@@ -271,8 +272,9 @@ class LLMEngine:
         """What another node needs to continue a request here (None for an unknown one): its tokens, what is
         left of its budget, and the device blocks of its computed full blocks (empty unless it is RUNNING on
         the device). The caller reads those blocks' KV (the runner) before the next step, then aborts it here.
-        A request with a ``cache_salt`` moves without its KV (the other node imports blocks under the shared key:
-        they would be a hit for any request there), so it recomputes its prompt there."""
+        A request on a LoRA adapter moves without its KV (its blocks are keyed by this node's adapter id, which names
+        nothing there), so it recomputes its prompt there; a salted one moves with it (``import_prefix`` keys it
+        under its salt there)."""
         tracked = self._tracked.get(req_id)
         if tracked is None:
             return None
@@ -280,14 +282,15 @@ class LLMEngine:
         request = tracked.request
         on_device = request.status is RequestStatus.RUNNING
         kv = self.scheduler.kv_cache_manager
-        salted = request.sampling_params.cache_salt is not None
-        block_ids = kv.computed_full_block_ids(request) if on_device and not salted else []
+        block_ids = kv.computed_full_block_ids(request) if on_device and request.lora_id is None else []
         return MigratedRequest(req_id, list(request.all_token_ids), request.num_output_tokens, block_ids)
 
-    def import_prefix(self, token_ids: list[int], num_blocks: int) -> list[int]:
+    def import_prefix(self, token_ids: list[int], num_blocks: int, cache_salt: str | None = None) -> list[int]:
         """KVCacheManager.import_prefix_blocks on this engine's cache: the device block each transferred block
-        must be written to (-1: skip). Write them (the runner) before the next step."""
-        return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks)
+        must be written to (-1: skip). Write them (the runner) before the next step. ``cache_salt``: the request's
+        (vLLM's): the blocks are keyed under it (engine/prefix_key.py), so only requests of that salt hit them."""
+        key = cache_key(None, cache_salt)
+        return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks, key)
 
     def num_output_tokens(self, req_id: str) -> int:
         """The tokens an unfinished request has generated so far (0 for one this engine does not hold)."""

@@ -151,8 +151,9 @@ def parse_count_tokens(
 
 def prefill_options(messages: list[ChatMessage], last: int) -> ChatTemplateOptions | None:
     """A conversation ending in an assistant's text is a prefilled reply: the model continues that text (None: a
-    new reply; an empty one is a new reply too, backends/chat_render.py). Its text may not end in whitespace, Anthropic's rule (a tokenizer would split the continuation
-    there badly); ``last``: the request's index of that message, for the error."""
+    new reply; an empty one is a new reply too, backends/chat_render.py). Its text may not end in whitespace,
+    Anthropic's rule (a tokenizer would split the continuation there badly); ``last``: the request's index of that
+    message, for the error."""
     final = messages[-1]
     if final.role != "assistant" or final.tool_calls:
         return None

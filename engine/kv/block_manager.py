@@ -257,17 +257,18 @@ class KVCacheManager:
         table = self._device_tables.get(request.req_id, [])
         return table[: min(len(table), request.num_computed_tokens // self.block_size)]
 
-    def import_prefix_blocks(self, token_ids: list[int], num_blocks: int, lora_id: int | None = None) -> list[int]:
+    def import_prefix_blocks(self, token_ids: list[int], num_blocks: int, key: int | None = None) -> list[int]:
         """Take KV computed elsewhere (a migration, a peer's transfer) for the first ``num_blocks`` full blocks of
         ``token_ids`` into the device prefix cache, so a request with these tokens hits it like any cached prefix.
 
         Returns one entry per block: the device block id the caller must write that block's KV into before the
         next step, or -1 where the block is cached here already (skip it). Takes as many leading blocks as fit
         in the free blocks; the rest are -1 too and not cached (the request computes them). The new blocks
-        end evictable (ref count 0, registered), the most recently used, so the next admission finds them."""
+        end evictable (ref count 0, registered), the most recently used, so the next admission finds them. ``key``:
+        what they are hashed under, a request's ``cache_key`` (its adapter, salted; engine/prefix_key.py)."""
         if not self.enable_prefix_caching:
             return [-1] * num_blocks
-        chain = extend_block_hashes([], token_ids, self.block_size, lora_id, num_blocks, self.hash_algo)
+        chain = extend_block_hashes([], token_ids, self.block_size, key, num_blocks, self.hash_algo)
         out = [-1] * num_blocks
         new: list[int] = []
         get_cached_block = self._device.get_cached_block

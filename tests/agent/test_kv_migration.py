@@ -129,3 +129,39 @@ def test_torch_to_jax_migration_continues_token_identical(smollm2_model, smollm2
     after = _drive(target, "r")
     assert before + after == expected
     assert target.make_stats().prefix_cache_hits_total == len(state.block_ids) * 4
+
+
+def test_a_salted_request_moves_with_its_kv_keyed_under_its_salt(smollm2_model, smollm2_checkpoint):
+    """vLLM's cache_salt: the moved blocks are a hit for the request (same salt) and for no request without it, so
+    the move leaves no unsalted copy another tenant could probe by its latency."""
+    tok = smollm2_checkpoint.tokenizer
+    salted = SamplingParams(temperature=0, max_tokens=NUM_TOKENS, ignore_eos=True, cache_salt="tenant-a")
+    reference = _engine(smollm2_model, tok)
+    reference.add_request(PROMPT, salted, req_id="r")
+    expected = _drive(reference, "r")
+
+    source, target = _engine(smollm2_model, tok), _engine(smollm2_model, tok)
+    source.add_request(PROMPT, salted, req_id="r")
+    before = _drive(source, "r", until=NUM_BEFORE)
+    exported = export_for_migration(source, "r")
+    state = exported.state
+    assert state.block_ids and exported.kv is not None  # the KV goes along
+    (kv,) = anyio.run(_ship, exported, accept_spec_for(source))
+    assert import_migrated_kv(target, state.token_ids, kv, "tenant-a") == len(state.block_ids)
+
+    def first_cached(req_id: str, params: SamplingParams) -> int:
+        target.add_request(state.token_ids, params, req_id=req_id)
+        (first,) = [out for out in target.step() if out.req_id == req_id]
+        target.abort([req_id])
+        return first.num_cached_tokens
+
+    assert first_cached("plain", _greedy(2)) == 0  # the same tokens, no salt: none of the moved blocks
+    other = SamplingParams(temperature=0, max_tokens=2, ignore_eos=True, cache_salt="tenant-b")
+    assert first_cached("other", other) == 0
+    remaining = SamplingParams(
+        temperature=0, max_tokens=NUM_TOKENS - NUM_BEFORE, ignore_eos=True, cache_salt="tenant-a"
+    )
+    target.add_request(state.token_ids, remaining, req_id="r")
+    after = _drive(target, "r")
+    assert before + after == expected  # the salted KV continues token-identical
+    assert target.make_stats().prefix_cache_hits_total == len(state.block_ids) * 4  # its hits: the moved blocks

@@ -1,5 +1,5 @@
 """vLLM's ``cache_salt``: only requests with the same salt share prefix-cache blocks (engine/prefix_key.py), the
-router hashes a prompt under the same key, and a salted request migrates without its KV."""
+router hashes a prompt under the same key, and a salted request migrates with its KV, keyed under its salt there."""
 
 from __future__ import annotations
 
@@ -56,11 +56,43 @@ def test_a_salt_must_be_a_non_empty_string_within_the_bound():
             SamplingParams(cache_salt=bad)
 
 
-def test_a_salted_request_migrates_without_its_kv():
+def test_a_salted_request_migrates_with_its_kv_which_lands_under_its_salt():
     engine = build_trivial_engine()
     for request_id, salt in (("plain", None), ("salted", "s")):
         engine.add_request(PROMPT, SamplingParams(max_tokens=50, ignore_eos=True, cache_salt=salt), req_id=request_id)
     engine.step()
     engine.step()
     assert engine.export_request("plain").block_ids  # its computed blocks go with it
-    assert engine.export_request("salted").block_ids == []  # recomputed there: no unsalted copy on another node
+    moved = engine.export_request("salted")
+    assert len(moved.block_ids) == 4  # and so do a salted one's: the target keys them under the salt
+    target = build_trivial_engine()
+    assert all(b >= 0 for b in target.import_prefix(moved.token_ids, 4, "s"))
+    assert _cached_on(target, "n", moved.token_ids, None) == 0  # no unsalted copy landed
+    assert _cached_on(target, "t", moved.token_ids, "t") == 0
+    assert _cached_on(target, "s", moved.token_ids, "s") == 64  # the four moved blocks
+
+
+def _cached_on(engine, request_id: str, tokens: list[int], salt: str | None) -> int:
+    engine.add_request(tokens, SamplingParams(max_tokens=1, ignore_eos=True, cache_salt=salt), req_id=request_id)
+    (first,) = [out for out in engine.step() if out.req_id == request_id]
+    return first.num_cached_tokens
+
+
+def test_a_lora_request_migrates_without_its_kv():
+    """Its blocks are keyed by this node's adapter id, which names nothing on another node: it recomputes there."""
+    from backends.sim.engine import build_sim_engine
+    from engine.clock import ManualClock
+    from engine.lora import LoraConfig, LoraRequest
+
+    engine = build_sim_engine(
+        "sim:llama-3-8b", "h100-sxm", realtime=False, clock=ManualClock(), lora_config=LoraConfig(max_loras=2)
+    )
+    engine.add_lora(LoraRequest("sql", "sim://sql"))
+    params = SamplingParams(max_tokens=50, ignore_eos=True)
+    engine.add_request(PROMPT, params, req_id="base")
+    engine.add_request(PROMPT, params, req_id="adapted", lora_name="sql")
+    for _ in range(3):
+        engine.step()
+    assert engine.export_request("base").block_ids
+    moved = engine.export_request("adapted")
+    assert moved.block_ids == [] and moved.token_ids[: len(PROMPT)] == PROMPT
