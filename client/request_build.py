@@ -42,6 +42,7 @@ def build_request(
     min_p: float = 0.0,
     min_tokens: int = 0,
     allowed_token_ids: list[int] | None = None,
+    bad_words: list[str] | None = None,
     structured_outputs: StructuredOutput | None = None,
     tools: list[ToolSpec] | None = None,
     embed: bool = False,
@@ -69,7 +70,8 @@ def build_request(
     reply), ``chat_template_kwargs`` (more template variables): vLLM's chat options (backends/chat_render.py).
     ``prompt_logprobs``: every prompt token's log-probability, rank and that many alternatives, in
     ``Completion.prompt_logprobs`` (the first chunk's); a node whose runner cannot score prompts refuses it.
-    ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``: vLLM's, as on HTTP.
+    ``truncate_prompt_tokens``, ``include_stop_str_in_output``, ``skip_special_tokens``, ``bad_words``: vLLM's, as on
+    HTTP.
     ``embed``: the prompt's embedding too, in ``Completion.embedding`` (``embed()`` asks it of several inputs).
     ``cache_salt``: vLLM's: only requests with the same salt share prefix-cache blocks (engine/prefix_key.py).
     ``model``: None for the client's default. ``traffic_class`` picks the cell; ``priority``: vLLM's, lower runs
@@ -113,6 +115,7 @@ def build_request(
             min_p=min_p,
             min_tokens=min_tokens,
             allowed_token_ids=tuple(allowed_token_ids or ()),
+            bad_words=tuple(bad_words or ()),
             structured_outputs=structured_outputs,
             embed=embed,
             cache_salt=cache_salt,

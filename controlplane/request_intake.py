@@ -36,6 +36,7 @@ from controlplane.router.lora_affinity import prefer_resident
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import RESERVED_SALT_PREFIX, TenantLimiter
+from engine import bad_words
 from engine.llm_engine import EngineTokenizer
 from engine.lora import LoraRequest
 from engine.prefix_key import cache_key
@@ -122,6 +123,7 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param="traffic_class")
     try:
         token_ids = tokenize(tokenizer, msg)
+        msg.sampling = bad_words.tokenized(tokenizer, msg.sampling)  # vLLM's bad_words as token sequences, once
         check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)  # logit_bias, allowed_token_ids: in the vocabulary
     except PromptError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)

@@ -36,7 +36,7 @@ class LogitsInputs:
     history: the request's tokens (prompt, then output) where a penalty reads them, else None. The request's own
         list, not a copy: the first ``start_pos + len(token_ids)`` entries are the tokens known at this step.
     banned_token_ids: ids its next token may not be (while fewer than ``min_tokens`` are out: EOS, unless
-        ``ignore_eos``, and ``stop_token_ids``).
+        ``ignore_eos``, and ``stop_token_ids``; a bad word's last token where the output ends with the rest of it).
     num_resumed_tokens: the prompt's last tokens that are the request's output from before it resumed on this node
         (a failover, a migration, a prefill/decode hand-off): the penalties count them as output.
     grammar: its structured-output constraint (engine/structured_output.Grammar), or None; the sampler advances it

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine import embeddings, prompt_logprobs
+from engine import bad_words, embeddings, prompt_logprobs
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
@@ -197,6 +197,7 @@ class LLMEngine:
         # a tuple as given: check_token_ids passes one it passed just before (the intake's, in the same process)
         checked = prompt if type(prompt) is tuple else token_ids
         check_token_ids(checked, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
+        params = bad_words.tokenized(self.tokenizer, params)  # words given here, not through an intake
         check_sampling_token_ids(params, self.tokenizer.vocab_size)
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:

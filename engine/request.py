@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
+from engine.bad_words import banned_next
 from engine.batch import LogitsInputs
 from engine.prefix_key import cache_key
 from engine.prompt_logprobs import PromptLogprobs, prompt_targets
@@ -139,8 +140,8 @@ class Request:
 
     def logits_inputs(self) -> LogitsInputs | None:
         """What its sampler needs beyond its params (ScheduledRequest.logits_inputs): its tokens where a penalty or
-        its grammar reads them, the stop tokens while fewer than ``min_tokens`` are out, its grammar; None when it
-        processes none."""
+        its grammar reads them, the stop tokens while fewer than ``min_tokens`` are out, the bad words' next tokens
+        (engine/bad_words.py), its grammar; None when it processes none."""
         if not self._processes_logits:
             return None
         params = self.sampling_params
@@ -149,6 +150,9 @@ class Request:
         if len(self.output_token_ids) < params.min_tokens:
             stop_ids = params.stop_token_ids
             banned = stop_ids if self.eos_token_id is None or params.ignore_eos else (self.eos_token_id, *stop_ids)
+        if params.bad_words_token_ids:  # the output so far, a resumed request's earlier output included
+            output = self._all_token_ids[len(self.prompt_token_ids) - self.num_resumed_tokens :]
+            banned = (*banned, *banned_next(params.bad_words_token_ids, output))
         return LogitsInputs(history, banned, self.num_resumed_tokens, self.grammar)
 
     def prompt_targets(self, start: int, end: int) -> list[int] | None:

@@ -32,19 +32,23 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     min_p            0 .. 1                         vLLM's extension
     min_tokens       0 .. max_tokens                vLLM's extension
     allowed_token_ids <= 16,384 ids                 vLLM's extension; an id past the vocabulary refused as logit_bias's
+    bad_words        <= 128 strings of 1..1024 chars, vLLM's; each has a non-space character (the intake tokenizes
+                     each with a non-space char      them, engine/bad_words.py); matched against the output each step
+    bad_words_token_ids <= 256 sequences of 1..4096  the words' token sequences (the intake's; a client may give
+                     ids in 0 .. 2**31-1             them); an id past the vocabulary refused as logit_bias's
     structured_outputs None | one constraint        vLLM's; a schema, regex or grammar of <= 64 KiB, <= 256 choices
                                                     (engine/structured_output.py); not with ignore_eos, min_tokens
                                                     or allowed_token_ids, which could leave no token to sample
 
-Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's
-sampler (vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer
-than ``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and
-``stop_token_ids`` are banned; ``logit_bias`` is added; then ``repetition_penalty`` divides the positive logits
-and multiplies the negative ones of every token in the prompt or the output so far; then ``frequency_penalty``
-times a token's count in the output, plus ``presence_penalty`` where that count is not 0, is subtracted (OpenAI's
-formula). A ``structured_outputs`` constraint bans every token its grammar does not allow next. Then temperature, then
-``min_p`` (tokens below ``min_p`` times the most likely one's probability are dropped), then top-k and top-p.
-Reported logprobs stay those of the raw logits.
+Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's sampler
+(vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer than
+``min_tokens`` tokens are out, EOS (unless ``ignore_eos``) and ``stop_token_ids`` are banned; a bad word's last token is
+banned where the output so far ends with the rest of it (vLLM's ``bad_words``, engine/bad_words.py); ``logit_bias`` is
+added; then ``repetition_penalty`` divides the positive logits and multiplies the negative ones of every token in the
+prompt or the output so far; then ``frequency_penalty`` times a token's count in the output, plus ``presence_penalty``
+where that count is not 0, is subtracted (OpenAI's formula). A ``structured_outputs`` constraint bans every token its
+grammar does not allow next. Then temperature, then ``min_p`` (tokens below ``min_p`` times the most likely one's
+probability are dropped), then top-k and top-p. Reported logprobs stay those of the raw logits.
 """
 
 from __future__ import annotations
@@ -71,6 +75,10 @@ MAX_REPETITION_PENALTY = 100.0
 MAX_LOGIT_BIAS_ENTRIES = 300
 MAX_LOGIT_BIAS = 100.0  # OpenAI's [-100, 100]
 MAX_ALLOWED_TOKEN_IDS = 16_384
+MAX_BAD_WORDS = 128
+MAX_BAD_WORD_CHARS = 1024
+MAX_BAD_WORD_SEQUENCES = 2 * MAX_BAD_WORDS  # each word, and each with a leading space where that tokenizes apart
+MAX_BAD_WORD_TOKENS = 4 * MAX_BAD_WORD_CHARS  # a word's UTF-8 bytes, one token each (a byte tokenizer)
 _MAX_SHOWN_CHARS = 40  # a value quoted in an error message is cut to this
 
 
@@ -109,6 +117,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
     embed: the first output also carries the prompt's embedding (engine/embeddings.py; /v1/embeddings asks it).
     cache_salt: vLLM's: the prefix cache is salted with it, so only requests with the same salt share cached
         blocks (engine/prefix_key.py); None: the shared cache. 1..1024 characters.
+    bad_words: vLLM's: words not to generate: a word's last token is banned wherever the output so far ends with
+        the tokens before it (engine/bad_words.py).
+    bad_words_token_ids: the words' token sequences, as the intake tokenized them (vLLM's rule: each word, and
+        each word after a space where that is other tokens); the engine reads these, not the strings.
     """
 
     temperature: float = 1.0
@@ -134,6 +146,8 @@ class SamplingParams(msgspec.Struct, frozen=True):
     skip_special_tokens: bool = True
     embed: bool = False
     cache_salt: str | None = None
+    bad_words: tuple[str, ...] = ()
+    bad_words_token_ids: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -145,6 +159,12 @@ class SamplingParams(msgspec.Struct, frozen=True):
         if not isinstance(self.allowed_token_ids, tuple):
             allowed = _as_tuple("allowed_token_ids", self.allowed_token_ids)
             msgspec.structs.force_setattr(self, "allowed_token_ids", allowed)
+        if not isinstance(self.bad_words, tuple):
+            msgspec.structs.force_setattr(self, "bad_words", _as_tuple("bad_words", self.bad_words))
+        sequences = self.bad_words_token_ids
+        if not isinstance(sequences, tuple) or any(type(s) is not tuple for s in sequences):
+            tuples = tuple(_as_tuple("bad_words_token_ids", s) for s in _as_tuple("bad_words_token_ids", sequences))
+            msgspec.structs.force_setattr(self, "bad_words_token_ids", tuples)
         if not isinstance(self.logit_bias, tuple) or any(type(pair) is not tuple for pair in self.logit_bias):
             msgspec.structs.force_setattr(self, "logit_bias", _as_pairs(self.logit_bias))
         self._validate()
@@ -246,12 +266,35 @@ class SamplingParams(msgspec.Struct, frozen=True):
             if not _is_int(tid) or not 0 <= tid <= MAX_TOKEN_ID:
                 message = f"must be integers in [0, 2**31-1], got {show_value(tid)}"
                 raise SamplingParamsError("allowed_token_ids", message)
+        self._validate_bad_words()
         n = self.min_tokens
         if not _is_int(n) or not 0 <= n <= self.max_tokens:
             raise SamplingParamsError(
                 "min_tokens", f"must be an integer in [0, max_tokens ({self.max_tokens})], got {show_value(n)}"
             )
         self._validate_structured_outputs()
+
+    def _validate_bad_words(self) -> None:
+        if len(self.bad_words) > MAX_BAD_WORDS:
+            raise SamplingParamsError("bad_words", f"at most {MAX_BAD_WORDS} words, got {len(self.bad_words)}")
+        for word in self.bad_words:
+            if not isinstance(word, str) or not word.strip() or len(word) > MAX_BAD_WORD_CHARS:
+                message = (
+                    f"must be strings of 1 to {MAX_BAD_WORD_CHARS} characters, not all spaces, got {show_value(word)}"
+                )
+                raise SamplingParamsError("bad_words", message)
+        sequences = self.bad_words_token_ids
+        if len(sequences) > MAX_BAD_WORD_SEQUENCES:
+            message = f"at most {MAX_BAD_WORD_SEQUENCES} sequences, got {len(sequences)}"
+            raise SamplingParamsError("bad_words_token_ids", message)
+        for sequence in sequences:
+            if not 1 <= len(sequence) <= MAX_BAD_WORD_TOKENS or not all(
+                _is_int(t) and 0 <= t <= MAX_TOKEN_ID for t in sequence
+            ):
+                message = (
+                    f"each must be 1 to {MAX_BAD_WORD_TOKENS} integers in [0, 2**31-1], got {show_value(sequence)}"
+                )
+                raise SamplingParamsError("bad_words_token_ids", message)
 
     def _validate_structured_outputs(self) -> None:
         spec = self.structured_outputs
@@ -283,9 +326,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
 
     @property
     def processes_logits(self) -> bool:
-        """Any logits processing before temperature (an allowed set, a grammar, a penalty, a bias, min_tokens' ban)
-        or min_p after it."""
+        """Any logits processing before temperature (an allowed set, a grammar, a penalty, a bias, min_tokens' or the
+        bad words' ban) or min_p after it."""
         processed = self.penalizes or bool(self.logit_bias) or self.min_tokens > 0 or self.min_p > 0.0
+        processed = processed or bool(self.bad_words_token_ids)
         return processed or bool(self.allowed_token_ids) or self.structured_outputs is not None
 
 

@@ -10,7 +10,7 @@ endpoints) answers the prompt tokens' scores in vLLM's shape (engine/prompt_logp
 (``response_format``, vLLM's ``structured_outputs`` and ``guided_*``) are read by gateway/structured_fields.py, tool
 calling (``tools``, ``tool_choice``, an assistant message's ``tool_calls``, a tool message's ``tool_call_id``) by
 gateway/tool_calls.py. The penalties, ``logit_bias`` (its keys token ids written as strings, as OpenAI's) and vLLM's
-``repetition_penalty``, ``min_p``, ``min_tokens``, ``allowed_token_ids``, ``truncate_prompt_tokens``,
+``repetition_penalty``, ``min_p``, ``min_tokens``, ``allowed_token_ids``, ``bad_words``, ``truncate_prompt_tokens``,
 ``include_stop_str_in_output`` and ``skip_special_tokens`` are honoured (engine/sampling_params.py
 says each one's range and the order they apply in). vLLM's chat options (``add_generation_prompt``,
 ``continue_final_message`` for a prefilled assistant reply, ``chat_template_kwargs``) ride to the intake's renderer
@@ -93,6 +93,7 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     min_p: float | None = None  # extension (as in vLLM)
     min_tokens: int | None = None  # extension (as in vLLM)
     allowed_token_ids: list[int] | None = None  # extension (as in vLLM)
+    bad_words: list[str] | None = None  # extension (as in vLLM): words the output may not contain (engine/bad_words.py)
     prompt_logprobs: int | None = None  # extension (as in vLLM): the prompt tokens' scores, that many alternatives
     truncate_prompt_tokens: int | None = None  # extension (as in vLLM): keep the prompt's last k tokens
     include_stop_str_in_output: bool | None = None  # extension (as in vLLM)
@@ -396,6 +397,7 @@ def _sampling_of(
             min_p=req.min_p or 0.0,
             min_tokens=req.min_tokens or 0,
             allowed_token_ids=req.allowed_token_ids or (),
+            bad_words=tuple(req.bad_words or ()),
             structured_outputs=structured,
             prompt_logprobs=prompt_logprobs,
             truncate_prompt_tokens=req.truncate_prompt_tokens,

@@ -25,9 +25,14 @@ def reference_row(logits: np.ndarray, params: SamplingParams, prompt: list[int],
     out = logits.astype(np.float64).copy()
     bias = dict(params.logit_bias)
     banned = set(params.stop_token_ids) | ({EOS} if not params.ignore_eos else set())
+    bad = {  # vLLM's bad words: a sequence's last token where the output ends with the rest of it
+        s[-1]
+        for s in params.bad_words_token_ids
+        if len(s) - 1 <= len(output) and output[len(output) - len(s) + 1 :] == list(s[:-1])
+    }
     for t in range(len(out)):
         v = out[t] + bias.get(t, 0.0)
-        if len(output) < params.min_tokens and t in banned:
+        if (len(output) < params.min_tokens and t in banned) or t in bad:
             v = -math.inf
         if t in prompt or t in output:
             v = v / params.repetition_penalty if v > 0 else v * params.repetition_penalty
@@ -74,6 +79,9 @@ params_st = st.builds(
     stop_token_ids=st.lists(st.integers(0, V - 1), max_size=2),
     ignore_eos=st.booleans(),
     allowed_token_ids=st.lists(st.integers(0, V - 1), max_size=5, unique=True),
+    bad_words_token_ids=st.lists(st.lists(st.integers(0, V - 1), min_size=1, max_size=3).map(tuple), max_size=3).map(
+        tuple
+    ),
 )
 
 

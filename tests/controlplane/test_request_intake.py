@@ -101,6 +101,25 @@ def test_a_logit_bias_id_past_the_vocabulary_is_refused_naming_the_field(make_he
     assert isinstance(refused, ErrorReply) and refused.param == "allowed_token_ids" and policy.num_calls == 1
 
 
+def test_bad_words_are_tokenized_once_at_the_intake_and_ids_past_the_vocabulary_refused(make_hello):
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a"))
+    admission = AdmissionControl(AdmissionConfig(max_queue_per_node=10, max_queue_global=100))
+    tokenizer = ByteTokenizer()
+
+    def place(msg):
+        return place_request(
+            msg, model_names=["m"], inflight=set(), tokenizer=tokenizer, registry=registry,
+            policy=_PrefersAlphabetically(), admission=admission, router=RouterConfig(),
+        )  # fmt: skip
+
+    msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11], sampling=SamplingParams(bad_words=("no",)))
+    assert place(msg).node_id == "a" and msg.sampling.bad_words_token_ids == ((113, 114),)  # what the node gets
+    ids = SamplingParams(bad_words_token_ids=((5,), (400,)))  # the vocabulary: 259 ids
+    refused = place(ClientGenerate(request_id="q", prompt_token_ids=[10, 11], sampling=ids))
+    assert isinstance(refused, ErrorReply) and refused.param == "bad_words_token_ids" and "400" in refused.message
+
+
 def test_a_constraint_that_does_not_compile_is_refused_before_routing(make_hello):
     registry = ClusterRegistry(ManualClock(), 5.0)
     registry.join(make_hello("a"))

@@ -65,6 +65,11 @@ def test_penalties_bias_and_vllm_extensions_reach_the_frontend():
     assert not parse_chat(chat(frequency_penalty=0, presence_penalty=0), default_max_tokens=5).sampling.processes_logits
 
 
+def test_bad_words_reach_the_sampling_params_as_words():
+    sampling = parse_chat(chat(bad_words=["Paris", "Lyon"]), default_max_tokens=5).sampling
+    assert sampling.bad_words == ("Paris", "Lyon") and sampling.bad_words_token_ids == ()  # the intake tokenizes
+
+
 def test_vllms_prompt_and_text_extensions_reach_the_frontend():
     body = chat(
         truncate_prompt_tokens=64, include_stop_str_in_output=True, skip_special_tokens=False, prompt_logprobs=2
@@ -120,6 +125,9 @@ def test_completion_token_ids_and_null_content():
         (chat(min_tokens=9, max_tokens=4), ErrorCode.INVALID_REQUEST, "min_tokens"),
         (chat(allowed_token_ids=[-1]), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
         (chat(allowed_token_ids=list(range(16_385))), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
+        (chat(bad_words=[""]), ErrorCode.INVALID_REQUEST, "bad_words"),
+        (chat(bad_words="Paris"), ErrorCode.INVALID_REQUEST, "bad_words"),
+        (chat(bad_words=["w"] * 129), ErrorCode.INVALID_REQUEST, "bad_words"),
         (chat(truncate_prompt_tokens=0), ErrorCode.INVALID_REQUEST, "truncate_prompt_tokens"),
         (chat(truncate_prompt_tokens=-1), ErrorCode.INVALID_REQUEST, "truncate_prompt_tokens"),
         (chat(include_stop_str_in_output="yes"), ErrorCode.INVALID_REQUEST, "include_stop_str_in_output"),

@@ -43,6 +43,7 @@ FIELDS = [
     "parallel_tool_calls", "input", "instructions", "max_output_tokens", "previous_response_id", "text", "include",
     "background", "system", "stop_sequences", "encoding_format", "dimensions",
     "input_file_id", "endpoint", "completion_window", "metadata", "custom_id", "method", "url", "body",
+    "bad_words", "continue_final_message", "add_generation_prompt", "chat_template_kwargs", "cache_salt",
 ]  # fmt: skip
 RESPONSES = {"model": "smol", "input": "hi", "max_output_tokens": 4}
 MESSAGES = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
