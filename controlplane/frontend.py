@@ -80,6 +80,9 @@ class Frontend(Protocol):
         """{"status": "ok" | "degraded", "nodes": N, ...}"""
         ...
 
+    # optional: rate_limit_status(tenant) -> (requests, tokens) BucketStatus pair or None (controlplane/tenants.py),
+    # for OpenAI's x-ratelimit-* headers (gateway/rate_limit_headers.py); a frontend without it sends none
+
 
 def choice_request_ids(request_id: str, num_choices: int) -> list[str]:
     """The engine request id of each choice of a request (OpenAI's ``n``): the request's own id when n = 1."""

@@ -319,6 +319,10 @@ class ControlPlane(Actor):
             "policy": self.policy.name,
         }
 
+    def rate_limit_status(self, tenant: str):
+        """Frontend.rate_limit_status: the tenant's buckets now (TenantLimiter.status)."""
+        return self.path.tenants.status(tenant, self.clock.now())
+
     def generate(
         self, request_id: str, *, model: str | None, arrival_ns: int | None = None, **fields: Any
     ) -> AsyncIterator[TokenChunk]:

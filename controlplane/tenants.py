@@ -41,6 +41,16 @@ KEY_ATTRIBUTES = ("tenant", "class", "rpm", "tpm", "cache")  # the ``name=value`
 RESERVED_SALT_PREFIX = "zoo-tenant:"  # the cache salts of private tenants; refused in a client's cache_salt
 
 
+@dataclass(frozen=True, slots=True)
+class BucketStatus:
+    """One of a tenant's limits now: ``limit`` a minute, ``level`` what may be taken now (below 0: a debt),
+    ``reset_s`` until the bucket is full again (OpenAI's ``x-ratelimit-*`` headers, gateway/rate_limit_headers.py)."""
+
+    limit: float
+    level: float
+    reset_s: float
+
+
 class TenantSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """name: the tenant. traffic_class: the class its requests get (None: theirs to choose).
     requests_per_min / tokens_per_min: its limits (None: unlimited). private_cache: its own prefix cache."""
@@ -197,6 +207,21 @@ class TenantLimiter:
             state.tokens.charge(num_output_tokens, now_s)
         state.usage.num_completion_tokens += num_output_tokens
 
+    def status(self, tenant: str, now_s: float) -> tuple[BucketStatus | None, BucketStatus | None] | None:
+        """The tenant's (requests, tokens) buckets now (None for a kind it has no limit of); None for a tenant
+        without limits."""
+        state = self._tenants.get(tenant or DEFAULT_TENANT)
+        if state is None or (state.requests is None and state.tokens is None):
+            return None
+        return _bucket_status(state.requests, now_s), _bucket_status(state.tokens, now_s)
+
     def usage(self) -> dict[str, TenantUsage]:
         """Tenant name → its usage so far (a copy)."""
         return {name: dataclasses.replace(state.usage) for name, state in self._tenants.items()}
+
+
+def _bucket_status(bucket: TokenBucket | None, now_s: float) -> BucketStatus | None:
+    if bucket is None:
+        return None
+    level = bucket.refill(now_s)
+    return BucketStatus(bucket.capacity, level, bucket.full_in_s(now_s))  # a minute's worth: the limit

@@ -51,6 +51,10 @@ class TokenBucket:
             self.level -= amount  # more than the capacity: a full bucket pays part, the rest is a debt
         return wait
 
+    def full_in_s(self, now_s: float) -> float:
+        """Seconds until the bucket is full again (0.0 when it is)."""
+        return (self.capacity - self.refill(now_s)) / self.rate_per_s
+
     def charge(self, amount: float, now_s: float) -> None:
         """Take ``amount`` unconditionally (the level may go negative: a debt paid by waiting)."""
         self.refill(now_s)

@@ -79,6 +79,8 @@ from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embedd
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
+from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
+from controlplane.gateway.rate_limit_headers import RateLimitHeaders
 from controlplane.gateway.reply_stream import (
     ClientGone,
     close_stream,
@@ -103,7 +105,8 @@ log = logging.getLogger(__name__)
 MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
-CORS_EXPOSED_HEADERS = ("x-request-id", "retry-after", "retry-after-ms")  # what a page's script may read of a reply
+# what a page's script may read of a reply
+CORS_EXPOSED_HEADERS = ("x-request-id", "retry-after", "retry-after-ms", *RATE_LIMIT_HEADERS)
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 
 
@@ -212,6 +215,7 @@ def create_app(
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=runner.lifespan)  # the lifespan runs batches
     app.state.batches, app.state.batch_routes = runner, batch_routes
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
+        app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
     app.add_middleware(OptionsMiddleware, routes=routes)  # before the key check: a preflight carries no key
     if config.cors_allowed_origins:  # outermost: a browser's preflight is answered here, every reply gets its headers

@@ -82,24 +82,33 @@ async def test_tenant_class_rate_limit_and_metrics(observed_controlplane, spawn_
                 body = {"prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0}
                 return await http.post("/v1/completions", json=body, headers=headers)
 
+            remaining = []
             for _ in range(2):  # the crawler asks for vip and gets its own class, batch, in the bulk cell
-                assert (await complete("zk-crawl", "vip")).status_code == 200
+                served = await complete("zk-crawl", "vip")
+                assert served.status_code == 200 and served.headers["x-ratelimit-limit-requests"] == "2"
+                remaining.append(served.headers["x-ratelimit-remaining-requests"])  # OpenAI's headers, each reply
+            assert remaining == ["1", "0"] and "x-ratelimit-limit-tokens" not in served.headers  # no token limit
             limited = await complete("zk-crawl")
             assert limited.status_code == 429
             assert int(limited.headers["retry-after"]) >= 1
+            assert limited.headers["x-ratelimit-remaining-requests"] == "0"
+            assert limited.headers["x-ratelimit-reset-requests"].endswith("s")  # a bucket of 2 a minute: ~1 min
             error = limited.json()["error"]
             assert error["type"] == "rate_limit_error" and error["code"] == "rate_limit_exceeded"
             assert "crawler" in error["message"] and "2 requests/min" in error["message"]
 
             # 12 tokens/min (0.2 a second): 5 prompt tokens (+ 3 output, charged at the end) leave at most 7, and
             # 12 prompt tokens need a full bucket: > 25 s away whatever the machine's speed
-            assert (await complete("zk-tok")).status_code == 200
+            first = await complete("zk-tok")
+            assert first.status_code == 200 and first.headers["x-ratelimit-limit-tokens"] == "12"
+            assert 4 <= int(first.headers["x-ratelimit-remaining-tokens"]) <= 7  # 5 prompt, 3 output charged at end
             over_tokens = await complete("zk-tok", prompt="hello, zoo!!")
             assert over_tokens.status_code == 429 and int(over_tokens.headers["retry-after"]) >= 25
             error = over_tokens.json()["error"]
             assert error["code"] == "rate_limit_exceeded" and "12 tokens/min" in error["message"]
 
-            assert (await complete("zk-gold", "vip")).status_code == 200  # no class of its own: asks for vip
+            gold = await complete("zk-gold", "vip")  # no class of its own: asks for vip
+            assert gold.status_code == 200 and "x-ratelimit-limit-requests" not in gold.headers  # no limits
             unknown = await complete("zk-gold", "platinum")
             assert unknown.status_code == 400 and unknown.json()["error"]["param"] == "traffic_class"
             metrics = _samples((await http.get("/metrics", headers={"authorization": "Bearer zk-gold"})).text)
