@@ -37,6 +37,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from engine.sampling_params import SamplingParams
+from transport.chat_wire import ChatTemplateOptions
 from transport.codec import encode
 from transport.messages import (
     MESSAGE_TYPES,
@@ -117,11 +118,12 @@ def random_sampling(rng: random.Random) -> SamplingParams:
             ["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs",
              "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
              "allowed_token_ids", "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output",
-             "skip_special_tokens"]
+             "skip_special_tokens", "bad_words", "bad_words_token_ids", "cache_salt"]
         )  # fmt: skip
         fields[name] = rng.choice(
             [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),
-             ((5, 1.0),), ((MAX_INT, 1.0),), ((1, float("inf")),), ((1, 2.0),) * 2, tuple((i, 1.0) for i in range(301))]
+             ((5, 1.0),), ((MAX_INT, 1.0),), ((1, float("inf")),), ((1, 2.0),) * 2, tuple((i, 1.0) for i in range(301)),
+             ("",), (" ",), ((),), ((5, 7),), ((MAX_INT,),), ("zoo-tenant:x",)]
         )  # fmt: skip
     if rng.random() < 0.1:
         fields["structured_outputs"] = rng.choice(STRUCTURED_WIRE)(rng)
@@ -225,6 +227,7 @@ class WireCases:
             priority=r.choice([0, 0, 0, 1, -1, 2**31 - 1, -(2**31), 2**31, 2**63 - 1]),
             trace_headers=r.choice([None, None, {"traceparent": f"00-{r.getrandbits(128):032x}-{1:016x}-01"},
                                     {"traceparent": "x" * r.choice([1, 55, 600])}, {"tracestate": "a=b"}]),
+            chat=r.choice([None, None, None, *CHAT_OPTIONS_WIRE]) if kind != "ids" or r.random() < 0.1 else None,
         )  # fmt: skip
 
     def next(self) -> tuple[str, list[bytes]]:
@@ -351,6 +354,16 @@ NASTY_JSON: list[Callable[[random.Random], str]] = [
     lambda r: "{}",
     lambda r: "[]",
 ]
+# ``ClientGenerate.chat`` (backends/chat_render.py): a prefill, both flags (refused), reserved and nested variables
+_DEEP_VALUE: dict = {}
+for _ in range(400):  # deep, yet within what msgpack encodes under the default recursion limit
+    _DEEP_VALUE = {"a": _DEEP_VALUE}
+CHAT_OPTIONS_WIRE = [
+    ChatTemplateOptions(add_generation_prompt=False, continue_final_message=True),
+    ChatTemplateOptions(continue_final_message=True),
+    ChatTemplateOptions(template_kwargs={"messages": [], "x": 1}),
+    ChatTemplateOptions(template_kwargs={"enable_thinking": True, "deep": _DEEP_VALUE}),
+]
 HTTP_FIELDS = [
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
     "stop_token_ids", "ignore_eos", "seed", "n", "stream", "stream_options", "logprobs", "top_logprobs", "tools",
@@ -358,7 +371,8 @@ HTTP_FIELDS = [
     "frequency_penalty", "repetition_penalty", "min_p", "min_tokens", "allowed_token_ids", "structured_outputs",
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
     "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens", "priority",
-    "service_tier", "cache_salt",
+    "service_tier", "cache_salt", "bad_words", "continue_final_message", "add_generation_prompt",
+    "chat_template_kwargs",
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata",  # OpenAI's Responses API (/v1/responses)
