@@ -468,6 +468,7 @@ class Gateway:
             echo=self._echo_text(args) if args.echo else None,
             prompt_logprobs_field=args.prompt_logprobs_field,
             service_tier=args.service_tier,
+            chat_echo=args.chat_echo,
         )
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)

@@ -17,7 +17,9 @@ goes through a ToolStream, and a chunk that carries log-probabilities but no tex
 empty delta. A completion with ``echo`` starts each choice's text with the prompt (streamed: in its first chunk),
 and its logprobs with the prompt tokens' (the first one's null, as OpenAI's); a request that named vLLM's
 ``prompt_logprobs`` gets them in vLLM's shape (a completion's per choice, a chat's once, at the top; not streamed
-for a chat).
+for a chat). A chat with vLLM's ``echo`` whose last message is the assistant's (a prefilled reply,
+``continue_final_message``) starts each choice's content with that message (streamed: a content delta after the
+role's), as vLLM's serving_chat does.
 """
 
 from __future__ import annotations
@@ -72,9 +74,11 @@ class OpenAIReply:
         prompt_logprobs_field: bool = False,
         choices_per_prompt: int = 1,
         service_tier: str | None = None,
+        chat_echo: str = "",
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
-        prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts."""
+        prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
+        chat_echo: a chat's text before each choice's content (vLLM's chat ``echo``: the final assistant message)."""
         self.chat = chat
         self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
@@ -97,6 +101,7 @@ class OpenAIReply:
         self._prompt_tokens: dict[int, int] = {}  # per prompt of a batch: its tokens, and those its node had cached
         self._cached_tokens: dict[int, int] = {}
         self.echo = None if chat or echo is None else [echo] if isinstance(echo, str) else echo
+        self.chat_echo = chat_echo if chat else ""
         self.prompt_logprobs_field = prompt_logprobs_field
 
     @property
@@ -160,7 +165,9 @@ class OpenAIReply:
             self._count_prompt(self._choice(first).prompt_index, first)
         if not self.chat:
             return []
-        return [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
+        roles = [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
+        echoes = [self._chunk_object(c, {"content": self.chat_echo}, None, None) for c in self.choices]
+        return roles + echoes if self.chat_echo else roles
 
     def chunk_objects(self, chunk: TokenChunk) -> list[dict]:
         choice = self._choice(chunk)
@@ -201,10 +208,10 @@ class OpenAIReply:
                 logprobs = self._with_prompt(c, logprobs)
             reason = c.finish_reason
             if self.chat:
-                message = {"role": "assistant", "content": text}
+                message = {"role": "assistant", "content": self.chat_echo + text}
                 if self.tools is not None:
                     content, calls = self.tools.extract(text)
-                    message = {"role": "assistant", "content": content}
+                    message = {"role": "assistant", "content": self.chat_echo + content if self.chat_echo else content}
                     if calls:
                         message["tool_calls"] = call_objects(calls)
                     reason = self.tools.finish_reason(reason, bool(calls))

@@ -125,6 +125,7 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     add_generation_prompt: bool = True  # extension (as in vLLM): the prompt ends with a new assistant message's header
     continue_final_message: bool = False  # extension (as in vLLM): the model continues the final message (a prefill)
     chat_template_kwargs: dict[str, Any] | None = None  # extension (as in vLLM): more chat template variables
+    echo: bool | None = None  # extension (as in vLLM): the reply starts with the final assistant message
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +150,7 @@ class GenerateArgs:
     tool_plan: ToolPlan | None = None  # a chat's tools (gateway/tool_calls.py)
     chat: ChatTemplateOptions | None = None  # how a chat's messages are rendered (None: the defaults)
     echo: bool = False  # a completion's text (and logprobs) start with its prompt's
+    chat_echo: str = ""  # a chat's content starts with this (vLLM's chat echo: the final assistant message)
     prompt_logprobs_field: bool = False  # the reply carries vLLM's ``prompt_logprobs`` (the client asked by name)
 
     @property
@@ -241,6 +243,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         service_tier=service_tier,
         structured_param=structured_param,
         chat=chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
+        chat_echo=messages[-1].content if req.echo and messages[-1].role == "assistant" else "",
     )
 
 

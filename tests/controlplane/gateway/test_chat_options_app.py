@@ -5,6 +5,8 @@ naming the field."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from transport.chat_wire import ChatTemplateOptions
@@ -65,3 +67,19 @@ async def test_tokenize_renders_the_options_as_the_intake_does(client):
     assert both["error"]["param"] == "continue_final_message"
     reserved = (await client.post("/tokenize", json={**cont, "chat_template_kwargs": {"tools": []}})).json()
     assert reserved["error"]["param"] == "chat_template_kwargs"
+
+
+@pytest.mark.anyio
+async def test_echo_starts_the_reply_with_the_prefilled_message_as_vllm_does(client):
+    body = {"model": MODEL, "messages": PREFILLED, "continue_final_message": True, "add_generation_prompt": False}
+    plain = (await client.post("/v1/chat/completions", json=body)).json()["choices"][0]["message"]["content"]
+    echoed = (await client.post("/v1/chat/completions", json={**body, "echo": True})).json()
+    assert echoed["choices"][0]["message"]["content"] == "My favourite is" + plain
+    streamed = await client.post("/v1/chat/completions", json={**body, "echo": True, "stream": True})
+    events = [json.loads(line[6:]) for line in streamed.text.splitlines() if line.startswith("data: {")]
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    assert deltas[0] == {"role": "assistant", "content": ""} and deltas[1] == {"content": "My favourite is"}
+    assert "".join(d.get("content", "") for d in deltas) == "My favourite is" + plain
+    user_last = {"model": MODEL, "messages": PREFILLED[:1], "echo": True}  # vLLM: only the assistant's is echoed
+    reply = (await client.post("/v1/chat/completions", json=user_last)).json()
+    assert reply["choices"][0]["message"]["content"] == plain
