@@ -67,3 +67,40 @@ def test_zoo_toml_sends_the_control_planes_collector_to_every_agent_unless_told(
     assert cp_argv[cp_argv.index("--otlp-traces-endpoint") + 1] == "http://c:4318/v1/traces"
     endpoints = [a.argv(cfg.control)[a.argv(cfg.control).index("--otlp-traces-endpoint") + 1] for a in cfg.agents]
     assert endpoints == ["http://c:4318/v1/traces", "http://d:4318/v1/traces"]
+
+
+def test_opentelemetrys_environment_variables_configure_it_where_no_flag_is_given():
+    cp = _parser(add_controlplane_args)
+
+    def export(argv, **env):
+        made = span_export_from_args(cp.parse_args(argv), environ=env)
+        if made is not None:
+            made.close()
+            return made.config.endpoint, made.config.service_name, made.config.sample_ratio
+        return None
+
+    assert export([]) is None  # nothing set: no traces
+    assert export([], OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://c:4318/v1/traces") == (
+        "http://c:4318/v1/traces", "zoo-controlplane", 1.0,
+    )  # fmt: skip
+    base = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/", "OTEL_SERVICE_NAME": "edge"}
+    assert export([], **base) == ("http://c:4318/v1/traces", "edge", 1.0)  # the spec's path appended
+    ratio = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}
+    assert export([], **base, **ratio)[2] == 0.25
+    assert export([], **base, OTEL_TRACES_SAMPLER="always_off")[2] == 0.0
+    assert export([], **base, OTEL_TRACES_SAMPLER="always_on", OTEL_TRACES_SAMPLER_ARG="0.1")[2] == 1.0
+    assert export([], **base, OTEL_SDK_DISABLED="true") is None
+    flags = [
+        "--otlp-traces-endpoint",
+        "http://f/v1/traces",
+        "--otlp-service-name",
+        "cp",
+        "--otlp-traces-sample-ratio",
+        "0.5",
+    ]
+    assert export(flags, **base, **ratio) == ("http://f/v1/traces", "cp", 0.5)  # a flag wins over its variable
+    for bad in ("x", "2"):
+        with pytest.raises(ValueError, match="OTEL_TRACES_SAMPLER_ARG"):
+            export([], **base, OTEL_TRACES_SAMPLER="traceidratio", OTEL_TRACES_SAMPLER_ARG=bad)
+    with pytest.raises(ValueError, match="http"):
+        export([], OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="collector:4317")
