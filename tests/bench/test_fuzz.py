@@ -9,7 +9,8 @@ from collections import Counter
 import pytest
 
 from bench.fuzz import FuzzConfig, fuzz_campaign
-from bench.fuzz_cases import HTTP_MUTATIONS, WIRE_MUTATIONS, HttpCases, WireCases
+from bench.fuzz_cases import WIRE_MUTATIONS, WireCases
+from bench.fuzz_http_cases import HTTP_MUTATIONS, HttpCases
 
 
 def _wire(seed: int, port: str, n: int) -> list:
