@@ -319,6 +319,12 @@ class ControlPlane(Actor):
             "policy": self.policy.name,
         }
 
+    @property
+    def request_spans(self):
+        """The requests' OpenTelemetry spans (controlplane/request_spans.py; None: not traced): the gateway's
+        batches record theirs to the same collector."""
+        return self.path.spans
+
     def rate_limit_status(self, tenant: str):
         """Frontend.rate_limit_status: the tenant's buckets now (TenantLimiter.status)."""
         return self.path.tenants.status(tenant, self.clock.now())

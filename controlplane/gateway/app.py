@@ -71,6 +71,7 @@ from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, reques
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
+from controlplane.gateway.batch_span import BatchSpans
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
 from controlplane.gateway.http_methods import OptionsMiddleware
@@ -184,6 +185,9 @@ def create_app(
     files = FileStore(config.files_max, config.files_store_bytes, config.files_dir)
     journal = None if config.files_dir is None else BatchJournal(config.files_dir)
     runner = BatchRunner(Starlette(routes=batched, exception_handlers=handlers), files, config.batches, journal)
+    request_spans = getattr(frontend, "request_spans", None)  # a control plane that traces: batches get spans too
+    if request_spans is not None:
+        runner.spans = BatchSpans(request_spans.export, request_spans.sample_ratio)
     batch_routes = BatchRoutes(
         files,
         runner,

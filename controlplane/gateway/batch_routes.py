@@ -146,7 +146,10 @@ class BatchRoutes:
             if obj["purpose"] != "batch":
                 raise invalid_param("input_file_id", f"the file's purpose is {obj['purpose']!r}, not 'batch'")
             batch.tenant = request_tenant(request)
-            batch.trace_headers = trace_headers(request.headers)
+            if self.runner.spans is not None:  # the batch's own span, the parent of its requests' (batch_span.py)
+                self.runner.spans.begin(batch, request.headers)
+            else:  # its requests' spans join the caller's trace
+                batch.trace_headers = trace_headers(request.headers)
             self.runner.submit(batch)
             return _json(batch.object())
 

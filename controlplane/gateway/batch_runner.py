@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Message
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.batch_journal import BatchJournal
+from controlplane.gateway.batch_span import BatchSpans
 from controlplane.gateway.batches import (
     TERMINAL,
     Batch,
@@ -118,6 +119,7 @@ class BatchRunner:
         self._scopes: dict[str, anyio.CancelScope] = {}
         self.running = False
         self.answered = {"completed": 0, "failed": 0}  # requests answered since start (2xx or not), for /metrics
+        self.spans: BatchSpans | None = None  # each batch's OpenTelemetry span (gateway/batch_span.py); None: none
         for batch, done in journal.load() if journal is not None else ():  # a restart: resume what had not finished
             self._batches[(batch.owner, batch.id)] = batch
             if batch.status not in TERMINAL:
@@ -207,6 +209,7 @@ class BatchRunner:
                 batch.errors = errors
                 batch.set_status("failed")
                 self._save(batch)
+                self._end_span(batch)
                 self._scopes.pop(batch.id, None)
                 return
             batch.total = len(lines)
@@ -362,8 +365,13 @@ class BatchRunner:
                 setattr(batch, f"{kind}_file_id", obj["id"])
         batch.set_status("cancelled" if cancelled else "expired" if expired else "completed")
         self._save(batch)
+        self._end_span(batch)
         if self.journal is not None:
             self.journal.finished(batch.id)
+
+    def _end_span(self, batch: Batch) -> None:
+        if self.spans is not None:
+            self.spans.end(batch)
 
     def _save(self, batch: Batch) -> None:
         if self.journal is not None:

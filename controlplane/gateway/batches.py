@@ -92,8 +92,11 @@ class Batch:
     traffic_class: str | None = None  # the class its requests run in (BatchRunnerConfig.traffic_class)
     model: str | None = None  # the model every request names, when they all name the same one
     tenant: str | None = None
-    # the creating request's W3C trace context (transport/trace_context.py): each of its requests' spans joins it
+    # the creating request's W3C trace context (transport/trace_context.py): each of its requests' spans joins it;
+    # with tracing on, the batch's own span's context (gateway/batch_span.py), its parent and start
     trace_headers: dict[str, str] | None = None
+    trace_parent_span_id: int = 0
+    trace_start_ns: int = 0
     status: str = "validating"
     times: dict[str, int] = field(default_factory=dict)  # "in_progress_at", "completed_at", ...
     errors: list[dict] | None = None
