@@ -4,8 +4,8 @@
         bad_words_token_ids(tokenizer, words)   each word's tokens, and the word's tokens after a space where those
                                                 are other tokens of the same count (a word in mid-text)
     every step (engine/request.py LogitsInputs):
-        banned_next(sequences, output)           a sequence's last token, where the output so far ends with the
-                                                 tokens before it (a one-token word: always)
+        banned_next(sequences, tokens, start)    a sequence's last token, where the output so far (tokens[start:])
+                                                 ends with the tokens before it (a one-token word: always)
 
 The rules are vLLM's: vllm/sampling_params.py ``SamplingParams.update_from_tokenizer`` (a word lstripped, encoded
 without special tokens, with and without a leading space; the spaced form kept only when its first token differs
@@ -53,18 +53,20 @@ def tokenized(tokenizer: Any, params: SamplingParams) -> SamplingParams:
         raise PromptError(str(e).replace("bad_words_token_ids", "bad_words", 1), "bad_words") from None
 
 
-def banned_next(sequences: Sequence[tuple[int, ...]], output: Sequence[int]) -> list[int]:
-    """The tokens the next one may not be: each sequence's last where ``output`` ends with the rest of it."""
+def banned_next(sequences: Sequence[tuple[int, ...]], tokens: Sequence[int], start: int = 0) -> list[int]:
+    """The tokens the next one may not be: each sequence's last where the output, ``tokens[start:]`` (read in
+    place, not copied), ends with the rest of it."""
     banned = []
-    num_output = len(output)
+    end = len(tokens)
+    num_output = end - start
     for sequence in sequences:
         head = len(sequence) - 1
         if head == 0:
             banned.append(sequence[0])
         elif (
             head <= num_output
-            and output[num_output - 1] == sequence[head - 1]  # the cheap test first
-            and all(output[num_output - head + i] == sequence[i] for i in range(head - 1))
+            and tokens[end - 1] == sequence[head - 1]  # the cheap test first
+            and all(tokens[end - head + i] == sequence[i] for i in range(head - 1))
         ):
             banned.append(sequence[head])
     return banned

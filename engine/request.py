@@ -151,8 +151,8 @@ class Request:
             stop_ids = params.stop_token_ids
             banned = stop_ids if self.eos_token_id is None or params.ignore_eos else (self.eos_token_id, *stop_ids)
         if params.bad_words_token_ids:  # the output so far, a resumed request's earlier output included
-            output = self._all_token_ids[len(self.prompt_token_ids) - self.num_resumed_tokens :]
-            banned = (*banned, *banned_next(params.bad_words_token_ids, output))
+            start = len(self.prompt_token_ids) - self.num_resumed_tokens
+            banned = (*banned, *banned_next(params.bad_words_token_ids, self._all_token_ids, start))
         return LogitsInputs(history, banned, self.num_resumed_tokens, self.grammar)
 
     def prompt_targets(self, start: int, end: int) -> list[int] | None:

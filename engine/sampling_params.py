@@ -32,8 +32,8 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     min_p            0 .. 1                         vLLM's extension
     min_tokens       0 .. max_tokens                vLLM's extension
     allowed_token_ids <= 16,384 ids                 vLLM's extension; an id past the vocabulary refused as logit_bias's
-    bad_words        <= 128 strings of 1..1024 chars, vLLM's; each has a non-space character (the intake tokenizes
-                     each with a non-space char      them, engine/bad_words.py); matched against the output each step
+    bad_words        <= 128 strings of 1..1024      vLLM's; the intake tokenizes them (engine/bad_words.py), each
+                     chars, not all spaces          sequence then matched against the output every step
     bad_words_token_ids <= 256 sequences of 1..4096  the words' token sequences (the intake's; a client may give
                      ids in 0 .. 2**31-1             them); an id past the vocabulary refused as logit_bias's
     structured_outputs None | one constraint        vLLM's; a schema, regex or grammar of <= 64 KiB, <= 256 choices
