@@ -211,7 +211,8 @@ class OpenAIReply:
                 message = {"role": "assistant", "content": self.chat_echo + text}
                 if self.tools is not None:
                     content, calls = self.tools.extract(text)
-                    message = {"role": "assistant", "content": self.chat_echo + content if self.chat_echo else content}
+                    echoed = self.chat_echo + (content or "") if self.chat_echo else content  # None: all calls
+                    message = {"role": "assistant", "content": echoed}
                     if calls:
                         message["tool_calls"] = call_objects(calls)
                     reason = self.tools.finish_reason(reason, bool(calls))
