@@ -2,15 +2,18 @@
 
     intake (the control plane; an engine given words directly does the same): tokenized(tokenizer, params)
         bad_words_token_ids(tokenizer, words)   each word's tokens, and the word's tokens after a space where those
-                                                are other tokens of the same count (a word in mid-text)
+                                                are other tokens (a word in mid-text)
     every step (engine/request.py LogitsInputs):
         banned_next(sequences, tokens, start)    a sequence's last token, where the output so far (tokens[start:])
                                                  ends with the tokens before it (a one-token word: always)
 
 The rules are vLLM's: vllm/sampling_params.py ``SamplingParams.update_from_tokenizer`` (a word lstripped, encoded
-without special tokens, with and without a leading space; the spaced form kept only when its first token differs
-and its length is the same) and vllm/v1/sample/ops/bad_words.py ``_apply_bad_words_single_batch`` (the output's
-last ``len - 1`` tokens against the sequence's head). As in vLLM the match is over the request's output only (a
+without special tokens, with and without a leading space, the spaced form kept when its first token differs) and
+vllm/v1/sample/ops/bad_words.py ``_apply_bad_words_single_batch`` (the output's last ``len - 1`` tokens against the
+sequence's head). One deliberate difference: vLLM keeps the spaced form only when it is as many tokens as the bare
+one; here it is kept whatever its length, so a word the tokenizer merges with its space is banned in mid-text too
+(SmolLM2's "banana" is "ban" + "ana", but " banana" one token: under vLLM's rule ``bad_words=["banana"]`` lets the
+model write " banana"). As in vLLM the match is over the request's output only (a
 resumed request's earlier output counts: it is the prompt's tail here, engine/request.py), so a word is banned
 where it would be completed, not where its tokens could merge differently; a client who needs more gives the ids.
 Sans-IO: no torch, no numpy.
@@ -37,7 +40,7 @@ def bad_words_token_ids(tokenizer: Any, words: Iterable[str]) -> tuple[tuple[int
             continue
         sequences.append(bare)
         spaced = tuple(tokenizer.encode(" " + word.lstrip(), add_special_tokens=False))
-        if spaced and spaced[0] != bare[0] and len(spaced) == len(bare):
+        if spaced and spaced[0] != bare[0]:  # vLLM also asks len(spaced) == len(bare) (module docstring)
             sequences.append(spaced)
     return tuple(dict.fromkeys(sequences))  # each once, in order
 

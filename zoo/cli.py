@@ -28,6 +28,7 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         min_p=args.min_p,
         min_tokens=args.min_tokens,
         allowed_token_ids=tuple(args.allowed_token_id or ()),
+        bad_words=tuple(args.bad_word or ()),
         structured_outputs=structured_output_from_args(args),
         prompt_logprobs=args.prompt_logprobs,
         truncate_prompt_tokens=args.truncate_prompt_tokens,
@@ -244,6 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-p", type=float, default=0.0)
     g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
     g.add_argument("--allowed-token-id", type=int, action="append", metavar="ID", help="only these ids (repeatable)")
+    g.add_argument("--bad-word", action="append", metavar="WORD", help="never write this word (vLLM's; repeatable)")
     g.add_argument("--prompt-logprobs", type=int, default=None, metavar="K", help="print each prompt token's logprob")
     g.add_argument("--truncate-prompt-tokens", type=int, default=None, metavar="K", help="keep the last K tokens")
     g.add_argument("--include-stop-str", action="store_true", help="keep a matched --stop string in the text")

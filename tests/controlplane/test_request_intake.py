@@ -114,7 +114,7 @@ def test_bad_words_are_tokenized_once_at_the_intake_and_ids_past_the_vocabulary_
         )  # fmt: skip
 
     msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11], sampling=SamplingParams(bad_words=("no",)))
-    assert place(msg).node_id == "a" and msg.sampling.bad_words_token_ids == ((113, 114),)  # what the node gets
+    assert place(msg).node_id == "a" and msg.sampling.bad_words_token_ids == ((113, 114), (35, 113, 114))
     ids = SamplingParams(bad_words_token_ids=((5,), (400,)))  # the vocabulary: 259 ids
     refused = place(ClientGenerate(request_id="q", prompt_token_ids=[10, 11], sampling=ids))
     assert isinstance(refused, ErrorReply) and refused.param == "bad_words_token_ids" and "400" in refused.message

@@ -40,14 +40,17 @@ def test_words_are_tokenized_with_and_without_a_leading_space_as_vllm_does(smoll
     bare, spaced = tuple(tok.encode("Paris")), tuple(tok.encode(" Paris"))
     assert bare != spaced and len(bare) == len(spaced)  # SmolLM2's BPE: "Paris" and "ĠParis" are other tokens
     assert sequences == (bare, spaced)
-    # the spaced form is kept only where it is as many tokens (vLLM's rule): ByteTokenizer adds one for the space
-    assert bad_words_token_ids(ByteTokenizer(), ["ab"]) == ((100, 101),)
+    # the spaced form is kept however many tokens it is (vLLM asks as many as the bare form's): a word the tokenizer
+    # merges with its space is banned in mid-text too
+    assert bad_words_token_ids(ByteTokenizer(), ["ab"]) == ((100, 101), (35, 100, 101))
+    assert bad_words_token_ids(tok, ["banana"]) == (tuple(tok.encode("banana")), tuple(tok.encode(" banana")))
+    assert len(tok.encode("banana")) != len(tok.encode(" banana"))
 
 
 def test_tokenized_fills_the_ids_once_and_keeps_a_clients_own():
     tok = ByteTokenizer()
     params = tokenized(tok, SamplingParams(bad_words=("no",)))
-    assert params.bad_words_token_ids == ((113, 114),) and params.processes_logits
+    assert params.bad_words_token_ids == ((113, 114), (35, 113, 114)) and params.processes_logits
     given_ids = SamplingParams(bad_words=("no",), bad_words_token_ids=((5,),))
     assert tokenized(tok, given_ids) is given_ids
     plain = SamplingParams()

@@ -58,12 +58,19 @@ def test_generate_with_a_bias_and_penalties(smollm2_checkpoint):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "banana banana banana"
+    banned = _zoo(
+        "generate", "Fruit:", "--max-tokens", "3", "--temperature", "0", "--logit-bias", f"{banana}=100",
+        "--bad-word", "banana", "--quiet",
+    )  # fmt: skip
+    assert banned.returncode == 0, banned.stderr
+    assert "banana" not in banned.stdout  # vLLM's bad_words beat even a +100 bias
 
 
 @pytest.mark.parametrize(
     ("flags", "field"),
     [(["--logit-bias", "x=1"], "logit_bias"), (["--frequency-penalty", "3"], "frequency_penalty"),
-     (["--min-tokens", "9", "--max-tokens", "4"], "min_tokens"), (["--allowed-token-id", "-1"], "allowed_token_ids")],
+     (["--min-tokens", "9", "--max-tokens", "4"], "min_tokens"), (["--allowed-token-id", "-1"], "allowed_token_ids"),
+     (["--bad-word", " "], "bad_words")],
 )  # fmt: skip
 def test_a_bad_penalty_or_bias_is_a_clear_usage_error(flags, field):
     r = _zoo("generate", "hello", *flags)
