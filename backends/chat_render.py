@@ -22,9 +22,8 @@ from typing import Any
 
 from backends.hermes_tools import template_messages, template_tools
 from engine.prompt import PromptError
-from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
+from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatMessage, ChatTemplateOptions, ToolSpec
 
-DEFAULT_OPTIONS = ChatTemplateOptions()
 RESERVED_VARIABLES = frozenset(
     {"messages", "tools", "add_generation_prompt", "continue_final_message", "bos_token", "eos_token", "pad_token"}
     | {"raise_exception", "strftime_now"}
@@ -39,7 +38,7 @@ def render_chat(
 ) -> str:
     """The prompt text of a chat; PromptError naming the field at fault (``messages``, ``tools``,
     ``continue_final_message``, ``chat_template_kwargs``)."""
-    options = options or DEFAULT_OPTIONS
+    options = options or DEFAULT_CHAT_OPTIONS
     if not messages:
         raise PromptError("messages must not be empty", "messages")
     if options.add_generation_prompt and options.continue_final_message:

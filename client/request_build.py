@@ -12,7 +12,7 @@ from typing import Any
 
 from engine.sampling_params import SamplingParams
 from engine.structured_output import StructuredOutput
-from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
+from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatMessage, ChatTemplateOptions, ToolSpec
 from transport.messages import ClientGenerate
 
 
@@ -92,7 +92,7 @@ def build_request(
         tools=tools,
         trace_headers=trace_headers,
         priority=priority,
-        chat=None if chat == ChatTemplateOptions() else chat,
+        chat=None if chat == DEFAULT_CHAT_OPTIONS else chat,
         # validated by the control plane when it decodes the request (one validation, at the edge)
         sampling=SamplingParams.unchecked(
             temperature=temperature,

@@ -48,3 +48,6 @@ class ChatTemplateOptions(msgspec.Struct, frozen=True, kw_only=True):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     template_kwargs: dict[str, Any] | None = None
+
+
+DEFAULT_CHAT_OPTIONS = ChatTemplateOptions()  # a new reply, no extra variables: sent as None on the wire

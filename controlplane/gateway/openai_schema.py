@@ -32,13 +32,12 @@ from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
-from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
+from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
 from transport.messages import ErrorCode
 
 MAX_COMPLETION_LOGPROBS = 5  # OpenAI's limit for /v1/completions ``logprobs``
 MAX_CHOICES = 16  # the most choices (``n``) one request may ask for
 MAX_BATCH = 256  # the most engine requests one completion's batch of prompts (times its ``n``) may make
-DEFAULT_CHAT = ChatTemplateOptions()
 CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 
@@ -262,7 +261,7 @@ def chat_options(
                 raise invalid_param("chat_template_kwargs", f"{name} must be a boolean, got {show_value(value)}")
             flags[name] = value
     options = ChatTemplateOptions(**flags, template_kwargs=kwargs or None)
-    return None if options == DEFAULT_CHAT else options
+    return None if options == DEFAULT_CHAT_OPTIONS else options
 
 
 def decode_body(decoder: msgspec.json.Decoder, body: bytes):
