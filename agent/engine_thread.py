@@ -149,30 +149,35 @@ class EngineThread:
             request_id, prompt_token_ids, params, age_s, time.monotonic(), priority, lora, slo_tpot_s,
             num_resumed_tokens=num_resumed_tokens,
         )  # fmt: skip
-        store = _lora_store(self.core) if lora is not None else None
-        if store is None or not store.needs_read(lora.lora_id):  # new to this node, or dropped from host RAM
+        self._queue_after_read(cmd, cmd)
+
+    def _queue_after_read(self, cmd: _Add | _AddWithKV, add: _Add) -> None:
+        """Queue ``cmd`` for the engine thread, once ``add``'s adapter is in host RAM: read here, off the engine
+        thread, when it is new to this node or was dropped from RAM (so no step waits for a disk read)."""
+        store = _lora_store(self.core) if add.lora is not None else None
+        if store is None or not store.needs_read(add.lora.lora_id):
             self.inbox.put(cmd)
             return
         with self._reading_lock:
-            self._reading.add(request_id)
+            self._reading.add(add.request_id)
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="zoo-lora-read")
         try:
-            self._reader.submit(self._read_then_queue, store, cmd)
+            self._reader.submit(self._read_then_queue, store, cmd, add)
         except RuntimeError:  # the thread has stopped (its reader with it): the engine thread reads, if ever
             with self._reading_lock:
-                self._reading.discard(request_id)
+                self._reading.discard(add.request_id)
             self.inbox.put(cmd)
 
-    def _read_then_queue(self, store, cmd: _Add) -> None:
+    def _read_then_queue(self, store, cmd: _Add | _AddWithKV, add: _Add) -> None:
         try:
-            store.prefetch(cmd.lora)
+            store.prefetch(add.lora)
         except Exception as e:  # queued anyway: the engine thread reads it again and refuses it with a reply
-            log.info("LoRA adapter %s could not be read ahead: %s", cmd.lora.name, e)
+            log.info("LoRA adapter %s could not be read ahead: %s", add.lora.name, e)
         with self._reading_lock:
-            self._reading.discard(cmd.request_id)
-            if cmd.request_id in self._cancelled:
-                self._cancelled.discard(cmd.request_id)
+            self._reading.discard(add.request_id)
+            if add.request_id in self._cancelled:
+                self._cancelled.discard(add.request_id)
                 return
         self.inbox.put(cmd)
 
@@ -198,15 +203,17 @@ class EngineThread:
         kv: ReceivedKV,
         *,
         priority: int = 0,
+        lora: LoraRequest | None = None,
         slo_tpot_s: float = 0.0,
         num_resumed_tokens: int = 0,
     ) -> None:
-        """``add``, after putting ``kv`` (a peer's transfer of the prompt's first blocks) into the prefix cache."""
+        """``add``, after putting ``kv`` (a peer's transfer of the prompt's first blocks) into the prefix cache, keyed
+        under the request's salt and adapter (``lora``: read ahead as ``add`` reads it)."""
         add = _Add(
-            request_id, prompt_token_ids, params, priority=priority, slo_tpot_s=slo_tpot_s,
+            request_id, prompt_token_ids, params, priority=priority, lora=lora, slo_tpot_s=slo_tpot_s,
             num_resumed_tokens=num_resumed_tokens,
         )  # fmt: skip
-        self.inbox.put(_AddWithKV(add, kv))
+        self._queue_after_read(_AddWithKV(add, kv), add)
 
     def report_remote(self, report: RemoteReport) -> None:
         """How a remote KV move ended (agent/kv_remote_swap.py → the engine's mover, agent/kv_remote_io.py)."""
@@ -312,8 +319,10 @@ class EngineThread:
             from agent.kv_migration import import_migrated_kv
 
             try:
-                salt = cmd.add.params.cache_salt  # the blocks keyed as the request's own (engine/prefix_key.py)
-                num_blocks = import_migrated_kv(self.core.engine, cmd.add.prompt_token_ids, cmd.kv, salt)
+                add = cmd.add  # the blocks keyed as the request's own (engine/prefix_key.py): its salt, its adapter
+                lora_id = None if add.lora is None else add.lora.lora_id
+                tokens, salt = add.prompt_token_ids, add.params.cache_salt
+                num_blocks = import_migrated_kv(self.core.engine, tokens, cmd.kv, salt, lora_id)
                 log.info("request %s: %d KV blocks taken from a peer", cmd.add.request_id, num_blocks)
             except Exception:  # a transfer we cannot place: the request recomputes its prompt
                 log.exception("request %s: the peer's KV could not be imported", cmd.add.request_id)

@@ -191,10 +191,12 @@ class KVDataPlane:
         data: memoryview,
         peer_name: str | None = None,
         purpose: str = "",
+        lora_id: int = 0,
     ) -> float:
         """Move ``data`` (``layout``'s array, C-contiguous) to the peer's data endpoint; returns the seconds it
         took. Raises KVTransferError (refused, or no ack within ``transfer_timeout_s``). ``data`` must stay
-        unchanged until this returns. ``peer_name``: the peer's node id for the stats (default: the endpoint)."""
+        unchanged until this returns. ``peer_name``: the peer's node id for the stats (default: the endpoint).
+        ``lora_id``: the LoRA adapter the KV was computed under (0: none); the receiver keys it under no other."""
         if self._tg is None:
             raise RuntimeError("the data plane is not running")
         sender = KVSender(
@@ -206,6 +208,7 @@ class KVDataPlane:
             chunk_bytes=self.config.chunk_bytes,
             max_inflight_bytes=self.config.max_inflight_bytes,
             purpose=purpose,
+            lora_id=lora_id,
         )
         job = _Job(sender)
         await self._queue(peer_endpoint, job)

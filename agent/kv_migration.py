@@ -89,17 +89,26 @@ def export_for_migration(engine: LLMEngine, req_id: str) -> ExportedRequest | No
     return ExportedRequest(state, layout, kv)
 
 
-def import_migrated_kv(engine: LLMEngine, token_ids: list[int], kv: ReceivedKV, cache_salt: str | None = None) -> int:
+def import_migrated_kv(
+    engine: LLMEngine,
+    token_ids: list[int],
+    kv: ReceivedKV,
+    cache_salt: str | None = None,
+    lora_id: int | None = None,
+) -> int:
     """Put a transfer's KV (the first full blocks of ``token_ids``) into ``engine``'s prefix cache, keyed under the
-    request's ``cache_salt`` (only requests of that salt hit it); the number of blocks written (blocks cached here
-    already, or that did not fit, are skipped). Call from the engine's thread, before adding the request whose
-    prompt is ``token_ids``."""
+    request's ``cache_salt`` and LoRA adapter ``lora_id`` (only requests of that salt on that adapter hit it); the
+    number of blocks written (blocks cached here already, or that did not fit, are skipped). KV computed under
+    another adapter than the request's (``kv.lora_id``; 0: the base model) is not imported: the request recomputes
+    its prompt. Call from the engine's thread, before adding the request whose prompt is ``token_ids``."""
     cache = _cache(engine)
     layout = kv.layout
     if cache is None or layout.dtype not in _TORCH_DTYPES or layout.dtype != _cache_dtype(cache):
         return 0  # a cache of another dtype: the request recomputes its prompt there
+    if (kv.lora_id or None) != lora_id:
+        return 0  # KV of another adapter (or of one against none) would be wrong here
     num_blocks = min(layout.num_blocks, len(token_ids) // layout.block_size)
-    targets = engine.import_prefix(token_ids, num_blocks, cache_salt)
+    targets = engine.import_prefix(token_ids, num_blocks, cache_salt, lora_id)
     picks = [i for i, block_id in enumerate(targets) if block_id >= 0]
     if not picks:
         return 0

@@ -427,8 +427,8 @@ class NodeAgent(Actor):
             self.tracer.on_generate(msg, incoming.recv_ns)
         kv = self.received_kv.pop(msg.request_id, None)  # a migrated request: its KV came ahead of it
         facts = {"priority": msg.priority, "slo_tpot_s": msg.slo_tpot_s, "num_resumed_tokens": msg.num_resumed_tokens}
-        if kv is not None and lora is None:
-            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv, **facts)
+        if kv is not None:
+            self._thread.add_with_kv(msg.request_id, msg.prompt_token_ids, msg.sampling, kv, lora=lora, **facts)
             return
         age_s = request_age_s(msg.arrival_ns, msg.sent_ns, incoming.recv_ns, time.monotonic_ns())
         self._thread.add(msg.request_id, msg.prompt_token_ids, msg.sampling, age_s, lora=lora, **facts)  # validated
@@ -519,6 +519,7 @@ class NodeAgent(Actor):
                         exported.layout,
                         exported.kv_bytes(),
                         peer_name=msg.target_node_id,
+                        lora_id=s.lora_id or 0,
                     )
                     done.kv_bytes = exported.kv_nbytes
                 except KVTransferError as e:

@@ -94,12 +94,15 @@ class MigratedRequest:
     token_ids: prompt + output so far; the receiver resumes with them as its prompt (the last token's KV is
         never computed yet, so it is always recomputed there).
     block_ids: this node's device blocks holding the KV of token_ids' first ``len(block_ids)`` full blocks.
+    lora_id: the LoRA adapter that KV was computed under (None: the base model); the receiver keys it under the same
+        adapter (``import_prefix``), so only requests on that adapter hit it.
     """
 
     req_id: str
     token_ids: list[int]
     num_output_tokens: int
     block_ids: list[int]
+    lora_id: int | None = None
 
 
 @dataclass(slots=True)
@@ -273,9 +276,8 @@ class LLMEngine:
         """What another node needs to continue a request here (None for an unknown one): its tokens, what is
         left of its budget, and the device blocks of its computed full blocks (empty unless it is RUNNING on
         the device). The caller reads those blocks' KV (the runner) before the next step, then aborts it here.
-        A request on a LoRA adapter moves without its KV (its blocks are keyed by this node's adapter id, which names
-        nothing there), so it recomputes its prompt there; a salted one moves with it (``import_prefix`` keys it
-        under its salt there)."""
+        A request on a LoRA adapter or with a salt moves with its KV too: ``import_prefix`` keys it there under the
+        same adapter (its id is the same on every node: engine/lora.py) and salt."""
         tracked = self._tracked.get(req_id)
         if tracked is None:
             return None
@@ -283,14 +285,18 @@ class LLMEngine:
         request = tracked.request
         on_device = request.status is RequestStatus.RUNNING
         kv = self.scheduler.kv_cache_manager
-        block_ids = kv.computed_full_block_ids(request) if on_device and request.lora_id is None else []
-        return MigratedRequest(req_id, list(request.all_token_ids), request.num_output_tokens, block_ids)
+        block_ids = kv.computed_full_block_ids(request) if on_device else []
+        tokens = list(request.all_token_ids)
+        return MigratedRequest(req_id, tokens, request.num_output_tokens, block_ids, request.lora_id)
 
-    def import_prefix(self, token_ids: list[int], num_blocks: int, cache_salt: str | None = None) -> list[int]:
+    def import_prefix(
+        self, token_ids: list[int], num_blocks: int, cache_salt: str | None = None, lora_id: int | None = None
+    ) -> list[int]:
         """KVCacheManager.import_prefix_blocks on this engine's cache: the device block each transferred block
-        must be written to (-1: skip). Write them (the runner) before the next step. ``cache_salt``: the request's
-        (vLLM's): the blocks are keyed under it (engine/prefix_key.py), so only requests of that salt hit them."""
-        key = cache_key(None, cache_salt)
+        must be written to (-1: skip). Write them (the runner) before the next step. ``cache_salt`` (vLLM's) and
+        ``lora_id`` (the adapter the KV was computed under): the request's; the blocks are keyed under them
+        (engine/prefix_key.py), so only requests of that salt on that adapter hit them."""
+        key = cache_key(lora_id, cache_salt)
         return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks, key)
 
     def num_output_tokens(self, req_id: str) -> int:

@@ -228,6 +228,7 @@ def run_policies(
             report_interval_s=args.report_interval,
             drain_limit_s=args.drain_limit,
             split=split,
+            **lora_settings(args, "pd_split", run_seed),
         )
         result = sim.run()
         if log is not None:
@@ -475,8 +476,6 @@ def pd_split_config(args: argparse.Namespace):
     mode = getattr(args, "pd_split", "none")
     if mode == "none":
         return None
-    if getattr(args, "adapters", 0):
-        raise ValueError("--pd-split does not carry LoRA adapters across the hand-off; drop --adapters")
     from sim.split import load_split_config
 
     return load_split_config(args.fleet, mode, rack=args.kv_rack, prefill_min_share=args.prefill_min_share)

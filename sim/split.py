@@ -17,8 +17,8 @@ So TTFT counts the prefill only, and the transfer delays the second token (it is
                   of d's steps: imported blocks are evictable until their request is admitted, so landing on a
                   full node would lose them to the next allocation and re-prefill the whole context there)
 
-Not carried across the hand-off (yet): a request's traffic-class priority (it decodes at priority 0) and LoRA
-adapter (``zoo sim`` refuses --pd-split with --adapters).
+A request's LoRA adapter goes with it: it decodes on the same adapter there, and its blocks land keyed under it.
+Not carried across the hand-off (yet): a request's traffic-class priority (it decodes at priority 0).
 
 Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of it)::
 
@@ -46,6 +46,7 @@ from controlplane.router.pd_split import DEFAULT_PREFILL_MIN_SHARE, PDSplitRoute
 from controlplane.router.router_config import RouterConfig
 from controlplane.toml_file import load_toml
 from engine.llm_engine import MigratedRequest
+from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
 from sim.fleet import FLEETS_DIR, Fleet
 
@@ -134,6 +135,7 @@ class _Move:
     state: MigratedRequest
     max_tokens: int
     kv_bytes: int
+    lora: LoraRequest | None = None  # its adapter: it runs, and its KV is keyed, under the same one there
 
 
 class SplitRun:
@@ -171,6 +173,9 @@ class SplitRun:
         state = node.core.engine.export_request(req_id)
         if state is None:
             return None
+        engine = node.core.engine
+        names = [] if state.lora_id is None else engine.lora_names([state.lora_id])
+        lora = engine.get_lora(names[0]) if names else None
         node.core.abort([req_id])
         self.registry.on_finished(node.node_id, req_id)
         block_size = node.core.engine.cache_config.block_size
@@ -178,7 +183,7 @@ class SplitRun:
         land_s = self.queue.reserve(node.node_id, target_id, nbytes, now_s)
         slot = self._next
         self._next += 1
-        self._moves[slot] = _Move(req_id, source, self.index[target_id], state, max_tokens, nbytes)
+        self._moves[slot] = _Move(req_id, source, self.index[target_id], state, max_tokens, nbytes, lora)
         kind = self.links.kind(node.node_id, target_id)
         self.by_link[kind] = self.by_link.get(kind, 0) + 1
         self.kv_bytes_total += nbytes
@@ -221,9 +226,9 @@ class SplitRun:
             node = self.nodes[i]
             engine = node.core.engine
             if i == move.target and state.block_ids:
-                engine.import_prefix(state.token_ids, len(state.block_ids))
+                engine.import_prefix(state.token_ids, len(state.block_ids), None, state.lora_id)
             try:
-                node.core.add(move.req_id, state.token_ids, params)
+                node.core.add(move.req_id, state.token_ids, params, lora=move.lora)
             except ValueError:
                 continue
             block_size = engine.cache_config.block_size

@@ -86,6 +86,7 @@ class KVSender:
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         max_inflight_bytes: int = DEFAULT_MAX_INFLIGHT_BYTES,
         purpose: str = "",
+        lora_id: int = 0,
     ) -> None:
         data = data.cast("B") if data.format != "B" or data.ndim != 1 else data
         if len(data) != layout_nbytes(layout):
@@ -103,6 +104,7 @@ class KVSender:
         self.chunk_bytes = chunk_bytes
         self.max_inflight_bytes = max_inflight_bytes
         self.purpose = purpose  # KVChunk.purpose
+        self.lora_id = lora_id  # KVChunk.lora_id
         self.num_chunks = num_chunks_of(self.nbytes, chunk_bytes)
         self._next = 0  # next chunk index to send
         self._unacked: dict[int, int] = {}  # chunk index → bytes
@@ -151,6 +153,7 @@ class KVSender:
             checksum=checksum(frame),
             tensor=TensorRef("uint8", (len(frame),), 0),
             purpose=self.purpose,
+            lora_id=self.lora_id,
         )
 
     def on_ack(self, ack: KVAck) -> None:
@@ -201,6 +204,7 @@ class ReceivedKV:
     chunks: list[bytes | memoryview]
     seconds: float  # first chunk's arrival → last chunk's (the owner's clock)
     purpose: str = ""  # the transfer's KVChunk.purpose
+    lora_id: int = 0  # the transfer's KVChunk.lora_id: the adapter its KV was computed under (0: none)
 
     @property
     def nbytes(self) -> int:
@@ -298,6 +302,7 @@ class KVReceiver:
             assembly.chunks,
             now_s - assembly.started_s,
             first.purpose,
+            first.lora_id,
         )
         return ack, done
 
@@ -339,11 +344,12 @@ class KVReceiver:
                 return KVRefusal.BUSY, f"{len(self._assemblies)} transfers already being assembled"
             if chunk.chunk_bytes < 1 or chunk.num_chunks != num_chunks_of(nbytes, chunk.chunk_bytes):
                 return KVRefusal.MALFORMED, f"{chunk.num_chunks} chunks of {chunk.chunk_bytes} bytes for {nbytes} bytes"
-        elif (chunk.layout, chunk.num_chunks, chunk.chunk_bytes, chunk.request_id) != (
+        elif (chunk.layout, chunk.num_chunks, chunk.chunk_bytes, chunk.request_id, chunk.lora_id) != (
             assembly.first.layout,
             assembly.first.num_chunks,
             assembly.first.chunk_bytes,
             assembly.first.request_id,
+            assembly.first.lora_id,
         ):
             return KVRefusal.MISMATCH, f"chunk {chunk.chunk_index}'s header differs from the transfer's first chunk"
         nbytes = layout_nbytes(layout)

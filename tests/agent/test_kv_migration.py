@@ -13,6 +13,7 @@ from agent.kv_migration import export_for_migration, import_migrated_kv
 from backends.torch import TorchModelRunner
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
+from engine.lora import LoraConfig, LoraRequest
 from engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.slow
@@ -56,7 +57,9 @@ async def _ship(exported, spec) -> list:
             await tg.start(a.run)
             await tg.start(b.run)
             s = exported.state
-            await a.send(b.endpoint, s.req_id, s.block_ids, exported.layout, exported.kv_bytes())
+            await a.send(
+                b.endpoint, s.req_id, s.block_ids, exported.layout, exported.kv_bytes(), lora_id=s.lora_id or 0
+            )
             tg.cancel_scope.cancel()
     finally:
         ctx.destroy(linger=0)
@@ -165,3 +168,46 @@ def test_a_salted_request_moves_with_its_kv_keyed_under_its_salt(smollm2_model, 
     after = _drive(target, "r")
     assert before + after == expected  # the salted KV continues token-identical
     assert target.make_stats().prefix_cache_hits_total == len(state.block_ids) * 4  # its hits: the moved blocks
+
+
+def test_a_lora_request_moves_with_its_kv_and_continues_token_identical(tiny, tmp_path):
+    """An adapter on k_proj and v_proj changes the KV itself: the moved blocks are the adapter's, keyed under it on
+    the target (a hit for it alone), and decoding continues as if it had never moved (the tiny model, fp32)."""
+    from backends.checkpoint.peft_writer import random_peft_adapter
+    from backends.fake.byte_tokenizer import ByteTokenizer
+
+    config, _, model = tiny
+    path = random_peft_adapter(tmp_path / "kv", config, rank=4, target_modules=("k_proj", "v_proj"), seed=3, b_std=0.3)
+    adapter = LoraRequest("kv", str(path))
+    prompt = list(range(20, 50))  # 30 tokens: 7 full blocks of 4
+
+    def engine() -> LLMEngine:
+        runner = TorchModelRunner(model, progress=False, lora_config=LoraConfig(2, 8))
+        built = LLMEngine(runner, ByteTokenizer(), SchedulerConfig(max_model_len=128), CacheConfig(4, 64, 0))
+        built.add_lora(adapter)
+        return built
+
+    reference = engine()
+    reference.add_request(prompt, _greedy(NUM_TOKENS), req_id="r", lora_name="kv")
+    expected = _drive(reference, "r")
+    reference.add_request(prompt, _greedy(NUM_TOKENS), req_id="base")
+    assert _drive(reference, "base") != expected  # the adapter changes the answer
+
+    source, target = engine(), engine()
+    source.add_request(prompt, _greedy(NUM_TOKENS), req_id="r", lora_name="kv")
+    before = _drive(source, "r", until=NUM_BEFORE)
+    exported = export_for_migration(source, "r")
+    state = exported.state
+    assert state.lora_id == adapter.lora_id and len(state.block_ids) == (len(state.token_ids) - 1) // 4
+    (kv,) = anyio.run(_ship, exported, accept_spec_for(source))
+    assert kv.lora_id == adapter.lora_id  # it travels with the transfer
+    assert import_migrated_kv(target, state.token_ids, kv) == 0  # never keyed as the base model's
+    assert import_migrated_kv(target, state.token_ids, kv, lora_id=adapter.lora_id) == len(state.block_ids)
+
+    target.add_request(state.token_ids, _greedy(1), req_id="on-base")
+    (first,) = [out for out in target.step() if out.req_id == "on-base"]
+    assert first.num_cached_tokens == 0  # the adapter's KV is no hit for the base model
+    target.abort(["on-base"])
+    target.add_request(state.token_ids, _greedy(NUM_TOKENS - NUM_BEFORE), req_id="r", lora_name="kv")
+    assert before + _drive(target, "r") == expected
+    assert target.make_stats().prefix_cache_hits_total == len(state.block_ids) * 4

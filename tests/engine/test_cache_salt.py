@@ -78,21 +78,43 @@ def _cached_on(engine, request_id: str, tokens: list[int], salt: str | None) -> 
     return first.num_cached_tokens
 
 
-def test_a_lora_request_migrates_without_its_kv():
-    """Its blocks are keyed by this node's adapter id, which names nothing on another node: it recomputes there."""
+def test_a_lora_request_migrates_with_its_kv_which_lands_under_its_adapter():
+    """Its blocks carry its adapter's id (the same on every node: engine/lora.py); the target keys them under that
+    adapter, so the same tokens on the base model, another adapter, or the adapter with a salt hit none of them."""
     from backends.sim.engine import build_sim_engine
     from engine.clock import ManualClock
     from engine.lora import LoraConfig, LoraRequest
 
-    engine = build_sim_engine(
-        "sim:llama-3-8b", "h100-sxm", realtime=False, clock=ManualClock(), lora_config=LoraConfig(max_loras=2)
-    )
-    engine.add_lora(LoraRequest("sql", "sim://sql"))
+    def engine_with(*names):
+        engine = build_sim_engine(
+            "sim:llama-3-8b", "h100-sxm", realtime=False, clock=ManualClock(), lora_config=LoraConfig(max_loras=2)
+        )
+        for name in names:
+            engine.add_lora(LoraRequest(name, f"sim://{name}"))
+        return engine
+
+    engine = engine_with("sql")
     params = SamplingParams(max_tokens=50, ignore_eos=True)
     engine.add_request(PROMPT, params, req_id="base")
     engine.add_request(PROMPT, params, req_id="adapted", lora_name="sql")
     for _ in range(3):
         engine.step()
-    assert engine.export_request("base").block_ids
+    base = engine.export_request("base")
+    assert base.block_ids and base.lora_id is None
     moved = engine.export_request("adapted")
-    assert moved.block_ids == [] and moved.token_ids[: len(PROMPT)] == PROMPT
+    sql = LoraRequest("sql", "sim://sql")
+    assert moved.lora_id == sql.lora_id and moved.token_ids[: len(PROMPT)] == PROMPT
+    assert len(moved.block_ids) >= 4  # the prompt's four full blocks go along
+
+    def cached(target, request_id: str, lora_name: str | None, salt: str | None = None) -> int:
+        once = SamplingParams(max_tokens=1, ignore_eos=True, cache_salt=salt)
+        target.add_request(moved.token_ids, once, req_id=request_id, lora_name=lora_name)
+        (first,) = [out for out in target.step() if out.req_id == request_id]
+        return first.num_cached_tokens
+
+    target = engine_with("chat", "sql")  # another adapter first: ids, not load order, key the blocks
+    assert all(b >= 0 for b in target.import_prefix(moved.token_ids, 4, None, moved.lora_id))
+    assert cached(target, "on-base", None) == 0
+    assert cached(target, "on-chat", "chat") == 0
+    assert cached(target, "salted", "sql", salt="s") == 0
+    assert cached(target, "on-sql", "sql") == 64  # the four moved blocks

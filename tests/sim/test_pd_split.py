@@ -120,8 +120,31 @@ def test_hand_offs_wait_for_room_on_a_full_decode_node_instead_of_losing_their_k
     assert l4.prefix_cache_hit_rate > 0.95  # every landed context was served from its imported blocks
 
 
-def test_zoo_sim_refuses_pd_split_with_adapters(capsys):
+def test_a_request_decodes_on_its_adapter_after_the_hand_off_its_kv_landed_under_it(small_fleet, tiny_workload):
+    from engine.lora import LoraConfig
+    from sim.adapters import AdapterMix
+
+    fleet = small_fleet()
+    fleet.engine.lora = LoraConfig(max_loras=4)
+    workload = tiny_workload(num=6, gap_s=0.5, prompt=300, output=10)
+    result = FleetSimulator(fleet, workload, "pd_split", split=SplitConfig(), adapters=AdapterMix(2, seed=1)).run()
+    info = result.info["pd_split"]
+    assert info["handoffs"] == 6 and info["fallbacks"] == 0 and result.drained
+    assert all(r.num_output_tokens == 10 for r in result.records)
+    for node in result.nodes:
+        if node.profile == "l4" and node.num_requests:
+            assert node.prefix_cache_hit_rate > 0.9  # the moved blocks hit: keyed under the adapter they ran on
+    assert result.info["lora_loads"] > 1  # the decode nodes loaded the adapters too
+
+
+def test_zoo_sim_runs_pd_split_with_adapters(capsys):
     from sim.cli import main
 
-    assert main(["--fleet", "small", "--trace", "poisson", "--pd-split", "auto", "--adapters", "4"]) == 2
-    assert "LoRA" in capsys.readouterr().err
+    rc = main(["--fleet", "small", "--trace", "poisson", "--max-requests", "20", "--policy", "hardware_aware",
+               "--pd-split", "auto", "--adapters", "4", "--json"])  # fmt: skip
+    assert rc == 0
+    import json
+
+    out = json.loads(capsys.readouterr().out)
+    assert [p["policy"] for p in out["policies"]] == ["hardware_aware", "pd_split"]
+    assert out["info"]["pd_split"]["handoffs"] > 0 and out["info"]["lora"]["pd_split"]["lora_loads"] > 0

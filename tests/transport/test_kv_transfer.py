@@ -131,13 +131,24 @@ def test_inconsistent_chunks_are_refused_as_malformed(tamper):
     assert done is None and s.failed and r.refused[KVRefusal.MALFORMED] == 1
 
 
-def test_a_chunk_whose_header_differs_from_its_first_is_a_mismatch():
+@pytest.mark.parametrize("change", [{"request_id": "other"}, {"lora_id": 8}])
+def test_a_chunk_whose_header_differs_from_its_first_is_a_mismatch(change):
     lay = layout()
     s, r = sender(lay, os.urandom(layout_nbytes(lay))), KVReceiver(SPEC)
     (h0, f0), (h1, f1), _ = s.next_chunks()
     assert r.on_chunk(b"A", h0, f0, 0.0)[0].ok
-    ack, _ = r.on_chunk(b"A", msgspec.structs.replace(h1, request_id="other"), f1, 0.0)
+    ack, _ = r.on_chunk(b"A", msgspec.structs.replace(h1, **change), f1, 0.0)
     assert ack.ok is False and ack.code == KVRefusal.MISMATCH and r.refused[KVRefusal.MISMATCH] == 1
+
+
+def test_the_adapter_the_kv_was_computed_under_travels_with_it():
+    lay = layout()
+    data = os.urandom(layout_nbytes(lay))
+    plain, _ = run(sender(lay, data), KVReceiver(SPEC))
+    assert plain.lora_id == 0  # the base model's
+    tagged = KVSender("t1", "req-1", [10, 11, 12], lay, memoryview(data), chunk_bytes=100, lora_id=7)
+    done, _ = run(tagged, KVReceiver(SPEC), tamper=lambda h, f: (h, f) if h.lora_id == 7 else (None, None))
+    assert done.lora_id == 7 and done.to_bytes() == data
 
 
 def test_busy_receiver_refuses_then_expires_silent_transfers():
