@@ -138,11 +138,13 @@ def _batch(base_url: str) -> None:
 
 
 def _trace(traces: OtlpReceiver) -> None:
-    """The first question's trace: the control plane's span and, under it, the serving node's."""
+    """The first question's trace: the gateway's HTTP span, the control plane's request span under it and, under
+    that, the serving node's."""
     print("   its trace (the spans the control plane and the agent sent to the demo's OpenTelemetry collector):")
+    http = "POST /v1/chat/completions"
 
     def both(spans: list[dict]) -> bool:
-        return {s["name"] for s in spans if s["trace_id"] == TRACE_ID} >= {"llm_request", "node_request"}
+        return {s["name"] for s in spans if s["trace_id"] == TRACE_ID} >= {http, "llm_request", "node_request"}
 
     try:
         spans = {s["name"]: s for s in traces.wait_for(both, TRACE_WAIT_S) if s["trace_id"] == TRACE_ID}
@@ -151,13 +153,18 @@ def _trace(traces: OtlpReceiver) -> None:
         return
     top, node = spans["llm_request"]["attributes"], spans["node_request"]["attributes"]
     ms = {k: 1e3 * v for k, v in {**top, **node}.items() if k.startswith(("gen_ai.latency.", "zoo.latency."))}
+    reply = spans[http]
     print(
-        f"llm_request   ({spans['llm_request']['service']})  node {top.get('zoo.node_id')}, routing "
+        f"{http}  ({reply['service']})  HTTP {reply['attributes'].get('http.response.status_code')}, "
+        f"{(reply['end_ns'] - reply['start_ns']) / 1e6:.0f} ms"
+    )
+    print(
+        f"  llm_request   ({spans['llm_request']['service']})  node {top.get('zoo.node_id')}, routing "
         f"{ms.get('zoo.latency.routing', 0):.1f} ms, TTFT {ms.get('gen_ai.latency.time_to_first_token', 0):.0f} ms, "
         f"end to end {ms.get('gen_ai.latency.e2e', 0):.0f} ms"
     )
     print(
-        f"  node_request  ({spans['node_request']['service']})  queue {ms.get('gen_ai.latency.time_in_queue', 0):.1f}"
+        f"    node_request  ({spans['node_request']['service']})  queue {ms.get('gen_ai.latency.time_in_queue', 0):.1f}"
         f" ms, prefill {ms.get('gen_ai.latency.time_in_model_prefill', 0):.0f} ms, decode "
         f"{ms.get('gen_ai.latency.time_in_model_decode', 0):.0f} ms for {node.get('gen_ai.usage.completion_tokens')}"
         " tokens"

@@ -26,6 +26,8 @@
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
     preflight and headers, for ``cors_allowed_origins``: Starlette's CORSMiddleware, outside the key check)
+    (a frontend that traces, ``request_spans``, gives every request but ``untraced_paths`` an HTTP server span,
+    outermost: gateway/http_span.py; the request's ``llm_request`` span is its child)
 
 Clocks start when a generation request arrives here (``arrival_ns``, before its body is read): the node's
 TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
@@ -75,6 +77,7 @@ from controlplane.gateway.batch_span import BatchSpans
 from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
 from controlplane.gateway.http_methods import OptionsMiddleware
+from controlplane.gateway.http_span import HttpSpans
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
 from controlplane.gateway.openai_reply import OpenAIReply
@@ -137,6 +140,8 @@ class GatewayConfig:
     # where files and batches are kept, so a restarted gateway resumes its batches (None: in memory only)
     files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
+    # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
+    untraced_paths: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
@@ -229,6 +234,13 @@ def create_app(
             allow_methods=["*"],
             allow_headers=["*"],
             expose_headers=list(CORS_EXPOSED_HEADERS),
+        )
+    if request_spans is not None:  # outermost: the span covers what every other layer does, a 401 or a preflight too
+        app.add_middleware(
+            HttpSpans,
+            export=request_spans.export,
+            sample_ratio=request_spans.sample_ratio,
+            untraced_paths=config.untraced_paths,
         )
     return app
 

@@ -1,6 +1,7 @@
 """`zoo controlplane` and `zoo agent` as real processes with ``--otlp-traces-endpoint`` pointed at a collector on
-loopback: an HTTP request carrying a traceparent becomes one trace of two spans (the control plane's under the
-caller's, the node's under the control plane's), exported over OTLP/HTTP by each process."""
+loopback: an HTTP request carrying a traceparent becomes one trace of three spans (the gateway's HTTP span under the
+caller's, the control plane's request span under it, the node's under that), exported over OTLP/HTTP by each
+process."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from observe.otlp_receiver import OtlpReceiver
 pytestmark = pytest.mark.anyio
 
 TRACE, PARENT = 0x5EED, 0xCAFE
+CHAT = "/v1/chat/completions"
+HTTP = f"POST {CHAT}"  # the gateway's HTTP server span
 
 
 async def test_one_http_request_is_one_trace_across_both_processes(spawn_controlplane, spawn_agent):
@@ -33,15 +36,17 @@ async def test_one_http_request_is_one_trace_across_both_processes(spawn_control
             assert refused.status_code in (400, 404)
             spans = await anyio.to_thread.run_sync(
                 rx.wait_for,
-                lambda s: {x["name"] for x in s if x["trace_id"] == TRACE} == {"llm_request", "node_request"},
+                lambda s: {x["name"] for x in s if x["trace_id"] == TRACE} == {HTTP, "llm_request", "node_request"},
             )
             metrics = (await c.get("/metrics")).text  # the control plane's spans counted on its /metrics
         assert 'zoo:trace_spans_total{outcome="queued",service="zoo-controlplane"}' in metrics
     ours = {s["name"]: s for s in spans if s["trace_id"] == TRACE}
-    top, node = ours["llm_request"], ours["node_request"]
-    assert (top["service"], node["service"]) == ("zoo-controlplane", "zoo-agent")
-    assert top["parent_span_id"] == PARENT and node["parent_span_id"] == top["span_id"]
-    assert top["trace_state"] == node["trace_state"] == "zoo=test"
+    http, top, node = ours[HTTP], ours["llm_request"], ours["node_request"]
+    assert (http["service"], top["service"], node["service"]) == ("zoo-controlplane", "zoo-controlplane", "zoo-agent")
+    assert http["parent_span_id"] == PARENT and top["parent_span_id"] == http["span_id"]
+    assert node["parent_span_id"] == top["span_id"]
+    assert http["trace_state"] == top["trace_state"] == node["trace_state"] == "zoo=test"
+    assert http["attributes"]["http.response.status_code"] == 200 and http["attributes"]["http.route"] == CHAT
     assert top["attributes"]["gen_ai.usage.completion_tokens"] == node["attributes"]["gen_ai.usage.completion_tokens"]
     assert top["attributes"]["zoo.node_id"] == node["attributes"]["zoo.node_id"] == "a"
     assert node["attributes"]["gen_ai.latency.time_in_queue"] >= 0

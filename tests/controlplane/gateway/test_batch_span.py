@@ -1,4 +1,4 @@
-"""An OpenAI batch's own OpenTelemetry span (gateway/batch_span.py): a child of the creating request's span, the
+"""An OpenAI batch's own OpenTelemetry span (gateway/batch_span.py): a child of the creating request's HTTP span, the
 parent of every one of its requests' spans, recorded once when the batch ends with its counts and usage; an
 unsampled caller's batch records nothing; a batch begun without tracing has no span."""
 
@@ -103,7 +103,9 @@ def test_through_the_gateway_the_batch_span_parents_its_requests(frontend, serve
         )  # fmt: skip
         assert _wait(c, created.id).status == "completed"
     (record,) = [r for r in sink.records if r.name == "batch"]
-    assert record.context.trace_id == 0xABC and record.context.parent_span_id == 0x123
+    (create,) = [r for r in sink.records if r.name == "POST /v1/batches"]  # the creating request's HTTP span
+    assert (create.context.trace_id, create.context.parent_span_id) == (0xABC, 0x123)
+    assert record.context.trace_id == 0xABC and record.context.parent_span_id == create.context.span_id
     assert record.attributes["zoo.batch.requests.completed"] == 2
     parents = {incoming(call["trace_headers"]).span_id for call in frontend.calls}
     assert parents == {record.context.span_id}  # both requests are the batch span's children
