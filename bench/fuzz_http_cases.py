@@ -3,8 +3,9 @@
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
         count_tokens; a Responses API body, one time in twelve or so, to /v1/responses, its tools its own:
-        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input; one time
-        in fourteen, an OpenAI batch: a JSONL upload to /v1/files, or a batch created over an uploaded file)
+        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
+        in thirty or so as the texts of a score or rerank request (SCORE_PATHS); one time in fourteen, an OpenAI
+        batch: a JSONL upload to /v1/files, or a batch created over an uploaded file)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -85,10 +86,13 @@ HTTP_FIELDS = [
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata",  # OpenAI's Responses API (/v1/responses)
     "encoding_format", "dimensions",  # OpenAI's embeddings API (/v1/embeddings)
+    "text_1", "text_2", "query", "documents", "top_n", "return_documents", "use_activation",  # vLLM's score, rerank
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw", "batch"]  # fmt: skip
-BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score",
+                   "/v1/rerank"]  # fmt: skip
+SCORE_PATHS = ["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"]
 WINDOWS = ["24h"] * 5 + ["1h"]
 MULTIPART = "multipart/form-data; boundary=zz"
 
@@ -201,6 +205,8 @@ class HttpCases:
         endpoint = r.choice(BATCH_ENDPOINTS)
         if endpoint == "/v1/embeddings":
             body = {"input": "hi"}
+        elif endpoint in ("/v1/score", "/v1/rerank"):
+            body = self.score_body(endpoint, ["hi", "yo"])
         elif endpoint == "/v1/responses":
             body = self.responses_body()
         else:
@@ -237,6 +243,13 @@ class HttpCases:
             body["stream"] = True
         return body
 
+    def score_body(self, path: str, texts: list) -> dict:
+        """A score or rerank body over ``texts`` (a prompt's: strings or token ids, which these refuse)."""
+        r = self.rng
+        if "rerank" in path:
+            return {"query": texts[0], "documents": texts, "top_n": r.choice([0, 1, 5])}
+        return {"text_1": texts[0] if r.random() < 0.7 else texts, "text_2": texts}
+
     def responses_body(self) -> dict:
         r = self.rng
         body: dict = {"input": r.choice(["hi", [{"role": "user", "content": "hi"}]]), "max_output_tokens": 3}
@@ -259,6 +272,10 @@ class HttpCases:
         body = self.responses_body() if responses else self.valid_body(chat)
         if not chat and r.random() < 0.12:  # the prompt as an embeddings input (one, or a batch)
             path, body = "/v1/embeddings", {"input": body["prompt"], "encoding_format": r.choice(["float", "base64"])}
+        elif not chat and r.random() < 0.07:  # or as the texts of a score or rerank request
+            path = r.choice(SCORE_PATHS)
+            prompt = body["prompt"]
+            body = self.score_body(path, prompt if isinstance(prompt, list) and prompt else [prompt])
         text = json.dumps(body)
         if kind == "field":
             name = r.choice(HTTP_FIELDS)

@@ -40,6 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from client.completion import Completion
 from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
 from client.request_build import build_request
+from engine.embeddings import cosine
 from transport.actor import MailboxFull
 from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
@@ -281,6 +282,17 @@ class AsyncZooClient:
                 raise refusals[0]
         return vectors
 
+    async def rerank(self, query: str, documents: list[str], *, top_n: int = 0, **embed) -> list[tuple[int, float]]:
+        """``documents`` by relevance to ``query``, the most relevant first: (its index, its score), at most ``top_n``
+        of them (0: all). A score is the cosine similarity of the two texts' embeddings (engine/embeddings.py), as
+        the gateway's /v1/rerank scores them; ``embed``: ``embed``'s options. ValueError: no documents, top_n < 0."""
+        if not documents or top_n < 0:
+            raise ValueError("rerank needs at least one document and top_n >= 0")
+        query_vector, *vectors = await self.embed([query, *documents], **embed)
+        scores = [(i, cosine(query_vector, vector)) for i, vector in enumerate(vectors)]
+        ranked = sorted(scores, key=lambda item: -item[1])
+        return ranked[:top_n] if top_n else ranked
+
     async def ping(self) -> float:
         """Round trip to the control plane, in seconds."""
         request_id = uuid.uuid4().hex
@@ -497,6 +509,10 @@ class ZooClient:
     def embed(self, inputs: str | list[int] | list[str | list[int]], **kwargs) -> list[list[float]]:
         """As AsyncZooClient.embed."""
         return self._portal.call(lambda: self._client.embed(inputs, **kwargs))
+
+    def rerank(self, query: str, documents: list[str], **kwargs) -> list[tuple[int, float]]:
+        """As AsyncZooClient.rerank."""
+        return self._portal.call(lambda: self._client.rerank(query, documents, **kwargs))
 
     def ping(self) -> float:
         return self._portal.call(self._client.ping)

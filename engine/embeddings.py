@@ -13,9 +13,14 @@ whole there). A runner that cannot (simulated, fake) has no ``embeds`` and refus
 The request samples one token as any other (the gateway asks for ``max_tokens`` 1), so an embedding request is
 scheduled, batched, preempted, cached and routed like a one-token completion: the prefix cache serves its prompt
 but its last token, which is always computed.
+
+Two embeddings are compared by their cosine similarity (``cosine``): vLLM's score for an embedding model (a
+bi-encoder), which the gateway's score and rerank APIs and the ZeroMQ client's ``rerank`` return.
 """
 
 from __future__ import annotations
+
+import math
 
 from engine.sampling_params import SamplingParams
 
@@ -24,3 +29,14 @@ def check_runner(runner: object, params: SamplingParams) -> None:
     """ValueError naming ``embed`` when an embedding is asked of a runner that cannot compute one."""
     if params.embed and not getattr(runner, "embeds", False):
         raise ValueError("embed: this node's runner does not compute embeddings")
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    """The cosine similarity of two vectors, in [-1, 1] (0 when either is all zeros, or their sizes differ). Each is
+    scaled by its largest magnitude first, so tiny or huge values neither underflow nor overflow."""
+    scale_a, scale_b = max(map(abs, a), default=0.0), max(map(abs, b), default=0.0)
+    if len(a) != len(b) or not scale_a or not scale_b:
+        return 0.0
+    a, b = [x / scale_a for x in a], [y / scale_b for y in b]
+    value = math.fsum(x * y for x, y in zip(a, b)) / (math.hypot(*a) * math.hypot(*b))
+    return max(-1.0, min(1.0, value))

@@ -96,6 +96,7 @@ class MigratedRequest:
     block_ids: this node's device blocks holding the KV of token_ids' first ``len(block_ids)`` full blocks.
     lora_id: the LoRA adapter that KV was computed under (None: the base model); the receiver keys it under the same
         adapter (``import_prefix``), so only requests on that adapter hit it.
+    priority: its engine priority here (its class's rank, then its own), for a receiver that has no other record.
     """
 
     req_id: str
@@ -103,6 +104,7 @@ class MigratedRequest:
     num_output_tokens: int
     block_ids: list[int]
     lora_id: int | None = None
+    priority: int = 0
 
 
 @dataclass(slots=True)
@@ -287,7 +289,7 @@ class LLMEngine:
         kv = self.scheduler.kv_cache_manager
         block_ids = kv.computed_full_block_ids(request) if on_device else []
         tokens = list(request.all_token_ids)
-        return MigratedRequest(req_id, tokens, request.num_output_tokens, block_ids, request.lora_id)
+        return MigratedRequest(req_id, tokens, request.num_output_tokens, block_ids, request.lora_id, request.priority)
 
     def import_prefix(
         self, token_ids: list[int], num_blocks: int, cache_salt: str | None = None, lora_id: int | None = None

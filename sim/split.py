@@ -17,8 +17,9 @@ So TTFT counts the prefill only, and the transfer delays the second token (it is
                   of d's steps: imported blocks are evictable until their request is admitted, so landing on a
                   full node would lose them to the next allocation and re-prefill the whole context there)
 
-A request's LoRA adapter goes with it: it decodes on the same adapter there, and its blocks land keyed under it.
-Not carried across the hand-off (yet): a request's traffic-class priority (it decodes at priority 0).
+A request's LoRA adapter and its engine priority (its traffic class's rank, then its own) go with it: it decodes on
+the same adapter, at the same priority, there, and its blocks land keyed under the adapter. Not carried (yet): its
+TPOT target (the decode node's load report does not count its slack).
 
 Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of it)::
 
@@ -228,7 +229,7 @@ class SplitRun:
             if i == move.target and state.block_ids:
                 engine.import_prefix(state.token_ids, len(state.block_ids), None, state.lora_id)
             try:
-                node.core.add(move.req_id, state.token_ids, params, lora=move.lora)
+                node.core.add(move.req_id, state.token_ids, params, priority=state.priority, lora=move.lora)
             except ValueError:
                 continue
             block_size = engine.cache_config.block_size

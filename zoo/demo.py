@@ -26,6 +26,7 @@ MODEL = "SmolLM2-135M-Instruct"
 BATCH_QUESTIONS = ["What is the capital of Italy?", "What is the capital of Japan?"]
 BATCH_WAIT_S = 120.0
 SENTENCES = ["The cat sat on the mat.", "A kitten was sleeping on the rug.", "Quarterly revenue grew by five percent."]
+RERANK_QUERY = "Where is the cat?"
 NUM_LOAD_REQUESTS = 24
 LOAD_CONCURRENCY = 8
 LOAD_BUDGET_S = 60.0
@@ -101,6 +102,11 @@ def _chat(base_url: str, traces: OtlpReceiver) -> None:
     for i, j in ((0, 1), (0, 2)):
         cosine = sum(a * b for a, b in zip(vectors[i], vectors[j]))
         print(f"{cosine:.3f}  {SENTENCES[i]!r} ~ {SENTENCES[j]!r}")
+    print(
+        f"   rerank (vLLM's /v1/rerank: the same embeddings' cosine similarities): the sentences for {RERANK_QUERY!r}"
+    )
+    for result in _post(base_url, "/v1/rerank", {"query": RERANK_QUERY, "documents": SENTENCES})["results"]:
+        print(f"{result['relevance_score']:.3f}  {result['document']['text']!r}")
     _batch(base_url)
 
 

@@ -19,6 +19,8 @@
     POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
     (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
     frontend allows run-time updates: lora_routes.py)
+    POST /score, /v1/score        vLLM's score API: text pairs' cosine similarities (gateway/score_rerank.py)
+    POST /rerank, /v1/rerank, /v2/rerank  vLLM's rerank API (Jina's, Cohere's shape): documents by relevance
     GET  /health                  frontend.health(): 200 when status is "ok", else 503 (GET or POST /ping too,
                                   SageMaker's path, as vLLM serves it)
     GET  /version                 {"version": this package's}
@@ -56,11 +58,10 @@ import uuid
 from dataclasses import dataclass, field
 
 import anyio
-import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -74,27 +75,25 @@ from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
 from controlplane.gateway.batch_span import BatchSpans
-from controlplane.gateway.errors import ERROR_KINDS, error_body, error_headers, error_response, http_error_response
+from controlplane.gateway.embedding_routes import EmbeddingRoutes
+from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
+from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.http_span import HttpSpans
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
-from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
 from controlplane.gateway.reply_stream import (
-    ClientGone,
-    close_stream,
     named_events,
-    next_chunk,
     openai_events,
     respond,
     until_disconnect,
 )
-from controlplane.gateway.request_body import ReadTimeout, answered, read_body, read_timeout_response
+from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
@@ -106,7 +105,6 @@ from transport.trace_context import trace_headers
 
 log = logging.getLogger(__name__)
 
-MAX_ECHOED_PATH_CHARS = 200  # a request path quoted back in a 404/405
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
 # what a page's script may read of a reply
@@ -184,8 +182,10 @@ def create_app(
     batched = [  # the routes a batch's requests may name (gateway/batches.py)
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
-        Route("/v1/embeddings", gateway.handle_embeddings, methods=["POST"]),
+        Route("/v1/embeddings", gateway.embeddings.handle_embeddings, methods=["POST"]),
         Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
+        Route("/v1/score", gateway.embeddings.handle_score, methods=["POST"]),  # vLLM's run_batch takes these two too
+        Route("/v1/rerank", gateway.embeddings.handle_rerank, methods=["POST"]),
     ]
     files = FileStore(config.files_max, config.files_store_bytes, config.files_dir)
     journal = None if config.files_dir is None else BatchJournal(config.files_dir)
@@ -205,6 +205,8 @@ def create_app(
         *batched,
         Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
+        Route("/score", gateway.embeddings.handle_score, methods=["POST"]),
+        *(Route(path, gateway.embeddings.handle_rerank, methods=["POST"]) for path in ("/rerank", "/v2/rerank")),
         Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", gateway.handle_input_items, methods=["GET"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
@@ -254,6 +256,7 @@ class Gateway:
         self.created_s = int(time.time())
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
         self.tokenize_routes = TokenizeRoutes(frontend)
+        self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         self.responses = ResponseStore(config.responses_store_max, config.responses_store_bytes)
 
     async def handle_completions(self, request: Request) -> Response:
@@ -267,14 +270,14 @@ class Gateway:
         arrival_ns = time.monotonic_ns()
 
         async def serve() -> Response:
-            args = parse_messages(await self._read_body(request))
+            args = parse_messages(await self.read_body(request))
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
-            reply = MessagesReply(self._model(args.model), args.tool_plan)
-            chunks = self._start(request, reply.id, args, arrival_ns)
+            reply = MessagesReply(self.model_name(args.model), args.tool_plan)
+            chunks = self.start(request, reply.id, args, arrival_ns)
             return await respond(request, chunks, reply, args.stream, named_events, reply.id)
 
-        return await _guarded(request, serve, anthropic_error_body)
+        return await guarded(request, serve, anthropic_error_body)
 
     async def handle_count_tokens(self, request: Request) -> Response:
         """Anthropic's ``POST /v1/messages/count_tokens``: ``{"input_tokens": N}`` (501 without a tokenizer)."""
@@ -282,10 +285,10 @@ class Gateway:
         async def serve() -> Response:
             if self.tokenize_routes.tokenizer is None:
                 return no_tokenizer()
-            model, messages, tools, chat = parse_count_tokens(await self._read_body(request))
-            return _json({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools, chat)})
+            model, messages, tools, chat = parse_count_tokens(await self.read_body(request))
+            return json_response({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools, chat)})
 
-        return await _guarded(request, serve, anthropic_error_body)
+        return await guarded(request, serve, anthropic_error_body)
 
     async def handle_responses(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/responses`` (gateway/openai_responses.py); a stored one is kept under its owner."""
@@ -298,7 +301,7 @@ class Gateway:
 
         async def serve() -> Response:
             parsed = parse_responses(
-                await self._read_body(request),
+                await self.read_body(request),
                 default_max_tokens=self.config.default_chat_max_tokens,
                 tool_call_parser=self.config.tool_call_parser,
                 previous=previous,
@@ -310,46 +313,11 @@ class Gateway:
             args = parsed.generate
             if args.sampling.structured_outputs is not None:
                 await _check_structured(args)
-            reply = ResponsesReply(self._model(args.model), parsed, on_done=keep if parsed.store else None)
-            chunks = self._start(request, reply.id, args, arrival_ns)
+            reply = ResponsesReply(self.model_name(args.model), parsed, on_done=keep if parsed.store else None)
+            chunks = self.start(request, reply.id, args, arrival_ns)
             return await respond(request, chunks, reply, args.stream, named_events, reply.id)
 
-        return await _guarded(request, serve)
-
-    async def handle_embeddings(self, request: Request) -> Response:
-        """OpenAI's ``POST /v1/embeddings`` (gateway/openai_embeddings.py): one engine request per input."""
-        arrival_ns = time.monotonic_ns()
-
-        async def serve() -> Response:
-            args = parse_embeddings(await self._read_body(request))
-            request_id = f"embd-{uuid.uuid4().hex}"
-            batches = waves(args.inputs)
-            wave_ids = [request_id] if len(batches) == 1 else [f"{request_id}-w{k}" for k in range(len(batches))]
-            ids = [i for wave_id, wave in zip(wave_ids, batches) for i in choice_request_ids(wave_id, len(wave))]
-            reply = EmbeddingsReply(self._model(args.model), ids, args.base64)
-            generate = GenerateArgs(model=args.model, sampling=args.sampling, traffic_class=args.traffic_class)
-            chunks = self._waves(request, zip(wave_ids, batches), generate, arrival_ns)
-            return await respond(request, chunks, reply, False, None, request_id)
-
-        return await _guarded(request, serve)
-
-    async def _waves(self, request: Request, batches, generate: GenerateArgs, arrival_ns: int):
-        """The chunks of every wave of inputs, a wave started when the one before it has finished."""
-        for wave_id, wave in batches:
-            first = wave[0]
-            if len(wave) > 1:  # a batch (as a completion's)
-                more = {"prompts": wave}
-            else:
-                more = {"prompt": first} if isinstance(first, str) else {"prompt_token_ids": first}
-            chunks = self._start(request, wave_id, generate, arrival_ns, **more)
-            try:
-                num_finished = 0
-                while num_finished < len(wave):
-                    chunk = await next_chunk(chunks)
-                    num_finished += chunk.finished
-                    yield chunk
-            finally:
-                await close_stream(chunks)
+        return await guarded(request, serve)
 
     async def handle_stored_response(self, request: Request) -> Response:
         """``GET`` a stored response's object, or ``DELETE`` it (404 when its owner has none of that id)."""
@@ -357,11 +325,11 @@ class Gateway:
         owner = request_owner(request)
         if request.method == "DELETE":
             if self.responses.delete(owner, response_id):
-                return _json({"id": response_id, "object": "response.deleted", "deleted": True})
+                return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
         else:
             stored = self.responses.get(owner, response_id)
             if stored is not None:
-                return _json(stored.object)
+                return json_response(stored.object)
         return _no_stored_response(response_id)
 
     async def handle_input_items(self, request: Request) -> Response:
@@ -372,11 +340,11 @@ class Gateway:
         if stored is None:
             return _no_stored_response(response_id)
         try:
-            return _json(input_items_page(stored.input_items, request.query_params))
+            return json_response(input_items_page(stored.input_items, request.query_params))
         except FrontendError as err:
             return error_response(err)
 
-    def _start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
+    def start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
         """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""
         # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
         traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
@@ -404,7 +372,7 @@ class Gateway:
             names = await until_disconnect(request, wait_for_models(self.config.models_wait_s))
         data = [self._model_object(name) for name in names]
         data += lora_model_objects(self.frontend, self.created_s, self.config.owned_by)
-        return _json({"object": "list", "data": data})
+        return json_response({"object": "list", "data": data})
 
     async def handle_tokenize(self, request: Request) -> Response:
         return await self._handle_body(request, self.tokenize_routes.tokenize)
@@ -414,7 +382,7 @@ class Gateway:
 
     async def _handle_body(self, request: Request, reply) -> Response:
         async def serve() -> Response:
-            return reply(await self._read_body(request))
+            return reply(await self.read_body(request))
 
         return await answered(serve)
 
@@ -423,9 +391,9 @@ class Gateway:
         if name not in self.frontend.model_names:
             for lora in lora_model_objects(self.frontend, self.created_s, self.config.owned_by):
                 if lora["id"] == name:
-                    return _json(lora)
+                    return json_response(lora)
             return error_response(_unknown_model(name))
-        return _json(self._model_object(name))
+        return json_response(self._model_object(name))
 
     async def handle_health(self, request: Request) -> Response:
         try:
@@ -433,12 +401,12 @@ class Gateway:
         except Exception:
             log.exception("gateway: frontend.health() failed")
             health = {"status": "error"}
-        return _json(health, status=200 if health.get("status") == "ok" else 503)
+        return json_response(health, status=200 if health.get("status") == "ok" else 503)
 
     async def handle_version(self, request: Request) -> Response:
-        return _json({"version": _package_version()})
+        return json_response({"version": _package_version()})
 
-    def _model(self, asked: str | None) -> str:
+    def model_name(self, asked: str | None) -> str:
         """The model a reply names: the one asked for, else the fleet's default ("" before any node joined)."""
         return asked or (self.frontend.model_names or [""])[0]
 
@@ -449,7 +417,7 @@ class Gateway:
         arrival_ns = time.monotonic_ns()  # the request's clocks start here (its headers are in)
 
         async def serve() -> Response:
-            body = await self._read_body(request)
+            body = await self.read_body(request)
             if chat:
                 args = parse_chat(
                     body,
@@ -462,14 +430,14 @@ class Gateway:
                 await _check_structured(args)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
 
-        return await _guarded(request, serve)
+        return await guarded(request, serve)
 
-    async def _read_body(self, request: Request) -> bytes:
+    async def read_body(self, request: Request) -> bytes:
         return await read_body(request, self.config.max_body_bytes, self.config.request_read_timeout_s)
 
     async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-        model = self._model(args.model)
+        model = self.model_name(args.model)
         reply = OpenAIReply(
             chat=chat,
             request_id=request_id,
@@ -490,7 +458,7 @@ class Gateway:
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)
             more.update(prompts=args.prompts, num_choices=args.n)
         more.update(prompt=args.prompt, prompt_token_ids=args.prompt_token_ids)
-        chunks = self._start(request, request_id, args, arrival_ns, **more)
+        chunks = self.start(request, request_id, args, arrival_ns, **more)
         return await respond(request, chunks, reply, args.stream, openai_events, request_id)
 
     def _echo_text(self, args: GenerateArgs) -> list[str]:
@@ -502,22 +470,6 @@ class Gateway:
             p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) if tokenizer is not None else ""
             for p in prompts
         ]
-
-
-async def _guarded(request: Request, serve, error_body_of=error_body) -> Response:
-    """``serve()``'s reply, or the reply to what it raised: a refusal in the route's error shape (OpenAI's unless
-    ``error_body_of`` says otherwise), 408 for a body read too slowly, 499 for a client gone, 500 (logged)."""
-    try:
-        return await serve()
-    except FrontendError as err:
-        return _json(error_body_of(err), status=ERROR_KINDS[err.code].status, headers=error_headers(err))
-    except ReadTimeout as timeout:
-        return read_timeout_response(timeout)
-    except (ClientGone, ClientDisconnect):
-        return Response(status_code=499)  # nobody is left to read it
-    except Exception:
-        log.exception("gateway: unexpected error serving %s", clip(request.url.path, MAX_ECHOED_PATH_CHARS))
-        return _json(error_body_of(FrontendError(ErrorCode.INTERNAL, "Internal server error")), status=500)
 
 
 async def _check_structured(args: GenerateArgs) -> None:
@@ -550,10 +502,6 @@ async def _handle_http_exception(request: Request, exc: HTTPException) -> Respon
 async def _handle_unexpected(request: Request, exc: Exception) -> Response:
     """An exception no handler caught (Starlette logs it and re-raises after this reply)."""
     return http_error_response(500, "Internal server error", code="internal_error")
-
-
-def _json(obj: dict, *, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(msgspec.json.encode(obj), status_code=status, headers=headers, media_type="application/json")
 
 
 def _no_stored_response(response_id: str) -> Response:

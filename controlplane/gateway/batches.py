@@ -14,7 +14,8 @@ Batch object a client polls, and the output lines it ends with. gateway/batch_ru
 
 The rules are OpenAI's (its API reference for Batch and Files, and the openai SDK's ``Batch``, ``BatchError`` and
 ``BatchCreateParams`` types, openai-python 2.x): ``endpoint`` one of the routes served here
-(``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses``), ``completion_window``
+(``/v1/chat/completions``, ``/v1/completions``, ``/v1/embeddings``, ``/v1/responses``; and vLLM's ``/v1/score`` and
+``/v1/rerank``, as its ``run_batch`` takes them), ``completion_window``
 "24h" only, at most 50,000 requests in a file, every ``custom_id`` distinct, every line's ``url`` the batch's
 ``endpoint``, ``metadata`` at most 16 string pairs (keys up to 64 characters, values up to 512). A request left
 unrun when the window closes gets an error line with code ``batch_expired``.
@@ -33,7 +34,7 @@ from controlplane.gateway.openai_schema import decode_body
 from transport.codec import clip
 from transport.messages import ErrorCode
 
-ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score", "/v1/rerank")
 COMPLETION_WINDOWS = {"24h": 24 * 3600.0}
 MAX_METADATA = 16
 MAX_METADATA_KEY = 64

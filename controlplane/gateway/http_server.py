@@ -7,7 +7,7 @@
 uvicorn times out only idle keep-alive connections; a client that sends its headers one byte at a time
 (slowloris) would hold a connection forever. ``GatewayProtocol`` is uvicorn's h11 protocol with a header
 deadline, armed when a connection opens and again after each response, disarmed while the app serves a
-request (its headers are in; the body's deadline is the app's own, app.py ``_read_body``). A client still
+request (its headers are in; the body's deadline is the app's own, app.py ``read_body``). A client still
 sending the body of a request already answered (say, refused with 413) is cut off at the same deadline.
 Every error the server itself sends (400, 408) has OpenAI's JSON error body, like the app's.
 """

@@ -138,6 +138,12 @@ def test_a_node_that_cannot_embed_refuses_by_name(portal_fleet):
         with pytest.raises(ZooError) as refused:
             zoo.embed(["a", "b"])
         assert refused.value.message.startswith("embed:")
+        with pytest.raises(ZooError) as refused:  # rerank embeds: refused the same way
+            zoo.rerank("q", ["a", "b"])
+        assert refused.value.message.startswith("embed:")
+        for bad in ({"documents": []}, {"documents": ["a"], "top_n": -1}):
+            with pytest.raises(ValueError, match="rerank"):
+                zoo.rerank("q", **bad)
         assert zoo.generate("after", max_tokens=1).embedding is None
 
 

@@ -96,14 +96,14 @@ def test_a_lora_request_migrates_with_its_kv_which_lands_under_its_adapter():
     engine = engine_with("sql")
     params = SamplingParams(max_tokens=50, ignore_eos=True)
     engine.add_request(PROMPT, params, req_id="base")
-    engine.add_request(PROMPT, params, req_id="adapted", lora_name="sql")
+    engine.add_request(PROMPT, params, req_id="adapted", lora_name="sql", priority=7)
     for _ in range(3):
         engine.step()
     base = engine.export_request("base")
-    assert base.block_ids and base.lora_id is None
+    assert base.block_ids and base.lora_id is None and base.priority == 0
     moved = engine.export_request("adapted")
     sql = LoraRequest("sql", "sim://sql")
-    assert moved.lora_id == sql.lora_id and moved.token_ids[: len(PROMPT)] == PROMPT
+    assert moved.lora_id == sql.lora_id and moved.token_ids[: len(PROMPT)] == PROMPT and moved.priority == 7
     assert len(moved.block_ids) >= 4  # the prompt's four full blocks go along
 
     def cached(target, request_id: str, lora_name: str | None, salt: str | None = None) -> int:

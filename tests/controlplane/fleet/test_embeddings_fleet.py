@@ -2,10 +2,12 @@
 encoding) → the gateway → the intake → a real agent (SmolLM2 on the torch runner) → back. Each vector is
 transformers' final hidden state at the input's last token, normalised (vLLM's LAST pooling); a batch gives each
 input's vector as alone, in order, also sent in waves; usage counts the inputs' tokens; the ZeroMQ client library's
-``embed`` gets the same vectors."""
+``embed`` gets the same vectors; vLLM's score and rerank APIs (and the client's ``rerank``) score by those vectors'
+cosine similarities."""
 
 from __future__ import annotations
 
+import httpx
 import openai
 import pytest
 import torch
@@ -37,11 +39,29 @@ async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2
                 assert float(torch.tensor(item.embedding) @ reference(text)) > 0.9999, text
             alone = client.embeddings.create(model=model, input=TEXTS[1], encoding_format="float")
             assert alone.data[0].embedding == pytest.approx(batch.data[1].embedding, abs=1e-4)
+        vectors = [torch.tensor(item.embedding) for item in batch.data]
+        with httpx.Client(base_url=base_url, timeout=120) as http:  # vLLM's score and rerank, over the same vectors
+            scores = http.post("/v1/score", json={"model": model, "text_1": TEXTS[0], "text_2": TEXTS}).json()["data"]
+            assert [d["score"] for d in scores] == pytest.approx([float(vectors[0] @ v) for v in vectors], abs=1e-4)
+            documents = [TEXTS[1], TEXTS[0], TEXTS[2]]
+            ranked = http.post("/rerank", json={"model": model, "query": TEXTS[0], "documents": documents}).json()
+            assert ranked["results"][0]["index"] == 1 and ranked["results"][0]["relevance_score"] == pytest.approx(1)
+            assert [r["relevance_score"] for r in ranked["results"]] == sorted(scores_of(ranked), reverse=True)
+            assert ranked["usage"]["total_tokens"] == sum(
+                len(tokenizer.encode(TEXTS[0])) + len(tokenizer.encode(d)) for d in documents
+            )
         with ZooClient(client_endpoint, timeout_s=60) as zoo:  # the ZeroMQ client library: the same vectors
             vectors = zoo.embed(TEXTS[:2])
             assert vectors[0] == pytest.approx(batch.data[0].embedding, abs=1e-4)
             assert vectors[1] == pytest.approx(batch.data[1].embedding, abs=1e-4)
             assert zoo.embed(tokenizer.encode(TEXTS[2]))[0] == pytest.approx(batch.data[2].embedding, abs=1e-4)
+            by_client = zoo.rerank(TEXTS[0], documents, top_n=2)  # the client's own rerank: the gateway's ranking
+            assert [i for i, _ in by_client] == [r["index"] for r in ranked["results"][:2]]
+            assert [score for _, score in by_client] == pytest.approx(scores_of(ranked)[:2], abs=1e-4)
 
     engine = smollm2_engine(smollm2_model, tokenizer)
     await check_over_http(controlplane, tokenizer, engine, check, with_client_endpoint=True)
+
+
+def scores_of(ranked: dict) -> list[float]:
+    return [r["relevance_score"] for r in ranked["results"]]
