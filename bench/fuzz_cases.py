@@ -225,6 +225,7 @@ class WireCases:
             trace_headers=r.choice([None, None, {"traceparent": f"00-{r.getrandbits(128):032x}-{1:016x}-01"},
                                     {"traceparent": "x" * r.choice([1, 55, 600])}, {"tracestate": "a=b"}]),
             chat=r.choice([None, None, None, *CHAT_OPTIONS_WIRE]) if kind != "ids" or r.random() < 0.1 else None,
+            return_prompt_token_ids=r.random() < 0.2,
         )  # fmt: skip
 
     def next(self) -> tuple[str, list[bytes]]:

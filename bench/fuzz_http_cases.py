@@ -81,7 +81,7 @@ HTTP_FIELDS = [
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
     "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens", "priority",
     "service_tier", "cache_salt", "bad_words", "continue_final_message", "add_generation_prompt",
-    "chat_template_kwargs",
+    "chat_template_kwargs", "return_token_ids", "return_tokens_as_token_ids",
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata",  # OpenAI's Responses API (/v1/responses)
@@ -241,6 +241,10 @@ class HttpCases:
             body["prompt"] = r.choice(["hi", [104, 105], ["hi", "yo"], [[104], [105, 106]]])  # one, or a batch
         if r.random() < 0.2:
             body["stream"] = True
+        if r.random() < 0.1:  # vLLM's token-id options, with logprobs named by id now and then
+            body["return_token_ids"] = True
+            if r.random() < 0.5:
+                body.update({"return_tokens_as_token_ids": True, "logprobs": True if chat else 2})
         return body
 
     def score_body(self, path: str, texts: list) -> dict:

@@ -20,3 +20,4 @@ class Completion:
     # with prompt_logprobs: per prompt position (token, logprob, top, rank), position 0's logprob None
     prompt_logprobs: list[Any] | None = None
     embedding: list[float] | None = None  # with embed: the prompt's (engine/embeddings.py)
+    prompt_token_ids: list[int] | None = None  # with return_prompt_token_ids: the prompt's tokens as served

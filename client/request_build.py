@@ -54,6 +54,7 @@ def build_request(
     traffic_class: str = "default",
     trace_headers: dict[str, str] | None = None,
     priority: int = 0,
+    return_prompt_token_ids: bool = False,
 ) -> ClientGenerate:
     """One request: exactly one of ``prompt``, ``messages`` (dicts with "role" and "content", or ChatMessage),
     ``prompt_token_ids``. The sampling keywords are engine/sampling_params.py's, as on HTTP.
@@ -75,7 +76,9 @@ def build_request(
     ``embed``: the prompt's embedding too, in ``Completion.embedding`` (``embed()`` asks it of several inputs).
     ``cache_salt``: vLLM's: only requests with the same salt share prefix-cache blocks (engine/prefix_key.py).
     ``model``: None for the client's default. ``traffic_class`` picks the cell; ``priority``: vLLM's, lower runs
-    earlier among the requests of its class. ``trace_headers``: the caller's W3C traceparent / tracestate."""
+    earlier among the requests of its class. ``trace_headers``: the caller's W3C traceparent / tracestate.
+    ``return_prompt_token_ids``: the prompt's tokens as served (rendered, truncated) in ``Completion.prompt_token_ids``
+    (the first chunk's: vLLM's return_token_ids)."""
     chat = ChatTemplateOptions(
         add_generation_prompt=add_generation_prompt,
         continue_final_message=continue_final_message,
@@ -93,6 +96,7 @@ def build_request(
         trace_headers=trace_headers,
         priority=priority,
         chat=None if chat == DEFAULT_CHAT_OPTIONS else chat,
+        return_prompt_token_ids=return_prompt_token_ids,
         # validated by the control plane when it decodes the request (one validation, at the edge)
         sampling=SamplingParams.unchecked(
             temperature=temperature,

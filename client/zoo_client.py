@@ -121,13 +121,14 @@ class GenerationStream:
         """Read the stream to its end into one Completion."""
         text, token_ids, logprobs, n = [], [], [], 0
         last: TokenChunk | None = None
-        prompt_logprobs = embedding = None
+        prompt_logprobs = embedding = prompt_token_ids = None
         async for chunk in self:
             text.append(chunk.text)
             token_ids += chunk.token_ids
             logprobs += chunk.logprobs or []
             prompt_logprobs = chunk.prompt_logprobs if chunk.prompt_logprobs is not None else prompt_logprobs
             embedding = chunk.embedding if chunk.embedding is not None else embedding
+            prompt_token_ids = chunk.prompt_token_ids if chunk.prompt_token_ids is not None else prompt_token_ids
             n += 1
             last = chunk
         assert last is not None
@@ -143,6 +144,7 @@ class GenerationStream:
             logprobs,
             prompt_logprobs,
             embedding,
+            prompt_token_ids,
         )
 
 

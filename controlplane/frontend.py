@@ -54,6 +54,7 @@ class Frontend(Protocol):
         trace_headers: dict[str, str] | None = None,
         priority: int = 0,
         chat: ChatTemplateOptions | None = None,
+        return_prompt_token_ids: bool = False,
     ) -> AsyncIterator[TokenChunk]:
         """Tokenize, validate, admit, route, and stream the request's chunks until one has finished=True.
         ``traffic_class`` picks its cell, priority and SLOs (controlplane/cells.py); ``tenant`` (from its API
@@ -73,6 +74,8 @@ class Frontend(Protocol):
             priority: vLLM's (lower runs earlier), among the requests of its traffic class (cells.engine_priority).
             chat: how ``messages`` are rendered: vLLM's add_generation_prompt, continue_final_message (a prefilled
             reply) and chat_template_kwargs (backends/chat_render.py); None: a new reply, no extra variables.
+            return_prompt_token_ids: each choice's first chunk names the prompt's tokens as served (vLLM's
+            return_token_ids: TokenChunk.prompt_token_ids).
         """
         ...
 

@@ -151,6 +151,9 @@ class Inflight:
     prefilled: bool = False
     traffic_class: str = "default"  # the class it was placed as (controlplane/cells.py)
     trace: RequestTrace | None = None  # its span while in flight (controlplane/request_spans.py); None: not traced
+    prompt_ids_relayed: bool = (
+        False  # its first chunk named the prompt's tokens (ClientGenerate.return_prompt_token_ids)
+    )
 
 
 class RequestTable:
@@ -242,6 +245,9 @@ class RequestTable:
             chunk.num_prompt_tokens = inflight.num_prompt_tokens
             chunk.num_output_tokens += inflight.output_offset
         chunk.node_id = node_id
+        if not inflight.prompt_ids_relayed and inflight.msg is not None and inflight.msg.return_prompt_token_ids:
+            chunk.prompt_token_ids = inflight.prompt_token_ids  # the prompt as served (truncated, rendered), once
+            inflight.prompt_ids_relayed = True
         if chunk.finished:
             del self._requests[chunk.request_id]
             self._finished_on_node(inflight)

@@ -243,6 +243,7 @@ class ClientGenerate(Envelope, kw_only=True):
     priority: int = 0  # vLLM's: lower runs earlier, within its class (controlplane/cells.py engine_priority)
     trace_headers: dict[str, str] | None = None  # W3C traceparent/tracestate (transport/trace_context.py): its parent
     chat: ChatTemplateOptions | None = None  # how ``messages`` are rendered (None: the defaults, a new reply)
+    return_prompt_token_ids: bool = False  # vLLM's return_token_ids: the first chunk back names the prompt's tokens
 
 
 class GenerateRequest(Envelope, kw_only=True):
@@ -280,6 +281,7 @@ class TokenChunk(Envelope, kw_only=True):
     # the first chunk's, if asked (engine/prompt_logprobs.py): per prompt position (token, logprob, top, rank)
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]], int | None]] | None = None
     embedding: list[float] | None = None  # the prompt's, if asked (sampling.embed; engine/embeddings.py)
+    prompt_token_ids: list[int] | None = None  # the first chunk a client gets, if asked (return_prompt_token_ids)
 
 
 class CancelRequest(Envelope, kw_only=True):

@@ -362,6 +362,7 @@ class Gateway:
             **({"chat": args.chat} if args.chat else {}),  # vLLM's chat options (backends/chat_render.py)
             **({"trace_headers": traced} if traced else {}),
             **({"priority": args.priority} if args.priority else {}),  # vLLM's: lower runs earlier
+            **({"return_prompt_token_ids": True} if args.return_token_ids else {}),  # vLLM's return_token_ids
             **more,
         )
 
@@ -453,6 +454,8 @@ class Gateway:
             prompt_logprobs_field=args.prompt_logprobs_field,
             service_tier=args.service_tier,
             chat_echo=args.chat_echo,
+            return_token_ids=args.return_token_ids,
+            tokens_as_ids=args.tokens_as_ids,
         )
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)

@@ -19,7 +19,9 @@ and its logprobs with the prompt tokens' (the first one's null, as OpenAI's); a 
 ``prompt_logprobs`` gets them in vLLM's shape (a completion's per choice, a chat's once, at the top; not streamed
 for a chat). A chat with vLLM's ``echo`` whose last message is the assistant's (a prefilled reply,
 ``continue_final_message``) starts each choice's content with that message (streamed: a content delta after the
-role's), as vLLM's serving_chat does.
+role's), as vLLM's serving_chat does. vLLM's ``return_token_ids``: a chat reply's ``prompt_token_ids`` (streamed: in
+its first chunk) and each choice's ``token_ids`` (streamed: each chunk's); a completion's per choice, both. Its
+``return_tokens_as_token_ids``: logprobs name each token "token_id:<id>" (their offsets stay the text's).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError
-from controlplane.gateway.token_text import TokenText, clamp_logprob
+from controlplane.gateway.token_text import TokenIdText, TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import ToolPlan, ToolStream, call_objects
 from transport.messages import ErrorCode, TokenChunk
 
@@ -49,6 +51,8 @@ class _Choice:
     tool_stream: ToolStream | None = None
     prompt_logprobs: list[PromptLogprob] | None = None  # from the first chunk, when asked
     echoed: bool = False  # (streamed) its first chunk, with the prompt, is out
+    prompt_token_ids: list[int] | None = None  # its prompt's tokens (vLLM's return_token_ids), from its first chunk
+    token_ids: list[int] = field(default_factory=list)  # its output's tokens (kept with return_token_ids)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -75,10 +79,14 @@ class OpenAIReply:
         choices_per_prompt: int = 1,
         service_tier: str | None = None,
         chat_echo: str = "",
+        return_token_ids: bool = False,
+        tokens_as_ids: bool = False,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
-        chat_echo: a chat's text before each choice's content (vLLM's chat ``echo``: the final assistant message)."""
+        chat_echo: a chat's text before each choice's content (vLLM's chat ``echo``: the final assistant message);
+        return_token_ids: vLLM's (``prompt_token_ids`` and each choice's ``token_ids``); tokens_as_ids: vLLM's
+        ``return_tokens_as_token_ids`` (logprobs name each token "token_id:<id>")."""
         self.chat = chat
         self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
@@ -98,6 +106,8 @@ class OpenAIReply:
         ]
         self._by_id = dict(zip(ids, self.choices, strict=True))
         self.token_text = token_text or TokenText(None)
+        self.names = TokenIdText() if tokens_as_ids else self.token_text  # how logprobs name tokens
+        self.return_token_ids = return_token_ids
         self._prompt_tokens: dict[int, int] = {}  # per prompt of a batch: its tokens, and those its node had cached
         self._cached_tokens: dict[int, int] = {}
         self.echo = None if chat or echo is None else [echo] if isinstance(echo, str) else echo
@@ -124,6 +134,10 @@ class OpenAIReply:
         choice.num_token_ids += len(chunk.token_ids)
         if chunk.prompt_logprobs is not None:
             choice.prompt_logprobs = chunk.prompt_logprobs
+        if chunk.prompt_token_ids is not None and choice.prompt_token_ids is None:
+            choice.prompt_token_ids = chunk.prompt_token_ids
+        if self.return_token_ids:
+            choice.token_ids.extend(chunk.token_ids)
         if chunk.logprobs:
             offset = choice.num_text_chars
             for token_id, *_ in chunk.logprobs:
@@ -166,6 +180,8 @@ class OpenAIReply:
         if not self.chat:
             return []
         roles = [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
+        if self.return_token_ids and first is not None:  # vLLM's: the prompt's tokens in the first chunk ever
+            roles[0]["prompt_token_ids"] = first.prompt_token_ids
         echoes = [self._chunk_object(c, {"content": self.chat_echo}, None, None) for c in self.choices]
         return roles + echoes if self.chat_echo else roles
 
@@ -183,16 +199,17 @@ class OpenAIReply:
             deltas = [{"content": chunk.text}] if chunk.text or chunk.logprobs else []
         else:
             deltas = choice.tool_stream.feed(chunk.text) + (choice.tool_stream.finish() if finishing else [])
-        if logprobs is not None and not deltas:
-            deltas = [{}]
+        if not deltas and (logprobs is not None or (self.return_token_ids and chunk.token_ids and not finishing)):
+            deltas = [{}]  # what it carries besides text (log-probabilities, tokens) goes out now
+        token_ids = chunk.token_ids
         for delta in deltas:
-            objects.append(self._chunk_object(choice, delta, chunk.text, logprobs))
-            logprobs = None
+            objects.append(self._chunk_object(choice, delta, chunk.text, logprobs, token_ids=token_ids))
+            logprobs, token_ids = None, []
         if finishing:
             reason = choice.finish_reason
             if choice.tool_stream is not None:
                 reason = self.tools.finish_reason(reason, choice.tool_stream.called)
-            objects.append(self._chunk_object(choice, {}, "", None, reason))
+            objects.append(self._chunk_object(choice, {}, "", None, reason, token_ids=token_ids))
         return objects
 
     def usage_object(self) -> dict:
@@ -222,11 +239,18 @@ class OpenAIReply:
             choice.update(logprobs=logprobs, finish_reason=reason)
             if self.prompt_logprobs_field and not self.chat:
                 choice["prompt_logprobs"] = self._vllm_prompt_logprobs(c)
+            if self.return_token_ids:  # vLLM's: a completion's echo has the prompt's tokens first, as its text
+                echoed = (c.prompt_token_ids or []) if self.echo is not None else []
+                choice["token_ids"] = [*echoed, *c.token_ids]
+                if not self.chat:
+                    choice["prompt_token_ids"] = c.prompt_token_ids
             choices.append(choice)
         obj = "chat.completion" if self.chat else "text_completion"
         full = {**self.base, "object": obj, "choices": choices, "usage": self.usage()}
         if self.prompt_logprobs_field and self.chat:
             full["prompt_logprobs"] = self._vllm_prompt_logprobs(self.choices[0])
+        if self.return_token_ids and self.chat:
+            full["prompt_token_ids"] = self.choices[0].prompt_token_ids
         return full
 
     def _completion_chunk_objects(
@@ -239,12 +263,19 @@ class OpenAIReply:
             text = self.echo[choice.prompt_index] + text
             logprobs = self._with_prompt(choice, logprobs)
         objects = []
-        if text or logprobs or (first and self.prompt_logprobs_field):
-            objects.append(self._chunk_object(choice, {}, text, logprobs))
+        token_ids = chunk.token_ids
+        if first and self.echo is not None and choice.prompt_token_ids:
+            token_ids = [*choice.prompt_token_ids, *token_ids]
+        tokens_only = self.return_token_ids and bool(token_ids) and not finishing  # no text, tokens all the same
+        if text or logprobs or tokens_only or (first and (self.prompt_logprobs_field or self.return_token_ids)):
+            objects.append(self._chunk_object(choice, {}, text, logprobs, token_ids=token_ids))
+            token_ids = []
             if first and self.prompt_logprobs_field:
                 objects[-1]["choices"][0]["prompt_logprobs"] = self._vllm_prompt_logprobs(choice)
+            if first and self.return_token_ids:
+                objects[-1]["choices"][0]["prompt_token_ids"] = choice.prompt_token_ids
         if finishing:
-            objects.append(self._chunk_object(choice, {}, "", None, choice.finish_reason))
+            objects.append(self._chunk_object(choice, {}, "", None, choice.finish_reason, token_ids=token_ids))
         return objects
 
     def _with_prompt(self, c: _Choice, logprobs: dict | None) -> dict | None:
@@ -252,14 +283,14 @@ class OpenAIReply:
         asked for (vLLM's prompt_logprobs alone does not make logprobs) or the prompt's did not come."""
         if c.prompt_logprobs is None or logprobs is None:
             return logprobs
-        lookup, offset = self.token_text.lookup, 0
+        lookup, offset = self.names.lookup, 0
         tokens, token_logprobs, tops, offsets = [], [], [], []
         for token, logprob, top, _ in c.prompt_logprobs:
             tokens.append(lookup(token)[0])
             token_logprobs.append(None if logprob is None else clamp_logprob(logprob))
             tops.append(None if logprob is None else {lookup(t)[0]: clamp_logprob(lp) for t, lp in top})
             offsets.append(offset)
-            offset += len(tokens[-1])
+            offset += len(self.token_text.lookup(token)[0])  # offsets in the text, whatever names the tokens
         prompt = {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
         return {key: prompt[key] + logprobs[key] for key in prompt}
 
@@ -281,12 +312,21 @@ class OpenAIReply:
         return out
 
     def _chunk_object(
-        self, c: _Choice, delta: dict, text: str | None, logprobs: dict | None, finish: str | None = None
+        self,
+        c: _Choice,
+        delta: dict,
+        text: str | None,
+        logprobs: dict | None,
+        finish: str | None = None,
+        *,
+        token_ids: list[int] | None = None,
     ) -> dict:
         if self.chat:
             choice = {"index": c.index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}
         else:
             choice = {"text": text or "", "index": c.index, "logprobs": logprobs, "finish_reason": finish}
+        if self.return_token_ids:  # vLLM's: each streamed choice names the tokens it carries
+            choice["token_ids"] = token_ids or []
         obj = {**self.base, "choices": [choice]}
         if self.continuous_usage:
             obj["usage"] = self.usage()
@@ -296,7 +336,7 @@ class OpenAIReply:
 
     def _logprobs_object(self, c: _Choice, start: int) -> dict:
         entries, offsets = c.logprobs[start:], c.logprob_offsets[start:]
-        lookup = self.token_text.lookup
+        lookup = self.names.lookup
         if self.chat:
             content = []
             for token, logprob, top in entries:

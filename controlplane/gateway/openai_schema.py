@@ -101,6 +101,8 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
     priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
     cache_salt: str | None = None  # extension (as in vLLM): only requests of the same salt share the prefix cache
+    return_token_ids: bool | None = None  # extension (as in vLLM): the reply names the prompt's and output's tokens
+    return_tokens_as_token_ids: bool | None = None  # extension (as in vLLM): logprobs name tokens "token_id:<id>"
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -151,6 +153,8 @@ class GenerateArgs:
     echo: bool = False  # a completion's text (and logprobs) start with its prompt's
     chat_echo: str = ""  # a chat's content starts with this (vLLM's chat echo: the final assistant message)
     prompt_logprobs_field: bool = False  # the reply carries vLLM's ``prompt_logprobs`` (the client asked by name)
+    return_token_ids: bool = False  # vLLM's: the reply carries ``prompt_token_ids`` and each choice's ``token_ids``
+    tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>"
 
     @property
     def tools(self) -> list[ToolSpec] | None:
@@ -201,6 +205,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
         structured_param=structured_param,
         echo=bool(req.echo),
         prompt_logprobs_field=req.prompt_logprobs is not None,
+        **_token_id_options(req),
     )
 
 
@@ -243,7 +248,13 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         structured_param=structured_param,
         chat=chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
         chat_echo=messages[-1].content if req.echo and messages[-1].role == "assistant" else "",
+        **_token_id_options(req),
     )
+
+
+def _token_id_options(req: _CommonRequest) -> dict:
+    """vLLM's two token-id options, as GenerateArgs fields."""
+    return {"return_token_ids": bool(req.return_token_ids), "tokens_as_ids": bool(req.return_tokens_as_token_ids)}
 
 
 def chat_options(

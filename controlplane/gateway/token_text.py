@@ -5,7 +5,7 @@ client join such tokens back into text); the text is those bytes decoded, a part
 U+FFFD, as vLLM shows it. Tokenizers that know their tokens' bytes say so with ``token_bytes(id) -> bytes``
 (backends/checkpoint/tokenizer.py, backends/fake/byte_tokenizer.py); for any other the text is
 ``decode([id])`` and the bytes its UTF-8. Without a tokenizer, tokens are named ``"token_id:<id>"`` (vLLM's
-``return_tokens_as_token_ids`` form) and have no bytes.
+``return_tokens_as_token_ids`` form) and have no bytes; a request that asks for that form gets it (TokenIdText).
 """
 
 from __future__ import annotations
@@ -42,6 +42,15 @@ class TokenText:
 
     def texts(self, token_ids: Sequence[int]) -> list[str]:
         return [self.lookup(t)[0] for t in token_ids]
+
+
+class TokenIdText:
+    """vLLM's ``return_tokens_as_token_ids``: every token named ``"token_id:<id>"`` (its bytes that name's), so a
+    client can tell tokens apart whose text is not valid UTF-8 on its own. TokenText's ``lookup`` interface."""
+
+    def lookup(self, token_id: int) -> tuple[str, list[int] | None]:
+        name = f"token_id:{token_id}"
+        return name, list(name.encode("ascii"))
 
 
 def clamp_logprob(logprob: float) -> float:

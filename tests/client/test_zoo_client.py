@@ -229,3 +229,18 @@ def test_chat_options_and_cache_salt_travel_and_bad_ones_are_refused_by_name(por
         with pytest.raises(TypeError):  # a keyword the request does not have
             zoo.generate(messages=asked, max_tokns=1)
         assert zoo.generate("after", max_tokens=1).text == "z"
+
+
+def test_the_prompts_tokens_come_back_once_when_asked(portal_fleet):
+    """vLLM's return_token_ids over the wire: the control plane names the prompt's tokens as served (rendered,
+    truncated) on the first chunk it relays, and on no other; a request that did not ask gets none."""
+    tokenizer = ByteTokenizer()
+    with ZooClient(portal_fleet.client_endpoint, timeout_s=10) as zoo:
+        done = zoo.generate("hello", max_tokens=3, return_prompt_token_ids=True)
+        assert done.prompt_token_ids == tokenizer.encode("hello") and done.num_prompt_tokens == 5
+        cut = zoo.generate("a longer prompt", max_tokens=2, truncate_prompt_tokens=4, return_prompt_token_ids=True)
+        assert cut.prompt_token_ids == tokenizer.encode("a longer prompt")[-4:]  # the prompt the node was given
+        chunks = list(zoo.generate("hello", max_tokens=3, stream=True, return_prompt_token_ids=True))
+        assert chunks[0].prompt_token_ids == tokenizer.encode("hello") and len(chunks) == 3
+        assert all(c.prompt_token_ids is None for c in chunks[1:])
+        assert zoo.generate("hello", max_tokens=2).prompt_token_ids is None

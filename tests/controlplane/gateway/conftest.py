@@ -82,9 +82,10 @@ class FakeFrontend:
         priority: int = 0,
         trace_headers: dict[str, str] | None = None,
         chat: ChatTemplateOptions | None = None,
+        return_prompt_token_ids: bool = False,
     ) -> AsyncIterator[TokenChunk]:
         call = dict(request_id=request_id, model=model, prompt=prompt, messages=messages, priority=priority)
-        call.update(trace_headers=trace_headers, chat=chat)
+        call.update(trace_headers=trace_headers, chat=chat, return_prompt_token_ids=return_prompt_token_ids)
         call.update(prompt_token_ids=prompt_token_ids, sampling=sampling, traffic_class=traffic_class)
         call.update(arrival_ns=arrival_ns, num_choices=num_choices, tools=tools, prompts=prompts)
         self.calls.append(call)
