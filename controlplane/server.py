@@ -576,5 +576,9 @@ class ControlPlane(Actor):
     @property
     def max_model_len(self) -> int | None:
         """The longest context a live node serves (None: no node yet)."""
-        lengths = [view.max_model_len for view in self.registry.snapshot().nodes]
+        return self.model_max_len(None)
+
+    def model_max_len(self, model: str | None) -> int | None:
+        """The longest context a live node serving ``model`` (None: any) serves; None: no such node."""
+        lengths = [view.max_model_len for view in self.registry.snapshot(model).nodes]
         return max(lengths) if lengths else None

@@ -412,7 +412,12 @@ class Gateway:
         return asked or (self.frontend.model_names or [""])[0]
 
     def _model_object(self, name: str) -> dict:
-        return {"id": name, "object": "model", "created": self.created_s, "owned_by": self.config.owned_by}
+        """OpenAI's model object with vLLM's ModelCard fields: ``root``, ``parent`` (None: a base model) and
+        ``max_model_len`` (the longest context a node serving it takes; clients size requests by it)."""
+        max_len = getattr(self.frontend, "model_max_len", None)
+        max_len = max_len(name) if max_len is not None else getattr(self.frontend, "max_model_len", None)
+        return {"id": name, "object": "model", "created": self.created_s, "owned_by": self.config.owned_by,
+                "root": name, "parent": None, "max_model_len": max_len}  # fmt: skip
 
     async def _handle_generate(self, request: Request, *, chat: bool) -> Response:
         arrival_ns = time.monotonic_ns()  # the request's clocks start here (its headers are in)

@@ -9,7 +9,9 @@ Names and attributes are OpenTelemetry's HTTP server semantic conventions (seman
 docs/http/http-spans.md, stable since v1.23.0), as opentelemetry-instrumentation-asgi records them:
 ``http.request.method``, ``url.scheme``, ``url.path``, ``http.route`` (the matched route's template),
 ``http.response.status_code``, ``network.protocol.version``, ``server.address`` / ``server.port`` (the Host
-header), ``client.address``, ``user_agent.original``; ``zoo.tenant`` is the API key's tenant. Per the
+header), ``client.address``, ``user_agent.original``, and the ``x-request-id`` header each way
+(``http.request.header.x-request-id``: a proxy's or client's id, if sent; ``http.response.header.x-request-id``: the
+gateway's, which its logs and the ``llm_request`` span carry); ``zoo.tenant`` is the API key's tenant. Per the
 conventions a 5xx (or no reply at all) sets the status to ERROR with ``error.type``; a 4xx is the client's error and
 leaves it unset. ``url.query`` is not recorded: a client may put a key or a secret there. Bodies never are.
 
@@ -57,11 +59,12 @@ class HttpSpans:
             await self.app(scope, receive, send)
             return
         start_ns = time.time_ns()
-        reply: dict[str, Any] = {"status": None, "end_ns": 0}
+        reply: dict[str, Any] = {"status": None, "end_ns": 0, "request_id": None}
 
         async def send_and_watch(message) -> None:
             if message["type"] == "http.response.start":
                 reply["status"] = message["status"]
+                reply["request_id"] = next((v for k, v in message.get("headers", ()) if k == b"x-request-id"), None)
             await send(message)
             if message["type"] == "http.response.body" and not message.get("more_body", False):
                 reply["end_ns"] = time.time_ns()
@@ -73,9 +76,11 @@ class HttpSpans:
             failure = e
             raise
         finally:
-            self.export.emit(
-                _record(scope, context, start_ns, reply["end_ns"] or time.time_ns(), reply["status"], failure)
-            )
+            end_ns = reply["end_ns"] or time.time_ns()
+            record = _record(scope, context, start_ns, end_ns, reply["status"], failure)
+            if reply["request_id"] is not None:  # the id the reply names (our request's): logs and traces meet on it
+                record.attributes["http.response.header.x-request-id"] = [_text(reply["request_id"])]
+            self.export.emit(record)
 
 
 def _record(
@@ -100,6 +105,8 @@ def _record(
         "client.address": client[0],
         "user_agent.original": _header(headers, b"user-agent") or None,
         "zoo.tenant": scope.get("state", {}).get("zoo_tenant"),
+        # a proxy's or a client's own id for the request, if it sent one (the conventions' header form: a list)
+        "http.request.header.x-request-id": [_header(headers, b"x-request-id")] if b"x-request-id" in headers else None,
     }
     error = None
     if failure is not None and status is None:
@@ -114,4 +121,8 @@ def _record(
 
 
 def _header(headers: dict[bytes, bytes], name: bytes) -> str:
-    return headers.get(name, b"").decode("latin-1")[:MAX_ATTRIBUTE_CHARS]
+    return _text(headers.get(name, b""))
+
+
+def _text(value: bytes) -> str:
+    return value.decode("latin-1")[:MAX_ATTRIBUTE_CHARS]

@@ -153,7 +153,9 @@ def test_models_wait_for_the_first_node(spawn_controlplane, spawn_agent):
     assert health.status_code == 503
     spawn_agent(cp.agent_endpoint, "a")  # a new process: it joins well after the request below is sent
     with openai.OpenAI(base_url=f"{base_url}/v1", api_key="x", max_retries=0, timeout=60) as c:
-        assert [m.id for m in c.models.list()] == [FAKE_MODEL_NAME]
+        (model,) = c.models.list().data
+        assert model.id == FAKE_MODEL_NAME and model.model_extra["root"] == FAKE_MODEL_NAME
+        assert model.model_extra["max_model_len"] == cp_max_model_len(base_url)  # the joined node's context
 
 
 ROUTES = ["/v1/models", f"/v1/models/{FAKE_MODEL_NAME}", "/v1/completions", "/v1/chat/completions", "/tokenize",
@@ -233,3 +235,11 @@ def test_server_ttft_agrees_with_the_clients(fleet, client):
     print("loopback GET /health round trip (ms):", [round(d * 1e3, 1) for d in round_trips_s])
     allowance_s = statistics.median(round_trips_s)
     assert statistics.median(differences_s) < 0.020 + allowance_s, (differences_s, round_trips_s)
+
+
+def cp_max_model_len(base_url: str) -> int:
+    """The context the gateway's /tokenize reports (vLLM's ``max_model_len``: the same number, by another route)."""
+    import httpx
+
+    reply = httpx.post(f"{base_url}/tokenize", json={"model": FAKE_MODEL_NAME, "prompt": "x"}, timeout=30)
+    return reply.json()["max_model_len"]

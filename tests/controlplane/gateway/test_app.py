@@ -319,6 +319,23 @@ async def test_models(client, frontend):
     assert [m["id"] for m in body["data"]] == [MODEL, "other"]
     assert all(m["object"] == "model" and isinstance(m["created"], int) for m in body["data"])
     assert (await client.get("/v1/models/other")).json()["id"] == "other"
+    # vLLM's ModelCard fields: clients size requests by max_model_len (the fake frontend's one context length)
+    assert [(m["root"], m["parent"], m["max_model_len"]) for m in body["data"]] == [
+        (MODEL, None, 1000),
+        ("other", None, 1000),
+    ]
+
+
+async def test_each_models_context_is_its_own_nodes(make_frontend):
+    class TwoModels(make_frontend):
+        def model_max_len(self, name):
+            return {MODEL: 2048, "other": 512}.get(name)
+
+    frontend = TwoModels(model_names=[MODEL, "other"])
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(frontend)), base_url="http://g") as c:
+        body = (await c.get("/v1/models")).json()
+        assert [m["max_model_len"] for m in body["data"]] == [2048, 512]
+        assert (await c.get(f"/v1/models/{MODEL}")).json()["max_model_len"] == 2048
 
 
 @pytest.mark.parametrize(("status", "http_status"), [("ok", 200), ("degraded", 503)])

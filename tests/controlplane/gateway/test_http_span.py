@@ -39,7 +39,8 @@ def _client(frontend, sink: Sink, ratio: float = 1.0, **kwargs) -> httpx.AsyncCl
 async def test_a_request_has_a_server_span_under_the_callers_and_over_the_control_planes(frontend):
     sink = Sink()
     async with _client(frontend, sink) as c:
-        r = await c.post("/v1/chat/completions", json=CHAT, headers={"traceparent": CALLER, "user-agent": "t/1"})
+        headers = {"traceparent": CALLER, "user-agent": "t/1", "x-request-id": "proxy-42"}
+        r = await c.post("/v1/chat/completions", json=CHAT, headers=headers)
     assert r.status_code == 200
     (span,) = sink.records
     assert span.name == "POST /v1/chat/completions" and span.kind == "server" and span.error is None
@@ -55,7 +56,10 @@ async def test_a_request_has_a_server_span_under_the_callers_and_over_the_contro
         "server.port": 8000,
         "client.address": "10.1.2.3",
         "user_agent.original": "t/1",
+        "http.request.header.x-request-id": ["proxy-42"],  # the proxy's id, beside ours: they meet here
+        "http.response.header.x-request-id": [r.headers["x-request-id"]],
     }
+    assert r.headers["x-request-id"].startswith("chatcmpl-")
     assert span.start_ns <= span.end_ns
     (call,) = frontend.calls
     parent = incoming(call["trace_headers"])  # what the control plane's llm_request span is made the child of
