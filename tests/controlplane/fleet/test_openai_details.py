@@ -1,7 +1,8 @@
 """The details OpenAI clients and load generators (aiperf, guidellm) check, with the official ``openai`` package
 against a real fleet: a control-plane process (gateway on loopback, byte tokenizer) and fake-runner agent
 processes. Cached prompt tokens, continuous usage, logprobs with text and bytes, n = 2, /tokenize and
-/detokenize, /v1/models at start, HEAD and OPTIONS everywhere, and the server's TTFT against the client's."""
+/detokenize (and the prompt's tokens a reply names with return_token_ids), /v1/models at start, HEAD and OPTIONS
+everywhere, and the server's TTFT against the client's."""
 
 from __future__ import annotations
 
@@ -132,9 +133,14 @@ def test_tokenize_detokenize_round_trip(fleet, client):
     assert detokenized == {"prompt": text}
 
     messages = [{"role": "user", "content": "How many tokens?"}]
-    counted = httpx.post(f"{base_url}/tokenize", json={"messages": messages}).json()["count"]
-    chat = client.chat.completions.create(model=FAKE_MODEL_NAME, messages=messages, max_tokens=1)
-    assert counted == chat.usage.prompt_tokens
+    tokens = httpx.post(f"{base_url}/tokenize", json={"messages": messages}).json()["tokens"]
+    chat = client.chat.completions.create(
+        model=FAKE_MODEL_NAME, messages=messages, max_tokens=2, extra_body={"return_token_ids": True}
+    )
+    assert len(tokens) == chat.usage.prompt_tokens
+    # vLLM's return_token_ids: the prompt as the node was given it (the rendered chat: /tokenize's tokens), the output's
+    assert chat.model_extra["prompt_token_ids"] == tokens
+    assert chat.choices[0].model_extra["token_ids"] == [b + 3 for b in b"zz"]
     bad = httpx.post(f"{base_url}/detokenize", json={"tokens": [-1]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "tokens"
 
