@@ -346,7 +346,7 @@ async def _serve_http(
     """The OpenAI gateway on HOST:PORT (header and body read deadlines, JSON errors: gateway/http_server.py);
     reports the uvicorn server once it listens; raises RuntimeError if uvicorn stops on its own.
     api_keys: an ApiKeyConfig (gateway/api_keys.py), or None for an open gateway; exporter: the control plane's
-    Prometheus exporter, which then exports the gateway's batches and files too."""
+    Prometheus exporter, which then exports the gateway's batches, files and HTTP requests too."""
     from controlplane.gateway.app import GatewayConfig, create_app
     from controlplane.gateway.http_server import serve_gateway
     from observe.prometheus_sd import http_sd_app
@@ -357,8 +357,10 @@ async def _serve_http(
     if exporter is not None:  # the gateway's batches and files on the same /metrics (observe/batch_metrics.py)
         from observe.batch_metrics import batch_metrics
         from observe.exporter import SnapshotCollector
+        from observe.http_metrics import instrument_gateway
 
         exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
+        instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
     await serve_gateway(app, host, port, config, task_status=task_status)
 
 

@@ -249,3 +249,17 @@ def cp_max_model_len(base_url: str) -> int:
 
     reply = httpx.post(f"{base_url}/tokenize", json={"model": FAKE_MODEL_NAME, "prompt": "x"}, timeout=30)
     return reply.json()["max_model_len"]
+
+
+def test_the_control_planes_metrics_count_the_gateways_requests_by_route(fleet, client):
+    """vLLM's HTTP metrics (observe/http_metrics.py) on the control plane process's /metrics."""
+    base_url, _ = fleet
+    client.chat.completions.create(model=FAKE_MODEL_NAME, messages=[{"role": "user", "content": "hi"}], max_tokens=1)
+    families = {f.name: f for f in text_string_to_metric_families(httpx.get(f"{base_url}/metrics").text)}
+    counted = {
+        (s.labels["handler"], s.labels["method"], s.labels["status"]): s.value
+        for s in families["http_requests"].samples
+        if s.name == "http_requests_total"
+    }
+    assert counted[("/v1/chat/completions", "POST", "2xx")] == 1
+    assert not any(handler in ("/health", "/metrics") for handler, _, _ in counted)
