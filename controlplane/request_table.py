@@ -151,9 +151,7 @@ class Inflight:
     prefilled: bool = False
     traffic_class: str = "default"  # the class it was placed as (controlplane/cells.py)
     trace: RequestTrace | None = None  # its span while in flight (controlplane/request_spans.py); None: not traced
-    prompt_ids_relayed: bool = (
-        False  # its first chunk named the prompt's tokens (ClientGenerate.return_prompt_token_ids)
-    )
+    prompt_ids_relayed: bool = False  # its first chunk named its prompt's tokens (ClientGenerate asked)
 
 
 class RequestTable:

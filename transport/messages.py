@@ -524,9 +524,7 @@ class KVChunk(Envelope, kw_only=True):
     checksum: int  # xxh3_64 of this chunk's bytes
     tensor: TensorRef  # dtype "uint8", shape (len,), frame_index 0
     purpose: str = ""  # "": a migration's KV; "store": hold it for the sender (remote tier); "return": held KV back
-    lora_id: int = (
-        0  # the LoRA adapter the KV was computed under (engine/lora.py's id, the same on every node); 0: none
-    )
+    lora_id: int = 0  # the LoRA adapter the KV was computed under (engine/lora.py's id: every node's); 0: none
 
 
 class KVAck(Envelope, kw_only=True):

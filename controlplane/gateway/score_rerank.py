@@ -47,8 +47,8 @@ class RerankRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     query: str
     documents: list[str]
-    top_n: int = 0
-    return_documents: bool = True
+    top_n: int | None = None  # None or 0: every document (clients of Jina's and Cohere's APIs send null)
+    return_documents: bool | None = None  # None: true
     truncate_prompt_tokens: int | None = None
     use_activation: bool | None = None
     traffic_class: str | None = None
@@ -88,9 +88,11 @@ def parse_rerank(body: bytes) -> ScoreArgs:
     req = decode_body(_RERANK, body)
     query = _texts(req.query, "query")
     documents = _texts(req.documents, "documents")
-    if req.top_n < 0:
-        raise invalid_param("top_n", f"must be >= 0 (0: every document), got {req.top_n}")
-    return _args(req, query, documents, rerank=True, top_n=req.top_n, return_documents=req.return_documents)
+    top_n = req.top_n or 0
+    if top_n < 0:
+        raise invalid_param("top_n", f"must be >= 0 (0: every document), got {top_n}")
+    return_documents = req.return_documents is not False
+    return _args(req, query, documents, rerank=True, top_n=top_n, return_documents=return_documents)
 
 
 def _texts(value: str | list[str], param: str) -> list[str]:

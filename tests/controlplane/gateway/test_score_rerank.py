@@ -109,6 +109,8 @@ async def test_top_n_and_return_documents(client):
     assert [x["index"] for x in results] == [1, 2] and all("document" not in x for x in results)
     everything = (await client.post("/v1/rerank", json={**body, "top_n": 10, "return_documents": True})).json()
     assert len(everything["results"]) == 3  # more than there are: all of them
+    nulls = (await client.post("/v1/rerank", json={**body, "top_n": None, "return_documents": None})).json()
+    assert len(nulls["results"]) == 3 and all("document" in x for x in nulls["results"])  # null: the defaults
 
 
 @pytest.mark.parametrize(
