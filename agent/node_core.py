@@ -273,6 +273,14 @@ class NodeCore:
                 self._forget(o.req_id)
                 self.num_finished_total += 1
 
+    def tpot_target(self, request_id: str) -> float:
+        """The TPOT target ``add`` was given for an unfinished request (0: none, or not here)."""
+        target = self._tpot_targets.get(request_id)
+        if target is None:
+            decoding = self._slack_decoders.get(request_id)
+            return 0.0 if decoding is None else decoding[-1]
+        return target[1]
+
     def _forget(self, request_id: str) -> None:
         """The request is no longer in flight here (finished or aborted)."""
         self._prompt_lens.pop(request_id, None)

@@ -295,6 +295,18 @@ class AsyncZooClient:
         ranked = sorted(scores, key=lambda item: -item[1])
         return ranked[:top_n] if top_n else ranked
 
+    async def score(self, text_1: str | list[str], text_2: str | list[str], **embed) -> list[float]:
+        """Each pair's score, as the gateway's /v1/score pairs and scores them: a text against each of ``text_2``
+        (1:N), or the two lists pairwise (N:N); a score is the two texts' embeddings' cosine similarity. ValueError
+        when the lengths pair neither way or a side is empty; ``embed``: ``embed``'s options."""
+        first = [text_1] if isinstance(text_1, str) else list(text_1)
+        second = [text_2] if isinstance(text_2, str) else list(text_2)
+        if not first or not second or (len(first) > 1 and len(first) != len(second)):
+            raise ValueError(f"score pairs 1:1, 1:N or N:N texts; got {len(first)} against {len(second)}")
+        vectors = await self.embed([*first, *second], **embed)
+        k = len(first)
+        return [cosine(vectors[0 if k == 1 else j], vectors[k + j]) for j in range(len(second))]
+
     async def ping(self) -> float:
         """Round trip to the control plane, in seconds."""
         request_id = uuid.uuid4().hex
@@ -515,6 +527,10 @@ class ZooClient:
     def rerank(self, query: str, documents: list[str], **kwargs) -> list[tuple[int, float]]:
         """As AsyncZooClient.rerank."""
         return self._portal.call(lambda: self._client.rerank(query, documents, **kwargs))
+
+    def score(self, text_1: str | list[str], text_2: str | list[str], **kwargs) -> list[float]:
+        """As AsyncZooClient.score."""
+        return self._portal.call(lambda: self._client.score(text_1, text_2, **kwargs))
 
     def ping(self) -> float:
         return self._portal.call(self._client.ping)

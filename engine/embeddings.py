@@ -15,7 +15,7 @@ scheduled, batched, preempted, cached and routed like a one-token completion: th
 but its last token, which is always computed.
 
 Two embeddings are compared by their cosine similarity (``cosine``): vLLM's score for an embedding model (a
-bi-encoder), which the gateway's score and rerank APIs and the ZeroMQ client's ``rerank`` return.
+bi-encoder), which the gateway's score and rerank APIs and the ZeroMQ client's ``score`` and ``rerank`` return.
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ So TTFT counts the prefill only, and the transfer delays the second token (it is
                   of d's steps: imported blocks are evictable until their request is admitted, so landing on a
                   full node would lose them to the next allocation and re-prefill the whole context there)
 
-A request's LoRA adapter and its engine priority (its traffic class's rank, then its own) go with it: it decodes on
-the same adapter, at the same priority, there, and its blocks land keyed under the adapter. Not carried (yet): its
-TPOT target (the decode node's load report does not count its slack).
+A request's LoRA adapter, its engine priority (its traffic class's rank, then its own) and its TPOT target go with
+it: it decodes on the same adapter, at the same priority, counted in the decode node's slack report against the same
+target, and its blocks land keyed under the adapter.
 
 Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of it)::
 
@@ -137,6 +137,7 @@ class _Move:
     max_tokens: int
     kv_bytes: int
     lora: LoraRequest | None = None  # its adapter: it runs, and its KV is keyed, under the same one there
+    slo_tpot_s: float = 0.0  # its TPOT target (0: none), for the decode node's slack report
 
 
 class SplitRun:
@@ -177,6 +178,7 @@ class SplitRun:
         engine = node.core.engine
         names = [] if state.lora_id is None else engine.lora_names([state.lora_id])
         lora = engine.get_lora(names[0]) if names else None
+        slo_tpot_s = node.core.tpot_target(req_id)
         node.core.abort([req_id])
         self.registry.on_finished(node.node_id, req_id)
         block_size = node.core.engine.cache_config.block_size
@@ -184,7 +186,7 @@ class SplitRun:
         land_s = self.queue.reserve(node.node_id, target_id, nbytes, now_s)
         slot = self._next
         self._next += 1
-        self._moves[slot] = _Move(req_id, source, self.index[target_id], state, max_tokens, nbytes, lora)
+        self._moves[slot] = _Move(req_id, source, self.index[target_id], state, max_tokens, nbytes, lora, slo_tpot_s)
         kind = self.links.kind(node.node_id, target_id)
         self.by_link[kind] = self.by_link.get(kind, 0) + 1
         self.kv_bytes_total += nbytes
@@ -229,7 +231,10 @@ class SplitRun:
             if i == move.target and state.block_ids:
                 engine.import_prefix(state.token_ids, len(state.block_ids), None, state.lora_id)
             try:
-                node.core.add(move.req_id, state.token_ids, params, priority=state.priority, lora=move.lora)
+                node.core.add(
+                    move.req_id, state.token_ids, params, priority=state.priority, lora=move.lora,
+                    slo_tpot_s=move.slo_tpot_s,
+                )  # fmt: skip
             except ValueError:
                 continue
             block_size = engine.cache_config.block_size

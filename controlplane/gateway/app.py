@@ -275,7 +275,9 @@ class Gateway:
                 await _check_structured(args)
             reply = MessagesReply(self.model_name(args.model), args.tool_plan)
             chunks = self.start(request, reply.id, args, arrival_ns)
-            return await respond(request, chunks, reply, args.stream, named_events, reply.id)
+            return await respond(
+                request, chunks, reply, args.stream, named_events, reply.id, ("x-request-id", "request-id")
+            )
 
         return await guarded(request, serve, anthropic_error_body)
 

@@ -36,10 +36,19 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-async def respond(request: Request, chunks: AsyncIterator[TokenChunk], reply, stream: bool, events, request_id: str):
+async def respond(
+    request: Request,
+    chunks: AsyncIterator[TokenChunk],
+    reply,
+    stream: bool,
+    events,
+    request_id: str,
+    id_headers: tuple[str, ...] = ("x-request-id",),
+):
     """The reply to a started generation: whole (``reply.full_object()``) or streamed (``events(chunks, first,
-    reply)`` after the first chunk, so a refusal still gets its own status); the stream is closed unless handed over."""
-    headers = {"x-request-id": request_id}
+    reply)`` after the first chunk, so a refusal still gets its own status); the stream is closed unless handed over.
+    ``request_id`` goes in each of the ``id_headers`` (Anthropic's API names it ``request-id``)."""
+    headers = dict.fromkeys(id_headers, request_id)
     handed_over = False
     try:
         if not stream:

@@ -420,3 +420,16 @@ def test_a_decoder_with_a_tpot_target_is_reported_by_its_progress(monkeypatch):
         core.step()
     seen.clear()
     assert core.load_report().decode_slack_hist == [] and not seen  # finished: none left
+
+
+def test_a_requests_tpot_target_is_known_until_it_leaves():
+    """What a hand-off carries to the decode node (sim/split.py): the target ``add`` was given, before and after the
+    first token; 0 for a request without one, or one no longer here."""
+    core, _ = _core()
+    core.add("t", _prompt(4), _params(5), slo_tpot_s=0.05)
+    core.add("plain", _prompt(4), _params(5))
+    assert (core.tpot_target("t"), core.tpot_target("plain")) == (0.05, 0.0)
+    core.step()  # both take their first token: "t" is a decoder now
+    assert core.tpot_target("t") == 0.05
+    core.abort(["t"])
+    assert core.tpot_target("t") == 0.0 and core.tpot_target("never") == 0.0

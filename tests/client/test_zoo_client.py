@@ -144,6 +144,9 @@ def test_a_node_that_cannot_embed_refuses_by_name(portal_fleet):
         for bad in ({"documents": []}, {"documents": ["a"], "top_n": -1}):
             with pytest.raises(ValueError, match="rerank"):
                 zoo.rerank("q", **bad)
+        for text_1, text_2 in ((["a", "b"], ["c"]), ([], ["c"]), ("a", [])):
+            with pytest.raises(ValueError, match="score pairs"):
+                zoo.score(text_1, text_2)
         assert zoo.generate("after", max_tokens=1).embedding is None
 
 

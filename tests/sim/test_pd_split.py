@@ -148,3 +148,20 @@ def test_zoo_sim_runs_pd_split_with_adapters(capsys):
     out = json.loads(capsys.readouterr().out)
     assert [p["policy"] for p in out["policies"]] == ["hardware_aware", "pd_split"]
     assert out["info"]["pd_split"]["handoffs"] > 0 and out["info"]["lora"]["pd_split"]["lora_loads"] > 0
+
+
+def test_the_decode_node_gets_the_requests_priority_and_tpot_target(small_fleet, tiny_workload, monkeypatch):
+    from agent.node_core import NodeCore
+
+    adds: dict[str, list[dict]] = {}
+    add = NodeCore.add
+
+    def recording(self, request_id, prompt_token_ids, params, age_s=0.0, **kwargs):
+        adds.setdefault(request_id, []).append(kwargs)
+        return add(self, request_id, prompt_token_ids, params, age_s, **kwargs)
+
+    monkeypatch.setattr(NodeCore, "add", recording)
+    result = _run(small_fleet(), tiny_workload(num=3, gap_s=0.5, prompt=300, output=10), SplitConfig())
+    assert result.info["pd_split"]["handoffs"] == 3
+    for first, landed in adds.values():  # placed on the prefill node, then landed on the decode node
+        assert landed["priority"] == first["priority"] and landed["slo_tpot_s"] == first["slo_tpot_s"] > 0

@@ -2,8 +2,8 @@
 encoding) → the gateway → the intake → a real agent (SmolLM2 on the torch runner) → back. Each vector is
 transformers' final hidden state at the input's last token, normalised (vLLM's LAST pooling); a batch gives each
 input's vector as alone, in order, also sent in waves; usage counts the inputs' tokens; the ZeroMQ client library's
-``embed`` gets the same vectors; vLLM's score and rerank APIs (and the client's ``rerank``) score by those vectors'
-cosine similarities."""
+``embed`` gets the same vectors; vLLM's score and rerank APIs (and the client's ``score`` and ``rerank``) score by
+those vectors' cosine similarities."""
 
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2
             assert vectors[0] == pytest.approx(batch.data[0].embedding, abs=1e-4)
             assert vectors[1] == pytest.approx(batch.data[1].embedding, abs=1e-4)
             assert zoo.embed(tokenizer.encode(TEXTS[2]))[0] == pytest.approx(batch.data[2].embedding, abs=1e-4)
+            assert zoo.score(TEXTS[0], TEXTS) == pytest.approx([d["score"] for d in scores], abs=1e-4)
+            assert zoo.score(TEXTS[:2], TEXTS[1:]) == pytest.approx(
+                [float(vectors[0] @ vectors[1]), float(vectors[1] @ vectors[2])], abs=1e-4
+            )  # N:N, pairwise
             by_client = zoo.rerank(TEXTS[0], documents, top_n=2)  # the client's own rerank: the gateway's ranking
             assert [i for i, _ in by_client] == [r["index"] for r in ranked["results"][:2]]
             assert [score for _, score in by_client] == pytest.approx(scores_of(ranked)[:2], abs=1e-4)

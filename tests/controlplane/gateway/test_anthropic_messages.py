@@ -37,6 +37,7 @@ def test_a_message_whole_and_what_reaches_the_frontend(client, frontend):
         model=MODEL, max_tokens=7, system="Be brief.", messages=ASK, stop_sequences=["END"], extra_body=sampling
     )
     assert reply.id.startswith("msg_") and reply.role == "assistant" and reply.model == MODEL
+    assert reply._request_id == reply.id  # Anthropic's request-id header, which the SDK reads
     assert [(b.type, b.text) for b in reply.content] == [("text", "Hello, world")]
     assert (reply.stop_reason, reply.stop_sequence) == ("end_turn", None)
     assert (reply.usage.input_tokens, reply.usage.output_tokens) == (5, 3)
