@@ -39,10 +39,10 @@ async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2
                 assert float(torch.tensor(item.embedding) @ reference(text)) > 0.9999, text
             alone = client.embeddings.create(model=model, input=TEXTS[1], encoding_format="float")
             assert alone.data[0].embedding == pytest.approx(batch.data[1].embedding, abs=1e-4)
-        vectors = [torch.tensor(item.embedding) for item in batch.data]
+        tensors = [torch.tensor(item.embedding) for item in batch.data]
         with httpx.Client(base_url=base_url, timeout=120) as http:  # vLLM's score and rerank, over the same vectors
             scores = http.post("/v1/score", json={"model": model, "text_1": TEXTS[0], "text_2": TEXTS}).json()["data"]
-            assert [d["score"] for d in scores] == pytest.approx([float(vectors[0] @ v) for v in vectors], abs=1e-4)
+            assert [d["score"] for d in scores] == pytest.approx([float(tensors[0] @ v) for v in tensors], abs=1e-4)
             documents = [TEXTS[1], TEXTS[0], TEXTS[2]]
             ranked = http.post("/rerank", json={"model": model, "query": TEXTS[0], "documents": documents}).json()
             assert ranked["results"][0]["index"] == 1 and ranked["results"][0]["relevance_score"] == pytest.approx(1)
@@ -57,7 +57,7 @@ async def test_embeddings_through_the_fleet(controlplane, smollm2_model, smollm2
             assert zoo.embed(tokenizer.encode(TEXTS[2]))[0] == pytest.approx(batch.data[2].embedding, abs=1e-4)
             assert zoo.score(TEXTS[0], TEXTS) == pytest.approx([d["score"] for d in scores], abs=1e-4)
             assert zoo.score(TEXTS[:2], TEXTS[1:]) == pytest.approx(
-                [float(vectors[0] @ vectors[1]), float(vectors[1] @ vectors[2])], abs=1e-4
+                [float(tensors[0] @ tensors[1]), float(tensors[1] @ tensors[2])], abs=1e-4
             )  # N:N, pairwise
             by_client = zoo.rerank(TEXTS[0], documents, top_n=2)  # the client's own rerank: the gateway's ranking
             assert [i for i, _ in by_client] == [r["index"] for r in ranked["results"][:2]]
