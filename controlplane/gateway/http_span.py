@@ -90,7 +90,7 @@ def _record(
     route = getattr(scope.get("route"), "path", None)  # Starlette's matched Route (its template), if one matched
     headers = {k: v for k, v in scope["headers"]}
     host, _, port = _header(headers, b"host").rpartition(":") if b"host" in headers else ("", "", "")
-    if not host or not port.isdigit():  # no port in the Host header (or none at all)
+    if not host or not (port.isdigit() and len(port) <= 5 and int(port) <= 65535):  # no port (or not one) in it
         host, port = _header(headers, b"host"), ""
     client = scope.get("client") or (None, None)
     attributes: dict[str, Any] = {

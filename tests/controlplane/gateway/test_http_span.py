@@ -120,6 +120,16 @@ async def test_probes_paths_and_unsampled_requests_record_nothing_and_pass_their
     assert sink.records == [] and incoming(frontend.calls[-1]["trace_headers"]).trace_flags.sampled is False
 
 
+async def test_a_host_header_whose_port_is_no_port_records_no_port(frontend):
+    sink = Sink()
+    async with _client(frontend, sink) as c:
+        for host in ("example.test:99999999999999999999999", "example.test:http", "[::1]:8080"):
+            assert (await c.post("/v1/chat/completions", json=CHAT, headers={"host": host})).status_code == 200
+    huge, named, v6 = (span.attributes for span in sink.records)
+    assert "server.port" not in huge and huge["server.address"] == "example.test:99999999999999999999999"
+    assert "server.port" not in named and (v6["server.address"], v6["server.port"]) == ("[::1]", 8080)
+
+
 async def test_a_malformed_traceparent_starts_a_new_trace(frontend):
     sink = Sink()
     async with _client(frontend, sink) as c:
