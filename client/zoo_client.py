@@ -40,7 +40,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from client.completion import Completion
 from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
 from client.request_build import build_request
-from engine.embeddings import cosine
+from engine.embeddings import cosine, score_pairs
 from transport.actor import MailboxFull
 from transport.curve import CurveClient
 from transport.dispatch import Dispatcher, Incoming
@@ -301,11 +301,9 @@ class AsyncZooClient:
         when the lengths pair neither way or a side is empty; ``embed``: ``embed``'s options."""
         first = [text_1] if isinstance(text_1, str) else list(text_1)
         second = [text_2] if isinstance(text_2, str) else list(text_2)
-        if not first or not second or (len(first) > 1 and len(first) != len(second)):
-            raise ValueError(f"score pairs 1:1, 1:N or N:N texts; got {len(first)} against {len(second)}")
+        pairs = score_pairs(len(first), len(second))  # ValueError before anything is sent
         vectors = await self.embed([*first, *second], **embed)
-        k = len(first)
-        return [cosine(vectors[0 if k == 1 else j], vectors[k + j]) for j in range(len(second))]
+        return [cosine(vectors[i], vectors[j]) for i, j in pairs]
 
     async def ping(self) -> float:
         """Round trip to the control plane, in seconds."""

@@ -15,7 +15,8 @@ scheduled, batched, preempted, cached and routed like a one-token completion: th
 but its last token, which is always computed.
 
 Two embeddings are compared by their cosine similarity (``cosine``): vLLM's score for an embedding model (a
-bi-encoder), which the gateway's score and rerank APIs and the ZeroMQ client's ``score`` and ``rerank`` return.
+bi-encoder), which the gateway's score and rerank APIs and the ZeroMQ client's ``score`` and ``rerank`` return; which
+texts are paired is vLLM's rule too (``score_pairs``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ def check_runner(runner: object, params: SamplingParams) -> None:
     """ValueError naming ``embed`` when an embedding is asked of a runner that cannot compute one."""
     if params.embed and not getattr(runner, "embeds", False):
         raise ValueError("embed: this node's runner does not compute embeddings")
+
+
+def score_pairs(num_first: int, num_second: int) -> list[tuple[int, int]]:
+    """vLLM's pairing of two sides' texts, as indices into the first side followed by the second: one first text
+    against each second one (1:N, 1:1), or the two sides pairwise (N:N), in the second side's order. ValueError
+    when a side is empty or the sides pair neither way (vllm/entrypoints/pooling/score/utils.py)."""
+    if num_first < 1 or num_second < 1 or (num_first > 1 and num_first != num_second):
+        raise ValueError(f"score pairs 1:1, 1:N or N:N texts; got {num_first} against {num_second}")
+    return [(0 if num_first == 1 else j, num_first + j) for j in range(num_second)]
 
 
 def cosine(a: list[float], b: list[float]) -> float:

@@ -30,7 +30,7 @@ import msgspec
 from controlplane.frontend import invalid_param
 from controlplane.gateway.openai_embeddings import MAX_INPUTS, EmbeddingsReply
 from controlplane.gateway.openai_schema import decode_body
-from engine.embeddings import cosine
+from engine.embeddings import cosine, score_pairs
 from engine.sampling_params import SamplingParams, SamplingParamsError
 
 
@@ -77,9 +77,10 @@ def parse_score(body: bytes) -> ScoreArgs:
     req = decode_body(_SCORE, body)
     first = _texts(req.text_1, "text_1")
     second = _texts(req.text_2, "text_2")
-    if len(first) > 1 and len(first) != len(second):
-        message = f"pairs are 1:1, 1:N or N:N; got {len(first)} texts against {len(second)}"
-        raise invalid_param("text_2", message)
+    try:
+        score_pairs(len(first), len(second))
+    except ValueError as exc:
+        raise invalid_param("text_2", str(exc)) from None
     return _args(req, first, second, rerank=False)
 
 
@@ -137,13 +138,11 @@ class ScoreReply:
 
     def pairs(self) -> list[tuple[float, int]]:
         """(score, tokens of the pair) for each pair, in the second side's order."""
-        args, vectors, tokens = self.args, self.embeddings.vectors, self.embeddings.num_prompt_tokens
-        k = args.num_first
-        out = []
-        for j in range(len(vectors) - k):
-            i = 0 if k == 1 else j
-            out.append((cosine(vectors[i] or [], vectors[k + j] or []), tokens[i] + tokens[k + j]))
-        return out
+        vectors, tokens, k = self.embeddings.vectors, self.embeddings.num_prompt_tokens, self.args.num_first
+        return [
+            (cosine(vectors[i] or [], vectors[j] or []), tokens[i] + tokens[j])
+            for i, j in score_pairs(k, len(vectors) - k)
+        ]
 
     def full_object(self) -> dict:
         args, model = self.args, self.embeddings.model
