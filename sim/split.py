@@ -172,16 +172,16 @@ class SplitRun:
         target_id = self.router.decode_target(req_id)
         if target_id is None or target_id == node.node_id:
             return None
-        state = node.core.engine.export_request(req_id)
+        engine = node.core.engine
+        state = engine.export_request(req_id)
         if state is None:
             return None
-        engine = node.core.engine
         names = [] if state.lora_id is None else engine.lora_names([state.lora_id])
         lora = engine.get_lora(names[0]) if names else None
         slo_tpot_s = node.core.tpot_target(req_id)
         node.core.abort([req_id])
         self.registry.on_finished(node.node_id, req_id)
-        block_size = node.core.engine.cache_config.block_size
+        block_size = engine.cache_config.block_size
         nbytes = transferred_kv_bytes(len(state.block_ids) * block_size, self.kv_bytes_per_token, block_size)
         land_s = self.queue.reserve(node.node_id, target_id, nbytes, now_s)
         slot = self._next
