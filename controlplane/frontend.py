@@ -80,8 +80,11 @@ class Frontend(Protocol):
         ...
 
     def health(self) -> dict:
-        """{"status": "ok" | "degraded", "nodes": N, ...}"""
+        """{"status": "ok" | "degraded" | "draining", "nodes": N, ...}"""
         ...
+
+    # optional: draining -> bool, True once the control plane is shutting down (ControlPlane.start_drain): the gateway
+    # then refuses new HTTP requests (gateway/shutdown_gate.py) and holds its batches' next requests
 
     # optional: rate_limit_status(tenant) -> (requests, tokens) BucketStatus pair or None (controlplane/tenants.py),
     # for OpenAI's x-ratelimit-* headers (gateway/rate_limit_headers.py); a frontend without it sends none

@@ -46,6 +46,9 @@ from transport.messages import ClientGenerate, Envelope, ErrorCode, ErrorReply, 
 
 log = logging.getLogger(__name__)
 
+DRAINING = "the control plane is shutting down: it takes no new request (send it to another replica, or retry)"
+DRAIN_RETRY_AFTER_S = 5.0  # a restart's typical time: the agents rejoin a new control plane within a heartbeat or two
+
 
 class RequestPath:
     """Places, resumes and fails requests; owns the RequestTable (``table``) and the request counters.
@@ -95,6 +98,7 @@ class RequestPath:
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
         self.spans: RequestSpans | None = None
+        self.draining = False  # the control plane is shutting down: new requests are refused (ControlPlane.start_drain)
 
     # -- new requests -------------------------------------------------------------------------------
 
@@ -110,7 +114,15 @@ class RequestPath:
         self.forecast.use(router, policy)
 
     def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
-        """Validate, route and send one request; an ErrorReply (counted) when it is refused."""
+        """Validate, route and send one request; an ErrorReply (counted) when it is refused (every one while the
+        control plane drains: 503 and Retry-After over HTTP, as vLLM's --shutdown-timeout refuses new requests)."""
+        if self.draining:
+            refusal = ErrorReply(
+                request_id=msg.request_id, code=ErrorCode.NO_NODE, message=DRAINING, retry_after_s=DRAIN_RETRY_AFTER_S
+            )
+            self.count_refusal(refusal)
+            self.classes.on_refused(self._class_name(msg))
+            return refusal
         trace = self.spans.begin(msg, arrival_ns) if self.spans is not None else None
         headers = forwarded_headers(msg, trace)
         if trace is not None and not trace.context.sampled:

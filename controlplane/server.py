@@ -221,6 +221,17 @@ class ControlPlane(Actor):
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
 
+    @property
+    def draining(self) -> bool:
+        """Shutting down (``start_drain``): no new request is taken; those in flight go on."""
+        return self.path.draining
+
+    def start_drain(self) -> None:
+        """Take no new request from now on (each refused: 503 over HTTP, an ErrorReply over ZeroMQ) and report
+        "draining" at /health; the requests in flight go on (zoo/serve.py's shutdown waits for them)."""
+        self.path.draining = True
+        self._notify()  # a /v1/models waiting for a first node answers now
+
     def shut_down_requests(self) -> None:
         """Fail every request in flight (the control plane stops: nothing can continue them) and flush the
         ErrorReplies to ZeroMQ clients at once, so none waits for its timeout. HTTP streams get theirs as an
@@ -312,7 +323,7 @@ class ControlPlane(Actor):
     def health(self) -> dict:
         num_nodes = len(self.registry)
         return {
-            "status": "ok" if num_nodes else "degraded",
+            "status": "draining" if self.draining else "ok" if num_nodes else "degraded",
             "nodes": num_nodes,
             "models": self.model_names,
             "inflight": len(self.requests),
@@ -569,7 +580,7 @@ class ControlPlane(Actor):
     async def wait_for_models(self, timeout_s: float) -> list[str]:
         """The served models once some node has joined (at most ``timeout_s``; then whatever there is)."""
         with anyio.move_on_after(timeout_s):
-            while not self.model_names:
+            while not self.model_names and not self.draining:
                 await self._changed.wait()
         return self.model_names
 

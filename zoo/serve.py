@@ -21,8 +21,10 @@ agent's /metrics for Prometheus at /metrics/targets (``http_sd_configs``).
 The CLI wires ``add_controlplane_args``/``run_controlplane`` and ``add_agent_args``/``run_agent``. Both
 run until SIGINT/SIGTERM and shut down cleanly. An agent at SIGTERM drains first (NodeDrain: no new
 requests; its requests finish, at most ``--drain-timeout-s``), then sends NodeLeave (what is left resumes
-on other nodes); at SIGINT or a second signal it leaves at once. The control plane at a signal fails its
-requests in flight first, so HTTP streams end with an SSE error event and ZeroMQ clients get an ErrorReply.
+on other nodes); at SIGINT or a second signal it leaves at once. The control plane at SIGTERM refuses new
+requests and lets those in flight finish for at most ``--shutdown-timeout`` seconds (0 by default, as vLLM's), then
+fails the rest, so HTTP streams end with an SSE error event and ZeroMQ clients get an ErrorReply
+(zoo/controlplane_shutdown.py).
 The control plane serves the HTTP gateway with uvicorn in its own task group.
 
 A hidden ``--fake-runner`` agent option swaps the model for ``TrivialRunner`` and a byte-level tokenizer
@@ -35,6 +37,7 @@ import argparse
 import dataclasses
 import functools
 import logging
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -49,6 +52,7 @@ from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 from zoo.agent_cmd import add_agent_args, run_agent
+from zoo.controlplane_shutdown import stop_controlplane_on_signal
 from zoo.engine_args import parse_lora_module
 from zoo.keys import (
     add_controlplane_auth_args,
@@ -61,10 +65,20 @@ from zoo.tracing_args import add_tracing_args, span_export_from_args
 log = logging.getLogger(__name__)
 
 DEFAULT_HTTP = "127.0.0.1:8000"
-SHUTDOWN_FLUSH_S = 1.0  # at most this long for the gateway to write its streams' last (error) events
 
 
 # --------------------------------------------------------------------------- zoo controlplane
+
+
+def _shutdown_timeout(text: str) -> float:
+    """``--shutdown-timeout``: seconds, finite and >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seconds expected, got {text!r}") from None
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be >= 0 and finite, got {text!r}")
+    return value
 
 
 def _controlplane_default(name: str):
@@ -150,6 +164,14 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "--stats-listen", default=DEFAULT_STATS_ENDPOINT, help="PUB endpoint of the fleet stats stream ('none': off)"
     )
     p.add_argument("--stats-interval-s", type=float, default=0.5, help="seconds between FleetStats")
+    p.add_argument(
+        "--shutdown-timeout",
+        type=_shutdown_timeout,
+        default=0.0,
+        metavar="SECONDS",
+        help="at SIGTERM, refuse new requests (HTTP 503) and let those in flight finish for at most this long, then "
+        "fail the rest (vLLM's flag; 0, the default: fail them at once; SIGINT or a second signal: at once)",
+    )
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--cells", default=None, metavar="FILE", help="cells and traffic classes from this TOML (zoo.toml, a sim fleet)"
@@ -265,6 +287,7 @@ def run_controlplane(args: argparse.Namespace) -> int:
         _serve_controlplane,
         knobs_file=getattr(args, "router_knobs_file", None),
         gateway_config=gateway_config_from_args(args),
+        shutdown_timeout_s=args.shutdown_timeout,
     )
     try:
         return anyio.run(serve, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
@@ -301,6 +324,7 @@ async def _serve_controlplane(
     api_keys=None,
     knobs_file=None,
     gateway_config=None,
+    shutdown_timeout_s: float = 0.0,
 ) -> int:
     from observe.controlplane_exporter import ControlPlaneExporter
     from observe.stats_stream import FleetObserver, StatsPublisher
@@ -313,7 +337,8 @@ async def _serve_controlplane(
         exporter.registry.register(SnapshotCollector(span_metrics(cp.path.spans.export)))
     observer = FleetObserver(cp, exporter, ebpf_source=cp.latest_probe_snapshot)
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_controlplane_on_signal, cp, tg.cancel_scope)
+        gateways: list = []  # the gateway's HttpInFlight: the shutdown's drain waits for its requests too
+        tg.start_soon(stop_controlplane_on_signal, cp, tg.cancel_scope, shutdown_timeout_s, gateways)
         if knobs_file is not None:
             tg.start_soon(_reload_router_on_sighup, cp, knobs_file)
         await tg.start(cp.run)
@@ -324,7 +349,7 @@ async def _serve_controlplane(
         if http is not None:
             host, _, port = http.rpartition(":")
             serve_http = functools.partial(
-                _serve_http, gateway_config=gateway_config, api_keys=api_keys, exporter=exporter
+                _serve_http, gateway_config=gateway_config, api_keys=api_keys, exporter=exporter, gateways=gateways
             )
             await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
             print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
@@ -341,12 +366,14 @@ async def _serve_http(
     *,
     api_keys=None,
     exporter=None,
+    gateways: list | None = None,
     task_status=anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The OpenAI gateway on HOST:PORT (header and body read deadlines, JSON errors: gateway/http_server.py);
     reports the uvicorn server once it listens; raises RuntimeError if uvicorn stops on its own.
     api_keys: an ApiKeyConfig (gateway/api_keys.py), or None for an open gateway; exporter: the control plane's
-    Prometheus exporter, which then exports the gateway's batches, files and HTTP requests too."""
+    Prometheus exporter, which then exports the gateway's batches, files and HTTP requests too; gateways: a list the
+    gateway's HttpInFlight (gateway/shutdown_gate.py) is added to, for the shutdown's drain."""
     from controlplane.gateway.app import GatewayConfig, create_app
     from controlplane.gateway.http_server import serve_gateway
     from observe.prometheus_sd import http_sd_app
@@ -354,6 +381,8 @@ async def _serve_http(
     config = gateway_config or GatewayConfig()
     sd_app = http_sd_app(cp.stats) if metrics_app is not None else None
     app = create_app(cp, metrics_app=metrics_app, config=config, api_keys=api_keys, sd_app=sd_app)
+    if gateways is not None:
+        gateways.append(app.state.http_in_flight)
     if exporter is not None:  # the gateway's batches and files on the same /metrics (observe/batch_metrics.py)
         from observe.batch_metrics import batch_metrics
         from observe.exporter import SnapshotCollector
@@ -362,21 +391,6 @@ async def _serve_http(
         exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
     await serve_gateway(app, host, port, config, task_status=task_status)
-
-
-async def _stop_controlplane_on_signal(cp, scope: anyio.CancelScope) -> None:
-    """At SIGINT/SIGTERM, fail the requests in flight while the gateway still runs — HTTP streams end with an
-    SSE error event, ZeroMQ clients get an ErrorReply — then stop everything."""
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            log.info("%s: shutting down", signal.Signals(signum).name)
-            cp.shut_down_requests()
-            with anyio.move_on_after(SHUTDOWN_FLUSH_S):
-                while cp.local_streams:  # an in-process (HTTP) stream closes once its error is raised
-                    await anyio.sleep(0.01)
-                await anyio.sleep(0.1)  # and the gateway writes that error event on its next turns
-            scope.cancel()
-            return
 
 
 async def _reload_router_on_sighup(cp, knobs_file: str) -> None:

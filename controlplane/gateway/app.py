@@ -30,6 +30,8 @@
     preflight and headers, for ``cors_allowed_origins``: Starlette's CORSMiddleware, outside the key check)
     (a frontend that traces, ``request_spans``, gives every request but ``untraced_paths`` an HTTP server span,
     outermost: gateway/http_span.py; the request's ``llm_request`` span is its child)
+    (while the frontend drains, ``draining``, a new request is answered 503 before any route but the probes':
+    gateway/shutdown_gate.py; ``app.state.http_in_flight`` counts those being answered)
 
 Clocks start when a generation request arrives here (``arrival_ns``, before its body is read): the node's
 TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
@@ -95,6 +97,7 @@ from controlplane.gateway.reply_stream import (
 )
 from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.response_store import ResponseStore, input_items_page
+from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
@@ -140,6 +143,8 @@ class GatewayConfig:
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
     untraced_paths: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
+    # while the control plane drains (shutdown_gate.py) every other path answers 503: these stay open to probes
+    open_while_draining: tuple[str, ...] = ("/health", "/ping", "/metrics", "/metrics/targets", "/version")
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
@@ -190,6 +195,7 @@ def create_app(
     files = FileStore(config.files_max, config.files_store_bytes, config.files_dir)
     journal = None if config.files_dir is None else BatchJournal(config.files_dir)
     runner = BatchRunner(Starlette(routes=batched, exception_handlers=handlers), files, config.batches, journal)
+    runner.draining = lambda: bool(getattr(frontend, "draining", False))  # held while the control plane drains
     request_spans = getattr(frontend, "request_spans", None)  # a control plane that traces: batches get spans too
     if request_spans is not None:
         runner.spans = BatchSpans(request_spans.export, request_spans.sample_ratio)
@@ -228,6 +234,10 @@ def create_app(
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
+    app.state.http_in_flight = HttpInFlight()  # outside the key check: a draining gateway refuses every new request
+    app.add_middleware(
+        ShutdownGate, frontend=frontend, in_flight=app.state.http_in_flight, open_paths=config.open_while_draining
+    )
     app.add_middleware(OptionsMiddleware, routes=routes)  # before the key check: a preflight carries no key
     if config.cors_allowed_origins:  # outermost: a browser's preflight is answered here, every reply gets its headers
         app.add_middleware(

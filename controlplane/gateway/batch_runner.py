@@ -8,6 +8,7 @@ it names, in process, as if a client had sent it with the batch creator's API ke
               ─► 429 / 502 / 503: sent again after Retry-After (else a doubling back-off, 0.5 s to 30 s by default),
                  at most ``max_retries`` times: an overloaded or restarting fleet delays a batch, it does not
                  fail it
+              (while the control plane drains for its shutdown no request is sent, nor sent again: ``draining``)
         all answered ─► finalizing ─► completed;   cancel ─► cancelling ─► cancelled;   window ─► expired
 
 Going through the route keeps one behaviour for a request whoever sends it: the same parsing, refusals, reply body
@@ -33,6 +34,7 @@ import logging
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -58,6 +60,7 @@ from transport.messages import ErrorCode
 
 log = logging.getLogger(__name__)
 
+DRAIN_POLL_S = 0.25  # how often a held request looks whether the drain has stopped
 RETRIED_STATUSES = frozenset({429, 502, 503})  # overload, a node lost mid-request, no node (yet)
 CLASS_HEADER = b"x-zoo-class"
 
@@ -120,6 +123,9 @@ class BatchRunner:
         self.running = False
         self.answered = {"completed": 0, "failed": 0}  # requests answered since start (2xx or not), for /metrics
         self.spans: BatchSpans | None = None  # each batch's OpenTelemetry span (gateway/batch_span.py); None: none
+        # True while the control plane drains (shutdown_gate.py): no request is sent, nor sent again, until it stops
+        # (at exit a journal keeps what is left for the next process: no line fails for the shutdown)
+        self.draining: Callable[[], bool] = lambda: False
         for batch, done in journal.load() if journal is not None else ():  # a restart: resume what had not finished
             self._batches[(batch.owner, batch.id)] = batch
             if batch.status not in TERMINAL:
@@ -267,6 +273,8 @@ class BatchRunner:
         backoff_s, max_backoff_s = self.config.backoff_s, self.config.max_backoff_s
         request_body = self._prioritised(line.body)
         for attempt in range(self.config.max_retries + 1):
+            while self.draining():
+                await anyio.sleep(DRAIN_POLL_S)
             status, headers, body = await self._call(batch, request_body)
             if status not in RETRIED_STATUSES or attempt == self.config.max_retries:
                 break

@@ -128,7 +128,9 @@ def test_the_control_plane_is_served_and_scraped():
     args = _zoo_args(container)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert args.http == f"0.0.0.0:{ports['http']}" and args.listen.endswith(f":{ports['agents']}")
-    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}  # 503 while draining
+    grace = cp["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert 0 < args.shutdown_timeout < grace  # SIGTERM drains (zoo/controlplane_shutdown.py) before the SIGKILL
     service = _named("Service", "zoo-controlplane")
     assert service["spec"]["selector"].items() <= cp["spec"]["template"]["metadata"]["labels"].items()
     (monitor,) = _of_kind("ServiceMonitor")
@@ -186,6 +188,9 @@ def test_systemd_units_run_a_valid_zoo_command(unit):
     args = build_parser().parse_args(command[1:])
     if command[1] == "agent":
         assert args.metrics_port == 0 and args.node_id == "host-gpu0" and args.device == "cuda"
+    else:  # SIGTERM drains within systemd's stop timeout, before its SIGKILL
+        stop_s = float(re.search(r"^TimeoutStopSec=(\d+)$", (DEPLOY / "systemd" / unit).read_text(), re.M).group(1))
+        assert 0 < args.shutdown_timeout < stop_s
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
