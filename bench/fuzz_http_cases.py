@@ -52,6 +52,12 @@ TRACESTATES: list[Callable[[random.Random], str]] = [
     lambda r: "=" * r.randint(1, 100),
     lambda r: "a" * r.choice([512, 513, 9_000]),
 ]
+REQUEST_IDS: list[Callable[[random.Random], str]] = [  # a caller's X-Request-Id (gateway/request_ids.py)
+    lambda r: f"req-{r.getrandbits(64):x}",
+    lambda r: "a" * r.choice([0, 128, 129, 9_000]),
+    lambda r: r.choice(["has space", "semi;colon", "../../etc", "a/b:c=d+e@f", "\t", "%00"]),
+    lambda r: "x-1",  # the same id again and again: each engine request apart
+]
 NASTY_JSON: list[Callable[[random.Random], str]] = [
     lambda r: str(2**64),
     lambda r: str(2**64 - 1),
@@ -336,5 +342,7 @@ class HttpCases:
             headers = {"content-type": "application/json", "traceparent": r.choice(TRACEPARENTS)(r)}
             if r.random() < 0.5:
                 headers["tracestate"] = r.choice(TRACESTATES)(r)
+            if r.random() < 0.5:
+                headers["x-request-id"] = r.choice(REQUEST_IDS)(r)
             return HttpCase(kind, path=path, body=text.encode(), headers=headers)
         return HttpCase(kind, path=path, body=text.encode())

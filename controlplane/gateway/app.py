@@ -56,7 +56,6 @@ import logging
 import math
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 
 import anyio
@@ -96,6 +95,7 @@ from controlplane.gateway.reply_stream import (
     until_disconnect,
 )
 from controlplane.gateway.request_body import answered, read_body
+from controlplane.gateway.request_ids import request_ids
 from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.token_text import TokenText
@@ -454,16 +454,16 @@ class Gateway:
         return await read_body(request, self.config.max_body_bytes, self.config.request_read_timeout_s)
 
     async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
-        request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        ids = request_ids(request, "chatcmpl" if chat else "cmpl")  # a caller's X-Request-Id, as vLLM takes it
         model = self.model_name(args.model)
         reply = OpenAIReply(
             chat=chat,
-            request_id=request_id,
+            request_id=ids.reply,
             model=model,
             created=int(time.time()),
             include_usage=args.include_usage,
             continuous_usage=args.continuous_usage,
-            choice_ids=choice_request_ids(request_id, args.n * len(args.prompts or [None])),
+            choice_ids=choice_request_ids(ids.engine, args.n * len(args.prompts or [None])),
             choices_per_prompt=args.n,
             token_text=self.token_text,
             tools=args.tool_plan,
@@ -478,8 +478,8 @@ class Gateway:
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)
             more.update(prompts=args.prompts, num_choices=args.n)
         more.update(prompt=args.prompt, prompt_token_ids=args.prompt_token_ids)
-        chunks = self.start(request, request_id, args, arrival_ns, **more)
-        return await respond(request, chunks, reply, args.stream, openai_events, request_id)
+        chunks = self.start(request, ids.engine, args, arrival_ns, **more)
+        return await respond(request, chunks, reply, args.stream, openai_events, ids.header)
 
     def _echo_text(self, args: GenerateArgs) -> list[str]:
         """The prompts a completion's ``echo`` repeats (one, or a batch's): texts, or token ids decoded (without a

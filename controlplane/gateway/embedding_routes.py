@@ -9,7 +9,6 @@ admission queue by itself), gathers the vectors into its reply object, and answe
 from __future__ import annotations
 
 import time
-import uuid
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -19,6 +18,7 @@ from controlplane.gateway.guarded import guarded
 from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
 from controlplane.gateway.openai_schema import GenerateArgs
 from controlplane.gateway.reply_stream import close_stream, next_chunk, respond
+from controlplane.gateway.request_ids import request_ids
 from controlplane.gateway.score_rerank import ScoreReply, parse_rerank, parse_score
 
 
@@ -51,14 +51,15 @@ class EmbeddingRoutes:
 
         async def serve() -> Response:
             args = parse(await gateway.read_body(request))
-            request_id = f"{prefix}-{uuid.uuid4().hex}"
+            named = request_ids(request, prefix)  # a caller's X-Request-Id, as vLLM takes it
+            request_id = named.engine
             batches = waves(args.inputs)
             wave_ids = [request_id] if len(batches) == 1 else [f"{request_id}-w{k}" for k in range(len(batches))]
             ids = [i for wave_id, wave in zip(wave_ids, batches) for i in choice_request_ids(wave_id, len(wave))]
-            reply = make_reply(args, gateway.model_name(args.model), ids, request_id)
+            reply = make_reply(args, gateway.model_name(args.model), ids, named.reply)
             generate = GenerateArgs(model=args.model, sampling=args.sampling, traffic_class=args.traffic_class)
             chunks = self._waves(request, zip(wave_ids, batches), generate, arrival_ns)
-            return await respond(request, chunks, reply, False, None, request_id)
+            return await respond(request, chunks, reply, False, None, named.header)
 
         return await guarded(request, serve)
 
