@@ -12,7 +12,8 @@
 
 One DEALER socket per client, owned by the client's Link (a reader and a writer task in the client's task
 group); chunks are demultiplexed by request id into one bounded stream per request. A refused request
-raises at ``generate`` (ZooOverloadedError carries ``retry_after_s``); a failure mid-stream raises from
+raises at ``generate`` (ZooOverloadedError carries ``retry_after_s``; ``max_retries`` sends an overloaded or
+no-node refusal again first: client/retry.py); a failure mid-stream raises from
 the iteration (ZooNodeFailedError). Leaving a stream early, ``cancel()``, or a timeout sends a
 CancelRequest, so the node stops generating. A request whose node fails mid-stream is resumed on another
 node by the control plane: the stream simply continues.
@@ -27,6 +28,7 @@ So no stream waits for ``timeout_s`` on a control plane that is gone.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import Iterator
@@ -40,6 +42,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from client.completion import Completion
 from client.errors import ZooConnectionLostError, ZooError, ZooTimeoutError, error_from_reply
 from client.request_build import build_request
+from client.retry import retried, retry_delay_s
 from engine.embeddings import cosine, score_pairs
 from transport.actor import MailboxFull
 from transport.curve import CurveClient
@@ -158,6 +161,9 @@ class AsyncZooClient:
     curve: CURVE to a control plane started with keys (``load_curve_client(dir, "clients", name)``); a
         control plane that allow-lists clients never completes the handshake of an unlisted key, so its
         requests time out.
+    max_retries: a request refused as overloaded or with no node to take it (a fleet at capacity, a control plane
+        draining for a restart) is sent again this many times, after the refusal's retry-after or the openai SDK's
+        back-off (client/retry.py), before its refusal raises; 0 (the default): it raises at once.
     """
 
     def __init__(
@@ -170,9 +176,13 @@ class AsyncZooClient:
         curve: CurveClient | None = None,
         ping_interval_s: float = 0.5,
         connection_timeout_s: float = 5.0,
+        max_retries: int = 0,
     ) -> None:
         if not 0 < ping_interval_s < connection_timeout_s:
             raise ValueError("need 0 < ping_interval_s < connection_timeout_s")
+        if max_retries < 0:
+            raise ValueError(f"need max_retries >= 0, got {max_retries}")
+        self.max_retries = max_retries
         self.ping_interval_s = ping_interval_s
         self.connection_timeout_s = connection_timeout_s
         self._sent: dict[str, _Sent] = {}  # ClientGenerates in flight (the reader's view)
@@ -235,15 +245,19 @@ class AsyncZooClient:
         max_tokens = msg.sampling.max_tokens
         # every chunk of the request fits: the reader never waits on a slow consumer
         bound = max_tokens + 2 if isinstance(max_tokens, int) and 0 < max_tokens < 1 << 20 else 2
-        receive = self._open(request_id, bound)
-        try:
-            await self._send(msg)
-            self._sent[request_id] = _Sent(msg, self._num_pings)  # pings queued from now on come after it
-            first = await self._next(request_id, receive)
-        except BaseException:
-            self._forget(request_id)
-            receive.close()
-            raise
+        for num_retries in itertools.count():
+            receive = self._open(request_id, bound)
+            try:
+                await self._send(msg)
+                self._sent[request_id] = _Sent(msg, self._num_pings)  # pings queued from now on come after it
+                first = await self._next(request_id, receive)
+                break
+            except BaseException as error:
+                self._forget(request_id)
+                receive.close()
+                if not isinstance(error, ZooError) or not retried(error.code) or num_retries >= self.max_retries:
+                    raise
+                await anyio.sleep(retry_delay_s(num_retries, error.retry_after_s))  # nothing came: sent again
         result = GenerationStream(self, request_id, receive, first)
         return result if stream else await result.collect()
 
@@ -489,7 +503,7 @@ class ZooClient:
         curve: CurveClient | None = None,
         **watchdog: float,
     ) -> None:
-        """``watchdog``: ``ping_interval_s`` / ``connection_timeout_s``, as AsyncZooClient's."""
+        """``watchdog``: ``ping_interval_s`` / ``connection_timeout_s`` (and ``max_retries``), as AsyncZooClient's."""
         self._stack = contextlib.ExitStack()
         try:
             self._portal = self._stack.enter_context(anyio.from_thread.start_blocking_portal())

@@ -247,3 +247,31 @@ def test_the_prompts_tokens_come_back_once_when_asked(portal_fleet):
         assert chunks[0].prompt_token_ids == tokenizer.encode("hello") and len(chunks) == 3
         assert all(c.prompt_token_ids is None for c in chunks[1:])
         assert zoo.generate("hello", max_tokens=2).prompt_token_ids is None
+
+
+@pytest.mark.anyio
+async def test_max_retries_sends_an_overloaded_request_again_and_only_that():
+    async with _fleet() as cp, AsyncZooClient(cp.client_endpoint, timeout_s=10, max_retries=50) as zoo:
+        refused = cp.path.refused
+        cp.admission.config.max_queue_per_node, cp.admission.config.retry_after_s = 0, 0.01
+        async with anyio.create_task_group() as tg:
+            done = []
+
+            async def send() -> None:
+                done.append(await zoo.generate("x", max_tokens=3))
+
+            tg.start_soon(send)
+            await cp.wait_until(lambda: refused[ErrorCode.OVERLOADED] >= 2, 10)  # refused, and sent again
+            assert not done
+            cp.admission.config.max_queue_per_node = 256  # room again: the next retry is served
+        assert done[0].text == "zzz"
+        with pytest.raises(ZooError) as e:  # a request's own fault is not sent again
+            await zoo.generate(prompt_token_ids=[10**9])
+        assert e.value.code is ErrorCode.INVALID_REQUEST and refused[ErrorCode.INVALID_REQUEST] == 1
+    async with _fleet() as cp, AsyncZooClient(cp.client_endpoint, timeout_s=10, max_retries=2) as zoo:
+        cp.admission.config.max_queue_per_node, cp.admission.config.retry_after_s = 0, 0.01
+        with pytest.raises(ZooOverloadedError):  # still refused after its retries: the last refusal raises
+            await zoo.generate("x")
+        assert cp.path.refused[ErrorCode.OVERLOADED] == 3
+    with pytest.raises(ValueError, match="max_retries"):
+        AsyncZooClient("tcp://127.0.0.1:1", max_retries=-1)
