@@ -1,10 +1,11 @@
-"""What the gateway's two observing middlewares cost a request: the HTTP span (controlplane/gateway/http_span.py),
-apart from exporting it, and vLLM's HTTP metrics (observe/http_metrics.py). The same chat requests through the
-gateway app in process (httpx's ASGI transport, a scripted fake frontend: no control plane, no model, so the
-gateway's own path is what is timed), plain, with the span, and with the metrics, in alternated rounds of one run.
-"span": a sampled caller's traceparent on every request; spans go to a sink that keeps them (the export's own cost,
-the SDK's encoding on its thread, is scripts/tracing_overhead.py's). "metrics": counted into a private registry, as
-the control plane's. Prints JSON.
+"""What the gateway's observing middlewares cost a request: the HTTP span (controlplane/gateway/http_span.py),
+apart from exporting it, vLLM's HTTP metrics (observe/http_metrics.py) and the access log (gateway/access_log.py).
+The same chat requests through the gateway app in process (httpx's ASGI transport, a scripted fake frontend: no
+control plane, no model, so the gateway's own path is what is timed), plain and with each, in alternated rounds of
+one run. "span": a sampled caller's traceparent on every request; spans go to a sink that keeps them (the export's
+own cost, the SDK's encoding on its thread, is scripts/tracing_overhead.py's). "metrics": counted into a private
+registry, as the control plane's. "access_log": its line formatted and written by the control plane's log handler
+(transport/process.py's format) to /dev/null; the other variants run without it. Prints JSON.
 
     PYTHONPATH=. .venv/bin/python scripts/gateway_observing_overhead.py
 """
@@ -12,6 +13,8 @@ the control plane's. Prints JSON.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import platform
 import statistics
 import sys
@@ -25,6 +28,7 @@ from prometheus_client import CollectorRegistry
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controlplane.gateway import create_app
+from controlplane.gateway.app import GatewayConfig
 from controlplane.request_spans import RequestSpans
 from observe.http_metrics import instrument_gateway
 
@@ -51,7 +55,7 @@ async def _round(variant: str) -> float:
     sink = _Keep()
     if variant == "span":
         frontend.request_spans = RequestSpans(sink)
-    app = create_app(frontend)
+    app = create_app(frontend, config=GatewayConfig(access_log=variant == "access_log"))
     if variant == "metrics":
         instrument_gateway(app, CollectorRegistry())
     transport = httpx.ASGITransport(app=app)
@@ -67,10 +71,13 @@ async def _round(variant: str) -> float:
     return cpu / NUM_REQUESTS
 
 
-VARIANTS = ("plain", "span", "metrics")
+VARIANTS = ("plain", "span", "metrics", "access_log")
 
 
 def main() -> None:
+    handler = logging.StreamHandler(open(os.devnull, "w"))  # noqa: SIM115 (open for the process's life)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     rounds: dict[str, list[float]] = {v: [] for v in VARIANTS}
     for _ in range(ROUNDS):
         for variant in VARIANTS:

@@ -100,6 +100,19 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "'none' (no CORS headers)",
     )
     p.add_argument(
+        "--disable-access-log",
+        "--disable-uvicorn-access-log",  # vLLM's name for it
+        action="store_true",
+        help="no access log line per HTTP request (logger zoo.access: controlplane/gateway/access_log.py)",
+    )
+    p.add_argument(
+        "--disable-access-log-for-endpoints",
+        default=None,
+        metavar="PATHS",
+        help="a comma list of paths the access log leaves out (vLLM's flag; default: /metrics,/metrics/targets,"
+        "/health,/ping)",
+    )
+    p.add_argument(
         "--batch-class",
         default=None,
         metavar="CLASS",
@@ -298,7 +311,7 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 def gateway_config_from_args(args: argparse.Namespace):
     """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``, ``--files-dir``); SystemExit on a bad value."""
+    ``--batch-concurrency``, ``--files-dir``, the access log's two); SystemExit on a bad value."""
     from controlplane.gateway.app import GatewayConfig
     from controlplane.gateway.batch_runner import BatchRunnerConfig
 
@@ -310,8 +323,14 @@ def gateway_config_from_args(args: argparse.Namespace):
         )
     except ValueError as e:
         raise SystemExit(f"zoo controlplane: --batch-concurrency: {e}") from None
+    access_log = {"access_log": not getattr(args, "disable_access_log", False)}
+    excluded = getattr(args, "disable_access_log_for_endpoints", None)
+    if excluded is not None:
+        access_log["access_log_exclude"] = tuple(path.strip() for path in excluded.split(",") if path.strip())
     try:
-        return GatewayConfig(cors_allowed_origins=origins, batches=batches, files_dir=getattr(args, "files_dir", None))
+        return GatewayConfig(
+            cors_allowed_origins=origins, batches=batches, files_dir=getattr(args, "files_dir", None), **access_log
+        )
     except ValueError as e:
         raise SystemExit(f"zoo controlplane: --cors-origins: {e}") from None
 

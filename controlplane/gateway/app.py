@@ -32,6 +32,7 @@
     outermost: gateway/http_span.py; the request's ``llm_request`` span is its child)
     (while the frontend drains, ``draining``, a new request is answered 503 before any route but the probes':
     gateway/shutdown_gate.py; ``app.state.http_in_flight`` counts those being answered)
+    (each request but ``access_log_exclude``'s gets an access log line once answered, outermost: access_log.py)
 
 Clocks start when a generation request arrives here (``arrival_ns``, before its body is read): the node's
 TTFT and E2E count from then (agent/request_age.py), so they agree with a client's within one network hop.
@@ -69,6 +70,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
+from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
@@ -143,6 +145,9 @@ class GatewayConfig:
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
     untraced_paths: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
+    # one access log line per request (access_log.py; vLLM logs every request through uvicorn's), but these paths
+    access_log: bool = True
+    access_log_exclude: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
     # while the control plane drains (shutdown_gate.py) every other path answers 503: these stay open to probes
     open_while_draining: tuple[str, ...] = ("/health", "/ping", "/metrics", "/metrics/targets", "/version")
 
@@ -254,6 +259,8 @@ def create_app(
             sample_ratio=request_spans.sample_ratio,
             untraced_paths=config.untraced_paths,
         )
+    if config.access_log:  # outermost of all: the line times what every layer did, a 401, a 503 or a span's export
+        app.add_middleware(AccessLog, exclude=config.access_log_exclude)
     return app
 
 
