@@ -39,6 +39,7 @@ import functools
 import logging
 import math
 import signal
+import ssl
 import sys
 from collections.abc import Sequence
 
@@ -98,6 +99,20 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         default="*",
         help="origins a browser page may call the API from: '*' (any), a comma list of scheme://host[:port], or "
         "'none' (no CORS headers)",
+    )
+    p.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="HTTPS: the gateway's private key (vLLM's flag)")
+    p.add_argument(
+        "--ssl-certfile", default=None, metavar="PEM", help="HTTPS: the gateway's certificate chain (vLLM's flag)"
+    )
+    p.add_argument(
+        "--ssl-ca-certs", default=None, metavar="PEM", help="HTTPS: the CA that issues the clients' certificates"
+    )
+    p.add_argument(
+        "--ssl-cert-reqs",
+        type=int,
+        choices=(0, 1, 2),
+        default=0,
+        help="HTTPS: 2 requires a client certificate from --ssl-ca-certs (mutual TLS), 1 checks one if sent, 0 none",
     )
     p.add_argument(
         "--disable-access-log",
@@ -327,12 +342,40 @@ def gateway_config_from_args(args: argparse.Namespace):
     excluded = getattr(args, "disable_access_log_for_endpoints", None)
     if excluded is not None:
         access_log["access_log_exclude"] = tuple(path.strip() for path in excluded.split(",") if path.strip())
+    tls = {name: getattr(args, name, None) for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")}
+    tls["ssl_cert_reqs"] = getattr(args, "ssl_cert_reqs", 0)
     try:
-        return GatewayConfig(
-            cors_allowed_origins=origins, batches=batches, files_dir=getattr(args, "files_dir", None), **access_log
+        config = GatewayConfig(
+            cors_allowed_origins=origins,
+            batches=batches,
+            files_dir=getattr(args, "files_dir", None),
+            **access_log,
+            **tls,
         )
     except ValueError as e:
-        raise SystemExit(f"zoo controlplane: --cors-origins: {e}") from None
+        flag = "--ssl-*" if "ssl" in str(e) else "--cors-origins"
+        raise SystemExit(f"zoo controlplane: {flag}: {e}") from None
+    check_tls_files(config)
+    return config
+
+
+def check_tls_files(config) -> None:
+    """SystemExit naming the flag when a --ssl-* file cannot be read as what it must be (at start, not at the first
+    connection): the certificate chain, the key that goes with it, the clients' CA."""
+    if config.ssl_certfile is None:
+        return
+    for flag, path in (("--ssl-certfile", config.ssl_certfile), ("--ssl-ca-certs", config.ssl_ca_certs)):
+        if path is None:
+            continue
+        try:
+            ssl.create_default_context().load_verify_locations(cafile=path)  # PEM certificates, or it raises
+        except (OSError, ssl.SSLError) as e:
+            raise SystemExit(f"zoo controlplane: {flag}: {path}: not a readable PEM certificate ({e})") from None
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
+    except (OSError, ssl.SSLError) as e:
+        why = f"not a readable key for --ssl-certfile's certificate ({e})"
+        raise SystemExit(f"zoo controlplane: --ssl-keyfile: {config.ssl_keyfile}: {why}") from None
 
 
 async def _serve_controlplane(
@@ -371,8 +414,10 @@ async def _serve_controlplane(
                 _serve_http, gateway_config=gateway_config, api_keys=api_keys, exporter=exporter, gateways=gateways
             )
             await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
-            print(f"OpenAI API: http://{http}/v1  health: http://{http}/health  metrics: http://{http}/metrics")
-            print(f"Prometheus HTTP service discovery of the agents: http://{http}/metrics/targets", flush=True)
+            scheme = "https" if gateway_config is not None and gateway_config.ssl_certfile else "http"
+            url = f"{scheme}://{http}"
+            print(f"OpenAI API: {url}/v1  health: {url}/health  metrics: {url}/metrics")
+            print(f"Prometheus HTTP service discovery of the agents: {url}/metrics/targets", flush=True)
     return 0
 
 

@@ -148,6 +148,12 @@ class GatewayConfig:
     # one access log line per request (access_log.py; vLLM logs every request through uvicorn's), but these paths
     access_log: bool = True
     access_log_exclude: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
+    # HTTPS (vLLM's --ssl-* flags): the server's key and certificate chain (PEM files); with ssl_ca_certs and
+    # ssl_cert_reqs = ssl.CERT_REQUIRED (2) a client must present a certificate that CA issued (mutual TLS)
+    ssl_keyfile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_ca_certs: str | None = None
+    ssl_cert_reqs: int = 0  # ssl.CERT_NONE; 1 CERT_OPTIONAL, 2 CERT_REQUIRED
     # while the control plane drains (shutdown_gate.py) every other path answers 503: these stay open to probes
     open_while_draining: tuple[str, ...] = ("/health", "/ping", "/metrics", "/metrics/targets", "/version")
 
@@ -169,6 +175,14 @@ class GatewayConfig:
         for origin in self.cors_allowed_origins:
             if origin != "*" and not _ORIGIN.fullmatch(origin):
                 raise ValueError(f"GatewayConfig.cors_allowed_origins: {origin!r} is not '*' or scheme://host[:port]")
+        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
+            raise ValueError("GatewayConfig.ssl_keyfile and ssl_certfile go together (HTTPS needs both)")
+        if self.ssl_certfile is None and (self.ssl_ca_certs is not None or self.ssl_cert_reqs):
+            raise ValueError("GatewayConfig.ssl_ca_certs / ssl_cert_reqs need HTTPS: ssl_certfile and ssl_keyfile")
+        if self.ssl_cert_reqs not in (0, 1, 2):
+            raise ValueError(f"GatewayConfig.ssl_cert_reqs must be 0, 1 or 2 (ssl.CERT_*), got {self.ssl_cert_reqs}")
+        if self.ssl_cert_reqs and self.ssl_ca_certs is None:
+            raise ValueError("GatewayConfig.ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CA")
         for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")

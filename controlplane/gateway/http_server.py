@@ -113,6 +113,9 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, config: GatewayConfig, **
         log_level="warning",
         lifespan="off",  # serve_gateway runs the app's batches itself (a cancelled lifespan task logs a traceback)
     )
+    if config.ssl_certfile is not None:  # HTTPS, as vLLM's --ssl-* flags set up uvicorn
+        settings.update(ssl_keyfile=config.ssl_keyfile, ssl_certfile=config.ssl_certfile)
+        settings.update(ssl_ca_certs=config.ssl_ca_certs, ssl_cert_reqs=config.ssl_cert_reqs)
     settings.update(overrides)
     return uvicorn.Config(app, **settings)
 
