@@ -277,6 +277,7 @@ class ControlPlane(Actor):
             row["state"] = str(self.registry.state(node_id) or "dead")
         return {
             "policy": self.policy.name,
+            "draining": self.draining,  # shutting down (zoo/controlplane_shutdown.py): new requests refused
             "router": self.path.router_settings,  # the SLO and the knobs set (request_path.py)
             "nodes": nodes,
             "requests": {**self.counters, "inflight": len(self.requests)},

@@ -66,6 +66,10 @@ class ControlPlaneExporter(PrometheusExporter):
         yield decisions
         yield up
         yield from _router_config(policy, stats.get("router"))
+        draining = GaugeMetricFamily(m.CONTROLPLANE_DRAINING, "1 while the control plane shuts down: new requests "
+                                     "refused, those in flight finishing (--shutdown-timeout).")  # fmt: skip
+        draining.add_metric([], 1.0 if stats.get("draining") else 0.0)
+        yield draining
         rejected = CounterMetricFamily(m.REJECTED_REQUESTS, "Requests refused before reaching a node, by reason.",
                                        labels=["reason"])  # fmt: skip
         for reason, n in sorted(stats["refused"].items()):

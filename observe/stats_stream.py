@@ -112,6 +112,7 @@ class FleetObserver:
             tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
             router_knobs=dict((stats.get("router") or {}).get("knobs", {})),
             router_reloads=dict((stats.get("router") or {}).get("reloads", {})),
+            draining=bool(stats.get("draining", False)),
         )
 
 

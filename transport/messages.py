@@ -411,6 +411,7 @@ class FleetStats(Envelope, kw_only=True):
     # the RouterConfig fields set off their defaults (--router-knobs, zoo.toml's [controlplane.router]), by name
     router_knobs: dict[str, Any] = {}
     router_reloads: dict[str, int] = {}  # reloads at SIGHUP (controlplane/router_reload.py) by outcome: ok, refused
+    draining: bool = False  # the control plane is shutting down: new requests refused (zoo/controlplane_shutdown.py)
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

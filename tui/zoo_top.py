@@ -124,7 +124,8 @@ class ZooTopApp(App[None]):
             live = sum(n.state == "up" for n in stats.nodes)
             ebpf = f"eBPF: {stats.ebpf_status}" if stats.ebpf_status else "eBPF: not attached (app-level figures only)"
             nodes = f"{live}/{len(stats.nodes)} nodes up"
-            status.update(f"control plane {where} · policy {describe_router(stats)} · {nodes} · {ebpf}")
+            draining = " · DRAINING (shutting down: new requests refused)" if stats.draining else ""
+            status.update(f"control plane {where}{draining} · policy {describe_router(stats)} · {nodes} · {ebpf}")
         filters = [f"cell={self.view.cell_filter}"] if self.view.cell_filter else []
         filters += [f"gpu={self.view.gpu_filter}"] if self.view.gpu_filter else []
         order = "↓" if not self.view.sort_reverse else "↑"

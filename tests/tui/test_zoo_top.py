@@ -195,3 +195,16 @@ async def test_the_status_line_names_the_router_knobs_set(make_stats):
     assert describe_router(reloaded) == "hardware_aware (slo_ttft_s=2.0), reloaded 2×, 1 refused"
     none_yet = msgspec.structs.replace(make_stats(6), router_reloads={"ok": 0, "refused": 0})
     assert describe_router(none_yet) == "hardware_aware"  # no reload yet: nothing said of them
+
+
+async def test_the_status_line_says_when_the_control_plane_drains(make_stats):
+    import msgspec
+
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND)
+    async with app.run_test(size=(200, 48)) as pilot:
+        app.apply_stats(make_stats(1))
+        await pilot.pause()
+        assert "DRAINING" not in str(app.query_one("#status").render())
+        app.apply_stats(msgspec.structs.replace(make_stats(2), draining=True))
+        await pilot.pause()
+        assert "DRAINING (shutting down: new requests refused)" in str(app.query_one("#status").render())
