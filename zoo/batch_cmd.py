@@ -6,13 +6,15 @@
     --errors   the others (default OUT.errors.jsonl, written only when there are any)
 
 Progress goes to stderr. Exit 0 when the batch completed (its failed requests are in the errors file), 1 when it
-failed (its file's errors are printed), expired or was cancelled, 2 when the gateway refused it; Ctrl-C cancels it.
+failed (its file's errors are printed), expired or was cancelled, 2 when the gateway refused it or could not be
+reached (an https --url: ``--cacert`` the CA to trust, ``--cert``/``--key`` a client certificate); Ctrl-C cancels it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import ssl
 import sys
 import time
 from pathlib import Path
@@ -30,9 +32,34 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default=None, help="the requests' route (default: the first line's url)")
     p.add_argument("--poll-s", type=float, default=1.0, help="how often to ask how the batch is doing")
     p.add_argument("--timeout-s", type=float, default=60.0, help="each HTTP call's timeout")
+    p.add_argument(
+        "--cacert", default=None, metavar="PEM", help="an https --url: the CA to trust (default: the system CAs)"
+    )
+    p.add_argument("--cert", default=None, metavar="PEM", help="an https --url: this client's certificate (mutual TLS)")
+    p.add_argument("--key", default=None, metavar="PEM", help="--cert's private key (default: in --cert's file)")
+
+
+def _tls(args: argparse.Namespace) -> ssl.SSLContext | bool:
+    """httpx's ``verify`` for an https --url: the system's CAs (True) unless --cacert or --cert asks otherwise."""
+    if args.cacert is None and args.cert is None:
+        return True
+    context = ssl.create_default_context(cafile=args.cacert)
+    if args.cert is not None:
+        context.load_cert_chain(args.cert, args.key)
+    return context
 
 
 def run_batch(args: argparse.Namespace) -> int:
+    import httpx
+
+    try:
+        return _run_batch(args)
+    except httpx.TransportError as e:  # not reached, refused the TLS handshake, or went away
+        print(f"zoo batch: {args.url}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
+
+
+def _run_batch(args: argparse.Namespace) -> int:
     import httpx
 
     content = Path(args.input).read_bytes()
@@ -42,7 +69,12 @@ def run_batch(args: argparse.Namespace) -> int:
         return 2
     key = os.environ.get("ZOO_API_KEY") or os.environ.get("OPENAI_API_KEY")
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=args.timeout_s) as http:
+    try:
+        verify = _tls(args)
+    except (OSError, ssl.SSLError) as e:
+        print(f"zoo batch: --cacert/--cert/--key: {e}", file=sys.stderr)
+        return 2
+    with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=args.timeout_s, verify=verify) as http:
         name = Path(args.input).name
         upload = http.post("/v1/files", files={"file": (name, content)}, data={"purpose": "batch"})
         if upload.status_code != 200:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import ssl
 
 import anyio
@@ -121,3 +122,26 @@ def test_the_flags_and_a_bad_file_refused_by_name_at_start(pki):
         other.private_key_pem.write_to_path(path / "other-key.pem")
         flags = ("--ssl-keyfile", str(path / "other-key.pem"), "--ssl-certfile", str(path / "cert.pem"))
         gateway_config_from_args(_args(*flags))
+
+
+@pytest.mark.anyio
+async def test_zoo_batch_runs_a_file_over_mutual_tls(frontend, pki, tmp_path):
+    from zoo.batch_cmd import add_batch_args, run_batch
+
+    ca, path = pki
+    ca.issue_cert("batch-client").private_key_and_cert_chain_pem.write_to_path(path / "client.pem")
+    line = {"custom_id": "q", "method": "POST", "url": "/v1/completions", "body": {"model": "smol", "prompt": "hi"}}
+    (tmp_path / "in.jsonl").write_text(json.dumps(line) + "\n")
+    config = _tls_config(path, ssl_ca_certs=str(path / "ca.pem"), ssl_cert_reqs=ssl.CERT_REQUIRED)
+    parser = argparse.ArgumentParser()
+    add_batch_args(parser)
+    async with _serving(frontend, config) as port:
+        flags = [str(tmp_path / "in.jsonl"), "-o", str(tmp_path / "out.jsonl"), "--url", f"https://127.0.0.1:{port}"]
+        flags += ["--cacert", str(path / "ca.pem"), "--poll-s", "0.05"]
+        without_cert = parser.parse_args(flags)
+        assert await anyio.to_thread.run_sync(run_batch, without_cert) == 2  # it asks for a client certificate
+        with_cert = parser.parse_args([*flags, "--cert", str(path / "client.pem")])
+        code = await anyio.to_thread.run_sync(run_batch, with_cert)
+    assert code == 0
+    (answer,) = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert answer["custom_id"] == "q" and answer["response"]["status_code"] == 200
