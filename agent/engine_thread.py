@@ -23,13 +23,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import msgspec
+
 from agent.drafter_switch import DrafterSwitch
 from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
 from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
 from transport.kv_transfer import ReceivedKV
-from transport.messages import ErrorCode, ErrorReply, MigrateRequest
+from transport.messages import ErrorCode, ErrorReply, MigrateRequest, ResetPrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,11 @@ class _Abort:
 
 class _AbortAll:
     pass
+
+
+@dataclass(slots=True)
+class _ResetPrefixCache:
+    msg: ResetPrefixCache  # answered with its request id, this node's id, what the engine dropped
 
 
 @dataclass(slots=True)
@@ -191,6 +198,10 @@ class EngineThread:
             self._cancelled.update(self._reading)
         self.inbox.put(_AbortAll())
 
+    def reset_prefix_cache(self, msg: ResetPrefixCache) -> None:
+        """Forget the engine's prefix cache between two steps; the answer (a ResetPrefixCache) goes in the outbox."""
+        self.inbox.put(_ResetPrefixCache(msg))
+
     def export(self, migrate: MigrateRequest) -> None:
         """Take ``migrate.request_id`` off the engine with its KV (an ExportedForMigration in the outbox)."""
         self.inbox.put(_Export(migrate))
@@ -303,6 +314,12 @@ class EngineThread:
             self.core.abort(cmd.request_ids)
         elif isinstance(cmd, _AbortAll):
             self.core.abort_all()
+        elif isinstance(cmd, _ResetPrefixCache):
+            num_blocks = self.core.engine.reset_prefix_cache()  # None: blocks in use (vLLM's rule)
+            if num_blocks is not None:
+                log.info("prefix cache reset: %d cached blocks dropped", num_blocks)
+            answer = {"ok": num_blocks is not None, "num_blocks": num_blocks or 0}
+            out.append(msgspec.structs.replace(cmd.msg, **answer))
         elif isinstance(cmd, _SetDrafter):
             self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
         elif isinstance(cmd, _SetReportInterval):

@@ -72,6 +72,7 @@ from transport.messages import (
     NodeTelemetry,
     Ping,
     Pong,
+    ResetPrefixCache,
     SpecPair,
     Welcome,
 )
@@ -161,6 +162,7 @@ class NodeAgent(Actor):
                 Ping: self.handle_ping,
                 ErrorReply: self.handle_error_reply,
                 NodeDrain: self.handle_node_drain,
+                ResetPrefixCache: self.handle_reset_prefix_cache,
                 MigrateRequest: self.handle_migrate,
                 SpecPair: self.handle_spec_pair,
             },
@@ -402,6 +404,11 @@ class NodeAgent(Actor):
         if not self.draining:
             log.info("agent %s: drained by the control plane (%s)", self.config.node_id, clip(incoming.msg.reason))
         self.draining = True
+
+    def handle_reset_prefix_cache(self, incoming: Incoming) -> None:
+        """POST /reset_prefix_cache reached this node: the engine thread forgets its prefix cache and answers."""
+        msg: ResetPrefixCache = incoming.msg
+        self._thread.reset_prefix_cache(msgspec.structs.replace(msg, node_id=self.config.node_id))
 
     def handle_generate(self, incoming: Incoming) -> None:
         msg: GenerateRequest = incoming.msg

@@ -21,8 +21,8 @@ reach (it becomes suspect), has its requests resumed on other nodes from the tok
 its agent got SIGTERM, or `zoo drain` asked for it) gets no new requests; those it has finish there, or
 resume elsewhere when it leaves.
 
-A client's Ping lists its requests in flight and the Pong names those this process does not know (and
-when it started), so a client of a control plane that restarted learns it at its next ping.
+A client's Ping lists its requests in flight; the Pong names those this process does not know (and when it
+started): a client of a control plane that restarted learns it at its next ping.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from controlplane.frontend import client_generates
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
+from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
 from controlplane.request_table import ZmqConsumer, local_stream
@@ -73,6 +74,7 @@ from transport.messages import (
     Ping,
     Pong,
     ProbeSnapshot,
+    ResetPrefixCache,
     TokenChunk,
     Welcome,
 )
@@ -147,6 +149,7 @@ class ControlPlane(Actor):
         self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
+        self.prefix_resets = PrefixResets()  # POST /reset_prefix_cache's answers (controlplane/prefix_reset.py)
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -154,6 +157,7 @@ class ControlPlane(Actor):
                 LoadReport: self.handle_load_report,
                 NodeLeave: self.handle_node_leave,
                 NodeDrain: self.handle_node_drain,
+                ResetPrefixCache: lambda i: self._node_of(i, i.msg.node_id) and self.prefix_resets.answer(i.msg),
                 NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: self.handle_token_chunk,
                 ErrorReply: self.handle_agent_error,
@@ -221,21 +225,21 @@ class ControlPlane(Actor):
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
 
-    @property
-    def draining(self) -> bool:
-        """Shutting down (``start_drain``): no new request is taken; those in flight go on."""
-        return self.path.draining
+    draining = property(lambda self: self.path.draining)  # shutting down (start_drain): no new request is taken
 
     def start_drain(self) -> None:
-        """Take no new request from now on (each refused: 503 over HTTP, an ErrorReply over ZeroMQ) and report
-        "draining" at /health; the requests in flight go on (zoo/serve.py's shutdown waits for them)."""
+        """Refuse new requests (503 over HTTP, an ErrorReply over ZeroMQ), /health "draining"; those in flight go on."""
         self.path.draining = True
         self._notify()  # a /v1/models waiting for a first node answers now
 
+    async def reset_prefix_cache(self, timeout_s: float = DEFAULT_RESET_TIMEOUT_S) -> dict[str, dict | None]:
+        """POST /reset_prefix_cache: each registered node's answer (controlplane/prefix_reset.py)."""
+        node_ids = [view.node_id for view in self.registry.views()]
+        return await self.prefix_resets.reset(node_ids, self._send_to_node, self.policy, timeout_s)
+
     def shut_down_requests(self) -> None:
-        """Fail every request in flight (the control plane stops: nothing can continue them) and flush the
-        ErrorReplies to ZeroMQ clients at once, so none waits for its timeout. HTTP streams get theirs as an
-        SSE error event from the gateway while it still runs."""
+        """Fail every request in flight (the control plane stops) and flush the ErrorReplies to ZeroMQ clients at
+        once, so none waits for its timeout; HTTP streams get theirs as SSE error events while the gateway runs."""
         self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
         if self._clients is not None:
             self._clients.flush_now()  # a client that misses it learns from its pings instead

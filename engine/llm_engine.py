@@ -26,6 +26,7 @@ from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
+from engine.kv.block_pool import Tier
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.multi_step import DecodeRun, DecodeSteps
@@ -300,6 +301,10 @@ class LLMEngine:
         (engine/prefix_key.py), so only requests of that salt on that adapter hit them."""
         key = cache_key(lora_id, cache_salt)
         return self.scheduler.kv_cache_manager.import_prefix_blocks(token_ids, num_blocks, key)
+
+    def reset_prefix_cache(self) -> int | None:
+        """Forget the prefix cache's blocks (vLLM's rule: only while no block is in use): how many, or None."""
+        return self.scheduler.kv_cache_manager.pool(Tier.DEVICE).reset_prefix_cache()
 
     def num_output_tokens(self, req_id: str) -> int:
         """The tokens an unfinished request has generated so far (0 for one this engine does not hold)."""

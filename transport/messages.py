@@ -42,6 +42,7 @@ class MsgType(enum.IntEnum):
     LOAD_REPORT = 4
     NODE_LEAVE = 5
     NODE_DRAIN = 6
+    RESET_PREFIX_CACHE = 7
     GENERATE = 10
     TOKENS = 11
     CANCEL = 12
@@ -581,3 +582,17 @@ class KVStoreCommand(Envelope, kw_only=True):
 
 MESSAGE_TYPES[MsgType.KV_STORE] = KVStoreCommand
 TYPE_OF[KVStoreCommand] = MsgType.KV_STORE
+
+
+class ResetPrefixCache(Envelope, kw_only=True):
+    """Control plane → agent: forget your prefix cache (POST /reset_prefix_cache; ``request_id`` names the reset).
+    Agent → control plane, the answer: ``num_blocks`` cached blocks dropped, or ``ok`` False while blocks are in use
+    (vLLM's rule: a running request's KV is not pulled from under it)."""
+
+    node_id: str = ""
+    ok: bool = False
+    num_blocks: int = 0
+
+
+MESSAGE_TYPES[MsgType.RESET_PREFIX_CACHE] = ResetPrefixCache
+TYPE_OF[ResetPrefixCache] = MsgType.RESET_PREFIX_CACHE

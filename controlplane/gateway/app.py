@@ -24,6 +24,7 @@
     GET  /health                  frontend.health(): 200 when status is "ok", else 503 (GET or POST /ping too,
                                   SageMaker's path, as vLLM serves it)
     GET  /version                 {"version": this package's}
+    POST /reset_prefix_cache      vLLM's: every node forgets its prefix cache (controlplane/prefix_reset.py)
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
@@ -241,6 +242,7 @@ def create_app(
         Route("/health", gateway.handle_health, methods=["GET"]),
         Route("/ping", gateway.handle_health, methods=["GET", "POST"]),
         Route("/version", gateway.handle_version, methods=["GET"]),
+        Route("/reset_prefix_cache", gateway.handle_reset_prefix_cache, methods=["POST"]),  # vLLM's, for benchmarks
     ]
     routes += batch_routes.routes()
     routes += lora_routes(frontend)
@@ -439,6 +441,16 @@ class Gateway:
 
     async def handle_version(self, request: Request) -> Response:
         return json_response({"version": _package_version()})
+
+    async def handle_reset_prefix_cache(self, request: Request) -> Response:
+        """vLLM's POST /reset_prefix_cache for the fleet (controlplane/prefix_reset.py): 200, as vLLM's, with each
+        node's answer ({"ok", "num_blocks"}; null: none came) and ``reset``: whether every node forgot its cache."""
+        reset = getattr(self.frontend, "reset_prefix_cache", None)
+        if reset is None:
+            return http_error_response(404, "This server keeps no prefix cache it can reset", code="not_found")
+        nodes = await until_disconnect(request, reset())
+        all_reset = all(answer is not None and answer["ok"] for answer in nodes.values())
+        return json_response({"reset": all_reset, "nodes": nodes})
 
     def model_name(self, asked: str | None) -> str:
         """The model a reply names: the one asked for, else the fleet's default ("" before any node joined)."""

@@ -105,6 +105,8 @@ class Policy(Protocol):
 
     def on_node_removed(self, node_id: str) -> None: ...
 
+    def on_prefix_cache_reset(self, node_id: str) -> None: ...
+
 
 class PolicyHooks:
     """The feedback hooks of ``Policy``, doing nothing: a policy inherits them and overrides the ones its own
@@ -121,3 +123,7 @@ class PolicyHooks:
 
     def on_node_removed(self, node_id: str) -> None:
         pass
+
+    def on_prefix_cache_reset(self, node_id: str) -> None:
+        """The node forgot its prefix cache (POST /reset_prefix_cache: controlplane/prefix_reset.py): a policy that
+        tracks what nodes cache forgets what it thought this one held."""

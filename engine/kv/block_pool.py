@@ -172,6 +172,21 @@ class BlockPool:
 
     # -- prefix cache ---------------------------------------------------------------------------
 
+    def reset_prefix_cache(self) -> int | None:
+        """Forget every cached block (vLLM's ``reset_prefix_cache``: after a weight update, or between benchmark
+        runs); only while no block is in use, as vLLM's: None then, else the number of cached blocks dropped. Every
+        block is plain free afterwards, in id order."""
+        if self.num_used_blocks:
+            return None
+        num_dropped = len(self._cached_block_ids)
+        self._block_hashes = [None] * self.num_blocks
+        self._free_block_ids = deque(range(self.num_blocks))
+        self._lru = deque()
+        self._lru_entries = [0] * self.num_blocks
+        self._num_evictable = 0
+        self._cached_block_ids = {}
+        return num_dropped
+
     def cache_block(self, block_id: int, block_hash: BlockHash) -> bool:
         """Register a full, computed, in-use block under its hash. Returns False (and registers
         nothing) when caching is off or another block already holds that hash (a duplicate)."""

@@ -540,6 +540,9 @@ class HardwareAwarePolicy(PolicyHooks):
 
     def on_node_removed(self, node_id: str) -> None:
         self._rows.forget(node_id)
+        self.on_prefix_cache_reset(node_id)
+
+    def on_prefix_cache_reset(self, node_id: str) -> None:
         if self._index is not None:
             self._index.remove_node(node_id)
 

@@ -86,3 +86,6 @@ class PrefixAwarePolicy(PolicyHooks):
 
     def on_node_removed(self, node_id: str) -> None:
         self.index.remove_node(node_id)
+
+    def on_prefix_cache_reset(self, node_id: str) -> None:
+        self.index.remove_node(node_id)

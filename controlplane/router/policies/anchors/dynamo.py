@@ -159,6 +159,11 @@ class DynamoKvPolicy(PolicyHooks):
             else:
                 worker.block_refs.pop(h, None)
 
+    def on_prefix_cache_reset(self, node_id: str) -> None:
+        """Dynamo's router clears a worker's blocks on its engine's "all blocks cleared" KV event (vLLM publishes
+        one at reset_prefix_cache); its active sequences stay (none run where a reset was allowed)."""
+        self.tree.remove_worker(node_id)
+
     def on_node_removed(self, node_id: str) -> None:
         self.tree.remove_worker(node_id)
         self._workers.pop(node_id, None)
