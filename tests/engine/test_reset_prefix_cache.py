@@ -11,32 +11,27 @@ from engine.sampling_params import SamplingParams
 PROMPT = list(range(10, 74))  # 64 tokens: four full blocks of 16
 
 
-def _cached(engine, request_id: str) -> int:
-    """Run one request to its end; the prompt tokens its first admission found cached."""
-    engine.add_request(PROMPT, SamplingParams(max_tokens=2, ignore_eos=True), req_id=request_id)
-    cached = None
-    while engine.has_unfinished_requests():
-        for out in engine.step():
-            if out.req_id == request_id and cached is None:
-                cached = out.num_cached_tokens
+def _cached(run_batch, engine) -> int:
+    """Run the prompt to its end; the prompt tokens its admission found cached (conftest's run_batch)."""
+    ((_, cached, _),) = run_batch(engine, [(PROMPT, SamplingParams(max_tokens=2, ignore_eos=True))], "finish_reason")
     return cached
 
 
-def test_a_reset_forgets_every_cached_block_and_the_next_request_hits_nothing():
+def test_a_reset_forgets_every_cached_block_and_the_next_request_hits_nothing(run_batch):
     engine = build_trivial_engine(num_device_blocks=64)
-    assert _cached(engine, "a") == 0
-    assert _cached(engine, "b") == 48  # cached: the full blocks before the last token
+    assert _cached(run_batch, engine) == 0
+    assert _cached(run_batch, engine) == 48  # cached: the full blocks before the last token
     pool = engine.scheduler.kv_cache_manager.pool(Tier.DEVICE)
     num_cached = pool.num_cached_blocks
     assert num_cached >= 4 and engine.reset_prefix_cache() == num_cached
     assert pool.num_cached_blocks == 0 and pool.num_free_blocks == pool.num_blocks == 64
-    assert _cached(engine, "c") == 0  # the same prompt: nothing cached any more
-    assert _cached(engine, "d") == 48  # and the cache fills again
+    assert _cached(run_batch, engine) == 0  # the same prompt: nothing cached any more
+    assert _cached(run_batch, engine) == 48  # and the cache fills again
 
 
-def test_a_reset_is_refused_while_a_request_holds_blocks():
+def test_a_reset_is_refused_while_a_request_holds_blocks(run_batch):
     engine = build_trivial_engine(num_device_blocks=64)
-    _cached(engine, "a")
+    _cached(run_batch, engine)
     engine.add_request(PROMPT, SamplingParams(max_tokens=1000, ignore_eos=True), req_id="running")
     engine.step()
     pool = engine.scheduler.kv_cache_manager.pool(Tier.DEVICE)

@@ -170,6 +170,24 @@ def controlplane():
     return start
 
 
+async def _sse_events(http, path: str, body: dict, on_event) -> list[str]:
+    """POST a streaming ``body`` to ``path``; the data of its SSE events, ``await on_event(events)`` after each."""
+    events: list[str] = []
+    async with http.stream("POST", path, json=body) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+                await on_event(events)
+    return events
+
+
+@pytest.fixture
+def sse_events():
+    """``await sse_events(http, path, body, on_event)``: see ``_sse_events``."""
+    return _sse_events
+
+
 @pytest.fixture
 def client():
     """``async with client(cp) as c``: an AsyncZooClient on the control plane's client endpoint."""

@@ -67,29 +67,26 @@ async def test_a_killed_and_restarted_control_plane_leaves_no_client_hanging(spa
 
 
 async def test_sigterm_ends_http_streams_with_an_sse_error_and_zeromq_streams_with_an_error(
-    spawn_controlplane, spawn_agent
+    spawn_controlplane, spawn_agent, sse_events
 ):
     cp = spawn_controlplane()
     spawn_agent(cp.agent_endpoint, "a", *SLOW)
     with anyio.fail_after(START_TIMEOUT_S):
         await _until_nodes_up(cp.stats_endpoint, 1)
     body = {"model": FAKE_MODEL_NAME, "prompt": "hello", "max_tokens": 100_000, "stream": True}
-    events: list[str] = []
     async with (
         AsyncZooClient(cp.client_endpoint, timeout_s=60.0) as c,
         httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=30.0) as http,
     ):
         zmq_stream = await c.generate("long", max_tokens=100_000, stream=True)
         await zmq_stream.__anext__()
+
+        async def when_streaming(events: list[str]) -> None:
+            if len(events) == 2:  # streaming: now stop the control plane
+                cp.proc.send_signal(signal.SIGTERM)
+
         with anyio.fail_after(30):
-            async with http.stream("POST", "/v1/completions", json=body) as response:
-                assert response.status_code == 200
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    events.append(line.removeprefix("data: "))
-                    if len(events) == 2:  # streaming: now stop the control plane
-                        cp.proc.send_signal(signal.SIGTERM)
+            events = await sse_events(http, "/v1/completions", body, when_streaming)
             with pytest.raises(ZooNodeFailedError, match="shutting down"):
                 async for _ in zmq_stream:
                     pass

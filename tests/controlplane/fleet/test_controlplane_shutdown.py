@@ -82,13 +82,14 @@ async def test_the_drain_ends_when_idle_at_a_second_signal_or_at_its_timeout():
         assert await _drain(lambda: False, Signals(0), 0.2) == "timed out"
 
 
-async def test_sigterm_drains_http_and_zeromq_streams_then_the_process_exits(spawn_controlplane, spawn_agent):
+async def test_sigterm_drains_http_and_zeromq_streams_then_the_process_exits(
+    spawn_controlplane, spawn_agent, sse_events
+):
     """As a process: a new HTTP request is answered 503 (OpenAI's shape, Retry-After, Connection: close), /health 503
     "draining", a new ZeroMQ request refused; the streams admitted before SIGTERM end as they would have."""
     cp = spawn_controlplane(None, "--shutdown-timeout", "120")
     spawn_agent(cp.agent_endpoint, "a", *SLOW)
     body = {"model": FAKE_MODEL_NAME, "prompt": "hello", "max_tokens": 150, "stream": True}
-    events: list[str] = []
     async with (
         AsyncZooClient(cp.client_endpoint, timeout_s=60.0) as c,
         httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=30.0) as http,
@@ -98,23 +99,23 @@ async def test_sigterm_drains_http_and_zeromq_streams_then_the_process_exits(spa
                 await anyio.sleep(0.1)
         zmq_stream = await c.generate("long", max_tokens=150, stream=True)
         await zmq_stream.__anext__()
+        seen: dict = {}
+
+        async def when_streaming(events: list[str]) -> None:
+            if len(events) == 2:  # streaming: now stop the control plane, then ask it for more
+                cp.proc.send_signal(signal.SIGTERM)
+                while (health := await _health(cp.http)).get("status") != "draining":
+                    await anyio.sleep(0.02)
+                seen["health"], seen["refused"] = health, await _post(cp.http, {**body, "stream": False})
+                with pytest.raises(ZooNoNodeError, match="shutting down"):
+                    await c.generate("after", max_tokens=3)
+
         with anyio.fail_after(60):
-            async with http.stream("POST", "/v1/completions", json=body) as response:
-                assert response.status_code == 200
-                async for line in response.aiter_lines():
-                    if not line.startswith("data: "):
-                        continue
-                    events.append(line.removeprefix("data: "))
-                    if len(events) == 2:  # streaming: now stop the control plane, then ask it for more
-                        cp.proc.send_signal(signal.SIGTERM)
-                        while (health := await _health(cp.http)).get("status") != "draining":
-                            await anyio.sleep(0.02)
-                        refused = await _post(cp.http, {**body, "stream": False})
-                        with pytest.raises(ZooNoNodeError, match="shutting down"):
-                            await c.generate("after", max_tokens=3)
+            events = await sse_events(http, "/v1/completions", body, when_streaming)
             zmq_tokens = 1 + sum([len(chunk.token_ids) async for chunk in zmq_stream])
     assert cp.proc.wait(timeout=30) == 0
-    assert health == {**health, "status": "draining"}
+    health, refused = seen["health"], seen["refused"]
+    assert health["status"] == "draining"
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "server_shutting_down"
     assert refused.headers["retry-after"] and refused.headers["connection"] == "close"
     assert events[-1] == "[DONE]" and all("error" not in json.loads(e) for e in events[:-1])

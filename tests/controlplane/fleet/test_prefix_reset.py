@@ -12,12 +12,10 @@ import pytest
 
 from agent.agent_config import AgentConfig
 from agent.node_agent import NodeAgent
-from backends.fake import FAKE_MODEL_NAME, ByteTokenizer, build_trivial_engine, cpu_test_hardware
+from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
 from client import AsyncZooClient
 from controlplane.gateway import create_app
 from controlplane.prefix_reset import PrefixResets
-from controlplane.router.router_config import RouterConfig
-from controlplane.server import ControlPlane, ControlPlaneConfig
 from transport.messages import ResetPrefixCache
 
 pytestmark = pytest.mark.anyio
@@ -25,32 +23,26 @@ pytestmark = pytest.mark.anyio
 PROMPT = "The same long prompt, four blocks of sixteen bytes at least, then some more."
 
 
-@contextlib.asynccontextmanager
-async def _fleet(num_agents: int = 2):
-    cp = ControlPlane(
-        ControlPlaneConfig(
-            agent_endpoint="tcp://127.0.0.1:0",
-            client_endpoint="tcp://127.0.0.1:0",
-            model_name=FAKE_MODEL_NAME,
-            router=RouterConfig(policy="hardware_aware"),
-            heartbeat_interval_s=0.2,
-            heartbeat_timeout_s=2.0,
-        ),
-        ByteTokenizer(),
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(cp.run)
-        for i in range(num_agents):
-            config = AgentConfig(node_id=f"n{i}", model_name=FAKE_MODEL_NAME)
-            engine = build_trivial_engine(step_s=0.002)
-            await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
-        await cp.wait_until(lambda: len(cp.registry) == num_agents, 10)
-        yield cp
-        tg.cancel_scope.cancel()
+@pytest.fixture
+def fleet(controlplane):
+    """``async with fleet() as cp``: conftest's control plane under hardware_aware, two agents in process."""
+
+    @contextlib.asynccontextmanager
+    async def start():
+        async with controlplane(policy="hardware_aware") as cp, anyio.create_task_group() as tg:
+            for node_id in ("n0", "n1"):
+                config = AgentConfig(node_id=node_id, model_name=FAKE_MODEL_NAME)
+                engine = build_trivial_engine(step_s=0.002)
+                await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
+            await cp.wait_until(lambda: len(cp.registry) == 2, 10)
+            yield cp
+            tg.cancel_scope.cancel()
+
+    return start
 
 
-async def test_every_node_forgets_its_cache_and_the_router_its_index():
-    async with _fleet() as cp, AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+async def test_every_node_forgets_its_cache_and_the_router_its_index(fleet):
+    async with fleet() as cp, AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
         for _ in range(3):
             await zoo.generate(PROMPT, max_tokens=2)
         index = cp.policy._index
@@ -66,8 +58,8 @@ async def test_every_node_forgets_its_cache_and_the_router_its_index():
         assert all(index.num_blocks(n) == 0 for n in ("n0", "n1"))
 
 
-async def test_a_node_with_a_running_request_keeps_its_cache_and_says_so():
-    async with _fleet() as cp, AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+async def test_a_node_with_a_running_request_keeps_its_cache_and_says_so(fleet):
+    async with fleet() as cp, AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
         stream = await zoo.generate(PROMPT, max_tokens=100_000, stream=True)
         first = await stream.__anext__()
         busy = cp.requests.get(first.request_id).node_id
