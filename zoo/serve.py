@@ -326,7 +326,8 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 def gateway_config_from_args(args: argparse.Namespace):
     """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``, ``--files-dir``, the access log's two); SystemExit on a bad value."""
+    ``--batch-concurrency``, ``--files-dir``, the access log's two, the ``--ssl-*`` four); SystemExit on a bad value
+    (a --ssl-* file that cannot serve: check_tls_files)."""
     from controlplane.gateway.app import GatewayConfig
     from controlplane.gateway.batch_runner import BatchRunnerConfig
 
