@@ -31,9 +31,10 @@ SHUTDOWN_FLUSH_S = 1.0  # at most this long for the gateway to write its streams
 DRAIN_POLL_S = 0.05  # how often the drain looks whether everything in flight has finished
 
 
-def in_flight(cp, gateways: list) -> int:
-    """Requests the control plane is serving, open HTTP streams and HTTP requests being answered, all counted."""
-    return len(cp.requests) + len(cp.local_streams) + sum(g.count for g in gateways)
+def idle(cp, gateways: list) -> bool:
+    """Nothing in flight: no request the control plane serves (HTTP, ZeroMQ, batch), no open HTTP stream, no HTTP
+    request being answered (an HTTP stream is all three at once)."""
+    return not cp.requests and not cp.local_streams and not any(g.count for g in gateways)
 
 
 async def stop_controlplane_on_signal(
@@ -46,20 +47,19 @@ async def stop_controlplane_on_signal(
         signum = await anext(aiter(signals))
         cp.start_drain()
         name = signal.Signals(signum).name
-        busy = in_flight(cp, gateways)
-        if signum == signal.SIGTERM and shutdown_timeout_s > 0 and busy:
+        if signum == signal.SIGTERM and shutdown_timeout_s > 0 and not idle(cp, gateways):
             log.info(
                 "SIGTERM: draining: %d requests in flight may finish within %.0f s, new ones are refused "
                 "(a second signal stops at once)",
-                busy,
+                len(cp.requests),
                 shutdown_timeout_s,
             )
             started_s = time.monotonic()
-            why = await _drain(lambda: in_flight(cp, gateways) == 0, signals, shutdown_timeout_s)
-            took_s, left = time.monotonic() - started_s, in_flight(cp, gateways)
+            why = await _drain(lambda: idle(cp, gateways), signals, shutdown_timeout_s)
+            took_s, left = time.monotonic() - started_s, len(cp.requests)
             log.info("drain %s after %.1f s, %d requests still in flight: stopping", why, took_s, left)
         else:
-            log.info("%s: shutting down (%d requests in flight)", name, busy)
+            log.info("%s: shutting down (%d requests in flight)", name, len(cp.requests))
         cp.shut_down_requests()
         with anyio.move_on_after(SHUTDOWN_FLUSH_S):
             while cp.local_streams or any(g.count for g in gateways):  # the gateway writes their errors, then closes
