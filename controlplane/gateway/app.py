@@ -114,6 +114,7 @@ log = logging.getLogger(__name__)
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
 # what a page's script may read of a reply
+PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping")  # what probes and scrapers call every few seconds
 CORS_EXPOSED_HEADERS = ("x-request-id", "retry-after", "retry-after-ms", *RATE_LIMIT_HEADERS)
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 
@@ -145,10 +146,10 @@ class GatewayConfig:
     files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
-    untraced_paths: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
+    untraced_paths: tuple[str, ...] = PROBE_PATHS
     # one access log line per request (access_log.py; vLLM logs every request through uvicorn's), but these paths
     access_log: bool = True
-    access_log_exclude: tuple[str, ...] = ("/metrics", "/metrics/targets", "/health", "/ping")
+    access_log_exclude: tuple[str, ...] = PROBE_PATHS
     # HTTPS (vLLM's --ssl-* flags): the server's key and certificate chain (PEM files); with ssl_ca_certs and
     # ssl_cert_reqs = ssl.CERT_REQUIRED (2) a client must present a certificate that CA issued (mutual TLS)
     ssl_keyfile: str | None = None
@@ -156,7 +157,7 @@ class GatewayConfig:
     ssl_ca_certs: str | None = None
     ssl_cert_reqs: int = 0  # ssl.CERT_NONE; 1 CERT_OPTIONAL, 2 CERT_REQUIRED
     # while the control plane drains (shutdown_gate.py) every other path answers 503: these stay open to probes
-    open_while_draining: tuple[str, ...] = ("/health", "/ping", "/metrics", "/metrics/targets", "/version")
+    open_while_draining: tuple[str, ...] = (*PROBE_PATHS, "/version")
 
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
