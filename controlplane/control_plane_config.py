@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from controlplane.model_aliases import check_model_aliases
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import TenantSpec
 from transport.curve import ControlPlaneCurve
@@ -31,6 +32,8 @@ class ControlPlaneConfig:
     max_latency_samples: TTFT/TPOT samples kept per node for the latency table.
     max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
     tenants: the tenants' classes and rate limits (controlplane/tenants.py; their keys: the gateway's key file).
+    model_aliases: other names clients may give as ``model`` → the served model (or LoRA adapter) each stands for;
+        replies name the target (controlplane/model_aliases.py; ``--model-alias ALIAS=MODEL``).
     curve: CURVE on both ROUTERs, agents (and clients, unless it admits any) allow-listed by public key
         (transport/curve.py; ``load_controlplane_curve(dir)``); None: no CURVE, as on loopback.
     """
@@ -38,6 +41,7 @@ class ControlPlaneConfig:
     agent_endpoint: str = DEFAULT_AGENT_ENDPOINT
     client_endpoint: str | None = DEFAULT_CLIENT_ENDPOINT
     model_name: str | None = None
+    model_aliases: dict[str, str] = field(default_factory=dict)
     router: RouterConfig = field(default_factory=RouterConfig)
     admission: Any = None
     heartbeat_interval_s: float = 0.2
@@ -63,6 +67,7 @@ class ControlPlaneConfig:
             raise ValueError("heartbeat_timeout_s must exceed heartbeat_interval_s")
         if self.max_resumes < 0:
             raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes}")
+        check_model_aliases(self.model_aliases)
 
     @property
     def expiry_interval_s(self) -> float:

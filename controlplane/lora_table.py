@@ -41,7 +41,7 @@ class LoraTable:
 
     def add(self, name: str, path: str, parent: str | None = None, served_models: Sequence[str] = ()) -> LoraEntry:
         """Register adapter ``name`` at ``path`` on ``parent``; LoraTableError (400) if the name is taken (by
-        an adapter or a base model) or the files are refused."""
+        an adapter, or by a base model or an alias: ``served_models``) or the files are refused."""
         if not isinstance(name, str) or not name:
             raise LoraTableError("lora_name must be a non-empty string")
         if not isinstance(path, str) or not path:
@@ -49,7 +49,7 @@ class LoraTable:
         if name in self._entries:
             raise LoraTableError(f"The lora adapter '{name}' has already been loaded.")
         if name in served_models or name == parent:
-            raise LoraTableError(f"'{name}' is the name of a base model")
+            raise LoraTableError(f"'{name}' is the name of a base model or a model alias")
         if self._check is not None:
             try:
                 self._check(path)

@@ -21,7 +21,7 @@ it was on is no longer in the registry's snapshot, so it cannot be chosen again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -31,6 +31,7 @@ from backends.grammar import check as check_grammar
 from controlplane.admission import queued_requests
 from controlplane.cells import DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
 from controlplane.lora_table import LoraTable
+from controlplane.model_aliases import resolve_model
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.lora_affinity import prefer_resident
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
@@ -82,13 +83,15 @@ def place_request(
     tenants: TenantLimiter | None = None,
     loras: LoraTable | None = None,
     lora_affinity: bool = True,
+    aliases: Mapping[str, str] | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
     not choose (a resumed request's last node, when it is still registered); ``tenants``: the tenants'
     classes and rate limits (None: not checked, as for a resumed request, which was admitted already);
     ``loras``: the fleet's LoRA adapters (a ``model`` naming one runs on its parent, on nodes that serve
-    adapters, those holding it preferred unless ``lora_affinity`` is False: the fleet simulator's ablation).
+    adapters, those holding it preferred unless ``lora_affinity`` is False: the fleet simulator's ablation);
+    ``aliases``: other names for served models or adapters, resolved first (controlplane/model_aliases.py).
 
     The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
     engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
@@ -107,10 +110,12 @@ def place_request(
         return refuse(ErrorCode.INVALID_REQUEST, f"request id {rid!r} is already in flight")
     if not model_names:
         return refuse(ErrorCode.NO_NODE, "no node is serving", retry_after_s=1.0)
-    lora_entry = loras.get(msg.model) if loras is not None else None
-    model = (msg.model or model_names[0]) if lora_entry is None else (lora_entry.parent or model_names[0])
+    named = resolve_model(aliases or {}, msg.model)
+    lora_entry = loras.get(named) if loras is not None else None
+    model = (named or model_names[0]) if lora_entry is None else (lora_entry.parent or model_names[0])
     if model not in model_names:
-        served = f"the model {model!r} is not served (served: {model_names})"
+        alias = f" ({msg.model!r} is an alias of {named!r})" if named != msg.model else ""
+        served = f"the model {model!r} is not served{alias} (served: {model_names})"
         return refuse(ErrorCode.UNKNOWN_MODEL, served, param="model")
     low, high = REQUEST_PRIORITY_RANGE
     if not low <= msg.priority <= high:

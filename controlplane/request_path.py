@@ -61,6 +61,7 @@ class RequestPath:
     tenants: the tenants' classes, rate limits and usage (controlplane/tenants.py; None: a limiter that knows
         no tenant: no limits, usage still counted). classes: per traffic class books (class_ledger.py).
     loras: the fleet's LoRA adapters (controlplane/lora_table.py), selectable by ``model``.
+    aliases: other names clients may give as ``model`` → what each stands for (controlplane/model_aliases.py).
     forecast: each placement's TTFT forecast on its node, in time or late (controlplane/slo_forecast.py).
     spans: each request's OpenTelemetry span (controlplane/request_spans.py; `zoo controlplane
         --otlp-traces-endpoint` sets it); None: no spans, a caller's trace headers are passed on to the node.
@@ -80,6 +81,7 @@ class RequestPath:
         max_resumes: int,
         tenants: TenantLimiter | None = None,
         loras: LoraTable | None = None,
+        aliases: dict[str, str] | None = None,
     ) -> None:
         self.registry = registry
         self.admission = admission
@@ -92,6 +94,7 @@ class RequestPath:
         self.classes = ClassLedger()
         self.forecast = SloForecast(router, now=registry.clock.now)
         self.loras = loras
+        self.aliases = aliases if aliases is not None else {}
         self.table = RequestTable(registry, send_to_node, policy, on_done=self._on_done)
         self.router_reloads = {"ok": 0, "refused": 0}  # controlplane/router_reload.py
         self.use_router(router, policy)
@@ -298,6 +301,7 @@ class RequestPath:
             exclude=exclude,
             tenants=tenants,
             loras=self.loras,
+            aliases=self.aliases,
         )
 
     def _send(

@@ -6,23 +6,22 @@
                                                                                               │ admission, requests
     expiry loop (every heartbeat_timeout_s / 4) ──► registry.expire() ─► resume elsewhere ────┘
 
-Agents and clients get separate ROUTER sockets: a client cannot speak the agent protocol (its NodeHello
-is rejected as UNKNOWN_TYPE), each side has its own high-water marks, and agents' routing ids are
-their node ids (ROUTER_HANDOVER lets a restarted agent take its id over).
+Agents and clients get separate ROUTER sockets: a client cannot speak the agent protocol (its NodeHello is rejected
+as UNKNOWN_TYPE), each side has its own high-water marks, and agents' routing ids are their node ids (ROUTER_HANDOVER
+lets a restarted agent take its id over).
 
-The life of a request: tokenize (chat template for ``messages``), validate the sampling parameters,
-check the prompt against the context of the live nodes, snapshot the registry, let the policy choose,
-ask admission control, send a GenerateRequest to the node; every TokenChunk the node streams back goes
-to the request's consumer (a ZeroMQ client identity, or an in-process ``generate`` iterator), until a
-chunk with ``finished``. A client's CancelRequest, a closed iterator or a client that vanished sends a
-CancelRequest to the node. A node that leaves, restarts or misses its heartbeats, or that a send cannot
-reach (it becomes suspect), has its requests resumed on other nodes from the tokens already streamed
-(controlplane/request_path.py); one with nowhere to go fails with NODE_FAILED. A draining node (NodeDrain:
-its agent got SIGTERM, or `zoo drain` asked for it) gets no new requests; those it has finish there, or
-resume elsewhere when it leaves.
+The life of a request: resolve a model alias, tokenize (chat template for ``messages``), validate the sampling
+parameters, check the prompt against the context of the live nodes, snapshot the registry, let the policy choose,
+ask admission control, send a GenerateRequest to the node; every TokenChunk the node streams back goes to the
+request's consumer (a ZeroMQ client identity, or an in-process ``generate`` iterator), until one ``finished``.
+A client's CancelRequest, a closed iterator or a client that vanished sends a CancelRequest to the node. A node
+that leaves, restarts or misses its heartbeats, or that a send cannot reach (it becomes suspect), has its requests
+resumed on other nodes from the tokens already streamed (controlplane/request_path.py); one with nowhere to go
+fails with NODE_FAILED. A draining node (NodeDrain: its agent got SIGTERM, or `zoo drain` asked for it) gets no
+new requests; those it has finish there, or resume elsewhere when it leaves.
 
-A client's Ping lists its requests in flight; the Pong names those this process does not know (and when it
-started): a client of a control plane that restarted learns it at its next ping.
+A client's Ping lists its requests in flight; the Pong names those this process does not know (and when it started):
+a client of a control plane that restarted learns it at its next ping.
 """
 
 from __future__ import annotations
@@ -127,7 +126,7 @@ class ControlPlane(Actor):
         self.fleet = FleetLedger(config.max_pending_events)
         self.loras = LoraTable(lora_check)
         for lora in config.lora_modules:
-            self.loras.add(lora.name, lora.path, config.model_name)
+            self.loras.add(lora.name, lora.path, config.model_name, [*config.model_aliases])  # an alias is taken
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self.path = RequestPath(
             registry=self.registry,
@@ -141,8 +140,9 @@ class ControlPlane(Actor):
             max_resumes=config.max_resumes,
             tenants=TenantLimiter(config.tenants, now_s=self.clock.now()),
             loras=self.loras,
+            aliases=config.model_aliases,
         )
-        self.requests = self.path.table
+        self.requests, self.model_aliases = self.path.table, self.path.aliases  # aliases: controlplane/model_aliases.py
         self.counters, self.refused = self.path.counters, self.path.refused  # the same dicts: by outcome, by code
         self._changed = anyio.Event()
         self.probe = ProbeInbox(self.clock)
@@ -318,7 +318,7 @@ class ControlPlane(Actor):
         return self.loras.models(self.model_names[0] if self.model_names else (self.config.model_name or ""))
 
     def load_lora_adapter(self, name: str, path: str) -> None:  # LoraTableError (400): name taken, files refused
-        self.loras.add(name, path, self.config.model_name, self.model_names)
+        self.loras.add(name, path, self.config.model_name, [*self.model_names, *self.model_aliases])
         log.info("LoRA adapter %s loaded from %s", name, path)
 
     def unload_lora_adapter(self, name: str) -> None:  # LoraTableError (404): unknown; running requests finish

@@ -48,6 +48,7 @@ import anyio
 from backends.fake import FAKE_MODEL_NAME, ByteTokenizer
 from controlplane.admission import AdmissionConfig
 from controlplane.control_plane_config import ControlPlaneConfig
+from controlplane.model_aliases import check_model_aliases, parse_model_alias
 from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
 from transport.process import configure_logging
@@ -167,6 +168,15 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", default=None, help="checkpoint whose tokenizer the control plane uses (default: SmolLM2)")
     p.add_argument(
+        "--model-alias",
+        action="append",
+        type=parse_model_alias,
+        default=[],
+        metavar="ALIAS=MODEL",
+        help="another name clients may give as `model` for a served model or LoRA adapter; replies name MODEL "
+        "(repeat for more; controlplane/model_aliases.py)",
+    )
+    p.add_argument(
         "--heartbeat-interval-s",
         type=float,
         default=_controlplane_default("heartbeat_interval_s"),
@@ -238,6 +248,16 @@ def lora_check_from_args(args: argparse.Namespace, model_config=None):
     return lambda path: load_peft_adapter(path, model_config, args.max_lora_rank)
 
 
+def model_aliases_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """--model-alias ALIAS=MODEL ... as a dict, checked (ValueError: an alias given twice, of itself, a chain)."""
+    aliases: dict[str, str] = {}
+    for alias, target in getattr(args, "model_alias", None) or []:
+        if aliases.setdefault(alias, target) != target:
+            raise ValueError(f"--model-alias {alias}: given twice ({aliases[alias]!r} and {target!r})")
+    check_model_aliases(aliases)
+    return aliases
+
+
 def controlplane_from_args(args: argparse.Namespace):
     from agent.node_agent import served_model_name
     from controlplane.cells import CellsConfig, load_cells
@@ -251,6 +271,7 @@ def controlplane_from_args(args: argparse.Namespace):
         raise ValueError("--router-knobs and --router-knobs-file: give the knobs one way")
     # a bad knob refused before the model loads
     knobs = read_knobs_file(knobs_file) if knobs_file else parse_router_knobs(getattr(args, "router_knobs", None))
+    model_aliases = model_aliases_from_args(args)
     model_config = None
     if args.fake_tokenizer:
         tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
@@ -269,6 +290,7 @@ def controlplane_from_args(args: argparse.Namespace):
         agent_endpoint=args.listen,
         client_endpoint=None if args.client_listen == "none" else args.client_listen,
         model_name=model_name,
+        model_aliases=model_aliases,
         router=RouterConfig(
             policy=args.policy,
             cells=load_cells(args.cells) if args.cells else CellsConfig(),

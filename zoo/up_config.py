@@ -149,12 +149,15 @@ def load_up_config(path: Path | None) -> UpConfig:
     )
 
 
-def _flags(options: dict[str, str | int | float | bool]) -> list[str]:
+def _flags(options: dict[str, str | int | float | bool | list]) -> list[str]:
     out: list[str] = []
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
             out.append(flag)
+        elif isinstance(value, list):  # a repeated flag (model_alias = ["a=m", "b=m"])
+            for item in value:
+                out += [flag, str(item)]
         elif value is not False and value is not None:
             out += [flag, str(value)]
     return out

@@ -14,7 +14,8 @@
                                   the background, each through its own route above (batch_runner.py, run by
                                   serve_gateway or the app's lifespan); results as output and error files
     GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
-                                  waits for one, at most ``models_wait_s``)
+                                  waits for one, at most ``models_wait_s``), then the aliases of served models
+                                  (controlplane/model_aliases.py: ``parent`` names the model; replies name it too)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
     POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
     (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
@@ -58,6 +59,7 @@ import logging
 import math
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -104,6 +106,7 @@ from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
+from controlplane.model_aliases import resolve_model, served_aliases
 from engine.structured_output import StructuredOutputError
 from transport.codec import clip
 from transport.messages import ErrorCode
@@ -407,9 +410,7 @@ class Gateway:
         wait_for_models = getattr(self.frontend, "wait_for_models", None)
         if not names and wait_for_models is not None:
             names = await until_disconnect(request, wait_for_models(self.config.models_wait_s))
-        data = [self._model_object(name) for name in names]
-        data += lora_model_objects(self.frontend, self.created_s, self.config.owned_by)
-        return json_response({"object": "list", "data": data})
+        return json_response({"object": "list", "data": self._model_objects(names)})
 
     async def handle_tokenize(self, request: Request) -> Response:
         return await self._handle_body(request, self.tokenize_routes.tokenize)
@@ -425,12 +426,8 @@ class Gateway:
 
     async def handle_model(self, request: Request) -> Response:
         name = request.path_params["model"]
-        if name not in self.frontend.model_names:
-            for lora in lora_model_objects(self.frontend, self.created_s, self.config.owned_by):
-                if lora["id"] == name:
-                    return json_response(lora)
-            return error_response(_unknown_model(name))
-        return json_response(self._model_object(name))
+        found = next((obj for obj in self._model_objects(self.frontend.model_names) if obj["id"] == name), None)
+        return error_response(_unknown_model(name)) if found is None else json_response(found)
 
     async def handle_health(self, request: Request) -> Response:
         try:
@@ -454,8 +451,22 @@ class Gateway:
         return json_response({"reset": all_reset, "nodes": nodes})
 
     def model_name(self, asked: str | None) -> str:
-        """The model a reply names: the one asked for, else the fleet's default ("" before any node joined)."""
-        return asked or (self.frontend.model_names or [""])[0]
+        """The model a reply names: the one asked for (an alias: the model it stands for, as vLLM's several
+        --served-model-names and OpenAI's aliases answer), else the fleet's default ("" before any node joined)."""
+        return resolve_model(self.model_aliases, asked) or (self.frontend.model_names or [""])[0]
+
+    @property
+    def model_aliases(self) -> Mapping[str, str]:
+        """Other names clients may give as ``model`` (controlplane/model_aliases.py; {}: a frontend without)."""
+        return getattr(self.frontend, "model_aliases", None) or {}
+
+    def _model_objects(self, names: list[str]) -> list[dict]:
+        """/v1/models' list: the served models, the LoRA adapters, then each alias of one of them, as its
+        target's object under the alias's id with ``parent`` naming the target."""
+        data = [self._model_object(name) for name in names]
+        data += lora_model_objects(self.frontend, self.created_s, self.config.owned_by)
+        by_id = {obj["id"]: obj for obj in data}
+        return data + [{**by_id[t], "id": a, "parent": t} for a, t in served_aliases(self.model_aliases, by_id)]
 
     def _model_object(self, name: str) -> dict:
         """OpenAI's model object with vLLM's ModelCard fields: ``root``, ``parent`` (None: a base model) and

@@ -21,6 +21,7 @@ import uvicorn
 from backends.fake import ByteTokenizer
 from controlplane.frontend import FrontendError, choice_request_ids
 from controlplane.gateway import create_app
+from controlplane.model_aliases import resolve_model
 from engine.sampling_params import SamplingParams
 from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
 from transport.messages import ErrorCode, TokenChunk
@@ -53,6 +54,7 @@ class FakeFrontend:
     """
 
     model_names: list[str] = field(default_factory=lambda: [MODEL])
+    model_aliases: dict[str, str] = field(default_factory=dict)  # resolved as the control plane's intake does
     tokenizer: ByteTokenizer | None = field(default_factory=ByteTokenizer)
     max_model_len: int = 1000
     max_prompt_chars: int = 1000  # the fake's "context length": a longer prompt is refused as too long
@@ -98,7 +100,7 @@ class FakeFrontend:
         """Every choice gets the script's chunks (under its request id), the choices interleaved."""
         done = False
         try:
-            if model is not None and model not in self.model_names:
+            if model is not None and resolve_model(self.model_aliases, model) not in self.model_names:
                 raise FrontendError(ErrorCode.UNKNOWN_MODEL, f"no node serves {model!r}", param="model")
             num_chars = len(prompt or "") + sum(len(m.content) for m in messages or [])
             if num_chars > self.max_prompt_chars:
