@@ -350,7 +350,8 @@ async def _http_campaign(fleet: Fleet, http: httpx.AsyncClient, config: FuzzConf
                     if case.path == "/v1/files" and r.status_code == 200:  # later batches may name it
                         cases.file_ids.append(r.json()["id"])
                     if r.status_code == 500 and len(internal_errors) < 20:
-                        internal_errors.append({"kind": case.kind, "path": case.path[:200], "body": case.body[:500]})
+                        body = case.body[:500].decode("latin-1")  # bytes: the report is JSON
+                        internal_errors.append({"kind": case.kind, "path": case.path[:200], "body": body})
                 except httpx.HTTPError as e:
                     outcome = f"client {type(e).__name__}"
             status[outcome] += 1

@@ -4,8 +4,9 @@
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
         count_tokens; a Responses API body, one time in twelve or so, to /v1/responses, its tools its own:
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
-        in thirty or so as the texts of a score or rerank request (SCORE_PATHS); one time in fourteen, an OpenAI
-        batch: a JSONL upload to /v1/files, or a batch created over an uploaded file)
+        in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
+        or so to SageMaker's /invocations instead; one time in fourteen, an OpenAI batch: a JSONL upload to
+        /v1/files, or a batch created over an uploaded file)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -99,6 +100,7 @@ HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "tr
 BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score",
                    "/v1/rerank"]  # fmt: skip
 SCORE_PATHS = ["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"]
+INVOCATION_PATHS = {"/v1/chat/completions", "/v1/completions", "/v1/embeddings", *SCORE_PATHS}  # /invocations' own
 WINDOWS = ["24h"] * 5 + ["1h"]
 MULTIPART = "multipart/form-data; boundary=zz"
 
@@ -286,6 +288,8 @@ class HttpCases:
             path = r.choice(SCORE_PATHS)
             prompt = body["prompt"]
             body = self.score_body(path, prompt if isinstance(prompt, list) and prompt else [prompt])
+        if path in INVOCATION_PATHS and r.random() < 0.07:  # SageMaker's path: the same body, routed by its shape
+            path = "/invocations"
         text = json.dumps(body)
         if kind == "field":
             name = r.choice(HTTP_FIELDS)

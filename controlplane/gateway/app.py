@@ -18,6 +18,8 @@
                                   (controlplane/model_aliases.py: ``parent`` names the model; replies name it too)
     GET  /v1/models/{model}       one of them, or 404 model_not_found
     POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
+    POST /invocations             SageMaker's path: the route the body's shape names, as vLLM picks it
+                                  (gateway/invocations.py); GET/POST /ping is /health
     (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
     frontend allows run-time updates: lora_routes.py)
     POST /score, /v1/score        vLLM's score API: text pairs' cosine similarities (gateway/score_rerank.py)
@@ -87,6 +89,7 @@ from controlplane.gateway.file_store import FileStore
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.http_span import HttpSpans
+from controlplane.gateway.invocations import invocations
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
@@ -247,6 +250,7 @@ def create_app(
         Route("/ping", gateway.handle_health, methods=["GET", "POST"]),
         Route("/version", gateway.handle_version, methods=["GET"]),
         Route("/reset_prefix_cache", gateway.handle_reset_prefix_cache, methods=["POST"]),  # vLLM's, for benchmarks
+        Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
     routes += batch_routes.routes()
     routes += lora_routes(frontend)
