@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agent.kv_events import KVEventsConfig
 from backends.kv_link_model import check_place_name
 from transport.curve import CurveClient
 
@@ -57,6 +58,9 @@ class AgentConfig:
     # placement, told in the hello (zoo agent --host-id/--rack; backends/kv_link_model.py): "": not said
     host_id: str = ""
     rack: str = ""
+    # the KV cache events (`zoo agent --kv-events-config`, vLLM's): the prefix cache's changes on a ZeroMQ PUB
+    # socket in vLLM's format, for routers that index them (agent/kv_events.py); None: not published
+    kv_events: KVEventsConfig | None = None
     # `zoo agent --max-num-batched-tokens auto`: after the start-up profile, size the step token budget to this TPOT
     # SLO (NodeCore.size_step_budget: Sarathi-Serve's rule, at most the budget the engine was built with); None: keep it
     step_budget_tpot_slo_s: float | None = None

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import msgspec
 
 from agent.drafter_switch import DrafterSwitch
+from agent.kv_events import KVEventPublisher
 from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
 from engine.lora import LoraRequest
@@ -129,6 +130,7 @@ class EngineThread:
         self._cancelled: set[str] = set()  # of those, aborted meanwhile
         self._reading_lock = threading.Lock()
         self._pairing = DrafterSwitch()  # the fleet pair's proposer (agent/drafter_switch.py)
+        self.kv_events: KVEventPublisher | None = None  # set: each pass's KV cache events published (kv_events.py)
 
     @property
     def num_inflight(self) -> int:
@@ -286,6 +288,10 @@ class EngineThread:
                 out.extend(core.token_chunk(o) for o in outputs)
             if mover is not None:  # the remote KV tier's asks (agent/kv_remote_io.py), after the step that made them
                 out.extend(mover.take_asks())
+            if self.kv_events is not None:  # this pass's changes to the prefix cache (its step, a reset, an import)
+                events = core.engine.take_kv_events()
+                if events:
+                    self.kv_events.publish(events)
             if time.monotonic() >= next_report_s:
                 if core.observe:
                     out.append(core.stats_observation())

@@ -41,6 +41,7 @@ from agent.agent_config import AgentConfig
 from agent.engine_thread import EngineThread, ExportedForMigration
 from agent.hardware_probe import describe_hardware
 from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
+from agent.kv_events import KVEventPublisher
 from agent.kv_remote_io import AgentRemoteKV, RemoteDropAsk, RemoteFetchAsk, RemoteOut, remote_capable
 from agent.kv_remote_store import RemoteKVStore
 from agent.kv_remote_swap import RemoteSwapper
@@ -149,6 +150,7 @@ class NodeAgent(Actor):
         self._link: Link | None = None
         self._thread: EngineThread | None = None
         self.data_plane: KVDataPlane | None = None
+        self.kv_events: KVEventPublisher | None = None  # the KV cache events' PUB socket (agent/kv_events.py)
         self.peers: dict[str, str] = {}  # peer node id → its data endpoint (from the latest Welcome)
         self.received_kv: dict[str, ReceivedKV] = {}  # request id → KV a peer sent for it, not yet taken
         self.remote_swap: RemoteSwapper | None = None  # the remote KV tier (with the data plane)
@@ -194,6 +196,10 @@ class NodeAgent(Actor):
         core = NodeCore(
             self.engine, self.config.node_id, observe=observe, memory_bandwidth_gbps=self.hardware.memory_bandwidth_gbps
         )
+        if self.config.kv_events is not None and self.config.kv_events.enabled:  # before the profile: it caches too
+            self.engine.enable_kv_events()
+            self.kv_events = KVEventPublisher(self.config.kv_events, self.engine.scheduler.kv_cache_manager.block_size)
+            log.info("agent %s: KV cache events on %s", self.config.node_id, self.kv_events.endpoint)
         if self.config.profile_at_start and not self.engine.has_unfinished_requests():
             rates = await anyio.to_thread.run_sync(core.profile)
             log.info("agent %s: measured %.0f prefill tok/s, %.2f ms decode step", self.config.node_id, *rates)
@@ -203,6 +209,7 @@ class NodeAgent(Actor):
         elif self.config.step_budget_tpot_slo_s is not None:
             log.warning("agent %s: no start-up profile; step token budget kept", self.config.node_id)
         self._thread = EngineThread(core, self.config.report_interval_s)
+        self._thread.kv_events = self.kv_events
         self.pairing = VerifierPairing(self._thread, self.engine.tokenizer.vocab_size, self.config.pair_draft_timeout_s)
         self.vocab_id = vocab_id(self.engine.tokenizer)  # engine/spec/vocab_id.py: what drafters must share
         if self.drafter is not None:
@@ -237,6 +244,8 @@ class NodeAgent(Actor):
             self._link.close(linger_ms=int(1e3 * self.config.leave_timeout_s))
         if self._thread is not None:
             await anyio.to_thread.run_sync(self._thread.done.wait, self.config.leave_timeout_s)
+        if self.kv_events is not None:
+            await anyio.to_thread.run_sync(self.kv_events.close)
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
 

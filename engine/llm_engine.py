@@ -27,6 +27,7 @@ from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.detokenizer import IncrementalDetokenizer
 from engine.kv.block_pool import Tier
+from engine.kv.kv_events import KVEvent, KVEventLog
 from engine.lora import LoraRequest
 from engine.model_runner import KVCacheSpec, ModelRunner
 from engine.multi_step import DecodeRun, DecodeSteps
@@ -305,6 +306,16 @@ class LLMEngine:
     def reset_prefix_cache(self) -> int | None:
         """Forget the prefix cache's blocks (vLLM's rule: only while no block is in use): how many, or None."""
         return self.scheduler.kv_cache_manager.pool(Tier.DEVICE).reset_prefix_cache()
+
+    def enable_kv_events(self) -> None:
+        """Log the device prefix cache's changes from now on (engine/kv/kv_events.py); take them after each step."""
+        pool = self.scheduler.kv_cache_manager.pool(Tier.DEVICE)
+        pool.kv_events = pool.kv_events or KVEventLog()
+
+    def take_kv_events(self) -> list[KVEvent]:
+        """The KV cache events since the last call, oldest first ([] unless ``enable_kv_events`` was called)."""
+        events = self.scheduler.kv_cache_manager.pool(Tier.DEVICE).kv_events
+        return [] if events is None else events.take()
 
     def num_output_tokens(self, req_id: str) -> int:
         """The tokens an unfinished request has generated so far (0 for one this engine does not hold)."""

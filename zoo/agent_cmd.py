@@ -53,6 +53,14 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         "default: --metrics-host, or this machine's name when that is a wildcard (0.0.0.0)",
     )
     p.add_argument(
+        "--kv-events-config",
+        type=_kv_events_config,
+        default=None,
+        metavar="JSON",
+        help="publish the prefix cache's changes for KV-aware routers, in vLLM's format and with its keys, e.g. "
+        '\'{"enable_kv_cache_events": true, "endpoint": "tcp://*:5557", "topic": "kv"}\' (agent/kv_events.py)',
+    )
+    p.add_argument(
         "--drain-timeout-s",
         type=float,
         default=30.0,
@@ -100,6 +108,15 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _kv_events_config(text: str):
+    from agent.kv_events import parse_kv_events_config
+
+    try:
+        return parse_kv_events_config(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def agent_from_args(args: argparse.Namespace):
     from agent.agent_config import AgentConfig
     from agent.node_agent import NodeAgent, default_node_id
@@ -137,6 +154,7 @@ def agent_from_args(args: argparse.Namespace):
         host_id=args.host_id if args.host_id is not None else default_host_id(),
         rack=args.rack,
         step_budget_tpot_slo_s=auto_step_budget_slo(args),
+        kv_events=getattr(args, "kv_events_config", None),
     )
     exporter = None
     if args.metrics_port is not None:

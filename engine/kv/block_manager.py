@@ -210,10 +210,11 @@ class KVCacheManager:
         if num_full <= start:
             return
         chain = self._hashes(request, num_full)
+        parent = chain[start - 1].hash_value if start else None  # for the KV events (engine/kv/kv_events.py)
         if num_full - start == 1:  # a decoding request's block that just filled
-            self._device.cache_block(table[start], chain[start])
+            self._device.cache_block(table[start], chain[start], parent)
         else:
-            self._device.cache_blocks(table[start:num_full], chain[start:num_full])
+            self._device.cache_blocks(table[start:num_full], chain[start:num_full], parent)
         self._num_cached_blocks[req_id] = num_full
 
     def cache_repeated_block(self, request: Request, block_index: int, token_id: int) -> bool:
@@ -238,7 +239,8 @@ class KVCacheManager:
             chain.append(block_hash)
         else:
             return False
-        self._device.cache_block(table[block_index], block_hash)
+        parent_value = chain[block_index - 1].hash_value if block_index else None  # for the KV events
+        self._device.cache_block(table[block_index], block_hash, parent_value)
         self._num_cached_blocks[req_id] = block_index + 1
         return True
 
@@ -278,7 +280,7 @@ class KVCacheManager:
             if not self._device.can_allocate(1):
                 break
             (block_id,) = self._device.allocate(1)
-            if self._device.cache_block(block_id, block_hash):
+            if self._device.cache_block(block_id, block_hash, chain[i - 1].hash_value if i else None):
                 out[i] = block_id
             new.append(block_id)
         self._device.free(reversed(new))  # evictable now; the prefix's head is evicted last

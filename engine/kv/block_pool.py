@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 
 from engine.kv.block_hash import BlockHash
+from engine.kv.kv_events import KVEventLog
 
 
 class Tier(enum.Enum):
@@ -61,6 +62,7 @@ class BlockPool:
         # lookup): the block it names, whose registered BlockHash (``_block_hashes``) a lookup also compares, so a
         # 64-bit collision cannot alias two blocks with different tokens (the second is simply not cached)
         self._cached_block_ids: dict[int, int] = {}
+        self.kv_events: KVEventLog | None = None  # set: every registration, eviction and reset logged (kv_events.py)
 
     # -- capacity -------------------------------------------------------------------------------
 
@@ -120,6 +122,8 @@ class BlockPool:
                 block_hash = block_hashes[block_id]  # evictable: its hash dropped
                 del cached[block_hash.hash_value]
                 block_hashes[block_id] = None
+                if self.kv_events is not None:
+                    self.kv_events.removed(block_hash.hash_value)
                 block_ids.append(block_id)
                 num_evicted -= 1
         for block_id in block_ids:
@@ -185,11 +189,14 @@ class BlockPool:
         self._lru_entries = [0] * self.num_blocks
         self._num_evictable = 0
         self._cached_block_ids = {}
+        if self.kv_events is not None:
+            self.kv_events.cleared()
         return num_dropped
 
-    def cache_block(self, block_id: int, block_hash: BlockHash) -> bool:
+    def cache_block(self, block_id: int, block_hash: BlockHash, parent: int | None = None) -> bool:
         """Register a full, computed, in-use block under its hash. Returns False (and registers
-        nothing) when caching is off or another block already holds that hash (a duplicate)."""
+        nothing) when caching is off or another block already holds that hash (a duplicate). ``parent``: the
+        chain value of the block before it in its sequence (None: the first), for the KV events' log."""
         if not self.enable_caching:
             return False
         if self._ref_counts[block_id] <= 0:
@@ -203,12 +210,22 @@ class BlockPool:
             return False  # a duplicate (or a chain-value collision: not cached)
         self._block_hashes[block_id] = block_hash
         self._cached_block_ids[block_hash.hash_value] = block_id
+        if self.kv_events is not None:
+            self.kv_events.stored(block_hash, parent)
         return True
 
-    def cache_blocks(self, block_ids: Sequence[int], block_hashes: Sequence[BlockHash]) -> None:
+    def cache_blocks(
+        self, block_ids: Sequence[int], block_hashes: Sequence[BlockHash], parent: int | None = None
+    ) -> None:
         """``cache_block`` for each pair of ``block_ids`` and ``block_hashes``, in order (the same blocks
-        registered, the same duplicates skipped, the same errors, raised at the same pair)."""
+        registered, the same duplicates skipped, the same errors, raised at the same pair); the hashes are one
+        chain, ``parent`` the chain value before its first."""
         if not self.enable_caching:
+            return
+        if self.kv_events is not None:  # logged one by one (the log joins a chain's blocks into one event)
+            for block_id, block_hash in zip(block_ids, block_hashes):
+                self.cache_block(block_id, block_hash, parent)
+                parent = block_hash.hash_value
             return
         ref_counts, registered, cached = self._ref_counts, self._block_hashes, self._cached_block_ids
         for block_id, block_hash in zip(block_ids, block_hashes):

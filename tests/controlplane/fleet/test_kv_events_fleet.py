@@ -1,0 +1,83 @@
+"""KV cache events from a node agent in a fleet (`zoo agent --kv-events-config`, agent/kv_events.py): a subscriber
+that applies them, as a KV-aware router outside the fleet does, knows exactly which blocks the node caches; a
+prefix-cache reset reaches it as AllBlocksCleared."""
+
+from __future__ import annotations
+
+import contextlib
+
+import anyio
+import msgspec
+import pytest
+import zmq
+
+from agent.agent_config import AgentConfig
+from agent.kv_events import KVEventsConfig
+from agent.node_agent import NodeAgent
+from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
+from client import AsyncZooClient
+from engine.kv.block_pool import Tier
+
+pytestmark = pytest.mark.anyio
+
+PREFIX = "A shared system prompt, long enough for two blocks of sixteen. "
+
+
+def _apply(index: dict[int, list[int]], payload: bytes) -> list[str]:
+    """Apply one batch to ``index`` (block hash → its tokens); the types of its events."""
+    _, events, _ = msgspec.msgpack.decode(payload)
+    for event in events:
+        if event["type"] == "BlockStored":
+            size = event["block_size"]
+            for i, block_hash in enumerate(event["block_hashes"]):
+                index[block_hash] = event["token_ids"][size * i : size * (i + 1)]
+        elif event["type"] == "BlockRemoved":
+            for block_hash in event["block_hashes"]:
+                index.pop(block_hash, None)
+        else:
+            index.clear()
+    return [event["type"] for event in events]
+
+
+async def test_a_subscriber_knows_what_the_node_caches(controlplane):
+    events = KVEventsConfig(enable_kv_cache_events=True, endpoint="tcp://127.0.0.1:*", topic="kv")
+    engine = build_trivial_engine(step_s=0.001, num_device_blocks=64)
+    config = AgentConfig(node_id="n0", model_name=FAKE_MODEL_NAME, kv_events=events)
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.linger = 0
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv")
+    index: dict[int, list[int]] = {}
+    async with controlplane() as cp, anyio.create_task_group() as tg:
+        agent = NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware())
+        await tg.start(agent.run)
+        await cp.wait_until(lambda: len(cp.registry) == 1, 10)
+        sub.connect(agent.kv_events.endpoint)
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+            for i in range(100):  # ZeroMQ's slow joiner: requests until a batch reaches the subscriber
+                await zoo.generate(f"warm-up prompt number {i:03d}", max_tokens=1)
+                if sub.poll(20):
+                    break
+            else:
+                raise AssertionError("no KV event reached the subscriber")
+            answers = await cp.reset_prefix_cache(10.0)  # from here on the subscriber's view starts empty
+            assert answers["n0"]["ok"]
+            seen: list[str] = []
+            while "AllBlocksCleared" not in seen:
+                assert sub.poll(10_000), "the reset's event never came"
+                seen = _apply(index, sub.recv_multipart()[2])
+            assert index == {}
+            for tail in ("first question?", "second question, a longer one?", "third?"):
+                await zoo.generate(PREFIX + tail, max_tokens=20, ignore_eos=True)
+        pool = engine.scheduler.kv_cache_manager.pool(Tier.DEVICE)
+        cached = {h.hash_value: list(h.token_ids) for h in pool.cached_blocks()}
+        while index != cached and sub.poll(10_000):  # the last steps' batches, in flight
+            _apply(index, sub.recv_multipart()[2])
+        assert index == cached and len(cached) >= 6
+        prefix_tokens = [b + 3 for b in PREFIX.encode()]  # the byte tokenizer's ids
+        assert prefix_tokens[:16] in index.values() and prefix_tokens[16:32] in index.values()
+        tg.cancel_scope.cancel()
+    with contextlib.suppress(Exception):
+        sub.close()
+        ctx.term()
+    assert agent.kv_events.num_sent > 0 and agent.kv_events.num_dropped == 0
