@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from backends.fake import build_trivial_engine
-from engine.kv.block_hash import hash_full_blocks
+from engine.kv.block_hash import BlockHash, hash_block_tokens, hash_full_blocks
 from engine.kv.block_pool import BlockPool, Tier
 from engine.kv.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventLog
 from engine.sampling_params import SamplingParams
@@ -107,7 +107,9 @@ def test_a_consumer_applying_the_events_holds_exactly_the_cache_after_every_step
         _apply(index, events)
         cached = pool.cached_blocks()
         assert set(index) == {h.hash_value for h in cached}
-        for block_hash in cached:
+        for block_hash in cached:  # a consumer recomputes each block's chain value from its parent and tokens
             parent, tokens = index[block_hash.hash_value]
             assert tokens == block_hash.token_ids
+            parent_hash = None if parent is None else BlockHash(parent, (), None)
+            assert hash_block_tokens(parent_hash, tokens).hash_value == block_hash.hash_value
     assert num_stored > 100 and num_removed > 20  # the workload exercised both (48 blocks, evictions)
