@@ -14,7 +14,8 @@ no sleeping: time jumps from event to event::
       kick        idle node with work: core.start_step() (schedule + predicted step_s) → step_done at +step_s;
                   pure decode steps up to the next report / first finish as one run (engine/multi_step.py), and a
                   step's leading decode rows in bulk (engine/mixed_step.py): neither changes a result
-      step_done   core.finish_step(); first tokens → registry.on_first_token, finishes →
+      step_done   core.finish_step(); its KV cache events → policy.on_kv_events (a policy that wants them:
+                  Dynamo's default); first tokens → registry.on_first_token, finishes →
                   registry.on_finished; a load report if one fell due during the step; next step at once
       report      every report_interval_s per node (phase-shifted; a policy's own ``metrics_refresh_s`` when it
                   declares one: the freshness of its deployment): core.load_report() → registry.report;
@@ -329,6 +330,10 @@ class FleetSimulator:
             registry.join(node.hello)
         split = None if self.split is None else SplitRun(self.split, fleet, nodes, registry, self.router_config)
         policy = make_policy(self.policy_name, self.router_config) if split is None else split.router
+        kv_events = getattr(policy, "wants_kv_events", False)  # Dynamo's default: the engines' KV cache events
+        if kv_events:
+            for node in nodes:
+                node.core.engine.enable_kv_events()
         admission = AdmissionControl(self.admission)
         tokenizer = SimTokenizer(model.vocab_size, model.eos_token_id)
         model_names = registry.model_names()
@@ -391,7 +396,12 @@ class FleetSimulator:
                     seq += 1
                     continue
                 if kind == _STEP_DONE:
-                    for o in node.finish_step(records, count_tokens):
+                    outputs = node.finish_step(records, count_tokens)
+                    if kv_events:  # what the step (and the admissions before it) cached and evicted
+                        events = node.core.engine.take_kv_events()
+                        if events:
+                            policy.on_kv_events(node.node_id, events)
+                    for o in outputs:
                         rec = records[o.req_id]
                         if o.new_token_ids:
                             if rec.first_token_s is None:

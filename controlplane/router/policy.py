@@ -124,6 +124,12 @@ class PolicyHooks:
     def on_node_removed(self, node_id: str) -> None:
         pass
 
+    wants_kv_events = False  # True: the nodes' KV cache events are delivered to on_kv_events (engine/kv/kv_events.py)
+
+    def on_kv_events(self, node_id: str, events: list) -> None:
+        """The node's KV cache events since its last ones (engine/kv/kv_events.py: BlockStored, BlockRemoved,
+        AllBlocksCleared), in order; delivered where ``wants_kv_events`` (zoo sim: after each of its steps)."""
+
     def on_prefix_cache_reset(self, node_id: str) -> None:
         """The node forgot its prefix cache (POST /reset_prefix_cache: controlplane/prefix_reset.py): a policy that
         tracks what nodes cache forgets what it thought this one held."""

@@ -8,7 +8,9 @@ file, version) and lists its deliberate differences; each anchor sees the inform
     llm_d                llm-d inference scheduler, default profile (queue x2, KV-cache x2, prefix x3), 50 ms
                          metrics refresh
     sglang_cache_aware   SGLang router: approximate radix tree + balance thresholds
-    dynamo_kv            Dynamo KV router: overlap-weighted prefill blocks + active blocks, router-side books
+    dynamo_kv            Dynamo KV router: overlap-weighted prefill blocks + active blocks, router-side books of
+                         active requests, the overlap from the engines' KV events (its default)
+    dynamo_kv_approx     the same with Dynamo's --no-kv-events: the overlap from what it routed, a 120 s TTL
     envoy_wlr            Envoy weighted least request, weights = the GPUs' power scores (the operator's baseline)
 
 ``least_requests`` (ours) is the fewest-outstanding-requests rule under its own name. ``controlplane.router.
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from controlplane.router.policies.anchors.dynamo import DynamoKvPolicy, make_dynamo
+from controlplane.router.policies.anchors.dynamo import DynamoKvPolicy, make_dynamo, make_dynamo_approx
 from controlplane.router.policies.anchors.envoy_wlr import EnvoyWlrConfig, EnvoyWlrPolicy
 from controlplane.router.policies.anchors.llm_d import LlmdPolicy, make_llm_d
 from controlplane.router.policies.anchors.sglang import SglangCacheAwarePolicy, make_sglang
@@ -39,6 +41,7 @@ ANCHOR_POLICIES: dict[str, Callable[[RouterConfig], Policy]] = {
     "llm_d": make_llm_d,
     "sglang_cache_aware": make_sglang,
     "dynamo_kv": make_dynamo,
+    "dynamo_kv_approx": make_dynamo_approx,
     "envoy_wlr": lambda config: EnvoyWlrPolicy(EnvoyWlrConfig(seed=config.seed)),
 }
 

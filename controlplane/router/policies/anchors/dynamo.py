@@ -18,9 +18,17 @@ and its prompt blocks to the worker's active blocks until it finishes (blocks sh
 requests count once). Nothing of it waits for a load report: the worker's queue never vanishes from view.
 Defaults: overlap_score_weight 1.0, router_temperature 0.0.
 
-Deliberate differences: overlap comes from the router's own record of what it routed, with Dynamo's
-``--no-kv-events`` TTL of 120 s (Dynamo's default listens to the engines' KV events instead; on traces
-without shared prefixes, conv and code, the two agree); exact ties are broken with a seeded RNG.
+``overlap`` comes, as in Dynamo's default, from the engines' KV cache events (engine/kv/kv_events.py; Dynamo's
+KvIndexer applies vLLM's BlockStored / BlockRemoved / AllBlocksCleared to a radix tree per worker): the blocks each
+worker caches now, not what it was sent. ``dynamo_kv_approx`` is Dynamo's ``--no-kv-events`` mode instead (its
+ApproxKvIndexer): the router's own record of what it routed, each block forgotten 120 s after it was last sent.
+
+Deliberate differences: a worker that has sent no event yet (the real control plane does not carry the agents'
+events to the router: `zoo agent --kv-events-config` publishes them for routers outside the fleet) is priced by the
+``--no-kv-events`` record until its first event, which replaces that record; ``zoo sim`` hands every node's events
+to the router after each of its steps (Dynamo's arrive over NATS or ZeroMQ, milliseconds later). The tree is keyed
+by our block chain values, which name a whole prefix as Dynamo's sequence hashes do. Exact ties are broken with a
+seeded RNG.
 """
 
 from __future__ import annotations
@@ -33,13 +41,15 @@ from controlplane.router.policies.anchors.routed_prefix_tree import RoutedPrefix
 from controlplane.router.policies.node_table import max_prompt_tokens
 from controlplane.router.policy import ClusterSnapshot, PolicyHooks, RouteRequest
 from controlplane.router.router_config import RouterConfig
+from engine.kv.kv_events import BlockRemoved, BlockStored
 
 
 @dataclass(frozen=True, slots=True)
 class DynamoConfig:
     overlap_score_weight: float = 1.0
     router_temperature: float = 0.0
-    block_ttl_s: float = 120.0
+    use_kv_events: bool = True  # Dynamo's default; False: its --no-kv-events mode (dynamo_kv_approx)
+    block_ttl_s: float = 120.0  # --no-kv-events: a routed block is forgotten this long after it was last sent
     seed: int = 0
 
 
@@ -68,11 +78,13 @@ class _Active:
 
 
 class DynamoKvPolicy(PolicyHooks):
-    name = "dynamo_kv"
-
     def __init__(self, config: DynamoConfig | None = None) -> None:
         self.config = config or DynamoConfig()
-        self.tree = RoutedPrefixTree()
+        self.name = "dynamo_kv" if self.config.use_kv_events else "dynamo_kv_approx"
+        self.wants_kv_events = self.config.use_kv_events
+        self.tree = RoutedPrefixTree()  # what was routed (--no-kv-events), for workers that sent no KV event
+        self.kv_tree = RoutedPrefixTree()  # what the workers' KV events say they cache
+        self._evented: set[str] = set()  # workers whose KV events arrive: priced by kv_tree alone
         self._rng = random.Random(self.config.seed)
         self._now_s = 0.0
         self._workers: dict[str, _Worker] = {}
@@ -82,7 +94,7 @@ class DynamoKvPolicy(PolicyHooks):
     def costs(self, request: RouteRequest, snapshot: ClusterSnapshot) -> dict[str, float]:
         self._now_s = snapshot.now_s
         self.tree.expire_before(snapshot.now_s - self.config.block_ttl_s)
-        matched = self.tree.match(request.block_hashes)
+        matched = self._match(request.block_hashes)
         weight = self.config.overlap_score_weight
         out = {}
         for node in snapshot.nodes:
@@ -120,11 +132,19 @@ class DynamoKvPolicy(PolicyHooks):
 
     # -- the router's book of active sequences -----------------------------------------------------
 
+    def _match(self, block_hashes) -> dict[str, int]:
+        """Worker → leading blocks of the prompt it holds: by its KV events, or (none yet) by what it was sent."""
+        matched = self.tree.match(block_hashes)
+        if self._evented:
+            matched.update(self.kv_tree.match(block_hashes))  # disjoint workers: an evented one left ``tree``
+        return matched
+
     def on_routed(self, request: RouteRequest, node_id: str) -> None:
-        matched = self.tree.match(request.block_hashes).get(node_id, 0)
+        matched = self._match(request.block_hashes).get(node_id, 0)
         block_size = self._block_sizes.get(node_id, 16)
         new_tokens = max(0, request.num_prompt_tokens - matched * block_size)
-        self.tree.insert(node_id, request.block_hashes, self._now_s)
+        if node_id not in self._evented:  # its events will say what it caches
+            self.tree.insert(node_id, request.block_hashes, self._now_s)
         worker = self._workers.setdefault(node_id, _Worker())
         worker.prefill_tokens += new_tokens
         blocks = tuple(request.block_hashes)
@@ -159,13 +179,32 @@ class DynamoKvPolicy(PolicyHooks):
             else:
                 worker.block_refs.pop(h, None)
 
+    def on_kv_events(self, node_id: str, events: list) -> None:
+        """Dynamo's KvIndexer: a worker's stored blocks join its tree, removed ones leave, a clear empties it."""
+        if not self.config.use_kv_events:
+            return
+        if node_id not in self._evented:
+            self._evented.add(node_id)
+            self.tree.remove_worker(node_id)  # the --no-kv-events guess gives way to what the worker says
+        tree = self.kv_tree
+        for event in events:
+            if type(event) is BlockStored:
+                tree.insert(node_id, event.block_hashes, self._now_s)
+            elif type(event) is BlockRemoved:
+                tree.remove(node_id, event.block_hashes)
+            else:  # AllBlocksCleared
+                tree.remove_worker(node_id)
+
     def on_prefix_cache_reset(self, node_id: str) -> None:
         """Dynamo's router clears a worker's blocks on its engine's "all blocks cleared" KV event (vLLM publishes
         one at reset_prefix_cache); its active sequences stay (none run where a reset was allowed)."""
         self.tree.remove_worker(node_id)
+        self.kv_tree.remove_worker(node_id)
 
     def on_node_removed(self, node_id: str) -> None:
         self.tree.remove_worker(node_id)
+        self.kv_tree.remove_worker(node_id)
+        self._evented.discard(node_id)
         self._workers.pop(node_id, None)
         for request_id in [r for r, a in self._active.items() if a.node_id == node_id]:
             del self._active[request_id]
@@ -173,3 +212,8 @@ class DynamoKvPolicy(PolicyHooks):
 
 def make_dynamo(config: RouterConfig) -> DynamoKvPolicy:
     return DynamoKvPolicy(DynamoConfig(seed=config.seed))
+
+
+def make_dynamo_approx(config: RouterConfig) -> DynamoKvPolicy:
+    """Dynamo's ``--no-kv-events`` mode."""
+    return DynamoKvPolicy(DynamoConfig(seed=config.seed, use_kv_events=False))

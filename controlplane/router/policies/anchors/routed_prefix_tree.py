@@ -64,6 +64,10 @@ class RoutedPrefixTree:
             depth[worker] = i
         return depth
 
+    def block_hashes(self, worker_id: str) -> list[int]:
+        """The blocks recorded for ``worker_id``, least recently touched first."""
+        return list(self._lru.get(worker_id, ()))
+
     def size(self, worker_id: str) -> int:
         """Blocks recorded for ``worker_id`` (SGLang's tree size)."""
         lru = self._lru.get(worker_id)
@@ -84,6 +88,16 @@ class RoutedPrefixTree:
                 if touched_s >= t_s:
                     break
                 lru.popitem(last=False)
+                self._drop(block_hash, worker_id)
+
+    def remove(self, worker_id: str, block_hashes: Sequence[int]) -> None:
+        """Forget these blocks of ``worker_id`` (a KV event's removal; blocks it does not hold are ignored)."""
+        lru = self._lru.get(worker_id)
+        if lru is None:
+            return
+        for block_hash in block_hashes:
+            if block_hash in lru:
+                del lru[block_hash]
                 self._drop(block_hash, worker_id)
 
     def remove_worker(self, worker_id: str) -> None:
