@@ -29,13 +29,24 @@ from agent.drafter_switch import DrafterSwitch
 from agent.kv_events import KVEventPublisher
 from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
+from engine.kv.block_pool import Tier
 from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
 from transport.kv_transfer import ReceivedKV
-from transport.messages import ErrorCode, ErrorReply, MigrateRequest, ResetPrefixCache
+from transport.messages import (
+    KV_CLEARED,
+    KV_STORED,
+    ErrorCode,
+    ErrorReply,
+    KvEvents,
+    MigrateRequest,
+    ResetPrefixCache,
+    kv_events_to_wire,
+)
 
 log = logging.getLogger(__name__)
 
+KV_SNAPSHOT_CHUNK = 100_000  # block hashes per KvEvents of a snapshot (~1 MB of msgpack)
 ENGINE_THREAD_NAME = "zoo-engine"  # how `zoo probe` (observe/ebpf/sched_probe.py) finds the thread
 _PR_SET_NAME = 15
 
@@ -65,6 +76,11 @@ class _AbortAll:
 @dataclass(slots=True)
 class _ResetPrefixCache:
     msg: ResetPrefixCache  # answered with its request id, this node's id, what the engine dropped
+
+
+@dataclass(slots=True)
+class _SendKvEvents:
+    pass
 
 
 @dataclass(slots=True)
@@ -131,6 +147,7 @@ class EngineThread:
         self._reading_lock = threading.Lock()
         self._pairing = DrafterSwitch()  # the fleet pair's proposer (agent/drafter_switch.py)
         self.kv_events: KVEventPublisher | None = None  # set: each pass's KV cache events published (kv_events.py)
+        self._send_kv_events = False  # each pass's KV cache events to the control plane too (KvEvents)
 
     @property
     def num_inflight(self) -> int:
@@ -199,6 +216,11 @@ class EngineThread:
         with self._reading_lock:
             self._cancelled.update(self._reading)
         self.inbox.put(_AbortAll())
+
+    def send_kv_events(self) -> None:
+        """The control plane asked (Welcome.kv_events): from the next pass, a KvEvents in the outbox with each pass's
+        KV cache events, the first one the whole cache then (a clear, then every cached block)."""
+        self.inbox.put(_SendKvEvents())
 
     def reset_prefix_cache(self, msg: ResetPrefixCache) -> None:
         """Forget the engine's prefix cache between two steps; the answer (a ResetPrefixCache) goes in the outbox."""
@@ -288,10 +310,12 @@ class EngineThread:
                 out.extend(core.token_chunk(o) for o in outputs)
             if mover is not None:  # the remote KV tier's asks (agent/kv_remote_io.py), after the step that made them
                 out.extend(mover.take_asks())
-            if self.kv_events is not None:  # this pass's changes to the prefix cache (its step, a reset, an import)
-                events = core.engine.take_kv_events()
-                if events:
+            if self.kv_events is not None or self._send_kv_events:  # this pass's changes to the prefix cache
+                events = core.engine.take_kv_events()  # (its step, a reset, an import)
+                if events and self.kv_events is not None:
                     self.kv_events.publish(events)
+                if events and self._send_kv_events:
+                    out.append(KvEvents(node_id=core.node_id, events=kv_events_to_wire(events)))
             if time.monotonic() >= next_report_s:
                 if core.observe:
                     out.append(core.stats_observation())
@@ -299,6 +323,20 @@ class EngineThread:
                 next_report_s = time.monotonic() + self.report_interval_s
             if out:
                 self.outbox.put(out)
+
+    def _start_kv_events(self, out: list) -> None:
+        """KvEvents from now on, the first one the whole cache (what is logged so far is in it, so only published)."""
+        engine = self.core.engine
+        engine.enable_kv_events()
+        pending = engine.take_kv_events()
+        if pending and self.kv_events is not None:
+            self.kv_events.publish(pending)
+        self._send_kv_events = True
+        cached = [h.hash_value for h in engine.scheduler.kv_cache_manager.pool(Tier.DEVICE).cached_blocks()]
+        node_id = self.core.node_id
+        out.append(KvEvents(node_id=node_id, events=[(KV_CLEARED, [])]))
+        for i in range(0, len(cached), KV_SNAPSHOT_CHUNK):  # each message well under the payload cap
+            out.append(KvEvents(node_id=node_id, events=[(KV_STORED, cached[i : i + KV_SNAPSHOT_CHUNK])]))
 
     def _apply(self, cmd, out: list) -> None:
         if isinstance(cmd, _Add):
@@ -328,6 +366,8 @@ class EngineThread:
             out.append(msgspec.structs.replace(cmd.msg, **answer))
         elif isinstance(cmd, _SetDrafter):
             self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
+        elif isinstance(cmd, _SendKvEvents):
+            self._start_kv_events(out)
         elif isinstance(cmd, _SetReportInterval):
             self.report_interval_s = cmd.interval_s
         elif isinstance(cmd, _Export):

@@ -64,6 +64,7 @@ from transport.messages import (
     ErrorReply,
     GenerateRequest,
     Heartbeat,
+    KvEvents,
     LoadReport,
     MigrationDone,
     NodeDrain,
@@ -76,6 +77,7 @@ from transport.messages import (
     ResetPrefixCache,
     TokenChunk,
     Welcome,
+    kv_events_from_wire,
 )
 from transport.sockets import AGENT_MAX_MSG_BYTES, CLIENT_MAX_MSG_BYTES, Channel, Received, bind_router
 
@@ -158,6 +160,7 @@ class ControlPlane(Actor):
                 NodeLeave: self.handle_node_leave,
                 NodeDrain: self.handle_node_drain,
                 ResetPrefixCache: lambda i: self._node_of(i, i.msg.node_id) and self.prefix_resets.answer(i.msg),
+                KvEvents: self.handle_kv_events,
                 NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: self.handle_token_chunk,
                 ErrorReply: self.handle_agent_error,
@@ -389,10 +392,8 @@ class ControlPlane(Actor):
     def _node_of(self, incoming: Incoming, node_id: str) -> bool:
         """The message names the node its routing id says; unknown nodes are told to say hello."""
         if incoming.peer != node_id.encode():
-            self._agents.send_nowait(
-                ErrorReply(code=ErrorCode.INVALID_REQUEST, message=f"node_id {node_id!r} differs from the routing id"),
-                incoming.peer,
-            )
+            message = f"node_id {node_id!r} differs from the routing id"
+            self._agents.send_nowait(ErrorReply(code=ErrorCode.INVALID_REQUEST, message=message), incoming.peer)
             return False
         if node_id not in self.registry:
             self._agents.send_nowait(
@@ -405,18 +406,12 @@ class ControlPlane(Actor):
     def handle_node_hello(self, incoming: Incoming) -> None:
         hello: NodeHello = incoming.msg
         if incoming.peer != hello.node_id.encode():
-            self._agents.send_nowait(
-                ErrorReply(code=ErrorCode.INVALID_REQUEST, message="the DEALER routing id must be the node id"),
-                incoming.peer,
-            )
+            refusal = ErrorReply(code=ErrorCode.INVALID_REQUEST, message="the DEALER routing id must be the node id")
+            self._agents.send_nowait(refusal, incoming.peer)
             return
         if self.config.model_name is not None and hello.model != self.config.model_name:
-            log.warning(
-                "node %s serves %r; this control plane tokenizes for %r",
-                hello.node_id,
-                hello.model,
-                self.config.model_name,
-            )
+            message = "node %s serves %r; this control plane tokenizes for %r"
+            log.warning(message, hello.node_id, hello.model, self.config.model_name)
         cell = self.config.router.cells.cell_of_node(hello.cell, hello.hardware.gpu_type)  # by label or GPU type
         if cell != hello.cell:
             hello = msgspec.structs.replace(hello, cell=cell)
@@ -430,18 +425,23 @@ class ControlPlane(Actor):
             self._lost(lost)
         self.fleet.on_hello(hello)
         self.requests.latency.setdefault(hello.node_id, NodeLatency())
-        log.info(
-            "node %s joined: %s, %s, power %.2f", hello.node_id, hello.model, hello.hardware.gpu_type, hello.power_score
-        )
+        gpu, power = hello.hardware.gpu_type, hello.power_score
+        log.info("node %s joined: %s, %s, power %.2f", hello.node_id, hello.model, gpu, power)
         self._agents.send_nowait(
             Welcome(
                 node_id=hello.node_id,
                 heartbeat_interval_s=self.config.heartbeat_interval_s,
                 report_interval_s=self.config.report_interval_s,
                 peers=self.kv_moves.data_peers(hello),
+                kv_events=getattr(self.policy, "wants_kv_events", False),  # its KV cache events: KvEvents
             ),
             incoming.peer,
         )
+
+    def handle_kv_events(self, incoming: Incoming) -> None:
+        msg: KvEvents = incoming.msg  # for a policy that indexes the nodes' caches (Dynamo's KV router)
+        if self._node_of(incoming, msg.node_id) and getattr(self.policy, "wants_kv_events", False):
+            self.policy.on_kv_events(msg.node_id, kv_events_from_wire(msg.events))
 
     def handle_heartbeat(self, incoming: Incoming) -> None:
         msg: Heartbeat = incoming.msg

@@ -1,4 +1,6 @@
-"""Every message that crosses a socket in Silicon Zoo: msgspec structs, one module, one version.
+"""Every message that crosses a socket in Silicon Zoo: msgspec structs, one version. The envelope, type byte and
+error codes are transport/envelope.py's, the peer data plane's messages transport/data_plane_messages.py's; all are
+registered (``MESSAGE_TYPES``) and importable here.
 
 Frames of one ZeroMQ message (after any ROUTER identity frames)::
 
@@ -11,8 +13,8 @@ Tensors never go inside the payload: a ``TensorRef`` names the extra frame that 
 
 Who sends what (socket roles are in transport/sockets.py)::
 
-    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk/ErrorReply/NodeDrain/NodeLeave──► control plane (ROUTER)
-    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain─────────────────────  control plane
+    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk/ErrorReply/NodeDrain/NodeLeave/KvEvents──► control plane
+    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache────────────  control plane
     client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
     client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
     agent ◄──SpecPair (draft with this fleet drafter's DraftServer, or stop)──────────────── control plane
@@ -20,80 +22,30 @@ Who sends what (socket roles are in transport/sockets.py)::
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import msgspec
 
+from engine.kv.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEvent
 from engine.sampling_params import SamplingParams
 from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
-
-PROTOCOL_VERSION = 1
-MAX_PAYLOAD_BYTES = 8 * 1024 * 1024  # a payload larger than this is rejected unread
-MAX_TENSOR_BYTES = 512 * 1024 * 1024
-
-
-class MsgType(enum.IntEnum):
-    """The one-byte type frame."""
-
-    NODE_HELLO = 1
-    WELCOME = 2
-    HEARTBEAT = 3
-    LOAD_REPORT = 4
-    NODE_LEAVE = 5
-    NODE_DRAIN = 6
-    RESET_PREFIX_CACHE = 7
-    GENERATE = 10
-    TOKENS = 11
-    CANCEL = 12
-    ERROR = 13
-    CLIENT_GENERATE = 14
-    PING = 20
-    PONG = 21
-    KV_BLOCKS = 30
-    FLEET_STATS = 40
-    NODE_TELEMETRY = 41
-    PROBE_SNAPSHOT = 42
-    KV_CHUNK = 31
-    KV_ACK = 32
-    MIGRATE = 33
-    MIGRATION_DONE = 34
-    DRAFT_PROPOSE = 50
-    DRAFT_REPLY = 51
-    KV_STORE = 37  # KVStoreCommand: the remote KV tier (agent/kv_remote_swap.py)
-    SPEC_PAIR = 52
-
-
-class Envelope(msgspec.Struct, kw_only=True):
-    """Fields every message carries."""
-
-    v: int = PROTOCOL_VERSION
-    request_id: str = ""
-    sent_ns: int = 0
-
-
-class TensorRef(msgspec.Struct, frozen=True):
-    """A tensor carried zero-copy in extra frame ``frame_index`` (0 = first frame after the payload)."""
-
-    dtype: str  # numpy dtype name, e.g. "float32", "bfloat16" travels as "uint16" + a note in the owner message
-    shape: tuple[int, ...]
-    frame_index: int
-
-
-class ErrorCode(enum.StrEnum):
-    MALFORMED = "malformed"  # frames or payload could not be decoded
-    OVERSIZED = "oversized"
-    UNKNOWN_TYPE = "unknown_type"
-    WRONG_VERSION = "wrong_version"
-    INVALID_REQUEST = "invalid_request"  # well-formed, but a field is wrong (e.g. bad sampling parameter)
-    PROMPT_TOO_LONG = "prompt_too_long"
-    UNKNOWN_MODEL = "unknown_model"
-    OVERLOADED = "overloaded"  # admission control refused; retry_after_s says when to retry
-    NO_NODE = "no_node"  # no live node can serve the request
-    NODE_FAILED = "node_failed"  # the serving node died or left mid-request
-    CANCELLED = "cancelled"
-    INTERNAL = "internal"
-
+from transport.data_plane_messages import (
+    KVAck,
+    KVChunk,
+    KVStoreCommand,
+    KVWireLayout,
+    MigrateRequest,
+    MigrationDone,
+)
+from transport.envelope import (
+    MAX_PAYLOAD_BYTES,
+    MAX_TENSOR_BYTES,
+    PROTOCOL_VERSION,
+    Envelope,
+    ErrorCode,
+    MsgType,
+    TensorRef,
+)
 
 # --------------------------------------------------------------------------- node life cycle
 
@@ -154,6 +106,7 @@ class Welcome(Envelope, kw_only=True):
     heartbeat_interval_s: float
     report_interval_s: float
     peers: dict[str, str] = {}  # node id → data endpoint of the live peers serving the same model that have one
+    kv_events: bool = False  # send your KV cache events (KvEvents): the router indexes them (Dynamo's default)
 
 
 class Heartbeat(Envelope, kw_only=True):
@@ -493,95 +446,11 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
 }
 
 
-# --------------------------------------------------------------------------- the peer data plane (KV between agents)
-#
-#   agent A DEALER (routing id = A's node id) ──KVChunk + 1 tensor frame──► agent B ROUTER (B's data endpoint)
-#   agent A DEALER ◄──KVAck per chunk (ok, or refused with a code)──────────  agent B ROUTER
-#
-# The protocol (chunking, window, checks) is transport/kv_transfer.py; the sockets' owner agent/kv_data_plane.py.
-
-
-class KVWireLayout(msgspec.Struct, frozen=True, kw_only=True):
-    """The shape of a transfer's KV: ``[num_layers, 2, num_blocks, block_size, num_kv_heads, head_dim]``
-    (backends/kv_layout.py), C-contiguous, in ``dtype`` (a torch dtype name: "bfloat16", "float16", "float32")."""
-
-    num_layers: int
-    num_blocks: int
-    block_size: int
-    num_kv_heads: int
-    head_dim: int
-    dtype: str
-
-
-class KVChunk(Envelope, kw_only=True):
-    """One chunk of a KV transfer: bytes [chunk_index * chunk_bytes, +len) of the transfer's contiguous array,
-    in tensor frame 0. ``request_id`` (envelope) is the request the KV belongs to."""
-
-    transfer_id: str
-    block_ids: list[int]  # the sender's block ids, in the order of the array's block axis
-    layout: KVWireLayout
-    chunk_index: int
-    num_chunks: int
-    chunk_bytes: int  # every chunk but the last carries exactly this many bytes
-    checksum: int  # xxh3_64 of this chunk's bytes
-    tensor: TensorRef  # dtype "uint8", shape (len,), frame_index 0
-    purpose: str = ""  # "": a migration's KV; "store": hold it for the sender (remote tier); "return": held KV back
-    lora_id: int = 0  # the LoRA adapter the KV was computed under (engine/lora.py's id: every node's); 0: none
-
-
-class KVAck(Envelope, kw_only=True):
-    """Receiver → sender, per chunk: taken (``ok``), or the transfer refused (``code`` says why)."""
-
-    transfer_id: str
-    chunk_index: int
-    ok: bool
-    code: str = ""  # transport/kv_transfer.py KVRefusal value when refused
-    message: str = ""
-
-
-class MigrateRequest(Envelope, kw_only=True):
-    """Control plane → the request's node: move it (``request_id``), KV and all, to ``target_node_id`` whose data
-    endpoint is ``target_data_endpoint``; answered with a MigrationDone."""
-
-    target_node_id: str
-    target_data_endpoint: str
-    reason: str = "rebalance"  # "drain" | "rebalance" | "split"
-
-
-class MigrationDone(Envelope, kw_only=True):
-    """Source agent → control plane: the request left this node (every chunk it produced here was sent before
-    this). ``ok``: its KV reached the target (resume it there: it finds the KV in its prefix cache); else the
-    request resumes elsewhere by re-prefill. ``num_tokens``: prompt + output at the move; ``kv_bytes`` moved."""
-
-    node_id: str
-    target_node_id: str
-    ok: bool
-    reason: str = ""
-    message: str = ""
-    num_tokens: int = 0
-    kv_bytes: int = 0
-    transfer_s: float = 0.0
-    left: bool = True  # False: the request never left the source (not migratable there): nothing to resume
-
-
-MESSAGE_TYPES[MsgType.KV_CHUNK] = KVChunk
+MESSAGE_TYPES[MsgType.KV_CHUNK] = KVChunk  # the peer data plane's (transport/data_plane_messages.py)
 MESSAGE_TYPES[MsgType.KV_ACK] = KVAck
 MESSAGE_TYPES[MsgType.MIGRATE] = MigrateRequest
 MESSAGE_TYPES[MsgType.MIGRATION_DONE] = MigrationDone
-TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}
-
-
-class KVStoreCommand(Envelope, kw_only=True):
-    """The remote KV tier (agent/kv_remote_swap.py), over the data sockets. Owner → holder: "fetch" (send the KV
-    held for ``request_id`` back to ``reply_endpoint`` as a "return" transfer) or "drop" (forget it). Holder →
-    owner: "missing" (nothing held under that id: the owner's request recomputes)."""
-
-    op: str  # "fetch" | "drop" | "missing"
-    reply_endpoint: str = ""
-
-
 MESSAGE_TYPES[MsgType.KV_STORE] = KVStoreCommand
-TYPE_OF[KVStoreCommand] = MsgType.KV_STORE
 
 
 class ResetPrefixCache(Envelope, kw_only=True):
@@ -595,4 +464,43 @@ class ResetPrefixCache(Envelope, kw_only=True):
 
 
 MESSAGE_TYPES[MsgType.RESET_PREFIX_CACHE] = ResetPrefixCache
-TYPE_OF[ResetPrefixCache] = MsgType.RESET_PREFIX_CACHE
+
+
+class KvEvents(Envelope, kw_only=True):
+    """Agent → control plane when its Welcome asked: the prefix cache's changes since the last, in order
+    (engine/kv/kv_events.py) as (kind, block hashes): 0 stored, 1 removed, 2 all cleared. The first after a
+    Welcome starts with a clear and stores every block cached then, so the router starts from the whole cache."""
+
+    node_id: str
+    events: list[tuple[int, list[int]]] = []
+
+
+KV_STORED, KV_REMOVED, KV_CLEARED = 0, 1, 2  # KvEvents' kinds
+
+
+def kv_events_to_wire(events: list[KVEvent]) -> list[tuple[int, list[int]]]:
+    """The engine's KV events as KvEvents carries them (the hashes alone: a router matches chain values)."""
+    kinds = {BlockStored: KV_STORED, BlockRemoved: KV_REMOVED}
+    return [(kinds.get(type(e), KV_CLEARED), getattr(e, "block_hashes", [])) for e in events]
+
+
+def kv_events_from_wire(events: list[tuple[int, list[int]]]) -> list[KVEvent]:
+    """KvEvents' as the engine's event types (a stored event without its tokens or parent); unknown kinds skipped."""
+    out: list[KVEvent] = []
+    for kind, hashes in events:
+        if kind == KV_STORED:
+            out.append(BlockStored(hashes, None, [], None))
+        elif kind == KV_REMOVED:
+            out.append(BlockRemoved(hashes))
+        elif kind == KV_CLEARED:
+            out.append(AllBlocksCleared())
+    return out
+
+
+MESSAGE_TYPES[MsgType.KV_EVENTS] = KvEvents
+TYPE_OF: dict[type[Envelope], MsgType] = {cls: t for t, cls in MESSAGE_TYPES.items()}
+
+__all__ = [
+    "MAX_PAYLOAD_BYTES", "MAX_TENSOR_BYTES", "MESSAGE_TYPES", "PROTOCOL_VERSION", "TYPE_OF", "Envelope", "ErrorCode",
+    "KVAck", "KVChunk", "KVStoreCommand", "KVWireLayout", "MigrateRequest", "MigrationDone", "MsgType", "TensorRef",
+]  # fmt: skip

@@ -1,6 +1,7 @@
-"""KV cache events from a node agent in a fleet (`zoo agent --kv-events-config`, agent/kv_events.py): a subscriber
-that applies them, as a KV-aware router outside the fleet does, knows exactly which blocks the node caches; a
-prefix-cache reset reaches it as AllBlocksCleared."""
+"""KV cache events from a node agent in a fleet: a subscriber to `zoo agent --kv-events-config`'s socket
+(agent/kv_events.py), as a KV-aware router outside the fleet, knows exactly which blocks the node caches, a
+prefix-cache reset reaching it as AllBlocksCleared; a control plane whose policy indexes them (Dynamo's KV router)
+hears them over the agent link (KvEvents), starting from the node's whole cache."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agent.node_agent import NodeAgent
 from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
 from client import AsyncZooClient
 from engine.kv.block_pool import Tier
+from engine.sampling_params import SamplingParams
 
 pytestmark = pytest.mark.anyio
 
@@ -81,3 +83,50 @@ async def test_a_subscriber_knows_what_the_node_caches(controlplane):
         sub.close()
         ctx.term()
     assert agent.kv_events.num_sent > 0 and agent.kv_events.num_dropped == 0
+
+
+async def _wait_for(predicate, what: str, num_polls: int = 2000) -> None:
+    for _ in range(num_polls):  # bounded: the agent's messages are in flight
+        if predicate():
+            return
+        await anyio.sleep(0.005)
+    raise AssertionError(what)
+
+
+async def test_the_control_plane_hears_the_nodes_events_when_its_policy_indexes_them(controlplane):
+    """Dynamo's KV router in the real control plane: the Welcome asks for the nodes' KV events, the first message
+    is the node's whole cache (blocks cached before it joined included), then every change, over the agent link."""
+    engine = build_trivial_engine(step_s=0.001, num_device_blocks=64)
+    engine.add_request([b + 3 for b in PREFIX.encode()], SamplingParams(max_tokens=1))
+    while engine.has_unfinished_requests():
+        engine.step()  # blocks cached before the node joins: the snapshot must carry them
+    pool = engine.scheduler.kv_cache_manager.pool(Tier.DEVICE)
+    assert pool.num_cached_blocks >= 3
+
+    def cached() -> set[int]:
+        return {h.hash_value for h in pool.cached_blocks()}
+
+    async with controlplane(policy="dynamo_kv") as cp, anyio.create_task_group() as tg:
+        config = AgentConfig(node_id="n0", model_name=FAKE_MODEL_NAME)
+        await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
+        await cp.wait_until(lambda: len(cp.registry) == 1, 10)
+        tree = cp.policy.kv_tree
+        await _wait_for(lambda: set(tree.block_hashes("n0")) == cached(), "the snapshot never matched the cache")
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+            for tail in ("one?", "two, a longer question than the first?", "three?"):
+                await zoo.generate(PREFIX + tail, max_tokens=20, ignore_eos=True)
+        await _wait_for(lambda: set(tree.block_hashes("n0")) == cached(), "the index lags the node's cache")
+        assert cp.policy._evented == {"n0"} and len(cached()) >= 6
+        tg.cancel_scope.cancel()
+
+
+async def test_a_policy_that_does_not_index_events_gets_none(controlplane):
+    engine = build_trivial_engine(step_s=0.001, num_device_blocks=64)
+    async with controlplane(policy="round_robin") as cp, anyio.create_task_group() as tg:
+        config = AgentConfig(node_id="n0", model_name=FAKE_MODEL_NAME)
+        await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
+        await cp.wait_until(lambda: len(cp.registry) == 1, 10)
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+            await zoo.generate(PREFIX, max_tokens=2)
+        assert engine.scheduler.kv_cache_manager.pool(Tier.DEVICE).kv_events is None  # never logged
+        tg.cancel_scope.cancel()

@@ -23,12 +23,15 @@ KvIndexer applies vLLM's BlockStored / BlockRemoved / AllBlocksCleared to a radi
 worker caches now, not what it was sent. ``dynamo_kv_approx`` is Dynamo's ``--no-kv-events`` mode instead (its
 ApproxKvIndexer): the router's own record of what it routed, each block forgotten 120 s after it was last sent.
 
-Deliberate differences: a worker that has sent no event yet (the real control plane does not carry the agents'
-events to the router: `zoo agent --kv-events-config` publishes them for routers outside the fleet) is priced by the
-``--no-kv-events`` record until its first event, which replaces that record; ``zoo sim`` hands every node's events
-to the router after each of its steps (Dynamo's arrive over NATS or ZeroMQ, milliseconds later). The tree is keyed
-by our block chain values, which name a whole prefix as Dynamo's sequence hashes do. Exact ties are broken with a
-seeded RNG.
+How the events arrive: in the control plane, the Welcome asks each agent for them (``wants_kv_events``) and the
+agent sends its whole cache, then every change, over its link (transport/messages.py ``KvEvents``); ``zoo sim``
+hands every node's events to the router after each of its steps (Dynamo's come over NATS or ZeroMQ, milliseconds
+later).
+
+Deliberate differences: a worker that has sent no event yet (an older agent) is priced by the ``--no-kv-events``
+record until its first event, which replaces that record. The tree is keyed by our block chain values, which name a
+whole prefix as Dynamo's sequence hashes do. Exact ties are broken with a seeded RNG. A router reload
+(controlplane/router_reload.py) to this policy hears events from the nodes that (re)join after it.
 """
 
 from __future__ import annotations
