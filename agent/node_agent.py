@@ -222,6 +222,8 @@ class NodeAgent(Actor):
             self.exporter.describe_node(self._hello(), self._dispatcher.rejected)
             if self.data_plane is not None:
                 self.exporter.describe_kv_plane(self.data_plane.receiver.refused)
+            if self.kv_events is not None:
+                self.exporter.describe_kv_events(self.kv_events)
         return self
 
     def loops(self):

@@ -66,6 +66,7 @@ class AgentExporter(PrometheusExporter):
                                              (*m.ZOO_NODE_LABELS, "direction"), registry=reg,
                                              buckets=m.KV_TRANSFER_BUCKETS_S)  # fmt: skip
         self._kv_refused: Mapping = {}
+        self._kv_events = None  # agent/kv_events.py's publisher, when the node publishes its KV cache events
         reg.register(SnapshotCollector(self._collect_kv_refused))
         reg.register(SnapshotCollector(self._collect_snapshot))
 
@@ -208,10 +209,20 @@ class AgentExporter(PrometheusExporter):
         self.kv_transfer_bytes.labels(**self._zoo_labels, direction=direction, peer=peer).inc(nbytes)
         self.kv_transfer_seconds.labels(**self._zoo_labels, direction=direction).observe(max(seconds, 0.0))
 
+    def describe_kv_events(self, publisher) -> None:
+        """The node's KV cache events' publisher (agent/kv_events.py): its batches sent and dropped, at each scrape."""
+        self._kv_events = publisher
+
     def _collect_kv_refused(self) -> Iterable[Metric]:
         if not self._zoo_labels:
             return
         zoo = self._zoo_labels
+        if self._kv_events is not None:
+            batches = CounterMetricFamily(m.KV_EVENTS_BATCHES, "KV cache event batches published, by outcome.",
+                                          labels=[*zoo, "outcome"])  # fmt: skip
+            batches.add_metric([*zoo.values(), "sent"], self._kv_events.num_sent)
+            batches.add_metric([*zoo.values(), "dropped"], self._kv_events.num_dropped)
+            yield batches
         refused = CounterMetricFamily(m.KV_TRANSFER_REFUSED, "KV transfers this node refused, by reason.",
                                       labels=[*zoo, "reason"])  # fmt: skip
         for reason, n in dict(self._kv_refused).items():

@@ -1,7 +1,10 @@
 """The KV data plane's and live migrations' metrics: zoo:kv_transfer_bytes_total{direction,peer},
-zoo:kv_transfer_seconds, zoo:kv_transfer_refused_total{reason} (agent) and zoo:migrations_total (control plane)."""
+zoo:kv_transfer_seconds, zoo:kv_transfer_refused_total{reason}, zoo:kv_events_batches_total{outcome} (agent) and
+zoo:migrations_total (control plane)."""
 
 from __future__ import annotations
+
+import types
 
 from prometheus_client import generate_latest
 
@@ -32,6 +35,18 @@ def test_agent_exports_kv_transfers_and_refusals():
     assert 'peer="tcp://127.0.0.1:9"} 4096.0' in text and 'peer="n2"} 1000.0' in text
     assert 'zoo:kv_transfer_seconds_count{cell="default",direction="in"' in text
     assert 'reason="layout"} 1.0' in text and 'reason="checksum"} 0.0' in text
+
+
+def test_agent_exports_its_kv_event_batches_by_outcome():
+    exporter = AgentExporter()
+    exporter.describe_node(_hello())
+    assert "zoo:kv_events_batches" not in generate_latest(exporter.registry).decode()  # no publisher: no series
+    publisher = types.SimpleNamespace(num_sent=0, num_dropped=0)
+    exporter.describe_kv_events(publisher)
+    publisher.num_sent, publisher.num_dropped = 41, 2  # read at each scrape
+    text = generate_latest(exporter.registry).decode()
+    assert 'zoo:kv_events_batches_total{cell="default",gpu_type="cpu",model="m",node="n1",outcome="sent"} 41.0' in text
+    assert 'outcome="dropped"} 2.0' in text
 
 
 def test_controlplane_exports_migrations_by_reason_and_outcome():
