@@ -75,6 +75,16 @@ class PrefixIndex:
             evicted, _ = lru.popitem(last=False)
             self._drop_holder(evicted, node_id)
 
+    def remove(self, node_id: str, block_hashes: Sequence[int]) -> None:
+        """Forget these blocks of ``node_id`` (it evicted them: a KV event); blocks not indexed are ignored."""
+        lru = self._lru.get(node_id)
+        if lru is None:
+            return
+        for block_hash in block_hashes:
+            if block_hash in lru:
+                del lru[block_hash]
+                self._drop_holder(block_hash, node_id)
+
     def remove_node(self, node_id: str) -> None:
         """Forget everything about ``node_id`` (it died, left or restarted with an empty cache)."""
         lru = self._lru.pop(node_id, None)

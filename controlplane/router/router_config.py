@@ -275,6 +275,10 @@ class RouterConfig:
         chose 1 s, refused: it herds a burst (300 requests on 2 identical idle nodes: 163/137, tests/controlplane/
         router/test_no_herding.py), a late node's missing triage charge then outweighing the KV charge.
     hardware_aware_use_prefix: subtract prompt blocks the prefix index says are cached on a node.
+    hardware_aware_kv_evictions: the nodes' KV cache events correct the prefix index (an experiment, off): a block
+        a node evicted (BlockRemoved) or a cleared cache leaves it; what it routed still enters at routing time,
+        so a prompt's followers find the node its first went to before its prefill is done (Dynamo's KV-events
+        mode waits for the blocks: bench/results/2026-12-06-sim-dynamo-kv-events.json).
     lora_load_estimate_s: a LoRA request's cold-load time (disk or host RAM -> a device slot) on a node that
         does not hold its adapter and has not measured a load yet (its reports carry the measured mean then):
         ``zoo bench lora`` measured 23 ms (disk) + 9 ms (slot) for a rank-16 SmolLM2 adapter on CPU; an 8B
@@ -338,6 +342,7 @@ class RouterConfig:
     kv_reserve_running_tokens: int = 128
     kv_full_penalty_s: float = 3.0
     hardware_aware_use_prefix: bool = True
+    hardware_aware_kv_evictions: bool = False
     lora_load_estimate_s: float = 0.05
     # prefix_aware
     prefix_load_penalty_blocks: float = 1.0

@@ -122,6 +122,7 @@ from controlplane.router.policies.node_table import NodeTable, NodeTables
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
+from engine.kv.kv_events import AllBlocksCleared, BlockRemoved
 
 _COL_INV_RATE = 2  # s per prompt token
 _COL_BASE_S = 3  # queue + current decode step wait
@@ -150,6 +151,7 @@ class HardwareAwarePolicy(PolicyHooks):
         self.tpot_lost = tpot_lost.rule_for(config)  # goodput first, where the router or a traffic class turns it on
         self._lost = tpot_lost.keep if self.tpot_lost is None else self.tpot_lost
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
+        self.wants_kv_events = self._index is not None and config.hardware_aware_kv_evictions  # evictions correct it
         # registries' change logs whose new views refresh the tables, each with the callback it calls
         self._watched: dict[NodeChangeLog, Callable[[NodeView], None]] = {}
         self._cost = self._tpot = self._add = np.empty(0)  # the numpy path's buffers, made at its first decision
@@ -545,6 +547,16 @@ class HardwareAwarePolicy(PolicyHooks):
     def on_prefix_cache_reset(self, node_id: str) -> None:
         if self._index is not None:
             self._index.remove_node(node_id)
+
+    def on_kv_events(self, node_id: str, events: list) -> None:
+        """``hardware_aware_kv_evictions``: what a node evicted leaves the index (its stores entered at routing)."""
+        if not self.wants_kv_events:
+            return
+        for event in events:
+            if type(event) is BlockRemoved:
+                self._index.remove(node_id, event.block_hashes)
+            elif type(event) is AllBlocksCleared:
+                self._index.remove_node(node_id)
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
         """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""
