@@ -56,6 +56,7 @@ from controlplane.gateway.batches import (
 )
 from controlplane.gateway.errors import error_body
 from controlplane.gateway.file_store import OUTPUT_PURPOSE, FileStore
+from controlplane.gateway.request_body import replayed_body
 from transport.messages import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -328,15 +329,7 @@ class BatchRunner:
             "server": None,
             "state": state,
         }
-        sent = False
-
-        async def receive() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": request_body, "more_body": False}
-            await anyio.sleep_forever()  # nobody disconnects: a batch's request is cancelled, not abandoned
-            raise AssertionError("unreachable")
+        receive = replayed_body(request_body, _never)  # nobody disconnects: a batch's request is cancelled
 
         reply: dict = {"status": 500, "headers": {}, "body": bytearray()}
 
@@ -390,6 +383,12 @@ _EXPIRED = {
     "code": "batch_expired",
     "message": "This request could not be executed before the completion window expired.",
 }
+
+
+async def _never() -> Message:
+    """What a batch's request receives after its body: nothing (it is cancelled, never abandoned)."""
+    await anyio.sleep_forever()
+    raise AssertionError("unreachable")
 
 
 def _retry_after_s(headers: dict[str, str]) -> float | None:

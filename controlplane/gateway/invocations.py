@@ -28,11 +28,10 @@ from collections.abc import Awaitable, Callable
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.openai_schema import decode_body
-from controlplane.gateway.request_body import answered
+from controlplane.gateway.request_body import answered, replayed_body
 from transport.messages import ErrorCode
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -71,22 +70,8 @@ def invocations(handlers: dict[str, Handler], read_body: Callable[[Request], Awa
         async def serve() -> Response:
             body = await read_body(request)
             handler = handlers[route_for(body)]
-            return await handler(Request(request.scope, _replay(body, request.receive)))
+            return await handler(Request(request.scope, replayed_body(body, request.receive)))
 
         return await answered(serve)
 
     return handle
-
-
-def _replay(body: bytes, receive: Callable[[], Awaitable[Message]]) -> Callable[[], Awaitable[Message]]:
-    """An ASGI receive that gives ``body`` first, then the connection's own messages (a client's disconnect)."""
-    sent = False
-
-    async def replayed() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replayed

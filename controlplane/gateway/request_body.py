@@ -7,9 +7,12 @@ closed (``read_timeout_response``; ``answered`` replies to either, and to a refu
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import anyio
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import Message
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.errors import error_response, http_error_response
@@ -37,6 +40,21 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     if deadline.cancelled_caught:
         raise ReadTimeout(timeout_s)
     return bytes(body)
+
+
+def replayed_body(body: bytes, after: Callable[[], Awaitable[Message]]) -> Callable[[], Awaitable[Message]]:
+    """An ASGI ``receive`` that gives ``body`` as the whole request body, then whatever ``after`` gives (the
+    connection's own messages: a client's disconnect; or nothing ever)."""
+    sent = False
+
+    async def receive() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await after()
+
+    return receive
 
 
 def too_large(limit: int) -> FrontendError:

@@ -170,6 +170,30 @@ def controlplane():
     return start
 
 
+@pytest.fixture
+def fleet_with_agents(controlplane):
+    """``async with fleet_with_agents(*node_ids, engines=None, **controlplane_config) as cp``: conftest's control
+    plane with an agent in this process per node id (a trivial engine each, or ``engines[i]``), every one joined."""
+    import anyio
+
+    from agent.agent_config import AgentConfig
+    from agent.node_agent import NodeAgent
+    from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
+
+    @contextlib.asynccontextmanager
+    async def start(*node_ids: str, engines=None, **config):
+        async with controlplane(**config) as cp, anyio.create_task_group() as tg:
+            for i, node_id in enumerate(node_ids):
+                engine = engines[i] if engines is not None else build_trivial_engine(step_s=0.002)
+                agent_config = AgentConfig(node_id=node_id, model_name=FAKE_MODEL_NAME)
+                await tg.start(NodeAgent(cp.agent_endpoint, engine, agent_config, hardware=cpu_test_hardware()).run)
+            await cp.wait_until(lambda: len(cp.registry) == len(node_ids), 10)
+            yield cp
+            tg.cancel_scope.cancel()
+
+    return start
+
+
 async def _sse_events(http, path: str, body: dict, on_event) -> list[str]:
     """POST a streaming ``body`` to ``path``; the data of its SSE events, ``await on_event(events)`` after each."""
     events: list[str] = []

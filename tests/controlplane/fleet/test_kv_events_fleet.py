@@ -93,7 +93,7 @@ async def _wait_for(predicate, what: str, num_polls: int = 2000) -> None:
     raise AssertionError(what)
 
 
-async def test_the_control_plane_hears_the_nodes_events_when_its_policy_indexes_them(controlplane):
+async def test_the_control_plane_hears_the_nodes_events_when_its_policy_indexes_them(fleet_with_agents):
     """Dynamo's KV router in the real control plane: the Welcome asks for the nodes' KV events, the first message
     is the node's whole cache (blocks cached before it joined included), then every change, over the agent link."""
     engine = build_trivial_engine(step_s=0.001, num_device_blocks=64)
@@ -106,10 +106,7 @@ async def test_the_control_plane_hears_the_nodes_events_when_its_policy_indexes_
     def cached() -> set[int]:
         return {h.hash_value for h in pool.cached_blocks()}
 
-    async with controlplane(policy="dynamo_kv") as cp, anyio.create_task_group() as tg:
-        config = AgentConfig(node_id="n0", model_name=FAKE_MODEL_NAME)
-        await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
-        await cp.wait_until(lambda: len(cp.registry) == 1, 10)
+    async with fleet_with_agents("n0", engines=[engine], policy="dynamo_kv") as cp:
         tree = cp.policy.kv_tree
         await _wait_for(lambda: set(tree.block_hashes("n0")) == cached(), "the snapshot never matched the cache")
         async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
@@ -117,16 +114,11 @@ async def test_the_control_plane_hears_the_nodes_events_when_its_policy_indexes_
                 await zoo.generate(PREFIX + tail, max_tokens=20, ignore_eos=True)
         await _wait_for(lambda: set(tree.block_hashes("n0")) == cached(), "the index lags the node's cache")
         assert cp.policy._evented == {"n0"} and len(cached()) >= 6
-        tg.cancel_scope.cancel()
 
 
-async def test_a_policy_that_does_not_index_events_gets_none(controlplane):
+async def test_a_policy_that_does_not_index_events_gets_none(fleet_with_agents):
     engine = build_trivial_engine(step_s=0.001, num_device_blocks=64)
-    async with controlplane(policy="round_robin") as cp, anyio.create_task_group() as tg:
-        config = AgentConfig(node_id="n0", model_name=FAKE_MODEL_NAME)
-        await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
-        await cp.wait_until(lambda: len(cp.registry) == 1, 10)
+    async with fleet_with_agents("n0", engines=[engine], policy="round_robin") as cp:
         async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
             await zoo.generate(PREFIX, max_tokens=2)
         assert engine.scheduler.kv_cache_manager.pool(Tier.DEVICE).kv_events is None  # never logged
-        tg.cancel_scope.cancel()

@@ -4,15 +4,10 @@ HTTP and an UNKNOWN_MODEL error over ZeroMQ; a LoRA adapter cannot take an alias
 
 from __future__ import annotations
 
-import contextlib
-
-import anyio
 import httpx
 import pytest
 
-from agent.agent_config import AgentConfig
-from agent.node_agent import NodeAgent
-from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
+from backends.fake import FAKE_MODEL_NAME
 from client import AsyncZooClient, ZooUnknownModelError
 from controlplane.gateway import create_app
 from controlplane.lora_table import LoraTableError
@@ -23,18 +18,8 @@ ALIASES = {"gpt-4o-mini": FAKE_MODEL_NAME, "old-name": "retired-model"}
 
 
 @pytest.fixture
-def fleet(controlplane):
-    @contextlib.asynccontextmanager
-    async def start():
-        async with controlplane(model_aliases=dict(ALIASES)) as cp, anyio.create_task_group() as tg:
-            engine = build_trivial_engine(step_s=0.002)
-            config = AgentConfig(node_id="n0", model_name=FAKE_MODEL_NAME)
-            await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
-            await cp.wait_until(lambda: len(cp.registry) == 1, 10)
-            yield cp
-            tg.cancel_scope.cancel()
-
-    return start
+def fleet(fleet_with_agents):
+    return lambda: fleet_with_agents("n0", model_aliases=dict(ALIASES))
 
 
 async def test_an_alias_is_served_over_http_and_zeromq_and_the_reply_names_the_model(fleet):

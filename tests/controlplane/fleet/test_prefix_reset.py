@@ -4,15 +4,10 @@ answer for another node."""
 
 from __future__ import annotations
 
-import contextlib
-
 import anyio
 import httpx
 import pytest
 
-from agent.agent_config import AgentConfig
-from agent.node_agent import NodeAgent
-from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
 from client import AsyncZooClient
 from controlplane.gateway import create_app
 from controlplane.prefix_reset import PrefixResets
@@ -24,21 +19,9 @@ PROMPT = "The same long prompt, four blocks of sixteen bytes at least, then some
 
 
 @pytest.fixture
-def fleet(controlplane):
+def fleet(fleet_with_agents):
     """``async with fleet() as cp``: conftest's control plane under hardware_aware, two agents in process."""
-
-    @contextlib.asynccontextmanager
-    async def start():
-        async with controlplane(policy="hardware_aware") as cp, anyio.create_task_group() as tg:
-            for node_id in ("n0", "n1"):
-                config = AgentConfig(node_id=node_id, model_name=FAKE_MODEL_NAME)
-                engine = build_trivial_engine(step_s=0.002)
-                await tg.start(NodeAgent(cp.agent_endpoint, engine, config, hardware=cpu_test_hardware()).run)
-            await cp.wait_until(lambda: len(cp.registry) == 2, 10)
-            yield cp
-            tg.cancel_scope.cancel()
-
-    return start
+    return lambda: fleet_with_agents("n0", "n1", policy="hardware_aware")
 
 
 async def test_every_node_forgets_its_cache_and_the_router_its_index(fleet):
