@@ -278,7 +278,9 @@ class RouterConfig:
     hardware_aware_kv_evictions: the nodes' KV cache events correct the prefix index (an experiment, off): a block
         a node evicted (BlockRemoved) or a cleared cache leaves it; what it routed still enters at routing time,
         so a prompt's followers find the node its first went to before its prefill is done (Dynamo's KV-events
-        mode waits for the blocks: bench/results/2026-12-06-sim-dynamo-kv-events.json).
+        mode waits for the blocks: bench/results/2026-12-06-sim-dynamo-kv-events.json). The control plane asks
+        for the events in each node's Welcome: turned on by a router reload, it hears the nodes that join after.
+        Measured on mooncake's tuning split: no gain (bench/results/2026-12-06-sim-hardware-aware-kv-evictions.json).
     lora_load_estimate_s: a LoRA request's cold-load time (disk or host RAM -> a device slot) on a node that
         does not hold its adapter and has not measured a load yet (its reports carry the measured mean then):
         ``zoo bench lora`` measured 23 ms (disk) + 9 ms (slot) for a rank-16 SmolLM2 adapter on CPU; an 8B

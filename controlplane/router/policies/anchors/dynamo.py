@@ -30,8 +30,7 @@ later).
 
 Deliberate differences: a worker that has sent no event yet (an older agent) is priced by the ``--no-kv-events``
 record until its first event, which replaces that record. The tree is keyed by our block chain values, which name a
-whole prefix as Dynamo's sequence hashes do. Exact ties are broken with a seeded RNG. A router reload
-(controlplane/router_reload.py) to this policy hears events from the nodes that (re)join after it.
+whole prefix as Dynamo's sequence hashes do. Exact ties are broken with a seeded RNG.
 """
 
 from __future__ import annotations
