@@ -80,7 +80,7 @@ class _ResetPrefixCache:
 
 @dataclass(slots=True)
 class _SendKvEvents:
-    pass
+    on: bool
 
 
 @dataclass(slots=True)
@@ -217,10 +217,11 @@ class EngineThread:
             self._cancelled.update(self._reading)
         self.inbox.put(_AbortAll())
 
-    def send_kv_events(self) -> None:
-        """The control plane asked (Welcome.kv_events): from the next pass, a KvEvents in the outbox with each pass's
-        KV cache events, the first one the whole cache then (a clear, then every cached block)."""
-        self.inbox.put(_SendKvEvents())
+    def send_kv_events(self, on: bool) -> None:
+        """The control plane's Welcome says whether it indexes the node's KV cache events (``Welcome.kv_events``):
+        on, from the next pass a KvEvents in the outbox with each pass's events, the first one the whole cache then
+        (a clear, then every cached block); off, none (the engine stops logging them unless they are published)."""
+        self.inbox.put(_SendKvEvents(on))
 
     def reset_prefix_cache(self, msg: ResetPrefixCache) -> None:
         """Forget the engine's prefix cache between two steps; the answer (a ResetPrefixCache) goes in the outbox."""
@@ -366,8 +367,12 @@ class EngineThread:
             out.append(msgspec.structs.replace(cmd.msg, **answer))
         elif isinstance(cmd, _SetDrafter):
             self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
-        elif isinstance(cmd, _SendKvEvents):
+        elif isinstance(cmd, _SendKvEvents) and cmd.on:
             self._start_kv_events(out)
+        elif isinstance(cmd, _SendKvEvents) and self._send_kv_events:
+            self._send_kv_events = False
+            if self.kv_events is None:
+                self.core.engine.disable_kv_events()  # nobody takes them any more
         elif isinstance(cmd, _SetReportInterval):
             self.report_interval_s = cmd.interval_s
         elif isinstance(cmd, _Export):

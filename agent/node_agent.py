@@ -402,8 +402,7 @@ class NodeAgent(Actor):
         self._thread.set_report_interval(msg.report_interval_s)
         self.num_welcomes += 1
         self.peers = dict(msg.peers)
-        if msg.kv_events:  # the router indexes the nodes' KV cache events (Dynamo's default)
-            self._thread.send_kv_events()
+        self._thread.send_kv_events(msg.kv_events)  # the router indexes them (Dynamo's default), or not
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))

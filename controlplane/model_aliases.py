@@ -18,7 +18,8 @@ the model behind a name should not have to change every client. The rules are th
 - **``/v1/models`` lists an alias** while its target is served, ``root`` and ``parent`` naming the target, so a
   client that checks the list before calling finds the name it will call.
 
-An alias may not name another alias (one step, no chains or loops), nor be empty; one may name a LoRA adapter.
+An alias may not name another alias (one step, no chains or loops), nor be empty; one may name a LoRA adapter. An
+alias named like a served model stands for its target (the alias is resolved first): name it apart.
 An alias of a model no node serves is refused like an unknown model (404 ``model_not_found``, naming both).
 Resolution is one dict look-up per request; the HTTP gateway and the ZeroMQ intake resolve the same table, and
 resolving twice changes nothing (a target is never an alias).

@@ -312,6 +312,10 @@ class LLMEngine:
         pool = self.scheduler.kv_cache_manager.pool(Tier.DEVICE)
         pool.kv_events = pool.kv_events or KVEventLog()
 
+    def disable_kv_events(self) -> None:
+        """Log no more (what is logged is dropped)."""
+        self.scheduler.kv_cache_manager.pool(Tier.DEVICE).kv_events = None
+
     def take_kv_events(self) -> list[KVEvent]:
         """The KV cache events since the last call, oldest first ([] unless ``enable_kv_events`` was called)."""
         events = self.scheduler.kv_cache_manager.pool(Tier.DEVICE).kv_events
