@@ -3,7 +3,10 @@
 LocalZoo.start()  ─► control plane process ─► agent processes ─► wait until /health counts them all
 LocalZoo.supervise() restarts an agent that died (bounded restarts, backoff)
 LocalZoo.stop()   ─► SIGINT agents (they leave at once: no point draining, the whole zoo stops), then
-                     SIGTERM the control plane; SIGKILL what is left after a grace period
+                     SIGTERM the control plane; SIGKILL what is left after a grace period. With the control
+                     plane's ``shutdown_timeout`` set (zoo.toml [controlplane] shutdown_timeout = 30: vLLM's
+                     --shutdown-timeout), the control plane first: it refuses new requests while those in flight
+                     finish on the agents (at most that long), then the agents
 
 The children live in their own sessions (a terminal's Ctrl-C reaches only the supervisor, which stops them
 in order), so they must not outlive it: each asks the kernel for a signal when its parent dies
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import signal
 import subprocess
@@ -51,6 +55,13 @@ class _Child:
     proc: subprocess.Popen | None = None
     num_restarts: int = 0
     restart_at_s: float = 0.0
+
+
+def shutdown_timeout_s(controlplane_options: dict) -> float:
+    """The control plane's drain at SIGTERM, from zoo.toml's [controlplane] (0: none, or a value it refuses)."""
+    value = controlplane_options.get("shutdown_timeout", 0)
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+    return float(value) if ok else 0.0
 
 
 def _die_with_parent(death_signal: int):
@@ -166,14 +177,19 @@ class LocalZoo:
         return restarted
 
     def stop(self) -> None:
-        """Agents first (they send NodeLeave), then the control plane."""
-        for group in (self._agents, [self._controlplane]):
+        """Agents first (they send NodeLeave), then the control plane; or, when the control plane drains at
+        SIGTERM (its ``shutdown_timeout``), the control plane first, so the requests in flight finish."""
+        drain_s = shutdown_timeout_s(self.config.controlplane_options)
+        order = [(self._agents, STOP_GRACE_S), ([self._controlplane], STOP_GRACE_S)]
+        if drain_s > 0:
+            order = [([self._controlplane], drain_s + STOP_GRACE_S), (self._agents, STOP_GRACE_S)]
+        for group, grace_s in order:
             live = [c for c in group if c.proc is not None and c.proc.poll() is None]
             for c in live:
                 with contextlib.suppress(ProcessLookupError):
                     c.proc.send_signal(c.stop_signal)
             live = [c.proc for c in live]
-            deadline = time.monotonic() + STOP_GRACE_S
+            deadline = time.monotonic() + grace_s
             for p in live:
                 try:
                     p.wait(timeout=max(0.1, deadline - time.monotonic()))
