@@ -30,7 +30,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterable, Mapping
 
-__all__ = ["check_model_aliases", "parse_model_alias", "resolve_model", "served_aliases"]
+__all__ = ["aliases_of", "check_model_aliases", "parse_model_alias", "resolve_model", "served_aliases"]
 
 MAX_NAME_CHARS = 256
 
@@ -46,6 +46,11 @@ def check_model_aliases(aliases: Mapping[str, str]) -> None:
             raise ValueError(f"model alias {alias!r} names itself")
         if target in aliases:
             raise ValueError(f"model alias {alias!r} names another alias, {target!r} (name the model itself)")
+
+
+def aliases_of(frontend: object) -> Mapping[str, str]:
+    """A front door's view of the control plane's aliases (``ControlPlane.model_aliases``; {}: a frontend without)."""
+    return getattr(frontend, "model_aliases", None) or {}
 
 
 def resolve_model(aliases: Mapping[str, str], name: str | None) -> str | None:

@@ -109,7 +109,7 @@ from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
-from controlplane.model_aliases import resolve_model, served_aliases
+from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
 from engine.structured_output import StructuredOutputError
 from transport.codec import clip
 from transport.messages import ErrorCode
@@ -462,7 +462,7 @@ class Gateway:
     @property
     def model_aliases(self) -> Mapping[str, str]:
         """Other names clients may give as ``model`` (controlplane/model_aliases.py; {}: a frontend without)."""
-        return getattr(self.frontend, "model_aliases", None) or {}
+        return aliases_of(self.frontend)
 
     def _model_objects(self, names: list[str]) -> list[dict]:
         """/v1/models' list: the served models, the LoRA adapters, then each alias of one of them, as its

@@ -29,7 +29,7 @@ from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, chat_options, decode_body
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tool_calls import ToolIn, tool_specs
-from controlplane.model_aliases import resolve_model
+from controlplane.model_aliases import aliases_of, resolve_model
 from engine.prompt import PromptError
 from engine.sampling_params import show_value
 from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolSpec
@@ -127,7 +127,7 @@ class TokenizeRoutes:
 
     def _tokenizer_for(self, model: str | None) -> Any:
         names = self.frontend.model_names
-        model = resolve_model(getattr(self.frontend, "model_aliases", None) or {}, model)  # an alias: its model
+        model = resolve_model(aliases_of(self.frontend), model)  # an alias: its model
         if model is not None and names and model not in names:
             raise FrontendError(ErrorCode.UNKNOWN_MODEL, f"The model '{model}' does not exist", param="model")
         return self.tokenizer
