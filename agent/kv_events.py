@@ -44,6 +44,7 @@ __all__ = ["KVEventPublisher", "KVEventsConfig", "parse_kv_events_config"]
 log = logging.getLogger(__name__)
 
 MEDIUM_GPU = "GPU"
+MAX_COUNT = 2**31 - 1  # the largest hwm ZeroMQ takes (a C int); the queue and buffer sizes alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +73,8 @@ class KVEventsConfig:
             raise ValueError("kv events: replay_endpoint is not supported (no replay socket here)")
         for name in ("hwm", "max_queue_size", "buffer_steps"):
             value = getattr(self, name)
-            if type(value) is not int or value < 1:
-                raise ValueError(f"kv events: {name} must be an integer >= 1, got {value!r}")
+            if type(value) is not int or not 1 <= value <= MAX_COUNT:
+                raise ValueError(f"kv events: {name} must be an integer in [1, {MAX_COUNT}], got {value!r}")
         if not isinstance(self.endpoint, str) or "://" not in self.endpoint:
             raise ValueError(f"kv events: endpoint must be a ZeroMQ address, got {self.endpoint!r}")
 
@@ -153,12 +154,17 @@ class KVEventPublisher:
         self._pub.set_hwm(config.hwm)
         self._pub.linger = 0
         endpoint = config.endpoint
-        if "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://")):
-            self._pub.bind(endpoint)
-            self.endpoint = self._pub.last_endpoint.decode()
-        else:
-            self._pub.connect(endpoint)
-            self.endpoint = endpoint
+        try:
+            if "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://")):
+                self._pub.bind(endpoint)
+                self.endpoint = self._pub.last_endpoint.decode()
+            else:
+                self._pub.connect(endpoint)
+                self.endpoint = endpoint
+        except zmq.ZMQError as e:  # a malformed address, a port taken: refused by name, not a traceback
+            self._pub.close(linger=0)
+            self._ctx.term()
+            raise ValueError(f"--kv-events-config: endpoint {endpoint!r}: {e}") from None
         self._topic = config.topic.encode()
         self._seq = 0
         self.num_sent = self.num_dropped = 0

@@ -229,11 +229,22 @@ def run_agent(args: argparse.Namespace) -> int:
         print(f"metrics: {http.serve(args.metrics_host, args.metrics_port, args.metrics_advertise)}", flush=True)
     try:
         return anyio.run(_serve_agent, agent)
+    except BaseExceptionGroup as group:  # a setting refused while the agent starts (a KV events endpoint)
+        refused, rest = group.split(ValueError)
+        if refused is None or rest is not None:
+            raise
+        print(f"zoo agent: {_first_leaf(refused)}", file=sys.stderr)
+        return 2
     finally:
         if http is not None:
             http.close()
         if agent.tracer is not None:
             agent.tracer.export.close()  # what is queued goes out
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    first = group.exceptions[0]
+    return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _serve_agent(agent) -> int:

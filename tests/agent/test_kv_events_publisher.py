@@ -10,7 +10,7 @@ import zmq
 
 from agent.kv_events import KVEventPublisher, KVEventsConfig, parse_kv_events_config
 from engine.kv.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
-from zoo.cli import build_parser
+from zoo.cli import build_parser, main
 
 
 # vLLM's event schema as its consumers decode it (vllm/distributed/kv_events.py: tagged structs, map-encoded)
@@ -54,7 +54,8 @@ def test_the_config_takes_vllms_keys_and_refuses_the_rest_by_name():
         ('{"enable": true}', "unknown keys ['enable']"),
         ('{"replay_endpoint": "tcp://*:5558"}', "replay_endpoint is not supported"),
         ('{"publisher": "kafka"}', "publisher must be 'zmq' or 'null'"),
-        ('{"hwm": 0}', "hwm must be an integer >= 1"),
+        ('{"hwm": 0}', "hwm must be an integer in [1, 2147483647]"),
+        ('{"hwm": 100000000000000000000}', "hwm must be an integer in [1, 2147483647]"),
         ('{"enable_kv_cache_events": "yes"}', "must be true or false"),
         ('{"endpoint": "localhost"}', "must be a ZeroMQ address"),
     ]:
@@ -66,6 +67,16 @@ def test_zoo_agent_refuses_a_bad_config_naming_it(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["agent", "--kv-events-config", '{"enable": true}'])
     assert "unknown keys ['enable']" in capsys.readouterr().err
+
+
+def test_an_endpoint_that_cannot_bind_stops_zoo_agent_with_its_name(capsys, monkeypatch):
+    with pytest.raises(ValueError, match="endpoint 'tcp://\\*:notaport'"):
+        KVEventPublisher(KVEventsConfig(True, endpoint="tcp://*:notaport"), 16)
+    monkeypatch.setattr("zoo.agent_cmd.configure_logging", lambda: None)  # the test process's logging stays
+    config = '{"enable_kv_cache_events": true, "endpoint": "tcp://*:notaport"}'
+    argv = ["agent", "--fake-runner", "--control", "tcp://127.0.0.1:1", "--kv-events-config", config]
+    assert main(argv) == 2  # not a traceback
+    assert "zoo agent: --kv-events-config: endpoint 'tcp://*:notaport'" in capsys.readouterr().err
 
 
 def _subscribe(publisher: KVEventPublisher, topic: bytes = b"") -> tuple[zmq.Context, zmq.Socket, list]:
