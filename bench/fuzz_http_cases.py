@@ -2,7 +2,8 @@
 
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
-        count_tokens; a Responses API body, one time in twelve or so, to /v1/responses, its tools its own:
+        count_tokens; a Responses API body (background or with logprobs one time in ten), one time in twelve or so,
+        to /v1/responses, its tools its own:
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
         in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
         or so to SageMaker's /invocations instead; one time in fourteen, an OpenAI batch: a JSONL upload to
@@ -91,7 +92,7 @@ HTTP_FIELDS = [
     "chat_template_kwargs", "return_token_ids", "return_tokens_as_token_ids",
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
-    "metadata",  # OpenAI's Responses API (/v1/responses)
+    "metadata", "top_logprobs",  # OpenAI's Responses API (/v1/responses)
     "encoding_format", "dimensions",  # OpenAI's embeddings API (/v1/embeddings)
     "text_1", "text_2", "query", "documents", "top_n", "return_documents", "use_activation",  # vLLM's score, rerank
 ]  # fmt: skip
@@ -267,6 +268,10 @@ class HttpCases:
         body: dict = {"input": r.choice(["hi", [{"role": "user", "content": "hi"}]]), "max_output_tokens": 3}
         if r.random() < 0.2:
             body["stream"] = True
+        if r.random() < 0.1:  # a background one: answered at once, run by the gateway
+            body["background"] = True
+        if r.random() < 0.1:
+            body.update(include=["message.output_text.logprobs"], top_logprobs=r.choice([0, 2, 20]))
         return body
 
     def next(self) -> HttpCase:
@@ -315,6 +320,8 @@ class HttpCases:
             path = r.choice(["/health", "/metrics", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000), "/nope",
                              "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
                              "/v1/responses/resp_" + "r" * r.randint(0, 5_000),
+                             "/v1/responses/resp_" + "r" * r.randint(0, 50) + "/cancel",
+                             "/v1/responses/resp_r?stream=true&starting_after=" + r.choice(["0", "-1", "x" * 3000]),
                              "/v1/responses/x/input_items?limit=" + r.choice(["0", "5", "x" * 3000, "-"]),
                              "/v1/files?" + r.choice(["limit=0", "order=up", "after=x", "purpose=batch"]),
                              "/v1/files/" + r.choice([*self.file_ids[-3:], "file-" + "f" * r.randint(0, 5_000)]),

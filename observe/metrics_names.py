@@ -94,6 +94,10 @@ BATCH_REQUESTS = "zoo:batch_requests"  # counter (_total) {outcome "completed" |
 BATCH_REQUESTS_WAITING = "zoo:batch_requests_waiting"  # gauge: requests of unfinished batches not answered yet
 FILES = "zoo:files"  # gauge: files kept
 FILES_BYTES = "zoo:files_bytes"  # gauge
+RESPONSES_STORED = "zoo:responses_stored"  # gauge: /v1/responses kept for GET and previous_response_id
+RESPONSES_STORED_BYTES = "zoo:responses_stored_bytes"  # gauge
+RESPONSES_BACKGROUND_RUNNING = "zoo:responses_background_running"  # gauge: background responses not ended yet
+RESPONSES_BACKGROUND_ENDED = "zoo:responses_background_ended"  # counter (_total) {status}: completed ... cancelled
 # OpenTelemetry request spans (observe/span_metrics.py), on the /metrics of each process that exports spans; a span
 # is one process's own (the control plane's llm_request, an agent's node_request), labelled by its service.name
 TRACE_SPANS = "zoo:trace_spans"  # counter (_total) {service, outcome "queued" | "dropped" | "unsampled"}

@@ -470,12 +470,17 @@ async def _serve_http(
     app = create_app(cp, metrics_app=metrics_app, config=config, api_keys=api_keys, sd_app=sd_app)
     if gateways is not None:
         gateways.append(app.state.http_in_flight)
-    if exporter is not None:  # the gateway's batches and files on the same /metrics (observe/batch_metrics.py)
+    if exporter is not None:  # the gateway's batches, files and responses on the same /metrics
         from observe.batch_metrics import batch_metrics
         from observe.exporter import SnapshotCollector
         from observe.http_metrics import instrument_gateway
+        from observe.responses_metrics import responses_metrics
 
         exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
+        responses = (
+            app.state.responses
+        )  # the Responses API's store and background runner (observe/responses_metrics.py)
+        exporter.registry.register(SnapshotCollector(responses_metrics(responses.store, responses.background)))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
     await serve_gateway(app, host, port, config, task_status=task_status)
 

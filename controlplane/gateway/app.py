@@ -7,9 +7,11 @@
     POST /v1/messages/count_tokens  its prompt's tokens, as /tokenize counts them
     POST /v1/embeddings           a prompt's embedding per input (openai_embeddings.py; engine/embeddings.py)
     POST /v1/responses            OpenAI's Responses API over the same engine requests (openai_responses.py; its
-                                  stream in the Responses API's named events)
+                                  stream in the Responses API's named events; responses_routes.py)
     GET, DELETE /v1/responses/{id}  a stored response (response_store.py: bounded, per owner); GET
                                   /v1/responses/{id}/input_items its request's input items (a cursor page)
+    POST /v1/responses/{id}/cancel  a background response stopped (background_responses.py: ``background: true``
+                                  answered at once, run by serve_gateway or the app's lifespan)
     /v1/files, /v1/batches        OpenAI's Files and Batch APIs (batch_routes.py): a JSONL file of requests run in
                                   the background, each through its own route above (batch_runner.py, run by
                                   serve_gateway or the app's lifespan); results as output and error files
@@ -62,6 +64,7 @@ import math
 import re
 import time
 from collections.abc import Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -78,7 +81,7 @@ from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
-from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
+from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_tenant
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
@@ -92,7 +95,6 @@ from controlplane.gateway.http_span import HttpSpans
 from controlplane.gateway.invocations import invocations
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.openai_reply import OpenAIReply
-from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
@@ -104,7 +106,8 @@ from controlplane.gateway.reply_stream import (
 )
 from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.request_ids import request_ids
-from controlplane.gateway.response_store import ResponseStore, input_items_page
+from controlplane.gateway.response_store import ResponseStore
+from controlplane.gateway.responses_routes import ResponsesRoutes
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
@@ -140,6 +143,8 @@ class GatewayConfig:
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
+    # /v1/responses with ``background``: at most this many run at once (gateway/background_responses.py)
+    responses_background_max: int = 256
     # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
     # credentials: the API key travels in a header a page must set itself); () turns CORS off
     cors_allowed_origins: tuple[str, ...] = ("*",)
@@ -169,7 +174,7 @@ class GatewayConfig:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("files_upload_max_bytes", "files_upload_concurrency"):
+        for name in ("files_upload_max_bytes", "files_upload_concurrency", "responses_background_max"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes"):
@@ -215,7 +220,7 @@ def create_app(
         Route("/v1/completions", gateway.handle_completions, methods=["POST"]),
         Route("/v1/chat/completions", gateway.handle_chat_completions, methods=["POST"]),
         Route("/v1/embeddings", gateway.embeddings.handle_embeddings, methods=["POST"]),
-        Route("/v1/responses", gateway.handle_responses, methods=["POST"]),
+        Route("/v1/responses", gateway.responses.create, methods=["POST"]),
         Route("/v1/score", gateway.embeddings.handle_score, methods=["POST"]),  # vLLM's run_batch takes these two too
         Route("/v1/rerank", gateway.embeddings.handle_rerank, methods=["POST"]),
     ]
@@ -240,8 +245,9 @@ def create_app(
         Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/score", gateway.embeddings.handle_score, methods=["POST"]),
         *(Route(path, gateway.embeddings.handle_rerank, methods=["POST"]) for path in ("/rerank", "/v2/rerank")),
-        Route("/v1/responses/{response_id}", gateway.handle_stored_response, methods=["GET", "DELETE"]),
-        Route("/v1/responses/{response_id}/input_items", gateway.handle_input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}", gateway.responses.stored, methods=["GET", "DELETE"]),
+        Route("/v1/responses/{response_id}/input_items", gateway.responses.input_items, methods=["GET"]),
+        Route("/v1/responses/{response_id}/cancel", gateway.responses.cancel, methods=["POST"]),
         Route("/v1/models", gateway.handle_models, methods=["GET"]),
         Route("/v1/models/{model:path}", gateway.handle_model, methods=["GET"]),
         Route("/tokenize", gateway.handle_tokenize, methods=["POST"]),
@@ -258,8 +264,10 @@ def create_app(
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     if sd_app is not None:
         routes.append(Route("/metrics/targets", _ExactPathApp(sd_app), methods=["GET"]))
-    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=runner.lifespan)  # the lifespan runs batches
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=_lifespan)  # it runs app.state.runs
     app.state.batches, app.state.batch_routes = runner, batch_routes
+    app.state.runs = (runner.run, gateway.responses.background.run)  # batches, background responses
+    app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
@@ -298,7 +306,11 @@ class Gateway:
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
         self.tokenize_routes = TokenizeRoutes(frontend)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
-        self.responses = ResponseStore(config.responses_store_max, config.responses_store_bytes)
+        store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
+        self.responses = ResponsesRoutes(self, store, config.responses_background_max)  # /v1/responses
+
+    async def check_structured(self, args: GenerateArgs) -> None:
+        await _check_structured(args)
 
     async def handle_completions(self, request: Request) -> Response:
         return await self._handle_generate(request, chat=False)
@@ -313,7 +325,7 @@ class Gateway:
         async def serve() -> Response:
             args = parse_messages(await self.read_body(request))
             if args.sampling.structured_outputs is not None:
-                await _check_structured(args)
+                await self.check_structured(args)
             reply = MessagesReply(self.model_name(args.model), args.tool_plan)
             chunks = self.start(request, reply.id, args, arrival_ns)
             return await respond(
@@ -332,60 +344,6 @@ class Gateway:
             return json_response({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools, chat)})
 
         return await guarded(request, serve, anthropic_error_body)
-
-    async def handle_responses(self, request: Request) -> Response:
-        """OpenAI's ``POST /v1/responses`` (gateway/openai_responses.py); a stored one is kept under its owner."""
-        arrival_ns = time.monotonic_ns()
-        owner = request_owner(request)
-
-        def previous(response_id: str):
-            stored = self.responses.get(owner, response_id)
-            return stored.conversation if stored is not None else None
-
-        async def serve() -> Response:
-            parsed = parse_responses(
-                await self.read_body(request),
-                default_max_tokens=self.config.default_chat_max_tokens,
-                tool_call_parser=self.config.tool_call_parser,
-                previous=previous,
-            )
-
-            def keep(obj: dict, conversation) -> None:
-                self.responses.put(owner, obj, conversation, input_items(parsed.own_input))
-
-            args = parsed.generate
-            if args.sampling.structured_outputs is not None:
-                await _check_structured(args)
-            reply = ResponsesReply(self.model_name(args.model), parsed, on_done=keep if parsed.store else None)
-            chunks = self.start(request, reply.id, args, arrival_ns)
-            return await respond(request, chunks, reply, args.stream, named_events, reply.id)
-
-        return await guarded(request, serve)
-
-    async def handle_stored_response(self, request: Request) -> Response:
-        """``GET`` a stored response's object, or ``DELETE`` it (404 when its owner has none of that id)."""
-        response_id = request.path_params["response_id"]
-        owner = request_owner(request)
-        if request.method == "DELETE":
-            if self.responses.delete(owner, response_id):
-                return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
-        else:
-            stored = self.responses.get(owner, response_id)
-            if stored is not None:
-                return json_response(stored.object)
-        return _no_stored_response(response_id)
-
-    async def handle_input_items(self, request: Request) -> Response:
-        """A stored response's input items as OpenAI's cursor page: ``order`` (desc, OpenAI's default, or asc),
-        ``limit`` (1..100, default 20), ``after`` (the last item id of the page before)."""
-        response_id = request.path_params["response_id"]
-        stored = self.responses.get(request_owner(request), response_id)
-        if stored is None:
-            return _no_stored_response(response_id)
-        try:
-            return json_response(input_items_page(stored.input_items, request.query_params))
-        except FrontendError as err:
-            return error_response(err)
 
     def start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
         """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""
@@ -464,6 +422,10 @@ class Gateway:
         """Other names clients may give as ``model`` (controlplane/model_aliases.py; {}: a frontend without)."""
         return aliases_of(self.frontend)
 
+    def model_ids(self) -> set[str]:
+        """The names a request's ``model`` may give now: what /v1/models lists."""
+        return {obj["id"] for obj in self._model_objects(self.frontend.model_names)}
+
     def _model_objects(self, names: list[str]) -> list[dict]:
         """/v1/models' list: the served models, the LoRA adapters, then each alias of one of them, as its
         target's object under the alias's id with ``parent`` naming the target."""
@@ -494,7 +456,7 @@ class Gateway:
             else:
                 args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
             if args.sampling.structured_outputs is not None:
-                await _check_structured(args)
+                await self.check_structured(args)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
 
         return await guarded(request, serve)
@@ -553,6 +515,17 @@ async def _check_structured(args: GenerateArgs) -> None:
         raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
 
 
+@asynccontextmanager
+async def _lifespan(app: Starlette):
+    """Starlette's lifespan: the app's ``runs`` (batches, background responses) run while it is served (by a server
+    that runs the lifespan; http_server.serve_gateway runs them in its own task group instead)."""
+    async with anyio.create_task_group() as tg:
+        for run in app.state.runs:
+            tg.start_soon(run)
+        yield
+        tg.cancel_scope.cancel()
+
+
 class _ExactPathApp:
     """An ASGI app for Route, which serves it at exactly its path (Mount would redirect /metrics → /metrics/)."""
 
@@ -571,11 +544,6 @@ async def _handle_http_exception(request: Request, exc: HTTPException) -> Respon
 async def _handle_unexpected(request: Request, exc: Exception) -> Response:
     """An exception no handler caught (Starlette logs it and re-raises after this reply)."""
     return http_error_response(500, "Internal server error", code="internal_error")
-
-
-def _no_stored_response(response_id: str) -> Response:
-    shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
-    return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")
 
 
 def _unknown_model(name: str) -> FrontendError:

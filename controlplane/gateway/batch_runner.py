@@ -35,7 +35,6 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import anyio
@@ -131,15 +130,6 @@ class BatchRunner:
             self._batches[(batch.owner, batch.id)] = batch
             if batch.status not in TERMINAL:
                 self._send.send_nowait((batch, done))
-
-    @asynccontextmanager
-    async def lifespan(self, app=None):
-        """Starlette's lifespan: the runner runs while the app is served (by a server that runs the lifespan;
-        http_server.serve_gateway runs ``run`` in its own task group instead)."""
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self.run)
-            yield
-            tg.cancel_scope.cancel()
 
     async def run(self) -> None:
         """Runs every submitted batch until cancelled."""

@@ -111,7 +111,7 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, config: GatewayConfig, **
         http=gateway_protocol(config.request_read_timeout_s),
         timeout_keep_alive=config.keep_alive_timeout_s,
         log_level="warning",
-        lifespan="off",  # serve_gateway runs the app's batches itself (a cancelled lifespan task logs a traceback)
+        lifespan="off",  # serve_gateway runs the app.s runs itself (a cancelled lifespan task logs a traceback)
     )
     if config.ssl_certfile is not None:  # HTTPS, as vLLM's --ssl-* flags set up uvicorn
         settings.update(ssl_keyfile=config.ssl_keyfile, ssl_certfile=config.ssl_certfile)
@@ -147,7 +147,7 @@ async def serve_gateway(
     *,
     task_status: TaskStatus[GatewayServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve ``app`` until cancelled, and run its batches (``app.state.batches``, a BatchRunner, if it has one);
+    """Serve ``app`` until cancelled, and run its ``app.state.runs`` (create_app's: batches, background responses);
     reports the GatewayServer once it listens. Raises RuntimeError
     when uvicorn stops on its own (e.g. the port was taken)."""
     server = GatewayServer(uvicorn_config(app, host, port, config or GatewayConfig()))
@@ -159,9 +159,8 @@ async def serve_gateway(
             server.listening.set()  # whatever happened, the starter stops waiting
 
     async with anyio.create_task_group() as tg:
-        batches = getattr(getattr(app, "state", None), "batches", None)  # gateway/batch_runner.py: create_app's
-        if batches is not None:
-            tg.start_soon(batches.run)
+        for run in getattr(getattr(app, "state", None), "runs", ()):  # create_app's: batches, background responses
+            tg.start_soon(run)
         tg.start_soon(serve)
         with anyio.fail_after(STARTUP_TIMEOUT_S):
             await server.listening.wait()

@@ -8,8 +8,10 @@ serves the same route (vllm/entrypoints/openai/serving_responses.py, protocol.py
               (vLLM's extension), stream, store, previous_response_id, tools (flat function tools: {type: function,
               name, description, parameters, strict}), tool_choice ("none" | "auto" | "required" | {type: function,
               name}), parallel_tool_calls, text.format (text | json_object | json_schema {name, schema, strict}),
-              metadata and user (echoed); other fields are ignored; image and file parts, ``background`` and output
-              logprobs (``include``) are refused by name
+              metadata and user (echoed), top_logprobs with include ["message.output_text.logprobs"] (each
+              output_text part's and delta's ``logprobs``, as the chat API's), background (with store: answered at
+              once, run by gateway/background_responses.py); other fields are ignored; image and file parts are
+              refused by name
     reply     {id: resp_…, object: response, created_at, status: completed | incomplete, incomplete_details, output:
               [a message item {content: [output_text]} and function_call items {call_id, name, arguments}], usage:
               {input_tokens, input_tokens_details.cached_tokens, output_tokens, total_tokens}, and the request's
@@ -42,8 +44,9 @@ from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
 from controlplane.gateway.structured_fields import NOT_GIVEN, schema_text
+from controlplane.gateway.token_text import TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, ToolStream, plan_for, tool_specs
-from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
+from engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingParamsError, show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
 from transport.chat_wire import ChatMessage, ToolCall
 from transport.messages import ErrorCode, TokenChunk
@@ -112,6 +115,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     user: str | None = None
     background: bool | None = None
     include: list[str] | None = None
+    top_logprobs: int | None = None  # with include ["message.output_text.logprobs"]: alternatives per token
     traffic_class: str | None = None  # extension: the request's traffic class (controlplane/cells.py)
     priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
     service_tier: str | None = None  # OpenAI's: a priority inside the request's class (gateway/service_tier.py)
@@ -131,6 +135,7 @@ class ResponsesArgs:
     conversation: Conversation  # the input (after the previous response's conversation), without the instructions
     store: bool
     num_input: int = 0  # this request's own input messages: the conversation's last ones
+    background: bool = False  # answered at once, run by gateway/background_responses.py
 
     @property
     def own_input(self) -> Conversation:
@@ -142,20 +147,23 @@ def parse_responses(
     *,
     default_max_tokens: int,
     tool_call_parser: str | None,
-    previous: Callable[[str], Conversation | None],
+    previous: Callable[[str], Conversation | str | None],
 ) -> ResponsesArgs:
-    """The request as ResponsesArgs; ``previous(id)`` is a stored response's conversation (None: unknown).
-    FrontendError naming the field at fault."""
+    """The request as ResponsesArgs; ``previous(id)`` is a stored response's conversation (None: unknown; a string:
+    the status of one that did not finish). FrontendError naming the field at fault."""
     req = decode_body(_DECODER, body)
-    if req.background:
-        raise invalid_param("background", "is not supported: the response is served while the request waits")
-    if _LOGPROBS_INCLUDE in (req.include or ()):
-        raise invalid_param("include", f"{_LOGPROBS_INCLUDE!r} is not supported")
+    if req.background and req.store is False:
+        raise invalid_param("background", "requires store: a background response is read back by its id")
+    if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_LOGPROBS:
+        raise invalid_param("top_logprobs", f"must be in [0, {MAX_LOGPROBS}], got {show_value(req.top_logprobs)}")
     conversation: Conversation = ()
     if req.previous_response_id is not None:
         found = previous(req.previous_response_id)
         if found is None:
             message = f"no stored response has the id {show_value(req.previous_response_id)}"
+            raise invalid_param("previous_response_id", message)
+        if isinstance(found, str):  # a stored response that did not finish (still running, failed, cancelled)
+            message = f"the response {show_value(req.previous_response_id)} is {found}: only a finished one goes on"
             raise invalid_param("previous_response_id", message)
         conversation = found
     own_input = _input_messages(req.input)
@@ -172,9 +180,12 @@ def parse_responses(
             max_tokens=default_max_tokens if req.max_output_tokens is None else req.max_output_tokens,
             structured_outputs=structured,
             cache_salt=req.cache_salt,
+            logprobs=(req.top_logprobs or 0) if _LOGPROBS_INCLUDE in (req.include or ()) else None,
         )
     except SamplingParamsError as exc:
-        name = {"max_tokens": "max_output_tokens", "structured_outputs": param}.get(exc.field, exc.field)
+        name = {"max_tokens": "max_output_tokens", "structured_outputs": param, "logprobs": "top_logprobs"}.get(
+            exc.field, exc.field
+        )
         raise invalid_param(name, str(exc).removeprefix(f"{exc.field}: ")) from None
     messages = [ChatMessage("system", req.instructions)] if req.instructions else []
     priority, service_tier = service_tiers.resolve(req.priority, req.service_tier)
@@ -190,7 +201,8 @@ def parse_responses(
         service_tier=service_tier,
     )
     settings = _settings(req, sampling, service_tier)
-    return ResponsesArgs(generate, settings, conversation, req.store is not False, len(own_input))
+    store = req.store is not False
+    return ResponsesArgs(generate, settings, conversation, store, len(own_input), background=bool(req.background))
 
 
 def _input_messages(items: str | list[InputItem]) -> Conversation:
@@ -290,6 +302,7 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams, service_tier: str
         if fmt.type == "json_schema":
             text_format.update(name=fmt.name or "response", schema=fmt.schema, strict=bool(fmt.strict))
     return {
+        "background": bool(req.background),
         "instructions": req.instructions,
         "max_output_tokens": sampling.max_tokens,
         "metadata": req.metadata or {},
@@ -301,6 +314,7 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams, service_tier: str
         "text": {"format": text_format},
         "tool_choice": {"type": "function", "name": choice.name} if isinstance(choice, ToolChoiceIn) else choice,
         "tools": tools,
+        "top_logprobs": req.top_logprobs or 0,
         **({"service_tier": service_tier} if service_tier is not None else {}),
         "truncation": "disabled",
         "user": req.user,
@@ -339,7 +353,11 @@ class ResponsesReply:
     ``on_done(object, conversation)`` is called once the response is complete (the store keeps it)."""
 
     def __init__(
-        self, model: str, parsed: ResponsesArgs, on_done: Callable[[dict, Conversation], None] | None = None
+        self,
+        model: str,
+        parsed: ResponsesArgs,
+        on_done: Callable[[dict, Conversation], None] | None = None,
+        names: TokenText | None = None,
     ) -> None:
         self.id = _item_id("resp")
         self.model = model
@@ -353,6 +371,10 @@ class ResponsesReply:
         self._sequence = 0
         self.num_prompt_tokens = self.num_cached_tokens = self.num_output_tokens = 0
         self.finish_reason: str | None = None
+        self.status: str | None = None  # set: what the object says instead (queued, cancelled, failed)
+        self.error: dict | None = None  # a failed response's {code, message}
+        self._names = names or TokenText(None)  # how logprobs name tokens (the gateway's tokenizer)
+        self._logprobs: list[dict] = []  # the tokens' logprobs not yet given to a text delta
 
     @property
     def finished(self) -> bool:
@@ -364,6 +386,7 @@ class ResponsesReply:
         self.num_output_tokens = max(self.num_output_tokens, chunk.num_output_tokens)
         if chunk.finished and chunk.finish_reason == "abort":
             raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
+        self._logprobs += [self._logprob(*entry) for entry in chunk.logprobs or ()]
         if self._stream is None:
             deltas = [{"content": chunk.text}] if chunk.text else []
         else:
@@ -374,21 +397,26 @@ class ResponsesReply:
             events += self._close_item()
             done = self.full_object()
             if self._on_done is not None:
-                self._on_done(done, (*self.parsed.conversation, self._output_message()))
+                self._on_done(done, self.conversation_after())
             kind = "response.completed" if done["status"] == "completed" else "response.incomplete"
             events.append(self._event(kind, response=done))
         return events
+
+    def conversation_after(self) -> Conversation:
+        """The conversation a later request continues: the input, then the output as the assistant's message."""
+        return (*self.parsed.conversation, self._output_message())
 
     def full_object(self) -> dict:
         status = "in_progress"
         if self.finished:
             status = "incomplete" if self.finish_reason == "length" else "completed"
+        status = self.status or status
         obj = {
             "id": self.id,
             "object": "response",
             "created_at": self.created_at,
             "status": status,
-            "error": None,
+            "error": self.error,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
             "model": self.model,
             "output": self.items if self.finished else [],
@@ -398,19 +426,24 @@ class ResponsesReply:
         return obj
 
     def start_events(self, first: TokenChunk) -> list[bytes]:
-        started = self.full_object()
-        created = self._event("response.created", response=started)
-        return [created, self._event("response.in_progress", response=started)]
+        return [self.created_event(), self.in_progress_event()]
+
+    def created_event(self) -> bytes:
+        return self._event("response.created", response=self.full_object())
+
+    def in_progress_event(self) -> bytes:
+        return self._event("response.in_progress", response=self.full_object())
 
     chunk_events = add
 
     def failure_events(self, err: FrontendError) -> list[bytes]:
+        """The events of a failure; the object is failed from now on."""
         kind = ERROR_KINDS[err.code]
         code = kind.code or kind.type
-        failed = {**self.full_object(), "status": "failed", "error": {"code": code, "message": err.message}}
+        self.status, self.error = "failed", {"code": code, "message": err.message}
         return [
             self._event("error", code=code, message=err.message, param=err.param),
-            self._event("response.failed", response=failed),
+            self._event("response.failed", response=self.full_object()),
         ]
 
     def _delta_events(self, delta: dict) -> list[bytes]:
@@ -422,11 +455,14 @@ class ResponsesReply:
                 events += self._open_item({**message, "content": []})
                 events.append(self._event("response.content_part.added", **self._at(), content_index=0,
                                           part=_text_part("")))  # fmt: skip
-                self._open["text"] = ""
+                self._open.update(text="", logprobs=[])
+            logprobs, self._logprobs = self._logprobs, []
             self._open["text"] += delta["content"]
+            self._open["logprobs"] += logprobs
             events.append(self._event("response.output_text.delta", **self._at(), content_index=0,
-                                      delta=delta["content"], logprobs=[]))  # fmt: skip
+                                      delta=delta["content"], logprobs=logprobs))  # fmt: skip
         for call in delta.get("tool_calls") or ():
+            self._logprobs = []  # a call's tokens: its arguments carry no logprobs
             function = call["function"]
             if "id" in call:  # a new call
                 events += self._close_item()
@@ -449,11 +485,11 @@ class ResponsesReply:
             return []
         events = []
         if item["type"] == "message":
-            text = item.pop("text")
-            item["content"] = [_text_part(text)]
+            text, logprobs = item.pop("text"), item.pop("logprobs")
+            item["content"] = [_text_part(text, logprobs)]
             at = {"item_id": item["id"], "output_index": len(self.items), "content_index": 0}
-            events.append(self._event("response.output_text.done", **at, text=text, logprobs=[]))
-            events.append(self._event("response.content_part.done", **at, part=_text_part(text)))
+            events.append(self._event("response.output_text.done", **at, text=text, logprobs=logprobs))
+            events.append(self._event("response.content_part.done", **at, part=_text_part(text, logprobs)))
         else:
             at = {"item_id": item["id"], "output_index": len(self.items)}
             events.append(self._event("response.function_call_arguments.done", **at, name=item["name"],
@@ -477,6 +513,13 @@ class ResponsesReply:
         )
         return ChatMessage("assistant", text, tool_calls=calls)
 
+    def _logprob(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict:
+        """A token's logprob as the Responses API shows it (the chat API's shape)."""
+        lookup = self._names.lookup
+        text, raw = lookup(token)
+        tops = [{"token": lookup(t)[0], "logprob": clamp_logprob(lp), "bytes": lookup(t)[1]} for t, lp in top]
+        return {"token": text, "logprob": clamp_logprob(logprob), "bytes": raw, "top_logprobs": tops}
+
     def _usage(self) -> dict:
         cached = min(self.num_cached_tokens, self.num_prompt_tokens)
         return {
@@ -493,5 +536,5 @@ class ResponsesReply:
         return b"event: " + kind.encode() + b"\ndata: " + msgspec.json.encode(payload) + b"\n\n"
 
 
-def _text_part(text: str) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+def _text_part(text: str, logprobs: list[dict] | None = None) -> dict:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}

@@ -281,8 +281,10 @@ def _body(**fields) -> dict:
         (_body(text={"format": {"type": "json_schema", "name": "x"}}), 400, "text.format.schema"),
         (_body(text={"format": {"type": "yaml"}}), 400, "text.format.type"),
         (_body(previous_response_id="resp_nope"), 400, "previous_response_id"),
-        (_body(background=True), 400, "background"),
-        (_body(include=["message.output_text.logprobs"]), 400, "include"),
+        (_body(background=True, store=False), 400, "background"),
+        (_body(background=True, model="gpt-9"), 404, "model"),
+        (_body(include=["message.output_text.logprobs"], top_logprobs=21), 400, "top_logprobs"),
+        (_body(top_logprobs=-1), 400, "top_logprobs"),
         (_body(model="gpt-9"), 404, "model"),
     ],
 )

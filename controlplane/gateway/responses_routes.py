@@ -1,0 +1,170 @@
+"""The Responses API's routes: ``POST /v1/responses`` (gateway/openai_responses.py), the stored responses (gateway/
+response_store.py: ``GET``/``DELETE /v1/responses/{id}``, ``GET .../input_items``) and the background ones (gateway/
+background_responses.py: a resumed stream, ``POST .../cancel``).
+"""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway.api_keys import request_owner
+from controlplane.gateway.background_responses import BackgroundJob, BackgroundResponses
+from controlplane.gateway.errors import error_response, http_error_response
+from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
+from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
+from controlplane.gateway.reply_stream import close_stream, named_events, respond
+from controlplane.gateway.response_store import ResponseStore, input_items_page
+from controlplane.gateway.sse import EventStreamResponse
+from transport.codec import clip
+from transport.messages import ErrorCode
+
+_FINISHED = ("completed", "incomplete")  # what a later request's previous_response_id may continue
+
+
+class ResponsesRoutes:
+    """The handlers, over the gateway's body reader, model naming and request start (gateway/app.py Gateway)."""
+
+    def __init__(self, gateway, store: ResponseStore, max_background: int) -> None:
+        self.gateway = gateway
+        self.store = store
+        self.background = BackgroundResponses(store.put, max_background)
+
+    async def create(self, request: Request) -> Response:
+        """OpenAI's ``POST /v1/responses``; a stored one is kept under its owner, a background one answered at once."""
+        arrival_ns = time.monotonic_ns()
+        gateway = self.gateway
+        owner = request_owner(request)
+
+        def previous(response_id: str):
+            job = self.background.get(owner, response_id)
+            stored = self.store.get(owner, response_id) if job is None or not job.done else None
+            if stored is None:
+                return None if job is None else job.status
+            status = stored.object.get("status")
+            return stored.conversation if status in _FINISHED else status
+
+        async def serve() -> Response:
+            parsed = parse_responses(
+                await gateway.read_body(request),
+                default_max_tokens=gateway.config.default_chat_max_tokens,
+                tool_call_parser=gateway.config.tool_call_parser,
+                previous=previous,
+            )
+            args = parsed.generate
+            if parsed.background:
+                self._check_background(args.model)
+
+            def keep(obj: dict, conversation) -> None:
+                self.store.put(owner, obj, conversation, input_items(parsed.own_input))
+
+            if args.sampling.structured_outputs is not None:
+                await gateway.check_structured(args)
+            on_done = keep if parsed.store and not parsed.background else None
+            reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text)
+            chunks = gateway.start(request, reply.id, args, arrival_ns)
+            if not parsed.background:
+                return await respond(request, chunks, reply, args.stream, named_events, reply.id)
+            job = BackgroundJob(owner, reply, chunks, streamed=args.stream, input_items=input_items(parsed.own_input))
+            try:
+                self.background.submit(job)
+            except FrontendError:
+                await close_stream(chunks)
+                raise
+            headers = {"x-request-id": reply.id}
+            if args.stream:
+                return EventStreamResponse(self.background.events(job), on_close=_nothing, headers=headers)
+            return json_response(reply.full_object(), headers=headers)
+
+        return await guarded(request, serve)
+
+    async def stored(self, request: Request) -> Response:
+        """``GET`` a response's object (a background one's as it is now; with ``stream=true``, its events), or
+        ``DELETE`` it (a running one is cancelled first); 404 when its owner has none of that id."""
+        response_id = request.path_params["response_id"]
+        owner = request_owner(request)
+        job = self.background.get(owner, response_id)
+        if request.method == "DELETE":
+            if job is not None:
+                self.background.cancel(owner, response_id)
+                self.background.forget(owner, response_id)
+            if self.store.delete(owner, response_id) or job is not None:
+                return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+            return _no_stored_response(response_id)
+        query = request.query_params
+        if query.get("stream", "false").lower() in ("true", "1"):
+            return self._resumed_stream(job, response_id, query.get("starting_after"))
+        if job is not None:
+            return json_response(job.reply.full_object())
+        stored = self.store.get(owner, response_id)
+        return json_response(stored.object) if stored is not None else _no_stored_response(response_id)
+
+    async def cancel(self, request: Request) -> Response:
+        """``POST /v1/responses/{id}/cancel``: a queued or running background response, now cancelled; one already
+        cancelled, as it is; another one, a 400 naming its status."""
+        response_id = request.path_params["response_id"]
+        owner = request_owner(request)
+        cancelled = self.background.cancel(owner, response_id)
+        if cancelled is not None:
+            return json_response(cancelled)
+        stored = self.store.get(owner, response_id)
+        if stored is None:
+            return _no_stored_response(response_id)
+        status = stored.object.get("status")
+        if status == "cancelled":
+            return json_response(stored.object)
+        if not stored.object.get("background"):
+            message = "Only a response created with background: true can be cancelled"
+        else:
+            message = f"Cannot cancel a response that has ended: it is {status}"
+        return error_response(FrontendError(ErrorCode.INVALID_REQUEST, message))
+
+    async def input_items(self, request: Request) -> Response:
+        """A stored response's input items as OpenAI's cursor page: ``order`` (desc, OpenAI's default, or asc),
+        ``limit`` (1..100, default 20), ``after`` (the last item id of the page before)."""
+        response_id = request.path_params["response_id"]
+        owner = request_owner(request)
+        job = self.background.get(owner, response_id)
+        stored = self.store.get(owner, response_id)
+        items = job.input_items if job is not None else stored.input_items if stored is not None else None
+        if items is None:
+            return _no_stored_response(response_id)
+        try:
+            return json_response(input_items_page(items, request.query_params))
+        except FrontendError as err:
+            return error_response(err)
+
+    def _check_background(self, model: str | None) -> None:
+        """A background response is answered before its first token: what would refuse it later is refused now."""
+        if self.store.max_responses == 0:
+            raise invalid_param("background", "needs the response store, which this gateway has turned off")
+        if model is not None and model not in self.gateway.model_ids():
+            raise FrontendError(ErrorCode.UNKNOWN_MODEL, f"The model '{model}' does not exist", param="model")
+
+    def _resumed_stream(self, job: BackgroundJob | None, response_id: str, after: str | None) -> Response:
+        if job is None or not job.streamed:
+            message = "only a background response created with stream: true, while it is kept, streams its events"
+            return error_response(invalid_param("stream", message))
+        starting_after = None
+        if after is not None:
+            try:
+                starting_after = int(after)
+            except ValueError:
+                starting_after = -2
+            if starting_after < -1:
+                shown = clip(after, MAX_ECHOED_PATH_CHARS)
+                return error_response(invalid_param("starting_after", f"must be a sequence number, got '{shown}'"))
+        events = self.background.events(job, starting_after)
+        return EventStreamResponse(events, on_close=_nothing, headers={"x-request-id": response_id})
+
+
+async def _nothing() -> None:
+    """A subscriber's stream closes nothing upstream: the response runs on."""
+
+
+def _no_stored_response(response_id: str) -> Response:
+    shown = clip(response_id, MAX_ECHOED_PATH_CHARS)
+    return http_error_response(404, f"No stored response has the id '{shown}'", code="not_found")

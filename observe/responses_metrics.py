@@ -1,0 +1,42 @@
+"""The gateway's Responses API state on the control plane's /metrics (gateway/response_store.py,
+background_responses.py).
+
+    zoo:responses_stored, zoo:responses_stored_bytes   gauges: responses kept (for GET and previous_response_id)
+                                                       and their bytes, against --responses-store-max and -bytes
+    zoo:responses_background_running                   gauge: background responses not ended yet (queued or in
+                                                       progress), against GatewayConfig.responses_background_max
+    zoo:responses_background_ended_total{status}       counter: background responses ended, by their status
+                                                       (completed, incomplete, failed, cancelled)
+
+A response's request is the fleet's like any other (the request series count it); these say what the gateway holds.
+Registered on the control plane's exporter beside its own (zoo/serve.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from controlplane.gateway.background_responses import BackgroundResponses
+from controlplane.gateway.response_store import ResponseStore
+from observe import metrics_names as m
+
+
+def responses_metrics(store: ResponseStore, background: BackgroundResponses):
+    """The collect function (observe/exporter.py SnapshotCollector) for the gateway's store and background runner."""
+
+    def collect() -> Iterable[Metric]:
+        yield GaugeMetricFamily(m.RESPONSES_STORED, "Responses kept for GET and previous_response_id.",
+                                value=len(store))  # fmt: skip
+        yield GaugeMetricFamily(m.RESPONSES_STORED_BYTES, "Bytes of the responses kept.", value=store.num_bytes)
+        yield GaugeMetricFamily(m.RESPONSES_BACKGROUND_RUNNING, "Background responses not ended yet.",
+                                value=background.num_running)  # fmt: skip
+        ended = CounterMetricFamily(m.RESPONSES_BACKGROUND_ENDED, "Background responses ended, by status.",
+                                    labels=["status"])  # fmt: skip
+        for status, n in background.ended.items():
+            ended.add_metric([status], n)
+        yield ended
+
+    return collect
