@@ -20,8 +20,21 @@ batch would have had is skipped, so a subscriber sees the gap); a thread of its 
 hashes are this engine's chain values (engine/kv/block_hash.py), not vLLM's: ``token_ids`` let a consumer with its
 own hash recompute them.
 
-Left out: vLLM's replay socket (``replay_endpoint``: resend buffered batches from a sequence number); refused
-by name.
+With ``replay_endpoint`` a ROUTER socket (always bound) serves a subscriber that missed batches (a gap in the
+sequence numbers, a restart), in both of vLLM's protocols, as its ``ZmqEventPublisher._service_replay`` tells them
+apart (the same thread serves it, between batches; a DEALER may leave out the REQ's empty delimiter frame):
+
+    streamed    request: the start sequence number, 8 bytes big-endian; reply: one message per batch still in the
+                buffer (the last ``buffer_steps`` sent) from it, (sequence number, payload), then (-1 as 8 signed
+                bytes, b"") to end it
+    reconciling request: msgpack ZmqEventReplayRequest {publisher_epoch, start_seq, force_snapshot}; reply: one
+                msgpack ZmqEventReplayResponse {publisher_epoch, next_seq, replayed_batches: [[seq, payload]]}, or,
+                when the batches from start_seq are not all kept (gone, dropped, not sent yet), the epoch is another
+                publisher's (this one's is new at every start) or a snapshot is forced, {..., snapshot}: one batch
+                of AllBlocksCleared then a BlockStored of every block cached now (group_idx 0, no parent, no tokens;
+                none when nothing is cached)
+
+Anything else is ignored and counted (``num_bad_replay_requests``); the publisher goes on.
 """
 
 from __future__ import annotations
@@ -31,6 +44,8 @@ import logging
 import queue
 import threading
 import time
+import uuid
+from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -49,8 +64,7 @@ MAX_COUNT = 2**31 - 1  # the largest hwm ZeroMQ takes (a C int); the queue and b
 
 @dataclass(frozen=True, slots=True)
 class KVEventsConfig:
-    """vLLM's KVEventsConfig fields (vllm/config/kv_events.py); ``buffer_steps`` sizes vLLM's replay buffer and is
-    accepted for its configs' sake (no replay here)."""
+    """vLLM's KVEventsConfig fields (vllm/config/kv_events.py); ``buffer_steps``: the batches kept for replay."""
 
     enable_kv_cache_events: bool = False
     publisher: str = "zmq"
@@ -69,8 +83,9 @@ class KVEventsConfig:
             raise ValueError(f"kv events: topic must be a string, got {self.topic!r}")
         if self.publisher not in ("zmq", "null"):
             raise ValueError(f"kv events: publisher must be 'zmq' or 'null', got {self.publisher!r}")
-        if self.replay_endpoint is not None:
-            raise ValueError("kv events: replay_endpoint is not supported (no replay socket here)")
+        replay = self.replay_endpoint
+        if replay is not None and (not isinstance(replay, str) or "://" not in replay):
+            raise ValueError(f"kv events: replay_endpoint must be a ZeroMQ address, got {replay!r}")
         for name in ("hwm", "max_queue_size", "buffer_steps"):
             value = getattr(self, name)
             if type(value) is not int or not 1 <= value <= MAX_COUNT:
@@ -108,6 +123,7 @@ class _Stored(msgspec.Struct, tag="BlockStored", omit_defaults=True):
     medium: str | None
     lora_name: str | None
     extra_keys: list[list[Any] | None] | None = None
+    group_idx: int | None = None  # a snapshot's (vLLM's KV cache group; one here)
 
 
 class _Removed(msgspec.Struct, tag="BlockRemoved", omit_defaults=True):
@@ -123,6 +139,22 @@ class _Batch(msgspec.Struct, array_like=True):
     ts: float
     events: list[_Stored | _Removed | _Cleared]
     data_parallel_rank: int | None = 0
+
+
+class _ReplayRequest(msgspec.Struct, omit_defaults=True):  # vLLM's ZmqEventReplayRequest
+    publisher_epoch: str | None = None
+    start_seq: int = 0
+    force_snapshot: bool = False
+
+
+class _ReplayResponse(msgspec.Struct, omit_defaults=True):  # vLLM's ZmqEventReplayResponse
+    publisher_epoch: str
+    next_seq: int
+    replayed_batches: list[tuple[int, bytes]]
+    snapshot: bytes | None = None
+
+
+END_SEQ = (-1).to_bytes(8, "big", signed=True)  # the streamed replay's last message
 
 
 def wire_events(events: list[KVEvent], block_size: int) -> list[_Stored | _Removed | _Cleared]:
@@ -143,8 +175,9 @@ def wire_events(events: list[KVEvent], block_size: int) -> list[_Stored | _Remov
 
 
 class KVEventPublisher:
-    """The PUB socket and its sending thread (module docstring). ``endpoint``: where it bound or connected (a
-    wildcard port resolved); ``num_sent`` / ``num_dropped``: batches."""
+    """The PUB socket, the replay socket if asked for, and their thread (module docstring). ``endpoint`` /
+    ``replay_endpoint``: where they bound or connected (a wildcard port resolved; None: no replay);
+    ``num_published`` / ``num_sent`` / ``num_dropped``: batches."""
 
     def __init__(self, config: KVEventsConfig, block_size: int) -> None:
         self.config, self.block_size = config, block_size
@@ -153,6 +186,8 @@ class KVEventPublisher:
         self._pub = self._ctx.socket(zmq.PUB)
         self._pub.set_hwm(config.hwm)
         self._pub.linger = 0
+        self._replay: zmq.Socket | None = None
+        self.replay_endpoint: str | None = None
         endpoint = config.endpoint
         try:
             if "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://")):
@@ -161,20 +196,39 @@ class KVEventPublisher:
             else:
                 self._pub.connect(endpoint)
                 self.endpoint = endpoint
+            if config.replay_endpoint is not None:
+                endpoint = config.replay_endpoint
+                self._replay = self._ctx.socket(zmq.ROUTER)
+                self._replay.linger = 0
+                self._replay.bind(endpoint)
+                self.replay_endpoint = self._replay.last_endpoint.decode()
         except zmq.ZMQError as e:  # a malformed address, a port taken: refused by name, not a traceback
-            self._pub.close(linger=0)
-            self._ctx.term()
-            raise ValueError(f"--kv-events-config: endpoint {endpoint!r}: {e}") from None
+            self._close_sockets()
+            name = "endpoint" if endpoint == config.endpoint else "replay_endpoint"
+            raise ValueError(f"--kv-events-config: {name} {endpoint!r}: {e}") from None
         self._topic = config.topic.encode()
-        self._seq = 0
-        self.num_sent = self.num_dropped = 0
+        self._seq = 0  # the next batch's sequence number (the engine thread's)
+        self.num_sent = self.num_dropped = self.num_bad_replay_requests = 0
         self._encoder = msgspec.msgpack.Encoder()
+        # replay: the last buffer_steps batches sent, the sequence number after the last handled, what is cached now
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
+        self._next_seq = 0
+        self._cached: set[int] = set()
+        self._cached_lock = threading.Lock()
+        self._epoch = uuid.uuid4().hex
+        self._requests = msgspec.msgpack.Decoder(_ReplayRequest)
         self._thread = threading.Thread(target=self._send_loop, name="zoo-kv-events", daemon=True)
         self._thread.start()
+
+    @property
+    def num_published(self) -> int:
+        return self._seq
 
     def publish(self, events: list[KVEvent]) -> None:
         """Queue one step's events (from one thread, the engine's; never blocks: a full queue drops the batch,
         counted, and its sequence number is skipped, so a subscriber sees the gap)."""
+        if self._replay is not None:  # a snapshot holds what is cached, dropped batches too
+            self._mirror(events)
         seq, self._seq = self._seq, self._seq + 1
         try:
             self._queue.put_nowait((seq, events))
@@ -182,24 +236,91 @@ class KVEventPublisher:
             self.num_dropped += 1
 
     def close(self, timeout_s: float = 1.0) -> None:
-        """Send what is queued (at most ``timeout_s``), then close the socket."""
+        """Send what is queued (at most ``timeout_s``), then close the sockets."""
         with contextlib.suppress(queue.Full):
             self._queue.put(None, timeout=timeout_s)
         self._thread.join(timeout_s)
+        self._close_sockets()
+
+    def _close_sockets(self) -> None:
         self._pub.close(linger=0)
+        if self._replay is not None:
+            self._replay.close(linger=0)
         self._ctx.term()
 
     def _send_loop(self) -> None:
+        wait_s = None if self._replay is None else 0.05  # how long a replay request may wait for its turn
         while True:
-            item = self._queue.get()
+            if self._replay is not None:
+                self._serve_replays()
+            try:
+                item = self._queue.get(timeout=wait_s)
+            except queue.Empty:
+                continue
             if item is None:
                 return
             seq, events = item
+            self._next_seq = seq + 1
             try:
                 payload = self._encoder.encode(_Batch(time.time(), wire_events(events, self.block_size)))
                 self._pub.send_multipart((self._topic, seq.to_bytes(8, "big"), payload))
                 self.num_sent += 1
+                if self._replay is not None:
+                    self._buffer.append((seq, payload))
             except zmq.ZMQError:
                 if self._pub.closed:
                     return
                 log.exception("kv events: a batch was not sent")
+
+    def _mirror(self, events: list[KVEvent]) -> None:
+        with self._cached_lock:
+            for event in events:
+                if type(event) is BlockStored:
+                    self._cached.update(event.block_hashes)
+                elif type(event) is BlockRemoved:
+                    self._cached.difference_update(event.block_hashes)
+                elif type(event) is AllBlocksCleared:
+                    self._cached.clear()
+
+    def _serve_replays(self) -> None:
+        """Answer every replay request waiting (module docstring); a bad one is counted and ignored."""
+        assert self._replay is not None
+        while self._replay.poll(0):
+            try:
+                frames = self._replay.recv_multipart()
+                if len(frames) not in (2, 3) or (len(frames) == 3 and frames[1] != b""):
+                    self.num_bad_replay_requests += 1
+                    continue
+                head, payload = frames[:-1], frames[-1]  # (identity, [delimiter]), the request
+                try:
+                    request = self._requests.decode(payload)
+                except msgspec.DecodeError:
+                    if len(payload) != 8:
+                        self.num_bad_replay_requests += 1
+                        continue
+                    start = int.from_bytes(payload, "big")
+                    for seq, batch in list(self._buffer):
+                        if seq >= start:
+                            self._replay.send_multipart((*head, seq.to_bytes(8, "big"), batch))
+                    self._replay.send_multipart((*head, END_SEQ, b""))
+                    continue
+                self._replay.send_multipart((*head, self._encoder.encode(self._replay_response(request))))
+            except zmq.ZMQError:
+                if self._replay.closed:
+                    return
+                log.exception("kv events: a replay request was not answered")
+
+    def _replay_response(self, request: _ReplayRequest) -> _ReplayResponse:
+        """The batches from ``start_seq`` if every one of them is kept, else a snapshot (vLLM's rule)."""
+        start, next_seq = request.start_seq, self._next_seq
+        batches = [(seq, batch) for seq, batch in self._buffer if seq >= start]
+        whole = 0 <= start <= next_seq and [seq for seq, _ in batches] == list(range(start, next_seq))
+        if whole and request.publisher_epoch == self._epoch and not request.force_snapshot:
+            return _ReplayResponse(self._epoch, next_seq, batches)
+        with self._cached_lock:
+            cached = list(self._cached)
+        events: list[_Stored | _Removed | _Cleared] = [_Cleared()]
+        if cached:
+            events.append(_Stored(cached, None, [], self.block_size, None, None, None, group_idx=0))
+        snapshot = self._encoder.encode(_Batch(time.time(), events))
+        return _ReplayResponse(self._epoch, next_seq, [], snapshot)

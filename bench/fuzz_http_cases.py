@@ -317,8 +317,8 @@ class HttpCases:
             text = r.choice(["[]", "1", '"x"', "null", "[" + text + "]"])
         elif kind == "path":
             method = r.choice(["GET", "HEAD", "DELETE"])
-            path = r.choice(["/health", "/metrics", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000), "/nope",
-                             "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
+            path = r.choice(["/health", "/metrics", "/load", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000),
+                             "/nope", "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
                              "/v1/responses/resp_" + "r" * r.randint(0, 5_000),
                              "/v1/responses/resp_" + "r" * r.randint(0, 50) + "/cancel",
                              "/v1/responses/resp_r?stream=true&starting_after=" + r.choice(["0", "-1", "x" * 3000]),

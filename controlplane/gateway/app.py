@@ -29,6 +29,8 @@
     GET  /health                  frontend.health(): 200 when status is "ok", else 503 (GET or POST /ping too,
                                   SageMaker's path, as vLLM serves it)
     GET  /version                 {"version": this package's}
+    GET  /load                    vLLM's {"server_load": N}: generation requests being answered, background
+                                  responses running (gateway/server_load.py)
     POST /reset_prefix_cache      vLLM's: every node forgets its prefix cache (controlplane/prefix_reset.py)
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
@@ -108,6 +110,7 @@ from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.request_ids import request_ids
 from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.responses_routes import ResponsesRoutes
+from controlplane.gateway.server_load import ServerLoad, ServerLoadMiddleware
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
@@ -123,7 +126,7 @@ log = logging.getLogger(__name__)
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
 # what a page's script may read of a reply
-PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping")  # what probes and scrapers call every few seconds
+PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
 CORS_EXPOSED_HEADERS = ("x-request-id", "retry-after", "retry-after-ms", *RATE_LIMIT_HEADERS)
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 
@@ -255,6 +258,7 @@ def create_app(
         Route("/health", gateway.handle_health, methods=["GET"]),
         Route("/ping", gateway.handle_health, methods=["GET", "POST"]),
         Route("/version", gateway.handle_version, methods=["GET"]),
+        Route("/load", gateway.handle_load, methods=["GET"]),  # vLLM's (gateway/server_load.py)
         Route("/reset_prefix_cache", gateway.handle_reset_prefix_cache, methods=["POST"]),  # vLLM's, for benchmarks
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
@@ -271,6 +275,7 @@ def create_app(
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
+    app.add_middleware(ServerLoadMiddleware, load=gateway.load)  # GET /load's count (gateway/server_load.py)
     app.state.http_in_flight = HttpInFlight()  # outside the key check: a draining gateway refuses every new request
     app.add_middleware(
         ShutdownGate, frontend=frontend, in_flight=app.state.http_in_flight, open_paths=config.open_while_draining
@@ -308,6 +313,7 @@ class Gateway:
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
         self.responses = ResponsesRoutes(self, store, config.responses_background_max)  # /v1/responses
+        self.load = ServerLoad(lambda: self.responses.background.num_running)  # GET /load
 
     async def check_structured(self, args: GenerateArgs) -> None:
         await _check_structured(args)
@@ -401,6 +407,9 @@ class Gateway:
 
     async def handle_version(self, request: Request) -> Response:
         return json_response({"version": _package_version()})
+
+    async def handle_load(self, request: Request) -> Response:
+        return json_response({"server_load": self.load.value})
 
     async def handle_reset_prefix_cache(self, request: Request) -> Response:
         """vLLM's POST /reset_prefix_cache for the fleet (controlplane/prefix_reset.py): 200, as vLLM's, with each

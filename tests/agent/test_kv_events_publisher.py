@@ -52,7 +52,7 @@ def test_the_config_takes_vllms_keys_and_refuses_the_rest_by_name():
         ("{not json", "not JSON"),
         ("[1]", "must be a JSON object"),
         ('{"enable": true}', "unknown keys ['enable']"),
-        ('{"replay_endpoint": "tcp://*:5558"}', "replay_endpoint is not supported"),
+        ('{"replay_endpoint": "localhost:5558"}', "replay_endpoint must be a ZeroMQ address"),
         ('{"publisher": "kafka"}', "publisher must be 'zmq' or 'null'"),
         ('{"hwm": 0}', "hwm must be an integer in [1, 2147483647]"),
         ('{"hwm": 100000000000000000000}', "hwm must be an integer in [1, 2147483647]"),
@@ -72,6 +72,8 @@ def test_zoo_agent_refuses_a_bad_config_naming_it(capsys):
 def test_an_endpoint_that_cannot_bind_stops_zoo_agent_with_its_name(capsys, monkeypatch):
     with pytest.raises(ValueError, match="endpoint 'tcp://\\*:notaport'"):
         KVEventPublisher(KVEventsConfig(True, endpoint="tcp://*:notaport"), 16)
+    with pytest.raises(ValueError, match="replay_endpoint 'tcp://\\*:nope'"):
+        KVEventPublisher(KVEventsConfig(True, endpoint="tcp://127.0.0.1:*", replay_endpoint="tcp://*:nope"), 16)
     monkeypatch.setattr("zoo.agent_cmd.configure_logging", lambda: None)  # the test process's logging stays
     config = '{"enable_kv_cache_events": true, "endpoint": "tcp://*:notaport"}'
     argv = ["agent", "--fake-runner", "--control", "tcp://127.0.0.1:1", "--kv-events-config", config]

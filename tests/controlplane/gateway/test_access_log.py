@@ -76,7 +76,7 @@ async def test_off_or_excluded_paths_log_nothing(frontend, caplog):
 @pytest.mark.parametrize(
     "flags, on, excluded",
     [
-        ([], True, ("/metrics", "/metrics/targets", "/health", "/ping")),
+        ([], True, ("/metrics", "/metrics/targets", "/health", "/ping", "/load")),
         (["--disable-uvicorn-access-log"], False, None),
         (["--disable-access-log-for-endpoints", "/health, /v1/models"], True, ("/health", "/v1/models")),
     ],
