@@ -58,9 +58,15 @@ def _print_prompt_logprobs(tokenizer, scores) -> None:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from backends.builder import build_engine
+    from backends.checkpoint.chat_template import read_chat_template
 
     params = _sampling_from_args(args)
+    template = read_chat_template(args.chat_template) if args.chat_template is not None else None
     engine = build_engine(engine_config_from_args(args), progress=not args.quiet)
+    if template is not None:  # vLLM's --chat-template: the model's own is replaced
+        if not hasattr(engine.tokenizer, "with_chat_template"):
+            raise ValueError("--chat-template: this model's tokenizer has no chat template to replace")
+        engine.tokenizer = engine.tokenizer.with_chat_template(template)
     prompt = engine.encode_chat([{"role": "user", "content": args.prompt}]) if args.chat else args.prompt
     if params.truncate_prompt_tokens is not None:  # vLLM's left truncation, as the control plane's intake does it
         ids = engine.tokenizer.encode(prompt) if isinstance(prompt, str) else prompt
@@ -232,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="stream a completion from the model")
     g.add_argument("prompt")
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
+    g.add_argument("--chat-template", default=None, metavar="FILE|TEMPLATE", help="--chat with this template instead")
     g.add_argument("--max-tokens", type=int, default=128)
     g.add_argument("--temperature", type=float, default=0.7)
     g.add_argument("--top-p", type=float, default=1.0)

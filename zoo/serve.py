@@ -168,6 +168,13 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--model", default=None, help="checkpoint whose tokenizer the control plane uses (default: SmolLM2)")
     p.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE|TEMPLATE",
+        help="the chat template chats are rendered with instead of the model's: a Jinja file, or the template itself "
+        "(vLLM's flag and rule; a request's own chat_template is refused)",
+    )
+    p.add_argument(
         "--model-alias",
         action="append",
         type=parse_model_alias,
@@ -260,6 +267,7 @@ def model_aliases_from_args(args: argparse.Namespace) -> dict[str, str]:
 
 def controlplane_from_args(args: argparse.Namespace):
     from agent.node_agent import served_model_name
+    from backends.checkpoint.chat_template import read_chat_template
     from controlplane.cells import CellsConfig, load_cells
     from controlplane.router.router_config import RouterConfig
     from controlplane.router.router_knobs import parse_router_knobs
@@ -272,6 +280,10 @@ def controlplane_from_args(args: argparse.Namespace):
     # a bad knob refused before the model loads
     knobs = read_knobs_file(knobs_file) if knobs_file else parse_router_knobs(getattr(args, "router_knobs", None))
     model_aliases = model_aliases_from_args(args)
+    template = getattr(args, "chat_template", None)
+    template = read_chat_template(template) if template is not None else None  # refused before the model loads
+    if template is not None and (args.fake_tokenizer or (args.model or "").startswith(SIM_PREFIX)):
+        raise ValueError("--chat-template: the fake and sim tokenizers have no chat template to replace")
     model_config = None
     if args.fake_tokenizer:
         tokenizer, model_name = ByteTokenizer(), FAKE_MODEL_NAME
@@ -286,6 +298,8 @@ def controlplane_from_args(args: argparse.Namespace):
 
         checkpoint = load_checkpoint(args.model)
         tokenizer, model_name, model_config = checkpoint.tokenizer, served_model_name(args.model), checkpoint.config
+        if template is not None:
+            tokenizer = tokenizer.with_chat_template(template)
     config = ControlPlaneConfig(
         agent_endpoint=args.listen,
         client_endpoint=None if args.client_listen == "none" else args.client_listen,

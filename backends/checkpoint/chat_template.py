@@ -66,6 +66,27 @@ class ChatTemplate:
             raise ValueError(f"the chat template failed on this input: {type(error).__name__}: {error}") from error
 
 
+def read_chat_template(value: str) -> str:
+    """A ``--chat-template`` value's template, by vLLM's rule (vllm/entrypoints/chat_utils.py ``load_chat_template``):
+    a file's contents when it names a file that opens, else the value itself when it holds a Jinja character ("{",
+    "}" or a newline), else ValueError (a file path that did not open). The template is compiled here, so one that
+    does not parse is refused at start, not at the first chat."""
+    if not value:
+        raise ValueError("--chat-template: empty (a file path or a template)")
+    try:
+        with open(value, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the value, or a file that is not UTF-8
+        if not any(c in value for c in "{}\n"):
+            raise ValueError(f"--chat-template {value!r} looks like a file path, but it did not open: {error}") from None
+        source = value
+    try:
+        ChatTemplate(source)
+    except ValueError as error:
+        raise ValueError(f"--chat-template: {error}") from None
+    return source
+
+
 def validate_messages(messages: Any) -> None:
     """Raise ValueError unless `messages` is a non-empty list of dicts with string "role" and "content"."""
     if not isinstance(messages, list):

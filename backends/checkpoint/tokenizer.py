@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 from collections.abc import Sequence
@@ -93,6 +94,14 @@ class Tokenizer:
         self._added_token_ids = frozenset(backend_tokenizer.get_added_tokens_decoder())
         self.chat_template = chat_template
         self._compiled_template = ChatTemplate(chat_template) if chat_template else None
+
+    def with_chat_template(self, source: str) -> Tokenizer:
+        """This tokenizer with another chat template (``--chat-template``, as vLLM's replaces the model's); this one
+        is left as it was. ValueError when the template does not parse."""
+        other = copy.copy(self)
+        other.chat_template = source
+        other._compiled_template = ChatTemplate(source)
+        return other
 
     def __repr__(self) -> str:
         return (

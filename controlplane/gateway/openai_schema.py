@@ -126,6 +126,7 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     add_generation_prompt: bool = True  # extension (as in vLLM): the prompt ends with a new assistant message's header
     continue_final_message: bool = False  # extension (as in vLLM): the model continues the final message (a prefill)
     chat_template_kwargs: dict[str, Any] | None = None  # extension (as in vLLM): more chat template variables
+    chat_template: str | None = None  # vLLM's; refused, as vLLM refuses it without --trust-request-chat-template
     echo: bool | None = None  # extension (as in vLLM): the reply starts with the final assistant message
 
 
@@ -213,6 +214,9 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
     req = decode_body(_CHAT_DECODER, body)
     if not req.messages:
         raise invalid_param("messages", "must be a non-empty list of messages")
+    if req.chat_template is not None:
+        message = "a request's own template is not taken: chats use the server's (zoo controlplane --chat-template)"
+        raise invalid_param("chat_template", message)
     tool_plan = tool_plan_of(req, parser=tool_call_parser)
     if req.top_logprobs is not None and not req.logprobs:
         raise invalid_param("top_logprobs", "requires logprobs=true")

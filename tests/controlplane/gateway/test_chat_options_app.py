@@ -46,6 +46,7 @@ async def test_chat_template_kwargs_carry_variables_and_may_set_the_flags_as_in_
         ({"chat_template_kwargs": {"add_generation_prompt": "no"}}, "chat_template_kwargs"),
         ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
         ({"continue_final_message": "yes"}, "continue_final_message"),
+        ({"chat_template": "{{ messages }}"}, "chat_template"),  # vLLM's default: a request's template untrusted
     ],
 )
 @pytest.mark.anyio
