@@ -78,7 +78,8 @@ def read_chat_template(value: str) -> str:
             source = f.read()
     except (OSError, ValueError) as error:  # ValueError: a NUL in the value, or a file that is not UTF-8
         if not any(c in value for c in "{}\n"):
-            raise ValueError(f"--chat-template {value!r} looks like a file path, but it did not open: {error}") from None
+            message = f"--chat-template {value!r} looks like a file path, but it did not open: {error}"
+            raise ValueError(message) from None
         source = value
     try:
         ChatTemplate(source)
