@@ -17,7 +17,8 @@
 A running response is held here, outside the ResponseStore's bounds (it cannot be evicted before it ends); once it
 ends its object, whatever its status, goes to the store under its owner, and a later request's
 ``previous_response_id`` continues it if it finished. At most ``max_running`` run at once (past that: 429 with a
-Retry-After), and the events of the last ``max_running`` streamed ones are kept for a resumed stream. Like the store,
+Retry-After), and the events of the last ``max_running`` streamed ones that ended, within ``max_ended_bytes``, are
+kept for a resumed stream (a running one's are kept whole: its subscribers read them). Like the store,
 everything here is in memory: a gateway restart forgets it (the generations it ran are cancelled at shutdown).
 """
 
@@ -51,6 +52,7 @@ class BackgroundJob:
     streamed: bool  # created with stream: true (its events are kept for a resumed stream)
     input_items: tuple[dict, ...] = ()
     events: list[bytes] = field(default_factory=list)
+    num_event_bytes: int = 0
     done: bool = False
     scope: anyio.CancelScope | None = None  # set while it runs
     _changed: anyio.Event = field(default_factory=anyio.Event)
@@ -62,6 +64,7 @@ class BackgroundJob:
     def append(self, events: list[bytes]) -> None:
         if events:
             self.events += events
+            self.num_event_bytes += sum(len(e) for e in events)
             self._wake()
 
     def finish(self) -> None:
@@ -77,11 +80,13 @@ class BackgroundResponses:
     """The gateway's background responses. ``keep(owner, object, conversation, input_items)``: the ResponseStore's
     put, called once each ends."""
 
-    def __init__(self, keep: Callable[..., object], max_running: int) -> None:
-        if max_running < 1:
-            raise ValueError(f"max_running must be >= 1, got {max_running}")
+    def __init__(self, keep: Callable[..., object], max_running: int, max_ended_bytes: int = 64 * 1024 * 1024) -> None:
+        if max_running < 1 or max_ended_bytes < 0:
+            raise ValueError(f"max_running must be >= 1 and max_ended_bytes >= 0, got {max_running}, {max_ended_bytes}")
         self.keep = keep
         self.max_running = max_running
+        self.max_ended_bytes = max_ended_bytes
+        self._ended_bytes = 0
         self._running: dict[tuple[str | None, str], BackgroundJob] = {}
         self._ended: OrderedDict[tuple[str | None, str], BackgroundJob] = OrderedDict()  # streamed ones, for resuming
         self._send, self._receive = anyio.create_memory_object_stream[BackgroundJob](math.inf)
@@ -134,7 +139,9 @@ class BackgroundResponses:
 
     def forget(self, owner: str | None, response_id: str) -> None:
         """Drop an ended response's kept events (it was deleted)."""
-        self._ended.pop((owner, response_id), None)
+        job = self._ended.pop((owner, response_id), None)
+        if job is not None:
+            self._ended_bytes -= job.num_event_bytes
 
     async def events(self, job: BackgroundJob, starting_after: int | None = None) -> AsyncGenerator[bytes, None]:
         """The job's events after sequence number ``starting_after`` (all: None), then each as it comes, until it
@@ -185,6 +192,8 @@ class BackgroundResponses:
         self.keep(job.owner, obj, conversation, job.input_items)
         if job.streamed:
             self._ended[key] = job
-            while len(self._ended) > self.max_running:
-                self._ended.popitem(last=False)
+            self._ended_bytes += job.num_event_bytes
+            while len(self._ended) > self.max_running or self._ended_bytes > self.max_ended_bytes:
+                _, dropped = self._ended.popitem(last=False)
+                self._ended_bytes -= dropped.num_event_bytes
         job.finish()

@@ -31,7 +31,7 @@ class ResponsesRoutes:
     def __init__(self, gateway, store: ResponseStore, max_background: int) -> None:
         self.gateway = gateway
         self.store = store
-        self.background = BackgroundResponses(store.put, max_background)
+        self.background = BackgroundResponses(store.put, max_background, max_ended_bytes=store.max_bytes)
 
     async def create(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/responses``; a stored one is kept under its owner, a background one answered at once."""

@@ -230,3 +230,26 @@ def test_the_responses_state_on_the_control_planes_metrics(frontend, serve):
     assert 'zoo:responses_background_ended_total{status="cancelled"} 1.0' in text
     assert "zoo:responses_background_running 0.0" in text and "zoo:responses_stored 3.0" in text
     assert "zoo:responses_stored_bytes " in text and "zoo:responses_stored_bytes 0.0" not in text
+
+
+@pytest.mark.anyio
+async def test_ended_streams_are_kept_within_their_bytes():
+    runner = BackgroundResponses(lambda *args: None, max_running=4, max_ended_bytes=8000)
+    parsed = parse_responses(b'{"input": "x"}', default_max_tokens=4, tool_call_parser=None, previous=lambda _: None)
+
+    async def chunks():
+        yield TokenChunk(token_ids=[1], text="x", finished=True, finish_reason="stop")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner.run)
+        await anyio.wait_all_tasks_blocked()
+        jobs = []
+        for _ in range(3):
+            jobs.append(BackgroundJob(None, ResponsesReply("m", parsed), chunks(), streamed=True))
+            runner.submit(jobs[-1])
+            await anyio.wait_all_tasks_blocked()
+        tg.cancel_scope.cancel()
+    sizes = [job.num_event_bytes for job in jobs]
+    assert all(2700 < size < 4000 for size in sizes), sizes  # a few events each: two fit in 8000, three do not
+    kept = [runner.get(None, job.reply.id) is not None for job in jobs]
+    assert kept == [False, True, True]  # the oldest dropped first
