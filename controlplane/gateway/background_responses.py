@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 import anyio
 
 from controlplane.frontend import FrontendError
-from controlplane.gateway.openai_responses import ResponsesReply
 from controlplane.gateway.reply_stream import close_stream, next_chunk
+from controlplane.gateway.responses_reply import ResponsesReply
 from transport.messages import ErrorCode, TokenChunk
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,12 @@ serves the same route (vllm/entrypoints/openai/serving_responses.py, protocol.py
               name}), parallel_tool_calls, text.format (text | json_object | json_schema {name, schema, strict}),
               metadata and user (echoed), top_logprobs with include ["message.output_text.logprobs"] (each
               output_text part's and delta's ``logprobs``, as the chat API's), background (with store: answered at
-              once, run by gateway/background_responses.py); other fields are ignored; image and file parts are
-              refused by name
+              once, run by gateway/background_responses.py), truncation ("auto": the prompt's first tokens dropped
+              to leave the output room in the context), reasoning.effort (to the chat template, as vLLM passes it),
+              max_tool_calls (echoed); vLLM's extensions: stop, seed, presence/frequency/repetition_penalty,
+              logit_bias, ignore_eos, skip_special_tokens, include_stop_str_in_output, structured_outputs,
+              chat_template_kwargs; a last assistant message "in_progress" or "incomplete" is continued (vLLM's
+              rule); other fields are ignored; image and file parts and a stored ``prompt`` are refused by name
     reply     {id: resp_…, object: response, created_at, status: completed | incomplete, incomplete_details, output:
               [a message item {content: [output_text]} and function_call items {call_id, name, arguments}], usage:
               {input_tokens, input_tokens_details.cached_tokens, output_tokens, total_tokens}, and the request's
@@ -31,25 +35,28 @@ request's ``previous_response_id`` continues it: that response's input and outpu
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from controlplane.cells import RequestPriority
-from controlplane.frontend import FrontendError, invalid_param
+from controlplane.frontend import invalid_param
 from controlplane.gateway import service_tier as service_tiers
-from controlplane.gateway.errors import ERROR_KINDS
-from controlplane.gateway.openai_schema import GenerateArgs, decode_body
-from controlplane.gateway.structured_fields import NOT_GIVEN, schema_text
-from controlplane.gateway.token_text import TokenText, clamp_logprob
-from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, ToolStream, plan_for, tool_specs
+from controlplane.gateway.openai_schema import GenerateArgs, chat_options, decode_body, logit_bias_of
+from controlplane.gateway.structured_fields import (
+    NOT_GIVEN,
+    StructuredOutputsIn,
+    StructuredRequest,
+    schema_text,
+    structured_of,
+)
+from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, plan_for, tool_specs
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingParamsError, show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
-from transport.chat_wire import ChatMessage, ToolCall
-from transport.messages import ErrorCode, TokenChunk
+from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 _TEXT_PARTS = ("input_text", "output_text", "text")
@@ -69,6 +76,7 @@ class InputItem(msgspec.Struct, kw_only=True):
     name: str | None = None  # function_call
     arguments: str | None = None  # function_call
     output: str | list[InputPart] | None = None  # function_call_output
+    status: str | None = None  # an assistant message "in_progress" or "incomplete" last: the model continues it
 
 
 class FunctionToolIn(msgspec.Struct, kw_only=True):
@@ -96,6 +104,11 @@ class TextIn(msgspec.Struct, kw_only=True):
     format: TextFormatIn | None = None
 
 
+class ReasoningIn(msgspec.Struct, kw_only=True):
+    effort: str | None = None
+    summary: str | None = None
+
+
 class ResponsesRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     input: str | list[InputItem]
@@ -120,6 +133,22 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     priority: RequestPriority | None = None  # extension (as in vLLM): lower runs earlier, within its traffic class
     service_tier: str | None = None  # OpenAI's: a priority inside the request's class (gateway/service_tier.py)
     cache_salt: str | None = None  # extension (as in vLLM): only requests of the same salt share the prefix cache
+    truncation: str | None = None  # "disabled" (the default) | "auto": the prompt's first tokens dropped to fit
+    max_tool_calls: int | None = None  # echoed (it bounds built-in tools, which there are none of)
+    reasoning: ReasoningIn | None = None  # its effort reaches the chat template (vLLM's rule)
+    prompt: msgspec.Raw = NOT_GIVEN  # a stored prompt template: refused, as vLLM refuses it
+    # vLLM's extensions (vllm/entrypoints/openai/responses/protocol.py ResponsesRequest), as the chat API's
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    ignore_eos: bool | None = None
+    skip_special_tokens: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    structured_outputs: StructuredOutputsIn | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 _DECODER = msgspec.json.Decoder(ResponsesRequest)
@@ -148,10 +177,18 @@ def parse_responses(
     default_max_tokens: int,
     tool_call_parser: str | None,
     previous: Callable[[str], Conversation | str | None],
+    context_length: Callable[[str | None], int | None] = lambda model: None,
 ) -> ResponsesArgs:
     """The request as ResponsesArgs; ``previous(id)`` is a stored response's conversation (None: unknown; a string:
-    the status of one that did not finish). FrontendError naming the field at fault."""
+    the status of one that did not finish); ``context_length(model)`` the longest context its nodes take (None:
+    unknown), which ``truncation: auto`` fits the prompt to. FrontendError naming the field at fault."""
     req = decode_body(_DECODER, body)
+    if req.prompt and bytes(req.prompt) != b"null":
+        raise invalid_param("prompt", "stored prompt templates are not supported: send the input itself")
+    if req.truncation not in (None, "disabled", "auto"):
+        raise invalid_param("truncation", f"must be 'disabled' or 'auto', got {show_value(req.truncation)}")
+    if req.max_tool_calls is not None and req.max_tool_calls < 1:
+        raise invalid_param("max_tool_calls", f"must be at least 1, got {show_value(req.max_tool_calls)}")
     if req.background and req.store is False:
         raise invalid_param("background", "requires store: a background response is read back by its id")
     if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_LOGPROBS:
@@ -172,15 +209,26 @@ def parse_responses(
         raise invalid_param("input", "must hold at least one message")
     plan = _tool_plan(req, tool_call_parser)
     structured, param = _structured(req, plan)
+    max_tokens = default_max_tokens if req.max_output_tokens is None else req.max_output_tokens
     try:
         sampling = SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
             top_p=1.0 if req.top_p is None else req.top_p,
             top_k=req.top_k or 0,
-            max_tokens=default_max_tokens if req.max_output_tokens is None else req.max_output_tokens,
+            max_tokens=max_tokens,
             structured_outputs=structured,
             cache_salt=req.cache_salt,
             logprobs=(req.top_logprobs or 0) if _LOGPROBS_INCLUDE in (req.include or ()) else None,
+            seed=req.seed,
+            stop=req.stop or (),
+            ignore_eos=bool(req.ignore_eos),
+            presence_penalty=req.presence_penalty or 0.0,
+            frequency_penalty=req.frequency_penalty or 0.0,
+            repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
+            logit_bias=logit_bias_of(req.logit_bias),
+            include_stop_str_in_output=bool(req.include_stop_str_in_output),
+            skip_special_tokens=req.skip_special_tokens is not False,
+            truncate_prompt_tokens=_fit(req, max_tokens, context_length),
         )
     except SamplingParamsError as exc:
         name = {"max_tokens": "max_output_tokens", "structured_outputs": param, "logprobs": "top_logprobs"}.get(
@@ -199,10 +247,39 @@ def parse_responses(
         traffic_class=req.traffic_class,
         priority=priority,
         service_tier=service_tier,
+        chat=_chat(req),
     )
     settings = _settings(req, sampling, service_tier)
     store = req.store is not False
     return ResponsesArgs(generate, settings, conversation, store, len(own_input), background=bool(req.background))
+
+
+def _fit(req: ResponsesRequest, max_tokens: int, context_length: Callable[[str | None], int | None]) -> int | None:
+    """``truncation: auto``: the prompt's last tokens that leave room for the output in the context (vLLM cuts the
+    prompt's first tokens, as OpenAI drops the conversation's first items); None: the whole prompt."""
+    if req.truncation != "auto":
+        return None
+    length = context_length(req.model)
+    return length - max_tokens if length is not None and length > max_tokens else None
+
+
+def _chat(req: ResponsesRequest) -> ChatTemplateOptions | None:
+    """The chat options: a last assistant message left in progress or incomplete is continued, not answered
+    (vLLM's should_continue_final_message); a reasoning effort reaches the template as ``reasoning_effort`` and
+    ``enable_thinking`` (off for "none"), unless chat_template_kwargs set it (vLLM's build_chat_params)."""
+    last = req.input[-1] if isinstance(req.input, list) and req.input else None
+    continued = (
+        last is not None
+        and (last.type or "message") == "message"
+        and last.role == "assistant"
+        and last.status in ("in_progress", "incomplete")
+    )
+    kwargs = dict(req.chat_template_kwargs or {})
+    effort = req.reasoning.effort if req.reasoning is not None else None
+    if effort is not None:
+        kwargs.setdefault("reasoning_effort", effort)
+        kwargs.setdefault("enable_thinking", effort != "none")
+    return chat_options(not continued, continued, kwargs)
 
 
 def _input_messages(items: str | list[InputItem]) -> Conversation:
@@ -267,6 +344,10 @@ def _structured(req: ResponsesRequest, plan: ToolPlan | None) -> tuple[Structure
     """The constraint (a forced call's, or ``text.format``'s) and the field that asked for it."""
     forced = plan.constraint() if plan is not None else None
     fmt = req.text.format if req.text is not None else None
+    if req.structured_outputs is not None:  # vLLM's field: not beside text.format or a forced call
+        if forced is not None or (fmt is not None and fmt.type != "text"):
+            raise invalid_param("structured_outputs", "cannot be given beside text.format or a forced tool call")
+        return structured_of(StructuredRequest(structured_outputs=req.structured_outputs))
     if fmt is None or fmt.type == "text":
         return forced, "tool_choice" if forced is not None else None
     if forced is not None:
@@ -315,8 +396,10 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams, service_tier: str
         "tool_choice": {"type": "function", "name": choice.name} if isinstance(choice, ToolChoiceIn) else choice,
         "tools": tools,
         "top_logprobs": req.top_logprobs or 0,
+        "max_tool_calls": req.max_tool_calls,
+        "reasoning": {"effort": req.reasoning.effort, "summary": req.reasoning.summary} if req.reasoning else None,
         **({"service_tier": service_tier} if service_tier is not None else {}),
-        "truncation": "disabled",
+        "truncation": req.truncation or "disabled",
         "user": req.user,
     }
 
@@ -328,213 +411,20 @@ def input_items(messages: Conversation) -> tuple[dict, ...]:
     items: list[dict] = []
     for m in messages:
         if m.role == "tool":
-            items.append({"type": "function_call_output", "id": _item_id("fco"), "call_id": m.tool_call_id,
+            items.append({"type": "function_call_output", "id": item_id("fco"), "call_id": m.tool_call_id,
                           "output": m.content, "status": "completed"})  # fmt: skip
             continue
         if m.content or not m.tool_calls:
             part = {"type": "output_text" if m.role == "assistant" else "input_text", "text": m.content}
             if m.role == "assistant":
                 part["annotations"] = []
-            items.append({"type": "message", "id": _item_id("msg"), "role": m.role, "status": "completed",
+            items.append({"type": "message", "id": item_id("msg"), "role": m.role, "status": "completed",
                           "content": [part]})  # fmt: skip
         for call in m.tool_calls:
-            items.append({"type": "function_call", "id": _item_id("fc"), "call_id": call.id, "name": call.name,
+            items.append({"type": "function_call", "id": item_id("fc"), "call_id": call.id, "name": call.name,
                           "arguments": call.arguments, "status": "completed"})  # fmt: skip
     return tuple(items)
 
 
-def _item_id(prefix: str) -> str:
+def item_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
-
-
-class ResponsesReply:
-    """One response, built from its TokenChunks: ``add`` each (it returns the SSE events they make), then
-    ``full_object()``; streamed, ``start_events(first)`` before, ``failure_events(err)`` on a failure.
-    ``on_done(object, conversation)`` is called once the response is complete (the store keeps it)."""
-
-    def __init__(
-        self,
-        model: str,
-        parsed: ResponsesArgs,
-        on_done: Callable[[dict, Conversation], None] | None = None,
-        names: TokenText | None = None,
-    ) -> None:
-        self.id = _item_id("resp")
-        self.model = model
-        self.parsed = parsed
-        self.created_at = int(time.time())
-        plan = parsed.generate.tool_plan
-        self._stream = ToolStream(plan) if plan is not None and plan.parses else None
-        self._on_done = on_done
-        self.items: list[dict] = []  # the output items, in order
-        self._open: dict | None = None  # the item being streamed now
-        self._sequence = 0
-        self.num_prompt_tokens = self.num_cached_tokens = self.num_output_tokens = 0
-        self.finish_reason: str | None = None
-        self.status: str | None = None  # set: what the object says instead (queued, cancelled, failed)
-        self.error: dict | None = None  # a failed response's {code, message}
-        self._names = names or TokenText(None)  # how logprobs name tokens (the gateway's tokenizer)
-        self._logprobs: list[dict] = []  # the tokens' logprobs not yet given to a text delta
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    def add(self, chunk: TokenChunk) -> list[bytes]:
-        self.num_prompt_tokens = max(self.num_prompt_tokens, chunk.num_prompt_tokens)
-        self.num_cached_tokens = max(self.num_cached_tokens, chunk.num_cached_tokens)
-        self.num_output_tokens = max(self.num_output_tokens, chunk.num_output_tokens)
-        if chunk.finished and chunk.finish_reason == "abort":
-            raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
-        self._logprobs += [self._logprob(*entry) for entry in chunk.logprobs or ()]
-        if self._stream is None:
-            deltas = [{"content": chunk.text}] if chunk.text else []
-        else:
-            deltas = self._stream.feed(chunk.text) + (self._stream.finish() if chunk.finished else [])
-        events = [event for delta in deltas for event in self._delta_events(delta)]
-        if chunk.finished:
-            self.finish_reason = chunk.finish_reason or "stop"
-            events += self._close_item()
-            done = self.full_object()
-            if self._on_done is not None:
-                self._on_done(done, self.conversation_after())
-            kind = "response.completed" if done["status"] == "completed" else "response.incomplete"
-            events.append(self._event(kind, response=done))
-        return events
-
-    def conversation_after(self) -> Conversation:
-        """The conversation a later request continues: the input, then the output as the assistant's message."""
-        return (*self.parsed.conversation, self._output_message())
-
-    def full_object(self) -> dict:
-        status = "in_progress"
-        if self.finished:
-            status = "incomplete" if self.finish_reason == "length" else "completed"
-        status = self.status or status
-        obj = {
-            "id": self.id,
-            "object": "response",
-            "created_at": self.created_at,
-            "status": status,
-            "error": self.error,
-            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
-            "model": self.model,
-            "output": self.items if self.finished else [],
-            **self.parsed.settings,
-            "usage": self._usage() if self.finished else None,
-        }
-        return obj
-
-    def start_events(self, first: TokenChunk) -> list[bytes]:
-        return [self.created_event(), self.in_progress_event()]
-
-    def created_event(self) -> bytes:
-        return self._event("response.created", response=self.full_object())
-
-    def in_progress_event(self) -> bytes:
-        return self._event("response.in_progress", response=self.full_object())
-
-    chunk_events = add
-
-    def failure_events(self, err: FrontendError) -> list[bytes]:
-        """The events of a failure; the object is failed from now on."""
-        kind = ERROR_KINDS[err.code]
-        code = kind.code or kind.type
-        self.status, self.error = "failed", {"code": code, "message": err.message}
-        return [
-            self._event("error", code=code, message=err.message, param=err.param),
-            self._event("response.failed", response=self.full_object()),
-        ]
-
-    def _delta_events(self, delta: dict) -> list[bytes]:
-        events: list[bytes] = []
-        if delta.get("content"):
-            if self._open is None or self._open["type"] != "message":
-                events += self._close_item()
-                message = {"type": "message", "id": _item_id("msg"), "status": "in_progress", "role": "assistant"}
-                events += self._open_item({**message, "content": []})
-                events.append(self._event("response.content_part.added", **self._at(), content_index=0,
-                                          part=_text_part("")))  # fmt: skip
-                self._open.update(text="", logprobs=[])
-            logprobs, self._logprobs = self._logprobs, []
-            self._open["text"] += delta["content"]
-            self._open["logprobs"] += logprobs
-            events.append(self._event("response.output_text.delta", **self._at(), content_index=0,
-                                      delta=delta["content"], logprobs=logprobs))  # fmt: skip
-        for call in delta.get("tool_calls") or ():
-            self._logprobs = []  # a call's tokens: its arguments carry no logprobs
-            function = call["function"]
-            if "id" in call:  # a new call
-                events += self._close_item()
-                item = {"type": "function_call", "id": _item_id("fc"), "call_id": call["id"],
-                        "name": function["name"], "arguments": "", "status": "in_progress"}  # fmt: skip
-                events += self._open_item(item)
-            if function.get("arguments"):
-                self._open["arguments"] += function["arguments"]
-                events.append(self._event("response.function_call_arguments.delta", **self._at(),
-                                          delta=function["arguments"]))  # fmt: skip
-        return events
-
-    def _open_item(self, item: dict) -> list[bytes]:
-        self._open = item
-        return [self._event("response.output_item.added", output_index=len(self.items), item=dict(item))]
-
-    def _close_item(self) -> list[bytes]:
-        item, self._open = self._open, None
-        if item is None:
-            return []
-        events = []
-        if item["type"] == "message":
-            text, logprobs = item.pop("text"), item.pop("logprobs")
-            item["content"] = [_text_part(text, logprobs)]
-            at = {"item_id": item["id"], "output_index": len(self.items), "content_index": 0}
-            events.append(self._event("response.output_text.done", **at, text=text, logprobs=logprobs))
-            events.append(self._event("response.content_part.done", **at, part=_text_part(text, logprobs)))
-        else:
-            at = {"item_id": item["id"], "output_index": len(self.items)}
-            events.append(self._event("response.function_call_arguments.done", **at, name=item["name"],
-                                      arguments=item["arguments"]))  # fmt: skip
-        item["status"] = "completed"
-        self.items.append(item)
-        events.append(self._event("response.output_item.done", output_index=len(self.items) - 1, item=item))
-        return events
-
-    def _at(self) -> dict:
-        assert self._open is not None
-        return {"item_id": self._open["id"], "output_index": len(self.items)}
-
-    def _output_message(self) -> ChatMessage:
-        """The output as the assistant's message of the conversation a later request continues."""
-        text = "".join(p["text"] for item in self.items if item["type"] == "message" for p in item["content"])
-        calls = tuple(
-            ToolCall(item["call_id"], item["name"], item["arguments"])
-            for item in self.items
-            if item["type"] == "function_call"
-        )
-        return ChatMessage("assistant", text, tool_calls=calls)
-
-    def _logprob(self, token: int, logprob: float, top: list[tuple[int, float]]) -> dict:
-        """A token's logprob as the Responses API shows it (the chat API's shape)."""
-        lookup = self._names.lookup
-        text, raw = lookup(token)
-        tops = [{"token": lookup(t)[0], "logprob": clamp_logprob(lp), "bytes": lookup(t)[1]} for t, lp in top]
-        return {"token": text, "logprob": clamp_logprob(logprob), "bytes": raw, "top_logprobs": tops}
-
-    def _usage(self) -> dict:
-        cached = min(self.num_cached_tokens, self.num_prompt_tokens)
-        return {
-            "input_tokens": self.num_prompt_tokens,
-            "input_tokens_details": {"cached_tokens": cached},
-            "output_tokens": self.num_output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": self.num_prompt_tokens + self.num_output_tokens,
-        }
-
-    def _event(self, kind: str, **fields) -> bytes:
-        payload = {"type": kind, "sequence_number": self._sequence, **fields}
-        self._sequence += 1
-        return b"event: " + kind.encode() + b"\ndata: " + msgspec.json.encode(payload) + b"\n\n"
-
-
-def _text_part(text: str, logprobs: list[dict] | None = None) -> dict:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}

@@ -301,7 +301,7 @@ def decode_body(decoder: msgspec.json.Decoder, body: bytes):
         raise FrontendError(ErrorCode.MALFORMED, message) from None
 
 
-def _logit_bias_of(logit_bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+def logit_bias_of(logit_bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     """OpenAI's ``logit_bias`` (token id strings -> bias) as SamplingParams' pairs; a key that is not a token id
     written in decimal digits is refused (the ranges are SamplingParams', the vocabulary the intake's)."""
     if not logit_bias:
@@ -389,7 +389,7 @@ def _sampling_of(
     structured-output fields, or ``tools`` for a forced call (gateway/tool_calls.py)."""
     if req.n is not None and not 1 <= req.n <= MAX_CHOICES:
         raise invalid_param("n", f"must be in [1, {MAX_CHOICES}], got {show_value(req.n)}")
-    logit_bias = _logit_bias_of(req.logit_bias)
+    logit_bias = logit_bias_of(req.logit_bias)
     structured, structured_param = structured_of(req)
     forced = tool_plan.constraint() if tool_plan is not None else None
     if forced is not None:

@@ -27,7 +27,7 @@ from controlplane.frontend import FrontendError
 from controlplane.gateway.anthropic_messages import MessagesReply
 from controlplane.gateway.openai_embeddings import EmbeddingsReply
 from controlplane.gateway.openai_reply import OpenAIReply
-from controlplane.gateway.openai_responses import ResponsesReply
+from controlplane.gateway.responses_reply import ResponsesReply
 from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
 from transport.messages import ErrorCode, TokenChunk
 

@@ -15,9 +15,10 @@ from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.background_responses import BackgroundJob, BackgroundResponses
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
-from controlplane.gateway.openai_responses import ResponsesReply, input_items, parse_responses
+from controlplane.gateway.openai_responses import input_items, parse_responses
 from controlplane.gateway.reply_stream import close_stream, named_events, respond
 from controlplane.gateway.response_store import ResponseStore, input_items_page
+from controlplane.gateway.responses_reply import ResponsesReply
 from controlplane.gateway.sse import EventStreamResponse
 from transport.codec import clip
 from transport.messages import ErrorCode
@@ -53,6 +54,7 @@ class ResponsesRoutes:
                 default_max_tokens=gateway.config.default_chat_max_tokens,
                 tool_call_parser=gateway.config.tool_call_parser,
                 previous=previous,
+                context_length=self._context_length,
             )
             args = parsed.generate
             if parsed.background:
@@ -136,6 +138,11 @@ class ResponsesRoutes:
             return json_response(input_items_page(items, request.query_params))
         except FrontendError as err:
             return error_response(err)
+
+    def _context_length(self, model: str | None) -> int | None:
+        """The longest context a node serving ``model`` takes (None: unknown, or no node yet)."""
+        lengths = getattr(self.gateway.frontend, "model_max_len", None)
+        return lengths(self.gateway.model_name(model) or None) if lengths is not None else None
 
     def _check_background(self, model: str | None) -> None:
         """A background response is answered before its first token: what would refuse it later is refused now."""

@@ -17,7 +17,8 @@ import pytest
 from controlplane.frontend import FrontendError
 from controlplane.gateway import GatewayConfig, create_app
 from controlplane.gateway.background_responses import BackgroundJob, BackgroundResponses
-from controlplane.gateway.openai_responses import ResponsesReply, parse_responses
+from controlplane.gateway.openai_responses import parse_responses
+from controlplane.gateway.responses_reply import ResponsesReply
 from transport.chat_wire import ChatMessage
 from transport.messages import ErrorCode, TokenChunk
 
