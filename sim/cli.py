@@ -23,6 +23,7 @@ import argparse
 import dataclasses
 import multiprocessing
 import sys
+import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -48,7 +49,9 @@ from sim.report import (
     summarize,
 )
 from sim.router_knobs import parse_router_knobs
+from sim.sim_spans import send_run_spans
 from sim.spec_pair_nodes import add_spec_pair_args, apply_spec_pairs, format_spec_pairs, spec_pairs_info
+from sim.split import add_pd_split_args, pd_split_config
 from sim.workload import TRACE_FILES, Workload, load_trace, merge, scale_to_load, synthetic
 
 REALTIME_DURATION_S = 30.0  # zoo sim --realtime without --duration / --max-requests: a slice, not the trace
@@ -190,11 +193,19 @@ def router_config(fleet: Fleet, policy: str, seed: int, args: argparse.Namespace
 
 
 def run_policies(
-    fleet: Fleet, workload: Workload, policies: list[str], args: argparse.Namespace, log=None, seed: int | None = None
+    fleet: Fleet,
+    workload: Workload,
+    policies: list[str],
+    args: argparse.Namespace,
+    log=None,
+    seed: int | None = None,
+    spans=None,
 ) -> list[SimResult]:
+    """Each policy's run; ``spans``: a SpanExport (observe/span_export.py) each run's requests go to as spans."""
     results = []
     for name in policies:
         run_seed = args.seed if seed is None else seed
+        epoch_ns = time.time_ns()
         sim = FleetSimulator(
             fleet,
             workload,
@@ -214,10 +225,12 @@ def run_policies(
             if "overload" in result.info:  # hardware_aware's overload mode (controlplane/router/overload.py)
                 mode = result.info["overload"]
                 log(f"    overload mode: on {mode['activations']} times, {mode['share_of_decisions']:.0%} of decisions")
+        send_run_spans(spans, result, epoch_ns=epoch_ns, seed=run_seed, model=fleet.model.name, log=log)
         results.append(result)
     split = pd_split_config(args)
     if split is not None:
         run_seed = args.seed if seed is None else seed
+        epoch_ns = time.time_ns()
         sim = FleetSimulator(
             fleet,
             workload,
@@ -234,13 +247,21 @@ def run_policies(
         if log is not None:
             log(f"  pd_split: {len(result.records)} requests, {result.end_s:.0f} virtual s in {result.wall_s:.1f} s")
             log(f"    split: {result.info.get('pd_split')}")
+        send_run_spans(spans, result, epoch_ns=epoch_ns, seed=run_seed, model=fleet.model.name, log=log)
         results.append(result)
     return results
 
 
-def run_sim(args: argparse.Namespace) -> int:
+def run_sim(args: argparse.Namespace, spans=None) -> int:
+    """`zoo sim`; ``spans``: a SpanExport (observe/span_export.py) the runs' requests go to as spans (the runs made
+    in this process: with it, --jobs above 1 is refused)."""
     if getattr(args, "realtime", False):
         return run_realtime_sim(args)
+    if spans is not None and args.jobs != 1:
+        print(
+            "zoo sim: --otlp-traces-endpoint: the spans are the runs this process makes: give --jobs 1", file=sys.stderr
+        )
+        return 2
     try:
         fleet = load_fleet(args.fleet)
         if getattr(args, "adapters", 0):
@@ -275,7 +296,7 @@ def run_sim(args: argparse.Namespace) -> int:
             for load in loads:
                 workload, capacity = scaled(base, fleet, load, args)
                 log(f"load {load:.2f}: {len(workload.requests)} requests, time scale x{workload.time_scale:.2f}")
-                for result in run_policies(fleet, workload, policies, args, log):
+                for result in run_policies(fleet, workload, policies, args, log, spans=spans):
                     points.setdefault(result.policy, []).append((load, summarize(result, slo).goodput))
         breaking = slo_breaking_load(points)
         if args.json:
@@ -324,7 +345,7 @@ def run_sim(args: argparse.Namespace) -> int:
         runs, budgets = run_seeds_in_processes(fleet, workload, policies, args, [args.seed], jobs, jitter=False)
         reports = runs[0]
     elif args.seeds == 1:
-        results = run_policies(fleet, workload, policies, args, log)
+        results = run_policies(fleet, workload, policies, args, log, spans=spans)
         reports = [summarize(r, slo) for r in results]
         budgets = step_budgets_by_gpu(results[0])
         for r in results:
@@ -347,7 +368,7 @@ def run_sim(args: argparse.Namespace) -> int:
             runs = []
             for seed in seeds:
                 log(f"seed {seed}")
-                results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed)
+                results = run_policies(fleet, workload.jittered(seed), policies, args, log, seed=seed, spans=spans)
                 runs.append([summarize(r, slo) for r in results])
             budgets = step_budgets_by_gpu(results[0])
         reports = aggregate(runs)
@@ -451,34 +472,6 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def add_pd_split_args(parser: argparse.ArgumentParser) -> None:
-    """The prefill/decode split's flags (sim/split.py)."""
-    parser.add_argument(
-        "--pd-split",
-        default="none",
-        choices=("none", "auto", "config"),
-        help="also run the prefill/decode split (policy pd_split): auto = big-compute GPUs prefill, lean ones decode "
-        "(controlplane/router/pd_split.py); config = the fleet TOML's [pd_split.roles]",
-    )
-    parser.add_argument(
-        "--kv-rack",
-        default=None,
-        choices=("pool", "cell", "fleet", "none"),
-        help="nodes sharing a rack (InfiniBand between them; Ethernet otherwise); default: the fleet TOML's or pool",
-    )
-    parser.add_argument("--prefill-min-share", type=float, default=None, help="the auto rule's compute share")
-
-
-def pd_split_config(args: argparse.Namespace):
-    """The split's SplitConfig from the flags and the fleet TOML; None without ``--pd-split``."""
-    mode = getattr(args, "pd_split", "none")
-    if mode == "none":
-        return None
-    from sim.split import load_split_config
-
-    return load_split_config(args.fleet, mode, rack=args.kv_rack, prefill_min_share=args.prefill_min_share)
 
 
 def add_step_budget_args(parser: argparse.ArgumentParser) -> None:

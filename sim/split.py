@@ -38,6 +38,7 @@ Nodes roles and links come from the fleet TOML (sim/fleet.py reads the rest of i
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -270,3 +271,29 @@ class SplitRun:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "mean_transfer_s": self.transfer_s_total / self.num_handoffs if self.num_handoffs else 0.0,
         }
+
+
+def add_pd_split_args(parser: argparse.ArgumentParser) -> None:
+    """The prefill/decode split's flags (sim/split.py)."""
+    parser.add_argument(
+        "--pd-split",
+        default="none",
+        choices=("none", "auto", "config"),
+        help="also run the prefill/decode split (policy pd_split): auto = big-compute GPUs prefill, lean ones decode "
+        "(controlplane/router/pd_split.py); config = the fleet TOML's [pd_split.roles]",
+    )
+    parser.add_argument(
+        "--kv-rack",
+        default=None,
+        choices=("pool", "cell", "fleet", "none"),
+        help="nodes sharing a rack (InfiniBand between them; Ethernet otherwise); default: the fleet TOML's or pool",
+    )
+    parser.add_argument("--prefill-min-share", type=float, default=None, help="the auto rule's compute share")
+
+
+def pd_split_config(args: argparse.Namespace):
+    """The split's SplitConfig from the flags and the fleet TOML; None without ``--pd-split``."""
+    mode = getattr(args, "pd_split", "none")
+    if mode == "none":
+        return None
+    return load_split_config(args.fleet, mode, rack=args.kv_rack, prefill_min_share=args.prefill_min_share)

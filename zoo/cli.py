@@ -11,6 +11,7 @@ import sys
 from engine.sampling_params import SamplingParams, SamplingParamsError
 from zoo.engine_args import add_engine_args, engine_config_from_args
 from zoo.structured_output_args import add_structured_output_args, structured_output_from_args
+from zoo.tracing_args import add_tracing_args, span_export_from_args
 
 
 def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
@@ -231,6 +232,22 @@ def cmd_up(args: argparse.Namespace) -> int:
     return run_up(config, log_dir)
 
 
+def cmd_sim(args: argparse.Namespace) -> int:
+    """`zoo sim`, its runs' spans sent where --otlp-traces-endpoint (or OpenTelemetry's environment) says."""
+    from sim.cli import run_sim
+
+    try:
+        spans = span_export_from_args(args)
+    except ValueError as e:
+        print(f"zoo sim: {e}", file=sys.stderr)
+        return 2
+    try:
+        return run_sim(args, spans=spans)
+    finally:
+        if spans is not None:
+            spans.close()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="zoo", description="Silicon Zoo: LLM serving on mismatched GPUs")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -325,7 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.set_defaults(func=run_keys)
 
     from observe.ebpf import add_probe_args, run_probe
-    from sim.cli import add_sim_args, run_sim
+    from sim.cli import add_sim_args
     from tui.cli import add_top_args, run_top
 
     pr = sub.add_parser("probe", help="eBPF (root): hop latency and engine CPU histograms of the local zoo")
@@ -334,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("sim", help="the fleet simulator: simulated GPUs, real traces, routing policies compared")
     add_sim_args(s)
-    s.set_defaults(func=run_sim)
+    add_tracing_args(s, "zoo-sim")  # --otlp-traces-endpoint: each simulated request's span (sim/sim_spans.py)
+    s.set_defaults(func=cmd_sim)
 
     t = sub.add_parser("top", help="the live fleet dashboard (Textual), fed by the control plane's stats stream")
     add_top_args(t)
