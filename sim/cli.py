@@ -257,11 +257,12 @@ def run_sim(args: argparse.Namespace, spans=None) -> int:
     in this process: with it, --jobs above 1 is refused)."""
     if getattr(args, "realtime", False):
         return run_realtime_sim(args)
-    if spans is not None and args.jobs != 1:
-        print(
-            "zoo sim: --otlp-traces-endpoint: the spans are the runs this process makes: give --jobs 1", file=sys.stderr
-        )
-        return 2
+    if spans is not None and args.jobs != 1:  # the spans are the runs this process makes
+        if getattr(args, "otlp_traces_endpoint", None):
+            print("zoo sim: --otlp-traces-endpoint needs --jobs 1 (the runs this process makes)", file=sys.stderr)
+            return 2
+        print("zoo sim: no spans with --jobs other than 1 (OpenTelemetry's environment asked)", file=sys.stderr)
+        spans = None
     try:
         fleet = load_fleet(args.fleet)
         if getattr(args, "adapters", 0):

@@ -92,6 +92,11 @@ def test_zoo_sim_sends_its_spans_to_a_collector(capsys):
 def test_spans_need_the_runs_in_this_process(capsys):
     parser = argparse.ArgumentParser()
     add_sim_args(parser)
-    args = parser.parse_args(["--fleet", "small", "--trace", "poisson", "--seeds", "2", "--jobs", "2"])
+    argv = ["--fleet", "small", "--trace", "poisson", "--duration", "2", "--seeds", "2", "--jobs", "2", "--json"]
+    args = parser.parse_args(argv)
+    args.otlp_traces_endpoint = "http://127.0.0.1:9/v1/traces"  # the flag: refused
     assert run_sim(args, spans=_Sink()) == 2
-    assert "--jobs 1" in capsys.readouterr().err
+    assert "needs --jobs 1" in capsys.readouterr().err
+    sink = _Sink()
+    assert run_sim(parser.parse_args(argv), spans=sink) == 0  # OpenTelemetry's environment: runs, without spans
+    assert "no spans with --jobs other than 1" in capsys.readouterr().err and not sink.spans
