@@ -146,8 +146,10 @@ class GatewayConfig:
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
-    # /v1/responses with ``background``: at most this many run at once (gateway/background_responses.py)
+    # /v1/responses with ``background``: at most this many run at once, and of them one owner's (an API key's
+    # tenant, or the key; an open gateway's requests are one owner's) (gateway/background_responses.py)
     responses_background_max: int = 256
+    responses_background_max_per_owner: int = 64
     # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
     # credentials: the API key travels in a header a page must set itself); () turns CORS off
     cors_allowed_origins: tuple[str, ...] = ("*",)
@@ -177,7 +179,8 @@ class GatewayConfig:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("files_upload_max_bytes", "files_upload_concurrency", "responses_background_max"):
+        for name in ("files_upload_max_bytes", "files_upload_concurrency", "responses_background_max",
+                     "responses_background_max_per_owner"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes"):
@@ -312,7 +315,8 @@ class Gateway:
         self.tokenize_routes = TokenizeRoutes(frontend)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
-        self.responses = ResponsesRoutes(self, store, config.responses_background_max)  # /v1/responses
+        background_max = (config.responses_background_max, config.responses_background_max_per_owner)
+        self.responses = ResponsesRoutes(self, store, *background_max)  # /v1/responses
         self.load = ServerLoad(lambda: self.responses.background.num_running)  # GET /load
 
     async def check_structured(self, args: GenerateArgs) -> None:

@@ -16,10 +16,11 @@
 
 A running response is held here, outside the ResponseStore's bounds (it cannot be evicted before it ends); once it
 ends its object, whatever its status, goes to the store under its owner, and a later request's
-``previous_response_id`` continues it if it finished. At most ``max_running`` run at once (past that: 429 with a
-Retry-After), and the events of the last ``max_running`` streamed ones that ended, within ``max_ended_bytes``, are
-kept for a resumed stream (a running one's are kept whole: its subscribers read them). Like the store,
-everything here is in memory: a gateway restart forgets it (the generations it ran are cancelled at shutdown).
+``previous_response_id`` continues it if it finished. At most ``max_running`` run at once, and
+``max_running_per_owner`` of one owner's (past either: 429 with a Retry-After). The events of the last
+``max_running`` streamed ones that ended, within ``max_ended_bytes``, are kept for a resumed stream (a running one's
+are kept whole: its subscribers read them). Like the store, everything here is in memory: a gateway restart
+forgets it (the generations it ran are cancelled at shutdown).
 """
 
 from __future__ import annotations
@@ -80,11 +81,22 @@ class BackgroundResponses:
     """The gateway's background responses. ``keep(owner, object, conversation, input_items)``: the ResponseStore's
     put, called once each ends."""
 
-    def __init__(self, keep: Callable[..., object], max_running: int, max_ended_bytes: int = 64 * 1024 * 1024) -> None:
-        if max_running < 1 or max_ended_bytes < 0:
-            raise ValueError(f"max_running must be >= 1 and max_ended_bytes >= 0, got {max_running}, {max_ended_bytes}")
+    def __init__(
+        self,
+        keep: Callable[..., object],
+        max_running: int,
+        max_ended_bytes: int = 64 * 1024 * 1024,
+        max_running_per_owner: int | None = None,
+    ) -> None:
+        per_owner = max_running if max_running_per_owner is None else max_running_per_owner
+        if max_running < 1 or max_ended_bytes < 0 or per_owner < 1:
+            raise ValueError(
+                f"max_running and max_running_per_owner must be >= 1, max_ended_bytes >= 0, got {max_running}, "
+                f"{per_owner}, {max_ended_bytes}"
+            )
         self.keep = keep
         self.max_running = max_running
+        self.max_running_per_owner = per_owner
         self.max_ended_bytes = max_ended_bytes
         self._ended_bytes = 0
         self._running: dict[tuple[str | None, str], BackgroundJob] = {}
@@ -115,6 +127,10 @@ class BackgroundResponses:
             raise FrontendError(ErrorCode.NO_NODE, message)
         if len(self._running) >= self.max_running:
             message = f"{len(self._running)} background responses are running, the most this gateway runs: try later"
+            raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=5.0)
+        owned = sum(owner == job.owner for owner, _ in self._running)
+        if owned >= self.max_running_per_owner:
+            message = f"You have {owned} background responses running, the most one owner may run at once: try later"
             raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=5.0)
         job.reply.status = "queued"
         job.append([job.reply.created_event()])

@@ -29,10 +29,12 @@ _FINISHED = ("completed", "incomplete")  # what a later request's previous_respo
 class ResponsesRoutes:
     """The handlers, over the gateway's body reader, model naming and request start (gateway/app.py Gateway)."""
 
-    def __init__(self, gateway, store: ResponseStore, max_background: int) -> None:
+    def __init__(self, gateway, store: ResponseStore, max_background: int, max_background_per_owner: int) -> None:
         self.gateway = gateway
         self.store = store
-        self.background = BackgroundResponses(store.put, max_background, max_ended_bytes=store.max_bytes)
+        self.background = BackgroundResponses(
+            store.put, max_background, max_ended_bytes=store.max_bytes, max_running_per_owner=max_background_per_owner
+        )
 
     async def create(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/responses``; a stored one is kept under its owner, a background one answered at once."""

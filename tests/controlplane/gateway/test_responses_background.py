@@ -254,3 +254,21 @@ async def test_ended_streams_are_kept_within_their_bytes():
     assert all(2700 < size < 4000 for size in sizes), sizes  # a few events each: two fit in 8000, three do not
     kept = [runner.get(None, job.reply.id) is not None for job in jobs]
     assert kept == [False, True, True]  # the oldest dropped first
+
+
+def test_one_owner_cannot_take_every_running_slot(make_frontend, serve):
+    from controlplane.gateway.api_keys import ApiKeyConfig
+
+    frontend = make_frontend(hang_after=1)
+    config = GatewayConfig(responses_background_max=4, responses_background_max_per_owner=1)
+    keys = ApiKeyConfig(frozenset({"key-a", "key-b"}))
+    with serve(create_app(frontend, config=config, api_keys=keys)) as url:
+        body = {"model": MODEL, "input": "Hi?", "background": True}
+        a, b = ({"Authorization": f"Bearer key-{k}"} for k in "ab")
+        first = httpx.post(f"{url}/v1/responses", json=body, headers=a)
+        assert first.status_code == 200
+        refused = httpx.post(f"{url}/v1/responses", json=body, headers=a)
+        assert refused.status_code == 429 and "one owner" in refused.json()["error"]["message"]
+        assert httpx.post(f"{url}/v1/responses", json=body, headers=b).status_code == 200  # another owner's slot
+        assert httpx.post(f"{url}/v1/responses/{first.json()['id']}/cancel", headers=a).status_code == 200
+        assert httpx.post(f"{url}/v1/responses/{first.json()['id']}/cancel", headers=b).status_code == 404  # not b's
