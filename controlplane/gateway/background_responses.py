@@ -55,6 +55,7 @@ class BackgroundJob:
     events: list[bytes] = field(default_factory=list)
     num_event_bytes: int = 0
     done: bool = False
+    deleted: bool = False  # DELETE while it ran: neither kept nor found once it ends
     scope: anyio.CancelScope | None = None  # set while it runs
     _changed: anyio.Event = field(default_factory=anyio.Event)
 
@@ -138,9 +139,10 @@ class BackgroundResponses:
         self._send.send_nowait(job)
 
     def get(self, owner: str | None, response_id: str) -> BackgroundJob | None:
-        """A running response, or an ended streamed one whose events are still kept."""
+        """A running response, or an ended streamed one whose events are still kept (a deleted one: None)."""
         key = (owner, response_id)
-        return self._running.get(key) or self._ended.get(key)
+        job = self._running.get(key) or self._ended.get(key)
+        return None if job is None or job.deleted else job
 
     def cancel(self, owner: str | None, response_id: str) -> dict | None:
         """Cancel a running response: its object, now cancelled (None: no such running response)."""
@@ -153,11 +155,20 @@ class BackgroundResponses:
                 job.scope.cancel()
         return job.reply.full_object()
 
-    def forget(self, owner: str | None, response_id: str) -> None:
-        """Drop an ended response's kept events (it was deleted)."""
-        job = self._ended.pop((owner, response_id), None)
+    def delete(self, owner: str | None, response_id: str) -> bool:
+        """DELETE: a running response is cancelled and, once it ends, kept nowhere; an ended one's events are
+        dropped. False: no such response here."""
+        key = (owner, response_id)
+        job = self._running.get(key)
+        if job is not None and not job.deleted:
+            self.cancel(owner, response_id)
+            job.deleted = True
+            return True
+        job = self._ended.pop(key, None)
         if job is not None:
             self._ended_bytes -= job.num_event_bytes
+            return True
+        return False
 
     async def events(self, job: BackgroundJob, starting_after: int | None = None) -> AsyncGenerator[bytes, None]:
         """The job's events after sequence number ``starting_after`` (all: None), then each as it comes, until it
@@ -205,8 +216,9 @@ class BackgroundResponses:
         obj = reply.full_object()
         self.ended[obj["status"]] = self.ended.get(obj["status"], 0) + 1
         conversation = reply.conversation_after() if reply.finished else reply.parsed.conversation
-        self.keep(job.owner, obj, conversation, job.input_items)
-        if job.streamed:
+        if not job.deleted:
+            self.keep(job.owner, obj, conversation, job.input_items)
+        if job.streamed and not job.deleted:
             self._ended[key] = job
             self._ended_bytes += job.num_event_bytes
             while len(self._ended) > self.max_running or self._ended_bytes > self.max_ended_bytes:

@@ -90,14 +90,12 @@ class ResponsesRoutes:
         ``DELETE`` it (a running one is cancelled first); 404 when its owner has none of that id."""
         response_id = request.path_params["response_id"]
         owner = request_owner(request)
-        job = self.background.get(owner, response_id)
         if request.method == "DELETE":
-            if job is not None:
-                self.background.cancel(owner, response_id)
-                self.background.forget(owner, response_id)
-            if self.store.delete(owner, response_id) or job is not None:
+            here = self.background.delete(owner, response_id)  # a running one cancelled, kept nowhere
+            if self.store.delete(owner, response_id) or here:
                 return json_response({"id": response_id, "object": "response.deleted", "deleted": True})
             return _no_stored_response(response_id)
+        job = self.background.get(owner, response_id)
         query = request.query_params
         if query.get("stream", "false").lower() in ("true", "1"):
             return self._resumed_stream(job, response_id, query.get("starting_after"))

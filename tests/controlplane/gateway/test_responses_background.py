@@ -114,22 +114,22 @@ def test_a_resumed_stream_is_refused_clearly(client, served):
     assert len(r.json()["error"]["message"]) < 400
 
 
-def test_a_running_response_deleted_is_cancelled(client, frontend):
+def test_a_running_response_deleted_is_cancelled_and_kept_nowhere(client, frontend, served):
     frontend.hang_after = 1
     created = client.responses.create(model=MODEL, input="Hi?", background=True)
     assert frontend.num_streaming.acquire(timeout=30)
     assert client.responses.delete(created.id) is None
+    with pytest.raises(openai.NotFoundError):  # at once
+        client.responses.retrieve(created.id)
     assert frontend.cancelled.wait(timeout=30)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:  # the ended response is stored once its task ends: then deleted for good
-        try:
-            client.responses.retrieve(created.id)
-        except openai.NotFoundError:
-            break
-        client.responses.delete(created.id)
+    while httpx.get(f"{served}/load").json()["server_load"]:  # its task ends (the cancel reached the generation)
+        assert time.monotonic() < deadline
         time.sleep(0.01)
-    with pytest.raises(openai.NotFoundError):
+    with pytest.raises(openai.NotFoundError):  # and once it ended: not stored again
         client.responses.retrieve(created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(created.id)
 
 
 def test_past_the_running_bound_is_a_429(make_frontend, serve):
