@@ -16,15 +16,7 @@ serves the same route (vllm/entrypoints/openai/serving_responses.py, protocol.py
               logit_bias, ignore_eos, skip_special_tokens, include_stop_str_in_output, structured_outputs,
               chat_template_kwargs; a last assistant message "in_progress" or "incomplete" is continued (vLLM's
               rule); other fields are ignored; image and file parts and a stored ``prompt`` are refused by name
-    reply     {id: resp_…, object: response, created_at, status: completed | incomplete, incomplete_details, output:
-              [a message item {content: [output_text]} and function_call items {call_id, name, arguments}], usage:
-              {input_tokens, input_tokens_details.cached_tokens, output_tokens, total_tokens}, and the request's
-              settings echoed}
-    stream    named events, each with its ``sequence_number``: response.created, response.in_progress,
-              response.output_item.added, response.content_part.added, response.output_text.delta / .done,
-              response.content_part.done, response.function_call_arguments.delta / .done, response.output_item.done,
-              response.completed (or response.incomplete); a failure after the first event is an ``error`` event and
-              response.failed
+    reply     the Response object and the stream's named events: gateway/responses_reply.py
 
 Tools map onto OpenAI's chat tool calling (gateway/tool_calls.py); a function_call item is an assistant's ToolCall, a
 function_call_output a "tool" message answering it, as the intake renders them. A stored response (``store``, the
