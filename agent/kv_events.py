@@ -155,6 +155,7 @@ class _ReplayResponse(msgspec.Struct, omit_defaults=True):  # vLLM's ZmqEventRep
 
 
 END_SEQ = (-1).to_bytes(8, "big", signed=True)  # the streamed replay's last message
+REPLAYS_PER_TURN = 16
 
 
 def wire_events(events: list[KVEvent], block_size: int) -> list[_Stored | _Removed | _Cleared]:
@@ -283,9 +284,12 @@ class KVEventPublisher:
                     self._cached.clear()
 
     def _serve_replays(self) -> None:
-        """Answer every replay request waiting (module docstring); a bad one is counted and ignored."""
+        """Answer the replay requests waiting, at most REPLAYS_PER_TURN between two batches (a flood of requests
+        does not hold up the publishing); a bad one is counted and ignored."""
         assert self._replay is not None
-        while self._replay.poll(0):
+        for _ in range(REPLAYS_PER_TURN):
+            if not self._replay.poll(0):
+                return
             try:
                 frames = self._replay.recv_multipart()
                 if len(frames) not in (2, 3) or (len(frames) == 3 and frames[1] != b""):
@@ -314,7 +318,8 @@ class KVEventPublisher:
         """The batches from ``start_seq`` if every one of them is kept, else a snapshot (vLLM's rule)."""
         start, next_seq = request.start_seq, self._next_seq
         batches = [(seq, batch) for seq, batch in self._buffer if seq >= start]
-        whole = 0 <= start <= next_seq and [seq for seq, _ in batches] == list(range(start, next_seq))
+        whole = 0 <= start <= next_seq and len(batches) == next_seq - start
+        whole = whole and all(seq == start + i for i, (seq, _) in enumerate(batches))  # none dropped between
         if whole and request.publisher_epoch == self._epoch and not request.force_snapshot:
             return _ReplayResponse(self._epoch, next_seq, batches)
         with self._cached_lock:
