@@ -34,7 +34,8 @@ apart (the same thread serves it, between batches; a DEALER may leave out the RE
                 of AllBlocksCleared then a BlockStored of every block cached now (group_idx 0, no parent, no tokens;
                 none when nothing is cached)
 
-Anything else is ignored and counted (``num_bad_replay_requests``); the publisher goes on.
+Anything else is ignored and counted (``num_bad_replay_requests``); the publisher goes on. The answers are counted
+by kind (``replays``), and both are on the agent's /metrics (``zoo:kv_events_replay_requests_total{outcome}``).
 """
 
 from __future__ import annotations
@@ -210,6 +211,7 @@ class KVEventPublisher:
         self._topic = config.topic.encode()
         self._seq = 0  # the next batch's sequence number (the engine thread's)
         self.num_sent = self.num_dropped = self.num_bad_replay_requests = 0
+        self.replays = {"streamed": 0, "batches": 0, "snapshot": 0}  # replay requests answered, by answer
         self._encoder = msgspec.msgpack.Encoder()
         # replay: the last buffer_steps batches sent, the sequence number after the last handled, what is cached now
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=config.buffer_steps)
@@ -307,8 +309,11 @@ class KVEventPublisher:
                         if seq >= start:
                             self._replay.send_multipart((*head, seq.to_bytes(8, "big"), batch))
                     self._replay.send_multipart((*head, END_SEQ, b""))
+                    self.replays["streamed"] += 1
                     continue
-                self._replay.send_multipart((*head, self._encoder.encode(self._replay_response(request))))
+                response = self._replay_response(request)
+                self._replay.send_multipart((*head, self._encoder.encode(response)))
+                self.replays["batches" if response.snapshot is None else "snapshot"] += 1
             except zmq.ZMQError:
                 if self._replay.closed:
                     return

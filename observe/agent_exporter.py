@@ -210,7 +210,8 @@ class AgentExporter(PrometheusExporter):
         self.kv_transfer_seconds.labels(**self._zoo_labels, direction=direction).observe(max(seconds, 0.0))
 
     def describe_kv_events(self, publisher) -> None:
-        """The node's KV cache events' publisher (agent/kv_events.py): its batches sent and dropped, at each scrape."""
+        """The node's KV cache events' publisher (agent/kv_events.py): its batches sent and dropped, and its replay
+        requests by answer, at each scrape."""
         self._kv_events = publisher
 
     def _collect_kv_refused(self) -> Iterable[Metric]:
@@ -223,6 +224,13 @@ class AgentExporter(PrometheusExporter):
             batches.add_metric([*zoo.values(), "sent"], self._kv_events.num_sent)
             batches.add_metric([*zoo.values(), "dropped"], self._kv_events.num_dropped)
             yield batches
+            if getattr(self._kv_events, "replay_endpoint", None) is not None:  # its replay socket's requests
+                replays = CounterMetricFamily(m.KV_EVENTS_REPLAYS, "KV cache event replay requests, by answer.",
+                                              labels=[*zoo, "outcome"])  # fmt: skip
+                answers = {**self._kv_events.replays, "refused": self._kv_events.num_bad_replay_requests}
+                for outcome, n in answers.items():
+                    replays.add_metric([*zoo.values(), outcome], n)
+                yield replays
         refused = CounterMetricFamily(m.KV_TRANSFER_REFUSED, "KV transfers this node refused, by reason.",
                                       labels=[*zoo, "reason"])  # fmt: skip
         for reason, n in dict(self._kv_refused).items():

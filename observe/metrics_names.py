@@ -121,6 +121,7 @@ SWAP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 KV_TRANSFER_BYTES = "zoo:kv_transfer_bytes"  # counter (_total) {direction "out" | "in", peer}
 KV_TRANSFER_SECONDS = "zoo:kv_transfer_seconds"  # per completed transfer, by direction
 KV_TRANSFER_REFUSED = "zoo:kv_transfer_refused"  # counter (_total) {reason}: transfers this receiver refused
+KV_EVENTS_REPLAYS = "zoo:kv_events_replay_requests"  # counter (_total) {outcome streamed|batches|snapshot|refused}
 KV_EVENTS_BATCHES = "zoo:kv_events_batches"  # counter (_total) {outcome "sent" | "dropped"}: --kv-events-config's
 KV_TRANSFER_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # control plane: live migrations (MigrationDone) -------------------------------------------------------------

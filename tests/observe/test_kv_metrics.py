@@ -41,12 +41,21 @@ def test_agent_exports_its_kv_event_batches_by_outcome():
     exporter = AgentExporter()
     exporter.describe_node(_hello())
     assert "zoo:kv_events_batches" not in generate_latest(exporter.registry).decode()  # no publisher: no series
-    publisher = types.SimpleNamespace(num_sent=0, num_dropped=0)
+    publisher = types.SimpleNamespace(num_sent=0, num_dropped=0, replay_endpoint=None)
     exporter.describe_kv_events(publisher)
     publisher.num_sent, publisher.num_dropped = 41, 2  # read at each scrape
     text = generate_latest(exporter.registry).decode()
     assert 'zoo:kv_events_batches_total{cell="default",gpu_type="cpu",model="m",node="n1",outcome="sent"} 41.0' in text
     assert 'outcome="dropped"} 2.0' in text
+    assert "zoo:kv_events_replay_requests" not in text  # no replay socket: no series
+    publisher.replay_endpoint = "tcp://127.0.0.1:5558"
+    publisher.replays, publisher.num_bad_replay_requests = {"streamed": 3, "batches": 1, "snapshot": 2}, 4
+    text = generate_latest(exporter.registry).decode()
+    assert (
+        'zoo:kv_events_replay_requests_total{cell="default",gpu_type="cpu",model="m",node="n1",outcome="streamed"} 3.0'
+        in text
+    )
+    assert 'outcome="snapshot"} 2.0' in text and 'outcome="refused"} 4.0' in text
 
 
 def test_controlplane_exports_migrations_by_reason_and_outcome():
