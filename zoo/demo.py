@@ -1,6 +1,7 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
-a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, a tool call, and
-three sentences' embeddings compared, and a batch of questions run through OpenAI's Batch API), the first
+a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, a tool call,
+three sentences' embeddings compared, a batch of questions run through OpenAI's Batch API, and a background
+response of the Responses API, polled), the first
 question's trace (OpenTelemetry: both processes send their spans to a collector the demo runs on loopback),
 a short load through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is
 shut down at the end."""
@@ -108,6 +109,24 @@ def _chat(base_url: str, traces: OtlpReceiver) -> None:
     for result in _post(base_url, "/v1/rerank", {"query": RERANK_QUERY, "documents": SENTENCES})["results"]:
         print(f"{result['relevance_score']:.3f}  {result['document']['text']!r}")
     _batch(base_url)
+    _background(base_url)
+
+
+def _background(base_url: str) -> None:
+    """A background response (the Responses API's ``background: true``): answered queued at once, polled, read."""
+    import httpx
+
+    print(f"   a background response (/v1/responses, background: true: answered at once, then polled): {QUESTION}")
+    body = {"model": MODEL, "input": QUESTION, "background": True, "max_output_tokens": 16, "temperature": 0}
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        response = http.post("/v1/responses", json=body).json()
+        first = response["status"]
+        deadline = time.monotonic() + BATCH_WAIT_S
+        while response["status"] in ("queued", "in_progress") and time.monotonic() < deadline:
+            time.sleep(0.1)
+            response = http.get(f"/v1/responses/{response['id']}").json()
+    text = "".join(p["text"] for item in response["output"] if item["type"] == "message" for p in item["content"])
+    print(f"[{response['id']}: {first}, then {response['status']}] {text!r}")
 
 
 def _batch(base_url: str) -> None:
