@@ -9,8 +9,9 @@ HTTP request is answered here, before any route::
         Connection: close       (a client's next request opens a new connection: to another replica behind a balancer)
 
 except on ``GatewayConfig.open_while_draining`` (the probes and scrapes: ``/health`` then answers 503
-``{"status": "draining"}``, so a readiness probe takes the replica out of its Service). Requests admitted before
-the drain run on; ``HttpInFlight`` counts them, and the shutdown waits until none is left
+``{"status": "draining"}``, so a readiness probe takes the replica out of its Service) and a GET of a response
+(``/v1/responses/...``: a background response the drain lets finish is read before a restart forgets it).
+Requests admitted before the drain run on; ``HttpInFlight`` counts them, and the shutdown waits until none is left
 (zoo/controlplane_shutdown.py).
 """
 
@@ -33,6 +34,11 @@ _REFUSAL_HEADERS = [
 ]
 
 
+# what a client may still read while the control plane drains: its responses, stored or running in the background
+# (gateway/background_responses.py), which the drain lets finish and which a restart forgets
+READABLE_WHILE_DRAINING = ("/v1/responses/",)
+
+
 class HttpInFlight:
     """The gateway's HTTP requests being answered now (``count``), and those refused while draining (``refused``)."""
 
@@ -49,17 +55,25 @@ class ShutdownGate:
     """ASGI middleware: refuses new HTTP requests while ``frontend.draining`` (a frontend without that attribute never
     drains), except on ``open_paths``; counts the others in ``in_flight`` until their reply is sent."""
 
-    def __init__(self, app: ASGIApp, frontend, in_flight: HttpInFlight, open_paths: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        frontend,
+        in_flight: HttpInFlight,
+        open_paths: tuple[str, ...],
+        readable_prefixes: tuple[str, ...] = READABLE_WHILE_DRAINING,
+    ) -> None:
         self.app = app
         self.frontend = frontend
         self.in_flight = in_flight
         self.open_paths = frozenset(open_paths)
+        self.readable_prefixes = readable_prefixes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if getattr(self.frontend, "draining", False) and scope["path"] not in self.open_paths:
+        if getattr(self.frontend, "draining", False) and not self._open(scope):
             self.in_flight.refused += 1
             await send({"type": "http.response.start", "status": 503, "headers": _REFUSAL_HEADERS})
             await send({"type": "http.response.body", "body": _REFUSAL_BODY})
@@ -69,3 +83,9 @@ class ShutdownGate:
             await self.app(scope, receive, send)
         finally:
             self.in_flight.count -= 1
+
+    def _open(self, scope: Scope) -> bool:
+        path = scope["path"]
+        if path in self.open_paths:
+            return True
+        return scope["method"] in ("GET", "HEAD") and path.startswith(self.readable_prefixes)

@@ -56,6 +56,20 @@ async def test_the_probes_paths_stay_open_and_health_says_draining(make_frontend
         assert (await c.get("/version")).status_code == 200
 
 
+@pytest.mark.anyio
+async def test_a_response_is_still_read_while_draining(make_frontend):
+    frontend = make_frontend()
+    async with _client(create_app(frontend)) as c:
+        done = (await c.post("/v1/responses", json={"model": "smol", "input": "Hi"})).json()
+        frontend.draining = True
+        read = await c.get(f"/v1/responses/{done['id']}")  # its result, before a restart forgets it
+        assert read.status_code == 200 and read.json()["status"] == "completed"
+        assert (await c.get(f"/v1/responses/{done['id']}/input_items")).status_code == 200
+        assert (await c.post("/v1/responses", json={"model": "smol", "input": "Hi"})).status_code == 503
+        assert (await c.delete(f"/v1/responses/{done['id']}")).status_code == 503  # reads only
+        assert (await c.post(f"/v1/responses/{done['id']}/cancel")).status_code == 503
+
+
 async def _metrics_app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     await send({"type": "http.response.body", "body": b"up 1\n"})
