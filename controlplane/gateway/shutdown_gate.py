@@ -10,7 +10,8 @@ HTTP request is answered here, before any route::
 
 except on ``GatewayConfig.open_while_draining`` (the probes and scrapes: ``/health`` then answers 503
 ``{"status": "draining"}``, so a readiness probe takes the replica out of its Service) and a GET of a response
-(``/v1/responses/...``: a background response the drain lets finish is read before a restart forgets it).
+(``/v1/responses/...``: a background response the drain lets finish is read before a restart forgets it) or its
+cancel (``POST /v1/responses/{id}/cancel``: less work for the drain).
 Requests admitted before the drain run on; ``HttpInFlight`` counts them, and the shutdown waits until none is left
 (zoo/controlplane_shutdown.py).
 """
@@ -35,7 +36,7 @@ _REFUSAL_HEADERS = [
 
 
 # what a client may still read while the control plane drains: its responses, stored or running in the background
-# (gateway/background_responses.py), which the drain lets finish and which a restart forgets
+# (gateway/background_responses.py), which the drain lets finish and which a restart forgets; and cancel them
 READABLE_WHILE_DRAINING = ("/v1/responses/",)
 
 
@@ -88,4 +89,7 @@ class ShutdownGate:
         path = scope["path"]
         if path in self.open_paths:
             return True
-        return scope["method"] in ("GET", "HEAD") and path.startswith(self.readable_prefixes)
+        if not path.startswith(self.readable_prefixes):
+            return False
+        method = scope["method"]  # a response read, or a background one cancelled (less work for the drain)
+        return method in ("GET", "HEAD") or (method == "POST" and path.endswith("/cancel"))

@@ -57,7 +57,7 @@ async def test_the_probes_paths_stay_open_and_health_says_draining(make_frontend
 
 
 @pytest.mark.anyio
-async def test_a_response_is_still_read_while_draining(make_frontend):
+async def test_a_response_is_still_read_and_cancelled_while_draining(make_frontend):
     frontend = make_frontend()
     async with _client(create_app(frontend)) as c:
         done = (await c.post("/v1/responses", json={"model": "smol", "input": "Hi"})).json()
@@ -66,8 +66,10 @@ async def test_a_response_is_still_read_while_draining(make_frontend):
         assert read.status_code == 200 and read.json()["status"] == "completed"
         assert (await c.get(f"/v1/responses/{done['id']}/input_items")).status_code == 200
         assert (await c.post("/v1/responses", json={"model": "smol", "input": "Hi"})).status_code == 503
-        assert (await c.delete(f"/v1/responses/{done['id']}")).status_code == 503  # reads only
-        assert (await c.post(f"/v1/responses/{done['id']}/cancel")).status_code == 503
+        assert (await c.delete(f"/v1/responses/{done['id']}")).status_code == 503  # reads and cancels only
+        cancel = await c.post(f"/v1/responses/{done['id']}/cancel")  # served (a 400: it was not a background one)
+        assert cancel.status_code == 400 and "background" in cancel.json()["error"]["message"]
+        assert (await c.post("/v1/responses/x/other")).status_code == 503
 
 
 async def _metrics_app(scope, receive, send):
