@@ -78,7 +78,6 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backends.grammar import check as check_grammar
 from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
@@ -112,11 +111,11 @@ from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.responses_routes import ResponsesRoutes
 from controlplane.gateway.server_load import ServerLoad, ServerLoadMiddleware
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
+from controlplane.gateway.structured_fields import check_structured
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
-from engine.structured_output import StructuredOutputError
 from transport.codec import clip
 from transport.messages import ErrorCode
 from transport.trace_context import trace_headers
@@ -319,9 +318,6 @@ class Gateway:
         self.responses = ResponsesRoutes(self, store, *background_max)  # /v1/responses
         self.load = ServerLoad(lambda: self.responses.background.num_running)  # GET /load
 
-    async def check_structured(self, args: GenerateArgs) -> None:
-        await _check_structured(args)
-
     async def handle_completions(self, request: Request) -> Response:
         return await self._handle_generate(request, chat=False)
 
@@ -335,7 +331,7 @@ class Gateway:
         async def serve() -> Response:
             args = parse_messages(await self.read_body(request))
             if args.sampling.structured_outputs is not None:
-                await self.check_structured(args)
+                await check_structured(args)
             reply = MessagesReply(self.model_name(args.model), args.tool_plan)
             chunks = self.start(request, reply.id, args, arrival_ns)
             return await respond(
@@ -469,7 +465,7 @@ class Gateway:
             else:
                 args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
             if args.sampling.structured_outputs is not None:
-                await self.check_structured(args)
+                await check_structured(args)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
 
         return await guarded(request, serve)
@@ -514,18 +510,6 @@ class Gateway:
             p if isinstance(p, str) else tokenizer.decode(p, skip_special_tokens=False) if tokenizer is not None else ""
             for p in prompts
         ]
-
-
-async def _check_structured(args: GenerateArgs) -> None:
-    """Compile the request's constraint in a worker thread (a 64 KiB schema takes tens of milliseconds, which the
-    event loop serving every other request should not wait for); a refusal names the field the client used. The
-    intake's own check (controlplane/request_intake.py) then finds it among those that compiled
-    (backends/grammar.py)."""
-    try:
-        await anyio.to_thread.run_sync(check_grammar, args.sampling.structured_outputs)
-    except StructuredOutputError as error:
-        param = args.structured_param
-        raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
 
 
 @asynccontextmanager

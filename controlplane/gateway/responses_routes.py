@@ -20,6 +20,7 @@ from controlplane.gateway.reply_stream import close_stream, named_events, respon
 from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.responses_reply import ResponsesReply
 from controlplane.gateway.sse import EventStreamResponse
+from controlplane.gateway.structured_fields import check_structured
 from transport.codec import clip
 from transport.messages import ErrorCode
 
@@ -66,7 +67,7 @@ class ResponsesRoutes:
                 self.store.put(owner, obj, conversation, input_items(parsed.own_input))
 
             if args.sampling.structured_outputs is not None:
-                await gateway.check_structured(args)
+                await check_structured(args)
             on_done = keep if parsed.store and not parsed.background else None
             reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text)
             chunks = gateway.start(request, reply.id, args, arrival_ns)

@@ -14,16 +14,19 @@ vllm-project/vllm#22772, August 2025):
 At most one field may ask. A schema is kept as the client's JSON text (``msgspec.Raw``): it is never decoded into
 Python objects here, so no depth or size of schema costs the gateway more than a copy; it is also accepted as a
 string holding that text, as vLLM accepts it. ``structured_of`` returns the constraint and the field the client
-used, so that an error about it (the compile check, gateway/app.py) names that field.
+used, so that an error about it (the compile check, ``check_structured``) names that field.
 """
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 
-from controlplane.frontend import invalid_param
+from backends.grammar import check as check_grammar
+from controlplane.frontend import FrontendError, invalid_param
 from engine.sampling_params import show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
+from transport.messages import ErrorCode
 
 GUIDED_FIELDS = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 NOT_GIVEN = msgspec.Raw()  # a schema field absent (msgspec takes Raw whole, so ``null`` arrives as b"null": not given)
@@ -129,3 +132,15 @@ def schema_text(raw: msgspec.Raw, param: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise invalid_param(param, "the schema is not valid UTF-8") from None
+
+
+async def check_structured(args) -> None:
+    """Compile the request's constraint (``args``: gateway/openai_schema.py's GenerateArgs) in a worker thread (a
+    64 KiB schema takes tens of milliseconds, which the event loop serving every other request should not wait for);
+    a refusal names the field the client used. The intake's own check (controlplane/request_intake.py) then finds
+    it among those that compiled (backends/grammar.py)."""
+    try:
+        await anyio.to_thread.run_sync(check_grammar, args.sampling.structured_outputs)
+    except StructuredOutputError as error:
+        param = args.structured_param
+        raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
