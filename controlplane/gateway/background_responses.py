@@ -61,7 +61,7 @@ class BackgroundJob:
 
     @property
     def status(self) -> str:
-        return self.reply.full_object()["status"]
+        return self.reply.current_status()
 
     def append(self, events: list[bytes]) -> None:
         if events:

@@ -87,11 +87,16 @@ class ResponsesReply:
         """The conversation a later request continues: the input, then the output as the assistant's message."""
         return (*self.parsed.conversation, self._output_message())
 
+    def current_status(self) -> str:
+        """queued, in_progress, completed, incomplete, failed or cancelled (what ``full_object`` says)."""
+        if self.status is not None:
+            return self.status
+        if not self.finished:
+            return "in_progress"
+        return "incomplete" if self.finish_reason == "length" else "completed"
+
     def full_object(self) -> dict:
-        status = "in_progress"
-        if self.finished:
-            status = "incomplete" if self.finish_reason == "length" else "completed"
-        status = self.status or status
+        status = self.current_status()
         obj = {
             "id": self.id,
             "object": "response",
