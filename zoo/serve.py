@@ -491,9 +491,7 @@ async def _serve_http(
         from observe.responses_metrics import responses_metrics
 
         exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
-        responses = (
-            app.state.responses
-        )  # the Responses API's store and background runner (observe/responses_metrics.py)
+        responses = app.state.responses  # the Responses API's store and background runner
         exporter.registry.register(SnapshotCollector(responses_metrics(responses.store, responses.background)))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
     await serve_gateway(app, host, port, config, task_status=task_status)

@@ -111,7 +111,7 @@ def uvicorn_config(app: ASGIApp, host: str, port: int, config: GatewayConfig, **
         http=gateway_protocol(config.request_read_timeout_s),
         timeout_keep_alive=config.keep_alive_timeout_s,
         log_level="warning",
-        lifespan="off",  # serve_gateway runs the app.s runs itself (a cancelled lifespan task logs a traceback)
+        lifespan="off",  # serve_gateway runs the app's runs itself (a cancelled lifespan task logs a traceback)
     )
     if config.ssl_certfile is not None:  # HTTPS, as vLLM's --ssl-* flags set up uvicorn
         settings.update(ssl_keyfile=config.ssl_keyfile, ssl_certfile=config.ssl_certfile)
