@@ -12,6 +12,8 @@
                                   /v1/responses/{id}/input_items its request's input items (a cursor page)
     POST /v1/responses/{id}/cancel  a background response stopped (background_responses.py: ``background: true``
                                   answered at once, run by serve_gateway or the app's lifespan)
+    /v1/conversations             OpenAI's Conversations API (conversation_routes.py): conversations and their items
+                                  (conversation_store.py), which a response naming one continues and adds to
     /v1/files, /v1/batches        OpenAI's Files and Batch APIs (batch_routes.py): a JSONL file of requests run in
                                   the background, each through its own route above (batch_runner.py, run by
                                   serve_gateway or the app's lifespan); results as output and error files
@@ -87,6 +89,8 @@ from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
 from controlplane.gateway.batch_span import BatchSpans
+from controlplane.gateway.conversation_routes import ConversationRoutes
+from controlplane.gateway.conversation_store import ConversationStore
 from controlplane.gateway.embedding_routes import EmbeddingRoutes
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
@@ -149,6 +153,10 @@ class GatewayConfig:
     # tenant, or the key; an open gateway's requests are one owner's) (gateway/background_responses.py)
     responses_background_max: int = 256
     responses_background_max_per_owner: int = 64
+    # /v1/conversations (conversation_store.py): at most this many conversations, and bytes of their items, kept
+    # (the least recently used dropped first; 0: none is kept); one conversation may not grow past the bytes
+    conversations_max: int = 4096
+    conversations_bytes: int = 64 * 1024 * 1024
     # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
     # credentials: the API key travels in a header a page must set itself); () turns CORS off
     cors_allowed_origins: tuple[str, ...] = ("*",)
@@ -182,7 +190,8 @@ class GatewayConfig:
                      "responses_background_max_per_owner"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes"):
+        for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes",
+                     "conversations_max", "conversations_bytes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
         if not 0 <= self.models_wait_s < math.inf:
@@ -265,6 +274,7 @@ def create_app(
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
     routes += batch_routes.routes()
+    routes += gateway.conversations.routes()
     routes += lora_routes(frontend)
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
@@ -315,7 +325,9 @@ class Gateway:
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
         background_max = (config.responses_background_max, config.responses_background_max_per_owner)
-        self.responses = ResponsesRoutes(self, store, *background_max)  # /v1/responses
+        conversations = ConversationStore(config.conversations_max, config.conversations_bytes)
+        self.conversations = ConversationRoutes(self.read_body, conversations)  # /v1/conversations
+        self.responses = ResponsesRoutes(self, store, *background_max, conversations)  # /v1/responses
         self.load = ServerLoad(lambda: self.responses.background.num_running)  # GET /load
 
     async def handle_completions(self, request: Request) -> Response:

@@ -96,6 +96,10 @@ class TextIn(msgspec.Struct, kw_only=True):
     format: TextFormatIn | None = None
 
 
+class ConversationRefIn(msgspec.Struct, kw_only=True):
+    id: str
+
+
 class ReasoningIn(msgspec.Struct, kw_only=True):
     effort: str | None = None
     summary: str | None = None
@@ -112,6 +116,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     stream: bool | None = None
     store: bool | None = None
     previous_response_id: str | None = None
+    conversation: str | ConversationRefIn | None = None  # its items come first; this response's are added to it
     tools: list[FunctionToolIn] | None = None
     tool_choice: str | ToolChoiceIn | None = None
     parallel_tool_calls: bool | None = None
@@ -157,6 +162,7 @@ class ResponsesArgs:
     store: bool
     num_input: int = 0  # this request's own input messages: the conversation's last ones
     background: bool = False  # answered at once, run by gateway/background_responses.py
+    conversation_id: str | None = None  # the conversation it continues, to which its items are added once it ends
 
     @property
     def own_input(self) -> Conversation:
@@ -170,10 +176,12 @@ def parse_responses(
     tool_call_parser: str | None,
     previous: Callable[[str], Conversation | str | None],
     context_length: Callable[[str | None], int | None] = lambda model: None,
+    conversation_items: Callable[[str], tuple[dict, ...] | None] = lambda conversation_id: None,
 ) -> ResponsesArgs:
     """The request as ResponsesArgs; ``previous(id)`` is a stored response's conversation (None: unknown; a string:
     the status of one that did not finish); ``context_length(model)`` the longest context its nodes take (None:
-    unknown), which ``truncation: auto`` fits the prompt to. FrontendError naming the field at fault."""
+    unknown), which ``truncation: auto`` fits the prompt to; ``conversation_items(id)`` a conversation's items (None:
+    its owner has none of that id: gateway/conversation_store.py). FrontendError naming the field at fault."""
     req = decode_body(_DECODER, body)
     if req.prompt and bytes(req.prompt) != b"null":
         raise invalid_param("prompt", "stored prompt templates are not supported: send the input itself")
@@ -195,6 +203,14 @@ def parse_responses(
             message = f"the response {show_value(req.previous_response_id)} is {found}: only a finished one goes on"
             raise invalid_param("previous_response_id", message)
         conversation = found
+    conversation_id = req.conversation.id if isinstance(req.conversation, ConversationRefIn) else req.conversation
+    if conversation_id is not None:
+        if req.previous_response_id is not None:
+            raise invalid_param("conversation", "cannot be given beside previous_response_id: name one of them")
+        items = conversation_items(conversation_id)
+        if items is None:
+            raise invalid_param("conversation", f"no conversation has the id {show_value(conversation_id)}")
+        conversation = items_conversation(items)
     own_input = _input_messages(req.input)
     conversation += own_input
     if not conversation:
@@ -242,8 +258,9 @@ def parse_responses(
         chat=_chat(req),
     )
     settings = _settings(req, sampling, service_tier)
+    settings["conversation"] = {"id": conversation_id} if conversation_id is not None else None
     store = req.store is not False
-    return ResponsesArgs(generate, settings, conversation, store, len(own_input), background=bool(req.background))
+    return ResponsesArgs(generate, settings, conversation, store, len(own_input), bool(req.background), conversation_id)
 
 
 def _fit(req: ResponsesRequest, max_tokens: int, context_length: Callable[[str | None], int | None]) -> int | None:
@@ -274,12 +291,12 @@ def _chat(req: ResponsesRequest) -> ChatTemplateOptions | None:
     return chat_options(not continued, continued, kwargs)
 
 
-def _input_messages(items: str | list[InputItem]) -> Conversation:
+def _input_messages(items: str | list[InputItem], field: str = "input") -> Conversation:
     if isinstance(items, str):
         return (ChatMessage("user", items),)
     messages: list[ChatMessage] = []
     for i, item in enumerate(items):
-        at = f"input[{i}]"
+        at = f"{field}[{i}]"
         kind = item.type or "message"
         if kind == "message":
             role = _ROLES.get(item.role or "")
@@ -416,6 +433,18 @@ def input_items(messages: Conversation) -> tuple[dict, ...]:
             items.append({"type": "function_call", "id": item_id("fc"), "call_id": call.id, "name": call.name,
                           "arguments": call.arguments, "status": "completed"})  # fmt: skip
     return tuple(items)
+
+
+def items_conversation(items: tuple[dict, ...] | list[dict]) -> Conversation:
+    """Items as the Responses API lists them (a conversation's, gateway/conversation_store.py) as the messages they
+    stand for: the inverse of ``input_items``."""
+    return _input_messages(msgspec.convert(list(items), list[InputItem]))
+
+
+def parse_items(raw: list[InputItem], at: str = "items") -> tuple[dict, ...]:
+    """Input items a client sent (a message's content as a string or text parts, function calls, their outputs) as
+    the Responses API lists them, each with a new id; FrontendError naming the one at fault."""
+    return input_items(_input_messages(raw, at))
 
 
 def item_id(prefix: str) -> str:

@@ -1,10 +1,12 @@
 """The Responses API's routes: ``POST /v1/responses`` (gateway/openai_responses.py), the stored responses (gateway/
 response_store.py: ``GET``/``DELETE /v1/responses/{id}``, ``GET .../input_items``) and the background ones (gateway/
-background_responses.py: a resumed stream, ``POST .../cancel``).
+background_responses.py: a resumed stream, ``POST .../cancel``). A response naming a ``conversation`` continues it
+and, once it ends, adds its input and output items to it (gateway/conversation_store.py).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 from starlette.requests import Request
@@ -13,6 +15,7 @@ from starlette.responses import Response
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.background_responses import BackgroundJob, BackgroundResponses
+from controlplane.gateway.conversation_store import ConversationFull, ConversationStore
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
 from controlplane.gateway.openai_responses import input_items, parse_responses
@@ -24,15 +27,26 @@ from controlplane.gateway.structured_fields import check_structured
 from transport.codec import clip
 from transport.messages import ErrorCode
 
+log = logging.getLogger(__name__)
+
 _FINISHED = ("completed", "incomplete")  # what a later request's previous_response_id may continue
 
 
 class ResponsesRoutes:
     """The handlers, over the gateway's body reader, model naming and request start (gateway/app.py Gateway)."""
 
-    def __init__(self, gateway, store: ResponseStore, max_background: int, max_background_per_owner: int) -> None:
+    def __init__(
+        self,
+        gateway,
+        store: ResponseStore,
+        max_background: int,
+        max_background_per_owner: int,
+        conversations: ConversationStore | None = None,
+    ) -> None:
         self.gateway = gateway
         self.store = store
+        self.conversations = conversations if conversations is not None else ConversationStore(0, 0)
+        self.num_unrecorded = 0  # responses whose items their conversation could not take (deleted, or full)
         self.background = BackgroundResponses(
             store.put, max_background, max_ended_bytes=store.max_bytes, max_running_per_owner=max_background_per_owner
         )
@@ -58,22 +72,28 @@ class ResponsesRoutes:
                 tool_call_parser=gateway.config.tool_call_parser,
                 previous=previous,
                 context_length=self._context_length,
+                conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
             )
             args = parsed.generate
             if parsed.background:
                 self._check_background(args.model)
+            own_items = input_items(parsed.own_input)  # one id per item, wherever it is listed
+            keeps = parsed.store and not parsed.background  # a background one is kept by its runner
 
-            def keep(obj: dict, conversation) -> None:
-                self.store.put(owner, obj, conversation, input_items(parsed.own_input))
+            def done(obj: dict, conversation) -> None:
+                if keeps:
+                    self.store.put(owner, obj, conversation, own_items)
+                if parsed.conversation_id is not None:
+                    self._record(owner, parsed.conversation_id, own_items + tuple(obj["output"]))
 
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
-            on_done = keep if parsed.store and not parsed.background else None
+            on_done = done if keeps or parsed.conversation_id is not None else None
             reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text)
             chunks = gateway.start(request, reply.id, args, arrival_ns)
             if not parsed.background:
                 return await respond(request, chunks, reply, args.stream, named_events, reply.id)
-            job = BackgroundJob(owner, reply, chunks, streamed=args.stream, input_items=input_items(parsed.own_input))
+            job = BackgroundJob(owner, reply, chunks, streamed=args.stream, input_items=own_items)
             try:
                 self.background.submit(job)
             except FrontendError:
@@ -139,6 +159,22 @@ class ResponsesRoutes:
             return json_response(input_items_page(items, request.query_params))
         except FrontendError as err:
             return error_response(err)
+
+    def _conversation_items(self, owner: str | None, conversation_id: str) -> tuple[dict, ...] | None:
+        conversation = self.conversations.get(owner, conversation_id)
+        return None if conversation is None else tuple(conversation.items)
+
+    def _record(self, owner: str | None, conversation_id: str, items: tuple[dict, ...]) -> None:
+        """A response's input and output items added to its conversation, once it ends; one the conversation cannot
+        take (deleted meanwhile, or at its byte bound) is logged and counted: the response itself is answered."""
+        try:
+            if self.conversations.add_items(owner, conversation_id, items) is not None:
+                return
+            why = "it was deleted"
+        except ConversationFull as full:
+            why = str(full)
+        self.num_unrecorded += 1
+        log.warning("gateway: a response's items were not added to conversation %s: %s", conversation_id, why)
 
     def _context_length(self, model: str | None) -> int | None:
         """The longest context a node serving ``model`` takes (None: unknown, or no node yet)."""
