@@ -6,8 +6,10 @@
         to /v1/responses, its tools its own:
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
         in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
-        or so to SageMaker's /invocations instead; one time in fourteen, an OpenAI batch: a JSONL upload to
-        /v1/files, or a batch created over an uploaded file)
+        or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
+        /v1/files, or a batch created over an uploaded file; one time in fifteen, a Conversations API request:
+        a conversation made, its items added or its metadata replaced, valid or not, or read or deleted; a
+        Responses API body names a conversation one time in ten, made or not)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -97,7 +99,7 @@ HTTP_FIELDS = [
     "text_1", "text_2", "query", "documents", "top_n", "return_documents", "use_activation",  # vLLM's score, rerank
 ]  # fmt: skip
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
-                  "not an object", "path", "method", "raw", "batch"]  # fmt: skip
+                  "not an object", "path", "method", "raw", "batch", "conversation"]  # fmt: skip
 BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score",
                    "/v1/rerank"]  # fmt: skip
 SCORE_PATHS = ["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"]
@@ -194,6 +196,42 @@ class HttpCases:
     def __init__(self, rng: random.Random) -> None:
         self.rng = rng
         self.file_ids: list[str] = []  # files the gateway accepted (the campaign adds them): batches name them
+        self.conversation_ids: list[str] = []  # conversations the gateway made (the campaign adds them)
+
+    def _conversation(self) -> str:
+        r = self.rng
+        if self.conversation_ids and r.random() < 0.8:
+            return r.choice(self.conversation_ids[-8:])
+        return r.choice(["conv_nope", "", "c" * r.randint(1, 5_000), "%2e%2e", "conv_%00"])
+
+    def conversation_case(self) -> HttpCase:
+        """OpenAI's Conversations API: a conversation created with items and metadata, items added, its metadata
+        replaced (each valid or not), or a conversation, its items or one item read or deleted, known or not."""
+        r = self.rng
+        known = self._conversation()
+        items = r.choice([
+            [{"role": "user", "content": "hi"}],
+            [{"role": "assistant", "content": [{"type": "output_text", "text": "yo"}]}, {"type": "function_call",
+             "call_id": "c1", "name": "f", "arguments": "{}"}, {"type": "function_call_output", "call_id": "c1",
+             "output": "1"}],
+            [{"role": "user", "content": "x"}] * 21, [], [{"type": "reasoning"}], [{"role": "robot"}], "items",
+            [{"role": "user", "content": "y" * 100_000}], [{"role": "user", "content": [{"type": "input_image"}]}],
+        ])  # fmt: skip
+        metadata = r.choice([{"k": "v"}, {f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"k": "v" * 513},
+                             {"k": 1}, None, [], "m"])  # fmt: skip
+        choice = r.random()
+        if choice < 0.4:
+            body = {"items": items, "metadata": metadata} if r.random() < 0.5 else {"metadata": metadata}
+            return HttpCase("conversation", path="/v1/conversations", body=json.dumps(body).encode())
+        if choice < 0.7:
+            body = json.dumps({"items": items}).encode()
+            return HttpCase("conversation", path=f"/v1/conversations/{known}/items", body=body)
+        if choice < 0.85:
+            body = json.dumps({"metadata": metadata} if r.random() < 0.8 else {}).encode()
+            return HttpCase("conversation", path=f"/v1/conversations/{known}", body=body)
+        path = f"/v1/conversations/{known}" + r.choice(["", "/items", "/items/msg_nope", "/items/" + "i" * 3_000])
+        path += r.choice(["", "?limit=0", "?limit=100&order=asc", "?after=msg_nope", "?order=" + "x" * 3_000])
+        return HttpCase("conversation", method=r.choice(["GET", "GET", "DELETE"]), path=path, headers={})
 
     def batch_case(self) -> HttpCase:
         """An upload of a JSONL file of batch requests (lines valid, mutated or broken; the multipart itself
@@ -272,6 +310,9 @@ class HttpCases:
             body["background"] = True
         if r.random() < 0.1:
             body.update(include=["message.output_text.logprobs"], top_logprobs=r.choice([0, 2, 20]))
+        if r.random() < 0.1:  # a conversation continued (its items first, this response's added), or not one
+            known = self._conversation()
+            body["conversation"] = r.choice([known, {"id": known}, {}, 5, [known]])
         return body
 
     def next(self) -> HttpCase:
@@ -279,6 +320,8 @@ class HttpCases:
         kind = r.choice(HTTP_MUTATIONS)
         if kind == "batch":
             return self.batch_case()
+        if kind == "conversation":
+            return self.conversation_case()
         chat = r.random() < 0.5
         path = "/v1/chat/completions" if chat else "/v1/completions"
         if chat and r.random() < 0.3:  # Anthropic's: a chat body is one of its bodies too (of count_tokens' too)

@@ -98,6 +98,10 @@ RESPONSES_STORED = "zoo:responses_stored"  # gauge: /v1/responses kept for GET a
 RESPONSES_STORED_BYTES = "zoo:responses_stored_bytes"  # gauge
 RESPONSES_BACKGROUND_RUNNING = "zoo:responses_background_running"  # gauge: background responses not ended yet
 RESPONSES_BACKGROUND_ENDED = "zoo:responses_background_ended"  # counter (_total) {status}: completed ... cancelled
+CONVERSATIONS_STORED = "zoo:conversations_stored"  # gauge: /v1/conversations kept
+CONVERSATIONS_STORED_BYTES = "zoo:conversations_stored_bytes"  # gauge: their items' and metadata's bytes
+CONVERSATIONS_EVICTED = "zoo:conversations_evicted"  # counter (_total): dropped, least recently used, for the bounds
+CONVERSATIONS_UNRECORDED = "zoo:conversations_unrecorded_responses"  # counter (_total): items a conversation refused
 # OpenTelemetry request spans (observe/span_metrics.py), on the /metrics of each process that exports spans; a span
 # is one process's own (the control plane's llm_request, an agent's node_request), labelled by its service.name
 TRACE_SPANS = "zoo:trace_spans"  # counter (_total) {service, outcome "queued" | "dropped" | "unsampled"}

@@ -1,5 +1,5 @@
 """The gateway's Responses API state on the control plane's /metrics (gateway/response_store.py,
-background_responses.py).
+background_responses.py, conversation_store.py).
 
     zoo:responses_stored, zoo:responses_stored_bytes   gauges: responses kept (for GET and previous_response_id)
                                                        and their bytes, against --responses-store-max and -bytes
@@ -7,6 +7,12 @@ background_responses.py).
                                                        progress), against GatewayConfig.responses_background_max
     zoo:responses_background_ended_total{status}       counter: background responses ended, by their status
                                                        (completed, incomplete, failed, cancelled)
+    zoo:conversations_stored, zoo:conversations_stored_bytes   gauges: conversations kept (/v1/conversations) and
+                                                       their bytes, against GatewayConfig.conversations_max and -bytes
+    zoo:conversations_evicted_total                    counter: conversations dropped, least recently used first, to
+                                                       stay within those bounds (a client's DELETE not counted)
+    zoo:conversations_unrecorded_responses_total       counter: responses whose items their conversation could not
+                                                       take (deleted while they ran, or at its byte bound)
 
 A response's request is the fleet's like any other (the request series count it); these say what the gateway holds.
 Registered on the control plane's exporter beside its own (zoo/serve.py).
@@ -20,12 +26,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from controlplane.gateway.background_responses import BackgroundResponses
+from controlplane.gateway.conversation_store import ConversationStore
 from controlplane.gateway.response_store import ResponseStore
 from observe import metrics_names as m
 
 
-def responses_metrics(store: ResponseStore, background: BackgroundResponses):
-    """The collect function (observe/exporter.py SnapshotCollector) for the gateway's store and background runner."""
+def responses_metrics(
+    store: ResponseStore, background: BackgroundResponses, conversations: ConversationStore | None = None
+):
+    """The collect function (observe/exporter.py SnapshotCollector) for the gateway's store, background runner and
+    conversations."""
 
     def collect() -> Iterable[Metric]:
         yield GaugeMetricFamily(m.RESPONSES_STORED, "Responses kept for GET and previous_response_id.",
@@ -38,5 +48,14 @@ def responses_metrics(store: ResponseStore, background: BackgroundResponses):
         for status, n in background.ended.items():
             ended.add_metric([status], n)
         yield ended
+        if conversations is None:
+            return
+        yield GaugeMetricFamily(m.CONVERSATIONS_STORED, "Conversations kept.", value=len(conversations))
+        yield GaugeMetricFamily(m.CONVERSATIONS_STORED_BYTES, "Bytes of the conversations kept.",
+                                value=conversations.num_bytes)  # fmt: skip
+        yield CounterMetricFamily(m.CONVERSATIONS_EVICTED, "Conversations dropped to stay within the bounds.",
+                                  value=conversations.num_evicted)  # fmt: skip
+        yield CounterMetricFamily(m.CONVERSATIONS_UNRECORDED, "Responses whose items their conversation refused.",
+                                  value=conversations.num_unrecorded)  # fmt: skip
 
     return collect

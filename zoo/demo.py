@@ -1,7 +1,7 @@
 """`make demo`: a local zoo (control plane + a torch and a JAX agent serving SmolLM2-135M-Instruct),
 a chat question through the OpenAI endpoint (then the same answer constrained to a JSON schema, a tool call,
-three sentences' embeddings compared, a batch of questions run through OpenAI's Batch API, and a background
-response of the Responses API, polled), the first
+three sentences' embeddings compared, a batch of questions run through OpenAI's Batch API, a background
+response of the Responses API, polled, and a conversation continued), the first
 question's trace (OpenTelemetry: both processes send their spans to a collector the demo runs on loopback),
 a short load through the ZeroMQ client library, and a per-node latency table as the client saw it. Everything is
 shut down at the end."""
@@ -110,6 +110,24 @@ def _chat(base_url: str, traces: OtlpReceiver) -> None:
         print(f"{result['relevance_score']:.3f}  {result['document']['text']!r}")
     _batch(base_url)
     _background(base_url)
+    _conversation(base_url)
+
+
+def _conversation(base_url: str) -> None:
+    """A conversation (OpenAI's Conversations API): made with a first message, a response continuing it, its items."""
+    import httpx
+
+    print("   a conversation (/v1/conversations: a response naming it continues it and adds its items to it):")
+    with httpx.Client(base_url=base_url, timeout=60) as http:
+        made = http.post("/v1/conversations", json={"items": [{"role": "user", "content": "My name is Ada."}]})
+        conversation = made.json()["id"]
+        body = {"model": MODEL, "input": "What is my name?", "conversation": conversation, "temperature": 0}
+        response = http.post("/v1/responses", json={**body, "max_output_tokens": 16}).json()
+        items = http.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"}).json()["data"]
+    for item in items:
+        text = "".join(part["text"] for part in item["content"])
+        print(f"{item['role']:>9}: {text!r}")
+    print(f"[{conversation}: {len(items)} items after {response['id']}]")
 
 
 def _background(base_url: str) -> None:

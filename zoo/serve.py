@@ -492,7 +492,8 @@ async def _serve_http(
 
         exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
         responses = app.state.responses  # the Responses API's store and background runner
-        exporter.registry.register(SnapshotCollector(responses_metrics(responses.store, responses.background)))
+        collect = responses_metrics(responses.store, responses.background, responses.conversations)
+        exporter.registry.register(SnapshotCollector(collect))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
     await serve_gateway(app, host, port, config, task_status=task_status)
 

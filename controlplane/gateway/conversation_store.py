@@ -60,6 +60,7 @@ class ConversationStore:
         self._conversations: OrderedDict[tuple[str | None, str], Conversation] = OrderedDict()
         self.num_bytes = 0
         self.num_evicted = 0  # dropped to stay within the bounds (a deletion is not counted)
+        self.num_unrecorded = 0  # responses whose items could not be added (their conversation deleted, or full)
 
     def __len__(self) -> int:
         return len(self._conversations)

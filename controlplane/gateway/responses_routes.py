@@ -46,7 +46,6 @@ class ResponsesRoutes:
         self.gateway = gateway
         self.store = store
         self.conversations = conversations if conversations is not None else ConversationStore(0, 0)
-        self.num_unrecorded = 0  # responses whose items their conversation could not take (deleted, or full)
         self.background = BackgroundResponses(
             store.put, max_background, max_ended_bytes=store.max_bytes, max_running_per_owner=max_background_per_owner
         )
@@ -173,7 +172,7 @@ class ResponsesRoutes:
             why = "it was deleted"
         except ConversationFull as full:
             why = str(full)
-        self.num_unrecorded += 1
+        self.conversations.num_unrecorded += 1
         log.warning("gateway: a response's items were not added to conversation %s: %s", conversation_id, why)
 
     def _context_length(self, model: str | None) -> int | None:

@@ -11,7 +11,8 @@ HTTP request is answered here, before any route::
 except on ``GatewayConfig.open_while_draining`` (the probes and scrapes: ``/health`` then answers 503
 ``{"status": "draining"}``, so a readiness probe takes the replica out of its Service) and a GET of a response
 (``/v1/responses/...``: a background response the drain lets finish is read before a restart forgets it) or its
-cancel (``POST /v1/responses/{id}/cancel``: less work for the drain).
+cancel (``POST /v1/responses/{id}/cancel``: less work for the drain), or a GET of a conversation or its items
+(``/v1/conversations/...``, which a restart forgets too).
 Requests admitted before the drain run on; ``HttpInFlight`` counts them, and the shutdown waits until none is left
 (zoo/controlplane_shutdown.py).
 """

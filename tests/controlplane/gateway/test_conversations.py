@@ -143,7 +143,7 @@ async def test_a_conversation_full_or_deleted_meanwhile_records_nothing_and_coun
         body = {"input": "y" * 100, "conversation": made["id"]}
         reply = await c.post("/v1/responses", json=body)
         assert reply.status_code == 200 and reply.json()["output"][0]["content"][0]["text"] == "Hello, world"
-        assert routes.num_unrecorded == 1  # over the bound: the conversation is as it was
+        assert routes.conversations.num_unrecorded == 1  # over the bound: the conversation is as it was
         assert len((await c.get(f"/v1/conversations/{made['id']}/items")).json()["data"]) == 1
         too_big = {"items": [{"role": "user", "content": "z" * 400}]}
         refused = await c.post(f"/v1/conversations/{made['id']}/items", json=too_big)
@@ -158,7 +158,7 @@ async def test_a_conversation_full_or_deleted_meanwhile_records_nothing_and_coun
             assert (await c.post("/v1/responses", json={"input": "?", "conversation": made["id"]})).status_code == 200
         finally:
             routes.store.put = put
-        assert routes.num_unrecorded == 2
+        assert routes.conversations.num_unrecorded == 2
         assert (await c.post("/v1/responses", json={"input": "?", "conversation": made["id"]})).status_code == 400
 
 
@@ -258,3 +258,30 @@ def test_a_frontend_error_is_not_recorded(client, frontend):
     with pytest.raises(openai.APIStatusError):
         client.responses.create(model=MODEL, input="Hi?", conversation=conversation.id)
     assert client.conversations.items.list(conversation.id).data == []
+
+
+@pytest.mark.anyio
+async def test_the_conversations_on_the_control_planes_metrics(make_frontend):
+    """observe/responses_metrics.py, registered as zoo/serve.py registers it: conversations kept and their bytes,
+    those dropped for the bounds, the responses a conversation could not take."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from observe.exporter import SnapshotCollector
+    from observe.responses_metrics import responses_metrics
+
+    app = create_app(make_frontend(), config=GatewayConfig(conversations_max=2, conversations_bytes=800))
+    responses = app.state.responses
+    registry = CollectorRegistry()
+    registry.register(
+        SnapshotCollector(responses_metrics(responses.store, responses.background, responses.conversations))
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+        made = [(await c.post("/v1/conversations", json={})).json()["id"] for _ in range(3)]
+        full = {"items": [{"role": "user", "content": "x" * 500}]}
+        assert (await c.post(f"/v1/conversations/{made[2]}/items", json=full)).status_code == 200
+        assert (await c.post("/v1/responses", json={"input": "y" * 200, "conversation": made[2]})).status_code == 200
+    text = generate_latest(registry).decode()
+    assert "zoo:conversations_stored 2.0" in text and "zoo:conversations_evicted_total 1.0" in text
+    assert "zoo:conversations_unrecorded_responses_total 1.0" in text
+    stored = next(line for line in text.splitlines() if line.startswith("zoo:conversations_stored_bytes "))
+    assert 500 < float(stored.split()[1]) <= 800

@@ -72,6 +72,19 @@ async def test_a_response_is_still_read_and_cancelled_while_draining(make_fronte
         assert (await c.post("/v1/responses/x/other")).status_code == 503
 
 
+@pytest.mark.anyio
+async def test_a_conversation_is_still_read_while_draining(make_frontend):
+    frontend = make_frontend()
+    async with _client(create_app(frontend)) as c:
+        made = (await c.post("/v1/conversations", json={"items": [{"role": "user", "content": "Hi"}]})).json()
+        frontend.draining = True
+        assert (await c.get(f"/v1/conversations/{made['id']}")).status_code == 200
+        assert len((await c.get(f"/v1/conversations/{made['id']}/items")).json()["data"]) == 1
+        assert (await c.post("/v1/conversations", json={})).status_code == 503  # reads only
+        assert (await c.post(f"/v1/conversations/{made['id']}/items", json={"items": []})).status_code == 503
+        assert (await c.delete(f"/v1/conversations/{made['id']}")).status_code == 503
+
+
 async def _metrics_app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     await send({"type": "http.response.body", "body": b"up 1\n"})
