@@ -20,8 +20,9 @@ Drain (``drain()``: `zoo agent` calls it at SIGTERM)::
     empty) ──► outbox flushed ──► drain() returns; the caller stops the agent: NodeLeave, and whatever is
     still here at ``drain_timeout_s`` resumes on other nodes (the control plane's failover)
 
-A NodeDrain from the control plane (`zoo drain NODE`) marks the agent draining without stopping it; a
-draining agent says so again after every Welcome (a restarted control plane learns it).
+A NodeDrain from the control plane (`zoo drain NODE`) marks the agent draining without stopping it, and one with
+``resume`` (`zoo drain --resume NODE`) undoes that; a draining agent says so again after every Welcome (a restarted
+control plane learns it), and whether it is leaving (SIGTERM: a drain that cannot be undone).
 """
 
 from __future__ import annotations
@@ -146,6 +147,7 @@ class NodeAgent(Actor):
         self._last_control_s = time.monotonic()
         self._rehello = anyio.Event()
         self.draining = False  # no new requests are routed here (SIGTERM, or `zoo drain`)
+        self.leaving = False  # draining to stop (SIGTERM: drain()): a resume is refused
         self._drained = anyio.Event()  # draining, and a LoadReport showed the engine empty
         self._link: Link | None = None
         self._thread: EngineThread | None = None
@@ -322,8 +324,8 @@ class NodeAgent(Actor):
         still here resume on other nodes."""
         if self._link is None:
             return False  # not started
-        self.draining = True
-        self._send(NodeDrain(node_id=self.config.node_id, reason=reason))
+        self.draining = self.leaving = True
+        self._send(NodeDrain(node_id=self.config.node_id, reason=reason, leaving=True))
         with anyio.move_on_after(self.config.drain_timeout_s):
             while not self._drained.is_set():
                 if time.monotonic() - self._last_control_s > self.config.control_timeout_s:
@@ -405,17 +407,28 @@ class NodeAgent(Actor):
         self._thread.send_kv_events(msg.kv_events)  # the router indexes them (Dynamo's default), or not
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
-            self._send(NodeDrain(node_id=self.config.node_id, reason="draining"))
+            self._send(NodeDrain(node_id=self.config.node_id, reason="draining", leaving=self.leaving))
 
     def handle_spec_pair(self, incoming: Incoming) -> None:
         """The control plane pairs this node with a drafter, or unpairs it (agent/verifier_pairing.py)."""
         self.pairing.handle(incoming.msg)
 
     def handle_node_drain(self, incoming: Incoming) -> None:
-        """The control plane drains this node (`zoo drain`): it routes nothing new here; the agent keeps running."""
-        if not self.draining:
-            log.info("agent %s: drained by the control plane (%s)", self.config.node_id, clip(incoming.msg.reason))
-        self.draining = True
+        """The control plane drains this node (`zoo drain`): it routes nothing new here; the agent keeps running.
+        With ``resume`` (`zoo drain --resume`) it takes new requests again, unless it is leaving (then it says so
+        again: the control plane must not route here)."""
+        msg: NodeDrain = incoming.msg
+        if msg.resume and self.leaving:
+            self._send(NodeDrain(node_id=self.config.node_id, reason="shutting down", leaving=True))
+        elif msg.resume:
+            if self.draining:
+                log.info("agent %s: resumed by the control plane (%s)", self.config.node_id, clip(msg.reason))
+            self.draining = False
+            self._drained = anyio.Event()  # an empty engine seen while drained says nothing of a later drain
+        else:
+            if not self.draining:
+                log.info("agent %s: drained by the control plane (%s)", self.config.node_id, clip(msg.reason))
+            self.draining = True
 
     def handle_reset_prefix_cache(self, incoming: Incoming) -> None:
         """POST /reset_prefix_cache reached this node: the engine thread forgets its prefix cache and answers."""

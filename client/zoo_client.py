@@ -339,14 +339,16 @@ class AsyncZooClient:
         self._cancel(request_id)
         self._forget(request_id)
 
-    async def drain(self, node_id: str) -> int:
+    async def drain(self, node_id: str, *, resume: bool = False) -> int:
         """Drain ``node_id`` (`zoo drain`): the control plane routes nothing new to it, its requests finish there
-        (or resume elsewhere when it leaves); the node keeps running. Returns its requests in flight then.
-        ZooInvalidRequestError: no such node."""
+        (or resume elsewhere when it leaves); the node keeps running. With ``resume`` (`zoo drain --resume`), a
+        drained node is routed to again. Returns its requests in flight then. ZooInvalidRequestError: no such
+        node, or (resume) one whose agent drains to stop."""
         request_id = uuid.uuid4().hex
         receive = self._open(request_id, 1)
+        reason = "zoo drain --resume" if resume else "zoo drain"
         try:
-            await self._send(NodeDrain(request_id=request_id, node_id=node_id, reason="zoo drain"))
+            await self._send(NodeDrain(request_id=request_id, node_id=node_id, reason=reason, resume=resume))
             with anyio.fail_after(self.timeout_s):
                 answer = await receive.receive()
         except TimeoutError:
@@ -547,8 +549,8 @@ class ZooClient:
     def ping(self) -> float:
         return self._portal.call(self._client.ping)
 
-    def drain(self, node_id: str) -> int:
-        return self._portal.call(self._client.drain, node_id)
+    def drain(self, node_id: str, *, resume: bool = False) -> int:
+        return self._portal.call(lambda: self._client.drain(node_id, resume=resume))
 
     def close(self) -> None:
         self._stack.close()

@@ -182,13 +182,14 @@ def _node_id_of(view: NodeView) -> str:
 class _Node:
     __slots__ = (
         "decode_hist", "decode_inv_steps", "decode_slack_hist", "decode_steps_hist", "decoding", "hello", "inflight",
-        "inv_steps", "last_seen_s", "num_routed_total", "report", "routed_order", "state", "unreported_prefill",
-        "view", "view_values",
+        "inv_steps", "last_seen_s", "leaving", "num_routed_total", "report", "routed_order", "state",
+        "unreported_prefill", "view", "view_values",
     )  # fmt: skip
 
     def __init__(self, hello: NodeHello, now_s: float) -> None:
         self.hello = hello
         self.state = NodeState.UP
+        self.leaving = False  # its agent drains to stop: a drain that cannot be undone
         self.report: LoadReport | None = None
         self.last_seen_s = now_s
         self.inflight: dict[str, int] = {}  # request id → prompt tokens
@@ -334,16 +335,31 @@ class ClusterRegistry:
         self._ungroup(node_id, node.hello)
         return True
 
-    def drain(self, node_id: str) -> bool:
-        """Route nothing new to ``node_id`` until it leaves (or joins again); False when it is unknown."""
+    def drain(self, node_id: str, leaving: bool = False) -> bool:
+        """Route nothing new to ``node_id`` until it leaves (or joins again), or, unless ``leaving`` (its agent
+        drains to stop), until it is resumed; False when it is unknown."""
         node = self._nodes.get(node_id)
         if node is None:
             return False
+        node.leaving |= leaving
         if node.state is not NodeState.DRAINING:
             node.state = NodeState.DRAINING
             self._num_drains_total += 1
             self._ungroup(node_id, node.hello)
         return True
+
+    def resume(self, node_id: str) -> str:
+        """A drained node is routed to again (DRAINING → UP): "resumed"; "not_draining" (nothing done), "leaving"
+        (its agent drains to stop: it stays draining) or "unknown"."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return "unknown"
+        if node.leaving:
+            return "leaving"
+        if node.state is not NodeState.DRAINING:
+            return "not_draining"
+        self._restore(node)
+        return "resumed"
 
     def state(self, node_id: str) -> NodeState | None:
         node = self._nodes.get(node_id)
@@ -479,7 +495,7 @@ class ClusterRegistry:
                     del self._groups[key]
 
     def _restore(self, node: _Node) -> None:
-        """SUSPECT → UP: back in its snapshot groups, in node-id order."""
+        """SUSPECT or DRAINING → UP: back in its snapshot groups, in node-id order."""
         node.state = NodeState.UP
         self._refresh(node)
         self._group(node)

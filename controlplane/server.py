@@ -41,6 +41,7 @@ from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
+from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
@@ -51,7 +52,7 @@ from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
-from transport.actor import Actor, MailboxFull
+from transport.actor import Actor
 from transport.codec import WHY_UNENCODABLE, clip
 from transport.curve import ZapHandler
 from transport.dispatch import Dispatcher, Incoming
@@ -150,6 +151,7 @@ class ControlPlane(Actor):
         self.probe = ProbeInbox(self.clock)
         self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
+        self.drains = NodeDrains(self.registry, self._send_to_node, self.kv_moves.migrate_off)  # zoo drain [--resume]
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
         self.prefix_resets = PrefixResets()  # POST /reset_prefix_cache's answers (controlplane/prefix_reset.py)
         self.agent_dispatcher = Dispatcher(
@@ -467,24 +469,14 @@ class ControlPlane(Actor):
             self._lost(lost)
 
     def handle_node_drain(self, incoming: Incoming) -> None:
-        """The agent drains (SIGTERM): nothing new goes there; it leaves once its requests are done."""
-        msg: NodeDrain = incoming.msg
-        if self._node_of(incoming, msg.node_id) and self.registry.drain(msg.node_id):
-            num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
-            log.info("node %s drains (%s), %d requests there", msg.node_id, clip(msg.reason), num_inflight)
+        """The agent drains (SIGTERM, or again after a Welcome): nothing new goes there (controlplane/node_drains)."""
+        if self._node_of(incoming, incoming.msg.node_id):
+            self.drains.on_agent_drain(incoming.msg)
 
     def drain(self, node_id: str, reason: str = "") -> bool:
         """Route nothing new to ``node_id`` and tell its agent; its requests finish there (or resume elsewhere
         when it leaves). False: no such node."""
-        if not self.registry.drain(node_id):
-            return False
-        log.info("node %s drains (%s)", node_id, clip(reason))
-        try:
-            self._send_to_node(NodeDrain(node_id=node_id, reason=reason), node_id)
-        except MailboxFull:
-            log.warning("node %s: could not tell it to drain (agent outbox full)", node_id)
-        self.kv_moves.migrate_off(node_id, "drain")
-        return True
+        return self.drains.drain(node_id, reason)
 
     def handle_node_telemetry(self, incoming: Incoming) -> None:
         msg: NodeTelemetry = incoming.msg
@@ -562,17 +554,8 @@ class ControlPlane(Actor):
         self._clients.send_nowait(pong, incoming.peer)
 
     def handle_client_drain(self, incoming: Incoming) -> None:
-        """`zoo drain NODE`: answered with a NodeDrain (its requests in flight then), or an unknown-node error."""
-        msg: NodeDrain = incoming.msg
-        if not self.drain(msg.node_id, msg.reason or "zoo drain"):
-            error = f"unknown node {msg.node_id!r}"
-            code = ErrorCode.INVALID_REQUEST
-            reply = ErrorReply(request_id=msg.request_id, code=code, message=error, param="node_id")
-            self._clients.send_nowait(reply, incoming.peer)
-            return
-        num_inflight = len(self.registry.inflight_request_ids(msg.node_id))
-        reply = NodeDrain(request_id=msg.request_id, node_id=msg.node_id, reason=msg.reason, num_inflight=num_inflight)
-        self._clients.send_nowait(reply, incoming.peer)
+        """`zoo drain [--resume] NODE`: answered with a NodeDrain (its requests in flight then), or an error."""
+        self._clients.send_nowait(self.drains.answer(incoming.msg), incoming.peer)
 
     def handle_migration_done(self, incoming: Incoming) -> None:
         """A source agent let a request go (controlplane/migrations.py)."""

@@ -169,15 +169,21 @@ class NodeDrain(Envelope, kw_only=True):
     """Drain a node: the control plane routes nothing new to it; its requests finish there, and those still there
     when it leaves resume on other nodes.
 
-    agent → control plane: the agent drains (SIGTERM) and leaves once it is empty (or at its drain timeout).
+    agent → control plane: the agent drains, ``leaving`` (SIGTERM: it leaves once it is empty, or at its drain
+        timeout), or says again after a Welcome that an operator drained it (``leaving`` false).
     client → control plane (`zoo drain NODE`): drain that node; the answer is a NodeDrain naming it, with
-        ``num_inflight`` its requests then, or an ErrorReply for an unknown node.
-    control plane → agent: you are drained (the agent announces it again when it joins a new control plane).
+        ``num_inflight`` its requests then, or an ErrorReply for an unknown node. With ``resume`` (`zoo drain
+        --resume NODE`): the node takes new requests again (controlplane/node_drains.py); an ErrorReply for an
+        unknown node or one that is leaving.
+    control plane → agent: you are drained; with ``resume``, you take new requests again (the agent announces a
+        drain again when it joins a new control plane).
     """
 
     node_id: str
     reason: str = ""
     num_inflight: int = 0
+    resume: bool = False  # undo a drain: routed to again
+    leaving: bool = False  # agent → control plane: it drains to stop, and cannot be resumed
 
 
 # --------------------------------------------------------------------------- requests

@@ -206,16 +206,19 @@ def cmd_router_knobs(args: argparse.Namespace) -> int:
 
 def cmd_drain(args: argparse.Namespace) -> int:
     """`zoo drain NODE`: no new requests go to NODE; its requests finish there (or resume elsewhere if it
-    leaves); the node keeps running."""
+    leaves); the node keeps running. `zoo drain --resume NODE`: a drained node is routed to again."""
     from client import ZooClient, ZooError
     from zoo.keys import client_curve_from_args
 
     try:
         with ZooClient(args.control, timeout_s=args.timeout_s, curve=client_curve_from_args(args)) as zoo:
-            num_inflight = zoo.drain(args.node_id)
+            num_inflight = zoo.drain(args.node_id, resume=args.resume)
     except ZooError as e:
         print(f"zoo drain: {e.message}", file=sys.stderr)
         return 1
+    if args.resume:
+        print(f"node {args.node_id} takes new requests again ({num_inflight} in flight there)")
+        return 0
     print(f"node {args.node_id} is draining: {num_inflight} requests in flight there finish, nothing new is routed")
     return 0
 
@@ -330,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dr = sub.add_parser("drain", help="drain a node: nothing new is routed to it, its requests finish there")
     dr.add_argument("node_id", help="the node to drain")
+    dr.add_argument(
+        "--resume",
+        action="store_true",
+        help="undo a drain: the node is routed to again (refused for a node whose agent drains to stop)",
+    )
     dr.add_argument("--control", default=DEFAULT_CLIENT_ENDPOINT, help="the control plane's client endpoint")
     dr.add_argument("--timeout-s", type=float, default=10.0, help="how long to wait for the control plane")
     add_client_auth_args(dr)  # --curve-dir, --curve-client: a control plane started with --curve-dir

@@ -99,3 +99,40 @@ async def test_a_drained_agent_says_so_again_to_a_control_plane_it_joins_anew(cp
         _, drain = await cp.expect(NodeDrain)  # right after the new Welcome
         assert drain.node_id == "n1" and agent.draining
         tg.cancel_scope.cancel()
+
+
+async def test_a_resumed_agent_is_ready_again_and_announces_no_drain_when_it_joins_anew(cp):
+    async with anyio.create_task_group() as tg:
+        agent = await _start(tg, cp)
+        peer = await _join(cp)
+        await cp.send(peer=peer, msg=NodeDrain(node_id="n1", reason="zoo drain"))
+        await cp.send(peer=peer, msg=NodeDrain(node_id="n1", reason="zoo drain --resume", resume=True))
+        await cp.send(peer=peer, msg=Ping(request_id="after"))
+        await cp.expect(Pong)
+        assert not agent.draining and agent.health()["status"] == "ok"
+        await cp.send(
+            peer=peer, msg=ErrorReply(code=ErrorCode.INVALID_REQUEST, message="unknown node 'n1': send NodeHello")
+        )
+        await _join(cp)
+        await cp.send(peer=peer, msg=Ping(request_id="then"))
+        between = []
+        with anyio.fail_after(WAIT_S):
+            while not isinstance(msg := await cp.recv(), Pong):
+                between.append(msg)
+        assert not [m for m in between if isinstance(m, NodeDrain)]  # a drained one says so right after the Welcome
+        tg.cancel_scope.cancel()
+
+
+async def test_an_agent_draining_to_stop_refuses_a_resume(cp):
+    async with anyio.create_task_group() as tg:
+        agent = await _start(tg, cp)
+        peer = await _join(cp)
+        await cp.send(peer=peer, msg=_request("long", max_tokens=100_000))
+        await cp.expect(TokenChunk)
+        tg.start_soon(agent.drain)  # SIGTERM's drain: it waits for the request
+        _, drain = await cp.expect(NodeDrain)
+        assert drain.leaving
+        await cp.send(peer=peer, msg=NodeDrain(node_id="n1", resume=True))
+        _, again = await cp.expect(NodeDrain)
+        assert again.leaving and agent.draining and agent.health()["status"] == "draining"
+        tg.cancel_scope.cancel()

@@ -106,3 +106,35 @@ async def test_zoo_drain_stops_routing_to_a_running_node(controlplane, spawn_age
                 await c.drain("nope")
         result = await anyio.run_process([*cli[:4], "nope", *cli[5:]], check=False)
         assert result.returncode == 1 and b"unknown node 'nope'" in result.stderr
+
+
+async def test_zoo_drain_resume_routes_to_the_node_again(controlplane, spawn_agent, client):
+    async with controlplane("round_robin") as cp:
+        a, _ = await _start(cp, spawn_agent)
+        async with client(cp) as c:
+            assert await c.drain("a") == 0
+            assert {(await c.generate("new", max_tokens=2)).node_id for _ in range(3)} == {"b"}
+            cli = [sys.executable, "-m", "zoo", "drain", "--resume", "a", "--control", cp.client_endpoint]
+            result = await anyio.run_process(cli, check=False)
+            assert result.returncode == 0, result.stderr.decode()
+            assert b"node a takes new requests again" in result.stdout
+            assert cp.stats()["nodes"]["a"]["state"] == "up"
+            assert {(await c.generate("new", max_tokens=2)).node_id for _ in range(4)} == {"a", "b"}
+            assert await c.drain("a", resume=True) == 0  # again: it is not draining, nothing to do
+            with pytest.raises(ZooInvalidRequestError, match="unknown node"):
+                await c.drain("nope", resume=True)
+            await cp.wait_until(lambda: "resumed by the control plane" in a.output(), 10)
+
+
+async def test_a_node_whose_agent_drains_to_stop_cannot_be_resumed(controlplane, spawn_agent, client):
+    long = 2000  # 40 s at 20 ms a step: the agent still waits for it when the resume is asked
+    async with controlplane("round_robin") as cp:
+        a, _ = await _start(cp, spawn_agent)
+        async with client(cp) as c:
+            ((_, stream),), _ = await _streams_on(c, "a", 1, max_tokens=long)
+            a.proc.send_signal(signal.SIGTERM)
+            await cp.wait_until(lambda: str(cp.registry.state("a")) == "draining", 10)
+            with pytest.raises(ZooInvalidRequestError, match="shutting down"):
+                await c.drain("a", resume=True)
+            assert cp.stats()["nodes"]["a"]["state"] == "draining"
+            await stream.cancel()
