@@ -81,6 +81,7 @@ class _ResetPrefixCache:
 @dataclass(slots=True)
 class _SendKvEvents:
     on: bool
+    snapshot: bool = False  # off: still the whole cache, once
 
 
 @dataclass(slots=True)
@@ -217,11 +218,12 @@ class EngineThread:
             self._cancelled.update(self._reading)
         self.inbox.put(_AbortAll())
 
-    def send_kv_events(self, on: bool) -> None:
+    def send_kv_events(self, on: bool, snapshot: bool = False) -> None:
         """The control plane's Welcome says whether it indexes the node's KV cache events (``Welcome.kv_events``):
         on, from the next pass a KvEvents in the outbox with each pass's events, the first one the whole cache then
-        (a clear, then every cached block); off, none (the engine stops logging them unless they are published)."""
-        self.inbox.put(_SendKvEvents(on))
+        (a clear, then every cached block); off, none (the engine stops logging them unless they are published),
+        but with ``snapshot`` (``Welcome.kv_snapshot``) the whole cache once."""
+        self.inbox.put(_SendKvEvents(on, snapshot))
 
     def reset_prefix_cache(self, msg: ResetPrefixCache) -> None:
         """Forget the engine's prefix cache between two steps; the answer (a ResetPrefixCache) goes in the outbox."""
@@ -333,6 +335,11 @@ class EngineThread:
         if pending and self.kv_events is not None:
             self.kv_events.publish(pending)
         self._send_kv_events = True
+        self._kv_snapshot(out)
+
+    def _kv_snapshot(self, out: list) -> None:
+        """The whole device cache as KvEvents: a clear, then every cached block, in chunks."""
+        engine = self.core.engine
         cached = [h.hash_value for h in engine.scheduler.kv_cache_manager.pool(Tier.DEVICE).cached_blocks()]
         node_id = self.core.node_id
         out.append(KvEvents(node_id=node_id, events=[(KV_CLEARED, [])]))
@@ -369,10 +376,13 @@ class EngineThread:
             self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
         elif isinstance(cmd, _SendKvEvents) and cmd.on:
             self._start_kv_events(out)
-        elif isinstance(cmd, _SendKvEvents) and self._send_kv_events:
-            self._send_kv_events = False
-            if self.kv_events is None:
-                self.core.engine.disable_kv_events()  # nobody takes them any more
+        elif isinstance(cmd, _SendKvEvents):
+            if self._send_kv_events:
+                self._send_kv_events = False
+                if self.kv_events is None:
+                    self.core.engine.disable_kv_events()  # nobody takes them any more
+            if cmd.snapshot:
+                self._kv_snapshot(out)
         elif isinstance(cmd, _SetReportInterval):
             self.report_interval_s = cmd.interval_s
         elif isinstance(cmd, _Export):

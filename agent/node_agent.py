@@ -404,7 +404,7 @@ class NodeAgent(Actor):
         self._thread.set_report_interval(msg.report_interval_s)
         self.num_welcomes += 1
         self.peers = dict(msg.peers)
-        self._thread.send_kv_events(msg.kv_events)  # the router indexes them (Dynamo's default), or not
+        self._thread.send_kv_events(msg.kv_events, msg.kv_snapshot)  # the router indexes them, or its cache once
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining", leaving=self.leaving))

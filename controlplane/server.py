@@ -436,13 +436,15 @@ class ControlPlane(Actor):
                 report_interval_s=self.config.report_interval_s,
                 peers=self.kv_moves.data_peers(hello),
                 kv_events=getattr(self.policy, "wants_kv_events", False),  # its KV cache events: KvEvents
+                kv_snapshot=getattr(self.policy, "wants_kv_snapshot", False),  # or its cache once
             ),
             incoming.peer,
         )
 
     def handle_kv_events(self, incoming: Incoming) -> None:
         msg: KvEvents = incoming.msg  # for a policy that indexes the nodes' caches (Dynamo's KV router)
-        if self._node_of(incoming, msg.node_id) and getattr(self.policy, "wants_kv_events", False):
+        wanted = getattr(self.policy, "wants_kv_events", False) or getattr(self.policy, "wants_kv_snapshot", False)
+        if self._node_of(incoming, msg.node_id) and wanted:
             self.policy.on_kv_events(msg.node_id, kv_events_from_wire(msg.events))
 
     def handle_heartbeat(self, incoming: Incoming) -> None:

@@ -107,6 +107,7 @@ class Welcome(Envelope, kw_only=True):
     report_interval_s: float
     peers: dict[str, str] = {}  # node id → data endpoint of the live peers serving the same model that have one
     kv_events: bool = False  # send your KV cache events (KvEvents): the router indexes them (Dynamo's default)
+    kv_snapshot: bool = False  # send your cached blocks once (KvEvents: a clear, then every one), no events after
 
 
 class Heartbeat(Envelope, kw_only=True):

@@ -125,10 +125,12 @@ class PolicyHooks:
         pass
 
     wants_kv_events = False  # True: the nodes' KV cache events are delivered to on_kv_events (engine/kv/kv_events.py)
+    wants_kv_snapshot = False  # True: each node's cache at its Welcome (a clear, then its blocks), to on_kv_events
 
     def on_kv_events(self, node_id: str, events: list) -> None:
         """The node's KV cache events since its last ones (engine/kv/kv_events.py: BlockStored, BlockRemoved,
-        AllBlocksCleared), in order; delivered where ``wants_kv_events`` (zoo sim: after each of its steps)."""
+        AllBlocksCleared), in order; delivered where ``wants_kv_events`` (zoo sim: after each of its steps), or the
+        node's cache once at its Welcome where ``wants_kv_snapshot`` (the control plane only)."""
 
     def on_prefix_cache_reset(self, node_id: str) -> None:
         """The node forgot its prefix cache (POST /reset_prefix_cache: controlplane/prefix_reset.py): a policy that

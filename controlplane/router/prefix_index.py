@@ -28,7 +28,7 @@ lists, or the other way round. A stronger anchor (SGLang's radix tree) is issue 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import islice
 
 
@@ -49,13 +49,23 @@ class PrefixIndex:
 
     def insert(self, node_id: str, block_hashes: Sequence[int]) -> None:
         """Record that ``node_id`` now caches the chain ``block_hashes`` (block 0 first)."""
-        if not block_hashes:
-            return
+        if block_hashes:
+            self._add(node_id, reversed(self._indexed(block_hashes)[: self.max_blocks_per_node]))
+
+    def insert_cached(self, node_id: str, block_hashes: Sequence[int]) -> None:
+        """Record blocks ``node_id`` says it caches (its KV snapshot: hashes without their chain positions). Each is
+        entered as held, so a prompt's block at an indexed position is found by its hash; at most
+        ``max_blocks_per_node`` of them, the last ones given (the index keeps no more of a node)."""
+        if block_hashes:
+            self._add(node_id, block_hashes[-self.max_blocks_per_node :])
+
+    def _add(self, node_id: str, block_hashes: Iterable[int]) -> None:
+        """Enter ``block_hashes`` as ``node_id``'s, the last one given its most recently used."""
         lru = self._lru.get(node_id)
         if lru is None:
             lru = self._lru[node_id] = OrderedDict()
         holders = self._holders
-        for block_hash in reversed(self._indexed(block_hashes)[: self.max_blocks_per_node]):
+        for block_hash in block_hashes:
             if block_hash in lru:
                 lru.move_to_end(block_hash)
                 nodes = holders[block_hash]

@@ -281,6 +281,11 @@ class RouterConfig:
         mode waits for the blocks: bench/results/2026-12-06-sim-dynamo-kv-events.json). The control plane asks
         for the events in each node's Welcome: turned on by a router reload, it hears the nodes that join after.
         Measured on mooncake's tuning split: no gain (bench/results/2026-12-06-sim-hardware-aware-kv-evictions.json).
+    hardware_aware_prefix_snapshot: at a node's Welcome the control plane asks it for its cached blocks once (a
+        KvEvents snapshot, no events after it), which enter the prefix index: a restarted control plane, or one a
+        node joins again, knows what the nodes' caches hold instead of starting blind (with the evictions
+        experiment on, the events' own snapshot does it). Each node's snapshot is bounded by the index's
+        prefix_max_blocks_per_node. No effect in ``zoo sim``, whose nodes start empty.
     lora_load_estimate_s: a LoRA request's cold-load time (disk or host RAM -> a device slot) on a node that
         does not hold its adapter and has not measured a load yet (its reports carry the measured mean then):
         ``zoo bench lora`` measured 23 ms (disk) + 9 ms (slot) for a rank-16 SmolLM2 adapter on CPU; an 8B
@@ -345,6 +350,7 @@ class RouterConfig:
     kv_full_penalty_s: float = 3.0
     hardware_aware_use_prefix: bool = True
     hardware_aware_kv_evictions: bool = False
+    hardware_aware_prefix_snapshot: bool = True
     lora_load_estimate_s: float = 0.05
     # prefix_aware
     prefix_load_penalty_blocks: float = 1.0

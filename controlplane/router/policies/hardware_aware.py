@@ -122,7 +122,7 @@ from controlplane.router.policies.node_table import NodeTable, NodeTables
 from controlplane.router.policy import ClusterSnapshot, NodeView, PolicyHooks, RouteRequest
 from controlplane.router.prefix_index import PrefixIndex
 from controlplane.router.router_config import RouterConfig
-from engine.kv.kv_events import AllBlocksCleared, BlockRemoved
+from engine.kv.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 
 _COL_INV_RATE = 2  # s per prompt token
 _COL_BASE_S = 3  # queue + current decode step wait
@@ -152,6 +152,8 @@ class HardwareAwarePolicy(PolicyHooks):
         self._lost = tpot_lost.keep if self.tpot_lost is None else self.tpot_lost
         self._index = PrefixIndex(config.prefix_max_blocks_per_node) if config.hardware_aware_use_prefix else None
         self.wants_kv_events = self._index is not None and config.hardware_aware_kv_evictions  # evictions correct it
+        # else a node's cache once, at its Welcome: what it holds already enters the index
+        self.wants_kv_snapshot = self._index is not None and config.hardware_aware_prefix_snapshot
         # registries' change logs whose new views refresh the tables, each with the callback it calls
         self._watched: dict[NodeChangeLog, Callable[[NodeView], None]] = {}
         self._cost = self._tpot = self._add = np.empty(0)  # the numpy path's buffers, made at its first decision
@@ -549,14 +551,18 @@ class HardwareAwarePolicy(PolicyHooks):
             self._index.remove_node(node_id)
 
     def on_kv_events(self, node_id: str, events: list) -> None:
-        """``hardware_aware_kv_evictions``: what a node evicted leaves the index (its stores entered at routing)."""
-        if not self.wants_kv_events:
+        """``hardware_aware_kv_evictions``: what a node evicted leaves the index (its stores entered at routing).
+        Else (``hardware_aware_prefix_snapshot``) these are the node's cache at its Welcome: a clear, then the
+        blocks it holds, which enter the index."""
+        if self._index is None:
             return
         for event in events:
-            if type(event) is BlockRemoved:
+            if type(event) is BlockRemoved and self.wants_kv_events:
                 self._index.remove(node_id, event.block_hashes)
             elif type(event) is AllBlocksCleared:
                 self._index.remove_node(node_id)
+            elif type(event) is BlockStored and not self.wants_kv_events and self.wants_kv_snapshot:
+                self._index.insert_cached(node_id, event.block_hashes)
 
     def _predicted_tpot(self, columns, max_tokens: int) -> np.ndarray:
         """Each node's predicted TPOT, step + min(backlog_s / decode steps, chunk_s), into ``self._tpot``."""

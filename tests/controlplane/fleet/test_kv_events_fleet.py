@@ -122,3 +122,27 @@ async def test_a_policy_that_does_not_index_events_gets_none(fleet_with_agents):
         async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
             await zoo.generate(PREFIX, max_tokens=2)
         assert engine.scheduler.kv_cache_manager.pool(Tier.DEVICE).kv_events is None  # never logged
+
+
+async def test_hardware_aware_learns_what_warm_nodes_cache_when_they_join(fleet_with_agents):
+    """A control plane that starts while a node's cache is warm (as after a restart): hardware_aware asks each node
+    for its cached blocks once, at its Welcome, so a prompt a node holds goes there; no events follow."""
+    warm = build_trivial_engine(step_s=0.001, num_device_blocks=64)
+    warm.add_request([b + 3 for b in PREFIX.encode()], SamplingParams(max_tokens=1))
+    while warm.has_unfinished_requests():
+        warm.step()
+    cold = build_trivial_engine(step_s=0.001, num_device_blocks=64)
+    pools = [engine.scheduler.kv_cache_manager.pool(Tier.DEVICE) for engine in (cold, warm)]
+    async with fleet_with_agents("a", "b", engines=[cold, warm], policy="hardware_aware") as cp:
+        index = cp.policy._index
+
+        def known() -> bool:  # each node's cache (the agent's start-up profile's blocks too), nothing else
+            return all(
+                set(index._lru.get(n, ())) == {h.hash_value for h in p.cached_blocks()} for n, p in zip("ab", pools)
+            )
+
+        await _wait_for(known, "the nodes' caches never reached the index")
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+            done = await zoo.generate(PREFIX + "and a question?", max_tokens=2)
+        assert done.node_id == "b"
+        assert pools[1].kv_events is None  # a snapshot, not a stream of events: the engine logs none
