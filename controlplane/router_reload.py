@@ -7,8 +7,10 @@ Changing the router's SLO or a hardware_aware term used to mean a restart, and a
 flight (its clients learn the control plane no longer knows their requests). A reload swaps the policy instead:
 the policy builds itself under the new settings and carries over what it learnt (``reconfigured``: hardware_aware's
 prefix index, overload mode's window, its counters), the request path routes with it from the next request on,
-and the requests in flight go on where they are. Like vLLM production-stack's dynamic router config (a file the
-router re-reads) and the SIGHUP reload of nginx or Prometheus.
+and the requests in flight go on where they are. A new policy that asks the nodes for other KV cache events
+(hardware_aware_kv_evictions, hardware_aware_prefix_snapshot) sends every node its Welcome again, asking for them:
+the nodes that joined before the reload are heard as those that join after it. Like vLLM production-stack's
+dynamic router config (a file the router re-reads) and the SIGHUP reload of nginx or Prometheus.
 
 The file holds the whole set: a knob it no longer names returns to its default. A JSON file is one object of
 RouterConfig fields (as ``--router-knobs``); a TOML file is read as a zoo.toml, its ``[controlplane.router]`` table
@@ -88,10 +90,18 @@ def reload_router(cp, knobs: dict[str, Any]) -> RouterConfig:
     if config == current:
         return current  # nothing changed: the running policy goes on, its tables and windows as they are
     policy = reconfigured(config)
+    asked = _kv_asks(cp.policy)
     cp.config.router = config
     cp.policy = policy  # the control plane tells it of nodes that leave
     cp.path.use_router(config, policy)
+    if _kv_asks(policy) != asked:  # the nodes that joined before it: their Welcome again, with what it asks for
+        cp.welcome_again()
     return config
+
+
+def _kv_asks(policy) -> tuple[bool, bool]:
+    """What a policy asks of the nodes in their Welcome: KV cache events, a snapshot of their cache."""
+    return getattr(policy, "wants_kv_events", False), getattr(policy, "wants_kv_snapshot", False)
 
 
 def reload_from_file(cp, path: str | Path) -> bool:

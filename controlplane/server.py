@@ -26,6 +26,7 @@ a client of a control plane that restarted learns it at its next ping.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -52,7 +53,7 @@ from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
 from engine.clock import Clock, MonotonicClock
 from engine.llm_engine import EngineTokenizer
-from transport.actor import Actor
+from transport.actor import Actor, MailboxFull
 from transport.codec import WHY_UNENCODABLE, clip
 from transport.curve import ZapHandler
 from transport.dispatch import Dispatcher, Incoming
@@ -429,17 +430,23 @@ class ControlPlane(Actor):
         self.requests.latency.setdefault(hello.node_id, NodeLatency())
         gpu, power = hello.hardware.gpu_type, hello.power_score
         log.info("node %s joined: %s, %s, power %.2f", hello.node_id, hello.model, gpu, power)
-        self._agents.send_nowait(
-            Welcome(
-                node_id=hello.node_id,
-                heartbeat_interval_s=self.config.heartbeat_interval_s,
-                report_interval_s=self.config.report_interval_s,
-                peers=self.kv_moves.data_peers(hello),
-                kv_events=getattr(self.policy, "wants_kv_events", False),  # its KV cache events: KvEvents
-                kv_snapshot=getattr(self.policy, "wants_kv_snapshot", False),  # or its cache once
-            ),
-            incoming.peer,
+        self._agents.send_nowait(self._welcome(hello), incoming.peer)
+
+    def _welcome(self, hello: NodeHello) -> Welcome:
+        return Welcome(
+            node_id=hello.node_id,
+            heartbeat_interval_s=self.config.heartbeat_interval_s,
+            report_interval_s=self.config.report_interval_s,
+            peers=self.kv_moves.data_peers(hello),
+            kv_events=getattr(self.policy, "wants_kv_events", False),  # its KV cache events: KvEvents
+            kv_snapshot=getattr(self.policy, "wants_kv_snapshot", False),  # or its cache once
         )
+
+    def welcome_again(self) -> None:
+        """Each node's Welcome sent again: a reloaded router asks for other KV events (router_reload.py)."""
+        for view in self.registry.views():
+            with contextlib.suppress(MailboxFull):  # that node is heard as before, until it joins again
+                self._send_to_node(self._welcome(self.registry.hello(view.node_id)), view.node_id)
 
     def handle_kv_events(self, incoming: Incoming) -> None:
         msg: KvEvents = incoming.msg  # for a policy that indexes the nodes' caches (Dynamo's KV router)

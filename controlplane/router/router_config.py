@@ -279,7 +279,7 @@ class RouterConfig:
         a node evicted (BlockRemoved) or a cleared cache leaves it; what it routed still enters at routing time,
         so a prompt's followers find the node its first went to before its prefill is done (Dynamo's KV-events
         mode waits for the blocks: bench/results/2026-12-06-sim-dynamo-kv-events.json). The control plane asks
-        for the events in each node's Welcome: turned on by a router reload, it hears the nodes that join after.
+        for the events in each node's Welcome (sent again to every node when a router reload turns it on or off).
         Measured on mooncake's tuning split: no gain (bench/results/2026-12-06-sim-hardware-aware-kv-evictions.json).
     hardware_aware_prefix_snapshot: at a node's Welcome the control plane asks it for its cached blocks once (a
         KvEvents snapshot, no events after it), which enter the prefix index: a restarted control plane, or one a

@@ -146,3 +146,21 @@ async def test_hardware_aware_learns_what_warm_nodes_cache_when_they_join(fleet_
             done = await zoo.generate(PREFIX + "and a question?", max_tokens=2)
         assert done.node_id == "b"
         assert pools[1].kv_events is None  # a snapshot, not a stream of events: the engine logs none
+
+
+async def test_a_router_reload_asks_the_nodes_already_there_for_its_kv_events(fleet_with_agents):
+    """hardware_aware's evictions experiment turned on by a reload: the nodes that joined before it get their Welcome
+    again and send their KV events from then on (their cache first); turned off, the events stop."""
+    from controlplane.router_reload import reload_router
+
+    engine = build_trivial_engine(step_s=0.001, num_device_blocks=64)
+    pool = engine.scheduler.kv_cache_manager.pool(Tier.DEVICE)
+    async with fleet_with_agents("n0", engines=[engine], policy="hardware_aware") as cp:
+        assert not cp.policy.wants_kv_events and pool.kv_events is None
+        reload_router(cp, {"hardware_aware_kv_evictions": True})
+        assert cp.policy.wants_kv_events
+        await _wait_for(lambda: pool.kv_events is not None, "the node was never asked for its events")
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20) as zoo:
+            await zoo.generate(PREFIX + "first?", max_tokens=2)
+        reload_router(cp, {})
+        await _wait_for(lambda: pool.kv_events is None, "the node's events never stopped")
