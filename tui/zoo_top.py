@@ -2,7 +2,8 @@
 
     ┌ status: control plane endpoint · policy · nodes · eBPF status   (or "waiting for control plane") ┐
     │ rates: requests/s · preemptions/s · rejected/s · in flight · forecast late                        │
-    │ node table (s: sort, r: reverse, c: cell filter, g: GPU filter, x: clear, enter: detail)          │
+    │ node table (s: sort, r: reverse, c: cell filter, g: GPU filter, x: clear, enter: detail,          │
+    │             D: drain the selected node, U: resume it — with --client: tui/node_actions.py)        │
     │ queue wait / router→node hop / node→router return: [app] sparkline │ [eBPF] sparkline              │
     └────────────────────────────────────────────────────────────────────────────────────────────────────┘
 
@@ -15,6 +16,7 @@ and the table keeps the last snapshot until a new one (possibly from a restarted
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -46,13 +48,23 @@ class ZooTopApp(App[None]):
         Binding("c", "cycle_cell", "cell"),
         Binding("g", "cycle_gpu", "GPU type"),
         Binding("x", "clear_filters", "clear filters"),
+        Binding("D", "drain", "drain node"),
+        Binding("U", "resume", "resume node"),
         Binding("q", "quit", "quit"),
     ]
 
-    def __init__(self, endpoint: str | None, *, stale_after_s: float = 3.0) -> None:
-        """endpoint: the stats stream to subscribe to; None: nothing (tests feed ``apply_stats``)."""
+    def __init__(
+        self,
+        endpoint: str | None,
+        *,
+        stale_after_s: float = 3.0,
+        node_actions: Callable[[str, bool], Awaitable[tuple[bool, str]]] | None = None,
+    ) -> None:
+        """endpoint: the stats stream to subscribe to; None: nothing (tests feed ``apply_stats``). node_actions:
+        drains or resumes a node (tui/node_actions.py: ``zoo top --client``); None: D and U say how to turn them on."""
         super().__init__()
         self.endpoint = endpoint
+        self.node_actions = node_actions
         self.stale_after_s = stale_after_s
         self.view = FleetView()
         self.waiting = True  # no snapshot yet, or none for stale_after_s
@@ -203,3 +215,21 @@ class ZooTopApp(App[None]):
     def action_clear_filters(self) -> None:
         self.view.clear_filters()
         self._render()
+
+    def action_drain(self) -> None:
+        self._act(resume=False)
+
+    def action_resume(self) -> None:
+        self._act(resume=True)
+
+    def _act(self, resume: bool) -> None:
+        node_id = self.selected_node_id()
+        if self.node_actions is None:
+            self.notify("start zoo top with --client tcp://HOST:5556 to drain and resume nodes", severity="warning")
+        elif node_id is not None:
+            self._ask(node_id, resume)
+
+    @work(group="node-actions")
+    async def _ask(self, node_id: str, resume: bool) -> None:
+        done, message = await self.node_actions(node_id, resume)
+        self.notify(message, severity="information" if done else "error")

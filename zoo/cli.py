@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.set_defaults(func=run_draft_server)
 
     from transport.sockets import DEFAULT_CLIENT_ENDPOINT
-    from zoo.keys import add_client_auth_args
+    from zoo.keys import add_client_auth_args, client_curve_from_args
 
     dr = sub.add_parser("drain", help="drain a node: nothing new is routed to it, its requests finish there")
     dr.add_argument("node_id", help="the node to drain")
@@ -364,7 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("top", help="the live fleet dashboard (Textual), fed by the control plane's stats stream")
     add_top_args(t)
-    t.set_defaults(func=run_top)
+    add_client_auth_args(t)  # --curve-dir, --curve-client: for --client, a control plane started with --curve-dir
+    t.set_defaults(func=lambda args: run_top(args, curve=client_curve_from_args(args)))
 
     from zoo.export_tokenizer import add_export_tokenizer_args, run_export_tokenizer
 

@@ -138,3 +138,16 @@ async def test_a_node_whose_agent_drains_to_stop_cannot_be_resumed(controlplane,
                 await c.drain("a", resume=True)
             assert cp.stats()["nodes"]["a"]["state"] == "draining"
             await stream.cancel()
+
+
+async def test_zoo_tops_node_actions_drain_and_resume_a_node(fleet_with_agents):
+    from tui.node_actions import NodeActions  # what zoo top --client does at D and U
+
+    async with fleet_with_agents("n0") as cp:
+        actions = NodeActions(cp.client_endpoint, timeout_s=10)
+        done, message = await actions("n0", False)
+        assert done and "node n0 is draining: 0 requests" in message and str(cp.registry.state("n0")) == "draining"
+        done, message = await actions("n0", True)
+        assert done and "takes new requests again" in message and str(cp.registry.state("n0")) == "up"
+        done, message = await actions("nope", False)
+        assert not done and "unknown node 'nope'" in message
