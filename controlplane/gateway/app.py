@@ -89,6 +89,7 @@ from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
 from controlplane.gateway.batch_span import BatchSpans
+from controlplane.gateway.conversation_journal import ConversationJournal
 from controlplane.gateway.conversation_routes import ConversationRoutes
 from controlplane.gateway.conversation_store import ConversationStore
 from controlplane.gateway.embedding_routes import EmbeddingRoutes
@@ -165,7 +166,8 @@ class GatewayConfig:
     files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
-    # where files and batches are kept, so a restarted gateway resumes its batches (None: in memory only)
+    # where files, batches and conversations are kept, so a restarted gateway resumes its batches and still has its
+    # conversations (None: in memory only)
     files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
@@ -325,7 +327,9 @@ class Gateway:
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
         background_max = (config.responses_background_max, config.responses_background_max_per_owner)
-        conversations = ConversationStore(config.conversations_max, config.conversations_bytes)
+        journal = None if config.files_dir is None else ConversationJournal(config.files_dir)  # kept on disk too
+        conversations = ConversationStore(config.conversations_max, config.conversations_bytes, journal)
+        conversations.load()  # those a gateway before this one kept
         self.conversations = ConversationRoutes(self.read_body, conversations)  # /v1/conversations
         self.responses = ResponsesRoutes(self, store, *background_max, conversations)  # /v1/responses
         self.load = ServerLoad(lambda: self.responses.background.num_running)  # GET /load

@@ -6,18 +6,22 @@ In memory and bounded, as the response store is (gateway/response_store.py): at 
 conversations and ``max_bytes`` bytes of items and metadata in all, the least recently used conversation dropped
 first (counted in ``num_evicted``). A single conversation may not grow past ``max_bytes``: adding items that would
 is refused (``ConversationFull``), and the conversation stays as it was. A conversation is its owner's (the request's
-API key's tenant, or the key: gateway/api_keys.py); another owner's lookup finds nothing. A gateway restart forgets
-them, as it forgets stored responses. Sans-IO.
+API key's tenant, or the key: gateway/api_keys.py); another owner's lookup finds nothing. In memory only, a gateway
+restart forgets them, as it forgets stored responses; with a ``journal`` (``--files-dir``: gateway/
+conversation_journal.py) every change is written to disk too, and ``load`` takes them back after a restart.
 """
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import msgspec
 
 from controlplane.frontend import invalid_param
+
+log = logging.getLogger(__name__)
 
 MAX_METADATA_PAIRS = 16  # OpenAI's bounds on an object's metadata
 MAX_METADATA_KEY_CHARS = 64
@@ -52,11 +56,12 @@ class Conversation:
 class ConversationStore:
     """Conversations by (owner, id), least recently used first."""
 
-    def __init__(self, max_conversations: int, max_bytes: int) -> None:
+    def __init__(self, max_conversations: int, max_bytes: int, journal=None) -> None:
         if max_conversations < 0 or max_bytes < 0:
             raise ValueError(f"max_conversations and max_bytes must be >= 0, got {max_conversations} and {max_bytes}")
         self.max_conversations = max_conversations
         self.max_bytes = max_bytes
+        self.journal = journal  # gateway/conversation_journal.py, or None: in memory only
         self._conversations: OrderedDict[tuple[str | None, str], Conversation] = OrderedDict()
         self.num_bytes = 0
         self.num_evicted = 0  # dropped to stay within the bounds (a deletion is not counted)
@@ -73,7 +78,29 @@ class ConversationStore:
         self._add(conversation, items)
         self._conversations[(owner, conversation.id)] = conversation
         self.num_bytes += conversation.num_bytes
+        if self.journal is not None:
+            self.journal.create(owner, conversation.id, conversation.created_at, conversation.metadata, items)
         self._evict(keep=(owner, conversation.id))
+
+    def load(self) -> int:
+        """The journal's conversations back in the store (a restart), within its bounds; how many."""
+        if self.journal is None or self.max_conversations == 0:
+            return 0
+        journal, self.journal = self.journal, None  # replayed, not written again (load rewrote them compacted)
+        try:
+            for owner, conversation_id, created_at, metadata, items in journal.load():
+                try:
+                    self.create(owner, Conversation(conversation_id, created_at, metadata), tuple(items))
+                except ConversationFull:  # the bound was lowered since: it does not fit any more
+                    log.warning("conversations: %s is over the store's bound now; dropped", conversation_id)
+                    journal.drop(conversation_id)
+        finally:
+            self.journal = journal
+        kept = {conversation_id for _, conversation_id in self._conversations}
+        for path in journal.directory.glob("conv_*.jsonl"):  # those dropped on the way, to stay within the bounds
+            if path.stem not in kept:
+                journal.drop(path.stem)
+        return len(self._conversations)
 
     def get(self, owner: str | None, conversation_id: str) -> Conversation | None:
         conversation = self._conversations.get((owner, conversation_id))
@@ -90,6 +117,8 @@ class ConversationStore:
         before = conversation.num_bytes
         self._add(conversation, items)
         self.num_bytes += conversation.num_bytes - before
+        if self.journal is not None:
+            self.journal.items(conversation_id, items)
         self._evict(keep=(owner, conversation_id))
         return conversation
 
@@ -103,6 +132,8 @@ class ConversationStore:
         conversation.metadata = metadata
         conversation.num_bytes += change
         self.num_bytes += change
+        if self.journal is not None:
+            self.journal.metadata(conversation_id, metadata)
         self._evict(keep=(owner, conversation_id))
         return conversation
 
@@ -117,6 +148,8 @@ class ConversationStore:
                 size = conversation.item_bytes.pop(i)
                 conversation.num_bytes -= size
                 self.num_bytes -= size
+                if self.journal is not None:
+                    self.journal.delete_item(conversation_id, item_id)
                 return conversation
         return False
 
@@ -125,6 +158,8 @@ class ConversationStore:
         if conversation is None:
             return False
         self.num_bytes -= conversation.num_bytes
+        if self.journal is not None:
+            self.journal.drop(conversation_id)
         return True
 
     def _add(self, conversation: Conversation, items: tuple[dict, ...]) -> None:
@@ -150,6 +185,8 @@ class ConversationStore:
             dropped = self._conversations.pop(key)
             self.num_bytes -= dropped.num_bytes
             self.num_evicted += 1
+            if self.journal is not None:
+                self.journal.drop(dropped.id)
 
 
 def _metadata_bytes(metadata: dict[str, str]) -> int:

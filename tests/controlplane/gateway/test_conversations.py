@@ -285,3 +285,64 @@ async def test_the_conversations_on_the_control_planes_metrics(make_frontend):
     assert "zoo:conversations_unrecorded_responses_total 1.0" in text
     stored = next(line for line in text.splitlines() if line.startswith("zoo:conversations_stored_bytes "))
     assert 500 < float(stored.split()[1]) <= 800
+
+
+@pytest.mark.anyio
+async def test_conversations_kept_on_disk_are_there_after_a_restart(make_frontend, tmp_path):
+    """--files-dir: every change is logged (gateway/conversation_journal.py); a new gateway on the same directory
+    has the conversations as they were, their owners' only; a torn last line loses that change alone."""
+    keys = ApiKeyConfig(frozenset({"sk-a", "sk-b"}))
+    config = GatewayConfig(files_dir=str(tmp_path))
+    a, b = ({"authorization": f"Bearer {k}"} for k in ("sk-a", "sk-b"))
+
+    def gateway():
+        app = create_app(make_frontend(), config=config, api_keys=keys)
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
+
+    async with gateway() as c:
+        made = await c.post("/v1/conversations", json={"items": [{"role": "user", "content": "Hi"}]}, headers=a)
+        kept = made.json()["id"]
+        await c.post(f"/v1/conversations/{kept}", json={"metadata": {"topic": "greetings"}}, headers=a)
+        await c.post("/v1/responses", json={"input": "More?", "conversation": kept}, headers=a)
+        items = (await c.get(f"/v1/conversations/{kept}/items?order=asc", headers=a)).json()["data"]
+        await c.delete(f"/v1/conversations/{kept}/items/{items[0]['id']}", headers=a)
+        gone = (await c.post("/v1/conversations", json={}, headers=a)).json()["id"]
+        await c.delete(f"/v1/conversations/{gone}", headers=a)
+        torn = (await c.post("/v1/conversations", json={}, headers=b)).json()["id"]
+        await c.post(f"/v1/conversations/{torn}/items", json={"items": [{"role": "user", "content": "1"}]}, headers=b)
+        before = (await c.get(f"/v1/conversations/{kept}/items", headers=a)).json()
+    log = tmp_path / "conversations" / f"{torn}.jsonl"
+    log.write_bytes(log.read_bytes() + b'{"op": "items", "items": [{"id": "msg_x", "ty')  # a crash mid-write
+    (tmp_path / "conversations" / "notes.jsonl").write_text("not a conversation")
+    assert sorted(p.stem for p in (tmp_path / "conversations").glob("conv_*")) == sorted([kept, torn])
+
+    async with gateway() as c:
+        after = await c.get(f"/v1/conversations/{kept}", headers=a)
+        assert after.status_code == 200 and after.json()["metadata"] == {"topic": "greetings"}
+        assert (await c.get(f"/v1/conversations/{kept}/items", headers=a)).json() == before
+        assert [i["role"] for i in before["data"]] == ["assistant", "user"]  # its first item was deleted
+        assert (await c.get(f"/v1/conversations/{kept}", headers=b)).status_code == 404
+        assert (await c.get(f"/v1/conversations/{gone}", headers=a)).status_code == 404
+        torn_items = (await c.get(f"/v1/conversations/{torn}/items", headers=b)).json()["data"]
+        assert [i["content"][0]["text"] for i in torn_items] == ["1"]
+        await c.post(f"/v1/conversations/{torn}/items", json={"items": [{"role": "user", "content": "2"}]}, headers=b)
+        assert len((await c.get(f"/v1/conversations/{torn}/items", headers=b)).json()["data"]) == 2
+
+
+def test_a_journal_beyond_the_bounds_loads_the_newest_and_drops_the_rest(tmp_path):
+    import os
+
+    from controlplane.gateway.conversation_journal import ConversationJournal
+
+    journal = ConversationJournal(tmp_path)
+    item = {"id": "msg_1", "type": "message", "role": "user", "content": [{"type": "input_text", "text": "x"}]}
+    store = ConversationStore(10, 10_000, journal)
+    ids = [f"conv_{i:024x}" for i in range(4)]
+    for i, conversation_id in enumerate(ids):
+        store.create(None, Conversation(conversation_id, i, {}), (item,))
+        os.utime(journal.directory / f"{conversation_id}.jsonl", ns=(i * 10**9, i * 10**9))  # used in this order
+    smaller = ConversationStore(2, 10_000, ConversationJournal(tmp_path))
+    assert smaller.load() == 2
+    assert [smaller.get(None, c) is not None for c in ids] == [False, False, True, True]  # the newest two
+    assert sorted(p.stem for p in journal.directory.glob("conv_*")) == ids[2:]  # the others' files went
+    assert smaller.get(None, ids[3]).items == [item]
