@@ -110,6 +110,7 @@ class RegistryStats:
     num_draining: int = 0
     num_suspected_total: int = 0  # UP → SUSPECT transitions (failed sends)
     num_drains_total: int = 0
+    num_resumes_total: int = 0  # DRAINING → UP: an operator's drain undone (`zoo drain --resume`)
 
 
 class _LiveView(NodeView):
@@ -260,6 +261,7 @@ class ClusterRegistry:
         self._num_unknown_total = 0
         self._num_suspected_total = 0
         self._num_drains_total = 0
+        self._num_resumes_total = 0
 
     # -- membership ----------------------------------------------------------------------------------
 
@@ -359,6 +361,7 @@ class ClusterRegistry:
         if node.state is not NodeState.DRAINING:
             return "not_draining"
         self._restore(node)
+        self._num_resumes_total += 1
         return "resumed"
 
     def state(self, node_id: str) -> NodeState | None:
@@ -472,6 +475,7 @@ class ClusterRegistry:
             num_draining=sum(node.state is NodeState.DRAINING for node in self._nodes.values()),
             num_suspected_total=self._num_suspected_total,
             num_drains_total=self._num_drains_total,
+            num_resumes_total=self._num_resumes_total,
         )
 
     # -- internals -----------------------------------------------------------------------------------

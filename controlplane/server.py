@@ -299,6 +299,7 @@ class ControlPlane(Actor):
             "classes": self.path.classes.summary(),
             "tenants": {name: dataclasses.asdict(usage) for name, usage in self.path.tenants.usage().items()},
             "migrations": dict(self.migrations),  # "reason:outcome" → count
+            "registry": dataclasses.asdict(self.registry.make_stats()),  # membership counts (RegistryStats)
             "spec_pairs": self.spec_pairs.summary(),
             "slo_forecast": self.path.forecast.summary(),  # controlplane/slo_forecast.py
         }

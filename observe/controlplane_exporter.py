@@ -58,13 +58,27 @@ class ControlPlaneExporter(PrometheusExporter):
                                         labels=["policy", "node"])  # fmt: skip
         up = GaugeMetricFamily(m.NODE_UP, "1: the node is live; 0: it left or missed its heartbeats.",
                                labels=list(m.ZOO_NODE_LABELS))  # fmt: skip
+        state = GaugeMetricFamily(m.NODE_STATE, "1 for the node's routing state (up, suspect: a send failed, "
+                                  "draining: routed nothing new, dead), 0 for the others.",
+                                  labels=[*m.ZOO_NODE_LABELS, "state"])  # fmt: skip
         for node_id, node in stats["nodes"].items():
             if node.get("requests_routed"):
                 decisions.add_metric([policy, node_id], node["requests_routed"])
             labels = [node.get("model") or "", node_id, node.get("gpu_type") or "", node.get("cell") or ""]
             up.add_metric(labels, 1.0 if node["alive"] else 0.0)
+            for name in _NODE_STATES:
+                state.add_metric([*labels, name], 1.0 if node.get("state") == name else 0.0)
         yield decisions
         yield up
+        yield state
+        events = CounterMetricFamily(m.NODE_MEMBERSHIP_EVENTS, "Nodes' membership events since start: joins, "
+                                     "rejoins (a restarted agent), leaves, expired (heartbeats missed), suspected "
+                                     "(a send failed), drains, resumes.", labels=["event"])  # fmt: skip
+        registry = stats.get("registry") or {}
+        for event in _MEMBERSHIP_EVENTS:
+            if f"num_{event}_total" in registry:
+                events.add_metric([event], registry[f"num_{event}_total"])
+        yield events
         yield from _router_config(policy, stats.get("router"))
         draining = GaugeMetricFamily(m.CONTROLPLANE_DRAINING, "1 while the control plane shuts down: new requests "
                                      "refused, those in flight finishing (--shutdown-timeout).")  # fmt: skip
@@ -92,6 +106,8 @@ class ControlPlaneExporter(PrometheusExporter):
         yield from _forecast_metrics(stats.get("slo_forecast"))
 
 
+_NODE_STATES = ("up", "suspect", "draining", "dead")  # controlplane/registry.py NodeState, and gone
+_MEMBERSHIP_EVENTS = ("joins", "rejoins", "leaves", "expired", "suspected", "drains", "resumes")  # RegistryStats
 _CLASS_OUTCOMES = {
     "routed": "requests_routed",
     "spilled": "requests_spilled",

@@ -11,7 +11,8 @@ and ``cell``. Who exports what::
     control plane /metrics   zoo:router_queue_wait_seconds, zoo:node_to_router_return_seconds,
                              zoo:router_decisions_total, zoo:router_config_info, zoo:router_config_reloads_total,
                              zoo:rejected_requests_total,
-                             zoo:malformed_messages_total{socket="agents"|"clients"}, zoo:node_up
+                             zoo:malformed_messages_total{socket="agents"|"clients"}, zoo:node_up,
+                             zoo:node_state, zoo:node_membership_events_total
 
 A metric is exported by one process only, so summing over a scrape job never counts a sample twice.
 Prometheus names may contain colons (they are meant for recording rules, and vLLM uses them anyway).
@@ -82,6 +83,8 @@ ROUTER_TPOT_LOST_REDIRECTS = "zoo:router_tpot_lost_redirects"  # counter (_total
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen
+NODE_STATE = "zoo:node_state"  # gauge {model, node, gpu_type, cell, state}: 1 for the node's state, 0 the others
+NODE_MEMBERSHIP_EVENTS = "zoo:node_membership_events"  # counter (_total) {event}: joins, drains, resumes, ...
 # per traffic class and tenant (controlplane/cells.py, controlplane/tenants.py)
 CLASS_TTFT = "zoo:class_time_to_first_token_seconds"  # gauge {class, quantile="0.5"|"0.99"}, recent requests
 CLASS_TPOT = "zoo:class_time_per_output_token_seconds"  # gauge {class, quantile}

@@ -118,7 +118,7 @@ async def test_zoo_drain_resume_routes_to_the_node_again(controlplane, spawn_age
             result = await anyio.run_process(cli, check=False)
             assert result.returncode == 0, result.stderr.decode()
             assert b"node a takes new requests again" in result.stdout
-            assert cp.stats()["nodes"]["a"]["state"] == "up"
+            assert cp.stats()["nodes"]["a"]["state"] == "up" and cp.stats()["registry"]["num_resumes_total"] == 1
             assert {(await c.generate("new", max_tokens=2)).node_id for _ in range(4)} == {"a", "b"}
             assert await c.drain("a", resume=True) == 0  # again: it is not draining, nothing to do
             with pytest.raises(ZooInvalidRequestError, match="unknown node"):
