@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from controlplane.frontend import invalid_param
+from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.conversation_store import Conversation, ConversationFull, ConversationStore, check_metadata
 from controlplane.gateway.cursor_page import cursor_page
@@ -39,6 +39,7 @@ from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_re
 from controlplane.gateway.openai_responses import InputItem, item_id, parse_items
 from controlplane.gateway.openai_schema import decode_body
 from transport.codec import clip
+from transport.messages import ErrorCode
 
 MAX_ITEMS_AT_ONCE = 20  # OpenAI's bound on a create's or an add's items
 
@@ -78,6 +79,8 @@ class ConversationRoutes:
 
     async def create(self, request: Request) -> Response:
         async def serve() -> Response:
+            if self.store.max_conversations == 0:
+                raise FrontendError(ErrorCode.INVALID_REQUEST, "this gateway keeps no conversations (turned off)")
             body = decode_body(_CREATE, await self.read_body(request))
             metadata = check_metadata(body.metadata)
             items = _items(body.items or [])

@@ -346,3 +346,13 @@ def test_a_journal_beyond_the_bounds_loads_the_newest_and_drops_the_rest(tmp_pat
     assert [smaller.get(None, c) is not None for c in ids] == [False, False, True, True]  # the newest two
     assert sorted(p.stem for p in journal.directory.glob("conv_*")) == ids[2:]  # the others' files went
     assert smaller.get(None, ids[3]).items == [item]
+
+
+@pytest.mark.anyio
+async def test_a_gateway_that_keeps_no_conversations_says_so(make_frontend):
+    app = create_app(make_frontend(), config=GatewayConfig(conversations_max=0))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+        refused = await c.post("/v1/conversations", json={})
+        assert refused.status_code == 400 and "keeps no conversations" in refused.json()["error"]["message"]
+        assert (await c.post("/v1/responses", json={"input": "?", "conversation": "conv_x"})).status_code == 400
+        assert (await c.post("/v1/responses", json={"input": "?"})).status_code == 200
