@@ -158,6 +158,7 @@ class GatewayConfig:
     # (the least recently used dropped first; 0: none is kept); one conversation may not grow past the bytes
     conversations_max: int = 4096
     conversations_bytes: int = 64 * 1024 * 1024
+    conversations_owner_share: float = 0.25  # the largest owner above this share loses its own first when full
     # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
     # credentials: the API key travels in a header a page must set itself); () turns CORS off
     cors_allowed_origins: tuple[str, ...] = ("*",)
@@ -196,6 +197,10 @@ class GatewayConfig:
                      "conversations_max", "conversations_bytes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
+        if not 0 < self.conversations_owner_share <= 1:
+            raise ValueError(
+                f"GatewayConfig.conversations_owner_share must be in (0, 1], got {self.conversations_owner_share}"
+            )
         if not 0 <= self.models_wait_s < math.inf:
             raise ValueError(f"GatewayConfig.models_wait_s must be >= 0 and finite, got {self.models_wait_s}")
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
@@ -328,7 +333,8 @@ class Gateway:
         store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
         background_max = (config.responses_background_max, config.responses_background_max_per_owner)
         journal = None if config.files_dir is None else ConversationJournal(config.files_dir)  # kept on disk too
-        conversations = ConversationStore(config.conversations_max, config.conversations_bytes, journal)
+        bounds = (config.conversations_max, config.conversations_bytes)
+        conversations = ConversationStore(*bounds, journal, max_share=config.conversations_owner_share)
         conversations.load()  # those a gateway before this one kept
         self.conversations = ConversationRoutes(self.read_body, conversations)  # /v1/conversations
         self.responses = ResponsesRoutes(self, store, *background_max, conversations)  # /v1/responses

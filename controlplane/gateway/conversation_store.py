@@ -4,11 +4,14 @@ output items are added once it ends.
 
 In memory and bounded, as the response store is (gateway/response_store.py): at most ``max_conversations``
 conversations and ``max_bytes`` bytes of items and metadata in all, the least recently used conversation dropped
-first (counted in ``num_evicted``). A single conversation may not grow past ``max_bytes``: adding items that would
-is refused (``ConversationFull``), and the conversation stays as it was. A conversation is its owner's (the request's
-API key's tenant, or the key: gateway/api_keys.py); another owner's lookup finds nothing. In memory only, a gateway
-restart forgets them, as it forgets stored responses; with a ``journal`` (``--files-dir``: gateway/
-conversation_journal.py) every change is written to disk too, and ``load`` takes them back after a restart.
+first (counted in ``num_evicted``). Fair between owners: when the store is full and its largest owner holds more
+than ``max_share`` of the bound exceeded, that owner's least recently used go first, so one tenant's flood evicts its
+own conversations, not the others' (a lone owner, an open gateway's, still has the whole store). A single conversation
+may not grow past ``max_bytes``: adding items that would is refused (``ConversationFull``), and the conversation
+stays as it was. A conversation is its owner's (the request's API key's tenant, or the key: gateway/api_keys.py);
+another owner's lookup finds nothing. In memory only, a gateway restart forgets them, as it forgets stored
+responses; with a ``journal`` (``--files-dir``: gateway/conversation_journal.py) every change is written to disk
+too, and ``load`` takes them back after a restart.
 """
 
 from __future__ import annotations
@@ -56,11 +59,17 @@ class Conversation:
 class ConversationStore:
     """Conversations by (owner, id), least recently used first."""
 
-    def __init__(self, max_conversations: int, max_bytes: int, journal=None) -> None:
+    def __init__(self, max_conversations: int, max_bytes: int, journal=None, max_share: float = 1.0) -> None:
         if max_conversations < 0 or max_bytes < 0:
             raise ValueError(f"max_conversations and max_bytes must be >= 0, got {max_conversations} and {max_bytes}")
+        if not 0 < max_share <= 1:
+            raise ValueError(f"max_share must be in (0, 1], got {max_share}")
         self.max_conversations = max_conversations
         self.max_bytes = max_bytes
+        # the largest owner, when it holds more than this share of a bound the store is over, loses its own first
+        self.max_owner_conversations = max(1, int(max_conversations * max_share))
+        self.max_owner_bytes = max(1, int(max_bytes * max_share))
+        self._owned: dict[str | None, list[int]] = {}  # owner → [conversations, bytes]
         self.journal = journal  # gateway/conversation_journal.py, or None: in memory only
         self._conversations: OrderedDict[tuple[str | None, str], Conversation] = OrderedDict()
         self.num_bytes = 0
@@ -77,7 +86,7 @@ class ConversationStore:
         conversation.num_bytes = _OVERHEAD_BYTES + _metadata_bytes(conversation.metadata)
         self._add(conversation, items)
         self._conversations[(owner, conversation.id)] = conversation
-        self.num_bytes += conversation.num_bytes
+        self._account(owner, 1, conversation.num_bytes)
         if self.journal is not None:
             self.journal.create(owner, conversation.id, conversation.created_at, conversation.metadata, items)
         self._evict(keep=(owner, conversation.id))
@@ -116,7 +125,7 @@ class ConversationStore:
             return None
         before = conversation.num_bytes
         self._add(conversation, items)
-        self.num_bytes += conversation.num_bytes - before
+        self._account(owner, 0, conversation.num_bytes - before)
         if self.journal is not None:
             self.journal.items(conversation_id, items)
         self._evict(keep=(owner, conversation_id))
@@ -131,7 +140,7 @@ class ConversationStore:
             raise ConversationFull(f"the conversation would be over the gateway's bound of {self.max_bytes} bytes")
         conversation.metadata = metadata
         conversation.num_bytes += change
-        self.num_bytes += change
+        self._account(owner, 0, change)
         if self.journal is not None:
             self.journal.metadata(conversation_id, metadata)
         self._evict(keep=(owner, conversation_id))
@@ -147,7 +156,7 @@ class ConversationStore:
                 del conversation.items[i]
                 size = conversation.item_bytes.pop(i)
                 conversation.num_bytes -= size
-                self.num_bytes -= size
+                self._account(owner, 0, -size)
                 if self.journal is not None:
                     self.journal.delete_item(conversation_id, item_id)
                 return conversation
@@ -157,7 +166,7 @@ class ConversationStore:
         conversation = self._conversations.pop((owner, conversation_id), None)
         if conversation is None:
             return False
-        self.num_bytes -= conversation.num_bytes
+        self._account(owner, -1, -conversation.num_bytes)
         if self.journal is not None:
             self.journal.drop(conversation_id)
         return True
@@ -173,20 +182,36 @@ class ConversationStore:
         conversation.item_bytes += sizes
         conversation.num_bytes += sum(sizes)
 
+    def _account(self, owner: str | None, conversations: int, num_bytes: int) -> None:
+        self.num_bytes += num_bytes
+        owned = self._owned.setdefault(owner, [0, 0])
+        owned[0] += conversations
+        owned[1] += num_bytes
+        if owned[0] == 0:
+            del self._owned[owner]
+
     def _evict(self, keep: tuple[str | None, str]) -> None:
-        """Drop the least recently used conversations (never ``keep``) until within the bounds."""
+        """Drop the least recently used conversations (never ``keep``) until within the bounds: the largest owner's
+        (of the bound exceeded) while it holds more than its share of it, else anyone's."""
         while len(self._conversations) > self.max_conversations or self.num_bytes > self.max_bytes:
-            key = next(iter(self._conversations))
-            if key == keep:
-                self._conversations.move_to_end(key)
-                if len(self._conversations) == 1:
-                    return
-                continue
-            dropped = self._conversations.pop(key)
-            self.num_bytes -= dropped.num_bytes
-            self.num_evicted += 1
-            if self.journal is not None:
-                self.journal.drop(dropped.id)
+            of_bytes = int(self.num_bytes > self.max_bytes)  # [conversations, bytes]: which bound is exceeded
+            share = self.max_owner_bytes if of_bytes else self.max_owner_conversations
+            largest, held = max(self._owned.items(), key=lambda owned: owned[1][of_bytes])
+            key = None
+            if held[of_bytes] > share:
+                key = next((k for k in self._conversations if k[0] == largest and k != keep), None)
+            if key is None:
+                key = next((k for k in self._conversations if k != keep), None)
+            if key is None:
+                return  # ``keep`` alone: within the byte bound (``_add`` saw to it)
+            self._drop(key)
+
+    def _drop(self, key: tuple[str | None, str]) -> None:
+        dropped = self._conversations.pop(key)
+        self._account(key[0], -1, -dropped.num_bytes)
+        self.num_evicted += 1
+        if self.journal is not None:
+            self.journal.drop(dropped.id)
 
 
 def _metadata_bytes(metadata: dict[str, str]) -> int:

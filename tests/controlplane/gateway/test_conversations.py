@@ -356,3 +356,25 @@ async def test_a_gateway_that_keeps_no_conversations_says_so(make_frontend):
         assert refused.status_code == 400 and "keeps no conversations" in refused.json()["error"]["message"]
         assert (await c.post("/v1/responses", json={"input": "?", "conversation": "conv_x"})).status_code == 400
         assert (await c.post("/v1/responses", json={"input": "?"})).status_code == 200
+
+
+def test_a_full_store_evicts_the_flooding_owners_conversations_first():
+    store = ConversationStore(max_conversations=8, max_bytes=100_000, max_share=0.25)  # an owner's share: 2
+    for i in range(2):
+        store.create("quiet", Conversation(f"q{i}", 0, {}))
+    for i in range(6):
+        store.create("loud", Conversation(f"l{i}", 0, {}))
+    assert len(store) == 8 and store.num_evicted == 0  # not full yet: the loud owner may hold more than its share
+    for i in range(6, 10):  # full: the loud owner, over its share, loses its own least recently used
+        store.create("loud", Conversation(f"l{i}", 0, {}))
+    assert [store.get("quiet", f"q{i}") is not None for i in range(2)] == [True, True]
+    assert [store.get("loud", f"l{i}") is not None for i in range(10)] == [False] * 4 + [True] * 6
+    assert store.num_evicted == 4
+    store.create("quiet", Conversation("q2", 0, {}))  # the quiet owner's: the largest owner's oldest goes
+    assert store.get("loud", "l4") is None and all(store.get("quiet", f"q{i}") for i in range(3))
+    lone = ConversationStore(max_conversations=4, max_bytes=100_000, max_share=0.25)
+    for i in range(6):
+        lone.create(None, Conversation(f"c{i}", 0, {}))
+    assert len(lone) == 4 and [lone.get(None, f"c{i}") is not None for i in range(6)] == [False] * 2 + [True] * 4
+    with pytest.raises(ValueError):
+        ConversationStore(4, 100, max_share=0)
