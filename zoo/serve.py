@@ -139,8 +139,9 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "--files-dir",
         default=None,
         metavar="DIR",
-        help="keep /v1/files uploads, /v1/batches and /v1/conversations on disk here, so a restarted control plane "
-        "resumes its batches and still has its conversations (default: in memory)",
+        help="keep /v1/files uploads, /v1/batches, stored /v1/responses and /v1/conversations on disk here, so a "
+        "restarted control plane resumes its batches and still has its responses and conversations (default: in "
+        "memory)",
     )
     p.add_argument(
         "--batch-concurrency",

@@ -112,6 +112,7 @@ from controlplane.gateway.reply_stream import (
 )
 from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.request_ids import request_ids
+from controlplane.gateway.response_journal import ResponseJournal
 from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.responses_routes import ResponsesRoutes
 from controlplane.gateway.server_load import ServerLoad, ServerLoadMiddleware
@@ -167,8 +168,8 @@ class GatewayConfig:
     files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
-    # where files, batches and conversations are kept, so a restarted gateway resumes its batches and still has its
-    # conversations (None: in memory only)
+    # where files, batches, stored responses and conversations are kept, so a restarted gateway resumes its batches
+    # and still has its responses and conversations (None: in memory only)
     files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
@@ -330,7 +331,9 @@ class Gateway:
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
         self.tokenize_routes = TokenizeRoutes(frontend)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
-        store = ResponseStore(config.responses_store_max, config.responses_store_bytes)
+        responses_journal = None if config.files_dir is None else ResponseJournal(config.files_dir)  # on disk too
+        store = ResponseStore(config.responses_store_max, config.responses_store_bytes, responses_journal)
+        store.load()  # those a gateway before this one kept
         background_max = (config.responses_background_max, config.responses_background_max_per_owner)
         journal = None if config.files_dir is None else ConversationJournal(config.files_dir)  # kept on disk too
         bounds = (config.conversations_max, config.conversations_bytes)

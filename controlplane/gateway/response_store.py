@@ -5,8 +5,9 @@ In memory and bounded twice, as vLLM's in-memory store is not (vllm/entrypoints/
 every stored response until the process ends): at most ``max_responses`` responses and ``max_bytes`` bytes of them
 (a response's JSON, its conversation's text, its input items), the least recently used dropped first. A response is
 its owner's (the request's API key's tenant, or the key itself: gateway/api_keys.py): another owner's lookup finds
-nothing. ``input_items_page`` lists a response's input items as OpenAI's cursor page. A gateway restart forgets them
-all, as vLLM's does; a client that needs more keeps the conversation itself (``input`` carries it whole).
+nothing. ``input_items_page`` lists a response's input items as OpenAI's cursor page. In memory only, a gateway
+restart forgets them all, as vLLM's does; with a ``journal`` (``--files-dir``: gateway/response_journal.py) each one
+kept is written to disk too, and ``load`` takes them back after a restart.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ class StoredResponse:
 class ResponseStore:
     """Responses by (owner, id), least recently used first."""
 
-    def __init__(self, max_responses: int, max_bytes: int) -> None:
+    def __init__(self, max_responses: int, max_bytes: int, journal=None) -> None:
         if max_responses < 0 or max_bytes < 0:
             raise ValueError(f"max_responses and max_bytes must be >= 0, got {max_responses} and {max_bytes}")
         self.max_responses = max_responses
         self.max_bytes = max_bytes
+        self.journal = journal  # gateway/response_journal.py, or None: in memory only
         self._responses: OrderedDict[tuple[str | None, str], StoredResponse] = OrderedDict()
         self.num_bytes = 0
         self.num_evicted = 0  # dropped to stay within the bounds (a deletion is not counted)
@@ -55,11 +57,32 @@ class ResponseStore:
         self.delete(owner, obj["id"])
         self._responses[key] = StoredResponse(obj, conversation, size, input_items)
         self.num_bytes += size
+        if self.journal is not None:
+            self.journal.save(owner, obj, conversation, input_items)
         while len(self._responses) > self.max_responses or self.num_bytes > self.max_bytes:
             _, dropped = self._responses.popitem(last=False)
             self.num_bytes -= dropped.num_bytes
             self.num_evicted += 1
+            if self.journal is not None:
+                self.journal.drop(dropped.object["id"])
         return True
+
+    def load(self) -> int:
+        """The journal's responses back in the store (a restart), within its bounds; how many."""
+        if self.journal is None:
+            return 0
+        journal, self.journal = self.journal, None  # read back, not written again
+        try:
+            for owner, obj, conversation, input_items in journal.load():
+                if not self.put(owner, obj, conversation, input_items):
+                    journal.drop(obj["id"])  # alone over the bounds now (they were lowered)
+        finally:
+            self.journal = journal
+        kept = {response_id for _, response_id in self._responses}
+        for path in journal.directory.glob("resp_*.json"):  # those dropped on the way, to stay within the bounds
+            if path.stem not in kept:
+                journal.drop(path.stem)
+        return len(self._responses)
 
     def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
         stored = self._responses.get((owner, response_id))
@@ -72,6 +95,8 @@ class ResponseStore:
         if stored is None:
             return False
         self.num_bytes -= stored.num_bytes
+        if self.journal is not None:
+            self.journal.drop(response_id)
         return True
 
 

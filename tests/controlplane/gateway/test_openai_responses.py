@@ -311,3 +311,36 @@ def test_a_refusal_before_the_first_token_keeps_its_status(client, frontend):
     frontend.fail_before = FrontendError(ErrorCode.OVERLOADED, "busy", retry_after_s=2.0)
     with pytest.raises(openai.RateLimitError):
         client.responses.create(model=MODEL, input="Hi?", stream=True)
+
+
+@pytest.mark.anyio
+async def test_stored_responses_kept_on_disk_are_there_after_a_restart(make_frontend, tmp_path):
+    """--files-dir (gateway/response_journal.py): a new gateway on the same directory reads a stored response back,
+    lists its input items and continues it; a deleted one stays deleted; the bounds hold at load."""
+    from controlplane.gateway import GatewayConfig
+
+    config = GatewayConfig(files_dir=str(tmp_path))
+
+    def gateway(**bounds):
+        app = create_app(make_frontend(), config=GatewayConfig(files_dir=str(tmp_path), **bounds))
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway")
+
+    async with gateway() as c:
+        first = (await c.post("/v1/responses", json={"input": "Hi?", "instructions": "Be brief."})).json()
+        gone = (await c.post("/v1/responses", json={"input": "Forget me"})).json()
+        await c.delete(f"/v1/responses/{gone['id']}")
+        unstored = (await c.post("/v1/responses", json={"input": "Not kept", "store": False})).json()
+    assert config.files_dir is not None
+    async with gateway() as c:
+        read = await c.get(f"/v1/responses/{first['id']}")
+        assert read.status_code == 200 and read.json() == first
+        (item,) = (await c.get(f"/v1/responses/{first['id']}/input_items")).json()["data"]
+        assert item["content"][0]["text"] == "Hi?"
+        more = await c.post("/v1/responses", json={"input": "More?", "previous_response_id": first["id"]})
+        assert more.status_code == 200
+        for missing in (gone["id"], unstored["id"]):
+            assert (await c.get(f"/v1/responses/{missing}")).status_code == 404
+    async with gateway(responses_store_max=1) as c:  # a lower bound since: the newest kept, the others' files gone
+        assert (await c.get(f"/v1/responses/{more.json()['id']}")).status_code == 200
+        assert (await c.get(f"/v1/responses/{first['id']}")).status_code == 404
+    assert [p.stem for p in (tmp_path / "responses").glob("resp_*.json")] == [more.json()["id"]]
