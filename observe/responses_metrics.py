@@ -13,6 +13,8 @@ background_responses.py, conversation_store.py).
                                                        stay within those bounds (a client's DELETE not counted)
     zoo:conversations_unrecorded_responses_total       counter: responses whose items their conversation could not
                                                        take (deleted while they ran, or at its byte bound)
+    zoo:gateway_store_write_errors_total{store}        counter: writes to --files-dir that failed (a full disk), by
+                                                       store (responses, conversations): kept in memory only
 
 A response's request is the fleet's like any other (the request series count it); these say what the gateway holds.
 Registered on the control plane's exporter beside its own (zoo/serve.py).
@@ -48,6 +50,13 @@ def responses_metrics(
         for status, n in background.ended.items():
             ended.add_metric([status], n)
         yield ended
+        errors = CounterMetricFamily(m.STORE_WRITE_ERRORS, "Writes to --files-dir that failed, by store.",
+                                     labels=["store"])  # fmt: skip
+        for name, kept in (("responses", store), ("conversations", conversations)):
+            journal = getattr(kept, "journal", None)
+            if journal is not None:
+                errors.add_metric([name], journal.num_errors)
+        yield errors
         if conversations is None:
             return
         yield GaugeMetricFamily(m.CONVERSATIONS_STORED, "Conversations kept.", value=len(conversations))

@@ -378,3 +378,28 @@ def test_a_full_store_evicts_the_flooding_owners_conversations_first():
     assert len(lone) == 4 and [lone.get(None, f"c{i}") is not None for i in range(6)] == [False] * 2 + [True] * 4
     with pytest.raises(ValueError):
         ConversationStore(4, 100, max_share=0)
+
+
+@pytest.mark.anyio
+async def test_a_failed_disk_write_is_counted_and_the_conversation_goes_on(make_frontend, tmp_path):
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from observe.exporter import SnapshotCollector
+    from observe.responses_metrics import responses_metrics
+
+    app = create_app(make_frontend(), config=GatewayConfig(files_dir=str(tmp_path)))
+    responses = app.state.responses
+    registry = CollectorRegistry()
+    collect = responses_metrics(responses.store, responses.background, responses.conversations)
+    registry.register(SnapshotCollector(collect))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+        made = (await c.post("/v1/conversations", json={})).json()["id"]
+        log = tmp_path / "conversations" / f"{made}.jsonl"
+        log.unlink()
+        log.mkdir()  # its log cannot be written any more (as a full disk would refuse it), even by root
+        added = await c.post(f"/v1/conversations/{made}/items", json={"items": [{"role": "user", "content": "x"}]})
+        assert added.status_code == 200  # in memory still
+        assert len((await c.get(f"/v1/conversations/{made}/items")).json()["data"]) == 1
+    text = generate_latest(registry).decode()
+    assert 'zoo:gateway_store_write_errors_total{store="conversations"} 1.0' in text
+    assert 'zoo:gateway_store_write_errors_total{store="responses"} 0.0' in text
