@@ -72,6 +72,12 @@ class ConversationJournal:
         except OSError as e:
             self._failed(conversation_id, e)
 
+    def keep_only(self, kept: set[str]) -> None:
+        """Drop every conversation's file but ``kept``'s (those a store dropped as it loaded, for its bounds)."""
+        for path in self.directory.glob("conv_*.jsonl"):
+            if path.stem not in kept:
+                self.drop(path.stem)
+
     def load(self) -> list[tuple[str | None, str, int, dict, list[dict]]]:
         """Every conversation on disk, oldest file first: (owner, id, created_at, metadata, items); each file is
         rewritten compacted."""

@@ -105,10 +105,7 @@ class ConversationStore:
                     journal.drop(conversation_id)
         finally:
             self.journal = journal
-        kept = {conversation_id for _, conversation_id in self._conversations}
-        for path in journal.directory.glob("conv_*.jsonl"):  # those dropped on the way, to stay within the bounds
-            if path.stem not in kept:
-                journal.drop(path.stem)
+        journal.keep_only({conversation_id for _, conversation_id in self._conversations})  # within the bounds
         return len(self._conversations)
 
     def get(self, owner: str | None, conversation_id: str) -> Conversation | None:

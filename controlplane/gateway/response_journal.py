@@ -59,6 +59,12 @@ class ResponseJournal:
         except OSError as e:
             self._failed(response_id, e)
 
+    def keep_only(self, kept: set[str]) -> None:
+        """Drop every response's file but ``kept``'s (those a store dropped as it loaded, for its bounds)."""
+        for path in self.directory.glob("resp_*.json"):
+            if path.stem not in kept:
+                self.drop(path.stem)
+
     def load(self) -> list[tuple[str | None, dict, tuple[ChatMessage, ...], tuple[dict, ...]]]:
         """Every stored response on disk, oldest file first: (owner, object, conversation, input items)."""
         records = []

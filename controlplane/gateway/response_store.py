@@ -78,10 +78,7 @@ class ResponseStore:
                     journal.drop(obj["id"])  # alone over the bounds now (they were lowered)
         finally:
             self.journal = journal
-        kept = {response_id for _, response_id in self._responses}
-        for path in journal.directory.glob("resp_*.json"):  # those dropped on the way, to stay within the bounds
-            if path.stem not in kept:
-                journal.drop(path.stem)
+        journal.keep_only({response_id for _, response_id in self._responses})  # within the bounds
         return len(self._responses)
 
     def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
