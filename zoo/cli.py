@@ -205,22 +205,31 @@ def cmd_router_knobs(args: argparse.Namespace) -> int:
 
 
 def cmd_drain(args: argparse.Namespace) -> int:
-    """`zoo drain NODE`: no new requests go to NODE; its requests finish there (or resume elsewhere if it
-    leaves); the node keeps running. `zoo drain --resume NODE`: a drained node is routed to again."""
+    """`zoo drain NODE [NODE ...]`: no new requests go to the nodes; their requests finish there (or resume elsewhere
+    if they leave); the nodes keep running. `zoo drain --resume NODE ...`: drained nodes are routed to again. Each
+    node is asked in turn; one refused (unknown, or leaving) is said and the others are still asked (exit 1)."""
     from client import ZooClient, ZooError
     from zoo.keys import client_curve_from_args
 
+    failed = 0
     try:
         with ZooClient(args.control, timeout_s=args.timeout_s, curve=client_curve_from_args(args)) as zoo:
-            num_inflight = zoo.drain(args.node_id, resume=args.resume)
-    except ZooError as e:
+            for node_id in args.node_id:
+                try:
+                    num_inflight = zoo.drain(node_id, resume=args.resume)
+                except ZooError as e:
+                    print(f"zoo drain: {node_id}: {e.message}", file=sys.stderr)
+                    failed += 1
+                    continue
+                if args.resume:
+                    print(f"node {node_id} takes new requests again ({num_inflight} in flight there)")
+                else:
+                    print(f"node {node_id} is draining: {num_inflight} requests in flight there finish, nothing new "
+                          "is routed")  # fmt: skip
+    except ZooError as e:  # the client itself (keys refused)
         print(f"zoo drain: {e.message}", file=sys.stderr)
         return 1
-    if args.resume:
-        print(f"node {args.node_id} takes new requests again ({num_inflight} in flight there)")
-        return 0
-    print(f"node {args.node_id} is draining: {num_inflight} requests in flight there finish, nothing new is routed")
-    return 0
+    return 1 if failed else 0
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -332,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     from zoo.keys import add_client_auth_args, client_curve_from_args
 
     dr = sub.add_parser("drain", help="drain a node: nothing new is routed to it, its requests finish there")
-    dr.add_argument("node_id", help="the node to drain")
+    dr.add_argument("node_id", nargs="+", help="the nodes to drain (or resume), each asked in turn")
     dr.add_argument(
         "--resume",
         action="store_true",

@@ -110,3 +110,30 @@ async def test_a_stopped_control_plane_tells_its_zeromq_clients_at_once(controlp
         with anyio.fail_after(3), pytest.raises(ZooNodeFailedError, match="shutting down"):  # < 1 ping interval
             async for _ in stream:
                 pass
+
+
+async def test_a_restarted_control_plane_with_files_dir_still_has_its_conversations_and_responses(
+    spawn_controlplane, spawn_agent, tmp_path
+):
+    """`zoo controlplane --files-dir`: a conversation, a response naming it, SIGTERM, a new process on the same
+    directory: the conversation's items and the stored response are still there, and the response goes on."""
+    cp1 = spawn_controlplane(None, "--files-dir", str(tmp_path))
+    spawn_agent(cp1.agent_endpoint, "a")
+    with anyio.fail_after(START_TIMEOUT_S):
+        stats1, _ = await _until_nodes_up(cp1.stats_endpoint, 1)
+    async with httpx.AsyncClient(base_url=f"http://{cp1.http}", timeout=30) as http:
+        made = (await http.post("/v1/conversations", json={"items": [{"role": "user", "content": "hi"}]})).json()
+        body = {"input": "more", "conversation": made["id"], "max_output_tokens": 3}
+        response = (await http.post("/v1/responses", json=body)).json()
+        before = (await http.get(f"/v1/conversations/{made['id']}/items")).json()
+    cp1.proc.send_signal(signal.SIGTERM)
+    assert await anyio.to_thread.run_sync(cp1.proc.wait, 30) == 0
+    cp2 = spawn_controlplane(cp1.ports, "--files-dir", str(tmp_path))
+    with anyio.fail_after(START_TIMEOUT_S):
+        await _until_nodes_up(cp2.stats_endpoint, 1, stats1.started_ns)
+    async with httpx.AsyncClient(base_url=f"http://{cp2.http}", timeout=30) as http:
+        after = (await http.get(f"/v1/conversations/{made['id']}/items")).json()
+        assert after == before and len(after["data"]) == 3
+        assert (await http.get(f"/v1/responses/{response['id']}")).json() == response
+        more = await http.post("/v1/responses", json={"input": "and?", "previous_response_id": response["id"]})
+        assert more.status_code == 200, more.text

@@ -114,9 +114,9 @@ async def test_zoo_drain_resume_routes_to_the_node_again(controlplane, spawn_age
         async with client(cp) as c:
             assert await c.drain("a") == 0
             assert {(await c.generate("new", max_tokens=2)).node_id for _ in range(3)} == {"b"}
-            cli = [sys.executable, "-m", "zoo", "drain", "--resume", "a", "--control", cp.client_endpoint]
-            result = await anyio.run_process(cli, check=False)
-            assert result.returncode == 0, result.stderr.decode()
+            cli = [sys.executable, "-m", "zoo", "drain", "--resume", "nope", "a", "--control", cp.client_endpoint]
+            result = await anyio.run_process(cli, check=False)  # one refused: the other is still asked, exit 1
+            assert result.returncode == 1 and b"nope: unknown node 'nope'" in result.stderr, result.stderr.decode()
             assert b"node a takes new requests again" in result.stdout
             assert cp.stats()["nodes"]["a"]["state"] == "up" and cp.stats()["registry"]["num_resumes_total"] == 1
             assert {(await c.generate("new", max_tokens=2)).node_id for _ in range(4)} == {"a", "b"}
