@@ -27,6 +27,7 @@ from typing import Literal
 import msgspec
 
 from controlplane.gateway.file_store import write_atomic
+from controlplane.gateway.record_dir import RecordDir
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +46,9 @@ class _Change(msgspec.Struct, kw_only=True, omit_defaults=True):
 _DECODER = msgspec.json.Decoder(_Change)
 
 
-class ConversationJournal:
+class ConversationJournal(RecordDir):
     def __init__(self, directory: str | os.PathLike) -> None:
-        self.directory = Path(directory) / "conversations"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.num_errors = 0
+        super().__init__(directory, "conversations", "conv_", ".jsonl")
 
     def create(self, owner: str | None, conversation_id: str, created_at: int, metadata: dict, items) -> None:
         lines = [_Change(op="create", owner=owner, created_at=created_at, metadata=metadata)]
@@ -66,23 +65,11 @@ class ConversationJournal:
     def delete_item(self, conversation_id: str, item_id: str) -> None:
         self._write(conversation_id, [_Change(op="delete_item", id=item_id)])
 
-    def drop(self, conversation_id: str) -> None:
-        try:
-            self._path(conversation_id).unlink(missing_ok=True)
-        except OSError as e:
-            self._failed(conversation_id, e)
-
-    def keep_only(self, kept: set[str]) -> None:
-        """Drop every conversation's file but ``kept``'s (those a store dropped as it loaded, for its bounds)."""
-        for path in self.directory.glob("conv_*.jsonl"):
-            if path.stem not in kept:
-                self.drop(path.stem)
-
     def load(self) -> list[tuple[str | None, str, int, dict, list[dict]]]:
         """Every conversation on disk, oldest file first: (owner, id, created_at, metadata, items); each file is
         rewritten compacted."""
         found = []
-        paths = [(p.stat().st_mtime_ns, p) for p in self.directory.glob("conv_*.jsonl")]
+        paths = [(p.stat().st_mtime_ns, p) for p in self.paths()]
         for _, path in sorted(paths):
             replayed = self._replay(path)
             if replayed is None:
@@ -95,7 +82,7 @@ class ConversationJournal:
             try:
                 write_atomic(path, b"".join(msgspec.json.encode(c) + b"\n" for c in compact))
             except OSError as e:
-                self._failed(conversation_id, e)
+                self.failed(conversation_id, e)
         return found
 
     def _replay(self, path: Path) -> tuple[str | None, str, int, dict, list[dict]] | None:
@@ -131,16 +118,9 @@ class ConversationJournal:
                 items = [item for item in items if item["id"] != change.id]
         return first.owner, conversation_id, first.created_at, metadata, items
 
-    def _path(self, conversation_id: str) -> Path:
-        return self.directory / f"{conversation_id}.jsonl"
-
     def _write(self, conversation_id: str, changes: list[_Change], mode: str = "ab") -> None:
         try:
-            with open(self._path(conversation_id), mode) as f:
+            with open(self.path(conversation_id), mode) as f:
                 f.write(b"".join(msgspec.json.encode(c) + b"\n" for c in changes))
         except OSError as e:
-            self._failed(conversation_id, e)
-
-    def _failed(self, conversation_id: str, error: OSError) -> None:
-        self.num_errors += 1
-        log.error("conversations: %s not written to disk (it goes on in memory): %s", conversation_id, error)
+            self.failed(conversation_id, e)

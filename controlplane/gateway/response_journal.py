@@ -19,11 +19,11 @@ import logging
 import os
 import re
 import time
-from pathlib import Path
 
 import msgspec
 
 from controlplane.gateway.file_store import write_atomic
+from controlplane.gateway.record_dir import RecordDir
 from transport.messages import ChatMessage
 
 log = logging.getLogger(__name__)
@@ -39,36 +39,22 @@ class _Record(msgspec.Struct, kw_only=True):
     saved_ns: int = 0  # when it was kept (wall clock): the order load returns them in
 
 
-class ResponseJournal:
+class ResponseJournal(RecordDir):
     def __init__(self, directory: str | os.PathLike) -> None:
-        self.directory = Path(directory) / "responses"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.num_errors = 0
+        super().__init__(directory, "responses", "resp_", ".json")
 
     def save(self, owner: str | None, obj: dict, conversation, input_items) -> None:
         record = _Record(owner=owner, object=obj, conversation=list(conversation), input_items=list(input_items),
                          saved_ns=time.time_ns())  # fmt: skip
         try:
-            write_atomic(self._path(obj["id"]), msgspec.json.encode(record))
+            write_atomic(self.path(obj["id"]), msgspec.json.encode(record))
         except OSError as e:
-            self._failed(obj["id"], e)
-
-    def drop(self, response_id: str) -> None:
-        try:
-            self._path(response_id).unlink(missing_ok=True)
-        except OSError as e:
-            self._failed(response_id, e)
-
-    def keep_only(self, kept: set[str]) -> None:
-        """Drop every response's file but ``kept``'s (those a store dropped as it loaded, for its bounds)."""
-        for path in self.directory.glob("resp_*.json"):
-            if path.stem not in kept:
-                self.drop(path.stem)
+            self.failed(obj["id"], e)
 
     def load(self) -> list[tuple[str | None, dict, tuple[ChatMessage, ...], tuple[dict, ...]]]:
         """Every stored response on disk, oldest file first: (owner, object, conversation, input items)."""
         records = []
-        for path in self.directory.glob("resp_*.json"):
+        for path in self.paths():
             try:
                 record = msgspec.json.decode(path.read_bytes(), type=_Record)
             except (OSError, msgspec.MsgspecError) as e:
@@ -80,10 +66,3 @@ class ResponseJournal:
             records.append((record.saved_ns, path.stem, record))
         records.sort(key=lambda entry: entry[:2])
         return [(r.owner, r.object, tuple(r.conversation), tuple(r.input_items)) for _, _, r in records]
-
-    def _path(self, response_id: str) -> Path:
-        return self.directory / f"{response_id}.json"
-
-    def _failed(self, response_id: str, error: OSError) -> None:
-        self.num_errors += 1
-        log.error("responses: %s not written to disk (it stays in memory): %s", response_id, error)
