@@ -41,11 +41,11 @@ class ResponsesRoutes:
         store: ResponseStore,
         max_background: int,
         max_background_per_owner: int,
-        conversations: ConversationStore | None = None,
+        conversations: ConversationStore,
     ) -> None:
         self.gateway = gateway
         self.store = store
-        self.conversations = conversations if conversations is not None else ConversationStore(0, 0)
+        self.conversations = conversations
         self.background = BackgroundResponses(
             store.put, max_background, max_ended_bytes=store.max_bytes, max_running_per_owner=max_background_per_owner
         )
