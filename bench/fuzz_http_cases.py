@@ -3,7 +3,7 @@
     HttpCases(rng).next()        ─► HttpCase(kind, method, path, body, headers)  (or raw bytes for the socket)
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
         count_tokens; a Responses API body (background or with logprobs one time in ten), one time in twelve or so,
-        to /v1/responses, its tools its own:
+        to /v1/responses (or its input_tokens count), its tools its own:
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
         in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
         or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
@@ -327,8 +327,8 @@ class HttpCases:
         if chat and r.random() < 0.3:  # Anthropic's: a chat body is one of its bodies too (of count_tokens' too)
             path = "/v1/messages" if r.random() < 0.8 else "/v1/messages/count_tokens"
         responses = chat and r.random() < 0.17
-        if responses:
-            path = "/v1/responses"
+        if responses:  # or its count of input tokens (the same body)
+            path = "/v1/responses" if r.random() < 0.9 else "/v1/responses/input_tokens"
         body = self.responses_body() if responses else self.valid_body(chat)
         if not chat and r.random() < 0.12:  # the prompt as an embeddings input (one, or a batch)
             path, body = "/v1/embeddings", {"input": body["prompt"], "encoding_format": r.choice(["float", "base64"])}

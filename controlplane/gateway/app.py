@@ -12,6 +12,7 @@
                                   /v1/responses/{id}/input_items its request's input items (a cursor page)
     POST /v1/responses/{id}/cancel  a background response stopped (background_responses.py: ``background: true``
                                   answered at once, run by serve_gateway or the app's lifespan)
+    POST /v1/responses/input_tokens  OpenAI's count of a Responses request's prompt tokens (responses_routes.py)
     /v1/conversations             OpenAI's Conversations API (conversation_routes.py): conversations and their items
                                   (conversation_store.py), which a response naming one continues and adds to
     /v1/files, /v1/batches        OpenAI's Files and Batch APIs (batch_routes.py): a JSONL file of requests run in
@@ -267,6 +268,7 @@ def create_app(
         Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/score", gateway.embeddings.handle_score, methods=["POST"]),
         *(Route(path, gateway.embeddings.handle_rerank, methods=["POST"]) for path in ("/rerank", "/v2/rerank")),
+        Route("/v1/responses/input_tokens", gateway.responses.input_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", gateway.responses.stored, methods=["GET", "DELETE"]),
         Route("/v1/responses/{response_id}/input_items", gateway.responses.input_items, methods=["GET"]),
         Route("/v1/responses/{response_id}/cancel", gateway.responses.cancel, methods=["POST"]),

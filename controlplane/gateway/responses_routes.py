@@ -1,7 +1,8 @@
 """The Responses API's routes: ``POST /v1/responses`` (gateway/openai_responses.py), the stored responses (gateway/
 response_store.py: ``GET``/``DELETE /v1/responses/{id}``, ``GET .../input_items``) and the background ones (gateway/
 background_responses.py: a resumed stream, ``POST .../cancel``). A response naming a ``conversation`` continues it
-and, once it ends, adds its input and output items to it (gateway/conversation_store.py).
+and, once it ends, adds its input and output items to it (gateway/conversation_store.py). ``POST
+/v1/responses/input_tokens`` counts a request's prompt tokens without running it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.responses_reply import ResponsesReply
 from controlplane.gateway.sse import EventStreamResponse
 from controlplane.gateway.structured_fields import check_structured
+from controlplane.gateway.tokenize_routes import no_tokenizer
 from transport.codec import clip
 from transport.messages import ErrorCode
 
@@ -56,20 +58,12 @@ class ResponsesRoutes:
         gateway = self.gateway
         owner = request_owner(request)
 
-        def previous(response_id: str):
-            job = self.background.get(owner, response_id)
-            stored = self.store.get(owner, response_id) if job is None or not job.done else None
-            if stored is None:
-                return None if job is None else job.status
-            status = stored.object.get("status")
-            return stored.conversation if status in _FINISHED else status
-
         async def serve() -> Response:
             parsed = parse_responses(
                 await gateway.read_body(request),
                 default_max_tokens=gateway.config.default_chat_max_tokens,
                 tool_call_parser=gateway.config.tool_call_parser,
-                previous=previous,
+                previous=lambda response_id: self._previous(owner, response_id),
                 context_length=self._context_length,
                 conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
             )
@@ -102,6 +96,35 @@ class ResponsesRoutes:
             if args.stream:
                 return EventStreamResponse(self.background.events(job), on_close=_nothing, headers=headers)
             return json_response(reply.full_object(), headers=headers)
+
+        return await guarded(request, serve)
+
+    async def input_tokens(self, request: Request) -> Response:
+        """OpenAI's ``POST /v1/responses/input_tokens`` (the SDK's ``client.responses.input_tokens.count``): the
+        prompt tokens a ``POST /v1/responses`` of this body would have, ``{"object": "response.input_tokens",
+        "input_tokens": N}``. The same body is read the same way (instructions, a previous response's or a
+        conversation's items, tools, chat options, ``truncation: auto``), so N is that response's
+        ``usage.input_tokens``; nothing is generated, stored or added to a conversation. 501 without a tokenizer."""
+        gateway = self.gateway
+        owner = request_owner(request)
+
+        async def serve() -> Response:
+            if gateway.tokenize_routes.tokenizer is None:
+                return no_tokenizer()
+            parsed = parse_responses(
+                await gateway.read_body(request),
+                default_max_tokens=gateway.config.default_chat_max_tokens,
+                tool_call_parser=gateway.config.tool_call_parser,
+                previous=lambda response_id: self._previous(owner, response_id),
+                context_length=self._context_length,
+                conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
+            )
+            args = parsed.generate
+            count = gateway.tokenize_routes.count_chat(args.model, args.messages, args.tools, args.chat)
+            kept = args.sampling.truncate_prompt_tokens  # truncation: auto keeps the prompt's last tokens
+            if kept is not None:
+                count = min(count, kept)
+            return json_response({"object": "response.input_tokens", "input_tokens": count})
 
         return await guarded(request, serve)
 
@@ -158,6 +181,16 @@ class ResponsesRoutes:
             return json_response(input_items_page(items, request.query_params))
         except FrontendError as err:
             return error_response(err)
+
+    def _previous(self, owner: str | None, response_id: str):
+        """What ``previous_response_id`` continues: a finished response's conversation; a string, the status of one
+        that did not finish; None, its owner has none of that id."""
+        job = self.background.get(owner, response_id)
+        stored = self.store.get(owner, response_id) if job is None or job.done else None
+        if stored is None:
+            return None if job is None else job.status
+        status = stored.object.get("status")
+        return stored.conversation if status in _FINISHED else status
 
     def _conversation_items(self, owner: str | None, conversation_id: str) -> tuple[dict, ...] | None:
         conversation = self.conversations.get(owner, conversation_id)

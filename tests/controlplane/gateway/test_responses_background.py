@@ -101,6 +101,8 @@ def test_a_streamed_background_response_and_its_stream_resumed(client):
     assert [e.type for e in resumed] == [e.type for e in events[4:]]
     everything = list(client.responses.retrieve(response_id, stream=True))
     assert [e.type for e in everything] == [e.type for e in events]
+    # its events are still kept for resuming, and it has finished: a later response continues it
+    assert client.responses.create(model=MODEL, previous_response_id=response_id, input="More?").status == "completed"
 
 
 def test_a_resumed_stream_is_refused_clearly(client, served):
