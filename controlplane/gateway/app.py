@@ -152,6 +152,7 @@ class GatewayConfig:
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
+    responses_owner_share: float = 0.25  # the largest owner above this share loses its own first when full
     # /v1/responses with ``background``: at most this many run at once, and of them one owner's (an API key's
     # tenant, or the key; an open gateway's requests are one owner's) (gateway/background_responses.py)
     responses_background_max: int = 256
@@ -199,10 +200,9 @@ class GatewayConfig:
                      "conversations_max", "conversations_bytes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
-        if not 0 < self.conversations_owner_share <= 1:
-            raise ValueError(
-                f"GatewayConfig.conversations_owner_share must be in (0, 1], got {self.conversations_owner_share}"
-            )
+        for name in ("responses_owner_share", "conversations_owner_share"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"GatewayConfig.{name} must be in (0, 1], got {getattr(self, name)}")
         if not 0 <= self.models_wait_s < math.inf:
             raise ValueError(f"GatewayConfig.models_wait_s must be >= 0 and finite, got {self.models_wait_s}")
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
@@ -334,7 +334,12 @@ class Gateway:
         self.tokenize_routes = TokenizeRoutes(frontend)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         responses_journal = None if config.files_dir is None else ResponseJournal(config.files_dir)  # on disk too
-        store = ResponseStore(config.responses_store_max, config.responses_store_bytes, responses_journal)
+        store = ResponseStore(
+            config.responses_store_max,
+            config.responses_store_bytes,
+            responses_journal,
+            max_share=config.responses_owner_share,
+        )
         store.load()  # those a gateway before this one kept
         background_max = (config.responses_background_max, config.responses_background_max_per_owner)
         journal = None if config.files_dir is None else ConversationJournal(config.files_dir)  # kept on disk too

@@ -6,7 +6,7 @@ In memory and bounded, as the response store is (gateway/response_store.py): at 
 conversations and ``max_bytes`` bytes of items and metadata in all, the least recently used conversation dropped
 first (counted in ``num_evicted``). Fair between owners: when the store is full and its largest owner holds more
 than ``max_share`` of the bound exceeded, that owner's least recently used go first, so one tenant's flood evicts its
-own conversations, not the others' (a lone owner, an open gateway's, still has the whole store). A single conversation
+own conversations, not the others' (a lone owner, an open gateway's, still has the whole store: gateway/owner_lru.py). A single conversation
 may not grow past ``max_bytes``: adding items that would is refused (``ConversationFull``), and the conversation
 stays as it was. A conversation is its owner's (the request's API key's tenant, or the key: gateway/api_keys.py);
 another owner's lookup finds nothing. In memory only, a gateway restart forgets them, as it forgets stored
@@ -17,12 +17,12 @@ too, and ``load`` takes them back after a restart.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import msgspec
 
 from controlplane.frontend import invalid_param
+from controlplane.gateway.owner_lru import OwnerLRU
 
 log = logging.getLogger(__name__)
 
@@ -57,27 +57,26 @@ class Conversation:
 
 
 class ConversationStore:
-    """Conversations by (owner, id), least recently used first."""
+    """Conversations by (owner, id), least recently used first (gateway/owner_lru.py)."""
 
     def __init__(self, max_conversations: int, max_bytes: int, journal=None, max_share: float = 1.0) -> None:
-        if max_conversations < 0 or max_bytes < 0:
-            raise ValueError(f"max_conversations and max_bytes must be >= 0, got {max_conversations} and {max_bytes}")
-        if not 0 < max_share <= 1:
-            raise ValueError(f"max_share must be in (0, 1], got {max_share}")
+        self._kept: OwnerLRU[Conversation] = OwnerLRU(max_conversations, max_bytes, max_share)
         self.max_conversations = max_conversations
         self.max_bytes = max_bytes
-        # the largest owner, when it holds more than this share of a bound the store is over, loses its own first
-        self.max_owner_conversations = max(1, int(max_conversations * max_share))
-        self.max_owner_bytes = max(1, int(max_bytes * max_share))
-        self._owned: dict[str | None, list[int]] = {}  # owner → [conversations, bytes]
         self.journal = journal  # gateway/conversation_journal.py, or None: in memory only
-        self._conversations: OrderedDict[tuple[str | None, str], Conversation] = OrderedDict()
-        self.num_bytes = 0
-        self.num_evicted = 0  # dropped to stay within the bounds (a deletion is not counted)
         self.num_unrecorded = 0  # responses whose items could not be added (their conversation deleted, or full)
 
     def __len__(self) -> int:
-        return len(self._conversations)
+        return len(self._kept)
+
+    @property
+    def num_bytes(self) -> int:
+        return self._kept.num_bytes
+
+    @property
+    def num_evicted(self) -> int:
+        """Conversations dropped to stay within the bounds (a deletion is not counted)."""
+        return self._kept.num_evicted
 
     def create(self, owner: str | None, conversation: Conversation, items: tuple[dict, ...] = ()) -> None:
         """Keep a new conversation holding ``items``; ConversationFull when they alone are over the byte bound."""
@@ -85,11 +84,11 @@ class ConversationStore:
             raise ConversationFull("this gateway keeps no conversations (its conversation store is turned off)")
         conversation.num_bytes = _OVERHEAD_BYTES + _metadata_bytes(conversation.metadata)
         self._add(conversation, items)
-        self._conversations[(owner, conversation.id)] = conversation
-        self._account(owner, 1, conversation.num_bytes)
+        key = (owner, conversation.id)
+        self._kept.put(key, conversation, conversation.num_bytes)
         if self.journal is not None:
             self.journal.create(owner, conversation.id, conversation.created_at, conversation.metadata, items)
-        self._evict(keep=(owner, conversation.id))
+        self._evict(keep=key)
 
     def load(self) -> int:
         """The journal's conversations back in the store (a restart), within its bounds; how many."""
@@ -105,14 +104,11 @@ class ConversationStore:
                     journal.drop(conversation_id)
         finally:
             self.journal = journal
-        journal.keep_only({conversation_id for _, conversation_id in self._conversations})  # within the bounds
-        return len(self._conversations)
+        journal.keep_only({conversation_id for _, conversation_id in self._kept})  # within the bounds
+        return len(self._kept)
 
     def get(self, owner: str | None, conversation_id: str) -> Conversation | None:
-        conversation = self._conversations.get((owner, conversation_id))
-        if conversation is not None:
-            self._conversations.move_to_end((owner, conversation_id))
-        return conversation
+        return self._kept.get((owner, conversation_id))
 
     def add_items(self, owner: str | None, conversation_id: str, items: tuple[dict, ...]) -> Conversation | None:
         """Append ``items`` to the conversation (None: its owner has none of that id); ConversationFull when it would
@@ -122,7 +118,7 @@ class ConversationStore:
             return None
         before = conversation.num_bytes
         self._add(conversation, items)
-        self._account(owner, 0, conversation.num_bytes - before)
+        self._kept.resize((owner, conversation_id), conversation.num_bytes - before)
         if self.journal is not None:
             self.journal.items(conversation_id, items)
         self._evict(keep=(owner, conversation_id))
@@ -137,7 +133,7 @@ class ConversationStore:
             raise ConversationFull(f"the conversation would be over the gateway's bound of {self.max_bytes} bytes")
         conversation.metadata = metadata
         conversation.num_bytes += change
-        self._account(owner, 0, change)
+        self._kept.resize((owner, conversation_id), change)
         if self.journal is not None:
             self.journal.metadata(conversation_id, metadata)
         self._evict(keep=(owner, conversation_id))
@@ -153,17 +149,15 @@ class ConversationStore:
                 del conversation.items[i]
                 size = conversation.item_bytes.pop(i)
                 conversation.num_bytes -= size
-                self._account(owner, 0, -size)
+                self._kept.resize((owner, conversation_id), -size)
                 if self.journal is not None:
                     self.journal.delete_item(conversation_id, item_id)
                 return conversation
         return False
 
     def delete(self, owner: str | None, conversation_id: str) -> bool:
-        conversation = self._conversations.pop((owner, conversation_id), None)
-        if conversation is None:
+        if self._kept.pop((owner, conversation_id)) is None:
             return False
-        self._account(owner, -1, -conversation.num_bytes)
         if self.journal is not None:
             self.journal.drop(conversation_id)
         return True
@@ -179,36 +173,11 @@ class ConversationStore:
         conversation.item_bytes += sizes
         conversation.num_bytes += sum(sizes)
 
-    def _account(self, owner: str | None, conversations: int, num_bytes: int) -> None:
-        self.num_bytes += num_bytes
-        owned = self._owned.setdefault(owner, [0, 0])
-        owned[0] += conversations
-        owned[1] += num_bytes
-        if owned[0] == 0:
-            del self._owned[owner]
-
     def _evict(self, keep: tuple[str | None, str]) -> None:
-        """Drop the least recently used conversations (never ``keep``) until within the bounds: the largest owner's
-        (of the bound exceeded) while it holds more than its share of it, else anyone's."""
-        while len(self._conversations) > self.max_conversations or self.num_bytes > self.max_bytes:
-            of_bytes = int(self.num_bytes > self.max_bytes)  # [conversations, bytes]: which bound is exceeded
-            share = self.max_owner_bytes if of_bytes else self.max_owner_conversations
-            largest, held = max(self._owned.items(), key=lambda owned: owned[1][of_bytes])
-            key = None
-            if held[of_bytes] > share:
-                key = next((k for k in self._conversations if k[0] == largest and k != keep), None)
-            if key is None:
-                key = next((k for k in self._conversations if k != keep), None)
-            if key is None:
-                return  # ``keep`` alone: within the byte bound (``_add`` saw to it)
-            self._drop(key)
-
-    def _drop(self, key: tuple[str | None, str]) -> None:
-        dropped = self._conversations.pop(key)
-        self._account(key[0], -1, -dropped.num_bytes)
-        self.num_evicted += 1
-        if self.journal is not None:
-            self.journal.drop(dropped.id)
+        """Within the bounds again (gateway/owner_lru.py's rule), each one dropped from the journal too."""
+        for _, dropped in self._kept.evict(keep):
+            if self.journal is not None:
+                self.journal.drop(dropped.id)
 
 
 def _metadata_bytes(metadata: dict[str, str]) -> int:

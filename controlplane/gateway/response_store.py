@@ -3,7 +3,9 @@ what a later request's ``previous_response_id`` continues.
 
 In memory and bounded twice, as vLLM's in-memory store is not (vllm/entrypoints/openai/serving_responses.py keeps
 every stored response until the process ends): at most ``max_responses`` responses and ``max_bytes`` bytes of them
-(a response's JSON, its conversation's text, its input items), the least recently used dropped first. A response is
+(a response's JSON, its conversation's text, its input items), the least recently used dropped first, the largest
+owner's first while it holds more than ``max_share`` of the bound exceeded (gateway/owner_lru.py: one tenant's
+flood evicts its own responses, and another tenant's ``previous_response_id`` still finds theirs). A response is
 its owner's (the request's API key's tenant, or the key itself: gateway/api_keys.py): another owner's lookup finds
 nothing. ``input_items_page`` lists a response's input items as OpenAI's cursor page. In memory only, a gateway
 restart forgets them all, as vLLM's does; with a ``journal`` (``--files-dir``: gateway/response_journal.py) each one
@@ -12,12 +14,12 @@ kept is written to disk too, and ``load`` takes them back after a restart.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import msgspec
 
 from controlplane.gateway.cursor_page import cursor_page
+from controlplane.gateway.owner_lru import OwnerLRU
 from transport.messages import ChatMessage
 
 
@@ -30,20 +32,25 @@ class StoredResponse:
 
 
 class ResponseStore:
-    """Responses by (owner, id), least recently used first."""
+    """Responses by (owner, id), least recently used first (gateway/owner_lru.py)."""
 
-    def __init__(self, max_responses: int, max_bytes: int, journal=None) -> None:
-        if max_responses < 0 or max_bytes < 0:
-            raise ValueError(f"max_responses and max_bytes must be >= 0, got {max_responses} and {max_bytes}")
+    def __init__(self, max_responses: int, max_bytes: int, journal=None, max_share: float = 1.0) -> None:
+        self._kept: OwnerLRU[StoredResponse] = OwnerLRU(max_responses, max_bytes, max_share)
         self.max_responses = max_responses
         self.max_bytes = max_bytes
         self.journal = journal  # gateway/response_journal.py, or None: in memory only
-        self._responses: OrderedDict[tuple[str | None, str], StoredResponse] = OrderedDict()
-        self.num_bytes = 0
-        self.num_evicted = 0  # dropped to stay within the bounds (a deletion is not counted)
 
     def __len__(self) -> int:
-        return len(self._responses)
+        return len(self._kept)
+
+    @property
+    def num_bytes(self) -> int:
+        return self._kept.num_bytes
+
+    @property
+    def num_evicted(self) -> int:
+        """Responses dropped to stay within the bounds (a deletion is not counted)."""
+        return self._kept.num_evicted
 
     def put(
         self, owner: str | None, obj: dict, conversation: tuple[ChatMessage, ...], input_items: tuple[dict, ...] = ()
@@ -54,15 +61,10 @@ class ResponseStore:
         if self.max_responses == 0 or size > self.max_bytes:
             return False
         key = (owner, obj["id"])
-        self.delete(owner, obj["id"])
-        self._responses[key] = StoredResponse(obj, conversation, size, input_items)
-        self.num_bytes += size
+        self._kept.put(key, StoredResponse(obj, conversation, size, input_items), size)
         if self.journal is not None:
             self.journal.save(owner, obj, conversation, input_items)
-        while len(self._responses) > self.max_responses or self.num_bytes > self.max_bytes:
-            _, dropped = self._responses.popitem(last=False)
-            self.num_bytes -= dropped.num_bytes
-            self.num_evicted += 1
+        for _, dropped in self._kept.evict(keep=key):
             if self.journal is not None:
                 self.journal.drop(dropped.object["id"])
         return True
@@ -78,20 +80,15 @@ class ResponseStore:
                     journal.drop(obj["id"])  # alone over the bounds now (they were lowered)
         finally:
             self.journal = journal
-        journal.keep_only({response_id for _, response_id in self._responses})  # within the bounds
-        return len(self._responses)
+        journal.keep_only({response_id for _, response_id in self._kept})  # within the bounds
+        return len(self._kept)
 
     def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
-        stored = self._responses.get((owner, response_id))
-        if stored is not None:
-            self._responses.move_to_end((owner, response_id))
-        return stored
+        return self._kept.get((owner, response_id))
 
     def delete(self, owner: str | None, response_id: str) -> bool:
-        stored = self._responses.pop((owner, response_id), None)
-        if stored is None:
+        if self._kept.pop((owner, response_id)) is None:
             return False
-        self.num_bytes -= stored.num_bytes
         if self.journal is not None:
             self.journal.drop(response_id)
         return True

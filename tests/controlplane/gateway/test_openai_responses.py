@@ -254,6 +254,24 @@ def test_the_store_keeps_within_its_bounds():
     assert not ResponseStore(0, 100).put(None, {"id": "r"}, say)
 
 
+def test_a_full_store_evicts_the_flooding_owners_responses_first():
+    store = ResponseStore(max_responses=8, max_bytes=1_000_000, max_share=0.25)  # an owner's share: 2
+    say = (ChatMessage("user", "x"),)
+    for i in range(2):
+        store.put("quiet", {"id": f"q{i}"}, say)
+    for i in range(10):  # past the bound, the loud owner (over its share) loses its own least recently used
+        store.put("loud", {"id": f"l{i}"}, say)
+    assert all(store.get("quiet", f"q{i}") is not None for i in range(2))  # its previous_response_id still works
+    assert [store.get("loud", f"l{i}") is not None for i in range(10)] == [False] * 4 + [True] * 6
+    assert store.num_evicted == 4 and len(store) == 8
+    big = (ChatMessage("user", "y" * 300_000),)
+    by_bytes = ResponseStore(max_responses=100, max_bytes=1_000_000, max_share=0.5)
+    by_bytes.put("quiet", {"id": "q"}, big)
+    for i in range(3):  # the bytes bound: the owner holding more than half of it loses its own
+        by_bytes.put("loud", {"id": f"l{i}"}, big)
+    assert by_bytes.get("quiet", "q") is not None and by_bytes.get("loud", "l0") is None
+
+
 def _body(**fields) -> dict:
     return {"model": MODEL, "input": "Hi?", **fields}
 
