@@ -154,8 +154,7 @@ class _Group:
         self.position: dict[str, int] = {}
 
     def put(self, node_id: str, view: NodeView) -> bool:
-        """``view`` is now ``node_id``'s view, at its position; True when the node was not a member
-        (then it is appended, out of order until ``sort``)."""
+        """``view`` is now ``node_id``'s view; True when it was not a member (appended: out of order until sort)."""
         i = self.position.get(node_id)
         if i is not None:
             self.views[i] = view
@@ -367,6 +366,10 @@ class ClusterRegistry:
     def state(self, node_id: str) -> NodeState | None:
         node = self._nodes.get(node_id)
         return None if node is None else node.state
+
+    def leaving(self, node_id: str) -> bool:
+        """Whether the node drains to stop (its agent's SIGTERM): a drain that no resume undoes."""
+        return getattr(self._nodes.get(node_id), "leaving", False)
 
     # -- in-flight accounting ------------------------------------------------------------------------
 

@@ -283,8 +283,8 @@ class ControlPlane(Actor):
     def stats(self) -> dict:
         """A plain snapshot for the latency table, the dashboard and the exporters."""
         nodes = self.fleet.nodes(self.registry.views(), self.requests.latency)
-        for node_id, row in nodes.items():  # "up" | "suspect" | "draining" | "dead"
-            row["state"] = str(self.registry.state(node_id) or "dead")
+        for node_id, row in nodes.items():  # "up" | "suspect" | "draining" | "leaving" (draining to stop) | "dead"
+            row["state"] = "leaving" if self.registry.leaving(node_id) else str(self.registry.state(node_id) or "dead")
         return {
             "policy": self.policy.name,
             "draining": self.draining,  # shutting down (zoo/controlplane_shutdown.py): new requests refused

@@ -59,7 +59,7 @@ class ControlPlaneExporter(PrometheusExporter):
         up = GaugeMetricFamily(m.NODE_UP, "1: the node is live; 0: it left or missed its heartbeats.",
                                labels=list(m.ZOO_NODE_LABELS))  # fmt: skip
         state = GaugeMetricFamily(m.NODE_STATE, "1 for the node's routing state (up, suspect: a send failed, "
-                                  "draining: routed nothing new, dead), 0 for the others.",
+                                  "draining: routed nothing new, leaving: draining to stop, dead), 0 for the others.",
                                   labels=[*m.ZOO_NODE_LABELS, "state"])  # fmt: skip
         for node_id, node in stats["nodes"].items():
             if node.get("requests_routed"):
@@ -106,7 +106,8 @@ class ControlPlaneExporter(PrometheusExporter):
         yield from _forecast_metrics(stats.get("slo_forecast"))
 
 
-_NODE_STATES = ("up", "suspect", "draining", "dead")  # controlplane/registry.py NodeState, and gone
+# controlplane/registry.py NodeState, "leaving" (draining to stop: its agent's SIGTERM, no resume undoes it), and gone
+_NODE_STATES = ("up", "suspect", "draining", "leaving", "dead")
 _MEMBERSHIP_EVENTS = ("joins", "rejoins", "leaves", "expired", "suspected", "drains", "resumes")  # RegistryStats
 _CLASS_OUTCOMES = {
     "routed": "requests_routed",

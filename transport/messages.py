@@ -310,8 +310,9 @@ class LatencyFigure(msgspec.Struct, frozen=True, kw_only=True):
 
 class NodeStats(msgspec.Struct, kw_only=True):
     """One row of the fleet table. ``state``: "up" (in the registry and routed to), "suspect" (a send to it
-    failed: not routed to until it is heard from again), "draining" (not routed to; its requests finish)
-    or "dead" (left, expired)."""
+    failed: not routed to until it is heard from again), "draining" (not routed to; its requests finish;
+    `zoo drain --resume` undoes it), "leaving" (draining to stop: its agent's SIGTERM, which no resume undoes) or
+    "dead" (left, expired)."""
 
     node_id: str
     state: str

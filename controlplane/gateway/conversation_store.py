@@ -2,16 +2,16 @@
 that a ``/v1/responses`` request naming it (``conversation``) continues, and to which that response's input and
 output items are added once it ends.
 
-In memory and bounded, as the response store is (gateway/response_store.py): at most ``max_conversations``
-conversations and ``max_bytes`` bytes of items and metadata in all, the least recently used conversation dropped
-first (counted in ``num_evicted``). Fair between owners: when the store is full and its largest owner holds more
-than ``max_share`` of the bound exceeded, that owner's least recently used go first, so one tenant's flood evicts its
-own conversations, not the others' (a lone owner, an open gateway's, still has the whole store: gateway/owner_lru.py). A single conversation
-may not grow past ``max_bytes``: adding items that would is refused (``ConversationFull``), and the conversation
-stays as it was. A conversation is its owner's (the request's API key's tenant, or the key: gateway/api_keys.py);
-another owner's lookup finds nothing. In memory only, a gateway restart forgets them, as it forgets stored
-responses; with a ``journal`` (``--files-dir``: gateway/conversation_journal.py) every change is written to disk
-too, and ``load`` takes them back after a restart.
+In memory and bounded, as the response store is (gateway/response_store.py): at most ``max_conversations`` conversations
+and ``max_bytes`` bytes of items and metadata in all, the least recently used conversation dropped first (counted in
+``num_evicted``). Fair between owners: when the store is full and its largest owner holds more than ``max_share`` of the
+bound exceeded, that owner's least recently used go first, so one tenant's flood evicts its own conversations, not the
+others' (a lone owner, an open gateway's, still has the whole store: gateway/owner_lru.py). A single conversation may
+not grow past ``max_bytes``: adding items that would is refused (``ConversationFull``), and the conversation stays as it
+was. A conversation is its owner's (the request's API key's tenant, or the key: gateway/api_keys.py); another owner's
+lookup finds nothing. In memory only, a gateway restart forgets them, as it forgets stored responses; with a ``journal``
+(``--files-dir``: gateway/conversation_journal.py) every change is written to disk too, and ``load`` takes them back
+after a restart.
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ async def test_sigterm_drains_the_agent_its_requests_finish_there_and_new_ones_g
             mine, others = await _streams_on(c, "a", 3, max_tokens=50)
             a.proc.send_signal(signal.SIGTERM)
             await cp.wait_until(lambda: str(cp.registry.state("a")) == "draining", 10)
-            assert cp.stats()["nodes"]["a"]["state"] == "draining"
+            assert cp.stats()["nodes"]["a"]["state"] == "leaving"  # draining to stop: no resume undoes it
             assert [v.node_id for v in cp.registry.snapshot().nodes] == ["b"]
             new = [await c.generate("new", max_tokens=3) for _ in range(4)]
             assert {d.node_id for d in new} == {"b"}
@@ -136,7 +136,7 @@ async def test_a_node_whose_agent_drains_to_stop_cannot_be_resumed(controlplane,
             await cp.wait_until(lambda: str(cp.registry.state("a")) == "draining", 10)
             with pytest.raises(ZooInvalidRequestError, match="shutting down"):
                 await c.drain("a", resume=True)
-            assert cp.stats()["nodes"]["a"]["state"] == "draining"
+            assert cp.stats()["nodes"]["a"]["state"] == "leaving" and str(cp.registry.state("a")) == "draining"
             await stream.cancel()
 
 
