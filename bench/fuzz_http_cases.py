@@ -7,9 +7,10 @@
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
         in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
         or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
-        /v1/files, or a batch created over an uploaded file; one time in fifteen, a Conversations API request:
-        a conversation made, its items added or its metadata replaced, valid or not, or read or deleted; a
-        Responses API body names a conversation one time in ten, made or not)
+        /v1/files, or a batch created over an uploaded file, or (one time in five) an Anthropic message batch; one
+        time in fifteen, a Conversations API request: a conversation made, its items added or its metadata
+        replaced, valid or not, or read or deleted; a Responses API body names a conversation one time in ten,
+        made or not)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -237,6 +238,8 @@ class HttpCases:
         """An upload of a JSONL file of batch requests (lines valid, mutated or broken; the multipart itself
         sometimes broken), or a batch created over an accepted file or a made-up one, its fields sometimes nasty."""
         r = self.rng
+        if r.random() < 0.2:
+            return self._message_batch_case()
         if r.random() < 0.5:
             return self._upload_case()
         known = r.choice(self.file_ids) if self.file_ids and r.random() < 0.8 else "file-nope"
@@ -246,6 +249,29 @@ class HttpCases:
             name = r.choice(["metadata", "input_file_id", "endpoint", "completion_window", "extra"])
             text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
         return HttpCase("batch", path="/v1/batches", body=text.encode())
+
+    def _message_batch_case(self) -> HttpCase:
+        """Anthropic's Message Batches: a batch of message requests (valid, mutated or broken; ids sometimes bad or
+        repeated), or a made-up batch read, cancelled, deleted or its results asked for."""
+        r = self.rng
+        if r.random() < 0.3:
+            made_up = r.choice(["msgbatch_nope", "msgbatch_" + "0" * 32, "batch_x", "%2e%2e", "m" * r.randint(1, 3000)])
+            method, tail = r.choice([("GET", ""), ("DELETE", ""), ("POST", "/cancel"), ("GET", "/results")])
+            return HttpCase("batch", method=method, path=f"/v1/messages/batches/{made_up}{tail}")
+        requests = []
+        for i in range(r.randint(0, 3)):
+            custom_id = r.choice([f"m{i}", f"m{i}", "m", "bad id", "x" * 65])
+            params = {
+                "max_tokens": r.randint(0, 8),
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+            requests.append({"custom_id": custom_id, "params": params})
+        text = json.dumps({"requests": requests})
+        if r.random() < 0.3:
+            text = text[:-1] + f', "{r.choice(["requests", "extra"])}": {r.choice(NASTY_JSON)(r)}}}'
+        elif r.random() < 0.2:
+            text = text[: r.randint(0, len(text))]
+        return HttpCase("batch", path="/v1/messages/batches", body=text.encode())
 
     def _upload_case(self) -> HttpCase:
         r = self.rng

@@ -31,6 +31,7 @@ import uuid
 
 import msgspec
 
+from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
@@ -97,6 +98,9 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     stream: bool | None = None
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
+    # vLLM's extension, as the OpenAI routes take it: lower runs earlier within the traffic class (a message batch's
+    # requests get the batch priority: they run after live ones, gateway/batch_runner.py)
+    priority: RequestPriority | None = None
 
 
 _DECODER = msgspec.json.Decoder(MessagesRequest)
@@ -130,6 +134,7 @@ def parse_messages(body: bytes) -> GenerateArgs:
         tool_plan=plan,
         structured_param="tools" if forced is not None else None,
         chat=chat,
+        priority=req.priority or 0,
     )
 
 
@@ -229,9 +234,12 @@ def _tool_plan(req: MessagesRequest | CountTokensRequest) -> ToolPlan | None:
 
 def error_body(err: FrontendError) -> dict:
     """Anthropic's error shape for a refusal or a failure."""
-    status = ERROR_KINDS[err.code].status
-    kind = _ERROR_TYPES.get(status, "overloaded_error" if status == 503 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": err.message}}
+    return {"type": "error", "error": {"type": error_type(ERROR_KINDS[err.code].status), "message": err.message}}
+
+
+def error_type(status: int) -> str:
+    """Anthropic's error ``type`` for an HTTP status."""
+    return _ERROR_TYPES.get(status, "overloaded_error" if status == 503 else "api_error")
 
 
 class MessagesReply:

@@ -5,6 +5,7 @@
     POST /v1/messages             Anthropic's Messages API over the same engine requests (anthropic_messages.py;
                                   its errors in Anthropic's shape, its stream in Anthropic's events)
     POST /v1/messages/count_tokens  its prompt's tokens, as /tokenize counts them
+    /v1/messages/batches          Anthropic's Message Batches API (message_batch_routes.py), run as OpenAI's batches
     POST /v1/embeddings           a prompt's embedding per input (openai_embeddings.py; engine/embeddings.py)
     POST /v1/responses            OpenAI's Responses API over the same engine requests (openai_responses.py; its
                                   stream in the Responses API's named events; responses_routes.py)
@@ -101,6 +102,7 @@ from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.http_span import HttpSpans
 from controlplane.gateway.invocations import invocations
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
+from controlplane.gateway.message_batch_routes import MessageBatchRoutes
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
@@ -246,6 +248,7 @@ def create_app(
         Route("/v1/responses", gateway.responses.create, methods=["POST"]),
         Route("/v1/score", gateway.embeddings.handle_score, methods=["POST"]),  # vLLM's run_batch takes these two too
         Route("/v1/rerank", gateway.embeddings.handle_rerank, methods=["POST"]),
+        Route("/v1/messages", gateway.handle_messages, methods=["POST"]),  # Anthropic's message batches run here
     ]
     files = FileStore(config.files_max, config.files_store_bytes, config.files_dir)
     journal = None if config.files_dir is None else BatchJournal(config.files_dir)
@@ -264,7 +267,6 @@ def create_app(
     )
     routes = [
         *batched,
-        Route("/v1/messages", gateway.handle_messages, methods=["POST"]),
         Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/score", gateway.embeddings.handle_score, methods=["POST"]),
         *(Route(path, gateway.embeddings.handle_rerank, methods=["POST"]) for path in ("/rerank", "/v2/rerank")),
@@ -283,7 +285,7 @@ def create_app(
         Route("/reset_prefix_cache", gateway.handle_reset_prefix_cache, methods=["POST"]),  # vLLM's, for benchmarks
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
-    routes += batch_routes.routes()
+    routes += batch_routes.routes() + MessageBatchRoutes(batch_routes).routes()
     routes += gateway.conversations.routes()
     routes += lora_routes(frontend)
     if metrics_app is not None:

@@ -30,7 +30,7 @@ from starlette.routing import Route
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.api_keys import request_owner, request_tenant
 from controlplane.gateway.batch_runner import BatchRunner
-from controlplane.gateway.batches import parse_create
+from controlplane.gateway.batches import MESSAGES_ENDPOINT, Batch, parse_create
 from controlplane.gateway.cursor_page import cursor_page
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
@@ -156,7 +156,7 @@ class BatchRoutes:
         return await answered(serve)
 
     async def list_batches(self, request: Request) -> Response:
-        owned = self.runner.owned(request_owner(request))
+        owned = [b.object() for b in self.runner.owned(request_owner(request)) if b.endpoint != MESSAGES_ENDPOINT]
 
         async def serve() -> Response:
             return _json(cursor_page(owned, request.query_params, default_limit=20, max_limit=100, what="batch"))
@@ -165,12 +165,12 @@ class BatchRoutes:
 
     async def batch(self, request: Request) -> Response:
         batch_id = request.path_params["batch_id"]
-        batch = self.runner.get(request_owner(request), batch_id)
+        batch = self._get(request, batch_id)
         return _not_found("batch", batch_id) if batch is None else _json(batch.object())
 
     async def cancel(self, request: Request) -> Response:
         batch_id = request.path_params["batch_id"]
-        batch = self.runner.get(request_owner(request), batch_id)
+        batch = self._get(request, batch_id)
         if batch is None:
             return _not_found("batch", batch_id)
         try:
@@ -178,6 +178,11 @@ class BatchRoutes:
         except FrontendError as err:
             return error_response(err)
         return _json(batch.object())
+
+    def _get(self, request: Request, batch_id: str) -> Batch | None:
+        """The owner's OpenAI batch of that id (an Anthropic message batch is that API's: message_batch_routes.py)."""
+        batch = self.runner.get(request_owner(request), batch_id)
+        return None if batch is None or batch.endpoint == MESSAGES_ENDPOINT else batch
 
 
 async def _once(body: bytes) -> AsyncIterator[bytes]:

@@ -1,5 +1,6 @@
 """Runs OpenAI batches (gateway/batches.py) inside the gateway: each request of a batch goes through the very route
-it names, in process, as if a client had sent it with the batch creator's API key.
+it names, in process, as if a client had sent it with the batch creator's API key. Anthropic's message batches
+(gateway/message_batches.py) are batches of /v1/messages requests, run here the same way.
 
     POST /v1/batches ─► BatchRunner.submit ─► run() (serve_gateway's task group, or the app's lifespan)
         a worker thread reads and checks the input file ─► failed, or in_progress:
@@ -177,9 +178,20 @@ class BatchRunner:
     def get(self, owner: str | None, batch_id: str) -> Batch | None:
         return self._batches.get((owner, batch_id))
 
-    def owned(self, owner: str | None) -> list[dict]:
-        """The owner's batches' objects, oldest first."""
-        return [b.object() for (o, _), b in self._batches.items() if o == owner]
+    def owned(self, owner: str | None) -> list[Batch]:
+        """The owner's batches, oldest first."""
+        return [b for (o, _), b in self._batches.items() if o == owner]
+
+    def delete(self, batch: Batch) -> None:
+        """Forget a batch that has ended, and its input, output and error files."""
+        if batch.status not in TERMINAL:
+            raise FrontendError(ErrorCode.INVALID_REQUEST, f"A batch that is {batch.status} cannot be deleted")
+        del self._batches[(batch.owner, batch.id)]
+        if self.journal is not None:
+            self.journal.drop(batch.id)
+        for file_id in (batch.input_file_id, batch.output_file_id, batch.error_file_id):
+            if file_id is not None:
+                self.files.delete(batch.owner, file_id)
 
     def cancel(self, batch: Batch) -> None:
         """Cancel a batch that has not finished (its requests in flight are cancelled; what finished is kept)."""
@@ -347,6 +359,7 @@ class BatchRunner:
                     continue  # OpenAI's cancelled batch keeps what finished; the rest were never run
                 result = (False, output_line(line.custom_id, None, None, None, _EXPIRED))
                 batch.failed += 1
+                batch.expired += 1
                 self.answered["failed"] += 1
             (output if result[0] else failed).extend(result[1])
         for content, kind in ((output, "output"), (failed, "error")):

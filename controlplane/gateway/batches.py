@@ -35,6 +35,7 @@ from transport.codec import clip
 from transport.messages import ErrorCode
 
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score", "/v1/rerank")
+MESSAGES_ENDPOINT = "/v1/messages"  # Anthropic's Message Batches run here (gateway/message_batches.py), not OpenAI's
 COMPLETION_WINDOWS = {"24h": 24 * 3600.0}
 MAX_METADATA = 16
 MAX_METADATA_KEY = 64
@@ -103,7 +104,8 @@ class Batch:
     errors: list[dict] | None = None
     total: int = 0
     completed: int = 0
-    failed: int = 0
+    failed: int = 0  # expired ones too
+    expired: int = 0  # left unrun when the window closed (Anthropic's Message Batches count them apart)
     usage: dict[str, int] = field(
         default_factory=lambda: {"input_tokens": 0, "cached_tokens": 0, "output_tokens": 0, "total_tokens": 0}
     )
