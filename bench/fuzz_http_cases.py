@@ -92,7 +92,7 @@ HTTP_FIELDS = [
     "guided_json", "guided_regex", "guided_choice", "guided_grammar", "tool_choice", "parallel_tool_calls",
     "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens", "priority",
     "service_tier", "cache_salt", "bad_words", "continue_final_message", "add_generation_prompt",
-    "chat_template_kwargs", "return_token_ids", "return_tokens_as_token_ids",
+    "chat_template_kwargs", "return_token_ids", "return_tokens_as_token_ids", "prediction",
     "system", "stop_sequences",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata", "top_logprobs",  # OpenAI's Responses API (/v1/responses)

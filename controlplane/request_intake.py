@@ -48,6 +48,7 @@ from engine.prompt import (
     check_sampling_token_ids,
     check_token_ids,
 )
+from engine.spec import prediction_drafts as predictions
 from engine.structured_output import StructuredOutputError
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
@@ -129,6 +130,7 @@ def place_request(
     try:
         token_ids = tokenize(tokenizer, msg)
         msg.sampling = bad_words.tokenized(tokenizer, msg.sampling)  # vLLM's bad_words as token sequences, once
+        msg.sampling = predictions.tokenized(tokenizer, msg.sampling)  # a predicted output's tokens: drafts
         check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)  # logit_bias, allowed_token_ids: in the vocabulary
     except PromptError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)

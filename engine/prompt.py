@@ -51,8 +51,8 @@ def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
 
 
 def check_sampling_token_ids(params: SamplingParams, vocab_size: int) -> None:
-    """PromptError naming the field when a ``logit_bias``, ``allowed_token_ids`` or bad-word id is past the vocabulary
-    (SamplingParams bounds the ids to int32 only: the vocabulary is the model's)."""
+    """PromptError naming the field when a ``logit_bias``, ``allowed_token_ids``, bad-word or prediction id is past the
+    vocabulary (SamplingParams bounds the ids to int32 only: the vocabulary is the model's)."""
     bad = [token_id for token_id, _ in params.logit_bias if token_id >= vocab_size]
     if bad:
         raise PromptError(f"logit_bias token ids out of range [0, {vocab_size}): {bad[:5]}", "logit_bias")
@@ -62,6 +62,9 @@ def check_sampling_token_ids(params: SamplingParams, vocab_size: int) -> None:
     bad = [token_id for sequence in params.bad_words_token_ids for token_id in sequence if token_id >= vocab_size]
     if bad:
         raise PromptError(f"bad_words_token_ids out of range [0, {vocab_size}): {bad[:5]}", "bad_words_token_ids")
+    if params.prediction_token_ids and max(params.prediction_token_ids) >= vocab_size:
+        bad = [token_id for token_id in params.prediction_token_ids if token_id >= vocab_size]
+        raise PromptError(f"prediction_token_ids out of range [0, {vocab_size}): {bad[:5]}", "prediction_token_ids")
 
 
 def _check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:

@@ -39,6 +39,9 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     structured_outputs None | one constraint        vLLM's; a schema, regex or grammar of <= 64 KiB, <= 256 choices
                                                     (engine/structured_output.py); not with ignore_eos, min_tokens
                                                     or allowed_token_ids, which could leave no token to sample
+    prediction       None | <= 1 MiB of text        OpenAI's Predicted Outputs; the intake tokenizes it into
+    prediction_token_ids <= 2**18 ids               prediction_token_ids (a client may give them; an id past the
+                                                    vocabulary refused as logit_bias's): drafts, never the output
 
 Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's sampler
 (vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer than
@@ -79,6 +82,8 @@ MAX_BAD_WORDS = 128
 MAX_BAD_WORD_CHARS = 1024
 MAX_BAD_WORD_SEQUENCES = 2 * MAX_BAD_WORDS  # each word, and each with a leading space where that tokenizes apart
 MAX_BAD_WORD_TOKENS = 4 * MAX_BAD_WORD_CHARS  # a word's UTF-8 bytes, one token each (a byte tokenizer)
+MAX_PREDICTION_CHARS = 1 << 20  # a predicted output (an edited file): 1 MiB of text
+MAX_PREDICTION_TOKENS = 1 << 18  # its tokens (a byte tokenizer's worst case is past this: refused as too long)
 _MAX_SHOWN_CHARS = 40  # a value quoted in an error message is cut to this
 
 
@@ -121,6 +126,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
         the tokens before it (engine/bad_words.py).
     bad_words_token_ids: the words' token sequences, as the intake tokenized them (vLLM's rule: each word, and
         each word after a space where that is other tokens); the engine reads these, not the strings.
+    prediction: OpenAI's Predicted Outputs: text the output is expected to mostly repeat (an edited file); a node
+        that speculates drafts from it (engine/spec/prediction_drafts.py). The output is the same with or without.
+    prediction_token_ids: the prediction as the intake tokenized it (or as a client gave it); the engine reads these.
     """
 
     temperature: float = 1.0
@@ -148,6 +156,8 @@ class SamplingParams(msgspec.Struct, frozen=True):
     cache_salt: str | None = None
     bad_words: tuple[str, ...] = ()
     bad_words_token_ids: tuple[tuple[int, ...], ...] = ()
+    prediction: str | None = None
+    prediction_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -165,6 +175,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
         if not isinstance(sequences, tuple) or any(type(s) is not tuple for s in sequences):
             tuples = tuple(_as_tuple("bad_words_token_ids", s) for s in _as_tuple("bad_words_token_ids", sequences))
             msgspec.structs.force_setattr(self, "bad_words_token_ids", tuples)
+        if not isinstance(self.prediction_token_ids, tuple):
+            predicted = _as_tuple("prediction_token_ids", self.prediction_token_ids)
+            msgspec.structs.force_setattr(self, "prediction_token_ids", predicted)
         if not isinstance(self.logit_bias, tuple) or any(type(pair) is not tuple for pair in self.logit_bias):
             msgspec.structs.force_setattr(self, "logit_bias", _as_pairs(self.logit_bias))
         self._validate()
@@ -230,6 +243,15 @@ class SamplingParams(msgspec.Struct, frozen=True):
         salt = self.cache_salt
         if salt is not None and (not isinstance(salt, str) or not 1 <= len(salt) <= MAX_CACHE_SALT_CHARS):
             raise SamplingParamsError("cache_salt", f"must be None or a string of 1..{MAX_CACHE_SALT_CHARS} characters")
+        prediction = self.prediction
+        if prediction is not None and (not isinstance(prediction, str) or len(prediction) > MAX_PREDICTION_CHARS):
+            raise SamplingParamsError(
+                "prediction", f"must be None or a string of at most {MAX_PREDICTION_CHARS} characters"
+            )
+        predicted = self.prediction_token_ids
+        if len(predicted) > MAX_PREDICTION_TOKENS or not all(_is_int(t) and 0 <= t <= MAX_TOKEN_ID for t in predicted):
+            message = f"must be at most {MAX_PREDICTION_TOKENS} integers in [0, 2**31-1]"
+            raise SamplingParamsError("prediction_token_ids", message)
         self._validate_logits_processing()
 
     def _validate_logits_processing(self) -> None:

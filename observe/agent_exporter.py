@@ -186,6 +186,16 @@ class AgentExporter(PrometheusExporter):
             (m.SPEC_DECODE_NUM_DRAFTS, "Verification steps of one request with drafts.", spec.num_drafts_total),
             (m.SPEC_DECODE_NUM_DRAFT_TOKENS, "Draft tokens proposed.", spec.num_draft_tokens_total),
             (m.SPEC_DECODE_NUM_ACCEPTED_TOKENS, "Draft tokens accepted.", spec.num_accepted_tokens_total),
+            (
+                m.SPEC_DECODE_PREDICTION_DRAFT_TOKENS,
+                "Draft tokens from requests' predicted outputs (OpenAI's prediction); not in vllm:spec_decode_*.",
+                spec.num_prediction_draft_tokens_total,
+            ),
+            (
+                m.SPEC_DECODE_PREDICTION_ACCEPTED_TOKENS,
+                "Of those, accepted.",
+                spec.num_prediction_accepted_tokens_total,
+            ),
         ):
             c = CounterMetricFamily(name, doc, labels=names)
             c.add_metric(values, value)

@@ -53,6 +53,8 @@ SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS = "vllm:spec_decode_num_accepted_tokens_
 STRUCTURED_OUTPUT_REQUESTS = "zoo:structured_output_requests"  # _total
 STRUCTURED_OUTPUT_FORCED_DRAFT_TOKENS = "zoo:structured_output_forced_draft_tokens"  # _total
 STRUCTURED_OUTPUT_FORCED_ACCEPTED_TOKENS = "zoo:structured_output_forced_accepted_tokens"  # _total
+SPEC_DECODE_PREDICTION_DRAFT_TOKENS = "zoo:spec_decode_prediction_draft_tokens"  # _total: from predicted outputs
+SPEC_DECODE_PREDICTION_ACCEPTED_TOKENS = "zoo:spec_decode_prediction_accepted_tokens"  # _total
 
 # agent: ours -----------------------------------------------------------------------------------------------
 ROUTER_TO_NODE_HOP = "zoo:router_to_node_hop_seconds"  # agent recv - GenerateRequest.sent_ns

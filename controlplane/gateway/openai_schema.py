@@ -14,7 +14,9 @@ gateway/tool_calls.py. The penalties, ``logit_bias`` (its keys token ids written
 ``include_stop_str_in_output`` and ``skip_special_tokens`` are honoured (engine/sampling_params.py
 says each one's range and the order they apply in). vLLM's chat options (``add_generation_prompt``,
 ``continue_final_message`` for a prefilled assistant reply, ``chat_template_kwargs``) ride to the intake's renderer
-(backends/chat_render.py). ``n`` choices (at most MAX_CHOICES) become n engine requests. The
+(backends/chat_render.py). ``n`` choices (at most MAX_CHOICES) become n engine requests. A chat's ``prediction``
+(OpenAI's Predicted Outputs) is the text the answer is expected to mostly repeat: a node that speculates drafts from
+it (engine/spec/prediction_drafts.py), which changes the number of steps, never the output. The
 replies are built in gateway/openai_reply.py.
 """
 
@@ -49,6 +51,13 @@ class StreamOptions(msgspec.Struct, kw_only=True):
 class ContentPart(msgspec.Struct, kw_only=True):
     type: str
     text: str | None = None
+
+
+class PredictionIn(msgspec.Struct, kw_only=True):
+    """OpenAI's Predicted Outputs: ``{"type": "content", "content": str | [text parts]}``."""
+
+    type: str
+    content: str | list[ContentPart]
 
 
 class ToolCallFunctionIn(msgspec.Struct, kw_only=True):
@@ -128,6 +137,7 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None  # extension (as in vLLM): more chat template variables
     chat_template: str | None = None  # vLLM's; refused, as vLLM refuses it without --trust-request-chat-template
     echo: bool | None = None  # extension (as in vLLM): the reply starts with the final assistant message
+    prediction: PredictionIn | None = None  # OpenAI's Predicted Outputs: drafts on a node that speculates
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +245,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         logprobs=logprobs,
         tool_plan=tool_plan,
         prompt_logprobs=req.prompt_logprobs,
+        prediction=_prediction_text(req.prediction),
     )
     return GenerateArgs(
         model=req.model,
@@ -349,6 +360,19 @@ def prompts_of(
     return (one, None, None) if isinstance(one, str) else (None, list(one), None)
 
 
+def _prediction_text(prediction: PredictionIn | None) -> str | None:
+    """A predicted output's text (its text parts joined, as OpenAI's are); a 400 naming ``prediction`` otherwise."""
+    if prediction is None:
+        return None
+    if prediction.type != "content":
+        raise invalid_param("prediction", f"type must be 'content', got {show_value(prediction.type)}")
+    if isinstance(prediction.content, str):
+        return prediction.content
+    if any(part.type != "text" or part.text is None for part in prediction.content):
+        raise invalid_param("prediction", "its content parts must be text parts")
+    return "".join(part.text or "" for part in prediction.content)
+
+
 def _chat_message(index: int, message: ChatMessageIn) -> ChatMessage:
     role = CHAT_ROLES.get(message.role)
     if role is None:
@@ -384,6 +408,7 @@ def _sampling_of(
     logprobs: int | None,
     tool_plan: ToolPlan | None = None,
     prompt_logprobs: int | None = None,
+    prediction: str | None = None,
 ) -> tuple[SamplingParams, str | None]:
     """The request's SamplingParams, and the field that asked for structured outputs (None: none did): one of the
     structured-output fields, or ``tools`` for a forced call (gateway/tool_calls.py)."""
@@ -421,6 +446,7 @@ def _sampling_of(
             include_stop_str_in_output=bool(req.include_stop_str_in_output),
             skip_special_tokens=req.skip_special_tokens is not False,
             cache_salt=req.cache_salt,
+            prediction=prediction,
         )
     except SamplingParamsError as exc:
         param = {"max_tokens": max_tokens_param, "structured_outputs": structured_param}.get(exc.field, exc.field)

@@ -11,7 +11,9 @@ Only requests in decode (every known token but the last computed) get drafts: on
 their measured acceptance rates (engine/spec/draft_length.py), never more than ``max_tokens`` leaves
 room for, and none at all in a step whose batch is larger than ``SpecDecodeConfig.max_batch_size``.
 Requests whose sampling params process the logits (penalties, logit_bias, min_tokens, min_p) get none: they
-decode one token a step in the same batch, processed by their sampler (backends/logits_adjust.py).
+decode one token a step in the same batch, processed by their sampler (backends/logits_adjust.py). A request with a
+predicted output (``prediction_token_ids``) drafts from it instead of the proposer, up to the config's k (the
+client's guess, not a model's: engine/spec/prediction_drafts.py), counted apart from the proposer's acceptance.
 Sans-IO; the counters follow vLLM's spec-decode metrics.
 
 Costs are measured, not assumed (the config's values are only the prior). With t_B the EWMA step time
@@ -34,6 +36,7 @@ from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock, MonotonicClock
 from engine.request import Request
 from engine.spec.draft_length import DraftLengthController
+from engine.spec.prediction_drafts import PredictionDrafts
 from engine.spec.proposer import DraftRequest, Proposer
 from engine.spec.spec_config import SpecDecodeConfig
 
@@ -48,6 +51,10 @@ class SpecDecodeStats:
     num_accepted_tokens_total: int = 0
     num_accepted_tokens_per_pos: list[int] = field(default_factory=list)  # [k_max]: accepted at draft index i
     num_steps_spec_off_total: int = 0  # steps where the batch was too large to speculate
+    # drafted from requests' predicted outputs (OpenAI's prediction), and of them accepted: apart from the above, whose
+    # acceptance is the proposer's (what the draft length, the cost model and the control plane read)
+    num_prediction_draft_tokens_total: int = 0
+    num_prediction_accepted_tokens_total: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -65,6 +72,8 @@ class SpecDecodeStats:
             self.num_accepted_tokens_total,
             list(self.num_accepted_tokens_per_pos),
             self.num_steps_spec_off_total,
+            self.num_prediction_draft_tokens_total,
+            self.num_prediction_accepted_tokens_total,
         )
 
 
@@ -93,9 +102,12 @@ class Speculator:
             adaptive=config.adaptive,
         )
         self._stats = SpecDecodeStats(num_accepted_tokens_per_pos=[0] * config.num_spec_tokens)
+        self.predictions = PredictionDrafts()  # requests with a predicted output draft from it (prediction_drafts.py)
+        self._predicted: set[str] = set()  # the requests drafted from their prediction this step
 
     def propose(self, running: list[Request]) -> None:
         """Set (or clear) the drafts of every running request for the step about to be scheduled."""
+        self._predicted.clear()
         for request in running:
             if request.spec_token_ids:
                 request.spec_token_ids = []
@@ -114,15 +126,28 @@ class Speculator:
             self._steps_since_plain[size] = since + 1
         if not decoding:
             return
-        k_batch = self.controller.num_spec_tokens_for_batch([r.req_id for r in decoding])
+        proposed = [r for r in decoding if not r.sampling_params.prediction_token_ids]
+        k_batch = self.controller.num_spec_tokens_for_batch([r.req_id for r in proposed])
         wants: list[DraftRequest] = []
         for request in decoding:  # still prefilling: drafts only follow a fully computed context
-            if request.sampling_params.processes_logits:
+            params = request.sampling_params
+            if params.processes_logits:
                 continue  # penalties, a bias, min_p: each draft position would need its own (backends/logits_adjust.py)
-            room = request.sampling_params.max_tokens - request.num_output_tokens - 1
+            room = params.max_tokens - request.num_output_tokens - 1
+            if params.prediction_token_ids:  # its own drafts, as many as the config allows (the client's guess)
+                drafts = self.predictions.drafts(
+                    request.req_id,
+                    params.prediction_token_ids,
+                    request.output_token_ids,
+                    min(self.config.num_spec_tokens, room),
+                )
+                if drafts:
+                    request.spec_token_ids, request.spec_draft_probs = drafts, None
+                    self._predicted.add(request.req_id)
+                continue
             k = min(k_batch, room)
             if k > 0:
-                wants.append(DraftRequest(request.req_id, request.all_token_ids, k, request.sampling_params))
+                wants.append(DraftRequest(request.req_id, request.all_token_ids, k, params))
         if not wants:
             return
         t0 = self.clock.now()
@@ -152,6 +177,10 @@ class Speculator:
             if not sampled:
                 continue
             num_accepted = min(len(sampled) - 1, num_proposed)
+            if scheduled.req_id in self._predicted:  # the client's prediction, not the proposer's: counted apart
+                stats.num_prediction_draft_tokens_total += num_proposed
+                stats.num_prediction_accepted_tokens_total += num_accepted
+                continue
             stats.num_drafts_total += 1
             stats.num_draft_tokens_total += num_proposed
             stats.num_accepted_tokens_total += num_accepted
@@ -196,6 +225,7 @@ class Speculator:
         if not ids:
             return
         self.proposer.drop(ids)
+        self.predictions.drop(ids)
         for req_id in ids:
             self.controller.drop(req_id)
 

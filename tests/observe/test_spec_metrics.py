@@ -30,8 +30,11 @@ def _scrape(spec: SpecDecodeStats | None) -> str:
 
 
 def test_spec_decode_counters_use_vllms_names():
-    text = _scrape(SpecDecodeStats(7, 20, 13, [6, 4, 3], 0))
+    text = _scrape(SpecDecodeStats(7, 20, 13, [6, 4, 3], 0, 40, 38))
     labels = 'cell="c",gpu_type="cpu",model_name="m",node="n"'
+    # drafts from predicted outputs (OpenAI's prediction) apart, so vLLM's counters stay the proposer's
+    assert f"zoo:spec_decode_prediction_draft_tokens_total{{{labels}}} 40.0" in text
+    assert f"zoo:spec_decode_prediction_accepted_tokens_total{{{labels}}} 38.0" in text
     assert f"vllm:spec_decode_num_drafts_total{{{labels}}} 7.0" in text
     assert f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} 20.0" in text
     assert f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} 13.0" in text

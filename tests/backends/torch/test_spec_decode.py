@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import msgspec
 import pytest
 import torch
 
@@ -236,3 +237,38 @@ def test_greedy_output_is_token_identical_on_the_real_model(smollm2_model, smoll
         finally:
             remote.close()
             future.cancel()  # the draft agent stops
+
+
+def test_a_predicted_output_cuts_the_steps_on_the_real_model_and_changes_no_token(smollm2_model, smollm2_checkpoint):
+    """OpenAI's Predicted Outputs on SmolLM2 with the n-gram proposer: the greedy answer given back as the prediction
+    (tokenized as the intake does) is drafted and accepted; one with a word changed costs a few plain steps; the
+    output is the same token for token each time."""
+    from engine.spec.prediction_drafts import tokenized
+
+    tok = smollm2_checkpoint.tokenizer
+    prompt = "The capital of France is"
+    params = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
+    spec = SpecDecodeConfig(num_spec_tokens=4, adaptive=False, max_batch_size=0)
+
+    def run(prediction: str | None):
+        engine = _real_engine(smollm2_model, smollm2_checkpoint, lambda e: Speculator(NgramProposer(1, 3), spec))
+        asked = params if prediction is None else tokenized(tok, msgspec.structs.replace(params, prediction=prediction))
+        req_id = engine.add_request(prompt, asked)
+        ids, steps = [], 0
+        while engine.has_unfinished_requests():
+            steps += 1
+            for out in engine.step():
+                assert out.req_id == req_id
+                ids.extend(out.new_token_ids)
+        return ids, steps, engine.speculator
+
+    plain, plain_steps, _ = run(None)
+    text = tok.decode(plain, skip_special_tokens=True)
+    exact, exact_steps, speculator = run(text)
+    assert exact == plain and exact_steps < plain_steps / 2
+    assert speculator.make_stats().num_prediction_accepted_tokens_total >= 16
+    words = text.split(" ")
+    middle = len(words) // 2
+    edited = " ".join([*words[:middle], "elephant", *words[middle + 1 :]])
+    after_edit, edit_steps, _ = run(edited)
+    assert after_edit == plain and exact_steps <= edit_steps < plain_steps

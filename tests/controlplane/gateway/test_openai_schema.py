@@ -70,6 +70,15 @@ def test_bad_words_reach_the_sampling_params_as_words():
     assert sampling.bad_words == ("Paris", "Lyon") and sampling.bad_words_token_ids == ()  # the intake tokenizes
 
 
+def test_a_predicted_output_reaches_the_sampling_params_as_text():
+    """OpenAI's Predicted Outputs: the text (or its text parts, joined); the intake tokenizes it."""
+    sampling = parse_chat(chat(prediction={"type": "content", "content": "def f():"}), default_max_tokens=5).sampling
+    assert sampling.prediction == "def f():" and sampling.prediction_token_ids == ()
+    parts = {"type": "content", "content": [{"type": "text", "text": "def "}, {"type": "text", "text": "f():"}]}
+    assert parse_chat(chat(prediction=parts), default_max_tokens=5).sampling.prediction == "def f():"
+    assert parse_chat(chat(), default_max_tokens=5).sampling.prediction is None
+
+
 def test_vllms_prompt_and_text_extensions_reach_the_frontend():
     body = chat(
         truncate_prompt_tokens=64, include_stop_str_in_output=True, skip_special_tokens=False, prompt_logprobs=2
@@ -126,6 +135,14 @@ def test_completion_token_ids_and_null_content():
         (chat(allowed_token_ids=[-1]), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
         (chat(allowed_token_ids=list(range(16_385))), ErrorCode.INVALID_REQUEST, "allowed_token_ids"),
         (chat(bad_words=[""]), ErrorCode.INVALID_REQUEST, "bad_words"),
+        (chat(prediction={"type": "text", "content": "x"}), ErrorCode.INVALID_REQUEST, "prediction"),
+        (
+            chat(prediction={"type": "content", "content": [{"type": "image_url"}]}),
+            ErrorCode.INVALID_REQUEST,
+            "prediction",
+        ),
+        (chat(prediction={"type": "content", "content": "x" * (2**20 + 1)}), ErrorCode.INVALID_REQUEST, "prediction"),
+        (chat(prediction="x"), ErrorCode.INVALID_REQUEST, "prediction"),
         (chat(bad_words="Paris"), ErrorCode.INVALID_REQUEST, "bad_words"),
         (chat(bad_words=["w"] * 129), ErrorCode.INVALID_REQUEST, "bad_words"),
         (chat(truncate_prompt_tokens=0), ErrorCode.INVALID_REQUEST, "truncate_prompt_tokens"),
