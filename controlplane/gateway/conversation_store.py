@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from controlplane.frontend import invalid_param
-from controlplane.gateway.owner_lru import OwnerLRU
+from controlplane.gateway.owner_lru import OwnerLRU, OwnerLRUStore
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class Conversation:
         return None
 
 
-class ConversationStore:
+class ConversationStore(OwnerLRUStore[Conversation]):
     """Conversations by (owner, id), least recently used first (gateway/owner_lru.py)."""
 
     def __init__(self, max_conversations: int, max_bytes: int, journal=None, max_share: float = 1.0) -> None:
@@ -65,18 +65,6 @@ class ConversationStore:
         self.max_bytes = max_bytes
         self.journal = journal  # gateway/conversation_journal.py, or None: in memory only
         self.num_unrecorded = 0  # responses whose items could not be added (their conversation deleted, or full)
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    @property
-    def num_bytes(self) -> int:
-        return self._kept.num_bytes
-
-    @property
-    def num_evicted(self) -> int:
-        """Conversations dropped to stay within the bounds (a deletion is not counted)."""
-        return self._kept.num_evicted
 
     def create(self, owner: str | None, conversation: Conversation, items: tuple[dict, ...] = ()) -> None:
         """Keep a new conversation holding ``items``; ConversationFull when they alone are over the byte bound."""

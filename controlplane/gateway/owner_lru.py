@@ -102,6 +102,24 @@ class OwnerLRU(Generic[V]):
         return dropped
 
 
+class OwnerLRUStore(Generic[V]):
+    """A store over an OwnerLRU (``_kept``): its size, bytes and evictions, as /metrics reads them."""
+
+    _kept: OwnerLRU[V]
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @property
+    def num_bytes(self) -> int:
+        return self._kept.num_bytes
+
+    @property
+    def num_evicted(self) -> int:
+        """Records dropped to stay within the bounds (a deletion is not counted)."""
+        return self._kept.num_evicted
+
+
 def _oldest(keys, keep: Key | None) -> Key | None:
     """The first of ``keys`` that is not ``keep`` (at most the second one looked at)."""
     for key in keys:

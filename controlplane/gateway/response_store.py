@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import msgspec
 
 from controlplane.gateway.cursor_page import cursor_page
-from controlplane.gateway.owner_lru import OwnerLRU
+from controlplane.gateway.owner_lru import OwnerLRU, OwnerLRUStore
 from transport.messages import ChatMessage
 
 
@@ -31,7 +31,7 @@ class StoredResponse:
     input_items: tuple[dict, ...] = ()  # its own request's input, as GET .../input_items lists it
 
 
-class ResponseStore:
+class ResponseStore(OwnerLRUStore[StoredResponse]):
     """Responses by (owner, id), least recently used first (gateway/owner_lru.py)."""
 
     def __init__(self, max_responses: int, max_bytes: int, journal=None, max_share: float = 1.0) -> None:
@@ -39,18 +39,6 @@ class ResponseStore:
         self.max_responses = max_responses
         self.max_bytes = max_bytes
         self.journal = journal  # gateway/response_journal.py, or None: in memory only
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    @property
-    def num_bytes(self) -> int:
-        return self._kept.num_bytes
-
-    @property
-    def num_evicted(self) -> int:
-        """Responses dropped to stay within the bounds (a deletion is not counted)."""
-        return self._kept.num_evicted
 
     def put(
         self, owner: str | None, obj: dict, conversation: tuple[ChatMessage, ...], input_items: tuple[dict, ...] = ()

@@ -19,7 +19,7 @@ from controlplane.gateway.background_responses import BackgroundJob, BackgroundR
 from controlplane.gateway.conversation_store import ConversationFull, ConversationStore
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
-from controlplane.gateway.openai_responses import input_items, parse_responses
+from controlplane.gateway.openai_responses import ResponsesArgs, input_items, parse_responses
 from controlplane.gateway.reply_stream import close_stream, named_events, respond
 from controlplane.gateway.response_store import ResponseStore, input_items_page
 from controlplane.gateway.responses_reply import ResponsesReply
@@ -59,14 +59,7 @@ class ResponsesRoutes:
         owner = request_owner(request)
 
         async def serve() -> Response:
-            parsed = parse_responses(
-                await gateway.read_body(request),
-                default_max_tokens=gateway.config.default_chat_max_tokens,
-                tool_call_parser=gateway.config.tool_call_parser,
-                previous=lambda response_id: self._previous(owner, response_id),
-                context_length=self._context_length,
-                conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
-            )
+            parsed = await self._parse(request, owner)
             args = parsed.generate
             if parsed.background:
                 self._check_background(args.model)
@@ -111,14 +104,7 @@ class ResponsesRoutes:
         async def serve() -> Response:
             if gateway.tokenize_routes.tokenizer is None:
                 return no_tokenizer()
-            parsed = parse_responses(
-                await gateway.read_body(request),
-                default_max_tokens=gateway.config.default_chat_max_tokens,
-                tool_call_parser=gateway.config.tool_call_parser,
-                previous=lambda response_id: self._previous(owner, response_id),
-                context_length=self._context_length,
-                conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
-            )
+            parsed = await self._parse(request, owner)
             args = parsed.generate
             count = gateway.tokenize_routes.count_chat(args.model, args.messages, args.tools, args.chat)
             kept = args.sampling.truncate_prompt_tokens  # truncation: auto keeps the prompt's last tokens
@@ -181,6 +167,18 @@ class ResponsesRoutes:
             return json_response(input_items_page(items, request.query_params))
         except FrontendError as err:
             return error_response(err)
+
+    async def _parse(self, request: Request, owner: str | None) -> ResponsesArgs:
+        """The request's body read as a Responses request, its previous response and conversation its owner's."""
+        gateway = self.gateway
+        return parse_responses(
+            await gateway.read_body(request),
+            default_max_tokens=gateway.config.default_chat_max_tokens,
+            tool_call_parser=gateway.config.tool_call_parser,
+            previous=lambda response_id: self._previous(owner, response_id),
+            context_length=self._context_length,
+            conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
+        )
 
     def _previous(self, owner: str | None, response_id: str):
         """What ``previous_response_id`` continues: a finished response's conversation; a string, the status of one

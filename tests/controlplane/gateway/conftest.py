@@ -144,6 +144,26 @@ def frontend() -> FakeFrontend:
     return FakeFrontend()
 
 
+class FirstOnly(FakeFrontend):
+    """Answers its first request; every later one waits until the gateway stops (a restart's test: what the first
+    gateway answered, and what the next one must run)."""
+
+    def generate(self, request_id, **kwargs):
+        if self.calls:
+            self.calls.append(kwargs)
+            return self._hang()
+        return super().generate(request_id, **kwargs)
+
+    async def _hang(self):
+        await anyio.sleep_forever()
+        yield
+
+
+@pytest.fixture
+def first_only() -> type[FirstOnly]:
+    return FirstOnly
+
+
 @pytest.fixture
 async def client(frontend: FakeFrontend) -> AsyncIterator[httpx.AsyncClient]:
     transport = httpx.ASGITransport(app=create_app(frontend))

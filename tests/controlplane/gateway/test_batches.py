@@ -10,7 +10,6 @@ import socket
 import threading
 import time
 
-import anyio
 import httpx
 import msgspec
 import openai
@@ -373,24 +372,12 @@ def test_zoo_controlplane_flags_set_how_batches_run():
         gateway_config_from_args(parser.parse_args(["--batch-concurrency", "0"]))
 
 
-def test_files_and_a_batch_survive_a_restart_and_the_batch_resumes(make_frontend, serve, tmp_path):
+def test_files_and_a_batch_survive_a_restart_and_the_batch_resumes(make_frontend, first_only, serve, tmp_path):
     """A gateway with ``files_dir`` answers a batch's first request, then stops (the second hangs until then); the
     next gateway on the same directory has the files and the batch, runs only the requests it lacks, and ends with
     every answer in the input's order."""
-
-    class FirstOnly(make_frontend):
-        def generate(self, request_id, **kwargs):
-            if self.calls:  # a second request waits until the gateway stops
-                self.calls.append(kwargs)
-                return self._hang()
-            return super().generate(request_id, **kwargs)
-
-        async def _hang(self):
-            await anyio.sleep_forever()
-            yield
-
     config = GatewayConfig(files_dir=str(tmp_path), batches=BatchRunnerConfig(concurrency=1))
-    with serve(create_app(FirstOnly(), config=config)) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c:
+    with serve(create_app(first_only(), config=config)) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x") as c:
         upload, batch = _run(c, _jsonl(_line("q0"), _line("q1"), _line("q2")))
         running = _wait(c, batch.id, until=("in_progress",))
         deadline = time.monotonic() + 30

@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 
 import anthropic
-import anyio
 import httpx
 import openai
 import pytest
@@ -178,23 +177,11 @@ def test_batches_are_their_owners_and_apart_from_openais(frontend, serve):
             a.messages.batches.retrieve("batch_nope")
 
 
-def test_a_batch_resumes_after_a_restart(make_frontend, serve, tmp_path):
+def test_a_batch_resumes_after_a_restart(make_frontend, first_only, serve, tmp_path):
     """A gateway with ``files_dir`` answers a batch's first request and stops while the second hangs; the next one
     on the same directory runs only the request it lacks, and the results hold both."""
-
-    class FirstOnly(make_frontend):
-        def generate(self, request_id, **kwargs):
-            if self.calls:
-                self.calls.append(kwargs)
-                return self._hang()
-            return super().generate(request_id, **kwargs)
-
-        async def _hang(self):
-            await anyio.sleep_forever()
-            yield
-
     config = GatewayConfig(files_dir=str(tmp_path), batches=BatchRunnerConfig(concurrency=1))
-    with serve(create_app(FirstOnly(), config=config)) as url, anthropic.Anthropic(base_url=url, api_key="x") as c:
+    with serve(create_app(first_only(), config=config)) as url, anthropic.Anthropic(base_url=url, api_key="x") as c:
         made = c.messages.batches.create(requests=[_request("a"), _request("b")])
         deadline = time.monotonic() + 30
         while not any(path.read_bytes() for path in (tmp_path / "batches").glob("*.results")):  # "a" answered
