@@ -157,7 +157,7 @@ def results(batch: Batch, custom_ids: list[str], answered: bytes) -> bytes:
     else:
         missing = {"type": "canceled"}
     out = bytearray()
-    for custom_id in custom_ids:
+    for custom_id in custom_ids or list(by_id):  # none: its input file was deleted (the answered ones, then)
         out += msgspec.json.encode({"custom_id": custom_id, "result": by_id.get(custom_id, missing)}) + b"\n"
     return bytes(out)
 

@@ -8,8 +8,8 @@ follows the output::
     output so far  = prediction[:c]            ─► drafts prediction[c : c + k]
     output departs from the prediction         ─► re-found: the output's last n tokens (n from ``max_n`` down to
                                                   ``min_n``) located in the prediction, at the occurrence nearest
-                                                  the cursor; its continuation is drafted (none found: no drafts
-                                                  until one is)
+                                                  the cursor; its continuation is drafted (none found: the node's
+                                                  own proposer drafts until one is)
 
 So an edit in the middle of a file costs a few plain steps, then the rest of the file is drafted again. The
 prediction is indexed once per request ({n-gram: its ends}), a lookup is O(max_n) probes plus the occurrences of

@@ -126,8 +126,7 @@ class Speculator:
             self._steps_since_plain[size] = since + 1
         if not decoding:
             return
-        proposed = [r for r in decoding if not r.sampling_params.prediction_token_ids]
-        k_batch = self.controller.num_spec_tokens_for_batch([r.req_id for r in proposed])
+        k_batch = self.controller.num_spec_tokens_for_batch([r.req_id for r in decoding])
         wants: list[DraftRequest] = []
         for request in decoding:  # still prefilling: drafts only follow a fully computed context
             params = request.sampling_params
@@ -144,7 +143,7 @@ class Speculator:
                 if drafts:
                     request.spec_token_ids, request.spec_draft_probs = drafts, None
                     self._predicted.add(request.req_id)
-                continue
+                    continue  # else (the output departed from it, not yet found again): the proposer's drafts
             k = min(k_batch, room)
             if k > 0:
                 wants.append(DraftRequest(request.req_id, request.all_token_ids, k, params))
