@@ -334,6 +334,8 @@ class NodeCore:
             if o.prompt_logprobs is not None
             else None,
             embedding=o.embedding,
+            num_prediction_accepted_tokens=o.num_prediction_accepted_tokens,
+            num_prediction_rejected_tokens=o.num_prediction_rejected_tokens,
         )
 
     def load_report(self) -> LoadReport:

@@ -552,6 +552,7 @@ class LLMEngine:
             new_text = text = ""  # no text, no stop strings (the fleet simulator's placeholder tokens)
         request = tracked.request
         num_cached = request.num_cached_prompt_tokens
+        num_predicted = len(request.sampling_params.prediction_token_ids)  # OpenAI's prediction, as tokens
         if finished:
             metrics.finished_time_s = now
             metrics.num_cached_prompt_tokens = num_cached
@@ -571,6 +572,8 @@ class LLMEngine:
             metrics,
             num_cached,
             request.prompt_logprobs.take() if request.prompt_logprobs is not None else None,
+            num_prediction_accepted_tokens=request.num_prediction_accepted,
+            num_prediction_rejected_tokens=max(0, num_predicted - request.num_prediction_accepted),
         )
 
     def run_until_done(self) -> dict[str, RequestOutput]:

@@ -95,6 +95,7 @@ class Request:
         self.priority = priority  # higher first; a lower-priority running request is swapped out for it
         self.num_resumed_tokens = num_resumed_tokens  # the prompt's last tokens: its output before a resume
         self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in
+        self.num_prediction_accepted = 0  # its predicted output's tokens accepted as drafts (engine/spec/speculator.py)
         self.grammar = grammar  # its structured-output constraint, compiled (LLMEngine.add_request), or None
         # its prompt's scores as they are computed (engine/prompt_logprobs.py), when its params ask
         self.prompt_logprobs = (

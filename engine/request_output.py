@@ -60,3 +60,6 @@ class RequestOutput:
     # every prompt position's score (position 0's logprob None), once, in its first output, when its params ask
     prompt_logprobs: list[TokenLogprob] | None = None
     embedding: list[float] | None = None  # the prompt's, in the output of the step that computed it (embeddings.py)
+    # a predicted output's tokens accepted as drafts so far, and the rest of them (OpenAI's usage: engine/spec/)
+    num_prediction_accepted_tokens: int = 0
+    num_prediction_rejected_tokens: int = 0

@@ -243,6 +243,10 @@ class TokenChunk(Envelope, kw_only=True):
     prompt_logprobs: list[tuple[int, float | None, list[tuple[int, float]], int | None]] | None = None
     embedding: list[float] | None = None  # the prompt's, if asked (sampling.embed; engine/embeddings.py)
     prompt_token_ids: list[int] | None = None  # the first chunk a client gets, if asked (return_prompt_token_ids)
+    # a request with a predicted output (sampling.prediction): its tokens the output repeated as drafts (accepted),
+    # and the rest of them (rejected), as OpenAI's usage counts them; so far, on every chunk (engine/spec/)
+    num_prediction_accepted_tokens: int = 0
+    num_prediction_rejected_tokens: int = 0
 
 
 class CancelRequest(Envelope, kw_only=True):

@@ -527,6 +527,7 @@ class Gateway:
             chat_echo=args.chat_echo,
             return_token_ids=args.return_token_ids,
             tokens_as_ids=args.tokens_as_ids,
+            predicted=args.sampling.prediction is not None,
         )
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)

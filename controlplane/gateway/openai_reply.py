@@ -53,6 +53,7 @@ class _Choice:
     echoed: bool = False  # (streamed) its first chunk, with the prompt, is out
     prompt_token_ids: list[int] | None = None  # its prompt's tokens (vLLM's return_token_ids), from its first chunk
     token_ids: list[int] = field(default_factory=list)  # its output's tokens (kept with return_token_ids)
+    prediction: tuple[int, int] = (0, 0)  # its predicted output's tokens accepted and rejected, as its last chunk said
 
     @property
     def num_completion_tokens(self) -> int:
@@ -81,12 +82,15 @@ class OpenAIReply:
         chat_echo: str = "",
         return_token_ids: bool = False,
         tokens_as_ids: bool = False,
+        predicted: bool = False,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
         chat_echo: a chat's text before each choice's content (vLLM's chat ``echo``: the final assistant message);
         return_token_ids: vLLM's (``prompt_token_ids`` and each choice's ``token_ids``); tokens_as_ids: vLLM's
-        ``return_tokens_as_token_ids`` (logprobs name each token "token_id:<id>")."""
+        ``return_tokens_as_token_ids`` (logprobs name each token "token_id:<id>"); predicted: the request gave a
+        ``prediction`` (usage then counts its accepted and rejected tokens, as OpenAI's does)."""
+        self.predicted = predicted
         self.chat = chat
         self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
@@ -132,6 +136,8 @@ class OpenAIReply:
         self._count_prompt(choice.prompt_index, chunk)
         choice.num_output_tokens = max(choice.num_output_tokens, chunk.num_output_tokens)
         choice.num_token_ids += len(chunk.token_ids)
+        if self.predicted:
+            choice.prediction = (chunk.num_prediction_accepted_tokens, chunk.num_prediction_rejected_tokens)
         if chunk.prompt_logprobs is not None:
             choice.prompt_logprobs = chunk.prompt_logprobs
         if chunk.prompt_token_ids is not None and choice.prompt_token_ids is None:
@@ -171,6 +177,15 @@ class OpenAIReply:
             "completion_tokens": num_completion,
             "total_tokens": self.num_prompt_tokens + num_completion,
             "prompt_tokens_details": {"cached_tokens": sum(self._cached_tokens.values())},
+            **({"completion_tokens_details": self._prediction_details()} if self.predicted else {}),
+        }
+
+    def _prediction_details(self) -> dict:
+        """OpenAI's Predicted Outputs usage: the prediction's tokens the output repeated (as accepted drafts: a node
+        that does not speculate accepts none) and the rest."""
+        return {
+            "accepted_prediction_tokens": sum(c.prediction[0] for c in self.choices),
+            "rejected_prediction_tokens": sum(c.prediction[1] for c in self.choices),
         }
 
     def first_objects(self, first: TokenChunk | None = None) -> list[dict]:

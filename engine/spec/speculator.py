@@ -103,7 +103,7 @@ class Speculator:
         )
         self._stats = SpecDecodeStats(num_accepted_tokens_per_pos=[0] * config.num_spec_tokens)
         self.predictions = PredictionDrafts()  # requests with a predicted output draft from it (prediction_drafts.py)
-        self._predicted: set[str] = set()  # the requests drafted from their prediction this step
+        self._predicted: dict[str, Request] = {}  # the requests drafted from their prediction this step
 
     def propose(self, running: list[Request]) -> None:
         """Set (or clear) the drafts of every running request for the step about to be scheduled."""
@@ -142,7 +142,7 @@ class Speculator:
                 )
                 if drafts:
                     request.spec_token_ids, request.spec_draft_probs = drafts, None
-                    self._predicted.add(request.req_id)
+                    self._predicted[request.req_id] = request
                     continue  # else (the output departed from it, not yet found again): the proposer's drafts
             k = min(k_batch, room)
             if k > 0:
@@ -176,7 +176,9 @@ class Speculator:
             if not sampled:
                 continue
             num_accepted = min(len(sampled) - 1, num_proposed)
-            if scheduled.req_id in self._predicted:  # the client's prediction, not the proposer's: counted apart
+            predicted = self._predicted.get(scheduled.req_id)
+            if predicted is not None:  # the client's prediction, not the proposer's: counted apart
+                predicted.num_prediction_accepted += num_accepted
                 stats.num_prediction_draft_tokens_total += num_proposed
                 stats.num_prediction_accepted_tokens_total += num_accepted
                 continue

@@ -254,12 +254,14 @@ def test_a_predicted_output_cuts_the_steps_on_the_real_model_and_changes_no_toke
         engine = _real_engine(smollm2_model, smollm2_checkpoint, lambda e: Speculator(NgramProposer(1, 3), spec))
         asked = params if prediction is None else tokenized(tok, msgspec.structs.replace(params, prediction=prediction))
         req_id = engine.add_request(prompt, asked)
-        ids, steps = [], 0
+        ids, steps, last = [], 0, None
         while engine.has_unfinished_requests():
             steps += 1
-            for out in engine.step():
-                assert out.req_id == req_id
-                ids.extend(out.new_token_ids)
+            for last in engine.step():
+                assert last.req_id == req_id
+                ids.extend(last.new_token_ids)
+        counts = (last.num_prediction_accepted_tokens, last.num_prediction_rejected_tokens)  # OpenAI's usage
+        assert sum(counts) == len(asked.prediction_token_ids) and counts[0] <= len(ids)
         return ids, steps, engine.speculator
 
     plain, plain_steps, _ = run(None)

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import httpx
+import msgspec
 import openai
 import pytest
 
@@ -79,6 +80,34 @@ def test_structured_outputs_as_the_sdk_sends_them(client, frontend):
         client.completions.create(model=MODEL, prompt="Hi", extra_body={"guided_regex": "[a-"})
     assert refused.value.body["param"] == "guided_regex"
     assert len(frontend.calls) == 2
+
+
+def test_a_predicted_output_and_its_usage_as_the_sdk_reads_them(client, frontend, script):
+    """OpenAI's Predicted Outputs: the prediction's text reaches the sampling params, and the node's accepted and
+    rejected prediction tokens (its last chunk's) are the usage's completion_tokens_details; without one, no such
+    details."""
+    chunks = script("Hello", ",", " world")
+    chunks[-1] = msgspec.structs.replace(chunks[-1], num_prediction_accepted_tokens=2, num_prediction_rejected_tokens=5)
+    frontend.chunks = chunks
+    prediction = {"type": "content", "content": "Hello, there"}
+    for stream in (False, True):
+        if stream:
+            events = list(
+                client.chat.completions.create(
+                    model=MODEL,
+                    messages=MESSAGES,
+                    prediction=prediction,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                )
+            )
+            usage = events[-1].usage
+        else:
+            usage = client.chat.completions.create(model=MODEL, messages=MESSAGES, prediction=prediction).usage
+        details = usage.completion_tokens_details
+        assert (details.accepted_prediction_tokens, details.rejected_prediction_tokens) == (2, 5)
+    assert frontend.calls[-1]["sampling"].prediction == "Hello, there"
+    assert client.chat.completions.create(model=MODEL, messages=MESSAGES).usage.completion_tokens_details is None
 
 
 def test_chat_streaming(client):
