@@ -58,6 +58,10 @@ async def _pressured(c, long, short):
     return results
 
 
+def _moved_back(moves: dict) -> bool:
+    return moves.get("out_ok", 0) >= 1 and moves.get("in_ok", 0) == moves["out_ok"]
+
+
 async def test_remote_swap_out_and_in_keeps_greedy_output(controlplane, spawn_agent, client, smollm2_checkpoint):
     tok = smollm2_checkpoint.tokenizer
     long, short = _prompts(tok)
@@ -69,12 +73,15 @@ async def test_remote_swap_out_and_in_keeps_greedy_output(controlplane, spawn_ag
             with anyio.fail_after(10):  # the holders' next reports: everything they held went back
                 while any(_store_free(cp, n) != STORE_BYTES for n in ("b", "c")):
                     await anyio.sleep(0.02)
+            deadline = anyio.current_time() + 10  # and the owner's own next report, which comes at its own time
+            while not _moved_back(cp.registry.last_report("a").kv_remote_moves) and anyio.current_time() < deadline:
+                await anyio.sleep(0.02)
         log = agents["a"].output()
         moves = cp.registry.last_report("a").kv_remote_moves
     for name in ("long", "short"):
         assert results[name].token_ids == reference[name].token_ids, name
         assert results[name].node_id == "a"
-    assert moves.get("out_ok", 0) >= 1 and moves.get("in_ok", 0) == moves["out_ok"], (moves, log[-3000:])
+    assert _moved_back(moves), (moves, log[-3000:])
     assert not {"out_failed", "in_failed", "peer_lost"} & moves.keys()
     assert cp.stats()["requests"]["failed"] == 0
 
