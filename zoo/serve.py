@@ -150,6 +150,26 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="requests of OpenAI batches in flight at once, over every batch (default 32)",
     )
+    p.add_argument(
+        "--responses-store",
+        default=None,
+        metavar="N,MIB",
+        help="stored /v1/responses: at most N of them and MIB MiB in all (default 1024,64; 0,0 stores none)",
+    )
+    p.add_argument(
+        "--conversations-store",
+        default=None,
+        metavar="N,MIB",
+        help="/v1/conversations: at most N of them and MIB MiB of items in all (default 4096,64; 0,0 keeps none)",
+    )
+    p.add_argument(
+        "--store-owner-share",
+        type=float,
+        default=None,
+        metavar="F",
+        help="in both stores, while full, the largest owner (an API key's tenant) above this share of a bound loses "
+        "its own least recently used first, so one tenant cannot evict the others' (default 0.25; 1: plain LRU)",
+    )
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument(
         "--router-knobs",
@@ -363,7 +383,8 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 def gateway_config_from_args(args: argparse.Namespace):
     """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``, ``--files-dir``, the access log's two, the ``--ssl-*`` four); SystemExit on a bad value
+    ``--batch-concurrency``, ``--files-dir``, the access log's two, the ``--ssl-*`` four, the stores' three);
+    SystemExit on a bad value
     (a --ssl-* file that cannot serve: check_tls_files)."""
     from controlplane.gateway.app import GatewayConfig
     from controlplane.gateway.batch_runner import BatchRunnerConfig
@@ -382,6 +403,7 @@ def gateway_config_from_args(args: argparse.Namespace):
         access_log["access_log_exclude"] = tuple(path.strip() for path in excluded.split(",") if path.strip())
     tls = {name: getattr(args, name, None) for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")}
     tls["ssl_cert_reqs"] = getattr(args, "ssl_cert_reqs", 0)
+    stores = _store_bounds(args)
     try:
         config = GatewayConfig(
             cors_allowed_origins=origins,
@@ -389,12 +411,38 @@ def gateway_config_from_args(args: argparse.Namespace):
             files_dir=getattr(args, "files_dir", None),
             **access_log,
             **tls,
+            **stores,
         )
     except ValueError as e:
         flag = "--ssl-*" if "ssl" in str(e) else "--cors-origins"
         raise SystemExit(f"zoo controlplane: {flag}: {e}") from None
     check_tls_files(config)
     return config
+
+
+def _store_bounds(args: argparse.Namespace) -> dict:
+    """GatewayConfig's response and conversation store bounds from ``--responses-store N,MIB``,
+    ``--conversations-store N,MIB`` and ``--store-owner-share F`` (those given); SystemExit naming a malformed one."""
+    out: dict = {}
+    for flag, prefix, bytes_name in (("responses_store", "responses_store", "responses_store_bytes"),
+                                     ("conversations_store", "conversations", "conversations_bytes")):  # fmt: skip
+        raw = getattr(args, flag, None)
+        if raw is None:
+            continue
+        count, _, mib = raw.partition(",")
+        try:
+            n, num_bytes = int(count), int(float(mib) * 1024 * 1024)
+        except (ValueError, OverflowError):
+            n = num_bytes = -1
+        if n < 0 or num_bytes < 0:
+            raise SystemExit(f"zoo controlplane: --{flag.replace('_', '-')}: expected N,MIB (both >= 0), got {raw!r}")
+        out[f"{prefix}_max"], out[bytes_name] = n, num_bytes
+    share = getattr(args, "store_owner_share", None)
+    if share is not None:
+        if not 0 < share <= 1:
+            raise SystemExit(f"zoo controlplane: --store-owner-share: must be in (0, 1], got {share}")
+        out["responses_owner_share"] = out["conversations_owner_share"] = share
+    return out
 
 
 def check_tls_files(config) -> None:

@@ -372,6 +372,24 @@ def test_zoo_controlplane_flags_set_how_batches_run():
         gateway_config_from_args(parser.parse_args(["--batch-concurrency", "0"]))
 
 
+def test_zoo_controlplane_flags_bound_the_response_and_conversation_stores():
+    parser = argparse.ArgumentParser()
+    add_controlplane_args(parser)
+    flags = ["--responses-store", "10,2", "--conversations-store", "0,0", "--store-owner-share", "0.5"]
+    config = gateway_config_from_args(parser.parse_args(flags))
+    assert (config.responses_store_max, config.responses_store_bytes) == (10, 2 * 1024 * 1024)
+    assert (config.conversations_max, config.conversations_bytes) == (0, 0)
+    assert config.responses_owner_share == config.conversations_owner_share == 0.5
+    default = gateway_config_from_args(parser.parse_args([]))
+    assert (default.responses_store_max, default.responses_owner_share) == (1024, 0.25)
+    for bad in (["--responses-store", "10"], ["--conversations-store=-1,5"], ["--responses-store", "1,inf"]):
+        with pytest.raises(SystemExit, match=bad[0].split("=")[0]):
+            gateway_config_from_args(parser.parse_args(bad))
+    for share in ("0", "1.5", "nan"):
+        with pytest.raises(SystemExit, match="--store-owner-share"):
+            gateway_config_from_args(parser.parse_args(["--store-owner-share", share]))
+
+
 def test_files_and_a_batch_survive_a_restart_and_the_batch_resumes(make_frontend, first_only, serve, tmp_path):
     """A gateway with ``files_dir`` answers a batch's first request, then stops (the second hangs until then); the
     next gateway on the same directory has the files and the batch, runs only the requests it lacks, and ends with
