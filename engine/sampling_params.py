@@ -39,8 +39,8 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     structured_outputs None | one constraint        vLLM's; a schema, regex or grammar of <= 64 KiB, <= 256 choices
                                                     (engine/structured_output.py); not with ignore_eos, min_tokens
                                                     or allowed_token_ids, which could leave no token to sample
-    prediction       None | <= 1 MiB of text        OpenAI's Predicted Outputs; the intake tokenizes it into
-    prediction_token_ids <= 2**18 ids               prediction_token_ids (a client may give them; an id past the
+    prediction       None | <= 256 KiB of text      OpenAI's Predicted Outputs; the intake tokenizes it into
+    prediction_token_ids <= 65,536 ids              prediction_token_ids (a client may give them; an id past the
                                                     vocabulary refused as logit_bias's): drafts, never the output
 
 Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's sampler
@@ -82,8 +82,8 @@ MAX_BAD_WORDS = 128
 MAX_BAD_WORD_CHARS = 1024
 MAX_BAD_WORD_SEQUENCES = 2 * MAX_BAD_WORDS  # each word, and each with a leading space where that tokenizes apart
 MAX_BAD_WORD_TOKENS = 4 * MAX_BAD_WORD_CHARS  # a word's UTF-8 bytes, one token each (a byte tokenizer)
-MAX_PREDICTION_CHARS = 1 << 20  # a predicted output (an edited file): 1 MiB of text
-MAX_PREDICTION_TOKENS = 1 << 18  # its tokens (a byte tokenizer's worst case is past this: refused as too long)
+MAX_PREDICTION_CHARS = 1 << 18  # a predicted output (an edited file): 256 KiB of text
+MAX_PREDICTION_TOKENS = 1 << 16  # its tokens (more: refused, naming ``prediction``)
 _MAX_SHOWN_CHARS = 40  # a value quoted in an error message is cut to this
 
 

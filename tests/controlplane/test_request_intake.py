@@ -121,6 +121,7 @@ def test_bad_words_are_tokenized_once_at_the_intake_and_ids_past_the_vocabulary_
     # a predicted output likewise (OpenAI's prediction): its tokens as the output would spell them
     msg = ClientGenerate(request_id="p", prompt_token_ids=[10, 11], sampling=SamplingParams(prediction="ok"))
     assert place(msg).node_id == "a" and msg.sampling.prediction_token_ids == tuple(tokenizer.encode("ok", False))
+    assert msg.sampling.prediction is None  # the node reads the ids: the text does not travel again
     ids = SamplingParams(prediction_token_ids=(5, 400))
     refused = place(ClientGenerate(request_id="o", prompt_token_ids=[10, 11], sampling=ids))
     assert isinstance(refused, ErrorReply) and refused.param == "prediction_token_ids" and "400" in refused.message

@@ -141,7 +141,7 @@ def test_completion_token_ids_and_null_content():
             ErrorCode.INVALID_REQUEST,
             "prediction",
         ),
-        (chat(prediction={"type": "content", "content": "x" * (2**20 + 1)}), ErrorCode.INVALID_REQUEST, "prediction"),
+        (chat(prediction={"type": "content", "content": "x" * (2**18 + 1)}), ErrorCode.INVALID_REQUEST, "prediction"),
         (chat(prediction="x"), ErrorCode.INVALID_REQUEST, "prediction"),
         (chat(bad_words="Paris"), ErrorCode.INVALID_REQUEST, "bad_words"),
         (chat(bad_words=["w"] * 129), ErrorCode.INVALID_REQUEST, "bad_words"),

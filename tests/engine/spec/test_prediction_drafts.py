@@ -44,6 +44,15 @@ def test_a_repeated_ngram_resyncs_at_the_occurrence_nearest_the_cursor():
     assert drafts.drafts("r", prediction, output, 2) == [8, 8]
 
 
+def test_the_occurrence_whose_match_runs_furthest_back_wins_and_the_index_waits_for_a_departure():
+    prediction = [5, 1, 2, 9, 9, 9, 6, 1, 2, 7, 7]  # "1 2" ends at 3 and at 9; "6 1 2" only at 9
+    drafts = PredictionDrafts(min_n=2, max_n=4)
+    assert drafts.drafts("r", prediction, [5, 1], 2) == [2, 9]
+    assert drafts._tracks["r"].ends is None  # on its prediction: nothing indexed
+    assert drafts.drafts("r", prediction, [5, 1, 6, 1, 2], 2) == [7, 7]  # departed; "6 1 2" matches at 9 only
+    assert drafts._tracks["r"].ends is not None
+
+
 def test_requests_are_apart_and_dropped_ones_forgotten():
     drafts = PredictionDrafts()
     assert drafts.drafts("a", PREDICTION, [100], 2) == [101, 102]
@@ -156,12 +165,12 @@ def test_the_intake_tokenizes_a_prediction_and_the_bounds_hold():
             return list(text.encode())
 
     params = tokenized(Bytes(), SamplingParams(prediction="def f():"))
-    assert params.prediction_token_ids == tuple(b"def f():")
+    assert params.prediction_token_ids == tuple(b"def f():") and params.prediction is None  # the ids travel
     assert tokenized(Bytes(), SamplingParams(prediction="x", prediction_token_ids=(5,))).prediction_token_ids == (5,)
     with pytest.raises(PromptError, match="prediction"):  # its tokens past the bound: refused naming `prediction`
         tokenized(Bytes(), SamplingParams(prediction="x" * (MAX_PREDICTION_TOKENS + 1)))
     with pytest.raises(SamplingParamsError, match="prediction"):
-        SamplingParams(prediction="x" * (2**20 + 1))
+        SamplingParams(prediction="x" * (2**18 + 1))
     with pytest.raises(SamplingParamsError, match="prediction_token_ids"):
         SamplingParams(prediction_token_ids=(-1,))
     with pytest.raises(PromptError, match="prediction_token_ids"):
