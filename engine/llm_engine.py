@@ -39,6 +39,7 @@ from engine.request_output import RequestMetrics, RequestOutput
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
 from engine.scheduler_stats import SchedulerStats
+from engine.spec import prediction_drafts as predictions
 from engine.spec.grammar_drafts import MAX_FORCED_DRAFTS, StructuredOutputStats, count_accepted, propose_forced_drafts
 from engine.spec.speculator import SpecDecodeStats, Speculator
 from engine.step_rates import classify_batch
@@ -192,8 +193,7 @@ class LLMEngine:
         """Queue a prompt (text or token ids), on the base model or the LoRA adapter ``lora_name`` (added with
         ``add_lora``); ``priority``: higher runs first and may swap lower ones out (engine/scheduler.py);
         ``num_resumed_tokens``: the prompt's last tokens that are the request's own output from before it resumed
-        here (its penalties count them as output). Raises PromptError / ValueError and queues nothing on bad
-        input."""
+        here (its penalties count them as output). PromptError / ValueError, and nothing queued, on bad input."""
         lora_id = None
         if lora_name is not None:
             lora = self._loras.get(lora_name)
@@ -204,7 +204,8 @@ class LLMEngine:
         # a tuple as given: check_token_ids passes one it passed just before (the intake's, in the same process)
         checked = prompt if type(prompt) is tuple else token_ids
         check_token_ids(checked, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
-        params = bad_words.tokenized(self.tokenizer, params)  # words given here, not through an intake
+        # bad words and a predicted output given here, not through an intake, tokenized here
+        params = predictions.tokenized(self.tokenizer, bad_words.tokenized(self.tokenizer, params))
         check_sampling_token_ids(params, self.tokenizer.vocab_size)
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:

@@ -34,7 +34,19 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         prompt_logprobs=args.prompt_logprobs,
         truncate_prompt_tokens=args.truncate_prompt_tokens,
         include_stop_str_in_output=args.include_stop_str,
+        prediction=_prediction_arg(getattr(args, "prediction", None)),
     )
+
+
+def _prediction_arg(value: str | None) -> str | None:
+    """``--prediction TEXT`` or ``@FILE`` (the file's text); a file that cannot be read: SystemExit naming it."""
+    if value is None or not value.startswith("@"):
+        return value
+    try:
+        with open(value[1:], encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise SystemExit(f"zoo generate: --prediction {value}: {e}") from None
 
 
 def _logit_bias_arg(text: str) -> tuple[int, float]:
@@ -101,6 +113,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 f"drafts accepted ({spec.acceptance_rate:.0%}), {spec.mean_accepted_tokens:.2f} tokens per step]",
                 file=sys.stderr,
             )
+            if spec.num_prediction_draft_tokens_total:
+                print(
+                    f"[prediction: {spec.num_prediction_accepted_tokens_total}/"
+                    f"{spec.num_prediction_draft_tokens_total} of its drafts accepted, "
+                    f"{final.num_prediction_rejected_tokens} of its tokens rejected]",
+                    file=sys.stderr,
+                )
     return 0
 
 
@@ -282,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
     g.add_argument("--allowed-token-id", type=int, action="append", metavar="ID", help="only these ids (repeatable)")
     g.add_argument("--bad-word", action="append", metavar="WORD", help="never write this word (vLLM's; repeatable)")
+    g.add_argument(
+        "--prediction",
+        default=None,
+        metavar="TEXT|@FILE",
+        help="OpenAI's Predicted Outputs: text the answer mostly repeats (a file being edited), drafted from with "
+        "--speculative: fewer steps, the same output",
+    )
     g.add_argument("--prompt-logprobs", type=int, default=None, metavar="K", help="print each prompt token's logprob")
     g.add_argument("--truncate-prompt-tokens", type=int, default=None, metavar="K", help="keep the last K tokens")
     g.add_argument("--include-stop-str", action="store_true", help="keep a matched --stop string in the text")

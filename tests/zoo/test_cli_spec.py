@@ -39,3 +39,18 @@ def test_a_bad_num_spec_tokens_is_a_clear_error():
     r = _zoo("generate", "hi", "--speculative", "ngram", "--num-spec-tokens", "0", "--quiet")
     assert r.returncode == 2
     assert "num_spec_tokens" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_generate_with_a_prediction_prints_the_plain_text_and_what_it_saved(tmp_path):
+    """OpenAI's Predicted Outputs from the command line: the plain answer given back as --prediction (from a file)
+    is drafted from and accepted; the text is the same."""
+    common = ("generate", "--chat", PROMPT, "--max-tokens", "16", "--temperature", "0", "--num-threads", "1")
+    plain = _zoo(*common, "--speculative", "ngram")
+    assert plain.returncode == 0, plain.stderr
+    (tmp_path / "answer.txt").write_text(plain.stdout.rstrip("\n"))
+    predicted = _zoo(*common, "--speculative", "ngram", "--prediction", f"@{tmp_path / 'answer.txt'}")
+    assert predicted.returncode == 0, predicted.stderr
+    assert predicted.stdout == plain.stdout and "[prediction: " in predicted.stderr
+    missing = _zoo("generate", "hi", "--prediction", "@/nonexistent/answer.txt", "--quiet")
+    assert missing.returncode != 0 and "/nonexistent/answer.txt" in missing.stderr and "Traceback" not in missing.stderr
