@@ -182,16 +182,16 @@ class BatchRunner:
         """The owner's batches, oldest first."""
         return [b for (o, _), b in self._batches.items() if o == owner]
 
-    def delete(self, batch: Batch) -> None:
-        """Forget a batch that has ended, and its input, output and error files."""
+    async def delete(self, batch: Batch) -> None:
+        """Forget a batch that has ended, and its input, output and error files (removed in a worker thread, as the
+        file routes remove them)."""
         if batch.status not in TERMINAL:
             raise FrontendError(ErrorCode.INVALID_REQUEST, f"A batch that is {batch.status} cannot be deleted")
         del self._batches[(batch.owner, batch.id)]
         if self.journal is not None:
             self.journal.drop(batch.id)
-        for file_id in (batch.input_file_id, batch.output_file_id, batch.error_file_id):
-            if file_id is not None:
-                self.files.delete(batch.owner, file_id)
+        file_ids = [f for f in (batch.input_file_id, batch.output_file_id, batch.error_file_id) if f is not None]
+        await anyio.to_thread.run_sync(lambda: [self.files.delete(batch.owner, f) for f in file_ids])
 
     def cancel(self, batch: Batch) -> None:
         """Cancel a batch that has not finished (its requests in flight are cancelled; what finished is kept)."""

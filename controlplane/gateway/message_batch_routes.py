@@ -83,7 +83,7 @@ class MessageBatchRoutes:
             try:
                 self.runner.submit(batch)
             except FrontendError:
-                self.files.delete(owner, batch.input_file_id)
+                await anyio.to_thread.run_sync(self.files.delete, owner, batch.input_file_id)
                 raise
             return json_response(self._object(request, batch))
 
@@ -126,7 +126,7 @@ class MessageBatchRoutes:
             if batch is None:
                 return _not_found(request)
             if request.method == "DELETE":
-                self.runner.delete(batch)
+                await self.runner.delete(batch)
                 return json_response({"id": message_batch_id(batch), "type": "message_batch_deleted"})
             return json_response(self._object(request, batch))
 

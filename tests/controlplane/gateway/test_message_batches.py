@@ -196,3 +196,12 @@ def test_a_batch_resumes_after_a_restart(make_frontend, first_only, serve, tmp_p
             ("b", "succeeded"),
         ]
         assert [call["messages"] for call in second.calls] == [[ChatMessage("user", "Hi b")]]
+
+
+@pytest.mark.anyio
+async def test_a_batch_the_runner_refuses_leaves_no_input_file(frontend):
+    app = create_app(frontend)  # its lifespan not run: the runner refuses every batch (503)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+        r = await c.post("/v1/messages/batches", json={"requests": [_request("a")]})
+    assert r.status_code == 503 and r.json()["type"] == "error"
+    assert len(app.state.batch_routes.files) == 0  # the input file it wrote first is gone again
