@@ -66,12 +66,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import logging
-import math
-import re
 import time
 from collections.abc import Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 
 import anyio
 from starlette.applications import Starlette
@@ -89,7 +86,7 @@ from controlplane.gateway.anthropic_messages import error_body as anthropic_erro
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_tenant
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
-from controlplane.gateway.batch_runner import BatchRunner, BatchRunnerConfig
+from controlplane.gateway.batch_runner import BatchRunner
 from controlplane.gateway.batch_span import BatchSpans
 from controlplane.gateway.conversation_journal import ConversationJournal
 from controlplane.gateway.conversation_routes import ConversationRoutes
@@ -97,6 +94,7 @@ from controlplane.gateway.conversation_store import ConversationStore
 from controlplane.gateway.embedding_routes import EmbeddingRoutes
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
+from controlplane.gateway.gateway_config import GatewayConfig
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.http_span import HttpSpans
@@ -123,7 +121,6 @@ from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.structured_fields import check_structured
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
-from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
 from transport.codec import clip
 from transport.messages import ErrorCode
@@ -134,96 +131,7 @@ log = logging.getLogger(__name__)
 CLASS_HEADER = "x-zoo-class"  # a request's traffic class (controlplane/cells.py), like the body's traffic_class
 MAX_CLASS_CHARS = 64
 # what a page's script may read of a reply
-PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
 CORS_EXPOSED_HEADERS = ("x-request-id", "retry-after", "retry-after-ms", *RATE_LIMIT_HEADERS)
-_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayConfig:
-    default_completion_max_tokens: int = 16  # OpenAI's default for /v1/completions
-    default_chat_max_tokens: int = 512  # OpenAI's is "up to the context"; the engine needs a number
-    max_body_bytes: int = 8 * 1024 * 1024  # a larger request body is refused with 413
-    owned_by: str = "silicon-zoo"
-    # a request's headers, and then its body, must arrive within this (else 408 and the connection closes)
-    request_read_timeout_s: float = 30.0
-    keep_alive_timeout_s: float = 5.0  # an idle kept-alive connection is closed after this (uvicorn's)
-    models_wait_s: float = 30.0  # GET /v1/models before any node has joined waits this long for one
-    # the format tool_choice "auto" reads calls in (gateway/tool_calls.py); None: "auto" is refused
-    tool_call_parser: str | None = "hermes"
-    # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
-    responses_store_max: int = 1024
-    responses_store_bytes: int = 64 * 1024 * 1024
-    responses_owner_share: float = 0.25  # the largest owner above this share loses its own first when full
-    # /v1/responses with ``background``: at most this many run at once, and of them one owner's (an API key's
-    # tenant, or the key; an open gateway's requests are one owner's) (gateway/background_responses.py)
-    responses_background_max: int = 256
-    responses_background_max_per_owner: int = 64
-    # /v1/conversations (conversation_store.py): at most this many conversations, and bytes of their items, kept
-    # (the least recently used dropped first; 0: none is kept); one conversation may not grow past the bytes
-    conversations_max: int = 4096
-    conversations_bytes: int = 64 * 1024 * 1024
-    conversations_owner_share: float = 0.25  # the largest owner above this share loses its own first when full
-    # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
-    # credentials: the API key travels in a header a page must set itself); () turns CORS off
-    cors_allowed_origins: tuple[str, ...] = ("*",)
-    # OpenAI's Files and Batch APIs (batch_routes.py): an upload's largest size, and the file store's bounds
-    files_upload_max_bytes: int = 100 * 1024 * 1024
-    files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
-    files_max: int = 10_000
-    files_store_bytes: int = 512 * 1024 * 1024
-    # where files, batches, stored responses and conversations are kept, so a restarted gateway resumes its batches
-    # and still has its responses and conversations (None: in memory only)
-    files_dir: str | None = None
-    batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
-    # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
-    untraced_paths: tuple[str, ...] = PROBE_PATHS
-    # one access log line per request (access_log.py; vLLM logs every request through uvicorn's), but these paths
-    access_log: bool = True
-    access_log_exclude: tuple[str, ...] = PROBE_PATHS
-    # HTTPS (vLLM's --ssl-* flags): the server's key and certificate chain (PEM files); with ssl_ca_certs and
-    # ssl_cert_reqs = ssl.CERT_REQUIRED (2) a client must present a certificate that CA issued (mutual TLS)
-    ssl_keyfile: str | None = None
-    ssl_certfile: str | None = None
-    ssl_ca_certs: str | None = None
-    ssl_cert_reqs: int = 0  # ssl.CERT_NONE; 1 CERT_OPTIONAL, 2 CERT_REQUIRED
-    # while the control plane drains (shutdown_gate.py) every other path answers 503: these stay open to probes
-    open_while_draining: tuple[str, ...] = (*PROBE_PATHS, "/version")
-
-    def __post_init__(self) -> None:
-        for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("files_upload_max_bytes", "files_upload_concurrency", "responses_background_max",
-                     "responses_background_max_per_owner"):  # fmt: skip
-            if getattr(self, name) < 1:
-                raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes",
-                     "conversations_max", "conversations_bytes"):  # fmt: skip
-            if getattr(self, name) < 0:
-                raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("responses_owner_share", "conversations_owner_share"):
-            if not 0 < getattr(self, name) <= 1:
-                raise ValueError(f"GatewayConfig.{name} must be in (0, 1], got {getattr(self, name)}")
-        if not 0 <= self.models_wait_s < math.inf:
-            raise ValueError(f"GatewayConfig.models_wait_s must be >= 0 and finite, got {self.models_wait_s}")
-        if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
-            message = f"GatewayConfig.tool_call_parser must be one of {TOOL_CALL_PARSERS} or None"
-            raise ValueError(f"{message}, got {self.tool_call_parser!r}")
-        for origin in self.cors_allowed_origins:
-            if origin != "*" and not _ORIGIN.fullmatch(origin):
-                raise ValueError(f"GatewayConfig.cors_allowed_origins: {origin!r} is not '*' or scheme://host[:port]")
-        if (self.ssl_keyfile is None) != (self.ssl_certfile is None):
-            raise ValueError("GatewayConfig.ssl_keyfile and ssl_certfile go together (HTTPS needs both)")
-        if self.ssl_certfile is None and (self.ssl_ca_certs is not None or self.ssl_cert_reqs):
-            raise ValueError("GatewayConfig.ssl_ca_certs / ssl_cert_reqs need HTTPS: ssl_certfile and ssl_keyfile")
-        if self.ssl_cert_reqs not in (0, 1, 2):
-            raise ValueError(f"GatewayConfig.ssl_cert_reqs must be 0, 1 or 2 (ssl.CERT_*), got {self.ssl_cert_reqs}")
-        if self.ssl_cert_reqs and self.ssl_ca_certs is None:
-            raise ValueError("GatewayConfig.ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CA")
-        for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
-            if not 0 < getattr(self, name) < math.inf:
-                raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")
 
 
 def create_app(
