@@ -351,6 +351,8 @@ async def _http_campaign(fleet: Fleet, http: httpx.AsyncClient, config: FuzzConf
                         cases.file_ids.append(r.json()["id"])
                     if case.path == "/v1/conversations" and r.status_code == 200:  # later cases may name it
                         cases.conversation_ids.append(r.json()["id"])
+                    if case.path == "/v1/chat/completions" and b'"store"' in case.body and r.status_code == 200:
+                        cases.chat_ids.append(r.json()["id"])
                     if r.status_code == 500 and len(internal_errors) < 20:
                         body = case.body[:500].decode("latin-1")  # bytes: the report is JSON
                         internal_errors.append({"kind": case.kind, "path": case.path[:200], "body": body})

@@ -9,8 +9,9 @@
         or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
         /v1/files, or a batch created over an uploaded file, or (one time in five) an Anthropic message batch; one
         time in fifteen, a Conversations API request: a conversation made, its items added or its metadata
-        replaced, valid or not, or read or deleted; a Responses API body names a conversation one time in ten,
-        made or not)
+        replaced, valid or not, or read or deleted (or, one time in three, a stored chat completion's request:
+        a chat with ``store``, the list and its filters, one read, re-labelled, deleted or its messages paged); a
+        Responses API body names a conversation one time in ten, made or not)
         valid chat/completion body ─┬─ a field set to a nasty JSON value (2**64, 10**300, 2,000+ deep,
                                     │  20k-item lists, 100 KB strings, wrong types)
                                     ├─ structured outputs: response_format, structured_outputs, guided_*, valid
@@ -198,6 +199,7 @@ class HttpCases:
         self.rng = rng
         self.file_ids: list[str] = []  # files the gateway accepted (the campaign adds them): batches name them
         self.conversation_ids: list[str] = []  # conversations the gateway made (the campaign adds them)
+        self.chat_ids: list[str] = []  # stored chat completions the gateway answered (the campaign adds them)
 
     def _conversation(self) -> str:
         r = self.rng
@@ -232,6 +234,33 @@ class HttpCases:
             return HttpCase("conversation", path=f"/v1/conversations/{known}", body=body)
         path = f"/v1/conversations/{known}" + r.choice(["", "/items", "/items/msg_nope", "/items/" + "i" * 3_000])
         path += r.choice(["", "?limit=0", "?limit=100&order=asc", "?after=msg_nope", "?order=" + "x" * 3_000])
+        return HttpCase("conversation", method=r.choice(["GET", "GET", "DELETE"]), path=path, headers={})
+
+    def stored_chat_case(self) -> HttpCase:
+        """OpenAI's stored chat completions: a chat with ``store`` and metadata (valid or not), the list with its
+        filters and cursor (valid or not), or one completion read, re-labelled, deleted or its messages paged,
+        known or not."""
+        r = self.rng
+        metadata = r.choice([{"k": "v"}, {f"k{i}": "v" for i in range(17)}, {"k" * 65: "v"}, {"k": "v" * 513},
+                             {"k": 1}, None, [], "m"])  # fmt: skip
+        known = (
+            r.choice(self.chat_ids[-8:])
+            if self.chat_ids and r.random() < 0.8
+            else r.choice(["chatcmpl-nope", "c" * r.randint(1, 5_000), "%2e%2e", "chatcmpl-%00"])
+        )
+        choice = r.random()
+        if choice < 0.35:
+            body = {**self.valid_body(True), "store": r.choice([True, True, False, "yes"]), "metadata": metadata}
+            return HttpCase("conversation", path="/v1/chat/completions", body=json.dumps(body).encode())
+        if choice < 0.55:
+            query = r.choice(["", "?limit=0", "?limit=100&order=desc", "?after=chatcmpl-nope", "?model=smol",
+                              "?metadata[k]=v", "?metadata%5Bk%5D=v&limit=1", "?order=" + "x" * 3_000,
+                              f"?after={known}"])  # fmt: skip
+            return HttpCase("conversation", method="GET", path="/v1/chat/completions" + query, headers={})
+        if choice < 0.7:
+            body = json.dumps({"metadata": metadata} if r.random() < 0.8 else {}).encode()
+            return HttpCase("conversation", path=f"/v1/chat/completions/{known}", body=body)
+        path = f"/v1/chat/completions/{known}" + r.choice(["", "/messages", "/messages?limit=1&order=desc"])
         return HttpCase("conversation", method=r.choice(["GET", "GET", "DELETE"]), path=path, headers={})
 
     def batch_case(self) -> HttpCase:
@@ -347,7 +376,7 @@ class HttpCases:
         if kind == "batch":
             return self.batch_case()
         if kind == "conversation":
-            return self.conversation_case()
+            return self.stored_chat_case() if self.rng.random() < 0.3 else self.conversation_case()
         chat = r.random() < 0.5
         path = "/v1/chat/completions" if chat else "/v1/completions"
         if chat and r.random() < 0.3:  # Anthropic's: a chat body is one of its bodies too (of count_tokens' too)

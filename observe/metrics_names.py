@@ -107,6 +107,9 @@ CONVERSATIONS_STORED = "zoo:conversations_stored"  # gauge: /v1/conversations ke
 CONVERSATIONS_STORED_BYTES = "zoo:conversations_stored_bytes"  # gauge: their items' and metadata's bytes
 CONVERSATIONS_EVICTED = "zoo:conversations_evicted"  # counter (_total): dropped, least recently used, for the bounds
 CONVERSATIONS_UNRECORDED = "zoo:conversations_unrecorded_responses"  # counter (_total): items a conversation refused
+CHAT_COMPLETIONS_STORED = "zoo:chat_completions_stored"  # gauge: chat completions kept (store: true)
+CHAT_COMPLETIONS_STORED_BYTES = "zoo:chat_completions_stored_bytes"  # gauge
+CHAT_COMPLETIONS_EVICTED = "zoo:chat_completions_evicted"  # counter (_total): dropped, least recently used
 STORE_WRITE_ERRORS = "zoo:gateway_store_write_errors"  # counter (_total) {store}: --files-dir writes that failed
 # OpenTelemetry request spans (observe/span_metrics.py), on the /metrics of each process that exports spans; a span
 # is one process's own (the control plane's llm_request, an agent's node_request), labelled by its service.name

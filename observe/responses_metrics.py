@@ -13,8 +13,13 @@ background_responses.py, conversation_store.py).
                                                        stay within those bounds (a client's DELETE not counted)
     zoo:conversations_unrecorded_responses_total       counter: responses whose items their conversation could not
                                                        take (deleted while they ran, or at its byte bound)
+    zoo:chat_completions_stored, zoo:chat_completions_stored_bytes   gauges: chat completions kept (``store:
+                                                       true``) and their bytes, against GatewayConfig's bounds
+    zoo:chat_completions_evicted_total                 counter: stored chat completions dropped, least recently used
+                                                       first, to stay within those bounds (a DELETE not counted)
     zoo:gateway_store_write_errors_total{store}        counter: writes to --files-dir that failed (a full disk), by
-                                                       store (responses, conversations): kept in memory only
+                                                       store (responses, conversations, chat_completions): kept in
+                                                       memory only
 
 A response's request is the fleet's like any other (the request series count it); these say what the gateway holds.
 Registered on the control plane's exporter beside its own (zoo/serve.py).
@@ -28,16 +33,20 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from controlplane.gateway.background_responses import BackgroundResponses
+from controlplane.gateway.chat_completion_store import ChatCompletionStore
 from controlplane.gateway.conversation_store import ConversationStore
 from controlplane.gateway.response_store import ResponseStore
 from observe import metrics_names as m
 
 
 def responses_metrics(
-    store: ResponseStore, background: BackgroundResponses, conversations: ConversationStore | None = None
+    store: ResponseStore,
+    background: BackgroundResponses,
+    conversations: ConversationStore | None = None,
+    chat_completions: ChatCompletionStore | None = None,
 ):
-    """The collect function (observe/exporter.py SnapshotCollector) for the gateway's store, background runner and
-    conversations."""
+    """The collect function (observe/exporter.py SnapshotCollector) for the gateway's store, background runner,
+    conversations and stored chat completions."""
 
     def collect() -> Iterable[Metric]:
         yield GaugeMetricFamily(m.RESPONSES_STORED, "Responses kept for GET and previous_response_id.",
@@ -52,11 +61,19 @@ def responses_metrics(
         yield ended
         errors = CounterMetricFamily(m.STORE_WRITE_ERRORS, "Writes to --files-dir that failed, by store.",
                                      labels=["store"])  # fmt: skip
-        for name, kept in (("responses", store), ("conversations", conversations)):
+        for name, kept in (("responses", store), ("conversations", conversations),
+                           ("chat_completions", chat_completions)):  # fmt: skip
             journal = getattr(kept, "journal", None)
             if journal is not None:
                 errors.add_metric([name], journal.num_errors)
         yield errors
+        if chat_completions is not None:
+            yield GaugeMetricFamily(m.CHAT_COMPLETIONS_STORED, "Chat completions kept (store: true).",
+                                    value=len(chat_completions))  # fmt: skip
+            yield GaugeMetricFamily(m.CHAT_COMPLETIONS_STORED_BYTES, "Bytes of the chat completions kept.",
+                                    value=chat_completions.num_bytes)  # fmt: skip
+            yield CounterMetricFamily(m.CHAT_COMPLETIONS_EVICTED, "Chat completions dropped to stay within the bounds.",
+                                      value=chat_completions.num_evicted)  # fmt: skip
         if conversations is None:
             return
         yield GaugeMetricFamily(m.CONVERSATIONS_STORED, "Conversations kept.", value=len(conversations))

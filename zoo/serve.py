@@ -163,12 +163,18 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="/v1/conversations: at most N of them and MIB MiB of items in all (default 4096,64; 0,0 keeps none)",
     )
     p.add_argument(
+        "--chat-completions-store",
+        default=None,
+        metavar="N,MIB",
+        help="/v1/chat/completions with store: at most N of them and MIB MiB in all (default 1024,64; 0,0 keeps none)",
+    )
+    p.add_argument(
         "--store-owner-share",
         type=float,
         default=None,
         metavar="F",
-        help="in both stores, while full, the largest owner (an API key's tenant) above this share of a bound loses "
-        "its own least recently used first, so one tenant cannot evict the others' (default 0.25; 1: plain LRU)",
+        help="in the three stores, while full, the largest owner (an API key's tenant) above this share of a bound "
+        "loses its own least recently used first, so one tenant cannot evict the others' (default 0.25; 1: plain LRU)",
     )
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument(
@@ -421,11 +427,14 @@ def gateway_config_from_args(args: argparse.Namespace):
 
 
 def _store_bounds(args: argparse.Namespace) -> dict:
-    """GatewayConfig's response and conversation store bounds from ``--responses-store N,MIB``,
-    ``--conversations-store N,MIB`` and ``--store-owner-share F`` (those given); SystemExit naming a malformed one."""
+    """GatewayConfig's response, conversation and chat completion store bounds from ``--responses-store N,MIB``,
+    ``--conversations-store N,MIB``, ``--chat-completions-store N,MIB`` and ``--store-owner-share F`` (those given);
+    SystemExit naming a malformed one."""
     out: dict = {}
     for flag, prefix, bytes_name in (("responses_store", "responses_store", "responses_store_bytes"),
-                                     ("conversations_store", "conversations", "conversations_bytes")):  # fmt: skip
+                                     ("conversations_store", "conversations", "conversations_bytes"),
+                                     ("chat_completions_store", "chat_completions_store",
+                                      "chat_completions_store_bytes")):  # fmt: skip
         raw = getattr(args, flag, None)
         if raw is None:
             continue
@@ -441,7 +450,8 @@ def _store_bounds(args: argparse.Namespace) -> dict:
     if share is not None:
         if not 0 < share <= 1:
             raise SystemExit(f"zoo controlplane: --store-owner-share: must be in (0, 1], got {share}")
-        out["responses_owner_share"] = out["conversations_owner_share"] = share
+        for name in ("responses_owner_share", "conversations_owner_share", "chat_completions_owner_share"):
+            out[name] = share
     return out
 
 
@@ -541,7 +551,9 @@ async def _serve_http(
 
         exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
         responses = app.state.responses  # the Responses API's store and background runner
-        collect = responses_metrics(responses.store, responses.background, responses.conversations)
+        collect = responses_metrics(
+            responses.store, responses.background, responses.conversations, app.state.chat_completions
+        )
         exporter.registry.register(SnapshotCollector(collect))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
     await serve_gateway(app, host, port, config, task_status=task_status)

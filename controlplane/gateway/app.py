@@ -83,11 +83,14 @@ from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
-from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_tenant
+from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner
 from controlplane.gateway.batch_span import BatchSpans
+from controlplane.gateway.chat_completion_journal import ChatCompletionJournal
+from controlplane.gateway.chat_completion_routes import ChatCompletionRoutes
+from controlplane.gateway.chat_completion_store import ChatCompletionStore
 from controlplane.gateway.conversation_journal import ConversationJournal
 from controlplane.gateway.conversation_routes import ConversationRoutes
 from controlplane.gateway.conversation_store import ConversationStore
@@ -194,7 +197,7 @@ def create_app(
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
     routes += batch_routes.routes() + MessageBatchRoutes(batch_routes).routes()
-    routes += gateway.conversations.routes()
+    routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
@@ -204,6 +207,7 @@ def create_app(
     app.state.batches, app.state.batch_routes = runner, batch_routes
     app.state.runs = (runner.run, gateway.responses.background.run)  # batches, background responses
     app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
+    app.state.chat_completions = gateway.chat_completions.store  # the stored chat completions (the same)
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=api_keys)
@@ -259,6 +263,11 @@ class Gateway:
         self.conversations = ConversationRoutes(self.read_body, conversations)  # /v1/conversations
         self.responses = ResponsesRoutes(self, store, *background_max, conversations)  # /v1/responses
         self.load = ServerLoad(lambda: self.responses.background.num_running)  # GET /load
+        chat_journal = None if config.files_dir is None else ChatCompletionJournal(config.files_dir)
+        chat_bounds = (config.chat_completions_store_max, config.chat_completions_store_bytes)
+        chat_store = ChatCompletionStore(*chat_bounds, chat_journal, max_share=config.chat_completions_owner_share)
+        chat_store.load()  # those a gateway before this one kept
+        self.chat_completions = ChatCompletionRoutes(self.read_body, chat_store)  # stored ones: GET, list, update
 
     async def handle_completions(self, request: Request) -> Response:
         return await self._handle_generate(request, chat=False)
@@ -436,6 +445,9 @@ class Gateway:
             return_token_ids=args.return_token_ids,
             tokens_as_ids=args.tokens_as_ids,
             predicted=args.sampling.prediction is not None,
+            on_done=self.chat_completions.keep(request_owner(request), args.stored_messages, args.metadata)
+            if chat and args.store
+            else None,
         )
         more = {"num_choices": args.n} if args.n > 1 else {}  # a frontend without choices still serves n = 1
         if args.prompts is not None:  # a batch: n engine requests per prompt (a frontend without batches: n = 1)

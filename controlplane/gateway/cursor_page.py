@@ -1,9 +1,9 @@
 """OpenAI's cursor page: how its list routes answer (``GET /v1/files``, ``/v1/batches``,
-``/v1/responses/{id}/input_items``)::
+``/v1/responses/{id}/input_items``, ``/v1/chat/completions`` and its ``messages``)::
 
     {"object": "list", "data": [...], "first_id": str | null, "last_id": str | null, "has_more": bool}
 
-The query's ``order`` is ``desc`` (OpenAI's default: newest first) or ``asc``, ``limit`` how many at most, and
+The query's ``order`` is ``desc`` (OpenAI's default for most: newest first) or ``asc``, ``limit`` how many at most, and
 ``after`` the id the page starts after (the ``last_id`` of the page before: the openai SDK's list iterators
 follow it). A bad one is a 400 naming it. Sans-IO.
 """
@@ -17,11 +17,18 @@ from transport.codec import clip
 
 
 def cursor_page(
-    objects: Sequence[dict], query: Mapping[str, str], *, default_limit: int, max_limit: int, what: str = "object"
+    objects: Sequence[dict],
+    query: Mapping[str, str],
+    *,
+    default_limit: int,
+    max_limit: int,
+    what: str = "object",
+    default_order: str = "desc",
 ) -> dict:
     """``objects`` (oldest first, each with an ``id``) as one page for ``query``; ``what`` names them in the
-    error for an unknown ``after``."""
-    order = query.get("order", "desc")
+    error for an unknown ``after``; ``default_order`` when the query names none (the chat completions' lists are
+    ``asc``)."""
+    order = query.get("order", default_order)
     if order not in ("asc", "desc"):
         raise invalid_param("order", f"must be 'asc' or 'desc', got {clip(order, 40)!r}")
     limit_text = query.get("limit", str(default_limit))

@@ -29,6 +29,11 @@ class GatewayConfig:
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
     responses_owner_share: float = 0.25  # the largest owner above this share loses its own first when full
+    # /v1/chat/completions with ``store`` (chat_completion_store.py): at most this many completions, and bytes of
+    # them, kept (the least recently used dropped first; 0: none is kept)
+    chat_completions_store_max: int = 1024
+    chat_completions_store_bytes: int = 64 * 1024 * 1024
+    chat_completions_owner_share: float = 0.25  # the largest owner above this share loses its own first when full
     # /v1/responses with ``background``: at most this many run at once, and of them one owner's (an API key's
     # tenant, or the key; an open gateway's requests are one owner's) (gateway/background_responses.py)
     responses_background_max: int = 256
@@ -46,8 +51,8 @@ class GatewayConfig:
     files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
-    # where files, batches, stored responses and conversations are kept, so a restarted gateway resumes its batches
-    # and still has its responses and conversations (None: in memory only)
+    # where files, batches, stored responses, conversations and chat completions are kept, so a restarted gateway
+    # resumes its batches and still has the rest (None: in memory only)
     files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths
@@ -73,10 +78,11 @@ class GatewayConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes",
-                     "conversations_max", "conversations_bytes"):  # fmt: skip
+                     "conversations_max", "conversations_bytes", "chat_completions_store_max",
+                     "chat_completions_store_bytes"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"GatewayConfig.{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("responses_owner_share", "conversations_owner_share"):
+        for name in ("responses_owner_share", "conversations_owner_share", "chat_completions_owner_share"):
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"GatewayConfig.{name} must be in (0, 1], got {getattr(self, name)}")
         if not 0 <= self.models_wait_s < math.inf:

@@ -26,6 +26,7 @@ its first chunk) and each choice's ``token_ids`` (streamed: each chunk's); a com
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError
@@ -83,14 +84,17 @@ class OpenAIReply:
         return_token_ids: bool = False,
         tokens_as_ids: bool = False,
         predicted: bool = False,
+        on_done: Callable[[dict], None] | None = None,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
         chat_echo: a chat's text before each choice's content (vLLM's chat ``echo``: the final assistant message);
         return_token_ids: vLLM's (``prompt_token_ids`` and each choice's ``token_ids``); tokens_as_ids: vLLM's
         ``return_tokens_as_token_ids`` (logprobs name each token "token_id:<id>"); predicted: the request gave a
-        ``prediction`` (usage then counts its accepted and rejected tokens, as OpenAI's does)."""
+        ``prediction`` (usage then counts its accepted and rejected tokens, as OpenAI's does); on_done: called once
+        with the whole reply's object when every choice has ended, whole or streamed (a stored chat completion)."""
         self.predicted = predicted
+        self._on_done = on_done
         self.chat = chat
         self.tools = tools if chat and tools is not None and tools.parses else None
         self.base = {
@@ -157,6 +161,9 @@ class OpenAIReply:
             if reason == "abort":
                 raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
             choice.finish_reason = reason
+            if self._on_done is not None and self.finished:
+                on_done, self._on_done = self._on_done, None
+                on_done(self.full_object())
         return choice
 
     @property

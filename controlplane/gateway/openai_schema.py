@@ -31,6 +31,7 @@ import msgspec
 from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway import service_tier as service_tiers
+from controlplane.gateway.conversation_store import check_metadata
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
@@ -138,6 +139,8 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     chat_template: str | None = None  # vLLM's; refused, as vLLM refuses it without --trust-request-chat-template
     echo: bool | None = None  # extension (as in vLLM): the reply starts with the final assistant message
     prediction: PredictionIn | None = None  # OpenAI's Predicted Outputs: drafts on a node that speculates
+    store: bool | None = None  # OpenAI's: keep the completion for GET /v1/chat/completions (chat_completion_store.py)
+    metadata: dict[str, str] | None = None  # OpenAI's: a stored completion's labels (a list filters by them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,9 @@ class GenerateArgs:
     prompt_logprobs_field: bool = False  # the reply carries vLLM's ``prompt_logprobs`` (the client asked by name)
     return_token_ids: bool = False  # vLLM's: the reply carries ``prompt_token_ids`` and each choice's ``token_ids``
     tokens_as_ids: bool = False  # vLLM's return_tokens_as_token_ids: logprobs name tokens "token_id:<id>"
+    store: bool = False  # a chat's ``store``: the ended completion is kept (gateway/chat_completion_store.py)
+    metadata: dict[str, str] | None = None  # a chat's ``metadata`` (checked), which a stored completion carries
+    stored_messages: tuple[dict, ...] = ()  # with ``store``: the request's messages as GET .../messages lists them
 
     @property
     def tools(self) -> list[ToolSpec] | None:
@@ -263,8 +269,25 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         structured_param=structured_param,
         chat=chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
         chat_echo=messages[-1].content if req.echo and messages[-1].role == "assistant" else "",
+        store=bool(req.store),
+        metadata=check_metadata(req.metadata) if req.metadata is not None else None,
+        stored_messages=tuple(_stored_message(m) for m in req.messages) if req.store else (),
         **_token_id_options(req),
     )
+
+
+def _stored_message(message: ChatMessageIn) -> dict:
+    """A request's message as OpenAI lists a stored completion's: its content as text, and as the parts it came in
+    (``content_parts``) when it came in parts."""
+    parts = None if message.content is None or isinstance(message.content, str) else message.content
+    text = "\n".join(part.text or "" for part in parts) if parts is not None else message.content
+    stored = {"role": message.role, "content": text, "name": message.name}
+    stored["content_parts"] = [{"type": p.type, "text": p.text} for p in parts] if parts is not None else None
+    if message.tool_calls:
+        stored["tool_calls"] = [msgspec.to_builtins(call) for call in message.tool_calls]
+    if message.tool_call_id is not None:
+        stored["tool_call_id"] = message.tool_call_id
+    return stored
 
 
 def _token_id_options(req: _CommonRequest) -> dict:

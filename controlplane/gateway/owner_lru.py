@@ -51,6 +51,10 @@ class OwnerLRU(Generic[V]):
             self._owned[key[0]].move_to_end(key)
         return value
 
+    def values_of(self, owner: Hashable) -> list[V]:
+        """One owner's values, least recently used first (not a use: the order stays)."""
+        return [self._values[key] for key in self._owned.get(owner, ())]
+
     def put(self, key: Key, value: V, size: int) -> None:
         """Keep ``value`` (replacing one of the same key) as the most recently used; ``evict`` next."""
         self.pop(key)

@@ -38,8 +38,9 @@ _REFUSAL_HEADERS = [
 
 # what a client may still read while the control plane drains: its responses, stored or running in the background
 # (gateway/background_responses.py), which the drain lets finish and which a restart forgets, and cancel them; its
-# conversations (gateway/conversation_store.py), which a restart forgets too
-READABLE_WHILE_DRAINING = ("/v1/responses/", "/v1/conversations/")
+# conversations (gateway/conversation_store.py) and stored chat completions (chat_completion_store.py), which a
+# restart forgets too
+READABLE_WHILE_DRAINING = ("/v1/responses/", "/v1/conversations/", "/v1/chat/completions")
 
 
 class HttpInFlight:

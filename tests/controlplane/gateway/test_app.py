@@ -223,7 +223,7 @@ async def test_bad_request_is_400_and_the_gateway_keeps_serving(client, frontend
 
 
 async def test_unknown_fields_are_ignored(client):
-    r = await client.post("/v1/chat/completions", json={**CHAT, "user": "u1", "metadata": {"a": 1}, "zz": [1]})
+    r = await client.post("/v1/chat/completions", json={**CHAT, "user": "u1", "zz": [1], "web_search_options": {}})
     assert r.status_code == 200
 
 
@@ -348,7 +348,8 @@ async def test_health(client, frontend, status, http_status):
 
 async def test_unknown_path_and_wrong_method_in_openai_shape(client):
     assert_error(await client.get("/v1/nothing"), 404)
-    assert_error(await client.get("/v1/chat/completions"), 405)
+    assert_error(await client.put("/v1/chat/completions"), 405)
+    assert_error(await client.get("/v1/completions"), 405)
 
 
 async def test_body_too_large_is_413(frontend):

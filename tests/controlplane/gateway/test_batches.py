@@ -372,17 +372,21 @@ def test_zoo_controlplane_flags_set_how_batches_run():
         gateway_config_from_args(parser.parse_args(["--batch-concurrency", "0"]))
 
 
-def test_zoo_controlplane_flags_bound_the_response_and_conversation_stores():
+def test_zoo_controlplane_flags_bound_the_response_conversation_and_chat_completion_stores():
     parser = argparse.ArgumentParser()
     add_controlplane_args(parser)
     flags = ["--responses-store", "10,2", "--conversations-store", "0,0", "--store-owner-share", "0.5"]
-    config = gateway_config_from_args(parser.parse_args(flags))
+    config = gateway_config_from_args(parser.parse_args([*flags, "--chat-completions-store", "7,0.5"]))
     assert (config.responses_store_max, config.responses_store_bytes) == (10, 2 * 1024 * 1024)
     assert (config.conversations_max, config.conversations_bytes) == (0, 0)
+    assert (config.chat_completions_store_max, config.chat_completions_store_bytes) == (7, 512 * 1024)
     assert config.responses_owner_share == config.conversations_owner_share == 0.5
+    assert config.chat_completions_owner_share == 0.5
     default = gateway_config_from_args(parser.parse_args([]))
     assert (default.responses_store_max, default.responses_owner_share) == (1024, 0.25)
-    for bad in (["--responses-store", "10"], ["--conversations-store=-1,5"], ["--responses-store", "1,inf"]):
+    bads = (["--responses-store", "10"], ["--conversations-store=-1,5"], ["--responses-store", "1,inf"],
+            ["--chat-completions-store", "x,1"])  # fmt: skip
+    for bad in bads:
         with pytest.raises(SystemExit, match=bad[0].split("=")[0]):
             gateway_config_from_args(parser.parse_args(bad))
     for share in ("0", "1.5", "nan"):

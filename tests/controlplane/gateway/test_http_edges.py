@@ -205,7 +205,7 @@ async def test_after_the_edges_the_server_still_serves(gateway):
         assert r.status_code == 200 and r.json()["choices"][0]["text"] == "Hello, world"
         assert (await c.head("/health")).status_code == 200
         assert (await c.head("/metrics")).status_code == 200
-        _assert_openai_error(await c.get("/v1/chat/completions"), 405)
+        _assert_openai_error(await c.get("/v1/completions"), 405)
 
 
 async def test_a_kept_alive_connection_gets_the_header_deadline_again(gateway):

@@ -158,7 +158,9 @@ async def test_models_wait_for_a_node(frontend):
 @pytest.mark.parametrize(
     ("path", "allow"),
     [
-        ("/v1/chat/completions", {"POST", "OPTIONS"}),
+        ("/v1/completions", {"POST", "OPTIONS"}),
+        ("/v1/chat/completions", {"GET", "HEAD", "POST", "OPTIONS"}),  # the create, and the stored ones' list
+        ("/v1/chat/completions/chatcmpl-1", {"GET", "HEAD", "POST", "DELETE", "OPTIONS"}),
         ("/v1/models", {"GET", "HEAD", "OPTIONS"}),
         ("/v1/models/smol", {"GET", "HEAD", "OPTIONS"}),
         ("/tokenize", {"POST", "OPTIONS"}),
