@@ -315,6 +315,7 @@ class NodeCore:
             decode_step_ms=self._rates.decode_step_ms,
             kernels=getattr(engine.runner, "kernels", ""),
             max_loras=engine.scheduler_config.max_loras if getattr(engine.runner, "lora_config", None) else 0,
+            speculative=engine.speculator.config.method if getattr(engine, "speculator", None) is not None else "",
         )
 
     def token_chunk(self, o: RequestOutput) -> TokenChunk:

@@ -114,9 +114,8 @@ class RegistryStats:
 
 
 class _LiveView(NodeView):
-    """A NodeView that compares by identity: the registry makes one object per node state, and policies
-    find changed nodes by comparing snapshot tuples, which calls ``__eq__`` on every changed position
-    (the generated field-by-field one costs ~2 µs). The registry compares values as tuples (``_Node.view_values``)."""
+    """A NodeView that compares by identity (policies compare snapshot tuples; the generated ``__eq__`` costs ~2 µs
+    a node); the registry compares values as tuples (``_Node.view_values``), making one object per node state."""
 
     __slots__ = ()
     __eq__ = object.__eq__
@@ -555,6 +554,7 @@ class ClusterRegistry:
             node.decode_inv_steps,
             node.decode_steps_hist,
             node.decode_slack_hist,
+            bool(hello.speculative),
         )
         if values == node.view_values:
             return  # keep the old object: policies treat an unchanged object as an unchanged node

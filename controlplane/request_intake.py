@@ -35,6 +35,7 @@ from controlplane.model_aliases import resolve_model
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.lora_affinity import prefer_resident
 from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.prediction_affinity import prefer_speculating
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import RESERVED_SALT_PREFIX, TenantLimiter
 from engine import bad_words
@@ -155,6 +156,8 @@ def place_request(
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
     if lora_entry is not None and lora_affinity:
         snapshot = prefer_resident(snapshot, lora_entry.lora.name)  # router/lora_affinity.py
+    if msg.sampling.prediction_token_ids:  # OpenAI's predicted output: drafted from only where a node speculates
+        snapshot = prefer_speculating(snapshot)  # router/prediction_affinity.py
     spill_to = traffic_class.spill_to if traffic_class is not None else []
     if not snapshot.nodes and not spill_to:
         return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)

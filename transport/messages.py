@@ -99,6 +99,9 @@ class NodeHello(Envelope, kw_only=True):
     # placement (zoo agent --host-id/--rack; backends/kv_link_model.py prices KV moves by it); "": not said
     host: str = ""
     rack: str = ""
+    # the method its engine speculates with (engine/spec/spec_config.py: ngram, model, remote); "": it does not (a
+    # request's predicted output is drafted from only where it does: controlplane/router/prediction_affinity.py)
+    speculative: str = ""
 
 
 class Welcome(Envelope, kw_only=True):

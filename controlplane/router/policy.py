@@ -55,6 +55,9 @@ class NodeView:
     # absorbs, in milliseconds (LoadReport.decode_slack_hist, engine/decode_slack.py; RouterConfig.
     # slo_tpot_harm_reported); empty: none
     decode_slack_hist: tuple[int, ...] = ()
+    speculates: bool = (
+        False  # it speculates (hello): a predicted output is drafted from (router/prediction_affinity.py)
+    )
 
 
 @dataclass(frozen=True, slots=True)

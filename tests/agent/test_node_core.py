@@ -282,6 +282,17 @@ def test_hello_carries_the_kv_geometry_context_and_a_power_score():
     assert hello.hardware == cpu_test_hardware()
     assert hello.power_score > 0
     assert hello.kv.prefix_hash_algo == "sha256"  # the default, said
+    assert hello.speculative == ""  # it does not speculate: a predicted output is not drafted from here
+
+
+def test_hello_says_the_node_speculates():
+    from engine.spec.ngram_proposer import NgramProposer
+    from engine.spec.spec_config import SpecDecodeConfig
+    from engine.spec.speculator import Speculator
+
+    core, _ = _core()
+    core.engine.speculator = Speculator(NgramProposer(), SpecDecodeConfig(method="ngram"))
+    assert core.hello(model="m", backend="fake", hardware=cpu_test_hardware(), cell="c").speculative == "ngram"
 
 
 def test_hello_says_how_the_node_names_its_prefix_blocks():
