@@ -163,6 +163,12 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="/v1/conversations: at most N of them and MIB MiB of items in all (default 4096,64; 0,0 keeps none)",
     )
     p.add_argument(
+        "--tool-call-parser",
+        default="hermes",
+        choices=["hermes", "llama3_json", "mistral", "pythonic", "none"],
+        help="how tool_choice auto reads the model's calls, as vLLM's flag (gateway/tool_parsers.py; none: refused)",
+    )
+    p.add_argument(
         "--chat-completions-store",
         default=None,
         metavar="N,MIB",
@@ -389,7 +395,8 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 def gateway_config_from_args(args: argparse.Namespace):
     """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``, ``--files-dir``, the access log's two, the ``--ssl-*`` four, the stores' three);
+    ``--batch-concurrency``, ``--files-dir``, ``--tool-call-parser``, the access log's two, the ``--ssl-*`` four, the
+    stores' three);
     SystemExit on a bad value
     (a --ssl-* file that cannot serve: check_tls_files)."""
     from controlplane.gateway.app import GatewayConfig
@@ -415,6 +422,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             cors_allowed_origins=origins,
             batches=batches,
             files_dir=getattr(args, "files_dir", None),
+            tool_call_parser=None if (parser := getattr(args, "tool_call_parser", "hermes")) == "none" else parser,
             **access_log,
             **tls,
             **stores,

@@ -107,12 +107,13 @@ _DECODER = msgspec.json.Decoder(MessagesRequest)
 _COUNT_DECODER = msgspec.json.Decoder(CountTokensRequest)
 
 
-def parse_messages(body: bytes) -> GenerateArgs:
-    """The request as the gateway's GenerateArgs; FrontendError naming the field at fault."""
+def parse_messages(body: bytes, tool_call_parser: str | None = "hermes") -> GenerateArgs:
+    """The request as the gateway's GenerateArgs; FrontendError naming the field at fault. ``tool_call_parser``
+    reads an ``auto`` reply's calls (gateway/tool_parsers.py; None: the Hermes one, as before it could be set)."""
     req = decode_body(_DECODER, body)
     messages = _conversation(req)
     chat = prefill_options(messages, len(req.messages) - 1)
-    plan = _tool_plan(req)
+    plan = _tool_plan(req, tool_call_parser or "hermes")
     forced = plan.constraint() if plan is not None else None
     try:
         sampling = SamplingParams(
@@ -122,6 +123,7 @@ def parse_messages(body: bytes) -> GenerateArgs:
             max_tokens=req.max_tokens,
             stop=tuple(req.stop_sequences or ()),
             structured_outputs=forced,
+            skip_special_tokens=True if plan is None else plan.skip_special_tokens(None),
         )
     except SamplingParamsError as exc:
         param = {"stop": "stop_sequences", "structured_outputs": "tools"}.get(exc.field, exc.field)
@@ -212,7 +214,7 @@ def _messages_of(index: int, m: MessageIn) -> list[ChatMessage]:
     return results + own
 
 
-def _tool_plan(req: MessagesRequest | CountTokensRequest) -> ToolPlan | None:
+def _tool_plan(req: MessagesRequest | CountTokensRequest, parser: str = "hermes") -> ToolPlan | None:
     choice = req.tool_choice
     if not req.tools:
         if choice is not None and choice.type != "none":
@@ -229,7 +231,7 @@ def _tool_plan(req: MessagesRequest | CountTokensRequest) -> ToolPlan | None:
     plans = {"auto": "auto", "any": "required", "none": "none"}
     if kind not in plans:
         raise invalid_param("tool_choice", f"type must be 'auto', 'any', 'tool' or 'none', got {show_value(kind)}")
-    return ToolPlan(plans[kind], specs, parallel=parallel)
+    return ToolPlan(plans[kind], specs, parallel=parallel, parser=parser)
 
 
 def error_body(err: FrontendError) -> dict:

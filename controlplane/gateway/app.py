@@ -280,7 +280,7 @@ class Gateway:
         arrival_ns = time.monotonic_ns()
 
         async def serve() -> Response:
-            args = parse_messages(await self.read_body(request))
+            args = parse_messages(await self.read_body(request), self.config.tool_call_parser)
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
             reply = MessagesReply(self.model_name(args.model), args.tool_plan)

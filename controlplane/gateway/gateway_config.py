@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from controlplane.gateway.batch_runner import BatchRunnerConfig
-from controlplane.gateway.tool_calls import TOOL_CALL_PARSERS
+from controlplane.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")

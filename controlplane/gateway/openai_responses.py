@@ -235,7 +235,9 @@ def parse_responses(
             repetition_penalty=1.0 if req.repetition_penalty is None else req.repetition_penalty,
             logit_bias=logit_bias_of(req.logit_bias),
             include_stop_str_in_output=bool(req.include_stop_str_in_output),
-            skip_special_tokens=req.skip_special_tokens is not False,
+            skip_special_tokens=req.skip_special_tokens is not False
+            if plan is None
+            else plan.skip_special_tokens(req.skip_special_tokens),
             truncate_prompt_tokens=_fit(req, max_tokens, context_length),
         )
     except SamplingParamsError as exc:

@@ -467,7 +467,9 @@ def _sampling_of(
             prompt_logprobs=prompt_logprobs,
             truncate_prompt_tokens=req.truncate_prompt_tokens,
             include_stop_str_in_output=bool(req.include_stop_str_in_output),
-            skip_special_tokens=req.skip_special_tokens is not False,
+            skip_special_tokens=req.skip_special_tokens is not False
+            if tool_plan is None
+            else tool_plan.skip_special_tokens(req.skip_special_tokens),
             cache_salt=req.cache_salt,
             prediction=prediction,
         )

@@ -4,7 +4,7 @@ ToolPlan, and the reply's ``tool_calls`` read back out of the model's text.
     tool_choice                 how                                             the reply
     "none"                      the tools are left out of the prompt            content, as without tools
     "auto" (the default         the model decides; its text is read by the      the calls it wrote as tool_calls
-     with tools)                tool-call parser (``hermes``)                    (finish_reason "tool_calls"),
+     with tools)                tool-call parser (tool_parsers.py)               (finish_reason "tool_calls"),
                                                                                 the text before them as content
     "required"                  structured outputs: a JSON array of one or      tool_calls, finish_reason
                                 more {"name", "parameters"} (nothing else),     "tool_calls"
@@ -17,16 +17,21 @@ ToolPlan, and the reply's ``tool_calls`` read back out of the model's text.
 Both constraints keep the JSON compact (``disable_any_whitespace``: a small model may otherwise pad an empty
 object with whitespace until max_tokens). This is what vLLM's OpenAI server does (vllm/entrypoints/openai/
 protocol.py ``_get_json_schema_from_tool`` and tool_parsers/utils.py, docs/features/tool_calling.md): a forced call
-always parses, whatever the model; "auto" needs a parser for the model's own format. Differences: vLLM refuses
+always parses, whatever the model; "auto" needs a parser for the model's own format (a format whose marker is a
+special token, mistral's, keeps special tokens in the reply unless the request says otherwise, as vLLM does).
+Differences: vLLM refuses
 "auto" unless started with ``--enable-auto-tool-choice --tool-call-parser``; here the gateway's ``tool_call_parser``
-(GatewayConfig, default "hermes", the format backends/hermes_tools.py writes into prompts whose chat template has no
-tools) is on unless set to None; vLLM's "required" items allow properties beside name and parameters, these do not.
+(GatewayConfig, ``zoo controlplane --tool-call-parser``: hermes, llama3_json, mistral or pythonic, gateway/
+tool_parsers.py; default "hermes", the format backends/hermes_tools.py writes into prompts whose chat template has no
+tools, so a model without tools in its template needs it) is on unless set to None; vLLM's "required" items allow
+properties beside name and parameters, these do not.
 With parallel_tool_calls=false "auto" keeps the first call. The tools reach the prompt through the intake, which
 renders them with the model's chat template.
 
 Streaming: a named call streams its arguments as they are generated; "required" sends its calls when the output is
-complete; "auto" streams content until a ``<tool_call>`` begins (holding back a tail that might begin one), then
-sends the calls at the end.
+complete; "auto" streams content until the parser sees a call begin (holding back a tail that might begin one: for the
+JSON and pythonic formats, which are calls only when the reply opens with them, the reply's blank beginning), then
+sends the calls at the end: the same content and calls as the whole reply.
 """
 
 from __future__ import annotations
@@ -36,13 +41,13 @@ from dataclasses import dataclass
 
 import msgspec
 
-from backends.hermes_tools import MAX_TOOLS, TOOL_CALL_START, check_tools, parse_tool_calls
+from backends.hermes_tools import MAX_TOOLS, check_tools
 from controlplane.frontend import invalid_param
+from controlplane.gateway.tool_parsers import PARSERS, SPECIAL_TOKEN_PARSERS
 from engine.sampling_params import show_value
 from engine.structured_output import StructuredOutput
 from transport.messages import ToolSpec
 
-TOOL_CALL_PARSERS = ("hermes",)
 NOT_GIVEN = msgspec.Raw()
 _NO_PARAMETERS = b'{"type":"object","properties":{},"additionalProperties":false}'  # a function of no arguments
 
@@ -79,12 +84,14 @@ Call = tuple[str, str]  # (function name, arguments as JSON text)
 
 @dataclass(frozen=True, slots=True)
 class ToolPlan:
-    """choice: "none", "auto", "required" or "named" (then ``named`` is the function)."""
+    """choice: "none", "auto", "required" or "named" (then ``named`` is the function); parser: how "auto" reads the
+    model's calls (gateway/tool_parsers.py)."""
 
     choice: str
     specs: tuple[ToolSpec, ...]
     named: str | None = None
     parallel: bool = True
+    parser: str = "hermes"
 
     @property
     def prompt_tools(self) -> list[ToolSpec] | None:
@@ -130,11 +137,19 @@ class ToolPlan:
                 return text, []
             return None, calls
         if self.choice == "auto":
-            parsed = parse_tool_calls(text)
+            parsed = PARSERS[self.parser].parse(text)
             if parsed is not None:
                 content, calls = parsed
                 return content, calls if self.parallel else calls[:1]
         return text, []
+
+    def skip_special_tokens(self, asked: bool | None) -> bool:
+        """SamplingParams.skip_special_tokens for a request that asked ``asked`` (None: said nothing): False where
+        "auto" reads a format whose marker is a special token (mistral's [TOOL_CALLS]), as vLLM's parser adjusts
+        the request, unless the client asked; else as asked (True when it said nothing)."""
+        if asked is None and self.choice == "auto" and self.parser in SPECIAL_TOKEN_PARSERS:
+            return False
+        return asked is not False
 
     def finish_reason(self, reason: str, called: bool) -> str:
         """OpenAI's: "tool_calls" when the model stopped to call (a forced named call stays "stop")."""
@@ -172,7 +187,7 @@ def plan_for(
         raise invalid_param("tool_choice", message)
     if choice == "auto" and parser is None:
         raise invalid_param("tool_choice", '"auto" needs a tool-call parser, and this gateway has none configured')
-    return ToolPlan(choice, specs, parallel=parallel)
+    return ToolPlan(choice, specs, parallel=parallel, parser=parser or "hermes")
 
 
 def tool_specs(tools: list[ToolIn]) -> tuple[ToolSpec, ...]:
@@ -208,6 +223,7 @@ class ToolStream:
     pending: str = ""  # text not yet sent
     in_call: bool = False  # "auto": a call has begun
     called: bool = False
+    sent: bool = False  # "auto": content has gone out (the reply's beginning is behind)
 
     def feed(self, text: str) -> list[dict]:
         if not text:
@@ -221,13 +237,17 @@ class ToolStream:
         self.pending += text
         if self.plan.choice != "auto" or self.in_call:
             return []
-        start = self.pending.find(TOOL_CALL_START)
+        parser = PARSERS[self.plan.parser]
+        start = parser.start(self.pending, not self.sent)
         if start >= 0:
             self.in_call = True
             sent, self.pending = self.pending[:start], self.pending[start:]
+            if not self.sent and not sent.strip():
+                sent = ""  # blank before calls that open the reply: the whole reply has no content either
         else:
-            keep = _held_back(self.pending)
+            keep = parser.held_back(self.pending, not self.sent)
             sent, self.pending = self.pending[: len(self.pending) - keep], self.pending[len(self.pending) - keep :]
+        self.sent = self.sent or bool(sent)
         return [{"content": sent}] if sent else []
 
     def finish(self) -> list[dict]:
@@ -243,14 +263,6 @@ class ToolStream:
             self.called = True
             deltas.append({"tool_calls": call_objects(calls, streamed=True)})
         return deltas
-
-
-def _held_back(text: str) -> int:
-    """The length of ``text``'s longest tail that could be the start of a ``<tool_call>`` tag."""
-    for n in range(min(len(TOOL_CALL_START) - 1, len(text)), 0, -1):
-        if TOOL_CALL_START.startswith(text[-n:]):
-            return n
-    return 0
 
 
 def _spec(index: int, tool: ToolIn) -> ToolSpec:

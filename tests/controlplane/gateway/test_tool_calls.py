@@ -287,7 +287,7 @@ async def test_auto_is_refused_without_a_parser_while_forced_calls_still_work(fr
         assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice"
         assert (await c.post("/v1/chat/completions", json={**CHAT, "tool_choice": NAMED})).status_code == 200
     with pytest.raises(ValueError, match="tool_call_parser"):
-        GatewayConfig(tool_call_parser="mistral")
+        GatewayConfig(tool_call_parser="granite")  # a parser this gateway does not have
 
 
 def test_the_openai_sdk_gets_tool_calls_whole_and_streamed(served, frontend, script):
