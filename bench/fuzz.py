@@ -353,6 +353,10 @@ async def _http_campaign(fleet: Fleet, http: httpx.AsyncClient, config: FuzzConf
                         cases.conversation_ids.append(r.json()["id"])
                     if case.path == "/v1/chat/completions" and b'"store"' in case.body and r.status_code == 200:
                         cases.chat_ids.append(r.json()["id"])
+                    if case.path == "/v1/uploads" and r.status_code == 200:
+                        cases.upload_ids.append(r.json()["id"])
+                    if case.path.endswith("/parts") and r.status_code == 200:
+                        cases.part_ids.append(r.json()["id"])
                     if r.status_code == 500 and len(internal_errors) < 20:
                         body = case.body[:500].decode("latin-1")  # bytes: the report is JSON
                         internal_errors.append({"kind": case.kind, "path": case.path[:200], "body": body})

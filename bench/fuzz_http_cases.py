@@ -7,7 +7,8 @@
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
         in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
         or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
-        /v1/files, or a batch created over an uploaded file, or (one time in five) an Anthropic message batch; one
+        /v1/files, or a batch created over an uploaded file, or an Anthropic message batch, or OpenAI's Uploads
+        (created, a part, completed, cancelled: one time in seven or so); one
         time in fifteen, a Conversations API request: a conversation made, its items added or its metadata
         replaced, valid or not, or read or deleted (or, one time in three, a stored chat completion's request:
         a chat with ``store``, the list and its filters, one read, re-labelled, deleted or its messages paged); a
@@ -200,6 +201,8 @@ class HttpCases:
         self.file_ids: list[str] = []  # files the gateway accepted (the campaign adds them): batches name them
         self.conversation_ids: list[str] = []  # conversations the gateway made (the campaign adds them)
         self.chat_ids: list[str] = []  # stored chat completions the gateway answered (the campaign adds them)
+        self.upload_ids: list[str] = []  # uploads the gateway made (the campaign adds them)
+        self.part_ids: list[str] = []  # parts it took
 
     def _conversation(self) -> str:
         r = self.rng
@@ -267,6 +270,8 @@ class HttpCases:
         """An upload of a JSONL file of batch requests (lines valid, mutated or broken; the multipart itself
         sometimes broken), or a batch created over an accepted file or a made-up one, its fields sometimes nasty."""
         r = self.rng
+        if r.random() < 0.15:
+            return self._upload_parts_case()
         if r.random() < 0.2:
             return self._message_batch_case()
         if r.random() < 0.5:
@@ -278,6 +283,43 @@ class HttpCases:
             name = r.choice(["metadata", "input_file_id", "endpoint", "completion_window", "extra"])
             text = text[:-1] + f', "{name}": {r.choice(NASTY_JSON)(r)}}}'
         return HttpCase("batch", path="/v1/batches", body=text.encode())
+
+    def _upload_parts_case(self) -> HttpCase:
+        """OpenAI's Uploads: one created (fields valid or nasty), a part sent (multipart valid or broken, to a known
+        upload or not), one completed (part ids known, made up, repeated; md5 or not) or cancelled."""
+        r = self.rng
+        known = (
+            r.choice(self.upload_ids[-8:])
+            if self.upload_ids and r.random() < 0.8
+            else r.choice(["upload_nope", "u" * r.randint(1, 3000), "%2e%2e"])
+        )
+        choice = r.random()
+        if choice < 0.3:
+            body = {
+                "bytes": r.choice([0, 5, 64, 2**31, -1]),
+                "filename": r.choice(["f.jsonl", "", "\x00", "x" * 300]),
+                "mime_type": r.choice(["text/jsonl", "jsonl", ""]),
+                "purpose": r.choice(["batch", "user_data", "x"]),
+            }
+            text = json.dumps(body)
+            if r.random() < 0.3:
+                text = text[:-1] + f', "{r.choice(["bytes", "expires_after", "purpose"])}": {r.choice(NASTY_JSON)(r)}}}'
+            return HttpCase("batch", path="/v1/uploads", body=text.encode())
+        if choice < 0.6:
+            data = r.choice([b"abcde", b"", b"x" * 70, b"\xff" * 3])
+            form = (
+                b'--zz\r\nContent-Disposition: form-data; name="data"; filename="b"\r\n\r\n' + data + b"\r\n--zz--\r\n"
+            )
+            if r.random() < 0.2:
+                form = form[: r.randint(0, len(form))]
+            return HttpCase("batch", path=f"/v1/uploads/{known}/parts", body=form, headers={"content-type": MULTIPART})
+        if choice < 0.85:
+            parts = r.sample(self.part_ids[-6:], min(len(self.part_ids[-6:]), r.randint(0, 3))) if self.part_ids else []
+            body = {"part_ids": r.choice([parts, parts + parts[:1], ["part_nope"], "p"])}
+            if r.random() < 0.3:
+                body["md5"] = r.choice(["0" * 32, "x", None])
+            return HttpCase("batch", path=f"/v1/uploads/{known}/complete", body=json.dumps(body).encode())
+        return HttpCase("batch", path=f"/v1/uploads/{known}/cancel", body=b"")
 
     def _message_batch_case(self) -> HttpCase:
         """Anthropic's Message Batches: a batch of message requests (valid, mutated or broken; ids sometimes bad or

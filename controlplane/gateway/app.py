@@ -83,6 +83,7 @@ from controlplane.frontend import Frontend, FrontendError, choice_request_ids
 from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
+from controlplane.gateway.anthropic_models import VERSION_HEADER, anthropic_model, anthropic_models_page
 from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
@@ -124,6 +125,7 @@ from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.structured_fields import check_structured
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
+from controlplane.gateway.upload_routes import UploadRoutes
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
 from transport.codec import clip
 from transport.messages import ErrorCode
@@ -197,6 +199,7 @@ def create_app(
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
     routes += batch_routes.routes() + MessageBatchRoutes(batch_routes).routes()
+    routes += UploadRoutes(batch_routes, config.uploads_pending_bytes).routes()  # OpenAI's Uploads, into the files
     routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)
     if metrics_app is not None:
@@ -329,6 +332,12 @@ class Gateway:
         wait_for_models = getattr(self.frontend, "wait_for_models", None)
         if not names and wait_for_models is not None:
             names = await until_disconnect(request, wait_for_models(self.config.models_wait_s))
+        if VERSION_HEADER in request.headers:  # the anthropic SDK: Anthropic's page (gateway/anthropic_models.py)
+
+            async def serve() -> Response:
+                return json_response(anthropic_models_page(self._model_objects(names), request.query_params))
+
+            return await guarded(request, serve, anthropic_error_body)
         return json_response({"object": "list", "data": self._model_objects(names)})
 
     async def handle_tokenize(self, request: Request) -> Response:
@@ -346,6 +355,10 @@ class Gateway:
     async def handle_model(self, request: Request) -> Response:
         name = request.path_params["model"]
         found = next((obj for obj in self._model_objects(self.frontend.model_names) if obj["id"] == name), None)
+        if VERSION_HEADER in request.headers:  # the anthropic SDK: Anthropic's ModelInfo, its error shape
+            if found is None:
+                return json_response(anthropic_error_body(_unknown_model(name)), status=404)
+            return json_response(anthropic_model(found))
         return error_response(_unknown_model(name)) if found is None else json_response(found)
 
     async def handle_health(self, request: Request) -> Response:

@@ -51,6 +51,9 @@ class GatewayConfig:
     files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
+    # OpenAI's Uploads (upload_routes.py): the parts of uploads not yet completed, held in memory, at most this many
+    # bytes in all (past it a part is a 413; an upload declares at most files_store_bytes)
+    uploads_pending_bytes: int = 512 * 1024 * 1024
     # where files, batches, stored responses, conversations and chat completions are kept, so a restarted gateway
     # resumes its batches and still has the rest (None: in memory only)
     files_dir: str | None = None
@@ -73,8 +76,8 @@ class GatewayConfig:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("files_upload_max_bytes", "files_upload_concurrency", "responses_background_max",
-                     "responses_background_max_per_owner"):  # fmt: skip
+        for name in ("files_upload_max_bytes", "files_upload_concurrency", "uploads_pending_bytes",
+                     "responses_background_max", "responses_background_max_per_owner"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"GatewayConfig.{name} must be >= 1, got {getattr(self, name)}")
         for name in ("responses_store_max", "responses_store_bytes", "files_max", "files_store_bytes",

@@ -22,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from controlplane.frontend import FrontendError, invalid_param
+from controlplane.frontend import FrontendError
 from controlplane.gateway.anthropic_messages import error_body
+from controlplane.gateway.anthropic_page import anthropic_page, page_window
 from controlplane.gateway.api_keys import request_owner, request_tenant
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner
@@ -91,30 +92,11 @@ class MessageBatchRoutes:
 
     async def list(self, request: Request) -> Response:
         async def serve() -> Response:
-            query = request.query_params
-            try:
-                limit = int(query.get("limit", DEFAULT_LIMIT))
-            except ValueError:
-                limit = 0
-            if not 1 <= limit <= MAX_LIMIT:
-                raise invalid_param("limit", f"must be an integer in [1, {MAX_LIMIT}]")
-            if "after_id" in query and "before_id" in query:
-                raise invalid_param("before_id", "cannot be given beside after_id: name one of them")
             owned = [b for b in self.runner.owned(request_owner(request)) if b.endpoint == MESSAGES_ENDPOINT]
-            newest = owned[::-1]
+            newest = owned[::-1]  # newest first: before_id is newer, after_id older (gateway/anthropic_page.py)
             ids = [message_batch_id(b) for b in newest]
-            if "before_id" in query:  # the page just before (newer than) that batch
-                end = ids.index(query["before_id"]) if query["before_id"] in ids else 0
-                start = max(0, end - limit)
-                more = start > 0
-            else:  # the first page, or the one just after (older than) ``after_id``
-                after = query.get("after_id")
-                start = 0 if after is None else ids.index(after) + 1 if after in ids else len(ids)
-                end = min(len(ids), start + limit)
-                more = end < len(ids)
-            data = [self._object(request, b) for b in newest[start:end]]
-            first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-            return json_response({"data": data, "has_more": more, "first_id": first, "last_id": last})
+            start, end, more = page_window(ids, request.query_params, default_limit=DEFAULT_LIMIT, max_limit=MAX_LIMIT)
+            return json_response(anthropic_page([self._object(request, b) for b in newest[start:end]], more))
 
         return await guarded(request, serve, error_body)
 

@@ -1,0 +1,151 @@
+"""OpenAI's Uploads routes on the gateway (gateway/uploads.py holds their state)::
+
+    POST /v1/uploads                    {"bytes", "filename", "mime_type", "purpose", "expires_after"?} → the Upload
+    POST /v1/uploads/{id}/parts         multipart: ``data`` (at most 64 MiB) → the Upload Part
+    POST /v1/uploads/{id}/complete      {"part_ids": [...], "md5"?} → the Upload, completed, with its File
+    POST /v1/uploads/{id}/cancel        → the Upload, cancelled
+
+The completed file goes into the gateway's file store under the store's own checks and bounds (gateway/
+file_store.py: a full store is a 413 and the upload stays pending, its parts kept), and is a File like one sent to
+``POST /v1/files``: a batch may name it. A part's body is read under the part's bound, and at most the file
+routes' ``files_upload_concurrency`` bodies are read at once (gateway/batch_routes.py: each is held in memory).
+An unknown id, or another owner's, is a 404.
+"""
+
+from __future__ import annotations
+
+import time
+
+import anyio
+import msgspec
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from controlplane.frontend import invalid_param
+from controlplane.gateway.api_keys import request_owner
+from controlplane.gateway.errors import http_error_response
+from controlplane.gateway.openai_schema import decode_body
+from controlplane.gateway.request_body import answered, read_body
+from controlplane.gateway.uploads import MAX_PART_BYTES, UploadNotFound, Uploads
+from transport.codec import clip
+
+MAX_FORM_OVERHEAD_BYTES = 64 * 1024  # a part's multipart framing, beside its data
+
+
+class ExpiresAfterIn(msgspec.Struct, kw_only=True):
+    anchor: str
+    seconds: int
+
+
+class UploadCreateIn(msgspec.Struct, kw_only=True):
+    bytes: int
+    filename: str
+    mime_type: str
+    purpose: str
+    expires_after: ExpiresAfterIn | None = None  # read and ignored: files are kept until deleted
+
+
+class UploadCompleteIn(msgspec.Struct, kw_only=True):
+    part_ids: list[str]
+    md5: str | None = None
+
+
+_CREATE = msgspec.json.Decoder(UploadCreateIn)
+_COMPLETE = msgspec.json.Decoder(UploadCompleteIn)
+
+
+class UploadRoutes:
+    """Over the file routes (gateway/batch_routes.py BatchRoutes): their store, body bounds and upload limiter."""
+
+    def __init__(self, file_routes, max_pending_bytes: int) -> None:
+        self.file_routes = file_routes
+        self.uploads = Uploads(file_routes.files.max_bytes, max_pending_bytes, time.time)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/v1/uploads", self.create, methods=["POST"]),
+            Route("/v1/uploads/{upload_id}/parts", self.add_part, methods=["POST"]),
+            Route("/v1/uploads/{upload_id}/complete", self.complete, methods=["POST"]),
+            Route("/v1/uploads/{upload_id}/cancel", self.cancel, methods=["POST"]),
+        ]
+
+    async def create(self, request: Request) -> Response:
+        async def serve() -> Response:
+            routes = self.file_routes
+            body = decode_body(_CREATE, await read_body(request, routes.max_body_bytes, routes.read_timeout_s))
+            obj = self.uploads.create(request_owner(request), body.filename, body.purpose, body.bytes, body.mime_type)
+            return _json(obj)
+
+        return await answered(serve)
+
+    async def add_part(self, request: Request) -> Response:
+        upload_id = request.path_params["upload_id"]
+
+        async def serve() -> Response:
+            async with self.file_routes.uploads:  # a part's body is held in memory: a bounded number at once
+                data = await self._part_data(request)
+            return _json(self.uploads.add_part(request_owner(request), upload_id, data))
+
+        return await self._known(upload_id, serve)
+
+    async def _part_data(self, request: Request) -> bytes:
+        body = await read_body(request, MAX_PART_BYTES + MAX_FORM_OVERHEAD_BYTES, self.file_routes.read_timeout_s)
+        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+            raise invalid_param("data", "a part is a multipart/form-data body with `data`")
+        try:
+            parser = MultiPartParser(
+                request.headers, _once(body), max_files=1, max_fields=4, max_part_size=MAX_FORM_OVERHEAD_BYTES
+            )
+            form = await parser.parse()
+        except MultiPartException as err:
+            raise invalid_param("data", f"the multipart body is malformed: {err.message}") from None
+        try:
+            data = form.get("data")
+            if not isinstance(data, UploadFile):
+                raise invalid_param("data", "is required: the part's bytes, as a multipart file part")
+            return await data.read()
+        finally:
+            await form.close()
+
+    async def complete(self, request: Request) -> Response:
+        upload_id = request.path_params["upload_id"]
+
+        async def serve() -> Response:
+            routes = self.file_routes
+            body = decode_body(_COMPLETE, await read_body(request, routes.max_body_bytes, routes.read_timeout_s))
+            owner = request_owner(request)
+            content, upload = self.uploads.begin_complete(owner, upload_id, body.part_ids, body.md5)
+            try:
+                put = routes.files.upload
+                file_object = await anyio.to_thread.run_sync(put, owner, upload["filename"], upload["purpose"], content)
+            except BaseException:
+                self.uploads.abort_complete(owner, upload_id)  # pending again: it may be completed later
+                raise
+            return _json(self.uploads.completed(owner, upload_id, file_object))
+
+        return await self._known(upload_id, serve)
+
+    async def cancel(self, request: Request) -> Response:
+        upload_id = request.path_params["upload_id"]
+
+        async def serve() -> Response:
+            return _json(self.uploads.cancel(request_owner(request), upload_id))
+
+        return await self._known(upload_id, serve)
+
+    async def _known(self, upload_id: str, serve) -> Response:
+        try:
+            return await answered(serve)
+        except UploadNotFound:
+            return http_error_response(404, f"No upload has the id '{clip(upload_id, 200)}'", code="not_found")
+
+
+async def _once(body: bytes):
+    yield body
+
+
+def _json(obj: dict) -> Response:
+    return Response(msgspec.json.encode(obj), media_type="application/json")

@@ -1,0 +1,180 @@
+"""OpenAI's Uploads (``/v1/uploads``): a large file sent in parts, then completed into one File of the gateway's file
+store (gateway/file_store.py), as the ``openai`` SDK's ``client.uploads.upload_file_chunked`` sends a file past a
+single request's size. Sans-IO: the routes (gateway/upload_routes.py) read the bodies and put the completed file.
+
+    create(owner, filename, purpose, bytes, mime_type)   an Upload, status "pending", expiring an hour after
+    add_part(owner, upload_id, data)                     an Upload Part (at most 64 MiB, OpenAI's bound)
+    begin_complete(owner, upload_id, part_ids, md5)      the content: the parts in the order named, exactly the
+                                                         declared bytes (and md5, if given); ``completed`` then
+                                                         records its File, or ``abort_complete`` reopens it (the
+                                                         file store refused it); meanwhile it takes no part nor a
+                                                         cancel, and does not expire
+    cancel(owner, upload_id)                             status "cancelled"; its parts are dropped
+
+Bounded: an upload declares at most ``max_upload_bytes`` (the file store's own bound: the file must fit there); the
+parts of the uploads not yet completed are held in memory, at most ``max_pending_bytes`` in all (past it a part is a
+413 and nothing is lost: the upload takes the part again later) and ``MAX_PENDING`` uploads. A pending upload past
+its hour expires (its parts dropped, at the next call). An ended upload's record (no parts) is kept, the newest
+``MAX_ENDED``, so completing or cancelling it again says its status. Everything is its owner's: another owner's id is
+unknown. Differences from OpenAI: ``mime_type`` is checked for shape only (OpenAI checks it against the purpose), and
+``expires_after`` is read and ignored (the file store keeps files until deleted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway.file_store import MAX_FILENAME_CHARS, UPLOAD_PURPOSES
+from transport.codec import clip
+from transport.messages import ErrorCode
+
+MAX_PART_BYTES = 64 * 1024 * 1024  # OpenAI's bound on one part
+EXPIRES_S = 3600  # OpenAI's: an upload expires an hour after it is created
+MAX_PENDING = 1000  # uploads not yet completed, over every owner
+MAX_ENDED = 10_000  # ended uploads whose record (no parts) is kept
+MAX_MIME_CHARS = 255
+MAX_PARTS = 10_000  # the parts one upload may hold (8 GB at 1 MiB a part, OpenAI's size)
+
+
+class UploadNotFound(Exception):
+    """No upload of that id is its owner's."""
+
+
+@dataclass(slots=True)
+class _Upload:
+    owner: str | None
+    object: dict
+    parts: dict[str, bytes] = field(default_factory=dict)  # part id → its bytes, in the order added
+    num_bytes: int = 0
+    completing: bool = False  # its file is being kept (begin_complete .. completed / abort_complete)
+
+
+class Uploads:
+    def __init__(self, max_upload_bytes: int, max_pending_bytes: int, clock: Callable[[], float]) -> None:
+        self.max_upload_bytes = max_upload_bytes
+        self.max_pending_bytes = max_pending_bytes
+        self.clock = clock
+        self._pending: dict[str, _Upload] = {}
+        self._ended: OrderedDict[str, _Upload] = OrderedDict()
+        self.pending_bytes = 0
+        self.num_expired = 0
+
+    def create(self, owner: str | None, filename: str, purpose: str, num_bytes: int, mime_type: str) -> dict:
+        """A new pending Upload's object; FrontendError naming the field at fault, or a 429 while full."""
+        self._expire()
+        if purpose not in UPLOAD_PURPOSES:
+            raise invalid_param("purpose", f"must be one of {list(UPLOAD_PURPOSES)} here, got {clip(purpose, 64)!r}")
+        if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
+            raise invalid_param("filename", f"must be a printable file name of 1..{MAX_FILENAME_CHARS} characters")
+        if not 0 <= num_bytes <= self.max_upload_bytes:
+            raise invalid_param("bytes", f"must be in [0, {self.max_upload_bytes}] here, got {num_bytes}")
+        if not mime_type or len(mime_type) > MAX_MIME_CHARS or "/" not in mime_type or not mime_type.isprintable():
+            raise invalid_param("mime_type", f"must be a MIME type (type/subtype), got {clip(mime_type, 64)!r}")
+        if len(self._pending) >= MAX_PENDING:
+            message = f"{MAX_PENDING} uploads are pending here: complete or cancel one first"
+            raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=60.0)
+        now = int(self.clock())
+        upload_id = f"upload_{uuid.uuid4().hex}"
+        obj = {"id": upload_id, "object": "upload", "bytes": num_bytes, "created_at": now, "filename": filename,
+               "purpose": purpose, "status": "pending", "expires_at": now + EXPIRES_S, "file": None}  # fmt: skip
+        self._pending[upload_id] = _Upload(owner, obj)
+        return dict(obj)
+
+    def add_part(self, owner: str | None, upload_id: str, data: bytes) -> dict:
+        """A part added to a pending upload; its Part object. FrontendError: too large, past the declared bytes, the
+        pending bound (413, nothing kept), or the upload is not pending; UploadNotFound."""
+        upload = self._open_one(owner, upload_id)
+        if len(data) > MAX_PART_BYTES:
+            raise FrontendError(ErrorCode.OVERSIZED, f"a part is at most {MAX_PART_BYTES} bytes", param="data")
+        if upload.num_bytes + len(data) > upload.object["bytes"]:
+            declared = upload.object["bytes"]
+            raise invalid_param(
+                "data", f"the parts would hold {upload.num_bytes + len(data)} bytes; {declared} declared"
+            )
+        if len(upload.parts) >= MAX_PARTS:
+            raise invalid_param("data", f"an upload holds at most {MAX_PARTS} parts")
+        if self.pending_bytes + len(data) > self.max_pending_bytes:
+            message = f"the uploads in progress hold {self.pending_bytes} bytes, at most {self.max_pending_bytes}"
+            raise FrontendError(ErrorCode.OVERSIZED, f"{message}: send the part again later", param="data")
+        part_id = f"part_{uuid.uuid4().hex}"
+        upload.parts[part_id] = data
+        upload.num_bytes += len(data)
+        self.pending_bytes += len(data)
+        return {"id": part_id, "object": "upload.part", "created_at": int(self.clock()), "upload_id": upload_id}
+
+    def begin_complete(
+        self, owner: str | None, upload_id: str, part_ids: list[str], md5: str | None
+    ) -> tuple[bytes, dict]:
+        """The completed file's bytes (and the upload's object): the parts named, in that order, each once, all of
+        them, exactly the declared bytes (and ``md5``'s digest, if given); FrontendError naming what is wrong;
+        UploadNotFound. The upload is being completed until ``completed`` or ``abort_complete``."""
+        upload = self._open_one(owner, upload_id)
+        if len(set(part_ids)) != len(part_ids):
+            raise invalid_param("part_ids", "names a part more than once")
+        unknown = [p for p in part_ids if p not in upload.parts]
+        if unknown:
+            raise invalid_param("part_ids", f"names a part this upload does not have: {clip(unknown[0], 64)!r}")
+        if len(part_ids) != len(upload.parts):
+            raise invalid_param("part_ids", f"names {len(part_ids)} of the upload's {len(upload.parts)} parts")
+        if upload.num_bytes != upload.object["bytes"]:
+            message = f"the parts hold {upload.num_bytes} bytes; the upload declared {upload.object['bytes']}"
+            raise invalid_param("part_ids", message)
+        content = b"".join(upload.parts[p] for p in part_ids)
+        if md5 is not None and hashlib.md5(content, usedforsecurity=False).hexdigest() != md5.lower():
+            raise invalid_param("md5", "does not match the parts' bytes")
+        upload.completing = True
+        return content, dict(upload.object)
+
+    def abort_complete(self, owner: str | None, upload_id: str) -> None:
+        """The file store did not keep the file: the upload is pending again, its parts kept."""
+        self._pending_one(owner, upload_id).completing = False
+
+    def completed(self, owner: str | None, upload_id: str, file_object: dict) -> dict:
+        """The upload ended as ``file_object``'s File (the file store kept it); its object."""
+        upload = self._end(self._pending_one(owner, upload_id), "completed")
+        upload.object["file"] = file_object
+        return dict(upload.object)
+
+    def cancel(self, owner: str | None, upload_id: str) -> dict:
+        """A pending upload cancelled, its parts dropped; its object. An ended one: FrontendError saying so."""
+        return dict(self._end(self._open_one(owner, upload_id), "cancelled").object)
+
+    def _open_one(self, owner: str | None, upload_id: str) -> _Upload:
+        """A pending upload not being completed."""
+        upload = self._pending_one(owner, upload_id)
+        if upload.completing:
+            raise invalid_param("upload_id", "the upload is being completed")
+        return upload
+
+    def _pending_one(self, owner: str | None, upload_id: str) -> _Upload:
+        self._expire()
+        upload = self._pending.get(upload_id)
+        if upload is not None and upload.owner == owner:
+            return upload
+        ended = self._ended.get(upload_id)
+        if ended is not None and ended.owner == owner:
+            raise invalid_param("upload_id", f"the upload is {ended.object['status']}, not pending")
+        raise UploadNotFound(upload_id)
+
+    def _end(self, upload: _Upload, status: str) -> _Upload:
+        upload_id = upload.object["id"]
+        del self._pending[upload_id]
+        self.pending_bytes -= upload.num_bytes
+        upload.parts.clear()
+        upload.num_bytes = 0
+        upload.object["status"] = status
+        self._ended[upload_id] = upload
+        while len(self._ended) > MAX_ENDED:
+            self._ended.popitem(last=False)
+        return upload
+
+    def _expire(self) -> None:
+        now = self.clock()
+        for upload in [u for u in self._pending.values() if u.object["expires_at"] <= now and not u.completing]:
+            self._end(upload, "expired")
+            self.num_expired += 1
