@@ -17,12 +17,9 @@ while it is parsed); the others wait their turn, unread.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import anyio
 import msgspec
 from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -34,11 +31,10 @@ from controlplane.gateway.batches import MESSAGES_ENDPOINT, Batch, parse_create
 from controlplane.gateway.cursor_page import cursor_page
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.file_store import FileStore
+from controlplane.gateway.multipart_form import multipart_form
 from controlplane.gateway.request_body import answered, read_body
 from transport.codec import clip
 from transport.trace_context import trace_headers
-
-MAX_FORM_FIELD_BYTES = 64 * 1024  # ``purpose`` and any other non-file field of an upload
 
 
 class BatchRoutes:
@@ -79,15 +75,8 @@ class BatchRoutes:
     async def _upload(self, request: Request) -> Response:
         async def serve() -> Response:
             body = await read_body(request, self.upload_max_bytes, self.read_timeout_s)
-            if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-                raise invalid_param("file", "an upload is a multipart/form-data body with `file` and `purpose`")
-            try:
-                parser = MultiPartParser(
-                    request.headers, _once(body), max_files=1, max_fields=8, max_part_size=MAX_FORM_FIELD_BYTES
-                )
-                form = await parser.parse()
-            except MultiPartException as err:
-                raise invalid_param("file", f"the multipart body is malformed: {err.message}") from None
+            shape = "an upload is a multipart/form-data body with `file` and `purpose`"
+            form = await multipart_form(request, body, param="file", shape=shape, max_fields=8)
             try:
                 unknown = sorted(set(form.keys()) - {"file", "purpose"})
                 if unknown:
@@ -183,10 +172,6 @@ class BatchRoutes:
         """The owner's OpenAI batch of that id (an Anthropic message batch is that API's: message_batch_routes.py)."""
         batch = self.runner.get(request_owner(request), batch_id)
         return None if batch is None or batch.endpoint == MESSAGES_ENDPOINT else batch
-
-
-async def _once(body: bytes) -> AsyncIterator[bytes]:
-    yield body
 
 
 def _json(obj: dict) -> Response:

@@ -53,39 +53,14 @@ class ChatCompletionStore(OwnerLRUStore[StoredChatCompletion]):
         size = len(msgspec.json.encode(obj)) + len(msgspec.json.encode(messages))
         if self.max_completions == 0 or size > self.max_bytes:
             return False
-        key = (owner, obj["id"])
-        self._kept.put(key, StoredChatCompletion(obj, messages, size, next(self._seq)), size)
-        if self.journal is not None:
-            self.journal.save(owner, obj, messages)
-        for (dropped_owner, dropped_id), _ in self._kept.evict(keep=key):
-            if self.journal is not None:
-                self.journal.forget(dropped_owner, dropped_id)
+        stored = StoredChatCompletion(obj, messages, size, next(self._seq))
+        self._keep((owner, obj["id"]), stored, size, lambda journal: journal.save(owner, obj, messages))
         return True
 
-    def load(self) -> int:
-        """The journal's completions back in the store (a restart), within its bounds; how many."""
-        if self.journal is None:
-            return 0
-        journal, self.journal = self.journal, None  # read back, not written again
-        try:
-            for owner, obj, messages in journal.load():
-                plain = tuple({k: v for k, v in m.items() if k != "id"} for m in messages)
-                if not self.put(owner, obj, plain):
-                    journal.forget(owner, obj["id"])  # alone over the bounds now (they were lowered)
-        finally:
-            self.journal = journal
-        journal.keep_keys(set(self._kept))  # within the bounds
-        return len(self._kept)
-
-    def get(self, owner: str | None, completion_id: str) -> StoredChatCompletion | None:
-        return self._kept.get((owner, completion_id))
-
-    def delete(self, owner: str | None, completion_id: str) -> bool:
-        if self._kept.pop((owner, completion_id)) is None:
-            return False
-        if self.journal is not None:
-            self.journal.forget(owner, completion_id)
-        return True
+    def _replay(self, journal):
+        for owner, obj, messages in journal.load():
+            plain = tuple({k: v for k, v in m.items() if k != "id"} for m in messages)
+            yield owner, obj["id"], self.put(owner, obj, plain)
 
     def set_metadata(self, owner: str | None, completion_id: str, metadata: dict[str, str]) -> dict | None:
         """Replace a completion's metadata (OpenAI's only update); the object after, or None: no such completion."""
@@ -94,13 +69,10 @@ class ChatCompletionStore(OwnerLRUStore[StoredChatCompletion]):
         if stored is None:
             return None
         obj = {**stored.object, "metadata": dict(metadata)}
-        change = len(msgspec.json.encode(obj)) - len(msgspec.json.encode(stored.object))
-        self._kept.put(key, replace(stored, object=obj, num_bytes=stored.num_bytes + change), stored.num_bytes + change)
-        if self.journal is not None:
-            self.journal.save(owner, obj, stored.messages)
-        for (dropped_owner, dropped_id), _ in self._kept.evict(keep=key):
-            if self.journal is not None:
-                self.journal.forget(dropped_owner, dropped_id)
+        size = stored.num_bytes + len(msgspec.json.encode(obj)) - len(msgspec.json.encode(stored.object))
+        self._keep(
+            key, replace(stored, object=obj, num_bytes=size), size, lambda j: j.save(owner, obj, stored.messages)
+        )
         return obj
 
     def page(self, owner: str | None, query: Mapping[str, str]) -> dict:

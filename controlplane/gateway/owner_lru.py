@@ -107,9 +107,49 @@ class OwnerLRU(Generic[V]):
 
 
 class OwnerLRUStore(Generic[V]):
-    """A store over an OwnerLRU (``_kept``): its size, bytes and evictions, as /metrics reads them."""
+    """A store over an OwnerLRU (``_kept``) and, optionally, a journal on disk (``journal``: ``forget(owner, id)``
+    and ``keep_keys(keys)``; what it saves is the store's): a record read, kept, deleted, the journal's records read
+    back after a restart, and the store's size, bytes and evictions, as /metrics reads them."""
 
     _kept: OwnerLRU[V]
+    journal = None
+
+    def get(self, owner: Hashable, record_id: str) -> V | None:
+        return self._kept.get((owner, record_id))
+
+    def delete(self, owner: Hashable, record_id: str) -> bool:
+        if self._kept.pop((owner, record_id)) is None:
+            return False
+        if self.journal is not None:
+            self.journal.forget(owner, record_id)
+        return True
+
+    def _keep(self, key: Key, value: V, size: int, save) -> None:
+        """Keep ``value`` (``save(journal)`` writes it to the journal, if any), then evict to the bounds."""
+        self._kept.put(key, value, size)
+        if self.journal is not None:
+            save(self.journal)
+        for (owner, record_id), _ in self._kept.evict(keep=key):
+            if self.journal is not None:
+                self.journal.forget(owner, record_id)
+
+    def load(self) -> int:
+        """The journal's records back in the store (a restart), within its bounds; how many."""
+        if self.journal is None:
+            return 0
+        journal, self.journal = self.journal, None  # read back, not written again
+        try:
+            for owner, record_id, kept in self._replay(journal):
+                if not kept:
+                    journal.forget(owner, record_id)  # alone over the bounds now (they were lowered)
+        finally:
+            self.journal = journal
+        journal.keep_keys(set(self._kept))  # within the bounds
+        return len(self._kept)
+
+    def _replay(self, journal):
+        """(owner, record id, whether it was kept) for each of the journal's records, put back in order."""
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return len(self._kept)

@@ -51,6 +51,14 @@ class ResponseJournal(RecordDir):
         except OSError as e:
             self.failed(obj["id"], e)
 
+    def forget(self, owner: str | None, response_id: str) -> None:
+        """Remove one response's file (deleted, evicted); its id names it alone."""
+        self.drop(response_id)
+
+    def keep_keys(self, kept: set) -> None:
+        """Drop every file but those of ``kept``'s (owner, id) keys."""
+        self.keep_only({response_id for _, response_id in kept})
+
     def load(self) -> list[tuple[str | None, dict, tuple[ChatMessage, ...], tuple[dict, ...]]]:
         """Every stored response on disk, oldest file first: (owner, object, conversation, input items)."""
         records = []

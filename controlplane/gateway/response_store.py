@@ -48,38 +48,15 @@ class ResponseStore(OwnerLRUStore[StoredResponse]):
         size += len(msgspec.json.encode(input_items))
         if self.max_responses == 0 or size > self.max_bytes:
             return False
-        key = (owner, obj["id"])
-        self._kept.put(key, StoredResponse(obj, conversation, size, input_items), size)
-        if self.journal is not None:
-            self.journal.save(owner, obj, conversation, input_items)
-        for _, dropped in self._kept.evict(keep=key):
-            if self.journal is not None:
-                self.journal.drop(dropped.object["id"])
+        stored = StoredResponse(obj, conversation, size, input_items)
+        self._keep(
+            (owner, obj["id"]), stored, size, lambda journal: journal.save(owner, obj, conversation, input_items)
+        )
         return True
 
-    def load(self) -> int:
-        """The journal's responses back in the store (a restart), within its bounds; how many."""
-        if self.journal is None:
-            return 0
-        journal, self.journal = self.journal, None  # read back, not written again
-        try:
-            for owner, obj, conversation, input_items in journal.load():
-                if not self.put(owner, obj, conversation, input_items):
-                    journal.drop(obj["id"])  # alone over the bounds now (they were lowered)
-        finally:
-            self.journal = journal
-        journal.keep_only({response_id for _, response_id in self._kept})  # within the bounds
-        return len(self._kept)
-
-    def get(self, owner: str | None, response_id: str) -> StoredResponse | None:
-        return self._kept.get((owner, response_id))
-
-    def delete(self, owner: str | None, response_id: str) -> bool:
-        if self._kept.pop((owner, response_id)) is None:
-            return False
-        if self.journal is not None:
-            self.journal.drop(response_id)
-        return True
+    def _replay(self, journal):
+        for owner, obj, conversation, input_items in journal.load():
+            yield owner, obj["id"], self.put(owner, obj, conversation, input_items)
 
 
 def _message_bytes(message: ChatMessage) -> int:

@@ -19,7 +19,6 @@ import time
 import anyio
 import msgspec
 from starlette.datastructures import UploadFile
-from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -27,12 +26,11 @@ from starlette.routing import Route
 from controlplane.frontend import invalid_param
 from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.errors import http_error_response
+from controlplane.gateway.multipart_form import MAX_FORM_FIELD_BYTES, multipart_form
 from controlplane.gateway.openai_schema import decode_body
 from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.uploads import MAX_PART_BYTES, UploadNotFound, Uploads
 from transport.codec import clip
-
-MAX_FORM_OVERHEAD_BYTES = 64 * 1024  # a part's multipart framing, beside its data
 
 
 class ExpiresAfterIn(msgspec.Struct, kw_only=True):
@@ -92,16 +90,9 @@ class UploadRoutes:
         return await self._known(upload_id, serve)
 
     async def _part_data(self, request: Request) -> bytes:
-        body = await read_body(request, MAX_PART_BYTES + MAX_FORM_OVERHEAD_BYTES, self.file_routes.read_timeout_s)
-        if not request.headers.get("content-type", "").startswith("multipart/form-data"):
-            raise invalid_param("data", "a part is a multipart/form-data body with `data`")
-        try:
-            parser = MultiPartParser(
-                request.headers, _once(body), max_files=1, max_fields=4, max_part_size=MAX_FORM_OVERHEAD_BYTES
-            )
-            form = await parser.parse()
-        except MultiPartException as err:
-            raise invalid_param("data", f"the multipart body is malformed: {err.message}") from None
+        body = await read_body(request, MAX_PART_BYTES + MAX_FORM_FIELD_BYTES, self.file_routes.read_timeout_s)
+        shape = "a part is a multipart/form-data body with `data`"
+        form = await multipart_form(request, body, param="data", shape=shape, max_fields=4)
         try:
             data = form.get("data")
             if not isinstance(data, UploadFile):
@@ -141,10 +132,6 @@ class UploadRoutes:
             return await answered(serve)
         except UploadNotFound:
             return http_error_response(404, f"No upload has the id '{clip(upload_id, 200)}'", code="not_found")
-
-
-async def _once(body: bytes):
-    yield body
 
 
 def _json(obj: dict) -> Response:
