@@ -351,7 +351,8 @@ async def _http_campaign(fleet: Fleet, http: httpx.AsyncClient, config: FuzzConf
                         cases.file_ids.append(r.json()["id"])
                     if case.path == "/v1/conversations" and r.status_code == 200:  # later cases may name it
                         cases.conversation_ids.append(r.json()["id"])
-                    if case.path == "/v1/chat/completions" and b'"store"' in case.body and r.status_code == 200:
+                    stored = b'"store"' in case.body and r.headers.get("content-type") == "application/json"
+                    if case.path == "/v1/chat/completions" and stored and r.status_code == 200:  # not a stream
                         cases.chat_ids.append(r.json()["id"])
                     if case.path == "/v1/uploads" and r.status_code == 200:
                         cases.upload_ids.append(r.json()["id"])
