@@ -5,6 +5,9 @@
                                                  "failed" (any other answer, or left unrun when a window closed)
     zoo:batch_requests_waiting                   gauge: requests of unfinished batches not answered yet
     zoo:files, zoo:files_bytes                   gauges: files kept (uploads and batch results) and their bytes
+    zoo:uploads_pending, zoo:uploads_pending_bytes   gauges: OpenAI Uploads not completed yet and the bytes of their
+                                                 parts, held in memory (against GatewayConfig.uploads_pending_bytes)
+    zoo:uploads_expired_total                    counter: uploads that expired (an hour) before they were completed
 
 A batch's requests are the fleet's like any other (its traffic class's series count them too); these say how far
 the batches are. Registered on the control plane's exporter beside its own (zoo/serve.py).
@@ -19,11 +22,13 @@ from prometheus_client.metrics_core import Metric
 
 from controlplane.gateway.batch_runner import BatchRunner
 from controlplane.gateway.batches import STATUSES
+from controlplane.gateway.uploads import Uploads
 from observe import metrics_names as m
 
 
-def batch_metrics(runner: BatchRunner):
-    """The collect function (observe/exporter.py SnapshotCollector) for ``runner`` and its file store."""
+def batch_metrics(runner: BatchRunner, uploads: Uploads | None = None):
+    """The collect function (observe/exporter.py SnapshotCollector) for ``runner``, its file store and the uploads
+    into it."""
 
     def collect() -> Iterable[Metric]:
         stats = runner.stats()
@@ -39,5 +44,11 @@ def batch_metrics(runner: BatchRunner):
                                 value=stats["waiting"])  # fmt: skip
         yield GaugeMetricFamily(m.FILES, "Files kept (uploads and batch results).", value=len(runner.files))
         yield GaugeMetricFamily(m.FILES_BYTES, "Bytes of the files kept.", value=runner.files.num_bytes)
+        if uploads is not None:
+            yield GaugeMetricFamily(m.UPLOADS_PENDING, "Uploads not completed yet.", value=uploads.num_pending)
+            yield GaugeMetricFamily(m.UPLOADS_PENDING_BYTES, "Bytes of the parts of uploads not completed yet.",
+                                    value=uploads.pending_bytes)  # fmt: skip
+            yield CounterMetricFamily(m.UPLOADS_EXPIRED, "Uploads that expired before they were completed.",
+                                      value=uploads.num_expired)  # fmt: skip
 
     return collect

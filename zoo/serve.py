@@ -557,7 +557,7 @@ async def _serve_http(
         from observe.http_metrics import instrument_gateway
         from observe.responses_metrics import responses_metrics
 
-        exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches)))
+        exporter.registry.register(SnapshotCollector(batch_metrics(app.state.batches, app.state.uploads)))
         responses = app.state.responses  # the Responses API's store and background runner
         collect = responses_metrics(
             responses.store, responses.background, responses.conversations, app.state.chat_completions

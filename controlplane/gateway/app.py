@@ -199,7 +199,8 @@ def create_app(
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
     routes += batch_routes.routes() + MessageBatchRoutes(batch_routes).routes()
-    routes += UploadRoutes(batch_routes, config.uploads_pending_bytes).routes()  # OpenAI's Uploads, into the files
+    uploads = UploadRoutes(batch_routes, config.uploads_pending_bytes)  # OpenAI's Uploads, into the files
+    routes += uploads.routes()
     routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)
     if metrics_app is not None:
@@ -207,7 +208,7 @@ def create_app(
     if sd_app is not None:
         routes.append(Route("/metrics/targets", _ExactPathApp(sd_app), methods=["GET"]))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=_lifespan)  # it runs app.state.runs
-    app.state.batches, app.state.batch_routes = runner, batch_routes
+    app.state.batches, app.state.batch_routes, app.state.uploads = runner, batch_routes, uploads.uploads
     app.state.runs = (runner.run, gateway.responses.background.run)  # batches, background responses
     app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
     app.state.chat_completions = gateway.chat_completions.store  # the stored chat completions (the same)

@@ -64,6 +64,11 @@ class Uploads:
         self.pending_bytes = 0
         self.num_expired = 0
 
+    @property
+    def num_pending(self) -> int:
+        """Uploads not completed, cancelled nor expired yet (those past their hour count until the next call)."""
+        return len(self._pending)
+
     def create(self, owner: str | None, filename: str, purpose: str, num_bytes: int, mime_type: str) -> dict:
         """A new pending Upload's object; FrontendError naming the field at fault, or a 429 while full."""
         self._expire()

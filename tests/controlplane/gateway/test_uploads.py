@@ -183,3 +183,24 @@ def test_an_upload_being_completed_takes_no_part_nor_cancel_until_it_ends():
     assert uploads.begin_complete(None, made["id"], [part], None)[0] == b"ab"
     done = uploads.completed(None, made["id"], {"id": "file-1"})
     assert done["status"] == "completed" and done["file"] == {"id": "file-1"} and uploads.pending_bytes == 0
+
+
+@pytest.mark.anyio
+async def test_the_uploads_on_the_control_planes_metrics(make_frontend):
+    """observe/batch_metrics.py, as zoo/serve.py registers it: uploads pending and their parts' bytes."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from observe.batch_metrics import batch_metrics
+    from observe.exporter import SnapshotCollector
+
+    app = create_app(make_frontend())
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(batch_metrics(app.state.batches, app.state.uploads)))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+        body = {"bytes": 10, "filename": "f.jsonl", "mime_type": "text/jsonl", "purpose": "batch"}
+        for _ in range(2):
+            upload = (await c.post("/v1/uploads", json=body)).json()["id"]
+        await c.post(f"/v1/uploads/{upload}/parts", files={"data": ("x", b"1234")})
+    text = generate_latest(registry).decode()
+    assert "zoo:uploads_pending 2.0" in text and "zoo:uploads_pending_bytes 4.0" in text
+    assert "zoo:uploads_expired_total 0.0" in text
