@@ -3,6 +3,8 @@
 - OpenAI's stored chat completions (``store: true``): ``client.chat.completions.create`` whole and streamed, then
   ``.list`` (with its ``metadata`` and ``model`` filters and its cursor), ``.retrieve``, ``.update``,
   ``.messages.list`` and ``.delete``;
+- OpenAI's Uploads: a batch input file sent in parts (``client.uploads.upload_file_chunked``), then run as a batch;
+- Anthropic's Models API shape (``anthropic.Anthropic().models.list()`` / ``.retrieve()``);
 - a predicted output routed where a node speculates (controlplane/router/prediction_affinity.py): a fleet of two
   torch agents, one speculating; each request with a ``prediction`` whose usage says drafts were accepted ran on the
   speculating node (a node that does not speculate accepts none), and requests without one are placed by the
@@ -120,12 +122,59 @@ def prediction_routing(client: openai.OpenAI, rounds: int = 6) -> dict:
     }
 
 
+def upload_to_batch(client: openai.OpenAI, tmp_dir: str) -> dict:
+    """A batch input file sent in parts (``client.uploads.upload_file_chunked``, 256-byte parts), then run."""
+    lines = [
+        {"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": MODEL, "max_tokens": 8, "temperature": 0,
+                  "messages": [{"role": "user", "content": f"Say the number {i}."}]}}
+        for i in range(4)
+    ]  # fmt: skip
+    path = f"{tmp_dir}/requests.jsonl"
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(line) + "\n" for line in lines))
+    t0 = time.monotonic()
+    upload = client.uploads.upload_file_chunked(file=path, mime_type="text/jsonl", purpose="batch", part_size=256)
+    batch = client.batches.create(
+        input_file_id=upload.file.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    while batch.status not in ("completed", "failed", "expired", "cancelled") and time.monotonic() - t0 < 300:
+        time.sleep(0.2)
+        batch = client.batches.retrieve(batch.id)
+    answers = client.files.content(batch.output_file_id).text.splitlines() if batch.output_file_id else []
+    return {
+        "upload_status": upload.status,
+        "file_bytes": upload.file.bytes,
+        "same_bytes": client.files.content(upload.file.id).read() == open(path, "rb").read(),
+        "batch_status": batch.status,
+        "answered": len(answers),
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+
+
+def anthropic_models() -> dict:
+    import anthropic
+
+    with anthropic.Anthropic(base_url=BASE, api_key="x", max_retries=0, timeout=30) as client:
+        models = client.models.list().data
+        one = client.models.retrieve(models[0].id)
+        return {"sdk": anthropic.__version__, "listed": [m.id for m in models], "retrieved": one.id,
+                "max_input_tokens": one.max_input_tokens, "created_at": one.created_at.isoformat()}  # fmt: skip
+
+
 def main() -> None:
-    with openai.OpenAI(base_url=f"{BASE}/v1", api_key="x", max_retries=0, timeout=120) as o:
+    import tempfile
+
+    with (
+        openai.OpenAI(base_url=f"{BASE}/v1", api_key="x", max_retries=0, timeout=120) as o,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         report = {
             "sdk": {"openai": openai.__version__},
             "stored_chat_completions": stored_completions(o),
             "prediction_routing": prediction_routing(o),
+            "upload_to_batch": upload_to_batch(o, tmp),
+            "anthropic_models": anthropic_models(),
         }
     print(json.dumps(report, indent=1))
 
