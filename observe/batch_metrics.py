@@ -5,6 +5,7 @@
                                                  "failed" (any other answer, or left unrun when a window closed)
     zoo:batch_requests_waiting                   gauge: requests of unfinished batches not answered yet
     zoo:files, zoo:files_bytes                   gauges: files kept (uploads and batch results) and their bytes
+    zoo:files_expired_total                      counter: files deleted when their expires_after ran out
     zoo:uploads_pending, zoo:uploads_pending_bytes   gauges: OpenAI Uploads not completed yet and the bytes of their
                                                  parts, held in memory (against GatewayConfig.uploads_pending_bytes)
     zoo:uploads_expired_total                    counter: uploads that expired (an hour) before they were completed
@@ -44,6 +45,8 @@ def batch_metrics(runner: BatchRunner, uploads: Uploads | None = None):
                                 value=stats["waiting"])  # fmt: skip
         yield GaugeMetricFamily(m.FILES, "Files kept (uploads and batch results).", value=len(runner.files))
         yield GaugeMetricFamily(m.FILES_BYTES, "Bytes of the files kept.", value=runner.files.num_bytes)
+        yield CounterMetricFamily(m.FILES_EXPIRED, "Files deleted when their expiry came.",
+                                  value=runner.files.num_expired)  # fmt: skip
         if uploads is not None:
             yield GaugeMetricFamily(m.UPLOADS_PENDING, "Uploads not completed yet.", value=uploads.num_pending)
             yield GaugeMetricFamily(m.UPLOADS_PENDING_BYTES, "Bytes of the parts of uploads not completed yet.",

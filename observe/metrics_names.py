@@ -107,6 +107,7 @@ CONVERSATIONS_STORED = "zoo:conversations_stored"  # gauge: /v1/conversations ke
 CONVERSATIONS_STORED_BYTES = "zoo:conversations_stored_bytes"  # gauge: their items' and metadata's bytes
 CONVERSATIONS_EVICTED = "zoo:conversations_evicted"  # counter (_total): dropped, least recently used, for the bounds
 CONVERSATIONS_UNRECORDED = "zoo:conversations_unrecorded_responses"  # counter (_total): items a conversation refused
+FILES_EXPIRED = "zoo:files_expired"  # counter (_total): files deleted when their expires_after ran out
 UPLOADS_PENDING = "zoo:uploads_pending"  # gauge: OpenAI Uploads not completed yet
 UPLOADS_PENDING_BYTES = "zoo:uploads_pending_bytes"  # gauge: their parts' bytes, held in memory
 UPLOADS_EXPIRED = "zoo:uploads_expired"  # counter (_total): expired before they were completed

@@ -30,7 +30,7 @@ from controlplane.gateway.batch_runner import BatchRunner
 from controlplane.gateway.batches import MESSAGES_ENDPOINT, Batch, parse_create
 from controlplane.gateway.cursor_page import cursor_page
 from controlplane.gateway.errors import error_response, http_error_response
-from controlplane.gateway.file_store import FileStore
+from controlplane.gateway.file_store import FileStore, expires_after_s
 from controlplane.gateway.multipart_form import multipart_form
 from controlplane.gateway.request_body import answered, read_body
 from transport.codec import clip
@@ -78,18 +78,20 @@ class BatchRoutes:
             shape = "an upload is a multipart/form-data body with `file` and `purpose`"
             form = await multipart_form(request, body, param="file", shape=shape, max_fields=8)
             try:
-                unknown = sorted(set(form.keys()) - {"file", "purpose"})
+                unknown = sorted(set(form.keys()) - {"file", "purpose", *EXPIRES_FIELDS})
                 if unknown:
                     field = clip(unknown[0], 64)
-                    raise invalid_param(field, "is not supported here (an upload takes `file` and `purpose`)")
+                    message = "is not supported here (an upload takes `file`, `purpose` and `expires_after`)"
+                    raise invalid_param(field, message)
                 upload, purpose = form.get("file"), form.get("purpose")
                 if not isinstance(upload, UploadFile):
                     raise invalid_param("file", "is required: the file's bytes, as a multipart file part")
                 if not isinstance(purpose, str):
                     raise invalid_param("purpose", "is required")
+                expires = _form_expires_after(form)
                 content = await upload.read()
                 owner, name = request_owner(request), upload.filename or ""
-                obj = await anyio.to_thread.run_sync(self.files.upload, owner, name, purpose, content)
+                obj = await anyio.to_thread.run_sync(self.files.upload, owner, name, purpose, content, expires)
             finally:
                 await form.close()
             return _json(obj)
@@ -172,6 +174,18 @@ class BatchRoutes:
         """The owner's OpenAI batch of that id (an Anthropic message batch is that API's: message_batch_routes.py)."""
         batch = self.runner.get(request_owner(request), batch_id)
         return None if batch is None or batch.endpoint == MESSAGES_ENDPOINT else batch
+
+
+EXPIRES_FIELDS = ("expires_after[anchor]", "expires_after[seconds]")  # how the openai SDK sends a nested field
+
+
+def _form_expires_after(form) -> int | None:
+    """An upload's ``expires_after`` in seconds (None: not given); a 400 naming it when malformed."""
+    anchor, seconds = (form.get(name) for name in EXPIRES_FIELDS)
+    if anchor is None and seconds is None:
+        return None
+    number = int(seconds) if isinstance(seconds, str) and seconds.isdigit() and len(seconds) < 12 else seconds
+    return expires_after_s(anchor, number, "expires_after")
 
 
 def _json(obj: dict) -> Response:

@@ -365,7 +365,8 @@ class BatchRunner:
         for content, kind in ((output, "output"), (failed, "error")):
             if content:
                 name = f"{batch.id}_{kind}.jsonl"
-                obj = await anyio.to_thread.run_sync(self.files.put, batch.owner, name, OUTPUT_PURPOSE, bytes(content))
+                put, expires = self.files.put, batch.output_expires_after
+                obj = await anyio.to_thread.run_sync(put, batch.owner, name, OUTPUT_PURPOSE, bytes(content), expires)
                 setattr(batch, f"{kind}_file_id", obj["id"])
         batch.set_status("cancelled" if cancelled else "expired" if expired else "completed")
         self._save(batch)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway.file_store import expires_after_s
 from controlplane.gateway.openai_schema import decode_body
 from transport.codec import clip
 from transport.messages import ErrorCode
@@ -46,11 +47,17 @@ STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "e
 TERMINAL = frozenset({"failed", "completed", "expired", "cancelled"})
 
 
+class _ExpiresAfter(msgspec.Struct):
+    anchor: str
+    seconds: int
+
+
 class _CreateBody(msgspec.Struct, forbid_unknown_fields=True):
     input_file_id: str
     endpoint: str
     completion_window: str
     metadata: dict[str, str] | None = None
+    output_expires_after: _ExpiresAfter | None = None  # OpenAI's: the output and error files expire (file_store.py)
 
 
 _CREATE_DECODER = msgspec.json.Decoder(_CreateBody)
@@ -111,6 +118,7 @@ class Batch:
     )
     output_file_id: str | None = None
     error_file_id: str | None = None
+    output_expires_after: int | None = None  # seconds its output and error files are kept (None: until deleted)
 
     def set_status(self, status: str) -> None:
         self.status = status
@@ -182,6 +190,9 @@ def parse_create(body: bytes, owner: str | None, *, window_s: float | None = Non
         created_at=now,
         expires_at=now + max(1, round(window)),
         metadata=req.metadata,
+        output_expires_after=None
+        if req.output_expires_after is None
+        else expires_after_s(req.output_expires_after.anchor, req.output_expires_after.seconds, "output_expires_after"),
     )
 
 

@@ -26,6 +26,7 @@ from starlette.routing import Route
 from controlplane.frontend import invalid_param
 from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.errors import http_error_response
+from controlplane.gateway.file_store import expires_after_s
 from controlplane.gateway.multipart_form import MAX_FORM_FIELD_BYTES, multipart_form
 from controlplane.gateway.openai_schema import decode_body
 from controlplane.gateway.request_body import answered, read_body
@@ -43,7 +44,7 @@ class UploadCreateIn(msgspec.Struct, kw_only=True):
     filename: str
     mime_type: str
     purpose: str
-    expires_after: ExpiresAfterIn | None = None  # read and ignored: files are kept until deleted
+    expires_after: ExpiresAfterIn | None = None  # the completed file's (gateway/file_store.py)
 
 
 class UploadCompleteIn(msgspec.Struct, kw_only=True):
@@ -74,7 +75,10 @@ class UploadRoutes:
         async def serve() -> Response:
             routes = self.file_routes
             body = decode_body(_CREATE, await read_body(request, routes.max_body_bytes, routes.read_timeout_s))
-            obj = self.uploads.create(request_owner(request), body.filename, body.purpose, body.bytes, body.mime_type)
+            after = body.expires_after
+            expires = None if after is None else expires_after_s(after.anchor, after.seconds, "expires_after")
+            owner = request_owner(request)
+            obj = self.uploads.create(owner, body.filename, body.purpose, body.bytes, body.mime_type, expires)
             return _json(obj)
 
         return await answered(serve)
@@ -108,10 +112,12 @@ class UploadRoutes:
             routes = self.file_routes
             body = decode_body(_COMPLETE, await read_body(request, routes.max_body_bytes, routes.read_timeout_s))
             owner = request_owner(request)
-            content, upload = self.uploads.begin_complete(owner, upload_id, body.part_ids, body.md5)
+            content, upload, expires = self.uploads.begin_complete(owner, upload_id, body.part_ids, body.md5)
             try:
-                put = routes.files.upload
-                file_object = await anyio.to_thread.run_sync(put, owner, upload["filename"], upload["purpose"], content)
+                name, purpose = upload["filename"], upload["purpose"]
+                file_object = await anyio.to_thread.run_sync(
+                    routes.files.upload, owner, name, purpose, content, expires
+                )
             except BaseException:
                 self.uploads.abort_complete(owner, upload_id)  # pending again: it may be completed later
                 raise

@@ -16,8 +16,8 @@ parts of the uploads not yet completed are held in memory, at most ``max_pending
 413 and nothing is lost: the upload takes the part again later) and ``MAX_PENDING`` uploads. A pending upload past
 its hour expires (its parts dropped, at the next call). An ended upload's record (no parts) is kept, the newest
 ``MAX_ENDED``, so completing or cancelling it again says its status. Everything is its owner's: another owner's id is
-unknown. Differences from OpenAI: ``mime_type`` is checked for shape only (OpenAI checks it against the purpose), and
-``expires_after`` is read and ignored (the file store keeps files until deleted).
+unknown. ``expires_after`` (checked at create) is the completed file's (gateway/file_store.py). A difference from
+OpenAI: ``mime_type`` is checked for shape only (OpenAI checks it against the purpose).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class _Upload:
     parts: dict[str, bytes] = field(default_factory=dict)  # part id → its bytes, in the order added
     num_bytes: int = 0
     completing: bool = False  # its file is being kept (begin_complete .. completed / abort_complete)
+    expires_after: int | None = None  # the completed file's expiry, in seconds (None: the file store's default)
 
 
 class Uploads:
@@ -69,7 +70,15 @@ class Uploads:
         """Uploads not completed, cancelled nor expired yet (those past their hour count until the next call)."""
         return len(self._pending)
 
-    def create(self, owner: str | None, filename: str, purpose: str, num_bytes: int, mime_type: str) -> dict:
+    def create(
+        self,
+        owner: str | None,
+        filename: str,
+        purpose: str,
+        num_bytes: int,
+        mime_type: str,
+        expires_after: int | None = None,
+    ) -> dict:
         """A new pending Upload's object; FrontendError naming the field at fault, or a 429 while full."""
         self._expire()
         if purpose not in UPLOAD_PURPOSES:
@@ -87,7 +96,7 @@ class Uploads:
         upload_id = f"upload_{uuid.uuid4().hex}"
         obj = {"id": upload_id, "object": "upload", "bytes": num_bytes, "created_at": now, "filename": filename,
                "purpose": purpose, "status": "pending", "expires_at": now + EXPIRES_S, "file": None}  # fmt: skip
-        self._pending[upload_id] = _Upload(owner, obj)
+        self._pending[upload_id] = _Upload(owner, obj, expires_after=expires_after)
         return dict(obj)
 
     def add_part(self, owner: str | None, upload_id: str, data: bytes) -> dict:
@@ -114,10 +123,10 @@ class Uploads:
 
     def begin_complete(
         self, owner: str | None, upload_id: str, part_ids: list[str], md5: str | None
-    ) -> tuple[bytes, dict]:
-        """The completed file's bytes (and the upload's object): the parts named, in that order, each once, all of
-        them, exactly the declared bytes (and ``md5``'s digest, if given); FrontendError naming what is wrong;
-        UploadNotFound. The upload is being completed until ``completed`` or ``abort_complete``."""
+    ) -> tuple[bytes, dict, int | None]:
+        """The completed file's bytes (the upload's object, its file's expiry): the parts named, in that order, each
+        once, all of them, exactly the declared bytes (and ``md5``'s digest, if given); FrontendError naming what is
+        wrong; UploadNotFound. The upload is being completed until ``completed`` or ``abort_complete``."""
         upload = self._open_one(owner, upload_id)
         if len(set(part_ids)) != len(part_ids):
             raise invalid_param("part_ids", "names a part more than once")
@@ -133,7 +142,7 @@ class Uploads:
         if md5 is not None and hashlib.md5(content, usedforsecurity=False).hexdigest() != md5.lower():
             raise invalid_param("md5", "does not match the parts' bytes")
         upload.completing = True
-        return content, dict(upload.object)
+        return content, dict(upload.object), upload.expires_after
 
     def abort_complete(self, owner: str | None, upload_id: str) -> None:
         """The file store did not keep the file: the upload is pending again, its parts kept."""

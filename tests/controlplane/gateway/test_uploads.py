@@ -174,8 +174,8 @@ def test_an_upload_being_completed_takes_no_part_nor_cancel_until_it_ends():
     uploads = Uploads(max_upload_bytes=100, max_pending_bytes=100, clock=lambda: 0.0)
     made = uploads.create(None, "f.jsonl", "batch", 2, "text/jsonl")
     part = uploads.add_part(None, made["id"], b"ab")["id"]
-    content, obj = uploads.begin_complete(None, made["id"], [part], None)
-    assert content == b"ab" and obj["filename"] == "f.jsonl"
+    content, obj, expires = uploads.begin_complete(None, made["id"], [part], None)
+    assert content == b"ab" and obj["filename"] == "f.jsonl" and expires is None
     for call in (lambda: uploads.cancel(None, made["id"]), lambda: uploads.add_part(None, made["id"], b"")):
         with pytest.raises(FrontendError, match="being completed"):
             call()
