@@ -1,7 +1,9 @@
 """The OpenAI-compatible HTTP gateway: a Starlette app in front of a Frontend (the control plane).
 
     POST /v1/completions          stream=false → one JSON object; stream=true → SSE, then [DONE]
-    POST /v1/chat/completions     (same)
+    POST /v1/chat/completions     (same); with ``store: true`` the ended completion is kept (chat_completion_store.py)
+    GET  /v1/chat/completions     the stored ones; GET/POST/DELETE .../{id}, GET .../{id}/messages
+                                  (chat_completion_routes.py)
     POST /v1/messages             Anthropic's Messages API over the same engine requests (anthropic_messages.py;
                                   its errors in Anthropic's shape, its stream in Anthropic's events)
     POST /v1/messages/count_tokens  its prompt's tokens, as /tokenize counts them
@@ -19,10 +21,12 @@
     /v1/files, /v1/batches        OpenAI's Files and Batch APIs (batch_routes.py): a JSONL file of requests run in
                                   the background, each through its own route above (batch_runner.py, run by
                                   serve_gateway or the app's lifespan); results as output and error files
+    /v1/uploads                   OpenAI's Uploads API: a file in parts, completed into the files (upload_routes.py)
     GET  /v1/models               the frontend's model_names as OpenAI's list (before any node has joined it
                                   waits for one, at most ``models_wait_s``), then the aliases of served models
                                   (controlplane/model_aliases.py: ``parent`` names the model; replies name it too)
-    GET  /v1/models/{model}       one of them, or 404 model_not_found
+    GET  /v1/models/{model}       one of them, or 404 model_not_found (both in Anthropic's shape for a request with
+                                  ``anthropic-version``: anthropic_models.py)
     POST /tokenize, /detokenize   as vLLM serves them (gateway/tokenize_routes.py)
     POST /invocations             SageMaker's path: the route the body's shape names, as vLLM picks it
                                   (gateway/invocations.py); GET/POST /ping is /health

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from controlplane.frontend import FrontendError, invalid_param
+from controlplane.gateway.conversation_store import check_metadata
 from controlplane.gateway.file_store import expires_after_s
 from controlplane.gateway.openai_schema import decode_body
 from transport.codec import clip
@@ -38,9 +39,6 @@ from transport.messages import ErrorCode
 ENDPOINTS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score", "/v1/rerank")
 MESSAGES_ENDPOINT = "/v1/messages"  # Anthropic's Message Batches run here (gateway/message_batches.py), not OpenAI's
 COMPLETION_WINDOWS = {"24h": 24 * 3600.0}
-MAX_METADATA = 16
-MAX_METADATA_KEY = 64
-MAX_METADATA_VALUE = 512
 MAX_CUSTOM_ID_CHARS = 512
 MAX_LISTED_ERRORS = 100  # a failed batch's ``errors`` names at most this many bad lines (and counts the rest)
 STATUSES = ("validating", "failed", "in_progress", "finalizing", "completed", "expired", "cancelling", "cancelled")
@@ -173,12 +171,7 @@ def parse_create(body: bytes, owner: str | None, *, window_s: float | None = Non
         window = clip(req.completion_window, 16)
         raise invalid_param("completion_window", f"must be one of {list(COMPLETION_WINDOWS)}, got {window!r}")
     if req.metadata is not None:
-        if len(req.metadata) > MAX_METADATA:
-            raise invalid_param("metadata", f"has at most {MAX_METADATA} pairs, got {len(req.metadata)}")
-        for key, value in req.metadata.items():
-            if len(key) > MAX_METADATA_KEY or len(value) > MAX_METADATA_VALUE:
-                message = f"keys are at most {MAX_METADATA_KEY} characters, values {MAX_METADATA_VALUE}"
-                raise invalid_param("metadata", f"{message}; {clip(key, 64)!r} is longer")
+        check_metadata(req.metadata)  # OpenAI's rules, as every stored object's metadata here
     now = int(time.time())
     window = COMPLETION_WINDOWS[req.completion_window] if window_s is None else window_s
     return Batch(

@@ -180,3 +180,22 @@ def test_zoo_controlplane_takes_the_parser_by_vllms_flag():
     assert gateway_config_from_args(parser.parse_args(["--tool-call-parser", "none"])).tool_call_parser is None
     with pytest.raises(SystemExit):
         parser.parse_args(["--tool-call-parser", "llama2"])
+
+
+PIECES = ["{", "}", "[", "]", "(", ")", '"', "'", ":", ",", ";", "=", "name", "arguments", "parameters", "f", "1",
+          "-", "e9", "NaN", "\\", "\n", " ", "<tool_call>", "</tool_call>", "<|python_tag|>", "[TOOL_CALLS]",
+          "<|python_start|>", "<|python_end|>", "**", "b'", "\x00", "é"]  # fmt: skip
+
+
+@settings(max_examples=500, deadline=None)
+@given(parser=st.sampled_from(TOOL_CALL_PARSERS), pieces=st.lists(st.sampled_from(PIECES), max_size=40))
+def test_no_reply_makes_a_parser_raise_and_every_call_it_reads_is_a_json_object(parser, pieces):
+    text = "".join(pieces)
+    p = PARSERS[parser]
+    assert p.start(text, True) < len(text) + 1 and 0 <= p.held_back(text, True) <= len(text)
+    parsed = p.parse(text)
+    if parsed is not None:
+        content, calls = parsed
+        assert content is None or isinstance(content, str)
+        for name, arguments in calls:
+            assert isinstance(name, str) and isinstance(json.loads(arguments), dict)
