@@ -85,6 +85,21 @@ async def test_a_conversation_is_still_read_while_draining(make_frontend):
         assert (await c.delete(f"/v1/conversations/{made['id']}")).status_code == 503
 
 
+@pytest.mark.anyio
+async def test_stored_chat_completions_are_still_read_while_draining(make_frontend):
+    frontend = make_frontend()
+    async with _client(create_app(frontend)) as c:
+        chat = {"messages": [{"role": "user", "content": "Hi"}], "store": True}
+        made = (await c.post("/v1/chat/completions", json=chat)).json()
+        frontend.draining = True
+        path = f"/v1/chat/completions/{made['id']}"
+        assert (await c.get(path)).status_code == 200 and (await c.get(f"{path}/messages")).status_code == 200
+        assert [o["id"] for o in (await c.get("/v1/chat/completions")).json()["data"]] == [made["id"]]
+        assert (await c.post("/v1/chat/completions", json=chat)).status_code == 503  # reads only
+        assert (await c.post(path, json={"metadata": {"k": "v"}})).status_code == 503
+        assert (await c.delete(path)).status_code == 503
+
+
 async def _metrics_app(scope, receive, send):
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     await send({"type": "http.response.body", "body": b"up 1\n"})
