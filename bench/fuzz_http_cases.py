@@ -4,8 +4,8 @@
         (a chat body goes to /v1/chat/completions or, one time in ten or so, to Anthropic's /v1/messages or its
         count_tokens; a Responses API body (background or with logprobs one time in ten), one time in twelve or so,
         to /v1/responses (or its input_tokens count), its tools its own:
-        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings input, and one time
-        in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
+        RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings (or /pooling) input,
+        and one time in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
         or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
         /v1/files, or a batch created over an uploaded file, or an Anthropic message batch, or OpenAI's Uploads
         (created, a part, completed, cancelled: one time in seven or so); one
@@ -428,7 +428,8 @@ class HttpCases:
             path = "/v1/responses" if r.random() < 0.9 else "/v1/responses/input_tokens"
         body = self.responses_body() if responses else self.valid_body(chat)
         if not chat and r.random() < 0.12:  # the prompt as an embeddings input (one, or a batch)
-            path, body = "/v1/embeddings", {"input": body["prompt"], "encoding_format": r.choice(["float", "base64"])}
+            path = "/v1/embeddings" if r.random() < 0.8 else "/pooling"  # or vLLM's pooling route, the same body
+            body = {"input": body["prompt"], "encoding_format": r.choice(["float", "base64"])}
         elif not chat and r.random() < 0.07:  # or as the texts of a score or rerank request
             path = r.choice(SCORE_PATHS)
             prompt = body["prompt"]

@@ -33,6 +33,7 @@
     (LoRA adapters are listed too, and POST /v1/load_lora_adapter + /v1/unload_lora_adapter exist when the
     frontend allows run-time updates: lora_routes.py)
     POST /score, /v1/score        vLLM's score API: text pairs' cosine similarities (gateway/score_rerank.py)
+    POST /pooling                 vLLM's pooling API: the embeddings' vectors in its shape (openai_embeddings.py)
     POST /rerank, /v1/rerank, /v2/rerank  vLLM's rerank API (Jina's, Cohere's shape): documents by relevance
     GET  /health                  frontend.health(): 200 when status is "ok", else 503 (GET or POST /ping too,
                                   SageMaker's path, as vLLM serves it)
@@ -186,6 +187,7 @@ def create_app(
         *batched,
         Route("/v1/messages/count_tokens", gateway.handle_count_tokens, methods=["POST"]),
         Route("/score", gateway.embeddings.handle_score, methods=["POST"]),
+        Route("/pooling", gateway.embeddings.handle_pooling, methods=["POST"]),  # vLLM's pooling API
         *(Route(path, gateway.embeddings.handle_rerank, methods=["POST"]) for path in ("/rerank", "/v2/rerank")),
         Route("/v1/responses/input_tokens", gateway.responses.input_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", gateway.responses.stored, methods=["GET", "DELETE"]),

@@ -15,7 +15,7 @@ from starlette.responses import Response
 
 from controlplane.frontend import choice_request_ids
 from controlplane.gateway.guarded import guarded
-from controlplane.gateway.openai_embeddings import EmbeddingsReply, parse_embeddings, waves
+from controlplane.gateway.openai_embeddings import EmbeddingsReply, PoolingReply, parse_embeddings, waves
 from controlplane.gateway.openai_schema import GenerateArgs
 from controlplane.gateway.reply_stream import close_stream, next_chunk, respond
 from controlplane.gateway.request_ids import request_ids
@@ -32,6 +32,16 @@ class EmbeddingRoutes:
         """OpenAI's ``POST /v1/embeddings``: one engine request per input."""
         return await self._embedded(
             request, parse_embeddings, "embd", lambda args, model, ids, _: EmbeddingsReply(model, ids, args.base64)
+        )
+
+    async def handle_pooling(self, request: Request) -> Response:
+        """vLLM's ``POST /pooling``: the embeddings' request, its vectors in vLLM's pooling shape."""
+        created = int(time.time())
+        return await self._embedded(
+            request,
+            parse_embeddings,
+            "pool",
+            lambda args, model, ids, reply_id: PoolingReply(model, ids, args.base64, reply_id, created),
         )
 
     async def handle_score(self, request: Request) -> Response:

@@ -113,6 +113,23 @@ class EmbeddingsReply:
         return {"object": "list", "data": data, "model": self.model, "usage": usage}
 
 
+class PoolingReply(EmbeddingsReply):
+    """vLLM's ``POST /pooling`` reply (vllm/entrypoints/openai/protocol.py PoolingResponse): the same vectors, as
+    ``{"id": "pool-…", "object": "list", "created", "model", "data": [{"index", "object": "pooling", "data"}],
+    "usage"}``; the pooler here is the embeddings' (LAST, normalised), as vLLM's pooling output for an embedding
+    model."""
+
+    def __init__(self, model: str, choice_ids: list[str], base64_encoded: bool, reply_id: str, created: int) -> None:
+        super().__init__(model, choice_ids, base64_encoded)
+        self.reply_id, self.created = reply_id, created
+
+    def full_object(self) -> dict:
+        whole = super().full_object()
+        data = [{"index": d["index"], "object": "pooling", "data": d["embedding"]} for d in whole["data"]]
+        return {"id": self.reply_id, "object": "list", "created": self.created, "model": self.model, "data": data,
+                "usage": whole["usage"]}  # fmt: skip
+
+
 def waves(inputs: list[str | list[int]]) -> list[list[str | list[int]]]:
     """The inputs in the order they are sent: WAVE at a time."""
     return [inputs[i : i + WAVE] for i in range(0, len(inputs), WAVE)]

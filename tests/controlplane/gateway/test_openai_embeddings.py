@@ -108,3 +108,17 @@ def test_a_finished_request_without_its_vector_is_a_server_error(served, fronten
     frontend.chunks = script("x")  # no embedding on the chunk
     r = httpx.post(f"{served}/v1/embeddings", json=_body(), timeout=30)
     assert r.status_code == 502 and "embedding" in r.json()["error"]["message"]
+
+
+def test_vllms_pooling_route_answers_the_same_vectors_in_its_shape(client, served, frontend):
+    reply = httpx.post(f"{served}/pooling", json={"model": MODEL, "input": ["a", "b"]}, timeout=30)
+    body = reply.json()
+    assert reply.status_code == 200 and body["object"] == "list" and body["id"].startswith("pool-")
+    assert body["model"] == MODEL and isinstance(body["created"], int) and body["usage"]["prompt_tokens"] == 10
+    assert [(d["index"], d["object"]) for d in body["data"]] == [(0, "pooling"), (1, "pooling")]
+    assert all(_close(d["data"]) for d in body["data"]) and frontend.calls[-1]["sampling"].embed
+    encoded = httpx.post(f"{served}/pooling", json={"input": "a", "encoding_format": "base64"}, timeout=30).json()
+    raw = base64.b64decode(encoded["data"][0]["data"])
+    assert _close(list(struct.unpack(f"<{len(raw) // 4}f", raw)))
+    refused = httpx.post(f"{served}/pooling", json={"input": []}, timeout=30)
+    assert refused.status_code == 400 and refused.json()["error"]["param"] == "input"
