@@ -5,8 +5,8 @@
         count_tokens; a Responses API body (background or with logprobs one time in ten), one time in twelve or so,
         to /v1/responses (or its input_tokens count), its tools its own:
         RESPONSES_TOOLS_HTTP; a completion's prompt, one time in sixteen or so, as an embeddings (or /pooling) input,
-        and one time in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time in fifteen
-        or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
+        and one time in thirty or so as the texts of a score or rerank request (SCORE_PATHS); any of those one time
+        in fifteen or so to SageMaker's /invocations instead; one time in fifteen, an OpenAI batch: a JSONL upload to
         /v1/files, or a batch created over an uploaded file, or an Anthropic message batch, or OpenAI's Uploads
         (created, a part, completed, cancelled: one time in seven or so); one
         time in fifteen, a Conversations API request: a conversation made, its items added or its metadata
