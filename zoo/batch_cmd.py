@@ -5,6 +5,9 @@
     OUT.jsonl  the 2xx answers in input order: {"id", "custom_id", "response": {"status_code", "request_id", "body"}}
     --errors   the others (default OUT.errors.jsonl, written only when there are any)
 
+A file past ``--part-mib`` (64 MiB, OpenAI's part size) goes through OpenAI's Uploads API in parts (/v1/uploads:
+gateway/upload_routes.py, md5 checked), as the openai SDK's ``upload_file_chunked`` sends one past a request's size.
+
 Progress goes to stderr. Exit 0 when the batch completed (its failed requests are in the errors file), 1 when it
 failed (its file's errors are printed), expired or was cancelled, 2 when the gateway refused it or could not be
 reached (an https --url: ``--cacert`` the CA to trust, ``--cert``/``--key`` a client certificate); Ctrl-C cancels it.
@@ -13,6 +16,7 @@ reached (an https --url: ``--cacert`` the CA to trust, ``--cert``/``--key`` a cl
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import ssl
 import sys
@@ -32,6 +36,9 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--endpoint", default=None, help="the requests' route (default: the first line's url)")
     p.add_argument("--poll-s", type=float, default=1.0, help="how often to ask how the batch is doing")
     p.add_argument("--timeout-s", type=float, default=60.0, help="each HTTP call's timeout")
+    p.add_argument(
+        "--part-mib", type=float, default=64.0, help="a larger file is sent in parts of this size (/v1/uploads)"
+    )
     p.add_argument(
         "--cacert", default=None, metavar="PEM", help="an https --url: the CA to trust (default: the system CAs)"
     )
@@ -75,11 +82,10 @@ def _run_batch(args: argparse.Namespace) -> int:
         print(f"zoo batch: --cacert/--cert/--key: {e}", file=sys.stderr)
         return 2
     with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=args.timeout_s, verify=verify) as http:
-        name = Path(args.input).name
-        upload = http.post("/v1/files", files={"file": (name, content)}, data={"purpose": "batch"})
-        if upload.status_code != 200:
-            return _refused("the upload", upload)
-        body = {"input_file_id": upload.json()["id"], "endpoint": endpoint, "completion_window": "24h"}
+        file_id, refused = _upload(http, Path(args.input).name, content, max(1, int(args.part_mib * 1024 * 1024)))
+        if refused is not None:
+            return _refused("the upload", refused)
+        body = {"input_file_id": file_id, "endpoint": endpoint, "completion_window": "24h"}
         created = http.post("/v1/batches", json=body)
         if created.status_code != 200:
             return _refused("the batch", created)
@@ -104,6 +110,32 @@ def _run_batch(args: argparse.Namespace) -> int:
     for error in (batch.get("errors") or {}).get("data") or ():
         print(f"  line {error.get('line')}: {error.get('code')}: {error.get('message')}", file=sys.stderr)
     return 0 if batch["status"] == "completed" else 1
+
+
+def _upload(http, name: str, content: bytes, part_bytes: int):
+    """(the input file's id, None), or (None, the reply that refused it): one ``POST /v1/files``, or, past
+    ``part_bytes``, an upload in parts (cancelled if a part or the completion is refused)."""
+    if len(content) <= part_bytes:
+        reply = http.post("/v1/files", files={"file": (name, content)}, data={"purpose": "batch"})
+        return (reply.json()["id"], None) if reply.status_code == 200 else (None, reply)
+    made = http.post(
+        "/v1/uploads", json={"bytes": len(content), "filename": name, "mime_type": "text/jsonl", "purpose": "batch"}
+    )
+    if made.status_code != 200:
+        return None, made
+    upload_id, part_ids = made.json()["id"], []
+    for start in range(0, len(content), part_bytes):
+        part = http.post(f"/v1/uploads/{upload_id}/parts", files={"data": (name, content[start : start + part_bytes])})
+        if part.status_code != 200:
+            http.post(f"/v1/uploads/{upload_id}/cancel")
+            return None, part
+        part_ids.append(part.json()["id"])
+    md5 = hashlib.md5(content, usedforsecurity=False).hexdigest()
+    done = http.post(f"/v1/uploads/{upload_id}/complete", json={"part_ids": part_ids, "md5": md5})
+    if done.status_code != 200:
+        http.post(f"/v1/uploads/{upload_id}/cancel")
+        return None, done
+    return done.json()["file"]["id"], None
 
 
 def _wait(http, batch: dict, poll_s: float) -> dict:

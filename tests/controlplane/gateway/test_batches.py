@@ -538,7 +538,8 @@ def test_zoo_batch_runs_a_file_and_writes_the_answers(frontend, serve, tmp_path,
     requests = tmp_path / "in.jsonl"
     requests.write_bytes(_jsonl(_line("q0"), _line("bad", model="nope", messages=[{"role": "user", "content": "x"}])))
     out = tmp_path / "out.jsonl"
-    with serve(create_app(frontend)) as url:
+    app = create_app(frontend)
+    with serve(app) as url:
         assert main(["batch", str(requests), "-o", str(out), "--url", url, "--poll-s", "0.02"]) == 0
         answers = [msgspec.json.decode(line) for line in out.read_bytes().splitlines()]
         assert [a["custom_id"] for a in answers] == ["q0"] and answers[0]["response"]["status_code"] == 200
@@ -550,3 +551,9 @@ def test_zoo_batch_runs_a_file_and_writes_the_answers(frontend, serve, tmp_path,
         assert "line 2: duplicate_custom_id" in capsys.readouterr().err
         assert main(["batch", str(requests), "-o", str(out), "--url", url, "--endpoint", "/v1/messages"]) == 2
         assert "the batch was refused (400)" in capsys.readouterr().err
+        requests.write_bytes(_jsonl(*(_line(f"p{i}") for i in range(6))))  # past the part size: /v1/uploads
+        parted = ["batch", str(requests), "-o", str(out), "--url", url, "--poll-s", "0.02", "--part-mib", "0.0001"]
+        assert main(parted) == 0 and len(out.read_bytes().splitlines()) == 6
+        (upload,) = app.state.uploads._ended.values()  # the file went in parts, and the upload completed
+        assert upload.object["status"] == "completed" and upload.object["bytes"] == len(requests.read_bytes())
+        assert "completed: 6 answered, 0 failed of 6" in capsys.readouterr().err
