@@ -171,8 +171,9 @@ class FileStore:
         return num
 
     def _schedule(self, owner: str | None, obj: dict) -> None:
-        if obj.get("expires_at") is not None:
-            heapq.heappush(self._expiries, (int(obj["expires_at"]), obj["id"], owner))
+        at = obj.get("expires_at")
+        if isinstance(at, int) and not isinstance(at, bool):  # a record on disk that says otherwise never expires
+            heapq.heappush(self._expiries, (at, obj["id"], owner))
 
     def get(self, owner: str | None, file_id: str) -> dict | None:
         """The file's object, or None (another owner's: None too)."""

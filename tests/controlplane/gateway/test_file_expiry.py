@@ -119,3 +119,16 @@ async def test_a_bad_output_expires_after_is_a_400_naming_it(frontend):
                              ("soon", "output_expires_after")):  # fmt: skip
             reply = await c.post("/v1/batches", json={**body, "output_expires_after": after})
             assert reply.status_code == 400 and reply.json()["error"]["param"] == param, reply.text
+
+
+def test_a_record_on_disk_with_a_malformed_expiry_is_loaded_and_kept(tmp_path):
+    import msgspec
+
+    store = FileStore(10, 1000, tmp_path)
+    made = store.upload(None, "notes.txt", "user_data", b"keep")
+    record = tmp_path / "files" / f"{made['id']}.json"
+    data = msgspec.json.decode(record.read_bytes())
+    data["object"]["expires_at"] = "soon"  # a hand-edited or damaged record: the gateway still starts
+    record.write_bytes(msgspec.json.encode(data))
+    again = FileStore(10, 1000, tmp_path)
+    assert again.content(None, made["id"]) == b"keep" and again.num_expired == 0
