@@ -58,6 +58,14 @@ EXPIRES_AFTER_RANGE_S = (3600, 30 * 24 * 3600)  # OpenAI's bounds on ``expires_a
 BATCH_INPUT_EXPIRES_S = 30 * 24 * 3600  # OpenAI's default for an uploaded batch input
 
 
+def check_upload(filename: str, purpose: str, name_param: str = "file") -> None:
+    """An upload's purpose and file name (``/v1/files``, ``/v1/uploads``); a 400 naming the one at fault."""
+    if purpose not in UPLOAD_PURPOSES:
+        raise invalid_param("purpose", f"must be one of {list(UPLOAD_PURPOSES)} here, got {purpose[:64]!r}")
+    if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
+        raise invalid_param(name_param, f"needs a printable file name of 1..{MAX_FILENAME_CHARS} characters")
+
+
 def expires_after_s(anchor: object, seconds: object, param: str) -> int:
     """``expires_after``'s seconds (``anchor`` must be "created_at"); a 400 naming ``param`` otherwise."""
     if anchor != "created_at":
@@ -109,10 +117,7 @@ class FileStore:
         """Keep an uploaded file (``expires_after`` seconds: it expires; None: a batch input's default); raises a
         400 for a bad purpose or name, a 413 past the store's bounds."""
         self.expire()
-        if purpose not in UPLOAD_PURPOSES:
-            raise invalid_param("purpose", f"must be one of {list(UPLOAD_PURPOSES)} here, got {purpose[:64]!r}")
-        if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
-            raise invalid_param("file", f"needs a printable file name of 1..{MAX_FILENAME_CHARS} characters")
+        check_upload(filename, purpose)
         with self._lock:
             num_files = len(self._objects) + self._num_writing
             if num_files + 1 > self.max_files or self.num_bytes + len(content) > self.max_bytes:

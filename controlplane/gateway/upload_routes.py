@@ -27,6 +27,7 @@ from controlplane.frontend import invalid_param
 from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.errors import http_error_response
 from controlplane.gateway.file_store import expires_after_s
+from controlplane.gateway.guarded import json_response
 from controlplane.gateway.multipart_form import MAX_FORM_FIELD_BYTES, multipart_form
 from controlplane.gateway.openai_schema import decode_body
 from controlplane.gateway.request_body import answered, read_body
@@ -79,7 +80,7 @@ class UploadRoutes:
             expires = None if after is None else expires_after_s(after.anchor, after.seconds, "expires_after")
             owner = request_owner(request)
             obj = self.uploads.create(owner, body.filename, body.purpose, body.bytes, body.mime_type, expires)
-            return _json(obj)
+            return json_response(obj)
 
         return await answered(serve)
 
@@ -87,9 +88,11 @@ class UploadRoutes:
         upload_id = request.path_params["upload_id"]
 
         async def serve() -> Response:
+            owner = request_owner(request)
+            self.uploads.require_open(owner, upload_id)  # an unknown or ended one: refused before its body is read
             async with self.file_routes.uploads:  # a part's body is held in memory: a bounded number at once
                 data = await self._part_data(request)
-            return _json(self.uploads.add_part(request_owner(request), upload_id, data))
+            return json_response(self.uploads.add_part(owner, upload_id, data))
 
         return await self._known(upload_id, serve)
 
@@ -121,7 +124,7 @@ class UploadRoutes:
             except BaseException:
                 self.uploads.abort_complete(owner, upload_id)  # pending again: it may be completed later
                 raise
-            return _json(self.uploads.completed(owner, upload_id, file_object))
+            return json_response(self.uploads.completed(owner, upload_id, file_object))
 
         return await self._known(upload_id, serve)
 
@@ -129,7 +132,7 @@ class UploadRoutes:
         upload_id = request.path_params["upload_id"]
 
         async def serve() -> Response:
-            return _json(self.uploads.cancel(request_owner(request), upload_id))
+            return json_response(self.uploads.cancel(request_owner(request), upload_id))
 
         return await self._known(upload_id, serve)
 
@@ -138,7 +141,3 @@ class UploadRoutes:
             return await answered(serve)
         except UploadNotFound:
             return http_error_response(404, f"No upload has the id '{clip(upload_id, 200)}'", code="not_found")
-
-
-def _json(obj: dict) -> Response:
-    return Response(msgspec.json.encode(obj), media_type="application/json")

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError, invalid_param
-from controlplane.gateway.file_store import MAX_FILENAME_CHARS, UPLOAD_PURPOSES
+from controlplane.gateway.file_store import check_upload
 from transport.codec import clip
 from transport.messages import ErrorCode
 
@@ -81,10 +81,7 @@ class Uploads:
     ) -> dict:
         """A new pending Upload's object; FrontendError naming the field at fault, or a 429 while full."""
         self._expire()
-        if purpose not in UPLOAD_PURPOSES:
-            raise invalid_param("purpose", f"must be one of {list(UPLOAD_PURPOSES)} here, got {clip(purpose, 64)!r}")
-        if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
-            raise invalid_param("filename", f"must be a printable file name of 1..{MAX_FILENAME_CHARS} characters")
+        check_upload(filename, purpose, name_param="filename")  # as POST /v1/files checks them
         if not 0 <= num_bytes <= self.max_upload_bytes:
             raise invalid_param("bytes", f"must be in [0, {self.max_upload_bytes}] here, got {num_bytes}")
         if not mime_type or len(mime_type) > MAX_MIME_CHARS or "/" not in mime_type or not mime_type.isprintable():
@@ -157,6 +154,11 @@ class Uploads:
     def cancel(self, owner: str | None, upload_id: str) -> dict:
         """A pending upload cancelled, its parts dropped; its object. An ended one: FrontendError saying so."""
         return dict(self._end(self._open_one(owner, upload_id), "cancelled").object)
+
+    def require_open(self, owner: str | None, upload_id: str) -> None:
+        """Raise as ``add_part`` would for an upload that is unknown, ended or being completed (before its part's
+        body is read)."""
+        self._open_one(owner, upload_id)
 
     def _open_one(self, owner: str | None, upload_id: str) -> _Upload:
         """A pending upload not being completed."""
