@@ -69,6 +69,16 @@ def _arguments(value: object) -> str | None:
         return None
 
 
+def _json_call(obj: object, argument_keys: tuple[str, ...]) -> Call | None:
+    """A decoded ``{"name", <arguments>}`` object as a call (its arguments under the first of ``argument_keys`` it has,
+    else none), or None when it is not one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    key = next((k for k in argument_keys if k in obj), None)
+    arguments = _arguments({} if key is None else obj[key])
+    return None if arguments is None else (obj["name"], arguments)
+
+
 @dataclass(frozen=True, slots=True)
 class Hermes:
     name: str = "hermes"
@@ -118,12 +128,10 @@ class Llama3Json:
                 obj, at = _JSON.raw_decode(body, at)
             except (ValueError, RecursionError):
                 return None
-            if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            call = _json_call(obj, ("arguments", "parameters"))
+            if call is None:
                 return None
-            arguments = _arguments(obj["arguments"] if "arguments" in obj else obj.get("parameters", {}))
-            if arguments is None:
-                return None
-            calls.append((obj["name"], arguments))
+            calls.append(call)
         return (content, calls) if calls else None
 
 
@@ -153,15 +161,8 @@ class Mistral:
                 return None
             if not isinstance(items, list) or not items:
                 return None
-            calls = []
-            for item in items:
-                if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-                    return None
-                arguments = _arguments(item.get("arguments", {}))
-                if arguments is None:
-                    return None
-                calls.append((item["name"], arguments))
-            return content, calls
+            calls = [_json_call(item, ("arguments",)) for item in items]
+            return None if None in calls else (content, calls)
         calls = []  # v11 and later: [TOOL_CALLS]name{arguments}, once per call
         for part in parts:
             brace = part.find("{")
