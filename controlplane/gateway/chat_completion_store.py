@@ -3,7 +3,7 @@
 ``GET .../messages`` pages through (gateway/chat_completion_routes.py).
 
 A completion is kept once it ends (whole or streamed: the same ``chat.completion`` object a whole reply carries, with
-its ``metadata``), beside its request's messages, each with an id ``<completion id>-<index>`` as OpenAI's are.
+its ``metadata``), beside its request's messages, listed each with an id ``<completion id>-<index>`` as OpenAI's are.
 Bounded twice, as the stored responses are (gateway/response_store.py): at most ``max_completions`` completions and
 ``max_bytes`` bytes of them (the object's JSON and the messages'), the least recently used dropped first, the
 largest owner's first while it holds more than ``max_share`` of the bound exceeded (gateway/owner_lru.py). A
@@ -31,7 +31,7 @@ METADATA_QUERY = ("metadata[", "]")  # a list's filter: ``metadata[key]=value``,
 @dataclass(frozen=True, slots=True)
 class StoredChatCompletion:
     object: dict  # the ChatCompletion, as a whole reply carries it, with its ``metadata``
-    messages: tuple[dict, ...]  # its request's messages, each with its ``id``
+    messages: tuple[dict, ...]  # its request's messages (their ids are derived: ``messages_page``)
     num_bytes: int
     seq: int  # the order it was kept in (a list's order)
 
@@ -49,7 +49,6 @@ class ChatCompletionStore(OwnerLRUStore[StoredChatCompletion]):
     def put(self, owner: str | None, obj: dict, messages: tuple[dict, ...]) -> bool:
         """Keep an ended completion (one of the same id and owner is replaced: a caller reused its X-Request-Id);
         False when it alone is over the bounds (then it is not kept)."""
-        messages = tuple({"id": f"{obj['id']}-{i}", **m} for i, m in enumerate(messages))
         size = len(msgspec.json.encode(obj)) + len(msgspec.json.encode(messages))
         if self.max_completions == 0 or size > self.max_bytes:
             return False
@@ -59,8 +58,7 @@ class ChatCompletionStore(OwnerLRUStore[StoredChatCompletion]):
 
     def _replay(self, journal):
         for owner, obj, messages in journal.load():
-            plain = tuple({k: v for k, v in m.items() if k != "id"} for m in messages)
-            yield owner, obj["id"], self.put(owner, obj, plain)
+            yield owner, obj["id"], self.put(owner, obj, messages)
 
     def set_metadata(self, owner: str | None, completion_id: str, metadata: dict[str, str]) -> dict | None:
         """Replace a completion's metadata (OpenAI's only update); the object after, or None: no such completion."""
@@ -98,7 +96,7 @@ class ChatCompletionStore(OwnerLRUStore[StoredChatCompletion]):
 
 
 def messages_page(stored: StoredChatCompletion, query: Mapping[str, str]) -> dict:
-    """One cursor page of a stored completion's messages (in the request's order unless ``order=desc``)."""
-    return cursor_page(
-        stored.messages, query, default_limit=20, max_limit=MAX_LIST, what="message of it", default_order="asc"
-    )
+    """One cursor page of a stored completion's messages (in the request's order unless ``order=desc``), each with
+    its id ``<completion id>-<index>``, as OpenAI's."""
+    listed = [{"id": f"{stored.object['id']}-{i}", **m} for i, m in enumerate(stored.messages)]
+    return cursor_page(listed, query, default_limit=20, max_limit=MAX_LIST, what="message of it", default_order="asc")
