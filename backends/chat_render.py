@@ -7,6 +7,8 @@
       └─ continue_final_message: the text cut right after the last message's content (Hugging Face's rule,
          transformers' ``apply_chat_template``: the content's last occurrence, keeping its trailing spaces when
          the template kept them), so the end-of-turn tokens after it are gone
+      └─ tool_format: a template that cannot show tools gets them written into its messages in that format
+         (backends/tool_prompt_formats.py), passed on only when it is not the default (Hermes)
 
 vLLM's rules (vllm/entrypoints/openai/chat_completion/protocol.py, ``check_generation_prompt``; vllm/entrypoints/
 chat_utils.py, ``resolve_chat_template_kwargs``): both flags set is an error; a template variable the template
@@ -21,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from backends.hermes_tools import template_messages, template_tools
+from backends.tool_prompt_formats import DEFAULT_TOOL_FORMAT, check_tool_format
 from engine.prompt import PromptError
 from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatMessage, ChatTemplateOptions, ToolSpec
 
@@ -37,7 +40,7 @@ def render_chat(
     options: ChatTemplateOptions | None = None,
 ) -> str:
     """The prompt text of a chat; PromptError naming the field at fault (``messages``, ``tools``,
-    ``continue_final_message``, ``chat_template_kwargs``)."""
+    ``continue_final_message``, ``chat_template_kwargs``; ``tools`` for an unknown ``tool_format`` too)."""
     options = options or DEFAULT_CHAT_OPTIONS
     if not messages:
         raise PromptError("messages must not be empty", "messages")
@@ -53,6 +56,7 @@ def render_chat(
             )
     try:
         template_functions = template_tools(tools)
+        check_tool_format(options.tool_format)
     except ValueError as e:
         raise PromptError(str(e), "tools") from None
     final = messages[-1]
@@ -73,6 +77,7 @@ def render_chat(
             add_generation_prompt=add_generation_prompt,
             tools=template_functions,
             **({"template_kwargs": variables} if variables else {}),  # a tokenizer without variables takes none
+            **({"tool_format": options.tool_format} if options.tool_format != DEFAULT_TOOL_FORMAT else {}),
         )
     except ValueError as e:
         raise PromptError(str(e), "messages") from None

@@ -2,11 +2,12 @@
 
 A chat template that knows tools (it reads the ``tools`` variable, as Qwen2.5's and Hermes-2-Pro's do) gets them in
 Hugging Face's ``apply_chat_template`` shapes (``template_tools``, ``template_messages``). For one that does not
-(SmolLM2's ChatML template), ``fold_tools`` writes them into the messages themselves in the Hermes format
-(NousResearch Hermes-2-Pro; vLLM's ``hermes`` tool parser, vllm/entrypoints/openai/tool_parsers/
-hermes_tool_parser.py, reads the same tags): the functions' JSON signatures inside ``<tools></tools>`` in the system
-message, each call the assistant made as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, each result
-inside ``<tool_response></tool_response>``. ``parse_tool_calls`` reads a reply written that way back into calls.
+(SmolLM2's ChatML template), backends/tool_prompt_formats.py writes them into the messages themselves, by default
+in the Hermes format written here (NousResearch Hermes-2-Pro; vLLM's ``hermes`` tool parser, vllm/entrypoints/openai/
+tool_parsers/hermes_tool_parser.py, reads the same tags): the functions' JSON signatures inside ``<tools></tools>``
+in the system message (``preamble``), each call the assistant made as ``<tool_call>{"name": ..., "arguments":
+{...}}</tool_call>`` (``call_text``), each result inside ``<tool_response></tool_response>``. ``parse_tool_calls``
+reads a reply written that way back into calls.
 """
 
 from __future__ import annotations
@@ -89,28 +90,6 @@ def template_messages(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def fold_tools(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """``messages`` with the tools, calls and results written into their contents (the Hermes format), for a
-    template that reads only roles and contents. Without tools or tool messages they come back unchanged."""
-    out = []
-    for message in messages:
-        content = message["content"]
-        calls = message.get("tool_calls") or ()
-        if calls:
-            written = [_call_text(c["function"]["name"], c["function"]["arguments"]) for c in calls]
-            content = "\n".join(([content] if content else []) + written)
-        if message["role"] == "tool":
-            content = f"<tool_response>\n{content}\n</tool_response>"
-        out.append({"role": message["role"], "content": content})
-    if tools:
-        preamble = _preamble(tools)
-        if out and out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{preamble}"}
-        else:
-            out.insert(0, {"role": "system", "content": preamble})
-    return out
-
-
 def parse_tool_calls(text: str) -> tuple[str | None, list[tuple[str, str]]] | None:
     """The content before the first call (None when blank) and each call's (name, arguments as JSON text), or None
     when ``text`` holds no call or one that does not parse (then all of it is content, as vLLM's parser does)."""
@@ -128,7 +107,7 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[tuple[str, str]]] | No
     return (content or None), calls
 
 
-def _preamble(tools: list[dict[str, Any]]) -> str:
+def preamble(tools: list[dict[str, Any]]) -> str:
     signatures = "\n".join(msgspec.json.encode(t).decode() for t in tools)
     return (
         "# Tools\n\nYou may call one or more of the functions below to answer. Their signatures are JSON inside "
@@ -138,7 +117,7 @@ def _preamble(tools: list[dict[str, Any]]) -> str:
     )
 
 
-def _call_text(name: str, arguments: Any) -> str:
+def call_text(name: str, arguments: Any) -> str:
     body = msgspec.json.encode({"name": name, "arguments": arguments}).decode()  # text arguments: a JSON string
     return f"{TOOL_CALL_START}\n{body}\n{TOOL_CALL_END}"
 

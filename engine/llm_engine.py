@@ -62,6 +62,7 @@ class EngineTokenizer(Protocol):
         add_generation_prompt: bool = True,
         tools: list[dict] | None = None,
         template_kwargs: dict | None = None,
+        tool_format: str = "hermes",
     ) -> str: ...
 
 
@@ -78,8 +79,7 @@ class StepRecord:
 
 @dataclass(frozen=True, slots=True)
 class PendingStep:
-    """A step scheduled and executed, not yet applied: ``finish_step`` applies it (at ``step_time_s`` later
-    on a virtual clock)."""
+    """A step scheduled and executed, not yet applied: ``finish_step`` applies it (``step_time_s`` later, virtually)."""
 
     batch: SchedulerOutput
     output: RunnerOutput

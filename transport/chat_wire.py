@@ -43,11 +43,15 @@ class ChatTemplateOptions(msgspec.Struct, frozen=True, kw_only=True):
         ``add_generation_prompt``.
     template_kwargs: vLLM's ``chat_template_kwargs``: more variables for the template; the ones it does not read
         are dropped (vLLM's rule), the ones the renderer sets itself refused (backends/chat_render.py).
+    tool_format: how a template that cannot show tools gets them, the calls and the results written into its
+        messages (backends/tool_prompt_formats.py: hermes, llama3_json, mistral, pythonic): the gateway's tool-call
+        parser's format, so the model is asked to write what is read back.
     """
 
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     template_kwargs: dict[str, Any] | None = None
+    tool_format: str = "hermes"
 
 
 DEFAULT_CHAT_OPTIONS = ChatTemplateOptions()  # a new reply, no extra variables: sent as None on the wire

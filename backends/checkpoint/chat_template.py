@@ -11,7 +11,7 @@ from jinja2 import meta, nodes
 from jinja2.ext import Extension, loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from backends.hermes_tools import fold_tools
+from backends.tool_prompt_formats import fold_tools
 
 _SET_HERE = frozenset({"messages", "tools", "add_generation_prompt"})  # never a caller's variable
 
@@ -46,18 +46,20 @@ class ChatTemplate:
         special_tokens: dict[str, str | None] | None = None,
         tools: list[dict[str, Any]] | None = None,
         variables: dict[str, Any] | None = None,
+        tool_format: str = "hermes",
     ) -> str:
         """Render `messages`; `special_tokens` supplies template variables such as bos_token and eos_token;
         `tools` (backends/hermes_tools.template_tools) the functions the reply may call; `variables` more of the
         template's variables (vLLM's chat_template_kwargs): those it does not read are dropped, as vLLM drops them,
-        and none replaces the messages, tools, flag or special tokens."""
+        and none replaces the messages, tools, flag or special tokens. A template that does not read ``tools`` gets them
+        written into its messages in ``tool_format`` (backends/tool_prompt_formats.py)."""
         validate_messages(messages)
         extra = {k: v for k, v in (variables or {}).items() if k in self.variables and k not in _SET_HERE}
         variables = {**extra, **(special_tokens or {})}
         if self.takes_tools:
             variables["tools"] = tools
         else:
-            messages = fold_tools(messages, tools)
+            messages = fold_tools(messages, tools, tool_format)
         try:
             return self._template.render(**variables, messages=messages, add_generation_prompt=add_generation_prompt)
         except jinja2.TemplateError as error:

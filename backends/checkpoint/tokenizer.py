@@ -149,10 +149,12 @@ class Tokenizer:
         add_generation_prompt: bool = True,
         tools: list[dict] | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        tool_format: str = "hermes",
     ) -> str:
         """The prompt text for `messages` (each {"role": str, "content": str}, perhaps with tool calls: see
         backends/hermes_tools.py) and `tools`; encode it without special tokens. `template_kwargs`: more template
-        variables (those the template does not read are dropped; backends/chat_render.py)."""
+        variables (those the template does not read are dropped; backends/chat_render.py); `tool_format`: how a
+        template without tools gets them (backends/tool_prompt_formats.py)."""
         if self._compiled_template is None:
             raise ValueError("this checkpoint has no chat template")
         special_tokens = {
@@ -166,6 +168,7 @@ class Tokenizer:
             special_tokens=special_tokens,
             tools=tools,
             variables=template_kwargs,
+            tool_format=tool_format,
         )
 
     def _token_text(self, token_id: int | None) -> str | None:

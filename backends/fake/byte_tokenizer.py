@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from backends.hermes_tools import fold_tools
+from backends.tool_prompt_formats import fold_tools
 
 FAKE_MODEL_NAME = "fake-bytes"  # the name a fake-runner agent serves under
 
@@ -41,6 +41,7 @@ class ByteTokenizer:
         add_generation_prompt: bool = True,
         tools: list[dict] | None = None,
         template_kwargs: dict | None = None,  # a fixed template: it reads no variable
+        tool_format: str = "hermes",  # how tools are written in (backends/tool_prompt_formats.py)
     ) -> str:
-        text = "".join(f"{m['role']}: {m['content']}\n" for m in fold_tools(messages, tools))
+        text = "".join(f"{m['role']}: {m['content']}\n" for m in fold_tools(messages, tools, tool_format))
         return text + ("assistant: " if add_generation_prompt else "")

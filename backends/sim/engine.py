@@ -15,11 +15,11 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import replace
 
-from backends.hermes_tools import fold_tools
 from backends.sim.cost_model import NodeHardware
 from backends.sim.model_shapes import sim_model
 from backends.sim.paced_runner import DEFAULT_MAX_CATCH_UP_S, PacedRunner
 from backends.sim.runner import SimModelRunner
+from backends.tool_prompt_formats import fold_tools
 from engine.clock import Clock
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
@@ -47,8 +47,9 @@ class SimTokenizer:
         add_generation_prompt: bool = True,
         tools: list[dict] | None = None,
         template_kwargs: dict | None = None,  # a fixed template: it reads no variable
+        tool_format: str = "hermes",  # how tools are written in (backends/tool_prompt_formats.py)
     ) -> str:
-        text = "\n".join(f"{m['role']}: {m['content']}" for m in fold_tools(messages, tools))
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in fold_tools(messages, tools, tool_format))
         return text + ("\nassistant:" if add_generation_prompt else "")
 
 

@@ -35,7 +35,15 @@ from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
-from controlplane.gateway.tool_calls import NOT_GIVEN, FunctionIn, ToolPlan, ToolStream, new_call_id, tool_specs
+from controlplane.gateway.tool_calls import (
+    NOT_GIVEN,
+    FunctionIn,
+    ToolPlan,
+    ToolStream,
+    in_parser_format,
+    new_call_id,
+    tool_specs,
+)
 from controlplane.gateway.tool_calls import ToolIn as OpenAIToolIn
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
 from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
@@ -112,7 +120,7 @@ def parse_messages(body: bytes, tool_call_parser: str | None = "hermes") -> Gene
     reads an ``auto`` reply's calls (gateway/tool_parsers.py; None: the Hermes one, as before it could be set)."""
     req = decode_body(_DECODER, body)
     messages = _conversation(req)
-    chat = prefill_options(messages, len(req.messages) - 1)
+    chat = in_parser_format(prefill_options(messages, len(req.messages) - 1), tool_call_parser)
     plan = _tool_plan(req, tool_call_parser or "hermes")
     forced = plan.constraint() if plan is not None else None
     try:
@@ -141,10 +149,10 @@ def parse_messages(body: bytes, tool_call_parser: str | None = "hermes") -> Gene
 
 
 def parse_count_tokens(
-    body: bytes,
+    body: bytes, tool_call_parser: str | None = "hermes"
 ) -> tuple[str | None, list[ChatMessage], list[ToolSpec] | None, ChatTemplateOptions | None]:
-    """A count_tokens request's model, chat messages, the tools its prompt shows and how it is rendered (a prefill);
-    FrontendError naming the field at fault."""
+    """A count_tokens request's model, chat messages, the tools its prompt shows and how it is rendered (a prefill;
+    tools in ``tool_call_parser``'s format, as a message request's); FrontendError naming the field at fault."""
     req = decode_body(_COUNT_DECODER, body)
     messages = _conversation(req)
     plan = _tool_plan(req)
@@ -152,7 +160,7 @@ def parse_count_tokens(
         req.model,
         messages,
         plan.prompt_tools if plan is not None else None,
-        prefill_options(messages, len(req.messages) - 1),
+        in_parser_format(prefill_options(messages, len(req.messages) - 1), tool_call_parser),
     )
 
 

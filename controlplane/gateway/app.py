@@ -255,7 +255,7 @@ class Gateway:
         self.config = config
         self.created_s = int(time.time())
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
-        self.tokenize_routes = TokenizeRoutes(frontend)
+        self.tokenize_routes = TokenizeRoutes(frontend, config.tool_call_parser)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         responses_journal = None if config.files_dir is None else ResponseJournal(config.files_dir)  # on disk too
         store = ResponseStore(
@@ -307,7 +307,8 @@ class Gateway:
         async def serve() -> Response:
             if self.tokenize_routes.tokenizer is None:
                 return no_tokenizer()
-            model, messages, tools, chat = parse_count_tokens(await self.read_body(request))
+            body = await self.read_body(request)
+            model, messages, tools, chat = parse_count_tokens(body, self.config.tool_call_parser)
             return json_response({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools, chat)})
 
         return await guarded(request, serve, anthropic_error_body)

@@ -45,7 +45,7 @@ from controlplane.gateway.structured_fields import (
     schema_text,
     structured_of,
 )
-from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, plan_for, tool_specs
+from controlplane.gateway.tool_calls import FunctionIn, ToolIn, ToolPlan, in_parser_format, plan_for, tool_specs
 from engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingParamsError, show_value
 from engine.structured_output import StructuredOutput, StructuredOutputError
 from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall
@@ -257,7 +257,7 @@ def parse_responses(
         traffic_class=req.traffic_class,
         priority=priority,
         service_tier=service_tier,
-        chat=_chat(req),
+        chat=in_parser_format(_chat(req), tool_call_parser),
     )
     settings = _settings(req, sampling, service_tier)
     settings["conversation"] = {"id": conversation_id} if conversation_id is not None else None

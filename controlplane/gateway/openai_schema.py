@@ -33,7 +33,7 @@ from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.conversation_store import check_metadata
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
-from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, tool_plan_of
+from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, in_parser_format, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
 from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
 from transport.messages import ErrorCode
@@ -267,7 +267,10 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         priority=priority,
         service_tier=service_tier,
         structured_param=structured_param,
-        chat=chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
+        chat=in_parser_format(
+            chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
+            tool_call_parser,
+        ),
         chat_echo=messages[-1].content if req.echo and messages[-1].role == "assistant" else "",
         store=bool(req.store),
         metadata=check_metadata(req.metadata) if req.metadata is not None else None,

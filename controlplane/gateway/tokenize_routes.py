@@ -28,7 +28,7 @@ from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import error_response, http_error_response
 from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, chat_options, decode_body
 from controlplane.gateway.token_text import TokenText
-from controlplane.gateway.tool_calls import ToolIn, tool_specs
+from controlplane.gateway.tool_calls import ToolIn, in_parser_format, tool_specs
 from controlplane.model_aliases import aliases_of, resolve_model
 from engine.prompt import PromptError
 from engine.sampling_params import show_value
@@ -58,10 +58,12 @@ _DETOKENIZE = msgspec.json.Decoder(DetokenizeRequest)
 
 
 class TokenizeRoutes:
-    """The two handlers over a frontend that has a ``tokenizer`` (and, optionally, ``max_model_len``)."""
+    """The two handlers over a frontend that has a ``tokenizer`` (and, optionally, ``max_model_len``);
+    ``tool_call_parser``: the gateway's, whose format a chat's tools are written in (as a generation renders them)."""
 
-    def __init__(self, frontend: Any) -> None:
+    def __init__(self, frontend: Any, tool_call_parser: str | None = "hermes") -> None:
         self.frontend = frontend
+        self.tool_call_parser = tool_call_parser
 
     @property
     def tokenizer(self) -> Any | None:
@@ -82,7 +84,10 @@ class TokenizeRoutes:
                         raise invalid_param("messages", "must be a non-empty list of messages")
                     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]
                     tools = tool_specs(req.tools) if req.tools else None
-                    chat = chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs)
+                    chat = in_parser_format(
+                        chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
+                        self.tool_call_parser,
+                    )
                     tokens = _chat_tokens(tokenizer, messages, tools, chat, req.add_special_tokens)
                 else:
                     add_special = True if req.add_special_tokens is None else req.add_special_tokens

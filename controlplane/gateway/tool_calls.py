@@ -42,10 +42,12 @@ from dataclasses import dataclass
 import msgspec
 
 from backends.hermes_tools import MAX_TOOLS, check_tools
+from backends.tool_prompt_formats import DEFAULT_TOOL_FORMAT
 from controlplane.frontend import invalid_param
 from controlplane.gateway.tool_parsers import PARSERS, SPECIAL_TOKEN_PARSERS
 from engine.sampling_params import show_value
 from engine.structured_output import StructuredOutput
+from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatTemplateOptions
 from transport.messages import ToolSpec
 
 NOT_GIVEN = msgspec.Raw()
@@ -167,6 +169,16 @@ def tool_plan_of(req, *, parser: str | None) -> ToolPlan | None:
     named = (choice.type, choice.function.name) if isinstance(choice, NamedToolChoice) else None
     parallel = req.parallel_tool_calls is not False
     return plan_for(tool_specs(req.tools), choice, named, parallel=parallel, parser=parser)
+
+
+def in_parser_format(chat: ChatTemplateOptions | None, parser: str | None) -> ChatTemplateOptions | None:
+    """``chat`` (the request's template options; None: the defaults) asking a template that cannot show tools to have
+    them written in the format ``parser`` reads (backends/tool_prompt_formats.py; None, no parser: Hermes), so the
+    model is told to write calls the way the gateway reads them."""
+    tool_format = parser or DEFAULT_TOOL_FORMAT
+    if tool_format == (chat or DEFAULT_CHAT_OPTIONS).tool_format:
+        return chat
+    return msgspec.structs.replace(chat or DEFAULT_CHAT_OPTIONS, tool_format=tool_format)
 
 
 def plan_for(

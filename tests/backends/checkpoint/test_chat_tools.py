@@ -9,7 +9,8 @@ import pytest
 
 from backends.checkpoint import Tokenizer
 from backends.checkpoint.chat_template import ChatTemplate
-from backends.hermes_tools import MAX_TOOLS, fold_tools, parse_tool_calls, template_messages, template_tools
+from backends.hermes_tools import MAX_TOOLS, parse_tool_calls, template_messages, template_tools
+from backends.tool_prompt_formats import fold_tools
 from transport.chat_wire import ChatMessage, ToolCall, ToolSpec
 
 WEATHER = ToolSpec("get_weather", "The weather now", '{"type":"object","properties":{"city":{"type":"string"}}}')
@@ -112,3 +113,14 @@ def test_parse_tool_calls(text, parsed):
 def test_bad_tools_are_refused_naming_what_is_wrong(tools, message):
     with pytest.raises(ValueError, match=message):
         template_tools(tools)
+
+
+@pytest.mark.parametrize(
+    ("tool_format", "call"), [("pythonic", "[get_weather(city='Paris')]"), ("mistral", "[TOOL_CALLS] [")]
+)
+def test_smollm2s_template_gets_the_tools_in_the_format_asked(smollm_tokenizer: Tokenizer, tool_format, call):
+    prompt = smollm_tokenizer.apply_chat_template(
+        template_messages(CONVERSATION), tools=template_tools([WEATHER]), tool_format=tool_format
+    )
+    assert prompt.startswith("<|im_start|>system\n# Tools") and "<tool_call>" not in prompt
+    assert f"<|im_start|>assistant\n{call}" in prompt and prompt.endswith("<|im_start|>assistant\n")
