@@ -205,7 +205,7 @@ def create_app(
         Route("/invocations", invocations({r.path: r.endpoint for r in batched}, gateway.read_body), methods=["POST"]),
     ]
     routes += batch_routes.routes() + MessageBatchRoutes(batch_routes).routes()
-    uploads = UploadRoutes(batch_routes, config.uploads_pending_bytes)  # OpenAI's Uploads, into the files
+    uploads = UploadRoutes(batch_routes, config.uploads_pending_bytes, config.files_dir)  # OpenAI's Uploads
     routes += uploads.routes()
     routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)

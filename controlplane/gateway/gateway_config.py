@@ -51,11 +51,12 @@ class GatewayConfig:
     files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait
     files_max: int = 10_000
     files_store_bytes: int = 512 * 1024 * 1024
-    # OpenAI's Uploads (upload_routes.py): the parts of uploads not yet completed, held in memory, at most this many
-    # bytes in all (past it a part is a 413; an upload declares at most files_store_bytes)
+    # OpenAI's Uploads (upload_routes.py): the parts of uploads not yet completed, held in memory (on disk with
+    # files_dir: upload_parts.py), at most this many bytes in all (past it a part is a 413; an upload declares at
+    # most files_store_bytes)
     uploads_pending_bytes: int = 512 * 1024 * 1024
-    # where files, batches, stored responses, conversations and chat completions are kept, so a restarted gateway
-    # resumes its batches and still has the rest (None: in memory only)
+    # where files, batches, stored responses, conversations, chat completions and pending uploads' parts are kept,
+    # so a restarted gateway resumes its batches and uploads and still has the rest (None: in memory only)
     files_dir: str | None = None
     batches: BatchRunnerConfig = field(default_factory=BatchRunnerConfig)  # how batches run (batch_runner.py)
     # with tracing on, every HTTP request gets a span (http_span.py) but these: the probes' and scrapers' paths

@@ -9,11 +9,14 @@ The completed file goes into the gateway's file store under the store's own chec
 file_store.py: a full store is a 413 and the upload stays pending, its parts kept), and is a File like one sent to
 ``POST /v1/files``: a batch may name it. A part's body is read under the part's bound, and at most the file
 routes' ``files_upload_concurrency`` bodies are read at once (gateway/batch_routes.py: each is held in memory).
-An unknown id, or another owner's, is a 404.
+The parts' bytes are kept by gateway/upload_parts.py: in memory, or with ``--files-dir`` on disk, where a restarted
+gateway finds the pending uploads again (their parts too). A part whose bytes could not be kept (a full disk) is
+undone, and its request fails: sent again, it is kept. An unknown id, or another owner's, is a 404.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 
 import anyio
@@ -23,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from controlplane.frontend import invalid_param
+from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.api_keys import request_owner
 from controlplane.gateway.errors import http_error_response
 from controlplane.gateway.file_store import expires_after_s
@@ -31,8 +34,12 @@ from controlplane.gateway.guarded import json_response
 from controlplane.gateway.multipart_form import MAX_FORM_FIELD_BYTES, multipart_form
 from controlplane.gateway.openai_schema import decode_body
 from controlplane.gateway.request_body import answered, read_body
-from controlplane.gateway.uploads import MAX_PART_BYTES, UploadNotFound, Uploads
+from controlplane.gateway.upload_parts import DiskParts, MemoryParts, UploadRecord
+from controlplane.gateway.uploads import MAX_PART_BYTES, UploadNotFound, Uploads, check_md5
 from transport.codec import clip
+from transport.messages import ErrorCode
+
+log = logging.getLogger(__name__)
 
 
 class ExpiresAfterIn(msgspec.Struct, kw_only=True):
@@ -60,9 +67,13 @@ _COMPLETE = msgspec.json.Decoder(UploadCompleteIn)
 class UploadRoutes:
     """Over the file routes (gateway/batch_routes.py BatchRoutes): their store, body bounds and upload limiter."""
 
-    def __init__(self, file_routes, max_pending_bytes: int) -> None:
+    def __init__(self, file_routes, max_pending_bytes: int, directory: str | None = None) -> None:
         self.file_routes = file_routes
         self.uploads = Uploads(file_routes.files.max_bytes, max_pending_bytes, time.time)
+        self.parts = MemoryParts() if directory is None else DiskParts(directory)
+        for pending in self.parts.load():  # a restarted gateway's pending uploads, parts and all
+            record = pending.record
+            self.uploads.restore(record.owner, record.object, record.expires_after, pending.parts)
 
     def routes(self) -> list[Route]:
         return [
@@ -80,9 +91,17 @@ class UploadRoutes:
             expires = None if after is None else expires_after_s(after.anchor, after.seconds, "expires_after")
             owner = request_owner(request)
             obj = self.uploads.create(owner, body.filename, body.purpose, body.bytes, body.mime_type, expires)
+            try:
+                await self._on_disk(self.parts.begin, obj["id"], UploadRecord(owner, obj, expires))
+            except BaseException:
+                self.uploads.cancel(owner, obj["id"])  # not kept: the client creates it again
+                raise
             return json_response(obj)
 
-        return await answered(serve)
+        try:
+            return await answered(serve)
+        finally:
+            await self.drop_ended()  # uploads that expired meanwhile
 
     async def add_part(self, request: Request) -> Response:
         upload_id = request.path_params["upload_id"]
@@ -92,7 +111,15 @@ class UploadRoutes:
             self.uploads.require_open(owner, upload_id)  # an unknown or ended one: refused before its body is read
             async with self.file_routes.uploads:  # a part's body is held in memory: a bounded number at once
                 data = await self._part_data(request)
-            return json_response(self.uploads.add_part(owner, upload_id, data))
+                part = self.uploads.add_part(owner, upload_id, len(data))
+                try:
+                    await self._on_disk(self.parts.put, upload_id, part["id"], data)
+                except BaseException:
+                    self.uploads.forget_part(upload_id, part["id"])
+                    await anyio.to_thread.run_sync(self.parts.forget, upload_id, part["id"])
+                    self.uploads.require_open(owner, upload_id)  # ended meanwhile: say so (400), not a 500
+                    raise
+            return json_response(part)
 
         return await self._known(upload_id, serve)
 
@@ -115,8 +142,10 @@ class UploadRoutes:
             routes = self.file_routes
             body = decode_body(_COMPLETE, await read_body(request, routes.max_body_bytes, routes.read_timeout_s))
             owner = request_owner(request)
-            content, upload, expires = self.uploads.begin_complete(owner, upload_id, body.part_ids, body.md5)
+            upload, expires = self.uploads.begin_complete(owner, upload_id, body.part_ids)
             try:
+                content = await self._on_disk(self.parts.content, upload_id, body.part_ids)
+                check_md5(content, body.md5)
                 name, purpose = upload["filename"], upload["purpose"]
                 file_object = await anyio.to_thread.run_sync(
                     routes.files.upload, owner, name, purpose, content, expires
@@ -141,3 +170,21 @@ class UploadRoutes:
             return await answered(serve)
         except UploadNotFound:
             return http_error_response(404, f"No upload has the id '{clip(upload_id, 200)}'", code="not_found")
+        finally:
+            await self.drop_ended()
+
+    async def _on_disk(self, call, *args):
+        """``call(*args)`` on the parts' store, in a worker thread; an OSError (a full disk) is a logged 500 in
+        OpenAI's shape, saying the request may be sent again (the caller undoes what it did first)."""
+        try:
+            return await anyio.to_thread.run_sync(call, *args)
+        except OSError as e:
+            log.error("uploads: %s failed: %s", call.__name__, e)
+            raise FrontendError(ErrorCode.INTERNAL, f"the upload's bytes could not be kept ({e}): send it again") from e
+
+    async def drop_ended(self) -> None:
+        """Drop the parts' bytes of the uploads ended (completed, cancelled, expired) since the last call, even
+        while the request is being cancelled (on disk, a part left behind would be found pending at restart)."""
+        with anyio.CancelScope(shield=True):
+            for ended in self.uploads.take_ended():
+                await anyio.to_thread.run_sync(self.parts.drop, ended)

@@ -1,23 +1,29 @@
 """OpenAI's Uploads (``/v1/uploads``): a large file sent in parts, then completed into one File of the gateway's file
 store (gateway/file_store.py), as the ``openai`` SDK's ``client.uploads.upload_file_chunked`` sends a file past a
-single request's size. Sans-IO: the routes (gateway/upload_routes.py) read the bodies and put the completed file.
+single request's size. Sans-IO: it holds the uploads' state and their parts' sizes; the routes (gateway/
+upload_routes.py) read the bodies, keep the parts' bytes (gateway/upload_parts.py: in memory, or on disk with
+``--files-dir``, where a restarted gateway finds the pending uploads again: ``restore``) and put the completed file.
 
     create(owner, filename, purpose, bytes, mime_type)   an Upload, status "pending", expiring an hour after
-    add_part(owner, upload_id, data)                     an Upload Part (at most 64 MiB, OpenAI's bound)
-    begin_complete(owner, upload_id, part_ids, md5)      the content: the parts in the order named, exactly the
-                                                         declared bytes (and md5, if given); ``completed`` then
+    add_part(owner, upload_id, size)                     an Upload Part (at most 64 MiB, OpenAI's bound);
+                                                         ``forget_part`` undoes it when its bytes were not kept
+    begin_complete(owner, upload_id, part_ids)           the parts in the order named, exactly the declared bytes;
+                                                         (``check_md5`` checks their content), then ``completed``
                                                          records its File, or ``abort_complete`` reopens it (the
                                                          file store refused it); meanwhile it takes no part nor a
                                                          cancel, and does not expire
     cancel(owner, upload_id)                             status "cancelled"; its parts are dropped
+    take_ended()                                         the ids of the uploads ended since the last call, whose
+                                                         parts' bytes the routes drop
 
 Bounded: an upload declares at most ``max_upload_bytes`` (the file store's own bound: the file must fit there); the
-parts of the uploads not yet completed are held in memory, at most ``max_pending_bytes`` in all (past it a part is a
-413 and nothing is lost: the upload takes the part again later) and ``MAX_PENDING`` uploads. A pending upload past
-its hour expires (its parts dropped, at the next call). An ended upload's record (no parts) is kept, the newest
-``MAX_ENDED``, so completing or cancelling it again says its status. Everything is its owner's: another owner's id is
-unknown. ``expires_after`` (checked at create) is the completed file's (gateway/file_store.py). A difference from
-OpenAI: ``mime_type`` is checked for shape only (OpenAI checks it against the purpose).
+parts of the uploads not yet completed hold at most ``max_pending_bytes`` in all (past it a part is a 413 and
+nothing is lost: the upload takes the part again later) and ``MAX_PENDING`` uploads. A pending upload past its hour
+expires (its parts dropped, at the next call). An ended upload's record (no parts) is kept, the newest
+``MAX_ENDED``, so completing or cancelling it again says its status (in memory only: after a restart it is
+unknown). Everything is its owner's: another owner's id is unknown. ``expires_after`` (checked at create) is the
+completed file's (gateway/file_store.py). A difference from OpenAI: ``mime_type`` is checked for shape only (OpenAI
+checks it against the purpose).
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ class UploadNotFound(Exception):
 class _Upload:
     owner: str | None
     object: dict
-    parts: dict[str, bytes] = field(default_factory=dict)  # part id → its bytes, in the order added
+    parts: dict[str, int] = field(default_factory=dict)  # part id → its size, in the order added
     num_bytes: int = 0
     completing: bool = False  # its file is being kept (begin_complete .. completed / abort_complete)
     expires_after: int | None = None  # the completed file's expiry, in seconds (None: the file store's default)
@@ -62,8 +68,23 @@ class Uploads:
         self.clock = clock
         self._pending: dict[str, _Upload] = {}
         self._ended: OrderedDict[str, _Upload] = OrderedDict()
+        self._ended_ids: list[str] = []  # ended since ``take_ended``: their parts' bytes are dropped
         self.pending_bytes = 0
         self.num_expired = 0
+
+    def restore(self, owner: str | None, obj: dict, expires_after: int | None, parts: dict[str, int]) -> None:
+        """A pending upload found again at start (gateway/upload_parts.py), with its parts' sizes. One whose parts
+        pass its declared bytes is ended at once (its record was not written by this gateway's rules)."""
+        upload = _Upload(owner, dict(obj), dict(parts), sum(parts.values()), expires_after=expires_after)
+        self._pending[obj["id"]] = upload
+        self.pending_bytes += upload.num_bytes
+        if upload.num_bytes > int(obj.get("bytes", 0)):
+            self._end(upload, "cancelled")
+
+    def take_ended(self) -> list[str]:
+        """The uploads ended (completed, cancelled, expired) since the last call."""
+        ended, self._ended_ids = self._ended_ids, []
+        return ended
 
     @property
     def num_pending(self) -> int:
@@ -96,34 +117,39 @@ class Uploads:
         self._pending[upload_id] = _Upload(owner, obj, expires_after=expires_after)
         return dict(obj)
 
-    def add_part(self, owner: str | None, upload_id: str, data: bytes) -> dict:
-        """A part added to a pending upload; its Part object. FrontendError: too large, past the declared bytes, the
-        pending bound (413, nothing kept), or the upload is not pending; UploadNotFound."""
+    def add_part(self, owner: str | None, upload_id: str, size: int) -> dict:
+        """A part of ``size`` bytes added to a pending upload; its Part object (the caller keeps its bytes, or calls
+        ``forget_part``). FrontendError: too large, past the declared bytes, the pending bound (413, nothing kept), or
+        the upload is not pending; UploadNotFound."""
         upload = self._open_one(owner, upload_id)
-        if len(data) > MAX_PART_BYTES:
+        if size > MAX_PART_BYTES:
             raise FrontendError(ErrorCode.OVERSIZED, f"a part is at most {MAX_PART_BYTES} bytes", param="data")
-        if upload.num_bytes + len(data) > upload.object["bytes"]:
+        if upload.num_bytes + size > upload.object["bytes"]:
             declared = upload.object["bytes"]
-            raise invalid_param(
-                "data", f"the parts would hold {upload.num_bytes + len(data)} bytes; {declared} declared"
-            )
+            raise invalid_param("data", f"the parts would hold {upload.num_bytes + size} bytes; {declared} declared")
         if len(upload.parts) >= MAX_PARTS:
             raise invalid_param("data", f"an upload holds at most {MAX_PARTS} parts")
-        if self.pending_bytes + len(data) > self.max_pending_bytes:
+        if self.pending_bytes + size > self.max_pending_bytes:
             message = f"the uploads in progress hold {self.pending_bytes} bytes, at most {self.max_pending_bytes}"
             raise FrontendError(ErrorCode.OVERSIZED, f"{message}: send the part again later", param="data")
         part_id = f"part_{uuid.uuid4().hex}"
-        upload.parts[part_id] = data
-        upload.num_bytes += len(data)
-        self.pending_bytes += len(data)
+        upload.parts[part_id] = size
+        upload.num_bytes += size
+        self.pending_bytes += size
         return {"id": part_id, "object": "upload.part", "created_at": int(self.clock()), "upload_id": upload_id}
 
-    def begin_complete(
-        self, owner: str | None, upload_id: str, part_ids: list[str], md5: str | None
-    ) -> tuple[bytes, dict, int | None]:
-        """The completed file's bytes (the upload's object, its file's expiry): the parts named, in that order, each
-        once, all of them, exactly the declared bytes (and ``md5``'s digest, if given); FrontendError naming what is
-        wrong; UploadNotFound. The upload is being completed until ``completed`` or ``abort_complete``."""
+    def forget_part(self, upload_id: str, part_id: str) -> None:
+        """A part added whose bytes were not kept: as if never added (nothing, if its upload ended meanwhile)."""
+        upload = self._pending.get(upload_id)
+        size = None if upload is None else upload.parts.pop(part_id, None)
+        if size is not None:
+            upload.num_bytes -= size
+            self.pending_bytes -= size
+
+    def begin_complete(self, owner: str | None, upload_id: str, part_ids: list[str]) -> tuple[dict, int | None]:
+        """The upload's object and its file's expiry, when ``part_ids`` name its parts in an order to join them:
+        each once, all of them, exactly the declared bytes; FrontendError naming what is wrong; UploadNotFound. The
+        upload is being completed until ``completed`` or ``abort_complete``."""
         upload = self._open_one(owner, upload_id)
         if len(set(part_ids)) != len(part_ids):
             raise invalid_param("part_ids", "names a part more than once")
@@ -135,11 +161,8 @@ class Uploads:
         if upload.num_bytes != upload.object["bytes"]:
             message = f"the parts hold {upload.num_bytes} bytes; the upload declared {upload.object['bytes']}"
             raise invalid_param("part_ids", message)
-        content = b"".join(upload.parts[p] for p in part_ids)
-        if md5 is not None and hashlib.md5(content, usedforsecurity=False).hexdigest() != md5.lower():
-            raise invalid_param("md5", "does not match the parts' bytes")
         upload.completing = True
-        return content, dict(upload.object), upload.expires_after
+        return dict(upload.object), upload.expires_after
 
     def abort_complete(self, owner: str | None, upload_id: str) -> None:
         """The file store did not keep the file: the upload is pending again, its parts kept."""
@@ -184,6 +207,7 @@ class Uploads:
         upload.parts.clear()
         upload.num_bytes = 0
         upload.object["status"] = status
+        self._ended_ids.append(upload_id)
         self._ended[upload_id] = upload
         while len(self._ended) > MAX_ENDED:
             self._ended.popitem(last=False)
@@ -194,3 +218,9 @@ class Uploads:
         for upload in [u for u in self._pending.values() if u.object["expires_at"] <= now and not u.completing]:
             self._end(upload, "expired")
             self.num_expired += 1
+
+
+def check_md5(content: bytes, md5: str | None) -> None:
+    """A 400 naming ``md5`` unless it is the hex MD5 digest of ``content`` (nothing to check when None)."""
+    if md5 is not None and hashlib.md5(content, usedforsecurity=False).hexdigest() != md5.lower():
+        raise invalid_param("md5", "does not match the parts' bytes")

@@ -160,12 +160,13 @@ def test_an_upload_expires_after_an_hour_and_its_parts_are_dropped():
     uploads = Uploads(max_upload_bytes=100, max_pending_bytes=100, clock=lambda: now[0])
     made = uploads.create("o", "f.jsonl", "batch", 4, "text/jsonl")
     assert made["expires_at"] == 1000 + EXPIRES_S
-    uploads.add_part("o", made["id"], b"ab")
-    assert uploads.pending_bytes == 2
+    uploads.add_part("o", made["id"], 2)
+    assert uploads.pending_bytes == 2 and uploads.take_ended() == []
     now[0] += EXPIRES_S
     with pytest.raises(FrontendError, match="expired"):
-        uploads.add_part("o", made["id"], b"cd")
+        uploads.add_part("o", made["id"], 2)
     assert uploads.pending_bytes == 0 and uploads.num_expired == 1
+    assert uploads.take_ended() == [made["id"]] and uploads.take_ended() == []  # its parts' bytes are dropped
     with pytest.raises(UploadNotFound):
         uploads.cancel("other", made["id"])
 
@@ -173,16 +174,30 @@ def test_an_upload_expires_after_an_hour_and_its_parts_are_dropped():
 def test_an_upload_being_completed_takes_no_part_nor_cancel_until_it_ends():
     uploads = Uploads(max_upload_bytes=100, max_pending_bytes=100, clock=lambda: 0.0)
     made = uploads.create(None, "f.jsonl", "batch", 2, "text/jsonl")
-    part = uploads.add_part(None, made["id"], b"ab")["id"]
-    content, obj, expires = uploads.begin_complete(None, made["id"], [part], None)
-    assert content == b"ab" and obj["filename"] == "f.jsonl" and expires is None
-    for call in (lambda: uploads.cancel(None, made["id"]), lambda: uploads.add_part(None, made["id"], b"")):
+    part = uploads.add_part(None, made["id"], 2)["id"]
+    obj, expires = uploads.begin_complete(None, made["id"], [part])
+    assert obj["filename"] == "f.jsonl" and expires is None
+    for call in (lambda: uploads.cancel(None, made["id"]), lambda: uploads.add_part(None, made["id"], 0)):
         with pytest.raises(FrontendError, match="being completed"):
             call()
     uploads.abort_complete(None, made["id"])  # the store refused it: pending again, its part kept
-    assert uploads.begin_complete(None, made["id"], [part], None)[0] == b"ab"
+    assert uploads.begin_complete(None, made["id"], [part])[0]["id"] == made["id"]
     done = uploads.completed(None, made["id"], {"id": "file-1"})
     assert done["status"] == "completed" and done["file"] == {"id": "file-1"} and uploads.pending_bytes == 0
+    assert uploads.take_ended() == [made["id"]]
+
+
+def test_a_part_whose_bytes_were_not_kept_is_undone():
+    uploads = Uploads(max_upload_bytes=100, max_pending_bytes=100, clock=lambda: 0.0)
+    made = uploads.create(None, "f.jsonl", "batch", 4, "text/jsonl")
+    kept = uploads.add_part(None, made["id"], 2)["id"]
+    lost = uploads.add_part(None, made["id"], 2)["id"]
+    uploads.forget_part(made["id"], lost)
+    assert uploads.pending_bytes == 2
+    with pytest.raises(FrontendError, match="names a part this upload does not have"):
+        uploads.begin_complete(None, made["id"], [kept, lost])
+    uploads.add_part(None, made["id"], 2)  # sent again: the upload takes it
+    assert uploads.pending_bytes == 4
 
 
 @pytest.mark.anyio
