@@ -215,7 +215,7 @@ def create_app(
         routes.append(Route("/metrics/targets", _ExactPathApp(sd_app), methods=["GET"]))
     app = Starlette(routes=routes, exception_handlers=handlers, lifespan=_lifespan)  # it runs app.state.runs
     app.state.batches, app.state.batch_routes, app.state.uploads = runner, batch_routes, uploads.uploads
-    app.state.runs = (runner.run, gateway.responses.background.run)  # batches, background responses
+    app.state.runs = (runner.run, gateway.responses.run_background)  # batches, background responses
     app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
     app.state.chat_completions = gateway.chat_completions.store  # the stored chat completions (the same)
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
@@ -315,10 +315,31 @@ class Gateway:
 
     def start(self, request: Request, request_id: str, args: GenerateArgs, arrival_ns: int, **more):
         """frontend.generate for a parsed request (``more``: the prompt fields and choices a completion adds)."""
-        # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
-        traffic_class = request.headers.get(CLASS_HEADER) or args.traffic_class or "default"
-        tenant = request_tenant(request)
+        class_header, tenant = self.request_context(request)
         traced = trace_headers(request.headers)  # the caller's W3C trace context: the parent of the request's span
+        return self.start_for(
+            request_id, args, arrival_ns, class_header=class_header, tenant=tenant, traced=traced, **more
+        )
+
+    @staticmethod
+    def request_context(request: Request) -> tuple[str | None, str | None]:
+        """What ``start`` reads of a request beside its body: its x-zoo-class header, its API key's tenant."""
+        return request.headers.get(CLASS_HEADER), request_tenant(request)
+
+    def start_for(
+        self,
+        request_id: str,
+        args: GenerateArgs,
+        arrival_ns: int,
+        *,
+        class_header: str | None,
+        tenant: str | None,
+        traced: dict[str, str] | None = None,
+        **more,
+    ):
+        """``start`` with what it reads of a request given (a background response run again after a restart)."""
+        # the class: the x-zoo-class header, else the body's traffic_class (a tenant's own class wins upstream)
+        traffic_class = class_header or args.traffic_class or "default"
         return self.frontend.generate(
             request_id,
             model=args.model,

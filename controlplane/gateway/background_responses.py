@@ -19,8 +19,9 @@ ends its object, whatever its status, goes to the store under its owner, and a l
 ``previous_response_id`` continues it if it finished. At most ``max_running`` run at once, and
 ``max_running_per_owner`` of one owner's (past either: 429 with a Retry-After). The events of the last
 ``max_running`` streamed ones that ended, within ``max_ended_bytes``, are kept for a resumed stream (a running one's
-are kept whole: its subscribers read them). Like the store, everything here is in memory: a gateway restart
-forgets it (the generations it ran are cancelled at shutdown).
+are kept whole: its subscribers read them). A response the gateway stops before it ends (the drain's time ran out)
+is neither kept nor ended: with ``--files-dir`` its record (gateway/background_journal.py) makes a restarted gateway
+run it again (gateway/responses_routes.py); without, a restart forgets it, as it forgets the store.
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class BackgroundResponses:
         max_running: int,
         max_ended_bytes: int = 64 * 1024 * 1024,
         max_running_per_owner: int | None = None,
+        on_end: Callable[[BackgroundJob], object] | None = None,
     ) -> None:
         per_owner = max_running if max_running_per_owner is None else max_running_per_owner
         if max_running < 1 or max_ended_bytes < 0 or per_owner < 1:
@@ -96,6 +98,8 @@ class BackgroundResponses:
                 f"{per_owner}, {max_ended_bytes}"
             )
         self.keep = keep
+        self.on_end = on_end  # called once a response has ended (not when the gateway stopped it first)
+        self.started = anyio.Event()  # set once ``run`` takes responses
         self.max_running = max_running
         self.max_running_per_owner = per_owner
         self.max_ended_bytes = max_ended_bytes
@@ -113,6 +117,7 @@ class BackgroundResponses:
     async def run(self) -> None:
         """Runs every submitted response until cancelled (serve_gateway's task group, or the app's lifespan)."""
         self.running = True
+        self.started.set()
         try:
             async with anyio.create_task_group() as tg:
                 async for job in self._receive:
@@ -120,17 +125,17 @@ class BackgroundResponses:
         finally:
             self.running = False
 
-    def submit(self, job: BackgroundJob) -> None:
+    def submit(self, job: BackgroundJob, admitted: bool = False) -> None:
         """Start a response (its reply ``queued``, its created event sent); 503 when the runner is not running, 429
-        past ``max_running``."""
+        past ``max_running`` (``admitted``: one accepted before a restart, run again whatever the bounds)."""
         if not self.running:
             message = "Background responses are not running (the app's lifespan was not run)"
             raise FrontendError(ErrorCode.NO_NODE, message)
-        if len(self._running) >= self.max_running:
+        if not admitted and len(self._running) >= self.max_running:
             message = f"{len(self._running)} background responses are running, the most this gateway runs: try later"
             raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=5.0)
         owned = sum(owner == job.owner for owner, _ in self._running)
-        if owned >= self.max_running_per_owner:
+        if not admitted and owned >= self.max_running_per_owner:
             message = f"You have {owned} background responses running, the most one owner may run at once: try later"
             raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=5.0)
         job.reply.status = "queued"
@@ -214,6 +219,12 @@ class BackgroundResponses:
         key = (job.owner, reply.id)
         self._running.pop(key, None)
         obj = reply.full_object()
+        if obj["status"] not in TERMINAL and not job.deleted:  # the gateway is stopping: it has not ended
+            log.info("gateway: background response %s stopped %s, before it ended", reply.id, obj["status"])
+            job.finish()
+            return
+        if self.on_end is not None:
+            self.on_end(job)
         self.ended[obj["status"]] = self.ended.get(obj["status"], 0) + 1
         conversation = reply.conversation_after() if reply.finished else reply.parsed.conversation
         if not job.deleted:

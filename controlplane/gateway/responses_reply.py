@@ -39,11 +39,13 @@ class ResponsesReply:
         parsed: ResponsesArgs,
         on_done: Callable[[dict, Conversation], None] | None = None,
         names: TokenText | None = None,
+        response_id: str | None = None,
+        created_at: int | None = None,
     ) -> None:
-        self.id = item_id("resp")
+        self.id = response_id or item_id("resp")  # given: a background response run again after a restart
         self.model = model
         self.parsed = parsed
-        self.created_at = int(time.time())
+        self.created_at = int(time.time()) if created_at is None else created_at
         plan = parsed.generate.tool_plan
         self._stream = ToolStream(plan) if plan is not None and plan.parses else None
         self._on_done = on_done

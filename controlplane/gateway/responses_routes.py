@@ -2,19 +2,25 @@
 response_store.py: ``GET``/``DELETE /v1/responses/{id}``, ``GET .../input_items``) and the background ones (gateway/
 background_responses.py: a resumed stream, ``POST .../cancel``). A response naming a ``conversation`` continues it
 and, once it ends, adds its input and output items to it (gateway/conversation_store.py). ``POST
-/v1/responses/input_tokens`` counts a request's prompt tokens without running it.
+/v1/responses/input_tokens`` counts a request's prompt tokens without running it. With ``--files-dir`` a background
+response is recorded while it runs (gateway/background_journal.py), and one a stopped gateway left running is run
+again when the gateway starts, under its id (``run_background``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator
 
+import anyio
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.api_keys import request_owner
+from controlplane.gateway.background_journal import MAX_ATTEMPTS, BackgroundJournal, BackgroundRecord
 from controlplane.gateway.background_responses import BackgroundJob, BackgroundResponses
 from controlplane.gateway.conversation_store import ConversationFull, ConversationStore
 from controlplane.gateway.errors import error_response, http_error_response
@@ -27,7 +33,7 @@ from controlplane.gateway.sse import EventStreamResponse
 from controlplane.gateway.structured_fields import check_structured
 from controlplane.gateway.tokenize_routes import no_tokenizer
 from transport.codec import clip
-from transport.messages import ErrorCode
+from transport.messages import ErrorCode, TokenChunk
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +54,14 @@ class ResponsesRoutes:
         self.gateway = gateway
         self.store = store
         self.conversations = conversations
+        files_dir = gateway.config.files_dir
+        self.journal = None if files_dir is None else BackgroundJournal(files_dir)  # running ones, on disk
         self.background = BackgroundResponses(
-            store.put, max_background, max_ended_bytes=store.max_bytes, max_running_per_owner=max_background_per_owner
+            store.put,
+            max_background,
+            max_ended_bytes=store.max_bytes,
+            max_running_per_owner=max_background_per_owner,
+            on_end=self._ended,
         )
 
     async def create(self, request: Request) -> Response:
@@ -59,22 +71,15 @@ class ResponsesRoutes:
         owner = request_owner(request)
 
         async def serve() -> Response:
-            parsed = await self._parse(request, owner)
+            body = await gateway.read_body(request)
+            parsed = self._parse(body, owner)
             args = parsed.generate
             if parsed.background:
                 self._check_background(args.model)
             own_items = input_items(parsed.own_input)  # one id per item, wherever it is listed
-            keeps = parsed.store and not parsed.background  # a background one is kept by its runner
-
-            def done(obj: dict, conversation) -> None:
-                if keeps:
-                    self.store.put(owner, obj, conversation, own_items)
-                if parsed.conversation_id is not None:
-                    self._record(owner, parsed.conversation_id, own_items + tuple(obj["output"]))
-
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
-            on_done = done if keeps or parsed.conversation_id is not None else None
+            on_done = self._on_done(owner, parsed, own_items)
             reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text)
             chunks = gateway.start(request, reply.id, args, arrival_ns)
             if not parsed.background:
@@ -85,6 +90,18 @@ class ResponsesRoutes:
             except FrontendError:
                 await close_stream(chunks)
                 raise
+            if self.journal is not None:  # until it ends: a restart before then runs it again
+                class_header, tenant = gateway.request_context(request)
+                self.journal.save(
+                    BackgroundRecord(
+                        owner=owner,
+                        response_id=reply.id,
+                        created_at=reply.created_at,
+                        body=body.decode("utf-8", "replace"),
+                        traffic_class=class_header,
+                        tenant=tenant,
+                    )
+                )
             headers = {"x-request-id": reply.id}
             if args.stream:
                 return EventStreamResponse(self.background.events(job), on_close=_nothing, headers=headers)
@@ -104,7 +121,7 @@ class ResponsesRoutes:
         async def serve() -> Response:
             if gateway.tokenize_routes.tokenizer is None:
                 return no_tokenizer()
-            parsed = await self._parse(request, owner)
+            parsed = self._parse(await gateway.read_body(request), owner)
             args = parsed.generate
             count = gateway.tokenize_routes.count_chat(args.model, args.messages, args.tools, args.chat)
             kept = args.sampling.truncate_prompt_tokens  # truncation: auto keeps the prompt's last tokens
@@ -168,11 +185,111 @@ class ResponsesRoutes:
         except FrontendError as err:
             return error_response(err)
 
-    async def _parse(self, request: Request, owner: str | None) -> ResponsesArgs:
-        """The request's body read as a Responses request, its previous response and conversation its owner's."""
+    def _on_done(self, owner: str | None, parsed: ResponsesArgs, own_items: tuple[dict, ...]):
+        """What a response does once it ends: kept in the store (a stored one not in the background: a background one
+        is kept by its runner), its items added to its conversation; None: nothing."""
+        keeps = parsed.store and not parsed.background
+        if not keeps and parsed.conversation_id is None:
+            return None
+
+        def done(obj: dict, conversation) -> None:
+            if keeps:
+                self.store.put(owner, obj, conversation, own_items)
+            if parsed.conversation_id is not None:
+                self._record(owner, parsed.conversation_id, own_items + tuple(obj["output"]))
+
+        return done
+
+    async def run_background(self) -> None:
+        """The background runner, until cancelled; with ``--files-dir``, first the responses a stopped gateway left
+        running are run again (each queued at once, so a client reading it finds it)."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.background.run)
+            if self.journal is not None:
+                await self.background.started.wait()
+                for record in self.journal.load():
+                    self._resume(record)
+
+    def _resume(self, record: BackgroundRecord) -> None:
+        """One recorded background response run again under its id, from the start (at most MAX_ATTEMPTS runs)."""
+        assert self.journal is not None
+        if record.attempts >= MAX_ATTEMPTS:
+            self._give_up(record, f"the gateway stopped {record.attempts} times while it ran")
+            return
+        try:
+            parsed = self._parse(record.body.encode(), record.owner)
+        except FrontendError as err:
+            self._give_up(record, f"its request could not be read again: {err.message}")
+            return
+        record = msgspec.structs.replace(record, attempts=record.attempts + 1)
+        self.journal.save(record)
+        own_items = input_items(parsed.own_input)
+        args = parsed.generate
+        gateway = self.gateway
+        on_done = self._on_done(record.owner, parsed, own_items)
+        reply = ResponsesReply(
+            gateway.model_name(args.model),
+            parsed,
+            on_done=on_done,
+            names=gateway.token_text,
+            response_id=record.response_id,
+            created_at=record.created_at,
+        )
+        chunks = self._resumed_chunks(record, reply)
+        self.background.submit(BackgroundJob(record.owner, reply, chunks, streamed=False, input_items=own_items), True)
+        log.info("gateway: background response %s run again (run %d)", reply.id, record.attempts)
+
+    async def _resumed_chunks(self, record: BackgroundRecord, reply: ResponsesReply) -> AsyncIterator[TokenChunk]:
+        """A resumed response's generation, once some node serves (a restarted control plane's nodes join after
+        it starts)."""
+        gateway = self.gateway
+        wait = getattr(gateway.frontend, "wait_for_models", None)
+        if not gateway.frontend.model_names and wait is not None:
+            await wait(gateway.config.models_wait_s)
+        args = reply.parsed.generate
+        reply.model = gateway.model_name(args.model)
+        chunks = gateway.start_for(
+            reply.id, args, time.monotonic_ns(), class_header=record.traffic_class, tenant=record.tenant
+        )
+        try:
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await close_stream(chunks)
+
+    def _give_up(self, record: BackgroundRecord, why: str) -> None:
+        """A recorded response not run again: kept as failed, saying why."""
+        assert self.journal is not None
+        log.warning("gateway: background response %s not run again: %s", record.response_id, why)
+        try:
+            model = msgspec.json.decode(record.body.encode()).get("model")
+        except (msgspec.DecodeError, AttributeError):
+            model = None
+        obj = {
+            "id": record.response_id,
+            "object": "response",
+            "created_at": record.created_at,
+            "status": "failed",
+            "background": True,
+            "model": model if isinstance(model, str) else self.gateway.model_name(None),
+            "output": [],
+            "error": {"code": "server_error", "message": f"The response was not run again after a restart: {why}"},
+            "incomplete_details": None,
+            "usage": None,
+        }
+        self.store.put(record.owner, obj, ())
+        self.journal.forget(record.owner, record.response_id)
+
+    def _ended(self, job: BackgroundJob) -> None:
+        """A background response ended: its record goes."""
+        if self.journal is not None:
+            self.journal.forget(job.owner, job.reply.id)
+
+    def _parse(self, body: bytes, owner: str | None) -> ResponsesArgs:
+        """A body read as a Responses request, its previous response and conversation its owner's."""
         gateway = self.gateway
         return parse_responses(
-            await gateway.read_body(request),
+            body,
             default_max_tokens=gateway.config.default_chat_max_tokens,
             tool_call_parser=gateway.config.tool_call_parser,
             previous=lambda response_id: self._previous(owner, response_id),
