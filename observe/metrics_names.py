@@ -103,6 +103,7 @@ RESPONSES_STORED = "zoo:responses_stored"  # gauge: /v1/responses kept for GET a
 RESPONSES_STORED_BYTES = "zoo:responses_stored_bytes"  # gauge
 RESPONSES_BACKGROUND_RUNNING = "zoo:responses_background_running"  # gauge: background responses not ended yet
 RESPONSES_BACKGROUND_ENDED = "zoo:responses_background_ended"  # counter (_total) {status}: completed ... cancelled
+RESPONSES_BACKGROUND_RESUMED = "zoo:responses_background_resumed"  # counter (_total): run again after a restart
 CONVERSATIONS_STORED = "zoo:conversations_stored"  # gauge: /v1/conversations kept
 CONVERSATIONS_STORED_BYTES = "zoo:conversations_stored_bytes"  # gauge: their items' and metadata's bytes
 CONVERSATIONS_EVICTED = "zoo:conversations_evicted"  # counter (_total): dropped, least recently used, for the bounds

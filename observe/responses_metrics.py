@@ -7,6 +7,8 @@ background_responses.py, conversation_store.py).
                                                        progress), against GatewayConfig.responses_background_max
     zoo:responses_background_ended_total{status}       counter: background responses ended, by their status
                                                        (completed, incomplete, failed, cancelled)
+    zoo:responses_background_resumed_total             counter: background responses a stopped gateway left running,
+                                                       run again since this one started (--files-dir)
     zoo:conversations_stored, zoo:conversations_stored_bytes   gauges: conversations kept (/v1/conversations) and
                                                        their bytes, against GatewayConfig.conversations_max and -bytes
     zoo:conversations_evicted_total                    counter: conversations dropped, least recently used first, to
@@ -18,8 +20,8 @@ background_responses.py, conversation_store.py).
     zoo:chat_completions_evicted_total                 counter: stored chat completions dropped, least recently used
                                                        first, to stay within those bounds (a DELETE not counted)
     zoo:gateway_store_write_errors_total{store}        counter: writes to --files-dir that failed (a full disk), by
-                                                       store (responses, conversations, chat_completions): kept in
-                                                       memory only
+                                                       store (responses, conversations, chat_completions,
+                                                       background_responses): kept in memory only
 
 A response's request is the fleet's like any other (the request series count it); these say what the gateway holds.
 Registered on the control plane's exporter beside its own (zoo/serve.py).
@@ -59,10 +61,12 @@ def responses_metrics(
         for status, n in background.ended.items():
             ended.add_metric([status], n)
         yield ended
+        yield CounterMetricFamily(m.RESPONSES_BACKGROUND_RESUMED, "Background responses run again after a restart.",
+                                  value=background.num_resumed)  # fmt: skip
         errors = CounterMetricFamily(m.STORE_WRITE_ERRORS, "Writes to --files-dir that failed, by store.",
                                      labels=["store"])  # fmt: skip
         for name, kept in (("responses", store), ("conversations", conversations),
-                           ("chat_completions", chat_completions)):  # fmt: skip
+                           ("chat_completions", chat_completions), ("background_responses", background)):  # fmt: skip
             journal = getattr(kept, "journal", None)
             if journal is not None:
                 errors.add_metric([name], journal.num_errors)

@@ -109,6 +109,8 @@ class BackgroundResponses:
         self._send, self._receive = anyio.create_memory_object_stream[BackgroundJob](math.inf)
         self.running = False
         self.ended = dict.fromkeys(TERMINAL, 0)  # by status, since start (for /metrics)
+        self.num_resumed = 0  # run again after a restart (``submit(admitted=True)``), since start
+        self.journal = None  # the running ones' records on disk (gateway/background_journal.py), set by the routes
 
     @property
     def num_running(self) -> int:
@@ -138,6 +140,7 @@ class BackgroundResponses:
         if not admitted and owned >= self.max_running_per_owner:
             message = f"You have {owned} background responses running, the most one owner may run at once: try later"
             raise FrontendError(ErrorCode.OVERLOADED, message, retry_after_s=5.0)
+        self.num_resumed += admitted
         job.reply.status = "queued"
         job.append([job.reply.created_event()])
         self._running[(job.owner, job.reply.id)] = job

@@ -63,6 +63,7 @@ class ResponsesRoutes:
             max_running_per_owner=max_background_per_owner,
             on_end=self._ended,
         )
+        self.background.journal = self.journal  # its write errors on /metrics
 
     async def create(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/responses``; a stored one is kept under its owner, a background one answered at once."""
@@ -278,6 +279,7 @@ class ResponsesRoutes:
             "usage": None,
         }
         self.store.put(record.owner, obj, ())
+        self.background.ended["failed"] += 1
         self.journal.forget(record.owner, record.response_id)
 
     def _ended(self, job: BackgroundJob) -> None:

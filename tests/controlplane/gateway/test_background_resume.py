@@ -14,9 +14,12 @@ import anyio
 import msgspec
 import openai
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
 from controlplane.gateway import GatewayConfig, create_app
 from controlplane.gateway.background_journal import MAX_ATTEMPTS, BackgroundJournal, BackgroundRecord, record_name
+from observe.exporter import SnapshotCollector
+from observe.responses_metrics import responses_metrics
 
 MODEL = "smol"
 
@@ -56,6 +59,12 @@ def test_a_response_the_gateway_stopped_runs_again_after_a_restart(make_frontend
         assert item.role == "user" and item.content[0].text == "Hi?"
     assert frontend.calls[0]["request_id"] == created.id and frontend.calls[0]["traffic_class"] == "batch"
     assert not _records(tmp_path)  # it ended: its record went
+    registry = CollectorRegistry()
+    responses = restarted.state.responses
+    registry.register(SnapshotCollector(responses_metrics(responses.store, responses.background)))
+    text = generate_latest(registry).decode()
+    assert "zoo:responses_background_resumed_total 1.0" in text
+    assert 'zoo:gateway_store_write_errors_total{store="background_responses"} 0.0' in text
 
 
 def test_responses_that_end_or_are_cancelled_leave_no_record(make_frontend, serve, tmp_path):
