@@ -1,8 +1,10 @@
-"""``zoo top [--control tcp://HOST:PORT] [--client tcp://HOST:PORT]``: the CLI wires ``add_top_args`` / ``run_top``."""
+"""``zoo top [--control tcp://HOST:PORT] [--client tcp://HOST:PORT] [--batch [-n N] [--json]]``: the CLI wires
+``add_top_args`` / ``run_top`` (``--batch``: tui/top_batch.py, no TUI)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_top_args(p: argparse.ArgumentParser) -> None:
@@ -21,6 +23,19 @@ def add_top_args(p: argparse.ArgumentParser) -> None:
         "it (with --curve-dir for a CURVE control plane)",
     )
     p.add_argument(
+        "--batch",
+        action="store_true",
+        help="print snapshots as text (or JSON lines with --json) and exit, as top -b: for scripts and logs",
+    )
+    p.add_argument("-n", "--count", type=_positive, default=1, help="--batch: how many snapshots (default 1)")
+    p.add_argument("--json", action="store_true", help="--batch: each snapshot as one JSON object per line")
+    p.add_argument(
+        "--timeout-s",
+        type=float,
+        default=10.0,
+        help="--batch: exit 1 when a snapshot does not come within this long",
+    )
+    p.add_argument(
         "--stale-after-s",
         type=float,
         default=3.0,
@@ -28,8 +43,24 @@ def add_top_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def run_top(args: argparse.Namespace, curve=None) -> int:
     """``curve``: the CURVE client keys for ``--client`` (zoo/keys.py reads them from --curve-dir)."""
+    if args.batch:
+        import anyio
+
+        from tui.top_batch import run_batch
+
+        return anyio.run(lambda: run_batch(args.control, args.count, as_json=args.json, timeout_s=args.timeout_s))
+    if args.json:
+        print("zoo top: --json needs --batch (the dashboard draws a TUI)", file=sys.stderr)
+        return 2
     from tui.node_actions import NodeActions
     from tui.zoo_top import ZooTopApp
 

@@ -256,6 +256,32 @@ def describe_migrations(stats: FleetStats, rates: Rates) -> str:
     )
 
 
+def describe_status(stats: FleetStats, where: str) -> str:
+    """The status line of a snapshot from the control plane at ``where``: draining, policy, nodes up, eBPF."""
+    live = sum(n.state == "up" for n in stats.nodes)
+    ebpf = f"eBPF: {stats.ebpf_status}" if stats.ebpf_status else "eBPF: not attached (app-level figures only)"
+    nodes = f"{live}/{len(stats.nodes)} nodes up"
+    draining = " · DRAINING (shutting down: new requests refused)" if stats.draining else ""
+    return f"control plane {where}{draining} · policy {describe_router(stats)} · {nodes} · {ebpf}"
+
+
+def describe_rates(view: FleetView) -> str:
+    """The rates line (from the last two snapshots), then the fleet by cell."""
+    stats, r = view.stats, view.rates
+    assert stats is not None
+    overload = " (OVERLOAD MODE)" if stats.overload_mode else ""  # hardware_aware's (router/overload.py)
+    if stats.tpot_lost_redirects_total is not None:  # its goodput-first rule, on (router/policies/tpot_lost.py)
+        overload += f"   TPOT lost causes moved {stats.tpot_lost_redirects_total}"
+    return (
+        f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
+        f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
+        f"completed {stats.num_requests_total.get('completed', 0)}   "
+        f"forecast late {stats.slo_forecast_late_share:.0%}{overload}   "
+        f"{describe_migrations(stats, r)}\n"
+        + "   ".join(s.describe() for s in view.cell_summaries())  # the fleet by cell
+    )
+
+
 def describe_router(stats: FleetStats, width: int = 90) -> str:
     """The policy and the router knobs set off their defaults ("hardware_aware (slo_ttft_s=2.0, slo_tpot_s=0.05)"),
     cut to about ``width`` characters with the number left out ("…+3 more"), and its reloads once there were any

@@ -33,8 +33,8 @@ from tui.fleet_view import (
     SOURCES,
     FleetView,
     describe_figure,
-    describe_migrations,
-    describe_router,
+    describe_rates,
+    describe_status,
 )
 from tui.node_detail import NodeDetailScreen
 
@@ -133,28 +133,13 @@ class ZooTopApp(App[None]):
             status.update(f"waiting for control plane at {where}{shown}")
         else:
             status.remove_class("waiting")
-            live = sum(n.state == "up" for n in stats.nodes)
-            ebpf = f"eBPF: {stats.ebpf_status}" if stats.ebpf_status else "eBPF: not attached (app-level figures only)"
-            nodes = f"{live}/{len(stats.nodes)} nodes up"
-            draining = " · DRAINING (shutting down: new requests refused)" if stats.draining else ""
-            status.update(f"control plane {where}{draining} · policy {describe_router(stats)} · {nodes} · {ebpf}")
+            status.update(describe_status(stats, where))
         filters = [f"cell={self.view.cell_filter}"] if self.view.cell_filter else []
         filters += [f"gpu={self.view.gpu_filter}"] if self.view.gpu_filter else []
         order = "↓" if not self.view.sort_reverse else "↑"
         self.sub_title = f"sort {self.view.sort_column.title} {order}" + (f" · {' '.join(filters)}" if filters else "")
         if stats is not None:
-            r = self.view.rates
-            overload = " (OVERLOAD MODE)" if stats.overload_mode else ""  # hardware_aware's (router/overload.py)
-            if stats.tpot_lost_redirects_total is not None:  # its goodput-first rule, on (router/policies/tpot_lost.py)
-                overload += f"   TPOT lost causes moved {stats.tpot_lost_redirects_total}"
-            self.query_one("#rates", Static).update(
-                f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
-                f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
-                f"completed {stats.num_requests_total.get('completed', 0)}   "
-                f"forecast late {stats.slo_forecast_late_share:.0%}{overload}   "
-                f"{describe_migrations(stats, r)}\n"
-                + "   ".join(s.describe() for s in self.view.cell_summaries())  # the fleet by cell
-            )
+            self.query_one("#rates", Static).update(describe_rates(self.view))
 
     def _render_table(self) -> None:
         table = self.query_one("#nodes", DataTable)
