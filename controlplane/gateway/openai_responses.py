@@ -37,7 +37,7 @@ import msgspec
 from controlplane.cells import RequestPriority
 from controlplane.frontend import invalid_param
 from controlplane.gateway import service_tier as service_tiers
-from controlplane.gateway.openai_schema import GenerateArgs, chat_options, decode_body, logit_bias_of
+from controlplane.gateway.openai_schema import GenerateArgs, chat_options, check_cache_hints, decode_body, logit_bias_of
 from controlplane.gateway.structured_fields import (
     NOT_GIVEN,
     StructuredOutputsIn,
@@ -123,6 +123,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     text: TextIn | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
+    # OpenAI's hints, checked (openai_schema.check_cache_hints) and echoed
+    prompt_cache_key: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_retention: str | None = None
     background: bool | None = None
     include: list[str] | None = None
     top_logprobs: int | None = None  # with include ["message.output_text.logprobs"]: alternatives per token
@@ -189,6 +193,7 @@ def parse_responses(
         raise invalid_param("truncation", f"must be 'disabled' or 'auto', got {show_value(req.truncation)}")
     if req.max_tool_calls is not None and req.max_tool_calls < 1:
         raise invalid_param("max_tool_calls", f"must be at least 1, got {show_value(req.max_tool_calls)}")
+    check_cache_hints(req)
     if req.background and req.store is False:
         raise invalid_param("background", "requires store: a background response is read back by its id")
     if req.top_logprobs is not None and not 0 <= req.top_logprobs <= MAX_LOGPROBS:
@@ -412,6 +417,9 @@ def _settings(req: ResponsesRequest, sampling: SamplingParams, service_tier: str
         **({"service_tier": service_tier} if service_tier is not None else {}),
         "truncation": req.truncation or "disabled",
         "user": req.user,
+        "prompt_cache_key": req.prompt_cache_key,
+        "safety_identifier": req.safety_identifier,
+        **({"prompt_cache_retention": req.prompt_cache_retention} if req.prompt_cache_retention else {}),
     }
 
 

@@ -141,6 +141,9 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     prediction: PredictionIn | None = None  # OpenAI's Predicted Outputs: drafts on a node that speculates
     store: bool | None = None  # OpenAI's: keep the completion for GET /v1/chat/completions (chat_completion_store.py)
     metadata: dict[str, str] | None = None  # OpenAI's: a stored completion's labels (a list filters by them)
+    prompt_cache_key: str | None = None  # OpenAI's hints, checked (check_cache_hints) and otherwise unused
+    safety_identifier: str | None = None
+    prompt_cache_retention: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +229,23 @@ def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
     )
 
 
+MAX_IDENTIFIER_CHARS = 64  # OpenAI's bound on safety_identifier (and, here, prompt_cache_key)
+
+
+def check_cache_hints(req) -> None:
+    """OpenAI's ``prompt_cache_key``, ``safety_identifier`` (at most 64 characters) and ``prompt_cache_retention``
+    ("in-memory" | "24h") on a chat or a response: a 400 naming the one at fault. Routing here follows the prompt's
+    own prefix blocks (controlplane/router/prefix_index.py), which a key adds nothing to; the engine's prefix cache
+    keeps blocks while it has room, whatever retention is asked."""
+    if req.prompt_cache_retention not in (None, "in-memory", "24h"):
+        message = f"must be 'in-memory' or '24h', got {show_value(req.prompt_cache_retention)}"
+        raise invalid_param("prompt_cache_retention", message)
+    for name in ("prompt_cache_key", "safety_identifier"):
+        value = getattr(req, name)
+        if value is not None and len(value) > MAX_IDENTIFIER_CHARS:
+            raise invalid_param(name, f"must be at most {MAX_IDENTIFIER_CHARS} characters, got {len(value)}")
+
+
 def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | None = "hermes") -> GenerateArgs:
     req = decode_body(_CHAT_DECODER, body)
     if not req.messages:
@@ -234,6 +254,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         message = "a request's own template is not taken: chats use the server's (zoo controlplane --chat-template)"
         raise invalid_param("chat_template", message)
     tool_plan = tool_plan_of(req, parser=tool_call_parser)
+    check_cache_hints(req)
     if req.top_logprobs is not None and not req.logprobs:
         raise invalid_param("top_logprobs", "requires logprobs=true")
     messages = [_chat_message(i, m) for i, m in enumerate(req.messages)]

@@ -108,3 +108,22 @@ def test_bad_values_are_400s_naming_the_field(served, frontend, extra, param):
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == param
     assert not frontend.calls
+
+
+def test_openais_cache_hints_are_echoed_and_checked(client, served):
+    response = client.responses.create(
+        model=MODEL, input="Hi?", prompt_cache_key="tenant-7:docs", safety_identifier="user-9f2",
+        prompt_cache_retention="24h",
+    )  # fmt: skip
+    assert (response.prompt_cache_key, response.safety_identifier) == ("tenant-7:docs", "user-9f2")
+    assert response.prompt_cache_retention == "24h"
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi?"}], prompt_cache_key="k", safety_identifier="u"
+    )
+    assert chat.choices[0].message.content
+    for path, base in (("/v1/responses", {"input": "Hi?"}), ("/v1/chat/completions", {"messages": [{"role": "user",
+                       "content": "Hi?"}]})):  # fmt: skip
+        for field, value in (("prompt_cache_retention", "forever"), ("safety_identifier", "x" * 65),
+                             ("prompt_cache_key", "k" * 65)):  # fmt: skip
+            reply = httpx.post(f"{served}{path}", json={**base, field: value}, timeout=30)
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == field, reply.text
