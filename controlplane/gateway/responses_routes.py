@@ -209,7 +209,11 @@ class ResponsesRoutes:
             if self.journal is not None:
                 await self.background.started.wait()
                 for record in self.journal.load():
-                    self._resume(record)
+                    try:
+                        self._resume(record)
+                    except Exception:  # one bad record must not stop the runner, nor the others
+                        log.exception("gateway: background response %s could not be run again", record.response_id)
+                        self.journal.forget(record.owner, record.response_id)
 
     def _resume(self, record: BackgroundRecord) -> None:
         """One recorded background response run again under its id, from the start (at most MAX_ATTEMPTS runs)."""

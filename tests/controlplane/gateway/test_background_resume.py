@@ -152,3 +152,22 @@ def test_unreadable_or_misnamed_records_are_dropped(tmp_path):
     assert sorted(p.name for p in _records(tmp_path)) == sorted(
         f"{record_name(None, i)}.json" for i in ("resp_1", "resp_2")
     )
+
+
+def test_a_record_that_breaks_its_resumption_is_dropped_and_the_others_run(make_frontend, serve, tmp_path, monkeypatch):
+    from controlplane.gateway.responses_routes import ResponsesRoutes
+
+    journal = BackgroundJournal(tmp_path)
+    journal.save(_record(response_id="resp_bad", saved_ns=1))
+    journal.save(_record(response_id="resp_good", saved_ns=2, body='{"model": "smol", "input": "Hi?"}'))
+    resume = ResponsesRoutes._resume
+
+    def breaks_on_the_first(self, record):
+        if record.response_id == "resp_bad":
+            raise RuntimeError("a record this gateway cannot take")
+        resume(self, record)
+
+    monkeypatch.setattr(ResponsesRoutes, "_resume", breaks_on_the_first)
+    with serve(create_app(make_frontend(), config=GatewayConfig(files_dir=str(tmp_path)))) as url, _openai(url) as c:
+        assert _until(c, "resp_good", "completed").status == "completed"
+    assert not _records(tmp_path)
