@@ -107,8 +107,13 @@ def parse_tool_calls(text: str) -> tuple[str | None, list[tuple[str, str]]] | No
     return (content or None), calls
 
 
+def signature_lines(tools: list[dict[str, Any]]) -> str:
+    """The tools' JSON signatures, one per line (every tool prompt format shows them so)."""
+    return "\n".join(msgspec.json.encode(t).decode() for t in tools)
+
+
 def preamble(tools: list[dict[str, Any]]) -> str:
-    signatures = "\n".join(msgspec.json.encode(t).decode() for t in tools)
+    signatures = signature_lines(tools)
     return (
         "# Tools\n\nYou may call one or more of the functions below to answer. Their signatures are JSON inside "
         f"<tools></tools> tags:\n<tools>\n{signatures}\n</tools>\n\nTo call a function, answer with a JSON object "

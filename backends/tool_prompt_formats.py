@@ -37,10 +37,6 @@ from backends import hermes_tools
 DEFAULT_TOOL_FORMAT = "hermes"
 
 
-def _signatures(tools: list[dict[str, Any]]) -> str:
-    return "\n".join(msgspec.json.encode(t).decode() for t in tools)
-
-
 def _json(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
@@ -48,8 +44,8 @@ def _json(value: Any) -> str:
 def _llama3_preamble(tools: list[dict[str, Any]]) -> str:
     return (
         "# Tools\n\nYou may call the functions below to answer. Their signatures, one JSON object per line:\n"
-        f"{_signatures(tools)}\n\nTo call a function, answer with nothing but a JSON object holding its name and its "
-        'arguments: {"name": <function name>, "parameters": <the arguments as a JSON object>}. To call several, '
+        f"{hermes_tools.signature_lines(tools)}\n\nTo call a function, answer with nothing but a JSON object holding "
+        'its name and its arguments: {"name": <function name>, "parameters": <the arguments as a JSON object>}. To call several, '
         "separate the objects with ';'. Write values, not variables."
     )
 
@@ -78,8 +74,8 @@ def _mistral_result(content: str) -> str:
 def _pythonic_preamble(tools: list[dict[str, Any]]) -> str:
     return (
         "# Tools\n\nYou may call the functions below to answer. Their signatures, one JSON object per line:\n"
-        f"{_signatures(tools)}\n\nTo call functions, answer with nothing but a Python list of calls with keyword "
-        "arguments: [func_name1(param1=value1, param2=value2), func_name2(param=value)]. Write literal values. If "
+        f"{hermes_tools.signature_lines(tools)}\n\nTo call functions, answer with nothing but a Python list of "
+        "calls with keyword arguments: [func_name1(param1=value1, param2=value2), func_name2(param=value)]. Write literal values. If "
         "no function fits, or a required argument is missing from the question, say so instead."
     )
 
