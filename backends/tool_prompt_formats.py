@@ -45,8 +45,8 @@ def _llama3_preamble(tools: list[dict[str, Any]]) -> str:
     return (
         "# Tools\n\nYou may call the functions below to answer. Their signatures, one JSON object per line:\n"
         f"{hermes_tools.signature_lines(tools)}\n\nTo call a function, answer with nothing but a JSON object holding "
-        'its name and its arguments: {"name": <function name>, "parameters": <the arguments as a JSON object>}. To call several, '
-        "separate the objects with ';'. Write values, not variables."
+        'its name and its arguments: {"name": <function name>, "parameters": <the arguments as a JSON object>}. '
+        "To call several, separate the objects with ';'. Write values, not variables."
     )
 
 
@@ -75,8 +75,9 @@ def _pythonic_preamble(tools: list[dict[str, Any]]) -> str:
     return (
         "# Tools\n\nYou may call the functions below to answer. Their signatures, one JSON object per line:\n"
         f"{hermes_tools.signature_lines(tools)}\n\nTo call functions, answer with nothing but a Python list of "
-        "calls with keyword arguments: [func_name1(param1=value1, param2=value2), func_name2(param=value)]. Write literal values. If "
-        "no function fits, or a required argument is missing from the question, say so instead."
+        "calls with keyword arguments: [func_name1(param1=value1, param2=value2), func_name2(param=value)]. "
+        "Write literal values. If no function fits, or a required argument is missing from the question, say so "
+        "instead."
     )
 
 
