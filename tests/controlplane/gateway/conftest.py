@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
@@ -209,3 +210,20 @@ def serve():
 def served(frontend: FakeFrontend) -> Iterator[str]:
     """The gateway on a free loopback port, served by uvicorn in a thread; yields its base URL."""
     yield from _serve(create_app(frontend))
+
+
+def _response_until(client, response_id: str, *statuses: str):
+    """The response once its status is one of ``statuses`` (polled with the openai SDK's ``client``; after 30 s, as
+    it is then: a test fails if it never gets there)."""
+    deadline = time.monotonic() + 30
+    while True:
+        reply = client.responses.retrieve(response_id)
+        if reply.status in statuses or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def response_until():
+    """``response_until(client, id, *statuses)``: a background response polled until one of ``statuses``."""
+    return _response_until

@@ -24,15 +24,6 @@ from observe.responses_metrics import responses_metrics
 MODEL = "smol"
 
 
-def _until(client: openai.OpenAI, response_id: str, *statuses: str):
-    deadline = time.monotonic() + 30
-    while True:
-        reply = client.responses.retrieve(response_id)
-        if reply.status in statuses or time.monotonic() > deadline:
-            return reply
-        time.sleep(0.01)
-
-
 def _openai(url: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0, timeout=30)
 
@@ -41,7 +32,7 @@ def _records(tmp_path) -> list:
     return list((tmp_path / "background").glob("bg_*.json"))
 
 
-def test_a_response_the_gateway_stopped_runs_again_after_a_restart(make_frontend, serve, tmp_path):
+def test_a_response_the_gateway_stopped_runs_again_after_a_restart(make_frontend, serve, tmp_path, response_until):
     hanging = make_frontend(hang_after=1)
     with serve(create_app(hanging, config=GatewayConfig(files_dir=str(tmp_path)))) as url, _openai(url) as client:
         created = client.responses.create(
@@ -52,7 +43,7 @@ def test_a_response_the_gateway_stopped_runs_again_after_a_restart(make_frontend
     frontend = make_frontend()
     restarted = create_app(frontend, config=GatewayConfig(files_dir=str(tmp_path)))
     with serve(restarted) as url, _openai(url) as client:
-        done = _until(client, created.id, "completed")
+        done = response_until(client, created.id, "completed")
         assert done.status == "completed" and done.output_text == "Hello, world"
         assert done.created_at == created.created_at and done.background is True
         (item,) = client.responses.input_items.list(created.id).data
@@ -67,16 +58,16 @@ def test_a_response_the_gateway_stopped_runs_again_after_a_restart(make_frontend
     assert 'zoo:gateway_store_write_errors_total{store="background_responses"} 0.0' in text
 
 
-def test_responses_that_end_or_are_cancelled_leave_no_record(make_frontend, serve, tmp_path):
+def test_responses_that_end_or_are_cancelled_leave_no_record(make_frontend, serve, tmp_path, response_until):
     frontend = make_frontend()
     with serve(create_app(frontend, config=GatewayConfig(files_dir=str(tmp_path)))) as url, _openai(url) as client:
         finished = client.responses.create(model=MODEL, input="Hi?", background=True)
-        assert _until(client, finished.id, "completed").status == "completed"
+        assert response_until(client, finished.id, "completed").status == "completed"
         frontend.hang_after = 1
         running = client.responses.create(model=MODEL, input="Hi?", background=True)
         assert frontend.num_streaming.acquire(timeout=30)
         assert client.responses.cancel(running.id).status == "cancelled"
-        assert _until(client, running.id, "cancelled").status == "cancelled"
+        assert response_until(client, running.id, "cancelled").status == "cancelled"
         deadline = time.monotonic() + 30
         while _records(tmp_path) and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -111,7 +102,7 @@ def _record(**more) -> BackgroundRecord:
     return BackgroundRecord(**{**base, **more})
 
 
-def test_a_resumed_response_is_queued_until_a_node_serves(make_frontend, serve, tmp_path):
+def test_a_resumed_response_is_queued_until_a_node_serves(make_frontend, serve, tmp_path, response_until):
     BackgroundJournal(tmp_path).save(_record(body='{"model": "smol", "input": "Hi?", "background": true}'))
     late = _LateNodes(make_frontend())
     with serve(create_app(late, config=GatewayConfig(files_dir=str(tmp_path)))) as url, _openai(url) as client:
@@ -119,7 +110,7 @@ def test_a_resumed_response_is_queued_until_a_node_serves(make_frontend, serve, 
         waiting = client.responses.retrieve("resp_" + "a" * 24)
         assert waiting.status == "queued" and waiting.created_at == 1_700_000_000
         late.joined.set()
-        assert _until(client, "resp_" + "a" * 24, "completed").output_text == "Hello, world"
+        assert response_until(client, "resp_" + "a" * 24, "completed").output_text == "Hello, world"
 
 
 @pytest.mark.parametrize(
@@ -154,7 +145,9 @@ def test_unreadable_or_misnamed_records_are_dropped(tmp_path):
     )
 
 
-def test_a_record_that_breaks_its_resumption_is_dropped_and_the_others_run(make_frontend, serve, tmp_path, monkeypatch):
+def test_a_record_that_breaks_its_resumption_is_dropped_and_the_others_run(
+    make_frontend, serve, tmp_path, monkeypatch, response_until
+):
     from controlplane.gateway.responses_routes import ResponsesRoutes
 
     journal = BackgroundJournal(tmp_path)
@@ -169,5 +162,5 @@ def test_a_record_that_breaks_its_resumption_is_dropped_and_the_others_run(make_
 
     monkeypatch.setattr(ResponsesRoutes, "_resume", breaks_on_the_first)
     with serve(create_app(make_frontend(), config=GatewayConfig(files_dir=str(tmp_path)))) as url, _openai(url) as c:
-        assert _until(c, "resp_good", "completed").status == "completed"
+        assert response_until(c, "resp_good", "completed").status == "completed"
     assert not _records(tmp_path)

@@ -31,20 +31,10 @@ def client(served: str) -> Iterator[openai.OpenAI]:
         yield c
 
 
-def _until(client: openai.OpenAI, response_id: str, *statuses: str):
-    """The response once its status is one of ``statuses`` (polled; a test fails if it never gets there)."""
-    deadline = time.monotonic() + 30
-    while True:
-        reply = client.responses.retrieve(response_id)
-        if reply.status in statuses or time.monotonic() > deadline:
-            return reply
-        time.sleep(0.01)
-
-
-def test_a_background_response_is_answered_queued_then_read_back_finished(client, frontend):
+def test_a_background_response_is_answered_queued_then_read_back_finished(client, frontend, response_until):
     created = client.responses.create(model=MODEL, input="Hi?", background=True)
     assert created.status == "queued" and created.background is True and created.output == []
-    done = _until(client, created.id, "completed")
+    done = response_until(client, created.id, "completed")
     assert done.status == "completed" and done.output_text == "Hello, world" and done.background is True
     assert done.usage.output_tokens == 3
     (item,) = client.responses.input_items.list(created.id).data
@@ -54,7 +44,9 @@ def test_a_background_response_is_answered_queued_then_read_back_finished(client
     assert frontend.calls[-1]["messages"][-2:] == said
 
 
-def test_a_running_response_is_cancelled_upstream_and_cancel_answers_every_state(client, frontend, served):
+def test_a_running_response_is_cancelled_upstream_and_cancel_answers_every_state(
+    client, frontend, served, response_until
+):
     frontend.hang_after = 1
     created = client.responses.create(model=MODEL, input="Hi?", background=True)
     assert frontend.num_streaming.acquire(timeout=30)  # its generation has begun and waits
@@ -63,14 +55,14 @@ def test_a_running_response_is_cancelled_upstream_and_cancel_answers_every_state
         client.responses.create(model=MODEL, previous_response_id=created.id, input="?")
     assert client.responses.cancel(created.id).status == "cancelled"
     assert frontend.cancelled.wait(timeout=30)  # the request upstream was closed
-    assert _until(client, created.id, "cancelled").status == "cancelled"
+    assert response_until(client, created.id, "cancelled").status == "cancelled"
     assert client.responses.cancel(created.id).status == "cancelled"  # again: as it is
     with pytest.raises(openai.BadRequestError, match="previous_response_id"):
         client.responses.create(model=MODEL, previous_response_id=created.id, input="?")
 
     frontend.hang_after = None
     finished = client.responses.create(model=MODEL, input="Hi?", background=True)
-    _until(client, finished.id, "completed")
+    response_until(client, finished.id, "completed")
     with pytest.raises(openai.BadRequestError, match="completed"):
         client.responses.cancel(finished.id)
     plain = client.responses.create(model=MODEL, input="Hi?")
@@ -81,10 +73,10 @@ def test_a_running_response_is_cancelled_upstream_and_cancel_answers_every_state
     assert httpx.post(f"{served}/v1/responses", json={"model": MODEL, "input": "x"}).status_code == 200
 
 
-def test_a_failure_is_kept_as_failed_with_its_error(client, frontend):
+def test_a_failure_is_kept_as_failed_with_its_error(client, frontend, response_until):
     frontend.fail_after = 1
     created = client.responses.create(model=MODEL, input="Hi?", background=True)
-    failed = _until(client, created.id, "failed")
+    failed = response_until(client, created.id, "failed")
     assert failed.status == "failed" and failed.error.code == "node_failed"
 
 
@@ -206,7 +198,7 @@ async def test_a_job_cancelled_before_it_starts_never_reads_its_stream():
     assert runner.ended["cancelled"] == 1 and runner.num_running == 0
 
 
-def test_the_responses_state_on_the_control_planes_metrics(frontend, serve):
+def test_the_responses_state_on_the_control_planes_metrics(frontend, serve, response_until):
     """observe/responses_metrics.py, registered as zoo/serve.py registers it: responses stored and their bytes,
     background ones running, and those ended by status."""
     from prometheus_client import CollectorRegistry, generate_latest
@@ -220,7 +212,7 @@ def test_the_responses_state_on_the_control_planes_metrics(frontend, serve):
     with serve(app) as url, openai.OpenAI(base_url=f"{url}/v1", api_key="x", max_retries=0) as c:
         c.responses.create(model=MODEL, input="Hi?")
         done = c.responses.create(model=MODEL, input="Hi?", background=True)
-        _until(c, done.id, "completed")
+        response_until(c, done.id, "completed")
         frontend.hang_after = 1
         running = c.responses.create(model=MODEL, input="Hi?", background=True)
         assert frontend.num_streaming.acquire(timeout=30)
@@ -228,7 +220,7 @@ def test_the_responses_state_on_the_control_planes_metrics(frontend, serve):
         assert "zoo:responses_background_running 1.0" in text and "zoo:responses_stored 2.0" in text
         assert 'zoo:responses_background_ended_total{status="completed"} 1.0' in text
         c.responses.cancel(running.id)
-        _until(c, running.id, "cancelled")
+        response_until(c, running.id, "cancelled")
     text = generate_latest(registry).decode()
     assert 'zoo:responses_background_ended_total{status="cancelled"} 1.0' in text
     assert "zoo:responses_background_running 0.0" in text and "zoo:responses_stored 3.0" in text
