@@ -17,7 +17,6 @@ owner's and id's digest, is logged and dropped. A write that fails (a full disk)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -25,7 +24,7 @@ import time
 import msgspec
 
 from controlplane.gateway.file_store import write_atomic
-from controlplane.gateway.record_dir import RecordDir
+from controlplane.gateway.record_dir import RecordDir, owned_name
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +44,7 @@ class BackgroundRecord(msgspec.Struct, kw_only=True):
 
 
 def record_name(owner: str | None, response_id: str) -> str:
-    digest = hashlib.sha256(msgspec.json.encode([owner, response_id])).hexdigest()[:40]
-    return f"{PREFIX}{digest}"
+    return owned_name(PREFIX, owner, response_id)
 
 
 class BackgroundJournal(RecordDir):

@@ -15,7 +15,6 @@ owner's and id's digest, is logged and skipped. A write that fails (a full disk)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import time
@@ -23,7 +22,7 @@ import time
 import msgspec
 
 from controlplane.gateway.file_store import write_atomic
-from controlplane.gateway.record_dir import RecordDir
+from controlplane.gateway.record_dir import RecordDir, owned_name
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +38,7 @@ class _Record(msgspec.Struct, kw_only=True):
 
 def record_name(owner: str | None, completion_id: str) -> str:
     """The file's stem for one owner's completion."""
-    digest = hashlib.sha256(msgspec.json.encode([owner, completion_id])).hexdigest()[:40]
-    return f"{PREFIX}{digest}"
+    return owned_name(PREFIX, owner, completion_id)
 
 
 class ChatCompletionJournal(RecordDir):

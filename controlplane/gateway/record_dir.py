@@ -7,12 +7,21 @@ in memory.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
+
 log = logging.getLogger(__name__)
+
+
+def owned_name(prefix: str, owner: str | None, record_id: str) -> str:
+    """A file stem for one owner's record: ``prefix`` + the SHA-256 of (owner, id), never the id itself (a caller may
+    choose an id, and two owners may reuse one)."""
+    return prefix + hashlib.sha256(msgspec.json.encode([owner, record_id])).hexdigest()[:40]
 
 
 class RecordDir:
