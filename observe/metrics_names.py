@@ -151,3 +151,8 @@ SPEC_PAIR_INFO = "zoo:spec_pair_info"  # gauge 1 {verifier, drafter}: pairs the 
 SPEC_PAIR_PREDICTED_TPOT = "zoo:spec_pair_predicted_tpot_seconds"  # gauge {verifier, mode "plain" | "paired"}
 SPEC_PAIR_ACCEPTANCE = "zoo:spec_pair_acceptance_rate"  # gauge {verifier, drafter}: measured since paired
 SPEC_PAIRS = "zoo:spec_pairs"  # counter (_total) {event "paired" | "unpaired"}
+
+# every process: its garbage collector (observe/gc_pauses.py) ---------------------------------------------------------
+PROCESS_GC_PAUSE = "zoo:process_gc_pause_seconds"  # histogram {generation}: each collection's pause
+PROCESS_GC_PAUSE_MAX = "zoo:process_gc_pause_max_seconds"  # gauge {generation}: the longest since start
+PROCESS_GC_FROZEN = "zoo:process_gc_frozen_objects"  # gauge: objects frozen out of collection (settle_heap)

@@ -66,6 +66,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
         default=30.0,
         help="at SIGTERM, how long the node's requests may finish before it leaves (the rest resume elsewhere)",
     )
+    p.add_argument("--no-gc-freeze", action="store_true", help="keep the start-up heap collectable (observe/gc_pauses)")
     p.add_argument("--fake-runner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
@@ -219,16 +220,19 @@ def run_agent(args: argparse.Namespace) -> int:
     http = None
     if agent.exporter is not None:  # /metrics and the readiness /health on --metrics-port
         from observe.agent_http import AgentHttpServer
+        from observe.exporter import SnapshotCollector
+        from observe.gc_pauses import GcPauses, gc_metrics
+
+        agent.exporter.registry.register(SnapshotCollector(gc_metrics(GcPauses().install())))  # collector pauses
 
         if agent.tracer is not None:  # --otlp-traces-endpoint: its spans' counts (observe/span_metrics.py)
-            from observe.exporter import SnapshotCollector
             from observe.span_metrics import span_metrics
 
             agent.exporter.registry.register(SnapshotCollector(span_metrics(agent.tracer.export)))
         http = AgentHttpServer(agent.exporter, agent.health)
         print(f"metrics: {http.serve(args.metrics_host, args.metrics_port, args.metrics_advertise)}", flush=True)
     try:
-        return anyio.run(_serve_agent, agent)
+        return anyio.run(_serve_agent, agent, not getattr(args, "no_gc_freeze", False))
     except BaseExceptionGroup as group:  # a setting refused while the agent starts (a KV events endpoint)
         refused, rest = group.split(ValueError)
         if refused is None or rest is not None:
@@ -247,7 +251,7 @@ def _first_leaf(group: BaseExceptionGroup) -> BaseException:
     return _first_leaf(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-async def _serve_agent(agent) -> int:
+async def _serve_agent(agent, gc_freeze: bool = True) -> int:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_agent_on_signal, agent, tg.cancel_scope)
         await tg.start(agent.run)
@@ -255,6 +259,10 @@ async def _serve_agent(agent) -> int:
             f"agent {agent.config.node_id}: serving {agent.model_name}, control plane {agent.control_endpoint}",
             flush=True,
         )
+        if gc_freeze:  # started: the model's and tokenizer's objects are never walked by a collection again
+            from observe.gc_pauses import settle_heap
+
+            settle_heap()
     return 0
 
 

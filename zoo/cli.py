@@ -177,6 +177,7 @@ BENCH_TARGETS = {
     "structured": ("bench.structured_outputs", "run_structured_bench"),
     "prompt-logprobs": ("bench.prompt_logprobs", "run_prompt_logprobs_bench"),
     "embeddings": ("bench.embeddings", "run_embeddings_bench"),
+    "gc-pauses": ("bench.gc_pauses", "run_gc_pauses_bench"),
 }
 
 

@@ -250,6 +250,7 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="at SIGTERM, refuse new requests (HTTP 503) and let those in flight finish for at most this long, then "
         "fail the rest (vLLM's flag; 0, the default: fail them at once; SIGINT or a second signal: at once)",
     )
+    p.add_argument("--no-gc-freeze", action="store_true", help="keep the start-up heap collectable (observe/gc_pauses)")
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--cells", default=None, metavar="FILE", help="cells and traffic classes from this TOML (zoo.toml, a sim fleet)"
@@ -385,6 +386,7 @@ def run_controlplane(args: argparse.Namespace) -> int:
         knobs_file=getattr(args, "router_knobs_file", None),
         gateway_config=gateway_config_from_args(args),
         shutdown_timeout_s=args.shutdown_timeout,
+        gc_freeze=not getattr(args, "no_gc_freeze", False),
     )
     try:
         return anyio.run(serve, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
@@ -491,13 +493,16 @@ async def _serve_controlplane(
     knobs_file=None,
     gateway_config=None,
     shutdown_timeout_s: float = 0.0,
+    gc_freeze: bool = True,
 ) -> int:
     from observe.controlplane_exporter import ControlPlaneExporter
+    from observe.exporter import SnapshotCollector
+    from observe.gc_pauses import GcPauses, gc_metrics, settle_heap
     from observe.stats_stream import FleetObserver, StatsPublisher
 
     exporter = ControlPlaneExporter(cp.stats)
+    exporter.registry.register(SnapshotCollector(gc_metrics(GcPauses().install())))  # the collector's pauses
     if cp.path.spans is not None:  # --otlp-traces-endpoint: its spans' counts (observe/span_metrics.py)
-        from observe.exporter import SnapshotCollector
         from observe.span_metrics import span_metrics
 
         exporter.registry.register(SnapshotCollector(span_metrics(cp.path.spans.export)))
@@ -522,6 +527,8 @@ async def _serve_controlplane(
             url = f"{scheme}://{http}"
             print(f"OpenAI API: {url}/v1  health: {url}/health  metrics: {url}/metrics")
             print(f"Prometheus HTTP service discovery of the agents: {url}/metrics/targets", flush=True)
+        if gc_freeze:  # started: what start-up made is never walked by a collection again
+            settle_heap()
     return 0
 
 
