@@ -86,6 +86,7 @@ def place_request(
     loras: LoraTable | None = None,
     lora_affinity: bool = True,
     aliases: Mapping[str, str] | None = None,
+    token_ids: list[int] | PromptError | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
@@ -93,7 +94,9 @@ def place_request(
     classes and rate limits (None: not checked, as for a resumed request, which was admitted already);
     ``loras``: the fleet's LoRA adapters (a ``model`` naming one runs on its parent, on nodes that serve
     adapters, those holding it preferred unless ``lora_affinity`` is False: the fleet simulator's ablation);
-    ``aliases``: other names for served models or adapters, resolved first (controlplane/model_aliases.py).
+    ``aliases``: other names for served models or adapters, resolved first (controlplane/model_aliases.py);
+    ``token_ids``: the prompt already tokenized by ``tokenize`` (or the PromptError it raised), off the event loop for a
+    long one (controlplane/offload_tokenize.py); None: tokenized here.
 
     The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
     engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
@@ -129,7 +132,9 @@ def place_request(
     except ValueError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param="traffic_class")
     try:
-        token_ids = tokenize(tokenizer, msg)
+        if isinstance(token_ids, PromptError):
+            raise token_ids
+        token_ids = tokenize(tokenizer, msg) if token_ids is None else token_ids
         msg.sampling = bad_words.tokenized(tokenizer, msg.sampling)  # vLLM's bad_words as token sequences, once
         msg.sampling = predictions.tokenized(tokenizer, msg.sampling)  # a predicted output's tokens: drafts
         check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)  # logit_bias, allowed_token_ids: in the vocabulary
@@ -288,9 +293,11 @@ def resumed_request(
     )
 
 
-def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
+def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate, encode=None) -> list[int]:
     """The prompt's token ids from exactly one of prompt / messages / prompt_token_ids; PromptError saying
-    what is wrong (none or several given, ids out of the vocabulary, empty) and naming the field."""
+    what is wrong (none or several given, ids out of the vocabulary, empty) and naming the field. ``encode``: the
+    tokenizer's encode to use (None: ``tokenizer.encode``)."""
+    encode = encode or tokenizer.encode
     given = [x is not None for x in (msg.prompt, msg.messages, msg.prompt_token_ids)]
     if sum(given) != 1:
         raise PromptError("exactly one of prompt, messages, prompt_token_ids must be given", param=None)
@@ -301,9 +308,9 @@ def tokenize(tokenizer: EngineTokenizer, msg: ClientGenerate) -> list[int]:
     if msg.prompt_token_ids is not None:
         token_ids, param = msg.prompt_token_ids, "prompt_token_ids"
     elif msg.messages is not None:  # the chat template, vLLM's options (backends/chat_render.py): a PromptError
-        token_ids, param = tokenizer.encode(render_chat(tokenizer, msg.messages, msg.tools, msg.chat)), "messages"
+        token_ids, param = encode(render_chat(tokenizer, msg.messages, msg.tools, msg.chat)), "messages"
     else:
-        token_ids, param = tokenizer.encode(msg.prompt), "prompt"
+        token_ids, param = encode(msg.prompt), "prompt"
     if msg.sampling.truncate_prompt_tokens is not None:  # vLLM's left truncation: the last k tokens
         token_ids = token_ids[-msg.sampling.truncate_prompt_tokens :]
     try:

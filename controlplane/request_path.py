@@ -116,9 +116,10 @@ class RequestPath:
         self.router_settings["reloads"] = self.router_reloads
         self.forecast.use(router, policy)
 
-    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
+    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused (every one while the
-        control plane drains: 503 and Retry-After over HTTP, as vLLM's --shutdown-timeout refuses new requests)."""
+        control plane drains: 503 and Retry-After over HTTP, as vLLM's --shutdown-timeout refuses new requests).
+        ``token_ids``: its prompt tokenized already (controlplane/offload_tokenize.py), or None."""
         if self.draining:
             refusal = ErrorReply(
                 request_id=msg.request_id, code=ErrorCode.NO_NODE, message=DRAINING, retry_after_s=DRAIN_RETRY_AFTER_S
@@ -130,7 +131,7 @@ class RequestPath:
         headers = forwarded_headers(msg, trace)
         if trace is not None and not trace.context.sampled:
             trace = None  # not recorded (the caller's decision, or the sample ratio's); its flag goes to the node
-        placed = self._place(msg, inflight=self.table, tenants=self.tenants)
+        placed = self._place(msg, inflight=self.table, tenants=self.tenants, token_ids=token_ids)
         if isinstance(placed, Placement):
             routed_ns = time.monotonic_ns()
             placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=headers)
@@ -288,7 +289,9 @@ class RequestPath:
             return resolved.name
         return asked if self.router.cell_for(asked) is not None else DEFAULT_CLASS
 
-    def _place(self, msg: ClientGenerate, *, inflight, exclude=(), tenants=None) -> Placement | ErrorReply:
+    def _place(
+        self, msg: ClientGenerate, *, inflight, exclude=(), tenants=None, token_ids=None
+    ) -> Placement | ErrorReply:
         return place_request(
             msg,
             model_names=self._model_names(),
@@ -302,6 +305,7 @@ class RequestPath:
             tenants=tenants,
             loras=self.loras,
             aliases=self.aliases,
+            token_ids=token_ids,
         )
 
     def _send(

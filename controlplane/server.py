@@ -44,10 +44,11 @@ from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
+from controlplane.offload_tokenize import offloaded_stream
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
-from controlplane.request_table import ZmqConsumer, local_stream
+from controlplane.request_table import ZmqConsumer
 from controlplane.router.policies import make_policy
 from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
@@ -357,14 +358,14 @@ class ControlPlane(Actor):
     ) -> AsyncIterator[TokenChunk]:
         """Frontend.generate (controlplane/frontend.py names the keywords: ``fields`` are client_generates')."""
         msgs = client_generates(request_id, model=model, **fields)
-        timeout_s = self.config.chunk_timeout_s
-        return local_stream(msgs, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns=arrival_ns)
+        timeout_s, offload = self.config.chunk_timeout_s, (self.tokenizer, self.config.offload_tokenize_chars)
+        return offloaded_stream(msgs, offload, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns)
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 
-    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int) -> ErrorReply | None:
+    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply when it is refused (request_path.py)."""
-        return self.path.submit(msg, consumer, arrival_ns)
+        return self.path.submit(msg, consumer, arrival_ns, token_ids)
 
     def cancel(self, request_id: str) -> bool:
         """Forget a request and tell its node to stop; False when it was not in flight."""

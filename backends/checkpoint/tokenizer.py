@@ -120,6 +120,17 @@ class Tokenizer:
                 raise ValueError(f"text is not valid Unicode (lone surrogate?): {error}") from error
             raise
 
+    def encode_unlocked(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        """``encode``, with Python's GIL released while the Rust tokenizer works (its batch path releases it, the
+        single one does not): the same ids, and another thread (an event loop) runs meanwhile. For long texts
+        tokenized off the control plane's loop (controlplane/offload_tokenize.py)."""
+        try:
+            return self.backend_tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+        except TypeError as error:
+            if isinstance(text, str):
+                raise ValueError(f"text is not valid Unicode (lone surrogate?): {error}") from error
+            raise
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         return self.backend_tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
 

@@ -1,0 +1,87 @@
+"""Long prompts tokenized off the control plane's event loop, so one long prompt does not stall every other request.
+
+The control plane tokenizes (controlplane/request_intake.py ``tokenize``) on its event loop, the loop that also routes
+every request and relays every token. A long prompt holds it: SmolLM2's tokenizer stalled the loop 29 ms for 90 kB of
+text and 452 ms for 900 kB; in a worker thread through its single-text ``encode``, which holds Python's GIL, 30 and
+354 ms; through its batch path, which releases it, 3.8 and 8.8 ms (scripts/tokenize_loop_lag.py,
+bench/results/2026-12-06-tokenize-loop-lag.json). An in-process (HTTP)
+request whose prompt text (a completion's prompt, or a chat's message contents) has at least ``min_chars``
+characters is therefore tokenized first, in a worker thread, through the tokenizer's ``encode_unlocked`` (its batch
+path, which releases the GIL: backends/checkpoint/tokenizer.py; a tokenizer without it is called as it is), and
+submitted with its ids; the loop runs meanwhile. The ids, the PromptError, the truncation are exactly ``tokenize``'s;
+the choices of one request (OpenAI's ``n``) share one tokenization. A shorter prompt is tokenized on the loop, as
+before (a thread hop costs more than it saves).
+
+Left out: a ZeroMQ client's long prompt is still tokenized on the loop (its messages are handled synchronously, in
+order, with their cancels); send ``prompt_token_ids`` from such a client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+
+from controlplane.request_intake import tokenize
+from controlplane.request_table import local_stream
+from engine.prompt import PromptError
+from transport.messages import ClientGenerate, ErrorReply, TokenChunk
+
+Tokenized = list[int] | PromptError
+
+
+def prompt_chars(msg: ClientGenerate) -> int:
+    """The characters of a request's prompt text (its token ids count none: they need no tokenizing)."""
+    if msg.prompt is not None:
+        return len(msg.prompt)
+    return sum(len(m.content) for m in msg.messages or ())
+
+
+def tokenize_unlocked(tokenizer, msg: ClientGenerate) -> Tokenized:
+    """``tokenize`` with the tokenizer's GIL-releasing encode (for a worker thread); its PromptError returned."""
+    try:
+        return tokenize(tokenizer, msg, encode=getattr(tokenizer, "encode_unlocked", None))
+    except PromptError as error:
+        return error
+
+
+async def pretokenize(tokenizer, msgs: list[ClientGenerate], min_chars: int) -> dict[str, Tokenized]:
+    """The ids (or PromptError) of each of ``msgs`` whose prompt text has at least ``min_chars`` characters (0: none),
+    by request id, each tokenized in a worker thread; messages sharing their prompt (one request's choices) share
+    one tokenization."""
+    out: dict[str, Tokenized] = {}
+    if min_chars <= 0:
+        return out
+    done: dict[tuple, Tokenized] = {}
+    for msg in msgs:
+        if prompt_chars(msg) < min_chars:
+            continue
+        key = (id(msg.prompt), id(msg.messages), id(msg.tools), id(msg.chat), msg.sampling.truncate_prompt_tokens)
+        if key not in done:
+            done[key] = await anyio.to_thread.run_sync(tokenize_unlocked, tokenizer, msg)
+        out[msg.request_id] = done[key]
+    return out
+
+
+async def offloaded_stream(
+    msgs: list[ClientGenerate],
+    offload: tuple[object, int],
+    submit: Callable[..., ErrorReply | None],
+    cancel: Callable[[str], bool],
+    chunk_timeout_s: float,
+    open_streams: set[str] | None = None,
+    arrival_ns: int | None = None,
+) -> AsyncIterator[TokenChunk]:
+    """``local_stream`` (controlplane/request_table.py) of ``msgs``, their long prompts tokenized first off the loop
+    (``offload``: the tokenizer and ``min_chars``); ``submit(msg, consumer, arrival_ns, token_ids)``. The request's
+    arrival is taken before its tokenization, so its queue wait counts it."""
+    arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns
+    tokenizer, min_chars = offload
+    tokenized = await pretokenize(tokenizer, msgs, min_chars)
+
+    def submit_tokenized(msg: ClientGenerate, consumer, arrived_ns: int) -> ErrorReply | None:
+        return submit(msg, consumer, arrived_ns, tokenized.get(msg.request_id))
+
+    async for chunk in local_stream(msgs, submit_tokenized, cancel, chunk_timeout_s, open_streams, arrival_ns):
+        yield chunk
