@@ -114,10 +114,12 @@ class UploadRoutes:
                 part = self.uploads.add_part(owner, upload_id, len(data))
                 try:
                     await self._on_disk(self.parts.put, upload_id, part["id"], data)
-                except BaseException:
-                    self.uploads.forget_part(upload_id, part["id"])
-                    await anyio.to_thread.run_sync(self.parts.forget, upload_id, part["id"])
-                    self.uploads.require_open(owner, upload_id)  # ended meanwhile: say so (400), not a 500
+                except BaseException as error:  # undone even while cancelled: a part file left behind would be
+                    self.uploads.forget_part(upload_id, part["id"])  # found at restart, a part no client can name
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(self.parts.forget, upload_id, part["id"])
+                    if isinstance(error, Exception):
+                        self.uploads.require_open(owner, upload_id)  # ended meanwhile: say so (400), not a 500
                     raise
             return json_response(part)
 

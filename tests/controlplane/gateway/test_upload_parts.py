@@ -110,6 +110,7 @@ async def test_a_part_the_disk_could_not_keep_is_undone_and_the_upload_goes_on(m
     put = DiskParts.put
 
     def full(self, upload_id, part_id, data):
+        put(self, upload_id, part_id, data)  # written, then the disk fails (its record, say): the part is undone
         raise OSError(28, os.strerror(28))  # ENOSPC
 
     async with _client(app) as c:
@@ -119,6 +120,7 @@ async def test_a_part_the_disk_could_not_keep_is_undone_and_the_upload_goes_on(m
         failed = await _part(c, upload, b"cd")
         assert failed.status_code == 500
         assert app.state.uploads.pending_bytes == 2
+        assert len(list((tmp_path / "uploads" / upload).glob("part_*.part"))) == 1  # its file went too
         monkeypatch.setattr(DiskParts, "put", put)
         second = (await _part(c, upload, b"cd")).json()["id"]  # sent again: kept
         done = await c.post(f"/v1/uploads/{upload}/complete", json={"part_ids": [first, second]})
