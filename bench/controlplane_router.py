@@ -18,7 +18,7 @@ Requests: prompt and output lengths from the Azure 2023 conversation trace (unsc
 [16, 8000] / [1, 2000]; uniform random when the trace is absent); prompts share one of 64 "system
 prompt" prefixes of 4-64 blocks, followed by unique blocks. The first 100 decisions (tables built from
 scratch) are warm-up and not counted. Garbage collection stays on, with the set-up's objects frozen
-(``gc.freeze()``, as a long-running control plane would after start-up) so a full collection does not
+(observe/gc_pauses.py ``settle_heap``, as the control plane and agents do once started) so a full collection does not
 walk the registry. Target: p99 <= 50 µs at 1,024 nodes (wall clock, ``p50_us``/``p99_us``). The
 thread's CPU time per decision (``cpu_p50_us``/``cpu_p99_us``) is reported too: on a shared host it
 excludes the time other processes held the core (compare the two before trusting a wall-clock p99).
@@ -81,6 +81,7 @@ from controlplane.router.policies.hardware_aware import HardwareAwarePolicy
 from controlplane.router.policy import RouteRequest
 from controlplane.router.router_config import RouterConfig
 from engine.clock import ManualClock
+from observe.gc_pauses import settle_heap
 from sim.router_knobs import parse_router_knobs
 from transport.messages import KVInfo, LoadReport, NodeHello
 
@@ -227,8 +228,7 @@ def _bench_one(
     num_none = 0
     perf, cpu = time.perf_counter_ns, time.thread_time_ns
     report_debt = 0.0
-    gc.collect()
-    gc.freeze()
+    settle_heap()
     update_cpu_ns = 0  # the registry's bookkeeping (reports, routed, first token, finished), timed decisions
     for k, request in enumerate(requests):
         report_debt += reports_per_decision

@@ -27,23 +27,16 @@ from pathlib import Path
 
 import httpx
 
+from transport.local_ports import free_port
 from transport.process import stop_processes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "Describe the lighthouse keeper's day, " * 8
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _start(frozen: bool, log_dir: Path) -> tuple[list[subprocess.Popen], str]:
-    agents, clients, http = (f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}",
-                             f"127.0.0.1:{_free_port()}")  # fmt: skip
+    agents, clients, http = (f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}",
+                             f"127.0.0.1:{free_port()}")  # fmt: skip
     cp = [sys.executable, "-m", "zoo.serve", "controlplane", "--fake-tokenizer", "--stats-listen", "none"]
     cp += ["--listen", agents, "--client-listen", clients, "--http", http] + ([] if frozen else ["--no-gc-freeze"])
     agent = [sys.executable, "-m", "zoo.serve", "agent", "--fake-runner", "--fake-step-ms", "1", "--control", agents]
