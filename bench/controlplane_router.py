@@ -50,6 +50,9 @@ a Python loop over 256 floats and two numpy passes over 1,024, about a decision'
 reported as ``host_reference`` (its p50/p99 and ``p99_over_p50``) beside the decision's ``p99_over_p50``. That work
 never changes, so its p99 above its p50 is what this host adds to anything of that size (timer interrupts, another
 tenant on the core, frequency changes): a decision p99/p50 near it says the decision's tail is the host's.
+``host_stalls`` (bench/host_stalls.py, probed before and after the policies) counts the host's own stalls, gaps
+the guest does not see (no context switch, no steal time), and ``host_stall_hit_share_expected`` is the share of
+decisions of the p50's length one would land in: above 1%, the p99 measures a decision plus a stall.
 
 On a shared host a decision that the scheduler preempts (an involuntary context switch of the thread, Linux
 ``getrusage(RUSAGE_THREAD)``, read just outside the timed call) comes back to cold caches: its wall and CPU
@@ -74,6 +77,7 @@ import numpy as np
 
 from backends.gpu_table import gpu_profile, power_score
 from bench.hardware_aware_baseline import HardwareAwareBaseline
+from bench.host_stalls import expected_hit_share, probe_host_stalls
 from bench.stats import format_table, percentile
 from controlplane.registry import ClusterRegistry
 from controlplane.router.policies import POLICIES, make_policy
@@ -355,9 +359,14 @@ def bench_router_decisions(
     "meets_target": {name: bool at the largest N}, ...}."""
     names = tuple(sorted(POLICIES)) if policies is None else policies
     results: dict[str, dict[str, dict]] = {}
+    stalls_before = probe_host_stalls()
     for name in names:
         results[name] = {str(n): _bench_policy(name, n, num_decisions, seed, knobs) for n in node_counts}
+    stalls = _pooled_stalls(stalls_before, probe_host_stalls())
     largest = str(max(node_counts))
+    for by_n in results.values():  # how often the host alone would put a stall inside a decision of its p50
+        for r in by_n.values():
+            r["host_stall_hit_share_expected"] = expected_hit_share(stalls["stalls_per_ms"], r["p50_us"])
     return {
         "policies": results,
         "node_counts": list(node_counts),
@@ -369,6 +378,25 @@ def bench_router_decisions(
         # a shared host's load skews wall-clock (and, less, CPU) percentiles: compare ratios in one run
         "host_cpus": os.cpu_count(),
         "host_load_average_1m": os.getloadavg()[0],
+        "host_stalls": stalls,  # bench/host_stalls.py: probed before and after the policies, pooled
+    }
+
+
+def _pooled_stalls(before: dict, after: dict) -> dict:
+    """The two probes' counts pooled (rates and shares over their whole time; percentiles: the worse of the two)."""
+    duration_s = before["duration_s"] + after["duration_s"]
+    num = before["num_stalls"] + after["num_stalls"]
+    return {
+        "duration_s": duration_s,
+        "threshold_us": before["threshold_us"],
+        "num_stalls": num,
+        "stalls_per_ms": num / (duration_s * 1e3),
+        "stalled_share": (before["stalled_share"] * before["duration_s"] + after["stalled_share"] * after["duration_s"])
+        / duration_s,
+        "stall_p50_us": max(before["stall_p50_us"], after["stall_p50_us"]),
+        "stall_p99_us": max(before["stall_p99_us"], after["stall_p99_us"]),
+        "stall_max_us": max(before["stall_max_us"], after["stall_max_us"]),
+        "probes": [before, after],
     }
 
 
@@ -420,8 +448,15 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"{name} at {n} nodes: decision p99/p50 {r['p99_over_p50']:.2f}; the host's, for the same fixed work "
                 f"after each decision: p50 {ref['p50_us']:.1f} µs, p99 {ref['p99_us']:.1f} µs, p99/p50 "
-                f"{ref['p99_over_p50']:.2f}"
+                f"{ref['p99_over_p50']:.2f}; the host's stalls would land in "
+                f"{100 * r['host_stall_hit_share_expected']:.1f}% of decisions of the p50's length"
             )
+    stalls = result["host_stalls"]
+    print(
+        f"host stalls (> {stalls['threshold_us']:g} µs gaps in a clock-reading loop, {stalls['duration_s']:.1f} s): "
+        f"{stalls['stalls_per_ms']:.2f} per ms, {100 * stalls['stalled_share']:.1f}% of the time, p50 "
+        f"{stalls['stall_p50_us']:.1f} µs, p99 {stalls['stall_p99_us']:.1f} µs"
+    )
     print(f"target: p99 <= {TARGET_P99_US:g} µs at {max(args.nodes)} nodes: {result['meets_target']}")
     return 0
 

@@ -14,13 +14,18 @@ def test_the_reference_work_is_the_same_every_call():
 def test_the_decision_bench_reports_the_hosts_tail_beside_the_decisions(capsys):
     argv = ["--json", "--nodes", "8", "--decisions", "150", "--policies", "hardware_aware"]
     assert controlplane_router.main(argv) == 0
-    result = json.loads(capsys.readouterr().out)["policies"]["hardware_aware"]["8"]
+    out = capsys.readouterr().out
+    result = json.loads(out)["policies"]["hardware_aware"]["8"]
     reference = result["host_reference"]
     for times in (result, reference):
         assert 0 < times["p50_us"] <= times["p99_us"] <= times["max_us"]
     assert result["p99_over_p50"] == result["p99_us"] / result["p50_us"]
     assert reference["p99_over_p50"] == reference["p99_us"] / reference["p50_us"]
     assert result["num_choice_mismatches"] == 0
+    # and the host's own stalls, probed in the same run, with the share of decisions they would land in
+    stalls = json.loads(out)["host_stalls"]
+    assert len(stalls["probes"]) == 2 and stalls["duration_s"] > 0.5
+    assert 0.0 <= result["host_stall_hit_share_expected"] < 1.0
 
 
 def test_the_headline_times_the_policy_alone_and_the_comparisons_come_from_a_second_pass(capsys):
