@@ -31,7 +31,10 @@ class ControlPlaneConfig:
     chunk_timeout_s: an in-process ``generate`` waiting this long for its next chunk gives up.
     offload_tokenize_chars: an in-process (HTTP) request whose prompt text has at least this many characters is
         tokenized in a worker thread, the GIL released, so the event loop routes and relays meanwhile
-        (controlplane/offload_tokenize.py); 0: every one is tokenized on the loop.
+        (controlplane/offload_tokenize.py); a ZeroMQ client's too (controlplane/client_requests.py); 0: every one
+        is tokenized on the loop.
+    offload_tokenize_max_pending: at most this many ZeroMQ clients' requests wait for their tokens at once; beyond it
+        a long prompt is tokenized on the loop (its stall is the senders' backpressure).
     max_latency_samples: TTFT/TPOT samples kept per node for the latency table.
     max_pending_events: latency samples kept for ``take_events`` (the oldest are dropped when nobody takes them).
     tenants: the tenants' classes and rate limits (controlplane/tenants.py; their keys: the gateway's key file).
@@ -53,6 +56,7 @@ class ControlPlaneConfig:
     max_resumes: int = 3
     chunk_timeout_s: float = 300.0
     offload_tokenize_chars: int = 16_384
+    offload_tokenize_max_pending: int = 64
     max_latency_samples: int = 10_000
     max_pending_events: int = 100_000
     curve: ControlPlaneCurve | None = None
@@ -71,6 +75,8 @@ class ControlPlaneConfig:
             raise ValueError("heartbeat_timeout_s must exceed heartbeat_interval_s")
         if self.offload_tokenize_chars < 0:
             raise ValueError(f"offload_tokenize_chars must be >= 0, got {self.offload_tokenize_chars}")
+        if self.offload_tokenize_max_pending < 0:
+            raise ValueError(f"offload_tokenize_max_pending must be >= 0, got {self.offload_tokenize_max_pending}")
         if self.max_resumes < 0:
             raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes}")
         check_model_aliases(self.model_aliases)

@@ -12,8 +12,8 @@ submitted with its ids; the loop runs meanwhile. The ids, the PromptError, the t
 the choices of one request (OpenAI's ``n``) share one tokenization. A shorter prompt is tokenized on the loop, as
 before (a thread hop costs more than it saves).
 
-Left out: a ZeroMQ client's long prompt is still tokenized on the loop (its messages are handled synchronously, in
-order, with their cancels); send ``prompt_token_ids`` from such a client.
+A ZeroMQ client's long prompt goes the same way (controlplane/client_requests.py: its request waits "pending" for its
+tokens, and its cancels and pings are answered meanwhile).
 """
 
 from __future__ import annotations

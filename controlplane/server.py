@@ -37,6 +37,7 @@ import anyio
 import msgspec
 import zmq.asyncio
 
+from controlplane.client_requests import OFFLOAD_THREADS, ClientRequests
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
@@ -48,7 +49,6 @@ from controlplane.offload_tokenize import offloaded_stream
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
-from controlplane.request_table import ZmqConsumer
 from controlplane.router.policies import make_policy
 from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
@@ -176,9 +176,9 @@ class ControlPlane(Actor):
         )
         self.client_dispatcher = Dispatcher(
             {
-                ClientGenerate: self.handle_client_generate,
-                CancelRequest: self.handle_client_cancel,
-                Ping: self.handle_client_ping,
+                ClientGenerate: lambda incoming: self.client_requests.on_generate(incoming),
+                CancelRequest: lambda incoming: self.client_requests.on_cancel(incoming),
+                Ping: lambda incoming: self.client_requests.on_ping(incoming),
                 NodeDrain: self.handle_client_drain,
                 ProbeSnapshot: self.handle_probe_snapshot,
             },
@@ -212,12 +212,25 @@ class ControlPlane(Actor):
                 curve=curve.client_server if curve is not None else None,
             )
             self._clients = Link(Channel(sock), self._on_client_batch, self._on_client_undeliverable, name="cp clients")
+            self.client_requests = ClientRequests(  # a long prompt is tokenized off the loop (client_requests.py)
+                tokenizer=self.tokenizer,
+                min_chars=self.config.offload_tokenize_chars,
+                max_pending=self.config.offload_tokenize_max_pending,
+                max_threads=OFFLOAD_THREADS,
+                link=self._clients,
+                submit=self.submit,
+                cancel=self.cancel,
+                count_refusal=self.path.count_refusal,
+                table=self.requests,
+                notify=self._notify,
+                started_ns=self.started_ns,
+            )
         return self
 
     def loops(self):
         loops = [self._agents.read_loop, self._agents.write_loop, self._expiry_loop]
         if self._clients is not None:
-            loops += [self._clients.read_loop, self._clients.write_loop]
+            loops += [self._clients.read_loop, self._clients.write_loop, self.client_requests.serve]
         if self.zap is not None:
             loops.append(self.zap.serve)
         return loops
@@ -249,6 +262,7 @@ class ControlPlane(Actor):
         once, so none waits for its timeout; HTTP streams get theirs as SSE error events while the gateway runs."""
         self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
         if self._clients is not None:
+            self.client_requests.shut_down()  # those waiting for their tokens too
             self._clients.flush_now()  # a client that misses it learns from its pings instead
 
     async def _expiry_loop(self) -> None:
@@ -528,41 +542,11 @@ class ControlPlane(Actor):
         if isinstance(item.msg, TokenChunk) and not item.msg.finished:
             self.cancel(item.msg.request_id)
 
-    def handle_client_generate(self, incoming: Incoming) -> None:
-        msg: ClientGenerate = incoming.msg
-        if msg.tenant:  # a tenant is the gateway's to name (from an API key): a ZeroMQ client cannot claim one
-            msg.tenant = ""
-        error = self.submit(msg, ZmqConsumer(self._clients, incoming.peer), incoming.recv_ns)
-        if error is not None:
-            self._clients.send_nowait(error, incoming.peer)
-
-    def handle_client_cancel(self, incoming: Incoming) -> None:
-        inflight = self.requests.get(incoming.msg.request_id)
-        if inflight is not None and getattr(inflight.consumer, "peer", None) == incoming.peer:
-            self.cancel(inflight.request_id)
-
     def handle_probe_snapshot(self, incoming: Incoming) -> None:  # from `zoo probe`: shown beside the app figures
         self.probe.put(incoming.msg.snapshot)
 
     def latest_probe_snapshot(self) -> dict | None:
         return self.probe.latest()  # None when no probe reported within PROBE_STALE_S (controlplane/probe_inbox.py)
-
-    def handle_client_ping(self, incoming: Incoming) -> None:
-        """Pong, naming the client's requests (of ``msg.request_ids``) that are not in flight here."""
-        msg: Ping = incoming.msg
-        unknown = []
-        for request_id in msg.request_ids:
-            inflight = self.requests.get(request_id)
-            if inflight is None or getattr(inflight.consumer, "peer", None) != incoming.peer:
-                unknown.append(request_id)
-        pong = Pong(
-            request_id=msg.request_id,
-            payload=msg.payload,
-            ping_sent_ns=msg.sent_ns,
-            unknown_request_ids=unknown,
-            started_ns=self.started_ns,
-        )
-        self._clients.send_nowait(pong, incoming.peer)
 
     def handle_client_drain(self, incoming: Incoming) -> None:
         """`zoo drain [--resume] NODE`: answered with a NodeDrain (its requests in flight then), or an error."""

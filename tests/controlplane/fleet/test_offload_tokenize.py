@@ -98,3 +98,14 @@ def test_the_thread_uses_the_tokenizers_gil_releasing_encode(smollm2_checkpoint)
     assert tokenize_unlocked(Recording(), _msg(prompt=TEXT)) == tokenizer.encode(TEXT) and called == [len(TEXT)]
     with pytest.raises(ValueError, match="lone surrogate"):
         tokenizer.encode_unlocked("a\ud800b")  # as encode says it
+
+
+async def test_a_zeromq_clients_long_prompt_is_tokenized_off_the_loop_and_served(fleet_with_agents, client):
+    """Over the client socket (controlplane/client_requests.py): a long prompt goes through the worker thread, and is
+    served with the same prompt tokens; a short one does not."""
+    async with fleet_with_agents("a", offload_tokenize_chars=64) as cp, client(cp) as c:
+        long = await c.generate("y" * 500, max_tokens=3)
+        short = await c.generate("y" * 10, max_tokens=3)
+        assert cp.client_requests.num_offloaded == 1 and cp.client_requests.pending == {}
+        assert long.num_prompt_tokens == len(cp.tokenizer.encode("y" * 500))
+        assert short.num_prompt_tokens == len(cp.tokenizer.encode("y" * 10))

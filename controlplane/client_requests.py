@@ -1,0 +1,173 @@
+"""A ZeroMQ client's requests at the control plane: generate, cancel and ping, its long prompts tokenized off the loop.
+
+The control plane tokenizes on its event loop, the loop that routes every request and relays every token; a long prompt
+stalls it (452 ms for 900 kB of text with SmolLM2's tokenizer: controlplane/offload_tokenize.py). An in-process (HTTP)
+request's long prompt is tokenized in a worker thread there. A ZeroMQ client's is too, here::
+
+    ClientGenerate ─► prompt text >= min_chars? ─► pending[request id] ─► worker thread: tokenize_unlocked
+                    │                                                       ─► still pending? submit(msg, ids)
+                    └─► shorter (or max_pending waiting already): submitted now, tokenized on the loop
+
+The client's messages are handled one by one, in order, on the loop. While a request waits for its tokens, it is
+"pending", and the client sees it as in flight:
+
+- a CancelRequest from its client drops it: it is never submitted, and nothing is sent (a cancel has no reply);
+- a Ping lists it as known;
+- another request with its id (from any client) is refused as in flight, as ``place_request`` refuses one;
+- a control plane that shuts down refuses it as it refuses the requests in flight (NODE_FAILED), at once.
+
+The ids, the truncation and the refusals are ``tokenize``'s (place_request takes them). At most ``max_pending``
+requests wait at once, ``max_threads`` of them tokenizing; beyond that a long prompt is tokenized on the loop as
+before, and the loop's stall is the sender's backpressure. A request is submitted when its tokens are ready, so a
+short request sent after a long one may start first. Its arrival time is its message's receive time, so the queue wait
+counts its tokenization.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+
+from controlplane.offload_tokenize import prompt_chars, tokenize_unlocked
+from controlplane.request_table import ZmqConsumer
+from transport.actor import MailboxFull
+from transport.dispatch import Incoming
+from transport.messages import ClientGenerate, ErrorCode, ErrorReply, Ping, Pong
+
+log = logging.getLogger(__name__)
+
+SHUTTING_DOWN = "the control plane is shutting down"
+OFFLOAD_THREADS = 2  # worker threads tokenizing clients' long prompts at once (this project's hosts: 2 cores)
+
+
+@dataclass(slots=True)
+class Pending:
+    msg: ClientGenerate
+    peer: bytes
+    recv_ns: int
+
+
+class ClientRequests:
+    """The client socket's handlers for ClientGenerate, CancelRequest and Ping.
+
+    ``submit(msg, consumer, arrival_ns, token_ids)``, ``cancel(request_id)``, ``count_refusal(reply)``: the control
+    plane's; ``table``: its requests in flight (``get``); ``send(msg, peer)``: to a client; ``notify()``: after a
+    submit from the worker (the control plane's "something changed"); ``started_ns``: told in every Pong."""
+
+    def __init__(
+        self,
+        *,
+        tokenizer,
+        min_chars: int,
+        max_pending: int,
+        max_threads: int,
+        link,
+        submit: Callable,
+        cancel: Callable[[str], bool],
+        count_refusal: Callable[[ErrorReply], None],
+        table,
+        notify: Callable[[], None],
+        started_ns: int,
+    ) -> None:
+        self.tokenizer, self.min_chars, self.max_pending = tokenizer, min_chars, max_pending
+        self._link, self._submit, self._cancel, self._count_refusal = link, submit, cancel, count_refusal
+        self._table, self._notify, self.started_ns = table, notify, started_ns
+        self.pending: dict[str, Pending] = {}  # request id -> its request, waiting for its tokens
+        self.num_offloaded = 0  # requests whose prompt was tokenized off the loop
+        self._limiter = anyio.CapacityLimiter(max_threads)
+        self._jobs_in, self._jobs = anyio.create_memory_object_stream[Pending](math.inf)
+
+    # -- the handlers (on the loop) ----------------------------------------------------------------
+
+    def on_generate(self, incoming: Incoming) -> None:
+        msg: ClientGenerate = incoming.msg
+        if msg.tenant:  # a tenant is the gateway's to name (from an API key): a ZeroMQ client cannot claim one
+            msg.tenant = ""
+        rid = msg.request_id
+        if rid in self.pending:
+            message = f"request id {rid!r} is already in flight"  # as place_request says it
+            reply = ErrorReply(request_id=rid, code=ErrorCode.INVALID_REQUEST, message=message)
+            self._count_refusal(reply)
+            self._link.send_nowait(reply, incoming.peer)
+            return
+        if self._offload(msg) and rid:
+            pending = self.pending[rid] = Pending(msg, incoming.peer, incoming.recv_ns)
+            self._jobs_in.send_nowait(pending)
+            return
+        error = self._submit(msg, ZmqConsumer(self._link, incoming.peer), incoming.recv_ns)
+        if error is not None:
+            self._link.send_nowait(error, incoming.peer)
+
+    def on_cancel(self, incoming: Incoming) -> None:
+        rid = incoming.msg.request_id
+        pending = self.pending.get(rid)
+        if pending is not None:
+            if pending.peer == incoming.peer:
+                del self.pending[rid]  # its tokens, when ready, are dropped
+            return
+        inflight = self._table.get(rid)
+        if inflight is not None and getattr(inflight.consumer, "peer", None) == incoming.peer:
+            self._cancel(inflight.request_id)
+
+    def on_ping(self, incoming: Incoming) -> None:
+        """Pong, naming the client's requests (of ``msg.request_ids``) that are not in flight here (nor pending)."""
+        msg: Ping = incoming.msg
+        unknown = []
+        for request_id in msg.request_ids:
+            pending = self.pending.get(request_id)
+            if pending is not None and pending.peer == incoming.peer:
+                continue
+            inflight = self._table.get(request_id)
+            if inflight is None or getattr(inflight.consumer, "peer", None) != incoming.peer:
+                unknown.append(request_id)
+        pong = Pong(
+            request_id=msg.request_id,
+            payload=msg.payload,
+            ping_sent_ns=msg.sent_ns,
+            unknown_request_ids=unknown,
+            started_ns=self.started_ns,
+        )
+        self._link.send_nowait(pong, incoming.peer)
+
+    def shut_down(self) -> None:
+        """Refuse every pending request (the control plane stops), as the requests in flight are."""
+        pending, self.pending = self.pending, {}
+        for job in pending.values():
+            reply = ErrorReply(request_id=job.msg.request_id, code=ErrorCode.NODE_FAILED, message=SHUTTING_DOWN)
+            self._send(reply, job.peer)
+
+    def _offload(self, msg: ClientGenerate) -> bool:
+        return self.min_chars > 0 and len(self.pending) < self.max_pending and prompt_chars(msg) >= self.min_chars
+
+    # -- the worker (a loop of the control plane) ---------------------------------------------------
+
+    async def serve(self) -> None:
+        """Tokenize each pending request in a worker thread (``max_threads`` at once), then submit it."""
+        async with anyio.create_task_group() as tg:
+            async for job in self._jobs:
+                tg.start_soon(self._tokenize, job)
+
+    async def _tokenize(self, job: Pending) -> None:
+        ids = await anyio.to_thread.run_sync(tokenize_unlocked, self.tokenizer, job.msg, limiter=self._limiter)
+        if self.pending.get(job.msg.request_id) is not job:
+            return  # cancelled meanwhile (or refused at shutdown)
+        del self.pending[job.msg.request_id]
+        self.num_offloaded += 1
+        try:
+            error = self._submit(job.msg, ZmqConsumer(self._link, job.peer), job.recv_ns, ids)
+        except Exception:  # the loop goes on: this request is refused, the others are served
+            log.exception("request %s: submit failed after its prompt was tokenized", job.msg.request_id)
+            error = ErrorReply(request_id=job.msg.request_id, code=ErrorCode.INTERNAL, message="internal error")
+        if error is not None:
+            self._send(error, job.peer)
+        self._notify()
+
+    def _send(self, msg: ErrorReply, peer: bytes) -> None:
+        try:
+            self._link.send_nowait(msg, peer)
+        except MailboxFull:
+            log.warning("could not tell a client of %s: its outbox is full", msg.request_id)

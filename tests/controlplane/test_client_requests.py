@@ -1,0 +1,176 @@
+"""A ZeroMQ client's requests (controlplane/client_requests.py): a long prompt tokenized in a worker thread, then
+submitted with tokenize's ids; meanwhile it is in flight for its client (a ping knows it, a second request with its id
+is refused, a cancel drops it), and a shutdown refuses it."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+from controlplane.client_requests import SHUTTING_DOWN, ClientRequests
+from controlplane.request_intake import tokenize
+from engine.prompt import PromptError
+from engine.sampling_params import SamplingParams
+from transport.chat_wire import ChatMessage, ChatTemplateOptions
+from transport.dispatch import Incoming
+from transport.messages import CancelRequest, ClientGenerate, ErrorCode, ErrorReply, Ping, Pong
+
+pytestmark = pytest.mark.anyio
+LONG = "word " * 200  # 1,000 characters: long for min_chars=500
+PEER, OTHER = b"client-a", b"client-b"
+BOTH = ChatTemplateOptions(add_generation_prompt=True, continue_final_message=True)  # a chat tokenize refuses
+
+
+class GatedTokenizer:
+    """The real tokenizer; its GIL-releasing encode waits for ``gate`` and records the thread it ran on."""
+
+    def __init__(self, tokenizer) -> None:
+        self.inner, self.gate, self.threads = tokenizer, threading.Event(), []
+        self.vocab_size, self.eos_token_id = tokenizer.vocab_size, tokenizer.eos_token_id
+
+    def encode(self, text, add_special_tokens=False):
+        return self.inner.encode(text, add_special_tokens)
+
+    def encode_unlocked(self, text, add_special_tokens=False):
+        self.threads.append(threading.get_ident())
+        assert self.gate.wait(10)
+        return self.inner.encode_unlocked(text, add_special_tokens)
+
+
+class Harness:
+    def __init__(self, tokenizer, max_pending: int = 8) -> None:
+        self.sent: list[tuple[object, bytes]] = []
+        self.submitted: list[tuple[str, bytes, int, object]] = []
+        self.refusals: list[ErrorReply] = []
+        self.cancelled: list[str] = []
+        self.table: dict = {}
+        self.refuse_with: ErrorReply | None = None
+        self.requests = ClientRequests(
+            tokenizer=tokenizer,
+            min_chars=500,
+            max_pending=max_pending,
+            max_threads=2,
+            link=self,
+            submit=self.submit,
+            cancel=self.cancelled.append,
+            count_refusal=self.refusals.append,
+            table=self.table,
+            notify=lambda: None,
+            started_ns=7,
+        )
+
+    def send_nowait(self, msg, peer) -> None:
+        self.sent.append((msg, peer))
+
+    def submit(self, msg, consumer, arrival_ns, token_ids=None):
+        self.submitted.append((msg.request_id, consumer.peer, arrival_ns, token_ids))
+        return self.refuse_with
+
+    def generate(self, request_id: str, peer: bytes = PEER, recv_ns: int = 100, **fields) -> None:
+        msg = ClientGenerate(request_id=request_id, sampling=SamplingParams(max_tokens=2), **fields)
+        self.requests.on_generate(Incoming(peer, msg, [], recv_ns))
+
+    def cancel(self, request_id: str, peer: bytes = PEER) -> None:
+        self.requests.on_cancel(Incoming(peer, CancelRequest(request_id=request_id), [], 0))
+
+    def ping(self, request_ids: list[str], peer: bytes = PEER) -> Pong:
+        self.requests.on_ping(Incoming(peer, Ping(request_id="p", request_ids=request_ids), [], 0))
+        pong, to = self.sent.pop()
+        assert to == peer
+        return pong
+
+
+async def wait_for(predicate) -> None:
+    with anyio.fail_after(10):
+        while not predicate():
+            await anyio.sleep(0.005)
+
+
+async def test_a_long_prompt_is_tokenized_in_a_thread_and_submitted_with_the_loops_ids(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    h = Harness(tokenizer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("short", prompt="Hi")  # submitted at once, tokenized by the path (no ids given)
+        h.generate("long", prompt=LONG, recv_ns=123)
+        assert h.submitted == [("short", PEER, 100, None)] and set(h.requests.pending) == {"long"}
+        assert h.ping(["long", "short", "gone"]).unknown_request_ids == ["short", "gone"]  # short: not in the table
+        tokenizer.gate.set()
+        await wait_for(lambda: len(h.submitted) == 2)
+        tg.cancel_scope.cancel()
+    rid, peer, arrival_ns, ids = h.submitted[1]
+    msg = ClientGenerate(request_id="long", prompt=LONG, sampling=SamplingParams(max_tokens=2))
+    assert (rid, peer, arrival_ns) == ("long", PEER, 123)  # its arrival: when its message came, tokenizing counted
+    assert ids == tokenize(smollm2_checkpoint.tokenizer, msg)
+    assert tokenizer.threads and threading.get_ident() not in tokenizer.threads  # not on the loop's thread
+    assert h.requests.pending == {} and h.requests.num_offloaded == 1
+
+
+async def test_a_cancel_while_tokenizing_drops_the_request_and_only_its_client_may_cancel(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    h = Harness(tokenizer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("long", prompt=LONG)
+        h.cancel("long", peer=OTHER)  # another client's cancel: ignored
+        assert "long" in h.requests.pending
+        assert h.ping(["long"], peer=OTHER).unknown_request_ids == ["long"]  # not its request
+        h.cancel("long")
+        assert h.requests.pending == {}
+        h.generate("again", prompt=LONG)  # a later one is served: the worker goes on
+        tokenizer.gate.set()
+        await wait_for(lambda: len(h.submitted) == 1)
+        tg.cancel_scope.cancel()
+    assert [s[0] for s in h.submitted] == ["again"] and h.sent == [] and h.cancelled == []
+
+
+async def test_a_second_request_with_a_pending_id_is_refused_as_in_flight(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    h = Harness(tokenizer)
+    h.generate("long", prompt=LONG)
+    h.generate("long", prompt="Hi", peer=OTHER)
+    ((reply, peer),) = h.sent
+    assert peer == OTHER and reply.code == ErrorCode.INVALID_REQUEST and "already in flight" in reply.message
+    assert h.refusals == [reply] and h.submitted == []
+
+
+async def test_a_refusal_after_tokenizing_goes_to_the_client(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    tokenizer.gate.set()
+    h = Harness(tokenizer)
+    h.refuse_with = ErrorReply(request_id="long", code=ErrorCode.NO_NODE, message="no node is serving")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("long", messages=[ChatMessage("user", LONG)], chat=BOTH)
+        await wait_for(lambda: h.sent)
+        tg.cancel_scope.cancel()
+    assert h.sent == [(h.refuse_with, PEER)]
+    refused = h.submitted[0][3]  # tokenize's PromptError goes to submit, which refuses with its field
+    assert isinstance(refused, PromptError) and refused.param == "continue_final_message"
+
+
+async def test_a_shutdown_refuses_the_pending_requests(smollm2_checkpoint):
+    h = Harness(GatedTokenizer(smollm2_checkpoint.tokenizer))
+    h.generate("long", prompt=LONG)
+    h.requests.shut_down()
+    ((reply, peer),) = h.sent
+    assert peer == PEER and reply.request_id == "long"
+    assert reply.code == ErrorCode.NODE_FAILED and reply.message == SHUTTING_DOWN
+    assert h.requests.pending == {}
+
+
+async def test_beyond_max_pending_a_long_prompt_is_tokenized_on_the_loop(smollm2_checkpoint):
+    h = Harness(GatedTokenizer(smollm2_checkpoint.tokenizer), max_pending=1)
+    h.generate("first", prompt=LONG)
+    h.generate("second", prompt=LONG)
+    assert set(h.requests.pending) == {"first"}
+    assert h.submitted == [("second", PEER, 100, None)]  # submitted now: the path tokenizes it
+
+
+async def test_token_ids_and_an_empty_id_are_not_offloaded(smollm2_checkpoint):
+    h = Harness(GatedTokenizer(smollm2_checkpoint.tokenizer))
+    h.generate("ids", prompt_token_ids=[1] * 1000)
+    h.generate("", prompt=LONG)  # refused by the path (an empty id), never pending
+    assert h.requests.pending == {} and [s[0] for s in h.submitted] == ["ids", ""]
