@@ -90,9 +90,7 @@ def _controlplane_default(name: str):
 def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen", default=DEFAULT_AGENT_ENDPOINT, help="ROUTER endpoint agents connect to")
     p.add_argument(
-        "--client-listen",
-        default=DEFAULT_CLIENT_ENDPOINT,
-        help="ROUTER endpoint ZeroMQ clients connect to ('none': off)",
+        "--client-listen", default=DEFAULT_CLIENT_ENDPOINT, help="ROUTER endpoint for ZeroMQ clients ('none': off)"
     )
     p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
     p.add_argument(
@@ -235,6 +233,8 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         help="how many times a request may resume on another node after its node failed",
     )
     p.add_argument("--report-interval-s", type=float, default=0.25)
+    p.add_argument("--offload-tokenize-chars", type=int, default=_controlplane_default("offload_tokenize_chars"),
+                   help="a prompt of this many characters or more is tokenized off the loop (0: none)")  # fmt: skip
     admission = AdmissionConfig()
     p.add_argument("--max-queue-per-node", type=int, default=admission.max_queue_per_node)
     p.add_argument("--max-queue-global", type=int, default=admission.max_queue_global)
@@ -349,6 +349,7 @@ def controlplane_from_args(args: argparse.Namespace):
         heartbeat_timeout_s=args.heartbeat_timeout_s,
         max_resumes=args.max_resumes,
         report_interval_s=args.report_interval_s,
+        offload_tokenize_chars=args.offload_tokenize_chars,
         curve=controlplane_curve_from_args(args),
         tenants=tenants_from_args(args),
         lora_modules=list(args.lora_modules),

@@ -7,11 +7,15 @@
 
         DIR/uploads/upload_<id>/upload.json     {"owner", "object", "expires_after"}: written at create
         DIR/uploads/upload_<id>/part_<id>.part  a part's bytes, each written to a temporary name and renamed
+        DIR/uploads/ended/upload_<id>.json      an ended upload's record (its status, its File when completed)
 
-An upload's directory goes when it ends (completed, cancelled, expired). A part's bytes are not held in memory
-with ``DiskParts``; the completed file's content is read from disk when it is completed. Its methods block on the
-disk, so the routes call them in a worker thread (gateway/upload_routes.py). ``load`` skips what it cannot read (an
-unreadable record, a part file whose name is not a part id), and drops directories that hold no record.
+When an upload ends (completed, cancelled, expired), its ended record is written first, then its directory goes: a
+gateway stopped in between finds the record and drops the directory. The ended records are kept as the gateway's
+memory keeps them (the newest ``MAX_ENDED``, gateway/uploads.py), so completing or cancelling an upload again after a
+restart says its status rather than 404. A part's bytes are not held in memory with ``DiskParts``; the completed
+file's content is read from disk when it is completed. Its methods block on the disk, so the routes call them in a
+worker thread (gateway/upload_routes.py). ``load`` skips what it cannot read (an unreadable record, a part file
+whose name is not a part id), and drops directories that hold no record.
 """
 
 from __future__ import annotations
@@ -38,11 +42,16 @@ class UploadRecord(msgspec.Struct):
     owner: str | None
     object: dict
     expires_after: int | None = None
+    ended_at: float | None = None  # an ended upload's: when (its record's order at load)
+
+
+ENDED = frozenset({"completed", "cancelled", "expired"})
 
 
 @dataclass(frozen=True, slots=True)
 class PendingUpload:
-    """An upload found again at start: its record, and its parts' sizes (part id → bytes)."""
+    """An upload found again at start: its record, and its parts' sizes (part id → bytes; none for an ended one,
+    whose record's status says how it ended)."""
 
     record: UploadRecord
     parts: dict[str, int]
@@ -79,6 +88,13 @@ class MemoryParts:
         with self._lock:
             self._parts.pop(upload_id, None)
 
+    def end(self, upload_id: str, record: UploadRecord) -> None:
+        """The upload ended: its parts go (its record is the gateway's memory's)."""
+        self.drop(upload_id)
+
+    def forget_record(self, upload_id: str) -> None:
+        """An ended upload's record is no longer kept (nothing to do in memory)."""
+
     def load(self) -> list[PendingUpload]:
         return []
 
@@ -88,7 +104,8 @@ class DiskParts:
 
     def __init__(self, directory: str | os.PathLike) -> None:
         self.directory = Path(directory) / "uploads"
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.ended_directory = self.directory / "ended"
+        self.ended_directory.mkdir(parents=True, exist_ok=True)
 
     def _dir(self, upload_id: str) -> Path:
         if not UPLOAD_ID.fullmatch(upload_id):  # ids are made here; anything else never names a path
@@ -121,8 +138,49 @@ class DiskParts:
     def drop(self, upload_id: str) -> None:
         shutil.rmtree(self._dir(upload_id), ignore_errors=True)
 
+    def end(self, upload_id: str, record: UploadRecord) -> None:
+        """The upload ended: its ended record written (OSError: not, and its parts are kept), then its parts gone."""
+        self._dir(upload_id)  # an id made here
+        write_atomic(self.ended_directory / f"{upload_id}.json", msgspec.json.encode(record))
+        self.drop(upload_id)
+
+    def forget_record(self, upload_id: str) -> None:
+        self._dir(upload_id)
+        try:
+            (self.ended_directory / f"{upload_id}.json").unlink(missing_ok=True)
+        except OSError as e:
+            log.error("uploads: the ended record of %s could not be removed: %s", upload_id, e)
+
     def load(self) -> list[PendingUpload]:
-        """The pending uploads on disk, oldest first."""
+        """The uploads on disk: the ended ones' records in the order they ended, then the pending ones with their
+        parts, oldest first."""
+        found = self._load_ended()
+        ended = {u.record.object["id"] for u in found}
+        for path in self.directory.iterdir():
+            if path.name in ended:  # stopped after writing its ended record: the record wins
+                shutil.rmtree(path, ignore_errors=True)
+        found.sort(key=lambda u: (u.record.ended_at or 0.0, u.record.object["id"]))  # in the order they ended
+        pending = self._load_pending()
+        return found + sorted(pending, key=lambda u: (u.record.object.get("created_at", 0), u.record.object["id"]))
+
+    def _load_ended(self) -> list[PendingUpload]:
+        found = []
+        for path in self.ended_directory.iterdir():
+            upload_id = path.name.removesuffix(".json")
+            if not UPLOAD_ID.fullmatch(upload_id) or path.suffix != ".json":
+                continue
+            try:
+                record = msgspec.json.decode(path.read_bytes(), type=UploadRecord)
+            except (OSError, msgspec.MsgspecError):
+                record = None
+            if record is None or record.object.get("id") != upload_id or record.object.get("status") not in ENDED:
+                log.warning("uploads: dropping %s (not a readable ended upload's record)", path)
+                path.unlink(missing_ok=True)
+                continue
+            found.append(PendingUpload(record, {}))
+        return found
+
+    def _load_pending(self) -> list[PendingUpload]:
         found = []
         for path in self.directory.iterdir():
             if not path.is_dir() or not UPLOAD_ID.fullmatch(path.name):
@@ -145,4 +203,4 @@ class DiskParts:
                     except OSError:
                         continue
             found.append(PendingUpload(record, parts))
-        return sorted(found, key=lambda u: (u.record.object.get("created_at", 0), u.record.object["id"]))
+        return found

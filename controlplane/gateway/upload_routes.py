@@ -71,9 +71,14 @@ class UploadRoutes:
         self.file_routes = file_routes
         self.uploads = Uploads(file_routes.files.max_bytes, max_pending_bytes, time.time)
         self.parts = MemoryParts() if directory is None else DiskParts(directory)
-        for pending in self.parts.load():  # a restarted gateway's pending uploads, parts and all
-            record = pending.record
-            self.uploads.restore(record.owner, record.object, record.expires_after, pending.parts)
+        for found in self.parts.load():  # a restarted gateway's uploads: pending ones, parts and all, and ended ones
+            record = found.record
+            if record.object.get("status") == "pending":
+                self.uploads.restore(record.owner, record.object, record.expires_after, found.parts)
+            else:
+                self.uploads.restore_ended(record.owner, record.object, record.expires_after)
+        for upload_id in self.uploads.take_forgotten():  # past the ended records' bound
+            self.parts.forget_record(upload_id)
 
     def routes(self) -> list[Route]:
         return [
@@ -185,8 +190,20 @@ class UploadRoutes:
             raise FrontendError(ErrorCode.INTERNAL, f"the upload's bytes could not be kept ({e}): send it again") from e
 
     async def drop_ended(self) -> None:
-        """Drop the parts' bytes of the uploads ended (completed, cancelled, expired) since the last call, even
-        while the request is being cancelled (on disk, a part left behind would be found pending at restart)."""
+        """Keep the ended records and drop the parts' bytes of the uploads ended (completed, cancelled, expired) since
+        the last call, and drop the ended records past their bound, even while the request is being cancelled (on
+        disk, a part left behind would be found pending at restart). A disk error is logged: the upload ended all the
+        same, and a restart finds it pending (its parts kept) until it expires."""
         with anyio.CancelScope(shield=True):
-            for ended in self.uploads.take_ended():
-                await anyio.to_thread.run_sync(self.parts.drop, ended)
+            for upload_id in self.uploads.take_ended():
+                ended = self.uploads.ended(upload_id)
+                if ended is None:  # its record dropped already (past the bound): its parts go all the same
+                    await anyio.to_thread.run_sync(self.parts.drop, upload_id)
+                    continue
+                try:
+                    record = UploadRecord(*ended, ended_at=time.time())
+                    await anyio.to_thread.run_sync(self.parts.end, upload_id, record)
+                except OSError as e:
+                    log.error("uploads: the end of %s could not be recorded: %s", upload_id, e)
+            for upload_id in self.uploads.take_forgotten():
+                await anyio.to_thread.run_sync(self.parts.forget_record, upload_id)

@@ -14,16 +14,17 @@ upload_routes.py) read the bodies, keep the parts' bytes (gateway/upload_parts.p
                                                          cancel, and does not expire
     cancel(owner, upload_id)                             status "cancelled"; its parts are dropped
     take_ended()                                         the ids of the uploads ended since the last call, whose
-                                                         parts' bytes the routes drop
+                                                         parts' bytes the routes drop (``ended`` tells each's record)
+    take_forgotten()                                     the ids of ended uploads whose record is no longer kept
 
 Bounded: an upload declares at most ``max_upload_bytes`` (the file store's own bound: the file must fit there); the
 parts of the uploads not yet completed hold at most ``max_pending_bytes`` in all (past it a part is a 413 and
 nothing is lost: the upload takes the part again later) and ``MAX_PENDING`` uploads. A pending upload past its hour
 expires (its parts dropped, at the next call). An ended upload's record (no parts) is kept, the newest
-``MAX_ENDED``, so completing or cancelling it again says its status (in memory only: after a restart it is
-unknown). Everything is its owner's: another owner's id is unknown. ``expires_after`` (checked at create) is the
-completed file's (gateway/file_store.py). A difference from OpenAI: ``mime_type`` is checked for shape only (OpenAI
-checks it against the purpose).
+``MAX_ENDED``, so completing or cancelling it again says its status (with ``--files-dir`` on disk too: a restarted
+gateway finds it again, ``restore_ended``). Everything is its owner's: another owner's id is unknown.
+``expires_after`` (checked at create) is the completed file's (gateway/file_store.py). A difference from OpenAI:
+``mime_type`` is checked for shape only (OpenAI checks it against the purpose).
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class Uploads:
         self._pending: dict[str, _Upload] = {}
         self._ended: OrderedDict[str, _Upload] = OrderedDict()
         self._ended_ids: list[str] = []  # ended since ``take_ended``: their parts' bytes are dropped
+        self._forgotten_ids: list[str] = []  # ended records dropped (past MAX_ENDED) since ``take_forgotten``
         self.pending_bytes = 0
         self.num_expired = 0
 
@@ -80,6 +82,24 @@ class Uploads:
         self.pending_bytes += upload.num_bytes
         if upload.num_bytes > int(obj.get("bytes", 0)):
             self._end(upload, "cancelled")
+
+    def restore_ended(self, owner: str | None, obj: dict, expires_after: int | None) -> None:
+        """An ended upload's record found again at start (completed, cancelled or expired; no parts)."""
+        upload = _Upload(owner, dict(obj), expires_after=expires_after)
+        self._pending.pop(obj["id"], None)
+        self._ended[obj["id"]] = upload
+        self._ended.move_to_end(obj["id"])
+        self._forget_oldest()
+
+    def ended(self, upload_id: str) -> tuple[str | None, dict, int | None] | None:
+        """An ended upload's owner, object and file expiry (None: not kept, or not ended)."""
+        upload = self._ended.get(upload_id)
+        return None if upload is None else (upload.owner, dict(upload.object), upload.expires_after)
+
+    def take_forgotten(self) -> list[str]:
+        """The ended uploads whose record was dropped (the oldest past ``MAX_ENDED``) since the last call."""
+        forgotten, self._forgotten_ids = self._forgotten_ids, []
+        return forgotten
 
     def take_ended(self) -> list[str]:
         """The uploads ended (completed, cancelled, expired) since the last call."""
@@ -209,9 +229,13 @@ class Uploads:
         upload.object["status"] = status
         self._ended_ids.append(upload_id)
         self._ended[upload_id] = upload
-        while len(self._ended) > MAX_ENDED:
-            self._ended.popitem(last=False)
+        self._forget_oldest()
         return upload
+
+    def _forget_oldest(self) -> None:
+        while len(self._ended) > MAX_ENDED:
+            forgotten, _ = self._ended.popitem(last=False)
+            self._forgotten_ids.append(forgotten)
 
     def _expire(self) -> None:
         now = self.clock()

@@ -109,3 +109,18 @@ async def test_a_zeromq_clients_long_prompt_is_tokenized_off_the_loop_and_served
         assert cp.client_requests.num_offloaded == 1 and cp.client_requests.pending == {}
         assert long.num_prompt_tokens == len(cp.tokenizer.encode("y" * 500))
         assert short.num_prompt_tokens == len(cp.tokenizer.encode("y" * 10))
+
+
+def test_zoo_controlplane_sets_the_offload_threshold():
+    """``--offload-tokenize-chars N`` reaches ControlPlaneConfig (0: every prompt on the loop); a negative one is
+    refused as the config refuses it."""
+    from zoo.cli import build_parser
+    from zoo.serve import controlplane_from_args
+
+    def config(*flags: str):
+        return controlplane_from_args(build_parser().parse_args(["controlplane", "--fake-tokenizer", *flags])).config
+
+    assert config().offload_tokenize_chars == 16_384
+    assert config("--offload-tokenize-chars", "0").offload_tokenize_chars == 0
+    with pytest.raises(ValueError, match="offload_tokenize_chars"):
+        config("--offload-tokenize-chars", "-1")
