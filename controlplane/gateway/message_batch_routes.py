@@ -6,7 +6,8 @@
     GET    /v1/messages/batches/{id}          one (poll it: ``processing_status``, ``request_counts``)
     DELETE /v1/messages/batches/{id}          one that ended, and its files
     POST   /v1/messages/batches/{id}/cancel   cancel one that has not ended (its requests in flight cancelled)
-    GET    /v1/messages/batches/{id}/results  once it ended: its results as JSONL (``results_url``)
+    GET    /v1/messages/batches/{id}/results  once it ended: its results as JSONL (``results_url``), until they are
+                                              archived 29 days after its creation (then a 404, as its files are gone)
 
 The anthropic SDK's ``client.messages.batches`` works against them (its key in ``x-api-key``). Everything is its
 owner's (the API key's tenant, or the key: gateway/api_keys.py); another owner's id, or an OpenAI batch's, is a 404.
@@ -16,6 +17,8 @@ uploads read at once), as its requests become the batch's input file in the file
 """
 
 from __future__ import annotations
+
+import time
 
 import anyio
 from starlette.requests import Request
@@ -32,6 +35,8 @@ from controlplane.gateway.batches import MESSAGES_ENDPOINT, TERMINAL, Batch, rea
 from controlplane.gateway.file_store import FileStore
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
 from controlplane.gateway.message_batches import (
+    RESULTS_KEPT_S,
+    archived_at,
     batch_id,
     message_batch_id,
     message_batch_object,
@@ -74,7 +79,8 @@ class MessageBatchRoutes:
                 batch, content = parse_create(body, owner, config.max_requests, config.window_s)
                 del body
                 name = f"{message_batch_id(batch)}_input.jsonl"
-                obj = await anyio.to_thread.run_sync(self.files.upload, owner, name, "batch", content)
+                upload = self.files.upload
+                obj = await anyio.to_thread.run_sync(upload, owner, name, "batch", content, RESULTS_KEPT_S)
             batch.input_file_id = obj["id"]
             batch.tenant = request_tenant(request)
             if self.runner.spans is not None:  # the batch's own span, the parent of its requests' (batch_span.py)
@@ -134,21 +140,24 @@ class MessageBatchRoutes:
             if batch.status not in TERMINAL:
                 message = f"The batch {message_batch_id(batch)} has not ended: its results are not ready"
                 raise FrontendError(ErrorCode.INVALID_REQUEST, message)
+            if archived_at(batch, time.time()) is not None:
+                return _gone(request, "were archived")
             content = await anyio.to_thread.run_sync(self._results, batch)
+            if content is None:
+                return _gone(request, "are gone with a file that held them (deleted or expired)")
             return Response(content, media_type="application/binary")
 
         return await guarded(request, serve, error_body)
 
-    def _results(self, batch: Batch) -> bytes:
-        """The results file, from the input file (the requests, in order) and the output and error files."""
-        content = self.files.content(batch.owner, batch.input_file_id) or b""
-        lines, _ = read_lines(content, MESSAGES_ENDPOINT, max(batch.total, 1))
-        answered = b"".join(
-            self.files.content(batch.owner, file_id) or b""
-            for file_id in (batch.output_file_id, batch.error_file_id)
-            if file_id is not None
-        )
-        return results(batch, [line.custom_id for line in lines], answered)
+    def _results(self, batch: Batch) -> bytes | None:
+        """The results file, from the input file (the requests, in order) and the output and error files; None when
+        one of them is gone (expired, or deleted): the results are not made up without it."""
+        files = [self.files.content(batch.owner, batch.input_file_id)]
+        files += [self.files.content(batch.owner, f) for f in (batch.output_file_id, batch.error_file_id) if f]
+        if any(content is None for content in files):
+            return None
+        lines, _ = read_lines(files[0], MESSAGES_ENDPOINT, max(batch.total, 1))
+        return results(batch, [line.custom_id for line in lines], b"".join(files[1:]))
 
     def _get(self, request: Request) -> Batch | None:
         """The owner's message batch the path names (None: it has none of that id)."""
@@ -158,7 +167,13 @@ class MessageBatchRoutes:
 
     def _object(self, request: Request, batch: Batch) -> dict:
         url = str(request.base_url).rstrip("/") + f"/v1/messages/batches/{message_batch_id(batch)}/results"
-        return message_batch_object(batch, url)
+        return message_batch_object(batch, url, time.time())
+
+
+def _gone(request: Request, why: str) -> Response:
+    shown = clip(request.path_params["batch_id"], MAX_ECHOED_PATH_CHARS)
+    message = f"The results of message batch '{shown}' {why}: they are no longer available"
+    return json_response({"type": "error", "error": {"type": "not_found_error", "message": message}}, status=404)
 
 
 def _not_found(request: Request) -> Response:

@@ -16,6 +16,12 @@ MessageBatchIndividualResponse and BatchCreateParams, anthropic-python 2.17): ``
 ``[a-zA-Z0-9_-]``, each distinct; ``params`` a message request, checked when it runs (a bad one is an errored result,
 as Anthropic's); a batch ends within 24 h; times are RFC 3339. A batch holds at most the runner's ``max_requests``
 (50,000 by default; Anthropic takes 100,000). Its id is ``msgbatch_`` and the batch's own hex.
+
+Archiving, as Anthropic's ("results are available for 29 days after creation"; the batch itself may still be read):
+the batch's input file (its custom ids, in order) and its output and error files expire ``RESULTS_KEPT_S`` after they
+were written (gateway/file_store.py), and from ``created_at`` + ``RESULTS_KEPT_S`` its ``archived_at`` says when, its
+``results_url`` is null, and its results are a 404 saying they were archived. Results whose files are gone sooner (a
+file deleted, or a store that lost it) are the same 404, never results made up without them.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from controlplane.gateway.openai_schema import decode_body
 from transport.codec import clip
 
 PREFIX = "msgbatch_"
+RESULTS_KEPT_S = 29 * 24 * 3600  # Anthropic's: a message batch's results are available for 29 days after creation
 _CUSTOM_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _WINDOW = "24h"
 
@@ -103,8 +110,15 @@ def parse_create(
         expires_at=now + max(1, round(window)),
         metadata=None,
         total=len(req.requests),
+        output_expires_after=RESULTS_KEPT_S,  # its results' files, as its input file (RESULTS_KEPT_S)
     )
     return batch, bytes(lines)
+
+
+def archived_at(batch: Batch, now: float) -> int | None:
+    """When the batch's results became unavailable (None: not yet)."""
+    at = batch.created_at + RESULTS_KEPT_S
+    return at if now >= at else None
 
 
 def processing_status(batch: Batch) -> str:
@@ -126,9 +140,10 @@ def request_counts(batch: Batch) -> dict[str, int]:
     return counts
 
 
-def message_batch_object(batch: Batch, results_url: str) -> dict:
-    """The MessageBatch a client polls; ``results_url`` is given once it ended."""
+def message_batch_object(batch: Batch, results_url: str, now: float) -> dict:
+    """The MessageBatch a client polls; ``results_url`` is given once it ended, until it is archived."""
     ended = batch.status in TERMINAL
+    archived = archived_at(batch, now)
     return {
         "id": message_batch_id(batch),
         "type": "message_batch",
@@ -137,9 +152,9 @@ def message_batch_object(batch: Batch, results_url: str) -> dict:
         "ended_at": _rfc3339(batch.times.get(f"{batch.status}_at")) if ended else None,
         "created_at": _rfc3339(batch.created_at),
         "expires_at": _rfc3339(batch.expires_at),
-        "archived_at": None,
+        "archived_at": _rfc3339(archived),
         "cancel_initiated_at": _rfc3339(batch.times.get("cancelling_at")),
-        "results_url": results_url if ended else None,
+        "results_url": results_url if ended and archived is None else None,
     }
 
 

@@ -205,3 +205,32 @@ async def test_a_batch_the_runner_refuses_leaves_no_input_file(frontend):
         r = await c.post("/v1/messages/batches", json={"requests": [_request("a")]})
     assert r.status_code == 503 and r.json()["type"] == "error"
     assert len(app.state.batch_routes.files) == 0  # the input file it wrote first is gone again
+
+
+def test_results_are_archived_29_days_after_creation_and_never_made_up_without_their_files(frontend, serve):
+    """Anthropic keeps a batch's results 29 days: its files expire then (the input's expiry is RESULTS_KEPT_S), and
+    from then ``archived_at`` says when, ``results_url`` is null and the results are a 404. A batch whose output file
+    is gone sooner gets the same 404, not every request "canceled"."""
+    from controlplane.gateway.message_batches import RESULTS_KEPT_S, batch_id
+
+    app = create_app(frontend)
+    with serve(app) as url, anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=30) as c:
+        kept, lost = (c.messages.batches.create(requests=[_request(name)]) for name in ("kept", "lost"))
+        for made in (kept, lost):
+            _wait(c, made.id)
+        done = c.messages.batches.retrieve(kept.id)
+        assert done.archived_at is None and done.results_url is not None
+        runner, files = app.state.batches, app.state.batch_routes.files
+        batch = runner.get(None, batch_id(kept.id))
+        assert files.get(None, batch.input_file_id)["expires_at"] == batch.created_at + RESULTS_KEPT_S
+        assert files.get(None, batch.output_file_id)["expires_at"] >= batch.created_at + RESULTS_KEPT_S
+        batch.created_at -= RESULTS_KEPT_S  # 29 days on
+        archived = c.messages.batches.retrieve(kept.id)
+        assert archived.archived_at is not None and archived.results_url is None
+        assert int(archived.archived_at.timestamp()) == batch.created_at + RESULTS_KEPT_S
+        gone = httpx.get(f"{url}/v1/messages/batches/{kept.id}/results")
+        assert gone.status_code == 404 and "archived" in gone.json()["error"]["message"]
+        other = runner.get(None, batch_id(lost.id))
+        files.delete(None, other.output_file_id)  # its answers gone (deleted, or a store that lost them)
+        missing = httpx.get(f"{url}/v1/messages/batches/{lost.id}/results")
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
