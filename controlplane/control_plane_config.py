@@ -28,7 +28,8 @@ class ControlPlaneConfig:
         of its last message: 0.8 + 0.2 = 1.0 s by default, i.e. 5 heartbeat periods.
     max_resumes: how many times one request may resume on another node (lost node, failed send, node
         refused it) before it fails.
-    chunk_timeout_s: an in-process ``generate`` waiting this long for its next chunk gives up.
+    chunk_timeout_s: an in-process ``generate`` with no chunk for this long fails (checked every
+        ``expiry_interval_s``: RequestTable.time_out_silent) and is stopped on its node.
     offload_tokenize_chars: an in-process (HTTP) request whose prompt text has at least this many characters is
         tokenized in a worker thread, the GIL released, so the event loop routes and relays meanwhile
         (controlplane/offload_tokenize.py); a ZeroMQ client's too (controlplane/client_requests.py); 0: every one

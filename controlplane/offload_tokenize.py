@@ -69,7 +69,6 @@ async def offloaded_stream(
     offload: tuple[object, int],
     submit: Callable[..., ErrorReply | None],
     cancel: Callable[[str], bool],
-    chunk_timeout_s: float,
     open_streams: set[str] | None = None,
     arrival_ns: int | None = None,
 ) -> AsyncIterator[TokenChunk]:
@@ -83,5 +82,5 @@ async def offloaded_stream(
     def submit_tokenized(msg: ClientGenerate, consumer, arrived_ns: int) -> ErrorReply | None:
         return submit(msg, consumer, arrived_ns, tokenized.get(msg.request_id))
 
-    async for chunk in local_stream(msgs, submit_tokenized, cancel, chunk_timeout_s, open_streams, arrival_ns):
+    async for chunk in local_stream(msgs, submit_tokenized, cancel, open_streams, arrival_ns):
         yield chunk

@@ -45,10 +45,11 @@ from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
-from controlplane.offload_tokenize import offloaded_stream
+from controlplane.offload_tokenize import offloaded_stream, prompt_chars
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
+from controlplane.request_table import local_stream
 from controlplane.router.policies import make_policy
 from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
@@ -271,6 +272,8 @@ class ControlPlane(Actor):
             for lost in self.registry.expire():
                 log.warning("node %s missed its heartbeats (silent %.2f s): marked dead", lost.node_id, lost.silent_s)
                 self._lost(lost)
+            for request_id in self.requests.time_out_silent(time.monotonic_ns(), self.config.chunk_timeout_s):
+                log.warning("request %s: no chunk for %g s: failed", request_id, self.config.chunk_timeout_s)
             self._notify()
 
     def _lost(self, lost) -> None:
@@ -372,8 +375,11 @@ class ControlPlane(Actor):
     ) -> AsyncIterator[TokenChunk]:
         """Frontend.generate (controlplane/frontend.py names the keywords: ``fields`` are client_generates')."""
         msgs = client_generates(request_id, model=model, **fields)
-        timeout_s, offload = self.config.chunk_timeout_s, (self.tokenizer, self.config.offload_tokenize_chars)
-        return offloaded_stream(msgs, offload, self.submit, self.cancel, timeout_s, self.local_streams, arrival_ns)
+        min_chars = self.config.offload_tokenize_chars
+        if min_chars and any(prompt_chars(m) >= min_chars for m in msgs):  # a long prompt: tokenized off the loop
+            offload = (self.tokenizer, min_chars)
+            return offloaded_stream(msgs, offload, self.submit, self.cancel, self.local_streams, arrival_ns)
+        return local_stream(msgs, self.submit, self.cancel, self.local_streams, arrival_ns)  # one generator less
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 

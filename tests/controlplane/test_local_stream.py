@@ -61,7 +61,7 @@ def test_choice_ids_and_seeds():
 async def test_every_choice_streams_into_one_iterator_until_all_have_finished():
     fleet = _Fleet({"r-0": [_chunk("r-0", False), _chunk("r-0", True)], "r-1": [_chunk("r-1", True)]})
     open_streams: set[str] = set()
-    chunks = [c async for c in local_stream(_msgs(2), fleet.submit, fleet.cancel, 5.0, open_streams, arrival_ns=42)]
+    chunks = [c async for c in local_stream(_msgs(2), fleet.submit, fleet.cancel, open_streams, arrival_ns=42)]
     assert [(c.request_id, c.finished) for c in chunks] == [("r-0", False), ("r-0", True), ("r-1", True)]
     assert fleet.arrivals == [42, 42] and fleet.cancelled == [] and open_streams == set()
 
@@ -69,7 +69,7 @@ async def test_every_choice_streams_into_one_iterator_until_all_have_finished():
 async def test_a_refused_choice_cancels_the_ones_already_submitted():
     fleet = _Fleet({}, refuse=frozenset({"r-2"}))
     with pytest.raises(FrontendError) as refused:
-        await local_stream(_msgs(3), fleet.submit, fleet.cancel, 5.0).__anext__()
+        await local_stream(_msgs(3), fleet.submit, fleet.cancel).__anext__()
     assert refused.value.code == ErrorCode.OVERLOADED and refused.value.retry_after_s == 2
     assert fleet.cancelled == ["r-0", "r-1"]
 
@@ -79,6 +79,6 @@ async def test_a_failed_choice_fails_the_request_and_cancels_the_others():
     fleet = _Fleet({"r-0": [_chunk("r-0", False)], "r-1": [failure]})
     received = []
     with pytest.raises(FrontendError, match="node died"):
-        async for chunk in local_stream(_msgs(2), fleet.submit, fleet.cancel, 5.0):
+        async for chunk in local_stream(_msgs(2), fleet.submit, fleet.cancel):
             received.append(chunk.request_id)
     assert received == ["r-0"] and fleet.cancelled == ["r-0"]
