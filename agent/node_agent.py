@@ -39,6 +39,7 @@ import msgspec
 import zmq.asyncio
 
 from agent.agent_config import AgentConfig
+from agent.chunk_batches import wire_messages
 from agent.engine_thread import EngineThread, ExportedForMigration
 from agent.hardware_probe import describe_hardware
 from agent.kv_data_plane import DataPlaneConfig, KVDataPlane, KVTransferError, accept_spec_for
@@ -143,6 +144,9 @@ class NodeAgent(Actor):
         )
         self.welcomed = anyio.Event()  # set at every Welcome; replaced when a re-hello starts
         self.num_welcomes = 0
+        self.chunk_batches = (
+            False  # send a pass's chunks as one TokenChunks (the Welcome says the control plane reads it)
+        )
         self.heartbeat_interval_s = config.heartbeat_interval_s
         self._last_control_s = time.monotonic()
         self._rehello = anyio.Event()
@@ -267,7 +271,7 @@ class NodeAgent(Actor):
                     raise RuntimeError(f"agent {self.config.node_id}: the engine failed") from batch
                 if batch is None:
                     return
-                for msg in batch:
+                for msg in wire_messages(batch, self.chunk_batches):  # a pass's chunks as one message
                     if isinstance(msg, EngineObservation):
                         if self.exporter is not None:
                             self.exporter.observe(msg)
@@ -405,6 +409,7 @@ class NodeAgent(Actor):
         self.num_welcomes += 1
         self.peers = dict(msg.peers)
         self._thread.send_kv_events(msg.kv_events, msg.kv_snapshot)  # the router indexes them, or its cache once
+        self.chunk_batches = msg.token_chunk_batches  # the control plane reads TokenChunks (agent/chunk_batches.py)
         self.welcomed.set()
         if self.draining:  # a control plane that (re)admitted us must not route here
             self._send(NodeDrain(node_id=self.config.node_id, reason="draining", leaving=self.leaving))

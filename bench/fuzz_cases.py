@@ -174,7 +174,7 @@ CHAT_OPTIONS_WIRE = [
 CLIENT_TYPES = [MsgType.CLIENT_GENERATE, MsgType.CANCEL, MsgType.PING, MsgType.PROBE_SNAPSHOT]
 AGENT_TYPES = [
     MsgType.NODE_HELLO, MsgType.HEARTBEAT, MsgType.LOAD_REPORT, MsgType.NODE_LEAVE, MsgType.TOKENS, MsgType.ERROR,
-    MsgType.PONG, MsgType.NODE_TELEMETRY,
+    MsgType.PONG, MsgType.NODE_TELEMETRY, MsgType.TOKEN_CHUNKS,
 ]  # fmt: skip
 WIRE_MUTATIONS = [
     "valid", "field", "flip", "insert", "delete", "truncate", "splice", "nest", "big int", "huge length",

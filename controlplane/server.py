@@ -80,6 +80,7 @@ from transport.messages import (
     ProbeSnapshot,
     ResetPrefixCache,
     TokenChunk,
+    TokenChunks,
     Welcome,
     kv_events_from_wire,
 )
@@ -168,6 +169,7 @@ class ControlPlane(Actor):
                 KvEvents: self.handle_kv_events,
                 NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: self.handle_token_chunk,
+                TokenChunks: self.handle_token_chunks,
                 ErrorReply: self.handle_agent_error,
                 Pong: lambda incoming: None,
                 MigrationDone: self.handle_migration_done,
@@ -462,6 +464,7 @@ class ControlPlane(Actor):
             peers=self.kv_moves.data_peers(hello),
             kv_events=getattr(self.policy, "wants_kv_events", False),  # its KV cache events: KvEvents
             kv_snapshot=getattr(self.policy, "wants_kv_snapshot", False),  # or its cache once
+            token_chunk_batches=True,  # an engine pass's chunks in one TokenChunks (agent/chunk_batches.py)
         )
 
     def welcome_again(self) -> None:
@@ -515,13 +518,22 @@ class ControlPlane(Actor):
             self.fleet.on_telemetry(msg)
 
     def handle_token_chunk(self, incoming: Incoming) -> None:
-        chunk: TokenChunk = incoming.msg
-        node_id = incoming.peer.decode()
-        if not self.path.relay(node_id, chunk, incoming.recv_ns):
+        self._relay_chunk(incoming.peer, incoming.msg, incoming.recv_ns)
+
+    def handle_token_chunks(self, incoming: Incoming) -> None:
+        """An engine pass's chunks in one message: each relayed as if it came alone, sent when the message was."""
+        msg: TokenChunks = incoming.msg
+        for chunk in msg.chunks:
+            chunk.sent_ns = msg.sent_ns
+            self._relay_chunk(incoming.peer, chunk, incoming.recv_ns)
+
+    def _relay_chunk(self, peer: bytes, chunk: TokenChunk, recv_ns: int) -> None:
+        node_id = peer.decode()
+        if not self.path.relay(node_id, chunk, recv_ns):
             if not chunk.finished:  # cancelled, failed or resumed elsewhere already: make sure the node stops
-                self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), incoming.peer)
+                self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), peer)
             return
-        self.fleet.on_chunk_return(node_id, (incoming.recv_ns - chunk.sent_ns) / 1e9)
+        self.fleet.on_chunk_return(node_id, (recv_ns - chunk.sent_ns) / 1e9)
 
     def handle_agent_error(self, incoming: Incoming) -> None:
         msg: ErrorReply = incoming.msg

@@ -1,7 +1,8 @@
 """The control plane's CPU per relayed token over HTTP: a ``zoo controlplane --fake-tokenizer`` and one fake-runner
 agent (``--fake-step-ms 2``) as child processes on loopback; 64 concurrent chat completions of 200 tokens each
 (``ignore_eos``), streamed and not, in rounds; the control plane process's user + system CPU time (``/proc``) over each
-round divided by the tokens it relayed. ``--trees A B ...`` runs the same rounds against each source tree in turn (a
+round divided by the tokens it relayed (the agent's too: its steps are sleeps, so that is its event loop's work, which
+shares the GIL with a real engine thread). ``--trees A B ...`` runs the same rounds against each source tree in turn (a
 baseline commit's ``git worktree`` beside this one), one fleet at a time, alternating ``--reps`` times, so the ratios
 come from one run on one host.
 
@@ -84,10 +85,16 @@ async def _round(client: httpx.AsyncClient, fleet: Fleet, model: str, stream: bo
                 tokens += line.startswith('data: {"id"')
         return tokens
 
-    cpu0, t0 = _cpu_s(fleet.cp.pid), time.monotonic()
+    cpu0, agent0, t0 = _cpu_s(fleet.cp.pid), _cpu_s(fleet.agent.pid), time.monotonic()
     tokens = sum(await asyncio.gather(*(one() for _ in range(CONCURRENCY))))
     cpu_s, wall_s = _cpu_s(fleet.cp.pid) - cpu0, time.monotonic() - t0
-    return {"tokens": tokens, "cpu_us_per_token": 1e6 * cpu_s / tokens, "tokens_per_s": tokens / wall_s}
+    agent_s = _cpu_s(fleet.agent.pid) - agent0
+    return {
+        "tokens": tokens,
+        "cpu_us_per_token": 1e6 * cpu_s / tokens,
+        "agent_cpu_us_per_token": 1e6 * agent_s / tokens,  # the fake runner's steps are sleeps: its loop's work
+        "tokens_per_s": tokens / wall_s,
+    }
 
 
 async def main(trees: list[str], rounds: int, reps: int) -> dict:
@@ -112,11 +119,16 @@ async def main(trees: list[str], rounds: int, reps: int) -> dict:
         tree: {way: statistics.median(r["cpu_us_per_token"] for r in by_way[way]) for way in by_way}
         for tree, by_way in runs.items()
     }
+    agent = {
+        tree: {way: statistics.median(r["agent_cpu_us_per_token"] for r in by_way[way]) for way in by_way}
+        for tree, by_way in runs.items()
+    }
     report = {
         "what": f"control plane CPU per relayed token, {CONCURRENCY} concurrent chat completions x {TOKENS} tokens, "
         "fake-runner agent (2 ms steps), medians of the rounds",
         "trees": trees,
         "cpu_us_per_token_median": summary,
+        "agent_cpu_us_per_token_median": agent,
         "runs": runs,
         "host_cpus": os.cpu_count(),
         "date": time.strftime("%Y-%m-%d"),

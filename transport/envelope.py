@@ -25,6 +25,7 @@ class MsgType(enum.IntEnum):
     KV_EVENTS = 8
     GENERATE = 10
     TOKENS = 11
+    TOKEN_CHUNKS = 15  # TokenChunks: an agent's chunks of one engine pass in one message
     CANCEL = 12
     ERROR = 13
     CLIENT_GENERATE = 14

@@ -13,7 +13,7 @@ Tensors never go inside the payload: a ``TensorRef`` names the extra frame that 
 
 Who sends what (socket roles are in transport/sockets.py)::
 
-    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk/ErrorReply/NodeDrain/NodeLeave/KvEvents──► control plane
+    agent ──NodeHello/Heartbeat/LoadReport/TokenChunk(s)/ErrorReply/NodeDrain/NodeLeave/KvEvents──► control plane
     agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache────────────  control plane
     client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
     client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
@@ -111,6 +111,7 @@ class Welcome(Envelope, kw_only=True):
     peers: dict[str, str] = {}  # node id → data endpoint of the live peers serving the same model that have one
     kv_events: bool = False  # send your KV cache events (KvEvents): the router indexes them (Dynamo's default)
     kv_snapshot: bool = False  # send your cached blocks once (KvEvents: a clear, then every one), no events after
+    token_chunk_batches: bool = False  # send an engine pass's TokenChunks as one TokenChunks (this side reads it)
 
 
 class Heartbeat(Envelope, kw_only=True):
@@ -250,6 +251,14 @@ class TokenChunk(Envelope, kw_only=True):
     # and the rest of them (rejected), as OpenAI's usage counts them; so far, on every chunk (engine/spec/)
     num_prediction_accepted_tokens: int = 0
     num_prediction_rejected_tokens: int = 0
+
+
+class TokenChunks(Envelope, kw_only=True):
+    """Agent → control plane, when its Welcome says ``token_chunk_batches``: the TokenChunks of one engine pass (of
+    different requests, in order) in one message, so a step of N requests costs one message, not N
+    (agent/chunk_batches.py); each is relayed as if it came alone, ``sent_ns`` this message's."""
+
+    chunks: list[TokenChunk]
 
 
 class CancelRequest(Envelope, kw_only=True):
@@ -446,6 +455,7 @@ MESSAGE_TYPES: dict[MsgType, type[Envelope]] = {
     MsgType.NODE_DRAIN: NodeDrain,
     MsgType.GENERATE: GenerateRequest,
     MsgType.TOKENS: TokenChunk,
+    MsgType.TOKEN_CHUNKS: TokenChunks,
     MsgType.CANCEL: CancelRequest,
     MsgType.ERROR: ErrorReply,
     MsgType.CLIENT_GENERATE: ClientGenerate,
