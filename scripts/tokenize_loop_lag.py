@@ -20,7 +20,7 @@ from backends.checkpoint import default_model_path, load_checkpoint
 SENTENCE = "The lighthouse keeper climbs the stairs at dusk and lights the lamp. "
 
 
-async def _longest_gap_ms(work) -> tuple[float, float]:
+async def longest_gap_ms(work) -> tuple[float, float]:
     """(the loop's longest gap between ticks, the work's own wall time), in ms, while ``work`` is awaited."""
     gaps: list[float] = []
     running = True
@@ -58,7 +58,7 @@ async def main() -> None:
         results: dict[str, list[tuple[float, float]]] = {name: [] for name in ways}
         for _ in range(5):
             for name, work in ways.items():
-                results[name].append(await _longest_gap_ms(work))
+                results[name].append(await longest_gap_ms(work))
         row = {"chars": chars, "tokens": len(tokenizer.encode(text))}
         for name, runs in results.items():
             row[name] = {

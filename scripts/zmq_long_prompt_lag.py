@@ -17,6 +17,7 @@ import statistics
 import time
 
 import anyio
+from tokenize_loop_lag import longest_gap_ms  # scripts/: its 1 ms ticker
 
 from agent.agent_config import AgentConfig
 from agent.node_agent import NodeAgent
@@ -39,7 +40,6 @@ async def _one(tokenizer, text: str, min_chars: int) -> dict:
         offload_tokenize_chars=min_chars,
     )
     cp = ControlPlane(config, tokenizer)
-    gaps: list[float] = []
     async with anyio.create_task_group() as tg:
         await tg.start(cp.run)
         agent = NodeAgent(
@@ -53,31 +53,19 @@ async def _one(tokenizer, text: str, min_chars: int) -> dict:
         async with AsyncZooClient(cp.client_endpoint, timeout_s=60.0) as client:
             with contextlib.suppress(ZooError):  # the connection and both sides' paths warm (refused as below)
                 await client.generate("warm up", max_tokens=1)
-            running = True
 
-            async def tick() -> None:
-                last = time.perf_counter()
-                while running:
-                    await anyio.sleep(0.001)
-                    now = time.perf_counter()
-                    gaps.append(now - last)
-                    last = now
+            async def send() -> None:
+                nonlocal outcome
+                try:
+                    done = await client.generate(text, max_tokens=1, truncate_prompt_tokens=512)
+                    outcome = f"served, {done.num_prompt_tokens} prompt tokens"
+                except ZooError as error:  # the trivial engine's byte vocabulary refuses SmolLM2's ids: answered
+                    outcome = f"refused by the node: {error.code}"
 
-            tg.start_soon(tick)
-            await anyio.sleep(0.02)
-            gaps.clear()
-            t0 = time.perf_counter()
-            try:
-                done = await client.generate(text, max_tokens=1, truncate_prompt_tokens=512)
-                outcome = f"served, {done.num_prompt_tokens} prompt tokens"
-            except (
-                ZooError
-            ) as error:  # the trivial engine's byte vocabulary refuses SmolLM2's ids: answered all the same
-                outcome = f"refused by the node: {error.code}"
-            took = time.perf_counter() - t0
-            running = False
+            outcome = ""
+            gap_ms, request_ms = await longest_gap_ms(send)  # the loop is this process's: the control plane's
         tg.cancel_scope.cancel()
-    return {"longest_gap_ms": 1e3 * max(gaps), "request_ms": 1e3 * took, "outcome": outcome}
+    return {"longest_gap_ms": gap_ms, "request_ms": request_ms, "outcome": outcome}
 
 
 async def main() -> None:
