@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from transport.messages import TokenChunk, TokenChunks
+from transport.messages import MAX_TOKEN_CHUNKS, TokenChunk, TokenChunks
 
-MAX_CHUNKS = 256  # chunks in one TokenChunks (a step's batch is usually smaller)
+MAX_CHUNKS = (
+    MAX_TOKEN_CHUNKS  # chunks in one TokenChunks, the control plane's bound (a step's batch is usually smaller)
+)
 
 
 def batchable(msg: object) -> bool:

@@ -153,6 +153,7 @@ class RequestPath:
             prompt_token_ids=placed.token_ids,
             traffic_class=placed.route.traffic_class,
             trace=trace,
+            last_chunk_ns=routed_ns,  # its chunk timeout counts from here (a wait before, at the gateway, does not)
         )
         if trace is not None:
             self.spans.routed(trace, routed_ns, node_id)

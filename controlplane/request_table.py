@@ -149,7 +149,7 @@ class Inflight:
     traffic_class: str = "default"  # the class it was placed as (controlplane/cells.py)
     trace: RequestTrace | None = None  # its span while in flight (controlplane/request_spans.py); None: not traced
     prompt_ids_relayed: bool = False  # its first chunk named its prompt's tokens (ClientGenerate asked)
-    last_chunk_ns: int = 0  # when its last chunk came (0: none yet), for ``time_out_silent``
+    last_chunk_ns: int = 0  # when its last chunk came, else when it was routed (0: its arrival), ``time_out_silent``
 
 
 class RequestTable:
@@ -294,7 +294,7 @@ class RequestTable:
 
     def time_out_silent(self, now_ns: int, timeout_s: float) -> list[str]:
         """Fail the in-process requests (a LocalConsumer's: a ZeroMQ client keeps its own timeout) that got no chunk
-        for ``timeout_s`` (since their last chunk, else their arrival; ``now_ns``: time.monotonic_ns()), and stop them
+        for ``timeout_s`` (since their last chunk, else their routing; ``now_ns``: time.monotonic_ns()), and stop them
         on their node; their ids. One pass over the table, from the control plane's expiry loop, replaces a timeout
         scope around every chunk's wait (~10 µs of CPU a token)."""
         limit_ns = now_ns - int(timeout_s * 1e9)
@@ -302,7 +302,7 @@ class RequestTable:
             inflight
             for inflight in self._requests.values()
             if inflight.consumer.__class__ is LocalConsumer
-            and max(inflight.last_chunk_ns, inflight.arrival_ns) < limit_ns
+            and (inflight.last_chunk_ns or inflight.arrival_ns) < limit_ns
         ]
         for inflight in silent:
             attached = inflight.attached

@@ -61,6 +61,7 @@ from transport.curve import ZapHandler
 from transport.dispatch import Dispatcher, Incoming
 from transport.link import Link, Outgoing
 from transport.messages import (
+    MAX_TOKEN_CHUNKS,
     CancelRequest,
     ClientGenerate,
     Envelope,
@@ -168,7 +169,7 @@ class ControlPlane(Actor):
                 ResetPrefixCache: lambda i: self._node_of(i, i.msg.node_id) and self.prefix_resets.answer(i.msg),
                 KvEvents: self.handle_kv_events,
                 NodeTelemetry: self.handle_node_telemetry,
-                TokenChunk: self.handle_token_chunk,
+                TokenChunk: lambda incoming: self._relay_chunk(incoming.peer, incoming.msg, incoming.recv_ns),
                 TokenChunks: self.handle_token_chunks,
                 ErrorReply: self.handle_agent_error,
                 Pong: lambda incoming: None,
@@ -517,12 +518,13 @@ class ControlPlane(Actor):
         if self._node_of(incoming, msg.node_id):
             self.fleet.on_telemetry(msg)
 
-    def handle_token_chunk(self, incoming: Incoming) -> None:
-        self._relay_chunk(incoming.peer, incoming.msg, incoming.recv_ns)
-
     def handle_token_chunks(self, incoming: Incoming) -> None:
         """An engine pass's chunks in one message: each relayed as if it came alone, sent when the message was."""
         msg: TokenChunks = incoming.msg
+        if len(msg.chunks) > MAX_TOKEN_CHUNKS:  # refused whole: a pass of this agent never holds more
+            message = f"TokenChunks holds {len(msg.chunks)} chunks, at most {MAX_TOKEN_CHUNKS}"
+            self._agents.send_nowait(ErrorReply(code=ErrorCode.INVALID_REQUEST, message=message), incoming.peer)
+            return
         for chunk in msg.chunks:
             chunk.sent_ns = msg.sent_ns
             self._relay_chunk(incoming.peer, chunk, incoming.recv_ns)
@@ -531,7 +533,8 @@ class ControlPlane(Actor):
         node_id = peer.decode()
         if not self.path.relay(node_id, chunk, recv_ns):
             if not chunk.finished:  # cancelled, failed or resumed elsewhere already: make sure the node stops
-                self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), peer)
+                with contextlib.suppress(MailboxFull):  # its next chunk asks again
+                    self._agents.send_nowait(CancelRequest(request_id=chunk.request_id), peer)
             return
         self.fleet.on_chunk_return(node_id, (recv_ns - chunk.sent_ns) / 1e9)
 

@@ -256,9 +256,13 @@ class TokenChunk(Envelope, kw_only=True):
 class TokenChunks(Envelope, kw_only=True):
     """Agent → control plane, when its Welcome says ``token_chunk_batches``: the TokenChunks of one engine pass (of
     different requests, in order) in one message, so a step of N requests costs one message, not N
-    (agent/chunk_batches.py); each is relayed as if it came alone, ``sent_ns`` this message's."""
+    (agent/chunk_batches.py); each is relayed as if it came alone, ``sent_ns`` this message's. At most
+    ``MAX_TOKEN_CHUNKS``: the control plane refuses a larger one whole (an agent's bug, not a step)."""
 
     chunks: list[TokenChunk]
+
+
+MAX_TOKEN_CHUNKS = 256  # chunks in one TokenChunks
 
 
 class CancelRequest(Envelope, kw_only=True):

@@ -43,3 +43,12 @@ def test_only_local_requests_silent_past_the_timeout_are_failed_and_stopped_on_t
     assert (reply.code, reply.message) == (ErrorCode.INTERNAL, TIMED_OUT)
     assert table.time_out_silent(now_ns=int(13.5 * S), timeout_s=5.0) == ["talking"]  # 5.5 s since its last chunk
     assert table.time_out_silent(now_ns=int(14.5 * S), timeout_s=5.0) == ["young"]  # since its arrival: none came
+
+
+def test_the_timeout_counts_from_the_routing_not_from_a_wait_before_it():
+    table, _ = _table()
+    send, _receive = anyio.create_memory_object_stream(10)
+    # arrived at 0 s at the gateway, routed at 9 s (it waited there): last_chunk_ns is its routing time
+    table.add(Inflight("waited", "n1", LocalConsumer(send), arrival_ns=0, num_prompt_tokens=1, last_chunk_ns=9 * S))
+    assert table.time_out_silent(now_ns=10 * S, timeout_s=5.0) == []
+    assert table.time_out_silent(now_ns=int(14.5 * S), timeout_s=5.0) == ["waited"]
