@@ -17,8 +17,10 @@ The client's messages are handled one by one, in order, on the loop. While a req
 - a control plane that shuts down refuses it as it refuses the requests in flight (NODE_FAILED), at once.
 
 The ids, the truncation and the refusals are ``tokenize``'s (place_request takes them). At most ``max_pending``
-requests wait at once, ``max_threads`` of them tokenizing; beyond that a long prompt is tokenized on the loop as
-before, and the loop's stall is the sender's backpressure. A request is submitted when its tokens are ready, so a
+requests wait at once (a cancelled one counts until its turn ends: cancelling does not lift the bound), ``max_threads``
+of them tokenizing; one cancelled before its turn is not tokenized. Beyond that a long prompt is tokenized on the loop
+as before, and the loop's stall is the sender's backpressure. A failure while tokenizing or submitting refuses that
+request (INTERNAL) and leaves the worker running. A request is submitted when its tokens are ready, so a
 short request sent after a long one may start first. Its arrival time is its message's receive time, so the queue wait
 counts its tokenization.
 """
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from controlplane.offload_tokenize import prompt_chars, tokenize_unlocked
+from controlplane.offload_tokenize import is_long, tokenize_unlocked
 from controlplane.request_table import ZmqConsumer
 from transport.actor import MailboxFull
 from transport.dispatch import Incoming
@@ -78,6 +80,7 @@ class ClientRequests:
         self._table, self._notify, self.started_ns = table, notify, started_ns
         self.pending: dict[str, Pending] = {}  # request id -> its request, waiting for its tokens
         self.num_offloaded = 0  # requests whose prompt was tokenized off the loop
+        self._num_jobs = 0  # queued or tokenizing, cancelled ones included (they hold their prompt until they end)
         self._limiter = anyio.CapacityLimiter(max_threads)
         self._jobs_in, self._jobs = anyio.create_memory_object_stream[Pending](math.inf)
 
@@ -94,8 +97,9 @@ class ClientRequests:
             self._count_refusal(reply)
             self._link.send_nowait(reply, incoming.peer)
             return
-        if self._offload(msg) and rid:
+        if rid and self._num_jobs < self.max_pending and is_long(msg, self.min_chars):
             pending = self.pending[rid] = Pending(msg, incoming.peer, incoming.recv_ns)
+            self._num_jobs += 1
             self._jobs_in.send_nowait(pending)
             return
         error = self._submit(msg, ZmqConsumer(self._link, incoming.peer), incoming.recv_ns)
@@ -140,9 +144,6 @@ class ClientRequests:
             reply = ErrorReply(request_id=job.msg.request_id, code=ErrorCode.NODE_FAILED, message=SHUTTING_DOWN)
             self._send(reply, job.peer)
 
-    def _offload(self, msg: ClientGenerate) -> bool:
-        return self.min_chars > 0 and len(self.pending) < self.max_pending and prompt_chars(msg) >= self.min_chars
-
     # -- the worker (a loop of the control plane) ---------------------------------------------------
 
     async def serve(self) -> None:
@@ -152,16 +153,24 @@ class ClientRequests:
                 tg.start_soon(self._tokenize, job)
 
     async def _tokenize(self, job: Pending) -> None:
-        ids = await anyio.to_thread.run_sync(tokenize_unlocked, self.tokenizer, job.msg, limiter=self._limiter)
-        if self.pending.get(job.msg.request_id) is not job:
-            return  # cancelled meanwhile (or refused at shutdown)
-        del self.pending[job.msg.request_id]
-        self.num_offloaded += 1
+        rid, error = job.msg.request_id, None
         try:
+            async with self._limiter:
+                if self.pending.get(rid) is not job:
+                    return  # cancelled (or refused at shutdown) before its turn: not tokenized
+                ids = await anyio.to_thread.run_sync(tokenize_unlocked, self.tokenizer, job.msg)
+            if self.pending.get(rid) is not job:
+                return  # cancelled meanwhile
+            del self.pending[rid]
+            self.num_offloaded += 1
             error = self._submit(job.msg, ZmqConsumer(self._link, job.peer), job.recv_ns, ids)
-        except Exception:  # the loop goes on: this request is refused, the others are served
-            log.exception("request %s: submit failed after its prompt was tokenized", job.msg.request_id)
-            error = ErrorReply(request_id=job.msg.request_id, code=ErrorCode.INTERNAL, message="internal error")
+        except Exception:  # a tokenizer's or the path's bug: this request is refused, the worker and the loop go on
+            log.exception("request %s: tokenizing or submitting it failed", rid)
+            if self.pending.get(rid) is job:
+                del self.pending[rid]
+            error = ErrorReply(request_id=rid, code=ErrorCode.INTERNAL, message="internal error")
+        finally:
+            self._num_jobs -= 1
         if error is not None:
             self._send(error, job.peer)
         self._notify()

@@ -38,6 +38,11 @@ def prompt_chars(msg: ClientGenerate) -> int:
     return sum(len(m.content) for m in msg.messages or ())
 
 
+def is_long(msg: ClientGenerate, min_chars: int) -> bool:
+    """Its prompt text is tokenized off the loop: at least ``min_chars`` characters (0: none is)."""
+    return min_chars > 0 and prompt_chars(msg) >= min_chars
+
+
 def tokenize_unlocked(tokenizer, msg: ClientGenerate) -> Tokenized:
     """``tokenize`` with the tokenizer's GIL-releasing encode (for a worker thread); its PromptError returned."""
     try:
@@ -51,11 +56,9 @@ async def pretokenize(tokenizer, msgs: list[ClientGenerate], min_chars: int) -> 
     by request id, each tokenized in a worker thread; messages sharing their prompt (one request's choices) share
     one tokenization."""
     out: dict[str, Tokenized] = {}
-    if min_chars <= 0:
-        return out
     done: dict[tuple, Tokenized] = {}
     for msg in msgs:
-        if prompt_chars(msg) < min_chars:
+        if not is_long(msg, min_chars):
             continue
         key = (id(msg.prompt), id(msg.messages), id(msg.tools), id(msg.chat), msg.sampling.truncate_prompt_tokens)
         if key not in done:

@@ -45,7 +45,7 @@ from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
-from controlplane.offload_tokenize import offloaded_stream, prompt_chars
+from controlplane.offload_tokenize import is_long, offloaded_stream
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
@@ -379,7 +379,7 @@ class ControlPlane(Actor):
         """Frontend.generate (controlplane/frontend.py names the keywords: ``fields`` are client_generates')."""
         msgs = client_generates(request_id, model=model, **fields)
         min_chars = self.config.offload_tokenize_chars
-        if min_chars and any(prompt_chars(m) >= min_chars for m in msgs):  # a long prompt: tokenized off the loop
+        if any(is_long(m, min_chars) for m in msgs):  # a long prompt: tokenized off the loop
             offload = (self.tokenizer, min_chars)
             return offloaded_stream(msgs, offload, self.submit, self.cancel, self.local_streams, arrival_ns)
         return local_stream(msgs, self.submit, self.cancel, self.local_streams, arrival_ns)  # one generator less

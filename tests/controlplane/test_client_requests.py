@@ -40,7 +40,7 @@ class GatedTokenizer:
 
 
 class Harness:
-    def __init__(self, tokenizer, max_pending: int = 8) -> None:
+    def __init__(self, tokenizer, max_pending: int = 8, max_threads: int = 2) -> None:
         self.sent: list[tuple[object, bytes]] = []
         self.submitted: list[tuple[str, bytes, int, object]] = []
         self.refusals: list[ErrorReply] = []
@@ -51,7 +51,7 @@ class Harness:
             tokenizer=tokenizer,
             min_chars=500,
             max_pending=max_pending,
-            max_threads=2,
+            max_threads=max_threads,
             link=self,
             submit=self.submit,
             cancel=self.cancelled.append,
@@ -174,3 +174,45 @@ async def test_token_ids_and_an_empty_id_are_not_offloaded(smollm2_checkpoint):
     h.generate("ids", prompt_token_ids=[1] * 1000)
     h.generate("", prompt=LONG)  # refused by the path (an empty id), never pending
     assert h.requests.pending == {} and [s[0] for s in h.submitted] == ["ids", ""]
+
+
+async def test_a_cancelled_request_is_not_tokenized_and_still_holds_its_place_until_its_turn(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    h = Harness(tokenizer, max_pending=2, max_threads=1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("first", prompt=LONG)
+        await wait_for(lambda: tokenizer.threads)  # tokenizing, held at the gate
+        h.generate("second", prompt=LONG)  # waits for the one thread
+        h.cancel("second")
+        h.generate("third", prompt=LONG)  # the cancelled one still counts: the bound is reached, so on the loop
+        assert h.submitted == [("third", PEER, 100, None)]
+        tokenizer.gate.set()
+        await wait_for(lambda: len(h.submitted) == 2)
+        await wait_for(lambda: h.requests._num_jobs == 0)
+        tg.cancel_scope.cancel()
+    assert h.submitted[1][0] == "first" and len(tokenizer.threads) == 1  # "second" was never tokenized
+
+
+async def test_a_tokenizer_that_fails_refuses_that_request_and_the_worker_goes_on(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    tokenizer.gate.set()
+    inner = tokenizer.encode_unlocked
+
+    def encode_unlocked(text, add_special_tokens=False):
+        if text.startswith("boom"):
+            raise RuntimeError("a tokenizer's bug")
+        return inner(text, add_special_tokens)
+
+    tokenizer.encode_unlocked = encode_unlocked
+    h = Harness(tokenizer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("bad", prompt="boom" + LONG)
+        await wait_for(lambda: h.sent)
+        h.generate("good", prompt=LONG)
+        await wait_for(lambda: h.submitted)
+        tg.cancel_scope.cancel()
+    ((reply, peer),) = h.sent
+    assert peer == PEER and reply.request_id == "bad" and reply.code == ErrorCode.INTERNAL
+    assert [s[0] for s in h.submitted] == ["good"] and h.requests.pending == {}
