@@ -77,6 +77,9 @@ class EngineObservation:
     decode_roofline_fraction: float = 0.0  # engine/decode_roofline.py; 0: not measured
     spec: SpecDecodeStats | None = None  # speculative decoding totals, when the engine speculates
     structured: StructuredOutputStats | None = None  # structured outputs' totals (engine/spec/grammar_drafts.py)
+    # vLLM's iteration tokens (vllm:iteration_tokens_total): the step's sampled tokens plus the prompt tokens of the
+    # requests it gave their first token; None: a report tick's observation, no step
+    iteration_tokens: int | None = None
 
 
 class NodeCore:
@@ -398,8 +401,12 @@ class NodeCore:
         now_s = self.engine.clock.now()
         inter_token_s: list[float] = []
         finished: list[FinishedRequest] = []
+        iteration_tokens = 0
         for o in outputs:
             if o.new_token_ids:
+                iteration_tokens += len(o.new_token_ids)
+                if o.num_output_tokens == len(o.new_token_ids):
+                    iteration_tokens += o.num_prompt_tokens  # its first tokens: its prefill ended in this step
                 previous_s = self._last_token_s.get(o.req_id)
                 if previous_s is not None:
                     inter_token_s += [(now_s - previous_s) / len(o.new_token_ids)] * len(o.new_token_ids)
@@ -437,6 +444,7 @@ class NodeCore:
             self._roofline_fraction(),
             self.engine.make_spec_stats(),
             self.engine.structured_stats.copy(),
+            iteration_tokens,
         )
 
     def stats_observation(self) -> EngineObservation:

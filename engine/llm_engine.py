@@ -557,7 +557,7 @@ class LLMEngine:
         if finished:
             metrics.finished_time_s = now
             metrics.num_cached_prompt_tokens = num_cached
-            metrics.num_preemptions = request.num_preemptions
+            metrics.num_preemptions, metrics.max_tokens = request.num_preemptions, request.sampling_params.max_tokens
             del self._tracked[update.req_id]
         return RequestOutput(
             update.req_id,

@@ -20,6 +20,7 @@ class RequestMetrics:
     num_output_tokens: int = 0
     num_cached_prompt_tokens: int = 0  # set when the request finishes
     num_preemptions: int = 0  # set when the request finishes
+    max_tokens: int = 0  # its sampling params' max_tokens, set when the request finishes (vLLM's max_tokens_param)
 
     @property
     def queue_time_s(self) -> float | None:
@@ -39,6 +40,29 @@ class RequestMetrics:
     @property
     def e2e_s(self) -> float | None:
         return None if self.finished_time_s is None else self.finished_time_s - self.arrival_time_s
+
+    # vLLM's request phases (vllm/v1/metrics/stats.py, update_from_finished_request): each only when the request got
+    # that far (a request that never sampled a token has a queue time and none of these); preemptions in a phase count
+    @property
+    def prefill_time_s(self) -> float | None:
+        """First scheduled → first token."""
+        if self.first_scheduled_time_s is None or self.first_token_time_s is None:
+            return None
+        return self.first_token_time_s - self.first_scheduled_time_s
+
+    @property
+    def decode_time_s(self) -> float | None:
+        """First token → last token."""
+        if self.first_token_time_s is None or self.last_token_time_s is None:
+            return None
+        return self.last_token_time_s - self.first_token_time_s
+
+    @property
+    def inference_time_s(self) -> float | None:
+        """First scheduled → last token (vLLM's RUNNING phase)."""
+        if self.first_scheduled_time_s is None or self.last_token_time_s is None:
+            return None
+        return self.last_token_time_s - self.first_scheduled_time_s
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from agent.node_core import EngineObservation
+from agent.node_core import EngineObservation, FinishedRequest
 from engine.scheduler_stats import SchedulerStats
 from engine.spec.grammar_drafts import StructuredOutputStats
 from engine.spec.speculator import SpecDecodeStats
@@ -53,6 +53,18 @@ class AgentExporter(PrometheusExporter):
                              m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
         self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Arrival at the gateway → the request's first engine step.",
                                m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
+        self.prefill_time = Histogram(m.REQUEST_PREFILL_TIME, "A request's first scheduling → its first token.",
+                                      m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
+        self.decode_time = Histogram(m.REQUEST_DECODE_TIME, "A request's first token → its last token.",
+                                     m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
+        self.inference_time = Histogram(m.REQUEST_INFERENCE_TIME, "A request's first scheduling → its last token.",
+                                        m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
+        self.request_tpot = Histogram(m.REQUEST_TIME_PER_OUTPUT_TOKEN,
+                                      "A request's mean time per output token after its first.", m.VLLM_LABELS,
+                                      registry=reg, buckets=m.ITL_BUCKETS_S)  # fmt: skip
+        self.iteration_tokens = Histogram(m.ITERATION_TOKENS, "Tokens per engine step (sampled + prompts prefilled).",
+                                          m.VLLM_LABELS, registry=reg, buckets=m.ITERATION_TOKENS_BUCKETS)  # fmt: skip
+        self._token_counts: tuple[Histogram, Histogram, Histogram] | None = None  # buckets by max_model_len: hello
         self.success = Counter(m.REQUEST_SUCCESS, "Finished requests by finish reason.",
                                (*m.VLLM_LABELS, "finished_reason"), registry=reg)  # fmt: skip
         self.hop = Histogram(m.ROUTER_TO_NODE_HOP, "Router → node hop: agent receipt - GenerateRequest.sent_ns.",
@@ -77,6 +89,16 @@ class AgentExporter(PrometheusExporter):
         self._zoo_labels = {"model": hello.model, **where}
         self._bytes_per_block = hello.kv.bytes_per_block
         self._rejected = rejected if rejected is not None else {}
+        if self._token_counts is None:  # vLLM's buckets reach the model's context length
+            buckets, reg = m.token_count_buckets(hello.max_model_len), self.registry
+            self._token_counts = (
+                Histogram(m.REQUEST_PROMPT_TOKENS, "A finished request's prompt tokens.", m.VLLM_LABELS,
+                          registry=reg, buckets=buckets),
+                Histogram(m.REQUEST_GENERATION_TOKENS, "A finished request's generated tokens.", m.VLLM_LABELS,
+                          registry=reg, buckets=buckets),
+                Histogram(m.REQUEST_PARAMS_MAX_TOKENS, "A finished request's max_tokens parameter.", m.VLLM_LABELS,
+                          registry=reg, buckets=buckets),
+            )  # fmt: skip
 
     # -- events (event loop) ------------------------------------------------------------------------
 
@@ -89,6 +111,8 @@ class AgentExporter(PrometheusExporter):
             itl = self.itl.labels(**labels)
             for gap_s in obs.inter_token_s:
                 itl.observe(gap_s)
+        if obs.iteration_tokens is not None:
+            self.iteration_tokens.labels(**labels).observe(obs.iteration_tokens)
         for r in obs.finished:
             if r.ttft_s is not None:
                 self.ttft.labels(**labels).observe(r.ttft_s)
@@ -97,12 +121,33 @@ class AgentExporter(PrometheusExporter):
             if r.queue_time_s is not None:
                 self.queue.labels(**labels).observe(r.queue_time_s)
             self.success.labels(**labels, finished_reason=r.finish_reason or "unknown").inc()
+            self._observe_request(r)
         for direction, _num_blocks, step_time_s in obs.swaps:
             self.swap_latency.labels(**self._zoo_labels, direction=direction).observe(step_time_s)
         self._roofline = obs.decode_roofline_fraction
         self._stats = obs.stats  # one reference swap: the scrape thread reads whole snapshots only
         self._spec = obs.spec
         self._structured = obs.structured
+
+    def _observe_request(self, r: FinishedRequest) -> None:
+        """vLLM's request-level histograms of one finished request: its phases as far as it got (vLLM observes them
+        only for a request that sampled a token; its mean TPOT only past one token), its sizes."""
+        labels, metrics = self._vllm_labels, r.metrics
+        if metrics is not None and metrics.last_token_time_s is not None:
+            for histogram, seconds in (
+                (self.prefill_time, metrics.prefill_time_s),
+                (self.decode_time, metrics.decode_time_s),
+                (self.inference_time, metrics.inference_time_s),
+                (self.request_tpot, metrics.tpot_s),
+            ):
+                if seconds is not None:
+                    histogram.labels(**labels).observe(max(seconds, 0.0))
+        if self._token_counts is not None:
+            prompt, generation, max_tokens = self._token_counts
+            prompt.labels(**labels).observe(r.num_prompt_tokens)
+            generation.labels(**labels).observe(r.num_output_tokens)
+            if metrics is not None and metrics.max_tokens:
+                max_tokens.labels(**labels).observe(metrics.max_tokens)
 
     def observe_lora(self, max_loras: int, report: LoadReport) -> None:
         """vllm:lora_requests_info from a LoadReport (only on a node that serves adapters)."""

@@ -39,6 +39,17 @@ TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
 INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
 E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
 REQUEST_QUEUE_TIME = "vllm:request_queue_time_seconds"
+# vLLM's request-level histograms (vllm/v1/metrics/loggers.py, PrometheusStatLogger), one observation per finished
+# request: its phases (engine/request_output.py RequestMetrics: prefill = first scheduled → first token, decode = first
+# → last token, inference = first scheduled → last token), its mean time per output token after the first, its sizes
+REQUEST_PREFILL_TIME = "vllm:request_prefill_time_seconds"
+REQUEST_DECODE_TIME = "vllm:request_decode_time_seconds"
+REQUEST_INFERENCE_TIME = "vllm:request_inference_time_seconds"
+REQUEST_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
+REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS = "vllm:request_generation_tokens"
+REQUEST_PARAMS_MAX_TOKENS = "vllm:request_params_max_tokens"
+ITERATION_TOKENS = "vllm:iteration_tokens_total"  # per engine step (its name ends in _total, a histogram all the same)
 # vLLM's LoRA info gauge: value = when it was last updated (unix seconds); labels max_lora and the adapters
 # of running / waiting requests, comma-separated
 LORA_REQUESTS_INFO = "vllm:lora_requests_info"
@@ -131,6 +142,22 @@ ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 
                  40.0, 80.0)  # fmt: skip
 REQUEST_LATENCY_BUCKETS_S = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
                              120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)  # vLLM's
+
+
+def token_count_buckets(max_model_len: int) -> tuple[int, ...]:
+    """vLLM's buckets for a request's token counts (``build_1_2_5_buckets(max_model_len)``): 1, 2, 5, 10, 20, 50, …
+    up to ``max_model_len``."""
+    buckets: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_model_len:
+                return tuple(buckets)
+            buckets.append(mantissa * scale)
+        scale *= 10
+
+
 # hops and router waits are micro- to milliseconds: powers of two from 16 µs to ~1 s
 HOP_BUCKETS_S = tuple(16e-6 * 2**i for i in range(17))
 SWAP_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

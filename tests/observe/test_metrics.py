@@ -61,6 +61,18 @@ async def test_agent_and_controlplane_metrics_count_the_requests_sent(observed_c
         assert value(agent, "vllm:request_queue_time_seconds_count", **vllm) == n
         assert value(agent, "vllm:inter_token_latency_seconds_count", **vllm) == sum(k - 1 for _, k in REQUESTS)
         assert value(agent, "vllm:request_success_total", finished_reason="length", **vllm) == n
+        # vLLM's request-level histograms: one observation per request; its phases, sizes and the step's tokens
+        prompt_tokens, generated = sum(len(p.encode()) for p, _ in REQUESTS), sum(k for _, k in REQUESTS)
+        for phase in ("prefill", "decode", "inference"):
+            assert value(agent, f"vllm:request_{phase}_time_seconds_count", **vllm) == n
+        tpot_count = value(agent, "vllm:request_time_per_output_token_seconds_count", **vllm)
+        assert tpot_count == sum(k > 1 for _, k in REQUESTS)  # none for a one-token request
+        assert value(agent, "vllm:request_prompt_tokens_sum", **vllm) == prompt_tokens
+        assert value(agent, "vllm:request_generation_tokens_sum", **vllm) == generated
+        assert value(agent, "vllm:request_params_max_tokens_sum", **vllm) == generated  # each ran to its max_tokens
+        assert value(agent, "vllm:request_prompt_tokens_count", **vllm) == n
+        # every step's sampled tokens plus each prompt once, as it got its first token
+        assert value(agent, "vllm:iteration_tokens_total_sum", **vllm) == prompt_tokens + generated
         assert value(agent, "vllm:num_preemptions_total", **vllm) == 0
         assert value(agent, "vllm:num_requests_running", **vllm) == 0
         assert value(agent, "vllm:prefix_cache_queries_total", **vllm) >= 0
