@@ -4,7 +4,7 @@ The control plane tokenizes on its event loop, the loop that routes every reques
 stalls it (452 ms for 900 kB of text with SmolLM2's tokenizer: controlplane/offload_tokenize.py). An in-process (HTTP)
 request's long prompt is tokenized in a worker thread there. A ZeroMQ client's is too, here::
 
-    ClientGenerate ─► prompt text >= min_chars? ─► pending[request id] ─► worker thread: tokenize_unlocked
+    ClientGenerate ─► prompt text >= min_chars? ─► pending[request id] ─► TokenizeWorkers: a worker thread
                     │                                                       ─► still pending? submit(msg, ids)
                     └─► shorter (or max_pending waiting already): submitted now, tokenized on the loop
 
@@ -17,8 +17,9 @@ The client's messages are handled one by one, in order, on the loop. While a req
 - a control plane that shuts down refuses it as it refuses the requests in flight (NODE_FAILED), at once.
 
 The ids, the truncation and the refusals are ``tokenize``'s (place_request takes them). At most ``max_pending``
-requests wait at once (a cancelled one counts until its turn ends: cancelling does not lift the bound), ``max_threads``
-of them tokenizing; one cancelled before its turn is not tokenized. Beyond that a long prompt is tokenized on the loop
+requests wait at once (a cancelled one counts until its turn ends: cancelling does not lift the bound), tokenized by
+the workers the HTTP path's long prompts share (``OFFLOAD_THREADS`` at once); one cancelled before its turn is not
+tokenized. Beyond that a long prompt is tokenized on the loop
 as before, and the loop's stall is the sender's backpressure. A failure while tokenizing or submitting refuses that
 request (INTERNAL) and leaves the worker running. A request is submitted when its tokens are ready, so a
 short request sent after a long one may start first. Its arrival time is its message's receive time, so the queue wait
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from controlplane.offload_tokenize import is_long, tokenize_unlocked
+from controlplane.offload_tokenize import TokenizeWorkers, is_long
 from controlplane.request_table import ZmqConsumer
 from transport.actor import MailboxFull
 from transport.dispatch import Incoming
@@ -43,7 +44,6 @@ from transport.messages import ClientGenerate, ErrorCode, ErrorReply, Ping, Pong
 log = logging.getLogger(__name__)
 
 SHUTTING_DOWN = "the control plane is shutting down"
-OFFLOAD_THREADS = 2  # worker threads tokenizing clients' long prompts at once (this project's hosts: 2 cores)
 
 
 @dataclass(slots=True)
@@ -63,10 +63,9 @@ class ClientRequests:
     def __init__(
         self,
         *,
-        tokenizer,
+        workers: TokenizeWorkers,
         min_chars: int,
         max_pending: int,
-        max_threads: int,
         link,
         submit: Callable,
         cancel: Callable[[str], bool],
@@ -75,13 +74,12 @@ class ClientRequests:
         notify: Callable[[], None],
         started_ns: int,
     ) -> None:
-        self.tokenizer, self.min_chars, self.max_pending = tokenizer, min_chars, max_pending
+        self.workers, self.min_chars, self.max_pending = workers, min_chars, max_pending
         self._link, self._submit, self._cancel, self._count_refusal = link, submit, cancel, count_refusal
         self._table, self._notify, self.started_ns = table, notify, started_ns
         self.pending: dict[str, Pending] = {}  # request id -> its request, waiting for its tokens
         self.num_offloaded = 0  # requests whose prompt was tokenized off the loop
         self._num_jobs = 0  # queued or tokenizing, cancelled ones included (they hold their prompt until they end)
-        self._limiter = anyio.CapacityLimiter(max_threads)
         self._jobs_in, self._jobs = anyio.create_memory_object_stream[Pending](math.inf)
 
     # -- the handlers (on the loop) ----------------------------------------------------------------
@@ -147,7 +145,7 @@ class ClientRequests:
     # -- the worker (a loop of the control plane) ---------------------------------------------------
 
     async def serve(self) -> None:
-        """Tokenize each pending request in a worker thread (``max_threads`` at once), then submit it."""
+        """Tokenize each pending request in a worker thread (the workers' turn), then submit it."""
         async with anyio.create_task_group() as tg:
             async for job in self._jobs:
                 tg.start_soon(self._tokenize, job)
@@ -155,11 +153,9 @@ class ClientRequests:
     async def _tokenize(self, job: Pending) -> None:
         rid, error = job.msg.request_id, None
         try:
-            async with self._limiter:
-                if self.pending.get(rid) is not job:
-                    return  # cancelled (or refused at shutdown) before its turn: not tokenized
-                ids = await anyio.to_thread.run_sync(tokenize_unlocked, self.tokenizer, job.msg)
-            if self.pending.get(rid) is not job:
+            # cancelled (or refused at shutdown) before its turn: not tokenized (None)
+            ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
+            if ids is None or self.pending.get(rid) is not job:
                 return  # cancelled meanwhile
             del self.pending[rid]
             self.num_offloaded += 1

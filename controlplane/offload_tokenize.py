@@ -14,6 +14,12 @@ before (a thread hop costs more than it saves).
 
 A ZeroMQ client's long prompt goes the same way (controlplane/client_requests.py: its request waits "pending" for its
 tokens, and its cancels and pings are answered meanwhile).
+
+Both paths share one ``TokenizeWorkers``: at most ``OFFLOAD_THREADS`` prompts are tokenized at once, the rest wait
+their turn. Unbounded, each HTTP request took a thread of anyio's default pool (40), and the tokenizer's threads took
+the cores from the loop: 16 prompts of 900 kB at once stalled it 435 ms; two at a time, 26 ms, and all 16 were
+tokenized sooner (3.85 → 3.18 s; scripts/tokenize_loop_lag.py --concurrent 16,
+bench/results/2026-12-06-tokenize-concurrent-lag.json).
 """
 
 from __future__ import annotations
@@ -29,6 +35,41 @@ from engine.prompt import PromptError
 from transport.messages import ClientGenerate, ErrorReply, TokenChunk
 
 Tokenized = list[int] | PromptError
+OFFLOAD_THREADS = 2  # prompts tokenized at once, in worker threads (this project's hosts: 2 cores)
+
+
+class TokenizeWorkers:
+    """The worker threads that tokenize long prompts, shared by the HTTP path (``pretokenize``) and the ZeroMQ
+    clients' (client_requests.py): at most ``threads`` at once. ``num_waiting``: prompts waiting for their turn or being
+    tokenized (a request's, counted in flight: /health); ``num_tokenized_total``: prompts tokenized here."""
+
+    def __init__(self, tokenizer, threads: int = OFFLOAD_THREADS) -> None:
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1, got {threads}")
+        self.tokenizer, self.threads = tokenizer, threads
+        self.num_waiting = 0
+        self.num_tokenized_total = 0
+        self._limiter: anyio.CapacityLimiter | None = None  # made on first use: in the event loop
+
+    async def tokenize(self, msg: ClientGenerate, wanted: Callable[[], bool] | None = None) -> Tokenized | None:
+        """``msg``'s ids (or PromptError) from a worker thread, once its turn comes; None, untokenized, when ``wanted``
+        says no at its turn (a request cancelled while it waited)."""
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(self.threads)
+        self.num_waiting += 1
+        try:
+            async with self._limiter:
+                if wanted is not None and not wanted():
+                    return None
+                ids = await anyio.to_thread.run_sync(tokenize_unlocked, self.tokenizer, msg)
+                self.num_tokenized_total += 1
+                return ids
+        finally:
+            self.num_waiting -= 1
+
+    def summary(self) -> dict:
+        """The control plane's ``stats()["tokenizing"]``: prompts waiting (or tokenizing) now, tokenized in all."""
+        return {"waiting": self.num_waiting, "tokenized_total": self.num_tokenized_total, "threads": self.threads}
 
 
 def prompt_chars(msg: ClientGenerate) -> int:
@@ -51,9 +92,9 @@ def tokenize_unlocked(tokenizer, msg: ClientGenerate) -> Tokenized:
         return error
 
 
-async def pretokenize(tokenizer, msgs: list[ClientGenerate], min_chars: int) -> dict[str, Tokenized]:
+async def pretokenize(workers: TokenizeWorkers, msgs: list[ClientGenerate], min_chars: int) -> dict[str, Tokenized]:
     """The ids (or PromptError) of each of ``msgs`` whose prompt text has at least ``min_chars`` characters (0: none),
-    by request id, each tokenized in a worker thread; messages sharing their prompt (one request's choices) share
+    by request id, each tokenized by ``workers``; messages sharing their prompt (one request's choices) share
     one tokenization."""
     out: dict[str, Tokenized] = {}
     done: dict[tuple, Tokenized] = {}
@@ -62,25 +103,25 @@ async def pretokenize(tokenizer, msgs: list[ClientGenerate], min_chars: int) -> 
             continue
         key = (id(msg.prompt), id(msg.messages), id(msg.tools), id(msg.chat), msg.sampling.truncate_prompt_tokens)
         if key not in done:
-            done[key] = await anyio.to_thread.run_sync(tokenize_unlocked, tokenizer, msg)
+            done[key] = await workers.tokenize(msg)
         out[msg.request_id] = done[key]
     return out
 
 
 async def offloaded_stream(
     msgs: list[ClientGenerate],
-    offload: tuple[object, int],
+    offload: tuple[TokenizeWorkers, int],
     submit: Callable[..., ErrorReply | None],
     cancel: Callable[[str], bool],
     open_streams: set[str] | None = None,
     arrival_ns: int | None = None,
 ) -> AsyncIterator[TokenChunk]:
     """``local_stream`` (controlplane/request_table.py) of ``msgs``, their long prompts tokenized first off the loop
-    (``offload``: the tokenizer and ``min_chars``); ``submit(msg, consumer, arrival_ns, token_ids)``. The request's
+    (``offload``: the workers and ``min_chars``); ``submit(msg, consumer, arrival_ns, token_ids)``. The request's
     arrival is taken before its tokenization, so its queue wait counts it."""
     arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns
-    tokenizer, min_chars = offload
-    tokenized = await pretokenize(tokenizer, msgs, min_chars)
+    workers, min_chars = offload
+    tokenized = await pretokenize(workers, msgs, min_chars)
 
     def submit_tokenized(msg: ClientGenerate, consumer, arrived_ns: int) -> ErrorReply | None:
         return submit(msg, consumer, arrived_ns, tokenized.get(msg.request_id))

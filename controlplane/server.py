@@ -37,7 +37,7 @@ import anyio
 import msgspec
 import zmq.asyncio
 
-from controlplane.client_requests import OFFLOAD_THREADS, ClientRequests
+from controlplane.client_requests import ClientRequests
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
@@ -45,7 +45,7 @@ from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
-from controlplane.offload_tokenize import is_long, offloaded_stream
+from controlplane.offload_tokenize import TokenizeWorkers, is_long, offloaded_stream
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.request_path import RequestPath
@@ -120,6 +120,7 @@ class ControlPlane(Actor):
 
         self.config = config
         self.tokenizer = tokenizer
+        self.tokenize_workers = TokenizeWorkers(tokenizer)  # long prompts, HTTP's and clients' (offload_tokenize.py)
         self.clock = clock or MonotonicClock()
         self.registry = registry or ClusterRegistry(self.clock, config.heartbeat_timeout_s)
         self.policy = policy or make_policy(config.router.policy, config.router)
@@ -217,10 +218,9 @@ class ControlPlane(Actor):
             )
             self._clients = Link(Channel(sock), self._on_client_batch, self._on_client_undeliverable, name="cp clients")
             self.client_requests = ClientRequests(  # a long prompt is tokenized off the loop (client_requests.py)
-                tokenizer=self.tokenizer,
+                workers=self.tokenize_workers,
                 min_chars=self.config.offload_tokenize_chars,
                 max_pending=self.config.offload_tokenize_max_pending,
-                max_threads=OFFLOAD_THREADS,
                 link=self._clients,
                 submit=self.submit,
                 cancel=self.cancel,
@@ -311,7 +311,8 @@ class ControlPlane(Actor):
             "draining": self.draining,  # shutting down (zoo/controlplane_shutdown.py): new requests refused
             "router": self.path.router_settings,  # the SLO and the knobs set (request_path.py)
             "nodes": nodes,
-            "requests": {**self.counters, "inflight": len(self.requests)},
+            "requests": {**self.counters, "inflight": len(self.requests) + self.tokenize_workers.num_waiting},
+            "tokenizing": self.tokenize_workers.summary(),  # long prompts waiting for tokens (offload_tokenize.py)
             "refused": {code.value: n for code, n in self.refused.items() if n},
             "rejected_messages": {
                 "agents": {c.value: n for c, n in self.agent_dispatcher.rejected.items() if n},
@@ -359,7 +360,7 @@ class ControlPlane(Actor):
             "status": "draining" if self.draining else "ok" if num_nodes else "degraded",
             "nodes": num_nodes,
             "models": self.model_names,
-            "inflight": len(self.requests),
+            "inflight": len(self.requests) + self.tokenize_workers.num_waiting,  # with those waiting for tokens
             "policy": self.policy.name,
         }
 
@@ -380,7 +381,7 @@ class ControlPlane(Actor):
         msgs = client_generates(request_id, model=model, **fields)
         min_chars = self.config.offload_tokenize_chars
         if any(is_long(m, min_chars) for m in msgs):  # a long prompt: tokenized off the loop
-            offload = (self.tokenizer, min_chars)
+            offload = (self.tokenize_workers, min_chars)
             return offloaded_stream(msgs, offload, self.submit, self.cancel, self.local_streams, arrival_ns)
         return local_stream(msgs, self.submit, self.cancel, self.local_streams, arrival_ns)  # one generator less
 

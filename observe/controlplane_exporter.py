@@ -84,6 +84,15 @@ class ControlPlaneExporter(PrometheusExporter):
                                      "refused, those in flight finishing (--shutdown-timeout).")  # fmt: skip
         draining.add_metric([], 1.0 if stats.get("draining") else 0.0)
         yield draining
+        tokenizing = stats.get("tokenizing") or {}
+        waiting = GaugeMetricFamily(m.TOKENIZE_WAITING, "Requests whose long prompt waits for (or is in) a tokenizing "
+                                    "worker thread; counted in flight.")  # fmt: skip
+        waiting.add_metric([], tokenizing.get("waiting", 0))
+        yield waiting
+        offloaded = CounterMetricFamily(m.TOKENIZE_OFFLOADED, "Long prompts tokenized in a worker thread, off the "
+                                        "event loop.")  # fmt: skip
+        offloaded.add_metric([], tokenizing.get("tokenized_total", 0))
+        yield offloaded
         rejected = CounterMetricFamily(m.REJECTED_REQUESTS, "Requests refused before reaching a node, by reason.",
                                        labels=["reason"])  # fmt: skip
         for reason, n in sorted(stats["refused"].items()):

@@ -88,6 +88,9 @@ ROUTER_SLO_FORECAST = "zoo:router_slo_forecast"  # counter (_total) {class, fore
 ROUTER_SLO_FORECAST_LATE_SHARE = "zoo:router_slo_forecast_late_share"  # gauge: of the last 1,000 placements
 # hardware_aware's overload mode (controlplane/router/overload.py), only when it is configured on
 CONTROLPLANE_DRAINING = "zoo:controlplane_draining"  # gauge: 1 while it shuts down (zoo/controlplane_shutdown.py)
+# long prompts tokenized off the loop (controlplane/offload_tokenize.py TokenizeWorkers), HTTP's and ZeroMQ clients'
+TOKENIZE_WAITING = "zoo:controlplane_tokenize_waiting_requests"  # gauge: waiting for (or in) a worker thread
+TOKENIZE_OFFLOADED = "zoo:controlplane_tokenize_offloaded_prompts"  # counter (_total): tokenized in a worker thread
 ROUTER_OVERLOAD_MODE = "zoo:router_overload_mode"  # gauge: 1 while the policy decides with the overload charges
 ROUTER_OVERLOAD_ACTIVATIONS = "zoo:router_overload_activations"  # counter (_total): times it switched on
 # gauge: the median prompt of the recent placements forecast late; hardware_aware sacrifices only longer prompts

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from controlplane.client_requests import SHUTTING_DOWN, ClientRequests
+from controlplane.offload_tokenize import TokenizeWorkers
 from controlplane.request_intake import tokenize
 from engine.prompt import PromptError
 from engine.sampling_params import SamplingParams
@@ -48,10 +49,9 @@ class Harness:
         self.table: dict = {}
         self.refuse_with: ErrorReply | None = None
         self.requests = ClientRequests(
-            tokenizer=tokenizer,
+            workers=TokenizeWorkers(tokenizer, max_threads),
             min_chars=500,
             max_pending=max_pending,
-            max_threads=max_threads,
             link=self,
             submit=self.submit,
             cancel=self.cancelled.append,

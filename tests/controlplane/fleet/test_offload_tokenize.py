@@ -8,7 +8,7 @@ import anyio
 import pytest
 
 from controlplane.frontend import FrontendError
-from controlplane.offload_tokenize import pretokenize, prompt_chars, tokenize_unlocked
+from controlplane.offload_tokenize import TokenizeWorkers, pretokenize, prompt_chars, tokenize_unlocked
 from controlplane.request_intake import tokenize
 from engine.prompt import PromptError
 from engine.sampling_params import SamplingParams
@@ -52,13 +52,15 @@ async def test_the_loop_runs_while_a_long_prompt_is_tokenized(smollm2_checkpoint
         await anyio.sleep(0.01)
         before = ticks
         choices = [_msg(f"r-{i}", prompt=TEXT) for i in range(2)]  # one request's two choices: one tokenization
-        done = await pretokenize(tokenizer, [*choices, _msg("short", prompt="Hi")], min_chars=16_384)
+        workers = TokenizeWorkers(tokenizer)
+        done = await pretokenize(workers, [*choices, _msg("short", prompt="Hi")], min_chars=16_384)
         during = ticks - before
         tg.cancel_scope.cancel()
     assert set(done) == {"r-0", "r-1"} and done["r-0"] is done["r-1"]  # the short one is left to the loop
     assert done["r-0"] == tokenize(tokenizer, choices[0])
     assert during >= 3, during  # on the loop it would be 0: the tokenizer holds the GIL on its single-text path
-    assert await pretokenize(tokenizer, choices, min_chars=0) == {}  # 0: off
+    assert workers.num_tokenized_total == 1 and workers.num_waiting == 0
+    assert await pretokenize(workers, choices, min_chars=0) == {}  # 0: off
 
 
 async def test_a_long_prompt_is_served_and_a_bad_one_refused(controlplane, spawn_agent):
