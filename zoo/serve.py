@@ -166,6 +166,8 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         choices=["hermes", "llama3_json", "mistral", "pythonic", "none"],
         help="how tool_choice auto reads the model's calls, as vLLM's flag (gateway/tool_parsers.py; none: refused)",
     )
+    p.add_argument("--reasoning-parser", choices=["deepseek_r1", "qwen3"], help="a reasoning model's thinking "
+                   "as the reply's reasoning, apart from its content (gateway/reasoning_parsers.py)")  # fmt: skip
     p.add_argument(
         "--chat-completions-store",
         default=None,
@@ -398,10 +400,8 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
 def gateway_config_from_args(args: argparse.Namespace):
     """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``, ``--files-dir``, ``--tool-call-parser``, the access log's two, the ``--ssl-*`` four, the
-    stores' three);
-    SystemExit on a bad value
-    (a --ssl-* file that cannot serve: check_tls_files)."""
+    ``--batch-concurrency``, ``--files-dir``, ``--tool-call-parser``, ``--reasoning-parser``, the access log's two, the
+    ``--ssl-*`` four, the stores' three); SystemExit on a bad value (a --ssl-* file that cannot serve)."""
     from controlplane.gateway.app import GatewayConfig
     from controlplane.gateway.batch_runner import BatchRunnerConfig
 
@@ -426,6 +426,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             batches=batches,
             files_dir=getattr(args, "files_dir", None),
             tool_call_parser=None if (parser := getattr(args, "tool_call_parser", "hermes")) == "none" else parser,
+            reasoning_parser=getattr(args, "reasoning_parser", None),
             **access_log,
             **tls,
             **stores,

@@ -35,6 +35,7 @@ from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
+from controlplane.gateway.reasoning_parsers import ReasoningSplit, split_reasoning
 from controlplane.gateway.tool_calls import (
     NOT_GIVEN,
     FunctionIn,
@@ -212,6 +213,8 @@ def _messages_of(index: int, m: MessageIn) -> list[ChatMessage]:
         elif block.type == "tool_use" and m.role == "assistant" and block.id and block.name:
             arguments = bytes(block.input).decode() if block.input and bytes(block.input) != b"null" else "{}"
             calls.append(ToolCall(block.id, block.name, arguments))
+        elif block.type in ("thinking", "redacted_thinking") and m.role == "assistant":
+            continue  # an earlier turn's thinking, sent back as Anthropic asks: the prompt shows the answers alone
         elif block.type == "tool_result" and m.role == "user" and block.tool_use_id:
             result = _text(block.content, f"{at}.content")
             results.append(ChatMessage("tool", result, tool_call_id=block.tool_use_id))
@@ -256,7 +259,9 @@ class MessagesReply:
     """One request's reply, built from its TokenChunks: ``add`` each, then ``full_object()``; or, streamed,
     ``start_events(first)``, ``chunk_events(c)`` for each, ``failure_events(err)`` on a failure (SSE bytes)."""
 
-    def __init__(self, model: str, plan: ToolPlan | None) -> None:
+    def __init__(self, model: str, plan: ToolPlan | None, reasoning: bool = False) -> None:
+        """reasoning: the reply is split into thinking and text (gateway/reasoning_parsers.py): a ``thinking`` block
+        first, its ``signature`` empty (this server signs nothing), as proxies of local models answer it."""
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model = model
         self.plan = plan if plan is not None and plan.parses else None
@@ -268,6 +273,7 @@ class MessagesReply:
         self._block: str | None = None  # the streamed content block open now: "text" or "tool_use"
         self._num_blocks = 0
         self._called = False
+        self._reasoning = ReasoningSplit() if reasoning else None
 
     @property
     def finished(self) -> bool:
@@ -287,6 +293,11 @@ class MessagesReply:
         text = "".join(self.text_parts)
         content: list[dict] = []
         calls = []
+        if self._reasoning is not None:
+            thought, answer = split_reasoning(text)
+            text = answer or ""
+            if thought:
+                content.append({"type": "thinking", "thinking": thought, "signature": ""})
         if self.plan is not None:
             text, calls = self.plan.extract(text)
         if text:
@@ -303,10 +314,15 @@ class MessagesReply:
 
     def chunk_events(self, chunk: TokenChunk) -> list[bytes]:
         self.add(chunk)
+        text, deltas = chunk.text, []
+        if self._reasoning is not None:
+            thought, text = self._reasoning.feed(text)
+            thought += self._reasoning.finish()[0] if self.finished else ""
+            deltas = [{"reasoning": thought}] if thought else []
         if self._stream is None:
-            deltas = [{"content": chunk.text}] if chunk.text else []
+            deltas += [{"content": text}] if text else []
         else:
-            deltas = self._stream.feed(chunk.text) + (self._stream.finish() if self.finished else [])
+            deltas += self._stream.feed(text) + (self._stream.finish() if self.finished else [])
         events = [e for delta in deltas for e in self._delta_events(delta)]
         if self.finished:
             events += self._close_block()
@@ -318,6 +334,11 @@ class MessagesReply:
 
     def _delta_events(self, delta: dict) -> list[bytes]:
         events: list[bytes] = []
+        if delta.get("reasoning"):
+            if self._block != "thinking":
+                block = {"type": "thinking", "thinking": "", "signature": ""}
+                events += self._close_block() + self._open_block(block, "thinking")
+            events.append(self._block_delta({"type": "thinking_delta", "thinking": delta["reasoning"]}))
         if delta.get("content"):
             if self._block != "text":
                 events += self._close_block() + self._open_block({"type": "text", "text": ""}, "text")

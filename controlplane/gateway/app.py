@@ -114,6 +114,7 @@ from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
+from controlplane.gateway.reasoning_parsers import reasoning_parser_for
 from controlplane.gateway.reply_stream import (
     named_events,
     openai_events,
@@ -293,7 +294,8 @@ class Gateway:
             args = parse_messages(await self.read_body(request), self.config.tool_call_parser)
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
-            reply = MessagesReply(self.model_name(args.model), args.tool_plan)
+            parser = reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs)
+            reply = MessagesReply(self.model_name(args.model), args.tool_plan, reasoning=parser is not None)
             chunks = self.start(request, reply.id, args, arrival_ns)
             return await respond(
                 request, chunks, reply, args.stream, named_events, reply.id, ("x-request-id", "request-id")
@@ -487,6 +489,8 @@ class Gateway:
             return_token_ids=args.return_token_ids,
             tokens_as_ids=args.tokens_as_ids,
             predicted=args.sampling.prediction is not None,
+            reasoning=chat and reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs) is not None,
+            include_reasoning=args.include_reasoning,
             on_done=self.chat_completions.keep(request_owner(request), args.stored_messages, args.metadata)
             if chat and args.store
             else None,

@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 
 from controlplane.gateway.batch_runner import BatchRunnerConfig
+from controlplane.gateway.reasoning_parsers import REASONING_PARSERS
 from controlplane.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
@@ -25,6 +26,8 @@ class GatewayConfig:
     models_wait_s: float = 30.0  # GET /v1/models before any node has joined waits this long for one
     # the format tool_choice "auto" reads calls in (gateway/tool_calls.py); None: "auto" is refused
     tool_call_parser: str | None = "hermes"
+    # how a reasoning model's thinking is split from its answer (gateway/reasoning_parsers.py); None: not split
+    reasoning_parser: str | None = None
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
@@ -94,6 +97,9 @@ class GatewayConfig:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             message = f"GatewayConfig.tool_call_parser must be one of {TOOL_CALL_PARSERS} or None"
             raise ValueError(f"{message}, got {self.tool_call_parser!r}")
+        if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
+            message = f"GatewayConfig.reasoning_parser must be one of {REASONING_PARSERS} or None"
+            raise ValueError(f"{message}, got {self.reasoning_parser!r}")
         for origin in self.cors_allowed_origins:
             if origin != "*" and not _ORIGIN.fullmatch(origin):
                 raise ValueError(f"GatewayConfig.cors_allowed_origins: {origin!r} is not '*' or scheme://host[:port]")

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError
+from controlplane.gateway.reasoning_parsers import ReasoningSplit, split_reasoning
 from controlplane.gateway.token_text import TokenIdText, TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import ToolPlan, ToolStream, call_objects
 from transport.messages import ErrorCode, TokenChunk
@@ -55,6 +56,7 @@ class _Choice:
     prompt_token_ids: list[int] | None = None  # its prompt's tokens (vLLM's return_token_ids), from its first chunk
     token_ids: list[int] = field(default_factory=list)  # its output's tokens (kept with return_token_ids)
     prediction: tuple[int, int] = (0, 0)  # its predicted output's tokens accepted and rejected, as its last chunk said
+    reasoning: ReasoningSplit | None = None  # (streamed) its thinking apart from its answer (reasoning_parsers.py)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -85,6 +87,8 @@ class OpenAIReply:
         tokens_as_ids: bool = False,
         predicted: bool = False,
         on_done: Callable[[dict], None] | None = None,
+        reasoning: bool = False,
+        include_reasoning: bool = True,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
@@ -92,7 +96,10 @@ class OpenAIReply:
         return_token_ids: vLLM's (``prompt_token_ids`` and each choice's ``token_ids``); tokens_as_ids: vLLM's
         ``return_tokens_as_token_ids`` (logprobs name each token "token_id:<id>"); predicted: the request gave a
         ``prediction`` (usage then counts its accepted and rejected tokens, as OpenAI's does); on_done: called once
-        with the whole reply's object when every choice has ended, whole or streamed (a stored chat completion)."""
+        with the whole reply's object when every choice has ended, whole or streamed (a stored chat completion);
+        reasoning: a chat's reply is split into reasoning and content (gateway/reasoning_parsers.py), the reasoning
+        sent unless ``include_reasoning`` is false."""
+        self.reasoning, self.include_reasoning = chat and reasoning, include_reasoning
         self.predicted = predicted
         self._on_done = on_done
         self.chat = chat
@@ -217,10 +224,19 @@ class OpenAIReply:
         finishing = choice.finish_reason is not None and not was_finished
         if not self.chat:
             return self._completion_chunk_objects(choice, chunk, logprobs, finishing)
+        text, thoughts = chunk.text, []
+        if self.reasoning:
+            if choice.reasoning is None:
+                choice.reasoning = ReasoningSplit()
+            thought, text = choice.reasoning.feed(text)
+            thought += choice.reasoning.finish()[0] if finishing else ""
+            if thought and self.include_reasoning:
+                thoughts = [{"reasoning": thought, "reasoning_content": thought}]
         if choice.tool_stream is None:
-            deltas = [{"content": chunk.text}] if chunk.text or chunk.logprobs else []
+            deltas = [{"content": text}] if text or (chunk.logprobs and not thoughts) else []
         else:
-            deltas = choice.tool_stream.feed(chunk.text) + (choice.tool_stream.finish() if finishing else [])
+            deltas = choice.tool_stream.feed(text) + (choice.tool_stream.finish() if finishing else [])
+        deltas = thoughts + deltas
         if not deltas and (logprobs is not None or (self.return_token_ids and chunk.token_ids and not finishing)):
             deltas = [{}]  # what it carries besides text (log-probabilities, tokens) goes out now
         token_ids = chunk.token_ids
@@ -240,14 +256,18 @@ class OpenAIReply:
     def full_object(self) -> dict:
         choices = []
         for c in self.choices:
-            text = "".join(c.text_parts)
+            text, thought = "".join(c.text_parts), None
             logprobs = self._logprobs_object(c, 0) if c.logprobs else None
             if self.echo is not None:
                 text = self.echo[c.prompt_index] + text
                 logprobs = self._with_prompt(c, logprobs)
             reason = c.finish_reason
             if self.chat:
-                message = {"role": "assistant", "content": self.chat_echo + text}
+                if self.reasoning:  # the answer is the content; tool calls are read from it alone
+                    thought, answer = split_reasoning(text)
+                    text = answer or ""
+                content = self.chat_echo + text
+                message = {"role": "assistant", "content": content if content or not self.reasoning else None}
                 if self.tools is not None:
                     content, calls = self.tools.extract(text)
                     echoed = self.chat_echo + (content or "") if self.chat_echo else content  # None: all calls
@@ -255,6 +275,8 @@ class OpenAIReply:
                     if calls:
                         message["tool_calls"] = call_objects(calls)
                     reason = self.tools.finish_reason(reason, bool(calls))
+                if self.reasoning and self.include_reasoning:  # vLLM's field, and its earlier name
+                    message.update(reasoning=thought, reasoning_content=thought)
                 choice = {"index": c.index, "message": message}
             else:
                 choice = {"text": text, "index": c.index}

@@ -138,6 +138,7 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None  # extension (as in vLLM): more chat template variables
     chat_template: str | None = None  # vLLM's; refused, as vLLM refuses it without --trust-request-chat-template
     echo: bool | None = None  # extension (as in vLLM): the reply starts with the final assistant message
+    include_reasoning: bool = True  # extension (as in vLLM): false drops the reasoning (gateway/reasoning_parsers.py)
     prediction: PredictionIn | None = None  # OpenAI's Predicted Outputs: drafts on a node that speculates
     store: bool | None = None  # OpenAI's: keep the completion for GET /v1/chat/completions (chat_completion_store.py)
     metadata: dict[str, str] | None = None  # OpenAI's: a stored completion's labels (a list filters by them)
@@ -175,11 +176,17 @@ class GenerateArgs:
     store: bool = False  # a chat's ``store``: the ended completion is kept (gateway/chat_completion_store.py)
     metadata: dict[str, str] | None = None  # a chat's ``metadata`` (checked), which a stored completion carries
     stored_messages: tuple[dict, ...] = ()  # with ``store``: the request's messages as GET .../messages lists them
+    include_reasoning: bool = True  # a chat's: its reply carries the reasoning (gateway/reasoning_parsers.py)
 
     @property
     def tools(self) -> list[ToolSpec] | None:
         """The tools the prompt shows."""
         return self.tool_plan.prompt_tools if self.tool_plan is not None else None
+
+    @property
+    def template_kwargs(self) -> dict | None:
+        """A chat's ``chat_template_kwargs`` (None: none)."""
+        return self.chat.template_kwargs if self.chat is not None else None
 
 
 _COMPLETION_DECODER = msgspec.json.Decoder(CompletionRequest)
@@ -296,6 +303,7 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         store=bool(req.store),
         metadata=check_metadata(req.metadata) if req.metadata is not None else None,
         stored_messages=tuple(_stored_message(m) for m in req.messages) if req.store else (),
+        include_reasoning=req.include_reasoning,
         **_token_id_options(req),
     )
 

@@ -2,12 +2,15 @@
 object and the stream's named events, built from a generation's TokenChunks.
 
     object    {id: resp_…, object: response, created_at, status: queued | in_progress | completed | incomplete |
-              failed | cancelled, error, incomplete_details, output: [a message item {content: [output_text with
-              its logprobs]} and function_call items {call_id, name, arguments}], usage: {input_tokens,
-              input_tokens_details.cached_tokens, output_tokens, total_tokens}, and the request's settings echoed}
+              failed | cancelled, error, incomplete_details, output: [a reasoning item {content: [reasoning_text]}
+              (with the gateway's reasoning parser: gateway/reasoning_parsers.py), a message item {content:
+              [output_text with its logprobs]} and function_call items {call_id, name, arguments}], usage:
+              {input_tokens, input_tokens_details.cached_tokens, output_tokens, output_tokens_details.reasoning_tokens
+              (the tokens before the end of thinking), total_tokens}, and the request's settings echoed}
     stream    named events, each with its ``sequence_number``: response.created, response.in_progress,
-              response.output_item.added, response.content_part.added, response.output_text.delta (with the
-              tokens' logprobs when asked) / .done, response.content_part.done,
+              response.output_item.added, response.content_part.added, response.reasoning_text.delta / .done
+              (a reasoning item's), response.output_text.delta (with the tokens' logprobs when asked; a reasoning
+              token's are not given) / .done, response.content_part.done,
               response.function_call_arguments.delta / .done, response.output_item.done, response.completed (or
               response.incomplete); a failure after the first event is an ``error`` event and response.failed
 """
@@ -22,6 +25,7 @@ import msgspec
 from controlplane.frontend import FrontendError
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_responses import Conversation, ResponsesArgs, item_id
+from controlplane.gateway.reasoning_parsers import ReasoningSplit, reasoning_parser_for
 from controlplane.gateway.token_text import TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import ToolStream
 from transport.chat_wire import ChatMessage, ToolCall
@@ -41,6 +45,7 @@ class ResponsesReply:
         names: TokenText | None = None,
         response_id: str | None = None,
         created_at: int | None = None,
+        reasoning_parser: str | None = None,
     ) -> None:
         self.id = response_id or item_id("resp")  # given: a background response run again after a restart
         self.model = model
@@ -58,6 +63,9 @@ class ResponsesReply:
         self.error: dict | None = None  # a failed response's {code, message}
         self._names = names or TokenText(None)  # how logprobs name tokens (the gateway's tokenizer)
         self._logprobs: list[dict] = []  # the tokens' logprobs not yet given to a text delta
+        parser = reasoning_parser_for(reasoning_parser, parsed.generate.template_kwargs)
+        self._reasoning = ReasoningSplit() if parser is not None else None  # the gateway's reasoning parser's split
+        self.num_reasoning_tokens = 0
 
     @property
     def finished(self) -> bool:
@@ -70,10 +78,17 @@ class ResponsesReply:
         if chunk.finished and chunk.finish_reason == "abort":
             raise FrontendError(ErrorCode.CANCELLED, "The request was aborted by the serving node")
         self._logprobs += [self._logprob(*entry) for entry in chunk.logprobs or ()]
+        text, deltas = chunk.text, []
+        if self._reasoning is not None:
+            thought, text = self._reasoning.feed(text)
+            thought += self._reasoning.finish()[0] if chunk.finished else ""
+            deltas = [{"reasoning": thought}] if thought else []
+            if self._reasoning.thinking:
+                self.num_reasoning_tokens += len(chunk.token_ids)
         if self._stream is None:
-            deltas = [{"content": chunk.text}] if chunk.text else []
+            deltas += [{"content": text}] if text else []
         else:
-            deltas = self._stream.feed(chunk.text) + (self._stream.finish() if chunk.finished else [])
+            deltas += self._stream.feed(text) + (self._stream.finish() if chunk.finished else [])
         events = [event for delta in deltas for event in self._delta_events(delta)]
         if chunk.finished:
             self.finish_reason = chunk.finish_reason or "stop"
@@ -136,6 +151,18 @@ class ResponsesReply:
 
     def _delta_events(self, delta: dict) -> list[bytes]:
         events: list[bytes] = []
+        if delta.get("reasoning"):
+            self._logprobs = []  # a reasoning token's logprobs are not given (the message's are its own)
+            if self._open is None or self._open["type"] != "reasoning":
+                events += self._close_item()
+                events += self._open_item({"type": "reasoning", "id": item_id("rs"), "summary": [], "content": [],
+                                           "encrypted_content": None, "status": "in_progress"})  # fmt: skip
+                events.append(self._event("response.content_part.added", **self._at(), content_index=0,
+                                          part=_reasoning_part("")))  # fmt: skip
+                self._open["text"] = ""
+            self._open["text"] += delta["reasoning"]
+            events.append(self._event("response.reasoning_text.delta", **self._at(), content_index=0,
+                                      delta=delta["reasoning"]))  # fmt: skip
         if delta.get("content"):
             if self._open is None or self._open["type"] != "message":
                 events += self._close_item()
@@ -178,6 +205,12 @@ class ResponsesReply:
             at = {"item_id": item["id"], "output_index": len(self.items), "content_index": 0}
             events.append(self._event("response.output_text.done", **at, text=text, logprobs=logprobs))
             events.append(self._event("response.content_part.done", **at, part=_text_part(text, logprobs)))
+        elif item["type"] == "reasoning":
+            text = item.pop("text")
+            item["content"] = [_reasoning_part(text)]
+            at = {"item_id": item["id"], "output_index": len(self.items), "content_index": 0}
+            events.append(self._event("response.reasoning_text.done", **at, text=text))
+            events.append(self._event("response.content_part.done", **at, part=_reasoning_part(text)))
         else:
             at = {"item_id": item["id"], "output_index": len(self.items)}
             events.append(self._event("response.function_call_arguments.done", **at, name=item["name"],
@@ -214,7 +247,7 @@ class ResponsesReply:
             "input_tokens": self.num_prompt_tokens,
             "input_tokens_details": {"cached_tokens": cached},
             "output_tokens": self.num_output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": self.num_reasoning_tokens},
             "total_tokens": self.num_prompt_tokens + self.num_output_tokens,
         }
 
@@ -226,3 +259,7 @@ class ResponsesReply:
 
 def _text_part(text: str, logprobs: list[dict] | None = None) -> dict:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs or []}
+
+
+def _reasoning_part(text: str) -> dict:
+    return {"type": "reasoning_text", "text": text}

@@ -81,7 +81,8 @@ class ResponsesRoutes:
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
             on_done = self._on_done(owner, parsed, own_items)
-            reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text)
+            reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text,
+                                   reasoning_parser=gateway.config.reasoning_parser)  # fmt: skip
             chunks = gateway.start(request, reply.id, args, arrival_ns)
             if not parsed.background:
                 return await respond(request, chunks, reply, args.stream, named_events, reply.id)
@@ -239,6 +240,7 @@ class ResponsesRoutes:
             names=gateway.token_text,
             response_id=record.response_id,
             created_at=record.created_at,
+            reasoning_parser=gateway.config.reasoning_parser,
         )
         chunks = self._resumed_chunks(record, reply)
         self.background.submit(BackgroundJob(record.owner, reply, chunks, streamed=False, input_items=own_items), True)

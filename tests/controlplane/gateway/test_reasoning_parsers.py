@@ -3,6 +3,8 @@ rule, and a streamed reply split exactly as the whole one, however its text is c
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -32,7 +34,7 @@ def test_a_whole_reply_is_split_at_the_first_end_tag(text, reasoning, content):
 def _stream(text: str, cuts: list[int]) -> tuple[str, str, list[tuple[str, str]]]:
     split, sent = ReasoningSplit(), []
     bounds = sorted({0, len(text), *(c % (len(text) + 1) for c in cuts)})
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in itertools.pairwise(bounds):
         sent.append(split.feed(text[start:end]))
     sent.append(split.finish())
     return "".join(r for r, _ in sent), "".join(c for _, c in sent), sent
