@@ -47,7 +47,7 @@ from controlplane.gateway.tool_calls import (
 )
 from controlplane.gateway.tool_calls import ToolIn as OpenAIToolIn
 from engine.sampling_params import SamplingParams, SamplingParamsError, show_value
-from transport.chat_wire import ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
+from transport.chat_wire import DEFAULT_CHAT_OPTIONS, ChatMessage, ChatTemplateOptions, ToolCall, ToolSpec
 from transport.messages import ErrorCode, TokenChunk
 
 _STOP_REASONS = {"length": "max_tokens"}
@@ -95,6 +95,11 @@ class CountTokensRequest(msgspec.Struct, kw_only=True):
     tool_choice: ToolChoiceIn | None = None
 
 
+class ThinkingIn(msgspec.Struct, kw_only=True):
+    type: str  # "enabled" | "adaptive" | "disabled" (Anthropic's extended thinking)
+    budget_tokens: int | None = None  # not enforced here: the thinking ends when the model ends it, or at max_tokens
+
+
 class MessagesRequest(msgspec.Struct, kw_only=True):
     model: str | None = None
     max_tokens: int
@@ -107,6 +112,7 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     stream: bool | None = None
     tools: list[ToolIn] | None = None
     tool_choice: ToolChoiceIn | None = None
+    thinking: ThinkingIn | None = None  # reaches the chat template as ``enable_thinking`` (a model that can switch)
     # vLLM's extension, as the OpenAI routes take it: lower runs earlier within the traffic class (a message batch's
     # requests get the batch priority: they run after live ones, gateway/batch_runner.py)
     priority: RequestPriority | None = None
@@ -122,6 +128,12 @@ def parse_messages(body: bytes, tool_call_parser: str | None = "hermes") -> Gene
     req = decode_body(_DECODER, body)
     messages = _conversation(req)
     chat = in_parser_format(prefill_options(messages, len(req.messages) - 1), tool_call_parser)
+    if req.thinking is not None:  # Anthropic's switch as the template's (Qwen3's enable_thinking)
+        if req.thinking.type not in ("enabled", "adaptive", "disabled"):
+            message = f"must be 'enabled', 'adaptive' or 'disabled', got {show_value(req.thinking.type)}"
+            raise invalid_param("thinking.type", message)
+        kwargs = {"enable_thinking": req.thinking.type != "disabled"}
+        chat = msgspec.structs.replace(chat or DEFAULT_CHAT_OPTIONS, template_kwargs=kwargs)
     plan = _tool_plan(req, tool_call_parser or "hermes")
     forced = plan.constraint() if plan is not None else None
     try:

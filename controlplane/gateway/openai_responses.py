@@ -37,7 +37,14 @@ import msgspec
 from controlplane.cells import RequestPriority
 from controlplane.frontend import invalid_param
 from controlplane.gateway import service_tier as service_tiers
-from controlplane.gateway.openai_schema import GenerateArgs, chat_options, check_cache_hints, decode_body, logit_bias_of
+from controlplane.gateway.openai_schema import (
+    GenerateArgs,
+    chat_options,
+    check_cache_hints,
+    decode_body,
+    logit_bias_of,
+    with_reasoning_effort,
+)
 from controlplane.gateway.structured_fields import (
     NOT_GIVEN,
     StructuredOutputsIn,
@@ -290,12 +297,8 @@ def _chat(req: ResponsesRequest) -> ChatTemplateOptions | None:
         and last.role == "assistant"
         and last.status in ("in_progress", "incomplete")
     )
-    kwargs = dict(req.chat_template_kwargs or {})
     effort = req.reasoning.effort if req.reasoning is not None else None
-    if effort is not None:
-        kwargs.setdefault("reasoning_effort", effort)
-        kwargs.setdefault("enable_thinking", effort != "none")
-    return chat_options(not continued, continued, kwargs)
+    return chat_options(not continued, continued, with_reasoning_effort(req.chat_template_kwargs, effort))
 
 
 def _input_messages(items: str | list[InputItem], field: str = "input") -> Conversation:

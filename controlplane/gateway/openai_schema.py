@@ -139,6 +139,7 @@ class ChatCompletionRequest(_CommonRequest, kw_only=True):
     chat_template: str | None = None  # vLLM's; refused, as vLLM refuses it without --trust-request-chat-template
     echo: bool | None = None  # extension (as in vLLM): the reply starts with the final assistant message
     include_reasoning: bool = True  # extension (as in vLLM): false drops the reasoning (gateway/reasoning_parsers.py)
+    reasoning_effort: str | None = None  # OpenAI's: to the chat template, as vLLM passes it (with_reasoning_effort)
     prediction: PredictionIn | None = None  # OpenAI's Predicted Outputs: drafts on a node that speculates
     store: bool | None = None  # OpenAI's: keep the completion for GET /v1/chat/completions (chat_completion_store.py)
     metadata: dict[str, str] | None = None  # OpenAI's: a stored completion's labels (a list filters by them)
@@ -296,7 +297,11 @@ def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | 
         service_tier=service_tier,
         structured_param=structured_param,
         chat=in_parser_format(
-            chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
+            chat_options(
+                req.add_generation_prompt,
+                req.continue_final_message,
+                with_reasoning_effort(req.chat_template_kwargs, req.reasoning_effort),
+            ),
             tool_call_parser,
         ),
         chat_echo=messages[-1].content if req.echo and messages[-1].role == "assistant" else "",
@@ -325,6 +330,15 @@ def _stored_message(message: ChatMessageIn) -> dict:
 def _token_id_options(req: _CommonRequest) -> dict:
     """vLLM's two token-id options, as GenerateArgs fields."""
     return {"return_token_ids": bool(req.return_token_ids), "tokens_as_ids": bool(req.return_tokens_as_token_ids)}
+
+
+def with_reasoning_effort(template_kwargs: dict[str, Any] | None, effort: str | None) -> dict[str, Any] | None:
+    """A request's ``chat_template_kwargs`` with its reasoning effort (a chat's ``reasoning_effort``, a response's
+    ``reasoning.effort``): the template gets ``reasoning_effort`` and ``enable_thinking`` (off for "none"), unless the
+    kwargs set them (vLLM's build_chat_params; gateway/reasoning_parsers.py reads ``enable_thinking`` too)."""
+    if effort is None:
+        return template_kwargs
+    return {"reasoning_effort": effort, "enable_thinking": effort != "none", **(template_kwargs or {})}
 
 
 def chat_options(

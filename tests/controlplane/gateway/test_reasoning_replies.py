@@ -166,3 +166,36 @@ def test_anthropics_messages_api_answers_a_thinking_block_first_and_takes_one_ba
         sdk.messages.create(model=MODEL, max_tokens=16, messages=again)  # the thinking sent back, as Anthropic asks
         history = frontend.calls[-1]["messages"]
         assert history[-2].role == "assistant" and history[-2].content == "\n\n4"
+
+
+def test_a_chats_reasoning_effort_reaches_the_template_and_none_turns_qwen3s_thinking_off(make_frontend, script, serve):
+    frontend = make_frontend(chunks=script("4"))
+    with serve(_app(frontend, parser="qwen3")) as url:
+        sdk = _sdk(url)
+        ask = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]}
+        high = sdk.chat.completions.create(**ask, reasoning_effort="high")
+        assert frontend.calls[-1]["chat"].template_kwargs == {"reasoning_effort": "high", "enable_thinking": True}
+        assert high.choices[0].message.content is None  # thinking on, no </think>: all reasoning
+        off = sdk.chat.completions.create(**ask, reasoning_effort="none")
+        assert frontend.calls[-1]["chat"].template_kwargs == {"reasoning_effort": "none", "enable_thinking": False}
+        assert off.choices[0].message.content == "4"  # the template closed the think block: all answer
+        mine = {"chat_template_kwargs": {"enable_thinking": True}}  # the request's own kwargs win
+        sdk.chat.completions.create(**ask, reasoning_effort="none", extra_body=mine)
+        assert frontend.calls[-1]["chat"].template_kwargs == {"reasoning_effort": "none", "enable_thinking": True}
+
+
+def test_anthropics_thinking_switch_reaches_the_template(make_frontend, script, serve):
+    import anthropic
+
+    frontend = make_frontend(chunks=script("4"))
+    app = _app(frontend, parser="qwen3")
+    with serve(app) as url, anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as sdk:
+        ask = {"model": MODEL, "max_tokens": 16, "messages": [{"role": "user", "content": "x"}]}
+        off = sdk.messages.create(**ask, thinking={"type": "disabled"})
+        assert frontend.calls[-1]["chat"].template_kwargs == {"enable_thinking": False}
+        assert [(b.type, b.text) for b in off.content] == [("text", "4")]
+        on = sdk.messages.create(**ask, thinking={"type": "enabled", "budget_tokens": 1024})
+        assert frontend.calls[-1]["chat"].template_kwargs == {"enable_thinking": True}
+        assert [b.type for b in on.content] == ["thinking"]  # no </think> came: the reply was all thinking
+        with pytest.raises(anthropic.BadRequestError, match=r"thinking\.type"):
+            sdk.messages.create(**ask, thinking={"type": "sometimes"})
