@@ -111,6 +111,7 @@ class Fleet:
         cp += ["--listen", self.agent_endpoint, "--client-listen", self.client_endpoint]
         cp += ["--http", self.http_base.removeprefix("http://")]
         cp += ["--files-dir", str(self.log_dir / "files")]  # the stores' and journals' disk paths are fuzzed too
+        cp += ["--reasoning-parser", "deepseek_r1"]  # every chat reply split into reasoning and content
         agent = [sys.executable, "-m", "zoo.serve", "agent", "--fake-runner", "--node-id", NODE_ID]
         agent += ["--control", self.agent_endpoint]
         cp += ["--otlp-traces-endpoint", self.traces.endpoint]
@@ -444,8 +445,8 @@ async def fuzz_campaign(config: FuzzConfig, say=print) -> dict:
         "config": asdict(config),
         "fleet": (
             "python -m zoo.serve controlplane --fake-tokenizer --heartbeat-timeout-s "
-            f"{HEARTBEAT_TIMEOUT_S:g} --files-dir LOG_DIR/files + 1 agent --fake-runner, loopback, child "
-            "processes, both with --otlp-traces-endpoint (a loopback collector)"
+            f"{HEARTBEAT_TIMEOUT_S:g} --files-dir LOG_DIR/files --reasoning-parser deepseek_r1 + 1 agent "
+            "--fake-runner, loopback, child processes, both with --otlp-traces-endpoint (a loopback collector)"
         ),
         "trace_exports_received": fleet.traces.requests,
         "wire": wire,
