@@ -39,7 +39,6 @@ import functools
 import logging
 import math
 import signal
-import ssl
 import sys
 from collections.abc import Sequence
 
@@ -56,6 +55,7 @@ from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 from zoo.agent_cmd import add_agent_args, run_agent
 from zoo.controlplane_shutdown import stop_controlplane_on_signal
 from zoo.engine_args import parse_lora_module
+from zoo.gateway_args import add_gateway_args, gateway_config_from_args
 from zoo.keys import (
     add_controlplane_auth_args,
     api_keys_from_args,
@@ -93,95 +93,7 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "--client-listen", default=DEFAULT_CLIENT_ENDPOINT, help="ROUTER endpoint for ZeroMQ clients ('none': off)"
     )
     p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
-    p.add_argument(
-        "--cors-origins",
-        default="*",
-        help="origins a browser page may call the API from: '*' (any), a comma list of scheme://host[:port], or "
-        "'none' (no CORS headers)",
-    )
-    p.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="HTTPS: the gateway's private key (vLLM's flag)")
-    p.add_argument(
-        "--ssl-certfile", default=None, metavar="PEM", help="HTTPS: the gateway's certificate chain (vLLM's flag)"
-    )
-    p.add_argument(
-        "--ssl-ca-certs", default=None, metavar="PEM", help="HTTPS: the CA that issues the clients' certificates"
-    )
-    p.add_argument(
-        "--ssl-cert-reqs",
-        type=int,
-        choices=(0, 1, 2),
-        default=0,
-        help="HTTPS: 2 requires a client certificate from --ssl-ca-certs (mutual TLS), 1 checks one if sent, 0 none",
-    )
-    p.add_argument(
-        "--disable-access-log",
-        "--disable-uvicorn-access-log",  # vLLM's name for it
-        action="store_true",
-        help="no access log line per HTTP request (logger zoo.access: controlplane/gateway/access_log.py)",
-    )
-    p.add_argument(
-        "--disable-access-log-for-endpoints",
-        default=None,
-        metavar="PATHS",
-        help="a comma list of paths the access log leaves out (vLLM's flag; default: /metrics,/metrics/targets,"
-        "/health,/ping)",
-    )
-    p.add_argument(
-        "--batch-class",
-        default=None,
-        metavar="CLASS",
-        help="the traffic class OpenAI batches (/v1/batches) run in, e.g. a low-priority 'batch' class of --cells "
-        "(default: each request's own)",
-    )
-    p.add_argument(
-        "--files-dir",
-        default=None,
-        metavar="DIR",
-        help="keep /v1/files uploads, /v1/batches, stored /v1/responses and /v1/conversations on disk here, so a "
-        "restarted control plane resumes its batches and still has its responses and conversations (default: in "
-        "memory)",
-    )
-    p.add_argument(
-        "--batch-concurrency",
-        type=int,
-        default=32,
-        metavar="N",
-        help="requests of OpenAI batches in flight at once, over every batch (default 32)",
-    )
-    p.add_argument(
-        "--responses-store",
-        default=None,
-        metavar="N,MIB",
-        help="stored /v1/responses: at most N of them and MIB MiB in all (default 1024,64; 0,0 stores none)",
-    )
-    p.add_argument(
-        "--conversations-store",
-        default=None,
-        metavar="N,MIB",
-        help="/v1/conversations: at most N of them and MIB MiB of items in all (default 4096,64; 0,0 keeps none)",
-    )
-    p.add_argument(
-        "--tool-call-parser",
-        default="hermes",
-        choices=["hermes", "llama3_json", "mistral", "pythonic", "none"],
-        help="how tool_choice auto reads the model's calls, as vLLM's flag (gateway/tool_parsers.py; none: refused)",
-    )
-    p.add_argument("--reasoning-parser", choices=["deepseek_r1", "qwen3"], help="a reasoning model's thinking "
-                   "as the reply's reasoning, apart from its content (gateway/reasoning_parsers.py)")  # fmt: skip
-    p.add_argument(
-        "--chat-completions-store",
-        default=None,
-        metavar="N,MIB",
-        help="/v1/chat/completions with store: at most N of them and MIB MiB in all (default 1024,64; 0,0 keeps none)",
-    )
-    p.add_argument(
-        "--store-owner-share",
-        type=float,
-        default=None,
-        metavar="F",
-        help="in the three stores, while full, the largest owner (an API key's tenant) above this share of a bound "
-        "loses its own least recently used first, so one tenant cannot evict the others' (default 0.25; 1: plain LRU)",
-    )
+    add_gateway_args(p)  # the HTTP gateway's own (zoo/gateway_args.py)
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument(
         "--router-knobs",
@@ -396,94 +308,6 @@ def run_controlplane(args: argparse.Namespace) -> int:
     finally:
         if spans is not None:
             spans.close()  # what is queued goes out
-
-
-def gateway_config_from_args(args: argparse.Namespace):
-    """The gateway's config from ``zoo controlplane``'s flags (``--cors-origins``, ``--batch-class``,
-    ``--batch-concurrency``, ``--files-dir``, ``--tool-call-parser``, ``--reasoning-parser``, the access log's two, the
-    ``--ssl-*`` four, the stores' three); SystemExit on a bad value (a --ssl-* file that cannot serve)."""
-    from controlplane.gateway.app import GatewayConfig
-    from controlplane.gateway.batch_runner import BatchRunnerConfig
-
-    raw = getattr(args, "cors_origins", "*")
-    origins = () if raw == "none" else tuple(o.strip() for o in raw.split(",") if o.strip())
-    try:
-        batches = BatchRunnerConfig(
-            concurrency=getattr(args, "batch_concurrency", 32), traffic_class=getattr(args, "batch_class", None)
-        )
-    except ValueError as e:
-        raise SystemExit(f"zoo controlplane: --batch-concurrency: {e}") from None
-    access_log = {"access_log": not getattr(args, "disable_access_log", False)}
-    excluded = getattr(args, "disable_access_log_for_endpoints", None)
-    if excluded is not None:
-        access_log["access_log_exclude"] = tuple(path.strip() for path in excluded.split(",") if path.strip())
-    tls = {name: getattr(args, name, None) for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")}
-    tls["ssl_cert_reqs"] = getattr(args, "ssl_cert_reqs", 0)
-    stores = _store_bounds(args)
-    try:
-        config = GatewayConfig(
-            cors_allowed_origins=origins,
-            batches=batches,
-            files_dir=getattr(args, "files_dir", None),
-            tool_call_parser=None if (parser := getattr(args, "tool_call_parser", "hermes")) == "none" else parser,
-            reasoning_parser=getattr(args, "reasoning_parser", None),
-            **access_log,
-            **tls,
-            **stores,
-        )
-    except ValueError as e:
-        flag = "--ssl-*" if "ssl" in str(e) else "--cors-origins"
-        raise SystemExit(f"zoo controlplane: {flag}: {e}") from None
-    check_tls_files(config)
-    return config
-
-
-def _store_bounds(args: argparse.Namespace) -> dict:
-    """GatewayConfig's response, conversation and chat completion store bounds from ``--responses-store N,MIB``,
-    ``--conversations-store N,MIB``, ``--chat-completions-store N,MIB`` and ``--store-owner-share F`` (those given);
-    SystemExit naming a malformed one."""
-    out: dict = {}
-    for flag, prefix, bytes_name in (("responses_store", "responses_store", "responses_store_bytes"),
-                                     ("conversations_store", "conversations", "conversations_bytes"),
-                                     ("chat_completions_store", "chat_completions_store",
-                                      "chat_completions_store_bytes")):  # fmt: skip
-        raw = getattr(args, flag, None)
-        if raw is None:
-            continue
-        count, _, mib = raw.partition(",")
-        try:
-            n, num_bytes = int(count), int(float(mib) * 1024 * 1024)
-        except (ValueError, OverflowError):
-            n = num_bytes = -1
-        if n < 0 or num_bytes < 0:
-            raise SystemExit(f"zoo controlplane: --{flag.replace('_', '-')}: expected N,MIB (both >= 0), got {raw!r}")
-        out[f"{prefix}_max"], out[bytes_name] = n, num_bytes
-    share = getattr(args, "store_owner_share", None)
-    if share is not None:
-        if not 0 < share <= 1:
-            raise SystemExit(f"zoo controlplane: --store-owner-share: must be in (0, 1], got {share}")
-        for name in ("responses_owner_share", "conversations_owner_share", "chat_completions_owner_share"):
-            out[name] = share
-    return out
-
-
-def check_tls_files(config) -> None:
-    """SystemExit naming the flag when a --ssl-* file cannot be read as what it must be (at start, not at the first
-    connection): the certificate chain, the key that goes with it, the clients' CA."""
-    if config.ssl_certfile is None:
-        return
-    for flag, path in (("--ssl-certfile", config.ssl_certfile), ("--ssl-ca-certs", config.ssl_ca_certs)):
-        if path is None:
-            continue
-        try:
-            ssl.create_default_context().load_verify_locations(cafile=path)  # PEM certificates, or it raises
-        except (OSError, ssl.SSLError) as e:
-            raise SystemExit(f"zoo controlplane: {flag}: {path}: not a readable PEM certificate ({e})") from None
-    try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(config.ssl_certfile, config.ssl_keyfile)
-    except (OSError, ssl.SSLError) as e:
-        why = f"not a readable key for --ssl-certfile's certificate ({e})"
-        raise SystemExit(f"zoo controlplane: --ssl-keyfile: {config.ssl_keyfile}: {why}") from None
 
 
 async def _serve_controlplane(

@@ -28,6 +28,7 @@ tool_result a "tool" message answering it. The intake renders them with the mode
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 
 import msgspec
 
@@ -36,6 +37,7 @@ from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_schema import GenerateArgs, decode_body
 from controlplane.gateway.reasoning_parsers import ReasoningSplit, split_reasoning
+from controlplane.gateway.sampling_defaults import with_sampling_defaults
 from controlplane.gateway.tool_calls import (
     NOT_GIVEN,
     FunctionIn,
@@ -122,10 +124,13 @@ _DECODER = msgspec.json.Decoder(MessagesRequest)
 _COUNT_DECODER = msgspec.json.Decoder(CountTokensRequest)
 
 
-def parse_messages(body: bytes, tool_call_parser: str | None = "hermes") -> GenerateArgs:
+def parse_messages(
+    body: bytes, tool_call_parser: str | None = "hermes", defaults: Mapping | None = None
+) -> GenerateArgs:
     """The request as the gateway's GenerateArgs; FrontendError naming the field at fault. ``tool_call_parser``
-    reads an ``auto`` reply's calls (gateway/tool_parsers.py; None: the Hermes one, as before it could be set)."""
-    req = decode_body(_DECODER, body)
+    reads an ``auto`` reply's calls (gateway/tool_parsers.py; None: the Hermes one, as before it could be set);
+    ``defaults`` the server's sampling defaults for the fields it leaves out (gateway/sampling_defaults.py)."""
+    req = with_sampling_defaults(decode_body(_DECODER, body), defaults)
     messages = _conversation(req)
     chat = in_parser_format(prefill_options(messages, len(req.messages) - 1), tool_call_parser)
     if req.thinking is not None:  # Anthropic's switch as the template's (Qwen3's enable_thinking)

@@ -291,7 +291,8 @@ class Gateway:
         arrival_ns = time.monotonic_ns()
 
         async def serve() -> Response:
-            args = parse_messages(await self.read_body(request), self.config.tool_call_parser)
+            body = await self.read_body(request)
+            args = parse_messages(body, self.config.tool_call_parser, self.config.sampling_defaults)
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
             parser = reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs)
@@ -454,11 +455,13 @@ class Gateway:
             if chat:
                 args = parse_chat(
                     body,
-                    default_max_tokens=self.config.default_chat_max_tokens,
+                    default_max_tokens=self.config.chat_max_tokens,
                     tool_call_parser=self.config.tool_call_parser,
+                    defaults=self.config.sampling_defaults,
                 )
             else:
-                args = parse_completion(body, default_max_tokens=self.config.default_completion_max_tokens)
+                defaults, max_tokens = self.config.sampling_defaults, self.config.default_completion_max_tokens
+                args = parse_completion(body, default_max_tokens=max_tokens, defaults=defaults)
             if args.sampling.structured_outputs is not None:
                 await check_structured(args)
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)

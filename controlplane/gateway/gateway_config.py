@@ -28,6 +28,9 @@ class GatewayConfig:
     tool_call_parser: str | None = "hermes"
     # how a reasoning model's thinking is split from its answer (gateway/reasoning_parsers.py); None: not split
     reasoning_parser: str | None = None
+    # the sampling parameters a request that leaves them out gets (gateway/sampling_defaults.py: the model's
+    # generation config and --override-generation-config; "max_tokens" a chat's and a response's default)
+    sampling_defaults: dict[str, float | int] = field(default_factory=dict)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
@@ -76,6 +79,12 @@ class GatewayConfig:
     # while the control plane drains (shutdown_gate.py) every other path answers 503: these stay open to probes
     open_while_draining: tuple[str, ...] = (*PROBE_PATHS, "/version")
 
+    @property
+    def chat_max_tokens(self) -> int:
+        """A chat's (or a response's) max_tokens when it gives none: the model's generation config's
+        ``max_new_tokens`` when it has one (vLLM's rule), else ``default_chat_max_tokens``."""
+        return int(self.sampling_defaults.get("max_tokens", self.default_chat_max_tokens))
+
     def __post_init__(self) -> None:
         for name in ("default_completion_max_tokens", "default_chat_max_tokens", "max_body_bytes"):
             if getattr(self, name) < 1:
@@ -97,6 +106,8 @@ class GatewayConfig:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             message = f"GatewayConfig.tool_call_parser must be one of {TOOL_CALL_PARSERS} or None"
             raise ValueError(f"{message}, got {self.tool_call_parser!r}")
+        if set(self.sampling_defaults) - {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens"}:
+            raise ValueError(f"GatewayConfig.sampling_defaults: unknown fields in {sorted(self.sampling_defaults)}")
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             message = f"GatewayConfig.reasoning_parser must be one of {REASONING_PARSERS} or None"
             raise ValueError(f"{message}, got {self.reasoning_parser!r}")

@@ -28,7 +28,7 @@ request's ``previous_response_id`` continues it: that response's input and outpu
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +45,7 @@ from controlplane.gateway.openai_schema import (
     logit_bias_of,
     with_reasoning_effort,
 )
+from controlplane.gateway.sampling_defaults import with_sampling_defaults
 from controlplane.gateway.structured_fields import (
     NOT_GIVEN,
     StructuredOutputsIn,
@@ -188,12 +189,14 @@ def parse_responses(
     previous: Callable[[str], Conversation | str | None],
     context_length: Callable[[str | None], int | None] = lambda model: None,
     conversation_items: Callable[[str], tuple[dict, ...] | None] = lambda conversation_id: None,
+    defaults: Mapping | None = None,
 ) -> ResponsesArgs:
     """The request as ResponsesArgs; ``previous(id)`` is a stored response's conversation (None: unknown; a string:
     the status of one that did not finish); ``context_length(model)`` the longest context its nodes take (None:
     unknown), which ``truncation: auto`` fits the prompt to; ``conversation_items(id)`` a conversation's items (None:
-    its owner has none of that id: gateway/conversation_store.py). FrontendError naming the field at fault."""
-    req = decode_body(_DECODER, body)
+    its owner has none of that id: gateway/conversation_store.py); ``defaults`` the server's sampling defaults
+    (gateway/sampling_defaults.py). FrontendError naming the field at fault."""
+    req = with_sampling_defaults(decode_body(_DECODER, body), defaults)
     if req.prompt and bytes(req.prompt) != b"null":
         raise invalid_param("prompt", "stored prompt templates are not supported: send the input itself")
     if req.truncation not in (None, "disabled", "auto"):

@@ -23,6 +23,7 @@ replies are built in gateway/openai_reply.py.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +33,7 @@ from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.conversation_store import check_metadata
+from controlplane.gateway.sampling_defaults import with_sampling_defaults
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
 from controlplane.gateway.tool_calls import NamedToolChoice, ToolIn, ToolPlan, in_parser_format, tool_plan_of
 from engine.sampling_params import MAX_TOKEN_ID, SamplingParams, SamplingParamsError, show_value
@@ -196,8 +198,9 @@ _AT_PATH = re.compile(r" - at `\$\.?([^`]*)`")
 _MISSING_FIELD = re.compile(r"(?:missing required|unknown) field `([^`]+)`")
 
 
-def parse_completion(body: bytes, *, default_max_tokens: int) -> GenerateArgs:
-    req = decode_body(_COMPLETION_DECODER, body)
+def parse_completion(body: bytes, *, default_max_tokens: int, defaults: Mapping | None = None) -> GenerateArgs:
+    """``defaults``: the server's sampling defaults for the fields a request leaves out (sampling_defaults.py)."""
+    req = with_sampling_defaults(decode_body(_COMPLETION_DECODER, body), defaults)
     if req.best_of not in (None, 1):
         raise invalid_param("best_of", f"only best_of=1 is supported, got {show_value(req.best_of)}")
     if req.suffix:
@@ -254,8 +257,10 @@ def check_cache_hints(req) -> None:
             raise invalid_param(name, f"must be at most {MAX_IDENTIFIER_CHARS} characters, got {len(value)}")
 
 
-def parse_chat(body: bytes, *, default_max_tokens: int, tool_call_parser: str | None = "hermes") -> GenerateArgs:
-    req = decode_body(_CHAT_DECODER, body)
+def parse_chat(
+    body: bytes, *, default_max_tokens: int, tool_call_parser: str | None = "hermes", defaults: Mapping | None = None
+) -> GenerateArgs:
+    req = with_sampling_defaults(decode_body(_CHAT_DECODER, body), defaults)
     if not req.messages:
         raise invalid_param("messages", "must be a non-empty list of messages")
     if req.chat_template is not None:

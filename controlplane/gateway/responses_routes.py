@@ -298,8 +298,9 @@ class ResponsesRoutes:
         gateway = self.gateway
         return parse_responses(
             body,
-            default_max_tokens=gateway.config.default_chat_max_tokens,
+            default_max_tokens=gateway.config.chat_max_tokens,
             tool_call_parser=gateway.config.tool_call_parser,
+            defaults=gateway.config.sampling_defaults,
             previous=lambda response_id: self._previous(owner, response_id),
             context_length=self._context_length,
             conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
