@@ -45,26 +45,29 @@ class AgentExporter(PrometheusExporter):
         self._lora_info: tuple[tuple[str, str, str], float] | None = None  # (labels, unix time), LoRA nodes only
         self._lora_loaded = 0  # adapters in device slots (last LoadReport)
         reg = self.registry
-        self.ttft = Histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
-                              m.VLLM_LABELS, registry=reg, buckets=m.TTFT_BUCKETS_S)  # fmt: skip
-        self.itl = Histogram(m.INTER_TOKEN_LATENCY, "Time between successive output tokens of a request.",
-                             m.VLLM_LABELS, registry=reg, buckets=m.ITL_BUCKETS_S)  # fmt: skip
-        self.e2e = Histogram(m.E2E_REQUEST_LATENCY, "Arrival at the gateway → finish of a request.",
-                             m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.queue = Histogram(m.REQUEST_QUEUE_TIME, "Arrival at the gateway → the request's first engine step.",
-                               m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.prefill_time = Histogram(m.REQUEST_PREFILL_TIME, "A request's first scheduling → its first token.",
-                                      m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.decode_time = Histogram(m.REQUEST_DECODE_TIME, "A request's first token → its last token.",
-                                     m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.inference_time = Histogram(m.REQUEST_INFERENCE_TIME, "A request's first scheduling → its last token.",
-                                        m.VLLM_LABELS, registry=reg, buckets=m.REQUEST_LATENCY_BUCKETS_S)  # fmt: skip
-        self.request_tpot = Histogram(m.REQUEST_TIME_PER_OUTPUT_TOKEN,
-                                      "A request's mean time per output token after its first.", m.VLLM_LABELS,
-                                      registry=reg, buckets=m.ITL_BUCKETS_S)  # fmt: skip
-        self.iteration_tokens = Histogram(m.ITERATION_TOKENS, "Tokens per engine step (sampled + prompts prefilled).",
-                                          m.VLLM_LABELS, registry=reg, buckets=m.ITERATION_TOKENS_BUCKETS)  # fmt: skip
-        self._token_counts: tuple[Histogram, Histogram, Histogram] | None = None  # buckets by max_model_len: hello
+
+        def vllm_histogram(name: str, doc: str, buckets) -> Histogram:
+            return Histogram(name, doc, m.VLLM_LABELS, registry=reg, buckets=buckets)
+
+        latency = m.REQUEST_LATENCY_BUCKETS_S
+        self.ttft = vllm_histogram(m.TIME_TO_FIRST_TOKEN, "Time to first token (arrival at the gateway → first token).",
+                                   m.TTFT_BUCKETS_S)  # fmt: skip
+        self.itl = vllm_histogram(m.INTER_TOKEN_LATENCY, "Time between successive output tokens of a request.",
+                                  m.ITL_BUCKETS_S)  # fmt: skip
+        self.e2e = vllm_histogram(m.E2E_REQUEST_LATENCY, "Arrival at the gateway → finish of a request.", latency)
+        self.queue = vllm_histogram(m.REQUEST_QUEUE_TIME, "Arrival at the gateway → the request's first engine step.",
+                                    latency)  # fmt: skip
+        # vLLM's request phases and sizes (observe/metrics_names.py)
+        self.prefill_time = vllm_histogram(m.REQUEST_PREFILL_TIME, "A request's first scheduling → its first token.",
+                                           latency)  # fmt: skip
+        self.decode_time = vllm_histogram(m.REQUEST_DECODE_TIME, "A request's first token → its last token.", latency)
+        self.inference_time = vllm_histogram(m.REQUEST_INFERENCE_TIME, "A request's first scheduling → its last token.",
+                                             latency)  # fmt: skip
+        tpot_doc = "A request's mean time per output token after its first."
+        self.request_tpot = vllm_histogram(m.REQUEST_TIME_PER_OUTPUT_TOKEN, tpot_doc, m.ITL_BUCKETS_S)
+        self.iteration_tokens = vllm_histogram(m.ITERATION_TOKENS, "Tokens per engine step (sampled + prompts "
+                                               "prefilled).", m.ITERATION_TOKENS_BUCKETS)  # fmt: skip
+        self._token_counts: tuple[Histogram, ...] | None = None  # prompt, generation, max_tokens: made at the hello
         self.success = Counter(m.REQUEST_SUCCESS, "Finished requests by finish reason.",
                                (*m.VLLM_LABELS, "finished_reason"), registry=reg)  # fmt: skip
         self.hop = Histogram(m.ROUTER_TO_NODE_HOP, "Router → node hop: agent receipt - GenerateRequest.sent_ns.",
@@ -90,15 +93,15 @@ class AgentExporter(PrometheusExporter):
         self._bytes_per_block = hello.kv.bytes_per_block
         self._rejected = rejected if rejected is not None else {}
         if self._token_counts is None:  # vLLM's buckets reach the model's context length
-            buckets, reg = m.token_count_buckets(hello.max_model_len), self.registry
-            self._token_counts = (
-                Histogram(m.REQUEST_PROMPT_TOKENS, "A finished request's prompt tokens.", m.VLLM_LABELS,
-                          registry=reg, buckets=buckets),
-                Histogram(m.REQUEST_GENERATION_TOKENS, "A finished request's generated tokens.", m.VLLM_LABELS,
-                          registry=reg, buckets=buckets),
-                Histogram(m.REQUEST_PARAMS_MAX_TOKENS, "A finished request's max_tokens parameter.", m.VLLM_LABELS,
-                          registry=reg, buckets=buckets),
-            )  # fmt: skip
+            buckets = m.token_count_buckets(hello.max_model_len)
+            self._token_counts = tuple(
+                Histogram(name, doc, m.VLLM_LABELS, registry=self.registry, buckets=buckets)
+                for name, doc in (
+                    (m.REQUEST_PROMPT_TOKENS, "A finished request's prompt tokens."),
+                    (m.REQUEST_GENERATION_TOKENS, "A finished request's generated tokens."),
+                    (m.REQUEST_PARAMS_MAX_TOKENS, "A finished request's max_tokens parameter."),
+                )
+            )
 
     # -- events (event loop) ------------------------------------------------------------------------
 
