@@ -19,11 +19,10 @@ The client's messages are handled one by one, in order, on the loop. While a req
 The ids, the truncation and the refusals are ``tokenize``'s (place_request takes them). At most ``max_pending``
 requests wait at once (a cancelled one counts until its turn ends: cancelling does not lift the bound), tokenized by
 the workers the HTTP path's long prompts share (``OFFLOAD_THREADS`` at once); one cancelled before its turn is not
-tokenized. Beyond that a long prompt is tokenized on the loop
-as before, and the loop's stall is the sender's backpressure. A failure while tokenizing or submitting refuses that
-request (INTERNAL) and leaves the worker running. A request is submitted when its tokens are ready, so a
-short request sent after a long one may start first. Its arrival time is its message's receive time, so the queue wait
-counts its tokenization.
+tokenized. Beyond that a long prompt is tokenized on the loop as before, and the loop's stall is the sender's
+backpressure. A failure while tokenizing or submitting refuses that request (INTERNAL) and leaves the worker running.
+A request is submitted when its tokens are ready, so a short request sent after a long one may start first. Its
+arrival time is its message's receive time, so the queue wait counts its tokenization.
 """
 
 from __future__ import annotations

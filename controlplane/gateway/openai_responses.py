@@ -330,8 +330,10 @@ def _input_messages(items: str | list[InputItem], field: str = "input") -> Conve
             if not item.call_id or item.output is None:
                 raise invalid_param(at, "a function_call_output needs call_id and output")
             messages.append(ChatMessage("tool", _text(item.output, f"{at}.output"), tool_call_id=item.call_id))
+        elif kind == "reasoning":
+            continue  # an earlier reply's reasoning, its output sent back whole: the prompt shows the answers alone
         else:
-            kinds = "'message', 'function_call' or 'function_call_output'"
+            kinds = "'message', 'function_call', 'function_call_output' or 'reasoning'"
             raise invalid_param(f"{at}.type", f"must be {kinds}, got {show_value(kind)}")
     return tuple(messages)
 
@@ -459,7 +461,12 @@ def items_conversation(items: tuple[dict, ...] | list[dict]) -> Conversation:
 
 def parse_items(raw: list[InputItem], at: str = "items") -> tuple[dict, ...]:
     """Input items a client sent (a message's content as a string or text parts, function calls, their outputs) as
-    the Responses API lists them, each with a new id; FrontendError naming the one at fault."""
+    the Responses API lists them, each with a new id; FrontendError naming the one at fault. A reasoning item, which
+    a response's input may carry back (and the prompt leaves out), is not kept: refused here."""
+    for i, item in enumerate(raw):
+        if item.type == "reasoning":
+            kinds = "'message', 'function_call' or 'function_call_output'"
+            raise invalid_param(f"{at}[{i}].type", f"must be {kinds} (reasoning items are not kept), got 'reasoning'")
     return input_items(_input_messages(raw, at))
 
 

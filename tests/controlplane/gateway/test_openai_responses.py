@@ -288,7 +288,7 @@ def _body(**fields) -> dict:
             "input[0].content[0]",
         ),
         (_body(input=[{"type": "function_call", "name": "f"}]), 400, "input[0]"),
-        (_body(input=[{"type": "reasoning", "summary": []}]), 400, "input[0].type"),
+        (_body(input=[{"type": "computer_call", "action": {}}]), 400, "input[0].type"),  # (reasoning is taken)
         (_body(max_output_tokens=0), 400, "max_output_tokens"),
         (_body(temperature=-1), 400, "temperature"),
         (_body(tool_choice="required"), 400, "tool_choice"),

@@ -199,3 +199,24 @@ def test_anthropics_thinking_switch_reaches_the_template(make_frontend, script, 
         assert [b.type for b in on.content] == ["thinking"]  # no </think> came: the reply was all thinking
         with pytest.raises(anthropic.BadRequestError, match=r"thinking\.type"):
             sdk.messages.create(**ask, thinking={"type": "sometimes"})
+
+
+def test_a_responses_reasoning_item_sent_back_is_taken_and_a_conversation_goes_on(make_frontend, script, serve):
+    """The stateless pattern (the previous output sent back as input) and a conversation that kept a reasoning item:
+    the next turn is served, its prompt the answers alone."""
+    frontend = make_frontend(chunks=script(*THOUGHT))
+    with serve(_app(frontend)) as url:
+        sdk = _sdk(url)
+        first = sdk.responses.create(model=MODEL, input="2+2?", store=False)
+        again = [{"role": "user", "content": "2+2?"}, *[item.model_dump() for item in first.output]]
+        second = sdk.responses.create(model=MODEL, input=[*again, {"role": "user", "content": "and 3+3?"}])
+        assert second.status == "completed"
+        assert [(m.role, m.content) for m in frontend.calls[-1]["messages"]] == [
+            ("user", "2+2?"), ("assistant", "\n\n4"), ("user", "and 3+3?")
+        ]  # fmt: skip
+        conversation = sdk.conversations.create()
+        sdk.responses.create(model=MODEL, input="2+2?", conversation=conversation.id)
+        sdk.responses.create(model=MODEL, input="and 3+3?", conversation=conversation.id)
+        assert [(m.role, m.content) for m in frontend.calls[-1]["messages"]] == [
+            ("user", "2+2?"), ("assistant", "\n\n4"), ("user", "and 3+3?")
+        ]  # fmt: skip
