@@ -56,7 +56,9 @@ class _Choice:
     prompt_token_ids: list[int] | None = None  # its prompt's tokens (vLLM's return_token_ids), from its first chunk
     token_ids: list[int] = field(default_factory=list)  # its output's tokens (kept with return_token_ids)
     prediction: tuple[int, int] = (0, 0)  # its predicted output's tokens accepted and rejected, as its last chunk said
-    reasoning: ReasoningSplit | None = None  # (streamed) its thinking apart from its answer (reasoning_parsers.py)
+    reasoning: ReasoningSplit | None = None  # its thinking apart from its answer, chunk by chunk (reasoning_parsers.py)
+    split: tuple[str, str] = ("", "")  # the last chunk's (reasoning, content) text
+    num_reasoning_tokens: int = 0  # its tokens while it was still thinking (usage's reasoning_tokens)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -161,6 +163,14 @@ class OpenAIReply:
                 choice.logprob_offsets.append(offset)
                 offset += len(self.token_text.lookup(token_id)[0])
             choice.logprobs.extend(chunk.logprobs)
+        if self.reasoning:
+            if choice.reasoning is None:
+                choice.reasoning = ReasoningSplit()
+            thought, answer = choice.reasoning.feed(chunk.text)
+            thought += choice.reasoning.finish()[0] if chunk.finished else ""
+            if choice.reasoning.thinking:
+                choice.num_reasoning_tokens += len(chunk.token_ids)
+            choice.split = (thought, answer)
         choice.text_parts.append(chunk.text)
         choice.num_text_chars += len(chunk.text)
         if chunk.finished:
@@ -186,12 +196,15 @@ class OpenAIReply:
 
     def usage(self) -> dict:
         num_completion = sum(c.num_completion_tokens for c in self.choices)
+        details = {"reasoning_tokens": sum(c.num_reasoning_tokens for c in self.choices)} if self.reasoning else {}
+        if self.predicted:
+            details.update(self._prediction_details())
         return {
             "prompt_tokens": self.num_prompt_tokens,
             "completion_tokens": num_completion,
             "total_tokens": self.num_prompt_tokens + num_completion,
             "prompt_tokens_details": {"cached_tokens": sum(self._cached_tokens.values())},
-            **({"completion_tokens_details": self._prediction_details()} if self.predicted else {}),
+            **({"completion_tokens_details": details} if details else {}),
         }
 
     def _prediction_details(self) -> dict:
@@ -226,10 +239,7 @@ class OpenAIReply:
             return self._completion_chunk_objects(choice, chunk, logprobs, finishing)
         text, thoughts = chunk.text, []
         if self.reasoning:
-            if choice.reasoning is None:
-                choice.reasoning = ReasoningSplit()
-            thought, text = choice.reasoning.feed(text)
-            thought += choice.reasoning.finish()[0] if finishing else ""
+            thought, text = choice.split  # add()'s split of this chunk
             if thought and self.include_reasoning:
                 thoughts = [{"reasoning": thought, "reasoning_content": thought}]
         if choice.tool_stream is None:

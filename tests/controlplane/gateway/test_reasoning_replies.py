@@ -35,15 +35,22 @@ def test_a_chat_reply_carries_the_reasoning_apart_from_the_content(make_frontend
         assert message.model_extra["reasoning"] == "Two and two make four."
         assert message.model_extra["reasoning_content"] == message.model_extra["reasoning"]  # vLLM's earlier name
         assert whole.usage.completion_tokens == len(THOUGHT)
-        stream = sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "2+2?"}], stream=True)
-        reasoning, content = "", ""
+        # the tokens while still thinking: <think>, the three thoughts, and "</th" (the end is known at "ink>")
+        assert whole.usage.completion_tokens_details.reasoning_tokens == 5
+        usage = {"include_usage": True}
+        question = [{"role": "user", "content": "2+2?"}]
+        stream = sdk.chat.completions.create(model=MODEL, messages=question, stream=True, stream_options=usage)
+        reasoning, content, reasoning_tokens = "", "", []
         for chunk in stream:
+            if chunk.usage is not None:
+                reasoning_tokens.append(chunk.usage.completion_tokens_details.reasoning_tokens)
             for choice in chunk.choices:
                 delta = choice.delta
                 reasoning += (delta.model_extra or {}).get("reasoning") or ""
                 content += delta.content or ""
                 assert "</" not in (delta.content or "") and "think>" not in (delta.content or "")
         assert (reasoning, content) == ("Two and two make four.", "\n\n4")  # as the whole reply
+        assert reasoning_tokens == [5]  # in the final usage chunk
 
 
 def test_without_a_parser_or_with_include_reasoning_false(make_frontend, script, serve):
