@@ -176,7 +176,11 @@ def sampling_defaults_from_args(args: argparse.Namespace) -> dict[str, float | i
             raise SystemExit(f"zoo controlplane: --generation-config: {source}: not a folder (nor auto, vllm)")
     config, path = {}, folder / "generation_config.json" if folder is not None else None
     if path is not None and path.is_file():
-        config = _json_object(path.read_text(errors="replace"), f"--generation-config: {path}")
+        try:
+            text = path.read_text(errors="replace")
+        except OSError as e:
+            raise SystemExit(f"zoo controlplane: --generation-config: {path}: cannot read it ({e})") from None
+        config = _json_object(text, f"--generation-config: {path}")
     raw = getattr(args, "override_generation_config", None)
     override = _json_object(raw, "--override-generation-config") if raw is not None else {}
     try:
@@ -191,7 +195,7 @@ def sampling_defaults_from_args(args: argparse.Namespace) -> dict[str, float | i
 def _json_object(text: str, where: str) -> dict:
     try:
         value = json.loads(text)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise SystemExit(f"zoo controlplane: {where}: not JSON ({e})") from None
     if not isinstance(value, dict):
         raise SystemExit(f"zoo controlplane: {where}: expected a JSON object, got {type(value).__name__}")

@@ -75,6 +75,7 @@ def test_zoo_controlplane_reads_the_models_generation_config_and_the_override(tm
         ("--override-generation-config", '{"temp": 1}'),
         ("--override-generation-config", "[1, 2]"),
         ("--override-generation-config", "{not json"),
+        ("--override-generation-config", "[" * 100_000),  # too deep for the parser: refused, not a traceback
         ("--override-generation-config", '{"top_p": 7}'),
         ("--generation-config", str(tmp_path / "missing")),
     ):
