@@ -128,7 +128,7 @@ from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.responses_routes import ResponsesRoutes
 from controlplane.gateway.server_load import ServerLoad, ServerLoadMiddleware
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
-from controlplane.gateway.structured_fields import check_structured
+from controlplane.gateway.structured_fields import GRAMMAR_THREADS, check_structured
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.upload_routes import UploadRoutes
@@ -256,6 +256,7 @@ class Gateway:
         self.config = config
         self.created_s = int(time.time())
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
+        self._grammar_limiter: anyio.CapacityLimiter | None = None  # check_structured's threads (made in the loop)
         self.tokenize_routes = TokenizeRoutes(frontend, config.tool_call_parser)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         responses_journal = None if config.files_dir is None else ResponseJournal(config.files_dir)  # on disk too
@@ -294,7 +295,7 @@ class Gateway:
             body = await self.read_body(request)
             args = parse_messages(body, self.config.tool_call_parser, self.config.sampling_defaults)
             if args.sampling.structured_outputs is not None:
-                await check_structured(args)
+                await check_structured(args, self.grammar_limiter())
             parser = reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs)
             reply = MessagesReply(self.model_name(args.model), args.tool_plan, reasoning=parser is not None)
             chunks = self.start(request, reply.id, args, arrival_ns)
@@ -463,10 +464,16 @@ class Gateway:
                 defaults, max_tokens = self.config.sampling_defaults, self.config.default_completion_max_tokens
                 args = parse_completion(body, default_max_tokens=max_tokens, defaults=defaults)
             if args.sampling.structured_outputs is not None:
-                await check_structured(args)
+                await check_structured(args, self.grammar_limiter())
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
 
         return await guarded(request, serve)
+
+    def grammar_limiter(self) -> anyio.CapacityLimiter:
+        """The worker threads that compile requests' constraints: ``GRAMMAR_THREADS`` at once (structured_fields.py)."""
+        if self._grammar_limiter is None:
+            self._grammar_limiter = anyio.CapacityLimiter(GRAMMAR_THREADS)
+        return self._grammar_limiter
 
     async def read_body(self, request: Request) -> bytes:
         return await read_body(request, self.config.max_body_bytes, self.config.request_read_timeout_s)

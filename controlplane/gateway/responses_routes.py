@@ -79,7 +79,7 @@ class ResponsesRoutes:
                 self._check_background(args.model)
             own_items = input_items(parsed.own_input)  # one id per item, wherever it is listed
             if args.sampling.structured_outputs is not None:
-                await check_structured(args)
+                await check_structured(args, gateway.grammar_limiter())
             on_done = self._on_done(owner, parsed, own_items)
             reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text,
                                    reasoning_parser=gateway.config.reasoning_parser)  # fmt: skip

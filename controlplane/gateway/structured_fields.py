@@ -134,13 +134,18 @@ def schema_text(raw: msgspec.Raw, param: str) -> str:
         raise invalid_param(param, "the schema is not valid UTF-8") from None
 
 
-async def check_structured(args) -> None:
+GRAMMAR_THREADS = 2  # constraints compiled at once, in worker threads (this project's hosts: 2 cores)
+
+
+async def check_structured(args, limiter: anyio.CapacityLimiter | None = None) -> None:
     """Compile the request's constraint (``args``: gateway/openai_schema.py's GenerateArgs) in a worker thread (a
     64 KiB schema takes tens of milliseconds, which the event loop serving every other request should not wait for);
     a refusal names the field the client used. The intake's own check (controlplane/request_intake.py) then finds
-    it among those that compiled (backends/grammar.py)."""
+    it among those that compiled (backends/grammar.py). ``limiter``: the gateway's, ``GRAMMAR_THREADS`` at once
+    (llguidance compiles off the GIL: 16 distinct 34 kB schemas at once in anyio's default pool of 40 threads stalled
+    the loop 44 ms, two at a time 4 ms; scripts/grammar_loop_lag.py, bench/results/2026-12-06-grammar-loop-lag.json)."""
     try:
-        await anyio.to_thread.run_sync(check_grammar, args.sampling.structured_outputs)
+        await anyio.to_thread.run_sync(check_grammar, args.sampling.structured_outputs, limiter=limiter)
     except StructuredOutputError as error:
         param = args.structured_param
         raise FrontendError(ErrorCode.INVALID_REQUEST, f"{param}: {error}", param=param) from None
