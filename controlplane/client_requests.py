@@ -2,9 +2,12 @@
 
 The control plane tokenizes on its event loop, the loop that routes every request and relays every token; a long prompt
 stalls it (452 ms for 900 kB of text with SmolLM2's tokenizer: controlplane/offload_tokenize.py). An in-process (HTTP)
-request's long prompt is tokenized in a worker thread there. A ZeroMQ client's is too, here::
+request's long prompt is tokenized in a worker thread there. A ZeroMQ client's is too, here, and so is a request with
+a constraint to compile (structured outputs: ~20 ms of llguidance for a 34 kB schema; the HTTP gateway compiles its
+requests' in threads already)::
 
-    ClientGenerate ─► prompt text >= min_chars? ─► pending[request id] ─► TokenizeWorkers: a worker thread
+    ClientGenerate ─► prompt text >= min_chars ─► pending[request id] ─► TokenizeWorkers: a worker thread
+                    │ or a constraint?                                     (a constraint compiled there too)
                     │                                                       ─► still pending? submit(msg, ids)
                     └─► shorter (or max_pending waiting already): submitted now, tokenized on the loop
 
@@ -34,7 +37,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from controlplane.offload_tokenize import TokenizeWorkers, is_long
+from controlplane.offload_tokenize import TokenizeWorkers, off_the_loop
 from controlplane.request_table import ZmqConsumer
 from transport.actor import MailboxFull
 from transport.dispatch import Incoming
@@ -94,7 +97,7 @@ class ClientRequests:
             self._count_refusal(reply)
             self._link.send_nowait(reply, incoming.peer)
             return
-        if rid and self._num_jobs < self.max_pending and is_long(msg, self.min_chars):
+        if rid and self._num_jobs < self.max_pending and off_the_loop(msg, self.min_chars):
             pending = self.pending[rid] = Pending(msg, incoming.peer, incoming.recv_ns)
             self._num_jobs += 1
             self._jobs_in.send_nowait(pending)

@@ -24,14 +24,17 @@ bench/results/2026-12-06-tokenize-concurrent-lag.json).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
 
 import anyio
 
+from backends.grammar import check as check_grammar
 from controlplane.request_intake import tokenize
 from controlplane.request_table import local_stream
 from engine.prompt import PromptError
+from engine.structured_output import StructuredOutputError
 from transport.messages import ClientGenerate, ErrorReply, TokenChunk
 
 Tokenized = list[int] | PromptError
@@ -61,7 +64,7 @@ class TokenizeWorkers:
             async with self._limiter:
                 if wanted is not None and not wanted():
                     return None
-                ids = await anyio.to_thread.run_sync(tokenize_unlocked, self.tokenizer, msg)
+                ids = await anyio.to_thread.run_sync(_prepare, self.tokenizer, msg)
                 self.num_tokenized_total += 1
                 return ids
         finally:
@@ -79,9 +82,27 @@ def prompt_chars(msg: ClientGenerate) -> int:
     return sum(len(m.content) for m in msg.messages or ())
 
 
+def off_the_loop(msg: ClientGenerate, min_chars: int) -> bool:
+    """A ZeroMQ client's request is prepared in a worker thread (controlplane/client_requests.py): its prompt is long,
+    or it has a constraint to compile (a 34 kB JSON schema: ~20 ms of llguidance; the HTTP gateway compiles its
+    requests' in threads already, gateway/structured_fields.py)."""
+    return is_long(msg, min_chars) or msg.sampling.structured_outputs is not None
+
+
 def is_long(msg: ClientGenerate, min_chars: int) -> bool:
     """Its prompt text is tokenized off the loop: at least ``min_chars`` characters (0: none is)."""
     return min_chars > 0 and prompt_chars(msg) >= min_chars
+
+
+def _prepare(tokenizer, msg: ClientGenerate) -> Tokenized:
+    """In a worker thread: ``msg``'s ids (``tokenize_unlocked``), and its constraint compiled, so the intake's check on
+    the loop finds it among those that compiled (backends/grammar.py remembers them); one that does not compile is
+    left to that check, which refuses it naming why."""
+    ids = tokenize_unlocked(tokenizer, msg)
+    if msg.sampling.structured_outputs is not None and not isinstance(ids, PromptError):
+        with contextlib.suppress(StructuredOutputError):
+            check_grammar(msg.sampling.structured_outputs)
+    return ids
 
 
 def tokenize_unlocked(tokenizer, msg: ClientGenerate) -> Tokenized:

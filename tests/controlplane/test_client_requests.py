@@ -216,3 +216,42 @@ async def test_a_tokenizer_that_fails_refuses_that_request_and_the_worker_goes_o
     ((reply, peer),) = h.sent
     assert peer == PEER and reply.request_id == "bad" and reply.code == ErrorCode.INTERNAL
     assert [s[0] for s in h.submitted] == ["good"] and h.requests.pending == {}
+
+
+async def test_a_request_with_a_constraint_is_prepared_in_a_thread_its_grammar_compiled_there(
+    smollm2_checkpoint, monkeypatch
+):
+    """A short prompt with structured outputs goes the off-loop way too: its constraint compiles in the worker thread
+    (~20 ms for a 34 kB schema), so the intake's check on the loop finds it compiled; a bad one is left to it."""
+    import controlplane.offload_tokenize as offload
+    from engine.structured_output import StructuredOutput, StructuredOutputError
+
+    compiled: list[tuple[int, str]] = []
+
+    def recording_check(spec) -> None:
+        compiled.append((threading.get_ident(), spec.json))
+        if spec.json == "{bad":
+            raise StructuredOutputError("does not compile")
+
+    monkeypatch.setattr(offload, "check_grammar", recording_check)
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    tokenizer.gate.set()
+    h = Harness(tokenizer)
+    schema = StructuredOutput(json='{"type": "object"}')
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        for rid, spec in (("good", schema), ("bad", StructuredOutput(json="{bad"))):
+            msg = ClientGenerate(
+                request_id=rid, prompt="Hi", sampling=SamplingParams(max_tokens=2, structured_outputs=spec)
+            )
+            h.requests.on_generate(Incoming(PEER, msg, [], 100))
+        assert set(h.requests.pending) == {"good", "bad"}  # not submitted on the loop
+        h.generate("plain", prompt="Hi")  # no constraint, short: at once
+        await wait_for(lambda: len(h.submitted) == 3)
+        tg.cancel_scope.cancel()
+    assert h.submitted[0][0] == "plain"
+    assert {s[0] for s in h.submitted[1:]} == {"good", "bad"}  # the bad one too: the intake refuses it, naming why
+    hi = ClientGenerate(request_id="x", prompt="Hi", sampling=SamplingParams(max_tokens=2))
+    assert all(ids == tokenize(smollm2_checkpoint.tokenizer, hi) for _, _, _, ids in h.submitted[1:])
+    assert {json for _, json in compiled} == {'{"type": "object"}', "{bad"}
+    assert threading.get_ident() not in {thread for thread, _ in compiled}  # compiled off the loop's thread
