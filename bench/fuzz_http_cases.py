@@ -95,7 +95,8 @@ HTTP_FIELDS = [
     "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output", "skip_special_tokens", "priority",
     "service_tier", "cache_salt", "bad_words", "continue_final_message", "add_generation_prompt",
     "chat_template_kwargs", "return_token_ids", "return_tokens_as_token_ids", "prediction",
-    "system", "stop_sequences",  # Anthropic's (/v1/messages)
+    "include_reasoning", "reasoning_effort", "reasoning",  # reasoning models (gateway/reasoning_parsers.py)
+    "system", "stop_sequences", "thinking",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata", "top_logprobs",  # OpenAI's Responses API (/v1/responses)
     "encoding_format", "dimensions",  # OpenAI's embeddings API (/v1/embeddings)
