@@ -333,8 +333,7 @@ class MessagesReply:
         self.add(chunk)
         text, deltas = chunk.text, []
         if self._reasoning is not None:
-            thought, text = self._reasoning.feed(text)
-            thought += self._reasoning.finish()[0] if self.finished else ""
+            thought, text = self._reasoning.feed(text, last=self.finished)
             deltas = [{"reasoning": thought}] if thought else []
         if self._stream is None:
             deltas += [{"content": text}] if text else []

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from controlplane.gateway.batch_runner import BatchRunnerConfig
 from controlplane.gateway.reasoning_parsers import REASONING_PARSERS
+from controlplane.gateway.sampling_defaults import DEFAULT_FIELDS
 from controlplane.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
@@ -106,7 +107,7 @@ class GatewayConfig:
         if self.tool_call_parser is not None and self.tool_call_parser not in TOOL_CALL_PARSERS:
             message = f"GatewayConfig.tool_call_parser must be one of {TOOL_CALL_PARSERS} or None"
             raise ValueError(f"{message}, got {self.tool_call_parser!r}")
-        if set(self.sampling_defaults) - {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_tokens"}:
+        if set(self.sampling_defaults) - DEFAULT_FIELDS:
             raise ValueError(f"GatewayConfig.sampling_defaults: unknown fields in {sorted(self.sampling_defaults)}")
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             message = f"GatewayConfig.reasoning_parser must be one of {REASONING_PARSERS} or None"

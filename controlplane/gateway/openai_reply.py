@@ -166,8 +166,7 @@ class OpenAIReply:
         if self.reasoning:
             if choice.reasoning is None:
                 choice.reasoning = ReasoningSplit()
-            thought, answer = choice.reasoning.feed(chunk.text)
-            thought += choice.reasoning.finish()[0] if chunk.finished else ""
+            thought, answer = choice.reasoning.feed(chunk.text, last=chunk.finished)
             if choice.reasoning.thinking:
                 choice.num_reasoning_tokens += len(chunk.token_ids)
             choice.split = (thought, answer)

@@ -29,6 +29,8 @@ dropped, by text, the same whole and streamed. qwen3's implicit end of reasoning
 
 from __future__ import annotations
 
+from controlplane.gateway.tool_parsers import tag_tail
+
 THINK_START, THINK_END = "<think>", "</think>"
 REASONING_PARSERS = ("deepseek_r1", "qwen3")
 
@@ -52,14 +54,6 @@ def split_reasoning(text: str) -> tuple[str | None, str | None]:
     return reasoning or None, content or None
 
 
-def _tag_tail(text: str, tag: str) -> int:
-    """The length of ``text``'s longest tail that could be the start of ``tag``."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
-
-
 class ReasoningSplit:
     """One streamed reply's split (one choice's): ``feed`` each text delta, ``finish`` at its end; each returns the
     (reasoning, content) text to send now, "" for none."""
@@ -74,7 +68,12 @@ class ReasoningSplit:
         """No answer has begun yet (no ``</think>`` seen)."""
         return self._thinking
 
-    def feed(self, text: str) -> tuple[str, str]:
+    def feed(self, text: str, last: bool = False) -> tuple[str, str]:
+        """``last``: the reply's last text; what is held back goes out with it (``finish``)."""
+        thought, answer = self._feed(text)
+        return (thought + self.finish()[0], answer) if last else (thought, answer)
+
+    def _feed(self, text: str) -> tuple[str, str]:
         if not self._thinking:
             return "", text
         held = self._held + text
@@ -90,7 +89,7 @@ class ReasoningSplit:
         if end:
             self._thinking, self._held = False, ""
             return reasoning, content
-        keep = _tag_tail(held, THINK_END)
+        keep = tag_tail(held, THINK_END)
         self._held = held[len(held) - keep :] if keep else ""
         return held[: len(held) - keep], ""
 

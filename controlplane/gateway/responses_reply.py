@@ -80,8 +80,7 @@ class ResponsesReply:
         self._logprobs += [self._logprob(*entry) for entry in chunk.logprobs or ()]
         text, deltas = chunk.text, []
         if self._reasoning is not None:
-            thought, text = self._reasoning.feed(text)
-            thought += self._reasoning.finish()[0] if chunk.finished else ""
+            thought, text = self._reasoning.feed(text, last=chunk.finished)
             deltas = [{"reasoning": thought}] if thought else []
             if self._reasoning.thinking:
                 self.num_reasoning_tokens += len(chunk.token_ids)

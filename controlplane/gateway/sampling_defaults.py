@@ -19,6 +19,7 @@ from engine.sampling_params import SamplingParams, SamplingParamsError
 
 GENERATION_CONFIG_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
 _FIELDS = {key: "max_tokens" if key == "max_new_tokens" else key for key in GENERATION_CONFIG_KEYS}
+DEFAULT_FIELDS = frozenset(_FIELDS.values())  # the SamplingParams fields a default may set
 _MISSING = object()
 
 

@@ -45,7 +45,7 @@ PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
 _JSON = json.JSONDecoder()
 
 
-def _tag_tail(text: str, tag: str) -> int:
+def tag_tail(text: str, tag: str) -> int:
     """The length of ``text``'s longest tail that could be the start of ``tag``."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
         if tag.startswith(text[-n:]):
@@ -87,7 +87,7 @@ class Hermes:
         return text.find(TOOL_CALL_START)
 
     def held_back(self, text: str, at_start: bool) -> int:
-        return _tag_tail(text, TOOL_CALL_START)
+        return tag_tail(text, TOOL_CALL_START)
 
     def parse(self, text: str) -> Parsed | None:
         return parse_tool_calls(text)
@@ -107,7 +107,7 @@ class Llama3Json:
     def held_back(self, text: str, at_start: bool) -> int:
         if at_start and _blank_or_prefix(text, PYTHON_TAG, "{"):
             return len(text)  # the reply may still open with a call
-        return _tag_tail(text, PYTHON_TAG)
+        return tag_tail(text, PYTHON_TAG)
 
     def parse(self, text: str) -> Parsed | None:
         tag = text.find(PYTHON_TAG)
@@ -143,7 +143,7 @@ class Mistral:
         return text.find(MISTRAL_CALLS)
 
     def held_back(self, text: str, at_start: bool) -> int:
-        return _tag_tail(text, MISTRAL_CALLS)
+        return tag_tail(text, MISTRAL_CALLS)
 
     def parse(self, text: str) -> Parsed | None:
         start = text.find(MISTRAL_CALLS)
