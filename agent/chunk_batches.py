@@ -15,9 +15,8 @@ from collections.abc import Iterable, Iterator
 
 from transport.messages import MAX_TOKEN_CHUNKS, TokenChunk, TokenChunks
 
-MAX_CHUNKS = (
-    MAX_TOKEN_CHUNKS  # chunks in one TokenChunks, the control plane's bound (a step's batch is usually smaller)
-)
+# chunks in one TokenChunks, the control plane's bound (a step's batch is usually smaller)
+MAX_CHUNKS = MAX_TOKEN_CHUNKS
 
 
 def batchable(msg: object) -> bool:
