@@ -10,6 +10,7 @@ a few elementwise operations and one scatter on the device (backends/torch/sampl
     logits[row, token] = v
 
 and, for a row whose request gives ``allowed_token_ids``, every other token's logit set to -inf (``allowed_mask``);
+so too, for a row whose thinking budget forces a token (engine/thinking_budget.py), every token but that one;
 so too, for a row whose request has a structured-output grammar (backends/grammar.py), every token the grammar does
 not allow next. The grammar is advanced here, at plan time, by the output tokens it has not consumed yet.
 
@@ -184,7 +185,9 @@ class LogitsAdjuster:
             banned = () if inputs is None else inputs.banned_token_ids
             history = None if inputs is None or not params.penalizes else inputs.history
             grammar = None if inputs is None else inputs.grammar
+            forced = None if inputs is None else inputs.forced_token_id
             rest = history is not None or banned or params.logit_bias or params.allowed_token_ids
+            rest = rest or forced is not None
             if grammar is None and not rest:
                 continue  # min_p alone: the sampler's
             if plan is None:
@@ -199,6 +202,8 @@ class LogitsAdjuster:
                     ids = np.fromiter(params.allowed_token_ids, np.int64, len(params.allowed_token_ids))
                     allowed = self._allowed[r.req_id] = ids[ids < vocab_size]
                 plan.allowed.extend((s.first_row + j, allowed) for j in range(s.num_rows))
+            if forced is not None and forced < vocab_size:  # after the allowed set: the forced token wins
+                plan.allowed.extend((s.first_row + j, np.array([forced], np.int64)) for j in range(s.num_rows))
             num_known = r.start_pos + len(r.token_ids)
             num_output = r.num_output_tokens + (0 if inputs is None else inputs.num_resumed_tokens)
             if s.num_rows > 1 and history is not None:  # drafts: each row afresh (the fallback, module docstring)

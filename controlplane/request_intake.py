@@ -38,7 +38,7 @@ from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.prediction_affinity import prefer_speculating
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import RESERVED_SALT_PREFIX, TenantLimiter
-from engine import bad_words
+from engine import bad_words, thinking_budget
 from engine.llm_engine import EngineTokenizer
 from engine.lora import LoraRequest
 from engine.prefix_key import cache_key
@@ -137,6 +137,7 @@ def place_request(
         token_ids = tokenize(tokenizer, msg) if token_ids is None else token_ids
         msg.sampling = bad_words.tokenized(tokenizer, msg.sampling)  # vLLM's bad_words as token sequences, once
         msg.sampling = predictions.tokenized(tokenizer, msg.sampling)  # a predicted output's tokens: drafts
+        msg.sampling = thinking_budget.tokenized(tokenizer, msg.sampling)  # the thinking's delimiters, for a budget
         check_sampling_token_ids(msg.sampling, tokenizer.vocab_size)  # logit_bias, allowed_token_ids: in the vocabulary
     except PromptError as e:
         return refuse(ErrorCode.INVALID_REQUEST, str(e), param=e.param)

@@ -41,12 +41,15 @@ class LogitsInputs:
         (a failover, a migration, a prefill/decode hand-off): the penalties count them as output.
     grammar: its structured-output constraint (engine/structured_output.Grammar), or None; the sampler advances it
         by the output tokens it has not consumed and bans what it does not allow next.
+    forced_token_id: the one token its next may be (its thinking budget forcing the thinking's end,
+        engine/thinking_budget.py), or None.
     """
 
     history: list[int] | None
     banned_token_ids: tuple[int, ...] = ()
     num_resumed_tokens: int = 0
     grammar: Grammar | None = None
+    forced_token_id: int | None = None
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from engine import bad_words, embeddings, prompt_logprobs
+from engine import bad_words, embeddings, prompt_logprobs, thinking_budget
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.clock import Clock, MonotonicClock
 from engine.config import CacheConfig, SchedulerConfig
@@ -138,10 +138,8 @@ class LLMEngine:
         decodes plainly.
         grammars: compiles a request's structured-output constraint for this tokenizer (backends/grammar.py);
         None refuses constrained requests (engine/structured_output.py)."""
-        if scheduler_config.max_model_len > runner.max_model_len:
-            raise ValueError(
-                f"max_model_len {scheduler_config.max_model_len} exceeds the model's {runner.max_model_len}"
-            )
+        if (max_len := scheduler_config.max_model_len) > runner.max_model_len:
+            raise ValueError(f"max_model_len {max_len} exceeds the model's {runner.max_model_len}")
         self.runner = runner
         self.tokenizer = tokenizer
         self.scheduler_config = scheduler_config
@@ -204,8 +202,9 @@ class LLMEngine:
         # a tuple as given: check_token_ids passes one it passed just before (the intake's, in the same process)
         checked = prompt if type(prompt) is tuple else token_ids
         check_token_ids(checked, self.tokenizer.vocab_size)  # the context length: Scheduler.add_request
-        # bad words and a predicted output given here, not through an intake, tokenized here
+        # bad words, a predicted output and the thinking's delimiters given here, not through an intake, tokenized here
         params = predictions.tokenized(self.tokenizer, bad_words.tokenized(self.tokenizer, params))
+        params = thinking_budget.tokenized(self.tokenizer, params)
         check_sampling_token_ids(params, self.tokenizer.vocab_size)
         req_id = req_id if req_id is not None else f"req-{next(self._ids)}"
         if req_id in self._tracked:

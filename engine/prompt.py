@@ -51,8 +51,9 @@ def check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:
 
 
 def check_sampling_token_ids(params: SamplingParams, vocab_size: int) -> None:
-    """PromptError naming the field when a ``logit_bias``, ``allowed_token_ids``, bad-word or prediction id is past the
-    vocabulary (SamplingParams bounds the ids to int32 only: the vocabulary is the model's)."""
+    """PromptError naming the field when a ``logit_bias``, ``allowed_token_ids``, bad-word, prediction or thinking
+    delimiter id is past the vocabulary (SamplingParams bounds the ids to int32 only: the vocabulary is the model's),
+    or a thinking budget comes without the thinking's end delimiter."""
     bad = [token_id for token_id, _ in params.logit_bias if token_id >= vocab_size]
     if bad:
         raise PromptError(f"logit_bias token ids out of range [0, {vocab_size}): {bad[:5]}", "logit_bias")
@@ -65,6 +66,13 @@ def check_sampling_token_ids(params: SamplingParams, vocab_size: int) -> None:
     if params.prediction_token_ids and max(params.prediction_token_ids) >= vocab_size:
         bad = [token_id for token_id in params.prediction_token_ids if token_id >= vocab_size]
         raise PromptError(f"prediction_token_ids out of range [0, {vocab_size}): {bad[:5]}", "prediction_token_ids")
+    for name in ("think_start_token_ids", "think_end_token_ids"):
+        bad = [token_id for token_id in getattr(params, name) if token_id >= vocab_size]
+        if bad:
+            raise PromptError(f"{name} out of range [0, {vocab_size}): {bad[:5]}", name)
+    if params.thinking_token_budget is not None and not params.think_end_token_ids:
+        message = "thinking_token_budget: the thinking's end delimiter (think_end_token_ids) is not known here"
+        raise PromptError(message, "thinking_token_budget")
 
 
 def _check_token_ids(token_ids: Sequence[int], vocab_size: int) -> None:

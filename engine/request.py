@@ -22,6 +22,7 @@ from engine.prefix_key import cache_key
 from engine.prompt_logprobs import PromptLogprobs, prompt_targets
 from engine.sampling_params import SamplingParams
 from engine.structured_output import Grammar
+from engine.thinking_budget import ThinkingBudget
 
 
 class RequestStatus(enum.Enum):
@@ -97,6 +98,12 @@ class Request:
         self._processes_logits = sampling_params.processes_logits  # asked at every step it is scheduled in
         self.num_prediction_accepted = 0  # its predicted output's tokens accepted as drafts (engine/spec/speculator.py)
         self.grammar = grammar  # its structured-output constraint, compiled (LLMEngine.add_request), or None
+        # its thinking against its budget (engine/thinking_budget.py), when its params give one and the delimiters
+        self.thinking = (
+            ThinkingBudget.for_request(sampling_params, self.prompt_token_ids)
+            if sampling_params.thinking_token_budget is not None and sampling_params.think_end_token_ids
+            else None
+        )
         # its prompt's scores as they are computed (engine/prompt_logprobs.py), when its params ask
         self.prompt_logprobs = (
             PromptLogprobs(self.prompt_token_ids) if sampling_params.prompt_logprobs is not None else None
@@ -142,7 +149,8 @@ class Request:
     def logits_inputs(self) -> LogitsInputs | None:
         """What its sampler needs beyond its params (ScheduledRequest.logits_inputs): its tokens where a penalty or
         its grammar reads them, the stop tokens while fewer than ``min_tokens`` are out, the bad words' next tokens
-        (engine/bad_words.py), its grammar; None when it processes none."""
+        (engine/bad_words.py), its grammar, the token its thinking budget forces (engine/thinking_budget.py); None
+        when it processes none."""
         if not self._processes_logits:
             return None
         params = self.sampling_params
@@ -154,7 +162,11 @@ class Request:
         if params.bad_words_token_ids:  # the output so far, a resumed request's earlier output included
             start = len(self.prompt_token_ids) - self.num_resumed_tokens
             banned = (*banned, *banned_next(params.bad_words_token_ids, self._all_token_ids, start))
-        return LogitsInputs(history, banned, self.num_resumed_tokens, self.grammar)
+        forced = None
+        if self.thinking is not None:
+            self.thinking.advance(self.output_token_ids)
+            forced = self.thinking.forced_token()
+        return LogitsInputs(history, banned, self.num_resumed_tokens, self.grammar, forced)
 
     def prompt_targets(self, start: int, end: int) -> list[int] | None:
         """ScheduledRequest.prompt_targets of a chunk of positions [start, end): None unless its params ask."""

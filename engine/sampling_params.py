@@ -42,6 +42,10 @@ carries integers in [-2**63, 2**64)), handed to a kernel (int32 indices) or scan
     prediction       None | <= 256 KiB of text      OpenAI's Predicted Outputs; the intake tokenizes it into
     prediction_token_ids <= 65,536 ids              prediction_token_ids (a client may give them; an id past the
                                                     vocabulary refused as logit_bias's): drafts, never the output
+    thinking_token_budget None | 0 .. 2**31-1       vLLM's; the thinking's end forced at the budget
+                                                    (engine/thinking_budget.py); not with structured outputs
+    think_start_token_ids, think_end_token_ids      the thinking's delimiters, <= 16 ids each (the intake's from
+                     <= 16 ids in 0 .. 2**31-1      ``<think>``/``</think>``; a client may give them)
 
 Logits processing (backends/logits_adjust.py applies it, the same for every backend), in the order of vLLM V1's sampler
 (vllm/v1/sample/sampler.py): outside ``allowed_token_ids`` (when given) every token is banned; while fewer than
@@ -84,6 +88,7 @@ MAX_BAD_WORD_SEQUENCES = 2 * MAX_BAD_WORDS  # each word, and each with a leading
 MAX_BAD_WORD_TOKENS = 4 * MAX_BAD_WORD_CHARS  # a word's UTF-8 bytes, one token each (a byte tokenizer)
 MAX_PREDICTION_CHARS = 1 << 18  # a predicted output (an edited file): 256 KiB of text
 MAX_PREDICTION_TOKENS = 1 << 16  # its tokens (more: refused, naming ``prediction``)
+MAX_THINK_DELIMITER_TOKENS = 16  # ``</think>``'s tokens: a special token, or a few under a tokenizer without it
 _MAX_SHOWN_CHARS = 40  # a value quoted in an error message is cut to this
 
 
@@ -129,6 +134,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
     prediction: OpenAI's Predicted Outputs: text the output is expected to mostly repeat (an edited file); a node
         that speculates drafts from it (engine/spec/prediction_drafts.py). The output is the same with or without.
     prediction_token_ids: the prediction as the intake tokenized it (or as a client gave it); the engine reads these.
+    thinking_token_budget: vLLM's: the most tokens a reasoning model may think; at it, the thinking's end delimiter is
+        forced (engine/thinking_budget.py). None: no budget.
+    think_start_token_ids / think_end_token_ids: the thinking's delimiters as tokens (the intake's, from ``<think>``
+        and ``</think>``, or a client's own); a budget without an end delimiter is refused by the engine.
     """
 
     temperature: float = 1.0
@@ -158,6 +167,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
     bad_words_token_ids: tuple[tuple[int, ...], ...] = ()
     prediction: str | None = None
     prediction_token_ids: tuple[int, ...] = ()
+    thinking_token_budget: int | None = None
+    think_start_token_ids: tuple[int, ...] = ()
+    think_end_token_ids: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -178,6 +190,9 @@ class SamplingParams(msgspec.Struct, frozen=True):
         if not isinstance(self.prediction_token_ids, tuple):
             predicted = _as_tuple("prediction_token_ids", self.prediction_token_ids)
             msgspec.structs.force_setattr(self, "prediction_token_ids", predicted)
+        for name in ("think_start_token_ids", "think_end_token_ids"):
+            if not isinstance(getattr(self, name), tuple):
+                msgspec.structs.force_setattr(self, name, _as_tuple(name, getattr(self, name)))
         if not isinstance(self.logit_bias, tuple) or any(type(pair) is not tuple for pair in self.logit_bias):
             msgspec.structs.force_setattr(self, "logit_bias", _as_pairs(self.logit_bias))
         self._validate()
@@ -295,6 +310,20 @@ class SamplingParams(msgspec.Struct, frozen=True):
                 "min_tokens", f"must be an integer in [0, max_tokens ({self.max_tokens})], got {show_value(n)}"
             )
         self._validate_structured_outputs()
+        self._validate_thinking()
+
+    def _validate_thinking(self) -> None:
+        budget = self.thinking_token_budget
+        if budget is not None and (not _is_int(budget) or not 0 <= budget <= MAX_INT32):
+            message = f"must be None or an integer in [0, 2**31-1], got {show_value(budget)}"
+            raise SamplingParamsError("thinking_token_budget", message)
+        for name in ("think_start_token_ids", "think_end_token_ids"):
+            ids = getattr(self, name)
+            if len(ids) > MAX_THINK_DELIMITER_TOKENS or not all(_is_int(t) and 0 <= t <= MAX_TOKEN_ID for t in ids):
+                message = f"must be at most {MAX_THINK_DELIMITER_TOKENS} integers in [0, 2**31-1]"
+                raise SamplingParamsError(name, message)
+        if budget is not None and self.structured_outputs is not None:  # the grammar would refuse the forced end
+            raise SamplingParamsError("thinking_token_budget", "cannot be combined with structured outputs")
 
     def _validate_bad_words(self) -> None:
         if len(self.bad_words) > MAX_BAD_WORDS:
@@ -349,9 +378,10 @@ class SamplingParams(msgspec.Struct, frozen=True):
     @property
     def processes_logits(self) -> bool:
         """Any logits processing before temperature (an allowed set, a grammar, a penalty, a bias, min_tokens' or the
-        bad words' ban) or min_p after it."""
+        bad words' ban, a thinking budget) or min_p after it."""
         processed = self.penalizes or bool(self.logit_bias) or self.min_tokens > 0 or self.min_p > 0.0
         processed = processed or bool(self.bad_words_token_ids)
+        processed = processed or self.thinking_token_budget is not None
         return processed or bool(self.allowed_token_ids) or self.structured_outputs is not None
 
 
