@@ -104,7 +104,8 @@ def random_sampling(rng: random.Random) -> SamplingParams:
             ["max_tokens", "top_k", "top_p", "seed", "temperature", "stop", "stop_token_ids", "logprobs",
              "presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "min_p", "min_tokens",
              "allowed_token_ids", "prompt_logprobs", "truncate_prompt_tokens", "include_stop_str_in_output",
-             "skip_special_tokens", "bad_words", "bad_words_token_ids", "cache_salt"]
+             "skip_special_tokens", "bad_words", "bad_words_token_ids", "cache_salt", "thinking_token_budget",
+             "think_start_token_ids", "think_end_token_ids"]
         )  # fmt: skip
         fields[name] = rng.choice(
             [MAX_INT, 2**31, -1, 0, 1e300, float("nan"), ("x",) * 40, ("y" * 2_000,), (MAX_INT,), tuple(range(300)),

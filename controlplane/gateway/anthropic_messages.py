@@ -99,7 +99,9 @@ class CountTokensRequest(msgspec.Struct, kw_only=True):
 
 class ThinkingIn(msgspec.Struct, kw_only=True):
     type: str  # "enabled" | "adaptive" | "disabled" (Anthropic's extended thinking)
-    budget_tokens: int | None = None  # not enforced here: the thinking ends when the model ends it, or at max_tokens
+    # "enabled": the thinking's budget (>= 1024 and < max_tokens, Anthropic's bounds), forced there by the engine when
+    # the gateway has a reasoning parser (vLLM's thinking_token_budget, engine/thinking_budget.py); else not enforced
+    budget_tokens: int | None = None
 
 
 class MessagesRequest(msgspec.Struct, kw_only=True):
@@ -120,16 +122,19 @@ class MessagesRequest(msgspec.Struct, kw_only=True):
     priority: RequestPriority | None = None
 
 
+MIN_THINKING_BUDGET = 1024  # Anthropic's least budget_tokens
 _DECODER = msgspec.json.Decoder(MessagesRequest)
 _COUNT_DECODER = msgspec.json.Decoder(CountTokensRequest)
 
 
 def parse_messages(
-    body: bytes, tool_call_parser: str | None = "hermes", defaults: Mapping | None = None
+    body: bytes, tool_call_parser: str | None = "hermes", defaults: Mapping | None = None, reasoning: bool = False
 ) -> GenerateArgs:
     """The request as the gateway's GenerateArgs; FrontendError naming the field at fault. ``tool_call_parser``
     reads an ``auto`` reply's calls (gateway/tool_parsers.py; None: the Hermes one, as before it could be set);
-    ``defaults`` the server's sampling defaults for the fields it leaves out (gateway/sampling_defaults.py)."""
+    ``defaults`` the server's sampling defaults for the fields it leaves out (gateway/sampling_defaults.py);
+    ``reasoning``: the gateway splits thinking from the answer, so an enabled thinking's ``budget_tokens`` becomes the
+    engine's ``thinking_token_budget`` (else it is checked and not enforced)."""
     req = with_sampling_defaults(decode_body(_DECODER, body), defaults)
     messages = _conversation(req)
     chat = in_parser_format(prefill_options(messages, len(req.messages) - 1), tool_call_parser)
@@ -139,8 +144,11 @@ def parse_messages(
             raise invalid_param("thinking.type", message)
         kwargs = {"enable_thinking": req.thinking.type != "disabled"}
         chat = msgspec.structs.replace(chat or DEFAULT_CHAT_OPTIONS, template_kwargs=kwargs)
+    budget = _thinking_budget(req)
     plan = _tool_plan(req, tool_call_parser or "hermes")
     forced = plan.constraint() if plan is not None else None
+    if forced is not None and budget is not None:  # Anthropic's rule too: a forced tool use leaves no room to think
+        raise invalid_param("tool_choice", "a forced tool use cannot be combined with thinking")
     try:
         sampling = SamplingParams(
             temperature=1.0 if req.temperature is None else req.temperature,
@@ -150,6 +158,7 @@ def parse_messages(
             stop=tuple(req.stop_sequences or ()),
             structured_outputs=forced,
             skip_special_tokens=True if plan is None else plan.skip_special_tokens(None),
+            thinking_token_budget=budget if reasoning else None,
         )
     except SamplingParamsError as exc:
         param = {"stop": "stop_sequences", "structured_outputs": "tools"}.get(exc.field, exc.field)
@@ -164,6 +173,20 @@ def parse_messages(
         chat=chat,
         priority=req.priority or 0,
     )
+
+
+def _thinking_budget(req: MessagesRequest) -> int | None:
+    """An enabled thinking's ``budget_tokens`` (Anthropic's bounds: at least 1024, under ``max_tokens``), else None."""
+    thinking = req.thinking
+    if thinking is None or thinking.type != "enabled" or thinking.budget_tokens is None:
+        return None
+    budget = thinking.budget_tokens
+    if budget < MIN_THINKING_BUDGET:
+        raise invalid_param("thinking.budget_tokens", f"must be at least {MIN_THINKING_BUDGET}, got {budget}")
+    if req.max_tokens <= budget:
+        message = f"must be greater than thinking.budget_tokens ({budget}), got {req.max_tokens}"
+        raise invalid_param("max_tokens", message)
+    return budget
 
 
 def parse_count_tokens(

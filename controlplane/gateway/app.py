@@ -84,7 +84,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from controlplane.frontend import Frontend, FrontendError, choice_request_ids
+from controlplane.frontend import Frontend, FrontendError, choice_request_ids, invalid_param
 from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
@@ -293,7 +293,8 @@ class Gateway:
 
         async def serve() -> Response:
             body = await self.read_body(request)
-            args = parse_messages(body, self.config.tool_call_parser, self.config.sampling_defaults)
+            reasoning = self.config.reasoning_parser is not None  # a thinking budget enforced (else only taken)
+            args = parse_messages(body, self.config.tool_call_parser, self.config.sampling_defaults, reasoning)
             if args.sampling.structured_outputs is not None:
                 await check_structured(args, self.grammar_limiter())
             parser = reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs)
@@ -463,6 +464,9 @@ class Gateway:
             else:
                 defaults, max_tokens = self.config.sampling_defaults, self.config.default_completion_max_tokens
                 args = parse_completion(body, default_max_tokens=max_tokens, defaults=defaults)
+            if args.sampling.thinking_token_budget is not None and self.config.reasoning_parser is None:
+                message = "needs a reasoning model: this server was started without --reasoning-parser"
+                raise invalid_param("thinking_token_budget", message)
             if args.sampling.structured_outputs is not None:
                 await check_structured(args, self.grammar_limiter())
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)

@@ -105,6 +105,7 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     min_tokens: int | None = None  # extension (as in vLLM)
     allowed_token_ids: list[int] | None = None  # extension (as in vLLM)
     bad_words: list[str] | None = None  # extension (as in vLLM): words the output may not contain (engine/bad_words.py)
+    thinking_token_budget: int | None = None  # extension (as in vLLM): the most thinking (engine/thinking_budget.py)
     prompt_logprobs: int | None = None  # extension (as in vLLM): the prompt tokens' scores, that many alternatives
     truncate_prompt_tokens: int | None = None  # extension (as in vLLM): keep the prompt's last k tokens
     include_stop_str_in_output: bool | None = None  # extension (as in vLLM)
@@ -514,6 +515,7 @@ def _sampling_of(
             min_tokens=req.min_tokens or 0,
             allowed_token_ids=req.allowed_token_ids or (),
             bad_words=tuple(req.bad_words or ()),
+            thinking_token_budget=req.thinking_token_budget,
             structured_outputs=structured,
             prompt_logprobs=prompt_logprobs,
             truncate_prompt_tokens=req.truncate_prompt_tokens,

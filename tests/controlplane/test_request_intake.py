@@ -125,6 +125,12 @@ def test_bad_words_are_tokenized_once_at_the_intake_and_ids_past_the_vocabulary_
     ids = SamplingParams(prediction_token_ids=(5, 400))
     refused = place(ClientGenerate(request_id="o", prompt_token_ids=[10, 11], sampling=ids))
     assert isinstance(refused, ErrorReply) and refused.param == "prediction_token_ids" and "400" in refused.message
+    # a thinking budget's delimiters (engine/thinking_budget.py), so the node forces the end of the thinking
+    msg = ClientGenerate(request_id="t", prompt_token_ids=[10, 11], sampling=SamplingParams(thinking_token_budget=9))
+    assert place(msg).node_id == "a" and msg.sampling.think_end_token_ids == tuple(tokenizer.encode("</think>", False))
+    ids = SamplingParams(thinking_token_budget=9, think_end_token_ids=(5, 400))
+    refused = place(ClientGenerate(request_id="u", prompt_token_ids=[10, 11], sampling=ids))
+    assert isinstance(refused, ErrorReply) and refused.param == "think_end_token_ids" and "400" in refused.message
 
 
 def test_a_constraint_that_does_not_compile_is_refused_before_routing(make_hello):

@@ -201,7 +201,7 @@ def test_anthropics_thinking_switch_reaches_the_template(make_frontend, script, 
         off = sdk.messages.create(**ask, thinking={"type": "disabled"})
         assert frontend.calls[-1]["chat"].template_kwargs == {"enable_thinking": False}
         assert [(b.type, b.text) for b in off.content] == [("text", "4")]
-        on = sdk.messages.create(**ask, thinking={"type": "enabled", "budget_tokens": 1024})
+        on = sdk.messages.create(**{**ask, "max_tokens": 2048}, thinking={"type": "enabled", "budget_tokens": 1024})
         assert frontend.calls[-1]["chat"].template_kwargs == {"enable_thinking": True}
         assert [b.type for b in on.content] == ["thinking"]  # no </think> came: the reply was all thinking
         with pytest.raises(anthropic.BadRequestError, match=r"thinking\.type"):
