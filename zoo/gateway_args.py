@@ -105,6 +105,18 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reasoning-parser", choices=["deepseek_r1", "qwen3"], help="a reasoning model's thinking "
                    "as the reply's reasoning, apart from its content (gateway/reasoning_parsers.py)")  # fmt: skip
     p.add_argument(
+        "--default-chat-template-kwargs",
+        default=None,
+        metavar="JSON",
+        help="chat template variables every chat gets, e.g. '{\"enable_thinking\": false}' (vLLM's flag); a "
+        "request's own chat_template_kwargs win",
+    )
+    p.add_argument(
+        "--enable-force-include-usage",
+        action="store_true",
+        help="streamed chats and completions end with a usage chunk even when stream_options does not ask (vLLM's)",
+    )
+    p.add_argument(
         "--chat-completions-store",
         default=None,
         metavar="N,MIB",
@@ -142,6 +154,8 @@ def gateway_config_from_args(args: argparse.Namespace):
     tls = {name: getattr(args, name, None) for name in ("ssl_keyfile", "ssl_certfile", "ssl_ca_certs")}
     tls["ssl_cert_reqs"] = getattr(args, "ssl_cert_reqs", 0)
     stores = _store_bounds(args)
+    raw = getattr(args, "default_chat_template_kwargs", None)
+    template_defaults = _json_object(raw, "--default-chat-template-kwargs") if raw is not None else {}
     try:
         config = GatewayConfig(
             cors_allowed_origins=origins,
@@ -150,12 +164,15 @@ def gateway_config_from_args(args: argparse.Namespace):
             tool_call_parser=None if (parser := getattr(args, "tool_call_parser", "hermes")) == "none" else parser,
             reasoning_parser=getattr(args, "reasoning_parser", None),
             sampling_defaults=sampling_defaults_from_args(args),
+            default_chat_template_kwargs=template_defaults,
+            force_include_usage=getattr(args, "enable_force_include_usage", False),
             **access_log,
             **tls,
             **stores,
         )
     except ValueError as e:
         flag = "--ssl-*" if "ssl" in str(e) else "--cors-origins"
+        flag = "--default-chat-template-kwargs" if "default_chat_template_kwargs" in str(e) else flag
         raise SystemExit(f"zoo controlplane: {flag}: {e}") from None
     check_tls_files(config)
     return config

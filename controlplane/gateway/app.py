@@ -69,6 +69,7 @@ not read within ``request_read_timeout_s`` (408, and the connection is closed), 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import logging
 import time
@@ -111,7 +112,7 @@ from controlplane.gateway.invocations import invocations
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.message_batch_routes import MessageBatchRoutes
 from controlplane.gateway.openai_reply import OpenAIReply
-from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion
+from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion, with_template_defaults
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
 from controlplane.gateway.reasoning_parsers import reasoning_parser_for
@@ -257,7 +258,7 @@ class Gateway:
         self.created_s = int(time.time())
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
         self._grammar_limiter: anyio.CapacityLimiter | None = None  # check_structured's threads (made in the loop)
-        self.tokenize_routes = TokenizeRoutes(frontend, config.tool_call_parser)
+        self.tokenize_routes = TokenizeRoutes(frontend, config.tool_call_parser, config.default_chat_template_kwargs)
         self.embeddings = EmbeddingRoutes(self)  # /v1/embeddings, vLLM's score and rerank
         responses_journal = None if config.files_dir is None else ResponseJournal(config.files_dir)  # on disk too
         store = ResponseStore(
@@ -294,7 +295,9 @@ class Gateway:
         async def serve() -> Response:
             body = await self.read_body(request)
             reasoning = self.config.reasoning_parser is not None  # a thinking budget enforced (else only taken)
-            args = parse_messages(body, self.config.tool_call_parser, self.config.sampling_defaults, reasoning)
+            args = self.with_template_defaults(
+                parse_messages(body, self.config.tool_call_parser, self.config.sampling_defaults, reasoning)
+            )
             if args.sampling.structured_outputs is not None:
                 await check_structured(args, self.grammar_limiter())
             parser = reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs)
@@ -314,6 +317,7 @@ class Gateway:
                 return no_tokenizer()
             body = await self.read_body(request)
             model, messages, tools, chat = parse_count_tokens(body, self.config.tool_call_parser)
+            chat = with_template_defaults(chat, self.config.default_chat_template_kwargs)
             return json_response({"input_tokens": self.tokenize_routes.count_chat(model, messages, tools, chat)})
 
         return await guarded(request, serve, anthropic_error_body)
@@ -461,6 +465,7 @@ class Gateway:
                     tool_call_parser=self.config.tool_call_parser,
                     defaults=self.config.sampling_defaults,
                 )
+                args = self.with_template_defaults(args)
             else:
                 defaults, max_tokens = self.config.sampling_defaults, self.config.default_completion_max_tokens
                 args = parse_completion(body, default_max_tokens=max_tokens, defaults=defaults)
@@ -472,6 +477,11 @@ class Gateway:
             return await self._generate(request, args, chat=chat, arrival_ns=arrival_ns)
 
         return await guarded(request, serve)
+
+    def with_template_defaults(self, args: GenerateArgs) -> GenerateArgs:
+        """A chat's args with the server's default template variables under its own (openai_schema.py)."""
+        defaults = self.config.default_chat_template_kwargs
+        return dataclasses.replace(args, chat=with_template_defaults(args.chat, defaults)) if defaults else args
 
     def grammar_limiter(self) -> anyio.CapacityLimiter:
         """The worker threads that compile requests' constraints: ``GRAMMAR_THREADS`` at once (structured_fields.py)."""
@@ -490,7 +500,7 @@ class Gateway:
             request_id=ids.reply,
             model=model,
             created=int(time.time()),
-            include_usage=args.include_usage,
+            include_usage=args.include_usage or (args.stream and self.config.force_include_usage),
             continuous_usage=args.continuous_usage,
             choice_ids=choice_request_ids(ids.engine, args.n * len(args.prompts or [None])),
             choices_per_prompt=args.n,

@@ -5,11 +5,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from controlplane.gateway.batch_runner import BatchRunnerConfig
 from controlplane.gateway.reasoning_parsers import REASONING_PARSERS
 from controlplane.gateway.sampling_defaults import DEFAULT_FIELDS
 from controlplane.gateway.tool_parsers import TOOL_CALL_PARSERS
+
+CHAT_FLAGS = ("add_generation_prompt", "continue_final_message")  # a request's own, not template defaults
 
 PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
@@ -32,6 +35,12 @@ class GatewayConfig:
     # the sampling parameters a request that leaves them out gets (gateway/sampling_defaults.py: the model's
     # generation config and --override-generation-config; "max_tokens" a chat's and a response's default)
     sampling_defaults: dict[str, float | int] = field(default_factory=dict)
+    # chat template variables every chat gets under its own (vLLM's --default-chat-template-kwargs: e.g. a reasoning
+    # model's {"enable_thinking": false}); a request's chat_template_kwargs, and its reasoning effort, win
+    default_chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # streamed chats and completions end with a usage chunk even when stream_options does not ask for it (vLLM's
+    # --enable-force-include-usage)
+    force_include_usage: bool = False
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024
@@ -109,6 +118,10 @@ class GatewayConfig:
             raise ValueError(f"{message}, got {self.tool_call_parser!r}")
         if set(self.sampling_defaults) - DEFAULT_FIELDS:
             raise ValueError(f"GatewayConfig.sampling_defaults: unknown fields in {sorted(self.sampling_defaults)}")
+        for name in self.default_chat_template_kwargs:
+            if not isinstance(name, str) or name in CHAT_FLAGS:
+                message = f"names template variables, not {CHAT_FLAGS} (each request's own flags)"
+                raise ValueError(f"GatewayConfig.default_chat_template_kwargs {message}: got {name!r}")
         if self.reasoning_parser is not None and self.reasoning_parser not in REASONING_PARSERS:
             message = f"GatewayConfig.reasoning_parser must be one of {REASONING_PARSERS} or None"
             raise ValueError(f"{message}, got {self.reasoning_parser!r}")

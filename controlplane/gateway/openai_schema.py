@@ -365,6 +365,17 @@ def chat_options(
     return None if options == DEFAULT_CHAT_OPTIONS else options
 
 
+def with_template_defaults(
+    chat: ChatTemplateOptions | None, defaults: Mapping[str, Any] | None
+) -> ChatTemplateOptions | None:
+    """A chat's options with the server's default template variables under its own (vLLM's
+    ``--default-chat-template-kwargs``): the request's ``chat_template_kwargs`` and its reasoning effort win."""
+    if not defaults:
+        return chat
+    base = chat or DEFAULT_CHAT_OPTIONS
+    return msgspec.structs.replace(base, template_kwargs={**defaults, **(base.template_kwargs or {})})
+
+
 def decode_body(decoder: msgspec.json.Decoder, body: bytes):
     try:
         return decoder.decode(body)

@@ -9,6 +9,7 @@ again when the gateway starts, under its id (``run_background``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -296,7 +297,7 @@ class ResponsesRoutes:
     def _parse(self, body: bytes, owner: str | None) -> ResponsesArgs:
         """A body read as a Responses request, its previous response and conversation its owner's."""
         gateway = self.gateway
-        return parse_responses(
+        parsed = parse_responses(
             body,
             default_max_tokens=gateway.config.chat_max_tokens,
             tool_call_parser=gateway.config.tool_call_parser,
@@ -305,6 +306,7 @@ class ResponsesRoutes:
             context_length=self._context_length,
             conversation_items=lambda conversation_id: self._conversation_items(owner, conversation_id),
         )
+        return dataclasses.replace(parsed, generate=gateway.with_template_defaults(parsed.generate))
 
     def _previous(self, owner: str | None, response_id: str):
         """What ``previous_response_id`` continues: a finished response's conversation; a string, the status of one

@@ -26,7 +26,13 @@ from starlette.responses import Response
 from backends.chat_render import render_chat
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.errors import error_response, http_error_response
-from controlplane.gateway.openai_schema import ChatMessageIn, _chat_message, chat_options, decode_body
+from controlplane.gateway.openai_schema import (
+    ChatMessageIn,
+    _chat_message,
+    chat_options,
+    decode_body,
+    with_template_defaults,
+)
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tool_calls import ToolIn, in_parser_format, tool_specs
 from controlplane.model_aliases import aliases_of, resolve_model
@@ -59,11 +65,15 @@ _DETOKENIZE = msgspec.json.Decoder(DetokenizeRequest)
 
 class TokenizeRoutes:
     """The two handlers over a frontend that has a ``tokenizer`` (and, optionally, ``max_model_len``);
-    ``tool_call_parser``: the gateway's, whose format a chat's tools are written in (as a generation renders them)."""
+    ``tool_call_parser``: the gateway's, whose format a chat's tools are written in (as a generation renders them);
+    ``template_defaults``: the gateway's default chat template variables (a chat's own win, as a generation's)."""
 
-    def __init__(self, frontend: Any, tool_call_parser: str | None = "hermes") -> None:
+    def __init__(
+        self, frontend: Any, tool_call_parser: str | None = "hermes", template_defaults: dict | None = None
+    ) -> None:
         self.frontend = frontend
         self.tool_call_parser = tool_call_parser
+        self.template_defaults = template_defaults or {}
 
     @property
     def tokenizer(self) -> Any | None:
@@ -88,6 +98,7 @@ class TokenizeRoutes:
                         chat_options(req.add_generation_prompt, req.continue_final_message, req.chat_template_kwargs),
                         self.tool_call_parser,
                     )
+                    chat = with_template_defaults(chat, self.template_defaults)
                     tokens = _chat_tokens(tokenizer, messages, tools, chat, req.add_special_tokens)
                 else:
                     add_special = True if req.add_special_tokens is None else req.add_special_tokens
