@@ -33,6 +33,7 @@ from controlplane.fleet_ledger import FleetLedger
 from controlplane.lora_table import LoraTable
 from controlplane.registry import LostNode
 from controlplane.request_intake import Placement, place_request, resumed_request
+from controlplane.request_log import RequestLog
 from controlplane.request_spans import RequestSpans, forwarded_headers
 from controlplane.request_table import Inflight, RequestTable
 from controlplane.router.router_config import RouterConfig
@@ -101,6 +102,7 @@ class RequestPath:
         self.counters = self.table.counters
         self.refused: dict[ErrorCode, int] = dict.fromkeys(ErrorCode, 0)
         self.spans: RequestSpans | None = None
+        self.request_log: RequestLog | None = None  # vLLM's --enable-log-requests (controlplane/request_log.py)
         self.draining = False  # the control plane is shutting down: new requests are refused (ControlPlane.start_drain)
 
     # -- new requests -------------------------------------------------------------------------------
@@ -140,7 +142,11 @@ class RequestPath:
             self.classes.on_refused(self._class_name(msg))
             if trace is not None:
                 self.spans.refused(trace, msg, placed, time.monotonic_ns())
+            if self.request_log is not None:
+                self.request_log.refused(msg, placed)
             return placed
+        if self.request_log is not None:
+            self.request_log.received(msg, placed)
         rid, node_id = msg.request_id, placed.node_id
         inflight = Inflight(
             rid,

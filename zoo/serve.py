@@ -72,6 +72,17 @@ DEFAULT_HTTP = "127.0.0.1:8000"
 # --------------------------------------------------------------------------- zoo controlplane
 
 
+def _non_negative_int(text: str) -> int:
+    """``--max-log-len``: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an integer expected, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
 def _shutdown_timeout(text: str) -> float:
     """``--shutdown-timeout``: seconds, finite and >= 0."""
     try:
@@ -165,6 +176,10 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "fail the rest (vLLM's flag; 0, the default: fail them at once; SIGINT or a second signal: at once)",
     )
     p.add_argument("--no-gc-freeze", action="store_true", help="keep the start-up heap collectable (observe/gc_pauses)")
+    p.add_argument("--enable-log-requests", action="store_true", help="log each request taken or refused, its prompt "
+                   "and parameters (vLLM's flag; logger zoo.requests: controlplane/request_log.py)")  # fmt: skip
+    p.add_argument("--max-log-len", type=_non_negative_int, default=None, metavar="N",
+                   help="those lines keep a prompt's first N characters and ids (vLLM's; default: all)")  # fmt: skip
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(
         "--cells", default=None, metavar="FILE", help="cells and traffic classes from this TOML (zoo.toml, a sim fleet)"
@@ -294,6 +309,10 @@ def run_controlplane(args: argparse.Namespace) -> int:
         from controlplane.request_spans import RequestSpans
 
         cp.path.spans = RequestSpans(spans, spans.config.sample_ratio)
+    if getattr(args, "enable_log_requests", False):
+        from controlplane.request_log import RequestLog
+
+        cp.path.request_log = RequestLog(cp.path.tokenizer, getattr(args, "max_log_len", None))
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
     serve = functools.partial(

@@ -1,0 +1,61 @@
+"""RequestLog: vLLM's ``--enable-log-requests``: one log line per request the control plane takes or refuses.
+
+    Received request <id>: prompt: '<text>', params: SamplingParams(...), prompt_token_ids: [...], lora_request:
+        <adapter>, node: <node>, traffic_class: <class>.
+    Refused request <id>: <code>: <why>.
+
+vLLM's RequestLogger (vllm/entrypoints/logger.py ``log_inputs``) writes the first line, from the OpenAI server, with
+the prompt after its chat template. Here it is written where every request meets the fleet, the HTTP gateway's and
+the ZeroMQ clients' alike: the control plane's intake, once the request is tokenized and placed (so the node it went
+to is named too). The prompt's text is the client's own for a completion, else the prompt's tokens decoded (a chat
+after its template). ``max_log_len`` (vLLM's ``--max-log-len``) keeps the first that many characters of the prompt
+and the first that many of its token ids (None: all of them); the text is decoded from no more tokens than that, so a
+long prompt costs the loop no more than a short one. Off by default, as vLLM's since 0.10: prompts are users' data.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from controlplane.request_intake import Placement
+from engine.llm_engine import EngineTokenizer
+from transport.messages import ClientGenerate, ErrorReply
+
+log = logging.getLogger("zoo.requests")
+
+
+class RequestLog:
+    """Writes the lines (module docstring) to the ``zoo.requests`` logger at INFO."""
+
+    def __init__(self, tokenizer: EngineTokenizer, max_log_len: int | None = None) -> None:
+        if max_log_len is not None and max_log_len < 0:
+            raise ValueError(f"max_log_len must be >= 0 or None, got {max_log_len}")
+        self.tokenizer = tokenizer
+        self.max_log_len = max_log_len
+        self.num_logged = 0
+
+    def received(self, msg: ClientGenerate, placed: Placement) -> None:
+        if not log.isEnabledFor(logging.INFO):
+            return
+        limit = self.max_log_len
+        token_ids = placed.token_ids if limit is None else placed.token_ids[:limit]
+        text = msg.prompt if msg.prompt is not None else self._decoded(token_ids)
+        text = text if limit is None else text[:limit]
+        lora = placed.lora.name if placed.lora is not None else None
+        log.info(
+            "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, lora_request: %s, node: %s, "
+            "traffic_class: %s.",
+            msg.request_id, text, msg.sampling, token_ids, lora, placed.node_id, placed.route.traffic_class,
+        )  # fmt: skip
+        self.num_logged += 1
+
+    def refused(self, msg: ClientGenerate, error: ErrorReply) -> None:
+        if log.isEnabledFor(logging.INFO):
+            log.info("Refused request %s: %s: %s.", msg.request_id, error.code.value, error.message)
+            self.num_logged += 1
+
+    def _decoded(self, token_ids: list[int]) -> str:
+        try:
+            return self.tokenizer.decode(token_ids)
+        except Exception as e:  # a tokenizer that cannot decode these ids: the ids are logged all the same
+            return f"<not decoded: {type(e).__name__}>"
