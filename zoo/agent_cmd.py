@@ -35,13 +35,15 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-id", default=None, help="unique node id (default: HOSTNAME-PID)")
     p.add_argument("--gpu-profile", default=None, help="describe the device as this GPU table entry")
     p.add_argument("--cell", default="default", help="the cell (group of nodes) this node belongs to")
-    p.add_argument("--model-name", default=None, help="served model name (default: from the checkpoint path)")
+    p.add_argument("--model-name", "--served-model-name", default=None,
+                   help="served model name (default: from the checkpoint path; vLLM's name too)")  # fmt: skip
     p.add_argument("--max-model-len", type=int, default=None, help="context limit (default: the model's)")
     add_engine_args(p)
     from zoo.spec_args import add_spec_args
 
     add_spec_args(p)  # --speculative ngram|model, --draft-model, --num-spec-tokens ...
-    p.add_argument("--tp", type=int, default=1, help="GPUs per node: simulated (--backend sim), or TP ranks (torch)")
+    p.add_argument("--tp", "--tensor-parallel-size", "-tp", type=int, default=1,
+                   help="GPUs per node: simulated (--backend sim), or TP ranks (torch); vLLM's names too")  # fmt: skip
     p.add_argument(
         "--metrics-port", type=int, default=None, help="serve this agent's /metrics on this port (0: a free one)"
     )

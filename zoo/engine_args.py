@@ -57,8 +57,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         choices=list(ATTENTION_KERNELS),
         help="force an attention kernel (default: the dispatch table's choice for the device)",
     )
-    p.add_argument("--kv-dtype", default="auto", choices=list(KV_DTYPES), help="fp8_e4m3: FP8 KV cache (SM89/SM90+)")
-    p.add_argument("--no-cuda-graphs", dest="cuda_graphs", action="store_false", help="run decode steps eagerly")
+    p.add_argument("--kv-dtype", "--kv-cache-dtype", default="auto", choices=list(KV_DTYPES),
+                   help="fp8_e4m3: FP8 KV cache (SM89/SM90+); --kv-cache-dtype is vLLM's name")  # fmt: skip
+    p.add_argument("--no-cuda-graphs", "--enforce-eager", dest="cuda_graphs", action="store_false",
+                   help="run decode steps eagerly (--enforce-eager: vLLM's name)")  # fmt: skip
     p.add_argument(
         "--no-cpu-decode-kernel",
         dest="cpu_decode_kernel",

@@ -102,6 +102,8 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
         choices=["hermes", "llama3_json", "mistral", "pythonic", "none"],
         help="how tool_choice auto reads the model's calls, as vLLM's flag (gateway/tool_parsers.py; none: refused)",
     )
+    p.add_argument("--enable-auto-tool-choice", action="store_true", help="taken for vLLM's command lines: "
+                   "tool_choice auto is on whenever --tool-call-parser is not none")  # fmt: skip
     p.add_argument("--reasoning-parser", choices=["deepseek_r1", "qwen3"], help="a reasoning model's thinking "
                    "as the reply's reasoning, apart from its content (gateway/reasoning_parsers.py)")  # fmt: skip
     p.add_argument(

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from controlplane.gateway.api_keys import ApiKeyConfig
 
 API_KEYS_ENV = "ZOO_API_KEYS"
+VLLM_API_KEY_ENV = "VLLM_API_KEY"  # vLLM's: one key
 API_KEYS_FILE = "api_keys"
 API_KEY_PREFIX = "zk-"
 
@@ -111,6 +112,8 @@ def add_controlplane_auth_args(p: argparse.ArgumentParser) -> None:
         help="ZeroMQ clients admitted: the keys in CURVE_DIR/clients (default), or any that knows the server key",
     )
     p.add_argument("--api-keys", default=None, metavar="FILE", help=f"HTTP API keys, one per line (+ ${API_KEYS_ENV})")
+    p.add_argument("--api-key", action="append", default=None, metavar="KEY",
+                   help=f"an HTTP API key given here, as vLLM's flag (repeatable; + ${VLLM_API_KEY_ENV})")  # fmt: skip
     p.add_argument("--protect-health", action="store_true", help="with API keys: /health needs a key too")
     p.add_argument("--open-metrics", action="store_true", help="with API keys: /metrics needs none")
 
@@ -151,11 +154,14 @@ def agent_node_id_and_curve(args: argparse.Namespace, default_node_id: str) -> t
 
 
 def api_keys_from_args(args: argparse.Namespace, environ: Mapping[str, str] = os.environ) -> ApiKeyConfig | None:
-    """``--api-keys FILE`` plus ``$ZOO_API_KEYS``; None when neither gives a key (the API stays open)."""
+    """``--api-keys FILE`` plus ``$ZOO_API_KEYS``, and vLLM's ``--api-key KEY`` and ``$VLLM_API_KEY``; None when none
+    gives a key (the API stays open)."""
     from controlplane.gateway.api_keys import ApiKeyConfig, load_api_keys, parse_api_keys
 
     keys = load_api_keys(args.api_keys) if args.api_keys is not None else []
     keys += parse_api_keys(environ.get(API_KEYS_ENV, ""))
+    given = [*(getattr(args, "api_key", None) or []), environ.get(VLLM_API_KEY_ENV, "")]
+    keys += [key.strip() for key in given if key.strip()]  # each as it is: vLLM's keys are whole strings
     if args.api_keys is not None and not keys:
         raise ValueError(f"--api-keys {args.api_keys}: the file holds no key")
     if not keys:

@@ -1,0 +1,38 @@
+"""A vLLM command line's flags work here where they mean what ours do: ``--api-key`` and ``$VLLM_API_KEY`` (whole
+strings, beside ``--api-keys FILE``), ``--tensor-parallel-size``/``-tp``, ``--served-model-name``,
+``--enforce-eager``, ``--kv-cache-dtype``, and ``--enable-auto-tool-choice`` taken (auto is on with a parser)."""
+
+from __future__ import annotations
+
+from zoo.cli import build_parser
+from zoo.gateway_args import gateway_config_from_args
+from zoo.keys import api_keys_from_args
+
+
+def _args(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def test_vllms_api_key_flag_and_variable_add_keys_as_whole_strings(tmp_path):
+    args = _args("controlplane", "--api-key", "sk-one#two", "--api-key", "sk-three")
+    config = api_keys_from_args(args, environ={"VLLM_API_KEY": " sk-env "})
+    assert config.keys == {"sk-one#two", "sk-three", "sk-env"}  # a '#' or ',' in a key is the key's, not a comment
+    file = tmp_path / "keys"
+    file.write_text("zk-file\n")
+    both = api_keys_from_args(_args("controlplane", "--api-keys", str(file), "--api-key", "sk-x"), environ={})
+    assert both.keys == {"zk-file", "sk-x"}
+    assert api_keys_from_args(_args("controlplane"), environ={"VLLM_API_KEY": "  "}) is None  # blank: no key
+
+
+def test_vllms_engine_and_agent_flag_names_set_ours():
+    for tp in (("--tp", "2"), ("--tensor-parallel-size", "2"), ("-tp", "2")):
+        assert _args("agent", *tp).tp == 2
+    assert _args("agent", "--served-model-name", "llama").model_name == "llama"
+    assert _args("agent", "--enforce-eager").cuda_graphs is False and _args("agent").cuda_graphs is True
+    assert _args("agent", "--kv-cache-dtype", "fp8_e4m3").kv_dtype == "fp8_e4m3"
+
+
+def test_enable_auto_tool_choice_is_taken_and_changes_nothing():
+    plain = gateway_config_from_args(_args("controlplane", "--fake-tokenizer"))
+    vllm = gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--enable-auto-tool-choice"))
+    assert plain == vllm and vllm.tool_call_parser == "hermes"
