@@ -358,6 +358,7 @@ class Scheduler(RemoteSwapMixin):
                 request.first_scheduled_time_s = self._clock.now()
                 request.num_cached_prompt_tokens = prefix_hit.num_tokens
                 self._counters.num_prompt_tokens_total += request.num_prompt_tokens
+                self._counters.num_cached_prompt_tokens_total += prefix_hit.num_tokens
                 self._emit(
                     SchedulerEventKind.SCHEDULED,
                     request,
@@ -563,6 +564,7 @@ class Scheduler(RemoteSwapMixin):
             prefix_cache_hits_total=c.prefix_cache_hits_total,
             num_prompt_tokens_total=c.num_prompt_tokens_total,
             num_generation_tokens_total=c.num_generation_tokens_total,
+            num_cached_prompt_tokens_total=c.num_cached_prompt_tokens_total,
         )
 
     def reset_counters(self) -> None:

@@ -21,6 +21,9 @@ class SchedulerStats:
     prefix_cache_queries_total / prefix_cache_hits_total: tokens looked up / served on admission.
     num_prompt_tokens_total: prompt tokens of admitted requests, counted once per request.
     num_generation_tokens_total: output tokens appended.
+    num_cached_prompt_tokens_total: prompt tokens a request found computed when first admitted (its prefix cache
+        hit then, KV a peer sent included; a re-admission's hits are prefix_cache_hits_total's only): vLLM's
+        ``prompt_tokens_cached``, its local cache hits plus its external KV transfers.
     """
 
     num_running: int
@@ -37,6 +40,7 @@ class SchedulerStats:
     prefix_cache_hits_total: int
     num_prompt_tokens_total: int
     num_generation_tokens_total: int
+    num_cached_prompt_tokens_total: int = 0
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -56,6 +60,7 @@ class SchedulerCounters:
     prefix_cache_hits_total: int = 0
     num_prompt_tokens_total: int = 0
     num_generation_tokens_total: int = 0
+    num_cached_prompt_tokens_total: int = 0
 
 
 class SchedulerEventKind(enum.StrEnum):

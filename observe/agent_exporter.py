@@ -186,6 +186,8 @@ class AgentExporter(PrometheusExporter):
                     stats.kv_usage)  # fmt: skip
         yield counter(m.NUM_PREEMPTIONS, "Preemptions (swap or recompute).", stats.num_preemptions_total)
         yield counter(m.PROMPT_TOKENS, "Prompt tokens of admitted requests.", stats.num_prompt_tokens_total)
+        yield counter(m.PROMPT_TOKENS_CACHED, "Prompt tokens found computed at admission (cache, KV from peers).",
+                      stats.num_cached_prompt_tokens_total)  # fmt: skip
         yield counter(m.GENERATION_TOKENS, "Generated tokens.", stats.num_generation_tokens_total)
         yield counter(m.PREFIX_CACHE_QUERIES, "Prompt tokens looked up in the prefix cache.",
                       stats.prefix_cache_queries_total)  # fmt: skip

@@ -31,6 +31,7 @@ NUM_REQUESTS_SWAPPED = "vllm:num_requests_swapped"  # vLLM v0's name (v1 dropped
 KV_CACHE_USAGE_PERC = "vllm:kv_cache_usage_perc"  # a fraction 0..1, as in vLLM (1 = 100 %)
 NUM_PREEMPTIONS = "vllm:num_preemptions"  # counter: exposed as vllm:num_preemptions_total
 PROMPT_TOKENS = "vllm:prompt_tokens"  # counter (_total)
+PROMPT_TOKENS_CACHED = "vllm:prompt_tokens_cached"  # counter (_total): prompt tokens not computed here (cache, peers)
 GENERATION_TOKENS = "vllm:generation_tokens"  # counter (_total)
 PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries"  # counter (_total), in tokens
 PREFIX_CACHE_HITS = "vllm:prefix_cache_hits"  # counter (_total), in tokens

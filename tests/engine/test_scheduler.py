@@ -138,6 +138,7 @@ def test_prefix_cache_hit_skips_prefill_of_cached_blocks(make_scheduler, make_re
     assert scheduler.get_request("b").num_cached_prompt_tokens == 12
     stats = scheduler.make_stats()
     assert stats.prefix_cache_queries_total == 14 + 15 and stats.prefix_cache_hits_total == 12
+    assert stats.num_cached_prompt_tokens_total == 12  # vLLM's prompt_tokens_cached: b's 12, a's none
 
 
 def test_prefix_hit_leaves_the_last_prompt_token_to_compute(make_scheduler, make_request, constant_runner_cls):

@@ -18,7 +18,9 @@ from transport.messages import ErrorReply, MsgType
 pytestmark = pytest.mark.anyio
 
 JOIN_TIMEOUT_S = 30.0
-REQUESTS = [("hello zoo", 5), ("abc", 3), ("the tail is where the time goes", 2), ("x", 1)]
+# the third prompt twice: the second finds its first block (16 tokens) in the prefix cache
+REQUESTS = [("hello zoo", 5), ("abc", 3), ("the tail is where the time goes", 2), ("x", 1),
+            ("the tail is where the time goes", 2)]  # fmt: skip
 
 
 def parse(text: str) -> dict[str, list]:
@@ -56,6 +58,9 @@ async def test_agent_and_controlplane_metrics_count_the_requests_sent(observed_c
         vllm = {"model_name": "fake-bytes", "node": "a", "gpu_type": "L4", "cell": "west"}
         assert value(agent, "vllm:prompt_tokens_total", **vllm) == sum(len(p.encode()) for p, _ in REQUESTS)
         assert value(agent, "vllm:generation_tokens_total", **vllm) == sum(k for _, k in REQUESTS)
+        # each request admitted once (no preemption here): its cached prompt tokens are its prefix cache hits
+        cached = value(agent, "vllm:prompt_tokens_cached_total", **vllm)
+        assert cached == value(agent, "vllm:prefix_cache_hits_total", **vllm) == 16
         assert value(agent, "vllm:time_to_first_token_seconds_count", **vllm) == n
         assert value(agent, "vllm:e2e_request_latency_seconds_count", **vllm) == n
         assert value(agent, "vllm:request_queue_time_seconds_count", **vllm) == n
