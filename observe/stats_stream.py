@@ -101,6 +101,7 @@ class FleetObserver:
             latencies=latencies,
             num_requests_total=requests,
             num_inflight=inflight,
+            num_tokenizing=(stats.get("tokenizing") or {}).get("waiting", 0),
             rejected_requests_total=dict(stats["refused"]),
             malformed_messages_total=malformed,
             num_preemptions_total=sum(n.num_preemptions_total for n in nodes if n.state != "dead"),

@@ -378,6 +378,8 @@ class FleetStats(Envelope, kw_only=True):
     latencies: list[LatencyFigure] = []
     num_requests_total: dict[str, int] = {}  # routed, completed, failed, cancelled, refused
     num_inflight: int = 0
+    # of them, those whose long prompt waits for (or is in) a tokenizing thread (controlplane/offload_tokenize.py)
+    num_tokenizing: int = 0
     rejected_requests_total: dict[str, int] = {}  # by reason (ErrorCode value)
     malformed_messages_total: dict[str, int] = {}  # by kind (ErrorCode value; agent and client sockets)
     num_preemptions_total: int = 0  # summed over the live nodes' LoadReports

@@ -272,9 +272,10 @@ def describe_rates(view: FleetView) -> str:
     overload = " (OVERLOAD MODE)" if stats.overload_mode else ""  # hardware_aware's (router/overload.py)
     if stats.tpot_lost_redirects_total is not None:  # its goodput-first rule, on (router/policies/tpot_lost.py)
         overload += f"   TPOT lost causes moved {stats.tpot_lost_redirects_total}"
+    tokenizing = f" ({stats.num_tokenizing} tokenizing)" if stats.num_tokenizing else ""  # long prompts, off the loop
     return (
         f"requests/s {r.requests_per_s:.1f}   preemptions/s {r.preemptions_per_s:.1f}   "
-        f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}   "
+        f"rejected/s {r.rejected_per_s:.1f}   in flight {stats.num_inflight}{tokenizing}   "
         f"completed {stats.num_requests_total.get('completed', 0)}   "
         f"forecast late {stats.slo_forecast_late_share:.0%}{overload}   "
         f"{describe_migrations(stats, r)}\n"

@@ -44,6 +44,7 @@ def test_fleet_stats_carry_pairs_migrations_and_kv_bytes():
     stats = {
         "policy": "p", "nodes": {"h100": _row(), "l4": _row()}, "requests": {"inflight": 0}, "refused": {},
         "rejected_messages": {}, "migrations": {"drain:ok": 2}, "spec_pairs": PAIRS,
+        "tokenizing": {"waiting": 3, "tokenized_total": 9},
     }  # fmt: skip
     moves = SimpleNamespace(kv_bytes_total=4096)
     cp = SimpleNamespace(stats=lambda: stats, take_events=list, hellos={}, kv_moves=moves)
@@ -53,3 +54,4 @@ def test_fleet_stats_carry_pairs_migrations_and_kv_bytes():
     assert (by_id["h100"].spec_tpot_plain_s, by_id["h100"].spec_tpot_paired_s) == (0.010, 0.006)
     assert by_id["l4"].spec_drafter == "" and by_id["l4"].spec_tpot_paired_s is None
     assert fleet.migrations_total == {"drain:ok": 2} and fleet.kv_migrated_bytes_total == 4096
+    assert fleet.num_tokenizing == 3  # zoo top: "in flight N (3 tokenizing)"

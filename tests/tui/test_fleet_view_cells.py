@@ -20,3 +20,15 @@ def test_rows_are_grouped_by_cell_and_each_cell_is_summarised(make_stats):
     assert east.worst_ttft_p99_s == pytest.approx(0.030 * 3.5)
     assert (west.num_up, west.num_nodes) == (1, 2)
     assert east.describe().startswith("east: 2/2 up, run 19, wait 9, TTFT p99 105")
+
+
+def test_the_rates_line_names_the_requests_waiting_for_their_tokens(make_stats):
+    import msgspec
+
+    from tui.fleet_view import describe_rates
+
+    view = FleetView()
+    view.update(make_stats(1))
+    assert "tokenizing" not in describe_rates(view)  # none waiting: nothing said
+    view.update(msgspec.structs.replace(make_stats(2), num_inflight=7, num_tokenizing=3))
+    assert "in flight 7 (3 tokenizing)" in describe_rates(view)
