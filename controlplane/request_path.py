@@ -189,6 +189,8 @@ class RequestPath:
             return False
         if inflight.trace is not None:
             inflight.trace.on_chunk(chunk, recv_ns)
+        if chunk.finished and self.request_log is not None:
+            self.request_log.finishing(chunk.request_id, chunk.finish_reason)
         self.table.relay(inflight, chunk, recv_ns)
         return True
 
@@ -284,6 +286,8 @@ class RequestPath:
             self.spans.done(inflight.trace, inflight, outcome, time.monotonic_ns())
         if inflight.msg is not None:
             self.tenants.on_finished(inflight.msg.tenant, inflight.num_output_tokens, self.registry.clock.now())
+        if self.request_log is not None:
+            self.request_log.done(inflight.request_id, inflight.output_token_ids, outcome)
 
     def _class_name(self, msg: ClientGenerate) -> str:
         """The class a request is counted under: its resolved class, or what it asked for if that is unknown."""

@@ -178,6 +178,8 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-gc-freeze", action="store_true", help="keep the start-up heap collectable (observe/gc_pauses)")
     p.add_argument("--enable-log-requests", action="store_true", help="log each request taken or refused, its prompt "
                    "and parameters (vLLM's flag; logger zoo.requests: controlplane/request_log.py)")  # fmt: skip
+    p.add_argument("--enable-log-outputs", action="store_true", help="with --enable-log-requests: log each "
+                   "request's output as it ends (vLLM's flag)")  # fmt: skip
     p.add_argument("--max-log-len", type=_non_negative_int, default=None, metavar="N",
                    help="those lines keep a prompt's first N characters and ids (vLLM's; default: all)")  # fmt: skip
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
@@ -312,7 +314,8 @@ def run_controlplane(args: argparse.Namespace) -> int:
     if getattr(args, "enable_log_requests", False):
         from controlplane.request_log import RequestLog
 
-        cp.path.request_log = RequestLog(cp.path.tokenizer, getattr(args, "max_log_len", None))
+        outputs = getattr(args, "enable_log_outputs", False)
+        cp.path.request_log = RequestLog(cp.path.tokenizer, getattr(args, "max_log_len", None), outputs)
     http = None if args.http == "none" else args.http
     stats = None if args.stats_listen == "none" else args.stats_listen
     serve = functools.partial(

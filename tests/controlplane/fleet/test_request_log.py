@@ -61,8 +61,25 @@ def test_a_chats_prompt_is_its_tokens_decoded_and_a_refusal_says_why(caplog):
         RequestLog(tok, max_log_len=-1)
 
 
+def test_an_output_is_logged_as_its_request_leaves_only_when_asked(caplog):
+    tok = ByteTokenizer()
+    ids = tok.encode("the otters")
+    quiet, loud = RequestLog(tok), RequestLog(tok, max_log_len=4, log_outputs=True)
+    with caplog.at_level(logging.INFO, logger="zoo.requests"):
+        for log in (quiet, loud):
+            log.finishing("r1", "length")
+            log.done("r1", ids, "completed")
+            log.done("r2", ids[:2], "cancelled")  # no last chunk came: no finish reason
+    assert [r.getMessage() for r in caplog.records] == [
+        f"Generated response r1: output: 'the ', output_token_ids: {ids[:4]}, finish_reason: length, "
+        "outcome: completed.",
+        f"Generated response r2: output: 'th', output_token_ids: {ids[:2]}, finish_reason: None, outcome: cancelled.",
+    ]
+    assert quiet.num_logged == 0 and not quiet._finish_reasons and not loud._finish_reasons  # nothing kept
+
+
 def test_the_flags_on_a_control_plane_process(spawn_controlplane, spawn_agent):
-    cp = spawn_controlplane(None, "--enable-log-requests", "--max-log-len", "9")
+    cp = spawn_controlplane(None, "--enable-log-requests", "--enable-log-outputs", "--max-log-len", "9")
     spawn_agent(cp.agent_endpoint, "a")
     base = f"http://{cp.http}"
     deadline = time.monotonic() + 60
@@ -83,6 +100,7 @@ def test_the_flags_on_a_control_plane_process(spawn_controlplane, spawn_agent):
     out = cp.output()
     assert "Received request cmpl-" in out and "prompt: 'the otter'" in out and "node: a" in out
     assert "Refused request cmpl-" in out and "logit_bias" in out
+    assert "Generated response cmpl-" in out and "finish_reason: length, outcome: completed." in out
     for bad in ("-1", "x"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["controlplane", "--max-log-len", bad])
