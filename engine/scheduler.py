@@ -111,10 +111,8 @@ class Scheduler(RemoteSwapMixin):
             raise ValueError(f"request id {request.req_id!r} is already in use")
         num_blocks = self.kv_cache_manager.num_blocks_for_tokens(num_prompt_tokens)
         if num_blocks > self.cache_config.num_device_blocks:
-            raise ValueError(
-                f"request {request.req_id!r}: prompt needs {num_blocks} KV blocks, the device holds "
-                f"{self.cache_config.num_device_blocks}"
-            )
+            message = f"prompt needs {num_blocks} KV blocks, the device holds {self.cache_config.num_device_blocks}"
+            raise ValueError(f"request {request.req_id!r}: {message}")
         if request.status is not RequestStatus.WAITING or request.num_computed_tokens or request.output_token_ids:
             raise ValueError(f"request {request.req_id!r}: must be a fresh request")
         self._requests[request.req_id] = request
