@@ -24,7 +24,7 @@ from bench.workload import synthetic_prompt_ids
 from engine.sampling_params import SamplingParams
 from engine.thinking_budget import THINK_START
 
-ROUNDS = 5
+ROUNDS = 9
 NUM_REQUESTS, NUM_TOKENS, PROMPT_TOKENS = 8, 32, 64
 WAYS = {"plain": None, "unspent": 1000, "forcing": 4}
 
