@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from engine.config import (
     ATTENTION_KERNELS,
@@ -103,16 +104,23 @@ AUTO = "auto"
 AUTO_BUILD_TOKENS = 2048  # `auto`: the engine is built with this budget (the ceiling), the agent lowers it
 
 
+def int_at_least(minimum: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= ``minimum`` (``what``: the value's name in the error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def parse_batched_tokens(text: str) -> int | str:
-    if text == AUTO:
-        return AUTO
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of tokens or 'auto', got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
+    return AUTO if text == AUTO else int_at_least(1, "a number of tokens or 'auto'")(text)
 
 
 def batched_tokens(args: argparse.Namespace) -> int:

@@ -54,7 +54,7 @@ from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 from zoo.agent_cmd import add_agent_args, run_agent
 from zoo.controlplane_shutdown import stop_controlplane_on_signal
-from zoo.engine_args import parse_lora_module
+from zoo.engine_args import int_at_least, parse_lora_module
 from zoo.gateway_args import add_gateway_args, gateway_config_from_args
 from zoo.keys import (
     add_controlplane_auth_args,
@@ -70,17 +70,6 @@ DEFAULT_HTTP = "127.0.0.1:8000"
 
 
 # --------------------------------------------------------------------------- zoo controlplane
-
-
-def _non_negative_int(text: str) -> int:
-    """``--max-log-len``: an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"an integer expected, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
-    return value
 
 
 def _shutdown_timeout(text: str) -> float:
@@ -180,7 +169,7 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
                    "and parameters (vLLM's flag; logger zoo.requests: controlplane/request_log.py)")  # fmt: skip
     p.add_argument("--enable-log-outputs", action="store_true", help="with --enable-log-requests: log each "
                    "request's output as it ends (vLLM's flag)")  # fmt: skip
-    p.add_argument("--max-log-len", type=_non_negative_int, default=None, metavar="N",
+    p.add_argument("--max-log-len", type=int_at_least(0), default=None, metavar="N",
                    help="those lines keep a prompt's first N characters and ids (vLLM's; default: all)")  # fmt: skip
     p.add_argument("--fake-tokenizer", action="store_true", help=argparse.SUPPRESS)
     p.add_argument(

@@ -237,6 +237,35 @@ def run_batch() -> Callable[..., list[tuple]]:
 
 
 @pytest.fixture(scope="module")
+def smollm2_engine(smollm2_model, smollm2_checkpoint):
+    """SmolLM2 on the torch runner with a 256-token step budget, one per test module."""
+    from backends.torch import TorchModelRunner
+    from engine.llm_engine import LLMEngine
+
+    return LLMEngine(
+        TorchModelRunner(smollm2_model, progress=False),
+        smollm2_checkpoint.tokenizer,
+        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
+        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
+    )
+
+
+def _greedy(engine, prompt: list[int], max_tokens: int, **params) -> list[int]:
+    req_id = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=max_tokens, ignore_eos=True, **params))
+    out: list[int] = []
+    while engine.has_unfinished_requests():
+        out += [t for o in engine.step() if o.req_id == req_id for t in o.new_token_ids]
+    return out
+
+
+@pytest.fixture
+def greedy() -> Callable[..., list[int]]:
+    """``greedy(engine, prompt ids, max_tokens, **sampling params)``: the tokens one greedy request generates (EOS
+    ignored), run alone to its end."""
+    return _greedy
+
+
+@pytest.fixture(scope="module")
 def smollm2_chunked_engine(smollm2_model, smollm2_checkpoint):
     """SmolLM2 on the torch runner with a 16-token step budget (a prompt runs in chunks), one per test module."""
     from backends.torch import TorchModelRunner

@@ -89,33 +89,15 @@ def test_a_resumed_requests_earlier_output_counts():
     assert Request("c", [1], both, 0.0, eos_token_id=2).logits_inputs().banned_token_ids == (2, 9)
 
 
-def test_the_real_model_does_not_write_a_banned_word_it_writes_unconstrained(smollm2_model, smollm2_checkpoint):
-    from backends.torch import TorchModelRunner
-    from engine.config import CacheConfig, SchedulerConfig
-    from engine.llm_engine import LLMEngine
-
+def test_the_real_model_does_not_write_a_word_it_writes_unconstrained(smollm2_engine, smollm2_checkpoint, greedy):
     tok = smollm2_checkpoint.tokenizer
-    engine = LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        tok,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
-        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-    )
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}]))
-
-    def greedy(**extra) -> list[int]:
-        req_id = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, **extra))
-        out: list[int] = []
-        while engine.has_unfinished_requests():
-            out += [t for o in engine.step() if o.req_id == req_id for t in o.new_token_ids]
-        return out
-
-    free = greedy()
+    free = greedy(smollm2_engine, prompt, 12)
     assert "Paris" in tok.decode(free)  # the word the model writes unconstrained
     banned = bad_words_token_ids(tok, ["Paris"])
-    constrained = greedy(bad_words=("Paris",))  # the engine tokenizes them itself (no intake here)
+    constrained = greedy(smollm2_engine, prompt, 12, bad_words=("Paris",))  # the engine tokenizes them (no intake)
     assert constrained != free
     for sequence in banned:  # no banned sequence completed anywhere in the output
         n = len(sequence)
         assert all(tuple(constrained[i : i + n]) != sequence for i in range(len(constrained) - n + 1))
-    assert greedy(bad_words_token_ids=banned) == constrained  # ids given directly: the same ban
+    assert greedy(smollm2_engine, prompt, 12, bad_words_token_ids=banned) == constrained  # ids given: the same ban

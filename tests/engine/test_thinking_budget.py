@@ -134,36 +134,19 @@ def test_the_forced_token_is_the_only_one_the_sampler_may_pick():
         request.append_output_token_ids(output_token)
 
 
-def test_the_real_model_ends_its_thinking_at_the_budget(smollm2_model, smollm2_checkpoint):
-    from backends.torch import TorchModelRunner
-    from engine.config import CacheConfig, SchedulerConfig
-    from engine.llm_engine import LLMEngine
-
+def test_the_real_model_ends_its_thinking_at_the_budget(smollm2_engine, smollm2_checkpoint, greedy):
     tok = smollm2_checkpoint.tokenizer
-    engine = LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        tok,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
-        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-    )
     chat = tok.apply_chat_template([{"role": "user", "content": "Is 17 a prime number?"}])
     start, end = (tok.encode(text, add_special_tokens=False) for text in (THINK_START, THINK_END))
     newline = tok.encode("\n", add_special_tokens=False)
     assert len(newline) == 1
     prompt = [*tok.encode(chat), *start, *newline]  # a template that opens the thinking, as Qwen3's does
 
-    def greedy(**extra) -> list[int]:
-        req_id = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, **extra))
-        out: list[int] = []
-        while engine.has_unfinished_requests():
-            out += [t for o in engine.step() if o.req_id == req_id for t in o.new_token_ids]
-        return out
-
-    free = greedy()
+    free = greedy(smollm2_engine, prompt, 12)
     budget = 3
     assert free[budget : budget + len(end)] != end  # unconstrained, the model does not end there
     # the engine tokenizes the delimiters itself (no intake here); the prompt's "\n" after <think> counts as thinking
-    cut = greedy(thinking_token_budget=budget)
+    cut = greedy(smollm2_engine, prompt, 12, thinking_token_budget=budget)
     num_free = budget - 1
     assert cut[:num_free] == free[:num_free]  # the thinking before the budget is the model's own
     assert cut[num_free : num_free + len(end)] == end  # then the end of the thinking, forced
