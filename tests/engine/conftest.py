@@ -236,18 +236,23 @@ def run_batch() -> Callable[..., list[tuple]]:
     return _run_batch
 
 
-@pytest.fixture(scope="module")
-def smollm2_engine(smollm2_model, smollm2_checkpoint):
-    """SmolLM2 on the torch runner with a 256-token step budget, one per test module."""
+def _smollm2_engine(model, checkpoint, step_tokens: int):
+    """SmolLM2 on the torch runner: 4 sequences, 512 positions, 64 blocks of 16, ``step_tokens`` a step."""
     from backends.torch import TorchModelRunner
     from engine.llm_engine import LLMEngine
 
     return LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        smollm2_checkpoint.tokenizer,
-        SchedulerConfig(max_num_batched_tokens=256, max_num_seqs=4, max_model_len=512),
+        TorchModelRunner(model, progress=False),
+        checkpoint.tokenizer,
+        SchedulerConfig(max_num_batched_tokens=step_tokens, max_num_seqs=4, max_model_len=512),
         CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
     )
+
+
+@pytest.fixture(scope="module")
+def smollm2_engine(smollm2_model, smollm2_checkpoint):
+    """SmolLM2 with a 256-token step budget (a prompt in one step), one per test module."""
+    return _smollm2_engine(smollm2_model, smollm2_checkpoint, 256)
 
 
 def _greedy(engine, prompt: list[int], max_tokens: int, **params) -> list[int]:
@@ -267,13 +272,5 @@ def greedy() -> Callable[..., list[int]]:
 
 @pytest.fixture(scope="module")
 def smollm2_chunked_engine(smollm2_model, smollm2_checkpoint):
-    """SmolLM2 on the torch runner with a 16-token step budget (a prompt runs in chunks), one per test module."""
-    from backends.torch import TorchModelRunner
-    from engine.llm_engine import LLMEngine
-
-    return LLMEngine(
-        TorchModelRunner(smollm2_model, progress=False),
-        smollm2_checkpoint.tokenizer,
-        SchedulerConfig(max_num_batched_tokens=16, max_num_seqs=4, max_model_len=512),
-        CacheConfig(block_size=16, num_device_blocks=64, num_host_blocks=0),
-    )
+    """SmolLM2 with a 16-token step budget (a prompt runs in chunks), one per test module."""
+    return _smollm2_engine(smollm2_model, smollm2_checkpoint, 16)
