@@ -30,6 +30,7 @@ def _sampling_from_args(args: argparse.Namespace) -> SamplingParams:
         min_tokens=args.min_tokens,
         allowed_token_ids=tuple(args.allowed_token_id or ()),
         bad_words=tuple(args.bad_word or ()),
+        thinking_token_budget=getattr(args, "thinking_token_budget", None),
         structured_outputs=structured_output_from_args(args),
         prompt_logprobs=args.prompt_logprobs,
         truncate_prompt_tokens=args.truncate_prompt_tokens,
@@ -302,6 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--min-tokens", type=int, default=0, help="EOS and stop strings held back until this many")
     g.add_argument("--allowed-token-id", type=int, action="append", metavar="ID", help="only these ids (repeatable)")
     g.add_argument("--bad-word", action="append", metavar="WORD", help="never write this word (vLLM's; repeatable)")
+    g.add_argument("--thinking-token-budget", type=int, default=None, metavar="N",
+                   help="think at most N tokens, then </think> is forced (vLLM's; thinking_budget.py)")  # fmt: skip
     g.add_argument(
         "--prediction",
         default=None,

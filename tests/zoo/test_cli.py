@@ -70,7 +70,7 @@ def test_generate_with_a_bias_and_penalties(smollm2_checkpoint):
     ("flags", "field"),
     [(["--logit-bias", "x=1"], "logit_bias"), (["--frequency-penalty", "3"], "frequency_penalty"),
      (["--min-tokens", "9", "--max-tokens", "4"], "min_tokens"), (["--allowed-token-id", "-1"], "allowed_token_ids"),
-     (["--bad-word", " "], "bad_words")],
+     (["--bad-word", " "], "bad_words"), (["--thinking-token-budget", "-1"], "thinking_token_budget")],
 )  # fmt: skip
 def test_a_bad_penalty_or_bias_is_a_clear_usage_error(flags, field):
     r = _zoo("generate", "hello", *flags)
