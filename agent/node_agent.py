@@ -49,6 +49,7 @@ from agent.kv_remote_store import RemoteKVStore
 from agent.kv_remote_swap import RemoteSwapper
 from agent.node_core import EngineObservation, NodeCore
 from agent.request_age import request_age_s
+from agent.serving_digest import serving_digest
 from agent.verifier_pairing import VerifierPairing
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
@@ -133,6 +134,7 @@ class NodeAgent(Actor):
         self.pairing: VerifierPairing | None = None  # this node as a verifier paired with a fleet drafter
         self._hops_ns: list[int] = []  # router → node hops since the last NodeTelemetry
         self._telemetry_welcome = 0  # num_welcomes when the last NodeTelemetry was sent
+        self._digest: str | None = None  # the hello's config_digest, once worked out
         self.config = config
         self._engine_or_config = engine
         self.hardware = hardware
@@ -354,12 +356,22 @@ class NodeAgent(Actor):
         if self.config.role != "both":
             hello = msgspec.structs.replace(hello, role=self.config.role)
         hello.host, hello.rack = self.config.host_id, self.config.rack
+        hello.config_digest = self._config_digest(hello)
         hello.vocab_id = self.vocab_id
         if self.drafter is not None:
             hello.draft_models = list(self.drafter.draft_models)
             hello.draft_endpoint, hello.draft_vocab_id = self.drafter.endpoint, self.drafter.vocab_id
             hello.draft_step_ms = self.drafter.draft_step_ms
         return hello
+
+    def _config_digest(self, hello: NodeHello) -> str:
+        """The node's serving digest (agent/serving_digest.py), worked out at its first hello."""
+        if self._digest is None:
+            engine = self._engine_or_config if isinstance(self._engine_or_config, EngineConfig) else None
+            self._digest = serving_digest(
+                model=hello.model, backend=hello.backend, hardware=hello.hardware, kernels=hello.kernels, engine=engine
+            )
+        return self._digest
 
     def _telemetry(self) -> NodeTelemetry | None:
         """Hops since the last one; also once after every Welcome (a new control plane learns the metrics URL)."""

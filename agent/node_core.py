@@ -36,7 +36,7 @@ from engine.spec.grammar_drafts import StructuredOutputStats
 from engine.spec.speculator import SpecDecodeStats
 from engine.step_budget import DEFAULT_FLOOR_TOKENS, StepBudget, budget_from_profile
 from engine.step_rates import StepRates
-from transport.messages import HardwareInfo, KVInfo, LoadReport, NodeHello, TokenChunk
+from transport.messages import HardwareInfo, KVInfo, LoadReport, NodeHello, RequestTiming, TokenChunk
 
 MAX_RECENT_STEPS = 64  # step times carried by one LoadReport
 
@@ -340,6 +340,7 @@ class NodeCore:
             embedding=o.embedding,
             num_prediction_accepted_tokens=o.num_prediction_accepted_tokens,
             num_prediction_rejected_tokens=o.num_prediction_rejected_tokens,
+            timing=request_timing(o.metrics) if o.finished and o.metrics is not None else None,
         )
 
     def load_report(self) -> LoadReport:
@@ -466,3 +467,13 @@ def _roofline(engine: LLMEngine, memory_bandwidth_gbps: float) -> DecodeRoofline
     block_size = engine.cache_config.block_size
     kv_bytes_per_token = engine.runner.kv_bytes_per_block(block_size) / block_size
     return DecodeRoofline(weight_bytes, kv_bytes_per_token, memory_bandwidth_gbps)
+
+
+def request_timing(m: RequestMetrics) -> RequestTiming:
+    """A finished request's phases on this node, for its last TokenChunk (vLLM's per-request metrics)."""
+    return RequestTiming(
+        queue_s=m.queue_time_s,
+        prefill_s=m.prefill_time_s,
+        decode_s=m.decode_time_s,
+        num_output_tokens=m.num_output_tokens,
+    )

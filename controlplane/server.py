@@ -297,8 +297,7 @@ class ControlPlane(Actor):
             while not predicate():
                 await self._changed.wait()
 
-    def node_view(self, node_id: str):
-        """The node's view while it may be routed to (None: unknown, or not up)."""
+    def node_view(self, node_id: str):  # while it may be routed to (None: unknown, or not up)
         return next((v for v in self.registry.snapshot().nodes if v.node_id == node_id), None)
 
     def stats(self) -> dict:
@@ -366,8 +365,7 @@ class ControlPlane(Actor):
 
     @property
     def request_spans(self):
-        """The requests' OpenTelemetry spans (controlplane/request_spans.py; None: not traced): the gateway's
-        batches record theirs to the same collector."""
+        """The requests' OpenTelemetry spans (request_spans.py; None: not traced), the gateway's batches' too."""
         return self.path.spans
 
     def rate_limit_status(self, tenant: str):
@@ -510,8 +508,7 @@ class ControlPlane(Actor):
             self.drains.on_agent_drain(incoming.msg)
 
     def drain(self, node_id: str, reason: str = "") -> bool:
-        """Route nothing new to ``node_id`` and tell its agent; its requests finish there (or resume elsewhere
-        when it leaves). False: no such node."""
+        """Route nothing new to ``node_id``, tell its agent; its requests finish there (False: no such node)."""
         return self.drains.drain(node_id, reason)
 
     def handle_node_telemetry(self, incoming: Incoming) -> None:
@@ -593,6 +590,9 @@ class ControlPlane(Actor):
     def max_model_len(self) -> int | None:
         """The longest context a live node serves (None: no node yet)."""
         return self.model_max_len(None)
+
+    def node_hello(self, node_id: str) -> NodeHello | None:  # the gateway's system_fingerprint; None: gone
+        return self.registry.hello(node_id) if node_id in self.registry else None
 
     def model_max_len(self, model: str | None) -> int | None:
         """The longest context a live node serving ``model`` (None: any) serves; None: no such node."""

@@ -102,6 +102,9 @@ class NodeHello(Envelope, kw_only=True):
     # the method its engine speculates with (engine/spec/spec_config.py: ngram, model, remote); "": it does not (a
     # request's predicted output is drafted from only where it does: controlplane/router/prediction_affinity.py)
     speculative: str = ""
+    # what decides its tokens for a given request and seed, hashed (agent/serving_digest.py): the gateway's
+    # system_fingerprint (controlplane/gateway/system_fingerprint.py); "": not said
+    config_digest: str = ""
 
 
 class Welcome(Envelope, kw_only=True):
@@ -230,6 +233,17 @@ class GenerateRequest(Envelope, kw_only=True):
     trace_headers: dict[str, str] | None = None  # the control plane's span (controlplane/request_spans.py): a parent
 
 
+class RequestTiming(msgspec.Struct, frozen=True):
+    """A finished request's phases on the node that finished it (seconds of that node's clock; engine/request_output.py
+    RequestMetrics), on its last TokenChunk: vLLM's per-request metrics (controlplane/gateway/request_timing.py).
+    None: the request did not get that far. A request resumed on another node: that node's part alone."""
+
+    queue_s: float | None = None  # arrival at the engine → first scheduled
+    prefill_s: float | None = None  # first scheduled → first token
+    decode_s: float | None = None  # first token → last token
+    num_output_tokens: int = 0  # the tokens this node sampled for it
+
+
 class TokenChunk(Envelope, kw_only=True):
     """Agent → control plane → client: tokens and text since the last chunk of this request."""
 
@@ -251,6 +265,7 @@ class TokenChunk(Envelope, kw_only=True):
     # and the rest of them (rejected), as OpenAI's usage counts them; so far, on every chunk (engine/spec/)
     num_prediction_accepted_tokens: int = 0
     num_prediction_rejected_tokens: int = 0
+    timing: RequestTiming | None = None  # the last chunk's (finished), from a node that measured it
 
 
 class TokenChunks(Envelope, kw_only=True):

@@ -119,6 +119,22 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
         help="streamed chats and completions end with a usage chunk even when stream_options does not ask (vLLM's)",
     )
     p.add_argument(
+        "--enable-per-request-metrics",
+        action="store_true",
+        help="replies carry vLLM's per-request 'metrics' (queue, first token, generation, mean ITL, tokens/s: "
+        "controlplane/gateway/request_timing.py); a stream's on its final usage chunk",
+    )
+    p.add_argument(
+        "--fingerprint-mode",
+        default="full",
+        metavar="full|hash|custom|none",
+        help="replies' system_fingerprint: 'full' zoo-<backend>-<gpu>-<digest> of the node that served it (default), "
+        "'hash' zoo-<digest>, 'custom' --fingerprint-value, 'none' null (vLLM's flag)",
+    )
+    p.add_argument(
+        "--fingerprint-value", default=None, metavar="TEXT", help="the system_fingerprint of --fingerprint-mode custom"
+    )
+    p.add_argument(
         "--chat-completions-store",
         default=None,
         metavar="N,MIB",
@@ -158,6 +174,14 @@ def gateway_config_from_args(args: argparse.Namespace):
     stores = _store_bounds(args)
     raw = getattr(args, "default_chat_template_kwargs", None)
     template_defaults = _json_object(raw, "--default-chat-template-kwargs") if raw is not None else {}
+    from controlplane.gateway.system_fingerprint import FingerprintConfig
+
+    try:
+        fingerprint = FingerprintConfig(
+            getattr(args, "fingerprint_mode", "full"), getattr(args, "fingerprint_value", None)
+        )
+    except ValueError as e:
+        raise SystemExit(f"zoo controlplane: {e}") from None
     try:
         config = GatewayConfig(
             cors_allowed_origins=origins,
@@ -168,6 +192,8 @@ def gateway_config_from_args(args: argparse.Namespace):
             sampling_defaults=sampling_defaults_from_args(args),
             default_chat_template_kwargs=template_defaults,
             force_include_usage=getattr(args, "enable_force_include_usage", False),
+            per_request_metrics=getattr(args, "enable_per_request_metrics", False),
+            fingerprint=fingerprint,
             **access_log,
             **tls,
             **stores,

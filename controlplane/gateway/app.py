@@ -70,7 +70,6 @@ not read within ``request_read_timeout_s`` (408, and the connection is closed), 
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 import logging
 import time
 from collections.abc import Mapping
@@ -130,12 +129,14 @@ from controlplane.gateway.responses_routes import ResponsesRoutes
 from controlplane.gateway.server_load import ServerLoad, ServerLoadMiddleware
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
 from controlplane.gateway.structured_fields import GRAMMAR_THREADS, check_structured
+from controlplane.gateway.system_fingerprint import SystemFingerprints
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.upload_routes import UploadRoutes
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
 from transport.codec import clip
 from transport.messages import ErrorCode
+from transport.package_version import package_version
 from transport.trace_context import trace_headers
 
 log = logging.getLogger(__name__)
@@ -256,6 +257,7 @@ class Gateway:
         self.frontend = frontend
         self.config = config
         self.created_s = int(time.time())
+        self.fingerprints = SystemFingerprints(config.fingerprint, getattr(frontend, "node_hello", None))
         self.token_text = TokenText(getattr(frontend, "tokenizer", None))  # logprobs' token text and bytes
         self._grammar_limiter: anyio.CapacityLimiter | None = None  # check_structured's threads (made in the loop)
         self.tokenize_routes = TokenizeRoutes(frontend, config.tool_call_parser, config.default_chat_template_kwargs)
@@ -408,7 +410,7 @@ class Gateway:
         return json_response(health, status=200 if health.get("status") == "ok" else 503)
 
     async def handle_version(self, request: Request) -> Response:
-        return json_response({"version": _package_version()})
+        return json_response({"version": package_version()})
 
     async def handle_load(self, request: Request) -> Response:
         return json_response({"server_load": self.load.value})
@@ -515,6 +517,8 @@ class Gateway:
             predicted=args.sampling.prediction is not None,
             reasoning=chat and reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs) is not None,
             include_reasoning=args.include_reasoning,
+            fingerprints=self.fingerprints,
+            per_request_metrics=self.config.per_request_metrics,
             on_done=self.chat_completions.keep(request_owner(request), args.stored_messages, args.metadata)
             if chat and args.store
             else None,
@@ -570,10 +574,3 @@ async def _handle_unexpected(request: Request, exc: Exception) -> Response:
 
 def _unknown_model(name: str) -> FrontendError:
     return FrontendError(ErrorCode.UNKNOWN_MODEL, f"The model '{name}' does not exist", param="model")
-
-
-def _package_version() -> str:
-    try:
-        return importlib.metadata.version("silicon-zoo")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"

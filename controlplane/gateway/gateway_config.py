@@ -10,6 +10,7 @@ from typing import Any
 from controlplane.gateway.batch_runner import BatchRunnerConfig
 from controlplane.gateway.reasoning_parsers import REASONING_PARSERS
 from controlplane.gateway.sampling_defaults import DEFAULT_FIELDS
+from controlplane.gateway.system_fingerprint import FingerprintConfig
 from controlplane.gateway.tool_parsers import TOOL_CALL_PARSERS
 
 CHAT_FLAGS = ("add_generation_prompt", "continue_final_message")  # a request's own, not template defaults
@@ -41,6 +42,10 @@ class GatewayConfig:
     # streamed chats and completions end with a usage chunk even when stream_options does not ask for it (vLLM's
     # --enable-force-include-usage)
     force_include_usage: bool = False
+    # replies carry vLLM's per-request ``metrics`` (request_timing.py; --enable-per-request-metrics)
+    per_request_metrics: bool = False
+    # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)
+    fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
     responses_store_max: int = 1024
     responses_store_bytes: int = 64 * 1024 * 1024

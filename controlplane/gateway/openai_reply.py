@@ -31,9 +31,11 @@ from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.reasoning_parsers import ReasoningSplit, split_reasoning
+from controlplane.gateway.request_timing import per_request_metrics
+from controlplane.gateway.system_fingerprint import SystemFingerprints
 from controlplane.gateway.token_text import TokenIdText, TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import ToolPlan, ToolStream, call_objects
-from transport.messages import ErrorCode, TokenChunk
+from transport.messages import ErrorCode, RequestTiming, TokenChunk
 
 Logprob = tuple[int, float, list[tuple[int, float]]]  # (token id, logprob, [(top token id, logprob)])
 PromptLogprob = tuple[int, float | None, list[tuple[int, float]], int | None]  # (token id, logprob, top, rank)
@@ -59,6 +61,9 @@ class _Choice:
     reasoning: ReasoningSplit | None = None  # its thinking apart from its answer, chunk by chunk (reasoning_parsers.py)
     split: tuple[str, str] = ("", "")  # the last chunk's (reasoning, content) text
     num_reasoning_tokens: int = 0  # its tokens while it was still thinking (usage's reasoning_tokens)
+    node_id: str = ""  # the node its latest chunk came from (a resumed request's moves)
+    fingerprint: str | None = None  # that node's system_fingerprint (system_fingerprint.py)
+    timing: RequestTiming | None = None  # its last chunk's phases on that node (request_timing.py)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -91,6 +96,8 @@ class OpenAIReply:
         on_done: Callable[[dict], None] | None = None,
         reasoning: bool = False,
         include_reasoning: bool = True,
+        fingerprints: SystemFingerprints | None = None,
+        per_request_metrics: bool = False,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
@@ -100,7 +107,10 @@ class OpenAIReply:
         ``prediction`` (usage then counts its accepted and rejected tokens, as OpenAI's does); on_done: called once
         with the whole reply's object when every choice has ended, whole or streamed (a stored chat completion);
         reasoning: a chat's reply is split into reasoning and content (gateway/reasoning_parsers.py), the reasoning
-        sent unless ``include_reasoning`` is false."""
+        sent unless ``include_reasoning`` is false; fingerprints: each object's ``system_fingerprint``, that of the
+        node its choices ran on (None: no field); per_request_metrics: vLLM's ``metrics`` (request_timing.py)."""
+        self.fingerprints = fingerprints
+        self.per_request_metrics = per_request_metrics and len(choice_ids or [request_id]) == 1
         self.reasoning, self.include_reasoning = chat and reasoning, include_reasoning
         self.predicted = predicted
         self._on_done = on_done
@@ -149,6 +159,9 @@ class OpenAIReply:
         self._count_prompt(choice.prompt_index, chunk)
         choice.num_output_tokens = max(choice.num_output_tokens, chunk.num_output_tokens)
         choice.num_token_ids += len(chunk.token_ids)
+        self._note_node(choice, chunk)
+        if chunk.timing is not None:
+            choice.timing = chunk.timing
         if self.predicted:
             choice.prediction = (chunk.num_prediction_accepted_tokens, chunk.num_prediction_rejected_tokens)
         if chunk.prompt_logprobs is not None:
@@ -181,6 +194,12 @@ class OpenAIReply:
                 on_done, self._on_done = self._on_done, None
                 on_done(self.full_object())
         return choice
+
+    def _note_node(self, choice: _Choice, chunk: TokenChunk) -> None:
+        if chunk.node_id != choice.node_id and chunk.node_id:
+            choice.node_id = chunk.node_id
+            if self.fingerprints is not None:
+                choice.fingerprint = self.fingerprints.of_node(chunk.node_id)
 
     @property
     def num_prompt_tokens(self) -> int:
@@ -218,6 +237,7 @@ class OpenAIReply:
         """A chat stream's opening role deltas (their usage, if continuous, has the prompt of ``first``)."""
         if first is not None:
             self._count_prompt(self._choice(first).prompt_index, first)
+            self._note_node(self._choice(first), first)
         if not self.chat:
             return []
         roles = [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
@@ -260,7 +280,16 @@ class OpenAIReply:
         return objects
 
     def usage_object(self) -> dict:
-        return {**self.base, "choices": [], "usage": self.usage()}
+        return self._whole({**self.base, "choices": [], "usage": self.usage()})
+
+    def _whole(self, obj: dict) -> dict:
+        """``obj`` (the whole reply, or a stream's usage chunk) with the reply's fingerprint and metrics."""
+        if self.fingerprints is not None:
+            fingerprints = {c.fingerprint for c in self.choices}
+            obj["system_fingerprint"] = fingerprints.pop() if len(fingerprints) == 1 else None
+        if self.per_request_metrics:
+            obj["metrics"] = per_request_metrics(self.choices[0].timing)
+        return obj
 
     def full_object(self) -> dict:
         choices = []
@@ -304,7 +333,7 @@ class OpenAIReply:
             full["prompt_logprobs"] = self._vllm_prompt_logprobs(self.choices[0])
         if self.return_token_ids and self.chat:
             full["prompt_token_ids"] = self.choices[0].prompt_token_ids
-        return full
+        return self._whole(full)
 
     def _completion_chunk_objects(
         self, choice: _Choice, chunk: TokenChunk, logprobs: dict | None, finishing: bool
@@ -381,6 +410,8 @@ class OpenAIReply:
         if self.return_token_ids:  # vLLM's: each streamed choice names the tokens it carries
             choice["token_ids"] = token_ids or []
         obj = {**self.base, "choices": [choice]}
+        if self.fingerprints is not None:
+            obj["system_fingerprint"] = c.fingerprint
         if self.continuous_usage:
             obj["usage"] = self.usage()
         elif self.include_usage:

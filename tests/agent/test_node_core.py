@@ -444,3 +444,16 @@ def test_a_requests_tpot_target_is_known_until_it_leaves():
     assert core.tpot_target("t") == 0.05
     core.abort(["t"])
     assert core.tpot_target("t") == 0.0 and core.tpot_target("never") == 0.0
+
+
+def test_the_last_token_chunk_carries_the_requests_phases_on_this_node():
+    core, clock = _core()
+    core.add("a", _prompt(5), _params(2))
+    clock.advance(0.25)  # queued this long
+    (first,) = core.step()  # scheduled, and its first token, at 0.25
+    assert core.token_chunk(first).timing is None  # not finished: no phases yet
+    clock.advance(0.5)
+    (last,) = core.step()
+    timing = core.token_chunk(last).timing
+    assert timing is not None
+    assert (timing.queue_s, timing.prefill_s, timing.decode_s, timing.num_output_tokens) == (0.25, 0.0, 0.5, 2)

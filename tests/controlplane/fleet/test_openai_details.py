@@ -6,6 +6,7 @@ everywhere, and the server's TTFT against the client's."""
 
 from __future__ import annotations
 
+import re
 import socket
 import statistics
 import time
@@ -263,3 +264,28 @@ def test_the_control_planes_metrics_count_the_gateways_requests_by_route(fleet, 
     }
     assert counted[("/v1/chat/completions", "POST", "2xx")] == 1
     assert not any(handler in ("/health", "/metrics") for handler, _, _ in counted)
+
+
+def test_a_reply_names_its_nodes_configuration_and_its_phases(spawn_controlplane, spawn_agent):
+    """``system_fingerprint``: the serving node's (from its hello's digest); ``--enable-per-request-metrics``: vLLM's
+    ``metrics`` from the phases the agent measured, whole and streamed."""
+    cp = spawn_controlplane(None, "--enable-per-request-metrics")
+    spawn_agent(cp.agent_endpoint, "a", "--fake-step-ms", "10")
+    base_url = f"http://{cp.http}"
+    _wait_healthy(base_url)
+    sdk = openai.OpenAI(base_url=base_url + "/v1", api_key="x", max_retries=0, timeout=30)
+    replies = [sdk.completions.create(model=FAKE_MODEL_NAME, prompt=PROMPT, max_tokens=3) for _ in range(2)]
+    fingerprint = replies[0].system_fingerprint
+    assert fingerprint is not None and re.fullmatch(r"zoo-[a-z0-9.-]+-[0-9a-f]{8}", fingerprint), fingerprint
+    assert replies[1].system_fingerprint == fingerprint  # one node, one configuration
+    metrics = replies[0].model_extra["metrics"]
+    assert set(metrics) == {"time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms",
+                            "tokens_per_second"}  # fmt: skip
+    assert all(isinstance(v, float) and v >= 0 for v in metrics.values()), metrics
+    assert metrics["generation_time_ms"] > 0 and metrics["tokens_per_second"] > 0  # 3 tokens, 2 decode steps
+    stream = sdk.completions.create(
+        model=FAKE_MODEL_NAME, prompt=PROMPT, max_tokens=3, stream=True, stream_options={"include_usage": True}
+    )
+    chunks = list(stream)
+    assert {c.system_fingerprint for c in chunks} == {fingerprint}
+    assert chunks[-1].usage is not None and set(chunks[-1].model_extra["metrics"]) == set(metrics)
