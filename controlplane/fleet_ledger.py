@@ -86,6 +86,7 @@ class FleetLedger:
                 "requests_routed": self.decisions.get(node_id, 0),
                 "metrics_url": self.metrics_urls.get(node_id, ""),
                 "kernels": hello.kernels if hello else "",
+                "config_digest": hello.config_digest if hello else "",
                 "decode_roofline_fraction": self.roofline.get(node_id, 0.0),
                 "role": hello.role if hello else "both",
                 "host": hello.host if hello else "",

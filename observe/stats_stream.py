@@ -157,6 +157,7 @@ def _node_stats(node_id: str, n: dict) -> NodeStats:
         num_preemptions_total=n.get("num_preemptions_total", 0),
         metrics_url=n.get("metrics_url", ""),
         kernels=n.get("kernels", ""),
+        config_digest=n.get("config_digest", ""),
         decode_roofline_fraction=n.get("decode_roofline_fraction", 0.0),
         role=n.get("role", "both"),
         host=n.get("host", ""),

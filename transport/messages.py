@@ -370,6 +370,7 @@ class NodeStats(msgspec.Struct, kw_only=True):
     num_preemptions_total: int = 0
     metrics_url: str = ""  # the agent's /metrics ("" when it exports none)
     kernels: str = ""  # from the node's hello
+    config_digest: str = ""  # from the node's hello (agent/serving_digest.py): nodes alike share it
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
     role: str = "both"  # from its hello: prefill | decode | both (the prefill/decode split)
     # speculative pairs (controlplane/spec_pairs.py): the drafter this verifier drafts with ("" none), its measured

@@ -1,4 +1,5 @@
-"""`zoo top` shows each node's decode roofline fraction in the table and its kernels in the detail view."""
+"""`zoo top` shows each node's decode roofline fraction in the table and its kernels and serving digest in the detail
+view."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ pytestmark = pytest.mark.anyio
 
 def _with_kernels(stats):
     nodes = [
-        msgspec.structs.replace(n, kernels=f"flash_sdpa kv=auto graphs=on ({n.node_id})", decode_roofline_fraction=0.42)
+        msgspec.structs.replace(
+            n,
+            kernels=f"flash_sdpa kv=auto graphs=on ({n.node_id})",
+            decode_roofline_fraction=0.42,
+            config_digest="3f2a9c1e55aa0b17",
+        )
         if n.node_id == "h100-0"
         else n
         for n in stats.nodes
@@ -41,3 +47,4 @@ async def test_roofline_column_and_kernels_in_the_detail_view(make_stats):
         facts = str(app.screen.query_one("#detail-facts").render())
         assert "kernels flash_sdpa kv=auto graphs=on (h100-0)" in facts
         assert "decode roofline 42%" in facts
+        assert "config 3f2a9c1e" in facts  # its serving digest (nodes alike share it), as its fingerprint shows it
