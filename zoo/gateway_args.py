@@ -104,6 +104,17 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--enable-auto-tool-choice", action="store_true", help="taken for vLLM's command lines: "
                    "tool_choice auto is on whenever --tool-call-parser is not none")  # fmt: skip
+    p.add_argument(
+        "--exclude-tools-when-tool-choice-none",
+        action="store_true",
+        help="taken for vLLM's command lines: tool_choice none always leaves a request's tools out of its prompt",
+    )
+    p.add_argument(
+        "--response-role",
+        default="assistant",
+        metavar="ROLE",
+        help="a chat reply's role when the prompt ends with a new message's header (vLLM's flag; default assistant)",
+    )
     p.add_argument("--reasoning-parser", choices=["deepseek_r1", "qwen3"], help="a reasoning model's thinking "
                    "as the reply's reasoning, apart from its content (gateway/reasoning_parsers.py)")  # fmt: skip
     p.add_argument(
@@ -193,6 +204,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             default_chat_template_kwargs=template_defaults,
             force_include_usage=getattr(args, "enable_force_include_usage", False),
             per_request_metrics=getattr(args, "enable_per_request_metrics", False),
+            response_role=getattr(args, "response_role", "assistant"),
             fingerprint=fingerprint,
             **access_log,
             **tls,
@@ -201,6 +213,7 @@ def gateway_config_from_args(args: argparse.Namespace):
     except ValueError as e:
         flag = "--ssl-*" if "ssl" in str(e) else "--cors-origins"
         flag = "--default-chat-template-kwargs" if "default_chat_template_kwargs" in str(e) else flag
+        flag = "--response-role" if "response_role" in str(e) else flag
         raise SystemExit(f"zoo controlplane: {flag}: {e}") from None
     check_tls_files(config)
     return config

@@ -110,7 +110,7 @@ from controlplane.gateway.http_span import HttpSpans
 from controlplane.gateway.invocations import invocations
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.message_batch_routes import MessageBatchRoutes
-from controlplane.gateway.openai_reply import OpenAIReply
+from controlplane.gateway.openai_reply import OpenAIReply, chat_reply_role
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion, with_template_defaults
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
@@ -518,6 +518,9 @@ class Gateway:
             reasoning=chat and reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs) is not None,
             include_reasoning=args.include_reasoning,
             fingerprints=self.fingerprints,
+            role=chat_reply_role(
+                args.messages, args.chat is None or args.chat.add_generation_prompt, self.config.response_role
+            ),
             per_request_metrics=self.config.per_request_metrics,
             on_done=self.chat_completions.keep(request_owner(request), args.stored_messages, args.metadata)
             if chat and args.store

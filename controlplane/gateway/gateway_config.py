@@ -16,6 +16,7 @@ from controlplane.gateway.tool_parsers import TOOL_CALL_PARSERS
 CHAT_FLAGS = ("add_generation_prompt", "continue_final_message")  # a request's own, not template defaults
 
 PROBE_PATHS = ("/metrics", "/metrics/targets", "/health", "/ping", "/load")  # what probes, scrapers, balancers poll
+_ROLE = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 _ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-\[\]:]+")
 
 
@@ -44,6 +45,9 @@ class GatewayConfig:
     force_include_usage: bool = False
     # replies carry vLLM's per-request ``metrics`` (request_timing.py; --enable-per-request-metrics)
     per_request_metrics: bool = False
+    # a chat reply's role when the prompt ends with a new message's header (vLLM's --response-role; a request that
+    # continues its last message instead gets that message's role, as vLLM's)
+    response_role: str = "assistant"
     # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)
     fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)
@@ -141,6 +145,8 @@ class GatewayConfig:
             raise ValueError(f"GatewayConfig.ssl_cert_reqs must be 0, 1 or 2 (ssl.CERT_*), got {self.ssl_cert_reqs}")
         if self.ssl_cert_reqs and self.ssl_ca_certs is None:
             raise ValueError("GatewayConfig.ssl_cert_reqs asks for client certificates: ssl_ca_certs must name the CA")
+        if not _ROLE.fullmatch(self.response_role):
+            raise ValueError(f"GatewayConfig.response_role must be 1-64 of [A-Za-z0-9_-], got {self.response_role!r}")
         for name in ("request_read_timeout_s", "keep_alive_timeout_s"):
             if not 0 < getattr(self, name) < math.inf:
                 raise ValueError(f"GatewayConfig.{name} must be > 0 and finite, got {getattr(self, name)}")

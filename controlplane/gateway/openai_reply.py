@@ -70,6 +70,12 @@ class _Choice:
         return self.num_output_tokens or self.num_token_ids
 
 
+def chat_reply_role(messages: list | None, add_generation_prompt: bool, response_role: str) -> str:
+    """A chat reply's role, vLLM's rule (serving_chat ``get_chat_request_role``): the server's ``--response-role``
+    when the prompt ends with a new message's header, else the role of the message it continues."""
+    return response_role if add_generation_prompt or not messages else messages[-1].role
+
+
 class OpenAIReply:
     """choice_ids: each choice's engine request id, in choice order (one choice: chunks of any id are its)."""
 
@@ -98,6 +104,7 @@ class OpenAIReply:
         include_reasoning: bool = True,
         fingerprints: SystemFingerprints | None = None,
         per_request_metrics: bool = False,
+        role: str = "assistant",
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
@@ -108,7 +115,9 @@ class OpenAIReply:
         with the whole reply's object when every choice has ended, whole or streamed (a stored chat completion);
         reasoning: a chat's reply is split into reasoning and content (gateway/reasoning_parsers.py), the reasoning
         sent unless ``include_reasoning`` is false; fingerprints: each object's ``system_fingerprint``, that of the
-        node its choices ran on (None: no field); per_request_metrics: vLLM's ``metrics`` (request_timing.py)."""
+        node its choices ran on (None: no field); per_request_metrics: vLLM's ``metrics`` (request_timing.py); role: a
+        chat reply's (``chat_reply_role``)."""
+        self.role = role
         self.fingerprints = fingerprints
         self.per_request_metrics = per_request_metrics and len(choice_ids or [request_id]) == 1
         self.reasoning, self.include_reasoning = chat and reasoning, include_reasoning
@@ -240,7 +249,7 @@ class OpenAIReply:
             self._note_node(self._choice(first), first)
         if not self.chat:
             return []
-        roles = [self._chunk_object(c, {"role": "assistant", "content": ""}, None, None) for c in self.choices]
+        roles = [self._chunk_object(c, {"role": self.role, "content": ""}, None, None) for c in self.choices]
         if self.return_token_ids and first is not None:  # vLLM's: the prompt's tokens in the first chunk ever
             roles[0]["prompt_token_ids"] = first.prompt_token_ids
         echoes = [self._chunk_object(c, {"content": self.chat_echo}, None, None) for c in self.choices]
@@ -305,11 +314,11 @@ class OpenAIReply:
                     thought, answer = split_reasoning(text)
                     text = answer or ""
                 content = self.chat_echo + text
-                message = {"role": "assistant", "content": content if content or not self.reasoning else None}
+                message = {"role": self.role, "content": content if content or not self.reasoning else None}
                 if self.tools is not None:
                     content, calls = self.tools.extract(text)
                     echoed = self.chat_echo + (content or "") if self.chat_echo else content  # None: all calls
-                    message = {"role": "assistant", "content": echoed}
+                    message = {"role": self.role, "content": echoed}
                     if calls:
                         message["tool_calls"] = call_objects(calls)
                     reason = self.tools.finish_reason(reason, bool(calls))
