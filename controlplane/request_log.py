@@ -57,6 +57,7 @@ class RequestLog:
         log.info(
             "Generated response %s: output: %r, output_token_ids: %s, finish_reason: %s, outcome: %s.",
             request_id, text, ids, reason, outcome,
+            extra={"request_id": request_id, "finish_reason": reason, "outcome": outcome},
         )  # fmt: skip
         self.num_logged += 1
 
@@ -72,12 +73,17 @@ class RequestLog:
             "Received request %s: prompt: %r, params: %s, prompt_token_ids: %s, lora_request: %s, node: %s, "
             "traffic_class: %s.",
             msg.request_id, text, msg.sampling, token_ids, lora, placed.node_id, placed.route.traffic_class,
+            extra={"request_id": msg.request_id, "node_id": placed.node_id,
+                   "traffic_class": placed.route.traffic_class},
         )  # fmt: skip
         self.num_logged += 1
 
     def refused(self, msg: ClientGenerate, error: ErrorReply) -> None:
         if log.isEnabledFor(logging.INFO):
-            log.info("Refused request %s: %s: %s.", msg.request_id, error.code.value, error.message)
+            log.info(
+                "Refused request %s: %s: %s.", msg.request_id, error.code.value, error.message,
+                extra={"request_id": msg.request_id, "error_code": error.code.value},
+            )  # fmt: skip
             self.num_logged += 1
 
     def _decoded(self, token_ids: list[int]) -> str:

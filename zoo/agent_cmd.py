@@ -18,19 +18,20 @@ import sys
 import anyio
 
 from backends.fake import FAKE_MODEL_NAME, build_trivial_engine, cpu_test_hardware
-from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT
 from zoo.engine_args import AUTO, add_engine_args, batched_tokens, engine_config_from_args
 from zoo.keys import (
     add_agent_auth_args,
     agent_node_id_and_curve,
 )
+from zoo.log_args import add_log_args, configure_logging_from_args
 from zoo.tracing_args import add_tracing_args, span_export_from_args
 
 log = logging.getLogger(__name__)
 
 
 def add_agent_args(p: argparse.ArgumentParser) -> None:
+    add_log_args(p)
     p.add_argument("--control", default=DEFAULT_AGENT_ENDPOINT, help="the control plane's agent endpoint")
     p.add_argument("--node-id", default=None, help="unique node id (default: HOSTNAME-PID)")
     p.add_argument("--gpu-profile", default=None, help="describe the device as this GPU table entry")
@@ -213,7 +214,7 @@ def sim_engine_config_from_args(args: argparse.Namespace):
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging_from_args(args, "agent")
     try:
         agent = agent_from_args(args)
     except ValueError as e:

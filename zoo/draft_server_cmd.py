@@ -9,6 +9,9 @@ import anyio
 
 
 def add_draft_server_args(p: argparse.ArgumentParser) -> None:
+    from zoo.log_args import add_log_args
+
+    add_log_args(p)
     p.add_argument("--bind", default="tcp://127.0.0.1:5560", help="the address verifiers connect to")
     p.add_argument("--model", default=None, help="the draft checkpoint (default: SmolLM2-135M-Instruct)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
@@ -25,9 +28,9 @@ def run_draft_server(args: argparse.Namespace) -> int:
     from backends.checkpoint import load_checkpoint
     from backends.torch import TorchModelRunner
     from backends.torch.draft_proposer import DraftModelProposer
-    from transport.process import configure_logging
+    from zoo.log_args import configure_logging_from_args
 
-    configure_logging()
+    configure_logging_from_args(args, "draft-server")
     if args.num_threads is not None:
         torch.set_num_threads(args.num_threads)
     checkpoint = load_checkpoint(args.model)

@@ -50,7 +50,6 @@ from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.model_aliases import check_model_aliases, parse_model_alias
 from engine.config import SIM_PREFIX
 from observe.stats_stream import DEFAULT_STATS_ENDPOINT
-from transport.process import configure_logging
 from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 from zoo.agent_cmd import add_agent_args, run_agent
 from zoo.controlplane_shutdown import stop_controlplane_on_signal
@@ -62,6 +61,7 @@ from zoo.keys import (
     controlplane_curve_from_args,
     tenants_from_args,
 )
+from zoo.log_args import add_log_args, configure_logging_from_args
 from zoo.tracing_args import add_tracing_args, span_export_from_args
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ def _controlplane_default(name: str):
 
 
 def add_controlplane_args(p: argparse.ArgumentParser) -> None:
+    add_log_args(p)
     p.add_argument("--listen", default=DEFAULT_AGENT_ENDPOINT, help="ROUTER endpoint agents connect to")
     p.add_argument(
         "--client-listen", default=DEFAULT_CLIENT_ENDPOINT, help="ROUTER endpoint for ZeroMQ clients ('none': off)"
@@ -290,7 +291,7 @@ def controlplane_from_args(args: argparse.Namespace):
 
 
 def run_controlplane(args: argparse.Namespace) -> int:
-    configure_logging()
+    configure_logging_from_args(args, "controlplane")
     try:
         spans = span_export_from_args(args)
     except ValueError as e:

@@ -56,17 +56,28 @@ class AccessLog:
             end_s = time.perf_counter()
             client = scope.get("client")
             first_s = reply["first_s"]
+            fields = {
+                "client": f"{client[0]}:{client[1]}" if client else "-",
+                "http_method": scope.get("method", ""),
+                "http_path": _escaped(scope.get("path", ""), MAX_PATH_CHARS),
+                "http_status": reply["status"],
+                "bytes": reply["bytes"],
+                "ttfb_ms": None if first_s is None else round((first_s - start_s) * 1e3, 1),
+                "total_ms": round((end_s - start_s) * 1e3, 1),
+                "request_id": None if reply["id"] is None else _escaped(reply["id"].decode("latin-1"), MAX_ID_CHARS),
+            }  # the line's fields: keys of its JSON object with --log-format json (transport/process.py)
             log.info(
                 '%s "%s %s HTTP/%s" %s %dB first %s total %.1fms id=%s',
-                f"{client[0]}:{client[1]}" if client else "-",
-                scope.get("method", ""),
-                _escaped(scope.get("path", ""), MAX_PATH_CHARS),
+                fields["client"],
+                fields["http_method"],
+                fields["http_path"],
                 scope.get("http_version", "1.1"),
-                reply["status"],
-                reply["bytes"],
-                "-" if first_s is None else f"{(first_s - start_s) * 1e3:.1f}ms",
-                (end_s - start_s) * 1e3,
-                "-" if reply["id"] is None else _escaped(reply["id"].decode("latin-1"), MAX_ID_CHARS),
+                fields["http_status"],
+                fields["bytes"],
+                "-" if first_s is None else f"{fields['ttfb_ms']:.1f}ms",
+                fields["total_ms"],
+                fields["request_id"] or "-",
+                extra=fields,
             )
 
 

@@ -48,6 +48,11 @@ async def test_a_line_per_request_with_its_status_size_times_and_id(frontend, ca
     assert second["id"] == stream.headers["x-request-id"]
     assert (third["status"], third["path"], third["id"]) == ("404", "/v1/nope", "-")
     assert missing.status_code == 404
+    # the same figures as the record's fields (the keys of its JSON line with --log-format json)
+    record = next(r for r in caplog.records if r.name == "zoo.access")
+    assert (record.client, record.http_method, record.http_path) == ("10.1.2.3:5555", "POST", "/v1/completions")
+    assert (record.http_status, record.bytes, record.request_id) == (200, len(whole.content), whole.json()["id"])
+    assert 0 <= record.ttfb_ms <= record.total_ms
 
 
 async def test_a_path_cannot_forge_a_line_and_a_long_one_is_cut(frontend, caplog):
