@@ -74,7 +74,7 @@ def test_an_endpoint_that_cannot_bind_stops_zoo_agent_with_its_name(capsys, monk
         KVEventPublisher(KVEventsConfig(True, endpoint="tcp://*:notaport"), 16)
     with pytest.raises(ValueError, match="replay_endpoint 'tcp://\\*:nope'"):
         KVEventPublisher(KVEventsConfig(True, endpoint="tcp://127.0.0.1:*", replay_endpoint="tcp://*:nope"), 16)
-    monkeypatch.setattr("zoo.agent_cmd.configure_logging", lambda: None)  # the test process's logging stays
+    monkeypatch.setattr("zoo.agent_cmd.configure_logging_from_args", lambda *a: None)  # the process keeps its logging
     config = '{"enable_kv_cache_events": true, "endpoint": "tcp://*:notaport"}'
     argv = ["agent", "--fake-runner", "--control", "tcp://127.0.0.1:1", "--kv-events-config", config]
     assert main(argv) == 2  # not a traceback

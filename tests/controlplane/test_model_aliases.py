@@ -119,7 +119,7 @@ def test_an_adapter_cannot_take_an_aliass_name():
 
 
 def test_zoo_controlplane_takes_the_flag_and_zoo_toml_a_list(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("zoo.serve.configure_logging", lambda: None)  # the test process's logging stays as it is
+    monkeypatch.setattr("zoo.serve.configure_logging_from_args", lambda *a: None)  # the process keeps its logging
     config = tmp_path / "zoo.toml"
     config.write_text('[controlplane]\nmodel_alias = ["gpt-4o=m", "gpt-4o-mini=m"]\n')
     argv = load_up_config(config).controlplane_argv()

@@ -60,7 +60,7 @@ def test_the_running_control_plane_says_which_knobs_it_runs_with():
     ],
 )
 def test_a_bad_knob_is_a_clear_error_before_anything_starts(knobs, message, capsys, monkeypatch):
-    monkeypatch.setattr("zoo.serve.configure_logging", lambda: None)  # the test process's logging stays as it is
+    monkeypatch.setattr("zoo.serve.configure_logging_from_args", lambda *a: None)  # the process keeps its logging
     with pytest.raises(ValueError, match="--router-knobs") as e:
         _controlplane("--router-knobs", knobs)
     assert message in str(e.value)
@@ -136,7 +136,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(monkeypatch):
 def test_the_knobs_file_is_read_at_start_and_refused_with_the_flag_or_broken(tmp_path, capsys, monkeypatch):
     """--router-knobs-file (read again at SIGHUP: tests/controlplane/fleet/test_router_reload_sighup.py): at start
     as --router-knobs; both at once, or a bad file, a clear error before anything starts."""
-    monkeypatch.setattr("zoo.serve.configure_logging", lambda: None)
+    monkeypatch.setattr("zoo.serve.configure_logging_from_args", lambda *a: None)
     knobs = tmp_path / "zoo.toml"
     knobs.write_text("[controlplane.router]\nslo_tpot_s = 0.05\n")
     cp = _controlplane("--router-knobs-file", str(knobs))

@@ -41,7 +41,7 @@ def test_a_tokenizer_with_another_template_leaves_the_models_alone(smollm_tokeni
 
 def test_zoo_controlplane_renders_chats_with_it(smollm_checkpoint, monkeypatch, capsys):
     monkeypatch.setattr("backends.checkpoint.load_checkpoint", lambda path=None: smollm_checkpoint)  # loaded once
-    monkeypatch.setattr("zoo.serve.configure_logging", lambda: None)  # the test process's logging stays as it is
+    monkeypatch.setattr("zoo.serve.configure_logging_from_args", lambda *a: None)  # the process keeps its logging
     cp = controlplane_from_args(build_parser().parse_args(["controlplane", "--chat-template", INLINE]))
     assert cp.tokenizer.apply_chat_template(USER) == "<<user|Hi>>>>"
     assert smollm_checkpoint.tokenizer.chat_template != INLINE  # the session's checkpoint is as it was
