@@ -67,6 +67,7 @@ from zoo.tracing_args import add_tracing_args, span_export_from_args
 log = logging.getLogger(__name__)
 
 DEFAULT_HTTP = "127.0.0.1:8000"
+UDS_PREFIX = "unix:"  # --uds PATH: the gateway's address as "unix:PATH" (instead of HOST:PORT)
 
 
 # --------------------------------------------------------------------------- zoo controlplane
@@ -94,6 +95,13 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
         "--client-listen", default=DEFAULT_CLIENT_ENDPOINT, help="ROUTER endpoint for ZeroMQ clients ('none': off)"
     )
     p.add_argument("--http", default=DEFAULT_HTTP, help="HOST:PORT of the OpenAI-compatible API ('none': off)")
+    p.add_argument(
+        "--uds",
+        default=None,
+        metavar="PATH",
+        help="serve the OpenAI-compatible API on this Unix domain socket instead of --http's port (vLLM's flag; "
+        "a sidecar's or a local proxy's way in: owner and group may connect, mode 0660)",
+    )
     add_gateway_args(p)  # the HTTP gateway's own (zoo/gateway_args.py)
     p.add_argument("--policy", default="hardware_aware", help="routing policy by name")
     p.add_argument(
@@ -307,6 +315,8 @@ def run_controlplane(args: argparse.Namespace) -> int:
         outputs = getattr(args, "enable_log_outputs", False)
         cp.path.request_log = RequestLog(cp.path.tokenizer, getattr(args, "max_log_len", None), outputs)
     http = None if args.http == "none" else args.http
+    if getattr(args, "uds", None):
+        http = UDS_PREFIX + args.uds
     stats = None if args.stats_listen == "none" else args.stats_listen
     serve = functools.partial(
         _serve_controlplane,
@@ -356,14 +366,18 @@ async def _serve_controlplane(
             endpoint = await tg.start(StatsPublisher(observer, stats_listen, stats_interval_s).run)
             print(f"fleet stats: {endpoint} (zoo top --control {endpoint})", flush=True)
         if http is not None:
-            host, _, port = http.rpartition(":")
+            uds = http.removeprefix(UDS_PREFIX) if http.startswith(UDS_PREFIX) else None
+            host, _, port = (None, "", "0") if uds is not None else http.rpartition(":")
             serve_http = functools.partial(
                 _serve_http, gateway_config=gateway_config, api_keys=api_keys, exporter=exporter, gateways=gateways
             )
-            await tg.start(serve_http, cp, host, int(port), exporter.asgi_app(observer.poll))
+            await tg.start(
+                functools.partial(serve_http, uds=uds), cp, host, int(port), exporter.asgi_app(observer.poll)
+            )
             scheme = "https" if gateway_config is not None and gateway_config.ssl_certfile else "http"
-            url = f"{scheme}://{http}"
-            print(f"OpenAI API: {url}/v1  health: {url}/health  metrics: {url}/metrics")
+            url = f"{scheme}://{http}" if uds is None else f"{scheme}://localhost"
+            where = "" if uds is None else f" on the Unix socket {uds} (curl --unix-socket {uds} {url}/v1/models)"
+            print(f"OpenAI API: {url}/v1  health: {url}/health  metrics: {url}/metrics{where}")
             print(f"Prometheus HTTP service discovery of the agents: {url}/metrics/targets", flush=True)
         if gc_freeze:  # started: what start-up made is never walked by a collection again
             settle_heap()
@@ -380,6 +394,7 @@ async def _serve_http(
     api_keys=None,
     exporter=None,
     gateways: list | None = None,
+    uds: str | None = None,
     task_status=anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """The OpenAI gateway on HOST:PORT (header and body read deadlines, JSON errors: gateway/http_server.py);
@@ -409,7 +424,7 @@ async def _serve_http(
         )
         exporter.registry.register(SnapshotCollector(collect))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
-    await serve_gateway(app, host, port, config, task_status=task_status)
+    await serve_gateway(app, host, port, config, uds=uds, task_status=task_status)
 
 
 async def _reload_router_on_sighup(cp, knobs_file: str) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 
 import anyio
 import h11
@@ -29,6 +30,7 @@ from controlplane.gateway.app import GatewayConfig
 from controlplane.gateway.errors import http_error_body
 
 STARTUP_TIMEOUT_S = 30.0
+UDS_MODE = 0o660  # a Unix socket's: its owner and group may connect (a sidecar, a local proxy), nobody else
 
 
 class GatewayProtocol(H11Protocol):
@@ -145,12 +147,15 @@ async def serve_gateway(
     port: int,
     config: GatewayConfig | None = None,
     *,
+    uds: str | None = None,
     task_status: TaskStatus[GatewayServer] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` until cancelled, and run its ``app.state.runs`` (create_app's: batches, background responses);
     reports the GatewayServer once it listens. Raises RuntimeError
-    when uvicorn stops on its own (e.g. the port was taken)."""
-    server = GatewayServer(uvicorn_config(app, host, port, config or GatewayConfig()))
+    when uvicorn stops on its own (e.g. the port was taken). ``uds``: on this Unix domain socket instead of
+    ``host:port`` (vLLM's ``--uds``), mode ``UDS_MODE`` once it listens (uvicorn makes a new one world-writable)."""
+    overrides = {"uds": uds} if uds is not None else {}
+    server = GatewayServer(uvicorn_config(app, host, port, config or GatewayConfig(), **overrides))
 
     async def serve() -> None:
         try:
@@ -164,7 +169,10 @@ async def serve_gateway(
         tg.start_soon(serve)
         with anyio.fail_after(STARTUP_TIMEOUT_S):
             await server.listening.wait()
+        where = f"{host}:{port}" if uds is None else uds
         if not server.started:
-            raise RuntimeError(f"the HTTP server on {host}:{port} did not start")
+            raise RuntimeError(f"the HTTP server on {where} did not start")
+        if uds is not None:
+            os.chmod(uds, UDS_MODE)
         task_status.started(server)
-    raise RuntimeError(f"the HTTP server on {host}:{port} stopped")
+    raise RuntimeError(f"the HTTP server on {where} stopped")
