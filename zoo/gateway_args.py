@@ -104,6 +104,11 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--enable-auto-tool-choice", action="store_true", help="taken for vLLM's command lines: "
                    "tool_choice auto is on whenever --tool-call-parser is not none")  # fmt: skip
+    for flag, always in (
+        ("--enable-server-load-tracking", "GET /load always counts the requests being answered"),
+        ("--enable-prompt-tokens-details", "usage always has prompt_tokens_details.cached_tokens"),
+    ):
+        p.add_argument(flag, action="store_true", help=f"taken for vLLM's command lines: {always}")
     p.add_argument(
         "--exclude-tools-when-tool-choice-none",
         action="store_true",

@@ -1,6 +1,8 @@
 """A vLLM command line's flags work here where they mean what ours do: ``--api-key`` and ``$VLLM_API_KEY`` (whole
 strings, beside ``--api-keys FILE``), ``--tensor-parallel-size``/``-tp``, ``--served-model-name``,
-``--enforce-eager``, ``--kv-cache-dtype``, and ``--enable-auto-tool-choice`` taken (auto is on with a parser)."""
+``--enforce-eager``, ``--kv-cache-dtype``; ``--enable-auto-tool-choice`` (auto is on with a parser),
+``--enable-server-load-tracking``, ``--enable-prompt-tokens-details`` and ``--exclude-tools-when-tool-choice-none``
+taken: what they turn on is always so here."""
 
 from __future__ import annotations
 
@@ -32,7 +34,13 @@ def test_vllms_engine_and_agent_flag_names_set_ours():
     assert _args("agent", "--kv-cache-dtype", "fp8_e4m3").kv_dtype == "fp8_e4m3"
 
 
-def test_enable_auto_tool_choice_is_taken_and_changes_nothing():
+def test_flags_of_what_is_always_so_are_taken_and_change_nothing():
     plain = gateway_config_from_args(_args("controlplane", "--fake-tokenizer"))
     vllm = gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--enable-auto-tool-choice"))
     assert plain == vllm and vllm.tool_call_parser == "hermes"
+    for flag in (
+        "--enable-server-load-tracking",
+        "--enable-prompt-tokens-details",
+        "--exclude-tools-when-tool-choice-none",
+    ):
+        assert gateway_config_from_args(_args("controlplane", "--fake-tokenizer", flag)) == plain
