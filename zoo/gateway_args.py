@@ -110,6 +110,12 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
     ):
         p.add_argument(flag, action="store_true", help=f"taken for vLLM's command lines: {always}")
     p.add_argument(
+        "--stream-obfuscation",
+        action="store_true",
+        help="streamed events carry OpenAI's 'obfuscation' padding (to a multiple of 64 bytes) against token-size "
+        "side channels, unless a request's stream_options.include_obfuscation is false (default: only when asked)",
+    )
+    p.add_argument(
         "--exclude-tools-when-tool-choice-none",
         action="store_true",
         help="taken for vLLM's command lines: tool_choice none always leaves a request's tools out of its prompt",
@@ -210,6 +216,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             force_include_usage=getattr(args, "enable_force_include_usage", False),
             per_request_metrics=getattr(args, "enable_per_request_metrics", False),
             response_role=getattr(args, "response_role", "assistant"),
+            stream_obfuscation=getattr(args, "stream_obfuscation", False),
             fingerprint=fingerprint,
             **access_log,
             **tls,

@@ -522,6 +522,8 @@ class Gateway:
                 args.messages, args.chat is None or args.chat.add_generation_prompt, self.config.response_role
             ),
             per_request_metrics=self.config.per_request_metrics,
+            obfuscate=args.stream
+            and (self.config.stream_obfuscation if args.obfuscation is None else args.obfuscation),
             on_done=self.chat_completions.keep(request_owner(request), args.stored_messages, args.metadata)
             if chat and args.store
             else None,

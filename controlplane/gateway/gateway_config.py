@@ -48,6 +48,9 @@ class GatewayConfig:
     # a chat reply's role when the prompt ends with a new message's header (vLLM's --response-role; a request that
     # continues its last message instead gets that message's role, as vLLM's)
     response_role: str = "assistant"
+    # streams pad their events against size side channels (stream_obfuscation.py) unless a request's
+    # stream_options.include_obfuscation says otherwise (OpenAI's default is on; vLLM has none: off)
+    stream_obfuscation: bool = False
     # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)
     fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)

@@ -105,6 +105,7 @@ class OpenAIReply:
         fingerprints: SystemFingerprints | None = None,
         per_request_metrics: bool = False,
         role: str = "assistant",
+        obfuscate: bool = False,
     ) -> None:
         """echo: a completion's prompt text (a batch's: one per prompt), put before each choice's text (None: no echo);
         prompt_logprobs_field: answer vLLM's ``prompt_logprobs``; choices_per_prompt: ``n`` of a batch of prompts;
@@ -116,8 +117,9 @@ class OpenAIReply:
         reasoning: a chat's reply is split into reasoning and content (gateway/reasoning_parsers.py), the reasoning
         sent unless ``include_reasoning`` is false; fingerprints: each object's ``system_fingerprint``, that of the
         node its choices ran on (None: no field); per_request_metrics: vLLM's ``metrics`` (request_timing.py); role: a
-        chat reply's (``chat_reply_role``)."""
+        chat reply's (``chat_reply_role``); obfuscate: a stream's events padded (gateway/stream_obfuscation.py)."""
         self.role = role
+        self.obfuscate = obfuscate
         self.fingerprints = fingerprints
         self.per_request_metrics = per_request_metrics and len(choice_ids or [request_id]) == 1
         self.reasoning, self.include_reasoning = chat and reasoning, include_reasoning

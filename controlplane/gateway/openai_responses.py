@@ -39,6 +39,7 @@ from controlplane.frontend import invalid_param
 from controlplane.gateway import service_tier as service_tiers
 from controlplane.gateway.openai_schema import (
     GenerateArgs,
+    StreamOptions,
     chat_options,
     check_cache_hints,
     decode_body,
@@ -122,6 +123,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     top_p: float | None = None
     top_k: int | None = None  # extension (as in vLLM)
     stream: bool | None = None
+    stream_options: StreamOptions | None = None  # its include_obfuscation (gateway/stream_obfuscation.py)
     store: bool | None = None
     previous_response_id: str | None = None
     conversation: str | ConversationRefIn | None = None  # its items come first; this response's are added to it
@@ -267,6 +269,7 @@ def parse_responses(
         sampling=sampling,
         messages=messages + list(conversation),
         stream=bool(req.stream),
+        obfuscation=req.stream_options.include_obfuscation if req.stream_options is not None else None,
         tool_plan=plan,
         structured_param=param,
         traffic_class=req.traffic_class,

@@ -49,6 +49,7 @@ CHAT_ROLES = {"system": "system", "developer": "system", "user": "user", "assist
 class StreamOptions(msgspec.Struct, kw_only=True):
     include_usage: bool | None = None
     continuous_usage_stats: bool | None = None  # vLLM's: usage in every chunk (with include_usage)
+    include_obfuscation: bool | None = None  # OpenAI's: random padding per event (gateway/stream_obfuscation.py)
 
 
 class ContentPart(msgspec.Struct, kw_only=True):
@@ -165,6 +166,7 @@ class GenerateArgs:
     stream: bool = False
     include_usage: bool = False
     continuous_usage: bool = False
+    obfuscation: bool | None = None  # stream_options.include_obfuscation (None: not said: the server's default)
     n: int = 1
     traffic_class: str | None = None  # the body's; the x-zoo-class header wins (gateway/app.py)
     priority: int = 0  # vLLM's (lower runs earlier), checked by the intake (controlplane/cells.py)
@@ -231,6 +233,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int, defaults: Mapping 
         stream=bool(req.stream),
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
+        obfuscation=_obfuscation(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
         priority=req.priority or 0,
@@ -297,6 +300,7 @@ def parse_chat(
         stream=bool(req.stream),
         include_usage=_include_usage(req),
         continuous_usage=_continuous_usage(req),
+        obfuscation=_obfuscation(req),
         n=req.n or 1,
         traffic_class=req.traffic_class,
         priority=priority,
@@ -413,6 +417,10 @@ def logit_bias_of(logit_bias: dict[str, float] | None) -> tuple[tuple[int, float
 
 def _include_usage(req: _CommonRequest) -> bool:
     return bool(req.stream and req.stream_options is not None and req.stream_options.include_usage)
+
+
+def _obfuscation(req: _CommonRequest) -> bool | None:
+    return req.stream_options.include_obfuscation if req.stream_options is not None else None
 
 
 def _continuous_usage(req: _CommonRequest) -> bool:

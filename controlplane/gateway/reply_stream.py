@@ -28,7 +28,7 @@ from controlplane.gateway.anthropic_messages import MessagesReply
 from controlplane.gateway.openai_embeddings import EmbeddingsReply
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.responses_reply import ResponsesReply
-from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event
+from controlplane.gateway.sse import DONE_EVENT, EventStreamResponse, data_event, error_event, obfuscated_event
 from transport.messages import ErrorCode, TokenChunk
 
 log = logging.getLogger(__name__)
@@ -65,18 +65,19 @@ async def respond(
 async def openai_events(
     chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: OpenAIReply
 ) -> AsyncGenerator[bytes, None]:
+    event = obfuscated_event if reply.obfuscate else data_event
     try:
         for obj in reply.first_objects(first):
-            yield data_event(obj)
+            yield event(obj)
         chunk = first
         while True:
             for obj in reply.chunk_objects(chunk):
-                yield data_event(obj)
+                yield event(obj)
             if reply.finished:
                 break
             chunk = await next_chunk(chunks)
         if reply.include_usage:
-            yield data_event(reply.usage_object())
+            yield event(reply.usage_object())
     except FrontendError as err:
         yield error_event(err)
     except Exception:

@@ -26,6 +26,7 @@ from controlplane.frontend import FrontendError
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_responses import Conversation, ResponsesArgs, item_id
 from controlplane.gateway.reasoning_parsers import ReasoningSplit, reasoning_parser_for
+from controlplane.gateway.stream_obfuscation import obfuscated_json
 from controlplane.gateway.token_text import TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import ToolStream
 from transport.chat_wire import ChatMessage, ToolCall
@@ -46,8 +47,15 @@ class ResponsesReply:
         response_id: str | None = None,
         created_at: int | None = None,
         reasoning_parser: str | None = None,
+        obfuscation: bool = False,
     ) -> None:
-        self.id = response_id or item_id("resp")  # given: a background response run again after a restart
+        """obfuscation: the server's default for a stream's delta events' padding (gateway/stream_obfuscation.py),
+        which the request's ``stream_options.include_obfuscation`` overrides."""
+        self.id = response_id or item_id("resp")
+        asked = parsed.generate.obfuscation
+        self.obfuscate = parsed.generate.stream and (
+            obfuscation if asked is None else asked
+        )  # given: a background response run again after a restart
         self.model = model
         self.parsed = parsed
         self.created_at = int(time.time()) if created_at is None else created_at
@@ -253,7 +261,9 @@ class ResponsesReply:
     def _event(self, kind: str, **fields) -> bytes:
         payload = {"type": kind, "sequence_number": self._sequence, **fields}
         self._sequence += 1
-        return b"event: " + kind.encode() + b"\ndata: " + msgspec.json.encode(payload) + b"\n\n"
+        padded = self.obfuscate and kind.endswith(".delta")  # what carries the tokens (stream_obfuscation.py)
+        data = obfuscated_json(payload) if padded else msgspec.json.encode(payload)
+        return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
 
 def _text_part(text: str, logprobs: list[dict] | None = None) -> dict:

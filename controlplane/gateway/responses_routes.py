@@ -83,7 +83,8 @@ class ResponsesRoutes:
                 await check_structured(args, gateway.grammar_limiter())
             on_done = self._on_done(owner, parsed, own_items)
             reply = ResponsesReply(gateway.model_name(args.model), parsed, on_done=on_done, names=gateway.token_text,
-                                   reasoning_parser=gateway.config.reasoning_parser)  # fmt: skip
+                                   reasoning_parser=gateway.config.reasoning_parser,
+                                   obfuscation=gateway.config.stream_obfuscation)  # fmt: skip
             chunks = gateway.start(request, reply.id, args, arrival_ns)
             if not parsed.background:
                 return await respond(request, chunks, reply, args.stream, named_events, reply.id)
@@ -242,6 +243,7 @@ class ResponsesRoutes:
             response_id=record.response_id,
             created_at=record.created_at,
             reasoning_parser=gateway.config.reasoning_parser,
+            obfuscation=gateway.config.stream_obfuscation,
         )
         chunks = self._resumed_chunks(record, reply)
         self.background.submit(BackgroundJob(record.owner, reply, chunks, streamed=False, input_items=own_items), True)

@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 
 from controlplane.frontend import FrontendError
 from controlplane.gateway.errors import error_body
+from controlplane.gateway.stream_obfuscation import obfuscated_json
 
 DONE_EVENT = b"data: [DONE]\n\n"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -23,6 +24,11 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 def data_event(payload: dict) -> bytes:
     return b"data: " + msgspec.json.encode(payload) + b"\n\n"
+
+
+def obfuscated_event(payload: dict) -> bytes:
+    """``data_event`` padded against size side channels (gateway/stream_obfuscation.py)."""
+    return b"data: " + obfuscated_json(payload) + b"\n\n"
 
 
 def error_event(err: FrontendError) -> bytes:
