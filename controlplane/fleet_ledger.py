@@ -87,6 +87,7 @@ class FleetLedger:
                 "metrics_url": self.metrics_urls.get(node_id, ""),
                 "kernels": hello.kernels if hello else "",
                 "config_digest": hello.config_digest if hello else "",
+                "backend": hello.backend if hello else "",
                 "decode_roofline_fraction": self.roofline.get(node_id, 0.0),
                 "role": hello.role if hello else "both",
                 "host": hello.host if hello else "",

@@ -61,15 +61,20 @@ class ControlPlaneExporter(PrometheusExporter):
         state = GaugeMetricFamily(m.NODE_STATE, "1 for the node's routing state (up, suspect: a send failed, "
                                   "draining: routed nothing new, leaving: draining to stop, dead), 0 for the others.",
                                   labels=[*m.ZOO_NODE_LABELS, "state"])  # fmt: skip
+        info = GaugeMetricFamily(m.NODE_INFO, "1 per node known: its backend and serving digest (the configuration "
+                                 "deciding its tokens; nodes alike share it, as their replies' system_fingerprint).",
+                                 labels=[*m.ZOO_NODE_LABELS, "backend", "config_digest"])  # fmt: skip
         for node_id, node in stats["nodes"].items():
             if node.get("requests_routed"):
                 decisions.add_metric([policy, node_id], node["requests_routed"])
             labels = [node.get("model") or "", node_id, node.get("gpu_type") or "", node.get("cell") or ""]
             up.add_metric(labels, 1.0 if node["alive"] else 0.0)
+            info.add_metric([*labels, node.get("backend") or "", node.get("config_digest") or ""], 1.0)
             for name in _NODE_STATES:
                 state.add_metric([*labels, name], 1.0 if node.get("state") == name else 0.0)
         yield decisions
         yield up
+        yield info
         yield state
         events = CounterMetricFamily(m.NODE_MEMBERSHIP_EVENTS, "Nodes' membership events since start: joins, "
                                      "rejoins (a restarted agent), leaves, expired (heartbeats missed), suspected "

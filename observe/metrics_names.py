@@ -12,7 +12,7 @@ and ``cell``. Who exports what::
                              zoo:router_decisions_total, zoo:router_config_info, zoo:router_config_reloads_total,
                              zoo:rejected_requests_total,
                              zoo:malformed_messages_total{socket="agents"|"clients"}, zoo:node_up,
-                             zoo:node_state, zoo:node_membership_events_total
+                             zoo:node_state, zoo:node_info, zoo:node_membership_events_total
 
 A metric is exported by one process only, so summing over a scrape job never counts a sample twice.
 Prometheus names may contain colons (they are meant for recording rules, and vLLM uses them anyway).
@@ -100,6 +100,7 @@ ROUTER_TPOT_LOST_REDIRECTS = "zoo:router_tpot_lost_redirects"  # counter (_total
 REJECTED_REQUESTS = "zoo:rejected_requests"  # counter (_total) {reason}
 MALFORMED_MESSAGES = "zoo:malformed_messages"  # counter (_total) {kind, socket}
 NODE_UP = "zoo:node_up"  # 1 live, 0 dead (left or expired), per node ever seen
+NODE_INFO = "zoo:node_info"  # gauge 1 {model, node, gpu_type, cell, backend, config_digest}: what each node runs
 NODE_STATE = "zoo:node_state"  # gauge {model, node, gpu_type, cell, state}: 1 for the node's state, 0 the others
 NODE_MEMBERSHIP_EVENTS = "zoo:node_membership_events"  # counter (_total) {event}: joins, drains, resumes, ...
 # per traffic class and tenant (controlplane/cells.py, controlplane/tenants.py)

@@ -3,6 +3,8 @@ parser: the values are exactly what the requests sent imply."""
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import httpx
 import pytest
@@ -102,6 +104,9 @@ async def test_agent_and_controlplane_metrics_count_the_requests_sent(observed_c
         assert value(control, "zoo:rejected_requests_total", reason="unknown_model") == 1
         assert value(control, "zoo:malformed_messages_total", kind="malformed", socket="clients") == 1
         assert value(control, "zoo:node_up", **zoo) == 1
+        (info,) = [s for s in control["zoo:node_info"] if s.labels["node"] == "a"]  # what the node runs
+        assert info.value == 1 and info.labels["backend"]
+        assert re.fullmatch(r"[0-9a-f]{16}", info.labels["config_digest"])
 
 
 async def _send_malformed_frame(endpoint: str) -> None:
