@@ -83,7 +83,7 @@ def _chat(base_url: str, traces: OtlpReceiver) -> None:
     traceparent = f"00-{TRACE_ID:032x}-{CALLER_SPAN_ID:016x}-01"
     reply = _post_chat(base_url, QUESTION, {"max_tokens": 24}, headers={"traceparent": traceparent})
     print(reply["choices"][0]["message"]["content"])
-    print(f"[usage: {reply['usage']}]")
+    print(f"[usage: {reply['usage']}; system_fingerprint {reply.get('system_fingerprint')}: the serving node's setup]")
     _trace(traces)
     print("   the same, its answer constrained to a JSON schema (response_format json_schema):")
     fmt = {"type": "json_schema", "json_schema": {"name": "capital", "schema": ANSWER_SCHEMA}}
