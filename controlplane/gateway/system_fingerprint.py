@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from transport.messages import NodeHello
@@ -81,8 +81,3 @@ class SystemFingerprints:
         if len(self._seen) > MAX_REMEMBERED_NODES:
             self._seen.popitem(last=False)
         return fingerprint
-
-    def of_nodes(self, node_ids: Iterable[str]) -> str | None:
-        """The fingerprint of a reply whose choices ran on ``node_ids`` (None: none, or not one)."""
-        fingerprints = {self.of_node(node_id) for node_id in node_ids}
-        return fingerprints.pop() if len(fingerprints) == 1 else None
