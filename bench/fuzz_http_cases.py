@@ -85,6 +85,13 @@ NASTY_JSON: list[Callable[[random.Random], str]] = [
     lambda r: json.dumps(list(range(r.choice([257, 20_000])))),
     lambda r: "{}",
     lambda r: "[]",
+    lambda r: r.choice(
+        [
+            '{"include_obfuscation": true, "include_usage": true}',
+            '{"include_obfuscation": "yes"}',
+            '{"include_obfuscation": false, "continuous_usage_stats": true, "include_usage": true}',
+        ]
+    ),
 ]
 HTTP_FIELDS = [
     "model", "messages", "prompt", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k", "stop",
