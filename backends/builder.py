@@ -6,6 +6,8 @@ from engine.clock import Clock
 from engine.config import EngineConfig
 from engine.llm_engine import LLMEngine
 
+SIM_GPU_MEMORY_UTILIZATION = 0.9  # a simulated node's share of its GPU's memory when not given (vLLM's default)
+
 
 def build_engine(config: EngineConfig, clock: Clock | None = None, progress: bool = True) -> LLMEngine:
     """Load the checkpoint, build the backend's runner, and wire them into an engine.
@@ -26,6 +28,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             cache_config=config.cache,
             clock=clock,
             lora_config=config.lora,
+            gpu_memory_utilization=config.gpu_memory_utilization or SIM_GPU_MEMORY_UTILIZATION,
         )
         if config.speculative is not None:
             from backends.sim.spec_model import attach_sim_speculator
@@ -77,6 +80,10 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)
     config.scheduler.max_model_len = min(config.scheduler.max_model_len, runner.max_model_len)
+    if config.gpu_memory_utilization is not None or config.kv_cache_memory_bytes is not None:
+        from backends.kv_sizing import device_blocks
+
+        config.cache.num_device_blocks = device_blocks(config, runner, checkpoint.config)  # from the device's memory
     from backends.grammar import LLGuidanceCompiler
 
     grammars = LLGuidanceCompiler(checkpoint.tokenizer, checkpoint.config.vocab_size)  # structured outputs

@@ -336,6 +336,36 @@ def device_bandwidth_gbps(device: torch.device) -> float | None:
     return spec.memory_bandwidth_gbps if spec is not None else None
 
 
+def check_kv_sizing(shape: Shape, model, device: torch.device, utilization: float = 0.9) -> dict[str, Any]:
+    """``--gpu-memory-utilization``'s rule (backends/kv_sizing.py) on this device with ``model``'s weights loaded:
+    the KV blocks it gives, allocated, then a prefill chunk of ``max_num_batched_tokens`` run over them (its whole
+    logits in fp32: more than the runner's sampled rows) — the activation reserve is enough if that fits."""
+    from backends.kv_sizing import DeviceMemory, activation_reserve_bytes, kv_budget_bytes
+
+    max_batched, max_seqs = 2048, 256
+    free, total = torch.cuda.mem_get_info(device)
+    activations = activation_reserve_bytes(shape, max_batched, max_seqs, 2)
+    budget = kv_budget_bytes(DeviceMemory(int(total), int(free)), utilization, activations)
+    per_block = shape.num_hidden_layers * 2 * BLOCK_SIZE * shape.num_key_value_heads * shape.head_dim * 2
+    num_blocks = budget // per_block
+    out: dict[str, Any] = {"shape": shape.name, "utilization": utilization, "total_gib": total / 2**30,
+                           "in_use_gib": (total - free) / 2**30, "activation_reserve_gib": activations / 2**30,
+                           "kv_blocks": int(num_blocks), "kv_tokens": int(num_blocks) * BLOCK_SIZE}  # fmt: skip
+    if num_blocks < 1:
+        return {**out, "ok": False, "error": "no room for one block"}
+    torch.cuda.reset_peak_memory_stats(device)
+    layers = kv_layers(shape, int(num_blocks), torch.bfloat16, device)
+    attn = make_attention("flash_sdpa", shape, device)
+    blocks = -(-max_batched // BLOCK_SIZE)
+    with torch.no_grad():
+        run_step(model, attn, layers, [1] * max_batched, list(range(blocks)), 0)
+    _sync(device)
+    peak = torch.cuda.max_memory_allocated(device)
+    del layers
+    torch.cuda.empty_cache()
+    return {**out, "peak_gib": peak / 2**30, "ok": peak <= total * utilization}  # weights, KV and the step within U
+
+
 def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     device = torch.device(args.device)
@@ -386,11 +416,15 @@ def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
             report["decode"].append(
                 decode_figures(shape, model, decode_plan, device, batch, context, args.steps, bandwidth)
             )
+        if device.type == "cuda" and not quick and shape.name == "llama-3-8b":
+            say(f"KV sized by --gpu-memory-utilization ({shape.name}) ...")
+            report["kv_sizing"] = check_kv_sizing(shape, model, device)
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     checks = [report["logits_vs_cpu"]["ok"], *(c["ok"] for c in report.get("triton_vs_sdpa", {}).values())]
     checks += [c["ok"] for c in report.get("triton_lora", {}).values()]
+    checks += [report["kv_sizing"]["ok"]] if "kv_sizing" in report else []
     report["ok"] = all(checks)
     report["elapsed_s"] = time.perf_counter() - t0
     return report

@@ -136,6 +136,8 @@ class EngineConfig:
         (backends/torch/cpu_decode.py); False = torch ops. jax on a CPU in fp32: the same kernel as an XLA FFI
         custom call (backends/jax/cpu_kernel.py); False = the pure-XLA programs.
     huge_pages: on a CPU, the weights on transparent huge pages (backends/huge_pages.py); False = as loaded.
+    gpu_memory_utilization / kv_cache_memory_bytes: size the device's KV blocks from its memory instead of
+        ``cache.num_device_blocks`` (vLLM's flags; backends/kv_sizing.py); at most one of them.
     speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 
@@ -156,6 +158,8 @@ class EngineConfig:
     cuda_graphs: bool = True
     cpu_decode_kernel: bool = True
     huge_pages: bool = True
+    gpu_memory_utilization: float | None = None
+    kv_cache_memory_bytes: int | None = None
     speculative: SpecDecodeConfig | None = None
     lora: LoraConfig | None = None  # serve LoRA adapters (torch, jax); None = the base model only
     lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start
@@ -188,6 +192,14 @@ class EngineConfig:
             raise ValueError("lora_modules need LoRA enabled (a LoraConfig)")
         if self.lora is not None and self.tp > 1:
             raise ValueError("LoRA adapters are not served under tensor parallelism (tp > 1) yet")
+        if self.gpu_memory_utilization is not None and self.kv_cache_memory_bytes is not None:
+            raise ValueError("give gpu_memory_utilization or kv_cache_memory_bytes, not both")
+        if self.gpu_memory_utilization is not None and not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
+            raise ValueError(f"kv_cache_memory_bytes must be >= 1, got {self.kv_cache_memory_bytes}")
+        if self.kv_cache_memory_bytes is not None and self.backend == "sim":
+            raise ValueError("a simulated node's KV follows its GPU's memory: give gpu_memory_utilization")
         if self.lora is not None and self.backend == "sim":
             raise ValueError("LoRA adapters are served by the torch and jax backends, not 'sim'")
 

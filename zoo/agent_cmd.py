@@ -203,6 +203,8 @@ def sim_engine_config_from_args(args: argparse.Namespace):
         cache=CacheConfig(
             block_size=args.block_size, num_host_blocks=args.num_host_blocks, prefix_hash_algo=args.prefix_hash_algo
         ),
+        gpu_memory_utilization=args.gpu_memory_utilization,  # its GPU's share for KV (vLLM's default 0.9)
+        kv_cache_memory_bytes=args.kv_cache_memory_bytes,  # refused: a simulated node's KV follows its GPU
     )
     from zoo.engine_args import lora_config_from_args
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 from engine.config import (
@@ -26,6 +27,21 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-threads", type=int, default=None, help="CPU threads for the backend (default: all)")
     p.add_argument("--num-device-blocks", type=int, default=1024, help="KV blocks on the device")
     p.add_argument("--num-host-blocks", type=int, default=1024, help="KV blocks in host RAM for swapping")
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=parse_utilization,
+        default=None,
+        metavar="U",
+        help="size the KV cache from the CUDA device's memory: this node uses U (0..1] of it, weights and "
+        "activations included (vLLM's flag; backends/kv_sizing.py); overrides --num-device-blocks",
+    )
+    p.add_argument(
+        "--kv-cache-memory-bytes",
+        type=parse_bytes,
+        default=None,
+        metavar="N",
+        help="this many bytes of KV on the device (e.g. 8Gi, 500M; vLLM's flag); overrides --num-device-blocks",
+    )
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument(
         "--prefix-hash-algo",
@@ -119,6 +135,33 @@ def int_at_least(minimum: int, what: str = "an integer") -> Callable[[str], int]
     return parse
 
 
+_BYTE_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "ki": 2**10, "mi": 2**20, "gi": 2**30,
+               "ti": 2**40}  # fmt: skip
+
+
+def parse_bytes(text: str) -> int:
+    """A byte count: an integer with an optional unit (k, M, G, T: powers of 1000; Ki, Mi, Gi, Ti: of 1024)."""
+    number = text.rstrip("kKmMgGtTiIbB")
+    unit = text[len(number) :].lower().removesuffix("b")
+    try:
+        value = int(number) * _BYTE_UNITS[unit]
+    except (ValueError, KeyError):
+        raise argparse.ArgumentTypeError(f"a byte count like 8Gi or 500M, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a byte count >= 1, got {text!r}")
+    return value
+
+
+def parse_utilization(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"a fraction in (0, 1], got {text!r}")
+    return value
+
+
 def parse_batched_tokens(text: str) -> int | str:
     return AUTO if text == AUTO else int_at_least(1, "a number of tokens or 'auto'")(text)
 
@@ -176,6 +219,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         cuda_graphs=args.cuda_graphs,
         cpu_decode_kernel=args.cpu_decode_kernel,
         huge_pages=getattr(args, "huge_pages", True),
+        gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
+        kv_cache_memory_bytes=getattr(args, "kv_cache_memory_bytes", None),
         lora=lora_config_from_args(args),
         lora_modules=list(getattr(args, "lora_modules", None) or []),
     )
