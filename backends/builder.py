@@ -84,6 +84,8 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         from backends.kv_sizing import device_blocks
 
         config.cache.num_device_blocks = device_blocks(config, runner, checkpoint.config)  # from the device's memory
+    if config.swap_space_bytes is not None:  # vLLM's --swap-space: host RAM in bytes, as blocks
+        config.cache.num_host_blocks = config.swap_space_bytes // runner.kv_bytes_per_block(config.cache.block_size)
     from backends.grammar import LLGuidanceCompiler
 
     grammars = LLGuidanceCompiler(checkpoint.tokenizer, checkpoint.config.vocab_size)  # structured outputs

@@ -138,6 +138,7 @@ class EngineConfig:
     huge_pages: on a CPU, the weights on transparent huge pages (backends/huge_pages.py); False = as loaded.
     gpu_memory_utilization / kv_cache_memory_bytes: size the device's KV blocks from its memory instead of
         ``cache.num_device_blocks`` (vLLM's flags; backends/kv_sizing.py); at most one of them.
+    swap_space_bytes: host RAM for swapped-out KV instead of ``cache.num_host_blocks`` (vLLM's --swap-space).
     speculative: speculative decoding (engine/spec/), or None for plain decoding.
     """
 
@@ -160,6 +161,7 @@ class EngineConfig:
     huge_pages: bool = True
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
+    swap_space_bytes: int | None = None
     speculative: SpecDecodeConfig | None = None
     lora: LoraConfig | None = None  # serve LoRA adapters (torch, jax); None = the base model only
     lora_modules: list[LoraRequest] = field(default_factory=list)  # adapters loaded at start
@@ -198,6 +200,8 @@ class EngineConfig:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.kv_cache_memory_bytes is not None and self.kv_cache_memory_bytes < 1:
             raise ValueError(f"kv_cache_memory_bytes must be >= 1, got {self.kv_cache_memory_bytes}")
+        if self.swap_space_bytes is not None and self.swap_space_bytes < 0:
+            raise ValueError(f"swap_space_bytes must be >= 0, got {self.swap_space_bytes}")
         if self.kv_cache_memory_bytes is not None and self.backend == "sim":
             raise ValueError("a simulated node's KV follows its GPU's memory: give gpu_memory_utilization")
         if self.lora is not None and self.backend == "sim":

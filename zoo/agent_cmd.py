@@ -194,14 +194,23 @@ def sim_engine_config_from_args(args: argparse.Namespace):
 
     if args.gpu_profile is None:
         raise ValueError("--backend sim needs --gpu-profile (the simulated GPU, e.g. l4, a100-80gb, h100-sxm)")
+    if args.swap_space is not None:
+        raise ValueError("--swap-space: a simulated node's host RAM is --num-host-blocks")
     config = EngineConfig(
         model=args.model,
         backend="sim",
         gpu_profile=args.gpu_profile,
         tp=args.tp,
-        scheduler=SchedulerConfig(max_num_batched_tokens=batched_tokens(args), max_num_seqs=args.max_num_seqs),
+        scheduler=SchedulerConfig(
+            max_num_batched_tokens=batched_tokens(args),
+            max_num_seqs=args.max_num_seqs,
+            preemption_mode=args.preemption_mode,
+        ),
         cache=CacheConfig(
-            block_size=args.block_size, num_host_blocks=args.num_host_blocks, prefix_hash_algo=args.prefix_hash_algo
+            block_size=args.block_size,
+            num_host_blocks=args.num_host_blocks,
+            enable_prefix_caching=args.enable_prefix_caching,
+            prefix_hash_algo=args.prefix_hash_algo,
         ),
         gpu_memory_utilization=args.gpu_memory_utilization,  # its GPU's share for KV (vLLM's default 0.9)
         kv_cache_memory_bytes=args.kv_cache_memory_bytes,  # refused: a simulated node's KV follows its GPU

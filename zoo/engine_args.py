@@ -36,6 +36,25 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
         "activations included (vLLM's flag; backends/kv_sizing.py); overrides --num-device-blocks",
     )
     p.add_argument(
+        "--swap-space",
+        type=float,
+        default=None,
+        metavar="GIB",
+        help="host RAM for swapped-out requests' KV, in GiB (vLLM's flag); overrides --num-host-blocks",
+    )
+    p.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="reuse the KV of full blocks an earlier request computed (vLLM's flag; on by default, as vLLM's V1)",
+    )
+    p.add_argument(
+        "--preemption-mode",
+        choices=["swap", "recompute"],
+        default="swap",
+        help="a request preempted under KV pressure: its KV swapped to host RAM (default), or dropped and recomputed",
+    )
+    p.add_argument(
         "--kv-cache-memory-bytes",
         type=parse_bytes,
         default=None,
@@ -152,6 +171,16 @@ def parse_bytes(text: str) -> int:
     return value
 
 
+def swap_space_bytes(args: argparse.Namespace) -> int | None:
+    """``--swap-space GIB`` in bytes (None: not given); ValueError for a size that is not a number >= 0."""
+    gib = getattr(args, "swap_space", None)
+    if gib is None:
+        return None
+    if not 0 <= gib < math.inf:
+        raise ValueError(f"--swap-space must be a number of GiB >= 0, got {gib}")
+    return int(gib * 2**30)
+
+
 def parse_utilization(text: str) -> float:
     try:
         value = float(text)
@@ -207,11 +236,13 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
             max_num_batched_tokens=batched_tokens(args),
             max_num_seqs=args.max_num_seqs,
             stall_factor=getattr(args, "stall_factor", DEFAULT_STALL_FACTOR) or None,
+            preemption_mode=getattr(args, "preemption_mode", "swap"),
         ),
         cache=CacheConfig(
             block_size=args.block_size,
             num_device_blocks=args.num_device_blocks,
             num_host_blocks=args.num_host_blocks,
+            enable_prefix_caching=getattr(args, "enable_prefix_caching", True),
             prefix_hash_algo=args.prefix_hash_algo,
         ),
         attention_backend=args.attention_backend,
@@ -221,6 +252,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         huge_pages=getattr(args, "huge_pages", True),
         gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
         kv_cache_memory_bytes=getattr(args, "kv_cache_memory_bytes", None),
+        swap_space_bytes=swap_space_bytes(args),
         lora=lora_config_from_args(args),
         lora_modules=list(getattr(args, "lora_modules", None) or []),
     )

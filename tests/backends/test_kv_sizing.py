@@ -1,6 +1,7 @@
 """The KV cache sized from the device's memory (backends/kv_sizing.py; vLLM's ``--gpu-memory-utilization`` and
-``--kv-cache-memory-bytes``): vLLM's rule on a device's figures, the flags' refusals where the rule cannot apply, and
-the real SmolLM2 engine built with a byte budget. On a CUDA host, the device's own figures."""
+``--kv-cache-memory-bytes``, and ``--swap-space`` for host RAM): vLLM's rule on a device's figures, the flags' refusals
+where the rule cannot apply, the real SmolLM2 engine built with byte budgets; vLLM's prefix caching and preemption
+flags. On a CUDA host, the device's own figures."""
 
 from __future__ import annotations
 
@@ -97,6 +98,26 @@ def test_the_engine_config_refuses_a_bad_pair(fields, error):
         _config(**fields)
 
 
+def test_vllms_cache_and_preemption_flags_make_the_engine_config():
+    from zoo.agent_cmd import sim_engine_config_from_args
+    from zoo.engine_args import engine_config_from_args
+
+    args = build_parser().parse_args(
+        ["agent", "--no-enable-prefix-caching", "--preemption-mode", "recompute", "--swap-space", "0.5"]
+    )
+    config = engine_config_from_args(args)
+    assert config.cache.enable_prefix_caching is False and config.scheduler.preemption_mode == "recompute"
+    assert config.swap_space_bytes == 2**29
+    assert engine_config_from_args(build_parser().parse_args(["agent"])).cache.enable_prefix_caching is True
+    with pytest.raises(ValueError, match="--swap-space must be"):
+        engine_config_from_args(build_parser().parse_args(["agent", "--swap-space", "-1"]))
+    sim = ["agent", "--backend", "sim", "--gpu-profile", "l4", "--model", "sim:llama-3-8b"]
+    config, _ = sim_engine_config_from_args(build_parser().parse_args([*sim, "--no-enable-prefix-caching"]))
+    assert config.cache.enable_prefix_caching is False
+    with pytest.raises(ValueError, match="--swap-space: a simulated node"):
+        sim_engine_config_from_args(build_parser().parse_args([*sim, "--swap-space", "1"]))
+
+
 def test_the_flags():
     args = build_parser().parse_args(["agent", "--gpu-memory-utilization", "0.85", "--kv-cache-memory-bytes", "2Gi"])
     assert (args.gpu_memory_utilization, args.kv_cache_memory_bytes) == (0.85, 2 * GiB)
@@ -106,15 +127,18 @@ def test_the_flags():
             build_parser().parse_args(["agent", flag, bad])
 
 
-def test_the_real_engine_takes_a_byte_budget(smollm2_checkpoint, monkeypatch):
+def test_the_real_engine_takes_byte_budgets_for_its_device_and_its_swap_space(smollm2_checkpoint, monkeypatch):
     from backends.builder import build_engine
 
     monkeypatch.setattr("backends.checkpoint.load_checkpoint", lambda path=None: smollm2_checkpoint)
-    engine = build_engine(_config(kv_cache_memory_bytes=32 * 2**20, cpu_decode_kernel=False, huge_pages=False),
-                          progress=False)  # fmt: skip
+    config = _config(
+        kv_cache_memory_bytes=32 * 2**20, swap_space_bytes=2**20, cpu_decode_kernel=False, huge_pages=False
+    )
+    engine = build_engine(config, progress=False)
     per_block = engine.runner.kv_bytes_per_block(16)  # SmolLM2 in fp32: 30 layers x 3 KV heads x 64 x 16 x 2 x 4
     assert engine.cache_config.num_device_blocks == 32 * 2**20 // per_block
     assert engine.scheduler.kv_cache_manager.num_device_blocks == engine.cache_config.num_device_blocks
+    assert engine.cache_config.num_host_blocks == 2**20 // per_block
 
 
 def test_a_simulated_node_takes_its_gpus_share():
