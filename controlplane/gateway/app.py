@@ -94,6 +94,8 @@ from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner
 from controlplane.gateway.batch_span import BatchSpans
+from controlplane.gateway.beam_search import check_beam_request
+from controlplane.gateway.beam_search_route import beam_search_reply
 from controlplane.gateway.chat_completion_journal import ChatCompletionJournal
 from controlplane.gateway.chat_completion_routes import ChatCompletionRoutes
 from controlplane.gateway.chat_completion_store import ChatCompletionStore
@@ -496,6 +498,12 @@ class Gateway:
 
     async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
         ids = request_ids(request, "chatcmpl" if chat else "cmpl")  # a caller's X-Request-Id, as vLLM takes it
+        role = chat_reply_role(
+            args.messages, args.chat is None or args.chat.add_generation_prompt, self.config.response_role
+        )
+        if args.beam is not None:  # vLLM's use_beam_search: its steps through the fleet (gateway/beam_search_route.py)
+            check_beam_request(args, args.beam)
+            return await beam_search_reply(self, request, args, args.beam, ids, arrival_ns, chat=chat, role=role)
         model = self.model_name(args.model)
         reply = OpenAIReply(
             chat=chat,
@@ -518,9 +526,7 @@ class Gateway:
             reasoning=chat and reasoning_parser_for(self.config.reasoning_parser, args.template_kwargs) is not None,
             include_reasoning=args.include_reasoning,
             fingerprints=self.fingerprints,
-            role=chat_reply_role(
-                args.messages, args.chat is None or args.chat.add_generation_prompt, self.config.response_role
-            ),
+            role=role,
             per_request_metrics=self.config.per_request_metrics,
             obfuscate=args.stream
             and (self.config.stream_obfuscation if args.obfuscation is None else args.obfuscation),

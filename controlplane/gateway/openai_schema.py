@@ -32,6 +32,7 @@ import msgspec
 from controlplane.cells import RequestPriority
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway import service_tier as service_tiers
+from controlplane.gateway.beam_search import BeamSpec
 from controlplane.gateway.conversation_store import check_metadata
 from controlplane.gateway.sampling_defaults import with_sampling_defaults
 from controlplane.gateway.structured_fields import StructuredRequest, structured_of
@@ -117,6 +118,8 @@ class _CommonRequest(StructuredRequest, kw_only=True):
     cache_salt: str | None = None  # extension (as in vLLM): only requests of the same salt share the prefix cache
     return_token_ids: bool | None = None  # extension (as in vLLM): the reply names the prompt's and output's tokens
     return_tokens_as_token_ids: bool | None = None  # extension (as in vLLM): logprobs name tokens "token_id:<id>"
+    use_beam_search: bool | None = None  # extension (as in vLLM): the n best beams (gateway/beam_search.py)
+    length_penalty: float | None = None  # extension (as in vLLM): a beam's score is logprob / length ** this
 
 
 class CompletionRequest(_CommonRequest, kw_only=True):
@@ -183,6 +186,7 @@ class GenerateArgs:
     metadata: dict[str, str] | None = None  # a chat's ``metadata`` (checked), which a stored completion carries
     stored_messages: tuple[dict, ...] = ()  # with ``store``: the request's messages as GET .../messages lists them
     include_reasoning: bool = True  # a chat's: its reply carries the reasoning (gateway/reasoning_parsers.py)
+    beam: BeamSpec | None = None  # vLLM's use_beam_search: n beams searched (gateway/beam_search.py)
 
     @property
     def tools(self) -> list[ToolSpec] | None:
@@ -240,6 +244,7 @@ def parse_completion(body: bytes, *, default_max_tokens: int, defaults: Mapping 
         structured_param=structured_param,
         echo=bool(req.echo),
         prompt_logprobs_field=req.prompt_logprobs is not None,
+        beam=_beam_of(req),
         **_token_id_options(req),
     )
 
@@ -319,6 +324,7 @@ def parse_chat(
         metadata=check_metadata(req.metadata) if req.metadata is not None else None,
         stored_messages=tuple(_stored_message(m) for m in req.messages) if req.store else (),
         include_reasoning=req.include_reasoning,
+        beam=_beam_of(req),
         **_token_id_options(req),
     )
 
@@ -421,6 +427,14 @@ def _include_usage(req: _CommonRequest) -> bool:
 
 def _obfuscation(req: _CommonRequest) -> bool | None:
     return req.stream_options.include_obfuscation if req.stream_options is not None else None
+
+
+def _beam_of(req: _CommonRequest) -> BeamSpec | None:
+    if not req.use_beam_search:
+        if req.length_penalty is not None:
+            raise invalid_param("length_penalty", "scores beams: it needs use_beam_search")
+        return None
+    return BeamSpec(req.n or 1, 1.0 if req.length_penalty is None else req.length_penalty)
 
 
 def _continuous_usage(req: _CommonRequest) -> bool:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import anyio
+import httpx
 import pytest
+
+from controlplane.gateway import create_app
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +94,12 @@ async def test_real_model_streams_a_chat_answer(controlplane, spawn_agent, clien
         assert sum(len(ch.token_ids) for ch in chunks) == chunks[-1].num_output_tokens <= 4
         assert chunks[-1].finished and chunks[-1].node_id == "torch-0"
         assert "".join(ch.text for ch in chunks).strip()
+        # vLLM's beam search through the gateway, its steps on the real model: one beam is the greedy answer
+        transport = httpx.ASGITransport(app=create_app(cp))
+        async with httpx.AsyncClient(transport=transport, base_url="http://cp", timeout=120) as http:
+            body = {"prompt": "The capital of France is", "max_tokens": 3, "temperature": 0.0}
+            greedy = (await http.post("/v1/completions", json=body)).json()["choices"][0]["text"]
+            one = (await http.post("/v1/completions", json={**body, "use_beam_search": True, "n": 1})).json()
+            assert one["choices"][0]["text"] == greedy
+            two = (await http.post("/v1/completions", json={**body, "use_beam_search": True, "n": 2})).json()
+            assert len({c["text"] for c in two["choices"]}) == 2 and two["usage"]["completion_tokens"] <= 6
