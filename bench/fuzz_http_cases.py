@@ -104,6 +104,7 @@ HTTP_FIELDS = [
     "chat_template_kwargs", "return_token_ids", "return_tokens_as_token_ids", "prediction",
     "include_reasoning", "reasoning_effort", "reasoning",  # reasoning models (gateway/reasoning_parsers.py)
     "thinking_token_budget",  # vLLM's (engine/thinking_budget.py)
+    "use_beam_search", "length_penalty",  # vLLM's beam search (gateway/beam_search.py)
     "system", "stop_sequences", "thinking",  # Anthropic's (/v1/messages)
     "input", "instructions", "max_output_tokens", "previous_response_id", "store", "text", "include", "background",
     "metadata", "top_logprobs",  # OpenAI's Responses API (/v1/responses)
