@@ -14,12 +14,12 @@ vllm/entrypoints/utils.py ``get_beam_search_score``):
 
 What a beam search does not apply is refused naming the field, where vLLM ignores it: streaming, a batch of prompts,
 tools, structured outputs, stop strings and ids, logit bias, penalties, logprobs, echo, predictions, a thinking
-budget; ``n`` is at most ``MAX_BEAM_WIDTH`` (2 n log-probabilities per step, within the engine's 20).
+budget; ``n`` is at most ``MAX_BEAM_WIDTH`` (2 n log-probabilities per step, within the engine's 20), and
+``length_penalty`` within ``MAX_LENGTH_PENALTY`` either way (vLLM takes any).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from controlplane.frontend import FrontendError, invalid_param
@@ -27,6 +27,7 @@ from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from transport.messages import ErrorCode
 
 MAX_BEAM_WIDTH = MAX_LOGPROBS // 2
+MAX_LENGTH_PENALTY = 10.0  # |length_penalty| at most (vLLM's users set ~0.5..2): length ** it stays a finite float
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +129,9 @@ def check_beam_request(args, spec: BeamSpec) -> None:
     """FrontendError naming the field a beam search does not apply (module docstring); ``args``: GenerateArgs."""
     if not 1 <= spec.beam_width <= MAX_BEAM_WIDTH:
         raise invalid_param("n", f"a beam search keeps 1..{MAX_BEAM_WIDTH} beams (n), got {spec.beam_width}")
-    if not math.isfinite(spec.length_penalty):
-        raise invalid_param("length_penalty", f"must be a finite number, got {spec.length_penalty}")
+    if not abs(spec.length_penalty) <= MAX_LENGTH_PENALTY:  # NaN fails too
+        message = f"must be in [-{MAX_LENGTH_PENALTY:g}, {MAX_LENGTH_PENALTY:g}], got {spec.length_penalty}"
+        raise invalid_param("length_penalty", message)
     if args.stream:
         raise invalid_param("stream", "a beam search answers whole: ask without stream")
     if args.prompts is not None:

@@ -129,6 +129,7 @@ async def test_a_completion_and_a_chat_answer_the_n_best_beams():
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"use_beam_search": False, "length_penalty": 2.0}, "length_penalty"),
         ({"length_penalty": "INF"}, "length_penalty"),
+        ({"length_penalty": -11}, "length_penalty"),  # length ** -1e308 would be 0: a division by zero
     ],
 )
 async def test_what_a_beam_search_does_not_apply_is_refused_by_name(extra, param):
