@@ -14,8 +14,9 @@ vllm/entrypoints/utils.py ``get_beam_search_score``):
 
 What a beam search does not apply is refused naming the field, where vLLM ignores it: streaming, a batch of prompts,
 tools, structured outputs, stop strings and ids, logit bias, penalties, logprobs, echo, predictions, a thinking
-budget; ``n`` is at most ``MAX_BEAM_WIDTH`` (2 n log-probabilities per step, within the engine's 20), and
-``length_penalty`` within ``MAX_LENGTH_PENALTY`` either way (vLLM takes any).
+budget; ``n`` is at most ``MAX_BEAM_WIDTH`` (2 n log-probabilities per step, within the engine's 20),
+``max_tokens`` at most ``MAX_BEAM_TOKENS``, ``length_penalty`` within ``MAX_LENGTH_PENALTY`` either way (vLLM: any).
+A beam stops at the context's end as a generation does (finish reason "length").
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from engine.sampling_params import MAX_LOGPROBS, SamplingParams
 from transport.messages import ErrorCode
 
 MAX_BEAM_WIDTH = MAX_LOGPROBS // 2
+MAX_BEAM_TOKENS = 1024  # a beam search's max_tokens at most: each token is a step of n requests through the fleet
 MAX_LENGTH_PENALTY = 10.0  # |length_penalty| at most (vLLM's users set ~0.5..2): length ** it stays a finite float
 
 
@@ -134,6 +136,9 @@ def check_beam_request(args, spec: BeamSpec) -> None:
         raise invalid_param("length_penalty", message)
     if args.stream:
         raise invalid_param("stream", "a beam search answers whole: ask without stream")
+    if args.sampling.max_tokens > MAX_BEAM_TOKENS:
+        message = f"a beam search takes at most {MAX_BEAM_TOKENS} tokens (each a step of n requests)"
+        raise invalid_param("max_tokens", f"{message}, got {args.sampling.max_tokens}")
     if args.prompts is not None:
         raise invalid_param("prompt", "a beam search takes one prompt, not a batch")
     if args.tools or args.sampling.structured_outputs is not None:

@@ -69,10 +69,14 @@ async def _search(gateway, request: Request, args, spec: BeamSpec, ids: RequestI
     chunk = await _one_token(gateway.start(request, f"{ids.engine}-beam-0", first, arrival_ns, **more))
     if chunk.prompt_token_ids is None:
         raise FrontendError(ErrorCode.INTERNAL, "a beam search's first step came back without its prompt's tokens")
+    context = getattr(gateway.frontend, "model_max_len", lambda model: None)(args.model)
+    max_tokens = args.sampling.max_tokens
+    if context is not None:  # a beam stops at the context's end, as a generation does
+        max_tokens = min(max_tokens, context - len(chunk.prompt_token_ids))
     search = BeamSearch(
         chunk.prompt_token_ids,
         spec,
-        args.sampling.max_tokens,
+        max_tokens,
         tokenizer.eos_token_id,
         ignore_eos=args.sampling.ignore_eos,
         include_stop_str_in_output=args.sampling.include_stop_str_in_output,

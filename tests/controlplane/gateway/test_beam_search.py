@@ -129,7 +129,8 @@ async def test_a_completion_and_a_chat_answer_the_n_best_beams():
         ({"response_format": {"type": "json_object"}}, "response_format"),
         ({"use_beam_search": False, "length_penalty": 2.0}, "length_penalty"),
         ({"length_penalty": "INF"}, "length_penalty"),
-        ({"length_penalty": -11}, "length_penalty"),  # length ** -1e308 would be 0: a division by zero
+        ({"length_penalty": -11}, "length_penalty"),
+        ({"max_tokens": 1025}, "max_tokens"),  # length ** -1e308 would be 0: a division by zero
     ],
 )
 async def test_what_a_beam_search_does_not_apply_is_refused_by_name(extra, param):
@@ -141,3 +142,13 @@ async def test_what_a_beam_search_does_not_apply_is_refused_by_name(extra, param
         response = await c.post("/v1/completions", content=text, headers={"content-type": "application/json"})
     assert response.status_code == 400, response.text
     assert response.json()["error"]["param"] == param and not frontend.calls
+
+
+@pytest.mark.anyio
+async def test_a_beam_stops_at_the_contexts_end():
+    frontend = ToyFrontend()
+    frontend.model_max_len = lambda model: 3  # the prompt's 1 token and 2 more
+    body = {"model": "toy", "prompt": "x", "max_tokens": 5, "n": 2, "use_beam_search": True, "ignore_eos": True}
+    reply = (await _post(frontend, "/v1/completions", body)).json()
+    assert [len(c["text"]) for c in reply["choices"]] == [2, 2]
+    assert {c["finish_reason"] for c in reply["choices"]} == {"length"}
