@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 
 import anyio
 import h11
@@ -153,8 +154,10 @@ async def serve_gateway(
     """Serve ``app`` until cancelled, and run its ``app.state.runs`` (create_app's: batches, background responses);
     reports the GatewayServer once it listens. Raises RuntimeError
     when uvicorn stops on its own (e.g. the port was taken). ``uds``: on this Unix domain socket instead of
-    ``host:port`` (vLLM's ``--uds``), mode ``UDS_MODE`` once it listens (uvicorn makes a new one world-writable)."""
+    ``host:port`` (vLLM's ``--uds``), of mode ``UDS_MODE`` (``_claim_socket_path``)."""
     overrides = {"uds": uds} if uds is not None else {}
+    if uds is not None:
+        _claim_socket_path(uds)
     server = GatewayServer(uvicorn_config(app, host, port, config or GatewayConfig(), **overrides))
 
     async def serve() -> None:
@@ -172,7 +175,14 @@ async def serve_gateway(
         where = f"{host}:{port}" if uds is None else uds
         if not server.started:
             raise RuntimeError(f"the HTTP server on {where} did not start")
-        if uds is not None:
-            os.chmod(uds, UDS_MODE)
         task_status.started(server)
     raise RuntimeError(f"the HTTP server on {where} stopped")
+
+
+def _claim_socket_path(path: str) -> None:
+    """A socket file of mode ``UDS_MODE`` at ``path`` before uvicorn binds there: uvicorn gives its new socket the
+    mode of the file it replaces (a path with none: world-writable), so the socket is never open to others."""
+    if not os.path.exists(path):
+        with socket.socket(socket.AF_UNIX) as placeholder:
+            placeholder.bind(path)
+    os.chmod(path, UDS_MODE)

@@ -38,3 +38,15 @@ def test_the_api_on_a_unix_socket(spawn_controlplane, spawn_agent, tmp_path):
     with socket.socket() as s:  # --http's port is not served: the socket is the way in
         assert s.connect_ex((host, int(port))) != 0
     assert f"on the Unix socket {path}" in cp.output()
+
+
+def test_the_socket_path_is_claimed_at_its_mode_before_uvicorn_binds(tmp_path):
+    from controlplane.gateway.http_server import _claim_socket_path
+
+    fresh, stale = str(tmp_path / "fresh.sock"), str(tmp_path / "stale.sock")
+    with socket.socket(socket.AF_UNIX) as s:  # a socket a previous run left, open to anyone
+        s.bind(stale)
+    os.chmod(stale, 0o666)
+    for path in (fresh, stale):
+        _claim_socket_path(path)  # uvicorn then gives its socket this file's mode
+        assert stat.S_ISSOCK(os.stat(path).st_mode) and stat.S_IMODE(os.stat(path).st_mode) == UDS_MODE
