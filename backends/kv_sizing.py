@@ -2,7 +2,8 @@
 ``--gpu-memory-utilization`` and ``--kv-cache-memory-bytes`` (vllm/config/cache.py, vllm/v1/worker/gpu_worker.py
 ``determine_available_memory``).
 
-    --kv-cache-memory-bytes N    N bytes of KV: N // (bytes of one block, all layers, K and V); any backend
+    --kv-cache-memory-bytes N    N bytes of KV: N // (bytes of one block, all layers, K and V); any backend; more
+                                 than the device has (a CPU's: the host's RAM) refused
     --gpu-memory-utilization U   this node may use U of its CUDA device's total memory: what is in use once the
                                  weights are loaded (the weights, the CUDA context, any other process's) and the
                                  activations' reserve come off U x total, the rest is KV
@@ -41,6 +42,16 @@ def cuda_memory(device: str) -> DeviceMemory:
     return DeviceMemory(total_bytes=int(total), free_bytes=int(free))
 
 
+def _device_total(device: str) -> DeviceMemory:
+    """The memory a KV byte budget must fit: the CUDA device's, or this host's RAM for a CPU device."""
+    if device.startswith("cuda"):
+        return cuda_memory(device)
+    import psutil
+
+    ram = psutil.virtual_memory()
+    return DeviceMemory(total_bytes=int(ram.total), free_bytes=int(ram.available))
+
+
 def activation_reserve_bytes(model: Any, max_num_batched_tokens: int, max_num_seqs: int, itemsize: int) -> int:
     """A step's activations at most, from the model's shapes (``model``: backends/checkpoint ModelConfig): per token
     the residual stream and its norm (2 x hidden), the attention's q, k, v and output (heads, kv heads, hidden), the
@@ -64,8 +75,11 @@ def device_blocks(config: EngineConfig, runner: Any, model: Any, memory: DeviceM
     block."""
     bytes_per_block = runner.kv_bytes_per_block(config.cache.block_size)
     if config.kv_cache_memory_bytes is not None:
-        return _at_least_one(config.kv_cache_memory_bytes // bytes_per_block, "--kv-cache-memory-bytes",
-                             f"{config.kv_cache_memory_bytes:,} bytes", bytes_per_block)  # fmt: skip
+        wanted = config.kv_cache_memory_bytes
+        total = (memory or _device_total(config.device)).total_bytes
+        if wanted > total:
+            raise ValueError(f"--kv-cache-memory-bytes: {wanted:,} bytes is more than the device has ({_gib(total)})")
+        return _at_least_one(wanted // bytes_per_block, "--kv-cache-memory-bytes", f"{wanted:,} bytes", bytes_per_block)
     utilization = config.gpu_memory_utilization
     if utilization is None:
         return config.cache.num_device_blocks

@@ -68,6 +68,12 @@ def test_a_byte_budget_on_any_device_and_neither_flag_keeps_the_count():
     "fields, memory, error",
     [
         ({"kv_cache_memory_bytes": 1000}, None, "--kv-cache-memory-bytes: 1,000 bytes leaves no room"),
+        ({"kv_cache_memory_bytes": 2**70}, None, r"is more than the device has \(.* GiB\)"),  # a CPU's: host RAM
+        (
+            {"kv_cache_memory_bytes": 81 * GiB, "device": "cuda"},
+            DeviceMemory(total_bytes=80 * GiB, free_bytes=70 * GiB),
+            r"more than the device has \(80.00 GiB\)",
+        ),
         ({"gpu_memory_utilization": 0.5}, None, "on a CPU give --num-device-blocks or --kv-cache-memory-bytes"),
         ({"gpu_memory_utilization": 0.5, "device": "cuda", "backend": "jax"}, None, "give --kv-cache-memory-bytes"),
         ({"gpu_memory_utilization": 0.5, "device": "cuda", "tp": 2}, None, "give --num-device-blocks"),
