@@ -29,7 +29,7 @@ async def beam_search_reply(
     GenerateArgs, checked by beam_search.check_beam_request)."""
     tokenizer = gateway.token_text.tokenizer
     if tokenizer is None:
-        raise invalid_param("use_beam_search", "needs the model's tokenizer at the gateway (not --fake-tokenizer-less)")
+        raise invalid_param("use_beam_search", "needs the model's tokenizer at the gateway, to read the beams' text")
     search = await until_disconnect(request, _search(gateway, request, args, spec, ids, arrival_ns, tokenizer))
     beams = search.best()
     choice_ids = [f"{ids.engine}-{i}" for i in range(len(beams))]
