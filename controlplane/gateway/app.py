@@ -130,6 +130,7 @@ from controlplane.gateway.response_store import ResponseStore
 from controlplane.gateway.responses_routes import ResponsesRoutes
 from controlplane.gateway.server_load import ServerLoad, ServerLoadMiddleware
 from controlplane.gateway.shutdown_gate import HttpInFlight, ShutdownGate
+from controlplane.gateway.stream_obfuscation import obfuscates
 from controlplane.gateway.structured_fields import GRAMMAR_THREADS, check_structured
 from controlplane.gateway.system_fingerprint import SystemFingerprints
 from controlplane.gateway.token_text import TokenText
@@ -528,8 +529,7 @@ class Gateway:
             fingerprints=self.fingerprints,
             role=role,
             per_request_metrics=self.config.per_request_metrics,
-            obfuscate=args.stream
-            and (self.config.stream_obfuscation if args.obfuscation is None else args.obfuscation),
+            obfuscate=obfuscates(args, self.config.stream_obfuscation),
             on_done=self.chat_completions.keep(request_owner(request), args.stored_messages, args.metadata)
             if chat and args.store
             else None,

@@ -26,7 +26,7 @@ from controlplane.frontend import FrontendError
 from controlplane.gateway.errors import ERROR_KINDS
 from controlplane.gateway.openai_responses import Conversation, ResponsesArgs, item_id
 from controlplane.gateway.reasoning_parsers import ReasoningSplit, reasoning_parser_for
-from controlplane.gateway.stream_obfuscation import obfuscated_json
+from controlplane.gateway.stream_obfuscation import obfuscated_json, obfuscates
 from controlplane.gateway.token_text import TokenText, clamp_logprob
 from controlplane.gateway.tool_calls import ToolStream
 from transport.chat_wire import ChatMessage, ToolCall
@@ -51,11 +51,8 @@ class ResponsesReply:
     ) -> None:
         """obfuscation: the server's default for a stream's delta events' padding (gateway/stream_obfuscation.py),
         which the request's ``stream_options.include_obfuscation`` overrides."""
-        self.id = response_id or item_id("resp")
-        asked = parsed.generate.obfuscation
-        self.obfuscate = parsed.generate.stream and (
-            obfuscation if asked is None else asked
-        )  # given: a background response run again after a restart
+        self.id = response_id or item_id("resp")  # given: a background response run again after a restart
+        self.obfuscate = obfuscates(parsed.generate, obfuscation)
         self.model = model
         self.parsed = parsed
         self.created_at = int(time.time()) if created_at is None else created_at

@@ -19,6 +19,12 @@ BUCKET_BYTES = 64  # an event's JSON is padded to a multiple of this: tokens up 
 _FIELD_BYTES = len(b',"obfuscation":""')  # what the field adds besides its characters, after an object's last member
 
 
+def obfuscates(args, server_default: bool) -> bool:
+    """Whether a request's stream is padded (``args``: its GenerateArgs): its ``include_obfuscation`` when it says,
+    else the server's default; a whole reply never."""
+    return args.stream and (server_default if args.obfuscation is None else args.obfuscation)
+
+
 def obfuscated_json(payload: dict) -> bytes:
     """``payload`` (an object with at least one member) as JSON with an ``obfuscation`` field whose length makes the
     whole a multiple of ``BUCKET_BYTES``."""
