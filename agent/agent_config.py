@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from agent.kv_events import KVEventsConfig
 from backends.kv_link_model import check_place_name
+from backends.profiler_config import ProfilerConfig
 from transport.curve import CurveClient
 
 AGENT_ROLES = ("prefill", "decode", "both")  # the prefill/decode split's roles (controlplane/router/pd_split.py)
@@ -64,6 +65,9 @@ class AgentConfig:
     # `zoo agent --max-num-batched-tokens auto`: after the start-up profile, size the step token budget to this TPOT
     # SLO (NodeCore.size_step_budget: Sarathi-Serve's rule, at most the budget the engine was built with); None: keep it
     step_budget_tpot_slo_s: float | None = None
+    # `zoo agent --profiler-config` (vLLM's): the profiler POST /start_profile and /stop_profile run on this node, its
+    # traces on this node's disk (agent/node_profiler.py); None: profiling is off here, and a start is refused
+    profiler: ProfilerConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.node_id or len(self.node_id.encode()) > 255:

@@ -29,6 +29,7 @@ from agent.drafter_switch import DrafterSwitch
 from agent.kv_events import KVEventPublisher
 from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
+from agent.node_profiler import NodeProfiler, ProfilerError
 from engine.kv.block_pool import Tier
 from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
@@ -40,6 +41,7 @@ from transport.messages import (
     ErrorReply,
     KvEvents,
     MigrateRequest,
+    ProfileControl,
     ResetPrefixCache,
     kv_events_to_wire,
 )
@@ -76,6 +78,11 @@ class _AbortAll:
 @dataclass(slots=True)
 class _ResetPrefixCache:
     msg: ResetPrefixCache  # answered with its request id, this node's id, what the engine dropped
+
+
+@dataclass(slots=True)
+class _Profile:
+    msg: ProfileControl  # answered with its request id, this node's id, what the profiler did
 
 
 @dataclass(slots=True)
@@ -149,6 +156,7 @@ class EngineThread:
         self._pairing = DrafterSwitch()  # the fleet pair's proposer (agent/drafter_switch.py)
         self.kv_events: KVEventPublisher | None = None  # set: each pass's KV cache events published (kv_events.py)
         self._send_kv_events = False  # each pass's KV cache events to the control plane too (KvEvents)
+        self.profiler: NodeProfiler | None = None  # set: --profiler-config (agent/node_profiler.py); None: off
 
     @property
     def num_inflight(self) -> int:
@@ -229,6 +237,10 @@ class EngineThread:
         """Forget the engine's prefix cache between two steps; the answer (a ResetPrefixCache) goes in the outbox."""
         self.inbox.put(_ResetPrefixCache(msg))
 
+    def profile(self, msg: ProfileControl) -> None:
+        """Start or stop this node's profiler between two steps; the answer (a ProfileControl) goes in the outbox."""
+        self.inbox.put(_Profile(msg))
+
     def export(self, migrate: MigrateRequest) -> None:
         """Take ``migrate.request_id`` off the engine with its KV (an ExportedForMigration in the outbox)."""
         self.inbox.put(_Export(migrate))
@@ -280,9 +292,18 @@ class EngineThread:
             log.exception("engine thread failed")
             self.outbox.put(e)
         finally:
+            self._stop_profiler()
             if self._reader is not None:
                 self._reader.shutdown(wait=False, cancel_futures=True)
             self.done.set()
+
+    def _stop_profiler(self) -> None:
+        """The node stops while its profiler runs: its trace is written, not lost."""
+        if self.profiler is not None and self.profiler.state != "off":
+            try:
+                log.info("profiler stopped as the node stops: %s", ", ".join(self.profiler.stop()))
+            except ProfilerError as e:
+                log.warning("%s", e)
 
     def _run(self) -> None:
         core = self.core
@@ -307,7 +328,12 @@ class EngineThread:
                 core.engine.flush_remote_drops()  # aborts' remote KV: the holders may forget it now
             if core.has_work():
                 busy_s = core.engine.busy_time_s
-                outputs = core.step()
+                if self.profiler is None:
+                    outputs = core.step()
+                else:  # each step a range in the trace while it records; the delay and the limit count steps
+                    with self.profiler.step_range():
+                        outputs = core.step()
+                    self.profiler.after_step()
                 if core.observe:
                     out.append(core.observation(outputs, core.engine.busy_time_s - busy_s))
                 out.extend(core.token_chunk(o) for o in outputs)
@@ -372,6 +398,8 @@ class EngineThread:
                 log.info("prefix cache reset: %d cached blocks dropped", num_blocks)
             answer = {"ok": num_blocks is not None, "num_blocks": num_blocks or 0}
             out.append(msgspec.structs.replace(cmd.msg, **answer))
+        elif isinstance(cmd, _Profile):
+            out.append(self._profile(cmd.msg))
         elif isinstance(cmd, _SetDrafter):
             self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
         elif isinstance(cmd, _SendKvEvents) and cmd.on:
@@ -405,6 +433,22 @@ class EngineThread:
             except Exception:  # a transfer we cannot place: the request recomputes its prompt
                 log.exception("request %s: the peer's KV could not be imported", cmd.add.request_id)
             self._apply(cmd.add, out)
+
+    def _profile(self, msg: ProfileControl) -> ProfileControl:
+        """``msg`` answered: what this node's profiler did, or why not."""
+        if self.profiler is None:
+            detail = "profiling is off on this node: start its agent with --profiler-config"
+            return msgspec.structs.replace(msg, ok=False, detail=detail)
+        try:
+            if msg.action == "start":
+                return msgspec.structs.replace(msg, ok=True, detail=self.profiler.start())
+            if msg.action == "stop":
+                files = self.profiler.stop()
+                detail = f"{self.profiler.config.profiler} profiler stopped, {len(files)} files written"
+                return msgspec.structs.replace(msg, ok=True, detail=detail, trace_files=files)
+        except ProfilerError as e:
+            return msgspec.structs.replace(msg, ok=False, detail=str(e))
+        return msgspec.structs.replace(msg, ok=False, detail=f"unknown action {msg.action[:64]!r}: start or stop")
 
 
 def _lora_store(core: NodeCore):

@@ -48,6 +48,7 @@ from agent.kv_remote_io import AgentRemoteKV, RemoteDropAsk, RemoteFetchAsk, Rem
 from agent.kv_remote_store import RemoteKVStore
 from agent.kv_remote_swap import RemoteSwapper
 from agent.node_core import EngineObservation, NodeCore
+from agent.node_profiler import node_profiler
 from agent.request_age import request_age_s
 from agent.serving_digest import serving_digest
 from agent.verifier_pairing import VerifierPairing
@@ -76,6 +77,7 @@ from transport.messages import (
     NodeTelemetry,
     Ping,
     Pong,
+    ProfileControl,
     ResetPrefixCache,
     SpecPair,
     Welcome,
@@ -173,6 +175,9 @@ class NodeAgent(Actor):
                 ErrorReply: self.handle_error_reply,
                 NodeDrain: self.handle_node_drain,
                 ResetPrefixCache: self.handle_reset_prefix_cache,
+                ProfileControl: lambda i: self._thread.profile(
+                    msgspec.structs.replace(i.msg, node_id=self.config.node_id)
+                ),
                 MigrateRequest: self.handle_migrate,
                 SpecPair: self.handle_spec_pair,
             },
@@ -218,6 +223,7 @@ class NodeAgent(Actor):
             log.warning("agent %s: no start-up profile; step token budget kept", self.config.node_id)
         self._thread = EngineThread(core, self.config.report_interval_s)
         self._thread.kv_events = self.kv_events
+        self._thread.profiler = node_profiler(self.config.profiler, self.config.node_id)  # --profiler-config
         self.pairing = VerifierPairing(self._thread, self.engine.tokenizer.vocab_size, self.config.pair_draft_timeout_s)
         self.vocab_id = vocab_id(self.engine.tokenizer)  # engine/spec/vocab_id.py: what drafters must share
         if self.drafter is not None:

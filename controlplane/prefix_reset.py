@@ -10,62 +10,26 @@ keeps its cache. For each node that reset, the policy forgets the prefixes it th
 next requests are not sent there for a cache that is gone.
 
     ControlPlane.reset_prefix_cache(timeout_s) ─► {node id: {"ok": bool, "num_blocks": int} | None (no answer)}
+
+The asks and their answers go through controlplane/node_asks.py.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
-
-import anyio
-
+from controlplane.node_asks import NodeAsks
 from transport.messages import ResetPrefixCache
 
 DEFAULT_RESET_TIMEOUT_S = 5.0  # how long POST /reset_prefix_cache waits for the nodes' answers
 
 
-@dataclass
-class _Pending:
-    node_ids: frozenset[str]
-    answers: dict[str, ResetPrefixCache] = field(default_factory=dict)
-    done: anyio.Event = field(default_factory=anyio.Event)
-
-
-class PrefixResets:
-    """The resets in flight, by id; ``answer`` takes a node's ResetPrefixCache reply (an unknown id: dropped)."""
-
-    def __init__(self) -> None:
-        self._pending: dict[str, _Pending] = {}
-        self._ids = itertools.count(1)
-
-    def answer(self, msg: ResetPrefixCache) -> None:
-        pending = self._pending.get(msg.request_id)
-        if pending is None or msg.node_id not in pending.node_ids:
-            return
-        pending.answers[msg.node_id] = msg
-        if len(pending.answers) == len(pending.node_ids):
-            pending.done.set()
-
-    async def reset(self, node_ids: list[str], send, policy, timeout_s: float) -> dict[str, dict | None]:
-        """Ask each of ``node_ids`` (``send(msg, node_id)``), wait for their answers (at most ``timeout_s``), tell
-        ``policy`` of each node that reset; each node's answer, None where none came (or the send failed)."""
-        reset_id = f"prefix-reset-{next(self._ids)}"
-        pending = self._pending[reset_id] = _Pending(frozenset(node_ids))
-        try:
-            for node_id in node_ids:
-                try:
-                    send(ResetPrefixCache(request_id=reset_id), node_id)
-                except Exception:  # a node whose outbox is full, or gone: no answer from it
-                    pending.node_ids = pending.node_ids - {node_id}
-            if len(pending.answers) < len(pending.node_ids):
-                with anyio.move_on_after(timeout_s):
-                    await pending.done.wait()
-        finally:
-            del self._pending[reset_id]
-        results: dict[str, dict | None] = {}
-        for node_id in node_ids:
-            msg = pending.answers.get(node_id)
-            results[node_id] = None if msg is None else {"ok": msg.ok, "num_blocks": msg.num_blocks}
-            if msg is not None and msg.ok:
-                policy.on_prefix_cache_reset(node_id)
-        return results
+async def reset_prefix_caches(asks: NodeAsks, node_ids: list[str], send, policy, timeout_s: float) -> dict:
+    """Ask each of ``node_ids`` (``send(msg, node_id)``, the answers through ``asks``), wait for their answers (at most
+    ``timeout_s``), tell ``policy`` of each node that reset; each node's answer, None where none came (or the send
+    failed)."""
+    answers = await asks.ask(node_ids, lambda ask_id: ResetPrefixCache(request_id=ask_id), send, timeout_s)
+    results: dict[str, dict | None] = {}
+    for node_id, msg in answers.items():
+        results[node_id] = None if msg is None else {"ok": msg.ok, "num_blocks": msg.num_blocks}
+        if msg is not None and msg.ok:
+            policy.on_prefix_cache_reset(node_id)
+    return results

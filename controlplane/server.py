@@ -43,11 +43,13 @@ from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
+from controlplane.node_asks import NodeAsks
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.offload_tokenize import TokenizeWorkers, is_long, offloaded_stream
-from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, PrefixResets
+from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, reset_prefix_caches
 from controlplane.probe_inbox import ProbeInbox
+from controlplane.profiling import PROFILE_TIMEOUT_S, profile_nodes
 from controlplane.request_path import RequestPath
 from controlplane.request_table import local_stream
 from controlplane.router.policies import make_policy
@@ -79,6 +81,7 @@ from transport.messages import (
     Ping,
     Pong,
     ProbeSnapshot,
+    ProfileControl,
     ResetPrefixCache,
     TokenChunk,
     TokenChunks,
@@ -159,7 +162,7 @@ class ControlPlane(Actor):
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.drains = NodeDrains(self.registry, self._send_to_node, self.kv_moves.migrate_off)  # zoo drain [--resume]
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
-        self.prefix_resets = PrefixResets()  # POST /reset_prefix_cache's answers (controlplane/prefix_reset.py)
+        self.node_asks = NodeAsks()  # the nodes' answers to /reset_prefix_cache, /start_profile, /stop_profile
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -167,7 +170,7 @@ class ControlPlane(Actor):
                 LoadReport: self.handle_load_report,
                 NodeLeave: self.handle_node_leave,
                 NodeDrain: self.handle_node_drain,
-                ResetPrefixCache: lambda i: self._node_of(i, i.msg.node_id) and self.prefix_resets.answer(i.msg),
+                **dict.fromkeys((ResetPrefixCache, ProfileControl), self._node_answer),  # NodeAsks' answers
                 KvEvents: self.handle_kv_events,
                 NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: lambda incoming: self._relay_chunk(incoming.peer, incoming.msg, incoming.recv_ns),
@@ -199,23 +202,15 @@ class ControlPlane(Actor):
             self._ctx = zmq.asyncio.Context()
         curve = self.config.curve  # CURVE: the ZAP handler is bound before the sockets (transport/curve.py)
         self.zap = ZapHandler(self._ctx, curve.zap_policy()) if curve is not None else None
+        agent_curve, client_curve = (None, None) if curve is None else (curve.agent_server, curve.client_server)
         sock, self.agent_endpoint = bind_router(
-            self._ctx,
-            self.config.agent_endpoint,
-            handover=True,
-            max_msg_bytes=AGENT_MAX_MSG_BYTES,
-            curve=curve.agent_server if curve is not None else None,
+            self._ctx, self.config.agent_endpoint, handover=True, max_msg_bytes=AGENT_MAX_MSG_BYTES, curve=agent_curve
         )
         channel = Channel(sock, peers_bound_to_keys=curve is not None)  # with CURVE: node id = key name
         self._agents = Link(channel, self._on_agent_batch, self._on_agent_undeliverable, name="cp agents")
         if self.config.client_endpoint is not None:
-            sock, self.client_endpoint = bind_router(
-                self._ctx,
-                self.config.client_endpoint,
-                handover=False,
-                max_msg_bytes=CLIENT_MAX_MSG_BYTES,
-                curve=curve.client_server if curve is not None else None,
-            )
+            sock, self.client_endpoint = bind_router(self._ctx, self.config.client_endpoint, handover=False,
+                                                     max_msg_bytes=CLIENT_MAX_MSG_BYTES, curve=client_curve)  # fmt:skip
             self._clients = Link(Channel(sock), self._on_client_batch, self._on_client_undeliverable, name="cp clients")
             self.client_requests = ClientRequests(  # a long prompt is tokenized off the loop (client_requests.py)
                 workers=self.tokenize_workers,
@@ -241,15 +236,14 @@ class ControlPlane(Actor):
 
     async def cleanup(self) -> None:
         self.shut_down_requests()
-        for link in (self._agents, self._clients):
-            if link is not None:
-                link.close()
-        if self.zap is not None:
-            self.zap.close()
+        for closable in (self._agents, self._clients, self.zap):
+            if closable is not None:
+                closable.close()
         if self._own_ctx and self._ctx is not None:
             self._ctx.term()
 
     draining = property(lambda self: self.path.draining)  # shutting down (start_drain): no new request is taken
+    node_ids = property(lambda self: [view.node_id for view in self.registry.views()])  # the registered nodes
 
     def start_drain(self) -> None:
         """Refuse new requests (503 over HTTP, an ErrorReply over ZeroMQ), /health "draining"; those in flight go on."""
@@ -258,8 +252,11 @@ class ControlPlane(Actor):
 
     async def reset_prefix_cache(self, timeout_s: float = DEFAULT_RESET_TIMEOUT_S) -> dict[str, dict | None]:
         """POST /reset_prefix_cache: each registered node's answer (controlplane/prefix_reset.py)."""
-        node_ids = [view.node_id for view in self.registry.views()]
-        return await self.prefix_resets.reset(node_ids, self._send_to_node, self.policy, timeout_s)
+        return await reset_prefix_caches(self.node_asks, self.node_ids, self._send_to_node, self.policy, timeout_s)
+
+    async def profile(self, action: str, node_ids: list[str], timeout_s: float = PROFILE_TIMEOUT_S) -> dict:
+        """POST /start_profile, /stop_profile: each of ``node_ids``' answer (controlplane/profiling.py)."""
+        return await profile_nodes(self.node_asks, action, node_ids, self._send_to_node, timeout_s)
 
     def shut_down_requests(self) -> None:
         """Fail every request in flight (the control plane stops) and flush the ErrorReplies to ZeroMQ clients at
@@ -415,6 +412,9 @@ class ControlPlane(Actor):
             self.path.on_undeliverable(item.msg, node_id, why)
         elif not why.startswith(WHY_UNENCODABLE) and self.registry.suspect(node_id):  # the node's fault only
             log.warning("node %s is suspect: a send to it failed (%s)", node_id, why)
+
+    def _node_answer(self, incoming: Incoming) -> None:  # an answer to a NodeAsks question, from the node it names
+        self._node_of(incoming, incoming.msg.node_id) and self.node_asks.answer(incoming.msg)
 
     def _node_of(self, incoming: Incoming, node_id: str) -> bool:
         """The message names the node its routing id says; unknown nodes are told to say hello."""

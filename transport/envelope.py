@@ -23,6 +23,7 @@ class MsgType(enum.IntEnum):
     NODE_DRAIN = 6
     RESET_PREFIX_CACHE = 7
     KV_EVENTS = 8
+    PROFILE_CONTROL = 9  # ProfileControl: POST /start_profile, /stop_profile to a node and its answer
     GENERATE = 10
     TOKENS = 11
     TOKEN_CHUNKS = 15  # TokenChunks: an agent's chunks of one engine pass in one message

@@ -14,7 +14,8 @@ Tensors never go inside the payload: a ``TensorRef`` names the extra frame that 
 Who sends what (socket roles are in transport/sockets.py)::
 
     agent ──NodeHello/Heartbeat/LoadReport/TokenChunk(s)/ErrorReply/NodeDrain/NodeLeave/KvEvents──► control plane
-    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache────────────  control plane
+          (and the answers: ResetPrefixCache, ProfileControl)
+    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache/ProfileControl──  control plane
     client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
     client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
     agent ◄──SpecPair (draft with this fleet drafter's DraftServer, or stop)──────────────── control plane
@@ -511,6 +512,21 @@ class ResetPrefixCache(Envelope, kw_only=True):
 
 
 MESSAGE_TYPES[MsgType.RESET_PREFIX_CACHE] = ResetPrefixCache
+
+
+class ProfileControl(Envelope, kw_only=True):
+    """Control plane → agent: ``action`` "start" or "stop" this node's profiler (POST /start_profile, /stop_profile;
+    ``request_id`` names the ask; agent/node_profiler.py). Agent → control plane, the answer: ``ok``, ``detail``
+    (what it did, or why not), and at a stop the ``trace_files`` written on the node's disk."""
+
+    action: str = ""
+    node_id: str = ""
+    ok: bool = False
+    detail: str = ""
+    trace_files: list[str] = []
+
+
+MESSAGE_TYPES[MsgType.PROFILE_CONTROL] = ProfileControl
 
 
 class KvEvents(Envelope, kw_only=True):

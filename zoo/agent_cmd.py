@@ -25,6 +25,7 @@ from zoo.keys import (
     agent_node_id_and_curve,
 )
 from zoo.log_args import add_log_args, configure_logging_from_args
+from zoo.profiler_args import add_profiler_args, profiler_config_from_args
 from zoo.tracing_args import add_tracing_args, span_export_from_args
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     add_tracing_args(
         p, "zoo-agent", starts_traces=False
     )  # --otlp-traces-endpoint: the span of each request this node serves
+    add_profiler_args(p, "the profiler POST /start_profile and /stop_profile run on this node, writing on its disk")
     p.add_argument(
         "--tpot-slo", type=float, default=0.1, help="TPOT SLO, s, that --max-num-batched-tokens auto sizes the step to"
     )
@@ -119,6 +121,19 @@ def _kv_events_config(text: str):
         return parse_kv_events_config(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _profiler_for(args: argparse.Namespace):
+    """``--profiler-config`` (or $VLLM_TORCH_PROFILER_DIR) for this node's backend; SystemExit when it cannot see it."""
+    from backends.profiler_sessions import check_profiler_backend
+
+    config = profiler_config_from_args(args)
+    if config is not None:
+        try:
+            check_profiler_backend(config, args.backend)
+        except ValueError as e:
+            raise SystemExit(f"zoo agent: {e}") from None
+    return config
 
 
 def agent_from_args(args: argparse.Namespace):
@@ -159,6 +174,7 @@ def agent_from_args(args: argparse.Namespace):
         rack=args.rack,
         step_budget_tpot_slo_s=auto_step_budget_slo(args),
         kv_events=getattr(args, "kv_events_config", None),
+        profiler=_profiler_for(args),
     )
     exporter = None
     if args.metrics_port is not None:

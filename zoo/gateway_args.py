@@ -1,6 +1,6 @@
 """`zoo controlplane`'s flags for its HTTP gateway (vLLM's names where it has them) and the GatewayConfig they make:
 CORS, TLS, the access log, OpenAI batches and files, the stores' bounds, the tool-call and reasoning parsers,
-the default sampling parameters.
+the default sampling parameters, whether POST /start_profile and /stop_profile are served.
 SystemExit naming the flag of a bad value, at start."""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import json
 import logging
 import ssl
 from pathlib import Path
+
+from zoo.profiler_args import add_profiler_args, profiler_config_from_args
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +158,7 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fingerprint-value", default=None, metavar="TEXT", help="the system_fingerprint of --fingerprint-mode custom"
     )
+    add_profiler_args(p, "serve POST /start_profile and /stop_profile, which run each node's own --profiler-config")
     p.add_argument(
         "--chat-completions-store",
         default=None,
@@ -218,6 +221,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             response_role=getattr(args, "response_role", "assistant"),
             stream_obfuscation=getattr(args, "stream_obfuscation", False),
             fingerprint=fingerprint,
+            profiling=profiler_config_from_args(args) is not None,
             **access_log,
             **tls,
             **stores,

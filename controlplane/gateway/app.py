@@ -41,6 +41,7 @@
     GET  /load                    vLLM's {"server_load": N}: generation requests being answered, background
                                   responses running (gateway/server_load.py)
     POST /reset_prefix_cache      vLLM's: every node forgets its prefix cache (controlplane/prefix_reset.py)
+    POST /start_profile, /stop_profile  vLLM's, with --profiler-config: each node's profiler (profile_routes.py)
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
@@ -114,6 +115,7 @@ from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.message_batch_routes import MessageBatchRoutes
 from controlplane.gateway.openai_reply import OpenAIReply, chat_reply_role
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion, with_template_defaults
+from controlplane.gateway.profile_routes import profile_routes
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
 from controlplane.gateway.reasoning_parsers import reasoning_parser_for
@@ -215,6 +217,7 @@ def create_app(
     routes += uploads.routes()
     routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)
+    routes += profile_routes(frontend, config.profiling, config.request_read_timeout_s)  # vLLM's, with a profiler
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     if sd_app is not None:

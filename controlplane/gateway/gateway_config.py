@@ -51,6 +51,8 @@ class GatewayConfig:
     # streams pad their events against size side channels (stream_obfuscation.py) unless a request's
     # stream_options.include_obfuscation says otherwise (OpenAI's default is on; vLLM has none: off)
     stream_obfuscation: bool = False
+    # POST /start_profile and /stop_profile are served (vLLM's, with --profiler-config: profile_routes.py)
+    profiling: bool = False
     # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)
     fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)

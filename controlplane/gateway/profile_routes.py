@@ -1,0 +1,79 @@
+"""vLLM's POST /start_profile and /stop_profile on the gateway, for the fleet (controlplane/profiling.py).
+
+vLLM serves the two routes only when its server was started with a profiler (``--profiler-config``), since a
+profile slows what it traces and fills a disk; here they exist when the control plane was started with one
+(``GatewayConfig.profiling``), behind the API key check as every route, and each node profiles by its own agent's
+``--profiler-config`` (agent/node_profiler.py).
+
+    POST /start_profile  [{"nodes": ["gpu-0", ...]}]   every node when the body is empty or names none
+    POST /stop_profile   [{"nodes": [...]}]            each node writes its trace on its own disk
+        200 {"object": "profile", "action", "nodes": {id: {"ok", "detail", "trace_files"} | null (no answer)}}
+            when at least one node did it; 400 when none could (each node's reason in the message), or a node
+            named is not in the fleet; 503 before any node joined.
+
+vLLM answers an empty 200 for its one engine; a fleet's nodes may each answer otherwise (one started without a
+profiler, one already profiling), so the body says what each did and, at a stop, where its trace is.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from controlplane.gateway.errors import http_error_response
+from controlplane.gateway.guarded import json_response
+from controlplane.gateway.reply_stream import until_disconnect
+from controlplane.gateway.request_body import answered, read_body
+
+MAX_PROFILE_BODY_BYTES = 64 * 1024
+
+
+class _Body(msgspec.Struct):
+    nodes: list[str] | None = None  # other keys are ignored: vLLM's routes take no body at all
+
+
+def profile_routes(frontend: object, profiling: bool, read_timeout_s: float) -> list[Route]:
+    """The two routes, or none when the control plane was started without a profiler (or cannot ask its nodes)."""
+    if not profiling or not hasattr(frontend, "profile"):
+        return []
+    handlers = _ProfileHandlers(frontend, read_timeout_s)
+    return [
+        Route("/start_profile", handlers.start, methods=["POST"]),
+        Route("/stop_profile", handlers.stop, methods=["POST"]),
+    ]
+
+
+class _ProfileHandlers:
+    def __init__(self, frontend, read_timeout_s: float) -> None:
+        self.frontend = frontend
+        self.read_timeout_s = read_timeout_s
+
+    async def start(self, request: Request) -> Response:
+        return await answered(lambda: self._act(request, "start"))
+
+    async def stop(self, request: Request) -> Response:
+        return await answered(lambda: self._act(request, "stop"))
+
+    async def _act(self, request: Request, action: str) -> Response:
+        raw = await read_body(request, MAX_PROFILE_BODY_BYTES, self.read_timeout_s)
+        try:
+            body = msgspec.json.decode(raw, type=_Body) if raw.strip() else _Body()
+        except msgspec.ValidationError as e:
+            return http_error_response(400, f"Invalid request body: {e}", code="invalid_nodes")
+        except msgspec.DecodeError as e:
+            return http_error_response(400, f"The request body is not valid JSON: {e}")
+        known = self.frontend.node_ids
+        if not known:
+            return http_error_response(503, "No node has joined the fleet yet", code="no_node")
+        unknown = [] if body.nodes is None else [n for n in body.nodes if n not in known]
+        if unknown:
+            names = ", ".join(repr(n[:64]) for n in unknown[:8])
+            return http_error_response(400, f"Not in the fleet: {names}", code="invalid_nodes")
+        node_ids = known if not body.nodes else list(dict.fromkeys(body.nodes))
+        nodes = await until_disconnect(request, self.frontend.profile(action, node_ids))
+        if not any(answer is not None and answer["ok"] for answer in nodes.values()):
+            why = "; ".join(f"{n}: {'no answer' if a is None else a['detail']}" for n, a in list(nodes.items())[:16])
+            return http_error_response(400, f"No node could {action} its profiler. {why}", code="profiler_error")
+        return json_response({"object": "profile", "action": action, "nodes": nodes})
