@@ -2,9 +2,13 @@
 strings, beside ``--api-keys FILE``), ``--tensor-parallel-size``/``-tp``, ``--served-model-name``,
 ``--enforce-eager``, ``--kv-cache-dtype``; ``--enable-auto-tool-choice`` (auto is on with a parser),
 ``--enable-server-load-tracking``, ``--enable-prompt-tokens-details`` and ``--exclude-tools-when-tool-choice-none``
-taken: what they turn on is always so here."""
+taken: what they turn on is always so here; ``--profiler-config`` (and ``$VLLM_TORCH_PROFILER_DIR``) for both."""
 
 from __future__ import annotations
+
+import json
+
+import pytest
 
 from zoo.cli import build_parser
 from zoo.gateway_args import gateway_config_from_args
@@ -44,3 +48,22 @@ def test_flags_of_what_is_always_so_are_taken_and_change_nothing():
         "--exclude-tools-when-tool-choice-none",
     ):
         assert gateway_config_from_args(_args("controlplane", "--fake-tokenizer", flag)) == plain
+
+
+def test_profiler_config_serves_the_profile_routes_and_reaches_the_agent(tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_TORCH_PROFILER_DIR", raising=False)
+    from zoo.agent_cmd import _profiler_for
+
+    config = json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path), "max_iterations": 8})
+    assert not gateway_config_from_args(_args("controlplane", "--fake-tokenizer")).profiling
+    assert gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--profiler-config", config)).profiling
+    agent = _profiler_for(_args("agent", "--profiler-config", config))
+    assert (agent.profiler, agent.trace_dir, agent.max_iterations) == ("torch", str(tmp_path), 8)
+    assert _profiler_for(_args("agent")) is None
+    monkeypatch.setenv("VLLM_TORCH_PROFILER_DIR", str(tmp_path))  # vLLM's earlier switch, for both
+    assert _profiler_for(_args("agent")).trace_dir == str(tmp_path)
+    assert gateway_config_from_args(_args("controlplane", "--fake-tokenizer")).profiling
+    with pytest.raises(SystemExit, match="use 'jax'"):  # torch's profiler sees nothing of a JAX node
+        _profiler_for(_args("agent", "--backend", "jax"))
+    with pytest.raises(SystemExit):
+        _args("agent", "--profiler-config", '{"profiler": "torch"}')  # argparse names the flag and why

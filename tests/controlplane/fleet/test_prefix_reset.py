@@ -10,7 +10,8 @@ import pytest
 
 from client import AsyncZooClient
 from controlplane.gateway import create_app
-from controlplane.prefix_reset import PrefixResets
+from controlplane.node_asks import NodeAsks
+from controlplane.prefix_reset import reset_prefix_caches
 from transport.messages import ResetPrefixCache
 
 pytestmark = pytest.mark.anyio
@@ -53,7 +54,7 @@ async def test_a_node_with_a_running_request_keeps_its_cache_and_says_so(fleet):
 
 
 async def test_an_answer_for_another_node_or_an_unknown_reset_is_dropped():
-    resets = PrefixResets()
+    resets = NodeAsks()
 
     class Policy:
         def __init__(self) -> None:
@@ -67,12 +68,13 @@ async def test_an_answer_for_another_node_or_an_unknown_reset_is_dropped():
     async def answer_later() -> None:
         await anyio.sleep(0.05)
         (msg, _), _ = sent
-        resets.answer(ResetPrefixCache(request_id="prefix-reset-999", node_id="a", ok=True))  # no such reset
+        resets.answer(ResetPrefixCache(request_id="ask-999", node_id="a", ok=True))  # no such reset
         resets.answer(ResetPrefixCache(request_id=msg.request_id, node_id="z", ok=True))  # not asked
         resets.answer(ResetPrefixCache(request_id=msg.request_id, node_id="a", ok=True, num_blocks=3))
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(answer_later)
-        results = await resets.reset(["a", "b"], lambda msg, node: sent.append((msg, node)), policy, 0.5)
+        send = lambda msg, node: sent.append((msg, node))  # noqa: E731
+        results = await reset_prefix_caches(resets, ["a", "b"], send, policy, 0.5)
     assert results == {"a": {"ok": True, "num_blocks": 3}, "b": None}  # b never answered: None at the timeout
     assert policy.reset == ["a"]
