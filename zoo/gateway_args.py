@@ -158,6 +158,11 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--fingerprint-value", default=None, metavar="TEXT", help="the system_fingerprint of --fingerprint-mode custom"
     )
+    p.add_argument(
+        "--enable-tokenizer-info-endpoint",
+        action="store_true",
+        help="serve GET /tokenizer_info: the tokenizer's special tokens, added tokens and chat template (vLLM's)",
+    )
     add_profiler_args(p, "serve POST /start_profile and /stop_profile, which run each node's own --profiler-config")
     p.add_argument(
         "--chat-completions-store",
@@ -222,6 +227,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             stream_obfuscation=getattr(args, "stream_obfuscation", False),
             fingerprint=fingerprint,
             profiling=profiler_config_from_args(args) is not None,
+            tokenizer_info_endpoint=getattr(args, "enable_tokenizer_info_endpoint", False),
             **access_log,
             **tls,
             **stores,

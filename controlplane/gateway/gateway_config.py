@@ -53,6 +53,8 @@ class GatewayConfig:
     stream_obfuscation: bool = False
     # POST /start_profile and /stop_profile are served (vLLM's, with --profiler-config: profile_routes.py)
     profiling: bool = False
+    # GET /tokenizer_info answers the tokenizer's configuration (vLLM's --enable-tokenizer-info-endpoint; off: 404)
+    tokenizer_info_endpoint: bool = False
     # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)
     fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)

@@ -67,3 +67,9 @@ def test_profiler_config_serves_the_profile_routes_and_reaches_the_agent(tmp_pat
         _profiler_for(_args("agent", "--backend", "jax"))
     with pytest.raises(SystemExit):
         _args("agent", "--profiler-config", '{"profiler": "torch"}')  # argparse names the flag and why
+
+
+def test_the_tokenizer_info_endpoint_is_off_unless_turned_on():
+    assert not gateway_config_from_args(_args("controlplane", "--fake-tokenizer")).tokenizer_info_endpoint
+    on = gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--enable-tokenizer-info-endpoint"))
+    assert on.tokenizer_info_endpoint
