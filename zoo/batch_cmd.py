@@ -39,6 +39,11 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--part-mib", type=float, default=64.0, help="a larger file is sent in parts of this size (/v1/uploads)"
     )
+    add_tls_args(p)
+
+
+def add_tls_args(p: argparse.ArgumentParser) -> None:
+    """An https --url's flags (`zoo batch`, `zoo profile`)."""
     p.add_argument(
         "--cacert", default=None, metavar="PEM", help="an https --url: the CA to trust (default: the system CAs)"
     )
@@ -46,7 +51,7 @@ def add_batch_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key", default=None, metavar="PEM", help="--cert's private key (default: in --cert's file)")
 
 
-def _tls(args: argparse.Namespace) -> ssl.SSLContext | bool:
+def tls_verify(args: argparse.Namespace) -> ssl.SSLContext | bool:
     """httpx's ``verify`` for an https --url: the system's CAs (True) unless --cacert or --cert asks otherwise."""
     if args.cacert is None and args.cert is None:
         return True
@@ -77,7 +82,7 @@ def _run_batch(args: argparse.Namespace) -> int:
     key = os.environ.get("ZOO_API_KEY") or os.environ.get("OPENAI_API_KEY")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
-        verify = _tls(args)
+        verify = tls_verify(args)
     except (OSError, ssl.SSLError) as e:
         print(f"zoo batch: --cacert/--cert/--key: {e}", file=sys.stderr)
         return 2

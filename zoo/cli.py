@@ -361,6 +361,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_batch_args(bt)
     bt.set_defaults(func=run_batch)
 
+    from zoo.profile_cmd import add_profile_args, run_profile
+
+    pf = sub.add_parser("profile", help="start or stop the nodes' profilers (a control plane with --profiler-config)")
+    add_profile_args(pf)
+    pf.set_defaults(func=run_profile)
+
     from zoo.draft_server_cmd import add_draft_server_args, run_draft_server
 
     ds = sub.add_parser("draft-server", help="a draft agent: a draft model that proposes for verifiers elsewhere")
