@@ -35,6 +35,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -366,6 +367,43 @@ def check_kv_sizing(shape: Shape, model, device: torch.device, utilization: floa
     return {**out, "peak_gib": peak / 2**30, "ok": peak <= total * utilization}  # weights, KV and the step within U
 
 
+def check_profiler(shape: Shape, device: torch.device, steps: int = 3) -> dict[str, Any]:
+    """The node profiler's torch session (backends/torch/profiler_session.py, as `zoo agent --profiler-config`
+    runs it) around ``steps`` decode steps: each a ``zoo_step_<n>`` range in the written trace, the device's kernels
+    in it (on CUDA), and the op table beside it."""
+    import gzip
+    import tempfile
+    import types
+
+    from backends.torch.profiler_session import TorchProfilerSession
+
+    model = build(shape, torch.bfloat16 if device.type == "cuda" else torch.float32, device)
+    attn = make_attention("flash_sdpa" if device.type == "cuda" else "gather_sdpa", shape, device)
+    layers = kv_layers(shape, 8, next(model.parameters()).dtype, device)
+    with tempfile.TemporaryDirectory() as directory:
+        config = types.SimpleNamespace(
+            torch_profiler_dir=directory, torch_profiler_use_gzip=True, torch_profiler_dump_cuda_time_total=True,
+            torch_profiler_record_shapes=False, torch_profiler_with_memory=False, torch_profiler_with_stack=False,
+            torch_profiler_with_flops=False, warmup_iterations=0, wait_iterations=0, active_iterations=5,
+        )  # fmt: skip
+        session = TorchProfilerSession(config, "gpu-check")
+        session.start()
+        with torch.no_grad():
+            run_step(model, attn, layers, [1] * 16, [0], 0)
+            for n in range(steps):
+                with session.annotate(f"zoo_step_{n + 1}"):
+                    run_step(model, attn, layers, [2], [0, 1], 16 + n)
+                _sync(device)
+        files = session.stop()
+        trace = next((f for f in files if f.endswith(".pt.trace.json.gz")), None)
+        events = json.loads(gzip.decompress(Path(trace).read_bytes()))["traceEvents"] if trace else []
+        steps_seen = sorted({e["name"] for e in events if str(e.get("name", "")).startswith("zoo_step_")})
+        kernels = sum(1 for e in events if e.get("cat") == "kernel")
+        table = any(f.endswith("profiler_out_gpu-check.txt") for f in files)
+    ok = steps_seen == [f"zoo_step_{n + 1}" for n in range(steps)] and table and (kernels > 0 or device.type != "cuda")
+    return {"ok": ok, "files": len(files), "steps_in_trace": steps_seen, "kernel_events": kernels, "op_table": table}
+
+
 def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     device = torch.device(args.device)
@@ -422,7 +460,10 @@ def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    say("the node profiler's torch session ...")
+    report["profiler"] = check_profiler(SHAPES["tiny"], device)
     checks = [report["logits_vs_cpu"]["ok"], *(c["ok"] for c in report.get("triton_vs_sdpa", {}).values())]
+    checks.append(report["profiler"]["ok"])
     checks += [c["ok"] for c in report.get("triton_lora", {}).values()]
     checks += [report["kv_sizing"]["ok"]] if "kv_sizing" in report else []
     report["ok"] = all(checks)

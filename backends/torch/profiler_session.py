@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import TYPE_CHECKING
 
-from backends.profiler_config import ProfilerConfig
+if TYPE_CHECKING:  # read only (bench/gpu_check.py runs it where msgspec is not installed)
+    from backends.profiler_config import ProfilerConfig
 
 TOP_OPS = 100  # rows of the op table written beside the trace
 

@@ -63,3 +63,6 @@ def test_cpu_half_runs_without_the_projects_other_dependencies():
     for d in decode.values():
         assert d["eager_tok_per_s"] > 0 and d["eager_roofline_fraction"] > 0
         assert "graph_tok_per_s" not in d  # no CUDA here: no graphs
+    profiler = report["profiler"]  # the node profiler's torch session, without msgspec (its config duck-typed)
+    assert profiler["ok"] is True and profiler["steps_in_trace"] == ["zoo_step_1", "zoo_step_2", "zoo_step_3"]
+    assert profiler["op_table"] is True and profiler["kernel_events"] == 0  # no CUDA here: no kernels
