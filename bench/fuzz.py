@@ -46,6 +46,8 @@ from transport.process import stop_processes
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NODE_ID = "fuzz-node"
+# the agent's profiler: each fuzzed start records 16 engine steps at most, so a run's traces stay small
+PROFILER_CONFIG = json.dumps({"profiler": "torch", "torch_profiler_dir": "/tmp", "max_iterations": 16})
 FUZZER_AGENT_ID = b"fuzzer"
 START_TIMEOUT_S = 90.0
 HEARTBEAT_TIMEOUT_S = 5.0
@@ -112,8 +114,11 @@ class Fleet:
         cp += ["--http", self.http_base.removeprefix("http://")]
         cp += ["--files-dir", str(self.log_dir / "files")]  # the stores' and journals' disk paths are fuzzed too
         cp += ["--reasoning-parser", "deepseek_r1"]  # every chat reply split into reasoning and content
+        cp += ["--profiler-config", PROFILER_CONFIG, "--enable-tokenizer-info-endpoint"]  # vLLM's operator routes too
         agent = [sys.executable, "-m", "zoo.serve", "agent", "--fake-runner", "--node-id", NODE_ID]
         agent += ["--control", self.agent_endpoint]
+        profiles = json.dumps({**json.loads(PROFILER_CONFIG), "torch_profiler_dir": str(self.log_dir / "profiles")})
+        agent += ["--profiler-config", profiles]  # the fuzzed /start_profile really profiles, at most 16 steps a time
         cp += ["--otlp-traces-endpoint", self.traces.endpoint]
         agent += ["--otlp-traces-endpoint", self.traces.endpoint]
         for argv, log in ((cp, self.cp_log), (agent, self.log_dir / "agent.log")):
@@ -445,8 +450,9 @@ async def fuzz_campaign(config: FuzzConfig, say=print) -> dict:
         "config": asdict(config),
         "fleet": (
             "python -m zoo.serve controlplane --fake-tokenizer --heartbeat-timeout-s "
-            f"{HEARTBEAT_TIMEOUT_S:g} --files-dir LOG_DIR/files --reasoning-parser deepseek_r1 + 1 agent "
-            "--fake-runner, loopback, child processes, both with --otlp-traces-endpoint (a loopback collector)"
+            f"{HEARTBEAT_TIMEOUT_S:g} --files-dir LOG_DIR/files --reasoning-parser deepseek_r1 --profiler-config "
+            "--enable-tokenizer-info-endpoint + 1 agent --fake-runner --profiler-config (16 steps at most), loopback, "
+            "child processes, both with --otlp-traces-endpoint (a loopback collector)"
         ),
         "trace_exports_received": fleet.traces.requests,
         "wire": wire,

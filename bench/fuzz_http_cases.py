@@ -111,6 +111,7 @@ HTTP_FIELDS = [
     "encoding_format", "dimensions",  # OpenAI's embeddings API (/v1/embeddings)
     "text_1", "text_2", "query", "documents", "top_n", "return_documents", "use_activation",  # vLLM's score, rerank
 ]  # fmt: skip
+PROFILED_NODE = "fuzz-node"  # the fuzzed fleet's agent (bench/fuzz.py's NODE_ID), started with --profiler-config
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
                   "not an object", "path", "method", "raw", "batch", "conversation"]  # fmt: skip
 BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score",
@@ -422,6 +423,20 @@ class HttpCases:
             body["conversation"] = r.choice([known, {"id": known}, {}, 5, [known]])
         return body
 
+    def operator_case(self) -> HttpCase:
+        """vLLM's operator routes the fuzzed control plane serves: /start_profile and /stop_profile (every node, or
+        the body's ``nodes``: the fleet's node, one it does not have, a wrong type, a deep or huge or broken body),
+        and /reset_prefix_cache."""
+        r = self.rng
+        path = r.choice(["/start_profile", "/stop_profile", "/start_profile", "/stop_profile", "/reset_prefix_cache"])
+        body = r.choice([
+            b"", b"{}", json.dumps({"nodes": [PROFILED_NODE]}).encode(), b'{"nodes": "all"}', b'{"nodes": [1, null]}',
+            json.dumps({"nodes": ["n" * r.randint(0, 20_000)] * r.randint(1, 50)}).encode(), b'{"nodes": []}',
+            b'{"nodes": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", r.randbytes(r.randint(0, 256)), b'{"nodes": ["',
+            json.dumps({"nodes": [PROFILED_NODE], "stages": [0], "x": DEEP_SCHEMA}).encode(),
+        ])  # fmt: skip
+        return HttpCase("operator", method="POST", path=path, body=body)
+
     def next(self) -> HttpCase:
         r = self.rng
         kind = r.choice(HTTP_MUTATIONS)
@@ -466,10 +481,13 @@ class HttpCases:
             return HttpCase(kind, path=path, body=text.encode()[:-2] + b'\xff\xfe"}')
         elif kind == "not an object":
             text = r.choice(["[]", "1", '"x"', "null", "[" + text + "]"])
+        elif kind == "path" and r.random() < 0.15:
+            return self.operator_case()
         elif kind == "path":
             method = r.choice(["GET", "HEAD", "DELETE"])
             path = r.choice(["/health", "/metrics", "/load", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000),
-                             "/nope", "/v1/" + "x" * r.randint(0, 20_000), "/v1/completions/..%2f..%2fetc",
+                             "/tokenizer_info", "/nope", "/v1/" + "x" * r.randint(0, 20_000),
+                             "/v1/completions/..%2f..%2fetc",
                              "/v1/responses/resp_" + "r" * r.randint(0, 5_000),
                              "/v1/responses/resp_" + "r" * r.randint(0, 50) + "/cancel",
                              "/v1/responses/resp_r?stream=true&starting_after=" + r.choice(["0", "-1", "x" * 3000]),

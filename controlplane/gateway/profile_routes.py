@@ -71,7 +71,7 @@ class _ProfileHandlers:
         if unknown:
             names = ", ".join(repr(n[:64]) for n in unknown[:8])
             return http_error_response(400, f"Not in the fleet: {names}", code="invalid_nodes")
-        node_ids = known if not body.nodes else list(dict.fromkeys(body.nodes))
+        node_ids = list(known) if not body.nodes else list(dict.fromkeys(body.nodes))
         nodes = await until_disconnect(request, self.frontend.profile(action, node_ids))
         if not any(answer is not None and answer["ok"] for answer in nodes.values()):
             why = "; ".join(f"{n}: {'no answer' if a is None else a['detail']}" for n, a in list(nodes.items())[:16])

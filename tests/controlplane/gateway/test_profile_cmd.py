@@ -12,7 +12,7 @@ from zoo.cli import build_parser
 class ProfilingFrontend:
     """A fleet of two nodes: ``a`` profiles, ``b`` has no profiler."""
 
-    node_ids = ["a", "b"]
+    node_ids = ("a", "b")
 
     def __init__(self, frontend) -> None:
         self._frontend = frontend
