@@ -113,7 +113,7 @@ HTTP_FIELDS = [
 ]  # fmt: skip
 PROFILED_NODE = "fuzz-node"  # the fuzzed fleet's agent (bench/fuzz.py's NODE_ID), started with --profiler-config
 HTTP_MUTATIONS = ["valid", "field", "field", "field", "structured", "tools", "truncate", "random bytes", "bad utf-8",
-                  "not an object", "path", "method", "raw", "batch", "conversation"]  # fmt: skip
+                  "not an object", "path", "method", "raw", "batch", "conversation", "operator"]  # fmt: skip
 BATCH_ENDPOINTS = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/score",
                    "/v1/rerank"]  # fmt: skip
 SCORE_PATHS = ["/score", "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank"]
@@ -442,6 +442,8 @@ class HttpCases:
         kind = r.choice(HTTP_MUTATIONS)
         if kind == "batch":
             return self.batch_case()
+        if kind == "operator":
+            return self.operator_case()
         if kind == "conversation":
             return self.stored_chat_case() if self.rng.random() < 0.3 else self.conversation_case()
         chat = r.random() < 0.5
@@ -481,8 +483,6 @@ class HttpCases:
             return HttpCase(kind, path=path, body=text.encode()[:-2] + b'\xff\xfe"}')
         elif kind == "not an object":
             text = r.choice(["[]", "1", '"x"', "null", "[" + text + "]"])
-        elif kind == "path" and r.random() < 0.15:
-            return self.operator_case()
         elif kind == "path":
             method = r.choice(["GET", "HEAD", "DELETE"])
             path = r.choice(["/health", "/metrics", "/load", "/v1/models", "/v1/models/" + "m" * r.randint(0, 5_000),
