@@ -139,6 +139,16 @@ class _Tenant:
         self.tokens = TokenBucket.per_minute(tpm, now_s) if tpm is not None else None
         self.usage = TenantUsage()
 
+    def changed_to(self, spec: TenantSpec, now_s: float) -> _Tenant:
+        """This tenant under ``spec``: its usage kept, each bucket it keeps no fuller than it is now."""
+        new = _Tenant(spec, now_s)
+        new.usage = self.usage
+        for kind in ("requests", "tokens"):
+            old, bucket = getattr(self, kind), getattr(new, kind)
+            if old is not None and bucket is not None:
+                bucket.level = min(bucket.capacity, old.refill(now_s))
+        return new
+
 
 class TenantLimiter:
     """The tenants' classes, limits and usage. A request naming no tenant (a ZeroMQ client, an open gateway)
@@ -152,6 +162,23 @@ class TenantLimiter:
                 raise ValueError(f"tenant {spec.name!r} is configured twice")
             self._tenants[spec.name] = _Tenant(spec, now_s)
         self._now_s = now_s
+
+    def reconfigure(self, tenants: Iterable[TenantSpec], now_s: float) -> None:
+        """The tenants of a reloaded key file (SIGHUP: zoo/keys_reload.py), from the next request on. Each tenant
+        keeps its usage; one whose class and limits are unchanged keeps its buckets, one whose limits changed gets
+        new ones no fuller than its old ones were (a reload grants no burst); a tenant no longer described keeps
+        its usage and has no class or limits of its own. ValueError, nothing changed, for a tenant given twice."""
+        specs: dict[str, TenantSpec] = {}
+        for spec in tenants:
+            if spec.name in specs:
+                raise ValueError(f"tenant {spec.name!r} is configured twice")
+            specs[spec.name] = spec
+        kept: dict[str, _Tenant] = {}
+        for name, state in self._tenants.items():
+            spec = specs.pop(name, TenantSpec(name))
+            kept[name] = state if spec == state.spec else state.changed_to(spec, now_s)
+        kept.update((name, _Tenant(spec, now_s)) for name, spec in specs.items())
+        self._tenants, self._now_s = kept, max(self._now_s, now_s)
 
     def _get(self, tenant: str) -> _Tenant:
         tenant = tenant or DEFAULT_TENANT

@@ -318,15 +318,20 @@ def run_controlplane(args: argparse.Namespace) -> int:
     if getattr(args, "uds", None):
         http = UDS_PREFIX + args.uds
     stats = None if args.stats_listen == "none" else args.stats_listen
+    from controlplane.gateway.api_keys import ApiKeyRing
+    from zoo.keys_reload import reload_api_keys
+
+    keys = ApiKeyRing.of(api_keys_from_args(args))  # the gateway's keys, which a SIGHUP re-reads (--api-keys FILE)
     serve = functools.partial(
         _serve_controlplane,
+        reload_keys=functools.partial(reload_api_keys, args, keys, cp) if keys and args.api_keys else None,
         knobs_file=getattr(args, "router_knobs_file", None),
         gateway_config=gateway_config_from_args(args),
         shutdown_timeout_s=args.shutdown_timeout,
         gc_freeze=not getattr(args, "no_gc_freeze", False),
     )
     try:
-        return anyio.run(serve, cp, http, stats, args.stats_interval_s, api_keys_from_args(args))
+        return anyio.run(serve, cp, http, stats, args.stats_interval_s, keys)
     finally:
         if spans is not None:
             spans.close()  # what is queued goes out
@@ -342,6 +347,7 @@ async def _serve_controlplane(
     gateway_config=None,
     shutdown_timeout_s: float = 0.0,
     gc_freeze: bool = True,
+    reload_keys=None,
 ) -> int:
     from observe.controlplane_exporter import ControlPlaneExporter
     from observe.exporter import SnapshotCollector
@@ -358,8 +364,8 @@ async def _serve_controlplane(
     async with anyio.create_task_group() as tg:
         gateways: list = []  # the gateway's HttpInFlight: the shutdown's drain waits for its requests too
         tg.start_soon(stop_controlplane_on_signal, cp, tg.cancel_scope, shutdown_timeout_s, gateways)
-        if knobs_file is not None:
-            tg.start_soon(_reload_router_on_sighup, cp, knobs_file)
+        if knobs_file is not None or reload_keys is not None:
+            tg.start_soon(_reload_on_sighup, cp, knobs_file, reload_keys)
         await tg.start(cp.run)
         print(f"control plane: agents {cp.agent_endpoint}, clients {cp.client_endpoint}", flush=True)
         if stats_listen is not None:
@@ -424,17 +430,25 @@ async def _serve_http(
         )
         exporter.registry.register(SnapshotCollector(collect))
         instrument_gateway(app, exporter.registry)  # its HTTP requests, as vLLM's API server exports them
+        if app.state.api_keys is not None:  # its keys: refusals, reloads (observe/api_key_metrics.py)
+            from observe.api_key_metrics import api_key_metrics
+
+            exporter.registry.register(SnapshotCollector(api_key_metrics(app.state.api_keys)))
     await serve_gateway(app, host, port, config, uds=uds, task_status=task_status)
 
 
-async def _reload_router_on_sighup(cp, knobs_file: str) -> None:
-    """At every SIGHUP, read ``knobs_file`` again and reload the router with it (a refused file is logged and
-    counted, the router left as it was: controlplane/router_reload.py)."""
+async def _reload_on_sighup(cp, knobs_file: str | None, reload_keys) -> None:
+    """At every SIGHUP, read ``knobs_file`` again and reload the router with it (controlplane/router_reload.py), and
+    with ``reload_keys`` the API key file (zoo/keys_reload.py); a refused file is logged and counted, what it would
+    have replaced left as it was."""
     from controlplane.router_reload import reload_from_file
 
     with anyio.open_signal_receiver(signal.SIGHUP) as signals:
         async for _ in signals:
-            reload_from_file(cp, knobs_file)
+            if knobs_file is not None:
+                reload_from_file(cp, knobs_file)
+            if reload_keys is not None:
+                reload_keys()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

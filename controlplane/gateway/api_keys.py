@@ -114,25 +114,64 @@ def _unauthorized(message: str, code: str | None) -> tuple[bytes, list[tuple[byt
     return body, headers
 
 
-class ApiKeyMiddleware:
-    """Pure ASGI (no response buffering: SSE streams pass straight through). Counts refusals by kind."""
+@dataclass(frozen=True, slots=True)
+class _Keys:
+    """What a request is checked against, derived from one ApiKeyConfig (swapped whole at a reload)."""
 
-    def __init__(self, app: ASGIApp, config: ApiKeyConfig) -> None:
+    config: ApiKeyConfig
+    digests: frozenset[bytes]
+    tenant_of: Mapping[bytes, str]
+    open_paths: frozenset[str]
+
+    @classmethod
+    def of(cls, config: ApiKeyConfig) -> _Keys:
+        tenants = {_digest(key.encode()): tenant for key, tenant in config.tenant_of.items()}
+        return cls(config, frozenset(_digest(key.encode()) for key in config.keys), tenants, config.open_paths)
+
+
+class ApiKeyRing:
+    """The gateway's keys, replaceable while it serves (SIGHUP re-reads the key file: zoo/keys_reload.py): a key
+    revoked is refused from the next request on, a key added accepted; a request already past the check (a stream)
+    goes on. ``replace`` swaps one immutable snapshot, so a request sees the old keys or the new, never a mix."""
+
+    def __init__(self, config: ApiKeyConfig) -> None:
+        self.keys = _Keys.of(config)
+        self.reloads: dict[str, int] = {"ok": 0, "refused": 0}  # zoo:api_key_reloads_total{outcome}
+        self.refused: dict[str, int] = {"missing_api_key": 0, "invalid_api_key": 0}  # requests refused, by kind
+
+    @classmethod
+    def of(cls, keys: ApiKeyConfig | ApiKeyRing | None) -> ApiKeyRing | None:
+        return keys if keys is None or isinstance(keys, ApiKeyRing) else cls(keys)
+
+    @property
+    def config(self) -> ApiKeyConfig:
+        return self.keys.config
+
+    def replace(self, config: ApiKeyConfig) -> tuple[int, int]:
+        """Check requests against ``config`` from now on; (keys added, keys revoked)."""
+        old = self.keys
+        self.keys = _Keys.of(config)
+        return len(self.keys.digests - old.digests), len(old.digests - self.keys.digests)
+
+
+class ApiKeyMiddleware:
+    """Pure ASGI (no response buffering: SSE streams pass straight through). Counts refusals by kind. ``config``:
+    the keys, or an ApiKeyRing whose keys a reload replaces."""
+
+    def __init__(self, app: ASGIApp, config: ApiKeyConfig | ApiKeyRing) -> None:
         self.app = app
-        self.config = config
-        self._digests = frozenset(_digest(key.encode()) for key in config.keys)
-        self._open_paths = config.open_paths
-        self._tenant_of = {_digest(key.encode()): tenant for key, tenant in config.tenant_of.items()}
-        self.refused: dict[str, int] = {"missing_api_key": 0, "invalid_api_key": 0}
+        self.ring = config if isinstance(config, ApiKeyRing) else ApiKeyRing(config)
+        self.refused = self.ring.refused  # (the ring's: exported, observe/api_key_metrics.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] in self._open_paths:
+        keys = self.ring.keys  # one snapshot for the whole check
+        if scope["type"] not in ("http", "websocket") or scope["path"] in keys.open_paths:
             await self.app(scope, receive, send)  # lifespan events carry no request
             return
         token = bearer_token(scope["headers"])
         digest = _digest(token) if token is not None else b""
-        if token is not None and digest in self._digests:
-            tenant = self._tenant_of.get(digest)
+        if token is not None and digest in keys.digests:
+            tenant = keys.tenant_of.get(digest)
             state = scope.setdefault("state", {})
             if tenant is not None:
                 state["zoo_tenant"] = tenant

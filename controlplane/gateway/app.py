@@ -91,7 +91,7 @@ from controlplane.gateway.access_log import AccessLog
 from controlplane.gateway.anthropic_messages import MessagesReply, parse_count_tokens, parse_messages
 from controlplane.gateway.anthropic_messages import error_body as anthropic_error_body
 from controlplane.gateway.anthropic_models import VERSION_HEADER, anthropic_model, anthropic_models_page
-from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, request_owner, request_tenant
+from controlplane.gateway.api_keys import ApiKeyConfig, ApiKeyMiddleware, ApiKeyRing, request_owner, request_tenant
 from controlplane.gateway.batch_journal import BatchJournal
 from controlplane.gateway.batch_routes import BatchRoutes
 from controlplane.gateway.batch_runner import BatchRunner
@@ -159,7 +159,7 @@ def create_app(
     *,
     metrics_app: ASGIApp | None = None,
     config: GatewayConfig | None = None,
-    api_keys: ApiKeyConfig | None = None,
+    api_keys: ApiKeyConfig | ApiKeyRing | None = None,
     sd_app: ASGIApp | None = None,
 ) -> Starlette:
     """The gateway's ASGI app; serve it with e.g. ``uvicorn.Server(uvicorn.Config(app, ...))``.
@@ -230,9 +230,10 @@ def create_app(
     app.state.runs = (runner.run, gateway.responses.run_background)  # batches, background responses
     app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
     app.state.chat_completions = gateway.chat_completions.store  # the stored chat completions (the same)
+    app.state.api_keys = ApiKeyRing.of(api_keys)  # None: an open gateway
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
-        app.add_middleware(ApiKeyMiddleware, config=api_keys)
+        app.add_middleware(ApiKeyMiddleware, config=app.state.api_keys)  # a SIGHUP may replace its keys
     app.add_middleware(ServerLoadMiddleware, load=gateway.load)  # GET /load's count (gateway/server_load.py)
     app.state.http_in_flight = HttpInFlight()  # outside the key check: a draining gateway refuses every new request
     app.add_middleware(

@@ -74,3 +74,24 @@ def test_a_request_naming_no_tenant_is_the_default_tenants():
     limiter.on_admitted("", 1, 0.0)
     assert limiter.check("", 1, 0.0) is not None
     assert set(limiter.usage()) == {"default"}
+
+
+def test_a_reload_keeps_usage_grants_no_burst_and_forgets_what_is_no_longer_described():
+    limiter = TenantLimiter([TenantSpec("crawler", "batch", requests_per_min=6), TenantSpec("app", "chat")])
+    for _ in range(6):
+        limiter.on_admitted("crawler", 10, 0.0)
+    limiter.on_admitted("app", 5, 0.0)
+    limiter.reconfigure([TenantSpec("crawler", "batch", requests_per_min=60), TenantSpec("new", "batch")], 0.0)
+    why, retry_after_s = limiter.check("crawler", 10, 0.0)  # the new limit, but the bucket as empty as it was
+    assert "60 requests/min" in why and retry_after_s == pytest.approx(1.0)
+    assert limiter.check("crawler", 10, 1.0) is None  # refilled at the new rate
+    assert limiter.class_of("app", "asked") == "asked"  # no longer described: no class of its own
+    assert limiter.class_of("new", "asked") == "batch"
+    usage = limiter.usage()
+    assert (usage["crawler"].num_requests, usage["app"].num_requests) == (6, 1)  # usage kept across the reload
+    same = limiter._tenants["new"]
+    limiter.reconfigure([TenantSpec("crawler", "batch", requests_per_min=60), TenantSpec("new", "batch")], 2.0)
+    assert limiter._tenants["new"] is same  # unchanged: its state kept as it is
+    with pytest.raises(ValueError, match="configured twice"):
+        limiter.reconfigure([TenantSpec("x"), TenantSpec("x")], 3.0)
+    assert limiter.class_of("new", "asked") == "batch"  # a refused reload changed nothing
