@@ -20,7 +20,8 @@ What differs from vLLM, by name:
 - ``torch_profiler_with_stack`` is off unless asked (vLLM's default is on): with torch 2.13's Python tracer on, a stop
   here failed in about half of the runs under pytest with an event whose name was not UTF-8, and such a stop loses
   the whole trace (the node says so, and the hint to turn it off).
-- ``ignore_frontend`` is taken and changes nothing: an agent has no frontend; the control plane is not traced.
+- ``ignore_frontend``: the frontend is the control plane, whose Python loop a start profiles with cProfile
+  (controlplane/gateway/frontend_profile.py) unless the control plane's own config sets it; an agent ignores it.
 - ``capture_torch_profiler`` (CUDA graph capture traces) and ``detailed_trace_annotation`` (roofline annotations)
   are refused when true: not built here. Each step is annotated ``zoo_step_<n>`` instead.
 - A directory must be a local path: vLLM's ``gs://``-style URIs are refused (nothing here writes to one).

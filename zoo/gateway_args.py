@@ -212,6 +212,7 @@ def gateway_config_from_args(args: argparse.Namespace):
         )
     except ValueError as e:
         raise SystemExit(f"zoo controlplane: {e}") from None
+    profiler = profiler_config_from_args(args)  # --profiler-config: the profile routes, and this process's own
     try:
         config = GatewayConfig(
             cors_allowed_origins=origins,
@@ -226,7 +227,8 @@ def gateway_config_from_args(args: argparse.Namespace):
             response_role=getattr(args, "response_role", "assistant"),
             stream_obfuscation=getattr(args, "stream_obfuscation", False),
             fingerprint=fingerprint,
-            profiling=profiler_config_from_args(args) is not None,
+            profiling=profiler is not None,
+            profile_dir=profiler.trace_dir or None if profiler is not None and not profiler.ignore_frontend else None,
             tokenizer_info_endpoint=getattr(args, "enable_tokenizer_info_endpoint", False),
             **access_log,
             **tls,

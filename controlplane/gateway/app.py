@@ -219,7 +219,7 @@ def create_app(
     routes += uploads.routes()
     routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)
-    routes += profile_routes(frontend, config.profiling, config.request_read_timeout_s)  # vLLM's, with a profiler
+    routes += profile_routes(frontend, config.profiling, config.request_read_timeout_s, config.profile_dir)  # vLLM's
     routes += tokenizer_info_routes(frontend, config.tokenizer_info_endpoint)  # vLLM's, when turned on
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))

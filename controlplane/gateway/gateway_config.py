@@ -53,6 +53,8 @@ class GatewayConfig:
     stream_obfuscation: bool = False
     # POST /start_profile and /stop_profile are served (vLLM's, with --profiler-config: profile_routes.py)
     profiling: bool = False
+    # with it, where the control plane's own profile goes (frontend_profile.py; None: ignore_frontend, or no directory)
+    profile_dir: str | None = None
     # GET /tokenizer_info answers the tokenizer's configuration (vLLM's --enable-tokenizer-info-endpoint; off: 404)
     tokenizer_info_endpoint: bool = False
     # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)

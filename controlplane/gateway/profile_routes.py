@@ -5,9 +5,11 @@ profile slows what it traces and fills a disk; here they exist when the control 
 (``GatewayConfig.profiling``), behind the API key check as every route, and each node profiles by its own agent's
 ``--profiler-config`` (agent/node_profiler.py).
 
-    POST /start_profile  [{"nodes": ["gpu-0", ...]}]   every node when the body is empty or names none
+    POST /start_profile  [{"nodes": ["gpu-0", ...]}]   every node (and the control plane itself, frontend_profile.py,
+                                                       unless ignore_frontend) when the body is empty or names none
     POST /stop_profile   [{"nodes": [...]}]            each node writes its trace on its own disk
-        200 {"object": "profile", "action", "nodes": {id: {"ok", "detail", "trace_files"} | null (no answer)}}
+        200 {"object": "profile", "action", "nodes": {id: {"ok", "detail", "trace_files"} | null (no answer)},
+             "controlplane": {"ok", "detail", "trace_files"} (when it profiles itself)}
             when at least one node did it; 400 when none could (each node's reason in the message), or a node
             named is not in the fleet; 503 before any node joined.
 
@@ -17,12 +19,14 @@ profiler, one already profiling), so the body says what each did and, at a stop,
 
 from __future__ import annotations
 
+import anyio
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from controlplane.gateway.errors import http_error_response
+from controlplane.gateway.frontend_profile import FrontendProfile
 from controlplane.gateway.guarded import json_response
 from controlplane.gateway.reply_stream import until_disconnect
 from controlplane.gateway.request_body import answered, read_body
@@ -34,11 +38,12 @@ class _Body(msgspec.Struct):
     nodes: list[str] | None = None  # other keys are ignored: vLLM's routes take no body at all
 
 
-def profile_routes(frontend: object, profiling: bool, read_timeout_s: float) -> list[Route]:
-    """The two routes, or none when the control plane was started without a profiler (or cannot ask its nodes)."""
+def profile_routes(frontend: object, profiling: bool, read_timeout_s: float, own_dir: str | None = None) -> list[Route]:
+    """The two routes, or none when the control plane was started without a profiler (or cannot ask its nodes);
+    ``own_dir``: where the control plane's own profile goes (frontend_profile.py; None: not profiled)."""
     if not profiling or not hasattr(frontend, "profile"):
         return []
-    handlers = _ProfileHandlers(frontend, read_timeout_s)
+    handlers = _ProfileHandlers(frontend, read_timeout_s, None if own_dir is None else FrontendProfile(own_dir))
     return [
         Route("/start_profile", handlers.start, methods=["POST"]),
         Route("/stop_profile", handlers.stop, methods=["POST"]),
@@ -46,9 +51,10 @@ def profile_routes(frontend: object, profiling: bool, read_timeout_s: float) -> 
 
 
 class _ProfileHandlers:
-    def __init__(self, frontend, read_timeout_s: float) -> None:
+    def __init__(self, frontend, read_timeout_s: float, own: FrontendProfile | None) -> None:
         self.frontend = frontend
         self.read_timeout_s = read_timeout_s
+        self.own = own
 
     async def start(self, request: Request) -> Response:
         return await answered(lambda: self._act(request, "start"))
@@ -72,8 +78,20 @@ class _ProfileHandlers:
             names = ", ".join(repr(n[:64]) for n in unknown[:8])
             return http_error_response(400, f"Not in the fleet: {names}", code="invalid_nodes")
         node_ids = list(known) if not body.nodes else list(dict.fromkeys(body.nodes))
+        own = await self._own(action) if self.own is not None and body.nodes is None else None
         nodes = await until_disconnect(request, self.frontend.profile(action, node_ids))
-        if not any(answer is not None and answer["ok"] for answer in nodes.values()):
+        if not any(answer is not None and answer["ok"] for answer in [*nodes.values(), own]):
             why = "; ".join(f"{n}: {'no answer' if a is None else a['detail']}" for n, a in list(nodes.items())[:16])
             return http_error_response(400, f"No node could {action} its profiler. {why}", code="profiler_error")
-        return json_response({"object": "profile", "action": action, "nodes": nodes})
+        reply = {"object": "profile", "action": action, "nodes": nodes}
+        return json_response(reply if own is None else {**reply, "controlplane": own})
+
+    async def _own(self, action: str) -> dict:
+        """The control plane's own profile started or stopped (written off the loop); its answer as a node's."""
+        try:
+            if action == "start":
+                return {"ok": True, "detail": self.own.start(), "trace_files": []}
+            files = await anyio.to_thread.run_sync(self.own.write, self.own.stop())
+            return {"ok": True, "detail": "cProfile stopped", "trace_files": files}
+        except (ValueError, OSError) as e:
+            return {"ok": False, "detail": str(e), "trace_files": []}

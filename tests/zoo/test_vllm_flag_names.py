@@ -56,7 +56,11 @@ def test_profiler_config_serves_the_profile_routes_and_reaches_the_agent(tmp_pat
 
     config = json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path), "max_iterations": 8})
     assert not gateway_config_from_args(_args("controlplane", "--fake-tokenizer")).profiling
-    assert gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--profiler-config", config)).profiling
+    on = gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--profiler-config", config))
+    assert on.profiling and on.profile_dir == str(tmp_path)  # the control plane's own profile too
+    quiet = json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path), "ignore_frontend": True})
+    quiet = gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--profiler-config", quiet))
+    assert quiet.profiling and quiet.profile_dir is None  # vLLM's ignore_frontend: the nodes only
     agent = _profiler_for(_args("agent", "--profiler-config", config))
     assert (agent.profiler, agent.trace_dir, agent.max_iterations) == ("torch", str(tmp_path), 8)
     assert _profiler_for(_args("agent")) is None

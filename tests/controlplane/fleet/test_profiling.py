@@ -125,3 +125,24 @@ async def test_a_node_that_cannot_be_sent_to_or_does_not_answer_is_null_and_the_
     assert [m.action for m, _ in sent] == ["stop", "stop"]
     with pytest.raises(ValueError, match="start, stop"):
         await profile_nodes(asks, "restart", ["a"], send, 0.1)
+
+
+async def test_the_control_plane_profiles_its_own_loop_unless_ignore_frontend(tmp_path):
+    import pstats
+
+    answer = {"ok": True, "detail": "torch profiler started", "trace_files": []}
+    frontend = _Frontend(["a"], {"a": answer})
+    app = create_app(frontend, config=GatewayConfig(profiling=True, profile_dir=str(tmp_path / "cp")))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as http:
+        started = (await http.post("/start_profile")).json()
+        assert started["controlplane"] == {"ok": True, "detail": started["controlplane"]["detail"], "trace_files": []}
+        await http.get("/health")
+        again = (await http.post("/start_profile")).json()["controlplane"]
+        assert not again["ok"] and "already profiling" in again["detail"]
+        only_a = (await http.post("/stop_profile", json={"nodes": ["a"]})).json()
+        assert "controlplane" not in only_a  # a body naming nodes asks those nodes only
+        stopped = (await http.post("/stop_profile")).json()["controlplane"]
+    assert stopped["ok"] and [Path(f).suffix for f in stopped["trace_files"]] == [".pstats", ".txt"]
+    stats = pstats.Stats(stopped["trace_files"][0])
+    assert any(name == "handle_health" for _, _, name in stats.stats)  # the gateway's own work, seen on its loop
+    assert "cumulative" in Path(stopped["trace_files"][1]).read_text()
