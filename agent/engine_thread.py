@@ -348,7 +348,10 @@ class EngineThread:
             if time.monotonic() >= next_report_s:
                 if core.observe:
                     out.append(core.stats_observation())
-                out.append(self._pairing.report(core.load_report(), core.engine))
+                report = self._pairing.report(core.load_report(), core.engine)
+                if self.profiler is not None and self.profiler.state != "off":  # seen in zoo top and /metrics
+                    report = msgspec.structs.replace(report, profiling=self.profiler.state)
+                out.append(report)
                 next_report_s = time.monotonic() + self.report_interval_s
             if out:
                 self.outbox.put(out)

@@ -49,6 +49,8 @@ class NodeProfiler:
             self.state = "waiting"
             return f"{self.config.profiler} profiler starts after {self._to_wait} engine steps"
         self._begin()
+        if not self.config.max_iterations:  # a forgotten profiler fills the node's memory: say it, and show it
+            log.warning("profiler recording with no max_iterations: its trace grows until POST /stop_profile")
         return f"{self.config.profiler} profiler started"
 
     def _begin(self) -> None:

@@ -34,6 +34,7 @@ class FleetLedger:
         self.preemptions: dict[str, int] = {}
         self.metrics_urls: dict[str, str] = {}
         self.roofline: dict[str, float] = {}  # node id → decode_roofline_fraction of its last LoadReport
+        self.profiling: dict[str, str] = {}  # node id → its profiler's state in its last LoadReport ("" off)
         self._events: deque[LatencySample] = deque(maxlen=max_pending_events)
 
     def on_hello(self, hello: NodeHello) -> None:
@@ -49,6 +50,7 @@ class FleetLedger:
     def on_load_report(self, msg: LoadReport) -> None:
         self.preemptions[msg.node_id] = msg.num_preemptions_total
         self.roofline[msg.node_id] = msg.decode_roofline_fraction
+        self.profiling[msg.node_id] = msg.profiling
 
     def on_telemetry(self, msg: NodeTelemetry) -> None:
         self.metrics_urls[msg.node_id] = msg.metrics_url
@@ -89,6 +91,7 @@ class FleetLedger:
                 "config_digest": hello.config_digest if hello else "",
                 "backend": hello.backend if hello else "",
                 "decode_roofline_fraction": self.roofline.get(node_id, 0.0),
+                "profiling": self.profiling.get(node_id, ""),
                 "role": hello.role if hello else "both",
                 "host": hello.host if hello else "",
                 "rack": hello.rack if hello else "",

@@ -64,18 +64,24 @@ class ControlPlaneExporter(PrometheusExporter):
         info = GaugeMetricFamily(m.NODE_INFO, "1 per node known: its backend and serving digest (the configuration "
                                  "deciding its tokens; nodes alike share it, as their replies' system_fingerprint).",
                                  labels=[*m.ZOO_NODE_LABELS, "backend", "config_digest"])  # fmt: skip
+        profiling = GaugeMetricFamily(m.NODE_PROFILING, "1 while the node's profiler runs (POST /start_profile): "
+                                      "its trace grows until /stop_profile or its max_iterations.",
+                                      labels=[*m.ZOO_NODE_LABELS, "state"])  # fmt: skip
         for node_id, node in stats["nodes"].items():
             if node.get("requests_routed"):
                 decisions.add_metric([policy, node_id], node["requests_routed"])
             labels = [node.get("model") or "", node_id, node.get("gpu_type") or "", node.get("cell") or ""]
             up.add_metric(labels, 1.0 if node["alive"] else 0.0)
             info.add_metric([*labels, node.get("backend") or "", node.get("config_digest") or ""], 1.0)
+            if node.get("profiling"):  # only while it runs (waiting for its delay, or recording)
+                profiling.add_metric([*labels, node["profiling"]], 1.0)
             for name in _NODE_STATES:
                 state.add_metric([*labels, name], 1.0 if node.get("state") == name else 0.0)
         yield decisions
         yield up
         yield info
         yield state
+        yield profiling
         events = CounterMetricFamily(m.NODE_MEMBERSHIP_EVENTS, "Nodes' membership events since start: joins, "
                                      "rejoins (a restarted agent), leaves, expired (heartbeats missed), suspected "
                                      "(a send failed), drains, resumes.", labels=["event"])  # fmt: skip

@@ -159,6 +159,7 @@ def _node_stats(node_id: str, n: dict) -> NodeStats:
         kernels=n.get("kernels", ""),
         config_digest=n.get("config_digest", ""),
         decode_roofline_fraction=n.get("decode_roofline_fraction", 0.0),
+        profiling=n.get("profiling", ""),
         role=n.get("role", "both"),
         host=n.get("host", ""),
         rack=n.get("rack", ""),

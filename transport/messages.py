@@ -167,6 +167,8 @@ class LoadReport(Envelope, kw_only=True):
     # the decoders a delay could push over their TPOT target, counted per bin of engine/decode_bins.py by the delay
     # each still absorbs, in milliseconds (engine/decode_slack.py); empty: none (or an older agent)
     decode_slack_hist: list[int] = []
+    # the node's profiler (agent/node_profiler.py): "" off, "waiting" (for its delay_iterations), "recording"
+    profiling: str = ""
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -373,6 +375,7 @@ class NodeStats(msgspec.Struct, kw_only=True):
     kernels: str = ""  # from the node's hello
     config_digest: str = ""  # from the node's hello (agent/serving_digest.py): nodes alike share it
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
+    profiling: str = ""  # from its LoadReports: its profiler "waiting" or "recording" ("" off): a trace growing
     role: str = "both"  # from its hello: prefill | decode | both (the prefill/decode split)
     # speculative pairs (controlplane/spec_pairs.py): the drafter this verifier drafts with ("" none), its measured
     # acceptance (-1: none), and the TPOT the control plane predicts for it without and with its best drafter

@@ -50,7 +50,8 @@ class NodeDetailScreen(ModalScreen[None]):
             f"metrics {node.metrics_url or 'not exported'}\n"
             f"kernels {node.kernels or 'not reported'}   "
             f"decode roofline {_percent(node.decode_roofline_fraction)}%   "
-            f"role {node.role}   config {node.config_digest[:8] or 'not said'}\n"
+            f"role {node.role}   config {node.config_digest[:8] or 'not said'}"
+            f"{f'   profiler {node.profiling}' if node.profiling else ''}\n"
             f"{describe_placement(node)}\n"
             f"{describe_spec(node)}"
         )

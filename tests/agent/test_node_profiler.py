@@ -18,7 +18,7 @@ from agent.node_profiler import NodeProfiler, ProfilerError, node_profiler
 from backends.fake import build_trivial_engine
 from backends.profiler_config import ProfilerConfig, parse_profiler_config
 from engine.sampling_params import SamplingParams
-from transport.messages import ProfileControl, TokenChunk
+from transport.messages import LoadReport, ProfileControl, TokenChunk
 
 
 def _gunzip(path) -> bytes:
@@ -237,3 +237,28 @@ def test_jaxs_trace_of_a_jax_nodes_steps(tmp_path):
     assert any(f.endswith(".xplane.pb") for f in files)
     perfetto = next(f for f in files if f.endswith("perfetto_trace.json.gz"))
     assert "zoo_step_1" in _gunzip(perfetto).decode()
+
+
+def test_the_nodes_load_reports_say_while_its_profiler_runs():
+    thread = EngineThread(NodeCore(build_trivial_engine(), "n0"), report_interval_s=0.01)
+    thread.profiler = _profiler([], delay_iterations=1)
+    runner = _run(thread)
+
+    def next_report_state() -> str:
+        while True:
+            for msg in thread.outbox.get(timeout=10):
+                if isinstance(msg, LoadReport):
+                    return msg.profiling
+
+    assert next_report_state() == ""
+    thread.profile(ProfileControl(action="start"))
+    while next_report_state() != "waiting":  # for its one step of delay
+        pass
+    thread.add("r1", [5, 6], SamplingParams(max_tokens=2))
+    while next_report_state() != "recording":
+        pass
+    thread.profile(ProfileControl(action="stop"))
+    while next_report_state() != "":
+        pass
+    thread.stop()
+    runner.join(10)

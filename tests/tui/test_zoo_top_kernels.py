@@ -24,6 +24,7 @@ def _with_kernels(stats):
             kernels=f"flash_sdpa kv=auto graphs=on ({n.node_id})",
             decode_roofline_fraction=0.42,
             config_digest="3f2a9c1e55aa0b17",
+            profiling="recording",
         )
         if n.node_id == "h100-0"
         else n
@@ -48,3 +49,4 @@ async def test_roofline_column_and_kernels_in_the_detail_view(make_stats):
         assert "kernels flash_sdpa kv=auto graphs=on (h100-0)" in facts
         assert "decode roofline 42%" in facts
         assert "config 3f2a9c1e" in facts  # its serving digest (nodes alike share it), as its fingerprint shows it
+        assert "profiler recording" in facts  # a trace growing there (POST /start_profile)

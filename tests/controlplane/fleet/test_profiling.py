@@ -11,16 +11,22 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from prometheus_client import generate_latest
 
 from controlplane.gateway import create_app
 from controlplane.gateway.gateway_config import GatewayConfig
 from controlplane.node_asks import NodeAsks
 from controlplane.profiling import profile_nodes
+from observe.controlplane_exporter import ControlPlaneExporter
 from transport.messages import ProfileControl
 
 pytestmark = pytest.mark.anyio
 
 JOIN_TIMEOUT_S = 30.0
+
+
+def _profiling_lines(exported: str) -> list[str]:
+    return [line for line in exported.splitlines() if line.startswith("zoo:node_profiling{")]
 
 
 def _http(cp, profiling: bool = True) -> httpx.AsyncClient:
@@ -44,6 +50,10 @@ async def test_each_node_profiles_by_its_own_config_and_writes_its_trace(
             nodes = started.json()["nodes"]
             assert nodes["p"] == {"ok": True, "detail": "torch profiler started", "trace_files": []}
             assert not nodes["q"]["ok"] and "--profiler-config" in nodes["q"]["detail"]
+            await cp.wait_until(lambda: cp.stats()["nodes"]["p"]["profiling"] == "recording", 10)  # its LoadReport
+            exported = generate_latest(ControlPlaneExporter(cp.stats).registry).decode()
+            assert 'node="p"' in _profiling_lines(exported)[0] and len(_profiling_lines(exported)) == 1
+            assert cp.stats()["nodes"]["q"]["profiling"] == ""
             again = await http.post("/start_profile", json={"nodes": ["p"]})
             assert again.status_code == 400 and "already running" in again.json()["error"]["message"]
             for _ in range(4):  # round robin: two requests on p
@@ -56,6 +66,8 @@ async def test_each_node_profiles_by_its_own_config_and_writes_its_trace(
             assert trace.parent == traces and trace.name.startswith("p.")
             names = {e.get("name") for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]}
             assert sum(1 for n in names if str(n).startswith("zoo_step_")) >= 4  # 2 requests x 4 tokens' steps
+            await cp.wait_until(lambda: cp.stats()["nodes"]["p"]["profiling"] == "", 10)
+            assert _profiling_lines(generate_latest(ControlPlaneExporter(cp.stats).registry).decode()) == []
             unknown = await http.post("/stop_profile", json={"nodes": ["p", "nowhere"]})
             assert unknown.status_code == 400 and "'nowhere'" in unknown.json()["error"]["message"]
             bad = await http.post("/stop_profile", content=b'{"nodes": "p"}')
