@@ -191,6 +191,8 @@ def test_systemd_units_run_a_valid_zoo_command(unit):
     else:  # SIGTERM drains within systemd's stop timeout, before its SIGKILL
         stop_s = float(re.search(r"^TimeoutStopSec=(\d+)$", (DEPLOY / "systemd" / unit).read_text(), re.M).group(1))
         assert 0 < args.shutdown_timeout < stop_s
+        text = (DEPLOY / "systemd" / unit).read_text()  # `systemctl reload`: SIGHUP re-reads the keys and the knobs
+        assert re.findall(r"^ExecReload=(.*)$", text, re.M) == ["/bin/kill -HUP $MAINPID"]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
