@@ -47,7 +47,7 @@ from transport.process import stop_processes
 REPO_ROOT = Path(__file__).resolve().parents[1]
 NODE_ID = "fuzz-node"
 # the agent's profiler: each fuzzed start records 16 engine steps at most, so a run's traces stay small
-PROFILER_CONFIG = json.dumps({"profiler": "torch", "torch_profiler_dir": "/tmp", "max_iterations": 16})
+PROFILER_CONFIG = {"profiler": "torch", "max_iterations": 16}
 FUZZER_AGENT_ID = b"fuzzer"
 START_TIMEOUT_S = 90.0
 HEARTBEAT_TIMEOUT_S = 5.0
@@ -114,10 +114,11 @@ class Fleet:
         cp += ["--http", self.http_base.removeprefix("http://")]
         cp += ["--files-dir", str(self.log_dir / "files")]  # the stores' and journals' disk paths are fuzzed too
         cp += ["--reasoning-parser", "deepseek_r1"]  # every chat reply split into reasoning and content
-        cp += ["--profiler-config", PROFILER_CONFIG, "--enable-tokenizer-info-endpoint"]  # vLLM's operator routes too
+        profiles = json.dumps({**PROFILER_CONFIG, "torch_profiler_dir": str(self.log_dir / "profiles")})
+        cp += ["--profiler-config", profiles, "--enable-tokenizer-info-endpoint"]  # vLLM's operator routes too
+        # (the control plane profiles its own loop at each start naming no nodes: gateway/frontend_profile.py)
         agent = [sys.executable, "-m", "zoo.serve", "agent", "--fake-runner", "--node-id", NODE_ID]
         agent += ["--control", self.agent_endpoint]
-        profiles = json.dumps({**json.loads(PROFILER_CONFIG), "torch_profiler_dir": str(self.log_dir / "profiles")})
         agent += ["--profiler-config", profiles]  # the fuzzed /start_profile really profiles, at most 16 steps a time
         cp += ["--otlp-traces-endpoint", self.traces.endpoint]
         agent += ["--otlp-traces-endpoint", self.traces.endpoint]
