@@ -223,7 +223,7 @@ class NodeAgent(Actor):
             log.warning("agent %s: no start-up profile; step token budget kept", self.config.node_id)
         self._thread = EngineThread(core, self.config.report_interval_s)
         self._thread.kv_events = self.kv_events
-        self._thread.profiler = node_profiler(self.config.profiler, self.config.node_id)  # --profiler-config
+        self._thread.profiler = node_profiler(self.config.profiler, self.config.node_id, self._thread.write_later)
         self.pairing = VerifierPairing(self._thread, self.engine.tokenizer.vocab_size, self.config.pair_draft_timeout_s)
         self.vocab_id = vocab_id(self.engine.tokenizer)  # engine/spec/vocab_id.py: what drafters must share
         if self.drafter is not None:

@@ -3,7 +3,8 @@ driven by the engine thread (agent/engine_thread.py) step by step. No torch here
 (backends/profiler_sessions.py) does the recording.
 
     start() ─► "waiting" for delay_iterations engine steps ─► "recording" ─► stop(), or by itself after
-    max_iterations steps ─► "off", the trace written (what it wrote kept for the next stop to report)
+    max_iterations steps ─► "off"; the trace written off the engine thread (what a trace that ended by itself
+    wrote kept for the next stop to report)
 
 vLLM's rules: the delay and the limit count engine iterations (a step that ran; an idle node counts none), a
 second start while one runs is refused, and so is a stop with nothing started. A stop after the limit ended the
@@ -14,8 +15,10 @@ and the node goes on serving: profiling never ends its loop.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from backends.profiler_config import ProfilerConfig
 from backends.profiler_sessions import make_profiler_session
@@ -28,15 +31,21 @@ class ProfilerError(Exception):
 
 
 class NodeProfiler:
-    def __init__(self, config: ProfilerConfig, make_session: Callable[[], object]) -> None:
+    """``run_later(fn)``: run ``fn`` off the engine thread, a Future of its result (the engine thread's writer
+    thread); default: at once, here (tests)."""
+
+    def __init__(
+        self, config: ProfilerConfig, make_session: Callable[[], object], run_later: Callable[..., Future] | None = None
+    ) -> None:
         self.config = config
         self._make_session = make_session
+        self._run_later = run_later or _run_now
         self._session = None
         self.state = "off"  # off | waiting | recording
         self._to_wait = 0  # steps left before recording
         self._recorded = 0  # steps recorded so far
         self._steps = 0  # this node's engine steps since its start (the annotations' numbers)
-        self._ended: list[str] | None = None  # files of a trace that ended by max_iterations, not yet reported
+        self._ended: Future | None = None  # the files of a trace that ended by max_iterations, not yet reported
 
     def start(self) -> str:
         """Begin (after ``delay_iterations`` steps); what was done, or ProfilerError."""
@@ -62,24 +71,34 @@ class NodeProfiler:
             raise ProfilerError(f"the {self.config.profiler} profiler did not start: {e}") from None
         self._session, self.state = session, "recording"
 
-    def stop(self) -> list[str]:
-        """End the trace and write it; its files (those of a trace that ended by itself since, if none runs)."""
+    def stop(self) -> Callable[[], list[str]]:
+        """End the trace now; its writing, to run off the engine thread, which returns the files (those of a trace
+        that ended by itself since, if none runs) or raises ProfilerError. ProfilerError at once if none ran."""
         if self.state == "off":
             if self._ended is not None:
                 ended, self._ended = self._ended, None
-                return ended
+                return ended.result  # (on the same writer thread: its earlier job, done by then)
             raise ProfilerError("the profiler is not running on this node: POST /start_profile first")
         if self.state == "waiting":
             self.state = "off"
-            return []
+            return list
         return self._end()
 
-    def _end(self) -> list[str]:
+    def _end(self) -> Callable[[], list[str]]:
         session, self._session, self.state = self._session, None, "off"
+        name = self.config.profiler
         try:
-            return session.stop()
+            write = session.stop()
         except Exception as e:
-            raise ProfilerError(f"the {self.config.profiler} profiler did not write its trace: {e}") from e
+            raise ProfilerError(f"the {name} profiler did not stop: {e}") from e
+
+        def written() -> list[str]:
+            try:
+                return write()
+            except Exception as e:
+                raise ProfilerError(f"the {name} profiler did not write its trace: {e}") from e
+
+        return written
 
     def step_range(self):
         """The context one engine step runs in: its annotation while recording, else nothing."""
@@ -104,15 +123,37 @@ class NodeProfiler:
         self._recorded += 1
         if self.config.max_iterations and self._recorded >= self.config.max_iterations:
             try:
-                self._ended = self._end()
-                log.info("profiler stopped after %d engine steps: %s", self._recorded, ", ".join(self._ended))
+                written = self._end()
             except ProfilerError as e:
-                self._ended = []
                 log.warning("%s", e)
+                self._ended = _run_now(list)
+                return
+            self._ended = self._run_later(functools.partial(_logged, written, self._recorded))
 
 
-def node_profiler(config: ProfilerConfig | None, node_id: str) -> NodeProfiler | None:
-    """The node's profiler for its ``--profiler-config`` (traces named after ``node_id``); None when it has none."""
+def _logged(written: Callable[[], list[str]], num_steps: int) -> list[str]:
+    """A trace that ended by its limit, written; what it wrote (logged), or nothing (the failure logged)."""
+    try:
+        files = written()
+    except ProfilerError as e:
+        log.warning("%s", e)
+        return []
+    log.info("profiler stopped after %d engine steps: %s", num_steps, ", ".join(files))
+    return files
+
+
+def _run_now(fn: Callable[[], list[str]]) -> Future:
+    done: Future = Future()
+    try:
+        done.set_result(fn())
+    except Exception as e:  # a ProfilerError: raised where the result is asked for
+        done.set_exception(e)
+    return done
+
+
+def node_profiler(config: ProfilerConfig | None, node_id: str, run_later=None) -> NodeProfiler | None:
+    """The node's profiler for its ``--profiler-config`` (traces named after ``node_id``; ``run_later``:
+    NodeProfiler's); None when it has none."""
     if config is None or not config.enabled:
         return None
-    return NodeProfiler(config, lambda: make_profiler_session(config, node_id))
+    return NodeProfiler(config, lambda: make_profiler_session(config, node_id), run_later)

@@ -1,7 +1,8 @@
 """What a node's profiler costs (agent/node_profiler.py, `--profiler-config`): the same SmolLM2 work run with the
 profiler off, then on (torch.profiler; with and without Python stacks), alternating rounds in one process, on
 this host's CPU (torch backend, fp32). Each round: 4 requests of a 200-token prompt, 24 tokens each, stepped as the
-engine thread steps them (each step in its ``zoo_step_<n>`` range); its wall time, and the trace it wrote.
+engine thread steps them (each step in its ``zoo_step_<n>`` range); its wall time, what the stop took on the engine
+thread (``stop_s``), what writing the trace took on the writer thread (``write_s``), and the trace's bytes.
 
     python scripts/profiler_overhead.py [--rounds 5] [--out bench/results/DATE-profiler-overhead.json]
 """
@@ -51,8 +52,10 @@ def one_round(engine, way: str, directory: str, round_no: int) -> dict:
     out = {"wall_s": wall_s, "steps": steps}
     if profiler is not None:
         t1 = time.perf_counter()
-        files = profiler.stop()
-        out["write_s"] = time.perf_counter() - t1
+        write = profiler.stop()  # what the engine thread does at a stop
+        t2 = time.perf_counter()
+        files = write()  # what a node's trace writer thread does then
+        out["stop_s"], out["write_s"] = t2 - t1, time.perf_counter() - t2
         out["trace_bytes"] = sum(os.path.getsize(f) for f in files)
     engine.reset_prefix_cache()
     return out
@@ -76,6 +79,7 @@ def main() -> int:
         way: {
             "median_wall_s": statistics.median(x["wall_s"] for x in rs),
             "vs_off": statistics.median(x["wall_s"] for x in rs) / base,
+            "median_stop_s": statistics.median(x.get("stop_s", 0.0) for x in rs),
             "median_write_s": statistics.median(x.get("write_s", 0.0) for x in rs),
             "median_trace_bytes": statistics.median(x.get("trace_bytes", 0) for x in rs),
             "steps": rs[0]["steps"],

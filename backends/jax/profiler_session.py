@@ -7,6 +7,7 @@ node's work, so its "torch" profiler is refused there (backends/profiler_session
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from backends.profiler_config import ProfilerConfig
 
@@ -37,11 +38,13 @@ class JaxProfilerSession:
     def step(self) -> None:
         pass
 
-    def stop(self) -> list[str]:
+    def stop(self) -> Callable[[], list[str]]:
+        """End the trace (jax writes it then, on this thread); what it wrote, listed by the callable returned."""
         import jax
 
         if not self._on:
-            return []
+            return list
         self._on = False
         jax.profiler.stop_trace()
-        return sorted(_files(self.config.jax_profiler_dir) - self._before)
+        files = sorted(_files(self.config.jax_profiler_dir) - self._before)
+        return lambda: files

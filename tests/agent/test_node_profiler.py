@@ -41,15 +41,30 @@ class FakeSession:
     def step(self) -> None:
         self.log.append("step")
 
-    def stop(self) -> list[str]:
+    def stop(self):
         if self.fail == "stop":
-            raise OSError("the disk filled")
+            raise OSError("the device is gone")
         self.log.append("stop")
+        return self.write
+
+    def write(self) -> list[str]:
+        if self.fail == "write":
+            raise OSError("the disk filled")
+        self.log.append("write")
+        self.written_on = threading.current_thread().name
         return ["/t/node.trace.json.gz"]
 
 
-def _profiler(log: list, fail: str = "", **config) -> NodeProfiler:
-    return NodeProfiler(ProfilerConfig(profiler="cuda", **config), lambda: FakeSession(log, fail))
+def _profiler(log: list, fail: str = "", run_later=None, **config) -> NodeProfiler:
+    sessions: list[FakeSession] = []
+
+    def make() -> FakeSession:
+        sessions.append(FakeSession(log, fail))
+        return sessions[-1]
+
+    profiler = NodeProfiler(ProfilerConfig(profiler="cuda", **config), make, run_later)
+    profiler.sessions = sessions
+    return profiler
 
 
 def _steps(profiler: NodeProfiler, n: int) -> None:
@@ -65,8 +80,10 @@ def test_it_records_each_step_in_a_range_from_start_to_stop():
     _steps(profiler, 2)  # before the start: nothing recorded
     assert profiler.start() == "cuda profiler started" and profiler.state == "recording"
     _steps(profiler, 2)
-    assert profiler.stop() == ["/t/node.trace.json.gz"] and profiler.state == "off"
-    assert log == ["start", "zoo_step_3", "step", "zoo_step_4", "step", "stop"]
+    write = profiler.stop()
+    assert profiler.state == "off" and log[-1] == "stop"  # recording ended at once; the writing handed back
+    assert write() == ["/t/node.trace.json.gz"]
+    assert log == ["start", "zoo_step_3", "step", "zoo_step_4", "step", "stop", "write"]
 
 
 def test_delay_iterations_then_max_iterations_and_the_stop_after_reports_that_trace():
@@ -76,9 +93,9 @@ def test_delay_iterations_then_max_iterations_and_the_stop_after_reports_that_tr
     _steps(profiler, 2)
     assert log == ["start"] and profiler.state == "recording"
     _steps(profiler, 5)
-    assert log == ["start", "zoo_step_3", "step", "zoo_step_4", "step", "zoo_step_5", "step", "stop"]
+    assert log == ["start", "zoo_step_3", "step", "zoo_step_4", "step", "zoo_step_5", "step", "stop", "write"]
     assert profiler.state == "off"
-    assert profiler.stop() == ["/t/node.trace.json.gz"]  # the trace that ended by its limit
+    assert profiler.stop()() == ["/t/node.trace.json.gz"]  # the trace that ended by its limit
     with pytest.raises(ProfilerError, match="not running"):
         profiler.stop()
 
@@ -87,7 +104,7 @@ def test_a_stop_while_it_waits_for_its_delay_records_nothing():
     log: list = []
     profiler = _profiler(log, delay_iterations=5)
     profiler.start()
-    assert profiler.stop() == [] and log == [] and profiler.state == "off"
+    assert profiler.stop()() == [] and log == [] and profiler.state == "off"
 
 
 def test_a_second_start_and_a_stop_without_a_start_are_refused():
@@ -100,17 +117,17 @@ def test_a_second_start_and_a_stop_without_a_start_are_refused():
     assert profiler.state == "recording"
 
 
-@pytest.mark.parametrize("fail", ["start", "stop"])
+@pytest.mark.parametrize("fail", ["start", "stop", "write"])
 def test_a_session_that_fails_is_reported_and_the_profiler_can_start_again(fail):
     log: list = []
     profiler = _profiler(log, fail=fail)
-    with pytest.raises(ProfilerError, match=r"no room on the disk|the disk filled"):
+    with pytest.raises(ProfilerError, match=r"no room on the disk|the device is gone|the disk filled"):
         profiler.start()
-        profiler.stop()
+        profiler.stop()()
     assert profiler.state == "off"
     profiler._make_session = lambda: FakeSession(log)
     profiler.start()
-    assert profiler.stop() == ["/t/node.trace.json.gz"]
+    assert profiler.stop()() == ["/t/node.trace.json.gz"]
 
 
 def test_a_session_that_fails_after_its_delay_leaves_the_node_stepping():
@@ -148,6 +165,7 @@ def test_the_engine_thread_answers_for_its_node_and_traces_the_steps_between():
     thread.profile(ProfileControl(request_id="ask-2", action="stop", node_id="n0"))
     stop = _next_answer(thread)
     assert stop.ok and stop.trace_files == ["/t/node.trace.json.gz"] and "1 files written" in stop.detail
+    assert thread.profiler.sessions[0].written_on.startswith("zoo-trace-write")  # not on the engine thread
     assert sum(1 for entry in log if entry.startswith("zoo_step_")) >= 3  # one range per step of r1's 3 tokens
     thread.profile(ProfileControl(request_id="ask-3", action="stop"))
     assert "not running" in _next_answer(thread).detail
@@ -170,7 +188,7 @@ def test_a_node_without_a_profiler_says_how_to_turn_it_on_and_a_stopping_node_wr
     assert _next_answer(thread).ok
     thread.stop()
     runner.join(10)
-    assert log[-1] == "stop"  # written as the node stopped, not lost
+    assert log[-2:] == ["stop", "write"]  # written as the node stopped, not lost
     with pytest.raises(queue.Empty):
         thread.inbox.get_nowait()
 
@@ -185,13 +203,13 @@ def test_torchs_trace_has_each_step_in_its_range_and_the_op_table(tmp_path):
         with profiler.step_range():
             torch.ones(32, 32) @ torch.ones(32, 32)
         profiler.after_step()
-    files = profiler.stop()
+    files = profiler.stop()()
     trace = next(f for f in files if f.endswith(".pt.trace.json.gz"))
     assert trace.split("/")[-1].startswith("gpu-7.")
     events = json.loads(_gunzip(trace))["traceEvents"]
     names = {e.get("name") for e in events}
     assert {"zoo_step_1", "zoo_step_2", "aten::mm"} <= names
-    table = next(f for f in files if f.endswith("profiler_out_gpu-7.txt"))
+    table = next(f for f in files if Path(f).name.startswith("profiler_out_gpu-7.") and f.endswith(".txt"))
     assert "aten::mm" in Path(table).read_text()
 
 
@@ -208,8 +226,8 @@ def test_torchs_schedule_writes_when_its_active_steps_end(tmp_path):
         with profiler.step_range():
             torch.ones(8, 8) @ torch.ones(8, 8)
         profiler.after_step()
-    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".gz")]  # written at the schedule's end
-    profiler.stop()
+    assert not list(tmp_path.iterdir())  # nothing written on the engine thread
+    assert len(profiler.stop()()) == 1  # the schedule's window, written by the callable the stop handed back
     names = {e.get("name") for f in tmp_path.glob("*.gz") for e in json.loads(_gunzip(f))["traceEvents"]}
     assert {"zoo_step_2", "zoo_step_3"} <= names and "zoo_step_1" not in names  # step 1 was the warmup
 
@@ -233,7 +251,7 @@ def test_jaxs_trace_of_a_jax_nodes_steps(tmp_path):
     with profiler.step_range():
         (jnp.ones((16, 16)) @ jnp.ones((16, 16))).block_until_ready()
     profiler.after_step()
-    files = profiler.stop()
+    files = profiler.stop()()
     assert any(f.endswith(".xplane.pb") for f in files)
     perfetto = next(f for f in files if f.endswith("perfetto_trace.json.gz"))
     assert "zoo_step_1" in _gunzip(perfetto).decode()
@@ -260,5 +278,25 @@ def test_the_nodes_load_reports_say_while_its_profiler_runs():
     thread.profile(ProfileControl(action="stop"))
     while next_report_state() != "":
         pass
+    thread.stop()
+    runner.join(10)
+
+
+def test_a_trace_that_ends_by_its_limit_is_written_off_the_engine_thread_and_reported_at_the_next_stop():
+    log: list = []
+    thread = EngineThread(NodeCore(build_trivial_engine(), "n0"), report_interval_s=60.0)
+    thread.profiler = _profiler(log, max_iterations=2, run_later=thread.write_later)
+    runner = _run(thread)
+    thread.profile(ProfileControl(action="start"))
+    assert _next_answer(thread).ok
+    thread.add("r1", [5, 6, 7], SamplingParams(max_tokens=4))
+    finished = False
+    while not finished:  # r1's 4 steps: the limit ends the trace after its second
+        finished = any(isinstance(m, TokenChunk) and m.finished for m in thread.outbox.get(timeout=10))
+    thread.profile(ProfileControl(action="stop"))
+    stop = _next_answer(thread)
+    assert stop.ok and stop.trace_files == ["/t/node.trace.json.gz"]
+    assert log.count("zoo_step_1") + log.count("zoo_step_2") == 2 and log.count("write") == 1
+    assert thread.profiler.sessions[0].written_on.startswith("zoo-trace-write")
     thread.stop()
     runner.join(10)
