@@ -135,7 +135,8 @@ def load_up_config(path: Path | None) -> UpConfig:
             raise ValueError(f"{path}: [controlplane] router_knobs and [controlplane.router]: give the knobs one way")
     if "router_knobs" not in cp:
         cp.setdefault("router_knobs_file", str(Path(path).resolve()))
-    for shared in ("curve_dir", "otlp_traces_endpoint"):  # CURVE keys, the trace collector: the agents' too unless told
+    # CURVE keys, the trace collector, the profiler (--profiler-config, a table here): the agents' too unless told
+    for shared in ("curve_dir", "otlp_traces_endpoint", "profiler_config"):
         if shared in cp:
             for agent in agents:
                 agent.options.setdefault(shared, cp[shared])
@@ -149,12 +150,14 @@ def load_up_config(path: Path | None) -> UpConfig:
     )
 
 
-def _flags(options: dict[str, str | int | float | bool | list]) -> list[str]:
+def _flags(options: dict[str, str | int | float | bool | list | dict]) -> list[str]:
     out: list[str] = []
     for key, value in options.items():
         flag = "--" + key.replace("_", "-")
         if value is True:
             out.append(flag)
+        elif isinstance(value, dict):  # a JSON flag (profiler_config = {profiler = "torch", ...})
+            out += [flag, json.dumps(value)]
         elif isinstance(value, list):  # a repeated flag (model_alias = ["a=m", "b=m"])
             for item in value:
                 out += [flag, str(item)]

@@ -104,3 +104,32 @@ def test_the_local_zoo_passes_each_agent_its_share(tmp_path, monkeypatch):
     assert argvs["t"][argvs["t"].index("--num-threads") + 1] == "2"
     assert argvs["j"][argvs["j"].index("--num-threads") + 1] == "2"
     assert "--num-threads" not in argvs["s"]
+
+
+def test_a_profiler_table_is_the_control_planes_and_every_agents_profiler_config(tmp_path):
+    from zoo.cli import build_parser
+
+    p = tmp_path / "zoo.toml"
+    traces = tmp_path / "traces"
+    p.write_text(
+        f"""
+[controlplane.profiler_config]
+profiler = "torch"
+torch_profiler_dir = "{traces}"
+max_iterations = 64
+
+[[agents]]
+node_id = "a"
+
+[[agents]]
+node_id = "j"
+backend = "jax"
+profiler_config = {{profiler = "jax", jax_profiler_dir = "{traces}"}}
+"""
+    )
+    cfg = load_up_config(p)
+    cp = build_parser().parse_args(cfg.controlplane_argv())
+    assert cp.profiler_config.max_iterations == 64 and cp.profiler_config.trace_dir == str(traces)
+    a, j = (build_parser().parse_args(agent.argv(cfg.control)) for agent in cfg.agents)
+    assert (a.profiler_config.profiler, a.profiler_config.max_iterations) == ("torch", 64)  # the control plane's
+    assert j.profiler_config.profiler == "jax"  # its own
