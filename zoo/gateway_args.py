@@ -12,6 +12,7 @@ import ssl
 from pathlib import Path
 
 from zoo.profiler_args import add_profiler_args, profiler_config_from_args
+from zoo.vllm_server_args import add_vllm_server_args, cors_origins
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,7 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
         help="origins a browser page may call the API from: '*' (any), a comma list of scheme://host[:port], or "
         "'none' (no CORS headers)",
     )
+    add_vllm_server_args(p)  # --host/--port, --allowed-origins/-methods/-headers, --allow-credentials
     p.add_argument("--ssl-keyfile", default=None, metavar="PEM", help="HTTPS: the gateway's private key (vLLM's flag)")
     p.add_argument(
         "--ssl-certfile", default=None, metavar="PEM", help="HTTPS: the gateway's certificate chain (vLLM's flag)"
@@ -187,8 +189,7 @@ def gateway_config_from_args(args: argparse.Namespace):
     from controlplane.gateway.app import GatewayConfig
     from controlplane.gateway.batch_runner import BatchRunnerConfig
 
-    raw = getattr(args, "cors_origins", "*")
-    origins = () if raw == "none" else tuple(o.strip() for o in raw.split(",") if o.strip())
+    origins = cors_origins(args)  # --cors-origins, or vLLM's --allowed-origins (zoo/vllm_server_args.py)
     try:
         batches = BatchRunnerConfig(
             concurrency=getattr(args, "batch_concurrency", 32), traffic_class=getattr(args, "batch_class", None)
@@ -216,6 +217,9 @@ def gateway_config_from_args(args: argparse.Namespace):
     try:
         config = GatewayConfig(
             cors_allowed_origins=origins,
+            cors_allowed_methods=tuple(getattr(args, "allowed_methods", ("*",))),
+            cors_allowed_headers=tuple(getattr(args, "allowed_headers", ("*",))),
+            cors_allow_credentials=getattr(args, "allow_credentials", False),
             batches=batches,
             files_dir=getattr(args, "files_dir", None),
             tool_call_parser=None if (parser := getattr(args, "tool_call_parser", "hermes")) == "none" else parser,

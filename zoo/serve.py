@@ -63,6 +63,7 @@ from zoo.keys import (
 )
 from zoo.log_args import add_log_args, configure_logging_from_args
 from zoo.tracing_args import add_tracing_args, span_export_from_args
+from zoo.vllm_server_args import http_address
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ def run_controlplane(args: argparse.Namespace) -> int:
 
         outputs = getattr(args, "enable_log_outputs", False)
         cp.path.request_log = RequestLog(cp.path.tokenizer, getattr(args, "max_log_len", None), outputs)
-    http = None if args.http == "none" else args.http
+    http = http_address(args, DEFAULT_HTTP)  # --http, or vLLM's --host/--port (zoo/vllm_server_args.py)
     if getattr(args, "uds", None):
         http = UDS_PREFIX + args.uds
     stats = None if args.stats_listen == "none" else args.stats_listen

@@ -244,8 +244,9 @@ def create_app(
         app.add_middleware(
             CORSMiddleware,
             allow_origins=list(config.cors_allowed_origins),
-            allow_methods=["*"],
-            allow_headers=["*"],
+            allow_methods=list(config.cors_allowed_methods),
+            allow_headers=list(config.cors_allowed_headers),
+            allow_credentials=config.cors_allow_credentials,
             expose_headers=list(CORS_EXPOSED_HEADERS),
         )
     if request_spans is not None:  # outermost: the span covers what every other layer does, a 401 or a preflight too

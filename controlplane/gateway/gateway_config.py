@@ -80,6 +80,11 @@ class GatewayConfig:
     # CORS (browsers calling the API from a web page): the origins allowed, "*" any (vLLM's default, without
     # credentials: the API key travels in a header a page must set itself); () turns CORS off
     cors_allowed_origins: tuple[str, ...] = ("*",)
+    # the CORS answer's methods and headers, and whether credentials are allowed (vLLM's --allowed-methods,
+    # --allowed-headers, --allow-credentials)
+    cors_allowed_methods: tuple[str, ...] = ("*",)
+    cors_allowed_headers: tuple[str, ...] = ("*",)
+    cors_allow_credentials: bool = False
     # OpenAI's Files and Batch APIs (batch_routes.py): an upload's largest size, and the file store's bounds
     files_upload_max_bytes: int = 100 * 1024 * 1024
     files_upload_concurrency: int = 4  # uploads read at once (each held in memory while parsed); more wait

@@ -77,3 +77,18 @@ def test_the_tokenizer_info_endpoint_is_off_unless_turned_on():
     assert not gateway_config_from_args(_args("controlplane", "--fake-tokenizer")).tokenizer_info_endpoint
     on = gateway_config_from_args(_args("controlplane", "--fake-tokenizer", "--enable-tokenizer-info-endpoint"))
     assert on.tokenizer_info_endpoint
+
+
+def test_vllms_host_and_port_give_the_apis_address():
+    from zoo.serve import DEFAULT_HTTP
+    from zoo.vllm_server_args import http_address
+
+    assert http_address(_args("controlplane"), DEFAULT_HTTP) == "127.0.0.1:8000"
+    assert http_address(_args("controlplane", "--host", "0.0.0.0", "--port", "9000"), DEFAULT_HTTP) == "0.0.0.0:9000"
+    assert http_address(_args("controlplane", "--port", "9001"), DEFAULT_HTTP) == "127.0.0.1:9001"
+    assert http_address(_args("controlplane", "--host", "::1"), DEFAULT_HTTP) == "::1:8000"
+    assert http_address(_args("controlplane", "--http", "none"), DEFAULT_HTTP) is None
+    with pytest.raises(SystemExit, match="give one"):
+        http_address(_args("controlplane", "--http", "0.0.0.0:7000", "--port", "9000"), DEFAULT_HTTP)
+    with pytest.raises(SystemExit, match=r"0\.\.65535"):
+        http_address(_args("controlplane", "--port", "70000"), DEFAULT_HTTP)

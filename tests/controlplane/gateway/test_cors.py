@@ -60,3 +60,32 @@ def test_origins_are_checked_and_the_flag_builds_them():
     assert listed.cors_allowed_origins == (PAGE, "http://localhost:3000")
     with pytest.raises(SystemExit, match="--cors-origins"):
         gateway_config_from_args(argparse.Namespace(cors_origins="ftp://x"))
+
+
+async def test_vllms_cors_flags_methods_headers_and_credentials(frontend, capsys):
+    from zoo.cli import build_parser
+
+    args = build_parser().parse_args([
+        "controlplane", "--fake-tokenizer", "--allowed-origins", f'["{PAGE}"]', "--allowed-methods", '["POST"]',
+        "--allowed-headers", '["authorization", "content-type"]', "--allow-credentials",
+    ])  # fmt: skip
+    config = gateway_config_from_args(args)
+    assert config.cors_allowed_origins == (PAGE,) and config.cors_allow_credentials
+    app = create_app(frontend, config=config, api_keys=ApiKeyConfig(frozenset({"sk-zoo"})))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gateway") as c:
+        r = await c.options("/v1/chat/completions", headers=PREFLIGHT)
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == PAGE
+        assert r.headers["access-control-allow-methods"] == "POST"
+        assert r.headers["access-control-allow-credentials"] == "true"
+        bad = await c.options("/v1/chat/completions", headers={**PREFLIGHT, "access-control-request-method": "DELETE"})
+        assert bad.status_code == 400  # a method not allowed: the preflight fails
+    for flags, says in (
+        (["--allowed-origins", "*"], "JSON list of strings"),
+        (["--allowed-methods", '"POST"'], "JSON list of strings"),
+    ):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["controlplane", *flags])
+        assert says in capsys.readouterr().err
+    both = build_parser().parse_args(["controlplane", "--cors-origins", PAGE, "--allowed-origins", f'["{PAGE}"]'])
+    with pytest.raises(SystemExit, match="give one"):
+        gateway_config_from_args(both)
