@@ -193,16 +193,21 @@ def test_a_node_without_a_profiler_says_how_to_turn_it_on_and_a_stopping_node_wr
         thread.inbox.get_nowait()
 
 
-def test_torchs_trace_has_each_step_in_its_range_and_the_op_table(tmp_path):
+def _torch_steps(profiler: NodeProfiler, n: int) -> None:
+    """``n`` engine steps of one small matmul each, stepped as the engine thread steps them."""
     import torch
 
-    config = parse_profiler_config(json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path)}))
-    profiler = node_profiler(config, "gpu-7")
     profiler.start()
-    for _ in range(2):
+    for _ in range(n):
         with profiler.step_range():
             torch.ones(32, 32) @ torch.ones(32, 32)
         profiler.after_step()
+
+
+def test_torchs_trace_has_each_step_in_its_range_and_the_op_table(tmp_path):
+    config = parse_profiler_config(json.dumps({"profiler": "torch", "torch_profiler_dir": str(tmp_path)}))
+    profiler = node_profiler(config, "gpu-7")
+    _torch_steps(profiler, 2)
     files = profiler.stop()()
     trace = next(f for f in files if f.endswith(".pt.trace.json.gz"))
     assert trace.split("/")[-1].startswith("gpu-7.")
@@ -213,19 +218,13 @@ def test_torchs_trace_has_each_step_in_its_range_and_the_op_table(tmp_path):
     assert "aten::mm" in Path(table).read_text()
 
 
-def test_torchs_schedule_writes_when_its_active_steps_end(tmp_path):
-    import torch
-
+def test_torchs_schedule_records_its_window_written_off_the_engine_thread(tmp_path):
     config = ProfilerConfig(
         profiler="torch", torch_profiler_dir=str(tmp_path), warmup_iterations=1, active_iterations=2,
         torch_profiler_dump_cuda_time_total=False,
     )  # fmt: skip
     profiler = node_profiler(config, "n1")
-    profiler.start()
-    for _ in range(4):
-        with profiler.step_range():
-            torch.ones(8, 8) @ torch.ones(8, 8)
-        profiler.after_step()
+    _torch_steps(profiler, 4)
     assert not list(tmp_path.iterdir())  # nothing written on the engine thread
     assert len(profiler.stop()()) == 1  # the schedule's window, written by the callable the stop handed back
     names = {e.get("name") for f in tmp_path.glob("*.gz") for e in json.loads(_gunzip(f))["traceEvents"]}
