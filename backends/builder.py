@@ -53,7 +53,9 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
             from backends.torch.tp_serve import start_tp_runner
 
             tp = TPConfig(config.tp, config.tp_allreduce, config.tp_domain_size, config.tp_compression)
-            runner = start_tp_runner(checkpoint, tp, config.dtype, config.device, config.num_threads, progress)
+            runner = start_tp_runner(
+                checkpoint, tp, config.dtype, config.device, config.num_threads, progress, seed=config.seed
+            )
         else:
             runner = TorchModelRunner(
                 checkpoint,
@@ -66,6 +68,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
                 lora_config=config.lora,
                 cpu_decode_kernel=config.cpu_decode_kernel,
                 huge_pages=config.huge_pages,
+                seed=config.seed,
             )
     elif config.backend == "jax":
         if config.num_threads is not None:
@@ -75,7 +78,7 @@ def build_engine(config: EngineConfig, clock: Clock | None = None, progress: boo
         runner = JaxModelRunner(
             checkpoint, dtype=config.dtype, device=config.device, progress=progress, lora_config=config.lora,
             cpu_decode_kernel=config.cpu_decode_kernel, cpu_decode_threads=config.num_threads,
-            huge_pages=config.huge_pages,
+            huge_pages=config.huge_pages, seed=config.seed,
         )  # fmt: skip
     else:  # EngineConfig validated the name
         raise AssertionError(config.backend)

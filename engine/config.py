@@ -159,6 +159,7 @@ class EngineConfig:
     cuda_graphs: bool = True
     cpu_decode_kernel: bool = True
     huge_pages: bool = True
+    seed: int = 0  # the sampler's generator for requests without a seed of their own (vLLM's --seed)
     gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = None
     swap_space_bytes: int | None = None
@@ -177,6 +178,8 @@ class EngineConfig:
             raise ValueError(f"kv_dtype must be one of {list(KV_DTYPES)}, got {self.kv_dtype!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if not 0 <= self.seed < 2**63:
+            raise ValueError(f"seed must be in [0, 2**63), got {self.seed}")
         if self.num_threads is not None and self.num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {self.num_threads}")
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):

@@ -108,6 +108,14 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     add_tracing_args(
         p, "zoo-agent", starts_traces=False
     )  # --otlp-traces-endpoint: the span of each request this node serves
+    p.add_argument(
+        "--seed",
+        dest="engine_seed",
+        type=int,
+        default=0,
+        help="the sampler's seed for requests without their own (vLLM's flag; a request's seed draws from its own "
+        "generator whatever this is)",
+    )
     add_profiler_args(p, "the profiler POST /start_profile and /stop_profile run on this node, writing on its disk")
     p.add_argument(
         "--tpot-slo", type=float, default=0.1, help="TPOT SLO, s, that --max-num-batched-tokens auto sizes the step to"

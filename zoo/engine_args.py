@@ -250,6 +250,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         cuda_graphs=args.cuda_graphs,
         cpu_decode_kernel=args.cpu_decode_kernel,
         huge_pages=getattr(args, "huge_pages", True),
+        seed=getattr(args, "engine_seed", 0),  # `zoo agent --seed` (zoo generate's --seed is its request's)
         gpu_memory_utilization=getattr(args, "gpu_memory_utilization", None),
         kv_cache_memory_bytes=getattr(args, "kv_cache_memory_bytes", None),
         swap_space_bytes=swap_space_bytes(args),

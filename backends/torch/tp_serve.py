@@ -57,6 +57,8 @@ def start_tp_runner(
     device: str = "cpu",
     num_threads: int | None = None,
     progress: bool = True,
+    *,
+    seed: int = 0,
 ) -> TPLeaderRunner:
     """Rank 0's runner of a ``tp.size``-way model; the followers run in child processes."""
     import torch
@@ -86,7 +88,7 @@ def start_tp_runner(
             torch.set_num_threads(num_threads)
         group = init_tp(0, tp, init_method, device=_rank_device(device, 0))
         runner = TorchModelRunner(
-            checkpoint, dtype, _rank_device(device, 0), progress=progress, num_threads=num_threads, tp=group
+            checkpoint, dtype, _rank_device(device, 0), progress=progress, num_threads=num_threads, tp=group, seed=seed
         )
     except BaseException:
         cleanup()
