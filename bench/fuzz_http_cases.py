@@ -461,6 +461,11 @@ class HttpCases:
             path = r.choice(SCORE_PATHS)
             prompt = body["prompt"]
             body = self.score_body(path, prompt if isinstance(prompt, list) and prompt else [prompt])
+        if path == "/v1/completions" and r.random() < 0.1:  # vLLM's tokens API: a token prompt, sampling_params
+            path = "/inference/v1/generate"
+            sampling = {k: v for k, v in body.items() if k not in ("model", "prompt", "stream", "stream_options")}
+            body = {"token_ids": [r.randint(-2, 70_000) for _ in range(r.randint(0, 40))], "sampling_params": sampling,
+                    "stream": body.get("stream", False), "request_id": "r" * r.randint(0, 300)}  # fmt: skip
         if path in INVOCATION_PATHS and r.random() < 0.07:  # SageMaker's path: the same body, routed by its shape
             path = "/invocations"
         text = json.dumps(body)

@@ -43,6 +43,7 @@
     POST /reset_prefix_cache      vLLM's: every node forgets its prefix cache (controlplane/prefix_reset.py)
     POST /start_profile, /stop_profile  vLLM's, with --profiler-config: each node's profiler (profile_routes.py)
     GET /tokenizer_info           vLLM's, with --enable-tokenizer-info-endpoint (tokenizer_info.py)
+    POST /inference/v1/generate   vLLM's tokens in, tokens out (tokens_api.py)
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
@@ -139,6 +140,7 @@ from controlplane.gateway.system_fingerprint import SystemFingerprints
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tokenizer_info import tokenizer_info_routes
+from controlplane.gateway.tokens_api import tokens_handler
 from controlplane.gateway.upload_routes import UploadRoutes
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
 from transport.codec import clip
@@ -221,6 +223,7 @@ def create_app(
     routes += lora_routes(frontend)
     routes += profile_routes(frontend, config.profiling, config.request_read_timeout_s, config.profile_dir)  # vLLM's
     routes += tokenizer_info_routes(frontend, config.tokenizer_info_endpoint)  # vLLM's, when turned on
+    routes.append(Route("/inference/v1/generate", tokens_handler(gateway), methods=["POST"]))  # vLLM's tokens API
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     if sd_app is not None:
@@ -505,7 +508,8 @@ class Gateway:
     async def read_body(self, request: Request) -> bytes:
         return await read_body(request, self.config.max_body_bytes, self.config.request_read_timeout_s)
 
-    async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int) -> Response:
+    async def _generate(self, request: Request, args: GenerateArgs, *, chat: bool, arrival_ns: int, answer=None):
+        """``answer(reply, ids)``: another API's (reply, events) around the OpenAI reply (gateway/tokens_api.py)."""
         ids = request_ids(request, "chatcmpl" if chat else "cmpl")  # a caller's X-Request-Id, as vLLM takes it
         role = chat_reply_role(
             args.messages, args.chat is None or args.chat.add_generation_prompt, self.config.response_role
@@ -547,7 +551,8 @@ class Gateway:
             more.update(prompts=args.prompts, num_choices=args.n)
         more.update(prompt=args.prompt, prompt_token_ids=args.prompt_token_ids)
         chunks = self.start(request, ids.engine, args, arrival_ns, **more)
-        return await respond(request, chunks, reply, args.stream, openai_events, ids.header)
+        reply, events = (reply, openai_events) if answer is None else answer(reply, ids)
+        return await respond(request, chunks, reply, args.stream, events, ids.header)
 
     def _echo_text(self, args: GenerateArgs) -> list[str]:
         """The prompts a completion's ``echo`` repeats (one, or a batch's): texts, or token ids decoded (without a
