@@ -43,7 +43,7 @@
     POST /reset_prefix_cache      vLLM's: every node forgets its prefix cache (controlplane/prefix_reset.py)
     POST /start_profile, /stop_profile  vLLM's, with --profiler-config: each node's profiler (profile_routes.py)
     GET /tokenizer_info           vLLM's, with --enable-tokenizer-info-endpoint (tokenizer_info.py)
-    POST /inference/v1/generate   vLLM's tokens in, tokens out (tokens_api.py)
+    POST /inference/v1/generate   vLLM's tokens in, tokens out; /v1/(chat/)completions/render (tokens_api.py)
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
     (every GET route answers HEAD too; every route answers OPTIONS: gateway/http_methods.py; a browser's CORS
@@ -140,7 +140,7 @@ from controlplane.gateway.system_fingerprint import SystemFingerprints
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
 from controlplane.gateway.tokenizer_info import tokenizer_info_routes
-from controlplane.gateway.tokens_api import tokens_handler
+from controlplane.gateway.tokens_api import tokens_routes
 from controlplane.gateway.upload_routes import UploadRoutes
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
 from transport.codec import clip
@@ -223,7 +223,7 @@ def create_app(
     routes += lora_routes(frontend)
     routes += profile_routes(frontend, config.profiling, config.request_read_timeout_s, config.profile_dir)  # vLLM's
     routes += tokenizer_info_routes(frontend, config.tokenizer_info_endpoint)  # vLLM's, when turned on
-    routes.append(Route("/inference/v1/generate", tokens_handler(gateway), methods=["POST"]))  # vLLM's tokens API
+    routes[:0] = tokens_routes(gateway)  # vLLM's tokens API (tokens_api.py); first: .../completions/render is no id
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))
     if sd_app is not None:

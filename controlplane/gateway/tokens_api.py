@@ -1,4 +1,5 @@
-"""vLLM's tokens-in, tokens-out API: ``POST /inference/v1/generate``, over the fleet.
+"""vLLM's tokens-in, tokens-out API: ``POST /inference/v1/generate``, over the fleet, and its render routes
+(``POST /v1/chat/completions/render``, ``POST /v1/completions/render``).
 
 vLLM (``vllm/entrypoints/serve/disagg/``, ``GenerateRequest``/``GenerateResponse``) serves it for callers that keep
 the tokens themselves: RL rollouts that must score exactly the ids the policy sampled (a text round trip can
@@ -20,24 +21,32 @@ thinking_token_budget); ``detokenize`` and ``spaces_between_special_tokens`` are
 other field is refused by name rather than dropped. Without ``max_tokens`` a generation gets the gateway's
 open-ended default (a chat's), where vLLM's runs to the end of the context. ``features`` (multimodal inputs) and
 ``kv_transfer_params`` (vLLM's own prefill/decode hand-off; the fleet has its own) are refused.
+
+The render routes (vLLM's ``vllm/entrypoints/serve/render/``) take a chat or a completion request and answer the
+GenerateRequest(s) it stands for, without generating: its prompt's token ids as the control plane's intake makes
+them (the chat template, ``truncate_prompt_tokens``: request_intake.tokenize), and its sampling parameters in
+vLLM's names, which ``/inference/v1/generate`` takes as they are. A chat renders to one, a completion to one per
+prompt. Refused by name, as the generate route could not carry them: beam search, structured outputs, predictions.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.guarded import guarded
 from controlplane.gateway.openai_reply import OpenAIReply
-from controlplane.gateway.openai_schema import decode_body, parse_completion
+from controlplane.gateway.openai_schema import decode_body, parse_chat, parse_completion
 from controlplane.gateway.sse import DONE_EVENT, data_event, error_event
-from transport.messages import TokenChunk
+from transport.messages import ErrorCode, TokenChunk
 
 SAMPLING_FIELDS = frozenset({
     "n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens",
@@ -184,3 +193,85 @@ def tokens_handler(gateway):
         return await guarded(request, serve)
 
     return handle
+
+
+def _sampling_params(sp, n: int) -> dict:
+    """The engine's parameters as vLLM's sampling_params names them (those the generate route takes)."""
+    return {
+        "n": n, "temperature": sp.temperature, "top_p": sp.top_p, "top_k": sp.top_k, "min_p": sp.min_p,
+        "seed": sp.seed, "max_tokens": sp.max_tokens, "min_tokens": sp.min_tokens, "stop": list(sp.stop),
+        "stop_token_ids": list(sp.stop_token_ids), "ignore_eos": sp.ignore_eos, "logprobs": sp.logprobs,
+        "prompt_logprobs": sp.prompt_logprobs, "presence_penalty": sp.presence_penalty,
+        "frequency_penalty": sp.frequency_penalty, "repetition_penalty": sp.repetition_penalty,
+        "logit_bias": {str(token): bias for token, bias in sp.logit_bias},
+        "allowed_token_ids": list(sp.allowed_token_ids),
+        "bad_words": list(sp.bad_words), "skip_special_tokens": sp.skip_special_tokens,
+        "include_stop_str_in_output": sp.include_stop_str_in_output, "thinking_token_budget": sp.thinking_token_budget,
+    }  # fmt: skip
+
+
+def _rendered(gateway, args, prefix: str) -> list[dict]:
+    """``args`` (a parsed chat or completion) as GenerateRequests: one per prompt."""
+    from controlplane.request_intake import tokenize
+    from engine.prompt import PromptError
+    from transport.messages import ClientGenerate
+
+    for name, given in (("use_beam_search", args.beam), ("structured_outputs", args.sampling.structured_outputs),
+                        ("prediction", args.sampling.prediction)):  # fmt: skip
+        if given is not None:
+            raise invalid_param(name, "is not carried by the tokens API here: send the request itself")
+    tokenizer = getattr(gateway.frontend, "tokenizer", None)
+    if tokenizer is None:
+        raise FrontendError(ErrorCode.INVALID_REQUEST, "This gateway has no tokenizer to render with")  # (a 400)
+    prompts = args.prompts if args.prompts is not None else [args.prompt or args.prompt_token_ids]
+    rendered = []
+    for prompt in prompts:
+        fields = {"prompt": prompt} if isinstance(prompt, str) else {"prompt_token_ids": prompt}
+        fields = fields if args.messages is None else {"messages": args.messages}
+        msg = ClientGenerate(request_id="render", model=args.model, tools=args.tools, chat=args.chat,
+                             sampling=args.sampling, **fields)  # fmt: skip
+        try:
+            token_ids = tokenize(tokenizer, msg)
+        except PromptError as e:
+            raise invalid_param(e.param or "prompt", str(e)) from None
+        sampling = _sampling_params(args.sampling, args.n)  # (truncate_prompt_tokens applied: these ids are kept)
+        rendered.append({
+            "request_id": f"{prefix}-{uuid.uuid4().hex}", "token_ids": token_ids, "features": None,
+            "sampling_params": sampling, "model": args.model, "stream": args.stream,
+            "stream_options": {"include_usage": args.include_usage} if args.stream else None,
+            "cache_salt": args.sampling.cache_salt, "priority": args.priority,
+        })  # fmt: skip
+    return rendered
+
+
+def render_handler(gateway, *, chat: bool):
+    """``POST /v1/chat/completions/render`` (``chat``: one GenerateRequest) or ``/v1/completions/render`` (a list)."""
+
+    async def handle(request: Request) -> Response:
+        async def serve() -> Response:
+            body, config = await gateway.read_body(request), gateway.config
+            if chat:
+                parser, defaults = config.tool_call_parser, config.sampling_defaults
+                args = parse_chat(
+                    body, default_max_tokens=config.chat_max_tokens, tool_call_parser=parser, defaults=defaults
+                )
+                args = gateway.with_template_defaults(args)
+            else:
+                args = parse_completion(
+                    body, default_max_tokens=config.default_completion_max_tokens, defaults=config.sampling_defaults
+                )
+            rendered = _rendered(gateway, args, "chatcmpl" if chat else "cmpl")
+            return Response(msgspec.json.encode(rendered[0] if chat else rendered), media_type="application/json")
+
+        return await guarded(request, serve)
+
+    return handle
+
+
+def tokens_routes(gateway) -> list[Route]:
+    """vLLM's tokens API on ``gateway`` (app.py's): generate, and the two render routes."""
+    return [
+        Route("/inference/v1/generate", tokens_handler(gateway), methods=["POST"]),
+        Route("/v1/chat/completions/render", render_handler(gateway, chat=True), methods=["POST"]),
+        Route("/v1/completions/render", render_handler(gateway, chat=False), methods=["POST"]),
+    ]

@@ -91,3 +91,38 @@ async def test_bytes_that_are_no_request_are_a_400_in_openais_shape(make_fronten
     async with _client(make_frontend()) as http:
         reply = await http.post("/inference/v1/generate", content=raw)
     assert reply.status_code == 400 and reply.json()["error"]["message"]
+
+
+async def test_render_gives_the_ids_the_intake_makes_and_generate_takes_them_as_they_are(make_frontend):
+    frontend = make_frontend()
+    chat = {"model": "smol", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.5, "top_k": 3,
+            "max_tokens": 7, "seed": 11, "stop": ["."], "n": 2}  # fmt: skip
+    async with _client(frontend) as http:
+        rendered = (await http.post("/v1/chat/completions/render", json=chat)).json()
+        tokenized = (await http.post("/tokenize", json={"messages": chat["messages"]})).json()["tokens"]
+        assert rendered["token_ids"] == tokenized and rendered["request_id"].startswith("chatcmpl-")
+        sp = rendered["sampling_params"]
+        assert (sp["temperature"], sp["top_k"], sp["max_tokens"], sp["seed"], sp["stop"], sp["n"]) == (
+            0.5,
+            3,
+            7,
+            11,
+            ["."],
+            2,
+        )
+        generated = await http.post("/inference/v1/generate", json=rendered)  # the rendered request, as it is
+        assert generated.status_code == 200 and len(generated.json()["choices"]) == 2
+        from_render, direct = frontend.calls[-1]["sampling"], None
+        await http.post("/v1/chat/completions", json=chat)
+        direct = frontend.calls[-1]["sampling"]
+        assert (from_render.temperature, from_render.top_k, from_render.seed) == (direct.temperature, direct.top_k,
+                                                                                    direct.seed)  # fmt: skip
+        assert from_render.max_tokens == direct.max_tokens and tuple(from_render.stop) == tuple(direct.stop)
+        batch = (await http.post("/v1/completions/render", json={"prompt": ["ab", "c"], "max_tokens": 3})).json()
+        assert [r["token_ids"] for r in batch] == [[ord("a") + 3, ord("b") + 3], [ord("c") + 3]]  # the byte tokenizer's
+        ids = (await http.post("/v1/completions/render", json={"prompt": [5, 6], "truncate_prompt_tokens": 1})).json()
+        assert [r["token_ids"] for r in ids] == [[6]]  # the intake's left truncation, applied
+        for refused, name in (({"use_beam_search": True, "n": 2}, "use_beam_search"),
+                              ({"response_format": {"type": "json_object"}}, "structured_outputs")):  # fmt: skip
+            reply = await http.post("/v1/chat/completions/render", json={**chat, "n": 1, **refused})
+            assert reply.status_code == 400 and reply.json()["error"]["param"] == name, reply.text
