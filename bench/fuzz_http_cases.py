@@ -461,6 +461,8 @@ class HttpCases:
             path = r.choice(SCORE_PATHS)
             prompt = body["prompt"]
             body = self.score_body(path, prompt if isinstance(prompt, list) and prompt else [prompt])
+        if path in ("/v1/chat/completions", "/v1/completions") and r.random() < 0.05:  # vLLM's render: ids, no tokens
+            path += "/render"
         if path == "/v1/completions" and r.random() < 0.1:  # vLLM's tokens API: a token prompt, sampling_params
             path = "/inference/v1/generate"
             sampling = {k: v for k, v in body.items() if k not in ("model", "prompt", "stream", "stream_options")}
