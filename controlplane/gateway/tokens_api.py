@@ -45,6 +45,7 @@ from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.guarded import guarded
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_schema import decode_body, parse_chat, parse_completion
+from controlplane.gateway.request_ids import MAX_CALLER_ID_CHARS
 from controlplane.gateway.sse import DONE_EVENT, data_event, error_event
 from transport.messages import ErrorCode, TokenChunk
 
@@ -79,6 +80,8 @@ def completion_body(body: bytes, default_max_tokens: int) -> tuple[bytes, str | 
     req = decode_body(_DECODER, body)  # the gateway's one body decoder: any bytes, a 400 naming what is wrong
     if not req.token_ids:
         raise invalid_param("token_ids", "must be a non-empty list of token ids")
+    if req.request_id is not None and len(req.request_id) > MAX_CALLER_ID_CHARS:  # echoed in every event: bounded
+        raise invalid_param("request_id", f"must be at most {MAX_CALLER_ID_CHARS} characters")
     for name in ("features", "kv_transfer_params"):
         if getattr(req, name) is not None:
             raise invalid_param(name, "is not supported: no multimodal inputs, and the fleet splits prefill itself")

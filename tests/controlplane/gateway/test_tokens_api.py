@@ -76,6 +76,7 @@ async def test_streamed_each_chunks_new_ids_then_the_usage(make_frontend, script
         ({"token_ids": [1], "sampling_params": {"temperature": -1}}, "temperature"),
         ({"token_ids": [1], "features": {"mm_hashes": {}}}, "features"),
         ({"token_ids": [1], "kv_transfer_params": {"do_remote_decode": True}}, "kv_transfer_params"),
+        ({"token_ids": [1], "request_id": "r" * 129}, "request_id"),
     ],
 )
 async def test_what_is_refused_is_named(make_frontend, body, says):
