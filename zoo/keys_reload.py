@@ -30,7 +30,8 @@ def reload_api_keys(args: argparse.Namespace, ring, cp) -> bool:
         config = api_keys_from_args(args)
         if config is None:
             raise ValueError("no key at all: the API would be open (remove --api-keys and restart to open it)")
-        cp.path.tenants.reconfigure(tenants_from_args(args), cp.clock.now())  # checked first: all or nothing
+        tenants = tenants_from_args(args)
+        cp.path.tenants.reconfigure(tenants, cp.clock.now())  # checked first: all or nothing
     except ValueError as e:  # ApiKeyError too: an unreadable file
         ring.reloads["refused"] += 1
         log.error("API keys not reloaded, the running keys kept: %s", e)
@@ -39,6 +40,6 @@ def reload_api_keys(args: argparse.Namespace, ring, cp) -> bool:
     ring.reloads["ok"] += 1
     log.info(
         "API keys reloaded from %s: %d keys (%d added, %d revoked), %d tenants described",
-        args.api_keys, len(config.keys), added, revoked, len(tenants_from_args(args)),
+        args.api_keys, len(config.keys), added, revoked, len(tenants),
     )  # fmt: skip
     return True
