@@ -11,7 +11,7 @@ import logging
 import ssl
 from pathlib import Path
 
-from zoo.profiler_args import add_profiler_args, profiler_config_from_args
+from zoo.profiler_args import add_profiler_args, own_profile_dir, profiler_config_from_args
 from zoo.vllm_server_args import add_vllm_server_args, cors_origins
 
 log = logging.getLogger(__name__)
@@ -232,7 +232,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             stream_obfuscation=getattr(args, "stream_obfuscation", False),
             fingerprint=fingerprint,
             profiling=profiler is not None,
-            profile_dir=profiler.trace_dir or None if profiler is not None and not profiler.ignore_frontend else None,
+            profile_dir=own_profile_dir(profiler),
             tokenizer_info_endpoint=getattr(args, "enable_tokenizer_info_endpoint", False),
             **access_log,
             **tls,

@@ -29,6 +29,12 @@ def add_profiler_args(p: argparse.ArgumentParser, who: str) -> None:
     )
 
 
+def own_profile_dir(config: ProfilerConfig | None) -> str | None:
+    """Where the control plane profiles its own loop (vLLM's frontend trace): the config's directory unless
+    ``ignore_frontend`` (None: not profiled)."""
+    return config.trace_dir or None if config is not None and not config.ignore_frontend else None
+
+
 def profiler_config_from_args(args: argparse.Namespace) -> ProfilerConfig | None:
     """The flag's config, else ``$VLLM_TORCH_PROFILER_DIR``'s, else None (profiling off)."""
     config = getattr(args, "profiler_config", None)

@@ -30,10 +30,6 @@ class FrontendProfile:
         self.directory = directory
         self._profile: cProfile.Profile | None = None
 
-    @property
-    def running(self) -> bool:
-        return self._profile is not None
-
     def start(self) -> str:
         """Profile the calling thread (the event loop's) from now on; ValueError if already profiling."""
         if self._profile is not None:

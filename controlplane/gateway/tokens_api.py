@@ -45,9 +45,12 @@ from controlplane.frontend import FrontendError, invalid_param
 from controlplane.gateway.guarded import guarded
 from controlplane.gateway.openai_reply import OpenAIReply
 from controlplane.gateway.openai_schema import decode_body, parse_chat, parse_completion
+from controlplane.gateway.reply_stream import next_chunk
 from controlplane.gateway.request_ids import MAX_CALLER_ID_CHARS
 from controlplane.gateway.sse import DONE_EVENT, data_event, error_event
-from transport.messages import ErrorCode, TokenChunk
+from controlplane.request_intake import tokenize
+from engine.prompt import PromptError
+from transport.messages import ClientGenerate, ErrorCode, TokenChunk
 
 SAMPLING_FIELDS = frozenset({
     "n", "temperature", "top_p", "top_k", "min_p", "seed", "stop", "stop_token_ids", "ignore_eos", "max_tokens",
@@ -155,8 +158,6 @@ class TokensReply:
 
 async def tokens_events(chunks: AsyncIterator[TokenChunk], first: TokenChunk, reply: TokensReply) -> AsyncGenerator:
     """The stream: each chunk's new ids (and its finish) per choice, the usage last when asked, then [DONE]."""
-    from controlplane.gateway.reply_stream import next_chunk
-
     inner = reply.inner
     try:
         chunk = first
@@ -215,10 +216,6 @@ def _sampling_params(sp, n: int) -> dict:
 
 def _rendered(gateway, args, prefix: str) -> list[dict]:
     """``args`` (a parsed chat or completion) as GenerateRequests: one per prompt."""
-    from controlplane.request_intake import tokenize
-    from engine.prompt import PromptError
-    from transport.messages import ClientGenerate
-
     for name, given in (("use_beam_search", args.beam), ("structured_outputs", args.sampling.structured_outputs),
                         ("prediction", args.sampling.prediction)):  # fmt: skip
         if given is not None:
