@@ -39,8 +39,9 @@ def test_settle_heap_freezes_what_survived_out_of_the_oldest_generation():
     before = len(gc.get_objects(generation=2))
     try:
         frozen = settle_heap()
-        # >=: a thread an earlier test left (a daemon's) may freeze a few objects of its own meanwhile
-        assert frozen >= before > 1000 and gc.get_freeze_count() >= frozen
+        # Not exact: a thread an earlier test left (a daemon's) may meanwhile make a few objects of its own, which
+        # the freeze takes too, or free a few frozen ones, which leave the frozen count (CI saw 2 of 1.37 million go)
+        assert before > 1000 and frozen >= before * 0.99 and gc.get_freeze_count() >= frozen * 0.99
         assert len(gc.get_objects(generation=2)) < before // 10  # a full collection no longer walks them
     finally:
         gc.unfreeze()  # the rest of the test session collects as before
