@@ -31,6 +31,7 @@ from agent.kv_events import KVEventPublisher
 from agent.kv_remote_io import RemoteReport
 from agent.node_core import NodeCore
 from agent.node_profiler import NodeProfiler, ProfilerError
+from agent.node_sleep import NodeSleep
 from engine.kv.block_pool import Tier
 from engine.lora import LoraRequest
 from engine.sampling_params import SamplingParams
@@ -44,6 +45,7 @@ from transport.messages import (
     MigrateRequest,
     ProfileControl,
     ResetPrefixCache,
+    SleepControl,
     kv_events_to_wire,
 )
 
@@ -84,6 +86,11 @@ class _ResetPrefixCache:
 @dataclass(slots=True)
 class _Profile:
     msg: ProfileControl  # answered with its request id, this node's id, what the profiler did
+
+
+@dataclass(slots=True)
+class _Sleep:
+    msg: SleepControl  # a sleep or a wake_up (agent/node_sleep.py), answered with what the node did
 
 
 @dataclass(slots=True)
@@ -159,6 +166,7 @@ class EngineThread:
         self._send_kv_events = False  # each pass's KV cache events to the control plane too (KvEvents)
         self.profiler: NodeProfiler | None = None  # set: --profiler-config (agent/node_profiler.py); None: off
         self._trace_writer: ThreadPoolExecutor | None = None  # writes the profiler's traces off this thread
+        self.sleep = NodeSleep(core)  # vLLM's sleep mode (agent/node_sleep.py)
 
     @property
     def num_inflight(self) -> int:
@@ -242,6 +250,11 @@ class EngineThread:
     def profile(self, msg: ProfileControl) -> None:
         """Start or stop this node's profiler between two steps; the answer (a ProfileControl) goes in the outbox."""
         self.inbox.put(_Profile(msg))
+
+    def sleep_control(self, msg: SleepControl) -> None:
+        """Sleep or wake this node between two steps; the answer (a SleepControl) goes in the outbox (a "wait" sleep's
+        once the node's requests are done)."""
+        self.inbox.put(_Sleep(msg))
 
     def export(self, migrate: MigrateRequest) -> None:
         """Take ``migrate.request_id`` off the engine with its KV (an ExportedForMigration in the outbox)."""
@@ -348,6 +361,8 @@ class EngineThread:
                 if core.observe:
                     out.append(core.observation(outputs, core.engine.busy_time_s - busy_s))
                 out.extend(core.token_chunk(o) for o in outputs)
+            if self.sleep.waiting is not None:  # a "wait" sleep, once the node's requests are done
+                out.extend(self.sleep.after_pass())
             if mover is not None:  # the remote KV tier's asks (agent/kv_remote_io.py), after the step that made them
                 out.extend(mover.take_asks())
             if self.kv_events is not None or self._send_kv_events:  # this pass's changes to the prefix cache
@@ -362,6 +377,8 @@ class EngineThread:
                 report = self._pairing.report(core.load_report(), core.engine)
                 if self.profiler is not None and self.profiler.state != "off":  # seen in zoo top and /metrics
                     report = msgspec.structs.replace(report, profiling=self.profiler.state)
+                if self.sleep.level:
+                    report = msgspec.structs.replace(report, sleep_level=self.sleep.level)
                 out.append(report)
                 next_report_s = time.monotonic() + self.report_interval_s
             if out:
@@ -387,7 +404,10 @@ class EngineThread:
             out.append(KvEvents(node_id=node_id, events=[(KV_STORED, cached[i : i + KV_SNAPSHOT_CHUNK])]))
 
     def _apply(self, cmd, out: list) -> None:
-        if isinstance(cmd, _Add):
+        add = cmd.add if isinstance(cmd, _AddWithKV) else cmd
+        if isinstance(add, _Add) and (refusal := self.sleep.refusal(add.request_id)) is not None:
+            out.append(refusal)  # asleep (or about to be): the control plane resumes it on another node
+        elif isinstance(cmd, _Add):
             try:
                 age_s = cmd.age_s + (time.monotonic() - cmd.queued_s if cmd.queued_s else 0.0)
                 self.core.add(
@@ -416,6 +436,8 @@ class EngineThread:
             answer = self._profile(cmd.msg)
             if answer is not None:  # None: a stop, answered by the writer thread once its trace is written
                 out.append(answer)
+        elif isinstance(cmd, _Sleep):
+            out.extend(self.sleep.ask(cmd.msg))
         elif isinstance(cmd, _SetDrafter):
             self._pairing.switch(self.core.engine, cmd.proposer, cmd.spec, cmd.drafter_node_id)
         elif isinstance(cmd, _SendKvEvents) and cmd.on:

@@ -79,6 +79,7 @@ from transport.messages import (
     Pong,
     ProfileControl,
     ResetPrefixCache,
+    SleepControl,
     SpecPair,
     Welcome,
 )
@@ -178,6 +179,7 @@ class NodeAgent(Actor):
                 ProfileControl: lambda i: self._thread.profile(
                     msgspec.structs.replace(i.msg, node_id=self.config.node_id)
                 ),
+                SleepControl: lambda i: self._thread.sleep_control(i.msg),
                 MigrateRequest: self.handle_migrate,
                 SpecPair: self.handle_spec_pair,
             },

@@ -115,7 +115,8 @@ class Fleet:
         cp += ["--files-dir", str(self.log_dir / "files")]  # the stores' and journals' disk paths are fuzzed too
         cp += ["--reasoning-parser", "deepseek_r1"]  # every chat reply split into reasoning and content
         profiles = json.dumps({**PROFILER_CONFIG, "torch_profiler_dir": str(self.log_dir / "profiles")})
-        cp += ["--profiler-config", profiles, "--enable-tokenizer-info-endpoint"]  # vLLM's operator routes too
+        cp += ["--profiler-config", profiles, "--enable-tokenizer-info-endpoint", "--enable-sleep-mode"]  # vLLM's
+        # operator routes too
         # (the control plane profiles its own loop at each start naming no nodes: gateway/frontend_profile.py)
         agent = [sys.executable, "-m", "zoo.serve", "agent", "--fake-runner", "--node-id", NODE_ID]
         agent += ["--control", self.agent_endpoint]
@@ -327,6 +328,7 @@ async def _check_http(http: httpx.AsyncClient, timeout_s: float) -> None:
     with anyio.move_on_after(timeout_s):
         while True:
             try:
+                await http.post("/wake_up")  # a fuzzed /sleep may have put the node to sleep: served, not down
                 r = await http.post("/v1/chat/completions", json=body)
                 if r.status_code == 200 and r.json()["choices"][0]["finish_reason"]:
                     return
@@ -452,8 +454,8 @@ async def fuzz_campaign(config: FuzzConfig, say=print) -> dict:
         "fleet": (
             "python -m zoo.serve controlplane --fake-tokenizer --heartbeat-timeout-s "
             f"{HEARTBEAT_TIMEOUT_S:g} --files-dir LOG_DIR/files --reasoning-parser deepseek_r1 --profiler-config "
-            "--enable-tokenizer-info-endpoint + 1 agent --fake-runner --profiler-config (16 steps at most), loopback, "
-            "child processes, both with --otlp-traces-endpoint (a loopback collector)"
+            "--enable-tokenizer-info-endpoint --enable-sleep-mode + 1 agent --fake-runner --profiler-config (16 steps "
+            "at most), loopback, child processes, both with --otlp-traces-endpoint (a loopback collector)"
         ),
         "trace_exports_received": fleet.traces.requests,
         "wire": wire,

@@ -426,9 +426,19 @@ class HttpCases:
     def operator_case(self) -> HttpCase:
         """vLLM's operator routes the fuzzed control plane serves: /start_profile and /stop_profile (every node, or
         the body's ``nodes``: the fleet's node, one it does not have, a wrong type, a deep or huge or broken body),
-        and /reset_prefix_cache."""
+        /reset_prefix_cache, and vLLM's sleep mode (/sleep with a level and mode, good or not, /wake_up with tags,
+        /is_sleeping: the liveness check wakes the node first)."""
         r = self.rng
-        path = r.choice(["/start_profile", "/stop_profile", "/start_profile", "/stop_profile", "/reset_prefix_cache"])
+        path = r.choice(["/start_profile", "/stop_profile", "/start_profile", "/stop_profile", "/reset_prefix_cache",
+                         "/sleep", "/wake_up", "/wake_up", "/is_sleeping"])  # fmt: skip
+        if path == "/sleep":
+            level = r.choice(["1", "2", "0", "3", "-1", "one", "", "1" * 400, "2.0"])
+            path += f"?level={level}&mode={r.choice(['abort', 'wait', 'keep', '', 'x' * 300])}"
+        elif path == "/wake_up" and r.random() < 0.5:
+            tags = [r.choice(["weights", "kv_cache", "gpu", ""]) for _ in range(r.randint(1, 3))]
+            path += "?" + "&".join(f"tags={tag}" for tag in tags)
+        if path == "/is_sleeping":
+            return HttpCase("operator", method="GET", path=path, body=b"")
         body = r.choice([
             b"", b"{}", json.dumps({"nodes": [PROFILED_NODE]}).encode(), b'{"nodes": "all"}', b'{"nodes": [1, null]}',
             json.dumps({"nodes": ["n" * r.randint(0, 20_000)] * r.randint(1, 50)}).encode(), b'{"nodes": []}',

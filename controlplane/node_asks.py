@@ -1,9 +1,10 @@
 """NodeAsks: the questions the control plane asks its nodes, and their answers gathered by id.
 
-POST /reset_prefix_cache (ResetPrefixCache, controlplane/prefix_reset.py) and POST /start_profile and /stop_profile
-(ProfileControl, controlplane/profiling.py) ask every node one thing and answer with what each node said. A node
-answers with its question's message type back, the ask's ``request_id`` kept and its ``node_id`` set; the server's
-dispatcher hands each such answer, from the node its routing id names, to ``answer``.
+POST /reset_prefix_cache (ResetPrefixCache, controlplane/prefix_reset.py), POST /start_profile and /stop_profile
+(ProfileControl, controlplane/profiling.py), POST /sleep and /wake_up (SleepControl, controlplane/node_sleeps.py) ask
+every node one thing and answer with what each node said. A node answers with its question's message type back, the
+ask's ``request_id`` kept and its ``node_id`` set; the server's dispatcher hands each such answer, from the node its
+routing id names, to ``answer``.
 
     NodeAsks.ask(node_ids, make(ask_id), send, timeout_s) ─► {node id: its answer | None (none came, or unsent)}
 """
@@ -16,7 +17,10 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from transport.messages import Envelope
+from transport.messages import Envelope, ProfileControl, ResetPrefixCache, SleepControl
+
+# the asks' answers (each its question's type): the server's dispatcher hands them to ``NodeAsks.answer``
+NODE_ANSWERS = (ResetPrefixCache, ProfileControl, SleepControl)
 
 
 @dataclass

@@ -43,9 +43,10 @@ from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
-from controlplane.node_asks import NodeAsks
+from controlplane.node_asks import NODE_ANSWERS, NodeAsks
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
+from controlplane.node_sleeps import NodeSleeps
 from controlplane.offload_tokenize import TokenizeWorkers, is_long, offloaded_stream
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, reset_prefix_caches
 from controlplane.probe_inbox import ProbeInbox
@@ -81,8 +82,6 @@ from transport.messages import (
     Ping,
     Pong,
     ProbeSnapshot,
-    ProfileControl,
-    ResetPrefixCache,
     TokenChunk,
     TokenChunks,
     Welcome,
@@ -141,19 +140,12 @@ class ControlPlane(Actor):
             self.loras.add(lora.name, lora.path, config.model_name, [*config.model_aliases])  # an alias is taken
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self.path = RequestPath(
-            registry=self.registry,
-            policy=self.policy,
-            admission=self.admission,
-            tokenizer=tokenizer,
-            router=config.router,
-            fleet=self.fleet,
-            send_to_node=self._send_to_node,
-            model_names=lambda: self.model_names,
-            max_resumes=config.max_resumes,
-            tenants=TenantLimiter(config.tenants, now_s=self.clock.now()),
-            loras=self.loras,
+            registry=self.registry, policy=self.policy, admission=self.admission, tokenizer=tokenizer,
+            router=config.router, fleet=self.fleet, send_to_node=self._send_to_node,
+            model_names=lambda: self.model_names, max_resumes=config.max_resumes,
+            tenants=TenantLimiter(config.tenants, now_s=self.clock.now()), loras=self.loras,
             aliases=config.model_aliases,
-        )
+        )  # fmt: skip
         self.requests, self.model_aliases = self.path.table, self.path.aliases  # aliases: controlplane/model_aliases.py
         self.counters, self.refused = self.path.counters, self.path.refused  # the same dicts: by outcome, by code
         self._changed = anyio.Event()
@@ -163,6 +155,9 @@ class ControlPlane(Actor):
         self.drains = NodeDrains(self.registry, self._send_to_node, self.kv_moves.migrate_off)  # zoo drain [--resume]
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
         self.node_asks = NodeAsks()  # the nodes' answers to /reset_prefix_cache, /start_profile, /stop_profile
+        self.sleeps = NodeSleeps(
+            self.registry, self.node_asks, self._send_to_node, self.path.resume, self.kv_moves.migrate_off
+        )
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -170,7 +165,7 @@ class ControlPlane(Actor):
                 LoadReport: self.handle_load_report,
                 NodeLeave: self.handle_node_leave,
                 NodeDrain: self.handle_node_drain,
-                **dict.fromkeys((ResetPrefixCache, ProfileControl), self._node_answer),  # NodeAsks' answers
+                **dict.fromkeys(NODE_ANSWERS, self._node_answer),  # /reset_prefix_cache, /start_profile, /sleep...
                 KvEvents: self.handle_kv_events,
                 NodeTelemetry: self.handle_node_telemetry,
                 TokenChunk: lambda incoming: self._relay_chunk(incoming.peer, incoming.msg, incoming.recv_ns),
@@ -281,6 +276,7 @@ class ControlPlane(Actor):
         self.policy.on_node_removed(lost.node_id)
         self.path.on_node_lost(lost)
         self.spec_pairs.on_node_lost(lost.node_id)
+        self.sleeps.on_node_lost(lost.node_id)
 
     # -- observation ------------------------------------------------------------------------------
 
@@ -302,6 +298,7 @@ class ControlPlane(Actor):
         nodes = self.fleet.nodes(self.registry.views(), self.requests.latency)
         for node_id, row in nodes.items():  # "up" | "suspect" | "draining" | "leaving" (draining to stop) | "dead"
             row["state"] = "leaving" if self.registry.leaving(node_id) else str(self.registry.state(node_id) or "dead")
+            row["sleep_level"] = self.sleeps.levels.get(node_id, 0)  # vLLM's sleep mode: 1, 2, -1 (about to)
         return {
             "policy": self.policy.name,
             "draining": self.draining,  # shutting down (zoo/controlplane_shutdown.py): new requests refused
@@ -492,6 +489,7 @@ class ControlPlane(Actor):
             self.fleet.on_load_report(msg)
             self.kv_moves.rebalance()
             self.spec_pairs.on_load_report(msg)
+            self.sleeps.on_report(msg)  # a node asleep is not routed to (controlplane/node_sleeps.py)
 
     def handle_node_leave(self, incoming: Incoming) -> None:
         msg: NodeLeave = incoming.msg

@@ -67,6 +67,9 @@ class ControlPlaneExporter(PrometheusExporter):
         profiling = GaugeMetricFamily(m.NODE_PROFILING, "1 while the node's profiler runs (POST /start_profile): "
                                       "its trace grows until /stop_profile or its max_iterations.",
                                       labels=[*m.ZOO_NODE_LABELS, "state"])  # fmt: skip
+        sleep = GaugeMetricFamily(m.ENGINE_SLEEP_STATE, "Engine sleep state (POST /sleep); awake = 1 means the node "
+                                  "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep "
+                                  "level 2.", labels=["model_name", "engine", "sleep_state"])  # fmt: skip
         for node_id, node in stats["nodes"].items():
             if node.get("requests_routed"):
                 decisions.add_metric([policy, node_id], node["requests_routed"])
@@ -77,11 +80,15 @@ class ControlPlaneExporter(PrometheusExporter):
                 profiling.add_metric([*labels, node["profiling"]], 1.0)
             for name in _NODE_STATES:
                 state.add_metric([*labels, name], 1.0 if node.get("state") == name else 0.0)
+            level = max(0, node.get("sleep_level", 0))
+            for i, name in enumerate(_SLEEP_STATES):
+                sleep.add_metric([labels[0], node_id, name], 1.0 if level == i else 0.0)
         yield decisions
         yield up
         yield info
         yield state
         yield profiling
+        yield sleep
         events = CounterMetricFamily(m.NODE_MEMBERSHIP_EVENTS, "Nodes' membership events since start: joins, "
                                      "rejoins (a restarted agent), leaves, expired (heartbeats missed), suspected "
                                      "(a send failed), drains, resumes.", labels=["event"])  # fmt: skip
@@ -128,6 +135,7 @@ class ControlPlaneExporter(PrometheusExporter):
 
 # controlplane/registry.py NodeState, "leaving" (draining to stop: its agent's SIGTERM, no resume undoes it), and gone
 _NODE_STATES = ("up", "suspect", "draining", "leaving", "dead")
+_SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")  # vLLM's, by sleep level
 _MEMBERSHIP_EVENTS = ("joins", "rejoins", "leaves", "expired", "suspected", "drains", "resumes")  # RegistryStats
 _CLASS_OUTCOMES = {
     "routed": "requests_routed",

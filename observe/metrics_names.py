@@ -84,6 +84,9 @@ ROUTER_DECISIONS = "zoo:router_decisions"  # counter (_total) {policy, node}
 ROUTER_CONFIG_INFO = "zoo:router_config_info"
 ROUTER_CONFIG_RELOADS = "zoo:router_config_reloads"  # counter (_total) {outcome="ok"|"refused"}: SIGHUP reloads
 NODE_PROFILING = "zoo:node_profiling"  # gauge {node..., state="waiting"|"recording"}: 1 while its profiler runs
+# gauge {model_name, engine (the node), sleep_state="awake"|"weights_offloaded"|"discard_all"}: vLLM's, per node, 1 for
+# its state (sleep level 0, 1, 2; a node waiting for its requests to sleep is still awake)
+ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"
 API_KEYS = "zoo:api_keys"  # gauge: keys the gateway accepts (observe/api_key_metrics.py)
 API_KEY_REFUSALS = "zoo:api_key_refusals"  # counter (_total) {reason}: requests refused with 401
 API_KEY_RELOADS = "zoo:api_key_reloads"  # counter (_total) {outcome="ok"|"refused"}: SIGHUP re-reads of --api-keys

@@ -160,6 +160,7 @@ def _node_stats(node_id: str, n: dict) -> NodeStats:
         config_digest=n.get("config_digest", ""),
         decode_roofline_fraction=n.get("decode_roofline_fraction", 0.0),
         profiling=n.get("profiling", ""),
+        sleep_level=n.get("sleep_level", 0),
         role=n.get("role", "both"),
         host=n.get("host", ""),
         rack=n.get("rack", ""),

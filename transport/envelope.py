@@ -24,6 +24,7 @@ class MsgType(enum.IntEnum):
     RESET_PREFIX_CACHE = 7
     KV_EVENTS = 8
     PROFILE_CONTROL = 9  # ProfileControl: POST /start_profile, /stop_profile to a node and its answer
+    SLEEP_CONTROL = 16  # SleepControl: POST /sleep, /wake_up to a node and its answer
     GENERATE = 10
     TOKENS = 11
     TOKEN_CHUNKS = 15  # TokenChunks: an agent's chunks of one engine pass in one message

@@ -14,8 +14,8 @@ Tensors never go inside the payload: a ``TensorRef`` names the extra frame that 
 Who sends what (socket roles are in transport/sockets.py)::
 
     agent ──NodeHello/Heartbeat/LoadReport/TokenChunk(s)/ErrorReply/NodeDrain/NodeLeave/KvEvents──► control plane
-          (and the answers: ResetPrefixCache, ProfileControl)
-    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache/ProfileControl──  control plane
+          (and the answers: ResetPrefixCache, ProfileControl, SleepControl)
+    agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache/ProfileControl/SleepControl── cp
     client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
     client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
     agent ◄──SpecPair (draft with this fleet drafter's DraftServer, or stop)──────────────── control plane
@@ -169,6 +169,9 @@ class LoadReport(Envelope, kw_only=True):
     decode_slack_hist: list[int] = []
     # the node's profiler (agent/node_profiler.py): "" off, "waiting" (for its delay_iterations), "recording"
     profiling: str = ""
+    # vLLM's sleep mode (engine/sleep_mode.py): 0 awake, 1 KV discarded and weights in host RAM, 2 both discarded;
+    # -1 asked to sleep once its requests are done ("wait"), not asleep yet
+    sleep_level: int = 0
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -376,6 +379,7 @@ class NodeStats(msgspec.Struct, kw_only=True):
     config_digest: str = ""  # from the node's hello (agent/serving_digest.py): nodes alike share it
     decode_roofline_fraction: float = 0.0  # from its LoadReports; 0: not measured
     profiling: str = ""  # from its LoadReports: its profiler "waiting" or "recording" ("" off): a trace growing
+    sleep_level: int = 0  # vLLM's sleep mode (POST /sleep): 0 awake, 1, 2; -1 to sleep once its requests are done
     role: str = "both"  # from its hello: prefill | decode | both (the prefill/decode split)
     # speculative pairs (controlplane/spec_pairs.py): the drafter this verifier drafts with ("" none), its measured
     # acceptance (-1: none), and the TPOT the control plane predicts for it without and with its best drafter
@@ -530,6 +534,26 @@ class ProfileControl(Envelope, kw_only=True):
 
 
 MESSAGE_TYPES[MsgType.PROFILE_CONTROL] = ProfileControl
+
+
+class SleepControl(Envelope, kw_only=True):
+    """Control plane → agent: ``action`` "sleep" (at ``level`` 1 or 2, ``mode`` "abort" or "wait") or "wake_up" (the
+    ``tags`` named, every one when empty) this node (POST /sleep, /wake_up; engine/sleep_mode.py). Agent → control
+    plane, the answer: ``ok``, ``detail`` (what it did, or why not), its ``sleep_level`` after, and the device bytes
+    it freed. A "wait" sleep is answered once the node's requests are done and it sleeps."""
+
+    action: str = ""
+    level: int = 1
+    mode: str = "abort"
+    tags: list[str] = []
+    node_id: str = ""
+    ok: bool = False
+    detail: str = ""
+    sleep_level: int = 0
+    freed_bytes: int = 0
+
+
+MESSAGE_TYPES[MsgType.SLEEP_CONTROL] = SleepControl
 
 
 class KvEvents(Envelope, kw_only=True):

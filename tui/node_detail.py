@@ -51,7 +51,7 @@ class NodeDetailScreen(ModalScreen[None]):
             f"kernels {node.kernels or 'not reported'}   "
             f"decode roofline {_percent(node.decode_roofline_fraction)}%   "
             f"role {node.role}   config {node.config_digest[:8] or 'not said'}"
-            f"{f'   profiler {node.profiling}' if node.profiling else ''}\n"
+            f"{f'   profiler {node.profiling}' if node.profiling else ''}{describe_sleep(node.sleep_level)}\n"
             f"{describe_placement(node)}\n"
             f"{describe_spec(node)}"
         )
@@ -74,3 +74,10 @@ def describe_spec(node) -> str:
 def describe_placement(node) -> str:
     """Where the node is (its hello's host and rack): the KV link to its peers follows from it."""
     return f"host {node.host or 'not said'}   rack {node.rack or 'none'}"
+
+
+def describe_sleep(level: int) -> str:
+    """A node's sleep mode in the detail view ("" awake): POST /sleep's level, or a sleep waiting for its requests."""
+    if level == 0:
+        return ""
+    return "   asleep: sleep pending, its requests finishing" if level < 0 else f"   asleep at level {level}"

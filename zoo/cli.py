@@ -367,6 +367,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_profile_args(pf)
     pf.set_defaults(func=run_profile)
 
+    from zoo.sleep_cmd import add_sleep_args, add_wake_args, run_sleep, run_wake
+
+    sl = sub.add_parser(
+        "sleep", help="put nodes to sleep, or say who sleeps (a control plane with --enable-sleep-mode)"
+    )
+    add_sleep_args(sl)
+    sl.set_defaults(func=run_sleep)
+    wk = sub.add_parser("wake", help="wake sleeping nodes (a control plane with --enable-sleep-mode)")
+    add_wake_args(wk)
+    wk.set_defaults(func=run_wake)
+
     from zoo.draft_server_cmd import add_draft_server_args, run_draft_server
 
     ds = sub.add_parser("draft-server", help="a draft agent: a draft model that proposes for verifiers elsewhere")

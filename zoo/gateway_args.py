@@ -165,6 +165,12 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="serve GET /tokenizer_info: the tokenizer's special tokens, added tokens and chat template (vLLM's)",
     )
+    p.add_argument(
+        "--enable-sleep-mode",
+        action="store_true",
+        help="serve POST /sleep, /wake_up and GET /is_sleeping: nodes give their KV cache (level 1) or their weights "
+        "too (level 2) back to the device until woken, the others serving meanwhile (vLLM's flag)",
+    )
     add_profiler_args(p, "serve POST /start_profile and /stop_profile, which run each node's own --profiler-config")
     p.add_argument(
         "--chat-completions-store",
@@ -234,6 +240,7 @@ def gateway_config_from_args(args: argparse.Namespace):
             profiling=profiler is not None,
             profile_dir=own_profile_dir(profiler),
             tokenizer_info_endpoint=getattr(args, "enable_tokenizer_info_endpoint", False),
+            sleep_mode=getattr(args, "enable_sleep_mode", False),
             **access_log,
             **tls,
             **stores,

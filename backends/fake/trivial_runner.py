@@ -11,6 +11,7 @@ import math
 import time
 
 from backends.fake.byte_tokenizer import ByteTokenizer
+from backends.sleep_levels import SleepVerbs
 from engine.batch import RunnerOutput, SchedulerOutput, TokenLogprob
 from engine.config import CacheConfig, SchedulerConfig
 from engine.llm_engine import LLMEngine
@@ -18,10 +19,13 @@ from engine.model_runner import KVCacheSpec
 from transport.messages import HardwareInfo
 
 
-class TrivialRunner:
+class TrivialRunner(SleepVerbs):
     """Samples ``token_id`` ("z" by default) for every request that samples, optionally after a fixed step
     time (its stand-in for compute, spent in the engine thread). Never samples EOS: requests run to
-    ``max_tokens``. Asked for logprobs, reports those of its point-mass distribution."""
+    ``max_tokens``. Asked for logprobs, reports those of its point-mass distribution.
+
+    ``sleep`` / ``wake_up`` (backends/sleep_levels.py) validate and track levels and tags as the real runners do,
+    so control-plane tests can drive them; holding no tensors, a sleep frees 0 bytes."""
 
     def __init__(self, token_id: int = ord("z") + 3, step_s: float = 0.0, max_model_len: int = 4096) -> None:
         self.token_id = token_id
@@ -40,6 +44,7 @@ class TrivialRunner:
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         start = time.perf_counter()
+        self._check_awake()
         if self.step_s > 0:
             time.sleep(self.step_s)
         sampled = {r.req_id: [self.token_id] for r in batch.requests if r.sample}
@@ -49,6 +54,18 @@ class TrivialRunner:
             if r.sample and r.sampling_params.logprobs is not None
         }
         return RunnerOutput(sampled_token_ids=sampled, logprobs=logprobs, step_time_s=time.perf_counter() - start)
+
+    def _sleep_kv(self) -> int:
+        return 0
+
+    def _sleep_weights(self, level: int) -> int:
+        return 0
+
+    def _wake_weights(self) -> None:
+        pass
+
+    def _wake_kv(self) -> None:
+        pass
 
     def _logprob(self, num_top: int) -> TokenLogprob:
         """Its distribution is all on ``token_id`` (logprob 0); the other top entries are the next ids, at -inf."""

@@ -45,6 +45,7 @@ from backends.kv_layout import KVLayout, apply_block_moves, flat_slots, kv_bytes
 from backends.lora_store import LoraRunnerVerbs
 from backends.prompt_rows import PromptRows
 from backends.sample_slots import SampleRows, SampleSlot, accept_sampled, chunk_token_ids, per_row
+from backends.sleep_levels import SleepVerbs
 from backends.torch.thread_choice import ThreadChooser  # pure Python: imports no torch
 from engine.batch import RunnerOutput, ScheduledRequest, SchedulerOutput
 from engine.lora import LoraConfig
@@ -79,7 +80,7 @@ class _ProgramOutput:
     hidden: jax.Array | None = None  # [R, E] fp32 final hidden states of the rows, when a chunk asks an embedding
 
 
-class JaxModelRunner(LoraRunnerVerbs):
+class JaxModelRunner(LoraRunnerVerbs, SleepVerbs):
     """Runs scheduler steps for one Llama-family model on one JAX device.
 
     source: a Checkpoint (weights streamed from ``iter_tensors``) or a ModelConfig (weights from
@@ -100,6 +101,10 @@ class JaxModelRunner(LoraRunnerVerbs):
         time favours (backends/torch/thread_choice.py, as the torch runner; the same bits at any count).
     huge_pages: on a CPU, rebuild the weights' memory on transparent huge pages (huge_params.py; the decode
         step streams them); ``huge_pages_result`` says what was granted. False = as XLA placed them.
+
+    ``sleep(level)`` / ``wake_up(tags)``: vLLM's sleep mode (backends/sleep_levels.py). Level 1 drops the KV cache
+    and moves the weights to host RAM (on a CPU device they stay); level 2 drops both, and the wake reloads the
+    weights from the source kept for it (``_load_params``). The KV cache comes back from the last spec, empty.
     """
 
     scores_prompts = True  # computes prompt_logprobs (engine/prompt_logprobs.py)
@@ -128,32 +133,44 @@ class JaxModelRunner(LoraRunnerVerbs):
         self.cpu_decode_head = cpu_decode_head
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype)
-        if hasattr(source, "iter_tensors"):
-            self.config = source.config
-            tensors = source.iter_tensors(progress=progress)
-        else:
-            self.config = source
-            tensors = (random_tensors(source, seed) if state_dict is None else state_dict).items()
-        self.params: LlamaParams = load_params(self.config, tensors, self.dtype, self.device)
+        self.config = source.config if hasattr(source, "iter_tensors") else source
+        # how the weights were loaded, kept so that a level-2 wake (sleep) loads them again the same way
+        self._source, self._state_dict, self._seed, self._progress = source, state_dict, seed, progress
+        self._use_kernel = bool(
+            cpu_decode_kernel and cpu_kernel.supports(self.config, self.dtype, self.device) and cpu_kernel.load()
+        )
+        self._huge_pages = huge_pages
+        self._load_params()
         self.dims = Dims.from_config(self.config)
         self.buckets = buckets or DEFAULT_BUCKETS
         self.solo_chunks = solo_chunks  # a step of one long chunk: solo_attention.py's causal groups
         self.sampler = Sampler(seed)
         self.compiles = CompileCounter()
         self.kv_cache: PagedKVCache | None = None
+        self._kv_spec: KVCacheSpec | None = None  # the last initialize_kv_cache's: a KV wake re-allocates it
         self.block_size = 0
         self.lora_config = lora_config
         self.lora_slots = None
         if lora_config is not None:
             with self.compiles.track():
                 self.lora_slots = JaxLoraSlots(self.config, lora_config, self.dtype, self.device)
-        self.kernel_params: cpu_kernel.KernelParams | None = None
         self.kernel_threads = cpu_decode_threads or cpu_kernel.default_num_threads()
         self.thread_choice = ThreadChooser() if adaptive_threads else None
-        if cpu_decode_kernel and cpu_kernel.supports(self.config, self.dtype, self.device) and cpu_kernel.load():
+
+    def _load_params(self) -> None:
+        """The weights, as __init__ and a level-2 wake load them: from the checkpoint's ``iter_tensors``, the state
+        dict or random from the seed; then the C kernel's copies (cpu_kernel.py) and huge pages (huge_params.py)."""
+        source, state_dict = self._source, self._state_dict
+        if hasattr(source, "iter_tensors"):
+            tensors = source.iter_tensors(progress=self._progress)
+        else:
+            tensors = (random_tensors(source, self._seed) if state_dict is None else state_dict).items()
+        self.params: LlamaParams | None = load_params(self.config, tensors, self.dtype, self.device)
+        self.kernel_params: cpu_kernel.KernelParams | None = None
+        if self._use_kernel:
             self.kernel_params = cpu_kernel.kernel_params(self.params)
         self.huge_pages_result = None
-        if huge_pages and self.device.platform == "cpu":
+        if self._huge_pages and self.device.platform == "cpu":
             self.huge_pages_result = collapse_arrays(self.params, self.kernel_params)
 
     @property
@@ -186,12 +203,14 @@ class JaxModelRunner(LoraRunnerVerbs):
         return kv_bytes_per_block(self.config, block_size, self.dtype.itemsize)
 
     def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
+        self._kv_spec = spec
         self.block_size = spec.block_size
         with self.compiles.track():
             self.kv_cache = PagedKVCache(KVLayout.from_spec(self.config, spec), self.dtype, self.device)
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         t0 = time.perf_counter()
+        self._check_awake()
         out = RunnerOutput()
         with self.compiles.track():
             self._apply_block_moves(batch)
@@ -274,6 +293,39 @@ class JaxModelRunner(LoraRunnerVerbs):
                     head=cpu_kernel.head_for(n, self.cpu_decode_head == "xla"),
                 )
                 _argmax(logits).block_until_ready()
+
+    # ---- sleep mode (SleepVerbs' hooks) ---------------------------------------------------------
+
+    def _sleep_kv(self) -> int:
+        freed = 0 if self.kv_cache is None else self.kv_cache.device_kv.nbytes
+        self.kv_cache = None  # the last reference: its buffer is freed here
+        return freed
+
+    def _sleep_weights(self, level: int) -> int:
+        if self.params is None:  # discarded already (level 2)
+            return 0
+        on_device = self.params.embed.devices() == {self.device}
+        freed = _tree_bytes(self.params, self.kernel_params) if on_device and (level == 2 or not self._on_cpu) else 0
+        if level == 2:
+            self.params = self.kernel_params = self.huge_pages_result = None
+        elif on_device and not self._on_cpu:
+            host = jax.devices("cpu")[0]
+            self.params, self.kernel_params = _moved((self.params, self.kernel_params), host)
+        return freed
+
+    def _wake_weights(self) -> None:
+        if self.params is None:
+            self._load_params()
+        elif self.params.embed.devices() != {self.device}:
+            self.params, self.kernel_params = _moved((self.params, self.kernel_params), self.device)
+
+    def _wake_kv(self) -> None:
+        if self._kv_spec is not None:  # else there was no cache to restore
+            self.initialize_kv_cache(self._kv_spec)
+
+    @property
+    def _on_cpu(self) -> bool:
+        return self.device.platform == "cpu"
 
     # ---- step internals --------------------------------------------------------------------
 
@@ -440,6 +492,23 @@ class JaxModelRunner(LoraRunnerVerbs):
         req_ids, params = per_row(program.slots)
         plan = self.sampler.adjuster.plan(program.slots, program.logits.shape[-1])
         accept_sampled(program.slots, self.sampler.sample(program.logits, rows, req_ids, params, plan), out)
+
+
+def _moved(tree: Any, device: jax.Device) -> Any:
+    """``jax.device_put`` leaf by leaf, each distinct array once (a tied head stays the embedding itself)."""
+    done: dict[int, jax.Array] = {}
+
+    def move(leaf: jax.Array) -> jax.Array:
+        if id(leaf) not in done:
+            done[id(leaf)] = jax.device_put(leaf, device)
+        return done[id(leaf)]
+
+    return jax.tree_util.tree_map(move, tree)
+
+
+def _tree_bytes(*trees: Any) -> int:
+    """Bytes of the arrays in these pytrees, each distinct array once."""
+    return sum({id(leaf): leaf.nbytes for leaf in jax.tree_util.tree_leaves(trees)}.values())
 
 
 def take_embeddings(hidden: np.ndarray, slots: list[SampleSlot], out: RunnerOutput) -> None:

@@ -14,15 +14,20 @@ from backends.checkpoint.model_config import ModelConfig
 from backends.lora_store import LoraRunnerVerbs
 from backends.sim.cost_model import BYTES_PER_VALUE, NodeHardware, StepCostModel, num_kv_blocks
 from backends.sim.lora_cost import SimLoraSlots
-from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token
+from backends.sim.model_shapes import SIM_PREFIX, kv_bytes_per_token, weight_bytes
 from backends.sim.spec_model import SimSpecModel
+from backends.sleep_levels import SleepVerbs
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.lora import LoraConfig
 from engine.model_runner import KVCacheSpec
 
 
-class SimModelRunner(LoraRunnerVerbs):
-    """Implements ``engine.model_runner.ModelRunner`` for a simulated model on simulated GPUs."""
+class SimModelRunner(LoraRunnerVerbs, SleepVerbs):
+    """Implements ``engine.model_runner.ModelRunner`` for a simulated model on simulated GPUs.
+
+    ``sleep`` / ``wake_up`` (backends/sleep_levels.py) track vLLM's levels as the real runners do; a sleep returns
+    the bytes a real node's GPUs would free: the KV cache of the last spec, and the bf16 weights (moved to host RAM
+    at level 1, dropped at level 2). Waking takes no simulated time here."""
 
     def __init__(
         self,
@@ -87,6 +92,24 @@ class SimModelRunner(LoraRunnerVerbs):
         if spec.block_size != self.cost.block_size:
             self.cost = StepCostModel(self.model, self.hardware, self.cost.efficiency, spec.block_size)
         self.kv_spec = spec
+
+    # -- sleep mode (SleepVerbs' hooks): what sleeps is tracked in SleepVerbs' tags; no tensors to free ----------
+
+    def _sleep_kv(self) -> int:
+        spec = self.kv_spec
+        if spec is None or "kv_cache" in self._asleep:
+            return 0
+        return self.kv_bytes_per_block(spec.block_size) * spec.num_device_blocks
+
+    def _sleep_weights(self, level: int) -> int:
+        """Level 1 moves the weights off the GPUs and level 2 drops them: either frees them there, once."""
+        return 0 if "weights" in self._asleep else int(weight_bytes(self.model, BYTES_PER_VALUE))
+
+    def _wake_weights(self) -> None:
+        pass
+
+    def _wake_kv(self) -> None:
+        pass
 
     def predict_step_s(self, batch: SchedulerOutput, num_decode_rows: int = 0, decode_kv_read: int = 0) -> float:
         """num_decode_rows, decode_kv_read: rows of one known token each, sampled, with contexts summing to that,
@@ -166,6 +189,7 @@ class SimModelRunner(LoraRunnerVerbs):
         return self.execute(batch, num_rows, kv_read)
 
     def execute(self, batch: SchedulerOutput, num_decode_rows: int = 0, decode_kv_read: int = 0) -> RunnerOutput:
+        self._check_awake()
         if batch.is_empty and not num_decode_rows:  # only finished requests to forget: no kernel runs, no time
             return RunnerOutput(sampled_token_ids={}, step_time_s=0.0)
         step_s = self.predict_step_s(batch, num_decode_rows, decode_kv_read) + self._lora_s(batch)

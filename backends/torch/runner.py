@@ -42,6 +42,7 @@ from backends.torch.lora_slots import LoraSlots
 from backends.torch.model import LlamaModel, resolve_dtype
 from backends.torch.prompt_scores import score_prompt_rows
 from backends.torch.rejection_sampler import rejection_sample
+from backends.torch.runner_sleep import TorchSleepVerbs
 from backends.torch.sampler import Sampler
 from backends.torch.step_buffers import StepBuffers
 from backends.torch.thread_choice import ThreadChooser
@@ -61,7 +62,7 @@ GRAPH_BUCKETS = BucketPolicy(batch_buckets=(1, 2, 4, 8, 16, 32, 64))
 _Forward = tuple[torch.Tensor, list[SampleSlot], PromptRows | None, torch.Tensor | None]
 
 
-class TorchModelRunner(LoraRunnerVerbs):
+class TorchModelRunner(LoraRunnerVerbs, TorchSleepVerbs):
     """Runs scheduler steps for one Llama-family model (and scores prompt rows: backends/prompt_rows.py).
 
     source: a Checkpoint (weights streamed from ``iter_tensors``), a ModelConfig (weights from
@@ -91,6 +92,9 @@ class TorchModelRunner(LoraRunnerVerbs):
         columns and KV heads; tp_runner.py keeps the ranks in step). None = the whole model here.
     lora_config: serve LoRA adapters (``add_lora``; requests name them by ``lora_id``) in that many device
         slots (lora_slots.py); None = base model only.
+
+    ``sleep(level)`` / ``wake_up(tags)`` free and restore the KV cache and the weights (vLLM's sleep mode:
+    backends/sleep_levels.py, runner_sleep.py); the source is kept so that level 2 can reload the weights.
     """
 
     scores_prompts = True  # computes prompt_logprobs (engine/prompt_logprobs.py)
@@ -127,19 +131,12 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.graphs: DecodeGraphs | None = None
         self.graph_capture_s = 0.0
         logger.info("kernels: %s: %s", self.kernel_plan.summary(), self.kernel_plan.reason)
-        if isinstance(source, LlamaModel):
-            if source.dtype != self.dtype:
-                raise ValueError(f"model dtype {source.dtype} != requested {self.dtype}")
-            self.model = source
-        else:
-            self.model = build_model(
-                source, self.dtype, self.device, state_dict=state_dict, seed=seed, progress=progress, tp=tp
-            )
+        # how the weights were loaded, kept so that a level-2 wake (sleep) loads them again the same way
+        self._source, self._tp = source, tp
+        self._build_args = dict(state_dict=state_dict, seed=seed, progress=progress, tp=tp)
+        self._pack_cpu_weights, self._huge_pages = pack_cpu_weights, huge_pages
+        self._load_model()
         self.config = self.model.config
-        self.packed_weights = pack_cpu_weights and pack_weights(self.model)
-        self.huge_pages = None  # what huge_weights.py got (CPU only); the arena lives on the model
-        if huge_pages and self.device.type == "cpu":
-            self.huge_pages = huge_weights.ensure_on_huge_pages(self.model)
         self.sampler = Sampler(self.device, seed)
         # intra-op threads are a per-OS-thread setting (OpenMP): applied on the thread that executes
         self.num_threads = num_threads
@@ -157,6 +154,21 @@ class TorchModelRunner(LoraRunnerVerbs):
         self.lora_slots = None if lora_config is None else LoraSlots(self.config, lora_config, self.dtype, self.device)
         # "triton" on CUDA (triton_lora.py), else "torch"
         self.lora_kernel = "torch" if lora_config is None else choose_lora_kernel(self.device)
+        self._kv_spec: KVCacheSpec | None = None  # the last initialize_kv_cache's: a KV wake re-allocates it
+
+    def _load_model(self) -> None:
+        """The weights, as __init__ and a level-2 wake load them: the LlamaModel handed in, or one built from the
+        source; then oneDNN-packed (cpu_packed.py) and moved onto huge pages (huge_weights.py) where they apply."""
+        if isinstance(self._source, LlamaModel):
+            if self._source.dtype != self.dtype:
+                raise ValueError(f"model dtype {self._source.dtype} != requested {self.dtype}")
+            self.model = self._source
+        else:
+            self.model = build_model(self._source, self.dtype, self.device, **self._build_args)
+        self.packed_weights = self._pack_cpu_weights and pack_weights(self.model)
+        self.huge_pages = None  # what huge_weights.py got (CPU only); the arena lives on the model
+        if self._huge_pages and self.device.type == "cpu":
+            self.huge_pages = huge_weights.ensure_on_huge_pages(self.model)
 
     # ---- ModelRunner protocol -------------------------------------------------------------
 
@@ -170,6 +182,7 @@ class TorchModelRunner(LoraRunnerVerbs):
 
     def initialize_kv_cache(self, spec: KVCacheSpec) -> None:
         c = self.config
+        self._kv_spec = spec
         self.block_size = spec.block_size
         self.kv_cache = PagedKVCache(KVLayout.from_spec(c, spec), self.kv_dtype, self.device)
         backend = attention_backend_class(self.kernel_plan.attention)
@@ -221,6 +234,7 @@ class TorchModelRunner(LoraRunnerVerbs):
 
     def execute(self, batch: SchedulerOutput) -> RunnerOutput:
         t0 = time.perf_counter()
+        self._check_awake()
         if self.num_threads is not None and torch.get_num_threads() != self.num_threads:
             torch.set_num_threads(self.num_threads)
         self._apply_block_moves(batch)

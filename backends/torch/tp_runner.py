@@ -26,6 +26,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from backends.sleep_levels import WAKE_TAGS
+from backends.torch.runner_sleep import TP_UNSUPPORTED
 from backends.torch.tp_group import TPGroup
 from engine.batch import RunnerOutput, SchedulerOutput
 from engine.model_runner import KVCacheSpec
@@ -78,6 +80,13 @@ class TPLeaderRunner:
     def compute_logits(self, batch: SchedulerOutput) -> dict[str, Any]:
         self.group.broadcast_object(("logits", batch))
         return self.runner.compute_logits(batch)
+
+    def sleep(self, level: int) -> int:
+        """Refused (runner_sleep.py): every rank would have to free and restore its shard in step."""
+        raise RuntimeError(TP_UNSUPPORTED)
+
+    def wake_up(self, tags: tuple[str, ...] = WAKE_TAGS) -> None:
+        raise RuntimeError(TP_UNSUPPORTED)
 
     def close(self) -> None:
         """Tell the followers to stop (idempotent), then run ``on_close``."""

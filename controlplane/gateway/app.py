@@ -43,6 +43,7 @@
     POST /reset_prefix_cache      vLLM's: every node forgets its prefix cache (controlplane/prefix_reset.py)
     POST /start_profile, /stop_profile  vLLM's, with --profiler-config: each node's profiler (profile_routes.py)
     GET /tokenizer_info           vLLM's, with --enable-tokenizer-info-endpoint (tokenizer_info.py)
+    POST /sleep, /wake_up, GET /is_sleeping  vLLM's, with --enable-sleep-mode: nodes' sleep mode (sleep_routes.py)
     POST /inference/v1/generate   vLLM's tokens in, tokens out; /v1/(chat/)completions/render (tokens_api.py)
     GET  /metrics                 the metrics_app given to create_app, if any
     GET  /metrics/targets         the sd_app given (Prometheus HTTP service discovery of the agents), if any
@@ -117,7 +118,7 @@ from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.message_batch_routes import MessageBatchRoutes
 from controlplane.gateway.openai_reply import OpenAIReply, chat_reply_role
 from controlplane.gateway.openai_schema import GenerateArgs, parse_chat, parse_completion, with_template_defaults
-from controlplane.gateway.profile_routes import profile_routes
+from controlplane.gateway.operator_routes import operator_routes
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
 from controlplane.gateway.reasoning_parsers import reasoning_parser_for
@@ -139,7 +140,6 @@ from controlplane.gateway.structured_fields import GRAMMAR_THREADS, check_struct
 from controlplane.gateway.system_fingerprint import SystemFingerprints
 from controlplane.gateway.token_text import TokenText
 from controlplane.gateway.tokenize_routes import TokenizeRoutes, no_tokenizer
-from controlplane.gateway.tokenizer_info import tokenizer_info_routes
 from controlplane.gateway.tokens_api import tokens_routes
 from controlplane.gateway.upload_routes import UploadRoutes
 from controlplane.model_aliases import aliases_of, resolve_model, served_aliases
@@ -221,8 +221,7 @@ def create_app(
     routes += uploads.routes()
     routes += gateway.conversations.routes() + gateway.chat_completions.routes()
     routes += lora_routes(frontend)
-    routes += profile_routes(frontend, config.profiling, config.request_read_timeout_s, config.profile_dir)  # vLLM's
-    routes += tokenizer_info_routes(frontend, config.tokenizer_info_endpoint)  # vLLM's, when turned on
+    routes += operator_routes(frontend, config)  # vLLM's profile, sleep and tokenizer info routes, when turned on
     routes[:0] = tokens_routes(gateway)  # vLLM's tokens API (tokens_api.py); first: .../completions/render is no id
     if metrics_app is not None:
         routes.append(Route("/metrics", _ExactPathApp(metrics_app), methods=["GET"]))

@@ -57,6 +57,8 @@ class GatewayConfig:
     profile_dir: str | None = None
     # GET /tokenizer_info answers the tokenizer's configuration (vLLM's --enable-tokenizer-info-endpoint; off: 404)
     tokenizer_info_endpoint: bool = False
+    # POST /sleep, /wake_up and GET /is_sleeping are served (vLLM's --enable-sleep-mode: sleep_routes.py)
+    sleep_mode: bool = False
     # what a reply's system_fingerprint says (system_fingerprint.py; --fingerprint-mode, --fingerprint-value)
     fingerprint: FingerprintConfig = field(default_factory=FingerprintConfig)
     # /v1/responses with ``store``: at most this many responses, and bytes of them, kept (0: none is kept)

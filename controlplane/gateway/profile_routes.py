@@ -20,7 +20,6 @@ profiler, one already profiling), so the body says what each did and, at a stop,
 from __future__ import annotations
 
 import anyio
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -28,14 +27,9 @@ from starlette.routing import Route
 from controlplane.gateway.errors import http_error_response
 from controlplane.gateway.frontend_profile import FrontendProfile
 from controlplane.gateway.guarded import json_response
+from controlplane.gateway.node_selection import selected_nodes
 from controlplane.gateway.reply_stream import until_disconnect
-from controlplane.gateway.request_body import answered, read_body
-
-MAX_PROFILE_BODY_BYTES = 64 * 1024
-
-
-class _Body(msgspec.Struct):
-    nodes: list[str] | None = None  # other keys are ignored: vLLM's routes take no body at all
+from controlplane.gateway.request_body import answered
 
 
 def profile_routes(frontend: object, profiling: bool, read_timeout_s: float, own_dir: str | None = None) -> list[Route]:
@@ -63,22 +57,11 @@ class _ProfileHandlers:
         return await answered(lambda: self._act(request, "stop"))
 
     async def _act(self, request: Request, action: str) -> Response:
-        raw = await read_body(request, MAX_PROFILE_BODY_BYTES, self.read_timeout_s)
-        try:
-            body = msgspec.json.decode(raw, type=_Body) if raw.strip() else _Body()
-        except msgspec.ValidationError as e:
-            return http_error_response(400, f"Invalid request body: {e}", code="invalid_nodes")
-        except msgspec.DecodeError as e:
-            return http_error_response(400, f"The request body is not valid JSON: {e}")
-        known = self.frontend.node_ids
-        if not known:
-            return http_error_response(503, "No node has joined the fleet yet", code="no_node")
-        unknown = [] if body.nodes is None else [n for n in body.nodes if n not in known]
-        if unknown:
-            names = ", ".join(repr(n[:64]) for n in unknown[:8])
-            return http_error_response(400, f"Not in the fleet: {names}", code="invalid_nodes")
-        node_ids = list(known) if not body.nodes else list(dict.fromkeys(body.nodes))
-        own = await self._own(action) if self.own is not None and body.nodes is None else None
+        selected = await selected_nodes(request, self.frontend, self.read_timeout_s)
+        if isinstance(selected, Response):
+            return selected
+        node_ids, named = selected
+        own = await self._own(action) if self.own is not None and not named else None
         nodes = await until_disconnect(request, self.frontend.profile(action, node_ids))
         if not any(answer is not None and answer["ok"] for answer in [*nodes.values(), own]):
             why = "; ".join(f"{n}: {'no answer' if a is None else a['detail']}" for n, a in list(nodes.items())[:16])
