@@ -378,7 +378,7 @@ class EngineThread:
                 if self.profiler is not None and self.profiler.state != "off":  # seen in zoo top and /metrics
                     report = msgspec.structs.replace(report, profiling=self.profiler.state)
                 if self.sleep.level:
-                    report = msgspec.structs.replace(report, sleep_level=self.sleep.level)
+                    report = msgspec.structs.replace(report, sleep_level=self.sleep.level, sleep_idle=self.sleep.idle)
                 out.append(report)
                 next_report_s = time.monotonic() + self.report_interval_s
             if out:

@@ -31,6 +31,7 @@ class NodeSleep:
     def __init__(self, core) -> None:
         self.core = core
         self.waiting: SleepControl | None = None  # a "wait" sleep, until the node's requests are done
+        self.idle = False  # asleep by the control plane's idle sleep (told in the LoadReports: it wakes the node)
 
     @property
     def level(self) -> int:
@@ -80,7 +81,8 @@ class NodeSleep:
             freed = put_to_sleep(self.core.engine, msg.level)
         except SleepModeError as e:
             return self._answer(msg, False, str(e))
-        log.info("asleep at level %d: %.1f MB of device memory freed", msg.level, freed / 1e6)
+        log.info("asleep at level %d%s: %.1f MB of device memory freed", msg.level, " (idle)" * msg.idle, freed / 1e6)
+        self.idle = msg.idle
         return self._answer(
             msg, True, f"asleep at level {msg.level}, {freed / 2**20:.1f} MiB of device memory freed", freed
         )
@@ -91,6 +93,7 @@ class NodeSleep:
         except SleepModeError as e:
             return self._answer(msg, False, str(e))
         detail = "awake" if level == 0 else f"woken in part ({', '.join(msg.tags)}): still at level {level}"
+        self.idle = self.idle and level != 0
         log.info("wake_up: %s", detail)
         return self._answer(msg, True, detail)
 

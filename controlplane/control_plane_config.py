@@ -43,6 +43,8 @@ class ControlPlaneConfig:
         replies name the target (controlplane/model_aliases.py; ``--model-alias ALIAS=MODEL``).
     curve: CURVE on both ROUTERs, agents (and clients, unless it admits any) allow-listed by public key
         (transport/curve.py; ``load_controlplane_curve(dir)``); None: no CURVE, as on loopback.
+    sleep_idle_ttl_s: after this many seconds without an inference request every node sleeps, woken by the next one
+        (vLLM's ``--sleep-idle-ttl``: controlplane/idle_sleep.py); 0: never.
     """
 
     agent_endpoint: str = DEFAULT_AGENT_ENDPOINT
@@ -58,6 +60,7 @@ class ControlPlaneConfig:
     chunk_timeout_s: float = 300.0
     offload_tokenize_chars: int = 16_384
     offload_tokenize_max_pending: int = 64
+    sleep_idle_ttl_s: float = 0.0
     max_latency_samples: int = 10_000
     max_pending_events: int = 100_000
     curve: ControlPlaneCurve | None = None
@@ -78,6 +81,8 @@ class ControlPlaneConfig:
             raise ValueError(f"offload_tokenize_chars must be >= 0, got {self.offload_tokenize_chars}")
         if self.offload_tokenize_max_pending < 0:
             raise ValueError(f"offload_tokenize_max_pending must be >= 0, got {self.offload_tokenize_max_pending}")
+        if not 0 <= self.sleep_idle_ttl_s < float("inf"):
+            raise ValueError(f"sleep_idle_ttl_s must be >= 0 seconds, got {self.sleep_idle_ttl_s}")
         if self.max_resumes < 0:
             raise ValueError(f"max_resumes must be >= 0, got {self.max_resumes}")
         check_model_aliases(self.model_aliases)

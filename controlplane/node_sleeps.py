@@ -56,6 +56,7 @@ class NodeSleeps:
         self._migrate_off = migrate_off  # Migrations.migrate_off: a node's requests moved with their KV
         self.levels: dict[str, int] = {}
         self._drained: set[str] = set()  # nodes taken out of routing to sleep (a wake routes to them again)
+        self.idle: set[str] = set()  # of ``levels``, those asleep by the idle sleep (their LoadReports say so)
         self.counts: Counter[str] = Counter()  # "sleep:ok", "sleep:refused", "sleep:no_answer", "wake_up:..."
 
     @property
@@ -64,9 +65,12 @@ class NodeSleeps:
         node_ids = [view.node_id for view in self.registry.views()]
         return bool(node_ids) and all(self.levels.get(n, 0) > 0 for n in node_ids)
 
-    async def sleep(self, node_ids: list[str], level: int, mode: str, timeout_s: float = SLEEP_TIMEOUT_S) -> dict:
+    async def sleep(
+        self, node_ids: list[str], level: int, mode: str, timeout_s: float = SLEEP_TIMEOUT_S, idle: bool = False
+    ) -> dict:
         """Take ``node_ids`` out of routing and put them to sleep at ``level`` (ValueError: a level or mode not
-        taken); each node's answer (None: none came in time; a "wait" node sleeps when its requests are done)."""
+        taken); each node's answer (None: none came in time; a "wait" node sleeps when its requests are done).
+        ``idle``: the idle sleep's (controlplane/idle_sleep.py), which the nodes say in their reports."""
         check_level(level)
         if mode not in SLEEP_MODES:
             raise ValueError(f"mode must be one of {', '.join(SLEEP_MODES)}, got {mode[:64]!r}")
@@ -79,7 +83,8 @@ class NodeSleeps:
             else:
                 self._migrate_off(node_id, "sleep")
             log.info("node %s sleeps at level %d (%s: %d requests there)", node_id, level, mode, len(moved))
-        answers = await self._asks.ask(node_ids, lambda ask_id: self._ask(ask_id, level, mode), self._send, timeout_s)
+        make = lambda ask_id: SleepControl(request_id=ask_id, action="sleep", level=level, mode=mode, idle=idle)  # noqa: E731
+        answers = await self._asks.ask(node_ids, make, self._send, timeout_s)
         for node_id, msg in answers.items():
             self._count("sleep", msg)
             if msg is None:
@@ -108,9 +113,14 @@ class NodeSleeps:
         level = report.sleep_level
         if level or report.node_id in self.levels:
             self._note_level(report.node_id, level)
+        if report.sleep_idle and level > 0:
+            self.idle.add(report.node_id)
+        else:
+            self.idle.discard(report.node_id)
 
     def on_node_lost(self, node_id: str) -> None:
         self.levels.pop(node_id, None)
+        self.idle.discard(node_id)
         self._drained.discard(node_id)
 
     def _note_level(self, node_id: str, level: int) -> None:
@@ -129,9 +139,6 @@ class NodeSleeps:
         if node_id in self._drained:
             self._drained.discard(node_id)
             self.registry.resume(node_id)
-
-    def _ask(self, ask_id: str, level: int, mode: str) -> SleepControl:
-        return SleepControl(request_id=ask_id, action="sleep", level=level, mode=mode)
 
     def _count(self, action: str, msg: SleepControl | None) -> None:
         self.counts[f"{action}:{'no_answer' if msg is None else 'ok' if msg.ok else 'refused'}"] += 1

@@ -41,6 +41,7 @@ from controlplane.client_requests import ClientRequests
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
+from controlplane.idle_sleep import idle_sleep_of
 from controlplane.lora_table import LoraTable
 from controlplane.migrations import Migrations
 from controlplane.node_asks import NODE_ANSWERS, NodeAsks
@@ -158,6 +159,7 @@ class ControlPlane(Actor):
         self.sleeps = NodeSleeps(
             self.registry, self.node_asks, self._send_to_node, self.path.resume, self.kv_moves.migrate_off
         )
+        self.idle_sleep = idle_sleep_of(self) if config.sleep_idle_ttl_s else None  # vLLM's --sleep-idle-ttl
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -227,6 +229,7 @@ class ControlPlane(Actor):
             loops += [self._clients.read_loop, self._clients.write_loop, self.client_requests.serve]
         if self.zap is not None:
             loops.append(self.zap.serve)
+        loops += [] if self.idle_sleep is None else [self.idle_sleep.run]
         return loops
 
     async def cleanup(self) -> None:
@@ -317,6 +320,7 @@ class ControlPlane(Actor):
             "registry": dataclasses.asdict(self.registry.make_stats()),  # membership counts (RegistryStats)
             "spec_pairs": self.spec_pairs.summary(),
             "slo_forecast": self.path.forecast.summary(),  # controlplane/slo_forecast.py
+            "idle_sleep": None if self.idle_sleep is None else self.idle_sleep.summary(),  # --sleep-idle-ttl
         }
 
     def take_events(self) -> list[LatencySample]:
@@ -420,10 +424,8 @@ class ControlPlane(Actor):
             self._agents.send_nowait(ErrorReply(code=ErrorCode.INVALID_REQUEST, message=message), incoming.peer)
             return False
         if node_id not in self.registry:
-            self._agents.send_nowait(
-                ErrorReply(code=ErrorCode.INVALID_REQUEST, message=f"unknown node {node_id!r}: send NodeHello"),
-                incoming.peer,
-            )
+            hello = ErrorReply(code=ErrorCode.INVALID_REQUEST, message=f"unknown node {node_id!r}: send NodeHello")
+            self._agents.send_nowait(hello, incoming.peer)
             return False
         return True
 

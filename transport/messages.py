@@ -172,6 +172,7 @@ class LoadReport(Envelope, kw_only=True):
     # vLLM's sleep mode (engine/sleep_mode.py): 0 awake, 1 KV discarded and weights in host RAM, 2 both discarded;
     # -1 asked to sleep once its requests are done ("wait"), not asleep yet
     sleep_level: int = 0
+    sleep_idle: bool = False  # asleep by the control plane's idle sleep (SleepControl.idle), which wakes it
 
 
 class NodeLeave(Envelope, kw_only=True):
@@ -546,6 +547,9 @@ class SleepControl(Envelope, kw_only=True):
     level: int = 1
     mode: str = "abort"
     tags: list[str] = []
+    idle: bool = (
+        False  # a sleep of the control plane's idle sleep (--sleep-idle-ttl), which wakes it; not an operator's
+    )
     node_id: str = ""
     ok: bool = False
     detail: str = ""

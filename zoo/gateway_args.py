@@ -171,6 +171,14 @@ def add_gateway_args(p: argparse.ArgumentParser) -> None:
         help="serve POST /sleep, /wake_up and GET /is_sleeping: nodes give their KV cache (level 1) or their weights "
         "too (level 2) back to the device until woken, the others serving meanwhile (vLLM's flag)",
     )
+    p.add_argument(
+        "--sleep-idle-ttl",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="with --enable-sleep-mode: after S seconds without an inference request every node sleeps (level 1), "
+        "and the next request wakes them first (vLLM's flag; 0: never)",
+    )
     add_profiler_args(p, "serve POST /start_profile and /stop_profile, which run each node's own --profiler-config")
     p.add_argument(
         "--chat-completions-store",
@@ -341,3 +349,13 @@ def check_tls_files(config) -> None:
     except (OSError, ssl.SSLError) as e:
         why = f"not a readable key for --ssl-certfile's certificate ({e})"
         raise SystemExit(f"zoo controlplane: --ssl-keyfile: {config.ssl_keyfile}: {why}") from None
+
+
+def idle_ttl_from_args(args: argparse.Namespace) -> float:
+    """``--sleep-idle-ttl``'s seconds (0: off); as vLLM's, only with ``--enable-sleep-mode``."""
+    ttl_s = getattr(args, "sleep_idle_ttl", 0.0)
+    if not 0 <= ttl_s < float("inf"):
+        raise SystemExit(f"zoo controlplane: --sleep-idle-ttl must be >= 0 seconds, got {ttl_s}")
+    if ttl_s and not getattr(args, "enable_sleep_mode", False):
+        raise SystemExit("zoo controlplane: --sleep-idle-ttl needs --enable-sleep-mode (vLLM's rule)")
+    return ttl_s

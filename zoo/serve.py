@@ -54,7 +54,7 @@ from transport.sockets import DEFAULT_AGENT_ENDPOINT, DEFAULT_CLIENT_ENDPOINT
 from zoo.agent_cmd import add_agent_args, run_agent
 from zoo.controlplane_shutdown import stop_controlplane_on_signal
 from zoo.engine_args import int_at_least, parse_lora_module
-from zoo.gateway_args import add_gateway_args, gateway_config_from_args
+from zoo.gateway_args import add_gateway_args, gateway_config_from_args, idle_ttl_from_args
 from zoo.keys import (
     add_controlplane_auth_args,
     api_keys_from_args,
@@ -284,6 +284,7 @@ def controlplane_from_args(args: argparse.Namespace):
         tenants=tenants_from_args(args),
         lora_modules=list(args.lora_modules),
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
+        sleep_idle_ttl_s=idle_ttl_from_args(args),
     )
     from controlplane.split_handoff import attach_split, make_control_plane_policy
     from zoo.spec_args import spec_pair_config_from_args

@@ -113,6 +113,7 @@ from controlplane.gateway.gateway_config import GatewayConfig
 from controlplane.gateway.guarded import MAX_ECHOED_PATH_CHARS, guarded, json_response
 from controlplane.gateway.http_methods import OptionsMiddleware
 from controlplane.gateway.http_span import HttpSpans
+from controlplane.gateway.idle_sleep_middleware import IdleSleepMiddleware
 from controlplane.gateway.invocations import invocations
 from controlplane.gateway.lora_routes import lora_model_objects, lora_routes
 from controlplane.gateway.message_batch_routes import MessageBatchRoutes
@@ -122,12 +123,7 @@ from controlplane.gateway.operator_routes import operator_routes
 from controlplane.gateway.rate_limit_headers import HEADER_NAMES as RATE_LIMIT_HEADERS
 from controlplane.gateway.rate_limit_headers import RateLimitHeaders
 from controlplane.gateway.reasoning_parsers import reasoning_parser_for
-from controlplane.gateway.reply_stream import (
-    named_events,
-    openai_events,
-    respond,
-    until_disconnect,
-)
+from controlplane.gateway.reply_stream import named_events, openai_events, respond, until_disconnect
 from controlplane.gateway.request_body import answered, read_body
 from controlplane.gateway.request_ids import request_ids
 from controlplane.gateway.response_journal import ResponseJournal
@@ -233,6 +229,8 @@ def create_app(
     app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
     app.state.chat_completions = gateway.chat_completions.store  # the stored chat completions (the same)
     app.state.api_keys = ApiKeyRing.of(api_keys)  # None: an open gateway
+    # innermost: a request the key check refuses wakes nothing (idle_sleep_middleware.py; vLLM's --sleep-idle-ttl)
+    app.add_middleware(IdleSleepMiddleware, idle=getattr(frontend, "idle_sleep", None))
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=app.state.api_keys)  # a SIGHUP may replace its keys
@@ -244,13 +242,10 @@ def create_app(
     app.add_middleware(OptionsMiddleware, routes=routes)  # before the key check: a preflight carries no key
     if config.cors_allowed_origins:  # outermost: a browser's preflight is answered here, every reply gets its headers
         app.add_middleware(
-            CORSMiddleware,
-            allow_origins=list(config.cors_allowed_origins),
-            allow_methods=list(config.cors_allowed_methods),
-            allow_headers=list(config.cors_allowed_headers),
-            allow_credentials=config.cors_allow_credentials,
-            expose_headers=list(CORS_EXPOSED_HEADERS),
-        )
+            CORSMiddleware, allow_origins=list(config.cors_allowed_origins),
+            allow_methods=list(config.cors_allowed_methods), allow_headers=list(config.cors_allowed_headers),
+            allow_credentials=config.cors_allow_credentials, expose_headers=list(CORS_EXPOSED_HEADERS),
+        )  # fmt: skip
     if request_spans is not None:  # outermost: the span covers what every other layer does, a 401 or a preflight too
         app.add_middleware(
             HttpSpans,

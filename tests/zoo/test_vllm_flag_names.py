@@ -79,6 +79,19 @@ def test_the_tokenizer_info_endpoint_is_off_unless_turned_on():
     assert on.tokenizer_info_endpoint
 
 
+def test_sleep_mode_is_off_unless_turned_on_and_its_idle_ttl_needs_it():
+    from zoo.gateway_args import idle_ttl_from_args
+
+    assert not gateway_config_from_args(_args("controlplane", "--fake-tokenizer")).sleep_mode
+    on = _args("controlplane", "--fake-tokenizer", "--enable-sleep-mode", "--sleep-idle-ttl", "300")
+    assert gateway_config_from_args(on).sleep_mode and idle_ttl_from_args(on) == 300.0
+    assert idle_ttl_from_args(_args("controlplane")) == 0.0
+    with pytest.raises(SystemExit, match="--sleep-idle-ttl needs --enable-sleep-mode"):
+        idle_ttl_from_args(_args("controlplane", "--sleep-idle-ttl", "60"))
+    with pytest.raises(SystemExit, match="must be >= 0 seconds"):
+        idle_ttl_from_args(_args("controlplane", "--enable-sleep-mode", "--sleep-idle-ttl", "nan"))
+
+
 def test_vllms_host_and_port_give_the_apis_address():
     from zoo.serve import DEFAULT_HTTP
     from zoo.vllm_server_args import http_address

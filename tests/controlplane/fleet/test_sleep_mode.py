@@ -122,3 +122,28 @@ async def test_what_the_routes_refuse_and_their_absence_without_the_flag(fleet_w
     async with fleet_with_agents("a") as cp, _http(cp, enabled=False) as http:
         for method, path in (("POST", "/sleep"), ("POST", "/wake_up"), ("GET", "/is_sleeping")):
             assert (await http.request(method, path)).status_code == 404
+
+
+async def _until(predicate, timeout_s: float = 20.0) -> None:
+    with anyio.fail_after(timeout_s):  # a guard against a hang, not a measure: it returns as soon as it holds
+        while not predicate():
+            await anyio.sleep(0.02)
+
+
+async def test_an_idle_fleet_sleeps_and_the_next_request_wakes_it_first(fleet_with_agents):
+    from client import AsyncZooClient
+
+    async with fleet_with_agents("a", "b", sleep_idle_ttl_s=0.3) as cp, _http(cp) as http:
+        await _until(lambda: cp.idle_sleep.auto_slept == {"a", "b"} and cp.sleeps.levels == {"a": 1, "b": 1})
+        assert (await http.get("/is_sleeping")).json()["is_sleeping"] is True
+        await _until(lambda: cp.sleeps.idle == {"a", "b"})  # their reports say an idle sleep put them there
+        await http.get("/health")  # not an inference request: wakes nothing
+        assert cp.idle_sleep.num_wakes == 0
+        body = {"model": FAKE_MODEL_NAME, "prompt": "wake up", "max_tokens": 2}
+        reply = await http.post("/v1/completions", json=body)  # waits for the wake, then is served
+        assert reply.status_code == 200, reply.text
+        assert cp.idle_sleep.num_wakes == 1 and cp.sleeps.levels == {}
+        await _until(lambda: cp.idle_sleep.num_sleeps == 2)  # idle again: asleep again
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20.0, max_retries=5) as zoo:
+            done = await zoo.generate("a ZeroMQ client", max_tokens=2)  # refused NO_NODE, the poll wakes the fleet,
+        assert done.finish_reason == "length" and cp.idle_sleep.num_wakes == 2  # and its retry is served
