@@ -117,7 +117,7 @@ class IdleSleep:
             awake = [n for n in self._node_ids() if not self.sleeps.levels.get(n)]
             if not awake:  # every node was put to sleep by an operator: theirs to wake
                 return
-            log.info("idle sleep: no inference request for %.0f s, %d nodes to sleep", self.idle_s, len(awake))
+            log.info("idle sleep: no inference request for %.1f s, %d nodes to sleep", self.idle_s, len(awake))
             answers = await self.sleeps.sleep(awake, self.level, "wait", idle=True)
             self.auto_slept = {n for n, answer in answers.items() if answer is None or answer["ok"]}
             self.num_sleeps += 1

@@ -133,7 +133,8 @@ async def _until(predicate, timeout_s: float = 20.0) -> None:
 async def test_an_idle_fleet_sleeps_and_the_next_request_wakes_it_first(fleet_with_agents):
     from client import AsyncZooClient
 
-    async with fleet_with_agents("a", "b", sleep_idle_ttl_s=0.3) as cp, _http(cp) as http:
+    # a TTL well above the client's first retry delay (<= 0.5 s): its retry comes before the fleet sleeps again
+    async with fleet_with_agents("a", "b", sleep_idle_ttl_s=3.0) as cp, _http(cp) as http:
         await _until(lambda: cp.idle_sleep.auto_slept == {"a", "b"} and cp.sleeps.levels == {"a": 1, "b": 1})
         assert (await http.get("/is_sleeping")).json()["is_sleeping"] is True
         await _until(lambda: cp.sleeps.idle == {"a", "b"})  # their reports say an idle sleep put them there
