@@ -14,10 +14,12 @@ copy the weights to host RAM (not measurable here: no GPU was lent).
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
 import platform
 import statistics
+import subprocess
 import time
 
 from backends.builder import build_engine
@@ -72,8 +74,13 @@ def main() -> int:
     p.add_argument("--backends", default="torch,jax")
     p.add_argument("--out", default=None)
     args = p.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     report: dict = {
+        "date": datetime.date.today().isoformat(),
+        "commit": commit,
         "what": __doc__.split("\n\n")[0].replace("\n", " "),
+        "note": "freed_bytes: the device tier's KV (and at level 2 the weights) as the runner counts them; on a CPU "
+        "node the host tier's KV blocks are RAM too, so the resident memory given back is larger",
         "host": {"cpu": platform.processor() or platform.machine(), "threads": args.threads},
         "rounds": args.rounds,
         "backends": {},
