@@ -404,6 +404,67 @@ def check_profiler(shape: Shape, device: torch.device, steps: int = 3) -> dict[s
     return {"ok": ok, "files": len(files), "steps_in_trace": steps_seen, "kernel_events": kernels, "op_table": table}
 
 
+def check_sleep_mode(shape: Shape, device: torch.device, num_blocks: int = 256) -> dict[str, Any]:
+    """vLLM's sleep mode's torch hooks (backends/torch/runner_sleep.py, as `POST /sleep` runs them on a node), on a
+    stand-in of the runner that holds what the real one holds (a model, its KV tensors): level 1 frees the KV cache
+    and moves the weights to host RAM, level 2 drops them, and each wake brings back the same weights (level 2 builds
+    them again from the same seed) and the KV cache. On CUDA the device memory allocated is read at each stage, and
+    at least 90% of what the hooks count as freed must leave the device. (The runner itself imports msgspec, which
+    the lent GPU machine lacks; its own sleep is tested on CPU in tests/backends/torch/test_runner_sleep.py.)"""
+    import types
+
+    from backends.torch.runner_sleep import TorchSleepVerbs
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+
+    class StandIn(TorchSleepVerbs):
+        def __init__(self) -> None:
+            self.device, self._source, self._tp = device, shape, None
+            self.attn = self.buffers = self.cpu_decoder = self.graphs = None
+            self.packed_weights, self.huge_pages = False, None
+            self._load_model()
+            self.initialize_kv_cache(num_blocks)
+
+        def _load_model(self) -> None:
+            self.model = build(shape, dtype, device, seed=3)
+
+        def initialize_kv_cache(self, spec) -> None:
+            self._kv_spec = spec
+            self.kv_cache = types.SimpleNamespace(device_kv=kv_layers(shape, spec, dtype, device)[0]._base)
+
+    def allocated() -> int:
+        _sync(device)
+        return torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+
+    def checksum(model) -> float:
+        return float(sum(p.double().sum() for p in model.parameters()))
+
+    runner = StandIn()
+    before, weights = allocated(), checksum(runner.model)
+    out: dict[str, Any] = {"dtype": str(dtype)}
+    for level in (1, 2):
+        freed = runner.sleep(level)
+        asleep = allocated()
+        t0 = time.perf_counter()
+        runner.wake_up()
+        out[f"level{level}"] = {
+            "freed_bytes": freed,
+            "allocated_freed_bytes": before - asleep,
+            "wake_s": time.perf_counter() - t0,
+            "same_weights": checksum(runner.model) == weights,
+            "weights_on_device": runner.model.embed_t.device.type == device.type,
+            "allocated_back_bytes": allocated() - asleep,
+        }
+    levels = (out["level1"], out["level2"])
+    ok = all(r["same_weights"] and r["weights_on_device"] and r["freed_bytes"] > 0 for r in levels)
+    if device.type == "cuda":
+        ok = ok and all(r["allocated_freed_bytes"] >= 0.9 * r["freed_bytes"] for r in levels)
+    del runner
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {**out, "ok": ok}
+
+
 def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     device = torch.device(args.device)
@@ -462,8 +523,10 @@ def run_gpu_check(args: argparse.Namespace) -> dict[str, Any]:
             torch.cuda.empty_cache()
     say("the node profiler's torch session ...")
     report["profiler"] = check_profiler(SHAPES["tiny"], device)
+    say("sleep mode: levels 1 and 2, and the wakes ...")
+    report["sleep_mode"] = check_sleep_mode(SHAPES["tiny"] if quick else SHAPES["smollm2-135m"], device)
     checks = [report["logits_vs_cpu"]["ok"], *(c["ok"] for c in report.get("triton_vs_sdpa", {}).values())]
-    checks.append(report["profiler"]["ok"])
+    checks += [report["profiler"]["ok"], report["sleep_mode"]["ok"]]
     checks += [c["ok"] for c in report.get("triton_lora", {}).values()]
     checks += [report["kv_sizing"]["ok"]] if "kv_sizing" in report else []
     report["ok"] = all(checks)

@@ -16,13 +16,15 @@ Not with tensor parallelism: every rank would have to sleep and wake in step (tp
 from __future__ import annotations
 
 from itertools import chain
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from backends.sleep_levels import SleepVerbs
 from backends.torch.model import LlamaModel
-from engine.model_runner import KVCacheSpec
+
+if TYPE_CHECKING:  # only named: bench/gpu_check.py imports this module where msgspec (engine.batch's) is absent
+    from engine.model_runner import KVCacheSpec
 
 TP_UNSUPPORTED = "sleep mode is not supported with tensor parallelism here"
 
