@@ -52,7 +52,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("ttft_p99", "TTFT p99 ms", lambda n: _none_last(n.ttft_p99_s), lambda n: _ms(n.ttft_p99_s)),
     Column("tpot_p50", "TPOT p50 ms", lambda n: _none_last(n.tpot_p50_s), lambda n: _ms(n.tpot_p50_s)),
     Column("tpot_p99", "TPOT p99 ms", lambda n: _none_last(n.tpot_p99_s), lambda n: _ms(n.tpot_p99_s)),
-    Column("state", "State", lambda n: n.state, lambda n: n.state),
+    Column("state", "State", lambda n: n.state, lambda n: describe_state(n.state, n.sleep_level)),
     Column("roofline", "Roof %", lambda n: -n.decode_roofline_fraction, lambda n: _percent(n.decode_roofline_fraction)),
     Column("drafter", "Drafter", lambda n: (not n.spec_drafter, n.spec_drafter), lambda n: describe_pair(n)),
 )
@@ -306,3 +306,11 @@ def _describe_knobs(stats: FleetStats, width: int) -> str:
         shown.append(text[:width])
         length += len(text) + 2
     return f"{stats.policy} ({', '.join(shown)})"
+
+
+def describe_state(state: str, sleep_level: int) -> str:
+    """The State cell: the routing state, and a sleeping node's level (POST /sleep: "asleep:1", "asleep:2"; "to sleep"
+    while it waits for its requests), which is what drains it."""
+    if sleep_level > 0:
+        return f"asleep:{sleep_level}"
+    return "to sleep" if sleep_level < 0 else state

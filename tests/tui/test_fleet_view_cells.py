@@ -32,3 +32,20 @@ def test_the_rates_line_names_the_requests_waiting_for_their_tokens(make_stats):
     assert "tokenizing" not in describe_rates(view)  # none waiting: nothing said
     view.update(msgspec.structs.replace(make_stats(2), num_inflight=7, num_tokenizing=3))
     assert "in flight 7 (3 tokenizing)" in describe_rates(view)
+
+
+def test_a_sleeping_node_says_its_level_in_the_state_column(make_stats):
+    import msgspec
+
+    from tui.node_detail import describe_sleep
+
+    stats = make_stats(1)
+    nodes = list(stats.nodes)
+    nodes[0] = msgspec.structs.replace(nodes[0], state="draining", sleep_level=2)
+    nodes[1] = msgspec.structs.replace(nodes[1], state="draining", sleep_level=-1)
+    view = FleetView()
+    view.update(msgspec.structs.replace(stats, nodes=nodes))
+    state = next(c for c in COLUMNS if c.key == "state")
+    cells = {n.node_id: state.cell(n) for n in view.rows()}
+    assert cells == {"h100-0": "asleep:2", "a100-0": "to sleep", "l4-0": "up", "t4-0": "up"}
+    assert describe_sleep(2) == "   asleep at level 2" and describe_sleep(0) == ""
