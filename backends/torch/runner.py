@@ -136,6 +136,8 @@ class TorchModelRunner(LoraRunnerVerbs, TorchSleepVerbs):
         self._build_args = dict(state_dict=state_dict, seed=seed, progress=progress, tp=tp)
         self._pack_cpu_weights, self._huge_pages = pack_cpu_weights, huge_pages
         self._load_model()
+        if tp is not None:  # no sleep under tensor parallelism (runner_sleep.py): nothing to reload, none kept
+            self._build_args["state_dict"] = None
         self.config = self.model.config
         self.sampler = Sampler(self.device, seed)
         # intra-op threads are a per-OS-thread setting (OpenMP): applied on the thread that executes
