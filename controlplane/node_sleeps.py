@@ -57,6 +57,7 @@ class NodeSleeps:
         self.levels: dict[str, int] = {}
         self._drained: set[str] = set()  # nodes taken out of routing to sleep (a wake routes to them again)
         self.idle: set[str] = set()  # of ``levels``, those asleep by the idle sleep (their LoadReports say so)
+        self._asking: Counter[str] = Counter()  # nodes a sleep ask is out for (their reports may still say awake)
         self.counts: Counter[str] = Counter()  # "sleep:ok", "sleep:refused", "sleep:no_answer", "wake_up:..."
 
     @property
@@ -84,7 +85,11 @@ class NodeSleeps:
                 self._migrate_off(node_id, "sleep")
             log.info("node %s sleeps at level %d (%s: %d requests there)", node_id, level, mode, len(moved))
         make = lambda ask_id: SleepControl(request_id=ask_id, action="sleep", level=level, mode=mode, idle=idle)  # noqa: E731
-        answers = await self._asks.ask(node_ids, make, self._send, timeout_s)
+        self._asking.update(node_ids)
+        try:
+            answers = await self._asks.ask(node_ids, make, self._send, timeout_s)
+        finally:  # cancelled too (the caller went away): a node that did not sleep is put back at its next report
+            self._asking.subtract(node_ids)
         for node_id, msg in answers.items():
             self._count("sleep", msg)
             if msg is None:
@@ -109,10 +114,13 @@ class NodeSleeps:
 
     def on_report(self, report: LoadReport) -> None:
         """A node's level from its LoadReport: one asleep this control plane did not put to sleep (it restarted
-        meanwhile) is taken out of routing; one awake that was asleep (woken by an ask that timed out) is put back."""
-        level = report.sleep_level
-        if level or report.node_id in self.levels:
-            self._note_level(report.node_id, level)
+        meanwhile) is taken out of routing; one awake that was asleep (woken by an ask that timed out), or that was
+        taken out for a sleep it never took (its ask cancelled before an answer), is put back."""
+        level, node_id = report.sleep_level, report.node_id
+        if level or node_id in self.levels:
+            self._note_level(node_id, level)
+        elif node_id in self._drained and self._asking[node_id] <= 0:  # out of routing for a sleep it never took
+            self._put_back(node_id)
         if report.sleep_idle and level > 0:
             self.idle.add(report.node_id)
         else:
