@@ -103,15 +103,25 @@ def make_step(step_id: int, requests: list[ScheduledRequest], **moves: Any) -> S
 
 
 def drive_greedy(
-    runner: Any, prompts: list[list[int]], num_new: int, block_size: int = 4, num_blocks: int = 256
+    runner: Any,
+    prompts: list[list[int]],
+    num_new: int,
+    block_size: int = 4,
+    num_blocks: int = 256,
+    *,
+    initialize: bool = True,
+    tag: str = "r",
 ) -> tuple[list[list[int]], list[float]]:
     """Prefill every prompt in one step, then decode ``num_new - 1`` steps of the whole batch, greedily.
 
     Returns (the generated ids per prompt, each step's ``step_time_s``). The runner's KV cache is
-    initialised here (``num_blocks`` device blocks of ``block_size``)."""
-    runner.initialize_kv_cache(KVCacheSpec(num_device_blocks=num_blocks, num_host_blocks=0, block_size=block_size))
+    initialised here (``num_blocks`` device blocks of ``block_size``), unless ``initialize`` is False: then the
+    cache it has is used (a woken runner's, say: it must hold ``num_blocks`` of ``block_size``). ``tag`` prefixes
+    the request ids (a runner's sampler keeps nothing of ids it has not seen)."""
+    if initialize:
+        runner.initialize_kv_cache(KVCacheSpec(num_device_blocks=num_blocks, num_host_blocks=0, block_size=block_size))
     alloc = BlockAllocator(num_blocks)
-    seqs = [Seq(f"r{i}", list(p), GREEDY) for i, p in enumerate(prompts)]
+    seqs = [Seq(f"{tag}{i}", list(p), GREEDY) for i, p in enumerate(prompts)]
     times: list[float] = []
     for step in range(num_new):
         scheduled = [s.schedule(alloc, block_size) for s in seqs]

@@ -9,6 +9,7 @@ import jax
 import pytest
 
 from backends.jax import JaxModelRunner
+from backends.runner_driver import drive_greedy
 from engine.model_runner import KVCacheSpec
 
 SPEC = KVCacheSpec(num_device_blocks=32, num_host_blocks=4, block_size=4)
@@ -18,14 +19,8 @@ PROMPTS = [[5, 6, 7, 8, 9, 10, 11], [40, 41], [3, 14, 15, 92, 65]]
 def _greedy(runner, kit, tag: str, num_new: int = 5) -> list[list[int]]:
     """Prefill ``PROMPTS`` in one step, then decode greedily, on the runner's current KV cache (fresh request ids
     per call: the sampler keeps nothing from an earlier call)."""
-    alloc = kit.BlockAllocator(SPEC.num_device_blocks, seed=2)
-    seqs = [kit.Seq(f"{tag}{i}", list(p), kit.GREEDY) for i, p in enumerate(PROMPTS)]
-    for step in range(num_new):
-        sched = [s.schedule(alloc, SPEC.block_size) for s in seqs]
-        out = runner.execute(kit.make_step(step, sched))
-        for s, r in zip(seqs, sched):
-            s.advance(r, out.sampled_token_ids.get(s.req_id))
-    return [s.token_ids[len(p) :] for s, p in zip(seqs, PROMPTS)]
+    blocks = SPEC.num_device_blocks
+    return drive_greedy(runner, PROMPTS, num_new, SPEC.block_size, blocks, initialize=False, tag=tag)[0]
 
 
 def _runner(tiny, kit, **kw) -> JaxModelRunner:
