@@ -148,3 +148,30 @@ async def test_an_idle_fleet_sleeps_and_the_next_request_wakes_it_first(fleet_wi
         async with AsyncZooClient(cp.client_endpoint, timeout_s=20.0, max_retries=5) as zoo:
             done = await zoo.generate("a ZeroMQ client", max_tokens=2)  # refused NO_NODE, the poll wakes the fleet,
         assert done.finish_reason == "length" and cp.idle_sleep.num_wakes == 2  # and its retry is served
+
+
+async def test_nothing_is_lost_while_nodes_sleep_and_wake_under_load(fleet_with_agents):
+    """30 streams over 3 nodes while each node in turn is put to sleep ("abort", then "wait") and woken: every stream
+    ends with all its tokens (those on a node put to sleep with "abort" resumed on another from the tokens it had)."""
+    from client import AsyncZooClient
+
+    async with fleet_with_agents("a", "b", "c") as cp, AsyncZooClient(cp.client_endpoint, timeout_s=60.0) as zoo:
+        results: dict[int, object] = {}
+
+        async def one(i: int) -> None:
+            stream = await zoo.generate(f"request {i}", stream=True, max_tokens=120, ignore_eos=True)
+            results[i] = await stream.collect()
+
+        async with anyio.create_task_group() as tg:
+            for i in range(30):
+                tg.start_soon(one, i)
+            await _until(lambda: sum(len(cp.registry.inflight_request_ids(n)) for n in "abc") >= 20)
+            for node_id, mode in (("a", "abort"), ("b", "wait"), ("c", "abort"), ("a", "wait")):
+                answers = await cp.sleeps.sleep([node_id], 2 if mode == "abort" else 1, mode)
+                assert answers[node_id] is not None and answers[node_id]["ok"], answers
+                assert cp.registry.inflight_request_ids(node_id) == []  # resumed elsewhere, or finished there
+                woken = await cp.sleeps.wake_up([node_id], [])
+                assert woken[node_id]["ok"] and cp.registry.state(node_id) is NodeState.UP
+        assert len(results) == 30
+        assert all(r.finish_reason == "length" and len(r.token_ids) == 120 for r in results.values())
+        assert cp.counters["resumed"] > 0 and cp.counters["failed"] == 0
