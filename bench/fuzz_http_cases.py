@@ -444,6 +444,8 @@ class HttpCases:
             json.dumps({"nodes": ["n" * r.randint(0, 20_000)] * r.randint(1, 50)}).encode(), b'{"nodes": []}',
             b'{"nodes": ' + b"[" * 5_000 + b"]" * 5_000 + b"}", r.randbytes(r.randint(0, 256)), b'{"nodes": ["',
             json.dumps({"nodes": [PROFILED_NODE], "stages": [0], "x": DEEP_SCHEMA}).encode(),
+            b'{"gpu_type": "cpu"}', b'{"gpu_type": 5}', json.dumps({"cell": "c" * r.randint(0, 20_000)}).encode(),
+            json.dumps({"nodes": [PROFILED_NODE], "gpu_type": "H100", "cell": None}).encode(),
         ])  # fmt: skip
         return HttpCase("operator", method="POST", path=path, body=body)
 

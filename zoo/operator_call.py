@@ -16,6 +16,8 @@ import sys
 
 def add_operator_args(p: argparse.ArgumentParser, timeout_s: float) -> None:
     p.add_argument("node_id", nargs="*", help="the nodes (default: every node)")
+    p.add_argument("--gpu-type", default=None, help="only the nodes of this GPU type (as zoo top names it, e.g. T4)")
+    p.add_argument("--cell", default=None, help="only the nodes of this cell")
     p.add_argument("--url", default="http://127.0.0.1:8000", help="the control plane's OpenAI API")
     p.add_argument("--timeout-s", type=float, default=timeout_s, help="how long to wait for the answer")
     from zoo.batch_cmd import add_tls_args
@@ -31,6 +33,7 @@ def call(args: argparse.Namespace, command: str, method: str, path: str, flag: s
     key = os.environ.get("ZOO_API_KEY") or os.environ.get("OPENAI_API_KEY")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     body = {"nodes": args.node_id} if args.node_id else {}
+    body |= {key: value for key in ("gpu_type", "cell") if (value := getattr(args, key, None)) is not None}
     try:
         verify = tls_verify(args)
         with httpx.Client(base_url=args.url.rstrip("/"), headers=headers, timeout=args.timeout_s, verify=verify) as h:

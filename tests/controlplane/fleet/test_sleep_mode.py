@@ -175,3 +175,26 @@ async def test_nothing_is_lost_while_nodes_sleep_and_wake_under_load(fleet_with_
         assert len(results) == 30
         assert all(r.finish_reason == "length" and len(r.token_ids) == 120 for r in results.values())
         assert cp.counters["resumed"] > 0 and cp.counters["failed"] == 0
+
+
+async def test_an_operator_chooses_the_nodes_by_gpu_type_or_cell(controlplane):
+    from agent.agent_config import AgentConfig
+    from agent.node_agent import NodeAgent
+    from backends.fake import build_trivial_engine, cpu_test_hardware
+
+    fleet = (("h100-0", "H100", "east"), ("t4-0", "T4", "west"), ("t4-1", "T4", "east"))
+    async with controlplane() as cp, anyio.create_task_group() as tg, _http(cp) as http:
+        for node_id, gpu_type, cell in fleet:
+            config = AgentConfig(node_id=node_id, model_name=FAKE_MODEL_NAME, cell=cell)
+            agent = NodeAgent(cp.agent_endpoint, build_trivial_engine(), config, hardware=cpu_test_hardware(gpu_type))
+            await tg.start(agent.run)
+        await cp.wait_until(lambda: len(cp.registry) == 3, 10)
+        asleep = await http.post("/sleep", json={"gpu_type": "T4"})
+        assert set(asleep.json()["nodes"]) == {"t4-0", "t4-1"} and cp.sleeps.levels == {"t4-0": 1, "t4-1": 1}
+        woken = await http.post("/wake_up", json={"gpu_type": "T4", "cell": "east"})
+        assert set(woken.json()["nodes"]) == {"t4-1"} and cp.sleeps.levels == {"t4-0": 1}
+        refused = await http.post("/sleep", json={"gpu_type": "A100"})
+        assert refused.status_code == 400 and "No node of gpu_type 'A100'" in refused.json()["error"]["message"]
+        named = await http.post("/sleep", json={"nodes": ["h100-0", "t4-1"], "cell": "west"})
+        assert named.status_code == 400  # neither named node is in the west cell
+        tg.cancel_scope.cancel()

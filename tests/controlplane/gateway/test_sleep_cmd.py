@@ -37,6 +37,9 @@ class Sleeps:
 class SleepingFrontend:
     node_ids = ("a", "b")
 
+    def stats(self) -> dict:
+        return {"nodes": {"a": {"gpu_type": "T4", "cell": "west"}, "b": {"gpu_type": "L4", "cell": "west"}}}
+
     def __init__(self, frontend) -> None:
         self._frontend = frontend
         self.sleeps = Sleeps()
@@ -62,6 +65,8 @@ def test_sleep_wake_and_status_a_line_per_node(make_frontend, serve, capsys):
         assert _run("wake", "a", "--tags", "weights", "--url", url) == 0
         assert frontend.sleeps.asked[-1] == ("wake_up", ["a"], ["weights"])
         assert _run("wake", "--tags", "gpu", "--url", url) == 1 and "unknown wake_up tag" in capsys.readouterr().err
+        assert _run("sleep", "--gpu-type", "T4", "--cell", "west", "--url", url) == 0  # the T4s of the west cell
+        assert frontend.sleeps.asked[-1] == ("sleep", ["a"], 1, "abort")
 
 
 def test_a_gateway_without_the_routes(make_frontend, serve, capsys):
