@@ -432,7 +432,7 @@ class HttpCases:
         path = r.choice(["/start_profile", "/stop_profile", "/start_profile", "/stop_profile", "/reset_prefix_cache",
                          "/sleep", "/wake_up", "/wake_up", "/is_sleeping"])  # fmt: skip
         if path == "/sleep":
-            level = r.choice(["1", "2", "0", "3", "-1", "one", "", "1" * 400, "2.0"])
+            level = r.choice(["1", "2", "0", "3", "-1", "one", "", "1" * 400, "2.0", "²", "\uff11", "1e9", " 2 "])
             path += f"?level={level}&mode={r.choice(['abort', 'wait', 'keep', '', 'x' * 300])}"
         elif path == "/wake_up" and r.random() < 0.5:
             tags = [r.choice(["weights", "kv_cache", "gpu", ""]) for _ in range(r.randint(1, 3))]

@@ -229,8 +229,8 @@ def create_app(
     app.state.responses = gateway.responses  # its store and background runner (observe/responses_metrics.py)
     app.state.chat_completions = gateway.chat_completions.store  # the stored chat completions (the same)
     app.state.api_keys = ApiKeyRing.of(api_keys)  # None: an open gateway
-    # innermost: a request the key check refuses wakes nothing (idle_sleep_middleware.py; vLLM's --sleep-idle-ttl)
-    app.add_middleware(IdleSleepMiddleware, idle=getattr(frontend, "idle_sleep", None))
+    if getattr(frontend, "idle_sleep", None) is not None:  # vLLM's --sleep-idle-ttl (idle_sleep_middleware.py);
+        app.add_middleware(IdleSleepMiddleware, idle=frontend.idle_sleep)  # innermost: a refused key wakes nothing
     if api_keys is not None:  # checked before any route, so an unknown path without a key is a 401 too
         app.add_middleware(RateLimitHeaders, frontend=frontend)  # inside the key check: it reads the key's tenant
         app.add_middleware(ApiKeyMiddleware, config=app.state.api_keys)  # a SIGHUP may replace its keys

@@ -67,7 +67,7 @@ class _SleepHandlers:
         query = request.query_params
         level_text, mode = query.get("level", "1"), query.get("mode", "abort")
         try:
-            level = check_level(int(level_text) if level_text.strip().isdigit() else level_text)
+            level = check_level(_int_or_text(level_text))
             if mode == "keep":
                 raise SleepModeError("mode 'keep' is not taken: a sleep discards the KV the kept requests would need")
             if mode not in ("abort", "wait"):
@@ -100,3 +100,11 @@ def _reply(action: str, nodes: dict) -> Response:
         return json_response({"object": action, "nodes": nodes}, status=202)
     why = "; ".join(f"{n}: {'no answer' if a is None else a['detail']}" for n, a in list(nodes.items())[:16])
     return http_error_response(400, f"No node could {action.replace('_', ' ')}. {why}", code="sleep_error")
+
+
+def _int_or_text(text: str) -> int | str:
+    """``?level=``'s number, or the text when it is none (check_level names it then)."""
+    try:
+        return int(text)
+    except ValueError:  # "one", "2.0", "²" (a digit int() does not read)
+        return text

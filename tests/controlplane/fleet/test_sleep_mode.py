@@ -107,6 +107,7 @@ async def test_what_the_routes_refuse_and_their_absence_without_the_flag(fleet_w
         for params, why in (
             ({"level": "3"}, "sleep level must be 1 or 2"),
             ({"level": "one"}, "sleep level must be 1 or 2"),
+            ({"level": "²"}, "sleep level must be 1 or 2"),  # a digit to str.isdigit, not to int()
             ({"mode": "keep"}, "mode 'keep' is not taken"),
             ({"mode": "later"}, "mode must be abort or wait"),
         ):
