@@ -11,6 +11,9 @@ requests' in threads already)::
                     │                                                       ─► still pending? submit(msg, ids)
                     └─► shorter (or max_pending waiting already): submitted now, tokenized on the loop
 
+A request that arrives while the fleet's idle sleep (controlplane/idle_sleep.py) has put every node to sleep is pending
+too: the fleet is woken first, then it is tokenized and submitted, as an HTTP request waits for the wake.
+
 The client's messages are handled one by one, in order, on the loop. While a request waits for its tokens, it is
 "pending", and the client sees it as in flight:
 
@@ -75,10 +78,12 @@ class ClientRequests:
         table,
         notify: Callable[[], None],
         started_ns: int,
+        idle=None,
     ) -> None:
         self.workers, self.min_chars, self.max_pending = workers, min_chars, max_pending
         self._link, self._submit, self._cancel, self._count_refusal = link, submit, cancel, count_refusal
         self._table, self._notify, self.started_ns = table, notify, started_ns
+        self.idle = idle  # the fleet's idle sleep (controlplane/idle_sleep.py), or None: a request wakes it first
         self.pending: dict[str, Pending] = {}  # request id -> its request, waiting for its tokens
         self.num_offloaded = 0  # requests whose prompt was tokenized off the loop
         self._num_jobs = 0  # queued or tokenizing, cancelled ones included (they hold their prompt until they end)
@@ -97,7 +102,8 @@ class ClientRequests:
             self._count_refusal(reply)
             self._link.send_nowait(reply, incoming.peer)
             return
-        if rid and self._num_jobs < self.max_pending and off_the_loop(msg, self.min_chars):
+        asleep = self.idle is not None and bool(self.idle.auto_slept)  # pending while the fleet wakes
+        if rid and self._num_jobs < self.max_pending and (asleep or off_the_loop(msg, self.min_chars)):
             pending = self.pending[rid] = Pending(msg, incoming.peer, incoming.recv_ns)
             self._num_jobs += 1
             self._jobs_in.send_nowait(pending)
@@ -155,6 +161,8 @@ class ClientRequests:
     async def _tokenize(self, job: Pending) -> None:
         rid, error = job.msg.request_id, None
         try:
+            if self.idle is not None:  # an idle sleep's fleet woken first (the request waits, as an HTTP one does)
+                await self.idle.wake_for_request()
             # cancelled (or refused at shutdown) before its turn: not tokenized (None)
             ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
             if ids is None or self.pending.get(rid) is not job:

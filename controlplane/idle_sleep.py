@@ -11,8 +11,9 @@ request arriving then waits for the wake. Only the sleeps it started are woken b
 Here the same rules hold for the fleet (controlplane/node_sleeps.py does the sleeping and waking):
 
     HTTP request (gateway/idle_sleep_middleware.py)  ─► on_request_start: waits for the wake when the fleet slept
-    ZeroMQ client's request while the fleet sleeps   ─► refused NO_NODE, which the client library retries; the next
-                                                        poll (at most 250 ms later) sees the refusal and wakes it
+    ZeroMQ client's request (client_requests.py)     ─► pending while the fleet wakes, then routed; one refused
+                                                        NO_NODE all the same (more than max_pending waiting) makes
+                                                        the next poll (at most 250 ms later) wake it, for its retry
     any request routed or refused, or in flight      ─► the idle time starts again
     poll (``step``)                                  ─► every awake node to sleep, once idle past the TTL
 
@@ -76,6 +77,13 @@ class IdleSleep:
             if self.auto_slept:
                 await self._wake("an inference request arrived")
             self.in_flight += 1
+            self._last_s = self._clock()
+
+    async def wake_for_request(self) -> None:
+        """A ZeroMQ client's request (controlplane/client_requests.py): the fleet woken first if it slept."""
+        async with self._lock:
+            if self.auto_slept:
+                await self._wake("a ZeroMQ client's request arrived")
             self._last_s = self._clock()
 
     def on_request_end(self) -> None:

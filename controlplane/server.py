@@ -210,17 +210,11 @@ class ControlPlane(Actor):
                                                      max_msg_bytes=CLIENT_MAX_MSG_BYTES, curve=client_curve)  # fmt:skip
             self._clients = Link(Channel(sock), self._on_client_batch, self._on_client_undeliverable, name="cp clients")
             self.client_requests = ClientRequests(  # a long prompt is tokenized off the loop (client_requests.py)
-                workers=self.tokenize_workers,
-                min_chars=self.config.offload_tokenize_chars,
-                max_pending=self.config.offload_tokenize_max_pending,
-                link=self._clients,
-                submit=self.submit,
-                cancel=self.cancel,
-                count_refusal=self.path.count_refusal,
-                table=self.requests,
-                notify=self._notify,
-                started_ns=self.started_ns,
-            )
+                workers=self.tokenize_workers, min_chars=self.config.offload_tokenize_chars,
+                max_pending=self.config.offload_tokenize_max_pending, link=self._clients, submit=self.submit,
+                cancel=self.cancel, count_refusal=self.path.count_refusal, table=self.requests, notify=self._notify,
+                started_ns=self.started_ns, idle=self.idle_sleep,  # an idle-slept fleet is woken first
+            )  # fmt: skip
         return self
 
     def loops(self):

@@ -62,6 +62,16 @@ async def test_it_sleeps_the_fleet_once_idle_past_the_ttl_and_a_request_waits_fo
     assert fleet.sleeps.calls[-1][0] == "sleep" and fleet.idle.summary()["sleeps"] == 2
 
 
+async def test_a_zeromq_request_wakes_it_first():
+    fleet = Fleet()
+    fleet.now = 10.0
+    await fleet.idle.step()
+    await fleet.idle.wake_for_request()  # client_requests.py, before it routes the request
+    assert fleet.sleeps.calls[-1] == ("wake_up", ["a", "b", "c"], []) and fleet.idle.auto_slept == set()
+    await fleet.idle.wake_for_request()  # awake: nothing to do
+    assert len(fleet.sleeps.calls) == 2 and fleet.idle.in_flight == 0  # counted by the fleet's table, not here
+
+
 async def test_zeromq_traffic_keeps_it_awake_and_a_refusal_while_asleep_wakes_it():
     fleet = Fleet()
     for t in (5.0, 12.0, 19.0):  # a request routed every 7 s: never idle 10 s

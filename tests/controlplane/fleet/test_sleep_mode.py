@@ -16,6 +16,7 @@ from controlplane.gateway import create_app
 from controlplane.gateway.gateway_config import GatewayConfig
 from controlplane.registry import NodeState
 from observe.controlplane_exporter import ControlPlaneExporter
+from transport.messages import ErrorCode
 
 pytestmark = pytest.mark.anyio
 
@@ -134,7 +135,6 @@ async def _until(predicate, timeout_s: float = 20.0) -> None:
 async def test_an_idle_fleet_sleeps_and_the_next_request_wakes_it_first(fleet_with_agents):
     from client import AsyncZooClient
 
-    # a TTL well above the client's first retry delay (<= 0.5 s): its retry comes before the fleet sleeps again
     async with fleet_with_agents("a", "b", sleep_idle_ttl_s=3.0) as cp, _http(cp) as http:
         await _until(lambda: cp.idle_sleep.auto_slept == {"a", "b"} and cp.sleeps.levels == {"a": 1, "b": 1})
         assert (await http.get("/is_sleeping")).json()["is_sleeping"] is True
@@ -146,9 +146,10 @@ async def test_an_idle_fleet_sleeps_and_the_next_request_wakes_it_first(fleet_wi
         assert reply.status_code == 200, reply.text
         assert cp.idle_sleep.num_wakes == 1 and cp.sleeps.levels == {}
         await _until(lambda: cp.idle_sleep.num_sleeps == 2)  # idle again: asleep again
-        async with AsyncZooClient(cp.client_endpoint, timeout_s=20.0, max_retries=5) as zoo:
-            done = await zoo.generate("a ZeroMQ client", max_tokens=2)  # refused NO_NODE, the poll wakes the fleet,
-        assert done.finish_reason == "length" and cp.idle_sleep.num_wakes == 2  # and its retry is served
+        async with AsyncZooClient(cp.client_endpoint, timeout_s=20.0) as zoo:  # no retries: it waits for the wake
+            done = await zoo.generate("a ZeroMQ client", max_tokens=2)
+        assert done.finish_reason == "length" and cp.idle_sleep.num_wakes == 2
+        assert cp.refused[ErrorCode.NO_NODE] == 0  # nobody was refused: each request waited for the wake
 
 
 async def test_nothing_is_lost_while_nodes_sleep_and_wake_under_load(fleet_with_agents):
