@@ -187,7 +187,9 @@ def _serve(app) -> Iterator[str]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, http="h11", loop="asyncio", lifespan="on", log_level="warning")
+    # log_config None: uvicorn's dictConfig would close every logging handler there is, one an earlier test left
+    # on pytest's captured stderr among them (absl's, once JAX is imported): that capture then fails at teardown
+    config = uvicorn.Config(app, http="h11", loop="asyncio", lifespan="on", log_level="warning", log_config=None)
     server = _Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
