@@ -56,6 +56,7 @@ from transport.messages import (
     NodeDrain,
     Ping,
     Pong,
+    SleepControl,
     TokenChunk,
 )
 from transport.sockets import DEFAULT_CLIENT_ENDPOINT, Channel, Received, connect_dealer
@@ -200,7 +201,7 @@ class AsyncZooClient:
         self._streams: dict[str, MemoryObjectSendStream] = {}
         self._stack: contextlib.AsyncExitStack | None = None
         handlers = {TokenChunk: self._on_message, ErrorReply: self._on_message, Pong: self._on_pong}
-        handlers[NodeDrain] = self._on_message  # the answer to drain()
+        handlers[NodeDrain] = handlers[SleepControl] = self._on_message  # the answers to drain(), sleep(), wake()
         self._dispatcher = Dispatcher(handlers, name="zoo client")
 
     async def __aenter__(self) -> AsyncZooClient:
@@ -344,11 +345,31 @@ class AsyncZooClient:
         (or resume elsewhere when it leaves); the node keeps running. With ``resume`` (`zoo drain --resume`), a
         drained node is routed to again. Returns its requests in flight then. ZooInvalidRequestError: no such
         node, or (resume) one whose agent drains to stop."""
+        reason = "zoo drain --resume" if resume else "zoo drain"
+        answer = await self._ask(lambda rid: NodeDrain(request_id=rid, node_id=node_id, reason=reason, resume=resume))
+        return answer.num_inflight
+
+    async def sleep(self, node_id: str, *, level: int = 1, mode: str = "wait") -> SleepControl:
+        """Put ``node_id`` to sleep (vLLM's sleep mode, a control plane with --enable-sleep-mode: POST /sleep's
+        rules): level 1 frees its KV cache, 2 its weights too; mode "wait" lets its requests finish first, "abort"
+        resumes them on other nodes. The node's answer (``ok``, ``detail``, ``sleep_level``, ``freed_bytes``; a
+        "wait" sleep that waits longer than the control plane's answers not ok, and sleeps later).
+        ZooInvalidRequestError: sleep mode off, no such node, a level or mode not taken."""
+        sleep = {"action": "sleep", "node_id": node_id, "level": level, "mode": mode}
+        return await self._ask(lambda rid: SleepControl(request_id=rid, **sleep))
+
+    async def wake(self, node_id: str, *, tags: tuple[str, ...] = ()) -> SleepControl:
+        """Wake ``node_id`` (POST /wake_up's rules; ``tags``: "weights", "kv_cache", every one when none); the
+        node's answer. A node woken whole is routed to again."""
+        wake = {"action": "wake_up", "node_id": node_id, "tags": [*tags]}
+        return await self._ask(lambda rid: SleepControl(request_id=rid, **wake))
+
+    async def _ask(self, make) -> Any:
+        """Send ``make(request_id)`` and wait for its one answer (``timeout_s``); an ErrorReply raised as ZooError."""
         request_id = uuid.uuid4().hex
         receive = self._open(request_id, 1)
-        reason = "zoo drain --resume" if resume else "zoo drain"
         try:
-            await self._send(NodeDrain(request_id=request_id, node_id=node_id, reason=reason, resume=resume))
+            await self._send(make(request_id))
             with anyio.fail_after(self.timeout_s):
                 answer = await receive.receive()
         except TimeoutError:
@@ -358,7 +379,7 @@ class AsyncZooClient:
             receive.close()
         if isinstance(answer, ErrorReply):
             raise error_from_reply(answer)
-        return answer.num_inflight
+        return answer
 
     # -- plumbing ------------------------------------------------------------------------------------
 
@@ -551,6 +572,14 @@ class ZooClient:
 
     def drain(self, node_id: str, *, resume: bool = False) -> int:
         return self._portal.call(lambda: self._client.drain(node_id, resume=resume))
+
+    def sleep(self, node_id: str, **kwargs) -> SleepControl:
+        """As AsyncZooClient.sleep."""
+        return self._portal.call(lambda: self._client.sleep(node_id, **kwargs))
+
+    def wake(self, node_id: str, **kwargs) -> SleepControl:
+        """As AsyncZooClient.wake."""
+        return self._portal.call(lambda: self._client.wake(node_id, **kwargs))
 
     def close(self) -> None:
         self._stack.close()

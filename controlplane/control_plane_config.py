@@ -61,6 +61,7 @@ class ControlPlaneConfig:
     offload_tokenize_chars: int = 16_384
     offload_tokenize_max_pending: int = 64
     sleep_idle_ttl_s: float = 0.0
+    sleep_mode: bool = False  # --enable-sleep-mode: a ZeroMQ client may put nodes to sleep (client_sleeps.py)
     max_latency_samples: int = 10_000
     max_pending_events: int = 100_000
     curve: ControlPlaneCurve | None = None

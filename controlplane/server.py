@@ -38,6 +38,7 @@ import msgspec
 import zmq.asyncio
 
 from controlplane.client_requests import ClientRequests
+from controlplane.client_sleeps import ClientSleeps
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
@@ -83,6 +84,7 @@ from transport.messages import (
     Ping,
     Pong,
     ProbeSnapshot,
+    SleepControl,
     TokenChunk,
     TokenChunks,
     Welcome,
@@ -160,6 +162,8 @@ class ControlPlane(Actor):
             self.registry, self.node_asks, self._send_to_node, self.path.resume, self.kv_moves.migrate_off
         )
         self.idle_sleep = idle_sleep_of(self) if config.sleep_idle_ttl_s else None  # vLLM's --sleep-idle-ttl
+        reply = lambda msg, peer: self._clients.send_nowait(msg, peer)  # noqa: E731
+        self.client_sleeps = ClientSleeps(self.sleeps, lambda: self.node_ids, reply, config.sleep_mode)  # zoo top's
         self.agent_dispatcher = Dispatcher(
             {
                 NodeHello: self.handle_node_hello,
@@ -185,6 +189,7 @@ class ControlPlane(Actor):
                 CancelRequest: lambda incoming: self.client_requests.on_cancel(incoming),
                 Ping: lambda incoming: self.client_requests.on_ping(incoming),
                 NodeDrain: self.handle_client_drain,
+                SleepControl: self.client_sleeps.on_ask,  # AsyncZooClient.sleep/wake (controlplane/client_sleeps.py)
                 ProbeSnapshot: self.handle_probe_snapshot,
             },
             reply=self._reply_client,
@@ -221,6 +226,7 @@ class ControlPlane(Actor):
         loops = [self._agents.read_loop, self._agents.write_loop, self._expiry_loop]
         if self._clients is not None:
             loops += [self._clients.read_loop, self._clients.write_loop, self.client_requests.serve]
+            loops.append(self.client_sleeps.serve)
         if self.zap is not None:
             loops.append(self.zap.serve)
         loops += [] if self.idle_sleep is None else [self.idle_sleep.run]

@@ -16,8 +16,8 @@ Who sends what (socket roles are in transport/sockets.py)::
     agent ──NodeHello/Heartbeat/LoadReport/TokenChunk(s)/ErrorReply/NodeDrain/NodeLeave/KvEvents──► control plane
           (and the answers: ResetPrefixCache, ProfileControl, SleepControl)
     agent ◄──Welcome/GenerateRequest/CancelRequest/Ping/NodeDrain/ResetPrefixCache/ProfileControl/SleepControl── cp
-    client ──ClientGenerate/CancelRequest/Ping/NodeDrain──► control plane (ROUTER)
-    client ◄──TokenChunk/ErrorReply/Pong/NodeDrain──────────  control plane
+    client ──ClientGenerate/CancelRequest/Ping/NodeDrain/SleepControl──► control plane (ROUTER)
+    client ◄──TokenChunk/ErrorReply/Pong/NodeDrain/SleepControl──────────  control plane
     agent ◄──SpecPair (draft with this fleet drafter's DraftServer, or stop)──────────────── control plane
 """
 

@@ -3,7 +3,8 @@
     ┌ status: control plane endpoint · policy · nodes · eBPF status   (or "waiting for control plane") ┐
     │ rates: requests/s · preemptions/s · rejected/s · in flight · forecast late                        │
     │ node table (s: sort, r: reverse, c: cell filter, g: GPU filter, x: clear, enter: detail,          │
-    │             D: drain the selected node, U: resume it — with --client: tui/node_actions.py)        │
+    │             D: drain the selected node, U: resume it, Z: put it to sleep, W: wake it — with     │
+    │             --client: tui/node_actions.py; the sleep keys need a control plane in sleep mode)        │
     │ queue wait / router→node hop / node→router return: [app] sparkline │ [eBPF] sparkline              │
     └────────────────────────────────────────────────────────────────────────────────────────────────────┘
 
@@ -50,6 +51,8 @@ class ZooTopApp(App[None]):
         Binding("x", "clear_filters", "clear filters"),
         Binding("D", "drain", "drain node"),
         Binding("U", "resume", "resume node"),
+        Binding("Z", "sleep", "sleep node"),
+        Binding("W", "wake", "wake node"),
         Binding("q", "quit", "quit"),
     ]
 
@@ -58,10 +61,11 @@ class ZooTopApp(App[None]):
         endpoint: str | None,
         *,
         stale_after_s: float = 3.0,
-        node_actions: Callable[[str, bool], Awaitable[tuple[bool, str]]] | None = None,
+        node_actions: Callable[[str, str], Awaitable[tuple[bool, str]]] | None = None,
     ) -> None:
         """endpoint: the stats stream to subscribe to; None: nothing (tests feed ``apply_stats``). node_actions:
-        drains or resumes a node (tui/node_actions.py: ``zoo top --client``); None: D and U say how to turn them on."""
+        ``(node id, "drain" | "resume" | "sleep" | "wake")`` done to a node (tui/node_actions.py: ``zoo top
+        --client``); None: D, U, Z and W say how to turn them on."""
         super().__init__()
         self.endpoint = endpoint
         self.node_actions = node_actions
@@ -202,19 +206,26 @@ class ZooTopApp(App[None]):
         self._render()
 
     def action_drain(self) -> None:
-        self._act(resume=False)
+        self._act("drain")
 
     def action_resume(self) -> None:
-        self._act(resume=True)
+        self._act("resume")
 
-    def _act(self, resume: bool) -> None:
+    def action_sleep(self) -> None:
+        self._act("sleep")
+
+    def action_wake(self) -> None:
+        self._act("wake")
+
+    def _act(self, action: str) -> None:
         node_id = self.selected_node_id()
         if self.node_actions is None:
-            self.notify("start zoo top with --client tcp://HOST:5556 to drain and resume nodes", severity="warning")
+            message = "start zoo top with --client tcp://HOST:5556 to drain, resume, sleep and wake nodes"
+            self.notify(message, severity="warning")
         elif node_id is not None:
-            self._ask(node_id, resume)
+            self._ask(node_id, action)
 
     @work(group="node-actions")
-    async def _ask(self, node_id: str, resume: bool) -> None:
-        done, message = await self.node_actions(node_id, resume)
+    async def _ask(self, node_id: str, action: str) -> None:
+        done, message = await self.node_actions(node_id, action)
         self.notify(message, severity="information" if done else "error")

@@ -285,6 +285,7 @@ def controlplane_from_args(args: argparse.Namespace):
         lora_modules=list(args.lora_modules),
         allow_runtime_lora_updating=args.allow_runtime_lora_updating,
         sleep_idle_ttl_s=idle_ttl_from_args(args),
+        sleep_mode=getattr(args, "enable_sleep_mode", False),
     )
     from controlplane.split_handoff import attach_split, make_control_plane_policy
     from zoo.spec_args import spec_pair_config_from_args

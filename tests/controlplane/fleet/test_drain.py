@@ -145,9 +145,9 @@ async def test_zoo_tops_node_actions_drain_and_resume_a_node(fleet_with_agents):
 
     async with fleet_with_agents("n0") as cp:
         actions = NodeActions(cp.client_endpoint, timeout_s=10)
-        done, message = await actions("n0", False)
+        done, message = await actions("n0", "drain")
         assert done and "node n0 is draining: 0 requests" in message and str(cp.registry.state("n0")) == "draining"
-        done, message = await actions("n0", True)
+        done, message = await actions("n0", "resume")
         assert done and "takes new requests again" in message and str(cp.registry.state("n0")) == "up"
-        done, message = await actions("nope", False)
+        done, message = await actions("nope", "drain")
         assert not done and "unknown node 'nope'" in message

@@ -200,3 +200,31 @@ async def test_an_operator_chooses_the_nodes_by_gpu_type_or_cell(controlplane):
         named = await http.post("/sleep", json={"nodes": ["h100-0", "t4-1"], "cell": "west"})
         assert named.status_code == 400  # neither named node is in the west cell
         tg.cancel_scope.cancel()
+
+
+async def test_a_zeromq_client_and_zoo_tops_keys_sleep_and_wake_a_node(fleet_with_agents, client):
+    from client import ZooInvalidRequestError
+    from tui.node_actions import NodeActions  # what zoo top --client does at Z and W
+
+    async with fleet_with_agents("a", "b", sleep_mode=True) as cp, client(cp) as zoo:
+        asleep = await zoo.sleep("a", level=2, mode="abort")
+        assert asleep.ok and asleep.node_id == "a" and asleep.sleep_level == 2 and cp.sleeps.levels == {"a": 2}
+        assert cp.registry.state("a") is NodeState.DRAINING
+        woken = await zoo.wake("a")
+        assert woken.ok and woken.detail == "awake" and cp.registry.state("a") is NodeState.UP
+        for ask, why in (
+            (zoo.sleep("nope"), "unknown node 'nope'"),
+            (zoo.sleep("a", level=3), "sleep level must be 1 or 2"),
+            (zoo.sleep("a", mode="keep"), "mode must be one of abort, wait"),
+            (zoo.wake("a", tags=("gpu",)), "unknown wake_up tag"),
+        ):
+            with pytest.raises(ZooInvalidRequestError, match=why):
+                await ask
+        actions = NodeActions(cp.client_endpoint, timeout_s=10)
+        done, message = await actions("b", "sleep")
+        assert done and message.startswith("sleep b: asleep at level 1") and cp.sleeps.levels == {"b": 1}
+        done, message = await actions("b", "wake")
+        assert done and message == "wake b: awake" and cp.sleeps.levels == {}
+    async with fleet_with_agents("a") as cp, client(cp) as zoo:  # started without --enable-sleep-mode
+        with pytest.raises(ZooInvalidRequestError, match="start the control plane with --enable-sleep-mode"):
+            await zoo.sleep("a")
