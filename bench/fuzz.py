@@ -36,7 +36,7 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from bench.fuzz_cases import WireCases, valid_client_request
+from bench.fuzz_cases import WireCases, valid_client_request, wake_node
 from bench.fuzz_http_cases import HttpCase, HttpCases
 from observe.otlp_receiver import OtlpReceiver
 from transport.codec import WireError, decode
@@ -220,6 +220,7 @@ async def _check_zmq(sock: zmq.asyncio.Socket, request_id: str, timeout_s: float
         while True:
             attempt += 1
             rid = f"{request_id}-{attempt}"
+            await sock.send_multipart(wake_node(f"{rid}-wake", NODE_ID))  # its answer is skipped below
             await sock.send_multipart(valid_client_request(rid))
             while True:
                 msg, _ = decode(await sock.recv_multipart())

@@ -32,6 +32,7 @@ from transport.messages import (
     ClientGenerate,
     Envelope,
     MsgType,
+    SleepControl,
     ToolSpec,
 )
 
@@ -297,6 +298,11 @@ class WireCases:
             return _pack(body)
         except (OverflowError, TypeError, ValueError):
             return _pack({"v": PROTOCOL_VERSION, "request_id": "fz-nasty"})
+
+
+def wake_node(request_id: str, node_id: str) -> list[bytes]:
+    """The liveness check's first ask: wake the node (a fuzzed SleepControl may have put it to sleep)."""
+    return [bytes(f) for f in encode(SleepControl(request_id=request_id, action="wake_up", node_id=node_id))]
 
 
 def valid_client_request(request_id: str) -> list[bytes]:
