@@ -61,16 +61,14 @@ def sleep_level(engine) -> int:
 
 def put_to_sleep(engine, level: int) -> int:
     """Free ``engine``'s KV cache (and at level 2 its weights); the device bytes freed. Refused (SleepModeError)
-    while a request is in the engine, or by a backend without a sleep mode; asleep already at ``level``: 0, nothing
-    done."""
+    while a request is in the engine, or by a backend without a sleep mode. Asleep at ``level`` already: the runner
+    frees again only what a partial wake brought back (backends/sleep_levels.py), else 0."""
     check_level(level)
     runner = engine.runner
     if not sleeps(runner):
         raise SleepModeError(f"this node's backend ({type(runner).__name__}) has no sleep mode")
     if engine.has_unfinished_requests():
         raise SleepModeError("requests are in flight here: abort them first, or wait until they are done")
-    if sleep_level(engine) == level:
-        return 0
     manager = engine.scheduler.kv_cache_manager
     for tier in (Tier.DEVICE, Tier.HOST):  # the tiers whose bytes the runner holds (a remote tier's stay where they
         if tier in manager.tiers and manager.pool(tier).reset_prefix_cache() is None:  # are)

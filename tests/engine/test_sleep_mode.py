@@ -40,6 +40,11 @@ def test_a_wake_in_two_parts_is_asleep_until_both_are_back():
     put_to_sleep(engine, 2)
     assert sleep_level(engine) == 2
     assert wake(engine, ["weights"]) == 2  # woken in part: still reported at its level
+    slept = []
+    engine.runner.sleep = lambda level, sleep=engine.runner.sleep: slept.append(level) or sleep(level)
+    put_to_sleep(engine, 2)  # at its level already: the runner frees again what the partial wake brought back
+    assert slept == [2] and sleep_level(engine) == 2
+    assert wake(engine, ["weights"]) == 2
     assert wake(engine, ["kv_cache"]) == 0
 
 
