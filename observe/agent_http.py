@@ -26,6 +26,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import make_wsgi_app
 
 from observe.exporter import PrometheusExporter
+from observe.exposition_names import wsgi_keeping_names
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class AgentHttpServer:
     def __init__(self, exporter: PrometheusExporter, health_fn: Callable[[], dict]) -> None:
         self.exporter = exporter
         self.health_fn = health_fn
-        self._metrics_app = make_wsgi_app(exporter.registry)
+        self._metrics_app = wsgi_keeping_names(make_wsgi_app(exporter.registry))  # vllm:* stays vllm:* in OpenMetrics
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 

@@ -180,6 +180,13 @@ def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:
                               "their TTFT target (an overload shows here first).")  # fmt: skip
     share.add_metric([], forecast["recent_late_share"])
     yield share
+    targets = GaugeMetricFamily(m.CLASS_SLO_TARGET, "Each traffic class's latency targets (its slo_ttft_s and "
+                                "slo_tpot_s, else the router's), for alerts on the class's quantiles.",
+                                labels=["class", "kind"])  # fmt: skip
+    for cls, target in forecast.get("targets", {}).items():
+        targets.add_metric([cls, "ttft"], target["ttft"])
+        targets.add_metric([cls, "tpot"], target["tpot"])
+    yield targets
     overload = forecast.get("overload")
     if overload is not None:  # hardware_aware's overload mode, configured on
         mode = GaugeMetricFamily(m.ROUTER_OVERLOAD_MODE, "1 while hardware_aware decides with its overload charges "

@@ -22,6 +22,8 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from observe.exposition_names import asgi_keeping_names
+
 log = logging.getLogger(__name__)
 
 
@@ -54,7 +56,7 @@ class PrometheusExporter:
 
     def asgi_app(self, before_scrape: Callable[[], None] | None = None):
         """An ASGI app for ``/metrics``; ``before_scrape`` runs first (e.g. drain the core's events)."""
-        app = make_asgi_app(self.registry)
+        app = asgi_keeping_names(make_asgi_app(self.registry))  # vllm:* stays vllm:* in OpenMetrics
         if before_scrape is None:
             return app
 

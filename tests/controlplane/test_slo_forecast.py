@@ -31,6 +31,7 @@ def test_an_idle_node_is_forecast_in_time_and_a_long_queue_late(node, make_route
         "decisions": {"default:in_time": 1, "default:late": 2},
         "recent_late_share": pytest.approx(2 / 3),
         "recent_decisions": 3,
+        "targets": {"default": {"ttft": 1.0, "tpot": RouterConfig().slo_tpot_s}},  # the router's
         "overload": None,  # the policy has no overload mode on
         "long_prompt_gate": None,  # nor a long-prompt gate
         "tpot_lost": None,  # nor the TPOT lost-cause rule
@@ -47,12 +48,24 @@ def test_routed_but_unreported_prefill_counts_as_queued(node, make_route_request
 
 
 def test_the_class_target_overrides_the_routers(node, make_route_request):
+    from observe.controlplane_exporter import _forecast_metrics
+    from observe.metrics_names import CLASS_SLO_TARGET
+
     forecast = SloForecast(RouterConfig(slo_ttft_s=1.0))
     strict = dataclasses.replace(make_route_request(num_prompt_tokens=1000, traffic_class="vip"), slo_ttft_s=0.05)
     loose = dataclasses.replace(make_route_request(num_prompt_tokens=1000, traffic_class="batch"), slo_ttft_s=5.0)
     forecast.on_placed(strict, node)  # 0.1 s > 0.05 s
     forecast.on_placed(loose, dataclasses.replace(node, queued_prefill_tokens=20_000))  # 2.1 s <= 5 s
     assert forecast.counts == {("vip", "late"): 1, ("batch", "in_time"): 1}
+    # each class's targets, exported for alerts on its quantiles: its own TTFT target, the router's TPOT one
+    tpot = RouterConfig().slo_tpot_s
+    assert forecast.summary()["targets"] == {"batch": {"ttft": 5.0, "tpot": tpot}, "vip": {"ttft": 0.05, "tpot": tpot}}
+    families = {f.name: f for f in _forecast_metrics(forecast.summary())}
+    samples = {(s.labels["class"], s.labels["kind"]): s.value for s in families[CLASS_SLO_TARGET].samples}
+    assert samples == {("batch", "ttft"): 5.0, ("batch", "tpot"): tpot, ("vip", "ttft"): 0.05, ("vip", "tpot"): tpot}
+    strict_tpot = dataclasses.replace(strict, slo_tpot_s=0.02)
+    forecast.on_placed(strict_tpot, node)
+    assert forecast.summary()["targets"]["vip"] == {"ttft": 0.05, "tpot": 0.02}
 
 
 def test_the_late_share_covers_only_the_recent_window(node, make_route_request):

@@ -1,6 +1,6 @@
 """deploy/, checked offline: the Kubernetes manifests against Kubernetes 1.37's schemas (kubernetes-validate,
-strict: unknown fields fail) and, for the Prometheus Operator's PodMonitor / ServiceMonitor (custom resources,
-for which kubernetes-validate bundles no schema), against our own schema of them
+strict: unknown fields fail) and, for the Prometheus Operator's PodMonitor / ServiceMonitor / PrometheusRule
+(custom resources, for which kubernetes-validate bundles no schema), against our own schema of them
 (prometheus_operator_v1.schema.json); the wiring between the objects (selectors, ports, probes, volumes);
 every `zoo` command line in the manifests and systemd units parsed by zoo's own argument parser; the systemd
 units by `systemd-analyze verify`; the container image definition by reading it (no Docker daemon here)."""
@@ -94,6 +94,14 @@ def test_the_validators_catch_mistakes():
     monitor["spec"]["endpoints"][0]["interval"] = "15 seconds"
     with pytest.raises(jsonschema.ValidationError):
         _validate(monitor)
+    rules = copy.deepcopy(_of_kind("PrometheusRule")[0])
+    rules["spec"]["groups"][1]["rules"][0]["for"] = "1 minute"
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(rules)
+    rules = copy.deepcopy(_of_kind("PrometheusRule")[0])
+    rules["spec"]["groups"][1]["rules"][0]["record"] = "both:a_record:and_an_alert"
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(rules)
 
 
 def test_agents_are_one_workload_per_gpu_type_ready_when_joined():

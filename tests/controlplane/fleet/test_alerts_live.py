@@ -1,0 +1,139 @@
+"""The alerting rules in a real Prometheus (2.42, Debian's binary unpacked by scripts/install_prometheus.sh) against a
+real fleet: a control plane and two fake-runner agents as processes on loopback, scraped as the shipped
+deploy/prometheus/prometheus.yml scrapes them (the control plane as a static target, the agents found through its
+HTTP service discovery), its rule file loaded as shipped. Only the intervals (1 s) and the addresses change.
+
+A healthy fleet raises no alert and every rule evaluates without an error on the real series (label matching
+included, which synthetic series cannot prove); an agent killed is ZooNodeHeartbeatsLost, firing; the other
+drained, ZooNoRoutableNode for the model, pending (its `for` is a minute)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from transport.local_ports import free_port
+
+yaml = pytest.importorskip("yaml")
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+PROMETHEUS = REPO_ROOT / ".cache" / "prometheus" / "usr" / "bin" / "prometheus"
+CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
+RULES = REPO_ROOT / "deploy" / "prometheus" / "silicon_zoo_rules.yml"
+DEADLINE_S = 90.0
+
+
+def _wait(what: str, check, log: Path):
+    """``check()`` until it returns something truthy; the test fails naming ``what`` after DEADLINE_S."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            result = check()
+        except httpx.HTTPError:
+            result = None
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"never: {what}\n--- prometheus log ---\n{log.read_text()[-4000:]}")
+        time.sleep(0.2)
+
+
+def _config(cp_http: str) -> dict:
+    """The shipped configuration, its intervals shortened and its addresses this fleet's."""
+    config = yaml.safe_load(CONFIG.read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(RULES)]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    jobs["zoo-controlplane"]["static_configs"] = [{"targets": [cp_http]}]
+    (sd,) = jobs["zoo-agents"]["http_sd_configs"]
+    sd["url"] = f"http://{cp_http}/metrics/targets"
+    sd["refresh_interval"] = "1s"
+    return config
+
+
+def _alerts(api: str) -> list[dict]:
+    return httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+
+
+def _rules(api: str) -> list[dict]:
+    groups = httpx.get(f"{api}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    return [rule for group in groups for rule in group["rules"]]
+
+
+def _all_rules_evaluated_ok(api: str) -> bool:
+    rules = _rules(api)
+    return bool(rules) and all(r["health"] == "ok" and not r.get("lastError") for r in rules)
+
+
+def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplane, spawn_agent, tmp_path):
+    if not PROMETHEUS.exists():
+        pytest.skip("prometheus is not unpacked here: scripts/install_prometheus.sh (make test runs it)")
+    from client import ZooClient
+
+    cp = spawn_controlplane()
+    agents = {n: spawn_agent(cp.agent_endpoint, n, "--metrics-port", str(free_port())) for n in ("a", "b")}
+    base = f"http://{cp.http}"
+    log = tmp_path / "prometheus.log"
+    log.touch()
+    _wait("both agents in the service discovery",
+          lambda: len(httpx.get(f"{base}/metrics/targets", timeout=5).json()) == 2, log)  # fmt: skip
+    (model,) = [m["id"] for m in httpx.get(f"{base}/v1/models", timeout=5).json()["data"]]
+    for i in range(4):
+        r = httpx.post(
+            f"{base}/v1/completions", json={"model": model, "prompt": f"hi {i}", "max_tokens": 3}, timeout=30
+        )
+        assert r.status_code == 200, r.text
+
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump(_config(cp.http)))
+    api = f"http://127.0.0.1:{free_port()}"
+    argv = [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address={api.removeprefix('http://')}"]  # fmt: skip
+    with log.open("w") as out:
+        prometheus = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT)
+    try:
+
+        def scraped() -> bool:
+            targets = httpx.get(f"{api}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+            return len(targets) == 3 and all(t["health"] == "up" for t in targets)
+
+        _wait("the control plane and both agents scraped", scraped, log)
+
+        def recorded() -> bool:  # the recording rules have run on the scraped series
+            q = httpx.get(f"{api}/api/v1/query", params={"query": "zoo:node_asleep"}, timeout=5).json()
+            return {(s["metric"]["node"], s["value"][1]) for s in q["data"]["result"]} == {("a", "0"), ("b", "0")}
+
+        _wait("zoo:node_asleep recorded for both nodes, awake", recorded, log)
+        _wait("every rule evaluated on the fleet's series", lambda: _all_rules_evaluated_ok(api), log)
+        assert _alerts(api) == [], "a healthy fleet raises no alert"
+
+        agents["a"].kill()  # SIGKILL: no leave, its heartbeats stop
+
+        def lost() -> list[dict]:
+            return [a for a in _alerts(api) if a["labels"]["alertname"] == "ZooNodeHeartbeatsLost"]
+
+        (alert,) = _wait("ZooNodeHeartbeatsLost after a killed agent", lost, log)
+        assert alert["state"] == "firing" and alert["labels"]["severity"] == "warning"
+        assert not [a for a in _alerts(api) if a["labels"]["alertname"] == "ZooNoRoutableNode"]  # b is up
+
+        with ZooClient(cp.client_endpoint, timeout_s=30.0) as zoo:
+            zoo.drain("b")
+
+        def unroutable() -> list[dict]:
+            return [a for a in _alerts(api) if a["labels"]["alertname"] == "ZooNoRoutableNode"]
+
+        (alert,) = _wait("ZooNoRoutableNode once the only live node is drained", unroutable, log)
+        assert alert["state"] == "pending" and alert["labels"]["model"] == model
+        assert alert["annotations"]["summary"] == f"Model {model}: no node can be routed to."
+        assert _all_rules_evaluated_ok(api), [r for r in _rules(api) if r["health"] != "ok"]
+    finally:
+        prometheus.terminate()
+        try:
+            prometheus.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            prometheus.kill()
+            prometheus.wait(timeout=10)
