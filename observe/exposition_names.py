@@ -10,10 +10,12 @@ format is not affected.
 
 A colon is valid in a metric name (``[a-zA-Z_:][a-zA-Z0-9_:]*``), and every name exported here is such a legacy name
 (tests/observe/test_exposition_names.py), so no escaping scheme should change it. The fix: every OpenMetrics range of
-a scrape's ``Accept`` header is given ``escaping=allow-utf-8`` (and ``version=1.0.0`` where it has none, the version
-prometheus_client answers then) before prometheus_client picks its encoder. At that escaping it writes each name as it
-is, in the metadata and the samples alike, and says so in the reply's ``Content-Type``, so a scraper that asked for
-another scheme does not unescape it.
+a scrape's ``Accept`` header is given ``escaping=allow-utf-8`` before prometheus_client picks its encoder. At that
+escaping it writes each name as it is, in the metadata and the samples alike, and says so in the reply's
+``Content-Type``, so a scraper that asked for another scheme does not unescape it. Such a range also gets
+``version=1.0.0`` where it has none (the version prometheus_client answers then), and in place of one prometheus_client
+cannot read; a text range's such version is left out. A ``version=abc`` made prometheus_client raise: a 500 for a bad
+header.
 
     control plane: asgi_keeping_names(make_asgi_app(registry))      (observe/exporter.py)
     agent:         wsgi_keeping_names(make_wsgi_app(registry))      (observe/agent_http.py)
@@ -21,22 +23,35 @@ another scheme does not unescape it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 OPENMETRICS = "application/openmetrics-text"
 ALLOW_UTF8 = "allow-utf-8"
+VERSION = re.compile(r"[0-9]{1,4}(\.[0-9]{1,4}){0,3}")  # what prometheus_client's version parse takes
+
+
+def _key(param: str) -> str:
+    return param.split("=", 1)[0].strip().lower() if "=" in param else ""
+
+
+def _value(param: str) -> str:
+    return param.split("=", 1)[1].strip() if "=" in param else ""
 
 
 def keep_names(accept: str) -> str:
-    """``accept`` with each OpenMetrics media range asking for names as they are (other ranges unchanged)."""
+    """``accept`` with each OpenMetrics media range asking for names as they are, and no version prometheus_client
+    cannot read (other ranges unchanged)."""
     ranges = []
     for media_range in accept.split(","):
         parts = [part.strip() for part in media_range.split(";")]
         if parts[0].lower() == OPENMETRICS:
-            params = [p for p in parts[1:] if p and p.split("=", 1)[0].strip().lower() != "escaping"]
-            if not any(p.split("=", 1)[0].strip().lower() == "version" for p in params):
-                params.insert(0, "version=1.0.0")
-            parts = [parts[0], *params, f"escaping={ALLOW_UTF8}"]
+            params = [p for p in parts[1:] if p and _key(p) not in ("escaping", "version")]
+            versions = [_value(p) for p in parts[1:] if _key(p) == "version"]
+            version = versions[0] if versions and VERSION.fullmatch(versions[0]) else "1.0.0"
+            parts = [parts[0], f"version={version}", *params, f"escaping={ALLOW_UTF8}"]
+        elif parts[0].lower() == "text/plain":  # a version it cannot read is left out: the text format's default
+            parts = [parts[0], *(p for p in parts[1:] if _key(p) != "version" or VERSION.fullmatch(_value(p)))]
         ranges.append(";".join(parts))
     return ",".join(ranges)
 

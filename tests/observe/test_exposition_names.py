@@ -11,6 +11,8 @@ import urllib.request
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import Gauge, Histogram
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
@@ -89,3 +91,32 @@ def test_an_agents_wsgi_metrics_keep_the_names():
             _check_openmetrics(r.headers["Content-Type"], r.read().decode())
     finally:
         server.close()
+
+
+def test_a_version_prometheus_client_cannot_read_is_replaced_or_left_out():
+    assert keep_names("application/openmetrics-text;version=abc") == (
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8"
+    )
+    assert keep_names("text/plain;version=abc;q=0.5") == "text/plain;q=0.5"
+    assert keep_names("text/plain;version=0.0.4") == "text/plain;version=0.0.4"
+
+
+@pytest.mark.anyio
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    accept=st.lists(
+        st.sampled_from([
+            "application/openmetrics-text", "text/plain", "*/*", ";", ",", "=", "version", "escaping", "1.0.0", "abc",
+            "q=0.5", " ", "allow-utf-8", "underscores", "0.0.4", ".", "2",
+        ]),
+        max_size=14,
+    ).map("".join)
+    | st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=60)
+)  # fmt: skip
+async def test_any_accept_header_gets_the_exposition(accept):
+    """Whatever a scraper sends as Accept, /metrics answers 200 with the names as they are, never a 500."""
+    app = _exporter().asgi_app()
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cp") as http:
+        r = await http.get("/metrics", headers={"Accept": accept})
+    assert r.status_code == 200
+    assert "vllm:num_requests_running" in r.text and "vllm_num_requests_running" not in r.text

@@ -3,12 +3,14 @@ real fleet: a control plane and two fake-runner agents as processes on loopback,
 deploy/prometheus/prometheus.yml scrapes them (the control plane as a static target, the agents found through its
 HTTP service discovery), its rule file loaded as shipped. Only the intervals (1 s) and the addresses change.
 
-A healthy fleet raises no alert and every rule evaluates without an error on the real series (label matching
-included, which synthetic series cannot prove); an agent killed is ZooNodeHeartbeatsLost, firing; the other
-drained, ZooNoRoutableNode for the model, pending (its `for` is a minute)."""
+The control plane's and the agents' series are stored under their own names (vllm:..., zoo:...); every query of the
+Grafana dashboard runs on them; a healthy fleet raises no alert and every rule evaluates without an error on the real
+series (label matching included, which synthetic series cannot prove); an agent killed is ZooNodeHeartbeatsLost,
+firing; the other drained, ZooNoRoutableNode for the model, pending (its `for` is a minute)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from pathlib import Path
@@ -24,6 +26,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 PROMETHEUS = REPO_ROOT / ".cache" / "prometheus" / "usr" / "bin" / "prometheus"
 CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES = REPO_ROOT / "deploy" / "prometheus" / "silicon_zoo_rules.yml"
+DASHBOARD = REPO_ROOT / "observe" / "grafana" / "silicon_zoo.json"
 DEADLINE_S = 90.0
 
 
@@ -53,6 +56,17 @@ def _config(cp_http: str) -> dict:
     sd["url"] = f"http://{cp_http}/metrics/targets"
     sd["refresh_interval"] = "1s"
     return config
+
+
+def _query(api: str, expr: str) -> list[dict]:
+    return httpx.get(f"{api}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
+
+
+def _dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for panel in dashboard["panels"] for t in panel.get("targets", [])]
+    assert exprs
+    return [e.replace("$__rate_interval", "4s").replace("$gpu_type", ".*").replace("$cell", ".*") for e in exprs]
 
 
 def _alerts(api: str) -> list[dict]:
@@ -108,6 +122,13 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
             return {(s["metric"]["node"], s["value"][1]) for s in q["data"]["result"]} == {("a", "0"), ("b", "0")}
 
         _wait("zoo:node_asleep recorded for both nodes, awake", recorded, log)
+        # the agents' series are stored under their own names too (an OpenMetrics scrape of their WSGI /metrics)
+        running = _query(api, "vllm:num_requests_running")
+        assert {s["metric"]["node"] for s in running} == {"a", "b"}, running
+        # every query of the Grafana dashboard runs on these series ($__rate_interval as Grafana makes it: 4 scrapes)
+        for expr in _dashboard_queries():
+            q = httpx.get(f"{api}/api/v1/query", params={"query": expr}, timeout=5).json()
+            assert q["status"] == "success", (expr, q)
         _wait("every rule evaluated on the fleet's series", lambda: _all_rules_evaluated_ok(api), log)
         assert _alerts(api) == [], "a healthy fleet raises no alert"
 
