@@ -113,13 +113,12 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     proc.kill()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
+    version = subprocess.run([str(PROMETHEUS), "--version"], capture_output=True, text=True)
     out = {
         "date": datetime.date.today().isoformat(),
         "commit": commit.stdout.strip(),
         "what": __doc__.split("\n\n")[0].replace("\n", " "),
-        "prometheus": subprocess.run([str(PROMETHEUS), "--version"], capture_output=True, text=True).stdout.split("\n")[
-            0
-        ],
+        "prometheus": version.stdout.split("\n")[0],
         "jobs": report,
     }
     text = json.dumps(out, indent=1)
