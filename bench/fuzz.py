@@ -371,7 +371,10 @@ async def _http_campaign(fleet: Fleet, http: httpx.AsyncClient, config: FuzzConf
                         cases.part_ids.append(r.json()["id"])
                     if r.status_code == 500 and len(internal_errors) < 20:
                         body = case.body[:500].decode("latin-1")  # bytes: the report is JSON
-                        internal_errors.append({"kind": case.kind, "path": case.path[:200], "body": body})
+                        headers = {k: v[:200] for k, v in (case.headers or {}).items()}
+                        internal_errors.append(
+                            {"kind": case.kind, "path": case.path[:200], "body": body, "headers": headers}
+                        )
                 except httpx.HTTPError as e:
                     outcome = f"client {type(e).__name__}"
             status[outcome] += 1

@@ -53,6 +53,26 @@ TRACEPARENTS: list[Callable[[random.Random], str]] = [
     lambda r: "00-" + "g" * 32 + "-" + "1" * 16 + "-01",
     lambda r: "x" * r.choice([0, 54, 56, 600, 8_000]),
 ]
+# a scraper's Accept header on /metrics (observe/exposition_names.py): Prometheus' own, OpenMetrics with versions and
+# escapings valid or not (version=abc made prometheus_client raise), text, garbage
+OM_VERSIONS = ["1.0.0", "0.0.1", "2.0.0", "abc", "", "1." * 50, "9" * 40]
+OM_ESCAPINGS = [
+    "",
+    ";escaping=underscores",
+    ";escaping=dots",
+    ";escaping=values",
+    ";escaping=allow-utf-8",
+    ";escaping=",
+]
+ACCEPTS: list[Callable[[random.Random], str]] = [
+    lambda r: "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    lambda r: "application/openmetrics-text;version=" + r.choice(OM_VERSIONS) + r.choice(OM_ESCAPINGS),
+    lambda r: "text/plain;version=" + r.choice(["0.0.4", "1.0.0", "abc", ""]) + r.choice(["", ";escaping=underscores"]),
+    lambda r: ";".join(r.choice(["application/openmetrics-text", "version", "=", "escaping", ",", "q=0.5", "x"])
+                       for _ in range(r.randint(0, 30))),
+    lambda r: "a" * r.choice([0, 100, 8_000]),
+]  # fmt: skip
 TRACESTATES: list[Callable[[random.Random], str]] = [
     lambda r: "vendor=abc,other=1",
     lambda r: ",".join(f"k{i}=v" for i in range(r.choice([33, 200]))),
@@ -516,7 +536,8 @@ class HttpCases:
                              "/v1/files/" + r.choice([*self.file_ids[-3:], "nope"]) + "/content",
                              "/v1/batches?limit=" + r.choice(["0", "5", "101", "x" * 3000]),
                              "/v1/batches/batch_" + "b" * r.randint(0, 5_000)])  # fmt: skip
-            return HttpCase(kind, method=method, path=path, headers={})
+            headers = {"accept": r.choice(ACCEPTS)(r)} if path == "/metrics" and r.random() < 0.7 else {}
+            return HttpCase(kind, method=method, path=path, headers=headers)
         elif kind == "method":
             return HttpCase(kind, method=r.choice(["GET", "PUT", "DELETE", "OPTIONS", "PATCH"]), path=path,
                             body=text.encode())  # fmt: skip

@@ -23,6 +23,7 @@ yaml = pytest.importorskip("yaml")  # the dev extra
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RULES = REPO_ROOT / "deploy" / "prometheus" / "silicon_zoo_rules.yml"
 CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
+ALERTMANAGER = REPO_ROOT / "deploy" / "prometheus" / "alertmanager.yml"
 ALERTS_DOC = REPO_ROOT / "docs" / "ALERTS.md"
 PROMETHEUS_RULE = REPO_ROOT / "deploy" / "k8s" / "41-alerts.yaml"
 PROMTOOL = REPO_ROOT / ".cache" / "prometheus" / "usr" / "bin" / "promtool"
@@ -171,3 +172,26 @@ def test_the_kubernetes_prometheus_rule_is_rendered_from_the_rules_file():
     assert rendered == PROMETHEUS_RULE.read_text(), "run scripts/render_prometheus_rule.py"
     doc = yaml.safe_load(rendered)
     assert doc["kind"] == "PrometheusRule" and doc["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
+
+
+RECEIVER_OF = {"critical": "pager", "warning": "chat", "info": "tickets"}  # deploy/prometheus/alertmanager.yml
+
+
+def test_the_alertmanager_config_checks(promtool):
+    amtool = promtool.parent / "amtool"
+    result = _run(amtool, "check-config", ALERTMANAGER)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout and " - 3 receivers" in result.stdout and " - 3 inhibit rules" in result.stdout
+
+
+def test_every_alert_routes_to_the_receiver_of_its_severity(promtool):
+    amtool = promtool.parent / "amtool"
+    for name, rule in ALERTS.items():
+        expected = RECEIVER_OF[rule["labels"]["severity"]]
+        labels = [f"alertname={name}", f"severity={rule['labels']['severity']}", "model=m", "node=a"]
+        result = _run(amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}",
+                      f"--verify.receivers={expected}", *labels)  # fmt: skip
+        assert result.returncode == 0 and result.stdout.strip() == expected, (name, result.stdout, result.stderr)
+    wrong = _run(amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER}", "--verify.receivers=chat",
+                 "alertname=ZooRequestsFailing", "severity=critical")  # fmt: skip
+    assert wrong.returncode != 0  # the check can fail

@@ -6,7 +6,8 @@ HTTP service discovery), its rule file loaded as shipped. Only the intervals (1 
 The control plane's and the agents' series are stored under their own names (vllm:..., zoo:...); every query of the
 Grafana dashboard runs on them; a healthy fleet raises no alert and every rule evaluates without an error on the real
 series (label matching included, which synthetic series cannot prove); an agent killed is ZooNodeHeartbeatsLost,
-firing; the other drained, ZooNoRoutableNode for the model, pending (its `for` is a minute)."""
+firing, and reaches the chat receiver through a real Alertmanager with deploy/prometheus/alertmanager.yml; the other
+drained, ZooNoRoutableNode for the model, pending (its `for` is a minute)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,14 @@ def _wait(what: str, check, log: Path):
         time.sleep(0.2)
 
 
-def _config(cp_http: str) -> dict:
-    """The shipped configuration, its intervals shortened and its addresses this fleet's."""
+def _config(cp_http: str, alertmanager: str | None = None) -> dict:
+    """The shipped configuration, its intervals shortened and its addresses this fleet's (and its alerting block
+    uncommented, sending to ``alertmanager``)."""
     config = yaml.safe_load(CONFIG.read_text())
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     config["rule_files"] = [str(RULES)]
+    if alertmanager is not None:
+        config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     jobs["zoo-controlplane"]["static_configs"] = [{"targets": [cp_http]}]
     (sd,) = jobs["zoo-agents"]["http_sd_configs"]
@@ -83,11 +87,26 @@ def _all_rules_evaluated_ok(api: str) -> bool:
     return bool(rules) and all(r["health"] == "ok" and not r.get("lastError") for r in rules)
 
 
-def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplane, spawn_agent, tmp_path):
+@pytest.fixture
+def alertmanager(tmp_path):
+    """(the webhook sink, the base URL of a real Alertmanager whose receivers post to it)."""
+    from tests.observe.alert_pipeline import WebhookSink, need, running_alertmanager
+
+    need("prometheus-alertmanager")
+    sink = WebhookSink()
+    try:
+        with running_alertmanager(tmp_path, sink) as base:
+            yield sink, base
+    finally:
+        sink.close()
+
+
+def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplane, spawn_agent, alertmanager, tmp_path):
     if not PROMETHEUS.exists():
         pytest.skip("prometheus is not unpacked here: scripts/install_prometheus.sh (make test runs it)")
     from client import ZooClient
 
+    sink, alertmanager_url = alertmanager
     cp = spawn_controlplane()
     agents = {n: spawn_agent(cp.agent_endpoint, n, "--metrics-port", str(free_port())) for n in ("a", "b")}
     base = f"http://{cp.http}"
@@ -103,7 +122,7 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
         assert r.status_code == 200, r.text
 
     config = tmp_path / "prometheus.yml"
-    config.write_text(yaml.safe_dump(_config(cp.http)))
+    config.write_text(yaml.safe_dump(_config(cp.http, alertmanager_url.removeprefix("http://"))))
     api = f"http://127.0.0.1:{free_port()}"
     argv = [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address={api.removeprefix('http://')}"]  # fmt: skip
@@ -140,6 +159,16 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
         (alert,) = _wait("ZooNodeHeartbeatsLost after a killed agent", lost, log)
         assert alert["state"] == "firing" and alert["labels"]["severity"] == "warning"
         assert not [a for a in _alerts(api) if a["labels"]["alertname"] == "ZooNoRoutableNode"]  # b is up
+
+        # through the shipped Alertmanager configuration to the receiver of its severity (a warning: the chat)
+        def delivered() -> list[dict]:
+            return [a for a in sink.alerts("chat") if a["labels"]["alertname"] == "ZooNodeHeartbeatsLost"][:1]
+
+        (sent,) = _wait("ZooNodeHeartbeatsLost at the chat receiver", delivered, log)
+        assert (
+            sent["status"] == "firing" and sent["annotations"]["runbook_url"] == "docs/ALERTS.md#zoonodeheartbeatslost"
+        )
+        assert not sink.alerts("pager")
 
         with ZooClient(cp.client_endpoint, timeout_s=30.0) as zoo:
             zoo.drain("b")
