@@ -235,3 +235,31 @@ def test_prometheus_finds_agents_through_the_control_planes_discovery():
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     (sd,) = jobs["zoo-agents"]["http_sd_configs"]
     assert sd["url"].endswith(SD_PATH)
+
+
+def test_the_generated_monitoring_manifests_are_up_to_date():
+    """deploy/k8s/41-alerts.yaml and 42-grafana-dashboard.yaml are what scripts/render_k8s_monitoring.py makes of
+    their sources now (the rules file, the dashboard)."""
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "scripts" / "render_k8s_monitoring.py"), "--check"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_grafana_loads_the_dashboard_in_kubernetes_and_on_bare_metal():
+    dashboard = json.loads((REPO_ROOT / "observe" / "grafana" / "silicon_zoo.json").read_text())
+    config_map = _named("ConfigMap", "zoo-grafana-dashboard")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"  # the chart's sidecar label
+    (text,) = config_map["data"].values()
+    assert json.loads(text) == dashboard
+    assert len(json.dumps(config_map)) < 256 * 1024  # kubectl apply's last-applied annotation limit
+    # bare metal: Grafana's provisioning files, a Prometheus data source and a file provider
+    grafana = DEPLOY / "grafana" / "provisioning"
+    (source,) = yaml.safe_load((grafana / "datasources" / "silicon_zoo.yml").read_text())["datasources"]
+    assert source["type"] == "prometheus" and source["access"] == "proxy"
+    scrape = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["global"]["scrape_interval"]
+    assert source["jsonData"]["timeInterval"] == scrape
+    (provider,) = yaml.safe_load((grafana / "dashboards" / "silicon_zoo.yml").read_text())["providers"]
+    assert provider["type"] == "file" and provider["options"]["path"].startswith("/")
+    # the dashboard asks for its data source by a variable of type datasource, so the provisioned one fits
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["type"] == "datasource"]
+    assert variable["query"] == "prometheus"
