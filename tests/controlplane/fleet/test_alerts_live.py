@@ -107,7 +107,7 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
     from client import ZooClient
 
     sink, alertmanager_url = alertmanager
-    cp = spawn_controlplane()
+    cp = spawn_controlplane(None, "--heartbeat-timeout-s", "5")  # a slow host does not lose a node by itself
     agents = {n: spawn_agent(cp.agent_endpoint, n, "--metrics-port", str(free_port())) for n in ("a", "b")}
     base = f"http://{cp.http}"
     log = tmp_path / "prometheus.log"
