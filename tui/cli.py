@@ -1,5 +1,5 @@
-"""``zoo top [--control tcp://HOST:PORT] [--client tcp://HOST:PORT] [--batch [-n N] [--json]]``: the CLI wires
-``add_top_args`` / ``run_top`` (``--batch``: tui/top_batch.py, no TUI)."""
+"""``zoo top [--control tcp://HOST:PORT] [--client tcp://HOST:PORT] [--alertmanager URL] [--batch [-n N] [--json]]``:
+the CLI wires ``add_top_args`` / ``run_top`` (``--batch``: tui/top_batch.py, no TUI)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,14 @@ def add_top_args(p: argparse.ArgumentParser) -> None:
         "it (with --curve-dir for a CURVE control plane)",
     )
     p.add_argument(
+        "--alertmanager",
+        default=None,
+        type=_http_url,
+        metavar="URL",
+        help="an Alertmanager's base URL (e.g. http://127.0.0.1:9093): the fleet's active alerts under the rates, "
+        "critical first, asked every 5 s (deploy/prometheus/alertmanager.yml; docs/ALERTS.md)",
+    )
+    p.add_argument(
         "--batch",
         action="store_true",
         help="print snapshots as text (or JSON lines with --json) and exit, as top -b: for scripts and logs",
@@ -41,6 +49,19 @@ def add_top_args(p: argparse.ArgumentParser) -> None:
         default=3.0,
         help="no snapshot for this long: show 'waiting for control plane'",
     )
+
+
+def _http_url(text: str) -> str:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not a URL: {text!r} ({e})") from e
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"an http:// or https:// URL with a host, got {text!r}")
+    return text
 
 
 def _positive(text: str) -> int:
@@ -65,5 +86,20 @@ def run_top(args: argparse.Namespace, curve=None) -> int:
     from tui.zoo_top import ZooTopApp
 
     actions = NodeActions(args.client, curve=curve) if args.client else None
-    ZooTopApp(args.control, stale_after_s=args.stale_after_s, node_actions=actions).run()
+    alerts = _alertmanager(args.alertmanager) if args.alertmanager else None
+    ZooTopApp(args.control, stale_after_s=args.stale_after_s, node_actions=actions, alerts=alerts).run()
     return 0
+
+
+def _alertmanager(url: str):
+    """``() -> AlertsReply``: the fleet's active alerts from the Alertmanager at ``url``, one HTTP client kept."""
+    import httpx
+
+    from observe.alertmanager_alerts import fetch_alerts
+
+    http = httpx.AsyncClient()
+
+    async def alerts():
+        return await fetch_alerts(http, url)
+
+    return alerts

@@ -2,6 +2,7 @@
 
     ┌ status: control plane endpoint · policy · nodes · eBPF status   (or "waiting for control plane") ┐
     │ rates: requests/s · preemptions/s · rejected/s · in flight · forecast late                        │
+    │ alerts (with --alertmanager URL): the fleet's active alerts, critical first (observe/alertmanager_alerts) │
     │ node table (s: sort, r: reverse, c: cell filter, g: GPU filter, x: clear, enter: detail,          │
     │             D: drain the selected node, U: resume it, Z: put it to sleep, W: wake it — with     │
     │             --client: tui/node_actions.py; the sleep keys need a control plane in sleep mode)        │
@@ -25,6 +26,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Footer, Header, Sparkline, Static
 
+from observe.alertmanager_alerts import AlertmanagerError, AlertsReply
 from transport.messages import FleetStats
 from tui.fleet_view import (
     COLUMNS,
@@ -38,6 +40,8 @@ from tui.fleet_view import (
     describe_status,
 )
 from tui.node_detail import NodeDetailScreen
+
+MAX_ALERT_LINES = 5  # the alerts shown under the rates line; the rest counted
 
 
 class ZooTopApp(App[None]):
@@ -62,13 +66,19 @@ class ZooTopApp(App[None]):
         *,
         stale_after_s: float = 3.0,
         node_actions: Callable[[str, str], Awaitable[tuple[bool, str]]] | None = None,
+        alerts: Callable[[], Awaitable[AlertsReply]] | None = None,
+        alerts_every_s: float = 5.0,
     ) -> None:
         """endpoint: the stats stream to subscribe to; None: nothing (tests feed ``apply_stats``). node_actions:
         ``(node id, "drain" | "resume" | "sleep" | "wake")`` done to a node (tui/node_actions.py: ``zoo top
-        --client``); None: D, U, Z and W say how to turn them on."""
+        --client``); None: D, U, Z and W say how to turn them on. alerts: asks the Alertmanager for the fleet's active
+        alerts (``zoo top --alertmanager URL``: observe/alertmanager_alerts.py ``fetch_alerts``), every
+        ``alerts_every_s``; None: no alerts line."""
         super().__init__()
         self.endpoint = endpoint
         self.node_actions = node_actions
+        self.alerts = alerts
+        self.alerts_every_s = alerts_every_s
         self.stale_after_s = stale_after_s
         self.view = FleetView()
         self.waiting = True  # no snapshot yet, or none for stale_after_s
@@ -78,6 +88,7 @@ class ZooTopApp(App[None]):
         yield Header()
         yield Static(id="status", classes="waiting", markup=False)
         yield Static(id="rates", markup=False)
+        yield Static(id="alerts", markup=False, classes="absent" if self.alerts is None else "")
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         with Vertical(id="latency"):
             for name, title in SERIES:
@@ -96,6 +107,10 @@ class ZooTopApp(App[None]):
         self.set_interval(min(0.25, self.stale_after_s / 2), self._check_stale)
         if self.endpoint is not None:
             self._listen()
+        if self.alerts is not None:
+            self.query_one("#alerts", Static).update("alerts: asking the Alertmanager ...")
+            self._poll_alerts()
+            self.set_interval(self.alerts_every_s, self._poll_alerts)
 
     @work(exclusive=True, group="stats-stream")
     async def _listen(self) -> None:
@@ -103,6 +118,34 @@ class ZooTopApp(App[None]):
 
         async for stats in subscribe(self.endpoint):
             self.apply_stats(stats)
+
+    @work(exclusive=True, group="alerts")
+    async def _poll_alerts(self) -> None:
+        try:
+            reply = await self.alerts()
+        except AlertmanagerError as e:
+            self.show_alerts(None, str(e))
+        else:
+            self.show_alerts(reply)
+
+    def show_alerts(self, reply: AlertsReply | None, error: str = "") -> None:
+        """The alerts line: how many are active by severity, then the first few, critical first; or why not."""
+        line = self.query_one("#alerts", Static)
+        line.set_class(reply is None, "error")
+        line.set_class(reply is not None and any(a.severity == "critical" for a in reply.alerts), "critical")
+        if reply is None:
+            line.update(f"alerts: the Alertmanager did not answer: {error}")
+            return
+        if not reply.alerts:
+            line.update("alerts: none active" + (f" ({reply.num_malformed} entries unreadable)" if reply.num_malformed
+                                                 else ""))  # fmt: skip
+            return
+        counts = ", ".join(f"{n} {severity}" for severity, n in reply.counts().items())
+        unread = f"; {reply.num_malformed} entries unreadable" if reply.num_malformed else ""
+        shown = [f"  {alert.line()}" for alert in reply.alerts[:MAX_ALERT_LINES]]
+        more = len(reply.alerts) - len(shown)
+        line.update("\n".join([f"alerts: {len(reply.alerts)} active ({counts}){unread}", *shown]
+                              + ([f"  ... {more} more"] if more else [])))  # fmt: skip
 
     # -- state ----------------------------------------------------------------------------------------
 

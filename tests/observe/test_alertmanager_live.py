@@ -2,13 +2,14 @@
 webhook sink in the test: an alert of each severity reaches its receiver (critical the pager, warning the chat, info
 the tickets), and each inhibition rule mutes what it should and only that (the overload mode by the forecast of the
 same control plane, not another's; the capacity refusals by a model with no routable node; every other alert by the
-control plane down, which itself stays)."""
+control plane down, which itself stays); and what `zoo top --alertmanager` reads from it."""
 
 from __future__ import annotations
 
 import datetime
 import time
 
+import anyio
 import httpx
 import pytest
 
@@ -84,3 +85,35 @@ def test_each_severity_reaches_its_receiver_and_the_inhibitions_mute_their_targe
         assert _state(am, "ZooControlPlaneDown") == "active"
         _until("the control plane's page", lambda: any(
             x["labels"]["alertname"] == "ZooControlPlaneDown" for x in sink.alerts("pager")))  # fmt: skip
+
+
+@pytest.mark.anyio
+async def test_zoo_top_reads_the_active_fleet_alerts_from_a_real_alertmanager(tmp_path, sink):
+    """observe/alertmanager_alerts.py against the real API: the fleet's alerts only, critical first, an inhibited
+    one left out (its cause shown), a silenced one left out."""
+    from observe.alertmanager_alerts import fetch_alerts
+
+    with running_alertmanager(tmp_path, sink) as am:
+        _post(am, "ZooNodeSuspect", "warning", node="a", model="m")
+        _post(am, "NodeFilesystemFull", "critical", instance="host:9100")  # not the fleet's
+        _post(am, "ZooRequestsRefusedForCapacity", "warning")
+        _post(am, "ZooNoRoutableNode", "critical", model="m")  # inhibits the refusals
+        _post(am, "ZooGcPausesLong", "info", instance="a:9100")
+        silence = {
+            "matchers": [{"name": "alertname", "value": "ZooGcPausesLong", "isRegex": False, "isEqual": True}],
+            "startsAt": datetime.datetime.now(datetime.UTC).isoformat(),
+            "endsAt": (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)).isoformat(),
+            "createdBy": "test", "comment": "known",
+        }  # fmt: skip
+        httpx.post(f"{am}/api/v2/silences", json=silence, timeout=5).raise_for_status()
+        async with httpx.AsyncClient() as http:
+            deadline = time.monotonic() + DEADLINE_S
+            while True:
+                names = [a.name for a in (await fetch_alerts(http, am)).alerts]
+                if names == ["ZooNoRoutableNode", "ZooNodeSuspect"] or time.monotonic() > deadline:
+                    break
+                await anyio.sleep(0.1)
+            assert names == ["ZooNoRoutableNode", "ZooNodeSuspect"]
+            reply = await fetch_alerts(http, am)
+            assert reply.num_malformed == 0 and reply.counts() == {"critical": 1, "warning": 1}
+            assert reply.alerts[1].labels == {"node": "a", "model": "m"}
