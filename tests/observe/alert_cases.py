@@ -40,9 +40,9 @@ def _sleep(node: str, state: str) -> list[tuple[str, str]]:
     ]
 
 
-def _node_states(node: str, state: str, gpu_type: str = "L4") -> list[tuple[str, str]]:
+def _node_states(node: str, state: str, gpu_type: str = "L4", up: int = 1) -> list[tuple[str, str]]:
     labels = {**NODE, "node": node, "gpu_type": gpu_type, **CP}
-    rows = [series("zoo:node_up", labels, "1x80")]
+    rows = [series("zoo:node_up", labels, f"{up}x80")]
     for name in ("up", "suspect", "draining", "leaving", "dead"):
         rows.append(series("zoo:node_state", {**labels, "state": name}, "1x80" if name == state else "0x80"))
     return rows
@@ -87,6 +87,13 @@ CASES: list[Case] = [
     Case("ZooNoRoutableNode", [*_node_states("a", "draining"), *_node_states("b", "up")], "5m"),
     # an operator (or --sleep-idle-ttl) put the drained node to sleep: the next request wakes it
     Case("ZooNoRoutableNode", [*_node_states("a", "draining"), *_sleep("a", "weights_offloaded")], "5m"),
+    # every node of the model died, and requests are refused as NO_NODE
+    Case("ZooNoRoutableNode", [*_node_states("a", "dead", up=0), *_node_states("b", "dead", up=0),
+                               _counter("zoo:rejected_requests_total", {**CP, "reason": "no_node"}, "3")], "5m",
+         [({"model": "m"}, "Model m: no node can be routed to.")]),
+    # its nodes all left and nobody asks for it any more (a model taken out of service): quiet
+    Case("ZooNoRoutableNode", [*_node_states("a", "dead", up=0),
+                               _counter("zoo:rejected_requests_total", {**CP, "reason": "unknown_model"}, "3")], "5m"),
     Case("ZooNodeHeartbeatsLost",
          [series("zoo:node_membership_events_total", {**CP, "event": "expired"}, "0 0 1 1 1")], "4m",
          [({**CP, "event": "expired"}, "Nodes stopped sending heartbeats in the last 10 minutes.")]),
