@@ -105,6 +105,7 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
     if not PROMETHEUS.exists():
         pytest.skip("prometheus is not unpacked here: scripts/install_prometheus.sh (make test runs it)")
     from client import ZooClient
+    from tests.observe.alert_pipeline import stop
 
     sink, alertmanager_url = alertmanager
     cp = spawn_controlplane(None, "--heartbeat-timeout-s", "5")  # a slow host does not lose a node by itself
@@ -181,9 +182,4 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
         assert alert["annotations"]["summary"] == f"Model {model}: no node can be routed to."
         assert _all_rules_evaluated_ok(api), [r for r in _rules(api) if r["health"] != "ok"]
     finally:
-        prometheus.terminate()
-        try:
-            prometheus.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            prometheus.kill()
-            prometheus.wait(timeout=10)
+        stop(prometheus)
