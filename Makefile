@@ -30,7 +30,7 @@ $(STAMP): pyproject.toml Makefile
 ebpf: install
 	scripts/install_ebpf.sh $(VENV)
 
-# Prometheus and promtool (Debian's package, unpacked under .cache/prometheus/), for the alerting rules' tests
+# Prometheus, promtool, Alertmanager and amtool (Debian's packages, unpacked under .cache/prometheus/): the alerting tests
 prometheus:
 	scripts/install_prometheus.sh
 

@@ -4,7 +4,8 @@ compiles; every alert fires on the history of series in tests/observe/alert_case
 labels and rendered summary expected, and stays quiet on the one beside it where it should not; the recording rules
 give the values expected; they query only metrics the exporters define; every alert is documented in docs/ALERTS.md;
 the bare-metal Prometheus configuration that loads them checks; the Kubernetes PrometheusRule is rendered from
-them."""
+them; the example Alertmanager configuration checks (amtool 0.25) and routes every alert to the receiver of its
+severity (a real Alertmanager: tests/observe/test_alertmanager_live.py)."""
 
 from __future__ import annotations
 
