@@ -18,6 +18,7 @@ import httpx
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}  # the rules' severities, most urgent first
 ALERTS_PATH = "/api/v2/alerts"
 ZOO_ALERTS = 'alertname=~"Zoo.+"'
+MAX_REPLY_BYTES = 32 * 2**20  # ~10,000 alerts with their labels and annotations: past it, not read
 
 
 class AlertmanagerError(Exception):
@@ -90,8 +91,10 @@ async def fetch_alerts(http: httpx.AsyncClient, url: str, timeout_s: float = 5.0
         raise AlertmanagerError(f"{url}: {type(e).__name__}: {e}") from e
     if reply.status_code != 200:
         raise AlertmanagerError(f"{url}: HTTP {reply.status_code}")
+    if len(reply.content) > MAX_REPLY_BYTES:
+        raise AlertmanagerError(f"{url}: a reply of {len(reply.content):,} bytes, over {MAX_REPLY_BYTES:,}")
     try:
         payload = reply.json()
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # RecursionError: JSON nested too deep for the parser
         raise AlertmanagerError(f"{url}: the reply is not JSON") from e
     return parse_alerts(payload)

@@ -1,14 +1,15 @@
 """The fleet's alerts read from an Alertmanager (observe/alertmanager_alerts.py): its API v2 list parsed into active
 Silicon Zoo alerts, critical first, then the oldest; another shape an error that says what it was; an entry without
-an alertname left out and counted; the request's filters (active, not silenced, not inhibited, Zoo...). Against a
-real Alertmanager: tests/observe/test_alertmanager_live.py."""
+an alertname left out and counted; the request's filters (active, not silenced, not inhibited, Zoo...); a reply
+nested too deep or too large an error, never a crash of the dashboard. Against a real Alertmanager:
+tests/observe/test_alertmanager_live.py."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
-from observe.alertmanager_alerts import AlertmanagerError, fetch_alerts, parse_alerts
+from observe.alertmanager_alerts import MAX_REPLY_BYTES, AlertmanagerError, fetch_alerts, parse_alerts
 
 
 def _alert(name: str, severity: str, starts: str, state: str = "active", **labels: str) -> dict:
@@ -60,6 +61,10 @@ async def test_the_request_asks_for_the_fleets_active_alerts_only():
             return httpx.Response(502, text="<html>bad gateway</html>")
         if request.url.host == "html":
             return httpx.Response(200, text="<html>login</html>")
+        if request.url.host == "deep":
+            return httpx.Response(200, text="[" * 100_000 + "]" * 100_000)
+        if request.url.host == "huge":
+            return httpx.Response(200, text="[" + " " * (MAX_REPLY_BYTES + 1) + "]")
         return httpx.Response(200, json=[_alert("ZooNodeSuspect", "warning", "2026-12-07T10:00:00Z")])
 
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
@@ -69,6 +74,7 @@ async def test_the_request_asks_for_the_fleets_active_alerts_only():
         assert asked[0].url.path == "/api/v2/alerts"
         assert (params["active"], params["silenced"], params["inhibited"]) == ("true", "false", "false")
         assert params["filter"] == 'alertname=~"Zoo.+"'
-        for host, message in (("down", "ConnectError"), ("proxy", "HTTP 502"), ("html", "not JSON")):
+        for host, message in (("down", "ConnectError"), ("proxy", "HTTP 502"), ("html", "not JSON"),
+                              ("deep", "not JSON"), ("huge", "bytes, over")):  # fmt: skip
             with pytest.raises(AlertmanagerError, match=message):
                 await fetch_alerts(http, f"http://{host}:9093")
