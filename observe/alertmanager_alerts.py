@@ -60,21 +60,22 @@ def parse_alerts(payload: object) -> AlertsReply:
     for item in payload:
         labels = item.get("labels") if isinstance(item, dict) else None
         name = labels.get("alertname") if isinstance(labels, dict) else None
-        if not isinstance(name, str):
-            malformed += 1
+        if not isinstance(name, str) or not all(isinstance(v, str) for v in labels.values()):
+            malformed += 1  # the Alertmanager's labels are strings, always
             continue
         status = item.get("status")
         state = status.get("state", "active") if isinstance(status, dict) else "active"
         if not name.startswith("Zoo") or state != "active":
             continue
         annotations = item.get("annotations") if isinstance(item.get("annotations"), dict) else {}
-        rest = {str(k): str(v) for k, v in labels.items() if k not in ("alertname", "severity")}
+        summary, starts_at = annotations.get("summary"), item.get("startsAt")
+        rest = {k: v for k, v in labels.items() if k not in ("alertname", "severity")}
         alerts.append(
             ActiveAlert(
                 name=name,
-                severity=str(labels.get("severity", "")),
-                summary=str(annotations.get("summary", "")),
-                starts_at=str(item.get("startsAt", "")),
+                severity=labels.get("severity", ""),
+                summary=summary if isinstance(summary, str) else "",
+                starts_at=starts_at if isinstance(starts_at, str) else "",
                 labels=rest,
             )
         )

@@ -31,13 +31,17 @@ def test_active_zoo_alerts_critical_first_then_oldest():
         _alert("NodeFilesystemFull", "critical", "2026-12-07T08:00:00Z"),  # not the fleet's
         {"labels": {"severity": "critical"}},  # no alertname
         "not an alert",
+        {"labels": {"alertname": "ZooDeep", "node": [[[["x"]]]]}},  # a label that is not a string
+        {"labels": {"alertname": "ZooOdd", "severity": "warning"}, "annotations": {"summary": 3}, "startsAt": None},
     ])  # fmt: skip
     assert [a.name for a in reply.alerts] == [
-        "ZooNoRoutableNode", "ZooRequestsFailing", "ZooNodeSuspect", "ZooRouterOverloadMode",
+        "ZooNoRoutableNode", "ZooRequestsFailing", "ZooOdd", "ZooNodeSuspect", "ZooRouterOverloadMode",
     ]  # fmt: skip
-    assert reply.num_malformed == 2
-    assert reply.counts() == {"critical": 2, "warning": 1, "info": 1}
-    suspect = reply.alerts[2]
+    assert reply.num_malformed == 3
+    assert reply.counts() == {"critical": 2, "warning": 2, "info": 1}
+    odd = reply.alerts[2]
+    assert (odd.summary, odd.starts_at) == ("", "")  # fields of the wrong type read as absent
+    suspect = reply.alerts[3]
     assert suspect.labels == {"node": "a", "model": "m"} and suspect.summary == "ZooNodeSuspect summary"
     assert suspect.line() == "warning  ZooNodeSuspect (model=m, node=a): ZooNodeSuspect summary"
     assert parse_alerts([]).alerts == [] and parse_alerts([]).counts() == {}
