@@ -79,6 +79,8 @@ class ZooTopApp(App[None]):
         self.node_actions = node_actions
         self.alerts = alerts
         self.alerts_every_s = alerts_every_s
+        # kept, not queried: a poll that ended as the app closed found no #alerts in the DOM being torn down (NoMatches)
+        self._alerts_line = Static(id="alerts", markup=False, classes="absent" if alerts is None else "")
         self.stale_after_s = stale_after_s
         self.view = FleetView()
         self.waiting = True  # no snapshot yet, or none for stale_after_s
@@ -88,7 +90,7 @@ class ZooTopApp(App[None]):
         yield Header()
         yield Static(id="status", classes="waiting", markup=False)
         yield Static(id="rates", markup=False)
-        yield Static(id="alerts", markup=False, classes="absent" if self.alerts is None else "")
+        yield self._alerts_line
         yield DataTable(id="nodes", cursor_type="row", zebra_stripes=True)
         with Vertical(id="latency"):
             for name, title in SERIES:
@@ -108,7 +110,7 @@ class ZooTopApp(App[None]):
         if self.endpoint is not None:
             self._listen()
         if self.alerts is not None:
-            self.query_one("#alerts", Static).update("alerts: asking the Alertmanager ...")
+            self._alerts_line.update("alerts: asking the Alertmanager ...")
             self._poll_alerts()
             self.set_interval(self.alerts_every_s, self._poll_alerts)
 
@@ -130,7 +132,7 @@ class ZooTopApp(App[None]):
 
     def show_alerts(self, reply: AlertsReply | None, error: str = "") -> None:
         """The alerts line: how many are active by severity, then the first few, critical first; or why not."""
-        line = self.query_one("#alerts", Static)
+        line = self._alerts_line
         line.set_class(reply is None, "error")
         line.set_class(reply is not None and any(a.severity == "critical" for a in reply.alerts), "critical")
         if reply is None:

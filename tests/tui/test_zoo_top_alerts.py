@@ -91,3 +91,23 @@ def test_the_flag_takes_an_http_url_only():
     for bad in ("127.0.0.1:9093", "ftp://am", "http://", "http://am:port"):
         with pytest.raises(SystemExit):
             parser.parse_args(["--alertmanager", bad])
+
+
+async def test_the_alerts_go_on_while_a_node_detail_is_open(make_stats):
+    """A poll that ends while another screen is shown updates the line all the same."""
+    from tui.node_detail import NodeDetailScreen
+
+    replies = [_alerts("warning")]
+
+    async def alerts() -> AlertsReply:
+        return replies[-1]
+
+    app = ZooTopApp(None, stale_after_s=FED_BY_HAND, alerts=alerts, alerts_every_s=0.05)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.apply_stats(make_stats(1))
+        await _until(pilot, lambda: "1 active" in _text(app))
+        await pilot.press("enter")
+        await _until(pilot, lambda: isinstance(app.screen, NodeDetailScreen))
+        replies.append(_alerts("critical", "warning"))
+        await _until(pilot, lambda: "2 active" in _text(app))
+        assert isinstance(app.screen, NodeDetailScreen) and app._alerts_line.has_class("critical")
