@@ -52,6 +52,11 @@ def _counter(name: str, labels: dict[str, str], per_minute: str) -> tuple[str, s
     return series(name, labels, f"0+{per_minute}x40")
 
 
+def _served(*classes: str) -> list[tuple[str, str]]:
+    """The classes served all along: 10 requests a minute each."""
+    return [_counter("zoo:class_requests_total", {**CP, "class": c, "outcome": "served"}, "10") for c in classes]
+
+
 def _roofline(fractions: dict[str, float], gpu_type: str) -> list[tuple[str, str]]:
     return [
         series("zoo:decode_roofline_fraction", {**NODE, "node": node, "gpu_type": gpu_type}, f"{value}x40")
@@ -122,21 +127,34 @@ CASES: list[Case] = [
           series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.5x15"),
           series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "tpot"}, "0.05x15"),
           series("zoo:class_time_to_first_token_seconds", {**CP, "class": "batch", "quantile": "0.99"}, "20x15"),
-          series("zoo:class_slo_target_seconds", {**CP, "class": "batch", "kind": "ttft"}, "30x15")], "12m",
+          series("zoo:class_slo_target_seconds", {**CP, "class": "batch", "kind": "ttft"}, "30x15"),
+          *_served("vip", "batch")], "12m",
          [({**CP, "class": "vip", "quantile": "0.99"}, "Traffic class vip: P99 TTFT 800ms is over its target.")]),
+    # the class's last requests were slow, then its traffic stopped: its quantile stays, the alert does not
+    Case("ZooClassTtftOverSlo",
+         [series("zoo:class_time_to_first_token_seconds", {**CP, "class": "vip", "quantile": "0.99"}, "0.8x30"),
+          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.5x30"),
+          series("zoo:class_requests_total", {**CP, "class": "vip", "outcome": "served"}, "0+10x5 50x25")], "28m"),
     Case("ZooClassTtftOverSlo",
          [series("zoo:class_time_to_first_token_seconds", {**CP, "class": "vip", "quantile": "0.99"}, "0.8x3 0.3x12"),
-          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.5x15")], "12m"),
+          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.5x15"),
+          *_served("vip")], "12m"),
     Case("ZooClassTpotOverSlo",
          [series("zoo:class_time_per_output_token_seconds", {**CP, "class": "vip", "quantile": "0.99"}, "0.07x15"),
           series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "tpot"}, "0.05x15"),
-          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.01x15")], "12m",
+          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.01x15"),
+          *_served("vip")], "12m",
          [({**CP, "class": "vip", "quantile": "0.99"},
            "Traffic class vip: P99 time per output token 70ms is over its target.")]),
     Case("ZooClassTpotOverSlo",  # its TTFT target is below the TPOT: only the TPOT target counts
          [series("zoo:class_time_per_output_token_seconds", {**CP, "class": "vip", "quantile": "0.99"}, "0.04x15"),
           series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "tpot"}, "0.05x15"),
-          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.01x15")], "12m"),
+          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "ttft"}, "0.01x15"),
+          *_served("vip")], "12m"),
+    Case("ZooClassTpotOverSlo",  # slow, then no traffic for over 10 minutes
+         [series("zoo:class_time_per_output_token_seconds", {**CP, "class": "vip", "quantile": "0.99"}, "0.07x30"),
+          series("zoo:class_slo_target_seconds", {**CP, "class": "vip", "kind": "tpot"}, "0.05x30"),
+          series("zoo:class_requests_total", {**CP, "class": "vip", "outcome": "served"}, "0+10x5 50x25")], "28m"),
     Case("ZooRouterOverloadMode", [series("zoo:router_overload_mode", CP, "1x20")], "17m",
          [(CP, "hardware_aware has been in its overload mode for 15 minutes.")]),
     Case("ZooRouterOverloadMode", [series("zoo:router_overload_mode", CP, "1x10 0 1x9")], "17m"),
