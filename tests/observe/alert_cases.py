@@ -52,6 +52,12 @@ def _counter(name: str, labels: dict[str, str], per_minute: str) -> tuple[str, s
     return series(name, labels, f"0+{per_minute}x40")
 
 
+def _placed(*forecasts: str) -> list[tuple[str, str]]:
+    """Placements all along, 10 a minute per forecast outcome (in_time, late)."""
+    labels = {**CP, "class": "default"}
+    return [_counter("zoo:router_slo_forecast_total", {**labels, "forecast": f}, "10") for f in forecasts]
+
+
 def _served(*classes: str) -> list[tuple[str, str]]:
     """The classes served all along: 10 requests a minute each."""
     return [_counter("zoo:class_requests_total", {**CP, "class": c, "outcome": "served"}, "10") for c in classes]
@@ -118,9 +124,16 @@ CASES: list[Case] = [
          [(CP, "The control plane at cp:8000 has been shutting down for 10 minutes.")]),
     Case("ZooControlPlaneShutdownStuck", [series("zoo:controlplane_draining", CP, "1x5 0x10")], "12m"),
     # -- latency -----------------------------------------------------------------------------------------------
-    Case("ZooSloForecastLate", [series("zoo:router_slo_forecast_late_share", CP, "0.5x10")], "8m",
+    Case("ZooSloForecastLate",
+         [series("zoo:router_slo_forecast_late_share", CP, "0.5x10"), *_placed("late", "in_time")], "8m",
          [(CP, "50% of the recent placements are forecast to miss their TTFT target.")]),
-    Case("ZooSloForecastLate", [series("zoo:router_slo_forecast_late_share", CP, "0.05x10")], "8m"),
+    Case("ZooSloForecastLate", [series("zoo:router_slo_forecast_late_share", CP, "0.05x10"), *_placed("in_time")],
+         "8m"),
+    # half the last placements were late, then nothing was placed for over 10 minutes: the share stays, not the alert
+    Case("ZooSloForecastLate",
+         [series("zoo:router_slo_forecast_late_share", CP, "0.5x30"),
+          series("zoo:router_slo_forecast_total", {**CP, "class": "default", "forecast": "late"}, "0+5x3 15x27")],
+         "25m"),
     Case("ZooClassTtftOverSlo",
          [series("zoo:class_time_to_first_token_seconds", {**CP, "class": "vip", "quantile": "0.99"}, "0.8x15"),
           series("zoo:class_time_to_first_token_seconds", {**CP, "class": "vip", "quantile": "0.5"}, "0.2x15"),
