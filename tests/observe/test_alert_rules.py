@@ -17,6 +17,7 @@ import pytest
 
 from observe import metrics_names
 from tests.observe.alert_cases import CASES, RECORDS, Case
+from tests.observe.alert_pipeline import need
 
 yaml = pytest.importorskip("yaml")  # the dev extra
 
@@ -26,7 +27,6 @@ CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
 ALERTMANAGER = REPO_ROOT / "deploy" / "prometheus" / "alertmanager.yml"
 ALERTS_DOC = REPO_ROOT / "docs" / "ALERTS.md"
 PROMETHEUS_RULE = REPO_ROOT / "deploy" / "k8s" / "41-alerts.yaml"
-PROMTOOL = REPO_ROOT / ".cache" / "prometheus" / "usr" / "bin" / "promtool"
 SEVERITIES = ("critical", "warning", "info")
 
 
@@ -39,9 +39,7 @@ ALERTS = {rule["alert"]: rule for rule in _rules() if "alert" in rule}
 
 @pytest.fixture(scope="module")
 def promtool() -> Path:
-    if not PROMTOOL.exists():
-        pytest.skip("promtool is not unpacked here: scripts/install_prometheus.sh (make test runs it)")
-    return PROMTOOL
+    return need("promtool")
 
 
 def _run(*argv: str | Path) -> subprocess.CompletedProcess:

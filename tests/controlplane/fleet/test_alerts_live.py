@@ -24,7 +24,6 @@ from transport.local_ports import free_port
 yaml = pytest.importorskip("yaml")
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-PROMETHEUS = REPO_ROOT / ".cache" / "prometheus" / "usr" / "bin" / "prometheus"
 CONFIG = REPO_ROOT / "deploy" / "prometheus" / "prometheus.yml"
 RULES = REPO_ROOT / "deploy" / "prometheus" / "silicon_zoo_rules.yml"
 DASHBOARD = REPO_ROOT / "observe" / "grafana" / "silicon_zoo.json"
@@ -102,10 +101,10 @@ def alertmanager(tmp_path):
 
 
 def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplane, spawn_agent, alertmanager, tmp_path):
-    if not PROMETHEUS.exists():
-        pytest.skip("prometheus is not unpacked here: scripts/install_prometheus.sh (make test runs it)")
     from client import ZooClient
-    from tests.observe.alert_pipeline import stop
+    from tests.observe.alert_pipeline import need, stop
+
+    prometheus_bin = need("prometheus")
 
     sink, alertmanager_url = alertmanager
     cp = spawn_controlplane(None, "--heartbeat-timeout-s", "5")  # a slow host does not lose a node by itself
@@ -125,7 +124,7 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump(_config(cp.http, alertmanager_url.removeprefix("http://"))))
     api = f"http://127.0.0.1:{free_port()}"
-    argv = [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
+    argv = [prometheus_bin, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
             f"--web.listen-address={api.removeprefix('http://')}"]  # fmt: skip
     with log.open("w") as out:
         prometheus = subprocess.Popen([str(a) for a in argv], stdout=out, stderr=subprocess.STDOUT)
