@@ -71,6 +71,7 @@ class ControlPlaneConfig:
     lora_modules: list[Any] = field(default_factory=list)
     allow_runtime_lora_updating: bool = False
     spec_pairs: Any = None  # controlplane/spec_pairs.py SpecPairConfig (None: its defaults)
+    capacity: Any = None  # controlplane/capacity_plan.py CapacityPlanConfig (None: its defaults; --capacity-plan)
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval_s", "report_interval_s", "heartbeat_timeout_s", "chunk_timeout_s"):

@@ -37,6 +37,7 @@ import anyio
 import msgspec
 import zmq.asyncio
 
+from controlplane.capacity_plan import CapacityPlanner
 from controlplane.client_requests import ClientRequests
 from controlplane.client_sleeps import ClientSleeps
 from controlplane.control_plane_config import ControlPlaneConfig
@@ -156,6 +157,7 @@ class ControlPlane(Actor):
         self.kv_moves = Migrations(self.registry, self.path, self._send_to_node)  # live migration
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.drains = NodeDrains(self.registry, self._send_to_node, self.kv_moves.migrate_off)  # zoo drain [--resume]
+        self.capacity = CapacityPlanner(config.capacity)  # nodes wanted per GPU type, for autoscalers
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
         self.node_asks = NodeAsks()  # the nodes' answers to /reset_prefix_cache, /start_profile, /stop_profile
         self.sleeps = NodeSleeps(
@@ -274,8 +276,7 @@ class ControlPlane(Actor):
                 log.warning("request %s: no chunk for %g s: failed", request_id, self.config.chunk_timeout_s)
             self._notify()
 
-    def _lost(self, lost) -> None:
-        """A node the registry removed (LostNode): what was in flight there resumes elsewhere, or fails."""
+    def _lost(self, lost) -> None:  # a node the registry removed (LostNode): its requests resume elsewhere, or fail
         self.policy.on_node_removed(lost.node_id)
         self.path.on_node_lost(lost)
         self.spec_pairs.on_node_lost(lost.node_id)
@@ -298,7 +299,7 @@ class ControlPlane(Actor):
 
     def stats(self) -> dict:
         """A plain snapshot for the latency table, the dashboard and the exporters."""
-        nodes = self.fleet.nodes(self.registry.views(), self.requests.latency)
+        nodes = self.fleet.nodes(views := self.registry.views(), self.requests.latency)
         for node_id, row in nodes.items():  # "up" | "suspect" | "draining" | "leaving" (draining to stop) | "dead"
             row["state"] = "leaving" if self.registry.leaving(node_id) else str(self.registry.state(node_id) or "dead")
             row["sleep_level"] = self.sleeps.levels.get(node_id, 0)  # vLLM's sleep mode: 1, 2, -1 (about to)
@@ -321,10 +322,10 @@ class ControlPlane(Actor):
             "spec_pairs": self.spec_pairs.summary(),
             "slo_forecast": self.path.forecast.summary(),  # controlplane/slo_forecast.py
             "idle_sleep": None if self.idle_sleep is None else self.idle_sleep.summary(),  # --sleep-idle-ttl
+            "capacity": self.capacity.summary(self.clock.now(), views, nodes, self.path.router_settings["slo_ttft_s"]),
         }
 
-    def take_events(self) -> list[LatencySample]:
-        """Latency samples since the last call (for observe/; at most ``max_pending_events``, oldest dropped)."""
+    def take_events(self) -> list[LatencySample]:  # latency samples since the last call (FleetLedger.take_events)
         return self.fleet.take_events()
 
     # -- Frontend ---------------------------------------------------------------------------------
@@ -587,8 +588,7 @@ class ControlPlane(Actor):
         return self.model_names
 
     @property
-    def max_model_len(self) -> int | None:
-        """The longest context a live node serves (None: no node yet)."""
+    def max_model_len(self) -> int | None:  # the longest context a live node serves (None: no node yet)
         return self.model_max_len(None)
 
     def node_hello(self, node_id: str) -> NodeHello | None:  # the gateway's system_fingerprint; None: gone

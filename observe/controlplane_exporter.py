@@ -131,6 +131,7 @@ class ControlPlaneExporter(PrometheusExporter):
         yield from _class_and_tenant_metrics(stats)
         yield from spec_pair_metrics(stats)
         yield from _forecast_metrics(stats.get("slo_forecast"))
+        yield from _capacity_metrics(stats.get("capacity") or [])
 
 
 # controlplane/registry.py NodeState, "leaving" (draining to stop: its agent's SIGTERM, no resume undoes it), and gone
@@ -164,6 +165,28 @@ def _router_config(policy: str, router: dict | None) -> Iterable[Metric]:
     for outcome, n in sorted(((router or {}).get("reloads") or {}).items()):
         reloads.add_metric([outcome], n)
     yield reloads
+
+
+def _capacity_metrics(pools: list[dict]) -> Iterable[Metric]:
+    """controlplane/capacity_plan.py's plan: per variant its nodes and the nodes it should have (what KEDA or an
+    HPA scales each GPU type's agents to), per pool its utilisation."""
+    labels = ["model_name", "cell", "gpu_type"]
+    nodes = GaugeMetricFamily(m.CAPACITY_NODES, "Nodes of a GPU type counted as a pool's capacity (up, or asleep).",
+                              labels=labels)  # fmt: skip
+    desired = GaugeMetricFamily(m.CAPACITY_DESIRED_NODES, "Nodes of a GPU type the pool should have for its load "
+                                "at the target utilisation (scale-ups at once, scale-downs after the window).",
+                                labels=labels)  # fmt: skip
+    utilisation = GaugeMetricFamily(m.CAPACITY_UTILISATION, "A pool's load over its capacity, each node's load (KV "
+                                    "use, queued prefill against the TTFT target) weighted by its power score.",
+                                    labels=["model_name", "cell"])  # fmt: skip
+    for pool in pools:
+        utilisation.add_metric([pool["model"], pool["cell"]], pool["utilisation"])
+        for v in pool["variants"]:
+            nodes.add_metric([pool["model"], pool["cell"], v["gpu_type"]], v["nodes"])
+            desired.add_metric([pool["model"], pool["cell"], v["gpu_type"]], v["desired"])
+    yield nodes
+    yield desired
+    yield utilisation
 
 
 def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:

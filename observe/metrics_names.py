@@ -114,6 +114,10 @@ NODE_MEMBERSHIP_EVENTS = "zoo:node_membership_events"  # counter (_total) {event
 CLASS_TTFT = "zoo:class_time_to_first_token_seconds"  # gauge {class, quantile="0.5"|"0.99"}, recent requests
 CLASS_TPOT = "zoo:class_time_per_output_token_seconds"  # gauge {class, quantile}
 CLASS_SLO_TARGET = "zoo:class_slo_target_seconds"  # gauge {class, kind "ttft" | "tpot"}: the targets it is held to
+# the autoscaling signal per variant, one (model, cell, GPU type) (controlplane/capacity_plan.py)
+CAPACITY_NODES = "zoo:capacity_nodes"  # gauge {model_name, cell, gpu_type}: nodes counted as capacity (up, asleep)
+CAPACITY_DESIRED_NODES = "zoo:capacity_desired_nodes"  # gauge {model_name, cell, gpu_type}: what a KEDA scales to
+CAPACITY_UTILISATION = "zoo:capacity_utilisation"  # gauge {model_name, cell}: load / capacity, power-score weighted
 CLASS_REQUESTS = "zoo:class_requests"  # counter (_total) {class, outcome}: routed, spilled, refused, served, ...
 TENANT_REQUESTS = "zoo:tenant_requests"  # counter (_total) {tenant, outcome}: admitted, rate_limited
 TENANT_TOKENS = "zoo:tenant_tokens"  # counter (_total) {tenant, kind}: prompt, completion

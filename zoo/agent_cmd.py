@@ -74,6 +74,7 @@ def add_agent_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fake-runner", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--fake-step-ms", type=float, default=0.0, help=argparse.SUPPRESS)
     p.add_argument("--fake-gpu-type", default="cpu", help=argparse.SUPPRESS)
+    p.add_argument("--fake-max-num-seqs", type=int, default=256, help=argparse.SUPPRESS)  # the rest wait
     add_agent_auth_args(p)  # --curve-dir
     p.add_argument(
         "--data-endpoint",
@@ -155,7 +156,7 @@ def agent_from_args(args: argparse.Namespace):
         engine, hardware = sim_engine_config_from_args(args)
         model_name = args.model_name
     elif args.fake_runner:
-        engine = build_trivial_engine(step_s=args.fake_step_ms / 1e3)
+        engine = build_trivial_engine(step_s=args.fake_step_ms / 1e3, max_num_seqs=args.fake_max_num_seqs)
         model_name = args.model_name or FAKE_MODEL_NAME
         if args.gpu_profile is None:
             hardware = cpu_test_hardware(args.fake_gpu_type)

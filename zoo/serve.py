@@ -185,6 +185,9 @@ def add_controlplane_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--cells", default=None, metavar="FILE", help="cells and traffic classes from this TOML (zoo.toml, a sim fleet)"
     )
+    p.add_argument("--capacity-plan", default=None, metavar="FILE", help="the autoscaling signal's settings, "
+                   "zoo:capacity_desired_nodes: GPU costs, node bounds, target utilisation (TOML; see "
+                   "controlplane/capacity_plan.py; default: equal costs, target 0.7)")  # fmt: skip
     add_controlplane_lora_args(p)
     add_controlplane_auth_args(p)  # --curve-dir, --curve-clients, --api-keys, --protect-health, --open-metrics
     from zoo.spec_args import add_spec_pair_args
@@ -291,6 +294,7 @@ def controlplane_from_args(args: argparse.Namespace):
     from zoo.spec_args import spec_pair_config_from_args
 
     config.spec_pairs = spec_pair_config_from_args(args)
+    config.capacity = capacity_plan_from_args(args)
     cp = ControlPlane(
         config,
         tokenizer,
@@ -462,6 +466,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     add_agent_args(sub.add_parser("agent"))
     args = parser.parse_args(argv)
     return run_controlplane(args) if args.command == "controlplane" else run_agent(args)
+
+
+def capacity_plan_from_args(args: argparse.Namespace):
+    """``--capacity-plan FILE``'s CapacityPlanConfig (None: the defaults); a file that cannot be used ends the
+    start with its reason."""
+    path = getattr(args, "capacity_plan", None)
+    if path is None:
+        return None
+    from controlplane.capacity_plan import load_capacity_plan
+
+    try:
+        return load_capacity_plan(path)
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"zoo controlplane: --capacity-plan: {e}") from None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,331 @@
+"""How many nodes of each GPU type the fleet should have: the signal an autoscaler (KEDA, an HPA) scales each
+GPU type's agent Deployment by. Sans-IO: the control plane feeds it the router's node views at every stats
+snapshot; the fleet simulator can feed it the same views on virtual time.
+
+A *variant* is one (model, cell, GPU type): the nodes of one type serving one model in one cell, as one
+Deployment in Kubernetes (llm-d's workload-variant-autoscaler calls it the same). Traffic for a (model, cell)
+goes to any of its variants, so a (model, cell) is planned as one pool of capacity:
+
+    node i:  c_i = power_score (backends/gpu_table.py: relative serving power; H100 SXM 2.28, L4 0.24)
+             ρ_i = max(kv_usage / kv_threshold,                   the KV cache it holds
+                       backlog_s / (ttft_s · backlog_share),      the prefill work queued on it, in seconds of
+                                                                  its own measured prefill speed, against the TTFT
+                                                                  target (0 until its speed is measured)
+                       num_waiting / queue_threshold)             requests a full batch or KV holds back (WVA's)
+    pool:    load L = Σ ρ_i c_i        capacity C = Σ c_i        utilisation U = L / C
+             wanted capacity W = L / target_utilisation
+
+    W > C: add nodes of the variant whose capacity costs least (gpu_cost / c), up to its max_nodes, then the next
+    W < C: take nodes off the variant whose capacity costs most, while what is left still covers W, to min_nodes
+
+Scale-up is published at once; scale-down only once every raw plan over the last ``scale_down_window_s`` agreed
+(Kubernetes' HPA scale-down stabilisation, whose default is 300 s), so a lull does not shed nodes that the next
+burst needs. The anchor's rule, for comparison, is controlplane/capacity_wva.py: it counts every replica alike
+and steps one replica at a time.
+
+Nodes counted: up and asleep (a sleeping node is a replica its Deployment has; the next request wakes it, with
+no load until then). Draining, leaving, suspect and dead nodes are not capacity: they are on their way out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from controlplane.router.policy import NodeView
+
+
+@dataclass(slots=True)
+class CapacityPlanConfig:
+    """kv_threshold: KV use at which a node counts as full (llm-d WVA's kvCacheThreshold default, 0.8).
+    queue_threshold: waiting requests at which a node counts as full (WVA's queueLengthThreshold default, 5).
+    backlog_share: the share of the TTFT target a node's queued prefill may take before it counts as full.
+    target_utilisation: the pool's planned load / capacity (the rest is headroom for bursts).
+    scale_down_window_s: a scale-down is published only when every raw plan in this window wanted it.
+    gpu_cost: cost of one node of a GPU type (its hello's gpu_type, any case), any unit (per hour, say); a type not
+        listed costs ``default_cost``.
+        Equal costs (the default) add the strongest type first: the fewest nodes for the capacity.
+    min_nodes / max_nodes: per GPU type (a type not listed: ``default_min_nodes``, no maximum).
+    """
+
+    kv_threshold: float = 0.8
+    queue_threshold: int = 5
+    backlog_share: float = 0.5
+    target_utilisation: float = 0.7
+    scale_down_window_s: float = 300.0
+    gpu_cost: dict[str, float] = field(default_factory=dict)
+    default_cost: float = 1.0
+    min_nodes: dict[str, int] = field(default_factory=dict)
+    max_nodes: dict[str, int] = field(default_factory=dict)
+    default_min_nodes: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("gpu_cost", "min_nodes", "max_nodes"):  # GPU types are matched without case: "L4" = "l4"
+            setattr(self, name, {k.lower(): v for k, v in getattr(self, name).items()})
+        for name in ("kv_threshold", "backlog_share", "target_utilisation"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise ValueError(f"capacity plan: {name} must be in (0, 1], got {value!r}")
+        if self.queue_threshold < 1:
+            raise ValueError(f"capacity plan: queue_threshold must be >= 1, got {self.queue_threshold!r}")
+        if not 0 <= self.scale_down_window_s < math.inf:
+            raise ValueError(f"capacity plan: scale_down_window_s must be >= 0, got {self.scale_down_window_s!r}")
+        if self.default_min_nodes < 0:
+            raise ValueError(f"capacity plan: default_min_nodes must be >= 0, got {self.default_min_nodes!r}")
+        for gpu_type, cost in [*self.gpu_cost.items(), ("default", self.default_cost)]:
+            if not 0 < cost < math.inf:
+                raise ValueError(f"capacity plan: the cost of {gpu_type} must be > 0, got {cost!r}")
+        for gpu_type, n in [*self.min_nodes.items(), *self.max_nodes.items()]:
+            if n < 0:
+                raise ValueError(f"capacity plan: node counts must be >= 0, got {gpu_type}={n!r}")
+        for gpu_type, top in self.max_nodes.items():
+            if top < self.min_nodes.get(gpu_type, 0):
+                raise ValueError(f"capacity plan: {gpu_type}'s max_nodes {top} is below its min_nodes")
+
+    def cost(self, gpu_type: str) -> float:
+        return self.gpu_cost.get(gpu_type.lower(), self.default_cost)
+
+    def bounds(self, gpu_type: str) -> tuple[int, int | None]:
+        low = self.min_nodes.get(gpu_type.lower(), self.default_min_nodes)
+        high = self.max_nodes.get(gpu_type.lower())
+        return (low if high is None else min(low, high)), high
+
+    @classmethod
+    def from_table(cls, table: Mapping) -> CapacityPlanConfig:
+        """From a TOML table (``--capacity-plan FILE``'s ``[capacity]``); ValueError on unknown or mistyped keys."""
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise ValueError(f"capacity plan: unknown keys {unknown}; known: {sorted(known)}")
+        values = {}
+        for key, value in table.items():
+            if key in ("gpu_cost", "min_nodes", "max_nodes"):
+                kind = float if key == "gpu_cost" else int
+                if not isinstance(value, Mapping) or not all(
+                    isinstance(k, str) and _is_number(v, kind) for k, v in value.items()
+                ):
+                    raise ValueError(f"capacity plan: {key} must be a table of GPU type = {kind.__name__}")
+                values[key] = {k: kind(v) for k, v in value.items()}
+            else:
+                kind = type(getattr(cls(), key))
+                if not _is_number(value, kind):
+                    raise ValueError(f"capacity plan: {key} must be a {kind.__name__}, got {value!r}")
+                values[key] = kind(value)
+        return cls(**values)
+
+
+def _is_number(value: object, kind: type) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if kind is int else isinstance(value, int | float)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanNode:
+    """What the planner reads of one node (``plan_nodes`` builds these from the router's views)."""
+
+    node_id: str
+    model: str
+    cell: str
+    gpu_type: str
+    power_score: float
+    kv_usage: float
+    num_waiting: int
+    queued_prefill_tokens: int  # its last report's, plus those routed to it since
+    prefill_tok_per_s: float  # 0: not measured yet
+
+
+@dataclass(frozen=True, slots=True)
+class VariantPlan:
+    """One (model, cell, GPU type): its nodes now and the nodes it should have."""
+
+    model: str
+    cell: str
+    gpu_type: str
+    num_nodes: int
+    desired_nodes: int  # published: scale-ups at once, scale-downs after the window
+    raw_desired_nodes: int  # this snapshot's plan, before the window
+    node_capacity: float  # mean power_score of its nodes
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class PoolPlan:
+    """One (model, cell): its load and capacity in power-score units, and its variants."""
+
+    model: str
+    cell: str
+    load: float
+    capacity: float
+    wanted_capacity: float
+    variants: tuple[VariantPlan, ...]
+
+    @property
+    def utilisation(self) -> float:
+        return self.load / self.capacity if self.capacity > 0 else 0.0
+
+
+def node_load(node: PlanNode, ttft_s: float, config: CapacityPlanConfig) -> float:
+    """ρ: the node's load as a share of what it holds before it counts as full (can exceed 1)."""
+    kv = max(node.kv_usage, 0.0) / config.kv_threshold
+    queue = max(node.num_waiting, 0) / config.queue_threshold  # held back by a full batch or KV, whatever the speed
+    if node.prefill_tok_per_s > 0:
+        backlog_s = max(node.queued_prefill_tokens, 0) / node.prefill_tok_per_s
+        queue = max(queue, backlog_s / (ttft_s * config.backlog_share))
+    return max(kv, queue)
+
+
+def plan_nodes(views: Iterable[NodeView], rows: Mapping[str, Mapping]) -> list[PlanNode]:
+    """``views``: the registry's; ``rows``: ControlPlane.stats()'s node rows (their ``state`` and ``sleep_level``):
+    the nodes that are capacity are those up, and those asleep (drained to sleep, woken by the next request)."""
+    counted = {
+        node_id
+        for node_id, row in rows.items()
+        if row.get("state") == "up" or (row.get("state") == "draining" and row.get("sleep_level"))
+    }
+    return [
+        PlanNode(
+            v.node_id,
+            v.model,
+            v.cell,
+            v.gpu_type,
+            v.power_score,
+            v.kv_usage,
+            v.num_waiting,
+            v.queued_prefill_tokens + v.inflight_prefill_tokens,
+            v.prefill_tok_per_s,
+        )
+        for v in views
+        if v.node_id in counted
+    ]
+
+
+class CapacityPlanner:
+    """``plan(now_s, nodes, ttft_s)`` → one PoolPlan per (model, cell), in key order. Keeps only the raw plans of
+    the last ``scale_down_window_s`` per variant (at most one per second each)."""
+
+    def __init__(self, config: CapacityPlanConfig | None = None) -> None:
+        self.config = config or CapacityPlanConfig()
+        self._history: dict[tuple[str, str, str], deque[tuple[float, int]]] = {}
+
+    def plan(self, now_s: float, nodes: Iterable[PlanNode], ttft_s: float) -> tuple[PoolPlan, ...]:
+        if not ttft_s > 0:
+            raise ValueError(f"capacity plan: the TTFT target must be > 0, got {ttft_s!r}")
+        pools: dict[tuple[str, str], list[PlanNode]] = {}
+        for node in nodes:
+            pools.setdefault((node.model, node.cell), []).append(node)
+        plans = tuple(self._plan_pool(now_s, key, pools[key], ttft_s) for key in sorted(pools))
+        seen = {(p.model, p.cell, v.gpu_type) for p in plans for v in p.variants}
+        for key in [k for k in self._history if k not in seen]:  # a variant gone: its window goes too
+            del self._history[key]
+        return plans
+
+    def summary(self, now_s: float, views: Iterable[NodeView], rows: Mapping[str, Mapping], ttft_s: float) -> list:
+        """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``)."""
+        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s))
+
+    def _plan_pool(self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float) -> PoolPlan:
+        config = self.config
+        by_type: dict[str, list[PlanNode]] = {}
+        for node in nodes:
+            by_type.setdefault(node.gpu_type, []).append(node)
+        power = {t: sum(max(n.power_score, 0.0) for n in ns) / len(ns) for t, ns in by_type.items()}
+        count = {t: len(ns) for t, ns in by_type.items()}
+        load = sum(node_load(n, ttft_s, config) * max(n.power_score, 0.0) for n in nodes)
+        capacity = sum(power[t] * count[t] for t in by_type)
+        wanted = load / config.target_utilisation
+        raw = _resize(dict(count), power, capacity, wanted, config)
+        variants = []
+        for gpu_type in sorted(by_type):
+            desired = self._stabilise(now_s, (*key, gpu_type), raw[gpu_type])
+            variants.append(
+                VariantPlan(
+                    *key, gpu_type, count[gpu_type], desired, raw[gpu_type], power[gpu_type], config.cost(gpu_type)
+                )
+            )
+        return PoolPlan(*key, load, capacity, wanted, tuple(variants))
+
+    def _stabilise(self, now_s: float, key: tuple[str, str, str], raw: int) -> int:
+        """The most nodes any raw plan in the window wanted: up at once, down once the whole window agrees."""
+        window = self._history.setdefault(key, deque())
+        while window and window[0][0] < now_s - self.config.scale_down_window_s:
+            window.popleft()
+        if window and now_s - window[-1][0] < 1.0:  # one entry per second: bounded whatever the call rate
+            window[-1] = (window[-1][0], max(window[-1][1], raw))
+        else:
+            window.append((now_s, raw))
+        return max(n for _, n in window)
+
+
+def _resize(
+    count: dict[str, int], power: dict[str, float], capacity: float, wanted: float, config: CapacityPlanConfig
+) -> dict[str, int]:
+    """Node counts per type for ``wanted`` capacity: add the cheapest capacity, shed the dearest (ties: the
+    type name, for a plan that does not change from call to call)."""
+    usable = [t for t in count if power[t] > 0]
+
+    def cost_per_power(t: str) -> float:
+        return config.cost(t) / power[t]
+
+    for gpu_type in sorted(usable, key=lambda t: (cost_per_power(t), t)):  # grow: cheapest first
+        if capacity >= wanted:
+            break
+        _, high = config.bounds(gpu_type)
+        room = math.inf if high is None else max(high - count[gpu_type], 0)
+        add = min(math.ceil((wanted - capacity) / power[gpu_type] - 1e-9), room)
+        count[gpu_type] += int(add)
+        capacity += add * power[gpu_type]
+    for gpu_type in sorted(usable, key=lambda t: (-cost_per_power(t), t)):  # shrink: dearest first
+        low, high = config.bounds(gpu_type)
+        if high is not None and count[gpu_type] > high:  # over its maximum: shed whatever the load
+            capacity -= (count[gpu_type] - high) * power[gpu_type]
+            count[gpu_type] = high
+        spare = math.floor((capacity - wanted) / power[gpu_type] + 1e-9)
+        shed = max(min(spare, count[gpu_type] - low), 0)
+        count[gpu_type] -= shed
+        capacity -= shed * power[gpu_type]
+    for gpu_type in count:  # a type with no measured power: held at its bounds
+        if gpu_type not in usable:
+            low, high = config.bounds(gpu_type)
+            count[gpu_type] = max(low, count[gpu_type] if high is None else min(count[gpu_type], high))
+    return count
+
+
+def capacity_summary(plans: Iterable[PoolPlan]) -> list[dict]:
+    """Plain rows for ControlPlane.stats()["capacity"] (the exporter and the dashboard read these)."""
+    return [
+        {
+            "model": p.model,
+            "cell": p.cell,
+            "load": p.load,
+            "capacity": p.capacity,
+            "wanted_capacity": p.wanted_capacity,
+            "utilisation": p.utilisation,
+            "variants": [
+                {
+                    "gpu_type": v.gpu_type,
+                    "nodes": v.num_nodes,
+                    "desired": v.desired_nodes,
+                    "raw_desired": v.raw_desired_nodes,
+                    "node_capacity": v.node_capacity,
+                    "cost": v.cost,
+                }
+                for v in p.variants
+            ],
+        }
+        for p in plans
+    ]
+
+
+def load_capacity_plan(path: str) -> CapacityPlanConfig:
+    """``--capacity-plan FILE``: its ``[capacity]`` table (a zoo.toml), else the whole file; ValueError naming the
+    file when it is not TOML or a key is unknown or of the wrong type."""
+    from controlplane.toml_file import load_toml
+
+    table = load_toml(path)
+    try:
+        return CapacityPlanConfig.from_table(table.get("capacity", table))
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None

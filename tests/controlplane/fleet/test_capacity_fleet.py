@@ -1,0 +1,76 @@
+"""The autoscaling signal on a real fleet (processes over real sockets): `zoo controlplane --capacity-plan` exports
+each GPU type's nodes and the nodes it should have, and a queue on the nodes raises the second."""
+
+from __future__ import annotations
+
+import anyio
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from client.zoo_client import AsyncZooClient
+from observe.metrics_names import CAPACITY_DESIRED_NODES, CAPACITY_NODES, CAPACITY_UTILISATION
+from observe.stats_stream import subscribe
+
+pytestmark = pytest.mark.anyio
+START_TIMEOUT_S = 60.0
+
+
+async def _capacity(http: httpx.AsyncClient) -> dict:
+    text = (await http.get("/metrics", headers={"Accept": "text/plain"})).text
+    samples = {}
+    for family in text_string_to_metric_families(text):
+        if family.name in (CAPACITY_NODES, CAPACITY_DESIRED_NODES, CAPACITY_UTILISATION):
+            for s in family.samples:
+                samples[(family.name, s.labels.get("gpu_type", ""))] = s.value
+    return samples
+
+
+async def test_each_gpu_type_is_exported_and_a_queue_asks_for_more_of_the_cheaper_capacity(
+    spawn_controlplane, spawn_agent, tmp_path
+):
+    plan = tmp_path / "capacity.toml"
+    # power scores (backends/gpu_table.py): H100 2.28, L4 0.24. At 20 times an L4's cost an H100's capacity costs
+    # 8.8 per unit and an L4's 4.2: L4s are the cheaper capacity (a GPU type is matched without case: "L4")
+    plan.write_text("[capacity]\nscale_down_window_s = 0\n[capacity.gpu_cost]\nH100 = 20.0\nl4 = 1.0\n")
+    cp = spawn_controlplane(None, "--capacity-plan", str(plan))
+    for node_id, gpu in (("big", "h100-sxm"), ("small", "l4")):
+        spawn_agent(cp.agent_endpoint, node_id, "--gpu-profile", gpu, "--fake-max-num-seqs", "1", "--fake-step-ms", "9")
+    with anyio.fail_after(START_TIMEOUT_S):
+        async for stats in subscribe(cp.stats_endpoint):
+            if sum(n.state == "up" for n in stats.nodes) == 2:
+                break
+    async with (
+        httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=30.0) as http,
+        AsyncZooClient(cp.client_endpoint, timeout_s=60.0) as client,
+    ):
+        idle = await _capacity(http)
+        assert idle[(CAPACITY_NODES, "H100")] == 1 and idle[(CAPACITY_NODES, "L4")] == 1
+        assert idle[(CAPACITY_DESIRED_NODES, "H100")] == 1 and idle[(CAPACITY_DESIRED_NODES, "L4")] == 1
+        assert idle[(CAPACITY_UTILISATION, "")] == 0.0
+
+        # one running per node (--fake-max-num-seqs 1), the rest wait: 11 waiting on each against the threshold of 5
+        async def hold(i: int) -> None:  # a stream's first chunk comes once it runs: until then it waits
+            await client.generate(f"long {i}", max_tokens=100_000, stream=True)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(24):
+                tg.start_soon(hold, i)
+            with anyio.fail_after(30):
+                while True:
+                    busy = await _capacity(http)
+                    if busy[(CAPACITY_DESIRED_NODES, "L4")] > 1:
+                        break
+                    await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+        assert busy[(CAPACITY_DESIRED_NODES, "H100")] == 1  # the dearer capacity is not the one asked for
+        assert busy[(CAPACITY_UTILISATION, "")] > 0.7
+    assert cp.proc.poll() is None
+
+
+def test_a_capacity_plan_that_cannot_be_used_stops_the_start_with_its_reason(spawn_controlplane, tmp_path):
+    plan = tmp_path / "capacity.toml"
+    plan.write_text("[capacity]\ntarget_utilisation = 2\n")
+    cp = spawn_controlplane(None, "--capacity-plan", str(plan))
+    assert cp.proc.wait(timeout=60) != 0
+    assert "--capacity-plan" in cp.output() and "target_utilisation must be in (0, 1]" in cp.output()

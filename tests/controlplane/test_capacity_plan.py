@@ -1,0 +1,201 @@
+"""The autoscaling signal (controlplane/capacity_plan.py): nodes wanted per GPU type, on hand-made pools."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controlplane.capacity_plan import (
+    CapacityPlanConfig,
+    CapacityPlanner,
+    PlanNode,
+    load_capacity_plan,
+    node_load,
+    plan_nodes,
+)
+
+# power scores: an H100 is 4 L4s here
+H100, L4 = 4.0, 1.0
+
+
+def node(node_id: str, gpu_type: str = "l4", *, kv: float = 0.0, waiting: int = 0, queued: int = 0,
+         rate: float = 0.0, model: str = "m", cell: str = "default") -> PlanNode:  # fmt: skip
+    power = H100 if gpu_type == "h100" else L4
+    return PlanNode(node_id, model, cell, gpu_type, power, kv, waiting, queued, rate)
+
+
+def variants(plan) -> dict[str, tuple[int, int]]:
+    return {v.gpu_type: (v.num_nodes, v.desired_nodes) for v in plan.variants}
+
+
+def test_a_node_is_as_loaded_as_its_fuller_resource():
+    config = CapacityPlanConfig(kv_threshold=0.8, backlog_share=0.5)
+    assert node_load(node("a", kv=0.4), 1.0, config) == pytest.approx(0.5)
+    # 5,000 prompt tokens queued at a measured 10,000 tok/s: 0.5 s, the whole share of a 1 s TTFT target
+    assert node_load(node("a", kv=0.4, queued=5_000, rate=10_000), 1.0, config) == pytest.approx(1.0)
+    # its waiting requests against the queue threshold (WVA's rule): a full batch holds them, not the prefill
+    assert node_load(node("a", waiting=10), 1.0, config) == pytest.approx(2.0)
+    assert node_load(node("a", waiting=10, queued=50, rate=10_000), 1.0, config) == pytest.approx(2.0)
+
+
+def test_the_same_queue_weighs_more_on_a_slower_gpu():
+    """Hardware awareness: 4,000 queued tokens are 0.1 s of an H100's prefill and 0.8 s of an L4's."""
+    config = CapacityPlanConfig()
+    fast = node_load(node("h", "h100", queued=4_000, rate=40_000), 1.0, config)
+    slow = node_load(node("l", "l4", queued=4_000, rate=5_000), 1.0, config)
+    assert slow == pytest.approx(8 * fast)
+
+
+def test_scale_up_adds_the_cheapest_capacity():
+    # H100 at 4.0 per node is 1.0 per unit of power; L4 at 0.8 per node is 0.8: L4s are the cheaper capacity
+    config = CapacityPlanConfig(gpu_cost={"h100": 4.0, "l4": 0.8}, target_utilisation=0.5)
+    nodes = [node("h0", "h100", kv=0.8), node("l0", kv=0.8), node("l1", kv=0.8)]
+    (plan,) = CapacityPlanner(config).plan(0.0, nodes, 1.0)
+    # load = 1.0 * (4 + 1 + 1) = 6, wanted 12, capacity 6: 6 more units, six L4s
+    assert plan.load == pytest.approx(6.0) and plan.wanted_capacity == pytest.approx(12.0)
+    assert plan.utilisation == pytest.approx(1.0)
+    assert variants(plan) == {"h100": (1, 1), "l4": (2, 8)}
+
+
+def test_equal_costs_add_the_strongest_type_the_fewest_nodes():
+    nodes = [node("h0", "h100", kv=0.8), node("l0", kv=0.8)]
+    (plan,) = CapacityPlanner(CapacityPlanConfig(target_utilisation=0.5)).plan(0.0, nodes, 1.0)
+    # load 5, wanted 10, capacity 5: two H100s (8) cover it where five L4s would be needed
+    assert variants(plan) == {"h100": (1, 3), "l4": (1, 1)}
+
+
+def test_a_type_at_its_maximum_overflows_to_the_next():
+    config = CapacityPlanConfig(gpu_cost={"h100": 4.0, "l4": 0.8}, max_nodes={"l4": 4}, target_utilisation=0.5)
+    nodes = [node("h0", "h100", kv=0.8), node("l0", kv=0.8), node("l1", kv=0.8)]
+    (plan,) = CapacityPlanner(config).plan(0.0, nodes, 1.0)
+    # 6 more units: two L4s reach the maximum of 4, the other 4 units are one H100
+    assert variants(plan) == {"h100": (1, 2), "l4": (2, 4)}
+
+
+def test_scale_down_sheds_the_dearest_capacity_while_the_rest_covers_the_load():
+    config = CapacityPlanConfig(gpu_cost={"h100": 4.0, "l4": 2.0}, target_utilisation=0.5, scale_down_window_s=0)
+    idle = [node("h0", "h100"), node("h1", "h100"), *(node(f"l{i}", kv=0.4) for i in range(4))]
+    (plan,) = CapacityPlanner(config).plan(0.0, idle, 1.0)
+    # load 4 * 0.5 = 2, wanted 4, capacity 12; L4s cost 2.0 per unit (the dearest): shed to 1, then one H100
+    # would leave 4 + 1 = 5 >= 4, but the other (min_nodes 1) stays
+    assert variants(plan) == {"h100": (2, 1), "l4": (4, 1)}
+    assert plan.capacity == 12.0
+
+
+def test_min_nodes_hold_an_idle_pool():
+    config = CapacityPlanConfig(min_nodes={"l4": 2}, default_min_nodes=1, scale_down_window_s=0)
+    idle = [node("h0", "h100"), node("h1", "h100"), *(node(f"l{i}") for i in range(4))]
+    (plan,) = CapacityPlanner(config).plan(0.0, idle, 1.0)
+    assert variants(plan) == {"h100": (2, 1), "l4": (4, 2)}
+
+
+def test_scale_up_is_published_at_once_and_scale_down_after_the_window():
+    planner = CapacityPlanner(CapacityPlanConfig(target_utilisation=0.5, scale_down_window_s=300))
+    busy = [node(f"l{i}", kv=0.8) for i in range(2)]
+    idle = [node(f"l{i}") for i in range(4)]
+    (plan,) = planner.plan(0.0, busy, 1.0)
+    assert variants(plan) == {"l4": (2, 4)}  # at once
+    (plan,) = planner.plan(100.0, idle, 1.0)
+    assert plan.variants[0].raw_desired_nodes == 1 and plan.variants[0].desired_nodes == 4  # held
+    (plan,) = planner.plan(299.0, idle, 1.0)
+    assert plan.variants[0].desired_nodes == 4
+    (plan,) = planner.plan(301.0, idle, 1.0)  # the busy plan left the window
+    assert plan.variants[0].desired_nodes == 1
+
+
+def test_the_window_keeps_one_plan_per_second_whatever_the_call_rate():
+    planner = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=10))
+    for i in range(10_000):
+        planner.plan(i / 1000, [node("l0")], 1.0)
+    (window,) = planner._history.values()
+    assert len(window) <= 11
+    now = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0))  # no window: each plan as it is
+    busy, idle = [node("l0", kv=0.8), node("l1", kv=0.8)], [node("l0"), node("l1")]
+    assert [now.plan(t, nodes, 1.0)[0].variants[0].desired_nodes for t, nodes in
+            ((0.0, busy), (0.5, idle), (0.6, idle), (2.0, busy), (2.0, idle))] == [3, 1, 1, 3, 3]  # fmt: skip
+
+
+def test_pools_are_planned_per_model_and_cell_and_a_gone_variant_forgets_its_window():
+    planner = CapacityPlanner(CapacityPlanConfig(target_utilisation=0.5, scale_down_window_s=300))
+    nodes = [node("a", kv=0.8, cell="vip"), node("b", cell="batch"), node("c", model="other")]
+    plans = planner.plan(0.0, nodes, 1.0)
+    assert [(p.model, p.cell) for p in plans] == [("m", "batch"), ("m", "vip"), ("other", "default")]
+    assert [variants(p) for p in plans] == [{"l4": (1, 1)}, {"l4": (1, 2)}, {"l4": (1, 1)}]
+    planner.plan(1.0, nodes[1:], 1.0)
+    assert ("m", "vip", "l4") not in planner._history
+
+
+def test_only_up_and_sleeping_nodes_are_capacity(make_node_view):
+    views = [make_node_view(f"n{i}", kv_usage=0.5) for i in range(5)]
+    rows = {
+        "n0": {"state": "up", "sleep_level": 0},
+        "n1": {"state": "draining", "sleep_level": 1},  # asleep: woken by the next request
+        "n2": {"state": "draining", "sleep_level": 0},  # an operator's drain: on its way out
+        "n3": {"state": "suspect", "sleep_level": 0},
+        "n4": {"state": "leaving", "sleep_level": 0},
+    }
+    assert [n.node_id for n in plan_nodes(views, rows)] == ["n0", "n1"]
+
+
+def test_routed_but_unreported_prefill_counts_as_queued(make_node_view):
+    view = make_node_view("n0", queued_prefill_tokens=1_000, inflight_prefill_tokens=3_000, prefill_tok_per_s=8_000)
+    (planned,) = plan_nodes([view], {"n0": {"state": "up"}})
+    assert planned.queued_prefill_tokens == 4_000
+
+
+def test_a_bad_config_is_refused_with_its_reason():
+    with pytest.raises(ValueError, match="target_utilisation"):
+        CapacityPlanConfig(target_utilisation=0)
+    with pytest.raises(ValueError, match="cost of l4"):
+        CapacityPlanConfig(gpu_cost={"l4": -1.0})
+    with pytest.raises(ValueError, match="max_nodes 1 is below its min_nodes"):
+        CapacityPlanConfig(min_nodes={"l4": 2}, max_nodes={"l4": 1})
+    with pytest.raises(ValueError, match="unknown keys"):
+        CapacityPlanConfig.from_table({"target": 0.5})
+    with pytest.raises(ValueError, match="gpu_cost must be a table"):
+        CapacityPlanConfig.from_table({"gpu_cost": {"l4": "cheap"}})
+    with pytest.raises(ValueError, match="queue_threshold must be a int"):
+        CapacityPlanConfig.from_table({"queue_threshold": True})
+    with pytest.raises(ValueError, match="TTFT target"):
+        CapacityPlanner().plan(0.0, [], 0.0)
+
+
+def test_the_file_is_read_from_its_capacity_table(tmp_path):
+    path = tmp_path / "zoo.toml"
+    path.write_text("[capacity]\ntarget_utilisation = 0.6\n[capacity.gpu_cost]\nh100-sxm = 4\nl4 = 0.8\n")
+    config = load_capacity_plan(str(path))
+    assert config.target_utilisation == 0.6 and config.gpu_cost == {"h100-sxm": 4.0, "l4": 0.8}
+    assert config.cost("L4") == 0.8 and config.cost("H100-SXM") == 4.0 and config.cost("t4") == 1.0
+    path.write_text("target_utilisation = [")
+    with pytest.raises(ValueError, match="invalid TOML"):
+        load_capacity_plan(str(path))
+    path.write_text("[capacity]\nmax_nodes = {l4 = -1}\n")
+    with pytest.raises(ValueError, match=f"{path}: capacity plan: node counts"):
+        load_capacity_plan(str(path))
+
+
+pools = st.lists(
+    st.tuples(st.sampled_from(["h100", "a100", "l4", "t4"]), st.floats(0, 1), st.integers(0, 40)), min_size=1,
+    max_size=12,
+)  # fmt: skip
+POWER = {"h100": 4.0, "a100": 2.5, "l4": 1.0, "t4": 0.6}
+
+
+@settings(max_examples=200, deadline=None)
+@given(pools, st.dictionaries(st.sampled_from(list(POWER)), st.floats(0.1, 10)), st.floats(0.2, 1.0))
+def test_the_plan_covers_the_load_and_no_node_it_keeps_is_spare(specs, costs, target):
+    """Invariants: the planned capacity covers the wanted one, and no type above its minimum could lose a node
+    and still cover it; each type stays within its bounds."""
+    nodes = [PlanNode(f"n{i}", "m", "c", t, POWER[t], kv, w, 0, 0.0) for i, (t, kv, w) in enumerate(specs)]
+    config = CapacityPlanConfig(gpu_cost=costs, target_utilisation=target, scale_down_window_s=0)
+    (plan,) = CapacityPlanner(config).plan(0.0, nodes, 1.0)
+    planned = sum(v.desired_nodes * v.node_capacity for v in plan.variants)
+    assert planned >= plan.wanted_capacity - 1e-6
+    for v in plan.variants:
+        assert v.desired_nodes >= 1  # default_min_nodes
+        if v.desired_nodes > 1:
+            assert planned - v.node_capacity < plan.wanted_capacity + 1e-6
+    assert math.isclose(plan.capacity, sum(v.num_nodes * v.node_capacity for v in plan.variants))
