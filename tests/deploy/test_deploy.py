@@ -31,6 +31,8 @@ K8S_VERSION = "1.37.0"
 OPERATOR_API = "monitoring.coreos.com/v1"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 OPERATOR_SCHEMA = json.loads((Path(__file__).parent / "prometheus_operator_v1.schema.json").read_text())
+KEDA_API = "keda.sh/v1alpha1"
+KEDA_SCHEMA = json.loads((Path(__file__).parent / "keda_v1alpha1.schema.json").read_text())
 
 
 def _documents() -> list[dict]:
@@ -48,6 +50,15 @@ def _validate(doc: dict) -> None:
     if doc["apiVersion"] == OPERATOR_API:
         schema = {**OPERATOR_SCHEMA, "$ref": f"#/$defs/{doc['kind']}"}
         jsonschema.Draft202012Validator(schema).validate(doc)
+    elif doc["apiVersion"] == KEDA_API:
+        jsonschema.Draft202012Validator({**KEDA_SCHEMA, "$ref": f"#/$defs/{doc['kind']}"}).validate(doc)
+        behavior = doc["spec"].get("advanced", {}).get("horizontalPodAutoscalerConfig", {}).get("behavior")
+        if behavior is not None:  # the HPA's own field: checked inside an HPA by Kubernetes' schema
+            hpa = {
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": {"name": "hpa"},
+                "spec": {"scaleTargetRef": {"kind": "Deployment", "name": "x"}, "maxReplicas": 2, "behavior": behavior},
+            }  # fmt: skip
+            kubernetes_validate.validate(hpa, K8S_VERSION, strict=True)
     else:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
 
@@ -102,6 +113,18 @@ def test_the_validators_catch_mistakes():
     rules["spec"]["groups"][1]["rules"][0]["record"] = "both:a_record:and_an_alert"
     with pytest.raises(jsonschema.ValidationError):
         _validate(rules)
+    scaler = copy.deepcopy(_of_kind("ScaledObject")[0])
+    scaler["spec"]["maxReplicas"] = scaler["spec"].pop("maxReplicaCount")  # the HPA's name, not KEDA's
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(scaler)
+    scaler = copy.deepcopy(_of_kind("ScaledObject")[0])
+    scaler["spec"]["triggers"][0]["metadata"]["threshold"] = 1  # KEDA's metadata values are strings
+    with pytest.raises(jsonschema.ValidationError):
+        _validate(scaler)
+    scaler = copy.deepcopy(_of_kind("ScaledObject")[0])
+    scaler["spec"]["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilisationWindow"] = 0
+    with pytest.raises(kubernetes_validate.ValidationError):
+        _validate(scaler)
 
 
 def test_agents_are_one_workload_per_gpu_type_ready_when_joined():
@@ -149,6 +172,36 @@ def test_the_control_plane_is_served_and_scraped():
         labels = agent["spec"]["template"]["metadata"]["labels"]
         assert pod_monitor["spec"]["selector"]["matchLabels"].items() <= labels.items()
         assert pod_monitor["spec"]["podMetricsEndpoints"][0]["port"] in {p["name"] for p in _container(agent)["ports"]}
+
+
+def test_each_agent_workload_is_scaled_to_the_capacity_plan_of_its_cell_and_gpu_type(tmp_path):
+    """KEDA scales each agent Deployment to zoo:capacity_desired_nodes of the cell and GPU type its agents report,
+    within the bounds the control plane's capacity plan uses, which it reads from the ConfigMap mounted for it."""
+    from backends.gpu_table import match_gpu_name
+    from controlplane.capacity_plan import load_capacity_plan
+    from observe.metrics_names import CAPACITY_DESIRED_NODES
+
+    cp = _named("Deployment", "zoo-controlplane")
+    container = _container(cp)
+    path = Path(_zoo_args(container).capacity_plan)
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == str(path.parent)]
+    (volume,) = [v for v in cp["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"]]
+    (tmp_path / path.name).write_text(_named("ConfigMap", volume["configMap"]["name"])["data"][path.name])
+    plan = load_capacity_plan(str(tmp_path / path.name))
+    scalers = {d["spec"]["scaleTargetRef"]["name"]: d for d in _of_kind("ScaledObject")}
+    agents = _agents()
+    assert sorted(scalers) == sorted(a["metadata"]["name"] for a in agents)
+    for agent in agents:
+        scaler = scalers[agent["metadata"]["name"]]
+        gpu_type = match_gpu_name(agent["spec"]["template"]["spec"]["nodeSelector"][GPU_PRODUCT_LABEL]).gpu_type
+        cell = _zoo_args(_container(agent)).cell
+        (trigger,) = scaler["spec"]["triggers"]
+        assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"  # replicas = value / 1
+        assert trigger["metadata"]["threshold"] == "1"
+        assert trigger["metadata"]["query"] == f'max({CAPACITY_DESIRED_NODES}{{cell="{cell}", gpu_type="{gpu_type}"}})'
+        assert (scaler["spec"]["minReplicaCount"], scaler["spec"]["maxReplicaCount"]) == plan.bounds(gpu_type)
+        assert plan.cost(gpu_type) != plan.default_cost  # every type the fleet runs is priced
+        assert scaler["spec"]["fallback"]["replicas"] >= scaler["spec"]["minReplicaCount"]
 
 
 def test_every_reference_points_at_an_object_of_the_manifests():

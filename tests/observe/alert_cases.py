@@ -12,6 +12,7 @@ CP = {"job": "zoo-controlplane", "instance": "cp:8000"}
 NODE = {"model": "m", "node": "a", "gpu_type": "L4", "cell": "west"}
 AGENT = {"job": "silicon-zoo/zoo-agents", "instance": "a:9100"}  # the PodMonitor's job name
 VLLM_NODE = {"model_name": "m", "node": "a", "gpu_type": "L4", "cell": "west"}
+CAPACITY = {"model_name": "m", "cell": "west", "gpu_type": "L4"}  # a variant of the capacity plan
 
 
 def series(name: str, labels: dict[str, str], values: str) -> tuple[str, str]:
@@ -217,6 +218,13 @@ CASES: list[Case] = [
     Case("ZooGpuBelowItsPeers",  # two measured L4s (the third has not decoded yet) are too few to call one slow
          [*_roofline({"a": 0.8, "b": 0.3, "c": 0.0}, "L4"), *_roofline({"h1": 0.9, "h2": 0.85, "h3": 0.88}, "H100")],
          "35m"),
+    Case("ZooCapacityShort",
+         [series("zoo:capacity_desired_nodes", {**CAPACITY, **CP}, "4x30"),
+          series("zoo:capacity_nodes", {**CAPACITY, **CP}, "2x30")], "20m",
+         [(CAPACITY, "L4 nodes of m in cell west: 2 more wanted for 15 minutes.")]),
+    Case("ZooCapacityShort",  # asked for, and the nodes joined within 10 minutes: the autoscaler works
+         [series("zoo:capacity_desired_nodes", {**CAPACITY, **CP}, "4x30"),
+          series("zoo:capacity_nodes", {**CAPACITY, **CP}, "2x10 4x20")], "25m"),
     Case("ZooMigrationsFailing",
          [series("zoo:migrations_total", {**CP, "reason": "drain", "outcome": "failed"}, "0 0 1 1 1")], "4m",
          [({"reason": "drain"}, "Live migrations (drain) failed in the last 15 minutes.")]),
