@@ -65,6 +65,7 @@ RECENT_CHAIN_BLOCKS = 1 << 18  # the router's prompt hash chains kept for the no
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
 _RUNNING = RequestStatus.RUNNING
 _LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
+_SCALE, _JOIN = 5, 6  # an autoscaler's sample (sim/autoscale.py); a provisioned node joins (the event's index)
 
 
 class VirtualClock:
@@ -287,6 +288,7 @@ class FleetSimulator:
         adapters: AdapterMix | None = None,
         lora_affinity: bool = True,
         split: SplitConfig | None = None,
+        autoscaler=None,
     ) -> None:
         if report_interval_s <= 0:
             raise ValueError(f"report_interval_s must be > 0, got {report_interval_s}")
@@ -303,6 +305,7 @@ class FleetSimulator:
         self.adapters = adapters
         self.lora_affinity = lora_affinity
         self.split = split
+        self.autoscaler = autoscaler  # sim/autoscale.py Autoscaler: which nodes are joined, over time (None: all)
 
     def run(self) -> SimResult:
         keep_recent_chains(RECENT_CHAIN_BLOCKS)  # the router's prompt chains, reused by the nodes (one process)
@@ -326,8 +329,9 @@ class FleetSimulator:
         nodes = [SimNode(spec, fleet, clock) for spec in fleet.nodes]
         node_index = {n.node_id: i for i, n in enumerate(nodes)}
         registry = fleet.make_registry(clock)  # ClusterRegistry (+ the spec pairing: sim/spec_pair_nodes.py)
-        for node in nodes:
-            registry.join(node.hello)
+        scaler = self.autoscaler
+        for i in range(len(nodes)) if scaler is None else scaler.start():
+            registry.join(nodes[i].hello)
         split = None if self.split is None else SplitRun(self.split, fleet, nodes, registry, self.router_config)
         policy = make_policy(self.policy_name, self.router_config) if split is None else split.router
         kv_events = getattr(policy, "wants_kv_events", False)  # Dynamo's default: the engines' KV cache events
@@ -351,6 +355,9 @@ class FleetSimulator:
         for i in range(len(nodes)):
             nodes[i].next_report_s = interval * (i + 1) / len(nodes)
             heapq.heappush(heap, (nodes[i].next_report_s, seq, _REPORT, i))
+            seq += 1
+        if scaler is not None:
+            heapq.heappush(heap, (scaler.config.sample_s, seq, _SCALE, 0))
             seq += 1
         num_arrivals = len(requests)
         next_arrival = 0
@@ -384,6 +391,24 @@ class FleetSimulator:
                         node.kicked = True
                         push(heap, (now, seq, _KICK, i))
                         seq += 1
+                    continue
+                if kind == _SCALE:  # the autoscaler: nodes asked for (they join later), drained, removed
+                    starts, drains, gone = scaler.tick(now, registry)
+                    for join_s, j in starts:
+                        push(heap, (join_s, seq, _JOIN, j))
+                        seq += 1
+                    for j in drains:
+                        registry.drain(nodes[j].node_id)
+                    for j in gone:
+                        registry.leave(nodes[j].node_id)
+                        policy.on_node_removed(nodes[j].node_id)
+                    push(heap, (now + scaler.config.sample_s, seq, _SCALE, 0))
+                    seq += 1
+                    continue
+                if kind == _JOIN:
+                    if scaler.join(now, i):
+                        registry.join(nodes[i].hello)
+                        registry.report(nodes[i].core.load_report())
                     continue
                 node = nodes[i]
                 if kind == _REPORT:
@@ -507,6 +532,8 @@ class FleetSimulator:
             for rec in records.values():
                 rec.num_output_tokens = nodes[node_index[rec.node_id]].core.engine.num_output_tokens(rec.req_id)
         wall_s = time.perf_counter() - wall_start
+        if scaler is not None:
+            scaler.finish(clock.now_s)
         return SimResult(
             policy=self.policy_name,
             workload=self.workload.name,
@@ -522,6 +549,7 @@ class FleetSimulator:
                 **(lora_info(nodes) if loras is not None else {}),
                 **({"pd_split": split.info()} if split else {}),
                 **overload_info(policy),
+                **({"autoscale": scaler.summary()} if scaler is not None else {}),
             },
         )
 

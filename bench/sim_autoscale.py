@@ -1,0 +1,187 @@
+"""Autoscaling a mismatched fleet, in the fleet simulator: the capacity plan (controlplane/capacity_plan.py) against
+llm-d WVA's saturation analyzer (controlplane/capacity_wva.py) and against the whole pool held all along, on the same
+workload, seed by seed.
+
+    python -m bench.sim_autoscale --seeds 3 --jobs 2 --out bench/results/2026-12-07-sim-autoscale.json
+
+The pool: half the zoo fleet (2 H100, 4 A100-40GB, 4 L4, 1 T4 TP-2 pair), one cell, hardware_aware routing.
+The autoscaled runs start with one node of each type and may hold at most the pool; a node asked for joins 60 s
+later (sim/autoscale.py). The workload: the conv trace's requests in order (their prompt and output lengths), their
+arrivals drawn again, seeded, as a Poisson process whose rate follows one load profile over ``--minutes``: a fifth
+of the run at 15% of the pool's capacity, a ramp to 75%, a plateau, a short spike to 95%, a fall to 25%. Nothing
+here was tuned on it: the plan runs at its defaults, equal GPU costs (WVA's CRD default), as does WVA. Both know
+the pool: the plan as each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's
+target for a type with no GPU left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
+
+Reported per rule: goodput (TTFT <= 1 s and TPOT <= 100 ms), TTFT P50/P99, TPOT P99, node-hours by GPU type and
+in all, capacity-hours (node-hours weighted by each GPU's power score), scale actions; means over seeds and their
+ratios to the static pool's and to WVA's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from backends.gpu_table import power_score
+from backends.sim.cost_model import node_hardware_info
+from controlplane.capacity_plan import CapacityPlanConfig
+from sim.autoscale import AutoscaleConfig, Autoscaler
+from sim.des import FleetSimulator, default_router_config
+from sim.fleet import parse_fleet
+from sim.report import Slo, summarize
+from sim.workload import TraceRequest, Workload, load_trace
+
+POOL = {
+    "name": "zoo_half",
+    "model": "sim:llama-3-8b",
+    "scheduler": {"max_num_batched_tokens": 2048, "max_num_seqs": 256, "max_model_len": 8192},
+    "cells": [
+        {
+            "name": "zoo",
+            "pools": [
+                {"gpu": "h100-sxm", "count": 2},
+                {"gpu": "a100-40gb", "count": 4},
+                {"gpu": "l4", "count": 4},
+                {"gpu": "t4", "count": 1, "tp": 2},
+            ],
+        }
+    ],
+}
+# (share of the run, share of the pool's capacity): linear between the points
+PROFILE = ((0.0, 0.15), (0.2, 0.15), (0.35, 0.75), (0.6, 0.75), (0.63, 0.95), (0.68, 0.95), (0.78, 0.25), (1.0, 0.25))
+RULES = ("static", "zoo", "wva")
+POLICY = "hardware_aware"
+
+
+def profiled_workload(minutes: float, seed: int) -> tuple[Workload, float]:
+    """The conv requests' lengths on arrivals of the profile's rate (thinned Poisson, seeded); and the pool's
+    capacity in requests/s for them."""
+    fleet = parse_fleet(POOL, POOL["name"])
+    conv = load_trace("conv")
+    capacity = fleet.capacity_req_per_s(conv.mean_prompt_tokens, conv.mean_output_tokens)
+    duration_s = 60.0 * minutes
+    peak = max(level for _, level in PROFILE) * capacity
+    rng = np.random.default_rng((seed, 17))
+    times = np.cumsum(rng.exponential(1.0 / peak, int(peak * duration_s * 1.2) + 100))
+    times = times[times < duration_s]
+    xs, ys = zip(*PROFILE, strict=True)
+    keep = rng.uniform(0, peak, len(times)) < np.interp(times / duration_s, xs, ys) * capacity
+    source = conv.requests
+    reqs = tuple(
+        TraceRequest(float(t), source[k % len(source)].num_prompt_tokens, source[k % len(source)].max_tokens)
+        for k, t in enumerate(times[keep])
+    )
+    return Workload(f"conv-lengths, profiled {minutes:g} min", reqs), capacity
+
+
+def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float]) -> dict:
+    fleet = parse_fleet(POOL, POOL["name"])
+    workload, _ = profiled_workload(minutes, seed)
+    slo = Slo()
+    router = dataclasses.replace(
+        default_router_config(fleet, POLICY, seed), slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s
+    )
+    gpu_types = [node_hardware_info(n.hardware).gpu_type for n in fleet.nodes]
+    power = {t: power_score(node_hardware_info(n.hardware)) for t, n in zip(gpu_types, fleet.nodes, strict=True)}
+    scaler = None
+    if rule != "static":
+        pool = {t: gpu_types.count(t) for t in set(gpu_types)}  # the GPUs there are (a KEDA's maxReplicaCount)
+        config = AutoscaleConfig(rule, slo.ttft_s, CapacityPlanConfig(gpu_cost=dict(costs), max_nodes=pool))
+        scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
+    wall = time.perf_counter()
+    result = FleetSimulator(fleet, workload, POLICY, router_config=router, seed=seed, autoscaler=scaler).run()
+    rep = summarize(result, slo)
+    if scaler is None:
+        node_hours = {t: gpu_types.count(t) * result.end_s / 3600 for t in sorted(set(gpu_types))}
+        summary = {"actions": {"up": 0, "down": 0}, "timeline": []}
+    else:
+        summary = result.info["autoscale"]
+        node_hours = summary["node_hours"]
+    return {
+        "rule": rule,
+        "seed": seed,
+        "num_requests": rep.num_requests,
+        "num_unserved": rep.num_unserved,
+        "goodput": rep.goodput,
+        "ttft_p50_s": rep.ttft_s[50],
+        "ttft_p99_s": rep.ttft_s[99],
+        "tpot_p99_s": rep.tpot_s[99],
+        "node_hours": node_hours,
+        "node_hours_total": sum(node_hours.values()),
+        "capacity_hours": sum(h * power[t] for t, h in node_hours.items()),
+        "actions": summary["actions"],
+        "timeline": summary["timeline"] if seed == 0 else [],
+        "virtual_s": result.end_s,
+        "wall_s": time.perf_counter() - wall,
+    }
+
+
+def _mean(runs: list[dict], key: str) -> float:
+    return float(np.mean([r[key] for r in runs]))
+
+
+def _ci95(runs: list[dict], key: str) -> float:
+    values = [r[key] for r in runs]
+    return 1.96 * float(np.std(values, ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else 0.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=30.0, help="virtual minutes of arrivals")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", default=None, help="write the JSON report here too")
+    p.add_argument("--costs", default="{}", help='GPU type -> cost of a node, JSON (default: all equal), e.g. '
+                   '\'{"H100": 4, "A100-40GB": 1.6, "L4": 0.5, "T4": 0.7}\'')  # fmt: skip
+    args = p.parse_args(argv)
+    costs = json.loads(args.costs)
+    _, capacity = profiled_workload(args.minutes, 0)
+    cases = [(rule, seed) for seed in range(args.seeds) for rule in RULES]
+    with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        runs = list(pool.map(run_one, *zip(*cases, strict=True), [args.minutes] * len(cases), [costs] * len(cases)))
+    keys = ("goodput", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "node_hours_total", "capacity_hours")
+    by_rule = {}
+    for rule in RULES:
+        mine = [r for r in runs if r["rule"] == rule]
+        by_rule[rule] = {
+            **{k: _mean(mine, k) for k in keys},
+            **{f"{k}_ci95": _ci95(mine, k) for k in keys},
+            "node_hours": {t: float(np.mean([r["node_hours"][t] for r in mine])) for t in mine[0]["node_hours"]},
+            "actions": {a: float(np.mean([r["actions"][a] for r in mine])) for a in ("up", "down")},
+        }
+    ratios = {
+        f"{rule}_vs_{base}": {k: by_rule[rule][k] / by_rule[base][k] for k in keys if by_rule[base][k]}
+        for rule, base in (("zoo", "static"), ("wva", "static"), ("zoo", "wva"))
+    }
+    report = {
+        "what": __doc__.split("\n\n")[0],
+        "pool": POOL,
+        "pool_capacity_req_per_s": capacity,
+        "profile": PROFILE,
+        "minutes": args.minutes,
+        "seeds": args.seeds,
+        "slo": dataclasses.asdict(Slo()),
+        "policy": POLICY,
+        "gpu_cost": costs or "equal",
+        "by_rule": by_rule,
+        "ratios": ratios,
+        "runs": runs,
+    }
+    text = json.dumps(report, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Autoscaling in the fleet simulator: the fleet's nodes are a pool of GPUs of each type, of which an autoscaler keeps
+some joined, adds more (each joins ``provision_s`` after it is asked for: a pod scheduled, weights loaded) and drains
+others (routed nothing new, they leave once their requests end). Two rules drive it, each as its users run it:
+
+    zoo   controlplane/capacity_plan.py, planned at every sample (the control plane plans at every stats snapshot),
+          scaled every 15 s (KEDA's pollingInterval in deploy/k8s/43-autoscaling.yaml) to the published plan, at most
+          one node shed a minute per GPU type (the ScaledObject's HPA scaleDown policy)
+    wva   controlplane/capacity_wva.py: each replica's KV use and waiting requests as their peak over the last
+          minute (Prometheus max_over_time[1m]), every 60 s (its reconcile), no scale-up while a replica is pending
+
+Both are given the same GPU costs, the same pool and the same start. Sans-IO: ``FleetSimulator`` calls ``tick`` every
+``sample_s`` of virtual time and ``join`` when a node's provisioning ends.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, plan_nodes
+from controlplane.capacity_wva import WvaReplica, wva_targets
+from controlplane.registry import NodeState
+
+RULES = ("zoo", "wva")
+
+
+@dataclass
+class AutoscaleConfig:
+    """rule: "zoo" or "wva". start_nodes: each GPU type's nodes joined at the start (a type not listed: 1).
+    ttft_s: the router's TTFT target (the zoo plan's backlog term reads it)."""
+
+    rule: str
+    ttft_s: float
+    plan: CapacityPlanConfig = field(default_factory=CapacityPlanConfig)
+    start_nodes: dict[str, int] = field(default_factory=dict)
+    provision_s: float = 60.0
+    sample_s: float = 5.0
+    zoo_interval_s: float = 15.0
+    zoo_scale_down_period_s: float = 60.0
+    wva_interval_s: float = 60.0
+    wva_window_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.rule not in RULES:
+            raise ValueError(f"autoscale rule must be one of {RULES}, got {self.rule!r}")
+
+
+class Autoscaler:
+    """``gpu_types[i]``: node i's GPU type. Tracks which nodes are joined, pending and draining, and the node-seconds
+    each type was held (joined or pending: a GPU paid for)."""
+
+    def __init__(self, config: AutoscaleConfig, node_ids: list[str], gpu_types: list[str]) -> None:
+        self.config = config
+        self.node_ids, self.gpu_types = node_ids, gpu_types
+        self.planner = CapacityPlanner(config.plan)
+        self.joined: set[int] = set()
+        self.pending: dict[int, float] = {}  # node → when it joins
+        self.draining: set[int] = set()
+        self._held_since: dict[int, float] = {}
+        self.node_seconds: dict[str, float] = {t: 0.0 for t in gpu_types}
+        self.actions = {"up": 0, "down": 0}
+        self._next_act_s = 0.0
+        self._last_shed_s: dict[str, float] = {}
+        self._peaks: dict[int, deque[tuple[float, float, int]]] = {}  # wva: (t, kv, waiting) samples
+        self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
+
+    def start(self) -> list[int]:
+        """The nodes joined at time 0."""
+        wanted = dict(self.config.start_nodes)
+        for i, gpu_type in enumerate(self.gpu_types):
+            if wanted.get(gpu_type, 1) > 0:
+                wanted[gpu_type] = wanted.get(gpu_type, 1) - 1
+                self.joined.add(i)
+                self._held_since[i] = 0.0
+        self._record(0.0)
+        return sorted(self.joined)
+
+    def join(self, now: float, i: int) -> bool:
+        """Node i's provisioning ended: it joins (False: it was cancelled meanwhile)."""
+        if self.pending.pop(i, None) is None:
+            return False
+        self.joined.add(i)
+        return True
+
+    def tick(self, now: float, registry) -> tuple[list[tuple[float, int]], list[int], list[int]]:
+        """One sample: (nodes to provision: (join time, node)), nodes to drain, nodes drained and idle to remove."""
+        gone = [i for i in self.draining if (v := registry.view(self.node_ids[i])) is None or v.num_inflight == 0]
+        for i in gone:
+            self.draining.discard(i)
+            self.joined.discard(i)
+            self._release(now, i)
+        wanted = self._wanted(now, registry)
+        starts: list[tuple[float, int]] = []
+        drains: list[int] = []
+        if wanted is not None:
+            for gpu_type, target in sorted(wanted.items()):
+                starts += self._grow(now, gpu_type, target)
+                drains += self._shrink(now, gpu_type, target, registry)
+        if gone or starts or drains:
+            self._record(now)
+        return starts, drains, gone
+
+    def finish(self, now: float) -> None:
+        for i in list(self._held_since):
+            self._release(now, i)
+
+    # -- the rules ---------------------------------------------------------------------------------
+
+    def _wanted(self, now: float, registry) -> dict[str, int] | None:
+        config = self.config
+        up = [i for i in sorted(self.joined - self.draining) if registry.state(self.node_ids[i]) is NodeState.UP]
+        if config.rule == "zoo":
+            rows = {self.node_ids[i]: {"state": "up"} for i in up}
+            plans = self.planner.plan(now, plan_nodes(registry.views(), rows), config.ttft_s)
+            if now < self._next_act_s:
+                return None
+            self._next_act_s = now + config.zoo_interval_s
+            return {v.gpu_type: v.desired_nodes for p in plans for v in p.variants}
+        for i in up:  # wva: Prometheus' samples of each replica, their peak over its window
+            v = registry.view(self.node_ids[i])
+            samples = self._peaks.setdefault(i, deque())
+            samples.append((now, v.kv_usage, v.num_waiting))
+            while samples[0][0] < now - config.wva_window_s:
+                samples.popleft()
+        if now < self._next_act_s:
+            return None
+        self._next_act_s = now + config.wva_interval_s
+        replicas = [
+            WvaReplica(self.gpu_types[i], max(s[1] for s in self._peaks[i]), max(s[2] for s in self._peaks[i]))
+            for i in up
+        ]
+        targets = wva_targets(replicas, config.plan.cost)
+        if self.pending:  # WVA blocks a scale-up while replicas are pending
+            held = {t: sum(1 for i in up if self.gpu_types[i] == t) for t in targets}
+            targets = {t: min(n, held[t] + sum(1 for i in self.pending if self.gpu_types[i] == t))
+                       for t, n in targets.items()}  # fmt: skip
+        return targets
+
+    def _held(self, gpu_type: str) -> list[int]:
+        return [i for i in sorted((self.joined - self.draining) | set(self.pending)) if self.gpu_types[i] == gpu_type]
+
+    def _grow(self, now: float, gpu_type: str, target: int) -> list[tuple[float, int]]:
+        held = self._held(gpu_type)
+        free = [i for i, t in enumerate(self.gpu_types) if t == gpu_type and i not in self._held_since]
+        starts = []
+        for i in free[: max(target - len(held), 0)]:
+            self.pending[i] = now + self.config.provision_s
+            self._held_since[i] = now
+            starts.append((self.pending[i], i))
+            self.actions["up"] += 1
+        return starts
+
+    def _shrink(self, now: float, gpu_type: str, target: int, registry) -> list[int]:
+        held = self._held(gpu_type)
+        excess = len(held) - target
+        drains = []
+        for i in sorted((i for i in held if i in self.pending), reverse=True):  # pending first: not started yet
+            if excess <= 0:
+                break
+            del self.pending[i]
+            self._release(now, i)
+            excess -= 1
+        rate_limited = self.config.rule == "zoo"
+        while excess > 0:
+            if rate_limited and now - self._last_shed_s.get(gpu_type, -1e18) < self.config.zoo_scale_down_period_s:
+                break
+            up = [i for i in held if i in self.joined and i not in self.draining]
+            if len(up) <= 1:
+                break
+            i = min(up, key=lambda j: (registry.view(self.node_ids[j]).num_inflight, -j))  # the least busy
+            self.draining.add(i)
+            drains.append(i)
+            self._last_shed_s[gpu_type] = now
+            self.actions["down"] += 1
+            excess -= 1
+        return drains
+
+    def _release(self, now: float, i: int) -> None:
+        since = self._held_since.pop(i, None)
+        if since is not None:
+            self.node_seconds[self.gpu_types[i]] += now - since
+
+    def _record(self, now: float) -> None:
+        counts: dict[str, int] = {}
+        for i in self._held_since:
+            counts[self.gpu_types[i]] = counts.get(self.gpu_types[i], 0) + 1
+        self.timeline.append((now, counts))
+
+    def summary(self) -> dict:
+        return {
+            "rule": self.config.rule,
+            "node_hours": {t: s / 3600 for t, s in sorted(self.node_seconds.items())},
+            "actions": dict(self.actions),
+            "timeline": [{"t_s": round(t, 1), "nodes": n} for t, n in self.timeline],
+        }

@@ -1,0 +1,80 @@
+"""Autoscaling in the fleet simulator (sim/autoscale.py): nodes asked for join after their provisioning, serve, and
+are drained and leave when the load falls; WVA's rule steps one node per reconcile; runs are deterministic."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from backends.sim.cost_model import node_hardware_info
+from controlplane.capacity_plan import CapacityPlanConfig
+from sim.autoscale import AutoscaleConfig, Autoscaler
+from sim.des import FleetSimulator
+from sim.workload import TraceRequest, Workload
+
+POOL = [{"name": "c", "pools": [{"gpu": "h100-sxm", "count": 1}, {"gpu": "l4", "count": 4}]}]
+
+
+def burst_then_quiet() -> Workload:
+    """40 s of 40 requests/s (far over one H100 and one L4), then one request every 2 s for 200 s."""
+    busy = [TraceRequest(i / 40, 1500, 60) for i in range(1600)]
+    quiet = [TraceRequest(40 + 2 * i, 300, 20) for i in range(100)]
+    return Workload("burst", tuple(busy + quiet))
+
+
+def run(small_fleet, rule: str, **overrides):
+    fleet = small_fleet(POOL)
+    gpu_types = [node_hardware_info(n.hardware).gpu_type for n in fleet.nodes]
+    settings = {"provision_s": 10.0, "sample_s": 1.0, "zoo_interval_s": 3.0, "zoo_scale_down_period_s": 5.0,
+                "wva_interval_s": 10.0, "wva_window_s": 10.0, **overrides}  # fmt: skip
+    # an L4 node costs a quarter of an H100 node (WVA scales the cheaper node up); per unit of power the H100 is
+    # the cheaper (4 / 2.28 against 1 / 0.24), so the plan adds H100s first, and overflows to L4s at the pool's one
+    plan = CapacityPlanConfig(
+        scale_down_window_s=20.0, gpu_cost={"H100": 4.0, "L4": 1.0}, max_nodes={"H100": 1, "L4": 4}
+    )
+    scaler = Autoscaler(AutoscaleConfig(rule, 1.0, plan, **settings), [n.node_id for n in fleet.nodes], gpu_types)
+    result = FleetSimulator(fleet, burst_then_quiet(), "hardware_aware", seed=3, autoscaler=scaler).run()
+    return fleet, scaler, result
+
+
+def held(scaler, gpu_type: str) -> list[int]:
+    return [entry[1].get(gpu_type, 0) for entry in scaler.timeline]
+
+
+def test_the_plan_adds_nodes_under_load_and_sheds_them_after(small_fleet):
+    fleet, scaler, result = run(small_fleet, "zoo")
+    assert result.drained and all(r.num_output_tokens == r.max_tokens for r in result.records)  # nothing lost
+    l4 = held(scaler, "L4")
+    assert l4[0] == 1 and max(l4) == 4 and l4[-1] < 4  # one at the start, the pool's four under load, fewer after
+    assert scaler.actions["up"] >= 3 and scaler.actions["down"] >= 1
+    # nodes that joined later served requests, and none before it had joined (10 s after it was asked for)
+    first_ask = next(t for t, counts in scaler.timeline if counts.get("L4", 0) > 1)
+    late = {n.node_id for n in fleet.nodes[2:]}  # the L4s other than the first
+    served = [r for r in result.records if r.node_id in late]
+    assert served and min(r.arrival_s for r in served) >= first_ask + 10.0
+    # the GPUs held: the two at the start all along, the others part of the time
+    assert 2 * result.end_s / 3600 < sum(scaler.node_seconds.values()) / 3600 < 5 * result.end_s / 3600
+
+
+def test_wva_steps_one_replica_per_reconcile(small_fleet):
+    _, scaler, result = run(small_fleet, "wva")
+    assert result.drained
+    total = [sum(counts.values()) for _, counts in scaler.timeline]
+    assert all(b - a <= 1 for a, b in itertools.pairwise(total))  # +1 at a time
+    assert max(total) > 2  # it did scale up
+
+
+@pytest.mark.parametrize("rule", ["zoo", "wva"])
+def test_same_seed_same_scaling(small_fleet, rule):
+    _, first, one = run(small_fleet, rule)
+    _, second, two = run(small_fleet, rule)
+    assert first.timeline == second.timeline
+    assert [(r.req_id, r.node_id, r.finish_s) for r in one.records] == [
+        (r.req_id, r.node_id, r.finish_s) for r in two.records
+    ]
+
+
+def test_an_unknown_rule_is_refused():
+    with pytest.raises(ValueError, match="autoscale rule"):
+        AutoscaleConfig("hpa", 1.0)
