@@ -109,6 +109,11 @@ class FleetObserver:
             migrations_total=dict(stats.get("migrations", {})),
             kv_migrated_bytes_total=getattr(getattr(self.cp, "kv_moves", None), "kv_bytes_total", 0),
             slo_forecast_late_share=stats.get("slo_forecast", {}).get("recent_late_share", 0.0),
+            capacity=[
+                (pool["model"], pool["cell"], v["gpu_type"], v["nodes"], v["desired"])
+                for pool in stats.get("capacity") or []
+                for v in pool["variants"]
+            ],
             overload_mode=(stats.get("slo_forecast", {}).get("overload") or {}).get("on"),
             tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
             router_knobs=dict((stats.get("router") or {}).get("knobs", {})),

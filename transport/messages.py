@@ -403,8 +403,7 @@ class FleetStats(Envelope, kw_only=True):
     latencies: list[LatencyFigure] = []
     num_requests_total: dict[str, int] = {}  # routed, completed, failed, cancelled, refused
     num_inflight: int = 0
-    # of them, those whose long prompt waits for (or is in) a tokenizing thread (controlplane/offload_tokenize.py)
-    num_tokenizing: int = 0
+    num_tokenizing: int = 0  # of them, those whose long prompt waits for a tokenizing thread (offload_tokenize.py)
     rejected_requests_total: dict[str, int] = {}  # by reason (ErrorCode value)
     malformed_messages_total: dict[str, int] = {}  # by kind (ErrorCode value; agent and client sockets)
     num_preemptions_total: int = 0  # summed over the live nodes' LoadReports
@@ -421,6 +420,7 @@ class FleetStats(Envelope, kw_only=True):
     router_knobs: dict[str, Any] = {}
     router_reloads: dict[str, int] = {}  # reloads at SIGHUP (controlplane/router_reload.py) by outcome: ok, refused
     draining: bool = False  # the control plane is shutting down: new requests refused (zoo/controlplane_shutdown.py)
+    capacity: list[tuple[str, str, str, int, int]] = []  # (model, cell, GPU type, nodes, wanted): capacity_plan.py
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

@@ -280,7 +280,22 @@ def describe_rates(view: FleetView) -> str:
         f"forecast late {stats.slo_forecast_late_share:.0%}{overload}   "
         f"{describe_migrations(stats, r)}\n"
         + "   ".join(s.describe() for s in view.cell_summaries())  # the fleet by cell
+        + describe_capacity(stats)
     )
+
+
+def describe_capacity(stats: FleetStats) -> str:
+    """The capacity plan's line (controlplane/capacity_plan.py): each GPU type's nodes, and the nodes it wants where
+    that differs ("H100 2 (wants 3)"); named by cell, and by model, where there are several."""
+    if not stats.capacity:
+        return ""
+    many_cells = len({(model, cell) for model, cell, *_ in stats.capacity}) > 1
+    many_models = len({model for model, *_ in stats.capacity}) > 1
+    parts = []
+    for model, cell, gpu_type, nodes, wanted in stats.capacity:
+        name = "/".join([*([model] if many_models else []), *([cell] if many_cells else []), gpu_type])
+        parts.append(f"{name} {nodes}" + (f" (wants {wanted})" if wanted != nodes else ""))
+    return "\ncapacity plan: " + ", ".join(parts)
 
 
 def describe_router(stats: FleetStats, width: int = 90) -> str:

@@ -49,3 +49,20 @@ def test_a_sleeping_node_says_its_level_in_the_state_column(make_stats):
     cells = {n.node_id: state.cell(n) for n in view.rows()}
     assert cells == {"h100-0": "asleep:2", "a100-0": "to sleep", "l4-0": "up", "t4-0": "up"}
     assert describe_sleep(2) == "   asleep at level 2" and describe_sleep(0) == ""
+
+
+def test_the_capacity_plan_line_says_what_each_gpu_type_has_and_wants(make_stats):
+    import msgspec
+
+    from tui.fleet_view import describe_capacity, describe_rates
+
+    view = FleetView()
+    view.update(make_stats(1))
+    assert "capacity plan" not in describe_rates(view)  # a control plane that sent none
+    one_pool = [("m", "zoo", "H100", 2, 3), ("m", "zoo", "L4", 4, 4)]
+    view.update(msgspec.structs.replace(make_stats(2), capacity=one_pool))
+    assert describe_rates(view).endswith("\ncapacity plan: H100 2 (wants 3), L4 4")
+    two_cells = [("m", "vip", "H100", 2, 2), ("m", "chat", "L4", 4, 2)]
+    assert describe_capacity(msgspec.structs.replace(make_stats(3), capacity=two_cells)) == (
+        "\ncapacity plan: vip/H100 2, chat/L4 4 (wants 2)"
+    )

@@ -1,5 +1,6 @@
 """The autoscaling signal on a real fleet (processes over real sockets): `zoo controlplane --capacity-plan` exports
-each GPU type's nodes and the nodes it should have, and a queue on the nodes raises the second."""
+each GPU type's nodes and the nodes it should have (on /metrics and in `zoo top`'s stats stream), and a queue on the
+nodes raises the second."""
 
 from __future__ import annotations
 
@@ -38,8 +39,9 @@ async def test_each_gpu_type_is_exported_and_a_queue_asks_for_more_of_the_cheape
         spawn_agent(cp.agent_endpoint, node_id, "--gpu-profile", gpu, "--fake-max-num-seqs", "1", "--fake-step-ms", "9")
     with anyio.fail_after(START_TIMEOUT_S):
         async for stats in subscribe(cp.stats_endpoint):
-            if sum(n.state == "up" for n in stats.nodes) == 2:
+            if sum(n.state == "up" for n in stats.nodes) == 2 and len(stats.capacity) == 2:
                 break
+    assert sorted((gpu, nodes, wanted) for _, _, gpu, nodes, wanted in stats.capacity) == [("H100", 1, 1), ("L4", 1, 1)]
     async with (
         httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=30.0) as http,
         AsyncZooClient(cp.client_endpoint, timeout_s=60.0) as client,
