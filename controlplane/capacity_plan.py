@@ -95,6 +95,8 @@ class CapacityPlanConfig:
     @classmethod
     def from_table(cls, table: Mapping) -> CapacityPlanConfig:
         """From a TOML table (``--capacity-plan FILE``'s ``[capacity]``); ValueError on unknown or mistyped keys."""
+        if not isinstance(table, Mapping):
+            raise ValueError(f"capacity plan: a table of settings is needed, got {type(table).__name__}")
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(table) - known)
         if unknown:

@@ -172,6 +172,12 @@ def test_the_file_is_read_from_its_capacity_table(tmp_path):
     path.write_text("target_utilisation = [")
     with pytest.raises(ValueError, match="invalid TOML"):
         load_capacity_plan(str(path))
+    path.write_text("capacity = 5\n")
+    with pytest.raises(ValueError, match="a table of settings is needed, got int"):
+        load_capacity_plan(str(path))
+    path.write_text("[capacity]\ntarget_utilisation = nan\n")
+    with pytest.raises(ValueError, match="target_utilisation must be in"):
+        load_capacity_plan(str(path))
     path.write_text("[capacity]\nmax_nodes = {l4 = -1}\n")
     with pytest.raises(ValueError, match=f"{path}: capacity plan: node counts"):
         load_capacity_plan(str(path))
@@ -199,3 +205,21 @@ def test_the_plan_covers_the_load_and_no_node_it_keeps_is_spare(specs, costs, ta
         if v.desired_nodes > 1:
             assert planned - v.node_capacity < plan.wanted_capacity + 1e-6
     assert math.isclose(plan.capacity, sum(v.num_nodes * v.node_capacity for v in plan.variants))
+
+
+toml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=3),
+    max_leaves=12,
+)
+keys = st.sampled_from([*CapacityPlanConfig.__dataclass_fields__, "other"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(keys, toml_values, max_size=5) | toml_values)
+def test_any_table_is_a_config_or_a_value_error(table):
+    try:
+        config = CapacityPlanConfig.from_table(table)
+    except ValueError:
+        return
+    assert 0 < config.target_utilisation <= 1 and all(n >= 0 for n in config.max_nodes.values())
