@@ -129,8 +129,15 @@ def _mean(runs: list[dict], key: str) -> float:
     return float(np.mean([r[key] for r in runs]))
 
 
+def _ratio(value: float, base: float) -> float:
+    """value / base; NaN (None in the report) where either is not a finite figure or base is 0."""
+    return value / base if math.isfinite(value) and math.isfinite(base) and base != 0 else math.nan
+
+
 def _ci95(runs: list[dict], key: str) -> float:
     values = [r[key] for r in runs]
+    if not all(math.isfinite(v) for v in values):
+        return math.nan
     return 1.96 * float(np.std(values, ddof=1)) / math.sqrt(len(values)) if len(values) > 1 else 0.0
 
 
@@ -144,11 +151,35 @@ def main(argv: list[str] | None = None) -> int:
                    '\'{"H100": 4, "A100-40GB": 1.6, "L4": 0.5, "T4": 0.7}\'')  # fmt: skip
     args = p.parse_args(argv)
     costs = json.loads(args.costs)
-    _, capacity = profiled_workload(args.minutes, 0)
     cases = [(rule, seed) for seed in range(args.seeds) for rule in RULES]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         runs = list(pool.map(run_one, *zip(*cases, strict=True), [args.minutes] * len(cases), [costs] * len(cases)))
-    keys = ("goodput", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "node_hours_total", "capacity_hours")
+    text = json.dumps(finite(summarise(runs, costs, args.minutes, args.seeds)), indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+def finite(value):
+    """``value`` with every infinite or NaN float as None (strict JSON): a P99 past the served requests, a run that
+    left requests unserved, has none."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
+def summarise(runs: list[dict], costs: dict[str, float], minutes: float, seeds: int) -> dict:
+    """The report of ``runs``: per rule the means over seeds and their 95% intervals, and the ratios. A run's cost
+    is its node-hours priced by ``costs`` (a type not listed, or no costs: 1 per node-hour)."""
+    for run in runs:
+        run["cost"] = sum(h * costs.get(t, 1.0) for t, h in run["node_hours"].items())
+    _, capacity = profiled_workload(minutes, 0)
+    keys = ("goodput", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "node_hours_total", "capacity_hours", "cost")
     by_rule = {}
     for rule in RULES:
         mine = [r for r in runs if r["rule"] == rule]
@@ -159,16 +190,16 @@ def main(argv: list[str] | None = None) -> int:
             "actions": {a: float(np.mean([r["actions"][a] for r in mine])) for a in ("up", "down")},
         }
     ratios = {
-        f"{rule}_vs_{base}": {k: by_rule[rule][k] / by_rule[base][k] for k in keys if by_rule[base][k]}
+        f"{rule}_vs_{base}": {k: _ratio(by_rule[rule][k], by_rule[base][k]) for k in keys}
         for rule, base in (("zoo", "static"), ("wva", "static"), ("zoo", "wva"))
     }
-    report = {
+    return {
         "what": __doc__.split("\n\n")[0],
         "pool": POOL,
         "pool_capacity_req_per_s": capacity,
         "profile": PROFILE,
-        "minutes": args.minutes,
-        "seeds": args.seeds,
+        "minutes": minutes,
+        "seeds": seeds,
         "slo": dataclasses.asdict(Slo()),
         "policy": POLICY,
         "gpu_cost": costs or "equal",
@@ -176,11 +207,6 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios,
         "runs": runs,
     }
-    text = json.dumps(report, indent=1)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
-    print(text)
-    return 0
 
 
 if __name__ == "__main__":
