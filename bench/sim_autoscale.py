@@ -3,6 +3,7 @@ llm-d WVA's saturation analyzer (controlplane/capacity_wva.py) and against the w
 workload, seed by seed.
 
     python -m bench.sim_autoscale --seeds 3 --jobs 2 --out bench/results/2026-12-07-sim-autoscale.json
+    zoo bench autoscale [--quick] [--json]      # the same at equal costs (--quick: 4 minutes, one seed)
 
 The pool: half the zoo fleet (2 H100, 4 A100-40GB, 4 L4, 1 T4 TP-2 pair), one cell, hardware_aware routing.
 The autoscaled runs start with one node of each type and may hold at most the pool; a node asked for joins 60 s
@@ -159,6 +160,19 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(text + "\n")
     print(text)
     return 0
+
+
+def run_autoscale_bench(args: argparse.Namespace) -> dict:
+    """`zoo bench autoscale`: the whole comparison at equal costs (``--quick``: 4 minutes of arrivals, one seed)."""
+    minutes, seeds = (4.0, 1) if getattr(args, "quick", False) else (30.0, 3)
+    cases = [(rule, seed) for seed in range(seeds) for rule in RULES]
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        runs = list(pool.map(run_one, *zip(*cases, strict=True), [minutes] * len(cases), [{}] * len(cases)))
+    report = finite(summarise(runs, {}, minutes, seeds))
+    if not getattr(args, "json", False):
+        for rule, figures in report["by_rule"].items():
+            print(f"{rule:>7}: goodput {figures['goodput']:.3f}, node-hours {figures['node_hours_total']:.2f}")
+    return report
 
 
 def finite(value):

@@ -179,6 +179,7 @@ BENCH_TARGETS = {
     "prompt-logprobs": ("bench.prompt_logprobs", "run_prompt_logprobs_bench"),
     "embeddings": ("bench.embeddings", "run_embeddings_bench"),
     "gc-pauses": ("bench.gc_pauses", "run_gc_pauses_bench"),
+    "autoscale": ("bench.sim_autoscale", "run_autoscale_bench"),
 }
 
 
