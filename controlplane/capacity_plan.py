@@ -121,7 +121,9 @@ class CapacityPlanConfig:
 def _is_number(value: object, kind: type) -> bool:
     if isinstance(value, bool):
         return False
-    return isinstance(value, int) if kind is int else isinstance(value, int | float)
+    if kind is int:
+        return isinstance(value, int)
+    return isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**1023)  # float() would overflow
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,14 +171,33 @@ class PoolPlan:
         return self.load / self.capacity if self.capacity > 0 else 0.0
 
 
+MAX_NODE_LOAD = 100.0  # ρ is capped here: a report's absurd figure (a queue of 10^18) must not ask for 10^17 nodes
+
+
 def node_load(node: PlanNode, ttft_s: float, config: CapacityPlanConfig) -> float:
-    """ρ: the node's load as a share of what it holds before it counts as full (can exceed 1)."""
-    kv = max(node.kv_usage, 0.0) / config.kv_threshold
+    """ρ: the node's load as a share of what it holds before it counts as full (can exceed 1, at most
+    MAX_NODE_LOAD). A figure that is not a finite number (a broken report) counts as nothing."""
+    kv = _finite(node.kv_usage) / config.kv_threshold
     queue = max(node.num_waiting, 0) / config.queue_threshold  # held back by a full batch or KV, whatever the speed
-    if node.prefill_tok_per_s > 0:
-        backlog_s = max(node.queued_prefill_tokens, 0) / node.prefill_tok_per_s
+    rate = _finite(node.prefill_tok_per_s)
+    if rate > 0:
+        backlog_s = max(node.queued_prefill_tokens, 0) / rate
         queue = max(queue, backlog_s / (ttft_s * config.backlog_share))
-    return max(kv, queue)
+    return min(max(kv, queue), MAX_NODE_LOAD)
+
+
+def _finite(value: float) -> float:
+    """``value`` when it is a finite number at least 0, else 0."""
+    return value if 0 < value < math.inf else 0.0
+
+
+def _power(value: float) -> float:
+    """A hello's power score (an A100-80GB is 1.0); one past MAX_POWER_SCORE is a broken hello, and counts as none
+    (summed over a pool, such figures would overflow to infinity)."""
+    return value if 0 < value <= MAX_POWER_SCORE else 0.0
+
+
+MAX_POWER_SCORE = 1e6
 
 
 def plan_nodes(views: Iterable[NodeView], rows: Mapping[str, Mapping]) -> list[PlanNode]:
@@ -233,9 +254,9 @@ class CapacityPlanner:
         by_type: dict[str, list[PlanNode]] = {}
         for node in nodes:
             by_type.setdefault(node.gpu_type, []).append(node)
-        power = {t: sum(max(n.power_score, 0.0) for n in ns) / len(ns) for t, ns in by_type.items()}
+        power = {t: sum(_power(n.power_score) for n in ns) / len(ns) for t, ns in by_type.items()}
         count = {t: len(ns) for t, ns in by_type.items()}
-        load = sum(node_load(n, ttft_s, config) * max(n.power_score, 0.0) for n in nodes)
+        load = sum(node_load(n, ttft_s, config) * _power(n.power_score) for n in nodes)
         capacity = sum(power[t] * count[t] for t in by_type)
         wanted = load / config.target_utilisation
         raw = _resize(dict(count), power, capacity, wanted, config)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from controlplane.capacity_plan import (
@@ -157,6 +157,8 @@ def test_a_bad_config_is_refused_with_its_reason():
         CapacityPlanConfig.from_table({"target": 0.5})
     with pytest.raises(ValueError, match="gpu_cost must be a table"):
         CapacityPlanConfig.from_table({"gpu_cost": {"l4": "cheap"}})
+    with pytest.raises(ValueError, match="gpu_cost must be a table"):
+        CapacityPlanConfig.from_table({"gpu_cost": {"l4": 10**400}})  # past a float
     with pytest.raises(ValueError, match="queue_threshold must be a int"):
         CapacityPlanConfig.from_table({"queue_threshold": True})
     with pytest.raises(ValueError, match="TTFT target"):
@@ -223,3 +225,23 @@ def test_any_table_is_a_config_or_a_value_error(table):
     except ValueError:
         return
     assert 0 < config.target_utilisation <= 1 and all(n >= 0 for n in config.max_nodes.values())
+
+
+figures = st.floats(allow_nan=True, allow_infinity=True) | st.just(float("nan"))
+counts = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+
+
+@settings(max_examples=300, deadline=None)
+@example([("H100", 1.7e308, 0.9, 9, 0, 0.0), ("H100", 1.7e308, 0.9, 9, 0, 0.0)])  # their sum is past a float
+@example([("L4", 0.24, float("nan"), 0, 10**18, float("inf"))])
+@given(st.lists(st.tuples(st.sampled_from(["H100", "L4"]), figures, figures, counts, counts, figures), min_size=1,
+                max_size=6))  # fmt: skip
+def test_reports_with_any_figures_give_a_plan_and_never_an_error(specs):
+    """What a node reports is not validated on the wire: NaN, infinities and absurd counts must not end the
+    control plane's stats snapshot (ControlPlane.stats() plans at every one), nor ask for absurd node counts."""
+    nodes = [PlanNode(f"n{i}", "m", "c", t, power, kv, waiting, queued, rate)
+             for i, (t, power, kv, waiting, queued, rate) in enumerate(specs)]  # fmt: skip
+    (plan,) = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0)).plan(0.0, nodes, 1.0)
+    assert math.isfinite(plan.load) and math.isfinite(plan.utilisation)
+    for v in plan.variants:
+        assert isinstance(v.desired_nodes, int) and 1 <= v.desired_nodes <= 150 * len(nodes)
