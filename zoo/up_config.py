@@ -4,7 +4,8 @@ zoo.toml may also describe cells and traffic classes (``[[cells]]``, ``[[traffic
 controlplane/cells.py); the control plane then reads them from the same file (``--cells zoo.toml``).
 Agents join a cell by ``cell = "NAME"`` (their ``--cell``) or by their GPU type. ``[controlplane.router]`` holds
 RouterConfig fields (the router's SLO, hardware_aware's terms), which the control plane reads from the same file
-(``--router-knobs-file zoo.toml``), again at every SIGHUP to it (controlplane/router_reload.py)."""
+(``--router-knobs-file zoo.toml``), again at every SIGHUP to it (controlplane/router_reload.py). ``[capacity]`` is the
+control plane's capacity plan (``--capacity-plan zoo.toml``: controlplane/capacity_plan.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controlplane.capacity_plan import CapacityPlanConfig
 from controlplane.cells import parse_cells
 from controlplane.router.router_knobs import parse_router_knobs
 from controlplane.toml_file import load_toml
@@ -104,15 +106,21 @@ def load_up_config(path: Path | None) -> UpConfig:
     except FileNotFoundError:
         raise FileNotFoundError(f"config file not found: {path}") from None
     cp = dict(data.get("controlplane", {}))
-    unknown = set(data) - {"controlplane", "agents", *CELL_SECTIONS, *SIM_FLEET_KEYS}
+    unknown = set(data) - {"controlplane", "agents", "capacity", *CELL_SECTIONS, *SIM_FLEET_KEYS}
     if unknown:
         raise ValueError(
             f"{path}: unknown sections {sorted(unknown)} (expected [controlplane], [[agents]], [[cells]], "
-            "[[traffic_classes]])"
+            "[[traffic_classes]], [capacity])"
         )
     if CELL_SECTIONS & set(data):  # cells and classes: checked now, read by the control plane from this file
         parse_cells(data, str(path))
         cp.setdefault("cells", str(path))
+    if "capacity" in data:  # the capacity plan (controlplane/capacity_plan.py): checked now, read from this file
+        try:
+            CapacityPlanConfig.from_table(data["capacity"])
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+        cp.setdefault("capacity_plan", str(path))
     raw_agents = data.get("agents", [])
     if not isinstance(raw_agents, list) or not all(isinstance(a, dict) for a in raw_agents):
         raise ValueError(f"{path}: agents must be an array of tables ([[agents]])")

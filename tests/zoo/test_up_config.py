@@ -57,6 +57,7 @@ node_id = "b"
         ("[[agents]]\nnode_id = 'a'\n[[agents]]\nnode_id = 'a'\n", "unique"),
         ("[controlplane]\nlisten = 'ipc:///x'\n", "tcp://"),
         ("[agents]\nnode_id = 'a'\n", "array of tables"),
+        ("[capacity]\ntarget_utilisation = 2\n", r"zoo\.toml: capacity plan: target_utilisation must be in"),
     ],
 )
 def test_bad_config_is_a_clear_error(tmp_path, text, match):
@@ -133,3 +134,10 @@ profiler_config = {{profiler = "jax", jax_profiler_dir = "{traces}"}}
     a, j = (build_parser().parse_args(agent.argv(cfg.control)) for agent in cfg.agents)
     assert (a.profiler_config.profiler, a.profiler_config.max_iterations) == ("torch", 64)  # the control plane's
     assert j.profiler_config.profiler == "jax"  # its own
+
+
+def test_a_capacity_table_is_the_control_planes_capacity_plan(tmp_path):
+    p = tmp_path / "zoo.toml"
+    p.write_text("[capacity]\ntarget_utilisation = 0.6\n[capacity.gpu_cost]\nL4 = 0.5\n")
+    argv = load_up_config(p).controlplane_argv()
+    assert argv[argv.index("--capacity-plan") + 1] == str(p)  # zoo controlplane reads [capacity] from it
