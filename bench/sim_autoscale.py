@@ -63,12 +63,15 @@ RULES = ("static", "zoo", "wva")
 POLICY = "hardware_aware"
 
 
-def profiled_workload(minutes: float, seed: int) -> tuple[Workload, float]:
-    """The conv requests' lengths on arrivals of the profile's rate (thinned Poisson, seeded); and the pool's
-    capacity in requests/s for them."""
-    fleet = parse_fleet(POOL, POOL["name"])
+def pool_capacity(conv: Workload) -> float:
+    """The pool's capacity in requests/s for the conv trace's mean request."""
+    return parse_fleet(POOL, POOL["name"]).capacity_req_per_s(conv.mean_prompt_tokens, conv.mean_output_tokens)
+
+
+def profiled_workload(minutes: float, seed: int) -> Workload:
+    """The conv requests' lengths on arrivals of the profile's rate (thinned Poisson, seeded)."""
     conv = load_trace("conv")
-    capacity = fleet.capacity_req_per_s(conv.mean_prompt_tokens, conv.mean_output_tokens)
+    capacity = pool_capacity(conv)
     duration_s = 60.0 * minutes
     peak = max(level for _, level in PROFILE) * capacity
     rng = np.random.default_rng((seed, 17))
@@ -81,12 +84,12 @@ def profiled_workload(minutes: float, seed: int) -> tuple[Workload, float]:
         TraceRequest(float(t), source[k % len(source)].num_prompt_tokens, source[k % len(source)].max_tokens)
         for k, t in enumerate(times[keep])
     )
-    return Workload(f"conv-lengths, profiled {minutes:g} min", reqs), capacity
+    return Workload(f"conv-lengths, profiled {minutes:g} min", reqs)
 
 
 def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float]) -> dict:
     fleet = parse_fleet(POOL, POOL["name"])
-    workload, _ = profiled_workload(minutes, seed)
+    workload = profiled_workload(minutes, seed)
     slo = Slo()
     router = dataclasses.replace(
         default_router_config(fleet, POLICY, seed), slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s
@@ -192,7 +195,7 @@ def summarise(runs: list[dict], costs: dict[str, float], minutes: float, seeds: 
     is its node-hours priced by ``costs`` (a type not listed, or no costs: 1 per node-hour)."""
     for run in runs:
         run["cost"] = sum(h * costs.get(t, 1.0) for t, h in run["node_hours"].items())
-    _, capacity = profiled_workload(minutes, 0)
+    capacity = pool_capacity(load_trace("conv"))
     keys = ("goodput", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "node_hours_total", "capacity_hours", "cost")
     by_rule = {}
     for rule in RULES:
