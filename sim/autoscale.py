@@ -76,9 +76,11 @@ class Autoscaler:
         return sorted(self.joined)
 
     def join(self, now: float, i: int) -> bool:
-        """Node i's provisioning ended: it joins (False: it was cancelled meanwhile)."""
-        if self.pending.pop(i, None) is None:
+        """Node i's provisioning ended: it joins (False: it was cancelled meanwhile, or cancelled and asked for again,
+        so this event is the first request's and its own join comes later)."""
+        if self.pending.get(i) != now:
             return False
+        del self.pending[i]
         self.joined.add(i)
         return True
 

@@ -78,3 +78,16 @@ def test_same_seed_same_scaling(small_fleet, rule):
 def test_an_unknown_rule_is_refused():
     with pytest.raises(ValueError, match="autoscale rule"):
         AutoscaleConfig("hpa", 1.0)
+
+
+def test_a_node_cancelled_and_asked_for_again_joins_at_its_second_time():
+    scaler = Autoscaler(AutoscaleConfig("zoo", 1.0, provision_s=60.0), ["a", "b"], ["L4", "L4"])
+    scaler.start()  # node 0 joined
+    (first,) = scaler._grow(0.0, "L4", 2)
+    assert first == (60.0, 1)
+    scaler.pending.pop(1)  # cancelled (as _shrink does), then asked for again
+    scaler._held_since.pop(1)
+    (second,) = scaler._grow(30.0, "L4", 2)
+    assert second == (90.0, 1)
+    assert not scaler.join(60.0, 1)  # the first request's event: not yet
+    assert scaler.join(90.0, 1) and 1 in scaler.joined
