@@ -2,15 +2,18 @@
 llm-d WVA's saturation analyzer (controlplane/capacity_wva.py) and against the whole pool held all along, on the same
 workload, seed by seed.
 
-    python -m bench.sim_autoscale --seeds 3 --jobs 2 --out bench/results/2026-12-07-sim-autoscale.json
-    zoo bench autoscale [--quick] [--json]      # the same at equal costs (--quick: 4 minutes, one seed)
+    python -m bench.sim_autoscale --seeds 3 --jobs 2 [--profile ramp-spike|diurnal|step|tuning] --out FILE.json
+    zoo bench autoscale [--quick] [--json]      # ramp-spike at equal costs (--quick: 4 minutes, one seed)
 
 The pool: half the zoo fleet (2 H100, 4 A100-40GB, 4 L4, 1 T4 TP-2 pair), one cell, hardware_aware routing.
 The autoscaled runs start with one node of each type and may hold at most the pool; a node asked for joins 60 s
 later (sim/autoscale.py). The workload: the conv trace's requests in order (their prompt and output lengths), their
-arrivals drawn again, seeded, as a Poisson process whose rate follows one load profile over ``--minutes``: a fifth
-of the run at 15% of the pool's capacity, a ramp to 75%, a plateau, a short spike to 95%, a fall to 25%. Nothing
-here was tuned on it: the plan runs at its defaults, equal GPU costs (WVA's CRD default), as does WVA. Both know
+arrivals drawn again, seeded, as a Poisson process whose rate follows a load profile over ``--minutes`` (PROFILES:
+ramp-spike, a fifth of the run at 15% of the pool's capacity, a ramp to 75%, a plateau, a short spike to 95%, a fall
+to 25%; diurnal, a day's rise and fall; step, a jump from 20% to 80% and back; tuning, the profile the plan's
+forecast was designed on, reported apart). Nothing was tuned on the reported profiles: the plan runs at its defaults
+(its forecast's lead is the nodes' provisioning time, a fact of the pool), equal GPU costs (WVA's CRD default), as
+does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0). Both know
 the pool: the plan as each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's
 target for a type with no GPU left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
 
@@ -58,8 +61,15 @@ POOL = {
     ],
 }
 # (share of the run, share of the pool's capacity): linear between the points
-PROFILE = ((0.0, 0.15), (0.2, 0.15), (0.35, 0.75), (0.6, 0.75), (0.63, 0.95), (0.68, 0.95), (0.78, 0.25), (1.0, 0.25))
-RULES = ("static", "zoo", "wva")
+PROFILES = {
+    "ramp-spike": ((0.0, 0.15), (0.2, 0.15), (0.35, 0.75), (0.6, 0.75), (0.63, 0.95), (0.68, 0.95), (0.78, 0.25),
+                   (1.0, 0.25)),
+    "diurnal": ((0.0, 0.2), (0.15, 0.25), (0.4, 0.8), (0.55, 0.85), (0.75, 0.45), (1.0, 0.2)),
+    "step": ((0.0, 0.2), (0.3, 0.2), (0.3001, 0.8), (0.7, 0.8), (0.7001, 0.2), (1.0, 0.2)),
+    "tuning": ((0.0, 0.1), (0.25, 0.1), (0.4, 0.7), (0.7, 0.7), (0.8, 0.2), (1.0, 0.2)),  # the forecast's design
+}  # fmt: skip
+PROFILE = PROFILES["ramp-spike"]
+RULES = ("static", "zoo", "zoo_reactive", "wva")
 POLICY = "hardware_aware"
 
 
@@ -68,28 +78,29 @@ def pool_capacity(conv: Workload) -> float:
     return parse_fleet(POOL, POOL["name"]).capacity_req_per_s(conv.mean_prompt_tokens, conv.mean_output_tokens)
 
 
-def profiled_workload(minutes: float, seed: int) -> Workload:
+def profiled_workload(minutes: float, seed: int, profile: str = "ramp-spike") -> Workload:
     """The conv requests' lengths on arrivals of the profile's rate (thinned Poisson, seeded)."""
     conv = load_trace("conv")
     capacity = pool_capacity(conv)
     duration_s = 60.0 * minutes
-    peak = max(level for _, level in PROFILE) * capacity
+    shape = PROFILES[profile]
+    peak = max(level for _, level in shape) * capacity
     rng = np.random.default_rng((seed, 17))
     times = np.cumsum(rng.exponential(1.0 / peak, int(peak * duration_s * 1.2) + 100))
     times = times[times < duration_s]
-    xs, ys = zip(*PROFILE, strict=True)
+    xs, ys = zip(*shape, strict=True)
     keep = rng.uniform(0, peak, len(times)) < np.interp(times / duration_s, xs, ys) * capacity
     source = conv.requests
     reqs = tuple(
         TraceRequest(float(t), source[k % len(source)].num_prompt_tokens, source[k % len(source)].max_tokens)
         for k, t in enumerate(times[keep])
     )
-    return Workload(f"conv-lengths, profiled {minutes:g} min", reqs)
+    return Workload(f"conv-lengths, {profile} {minutes:g} min", reqs)
 
 
-def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float]) -> dict:
+def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float], profile: str = "ramp-spike") -> dict:
     fleet = parse_fleet(POOL, POOL["name"])
-    workload = profiled_workload(minutes, seed)
+    workload = profiled_workload(minutes, seed, profile)
     slo = Slo()
     router = dataclasses.replace(
         default_router_config(fleet, POLICY, seed), slo_ttft_s=slo.ttft_s, slo_tpot_s=slo.tpot_s
@@ -99,7 +110,9 @@ def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float]) -> di
     scaler = None
     if rule != "static":
         pool = {t: gpu_types.count(t) for t in set(gpu_types)}  # the GPUs there are (a KEDA's maxReplicaCount)
-        config = AutoscaleConfig(rule, slo.ttft_s, CapacityPlanConfig(gpu_cost=dict(costs), max_nodes=pool))
+        lead_s = 0.0 if rule == "zoo_reactive" else AutoscaleConfig.provision_s  # the forecast's: a node's start
+        plan = CapacityPlanConfig(gpu_cost=dict(costs), max_nodes=pool, forecast_lead_s=lead_s)
+        config = AutoscaleConfig(rule.removesuffix("_reactive"), slo.ttft_s, plan)
         scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
     wall = time.perf_counter()
     result = FleetSimulator(fleet, workload, POLICY, router_config=router, seed=seed, autoscaler=scaler).run()
@@ -149,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0, help="virtual minutes of arrivals")
     p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--profile", choices=sorted(PROFILES), default="ramp-spike")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--out", default=None, help="write the JSON report here too")
     p.add_argument("--costs", default="{}", help='GPU type -> cost of a node, JSON (default: all equal), e.g. '
@@ -157,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     costs = json.loads(args.costs)
     cases = [(rule, seed) for seed in range(args.seeds) for rule in RULES]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        runs = list(pool.map(run_one, *zip(*cases, strict=True), [args.minutes] * len(cases), [costs] * len(cases)))
-    text = json.dumps(finite(summarise(runs, costs, args.minutes, args.seeds)), indent=1)
+        n = len(cases)
+        runs = list(pool.map(run_one, *zip(*cases, strict=True), [args.minutes] * n, [costs] * n, [args.profile] * n))
+    text = json.dumps(finite(summarise(runs, costs, args.minutes, args.seeds, args.profile)), indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
     print(text)
@@ -174,7 +189,7 @@ def run_autoscale_bench(args: argparse.Namespace) -> dict:
     report = finite(summarise(runs, {}, minutes, seeds))
     if not getattr(args, "json", False):
         for rule, figures in report["by_rule"].items():
-            print(f"{rule:>7}: goodput {figures['goodput']:.3f}, node-hours {figures['node_hours_total']:.2f}")
+            print(f"{rule:>12}: goodput {figures['goodput']:.3f}, node-hours {figures['node_hours_total']:.2f}")
     return report
 
 
@@ -190,7 +205,9 @@ def finite(value):
     return value
 
 
-def summarise(runs: list[dict], costs: dict[str, float], minutes: float, seeds: int) -> dict:
+def summarise(
+    runs: list[dict], costs: dict[str, float], minutes: float, seeds: int, profile: str = "ramp-spike"
+) -> dict:
     """The report of ``runs``: per rule the means over seeds and their 95% intervals, and the ratios. A run's cost
     is its node-hours priced by ``costs`` (a type not listed, or no costs: 1 per node-hour)."""
     for run in runs:
@@ -208,13 +225,20 @@ def summarise(runs: list[dict], costs: dict[str, float], minutes: float, seeds: 
         }
     ratios = {
         f"{rule}_vs_{base}": {k: _ratio(by_rule[rule][k], by_rule[base][k]) for k in keys}
-        for rule, base in (("zoo", "static"), ("wva", "static"), ("zoo", "wva"))
+        for rule, base in (
+            ("zoo", "static"),
+            ("zoo_reactive", "static"),
+            ("wva", "static"),
+            ("zoo", "wva"),
+            ("zoo", "zoo_reactive"),
+        )
     }
     return {
         "what": __doc__.split("\n\n")[0],
         "pool": POOL,
         "pool_capacity_req_per_s": capacity,
-        "profile": PROFILE,
+        "profile_name": profile,
+        "profile": PROFILES[profile],
         "minutes": minutes,
         "seeds": seeds,
         "slo": dataclasses.asdict(Slo()),

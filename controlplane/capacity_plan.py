@@ -13,14 +13,18 @@ goes to any of its variants, so a (model, cell) is planned as one pool of capaci
                                                                   target (0 until its speed is measured)
                        num_waiting / queue_threshold)             requests a full batch or KV holds back (WVA's)
     pool:    load L = Σ ρ_i c_i        capacity C = Σ c_i        utilisation U = L / C
-             wanted capacity W = L / target_utilisation
+             wanted capacity W = L · g / target_utilisation, g: the growth of the pool's arrivals forecast
+                                                           forecast_lead_s ahead (controlplane/demand_trend.py; 1
+                                                           while they hold steady or fall)
 
     W > C: add nodes of the variant whose capacity costs least (gpu_cost / c), up to its max_nodes, then the next
     W < C: take nodes off the variant whose capacity costs most, while what is left still covers W, to min_nodes
 
 Scale-up is published at once; scale-down only once every raw plan over the last ``scale_down_window_s`` agreed
 (Kubernetes' HPA scale-down stabilisation, whose default is 300 s), so a lull does not shed nodes that the next
-burst needs. The anchor's rule, for comparison, is controlplane/capacity_wva.py: it counts every replica alike
+burst needs. The forecast makes a ramp's scale-up early by the time a node takes to join, rather than late by it:
+the load of now says what the pool needs now, the arrivals' trend what it will need by the time a node asked for
+now serves. The anchor's rule, for comparison, is controlplane/capacity_wva.py: it counts every replica alike
 and steps one replica at a time.
 
 Nodes counted: up and asleep (a sleeping node is a replica its Deployment has; the next request wakes it, with
@@ -34,6 +38,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from controlplane.demand_trend import DemandTrend
 from controlplane.router.policy import NodeView
 
 
@@ -48,6 +53,9 @@ class CapacityPlanConfig:
         listed costs ``default_cost``.
         Equal costs (the default) add the strongest type first: the fewest nodes for the capacity.
     min_nodes / max_nodes: per GPU type (a type not listed: ``default_min_nodes``, no maximum).
+    forecast_lead_s: how long a node takes from being asked for to serving (a pod scheduled, its weights loaded):
+        the arrivals' growth is projected that far ahead; 0: no forecast, the plan follows the load of now.
+    trend_window_s: the arrivals the growth is measured over (controlplane/demand_trend.py).
     """
 
     kv_threshold: float = 0.8
@@ -60,6 +68,8 @@ class CapacityPlanConfig:
     min_nodes: dict[str, int] = field(default_factory=dict)
     max_nodes: dict[str, int] = field(default_factory=dict)
     default_min_nodes: int = 1
+    forecast_lead_s: float = 60.0
+    trend_window_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in ("gpu_cost", "min_nodes", "max_nodes"):  # GPU types are matched without case: "L4" = "l4"
@@ -72,6 +82,11 @@ class CapacityPlanConfig:
             raise ValueError(f"capacity plan: queue_threshold must be >= 1, got {self.queue_threshold!r}")
         if not 0 <= self.scale_down_window_s < math.inf:
             raise ValueError(f"capacity plan: scale_down_window_s must be >= 0, got {self.scale_down_window_s!r}")
+        if not 0 <= self.forecast_lead_s < math.inf or not 0 < self.trend_window_s < math.inf:
+            raise ValueError(
+                f"capacity plan: forecast_lead_s must be >= 0 and trend_window_s > 0, got "
+                f"{self.forecast_lead_s!r}, {self.trend_window_s!r}"
+            )
         if self.default_min_nodes < 0:
             raise ValueError(f"capacity plan: default_min_nodes must be >= 0, got {self.default_min_nodes!r}")
         for gpu_type, cost in [*self.gpu_cost.items(), ("default", self.default_cost)]:
@@ -165,6 +180,9 @@ class PoolPlan:
     capacity: float
     wanted_capacity: float
     variants: tuple[VariantPlan, ...]
+    growth: float = (
+        1.0  # the forecast growth of its arrivals (controlplane/demand_trend.py): wanted = load·growth/target
+    )
 
     @property
     def utilisation(self) -> float:
@@ -226,30 +244,61 @@ def plan_nodes(views: Iterable[NodeView], rows: Mapping[str, Mapping]) -> list[P
 
 
 class CapacityPlanner:
-    """``plan(now_s, nodes, ttft_s)`` → one PoolPlan per (model, cell), in key order. Keeps only the raw plans of
-    the last ``scale_down_window_s`` per variant (at most one per second each)."""
+    """``plan(now_s, nodes, ttft_s, routed)`` → one PoolPlan per (model, cell), in key order. ``routed``: the
+    requests routed to each (model, cell) so far, a counter (None: no forecast). Keeps only the raw plans of the last
+    ``scale_down_window_s`` per variant and the arrivals of the last ``trend_window_s`` per pool (at most one sample
+    per second each)."""
 
     def __init__(self, config: CapacityPlanConfig | None = None) -> None:
         self.config = config or CapacityPlanConfig()
         self._history: dict[tuple[str, str, str], deque[tuple[float, int]]] = {}
+        self._trends: dict[tuple[str, str], DemandTrend] = {}
 
-    def plan(self, now_s: float, nodes: Iterable[PlanNode], ttft_s: float) -> tuple[PoolPlan, ...]:
+    def plan(
+        self,
+        now_s: float,
+        nodes: Iterable[PlanNode],
+        ttft_s: float,
+        routed: Mapping[tuple[str, str], int] | None = None,
+    ) -> tuple[PoolPlan, ...]:
         if not ttft_s > 0:
             raise ValueError(f"capacity plan: the TTFT target must be > 0, got {ttft_s!r}")
         pools: dict[tuple[str, str], list[PlanNode]] = {}
         for node in nodes:
             pools.setdefault((node.model, node.cell), []).append(node)
-        plans = tuple(self._plan_pool(now_s, key, pools[key], ttft_s) for key in sorted(pools))
+        plans = tuple(
+            self._plan_pool(now_s, key, pools[key], ttft_s, self._growth(now_s, key, routed)) for key in sorted(pools)
+        )
         seen = {(p.model, p.cell, v.gpu_type) for p in plans for v in p.variants}
         for key in [k for k in self._history if k not in seen]:  # a variant gone: its window goes too
             del self._history[key]
+        for key in [k for k in self._trends if k not in pools]:  # a pool gone: its arrivals go too
+            del self._trends[key]
         return plans
 
-    def summary(self, now_s: float, views: Iterable[NodeView], rows: Mapping[str, Mapping], ttft_s: float) -> list:
-        """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``)."""
-        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s))
+    def _growth(self, now_s: float, key: tuple[str, str], routed: Mapping[tuple[str, str], int] | None) -> float:
+        if routed is None or key not in routed:
+            return 1.0
+        trend = self._trends.get(key)
+        if trend is None:
+            trend = self._trends[key] = DemandTrend(self.config.trend_window_s, self.config.forecast_lead_s)
+        trend.observe(now_s, routed[key])
+        return trend.growth()
 
-    def _plan_pool(self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float) -> PoolPlan:
+    def summary(
+        self,
+        now_s: float,
+        views: Iterable[NodeView],
+        rows: Mapping[str, Mapping],
+        ttft_s: float,
+        routed: Mapping[tuple[str, str], int] | None = None,
+    ) -> list:
+        """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``)."""
+        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, routed))
+
+    def _plan_pool(
+        self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float, growth: float
+    ) -> PoolPlan:
         config = self.config
         by_type: dict[str, list[PlanNode]] = {}
         for node in nodes:
@@ -258,7 +307,7 @@ class CapacityPlanner:
         count = {t: len(ns) for t, ns in by_type.items()}
         load = sum(node_load(n, ttft_s, config) * _power(n.power_score) for n in nodes)
         capacity = sum(power[t] * count[t] for t in by_type)
-        wanted = load / config.target_utilisation
+        wanted = load * growth / config.target_utilisation
         raw = _resize(dict(count), power, capacity, wanted, config)
         variants = []
         for gpu_type in sorted(by_type):
@@ -268,7 +317,7 @@ class CapacityPlanner:
                     *key, gpu_type, count[gpu_type], desired, raw[gpu_type], power[gpu_type], config.cost(gpu_type)
                 )
             )
-        return PoolPlan(*key, load, capacity, wanted, tuple(variants))
+        return PoolPlan(*key, load, capacity, wanted, tuple(variants), growth)
 
     def _stabilise(self, now_s: float, key: tuple[str, str, str], raw: int) -> int:
         """The most nodes any raw plan in the window wanted: up at once, down once the whole window agrees."""
@@ -326,6 +375,7 @@ def capacity_summary(plans: Iterable[PoolPlan]) -> list[dict]:
             "capacity": p.capacity,
             "wanted_capacity": p.wanted_capacity,
             "utilisation": p.utilisation,
+            "growth": p.growth,
             "variants": [
                 {
                     "gpu_type": v.gpu_type,

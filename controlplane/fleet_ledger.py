@@ -44,6 +44,16 @@ class FleetLedger:
         self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
         self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, queue_wait_s))
 
+    def routed_by_pool(self) -> dict[tuple[str, str], int]:
+        """Requests routed so far per (model, cell) of the nodes they went to: a counter, as records outlive their
+        nodes (the capacity plan's arrivals: controlplane/demand_trend.py)."""
+        pools: dict[tuple[str, str], int] = {}
+        for node_id, routed in self.decisions.items():
+            hello = self.hellos.get(node_id)
+            if hello is not None:
+                pools[hello.model, hello.cell] = pools.get((hello.model, hello.cell), 0) + routed
+        return pools
+
     def on_forecast(self, node_id: str, predicted_ttft_s: float) -> None:
         self._events.append(LatencySample(LatencyKind.PREDICTED_TTFT, node_id, predicted_ttft_s))
 

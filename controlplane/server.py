@@ -99,13 +99,12 @@ log = logging.getLogger(__name__)
 
 
 class ControlPlane(Actor):
-    """Start with ``await tg.start(cp.run)``; it reports itself once both sockets are bound
-    (``cp.agent_endpoint`` / ``cp.client_endpoint`` then hold the real addresses). Implements Frontend.
+    """Start with ``await tg.start(cp.run)``; it reports itself once both sockets are bound (``cp.agent_endpoint`` /
+    ``cp.client_endpoint`` then hold the real addresses). Implements Frontend.
 
     tokenizer: the served model's (``load_checkpoint(path).tokenizer``); the control plane tokenizes.
     registry / policy / admission: built from the config unless given (tests may inject them).
-    lora_check(path): raises ValueError when a LoRA directory cannot be served (None: no check here; the
-        nodes still check when they read it).
+    lora_check(path): raises ValueError when a LoRA directory cannot be served (None: the nodes check it alone).
     """
 
     def __init__(
@@ -259,8 +258,8 @@ class ControlPlane(Actor):
         return await profile_nodes(self.node_asks, action, node_ids, self._send_to_node, timeout_s)
 
     def shut_down_requests(self) -> None:
-        """Fail every request in flight (the control plane stops) and flush the ErrorReplies to ZeroMQ clients at
-        once, so none waits for its timeout; HTTP streams get theirs as SSE error events while the gateway runs."""
+        """Fail every request in flight (the control plane stops): ZeroMQ clients' ErrorReplies are flushed at once,
+        so none waits for its timeout; HTTP streams get theirs as SSE error events while the gateway runs."""
         self.requests.fail_all(ErrorCode.NODE_FAILED, "the control plane is shutting down")
         if self._clients is not None:
             self.client_requests.shut_down()  # those waiting for their tokens too
@@ -297,8 +296,7 @@ class ControlPlane(Actor):
     def node_view(self, node_id: str):  # while it may be routed to (None: unknown, or not up)
         return next((v for v in self.registry.snapshot().nodes if v.node_id == node_id), None)
 
-    def stats(self) -> dict:
-        """A plain snapshot for the latency table, the dashboard and the exporters."""
+    def stats(self) -> dict:  # a plain snapshot for the latency table, the dashboard and the exporters
         nodes = self.fleet.nodes(views := self.registry.views(), self.requests.latency)
         for node_id, row in nodes.items():  # "up" | "suspect" | "draining" | "leaving" (draining to stop) | "dead"
             row["state"] = "leaving" if self.registry.leaving(node_id) else str(self.registry.state(node_id) or "dead")
@@ -322,7 +320,9 @@ class ControlPlane(Actor):
             "spec_pairs": self.spec_pairs.summary(),
             "slo_forecast": self.path.forecast.summary(),  # controlplane/slo_forecast.py
             "idle_sleep": None if self.idle_sleep is None else self.idle_sleep.summary(),  # --sleep-idle-ttl
-            "capacity": self.capacity.summary(self.clock.now(), views, nodes, self.path.router_settings["slo_ttft_s"]),
+            "capacity": self.capacity.summary(
+                self.clock.now(), views, nodes, self.path.router_settings["slo_ttft_s"], self.fleet.routed_by_pool()
+            ),
         }
 
     def take_events(self) -> list[LatencySample]:  # latency samples since the last call (FleetLedger.take_events)

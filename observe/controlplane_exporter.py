@@ -179,14 +179,19 @@ def _capacity_metrics(pools: list[dict]) -> Iterable[Metric]:
     utilisation = GaugeMetricFamily(m.CAPACITY_UTILISATION, "A pool's load over its capacity, each node's load (KV "
                                     "use, queued prefill against the TTFT target) weighted by its power score.",
                                     labels=["model_name", "cell"])  # fmt: skip
+    growth = GaugeMetricFamily(m.CAPACITY_ARRIVAL_GROWTH, "A pool's arrival rate forecast a node's start ahead over "
+                               "its rate now (controlplane/demand_trend.py; 1: steady or falling): the wanted "
+                               "capacity is load x growth / target.", labels=["model_name", "cell"])  # fmt: skip
     for pool in pools:
         utilisation.add_metric([pool["model"], pool["cell"]], pool["utilisation"])
+        growth.add_metric([pool["model"], pool["cell"]], pool.get("growth", 1.0))
         for v in pool["variants"]:
             nodes.add_metric([pool["model"], pool["cell"], v["gpu_type"]], v["nodes"])
             desired.add_metric([pool["model"], pool["cell"], v["gpu_type"]], v["desired"])
     yield nodes
     yield desired
     yield utilisation
+    yield growth
 
 
 def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:

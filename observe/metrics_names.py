@@ -118,6 +118,7 @@ CLASS_SLO_TARGET = "zoo:class_slo_target_seconds"  # gauge {class, kind "ttft" |
 CAPACITY_NODES = "zoo:capacity_nodes"  # gauge {model_name, cell, gpu_type}: nodes counted as capacity (up, asleep)
 CAPACITY_DESIRED_NODES = "zoo:capacity_desired_nodes"  # gauge {model_name, cell, gpu_type}: what a KEDA scales to
 CAPACITY_UTILISATION = "zoo:capacity_utilisation"  # gauge {model_name, cell}: load / capacity, power-score weighted
+CAPACITY_ARRIVAL_GROWTH = "zoo:capacity_arrival_growth"  # gauge {model_name, cell}: arrivals forecast / now, >= 1
 CLASS_REQUESTS = "zoo:class_requests"  # counter (_total) {class, outcome}: routed, spilled, refused, served, ...
 TENANT_REQUESTS = "zoo:tenant_requests"  # counter (_total) {tenant, outcome}: admitted, rate_limited
 TENANT_TOKENS = "zoo:tenant_tokens"  # counter (_total) {tenant, kind}: prompt, completion

@@ -2,7 +2,8 @@
 some joined, adds more (each joins ``provision_s`` after it is asked for: a pod scheduled, weights loaded) and drains
 others (routed nothing new, they leave once their requests end). Two rules drive it, each as its users run it:
 
-    zoo   controlplane/capacity_plan.py, planned at every sample (the control plane plans at every stats snapshot),
+    zoo   controlplane/capacity_plan.py, planned at every sample (the control plane plans at every stats snapshot)
+          with the requests routed so far (its arrivals' forecast: controlplane/demand_trend.py),
           scaled every 15 s (KEDA's pollingInterval in deploy/k8s/43-autoscaling.yaml) to the published plan, at most
           one node shed a minute per GPU type (the ScaledObject's HPA scaleDown policy)
     wva   controlplane/capacity_wva.py: each replica's KV use and waiting requests as their peak over the last
@@ -63,6 +64,7 @@ class Autoscaler:
         self._last_shed_s: dict[str, float] = {}
         self._peaks: dict[int, deque[tuple[float, float, int]]] = {}  # wva: (t, kv, waiting) samples
         self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
+        self.routed: dict[tuple[str, str], int] = {}  # (model, cell) → requests routed there: the plan's arrivals
 
     def start(self) -> list[int]:
         """The nodes joined at time 0."""
@@ -102,6 +104,11 @@ class Autoscaler:
             self._record(now)
         return starts, drains, gone
 
+    def on_routed(self, view) -> None:
+        """A request was routed to the node of ``view`` (its NodeView)."""
+        key = (view.model, view.cell)
+        self.routed[key] = self.routed.get(key, 0) + 1
+
     def finish(self, now: float) -> None:
         for i in list(self._held_since):
             self._release(now, i)
@@ -113,7 +120,7 @@ class Autoscaler:
         up = [i for i in sorted(self.joined - self.draining) if registry.state(self.node_ids[i]) is NodeState.UP]
         if config.rule == "zoo":
             rows = {self.node_ids[i]: {"state": "up"} for i in up}
-            plans = self.planner.plan(now, plan_nodes(registry.views(), rows), config.ttft_s)
+            plans = self.planner.plan(now, plan_nodes(registry.views(), rows), config.ttft_s, self.routed)
             if now < self._next_act_s:
                 return None
             self._next_act_s = now + config.zoo_interval_s

@@ -509,6 +509,8 @@ class FleetSimulator:
             rec.node_id = node_id
             registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
             policy.on_routed(placed.route, node_id)
+            if scaler is not None:  # the plan's arrivals (controlplane/demand_trend.py)
+                scaler.on_routed(registry.view(node_id))
             node.core.add(
                 req_id,
                 placed.token_ids,

@@ -118,6 +118,37 @@ def test_the_window_keeps_one_plan_per_second_whatever_the_call_rate():
             ((0.0, busy), (0.5, idle), (0.6, idle), (2.0, busy), (2.0, idle))] == [3, 1, 1, 3, 3]  # fmt: skip
 
 
+def test_a_ramp_of_arrivals_asks_for_the_nodes_it_will_need_by_the_time_they_join():
+    """The load now fills the pool to its target; the arrivals grow by 1/s each second (100/s to 220/s over the
+    window sampled): by the time a node asked for now has joined (forecast_lead_s), the pool gets 60 more a second."""
+    config = CapacityPlanConfig(target_utilisation=0.5, forecast_lead_s=60, trend_window_s=120)
+    nodes = [node("l0", kv=0.4), node("l1", kv=0.4)]  # load 1, capacity 2: at the target
+    forecast, reactive = CapacityPlanner(config), CapacityPlanner(config)
+    for k in range(25):  # 120 s, every 5 s
+        t = 5.0 * k
+        routed = {("m", "default"): round(100 * t + t * t / 2), ("other", "default"): 7}
+        (plan,) = forecast.plan(t, nodes, 1.0, routed)
+        (still,) = reactive.plan(t, nodes, 1.0)  # no arrivals given: no forecast
+    rate_now = 100 + 120
+    assert plan.growth == pytest.approx((rate_now + 60) / rate_now, rel=1e-3)
+    assert plan.wanted_capacity == pytest.approx(2 * plan.growth)
+    assert variants(plan) == {"l4": (2, 3)}  # 2.55 units wanted
+    assert still.growth == 1.0 and variants(still) == {"l4": (2, 2)}
+    # the arrivals hold steady again: the growth is gone, and the node asked for is shed after the window
+    steady = round(100 * 120 + 120 * 120 / 2)
+    for k in range(1, 100):
+        (plan,) = forecast.plan(120.0 + 5 * k, nodes, 1.0, {("m", "default"): steady + 220 * 5 * k})
+    assert plan.growth == 1.0 and variants(plan) == {"l4": (2, 2)}
+
+
+def test_a_pool_gone_forgets_its_arrivals():
+    planner = CapacityPlanner()
+    planner.plan(0.0, [node("l0")], 1.0, {("m", "default"): 5})
+    assert set(planner._trends) == {("m", "default")}
+    planner.plan(1.0, [node("l0", model="n")], 1.0, {("m", "default"): 5})  # m has no node: not planned
+    assert set(planner._trends) == set()
+
+
 def test_pools_are_planned_per_model_and_cell_and_a_gone_variant_forgets_its_window():
     planner = CapacityPlanner(CapacityPlanConfig(target_utilisation=0.5, scale_down_window_s=300))
     nodes = [node("a", kv=0.8, cell="vip"), node("b", cell="batch"), node("c", model="other")]
@@ -161,6 +192,11 @@ def test_a_bad_config_is_refused_with_its_reason():
         CapacityPlanConfig.from_table({"gpu_cost": {"l4": 10**400}})  # past a float
     with pytest.raises(ValueError, match="queue_threshold must be a int"):
         CapacityPlanConfig.from_table({"queue_threshold": True})
+    with pytest.raises(ValueError, match="forecast_lead_s must be >= 0"):
+        CapacityPlanConfig(forecast_lead_s=-1.0)
+    with pytest.raises(ValueError, match="trend_window_s > 0"):
+        CapacityPlanConfig.from_table({"trend_window_s": 0})
+    assert CapacityPlanConfig.from_table({"forecast_lead_s": 180}).forecast_lead_s == 180.0
     with pytest.raises(ValueError, match="TTFT target"):
         CapacityPlanner().plan(0.0, [], 0.0)
 
@@ -245,3 +281,16 @@ def test_reports_with_any_figures_give_a_plan_and_never_an_error(specs):
     assert math.isfinite(plan.load) and math.isfinite(plan.utilisation)
     for v in plan.variants:
         assert isinstance(v.desired_nodes, int) and 1 <= v.desired_nodes <= 150 * len(nodes)
+
+
+def test_the_arrivals_per_pool_count_the_requests_routed_to_nodes_gone_too(make_hello):
+    """FleetLedger.routed_by_pool, the plan's arrivals: a counter per (model, cell), as its records outlive nodes."""
+    from controlplane.fleet_ledger import FleetLedger
+
+    ledger = FleetLedger(100)
+    for hello in (make_hello("a"), make_hello("b"), make_hello("c", cell="fast"), make_hello("d", model="n")):
+        ledger.on_hello(hello)
+    for node_id in "aabcd":
+        ledger.on_routed(node_id, 0.0)
+    ledger.on_routed("unknown", 0.0)  # no hello on record: in no pool
+    assert ledger.routed_by_pool() == {("m", "default"): 3, ("m", "fast"): 1, ("n", "default"): 1}

@@ -91,3 +91,27 @@ def test_a_node_cancelled_and_asked_for_again_joins_at_its_second_time():
     assert second == (90.0, 1)
     assert not scaler.join(60.0, 1)  # the first request's event: not yet
     assert scaler.join(90.0, 1) and 1 in scaler.joined
+
+
+def test_the_plan_counts_the_pools_arrivals_and_its_forecast_asks_for_nodes_earlier_on_a_ramp(small_fleet):
+    """A ramp of arrivals from 1/s to 26/s over 200 s: with its forecast (a node's start, 30 s ahead) the plan asks
+    for the whole pool sooner than the same plan following the load of now (which asks for it in two steps)."""
+    ramp = []
+    t = 0.0
+    while t < 200:
+        ramp.append(TraceRequest(t, 1500, 60))
+        t += 1 / (1 + t / 8)
+    workload = Workload("ramp", tuple(ramp))
+
+    def whole_pool_asked(lead_s: float):
+        fleet = small_fleet(POOL)
+        gpu_types = [node_hardware_info(n.hardware).gpu_type for n in fleet.nodes]
+        plan = CapacityPlanConfig(max_nodes={"H100": 1, "L4": 4}, forecast_lead_s=lead_s, trend_window_s=40.0)
+        config = AutoscaleConfig("zoo", 1.0, plan, provision_s=30.0, sample_s=1.0, zoo_interval_s=3.0)
+        scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
+        result = FleetSimulator(fleet, workload, "hardware_aware", seed=3, autoscaler=scaler).run()
+        assert result.drained
+        assert scaler.routed == {(fleet.model.name, "c"): sum(r.node_id is not None for r in result.records)}
+        return next(t for t, counts in scaler.timeline if sum(counts.values()) == 5)
+
+    assert whole_pool_asked(30.0) < whole_pool_asked(0.0)

@@ -10,7 +10,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from client.zoo_client import AsyncZooClient
-from observe.metrics_names import CAPACITY_DESIRED_NODES, CAPACITY_NODES, CAPACITY_UTILISATION
+from observe.metrics_names import (
+    CAPACITY_ARRIVAL_GROWTH,
+    CAPACITY_DESIRED_NODES,
+    CAPACITY_NODES,
+    CAPACITY_UTILISATION,
+)
 from observe.stats_stream import subscribe
 
 pytestmark = pytest.mark.anyio
@@ -21,7 +26,7 @@ async def _capacity(http: httpx.AsyncClient) -> dict:
     text = (await http.get("/metrics", headers={"Accept": "text/plain"})).text
     samples = {}
     for family in text_string_to_metric_families(text):
-        if family.name in (CAPACITY_NODES, CAPACITY_DESIRED_NODES, CAPACITY_UTILISATION):
+        if family.name in (CAPACITY_NODES, CAPACITY_DESIRED_NODES, CAPACITY_UTILISATION, CAPACITY_ARRIVAL_GROWTH):
             for s in family.samples:
                 samples[(family.name, s.labels.get("gpu_type", ""))] = s.value
     return samples
@@ -50,6 +55,7 @@ async def test_each_gpu_type_is_exported_and_a_queue_asks_for_more_of_the_cheape
         assert idle[(CAPACITY_NODES, "H100")] == 1 and idle[(CAPACITY_NODES, "L4")] == 1
         assert idle[(CAPACITY_DESIRED_NODES, "H100")] == 1 and idle[(CAPACITY_DESIRED_NODES, "L4")] == 1
         assert idle[(CAPACITY_UTILISATION, "")] == 0.0
+        assert idle[(CAPACITY_ARRIVAL_GROWTH, "")] == 1.0  # no arrivals yet: no growth
 
         # one running per node (--fake-max-num-seqs 1), the rest wait: 11 waiting on each against the threshold of 5
         async def hold(i: int) -> None:  # a stream's first chunk comes once it runs: until then it waits
@@ -67,6 +73,7 @@ async def test_each_gpu_type_is_exported_and_a_queue_asks_for_more_of_the_cheape
             tg.cancel_scope.cancel()
         assert busy[(CAPACITY_DESIRED_NODES, "H100")] == 1  # the dearer capacity is not the one asked for
         assert busy[(CAPACITY_UTILISATION, "")] > 0.7
+        assert busy[(CAPACITY_ARRIVAL_GROWTH, "")] == 1.0  # the forecast needs half its window (60 s) of arrivals
     assert cp.proc.poll() is None
 
 
