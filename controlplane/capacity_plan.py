@@ -180,9 +180,8 @@ class PoolPlan:
     capacity: float
     wanted_capacity: float
     variants: tuple[VariantPlan, ...]
-    growth: float = (
-        1.0  # the forecast growth of its arrivals (controlplane/demand_trend.py): wanted = load·growth/target
-    )
+    # the forecast growth of its arrivals (controlplane/demand_trend.py): wanted = load · growth / target
+    growth: float = 1.0
 
     @property
     def utilisation(self) -> float:

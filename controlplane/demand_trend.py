@@ -14,8 +14,9 @@ scales its wanted capacity by how much more the pool will be asked for by the ti
 Only growth counts (at least 1): a falling rate sheds nodes through the plan's own scale-down window. Noise: two
 halves of a steady Poisson stream differ by about sqrt(c1 + c2) requests, so a difference within twice that counts
 as none. The load the plan measures is the load of now, hence r(now) below the line. The growth is bounded: r1 >= 0
-makes it at most 1 + (4/3) · lead_s / span. A counter that goes back (the control plane restarted) starts the samples
-again. On an exact linear ramp the growth is exactly the rate lead_s ahead over the rate now.
+makes it at most 1 + (4/3) · lead_s / span, and no growth is read before span reaches window_s / 2, so at most
+1 + (8/3) · lead_s / window_s. A counter that goes back (the control plane restarted) starts the samples again. On an
+exact linear ramp the growth is exactly the rate lead_s ahead over the rate now.
 """
 
 from __future__ import annotations
