@@ -31,6 +31,7 @@ class FleetLedger:
     def __init__(self, max_pending_events: int) -> None:
         self.hellos: dict[str, NodeHello] = {}
         self.decisions: dict[str, int] = {}
+        self._pool_decisions: dict[tuple[str, str], int] = {}  # (model, cell) → requests placed there
         self.preemptions: dict[str, int] = {}
         self.metrics_urls: dict[str, str] = {}
         self.roofline: dict[str, float] = {}  # node id → decode_roofline_fraction of its last LoadReport
@@ -41,18 +42,22 @@ class FleetLedger:
         self.hellos[hello.node_id] = hello
 
     def on_routed(self, node_id: str, queue_wait_s: float) -> None:
-        self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
+        self.count_decision(node_id)
         self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, queue_wait_s))
 
+    def count_decision(self, node_id: str) -> None:
+        """A request placed on ``node_id`` (routed, or resumed there): counted for the node and for its pool, the
+        (model, cell) its hello names now (a node unknown here counts for none)."""
+        self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
+        hello = self.hellos.get(node_id)
+        if hello is not None:
+            key = (hello.model, hello.cell)
+            self._pool_decisions[key] = self._pool_decisions.get(key, 0) + 1
+
     def routed_by_pool(self) -> dict[tuple[str, str], int]:
-        """Requests routed so far per (model, cell) of the nodes they went to: a counter, as records outlive their
-        nodes (the capacity plan's arrivals: controlplane/demand_trend.py)."""
-        pools: dict[tuple[str, str], int] = {}
-        for node_id, routed in self.decisions.items():
-            hello = self.hellos.get(node_id)
-            if hello is not None:
-                pools[hello.model, hello.cell] = pools.get((hello.model, hello.cell), 0) + routed
-        return pools
+        """Requests placed so far per (model, cell): counters that only grow, whatever nodes join, leave or come back
+        serving another model (the capacity plan's arrivals: controlplane/demand_trend.py)."""
+        return dict(self._pool_decisions)
 
     def on_forecast(self, node_id: str, predicted_ttft_s: float) -> None:
         self._events.append(LatencySample(LatencyKind.PREDICTED_TTFT, node_id, predicted_ttft_s))

@@ -266,7 +266,7 @@ class RequestPath:
             self.spans.resumed(inflight.trace, time.monotonic_ns(), lost_node_id, placed.node_id)
         self._record(placed, inflight.request_id)
         self.counters["resumed"] += 1
-        self.fleet.decisions[placed.node_id] = self.fleet.decisions.get(placed.node_id, 0) + 1
+        self.fleet.count_decision(placed.node_id)
         log.info(
             "request %s resumes on %s after %d tokens (was on %s)",
             inflight.request_id,

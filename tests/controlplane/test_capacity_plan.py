@@ -283,8 +283,9 @@ def test_reports_with_any_figures_give_a_plan_and_never_an_error(specs):
         assert isinstance(v.desired_nodes, int) and 1 <= v.desired_nodes <= 150 * len(nodes)
 
 
-def test_the_arrivals_per_pool_count_the_requests_routed_to_nodes_gone_too(make_hello):
-    """FleetLedger.routed_by_pool, the plan's arrivals: a counter per (model, cell), as its records outlive nodes."""
+def test_the_arrivals_per_pool_only_grow_whatever_nodes_do(make_hello):
+    """FleetLedger.routed_by_pool, the plan's arrivals: a counter per (model, cell), counted when each request is
+    placed, so a node that leaves, or comes back serving another model, takes none of its pool's count along."""
     from controlplane.fleet_ledger import FleetLedger
 
     ledger = FleetLedger(100)
@@ -292,5 +293,10 @@ def test_the_arrivals_per_pool_count_the_requests_routed_to_nodes_gone_too(make_
         ledger.on_hello(hello)
     for node_id in "aabcd":
         ledger.on_routed(node_id, 0.0)
+    ledger.count_decision("b")  # a request resumed on b
     ledger.on_routed("unknown", 0.0)  # no hello on record: in no pool
-    assert ledger.routed_by_pool() == {("m", "default"): 3, ("m", "fast"): 1, ("n", "default"): 1}
+    assert ledger.routed_by_pool() == {("m", "default"): 4, ("m", "fast"): 1, ("n", "default"): 1}
+    ledger.on_hello(make_hello("a", model="n"))  # a restarted, serving n
+    ledger.on_routed("a", 0.0)
+    assert ledger.routed_by_pool() == {("m", "default"): 4, ("m", "fast"): 1, ("n", "default"): 2}
+    assert ledger.decisions["a"] == 3
