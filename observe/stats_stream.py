@@ -114,6 +114,11 @@ class FleetObserver:
                 for pool in stats.get("capacity") or []
                 for v in pool["variants"]
             ],
+            capacity_growth=[
+                (pool["model"], pool["cell"], pool["growth"])
+                for pool in stats.get("capacity") or []
+                if pool.get("growth", 1.0) > 1.0
+            ],
             overload_mode=(stats.get("slo_forecast", {}).get("overload") or {}).get("on"),
             tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
             router_knobs=dict((stats.get("router") or {}).get("knobs", {})),

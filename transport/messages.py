@@ -393,8 +393,8 @@ class NodeStats(msgspec.Struct, kw_only=True):
 
 
 class FleetStats(Envelope, kw_only=True):
-    """Control plane → dashboards (PUB/SUB): the whole fleet, every stats interval. Counters are totals
-    since the control plane started (``started_ns``); a dashboard derives rates from successive snapshots."""
+    """Control plane → dashboards (PUB/SUB): the whole fleet, every stats interval. Counters are totals since the
+    control plane started (``started_ns``); a dashboard derives rates from successive snapshots."""
 
     seq: int  # 0, 1, 2 … per control-plane process
     started_ns: int  # the publisher's start (time.monotonic_ns): a new value means a restarted control plane
@@ -410,8 +410,7 @@ class FleetStats(Envelope, kw_only=True):
     ebpf_status: str = ""  # "" no probe feeds this control plane; else what the probe says ("attached", …)
     migrations_total: dict[str, int] = {}  # live migrations, "reason:outcome" → count (zoo:migrations_total)
     kv_migrated_bytes_total: int = 0  # KV bytes the migrations that reached their target moved
-    # of the recent placements, the share whose TTFT forecast on their node missed the target (slo_forecast.py)
-    slo_forecast_late_share: float = 0.0
+    slo_forecast_late_share: float = 0.0  # recent placements' share whose TTFT forecast missed (slo_forecast.py)
     # hardware_aware's overload mode (controlplane/router/overload.py): None where it is not configured on
     overload_mode: bool | None = None
     # hardware_aware's goodput-first rule (router/policies/tpot_lost.py): requests it moved; None where it is off
@@ -421,6 +420,7 @@ class FleetStats(Envelope, kw_only=True):
     router_reloads: dict[str, int] = {}  # reloads at SIGHUP (controlplane/router_reload.py) by outcome: ok, refused
     draining: bool = False  # the control plane is shutting down: new requests refused (zoo/controlplane_shutdown.py)
     capacity: list[tuple[str, str, str, int, int]] = []  # (model, cell, GPU type, nodes, wanted): capacity_plan.py
+    capacity_growth: list[tuple[str, str, float]] = []  # (model, cell, arrivals' growth) where > 1: demand_trend.py
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

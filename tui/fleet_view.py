@@ -286,7 +286,8 @@ def describe_rates(view: FleetView) -> str:
 
 def describe_capacity(stats: FleetStats) -> str:
     """The capacity plan's line (controlplane/capacity_plan.py): each GPU type's nodes, and the nodes it wants where
-    that differs ("H100 2 (wants 3)"); named by cell, and by model, where there are several."""
+    that differs ("H100 2 (wants 3)"); named by cell, and by model, where there are several; then the pools whose
+    arrivals grow, by the growth forecast a node's start ahead ("arrivals x1.3": controlplane/demand_trend.py)."""
     if not stats.capacity:
         return ""
     many_cells = len({(model, cell) for model, cell, *_ in stats.capacity}) > 1
@@ -295,7 +296,11 @@ def describe_capacity(stats: FleetStats) -> str:
     for model, cell, gpu_type, nodes, wanted in stats.capacity:
         name = "/".join([*([model] if many_models else []), *([cell] if many_cells else []), gpu_type])
         parts.append(f"{name} {nodes}" + (f" (wants {wanted})" if wanted != nodes else ""))
-    return "\ncapacity plan: " + ", ".join(parts)
+    growing = [
+        "/".join([*([model] if many_models else []), *([cell] if many_cells else []), f"arrivals x{growth:.2f}"])
+        for model, cell, growth in stats.capacity_growth
+    ]
+    return "\ncapacity plan: " + ", ".join(parts) + ("; " + ", ".join(growing) if growing else "")
 
 
 def describe_router(stats: FleetStats, width: int = 90) -> str:

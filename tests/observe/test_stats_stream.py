@@ -7,7 +7,7 @@ import pytest
 
 from client import AsyncZooClient
 from observe.latency_window import EbpfFigures, LatencyWindows
-from observe.stats_stream import StatsPublisher, subscribe
+from observe.stats_stream import FleetObserver, StatsPublisher, subscribe
 from transport.messages import FleetStats
 
 pytestmark = pytest.mark.anyio
@@ -113,3 +113,33 @@ async def test_a_probe_snapshot_pushed_to_the_control_plane_reaches_the_stream(o
     assert figures[("router_to_node_hop", "ebpf", "a")].count_total == 5
     assert 20e-6 <= figures[("node_to_router_return", "ebpf", "a")].p50_s <= 33.75e-6 * 1.2
     assert stats.ebpf_status == "attached (wire)"
+
+
+def test_the_capacity_plan_reaches_the_stream_with_the_pools_whose_arrivals_grow():
+    """FleetObserver.fleet_stats: each variant's nodes and wanted nodes, and the pools whose forecast growth is
+    above 1 (a steady pool is left out: `zoo top` names only those growing)."""
+
+    class _Cp:
+        def __init__(self) -> None:
+            self.hellos: dict = {}
+
+        def take_events(self) -> list:
+            return []
+
+        def stats(self) -> dict:
+            variant = {"gpu_type": "L4", "nodes": 2, "desired": 3}
+            return {
+                "policy": "hardware_aware",
+                "nodes": {},
+                "requests": {"inflight": 0},
+                "refused": {},
+                "rejected_messages": {},
+                "capacity": [
+                    {"model": "m", "cell": "chat", "growth": 1.25, "variants": [variant]},
+                    {"model": "m", "cell": "vip", "growth": 1.0, "variants": [{**variant, "desired": 2}]},
+                ],
+            }
+
+    stats = FleetObserver(_Cp()).fleet_stats(0)
+    assert stats.capacity == [("m", "chat", "L4", 2, 3), ("m", "vip", "L4", 2, 2)]
+    assert stats.capacity_growth == [("m", "chat", 1.25)]

@@ -66,3 +66,8 @@ def test_the_capacity_plan_line_says_what_each_gpu_type_has_and_wants(make_stats
     assert describe_capacity(msgspec.structs.replace(make_stats(3), capacity=two_cells)) == (
         "\ncapacity plan: vip/H100 2, chat/L4 4 (wants 2)"
     )
+    # a pool whose arrivals grow: the growth its plan forecasts a node's start ahead
+    growing = msgspec.structs.replace(make_stats(4), capacity=one_pool, capacity_growth=[("m", "zoo", 1.274)])
+    assert describe_capacity(growing) == "\ncapacity plan: H100 2 (wants 3), L4 4; arrivals x1.27"
+    growing = msgspec.structs.replace(make_stats(5), capacity=two_cells, capacity_growth=[("m", "chat", 1.5)])
+    assert describe_capacity(growing).endswith("; chat/arrivals x1.50")
