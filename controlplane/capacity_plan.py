@@ -55,7 +55,8 @@ class CapacityPlanConfig:
     min_nodes / max_nodes: per GPU type (a type not listed: ``default_min_nodes``, no maximum).
     forecast_lead_s: how long a node takes from being asked for to serving (a pod scheduled, its weights loaded):
         the arrivals' growth is projected that far ahead; 0: no forecast, the plan follows the load of now.
-    trend_window_s: the arrivals the growth is measured over (controlplane/demand_trend.py).
+    trend_window_s: the arrivals the growth is measured over (controlplane/demand_trend.py); at least
+        forecast_lead_s, so the growth is at most 1 + 8/3 (twice the lead, the default ratio: at most 2.33).
     """
 
     kv_threshold: float = 0.8
@@ -82,9 +83,9 @@ class CapacityPlanConfig:
             raise ValueError(f"capacity plan: queue_threshold must be >= 1, got {self.queue_threshold!r}")
         if not 0 <= self.scale_down_window_s < math.inf:
             raise ValueError(f"capacity plan: scale_down_window_s must be >= 0, got {self.scale_down_window_s!r}")
-        if not 0 <= self.forecast_lead_s < math.inf or not 0 < self.trend_window_s < math.inf:
-            raise ValueError(
-                f"capacity plan: forecast_lead_s must be >= 0 and trend_window_s > 0, got "
+        if not 0 <= self.forecast_lead_s <= self.trend_window_s < math.inf or self.trend_window_s <= 0:
+            raise ValueError(  # a trend measured over less than the lead is not projected that far (noise, x3.7+)
+                f"capacity plan: forecast_lead_s must be >= 0 and at most trend_window_s, which must be > 0; got "
                 f"{self.forecast_lead_s!r}, {self.trend_window_s!r}"
             )
         if self.default_min_nodes < 0:

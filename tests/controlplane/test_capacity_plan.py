@@ -194,9 +194,11 @@ def test_a_bad_config_is_refused_with_its_reason():
         CapacityPlanConfig.from_table({"queue_threshold": True})
     with pytest.raises(ValueError, match="forecast_lead_s must be >= 0"):
         CapacityPlanConfig(forecast_lead_s=-1.0)
-    with pytest.raises(ValueError, match="trend_window_s > 0"):
-        CapacityPlanConfig.from_table({"trend_window_s": 0})
-    assert CapacityPlanConfig.from_table({"forecast_lead_s": 180}).forecast_lead_s == 180.0
+    with pytest.raises(ValueError, match="which must be > 0"):
+        CapacityPlanConfig.from_table({"trend_window_s": 0, "forecast_lead_s": 0})
+    with pytest.raises(ValueError, match="at most trend_window_s"):  # a 10 s trend projected 2 minutes ahead
+        CapacityPlanConfig.from_table({"trend_window_s": 10, "forecast_lead_s": 120})
+    assert CapacityPlanConfig.from_table({"forecast_lead_s": 180, "trend_window_s": 360}).forecast_lead_s == 180.0
     with pytest.raises(ValueError, match="TTFT target"):
         CapacityPlanner().plan(0.0, [], 0.0)
 
