@@ -61,8 +61,16 @@ def _config(cp_http: str, alertmanager: str | None = None) -> dict:
     return config
 
 
+def _api(api: str, path: str, **params: str) -> dict:
+    """Prometheus's HTTP API answer's ``data``. An answer other than 200 raises (httpx.HTTPStatusError, which ``_wait``
+    counts as not yet): Prometheus answers 503 "Service Unavailable" until its storage has started."""
+    r = httpx.get(f"{api}/api/v1/{path}", params=params, timeout=5)
+    r.raise_for_status()
+    return r.json()["data"]
+
+
 def _query(api: str, expr: str) -> list[dict]:
-    return httpx.get(f"{api}/api/v1/query", params={"query": expr}, timeout=5).json()["data"]["result"]
+    return _api(api, "query", query=expr)["result"]
 
 
 def _dashboard_queries() -> list[str]:
@@ -73,11 +81,11 @@ def _dashboard_queries() -> list[str]:
 
 
 def _alerts(api: str) -> list[dict]:
-    return httpx.get(f"{api}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    return _api(api, "alerts")["alerts"]
 
 
 def _rules(api: str) -> list[dict]:
-    groups = httpx.get(f"{api}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    groups = _api(api, "rules")["groups"]
     return [rule for group in groups for rule in group["rules"]]
 
 
@@ -131,14 +139,14 @@ def test_a_real_prometheus_evaluates_the_rules_on_a_real_fleet(spawn_controlplan
     try:
 
         def scraped() -> bool:
-            targets = httpx.get(f"{api}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+            targets = _api(api, "targets")["activeTargets"]
             return len(targets) == 3 and all(t["health"] == "up" for t in targets)
 
         _wait("the control plane and both agents scraped", scraped, log)
 
         def recorded() -> bool:  # the recording rules have run on the scraped series
-            q = httpx.get(f"{api}/api/v1/query", params={"query": "zoo:node_asleep"}, timeout=5).json()
-            return {(s["metric"]["node"], s["value"][1]) for s in q["data"]["result"]} == {("a", "0"), ("b", "0")}
+            series = _query(api, "zoo:node_asleep")
+            return {(s["metric"]["node"], s["value"][1]) for s in series} == {("a", "0"), ("b", "0")}
 
         _wait("zoo:node_asleep recorded for both nodes, awake", recorded, log)
         # the agents' series are stored under their own names too (an OpenMetrics scrape of their WSGI /metrics)
