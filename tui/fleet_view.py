@@ -292,14 +292,15 @@ def describe_capacity(stats: FleetStats) -> str:
         return ""
     many_cells = len({(model, cell) for model, cell, *_ in stats.capacity}) > 1
     many_models = len({model for model, *_ in stats.capacity}) > 1
-    parts = []
-    for model, cell, gpu_type, nodes, wanted in stats.capacity:
-        name = "/".join([*([model] if many_models else []), *([cell] if many_cells else []), gpu_type])
-        parts.append(f"{name} {nodes}" + (f" (wants {wanted})" if wanted != nodes else ""))
-    growing = [
-        "/".join([*([model] if many_models else []), *([cell] if many_cells else []), f"arrivals x{growth:.2f}"])
-        for model, cell, growth in stats.capacity_growth
+
+    def named(model: str, cell: str, what: str) -> str:
+        return "/".join([*([model] if many_models else []), *([cell] if many_cells else []), what])
+
+    parts = [
+        named(model, cell, f"{gpu_type} {nodes}") + (f" (wants {wanted})" if wanted != nodes else "")
+        for model, cell, gpu_type, nodes, wanted in stats.capacity
     ]
+    growing = [named(model, cell, f"arrivals x{growth:.2f}") for model, cell, growth in stats.capacity_growth]
     return "\ncapacity plan: " + ", ".join(parts) + ("; " + ", ".join(growing) if growing else "")
 
 
