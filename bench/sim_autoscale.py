@@ -3,6 +3,7 @@ llm-d WVA's saturation analyzer (controlplane/capacity_wva.py) and against the w
 workload, seed by seed.
 
     python -m bench.sim_autoscale --seeds 3 --jobs 2 [--profile ramp-spike|diurnal|step|tuning] --out FILE.json
+        [--rules static,zoo,zoo_placed] [--max-queue-per-node N]
     zoo bench autoscale [--quick] [--json]      # ramp-spike at equal costs (--quick: 4 minutes, one seed)
 
 The pool: half the zoo fleet (2 H100, 4 A100-40GB, 4 L4, 1 T4 TP-2 pair), one cell, hardware_aware routing.
@@ -13,7 +14,10 @@ ramp-spike, a fifth of the run at 15% of the pool's capacity, a ramp to 75%, a p
 to 25%; diurnal, a day's rise and fall; step, a jump from 20% to 80% and back; tuning, the profile the plan's
 forecast was designed on, reported apart). Nothing was tuned on the reported profiles: the plan runs at its defaults
 (its forecast's lead is the nodes' provisioning time, a fact of the pool), equal GPU costs (WVA's CRD default), as
-does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0). Both know
+does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0); ``zoo_placed`` (run when named
+in ``--rules``) the plan whose arrivals are the requests placed only, not those refused for want of capacity (the
+rule before refused demand counted). ``--max-queue-per-node`` bounds each node's admission queue (the simulator's
+default: 256), so a pool short of nodes refuses rather than queues. Both know
 the pool: the plan as each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's
 target for a type with no GPU left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
 
@@ -37,6 +41,7 @@ import numpy as np
 
 from backends.gpu_table import power_score
 from backends.sim.cost_model import node_hardware_info
+from controlplane.admission import AdmissionConfig
 from controlplane.capacity_plan import CapacityPlanConfig
 from sim.autoscale import AutoscaleConfig, Autoscaler
 from sim.des import FleetSimulator, default_router_config
@@ -70,6 +75,7 @@ PROFILES = {
 }  # fmt: skip
 PROFILE = PROFILES["ramp-spike"]
 RULES = ("static", "zoo", "zoo_reactive", "wva")
+ABLATIONS = ("zoo_placed",)  # run when --rules names them
 POLICY = "hardware_aware"
 
 
@@ -98,7 +104,14 @@ def profiled_workload(minutes: float, seed: int, profile: str = "ramp-spike") ->
     return Workload(f"conv-lengths, {profile} {minutes:g} min", reqs)
 
 
-def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float], profile: str = "ramp-spike") -> dict:
+def run_one(
+    rule: str,
+    seed: int,
+    minutes: float,
+    costs: dict[str, float],
+    profile: str = "ramp-spike",
+    max_queue_per_node: int | None = None,
+) -> dict:
     fleet = parse_fleet(POOL, POOL["name"])
     workload = profiled_workload(minutes, seed, profile)
     slo = Slo()
@@ -112,10 +125,14 @@ def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float], profi
         pool = {t: gpu_types.count(t) for t in set(gpu_types)}  # the GPUs there are (a KEDA's maxReplicaCount)
         lead_s = 0.0 if rule == "zoo_reactive" else AutoscaleConfig.provision_s  # the forecast's: a node's start
         plan = CapacityPlanConfig(gpu_cost=dict(costs), max_nodes=pool, forecast_lead_s=lead_s)
-        config = AutoscaleConfig(rule.removesuffix("_reactive"), slo.ttft_s, plan)
+        base_rule = rule.removesuffix("_reactive").removesuffix("_placed")
+        config = AutoscaleConfig(base_rule, slo.ttft_s, plan, count_unserved=rule != "zoo_placed")
         scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
     wall = time.perf_counter()
-    result = FleetSimulator(fleet, workload, POLICY, router_config=router, seed=seed, autoscaler=scaler).run()
+    admission = AdmissionConfig() if max_queue_per_node is None else AdmissionConfig(max_queue_per_node)
+    result = FleetSimulator(
+        fleet, workload, POLICY, router_config=router, seed=seed, autoscaler=scaler, admission=admission
+    ).run()
     rep = summarize(result, slo)
     if scaler is None:
         node_hours = {t: gpu_types.count(t) * result.end_s / 3600 for t in sorted(set(gpu_types))}
@@ -128,6 +145,7 @@ def run_one(rule: str, seed: int, minutes: float, costs: dict[str, float], profi
         "seed": seed,
         "num_requests": rep.num_requests,
         "num_unserved": rep.num_unserved,
+        "num_refused": sum(r.refusal is not None for r in result.records),
         "goodput": rep.goodput,
         "ttft_p50_s": rep.ttft_s[50],
         "ttft_p99_s": rep.ttft_s[99],
@@ -167,13 +185,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="write the JSON report here too")
     p.add_argument("--costs", default="{}", help='GPU type -> cost of a node, JSON (default: all equal), e.g. '
                    '\'{"H100": 4, "A100-40GB": 1.6, "L4": 0.5, "T4": 0.7}\'')  # fmt: skip
+    p.add_argument("--rules", default=",".join(RULES), help=f"comma-separated, of {RULES + ABLATIONS}")
+    p.add_argument("--max-queue-per-node", type=int, default=None, help="admission's per-node queue (default 256)")
     args = p.parse_args(argv)
     costs = json.loads(args.costs)
-    cases = [(rule, seed) for seed in range(args.seeds) for rule in RULES]
+    rules = tuple(args.rules.split(","))
+    if not rules or not set(rules) <= set(RULES + ABLATIONS):
+        p.error(f"--rules: each of {RULES + ABLATIONS}, got {args.rules!r}")
+    cases = [(rule, seed) for seed in range(args.seeds) for rule in rules]
     with ProcessPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
         n = len(cases)
-        runs = list(pool.map(run_one, *zip(*cases, strict=True), [args.minutes] * n, [costs] * n, [args.profile] * n))
-    text = json.dumps(finite(summarise(runs, costs, args.minutes, args.seeds, args.profile)), indent=1)
+        runs = list(
+            pool.map(
+                run_one,
+                *zip(*cases, strict=True),
+                [args.minutes] * n,
+                [costs] * n,
+                [args.profile] * n,
+                [args.max_queue_per_node] * n,
+            )
+        )
+    report = summarise(runs, costs, args.minutes, args.seeds, args.profile)
+    report["max_queue_per_node"] = args.max_queue_per_node
+    text = json.dumps(finite(report), indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
     print(text)
@@ -214,8 +248,9 @@ def summarise(
         run["cost"] = sum(h * costs.get(t, 1.0) for t, h in run["node_hours"].items())
     capacity = pool_capacity(load_trace("conv"))
     keys = ("goodput", "ttft_p50_s", "ttft_p99_s", "tpot_p99_s", "node_hours_total", "capacity_hours", "cost")
+    keys += ("num_refused",)
     by_rule = {}
-    for rule in RULES:
+    for rule in dict.fromkeys(r["rule"] for r in runs):
         mine = [r for r in runs if r["rule"] == rule]
         by_rule[rule] = {
             **{k: _mean(mine, k) for k in keys},
@@ -231,7 +266,9 @@ def summarise(
             ("wva", "static"),
             ("zoo", "wva"),
             ("zoo", "zoo_reactive"),
+            ("zoo", "zoo_placed"),
         )
+        if rule in by_rule and base in by_rule
     }
     return {
         "what": __doc__.split("\n\n")[0],

@@ -244,8 +244,9 @@ def plan_nodes(views: Iterable[NodeView], rows: Mapping[str, Mapping]) -> list[P
 
 
 class CapacityPlanner:
-    """``plan(now_s, nodes, ttft_s, routed)`` → one PoolPlan per (model, cell), in key order. ``routed``: the
-    requests routed to each (model, cell) so far, a counter (None: no forecast). Keeps only the raw plans of the last
+    """``plan(now_s, nodes, ttft_s, arrivals)`` → one PoolPlan per (model, cell), in key order. ``arrivals``: the
+    requests that asked each (model, cell) so far, placed or refused for want of its capacity, a counter (None: no
+    forecast). Keeps only the raw plans of the last
     ``scale_down_window_s`` per variant and the arrivals of the last ``trend_window_s`` per pool (at most one sample
     per second each)."""
 
@@ -259,7 +260,7 @@ class CapacityPlanner:
         now_s: float,
         nodes: Iterable[PlanNode],
         ttft_s: float,
-        routed: Mapping[tuple[str, str], int] | None = None,
+        arrivals: Mapping[tuple[str, str], int] | None = None,
     ) -> tuple[PoolPlan, ...]:
         if not ttft_s > 0:
             raise ValueError(f"capacity plan: the TTFT target must be > 0, got {ttft_s!r}")
@@ -267,7 +268,7 @@ class CapacityPlanner:
         for node in nodes:
             pools.setdefault((node.model, node.cell), []).append(node)
         plans = tuple(
-            self._plan_pool(now_s, key, pools[key], ttft_s, self._growth(now_s, key, routed)) for key in sorted(pools)
+            self._plan_pool(now_s, key, pools[key], ttft_s, self._growth(now_s, key, arrivals)) for key in sorted(pools)
         )
         seen = {(p.model, p.cell, v.gpu_type) for p in plans for v in p.variants}
         for key in [k for k in self._history if k not in seen]:  # a variant gone: its window goes too
@@ -276,13 +277,13 @@ class CapacityPlanner:
             del self._trends[key]
         return plans
 
-    def _growth(self, now_s: float, key: tuple[str, str], routed: Mapping[tuple[str, str], int] | None) -> float:
-        if routed is None or key not in routed:
+    def _growth(self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None) -> float:
+        if arrivals is None or key not in arrivals:
             return 1.0
         trend = self._trends.get(key)
         if trend is None:
             trend = self._trends[key] = DemandTrend(self.config.trend_window_s, self.config.forecast_lead_s)
-        trend.observe(now_s, routed[key])
+        trend.observe(now_s, arrivals[key])
         return trend.growth()
 
     def summary(
@@ -291,10 +292,10 @@ class CapacityPlanner:
         views: Iterable[NodeView],
         rows: Mapping[str, Mapping],
         ttft_s: float,
-        routed: Mapping[tuple[str, str], int] | None = None,
+        arrivals: Mapping[tuple[str, str], int] | None = None,
     ) -> list:
         """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``)."""
-        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, routed))
+        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, arrivals))
 
     def _plan_pool(
         self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float, growth: float

@@ -4,7 +4,8 @@ A node asked for joins minutes later (a pod scheduled, weights loaded), so a pla
 now is late by that much on every ramp: the load queues on the nodes there while the new ones start. The plan
 scales its wanted capacity by how much more the pool will be asked for by the time a node asked for now can serve:
 
-    samples  the pool's requests routed so far (a counter), at most one per second, over the last ``window_s``
+    samples  the requests that asked the pool so far (a counter: placed, or refused for want of its capacity), at
+             most one per second, over the last ``window_s``
     r1, r2   its arrival rate in the first and in the second half of the samples' span
     slope    (r2 - r1) / (span/2): a line through the two rates, each at the middle of its half
     growth   1                                              while r2 - r1 is within Poisson noise
@@ -35,14 +36,14 @@ class DemandTrend:
         self.window_s, self.lead_s = window_s, lead_s
         self._samples: deque[tuple[float, int]] = deque()
 
-    def observe(self, now_s: float, routed_total: int) -> None:
+    def observe(self, now_s: float, arrivals_total: int) -> None:
         samples = self._samples
-        if samples and routed_total < samples[-1][1]:
+        if samples and arrivals_total < samples[-1][1]:
             samples.clear()
         if samples and now_s - samples[-1][0] < 1.0:  # one sample per second: bounded whatever the call rate
-            samples[-1] = (samples[-1][0], routed_total)
+            samples[-1] = (samples[-1][0], arrivals_total)
         else:
-            samples.append((now_s, routed_total))
+            samples.append((now_s, arrivals_total))
         while samples[0][0] < now_s - self.window_s:
             samples.popleft()
 

@@ -1,6 +1,7 @@
 """What the control plane has seen of each node, for the latency table, the dashboard and the exporters.
 
     NodeHello ─► hellos            routed ─► decisions + ROUTER_QUEUE_WAIT (+ PREDICTED_TTFT) samples
+                                   refused for want of capacity ─► the pool's unserved arrivals
     LoadReport ─► preemptions      NodeTelemetry ─► metrics_urls + ROUTER_TO_NODE_HOP samples
     TokenChunk ─► NODE_TO_ROUTER_RETURN sample
                                    ─► nodes(views, latency): one plain dict per node   (ControlPlane.stats)
@@ -32,6 +33,7 @@ class FleetLedger:
         self.hellos: dict[str, NodeHello] = {}
         self.decisions: dict[str, int] = {}
         self._pool_decisions: dict[tuple[str, str], int] = {}  # (model, cell) → requests placed there
+        self.unserved: dict[tuple[str, str], int] = {}  # (model, cell) → requests refused for want of its capacity
         self.preemptions: dict[str, int] = {}
         self.metrics_urls: dict[str, str] = {}
         self.roofline: dict[str, float] = {}  # node id → decode_roofline_fraction of its last LoadReport
@@ -54,10 +56,21 @@ class FleetLedger:
             key = (hello.model, hello.cell)
             self._pool_decisions[key] = self._pool_decisions.get(key, 0) + 1
 
-    def routed_by_pool(self) -> dict[tuple[str, str], int]:
-        """Requests placed so far per (model, cell): counters that only grow, whatever nodes join, leave or come back
-        serving another model (the capacity plan's arrivals: controlplane/demand_trend.py)."""
-        return dict(self._pool_decisions)
+    def count_unserved(self, model: str, cell: str) -> None:
+        """A new request the pool (``model``, ``cell``) refused for want of capacity: no live node of it, or every
+        one's queue full (controlplane/request_intake.py). Bounded: a pool is a model some node served (the intake
+        refuses an unknown one first) in a cell the router's config names or a hello named."""
+        key = (model, cell)
+        self.unserved[key] = self.unserved.get(key, 0) + 1
+
+    def arrivals_by_pool(self) -> dict[tuple[str, str], int]:
+        """Requests that asked each (model, cell) so far, placed there or refused for want of its capacity:
+        counters that only grow, whatever nodes join, leave or come back serving another model (the capacity plan's
+        arrivals: controlplane/demand_trend.py). A pool that refuses under a ramp still reads the ramp."""
+        arrivals = dict(self._pool_decisions)
+        for key, n in self.unserved.items():
+            arrivals[key] = arrivals.get(key, 0) + n
+        return arrivals
 
     def on_forecast(self, node_id: str, predicted_ttft_s: float) -> None:
         self._events.append(LatencySample(LatencyKind.PREDICTED_TTFT, node_id, predicted_ttft_s))

@@ -8,7 +8,9 @@
 
 The sampling parameters arrive validated (``SamplingParams`` validates itself when built or decoded).
 Any step may refuse with an ErrorReply (INVALID_REQUEST, UNKNOWN_MODEL, NO_NODE, PROMPT_TOO_LONG,
-OVERLOADED) whose ``param`` names the request field at fault, if any; the first refusal wins.
+OVERLOADED) whose ``param`` names the request field at fault, if any; the first refusal wins. A refusal for want
+of capacity (no live node of its pool, or every one's queue full) is told to ``on_unserved`` with the pool, (model,
+cell): demand the pool did not serve, which the capacity plan counts (controlplane/capacity_plan.py).
 Synchronous and without I/O: the control-plane actor and the fleet simulator (sim/des.py) both place
 requests here, then send the request and record the placement (``policy.on_routed``,
 ``registry.on_routed``) once it is sent.
@@ -21,7 +23,7 @@ it was on is no longer in the registry's snapshot, so it cannot be chosen again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -29,12 +31,12 @@ import msgspec
 from backends.chat_render import render_chat
 from backends.grammar import check as check_grammar
 from controlplane.admission import queued_requests
-from controlplane.cells import DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
+from controlplane.cells import DEFAULT_CELL, DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
 from controlplane.lora_table import LoraTable
 from controlplane.model_aliases import resolve_model
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.lora_affinity import prefer_resident
-from controlplane.router.policy import ClusterSnapshot, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
 from controlplane.router.prediction_affinity import prefer_speculating
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import RESERVED_SALT_PREFIX, TenantLimiter
@@ -87,6 +89,7 @@ def place_request(
     lora_affinity: bool = True,
     aliases: Mapping[str, str] | None = None,
     token_ids: list[int] | PromptError | None = None,
+    on_unserved: Callable[[str, str], None] | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
@@ -96,7 +99,8 @@ def place_request(
     adapters, those holding it preferred unless ``lora_affinity`` is False: the fleet simulator's ablation);
     ``aliases``: other names for served models or adapters, resolved first (controlplane/model_aliases.py);
     ``token_ids``: the prompt already tokenized by ``tokenize`` (or the PromptError it raised), off the event loop for a
-    long one (controlplane/offload_tokenize.py); None: tokenized here.
+    long one (controlplane/offload_tokenize.py); None: tokenized here; ``on_unserved(model, cell)``: told of a
+    refusal for want of capacity (the cell: the class's, else its nodes' or the hellos' default).
 
     The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
     engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
@@ -108,6 +112,11 @@ def place_request(
         code: ErrorCode, message: str, retry_after_s: float | None = None, param: str | None = None
     ) -> ErrorReply:
         return ErrorReply(request_id=rid, code=code, message=message, retry_after_s=retry_after_s, param=param)
+
+    def unserved(refusal: ErrorReply) -> ErrorReply:  # refused for want of capacity: demand its pool did not serve
+        if on_unserved is not None:
+            on_unserved(model, cell if cell is not None else _pool_cell(registry.snapshot(model=model).nodes))
+        return refusal
 
     if not rid:
         return refuse(ErrorCode.INVALID_REQUEST, "request_id must not be empty")
@@ -156,7 +165,7 @@ def place_request(
         snapshot = ClusterSnapshot(snapshot.now_s, lora_nodes, lora_changes)
         if not snapshot.nodes:
             message = f"no live node serves LoRA adapters of {model!r} in cell {cell!r}"
-            return refuse(ErrorCode.NO_NODE, message, retry_after_s=1.0)
+            return unserved(refuse(ErrorCode.NO_NODE, message, retry_after_s=1.0))
     admission_snapshot = snapshot
     if exclude:
         snapshot = ClusterSnapshot(snapshot.now_s, tuple(v for v in snapshot.nodes if v.node_id not in exclude))
@@ -166,7 +175,7 @@ def place_request(
         snapshot = prefer_speculating(snapshot)  # router/prediction_affinity.py
     spill_to = traffic_class.spill_to if traffic_class is not None else []
     if not snapshot.nodes and not spill_to:
-        return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
+        return unserved(refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0))
     num_prompt_tokens = len(token_ids)
     spill_views = [
         view
@@ -231,8 +240,8 @@ def place_request(
             tenants.on_admitted(msg.tenant, num_prompt_tokens, snapshot.now_s)
         return Placement(placed, route, token_ids, priority, cell, lora=lora, slo_tpot_s=slo_tpot_s)
     if placed is None:
-        return refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0)
-    return msgspec.structs.replace(placed, request_id=rid)
+        return unserved(refuse(ErrorCode.NO_NODE, f"no live node serves {model!r} in cell {cell!r}", retry_after_s=1.0))
+    return unserved(msgspec.structs.replace(placed, request_id=rid))
 
 
 def _choose(
@@ -259,6 +268,11 @@ def _choose(
         message=str(getattr(refusal, "message", refusal)),
         retry_after_s=getattr(refusal, "retry_after_s", 1.0),
     )
+
+
+def _pool_cell(nodes: Sequence[NodeView]) -> str:
+    """The pool a request of no cell counts for: its model's first node's cell, else a hello's default cell."""
+    return nodes[0].cell if nodes else DEFAULT_CELL
 
 
 def _has_queue(snapshot: ClusterSnapshot, node_id: str) -> bool:

@@ -133,7 +133,9 @@ class RequestPath:
         headers = forwarded_headers(msg, trace)
         if trace is not None and not trace.context.sampled:
             trace = None  # not recorded (the caller's decision, or the sample ratio's); its flag goes to the node
-        placed = self._place(msg, inflight=self.table, tenants=self.tenants, token_ids=token_ids)
+        placed = self._place(
+            msg, inflight=self.table, tenants=self.tenants, token_ids=token_ids, on_unserved=self.fleet.count_unserved
+        )
         if isinstance(placed, Placement):
             routed_ns = time.monotonic_ns()
             placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=headers)
@@ -301,7 +303,7 @@ class RequestPath:
         return asked if self.router.cell_for(asked) is not None else DEFAULT_CLASS
 
     def _place(
-        self, msg: ClientGenerate, *, inflight, exclude=(), tenants=None, token_ids=None
+        self, msg: ClientGenerate, *, inflight, exclude=(), tenants=None, token_ids=None, on_unserved=None
     ) -> Placement | ErrorReply:
         return place_request(
             msg,
@@ -317,6 +319,7 @@ class RequestPath:
             loras=self.loras,
             aliases=self.aliases,
             token_ids=token_ids,
+            on_unserved=on_unserved,
         )
 
     def _send(

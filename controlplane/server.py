@@ -321,7 +321,7 @@ class ControlPlane(Actor):
             "slo_forecast": self.path.forecast.summary(),  # controlplane/slo_forecast.py
             "idle_sleep": None if self.idle_sleep is None else self.idle_sleep.summary(),  # --sleep-idle-ttl
             "capacity": self.capacity.summary(
-                self.clock.now(), views, nodes, self.path.router_settings["slo_ttft_s"], self.fleet.routed_by_pool()
+                self.clock.now(), views, nodes, self.path.router_settings["slo_ttft_s"], self.fleet.arrivals_by_pool()
             ),
         }
 

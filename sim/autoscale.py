@@ -3,7 +3,8 @@ some joined, adds more (each joins ``provision_s`` after it is asked for: a pod 
 others (routed nothing new, they leave once their requests end). Two rules drive it, each as its users run it:
 
     zoo   controlplane/capacity_plan.py, planned at every sample (the control plane plans at every stats snapshot)
-          with the requests routed so far (its arrivals' forecast: controlplane/demand_trend.py),
+          with the requests that asked its pool so far, placed or refused for want of capacity (its arrivals'
+          forecast: controlplane/demand_trend.py),
           scaled every 15 s (KEDA's pollingInterval in deploy/k8s/43-autoscaling.yaml) to the published plan, at most
           one node shed a minute per GPU type (the ScaledObject's HPA scaleDown policy)
     wva   controlplane/capacity_wva.py: each replica's KV use and waiting requests as their peak over the last
@@ -28,7 +29,9 @@ RULES = ("zoo", "wva")
 @dataclass
 class AutoscaleConfig:
     """rule: "zoo" or "wva". start_nodes: each GPU type's nodes joined at the start (a type not listed: 1).
-    ttft_s: the router's TTFT target (the zoo plan's backlog term reads it)."""
+    ttft_s: the router's TTFT target (the zoo plan's backlog term reads it).
+    count_unserved: the zoo plan's arrivals include the requests refused for want of capacity, as the control plane
+        counts them; False: only those placed (an ablation: the rule before refused demand counted)."""
 
     rule: str
     ttft_s: float
@@ -40,6 +43,7 @@ class AutoscaleConfig:
     zoo_scale_down_period_s: float = 60.0
     wva_interval_s: float = 60.0
     wva_window_s: float = 60.0
+    count_unserved: bool = True
 
     def __post_init__(self) -> None:
         if self.rule not in RULES:
@@ -64,7 +68,7 @@ class Autoscaler:
         self._last_shed_s: dict[str, float] = {}
         self._peaks: dict[int, deque[tuple[float, float, int]]] = {}  # wva: (t, kv, waiting) samples
         self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
-        self.routed: dict[tuple[str, str], int] = {}  # (model, cell) → requests routed there: the plan's arrivals
+        self.arrivals: dict[tuple[str, str], int] = {}  # (model, cell) → requests placed or refused there (the plan's)
 
     def start(self) -> list[int]:
         """The nodes joined at time 0."""
@@ -106,8 +110,18 @@ class Autoscaler:
 
     def on_routed(self, view) -> None:
         """A request was routed to the node of ``view`` (its NodeView)."""
-        key = (view.model, view.cell)
-        self.routed[key] = self.routed.get(key, 0) + 1
+        self.on_arrival(view.model, view.cell)
+
+    def on_unserved(self, model: str, cell: str) -> None:
+        """A request refused for want of the pool's capacity (place_request's ``on_unserved``)."""
+        if self.config.count_unserved:
+            self.on_arrival(model, cell)
+
+    def on_arrival(self, model: str, cell: str) -> None:
+        """A request asked the pool (``model``, ``cell``): placed there, or refused for want of its capacity, as the
+        control plane's FleetLedger.arrivals_by_pool counts it."""
+        key = (model, cell)
+        self.arrivals[key] = self.arrivals.get(key, 0) + 1
 
     def finish(self, now: float) -> None:
         for i in list(self._held_since):
@@ -120,7 +134,7 @@ class Autoscaler:
         up = [i for i in sorted(self.joined - self.draining) if registry.state(self.node_ids[i]) is NodeState.UP]
         if config.rule == "zoo":
             rows = {self.node_ids[i]: {"state": "up"} for i in up}
-            plans = self.planner.plan(now, plan_nodes(registry.views(), rows), config.ttft_s, self.routed)
+            plans = self.planner.plan(now, plan_nodes(registry.views(), rows), config.ttft_s, self.arrivals)
             if now < self._next_act_s:
                 return None
             self._next_act_s = now + config.zoo_interval_s

@@ -499,6 +499,7 @@ class FleetSimulator:
                 router=self.router_config,
                 loras=loras,
                 lora_affinity=self.lora_affinity,
+                on_unserved=None if scaler is None else scaler.on_unserved,  # refused for want of capacity: demand
             )
             if isinstance(placed, ErrorReply):
                 rec.refusal = placed.code.value

@@ -286,8 +286,9 @@ def test_reports_with_any_figures_give_a_plan_and_never_an_error(specs):
 
 
 def test_the_arrivals_per_pool_only_grow_whatever_nodes_do(make_hello):
-    """FleetLedger.routed_by_pool, the plan's arrivals: a counter per (model, cell), counted when each request is
-    placed, so a node that leaves, or comes back serving another model, takes none of its pool's count along."""
+    """FleetLedger.arrivals_by_pool, the plan's arrivals: a counter per (model, cell), counted when each request is
+    placed (or refused for want of the pool's capacity), so a node that leaves, or comes back serving another model,
+    takes none of its pool's count along."""
     from controlplane.fleet_ledger import FleetLedger
 
     ledger = FleetLedger(100)
@@ -297,8 +298,17 @@ def test_the_arrivals_per_pool_only_grow_whatever_nodes_do(make_hello):
         ledger.on_routed(node_id, 0.0)
     ledger.count_decision("b")  # a request resumed on b
     ledger.on_routed("unknown", 0.0)  # no hello on record: in no pool
-    assert ledger.routed_by_pool() == {("m", "default"): 4, ("m", "fast"): 1, ("n", "default"): 1}
+    assert ledger.arrivals_by_pool() == {("m", "default"): 4, ("m", "fast"): 1, ("n", "default"): 1}
     ledger.on_hello(make_hello("a", model="n"))  # a restarted, serving n
     ledger.on_routed("a", 0.0)
-    assert ledger.routed_by_pool() == {("m", "default"): 4, ("m", "fast"): 1, ("n", "default"): 2}
+    assert ledger.arrivals_by_pool() == {("m", "default"): 4, ("m", "fast"): 1, ("n", "default"): 2}
     assert ledger.decisions["a"] == 3
+    ledger.count_unserved("m", "fast")  # refused: every queue of m's fast pool full
+    ledger.count_unserved("o", "default")  # refused: no live node of o's pool (its nodes all shed)
+    assert ledger.arrivals_by_pool() == {
+        ("m", "default"): 4,
+        ("m", "fast"): 2,
+        ("n", "default"): 2,
+        ("o", "default"): 1,
+    }
+    assert ledger.unserved == {("m", "fast"): 1, ("o", "default"): 1} and ledger.decisions["a"] == 3

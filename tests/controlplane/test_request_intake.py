@@ -229,3 +229,40 @@ def test_chat_options_render_a_prefilled_reply_and_refusals_name_the_field(make_
     )  # fmt: skip
     assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.INVALID_REQUEST
     assert refused.param == "continue_final_message"
+
+
+def test_only_refusals_for_want_of_capacity_are_told_as_the_pools_unserved_demand(make_hello, make_report):
+    """The capacity plan's arrivals count the requests a pool refused for want of capacity (every queue full, the
+    cluster full, no live node of the pool), with the pool; a bad request, an unknown model and a tenant over its
+    quota are not demand that more nodes would serve."""
+    from controlplane.tenants import TenantLimiter, TenantSpec
+
+    registry = ClusterRegistry(ManualClock(), 5.0)
+    registry.join(make_hello("a", cell="fast"))
+    registry.report(make_report("a", num_waiting=5))
+    told: list[tuple[str, str]] = []
+
+    def place(admission, model="", tenant="", logit_bias=None, tenants=None):
+        sampling = SamplingParams(max_tokens=2, logit_bias=logit_bias or {})
+        msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11], sampling=sampling, model=model, tenant=tenant)
+        return place_request(
+            msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry,
+            policy=_PrefersAlphabetically(), admission=admission, router=RouterConfig(), tenants=tenants,
+            on_unserved=lambda model, cell: told.append((model, cell)),
+        )  # fmt: skip
+
+    full_queues = AdmissionControl(AdmissionConfig(max_queue_per_node=2, max_queue_global=1000))
+    full_cluster = AdmissionControl(AdmissionConfig(max_queue_per_node=100, max_queue_global=5))
+    roomy = AdmissionControl(AdmissionConfig(max_queue_per_node=100, max_queue_global=1000))
+    assert place(full_queues).code is ErrorCode.OVERLOADED
+    assert place(full_cluster).code is ErrorCode.OVERLOADED
+    assert told == [("m", "fast"), ("m", "fast")]  # a request of no cell counts for its model's nodes' cell
+    assert place(full_queues, logit_bias={1000: 1.0}).code is ErrorCode.INVALID_REQUEST
+    assert place(roomy, model="other").code is ErrorCode.UNKNOWN_MODEL
+    quota = TenantLimiter([TenantSpec("t", requests_per_min=1)])
+    assert place(roomy, tenant="t", tenants=quota).node_id == "a"
+    assert place(roomy, tenant="t", tenants=quota).code is ErrorCode.OVERLOADED  # its quota, not the pool's
+    assert place(roomy).node_id == "a" and len(told) == 2
+    registry.leave("a")
+    assert place(roomy).code is ErrorCode.NO_NODE
+    assert told[2:] == [("m", "default")]  # no node left: a hello's default cell

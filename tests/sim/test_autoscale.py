@@ -111,7 +111,8 @@ def test_the_plan_counts_the_pools_arrivals_and_its_forecast_asks_for_nodes_earl
         scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
         result = FleetSimulator(fleet, workload, "hardware_aware", seed=3, autoscaler=scaler).run()
         assert result.drained
-        assert scaler.routed == {(fleet.model.name, "c"): sum(r.node_id is not None for r in result.records)}
+        asked = sum(r.node_id is not None or r.refusal in ("overloaded", "no_node") for r in result.records)
+        assert scaler.arrivals == {(fleet.model.name, "c"): asked}
         return next(t for t, counts in scaler.timeline if sum(counts.values()) == 5)
 
     assert whole_pool_asked(30.0) < whole_pool_asked(0.0)
