@@ -14,10 +14,12 @@ ramp-spike, a fifth of the run at 15% of the pool's capacity, a ramp to 75%, a p
 to 25%; diurnal, a day's rise and fall; step, a jump from 20% to 80% and back; tuning, the profile the plan's
 forecast was designed on, reported apart). Nothing was tuned on the reported profiles: the plan runs at its defaults
 (its forecast's lead is the nodes' provisioning time, a fact of the pool), equal GPU costs (WVA's CRD default), as
-does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0); ``zoo_placed`` (run when named
-in ``--rules``) the plan whose arrivals are the requests placed only, not those refused for want of capacity (the
-rule before refused demand counted). ``--max-queue-per-node`` bounds each node's admission queue (the simulator's
-default: 256), so a pool short of nodes refuses rather than queues. Both know
+does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0). Run when ``--rules`` names them:
+``zoo_placed``, the plan whose arrivals are the requests placed only, not those refused for want of capacity (the
+rule before refused demand counted); ``zoo_to_zero``, the plan with every type's min_nodes 0, so an unused pool
+scales to zero and back (``--profile bursts``: 30% of the pool, nothing, 50%, nothing; a request refused while no
+node serves is lost here, where a real client retries after its Retry-After). ``--max-queue-per-node`` bounds each
+node's admission queue (the simulator's default: 256), so a pool short of nodes refuses rather than queues. Both know
 the pool: the plan as each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's
 target for a type with no GPU left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
 
@@ -72,10 +74,12 @@ PROFILES = {
     "diurnal": ((0.0, 0.2), (0.15, 0.25), (0.4, 0.8), (0.55, 0.85), (0.75, 0.45), (1.0, 0.2)),
     "step": ((0.0, 0.2), (0.3, 0.2), (0.3001, 0.8), (0.7, 0.8), (0.7001, 0.2), (1.0, 0.2)),
     "tuning": ((0.0, 0.1), (0.25, 0.1), (0.4, 0.7), (0.7, 0.7), (0.8, 0.2), (1.0, 0.2)),  # the forecast's design
+    "bursts": ((0.0, 0.3), (0.2, 0.3), (0.2001, 0.0), (0.5, 0.0), (0.5001, 0.5), (0.7, 0.5), (0.7001, 0.0),
+               (1.0, 0.0)),  # a pool used now and then: scale to zero and back
 }  # fmt: skip
 PROFILE = PROFILES["ramp-spike"]
 RULES = ("static", "zoo", "zoo_reactive", "wva")
-ABLATIONS = ("zoo_placed",)  # run when --rules names them
+ABLATIONS = ("zoo_placed", "zoo_to_zero")  # run when --rules names them
 POLICY = "hardware_aware"
 
 
@@ -124,8 +128,11 @@ def run_one(
     if rule != "static":
         pool = {t: gpu_types.count(t) for t in set(gpu_types)}  # the GPUs there are (a KEDA's maxReplicaCount)
         lead_s = 0.0 if rule == "zoo_reactive" else AutoscaleConfig.provision_s  # the forecast's: a node's start
-        plan = CapacityPlanConfig(gpu_cost=dict(costs), max_nodes=pool, forecast_lead_s=lead_s)
-        base_rule = rule.removesuffix("_reactive").removesuffix("_placed")
+        min_nodes = 0 if rule == "zoo_to_zero" else 1
+        plan = CapacityPlanConfig(
+            gpu_cost=dict(costs), max_nodes=pool, forecast_lead_s=lead_s, default_min_nodes=min_nodes
+        )
+        base_rule = rule.removesuffix("_reactive").removesuffix("_placed").removesuffix("_to_zero")
         config = AutoscaleConfig(base_rule, slo.ttft_s, plan, count_unserved=rule != "zoo_placed")
         scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
     wall = time.perf_counter()
@@ -267,6 +274,7 @@ def summarise(
             ("zoo", "wva"),
             ("zoo", "zoo_reactive"),
             ("zoo", "zoo_placed"),
+            ("zoo_to_zero", "zoo"),
         )
         if rule in by_rule and base in by_rule
     }

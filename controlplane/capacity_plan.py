@@ -29,6 +29,14 @@ and steps one replica at a time.
 
 Nodes counted: up and asleep (a sleeping node is a replica its Deployment has; the next request wakes it, with
 no load until then). Draining, leaving, suspect and dead nodes are not capacity: they are on their way out.
+
+Scale to zero and back: a variant whose min_nodes is 0 may be shed to none once its pool has had no arrivals for the
+scale-down window (a pool asked for anything within it keeps at least one node published: its cheapest capacity;
+KEDA's cooldownPeriod holds a Deployment's last replica the same way). The
+plan remembers such a variant once its last node is gone (its node capacity, MAX_IDLE_VARIANTS at most) and goes on
+planning it, desired 0; the control plane goes on listing its model. A request for the pool then is refused for want
+of capacity (503, Retry-After), which counts as an arrival, so the plan asks for one node of the pool's cheapest
+capacity again. A variant whose min_nodes is above 0 is forgotten when its last node goes, as before.
 """
 
 from __future__ import annotations
@@ -189,6 +197,7 @@ class PoolPlan:
         return self.load / self.capacity if self.capacity > 0 else 0.0
 
 
+MAX_IDLE_VARIANTS = 256  # variants remembered at zero nodes (the oldest forgotten past it): a bounded memory
 MAX_NODE_LOAD = 100.0  # ρ is capped here: a report's absurd figure (a queue of 10^18) must not ask for 10^17 nodes
 
 
@@ -246,36 +255,85 @@ def plan_nodes(views: Iterable[NodeView], rows: Mapping[str, Mapping]) -> list[P
 class CapacityPlanner:
     """``plan(now_s, nodes, ttft_s, arrivals)`` → one PoolPlan per (model, cell), in key order. ``arrivals``: the
     requests that asked each (model, cell) so far, placed or refused for want of its capacity, a counter (None: no
-    forecast). Keeps only the raw plans of the last
-    ``scale_down_window_s`` per variant and the arrivals of the last ``trend_window_s`` per pool (at most one sample
-    per second each)."""
+    forecast; a cell of None: requests of the model that named no cell, counted for its first pool, live or idle).
+    Keeps only the raw plans of the last ``scale_down_window_s`` per variant and the arrivals of the last
+    ``trend_window_s`` per pool (at most one sample per second each), and the variants at zero nodes that may scale
+    from zero (``idle``)."""
 
     def __init__(self, config: CapacityPlanConfig | None = None) -> None:
         self.config = config or CapacityPlanConfig()
         self._history: dict[tuple[str, str, str], deque[tuple[float, int]]] = {}
         self._trends: dict[tuple[str, str], DemandTrend] = {}
+        self._last_power: dict[tuple[str, str, str], float] = {}  # each variant with nodes at the last plan: its c
+        self.idle: dict[tuple[str, str, str], float] = {}  # (model, cell, GPU type) at zero nodes → its node capacity
+        self._asked: dict[tuple[str, str], tuple[int, float]] = {}  # each pool's arrivals, and when they last rose
 
     def plan(
         self,
         now_s: float,
         nodes: Iterable[PlanNode],
         ttft_s: float,
-        arrivals: Mapping[tuple[str, str], int] | None = None,
+        arrivals: Mapping[tuple[str, str | None], int] | None = None,
     ) -> tuple[PoolPlan, ...]:
         if not ttft_s > 0:
             raise ValueError(f"capacity plan: the TTFT target must be > 0, got {ttft_s!r}")
         pools: dict[tuple[str, str], list[PlanNode]] = {}
         for node in nodes:
             pools.setdefault((node.model, node.cell), []).append(node)
+        self._remember_idle(pools)
+        keys = sorted(set(pools) | {(model, cell) for model, cell, _ in self.idle})
+        arrivals = None if arrivals is None else _attributed(arrivals, keys)
         plans = tuple(
-            self._plan_pool(now_s, key, pools[key], ttft_s, self._growth(now_s, key, arrivals)) for key in sorted(pools)
+            self._plan_pool(
+                now_s,
+                key,
+                pools.get(key, []),
+                ttft_s,
+                self._growth(now_s, key, arrivals),
+                self._was_asked(now_s, key, arrivals),
+            )
+            for key in keys
         )
         seen = {(p.model, p.cell, v.gpu_type) for p in plans for v in p.variants}
         for key in [k for k in self._history if k not in seen]:  # a variant gone: its window goes too
             del self._history[key]
-        for key in [k for k in self._trends if k not in pools]:  # a pool gone: its arrivals go too
-            del self._trends[key]
+        for store in (self._trends, self._asked):  # a pool gone: its arrivals go too
+            for key in [k for k in store if k not in keys]:
+                del store[key]
         return plans
+
+    def served_models(self, live: Iterable[str]) -> list[str]:
+        """``live`` (the models some node serves), then those of the variants at zero nodes that may scale from
+        zero: still served, by nodes to come (a request for one is refused for want of capacity, and asks for one)."""
+        return list(dict.fromkeys([*live, *(model for model, _, _ in self.idle)]))
+
+    def _remember_idle(self, pools: Mapping[tuple[str, str], list[PlanNode]]) -> None:
+        """A variant of min_nodes 0 whose nodes are all gone is remembered (its last node capacity); one with nodes
+        again, or whose min_nodes is now above 0, is not idle."""
+        live: dict[tuple[str, str, str], list[float]] = {}
+        for key, nodes in pools.items():
+            for node in nodes:
+                live.setdefault((*key, node.gpu_type), []).append(_power(node.power_score))
+        for variant, power in self._last_power.items():  # had nodes at the last plan, has none now
+            if variant not in live and power > 0 and self.config.bounds(variant[2])[0] == 0:
+                self.idle.pop(variant, None)
+                self.idle[variant] = power  # the newest last: the oldest is forgotten first
+        for variant in [v for v in self.idle if v in live or self.config.bounds(v[2])[0] > 0]:
+            del self.idle[variant]
+        while len(self.idle) > MAX_IDLE_VARIANTS:
+            del self.idle[next(iter(self.idle))]
+        self._last_power = {v: sum(ps) / len(ps) for v, ps in live.items()}
+
+    def _was_asked(self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None) -> bool:
+        """Whether the pool was asked for anything (requests placed, or refused for want of its capacity) within the
+        scale-down window, whatever the call rate."""
+        if arrivals is None or key not in arrivals:
+            return False
+        before, rose_s = self._asked.get(key, (0, -math.inf))
+        if arrivals[key] != before:
+            rose_s = now_s if arrivals[key] > before else rose_s  # a counter that went back: a restart, not a request
+            self._asked[key] = (arrivals[key], rose_s)
+        return now_s - rose_s <= self.config.scale_down_window_s
 
     def _growth(self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None) -> float:
         if arrivals is None or key not in arrivals:
@@ -292,32 +350,33 @@ class CapacityPlanner:
         views: Iterable[NodeView],
         rows: Mapping[str, Mapping],
         ttft_s: float,
-        arrivals: Mapping[tuple[str, str], int] | None = None,
+        arrivals: Mapping[tuple[str, str | None], int] | None = None,
     ) -> list:
         """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``)."""
         return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, arrivals))
 
     def _plan_pool(
-        self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float, growth: float
+        self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float, growth: float, asked: bool
     ) -> PoolPlan:
         config = self.config
-        by_type: dict[str, list[PlanNode]] = {}
+        by_type: dict[str, list[PlanNode]] = {t: [] for m, c, t in self.idle if (m, c) == key}
         for node in nodes:
             by_type.setdefault(node.gpu_type, []).append(node)
-        power = {t: sum(_power(n.power_score) for n in ns) / len(ns) for t, ns in by_type.items()}
+        power = {
+            t: sum(_power(n.power_score) for n in ns) / len(ns) if ns else self.idle[(*key, t)]
+            for t, ns in by_type.items()
+        }
         count = {t: len(ns) for t, ns in by_type.items()}
         load = sum(node_load(n, ttft_s, config) * _power(n.power_score) for n in nodes)
         capacity = sum(power[t] * count[t] for t in by_type)
         wanted = load * growth / config.target_utilisation
         raw = _resize(dict(count), power, capacity, wanted, config)
-        variants = []
-        for gpu_type in sorted(by_type):
-            desired = self._stabilise(now_s, (*key, gpu_type), raw[gpu_type])
-            variants.append(
-                VariantPlan(
-                    *key, gpu_type, count[gpu_type], desired, raw[gpu_type], power[gpu_type], config.cost(gpu_type)
-                )
-            )
+        desired = {t: self._stabilise(now_s, (*key, t), raw[t]) for t in sorted(by_type)}
+        if asked and not any(desired.values()):  # asked for within the window: its cheapest capacity, one node
+            desired = _one_node(desired, power, config)
+        variants = [
+            VariantPlan(*key, t, count[t], desired[t], raw[t], power[t], config.cost(t)) for t in sorted(by_type)
+        ]
         return PoolPlan(*key, load, capacity, wanted, tuple(variants), growth)
 
     def _stabilise(self, now_s: float, key: tuple[str, str, str], raw: int) -> int:
@@ -363,6 +422,27 @@ def _resize(
         if gpu_type not in usable:
             low, high = config.bounds(gpu_type)
             count[gpu_type] = max(low, count[gpu_type] if high is None else min(count[gpu_type], high))
+    return count
+
+
+def _attributed(
+    arrivals: Mapping[tuple[str, str | None], int], keys: list[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """``arrivals`` with those of no cell added to the first planned pool of their model (none: dropped)."""
+    out = {key: n for key, n in arrivals.items() if key[1] is not None}
+    for (model, cell), n in arrivals.items():
+        if cell is None:
+            pool = next((key for key in keys if key[0] == model), None)
+            if pool is not None:
+                out[pool] = out.get(pool, 0) + n
+    return out
+
+
+def _one_node(count: dict[str, int], power: dict[str, float], config: CapacityPlanConfig) -> dict[str, int]:
+    """``count`` (all 0) with one node of the type whose capacity costs least and whose max_nodes allows one."""
+    usable = [t for t in count if power[t] > 0 and config.bounds(t)[1] != 0]
+    if usable:
+        count[min(usable, key=lambda t: (config.cost(t) / power[t], t))] = 1
     return count
 
 

@@ -52,7 +52,6 @@ from typing import Annotated, Any
 import msgspec
 
 DEFAULT_CLASS = "default"  # what a request that names no class carries
-DEFAULT_CELL = "default"  # the cell of a node whose hello names none (transport/messages.py NodeHello.cell)
 
 
 class PoolSpec(msgspec.Struct, frozen=True, forbid_unknown_fields=True):

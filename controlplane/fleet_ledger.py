@@ -33,7 +33,7 @@ class FleetLedger:
         self.hellos: dict[str, NodeHello] = {}
         self.decisions: dict[str, int] = {}
         self._pool_decisions: dict[tuple[str, str], int] = {}  # (model, cell) → requests placed there
-        self.unserved: dict[tuple[str, str], int] = {}  # (model, cell) → requests refused for want of its capacity
+        self.unserved: dict[tuple[str, str | None], int] = {}  # (model, cell) → refused for want of its capacity
         self.preemptions: dict[str, int] = {}
         self.metrics_urls: dict[str, str] = {}
         self.roofline: dict[str, float] = {}  # node id → decode_roofline_fraction of its last LoadReport
@@ -56,17 +56,18 @@ class FleetLedger:
             key = (hello.model, hello.cell)
             self._pool_decisions[key] = self._pool_decisions.get(key, 0) + 1
 
-    def count_unserved(self, model: str, cell: str) -> None:
-        """A new request the pool (``model``, ``cell``) refused for want of capacity: no live node of it, or every
-        one's queue full (controlplane/request_intake.py). Bounded: a pool is a model some node served (the intake
-        refuses an unknown one first) in a cell the router's config names or a hello named."""
+    def count_unserved(self, model: str, cell: str | None) -> None:
+        """A new request the pool (``model``, ``cell``; None: the model's, in any cell) refused for want of capacity:
+        no live node of it, or every one's queue full (controlplane/request_intake.py). Bounded: a pool is a model
+        some node served (the intake refuses an unknown one first) in a cell the router's config names, or None."""
         key = (model, cell)
         self.unserved[key] = self.unserved.get(key, 0) + 1
 
-    def arrivals_by_pool(self) -> dict[tuple[str, str], int]:
+    def arrivals_by_pool(self) -> dict[tuple[str, str | None], int]:
         """Requests that asked each (model, cell) so far, placed there or refused for want of its capacity:
         counters that only grow, whatever nodes join, leave or come back serving another model (the capacity plan's
-        arrivals: controlplane/demand_trend.py). A pool that refuses under a ramp still reads the ramp."""
+        arrivals: controlplane/demand_trend.py). A pool that refuses under a ramp still reads the ramp. A cell of
+        None: refused requests that named no cell (the plan counts them for a pool of their model)."""
         arrivals = dict(self._pool_decisions)
         for key, n in self.unserved.items():
             arrivals[key] = arrivals.get(key, 0) + n

@@ -10,7 +10,8 @@ The sampling parameters arrive validated (``SamplingParams`` validates itself wh
 Any step may refuse with an ErrorReply (INVALID_REQUEST, UNKNOWN_MODEL, NO_NODE, PROMPT_TOO_LONG,
 OVERLOADED) whose ``param`` names the request field at fault, if any; the first refusal wins. A refusal for want
 of capacity (no live node of its pool, or every one's queue full) is told to ``on_unserved`` with the pool, (model,
-cell): demand the pool did not serve, which the capacity plan counts (controlplane/capacity_plan.py).
+cell; None: any cell of the model): demand the pool did not serve, which the capacity plan counts
+(controlplane/capacity_plan.py).
 Synchronous and without I/O: the control-plane actor and the fleet simulator (sim/des.py) both place
 requests here, then send the request and record the placement (``policy.on_routed``,
 ``registry.on_routed``) once it is sent.
@@ -31,12 +32,12 @@ import msgspec
 from backends.chat_render import render_chat
 from backends.grammar import check as check_grammar
 from controlplane.admission import queued_requests
-from controlplane.cells import DEFAULT_CELL, DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
+from controlplane.cells import DEFAULT_CLASS, REQUEST_PRIORITY_RANGE, engine_priority
 from controlplane.lora_table import LoraTable
 from controlplane.model_aliases import resolve_model
 from controlplane.router.block_hashes import prompt_block_hashes
 from controlplane.router.lora_affinity import prefer_resident
-from controlplane.router.policy import ClusterSnapshot, NodeView, RouteRequest
+from controlplane.router.policy import ClusterSnapshot, RouteRequest
 from controlplane.router.prediction_affinity import prefer_speculating
 from controlplane.router.router_config import RouterConfig
 from controlplane.tenants import RESERVED_SALT_PREFIX, TenantLimiter
@@ -89,7 +90,7 @@ def place_request(
     lora_affinity: bool = True,
     aliases: Mapping[str, str] | None = None,
     token_ids: list[int] | PromptError | None = None,
-    on_unserved: Callable[[str, str], None] | None = None,
+    on_unserved: Callable[[str, str | None], None] | None = None,
 ) -> Placement | ErrorReply:
     """Validate, tokenize, choose a node and admit; ``model_names``: the served models, the default first;
     ``inflight``: request ids in flight (a reused one is refused); ``exclude``: node ids the policy must
@@ -100,7 +101,7 @@ def place_request(
     ``aliases``: other names for served models or adapters, resolved first (controlplane/model_aliases.py);
     ``token_ids``: the prompt already tokenized by ``tokenize`` (or the PromptError it raised), off the event loop for a
     long one (controlplane/offload_tokenize.py); None: tokenized here; ``on_unserved(model, cell)``: told of a
-    refusal for want of capacity (the cell: the class's, else its nodes' or the hellos' default).
+    refusal for want of capacity.
 
     The traffic class (the tenant's, else the request's; controlplane/cells.py) picks the home cell, the
     engine priority, the SLOs the policy aims for and the per-node queue limit. When its home cell would
@@ -115,7 +116,7 @@ def place_request(
 
     def unserved(refusal: ErrorReply) -> ErrorReply:  # refused for want of capacity: demand its pool did not serve
         if on_unserved is not None:
-            on_unserved(model, cell if cell is not None else _pool_cell(registry.snapshot(model=model).nodes))
+            on_unserved(model, cell)
         return refusal
 
     if not rid:
@@ -268,11 +269,6 @@ def _choose(
         message=str(getattr(refusal, "message", refusal)),
         retry_after_s=getattr(refusal, "retry_after_s", 1.0),
     )
-
-
-def _pool_cell(nodes: Sequence[NodeView]) -> str:
-    """The pool a request of no cell counts for: its model's first node's cell, else a hello's default cell."""
-    return nodes[0].cell if nodes else DEFAULT_CELL
 
 
 def _has_queue(snapshot: ClusterSnapshot, node_id: str) -> bool:

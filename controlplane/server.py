@@ -332,8 +332,8 @@ class ControlPlane(Actor):
 
     @property
     def model_names(self) -> list[str]:
-        names, default = self.registry.model_names(), self.config.model_name  # the default first
-        return [default, *(name for name in names if name != default)] if default in names else names
+        names, default = self.capacity.served_models(self.registry.model_names()), self.config.model_name
+        return [default, *(name for name in names if name != default)] if default in names else names  # default first
 
     # -- LoRA adapters (controlplane/lora_table.py; the gateway's lora_routes.py) -------------------
 

@@ -68,7 +68,9 @@ class Autoscaler:
         self._last_shed_s: dict[str, float] = {}
         self._peaks: dict[int, deque[tuple[float, float, int]]] = {}  # wva: (t, kv, waiting) samples
         self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
-        self.arrivals: dict[tuple[str, str], int] = {}  # (model, cell) → requests placed or refused there (the plan's)
+        self.arrivals: dict[
+            tuple[str, str | None], int
+        ] = {}  # (model, cell) → requests placed or refused there (the plan's)
 
     def start(self) -> list[int]:
         """The nodes joined at time 0."""
@@ -112,12 +114,12 @@ class Autoscaler:
         """A request was routed to the node of ``view`` (its NodeView)."""
         self.on_arrival(view.model, view.cell)
 
-    def on_unserved(self, model: str, cell: str) -> None:
+    def on_unserved(self, model: str, cell: str | None) -> None:
         """A request refused for want of the pool's capacity (place_request's ``on_unserved``)."""
         if self.config.count_unserved:
             self.on_arrival(model, cell)
 
-    def on_arrival(self, model: str, cell: str) -> None:
+    def on_arrival(self, model: str, cell: str | None) -> None:
         """A request asked the pool (``model``, ``cell``): placed there, or refused for want of its capacity, as the
         control plane's FleetLedger.arrivals_by_pool counts it."""
         key = (model, cell)
@@ -188,7 +190,7 @@ class Autoscaler:
             if rate_limited and now - self._last_shed_s.get(gpu_type, -1e18) < self.config.zoo_scale_down_period_s:
                 break
             up = [i for i in held if i in self.joined and i not in self.draining]
-            if len(up) <= 1:
+            if not up or (len(up) == 1 and self.config.rule != "zoo"):  # the zoo plan may scale a type to zero
                 break
             i = min(up, key=lambda j: (registry.view(self.node_ids[j]).num_inflight, -j))  # the least busy
             self.draining.add(i)

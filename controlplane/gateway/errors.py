@@ -50,8 +50,9 @@ def error_body(err: FrontendError) -> dict:
 
 
 def error_headers(err: FrontendError) -> dict[str, str]:
-    """``Retry-After`` (whole seconds, >= 1, as HTTP requires) and ``retry-after-ms`` for an overload."""
-    if err.code != ErrorCode.OVERLOADED:
+    """``Retry-After`` (whole seconds, >= 1, as HTTP requires) and ``retry-after-ms`` for an overload, and for a 503
+    whose refusal says when to retry (no node serves the pool now: one may be on its way, scaled from zero)."""
+    if err.code != ErrorCode.OVERLOADED and (err.code != ErrorCode.NO_NODE or err.retry_after_s is None):
         return {}
     retry_after_s = err.retry_after_s if err.retry_after_s is not None else DEFAULT_RETRY_AFTER_S
     return {

@@ -312,3 +312,58 @@ def test_the_arrivals_per_pool_only_grow_whatever_nodes_do(make_hello):
         ("o", "default"): 1,
     }
     assert ledger.unserved == {("m", "fast"): 1, ("o", "default"): 1} and ledger.decisions["a"] == 3
+
+
+def test_a_pool_of_min_nodes_0_scales_to_zero_once_unasked_for_the_window_and_back_when_asked():
+    """Scale to zero and back: min_nodes 0; the pool keeps a node while it is asked for, sheds it once the window
+    has had no arrivals, remembers the variant at zero nodes (its model still served), and asks for one node of its
+    cheapest capacity when a request it refused for want of nodes counts as an arrival."""
+    config = CapacityPlanConfig(default_min_nodes=0, gpu_cost={"h100": 4.0, "l4": 0.8}, scale_down_window_s=300)
+    planner = CapacityPlanner(config)
+    pool = [node("h0", "h100"), node("l0")]
+    arrivals = {("m", "default"): 0}
+    for t in range(0, 600, 10):  # a request every 10 s: little load, yet asked for
+        arrivals[("m", "default")] += 1
+        (plan,) = planner.plan(float(t), pool, 1.0, arrivals)
+    assert variants(plan) == {"h100": (1, 0), "l4": (1, 1)}  # asked for: one node, its cheapest capacity, kept
+    for t in range(600, 1000, 10):  # nobody asks
+        (plan,) = planner.plan(float(t), pool, 1.0, arrivals)
+    assert variants(plan) == {"h100": (1, 0), "l4": (1, 0)}  # the window agreed: to zero
+    assert planner.served_models(["other"]) == ["other"]  # the nodes are still there: nothing idle yet
+    (plan,) = planner.plan(1000.0, [], 1.0, arrivals)  # they left
+    assert variants(plan) == {"h100": (0, 0), "l4": (0, 0)} and plan.capacity == 0
+    assert planner.idle == {("m", "default", "h100"): H100, ("m", "default", "l4"): L4}
+    assert planner.served_models(["other"]) == ["other", "m"]
+    (plan,) = planner.plan(1500.0, [], 1.0, arrivals)  # still unasked: still zero, still remembered
+    assert variants(plan) == {"h100": (0, 0), "l4": (0, 0)}
+    arrivals[("m", "default")] += 1  # a request, refused (no node): counted as an arrival
+    (plan,) = planner.plan(1501.0, [], 1.0, arrivals)
+    assert variants(plan) == {"h100": (0, 0), "l4": (0, 1)}  # one L4: the cheapest capacity
+    for k in range(100):  # planned again and again, nothing new asked: held through the window, whatever the rate
+        (plan,) = planner.plan(1501.0 + k / 10, [], 1.0, arrivals)
+    assert variants(plan) == {"h100": (0, 0), "l4": (0, 1)} and [v.raw_desired_nodes for v in plan.variants] == [0, 0]
+    (plan,) = planner.plan(1561.0, [node("l9")], 1.0, arrivals)  # it joined
+    assert variants(plan) == {"h100": (0, 0), "l4": (1, 1)} and set(planner.idle) == {("m", "default", "h100")}
+
+
+def test_a_pool_held_above_zero_forgets_its_variants_and_idle_variants_are_bounded():
+    from controlplane.capacity_plan import MAX_IDLE_VARIANTS
+
+    planner = CapacityPlanner(CapacityPlanConfig(min_nodes={"l4": 0}))  # h100: the default, 1
+    planner.plan(0.0, [node("h0", "h100"), node("l0")], 1.0)
+    planner.plan(1.0, [], 1.0)
+    assert set(planner.idle) == {("m", "default", "l4")}  # the H100 variant, held at 1, is forgotten as before
+    planner.config.min_nodes["l4"] = 1  # a reload: no longer min 0
+    assert planner.plan(2.0, [], 1.0) == () and planner.idle == {}
+    many = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0))
+    many.plan(0.0, [node(f"n{i}", model=f"m{i}") for i in range(MAX_IDLE_VARIANTS + 10)], 1.0)
+    many.plan(1.0, [], 1.0)
+    assert len(many.idle) == MAX_IDLE_VARIANTS and ("m0", "default", "l4") not in many.idle
+    assert len(many.plan(2.0, [], 1.0)) == MAX_IDLE_VARIANTS
+
+
+def test_arrivals_that_named_no_cell_count_for_the_first_pool_of_their_model():
+    planner = CapacityPlanner()
+    arrivals = {("m", None): 5, ("m", "b"): 2, ("x", None): 9}  # x: no pool planned, dropped
+    planner.plan(0.0, [node("l0", cell="b"), node("l1", cell="a")], 1.0, arrivals)
+    assert {key: trend._samples[-1][1] for key, trend in planner._trends.items()} == {("m", "a"): 5, ("m", "b"): 2}

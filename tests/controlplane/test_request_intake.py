@@ -242,12 +242,12 @@ def test_only_refusals_for_want_of_capacity_are_told_as_the_pools_unserved_deman
     registry.report(make_report("a", num_waiting=5))
     told: list[tuple[str, str]] = []
 
-    def place(admission, model="", tenant="", logit_bias=None, tenants=None):
+    def place(admission, model="", tenant="", logit_bias=None, tenants=None, router=None):
         sampling = SamplingParams(max_tokens=2, logit_bias=logit_bias or {})
         msg = ClientGenerate(request_id="r", prompt_token_ids=[10, 11], sampling=sampling, model=model, tenant=tenant)
         return place_request(
             msg, model_names=["m"], inflight=set(), tokenizer=SimTokenizer(1000, 2), registry=registry,
-            policy=_PrefersAlphabetically(), admission=admission, router=RouterConfig(), tenants=tenants,
+            policy=_PrefersAlphabetically(), admission=admission, router=router or RouterConfig(), tenants=tenants,
             on_unserved=lambda model, cell: told.append((model, cell)),
         )  # fmt: skip
 
@@ -256,7 +256,7 @@ def test_only_refusals_for_want_of_capacity_are_told_as_the_pools_unserved_deman
     roomy = AdmissionControl(AdmissionConfig(max_queue_per_node=100, max_queue_global=1000))
     assert place(full_queues).code is ErrorCode.OVERLOADED
     assert place(full_cluster).code is ErrorCode.OVERLOADED
-    assert told == [("m", "fast"), ("m", "fast")]  # a request of no cell counts for its model's nodes' cell
+    assert told == [("m", None), ("m", None)]  # a request of no cell: the model's pool, in any cell
     assert place(full_queues, logit_bias={1000: 1.0}).code is ErrorCode.INVALID_REQUEST
     assert place(roomy, model="other").code is ErrorCode.UNKNOWN_MODEL
     quota = TenantLimiter([TenantSpec("t", requests_per_min=1)])
@@ -265,4 +265,10 @@ def test_only_refusals_for_want_of_capacity_are_told_as_the_pools_unserved_deman
     assert place(roomy).node_id == "a" and len(told) == 2
     registry.leave("a")
     assert place(roomy).code is ErrorCode.NO_NODE
-    assert told[2:] == [("m", "default")]  # no node left: a hello's default cell
+    assert told[2:] == [("m", None)]
+    registry.join(make_hello("b", cell="fast"))
+    registry.report(make_report("b", num_waiting=5))
+    assert (
+        place(full_queues, router=RouterConfig(cells_by_traffic_class={"default": "fast"})).code is ErrorCode.OVERLOADED
+    )
+    assert told[3:] == [("m", "fast")]  # its class's cell

@@ -116,3 +116,28 @@ def test_the_plan_counts_the_pools_arrivals_and_its_forecast_asks_for_nodes_earl
         return next(t for t, counts in scaler.timeline if sum(counts.values()) == 5)
 
     assert whole_pool_asked(30.0) < whole_pool_asked(0.0)
+
+
+def test_a_pool_of_min_nodes_0_scales_to_zero_in_a_gap_and_back_when_asked_again(small_fleet):
+    """Scale to zero and back in the simulator: one request a second for 60 s, nothing for 240 s, then again. The pool
+    is shed to no node in the gap; the first requests after it are refused (no node serves), those refusals are
+    arrivals, the plan asks for a node, and once it has joined the later requests are served."""
+    fleet = small_fleet(POOL)
+    gpu_types = [node_hardware_info(n.hardware).gpu_type for n in fleet.nodes]
+    first = [TraceRequest(float(i), 300, 20) for i in range(60)]
+    again = [TraceRequest(300.0 + i, 300, 20) for i in range(60)]
+    plan = CapacityPlanConfig(
+        scale_down_window_s=20.0, gpu_cost={"H100": 4.0, "L4": 1.0}, max_nodes={"H100": 1, "L4": 4}, default_min_nodes=0
+    )
+    settings = AutoscaleConfig("zoo", 1.0, plan, provision_s=10.0, sample_s=1.0, zoo_interval_s=3.0,
+                               zoo_scale_down_period_s=5.0)  # fmt: skip
+    scaler = Autoscaler(settings, [n.node_id for n in fleet.nodes], gpu_types)
+    result = FleetSimulator(fleet, Workload("gap", tuple(first + again)), "hardware_aware", seed=3, autoscaler=scaler)
+    result = result.run()
+    assert any(t < 300 and not sum(counts.values()) for t, counts in scaler.timeline)  # none held in the gap
+    late = result.records[60:]
+    refused = [r for r in late if r.refusal == "no_node"]
+    assert refused and all(r.arrival_s < 300 + 10 + 3 + 1 for r in refused)  # until a node asked for joins
+    assert all(r.finish_s is not None for r in late if r.arrival_s > 300 + 10 + 3 + 1)
+    assert all(r.finish_s is not None for r in result.records[:60])  # the first minute: a node held while asked
+    assert sum(scaler.arrivals.values()) == 120  # each request once: placed, or refused for want of a node

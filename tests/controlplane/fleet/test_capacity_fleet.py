@@ -83,3 +83,36 @@ def test_a_capacity_plan_that_cannot_be_used_stops_the_start_with_its_reason(spa
     cp = spawn_controlplane(None, "--capacity-plan", str(plan))
     assert cp.proc.wait(timeout=60) != 0
     assert "--capacity-plan" in cp.output() and "target_utilisation must be in (0, 1]" in cp.output()
+
+
+async def test_a_pool_scaled_to_zero_is_still_served_and_a_request_for_it_asks_for_a_node(
+    spawn_controlplane, spawn_agent, tmp_path
+):
+    """Scale from zero on a real fleet: min_nodes 0; the pool's only node, unasked for, is planned away and leaves.
+    Its model is still listed; a request for it is refused for want of capacity (503, Retry-After, OpenAI's shape),
+    and that refusal asks for one node of the variant again (zoo:capacity_desired_nodes 0 → 1)."""
+    plan = tmp_path / "capacity.toml"
+    # the window: a pool asked for within it keeps a node published; nothing asked for it before the request below
+    plan.write_text("[capacity]\nscale_down_window_s = 300\ndefault_min_nodes = 0\n")
+    cp = spawn_controlplane(None, "--capacity-plan", str(plan))
+    agent = spawn_agent(cp.agent_endpoint, "small", "--gpu-profile", "l4")
+    with anyio.fail_after(START_TIMEOUT_S):
+        async for stats in subscribe(cp.stats_endpoint):
+            if any(n.state == "up" for n in stats.nodes) and stats.capacity:
+                break
+    async with httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=30.0) as http:
+        samples = await _capacity(http)
+        assert samples[(CAPACITY_NODES, "L4")] == 1 and samples[(CAPACITY_DESIRED_NODES, "L4")] == 0  # unasked
+        models = [m["id"] for m in (await http.get("/v1/models")).json()["data"]]
+        agent.terminate(timeout_s=10)  # KEDA scaled its Deployment to zero
+        with anyio.fail_after(30):
+            while (samples := await _capacity(http))[(CAPACITY_NODES, "L4")] != 0:
+                await anyio.sleep(0.1)
+        assert samples[(CAPACITY_DESIRED_NODES, "L4")] == 0  # remembered at zero nodes, and not asked for
+        assert [m["id"] for m in (await http.get("/v1/models")).json()["data"]] == models  # still served
+        reply = await http.post("/v1/completions", json={"model": models[0], "prompt": "hi", "max_tokens": 2})
+        assert reply.status_code == 503 and "retry-after" in reply.headers, reply.text
+        assert reply.json()["error"]["code"] == "no_node_available"
+        samples = await _capacity(http)
+        assert samples[(CAPACITY_NODES, "L4")] == 0 and samples[(CAPACITY_DESIRED_NODES, "L4")] == 1  # asked for one
+    assert cp.proc.poll() is None
