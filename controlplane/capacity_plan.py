@@ -32,11 +32,11 @@ no load until then). Draining, leaving, suspect and dead nodes are not capacity:
 
 Scale to zero and back: a variant whose min_nodes is 0 may be shed to none once its pool has had no arrivals for the
 scale-down window (a pool asked for anything within it keeps at least one node published: its cheapest capacity;
-KEDA's cooldownPeriod holds a Deployment's last replica the same way). The
-plan remembers such a variant once its last node is gone (its node capacity, MAX_IDLE_VARIANTS at most) and goes on
-planning it, desired 0; the control plane goes on listing its model. A request for the pool then is refused for want
-of capacity (503, Retry-After), which counts as an arrival, so the plan asks for one node of the pool's cheapest
-capacity again. A variant whose min_nodes is above 0 is forgotten when its last node goes, as before.
+KEDA's cooldownPeriod holds a Deployment's last replica the same way). The plan remembers such a variant once its
+last node is gone (its node capacity, MAX_IDLE_VARIANTS at most) and goes on planning it, desired 0; the control
+plane goes on listing its model. A request for the pool then is refused for want of capacity (503, Retry-After),
+which counts as an arrival, so the plan asks for one node of the pool's cheapest capacity again. A variant whose
+min_nodes is above 0 is forgotten when its last node goes, as before.
 """
 
 from __future__ import annotations
