@@ -65,6 +65,8 @@ class CapacityPlanConfig:
         the arrivals' growth is projected that far ahead; 0: no forecast, the plan follows the load of now.
     trend_window_s: the arrivals the growth is measured over (controlplane/demand_trend.py); at least
         forecast_lead_s, so the growth is at most 1 + 8/3 (twice the lead, the default ratio: at most 2.33).
+    cold_start_wait_s: how long a request for a model the plan holds at zero nodes may wait for its first node
+        (controlplane/cold_start.py); 0: refused at once (503, Retry-After).
     """
 
     kv_threshold: float = 0.8
@@ -79,6 +81,7 @@ class CapacityPlanConfig:
     default_min_nodes: int = 1
     forecast_lead_s: float = 60.0
     trend_window_s: float = 120.0
+    cold_start_wait_s: float = 300.0
 
     def __post_init__(self) -> None:
         for name in ("gpu_cost", "min_nodes", "max_nodes"):  # GPU types are matched without case: "L4" = "l4"
@@ -89,6 +92,8 @@ class CapacityPlanConfig:
                 raise ValueError(f"capacity plan: {name} must be in (0, 1], got {value!r}")
         if self.queue_threshold < 1:
             raise ValueError(f"capacity plan: queue_threshold must be >= 1, got {self.queue_threshold!r}")
+        if not 0 <= self.cold_start_wait_s < math.inf:
+            raise ValueError(f"capacity plan: cold_start_wait_s must be >= 0, got {self.cold_start_wait_s!r}")
         if not 0 <= self.scale_down_window_s < math.inf:
             raise ValueError(f"capacity plan: scale_down_window_s must be >= 0, got {self.scale_down_window_s!r}")
         if not 0 <= self.forecast_lead_s <= self.trend_window_s < math.inf or self.trend_window_s <= 0:
@@ -306,6 +311,11 @@ class CapacityPlanner:
         """``live`` (the models some node serves), then those of the variants at zero nodes that may scale from
         zero: still served, by nodes to come (a request for one is refused for want of capacity, and asks for one)."""
         return list(dict.fromkeys([*live, *(model for model, _, _ in self.idle)]))
+
+    def cold_start_wait_s(self, model: str) -> float:
+        """How long a request for ``model`` may wait for a node: ``cold_start_wait_s`` while the plan holds a variant
+        of it at zero nodes, else 0 (a model with no live node otherwise is refused at once)."""
+        return self.config.cold_start_wait_s if any(m == model for m, _, _ in self.idle) else 0.0
 
     def _remember_idle(self, pools: Mapping[tuple[str, str], list[PlanNode]]) -> None:
         """A variant of min_nodes 0 whose nodes are all gone is remembered (its last node capacity); one with nodes

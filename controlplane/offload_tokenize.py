@@ -129,6 +129,21 @@ async def pretokenize(workers: TokenizeWorkers, msgs: list[ClientGenerate], min_
     return out
 
 
+def request_stream(
+    msgs: list[ClientGenerate],
+    offload: tuple[TokenizeWorkers, int],
+    submit: Callable[..., ErrorReply | None],
+    cancel: Callable[[str], bool],
+    open_streams: set[str] | None = None,
+    arrival_ns: int | None = None,
+) -> AsyncIterator[TokenChunk]:
+    """``msgs``' stream: ``offloaded_stream`` when a prompt is long (``offload``'s ``min_chars``), else
+    ``local_stream`` (one generator less)."""
+    if any(is_long(m, offload[1]) for m in msgs):
+        return offloaded_stream(msgs, offload, submit, cancel, open_streams, arrival_ns)
+    return local_stream(msgs, submit, cancel, open_streams, arrival_ns)
+
+
 async def offloaded_stream(
     msgs: list[ClientGenerate],
     offload: tuple[TokenizeWorkers, int],

@@ -40,6 +40,7 @@ import zmq.asyncio
 from controlplane.capacity_plan import CapacityPlanner
 from controlplane.client_requests import ClientRequests
 from controlplane.client_sleeps import ClientSleeps
+from controlplane.cold_start import ColdStart
 from controlplane.control_plane_config import ControlPlaneConfig
 from controlplane.fleet_ledger import FleetLedger
 from controlplane.frontend import client_generates
@@ -50,12 +51,11 @@ from controlplane.node_asks import NODE_ANSWERS, NodeAsks
 from controlplane.node_drains import NodeDrains
 from controlplane.node_latency import LatencyKind, LatencySample, NodeLatency
 from controlplane.node_sleeps import NodeSleeps
-from controlplane.offload_tokenize import TokenizeWorkers, is_long, offloaded_stream
+from controlplane.offload_tokenize import TokenizeWorkers, request_stream
 from controlplane.prefix_reset import DEFAULT_RESET_TIMEOUT_S, reset_prefix_caches
 from controlplane.probe_inbox import ProbeInbox
 from controlplane.profiling import PROFILE_TIMEOUT_S, profile_nodes
 from controlplane.request_path import RequestPath
-from controlplane.request_table import local_stream
 from controlplane.router.policies import make_policy
 from controlplane.spec_pairing import SpecPairing
 from controlplane.tenants import TenantLimiter
@@ -157,6 +157,7 @@ class ControlPlane(Actor):
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.drains = NodeDrains(self.registry, self._send_to_node, self.kv_moves.migrate_off)  # zoo drain [--resume]
         self.capacity = CapacityPlanner(config.capacity)  # nodes wanted per GPU type, for autoscalers
+        self.cold_start = ColdStart(self.capacity, self.registry, self.model_aliases, self.wait_until)
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
         self.node_asks = NodeAsks()  # the nodes' answers to /reset_prefix_cache, /start_profile, /stop_profile
         self.sleeps = NodeSleeps(
@@ -376,11 +377,10 @@ class ControlPlane(Actor):
     ) -> AsyncIterator[TokenChunk]:
         """Frontend.generate (controlplane/frontend.py names the keywords: ``fields`` are client_generates')."""
         msgs = client_generates(request_id, model=model, **fields)
-        min_chars = self.config.offload_tokenize_chars
-        if any(is_long(m, min_chars) for m in msgs):  # a long prompt: tokenized off the loop
-            offload = (self.tokenize_workers, min_chars)
-            return offloaded_stream(msgs, offload, self.submit, self.cancel, self.local_streams, arrival_ns)
-        return local_stream(msgs, self.submit, self.cancel, self.local_streams, arrival_ns)  # one generator less
+        arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns  # a wait for a node counts from it
+        offload = (self.tokenize_workers, self.config.offload_tokenize_chars)  # a long prompt: tokenized off the loop
+        args = (msgs, offload, self.submit, self.cancel, self.local_streams, arrival_ns)
+        return self.cold_start.held(msgs[0].model, self.model_names, lambda: request_stream(*args))  # cold_start.py
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 

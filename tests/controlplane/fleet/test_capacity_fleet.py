@@ -85,22 +85,23 @@ def test_a_capacity_plan_that_cannot_be_used_stops_the_start_with_its_reason(spa
     assert "--capacity-plan" in cp.output() and "target_utilisation must be in (0, 1]" in cp.output()
 
 
-async def test_a_pool_scaled_to_zero_is_still_served_and_a_request_for_it_asks_for_a_node(
+async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for_it(
     spawn_controlplane, spawn_agent, tmp_path
 ):
     """Scale from zero on a real fleet: min_nodes 0; the pool's only node, unasked for, is planned away and leaves.
-    Its model is still listed; a request for it is refused for want of capacity (503, Retry-After, OpenAI's shape),
-    and that refusal asks for one node of the variant again (zoo:capacity_desired_nodes 0 → 1)."""
+    Its model is still listed; a request for it is refused for want of capacity, which asks for one node of the
+    variant again (zoo:capacity_desired_nodes 0 → 1), and waits (cold_start_wait_s) until a node joins: then it is
+    served."""
     plan = tmp_path / "capacity.toml"
     # the window: a pool asked for within it keeps a node published; nothing asked for it before the request below
-    plan.write_text("[capacity]\nscale_down_window_s = 300\ndefault_min_nodes = 0\n")
+    plan.write_text("[capacity]\nscale_down_window_s = 300\ndefault_min_nodes = 0\ncold_start_wait_s = 120\n")
     cp = spawn_controlplane(None, "--capacity-plan", str(plan))
     agent = spawn_agent(cp.agent_endpoint, "small", "--gpu-profile", "l4")
     with anyio.fail_after(START_TIMEOUT_S):
         async for stats in subscribe(cp.stats_endpoint):
             if any(n.state == "up" for n in stats.nodes) and stats.capacity:
                 break
-    async with httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=30.0) as http:
+    async with httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=120.0) as http:
         samples = await _capacity(http)
         assert samples[(CAPACITY_NODES, "L4")] == 1 and samples[(CAPACITY_DESIRED_NODES, "L4")] == 0  # unasked
         models = [m["id"] for m in (await http.get("/v1/models")).json()["data"]]
@@ -110,9 +111,20 @@ async def test_a_pool_scaled_to_zero_is_still_served_and_a_request_for_it_asks_f
                 await anyio.sleep(0.1)
         assert samples[(CAPACITY_DESIRED_NODES, "L4")] == 0  # remembered at zero nodes, and not asked for
         assert [m["id"] for m in (await http.get("/v1/models")).json()["data"]] == models  # still served
-        reply = await http.post("/v1/completions", json={"model": models[0], "prompt": "hi", "max_tokens": 2})
-        assert reply.status_code == 503 and "retry-after" in reply.headers, reply.text
-        assert reply.json()["error"]["code"] == "no_node_available"
-        samples = await _capacity(http)
-        assert samples[(CAPACITY_NODES, "L4")] == 0 and samples[(CAPACITY_DESIRED_NODES, "L4")] == 1  # asked for one
+        replies = []
+
+        async def ask() -> None:
+            body = {"model": models[0], "prompt": "hi", "max_tokens": 2}
+            replies.append(await http.post("/v1/completions", json=body))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            with anyio.fail_after(30):
+                while (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] != 1:  # its refusal asked for one
+                    await anyio.sleep(0.1)
+            assert not replies  # it waits for the node
+            spawn_agent(cp.agent_endpoint, "small-2", "--gpu-profile", "l4")  # KEDA started it
+        (reply,) = replies
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 2
     assert cp.proc.poll() is None

@@ -30,3 +30,12 @@ def test_body_shape():
     assert json.loads(response.body) == {
         "error": {"message": "n: only 1", "type": "invalid_request_error", "param": "n", "code": None}
     }
+
+
+def test_a_503_for_want_of_a_node_says_when_to_retry_if_its_refusal_does():
+    from controlplane.gateway.errors import error_headers
+
+    assert error_headers(FrontendError(ErrorCode.NO_NODE, "no live node serves 'm'", 1.0))["Retry-After"] == "1"
+    assert error_headers(FrontendError(ErrorCode.NO_NODE, "the batch runner is not running")) == {}
+    assert error_headers(FrontendError(ErrorCode.OVERLOADED, "queue full"))["Retry-After"] == "1"
+    assert error_headers(FrontendError(ErrorCode.INVALID_REQUEST, "bad", 5.0)) == {}

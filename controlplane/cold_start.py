@@ -1,0 +1,86 @@
+"""A request for a pool scaled to zero waits for the pool's first node rather than fail at once (Knative's activator
+holds requests the same way while a revision scales from zero).
+
+    ControlPlane.generate ─► its stream ─► refused NO_NODE (the intake: no live node of its pool), its model held at
+        zero nodes by the capacity plan (a variant of min_nodes 0 whose nodes are gone: controlplane/capacity_plan.py)
+      ─► that refusal counted as the pool's arrival, so the plan asks for a node (and KEDA starts it)
+      ─► wait until a node of the model joins, at most ``cold_start_wait_s`` from the request's arrival
+      ─► a fresh stream: submitted again (refused again, say a node of another cell joined: wait again)
+
+Held: a refusal before the stream's first chunk (the intake's; a failure mid-stream has another code), for a model
+the plan holds at zero nodes. A fleet that lost its nodes otherwise still fails fast (503). Past the wait, the last
+refusal stands: 503 with Retry-After. Each refusal is counted as such (``zoo:requests_refused``), a held request's
+too; its queue wait and TTFT count from its arrival, so the wait shows where the client sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+
+import anyio
+
+from controlplane.capacity_plan import CapacityPlanner
+from controlplane.frontend import FrontendError
+from controlplane.model_aliases import resolve_model
+from transport.messages import ErrorCode, TokenChunk
+
+WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
+
+
+class ColdStart:
+    """``held(model, model_names, open_stream)``: the request's stream, held for a node while the plan (``planner``)
+    holds its model at zero nodes. ``registry``: the live nodes; ``aliases``: other names of models (the intake's);
+    ``wait_until``: ControlPlane.wait_until."""
+
+    def __init__(self, planner: CapacityPlanner, registry, aliases: Mapping[str, str], wait_until: WaitUntil) -> None:
+        self.planner, self.registry, self.aliases, self.wait_until = planner, registry, aliases, wait_until
+
+    def held(
+        self, asked: str, model_names: list[str], open_stream: Callable[[], AsyncIterator[TokenChunk]]
+    ) -> AsyncIterator[TokenChunk]:
+        """``asked``: the request's model field ("": the default, ``model_names[0]``)."""
+        model = resolve_model(self.aliases, asked) or next(iter(model_names), "")
+        wait_s = self.planner.cold_start_wait_s(model)
+        if wait_s <= 0:
+            return open_stream()
+
+        def live() -> frozenset[str]:
+            return frozenset(view.node_id for view in self.registry.snapshot(model).nodes)
+
+        return held_stream(open_stream, live, self.wait_until, wait_s)
+
+
+async def held_stream(
+    open_stream: Callable[[], AsyncIterator[TokenChunk]],
+    live_nodes: Callable[[], frozenset[str]],
+    wait_until: WaitUntil,
+    wait_s: float,
+) -> AsyncIterator[TokenChunk]:
+    """``open_stream()``: a fresh stream of the request (it is submitted at its first chunk); ``live_nodes()``: the
+    live nodes of its model now; ``wait_until(predicate, timeout_s)``: ControlPlane.wait_until (TimeoutError past
+    it); ``wait_s``: how long it may wait for a node (0: not at all)."""
+    deadline = anyio.current_time() + wait_s
+    while True:
+        before = live_nodes()
+        stream = open_stream()
+        try:
+            first = await anext(stream)
+        except StopAsyncIteration:
+            return
+        except FrontendError as refused:
+            await stream.aclose()
+            left_s = deadline - anyio.current_time()
+            if refused.code != ErrorCode.NO_NODE or left_s <= 0:
+                raise
+            try:
+                await wait_until(lambda: bool(live_nodes() - before), left_s)  # noqa: B023 (called here, in the loop)
+            except TimeoutError:
+                raise refused from None
+            continue
+        break
+    try:
+        yield first
+        async for chunk in stream:
+            yield chunk
+    finally:
+        await stream.aclose()

@@ -1,0 +1,112 @@
+"""A request for a pool scaled to zero waits for its first node (controlplane/cold_start.py), on hand-made streams."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, PlanNode
+from controlplane.cold_start import ColdStart, held_stream
+from controlplane.frontend import FrontendError
+from transport.messages import ErrorCode, TokenChunk
+
+pytestmark = pytest.mark.anyio
+
+
+class Fleet:
+    """Live nodes that change, and a ControlPlane.wait_until over them (re-checked at each change)."""
+
+    def __init__(self) -> None:
+        self.nodes: set[str] = set()
+        self._changed = anyio.Event()
+
+    def join(self, node_id: str) -> None:
+        self.nodes.add(node_id)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    def live(self) -> frozenset[str]:
+        return frozenset(self.nodes)
+
+    async def wait_until(self, predicate, timeout_s: float) -> None:
+        with anyio.fail_after(timeout_s):
+            while not predicate():
+                await self._changed.wait()
+
+
+def opener(fleet: Fleet, serves: str = "", code: ErrorCode = ErrorCode.NO_NODE):
+    """A request's streams: refused with ``code`` while ``serves`` has not joined; its attempts are counted."""
+    attempts: list[frozenset[str]] = []
+
+    async def stream():
+        attempts.append(fleet.live())
+        if serves not in fleet.nodes:
+            raise FrontendError(code, "no live node serves 'm' in cell None", 1.0)
+        yield TokenChunk(request_id="r", token_ids=[7], text="a", finished=False)
+        yield TokenChunk(request_id="r", token_ids=[8], text="b", finished=True)
+
+    return stream, attempts
+
+
+async def chunks(stream) -> list[list[int]]:
+    return [list(c.token_ids) async for c in stream]
+
+
+async def test_a_refused_request_waits_for_a_node_of_its_model_and_is_served_once_it_joins():
+    fleet = Fleet()
+    stream, attempts = opener(fleet, serves="b")
+    served = []
+
+    async def request():
+        served.extend(await chunks(held_stream(stream, fleet.live, fleet.wait_until, 300.0)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(request)
+        await anyio.wait_all_tasks_blocked()
+        fleet.join("a")  # a node of another cell: submitted again, refused again, waits again
+        await anyio.wait_all_tasks_blocked()
+        assert not served and len(attempts) == 2
+        fleet.join("b")
+    assert served == [[7], [8]] and attempts == [frozenset(), frozenset("a"), frozenset("ab")]
+
+
+async def test_no_wait_other_refusals_and_a_wait_past_its_limit_keep_the_refusal():
+    fleet = Fleet()
+    stream, attempts = opener(fleet, serves="b")
+    with pytest.raises(FrontendError) as refused:
+        await chunks(held_stream(stream, fleet.live, fleet.wait_until, 0.0))
+    assert refused.value.code is ErrorCode.NO_NODE and len(attempts) == 1
+    overloaded, attempts = opener(fleet, serves="b", code=ErrorCode.OVERLOADED)
+    with pytest.raises(FrontendError) as refused:
+        await chunks(held_stream(overloaded, fleet.live, fleet.wait_until, 300.0))
+    assert refused.value.code is ErrorCode.OVERLOADED and len(attempts) == 1  # not a pool at zero: not held
+    stream, attempts = opener(fleet, serves="b")
+    with anyio.move_on_after(300):  # a virtual clock would be better; the limit is what ends this wait
+        with pytest.raises(FrontendError) as refused:
+            await chunks(held_stream(stream, fleet.live, fleet.wait_until, 0.05))
+    assert refused.value.code is ErrorCode.NO_NODE and "no live node" in refused.value.message and len(attempts) == 1
+
+
+async def test_only_a_model_the_plan_holds_at_zero_nodes_is_held():
+    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=120.0))
+    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    assert planner.cold_start_wait_s("m") == 0.0  # it has a node
+    planner.plan(1.0, [], 1.0)
+    assert planner.cold_start_wait_s("m") == 120.0 and planner.cold_start_wait_s("other") == 0.0
+
+    class Registry:
+        def snapshot(self, model):
+            return type("Snapshot", (), {"nodes": ()})()
+
+    fleet = Fleet()
+    cold = ColdStart(planner, Registry(), {"alias": "m"}, fleet.wait_until)
+    stream, attempts = opener(fleet, serves="b")
+    with pytest.raises(FrontendError):  # a model with no node the plan holds at zero: refused at once
+        await chunks(cold.held("other", ["m", "other"], stream))
+    assert len(attempts) == 1
+    async with anyio.create_task_group() as tg:  # held: both still wait for a node once everything is blocked
+        tg.start_soon(chunks, cold.held("alias", ["m", "other"], stream))
+        tg.start_soon(chunks, cold.held("", ["m", "other"], stream))  # "": the default model, m
+        await anyio.wait_all_tasks_blocked()
+        assert len(attempts) == 3
+        tg.cancel_scope.cancel()
