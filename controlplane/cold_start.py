@@ -15,7 +15,7 @@ too; its queue wait and TTFT count from its arrival, so the wait shows where the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 
@@ -29,17 +29,18 @@ WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
 
 class ColdStart:
     """``held(model, model_names, open_stream)``: the request's stream, held for a node while the plan (``planner``)
-    holds its model at zero nodes. ``registry``: the live nodes; ``aliases``: other names of models (the intake's);
-    ``wait_until``: ControlPlane.wait_until."""
+    holds its model at zero nodes. ``registry``: the live nodes; ``path``: the RequestPath (its ``aliases``, other
+    names of models, and ``draining``: no request is held while the control plane drains); ``wait_until``:
+    ControlPlane.wait_until."""
 
-    def __init__(self, planner: CapacityPlanner, registry, aliases: Mapping[str, str], wait_until: WaitUntil) -> None:
-        self.planner, self.registry, self.aliases, self.wait_until = planner, registry, aliases, wait_until
+    def __init__(self, planner: CapacityPlanner, registry, path, wait_until: WaitUntil) -> None:
+        self.planner, self.registry, self.path, self.wait_until = planner, registry, path, wait_until
 
     def held(
         self, asked: str, model_names: list[str], open_stream: Callable[[], AsyncIterator[TokenChunk]]
     ) -> AsyncIterator[TokenChunk]:
         """``asked``: the request's model field ("": the default, ``model_names[0]``)."""
-        model = resolve_model(self.aliases, asked) or next(iter(model_names), "")
+        model = resolve_model(self.path.aliases, asked) or next(iter(model_names), "")
         wait_s = self.planner.cold_start_wait_s(model)
         if wait_s <= 0:
             return open_stream()
@@ -47,7 +48,7 @@ class ColdStart:
         def live() -> frozenset[str]:
             return frozenset(view.node_id for view in self.registry.snapshot(model).nodes)
 
-        return held_stream(open_stream, live, self.wait_until, wait_s)
+        return held_stream(open_stream, live, self.wait_until, wait_s, lambda: self.path.draining)
 
 
 async def held_stream(
@@ -55,10 +56,12 @@ async def held_stream(
     live_nodes: Callable[[], frozenset[str]],
     wait_until: WaitUntil,
     wait_s: float,
+    stop: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[TokenChunk]:
     """``open_stream()``: a fresh stream of the request (it is submitted at its first chunk); ``live_nodes()``: the
     live nodes of its model now; ``wait_until(predicate, timeout_s)``: ControlPlane.wait_until (TimeoutError past
-    it); ``wait_s``: how long it may wait for a node (0: not at all)."""
+    it); ``wait_s``: how long it may wait for a node (0: not at all); ``stop()``: wait no more (the control plane
+    drains: its refusal stands)."""
     deadline = anyio.current_time() + wait_s
     while True:
         before = live_nodes()
@@ -70,10 +73,10 @@ async def held_stream(
         except FrontendError as refused:
             await stream.aclose()
             left_s = deadline - anyio.current_time()
-            if refused.code != ErrorCode.NO_NODE or left_s <= 0:
+            if refused.code != ErrorCode.NO_NODE or left_s <= 0 or stop():
                 raise
             try:
-                await wait_until(lambda: bool(live_nodes() - before), left_s)  # noqa: B023 (called here, in the loop)
+                await wait_until(lambda: stop() or bool(live_nodes() - before), left_s)  # noqa: B023 (called in here)
             except TimeoutError:
                 raise refused from None
             continue

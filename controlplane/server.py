@@ -157,7 +157,7 @@ class ControlPlane(Actor):
         self.migrations = self.kv_moves.counts  # "reason:ok|failed|refused" → count (MigrationDone)
         self.drains = NodeDrains(self.registry, self._send_to_node, self.kv_moves.migrate_off)  # zoo drain [--resume]
         self.capacity = CapacityPlanner(config.capacity)  # nodes wanted per GPU type, for autoscalers
-        self.cold_start = ColdStart(self.capacity, self.registry, self.model_aliases, self.wait_until)
+        self.cold_start = ColdStart(self.capacity, self.registry, self.path, self.wait_until)  # held for a first node
         self.spec_pairs = SpecPairing(self.registry, self.fleet.hellos, self._send_to_node, config.spec_pairs)
         self.node_asks = NodeAsks()  # the nodes' answers to /reset_prefix_cache, /start_profile, /stop_profile
         self.sleeps = NodeSleeps(

@@ -68,9 +68,7 @@ class Autoscaler:
         self._last_shed_s: dict[str, float] = {}
         self._peaks: dict[int, deque[tuple[float, float, int]]] = {}  # wva: (t, kv, waiting) samples
         self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
-        self.arrivals: dict[
-            tuple[str, str | None], int
-        ] = {}  # (model, cell) → requests placed or refused there (the plan's)
+        self.arrivals: dict[tuple[str, str | None], int] = {}  # (model, cell) → placed or refused there: the plan's
 
     def start(self) -> list[int]:
         """The nodes joined at time 0."""

@@ -99,14 +99,26 @@ async def test_only_a_model_the_plan_holds_at_zero_nodes_is_held():
             return type("Snapshot", (), {"nodes": ()})()
 
     fleet = Fleet()
-    cold = ColdStart(planner, Registry(), {"alias": "m"}, fleet.wait_until)
+    path = type("Path", (), {"aliases": {"alias": "m"}, "draining": False})()
+    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
     stream, attempts = opener(fleet, serves="b")
     with pytest.raises(FrontendError):  # a model with no node the plan holds at zero: refused at once
         await chunks(cold.held("other", ["m", "other"], stream))
     assert len(attempts) == 1
+    refusals = []
+
+    async def ask(model: str) -> None:
+        try:
+            await chunks(cold.held(model, ["m", "other"], stream))
+        except FrontendError as e:
+            refusals.append(e.code)
+
     async with anyio.create_task_group() as tg:  # held: both still wait for a node once everything is blocked
-        tg.start_soon(chunks, cold.held("alias", ["m", "other"], stream))
-        tg.start_soon(chunks, cold.held("", ["m", "other"], stream))  # "": the default model, m
+        tg.start_soon(ask, "alias")
+        tg.start_soon(ask, "")  # "": the default model, m
         await anyio.wait_all_tasks_blocked()
         assert len(attempts) == 3
-        tg.cancel_scope.cancel()
+        path.draining = True  # the control plane drains: they wait no more, their refusal stands
+        fleet.join("x")  # (wait_until re-checks at a change, as ControlPlane.start_drain notifies)
+    # each tried once more (a draining control plane's own refusal is the one that stands), and waited no more
+    assert len(attempts) == 5 and refusals == [ErrorCode.NO_NODE, ErrorCode.NO_NODE]
