@@ -35,8 +35,9 @@ scale-down window (a pool asked for anything within it keeps at least one node p
 KEDA's cooldownPeriod holds a Deployment's last replica the same way). The plan remembers such a variant once its
 last node is gone (its node capacity, MAX_IDLE_VARIANTS at most) and goes on planning it, desired 0; the control
 plane goes on listing its model. A request for the pool then is refused for want of capacity (503, Retry-After),
-which counts as an arrival, so the plan asks for one node of the pool's cheapest capacity again. A variant whose
-min_nodes is above 0 is forgotten when its last node goes, as before.
+which counts as an arrival, so the plan asks for one node of the pool's cheapest capacity again, and holds it while a
+request waits for it (``waiting``). A variant whose min_nodes is above 0 is forgotten when its last node goes, as
+before. A variant first seen (a fresh fleet, a restarted control plane) is held for a window before any scale-down.
 """
 
 from __future__ import annotations
@@ -272,6 +273,7 @@ class CapacityPlanner:
         self._last_power: dict[tuple[str, str, str], float] = {}  # each variant with nodes at the last plan: its c
         self.idle: dict[tuple[str, str, str], float] = {}  # (model, cell, GPU type) at zero nodes → its node capacity
         self._asked: dict[tuple[str, str], tuple[int, float]] = {}  # each pool's arrivals, and when they last rose
+        self.waiting: dict[str, int] = {}  # model → requests waiting for its first node (controlplane/cold_start.py)
 
     def plan(
         self,
@@ -336,7 +338,9 @@ class CapacityPlanner:
 
     def _was_asked(self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None) -> bool:
         """Whether the pool was asked for anything (requests placed, or refused for want of its capacity) within the
-        scale-down window, whatever the call rate."""
+        scale-down window, whatever the call rate, or a request waits for a node of its model now."""
+        if self.waiting.get(key[0], 0) > 0:
+            return True
         if arrivals is None or key not in arrivals:
             return False
         before, rose_s = self._asked.get(key, (0, -math.inf))
@@ -381,7 +385,7 @@ class CapacityPlanner:
         capacity = sum(power[t] * count[t] for t in by_type)
         wanted = load * growth / config.target_utilisation
         raw = _resize(dict(count), power, capacity, wanted, config)
-        desired = {t: self._stabilise(now_s, (*key, t), raw[t]) for t in sorted(by_type)}
+        desired = {t: self._stabilise(now_s, (*key, t), raw[t], count[t]) for t in sorted(by_type)}
         if asked and not any(desired.values()):  # asked for within the window: its cheapest capacity, one node
             desired = _one_node(desired, power, config)
         variants = [
@@ -389,9 +393,13 @@ class CapacityPlanner:
         ]
         return PoolPlan(*key, load, capacity, wanted, tuple(variants), growth)
 
-    def _stabilise(self, now_s: float, key: tuple[str, str, str], raw: int) -> int:
-        """The most nodes any raw plan in the window wanted: up at once, down once the whole window agrees."""
-        window = self._history.setdefault(key, deque())
+    def _stabilise(self, now_s: float, key: tuple[str, str, str], raw: int, held: int) -> int:
+        """The most nodes any raw plan in the window wanted: up at once, down once the whole window agrees. A variant
+        first seen counts its ``held`` nodes as wanted then: a fresh fleet, or one a restarted control plane finds,
+        is not shed before a window has shown its nodes unneeded."""
+        window = self._history.get(key)
+        if window is None:
+            window = self._history[key] = deque([(now_s, held)] if self.config.scale_down_window_s > 0 else [])
         while window and window[0][0] < now_s - self.config.scale_down_window_s:
             window.popleft()
         if window and now_s - window[-1][0] < 1.0:  # one entry per second: bounded whatever the call rate

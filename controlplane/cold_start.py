@@ -48,7 +48,26 @@ class ColdStart:
         def live() -> frozenset[str]:
             return frozenset(view.node_id for view in self.registry.snapshot(model).nodes)
 
-        return held_stream(open_stream, live, self.wait_until, wait_s, lambda: self.path.draining)
+        return self._counted(model, held_stream(open_stream, live, self.wait_until, wait_s, lambda: self.path.draining))
+
+    async def _counted(self, model: str, stream: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
+        """``stream``, counted in the plan's ``waiting`` for ``model`` until its first chunk (or its end): a request
+        waiting for a node keeps its pool asked for."""
+        waiting = self.planner.waiting
+        waiting[model] = waiting.get(model, 0) + 1
+        counted = True
+        try:
+            async for chunk in stream:
+                if counted:
+                    counted = False
+                    waiting[model] -= 1
+                yield chunk
+        finally:
+            if counted:
+                waiting[model] -= 1
+            if not waiting.get(model):
+                waiting.pop(model, None)
+            await stream.aclose()
 
 
 async def held_stream(

@@ -367,3 +367,14 @@ def test_arrivals_that_named_no_cell_count_for_the_first_pool_of_their_model():
     arrivals = {("m", None): 5, ("m", "b"): 2, ("x", None): 9}  # x: no pool planned, dropped
     planner.plan(0.0, [node("l0", cell="b"), node("l1", cell="a")], 1.0, arrivals)
     assert {key: trend._samples[-1][1] for key, trend in planner._trends.items()} == {("m", "a"): 5, ("m", "b"): 2}
+
+
+def test_a_variant_first_seen_is_held_a_window_before_any_scale_down():
+    """A fresh fleet (or one a restarted control plane finds) is not shed at its first idle plan: its nodes count as
+    wanted when first seen; with no window, each plan is as it is."""
+    idle = [node(f"l{i}") for i in range(4)]
+    planner = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=300))
+    assert [variants(planner.plan(t, idle, 1.0)[0]) for t in (0.0, 299.0, 301.0)] == [
+        {"l4": (4, 4)}, {"l4": (4, 4)}, {"l4": (4, 1)}
+    ]  # fmt: skip
+    assert variants(CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0)).plan(0.0, idle, 1.0)[0]) == {"l4": (4, 1)}

@@ -118,7 +118,12 @@ async def test_only_a_model_the_plan_holds_at_zero_nodes_is_held():
         tg.start_soon(ask, "")  # "": the default model, m
         await anyio.wait_all_tasks_blocked()
         assert len(attempts) == 3
+        assert planner.waiting == {"m": 2}  # requests waiting for a node: the plan holds one asked for
+        (plan,) = planner.plan(10_000.0, [], 1.0)  # long past any window, no arrival on record
+        assert [v.desired_nodes for v in plan.variants] == [1]
         path.draining = True  # the control plane drains: they wait no more, their refusal stands
         fleet.join("x")  # (wait_until re-checks at a change, as ControlPlane.start_drain notifies)
     # each tried once more (a draining control plane's own refusal is the one that stands), and waited no more
-    assert len(attempts) == 5 and refusals == [ErrorCode.NO_NODE, ErrorCode.NO_NODE]
+    assert len(attempts) == 5 and refusals == [ErrorCode.NO_NODE, ErrorCode.NO_NODE] and planner.waiting == {}
+    (plan,) = planner.plan(20_000.0, [], 1.0)
+    assert [v.desired_nodes for v in plan.variants] == [0]

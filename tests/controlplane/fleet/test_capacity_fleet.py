@@ -88,13 +88,12 @@ def test_a_capacity_plan_that_cannot_be_used_stops_the_start_with_its_reason(spa
 async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for_it(
     spawn_controlplane, spawn_agent, tmp_path
 ):
-    """Scale from zero on a real fleet: min_nodes 0; the pool's only node, unasked for, is planned away and leaves.
-    Its model is still listed; a request for it is refused for want of capacity, which asks for one node of the
-    variant again (zoo:capacity_desired_nodes 0 → 1), and waits (cold_start_wait_s) until a node joins: then it is
-    served."""
+    """Scale from zero on a real fleet: min_nodes 0; the pool's only node, unasked for a window, is planned away and
+    leaves. Its model is still listed; a request for it is refused for want of capacity, which asks for one node of
+    the variant again (zoo:capacity_desired_nodes 0 → 1), and waits (cold_start_wait_s), the node asked for all the
+    while, until a node joins: then it is served."""
     plan = tmp_path / "capacity.toml"
-    # the window: a pool asked for within it keeps a node published; nothing asked for it before the request below
-    plan.write_text("[capacity]\nscale_down_window_s = 300\ndefault_min_nodes = 0\ncold_start_wait_s = 120\n")
+    plan.write_text("[capacity]\nscale_down_window_s = 1\ndefault_min_nodes = 0\ncold_start_wait_s = 120\n")
     cp = spawn_controlplane(None, "--capacity-plan", str(plan))
     agent = spawn_agent(cp.agent_endpoint, "small", "--gpu-profile", "l4")
     with anyio.fail_after(START_TIMEOUT_S):
@@ -103,7 +102,10 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
                 break
     async with httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=120.0) as http:
         samples = await _capacity(http)
-        assert samples[(CAPACITY_NODES, "L4")] == 1 and samples[(CAPACITY_DESIRED_NODES, "L4")] == 0  # unasked
+        assert samples[(CAPACITY_NODES, "L4")] == 1
+        with anyio.fail_after(30):  # held a window as first seen, then shed: nothing asked for it
+            while (samples := await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] != 0:
+                await anyio.sleep(0.1)
         models = [m["id"] for m in (await http.get("/v1/models")).json()["data"]]
         agent.terminate(timeout_s=10)  # KEDA scaled its Deployment to zero
         with anyio.fail_after(30):
@@ -122,7 +124,8 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
             with anyio.fail_after(30):
                 while (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] != 1:  # its refusal asked for one
                     await anyio.sleep(0.1)
-            assert not replies  # it waits for the node
+            await anyio.sleep(2)  # past the window: still asked for, as the request still waits
+            assert (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] == 1 and not replies
             spawn_agent(cp.agent_endpoint, "small-2", "--gpu-profile", "l4")  # KEDA started it
         (reply,) = replies
         assert reply.status_code == 200, reply.text
