@@ -377,4 +377,5 @@ def test_a_variant_first_seen_is_held_a_window_before_any_scale_down():
     assert [variants(planner.plan(t, idle, 1.0)[0]) for t in (0.0, 299.0, 301.0)] == [
         {"l4": (4, 4)}, {"l4": (4, 4)}, {"l4": (4, 1)}
     ]  # fmt: skip
-    assert variants(CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0)).plan(0.0, idle, 1.0)[0]) == {"l4": (4, 1)}
+    no_window = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0))
+    assert variants(no_window.plan(0.0, idle, 1.0)[0]) == {"l4": (4, 1)}
