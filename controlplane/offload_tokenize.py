@@ -130,18 +130,16 @@ async def pretokenize(workers: TokenizeWorkers, msgs: list[ClientGenerate], min_
 
 
 def request_stream(
-    msgs: list[ClientGenerate],
-    offload: tuple[TokenizeWorkers, int],
-    submit: Callable[..., ErrorReply | None],
-    cancel: Callable[[str], bool],
-    open_streams: set[str] | None = None,
-    arrival_ns: int | None = None,
+    msgs: list[ClientGenerate], offload: tuple[TokenizeWorkers, int], *rest
 ) -> AsyncIterator[TokenChunk]:
-    """``msgs``' stream: ``offloaded_stream`` when a prompt is long (``offload``'s ``min_chars``), else
-    ``local_stream`` (one generator less)."""
-    if any(is_long(m, offload[1]) for m in msgs):
-        return offloaded_stream(msgs, offload, submit, cancel, open_streams, arrival_ns)
-    return local_stream(msgs, submit, cancel, open_streams, arrival_ns)
+    """``msgs``' stream: ``offloaded_stream(msgs, offload, *rest)`` when a prompt is long (``offload``'s
+    ``min_chars``), else ``local_stream(msgs, *rest)`` (one generator less); ``rest``: their submit, cancel,
+    open_streams and arrival_ns."""
+    return (
+        offloaded_stream(msgs, offload, *rest)
+        if any(is_long(m, offload[1]) for m in msgs)
+        else local_stream(msgs, *rest)
+    )
 
 
 async def offloaded_stream(
