@@ -199,6 +199,12 @@ def test_a_bad_config_is_refused_with_its_reason():
     with pytest.raises(ValueError, match="at most trend_window_s"):  # a 10 s trend projected 2 minutes ahead
         CapacityPlanConfig.from_table({"trend_window_s": 10, "forecast_lead_s": 120})
     assert CapacityPlanConfig.from_table({"forecast_lead_s": 180, "trend_window_s": 360}).forecast_lead_s == 180.0
+    for wait in (-1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="cold_start_wait_s must be >= 0"):
+            CapacityPlanConfig(cold_start_wait_s=wait)
+    with pytest.raises(ValueError, match="cold_start_wait_s must be a float"):
+        CapacityPlanConfig.from_table({"cold_start_wait_s": "5m"})
+    assert CapacityPlanConfig.from_table({"cold_start_wait_s": 0}).cold_start_wait_s == 0.0
     with pytest.raises(ValueError, match="TTFT target"):
         CapacityPlanner().plan(0.0, [], 0.0)
 
