@@ -9,8 +9,9 @@ holds requests the same way while a revision scales from zero).
 
 Held: a refusal before the stream's first chunk (the intake's; a failure mid-stream has another code), for a model
 the plan holds at zero nodes. A fleet that lost its nodes otherwise still fails fast (503). Past the wait, the last
-refusal stands: 503 with Retry-After. Each refusal is counted as such (``zoo:requests_refused``), a held request's
-too; its queue wait and TTFT count from its arrival, so the wait shows where the client sees it.
+refusal stands: 503 with Retry-After. Each refusal is counted as such (``zoo:rejected_requests_total``), a held
+request's too; its queue wait and TTFT count from its arrival, so the wait shows where the client sees it. While it
+waits, the plan keeps a node of its pool asked for (``CapacityPlanner.waiting``).
 """
 
 from __future__ import annotations
