@@ -35,11 +35,9 @@ scale-down window (a pool asked for anything within it keeps at least one node p
 KEDA's cooldownPeriod holds a Deployment's last replica the same way). The plan remembers such a variant once its
 last node is gone (its node capacity, MAX_IDLE_VARIANTS at most) and goes on planning it, desired 0; the control
 plane goes on listing its model. A request for the pool then is refused for want of capacity (503, Retry-After),
-which counts as an arrival, so the plan asks for nodes again: as many as the rate of those arrivals over the last
-WAKE_RATE_SPAN_S, times the load an arrival a second made while the pool had nodes, wants; at least one node of the
-pool's cheapest capacity, held while a request waits for it (``waiting``). A variant whose min_nodes is above 0 is
-forgotten when its last node goes, as before. A variant first seen (a fresh fleet, a restarted control plane) is held
-for a window before any scale-down.
+which counts as an arrival, so the plan asks for one node of the pool's cheapest capacity again, and holds it while a
+request waits for it (``waiting``). A variant whose min_nodes is above 0 is forgotten when its last node goes, as
+before. A variant first seen (a fresh fleet, a restarted control plane) is held for a window before any scale-down.
 """
 
 from __future__ import annotations
@@ -205,7 +203,6 @@ class PoolPlan:
         return self.load / self.capacity if self.capacity > 0 else 0.0
 
 
-WAKE_RATE_SPAN_S = 10.0  # a pool at zero nodes is sized by its arrivals (refused) over the last this many seconds
 MAX_NODES_ADDED = 1_000_000  # nodes of one type one plan may add: a finite answer whatever the figures
 MAX_IDLE_VARIANTS = 256  # variants remembered at zero nodes (the oldest forgotten past it): a bounded memory
 MAX_NODE_LOAD = 100.0  # ρ is capped here: a report's absurd figure (a queue of 10^18) must not ask for 10^17 nodes
@@ -229,12 +226,13 @@ def _finite(value: float) -> float:
 
 
 def _power(value: float) -> float:
-    """A hello's power score (an A100-80GB is 1.0); one past MAX_POWER_SCORE is a broken hello, and counts as none
-    (summed over a pool, such figures would overflow to infinity)."""
-    return value if 0 < value <= MAX_POWER_SCORE else 0.0
+    """A hello's power score (an A100-80GB is 1.0); one outside [MIN_POWER_SCORE, MAX_POWER_SCORE] is a broken hello,
+    and counts as none (summed over a pool, such figures would overflow to infinity; divided by, to nodes past any
+    integer a float holds)."""
+    return value if MIN_POWER_SCORE <= value <= MAX_POWER_SCORE else 0.0
 
 
-MAX_POWER_SCORE = 1e6
+MIN_POWER_SCORE, MAX_POWER_SCORE = 1e-6, 1e6
 
 
 def plan_nodes(views: Iterable[NodeView], rows: Mapping[str, Mapping]) -> list[PlanNode]:
@@ -278,9 +276,6 @@ class CapacityPlanner:
         self.idle: dict[tuple[str, str, str], float] = {}  # (model, cell, GPU type) at zero nodes → its node capacity
         self._asked: dict[tuple[str, str], tuple[int, float]] = {}  # each pool's arrivals, and when they last rose
         self.waiting: dict[str, int] = {}  # model → requests waiting for its first node (controlplane/cold_start.py)
-        self._load_per_rate: dict[
-            tuple[str, str], float
-        ] = {}  # each pool's load per arrival a second, while it had any
 
     def plan(
         self,
@@ -303,7 +298,7 @@ class CapacityPlanner:
                 key,
                 pools.get(key, []),
                 ttft_s,
-                self._trend(now_s, key, arrivals),
+                self._growth(now_s, key, arrivals),
                 self._was_asked(now_s, key, arrivals),
             )
             for key in keys
@@ -311,7 +306,7 @@ class CapacityPlanner:
         seen = {(p.model, p.cell, v.gpu_type) for p in plans for v in p.variants}
         for key in [k for k in self._history if k not in seen]:  # a variant gone: its window goes too
             del self._history[key]
-        for store in (self._trends, self._asked, self._load_per_rate):  # a pool gone: its arrivals go too
+        for store in (self._trends, self._asked):  # a pool gone: its arrivals go too
             for key in [k for k in store if k not in keys]:
                 del store[key]
         return plans
@@ -356,17 +351,14 @@ class CapacityPlanner:
             self._asked[key] = (arrivals[key], rose_s)
         return now_s - rose_s <= self.config.scale_down_window_s
 
-    def _trend(
-        self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None
-    ) -> DemandTrend | None:
-        """The pool's arrivals, sampled now (None: no arrivals given for it)."""
+    def _growth(self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None) -> float:
         if arrivals is None or key not in arrivals:
-            return None
+            return 1.0
         trend = self._trends.get(key)
         if trend is None:
             trend = self._trends[key] = DemandTrend(self.config.trend_window_s, self.config.forecast_lead_s)
         trend.observe(now_s, arrivals[key])
-        return trend
+        return trend.growth()
 
     def summary(
         self,
@@ -380,16 +372,9 @@ class CapacityPlanner:
         return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, arrivals))
 
     def _plan_pool(
-        self,
-        now_s: float,
-        key: tuple[str, str],
-        nodes: list[PlanNode],
-        ttft_s: float,
-        trend: DemandTrend | None,
-        asked: bool,
+        self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float, growth: float, asked: bool
     ) -> PoolPlan:
         config = self.config
-        growth = 1.0 if trend is None else trend.growth()
         by_type: dict[str, list[PlanNode]] = {t: [] for m, c, t in self.idle if (m, c) == key}
         for node in nodes:
             by_type.setdefault(node.gpu_type, []).append(node)
@@ -401,13 +386,6 @@ class CapacityPlanner:
         load = sum(node_load(n, ttft_s, config) * _power(n.power_score) for n in nodes)
         capacity = sum(power[t] * count[t] for t in by_type)
         wanted = load * growth / config.target_utilisation
-        rate = 0.0 if trend is None else trend.rate()
-        if capacity > 0 and load > 0 and rate > 0:  # what an arrival a second weighs here, for a wake from zero
-            learnt = self._load_per_rate.get(key)
-            self._load_per_rate[key] = load / rate if learnt is None else 0.8 * learnt + 0.2 * load / rate
-        elif capacity == 0 and trend is not None and key in self._load_per_rate:  # at zero: sized by who asks now
-            recent = trend.rate(WAKE_RATE_SPAN_S)
-            wanted = max(wanted, recent * self._load_per_rate[key] * growth / config.target_utilisation)
         raw = _resize(dict(count), power, capacity, wanted, config)
         desired = {t: self._stabilise(now_s, (*key, t), raw[t], count[t]) for t in sorted(by_type)}
         if asked and not any(desired.values()):  # asked for within the window: its cheapest capacity, one node

@@ -291,6 +291,20 @@ def test_reports_with_any_figures_give_a_plan_and_never_an_error(specs):
         assert isinstance(v.desired_nodes, int) and 1 <= v.desired_nodes <= 150 * len(nodes)
 
 
+@pytest.mark.parametrize("tiny", [1e-305, 1e-6, 5e-324])
+def test_a_type_at_its_maximum_overflowing_to_a_type_of_absurd_power_gives_a_finite_plan(tiny):
+    """A hello's power score is not bounded on the wire: a type at its maximum overflows to the next, and a next of
+    power 1e-305 once divided a wanted capacity past any float (OverflowError in the stats snapshot). A power score
+    under MIN_POWER_SCORE counts as none; a plan adds MAX_NODES_ADDED of a type at most."""
+    from controlplane.capacity_plan import MAX_NODES_ADDED
+
+    big = PlanNode("b0", "m", "c", "big", 1e6, 1e300, 0, 0, 0.0)
+    small = PlanNode("t0", "m", "c", "tiny", tiny, 0.0, 0, 0, 0.0)
+    (plan,) = CapacityPlanner(CapacityPlanConfig(max_nodes={"big": 1})).plan(0.0, [big, small], 1.0)
+    assert {v.gpu_type: v.desired_nodes for v in plan.variants}["big"] == 1
+    assert all(1 <= v.desired_nodes <= 1 + MAX_NODES_ADDED for v in plan.variants)
+
+
 def test_the_arrivals_per_pool_only_grow_whatever_nodes_do(make_hello):
     """FleetLedger.arrivals_by_pool, the plan's arrivals: a counter per (model, cell), counted when each request is
     placed (or refused for want of the pool's capacity), so a node that leaves, or comes back serving another model,
@@ -385,38 +399,3 @@ def test_a_variant_first_seen_is_held_a_window_before_any_scale_down():
     ]  # fmt: skip
     no_window = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0))
     assert variants(no_window.plan(0.0, idle, 1.0)[0]) == {"l4": (4, 1)}
-
-
-def test_a_wake_from_zero_is_sized_by_who_asks_and_what_they_weighed_before():
-    """At zero nodes the pool has no load to size by: the plan asks for what the refused arrivals of the last
-    seconds need, at the load an arrival a second made while the pool had nodes (not one node at a time)."""
-    config = CapacityPlanConfig(default_min_nodes=0, scale_down_window_s=20, target_utilisation=0.5)
-    planner = CapacityPlanner(config)
-    busy = [node(f"l{i}", kv=0.4) for i in range(4)]  # load 2 at 10 arrivals a second: 0.2 per arrival a second
-    arrivals = {("m", "default"): 0}
-    for t in range(0, 120, 5):
-        arrivals[("m", "default")] += 50
-        (plan,) = planner.plan(float(t), busy, 1.0, arrivals)
-    assert variants(plan) == {"l4": (4, 4)}
-    for t in range(120, 400, 5):  # they stop; the pool is shed and its nodes leave
-        (plan,) = planner.plan(float(t), [], 1.0, arrivals)
-    assert variants(plan) == {"l4": (0, 0)}
-    wanted = []
-    for t in range(400, 420, 5):  # they come back at 10 a second, all refused: no node
-        arrivals[("m", "default")] += 50
-        (plan,) = planner.plan(float(t), [], 1.0, arrivals)
-        wanted.append(plan.variants[0].desired_nodes)
-    assert wanted[0] >= 1 and wanted[-1] >= 4  # the rate read over 10 s: the four nodes it needed before, or more
-    assert max(wanted) <= 4 * (1 + 8 / 3 * 60 / 120)  # at most the growth's bound over that
-    odd = CapacityPlanner(config)  # absurd figures: a finite plan all the same
-    huge, tiny = node("h0", kv=1e300), PlanNode("t0", "m", "default", "t4", 1e-300, 0.0, 0, 0, 0.0)
-    odd.plan(0.0, [huge, tiny], 1.0, {("m", "default"): 0})
-    odd.plan(150.0, [huge, tiny], 1.0, {("m", "default"): 1})
-    odd.plan(400.0, [], 1.0, {("m", "default"): 1})
-    for plan in odd.plan(401.0, [], 1.0, {("m", "default"): 2**62}):
-        assert all(0 <= v.desired_nodes <= 10**6 for v in plan.variants) and math.isfinite(plan.wanted_capacity)
-    cold = CapacityPlanner(config)  # a pool that never had load: nothing learnt, one node
-    cold.plan(0.0, [node("l0")], 1.0, {("m", "default"): 0})
-    cold.plan(1.0, [], 1.0, {("m", "default"): 0})
-    (plan,) = cold.plan(30.0, [], 1.0, {("m", "default"): 500})
-    assert variants(plan) == {"l4": (0, 1)}

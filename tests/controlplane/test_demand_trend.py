@@ -96,12 +96,3 @@ def test_growth_is_finite_at_least_one_and_bounded(lead, window, steps, dt):
 def test_settings_out_of_range_are_refused(window, lead):
     with pytest.raises(ValueError, match="demand trend"):
         DemandTrend(window_s=window, lead_s=lead)
-
-
-def test_the_rate_over_a_span_and_over_all_samples():
-    trend = DemandTrend(120.0, 60.0)
-    assert trend.rate() == 0.0
-    for t in range(0, 60):
-        trend.observe(float(t), 2 * t if t < 50 else 100 + 10 * (t - 50))  # 2 a second, then 10 a second
-    # the last 10 s: from the sample at 49 s (98) to the one at 59 s (190); all: from 0 s (0)
-    assert trend.rate(10.0) == pytest.approx((190 - 98) / 10) and trend.rate() == pytest.approx(190 / 59)
