@@ -49,26 +49,19 @@ class ColdStart:
         def live() -> frozenset[str]:
             return frozenset(view.node_id for view in self.registry.snapshot(model).nodes)
 
-        return self._counted(model, held_stream(open_stream, live, self.wait_until, wait_s, lambda: self.path.draining))
-
-    async def _counted(self, model: str, stream: AsyncIterator[TokenChunk]) -> AsyncIterator[TokenChunk]:
-        """``stream``, counted in the plan's ``waiting`` for ``model`` until its first chunk (or its end): a request
-        waiting for a node keeps its pool asked for."""
-        waiting = self.planner.waiting
-        waiting[model] = waiting.get(model, 0) + 1
-        counted = True
-        try:
-            async for chunk in stream:
-                if counted:
-                    counted = False
-                    waiting[model] -= 1
-                yield chunk
-        finally:
-            if counted:
+        async def wait_for_node(predicate: Callable[[], bool], timeout_s: float) -> None:
+            """``wait_until``, counted in the plan's ``waiting`` for ``model`` meanwhile: a request waiting for a
+            node keeps its pool asked for."""
+            waiting = self.planner.waiting
+            waiting[model] = waiting.get(model, 0) + 1
+            try:
+                await self.wait_until(predicate, timeout_s)
+            finally:
                 waiting[model] -= 1
-            if not waiting.get(model):
-                waiting.pop(model, None)
-            await stream.aclose()
+                if not waiting[model]:
+                    del waiting[model]
+
+        return held_stream(open_stream, live, wait_for_node, wait_s, lambda: self.path.draining)
 
 
 async def held_stream(
