@@ -12,7 +12,10 @@ requests' in threads already)::
                     └─► shorter (or max_pending waiting already): submitted now, tokenized on the loop
 
 A request that arrives while the fleet's idle sleep (controlplane/idle_sleep.py) has put every node to sleep is pending
-too: the fleet is woken first, then it is tokenized and submitted, as an HTTP request waits for the wake.
+too: the fleet is woken first, then it is tokenized and submitted, as an HTTP request waits for the wake. So is a
+request refused for want of a node of a model the capacity plan holds at zero nodes (controlplane/cold_start.py): it
+waits for a node of its model to join, then is submitted again, for at most ``cold_start_wait_s`` from its refusal
+(past it, or when the control plane drains, the refusal goes to the client), as an HTTP request waits.
 
 The client's messages are handled one by one, in order, on the loop. While a request waits for its tokens, it is
 "pending", and the client sees it as in flight:
@@ -56,6 +59,10 @@ class Pending:
     msg: ClientGenerate
     peer: bytes
     recv_ns: int
+    refused: ErrorReply | None = None  # held for a node of ``model`` (controlplane/cold_start.py) after this refusal
+    model: str = ""
+    before: frozenset[str] = frozenset()  # the model's live nodes at its refusal: a node not among them is news
+    deadline_s: float | None = None  # anyio time its wait for a node ends
 
 
 class ClientRequests:
@@ -79,11 +86,15 @@ class ClientRequests:
         notify: Callable[[], None],
         started_ns: int,
         idle=None,
+        cold_start=None,
+        model_names: Callable[[], list[str]] = list,
     ) -> None:
         self.workers, self.min_chars, self.max_pending = workers, min_chars, max_pending
         self._link, self._submit, self._cancel, self._count_refusal = link, submit, cancel, count_refusal
         self._table, self._notify, self.started_ns = table, notify, started_ns
         self.idle = idle  # the fleet's idle sleep (controlplane/idle_sleep.py), or None: a request wakes it first
+        self.cold_start = cold_start  # ColdStart (controlplane/cold_start.py), or None: refused at once at no node
+        self.model_names = model_names  # the served models now (the first is the default)
         self.pending: dict[str, Pending] = {}  # request id -> its request, waiting for its tokens
         self.num_offloaded = 0  # requests whose prompt was tokenized off the loop
         self._num_jobs = 0  # queued or tokenizing, cancelled ones included (they hold their prompt until they end)
@@ -109,8 +120,15 @@ class ClientRequests:
             self._jobs_in.send_nowait(pending)
             return
         error = self._submit(msg, ZmqConsumer(self._link, incoming.peer), incoming.recv_ns)
-        if error is not None:
-            self._link.send_nowait(error, incoming.peer)
+        if error is None:
+            return
+        job = Pending(msg, incoming.peer, incoming.recv_ns)
+        if rid and self._num_jobs < self.max_pending and self._hold(job, error):  # waits for a node of its model
+            self.pending[rid] = job
+            self._num_jobs += 1
+            self._jobs_in.send_nowait(job)
+            return
+        self._link.send_nowait(error, incoming.peer)
 
     def on_cancel(self, incoming: Incoming) -> None:
         rid = incoming.msg.request_id
@@ -163,13 +181,7 @@ class ClientRequests:
         try:
             if self.idle is not None:  # an idle sleep's fleet woken first (the request waits, as an HTTP one does)
                 await self.idle.wake_for_request()
-            # cancelled (or refused at shutdown) before its turn: not tokenized (None)
-            ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
-            if ids is None or self.pending.get(rid) is not job:
-                return  # cancelled meanwhile
-            del self.pending[rid]
-            self.num_offloaded += 1
-            error = self._submit(job.msg, ZmqConsumer(self._link, job.peer), job.recv_ns, ids)
+            error = await self._prepare_and_submit(job)
         except Exception:  # a tokenizer's or the path's bug: this request is refused, the worker and the loop go on
             log.exception("request %s: tokenizing or submitting it failed", rid)
             if self.pending.get(rid) is job:
@@ -180,6 +192,55 @@ class ClientRequests:
         if error is not None:
             self._send(error, job.peer)
         self._notify()
+
+    async def _prepare_and_submit(self, job: Pending) -> ErrorReply | None:
+        """Tokenize ``job`` in a worker thread, then submit it; a held one waits for a node of its model first, and
+        again while it is refused for want of one (``_hold``). Its refusal, or None: submitted, or cancelled (or
+        refused at shutdown) meanwhile, with nothing left to send."""
+        rid = job.msg.request_id
+        while True:
+            if job.refused is not None:  # waits for a node of its model (controlplane/cold_start.py)
+                refused, job.refused = job.refused, None
+                if not await self._node_joined(job):
+                    if self.pending.get(rid) is not job:
+                        return None  # cancelled meanwhile
+                    del self.pending[rid]
+                    return refused  # past its wait, or the control plane drains: its refusal stands
+            # cancelled (or refused at shutdown) before its turn: not tokenized (None)
+            ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
+            if ids is None or self.pending.get(rid) is not job:
+                return None
+            del self.pending[rid]
+            self.num_offloaded += 1
+            error = self._submit(job.msg, ZmqConsumer(self._link, job.peer), job.recv_ns, ids)
+            if error is None or not self._hold(job, error):
+                return error
+            self.pending[rid] = job  # refused again (say a node of another cell joined): waits again
+
+    def _hold(self, job: Pending, refused: ErrorReply) -> bool:
+        """Whether ``job``, refused, waits for a node of its model: a refusal for want of a node, of a model the
+        capacity plan holds at zero nodes, with time left of its wait (``cold_start_wait_s`` from its first
+        refusal), while the control plane does not drain."""
+        cold = self.cold_start
+        if cold is None or refused.code != ErrorCode.NO_NODE:
+            return False
+        if job.deadline_s is None:
+            job.model, wait_s = cold.wait_s(job.msg.model, self.model_names())
+            job.deadline_s = anyio.current_time() + wait_s
+        if job.deadline_s <= anyio.current_time() or cold.path.draining:
+            return False
+        job.refused, job.before = refused, cold.live(job.model)
+        return True
+
+    async def _node_joined(self, job: Pending) -> bool:
+        """Whether a node of the held ``job``'s model joined within its wait (False: past it, cancelled meanwhile,
+        or the control plane drains)."""
+        rid, left_s = job.msg.request_id, job.deadline_s - anyio.current_time()
+        try:
+            await self.cold_start.wait_for_join(job.model, job.before, left_s, lambda: self.pending.get(rid) is not job)
+        except TimeoutError:
+            return False
+        return self.pending.get(rid) is job and not self.cold_start.path.draining
 
     def _send(self, msg: ErrorReply, peer: bytes) -> None:
         try:

@@ -12,11 +12,15 @@ the plan holds at zero nodes. A fleet that lost its nodes otherwise still fails 
 refusal stands: 503 with Retry-After. Each refusal is counted as such (``zoo:rejected_requests_total``), a held
 request's too; its queue wait and TTFT count from its arrival, so the wait shows where the client sees it. While it
 waits, the plan keeps a node of its pool asked for (``CapacityPlanner.waiting``).
+
+A ZeroMQ client's request waits the same way (controlplane/client_requests.py): pending meanwhile, so its client's
+ping knows it and its cancel drops it; past the wait its ErrorReply is the refusal's.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import anyio
 
@@ -30,38 +34,57 @@ WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
 
 class ColdStart:
     """``held(model, model_names, open_stream)``: the request's stream, held for a node while the plan (``planner``)
-    holds its model at zero nodes. ``registry``: the live nodes; ``path``: the RequestPath (its ``aliases``, other
-    names of models, and ``draining``: no request is held while the control plane drains); ``wait_until``:
-    ControlPlane.wait_until."""
+    holds its model at zero nodes (an HTTP request's); ``wait_s``, ``live`` and ``wait_for_join``: the same wait for a
+    ZeroMQ client's request (controlplane/client_requests.py). ``registry``: the live nodes; ``path``: the RequestPath
+    (its ``aliases``, other names of models, and ``draining``: no request is held while the control plane drains);
+    ``wait_until``: ControlPlane.wait_until."""
 
     def __init__(self, planner: CapacityPlanner, registry, path, wait_until: WaitUntil) -> None:
         self.planner, self.registry, self.path, self.wait_until = planner, registry, path, wait_until
+
+    def wait_s(self, asked: str, model_names: list[str]) -> tuple[str, float]:
+        """The model a request asks for (``asked``: its model field, "" the default, ``model_names[0]``), and how
+        long it may wait for a node of it (0: not at all)."""
+        model = resolve_model(self.path.aliases, asked) or next(iter(model_names), "")
+        return model, 0.0 if self.path.draining else self.planner.cold_start_wait_s(model)
+
+    def live(self, model: str) -> frozenset[str]:
+        return frozenset(view.node_id for view in self.registry.snapshot(model).nodes)
+
+    async def wait_for_join(
+        self, model: str, before: frozenset[str], timeout_s: float, stop: Callable[[], bool] = lambda: False
+    ) -> None:
+        """Until a node of ``model`` not in ``before`` joins, ``stop()`` or the control plane drains
+        (TimeoutError past ``timeout_s``), counted in the plan's ``waiting`` for ``model`` meanwhile: a request
+        waiting for a node keeps its pool asked for."""
+        with self._waiting(model):
+            await self.wait_until(lambda: stop() or self.path.draining or bool(self.live(model) - before), timeout_s)
+
+    @contextlib.contextmanager
+    def _waiting(self, model: str) -> Iterator[None]:
+        """A request counted in the plan's ``waiting`` for ``model`` meanwhile."""
+        waiting = self.planner.waiting
+        waiting[model] = waiting.get(model, 0) + 1
+        try:
+            yield
+        finally:
+            waiting[model] -= 1
+            if not waiting[model]:
+                del waiting[model]
 
     def held(
         self, asked: str, model_names: list[str], open_stream: Callable[[], AsyncIterator[TokenChunk]]
     ) -> AsyncIterator[TokenChunk]:
         """``asked``: the request's model field ("": the default, ``model_names[0]``)."""
-        model = resolve_model(self.path.aliases, asked) or next(iter(model_names), "")
-        wait_s = self.planner.cold_start_wait_s(model)
+        model, wait_s = self.wait_s(asked, model_names)
         if wait_s <= 0:
             return open_stream()
 
-        def live() -> frozenset[str]:
-            return frozenset(view.node_id for view in self.registry.snapshot(model).nodes)
-
         async def wait_for_node(predicate: Callable[[], bool], timeout_s: float) -> None:
-            """``wait_until``, counted in the plan's ``waiting`` for ``model`` meanwhile: a request waiting for a
-            node keeps its pool asked for."""
-            waiting = self.planner.waiting
-            waiting[model] = waiting.get(model, 0) + 1
-            try:
+            with self._waiting(model):
                 await self.wait_until(predicate, timeout_s)
-            finally:
-                waiting[model] -= 1
-                if not waiting[model]:
-                    del waiting[model]
 
-        return held_stream(open_stream, live, wait_for_node, wait_s, lambda: self.path.draining)
+        return held_stream(open_stream, lambda: self.live(model), wait_for_node, wait_s, lambda: self.path.draining)
 
 
 async def held_stream(

@@ -220,8 +220,8 @@ class ControlPlane(Actor):
                 workers=self.tokenize_workers, min_chars=self.config.offload_tokenize_chars,
                 max_pending=self.config.offload_tokenize_max_pending, link=self._clients, submit=self.submit,
                 cancel=self.cancel, count_refusal=self.path.count_refusal, table=self.requests, notify=self._notify,
-                started_ns=self.started_ns, idle=self.idle_sleep,  # an idle-slept fleet is woken first
-            )  # fmt: skip
+                started_ns=self.started_ns, idle=self.idle_sleep, cold_start=self.cold_start,  # woken; held at zero
+                model_names=lambda: self.model_names)  # fmt: skip
         return self
 
     def loops(self):

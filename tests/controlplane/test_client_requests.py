@@ -9,7 +9,9 @@ import threading
 import anyio
 import pytest
 
+from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, PlanNode
 from controlplane.client_requests import SHUTTING_DOWN, ClientRequests
+from controlplane.cold_start import ColdStart
 from controlplane.offload_tokenize import TokenizeWorkers
 from controlplane.request_intake import tokenize
 from engine.prompt import PromptError
@@ -41,7 +43,7 @@ class GatedTokenizer:
 
 
 class Harness:
-    def __init__(self, tokenizer, max_pending: int = 8, max_threads: int = 2) -> None:
+    def __init__(self, tokenizer, max_pending: int = 8, max_threads: int = 2, cold_start=None) -> None:
         self.sent: list[tuple[object, bytes]] = []
         self.submitted: list[tuple[str, bytes, int, object]] = []
         self.refusals: list[ErrorReply] = []
@@ -59,6 +61,8 @@ class Harness:
             table=self.table,
             notify=lambda: None,
             started_ns=7,
+            cold_start=cold_start,
+            model_names=lambda: ["m"],
         )
 
     def send_nowait(self, msg, peer) -> None:
@@ -255,3 +259,118 @@ async def test_a_request_with_a_constraint_is_prepared_in_a_thread_its_grammar_c
     assert all(ids == tokenize(smollm2_checkpoint.tokenizer, hi) for _, _, _, ids in h.submitted[1:])
     assert {json for _, json in compiled} == {'{"type": "object"}', "{bad"}
     assert threading.get_ident() not in {thread for thread, _ in compiled}  # compiled off the loop's thread
+
+
+class ZeroFleet:
+    """Model "m" held at zero nodes by a capacity plan (min_nodes 0, its node gone); nodes that join; a ColdStart over
+    them (its wait_until re-checked at each change)."""
+
+    def __init__(self, wait_s: float = 300.0) -> None:
+        self.planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=wait_s))
+        self.planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+        self.planner.plan(1.0, [], 1.0)  # its node gone: held at zero
+        self.nodes: list[str] = []
+        self.path = type("Path", (), {"aliases": {}, "draining": False})()
+        self._changed = anyio.Event()
+        self.cold = ColdStart(self.planner, self, self.path, self.wait_until)
+
+    def snapshot(self, model: str):
+        return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in self.nodes]})()
+
+    def change(self, join: str = "") -> None:
+        self.nodes += [join] if join else []
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_until(self, predicate, timeout_s: float) -> None:
+        with anyio.fail_after(timeout_s):
+            while not predicate():
+                await self._changed.wait()
+
+
+NO_NODE = ErrorReply(request_id="r", code=ErrorCode.NO_NODE, message="no live node serves 'm' in cell None")
+
+
+async def test_a_request_refused_for_want_of_a_node_of_a_pool_at_zero_waits_pending_until_one_joins(
+    smollm2_checkpoint,
+):
+    """Cold start over ZeroMQ (controlplane/cold_start.py): refused for want of a node of a model the plan holds at
+    zero, a request is pending (its client's ping knows it; the plan counts it waiting), submitted again at each join
+    of its model (a node of another cell: refused again, waits again), and served once one takes it."""
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    tokenizer.gate.set()
+    fleet = ZeroFleet()
+    h = Harness(tokenizer, cold_start=fleet.cold)
+    h.refuse_with = NO_NODE
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("r", prompt="Hi", recv_ns=55)
+        await wait_for(lambda: fleet.planner.waiting == {"m": 1})
+        assert h.sent == [] and set(h.requests.pending) == {"r"} and len(h.submitted) == 1
+        assert h.ping(["r"]).unknown_request_ids == []
+        fleet.change(join="other-cell")
+        await wait_for(lambda: len(h.submitted) == 2)
+        await wait_for(lambda: fleet.planner.waiting == {"m": 1})  # refused again: waits again
+        assert set(h.requests.pending) == {"r"} and h.sent == []
+        h.refuse_with = None
+        fleet.change(join="l4-0")
+        await wait_for(lambda: len(h.submitted) == 3)
+        await wait_for(lambda: h.requests._num_jobs == 0)
+        tg.cancel_scope.cancel()
+    assert h.sent == [] and h.requests.pending == {} and fleet.planner.waiting == {}
+    rid, peer, arrival_ns, ids = h.submitted[2]
+    assert (rid, peer, arrival_ns) == ("r", PEER, 55)  # its arrival: the wait counts in its queue wait and TTFT
+    assert ids == tokenize(smollm2_checkpoint.tokenizer, ClientGenerate(request_id="r", prompt="Hi"))
+
+
+async def test_a_held_request_is_cancelled_by_its_client_and_refused_past_its_wait_or_at_a_drain(smollm2_checkpoint):
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    tokenizer.gate.set()
+    fleet = ZeroFleet(wait_s=300.0)
+    h = Harness(tokenizer, cold_start=fleet.cold)
+    h.refuse_with = NO_NODE
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("cancelled")
+        await wait_for(lambda: fleet.planner.waiting == {"m": 1})
+        h.cancel("cancelled", peer=OTHER)  # another client's cancel: ignored
+        assert "cancelled" in h.requests.pending
+        h.cancel("cancelled")
+        fleet.change()
+        await wait_for(lambda: h.requests._num_jobs == 0)
+        assert h.sent == [] and fleet.planner.waiting == {} and len(h.submitted) == 1  # dropped, never sent again
+        h.generate("drained")
+        await wait_for(lambda: fleet.planner.waiting == {"m": 1})
+        fleet.path.draining = True
+        fleet.change()
+        await wait_for(lambda: h.sent)
+        assert h.sent == [(NO_NODE, PEER)] and h.requests.pending == {}  # the refusal stands
+        h.generate("while draining")  # not held at all
+        assert h.sent[-1] == (NO_NODE, PEER) and len(h.sent) == 2 and h.requests.pending == {}
+        tg.cancel_scope.cancel()
+    fleet = ZeroFleet(wait_s=0.05)
+    h = Harness(tokenizer, cold_start=fleet.cold)
+    h.refuse_with = NO_NODE
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("late")
+        with anyio.fail_after(300):  # the wait's limit is what ends it
+            await wait_for(lambda: h.sent)
+        tg.cancel_scope.cancel()
+    assert h.sent == [(NO_NODE, PEER)] and h.requests.pending == {} and len(h.submitted) == 1
+
+
+async def test_only_a_refusal_for_want_of_a_node_of_a_pool_at_zero_is_held_and_at_most_max_pending(smollm2_checkpoint):
+    fleet = ZeroFleet()
+    h = Harness(GatedTokenizer(smollm2_checkpoint.tokenizer), max_pending=1, cold_start=fleet.cold)
+    h.refuse_with = ErrorReply(request_id="r", code=ErrorCode.OVERLOADED, message="every queue is full")
+    h.generate("overloaded")
+    assert h.sent == [(h.refuse_with, PEER)]  # not for want of a node: refused at once
+    h.refuse_with = NO_NODE
+    h.generate("other model", model="other")  # a model the plan does not hold at zero
+    h.generate("held")
+    h.generate("beyond max_pending")
+    assert [rid for rid in h.requests.pending] == ["held"]
+    assert h.sent[1:] == [(NO_NODE, PEER), (NO_NODE, PEER)] and len(h.submitted) == 4
+    h.generate("", prompt="Hi")  # no id to hold it by
+    assert len(h.sent) == 4

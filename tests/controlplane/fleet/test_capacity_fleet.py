@@ -91,7 +91,7 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
     """Scale from zero on a real fleet: min_nodes 0; the pool's only node, unasked for a window, is planned away and
     leaves. Its model is still listed; a request for it is refused for want of capacity, which asks for one node of
     the variant again (zoo:capacity_desired_nodes 0 → 1), and waits (cold_start_wait_s), the node asked for all the
-    while, until a node joins: then it is served."""
+    while, until a node joins: then it is served. A ZeroMQ client's request waits the same way."""
     plan = tmp_path / "capacity.toml"
     plan.write_text("[capacity]\nscale_down_window_s = 1\ndefault_min_nodes = 0\ncold_start_wait_s = 120\n")
     cp = spawn_controlplane(None, "--capacity-plan", str(plan))
@@ -100,7 +100,10 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
         async for stats in subscribe(cp.stats_endpoint):
             if any(n.state == "up" for n in stats.nodes) and stats.capacity:
                 break
-    async with httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=120.0) as http:
+    async with (
+        httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=120.0) as http,
+        AsyncZooClient(cp.client_endpoint, timeout_s=120.0) as client,
+    ):
         samples = await _capacity(http)
         assert samples[(CAPACITY_NODES, "L4")] == 1
         with anyio.fail_after(30):  # held a window as first seen, then shed: nothing asked for it
@@ -113,21 +116,27 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
                 await anyio.sleep(0.1)
         assert samples[(CAPACITY_DESIRED_NODES, "L4")] == 0  # remembered at zero nodes, and not asked for
         assert [m["id"] for m in (await http.get("/v1/models")).json()["data"]] == models  # still served
-        replies = []
+        replies, completions = [], []
 
         async def ask() -> None:
             body = {"model": models[0], "prompt": "hi", "max_tokens": 2}
             replies.append(await http.post("/v1/completions", json=body))
 
+        async def ask_over_zmq() -> None:
+            completions.append(await client.generate("hi", model=models[0], max_tokens=2))
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(ask)
+            tg.start_soon(ask_over_zmq)
             with anyio.fail_after(30):
                 while (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] != 1:  # its refusal asked for one
                     await anyio.sleep(0.1)
             await anyio.sleep(2)  # past the window: still asked for, as the request still waits
-            assert (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] == 1 and not replies
+            assert (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] == 1 and not replies and not completions
             spawn_agent(cp.agent_endpoint, "small-2", "--gpu-profile", "l4")  # KEDA started it
         (reply,) = replies
         assert reply.status_code == 200, reply.text
         assert reply.json()["usage"]["completion_tokens"] == 2
+        (completion,) = completions
+        assert completion.num_output_tokens == 2 and completion.node_id == "small-2"
     assert cp.proc.poll() is None
