@@ -76,6 +76,10 @@ PROFILES = {
     "tuning": ((0.0, 0.1), (0.25, 0.1), (0.4, 0.7), (0.7, 0.7), (0.8, 0.2), (1.0, 0.2)),  # the forecast's design
     "bursts": ((0.0, 0.3), (0.2, 0.3), (0.2001, 0.0), (0.5, 0.0), (0.5001, 0.5), (0.7, 0.5), (0.7001, 0.0),
                (1.0, 0.0)),  # a pool used now and then: scale to zero and back
+    # held out for the wake sizing (declared before its first run; bursts is its design profile): three bursts of
+    # other sizes, each after a gap the pool scales to zero in (run with --minutes 80)
+    "bursts-uneven": ((0.0, 0.45), (0.15, 0.45), (0.1501, 0.0), (0.4, 0.0), (0.4001, 0.2), (0.55, 0.2), (0.5501, 0.0),
+                      (0.8, 0.0), (0.8001, 0.6), (0.9, 0.6), (0.9001, 0.0), (1.0, 0.0)),
 }  # fmt: skip
 PROFILE = PROFILES["ramp-spike"]
 RULES = ("static", "zoo", "zoo_reactive", "wva")
