@@ -35,9 +35,11 @@ scale-down window (a pool asked for anything within it keeps at least one node p
 KEDA's cooldownPeriod holds a Deployment's last replica the same way). The plan remembers such a variant once its
 last node is gone (its node capacity, MAX_IDLE_VARIANTS at most) and goes on planning it, desired 0; the control
 plane goes on listing its model. A request for the pool then is refused for want of capacity (503, Retry-After),
-which counts as an arrival, so the plan asks for one node of the pool's cheapest capacity again, and holds it while a
-request waits for it (``waiting``). A variant whose min_nodes is above 0 is forgotten when its last node goes, as
-before. A variant first seen (a fresh fleet, a restarted control plane) is held for a window before any scale-down.
+which counts as an arrival, so the plan asks for nodes again: as much capacity as the pool held per arrival a second
+while its load sized it, times the rate of those arrivals now (controlplane/wake_sizing.py); at least one node of the
+pool's cheapest capacity, held while a request waits for it (``waiting``). A variant whose min_nodes is above 0 is
+forgotten when its last node goes, as before. A variant first seen (a fresh fleet, a restarted control plane) is held
+for a window before any scale-down.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from dataclasses import dataclass, field
 
 from controlplane.demand_trend import DemandTrend
 from controlplane.router.policy import NodeView
+from controlplane.wake_sizing import WAKE_RATE_SPAN_S, WakeSizing
 
 
 @dataclass(slots=True)
@@ -276,6 +279,7 @@ class CapacityPlanner:
         self.idle: dict[tuple[str, str, str], float] = {}  # (model, cell, GPU type) at zero nodes → its node capacity
         self._asked: dict[tuple[str, str], tuple[int, float]] = {}  # each pool's arrivals, and when they last rose
         self.waiting: dict[str, int] = {}  # model → requests waiting for its first node (controlplane/cold_start.py)
+        self._wakes: dict[tuple[str, str], WakeSizing] = {}  # each pool's capacity held per arrival a second
 
     def plan(
         self,
@@ -298,7 +302,7 @@ class CapacityPlanner:
                 key,
                 pools.get(key, []),
                 ttft_s,
-                self._growth(now_s, key, arrivals),
+                self._trend(now_s, key, arrivals),
                 self._was_asked(now_s, key, arrivals),
             )
             for key in keys
@@ -306,7 +310,7 @@ class CapacityPlanner:
         seen = {(p.model, p.cell, v.gpu_type) for p in plans for v in p.variants}
         for key in [k for k in self._history if k not in seen]:  # a variant gone: its window goes too
             del self._history[key]
-        for store in (self._trends, self._asked):  # a pool gone: its arrivals go too
+        for store in (self._trends, self._asked, self._wakes):  # a pool gone: its arrivals go too
             for key in [k for k in store if k not in keys]:
                 del store[key]
         return plans
@@ -351,14 +355,17 @@ class CapacityPlanner:
             self._asked[key] = (arrivals[key], rose_s)
         return now_s - rose_s <= self.config.scale_down_window_s
 
-    def _growth(self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None) -> float:
+    def _trend(
+        self, now_s: float, key: tuple[str, str], arrivals: Mapping[tuple[str, str], int] | None
+    ) -> DemandTrend | None:
+        """The pool's arrivals, sampled now (None: no arrivals given for it)."""
         if arrivals is None or key not in arrivals:
-            return 1.0
+            return None
         trend = self._trends.get(key)
         if trend is None:
             trend = self._trends[key] = DemandTrend(self.config.trend_window_s, self.config.forecast_lead_s)
         trend.observe(now_s, arrivals[key])
-        return trend.growth()
+        return trend
 
     def summary(
         self,
@@ -372,9 +379,16 @@ class CapacityPlanner:
         return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, arrivals))
 
     def _plan_pool(
-        self, now_s: float, key: tuple[str, str], nodes: list[PlanNode], ttft_s: float, growth: float, asked: bool
+        self,
+        now_s: float,
+        key: tuple[str, str],
+        nodes: list[PlanNode],
+        ttft_s: float,
+        trend: DemandTrend | None,
+        asked: bool,
     ) -> PoolPlan:
         config = self.config
+        growth = 1.0 if trend is None else trend.growth()
         by_type: dict[str, list[PlanNode]] = {t: [] for m, c, t in self.idle if (m, c) == key}
         for node in nodes:
             by_type.setdefault(node.gpu_type, []).append(node)
@@ -387,6 +401,13 @@ class CapacityPlanner:
         capacity = sum(power[t] * count[t] for t in by_type)
         wanted = load * growth / config.target_utilisation
         raw = _resize(dict(count), power, capacity, wanted, config)
+        if trend is not None:
+            wake = self._wakes.setdefault(key, WakeSizing())
+            if capacity > 0:  # learnt while the pool's load sizes it: the plan wants exactly what it holds
+                wake.observe(now_s, capacity, trend.rate(), raw == count)
+            elif (woken := wake.capacity(trend.rate(WAKE_RATE_SPAN_S))) > wanted:  # at zero: sized by who asks now
+                wanted = woken
+                raw = _resize(dict(count), power, capacity, wanted, config)
         desired = {t: self._stabilise(now_s, (*key, t), raw[t], count[t]) for t in sorted(by_type)}
         if asked and not any(desired.values()):  # asked for within the window: its cheapest capacity, one node
             desired = _one_node(desired, power, config)

@@ -47,6 +47,15 @@ class DemandTrend:
         while samples[0][0] < now_s - self.window_s:
             samples.popleft()
 
+    def rate(self, span_s: float = math.inf) -> float:
+        """Arrivals a second over the last ``span_s`` of the samples (all of them by default); 0 before two."""
+        samples = self._samples
+        if len(samples) < 2:
+            return 0.0
+        t1, n1 = samples[-1]
+        t0, n0 = next(((t, n) for t, n in reversed(samples) if t <= t1 - span_s), samples[0])
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+
     def growth(self) -> float:
         """The forecast rate ``lead_s`` ahead over the recent rate: at least 1; 1 until half a window is sampled."""
         samples = self._samples

@@ -399,3 +399,30 @@ def test_a_variant_first_seen_is_held_a_window_before_any_scale_down():
     ]  # fmt: skip
     no_window = CapacityPlanner(CapacityPlanConfig(scale_down_window_s=0))
     assert variants(no_window.plan(0.0, idle, 1.0)[0]) == {"l4": (4, 1)}
+
+
+def test_a_wake_from_zero_asks_for_the_capacity_the_pool_held_per_arrival_a_second():
+    """controlplane/wake_sizing.py: four L4s sized by their load at 2 arrivals a second hold 2 of capacity per arrival
+    a second; scaled to zero, the pool woken by 3 arrivals a second (refused) asks for 6 L4s at once, where a pool
+    never sized by its load asks for one node."""
+
+    def run(loaded: bool) -> dict[str, tuple[int, int]]:
+        planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, scale_down_window_s=300))
+        kv = 0.56 if loaded else 0.0  # ρ 0.7 each: the load wants exactly the 4 nodes at the target utilisation 0.7
+        pool = [node(f"l{i}", kv=kv) for i in range(4)]
+        arrivals = {("m", "default"): 0}
+        for t in range(0, 300):
+            arrivals[("m", "default")] += 2
+            (plan,) = planner.plan(float(t), pool, 1.0, arrivals)
+        if loaded:
+            assert variants(plan) == {"l4": (4, 4)} and plan.variants[0].raw_desired_nodes == 4
+        for t in range(300, 1000, 10):  # the nodes left; nobody asks
+            (plan,) = planner.plan(float(t), [], 1.0, arrivals)
+        assert variants(plan) == {"l4": (0, 0)}
+        for t in range(1000, 1011):  # refused: 3 arrivals a second
+            arrivals[("m", "default")] += 3
+            (plan,) = planner.plan(float(t), [], 1.0, arrivals)
+        return variants(plan)
+
+    assert run(loaded=True) == {"l4": (0, 6)}
+    assert run(loaded=False) == {"l4": (0, 1)}  # its load never sized it: nothing learnt, one node
