@@ -49,6 +49,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from controlplane.capacity_variants import DeclaredVariant, declared_variants
 from controlplane.demand_trend import DemandTrend
 from controlplane.router.policy import NodeView
 from controlplane.wake_sizing import WAKE_RATE_SPAN_S, WakeSizing
@@ -86,6 +87,7 @@ class CapacityPlanConfig:
     forecast_lead_s: float = 60.0
     trend_window_s: float = 120.0
     cold_start_wait_s: float = 300.0
+    variants: tuple[DeclaredVariant, ...] = ()  # declared: planned before any node of them joins
 
     def __post_init__(self) -> None:
         for name in ("gpu_cost", "min_nodes", "max_nodes"):  # GPU types are matched without case: "L4" = "l4"
@@ -136,7 +138,9 @@ class CapacityPlanConfig:
             raise ValueError(f"capacity plan: unknown keys {unknown}; known: {sorted(known)}")
         values = {}
         for key, value in table.items():
-            if key in ("gpu_cost", "min_nodes", "max_nodes"):
+            if key == "variants":
+                values[key] = declared_variants(value)
+            elif key in ("gpu_cost", "min_nodes", "max_nodes"):
                 kind = float if key == "gpu_cost" else int
                 if not isinstance(value, Mapping) or not all(
                     isinstance(k, str) and _is_number(v, kind) for k, v in value.items()
@@ -281,6 +285,11 @@ class CapacityPlanner:
         self.waiting: dict[str, int] = {}  # model → requests waiting for its first node (controlplane/cold_start.py)
         self._wakes: dict[tuple[str, str], WakeSizing] = {}  # each pool's capacity held per arrival a second
 
+    @property
+    def _declared(self) -> dict[tuple[str, str, str], float]:
+        """The variants the config declares (controlplane/capacity_variants.py) → their declared node capacity."""
+        return {v.key: v.power_score for v in self.config.variants}
+
     def plan(
         self,
         now_s: float,
@@ -294,7 +303,7 @@ class CapacityPlanner:
         for node in nodes:
             pools.setdefault((node.model, node.cell), []).append(node)
         self._remember_idle(pools)
-        keys = sorted(set(pools) | {(model, cell) for model, cell, _ in self.idle})
+        keys = sorted(set(pools) | {(model, cell) for model, cell, _ in [*self.idle, *self._declared]})
         arrivals = None if arrivals is None else _attributed(arrivals, keys)
         plans = tuple(
             self._plan_pool(
@@ -318,12 +327,13 @@ class CapacityPlanner:
     def served_models(self, live: Iterable[str]) -> list[str]:
         """``live`` (the models some node serves), then those of the variants at zero nodes that may scale from
         zero: still served, by nodes to come (a request for one is refused for want of capacity, and asks for one)."""
-        return list(dict.fromkeys([*live, *(model for model, _, _ in self.idle)]))
+        return list(dict.fromkeys([*live, *(model for model, _, _ in [*self.idle, *self._declared])]))
 
     def cold_start_wait_s(self, model: str) -> float:
         """How long a request for ``model`` may wait for a node: ``cold_start_wait_s`` while the plan holds a variant
         of it at zero nodes, else 0 (a model with no live node otherwise is refused at once)."""
-        return self.config.cold_start_wait_s if any(m == model for m, _, _ in self.idle) else 0.0
+        planned = [*self.idle, *self._declared]
+        return self.config.cold_start_wait_s if any(m == model for m, _, _ in planned) else 0.0
 
     def _remember_idle(self, pools: Mapping[tuple[str, str], list[PlanNode]]) -> None:
         """A variant of min_nodes 0 whose nodes are all gone is remembered (its last node capacity); one with nodes
@@ -389,11 +399,12 @@ class CapacityPlanner:
     ) -> PoolPlan:
         config = self.config
         growth = 1.0 if trend is None else trend.growth()
-        by_type: dict[str, list[PlanNode]] = {t: [] for m, c, t in self.idle if (m, c) == key}
+        at_zero = {**self._declared, **self.idle}  # a variant with no node: its last nodes' capacity, or declared
+        by_type: dict[str, list[PlanNode]] = {t: [] for m, c, t in at_zero if (m, c) == key}
         for node in nodes:
             by_type.setdefault(node.gpu_type, []).append(node)
         power = {
-            t: sum(_power(n.power_score) for n in ns) / len(ns) if ns else self.idle[(*key, t)]
+            t: sum(_power(n.power_score) for n in ns) / len(ns) if ns else at_zero[(*key, t)]
             for t, ns in by_type.items()
         }
         count = {t: len(ns) for t, ns in by_type.items()}
@@ -442,6 +453,10 @@ def _resize(
     def cost_per_power(t: str) -> float:
         return config.cost(t) / power[t]
 
+    for gpu_type in usable:  # a type below its min_nodes (declared, or its nodes still joining): raised to it
+        low, _ = config.bounds(gpu_type)
+        capacity += max(low - count[gpu_type], 0) * power[gpu_type]
+        count[gpu_type] = max(count[gpu_type], low)
     for gpu_type in sorted(usable, key=lambda t: (cost_per_power(t), t)):  # grow: cheapest first
         if capacity >= wanted:
             break

@@ -9,6 +9,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from backends.fake.byte_tokenizer import FAKE_MODEL_NAME
 from client.zoo_client import AsyncZooClient
 from observe.metrics_names import (
     CAPACITY_ARRIVAL_GROWTH,
@@ -139,4 +140,41 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
         assert reply.json()["usage"]["completion_tokens"] == 2
         (completion,) = completions
         assert completion.num_output_tokens == 2 and completion.node_id == "small-2"
+    assert cp.proc.poll() is None
+
+
+async def test_a_declared_pool_no_node_has_served_is_started_by_a_request(spawn_controlplane, spawn_agent, tmp_path):
+    """controlplane/capacity_variants.py on a real fleet: a control plane whose plan declares an L4 pool of the fake
+    model at min_nodes 0, and no agent yet. The model is listed and planned at zero nodes; a request for it asks for a
+    node (zoo:capacity_desired_nodes 0 → 1) and waits until one joins: then it is served."""
+    plan = tmp_path / "capacity.toml"
+    plan.write_text(
+        "[capacity]\ndefault_min_nodes = 0\ncold_start_wait_s = 120\n"
+        f'[[capacity.variants]]\nmodel = "{FAKE_MODEL_NAME}"\ngpu_type = "l4"\n'
+    )
+    cp = spawn_controlplane(None, "--capacity-plan", str(plan))
+    with anyio.fail_after(START_TIMEOUT_S):
+        async for stats in subscribe(cp.stats_endpoint):
+            if stats.capacity:
+                break
+    async with httpx.AsyncClient(base_url=f"http://{cp.http}", timeout=120.0) as http:
+        assert [m["id"] for m in (await http.get("/v1/models")).json()["data"]] == [FAKE_MODEL_NAME]
+        samples = await _capacity(http)
+        assert samples[(CAPACITY_NODES, "L4")] == 0 and samples[(CAPACITY_DESIRED_NODES, "L4")] == 0
+        replies = []
+
+        async def ask() -> None:
+            body = {"model": FAKE_MODEL_NAME, "prompt": "hi", "max_tokens": 2}
+            replies.append(await http.post("/v1/completions", json=body))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask)
+            with anyio.fail_after(30):
+                while (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] != 1:  # its refusal asked for one
+                    await anyio.sleep(0.1)
+            assert not replies
+            spawn_agent(cp.agent_endpoint, "first", "--gpu-profile", "l4")  # KEDA started it
+        (reply,) = replies
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["usage"]["completion_tokens"] == 2
     assert cp.proc.poll() is None
