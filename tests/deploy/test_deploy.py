@@ -177,6 +177,7 @@ def test_the_control_plane_is_served_and_scraped():
 def test_each_agent_workload_is_scaled_to_the_capacity_plan_of_its_cell_and_gpu_type(tmp_path):
     """KEDA scales each agent Deployment to zoo:capacity_desired_nodes of the cell and GPU type its agents report,
     within the bounds the control plane's capacity plan uses, which it reads from the ConfigMap mounted for it."""
+    from agent.node_agent import served_model_name
     from backends.gpu_table import match_gpu_name
     from controlplane.capacity_plan import load_capacity_plan
     from observe.metrics_names import CAPACITY_DESIRED_NODES
@@ -191,6 +192,7 @@ def test_each_agent_workload_is_scaled_to_the_capacity_plan_of_its_cell_and_gpu_
     scalers = {d["spec"]["scaleTargetRef"]["name"]: d for d in _of_kind("ScaledObject")}
     agents = _agents()
     assert sorted(scalers) == sorted(a["metadata"]["name"] for a in agents)
+    declared = {v.key for v in plan.variants}
     for agent in agents:
         scaler = scalers[agent["metadata"]["name"]]
         gpu_type = match_gpu_name(agent["spec"]["template"]["spec"]["nodeSelector"][GPU_PRODUCT_LABEL]).gpu_type
@@ -202,6 +204,10 @@ def test_each_agent_workload_is_scaled_to_the_capacity_plan_of_its_cell_and_gpu_
         assert (scaler["spec"]["minReplicaCount"], scaler["spec"]["maxReplicaCount"]) == plan.bounds(gpu_type)
         assert plan.cost(gpu_type) != plan.default_cost  # every type the fleet runs is priced
         assert scaler["spec"]["fallback"]["replicas"] >= scaler["spec"]["minReplicaCount"]
+        model = served_model_name(_named("ConfigMap", "zoo-config")["data"]["MODEL_PATH"])
+        assert (model, cell, gpu_type) in declared  # planned, its metric exported, before its first agent joins
+        declared.remove((model, cell, gpu_type))
+    assert not declared  # no pool declared that no Deployment serves
 
 
 def test_every_reference_points_at_an_object_of_the_manifests():
