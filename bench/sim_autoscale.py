@@ -2,7 +2,7 @@
 llm-d WVA's saturation analyzer (controlplane/capacity_wva.py) and against the whole pool held all along, on the same
 workload, seed by seed.
 
-    python -m bench.sim_autoscale --seeds 3 --jobs 2 [--profile ramp-spike|diurnal|step|tuning] --out FILE.json
+    python -m bench.sim_autoscale --seeds 3 --jobs 2 [--profile ramp-spike|diurnal|step|tuning|bursts|...] --out FILE.json
         [--rules static,zoo,zoo_placed] [--max-queue-per-node N]
     zoo bench autoscale [--quick] [--json]      # ramp-spike at equal costs (--quick: 4 minutes, one seed)
 
@@ -17,8 +17,9 @@ forecast was designed on, reported apart). Nothing was tuned on the reported pro
 does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0). Run when ``--rules`` names them:
 ``zoo_placed``, the plan whose arrivals are the requests placed only, not those refused for want of capacity (the
 rule before refused demand counted); ``zoo_to_zero``, the plan with every type's min_nodes 0, so an unused pool
-scales to zero and back (``--profile bursts``: 30% of the pool, nothing, 50%, nothing; a request refused while no
-node serves is lost here, where a real client retries after its Retry-After). ``--max-queue-per-node`` bounds each
+scales to zero and back (``--profile bursts``: 30% of the pool, nothing, 50%, nothing; ``bursts-uneven``, held out
+for the wake's size: 45%, nothing, 20%, nothing, 60%, nothing; a request refused while no node serves is lost here,
+where a real client retries after its Retry-After). ``--max-queue-per-node`` bounds each
 node's admission queue (the simulator's default: 256), so a pool short of nodes refuses rather than queues. Both know
 the pool: the plan as each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's
 target for a type with no GPU left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
