@@ -2,7 +2,7 @@
 llm-d WVA's saturation analyzer (controlplane/capacity_wva.py) and against the whole pool held all along, on the same
 workload, seed by seed.
 
-    python -m bench.sim_autoscale --seeds 3 --jobs 2 [--profile ramp-spike|diurnal|step|tuning|bursts|...] --out FILE.json
+    python -m bench.sim_autoscale --seeds 3 --jobs 2 [--profile ramp-spike|diurnal|...] --out FILE.json
         [--rules static,zoo,zoo_placed] [--max-queue-per-node N]
     zoo bench autoscale [--quick] [--json]      # ramp-spike at equal costs (--quick: 4 minutes, one seed)
 
