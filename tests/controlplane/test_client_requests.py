@@ -16,6 +16,7 @@ from controlplane.offload_tokenize import TokenizeWorkers
 from controlplane.request_intake import tokenize
 from engine.prompt import PromptError
 from engine.sampling_params import SamplingParams
+from tests.controlplane.test_cold_start import Fleet
 from transport.chat_wire import ChatMessage, ChatTemplateOptions
 from transport.dispatch import Incoming
 from transport.messages import CancelRequest, ClientGenerate, ErrorCode, ErrorReply, Ping, Pong
@@ -261,31 +262,33 @@ async def test_a_request_with_a_constraint_is_prepared_in_a_thread_its_grammar_c
     assert threading.get_ident() not in {thread for thread, _ in compiled}  # compiled off the loop's thread
 
 
-class ZeroFleet:
+class ZeroFleet(Fleet):
     """Model "m" held at zero nodes by a capacity plan (min_nodes 0, its node gone); nodes that join; a ColdStart over
     them (its wait_until re-checked at each change)."""
 
     def __init__(self, wait_s: float = 300.0) -> None:
+        super().__init__()
         self.planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=wait_s))
         self.planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
         self.planner.plan(1.0, [], 1.0)  # its node gone: held at zero
-        self.nodes: list[str] = []
         self.path = type("Path", (), {"aliases": {}, "draining": False})()
-        self._changed = anyio.Event()
         self.cold = ColdStart(self.planner, self, self.path, self.wait_until)
 
     def snapshot(self, model: str):
-        return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in self.nodes]})()
+        return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in sorted(self.nodes)]})()
 
-    def change(self, join: str = "") -> None:
-        self.nodes += [join] if join else []
+    def poke(self) -> None:
+        """Something changed (a cancel, a drain): the waits check again."""
         self._changed.set()
         self._changed = anyio.Event()
 
-    async def wait_until(self, predicate, timeout_s: float) -> None:
-        with anyio.fail_after(timeout_s):
-            while not predicate():
-                await self._changed.wait()
+
+def zero_harness(tokenizer, wait_s: float = 300.0, **kwargs) -> tuple[ZeroFleet, Harness]:
+    """A fleet holding "m" at zero nodes, and a client's requests refused for want of a node until told otherwise."""
+    fleet = ZeroFleet(wait_s)
+    h = Harness(tokenizer, cold_start=fleet.cold, **kwargs)
+    h.refuse_with = NO_NODE
+    return fleet, h
 
 
 NO_NODE = ErrorReply(request_id="r", code=ErrorCode.NO_NODE, message="no live node serves 'm' in cell None")
@@ -299,21 +302,19 @@ async def test_a_request_refused_for_want_of_a_node_of_a_pool_at_zero_waits_pend
     of its model (a node of another cell: refused again, waits again), and served once one takes it."""
     tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
     tokenizer.gate.set()
-    fleet = ZeroFleet()
-    h = Harness(tokenizer, cold_start=fleet.cold)
-    h.refuse_with = NO_NODE
+    fleet, h = zero_harness(tokenizer)
     async with anyio.create_task_group() as tg:
         tg.start_soon(h.requests.serve)
         h.generate("r", prompt="Hi", recv_ns=55)
         await wait_for(lambda: fleet.planner.waiting == {"m": 1})
         assert h.sent == [] and set(h.requests.pending) == {"r"} and len(h.submitted) == 1
         assert h.ping(["r"]).unknown_request_ids == []
-        fleet.change(join="other-cell")
+        fleet.join("other-cell")
         await wait_for(lambda: len(h.submitted) == 2)
         await wait_for(lambda: fleet.planner.waiting == {"m": 1})  # refused again: waits again
         assert set(h.requests.pending) == {"r"} and h.sent == []
         h.refuse_with = None
-        fleet.change(join="l4-0")
+        fleet.join("l4-0")
         await wait_for(lambda: len(h.submitted) == 3)
         await wait_for(lambda: h.requests._num_jobs == 0)
         tg.cancel_scope.cancel()
@@ -326,9 +327,7 @@ async def test_a_request_refused_for_want_of_a_node_of_a_pool_at_zero_waits_pend
 async def test_a_held_request_is_cancelled_by_its_client_and_refused_past_its_wait_or_at_a_drain(smollm2_checkpoint):
     tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
     tokenizer.gate.set()
-    fleet = ZeroFleet(wait_s=300.0)
-    h = Harness(tokenizer, cold_start=fleet.cold)
-    h.refuse_with = NO_NODE
+    fleet, h = zero_harness(tokenizer)
     async with anyio.create_task_group() as tg:
         tg.start_soon(h.requests.serve)
         h.generate("cancelled")
@@ -336,21 +335,19 @@ async def test_a_held_request_is_cancelled_by_its_client_and_refused_past_its_wa
         h.cancel("cancelled", peer=OTHER)  # another client's cancel: ignored
         assert "cancelled" in h.requests.pending
         h.cancel("cancelled")
-        fleet.change()
+        fleet.poke()
         await wait_for(lambda: h.requests._num_jobs == 0)
         assert h.sent == [] and fleet.planner.waiting == {} and len(h.submitted) == 1  # dropped, never sent again
         h.generate("drained")
         await wait_for(lambda: fleet.planner.waiting == {"m": 1})
         fleet.path.draining = True
-        fleet.change()
+        fleet.poke()
         await wait_for(lambda: h.sent)
         assert h.sent == [(NO_NODE, PEER)] and h.requests.pending == {}  # the refusal stands
         h.generate("while draining")  # not held at all
         assert h.sent[-1] == (NO_NODE, PEER) and len(h.sent) == 2 and h.requests.pending == {}
         tg.cancel_scope.cancel()
-    fleet = ZeroFleet(wait_s=0.05)
-    h = Harness(tokenizer, cold_start=fleet.cold)
-    h.refuse_with = NO_NODE
+    fleet, h = zero_harness(tokenizer, wait_s=0.05)
     async with anyio.create_task_group() as tg:
         tg.start_soon(h.requests.serve)
         h.generate("late")
@@ -361,8 +358,7 @@ async def test_a_held_request_is_cancelled_by_its_client_and_refused_past_its_wa
 
 
 async def test_only_a_refusal_for_want_of_a_node_of_a_pool_at_zero_is_held_and_at_most_max_pending(smollm2_checkpoint):
-    fleet = ZeroFleet()
-    h = Harness(GatedTokenizer(smollm2_checkpoint.tokenizer), max_pending=1, cold_start=fleet.cold)
+    _, h = zero_harness(GatedTokenizer(smollm2_checkpoint.tokenizer), max_pending=1)
     h.refuse_with = ErrorReply(request_id="r", code=ErrorCode.OVERLOADED, message="every queue is full")
     h.generate("overloaded")
     assert h.sent == [(h.refuse_with, PEER)]  # not for want of a node: refused at once
