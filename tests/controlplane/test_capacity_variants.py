@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, PlanNode
 from controlplane.capacity_variants import MAX_DECLARED_VARIANTS, DeclaredVariant, declared_variants, table_gpu
@@ -78,3 +80,27 @@ def test_a_declared_variant_is_planned_before_any_node_of_it_joins():
     joined = PlanNode("l9", "cold", "default", "L4", 0.5, 0.0, 0, 0, 0.0)  # its hello says more power
     cold, _ = planner.plan(2.0, [joined], 1.0, arrivals)
     assert [(v.num_nodes, v.desired_nodes, v.node_capacity) for v in cold.variants] == [(1, 1, 0.5)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(["H100", "L4", "T4"]), st.sampled_from(["m", "n"])), max_size=4, unique=True),
+    st.lists(st.tuples(st.sampled_from(["H100", "L4"]), st.floats(allow_nan=True), st.floats(allow_nan=True))),
+    st.lists(st.tuples(st.floats(0, 1e4), st.integers(0, 10**6)), min_size=1, max_size=8),
+    st.integers(0, 2),
+)
+def test_declared_variants_beside_any_reports_over_time_are_planned_within_their_bounds(declared, specs, steps, low):
+    """Whatever nodes come and go with whatever figures, and whatever arrives: every declared variant is planned at
+    every step, at least its min_nodes, a finite count; its model is served."""
+    variants = declared_variants([{"model": m, "gpu_type": t} for t, m in declared])
+    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=low, variants=variants))
+    nodes = [PlanNode(f"x{i}", "m", "default", t, power, kv, 0, 0, 0.0) for i, (t, power, kv) in enumerate(specs)]
+    now_s, arrived = 0.0, {("m", "default"): 0, ("n", "default"): 0}
+    for k, (dt, more) in enumerate(steps):
+        now_s += dt
+        arrived[("m", "default")] += more
+        plans = planner.plan(now_s, nodes if k % 2 else [], 1.0, arrived)
+        planned = {(p.model, p.cell, v.gpu_type): v.desired_nodes for p in plans for v in p.variants}
+        for v in variants:
+            assert isinstance(planned[v.key], int) and low <= planned[v.key] <= 10**7
+    assert set(planner.served_models([])) >= {v.model for v in variants}
