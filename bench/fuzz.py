@@ -36,7 +36,7 @@ import psutil
 import zmq
 import zmq.asyncio
 
-from bench.fuzz_cases import WireCases, valid_client_request, wake_node
+from bench.fuzz_cases import COLD_MODEL, WireCases, valid_client_request, wake_node
 from bench.fuzz_http_cases import HttpCase, HttpCases
 from observe.otlp_receiver import OtlpReceiver
 from transport.codec import WireError, decode
@@ -113,6 +113,12 @@ class Fleet:
         cp += ["--listen", self.agent_endpoint, "--client-listen", self.client_endpoint]
         cp += ["--http", self.http_base.removeprefix("http://")]
         cp += ["--files-dir", str(self.log_dir / "files")]  # the stores' and journals' disk paths are fuzzed too
+        plan = self.log_dir / "capacity.toml"  # a pool no node serves, held at zero: its requests wait, then 503
+        plan.write_text(
+            f"[capacity]\ncold_start_wait_s = 0.5\nmin_nodes = {{ L4 = 0 }}\n"
+            f'[[capacity.variants]]\nmodel = "{COLD_MODEL}"\ngpu_type = "L4"\n'
+        )
+        cp += ["--capacity-plan", str(plan)]
         cp += ["--reasoning-parser", "deepseek_r1"]  # every chat reply split into reasoning and content
         profiles = json.dumps({**PROFILER_CONFIG, "torch_profiler_dir": str(self.log_dir / "profiles")})
         cp += ["--profiler-config", profiles, "--enable-tokenizer-info-endpoint", "--enable-sleep-mode"]  # vLLM's

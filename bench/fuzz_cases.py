@@ -122,6 +122,9 @@ def random_sampling(rng: random.Random) -> SamplingParams:
     return SamplingParams.unchecked(**fields)
 
 
+# a model the fuzzed fleet's capacity plan declares at zero nodes (bench/fuzz.py): a request for it waits for a node
+# (controlplane/cold_start.py) for half a second, then is refused
+COLD_MODEL = "fuzz-cold-pool"
 # a deeply nested JSON text (not a JSON value: never closed), as a schema's text
 DEEP_SCHEMA = '{"a":' * 5000
 # ``ClientGenerate.tools``: well formed, and not (a bad name, a name twice, past MAX_TOOLS, parameters that are not a
@@ -218,6 +221,7 @@ class WireCases:
         kind = r.choice(["prompt", "messages", "ids"])
         return ClientGenerate(
             request_id=f"fz-gen-{self._counter}",
+            model=COLD_MODEL if r.random() < 0.1 else "",  # held for a node that never comes, then refused
             prompt="hello" if kind == "prompt" else None,
             messages=[ChatMessage("user", "hi")] if kind == "messages" else None,
             tools=r.choice(TOOLS_WIRE) if kind != "ids" and r.random() < 0.2 else None,

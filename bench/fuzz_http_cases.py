@@ -32,7 +32,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bench.fuzz_cases import DEEP_SCHEMA
+from bench.fuzz_cases import COLD_MODEL, DEEP_SCHEMA
 
 
 @dataclass(slots=True)
@@ -416,6 +416,8 @@ class HttpCases:
             body["prompt"] = r.choice(["hi", [104, 105], ["hi", "yo"], [[104], [105, 106]]])  # one, or a batch
         if r.random() < 0.2:
             body["stream"] = True
+        if r.random() < 0.1:  # a pool at zero nodes: held, then 503 (bench/fuzz.py)
+            body["model"] = COLD_MODEL
         if r.random() < 0.1:  # vLLM's token-id options, with logprobs named by id now and then
             body["return_token_ids"] = True
             if r.random() < 0.5:

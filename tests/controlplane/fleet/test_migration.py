@@ -4,6 +4,8 @@ tokens equal an unmigrated run's; a migration whose transfer fails resumes the r
 
 from __future__ import annotations
 
+import signal
+
 import anyio
 import pytest
 
@@ -52,9 +54,11 @@ async def test_drain_migrates_a_running_request_and_its_tokens_are_identical(
 async def test_a_target_that_dies_before_the_kv_arrives_loses_nothing(
     controlplane, spawn_agent, client, smollm2_checkpoint
 ):
-    """The target is killed, then the source drained before the control plane notices: the source's transfer
-    gets no acks and fails at its timeout; the request resumes by re-prefill (here on the source: the only
-    node left) and the client's stream completes with the same greedy tokens."""
+    """The target hangs (SIGSTOP), then the source is drained before the control plane notices: the source's transfer
+    gets no acks and fails at its timeout; the request resumes by re-prefill (here on the source: the only node
+    left) and the client's stream completes with the same greedy tokens. Hung, not killed: a killed target's sockets
+    close, and a send to it the control plane makes meanwhile fails and takes it out of routing first (then no
+    migration is asked at all: another path, which a loaded host raced into)."""
     tok = smollm2_checkpoint.tokenizer
     text = "Photosynthesis is the process by which green plants, algae and some bacteria turn light into chemical "
     prompt = tok.encode(text + "energy. It takes place in the chloroplasts, which hold the pigment chlorophyll, and")
@@ -70,7 +74,7 @@ async def test_a_target_that_dies_before_the_kv_arrives_loses_nothing(
             first = await stream.__anext__()
             source = first.node_id
             target = "b" if source == "a" else "a"
-            agents[target].kill()
+            agents[target].proc.send_signal(signal.SIGSTOP)
             assert await c.drain(source) == 1
             with anyio.fail_after(90):
                 chunks = [first, *[chunk async for chunk in stream]]
@@ -78,3 +82,4 @@ async def test_a_target_that_dies_before_the_kv_arrives_loses_nothing(
         assert chunks[-1].node_id == source and chunks[-1].num_output_tokens == NUM_TOKENS
         assert cp.migrations == {"drain:failed": 1}
         assert cp.stats()["requests"]["failed"] == 0
+        agents[target].kill()
