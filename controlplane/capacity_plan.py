@@ -331,7 +331,7 @@ class CapacityPlanner:
 
     def cold_start_wait_s(self, model: str) -> float:
         """How long a request for ``model`` may wait for a node: ``cold_start_wait_s`` while the plan holds a variant
-        of it at zero nodes, else 0 (a model with no live node otherwise is refused at once)."""
+        of it at zero nodes or declares one, else 0 (a model with no live node otherwise is refused at once)."""
         planned = [*self.idle, *self._declared]
         return self.config.cold_start_wait_s if any(m == model for m, _, _ in planned) else 0.0
 

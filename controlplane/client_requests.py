@@ -219,7 +219,7 @@ class ClientRequests:
 
     def _hold(self, job: Pending, refused: ErrorReply) -> bool:
         """Whether ``job``, refused, waits for a node of its model: a refusal for want of a node, of a model the
-        capacity plan holds at zero nodes, with time left of its wait (``cold_start_wait_s`` from its first
+        capacity plan holds at zero nodes or declares, with time left of its wait (``cold_start_wait_s`` from its first
         refusal), while the control plane does not drain."""
         cold = self.cold_start
         if cold is None or refused.code != ErrorCode.NO_NODE:

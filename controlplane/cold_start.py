@@ -8,10 +8,11 @@ holds requests the same way while a revision scales from zero).
       ─► a fresh stream: submitted again (refused again, say a node of another cell joined: wait again)
 
 Held: a refusal before the stream's first chunk (the intake's; a failure mid-stream has another code), for a model
-the plan holds at zero nodes. A fleet that lost its nodes otherwise still fails fast (503). Past the wait, the last
-refusal stands: 503 with Retry-After. Each refusal is counted as such (``zoo:rejected_requests_total``), a held
-request's too; its queue wait and TTFT count from its arrival, so the wait shows where the client sees it. While it
-waits, the plan keeps a node of its pool asked for (``CapacityPlanner.waiting``).
+the plan holds at zero nodes or declares (controlplane/capacity_variants.py). A fleet that lost its nodes otherwise
+still fails fast (503). Past the wait, the last refusal stands: 503 with Retry-After. Each refusal is counted as such
+(``zoo:rejected_requests_total``), a held request's too; its queue wait and TTFT count from its arrival, so the wait
+shows where the client sees it. While it waits, the plan keeps a node of its pool asked for
+(``CapacityPlanner.waiting``).
 
 A ZeroMQ client's request waits the same way (controlplane/client_requests.py): pending meanwhile, so its client's
 ping knows it and its cancel drops it; past the wait its ErrorReply is the refusal's.
