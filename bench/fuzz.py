@@ -464,8 +464,9 @@ async def fuzz_campaign(config: FuzzConfig, say=print) -> dict:
         "fleet": (
             "python -m zoo.serve controlplane --fake-tokenizer --heartbeat-timeout-s "
             f"{HEARTBEAT_TIMEOUT_S:g} --files-dir LOG_DIR/files --reasoning-parser deepseek_r1 --profiler-config "
-            "--enable-tokenizer-info-endpoint --enable-sleep-mode + 1 agent --fake-runner --profiler-config (16 steps "
-            "at most), loopback, child processes, both with --otlp-traces-endpoint (a loopback collector)"
+            "--enable-tokenizer-info-endpoint --enable-sleep-mode --capacity-plan (a pool at zero nodes, "
+            f"{COLD_MODEL}, held 0.5 s) + 1 agent --fake-runner --profiler-config (16 steps at most), loopback, child "
+            "processes, both with --otlp-traces-endpoint (a loopback collector)"
         ),
         "trace_exports_received": fleet.traces.requests,
         "wire": wire,
