@@ -385,8 +385,9 @@ class CapacityPlanner:
         ttft_s: float,
         arrivals: Mapping[tuple[str, str | None], int] | None = None,
     ) -> list:
-        """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``)."""
-        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, arrivals))
+        """``plan`` of the nodes counted (``plan_nodes``), as plain rows (``capacity_summary``), with the requests
+        waiting for a first node of each pool's model."""
+        return capacity_summary(self.plan(now_s, plan_nodes(views, rows), ttft_s, arrivals), self.waiting)
 
     def _plan_pool(
         self,
@@ -503,12 +504,15 @@ def _one_node(count: dict[str, int], power: dict[str, float], config: CapacityPl
     return count
 
 
-def capacity_summary(plans: Iterable[PoolPlan]) -> list[dict]:
-    """Plain rows for ControlPlane.stats()["capacity"] (the exporter and the dashboard read these)."""
+def capacity_summary(plans: Iterable[PoolPlan], waiting: Mapping[str, int] | None = None) -> list[dict]:
+    """Plain rows for ControlPlane.stats()["capacity"] (the exporter and the dashboard read these). ``waiting``: model
+    → requests waiting for a first node of it (controlplane/cold_start.py), told in each of its pools' rows."""
+    waiting = waiting or {}
     return [
         {
             "model": p.model,
             "cell": p.cell,
+            "waiting": waiting.get(p.model, 0),
             "load": p.load,
             "capacity": p.capacity,
             "wanted_capacity": p.wanted_capacity,

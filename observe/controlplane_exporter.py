@@ -182,6 +182,11 @@ def _capacity_metrics(pools: list[dict]) -> Iterable[Metric]:
     growth = GaugeMetricFamily(m.CAPACITY_ARRIVAL_GROWTH, "A pool's arrival rate forecast a node's start ahead over "
                                "its rate now (controlplane/demand_trend.py; 1: steady or falling): the wanted "
                                "capacity is load x growth / target.", labels=["model_name", "cell"])  # fmt: skip
+    waiting = GaugeMetricFamily(m.CAPACITY_COLD_START_WAITING, "Requests held for a first node of a model whose pool "
+                                "is at zero nodes (controlplane/cold_start.py): a cold start under way.",
+                                labels=["model_name"])  # fmt: skip
+    for model in dict.fromkeys(pool["model"] for pool in pools):
+        waiting.add_metric([model], next(p.get("waiting", 0) for p in pools if p["model"] == model))
     for pool in pools:
         utilisation.add_metric([pool["model"], pool["cell"]], pool["utilisation"])
         growth.add_metric([pool["model"], pool["cell"]], pool.get("growth", 1.0))
@@ -192,6 +197,7 @@ def _capacity_metrics(pools: list[dict]) -> Iterable[Metric]:
     yield desired
     yield utilisation
     yield growth
+    yield waiting
 
 
 def _forecast_metrics(forecast: dict | None) -> Iterable[Metric]:

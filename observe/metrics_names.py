@@ -119,6 +119,8 @@ CAPACITY_NODES = "zoo:capacity_nodes"  # gauge {model_name, cell, gpu_type}: nod
 CAPACITY_DESIRED_NODES = "zoo:capacity_desired_nodes"  # gauge {model_name, cell, gpu_type}: what a KEDA scales to
 CAPACITY_UTILISATION = "zoo:capacity_utilisation"  # gauge {model_name, cell}: load / capacity, power-score weighted
 CAPACITY_ARRIVAL_GROWTH = "zoo:capacity_arrival_growth"  # gauge {model_name, cell}: arrivals forecast / now, >= 1
+# gauge {model_name}: requests held for a first node of a model scaled to zero (controlplane/cold_start.py)
+CAPACITY_COLD_START_WAITING = "zoo:capacity_cold_start_waiting_requests"
 CLASS_REQUESTS = "zoo:class_requests"  # counter (_total) {class, outcome}: routed, spilled, refused, served, ...
 TENANT_REQUESTS = "zoo:tenant_requests"  # counter (_total) {tenant, outcome}: admitted, rate_limited
 TENANT_TOKENS = "zoo:tenant_tokens"  # counter (_total) {tenant, kind}: prompt, completion

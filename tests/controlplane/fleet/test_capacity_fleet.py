@@ -13,6 +13,7 @@ from backends.fake.byte_tokenizer import FAKE_MODEL_NAME
 from client.zoo_client import AsyncZooClient
 from observe.metrics_names import (
     CAPACITY_ARRIVAL_GROWTH,
+    CAPACITY_COLD_START_WAITING,
     CAPACITY_DESIRED_NODES,
     CAPACITY_NODES,
     CAPACITY_UTILISATION,
@@ -27,7 +28,8 @@ async def _capacity(http: httpx.AsyncClient) -> dict:
     text = (await http.get("/metrics", headers={"Accept": "text/plain"})).text
     samples = {}
     for family in text_string_to_metric_families(text):
-        if family.name in (CAPACITY_NODES, CAPACITY_DESIRED_NODES, CAPACITY_UTILISATION, CAPACITY_ARRIVAL_GROWTH):
+        if family.name in (CAPACITY_NODES, CAPACITY_DESIRED_NODES, CAPACITY_UTILISATION, CAPACITY_ARRIVAL_GROWTH,
+                           CAPACITY_COLD_START_WAITING):  # fmt: skip
             for s in family.samples:
                 samples[(family.name, s.labels.get("gpu_type", ""))] = s.value
     return samples
@@ -132,6 +134,9 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
             with anyio.fail_after(30):
                 while (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] != 1:  # its refusal asked for one
                     await anyio.sleep(0.1)
+            with anyio.fail_after(30):
+                while (await _capacity(http))[(CAPACITY_COLD_START_WAITING, "")] != 2:  # both, told to operators
+                    await anyio.sleep(0.1)
             await anyio.sleep(2)  # past the window: still asked for, as the request still waits
             assert (await _capacity(http))[(CAPACITY_DESIRED_NODES, "L4")] == 1 and not replies and not completions
             spawn_agent(cp.agent_endpoint, "small-2", "--gpu-profile", "l4")  # KEDA started it
@@ -140,6 +145,7 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
         assert reply.json()["usage"]["completion_tokens"] == 2
         (completion,) = completions
         assert completion.num_output_tokens == 2 and completion.node_id == "small-2"
+        assert (await _capacity(http))[(CAPACITY_COLD_START_WAITING, "")] == 0
     assert cp.proc.poll() is None
 
 
