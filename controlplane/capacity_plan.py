@@ -285,10 +285,16 @@ class CapacityPlanner:
         self.waiting: dict[str, int] = {}  # model → requests waiting for its first node (controlplane/cold_start.py)
         self._wakes: dict[tuple[str, str], WakeSizing] = {}  # each pool's capacity held per arrival a second
 
-    @property
-    def _declared(self) -> dict[tuple[str, str, str], float]:
-        """The variants the config declares (controlplane/capacity_variants.py) → their declared node capacity."""
-        return {v.key: v.power_score for v in self.config.variants}
+    def _at_zero(self) -> dict[tuple[str, str], dict[str, float]]:
+        """Each pool's variants planned with no node to measure → their node capacity: declared in the config
+        (controlplane/capacity_variants.py), or their last nodes' (``idle``, which wins)."""
+        pools: dict[tuple[str, str], dict[str, float]] = {}
+        for (model, cell, gpu_type), power in [
+            *((v.key, v.power_score) for v in self.config.variants),
+            *self.idle.items(),
+        ]:
+            pools.setdefault((model, cell), {})[gpu_type] = power
+        return pools
 
     def plan(
         self,
@@ -303,13 +309,15 @@ class CapacityPlanner:
         for node in nodes:
             pools.setdefault((node.model, node.cell), []).append(node)
         self._remember_idle(pools)
-        keys = sorted(set(pools) | {(model, cell) for model, cell, _ in [*self.idle, *self._declared]})
+        at_zero = self._at_zero()
+        keys = sorted(set(pools) | set(at_zero))
         arrivals = None if arrivals is None else _attributed(arrivals, keys)
         plans = tuple(
             self._plan_pool(
                 now_s,
                 key,
                 pools.get(key, []),
+                at_zero.get(key, {}),
                 ttft_s,
                 self._trend(now_s, key, arrivals),
                 self._was_asked(now_s, key, arrivals),
@@ -327,13 +335,14 @@ class CapacityPlanner:
     def served_models(self, live: Iterable[str]) -> list[str]:
         """``live`` (the models some node serves), then those of the variants at zero nodes that may scale from
         zero: still served, by nodes to come (a request for one is refused for want of capacity, and asks for one)."""
-        return list(dict.fromkeys([*live, *(model for model, _, _ in [*self.idle, *self._declared])]))
+        declared = (v.model for v in self.config.variants)
+        return list(dict.fromkeys([*live, *(model for model, _, _ in self.idle), *declared]))
 
     def cold_start_wait_s(self, model: str) -> float:
         """How long a request for ``model`` may wait for a node: ``cold_start_wait_s`` while the plan holds a variant
         of it at zero nodes or declares one, else 0 (a model with no live node otherwise is refused at once)."""
-        planned = [*self.idle, *self._declared]
-        return self.config.cold_start_wait_s if any(m == model for m, _, _ in planned) else 0.0
+        planned = any(m == model for m, _, _ in self.idle) or any(v.model == model for v in self.config.variants)
+        return self.config.cold_start_wait_s if planned else 0.0
 
     def _remember_idle(self, pools: Mapping[tuple[str, str], list[PlanNode]]) -> None:
         """A variant of min_nodes 0 whose nodes are all gone is remembered (its last node capacity); one with nodes
@@ -394,20 +403,17 @@ class CapacityPlanner:
         now_s: float,
         key: tuple[str, str],
         nodes: list[PlanNode],
+        at_zero: Mapping[str, float],
         ttft_s: float,
         trend: DemandTrend | None,
         asked: bool,
     ) -> PoolPlan:
         config = self.config
         growth = 1.0 if trend is None else trend.growth()
-        at_zero = {**self._declared, **self.idle}  # a variant with no node: its last nodes' capacity, or declared
-        by_type: dict[str, list[PlanNode]] = {t: [] for m, c, t in at_zero if (m, c) == key}
+        by_type: dict[str, list[PlanNode]] = {t: [] for t in at_zero}  # GPU type → its nodes (none: at zero)
         for node in nodes:
             by_type.setdefault(node.gpu_type, []).append(node)
-        power = {
-            t: sum(_power(n.power_score) for n in ns) / len(ns) if ns else at_zero[(*key, t)]
-            for t, ns in by_type.items()
-        }
+        power = {t: sum(_power(n.power_score) for n in ns) / len(ns) if ns else at_zero[t] for t, ns in by_type.items()}
         count = {t: len(ns) for t, ns in by_type.items()}
         load = sum(node_load(n, ttft_s, config) * _power(n.power_score) for n in nodes)
         capacity = sum(power[t] * count[t] for t in by_type)
