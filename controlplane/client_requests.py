@@ -15,7 +15,8 @@ A request that arrives while the fleet's idle sleep (controlplane/idle_sleep.py)
 too: the fleet is woken first, then it is tokenized and submitted, as an HTTP request waits for the wake. So is a
 request refused for want of a node of a model the capacity plan holds at zero nodes (controlplane/cold_start.py): it
 waits for a node of its model to join, then is submitted again, for at most ``cold_start_wait_s`` from its refusal
-(past it, or when the control plane drains, the refusal goes to the client), as an HTTP request waits.
+(past it, or when the control plane drains, the refusal goes to the client), as an HTTP request waits. Its refusals
+are counted only if the last one goes to its client (one its client cancels while it waits counts as cancelled).
 
 The client's messages are handled one by one, in order, on the loop. While a request waits for its tokens, it is
 "pending", and the client sees it as in flight:
@@ -44,6 +45,7 @@ from dataclasses import dataclass
 import anyio
 
 from controlplane.offload_tokenize import TokenizeWorkers, off_the_loop
+from controlplane.request_path import HeldRefusal
 from controlplane.request_table import ZmqConsumer
 from transport.actor import MailboxFull
 from transport.dispatch import Incoming
@@ -63,6 +65,7 @@ class Pending:
     model: str = ""
     before: frozenset[str] = frozenset()  # the model's live nodes at its refusal: a node not among them is news
     deadline_s: float | None = None  # anyio time its wait for a node ends
+    uncounted: HeldRefusal | None = None  # its last refusal for want of a node, not counted yet (RequestPath.submit)
 
 
 class ClientRequests:
@@ -119,15 +122,17 @@ class ClientRequests:
             self._num_jobs += 1
             self._jobs_in.send_nowait(pending)
             return
-        error = self._submit(msg, ZmqConsumer(self._link, incoming.peer), incoming.recv_ns)
+        job = Pending(msg, incoming.peer, incoming.recv_ns)
+        holdable = bool(rid) and self._num_jobs < self.max_pending and self.cold_start is not None
+        error = self._submit_job(job, None, holdable)
         if error is None:
             return
-        job = Pending(msg, incoming.peer, incoming.recv_ns)
-        if rid and self._num_jobs < self.max_pending and self._hold(job, error):  # waits for a node of its model
+        if holdable and self._hold(job, error):  # waits for a node of its model
             self.pending[rid] = job
             self._num_jobs += 1
             self._jobs_in.send_nowait(job)
             return
+        self._settle(job, refused=True)
         self._link.send_nowait(error, incoming.peer)
 
     def on_cancel(self, incoming: Incoming) -> None:
@@ -203,19 +208,38 @@ class ClientRequests:
                 refused, job.refused = job.refused, None
                 if not await self._node_joined(job):
                     if self.pending.get(rid) is not job:
+                        self._settle(job, refused=False)
                         return None  # cancelled meanwhile
                     del self.pending[rid]
+                    self._settle(job, refused=True)
                     return refused  # past its wait, or the control plane drains: its refusal stands
             # cancelled (or refused at shutdown) before its turn: not tokenized (None)
             ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
             if ids is None or self.pending.get(rid) is not job:
+                self._settle(job, refused=False)
                 return None
             del self.pending[rid]
             self.num_offloaded += 1
-            error = self._submit(job.msg, ZmqConsumer(self._link, job.peer), job.recv_ns, ids)
+            error = self._submit_job(job, ids, self.cold_start is not None)
             if error is None or not self._hold(job, error):
+                self._settle(job, refused=True)
                 return error
             self.pending[rid] = job  # refused again (say a node of another cell joined): waits again
+
+    def _submit_job(self, job: Pending, token_ids, holdable: bool) -> ErrorReply | None:
+        """Submit ``job`` (``token_ids``: its prompt's, or None: tokenized on the loop); ``holdable``: a refusal for
+        want of a node is not counted yet (``job.uncounted``), for it may be held (``_hold``) and served."""
+        job.uncounted, consumer = None, ZmqConsumer(self._link, job.peer)
+        if not holdable:
+            return self._submit(job.msg, consumer, job.recv_ns, token_ids)
+        return self._submit(job.msg, consumer, job.recv_ns, token_ids, lambda r: setattr(job, "uncounted", r))
+
+    def _settle(self, job: Pending, refused: bool) -> None:
+        """``job``'s wait ended unserved: its last refusal, if not counted yet, counted as one (``refused``: told to
+        its client) or as a cancel (its client cancelled it, or the control plane shut down, while it waited)."""
+        if job.uncounted is not None:
+            self.cold_start.path.settle_held(job.uncounted, refused)
+            job.uncounted = None
 
     def _hold(self, job: Pending, refused: ErrorReply) -> bool:
         """Whether ``job``, refused, waits for a node of its model: a refusal for want of a node, of a model the

@@ -9,8 +9,10 @@ holds requests the same way while a revision scales from zero).
 
 Held: a refusal before the stream's first chunk (the intake's; a failure mid-stream has another code), for a model
 the plan holds at zero nodes or declares (controlplane/capacity_variants.py). A fleet that lost its nodes otherwise
-still fails fast (503). Past the wait, the last refusal stands: 503 with Retry-After. Each refusal is counted as such
-(``zoo:rejected_requests_total``), a held request's too; its queue wait and TTFT count from its arrival, so the wait
+still fails fast (503). Past the wait, the last refusal stands: 503 with Retry-After. A held request's refusals are
+not counted while it waits (``RequestPath.submit``'s ``held``): one served in the end is no refusal; one refused in the
+end counts once (``zoo:rejected_requests_total``, its class's refusals, its span from its arrival, the request log);
+one its client left while it waited counts as cancelled. Its queue wait and TTFT count from its arrival, so the wait
 shows where the client sees it. While it waits, the plan keeps a node of its pool asked for
 (``CapacityPlanner.waiting``).
 
@@ -21,6 +23,7 @@ ping knows it and its cancel drops it; past the wait its ErrorReply is the refus
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import anyio
@@ -28,6 +31,7 @@ import anyio
 from controlplane.capacity_plan import CapacityPlanner
 from controlplane.frontend import FrontendError
 from controlplane.model_aliases import resolve_model
+from controlplane.request_path import HeldRefusal
 from transport.messages import ErrorCode, TokenChunk
 
 WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
@@ -37,8 +41,9 @@ class ColdStart:
     """``held(model, model_names, open_stream)``: the request's stream, held for a node while the plan (``planner``)
     holds its model at zero nodes (an HTTP request's); ``wait_s``, ``live`` and ``wait_for_join``: the same wait for a
     ZeroMQ client's request (controlplane/client_requests.py). ``registry``: the live nodes; ``path``: the RequestPath
-    (its ``aliases``, other names of models, and ``draining``: no request is held while the control plane drains);
-    ``wait_until``: ControlPlane.wait_until."""
+    (its ``aliases``, other names of models, ``draining``: no request is held while the control plane drains, and
+    ``submit`` and ``settle_held``: a held request's refusals counted once its wait ends); ``wait_until``:
+    ControlPlane.wait_until."""
 
     def __init__(self, planner: CapacityPlanner, registry, path, wait_until: WaitUntil) -> None:
         self.planner, self.registry, self.path, self.wait_until = planner, registry, path, wait_until
@@ -74,18 +79,30 @@ class ColdStart:
                 del waiting[model]
 
     def held(
-        self, asked: str, model_names: list[str], open_stream: Callable[[], AsyncIterator[TokenChunk]]
+        self, asked: str, model_names: list[str], open_stream: Callable[..., AsyncIterator[TokenChunk]]
     ) -> AsyncIterator[TokenChunk]:
-        """``asked``: the request's model field ("": the default, ``model_names[0]``)."""
+        """``asked``: the request's model field ("": the default, ``model_names[0]``); ``open_stream(submit)``: a
+        fresh stream of it, submitted through ``submit`` (``open_stream()``: through the control plane's own)."""
         model, wait_s = self.wait_s(asked, model_names)
         if wait_s <= 0:
             return open_stream()
+        uncounted: list[HeldRefusal] = []  # the last try's refusal for want of a node, not counted yet
+
+        def attempt() -> AsyncIterator[TokenChunk]:
+            uncounted.clear()
+            return open_stream(functools.partial(self.path.submit, held=uncounted.append))
+
+        def settle(refused: bool) -> None:
+            for held in uncounted:
+                self.path.settle_held(held, refused)
+            uncounted.clear()
 
         async def wait_for_node(predicate: Callable[[], bool], timeout_s: float) -> None:
             with self._waiting(model):
                 await self.wait_until(predicate, timeout_s)
 
-        return held_stream(open_stream, lambda: self.live(model), wait_for_node, wait_s, lambda: self.path.draining)
+        live = functools.partial(self.live, model)
+        return held_stream(attempt, live, wait_for_node, wait_s, lambda: self.path.draining, settle)
 
 
 async def held_stream(
@@ -94,11 +111,13 @@ async def held_stream(
     wait_until: WaitUntil,
     wait_s: float,
     stop: Callable[[], bool] = lambda: False,
+    settle: Callable[[bool], None] = lambda refused: None,
 ) -> AsyncIterator[TokenChunk]:
     """``open_stream()``: a fresh stream of the request (it is submitted at its first chunk); ``live_nodes()``: the
     live nodes of its model now; ``wait_until(predicate, timeout_s)``: ControlPlane.wait_until (TimeoutError past
     it); ``wait_s``: how long it may wait for a node (0: not at all); ``stop()``: wait no more (the control plane
-    drains: its refusal stands)."""
+    drains: its refusal stands); ``settle(refused)``: its wait ended unserved, ``refused`` (its refusal raised) or not
+    (its stream closed, or cancelled, while it waited)."""
     deadline = anyio.current_time() + wait_s
     while True:
         before = live_nodes()
@@ -111,11 +130,16 @@ async def held_stream(
             await stream.aclose()
             left_s = deadline - anyio.current_time()
             if refused.code != ErrorCode.NO_NODE or left_s <= 0 or stop():
+                settle(True)
                 raise
             try:
                 await wait_until(lambda: stop() or bool(live_nodes() - before), left_s)  # noqa: B023 (called in here)
             except TimeoutError:
+                settle(True)
                 raise refused from None
+            except BaseException:  # cancelled or closed while it waited: its client left, not refused
+                settle(False)
+                raise
             continue
         break
     try:

@@ -15,6 +15,7 @@ Here the same rules hold for the fleet (controlplane/node_sleeps.py does the sle
                                                         NO_NODE all the same (more than max_pending waiting) makes
                                                         the next poll (at most 250 ms later) wake it, for its retry
     any request routed or refused, or in flight      ─► the idle time starts again
+    (or held for a pool's first node: cold_start.py)
     poll (``step``)                                  ─► every awake node to sleep, once idle past the TTL
 
 Its sleeps are marked (``SleepControl.idle``), and each node says so in its LoadReports (``sleep_idle``): a control
@@ -153,6 +154,7 @@ def idle_sleep_of(cp) -> IdleSleep:
 
     def activity() -> tuple[int, int, int]:
         counters = cp.counters
-        return len(cp.requests), counters["routed"] + counters["refused"], cp.refused[ErrorCode.NO_NODE]
+        held = sum(cp.capacity.waiting.values())  # held for a pool's first node (cold_start.py): not refused yet
+        return len(cp.requests) + held, counters["routed"] + counters["refused"], cp.refused[ErrorCode.NO_NODE]
 
     return IdleSleep(cp.sleeps, lambda: cp.node_ids, activity, cp.config.sleep_idle_ttl_s)

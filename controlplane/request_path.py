@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from controlplane.cells import DEFAULT_CLASS, engine_priority
 from controlplane.class_ledger import ClassLedger
@@ -49,6 +50,17 @@ log = logging.getLogger(__name__)
 
 DRAINING = "the control plane is shutting down: it takes no new request (send it to another replica, or retry)"
 DRAIN_RETRY_AFTER_S = 5.0  # a restart's typical time: the agents rejoin a new control plane within a heartbeat or two
+
+
+@dataclass(slots=True, frozen=True)
+class HeldRefusal:
+    """A request refused for want of a node that its caller holds for a node (controlplane/cold_start.py): not counted
+    as refused (nor logged, nor traced) until its wait ends refused (``RequestPath.settle_held``), for it may yet be
+    served."""
+
+    msg: ClientGenerate
+    reply: ErrorReply
+    arrival_ns: int
 
 
 class RequestPath:
@@ -118,10 +130,19 @@ class RequestPath:
         self.router_settings["reloads"] = self.router_reloads
         self.forecast.use(router, policy)
 
-    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None) -> ErrorReply | None:
+    def submit(
+        self,
+        msg: ClientGenerate,
+        consumer,
+        arrival_ns: int,
+        token_ids=None,
+        held: Callable[[HeldRefusal], None] | None = None,
+    ) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused (every one while the
         control plane drains: 503 and Retry-After over HTTP, as vLLM's --shutdown-timeout refuses new requests).
-        ``token_ids``: its prompt tokenized already (controlplane/offload_tokenize.py), or None."""
+        ``token_ids``: its prompt tokenized already (controlplane/offload_tokenize.py), or None. ``held``: the caller
+        holds a request refused for want of a node (NO_NODE at placement) until a node joins: such a refusal is given
+        to it, not counted; the caller settles it (``settle_held``) once it stops waiting."""
         if self.draining:
             refusal = ErrorReply(
                 request_id=msg.request_id, code=ErrorCode.NO_NODE, message=DRAINING, retry_after_s=DRAIN_RETRY_AFTER_S
@@ -140,12 +161,10 @@ class RequestPath:
             routed_ns = time.monotonic_ns()
             placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=headers)
         if isinstance(placed, ErrorReply):
-            self.count_refusal(placed)
-            self.classes.on_refused(self._class_name(msg))
-            if trace is not None:
-                self.spans.refused(trace, msg, placed, time.monotonic_ns())
-            if self.request_log is not None:
-                self.request_log.refused(msg, placed)
+            if held is not None and placed.code is ErrorCode.NO_NODE:
+                held(HeldRefusal(msg, placed, arrival_ns))  # counted only if its wait for a node ends refused
+            else:
+                self._refused(msg, placed, trace)
             return placed
         if self.request_log is not None:
             self.request_log.received(msg, placed)
@@ -178,6 +197,24 @@ class RequestPath:
     def count_refusal(self, error: ErrorReply) -> None:
         self.counters["refused"] += 1
         self.refused[error.code] += 1
+
+    def _refused(self, msg: ClientGenerate, error: ErrorReply, trace) -> None:
+        """A refusal told to its client: counted (by code and by class), its span ended, logged."""
+        self.count_refusal(error)
+        self.classes.on_refused(self._class_name(msg))
+        if trace is not None:
+            self.spans.refused(trace, msg, error, time.monotonic_ns())
+        if self.request_log is not None:
+            self.request_log.refused(msg, error)
+
+    def settle_held(self, held: HeldRefusal, refused: bool) -> None:
+        """A held request's wait (``submit``'s ``held``) ended without its being served: ``refused`` (its refusal
+        goes to its client, counted now, its span from its arrival) or not (its client left: counted as cancelled)."""
+        if not refused:
+            self.counters["cancelled"] += 1
+            return
+        trace = self.spans.begin(held.msg, held.arrival_ns) if self.spans is not None else None
+        self._refused(held.msg, held.reply, trace if trace is not None and trace.context.sampled else None)
 
     def cancel(self, request_id: str) -> bool:
         """Forget a request and tell its node to stop; False when it was not in flight."""

@@ -379,14 +379,14 @@ class ControlPlane(Actor):
         msgs = client_generates(request_id, model=model, **fields)
         arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns  # a wait for a node counts from it
         offload = (self.tokenize_workers, self.config.offload_tokenize_chars)  # a long prompt: tokenized off the loop
-        args = (msgs, offload, self.submit, self.cancel, self.local_streams, arrival_ns)
-        return self.cold_start.held(msgs[0].model, self.model_names, lambda: request_stream(*args))  # cold_start.py
+        rest, names = (self.cancel, self.local_streams, arrival_ns), self.model_names  # cold_start.py: held for a node
+        return self.cold_start.held(msgs[0].model, names, lambda s=self.submit: request_stream(msgs, offload, s, *rest))
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 
-    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None) -> ErrorReply | None:
+    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None, held=None) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply when it is refused (request_path.py)."""
-        return self.path.submit(msg, consumer, arrival_ns, token_ids)
+        return self.path.submit(msg, consumer, arrival_ns, token_ids, held)
 
     def cancel(self, request_id: str) -> bool:
         """Forget a request and tell its node to stop; False when it was not in flight."""

@@ -14,6 +14,7 @@ from controlplane.client_requests import SHUTTING_DOWN, ClientRequests
 from controlplane.cold_start import ColdStart
 from controlplane.offload_tokenize import TokenizeWorkers
 from controlplane.request_intake import tokenize
+from controlplane.request_path import HeldRefusal
 from engine.prompt import PromptError
 from engine.sampling_params import SamplingParams
 from tests.controlplane.test_cold_start import Fleet
@@ -51,6 +52,7 @@ class Harness:
         self.cancelled: list[str] = []
         self.table: dict = {}
         self.refuse_with: ErrorReply | None = None
+        self.counted: list[ErrorReply] = []  # refusals the path counted (a held one's once its wait ended refused)
         self.requests = ClientRequests(
             workers=TokenizeWorkers(tokenizer, max_threads),
             min_chars=500,
@@ -69,8 +71,13 @@ class Harness:
     def send_nowait(self, msg, peer) -> None:
         self.sent.append((msg, peer))
 
-    def submit(self, msg, consumer, arrival_ns, token_ids=None):
+    def submit(self, msg, consumer, arrival_ns, token_ids=None, held=None):
+        """RequestPath.submit's rule: a refusal for want of a node goes to ``held`` when given, uncounted."""
         self.submitted.append((msg.request_id, consumer.peer, arrival_ns, token_ids))
+        if self.refuse_with is not None and held is not None and self.refuse_with.code is ErrorCode.NO_NODE:
+            held(HeldRefusal(msg, self.refuse_with, arrival_ns))
+        elif self.refuse_with is not None:
+            self.counted.append(self.refuse_with)
         return self.refuse_with
 
     def generate(self, request_id: str, peer: bytes = PEER, recv_ns: int = 100, **fields) -> None:
@@ -271,11 +278,15 @@ class ZeroFleet(Fleet):
         self.planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=wait_s))
         self.planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
         self.planner.plan(1.0, [], 1.0)  # its node gone: held at zero
-        self.path = type("Path", (), {"aliases": {}, "draining": False})()
+        self.path = type("Path", (), {"aliases": {}, "draining": False, "settle_held": self.settle_held})()
+        self.settled: list[tuple[str, bool]] = []  # held requests' waits that ended unserved: (id, refused)
         self.cold = ColdStart(self.planner, self, self.path, self.wait_until)
 
     def snapshot(self, model: str):
         return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in sorted(self.nodes)]})()
+
+    def settle_held(self, held: HeldRefusal, refused: bool) -> None:
+        self.settled.append((held.msg.request_id, refused))
 
     def poke(self) -> None:
         """Something changed (a cancel, a drain): the waits check again."""
@@ -319,6 +330,7 @@ async def test_a_request_refused_for_want_of_a_node_of_a_pool_at_zero_waits_pend
         await wait_for(lambda: h.requests._num_jobs == 0)
         tg.cancel_scope.cancel()
     assert h.sent == [] and h.requests.pending == {} and fleet.planner.waiting == {}
+    assert h.counted == [] and fleet.settled == []  # served in the end: its two refusals were never counted
     rid, peer, arrival_ns, ids = h.submitted[2]
     assert (rid, peer, arrival_ns) == ("r", PEER, 55)  # its arrival: the wait counts in its queue wait and TTFT
     assert ids == tokenize(smollm2_checkpoint.tokenizer, ClientGenerate(request_id="r", prompt="Hi"))
@@ -347,6 +359,8 @@ async def test_a_held_request_is_cancelled_by_its_client_and_refused_past_its_wa
         h.generate("while draining")  # not held at all
         assert h.sent[-1] == (NO_NODE, PEER) and len(h.sent) == 2 and h.requests.pending == {}
         tg.cancel_scope.cancel()
+    # counted once its wait ended: a cancel (its client's), the refusals its client got
+    assert h.counted == [] and fleet.settled == [("cancelled", False), ("drained", True), ("while draining", True)]
     fleet, h = zero_harness(tokenizer, wait_s=0.05)
     async with anyio.create_task_group() as tg:
         tg.start_soon(h.requests.serve)
@@ -355,10 +369,11 @@ async def test_a_held_request_is_cancelled_by_its_client_and_refused_past_its_wa
             await wait_for(lambda: h.sent)
         tg.cancel_scope.cancel()
     assert h.sent == [(NO_NODE, PEER)] and h.requests.pending == {} and len(h.submitted) == 1
+    assert h.counted == [] and fleet.settled == [("late", True)]
 
 
 async def test_only_a_refusal_for_want_of_a_node_of_a_pool_at_zero_is_held_and_at_most_max_pending(smollm2_checkpoint):
-    _, h = zero_harness(GatedTokenizer(smollm2_checkpoint.tokenizer), max_pending=1)
+    fleet, h = zero_harness(GatedTokenizer(smollm2_checkpoint.tokenizer), max_pending=1)
     h.refuse_with = ErrorReply(request_id="r", code=ErrorCode.OVERLOADED, message="every queue is full")
     h.generate("overloaded")
     assert h.sent == [(h.refuse_with, PEER)]  # not for want of a node: refused at once
@@ -370,3 +385,6 @@ async def test_only_a_refusal_for_want_of_a_node_of_a_pool_at_zero_is_held_and_a
     assert h.sent[1:] == [(NO_NODE, PEER), (NO_NODE, PEER)] and len(h.submitted) == 4
     h.generate("", prompt="Hi")  # no id to hold it by
     assert len(h.sent) == 4
+    # each refused one counted once: at once where it could not be held, else once its hold was turned down
+    assert [r.code for r in h.counted] == [ErrorCode.OVERLOADED, ErrorCode.NO_NODE, ErrorCode.NO_NODE]
+    assert fleet.settled == [("other model", True)]

@@ -8,7 +8,8 @@ import pytest
 from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, PlanNode
 from controlplane.cold_start import ColdStart, held_stream
 from controlplane.frontend import FrontendError
-from transport.messages import ErrorCode, TokenChunk
+from controlplane.request_path import HeldRefusal
+from transport.messages import ClientGenerate, ErrorCode, ErrorReply, TokenChunk
 
 pytestmark = pytest.mark.anyio
 
@@ -34,13 +35,40 @@ class Fleet:
                 await self._changed.wait()
 
 
+class Path:
+    """What cold_start.py uses of a RequestPath: other names of models, ``draining``, and a ``submit`` that refuses
+    for want of a node and counts its refusals as RequestPath does (one handed to ``held``: only once it is settled)."""
+
+    def __init__(self, aliases: dict[str, str] | None = None) -> None:
+        self.aliases, self.draining = aliases or {}, False
+        self.counted: list[ErrorReply] = []  # refusals counted as such
+        self.cancelled = 0  # held requests whose client left
+
+    def submit(self, msg, consumer, arrival_ns, token_ids=None, held=None) -> ErrorReply:
+        reply = ErrorReply(request_id=msg.request_id, code=ErrorCode.NO_NODE, message="no live node serves 'm'")
+        if held is not None:
+            held(HeldRefusal(msg, reply, arrival_ns))
+        else:
+            self.counted.append(reply)
+        return reply
+
+    def settle_held(self, held: HeldRefusal, refused: bool) -> None:
+        if refused:
+            self.counted.append(held.reply)
+        else:
+            self.cancelled += 1
+
+
 def opener(fleet: Fleet, serves: str = "", code: ErrorCode = ErrorCode.NO_NODE):
-    """A request's streams: refused with ``code`` while ``serves`` has not joined; its attempts are counted."""
+    """A request's streams: refused with ``code`` while ``serves`` has not joined (through ``submit``, a Path's,
+    when given); its attempts are counted."""
     attempts: list[frozenset[str]] = []
 
-    async def stream():
+    async def stream(submit=None):
         attempts.append(fleet.live())
         if serves not in fleet.nodes:
+            if submit is not None:
+                submit(ClientGenerate(request_id="r"), None, 5)
             raise FrontendError(code, "no live node serves 'm' in cell None", 1.0)
         yield TokenChunk(request_id="r", token_ids=[7], text="a", finished=False)
         yield TokenChunk(request_id="r", token_ids=[8], text="b", finished=True)
@@ -99,7 +127,7 @@ async def test_only_a_model_the_plan_holds_at_zero_nodes_is_held():
             return type("Snapshot", (), {"nodes": ()})()
 
     fleet = Fleet()
-    path = type("Path", (), {"aliases": {"alias": "m"}, "draining": False})()
+    path = Path({"alias": "m"})
     cold = ColdStart(planner, Registry(), path, fleet.wait_until)
     stream, attempts = opener(fleet, serves="b")
     with pytest.raises(FrontendError):  # a model with no node the plan holds at zero: refused at once
@@ -125,5 +153,41 @@ async def test_only_a_model_the_plan_holds_at_zero_nodes_is_held():
         fleet.join("x")  # (wait_until re-checks at a change, as ControlPlane.start_drain notifies)
     # each tried once more (a draining control plane's own refusal is the one that stands), and waited no more
     assert len(attempts) == 5 and refusals == [ErrorCode.NO_NODE, ErrorCode.NO_NODE] and planner.waiting == {}
+    assert len(path.counted) == 2 and path.cancelled == 0  # each held one's refusal counted once, of its 2 tries
     (plan,) = planner.plan(20_000.0, [], 1.0)
     assert [v.desired_nodes for v in plan.variants] == [0]
+
+
+async def test_a_held_request_served_in_the_end_or_left_by_its_client_is_no_refusal():
+    """A held request's refusals are counted only if its wait ends refused (``RequestPath.settle_held``): one served
+    once a node joins counts none, one whose client leaves while it waits counts a cancel."""
+    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=300.0))
+    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    planner.plan(1.0, [], 1.0)  # its node gone: held at zero
+    fleet, path = Fleet(), Path()
+
+    class Registry:
+        def snapshot(self, model):
+            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
+
+    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    stream, attempts = opener(fleet, serves="b")
+    served = []
+
+    async def ask() -> None:
+        served.extend(await chunks(cold.held("m", ["m"], stream)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.wait_all_tasks_blocked()
+        fleet.join("a")  # refused again: waits again
+        await anyio.wait_all_tasks_blocked()
+        fleet.join("b")
+    assert served == [[7], [8]] and len(attempts) == 3 and path.counted == [] and path.cancelled == 0
+    fleet.nodes.clear()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.wait_all_tasks_blocked()
+        assert planner.waiting == {"m": 1}
+        tg.cancel_scope.cancel()  # its client left
+    assert path.counted == [] and path.cancelled == 1 and planner.waiting == {}

@@ -5,9 +5,12 @@ it, and nodes woken by someone else are seen as awake."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
-from controlplane.idle_sleep import IdleSleep
+from controlplane.idle_sleep import IdleSleep, idle_sleep_of
+from transport.messages import ErrorCode
 
 pytestmark = pytest.mark.anyio
 
@@ -124,3 +127,18 @@ async def test_every_node_asleep_by_an_operator_is_left_alone():
 def test_the_ttl_must_be_positive():
     with pytest.raises(ValueError, match="sleep_idle_ttl must be > 0"):
         IdleSleep(FakeSleeps(), lambda: [], lambda: (0, 0, 0), 0.0)
+
+
+def test_the_control_planes_activity_counts_a_request_held_for_a_pools_first_node_as_in_flight():
+    """idle_sleep_of: a request held for a first node (controlplane/cold_start.py) is not refused yet and not in the
+    request table, but waits in the capacity plan's ``waiting``: in flight, so the fleet stays awake meanwhile."""
+    cp = SimpleNamespace(
+        requests={"r": None},
+        counters={"routed": 3, "refused": 1},
+        refused={ErrorCode.NO_NODE: 1},
+        capacity=SimpleNamespace(waiting={"m": 2, "other": 1}),
+        sleeps=FakeSleeps(),
+        node_ids=["a"],
+        config=SimpleNamespace(sleep_idle_ttl_s=10.0),
+    )
+    assert idle_sleep_of(cp)._activity() == (4, 4, 1)

@@ -244,3 +244,28 @@ def test_a_resumed_request_asks_for_prompt_logprobs_only_if_no_chunk_carried_the
     after_some = resumed_request(msg, "m", [1, 2, 3], [4, 5])
     assert before_any.sampling.prompt_logprobs == 2 and before_any.prompt_token_ids == [1, 2, 3]
     assert after_some.sampling.prompt_logprobs is None and after_some.sampling.max_tokens == 6
+
+
+def test_a_refusal_for_want_of_a_node_is_counted_once_its_wait_ends_refused_not_while_it_is_held(make_hello):
+    """A request its caller holds for a node (controlplane/cold_start.py: ``submit``'s ``held``): its refusal for
+    want of a node is handed to the caller uncounted, then counted once (by code and class) if its wait ends refused,
+    or as a cancel if its client left; other refusals, and a draining control plane's, are counted at once."""
+    fleet = _Fleet(make_hello, node_ids=())  # no node: every request is refused for want of one
+    path, held = fleet.path, []
+    msg = ClientGenerate(request_id="r", prompt=PROMPT, sampling=SamplingParams(max_tokens=2))
+    for _ in range(3):  # refused at each try while it waits: none of them counted
+        reply = path.submit(msg, _Consumer(), arrival_ns=123, held=held.append)
+        assert reply is not None and reply.code is ErrorCode.NO_NODE
+    assert [(h.msg, h.reply.code, h.arrival_ns) for h in held] == [(msg, ErrorCode.NO_NODE, 123)] * 3
+    assert path.counters["refused"] == path.refused[ErrorCode.NO_NODE] == 0 and path.classes.summary() == {}
+    path.settle_held(held[-1], refused=True)  # its wait ended: the last refusal goes to its client
+    assert path.counters["refused"] == path.refused[ErrorCode.NO_NODE] == 1
+    assert path.classes.summary()["default"]["requests_refused"] == 1
+    path.settle_held(held[0], refused=False)  # another's client left while it waited: a cancel, not a refusal
+    assert path.counters["cancelled"] == 1 and path.counters["refused"] == 1
+    bad = ClientGenerate(request_id="", prompt=PROMPT, sampling=SamplingParams(max_tokens=2))
+    assert path.submit(bad, _Consumer(), arrival_ns=1, held=held.append).code is ErrorCode.INVALID_REQUEST
+    path.draining = True
+    assert path.submit(msg, _Consumer(), arrival_ns=1, held=held.append).code is ErrorCode.NO_NODE
+    assert len(held) == 3 and path.counters["refused"] == 3  # neither was for want of a node: counted at once
+    assert path.refused[ErrorCode.INVALID_REQUEST] == 1 and path.refused[ErrorCode.NO_NODE] == 2

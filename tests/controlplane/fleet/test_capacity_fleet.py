@@ -17,6 +17,7 @@ from observe.metrics_names import (
     CAPACITY_DESIRED_NODES,
     CAPACITY_NODES,
     CAPACITY_UTILISATION,
+    REJECTED_REQUESTS,
 )
 from observe.stats_stream import subscribe
 
@@ -33,6 +34,13 @@ async def _capacity(http: httpx.AsyncClient) -> dict:
             for s in family.samples:
                 samples[(family.name, s.labels.get("gpu_type", ""))] = s.value
     return samples
+
+
+async def _rejected(http: httpx.AsyncClient) -> dict[str, float]:
+    """zoo:rejected_requests_total by reason."""
+    text = (await http.get("/metrics", headers={"Accept": "text/plain"})).text
+    families = [f for f in text_string_to_metric_families(text) if f.name == REJECTED_REQUESTS]
+    return {s.labels["reason"]: s.value for f in families for s in f.samples if s.name.endswith("_total")}
 
 
 async def test_each_gpu_type_is_exported_and_a_queue_asks_for_more_of_the_cheaper_capacity(
@@ -146,6 +154,7 @@ async def test_a_request_for_a_pool_scaled_to_zero_asks_for_a_node_and_waits_for
         (completion,) = completions
         assert completion.num_output_tokens == 2 and completion.node_id == "small-2"
         assert (await _capacity(http))[(CAPACITY_COLD_START_WAITING, "")] == 0
+        assert not any((await _rejected(http)).values())  # both served in the end: no refusal counted
     assert cp.proc.poll() is None
 
 
