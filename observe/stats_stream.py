@@ -119,6 +119,9 @@ class FleetObserver:
                 for pool in stats.get("capacity") or []
                 if pool.get("growth", 1.0) > 1.0
             ],
+            capacity_waiting={
+                pool["model"]: pool["waiting"] for pool in stats.get("capacity") or [] if pool.get("waiting", 0) > 0
+            },
             overload_mode=(stats.get("slo_forecast", {}).get("overload") or {}).get("on"),
             tpot_lost_redirects_total=(stats.get("slo_forecast", {}).get("tpot_lost") or {}).get("redirects"),
             router_knobs=dict((stats.get("router") or {}).get("knobs", {})),

@@ -151,8 +151,7 @@ class LoadReport(Envelope, kw_only=True):
     # mean time of the steps since the last report that carried decode rows, mixed prefill+decode ones included:
     # the time per token its decoding requests got (engine/step_rates.py); 0: none (or an older agent)
     decode_token_step_ms: float = 0.0
-    # LoRA adapters by name: in device slots now (most recently used last), and those of running and of
-    # waiting requests (vLLM's vllm:lora_requests_info)
+    # LoRA adapters by name: in device slots now (most recently used last), of running, of waiting requests (vLLM's)
     lora_resident: list[str] = []
     lora_running: list[str] = []
     lora_waiting: list[str] = []
@@ -421,6 +420,7 @@ class FleetStats(Envelope, kw_only=True):
     draining: bool = False  # the control plane is shutting down: new requests refused (zoo/controlplane_shutdown.py)
     capacity: list[tuple[str, str, str, int, int]] = []  # (model, cell, GPU type, nodes, wanted): capacity_plan.py
     capacity_growth: list[tuple[str, str, float]] = []  # (model, cell, arrivals' growth) where > 1: demand_trend.py
+    capacity_waiting: dict[str, int] = {}  # model → requests held for a first node of it (controlplane/cold_start.py)
 
 
 class ProbeSnapshot(Envelope, kw_only=True):

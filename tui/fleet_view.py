@@ -287,7 +287,8 @@ def describe_rates(view: FleetView) -> str:
 def describe_capacity(stats: FleetStats) -> str:
     """The capacity plan's line (controlplane/capacity_plan.py): each GPU type's nodes, and the nodes it wants where
     that differs ("H100 2 (wants 3)"); named by cell, and by model, where there are several; then the pools whose
-    arrivals grow, by the growth forecast a node's start ahead ("arrivals x1.3": controlplane/demand_trend.py)."""
+    arrivals grow, by the growth forecast a node's start ahead ("arrivals x1.3": controlplane/demand_trend.py); then
+    the requests held for a first node of a model ("2 waiting for a first node": controlplane/cold_start.py)."""
     if not stats.capacity:
         return ""
     many_cells = len({(model, cell) for model, cell, *_ in stats.capacity}) > 1
@@ -301,6 +302,10 @@ def describe_capacity(stats: FleetStats) -> str:
         for model, cell, gpu_type, nodes, wanted in stats.capacity
     ]
     growing = [named(model, cell, f"arrivals x{growth:.2f}") for model, cell, growth in stats.capacity_growth]
+    growing += [
+        "/".join([*([model] if many_models else []), f"{n} waiting for a first node"])
+        for model, n in sorted(stats.capacity_waiting.items())
+    ]
     return "\ncapacity plan: " + ", ".join(parts) + ("; " + ", ".join(growing) if growing else "")
 
 

@@ -135,11 +135,13 @@ def test_the_capacity_plan_reaches_the_stream_with_the_pools_whose_arrivals_grow
                 "refused": {},
                 "rejected_messages": {},
                 "capacity": [
-                    {"model": "m", "cell": "chat", "growth": 1.25, "variants": [variant]},
-                    {"model": "m", "cell": "vip", "growth": 1.0, "variants": [{**variant, "desired": 2}]},
+                    {"model": "m", "cell": "chat", "growth": 1.25, "waiting": 0, "variants": [variant]},
+                    {"model": "m", "cell": "vip", "growth": 1.0, "waiting": 0, "variants": [{**variant, "desired": 2}]},
+                    {"model": "cold", "cell": "default", "growth": 1.0, "waiting": 2, "variants": [variant]},
                 ],
             }
 
     stats = FleetObserver(_Cp()).fleet_stats(0)
-    assert stats.capacity == [("m", "chat", "L4", 2, 3), ("m", "vip", "L4", 2, 2)]
+    assert stats.capacity == [("m", "chat", "L4", 2, 3), ("m", "vip", "L4", 2, 2), ("cold", "default", "L4", 2, 3)]
     assert stats.capacity_growth == [("m", "chat", 1.25)]
+    assert stats.capacity_waiting == {"cold": 2}  # requests held for a first node of a model (cold_start.py)

@@ -71,3 +71,9 @@ def test_the_capacity_plan_line_says_what_each_gpu_type_has_and_wants(make_stats
     assert describe_capacity(growing) == "\ncapacity plan: H100 2 (wants 3), L4 4; arrivals x1.27"
     growing = msgspec.structs.replace(make_stats(5), capacity=two_cells, capacity_growth=[("m", "chat", 1.5)])
     assert describe_capacity(growing).endswith("; chat/arrivals x1.50")
+    # requests held for a first node of a model (controlplane/cold_start.py), named by model where there are several
+    waiting = msgspec.structs.replace(growing, capacity_waiting={"m": 2})
+    assert describe_capacity(waiting).endswith("; chat/arrivals x1.50, 2 waiting for a first node")
+    two_models = msgspec.structs.replace(make_stats(6), capacity=[*one_pool, ("n", "zoo", "L4", 0, 1)])
+    two_models = msgspec.structs.replace(two_models, capacity_waiting={"n": 1})
+    assert describe_capacity(two_models).endswith("n/zoo/L4 0 (wants 1); n/1 waiting for a first node")
