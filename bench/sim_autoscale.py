@@ -15,14 +15,16 @@ to 25%; diurnal, a day's rise and fall; step, a jump from 20% to 80% and back; t
 forecast was designed on, reported apart). Nothing was tuned on the reported profiles: the plan runs at its defaults
 (its forecast's lead is the nodes' provisioning time, a fact of the pool), equal GPU costs (WVA's CRD default), as
 does WVA. ``zoo_reactive`` is the plan without its forecast (forecast_lead_s 0). Run when ``--rules`` names them:
-``zoo_placed``, the plan whose arrivals are the requests placed only, not those refused for want of capacity (the
-rule before refused demand counted); ``zoo_to_zero``, the plan with every type's min_nodes 0, so an unused pool
-scales to zero and back (``--profile bursts``: 30% of the pool, nothing, 50%, nothing; ``bursts-uneven``, held out
-for the wake's size: 45%, nothing, 20%, nothing, 60%, nothing; a request refused while no node serves is lost here,
-where a real client retries after its Retry-After). ``--max-queue-per-node`` bounds each
-node's admission queue (the simulator's default: 256), so a pool short of nodes refuses rather than queues. Both know
-the pool: the plan as each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's
-target for a type with no GPU left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
+``zoo_placed``, the plan whose arrivals are the requests placed only, not those refused for want of capacity (the rule
+before refused demand counted); ``zoo_to_zero``, the plan with every type's min_nodes 0, so an unused pool scales to
+zero and back (``zoo_to_zero_no_wait``: no request waits for a first node; ``--profile bursts``: 30% of the pool,
+nothing, 50%, nothing; ``bursts-uneven``, held out for the wake's size: 45%, nothing, 20%, nothing, 60%, nothing). A
+request refused for want of a node while its pool is at zero waits for a first node, at most ``cold_start_wait_s`` (300
+s), as the control plane holds it (controlplane/cold_start.py; its TTFT counts the wait); any other refusal is lost
+here, where a real client retries after its Retry-After. ``--max-queue-per-node`` bounds each node's admission queue
+(the simulator's default: 256), so a pool short of nodes refuses rather than queues. Both know the pool: the plan as
+each type's max_nodes (what deploy/k8s sets to the ScaledObject's maxReplicaCount); WVA's target for a type with no GPU
+left stays unmet, as its GPU limiter defers it (docs/user-guide/gpu-limiter.md).
 
 Reported per rule: goodput (TTFT <= 1 s and TPOT <= 100 ms), TTFT P50/P99, TPOT P99, node-hours by GPU type and
 in all, capacity-hours (node-hours weighted by each GPU's power score), scale actions; means over seeds and their
@@ -84,7 +86,7 @@ PROFILES = {
 }  # fmt: skip
 PROFILE = PROFILES["ramp-spike"]
 RULES = ("static", "zoo", "zoo_reactive", "wva")
-ABLATIONS = ("zoo_placed", "zoo_to_zero")  # run when --rules names them
+ABLATIONS = ("zoo_placed", "zoo_to_zero", "zoo_to_zero_no_wait")  # run when --rules names them
 POLICY = "hardware_aware"
 
 
@@ -133,11 +135,13 @@ def run_one(
     if rule != "static":
         pool = {t: gpu_types.count(t) for t in set(gpu_types)}  # the GPUs there are (a KEDA's maxReplicaCount)
         lead_s = 0.0 if rule == "zoo_reactive" else AutoscaleConfig.provision_s  # the forecast's: a node's start
-        min_nodes = 0 if rule == "zoo_to_zero" else 1
+        min_nodes = 0 if rule.startswith("zoo_to_zero") else 1
+        no_wait = {"cold_start_wait_s": 0.0} if rule.endswith("_no_wait") else {}  # no request waits for a node
         plan = CapacityPlanConfig(
-            gpu_cost=dict(costs), max_nodes=pool, forecast_lead_s=lead_s, default_min_nodes=min_nodes
+            gpu_cost=dict(costs), max_nodes=pool, forecast_lead_s=lead_s, default_min_nodes=min_nodes, **no_wait
         )
-        base_rule = rule.removesuffix("_reactive").removesuffix("_placed").removesuffix("_to_zero")
+        base_rule = rule.removesuffix("_no_wait").removesuffix("_reactive").removesuffix("_placed")
+        base_rule = base_rule.removesuffix("_to_zero")
         config = AutoscaleConfig(base_rule, slo.ttft_s, plan, count_unserved=rule != "zoo_placed")
         scaler = Autoscaler(config, [n.node_id for n in fleet.nodes], gpu_types)
     wall = time.perf_counter()
@@ -148,7 +152,7 @@ def run_one(
     rep = summarize(result, slo)
     if scaler is None:
         node_hours = {t: gpu_types.count(t) * result.end_s / 3600 for t in sorted(set(gpu_types))}
-        summary = {"actions": {"up": 0, "down": 0}, "timeline": []}
+        summary = {"actions": {"up": 0, "down": 0}, "timeline": [], "cold_start": {}}
     else:
         summary = result.info["autoscale"]
         node_hours = summary["node_hours"]
@@ -166,6 +170,7 @@ def run_one(
         "node_hours_total": sum(node_hours.values()),
         "capacity_hours": sum(h * power[t] for t, h in node_hours.items()),
         "actions": summary["actions"],
+        "cold_start": summary["cold_start"],  # requests held for a first node, and how their waits ended
         "timeline": summary["timeline"] if seed == 0 else [],
         "virtual_s": result.end_s,
         "wall_s": time.perf_counter() - wall,
@@ -280,6 +285,7 @@ def summarise(
             ("zoo", "zoo_reactive"),
             ("zoo", "zoo_placed"),
             ("zoo_to_zero", "zoo"),
+            ("zoo_to_zero", "zoo_to_zero_no_wait"),
         )
         if rule in by_rule and base in by_rule
     }

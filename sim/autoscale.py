@@ -12,16 +12,23 @@ others (routed nothing new, they leave once their requests end). Two rules drive
 
 Both are given the same GPU costs, the same pool and the same start. Sans-IO: ``FleetSimulator`` calls ``tick`` every
 ``sample_s`` of virtual time and ``join`` when a node's provisioning ends.
+
+A request refused for want of a node, of a model the plan holds at zero nodes, is held as the control plane holds it
+(controlplane/cold_start.py): counted in the plan's ``waiting`` (its pool stays asked for), tried again each time a
+node joins (``release``; the simulator places it again), refused only past ``cold_start_wait_s`` from its first
+refusal. Its TTFT counts from its arrival, so the wait shows.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, plan_nodes
 from controlplane.capacity_wva import WvaReplica, wva_targets
 from controlplane.registry import NodeState
+from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 RULES = ("zoo", "wva")
 
@@ -50,6 +57,17 @@ class AutoscaleConfig:
             raise ValueError(f"autoscale rule must be one of {RULES}, got {self.rule!r}")
 
 
+@dataclass(slots=True)
+class HeldRequest:
+    """A request held for a first node of ``model`` (sim/des.py's RequestRecord and ClientGenerate), until
+    ``deadline_s``."""
+
+    rec: Any
+    msg: ClientGenerate
+    model: str
+    deadline_s: float
+
+
 class Autoscaler:
     """``gpu_types[i]``: node i's GPU type. Tracks which nodes are joined, pending and draining, and the node-seconds
     each type was held (joined or pending: a GPU paid for)."""
@@ -69,6 +87,9 @@ class Autoscaler:
         self._peaks: dict[int, deque[tuple[float, float, int]]] = {}  # wva: (t, kv, waiting) samples
         self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
         self.arrivals: dict[tuple[str, str | None], int] = {}  # (model, cell) → placed or refused there: the plan's
+        self.held: dict[int, HeldRequest] = {}  # request index → waiting for a node (controlplane/cold_start.py)
+        self.retrying: dict[int, HeldRequest] = {}  # released at a join, to be placed again
+        self.num_held = {"held": 0, "served": 0, "refused": 0}  # requests held, and how their waits ended
 
     def start(self) -> list[int]:
         """The nodes joined at time 0."""
@@ -92,6 +113,7 @@ class Autoscaler:
 
     def tick(self, now: float, registry) -> tuple[list[tuple[float, int]], list[int], list[int]]:
         """One sample: (nodes to provision: (join time, node)), nodes to drain, nodes drained and idle to remove."""
+        self._expire(now)
         gone = [i for i in self.draining if (v := registry.view(self.node_ids[i])) is None or v.num_inflight == 0]
         for i in gone:
             self.draining.discard(i)
@@ -122,6 +144,61 @@ class Autoscaler:
         control plane's FleetLedger.arrivals_by_pool counts it."""
         key = (model, cell)
         self.arrivals[key] = self.arrivals.get(key, 0) + 1
+
+    @property
+    def holding(self) -> bool:
+        """Requests wait for a node (or are about to try again)."""
+        return bool(self.held or self.retrying)
+
+    def hold(self, now: float, index: int, rec, msg: ClientGenerate, refusal: ErrorReply, models: list[str]) -> bool:
+        """Whether request ``index``, refused (``refusal``), waits for a node: refused for want of one, of a model the
+        plan holds at zero nodes (its served ``models``, the default first), within ``cold_start_wait_s`` of its first
+        refusal (controlplane/cold_start.py); one refused again after a join waits on to that first limit."""
+        before = self.retrying.pop(index, None)
+        if refusal.code is not ErrorCode.NO_NODE:
+            self.num_held["refused"] += before is not None
+            return False
+        if before is None:
+            model = msg.model if msg.model in models else models[0]
+            wait_s = self.planner.cold_start_wait_s(model)
+            if wait_s <= 0:
+                return False
+            before = HeldRequest(rec, msg, model, now + wait_s)
+            self.num_held["held"] += 1
+        if before.deadline_s <= now:
+            self.num_held["refused"] += 1
+            return False
+        self.held[index] = before
+        self.planner.waiting[before.model] = self.planner.waiting.get(before.model, 0) + 1
+        return True
+
+    def placed(self, index: int) -> None:
+        """Request ``index`` was placed (a held one: its wait ended served)."""
+        if self.retrying.pop(index, None) is not None:
+            self.num_held["served"] += 1
+
+    def release(self) -> list[int]:
+        """A node joined: the held requests (their indices, in arrival order) try again (``retrying``)."""
+        for held in self.held.values():
+            self._unwait(held.model)
+        self.retrying.update(self.held)
+        released = sorted(self.held)
+        self.held.clear()
+        return released
+
+    def _expire(self, now: float) -> None:
+        """The held requests past their wait: refused."""
+        for index in [i for i, held in self.held.items() if held.deadline_s <= now]:
+            held = self.held.pop(index)
+            held.rec.refusal = ErrorCode.NO_NODE.value
+            self._unwait(held.model)
+            self.num_held["refused"] += 1
+
+    def _unwait(self, model: str) -> None:
+        waiting = self.planner.waiting
+        waiting[model] -= 1
+        if not waiting[model]:
+            del waiting[model]
 
     def finish(self, now: float) -> None:
         for i in list(self._held_since):
@@ -214,5 +291,6 @@ class Autoscaler:
             "rule": self.config.rule,
             "node_hours": {t: s / 3600 for t, s in sorted(self.node_seconds.items())},
             "actions": dict(self.actions),
+            "cold_start": dict(self.num_held),
             "timeline": [{"t_s": round(t, 1), "nodes": n} for t, n in self.timeline],
         }

@@ -22,6 +22,8 @@ no sleeping: time jumps from event to event::
                   a busy node reports at the end of its step, as the agent's engine thread does
       land        (--pd-split only, sim/split.py) a request's KV reached its decode node after its first token on
                   the prefill node: it continues there (or waits for room, landing after that node's next steps)
+      scale, join (with an autoscaler, sim/autoscale.py) its sample; a node asked for joins, and the requests held
+                  for a first node (refused for want of one, as controlplane/cold_start.py holds them) retry
 
 The control plane's network and the agent's queues take no time here (they are tens of microseconds
 against steps of milliseconds).
@@ -66,6 +68,7 @@ _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
 _RUNNING = RequestStatus.RUNNING
 _LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
 _SCALE, _JOIN = 5, 6  # an autoscaler's sample (sim/autoscale.py); a provisioned node joins (the event's index)
+_RETRY = 7  # a request held for a first node tries again (the event's index: the request's)
 
 
 class VirtualClock:
@@ -370,9 +373,58 @@ class FleetSimulator:
         # node's engine counts its own); else the engine's count at its finish (no pass over a run's rows for it)
         count_tokens = split is not None
 
+        def admit(index: int, rec: RequestRecord, msg: ClientGenerate, now: float, seq: int) -> int:
+            """Place a request (new, or held for a node and trying again) and send it to its node; the next seq."""
+            placed = place_request(
+                msg,
+                model_names=model_names,
+                inflight=records,
+                tokenizer=tokenizer,
+                registry=registry,
+                policy=policy,
+                admission=admission,
+                router=self.router_config,
+                loras=loras,
+                lora_affinity=self.lora_affinity,
+                on_unserved=None if scaler is None else scaler.on_unserved,  # refused for want of capacity: demand
+            )
+            if isinstance(placed, ErrorReply):  # refused, or held for a first node (sim/autoscale.py)
+                if scaler is None or not scaler.hold(now, index, rec, msg, placed, model_names):
+                    rec.refusal = placed.code.value
+                return seq
+            if scaler is not None:
+                scaler.placed(index)
+            node_id = placed.node_id
+            i = node_index[node_id]
+            node = nodes[i]
+            rec.node_id = node_id
+            registry.on_routed(node_id, rec.req_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
+            policy.on_routed(placed.route, node_id)
+            if scaler is not None:  # the plan's arrivals (controlplane/demand_trend.py)
+                scaler.on_routed(registry.view(node_id))
+            node.core.add(
+                rec.req_id,
+                placed.token_ids,
+                msg.sampling,
+                priority=placed.priority,
+                lora=placed.lora,
+                slo_tpot_s=placed.slo_tpot_s,
+            )
+            node.num_requests += 1
+            records[rec.req_id] = rec
+            if node.run is not None and (end_s := node.cut_run(now)) is not None:
+                push(heap, (end_s, seq, _STEP_DONE, i))
+                node.done_seq = seq
+                seq += 1
+            if not node.busy and not node.kicked:
+                node.kicked = True
+                push(heap, (now, seq, _KICK, i))
+                seq += 1
+            return seq
+
         while True:
             arrival_s = requests[next_arrival].arrival_s if next_arrival < num_arrivals else inf
-            if next_arrival >= num_arrivals and not records:
+            if next_arrival >= num_arrivals and not records and (scaler is None or not scaler.holding):
                 break
             if heap[0][0] <= arrival_s:
                 now, event_seq, kind, i = pop(heap)
@@ -409,6 +461,13 @@ class FleetSimulator:
                     if scaler.join(now, i):
                         registry.join(nodes[i].hello)
                         registry.report(nodes[i].core.load_report())
+                        for index in scaler.release():  # the requests held for a node try again, in arrival order
+                            push(heap, (now, seq, _RETRY, index))
+                            seq += 1
+                    continue
+                if kind == _RETRY:
+                    held = scaler.retrying[i]
+                    seq = admit(i, held.rec, held.msg, now, seq)
                     continue
                 node = nodes[i]
                 if kind == _REPORT:
@@ -488,48 +547,7 @@ class FleetSimulator:
                 traffic_class=trace_request.traffic_class,
                 model=adapter_of[index],
             )
-            placed = place_request(
-                msg,
-                model_names=model_names,
-                inflight=records,
-                tokenizer=tokenizer,
-                registry=registry,
-                policy=policy,
-                admission=admission,
-                router=self.router_config,
-                loras=loras,
-                lora_affinity=self.lora_affinity,
-                on_unserved=None if scaler is None else scaler.on_unserved,  # refused for want of capacity: demand
-            )
-            if isinstance(placed, ErrorReply):
-                rec.refusal = placed.code.value
-                continue
-            node_id = placed.node_id
-            i = node_index[node_id]
-            node = nodes[i]
-            rec.node_id = node_id
-            registry.on_routed(node_id, req_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
-            policy.on_routed(placed.route, node_id)
-            if scaler is not None:  # the plan's arrivals (controlplane/demand_trend.py)
-                scaler.on_routed(registry.view(node_id))
-            node.core.add(
-                req_id,
-                placed.token_ids,
-                msg.sampling,
-                priority=placed.priority,
-                lora=placed.lora,
-                slo_tpot_s=placed.slo_tpot_s,
-            )
-            node.num_requests += 1
-            records[req_id] = rec
-            if node.run is not None and (end_s := node.cut_run(arrival_s)) is not None:
-                push(heap, (end_s, seq, _STEP_DONE, i))
-                node.done_seq = seq
-                seq += 1
-            if not node.busy and not node.kicked:
-                node.kicked = True
-                push(heap, (arrival_s, seq, _KICK, i))
-                seq += 1
+            seq = admit(index, rec, msg, arrival_s, seq)
 
         if not count_tokens:  # the unfinished (drain limit): what their engines applied so far
             for rec in records.values():

@@ -8,10 +8,11 @@ import itertools
 import pytest
 
 from backends.sim.cost_model import node_hardware_info
-from controlplane.capacity_plan import CapacityPlanConfig
+from controlplane.capacity_plan import CapacityPlanConfig, PlanNode
 from sim.autoscale import AutoscaleConfig, Autoscaler
 from sim.des import FleetSimulator
 from sim.workload import TraceRequest, Workload
+from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
 POOL = [{"name": "c", "pools": [{"gpu": "h100-sxm", "count": 1}, {"gpu": "l4", "count": 4}]}]
 
@@ -118,22 +119,27 @@ def test_the_plan_counts_the_pools_arrivals_and_its_forecast_asks_for_nodes_earl
     assert whole_pool_asked(30.0) < whole_pool_asked(0.0)
 
 
-def test_a_pool_of_min_nodes_0_scales_to_zero_in_a_gap_and_back_when_asked_again(small_fleet):
-    """Scale to zero and back in the simulator: one request a second for 60 s, nothing for 240 s, then again. The pool
-    is shed to no node in the gap; the first requests after it are refused (no node serves), those refusals are
-    arrivals, the plan asks for a node, and once it has joined the later requests are served."""
+def run_gap(small_fleet, cold_start_wait_s: float):
+    """One request a second for 60 s, nothing for 240 s, then again, on a pool of min_nodes 0."""
     fleet = small_fleet(POOL)
     gpu_types = [node_hardware_info(n.hardware).gpu_type for n in fleet.nodes]
     first = [TraceRequest(float(i), 300, 20) for i in range(60)]
     again = [TraceRequest(300.0 + i, 300, 20) for i in range(60)]
-    plan = CapacityPlanConfig(
-        scale_down_window_s=20.0, gpu_cost={"H100": 4.0, "L4": 1.0}, max_nodes={"H100": 1, "L4": 4}, default_min_nodes=0
-    )
+    costs, pool = {"H100": 4.0, "L4": 1.0}, {"H100": 1, "L4": 4}
+    plan = CapacityPlanConfig(scale_down_window_s=20.0, gpu_cost=costs, max_nodes=pool, default_min_nodes=0,
+                              cold_start_wait_s=cold_start_wait_s)  # fmt: skip
     settings = AutoscaleConfig("zoo", 1.0, plan, provision_s=10.0, sample_s=1.0, zoo_interval_s=3.0,
                                zoo_scale_down_period_s=5.0)  # fmt: skip
     scaler = Autoscaler(settings, [n.node_id for n in fleet.nodes], gpu_types)
     result = FleetSimulator(fleet, Workload("gap", tuple(first + again)), "hardware_aware", seed=3, autoscaler=scaler)
-    result = result.run()
+    return scaler, result.run()
+
+
+def test_a_pool_of_min_nodes_0_scales_to_zero_in_a_gap_and_back_when_asked_again(small_fleet):
+    """Scale to zero and back in the simulator, with no wait for a node (cold_start_wait_s 0): the pool is shed to no
+    node in the gap; the first requests after it are refused (no node serves), those refusals are arrivals, the plan
+    asks for a node, and once it has joined the later requests are served."""
+    scaler, result = run_gap(small_fleet, 0.0)
     assert any(t < 300 and not sum(counts.values()) for t, counts in scaler.timeline)  # none held in the gap
     late = result.records[60:]
     refused = [r for r in late if r.refusal == "no_node"]
@@ -141,3 +147,46 @@ def test_a_pool_of_min_nodes_0_scales_to_zero_in_a_gap_and_back_when_asked_again
     assert all(r.finish_s is not None for r in late if r.arrival_s > 300 + 10 + 3 + 1)
     assert all(r.finish_s is not None for r in result.records[:60])  # the first minute: a node held while asked
     assert sum(scaler.arrivals.values()) == 120  # each request once: placed, or refused for want of a node
+
+
+def test_a_request_for_a_pool_at_zero_waits_for_its_first_node_as_the_control_plane_holds_it(small_fleet):
+    """controlplane/cold_start.py in the simulator: the requests after the gap are held (cold_start_wait_s 300), the
+    pool kept asked for while they wait; the node joins and serves every one of them, none refused, each one's TTFT
+    counting its wait from its arrival; each counts as an arrival at its refusal and again when placed."""
+    scaler, result = run_gap(small_fleet, 300.0)
+    late = result.records[60:]
+    assert not any(r.refusal for r in result.records) and all(r.finish_s is not None for r in result.records)
+    held = scaler.num_held["held"]
+    assert held > 0 and scaler.num_held == {"held": held, "served": held, "refused": 0} and not scaler.holding
+    asked = min(t for t, counts in scaler.timeline if t >= 300 and sum(counts.values()))
+    joined = asked + 10.0  # provision_s after it was asked for
+    waited = [r for r in late if r.arrival_s < joined]
+    assert len(waited) == held and all(r.first_token_s >= joined for r in waited)
+    assert waited[0].ttft_s >= 10.0  # its wait shows in its TTFT
+    assert sum(scaler.arrivals.values()) == 120 + held and scaler.planner.waiting == {}
+
+
+def test_a_held_request_is_refused_past_its_wait():
+    """A request held for a node (Autoscaler.hold) that no node joins for is refused once its wait is past; one
+    not for want of a node, or of a model the plan does not hold at zero, is not held."""
+    plan = CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=30.0)
+    scaler = Autoscaler(AutoscaleConfig("zoo", 1.0, plan), ["n0"], ["L4"])
+    scaler.planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    scaler.planner.plan(1.0, [], 1.0)  # its node gone: "m" held at zero nodes
+    assert scaler.planner.cold_start_wait_s("m") == 30.0
+
+    class Rec:
+        refusal = None
+
+    rec, msg = Rec(), ClientGenerate(request_id="r0")
+    no_node = ErrorReply(code=ErrorCode.NO_NODE, message="no live node")
+    assert not scaler.hold(0.0, 0, rec, msg, ErrorReply(code=ErrorCode.OVERLOADED, message="full"), ["m"])
+    assert not scaler.hold(0.0, 0, rec, ClientGenerate(request_id="r0", model="x"), no_node, ["m", "x"])
+    assert scaler.hold(0.0, 0, rec, msg, no_node, ["m"]) and scaler.planner.waiting == {"m": 1}
+    assert scaler.release() == [0] and scaler.planner.waiting == {}  # a node joined: it tries again
+    assert scaler.hold(20.0, 0, rec, msg, no_node, ["m"])  # refused again: waits on, to its first limit
+    scaler._expire(29.0)
+    assert scaler.holding and rec.refusal is None
+    scaler._expire(30.0)
+    assert not scaler.holding and rec.refusal == "no_node" and scaler.planner.waiting == {}
+    assert scaler.num_held == {"held": 1, "served": 0, "refused": 1}
