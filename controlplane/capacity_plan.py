@@ -72,6 +72,9 @@ class CapacityPlanConfig:
         forecast_lead_s, so the growth is at most 1 + 8/3 (twice the lead, the default ratio: at most 2.33).
     cold_start_wait_s: how long a request for a model the plan holds at zero nodes may wait for its first node
         (controlplane/cold_start.py); 0: refused at once (503, Retry-After).
+    cold_start_max_waiting: the requests that may wait for a first node of one model at once; more are refused at
+        once (Knative's activator queues 10,000 per revision before its 503s: knative/serving
+        pkg/activator/net/throttler.go, breakerQueueDepth; here fewer, for each holds its parsed prompt).
     """
 
     kv_threshold: float = 0.8
@@ -87,6 +90,7 @@ class CapacityPlanConfig:
     forecast_lead_s: float = 60.0
     trend_window_s: float = 120.0
     cold_start_wait_s: float = 300.0
+    cold_start_max_waiting: int = 1000
     variants: tuple[DeclaredVariant, ...] = ()  # declared: planned before any node of them joins
 
     def __post_init__(self) -> None:
@@ -96,6 +100,8 @@ class CapacityPlanConfig:
             value = getattr(self, name)
             if not 0 < value <= 1:
                 raise ValueError(f"capacity plan: {name} must be in (0, 1], got {value!r}")
+        if self.cold_start_max_waiting < 0:
+            raise ValueError(f"capacity plan: cold_start_max_waiting must be >= 0, got {self.cold_start_max_waiting!r}")
         if self.queue_threshold < 1:
             raise ValueError(f"capacity plan: queue_threshold must be >= 1, got {self.queue_threshold!r}")
         if not 0 <= self.cold_start_wait_s < math.inf:

@@ -16,6 +16,10 @@ one its client left while it waited counts as cancelled. Its queue wait and TTFT
 shows where the client sees it. While it waits, the plan keeps a node of its pool asked for
 (``CapacityPlanner.waiting``).
 
+At most ``cold_start_max_waiting`` requests wait for a first node of one model at once (as Knative's activator queues
+a bounded number per revision); one more is refused at once, as past its wait, and the first such refusal of a flood is
+logged.
+
 A ZeroMQ client's request waits the same way (controlplane/client_requests.py): pending meanwhile, so its client's
 ping knows it and its cancel drops it; past the wait its ErrorReply is the refusal's.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import anyio
@@ -33,6 +38,8 @@ from controlplane.frontend import FrontendError
 from controlplane.model_aliases import resolve_model
 from controlplane.request_path import HeldRefusal
 from transport.messages import ErrorCode, TokenChunk
+
+log = logging.getLogger(__name__)
 
 WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
 
@@ -47,6 +54,7 @@ class ColdStart:
 
     def __init__(self, planner: CapacityPlanner, registry, path, wait_until: WaitUntil) -> None:
         self.planner, self.registry, self.path, self.wait_until = planner, registry, path, wait_until
+        self._full: set[str] = set()  # models whose waits were full since none waited (logged once)
 
     def wait_s(self, asked: str, model_names: list[str]) -> tuple[str, float]:
         """The model a request asks for (``asked``: its model field, "" the default, ``model_names[0]``), and how
@@ -68,8 +76,16 @@ class ColdStart:
 
     @contextlib.contextmanager
     def _waiting(self, model: str) -> Iterator[None]:
-        """A request counted in the plan's ``waiting`` for ``model`` meanwhile."""
-        waiting = self.planner.waiting
+        """A request counted in the plan's ``waiting`` for ``model`` meanwhile; TimeoutError at once when
+        ``cold_start_max_waiting`` requests wait already (its refusal stands)."""
+        waiting, most = self.planner.waiting, self.planner.config.cold_start_max_waiting
+        if waiting.get(model, 0) >= most:
+            if model not in self._full:
+                self._full.add(model)
+                log.warning(
+                    "%d requests wait for a first node of %r (cold_start_max_waiting): more are refused", most, model
+                )
+            raise TimeoutError
         waiting[model] = waiting.get(model, 0) + 1
         try:
             yield
@@ -77,6 +93,7 @@ class ColdStart:
             waiting[model] -= 1
             if not waiting[model]:
                 del waiting[model]
+                self._full.discard(model)  # the flood is over: the next one is logged again
 
     def held(
         self, asked: str, model_names: list[str], open_stream: Callable[..., AsyncIterator[TokenChunk]]

@@ -192,6 +192,11 @@ def test_a_bad_config_is_refused_with_its_reason():
         CapacityPlanConfig.from_table({"gpu_cost": {"l4": 10**400}})  # past a float
     with pytest.raises(ValueError, match="queue_threshold must be a int"):
         CapacityPlanConfig.from_table({"queue_threshold": True})
+    with pytest.raises(ValueError, match="cold_start_max_waiting must be >= 0"):
+        CapacityPlanConfig.from_table({"cold_start_max_waiting": -1})
+    with pytest.raises(ValueError, match="cold_start_max_waiting must be a int"):
+        CapacityPlanConfig.from_table({"cold_start_max_waiting": 1.5})
+    assert CapacityPlanConfig.from_table({"cold_start_max_waiting": 7}).cold_start_max_waiting == 7
     with pytest.raises(ValueError, match="forecast_lead_s must be >= 0"):
         CapacityPlanConfig(forecast_lead_s=-1.0)
     with pytest.raises(ValueError, match="which must be > 0"):

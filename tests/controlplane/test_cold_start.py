@@ -191,3 +191,39 @@ async def test_a_held_request_served_in_the_end_or_left_by_its_client_is_no_refu
         assert planner.waiting == {"m": 1}
         tg.cancel_scope.cancel()  # its client left
     assert path.counted == [] and path.cancelled == 1 and planner.waiting == {}
+
+
+async def test_past_cold_start_max_waiting_a_request_is_refused_at_once_and_the_waiting_ones_wait_on(caplog):
+    """At most ``cold_start_max_waiting`` requests wait for a first node of a model (Knative's activator bounds its
+    queue per revision the same way): one more is refused at once, counted once, and the flood is logged once."""
+    planner = CapacityPlanner(
+        CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=300.0, cold_start_max_waiting=1)
+    )
+    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    planner.plan(1.0, [], 1.0)  # its node gone: held at zero
+    fleet, path = Fleet(), Path()
+
+    class Registry:
+        def snapshot(self, model):
+            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
+
+    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    stream, attempts = opener(fleet, serves="b")
+    served, refused = [], []
+
+    async def ask() -> None:
+        try:
+            served.extend(await chunks(cold.held("m", ["m"], stream)))
+        except FrontendError as e:
+            refused.append(e.code)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.wait_all_tasks_blocked()
+        assert planner.waiting == {"m": 1}
+        for _ in range(2):  # two more: each refused at once, without waiting
+            await ask()
+        assert refused == [ErrorCode.NO_NODE] * 2 and len(path.counted) == 2 and len(attempts) == 3
+        fleet.join("b")  # the one waiting is served
+    assert served == [[7], [8]] and planner.waiting == {} and len(path.counted) == 2
+    assert sum("cold_start_max_waiting" in r.message for r in caplog.records) == 1
