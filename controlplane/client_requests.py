@@ -44,6 +44,7 @@ from dataclasses import dataclass
 
 import anyio
 
+from controlplane.cold_start import HELD_RETRY_S, WaitsFull
 from controlplane.offload_tokenize import TokenizeWorkers, off_the_loop
 from controlplane.request_path import HeldRefusal
 from controlplane.request_table import ZmqConsumer
@@ -66,6 +67,7 @@ class Pending:
     before: frozenset[str] = frozenset()  # the model's live nodes at its refusal: a node not among them is news
     deadline_s: float | None = None  # anyio time its wait for a node ends
     uncounted: HeldRefusal | None = None  # its last refusal for want of a node, not counted yet (RequestPath.submit)
+    ids: object = None  # its prompt's tokens (or the PromptError), kept for its next try once tokenized
 
 
 class ClientRequests:
@@ -206,7 +208,7 @@ class ClientRequests:
         while True:
             if job.refused is not None:  # waits for a node of its model (controlplane/cold_start.py)
                 refused, job.refused = job.refused, None
-                if not await self._node_joined(job):
+                if not await self._node_joined(job, refused):
                     if self.pending.get(rid) is not job:
                         self._settle(job, refused=False)
                         return None  # cancelled meanwhile
@@ -214,25 +216,29 @@ class ClientRequests:
                     self._settle(job, refused=True)
                     return refused  # past its wait, or the control plane drains: its refusal stands
             # cancelled (or refused at shutdown) before its turn: not tokenized (None)
-            ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
+            ids = job.ids
+            if ids is None:
+                ids = job.ids = await self.workers.tokenize(job.msg, lambda: self.pending.get(rid) is job)
+                self.num_offloaded += ids is not None
             if ids is None or self.pending.get(rid) is not job:
                 self._settle(job, refused=False)
                 return None
             del self.pending[rid]
-            self.num_offloaded += 1
-            error = self._submit_job(job, ids, self.cold_start is not None)
+            error = self._submit_job(job, ids, self.cold_start is not None, again=job.deadline_s is not None)
             if error is None or not self._hold(job, error):
                 self._settle(job, refused=True)
                 return error
             self.pending[rid] = job  # refused again (say a node of another cell joined): waits again
 
-    def _submit_job(self, job: Pending, token_ids, holdable: bool) -> ErrorReply | None:
+    def _submit_job(self, job: Pending, token_ids, holdable: bool, again: bool = False) -> ErrorReply | None:
         """Submit ``job`` (``token_ids``: its prompt's, or None: tokenized on the loop); ``holdable``: a refusal for
-        want of a node is not counted yet (``job.uncounted``), for it may be held (``_hold``) and served."""
+        want of a node is not counted yet (``job.uncounted``), for it may be held (``_hold``) and served; ``again``: a
+        held one tried again (RequestPath.submit's ``again``)."""
         job.uncounted, consumer = None, ZmqConsumer(self._link, job.peer)
         if not holdable:
             return self._submit(job.msg, consumer, job.recv_ns, token_ids)
-        return self._submit(job.msg, consumer, job.recv_ns, token_ids, lambda r: setattr(job, "uncounted", r))
+        held = lambda r: setattr(job, "uncounted", r)  # noqa: E731
+        return self._submit(job.msg, consumer, job.recv_ns, token_ids, held=held, again=again)
 
     def _settle(self, job: Pending, refused: bool) -> None:
         """``job``'s wait ended unserved: its last refusal, if not counted yet, counted as one (``refused``: told to
@@ -246,7 +252,7 @@ class ClientRequests:
         capacity plan holds at zero nodes or declares, with time left of its wait (``cold_start_wait_s`` from its first
         refusal), while the control plane does not drain."""
         cold = self.cold_start
-        if cold is None or refused.code != ErrorCode.NO_NODE:
+        if cold is None or job.uncounted is None:  # not a refusal for want of a node (RequestPath.submit's held)
             return False
         if job.deadline_s is None:
             job.model, wait_s = cold.wait_s(job.msg.model, self.model_names())
@@ -256,14 +262,20 @@ class ClientRequests:
         job.refused, job.before = refused, cold.live(job.model)
         return True
 
-    async def _node_joined(self, job: Pending) -> bool:
-        """Whether a node of the held ``job``'s model joined within its wait (False: past it, cancelled meanwhile,
-        or the control plane drains)."""
+    async def _node_joined(self, job: Pending, refused: ErrorReply) -> bool:
+        """Whether to try the held ``job`` again: a node of its model joined within its wait, or (``refused`` for its
+        pool's full queues) ``HELD_RETRY_S`` passed (False: past its wait, cancelled meanwhile, the control plane
+        drains, or ``cold_start_max_waiting`` wait already)."""
         rid, left_s = job.msg.request_id, job.deadline_s - anyio.current_time()
+        full = refused.code is not ErrorCode.NO_NODE
+        wait_s = min(left_s, HELD_RETRY_S) if full else left_s
         try:
-            await self.cold_start.wait_for_join(job.model, job.before, left_s, lambda: self.pending.get(rid) is not job)
-        except TimeoutError:
+            await self.cold_start.wait_for_join(job.model, job.before, wait_s, lambda: self.pending.get(rid) is not job)
+        except WaitsFull:
             return False
+        except TimeoutError:
+            if not full or wait_s >= left_s:
+                return False
         return self.pending.get(rid) is job and not self.cold_start.path.draining
 
     def _send(self, msg: ErrorReply, peer: bytes) -> None:

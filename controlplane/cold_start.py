@@ -41,7 +41,13 @@ from transport.messages import ErrorCode, TokenChunk
 
 log = logging.getLogger(__name__)
 
+HELD_RETRY_S = 1.0  # a held request its pool's full queues refused tries again this often (admission's Retry-After)
+
 WaitUntil = Callable[[Callable[[], bool], float], Awaitable[None]]
+
+
+class WaitsFull(TimeoutError):
+    """``cold_start_max_waiting`` requests wait for a first node of the model already: this one may not."""
 
 
 class ColdStart:
@@ -85,7 +91,7 @@ class ColdStart:
                 log.warning(
                     "%d requests wait for a first node of %r (cold_start_max_waiting): more are refused", most, model
                 )
-            raise TimeoutError
+            raise WaitsFull
         waiting[model] = waiting.get(model, 0) + 1
         try:
             yield
@@ -104,10 +110,12 @@ class ColdStart:
         if wait_s <= 0:
             return open_stream()
         uncounted: list[HeldRefusal] = []  # the last try's refusal for want of a node, not counted yet
+        tries = [0]
 
         def attempt() -> AsyncIterator[TokenChunk]:
             uncounted.clear()
-            return open_stream(functools.partial(self.path.submit, held=uncounted.append))
+            tries[0] += 1  # a try after the first: an arrival its pool counted already
+            return open_stream(functools.partial(self.path.submit, held=uncounted.append, again=tries[0] > 1))
 
         def settle(refused: bool) -> None:
             for held in uncounted:
@@ -119,7 +127,8 @@ class ColdStart:
                 await self.wait_until(predicate, timeout_s)
 
         live = functools.partial(self.live, model)
-        return held_stream(attempt, live, wait_for_node, wait_s, lambda: self.path.draining, settle)
+        waits = lambda refused: bool(uncounted)  # noqa: E731 (refused for want of capacity: held, not counted yet)
+        return held_stream(attempt, live, wait_for_node, wait_s, lambda: self.path.draining, settle, waits)
 
 
 async def held_stream(
@@ -129,12 +138,15 @@ async def held_stream(
     wait_s: float,
     stop: Callable[[], bool] = lambda: False,
     settle: Callable[[bool], None] = lambda refused: None,
+    waits: Callable[[FrontendError], bool] = lambda refused: refused.code is ErrorCode.NO_NODE,
 ) -> AsyncIterator[TokenChunk]:
     """``open_stream()``: a fresh stream of the request (it is submitted at its first chunk); ``live_nodes()``: the
     live nodes of its model now; ``wait_until(predicate, timeout_s)``: ControlPlane.wait_until (TimeoutError past
     it); ``wait_s``: how long it may wait for a node (0: not at all); ``stop()``: wait no more (the control plane
     drains: its refusal stands); ``settle(refused)``: its wait ended unserved, ``refused`` (its refusal raised) or not
-    (its stream closed, or cancelled, while it waited)."""
+    (its stream closed, or cancelled, while it waited); ``waits(refused)``: whether a refusal is one to wait through
+    (for want of a node; at a try after a node joined, its pool's queues full too: then tried again each
+    ``HELD_RETRY_S`` as well as at each join, as Knative's activator keeps a request queued until a pod has room)."""
     deadline = anyio.current_time() + wait_s
     while True:
         before = live_nodes()
@@ -146,14 +158,20 @@ async def held_stream(
         except FrontendError as refused:
             await stream.aclose()
             left_s = deadline - anyio.current_time()
-            if refused.code != ErrorCode.NO_NODE or left_s <= 0 or stop():
+            if not waits(refused) or left_s <= 0 or stop():
                 settle(True)
                 raise
+            full = refused.code is not ErrorCode.NO_NODE  # its pool's nodes are there, their queues full
             try:
-                await wait_until(lambda: stop() or bool(live_nodes() - before), left_s)  # noqa: B023 (called in here)
-            except TimeoutError:
+                joined = lambda: stop() or bool(live_nodes() - before)  # noqa: B023, E731 (called in here)
+                await wait_until(joined, min(left_s, HELD_RETRY_S) if full else left_s)
+            except WaitsFull:
                 settle(True)
                 raise refused from None
+            except TimeoutError:
+                if not full or anyio.current_time() >= deadline:
+                    settle(True)
+                    raise refused from None
             except BaseException:  # cancelled or closed while it waited: its client left, not refused
                 settle(False)
                 raise

@@ -43,15 +43,16 @@ class FleetLedger:
     def on_hello(self, hello: NodeHello) -> None:
         self.hellos[hello.node_id] = hello
 
-    def on_routed(self, node_id: str, queue_wait_s: float) -> None:
-        self.count_decision(node_id)
+    def on_routed(self, node_id: str, queue_wait_s: float, arrival: bool = True) -> None:
+        self.count_decision(node_id, arrival)
         self._events.append(LatencySample(LatencyKind.ROUTER_QUEUE_WAIT, node_id, queue_wait_s))
 
-    def count_decision(self, node_id: str) -> None:
-        """A request placed on ``node_id`` (routed, or resumed there): counted for the node and for its pool, the
-        (model, cell) its hello names now (a node unknown here counts for none)."""
+    def count_decision(self, node_id: str, arrival: bool = True) -> None:
+        """A request placed on ``node_id`` (routed, or resumed there): counted for the node and, an ``arrival`` (not a
+        held request, counted at its first refusal: controlplane/cold_start.py), for its pool, the (model, cell) its
+        hello names now (a node unknown here counts for none)."""
         self.decisions[node_id] = self.decisions.get(node_id, 0) + 1
-        hello = self.hellos.get(node_id)
+        hello = self.hellos.get(node_id) if arrival else None
         if hello is not None:
             key = (hello.model, hello.cell)
             self._pool_decisions[key] = self._pool_decisions.get(key, 0) + 1

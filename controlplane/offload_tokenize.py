@@ -130,7 +130,7 @@ async def pretokenize(workers: TokenizeWorkers, msgs: list[ClientGenerate], min_
 
 
 def request_stream(
-    msgs: list[ClientGenerate], offload: tuple[TokenizeWorkers, int], *rest
+    msgs: list[ClientGenerate], offload: tuple[TokenizeWorkers, int] | tuple[TokenizeWorkers, int, dict], *rest
 ) -> AsyncIterator[TokenChunk]:
     """``msgs``' stream: ``offloaded_stream(msgs, offload, *rest)`` when a prompt is long (``offload``'s
     ``min_chars``), else ``local_stream(msgs, *rest)`` (one generator less); ``rest``: their submit, cancel,
@@ -151,11 +151,14 @@ async def offloaded_stream(
     arrival_ns: int | None = None,
 ) -> AsyncIterator[TokenChunk]:
     """``local_stream`` (controlplane/request_table.py) of ``msgs``, their long prompts tokenized first off the loop
-    (``offload``: the workers and ``min_chars``); ``submit(msg, consumer, arrival_ns, token_ids)``. The request's
-    arrival is taken before its tokenization, so its queue wait counts it."""
+    (``offload``: the workers and ``min_chars``, and optionally a dict that keeps the tokens for the request's next
+    try: one held for a node, controlplane/cold_start.py); ``submit(msg, consumer, arrival_ns, token_ids)``. The
+    request's arrival is taken before its tokenization, so its queue wait counts it."""
     arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns
-    workers, min_chars = offload
-    tokenized = await pretokenize(workers, msgs, min_chars)
+    workers, min_chars, *kept = offload
+    tokenized = kept[0] if kept and kept[0] else await pretokenize(workers, msgs, min_chars)
+    if kept:
+        kept[0].update(tokenized)
 
     def submit_tokenized(msg: ClientGenerate, consumer, arrived_ns: int) -> ErrorReply | None:
         return submit(msg, consumer, arrived_ns, tokenized.get(msg.request_id))

@@ -137,12 +137,15 @@ class RequestPath:
         arrival_ns: int,
         token_ids=None,
         held: Callable[[HeldRefusal], None] | None = None,
+        again: bool = False,
     ) -> ErrorReply | None:
         """Validate, route and send one request; an ErrorReply (counted) when it is refused (every one while the
         control plane drains: 503 and Retry-After over HTTP, as vLLM's --shutdown-timeout refuses new requests).
         ``token_ids``: its prompt tokenized already (controlplane/offload_tokenize.py), or None. ``held``: the caller
         holds a request refused for want of a node (NO_NODE at placement) until a node joins: such a refusal is given
-        to it, not counted; the caller settles it (``settle_held``) once it stops waiting."""
+        to it, not counted; the caller settles it (``settle_held``) once it stops waiting. ``again``: a held request
+        tried again: its pool counted it as an arrival at its first refusal, so neither a refusal for want of capacity
+        nor its placement counts again; such a refusal (its pool's queues full, too) is given to ``held``."""
         if self.draining:
             refusal = ErrorReply(
                 request_id=msg.request_id, code=ErrorCode.NO_NODE, message=DRAINING, retry_after_s=DRAIN_RETRY_AFTER_S
@@ -154,14 +157,14 @@ class RequestPath:
         headers = forwarded_headers(msg, trace)
         if trace is not None and not trace.context.sampled:
             trace = None  # not recorded (the caller's decision, or the sample ratio's); its flag goes to the node
-        placed = self._place(
-            msg, inflight=self.table, tenants=self.tenants, token_ids=token_ids, on_unserved=self.fleet.count_unserved
-        )
+        short: list[bool] = []  # refused for want of capacity (a held request's: its pool's queues full too)
+        unserved = self.fleet.count_unserved if not again else lambda model, cell: short.append(True)
+        placed = self._place(msg, inflight=self.table, tenants=self.tenants, token_ids=token_ids, on_unserved=unserved)
         if isinstance(placed, Placement):
             routed_ns = time.monotonic_ns()
             placed = self._send(placed, msg, arrival_ns, routed_ns, trace_headers=headers)
         if isinstance(placed, ErrorReply):
-            if held is not None and placed.code is ErrorCode.NO_NODE:
+            if held is not None and (placed.code is ErrorCode.NO_NODE or short):
                 held(HeldRefusal(msg, placed, arrival_ns))  # counted only if its wait for a node ends refused
             else:
                 self._refused(msg, placed, trace)
@@ -191,7 +194,7 @@ class RequestPath:
             self.fleet.on_forecast(node_id, self.forecast.on_placed(placed.route, view))
         self._record(placed, rid)
         self.counters["routed"] += 1
-        self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9)
+        self.fleet.on_routed(node_id, (routed_ns - arrival_ns) / 1e9, arrival=not again)
         return None
 
     def count_refusal(self, error: ErrorReply) -> None:

@@ -144,10 +144,9 @@ class ControlPlane(Actor):
         self.hellos, self.metrics_urls = self.fleet.hellos, self.fleet.metrics_urls  # the same dicts
         self.path = RequestPath(
             registry=self.registry, policy=self.policy, admission=self.admission, tokenizer=tokenizer,
-            router=config.router, fleet=self.fleet, send_to_node=self._send_to_node,
+            router=config.router, fleet=self.fleet, send_to_node=self._send_to_node, aliases=config.model_aliases,
             model_names=lambda: self.model_names, max_resumes=config.max_resumes,
             tenants=TenantLimiter(config.tenants, now_s=self.clock.now()), loras=self.loras,
-            aliases=config.model_aliases,
         )  # fmt: skip
         self.requests, self.model_aliases = self.path.table, self.path.aliases  # aliases: controlplane/model_aliases.py
         self.counters, self.refused = self.path.counters, self.path.refused  # the same dicts: by outcome, by code
@@ -378,15 +377,16 @@ class ControlPlane(Actor):
         """Frontend.generate (controlplane/frontend.py names the keywords: ``fields`` are client_generates')."""
         msgs = client_generates(request_id, model=model, **fields)
         arrival_ns = time.monotonic_ns() if arrival_ns is None else arrival_ns  # a wait for a node counts from it
-        offload = (self.tokenize_workers, self.config.offload_tokenize_chars)  # a long prompt: tokenized off the loop
+        offload = (self.tokenize_workers, self.config.offload_tokenize_chars, {})  # long prompts: off the loop, once
         rest, names = (self.cancel, self.local_streams, arrival_ns), self.model_names  # cold_start.py: held for a node
         return self.cold_start.held(msgs[0].model, names, lambda s=self.submit: request_stream(msgs, offload, s, *rest))
 
     # -- the request path (synchronous; called by handlers and by generate) -------------------------
 
-    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None, held=None) -> ErrorReply | None:
-        """Validate, route and send one request; an ErrorReply when it is refused (request_path.py)."""
-        return self.path.submit(msg, consumer, arrival_ns, token_ids, held)
+    def submit(self, msg: ClientGenerate, consumer, arrival_ns: int, token_ids=None, **held) -> ErrorReply | None:
+        """Validate, route and send one request; an ErrorReply when it is refused (request_path.py; ``held``: its
+        ``held`` and ``again``, for a request held for a node: cold_start.py)."""
+        return self.path.submit(msg, consumer, arrival_ns, token_ids, **held)
 
     def cancel(self, request_id: str) -> bool:
         """Forget a request and tell its node to stop; False when it was not in flight."""

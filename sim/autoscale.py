@@ -15,18 +15,21 @@ Both are given the same GPU costs, the same pool and the same start. Sans-IO: ``
 
 A request refused for want of a node, of a model the plan holds at zero nodes, is held as the control plane holds it
 (controlplane/cold_start.py): counted in the plan's ``waiting`` (its pool stays asked for), tried again each time a
-node joins (``release``; the simulator places it again), refused only past ``cold_start_wait_s`` from its first
-refusal. Its TTFT counts from its arrival, so the wait shows.
+node joins (``release``; the simulator places it again), and each ``HELD_RETRY_S`` while the pool's queues refuse it
+once a node joined; refused only past ``cold_start_wait_s`` from its first refusal. Its first refusal is its pool's
+arrival, its later tries are not. Its TTFT counts from its arrival, so the wait shows.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, plan_nodes
 from controlplane.capacity_wva import WvaReplica, wva_targets
+from controlplane.cold_start import HELD_RETRY_S
 from controlplane.registry import NodeState
 from transport.messages import ClientGenerate, ErrorCode, ErrorReply
 
@@ -88,7 +91,7 @@ class Autoscaler:
         self.timeline: list[tuple[float, dict[str, int]]] = []  # (t, nodes held per type) after each change
         self.arrivals: dict[tuple[str, str | None], int] = {}  # (model, cell) → placed or refused there: the plan's
         self.held: dict[int, HeldRequest] = {}  # request index → waiting for a node (controlplane/cold_start.py)
-        self.retrying: dict[int, HeldRequest] = {}  # released at a join, to be placed again
+        self.retrying: dict[int, HeldRequest] = {}  # taken to be placed again (``take``)
         self.num_held = {"held": 0, "served": 0, "refused": 0}  # requests held, and how their waits ended
 
     def start(self) -> list[int]:
@@ -150,27 +153,39 @@ class Autoscaler:
         """Requests wait for a node (or are about to try again)."""
         return bool(self.held or self.retrying)
 
-    def hold(self, now: float, index: int, rec, msg: ClientGenerate, refusal: ErrorReply, models: list[str]) -> bool:
-        """Whether request ``index``, refused (``refusal``), waits for a node: refused for want of one, of a model the
-        plan holds at zero nodes (its served ``models``, the default first), within ``cold_start_wait_s`` of its first
-        refusal (controlplane/cold_start.py); one refused again after a join waits on to that first limit."""
+    def hold(
+        self, now: float, index: int, rec, msg: ClientGenerate, refusal: ErrorReply, models: list[str]
+    ) -> float | None:
+        """When request ``index``, refused (``refusal``), tries again: never (None: refused), at the next join (inf:
+        refused for want of a node, of a model the plan holds at zero nodes, its served ``models`` the default first),
+        or ``HELD_RETRY_S`` from now (a try after its first refused for want of capacity: the pool's queues full);
+        within ``cold_start_wait_s`` of its first refusal (controlplane/cold_start.py)."""
         before = self.retrying.pop(index, None)
-        if refusal.code is not ErrorCode.NO_NODE:
+        full = before is not None and refusal.code is ErrorCode.OVERLOADED
+        if refusal.code is not ErrorCode.NO_NODE and not full:
             self.num_held["refused"] += before is not None
-            return False
+            return None
         if before is None:
             model = msg.model if msg.model in models else models[0]
             wait_s = self.planner.cold_start_wait_s(model)
             if wait_s <= 0:
-                return False
+                return None
             before = HeldRequest(rec, msg, model, now + wait_s)
             self.num_held["held"] += 1
         if before.deadline_s <= now:
             self.num_held["refused"] += 1
-            return False
+            return None
         self.held[index] = before
         self.planner.waiting[before.model] = self.planner.waiting.get(before.model, 0) + 1
-        return True
+        return now + HELD_RETRY_S if full else math.inf
+
+    def take(self, index: int) -> HeldRequest | None:
+        """Held request ``index``, to be placed again now (None: it is not held: placed or refused already)."""
+        held = self.held.pop(index, None)
+        if held is not None:
+            self._unwait(held.model)
+            self.retrying[index] = held
+        return held
 
     def placed(self, index: int) -> None:
         """Request ``index`` was placed (a held one: its wait ended served)."""
@@ -178,13 +193,8 @@ class Autoscaler:
             self.num_held["served"] += 1
 
     def release(self) -> list[int]:
-        """A node joined: the held requests (their indices, in arrival order) try again (``retrying``)."""
-        for held in self.held.values():
-            self._unwait(held.model)
-        self.retrying.update(self.held)
-        released = sorted(self.held)
-        self.held.clear()
-        return released
+        """A node joined: the held requests (their indices, in arrival order) try again (``take``)."""
+        return sorted(self.held)
 
     def _expire(self, now: float) -> None:
         """The held requests past their wait: refused."""

@@ -22,8 +22,7 @@ no sleeping: time jumps from event to event::
                   a busy node reports at the end of its step, as the agent's engine thread does
       land        (--pd-split only, sim/split.py) a request's KV reached its decode node after its first token on
                   the prefill node: it continues there (or waits for room, landing after that node's next steps)
-      scale, join (with an autoscaler, sim/autoscale.py) its sample; a node asked for joins, and the requests held
-                  for a first node (refused for want of one, as controlplane/cold_start.py holds them) retry
+      scale/join  sim/autoscale.py's sample; a node joins: the requests held for one (cold_start.py) try again
 
 The control plane's network and the agent's queues take no time here (they are tens of microseconds
 against steps of milliseconds).
@@ -67,8 +66,8 @@ RECENT_CHAIN_BLOCKS = 1 << 18  # the router's prompt hash chains kept for the no
 _ARRIVAL, _KICK, _STEP_DONE, _REPORT = 0, 1, 2, 3
 _RUNNING = RequestStatus.RUNNING
 _LAND = 4  # a prefill/decode hand-off's KV arrived (sim/split.py); the event's index is the move's slot
-_SCALE, _JOIN = 5, 6  # an autoscaler's sample (sim/autoscale.py); a provisioned node joins (the event's index)
-_RETRY = 7  # a request held for a first node tries again (the event's index: the request's)
+# an autoscaler's sample (sim/autoscale.py); a provisioned node joins; a request held for a node tries again
+_SCALE, _JOIN, _RETRY = 5, 6, 7  # (the event's index: the node's, the request's)
 
 
 class VirtualClock:
@@ -375,6 +374,7 @@ class FleetSimulator:
 
         def admit(index: int, rec: RequestRecord, msg: ClientGenerate, now: float, seq: int) -> int:
             """Place a request (new, or held for a node and trying again) and send it to its node; the next seq."""
+            again = scaler is not None and index in scaler.retrying  # a held one: its pool's arrival already
             placed = place_request(
                 msg,
                 model_names=model_names,
@@ -386,11 +386,15 @@ class FleetSimulator:
                 router=self.router_config,
                 loras=loras,
                 lora_affinity=self.lora_affinity,
-                on_unserved=None if scaler is None else scaler.on_unserved,  # refused for want of capacity: demand
+                on_unserved=None if scaler is None or again else scaler.on_unserved,  # want of capacity: demand
             )
             if isinstance(placed, ErrorReply):  # refused, or held for a first node (sim/autoscale.py)
-                if scaler is None or not scaler.hold(now, index, rec, msg, placed, model_names):
+                retry_s = None if scaler is None else scaler.hold(now, index, rec, msg, placed, model_names)
+                if retry_s is None:
                     rec.refusal = placed.code.value
+                elif retry_s < math.inf:  # its pool's queues full: tried again in a while, as well as at a join
+                    push(heap, (retry_s, seq, _RETRY, index))
+                    seq += 1
                 return seq
             if scaler is not None:
                 scaler.placed(index)
@@ -400,7 +404,7 @@ class FleetSimulator:
             rec.node_id = node_id
             registry.on_routed(node_id, rec.req_id, placed.route.num_prompt_tokens, placed.route.max_tokens)
             policy.on_routed(placed.route, node_id)
-            if scaler is not None:  # the plan's arrivals (controlplane/demand_trend.py)
+            if scaler is not None and not again:  # the plan's arrivals (controlplane/demand_trend.py)
                 scaler.on_routed(registry.view(node_id))
             node.core.add(
                 rec.req_id,
@@ -465,9 +469,8 @@ class FleetSimulator:
                             push(heap, (now, seq, _RETRY, index))
                             seq += 1
                     continue
-                if kind == _RETRY:
-                    held = scaler.retrying[i]
-                    seq = admit(i, held.rec, held.msg, now, seq)
+                if kind == _RETRY:  # a held request tries again (take: None once it was placed or refused)
+                    seq = seq if (held := scaler.take(i)) is None else admit(i, held.rec, held.msg, now, seq)
                     continue
                 node = nodes[i]
                 if kind == _REPORT:

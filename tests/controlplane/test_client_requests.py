@@ -53,6 +53,7 @@ class Harness:
         self.table: dict = {}
         self.refuse_with: ErrorReply | None = None
         self.counted: list[ErrorReply] = []  # refusals the path counted (a held one's once its wait ended refused)
+        self.again: list[bool] = []  # each submit's ``again``: a held request's try after its first
         self.requests = ClientRequests(
             workers=TokenizeWorkers(tokenizer, max_threads),
             min_chars=500,
@@ -71,10 +72,13 @@ class Harness:
     def send_nowait(self, msg, peer) -> None:
         self.sent.append((msg, peer))
 
-    def submit(self, msg, consumer, arrival_ns, token_ids=None, held=None):
-        """RequestPath.submit's rule: a refusal for want of a node goes to ``held`` when given, uncounted."""
+    def submit(self, msg, consumer, arrival_ns, token_ids=None, held=None, again=False):
+        """RequestPath.submit's rule: a refusal for want of a node goes to ``held`` when given, uncounted (at a try
+        again, one for full queues too: OVERLOADED here)."""
         self.submitted.append((msg.request_id, consumer.peer, arrival_ns, token_ids))
-        if self.refuse_with is not None and held is not None and self.refuse_with.code is ErrorCode.NO_NODE:
+        self.again.append(again)
+        wanting = (ErrorCode.NO_NODE, ErrorCode.OVERLOADED) if again else (ErrorCode.NO_NODE,)
+        if self.refuse_with is not None and held is not None and self.refuse_with.code in wanting:
             held(HeldRefusal(msg, self.refuse_with, arrival_ns))
         elif self.refuse_with is not None:
             self.counted.append(self.refuse_with)
@@ -388,3 +392,27 @@ async def test_only_a_refusal_for_want_of_a_node_of_a_pool_at_zero_is_held_and_a
     # each refused one counted once: at once where it could not be held, else once its hold was turned down
     assert [r.code for r in h.counted] == [ErrorCode.OVERLOADED, ErrorCode.NO_NODE, ErrorCode.NO_NODE]
     assert fleet.settled == [("other model", True)]
+
+
+async def test_a_held_request_whose_pools_queues_are_full_after_a_join_tries_again_until_one_has_room(
+    smollm2_checkpoint, monkeypatch
+):
+    """Over ZeroMQ as over HTTP (controlplane/cold_start.py): once a node joined, a held request refused for the pool's
+    full queues waits on, tried again each HELD_RETRY_S, tokenized once; its tries after the first are ``again``."""
+    monkeypatch.setattr("controlplane.client_requests.HELD_RETRY_S", 0.01)
+    tokenizer = GatedTokenizer(smollm2_checkpoint.tokenizer)
+    tokenizer.gate.set()
+    fleet, h = zero_harness(tokenizer)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(h.requests.serve)
+        h.generate("r", prompt="Hi")
+        await wait_for(lambda: fleet.planner.waiting == {"m": 1})
+        h.refuse_with = ErrorReply(request_id="r", code=ErrorCode.OVERLOADED, message="every queue is full")
+        fleet.join("l4-0")
+        await wait_for(lambda: len(h.submitted) >= 4)  # tried again on its own, no other node joining
+        assert set(h.requests.pending) == {"r"} and h.sent == []
+        h.refuse_with = None
+        await wait_for(lambda: h.requests._num_jobs == 0)
+        tg.cancel_scope.cancel()
+    assert h.again[0] is False and all(h.again[1:]) and h.sent == [] and h.counted == [] and fleet.settled == []
+    assert len(tokenizer.threads) == 1  # tokenized once, for every try

@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from controlplane import cold_start
 from controlplane.capacity_plan import CapacityPlanConfig, CapacityPlanner, PlanNode
 from controlplane.cold_start import ColdStart, held_stream
 from controlplane.frontend import FrontendError
@@ -44,7 +45,7 @@ class Path:
         self.counted: list[ErrorReply] = []  # refusals counted as such
         self.cancelled = 0  # held requests whose client left
 
-    def submit(self, msg, consumer, arrival_ns, token_ids=None, held=None) -> ErrorReply:
+    def submit(self, msg, consumer, arrival_ns, token_ids=None, held=None, again=False) -> ErrorReply:
         reply = ErrorReply(request_id=msg.request_id, code=ErrorCode.NO_NODE, message="no live node serves 'm'")
         if held is not None:
             held(HeldRefusal(msg, reply, arrival_ns))
@@ -227,3 +228,51 @@ async def test_past_cold_start_max_waiting_a_request_is_refused_at_once_and_the_
         fleet.join("b")  # the one waiting is served
     assert served == [[7], [8]] and planner.waiting == {} and len(path.counted) == 2
     assert sum("cold_start_max_waiting" in r.message for r in caplog.records) == 1
+
+
+async def test_a_held_request_its_pools_full_queues_refuse_after_a_join_tries_again_until_one_has_room(monkeypatch):
+    """A held request tried again once a node joined may find the pool's queues full (the other held requests took
+    them): it waits on, tried again each HELD_RETRY_S (as Knative's activator keeps a request until a pod has room),
+    and its tries after the first are no new arrivals (``again``); past its wait it is refused, counted once."""
+    monkeypatch.setattr(cold_start, "HELD_RETRY_S", 0.01)
+    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=300.0))
+    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    planner.plan(1.0, [], 1.0)  # its node gone: held at zero
+    fleet, path = Fleet(), Path()
+
+    class Registry:
+        def snapshot(self, model):
+            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
+
+    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    refusals, again = [ErrorCode.NO_NODE, ErrorCode.OVERLOADED, ErrorCode.OVERLOADED], []
+
+    async def stream(submit):
+        again.append(submit.keywords["again"])
+        if refusals:
+            submit(ClientGenerate(request_id="r"), None, 5)
+            raise FrontendError(refusals.pop(0), "refused", 1.0)
+        yield TokenChunk(request_id="r", token_ids=[7], text="a", finished=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(chunks, cold.held("m", ["m"], stream))
+        await anyio.wait_all_tasks_blocked()
+        fleet.join("b")  # no join after this one: the full queues' refusals are tried again on their own
+    assert again == [False, True, True, True] and path.counted == [] and planner.waiting == {}
+    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=0.5))
+    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    planner.plan(1.0, [], 1.0)
+    fleet.nodes.clear()
+    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    refusals.extend([ErrorCode.NO_NODE] + [ErrorCode.OVERLOADED] * 100_000)  # its queues stay full
+
+    async def late() -> None:
+        with pytest.raises(FrontendError) as refused:
+            await chunks(cold.held("m", ["m"], stream))
+        assert refused.value.code is ErrorCode.OVERLOADED  # past its wait: the last refusal stands
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(late)
+        await anyio.wait_all_tasks_blocked()
+        fleet.join("c")
+    assert len(path.counted) == 1 and path.cancelled == 0 and planner.waiting == {}

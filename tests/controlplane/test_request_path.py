@@ -269,3 +269,24 @@ def test_a_refusal_for_want_of_a_node_is_counted_once_its_wait_ends_refused_not_
     assert path.submit(msg, _Consumer(), arrival_ns=1, held=held.append).code is ErrorCode.NO_NODE
     assert len(held) == 3 and path.counters["refused"] == 3  # neither was for want of a node: counted at once
     assert path.refused[ErrorCode.INVALID_REQUEST] == 1 and path.refused[ErrorCode.NO_NODE] == 2
+
+
+def test_a_held_request_tried_again_is_no_new_arrival_and_its_pools_full_queues_hold_it_too(make_hello):
+    """``submit``'s ``again`` (a held request's try after its first, controlplane/cold_start.py): its pool counted it
+    at its first refusal, so its placement is no new arrival of the pool (the node's decisions still count it); a
+    refusal for want of capacity (every queue full: OVERLOADED) is handed to ``held`` uncounted, and is no arrival."""
+    fleet = _Fleet(make_hello, node_ids=("a",))
+    path, held = fleet.path, []
+    arrivals = path.fleet.arrivals_by_pool()
+    msg = ClientGenerate(request_id="r", prompt=PROMPT, sampling=SamplingParams(max_tokens=2))
+    assert path.submit(msg, _Consumer(), arrival_ns=1, held=held.append, again=True) is None
+    assert path.fleet.arrivals_by_pool() == arrivals and path.fleet.decisions["a"] == 1
+    path.admission = AdmissionControl(AdmissionConfig(max_queue_global=0))  # every queue full from now on
+    again = ClientGenerate(request_id="s", prompt=PROMPT, sampling=SamplingParams(max_tokens=2))
+    assert path.submit(again, _Consumer(), arrival_ns=1, held=held.append, again=True).code is ErrorCode.OVERLOADED
+    assert [h.reply.code for h in held] == [ErrorCode.OVERLOADED] and path.counters["refused"] == 0
+    assert path.fleet.arrivals_by_pool() == arrivals  # not an arrival again
+    first = ClientGenerate(request_id="t", prompt=PROMPT, sampling=SamplingParams(max_tokens=2))
+    assert path.submit(first, _Consumer(), arrival_ns=1, held=held.append).code is ErrorCode.OVERLOADED
+    assert len(held) == 1 and path.counters["refused"] == 1  # a first try's full queues: refused (429) at once
+    assert sum(path.fleet.arrivals_by_pool().values()) == sum(arrivals.values()) + 1

@@ -4,11 +4,13 @@ are drained and leave when the load falls; WVA's rule steps one node per reconci
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 
 from backends.sim.cost_model import node_hardware_info
 from controlplane.capacity_plan import CapacityPlanConfig, PlanNode
+from controlplane.cold_start import HELD_RETRY_S
 from sim.autoscale import AutoscaleConfig, Autoscaler
 from sim.des import FleetSimulator
 from sim.workload import TraceRequest, Workload
@@ -152,7 +154,7 @@ def test_a_pool_of_min_nodes_0_scales_to_zero_in_a_gap_and_back_when_asked_again
 def test_a_request_for_a_pool_at_zero_waits_for_its_first_node_as_the_control_plane_holds_it(small_fleet):
     """controlplane/cold_start.py in the simulator: the requests after the gap are held (cold_start_wait_s 300), the
     pool kept asked for while they wait; the node joins and serves every one of them, none refused, each one's TTFT
-    counting its wait from its arrival; each counts as an arrival at its refusal and again when placed."""
+    counting its wait from its arrival; each counts as its pool's arrival once, at its first refusal."""
     scaler, result = run_gap(small_fleet, 300.0)
     late = result.records[60:]
     assert not any(r.refusal for r in result.records) and all(r.finish_s is not None for r in result.records)
@@ -163,12 +165,13 @@ def test_a_request_for_a_pool_at_zero_waits_for_its_first_node_as_the_control_pl
     waited = [r for r in late if r.arrival_s < joined]
     assert len(waited) == held and all(r.first_token_s >= joined for r in waited)
     assert waited[0].ttft_s >= 10.0  # its wait shows in its TTFT
-    assert sum(scaler.arrivals.values()) == 120 + held and scaler.planner.waiting == {}
+    assert sum(scaler.arrivals.values()) == 120 and scaler.planner.waiting == {}
 
 
 def test_a_held_request_is_refused_past_its_wait():
-    """A request held for a node (Autoscaler.hold) that no node joins for is refused once its wait is past; one
-    not for want of a node, or of a model the plan does not hold at zero, is not held."""
+    """A request held for a node (Autoscaler.hold) waits for a join; tried again after one and refused for the pool's
+    full queues, it tries again HELD_RETRY_S later; it is refused once its wait is past. One not for want of a node,
+    or of a model the plan does not hold at zero, is not held."""
     plan = CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=30.0)
     scaler = Autoscaler(AutoscaleConfig("zoo", 1.0, plan), ["n0"], ["L4"])
     scaler.planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
@@ -180,11 +183,13 @@ def test_a_held_request_is_refused_past_its_wait():
 
     rec, msg = Rec(), ClientGenerate(request_id="r0")
     no_node = ErrorReply(code=ErrorCode.NO_NODE, message="no live node")
-    assert not scaler.hold(0.0, 0, rec, msg, ErrorReply(code=ErrorCode.OVERLOADED, message="full"), ["m"])
-    assert not scaler.hold(0.0, 0, rec, ClientGenerate(request_id="r0", model="x"), no_node, ["m", "x"])
-    assert scaler.hold(0.0, 0, rec, msg, no_node, ["m"]) and scaler.planner.waiting == {"m": 1}
-    assert scaler.release() == [0] and scaler.planner.waiting == {}  # a node joined: it tries again
-    assert scaler.hold(20.0, 0, rec, msg, no_node, ["m"])  # refused again: waits on, to its first limit
+    full = ErrorReply(code=ErrorCode.OVERLOADED, message="full")
+    assert scaler.hold(0.0, 0, rec, msg, full, ["m"]) is None  # a first try's full queues: not held
+    assert scaler.hold(0.0, 0, rec, ClientGenerate(request_id="r0", model="x"), no_node, ["m", "x"]) is None
+    assert scaler.hold(0.0, 0, rec, msg, no_node, ["m"]) == math.inf and scaler.planner.waiting == {"m": 1}
+    assert scaler.release() == [0] and scaler.take(0).msg is msg and scaler.planner.waiting == {}  # a node joined
+    assert scaler.take(0) is None  # taken already: a second event for it does nothing
+    assert scaler.hold(20.0, 0, rec, msg, full, ["m"]) == 20.0 + HELD_RETRY_S  # the pool's queues full: again soon
     scaler._expire(29.0)
     assert scaler.holding and rec.refusal is None
     scaler._expire(30.0)
