@@ -16,6 +16,11 @@ one its client left while it waited counts as cancelled. Its queue wait and TTFT
 shows where the client sees it. While it waits, the plan keeps a node of its pool asked for
 (``CapacityPlanner.waiting``).
 
+Once a node joined, the held requests try at once and its queue may fill: one refused then for its pool's full queues
+waits on, tried again each ``HELD_RETRY_S`` as well as at each join (Knative's activator, too, keeps a request until a
+pod has room). A held request's first refusal is its pool's arrival (the plan's demand); its later tries are not
+(``RequestPath.submit``'s ``again``).
+
 At most ``cold_start_max_waiting`` requests wait for a first node of one model at once (as Knative's activator queues
 a bounded number per revision); one more is refused at once, as past its wait, and the first such refusal of a flood is
 logged.
