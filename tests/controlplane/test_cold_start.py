@@ -60,6 +60,19 @@ class Path:
             self.cancelled += 1
 
 
+def held_at_zero(fleet: Fleet, path: Path, **config) -> tuple[CapacityPlanner, ColdStart]:
+    """A plan holding "m" at zero nodes (its node gone), and a ColdStart over it whose live nodes are ``fleet``'s."""
+    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, **config))
+    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
+    planner.plan(1.0, [], 1.0)
+
+    class Registry:
+        def snapshot(self, model):
+            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
+
+    return planner, ColdStart(planner, Registry(), path, fleet.wait_until)
+
+
 def opener(fleet: Fleet, serves: str = "", code: ErrorCode = ErrorCode.NO_NODE):
     """A request's streams: refused with ``code`` while ``serves`` has not joined (through ``submit``, a Path's,
     when given); its attempts are counted."""
@@ -162,16 +175,8 @@ async def test_only_a_model_the_plan_holds_at_zero_nodes_is_held():
 async def test_a_held_request_served_in_the_end_or_left_by_its_client_is_no_refusal():
     """A held request's refusals are counted only if its wait ends refused (``RequestPath.settle_held``): one served
     once a node joins counts none, one whose client leaves while it waits counts a cancel."""
-    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=300.0))
-    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
-    planner.plan(1.0, [], 1.0)  # its node gone: held at zero
     fleet, path = Fleet(), Path()
-
-    class Registry:
-        def snapshot(self, model):
-            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
-
-    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    planner, cold = held_at_zero(fleet, path, cold_start_wait_s=300.0)
     stream, attempts = opener(fleet, serves="b")
     served = []
 
@@ -197,18 +202,8 @@ async def test_a_held_request_served_in_the_end_or_left_by_its_client_is_no_refu
 async def test_past_cold_start_max_waiting_a_request_is_refused_at_once_and_the_waiting_ones_wait_on(caplog):
     """At most ``cold_start_max_waiting`` requests wait for a first node of a model (Knative's activator bounds its
     queue per revision the same way): one more is refused at once, counted once, and the flood is logged once."""
-    planner = CapacityPlanner(
-        CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=300.0, cold_start_max_waiting=1)
-    )
-    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
-    planner.plan(1.0, [], 1.0)  # its node gone: held at zero
     fleet, path = Fleet(), Path()
-
-    class Registry:
-        def snapshot(self, model):
-            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
-
-    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    planner, cold = held_at_zero(fleet, path, cold_start_wait_s=300.0, cold_start_max_waiting=1)
     stream, attempts = opener(fleet, serves="b")
     served, refused = [], []
 
@@ -235,16 +230,8 @@ async def test_a_held_request_its_pools_full_queues_refuse_after_a_join_tries_ag
     them): it waits on, tried again each HELD_RETRY_S (as Knative's activator keeps a request until a pod has room),
     and its tries after the first are no new arrivals (``again``); past its wait it is refused, counted once."""
     monkeypatch.setattr(cold_start, "HELD_RETRY_S", 0.01)
-    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=300.0))
-    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
-    planner.plan(1.0, [], 1.0)  # its node gone: held at zero
     fleet, path = Fleet(), Path()
-
-    class Registry:
-        def snapshot(self, model):
-            return type("Snapshot", (), {"nodes": [type("View", (), {"node_id": n})() for n in fleet.nodes]})()
-
-    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    planner, cold = held_at_zero(fleet, path, cold_start_wait_s=300.0)
     refusals, again = [ErrorCode.NO_NODE, ErrorCode.OVERLOADED, ErrorCode.OVERLOADED], []
 
     async def stream(submit):
@@ -259,11 +246,8 @@ async def test_a_held_request_its_pools_full_queues_refuse_after_a_join_tries_ag
         await anyio.wait_all_tasks_blocked()
         fleet.join("b")  # no join after this one: the full queues' refusals are tried again on their own
     assert again == [False, True, True, True] and path.counted == [] and planner.waiting == {}
-    planner = CapacityPlanner(CapacityPlanConfig(default_min_nodes=0, cold_start_wait_s=0.5))
-    planner.plan(0.0, [PlanNode("n0", "m", "default", "L4", 0.24, 0.0, 0, 0, 0.0)], 1.0)
-    planner.plan(1.0, [], 1.0)
     fleet.nodes.clear()
-    cold = ColdStart(planner, Registry(), path, fleet.wait_until)
+    planner, cold = held_at_zero(fleet, path, cold_start_wait_s=0.5)
     refusals.extend([ErrorCode.NO_NODE] + [ErrorCode.OVERLOADED] * 100_000)  # its queues stay full
 
     async def late() -> None:
